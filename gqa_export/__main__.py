@@ -1,0 +1,3 @@
+from gqa_export.cli import main
+
+main()

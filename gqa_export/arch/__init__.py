@@ -1,0 +1,20 @@
+"""Registry of architecture specs, keyed by the `arch` name recipes refer to."""
+
+from __future__ import annotations
+
+from gqa_export.arch.llama import LLAMA
+from gqa_export.arch.spec import ArchSpec, LayerNames
+from gqa_export.errors import InputError
+
+SPECS: dict[str, ArchSpec] = {spec.name: spec for spec in (LLAMA,)}
+
+__all__ = ["SPECS", "ArchSpec", "LayerNames", "get_spec"]
+
+
+def get_spec(name: str) -> ArchSpec:
+    try:
+        return SPECS[name]
+    except KeyError:
+        raise InputError(
+            f"recipe asks for arch '{name}', which has no spec; known: {', '.join(SPECS)}"
+        ) from None

@@ -1,0 +1,105 @@
+"""A thin, typed helper over onnx-ir for building a graph node by node.
+
+Nodes get hierarchical names (`/model/layers.3/attn/GroupQueryAttention`) so that later stages
+(quantize's exclude patterns, inspect) can address them, and values get readable names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+Dim = int | str
+
+
+class GraphBuilder:
+    def __init__(self, name: str, opsets: dict[str, int]) -> None:
+        self.graph = ir.Graph([], [], nodes=[], opset_imports=opsets, name=name)
+        self._scope: list[str] = ["model"]
+        self._used: dict[str, int] = {}
+
+    # --- scopes and names --------------------------------------------------------------------
+    @contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        self._scope.append(name)
+        try:
+            yield
+        finally:
+            self._scope.pop()
+
+    def _unique(self, base: str) -> str:
+        n = self._used.get(base, 0)
+        self._used[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    # --- graph I/O and constants -------------------------------------------------------------
+    def input(self, name: str, dtype: ir.DataType, shape: Sequence[Dim]) -> ir.Value:
+        value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(shape))
+        self.graph.inputs.append(value)
+        return value
+
+    def output(self, value: ir.Value, name: str, dtype: ir.DataType, shape: Sequence[Dim]) -> None:
+        value.name = name
+        typed(value, dtype, shape)
+        self.graph.outputs.append(value)
+
+    def initializer(self, name: str, tensor: ir.TensorProtocol) -> ir.Value:
+        tensor.name = name
+        value = ir.Value(
+            name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(tensor.shape), const_value=tensor
+        )
+        self.graph.register_initializer(value)
+        return value
+
+    def const(self, array: Any, name: str, dtype: np.dtype | None = None) -> ir.Value:
+        """A small constant initializer (kept inline in model.onnx, not in external data)."""
+        arr = np.asarray(array, dtype=dtype)
+        return self.initializer(self._unique(f"const.{name}"), ir.tensor(arr))
+
+    # --- nodes -------------------------------------------------------------------------------
+    def op(
+        self,
+        op_type: str,
+        *inputs: ir.Value | None,
+        domain: str = "",
+        outputs: int = 1,
+        name: str | None = None,
+        **attributes: Any,
+    ) -> ir.Value:
+        return self.op_multi(op_type, *inputs, domain=domain, outputs=outputs, name=name, **attributes)[0]
+
+    def op_multi(
+        self,
+        op_type: str,
+        *inputs: ir.Value | None,
+        domain: str = "",
+        outputs: int = 1,
+        name: str | None = None,
+        **attributes: Any,
+    ) -> Sequence[ir.Value]:
+        node_name = self._unique("/" + "/".join([*self._scope, name or op_type]))
+        node = ir.Node(
+            domain,
+            op_type,
+            list(inputs),
+            attributes=ir.convenience.convert_attributes(
+                {k: v for k, v in attributes.items() if v is not None}
+            ),
+            num_outputs=outputs,
+            name=node_name,
+        )
+        for i, out in enumerate(node.outputs):
+            out.name = f"{node_name}/output_{i}"
+        self.graph.append(node)
+        return node.outputs
+
+
+def typed(value: ir.Value, dtype: ir.DataType, shape: Sequence[Dim]) -> ir.Value:
+    """Annotate a value's type and shape (fusion rules match on shapes)."""
+    value.type = ir.TensorType(dtype)
+    value.shape = ir.Shape(shape)
+    return value

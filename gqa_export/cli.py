@@ -1,0 +1,161 @@
+"""The `gqa-export` command line: parse arguments, call the pipeline, print. Nothing else.
+
+Exit codes: 0 success, 2 bad input (one line on stderr), 1 a package that fails its smoke run.
+Progress and notes go to stderr so that `--json` output on stdout stays machine-readable.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gqa_export import __version__
+from gqa_export.errors import GqaExportError
+from gqa_export.progress import Advance
+
+app = typer.Typer(
+    name="gqa-export",
+    help="Turn a Hugging Face causal LM into a ready-to-run ONNX Runtime GenAI package.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+
+class RichReporter:
+    """Stage lines, notes and progress bars on stderr; silent with --quiet."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def stage(self, name: str) -> None:
+        if not self.quiet:
+            err.print(f"[bold cyan]>[/] {name}")
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            err.print(f"[yellow]note:[/] {message}")
+
+    @contextmanager
+    def task(self, description: str, total: int | None) -> Iterator[Advance]:
+        if self.quiet:
+            yield lambda n=1: None
+            return
+        columns = (TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=err, transient=True) as progress:
+            task = progress.add_task(description, total=total)
+            yield lambda n=1: progress.advance(task, n)
+
+
+def _fail(exc: GqaExportError) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    return typer.Exit(code=exc.exit_code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"gqa-export {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = None,
+) -> None:
+    """gqa-export: fetch -> build -> optimize -> quantize -> package -> smoke-run."""
+
+
+@app.command()
+def build(
+    model: Annotated[str, typer.Argument(help="Hugging Face Hub id or local model folder.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Package folder to create.")],
+    ep: Annotated[str, typer.Option("--ep", help="Execution provider: cpu or cuda.")] = "cpu",
+    precision: Annotated[
+        Optional[str], typer.Option("--precision", "-p", help="fp32, fp16 or bf16 (default: the recipe's for the EP).")
+    ] = None,
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch, tag or commit.")] = None,
+    max_length: Annotated[
+        Optional[int], typer.Option("--max-length", help="search.max_length: KV buffer size (default min(context, 4096)).")
+    ] = None,
+    recipe: Annotated[Optional[Path], typer.Option("--recipe", help="Use this recipe YAML instead of the built-in match.")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
+    no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")] = False,
+) -> None:
+    """Export MODEL to an ONNX Runtime GenAI package in OUTPUT."""
+    from gqa_export.pipeline import BuildOptions
+    from gqa_export.pipeline import build as run_build
+
+    opts = BuildOptions(model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe)
+    _quiet_hub(quiet or as_json)
+    try:
+        result = run_build(opts, RichReporter(quiet or as_json))
+    except GqaExportError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        print(json.dumps(result.as_json()))
+        return
+    if quiet:
+        return
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_row("package", str(result.output))
+    table.add_row("attention", f"{result.attention_mode} (recipe {result.recipe})")
+    table.add_row("target", f"{result.ep} {result.precision}, max_length {result.max_length}")
+    table.add_row("size", _size(sum(result.files.values())))
+    if result.smoke is not None:
+        s = result.smoke
+        table.add_row("smoke run", f"{s.ep}: {len(s.tokens)} tokens, {s.decode_tokens_per_s:.1f} tok/s, prefill {s.prefill_ms:.1f} ms")
+    table.add_row("time", f"{result.seconds:.1f} s")
+    out.print(table)
+
+
+@app.command()
+def fetch(
+    model: Annotated[str, typer.Argument(help="Hugging Face Hub id.")],
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch, tag or commit.")] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the folder.")] = False,
+) -> None:
+    """Download (or find in the HF cache) only the files an export needs; print the folder."""
+    from gqa_export.fetch import resolve_source
+
+    _quiet_hub(quiet)
+    try:
+        source = resolve_source(model, revision, RichReporter(quiet))
+    except GqaExportError as exc:
+        raise _fail(exc) from None
+    print(source.model_dir)
+
+
+def _quiet_hub(quiet: bool) -> None:
+    if quiet:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def main() -> None:
+    # A SIGTERM unwinds like Ctrl-C, so the staging folder is removed and no half package stays.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    app()

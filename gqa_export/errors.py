@@ -1,0 +1,26 @@
+"""Error types that carry the CLI's exit code.
+
+Every error a user can fix (bad input, bad options, missing files) is an `InputError`: the CLI
+prints its message as one line and exits 2. A package that was built but does not run is a
+`SmokeRunError` (exit 1).
+"""
+
+from __future__ import annotations
+
+
+class GqaExportError(Exception):
+    """Base class: the message is one sentence saying what is wrong and how to fix it."""
+
+    exit_code = 2
+
+
+class InputError(GqaExportError):
+    """Bad input: unknown architecture, missing shard, invalid option pair, output in the way."""
+
+    exit_code = 2
+
+
+class SmokeRunError(GqaExportError):
+    """The exported package failed to load or generate with onnxruntime-genai."""
+
+    exit_code = 1

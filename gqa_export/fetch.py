@@ -1,0 +1,97 @@
+"""Stage 1: resolve a model argument to a local folder.
+
+A local folder is used in place. A Hub id goes through `huggingface_hub.snapshot_download` into
+the normal HF cache, fetching only what an export needs (config, generation config, safetensors
+and their index, tokenizer files) and never pickle weights. `HF_TOKEN` and `HF_HUB_OFFLINE` are
+honoured by huggingface_hub itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from gqa_export.errors import InputError
+from gqa_export.progress import NullReporter, Reporter
+
+ALLOW_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+]
+
+
+@dataclass(frozen=True)
+class Source:
+    """A checkpoint folder on disk and where it came from."""
+
+    model_dir: Path
+    source_id: str
+    revision: str | None  # the Hub commit hash; None for a local folder
+    is_local: bool
+
+
+def looks_like_path(model: str) -> bool:
+    return model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model
+
+
+def resolve_source(
+    model: str, revision: str | None = None, reporter: Reporter | None = None
+) -> Source:
+    """Return the folder holding `model`: a local folder as is, a Hub id downloaded (or cached)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if revision:
+            raise InputError(f"--revision applies to Hub ids, but '{model}' is a local folder")
+        _require_config(path, model)
+        return Source(path.resolve(), str(path.resolve()), None, True)
+    if path.exists():
+        raise InputError(f"'{model}' is a file; pass a Hugging Face model folder or a Hub id")
+    if looks_like_path(model):
+        raise InputError(f"local folder '{model}' does not exist")
+    folder = _download(model, revision, reporter or NullReporter())
+    _require_config(folder, model)
+    return Source(folder, model, folder.name, False)
+
+
+def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub import errors as hf_errors
+
+    reporter.stage(f"fetch {repo_id}" + (f"@{revision}" if revision else ""))
+    try:
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=ALLOW_PATTERNS)
+    except hf_errors.RevisionNotFoundError:
+        raise InputError(f"revision '{revision}' of '{repo_id}' was not found on the Hugging Face Hub") from None
+    except hf_errors.GatedRepoError:
+        raise InputError(
+            f"'{repo_id}' is gated: accept its license on the Hub and set HF_TOKEN to a token with access"
+        ) from None
+    except hf_errors.RepositoryNotFoundError:
+        raise InputError(
+            f"model '{repo_id}' was not found on the Hugging Face Hub "
+            "(check the id, or set HF_TOKEN for a private model)"
+        ) from None
+    except hf_errors.LocalEntryNotFoundError:
+        raise InputError(
+            f"model '{repo_id}' is not in the local Hugging Face cache and the Hub cannot be reached "
+            "(connect, unset HF_HUB_OFFLINE, or pass a local folder)"
+        ) from None
+    except (hf_errors.HfHubHTTPError, ValueError, OSError) as exc:
+        raise InputError(f"could not fetch '{repo_id}' from the Hugging Face Hub: {exc}") from None
+    return Path(folder)
+
+
+def _require_config(folder: Path, model: str) -> None:
+    if not (folder / "config.json").is_file():
+        raise InputError(f"'{model}' has no config.json; it is not a Hugging Face model folder")

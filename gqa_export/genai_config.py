@@ -1,0 +1,96 @@
+"""`genai_config.json`: only keys ORT GenAI's strict parser documents (ortgenai.md §1).
+
+The parser throws on any unknown key under `model`, `decoder`, `search`, so every key written
+here is one of the schema's. Head/layer counts come from the graph itself (`GraphFacts`), and
+`past_present_share_buffer` is true exactly when every attention node can share (GQA).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gqa_export.build.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
+from gqa_export.build.dims import ModelDims
+from gqa_export.graph_facts import GraphFacts
+
+DEFAULT_MAX_LENGTH = 4096
+PROVIDER_OPTIONS: dict[str, list[dict[str, dict[str, str]]]] = {
+    "cpu": [],
+    # CUDA graphs stay off: capture needs a static mask and batch 1 (ortgenai.md §6a).
+    "cuda": [{"cuda": {"enable_cuda_graph": "0"}}],
+}
+# generation_config.json keys carried into `search` (HF name -> genai name).
+SEARCH_FROM_GENERATION = {
+    "do_sample": "do_sample",
+    "temperature": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "repetition_penalty": "repetition_penalty",
+}
+
+
+@dataclass(frozen=True)
+class ConfigOptions:
+    model_type: str  # the genai routing type, e.g. "llama" or "decoder"
+    ep: str
+    max_length: int
+    context_length: int
+    filename: str = "model.onnx"
+
+
+def make_genai_config(
+    facts: GraphFacts, dims: ModelDims, opts: ConfigOptions, generation: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    eos = list(dims.eos_token_ids) or ([dims.pad_token_id] if dims.pad_token_id is not None else [])
+    model: dict[str, Any] = {
+        "type": opts.model_type,
+        "context_length": opts.context_length,
+        "vocab_size": dims.vocab_size,
+        "eos_token_id": eos if len(eos) != 1 else eos[0],
+        "pad_token_id": dims.pad_token_id if dims.pad_token_id is not None else (eos[0] if eos else 0),
+        "decoder": {
+            "session_options": {"log_id": "onnxruntime-genai", "provider_options": PROVIDER_OPTIONS[opts.ep]},
+            "filename": opts.filename,
+            "head_size": facts.head_size,
+            "hidden_size": dims.hidden_size,
+            "inputs": {
+                "input_ids": "input_ids",
+                "attention_mask": "attention_mask",
+                "past_key_names": PAST_KEY,
+                "past_value_names": PAST_VALUE,
+            },
+            "outputs": {
+                "logits": "logits",
+                "present_key_names": PRESENT_KEY,
+                "present_value_names": PRESENT_VALUE,
+            },
+            "num_attention_heads": facts.num_heads,
+            "num_hidden_layers": len(facts.kv_layers),
+            "num_key_value_heads": facts.num_kv_heads,
+        },
+    }
+    if dims.bos_token_id is not None:
+        model["bos_token_id"] = dims.bos_token_id
+    search: dict[str, Any] = {
+        "do_sample": False,
+        "max_length": opts.max_length,
+        "min_length": 0,
+        "num_beams": 1,
+        "num_return_sequences": 1,
+        "past_present_share_buffer": facts.share_buffer_ok,
+        "repetition_penalty": 1.0,
+        "temperature": 1.0,
+        "top_k": 50,
+        "top_p": 1.0,
+    }
+    for hf_key, key in SEARCH_FROM_GENERATION.items():
+        value = (generation or {}).get(hf_key)
+        if value is not None:
+            search[key] = type(search[key])(value)
+    return {"model": model, "search": search}
+
+
+def default_max_length(context_length: int) -> int:
+    """A KV buffer we can afford: share-buffer pre-allocates all of max_length (ortgenai.md §5.3)."""
+    return min(context_length, DEFAULT_MAX_LENGTH)

@@ -1,0 +1,74 @@
+"""Facts read back from a built graph, so configs describe the graph that exists, not intentions.
+
+ORT GenAI sizes the KV cache from `decoder.num_key_value_heads`/`head_size` and discovers layers
+from input names (ortgenai.md §3.2); `past_present_share_buffer` is only safe when every
+attention op can take a max_length past buffer, which among ours is GroupQueryAttention (§2.4).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+
+ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
+SHARE_CAPABLE = ("GroupQueryAttention", "PagedAttention")
+_PAST_KEY = re.compile(r"^past_key_values\.(\d+)\.key$")
+
+
+@dataclass(frozen=True)
+class AttentionNode:
+    name: str
+    op_type: str
+    attributes: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    inputs: dict[str, tuple[str, tuple[int | str | None, ...]]]  # name -> (dtype, shape)
+    outputs: dict[str, tuple[str, tuple[int | str | None, ...]]]
+    kv_layers: tuple[int, ...]
+    num_kv_heads: int
+    head_size: int
+    num_heads: int
+    attention: tuple[AttentionNode, ...]
+    initializer_dtypes: dict[str, int]  # dtype name -> count
+
+    @property
+    def share_buffer_ok(self) -> bool:
+        return bool(self.attention) and all(a.op_type in SHARE_CAPABLE for a in self.attention)
+
+    @property
+    def kv_dtype(self) -> str:
+        first = f"past_key_values.{self.kv_layers[0]}.key"
+        return self.inputs[first][0]
+
+
+def graph_facts(model: ir.Model) -> GraphFacts:
+    g = model.graph
+    inputs = {v.name or "": _sig(v) for v in g.inputs}
+    outputs = {v.name or "": _sig(v) for v in g.outputs}
+    layers = sorted(int(m.group(1)) for name in inputs if (m := _PAST_KEY.match(name)))
+    kv_heads = head_size = 0
+    if layers:
+        shape = inputs[f"past_key_values.{layers[0]}.key"][1]
+        kv_heads, head_size = int(shape[1] or 0), int(shape[3] or 0)
+    attention = tuple(
+        AttentionNode(n.name or "", n.op_type, {k: a.value for k, a in n.attributes.items()})
+        for n in ir.traversal.RecursiveGraphIterator(g)
+        if n.op_type in ATTENTION_OPS
+    )
+    num_heads = int(attention[0].attributes.get("num_heads", 0)) if attention else 0
+    dtypes: dict[str, int] = {}
+    for value in g.initializers.values():
+        if value.const_value is not None:
+            key = value.const_value.dtype.name
+            dtypes[key] = dtypes.get(key, 0) + 1
+    return GraphFacts(inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, dtypes)
+
+
+def _sig(value: ir.Value) -> tuple[str, tuple[int | str | None, ...]]:
+    dtype = value.dtype.name if value.dtype is not None else "?"
+    shape = tuple(d if isinstance(d, int) else getattr(d, "value", None) for d in (value.shape or ()))
+    return dtype, shape

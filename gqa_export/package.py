@@ -1,0 +1,147 @@
+"""Stage 5: write the package folder atomically.
+
+Everything is written into a hidden staging folder next to `-o` and renamed into place only when
+complete (and, if asked, smoke-tested), so a failed or interrupted build never leaves a half
+package. The ONNX file keeps every weight in one `model.onnx.data`; tiny constants stay inline
+(split-pipeline.md: ORT's shape inference cannot read external data of small constants).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from gqa_export.errors import InputError
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+)
+INLINE_BYTES = 1024
+# tokenizer classes onnxruntime-extensions knows; transformers v5 writes "TokenizersBackend",
+# which means "a tokenizer.json", i.e. PreTrainedTokenizerFast.
+_V5_BACKEND_CLASSES = ("TokenizersBackend",)
+
+
+def check_output(out_dir: Path, overwrite: bool) -> None:
+    """Fail before any work when -o is in the way."""
+    if out_dir.exists() and not overwrite:
+        raise InputError(f"output folder {out_dir} already exists; pass --overwrite to replace it or choose another -o")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"output path {out_dir} is a file; choose a folder for -o")
+    parent = out_dir.parent
+    if parent.exists() and not os.access(parent, os.W_OK):
+        raise InputError(f"cannot write into {parent}; choose another -o")
+
+
+class StagedPackage:
+    """A staging folder that becomes `out_dir` on `commit()` and vanishes on any failure."""
+
+    def __init__(self, out_dir: Path, overwrite: bool) -> None:
+        self.out_dir = out_dir.resolve()
+        self.overwrite = overwrite
+        self.path = self.out_dir.parent / f".{self.out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+
+    def __enter__(self) -> StagedPackage:
+        self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+    def commit(self) -> Path:
+        backup = None
+        if self.out_dir.exists():
+            if not self.overwrite:
+                raise InputError(f"output folder {self.out_dir} appeared during the build; pass --overwrite")
+            backup = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+            self.out_dir.rename(backup)
+        self.path.rename(self.out_dir)
+        if backup is not None:
+            shutil.rmtree(backup, ignore_errors=True)
+        return self.out_dir
+
+
+def save_model(model: ir.Model, folder: Path, filename: str, on_tensor: Callable[[int, int], None] | None = None) -> None:
+    """Save `model` with all weights in `<filename>.data`; lazy tensors are read one by one here."""
+
+    def callback(tensor: ir.TensorProtocol, info: Any) -> None:
+        if on_tensor is not None:
+            on_tensor(info.index + 1, info.total)
+
+    ir.save(
+        model,
+        folder / filename,
+        external_data=f"{filename}.data",
+        size_threshold_bytes=INLINE_BYTES,
+        callback=callback,
+    )
+
+
+def copy_tokenizer(source: Path, dest: Path) -> list[str]:
+    """Copy the tokenizer files ORT GenAI (onnxruntime-extensions) reads.
+
+    transformers v5 keeps the chat template in chat_template.jinja and writes tokenizer_class
+    "TokenizersBackend"; the runtime reads the template and class from tokenizer_config.json, so
+    both are folded back in.
+    """
+    copied = [name for name in TOKENIZER_FILES if (source / name).is_file()]
+    for name in copied:
+        shutil.copy2(source / name, dest / name)
+    if "tokenizer.json" not in copied and "tokenizer.model" not in copied:
+        raise InputError(f"{source} has no tokenizer.json or tokenizer.model; the package needs a tokenizer")
+    config_path = dest / "tokenizer_config.json"
+    config: dict[str, Any] = json.loads(config_path.read_text()) if config_path.exists() else {}
+    changed = False
+    template = _chat_template(source)
+    if template and not config.get("chat_template"):
+        config["chat_template"] = template
+        changed = True
+    if config.get("tokenizer_class") in _V5_BACKEND_CLASSES or ("tokenizer_class" not in config and "tokenizer.json" in copied):
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        changed = True
+    if changed:
+        config_path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        if "tokenizer_config.json" not in copied:
+            copied.append("tokenizer_config.json")
+    return copied
+
+
+def _chat_template(source: Path) -> str | None:
+    jinja = source / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text()
+    as_json = source / "chat_template.json"
+    if as_json.is_file():
+        return json.loads(as_json.read_text()).get("chat_template")
+    return None
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
+    """sha256 and size of every file in the package (the manifest itself excluded)."""
+    out = {}
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name != "manifest.json"):
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                digest.update(chunk)
+        out[path.name] = {"sha256": digest.hexdigest(), "bytes": path.stat().st_size}
+    return out

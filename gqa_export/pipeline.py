@@ -1,0 +1,232 @@
+"""Runs the stages: fetch -> build -> optimize -> quantize -> package -> smoke-run.
+
+Every check that can fail on user input runs before the expensive work: EP/precision pair and
+output folder before the download, recipe/architecture/shards before the graph is built.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gqa_export import __version__
+from gqa_export.arch import get_spec
+from gqa_export.build.decoder import GraphOptions, build_decoder
+from gqa_export.build.dims import ModelDims, read_dims
+from gqa_export.build.params import Params
+from gqa_export.errors import InputError
+from gqa_export.fetch import Source, resolve_source
+from gqa_export.genai_config import ConfigOptions, default_max_length, make_genai_config
+from gqa_export.graph_facts import graph_facts
+from gqa_export.optimize import OptimizeReport, optimize
+from gqa_export.package import StagedPackage, check_output, copy_tokenizer, file_digests, save_model, write_json
+from gqa_export.progress import NullReporter, Reporter
+from gqa_export.quantize import SUPPORTED, PrecisionPlan, plan_precision, quantize
+from gqa_export.recipes import Recipe, builtin_recipes, load_recipe, match_recipe
+from gqa_export.run import GenerationResult, cuda_device_available, smoke_run
+from gqa_export.weights import WeightStore
+
+MODEL_FILE = "model.onnx"
+IMPLEMENTED_MODES = ("gqa",)
+DEPENDENCIES = (
+    "onnx", "onnx-ir", "onnxscript", "onnxruntime", "onnxruntime-gpu", "onnxruntime-genai",
+    "onnxruntime-genai-cuda", "transformers", "huggingface-hub", "safetensors", "numpy",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    model: str
+    output: Path
+    ep: str = "cpu"
+    precision: str | None = None  # None: the recipe's default for the EP
+    revision: str | None = None
+    max_length: int | None = None
+    overwrite: bool = False
+    smoke: bool = True
+    recipe: Path | None = None
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    output: Path
+    source: Source
+    recipe: str
+    attention_mode: str
+    ep: str
+    precision: str
+    max_length: int
+    files: dict[str, int]
+    optimize: OptimizeReport
+    seconds: float
+    smoke: GenerationResult | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "output": str(self.output),
+            "source": self.source.source_id,
+            "revision": self.source.revision,
+            "recipe": self.recipe,
+            "attention": self.attention_mode,
+            "ep": self.ep,
+            "precision": self.precision,
+            "max_length": self.max_length,
+            "files": self.files,
+            "total_bytes": sum(self.files.values()),
+            "seconds": round(self.seconds, 3),
+            "smoke": None
+            if self.smoke is None
+            else {
+                "ep": self.smoke.ep,
+                "new_tokens": len(self.smoke.tokens),
+                "prefill_ms": round(self.smoke.prefill_ms, 3),
+                "tokens_per_s": round(self.smoke.decode_tokens_per_s, 2),
+                "text": self.smoke.text,
+            },
+            "notes": self.notes,
+        }
+
+
+def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
+    reporter = reporter or NullReporter()
+    started = time.perf_counter()
+    if opts.ep not in SUPPORTED:
+        raise InputError(f"unknown --ep '{opts.ep}'; choose one of {', '.join(SUPPORTED)}")
+    if opts.precision is not None:
+        plan_precision(opts.ep, opts.precision)
+    check_output(opts.output, opts.overwrite)
+    user_recipe = load_recipe(opts.recipe) if opts.recipe else None
+
+    source = resolve_source(opts.model, opts.revision, reporter)
+    reporter.stage("build")
+    hf_config, generation = _read_configs(source.model_dir)
+    recipe = user_recipe or match_recipe(
+        hf_config.model_type, (getattr(hf_config, "architectures", None) or [None])[0], builtin_recipes()
+    )
+    _check_recipe(recipe)
+    spec = get_spec(recipe.arch)
+    plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep])
+    dims = read_dims(hf_config, spec, generation)
+    store = WeightStore.open(source.model_dir)
+    max_length = _max_length(opts.max_length, dims)
+    graph_opts = GraphOptions(plan.io_dtype, plan.logits_dtype, rope_rows=max(max_length, dims.max_position_embeddings),
+                              packed_qkv=recipe.attention.packed_qkv)  # fmt: skip
+    model = build_decoder(dims, spec, Params(store, plan.io_dtype), graph_opts)
+
+    reporter.stage("optimize")
+    opt_report = optimize(model)
+    reporter.stage("quantize")
+    quantize(model, plan)
+
+    reporter.stage("package")
+    facts = graph_facts(model)
+    config = make_genai_config(
+        facts,
+        dims,
+        ConfigOptions(recipe.genai_model_type, opts.ep, max_length, dims.max_position_embeddings, MODEL_FILE),
+        generation,
+    )
+    notes: list[str] = []
+    with StagedPackage(opts.output, opts.overwrite) as staged:
+        with reporter.task("streaming weights into model.onnx.data", len(model.graph.initializers)) as advance:
+            save_model(model, staged.path, MODEL_FILE, lambda done, total: advance(1))
+        write_json(staged.path / "genai_config.json", config)
+        copy_tokenizer(source.model_dir, staged.path)
+        manifest = _manifest(opts, source, recipe, plan, dims, max_length, opt_report)
+        manifest["files"] = file_digests(staged.path)
+        write_json(staged.path / "manifest.json", manifest)
+        smoke = _smoke(staged.path, opts, plan, reporter, notes) if opts.smoke else None
+        output = staged.commit()
+    files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
+    return BuildResult(output, source, recipe.name, recipe.attention.mode, opts.ep, plan.name, max_length, files,
+                       opt_report, time.perf_counter() - started, smoke, notes)  # fmt: skip
+
+
+def _read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_dir)
+    except (ValueError, KeyError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot read {model_dir / 'config.json'}: {first}") from None
+    gen_path = model_dir / "generation_config.json"
+    generation = None
+    if gen_path.is_file():
+        try:
+            generation = json.loads(gen_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{gen_path} is not valid JSON ({exc})") from None
+    return config, generation
+
+
+def _check_recipe(recipe: Recipe) -> None:
+    """Refuse, before any work, a recipe asking for something the graph builder cannot do."""
+    where = f"recipe {recipe.path}"
+    if recipe.attention.mode not in IMPLEMENTED_MODES:
+        raise InputError(f"{where}: attention.mode '{recipe.attention.mode}' is not implemented yet; use gqa")
+    if not recipe.attention.fused_rope:
+        raise InputError(f"{where}: attention.fused_rope false is not implemented; GQA applies RoPE itself")
+
+
+def _max_length(requested: int | None, dims: ModelDims) -> int:
+    context = dims.max_position_embeddings
+    if requested is None:
+        return default_max_length(context)
+    if requested < 1 or requested > context:
+        raise InputError(f"--max-length must be between 1 and the model's context length {context}, got {requested}")
+    return requested
+
+
+def _smoke(folder: Path, opts: BuildOptions, plan: PrecisionPlan, reporter: Reporter, notes: list[str]) -> GenerationResult | None:
+    ep = opts.ep
+    if ep == "cuda" and not cuda_device_available():
+        if not plan.runs_on_cpu:
+            notes.append(f"no usable CUDA GPU here and {plan.name} does not run on CPU: smoke run skipped")
+            reporter.note(notes[-1])
+            return None
+        notes.append("no usable CUDA GPU here: smoke-running on CPU instead")
+        reporter.note(notes[-1])
+        ep = "cpu"
+    reporter.stage(f"smoke-run on {ep}")
+    return smoke_run(folder, ep)
+
+
+def _manifest(
+    opts: BuildOptions, source: Source, recipe: Recipe, plan: PrecisionPlan, dims: ModelDims, max_length: int,
+    opt_report: OptimizeReport,
+) -> dict[str, Any]:  # fmt: skip
+    return {
+        "tool": {"name": "gqa-export", "version": __version__},
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source": {"id": source.source_id, "revision": source.revision, "local": source.is_local},
+        "recipe": {**recipe.as_dict(), "path": str(recipe.path)},
+        "options": {
+            "ep": opts.ep,
+            "precision": plan.name,
+            "max_length": max_length,
+            "attention": recipe.attention.mode,
+            "smoke": opts.smoke,
+        },
+        "model": {"architecture": dims.architecture, "model_type": dims.model_type, "layers": dims.num_layers},
+        "optimize": asdict(opt_report),
+        "dependencies": _versions(),
+        "python": platform.python_version(),
+    }
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in DEPENDENCIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out

@@ -1,0 +1,37 @@
+"""A tiny progress-reporting protocol, so pipeline stages never import the CLI or rich.
+
+The CLI passes a rich-backed reporter; library callers get `NullReporter` by default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+Advance = Callable[[int], None]
+
+
+class Reporter(Protocol):
+    def stage(self, name: str) -> None:
+        """A pipeline stage starts (fetch, build, optimize, ...)."""
+
+    def note(self, message: str) -> None:
+        """A one-line remark for the user (a fallback taken, a default chosen)."""
+
+    def task(self, description: str, total: int | None) -> AbstractContextManager[Advance]:
+        """A context manager yielding an `advance(n)` callback for a progress bar."""
+
+
+class NullReporter:
+    """Reports nothing."""
+
+    def stage(self, name: str) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+    @contextmanager
+    def task(self, description: str, total: int | None) -> Iterator[Advance]:
+        yield lambda n=1: None

@@ -1,0 +1,153 @@
+"""YAML recipes: the per-model choices (attention design, defaults per EP), validated by a schema.
+
+A recipe is matched by HF `model_type` (and, where one type has several, the architecture name).
+Every key is checked against `SCHEMA`; an error names the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gqa_export.errors import InputError
+
+ATTENTION_MODES = ("gqa", "bias", "split")
+EPS = ("cpu", "cuda")
+PRECISIONS = ("fp32", "fp16", "bf16", "int4", "int8")
+
+# A schema node is a type (str/bool/int), a tuple of allowed strings, a one-element list (a list
+# of that), or a dict of key -> node. Keys ending in "!" are required.
+SCHEMA: dict[str, Any] = {
+    "name!": str,
+    "description": str,
+    "match!": {"model_types!": [str], "architectures": [str]},
+    "arch!": str,
+    "genai_model_type": str,
+    "attention": {"mode": ATTENTION_MODES, "packed_qkv": bool, "fused_rope": bool},
+    "precision": {"cpu": PRECISIONS, "cuda": PRECISIONS},
+}
+
+
+@dataclass(frozen=True)
+class AttentionRecipe:
+    mode: str = "gqa"
+    packed_qkv: bool = True
+    fused_rope: bool = True
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A validated recipe with its defaults resolved."""
+
+    name: str
+    path: Path
+    model_types: tuple[str, ...]
+    architectures: tuple[str, ...]
+    arch: str
+    genai_model_type: str
+    attention: AttentionRecipe
+    default_precision: dict[str, str] = field(default_factory=dict)
+    description: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "file": self.path.name,
+            "match": {"model_types": list(self.model_types), "architectures": list(self.architectures)},
+            "arch": self.arch,
+            "genai_model_type": self.genai_model_type,
+            "attention": vars(self.attention).copy(),
+            "precision": dict(self.default_precision),
+        }
+
+
+def recipes_dir() -> Path:
+    """Recipes ship inside the wheel (`gqa_export/_recipes`) and live in `recipes/` in a checkout."""
+    packaged = Path(__file__).parent / "_recipes"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "recipes"
+
+
+def load_recipe(path: Path) -> Recipe:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read recipe {path}: {exc.strerror}") from None
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if node is None:
+        raise InputError(f"{path}: the recipe is empty")
+    data = _validate(node, SCHEMA, path, "")
+    attention = data.get("attention", {})
+    return Recipe(
+        name=data["name"],
+        path=path,
+        model_types=tuple(data["match"]["model_types"]),
+        architectures=tuple(data["match"].get("architectures", ())),
+        arch=data["arch"],
+        genai_model_type=data.get("genai_model_type", "decoder"),
+        attention=AttentionRecipe(**attention),
+        default_precision={"cpu": "fp32", "cuda": "fp16", **data.get("precision", {})},
+        description=data.get("description", ""),
+    )
+
+
+def builtin_recipes() -> list[Recipe]:
+    return [load_recipe(p) for p in sorted(recipes_dir().glob("*.yaml"))]
+
+
+def match_recipe(model_type: str, architecture: str | None, recipes: list[Recipe]) -> Recipe:
+    """The recipe for a model: an architecture-specific match wins over a model_type-only one."""
+    candidates = [r for r in recipes if model_type in r.model_types]
+    specific = [r for r in candidates if architecture and architecture in r.architectures]
+    generic = [r for r in candidates if not r.architectures]
+    chosen = specific or generic
+    if chosen:
+        return chosen[0]
+    names = ", ".join(f"{r.name} ({'/'.join(r.architectures or r.model_types)})" for r in recipes)
+    raise InputError(
+        f"unsupported architecture {architecture or '?'} (model_type '{model_type}'); "
+        f"supported: {names}; for a custom model pass --recipe FILE"
+    )
+
+
+def _validate(node: yaml.Node, schema: Any, path: Path, key: str) -> Any:
+    where = f"{path}:{node.start_mark.line + 1}: {key or '<top>'}"
+    if isinstance(schema, dict):
+        if not isinstance(node, yaml.MappingNode):
+            raise InputError(f"{where}: expected a mapping")
+        allowed = {k.rstrip("!"): v for k, v in schema.items()}
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            name = key_node.value
+            full = f"{key}.{name}" if key else name
+            if name not in allowed:
+                raise InputError(
+                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{full}' "
+                    f"(allowed here: {', '.join(allowed)})"
+                )
+            out[name] = _validate(value_node, allowed[name], path, full)
+        for k in schema:
+            if k.endswith("!") and k[:-1] not in out:
+                raise InputError(f"{where}: missing required key '{k[:-1]}'")
+        return out
+    if isinstance(schema, list):
+        if not isinstance(node, yaml.SequenceNode):
+            raise InputError(f"{where}: expected a list")
+        return [_validate(item, schema[0], path, f"{key}[{i}]") for i, item in enumerate(node.value)]
+    if not isinstance(node, yaml.ScalarNode):
+        raise InputError(f"{where}: expected a single value")
+    value = yaml.safe_load(yaml.serialize(node))
+    if isinstance(schema, tuple):
+        if value not in schema:
+            raise InputError(f"{where}: expected one of {', '.join(schema)}, got {value!r}")
+        return value
+    if schema is int and isinstance(value, bool) or not isinstance(value, schema):
+        raise InputError(f"{where}: expected {schema.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,106 @@
+"""Tiny random-weight Hugging Face checkpoints and a small trained tokenizer for tests.
+
+Everything here is made offline: the tokenizer is trained with `tokenizers` on a generated
+corpus, the model weights are random (seeded) and saved with `save_pretrained` as safetensors.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{{ message['content'] }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+SPECIAL_TOKENS = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|pad|>",
+]
+_WORDS = (
+    "the a an of to and in is it that for on with as was by at from this be are or "
+    "model token export graph onnx runtime cache key value attention layer head rope "
+    "hello world quick brown fox jumps over lazy dog story once upon time there lived "
+    "small large fast slow red green blue river mountain city night day sun moon star "
+    "read write build run test check weight shard tensor batch length window prompt"
+).split()
+
+
+def corpus(lines: int = 400, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(lines):
+        n = rng.randint(4, 16)
+        words = [rng.choice(_WORDS) for _ in range(n)]
+        out.append(" ".join(words).capitalize() + rng.choice([".", "!", "?", ","]))
+    return out
+
+
+def save_tokenizer(out_dir: Path, vocab_size: int = 384) -> Any:
+    """Train a byte-level BPE tokenizer (Llama-3 style specials) and save it HF-style."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    bos_id = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|begin_of_text|> $A",
+        pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+        special_tokens=[("<|begin_of_text|>", bos_id)],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|begin_of_text|>",
+        eos_token="<|end_of_text|>",
+        pad_token="<|pad|>",
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+LLAMA_BASE: dict[str, Any] = dict(
+    vocab_size=384,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-5,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=5,
+    initializer_range=0.2,
+)
+
+
+def save_llama(out_dir: Path, dtype: str = "float32", seed: int = 0, tokenizer: bool = True, **overrides: Any) -> Path:
+    """Save a random-weight LlamaForCausalLM (safetensors) plus the tiny tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**{**LLAMA_BASE, **overrides})
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    model.to(getattr(torch, dtype)).save_pretrained(out_dir)
+    if tokenizer:
+        save_tokenizer(out_dir, vocab_size=config.vocab_size)
+    return out_dir
