@@ -7,7 +7,9 @@ Progress and notes go to stderr so that `--json` output on stdout stays machine-
 from __future__ import annotations
 
 import json
+import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,7 +157,19 @@ def _size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def hide_torch() -> None:
+    """Keep torch out of the CLI process: the export path never needs it.
+
+    With torch installed, transformers' config module imports it eagerly (seconds of start-up and
+    hundreds of MB) only to build rope helpers we do not use. A `None` entry in `sys.modules` makes
+    `importlib.util.find_spec("torch")` report it absent, so transformers takes its torch-free path.
+    """
+    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # its "PyTorch was not found" line
+
+
 def main() -> None:
+    hide_torch()
     # A SIGTERM unwinds like Ctrl-C, so the staging folder is removed and no half package stays.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     app()

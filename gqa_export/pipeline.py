@@ -106,11 +106,11 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
 
     source = resolve_source(opts.model, opts.revision, reporter)
     reporter.stage("build")
-    hf_config, generation = _read_configs(source.model_dir)
-    recipe = user_recipe or match_recipe(
-        hf_config.model_type, (getattr(hf_config, "architectures", None) or [None])[0], builtin_recipes()
-    )
+    raw = _read_json(source.model_dir / "config.json")
+    model_type, architecture = str(raw.get("model_type", "?")), (raw.get("architectures") or [None])[0]
+    recipe = user_recipe or match_recipe(model_type, architecture, builtin_recipes())
     _check_recipe(recipe)
+    hf_config, generation = _read_configs(source.model_dir)
     spec = get_spec(recipe.arch)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep])
     dims = read_dims(hf_config, spec, generation)
@@ -158,13 +158,17 @@ def _read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot read {model_dir / 'config.json'}: {first}") from None
     gen_path = model_dir / "generation_config.json"
-    generation = None
-    if gen_path.is_file():
-        try:
-            generation = json.loads(gen_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{gen_path} is not valid JSON ({exc})") from None
-    return config, generation
+    return config, _read_json(gen_path) if gen_path.is_file() else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} does not hold a JSON object")
+    return data
 
 
 def _check_recipe(recipe: Recipe) -> None:

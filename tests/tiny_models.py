@@ -92,7 +92,14 @@ LLAMA_BASE: dict[str, Any] = dict(
 )
 
 
-def save_llama(out_dir: Path, dtype: str = "float32", seed: int = 0, tokenizer: bool = True, **overrides: Any) -> Path:
+def save_llama(
+    out_dir: Path,
+    dtype: str = "float32",
+    seed: int = 0,
+    tokenizer: bool = True,
+    max_shard_size: str | None = None,
+    **overrides: Any,
+) -> Path:
     """Save a random-weight LlamaForCausalLM (safetensors) plus the tiny tokenizer."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -100,7 +107,8 @@ def save_llama(out_dir: Path, dtype: str = "float32", seed: int = 0, tokenizer: 
     config = LlamaConfig(**{**LLAMA_BASE, **overrides})
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config).eval()
-    model.to(getattr(torch, dtype)).save_pretrained(out_dir)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.to(getattr(torch, dtype)).save_pretrained(out_dir, **kwargs)
     if tokenizer:
         save_tokenizer(out_dir, vocab_size=config.vocab_size)
     return out_dir

@@ -1,0 +1,86 @@
+"""The references every correctness test compares against.
+
+- `hf_logits`: HF transformers (torch, fp32) logits for a whole token sequence.
+- `OrtStepper`: runs an exported model.onnx with ONNX Runtime the way ORT GenAI does with
+  `past_present_share_buffer: true` — one [B, kv_heads, max_length, head_dim] buffer per K and V,
+  bound as both past input and present output (IOBinding), growing attention_mask.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def hf_model(model_dir: Path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def hf_logits(model, tokens: list[int]) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        return model(torch.tensor([tokens])).logits[0].float().numpy()
+
+
+def hf_generate(model, prompt: list[int], new_tokens: int) -> list[int]:
+    """Greedy HF generate, EOS suppressed for `new_tokens` steps (as genai's min_length does)."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=model.config.pad_token_id,
+        )
+    return out[0, len(prompt) :].tolist()
+
+
+class OrtStepper:
+    """Prefill then one-token decode steps over a shared max_length KV buffer."""
+
+    def __init__(self, package: Path, max_length: int = 128, provider: str = "CPUExecutionProvider") -> None:
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(str(package / "model.onnx"), providers=[provider])
+        decoder = json.loads((package / "genai_config.json").read_text())["model"]["decoder"]
+        self.layers = decoder["num_hidden_layers"]
+        past = self.session.get_inputs()[2]
+        dtype = np.float16 if "float16" in past.type else np.float32
+        shape = (1, decoder["num_key_value_heads"], max_length, decoder["head_size"])
+        self.kv = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype)) for _ in range(2 * self.layers)]
+        self.length = 0
+
+    def step(self, tokens: list[int]) -> np.ndarray:
+        """Feed `tokens`; returns their logits [len(tokens), vocab] as float32."""
+        self.length += len(tokens)
+        io = self.session.io_binding()
+        io.bind_output("logits")
+        io.bind_cpu_input("input_ids", np.array([tokens], np.int64))
+        io.bind_cpu_input("attention_mask", np.ones((1, self.length), np.int64))
+        for i in range(self.layers):
+            for j, kind in enumerate(("key", "value")):
+                buf = self.kv[2 * i + j]
+                io.bind_ortvalue_input(f"past_key_values.{i}.{kind}", buf)
+                io.bind_ortvalue_output(f"present.{i}.{kind}", buf)
+        self.session.run_with_iobinding(io)
+        return io.copy_outputs_to_cpu()[0][0].astype(np.float32)
+
+
+def ort_prefill_and_decode(package: Path, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+    """Greedy: prompt logits then `steps` decode logits. Returns (all tokens, logits per position)."""
+    stepper = OrtStepper(package)
+    tokens = list(prompt)
+    logits = [stepper.step(tokens)]
+    for _ in range(steps):
+        tokens.append(int(logits[-1][-1].argmax()))
+        logits.append(stepper.step([tokens[-1]]))
+    return tokens, np.concatenate(logits, axis=0)

@@ -1,0 +1,173 @@
+"""The CLI end to end: --json output, package contents, and one clear line + exit 2 for bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gqa_export import __version__
+from gqa_export.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def leftovers(parent: Path) -> list[str]:
+    return [p.name for p in parent.iterdir() if ".partial-" in p.name or ".old-" in p.name]
+
+
+def test_version():
+    result = invoke("--version")
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_build_json_package_and_manifest(checkpoints, tmp_path):
+    out = tmp_path / "pkg"
+    result = invoke("build", checkpoints.get("gqa"), "-o", out, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["attention"] == "gqa" and report["precision"] == "fp32" and report["ep"] == "cpu"
+    assert report["smoke"]["new_tokens"] == 16 and report["smoke"]["tokens_per_s"] > 0
+    expected = {"model.onnx", "model.onnx.data", "genai_config.json", "tokenizer.json", "tokenizer_config.json", "manifest.json"}
+    assert expected <= set(report["files"]) and report["total_bytes"] == sum(report["files"].values())
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["source"]["id"] == str(checkpoints.get("gqa")) and manifest["source"]["local"] is True
+    assert manifest["recipe"]["name"] == "llama" and manifest["options"]["precision"] == "fp32"
+    assert {"onnx", "onnxruntime-genai-cuda", "transformers"} <= set(manifest["dependencies"]) or {
+        "onnx",
+        "onnxruntime-genai",
+        "transformers",
+    } <= set(manifest["dependencies"])
+    for name, entry in manifest["files"].items():
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == entry["sha256"]
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert "<|start_header_id|>" in tokenizer_config["chat_template"]
+    assert tokenizer_config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    assert leftovers(tmp_path) == []
+
+
+def test_existing_output_is_refused_then_overwritten(checkpoints, tmp_path):
+    out = tmp_path / "pkg"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    result = invoke("build", checkpoints.get("gqa"), "-o", out, "--no-smoke")
+    assert result.exit_code == 2
+    assert "already exists; pass --overwrite" in result.output
+    assert (out / "keep.txt").exists()
+    result = invoke("build", checkpoints.get("gqa"), "-o", out, "--no-smoke", "--overwrite", "-q")
+    assert result.exit_code == 0, result.output
+    assert not (out / "keep.txt").exists() and (out / "model.onnx").exists()
+    assert leftovers(tmp_path) == []
+
+
+def _broken_copy(src: Path, dest: Path, edit) -> Path:
+    folder = shutil.copytree(src, dest)
+    edit(folder)
+    return folder
+
+
+def _set_config(**values):
+    def edit(folder: Path) -> None:
+        config = json.loads((folder / "config.json").read_text())
+        config.update(values)
+        (folder / "config.json").write_text(json.dumps(config))
+
+    return edit
+
+
+def _truncate_shard(folder: Path) -> None:
+    shard = folder / "model.safetensors"
+    shard.write_bytes(shard.read_bytes()[:1000])
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            _set_config(model_type="mistral", architectures=["MistralForCausalLM"]),
+            r"unsupported architecture MistralForCausalLM \(model_type 'mistral'\); supported: llama \(LlamaForCausalLM\)",
+        ),
+        (_set_config(model_type="brand_new", architectures=["BrandNewForCausalLM"]), "unsupported architecture BrandNewForCausalLM"),
+        (_set_config(hidden_act="gelu"), "activation 'gelu' is not supported for llama"),
+        (_set_config(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn' is not supported"),
+        (_truncate_shard, "weight shard model.safetensors is corrupt or truncated"),
+        (lambda f: (f / "model.safetensors").unlink(), "no .safetensors weights in"),
+        (lambda f: (f / "config.json").write_text("{not json"), "config.json is not valid JSON"),
+    ],
+)
+def test_bad_checkpoints_exit_2_with_one_line(checkpoints, tmp_path, edit, message):
+    folder = _broken_copy(checkpoints.get("gqa"), tmp_path / "ckpt", edit)
+    out = tmp_path / "pkg"
+    result = invoke("build", folder, "-o", out)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.output
+    assert __import__("re").search(message, result.output.replace("\n", " ")), result.output
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ep", "cpu", "--precision", "bf16"], "--precision bf16 cannot run with --ep cpu"),
+        (["--ep", "cuda", "--precision", "fp32"], "--precision fp32 cannot run with --ep cuda"),
+        (["--ep", "tpu"], "unknown --ep 'tpu'"),
+        (["--precision", "fp8"], "unknown --precision 'fp8'"),
+        (["--max-length", "100000"], "--max-length must be between 1 and the model's context length 256"),
+    ],
+)
+def test_bad_options_exit_2(checkpoints, tmp_path, args, message):
+    out = tmp_path / "pkg"
+    result = invoke("build", checkpoints.get("gqa"), "-o", out, *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output.replace("\n", " ")
+    assert not out.exists()
+
+
+def test_missing_local_folder(tmp_path):
+    result = invoke("build", tmp_path / "nope", "-o", tmp_path / "pkg")
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_smoke_failure_exits_1_and_leaves_nothing(checkpoints, tmp_path):
+    def break_tokenizer(folder: Path) -> None:
+        (folder / "tokenizer.json").write_text('{"model": {"type": "Unigram", "vocab": 7}}')
+
+    folder = _broken_copy(checkpoints.get("gqa"), tmp_path / "ckpt", break_tokenizer)
+    out = tmp_path / "pkg"
+    result = invoke("build", folder, "-o", out)
+    assert result.exit_code == 1, result.output
+    assert "smoke run on cpu failed" in result.output
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_interrupted_build_leaves_nothing(checkpoints, tmp_path, monkeypatch):
+    import gqa_export.pipeline as pipeline
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "write_json", interrupted)
+    out = tmp_path / "pkg"
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.build(pipeline.BuildOptions(str(checkpoints.get("gqa")), out, smoke=False))
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_user_recipe_for_custom_model_type(checkpoints, tmp_path):
+    folder = _broken_copy(checkpoints.get("gqa"), tmp_path / "ckpt", _set_config(model_type="llama", architectures=["MyTunedLlama"]))
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("name: mine\nmatch:\n  model_types: [llama]\narch: llama\ngenai_model_type: decoder\n")
+    assert invoke("build", folder, "-o", tmp_path / "a", "--no-smoke").exit_code == 2
+    result = invoke("build", folder, "-o", tmp_path / "b", "--recipe", recipe, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["recipe"] == "mine"
+    assert json.loads((tmp_path / "b" / "genai_config.json").read_text())["model"]["type"] == "decoder"

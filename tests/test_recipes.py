@@ -1,0 +1,55 @@
+"""Recipe loading, schema errors with file:line, and matching by model_type/architecture."""
+
+from __future__ import annotations
+
+import pytest
+
+from gqa_export.errors import InputError
+from gqa_export.recipes import builtin_recipes, load_recipe, match_recipe
+
+GOOD = """\
+name: custom
+match:
+  model_types: [my_llama]
+arch: llama
+attention:
+  mode: gqa
+"""
+
+
+def test_builtin_llama_recipe():
+    recipe = match_recipe("llama", "LlamaForCausalLM", builtin_recipes())
+    assert recipe.name == "llama" and recipe.attention.mode == "gqa"
+    assert recipe.default_precision == {"cpu": "fp32", "cuda": "fp16"}
+
+
+def test_user_recipe_defaults(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(GOOD)
+    recipe = load_recipe(path)
+    assert recipe.genai_model_type == "decoder" and recipe.attention.packed_qkv
+    assert match_recipe("my_llama", "Whatever", [recipe]) is recipe
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD.replace("mode: gqa", "mode: gpa"), r"r.yaml:6: attention.mode: expected one of gqa, bias, split, got 'gpa'"),
+        (GOOD + "atention: {}\n", r"r.yaml:7: unknown key 'atention'"),
+        (GOOD.replace("arch: llama\n", ""), r"r.yaml:1: <top>: missing required key 'arch'"),
+        (GOOD.replace("[my_llama]", "my_llama"), r"r.yaml:3: match.model_types: expected a list"),
+        (GOOD + "precision:\n  cpu: fp64\n", r"r.yaml:8: precision.cpu: expected one of"),
+        (GOOD.replace("mode: gqa", "packed_qkv: yes please"), r"r.yaml:6: attention.packed_qkv: expected bool"),
+        ("name: [unclosed", r"r.yaml:1: not valid YAML"),
+    ],
+)
+def test_schema_errors_name_file_line_and_key(tmp_path, text, message):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_recipe(path)
+
+
+def test_unknown_architecture_lists_supported():
+    with pytest.raises(InputError, match=r"unsupported architecture MambaForCausalLM.*supported: llama.*--recipe"):
+        match_recipe("mamba", "MambaForCausalLM", builtin_recipes())
