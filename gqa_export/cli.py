@@ -90,9 +90,12 @@ def build(
     ] = None,
     revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch, tag or commit.")] = None,
     max_length: Annotated[
-        Optional[int], typer.Option("--max-length", help="search.max_length: KV buffer size (default min(context, 4096)).")
+        Optional[int],
+        typer.Option("--max-length", help="search.max_length: KV buffer size (default min(context, 4096))."),
     ] = None,
-    recipe: Annotated[Optional[Path], typer.Option("--recipe", help="Use this recipe YAML instead of the built-in match.")] = None,
+    recipe: Annotated[
+        Optional[Path], typer.Option("--recipe", help="Use this recipe YAML instead of the built-in match.")
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
     no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
@@ -120,7 +123,10 @@ def build(
     table.add_row("size", _size(sum(result.files.values())))
     if result.smoke is not None:
         s = result.smoke
-        table.add_row("smoke run", f"{s.ep}: {len(s.tokens)} tokens, {s.decode_tokens_per_s:.1f} tok/s, prefill {s.prefill_ms:.1f} ms")
+        table.add_row(
+            "smoke run",
+            f"{s.ep}: {len(s.tokens)} tokens, {s.decode_tokens_per_s:.1f} tok/s, prefill {s.prefill_ms:.1f} ms",
+        )
     table.add_row("time", f"{result.seconds:.1f} s")
     out.print(table)
 

@@ -45,9 +45,7 @@ def looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model
 
 
-def resolve_source(
-    model: str, revision: str | None = None, reporter: Reporter | None = None
-) -> Source:
+def resolve_source(model: str, revision: str | None = None, reporter: Reporter | None = None) -> Source:
     """Return the folder holding `model`: a local folder as is, a Hub id downloaded (or cached)."""
     path = Path(model).expanduser()
     if path.is_dir():
@@ -65,8 +63,8 @@ def resolve_source(
 
 
 def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
-    from huggingface_hub import snapshot_download
     from huggingface_hub import errors as hf_errors
+    from huggingface_hub import snapshot_download
 
     reporter.stage(f"fetch {repo_id}" + (f"@{revision}" if revision else ""))
     try:

@@ -76,7 +76,9 @@ class StagedPackage:
         return self.out_dir
 
 
-def save_model(model: ir.Model, folder: Path, filename: str, on_tensor: Callable[[int, int], None] | None = None) -> None:
+def save_model(
+    model: ir.Model, folder: Path, filename: str, on_tensor: Callable[[int, int], None] | None = None
+) -> None:
     """Save `model` with all weights in `<filename>.data`; lazy tensors are read one by one here."""
 
     def callback(tensor: ir.TensorProtocol, info: Any) -> None:
@@ -111,7 +113,9 @@ def copy_tokenizer(source: Path, dest: Path) -> list[str]:
     if template and not config.get("chat_template"):
         config["chat_template"] = template
         changed = True
-    if config.get("tokenizer_class") in _V5_BACKEND_CLASSES or ("tokenizer_class" not in config and "tokenizer.json" in copied):
+    if config.get("tokenizer_class") in _V5_BACKEND_CLASSES or (
+        "tokenizer_class" not in config and "tokenizer.json" in copied
+    ):
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
         changed = True
     if changed:

@@ -189,7 +189,9 @@ def _max_length(requested: int | None, dims: ModelDims) -> int:
     return requested
 
 
-def _smoke(folder: Path, opts: BuildOptions, plan: PrecisionPlan, reporter: Reporter, notes: list[str]) -> GenerationResult | None:
+def _smoke(
+    folder: Path, opts: BuildOptions, plan: PrecisionPlan, reporter: Reporter, notes: list[str]
+) -> GenerationResult | None:
     ep = opts.ep
     if ep == "cuda" and not cuda_device_available():
         if not plan.runs_on_cpu:

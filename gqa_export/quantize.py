@@ -50,7 +50,9 @@ def plan_precision(ep: str, precision: str) -> PrecisionPlan:
     if ep not in SUPPORTED:
         raise InputError(f"unknown --ep '{ep}'; choose one of {', '.join(SUPPORTED)}")
     if precision in ("int4", "int8"):
-        raise InputError(f"--precision {precision} is not available yet; use one of {', '.join(SUPPORTED[ep])} for --ep {ep}")
+        raise InputError(
+            f"--precision {precision} is not available yet; use one of {', '.join(SUPPORTED[ep])} for --ep {ep}"
+        )
     if precision not in FLOAT_DTYPES:
         raise InputError(f"unknown --precision '{precision}'; choose one of {', '.join(FLOAT_DTYPES)}")
     if precision not in SUPPORTED[ep]:

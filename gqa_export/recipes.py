@@ -129,8 +129,7 @@ def _validate(node: yaml.Node, schema: Any, path: Path, key: str) -> Any:
             full = f"{key}.{name}" if key else name
             if name not in allowed:
                 raise InputError(
-                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{full}' "
-                    f"(allowed here: {', '.join(allowed)})"
+                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{full}' (allowed here: {', '.join(allowed)})"
                 )
             out[name] = _validate(value_node, allowed[name], path, full)
         for k in schema:
@@ -148,6 +147,6 @@ def _validate(node: yaml.Node, schema: Any, path: Path, key: str) -> Any:
         if value not in schema:
             raise InputError(f"{where}: expected one of {', '.join(schema)}, got {value!r}")
         return value
-    if schema is int and isinstance(value, bool) or not isinstance(value, schema):
+    if (schema is int and isinstance(value, bool)) or not isinstance(value, schema):
         raise InputError(f"{where}: expected {schema.__name__}, got {value!r}")
     return value

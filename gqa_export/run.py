@@ -80,7 +80,9 @@ def generate_greedy(
     decode = time.perf_counter() - start
     tokenizer = og.Tokenizer(model)
     text = tokenizer.decode(tokens) if tokens else ""
-    return GenerationResult(ep, len(prompt_ids), tokens, text, prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0)
+    return GenerationResult(
+        ep, len(prompt_ids), tokens, text, prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0
+    )
 
 
 def smoke_run(package: Path, ep: str) -> GenerationResult:

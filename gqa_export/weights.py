@@ -133,6 +133,4 @@ def _read_header(shard: Path) -> list[TensorInfo]:
                 out.append(TensorInfo(name, shard, sl.get_dtype(), tuple(sl.get_shape())))
             return out
     except (SafetensorError, OSError, ValueError) as exc:
-        raise InputError(
-            f"weight shard {shard.name} is corrupt or truncated ({exc}); download it again"
-        ) from exc
+        raise InputError(f"weight shard {shard.name} is corrupt or truncated ({exc}); download it again") from exc

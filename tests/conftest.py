@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny_models import save_llama  # noqa: E402
+from tiny_models import save_llama
 
 LLAMA3_ROPE = {
     "rope_type": "llama3",

@@ -36,7 +36,14 @@ def test_build_json_package_and_manifest(checkpoints, tmp_path):
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["attention"] == "gqa" and report["precision"] == "fp32" and report["ep"] == "cpu"
     assert report["smoke"]["new_tokens"] == 16 and report["smoke"]["tokens_per_s"] > 0
-    expected = {"model.onnx", "model.onnx.data", "genai_config.json", "tokenizer.json", "tokenizer_config.json", "manifest.json"}
+    expected = {
+        "model.onnx",
+        "model.onnx.data",
+        "genai_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "manifest.json",
+    }
     assert expected <= set(report["files"]) and report["total_bytes"] == sum(report["files"].values())
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["source"]["id"] == str(checkpoints.get("gqa")) and manifest["source"]["local"] is True
@@ -93,10 +100,18 @@ def _truncate_shard(folder: Path) -> None:
     [
         (
             _set_config(model_type="mistral", architectures=["MistralForCausalLM"]),
-            r"unsupported architecture MistralForCausalLM \(model_type 'mistral'\); supported: llama \(LlamaForCausalLM\)",
+            r"unsupported architecture MistralForCausalLM \(model_type 'mistral'\); "
+            r"supported: llama \(LlamaForCausalLM\)",
         ),
-        (_set_config(model_type="brand_new", architectures=["BrandNewForCausalLM"]), "unsupported architecture BrandNewForCausalLM"),
+        (
+            _set_config(model_type="brand_new", architectures=["BrandNewForCausalLM"]),
+            "unsupported architecture BrandNewForCausalLM",
+        ),
         (_set_config(hidden_act="gelu"), "activation 'gelu' is not supported for llama"),
+        (
+            _set_config(head_dim=24),
+            "head_dim 24 is not a multiple of 16, which GroupQueryAttention's fused RoPE requires",
+        ),
         (_set_config(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope type 'yarn' is not supported"),
         (_truncate_shard, "weight shard model.safetensors is corrupt or truncated"),
         (lambda f: (f / "model.safetensors").unlink(), "no .safetensors weights in"),
@@ -163,7 +178,9 @@ def test_interrupted_build_leaves_nothing(checkpoints, tmp_path, monkeypatch):
 
 
 def test_user_recipe_for_custom_model_type(checkpoints, tmp_path):
-    folder = _broken_copy(checkpoints.get("gqa"), tmp_path / "ckpt", _set_config(model_type="llama", architectures=["MyTunedLlama"]))
+    folder = _broken_copy(
+        checkpoints.get("gqa"), tmp_path / "ckpt", _set_config(model_type="llama", architectures=["MyTunedLlama"])
+    )
     recipe = tmp_path / "mine.yaml"
     recipe.write_text("name: mine\nmatch:\n  model_types: [llama]\narch: llama\ngenai_model_type: decoder\n")
     assert invoke("build", folder, "-o", tmp_path / "a", "--no-smoke").exit_code == 2

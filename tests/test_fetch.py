@@ -19,7 +19,9 @@ import pytest
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # Runs the CLI with torch unimportable: any `import torch` on the export path raises ImportError.
-NO_TORCH_CLI = "import sys; sys.modules['torch'] = None; from gqa_export.cli import main; sys.argv[0] = 'gqa-export'; main()"
+NO_TORCH_CLI = (
+    "import sys; sys.modules['torch'] = None; from gqa_export.cli import main; sys.argv[0] = 'gqa-export'; main()"
+)
 
 
 @pytest.fixture()

@@ -34,7 +34,10 @@ def test_user_recipe_defaults(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (GOOD.replace("mode: gqa", "mode: gpa"), r"r.yaml:6: attention.mode: expected one of gqa, bias, split, got 'gpa'"),
+        (
+            GOOD.replace("mode: gqa", "mode: gpa"),
+            r"r.yaml:6: attention.mode: expected one of gqa, bias, split, got 'gpa'",
+        ),
         (GOOD + "atention: {}\n", r"r.yaml:7: unknown key 'atention'"),
         (GOOD.replace("arch: llama\n", ""), r"r.yaml:1: <top>: missing required key 'arch'"),
         (GOOD.replace("[my_llama]", "my_llama"), r"r.yaml:3: match.model_types: expected a list"),

@@ -37,7 +37,7 @@ def test_truncated_shard_is_corrupt(checkpoints, tmp_path):
     folder = shutil.copytree(checkpoints.get("gqa"), tmp_path / "ckpt")
     shard = folder / "model.safetensors"
     shard.write_bytes(shard.read_bytes()[:-100])
-    with pytest.raises(InputError, match="model.safetensors is corrupt or truncated"):
+    with pytest.raises(InputError, match=r"model\.safetensors is corrupt or truncated"):
         WeightStore.open(folder)
 
 

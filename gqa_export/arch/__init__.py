@@ -15,6 +15,4 @@ def get_spec(name: str) -> ArchSpec:
     try:
         return SPECS[name]
     except KeyError:
-        raise InputError(
-            f"recipe asks for arch '{name}', which has no spec; known: {', '.join(SPECS)}"
-        ) from None
+        raise InputError(f"recipe asks for arch '{name}', which has no spec; known: {', '.join(SPECS)}") from None

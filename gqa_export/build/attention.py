@@ -17,6 +17,7 @@ import onnx_ir as ir
 
 from gqa_export.build.dims import ModelDims
 from gqa_export.build.graph import GraphBuilder
+from gqa_export.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,23 @@ class LayerAttention:
     o_bias: ir.Value | None
     local_window_size: int = -1
     softcap: float = 0.0
+
+
+def check_gqa_dims(dims: ModelDims) -> None:
+    """GQA's fused-RoPE limits (ort-ops.md §1.5), checked before any weight is read."""
+    if dims.num_heads % dims.num_kv_heads:
+        raise InputError(
+            f"num_attention_heads {dims.num_heads} is not a multiple of num_key_value_heads {dims.num_kv_heads}"
+        )
+    if dims.head_dim % 16:
+        raise InputError(
+            f"head_dim {dims.head_dim} is not a multiple of 16, which GroupQueryAttention's fused RoPE requires"
+        )
+    if dims.rope.rotary_dim % 16 or dims.rope.rotary_dim > dims.head_dim:
+        raise InputError(
+            f"rotary dim {dims.rope.rotary_dim} must be a multiple of 16 and at most head_dim {dims.head_dim} "
+            "for GroupQueryAttention's fused RoPE"
+        )
 
 
 def mask_context(b: GraphBuilder, attention_mask: ir.Value, cos: ir.Value, sin: ir.Value) -> AttentionContext:
@@ -71,10 +89,20 @@ def gqa_attention(
         q, k, v = linear(b, x, layer.qkv[0], bias, "qkv_proj"), None, None
     else:
         biases = layer.qkv_bias or [None, None, None]
-        q, k, v = (linear(b, x, w, bb, n) for w, bb, n in zip(layer.qkv, biases, ("q_proj", "k_proj", "v_proj")))
+        q, k, v = (
+            linear(b, x, w, bb, n) for w, bb, n in zip(layer.qkv, biases, ("q_proj", "k_proj", "v_proj"), strict=True)
+        )
     out, present_k, present_v = b.op_multi(
         "GroupQueryAttention",
-        q, k, v, past_key, past_value, ctx.seqlens_k, ctx.total_sequence_length, ctx.cos_cache, ctx.sin_cache,
+        q,
+        k,
+        v,
+        past_key,
+        past_value,
+        ctx.seqlens_k,
+        ctx.total_sequence_length,
+        ctx.cos_cache,
+        ctx.sin_cache,
         domain="com.microsoft",
         outputs=3,
         num_heads=dims.num_heads,

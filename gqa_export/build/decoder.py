@@ -15,7 +15,7 @@ import onnx_ir as ir
 
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.build.attention import LayerAttention, gqa_attention, linear, mask_context
+from gqa_export.build.attention import LayerAttention, check_gqa_dims, gqa_attention, linear, mask_context
 from gqa_export.build.dims import ModelDims
 from gqa_export.build.graph import GraphBuilder, typed
 from gqa_export.build.params import Params
@@ -37,6 +37,7 @@ class GraphOptions:
 
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
+    check_gqa_dims(dims)
     b = GraphBuilder("gqa_export_decoder", OPSETS)
     hidden_shape = [B, S, dims.hidden_size]
     kv_shape = [B, dims.num_kv_heads, PAST, dims.head_dim]
@@ -112,10 +113,16 @@ def _layer_attention(
     prefix = spec.layer_prefix.format(i=i)
     if opts.packed_qkv:
         qkv = [_weight(b, params, w(mods), f"{prefix}self_attn.qkv_proj.weight")]
-        qkv_bias = [_bias(b, params, w(mods, "bias"), f"{prefix}self_attn.qkv_proj.bias")] if dims.attention_bias else []
+        qkv_bias = (
+            [_bias(b, params, w(mods, "bias"), f"{prefix}self_attn.qkv_proj.bias")] if dims.attention_bias else []
+        )
     else:
         qkv = [_weight(b, params, w([m]), spec.layer_tensor(i, m)) for m in mods]
-        qkv_bias = [_bias(b, params, w([m], "bias"), spec.layer_tensor(i, m, "bias")) for m in mods] if dims.attention_bias else []
+        qkv_bias = (
+            [_bias(b, params, w([m], "bias"), spec.layer_tensor(i, m, "bias")) for m in mods]
+            if dims.attention_bias
+            else []
+        )
     o = _weight(b, params, w([L.o]), spec.layer_tensor(i, L.o))
     o_bias = _bias(b, params, w([L.o], "bias"), spec.layer_tensor(i, L.o, "bias")) if dims.attention_bias else None
     return LayerAttention(qkv=qkv, qkv_bias=qkv_bias, o=o, o_bias=o_bias)
@@ -137,7 +144,11 @@ def _swiglu(b: GraphBuilder, x: ir.Value, i: int, dims: ModelDims, spec: ArchSpe
     gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
     act = b.op("Mul", gate, b.op("Sigmoid", gate), name="silu")
     down_w = _weight(b, params, [spec.layer_tensor(i, L.down)], spec.layer_tensor(i, L.down))
-    down_b = _bias(b, params, [spec.layer_tensor(i, L.down, "bias")], spec.layer_tensor(i, L.down, "bias")) if dims.mlp_bias else None
+    down_b = (
+        _bias(b, params, [spec.layer_tensor(i, L.down, "bias")], spec.layer_tensor(i, L.down, "bias"))
+        if dims.mlp_bias
+        else None
+    )
     return linear(b, b.op("Mul", act, up), down_w, down_b, "down_proj")
 
 

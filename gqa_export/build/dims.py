@@ -56,12 +56,13 @@ def read_dims(config: Any, spec: ArchSpec, generation_config: dict[str, Any] | N
     rope = read_rope(config, head_dim)
     if rope.rope_type not in spec.rope_types:
         raise InputError(
-            f"rope type '{rope.rope_type}' is not supported for {spec.name} "
-            f"(supported: {', '.join(spec.rope_types)})"
+            f"rope type '{rope.rope_type}' is not supported for {spec.name} (supported: {', '.join(spec.rope_types)})"
         )
     act = str(getattr(config, "hidden_act", "silu"))
     if act not in spec.activations:
-        raise InputError(f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})")
+        raise InputError(
+            f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
+        )
     gen = generation_config or {}
     eos = _ids(getattr(config, "eos_token_id", None)) + _ids(gen.get("eos_token_id"))
     bos = gen.get("bos_token_id", getattr(config, "bos_token_id", None))

@@ -49,9 +49,7 @@ class GraphBuilder:
 
     def initializer(self, name: str, tensor: ir.TensorProtocol) -> ir.Value:
         tensor.name = name
-        value = ir.Value(
-            name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(tensor.shape), const_value=tensor
-        )
+        value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(tensor.shape), const_value=tensor)
         self.graph.register_initializer(value)
         return value
 
@@ -86,9 +84,7 @@ class GraphBuilder:
             domain,
             op_type,
             list(inputs),
-            attributes=ir.convenience.convert_attributes(
-                {k: v for k, v in attributes.items() if v is not None}
-            ),
+            attributes=ir.convenience.convert_attributes({k: v for k, v in attributes.items() if v is not None}),
             num_outputs=outputs,
             name=node_name,
         )

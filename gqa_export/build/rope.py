@@ -47,4 +47,6 @@ def cos_sin_tables(rope: RopeConfig, rows: int, max_position_embeddings: int) ->
     """float32 (rows, rotary_dim/2) tables: cos(pos * inv_freq) * attention scaling."""
     inv_freq, scale = inv_freq_and_scale(rope, max_position_embeddings)
     freqs = np.arange(rows, dtype=np.float32)[:, None] * inv_freq[None, :]
-    return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * np.float32(scale)).astype(np.float32)
+    return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * np.float32(scale)).astype(
+        np.float32
+    )

@@ -1,0 +1,43 @@
+"""Our numpy rope tables equal transformers' own ROPE_INIT_FUNCTIONS + rotary forward."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import LLAMA3_ROPE
+
+from gqa_export.build.dims import read_rope
+from gqa_export.build.rope import cos_sin_tables
+
+ROPES = {
+    "default": {"rope_type": "default", "rope_theta": 10000.0},
+    "linear": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
+    "llama3": LLAMA3_ROPE,
+}
+
+
+@pytest.mark.parametrize("name", list(ROPES))
+def test_tables_match_hf_rotary_embedding(name):
+    import torch
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = LlamaConfig(
+        hidden_size=128, num_attention_heads=2, max_position_embeddings=512, rope_parameters=ROPES[name]
+    )
+    positions = torch.arange(512)[None]
+    cos_ref, sin_ref = LlamaRotaryEmbedding(config)(torch.zeros(1, dtype=torch.float32), positions)
+    cos, sin = cos_sin_tables(read_rope(config, 64), 512, 512)
+    half = cos.shape[1]
+    assert half == 32
+    # float32 angles: one ulp of inv_freq times position ~500 is ~3e-5 rad, on both sides.
+    np.testing.assert_allclose(cos, cos_ref[0, :, :half].numpy(), atol=1e-4)
+    np.testing.assert_allclose(sin, sin_ref[0, :, :half].numpy(), atol=1e-4)
+
+
+def test_v4_rope_scaling_spelling_is_read():
+    v4_config = SimpleNamespace(rope_scaling={"type": "linear", "factor": 2.0}, rope_theta=5e5)
+    rope = read_rope(v4_config, 64)
+    assert (rope.rope_type, rope.theta, rope.params) == ("linear", 5e5, {"factor": 2.0})
