@@ -51,6 +51,7 @@ class BuildOptions:
     overwrite: bool = False
     smoke: bool = True
     recipe: Path | None = None
+    settings: tuple[str, ...] = ()  # --set key=value recipe overrides
 
 
 @dataclass(frozen=True)
@@ -102,18 +103,21 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     if opts.precision is not None:
         plan_precision(opts.ep, opts.precision)
     check_output(opts.output, opts.overwrite)
-    user_recipe = load_recipe(opts.recipe) if opts.recipe else None
+    user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
 
     source = resolve_source(opts.model, opts.revision, reporter)
     reporter.stage("build")
     raw = _read_json(source.model_dir / "config.json")
     model_type, architecture = str(raw.get("model_type", "?")), (raw.get("architectures") or [None])[0]
     recipe = user_recipe or match_recipe(model_type, architecture, builtin_recipes())
+    if opts.settings and user_recipe is None:
+        recipe = load_recipe(recipe.path, list(opts.settings))
+    recipe = recipe.for_ep(opts.ep)
     _check_recipe(recipe)
     hf_config, generation = _read_configs(source.model_dir)
     spec = get_spec(recipe.arch)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep])
-    dims = read_dims(hf_config, spec, generation)
+    dims = read_dims(hf_config, spec, recipe.model, generation)
     store = WeightStore.open(source.model_dir)
     max_length = _max_length(opts.max_length, dims)
     graph_opts = GraphOptions(plan.io_dtype, plan.logits_dtype, rope_rows=max(max_length, dims.max_position_embeddings),

@@ -6,7 +6,7 @@ Every key is checked against `SCHEMA`; an error names the file, the line and the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +18,37 @@ ATTENTION_MODES = ("gqa", "bias", "split")
 EPS = ("cpu", "cuda")
 PRECISIONS = ("fp32", "fp16", "bf16", "int4", "int8")
 
-# A schema node is a type (str/bool/int), a tuple of allowed strings, a one-element list (a list
-# of that), or a dict of key -> node. Keys ending in "!" are required.
+# HF config attribute each model option is read from; a recipe may rename any of them.
+DEFAULT_CONFIG_KEYS: dict[str, str] = {
+    "activation": "hidden_act",
+    "sliding_window": "sliding_window",
+    "layer_types": "layer_types",
+    "attn_softcap": "attn_logit_softcapping",
+    "final_softcap": "final_logit_softcapping",
+    "query_pre_attn_scalar": "query_pre_attn_scalar",
+    "attention_multiplier": "attention_multiplier",
+    "embedding_multiplier": "embedding_multiplier",
+    "residual_multiplier": "residual_multiplier",
+    "logits_scaling": "logits_scaling",
+    "no_rope_layers": "no_rope_layers",
+}
+_ATTENTION = {"mode": ATTENTION_MODES, "packed_qkv": bool, "fused_rope": bool}
+# A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
+# list of that), or a dict of key -> node. Keys ending in "!" are required.
 SCHEMA: dict[str, Any] = {
     "name!": str,
     "description": str,
     "match!": {"model_types!": [str], "architectures": [str]},
     "arch!": str,
     "genai_model_type": str,
-    "attention": {"mode": ATTENTION_MODES, "packed_qkv": bool, "fused_rope": bool},
+    "attention": _ATTENTION,
     "precision": {"cpu": PRECISIONS, "cuda": PRECISIONS},
+    "model": {
+        "norm_offset": float,
+        "embedding_scale": ("none", "sqrt_hidden", "config"),
+        "config_keys": {k: str for k in DEFAULT_CONFIG_KEYS},
+    },
+    "overrides": {ep: {"attention": _ATTENTION} for ep in EPS},
 }
 
 
@@ -36,6 +57,15 @@ class AttentionRecipe:
     mode: str = "gqa"
     packed_qkv: bool = True
     fused_rope: bool = True
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Family-specific numerics the HF config does not spell out."""
+
+    norm_offset: float = 0.0  # 1.0: Gemma's (1 + weight) RMSNorm
+    embedding_scale: str = "none"  # sqrt_hidden (Gemma) | config (config_keys.embedding_multiplier)
+    config_keys: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CONFIG_KEYS))
 
 
 @dataclass(frozen=True)
@@ -51,6 +81,13 @@ class Recipe:
     attention: AttentionRecipe
     default_precision: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    model: ModelOptions = field(default_factory=ModelOptions)
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def for_ep(self, ep: str) -> Recipe:
+        """The recipe with its per-EP overrides applied."""
+        attention = self.overrides.get(ep, {}).get("attention")
+        return replace(self, attention=replace(self.attention, **attention)) if attention else self
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +98,12 @@ class Recipe:
             "genai_model_type": self.genai_model_type,
             "attention": vars(self.attention).copy(),
             "precision": dict(self.default_precision),
+            "model": {
+                "norm_offset": self.model.norm_offset,
+                "embedding_scale": self.model.embedding_scale,
+                "config_keys": dict(self.model.config_keys),
+            },
+            "overrides": self.overrides,
         }
 
 
@@ -70,11 +113,14 @@ def recipes_dir() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).parent.parent / "recipes"
 
 
-def load_recipe(path: Path) -> Recipe:
+def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
+    """Load and validate a recipe; `settings` are `--set key.path=value` overrides."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise InputError(f"cannot read recipe {path}: {exc.strerror}") from None
+    if settings:
+        text = _apply_settings(text, path, settings)
     try:
         node = yaml.compose(text)
     except yaml.YAMLError as exc:
@@ -85,6 +131,7 @@ def load_recipe(path: Path) -> Recipe:
         raise InputError(f"{path}: the recipe is empty")
     data = _validate(node, SCHEMA, path, "")
     attention = data.get("attention", {})
+    model = data.get("model", {})
     return Recipe(
         name=data["name"],
         path=path,
@@ -95,18 +142,50 @@ def load_recipe(path: Path) -> Recipe:
         attention=AttentionRecipe(**attention),
         default_precision={"cpu": "fp32", "cuda": "fp16", **data.get("precision", {})},
         description=data.get("description", ""),
+        model=ModelOptions(
+            norm_offset=float(model.get("norm_offset", 0.0)),
+            embedding_scale=model.get("embedding_scale", "none"),
+            config_keys={**DEFAULT_CONFIG_KEYS, **model.get("config_keys", {})},
+        ),
+        overrides=data.get("overrides", {}),
     )
+
+
+def _apply_settings(text: str, path: Path, settings: list[str]) -> str:
+    """Merge `a.b=value` pairs into the YAML; the merged text is validated like the file."""
+    data = yaml.safe_load(text) or {}
+    for item in settings:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set expects key=value (e.g. attention.packed_qkv=false), got {item!r}")
+        target = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                raise InputError(f"--set {key}: '{part}' is not a mapping in {path.name}")
+        target[parts[-1]] = yaml.safe_load(raw)
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def builtin_recipes() -> list[Recipe]:
     return [load_recipe(p) for p in sorted(recipes_dir().glob("*.yaml"))]
 
 
+def find_recipe(name: str) -> Recipe:
+    for recipe in builtin_recipes():
+        if recipe.name == name:
+            return recipe
+    names = ", ".join(r.name for r in builtin_recipes())
+    raise InputError(f"no recipe named '{name}'; built-in recipes: {names}")
+
+
 def match_recipe(model_type: str, architecture: str | None, recipes: list[Recipe]) -> Recipe:
     """The recipe for a model: an architecture-specific match wins over a model_type-only one."""
     candidates = [r for r in recipes if model_type in r.model_types]
     specific = [r for r in candidates if architecture and architecture in r.architectures]
-    generic = [r for r in candidates if not r.architectures]
+    # A config without `architectures` (saved from a bare config class) matches by model_type alone.
+    generic = [r for r in candidates if not r.architectures or architecture is None]
     chosen = specific or generic
     if chosen:
         return chosen[0]

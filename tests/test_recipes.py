@@ -53,6 +53,10 @@ def test_schema_errors_name_file_line_and_key(tmp_path, text, message):
         load_recipe(path)
 
 
+def test_config_without_architectures_matches_by_model_type():
+    assert match_recipe("llama", None, builtin_recipes()).name == "llama"
+
+
 def test_unknown_architecture_lists_supported():
     with pytest.raises(InputError, match=r"unsupported architecture MambaForCausalLM.*supported: llama.*--recipe"):
         match_recipe("mamba", "MambaForCausalLM", builtin_recipes())

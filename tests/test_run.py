@@ -60,3 +60,27 @@ def test_smoke_run_reports_speed(exports):
     result = smoke_run(exports.get("gqa"), "cpu")
     assert len(result.tokens) == 16
     assert result.decode_tokens_per_s > 0 and result.prefill_ms > 0
+
+
+def test_ragged_batch_matches_hf_per_prompt(checkpoints, exports):
+    """Batch 2 with prompts of different lengths: genai right-pads with pad_token_id, which is
+    the layout GroupQueryAttention's seqlens_k expects; each row equals HF on its own."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    package = exports.get("gqa")
+    model = load(package, "cpu")
+    prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64]]
+    width, new = max(map(len, prompts)), 24
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, batch_size=2, max_length=width + new, min_length=width + new)
+    generator = og.Generator(model, params)
+    pad = 5  # the checkpoint's pad_token_id
+    generator.append_tokens(np.array([p + [pad] * (width - len(p)) for p in prompts], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    hf = hf_model(checkpoints.get("gqa"))
+    for row, prompt in enumerate(prompts):
+        sequence = [int(t) for t in generator.get_sequence(row)]
+        assert sequence[: len(prompt)] == prompt
+        assert sequence[width:] == hf_generate(hf, prompt, new)

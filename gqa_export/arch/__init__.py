@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gqa_export.arch.llama import LLAMA
+from gqa_export.arch.families import ALL
 from gqa_export.arch.spec import ArchSpec, LayerNames
 from gqa_export.errors import InputError
 
-SPECS: dict[str, ArchSpec] = {spec.name: spec for spec in (LLAMA,)}
+SPECS: dict[str, ArchSpec] = {spec.name: spec for spec in ALL}
 
 __all__ = ["SPECS", "ArchSpec", "LayerNames", "get_spec"]
 

@@ -1,4 +1,4 @@
-"""The decoder-only LM graph: embedding -> N x (RMSNorm, attention, RMSNorm, SwiGLU) -> lm_head.
+"""The decoder-only LM graph: embedding -> N decoder layers -> final norm -> lm_head.
 
 Graph I/O follows ORT GenAI's defaults (ortgenai.md §1.4, §6a): `input_ids` [B,S] int64,
 `attention_mask` [B,T] int64, `past_key_values.%d.key/value` [B, kv_heads, past, head_dim] with a
@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx_ir as ir
 
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.build.attention import LayerAttention, check_gqa_dims, gqa_attention, linear, mask_context
+from gqa_export.build.attention import AttentionContext, check_gqa_dims, gqa, mask_values
+from gqa_export.build.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
 from gqa_export.build.dims import ModelDims
 from gqa_export.build.graph import GraphBuilder, typed
-from gqa_export.build.params import Params
-from gqa_export.build.rope import cos_sin_tables
+from gqa_export.build.params import NUMPY_DTYPES, Params
+from gqa_export.build.rope import cos_sin_tables, longrope_switch
 
 OPSETS = {"": 21, "com.microsoft": 1}
 B, S, T = "batch_size", "sequence_length", "total_sequence_length"
@@ -39,7 +41,7 @@ class GraphOptions:
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     check_gqa_dims(dims)
     b = GraphBuilder("gqa_export_decoder", OPSETS)
-    hidden_shape = [B, S, dims.hidden_size]
+    hidden = [B, S, dims.hidden_size]
     kv_shape = [B, dims.num_kv_heads, PAST, dims.head_dim]
     input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
     attention_mask = b.input("attention_mask", ir.DataType.INT64, [B, T])
@@ -47,21 +49,22 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
         for i in range(dims.num_layers)
     ]
-    cos, sin = cos_sin_tables(dims.rope, opts.rope_rows, dims.max_position_embeddings)
-    ctx = mask_context(
-        b, attention_mask, b.initializer("cos_cache", params.table(cos)), b.initializer("sin_cache", params.table(sin))
-    )
+    seqlens, total = mask_values(b, attention_mask)
+    ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
     embed = b.initializer(spec.embed, params.matrix(spec.embed))
     with b.scope("embed_tokens"):
-        h = typed(b.op("Gather", embed, input_ids), opts.io_dtype, hidden_shape)
+        h = typed(b.op("Gather", embed, input_ids), opts.io_dtype, hidden)
+        if dims.embedding_multiplier != 1.0:
+            h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params)), opts.io_dtype, hidden)
 
     presents = []
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            h, present = _decoder_layer(b, h, i, pasts[i], ctx, dims, spec, params, opts)
+            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv)
+            h, present = _decoder_layer(lc, h, pasts[i], ctx)
             presents.append(present)
 
-    x = _rms_norm(b, h, spec.final_norm, params, dims, "norm")
+    x = rms_norm(b, h, spec.final_norm, params, dims, "norm", dims.hidden_size)
     logits = _lm_head(b, x, embed, dims, spec, params, opts)
     b.output(logits, "logits", opts.logits_dtype, [B, S, dims.vocab_size])
     present_shape = [B, dims.num_kv_heads, PRESENT, dims.head_dim]
@@ -71,95 +74,81 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
+def _rope_caches(
+    b: GraphBuilder, dims: ModelDims, params: Params, opts: GraphOptions, total: ir.Value
+) -> dict[str, tuple[ir.Value, ir.Value]]:
+    """cos/sin initializers per rope key; for longrope an If picks the long table past the switch."""
+    caches = {}
+    used = {layer.rope for layer in dims.layers if layer.rope is not None}
+    for key in sorted(used):
+        rope = dims.ropes[key]
+        prefix = "" if key == "default" else f"{key}."
+        tables = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings)
+        cos, sin = (b.initializer(f"{prefix}{n}_cache", params.table(t)) for n, t in zip(("cos", "sin"), tables, strict=True))
+        switch = longrope_switch(rope)
+        if switch is not None:
+            long = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings, long=True)
+            long_cos, long_sin = (b.initializer(f"{prefix}{n}_cache_long", params.table(t)) for n, t in zip(("cos", "sin"), long, strict=True))
+            with b.scope("longrope"):
+                use_long = b.op("Greater", total, b.const(switch, "switch", "int32"))
+                cos = _select(b, use_long, long_cos, cos, "cos")
+                sin = _select(b, use_long, long_sin, sin, "sin")
+        caches[key] = (cos, sin)
+    return caches
+
+
+def _select(b: GraphBuilder, cond: ir.Value, then: ir.Value, other: ir.Value, name: str) -> ir.Value:
+    """If(cond) -> then else other, with the branches reading the outer-scope tables."""
+
+    def branch(value: ir.Value, tag: str) -> ir.Graph:
+        out = ir.Value(name=f"{name}_{tag}_out", type=value.type, shape=value.shape)
+        node = ir.Node("", "Identity", [value], outputs=[out], name=f"/longrope/{name}_{tag}")
+        return ir.Graph([], [out], nodes=[node], name=f"{name}_{tag}")
+
+    return b.op("If", cond, then_branch=branch(then, "long"), else_branch=branch(other, "short"), name=f"{name}_select")
+
+
+def _scalar(b: GraphBuilder, value: float, params: Params) -> ir.Value:
+    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[params.dtype]), "scale")
+
+
+def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value:
+    b, dims = lc.b, lc.dims
+    shape = [B, S, dims.hidden_size]
+    if dims.residual_multiplier != 1.0:  # Granite
+        y = b.op("Mul", y, _scalar(b, dims.residual_multiplier, lc.params))
+    return typed(b.op("Add", h, typed(y, lc.params.dtype, shape), name=name), lc.params.dtype, shape)
+
+
+def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Value:
+    if module is None:
+        return x
+    return rms_norm(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
+
+
 def _decoder_layer(
-    b: GraphBuilder,
-    h: ir.Value,
-    i: int,
-    past: tuple[ir.Value, ir.Value],
-    ctx,
-    dims: ModelDims,
-    spec: ArchSpec,
-    params: Params,
-    opts: GraphOptions,
+    lc: LayerContext, h: ir.Value, past: tuple[ir.Value, ir.Value], ctx: AttentionContext
 ) -> tuple[ir.Value, tuple[ir.Value, ir.Value]]:
-    names = spec.layer
-    hidden_shape = [B, S, dims.hidden_size]
-    x = _rms_norm(b, h, spec.layer_tensor(i, names.input_norm), params, dims, "input_layernorm")
+    """One layer in the spec's norm layout (pre / sandwich / post)."""
+    L, b = lc.spec.layer, lc.b
+    layer = lc.dims.layers[lc.i]
+    x = _norm(lc, h, L.input_norm, "input_layernorm")
     with b.scope("attn"):
-        attn = _layer_attention(b, i, dims, spec, params, opts)
-        y, present_k, present_v = gqa_attention(b, x, attn, ctx, past[0], past[1], dims)
-    h = typed(b.op("Add", h, typed(y, opts.io_dtype, hidden_shape), name="residual_attn"), opts.io_dtype, hidden_shape)
-    x = _rms_norm(b, h, spec.layer_tensor(i, names.post_attention_norm), params, dims, "post_attention_layernorm")
+        out, present_k, present_v = gqa(b, qkv_projection(lc, x), past, ctx, lc.dims, layer.window, layer.rope)
+        y = linear(lc, out, [L.o], None, "o_proj")
+    if lc.spec.norm_layout == "pre":
+        h = _residual(lc, h, y, "residual_attn")
+        x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
+        with b.scope("mlp"):
+            return _residual(lc, h, gated_mlp(lc, x), "residual_mlp"), (present_k, present_v)
+    h = _residual(lc, h, _norm(lc, y, L.post_attention_norm, "post_attention_layernorm"), "residual_attn")
+    x = _norm(lc, h, L.pre_feedforward_norm, "pre_feedforward_layernorm")
     with b.scope("mlp"):
-        y = _swiglu(b, x, i, dims, spec, params)
-    h = typed(b.op("Add", h, typed(y, opts.io_dtype, hidden_shape), name="residual_mlp"), opts.io_dtype, hidden_shape)
-    return h, (present_k, present_v)
-
-
-def _weight(b: GraphBuilder, params: Params, names: list[str], graph_name: str) -> ir.Value:
-    return b.initializer(graph_name, params.matmul_weight(names))
-
-
-def _bias(b: GraphBuilder, params: Params, names: list[str], graph_name: str) -> ir.Value:
-    return b.initializer(graph_name, params.vector(names))
-
-
-def _layer_attention(
-    b: GraphBuilder, i: int, dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions
-) -> LayerAttention:
-    L = spec.layer
-    mods = [L.q, L.k, L.v]
-    w = lambda ms, suffix="weight": [spec.layer_tensor(i, m, suffix) for m in ms]  # noqa: E731
-    prefix = spec.layer_prefix.format(i=i)
-    if opts.packed_qkv:
-        qkv = [_weight(b, params, w(mods), f"{prefix}self_attn.qkv_proj.weight")]
-        qkv_bias = (
-            [_bias(b, params, w(mods, "bias"), f"{prefix}self_attn.qkv_proj.bias")] if dims.attention_bias else []
-        )
-    else:
-        qkv = [_weight(b, params, w([m]), spec.layer_tensor(i, m)) for m in mods]
-        qkv_bias = (
-            [_bias(b, params, w([m], "bias"), spec.layer_tensor(i, m, "bias")) for m in mods]
-            if dims.attention_bias
-            else []
-        )
-    o = _weight(b, params, w([L.o]), spec.layer_tensor(i, L.o))
-    o_bias = _bias(b, params, w([L.o], "bias"), spec.layer_tensor(i, L.o, "bias")) if dims.attention_bias else None
-    return LayerAttention(qkv=qkv, qkv_bias=qkv_bias, o=o, o_bias=o_bias)
-
-
-def _swiglu(b: GraphBuilder, x: ir.Value, i: int, dims: ModelDims, spec: ArchSpec, params: Params) -> ir.Value:
-    """down(silu(gate(x)) * up(x)) with gate and up packed into one MatMul, then split."""
-    L = spec.layer
-    prefix = spec.layer_prefix.format(i=i)
-    gu_names = [spec.layer_tensor(i, L.gate), spec.layer_tensor(i, L.up)]
-    gate_up_w = _weight(b, params, gu_names, f"{prefix}mlp.gate_up_proj.weight")
-    gate_up_b = (
-        _bias(b, params, [spec.layer_tensor(i, m, "bias") for m in (L.gate, L.up)], f"{prefix}mlp.gate_up_proj.bias")
-        if dims.mlp_bias
-        else None
+        y = gated_mlp(lc, x)
+    return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), (
+        present_k,
+        present_v,
     )
-    gate_up = linear(b, x, gate_up_w, gate_up_b, "gate_up_proj")
-    split = b.const([dims.intermediate_size, dims.intermediate_size], "split", "int64")
-    gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
-    act = b.op("Mul", gate, b.op("Sigmoid", gate), name="silu")
-    down_w = _weight(b, params, [spec.layer_tensor(i, L.down)], spec.layer_tensor(i, L.down))
-    down_b = (
-        _bias(b, params, [spec.layer_tensor(i, L.down, "bias")], spec.layer_tensor(i, L.down, "bias"))
-        if dims.mlp_bias
-        else None
-    )
-    return linear(b, b.op("Mul", act, up), down_w, down_b, "down_proj")
-
-
-def _rms_norm(b: GraphBuilder, x: ir.Value, weight_name: str, params: Params, dims: ModelDims, name: str) -> ir.Value:
-    """ORT's SimplifiedLayerNormalization (RMSNorm, computed in fp32: stash_type=1).
-
-    The optimize stage fuses it with the preceding residual Add into SkipSimplifiedLayerNormalization.
-    """
-    w = b.initializer(weight_name, params.vector([weight_name]))
-    out = b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
-    return typed(out, params.dtype, [B, S, dims.hidden_size])
 
 
 def _lm_head(
@@ -174,7 +163,15 @@ def _lm_head(
             out_shape = b.op("Concat", b.op("Shape", x, end=2), b.const([dims.vocab_size], "vocab", "int64"), axis=0)
             logits = b.op("Reshape", logits2d, out_shape)
         else:
-            logits = b.op("MatMul", x, _weight(b, params, [spec.lm_head], spec.lm_head))
+            logits = b.op("MatMul", x, b.initializer(spec.lm_head, params.matmul_weight([spec.lm_head])))
         if opts.logits_dtype != opts.io_dtype:
             logits = b.op("Cast", logits, to=opts.logits_dtype)
+        def const(value: float, name: str) -> ir.Value:
+            return b.const(np.asarray(value, dtype=NUMPY_DTYPES[opts.logits_dtype]), name)
+
+        if dims.logits_divisor != 1.0:  # Granite's logits_scaling
+            logits = b.op("Div", logits, const(dims.logits_divisor, "logits_scaling"))
+        if dims.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
+            cap = const(dims.final_softcap, "final_softcap")
+            logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="final_softcap")
     return logits

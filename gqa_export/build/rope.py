@@ -2,8 +2,13 @@
 
 GQA takes `cos_cache`/`sin_cache` of shape (max_positions, rotary_dim/2) and rotates the first
 rotary_dim channels of each head (ort-ops.md §1.5: width % 8 == 0 and <= head_size/2). The
-inverse frequencies follow transformers' `ROPE_INIT_FUNCTIONS`, computed in float32 as HF does,
-so the tables equal HF's `cos/sin` up to float rounding.
+inverse frequencies and attention factors follow transformers' `ROPE_INIT_FUNCTIONS`, computed in
+float32 as HF does, so the tables equal HF's cos/sin up to float rounding.
+
+- dynamic (NTK): HF recomputes frequencies only past max_position_embeddings; within the context
+  length, which bounds max_length, it equals the default table.
+- longrope: HF switches every position to the long factors once the sequence is longer than
+  original_max_position_embeddings; `long_table` gives that second table (the graph picks one).
 """
 
 from __future__ import annotations
@@ -16,17 +21,25 @@ from gqa_export.build.dims import RopeConfig
 from gqa_export.errors import InputError
 
 
-def inv_freq_and_scale(rope: RopeConfig, max_position_embeddings: int) -> tuple[np.ndarray, float]:
+def _base_inv_freq(rope: RopeConfig) -> np.ndarray:
     dim = rope.rotary_dim
     exponent = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
-    inv_freq = (1.0 / (np.float32(rope.theta) ** exponent)).astype(np.float32)
+    return (1.0 / (np.float32(rope.theta) ** exponent)).astype(np.float32)
+
+
+def inv_freq_and_scale(rope: RopeConfig, max_position_embeddings: int, long: bool = False) -> tuple[np.ndarray, float]:
+    inv_freq = _base_inv_freq(rope)
     p = rope.params
-    if rope.rope_type == "default":
+    if rope.rope_type in ("default", "dynamic"):
         return inv_freq, 1.0
     if rope.rope_type == "linear":
         return (inv_freq / np.float32(p["factor"])).astype(np.float32), 1.0
     if rope.rope_type == "llama3":
         return _llama3(inv_freq, p, max_position_embeddings), 1.0
+    if rope.rope_type == "yarn":
+        return _yarn(rope, max_position_embeddings)
+    if rope.rope_type == "longrope":
+        return _longrope(rope, max_position_embeddings, long)
     raise InputError(f"rope type '{rope.rope_type}' has no table builder")
 
 
@@ -43,10 +56,59 @@ def _llama3(inv_freq: np.ndarray, p: dict, max_position_embeddings: int) -> np.n
     return np.where(medium, smoothed, scaled).astype(np.float32)
 
 
-def cos_sin_tables(rope: RopeConfig, rows: int, max_position_embeddings: int) -> tuple[np.ndarray, np.ndarray]:
+def _yarn(rope: RopeConfig, max_position_embeddings: int) -> tuple[np.ndarray, float]:
+    p, dim, base = rope.params, rope.rotary_dim, rope.theta
+    original = float(p.get("original_max_position_embeddings") or max_position_embeddings)
+    factor = float(p.get("factor") or max_position_embeddings / original)
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = p.get("attention_factor")
+    if attention is None:
+        m, m_all = p.get("mscale"), p.get("mscale_all_dim")
+        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    beta_fast, beta_slow = float(p.get("beta_fast") or 32), float(p.get("beta_slow") or 1)
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if p.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / (high - low), 0, 1).astype(np.float32)
+    pos_freqs = (np.float32(base) ** (np.arange(0, dim, 2).astype(np.float32) / np.float32(dim))).astype(np.float32)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (np.float32(factor) * pos_freqs)
+    keep = 1 - ramp
+    return (interpolation * (1 - keep) + extrapolation * keep).astype(np.float32), float(attention)
+
+
+def _longrope(rope: RopeConfig, max_position_embeddings: int, long: bool) -> tuple[np.ndarray, float]:
+    p = rope.params
+    original = float(p["original_max_position_embeddings"])
+    factor = float(p.get("factor") or max_position_embeddings / original)
+    attention = p.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    ext = np.asarray(p["long_factor" if long else "short_factor"], dtype=np.float32)
+    shape = np.arange(0, rope.rotary_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(rope.rotary_dim)
+    return (1.0 / (ext * np.float32(rope.theta) ** shape)).astype(np.float32), float(attention)
+
+
+def cos_sin_tables(
+    rope: RopeConfig, rows: int, max_position_embeddings: int, long: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """float32 (rows, rotary_dim/2) tables: cos(pos * inv_freq) * attention scaling."""
-    inv_freq, scale = inv_freq_and_scale(rope, max_position_embeddings)
+    inv_freq, scale = inv_freq_and_scale(rope, max_position_embeddings, long)
     freqs = np.arange(rows, dtype=np.float32)[:, None] * inv_freq[None, :]
-    return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * np.float32(scale)).astype(
-        np.float32
-    )
+    return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * np.float32(scale)).astype(np.float32)
+
+
+def longrope_switch(rope: RopeConfig) -> int | None:
+    """The total length past which HF uses the long table (longrope only)."""
+    if rope.rope_type != "longrope":
+        return None
+    return int(rope.params["original_max_position_embeddings"])

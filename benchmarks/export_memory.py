@@ -1,0 +1,69 @@
+"""Export time and peak memory of `gqa-export build` vs the checkpoint size.
+
+    python benchmarks/export_memory.py [--shape 150m|1b] [--precision fp32|fp16] [--ep cpu|cuda]
+
+Peak RSS of the whole build process (fetch -> package, smoke run off) comes from
+getrusage(RUSAGE_CHILDREN). The result is appended to benchmarks/results/export_memory.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+from random_llama import write
+
+RESULTS = Path(__file__).parent / "results" / "export_memory.md"
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", default="150m")
+    parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--ep", default="cpu")
+    parser.add_argument("--dtype", default="bf16", help="checkpoint dtype")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
+        ckpt = write(Path(tmp) / "ckpt", args.shape, args.dtype)
+        out = Path(tmp) / "pkg"
+        cmd = ["gqa-export", "build", str(ckpt), "-o", str(out), "--ep", args.ep, "--precision", args.precision,
+               "--no-smoke", "-q"]  # fmt: skip
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        seconds = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+        ckpt_bytes = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
+        pkg_bytes = folder_bytes(out)
+        shutil.rmtree(out)
+    row = (
+        f"| {date.today()} | {args.shape} {args.dtype} | {args.ep} {args.precision} | {ckpt_bytes / 2**20:.0f} MiB "
+        f"| {pkg_bytes / 2**20:.0f} MiB | {peak / 2**20:.0f} MiB | {peak / ckpt_bytes:.2f}x | {seconds:.1f} s |"
+    )
+    print(row)
+    RESULTS.parent.mkdir(exist_ok=True)
+    if not RESULTS.exists():
+        RESULTS.write_text(
+            "# gqa-export build: peak memory and time\n\n"
+            f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python {sys.version.split()[0]}. "
+            "Peak RSS of the whole CLI process (python, onnx, onnxruntime and transformers imports included).\n\n"
+            "| date | checkpoint | target | checkpoint size | package size | peak RSS | peak / checkpoint | time |\n"
+            "|---|---|---|---|---|---|---|---|\n"
+        )
+    with RESULTS.open("a") as f:
+        f.write(row + "\n")
+
+
+if __name__ == "__main__":
+    main()
