@@ -21,11 +21,21 @@ def hf_model(model_dir: Path):
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
-def hf_logits(model, tokens: list[int]) -> np.ndarray:
+def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.ndarray:
+    """Logits for every position: the first `prompt_len` tokens in one forward (all of them when
+    None), then one token at a time through HF's KV cache, as generation runs them. Incremental
+    matters where the positions' rope depends on the sequence length seen so far (longrope)."""
     import torch
 
+    n = len(tokens) if prompt_len is None else prompt_len
     with torch.no_grad():
-        return model(torch.tensor([tokens])).logits[0].float().numpy()
+        out = model(torch.tensor([tokens[:n]]), use_cache=True)
+        logits, past = [out.logits[0]], out.past_key_values
+        for t in tokens[n:]:
+            out = model(torch.tensor([[t]]), past_key_values=past, use_cache=True)
+            logits.append(out.logits[0])
+            past = out.past_key_values
+    return torch.cat(logits).float().numpy()
 
 
 def hf_generate(model, prompt: list[int], new_tokens: int) -> list[int]:

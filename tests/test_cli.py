@@ -99,9 +99,9 @@ def _truncate_shard(folder: Path) -> None:
     ("edit", "message"),
     [
         (
-            _set_config(model_type="mistral", architectures=["MistralForCausalLM"]),
-            r"unsupported architecture MistralForCausalLM \(model_type 'mistral'\); "
-            r"supported: llama \(LlamaForCausalLM\)",
+            _set_config(model_type="mamba", architectures=["MambaForCausalLM"]),
+            r"unsupported architecture MambaForCausalLM \(model_type 'mamba'\); "
+            r"supported: .*llama \(LlamaForCausalLM\), mistral \(MistralForCausalLM\).*--recipe FILE",
         ),
         (
             _set_config(model_type="brand_new", architectures=["BrandNewForCausalLM"]),

@@ -58,5 +58,5 @@ def test_config_without_architectures_matches_by_model_type():
 
 
 def test_unknown_architecture_lists_supported():
-    with pytest.raises(InputError, match=r"unsupported architecture MambaForCausalLM.*supported: llama.*--recipe"):
+    with pytest.raises(InputError, match=r"unsupported architecture MambaForCausalLM.*supported: .*llama \(LlamaForCausalLM\).*--recipe"):
         match_recipe("mamba", "MambaForCausalLM", builtin_recipes())

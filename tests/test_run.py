@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import FAMILY_VARIANTS
 from reference import hf_generate, hf_model
 
 from gqa_export.run import generate_greedy, load, smoke_run
@@ -13,6 +14,7 @@ PROMPTS = [
     "Once upon a time there lived a small red fox. " * 4,
 ]
 NEW_TOKENS = 48
+LONGROPE_SWITCH = 32  # original_max_position_embeddings of the phi3_longrope variant
 
 
 def _hf_tokenizer(path):
@@ -21,7 +23,7 @@ def _hf_tokenizer(path):
     return AutoTokenizer.from_pretrained(path)
 
 
-@pytest.mark.parametrize("variant", ["gqa", "mqa_tied", "llama3_rope", "bf16_sharded"])
+@pytest.mark.parametrize("variant", ["gqa", "mqa_tied", "llama3_rope", "bf16_sharded", *FAMILY_VARIANTS])
 def test_genai_greedy_equals_hf_generate(variant, checkpoints, exports):
     import onnxruntime_genai as og
 
@@ -30,8 +32,16 @@ def test_genai_greedy_equals_hf_generate(variant, checkpoints, exports):
     model = load(package, "cpu")
     genai_tokenizer = og.Tokenizer(model)
     hf_tokenizer = _hf_tokenizer(checkpoints.get(variant))
+    checked = 0
     for prompt in PROMPTS:
         ids = hf_tokenizer(prompt).input_ids
+        if variant == "phi3_longrope" and len(ids) <= LONGROPE_SWITCH:
+            # HF generate re-runs the whole sequence with the long factors at the step that crosses
+            # original_max_position_embeddings (Phi3ForCausalLM.prepare_inputs_for_generation drops
+            # its cache); a decode graph cannot, nor can the official builder's. Past the switch from
+            # the first step, generation is exact; the crossing is checked against HF's incremental
+            # forward in tests/build/test_decoder.py.
+            continue
         # onnxruntime-genai 0.18's encode never adds BOS; the text tokens must be HF's.
         plain = hf_tokenizer(prompt, add_special_tokens=False).input_ids
         assert [int(t) for t in genai_tokenizer.encode(prompt)] == plain
@@ -39,6 +49,8 @@ def test_genai_greedy_equals_hf_generate(variant, checkpoints, exports):
         expected = hf_generate(hf, ids, NEW_TOKENS)
         assert got.tokens == expected, prompt
         assert len(set(expected)) > 3  # a real continuation, not one repeated token
+        checked += 1
+    assert checked >= 1
 
 
 def test_one_token_prompt_generates_like_hf(checkpoints, exports):

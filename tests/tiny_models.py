@@ -76,7 +76,7 @@ def save_tokenizer(out_dir: Path, vocab_size: int = 384) -> Any:
     return fast
 
 
-LLAMA_BASE: dict[str, Any] = dict(
+BASE: dict[str, Any] = dict(
     vocab_size=384,
     hidden_size=64,
     intermediate_size=128,
@@ -92,23 +92,32 @@ LLAMA_BASE: dict[str, Any] = dict(
 )
 
 
-def save_llama(
+def save_model(
     out_dir: Path,
+    model_type: str = "llama",
     dtype: str = "float32",
     seed: int = 0,
     tokenizer: bool = True,
     max_shard_size: str | None = None,
     **overrides: Any,
 ) -> Path:
-    """Save a random-weight LlamaForCausalLM (safetensors) plus the tiny tokenizer."""
+    """Save a random-weight HF causal LM of `model_type` (safetensors) plus the tiny tokenizer."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = LlamaConfig(**{**LLAMA_BASE, **overrides})
+    config = AutoConfig.for_model(model_type, **{**BASE, **overrides})
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():  # HF inits norm weights to a constant; random ones test the offsets and wiring
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(torch.randn_like(param) * 0.3)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.to(getattr(torch, dtype)).save_pretrained(out_dir, **kwargs)
     if tokenizer:
         save_tokenizer(out_dir, vocab_size=config.vocab_size)
     return out_dir
+
+
+def save_llama(out_dir: Path, **kwargs: Any) -> Path:
+    return save_model(out_dir, "llama", **kwargs)
