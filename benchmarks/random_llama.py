@@ -33,7 +33,12 @@ DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp32": np.float32}
 
 
 def tensors(cfg: dict, rng: np.random.Generator, dtype) -> list[dict[str, np.ndarray]]:
-    h, i, heads, kv = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    h, i, heads, kv = (
+        cfg["hidden_size"],
+        cfg["intermediate_size"],
+        cfg["num_attention_heads"],
+        cfg["num_key_value_heads"],
+    )
     d = h // heads
     std = 0.02
 
@@ -55,14 +60,22 @@ def tensors(cfg: dict, rng: np.random.Generator, dtype) -> list[dict[str, np.nda
 
 
 def write(out: Path, shape: str, dtype: str, seed: int = 0) -> Path:
-    from transformers import LlamaConfig
-
     from tiny_models import save_tokenizer
+    from transformers import LlamaConfig
 
     cfg = SHAPES[shape]
     out.mkdir(parents=True, exist_ok=True)
-    LlamaConfig(**cfg, architectures=["LlamaForCausalLM"], max_position_embeddings=131072 if shape == "1b" else 4096, bos_token_id=0, eos_token_id=1,
-                pad_token_id=5, dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype]).save_pretrained(out)  # fmt: skip
+    torch_dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype]
+    config = LlamaConfig(
+        **cfg,
+        architectures=["LlamaForCausalLM"],
+        max_position_embeddings=131072 if shape == "1b" else 4096,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=5,
+        dtype=torch_dtype,
+    )
+    config.save_pretrained(out)
     rng = np.random.default_rng(seed)
     shards = tensors(cfg, rng, DTYPES[dtype])
     weight_map = {}

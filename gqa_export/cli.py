@@ -96,6 +96,10 @@ def build(
     recipe: Annotated[
         Optional[Path], typer.Option("--recipe", help="Use this recipe YAML instead of the built-in match.")
     ] = None,
+    settings: Annotated[
+        Optional[list[str]],
+        typer.Option("--set", help="Override one recipe key, e.g. --set attention.packed_qkv=false."),
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
     no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
@@ -105,7 +109,9 @@ def build(
     from gqa_export.pipeline import BuildOptions
     from gqa_export.pipeline import build as run_build
 
-    opts = BuildOptions(model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe)
+    opts = BuildOptions(
+        model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe, tuple(settings or ())
+    )
     _quiet_hub(quiet or as_json)
     try:
         result = run_build(opts, RichReporter(quiet or as_json))
@@ -146,6 +152,51 @@ def fetch(
     except GqaExportError as exc:
         raise _fail(exc) from None
     print(source.model_dir)
+
+
+recipes_app = typer.Typer(help="List the built-in recipes or show one.", invoke_without_command=True)
+app.add_typer(recipes_app, name="recipes")
+
+
+@recipes_app.callback()
+def recipes_list(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the recipes as JSON.")] = False,
+) -> None:
+    """Table of recipes: name, model types, default attention, EPs and default precisions."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from gqa_export.recipes import builtin_recipes
+
+    recipes = builtin_recipes()
+    if as_json:
+        print(json.dumps([r.as_dict() for r in recipes]))
+        return
+    table = Table("name", "model types", "attention", "EPs (default precision)")
+    for r in recipes:
+        eps = ", ".join(f"{ep} ({prec})" for ep, prec in r.default_precision.items())
+        table.add_row(r.name, ", ".join(r.model_types), r.attention.mode, eps)
+    out.print(table)
+
+
+@recipes_app.command("show")
+def recipes_show(
+    name: Annotated[str, typer.Argument(help="Recipe name (see `gqa-export recipes`).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of YAML.")] = False,
+) -> None:
+    """Print one recipe with every default resolved."""
+    import yaml
+
+    from gqa_export.recipes import find_recipe
+
+    try:
+        data = find_recipe(name).as_dict()
+    except GqaExportError as exc:
+        raise _fail(exc) from None
+    print(
+        json.dumps(data, indent=2) if as_json else yaml.safe_dump(data, sort_keys=False),
+        end="" if not as_json else "\n",
+    )
 
 
 def _quiet_hub(quiet: bool) -> None:

@@ -226,6 +226,8 @@ def _validate(node: yaml.Node, schema: Any, path: Path, key: str) -> Any:
         if value not in schema:
             raise InputError(f"{where}: expected one of {', '.join(schema)}, got {value!r}")
         return value
+    if schema is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
     if (schema is int and isinstance(value, bool)) or not isinstance(value, schema):
         raise InputError(f"{where}: expected {schema.__name__}, got {value!r}")
     return value

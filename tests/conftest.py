@@ -40,37 +40,65 @@ WINDOW = 8  # tiny sliding windows, so prompts and generations run far past them
 # name -> (model_type, overrides): one tiny checkpoint per family, each with its features on.
 FAMILY_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "mistral_window": ("mistral", {"sliding_window": WINDOW}),
-    "qwen2_bias_window": ("qwen2", {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1, "num_hidden_layers": 3}),
+    "qwen2_bias_window": (
+        "qwen2",
+        {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1, "num_hidden_layers": 3},
+    ),
     "qwen3_qk_norm": ("qwen3", {"head_dim": 32, "tie_word_embeddings": True}),
     "phi3_partial_rotary": ("phi3", {"hidden_size": 128, "partial_rotary_factor": 0.5, "sliding_window": WINDOW}),
     "phi3_longrope": (
         "phi3",
         {
             "original_max_position_embeddings": 32,
-            "rope_scaling": {"type": "longrope", "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
-                             "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5, 7.0, 9.0]},
+            "rope_scaling": {
+                "type": "longrope",
+                "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5, 7.0, 9.0],
+            },
         },
-    ),  # fmt: skip
+    ),
     "gemma_head_dim_32": ("gemma", {"head_dim": 32, "initializer_range": 0.5}),  # tied: 0.5 keeps it from echoing
     "gemma2_softcap_window": (
         "gemma2",
-        {"sliding_window": WINDOW, "query_pre_attn_scalar": 24, "attn_logit_softcapping": 20.0,
-         "final_logit_softcapping": 15.0, "num_hidden_layers": 3, "tie_word_embeddings": False},
-    ),  # fmt: skip
+        {
+            "sliding_window": WINDOW,
+            "query_pre_attn_scalar": 24,
+            "attn_logit_softcapping": 20.0,
+            "final_logit_softcapping": 15.0,
+            "num_hidden_layers": 3,
+            "tie_word_embeddings": False,
+        },
+    ),
     "gemma3_local_global": (
         "gemma3_text",
-        {"sliding_window": WINDOW, "sliding_window_pattern": 2, "num_hidden_layers": 3, "tie_word_embeddings": False,
-         "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
-                             "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
-    ),  # fmt: skip
+        {
+            "sliding_window": WINDOW,
+            "sliding_window_pattern": 2,
+            "num_hidden_layers": 3,
+            "tie_word_embeddings": False,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        },
+    ),
     "smollm3_nope": ("smollm3", {"no_rope_layers": [1, 1, 0], "num_hidden_layers": 3}),
     "granite_multipliers": (
         "granite",
         {"embedding_multiplier": 4.0, "attention_multiplier": 0.1, "residual_multiplier": 0.5, "logits_scaling": 2.0},
     ),
     "olmo2_post_norm": ("olmo2", {"initializer_range": 1.0}),
-    "llama_yarn": ("llama", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
-                                                 "rope_theta": 10000.0}}),  # fmt: skip
+    "llama_yarn": (
+        "llama",
+        {
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "rope_theta": 10000.0,
+            }
+        },
+    ),
 }
 ALL_VARIANTS = [*LLAMA_VARIANTS, *FAMILY_VARIANTS]
 

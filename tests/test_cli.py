@@ -112,7 +112,10 @@ def _truncate_shard(folder: Path) -> None:
             _set_config(head_dim=24),
             "head_dim 24 is not a multiple of 16, which GroupQueryAttention's fused RoPE requires",
         ),
-        (_set_config(rope_scaling={"rope_type": "proportional", "factor": 4.0}), "rope type 'proportional' is not supported"),
+        (
+            _set_config(rope_scaling={"rope_type": "proportional", "factor": 4.0}),
+            "rope type 'proportional' is not supported",
+        ),
         (_truncate_shard, "weight shard model.safetensors is corrupt or truncated"),
         (lambda f: (f / "model.safetensors").unlink(), "no .safetensors weights in"),
         (lambda f: (f / "config.json").write_text("{not json"), "config.json is not valid JSON"),
@@ -188,3 +191,38 @@ def test_user_recipe_for_custom_model_type(checkpoints, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout.strip().splitlines()[-1])["recipe"] == "mine"
     assert json.loads((tmp_path / "b" / "genai_config.json").read_text())["model"]["type"] == "decoder"
+
+
+def test_set_unpacked_qkv_stays_exact(checkpoints, tmp_path):
+    import numpy as np
+    import onnx
+    from reference import hf_logits, hf_model, ort_prefill_and_decode
+
+    out = tmp_path / "pkg"
+    result = invoke(
+        "build", checkpoints.get("qwen3_qk_norm"), "-o", out, "--no-smoke", "--set", "attention.packed_qkv=false"
+    )
+    assert result.exit_code == 0, result.output
+    names = {t.name for t in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.initializer}
+    assert "model.layers.0.self_attn.q_proj.weight" in names and not any("qkv_proj" in n for n in names)
+    tokens, got = ort_prefill_and_decode(out, [0, 5, 9, 13, 17], steps=3)
+    np.testing.assert_allclose(
+        got, hf_logits(hf_model(checkpoints.get("qwen3_qk_norm")), tokens, 5), atol=1e-4, rtol=1e-4
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["recipe"]["attention"]["packed_qkv"] is False
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("attention.mode=bias", "attention.mode 'bias' is not implemented yet"),
+        ("attention.fused_rope=false", "attention.fused_rope false is not implemented"),
+        ("attention.modee=gqa", "unknown key 'attention.modee'"),
+    ],
+)
+def test_recipe_asking_for_missing_feature_fails_before_work(checkpoints, tmp_path, setting, message):
+    out = tmp_path / "pkg"
+    result = invoke("build", checkpoints.get("gqa"), "-o", out, "--set", setting)
+    assert result.exit_code == 2 and message in result.output
+    assert not out.exists() and leftovers(tmp_path) == []

@@ -58,5 +58,51 @@ def test_config_without_architectures_matches_by_model_type():
 
 
 def test_unknown_architecture_lists_supported():
-    with pytest.raises(InputError, match=r"unsupported architecture MambaForCausalLM.*supported: .*llama \(LlamaForCausalLM\).*--recipe"):
+    with pytest.raises(
+        InputError,
+        match=r"unsupported architecture MambaForCausalLM.*supported: .*llama \(LlamaForCausalLM\).*--recipe",
+    ):
         match_recipe("mamba", "MambaForCausalLM", builtin_recipes())
+
+
+def test_set_overrides_are_validated(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(GOOD)
+    recipe = load_recipe(path, ["attention.packed_qkv=false", "model.norm_offset=1"])
+    assert recipe.attention.packed_qkv is False and recipe.model.norm_offset == 1.0
+    with pytest.raises(InputError, match=r"unknown key 'attention.packd_qkv'"):
+        load_recipe(path, ["attention.packd_qkv=false"])
+    with pytest.raises(InputError, match="--set expects key=value"):
+        load_recipe(path, ["attention.packed_qkv"])
+
+
+def test_per_ep_overrides(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text(GOOD + "overrides:\n  cuda:\n    attention:\n      packed_qkv: false\n")
+    recipe = load_recipe(path)
+    assert recipe.for_ep("cpu").attention.packed_qkv is True
+    assert recipe.for_ep("cuda").attention.packed_qkv is False
+
+
+def test_every_builtin_recipe_has_a_spec():
+    from gqa_export.arch import SPECS
+
+    recipes = builtin_recipes()
+    assert len(recipes) == 11 and {r.arch for r in recipes} <= set(SPECS)
+
+
+def test_recipes_cli_lists_and_shows():
+    import json
+
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["recipes", "--json"])
+    assert listed.exit_code == 0 and "gemma3" in {r["name"] for r in json.loads(listed.stdout)}
+    shown = runner.invoke(app, ["recipes", "show", "gemma2", "--json"])
+    data = json.loads(shown.stdout)
+    assert data["model"]["norm_offset"] == 1.0 and data["model"]["config_keys"]["activation"] == "hidden_activation"
+    missing = runner.invoke(app, ["recipes", "show", "nope"])
+    assert missing.exit_code == 2 and "no recipe named 'nope'" in missing.output

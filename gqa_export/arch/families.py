@@ -16,7 +16,9 @@ SMOLLM3 = ArchSpec(name="smollm3")
 QWEN3 = ArchSpec(name="qwen3", qk_norm="head", layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"))
 PHI3 = ArchSpec(name="phi3", layer=LayerNames(qkv="self_attn.qkv_proj", gate_up="mlp.gate_up_proj"))
 GEMMA = ArchSpec(name="gemma", activations=GELU_TANH)
-_SANDWICH = LayerNames(pre_feedforward_norm="pre_feedforward_layernorm", post_feedforward_norm="post_feedforward_layernorm")
+_SANDWICH = LayerNames(
+    pre_feedforward_norm="pre_feedforward_layernorm", post_feedforward_norm="post_feedforward_layernorm"
+)
 GEMMA2 = ArchSpec(name="gemma2", norm_layout="sandwich", activations=GELU_TANH, layer=_SANDWICH)
 GEMMA3 = ArchSpec(
     name="gemma3",

@@ -35,9 +35,13 @@ class AttentionContext:
 def check_gqa_dims(dims: ModelDims) -> None:
     """GQA's fused-RoPE limits (ort-ops.md §1.5), checked before any weight is read."""
     if dims.num_heads % dims.num_kv_heads:
-        raise InputError(f"num_attention_heads {dims.num_heads} is not a multiple of num_key_value_heads {dims.num_kv_heads}")
+        raise InputError(
+            f"num_attention_heads {dims.num_heads} is not a multiple of num_key_value_heads {dims.num_kv_heads}"
+        )
     if dims.head_dim % 16:
-        raise InputError(f"head_dim {dims.head_dim} is not a multiple of 16, which GroupQueryAttention's fused RoPE requires")
+        raise InputError(
+            f"head_dim {dims.head_dim} is not a multiple of 16, which GroupQueryAttention's fused RoPE requires"
+        )
     for rope in dims.ropes.values():
         if rope.rotary_dim % 16 or rope.rotary_dim > dims.head_dim:
             raise InputError(

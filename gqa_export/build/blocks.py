@@ -51,7 +51,9 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
     return y
 
 
-def rms_norm(b: GraphBuilder, x: ir.Value, weight_name: str, params: Params, dims: ModelDims, name: str, width: int) -> ir.Value:
+def rms_norm(
+    b: GraphBuilder, x: ir.Value, weight_name: str, params: Params, dims: ModelDims, name: str, width: int
+) -> ir.Value:
     """ORT's SimplifiedLayerNormalization over the last axis (fp32 inside: stash_type=1).
 
     The recipe's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm).
@@ -72,7 +74,7 @@ def qkv_projection(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value | 
         packed = linear(lc, x, [L.q, L.k, L.v], "self_attn.qkv_proj", "qkv_proj")
     else:
         q, k, v = (linear(lc, x, [m], None, n) for m, n in ((L.q, "q_proj"), (L.k, "k_proj"), (L.v, "v_proj")))
-        return (_qk_norms(lc, q, k) + (v,)) if qk_norm else (q, k, v)
+        return (*_qk_norms(lc, q, k), v) if qk_norm else (q, k, v)
     if not qk_norm:
         return packed, None, None
     sizes = lc.b.const([q_width, kv_width, kv_width], "qkv_split", "int64")

@@ -84,11 +84,16 @@ def _rope_caches(
         rope = dims.ropes[key]
         prefix = "" if key == "default" else f"{key}."
         tables = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings)
-        cos, sin = (b.initializer(f"{prefix}{n}_cache", params.table(t)) for n, t in zip(("cos", "sin"), tables, strict=True))
+        cos, sin = (
+            b.initializer(f"{prefix}{n}_cache", params.table(t)) for n, t in zip(("cos", "sin"), tables, strict=True)
+        )
         switch = longrope_switch(rope)
         if switch is not None:
             long = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings, long=True)
-            long_cos, long_sin = (b.initializer(f"{prefix}{n}_cache_long", params.table(t)) for n, t in zip(("cos", "sin"), long, strict=True))
+            long_cos, long_sin = (
+                b.initializer(f"{prefix}{n}_cache_long", params.table(t))
+                for n, t in zip(("cos", "sin"), long, strict=True)
+            )
             with b.scope("longrope"):
                 use_long = b.op("Greater", total, b.const(switch, "switch", "int32"))
                 cos = _select(b, use_long, long_cos, cos, "cos")
@@ -166,6 +171,7 @@ def _lm_head(
             logits = b.op("MatMul", x, b.initializer(spec.lm_head, params.matmul_weight([spec.lm_head])))
         if opts.logits_dtype != opts.io_dtype:
             logits = b.op("Cast", logits, to=opts.logits_dtype)
+
         def const(value: float, name: str) -> ir.Value:
             return b.const(np.asarray(value, dtype=NUMPY_DTYPES[opts.logits_dtype]), name)
 

@@ -82,14 +82,17 @@ def read_dims(config: Any, spec: ArchSpec, options: ModelOptions, generation: di
     ropes = read_ropes(config, head_dim)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:
-            raise InputError(
-                f"rope type '{rope.rope_type}' is not supported for {spec.name} (supported: {', '.join(spec.rope_types)})"
-            )
+            supported = ", ".join(spec.rope_types)
+            raise InputError(f"rope type '{rope.rope_type}' is not supported for {spec.name} (supported: {supported})")
     act = str(opt("activation", "silu"))
     if act not in spec.activations:
-        raise InputError(f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})")
+        raise InputError(
+            f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
+        )
     query_scalar = opt("query_pre_attn_scalar")
-    scale = float(opt("attention_multiplier", 0.0)) or (float(query_scalar) if query_scalar else float(head_dim)) ** -0.5
+    scale = (
+        float(opt("attention_multiplier", 0.0)) or (float(query_scalar) if query_scalar else float(head_dim)) ** -0.5
+    )
     embed_mult = {"none": 1.0, "sqrt_hidden": math.sqrt(hidden), "config": float(opt("embedding_multiplier", 1.0))}
     gen = generation or {}
     eos = _ids(getattr(config, "eos_token_id", None)) + _ids(gen.get("eos_token_id"))

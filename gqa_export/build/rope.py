@@ -104,7 +104,9 @@ def cos_sin_tables(
     """float32 (rows, rotary_dim/2) tables: cos(pos * inv_freq) * attention scaling."""
     inv_freq, scale = inv_freq_and_scale(rope, max_position_embeddings, long)
     freqs = np.arange(rows, dtype=np.float32)[:, None] * inv_freq[None, :]
-    return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * np.float32(scale)).astype(np.float32)
+    return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * np.float32(scale)).astype(
+        np.float32
+    )
 
 
 def longrope_switch(rope: RopeConfig) -> int | None:

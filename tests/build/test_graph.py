@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 import onnx
 import pytest
+from conftest import FAMILY_VARIANTS
 from reference import hf_logits, hf_model, ort_prefill_and_decode
 
 from gqa_export.run import generate_greedy
@@ -68,3 +69,19 @@ def test_fp16_cuda_graph_runs_on_cpu_close_to_hf(checkpoints, exports):
     assert np.abs(got - ref).max() < 2e-2 * scale
     result = generate_greedy(package, prompt, 24, min_new_tokens=24)
     assert len(result.tokens) == 24
+
+
+@pytest.mark.parametrize("variant", list(FAMILY_VARIANTS))
+def test_every_family_builds_fp16_for_cuda_and_runs_on_cpu(checkpoints, exports, variant):
+    """fp16 CUDA graphs of every family: GQA in fp16, share buffer on, close to HF on CPU."""
+    package = exports.get(variant, "cuda", "fp16")
+    model = load(package)
+    assert all(attrs(n)["num_heads"] for n in model.graph.node if n.op_type == "GroupQueryAttention")
+    assert {i.name: i for i in model.graph.input}["past_key_values.0.key"].type.tensor_type.elem_type == 10
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True
+    prompt = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250]
+    tokens, got = ort_prefill_and_decode(package, prompt, steps=3)
+    ref = hf_logits(hf_model(checkpoints.get(variant)), tokens, len(prompt))
+    assert np.isfinite(got).all()
+    assert np.abs(got - ref).max() < 3e-2 * max(1.0, float(np.abs(ref).max()))
