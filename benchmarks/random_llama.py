@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import ml_dtypes
@@ -32,7 +33,8 @@ SHAPES = {
 DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp32": np.float32}
 
 
-def tensors(cfg: dict, rng: np.random.Generator, dtype) -> list[dict[str, np.ndarray]]:
+def tensors(cfg: dict, rng: np.random.Generator, dtype) -> Iterator[dict[str, np.ndarray]]:
+    """One shard's tensors at a time (embedding + head first, then one shard per layer)."""
     h, i, heads, kv = (
         cfg["hidden_size"],
         cfg["intermediate_size"],
@@ -45,18 +47,18 @@ def tensors(cfg: dict, rng: np.random.Generator, dtype) -> list[dict[str, np.nda
     def w(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape, dtype=np.float32) * std).astype(dtype)
 
-    shards = [{"model.embed_tokens.weight": w(cfg["vocab_size"], h), "model.norm.weight": np.ones(h, dtype)}]
+    first = {"model.embed_tokens.weight": w(cfg["vocab_size"], h), "model.norm.weight": np.ones(h, dtype)}
     if not cfg["tie_word_embeddings"]:
-        shards[0]["lm_head.weight"] = w(cfg["vocab_size"], h)
+        first["lm_head.weight"] = w(cfg["vocab_size"], h)
+    yield first
     for layer in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        shards.append({
+        yield {
             p + "self_attn.q_proj.weight": w(heads * d, h), p + "self_attn.k_proj.weight": w(kv * d, h),
             p + "self_attn.v_proj.weight": w(kv * d, h), p + "self_attn.o_proj.weight": w(h, heads * d),
             p + "mlp.gate_proj.weight": w(i, h), p + "mlp.up_proj.weight": w(i, h), p + "mlp.down_proj.weight": w(h, i),
             p + "input_layernorm.weight": np.ones(h, dtype), p + "post_attention_layernorm.weight": np.ones(h, dtype),
-        })  # fmt: skip
-    return shards
+        }  # fmt: skip
 
 
 def write(out: Path, shape: str, dtype: str, seed: int = 0) -> Path:
@@ -77,10 +79,10 @@ def write(out: Path, shape: str, dtype: str, seed: int = 0) -> Path:
     )
     config.save_pretrained(out)
     rng = np.random.default_rng(seed)
-    shards = tensors(cfg, rng, DTYPES[dtype])
+    count = cfg["num_hidden_layers"] + 1
     weight_map = {}
-    for n, shard in enumerate(shards):
-        name = f"model-{n + 1:05d}-of-{len(shards):05d}.safetensors"
+    for n, shard in enumerate(tensors(cfg, rng, DTYPES[dtype])):
+        name = f"model-{n + 1:05d}-of-{count:05d}.safetensors"
         save_file(shard, str(out / name), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(shard, name))
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))

@@ -71,13 +71,21 @@ class WeightStore:
                 "the checkpoint does not match its config.json (or the architecture spec)"
             ) from None
 
-    def read(self, name: str) -> np.ndarray:
-        """Load one tensor (a fresh array; the shard stays memory-mapped, not copied)."""
+    def read(self, name: str, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None) -> np.ndarray:
+        """Load one tensor, or a block of its rows / columns (2-D), as a fresh array.
+
+        Blocks are read through safetensors' slices, so only those bytes are copied out of the
+        memory-mapped shard. Every call counts in `reads`.
+        """
         info = self.info(name)
         self.reads += 1
         try:
             with safe_open(info.shard, framework="numpy") as f:
-                return f.get_tensor(name)
+                if rows is None and cols is None:
+                    return f.get_tensor(name)
+                r = slice(*rows) if rows else slice(None)
+                c = slice(*cols) if cols else slice(None)
+                return f.get_slice(name)[r, c]
         except (SafetensorError, OSError, ValueError) as exc:
             raise InputError(f"cannot read '{name}' from {info.shard}: {exc}") from exc
 

@@ -1,14 +1,16 @@
 """Checkpoint tensors as lazy onnx-ir tensors in the graph's layout and dtype.
 
-Nothing is read here: each initializer is an `ir.LazyTensor` whose function loads its source
-tensors from the `WeightStore`, transposes/concatenates them (packed QKV, gate+up) and casts to
-the target dtype only when the saver asks for its bytes, then drops them. Peak memory stays at
-about one (packed) tensor.
+Nothing is read here. Each initializer is a `StreamedTensor`: when the saver writes it
+(`tofile`), it reads its source tensors from the `WeightStore` a block of rows at a time,
+transposes/concatenates them (packed QKV, gate+up), casts to the target dtype and writes the
+block, so peak memory is one block (`CHUNK_BYTES`), not one tensor; a 128k-vocab embedding never
+sits in memory whole. `numpy()` still materializes the full tensor for stages that need it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO
 
 import ml_dtypes
 import numpy as np
@@ -21,6 +23,29 @@ NUMPY_DTYPES: dict[ir.DataType, np.dtype] = {
     ir.DataType.FLOAT16: np.dtype(np.float16),
     ir.DataType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
 }
+
+
+CHUNK_BYTES = 32 << 20
+
+
+class StreamedTensor(ir.LazyTensor):
+    """A lazy tensor produced as row blocks; `tofile` writes block by block."""
+
+    __slots__ = ("_blocks",)
+
+    def __init__(self, blocks: Callable[[], Iterator[np.ndarray]], dtype: ir.DataType, shape: Sequence[int]) -> None:
+        super().__init__(lambda: ir.tensor(np.concatenate(list(blocks()), axis=0)), dtype=dtype, shape=ir.Shape(shape))
+        self._blocks = blocks
+
+    def tofile(self, file: IO[bytes]) -> None:
+        for block in self._blocks():
+            file.write(np.ascontiguousarray(block).tobytes())
+
+
+def row_blocks(rows: int, row_bytes: int) -> Iterator[tuple[int, int]]:
+    step = max(1, CHUNK_BYTES // max(1, row_bytes))
+    for start in range(0, rows, step):
+        yield start, min(rows, start + step)
 
 
 class Params:
@@ -37,20 +62,27 @@ class Params:
         # Go through float32 so that bf16 <-> fp16 conversions round once, as torch does.
         return array.astype(np.float32).astype(self._np_dtype)
 
-    def _lazy(self, shape: Sequence[int], make: callable) -> ir.LazyTensor:  # type: ignore[valid-type]
+    def _lazy(self, shape: Sequence[int], make: Callable[[], np.ndarray]) -> ir.LazyTensor:
         def evaluate() -> ir.TensorProtocol:
             return ir.tensor(np.ascontiguousarray(self._cast(make())))
 
         return ir.LazyTensor(evaluate, dtype=self.dtype, shape=ir.Shape(shape))
 
-    def matmul_weight(self, names: Sequence[str]) -> ir.LazyTensor:
-        """HF Linear weights [out_i, in], concatenated on `out`, transposed to MatMul's [in, out]."""
+    def matmul_weight(self, names: Sequence[str]) -> StreamedTensor:
+        """HF Linear weights [out_i, in], concatenated on `out`, transposed to MatMul's [in, out].
+
+        Block k of the output is rows [a, b) of the transposed matrix: columns [a, b) of every
+        source, read as strided slices.
+        """
         infos = [self.store.info(n) for n in names]
-        rows = sum(i.shape[0] for i in infos)
-        return self._lazy(
-            (infos[0].shape[1], rows),
-            lambda: np.concatenate([self.store.read(n) for n in names], axis=0).T,
-        )
+        in_dim, out_dim = infos[0].shape[1], sum(i.shape[0] for i in infos)
+
+        def blocks() -> Iterator[np.ndarray]:
+            for a, b in row_blocks(in_dim, out_dim * 4):
+                cols = [self.store.read(n, cols=(a, b)) for n in names]
+                yield self._cast(np.concatenate(cols, axis=0).T)
+
+        return StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
 
     def vector(self, names: Sequence[str], offset: float = 0.0) -> ir.LazyTensor:
         """1-D tensors (norm weights, biases), concatenated; `offset` for (1 + w) norms."""
@@ -62,9 +94,15 @@ class Params:
 
         return self._lazy((length,), make)
 
-    def matrix(self, name: str) -> ir.LazyTensor:
-        """A 2-D tensor as stored (the embedding table)."""
-        return self._lazy(self.store.info(name).shape, lambda: self.store.read(name))
+    def matrix(self, name: str) -> StreamedTensor:
+        """A 2-D tensor as stored (the embedding table), streamed in row blocks."""
+        rows, cols = self.store.info(name).shape
+
+        def blocks() -> Iterator[np.ndarray]:
+            for a, b in row_blocks(rows, cols * 4):
+                yield self._cast(self.store.read(name, rows=(a, b)))
+
+        return StreamedTensor(blocks, self.dtype, (rows, cols))
 
     def table(self, array: np.ndarray) -> ir.Tensor:
         """A computed float table (cos/sin caches) in the target dtype."""
