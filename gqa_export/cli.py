@@ -100,6 +100,13 @@ def build(
         Optional[list[str]],
         typer.Option("--set", help="Override one recipe key, e.g. --set attention.packed_qkv=false."),
     ] = None,
+    attention: Annotated[
+        Optional[str], typer.Option("--attention", help="gqa, bias, split or auto (default: the recipe's).")
+    ] = None,
+    bidirectional: Annotated[
+        Optional[str],
+        typer.Option("--bidirectional-token-ids", help="Comma-separated ids whose prompt runs attend bidirectionally."),
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
     no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
@@ -109,9 +116,18 @@ def build(
     from gqa_export.pipeline import BuildOptions
     from gqa_export.pipeline import build as run_build
 
+    try:
+        ids = tuple(int(t) for t in bidirectional.split(",") if t.strip()) if bidirectional is not None else None
+    except ValueError:
+        raise _fail(
+            GqaExportError(f"--bidirectional-token-ids takes comma-separated integers, got {bidirectional!r}")
+        ) from None
+    if attention is not None and attention not in ("gqa", "bias", "split", "auto"):
+        raise _fail(GqaExportError(f"unknown --attention '{attention}'; choose gqa, bias, split or auto"))
     opts = BuildOptions(
-        model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe, tuple(settings or ())
-    )
+        model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe, tuple(settings or ()),
+        attention, ids,
+    )  # fmt: skip
     _quiet_hub(quiet or as_json)
     try:
         result = run_build(opts, RichReporter(quiet or as_json))

@@ -31,27 +31,38 @@ SEARCH_FROM_GENERATION = {
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One graph of the package and when ORT GenAI runs it."""
+
+    filename: str
+    facts: GraphFacts
+    run_on_prompt: bool = True
+    run_on_token_gen: bool = True
+
+
+@dataclass(frozen=True)
 class ConfigOptions:
     model_type: str  # the genai routing type, e.g. "llama" or "decoder"
     ep: str
     max_length: int
     context_length: int
-    filename: str = "model.onnx"
 
 
 def make_genai_config(
-    facts: GraphFacts, dims: ModelDims, opts: ConfigOptions, generation: dict[str, Any] | None = None
+    stages: list[Stage], dims: ModelDims, opts: ConfigOptions, generation: dict[str, Any] | None = None
 ) -> dict[str, Any]:
+    """One graph: a plain decoder. Several: a `decoder-pipeline` (ortgenai.md §1.5, §6c) whose
+    stages list their exact graph I/O names; share buffer only if every stage can share."""
+    facts = stages[0].facts
     eos = list(dims.eos_token_ids) or ([dims.pad_token_id] if dims.pad_token_id is not None else [])
     model: dict[str, Any] = {
-        "type": opts.model_type,
+        "type": opts.model_type if len(stages) == 1 else "decoder-pipeline",
         "context_length": opts.context_length,
         "vocab_size": dims.vocab_size,
         "eos_token_id": eos if len(eos) != 1 else eos[0],
         "pad_token_id": dims.pad_token_id if dims.pad_token_id is not None else (eos[0] if eos else 0),
         "decoder": {
             "session_options": {"log_id": "onnxruntime-genai", "provider_options": PROVIDER_OPTIONS[opts.ep]},
-            "filename": opts.filename,
             "head_size": facts.head_size,
             "hidden_size": dims.hidden_size,
             "inputs": {
@@ -70,6 +81,22 @@ def make_genai_config(
             "num_key_value_heads": facts.num_kv_heads,
         },
     }
+    decoder = model["decoder"]
+    if len(stages) == 1:
+        decoder["filename"] = stages[0].filename
+    else:
+        decoder["pipeline"] = [
+            {
+                stage.filename.removesuffix(".onnx"): {
+                    "filename": stage.filename,
+                    "inputs": list(stage.facts.inputs),
+                    "outputs": list(stage.facts.outputs),
+                    "run_on_prompt": stage.run_on_prompt,
+                    "run_on_token_gen": stage.run_on_token_gen,
+                }
+                for stage in stages
+            }
+        ]
     if dims.bos_token_id is not None:
         model["bos_token_id"] = dims.bos_token_id
     search: dict[str, Any] = {
@@ -78,7 +105,7 @@ def make_genai_config(
         "min_length": 0,
         "num_beams": 1,
         "num_return_sequences": 1,
-        "past_present_share_buffer": facts.share_buffer_ok,
+        "past_present_share_buffer": all(stage.facts.share_buffer_ok for stage in stages),
         "repetition_penalty": 1.0,
         "temperature": 1.0,
         "top_k": 50,

@@ -2,7 +2,8 @@
 
 ORT GenAI sizes the KV cache from `decoder.num_key_value_heads`/`head_size` and discovers layers
 from input names (ortgenai.md §3.2); `past_present_share_buffer` is only safe when every
-attention op can take a max_length past buffer, which among ours is GroupQueryAttention (§2.4).
+attention op can take a max_length past buffer: GroupQueryAttention, or a graph that writes each
+past buffer in place with TensorScatter and returns it as the present (split-pipeline.md).
 """
 
 from __future__ import annotations
@@ -34,9 +35,12 @@ class GraphFacts:
     num_heads: int
     attention: tuple[AttentionNode, ...]
     initializer_dtypes: dict[str, int]  # dtype name -> count
+    kv_scattered: bool = False  # every past input is written in place by TensorScatter into a present
 
     @property
     def share_buffer_ok(self) -> bool:
+        if self.kv_scattered:
+            return True
         return bool(self.attention) and all(a.op_type in SHARE_CAPABLE for a in self.attention)
 
     @property
@@ -65,7 +69,16 @@ def graph_facts(model: ir.Model) -> GraphFacts:
         if value.const_value is not None:
             key = value.const_value.dtype.name
             dtypes[key] = dtypes.get(key, 0) + 1
-    return GraphFacts(inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, dtypes)
+    outputs_set = set(g.outputs)
+    pasts = [v for v in g.inputs if (v.name or "").startswith("past_key_values.")]
+    scattered = bool(pasts) and all(
+        any(
+            use.node.op_type == "TensorScatter" and use.idx == 0 and use.node.outputs[0] in outputs_set
+            for use in v.uses()
+        )
+        for v in pasts
+    )
+    return GraphFacts(inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, dtypes, scattered)
 
 
 def _sig(value: ir.Value) -> tuple[str, tuple[int | str | None, ...]]:

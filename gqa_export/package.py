@@ -76,22 +76,42 @@ class StagedPackage:
         return self.out_dir
 
 
-def save_model(
-    model: ir.Model, folder: Path, filename: str, on_tensor: Callable[[int, int], None] | None = None
+def external_count(model: ir.Model) -> int:
+    """How many initializers go to the external data file (the progress bar's total)."""
+    return sum(
+        1
+        for v in model.graph.initializers.values()
+        if v.const_value is not None and v.const_value.nbytes > INLINE_BYTES
+    )
+
+
+def save_models(
+    models: list[tuple[str, ir.Model]], folder: Path, data_file: str, on_tensor: Callable[[], None] | None = None
 ) -> None:
-    """Save `model` with all weights in `<filename>.data`; lazy tensors are read one by one here."""
+    """Save the graphs with their weights in one `data_file`, each weight stored once.
+
+    The first graph streams its (lazy) weights into the file. Later graphs (the prefill graph of
+    a split pipeline) get, for every initializer the first one has, a reference to the same
+    bytes in the same file, so the weights are on disk once and both sessions can map them.
+    """
 
     def callback(tensor: ir.TensorProtocol, info: Any) -> None:
         if on_tensor is not None:
-            on_tensor(info.index + 1, info.total)
+            on_tensor()
 
-    ir.save(
-        model,
-        folder / filename,
-        external_data=f"{filename}.data",
-        size_threshold_bytes=INLINE_BYTES,
-        callback=callback,
-    )
+    first_name, first = models[0]
+    ir.save(first, folder / first_name, external_data=data_file, size_threshold_bytes=INLINE_BYTES, callback=callback)
+    if len(models) == 1:
+        return
+    saved = ir.load(folder / first_name).graph.initializers
+    for name, model in models[1:]:
+        for value_name, value in model.graph.initializers.items():
+            stored = saved.get(value_name)
+            if stored is not None and isinstance(stored.const_value, ir.ExternalTensor):
+                value.const_value = stored.const_value
+            elif value.const_value is not None and value.const_value.nbytes > INLINE_BYTES:
+                raise AssertionError(f"{name}: initializer {value_name} is not shared with {first_name}")
+        ir.save(model, folder / name)
 
 
 def copy_tokenizer(source: Path, dest: Path) -> list[str]:

@@ -20,20 +20,27 @@ from gqa_export.arch import get_spec
 from gqa_export.build.decoder import GraphOptions, build_decoder
 from gqa_export.build.dims import ModelDims, read_dims
 from gqa_export.build.params import Params
+from gqa_export.build.plan import AttentionPlan, bidirectional_ids, plan_attention
 from gqa_export.errors import InputError
 from gqa_export.fetch import Source, resolve_source
-from gqa_export.genai_config import ConfigOptions, default_max_length, make_genai_config
+from gqa_export.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
 from gqa_export.graph_facts import graph_facts
 from gqa_export.optimize import OptimizeReport, optimize
-from gqa_export.package import StagedPackage, check_output, copy_tokenizer, file_digests, save_model, write_json
+from gqa_export.package import (
+    StagedPackage,
+    check_output,
+    copy_tokenizer,
+    external_count,
+    file_digests,
+    save_models,
+    write_json,
+)
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quantize import SUPPORTED, PrecisionPlan, plan_precision, quantize
 from gqa_export.recipes import Recipe, builtin_recipes, load_recipe, match_recipe
 from gqa_export.run import GenerationResult, cuda_device_available, smoke_run
 from gqa_export.weights import WeightStore
 
-MODEL_FILE = "model.onnx"
-IMPLEMENTED_MODES = ("gqa",)
 DEPENDENCIES = (
     "onnx", "onnx-ir", "onnxscript", "onnxruntime", "onnxruntime-gpu", "onnxruntime-genai",
     "onnxruntime-genai-cuda", "transformers", "huggingface-hub", "safetensors", "numpy",
@@ -52,6 +59,8 @@ class BuildOptions:
     smoke: bool = True
     recipe: Path | None = None
     settings: tuple[str, ...] = ()  # --set key=value recipe overrides
+    attention: str | None = None  # gqa | bias | split | auto; None: the recipe's
+    bidirectional_ids: tuple[int, ...] | None = None  # None: the recipe's
 
 
 @dataclass(frozen=True)
@@ -120,36 +129,56 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     dims = read_dims(hf_config, spec, recipe.model, generation)
     store = WeightStore.open(source.model_dir)
     max_length = _max_length(opts.max_length, dims)
-    graph_opts = GraphOptions(plan.io_dtype, plan.logits_dtype, rope_rows=max(max_length, dims.max_position_embeddings),
-                              packed_qkv=recipe.attention.packed_qkv)  # fmt: skip
-    model = build_decoder(dims, spec, Params(store, plan.io_dtype), graph_opts)
+    ids = bidirectional_ids(recipe.attention, hf_config, opts.bidirectional_ids)
+    attention = plan_attention(opts.attention or recipe.attention.mode, ids)
+    models = []
+    for graph in attention.graphs:
+        graph_opts = GraphOptions(
+            plan.io_dtype,
+            plan.logits_dtype,
+            rope_rows=max(max_length, dims.max_position_embeddings),
+            packed_qkv=recipe.attention.packed_qkv,
+            mode=graph.mode,
+            bidirectional_ids=attention.bidirectional_ids,
+        )
+        models.append(build_decoder(dims, spec, Params(store, plan.io_dtype), graph_opts))
 
     reporter.stage("optimize")
-    opt_report = optimize(model)
+    opt_reports = [optimize(model) for model in models]
+    opt_report = opt_reports[0]
     reporter.stage("quantize")
-    quantize(model, plan)
+    for model in models:
+        quantize(model, plan)
 
     reporter.stage("package")
-    facts = graph_facts(model)
+    stages = [
+        Stage(g.filename, graph_facts(m), g.run_on_prompt, g.run_on_token_gen)
+        for g, m in zip(attention.graphs, models, strict=True)
+    ]
     config = make_genai_config(
-        facts,
+        stages,
         dims,
-        ConfigOptions(recipe.genai_model_type, opts.ep, max_length, dims.max_position_embeddings, MODEL_FILE),
+        ConfigOptions(recipe.genai_model_type, opts.ep, max_length, dims.max_position_embeddings),
         generation,
     )
-    notes: list[str] = []
+    notes: list[str] = [attention.reason]
     with StagedPackage(opts.output, opts.overwrite) as staged:
-        with reporter.task("streaming weights into model.onnx.data", len(model.graph.initializers)) as advance:
-            save_model(model, staged.path, MODEL_FILE, lambda done, total: advance(1))
+        with reporter.task(f"streaming weights into {attention.weights_file}", external_count(models[0])) as advance:
+            save_models(
+                [(g.filename, m) for g, m in zip(attention.graphs, models, strict=True)],
+                staged.path,
+                attention.weights_file,
+                lambda: advance(1),
+            )
         write_json(staged.path / "genai_config.json", config)
         copy_tokenizer(source.model_dir, staged.path)
-        manifest = _manifest(opts, source, recipe, plan, dims, max_length, opt_report)
+        manifest = _manifest(opts, source, recipe, plan, dims, max_length, opt_report, attention)
         manifest["files"] = file_digests(staged.path)
         write_json(staged.path / "manifest.json", manifest)
         smoke = _smoke(staged.path, opts, plan, reporter, notes) if opts.smoke else None
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
-    return BuildResult(output, source, recipe.name, recipe.attention.mode, opts.ep, plan.name, max_length, files,
+    return BuildResult(output, source, recipe.name, attention.mode, opts.ep, plan.name, max_length, files,
                        opt_report, time.perf_counter() - started, smoke, notes)  # fmt: skip
 
 
@@ -178,8 +207,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _check_recipe(recipe: Recipe) -> None:
     """Refuse, before any work, a recipe asking for something the graph builder cannot do."""
     where = f"recipe {recipe.path}"
-    if recipe.attention.mode not in IMPLEMENTED_MODES:
-        raise InputError(f"{where}: attention.mode '{recipe.attention.mode}' is not implemented yet; use gqa")
     if not recipe.attention.fused_rope:
         raise InputError(f"{where}: attention.fused_rope false is not implemented; GQA applies RoPE itself")
 
@@ -211,7 +238,7 @@ def _smoke(
 
 def _manifest(
     opts: BuildOptions, source: Source, recipe: Recipe, plan: PrecisionPlan, dims: ModelDims, max_length: int,
-    opt_report: OptimizeReport,
+    opt_report: OptimizeReport, attention: AttentionPlan,
 ) -> dict[str, Any]:  # fmt: skip
     return {
         "tool": {"name": "gqa-export", "version": __version__},
@@ -222,7 +249,10 @@ def _manifest(
             "ep": opts.ep,
             "precision": plan.name,
             "max_length": max_length,
-            "attention": recipe.attention.mode,
+            "attention": attention.mode,
+            "attention_reason": attention.reason,
+            "bidirectional_token_ids": list(attention.bidirectional_ids),
+            "graphs": [g.filename for g in attention.graphs],
             "smoke": opts.smoke,
         },
         "model": {"architecture": dims.architecture, "model_type": dims.model_type, "layers": dims.num_layers},

@@ -14,7 +14,7 @@ import yaml
 
 from gqa_export.errors import InputError
 
-ATTENTION_MODES = ("gqa", "bias", "split")
+ATTENTION_MODES = ("gqa", "bias", "split", "auto")
 EPS = ("cpu", "cuda")
 PRECISIONS = ("fp32", "fp16", "bf16", "int4", "int8")
 
@@ -32,7 +32,13 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
 }
-_ATTENTION = {"mode": ATTENTION_MODES, "packed_qkv": bool, "fused_rope": bool}
+_ATTENTION = {
+    "mode": ATTENTION_MODES,
+    "packed_qkv": bool,
+    "fused_rope": bool,
+    "bidirectional_token_ids": [int],
+    "bidirectional_token_ids_key": str,  # an HF config key holding the id(s), e.g. image_token_index
+}
 # A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
 # list of that), or a dict of key -> node. Keys ending in "!" are required.
 SCHEMA: dict[str, Any] = {
@@ -57,6 +63,8 @@ class AttentionRecipe:
     mode: str = "gqa"
     packed_qkv: bool = True
     fused_rope: bool = True
+    bidirectional_token_ids: tuple[int, ...] = ()
+    bidirectional_token_ids_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,9 @@ class Recipe:
 
     def for_ep(self, ep: str) -> Recipe:
         """The recipe with its per-EP overrides applied."""
-        attention = self.overrides.get(ep, {}).get("attention")
+        attention = dict(self.overrides.get(ep, {}).get("attention") or {})
+        if "bidirectional_token_ids" in attention:
+            attention["bidirectional_token_ids"] = tuple(attention["bidirectional_token_ids"])
         return replace(self, attention=replace(self.attention, **attention)) if attention else self
 
     def as_dict(self) -> dict[str, Any]:
@@ -96,7 +106,10 @@ class Recipe:
             "match": {"model_types": list(self.model_types), "architectures": list(self.architectures)},
             "arch": self.arch,
             "genai_model_type": self.genai_model_type,
-            "attention": vars(self.attention).copy(),
+            "attention": {
+                **vars(self.attention),
+                "bidirectional_token_ids": list(self.attention.bidirectional_token_ids),
+            },
             "precision": dict(self.default_precision),
             "model": {
                 "norm_offset": self.model.norm_offset,
@@ -139,7 +152,9 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         architectures=tuple(data["match"].get("architectures", ())),
         arch=data["arch"],
         genai_model_type=data.get("genai_model_type", "decoder"),
-        attention=AttentionRecipe(**attention),
+        attention=AttentionRecipe(
+            **{**attention, "bidirectional_token_ids": tuple(attention.get("bidirectional_token_ids", ()))}
+        ),
         default_precision={"cpu": "fp32", "cuda": "fp16", **data.get("precision", {})},
         description=data.get("description", ""),
         model=ModelOptions(

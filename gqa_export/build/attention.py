@@ -50,7 +50,7 @@ def check_gqa_dims(dims: ModelDims) -> None:
             )
 
 
-def mask_values(b: GraphBuilder, attention_mask: ir.Value) -> tuple[ir.Value, ir.Value]:
+def gqa_mask_values(b: GraphBuilder, attention_mask: ir.Value) -> tuple[ir.Value, ir.Value]:
     """seqlens_k and total_sequence_length computed in-graph from the 2-D attention mask."""
     with b.scope("attn_mask"):
         total = b.op("ReduceSum", attention_mask, b.const([1], "axes", "int64"), keepdims=0)

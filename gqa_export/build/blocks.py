@@ -63,11 +63,15 @@ def rms_norm(
     return typed(out, params.dtype, [B, S, width]) if width else out
 
 
-def qkv_projection(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
-    """GQA's query/key/value inputs: one packed tensor, or three when q/k need their RMSNorms."""
+def qkv_projection(
+    lc: LayerContext, x: ir.Value, separate: bool = False
+) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
+    """GQA's query/key/value inputs: one packed tensor, or three when q/k need their RMSNorms or
+    the caller (standard Attention) needs them apart. The weights are the same either way."""
     L, dims = lc.spec.layer, lc.dims
     q_width, kv_width = dims.num_heads * dims.head_dim, dims.num_kv_heads * dims.head_dim
     qk_norm = lc.spec.qk_norm is not None
+    split = qk_norm or separate
     if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif lc.packed_qkv:
@@ -75,11 +79,11 @@ def qkv_projection(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value | 
     else:
         q, k, v = (linear(lc, x, [m], None, n) for m, n in ((L.q, "q_proj"), (L.k, "k_proj"), (L.v, "v_proj")))
         return (*_qk_norms(lc, q, k), v) if qk_norm else (q, k, v)
-    if not qk_norm:
+    if not split:
         return packed, None, None
     sizes = lc.b.const([q_width, kv_width, kv_width], "qkv_split", "int64")
     q, k, v = lc.b.op_multi("Split", packed, sizes, axis=-1, outputs=3, name="qkv_split")
-    return (*_qk_norms(lc, q, k), v)
+    return (*_qk_norms(lc, q, k), v) if qk_norm else (q, k, v)
 
 
 def _qk_norms(lc: LayerContext, q: ir.Value, k: ir.Value) -> tuple[ir.Value, ir.Value]:

@@ -9,6 +9,7 @@ shared buffer it is max_length long, not total_sequence_length (split-pipeline.m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,14 +17,23 @@ import onnx_ir as ir
 
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.build.attention import AttentionContext, check_gqa_dims, gqa, mask_values
+from gqa_export.build.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
 from gqa_export.build.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
 from gqa_export.build.dims import ModelDims
 from gqa_export.build.graph import GraphBuilder, typed
+from gqa_export.build.masks import mask_values
 from gqa_export.build.params import NUMPY_DTYPES, Params
 from gqa_export.build.rope import cos_sin_tables, longrope_switch
+from gqa_export.build.standard import rope_tables, standard_attention
 
-OPSETS = {"": 21, "com.microsoft": 1}
+# GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
+# TensorScatter-24.
+OPSETS = {
+    "gqa": {"": 21, "com.microsoft": 1},
+    "bias": {"": 24, "com.microsoft": 1},
+    "prefill": {"": 24, "com.microsoft": 1},
+}
+GRAPH_MODES = tuple(OPSETS)
 B, S, T = "batch_size", "sequence_length", "total_sequence_length"
 PAST, PRESENT = "past_sequence_length", "present_sequence_length"
 PAST_KEY, PAST_VALUE = "past_key_values.%d.key", "past_key_values.%d.value"
@@ -36,11 +46,13 @@ class GraphOptions:
     logits_dtype: ir.DataType
     rope_rows: int  # cos/sin rows: must cover search.max_length
     packed_qkv: bool = True
+    mode: str = "gqa"  # gqa | bias | prefill (the standard-Attention graph of a split pipeline)
+    bidirectional_ids: tuple[int, ...] = ()
 
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     check_gqa_dims(dims)
-    b = GraphBuilder("gqa_export_decoder", OPSETS)
+    b = GraphBuilder("gqa_export_decoder", OPSETS[opts.mode])
     hidden = [B, S, dims.hidden_size]
     kv_shape = [B, dims.num_kv_heads, PAST, dims.head_dim]
     input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
@@ -49,8 +61,27 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
         for i in range(dims.num_layers)
     ]
-    seqlens, total = mask_values(b, attention_mask)
-    ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
+    if opts.mode == "gqa":
+        seqlens, total = gqa_mask_values(b, attention_mask)
+        ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
+
+        def attend(
+            lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value]
+        ) -> tuple[ir.Value, ir.Value, ir.Value]:
+            layer = dims.layers[lc.i]
+            return gqa(b, qkv_projection(lc, x), past, ctx, dims, layer.window, layer.rope)
+    else:
+        layout = "concat" if opts.mode == "bias" else "compact"
+        windows = {layer.window for layer in dims.layers}
+        masks = mask_values(b, input_ids, attention_mask, layout, windows, opts.bidirectional_ids, opts.io_dtype)
+        total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
+        rope = rope_tables(b, masks.positions, _rope_caches(b, dims, params, opts, total))
+
+        def attend(
+            lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value]
+        ) -> tuple[ir.Value, ir.Value, ir.Value]:
+            return standard_attention(lc, x, past, masks, rope, layout)
+
     embed = b.initializer(spec.embed, params.matrix(spec.embed))
     with b.scope("embed_tokens"):
         h = typed(b.op("Gather", embed, input_ids), opts.io_dtype, hidden)
@@ -61,7 +92,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
             lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv)
-            h, present = _decoder_layer(lc, h, pasts[i], ctx)
+            h, present = _decoder_layer(lc, h, pasts[i], attend)
             presents.append(present)
 
     x = rms_norm(b, h, spec.final_norm, params, dims, "norm", dims.hidden_size)
@@ -132,14 +163,13 @@ def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Va
 
 
 def _decoder_layer(
-    lc: LayerContext, h: ir.Value, past: tuple[ir.Value, ir.Value], ctx: AttentionContext
+    lc: LayerContext, h: ir.Value, past: tuple[ir.Value, ir.Value], attend: Callable
 ) -> tuple[ir.Value, tuple[ir.Value, ir.Value]]:
     """One layer in the spec's norm layout (pre / sandwich / post)."""
     L, b = lc.spec.layer, lc.b
-    layer = lc.dims.layers[lc.i]
     x = _norm(lc, h, L.input_norm, "input_layernorm")
     with b.scope("attn"):
-        out, present_k, present_v = gqa(b, qkv_projection(lc, x), past, ctx, lc.dims, layer.window, layer.rope)
+        out, present_k, present_v = attend(lc, x, past)
         y = linear(lc, out, [L.o], None, "o_proj")
     if lc.spec.norm_layout == "pre":
         h = _residual(lc, h, y, "residual_attn")

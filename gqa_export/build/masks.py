@@ -1,0 +1,130 @@
+"""Positions and additive attention biases built in the graph from `attention_mask` (and
+`input_ids` for bidirectional blocks), for the standard-Attention graphs.
+
+Two slot layouts, one per graph kind:
+- "concat" (mode `bias`, share buffer off): ORT GenAI passes the growing past; key slot j is
+  column j of attention_mask, and a token's position is cumsum(mask) - 1 (right or left padding).
+- "compact" (the `split` prefill graph, share buffer on): the KV buffer is the one GroupQueryAttention
+  fills, where each row's tokens sit at slots 0..n-1 in position order (ort-ops.md §1.4-1.5, right
+  padding); this step's tokens are written at write_index = sum(mask) - sum(mask of this chunk).
+
+The bias is 0 where attention is allowed and the dtype's lowest finite value elsewhere (finite, so a
+row with nothing allowed - a padding query - gives a uniform softmax instead of NaN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.build.graph import GraphBuilder
+from gqa_export.build.params import NUMPY_DTYPES
+
+INT64 = ir.DataType.INT64
+
+
+@dataclass(frozen=True)
+class MaskValues:
+    """Per-graph values shared by all layers."""
+
+    positions: ir.Value  # [B,S] int64, the RoPE positions of this step's tokens
+    key_positions: ir.Value  # [B,1,T] int64, position of every key slot (invalid slots: large)
+    total_length: ir.Value  # [1] int64, T
+    write_index: ir.Value | None  # [B] int64 (compact layout only)
+    biases: dict[int, ir.Value]  # window (-1: none) -> [B,1,S,T] additive bias
+
+
+def _i64(b: GraphBuilder, values: list[int], name: str) -> ir.Value:
+    return b.const(values, name, "int64")
+
+
+def mask_values(
+    b: GraphBuilder,
+    input_ids: ir.Value,
+    attention_mask: ir.Value,
+    layout: str,
+    windows: set[int],
+    bidirectional_ids: tuple[int, ...],
+    dtype: ir.DataType,
+) -> MaskValues:
+    with b.scope("attn_bias"):
+        zero, one = _i64(b, [0], "zero"), _i64(b, [1], "one")
+        total = b.op("Shape", attention_mask, start=1, end=2)  # [1] = T
+        chunk = b.op("Shape", input_ids, start=1, end=2)  # [1] = S
+        start = b.op("Sub", total, chunk)
+        chunk_mask = b.op("Slice", attention_mask, start, total, one)  # [B,S]
+        slots = b.op("Range", _i64(b, 0, "r0"), b.op("Squeeze", total, zero), _i64(b, 1, "r1"))  # [T]
+        valid = b.op("Cast", attention_mask, to=ir.DataType.BOOL)  # [B,T]
+        if layout == "concat":
+            cumsum = b.op("Sub", b.op("CumSum", attention_mask, one), one)  # [B,T]
+            positions = b.op("Slice", cumsum, start, total, one)  # [B,S]
+            key_pos = cumsum
+            write_index = None
+        else:
+            chunk_cumsum = b.op("Sub", b.op("CumSum", chunk_mask, one), one)
+            real_total = b.op("ReduceSum", attention_mask, one, keepdims=1)  # [B,1]
+            real_chunk = b.op("ReduceSum", chunk_mask, one, keepdims=1)
+            write = b.op("Sub", real_total, real_chunk)  # [B,1]
+            write_index = b.op("Squeeze", write, one)
+            positions = b.op("Add", write, b.op("Max", chunk_cumsum, zero))  # [B,S]
+            key_pos = b.op("Expand", b.op("Unsqueeze", slots, zero), b.op("Shape", attention_mask))  # [B,T]
+            valid = b.op("Less", key_pos, real_total)  # slots past the filled region hold no key
+        key_positions = b.op("Unsqueeze", key_pos, one)  # [B,1,T]
+        q = b.op("Unsqueeze", positions, _i64(b, [2], "two"))  # [B,S,1]
+        allowed_base = b.op("And", b.op("Unsqueeze", valid, one), b.op("LessOrEqual", key_positions, q))
+        distance = b.op("Sub", q, key_positions)  # [B,S,T]
+        bidir = _bidirectional(b, input_ids, positions, key_positions, bidirectional_ids)
+        lowest = np.finfo(np.float32).min if dtype == ir.DataType.FLOAT else np.finfo(np.float16).min
+        if dtype == ir.DataType.BFLOAT16:
+            lowest = -3.3e38
+        np_dtype = NUMPY_DTYPES[dtype]
+        zero_f = b.const(np.zeros((), np_dtype), "bias_zero")
+        low_f = b.const(np.asarray(lowest, np.float32).astype(np_dtype), "bias_lowest")
+        biases = {}
+        for window in sorted(windows):
+            allowed = allowed_base
+            if window > 0:
+                allowed = b.op("And", allowed, b.op("Less", distance, _i64(b, [window], f"window{window}")))
+            if bidir is not None:
+                allowed = b.op("Or", allowed, b.op("And", bidir, b.op("Unsqueeze", valid, one)))
+            bias = b.op("Where", allowed, zero_f, low_f)
+            biases[window] = b.op("Unsqueeze", bias, one, name=f"bias_window{window}")  # [B,1,S,T]
+    return MaskValues(positions, key_positions, total, write_index, biases)
+
+
+def _bidirectional(
+    b: GraphBuilder, input_ids: ir.Value, positions: ir.Value, key_positions: ir.Value, ids: tuple[int, ...]
+) -> ir.Value | None:
+    """[B,S,T] True where query and key sit in the same maximal run of `ids` in this chunk.
+
+    A run is contiguous in position; each query in a run may see keys whose positions fall in
+    [run start, run end] (future ones included). Outside runs nothing changes.
+    """
+    if not ids:
+        return None
+    with b.scope("bidirectional"):
+        one, two = _i64(b, [1], "one"), _i64(b, [2], "two")
+        is_bi = b.op("Equal", b.op("Unsqueeze", input_ids, two), _i64(b, [list(ids)], "ids"))  # [B,S,K]
+        is_bi = b.op(
+            "Cast", b.op("ReduceMax", b.op("Cast", is_bi, to=ir.DataType.INT64), two, keepdims=0), to=ir.DataType.BOOL
+        )
+        bi_int = b.op("Cast", is_bi, to=INT64)
+        prev = b.op("Pad", bi_int, b.const([0, 1, 0, 0], "pad_prev", "int64"))  # [B,S+1]
+        prev = b.op("Slice", prev, _i64(b, [0], "s0"), b.op("Shape", bi_int, start=1, end=2), one)
+        starts = b.op("Mul", bi_int, b.op("Sub", _i64(b, [1], "one_i"), prev))  # run starts
+        run_id = b.op("CumSum", starts, one)  # [B,S]
+        same = b.op(
+            "And",
+            b.op("Equal", b.op("Unsqueeze", run_id, two), b.op("Unsqueeze", run_id, one)),
+            b.op("And", b.op("Unsqueeze", is_bi, two), b.op("Unsqueeze", is_bi, one)),
+        )  # [B,S,S]
+        pos_j = b.op("Unsqueeze", positions, one)  # [B,1,S]
+        big, small = _i64(b, [1 << 40], "big"), _i64(b, [-1], "small")
+        run_start = b.op("ReduceMin", b.op("Where", same, pos_j, big), two, keepdims=1)  # [B,S,1]
+        run_end = b.op("ReduceMax", b.op("Where", same, pos_j, small), two, keepdims=1)
+        inside = b.op(
+            "And", b.op("GreaterOrEqual", key_positions, run_start), b.op("LessOrEqual", key_positions, run_end)
+        )
+        return b.op("And", inside, b.op("Unsqueeze", is_bi, two))  # [B,S,T]

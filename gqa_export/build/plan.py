@@ -1,0 +1,79 @@
+"""Which graphs an attention mode exports, and how ORT GenAI runs them.
+
+- gqa: one graph, GroupQueryAttention, share buffer on.
+- bias: one graph, standard Attention-24 with an additive bias, share buffer off (ORT GenAI
+  hands it a growing past; a standard op cannot use a max_length buffer, ortgenai.md §2.4).
+- split: a decoder-pipeline of `prefill.onnx` (standard Attention + bias, TensorScatter into the
+  shared buffer) for prompts and `decode.onnx` (the gqa graph) for generated tokens, on one shared
+  KV buffer (split-pipeline.md). ORT GenAI picks the stage by `next_tokens.size() > 1`: a
+  one-token prompt runs decode, and every step of a batch > 1 runs prefill, so both graphs are
+  complete and exact for any length.
+
+`auto` is gqa unless the prompt can hold bidirectional blocks (GQA cannot express them without
+a bias): then split on every EP. CUDA's GQA takes no attention_bias. On CPU GQA would accept
+one, but the bias only matters for the prompt: split keeps the bias-free GQA decode (the whole
+fast path, including the in-place cache) and builds the bias once per prompt, where a biased GQA
+graph would rebuild a [B,1,1,T] bias on every generated token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gqa_export.errors import InputError
+from gqa_export.recipes import AttentionRecipe
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    filename: str
+    mode: str  # a build.decoder.GRAPH_MODES entry
+    run_on_prompt: bool = True
+    run_on_token_gen: bool = True
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    mode: str  # gqa | bias | split
+    bidirectional_ids: tuple[int, ...]
+    graphs: tuple[GraphSpec, ...]
+    weights_file: str
+    reason: str
+
+
+def bidirectional_ids(attention: AttentionRecipe, hf_config: Any, requested: tuple[int, ...] | None) -> tuple[int, ...]:
+    """CLI ids win; else the recipe's list; else the recipe's config key (e.g. image_token_index)."""
+    if requested is not None:
+        return tuple(requested)
+    if attention.bidirectional_token_ids:
+        return attention.bidirectional_token_ids
+    key = attention.bidirectional_token_ids_key
+    if key:
+        value = getattr(hf_config, key, None)
+        if value is None:
+            raise InputError(f"recipe takes bidirectional_token_ids from config key '{key}', which the config lacks")
+        return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    return ()
+
+
+def plan_attention(requested: str, ids: tuple[int, ...]) -> AttentionPlan:
+    mode, reason = requested, f"attention {requested} requested"
+    if requested == "auto":
+        mode = "split" if ids else "gqa"
+        reason = "bidirectional token ids set: split (bias-free GQA decode)" if ids else "no bidirectional ids: gqa"
+    if mode == "gqa" and ids:
+        raise InputError(
+            "attention gqa cannot express bidirectional token blocks; use --attention split (or bias, or auto)"
+        )
+    if mode == "gqa":
+        graphs = (GraphSpec("model.onnx", "gqa"),)
+    elif mode == "bias":
+        graphs = (GraphSpec("model.onnx", "bias"),)
+    else:
+        graphs = (
+            GraphSpec("decode.onnx", "gqa", run_on_prompt=False, run_on_token_gen=True),
+            GraphSpec("prefill.onnx", "prefill", run_on_prompt=True, run_on_token_gen=False),
+        )
+    weights = "model.onnx.data" if len(graphs) == 1 else "weights.onnx.data"
+    return AttentionPlan(mode, tuple(ids), graphs, weights, reason)

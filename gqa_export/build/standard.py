@@ -1,0 +1,86 @@
+"""Standard ONNX Attention (opset 24) layers for modes `bias` and `split` (its prefill graph).
+
+- RoPE is applied with plain ops (Gather of the same cos/sin tables GQA uses, rotate-half), so the
+  tables and initializer names are shared with the GQA decode graph.
+- `bias` (layout "concat"): Attention gets past_key/past_value and concatenates (present = past +
+  S); ORT GenAI must run it with past_present_share_buffer false (ortgenai.md §2.4, §6b).
+- `prefill` (layout "compact"): TensorScatter (opset 24, axis 2) writes this step's K/V into the
+  shared max_length buffer at write_index per row, in place when ORT GenAI binds one buffer as
+  input and output; Attention then reads the buffer's first T slots (split-pipeline.md).
+- Masks come as an additive float bias (`masks.py`); softcap is the op's attribute, applied
+  before the bias as in GQA (ort-ops.md §2.1-2.2).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from gqa_export.build.blocks import LayerContext, qkv_projection
+from gqa_export.build.masks import MaskValues
+
+
+def rope_tables(
+    b, positions: ir.Value, caches: dict[str, tuple[ir.Value, ir.Value]]
+) -> dict[str, tuple[ir.Value, ir.Value]]:
+    """cos/sin rows for this step's positions, [B,S,1,rot/2], once per rope key."""
+    out = {}
+    with b.scope("rope"):
+        axis = b.const([2], "head_axis", "int64")
+        for key, (cos, sin) in caches.items():
+            out[key] = (
+                b.op("Unsqueeze", b.op("Gather", cos, positions), axis, name=f"{key}_cos"),
+                b.op("Unsqueeze", b.op("Gather", sin, positions), axis, name=f"{key}_sin"),
+            )
+    return out
+
+
+def _rotate(lc: LayerContext, x: ir.Value, cos: ir.Value, sin: ir.Value, rotary_dim: int, name: str) -> ir.Value:
+    """HF rotate-half RoPE on x [B,S,N,D]: the first rotary_dim channels rotate, the rest pass."""
+    b, d = lc.b, lc.dims.head_dim
+    half = rotary_dim // 2
+    sizes = [half, half] + ([d - rotary_dim] if d > rotary_dim else [])
+    parts = b.op_multi(
+        "Split", x, b.const(sizes, "rope_split", "int64"), axis=-1, outputs=len(sizes), name=f"{name}/Split"
+    )
+    x1, x2 = parts[0], parts[1]
+    out1 = b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin))
+    out2 = b.op("Add", b.op("Mul", x2, cos), b.op("Mul", x1, sin))
+    return b.op("Concat", out1, out2, *parts[2:], axis=-1, name=f"{name}/Concat")
+
+
+def standard_attention(
+    lc: LayerContext,
+    x: ir.Value,
+    past: tuple[ir.Value, ir.Value],
+    masks: MaskValues,
+    rope: dict[str, tuple[ir.Value, ir.Value]],
+    layout: str,
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """Returns (output [B,S,Nq*D], present_key, present_value)."""
+    b, dims = lc.b, lc.dims
+    layer = dims.layers[lc.i]
+    q, k, v = qkv_projection(lc, x, separate=True)
+    heads = {"q": dims.num_heads, "k": dims.num_kv_heads, "v": dims.num_kv_heads}
+    bnsh = {}
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        shaped = b.op("Reshape", value, b.const([0, 0, heads[name], dims.head_dim], f"{name}_heads", "int64"))
+        if name != "v" and layer.rope is not None:
+            cos, sin = rope[layer.rope]
+            shaped = _rotate(lc, shaped, cos, sin, dims.ropes[layer.rope].rotary_dim, f"{name}_rope")
+        bnsh[name] = b.op("Transpose", shaped, perm=[0, 2, 1, 3], name=f"{name}_bnsh")
+    bias = masks.biases[layer.window]
+    attrs = dict(scale=dims.attention_scale, softcap=dims.attn_softcap or None, is_causal=0)
+    if layout == "concat":
+        y, present_k, present_v = b.op_multi(
+            "Attention", bnsh["q"], bnsh["k"], bnsh["v"], bias, past[0], past[1], outputs=3, **attrs
+        )
+    else:
+        present_k = b.op("TensorScatter", past[0], bnsh["k"], masks.write_index, axis=2, name="k_scatter")
+        present_v = b.op("TensorScatter", past[1], bnsh["v"], masks.write_index, axis=2, name="v_scatter")
+        zero, axis = b.const([0], "slot0", "int64"), b.const([2], "seq_axis", "int64")
+        keys = b.op("Slice", present_k, zero, masks.total_length, axis)
+        values = b.op("Slice", present_v, zero, masks.total_length, axis)
+        y = b.op("Attention", bnsh["q"], keys, values, bias, **attrs)
+    y = b.op("Transpose", y, perm=[0, 2, 1, 3], name="y_bsnh")
+    y = b.op("Reshape", y, b.const([0, 0, dims.num_heads * dims.head_dim], "y_flat", "int64"))
+    return y, present_k, present_v

@@ -1,0 +1,161 @@
+"""Attention modes gqa / bias / split: greedy onnxruntime-genai tokens equal HF generate, and
+bidirectional prompt blocks equal HF run with the equivalent 4D additive mask."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from reference import hf_generate, hf_model
+
+from gqa_export.pipeline import BuildOptions, build
+from gqa_export.run import generate_greedy, load
+
+MODES = ("gqa", "bias", "split")
+PROMPTS = [
+    [0],  # one token: ORT GenAI runs the split pipeline's decode graph for it
+    [0, 17, 45, 99, 200, 3, 7],
+    [(11 * i + 5) % 380 for i in range(30)],  # far longer than the sliding window (8)
+]
+NEW = 40
+BIDIR = (300, 301)
+# Two runs of bidirectional ids: positions 3-5 and 8-9.
+BIDIR_PROMPT = [0, 17, 45, 300, 301, 300, 99, 200, 301, 301, 7, 64]
+
+
+@pytest.fixture(scope="module")
+def packages(checkpoints, tmp_path_factory):
+    made = {}
+
+    def get(variant: str, mode: str, ids: tuple[int, ...] | None = None):
+        key = (variant, mode, ids)
+        if key not in made:
+            out = tmp_path_factory.mktemp("modes") / f"{variant}-{mode}"
+            build(BuildOptions(str(checkpoints.get(variant)), out, smoke=False, attention=mode, bidirectional_ids=ids))
+            made[key] = out
+        return made[key]
+
+    return get
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("variant", ["gqa", "mistral_window", "gemma2_softcap_window"])
+def test_modes_generate_like_hf(packages, checkpoints, variant, mode):
+    package = packages(variant, mode)
+    hf = hf_model(checkpoints.get(variant))
+    model = load(package, "cpu")
+    for prompt in PROMPTS:
+        got = generate_greedy(package, prompt, NEW, min_new_tokens=NEW, model=model)
+        assert got.tokens == hf_generate(hf, prompt, NEW), (mode, prompt)
+
+
+@pytest.mark.parametrize("mode", ["bias", "split"])
+def test_ragged_batch(packages, checkpoints, mode):
+    """Batch 2: every step of a split pipeline runs its prefill graph (next_tokens.size() > 1)."""
+    import onnxruntime_genai as og
+
+    package = packages("mistral_window", mode)
+    model = load(package, "cpu")
+    prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64, 11, 12]]
+    width, new = max(map(len, prompts)), 20
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, batch_size=2, max_length=width + new, min_length=width + new)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array([p + [5] * (width - len(p)) for p in prompts], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    hf = hf_model(checkpoints.get("mistral_window"))
+    for row, prompt in enumerate(prompts):
+        sequence = [int(t) for t in generator.get_sequence(row)]
+        assert sequence[width:] == hf_generate(hf, prompt, new), (mode, row)
+
+
+def test_split_package_layout(packages):
+    package = packages("gqa", "split")
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["model"]["type"] == "decoder-pipeline"
+    assert config["search"]["past_present_share_buffer"] is True
+    (stages,) = config["model"]["decoder"]["pipeline"]
+    assert stages["prefill"]["run_on_prompt"] and not stages["prefill"]["run_on_token_gen"]
+    assert stages["decode"]["run_on_token_gen"] and not stages["decode"]["run_on_prompt"]
+    assert stages["prefill"]["inputs"] == stages["decode"]["inputs"]
+    assert stages["prefill"]["outputs"] == stages["decode"]["outputs"]
+    gqa_weights = (packages("gqa", "gqa") / "model.onnx.data").stat().st_size
+    assert (package / "weights.onnx.data").stat().st_size == gqa_weights  # stored once
+    assert not (package / "model.onnx.data").exists()
+    assert (package / "prefill.onnx").stat().st_size < 200_000  # references, no weight bytes inside
+
+
+def test_bias_mode_turns_share_buffer_off(packages):
+    config = json.loads((packages("gqa", "bias") / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is False
+
+
+def _hf_bidirectional(hf, prompt: list[int], ids: tuple[int, ...], new: int):
+    """HF with the 4D additive mask: causal, plus every run of `ids` attending within itself;
+    then greedy decoding through HF's cache with the plain causal mask."""
+    import torch
+
+    n = len(prompt)
+    allowed = np.tril(np.ones((n, n), dtype=bool))
+    bi = np.isin(prompt, ids)
+    run = np.cumsum(bi & ~np.concatenate([[False], bi[:-1]]))
+    allowed |= bi[:, None] & bi[None, :] & (run[:, None] == run[None, :])
+    mask = torch.where(torch.tensor(allowed), 0.0, torch.finfo(torch.float32).min)[None, None]
+    with torch.no_grad():
+        out = hf(torch.tensor([prompt]), attention_mask=mask, use_cache=True)
+        logits, past, tokens = [out.logits[0].numpy()], out.past_key_values, []
+        eos = hf.config.eos_token_id
+        for _ in range(new):
+            scores = logits[-1][-1].copy()
+            scores[eos] = -np.inf  # EOS suppressed, as min_length does in onnxruntime-genai
+            tokens.append(int(scores.argmax()))
+            step = torch.tensor([[tokens[-1]]])
+            out = hf(step, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits.append(out.logits[0].numpy())
+    return logits[0], tokens
+
+
+@pytest.mark.parametrize("mode", ["bias", "split", "auto"])
+def test_bidirectional_blocks_match_hf_4d_mask(packages, checkpoints, mode):
+    import onnxruntime_genai as og
+
+    package = packages("gqa", mode, BIDIR)
+    if mode == "auto":
+        assert json.loads((package / "manifest.json").read_text())["options"]["attention"] == "split"
+    hf = hf_model(checkpoints.get("gqa"))
+    ref_logits, ref_tokens = _hf_bidirectional(hf, BIDIR_PROMPT, BIDIR, 24)
+    model = load(package, "cpu")
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=len(BIDIR_PROMPT) + 24, min_length=len(BIDIR_PROMPT) + 24)
+    generator = og.Generator(model, params)
+    generator.append_tokens(BIDIR_PROMPT)
+    prompt_logits = np.asarray(generator.get_output("logits"))[0]
+    np.testing.assert_allclose(prompt_logits, ref_logits, atol=1e-4, rtol=1e-4)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    assert tokens == ref_tokens
+
+
+def test_bidirectional_ids_change_the_prompt_logits(packages, checkpoints):
+    """The blocks matter: plain causal logits differ from the bidirectional ones."""
+    hf = hf_model(checkpoints.get("gqa"))
+    bi_logits, _ = _hf_bidirectional(hf, BIDIR_PROMPT, BIDIR, 0)
+    causal_logits, _ = _hf_bidirectional(hf, BIDIR_PROMPT, (), 0)
+    assert np.abs(bi_logits[3:] - causal_logits[3:]).max() > 1e-2
+    np.testing.assert_allclose(bi_logits[:3], causal_logits[:3], atol=1e-5)
+
+
+def test_gqa_refuses_bidirectional_ids(checkpoints, tmp_path):
+    from gqa_export.errors import InputError
+
+    with pytest.raises(InputError, match="attention gqa cannot express bidirectional token blocks"):
+        build(
+            BuildOptions(
+                str(checkpoints.get("gqa")), tmp_path / "p", smoke=False, attention="gqa", bidirectional_ids=BIDIR
+            )
+        )
