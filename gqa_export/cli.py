@@ -170,6 +170,82 @@ def fetch(
     print(source.model_dir)
 
 
+@app.command("inspect")
+def inspect_command(
+    path: Annotated[Path, typer.Argument(help="Package folder, genai_config.json or a bare .onnx file.")],
+    source: Annotated[
+        Optional[Path], typer.Option("--source", help="HF model folder to cross-check (config, generation_config).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: summary, layers, findings.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too (exit 1).")] = False,
+) -> None:
+    """Describe a package (I/O, attention per layer, KV layout) and lint it. Exit 1 on errors."""
+    from gqa_export.inspect_report import inspect_package
+
+    try:
+        report = inspect_package(path, source)
+    except GqaExportError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        print(json.dumps(report))
+    else:
+        from gqa_export.render import inspect_report
+
+        inspect_report(out, report)
+    failing = {"error", "warning"} if strict else {"error"}
+    if any(f["severity"] in failing for f in report["findings"]):
+        raise typer.Exit(code=1)
+
+
+@app.command("run")
+def run_command(
+    path: Annotated[Path, typer.Argument(help="Package folder.")],
+    prompt: Annotated[Optional[str], typer.Option("--prompt", help="Prompt text, or - to read stdin.")] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate at most.")] = 128,
+    ep: Annotated[str, typer.Option("--ep", help="cpu or cuda.")] = "cpu",
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sample with this temperature.")] = None,
+    top_p: Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling.")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Top-k sampling.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed for sampling.")] = None,
+    chat: Annotated[bool, typer.Option("--chat", help="Apply the tokenizer's chat template.")] = False,
+    system: Annotated[Optional[str], typer.Option("--system", help="System message (implies --chat).")] = None,
+    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Multi-turn chat on stdin.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming.")] = False,
+) -> None:
+    """Generate from a package with onnxruntime-genai, streaming text as it comes."""
+    from gqa_export.chat import Session
+
+    if not interactive and prompt is None:
+        raise _fail(GqaExportError("pass --prompt TEXT (or --prompt - to read stdin), or --interactive"))
+    if ep not in ("cpu", "cuda"):
+        raise _fail(GqaExportError(f"unknown --ep '{ep}'; choose cpu or cuda"))
+    text = sys.stdin.read() if prompt == "-" else prompt
+    try:
+        session = Session(
+            path,
+            ep,
+            max_new_tokens,
+            (temperature, top_p, top_k, seed),
+            chat or system is not None or interactive,
+            system,
+        )
+    except GqaExportError as exc:
+        raise _fail(exc) from None
+    if interactive:
+        session.interactive(sys.stdin, lambda piece: out.print(piece, end="", markup=False, highlight=False), err)
+        return
+    assert text is not None
+    result = session.turn(text, None if as_json else (lambda piece: print(piece, end="", flush=True)))
+    if as_json:
+        print(json.dumps(session.result_json(result)))
+        return
+    print()
+    err.print(
+        f"[dim]{result.prompt_tokens} prompt tokens, {len(result.tokens)} new tokens, prefill {result.prefill_ms:.1f} ms, "
+        f"{result.decode_tokens_per_s:.1f} tok/s[/]"
+    )
+
+
 recipes_app = typer.Typer(help="List the built-in recipes or show one.", invoke_without_command=True)
 app.add_typer(recipes_app, name="recipes")
 

@@ -82,6 +82,11 @@ def make_genai_config(
         },
     }
     decoder = model["decoder"]
+    if len(stages) > 1 and opts.ep == "cpu":
+        # ORT repacks fp32 MatMul weights into each session's own memory; two sessions would hold
+        # them twice. Unpacked, both map the one data file (PSS 670 vs 1052 MiB for a 150M model,
+        # decode speed within noise: benchmarks/results/attention_modes.md).
+        decoder["session_options"]["session.disable_prepacking"] = "1"
     if len(stages) == 1:
         decoder["filename"] = stages[0].filename
     else:

@@ -1,4 +1,4 @@
-"""Generation through onnxruntime-genai: the build's smoke run and (later) `gqa-export run`.
+"""Generation through onnxruntime-genai: the build's smoke run and `gqa-export run`.
 
 Provider choice goes through `og.Config`: `clear_providers()` leaves CPU, `append_provider("cuda")`
 adds CUDA, overriding what genai_config.json says (a CUDA package can thus be run on CPU where
@@ -8,10 +8,13 @@ its dtype has CPU kernels).
 from __future__ import annotations
 
 import ctypes
+import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gqa_export.errors import SmokeRunError
 
@@ -97,3 +100,107 @@ def smoke_run(package: Path, ep: str) -> GenerationResult:
         raise
     except Exception as exc:  # onnxruntime-genai raises plain RuntimeError for everything
         raise SmokeRunError(f"smoke run on {ep} failed: {str(exc).strip().splitlines()[0]}") from exc
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Greedy unless any of temperature / top_p / top_k is given."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+
+    def search_options(self) -> dict[str, Any]:
+        if self.temperature is None and self.top_p is None and self.top_k is None:
+            return {"do_sample": False}
+        options: dict[str, Any] = {"do_sample": True}
+        if self.temperature is not None:
+            options["temperature"] = self.temperature
+        if self.top_p is not None:
+            options["top_p"] = self.top_p
+        if self.top_k is not None:
+            options["top_k"] = self.top_k
+        if self.seed is not None:
+            options["random_seed"] = self.seed
+        return options
+
+
+def adds_bos(package: Path) -> bool:
+    """Whether HF's tokenizer would put BOS in front of plain text (onnxruntime-genai 0.18's
+    encode never does): tokenizer_config add_bos_token, or a TemplateProcessing post-processor
+    that starts with a special token (Llama-3 style)."""
+    config = _json(package / "tokenizer_config.json")
+    if "add_bos_token" in config:
+        return bool(config["add_bos_token"])
+    post = _json(package / "tokenizer.json").get("post_processor") or {}
+    steps = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
+    for step in steps:
+        if step.get("type") == "TemplateProcessing" and step.get("single"):
+            return "SpecialToken" in step["single"][0]
+    return False
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The tokenizer's chat template (from tokenizer_config.json) applied to the messages."""
+    return tokenizer.apply_chat_template(json.dumps(messages), add_generation_prompt=True)
+
+
+def prompt_tokens(package: Path, model: Any, text: str, messages: list[dict[str, str]] | None) -> list[int]:
+    import onnxruntime_genai as og
+
+    tokenizer = og.Tokenizer(model)
+    if messages is not None:
+        return [int(t) for t in tokenizer.encode(chat_prompt(tokenizer, messages))]
+    ids = [int(t) for t in tokenizer.encode(text)]
+    bos = _json(package / "genai_config.json").get("model", {}).get("bos_token_id")
+    if bos is not None and adds_bos(package) and (not ids or ids[0] != bos):
+        ids = [int(bos), *ids]
+    return ids
+
+
+def stream(
+    package: Path,
+    model: Any,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    sampling: Sampling,
+    on_text: Callable[[str], None],
+    ep: str = "cpu",
+) -> GenerationResult:
+    """Generate, calling `on_text` with each decoded piece as it comes."""
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    context = _json(package / "genai_config.json").get("model", {}).get("context_length") or 0
+    max_length = len(prompt_ids) + max_new_tokens
+    if context and max_length > context:
+        max_length = context
+    params.set_search_options(max_length=max_length, **sampling.search_options())
+    generator = og.Generator(model, params)
+    tokenizer_stream = og.Tokenizer(model).create_stream()
+    start = time.perf_counter()
+    generator.append_tokens(prompt_ids)
+    prefill = time.perf_counter() - start
+    tokens: list[int] = []
+    pieces: list[str] = []
+    start = time.perf_counter()
+    while not generator.is_done():
+        generator.generate_next_token()
+        token = int(generator.get_next_tokens()[0])
+        tokens.append(token)
+        piece = tokenizer_stream.decode(token)
+        if piece:
+            pieces.append(piece)
+            on_text(piece)
+    decode = time.perf_counter() - start
+    return GenerationResult(
+        ep, len(prompt_ids), tokens, "".join(pieces), prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0
+    )

@@ -216,7 +216,7 @@ def test_set_unpacked_qkv_stays_exact(checkpoints, tmp_path):
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("attention.mode=bias", "attention.mode 'bias' is not implemented yet"),
+        ("attention.bidirectional_token_ids=[300]", "attention gqa cannot express bidirectional token blocks"),
         ("attention.fused_rope=false", "attention.fused_rope false is not implemented"),
         ("attention.modee=gqa", "unknown key 'attention.modee'"),
     ],

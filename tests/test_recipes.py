@@ -36,7 +36,7 @@ def test_user_recipe_defaults(tmp_path):
     [
         (
             GOOD.replace("mode: gqa", "mode: gpa"),
-            r"r.yaml:6: attention.mode: expected one of gqa, bias, split, got 'gpa'",
+            r"r.yaml:6: attention.mode: expected one of gqa, bias, split, auto, got 'gpa'",
         ),
         (GOOD + "atention: {}\n", r"r.yaml:7: unknown key 'atention'"),
         (GOOD.replace("arch: llama\n", ""), r"r.yaml:1: <top>: missing required key 'arch'"),

@@ -1,0 +1,70 @@
+"""A generation session for `gqa-export run`: one-shot prompts and multi-turn chat.
+
+Multi-turn chat re-feeds the whole conversation through the chat template every turn, in a new
+generator: onnxruntime-genai 0.18 loses the last sampled token's KV when `append_tokens` follows
+`generate_next_token` (split-pipeline.md, pitfalls), so continuing one generator would be wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+
+from gqa_export.errors import InputError
+from gqa_export.run import GenerationResult, Sampling, load, prompt_tokens, stream
+
+
+class Session:
+    def __init__(
+        self,
+        package: Path,
+        ep: str,
+        max_new_tokens: int,
+        sampling: tuple[float | None, float | None, int | None, int | None],
+        chat: bool,
+        system: str | None,
+    ) -> None:
+        if not (package / "genai_config.json").is_file():
+            raise InputError(f"{package} is not a package folder (no genai_config.json)")
+        self.package, self.ep, self.max_new_tokens = package, ep, max_new_tokens
+        self.sampling = Sampling(*sampling)
+        self.chat = chat
+        self.history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+        try:
+            self.model = load(package, ep)
+        except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
+            raise InputError(f"cannot load {package} on {ep}: {str(exc).strip().splitlines()[0]}") from None
+
+    def turn(self, text: str, on_text: Callable[[str], None] | None) -> GenerationResult:
+        messages = [*self.history, {"role": "user", "content": text}] if self.chat else None
+        ids = prompt_tokens(self.package, self.model, text, messages)
+        result = stream(
+            self.package, self.model, ids, self.max_new_tokens, self.sampling, on_text or (lambda _: None), self.ep
+        )
+        if self.chat:
+            self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": result.text}]
+        return result
+
+    def interactive(self, stdin: IO[str], write: Callable[[str], Any], console: Console) -> None:
+        console.print("[dim]chat: an empty line or end of input quits[/]")
+        while True:
+            console.print("[bold]> [/]", end="")
+            line = stdin.readline()
+            if not line or not line.strip():
+                return
+            result = self.turn(line.rstrip("\n"), write)
+            write("\n")
+            console.print(f"[dim]{len(result.tokens)} tokens, {result.decode_tokens_per_s:.1f} tok/s[/]")
+
+    @staticmethod
+    def result_json(result: GenerationResult) -> dict[str, Any]:
+        return {
+            "text": result.text,
+            "prompt_tokens": result.prompt_tokens,
+            "new_tokens": len(result.tokens),
+            "prefill_ms": round(result.prefill_ms, 3),
+            "decode_tokens_per_s": round(result.decode_tokens_per_s, 2),
+        }

@@ -1,0 +1,307 @@
+"""Read any ORT GenAI package (ours, the official builder's, other exporters') or a bare .onnx.
+
+Everything comes from the files themselves: genai_config.json (raw JSON, no assumptions about who
+wrote it), the ONNX graphs (loaded without their external data), and, where present, the HF
+config.json / generation_config.json in the package folder or the `source` folder given. The
+lints that judge the result live in `lints.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import TensorProto, helper
+
+from gqa_export.errors import InputError
+
+ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
+_LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
+_PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
+BYTES = {
+    TensorProto.FLOAT: 4,
+    TensorProto.FLOAT16: 2,
+    TensorProto.BFLOAT16: 2,
+    TensorProto.UINT8: 1,
+    TensorProto.INT8: 1,
+}
+
+
+@dataclass
+class LayerAttention:
+    graph: str
+    layer: int | None
+    op: str
+    num_heads: int | None
+    kv_heads: int | None
+    head_dim: int | None
+    do_rotary: bool
+    local_window_size: int
+    softcap: float
+    packed_qkv: bool
+    fused_rope: bool
+
+
+@dataclass
+class GraphInfo:
+    filename: str
+    role: str  # "decoder" or a pipeline stage id
+    run_on_prompt: bool = True
+    run_on_token_gen: bool = True
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    ops: dict[str, int] = field(default_factory=dict)
+    opsets: dict[str, int] = field(default_factory=dict)
+    weights: dict[str, str] = field(default_factory=dict)  # weight kind -> precision
+    parameters: int = 0
+    attention: list[LayerAttention] = field(default_factory=list)
+    rope_rows: int | None = None  # rows of the cos/sin caches GQA reads
+    unused_inputs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Package:
+    path: Path
+    config: dict[str, Any] | None
+    graphs: list[GraphInfo]
+    hf_config: dict[str, Any] | None
+    generation: dict[str, Any] | None
+    files: dict[str, int]
+    missing_files: list[str]
+
+    @property
+    def decoder(self) -> dict[str, Any]:
+        return ((self.config or {}).get("model") or {}).get("decoder") or {}
+
+    @property
+    def max_length(self) -> int | None:
+        if not self.config:
+            return None
+        search = self.config.get("search") or {}
+        return int(search.get("max_length") or self.config["model"].get("context_length") or 0) or None
+
+    def kv_bytes_per_row(self) -> int | None:
+        """KV cache bytes for one batch row at max_length, from the graph's past inputs."""
+        if not self.graphs or not self.max_length:
+            return None
+        total = 0
+        for info in self.graphs[0].inputs:
+            if _PAST.match(info["name"]):
+                shape = info["shape"]
+                kv, dim = shape[1], shape[3]
+                kv = kv if isinstance(kv, int) else self.decoder.get("num_key_value_heads")
+                dim = dim if isinstance(dim, int) else self.decoder.get("head_size")
+                if not kv or not dim:
+                    return None
+                total += kv * dim * self.max_length * BYTES.get(info["elem_type"], 2)
+        return total
+
+
+def load_package(path: Path, source: Path | None = None) -> Package:
+    path = path.expanduser()
+    if not path.exists():
+        raise InputError(f"{path} does not exist; pass a package folder, a genai_config.json or an .onnx file")
+    if path.suffix == ".onnx":
+        folder, config, stages = path.parent, None, [(path.name, "model", True, True)]
+    else:
+        folder = path.parent if path.is_file() else path
+        config_path = folder / "genai_config.json"
+        if not config_path.is_file():
+            raise InputError(f"{folder} has no genai_config.json; pass a package folder or a bare .onnx file")
+        try:
+            config = json.loads(config_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{config_path} is not valid JSON ({exc})") from None
+        stages = _stages(config)
+    graphs, missing = [], []
+    for filename, role, on_prompt, on_gen in stages:
+        file = folder / filename
+        if not file.is_file():
+            missing.append(filename)
+            continue
+        graphs.append(_graph_info(file, role, on_prompt, on_gen, config))
+    hf_dir = source or folder
+    files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
+    return Package(
+        folder, config, graphs, _json(hf_dir / "config.json"), _json(hf_dir / "generation_config.json"), files, missing
+    )
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _stages(config: dict[str, Any]) -> list[tuple[str, str, bool, bool]]:
+    decoder = (config.get("model") or {}).get("decoder") or {}
+    pipeline = decoder.get("pipeline")
+    if not pipeline:
+        return [(decoder.get("filename", "model.onnx"), "decoder", True, True)]
+    entries = pipeline if isinstance(pipeline, list) else [pipeline]
+    return [
+        (
+            stage.get("filename", f"{sid}.onnx"),
+            sid,
+            stage.get("run_on_prompt", True),
+            stage.get("run_on_token_gen", True),
+        )
+        for entry in entries
+        for sid, stage in entry.items()
+    ]
+
+
+def _value_info(v: onnx.ValueInfoProto) -> dict[str, Any]:
+    t = v.type.tensor_type
+    shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+    return {
+        "name": v.name,
+        "dtype": TensorProto.DataType.Name(t.elem_type).lower(),
+        "elem_type": t.elem_type,
+        "shape": shape,
+    }
+
+
+def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: dict[str, Any] | None) -> GraphInfo:
+    try:
+        model = onnx.load(str(file), load_external_data=False)
+    except Exception as exc:  # protobuf raises DecodeError and friends
+        raise InputError(f"{file} is not a readable ONNX model ({exc})") from None
+    g = model.graph
+    info = GraphInfo(file.name, role, on_prompt, on_gen)
+    info.inputs = [_value_info(v) for v in g.input]
+    info.outputs = [_value_info(v) for v in g.output]
+    info.ops = dict(Counter(n.op_type for n in g.node).most_common())
+    info.opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
+    used = {i for n in g.node for i in n.input} | {
+        i for n in g.node for a in n.attribute if a.g for s in a.g.node for i in s.input
+    }
+    info.unused_inputs = [v.name for v in g.input if v.name not in used]
+    inits = {t.name: t for t in g.initializer}
+    info.weights, info.parameters = _weights(g, inits)
+    decoder = ((config or {}).get("model") or {}).get("decoder") or {}
+    past_dims = {int(m.group(1)): v["shape"] for v in info.inputs if (m := _PAST.match(v["name"]))}
+    for index, node in enumerate(n for n in g.node if n.op_type in ATTENTION_OPS):
+        info.attention.append(_attention(node, index, inits, decoder, past_dims, info))
+    return info
+
+
+def _weights(g: onnx.GraphProto, inits: dict[str, TensorProto]) -> tuple[dict[str, str], int]:
+    kinds: dict[str, set[str]] = {}
+    params = 0
+    for node in g.node:
+        for pos, name in enumerate(node.input):
+            t = inits.get(name)
+            if t is None:
+                continue
+            dtype = TensorProto.DataType.Name(t.data_type).lower()
+            count = 1
+            for d in t.dims:
+                count *= d
+            if node.op_type in ("MatMulNBits", "GatherBlockQuantized") and pos == 0:
+                a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+                bits = a.get("bits", 4)
+                kind = "linear" if node.op_type == "MatMulNBits" else "embedding"
+                kinds.setdefault(kind, set()).add(f"int{bits} (block {a.get('block_size', '?')})")
+                params += count * 8 // bits
+            elif (
+                (pos == 0
+                and node.op_type == "Gather")
+                or (node.op_type == "Gemm" and pos == 1 and name in _gather_tables(g))
+            ):
+                kinds.setdefault("embedding", set()).add(dtype)
+                params += count
+            elif node.op_type in ("MatMul", "Gemm") and pos == 1:
+                kinds.setdefault("linear", set()).add(dtype)
+                params += count
+            elif "LayerNormalization" in node.op_type and pos in (1, 2):
+                kinds.setdefault("norm", set()).add(dtype)
+                params += count
+            elif node.op_type == "Add" and len(t.dims) == 1:
+                kinds.setdefault("bias", set()).add(dtype)
+                params += count
+    return {k: ", ".join(sorted(v)) for k, v in kinds.items()}, params
+
+
+def _gather_tables(g: onnx.GraphProto) -> set[str]:
+    return {n.input[0] for n in g.node if n.op_type == "Gather"}
+
+
+def _attention(
+    node: onnx.NodeProto,
+    index: int,
+    inits: dict[str, TensorProto],
+    decoder: dict[str, Any],
+    past: dict,
+    info: GraphInfo,
+) -> LayerAttention:
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    layer = next((int(m.group(1)) for i in node.input if (m := _PAST.match(i))), None)
+    if layer is None and (m := _LAYER.search(node.name)):
+        layer = int(m.group(1))
+    layer = index if layer is None else layer
+    heads = a.get("num_heads") or a.get("q_num_heads") or decoder.get("num_attention_heads")
+    kv = a.get("kv_num_heads") or decoder.get("num_key_value_heads")
+    shape = past.get(layer)
+    head_dim = shape[3] if shape and isinstance(shape[3], int) else decoder.get("head_size")
+    gqa = node.op_type == "GroupQueryAttention"
+    rotary = bool(a.get("do_rotary", 0))
+    if gqa and rotary and len(node.input) > 7 and node.input[7] in inits:
+        info.rope_rows = inits[node.input[7]].dims[0]
+    return LayerAttention(
+        graph=info.filename,
+        layer=layer,
+        op=node.op_type,
+        num_heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        do_rotary=rotary,
+        local_window_size=int(a.get("local_window_size", -1)),
+        softcap=float(a.get("softcap", 0.0)),
+        packed_qkv=gqa and (len(node.input) < 2 or node.input[1] == ""),
+        fused_rope=rotary,
+    )
+
+
+def summary(pkg: Package) -> dict[str, Any]:
+    model = (pkg.config or {}).get("model") or {}
+    options = (pkg.decoder.get("session_options") or {}).get("provider_options") or []
+    first = pkg.graphs[0] if pkg.graphs else None
+    return {
+        "path": str(pkg.path),
+        "model_type": model.get("type"),
+        "providers": [next(iter(p)) for p in options] or ["cpu"],
+        "provider_options": options,
+        "past_present_share_buffer": ((pkg.config or {}).get("search") or {}).get("past_present_share_buffer"),
+        "max_length": pkg.max_length,
+        "context_length": model.get("context_length"),
+        "parameters": first.parameters if first else 0,
+        "files": pkg.files,
+        "total_bytes": sum(pkg.files.values()),
+        "kv_cache_bytes_per_row": pkg.kv_bytes_per_row(),
+        "graphs": [
+            {
+                "filename": g.filename,
+                "stage": g.role,
+                "run_on_prompt": g.run_on_prompt,
+                "run_on_token_gen": g.run_on_token_gen,
+                "attention_ops": sorted({a.op for a in g.attention}),
+                "weights": g.weights,
+                "inputs": [{k: v for k, v in i.items() if k != "elem_type"} for i in g.inputs],
+                "outputs": [{k: v for k, v in o.items() if k != "elem_type"} for o in g.outputs],
+                "ops": g.ops,
+                "opsets": g.opsets,
+            }
+            for g in pkg.graphs
+        ],
+    }
+
+
+def layers(pkg: Package) -> list[dict[str, Any]]:
+    return [asdict(a) for g in pkg.graphs for a in g.attention]

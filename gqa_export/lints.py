@@ -1,0 +1,194 @@
+"""Lints over a loaded package: each finding has a stable id, a severity and a one-line fix.
+
+What each rule relies on (ortgenai.md, ort-ops.md): share buffer binds one max_length buffer as
+past and present, which only GQA (or an in-place TensorScatter) can use (§2.4); GQA's fused RoPE
+reads cos/sin rows up to the total length (§1.5); the genai_config parser rejects unknown keys
+(§1.1); pipeline stages share one KV cache matched by name and type (§2.1-2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gqa_export.genai_schema import unknown_keys
+from gqa_export.inspect import Package
+
+KV_WARN_BYTES = 4 << 30  # a KV buffer above this per batch row is worth a second look
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: str  # error | warning | info
+    message: str
+    fix: str
+
+
+def lint(pkg: Package, kv_warn_bytes: int = KV_WARN_BYTES) -> list[Finding]:
+    out: list[Finding] = []
+    for rule in RULES:
+        out.extend(rule(pkg, kv_warn_bytes))
+    return out
+
+
+def _missing_files(pkg: Package, _: int) -> list[Finding]:
+    return [
+        Finding("missing-file", "error", f"{name} is named in genai_config.json but missing", "re-export the package")
+        for name in pkg.missing_files
+    ]
+
+
+def _unknown_keys(pkg: Package, _: int) -> list[Finding]:
+    if pkg.config is None:
+        return []
+    return [
+        Finding(
+            "unknown-config-key",
+            "error",
+            f"genai_config key '{key}' is not in the runtime's schema; loading fails",
+            f"remove '{key}' from genai_config.json",
+        )  # fmt: skip
+        for key in unknown_keys(pkg.config)
+    ]
+
+
+def _share_buffer(pkg: Package, _: int) -> list[Finding]:
+    if pkg.config is None:
+        return []
+    share = bool((pkg.config.get("search") or {}).get("past_present_share_buffer"))
+    ops = {a.op for g in pkg.graphs for a in g.attention}
+    scattered = all(
+        "TensorScatter" in g.ops for g in pkg.graphs if any(a.op != "GroupQueryAttention" for a in g.attention)
+    )
+    out = []
+    if "GroupQueryAttention" in ops and not share:
+        out.append(Finding("gqa-share-buffer-off", "error",
+                           "GroupQueryAttention graph with past_present_share_buffer false: the in-place KV cache is lost "
+                           "(past is copied into a new present every step)",
+                           "set search.past_present_share_buffer to true"))  # fmt: skip
+    cannot = sorted(ops - {"GroupQueryAttention", "PagedAttention"})
+    if share and cannot and not scattered:
+        out.append(Finding("share-buffer-unsupported-op", "error",
+                           f"past_present_share_buffer true with {', '.join(cannot)}, which concatenates past and present: "
+                           "the runtime fails with a shape error",
+                           "set search.past_present_share_buffer to false, or export with GroupQueryAttention"))  # fmt: skip
+    return out
+
+
+def _sliding_window(pkg: Package, _: int) -> list[Finding]:
+    hf = pkg.hf_config or {}
+    window = hf.get("sliding_window")
+    if not window or hf.get("use_sliding_window") is False:
+        return []
+    types = hf.get("layer_types")
+    gqa = [a for g in pkg.graphs for a in g.attention if a.op == "GroupQueryAttention"]
+    expected = {i for i, t in enumerate(types) if t == "sliding_attention"} if types else {a.layer for a in gqa}
+    wrong = sorted(a.layer for a in gqa if a.layer in expected and a.local_window_size != window)
+    if not wrong:
+        return []
+    return [Finding("missing-sliding-window", "error",
+                    f"config.json has sliding_window {window} but GroupQueryAttention on layers {_ranges(wrong)} has no "
+                    "matching local_window_size: outputs are wrong past the window",
+                    f"re-export with local_window_size={window} on the sliding layers")]  # fmt: skip
+
+
+def _rope_cache(pkg: Package, _: int) -> list[Finding]:
+    max_length = pkg.max_length
+    out = []
+    for g in pkg.graphs:
+        if g.rope_rows is not None and max_length and g.rope_rows < max_length:
+            out.append(Finding("rope-cache-short", "error",
+                               f"{g.filename}: cos/sin caches have {g.rope_rows} rows but search.max_length is {max_length}; "
+                               "GroupQueryAttention fails past that length",
+                               f"lower search.max_length to {g.rope_rows} or re-export with longer caches"))  # fmt: skip
+    return out
+
+
+def _kv_size(pkg: Package, kv_warn_bytes: int) -> list[Finding]:
+    per_row = pkg.kv_bytes_per_row()
+    if per_row is None or per_row <= kv_warn_bytes:
+        return []
+    return [Finding("kv-cache-large", "warning",
+                    f"max_length {pkg.max_length} pre-allocates {per_row / 2**30:.1f} GiB of KV cache per batch row",
+                    "lower search.max_length to what you generate (e.g. 4096)")]  # fmt: skip
+
+
+def _position_ids(pkg: Package, _: int) -> list[Finding]:
+    out = []
+    for g in pkg.graphs:
+        if "position_ids" in g.unused_inputs or (
+            any(i["name"] == "position_ids" for i in g.inputs)
+            and g.attention
+            and all(a.fused_rope for a in g.attention)
+        ):
+            out.append(Finding("position-ids-unused", "info",
+                               f"{g.filename}: position_ids input is not needed with fused RoPE; the runtime still feeds it",
+                               "drop the position_ids graph input (GQA derives positions from seqlens_k)"))  # fmt: skip
+    return out
+
+
+def _eos(pkg: Package, _: int) -> list[Finding]:
+    if pkg.config is None or pkg.generation is None:
+        return []
+    want = _ids(pkg.generation.get("eos_token_id")) | _ids((pkg.hf_config or {}).get("eos_token_id"))
+    have = _ids(pkg.config.get("model", {}).get("eos_token_id"))
+    missing = sorted(want - have)
+    if not missing:
+        return []
+    return [Finding("eos-incomplete", "warning",
+                    f"eos_token_id lacks {missing} from generation_config.json: generation may not stop",
+                    f"set model.eos_token_id to {sorted(want | have)}")]  # fmt: skip
+
+
+def _pipeline_kv(pkg: Package, _: int) -> list[Finding]:
+    if len(pkg.graphs) < 2:
+        return []
+    kv = [{i["name"]: i["dtype"] for i in g.inputs if i["name"].startswith("past_")} for g in pkg.graphs]
+    out = []
+    names = [set(k) for k in kv if k]
+    if any(a != b and a & b for a in names for b in names):
+        out.append(Finding("pipeline-kv-mismatch", "error",
+                           "pipeline stages list overlapping but different KV names; the runtime rejects partial overlap",
+                           "give every stage the same past/present names (or disjoint ones)"))  # fmt: skip
+    for name in set().union(*names) if names else ():
+        dtypes = {k[name] for k in kv if name in k}
+        if len(dtypes) > 1:
+            out.append(Finding("pipeline-kv-mismatch", "error",
+                               f"{name} has dtypes {sorted(dtypes)} across stages; the runtime fails with a type mismatch",
+                               "export every stage with the same KV dtype"))  # fmt: skip
+            break
+    return out
+
+
+def _kv_shape(pkg: Package, _: int) -> list[Finding]:
+    decoder = pkg.decoder
+    out = []
+    for g in pkg.graphs:
+        for i in g.inputs:
+            if i["name"].startswith("past_key_values.") and len(i["shape"]) == 4:
+                kv, dim = i["shape"][1], i["shape"][3]
+                if (
+                    (isinstance(kv, int)
+                    and decoder.get("num_key_value_heads") not in (None, kv))
+                    or (isinstance(dim, int) and decoder.get("head_size") not in (None, dim))
+                ):
+                    out.append(Finding("kv-shape-mismatch", "error",
+                                       f"{g.filename}: {i['name']} is [*, {kv}, *, {dim}] but genai_config says "
+                                       f"{decoder.get('num_key_value_heads')} kv heads of size {decoder.get('head_size')}",
+                                       "make decoder.num_key_value_heads/head_size match the graph"))  # fmt: skip
+                    return out
+    return out
+
+
+def _ids(value: object) -> set[int]:
+    if value is None:
+        return set()
+    return {int(v) for v in value} if isinstance(value, (list, tuple)) else {int(value)}  # type: ignore[arg-type]
+
+
+def _ranges(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:8]) + (" ..." if len(values) > 8 else "")
+
+
+RULES = (_missing_files, _unknown_keys, _share_buffer, _sliding_window, _rope_cache, _kv_size, _position_ids, _eos,
+         _pipeline_kv, _kv_shape)  # fmt: skip
