@@ -35,8 +35,8 @@ config.clear_providers()
 config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": int(threads)}}}}))
 model = og.Model(config)
 out = {}
-for prompt_len, new in %(cases)s:
-    prompt = [(7 * i + 3) %% 380 for i in range(prompt_len)]
+for prompt_len, new in CASES:
+    prompt = [(7 * i + 3) % 380 for i in range(prompt_len)]
     prefill, decode = [], []
     for _ in range(rounds):
         params = og.GeneratorParams(model)
@@ -53,7 +53,7 @@ pss = next(int(l.split()[1]) for l in open("/proc/self/smaps_rollup") if l.start
 out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 out["pss_mib"] = pss / 1024
 print(json.dumps(out))
-""" % {"cases": CASES}
+""".replace("CASES", repr(CASES))
 
 
 def main() -> None:

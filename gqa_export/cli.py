@@ -241,8 +241,8 @@ def run_command(
         return
     print()
     err.print(
-        f"[dim]{result.prompt_tokens} prompt tokens, {len(result.tokens)} new tokens, prefill {result.prefill_ms:.1f} ms, "
-        f"{result.decode_tokens_per_s:.1f} tok/s[/]"
+        f"[dim]{result.prompt_tokens} prompt tokens, {len(result.tokens)} new tokens, "
+        f"prefill {result.prefill_ms:.1f} ms, {result.decode_tokens_per_s:.1f} tok/s[/]"
     )
 
 

@@ -20,6 +20,12 @@ class InputError(GqaExportError):
     exit_code = 2
 
 
+class PackageLintError(GqaExportError):
+    """The package this build wrote fails its own lints (a bug in gqa-export, never the input)."""
+
+    exit_code = 1
+
+
 class SmokeRunError(GqaExportError):
     """The exported package failed to load or generate with onnxruntime-genai."""
 

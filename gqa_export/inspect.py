@@ -210,10 +210,8 @@ def _weights(g: onnx.GraphProto, inits: dict[str, TensorProto]) -> tuple[dict[st
                 kind = "linear" if node.op_type == "MatMulNBits" else "embedding"
                 kinds.setdefault(kind, set()).add(f"int{bits} (block {a.get('block_size', '?')})")
                 params += count * 8 // bits
-            elif (
-                (pos == 0
-                and node.op_type == "Gather")
-                or (node.op_type == "Gemm" and pos == 1 and name in _gather_tables(g))
+            elif (pos == 0 and node.op_type == "Gather") or (
+                node.op_type == "Gemm" and pos == 1 and name in _gather_tables(g)
             ):
                 kinds.setdefault("embedding", set()).add(dtype)
                 params += count

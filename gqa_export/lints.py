@@ -47,7 +47,7 @@ def _unknown_keys(pkg: Package, _: int) -> list[Finding]:
             "error",
             f"genai_config key '{key}' is not in the runtime's schema; loading fails",
             f"remove '{key}' from genai_config.json",
-        )  # fmt: skip
+        )
         for key in unknown_keys(pkg.config)
     ]
 
@@ -62,16 +62,26 @@ def _share_buffer(pkg: Package, _: int) -> list[Finding]:
     )
     out = []
     if "GroupQueryAttention" in ops and not share:
-        out.append(Finding("gqa-share-buffer-off", "error",
-                           "GroupQueryAttention graph with past_present_share_buffer false: the in-place KV cache is lost "
-                           "(past is copied into a new present every step)",
-                           "set search.past_present_share_buffer to true"))  # fmt: skip
+        out.append(
+            Finding(
+                "gqa-share-buffer-off",
+                "error",
+                "GroupQueryAttention graph with past_present_share_buffer false: the in-place KV cache is lost "
+                "(past is copied into a new present every step)",
+                "set search.past_present_share_buffer to true",
+            )
+        )
     cannot = sorted(ops - {"GroupQueryAttention", "PagedAttention"})
     if share and cannot and not scattered:
-        out.append(Finding("share-buffer-unsupported-op", "error",
-                           f"past_present_share_buffer true with {', '.join(cannot)}, which concatenates past and present: "
-                           "the runtime fails with a shape error",
-                           "set search.past_present_share_buffer to false, or export with GroupQueryAttention"))  # fmt: skip
+        out.append(
+            Finding(
+                "share-buffer-unsupported-op",
+                "error",
+                f"past_present_share_buffer true with {', '.join(cannot)}, which concatenates past and present: "
+                "the runtime fails with a shape error",
+                "set search.past_present_share_buffer to false, or export with GroupQueryAttention",
+            )
+        )
     return out
 
 
@@ -86,10 +96,15 @@ def _sliding_window(pkg: Package, _: int) -> list[Finding]:
     wrong = sorted(a.layer for a in gqa if a.layer in expected and a.local_window_size != window)
     if not wrong:
         return []
-    return [Finding("missing-sliding-window", "error",
-                    f"config.json has sliding_window {window} but GroupQueryAttention on layers {_ranges(wrong)} has no "
-                    "matching local_window_size: outputs are wrong past the window",
-                    f"re-export with local_window_size={window} on the sliding layers")]  # fmt: skip
+    return [
+        Finding(
+            "missing-sliding-window",
+            "error",
+            f"config.json has sliding_window {window} but GroupQueryAttention on layers {_ranges(wrong)} has no "
+            "matching local_window_size: outputs are wrong past the window",
+            f"re-export with local_window_size={window} on the sliding layers",
+        )
+    ]
 
 
 def _rope_cache(pkg: Package, _: int) -> list[Finding]:
@@ -97,10 +112,15 @@ def _rope_cache(pkg: Package, _: int) -> list[Finding]:
     out = []
     for g in pkg.graphs:
         if g.rope_rows is not None and max_length and g.rope_rows < max_length:
-            out.append(Finding("rope-cache-short", "error",
-                               f"{g.filename}: cos/sin caches have {g.rope_rows} rows but search.max_length is {max_length}; "
-                               "GroupQueryAttention fails past that length",
-                               f"lower search.max_length to {g.rope_rows} or re-export with longer caches"))  # fmt: skip
+            out.append(
+                Finding(
+                    "rope-cache-short",
+                    "error",
+                    f"{g.filename}: cos/sin caches have {g.rope_rows} rows but search.max_length is {max_length}; "
+                    "GroupQueryAttention fails past that length",
+                    f"lower search.max_length to {g.rope_rows} or re-export with longer caches",
+                )
+            )
     return out
 
 
@@ -108,9 +128,14 @@ def _kv_size(pkg: Package, kv_warn_bytes: int) -> list[Finding]:
     per_row = pkg.kv_bytes_per_row()
     if per_row is None or per_row <= kv_warn_bytes:
         return []
-    return [Finding("kv-cache-large", "warning",
-                    f"max_length {pkg.max_length} pre-allocates {per_row / 2**30:.1f} GiB of KV cache per batch row",
-                    "lower search.max_length to what you generate (e.g. 4096)")]  # fmt: skip
+    return [
+        Finding(
+            "kv-cache-large",
+            "warning",
+            f"max_length {pkg.max_length} pre-allocates {per_row / 2**30:.1f} GiB of KV cache per batch row",
+            "lower search.max_length to what you generate (e.g. 4096)",
+        )
+    ]
 
 
 def _position_ids(pkg: Package, _: int) -> list[Finding]:
@@ -121,9 +146,14 @@ def _position_ids(pkg: Package, _: int) -> list[Finding]:
             and g.attention
             and all(a.fused_rope for a in g.attention)
         ):
-            out.append(Finding("position-ids-unused", "info",
-                               f"{g.filename}: position_ids input is not needed with fused RoPE; the runtime still feeds it",
-                               "drop the position_ids graph input (GQA derives positions from seqlens_k)"))  # fmt: skip
+            out.append(
+                Finding(
+                    "position-ids-unused",
+                    "info",
+                    f"{g.filename}: position_ids input is not needed with fused RoPE; the runtime still feeds it",
+                    "drop the position_ids graph input (GQA derives positions from seqlens_k)",
+                )
+            )
     return out
 
 
@@ -135,9 +165,14 @@ def _eos(pkg: Package, _: int) -> list[Finding]:
     missing = sorted(want - have)
     if not missing:
         return []
-    return [Finding("eos-incomplete", "warning",
-                    f"eos_token_id lacks {missing} from generation_config.json: generation may not stop",
-                    f"set model.eos_token_id to {sorted(want | have)}")]  # fmt: skip
+    return [
+        Finding(
+            "eos-incomplete",
+            "warning",
+            f"eos_token_id lacks {missing} from generation_config.json: generation may not stop",
+            f"set model.eos_token_id to {sorted(want | have)}",
+        )
+    ]
 
 
 def _pipeline_kv(pkg: Package, _: int) -> list[Finding]:
@@ -147,15 +182,25 @@ def _pipeline_kv(pkg: Package, _: int) -> list[Finding]:
     out = []
     names = [set(k) for k in kv if k]
     if any(a != b and a & b for a in names for b in names):
-        out.append(Finding("pipeline-kv-mismatch", "error",
-                           "pipeline stages list overlapping but different KV names; the runtime rejects partial overlap",
-                           "give every stage the same past/present names (or disjoint ones)"))  # fmt: skip
+        out.append(
+            Finding(
+                "pipeline-kv-mismatch",
+                "error",
+                "pipeline stages list overlapping but different KV names; the runtime rejects partial overlap",
+                "give every stage the same past/present names (or disjoint ones)",
+            )
+        )
     for name in set().union(*names) if names else ():
         dtypes = {k[name] for k in kv if name in k}
         if len(dtypes) > 1:
-            out.append(Finding("pipeline-kv-mismatch", "error",
-                               f"{name} has dtypes {sorted(dtypes)} across stages; the runtime fails with a type mismatch",
-                               "export every stage with the same KV dtype"))  # fmt: skip
+            out.append(
+                Finding(
+                    "pipeline-kv-mismatch",
+                    "error",
+                    f"{name} has dtypes {sorted(dtypes)} across stages; the runtime fails with a type mismatch",
+                    "export every stage with the same KV dtype",
+                )
+            )
             break
     return out
 
@@ -167,15 +212,18 @@ def _kv_shape(pkg: Package, _: int) -> list[Finding]:
         for i in g.inputs:
             if i["name"].startswith("past_key_values.") and len(i["shape"]) == 4:
                 kv, dim = i["shape"][1], i["shape"][3]
-                if (
-                    (isinstance(kv, int)
-                    and decoder.get("num_key_value_heads") not in (None, kv))
-                    or (isinstance(dim, int) and decoder.get("head_size") not in (None, dim))
+                if (isinstance(kv, int) and decoder.get("num_key_value_heads") not in (None, kv)) or (
+                    isinstance(dim, int) and decoder.get("head_size") not in (None, dim)
                 ):
-                    out.append(Finding("kv-shape-mismatch", "error",
-                                       f"{g.filename}: {i['name']} is [*, {kv}, *, {dim}] but genai_config says "
-                                       f"{decoder.get('num_key_value_heads')} kv heads of size {decoder.get('head_size')}",
-                                       "make decoder.num_key_value_heads/head_size match the graph"))  # fmt: skip
+                    out.append(
+                        Finding(
+                            "kv-shape-mismatch",
+                            "error",
+                            f"{g.filename}: {i['name']} is [*, {kv}, *, {dim}] but genai_config says "
+                            f"{decoder.get('num_key_value_heads')} kv heads of size {decoder.get('head_size')}",
+                            "make decoder.num_key_value_heads/head_size match the graph",
+                        )
+                    )
                     return out
     return out
 
@@ -190,5 +238,15 @@ def _ranges(values: list[int]) -> str:
     return ", ".join(str(v) for v in values[:8]) + (" ..." if len(values) > 8 else "")
 
 
-RULES = (_missing_files, _unknown_keys, _share_buffer, _sliding_window, _rope_cache, _kv_size, _position_ids, _eos,
-         _pipeline_kv, _kv_shape)  # fmt: skip
+RULES = (
+    _missing_files,
+    _unknown_keys,
+    _share_buffer,
+    _sliding_window,
+    _rope_cache,
+    _kv_size,
+    _position_ids,
+    _eos,
+    _pipeline_kv,
+    _kv_shape,
+)
