@@ -23,6 +23,7 @@ from rich.table import Table
 from gqa_export import __version__
 from gqa_export.errors import GqaExportError
 from gqa_export.progress import Advance
+from gqa_export.quantize import QuantOptions
 
 app = typer.Typer(
     name="gqa-export",
@@ -80,6 +81,18 @@ def main_options(
     """gqa-export: fetch -> build -> optimize -> quantize -> package -> smoke-run."""
 
 
+BlockSize = Annotated[int, typer.Option("--block-size", help="int4/int8: quantization block size (16-256).")]
+Asymmetric = Annotated[bool, typer.Option("--asymmetric", help="int4/int8: zero points instead of symmetric.")]
+QuantMethod = Annotated[str, typer.Option("--quant-method", help="int4/int8: rtn (onnxruntime) or search.")]
+AccuracyLevel = Annotated[
+    Optional[int], typer.Option("--accuracy-level", help="MatMulNBits accuracy_level (default 4 on cpu, 0 on cuda).")
+]
+KeepFloat = Annotated[
+    Optional[list[str]], typer.Option("--keep-float", help="Keep weights matching this pattern float (e.g. lm_head*).")
+]
+ReportFlag = Annotated[bool, typer.Option("--report", help="int4/int8: write quant_report.json (accuracy vs float).")]
+
+
 @app.command()
 def build(
     model: Annotated[str, typer.Argument(help="Hugging Face Hub id or local model folder.")],
@@ -109,6 +122,12 @@ def build(
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
     no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
+    block_size: BlockSize = 32,
+    asymmetric: Asymmetric = False,
+    quant_method: QuantMethod = "rtn",
+    accuracy_level: AccuracyLevel = None,
+    keep_float: KeepFloat = None,
+    report: ReportFlag = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")] = False,
 ) -> None:
@@ -126,7 +145,8 @@ def build(
         raise _fail(GqaExportError(f"unknown --attention '{attention}'; choose gqa, bias, split or auto"))
     opts = BuildOptions(
         model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe, tuple(settings or ()),
-        attention, ids,
+        attention, ids, QuantOptions(block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ())),
+        report,
     )  # fmt: skip
     _quiet_hub(quiet or as_json)
     try:
@@ -168,6 +188,45 @@ def fetch(
     except GqaExportError as exc:
         raise _fail(exc) from None
     print(source.model_dir)
+
+
+@app.command("quantize")
+def quantize_command(
+    package: Annotated[Path, typer.Argument(help="A float package written by gqa-export build.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Package folder to create.")],
+    precision: Annotated[str, typer.Option("--precision", "-p", help="int4 or int8.")] = "int4",
+    block_size: BlockSize = 32,
+    asymmetric: Asymmetric = False,
+    quant_method: QuantMethod = "rtn",
+    accuracy_level: AccuracyLevel = None,
+    keep_float: KeepFloat = None,
+    report: ReportFlag = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
+    no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
+) -> None:
+    """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
+    from gqa_export.requantize import requantize
+
+    quant = QuantOptions(block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()))
+    try:
+        result = requantize(package, output, precision, quant, overwrite, report, not no_smoke, RichReporter(as_json))
+    except GqaExportError as exc:
+        raise _fail(exc) from None
+    summary = {
+        "output": str(result.output),
+        "precision": result.precision,
+        "files": result.files,
+        "total_bytes": sum(result.files.values()),
+        "report": result.report,
+        "smoke_tokens_per_s": round(result.smoke.decode_tokens_per_s, 2) if result.smoke else None,
+    }
+    if as_json:
+        print(json.dumps(summary))
+    else:
+        out.print(f"{result.output}: {result.precision}, {_size(summary['total_bytes'])}")
+        if result.report:
+            out.print(f"logits vs float: {result.report['logits_vs_float']}")
 
 
 @app.command("inspect")

@@ -204,7 +204,7 @@ def _weights(g: onnx.GraphProto, inits: dict[str, TensorProto]) -> tuple[dict[st
             count = 1
             for d in t.dims:
                 count *= d
-            if node.op_type in ("MatMulNBits", "GatherBlockQuantized") and pos == 0:
+            if (node.op_type, pos) in (("MatMulNBits", 1), ("GatherBlockQuantized", 0)):
                 a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
                 bits = a.get("bits", 4)
                 kind = "linear" if node.op_type == "MatMulNBits" else "embedding"

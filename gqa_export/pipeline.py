@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -38,7 +38,16 @@ from gqa_export.package import (
     write_json,
 )
 from gqa_export.progress import NullReporter, Reporter
-from gqa_export.quantize import SUPPORTED, PrecisionPlan, plan_precision, quantize
+from gqa_export.quant_report import build_report, logit_error
+from gqa_export.quantize import (
+    SUPPORTED,
+    PrecisionPlan,
+    QuantizeReport,
+    QuantOptions,
+    plan_precision,
+    quantization_manifest,
+    quantize,
+)
 from gqa_export.recipes import Recipe, builtin_recipes, load_recipe, match_recipe
 from gqa_export.run import GenerationResult, cuda_device_available, smoke_run
 from gqa_export.weights import WeightStore
@@ -63,6 +72,8 @@ class BuildOptions:
     settings: tuple[str, ...] = ()  # --set key=value recipe overrides
     attention: str | None = None  # gqa | bias | split | auto; None: the recipe's
     bidirectional_ids: tuple[int, ...] | None = None  # None: the recipe's
+    quant: QuantOptions = field(default_factory=QuantOptions)  # int4/int8 only
+    report: bool = False  # write quant_report.json (int4/int8)
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     if opts.ep not in SUPPORTED:
         raise InputError(f"unknown --ep '{opts.ep}'; choose one of {', '.join(SUPPORTED)}")
     if opts.precision is not None:
-        plan_precision(opts.ep, opts.precision)
+        plan_precision(opts.ep, opts.precision, opts.quant)
     check_output(opts.output, opts.overwrite)
     user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
 
@@ -127,7 +138,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     _check_recipe(recipe)
     hf_config, generation = _read_configs(source.model_dir)
     spec = get_spec(recipe.arch)
-    plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep])
+    plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
     dims = read_dims(hf_config, spec, recipe.model, generation)
     store = WeightStore.open(source.model_dir)
     max_length = _max_length(opts.max_length, dims)
@@ -149,8 +160,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     opt_reports = [optimize(model) for model in models]
     opt_report = opt_reports[0]
     reporter.stage("quantize")
+    quant_report = QuantizeReport(plan.name)
     for model in models:
-        quantize(model, plan)
+        quantize(model, plan, quant_report)
 
     reporter.stage("package")
     stages = [
@@ -174,15 +186,35 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
             )
         write_json(staged.path / "genai_config.json", config)
         copy_tokenizer(source.model_dir, staged.path)
-        manifest = _manifest(opts, source, recipe, plan, dims, max_length, opt_report, attention)
+        manifest = _manifest(opts, source, recipe, plan, dims, max_length, opt_report, attention, quant_report)
         manifest["files"] = file_digests(staged.path)
         write_json(staged.path / "manifest.json", manifest)
+        if opts.report and plan.nbits is not None:
+            reporter.stage("accuracy report (float reference export)")
+            report = _float_reference_report(opts, staged.path, dims, plan, quant_report)
+            write_json(staged.path / "quant_report.json", report)
+            notes.append(f"logits vs float: {report['logits_vs_float']}")
         _lint_own_package(staged.path, source.model_dir, notes, reporter)
         smoke = _smoke(staged.path, opts, plan, reporter, notes) if opts.smoke else None
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
     return BuildResult(output, source, recipe.name, attention.mode, opts.ep, plan.name, max_length, files,
                        opt_report, time.perf_counter() - started, smoke, notes)  # fmt: skip
+
+
+def _float_reference_report(
+    opts: BuildOptions, package: Path, dims: ModelDims, plan: PrecisionPlan, quant_report: QuantizeReport
+) -> dict[str, Any]:
+    """Export the same source in fp32 next to the package and compare prompt logits.
+
+    Costs one more streamed export (bounded memory) and its disk space until it is removed."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=package.parent, prefix=".float-reference-") as tmp:
+        reference = Path(tmp) / "fp32"
+        build(replace(opts, output=reference, ep="cpu", precision="fp32", smoke=False, report=False, overwrite=False))
+        end_to_end = logit_error(reference, package, dims.vocab_size)
+    return build_report(quant_report, quantization_manifest(plan, quant_report), end_to_end)
 
 
 def _lint_own_package(folder: Path, source_dir: Path, notes: list[str], reporter: Reporter) -> None:
@@ -253,7 +285,7 @@ def _smoke(
 
 def _manifest(
     opts: BuildOptions, source: Source, recipe: Recipe, plan: PrecisionPlan, dims: ModelDims, max_length: int,
-    opt_report: OptimizeReport, attention: AttentionPlan,
+    opt_report: OptimizeReport, attention: AttentionPlan, quant_report: QuantizeReport,
 ) -> dict[str, Any]:  # fmt: skip
     return {
         "tool": {"name": "gqa-export", "version": __version__},
@@ -263,6 +295,7 @@ def _manifest(
         "options": {
             "ep": opts.ep,
             "precision": plan.name,
+            "quantization": quantization_manifest(plan, quant_report),
             "max_length": max_length,
             "attention": attention.mode,
             "attention_reason": attention.reason,

@@ -2,30 +2,54 @@
 
 Float precisions (fp32/fp16/bf16) are applied while weights stream: the graph's activation dtype
 is fixed when it is built, and `build.params.Params` casts each lazy tensor as it is written, so
-no float copy of the model ever exists. This stage then checks that every float initializer has
-the planned dtype. int4/int8 (MatMulNBits) will rewrite MatMul nodes here, wrapping the same lazy
-tensors so that quantization streams too.
+no float copy of the model ever exists. This stage checks that every float initializer has the
+planned dtype.
+
+int4/int8 replace every linear layer (MatMul with a constant 2-D weight, and the tied lm_head's
+Gemm) by `com.microsoft.MatMulNBits`. The quantized weight is again a streamed tensor: when it
+is written, rows of the float weight are read from the checkpoint (or the package being
+re-quantized), quantized with `nbits` and written, a block at a time, so memory stays at one
+block. Packed QKV / gate-up weights are one matrix and quantize as one.
 
 Which (EP, precision) pairs run was checked against ORT's kernel registrations (ort-ops.md §1.2):
 GroupQueryAttention has CPU kernels for fp32 and fp16 (no bf16) and CUDA kernels for fp16 and
-bf16 (no fp32). On CPU, fp16 runs with ORT inserting fp32 casts around ops without fp16 kernels,
-so it works but is slower than fp32.
+bf16 (no fp32). int4/int8 keep fp32 activations on CPU (MatMulNBits with accuracy_level 4 runs
+int8 compute there) and fp16 activations on CUDA.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import fnmatch
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
+import numpy as np
 import onnx_ir as ir
 
+from gqa_export.build.params import NUMPY_DTYPES, StreamedTensor, row_blocks
 from gqa_export.errors import InputError
+from gqa_export.nbits import NBitsConfig, dequantize, quantize_rows
 
 FLOAT_DTYPES = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
-SUPPORTED: dict[str, tuple[str, ...]] = {"cpu": ("fp32", "fp16"), "cuda": ("fp16", "bf16")}
+INT_BITS = {"int4": 4, "int8": 8}
+SUPPORTED: dict[str, tuple[str, ...]] = {
+    "cpu": ("fp32", "fp16", "int4", "int8"),
+    "cuda": ("fp16", "bf16", "int4", "int8"),
+}
 WHY_NOT: dict[tuple[str, str], str] = {
     ("cpu", "bf16"): "ORT's CPU GroupQueryAttention has no bf16 kernel",
     ("cuda", "fp32"): "ORT's CUDA GroupQueryAttention has no fp32 kernel",
 }
+ACCURACY_DEFAULT = {"cpu": 4, "cuda": 0}  # 4: int8 compute on CPU (the builder's default too)
+
+
+@dataclass(frozen=True)
+class QuantOptions:
+    block_size: int = 32
+    asymmetric: bool = False
+    method: str = "rtn"  # rtn (onnxruntime's block quantizer) | search (per-block scale search)
+    accuracy_level: int | None = None  # None: 4 on CPU, 0 on CUDA
+    keep_float: tuple[str, ...] = ()  # fnmatch patterns on weight or node names
 
 
 @dataclass(frozen=True)
@@ -33,48 +57,230 @@ class PrecisionPlan:
     name: str
     io_dtype: ir.DataType  # activations, KV cache and float weights
     logits_dtype: ir.DataType
+    nbits: NBitsConfig | None = None
+    accuracy_level: int = 0
+    keep_float: tuple[str, ...] = ()
 
     @property
     def runs_on_cpu(self) -> bool:
-        return self.name in SUPPORTED["cpu"]
+        return self.io_dtype != ir.DataType.BFLOAT16
 
 
-@dataclass(frozen=True)
+@dataclass
 class QuantizeReport:
     precision: str
-    float_initializers: int
+    float_initializers: int = 0
+    quantized: list[str] = field(default_factory=list)
+    kept_float: list[str] = field(default_factory=list)
+    errors: dict[str, list[float]] = field(default_factory=dict)  # weight -> [sum sq err, sum sq w]
+
+    def relative_errors(self) -> dict[str, float]:
+        return {k: float(np.sqrt(e / w)) if w else 0.0 for k, (e, w) in self.errors.items()}
 
 
-def plan_precision(ep: str, precision: str) -> PrecisionPlan:
-    """Validate an (EP, precision) pair and say which dtypes the graph uses."""
+def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -> PrecisionPlan:
+    """Validate an (EP, precision) pair and the quantization options."""
     if ep not in SUPPORTED:
         raise InputError(f"unknown --ep '{ep}'; choose one of {', '.join(SUPPORTED)}")
-    if precision in ("int4", "int8"):
-        raise InputError(
-            f"--precision {precision} is not available yet; use one of {', '.join(SUPPORTED[ep])} for --ep {ep}"
-        )
-    if precision not in FLOAT_DTYPES:
-        raise InputError(f"unknown --precision '{precision}'; choose one of {', '.join(FLOAT_DTYPES)}")
+    if precision not in FLOAT_DTYPES and precision not in INT_BITS:
+        raise InputError(f"unknown --precision '{precision}'; choose one of {', '.join([*FLOAT_DTYPES, *INT_BITS])}")
     if precision not in SUPPORTED[ep]:
         reason = WHY_NOT.get((ep, precision), "no kernels for it")
         raise InputError(
             f"--precision {precision} cannot run with --ep {ep} ({reason}); "
             f"use --precision {' or '.join(SUPPORTED[ep])}"
         )
-    io = FLOAT_DTYPES[precision]
-    # bf16 logits are too coarse for sampling; the builder also emits fp32 logits for bf16.
-    logits = ir.DataType.FLOAT if precision == "bf16" else io
-    return PrecisionPlan(precision, io, logits)
+    if precision in FLOAT_DTYPES:
+        io = FLOAT_DTYPES[precision]
+        # bf16 logits are too coarse for sampling; the builder also emits fp32 logits for bf16.
+        return PrecisionPlan(precision, io, ir.DataType.FLOAT if precision == "bf16" else io)
+    q = quant or QuantOptions()
+    if q.block_size < 16 or q.block_size > 256 or q.block_size & (q.block_size - 1):
+        raise InputError(f"--block-size must be a power of two from 16 to 256, got {q.block_size}")
+    if q.method not in ("rtn", "search"):
+        raise InputError(f"unknown --quant-method '{q.method}'; choose rtn or search")
+    if q.method == "search" and q.asymmetric:
+        raise InputError("--quant-method search is symmetric only; drop --asymmetric or use rtn")
+    if q.accuracy_level is not None and q.accuracy_level not in (0, 1, 2, 3, 4):
+        raise InputError(f"--accuracy-level must be 0-4, got {q.accuracy_level}")
+    io = ir.DataType.FLOAT if ep == "cpu" else ir.DataType.FLOAT16
+    nbits = NBitsConfig(INT_BITS[precision], q.block_size, not q.asymmetric, q.method)
+    level = ACCURACY_DEFAULT[ep] if q.accuracy_level is None else q.accuracy_level
+    return PrecisionPlan(precision, io, io, nbits, level, q.keep_float)
 
 
-def quantize(model: ir.Model, plan: PrecisionPlan) -> QuantizeReport:
-    """Check float initializer dtypes (int quantization lands here later)."""
-    floats = 0
+def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None = None) -> QuantizeReport:
+    report = report or QuantizeReport(plan.name)
+    if plan.nbits is not None:
+        for node in list(model.graph):
+            weight = _linear_weight(node)
+            if weight is None:
+                continue
+            name = weight.name or ""
+            if any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(node.name or "", p) for p in plan.keep_float):
+                report.kept_float.append(name)
+                continue
+            _to_matmul_nbits(model, node, weight, plan, report)
+        _drop_unused_initializers(model)
     for value in model.graph.initializers.values():
         tensor = value.const_value
         if tensor is None or not tensor.dtype.is_floating_point():
             continue
         if tensor.dtype != plan.io_dtype:
             raise AssertionError(f"initializer {value.name} is {tensor.dtype.name}, planned {plan.io_dtype.name}")
-        floats += 1
-    return QuantizeReport(plan.name, floats)
+        report.float_initializers += 1
+    return report
+
+
+def _linear_weight(node: ir.Node) -> ir.Value | None:
+    """The constant weight of a linear layer: MatMul(x, W[K,N]) or Gemm(x, W[N,K], transB=1)."""
+    if node.op_type == "MatMul" and node.domain == "":
+        w = node.inputs[1]
+    elif node.op_type == "Gemm" and node.attributes.get_int("transB", 0) == 1 and len(node.inputs) == 2:
+        w = node.inputs[1]
+    else:
+        return None
+    if (
+        w is None
+        or w.const_value is None
+        or len(w.const_value.shape) != 2
+        or not w.const_value.dtype.is_floating_point()
+    ):
+        return None
+    return w
+
+
+def _rows_of(node: ir.Node, tensor: ir.TensorProtocol) -> tuple[int, int, Callable[[int, int], np.ndarray]]:
+    """(N, K, rows(a, b) -> W[a:b] float32) for the weight W [N, K] of the linear layer."""
+    transposed = node.op_type == "Gemm"  # Gemm(transB=1) stores W itself; MatMul stores W.T
+    d0, d1 = (int(d) for d in tensor.shape)
+    n, k = (d0, d1) if transposed else (d1, d0)
+    source = getattr(tensor, "source_rows", None)
+    if source is not None:
+        return n, k, source
+    array = tensor.numpy()  # external data is memory-mapped: only the rows asked for are read
+
+    def rows(a: int, b: int) -> np.ndarray:
+        part = array[a:b] if transposed else array[:, a:b].T
+        return np.asarray(part, dtype=np.float32)
+
+    return n, k, rows
+
+
+class _Quantized:
+    """One weight's quantization, run block by block when the packed tensor is written.
+
+    Scales and zero points are small (1/8 of the packed bytes or less) and are kept from that
+    pass; asked for first, they run the pass themselves without keeping the packed blocks.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        n: int,
+        k: int,
+        rows: Callable[[int, int], np.ndarray],
+        cfg: NBitsConfig,
+        scale_dtype: np.dtype,
+        report: QuantizeReport,
+    ) -> None:
+        self.name, self.n, self.k, self.rows, self.cfg = name, n, k, rows, cfg
+        self.scale_dtype, self.report = scale_dtype, report
+        self.scales: np.ndarray | None = None
+        self.zero_points: np.ndarray | None = None
+
+    def blocks(self) -> Iterator[np.ndarray]:
+        scales, zps, err, norm = [], [], 0.0, 0.0
+        for a, b in row_blocks(self.n, self.k * 4):
+            w = self.rows(a, b)
+            packed, s, z = quantize_rows(w, self.cfg)
+            s = s.astype(self.scale_dtype).astype(np.float32)  # the scales the kernel will see
+            err += float(((dequantize(packed, s, z, self.k, self.cfg) - w) ** 2).sum())
+            norm += float((w**2).sum())
+            scales.append(s)
+            zps.append(z)
+            yield packed
+        self.scales = np.concatenate(scales).astype(self.scale_dtype)
+        self.zero_points = np.concatenate(zps)
+        self.report.errors[self.name] = [err, norm]
+
+    def finished(self) -> None:
+        if self.scales is None:
+            for _ in self.blocks():
+                pass
+
+
+def _to_matmul_nbits(
+    model: ir.Model, node: ir.Node, weight: ir.Value, plan: PrecisionPlan, report: QuantizeReport
+) -> None:
+    cfg = plan.nbits
+    assert cfg is not None
+    n, k, rows = _rows_of(node, weight.const_value)
+    q = _Quantized(weight.name or "", n, k, rows, cfg, NUMPY_DTYPES[plan.io_dtype], report)
+    base = (weight.name or "w").removesuffix(".weight")
+    graph = model.graph
+    packed = StreamedTensor(q.blocks, ir.DataType.UINT8, (n, cfg.k_blocks(k), cfg.blob()))
+    inputs = [node.inputs[0], _register(graph, f"{base}.qweight", packed)]
+
+    def scales() -> ir.TensorProtocol:
+        q.finished()
+        return ir.tensor(q.scales)
+
+    inputs.append(
+        _register(
+            graph, f"{base}.scales", ir.LazyTensor(scales, dtype=plan.io_dtype, shape=ir.Shape([n, cfg.k_blocks(k)]))
+        )
+    )
+    if not cfg.symmetric:
+
+        def zero_points() -> ir.TensorProtocol:
+            q.finished()
+            return ir.tensor(q.zero_points)
+
+        zp = ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, cfg.zp_cols(k)]))
+        inputs.append(_register(graph, f"{base}.zero_points", zp))
+    attrs = ir.convenience.convert_attributes(
+        {"K": k, "N": n, "bits": cfg.bits, "block_size": cfg.block_size, "accuracy_level": plan.accuracy_level}
+    )
+    new = ir.Node(
+        "com.microsoft", "MatMulNBits", inputs, attributes=attrs, name=(node.name or base) + "NBits", num_outputs=1
+    )
+    graph.insert_after(node, new)
+    old = node.outputs[0]
+    new.outputs[0].name, old.name = old.name, f"{old.name}_float"
+    new.outputs[0].type, new.outputs[0].shape = old.type, old.shape
+    ir.convenience.replace_all_uses_with(old, new.outputs[0], replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+    report.quantized.append(weight.name or "")
+
+
+def _register(graph: ir.Graph, name: str, tensor: ir.TensorProtocol) -> ir.Value:
+    existing = graph.initializers.get(name)
+    if existing is not None:  # a weight shared by two nodes quantizes once
+        return existing
+    tensor.name = name
+    value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(tensor.shape), const_value=tensor)
+    graph.register_initializer(value)
+    return value
+
+
+def _drop_unused_initializers(model: ir.Model) -> None:
+    for name, value in list(model.graph.initializers.items()):
+        if not value.uses() and value not in model.graph.outputs:
+            del model.graph.initializers[name]
+
+
+def quantization_manifest(plan: PrecisionPlan, report: QuantizeReport) -> dict[str, object] | None:
+    """What the manifest records about weight quantization (None for float precisions)."""
+    if plan.nbits is None:
+        return None
+    return {
+        "bits": plan.nbits.bits,
+        "block_size": plan.nbits.block_size,
+        "symmetric": plan.nbits.symmetric,
+        "method": plan.nbits.method,
+        "accuracy_level": plan.accuracy_level,
+        "keep_float": list(plan.keep_float),
+        "excluded": sorted(set(report.kept_float)),
+        "quantized_weights": len(set(report.quantized)),
+    }

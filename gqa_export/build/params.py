@@ -31,11 +31,14 @@ CHUNK_BYTES = 32 << 20
 class StreamedTensor(ir.LazyTensor):
     """A lazy tensor produced as row blocks; `tofile` writes block by block."""
 
-    __slots__ = ("_blocks",)
+    __slots__ = ("_blocks", "source_rows")
 
     def __init__(self, blocks: Callable[[], Iterator[np.ndarray]], dtype: ir.DataType, shape: Sequence[int]) -> None:
         super().__init__(lambda: ir.tensor(np.concatenate(list(blocks()), axis=0)), dtype=dtype, shape=ir.Shape(shape))
         self._blocks = blocks
+        # For a MatMul weight [K, N]: rows [a, b) of its transpose [N, K] straight from the source,
+        # so the quantizer never materializes or re-transposes the float matrix.
+        self.source_rows: Callable[[int, int], np.ndarray] | None = None
 
     def tofile(self, file: IO[bytes]) -> None:
         for block in self._blocks():
@@ -82,7 +85,20 @@ class Params:
                 cols = [self.store.read(n, cols=(a, b)) for n in names]
                 yield self._cast(np.concatenate(cols, axis=0).T)
 
-        return StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
+        tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
+        tensor.source_rows = lambda a, b: self._source_rows(names, a, b)
+        return tensor
+
+    def _source_rows(self, names: Sequence[str], a: int, b: int) -> np.ndarray:
+        """Rows [a, b) of the concatenated HF weights [out, in] as float32: the quantizer's view."""
+        parts, offset = [], 0
+        for name in names:
+            rows = self.store.info(name).shape[0]
+            lo, hi = max(a, offset), min(b, offset + rows)
+            if lo < hi:
+                parts.append(self.store.read(name, rows=(lo - offset, hi - offset)).astype(np.float32))
+            offset += rows
+        return np.concatenate(parts, axis=0)
 
     def vector(self, names: Sequence[str], offset: float = 0.0) -> ir.LazyTensor:
         """1-D tensors (norm weights, biases), concatenated; `offset` for (1 + w) norms."""
@@ -102,7 +118,9 @@ class Params:
             for a, b in row_blocks(rows, cols * 4):
                 yield self._cast(self.store.read(name, rows=(a, b)))
 
-        return StreamedTensor(blocks, self.dtype, (rows, cols))
+        tensor = StreamedTensor(blocks, self.dtype, (rows, cols))
+        tensor.source_rows = lambda a, b: self.store.read(name, rows=(a, b)).astype(np.float32)
+        return tensor
 
     def table(self, array: np.ndarray) -> ir.Tensor:
         """A computed float table (cos/sin caches) in the target dtype."""

@@ -1,0 +1,126 @@
+"""`gqa-export quantize`: int4/int8 from a float package this tool wrote.
+
+The package's graphs are loaded with their weights memory-mapped; every linear layer becomes
+MatMulNBits exactly as in `build` (same quantize stage), streaming rows out of the mapped data
+file, and the result is written atomically like any package. The input package is the float
+reference for `--report`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from gqa_export.errors import InputError
+from gqa_export.inspect import load_package
+from gqa_export.lints import lint
+from gqa_export.package import StagedPackage, check_output, file_digests, save_models, write_json
+from gqa_export.progress import NullReporter, Reporter
+from gqa_export.quant_report import build_report, logit_error
+from gqa_export.quantize import (
+    FLOAT_DTYPES,
+    QuantizeReport,
+    QuantOptions,
+    plan_precision,
+    quantization_manifest,
+    quantize,
+)
+from gqa_export.run import GenerationResult, smoke_run
+
+COPIED = ("genai_config.json",)
+
+
+@dataclass(frozen=True)
+class RequantizeResult:
+    output: Path
+    precision: str
+    files: dict[str, int]
+    report: dict[str, Any] | None
+    smoke: GenerationResult | None
+
+
+def requantize(
+    package: Path,
+    output: Path,
+    precision: str,
+    quant: QuantOptions,
+    overwrite: bool = False,
+    report: bool = False,
+    smoke: bool = True,
+    reporter: Reporter | None = None,
+) -> RequantizeResult:
+    reporter = reporter or NullReporter()
+    manifest = _manifest(package)
+    options = manifest.get("options", {})
+    ep, source_precision = options.get("ep", "cpu"), options.get("precision")
+    if source_precision not in FLOAT_DTYPES:
+        raise InputError(f"{package} is already {source_precision}; quantize a float (fp32/fp16) package")
+    plan = plan_precision(ep, precision, quant)
+    if plan.nbits is None:
+        raise InputError(f"gqa-export quantize makes int4/int8 packages; for {precision} re-run build")
+    if FLOAT_DTYPES[source_precision] != plan.io_dtype:
+        want = {v: k for k, v in FLOAT_DTYPES.items()}[plan.io_dtype]
+        raise InputError(f"{precision} for --ep {ep} needs {want} activations but {package} is {source_precision}")
+    check_output(output, overwrite)
+    pkg = load_package(package)
+    filenames = [g.filename for g in pkg.graphs]
+    reporter.stage("quantize")
+    models = [ir.load(package / name) for name in filenames]
+    quant_report = QuantizeReport(plan.name)
+    for model in models:
+        if any(node.op_type == "MatMulNBits" for node in model.graph):
+            raise InputError(f"{package} already holds MatMulNBits weights")
+        quantize(model, plan, quant_report)
+    data_file = "model.onnx.data" if len(models) == 1 else "weights.onnx.data"
+    reporter.stage("package")
+    with StagedPackage(output, overwrite) as staged:
+        with reporter.task(f"streaming quantized weights into {data_file}", None) as advance:
+            save_models(list(zip(filenames, models, strict=True)), staged.path, data_file, lambda: advance(1))
+        for item in package.iterdir():
+            if (
+                item.is_file()
+                and not item.name.endswith((".onnx", ".data"))
+                and item.name not in ("manifest.json", "quant_report.json")
+            ):
+                shutil.copy2(item, staged.path / item.name)
+        result_report = None
+        if report:
+            reporter.stage("accuracy report (against the input package)")
+            vocab = int(json.loads((package / "genai_config.json").read_text())["model"]["vocab_size"])
+            result_report = build_report(
+                quant_report, quantization_manifest(plan, quant_report), logit_error(package, staged.path, vocab)
+            )
+            write_json(staged.path / "quant_report.json", result_report)
+        manifest["options"] = {
+            **options,
+            "precision": plan.name,
+            "quantization": quantization_manifest(plan, quant_report),
+        }
+        manifest["quantized_from"] = {"package": str(package.resolve()), "precision": source_precision}
+        manifest["files"] = file_digests(staged.path)
+        write_json(staged.path / "manifest.json", manifest)
+        errors = [f for f in lint(load_package(staged.path)) if f.severity == "error"]
+        if errors:
+            raise InputError(f"the quantized package fails lint {errors[0].id}: {errors[0].message}")
+        result_smoke = smoke_run(staged.path, "cpu") if smoke and plan.runs_on_cpu else None
+        out = staged.commit()
+    files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
+    return RequantizeResult(out, plan.name, files, result_report, result_smoke)
+
+
+def _manifest(package: Path) -> dict[str, Any]:
+    path = package / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise InputError(
+            f"{package} has no readable manifest.json: quantize works on packages gqa-export wrote"
+        ) from None
+    if manifest.get("tool", {}).get("name") != "gqa-export":
+        raise InputError(f"{package} was not written by gqa-export; re-export it with gqa-export build")
+    return manifest
