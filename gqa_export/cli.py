@@ -91,6 +91,9 @@ KeepFloat = Annotated[
     Optional[list[str]], typer.Option("--keep-float", help="Keep weights matching this pattern float (e.g. lm_head*).")
 ]
 ReportFlag = Annotated[bool, typer.Option("--report", help="int4/int8: write quant_report.json (accuracy vs float).")]
+QuantEmbeddings = Annotated[
+    bool, typer.Option("--quant-embeddings", help="int4/int8: quantize an untied embedding too (tied ones always are).")
+]
 
 
 @app.command()
@@ -128,6 +131,7 @@ def build(
     accuracy_level: AccuracyLevel = None,
     keep_float: KeepFloat = None,
     report: ReportFlag = False,
+    quant_embeddings: QuantEmbeddings = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")] = False,
 ) -> None:
@@ -143,10 +147,12 @@ def build(
         ) from None
     if attention is not None and attention not in ("gqa", "bias", "split", "auto"):
         raise _fail(GqaExportError(f"unknown --attention '{attention}'; choose gqa, bias, split or auto"))
+    quant = QuantOptions(
+        block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()), quant_embeddings
+    )
     opts = BuildOptions(
         model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe, tuple(settings or ()),
-        attention, ids, QuantOptions(block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ())),
-        report,
+        attention, ids, quant, report,
     )  # fmt: skip
     _quiet_hub(quiet or as_json)
     try:
@@ -201,6 +207,7 @@ def quantize_command(
     accuracy_level: AccuracyLevel = None,
     keep_float: KeepFloat = None,
     report: ReportFlag = False,
+    quant_embeddings: QuantEmbeddings = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
     no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
@@ -208,7 +215,9 @@ def quantize_command(
     """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
     from gqa_export.requantize import requantize
 
-    quant = QuantOptions(block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()))
+    quant = QuantOptions(
+        block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()), quant_embeddings
+    )
     try:
         result = requantize(package, output, precision, quant, overwrite, report, not no_smoke, RichReporter(as_json))
     except GqaExportError as exc:

@@ -50,6 +50,7 @@ class QuantOptions:
     method: str = "rtn"  # rtn (onnxruntime's block quantizer) | search (per-block scale search)
     accuracy_level: int | None = None  # None: 4 on CPU, 0 on CUDA
     keep_float: tuple[str, ...] = ()  # fnmatch patterns on weight or node names
+    embeddings: bool = False  # int4/int8 embedding table even when untied (tied ones always share)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class PrecisionPlan:
     nbits: NBitsConfig | None = None
     accuracy_level: int = 0
     keep_float: tuple[str, ...] = ()
+    quantize_embeddings: bool = False
 
     @property
     def runs_on_cpu(self) -> bool:
@@ -106,21 +108,24 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
     io = ir.DataType.FLOAT if ep == "cpu" else ir.DataType.FLOAT16
     nbits = NBitsConfig(INT_BITS[precision], q.block_size, not q.asymmetric, q.method)
     level = ACCURACY_DEFAULT[ep] if q.accuracy_level is None else q.accuracy_level
-    return PrecisionPlan(precision, io, io, nbits, level, q.keep_float)
+    return PrecisionPlan(precision, io, io, nbits, level, q.keep_float, q.embeddings)
 
 
 def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None = None) -> QuantizeReport:
     report = report or QuantizeReport(plan.name)
     if plan.nbits is not None:
         for node in list(model.graph):
-            weight = _linear_weight(node)
+            weight = _linear_weight(node) or _embedding_table(node, plan)
             if weight is None:
                 continue
             name = weight.name or ""
             if any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(node.name or "", p) for p in plan.keep_float):
                 report.kept_float.append(name)
                 continue
-            _to_matmul_nbits(model, node, weight, plan, report)
+            if node.op_type == "Gather":
+                _to_gather_block_quantized(model, node, weight, plan, report)
+            else:
+                _to_matmul_nbits(model, node, weight, plan, report)
         _drop_unused_initializers(model)
     for value in model.graph.initializers.values():
         tensor = value.const_value
@@ -150,9 +155,94 @@ def _linear_weight(node: ir.Node) -> ir.Value | None:
     return w
 
 
+def _embedding_table(node: ir.Node, plan: PrecisionPlan) -> ir.Value | None:
+    """Gather(E[V, K], ids) with a constant float table whose K is a whole number of blocks."""
+    if node.op_type != "Gather" or node.domain != "" or node.attributes.get_int("axis", 0) != 0:
+        return None
+    table = node.inputs[0]
+    if table is None or table.const_value is None or len(table.const_value.shape) != 2:
+        return None
+    if not table.const_value.dtype.is_floating_point() or plan.nbits is None:
+        return None
+    # Like the official builder: a table tied to the lm_head is quantized (one shared copy); an
+    # untied one stays float unless asked, since it costs accuracy and saves no compute.
+    tied = any(use.node.op_type == "Gemm" for use in table.uses())
+    if not (tied or plan.quantize_embeddings):
+        return None
+    return table if int(table.const_value.shape[1]) % plan.nbits.block_size == 0 else None
+
+
+def _quantized_inputs(
+    model: ir.Model, node: ir.Node, weight: ir.Value, plan: PrecisionPlan, report: QuantizeReport
+) -> tuple[str, int, int, list[ir.Value]]:
+    """The packed weight, scales (and zero points) of `weight` as initializers, shared by every
+    node that quantizes the same weight (a tied embedding and lm_head store one copy)."""
+    cfg = plan.nbits
+    assert cfg is not None
+    n, k, rows = _rows_of(node, weight.const_value)
+    q = _Quantized(weight.name or "", n, k, rows, cfg, NUMPY_DTYPES[plan.io_dtype], report)
+    base = (weight.name or "w").removesuffix(".weight")
+    graph = model.graph
+    packed = StreamedTensor(q.blocks, ir.DataType.UINT8, (n, cfg.k_blocks(k), cfg.blob()))
+    inputs = [_register(graph, f"{base}.qweight", packed)]
+
+    def scales() -> ir.TensorProtocol:
+        q.finished()
+        return ir.tensor(q.scales)
+
+    scale_shape = ir.Shape([n, cfg.k_blocks(k)])
+    inputs.append(_register(graph, f"{base}.scales", ir.LazyTensor(scales, dtype=plan.io_dtype, shape=scale_shape)))
+    if not cfg.symmetric:
+
+        def zero_points() -> ir.TensorProtocol:
+            q.finished()
+            return ir.tensor(q.zero_points)
+
+        zp = ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, cfg.zp_cols(k)]))
+        inputs.append(_register(graph, f"{base}.zero_points", zp))
+    report.quantized.append(weight.name or "")
+    return base, n, k, inputs
+
+
+def _replace(model: ir.Model, node: ir.Node, new_nodes: list[ir.Node]) -> None:
+    graph = model.graph
+    anchor = node
+    for new in new_nodes:
+        graph.insert_after(anchor, new)
+        anchor = new
+    old, result = node.outputs[0], new_nodes[-1].outputs[0]
+    result.name, old.name = old.name, f"{old.name}_float"
+    result.type, result.shape = old.type, old.shape
+    ir.convenience.replace_all_uses_with(old, result, replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+
+
+def _to_gather_block_quantized(
+    model: ir.Model, node: ir.Node, weight: ir.Value, plan: PrecisionPlan, report: QuantizeReport
+) -> None:
+    """Gather(E, ids) -> GatherBlockQuantized on E's MatMulNBits blobs [V, k_blocks, blob]
+    (quantize_axis 2), so a tied lm_head reads the very same bytes; output reshaped to [..., K]."""
+    cfg = plan.nbits
+    assert cfg is not None
+    base, n, k, (packed, scales, *zp) = _quantized_inputs(model, node, weight, plan, report)
+    graph, name = model.graph, node.name or base
+    shape3 = _register(graph, f"{base}.scales_shape", ir.tensor(np.array([n, cfg.k_blocks(k), 1], dtype=np.int64)))
+    flat = _register(graph, f"{base}.gather_shape", ir.tensor(np.array([0, 0, k], dtype=np.int64)))
+    reshape_scales = ir.Node("", "Reshape", [scales, shape3], name=f"{name}/scales3d", num_outputs=1)
+    attrs = ir.convenience.convert_attributes(
+        {"gather_axis": 0, "quantize_axis": 2, "block_size": cfg.block_size, "bits": cfg.bits}
+    )
+    gathered = ir.Node(
+        "com.microsoft", "GatherBlockQuantized", [packed, node.inputs[1], reshape_scales.outputs[0], *zp],
+        attributes=attrs, name=f"{name}/GatherBlockQuantized", num_outputs=1,
+    )  # fmt: skip
+    reshaped = ir.Node("", "Reshape", [gathered.outputs[0], flat], name=f"{name}/to_hidden", num_outputs=1)
+    _replace(model, node, [reshape_scales, gathered, reshaped])
+
+
 def _rows_of(node: ir.Node, tensor: ir.TensorProtocol) -> tuple[int, int, Callable[[int, int], np.ndarray]]:
     """(N, K, rows(a, b) -> W[a:b] float32) for the weight W [N, K] of the linear layer."""
-    transposed = node.op_type == "Gemm"  # Gemm(transB=1) stores W itself; MatMul stores W.T
+    transposed = node.op_type in ("Gemm", "Gather")  # Gemm(transB=1)/Gather hold W itself; MatMul holds W.T
     d0, d1 = (int(d) for d in tensor.shape)
     n, k = (d0, d1) if transposed else (d1, d0)
     source = getattr(tensor, "source_rows", None)
@@ -191,7 +281,9 @@ class _Quantized:
 
     def blocks(self) -> Iterator[np.ndarray]:
         scales, zps, err, norm = [], [], 0.0, 0.0
-        for a, b in row_blocks(self.n, self.k * 4):
+        # search keeps ~16 block-sized temporaries: smaller row blocks keep its peak down
+        row_bytes = self.k * 4 * (8 if self.cfg.method == "search" else 1)
+        for a, b in row_blocks(self.n, row_bytes):
             w = self.rows(a, b)
             packed, s, z = quantize_rows(w, self.cfg)
             s = s.astype(self.scale_dtype).astype(np.float32)  # the scales the kernel will see
@@ -215,43 +307,13 @@ def _to_matmul_nbits(
 ) -> None:
     cfg = plan.nbits
     assert cfg is not None
-    n, k, rows = _rows_of(node, weight.const_value)
-    q = _Quantized(weight.name or "", n, k, rows, cfg, NUMPY_DTYPES[plan.io_dtype], report)
-    base = (weight.name or "w").removesuffix(".weight")
-    graph = model.graph
-    packed = StreamedTensor(q.blocks, ir.DataType.UINT8, (n, cfg.k_blocks(k), cfg.blob()))
-    inputs = [node.inputs[0], _register(graph, f"{base}.qweight", packed)]
-
-    def scales() -> ir.TensorProtocol:
-        q.finished()
-        return ir.tensor(q.scales)
-
-    inputs.append(
-        _register(
-            graph, f"{base}.scales", ir.LazyTensor(scales, dtype=plan.io_dtype, shape=ir.Shape([n, cfg.k_blocks(k)]))
-        )
-    )
-    if not cfg.symmetric:
-
-        def zero_points() -> ir.TensorProtocol:
-            q.finished()
-            return ir.tensor(q.zero_points)
-
-        zp = ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, cfg.zp_cols(k)]))
-        inputs.append(_register(graph, f"{base}.zero_points", zp))
+    base, n, k, inputs = _quantized_inputs(model, node, weight, plan, report)
     attrs = ir.convenience.convert_attributes(
         {"K": k, "N": n, "bits": cfg.bits, "block_size": cfg.block_size, "accuracy_level": plan.accuracy_level}
     )
-    new = ir.Node(
-        "com.microsoft", "MatMulNBits", inputs, attributes=attrs, name=(node.name or base) + "NBits", num_outputs=1
-    )
-    graph.insert_after(node, new)
-    old = node.outputs[0]
-    new.outputs[0].name, old.name = old.name, f"{old.name}_float"
-    new.outputs[0].type, new.outputs[0].shape = old.type, old.shape
-    ir.convenience.replace_all_uses_with(old, new.outputs[0], replace_graph_outputs=True)
-    graph.remove(node, safe=True)
-    report.quantized.append(weight.name or "")
+    new = ir.Node("com.microsoft", "MatMulNBits", [node.inputs[0], *inputs], attributes=attrs,
+                  name=(node.name or base) + "NBits", num_outputs=1)  # fmt: skip
+    _replace(model, node, [new])
 
 
 def _register(graph: ir.Graph, name: str, tensor: ir.TensorProtocol) -> ir.Value:

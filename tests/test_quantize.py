@@ -176,3 +176,28 @@ def test_asymmetric_int4_cuda_graph_is_fp16(checkpoints, tmp_path):
     assert scales and all(t.data_type == TensorProto.FLOAT16 for t in scales.values())
     accuracy = {helper.get_attribute_value(a) for n in nbits for a in n.attribute if a.name == "accuracy_level"}
     assert accuracy == {0}
+
+
+def test_tied_embedding_and_lm_head_share_one_quantized_tensor(tmp_path):
+    from pathlib import Path
+
+    shipped = Path(__file__).parent / "data" / "tiny-llama"  # tie_word_embeddings: true
+    out = tmp_path / "tied"
+    result = build(BuildOptions(str(shipped), out, precision="int4"))
+    assert result.smoke is not None and len(result.smoke.tokens) == 16
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    gbq = [n for n in graph.node if n.op_type == "GatherBlockQuantized"]
+    lm_head = [n for n in graph.node if n.op_type == "MatMulNBits" and "lm_head" in n.name]
+    assert len(gbq) == 1 and len(lm_head) == 1
+    assert gbq[0].input[0] == lm_head[0].input[1] == "model.embed_tokens.qweight"
+    names = [t.name for t in graph.initializer]
+    assert names.count("model.embed_tokens.qweight") == 1 and "model.embed_tokens.weight" not in names
+
+
+def test_quant_embeddings_flag_for_untied(checkpoints, tmp_path):
+    out = tmp_path / "untied"
+    build(BuildOptions(str(checkpoints.get("gqa")), out, precision="int8", quant=QuantOptions(embeddings=True), smoke=False))
+    ops = [n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node]
+    assert "GatherBlockQuantized" in ops and "Gather" in ops  # Gather stays only in the mask subgraph
+    tokens = generate_greedy(out, [0, 5, 7], 8).tokens
+    assert len(tokens) >= 1
