@@ -89,6 +89,17 @@ def make_genai_config(
         decoder["session_options"]["session.disable_prepacking"] = "1"
     if len(stages) == 1:
         decoder["filename"] = stages[0].filename
+        windows = facts.window_cache_layers
+        if windows and len(set(windows.values())) == 1:
+            # The runtime gives the listed layers min(max_length, window + slack) slots (slack: 0 on
+            # CUDA, 16 on CPU) and the kernel evicts; verified exact through onnxruntime-genai on CPU
+            # (tests/build/test_window_cache.py). slide_*: false keeps the QNN-style paths off.
+            decoder["sliding_window"] = {
+                "window_size": next(iter(windows.values())),
+                "slide_key_value_cache": False,
+                "slide_inputs": False,
+                "layers": sorted(windows),
+            }
     else:
         decoder["pipeline"] = [
             {

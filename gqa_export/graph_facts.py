@@ -38,6 +38,17 @@ class GraphFacts:
     kv_scattered: bool = False  # every past input is written in place by TensorScatter into a present
 
     @property
+    def window_cache_layers(self) -> dict[int, int]:
+        """layer -> window of the GQA nodes with sliding_window_cache=1 (window-sized KV buffers)."""
+        out = {}
+        for a in self.attention:
+            if a.op_type == "GroupQueryAttention" and a.attributes.get("sliding_window_cache") == 1:
+                layer = _layer_of(a.name)
+                if layer is not None:
+                    out[layer] = int(a.attributes.get("local_window_size", -1))
+        return out
+
+    @property
     def share_buffer_ok(self) -> bool:
         if self.kv_scattered:
             return True
@@ -85,3 +96,11 @@ def _sig(value: ir.Value) -> tuple[str, tuple[int | str | None, ...]]:
     dtype = value.dtype.name if value.dtype is not None else "?"
     shape = tuple(d if isinstance(d, int) else getattr(d, "value", None) for d in (value.shape or ()))
     return dtype, shape
+
+
+_LAYER_NAME = re.compile(r"layers\.(\d+)")
+
+
+def _layer_of(node_name: str) -> int | None:
+    m = _LAYER_NAME.search(node_name)
+    return int(m.group(1)) if m else None

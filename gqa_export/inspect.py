@@ -45,6 +45,7 @@ class LayerAttention:
     softcap: float
     packed_qkv: bool
     fused_rope: bool
+    window_cache: bool = False  # GQA sliding_window_cache=1: window-sized KV buffer
 
 
 @dataclass
@@ -91,15 +92,30 @@ class Package:
             return None
         total = 0
         for info in self.graphs[0].inputs:
-            if _PAST.match(info["name"]):
+            if m := _PAST.match(info["name"]):
                 shape = info["shape"]
                 kv, dim = shape[1], shape[3]
                 kv = kv if isinstance(kv, int) else self.decoder.get("num_key_value_heads")
                 dim = dim if isinstance(dim, int) else self.decoder.get("head_size")
                 if not kv or not dim:
                     return None
-                total += kv * dim * self.max_length * BYTES.get(info["elem_type"], 2)
+                total += kv * dim * self.window_slots(int(m.group(1))) * BYTES.get(info["elem_type"], 2)
         return total
+
+    def window_slots(self, layer: int) -> int:
+        """KV slots ORT GenAI allocates for a layer: max_length, or for a layer listed in
+        decoder.sliding_window min(max_length, window + slack), slack 0 on CUDA and 16 on CPU
+        unless cache_slack is set (ortgenai.md §3.2)."""
+        assert self.max_length
+        window = self.decoder.get("sliding_window") or {}
+        if not window or window.get("slide_key_value_cache", True):
+            return self.max_length
+        layers = window.get("layers") or None
+        if layers is not None and layer not in layers:
+            return self.max_length
+        providers = [next(iter(p)) for p in (self.decoder.get("session_options") or {}).get("provider_options") or []]
+        slack = window.get("cache_slack", 0 if "cuda" in providers else 16)
+        return min(self.max_length, int(window.get("window_size", self.max_length)) + int(slack))
 
 
 def load_package(path: Path, source: Path | None = None) -> Package:
@@ -264,6 +280,7 @@ def _attention(
         softcap=float(a.get("softcap", 0.0)),
         packed_qkv=gqa and (len(node.input) < 2 or node.input[1] == ""),
         fused_rope=rotary,
+        window_cache=bool(a.get("sliding_window_cache", 0)),
     )
 
 

@@ -107,6 +107,27 @@ def _sliding_window(pkg: Package, _: int) -> list[Finding]:
     ]
 
 
+def _window_cache(pkg: Package, _: int) -> list[Finding]:
+    """Config-sized window buffers must meet kernels that expect them (ortgenai.md §3.4 warning)."""
+    window = pkg.decoder.get("sliding_window") or {}
+    if not window or window.get("slide_key_value_cache", True) or not pkg.graphs:
+        return []
+    listed = window.get("layers")
+    gqa = [a for a in pkg.graphs[0].attention if a.op == "GroupQueryAttention"]
+    wrong = sorted(a.layer for a in gqa if (listed is None or a.layer in listed) and not a.window_cache)
+    if not wrong:
+        return []
+    return [
+        Finding(
+            "sliding-window-cache-mismatch",
+            "error",
+            f"decoder.sliding_window gives layers {_ranges(wrong)} window-sized KV buffers but their "
+            "GroupQueryAttention has no sliding_window_cache=1: outputs are wrong past the window",
+            "remove decoder.sliding_window, or re-export with sliding_window_cache on those layers",
+        )
+    ]
+
+
 def _rope_cache(pkg: Package, _: int) -> list[Finding]:
     max_length = pkg.max_length
     out = []
@@ -239,6 +260,7 @@ def _ranges(values: list[int]) -> str:
 
 
 RULES = (
+    _window_cache,
     _missing_files,
     _unknown_keys,
     _share_buffer,

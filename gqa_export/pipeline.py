@@ -153,6 +153,11 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
             packed_qkv=recipe.attention.packed_qkv,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,
+            # Only a single GQA graph: a split pipeline's prefill writes every position into the
+            # shared buffer, so that buffer must stay max_length long for all layers.
+            sliding_window_cache=recipe.attention.sliding_window_cache
+            and attention.mode == "gqa"
+            and len({layer.window for layer in dims.layers if layer.window > 0}) == 1,
         )
         models.append(build_decoder(dims, spec, Params(store, plan.io_dtype), graph_opts))
 

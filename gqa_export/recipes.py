@@ -38,6 +38,7 @@ _ATTENTION = {
     "fused_rope": bool,
     "bidirectional_token_ids": [int],
     "bidirectional_token_ids_key": str,  # an HF config key holding the id(s), e.g. image_token_index
+    "sliding_window_cache": bool,  # gqa: window-sized KV buffers on windowed layers (default true)
 }
 # A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
 # list of that), or a dict of key -> node. Keys ending in "!" are required.
@@ -65,6 +66,7 @@ class AttentionRecipe:
     fused_rope: bool = True
     bidirectional_token_ids: tuple[int, ...] = ()
     bidirectional_token_ids_key: str | None = None
+    sliding_window_cache: bool = True
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,11 @@ def test_tied_embedding_and_lm_head_share_one_quantized_tensor(tmp_path):
 
 def test_quant_embeddings_flag_for_untied(checkpoints, tmp_path):
     out = tmp_path / "untied"
-    build(BuildOptions(str(checkpoints.get("gqa")), out, precision="int8", quant=QuantOptions(embeddings=True), smoke=False))
+    build(
+        BuildOptions(
+            str(checkpoints.get("gqa")), out, precision="int8", quant=QuantOptions(embeddings=True), smoke=False
+        )
+    )
     ops = [n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node]
     assert "GatherBlockQuantized" in ops and "Gather" in ops  # Gather stays only in the mask subgraph
     tokens = generate_greedy(out, [0, 5, 7], 8).tokens

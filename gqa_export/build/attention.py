@@ -68,8 +68,13 @@ def gqa(
     dims: ModelDims,
     window: int,
     rope: str | None,
+    window_cache: bool = False,
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """One GroupQueryAttention node; returns (output [B,S,Nq*D], present_key, present_value)."""
+    """One GroupQueryAttention node; returns (output [B,S,Nq*D], present_key, present_value).
+
+    window_cache: `sliding_window_cache=1` (ORT >= 1.31) on windowed layers, so their past/present
+    may be a window-sized buffer that the kernel keeps compacted; ORT GenAI sizes those layers'
+    buffers from the config's `decoder.sliding_window` (ortgenai.md §3.2, ort-ops.md §1.8)."""
     cos, sin = ctx.rope_caches[rope] if rope is not None else (None, None)
     out, present_k, present_v = b.op_multi(
         "GroupQueryAttention",
@@ -83,5 +88,6 @@ def gqa(
         rotary_interleaved=0,
         local_window_size=window,
         softcap=dims.attn_softcap,
+        sliding_window_cache=1 if window_cache and window > 0 else None,
     )  # fmt: skip
     return out, present_k, present_v

@@ -47,6 +47,7 @@ class GraphOptions:
     rope_rows: int  # cos/sin rows: must cover search.max_length
     packed_qkv: bool = True
     mode: str = "gqa"  # gqa | bias | prefill (the standard-Attention graph of a split pipeline)
+    sliding_window_cache: bool = False  # gqa only: window-sized KV buffers on windowed layers
     bidirectional_ids: tuple[int, ...] = ()
 
 
@@ -69,7 +70,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value]
         ) -> tuple[ir.Value, ir.Value, ir.Value]:
             layer = dims.layers[lc.i]
-            return gqa(b, qkv_projection(lc, x), past, ctx, dims, layer.window, layer.rope)
+            return gqa(b, qkv_projection(lc, x), past, ctx, dims, layer.window, layer.rope, opts.sliding_window_cache)
     else:
         layout = "concat" if opts.mode == "bias" else "compact"
         windows = {layer.window for layer in dims.layers}
