@@ -14,11 +14,8 @@ from pathlib import Path
 from gqa_export.errors import InputError
 from gqa_export.progress import NullReporter, Reporter
 
-ALLOW_PATTERNS = [
-    "config.json",
-    "generation_config.json",
-    "*.safetensors",
-    "model.safetensors.index.json",
+# The tokenizer files a package carries (package.copy_tokenizer copies these from the source).
+TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -26,6 +23,13 @@ ALLOW_PATTERNS = [
     "tokenizer.model",
     "vocab.json",
     "merges.txt",
+)
+ALLOW_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    *TOKENIZER_FILES,
     "chat_template.jinja",
     "chat_template.json",
 ]

@@ -20,16 +20,7 @@ from typing import Any
 import onnx_ir as ir
 
 from gqa_export.errors import InputError
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-)
+from gqa_export.fetch import TOKENIZER_FILES
 INLINE_BYTES = 1024
 # tokenizer classes onnxruntime-extensions knows; transformers v5 writes "TokenizersBackend",
 # which means "a tokenizer.json", i.e. PreTrainedTokenizerFast.
