@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.fetch import TOKENIZER_FILES
+
 INLINE_BYTES = 1024
 # tokenizer classes onnxruntime-extensions knows; transformers v5 writes "TokenizersBackend",
 # which means "a tokenizer.json", i.e. PreTrainedTokenizerFast.
