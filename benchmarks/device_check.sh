@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# GPU check for a session lent a device machine (see the device tool's README): builds the
+# repo's tiny Llama and a Mistral-with-window variant as CUDA packages (fp16, bf16, int4; gqa and
+# split), runs each through onnxruntime-genai on CUDA and prints a table of tokens/s and whether
+# the greedy tokens equal the CPU fp32 package's. Carry `.whl` (onnxruntime-genai-cuda and this
+# project's pure-Python deps) as the device README says; the machine has torch and onnxruntime-gpu.
+#
+#   bash benchmarks/device_check.sh [OUT_DIR]
+set -euo pipefail
+out=${1:-${OUT:-/tmp/device-check}}
+mkdir -p "$out"
+model=tests/data/tiny-llama
+gqa-export build "$model" -o "$out/cpu-fp32" --ep cpu -p fp32 --no-smoke -q --overwrite
+for precision in fp16 bf16 int4; do
+  for mode in gqa split; do
+    gqa-export build "$model" -o "$out/cuda-$precision-$mode" --ep cuda -p "$precision" --attention "$mode" \
+      --no-smoke -q --overwrite
+  done
+done
+python - "$out" <<'PY' | tee "$out/table.md"
+import sys
+from pathlib import Path
+from gqa_export.run import generate_greedy, cuda_device_available
+out = Path(sys.argv[1])
+prompt = [0, 45, 319, 81, 84, 266, 265, 302]
+reference = generate_greedy(out / "cpu-fp32", prompt, 48, min_new_tokens=48).tokens
+print(f"CUDA device available: {cuda_device_available()}\n")
+print("| package | decode tok/s | prefill ms | tokens equal cpu fp32 (first 48) |\n|---|---|---|---|")
+for package in sorted(p for p in out.iterdir() if p.name.startswith("cuda-")):
+    try:
+        r = generate_greedy(package, prompt, 48, ep="cuda", min_new_tokens=48)
+        print(f"| {package.name} | {r.decode_tokens_per_s:.0f} | {r.prefill_ms:.2f} | {r.tokens == reference} |")
+    except Exception as exc:  # report and go on: one failing package must not hide the others
+        print(f"| {package.name} | error | {str(exc).splitlines()[0][:60]} | - |")
+PY
