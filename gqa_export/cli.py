@@ -24,6 +24,7 @@ from gqa_export import __version__
 from gqa_export.errors import GqaExportError
 from gqa_export.progress import Advance
 from gqa_export.quantize import QuantOptions
+from gqa_export.render import size
 
 app = typer.Typer(
     name="gqa-export",
@@ -168,7 +169,7 @@ def build(
     table.add_row("package", str(result.output))
     table.add_row("attention", f"{result.attention_mode} (recipe {result.recipe})")
     table.add_row("target", f"{result.ep} {result.precision}, max_length {result.max_length}")
-    table.add_row("size", _size(sum(result.files.values())))
+    table.add_row("size", size(sum(result.files.values())))
     if result.smoke is not None:
         s = result.smoke
         table.add_row(
@@ -233,7 +234,7 @@ def quantize_command(
     if as_json:
         print(json.dumps(summary))
     else:
-        out.print(f"{result.output}: {result.precision}, {_size(summary['total_bytes'])}")
+        out.print(f"{result.output}: {result.precision}, {size(summary['total_bytes'])}")
         if result.report:
             out.print(f"logits vs float: {result.report['logits_vs_float']}")
 
@@ -364,14 +365,6 @@ def _quiet_hub(quiet: bool) -> None:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def hide_torch() -> None:

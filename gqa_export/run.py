@@ -61,16 +61,14 @@ def load(package: Path, ep: str):  # -> og.Model
     return og.Model(config)
 
 
-def generate_greedy(
-    package: Path, prompt_ids: list[int], max_new_tokens: int, ep: str = "cpu", min_new_tokens: int = 0, model=None
-) -> GenerationResult:
-    """Greedy generation from token ids, timing prefill and decode separately."""
+def _generate(
+    model: Any, prompt_ids: list[int], options: dict[str, Any], on_token: Callable[[int], None] | None = None
+) -> tuple[list[int], float, float]:
+    """The one generation loop: (new tokens, prefill ms, decode tokens/s)."""
     import onnxruntime_genai as og
 
-    model = model or load(package, ep)
     params = og.GeneratorParams(model)
-    total = len(prompt_ids) + max_new_tokens
-    params.set_search_options(do_sample=False, max_length=total, min_length=len(prompt_ids) + min_new_tokens)
+    params.set_search_options(**options)
     generator = og.Generator(model, params)
     start = time.perf_counter()
     generator.append_tokens(prompt_ids)
@@ -80,12 +78,24 @@ def generate_greedy(
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
+        if on_token is not None:
+            on_token(tokens[-1])
     decode = time.perf_counter() - start
-    tokenizer = og.Tokenizer(model)
-    text = tokenizer.decode(tokens) if tokens else ""
-    return GenerationResult(
-        ep, len(prompt_ids), tokens, text, prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0
-    )
+    return tokens, prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0
+
+
+def generate_greedy(
+    package: Path, prompt_ids: list[int], max_new_tokens: int, ep: str = "cpu", min_new_tokens: int = 0, model=None
+) -> GenerationResult:
+    """Greedy generation from token ids, timing prefill and decode separately."""
+    import onnxruntime_genai as og
+
+    model = model or load(package, ep)
+    total = len(prompt_ids) + max_new_tokens
+    options = {"do_sample": False, "max_length": total, "min_length": len(prompt_ids) + min_new_tokens}
+    tokens, prefill_ms, rate = _generate(model, prompt_ids, options)
+    text = og.Tokenizer(model).decode(tokens) if tokens else ""
+    return GenerationResult(ep, len(prompt_ids), tokens, text, prefill_ms, rate)
 
 
 def smoke_run(package: Path, ep: str) -> GenerationResult:
@@ -178,29 +188,19 @@ def stream(
     """Generate, calling `on_text` with each decoded piece as it comes."""
     import onnxruntime_genai as og
 
-    params = og.GeneratorParams(model)
     context = _json(package / "genai_config.json").get("model", {}).get("context_length") or 0
     max_length = len(prompt_ids) + max_new_tokens
     if context and max_length > context:
         max_length = context
-    params.set_search_options(max_length=max_length, **sampling.search_options())
-    generator = og.Generator(model, params)
     tokenizer_stream = og.Tokenizer(model).create_stream()
-    start = time.perf_counter()
-    generator.append_tokens(prompt_ids)
-    prefill = time.perf_counter() - start
-    tokens: list[int] = []
     pieces: list[str] = []
-    start = time.perf_counter()
-    while not generator.is_done():
-        generator.generate_next_token()
-        token = int(generator.get_next_tokens()[0])
-        tokens.append(token)
+
+    def on_token(token: int) -> None:
         piece = tokenizer_stream.decode(token)
         if piece:
             pieces.append(piece)
             on_text(piece)
-    decode = time.perf_counter() - start
-    return GenerationResult(
-        ep, len(prompt_ids), tokens, "".join(pieces), prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0
-    )
+
+    options = {"max_length": max_length, **sampling.search_options()}
+    tokens, prefill_ms, rate = _generate(model, prompt_ids, options, on_token)
+    return GenerationResult(ep, len(prompt_ids), tokens, "".join(pieces), prefill_ms, rate)
