@@ -46,12 +46,15 @@ print(sorted(rates)[1])
 
 
 def timed(cmd: list[str]) -> tuple[float, float]:
-    start = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    if status != 0:
-        raise SystemExit(f"{cmd[:4]} failed: {child.stderr.read().decode()[-2000:] if child.stderr else ''}")
-    return time.perf_counter() - start, usage.ru_maxrss / 1024
+    # stderr goes to a file: an unread pipe fills up with progress bars and blocks the child.
+    with tempfile.TemporaryFile() as log:
+        start = time.perf_counter()
+        child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        _, status, usage = os.wait4(child.pid, 0)
+        if status != 0:
+            log.seek(0)
+            raise SystemExit(f"{cmd[:4]} failed: {log.read().decode()[-2000:]}")
+        return time.perf_counter() - start, usage.ru_maxrss / 1024
 
 
 def folder_mib(path: Path) -> float:
