@@ -113,6 +113,7 @@ class Checkpoints:
     def get(self, name: str, **kwargs: Any) -> Path:
         if name not in self._made:
             model_type, params = FAMILY_VARIANTS.get(name, ("llama", LLAMA_VARIANTS.get(name, {})))
+            model_type = kwargs.pop("model_type", model_type)
             self._made[name] = save_model(self.root / name, model_type, **{**params, **kwargs})
         return self._made[name]
 

@@ -40,13 +40,14 @@ def check_gqa_dims(dims: ModelDims) -> None:
         )
     if dims.head_dim % 16:
         raise InputError(
-            f"head_dim {dims.head_dim} is not a multiple of 16, which GroupQueryAttention's fused RoPE requires"
+            f"head_dim {dims.head_dim} is not a multiple of 16, which GroupQueryAttention's fused RoPE requires; "
+            "export with --attention bias (RoPE with plain ops)"
         )
     for rope in dims.ropes.values():
         if rope.rotary_dim % 16 or rope.rotary_dim > dims.head_dim:
             raise InputError(
                 f"rotary dim {rope.rotary_dim} must be a multiple of 16 and at most head_dim {dims.head_dim} "
-                "for GroupQueryAttention's fused RoPE"
+                "for GroupQueryAttention's fused RoPE; export with --attention bias (RoPE with plain ops)"
             )
 
 

@@ -159,3 +159,16 @@ def test_gqa_refuses_bidirectional_ids(checkpoints, tmp_path):
                 str(checkpoints.get("gqa")), tmp_path / "p", smoke=False, attention="gqa", bidirectional_ids=BIDIR
             )
         )
+
+
+def test_bias_mode_takes_rotary_dims_gqa_cannot(checkpoints, tmp_path):
+    """Partial rotary 24 of head_dim 32: GQA's fused RoPE needs multiples of 16, plain-op RoPE does not."""
+    from gqa_export.errors import InputError
+
+    folder = checkpoints.get("phi3_rotary_24", model_type="phi3", hidden_size=128, partial_rotary_factor=0.75)
+    with pytest.raises(InputError, match=r"rotary dim 24 .* export with --attention bias"):
+        build(BuildOptions(str(folder), tmp_path / "gqa", smoke=False))
+    build(BuildOptions(str(folder), tmp_path / "bias", smoke=False, attention="bias"))
+    prompt = PROMPTS[2]
+    got = generate_greedy(tmp_path / "bias", prompt, NEW, min_new_tokens=NEW).tokens
+    assert got == hf_generate(hf_model(folder), prompt, NEW)
