@@ -41,6 +41,8 @@ WHY_NOT: dict[tuple[str, str], str] = {
     ("cuda", "fp32"): "ORT's CUDA GroupQueryAttention has no fp32 kernel",
 }
 ACCURACY_DEFAULT = {"cpu": 4, "cuda": 0}  # 4: int8 compute on CPU (the builder's default too)
+# ir.Value.meta key: the _Quantized behind a packed weight
+QUANTIZATION_META = "gqa_export.quantization"
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,8 @@ def _quantized_inputs(
     graph = model.graph
     packed = StreamedTensor(q.blocks, ir.DataType.UINT8, (n, cfg.k_blocks(k), cfg.blob()))
     inputs = [_register(graph, f"{base}.qweight", packed)]
+    # A weight shared by two nodes is registered once; its first quantization owns the bytes.
+    inputs[0].meta.setdefault(QUANTIZATION_META, q)
 
     def scales() -> ir.TensorProtocol:
         q.finished()
@@ -226,6 +230,22 @@ def _to_gather_block_quantized(
     assert cfg is not None
     base, n, k, (packed, scales, *zp) = _quantized_inputs(model, node, weight, plan, report)
     graph, name = model.graph, node.name or base
+    if zp:
+        # GatherBlockQuantized wants one zero point per block in its own byte ([V, k_blocks, 1]);
+        # MatMulNBits packs two 4-bit ones per byte. Same values, unpacked (k_blocks bytes a row).
+        owner = packed.meta[QUANTIZATION_META]
+        blocks = cfg.k_blocks(k)
+
+        def unpacked_zero_points() -> ir.TensorProtocol:
+            owner.finished()
+            z = owner.zero_points
+            assert z is not None
+            if cfg.bits == 4:
+                z = np.stack([z & 0x0F, z >> 4], axis=-1).reshape(n, -1)
+            return ir.tensor(np.ascontiguousarray(z[:, :blocks, None]))
+
+        zp_tensor = ir.LazyTensor(unpacked_zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, blocks, 1]))
+        zp = [_register(graph, f"{base}.gather_zero_points", zp_tensor)]
     shape3 = _register(graph, f"{base}.scales_shape", ir.tensor(np.array([n, cfg.k_blocks(k), 1], dtype=np.int64)))
     flat = _register(graph, f"{base}.gather_shape", ir.tensor(np.array([0, 0, k], dtype=np.int64)))
     reshape_scales = ir.Node("", "Reshape", [scales, shape3], name=f"{name}/scales3d", num_outputs=1)

@@ -178,12 +178,13 @@ def test_asymmetric_int4_cuda_graph_is_fp16(checkpoints, tmp_path):
     assert accuracy == {0}
 
 
-def test_tied_embedding_and_lm_head_share_one_quantized_tensor(tmp_path):
+@pytest.mark.parametrize(("precision", "asymmetric"), [("int4", False), ("int4", True), ("int8", True)])
+def test_tied_embedding_and_lm_head_share_one_quantized_tensor(tmp_path, precision, asymmetric):
     from pathlib import Path
 
     shipped = Path(__file__).parent / "data" / "tiny-llama"  # tie_word_embeddings: true
     out = tmp_path / "tied"
-    result = build(BuildOptions(str(shipped), out, precision="int4"))
+    result = build(BuildOptions(str(shipped), out, precision=precision, quant=QuantOptions(asymmetric=asymmetric)))
     assert result.smoke is not None and len(result.smoke.tokens) == 16
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
     gbq = [n for n in graph.node if n.op_type == "GatherBlockQuantized"]
