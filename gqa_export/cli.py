@@ -92,6 +92,9 @@ KeepFloat = Annotated[
     Optional[list[str]], typer.Option("--keep-float", help="Keep weights matching this pattern float (e.g. lm_head*).")
 ]
 ReportFlag = Annotated[bool, typer.Option("--report", help="int4/int8: write quant_report.json (accuracy vs float).")]
+Activations = Annotated[
+    Optional[str], typer.Option("--activations", help="int4/int8 on cuda: fp16 (default) or bf16 activations.")
+]
 QuantEmbeddings = Annotated[
     bool, typer.Option("--quant-embeddings", help="int4/int8: quantize an untied embedding too (tied ones always are).")
 ]
@@ -133,6 +136,7 @@ def build(
     keep_float: KeepFloat = None,
     report: ReportFlag = False,
     quant_embeddings: QuantEmbeddings = False,
+    activations: Activations = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")] = False,
 ) -> None:
@@ -149,7 +153,7 @@ def build(
     if attention is not None and attention not in ("gqa", "bias", "split", "auto"):
         raise _fail(GqaExportError(f"unknown --attention '{attention}'; choose gqa, bias, split or auto"))
     quant = QuantOptions(
-        block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()), quant_embeddings
+        block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()), quant_embeddings, activations
     )
     opts = BuildOptions(
         model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe, tuple(settings or ()),
@@ -209,6 +213,7 @@ def quantize_command(
     keep_float: KeepFloat = None,
     report: ReportFlag = False,
     quant_embeddings: QuantEmbeddings = False,
+    activations: Activations = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
     no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
@@ -217,7 +222,7 @@ def quantize_command(
     from gqa_export.requantize import requantize
 
     quant = QuantOptions(
-        block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()), quant_embeddings
+        block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()), quant_embeddings, activations
     )
     try:
         result = requantize(package, output, precision, quant, overwrite, report, not no_smoke, RichReporter(as_json))

@@ -278,7 +278,8 @@ def _smoke(
     ep = opts.ep
     if ep == "cuda" and not cuda_device_available():
         if not plan.runs_on_cpu:
-            notes.append(f"no usable CUDA GPU here and {plan.name} does not run on CPU: smoke run skipped")
+            what = plan.name if plan.nbits is None else f"{plan.name} with bf16 activations"
+            notes.append(f"no usable CUDA GPU here and {what} does not run on CPU: smoke run skipped")
             reporter.note(notes[-1])
             return None
         notes.append("no usable CUDA GPU here: smoke-running on CPU instead")

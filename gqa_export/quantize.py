@@ -40,6 +40,8 @@ WHY_NOT: dict[tuple[str, str], str] = {
     ("cpu", "bf16"): "ORT's CPU GroupQueryAttention has no bf16 kernel",
     ("cuda", "fp32"): "ORT's CUDA GroupQueryAttention has no fp32 kernel",
 }
+# int4/int8 activation dtypes: MatMulNBits/GQA kernels exist for fp32 on CPU, fp16/bf16 on CUDA.
+ACTIVATIONS = {"cpu": ("fp32",), "cuda": ("fp16", "bf16")}
 ACCURACY_DEFAULT = {"cpu": 4, "cuda": 0}  # 4: int8 compute on CPU (the builder's default too)
 # ir.Value.meta key: the _Quantized behind a packed weight
 QUANTIZATION_META = "gqa_export.quantization"
@@ -53,6 +55,7 @@ class QuantOptions:
     accuracy_level: int | None = None  # None: 4 on CPU, 0 on CUDA
     keep_float: tuple[str, ...] = ()  # fnmatch patterns on weight or node names
     embeddings: bool = False  # int4/int8 embedding table even when untied (tied ones always share)
+    activations: str | None = None  # CUDA: fp16 (default) or bf16; CPU: fp32 only
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,17 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
         raise InputError("--quant-method search is symmetric only; drop --asymmetric or use rtn")
     if q.accuracy_level is not None and q.accuracy_level not in (0, 1, 2, 3, 4):
         raise InputError(f"--accuracy-level must be 0-4, got {q.accuracy_level}")
-    io = ir.DataType.FLOAT if ep == "cpu" else ir.DataType.FLOAT16
+    activations = q.activations or ("fp32" if ep == "cpu" else "fp16")
+    if activations not in ACTIVATIONS[ep]:
+        raise InputError(
+            f"--activations {activations} is not available with --ep {ep} {precision}; "
+            f"use {' or '.join(ACTIVATIONS[ep])}"
+        )
+    io = FLOAT_DTYPES[activations]
     nbits = NBitsConfig(INT_BITS[precision], q.block_size, not q.asymmetric, q.method)
     level = ACCURACY_DEFAULT[ep] if q.accuracy_level is None else q.accuracy_level
-    return PrecisionPlan(precision, io, io, nbits, level, q.keep_float, q.embeddings)
+    logits = ir.DataType.FLOAT if activations == "bf16" else io
+    return PrecisionPlan(precision, io, logits, nbits, level, q.keep_float, q.embeddings)
 
 
 def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None = None) -> QuantizeReport:

@@ -206,3 +206,20 @@ def test_quant_embeddings_flag_for_untied(checkpoints, tmp_path):
     assert "GatherBlockQuantized" in ops and "Gather" in ops  # Gather stays only in the mask subgraph
     tokens = generate_greedy(out, [0, 5, 7], 8).tokens
     assert len(tokens) >= 1
+
+
+def test_int4_cuda_bf16_activations(checkpoints, tmp_path):
+    out = tmp_path / "bf16"
+    quant = QuantOptions(activations="bf16")
+    result = build(BuildOptions(str(checkpoints.get("gqa")), out, ep="cuda", precision="int4", quant=quant))
+    assert result.smoke is None and any("int4 with bf16 activations does not run on CPU" in n for n in result.notes)
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    scales = [t for t in graph.initializer if t.name.endswith(".scales")]
+    assert scales and all(t.data_type == TensorProto.BFLOAT16 for t in scales)
+    inputs = {i.name: i.type.tensor_type.elem_type for i in graph.input}
+    assert inputs["past_key_values.0.key"] == TensorProto.BFLOAT16
+    assert {o.name: o.type.tensor_type.elem_type for o in graph.output}["logits"] == TensorProto.FLOAT
+    refused = runner.invoke(
+        app, ["build", str(checkpoints.get("gqa")), "-o", str(tmp_path / "x"), "-p", "int4", "--activations", "bf16"]
+    )
+    assert refused.exit_code == 2 and "--activations bf16 is not available with --ep cpu" in refused.output
