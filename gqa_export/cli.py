@@ -51,6 +51,18 @@ class RichReporter:
         if not self.quiet:
             err.print(f"[yellow]note:[/] {message}")
 
+    def download_bar(self) -> type | None:
+        """huggingface_hub's per-file download bars, drawn by rich (tqdm's rich front end)."""
+        if self.quiet:
+            return None
+        import warnings
+
+        from tqdm import TqdmExperimentalWarning
+        from tqdm.rich import tqdm_rich
+
+        warnings.filterwarnings("ignore", category=TqdmExperimentalWarning)
+        return tqdm_rich
+
     @contextmanager
     def task(self, description: str, total: int | None) -> Iterator[Advance]:
         if self.quiet:

@@ -72,7 +72,9 @@ def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
 
     reporter.stage(f"fetch {repo_id}" + (f"@{revision}" if revision else ""))
     try:
-        folder = snapshot_download(repo_id, revision=revision, allow_patterns=ALLOW_PATTERNS)
+        bar = reporter.download_bar()
+        extra = {"tqdm_class": bar} if bar is not None else {}
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=ALLOW_PATTERNS, **extra)
     except hf_errors.RevisionNotFoundError:
         raise InputError(f"revision '{revision}' of '{repo_id}' was not found on the Hugging Face Hub") from None
     except hf_errors.GatedRepoError:

@@ -22,6 +22,9 @@ class Reporter(Protocol):
     def task(self, description: str, total: int | None) -> AbstractContextManager[Advance]:
         """A context manager yielding an `advance(n)` callback for a progress bar."""
 
+    def download_bar(self) -> type | None:
+        """A tqdm class for huggingface_hub's download bars (None: no bars)."""
+
 
 class NullReporter:
     """Reports nothing."""
@@ -35,3 +38,6 @@ class NullReporter:
     @contextmanager
     def task(self, description: str, total: int | None) -> Iterator[Advance]:
         yield lambda n=1: None
+
+    def download_bar(self) -> type | None:
+        return None

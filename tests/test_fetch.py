@@ -58,6 +58,13 @@ def test_fetch_and_build_from_hf_cache_without_torch(hub_cache, tmp_path):
     assert manifest["source"] == {"id": "acme/tiny-llama", "revision": COMMIT, "local": False}
 
 
+def test_fetch_with_progress_bars(hub_cache):
+    """Not quiet: huggingface_hub gets the rich-drawn tqdm class (nothing to download offline)."""
+    fetched = run_cli(hub_cache, "fetch", "acme/tiny-llama")
+    assert fetched.returncode == 0, fetched.stderr
+    assert "> fetch acme/tiny-llama" in fetched.stderr and fetched.stdout.strip().endswith(COMMIT)
+
+
 def test_revision_by_commit(hub_cache):
     fetched = run_cli(hub_cache, "fetch", "acme/tiny-llama", "--revision", COMMIT, "-q")
     assert fetched.returncode == 0, fetched.stderr
