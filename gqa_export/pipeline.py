@@ -191,14 +191,14 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
             )
         write_json(staged.path / "genai_config.json", config)
         copy_tokenizer(source.model_dir, staged.path)
-        manifest = _manifest(opts, source, recipe, plan, dims, max_length, opt_report, attention, quant_report)
-        manifest["files"] = file_digests(staged.path)
-        write_json(staged.path / "manifest.json", manifest)
         if opts.report and plan.nbits is not None:
             reporter.stage("accuracy report (float reference export)")
             report = _float_reference_report(opts, staged.path, dims, plan, quant_report)
             write_json(staged.path / "quant_report.json", report)
             notes.append(f"logits vs float: {report['logits_vs_float']}")
+        manifest = _manifest(opts, source, recipe, plan, dims, max_length, opt_report, attention, quant_report)
+        manifest["files"] = file_digests(staged.path)  # every file but the manifest, the report included
+        write_json(staged.path / "manifest.json", manifest)
         _lint_own_package(staged.path, source.model_dir, notes, reporter)
         smoke = _smoke(staged.path, opts, plan, reporter, notes) if opts.smoke else None
         output = staged.commit()

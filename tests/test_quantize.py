@@ -109,7 +109,9 @@ def test_int_packages_generate_and_stay_close_to_float(int_packages, precision, 
         assert e2e["next_token_agreement"] > 0.85
     graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
     assert {n.op_type for n in graph.node} >= {"MatMulNBits"} and "MatMul" not in {n.op_type for n in graph.node}
-    manifest = json.loads((package / "manifest.json").read_text())["options"]["quantization"]
+    full_manifest = json.loads((package / "manifest.json").read_text())
+    assert "quant_report.json" in full_manifest["files"]
+    manifest = full_manifest["options"]["quantization"]
     assert manifest["bits"] == {"int4": 4, "int8": 8}[precision] and manifest["method"] == method
     assert manifest["block_size"] == 32 and manifest["accuracy_level"] == 0
 
