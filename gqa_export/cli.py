@@ -88,8 +88,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def main_options(
     version: Annotated[
-        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = None,
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """gqa-export: fetch -> build -> optimize -> quantize -> package -> smoke-run."""
 
