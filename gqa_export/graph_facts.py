@@ -34,7 +34,6 @@ class GraphFacts:
     head_size: int
     num_heads: int
     attention: tuple[AttentionNode, ...]
-    initializer_dtypes: dict[str, int]  # dtype name -> count
     kv_scattered: bool = False  # every past input is written in place by TensorScatter into a present
 
     @property
@@ -54,11 +53,6 @@ class GraphFacts:
             return True
         return bool(self.attention) and all(a.op_type in SHARE_CAPABLE for a in self.attention)
 
-    @property
-    def kv_dtype(self) -> str:
-        first = f"past_key_values.{self.kv_layers[0]}.key"
-        return self.inputs[first][0]
-
 
 def graph_facts(model: ir.Model) -> GraphFacts:
     g = model.graph
@@ -75,11 +69,6 @@ def graph_facts(model: ir.Model) -> GraphFacts:
         if n.op_type in ATTENTION_OPS
     )
     num_heads = int(attention[0].attributes.get("num_heads", 0)) if attention else 0
-    dtypes: dict[str, int] = {}
-    for value in g.initializers.values():
-        if value.const_value is not None:
-            key = value.const_value.dtype.name
-            dtypes[key] = dtypes.get(key, 0) + 1
     outputs_set = set(g.outputs)
     pasts = [v for v in g.inputs if (v.name or "").startswith("past_key_values.")]
     scattered = bool(pasts) and all(
@@ -89,7 +78,7 @@ def graph_facts(model: ir.Model) -> GraphFacts:
         )
         for v in pasts
     )
-    return GraphFacts(inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, dtypes, scattered)
+    return GraphFacts(inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, scattered)
 
 
 def _sig(value: ir.Value) -> tuple[str, tuple[int | str | None, ...]]:

@@ -59,9 +59,6 @@ class WeightStore:
     def __contains__(self, name: str) -> bool:
         return name in self._tensors
 
-    def names(self) -> list[str]:
-        return list(self._tensors)
-
     def info(self, name: str) -> TensorInfo:
         try:
             return self._tensors[name]

@@ -33,7 +33,6 @@ OPSETS = {
     "bias": {"": 24, "com.microsoft": 1},
     "prefill": {"": 24, "com.microsoft": 1},
 }
-GRAPH_MODES = tuple(OPSETS)
 B, S, T = "batch_size", "sequence_length", "total_sequence_length"
 PAST, PRESENT = "past_sequence_length", "present_sequence_length"
 PAST_KEY, PAST_VALUE = "past_key_values.%d.key", "past_key_values.%d.value"

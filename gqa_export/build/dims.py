@@ -62,11 +62,6 @@ class ModelDims:
     eos_token_ids: tuple[int, ...]
     pad_token_id: int | None
 
-    @property
-    def sliding_window(self) -> int | None:
-        windows = {layer.window for layer in self.layers if layer.window > 0}
-        return max(windows) if windows else None
-
 
 def read_dims(config: Any, spec: ArchSpec, options: ModelOptions, generation: dict[str, Any] | None) -> ModelDims:
     """Resolve a transformers config object into `ModelDims`, checking what the spec supports."""
