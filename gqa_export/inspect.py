@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from gqa_export.errors import InputError
+from gqa_export.package import read_json
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
@@ -144,15 +145,14 @@ def load_package(path: Path, source: Path | None = None) -> Package:
     hf_dir = source or folder
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
     return Package(
-        folder, config, graphs, _json(hf_dir / "config.json"), _json(hf_dir / "generation_config.json"), files, missing
+        folder,
+        config,
+        graphs,
+        read_json(hf_dir / "config.json"),
+        read_json(hf_dir / "generation_config.json"),
+        files,
+        missing,
     )
-
-
-def _json(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def _stages(config: dict[str, Any]) -> list[tuple[str, str, bool, bool]]:

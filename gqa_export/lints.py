@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gqa_export.build.dims import token_ids
 from gqa_export.genai_schema import unknown_keys
 from gqa_export.inspect import Package
 
@@ -181,8 +182,10 @@ def _position_ids(pkg: Package, _: int) -> list[Finding]:
 def _eos(pkg: Package, _: int) -> list[Finding]:
     if pkg.config is None or pkg.generation is None:
         return []
-    want = _ids(pkg.generation.get("eos_token_id")) | _ids((pkg.hf_config or {}).get("eos_token_id"))
-    have = _ids(pkg.config.get("model", {}).get("eos_token_id"))
+    want = set(token_ids(pkg.generation.get("eos_token_id"))) | set(
+        token_ids((pkg.hf_config or {}).get("eos_token_id"))
+    )
+    have = set(token_ids(pkg.config.get("model", {}).get("eos_token_id")))
     missing = sorted(want - have)
     if not missing:
         return []
@@ -247,12 +250,6 @@ def _kv_shape(pkg: Package, _: int) -> list[Finding]:
                     )
                     return out
     return out
-
-
-def _ids(value: object) -> set[int]:
-    if value is None:
-        return set()
-    return {int(v) for v in value} if isinstance(value, (list, tuple)) else {int(value)}  # type: ignore[arg-type]
 
 
 def _ranges(values: list[int]) -> str:

@@ -147,6 +147,14 @@ def _chat_template(source: Path) -> str | None:
     return None
 
 
+def read_json(path: Path) -> dict[str, Any] | None:
+    """An optional JSON file of a package or checkpoint: None when absent or unreadable."""
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
 def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import SmokeRunError
+from gqa_export.package import read_json
 
 SMOKE_PROMPT = "Hello"
 SMOKE_NEW_TOKENS = 16
@@ -140,10 +141,10 @@ def adds_bos(package: Path) -> bool:
     """Whether HF's tokenizer would put BOS in front of plain text (onnxruntime-genai 0.18's
     encode never does): tokenizer_config add_bos_token, or a TemplateProcessing post-processor
     that starts with a special token (Llama-3 style)."""
-    config = _json(package / "tokenizer_config.json")
+    config = _json_or_empty(package / "tokenizer_config.json")
     if "add_bos_token" in config:
         return bool(config["add_bos_token"])
-    post = _json(package / "tokenizer.json").get("post_processor") or {}
+    post = _json_or_empty(package / "tokenizer.json").get("post_processor") or {}
     steps = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
     for step in steps:
         if step.get("type") == "TemplateProcessing" and step.get("single"):
@@ -151,11 +152,8 @@ def adds_bos(package: Path) -> bool:
     return False
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+def _json_or_empty(path: Path) -> dict[str, Any]:
+    return read_json(path) or {}
 
 
 def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
@@ -170,7 +168,7 @@ def prompt_tokens(package: Path, model: Any, text: str, messages: list[dict[str,
     if messages is not None:
         return [int(t) for t in tokenizer.encode(chat_prompt(tokenizer, messages))]
     ids = [int(t) for t in tokenizer.encode(text)]
-    bos = _json(package / "genai_config.json").get("model", {}).get("bos_token_id")
+    bos = _json_or_empty(package / "genai_config.json").get("model", {}).get("bos_token_id")
     if bos is not None and adds_bos(package) and (not ids or ids[0] != bos):
         ids = [int(bos), *ids]
     return ids
@@ -188,7 +186,7 @@ def stream(
     """Generate, calling `on_text` with each decoded piece as it comes."""
     import onnxruntime_genai as og
 
-    context = _json(package / "genai_config.json").get("model", {}).get("context_length") or 0
+    context = _json_or_empty(package / "genai_config.json").get("model", {}).get("context_length") or 0
     max_length = len(prompt_ids) + max_new_tokens
     if context and max_length > context:
         max_length = context

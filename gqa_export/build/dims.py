@@ -90,7 +90,7 @@ def read_dims(config: Any, spec: ArchSpec, options: ModelOptions, generation: di
     )
     embed_mult = {"none": 1.0, "sqrt_hidden": math.sqrt(hidden), "config": float(opt("embedding_multiplier", 1.0))}
     gen = generation or {}
-    eos = _ids(getattr(config, "eos_token_id", None)) + _ids(gen.get("eos_token_id"))
+    eos = token_ids(getattr(config, "eos_token_id", None)) + token_ids(gen.get("eos_token_id"))
     architectures = getattr(config, "architectures", None) or ["?"]
     return ModelDims(
         model_type=str(config.model_type),
@@ -159,7 +159,8 @@ def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) 
     return RopeConfig(rope_type, theta, int(head_dim * partial), params)
 
 
-def _ids(value: Any) -> list[int]:
+def token_ids(value: Any) -> list[int]:
+    """Token ids as configs spell them: absent, one int, or a list."""
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
@@ -168,5 +169,5 @@ def _ids(value: Any) -> list[int]:
 
 
 def _first(value: Any) -> int | None:
-    ids = _ids(value)
+    ids = token_ids(value)
     return ids[0] if ids else None
