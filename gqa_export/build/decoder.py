@@ -87,7 +87,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     with b.scope("embed_tokens"):
         h = typed(b.op("Gather", embed, input_ids), opts.io_dtype, hidden)
         if dims.embedding_multiplier != 1.0:
-            h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params)), opts.io_dtype, hidden)
+            h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
 
     presents = []
     for i in range(dims.num_layers):
@@ -145,15 +145,16 @@ def _select(b: GraphBuilder, cond: ir.Value, then: ir.Value, other: ir.Value, na
     return b.op("If", cond, then_branch=branch(then, "long"), else_branch=branch(other, "short"), name=f"{name}_select")
 
 
-def _scalar(b: GraphBuilder, value: float, params: Params) -> ir.Value:
-    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[params.dtype]), "scale")
+def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str = "scale") -> ir.Value:
+    """A float scalar constant in the graph's dtype (rounded through float32, as the weights are)."""
+    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[dtype]), name)
 
 
 def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value:
     b, dims = lc.b, lc.dims
     shape = [B, S, dims.hidden_size]
     if dims.residual_multiplier != 1.0:  # Granite
-        y = b.op("Mul", y, _scalar(b, dims.residual_multiplier, lc.params))
+        y = b.op("Mul", y, _scalar(b, dims.residual_multiplier, lc.params.dtype))
     return typed(b.op("Add", h, typed(y, lc.params.dtype, shape), name=name), lc.params.dtype, shape)
 
 
@@ -203,12 +204,9 @@ def _lm_head(
         if opts.logits_dtype != opts.io_dtype:
             logits = b.op("Cast", logits, to=opts.logits_dtype)
 
-        def const(value: float, name: str) -> ir.Value:
-            return b.const(np.asarray(value, dtype=NUMPY_DTYPES[opts.logits_dtype]), name)
-
         if dims.logits_divisor != 1.0:  # Granite's logits_scaling
-            logits = b.op("Div", logits, const(dims.logits_divisor, "logits_scaling"))
+            logits = b.op("Div", logits, _scalar(b, dims.logits_divisor, opts.logits_dtype, "logits_scaling"))
         if dims.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
-            cap = const(dims.final_softcap, "final_softcap")
+            cap = _scalar(b, dims.final_softcap, opts.logits_dtype, "final_softcap")
             logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="final_softcap")
     return logits
