@@ -9,10 +9,12 @@ reads cos/sin rows up to the total length (§1.5); the genai_config parser rejec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from gqa_export.build.dims import token_ids
+from gqa_export.errors import PackageLintError
 from gqa_export.genai_schema import unknown_keys
-from gqa_export.inspect import Package
+from gqa_export.inspect import Package, load_package
 
 KV_WARN_BYTES = 4 << 30  # a KV buffer above this per batch row is worth a second look
 
@@ -30,6 +32,16 @@ def lint(pkg: Package, kv_warn_bytes: int = KV_WARN_BYTES) -> list[Finding]:
     for rule in RULES:
         out.extend(rule(pkg, kv_warn_bytes))
     return out
+
+
+def check_written(folder: Path, source: Path | None = None) -> list[Finding]:
+    """Lint a package this tool just wrote: an error is a bug in gqa-export, never the input, and
+    raises PackageLintError; the warnings are returned for the caller to report."""
+    findings = lint(load_package(folder, source))
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise PackageLintError(f"the written package fails lint {errors[0].id}: {errors[0].message}")
+    return [f for f in findings if f.severity == "warning"]
 
 
 def _missing_files(pkg: Package, _: int) -> list[Finding]:

@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.inspect import load_package
-from gqa_export.lints import lint
+from gqa_export.lints import check_written
 from gqa_export.package import StagedPackage, check_output, file_digests, save_models, write_json
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant_report import build_report, logit_error
@@ -104,9 +104,7 @@ def requantize(
         manifest["quantized_from"] = {"package": str(package.resolve()), "precision": source_precision}
         manifest["files"] = file_digests(staged.path)
         write_json(staged.path / "manifest.json", manifest)
-        errors = [f for f in lint(load_package(staged.path)) if f.severity == "error"]
-        if errors:
-            raise InputError(f"the quantized package fails lint {errors[0].id}: {errors[0].message}")
+        check_written(staged.path)
         result_smoke = smoke_run(staged.path, "cpu") if smoke and plan.runs_on_cpu else None
         out = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
