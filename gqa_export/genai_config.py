@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gqa_export.build.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
-from gqa_export.build.dims import ModelDims
+from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
+from gqa_export.graph.dims import ModelDims
 from gqa_export.graph_facts import GraphFacts
 
 DEFAULT_MAX_LENGTH = 4096
@@ -93,7 +93,7 @@ def make_genai_config(
         if windows and len(set(windows.values())) == 1:
             # The runtime gives the listed layers min(max_length, window + slack) slots (slack: 0 on
             # CUDA, 16 on CPU) and the kernel evicts; verified exact through onnxruntime-genai on CPU
-            # (tests/build/test_window_cache.py). slide_*: false keeps the QNN-style paths off.
+            # (tests/graph/test_window_cache.py). slide_*: false keeps the QNN-style paths off.
             decoder["sliding_window"] = {
                 "window_size": next(iter(windows.values())),
                 "slide_key_value_cache": False,

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gqa_export.build.dims import token_ids
 from gqa_export.errors import PackageLintError
 from gqa_export.genai_schema import unknown_keys
+from gqa_export.graph.dims import token_ids
 from gqa_export.inspect import Package, load_package
 
 KV_WARN_BYTES = 4 << 30  # a KV buffer above this per batch row is worth a second look

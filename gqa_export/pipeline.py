@@ -17,13 +17,13 @@ from typing import Any
 
 from gqa_export import __version__
 from gqa_export.arch import get_spec
-from gqa_export.build.decoder import GraphOptions, build_decoder
-from gqa_export.build.dims import ModelDims, read_dims
-from gqa_export.build.params import Params
-from gqa_export.build.plan import AttentionPlan, bidirectional_ids, plan_attention
 from gqa_export.errors import InputError
 from gqa_export.fetch import Source, resolve_source
 from gqa_export.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
+from gqa_export.graph.decoder import GraphOptions, build_decoder
+from gqa_export.graph.dims import ModelDims, read_dims
+from gqa_export.graph.params import Params
+from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
 from gqa_export.graph_facts import graph_facts
 from gqa_export.lints import check_written
 from gqa_export.optimize import OptimizeReport, optimize

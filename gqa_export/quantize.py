@@ -1,7 +1,7 @@
 """Stage 4: weight precision.
 
 Float precisions (fp32/fp16/bf16) are applied while weights stream: the graph's activation dtype
-is fixed when it is built, and `build.params.Params` casts each lazy tensor as it is written, so
+is fixed when it is built, and `graph.params.Params` casts each lazy tensor as it is written, so
 no float copy of the model ever exists. This stage checks that every float initializer has the
 planned dtype.
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.build.params import NUMPY_DTYPES, StreamedTensor, row_blocks
 from gqa_export.errors import InputError
+from gqa_export.graph.params import NUMPY_DTYPES, StreamedTensor, row_blocks
 from gqa_export.nbits import NBitsConfig, dequantize, quantize_rows
 
 FLOAT_DTYPES = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}

@@ -8,9 +8,9 @@ import onnx_ir as ir
 from transformers import AutoConfig
 
 from gqa_export.arch import get_spec
-from gqa_export.build.decoder import GraphOptions, build_decoder
-from gqa_export.build.dims import read_dims
-from gqa_export.build.params import Params
+from gqa_export.graph.decoder import GraphOptions, build_decoder
+from gqa_export.graph.dims import read_dims
+from gqa_export.graph.params import Params
 from gqa_export.optimize import optimize, remove_dead_inputs
 from gqa_export.recipes import ModelOptions
 from gqa_export.weights import WeightStore

@@ -40,7 +40,7 @@ def test_genai_greedy_equals_hf_generate(variant, checkpoints, exports):
             # original_max_position_embeddings (Phi3ForCausalLM.prepare_inputs_for_generation drops
             # its cache); a decode graph cannot, nor can the official builder's. Past the switch from
             # the first step, generation is exact; the crossing is checked against HF's incremental
-            # forward in tests/build/test_decoder.py.
+            # forward in tests/graph/test_decoder.py.
             continue
         # onnxruntime-genai 0.18's encode never adds BOS; the text tokens must be HF's.
         plain = hf_tokenizer(prompt, add_special_tokens=False).input_ids

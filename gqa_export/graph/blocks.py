@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.build.dims import ModelDims
-from gqa_export.build.graph import GraphBuilder, typed
-from gqa_export.build.params import Params
+from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.params import Params
 
 B, S = "batch_size", "sequence_length"
 

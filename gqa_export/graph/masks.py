@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.build.graph import GraphBuilder
-from gqa_export.build.params import NUMPY_DTYPES
+from gqa_export.graph.builder import GraphBuilder
+from gqa_export.graph.params import NUMPY_DTYPES
 
 INT64 = ir.DataType.INT64
 

@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from gqa_export.build.dims import RopeConfig
 from gqa_export.errors import InputError
+from gqa_export.graph.dims import RopeConfig
 
 
 def _base_inv_freq(rope: RopeConfig) -> np.ndarray:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from gqa_export.build.blocks import LayerContext, qkv_projection
-from gqa_export.build.masks import MaskValues
+from gqa_export.graph.blocks import LayerContext, qkv_projection
+from gqa_export.graph.masks import MaskValues
 
 
 def rope_tables(

@@ -28,7 +28,7 @@ from gqa_export.recipes import AttentionRecipe
 @dataclass(frozen=True)
 class GraphSpec:
     filename: str
-    mode: str  # a key of build.decoder.OPSETS: gqa | bias | prefill
+    mode: str  # a key of graph.decoder.OPSETS: gqa | bias | prefill
     run_on_prompt: bool = True
     run_on_token_gen: bool = True
 

@@ -17,14 +17,14 @@ import onnx_ir as ir
 
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.build.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
-from gqa_export.build.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
-from gqa_export.build.dims import ModelDims
-from gqa_export.build.graph import GraphBuilder, typed
-from gqa_export.build.masks import mask_values
-from gqa_export.build.params import NUMPY_DTYPES, Params
-from gqa_export.build.rope import cos_sin_tables, longrope_switch
-from gqa_export.build.standard import rope_tables, standard_attention
+from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
+from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
+from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.masks import mask_values
+from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.rope import cos_sin_tables, longrope_switch
+from gqa_export.graph.standard import rope_tables, standard_attention
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
 # TensorScatter-24.

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from gqa_export.build.dims import ModelDims
-from gqa_export.build.graph import GraphBuilder
 from gqa_export.errors import InputError
+from gqa_export.graph.builder import GraphBuilder
+from gqa_export.graph.dims import ModelDims
 
 
 @dataclass(frozen=True)
