@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export import __version__
-from gqa_export.arch import get_spec
+from gqa_export.arch import ArchSpec, get_spec
 from gqa_export.errors import InputError
 from gqa_export.fetch import Source, resolve_source
 from gqa_export.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
@@ -129,17 +129,23 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     source = resolve_source(opts.model, opts.revision, reporter)
     reporter.stage("build")
     raw = _read_json(source.model_dir / "config.json")
-    model_type, architecture = str(raw.get("model_type", "?")), (raw.get("architectures") or [None])[0]
-    recipe = user_recipe or match_recipe(model_type, architecture, builtin_recipes())
+    hf_config, generation = _read_configs(source.model_dir) if user_recipe else (None, None)
+    recipe = user_recipe or _match(raw, source.model_dir)
+    if hf_config is None:
+        hf_config, generation = _read_configs(source.model_dir)
+    text_config = _text_config(hf_config)
+    outer = hf_config if text_config is not hf_config else None
     if opts.settings and user_recipe is None:
         recipe = load_recipe(recipe.path, list(opts.settings))
     recipe = recipe.for_ep(opts.ep)
     _check_recipe(recipe)
-    hf_config, generation = _read_configs(source.model_dir)
-    spec = get_spec(recipe.arch)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
-    dims = read_dims(hf_config, spec, recipe.model, generation)
+    dims = read_dims(text_config, get_spec(recipe.arch), recipe.model, generation, outer)
     store = WeightStore.open(source.model_dir)
+    spec = get_spec(recipe.arch).bind(store)
+    # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
+    # stored lm_head that differs from the embedding is never tied, whatever the flag says).
+    dims = replace(dims, tie_word_embeddings=spec.lm_head not in store)
     max_length = _max_length(opts.max_length, dims)
     ids = bidirectional_ids(recipe.attention, hf_config, opts.bidirectional_ids)
     attention = plan_attention(opts.attention or recipe.attention.mode, ids)
@@ -195,7 +201,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
             report = _float_reference_report(opts, staged.path, dims, plan, quant_report)
             write_json(staged.path / "quant_report.json", report)
             notes.append(f"logits vs float: {report['logits_vs_float']}")
-        manifest = _manifest(opts, source, recipe, plan, dims, max_length, opt_report, attention, quant_report)
+        manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
+        manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None)
         manifest["files"] = file_digests(staged.path)  # every file but the manifest, the report included
         write_json(staged.path / "manifest.json", manifest)
         _lint_own_package(staged.path, source.model_dir, notes, reporter)
@@ -250,6 +257,24 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _match(raw: dict[str, Any], model_dir: Path) -> Recipe:
+    """The built-in recipe for a config.json. Multimodal checkpoints match on their text model's
+    type (one recipe per decoder family) and the top-level architecture; a text_config without a
+    model_type gets the one transformers fills in."""
+    architecture = (raw.get("architectures") or [None])[0]
+    text = raw.get("text_config")
+    model_type = str(raw.get("model_type", "?"))
+    if isinstance(text, dict):
+        model_type = str(text.get("model_type") or _text_config(_read_configs(model_dir)[0]).model_type)
+    return match_recipe(model_type, architecture, builtin_recipes())
+
+
+def _text_config(config: Any) -> Any:
+    """The text decoder's config: the config itself, or a multimodal config's text_config."""
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if get is not None else config
+
+
 def _check_recipe(recipe: Recipe) -> None:
     """Refuse, before any work, a recipe asking for something the graph builder cannot do."""
     where = f"recipe {recipe.path}"
@@ -284,7 +309,7 @@ def _smoke(
 
 
 def _manifest(
-    opts: BuildOptions, source: Source, recipe: Recipe, plan: PrecisionPlan, dims: ModelDims, max_length: int,
+    opts: BuildOptions, source: Source, recipe: Recipe, plan: PrecisionPlan, max_length: int,
     opt_report: OptimizeReport, attention: AttentionPlan, quant_report: QuantizeReport,
 ) -> dict[str, Any]:  # fmt: skip
     return {
@@ -303,10 +328,25 @@ def _manifest(
             "graphs": [g.filename for g in attention.graphs],
             "smoke": opts.smoke,
         },
-        "model": {"architecture": dims.architecture, "model_type": dims.model_type, "layers": dims.num_layers},
         "optimize": asdict(opt_report),
         "dependencies": _versions(),
         "python": platform.python_version(),
+    }
+
+
+def _model_manifest(dims: ModelDims, text_config: Any, spec: ArchSpec, multimodal: bool) -> dict[str, Any]:
+    """What was exported: for a multimodal checkpoint, only its text decoder."""
+    return {
+        "architecture": dims.architecture,
+        "model_type": dims.model_type,
+        "text_model_type": str(text_config.model_type),
+        "layers": dims.num_layers,
+        "kv_cache_layers": list(dims.cache_layers),
+        "exported": (
+            f"text decoder only (tensors under '{spec.prefix}', '{spec.lm_head}'); vision/audio towers not exported"
+            if multimodal
+            else "whole model"
+        ),
     }
 
 

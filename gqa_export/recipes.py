@@ -31,13 +31,25 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "residual_multiplier": "residual_multiplier",
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
+    # Gemma-4: KV-shared layers, k = v on full layers, double-wide MLPs of shared layers, per-layer
+    # embeddings, and the global-layer shapes of configs without per-layer views.
+    "num_kv_shared_layers": "num_kv_shared_layers",
+    "attention_k_eq_v": "attention_k_eq_v",
+    "double_wide_mlp": "use_double_wide_mlp",
+    "per_layer_input_size": "hidden_size_per_layer_input",
+    "per_layer_vocab_size": "vocab_size_per_layer_input",
+    "global_head_dim": "global_head_dim",
+    "global_kv_heads": "num_global_key_value_heads",
 }
 _ATTENTION = {
     "mode": ATTENTION_MODES,
     "packed_qkv": bool,
     "fused_rope": bool,
     "bidirectional_token_ids": [int],
-    "bidirectional_token_ids_key": str,  # an HF config key holding the id(s), e.g. image_token_index
+    # HF config keys holding the ids (e.g. image_token_index), read from the top-level config of a
+    # multimodal checkpoint; applied only when `bidirectional_if` ("key=value") holds there, if set.
+    "bidirectional_token_ids_keys": [str],
+    "bidirectional_if": str,
     "sliding_window_cache": bool,  # gqa: window-sized KV buffers on windowed layers (default true)
 }
 # A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
@@ -54,6 +66,9 @@ SCHEMA: dict[str, Any] = {
         "norm_offset": float,
         "embedding_scale": ("none", "sqrt_hidden", "config"),
         "config_keys": {k: str for k in DEFAULT_CONFIG_KEYS},
+        # options this class never applies though its config may set them (e.g.
+        # Gemma3ForConditionalGeneration ignores final_logit_softcapping)
+        "ignore": [tuple(DEFAULT_CONFIG_KEYS)],
     },
     "overrides": {ep: {"attention": _ATTENTION} for ep in EPS},
 }
@@ -65,7 +80,8 @@ class AttentionRecipe:
     packed_qkv: bool = True
     fused_rope: bool = True
     bidirectional_token_ids: tuple[int, ...] = ()
-    bidirectional_token_ids_key: str | None = None
+    bidirectional_token_ids_keys: tuple[str, ...] = ()
+    bidirectional_if: str | None = None
     sliding_window_cache: bool = True
 
 
@@ -76,6 +92,7 @@ class ModelOptions:
     norm_offset: float = 0.0  # 1.0: Gemma's (1 + weight) RMSNorm
     embedding_scale: str = "none"  # sqrt_hidden (Gemma) | config (config_keys.embedding_multiplier)
     config_keys: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CONFIG_KEYS))
+    ignore: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,9 +113,7 @@ class Recipe:
 
     def for_ep(self, ep: str) -> Recipe:
         """The recipe with its per-EP overrides applied."""
-        attention = dict(self.overrides.get(ep, {}).get("attention") or {})
-        if "bidirectional_token_ids" in attention:
-            attention["bidirectional_token_ids"] = tuple(attention["bidirectional_token_ids"])
+        attention = _tuples(self.overrides.get(ep, {}).get("attention") or {})
         return replace(self, attention=replace(self.attention, **attention)) if attention else self
 
     def as_dict(self) -> dict[str, Any]:
@@ -111,15 +126,22 @@ class Recipe:
             "attention": {
                 **vars(self.attention),
                 "bidirectional_token_ids": list(self.attention.bidirectional_token_ids),
+                "bidirectional_token_ids_keys": list(self.attention.bidirectional_token_ids_keys),
             },
             "precision": dict(self.default_precision),
             "model": {
                 "norm_offset": self.model.norm_offset,
                 "embedding_scale": self.model.embedding_scale,
                 "config_keys": dict(self.model.config_keys),
+                "ignore": list(self.model.ignore),
             },
             "overrides": self.overrides,
         }
+
+
+def _tuples(attention: dict[str, Any]) -> dict[str, Any]:
+    """YAML lists become the recipe's tuples."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in attention.items()}
 
 
 def recipes_dir() -> Path:
@@ -154,15 +176,14 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         architectures=tuple(data["match"].get("architectures", ())),
         arch=data["arch"],
         genai_model_type=data.get("genai_model_type", "decoder"),
-        attention=AttentionRecipe(
-            **{**attention, "bidirectional_token_ids": tuple(attention.get("bidirectional_token_ids", ()))}
-        ),
+        attention=AttentionRecipe(**_tuples(attention)),
         default_precision={"cpu": "fp32", "cuda": "fp16", **data.get("precision", {})},
         description=data.get("description", ""),
         model=ModelOptions(
             norm_offset=float(model.get("norm_offset", 0.0)),
             embedding_scale=model.get("embedding_scale", "none"),
             config_keys={**DEFAULT_CONFIG_KEYS, **model.get("config_keys", {})},
+            ignore=tuple(model.get("ignore", ())),
         ),
         overrides=data.get("overrides", {}),
     )

@@ -113,8 +113,8 @@ def _truncate_shard(folder: Path) -> None:
             "head_dim 24 is not a multiple of 16, which GroupQueryAttention's fused RoPE requires",
         ),
         (
-            _set_config(rope_scaling={"rope_type": "proportional", "factor": 4.0}),
-            "rope type 'proportional' is not supported",
+            _set_config(rope_scaling={"rope_type": "axial", "factor": 4.0}),
+            "rope type 'axial' is not supported",
         ),
         (_truncate_shard, "weight shard model.safetensors is corrupt or truncated"),
         (lambda f: (f / "model.safetensors").unlink(), "no .safetensors weights in"),

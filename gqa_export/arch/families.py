@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gqa_export.arch.spec import ArchSpec, LayerNames
+from gqa_export.arch.spec import ArchSpec, LayerNames, PerLayerInputNames, Refusal
 
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new")
 
@@ -20,8 +20,15 @@ _SANDWICH = LayerNames(
     pre_feedforward_norm="pre_feedforward_layernorm", post_feedforward_norm="post_feedforward_layernorm"
 )
 GEMMA2 = ArchSpec(name="gemma2", norm_layout="sandwich", activations=GELU_TANH, layer=_SANDWICH)
+_ENCODER_ONLY = Refusal(
+    "use_bidirectional_attention",
+    "use_bidirectional_attention makes every layer bidirectional (an embedding encoder such as EmbeddingGemma), "
+    "not a causal LM; export a generative checkpoint",
+    (True, "all"),
+)
 GEMMA3 = ArchSpec(
     name="gemma3",
+    refusals=(_ENCODER_ONLY,),
     norm_layout="sandwich",
     activations=GELU_TANH,
     qk_norm="head",
@@ -30,6 +37,38 @@ GEMMA3 = ArchSpec(
         post_feedforward_norm="post_feedforward_layernorm",
         q_norm="self_attn.q_norm",
         k_norm="self_attn.k_norm",
+    ),
+)
+# Gemma-4 text decoder (gemma4_text, and the decoder of gemma4 / gemma4_unified): Gemma-3's layout
+# with plain RMSNorm weights, unscaled scores, a scaleless v-norm, per-layer head dims, KV-shared
+# layers, per-layer embeddings, a per-layer residual scalar, and vision runs that attend
+# bidirectionally on sliding layers only, within the window (models/gemma4/modeling_gemma4.py).
+GEMMA4 = ArchSpec(
+    name="gemma4",
+    norm_layout="sandwich",
+    activations=GELU_TANH,
+    qk_norm="head",
+    v_norm=True,
+    unit_attention_scale=True,
+    per_layer_inputs=PerLayerInputNames(),
+    bidirectional_layers="sliding",
+    layer=LayerNames(
+        pre_feedforward_norm="pre_feedforward_layernorm",
+        post_feedforward_norm="post_feedforward_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        per_layer_gate="per_layer_input_gate",
+        per_layer_projection="per_layer_projection",
+        per_layer_norm="post_per_layer_input_norm",
+        layer_scalar="layer_scalar",
+    ),
+    refusals=(
+        Refusal(
+            "enable_moe_block",
+            "Gemma-4 with a mixture-of-experts block (enable_moe_block) is not supported yet; "
+            "the dense Gemma-4 checkpoints are",
+        ),
+        _ENCODER_ONLY,
     ),
 )
 OLMO2 = ArchSpec(
@@ -44,4 +83,4 @@ OLMO2 = ArchSpec(
     ),
 )
 
-ALL = (LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, SMOLLM3, GRANITE, OLMO2)
+ALL = (LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA4, SMOLLM3, GRANITE, OLMO2)

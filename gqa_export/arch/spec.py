@@ -1,16 +1,30 @@
 """Declarative architecture specs: dimensions come from the HF config, tensor names are data.
 
 Like llama.cpp's converter, a family is one registry entry: where its weights live and how a
-layer is wired (norm layout, q/k norms, fused projections). The graph builder reads only these
-specs and the recipe's model options, never a family name.
+layer is wired (norm layout, q/k/v norms, fused projections, per-layer inputs). The graph builder
+reads only these specs and the recipe's model options, never a family name.
+
+Tensor names are relative to the text decoder's root (`embed_tokens.weight`, `layers.{i}.…`).
+The root is found in the checkpoint (`bind`): `model.` for a `…ForCausalLM`, `model.language_model.`
+for the `…ForConditionalGeneration` classes transformers 5.x writes, `language_model.model.` for
+checkpoints saved by 4.x. So one spec serves a text model and the text decoder of its multimodal
+checkpoint; the vision/audio towers are never read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Container
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gqa_export.errors import InputError
 
 NORM_LAYOUTS = ("pre", "sandwich", "post")
-ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
+# Where the text decoder lives, in the order tried: text models, transformers 5.x multimodal
+# classes, transformers 4.x multimodal checkpoints (Gemma-3, Mistral-3, Qwen2.5-VL as published).
+DECODER_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "model.text_model.")
+LM_HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
 
 
 @dataclass(frozen=True)
@@ -19,6 +33,8 @@ class LayerNames:
 
     Linear modules are given without the `.weight` / `.bias` suffix. `qkv` / `gate_up` name a
     fused projection (Phi-3) used instead of q/k/v or gate/up; norms set to None do not exist.
+    The per-layer-input modules and `layer_scalar` are Gemma-4's; a layer uses them when the
+    checkpoint holds them.
     """
 
     input_norm: str | None = "input_layernorm"
@@ -36,27 +52,85 @@ class LayerNames:
     up: str = "mlp.up_proj"
     down: str = "mlp.down_proj"
     gate_up: str | None = None
+    per_layer_gate: str | None = None
+    per_layer_projection: str | None = None
+    per_layer_norm: str | None = None
+    layer_scalar: str | None = None  # a stored scalar that multiplies the residual stream at the end
+
+
+@dataclass(frozen=True)
+class PerLayerInputNames:
+    """Model-level tensors of per-layer embeddings (Gemma-4 PLE), relative to the decoder root."""
+
+    table: str = "embed_tokens_per_layer.weight"
+    projection: str = "per_layer_model_projection.weight"
+    norm: str = "per_layer_projection_norm.weight"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A config value the graph builder does not implement: refused with `message`.
+
+    `values` lists the refused values; empty means any truthy value."""
+
+    config_key: str
+    message: str
+    values: tuple[Any, ...] = ()
+
+    def applies(self, value: Any) -> bool:
+        return value in self.values if self.values else bool(value)
 
 
 @dataclass(frozen=True)
 class ArchSpec:
     """What the graph builder needs to know about a family beyond its HF config.
 
-    norm_layout: "pre" (Llama: norm -> block -> add), "sandwich" (Gemma-2/3: norms before and
+    norm_layout: "pre" (Llama: norm -> block -> add), "sandwich" (Gemma-2/3/4: norms before and
     after each block), "post" (OLMo-2: block -> norm -> add). qk_norm: "head" (RMSNorm over
-    head_dim, Qwen3/Gemma-3) or "full" (over all heads, OLMo-2).
+    head_dim, Qwen3/Gemma-3) or "full" (over all heads, OLMo-2). v_norm: a scaleless RMSNorm over
+    head_dim on the values (Gemma-4). unit_attention_scale: scores are not scaled (Gemma-4's
+    `scaling = 1.0`; its q/k norms carry the scale).
+
+    Bidirectional token blocks (vision runs) apply to `bidirectional_layers`: "all" (Gemma-3), or
+    "sliding" (Gemma-4 keeps full-attention layers causal).
     """
 
     name: str
-    embed: str = "model.embed_tokens.weight"
-    final_norm: str = "model.norm.weight"
-    lm_head: str = "lm_head.weight"
-    layer_prefix: str = "model.layers.{i}."
+    embed: str = "embed_tokens.weight"
+    final_norm: str = "norm.weight"
+    layer_prefix: str = "layers.{i}."
     layer: LayerNames = field(default_factory=LayerNames)
     norm_layout: str = "pre"
     qk_norm: str | None = None
+    v_norm: bool = False
+    unit_attention_scale: bool = False
+    per_layer_inputs: PerLayerInputNames | None = None
+    bidirectional_layers: str = "all"
     activations: tuple[str, ...] = ("silu",)
     rope_types: tuple[str, ...] = ROPE_TYPES
+    refusals: tuple[Refusal, ...] = ()
+    decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
+    lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
+    # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.
+    prefix: str = "model."
+    lm_head: str = "lm_head.weight"
+
+    def tensor(self, name: str) -> str:
+        """A decoder-level tensor's checkpoint name (`embed`, `final_norm`, PLE tensors)."""
+        return f"{self.prefix}{name}"
 
     def layer_tensor(self, i: int, module: str, suffix: str = "weight") -> str:
-        return f"{self.layer_prefix.format(i=i)}{module}.{suffix}"
+        name = f"{self.prefix}{self.layer_prefix.format(i=i)}{module}"
+        return f"{name}.{suffix}" if suffix else name
+
+    def bind(self, names: Container[str]) -> ArchSpec:
+        """This spec with the decoder root and lm_head found among a checkpoint's tensor `names`."""
+        prefix = next((p for p in self.decoder_prefixes if f"{p}{self.embed}" in names), None)
+        if prefix is None:
+            tried = ", ".join(f"{p}{self.embed}" for p in self.decoder_prefixes)
+            raise InputError(
+                f"cannot find the text decoder's weights in the checkpoint (looked for {tried}); "
+                "the checkpoint does not match its config.json"
+            )
+        lm_head = next((n for n in self.lm_head_names if n in names), self.lm_head_names[0])
+        return replace(self, prefix=prefix, lm_head=lm_head)

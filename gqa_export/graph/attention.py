@@ -10,6 +10,7 @@ Facts this relies on (../shared/reference/ort-ops.md §1):
 - `local_window_size` = W attends W keys including the current one, HF's `sliding_window`
   (§1.6, ORT >= 1.23); `softcap` is applied before the mask, as in Gemma-2 (§1.3).
 - q_norm/k_norm inputs of GQA are CUDA/WebGPU-only (§1.1), so q/k RMSNorms are separate nodes.
+- Per-layer head_dim / kv heads (Gemma-4) are per-node attributes; the KV inputs carry concrete dims.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.dims import LayerDims, ModelDims
 
 
 @dataclass(frozen=True)
@@ -33,20 +34,17 @@ class AttentionContext:
 
 
 def check_gqa_dims(dims: ModelDims) -> None:
-    """GQA's fused-RoPE limits (ort-ops.md §1.5), checked before any weight is read."""
-    if dims.num_heads % dims.num_kv_heads:
-        raise InputError(
-            f"num_attention_heads {dims.num_heads} is not a multiple of num_key_value_heads {dims.num_kv_heads}"
-        )
-    if dims.head_dim % 16:
-        raise InputError(
-            f"head_dim {dims.head_dim} is not a multiple of 16, which GroupQueryAttention's fused RoPE requires; "
-            "export with --attention bias (RoPE with plain ops)"
-        )
-    for rope in dims.ropes.values():
-        if rope.rotary_dim % 16 or rope.rotary_dim > dims.head_dim:
+    """GQA's fused-RoPE limits (ort-ops.md §1.5), checked per layer before any weight is read."""
+    for layer in dims.layers:
+        if layer.head_dim % 16:
             raise InputError(
-                f"rotary dim {rope.rotary_dim} must be a multiple of 16 and at most head_dim {dims.head_dim} "
+                f"head_dim {layer.head_dim} is not a multiple of 16, which GroupQueryAttention's fused RoPE "
+                f"requires (layer {layer.index}); export with --attention bias (RoPE with plain ops)"
+            )
+        rope = dims.ropes.get(layer.rope) if layer.rope is not None else None
+        if rope is not None and (rope.rotary_dim % 16 or rope.rotary_dim > layer.head_dim):
+            raise InputError(
+                f"rotary dim {rope.rotary_dim} must be a multiple of 16 and at most head_dim {layer.head_dim} "
                 "for GroupQueryAttention's fused RoPE; export with --attention bias (RoPE with plain ops)"
             )
 
@@ -67,28 +65,39 @@ def gqa(
     past: tuple[ir.Value, ir.Value],
     ctx: AttentionContext,
     dims: ModelDims,
-    window: int,
-    rope: str | None,
+    layer: LayerDims,
     window_cache: bool = False,
-) -> tuple[ir.Value, ir.Value, ir.Value]:
+) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
     """One GroupQueryAttention node; returns (output [B,S,Nq*D], present_key, present_value).
 
-    window_cache: `sliding_window_cache=1` (ORT >= 1.31) on windowed layers, so their past/present
+    window_cache: `sliding_window_cache=1` (ORT >= 1.31) on a windowed layer, so its past/present
     may be a window-sized buffer that the kernel keeps compacted; ORT GenAI sizes those layers'
-    buffers from the config's `decoder.sliding_window` (ortgenai.md §3.2, ort-ops.md §1.8)."""
-    cos, sin = ctx.rope_caches[rope] if rope is not None else (None, None)
-    out, present_k, present_v = b.op_multi(
+    buffers from the config's `decoder.sliding_window` (ortgenai.md §3.2, ort-ops.md §1.8).
+
+    A KV-shared layer passes only its query: GQA's shared-KV mode (ORT 1.31, gemma4.md §3) takes
+    zero-length key/value, reads `past` (the producer's present outputs) as the whole cache,
+    appends nothing and rotates only Q; it has no present outputs."""
+    cos, sin = ctx.rope_caches[layer.rope] if layer.rope is not None else (None, None)
+    query, key, value = qkv
+    if layer.shares_kv:
+        width = layer.num_kv_heads * layer.head_dim
+        start = b.const([0, 0], "empty_kv_start", "int64")
+        end = b.const([0, width], f"empty_kv_end{width}", "int64")
+        key = value = b.op("Slice", query, start, end, b.const([1, 2], "empty_kv_axes", "int64"), name="empty_kv")
+    outputs = b.op_multi(
         "GroupQueryAttention",
-        *qkv, past[0], past[1], ctx.seqlens_k, ctx.total_sequence_length, cos, sin,
+        query, key, value, past[0], past[1], ctx.seqlens_k, ctx.total_sequence_length, cos, sin,
         domain="com.microsoft",
-        outputs=3,
+        outputs=1 if layer.shares_kv else 3,
         num_heads=dims.num_heads,
-        kv_num_heads=dims.num_kv_heads,
-        scale=dims.attention_scale,
-        do_rotary=int(rope is not None),
+        kv_num_heads=layer.num_kv_heads,
+        scale=dims.scale(layer),
+        do_rotary=int(layer.rope is not None),
         rotary_interleaved=0,
-        local_window_size=window,
+        local_window_size=layer.window,
         softcap=dims.attn_softcap,
-        sliding_window_cache=1 if window_cache and window > 0 else None,
+        sliding_window_cache=1 if window_cache and layer.window > 0 else None,
     )  # fmt: skip
-    return out, present_k, present_v
+    if layer.shares_kv:
+        return outputs[0], None, None
+    return outputs[0], outputs[1], outputs[2]

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import ModelDims
-from gqa_export.graph.params import Params
+from gqa_export.graph.dims import LayerDims, ModelDims
+from gqa_export.graph.params import NUMPY_DTYPES, Params
 
 B, S = "batch_size", "sequence_length"
 
@@ -36,6 +37,10 @@ class LayerContext:
 
     def has(self, module: str, suffix: str = "weight") -> bool:
         return self.name(module, suffix) in self.params.store
+
+    @property
+    def layer(self) -> LayerDims:
+        return self.dims.layers[self.i]
 
 
 def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str | None, node: str) -> ir.Value:
@@ -66,55 +71,88 @@ def rms_norm(
 def qkv_projection(
     lc: LayerContext, x: ir.Value, separate: bool = False
 ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
-    """GQA's query/key/value inputs: one packed tensor, or three when q/k need their RMSNorms or
-    the caller (standard Attention) needs them apart. The weights are the same either way."""
-    L, dims = lc.spec.layer, lc.dims
-    q_width, kv_width = dims.num_heads * dims.head_dim, dims.num_kv_heads * dims.head_dim
+    """GQA's query/key/value inputs: one packed tensor, or three when q/k/v need their norms or
+    the caller (standard Attention) needs them apart. The weights are the same either way.
+
+    A KV-shared layer projects only its query (key and value come from another layer's cache). A
+    k = v layer (Gemma-4 full layers with attention_k_eq_v) has no v_proj: its values are the raw
+    key projection, before the key norm (and RoPE)."""
+    L, dims, layer = lc.spec.layer, lc.dims, lc.layer
+    q_width, kv_width = dims.num_heads * layer.head_dim, layer.num_kv_heads * layer.head_dim
     qk_norm = lc.spec.qk_norm is not None
-    split = qk_norm or separate
+    if layer.shares_kv:
+        q = linear(lc, x, [L.q], None, "q_proj")
+        return (_head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads) if qk_norm else q), None, None
+    split = qk_norm or separate or layer.k_eq_v or lc.spec.v_norm
     if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
+    elif layer.k_eq_v:
+        packed = linear(lc, x, [L.q, L.k], "self_attn.qk_proj", "qk_proj")
     elif lc.packed_qkv:
         packed = linear(lc, x, [L.q, L.k, L.v], "self_attn.qkv_proj", "qkv_proj")
     else:
         q, k, v = (linear(lc, x, [m], None, n) for m, n in ((L.q, "q_proj"), (L.k, "k_proj"), (L.v, "v_proj")))
-        return (*_qk_norms(lc, q, k), v) if qk_norm else (q, k, v)
+        return _qkv_norms(lc, q, k, v)
     if not split:
         return packed, None, None
+    if layer.k_eq_v:
+        sizes = lc.b.const([q_width, kv_width], "qk_split", "int64")
+        q, k = lc.b.op_multi("Split", packed, sizes, axis=-1, outputs=2, name="qk_split")
+        return _qkv_norms(lc, q, k, k)
     sizes = lc.b.const([q_width, kv_width, kv_width], "qkv_split", "int64")
     q, k, v = lc.b.op_multi("Split", packed, sizes, axis=-1, outputs=3, name="qkv_split")
-    return (*_qk_norms(lc, q, k), v) if qk_norm else (q, k, v)
+    return _qkv_norms(lc, q, k, v)
 
 
-def _qk_norms(lc: LayerContext, q: ir.Value, k: ir.Value) -> tuple[ir.Value, ir.Value]:
-    L, dims, b = lc.spec.layer, lc.dims, lc.b
+def _qkv_norms(lc: LayerContext, q: ir.Value, k: ir.Value, v: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    L, dims, b, layer = lc.spec.layer, lc.dims, lc.b, lc.layer
+    if lc.spec.v_norm:  # Gemma-4: RMSNorm over head_dim without a weight
+        v = _head_norm(lc, v, None, "v_norm", layer.num_kv_heads)
+    if lc.spec.qk_norm is None:
+        return q, k, v
     assert L.q_norm and L.k_norm
     if lc.spec.qk_norm == "full":  # OLMo-2: one RMSNorm over all heads' channels
         return (
-            rms_norm(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * dims.head_dim),
-            rms_norm(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", dims.num_kv_heads * dims.head_dim),
+            rms_norm(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * layer.head_dim),
+            rms_norm(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", layer.num_kv_heads * layer.head_dim),
+            v,
         )
-    per_head = b.const([0, 0, -1, dims.head_dim], "per_head", "int64")
-    flat = b.const([0, 0, -1], "flat_heads", "int64")
+    return (
+        _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads),
+        _head_norm(lc, k, L.k_norm, "k_norm", layer.num_kv_heads),
+        v,
+    )
 
-    def norm(x: ir.Value, module: str, name: str) -> ir.Value:
-        y = rms_norm(b, b.op("Reshape", x, per_head), lc.name(module), lc.params, dims, name, 0)
-        return b.op("Reshape", y, flat)
 
-    return norm(q, L.q_norm, "q_norm"), norm(k, L.k_norm, "k_norm")
+def _head_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, heads: int) -> ir.Value:
+    """RMSNorm over each head's head_dim channels of x [B,S,heads*D]; module None: no weight."""
+    b, d = lc.b, lc.layer.head_dim
+    per_head = b.op("Reshape", x, b.const([0, 0, heads, d], f"{name}_heads", "int64"))
+    if module is None:
+        weight = b.const(np.ones(d, NUMPY_DTYPES[lc.params.dtype]), f"{name}_unit_weight")
+        y = b.op(
+            "SimplifiedLayerNormalization", per_head, weight, axis=-1, epsilon=lc.dims.rms_eps, stash_type=1, name=name
+        )
+    else:
+        y = rms_norm(b, per_head, lc.name(module), lc.params, lc.dims, name, 0)
+    return b.op("Reshape", y, b.const([0, 0, heads * d], f"{name}_flat", "int64"))
 
 
 def gated_mlp(lc: LayerContext, x: ir.Value) -> ir.Value:
     """down(act(gate(x)) * up(x)); gate and up run as one MatMul and are split after."""
-    L, dims, b = lc.spec.layer, lc.dims, lc.b
+    L, b = lc.spec.layer, lc.b
     if L.gate_up:
         gate_up = linear(lc, x, [L.gate_up], None, "gate_up_proj")
     else:
         gate_up = linear(lc, x, [L.gate, L.up], "mlp.gate_up_proj", "gate_up_proj")
-    split = b.const([dims.intermediate_size, dims.intermediate_size], "split", "int64")
+    width = lc.layer.intermediate_size
+    split = b.const([width, width], "split", "int64")
     gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
-    if dims.hidden_act == "silu":
-        act = b.op("Mul", gate, b.op("Sigmoid", gate), name="silu")
-    else:  # the tanh-approximated GELU of Gemma (ONNX Gelu-20)
-        act = b.op("Gelu", gate, approximate="tanh")
-    return linear(lc, b.op("Mul", act, up), [L.down], None, "down_proj")
+    return linear(lc, b.op("Mul", activation(lc, gate), up), [L.down], None, "down_proj")
+
+
+def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
+    """The config's hidden activation: SiLU, or the tanh-approximated GELU of Gemma (ONNX Gelu-20)."""
+    if lc.dims.hidden_act == "silu":
+        return lc.b.op("Mul", x, lc.b.op("Sigmoid", x), name="silu")
+    return lc.b.op("Gelu", x, approximate="tanh")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import onnx_ir as ir
@@ -21,10 +22,11 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import ModelDims
-from gqa_export.graph.masks import mask_values
+from gqa_export.graph.masks import MaskKind, mask_values
 from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
-from gqa_export.graph.standard import rope_tables, standard_attention
+from gqa_export.graph.standard import LayerKV, rope_tables, standard_attention
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
 # TensorScatter-24.
@@ -55,55 +57,84 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         check_gqa_dims(dims)
     b = GraphBuilder("gqa_export_decoder", OPSETS[opts.mode])
     hidden = [B, S, dims.hidden_size]
-    kv_shape = [B, dims.num_kv_heads, PAST, dims.head_dim]
     input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
     attention_mask = b.input("attention_mask", ir.DataType.INT64, [B, T])
-    pasts = [
-        (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
-        for i in range(dims.num_layers)
-    ]
-    if opts.mode == "gqa":
-        seqlens, total = gqa_mask_values(b, attention_mask)
-        ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
+    # Concrete kv-head and head-dim dims on every cache input: ORT GenAI sizes each layer's buffer
+    # from them (per-layer shapes, gemma4.md §4). KV-shared layers have no cache inputs at all.
+    pasts: dict[int, tuple[ir.Value, ir.Value]] = {}
+    for i in dims.cache_layers:
+        layer = dims.layers[i]
+        kv_shape = [B, layer.num_kv_heads, PAST, layer.head_dim]
+        pasts[i] = (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
+    attend = _attention_fn(b, dims, params, opts, input_ids, attention_mask)
 
-        def attend(
-            lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value]
-        ) -> tuple[ir.Value, ir.Value, ir.Value]:
-            layer = dims.layers[lc.i]
-            return gqa(b, qkv_projection(lc, x), past, ctx, dims, layer.window, layer.rope, opts.sliding_window_cache)
-    else:
-        layout = "concat" if opts.mode == "bias" else "compact"
-        windows = {layer.window for layer in dims.layers}
-        masks = mask_values(b, input_ids, attention_mask, layout, windows, opts.bidirectional_ids, opts.io_dtype)
-        total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
-        rope = rope_tables(b, masks.positions, _rope_caches(b, dims, params, opts, total))
-
-        def attend(
-            lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value]
-        ) -> tuple[ir.Value, ir.Value, ir.Value]:
-            return standard_attention(lc, x, past, masks, rope, layout)
-
-    embed = b.initializer(spec.embed, params.matrix(spec.embed))
+    embed = b.initializer(spec.tensor(spec.embed), params.matrix(spec.tensor(spec.embed)))
     with b.scope("embed_tokens"):
         h = typed(b.op("Gather", embed, input_ids), opts.io_dtype, hidden)
         if dims.embedding_multiplier != 1.0:
             h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
+    per_layer = per_layer_inputs(b, input_ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
-    presents = []
+    kv: dict[int, LayerKV] = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
             lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv)
-            h, present = _decoder_layer(lc, h, pasts[i], attend)
-            presents.append(present)
+            layer = dims.layers[i]
+            source = kv[layer.kv_source] if layer.shares_kv else None
+            h, kv[i] = _decoder_layer(lc, h, partial(attend, past=pasts.get(i), source=source))
+            if per_layer is not None:
+                h = add_per_layer_input(lc, h, per_layer)
+            h = _layer_scalar(lc, h)
 
-    x = rms_norm(b, h, spec.final_norm, params, dims, "norm", dims.hidden_size)
+    x = rms_norm(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
     logits = _lm_head(b, x, embed, dims, spec, params, opts)
     b.output(logits, "logits", opts.logits_dtype, [B, S, dims.vocab_size])
-    present_shape = [B, dims.num_kv_heads, PRESENT, dims.head_dim]
-    for i, (key, value) in enumerate(presents):
-        b.output(key, PRESENT_KEY % i, opts.io_dtype, present_shape)
-        b.output(value, PRESENT_VALUE % i, opts.io_dtype, present_shape)
+    for i in dims.cache_layers:
+        layer, layer_kv = dims.layers[i], kv[i]
+        present_shape = [B, layer.num_kv_heads, PRESENT, layer.head_dim]
+        assert layer_kv.present_key is not None and layer_kv.present_value is not None
+        b.output(layer_kv.present_key, PRESENT_KEY % i, opts.io_dtype, present_shape)
+        b.output(layer_kv.present_value, PRESENT_VALUE % i, opts.io_dtype, present_shape)
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
+
+
+def _attention_fn(
+    b: GraphBuilder, dims: ModelDims, params: Params, opts: GraphOptions, input_ids: ir.Value, attention_mask: ir.Value
+) -> Callable[..., tuple[ir.Value, LayerKV]]:
+    """The per-layer attention of the graph's mode, with the graph-wide values it reads built once."""
+    if opts.mode == "gqa":
+        seqlens, total = gqa_mask_values(b, attention_mask)
+        ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
+
+        def attend_gqa(
+            lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value] | None, source: LayerKV | None
+        ) -> tuple[ir.Value, LayerKV]:
+            layer = lc.layer
+            if source is not None:  # GQA's shared-KV mode reads the producer's present outputs
+                assert source.present_key is not None and source.present_value is not None
+                past = (source.present_key, source.present_value)
+            assert past is not None
+            # A window-sized buffer only where no other layer reads this cache (gemma4.md §3).
+            window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
+            out, key, value = gqa(b, qkv_projection(lc, x), past, ctx, dims, layer, window_cache)
+            if source is not None:
+                return out, source
+            assert key is not None and value is not None
+            return out, LayerKV(key, value, key, value)
+
+        return attend_gqa
+    layout = "concat" if opts.mode == "bias" else "compact"
+    kinds = {MaskKind(layer.window, layer.bidirectional) for layer in dims.layers}
+    masks = mask_values(b, input_ids, attention_mask, layout, kinds, opts.bidirectional_ids, opts.io_dtype)
+    total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
+    rope = rope_tables(b, masks.positions, _rope_caches(b, dims, params, opts, total))
+
+    def attend_standard(
+        lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value] | None, source: LayerKV | None
+    ) -> tuple[ir.Value, LayerKV]:
+        return standard_attention(lc, x, past, masks, rope, layout, source)
+
+    return attend_standard
 
 
 def _rope_caches(
@@ -165,27 +196,34 @@ def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Va
 
 
 def _decoder_layer(
-    lc: LayerContext, h: ir.Value, past: tuple[ir.Value, ir.Value], attend: Callable
-) -> tuple[ir.Value, tuple[ir.Value, ir.Value]]:
+    lc: LayerContext, h: ir.Value, attend: Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV]]
+) -> tuple[ir.Value, LayerKV]:
     """One layer in the spec's norm layout (pre / sandwich / post)."""
     L, b = lc.spec.layer, lc.b
     x = _norm(lc, h, L.input_norm, "input_layernorm")
     with b.scope("attn"):
-        out, present_k, present_v = attend(lc, x, past)
+        out, kv = attend(lc, x)
         y = linear(lc, out, [L.o], None, "o_proj")
     if lc.spec.norm_layout == "pre":
         h = _residual(lc, h, y, "residual_attn")
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
         with b.scope("mlp"):
-            return _residual(lc, h, gated_mlp(lc, x), "residual_mlp"), (present_k, present_v)
+            return _residual(lc, h, gated_mlp(lc, x), "residual_mlp"), kv
     h = _residual(lc, h, _norm(lc, y, L.post_attention_norm, "post_attention_layernorm"), "residual_attn")
     x = _norm(lc, h, L.pre_feedforward_norm, "pre_feedforward_layernorm")
     with b.scope("mlp"):
         y = gated_mlp(lc, x)
-    return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), (
-        present_k,
-        present_v,
-    )
+    return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), kv
+
+
+def _layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:
+    """Gemma-4's stored per-layer scalar multiplies the whole residual stream, when the checkpoint has it."""
+    module = lc.spec.layer.layer_scalar
+    if module is None or not lc.has(module):
+        return h
+    name = lc.name(module)
+    scalar = lc.b.initializer(name, lc.params.vector([name]))
+    return typed(lc.b.op("Mul", h, scalar, name="layer_scalar"), lc.params.dtype, [B, S, lc.dims.hidden_size])
 
 
 def _lm_head(

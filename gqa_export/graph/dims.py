@@ -5,6 +5,10 @@ Per-layer attention (window, which rope table) comes from `layer_types` where th
 to every layer (Mistral, Phi-3). Both rope spellings are read: v5 `rope_parameters` (flat, or one
 dict per layer type for Gemma-3) and v4 `rope_scaling` + `rope_theta` (the official builder
 crashed on configs for exactly this, ORT GenAI PR #2609).
+
+Shapes are per layer: transformers >= 5.2x exposes Gemma-4's per-layer head_dim / kv heads only
+through `config.per_layer_config[i]` (global access raises), so they are read there; KV-shared
+layers point at the layer whose cache they read.
 """
 
 from __future__ import annotations
@@ -30,8 +34,26 @@ class RopeConfig:
 
 @dataclass(frozen=True)
 class LayerDims:
+    """One decoder layer's attention and MLP shapes.
+
+    kv_source: the layer whose K/V this layer attends over: itself, or for a KV-shared layer
+    (Gemma-4 `num_kv_shared_layers`) the last earlier layer of the same type that keeps a cache.
+    Such a layer has no K/V projections and no cache of its own.
+    """
+
+    index: int
     window: int  # GQA local_window_size: keys attended incl. the current one; -1 = full
     rope: str | None  # key into ModelDims.ropes; None: a NoPE layer
+    head_dim: int
+    num_kv_heads: int
+    intermediate_size: int
+    kv_source: int
+    k_eq_v: bool = False  # values are the raw key projection (Gemma-4 full layers, attention_k_eq_v)
+    bidirectional: bool = True  # bidirectional token blocks apply here (the arch's scope)
+
+    @property
+    def shares_kv(self) -> bool:
+        return self.kv_source != self.index
 
 
 @dataclass(frozen=True)
@@ -39,11 +61,8 @@ class ModelDims:
     model_type: str
     architecture: str
     hidden_size: int
-    intermediate_size: int
     num_layers: int
     num_heads: int
-    num_kv_heads: int
-    head_dim: int
     vocab_size: int
     rms_eps: float
     max_position_embeddings: int
@@ -51,7 +70,7 @@ class ModelDims:
     hidden_act: str
     ropes: dict[str, RopeConfig]
     layers: tuple[LayerDims, ...]
-    attention_scale: float
+    attention_scale: float | None  # None: per layer, head_dim ** -0.5
     attn_softcap: float
     final_softcap: float
     embedding_multiplier: float
@@ -61,53 +80,94 @@ class ModelDims:
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
     pad_token_id: int | None
+    per_layer_input_size: int = 0  # Gemma-4 PLE width per layer (0: no per-layer inputs)
+    per_layer_vocab_size: int = 0
+    per_layer_pad_ids: tuple[int, ...] = ()  # ids looked up as pad_token_id in the PLE table
+
+    @property
+    def head_dim(self) -> int:
+        """The first layer's head_dim: genai_config's default KV shape (per-layer ones come from the graph)."""
+        return self.layers[0].head_dim
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.layers[0].num_kv_heads
+
+    @property
+    def cache_layers(self) -> tuple[int, ...]:
+        """Layers that own a KV cache (graph inputs past_key_values.N.*)."""
+        return tuple(layer.index for layer in self.layers if not layer.shares_kv)
+
+    @property
+    def kv_producers(self) -> frozenset[int]:
+        """Layers whose cache other layers read."""
+        return frozenset(layer.kv_source for layer in self.layers if layer.shares_kv)
+
+    def scale(self, layer: LayerDims) -> float:
+        return self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** -0.5
 
 
-def read_dims(config: Any, spec: ArchSpec, options: ModelOptions, generation: dict[str, Any] | None) -> ModelDims:
-    """Resolve a transformers config object into `ModelDims`, checking what the spec supports."""
+def read_dims(
+    config: Any,
+    spec: ArchSpec,
+    options: ModelOptions,
+    generation: dict[str, Any] | None,
+    outer: Any | None = None,
+) -> ModelDims:
+    """Resolve a transformers text config into `ModelDims`, checking what the spec supports.
+
+    `outer` is the multimodal config the text config came from (None for a text model): token ids
+    and architectures live there.
+    """
     keys = options.config_keys
 
     def opt(name: str, default: Any = None) -> Any:
-        value = getattr(config, keys[name], None)
+        value = None if name in options.ignore else _get(config, keys[name])
         return default if value is None else value
 
+    for refusal in spec.refusals:
+        value = _get(config, refusal.config_key)
+        if refusal.applies(value):
+            raise InputError(f"{refusal.message} ({refusal.config_key}={value!r})")
     heads = int(config.num_attention_heads)
     hidden = int(config.hidden_size)
-    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
-    ropes = read_ropes(config, head_dim)
-    for rope in ropes.values():
-        if rope.rope_type not in spec.rope_types:
-            supported = ", ".join(spec.rope_types)
-            raise InputError(f"rope type '{rope.rope_type}' is not supported for {spec.name} (supported: {supported})")
     act = str(opt("activation", "silu"))
     if act not in spec.activations:
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
         )
+    layers = _layers(config, opt, heads, hidden, spec)
+    ropes = _ropes(config, layers)
+    for rope in ropes.values():
+        if rope.rope_type not in spec.rope_types:
+            supported = ", ".join(spec.rope_types)
+            raise InputError(f"rope type '{rope.rope_type}' is not supported for {spec.name} (supported: {supported})")
     query_scalar = opt("query_pre_attn_scalar")
-    scale = (
-        float(opt("attention_multiplier", 0.0)) or (float(query_scalar) if query_scalar else float(head_dim)) ** -0.5
-    )
+    scale = float(opt("attention_multiplier", 0.0)) or (float(query_scalar) ** -0.5 if query_scalar else None)
+    if spec.unit_attention_scale:
+        scale = 1.0
     embed_mult = {"none": 1.0, "sqrt_hidden": math.sqrt(hidden), "config": float(opt("embedding_multiplier", 1.0))}
     gen = generation or {}
-    eos = token_ids(getattr(config, "eos_token_id", None)) + token_ids(gen.get("eos_token_id"))
-    architectures = getattr(config, "architectures", None) or ["?"]
+    top = outer if outer is not None else config
+    eos = token_ids(_get(config, "eos_token_id")) + token_ids(gen.get("eos_token_id"))
+    if outer is not None:
+        eos = token_ids(_get(outer, "eos_token_id")) + eos
+    architectures = _get(top, "architectures") or ["?"]
+    ple = int(opt("per_layer_input_size", 0) or 0)
+    pad = _first(gen.get("pad_token_id", _get(config, "pad_token_id")))
     return ModelDims(
-        model_type=str(config.model_type),
+        model_type=str(top.model_type),
         architecture=str(architectures[0]),
         hidden_size=hidden,
-        intermediate_size=int(config.intermediate_size),
-        num_layers=int(config.num_hidden_layers),
+        num_layers=len(layers),
         num_heads=heads,
-        num_kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
-        head_dim=head_dim,
         vocab_size=int(config.vocab_size),
-        rms_eps=float(getattr(config, "rms_norm_eps", None) or 1e-6),
-        max_position_embeddings=int(getattr(config, "max_position_embeddings", 2048)),
-        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        rms_eps=float(_get(config, "rms_norm_eps") or 1e-6),
+        max_position_embeddings=int(_get(config, "max_position_embeddings") or 2048),
+        tie_word_embeddings=bool(_get(top, "tie_word_embeddings")),
         hidden_act=act,
         ropes=ropes,
-        layers=_layers(config, opt, ropes),
+        layers=layers,
         attention_scale=scale,
         attn_softcap=float(opt("attn_softcap", 0.0)),
         final_softcap=float(opt("final_softcap", 0.0)),
@@ -115,34 +175,129 @@ def read_dims(config: Any, spec: ArchSpec, options: ModelOptions, generation: di
         residual_multiplier=float(opt("residual_multiplier", 1.0)),
         logits_divisor=float(opt("logits_scaling", 1.0)),
         norm_offset=options.norm_offset,
-        bos_token_id=_first(gen.get("bos_token_id", getattr(config, "bos_token_id", None))),
+        bos_token_id=_first(gen.get("bos_token_id", _get(config, "bos_token_id"))),
         eos_token_ids=tuple(dict.fromkeys(eos)),
-        pad_token_id=_first(gen.get("pad_token_id", getattr(config, "pad_token_id", None))),
+        pad_token_id=pad,
+        per_layer_input_size=ple,
+        per_layer_vocab_size=int(opt("per_layer_vocab_size", 0) or 0) if ple else 0,
+        per_layer_pad_ids=_multimodal_ids(outer) if ple else (),
     )
 
 
-def _layers(config: Any, opt: Any, ropes: dict[str, RopeConfig]) -> tuple[LayerDims, ...]:
+def _get(config: Any, name: str) -> Any:
+    """A config attribute, or None when absent. Heterogeneous (per-layer) attributes of a
+    transformers >= 5.2x config raise on global access; those are read per layer instead."""
+    try:
+        return getattr(config, name, None)
+    except RuntimeError:  # AmbiguousGlobalPerLayerAttributeError
+        return None
+
+
+def _layer_config(config: Any, i: int) -> Any:
+    """Layer i's view of the config: per-layer overrides applied where the config has them
+    (Gemma-4's head_dim / num_key_value_heads of full-attention layers)."""
+    if _get(config, "is_heterogeneous"):
+        return config.per_layer_config[i]
+    return config
+
+
+def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> tuple[LayerDims, ...]:
     n = int(config.num_hidden_layers)
     window = int(opt("sliding_window", 0) or 0)
     types = opt("layer_types")
     no_rope = opt("no_rope_layers")  # SmolLM3: 1 = this layer uses RoPE, 0 = NoPE
-    out = []
+    shared = int(opt("num_kv_shared_layers", 0) or 0)
+    k_eq_v = bool(opt("attention_k_eq_v", False))
+    double_wide = bool(opt("double_wide_mlp", False))
+    intermediate = int(config.intermediate_size)
+    rope_keys = _rope_keys(config)
+    first_shared = n - shared
+    out: list[LayerDims] = []
     for i in range(n):
         layer_type = types[i] if types else None
-        windowed = window > 0 and (layer_type == SLIDING if types else True)
-        rope_key = layer_type if layer_type in ropes else "default"
+        sliding = layer_type == SLIDING if types else True
+        windowed = window > 0 and sliding
+        rope_key = layer_type if layer_type in rope_keys else "default"
         if no_rope is not None and not no_rope[i]:
             rope_key = None
-        out.append(LayerDims(window if windowed else -1, rope_key))
+        head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
+        source = i
+        if shared and i >= first_shared:
+            same_type = [j for j in range(first_shared) if (types[j] if types else None) == layer_type]
+            if not same_type:
+                raise InputError(
+                    f"layer {i} shares the KV cache of an earlier '{layer_type}' layer, but none of the "
+                    f"first {first_shared} layers has that type; check num_kv_shared_layers and layer_types"
+                )
+            source = same_type[-1]
+        out.append(
+            LayerDims(
+                index=i,
+                window=window if windowed else -1,
+                rope=rope_key,
+                head_dim=head_dim,
+                num_kv_heads=kv_heads,
+                intermediate_size=intermediate * (2 if double_wide and source != i else 1),
+                kv_source=source,
+                k_eq_v=k_eq_v and types is not None and not sliding,
+                bidirectional=spec.bidirectional_layers == "all" or windowed,
+            )
+        )
+    for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree
+        src = out[layer.kv_source]
+        if (layer.head_dim, layer.num_kv_heads) != (src.head_dim, src.num_kv_heads):
+            raise InputError(
+                f"layer {layer.index} shares layer {src.index}'s KV cache but their head_dim/kv heads differ "
+                f"({layer.head_dim}/{layer.num_kv_heads} vs {src.head_dim}/{src.num_kv_heads})"
+            )
     return tuple(out)
 
 
-def read_ropes(config: Any, head_dim: int) -> dict[str, RopeConfig]:
-    """One rope per key: "default", or one per layer type when the config splits them."""
-    params = getattr(config, "rope_parameters", None)
+def _attention_shape(config: Any, i: int, layer_type: str | None, opt: Any, heads: int, hidden: int) -> tuple[int, int]:
+    """(head_dim, num_kv_heads) of layer i: per-layer config views first (transformers >= 5.2x),
+    else the global-layer keys older Gemma-4 configs carry, else the global values."""
+    layer = _layer_config(config, i)
+    head_dim = int(_get(layer, "head_dim") or hidden // heads)
+    kv_heads = int(_get(layer, "num_key_value_heads") or heads)
+    if layer is config and layer_type not in (None, SLIDING):
+        global_dim = opt("global_head_dim")
+        if global_dim:
+            head_dim = int(global_dim)
+            global_kv = opt("global_kv_heads")
+            if global_kv and opt("attention_k_eq_v", False):
+                kv_heads = int(global_kv)
+    if heads % kv_heads:
+        raise InputError(f"layer {i}: num_attention_heads {heads} is not a multiple of its {kv_heads} kv heads")
+    return head_dim, kv_heads
+
+
+def _rope_keys(config: Any) -> set[str]:
+    params = _get(config, "rope_parameters")
     if params and all(isinstance(v, dict) for v in params.values()):
-        return {key: read_rope(config, head_dim, value) for key, value in params.items()}
-    return {"default": read_rope(config, head_dim)}
+        return set(params)
+    return {"default"}
+
+
+def _ropes(config: Any, layers: tuple[LayerDims, ...]) -> dict[str, RopeConfig]:
+    """One rope per key used by a layer, sized by the head_dim of the layers that use it."""
+    out = {}
+    for key in sorted({layer.rope for layer in layers if layer.rope is not None}):
+        dims = {layer.head_dim for layer in layers if layer.rope == key}
+        if len(dims) > 1:
+            raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
+        head_dim = dims.pop()
+        params = _get(config, "rope_parameters")
+        per_type = params.get(key) if key != "default" and params else None
+        out[key] = read_rope(config, head_dim, per_type)
+    return out
+
+
+def _multimodal_ids(outer: Any | None) -> tuple[int, ...]:
+    """Placeholder ids a multimodal Gemma-4 looks up as pad_token_id in the per-layer table."""
+    if outer is None:
+        return ()
+    names = ("image_token_id", "video_token_id", "audio_token_id")
+    return tuple(int(v) for v in (_get(outer, n) for n in names) if v is not None)
 
 
 def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) -> RopeConfig:
@@ -156,6 +311,8 @@ def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) 
     rope_type = str(params.pop("rope_type", params.pop("type", "default")))
     theta = float(params.pop("rope_theta", getattr(config, "rope_theta", None) or 10000.0))
     partial = float(params.pop("partial_rotary_factor", getattr(config, "partial_rotary_factor", None) or 1.0))
+    if rope_type == "proportional":  # Gemma-4: a full-width table whose tail frequencies are 0
+        return RopeConfig(rope_type, theta, head_dim, {**params, "partial_rotary_factor": partial})
     return RopeConfig(rope_type, theta, int(head_dim * partial), params)
 
 

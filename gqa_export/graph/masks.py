@@ -26,6 +26,14 @@ INT64 = ir.DataType.INT64
 
 
 @dataclass(frozen=True)
+class MaskKind:
+    """Which bias a layer needs: its window (-1: none) and whether bidirectional blocks apply."""
+
+    window: int
+    bidirectional: bool
+
+
+@dataclass(frozen=True)
 class MaskValues:
     """Per-graph values shared by all layers."""
 
@@ -33,7 +41,7 @@ class MaskValues:
     key_positions: ir.Value  # [B,1,T] int64, position of every key slot (invalid slots: large)
     total_length: ir.Value  # [1] int64, T
     write_index: ir.Value | None  # [B] int64 (compact layout only)
-    biases: dict[int, ir.Value]  # window (-1: none) -> [B,1,S,T] additive bias
+    biases: dict[MaskKind, ir.Value]  # [B,1,S,T] additive bias per layer kind
 
 
 def _i64(b: GraphBuilder, values: list[int], name: str) -> ir.Value:
@@ -45,10 +53,13 @@ def mask_values(
     input_ids: ir.Value,
     attention_mask: ir.Value,
     layout: str,
-    windows: set[int],
+    kinds: set[MaskKind],
     bidirectional_ids: tuple[int, ...],
     dtype: ir.DataType,
 ) -> MaskValues:
+    """A bidirectional run is OR-ed with the causal part and the window still applies, as in
+    transformers' masking_utils (`or_mask_function` inside the sliding-window AND): a run's token
+    sees the run's later tokens however far ahead, but no key more than window-1 positions back."""
     with b.scope("attn_bias"):
         zero, one = _i64(b, [0], "zero"), _i64(b, [1], "one")
         total = b.op("Shape", attention_mask, start=1, end=2)  # [1] = T
@@ -83,14 +94,17 @@ def mask_values(
         zero_f = b.const(np.zeros((), np_dtype), "bias_zero")
         low_f = b.const(np.asarray(lowest, np.float32).astype(np_dtype), "bias_lowest")
         biases = {}
-        for window in sorted(windows):
+        for kind in sorted(kinds, key=lambda k: (k.window, k.bidirectional)):
             allowed = allowed_base
-            if window > 0:
-                allowed = b.op("And", allowed, b.op("Less", distance, _i64(b, [window], f"window{window}")))
-            if bidir is not None:
-                allowed = b.op("Or", allowed, b.op("And", bidir, b.op("Unsqueeze", valid, one)))
+            bi = b.op("And", bidir, b.op("Unsqueeze", valid, one)) if bidir is not None and kind.bidirectional else None
+            if bi is not None:
+                allowed = b.op("Or", allowed, bi)
+            if kind.window > 0:
+                window = _i64(b, [kind.window], f"window{kind.window}")
+                allowed = b.op("And", allowed, b.op("Less", distance, window))
             bias = b.op("Where", allowed, zero_f, low_f)
-            biases[window] = b.op("Unsqueeze", bias, one, name=f"bias_window{window}")  # [B,1,S,T]
+            name = f"bias_window{kind.window}" + ("_bidirectional" if bi is not None else "")
+            biases[kind] = b.op("Unsqueeze", bias, one, name=name)  # [B,1,S,T]
     return MaskValues(positions, key_positions, total, write_index, biases)
 
 

@@ -43,18 +43,29 @@ class AttentionPlan:
 
 
 def bidirectional_ids(attention: AttentionRecipe, hf_config: Any, requested: tuple[int, ...] | None) -> tuple[int, ...]:
-    """CLI ids win; else the recipe's list; else the recipe's config key (e.g. image_token_index)."""
+    """CLI ids win; else the recipe's list; else the ids under the recipe's config keys (e.g. a
+    multimodal checkpoint's image_token_id), when its `bidirectional_if` condition holds.
+
+    A config without those keys (the text-only class of the same family) gets none."""
     if requested is not None:
         return tuple(requested)
     if attention.bidirectional_token_ids:
         return attention.bidirectional_token_ids
-    key = attention.bidirectional_token_ids_key
-    if key:
+    if attention.bidirectional_if:
+        key, _, want = attention.bidirectional_if.partition("=")
+        if str(getattr(_text_or_self(hf_config), key, None) or getattr(hf_config, key, None)) != want:
+            return ()
+    ids: list[int] = []
+    for key in attention.bidirectional_token_ids_keys:
         value = getattr(hf_config, key, None)
-        if value is None:
-            raise InputError(f"recipe takes bidirectional_token_ids from config key '{key}', which the config lacks")
-        return tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
-    return ()
+        if value is not None:
+            ids.extend(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    return tuple(dict.fromkeys(ids))
+
+
+def _text_or_self(config: Any) -> Any:
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if get else config
 
 
 def plan_attention(requested: str, ids: tuple[int, ...]) -> AttentionPlan:

@@ -40,6 +40,8 @@ def inv_freq_and_scale(rope: RopeConfig, max_position_embeddings: int, long: boo
         return _yarn(rope, max_position_embeddings)
     if rope.rope_type == "longrope":
         return _longrope(rope, max_position_embeddings, long)
+    if rope.rope_type == "proportional":
+        return _proportional(rope), 1.0
     raise InputError(f"rope type '{rope.rope_type}' has no table builder")
 
 
@@ -96,6 +98,19 @@ def _longrope(rope: RopeConfig, max_position_embeddings: int, long: bool) -> tup
     ext = np.asarray(p["long_factor" if long else "short_factor"], dtype=np.float32)
     shape = np.arange(0, rope.rotary_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(rope.rotary_dim)
     return (1.0 / (ext * np.float32(rope.theta) ** shape)).astype(np.float32), float(attention)
+
+
+def _proportional(rope: RopeConfig) -> np.ndarray:
+    """Gemma-4 global layers: the first int(p * D // 2) frequencies theta^(-2j/D) over the FULL head
+    dim D, the rest 0 (cos 1, sin 0: those channel pairs pass through), all divided by `factor`
+    (transformers' _compute_proportional_rope_parameters). Rotate-half over the whole head then
+    equals HF, in GQA's fused RoPE too (gemma4.md §2, option A)."""
+    d = rope.rotary_dim
+    angles = int(float(rope.params.get("partial_rotary_factor", 1.0)) * d // 2)
+    exponent = np.arange(0, 2 * angles, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
+    rotated = (1.0 / (np.float32(rope.theta) ** exponent)).astype(np.float32)
+    inv_freq = np.concatenate([rotated, np.zeros(d // 2 - angles, np.float32)])
+    return (inv_freq / np.float32(rope.params.get("factor") or 1.0)).astype(np.float32)
 
 
 def cos_sin_tables(

@@ -9,14 +9,18 @@
   input and output; Attention then reads the buffer's first T slots (split-pipeline.md).
 - Masks come as an additive float bias (`masks.py`); softcap is the op's attribute, applied
   before the bias as in GQA (ort-ops.md §2.1-2.2).
+- A KV-shared layer (Gemma-4) runs Attention over the K/V its source layer attended to, with
+  its own query and the bias of its own layer kind.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, qkv_projection
-from gqa_export.graph.masks import MaskValues
+from gqa_export.graph.masks import MaskKind, MaskValues
 
 
 def rope_tables(
@@ -36,7 +40,7 @@ def rope_tables(
 
 def _rotate(lc: LayerContext, x: ir.Value, cos: ir.Value, sin: ir.Value, rotary_dim: int, name: str) -> ir.Value:
     """HF rotate-half RoPE on x [B,S,N,D]: the first rotary_dim channels rotate, the rest pass."""
-    b, d = lc.b, lc.dims.head_dim
+    b, d = lc.b, lc.layer.head_dim
     half = rotary_dim // 2
     sizes = [half, half] + ([d - rotary_dim] if d > rotary_dim else [])
     parts = b.op_multi(
@@ -48,39 +52,59 @@ def _rotate(lc: LayerContext, x: ir.Value, cos: ir.Value, sin: ir.Value, rotary_
     return b.op("Concat", out1, out2, *parts[2:], axis=-1, name=f"{name}/Concat")
 
 
+@dataclass(frozen=True)
+class LayerKV:
+    """A layer's cache outputs and the K/V its attention read ([B, kv_heads, T, D]); a KV-shared
+    layer attends over its source's `keys`/`values` and has no presents of its own."""
+
+    present_key: ir.Value | None
+    present_value: ir.Value | None
+    keys: ir.Value
+    values: ir.Value
+
+
 def standard_attention(
     lc: LayerContext,
     x: ir.Value,
-    past: tuple[ir.Value, ir.Value],
+    past: tuple[ir.Value, ir.Value] | None,
     masks: MaskValues,
     rope: dict[str, tuple[ir.Value, ir.Value]],
     layout: str,
-) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """Returns (output [B,S,Nq*D], present_key, present_value)."""
-    b, dims = lc.b, lc.dims
-    layer = dims.layers[lc.i]
+    source: LayerKV | None = None,
+) -> tuple[ir.Value, LayerKV]:
+    """Returns (output [B,S,Nq*D], the layer's KV). `source`: the producer's KV for a KV-shared layer."""
+    b, dims, layer = lc.b, lc.dims, lc.layer
     q, k, v = qkv_projection(lc, x, separate=True)
-    heads = {"q": dims.num_heads, "k": dims.num_kv_heads, "v": dims.num_kv_heads}
+    heads = {"q": dims.num_heads, "k": layer.num_kv_heads, "v": layer.num_kv_heads}
     bnsh = {}
     for name, value in (("q", q), ("k", k), ("v", v)):
-        shaped = b.op("Reshape", value, b.const([0, 0, heads[name], dims.head_dim], f"{name}_heads", "int64"))
+        if value is None:  # KV-shared: only the query is projected
+            continue
+        shaped = b.op("Reshape", value, b.const([0, 0, heads[name], layer.head_dim], f"{name}_heads", "int64"))
         if name != "v" and layer.rope is not None:
             cos, sin = rope[layer.rope]
             shaped = _rotate(lc, shaped, cos, sin, dims.ropes[layer.rope].rotary_dim, f"{name}_rope")
         bnsh[name] = b.op("Transpose", shaped, perm=[0, 2, 1, 3], name=f"{name}_bnsh")
-    bias = masks.biases[layer.window]
-    attrs = dict(scale=dims.attention_scale, softcap=dims.attn_softcap or None, is_causal=0)
-    if layout == "concat":
+    bias = masks.biases[MaskKind(layer.window, layer.bidirectional)]
+    attrs = dict(scale=dims.scale(layer), softcap=dims.attn_softcap or None, is_causal=0)
+    if source is not None:
+        y = b.op("Attention", bnsh["q"], source.keys, source.values, bias, **attrs)
+        kv = LayerKV(None, None, source.keys, source.values)
+    elif layout == "concat":
+        assert past is not None
         y, present_k, present_v = b.op_multi(
             "Attention", bnsh["q"], bnsh["k"], bnsh["v"], bias, past[0], past[1], outputs=3, **attrs
         )
+        kv = LayerKV(present_k, present_v, present_k, present_v)
     else:
+        assert past is not None
         present_k = b.op("TensorScatter", past[0], bnsh["k"], masks.write_index, axis=2, name="k_scatter")
         present_v = b.op("TensorScatter", past[1], bnsh["v"], masks.write_index, axis=2, name="v_scatter")
         zero, axis = b.const([0], "slot0", "int64"), b.const([2], "seq_axis", "int64")
         keys = b.op("Slice", present_k, zero, masks.total_length, axis)
         values = b.op("Slice", present_v, zero, masks.total_length, axis)
         y = b.op("Attention", bnsh["q"], keys, values, bias, **attrs)
+        kv = LayerKV(present_k, present_v, keys, values)
     y = b.op("Transpose", y, perm=[0, 2, 1, 3], name="y_bsnh")
-    y = b.op("Reshape", y, b.const([0, 0, dims.num_heads * dims.head_dim], "y_flat", "int64"))
-    return y, present_k, present_v
+    y = b.op("Reshape", y, b.const([0, 0, dims.num_heads * layer.head_dim], "y_flat", "int64"))
+    return y, kv
