@@ -148,7 +148,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     dims = replace(dims, tie_word_embeddings=spec.lm_head not in store)
     max_length = _max_length(opts.max_length, dims)
     ids = bidirectional_ids(recipe.attention, hf_config, opts.bidirectional_ids)
-    attention = plan_attention(opts.attention or recipe.attention.mode, ids)
+    ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)
+    attention = plan_attention(opts.attention or recipe.attention.mode, ids, ids_requested)
     models = []
     for graph in attention.graphs:
         graph_opts = GraphOptions(

@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from multimodal_models import save_multimodal
 from tiny_models import save_model
 
 LLAMA3_ROPE = {
@@ -100,6 +101,17 @@ FAMILY_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
 }
+# name -> (arch, text_config overrides): the text decoders of multimodal checkpoints, saved in the
+# published hub layout (`language_model.model.*`, flat Qwen2.5-VL) or, with "_v5", transformers
+# 5.x's in-memory names (`model.language_model.*`).
+MULTIMODAL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gemma3_vision": ("gemma3", {}),
+    "gemma3_vision_v5_softcap": ("gemma3", {"final_logit_softcapping": 5.0}),  # the class ignores it
+    "ministral3_vision": ("ministral3", {}),
+    "mistral3_vision_v5": ("mistral", {}),
+    "qwen2_5_vl": ("qwen2_5_vl", {}),
+    "qwen3_vl_v5": ("qwen3_vl", {}),
+}
 ALL_VARIANTS = [*LLAMA_VARIANTS, *FAMILY_VARIANTS]
 
 
@@ -111,6 +123,10 @@ class Checkpoints:
         self._made: dict[str, Path] = {}
 
     def get(self, name: str, **kwargs: Any) -> Path:
+        if name not in self._made and name in MULTIMODAL_VARIANTS:
+            arch, overrides = MULTIMODAL_VARIANTS[name]
+            hub = "_v5" not in name
+            self._made[name] = save_multimodal(self.root / name, arch, hub_layout=hub, **{**overrides, **kwargs})
         if name not in self._made:
             model_type, params = FAMILY_VARIANTS.get(name, ("llama", LLAMA_VARIANTS.get(name, {})))
             model_type = kwargs.pop("model_type", model_type)

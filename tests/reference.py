@@ -15,10 +15,12 @@ import numpy as np
 
 
 def hf_model(model_dir: Path):
+    """The checkpoint's own class (a multimodal `…ForConditionalGeneration` too), fp32, eval."""
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    architecture = json.loads((model_dir / "config.json").read_text())["architectures"][0]
+    return getattr(transformers, architecture).from_pretrained(model_dir, dtype=torch.float32).eval()
 
 
 def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.ndarray:
@@ -52,6 +54,49 @@ def hf_generate(model, prompt: list[int], new_tokens: int) -> list[int]:
             pad_token_id=model.config.pad_token_id,
         )
     return out[0, len(prompt) :].tolist()
+
+
+def hf_prompt_then_greedy(model, prompt: list[int], new: int, **prompt_inputs) -> tuple[np.ndarray, list[int]]:
+    """HF prompt logits with extra prompt-only inputs (a 4D mask, token_type_ids, ...), then greedy
+    decoding through HF's cache with the plain causal mask, EOS suppressed as genai's min_length does.
+    Returns (prompt logits [S, V], new tokens)."""
+    import torch
+
+    with torch.no_grad():
+        out = model(torch.tensor([prompt]), use_cache=True, **prompt_inputs)
+        logits, past, tokens = [out.logits[0].float().numpy()], out.past_key_values, []
+        eos = (
+            model.config.eos_token_id
+            if model.config.eos_token_id is not None
+            else model.config.get_text_config().eos_token_id
+        )
+        for _ in range(new):
+            scores = logits[-1][-1].copy()
+            scores[eos] = -np.inf
+            tokens.append(int(scores.argmax()))
+            out = model(torch.tensor([[tokens[-1]]]), past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            logits.append(out.logits[0].float().numpy())
+    return logits[0], tokens
+
+
+def genai_prompt_then_greedy(package: Path, prompt: list[int], new: int) -> tuple[np.ndarray, list[int]]:
+    """onnxruntime-genai: the prompt's logits, then `new` greedy tokens (EOS suppressed)."""
+    import onnxruntime_genai as og
+
+    from gqa_export.run import load
+
+    model = load(package, "cpu")
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + new, min_length=len(prompt) + new)
+    generator = og.Generator(model, params)
+    generator.append_tokens(prompt)
+    prompt_logits = np.asarray(generator.get_output("logits"))[0]
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return prompt_logits, tokens
 
 
 class OrtStepper:

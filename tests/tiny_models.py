@@ -108,15 +108,24 @@ def save_model(
     config = AutoConfig.for_model(model_type, **{**BASE, **overrides})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    with torch.no_grad():  # HF inits norm weights to a constant; random ones test the offsets and wiring
-        for name, param in model.named_parameters():
-            if "norm" in name:
-                param.add_(torch.randn_like(param) * 0.3)
+    randomize_norms(model)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.to(getattr(torch, dtype)).save_pretrained(out_dir, **kwargs)
     if tokenizer:
         save_tokenizer(out_dir, vocab_size=config.vocab_size)
     return out_dir
+
+
+def randomize_norms(model: Any, biases: bool = False) -> None:
+    """HF inits norm weights (and biases) to constants; random ones test the offsets and wiring."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(torch.randn_like(param) * 0.3)
+            elif biases and name.endswith(".bias"):
+                param.add_(torch.randn_like(param) * 0.05)
 
 
 def save_llama(out_dir: Path, **kwargs: Any) -> Path:

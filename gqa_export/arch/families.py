@@ -10,6 +10,7 @@ LLAMA = ArchSpec(name="llama")
 # Mistral, Qwen2, Granite and SmolLM3 are Llama-shaped; their differences are config-driven
 # (biases found in the checkpoint, windows, multipliers, NoPE layers).
 MISTRAL = ArchSpec(name="mistral")
+MINISTRAL3 = ArchSpec(name="ministral3", query_position_scale=True)
 QWEN2 = ArchSpec(name="qwen2")
 GRANITE = ArchSpec(name="granite")
 SMOLLM3 = ArchSpec(name="smollm3")
@@ -83,4 +84,4 @@ OLMO2 = ArchSpec(
     ),
 )
 
-ALL = (LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA4, SMOLLM3, GRANITE, OLMO2)
+ALL = (LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA4, SMOLLM3, GRANITE, OLMO2)

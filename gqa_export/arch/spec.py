@@ -89,7 +89,9 @@ class ArchSpec:
     after each block), "post" (OLMo-2: block -> norm -> add). qk_norm: "head" (RMSNorm over
     head_dim, Qwen3/Gemma-3) or "full" (over all heads, OLMo-2). v_norm: a scaleless RMSNorm over
     head_dim on the values (Gemma-4). unit_attention_scale: scores are not scaled (Gemma-4's
-    `scaling = 1.0`; its q/k norms carry the scale).
+    `scaling = 1.0`; its q/k norms carry the scale). query_position_scale: queries are scaled by
+    `1 + beta * log(1 + floor(pos / original_max_position_embeddings))` (Ministral-3's
+    `llama_4_scaling_beta` in rope_parameters); RoPE is linear, so scaling before it is the same.
 
     Bidirectional token blocks (vision runs) apply to `bidirectional_layers`: "all" (Gemma-3), or
     "sliding" (Gemma-4 keeps full-attention layers causal).
@@ -104,6 +106,7 @@ class ArchSpec:
     qk_norm: str | None = None
     v_norm: bool = False
     unit_attention_scale: bool = False
+    query_position_scale: bool = False
     per_layer_inputs: PerLayerInputNames | None = None
     bidirectional_layers: str = "all"
     activations: tuple[str, ...] = ("silu",)

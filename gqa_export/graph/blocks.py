@@ -31,6 +31,7 @@ class LayerContext:
     spec: ArchSpec
     params: Params
     packed_qkv: bool
+    query_scale: ir.Value | None = None  # [B,S,1] per-token query multiplier (Ministral-3)
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)
@@ -82,8 +83,8 @@ def qkv_projection(
     qk_norm = lc.spec.qk_norm is not None
     if layer.shares_kv:
         q = linear(lc, x, [L.q], None, "q_proj")
-        return (_head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads) if qk_norm else q), None, None
-    split = qk_norm or separate or layer.k_eq_v or lc.spec.v_norm
+        return _scale_query(lc, _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads) if qk_norm else q), None, None
+    split = qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None
     if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif layer.k_eq_v:
@@ -108,20 +109,19 @@ def _qkv_norms(lc: LayerContext, q: ir.Value, k: ir.Value, v: ir.Value) -> tuple
     L, dims, b, layer = lc.spec.layer, lc.dims, lc.b, lc.layer
     if lc.spec.v_norm:  # Gemma-4: RMSNorm over head_dim without a weight
         v = _head_norm(lc, v, None, "v_norm", layer.num_kv_heads)
-    if lc.spec.qk_norm is None:
-        return q, k, v
-    assert L.q_norm and L.k_norm
     if lc.spec.qk_norm == "full":  # OLMo-2: one RMSNorm over all heads' channels
-        return (
-            rms_norm(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * layer.head_dim),
-            rms_norm(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", layer.num_kv_heads * layer.head_dim),
-            v,
-        )
-    return (
-        _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads),
-        _head_norm(lc, k, L.k_norm, "k_norm", layer.num_kv_heads),
-        v,
-    )
+        assert L.q_norm and L.k_norm
+        q = rms_norm(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * layer.head_dim)
+        k = rms_norm(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", layer.num_kv_heads * layer.head_dim)
+    elif lc.spec.qk_norm == "head":
+        assert L.q_norm and L.k_norm
+        q = _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads)
+        k = _head_norm(lc, k, L.k_norm, "k_norm", layer.num_kv_heads)
+    return _scale_query(lc, q), k, v
+
+
+def _scale_query(lc: LayerContext, q: ir.Value) -> ir.Value:
+    return q if lc.query_scale is None else lc.b.op("Mul", q, lc.query_scale, name="query_scale")
 
 
 def _head_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, heads: int) -> ir.Value:

@@ -22,7 +22,7 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import ModelDims
-from gqa_export.graph.masks import MaskKind, mask_values
+from gqa_export.graph.masks import MaskKind, mask_values, token_positions
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
@@ -75,10 +75,11 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
     per_layer = per_layer_inputs(b, input_ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
+    query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
     kv: dict[int, LayerKV] = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv)
+            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale)
             layer = dims.layers[i]
             source = kv[layer.kv_source] if layer.shares_kv else None
             h, kv[i] = _decoder_layer(lc, h, partial(attend, past=pasts.get(i), source=source))
@@ -214,6 +215,22 @@ def _decoder_layer(
     with b.scope("mlp"):
         y = gated_mlp(lc, x)
     return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), kv
+
+
+def _query_scale(
+    b: GraphBuilder, dims: ModelDims, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType
+) -> ir.Value:
+    """[B,S,1]: 1 + beta * log(1 + floor(pos / length)) for this step's tokens (Ministral-3's
+    llama-4 attention scale), pos = cumsum(attention_mask) - 1 as HF generate's position_ids."""
+    assert dims.query_scale is not None
+    beta, length = dims.query_scale
+    with b.scope("query_scale"):
+        positions = token_positions(b, input_ids, attention_mask)
+        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=ir.DataType.FLOAT)
+        one = b.const(np.float32(1.0), "one")
+        scale = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
+        scale = b.op("Unsqueeze", scale, b.const([-1], "last", "int64"))
+        return scale if dtype == ir.DataType.FLOAT else b.op("Cast", scale, to=dtype)
 
 
 def _layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:

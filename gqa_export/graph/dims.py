@@ -83,6 +83,7 @@ class ModelDims:
     per_layer_input_size: int = 0  # Gemma-4 PLE width per layer (0: no per-layer inputs)
     per_layer_vocab_size: int = 0
     per_layer_pad_ids: tuple[int, ...] = ()  # ids looked up as pad_token_id in the PLE table
+    query_scale: tuple[float, int] | None = None  # (beta, length): q *= 1 + beta*log(1 + floor(pos/length))
 
     @property
     def head_dim(self) -> int:
@@ -181,6 +182,7 @@ def read_dims(
         per_layer_input_size=ple,
         per_layer_vocab_size=int(opt("per_layer_vocab_size", 0) or 0) if ple else 0,
         per_layer_pad_ids=_multimodal_ids(outer) if ple else (),
+        query_scale=_query_scale(config) if spec.query_position_scale else None,
     )
 
 
@@ -290,6 +292,19 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...]) -> dict[str, RopeConfig]:
         per_type = params.get(key) if key != "default" and params else None
         out[key] = read_rope(config, head_dim, per_type)
     return out
+
+
+def _query_scale(config: Any) -> tuple[float, int]:
+    """Ministral-3's position-dependent query scale, from its rope parameters (both keys required,
+    as transformers' forward requires them)."""
+    params = _get(config, "rope_parameters") or {}
+    beta, length = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+    if beta is None or not length:
+        raise InputError(
+            "rope_parameters lacks llama_4_scaling_beta or original_max_position_embeddings, "
+            "which this architecture's query scaling needs"
+        )
+    return float(beta), int(length)
 
 
 def _multimodal_ids(outer: Any | None) -> tuple[int, ...]:

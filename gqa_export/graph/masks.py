@@ -108,6 +108,17 @@ def mask_values(
     return MaskValues(positions, key_positions, total, write_index, biases)
 
 
+def token_positions(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value) -> ir.Value:
+    """[B,S] int64 positions of this step's tokens: cumsum(attention_mask) - 1 over the last S
+    columns, as HF generate numbers them (left or right padding)."""
+    with b.scope("positions"):
+        one = _i64(b, [1], "one")
+        total = b.op("Shape", attention_mask, start=1, end=2)
+        start = b.op("Sub", total, b.op("Shape", input_ids, start=1, end=2))
+        cumsum = b.op("Sub", b.op("CumSum", attention_mask, one), one)
+        return b.op("Max", b.op("Slice", cumsum, start, total, one), _i64(b, [0], "zero"))
+
+
 def _bidirectional(
     b: GraphBuilder, input_ids: ir.Value, positions: ir.Value, key_positions: ir.Value, ids: tuple[int, ...]
 ) -> ir.Value | None:

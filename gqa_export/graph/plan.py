@@ -68,8 +68,17 @@ def _text_or_self(config: Any) -> Any:
     return get(decoder=True) if get else config
 
 
-def plan_attention(requested: str, ids: tuple[int, ...]) -> AttentionPlan:
+def plan_attention(requested: str, ids: tuple[int, ...], ids_requested: bool = True) -> AttentionPlan:
+    """ids_requested: the ids were asked for (CLI or the recipe's own list), not defaults taken
+    from a multimodal config; asking for gqa then drops those defaults (text-only use) instead of
+    failing."""
     mode, reason = requested, f"attention {requested} requested"
+    if requested == "gqa" and ids and not ids_requested:
+        reason = (
+            f"attention gqa requested: image-token runs {list(ids)} attend causally (text-only use); "
+            "use --attention auto, split or bias for HF's bidirectional image runs"
+        )
+        ids = ()
     if requested == "auto":
         mode = "split" if ids else "gqa"
         reason = "bidirectional token ids set: split (bias-free GQA decode)" if ids else "no bidirectional ids: gqa"

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from reference import hf_generate, hf_model
+from reference import genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.run import generate_greedy, load
@@ -103,41 +103,19 @@ def _hf_bidirectional(hf, prompt: list[int], ids: tuple[int, ...], new: int):
     run = np.cumsum(bi & ~np.concatenate([[False], bi[:-1]]))
     allowed |= bi[:, None] & bi[None, :] & (run[:, None] == run[None, :])
     mask = torch.where(torch.tensor(allowed), 0.0, torch.finfo(torch.float32).min)[None, None]
-    with torch.no_grad():
-        out = hf(torch.tensor([prompt]), attention_mask=mask, use_cache=True)
-        logits, past, tokens = [out.logits[0].numpy()], out.past_key_values, []
-        eos = hf.config.eos_token_id
-        for _ in range(new):
-            scores = logits[-1][-1].copy()
-            scores[eos] = -np.inf  # EOS suppressed, as min_length does in onnxruntime-genai
-            tokens.append(int(scores.argmax()))
-            step = torch.tensor([[tokens[-1]]])
-            out = hf(step, past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits.append(out.logits[0].numpy())
-    return logits[0], tokens
+    return hf_prompt_then_greedy(hf, prompt, new, attention_mask=mask)
 
 
 @pytest.mark.parametrize("mode", ["bias", "split", "auto"])
 def test_bidirectional_blocks_match_hf_4d_mask(packages, checkpoints, mode):
-    import onnxruntime_genai as og
 
     package = packages("gqa", mode, BIDIR)
     if mode == "auto":
         assert json.loads((package / "manifest.json").read_text())["options"]["attention"] == "split"
     hf = hf_model(checkpoints.get("gqa"))
     ref_logits, ref_tokens = _hf_bidirectional(hf, BIDIR_PROMPT, BIDIR, 24)
-    model = load(package, "cpu")
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=len(BIDIR_PROMPT) + 24, min_length=len(BIDIR_PROMPT) + 24)
-    generator = og.Generator(model, params)
-    generator.append_tokens(BIDIR_PROMPT)
-    prompt_logits = np.asarray(generator.get_output("logits"))[0]
+    prompt_logits, tokens = genai_prompt_then_greedy(package, BIDIR_PROMPT, 24)
     np.testing.assert_allclose(prompt_logits, ref_logits, atol=1e-4, rtol=1e-4)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
     assert tokens == ref_tokens
 
 

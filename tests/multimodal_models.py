@@ -1,0 +1,143 @@
+"""Tiny random multimodal checkpoints (`…ForConditionalGeneration`) whose text decoder is exported.
+
+The vision towers are as small as transformers allows; the exporter never reads them, but they are
+in the checkpoint like in a real one. `save_pretrained` writes the key layout of the published hub
+checkpoints by default (`language_model.model.*` for Gemma-3 / Mistral-3, flat `model.*` for
+Qwen2.5-VL); `hub_layout=False` writes transformers 5.x's in-memory names
+(`model.language_model.*`) instead. Image-ish ids sit at 300..303, inside the 384-token vocab.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from tiny_models import BASE, randomize_norms, save_tokenizer
+
+IMAGE_ID = 300
+SPECIAL_IDS: dict[str, dict[str, int]] = {
+    "gemma3": {"image_token_index": IMAGE_ID, "boi_token_index": 301, "eoi_token_index": 302},
+    "mistral3": {"image_token_index": IMAGE_ID},
+    "qwen2_5_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
+    "qwen3_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
+}
+_TEXT = {k: BASE[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
+                              "num_key_value_heads", "max_position_embeddings", "bos_token_id", "eos_token_id",
+                              "pad_token_id", "initializer_range")}  # fmt: skip
+# arch -> text_config of each tiny checkpoint (features of the released models, scaled down)
+TEXT_CONFIGS: dict[str, dict[str, Any]] = {
+    "gemma3": dict(
+        model_type="gemma3_text",
+        head_dim=32,
+        num_hidden_layers=3,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        sliding_window=8,
+        query_pre_attn_scalar=24,
+        hidden_activation="gelu_pytorch_tanh",
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+        tie_word_embeddings=True,
+    ),
+    "ministral3": dict(
+        model_type="ministral3",
+        head_dim=32,
+        num_hidden_layers=2,
+        # original_max 16: the query scale 1 + beta*log(1 + floor(pos/16)) changes within a test prompt
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 1e6,
+            "factor": 16.0,
+            "original_max_position_embeddings": 16,
+            "max_position_embeddings": 256,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "llama_4_scaling_beta": 0.1,
+        },
+        tie_word_embeddings=False,
+    ),
+    "mistral": dict(
+        model_type="mistral",
+        head_dim=32,
+        num_hidden_layers=2,
+        sliding_window=None,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e9},
+        tie_word_embeddings=False,
+    ),
+    "qwen2_5_vl": dict(
+        model_type="qwen2_5_vl_text",
+        num_hidden_layers=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]},
+        tie_word_embeddings=False,
+    ),
+    "qwen3_vl": dict(
+        model_type="qwen3_vl_text",
+        head_dim=32,
+        num_hidden_layers=2,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 5e6,
+            "mrope_section": [6, 5, 5],
+            "mrope_interleaved": True,
+        },
+        tie_word_embeddings=True,
+    ),
+}
+
+
+def _config(arch: str, text: dict[str, Any]) -> Any:
+    import transformers as tf
+
+    tie = text["tie_word_embeddings"]
+    if arch == "gemma3":
+        vision = dict(model_type="siglip_vision_model", hidden_size=16, intermediate_size=32,
+                      num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14)  # fmt: skip
+        return tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                               tie_word_embeddings=tie, **SPECIAL_IDS[arch])  # fmt: skip
+    if arch in ("ministral3", "mistral"):
+        vision = dict(model_type="pixtral", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, image_size=28, patch_size=14)  # fmt: skip
+        return tf.Mistral3Config(text_config=text, vision_config=vision, spatial_merge_size=2,
+                                 tie_word_embeddings=tie, **SPECIAL_IDS["mistral3"])  # fmt: skip
+    vision: dict[str, Any] = dict(
+        depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=text["hidden_size"],
+        spatial_merge_size=2, temporal_patch_size=2,
+    )  # fmt: skip
+    if arch == "qwen2_5_vl":
+        vision.update(model_type="qwen2_5_vl_vision", fullatt_block_indexes=[0], patch_size=14, window_size=56)
+        return tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **SPECIAL_IDS[arch])
+    vision.update(model_type="qwen3_vl_vision", patch_size=16, num_position_embeddings=16, deepstack_visual_indexes=[0])
+    return tf.Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **SPECIAL_IDS[arch])
+
+
+_CLASSES = {
+    "gemma3": "Gemma3ForConditionalGeneration",
+    "ministral3": "Mistral3ForConditionalGeneration",
+    "mistral": "Mistral3ForConditionalGeneration",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
+}
+
+
+def save_multimodal(out_dir: Path, arch: str, seed: int = 0, hub_layout: bool = True, **text_overrides: Any) -> Path:
+    """Save a tiny random `arch` multimodal checkpoint (text overrides go into text_config) plus
+    the tiny tokenizer."""
+    import torch
+    import transformers as tf
+
+    text = {**_TEXT, **copy.deepcopy(TEXT_CONFIGS[arch]), **text_overrides}
+    config = _config(arch, text)
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(config, key, text[key])
+    torch.manual_seed(seed)
+    model = getattr(tf, _CLASSES[arch])(config).eval()
+    randomize_norms(model, biases=True)
+    generation = model.generation_config
+    generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
+    model.save_pretrained(out_dir, save_original_format=hub_layout)
+    save_tokenizer(out_dir, vocab_size=text["vocab_size"])
+    return out_dir
