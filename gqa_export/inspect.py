@@ -24,6 +24,7 @@ from gqa_export.package import read_json
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
+_CACHE = re.compile(r"(?:past_key_values|present)\.(\d+)\.key$")
 BYTES = {
     TensorProto.FLOAT: 4,
     TensorProto.FLOAT16: 2,
@@ -47,6 +48,7 @@ class LayerAttention:
     packed_qkv: bool
     fused_rope: bool
     window_cache: bool = False  # GQA sliding_window_cache=1: window-sized KV buffer
+    kv_source: int | None = None  # the layer whose KV cache this one reads (itself unless KV-shared)
 
 
 @dataclass
@@ -203,9 +205,30 @@ def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: di
     info.weights, info.parameters = _weights(g, inits)
     decoder = ((config or {}).get("model") or {}).get("decoder") or {}
     past_dims = {int(m.group(1)): v["shape"] for v in info.inputs if (m := _PAST.match(v["name"]))}
+    producers = {out: n for n in g.node for out in n.output}
     for index, node in enumerate(n for n in g.node if n.op_type in ATTENTION_OPS):
-        info.attention.append(_attention(node, index, inits, decoder, past_dims, info))
+        info.attention.append(_attention(node, index, inits, decoder, past_dims, info, producers))
     return info
+
+
+def _kv_source(node: onnx.NodeProto, producers: dict[str, onnx.NodeProto]) -> int | None:
+    """The cache layer an attention node reads: its past input (GQA), or the cache its key input
+    comes from through TensorScatter / Slice / another layer's Attention (KV-shared layers)."""
+    names = [node.input[3]] if node.op_type == "GroupQueryAttention" and len(node.input) > 3 else []
+    if node.op_type == "Attention":
+        names = [node.input[4]] if len(node.input) > 4 and node.input[4] else [node.input[1]]
+    for name in names:
+        for _ in range(6):
+            if m := _CACHE.match(name):
+                return int(m.group(1))
+            producer = producers.get(name)
+            if producer is None or not producer.input:
+                break
+            if producer.op_type == "Attention" and len(producer.input) > 4 and name == producer.output[1]:
+                name = producer.input[4]  # a layer reading another layer's concatenated present
+            else:
+                name = producer.input[0]
+    return None
 
 
 def _weights(g: onnx.GraphProto, inits: dict[str, TensorProto]) -> tuple[dict[str, str], int]:
@@ -254,15 +277,17 @@ def _attention(
     decoder: dict[str, Any],
     past: dict,
     info: GraphInfo,
+    producers: dict[str, onnx.NodeProto],
 ) -> LayerAttention:
     a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
-    layer = next((int(m.group(1)) for i in node.input if (m := _PAST.match(i))), None)
-    if layer is None and (m := _LAYER.search(node.name)):
-        layer = int(m.group(1))
+    source = _kv_source(node, producers)
+    layer = int(m.group(1)) if (m := _LAYER.search(node.name)) else source
     layer = index if layer is None else layer
+    source = layer if source is None else source
     heads = a.get("num_heads") or a.get("q_num_heads") or decoder.get("num_attention_heads")
-    kv = a.get("kv_num_heads") or decoder.get("num_key_value_heads")
-    shape = past.get(layer)
+    shape = past.get(source)
+    kv = a.get("kv_num_heads") or (shape[1] if shape and isinstance(shape[1], int) else None)
+    kv = kv or decoder.get("num_key_value_heads")
     head_dim = shape[3] if shape and isinstance(shape[3], int) else decoder.get("head_size")
     gqa = node.op_type == "GroupQueryAttention"
     rotary = bool(a.get("do_rotary", 0))
@@ -281,6 +306,7 @@ def _attention(
         packed_qkv=gqa and (len(node.input) < 2 or node.input[1] == ""),
         fused_rope=rotary,
         window_cache=bool(a.get("sliding_window_cache", 0)),
+        kv_source=source,
     )
 
 

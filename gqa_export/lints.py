@@ -242,25 +242,43 @@ def _pipeline_kv(pkg: Package, _: int) -> list[Finding]:
 
 
 def _kv_shape(pkg: Package, _: int) -> list[Finding]:
+    """ORT GenAI allocates each layer's cache from the graph's concrete kv-head / head-dim dims and
+    falls back to decoder.num_key_value_heads / head_size for symbolic ones (gemma4.md §4). A
+    config matching none of the layers is stale; layers that differ need per-layer allocation."""
     decoder = pkg.decoder
+    want = (decoder.get("num_key_value_heads"), decoder.get("head_size"))
     out = []
     for g in pkg.graphs:
-        for i in g.inputs:
-            if i["name"].startswith("past_key_values.") and len(i["shape"]) == 4:
-                kv, dim = i["shape"][1], i["shape"][3]
-                if (isinstance(kv, int) and decoder.get("num_key_value_heads") not in (None, kv)) or (
-                    isinstance(dim, int) and decoder.get("head_size") not in (None, dim)
-                ):
-                    out.append(
-                        Finding(
-                            "kv-shape-mismatch",
-                            "error",
-                            f"{g.filename}: {i['name']} is [*, {kv}, *, {dim}] but genai_config says "
-                            f"{decoder.get('num_key_value_heads')} kv heads of size {decoder.get('head_size')}",
-                            "make decoder.num_key_value_heads/head_size match the graph",
-                        )
-                    )
-                    return out
+        shapes = {
+            i["name"]: (i["shape"][1], i["shape"][3])
+            for i in g.inputs
+            if i["name"].startswith("past_key_values.") and i["name"].endswith(".key") and len(i["shape"]) == 4
+        }
+        concrete = {s for s in shapes.values() if all(isinstance(d, int) for d in s)}
+        if concrete and None not in want and want not in concrete:
+            name, (kv, dim) = next(iter(shapes.items()))
+            out.append(
+                Finding(
+                    "kv-shape-mismatch",
+                    "error",
+                    f"{g.filename}: {name} is [*, {kv}, *, {dim}] but genai_config says "
+                    f"{want[0]} kv heads of size {want[1]}",
+                    "make decoder.num_key_value_heads/head_size match the graph",
+                )
+            )
+        if len(concrete) > 1:
+            sizes = ", ".join(f"{kv}x{dim}" for kv, dim in sorted(concrete))
+            out.append(
+                Finding(
+                    "per-layer-kv-shapes",
+                    "info",
+                    f"{g.filename}: KV layers have different kv-heads x head_dim ({sizes}); onnxruntime-genai "
+                    ">= 0.18 allocates each layer from the graph's concrete dims",
+                    "use onnxruntime-genai >= 0.18",
+                )
+            )
+        if out:
+            return out
     return out
 
 

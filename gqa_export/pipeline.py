@@ -159,6 +159,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
             packed_qkv=recipe.attention.packed_qkv,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,
+            bidirectional_layers=recipe.attention.bidirectional_layers,
+            bidirectional_window_bounded=recipe.attention.bidirectional_window == "bounded",
             # Only a single GQA graph: a split pipeline's prefill writes every position into the
             # shared buffer, so that buffer must stay max_length long for all layers.
             sliding_window_cache=recipe.attention.sliding_window_cache

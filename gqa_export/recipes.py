@@ -50,6 +50,11 @@ _ATTENTION = {
     # multimodal checkpoint; applied only when `bidirectional_if` ("key=value") holds there, if set.
     "bidirectional_token_ids_keys": [str],
     "bidirectional_if": str,
+    # which layers runs apply to, and whether the sliding window still bounds a run's keys on the
+    # left ("bounded": Gemma-3/4 vision masks) or the run overrides it ("unbounded": transformers'
+    # generic block mask)
+    "bidirectional_layers": ("all", "sliding"),
+    "bidirectional_window": ("bounded", "unbounded"),
     "sliding_window_cache": bool,  # gqa: window-sized KV buffers on windowed layers (default true)
 }
 # A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
@@ -69,6 +74,8 @@ SCHEMA: dict[str, Any] = {
         # options this class never applies though its config may set them (e.g.
         # Gemma3ForConditionalGeneration ignores final_logit_softcapping)
         "ignore": [tuple(DEFAULT_CONFIG_KEYS)],
+        # top-level config keys of a multimodal class's placeholder ids that it embeds as pad_token_id
+        "placeholder_keys": [str],
     },
     "overrides": {ep: {"attention": _ATTENTION} for ep in EPS},
 }
@@ -82,6 +89,8 @@ class AttentionRecipe:
     bidirectional_token_ids: tuple[int, ...] = ()
     bidirectional_token_ids_keys: tuple[str, ...] = ()
     bidirectional_if: str | None = None
+    bidirectional_layers: str = "all"
+    bidirectional_window: str = "unbounded"
     sliding_window_cache: bool = True
 
 
@@ -93,6 +102,7 @@ class ModelOptions:
     embedding_scale: str = "none"  # sqrt_hidden (Gemma) | config (config_keys.embedding_multiplier)
     config_keys: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CONFIG_KEYS))
     ignore: tuple[str, ...] = ()
+    placeholder_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,7 @@ class Recipe:
                 "embedding_scale": self.model.embedding_scale,
                 "config_keys": dict(self.model.config_keys),
                 "ignore": list(self.model.ignore),
+                "placeholder_keys": list(self.model.placeholder_keys),
             },
             "overrides": self.overrides,
         }
@@ -184,6 +195,7 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
             embedding_scale=model.get("embedding_scale", "none"),
             config_keys={**DEFAULT_CONFIG_KEYS, **model.get("config_keys", {})},
             ignore=tuple(model.get("ignore", ())),
+            placeholder_keys=tuple(model.get("placeholder_keys", ())),
         ),
         overrides=data.get("overrides", {}),
     )

@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from gemma4_models import save_gemma4
 from multimodal_models import save_multimodal
 from tiny_models import save_model
 
@@ -112,6 +113,35 @@ MULTIMODAL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2_5_vl": ("qwen2_5_vl", {}),
     "qwen3_vl_v5": ("qwen3_vl", {}),
 }
+# name -> (form, text overrides): Gemma-4 checkpoints (gemma4_models.py turns every feature on by default)
+GEMMA4_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gemma4_causal": ("causal", {}),
+    "gemma4_conditional": ("conditional", {}),
+    "gemma4_unified": ("unified", {}),
+    # another mix: 6 layers (S S F S S F), 2 KV-shared, no k = v (global layers keep 2 kv heads),
+    # global head_dim 64 (heads x head_dim > hidden), half-rotary proportional RoPE, window 6,
+    # untied lm_head, no softcap, single-wide MLPs, PLE width 16, a bf16 checkpoint in shards
+    "gemma4_mix_bf16": (
+        "causal",
+        {
+            "num_hidden_layers": 6,
+            "num_kv_shared_layers": 2,
+            "attention_k_eq_v": False,
+            "global_head_dim": 64,
+            "sliding_window": 6,
+            "tie_word_embeddings": False,
+            "final_logit_softcapping": None,
+            "use_double_wide_mlp": False,
+            "hidden_size_per_layer_input": 16,
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5, "rope_theta": 1e6},
+            },
+            "dtype": "bfloat16",
+            "max_shard_size": "100KB",
+        },
+    ),
+}
 ALL_VARIANTS = [*LLAMA_VARIANTS, *FAMILY_VARIANTS]
 
 
@@ -123,6 +153,9 @@ class Checkpoints:
         self._made: dict[str, Path] = {}
 
     def get(self, name: str, **kwargs: Any) -> Path:
+        if name not in self._made and name in GEMMA4_VARIANTS:
+            form, overrides = GEMMA4_VARIANTS[name]
+            self._made[name] = save_gemma4(self.root / name, form, **{**overrides, **kwargs})
         if name not in self._made and name in MULTIMODAL_VARIANTS:
             arch, overrides = MULTIMODAL_VARIANTS[name]
             hub = "_v5" not in name

@@ -51,7 +51,7 @@ def hf_generate(model, prompt: list[int], new_tokens: int) -> list[int]:
             max_new_tokens=new_tokens,
             min_new_tokens=new_tokens,
             do_sample=False,
-            pad_token_id=model.config.pad_token_id,
+            pad_token_id=model.generation_config.pad_token_id,
         )
     return out[0, len(prompt) :].tolist()
 
@@ -65,11 +65,7 @@ def hf_prompt_then_greedy(model, prompt: list[int], new: int, **prompt_inputs) -
     with torch.no_grad():
         out = model(torch.tensor([prompt]), use_cache=True, **prompt_inputs)
         logits, past, tokens = [out.logits[0].float().numpy()], out.past_key_values, []
-        eos = (
-            model.config.eos_token_id
-            if model.config.eos_token_id is not None
-            else model.config.get_text_config().eos_token_id
-        )
+        eos = model.generation_config.eos_token_id
         for _ in range(new):
             scores = logits[-1][-1].copy()
             scores[eos] = -np.inf
@@ -106,12 +102,14 @@ class OrtStepper:
         import onnxruntime as ort
 
         self.session = ort.InferenceSession(str(package / "model.onnx"), providers=[provider])
-        decoder = json.loads((package / "genai_config.json").read_text())["model"]["decoder"]
-        self.layers = decoder["num_hidden_layers"]
-        past = self.session.get_inputs()[2]
-        dtype = np.float16 if "float16" in past.type else np.float32
-        shape = (1, decoder["num_key_value_heads"], max_length, decoder["head_size"])
-        self.kv = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype)) for _ in range(2 * self.layers)]
+        # one buffer per cache input, shaped from its concrete dims (per-layer shapes, KV-shared layers
+        # without inputs), as onnxruntime-genai allocates them
+        self.kv = {}
+        for value in self.session.get_inputs():
+            if value.name.startswith("past_key_values."):
+                dtype = np.float16 if "float16" in value.type else np.float32
+                shape = (1, value.shape[1], max_length, value.shape[3])
+                self.kv[value.name] = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype))
         self.length = 0
 
     def step(self, tokens: list[int]) -> np.ndarray:
@@ -121,11 +119,9 @@ class OrtStepper:
         io.bind_output("logits")
         io.bind_cpu_input("input_ids", np.array([tokens], np.int64))
         io.bind_cpu_input("attention_mask", np.ones((1, self.length), np.int64))
-        for i in range(self.layers):
-            for j, kind in enumerate(("key", "value")):
-                buf = self.kv[2 * i + j]
-                io.bind_ortvalue_input(f"past_key_values.{i}.{kind}", buf)
-                io.bind_ortvalue_output(f"present.{i}.{kind}", buf)
+        for name, buf in self.kv.items():
+            io.bind_ortvalue_input(name, buf)
+            io.bind_ortvalue_output(name.replace("past_key_values.", "present."), buf)
         self.session.run_with_iobinding(io)
         return io.copy_outputs_to_cpu()[0][0].astype(np.float32)
 

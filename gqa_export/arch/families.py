@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gqa_export.arch.spec import ArchSpec, LayerNames, PerLayerInputNames, Refusal
 
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new")
@@ -52,7 +54,6 @@ GEMMA4 = ArchSpec(
     v_norm=True,
     unit_attention_scale=True,
     per_layer_inputs=PerLayerInputNames(),
-    bidirectional_layers="sliding",
     layer=LayerNames(
         pre_feedforward_norm="pre_feedforward_layernorm",
         post_feedforward_norm="post_feedforward_layernorm",
@@ -72,6 +73,9 @@ GEMMA4 = ArchSpec(
         _ENCODER_ONLY,
     ),
 )
+# gemma4_unified_text: the same decoder without per-layer embeddings; it has no MoE field (a stray
+# enable_moe_block is ignored by transformers), so only the encoder-only setting is refused.
+GEMMA4_UNIFIED = replace(GEMMA4, name="gemma4_unified", per_layer_inputs=None, refusals=(_ENCODER_ONLY,))
 OLMO2 = ArchSpec(
     name="olmo2",
     norm_layout="post",
@@ -84,4 +88,19 @@ OLMO2 = ArchSpec(
     ),
 )
 
-ALL = (LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA4, SMOLLM3, GRANITE, OLMO2)
+ALL = (
+    LLAMA,
+    MISTRAL,
+    MINISTRAL3,
+    QWEN2,
+    QWEN3,
+    PHI3,
+    GEMMA,
+    GEMMA2,
+    GEMMA3,
+    GEMMA4,
+    GEMMA4_UNIFIED,
+    SMOLLM3,
+    GRANITE,
+    OLMO2,
+)

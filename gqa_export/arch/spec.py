@@ -92,9 +92,6 @@ class ArchSpec:
     `scaling = 1.0`; its q/k norms carry the scale). query_position_scale: queries are scaled by
     `1 + beta * log(1 + floor(pos / original_max_position_embeddings))` (Ministral-3's
     `llama_4_scaling_beta` in rope_parameters); RoPE is linear, so scaling before it is the same.
-
-    Bidirectional token blocks (vision runs) apply to `bidirectional_layers`: "all" (Gemma-3), or
-    "sliding" (Gemma-4 keeps full-attention layers causal).
     """
 
     name: str
@@ -108,7 +105,6 @@ class ArchSpec:
     unit_attention_scale: bool = False
     query_position_scale: bool = False
     per_layer_inputs: PerLayerInputNames | None = None
-    bidirectional_layers: str = "all"
     activations: tuple[str, ...] = ("silu",)
     rope_types: tuple[str, ...] = ROPE_TYPES
     refusals: tuple[Refusal, ...] = ()

@@ -21,7 +21,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
 from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
@@ -50,6 +50,8 @@ class GraphOptions:
     mode: str = "gqa"  # gqa | bias | prefill (the standard-Attention graph of a split pipeline)
     sliding_window_cache: bool = False  # gqa only: window-sized KV buffers on windowed layers
     bidirectional_ids: tuple[int, ...] = ()
+    bidirectional_layers: str = "all"  # all | sliding: the layers whose bias lets runs attend bidirectionally
+    bidirectional_window_bounded: bool = False  # the window still bounds a run's keys on the left
 
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
@@ -70,10 +72,11 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
 
     embed = b.initializer(spec.tensor(spec.embed), params.matrix(spec.tensor(spec.embed)))
     with b.scope("embed_tokens"):
-        h = typed(b.op("Gather", embed, input_ids), opts.io_dtype, hidden)
+        ids = _placeholders_as_pad(b, input_ids, dims)
+        h = typed(b.op("Gather", embed, ids), opts.io_dtype, hidden)
         if dims.embedding_multiplier != 1.0:
             h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
-    per_layer = per_layer_inputs(b, input_ids, h, dims, spec, params) if dims.per_layer_input_size else None
+    per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
     kv: dict[int, LayerKV] = {}
@@ -125,17 +128,36 @@ def _attention_fn(
 
         return attend_gqa
     layout = "concat" if opts.mode == "bias" else "compact"
-    kinds = {MaskKind(layer.window, layer.bidirectional) for layer in dims.layers}
-    masks = mask_values(b, input_ids, attention_mask, layout, kinds, opts.bidirectional_ids, opts.io_dtype)
+    masks = mask_values(
+        b, input_ids, attention_mask, layout, {mask_kind(opts, layer) for layer in dims.layers},
+        opts.bidirectional_ids, opts.io_dtype, opts.bidirectional_window_bounded,
+    )  # fmt: skip
     total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
     rope = rope_tables(b, masks.positions, _rope_caches(b, dims, params, opts, total))
 
     def attend_standard(
         lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value] | None, source: LayerKV | None
     ) -> tuple[ir.Value, LayerKV]:
-        return standard_attention(lc, x, past, masks, rope, layout, source)
+        return standard_attention(lc, x, past, masks.biases[mask_kind(opts, lc.layer)], masks, rope, layout, source)
 
     return attend_standard
+
+
+def _placeholders_as_pad(b: GraphBuilder, input_ids: ir.Value, dims: ModelDims) -> ir.Value:
+    """Gemma-4's multimodal classes embed image/video/audio placeholders as pad_token_id when no
+    pixels replace them (modeling_gemma4.py, Gemma4Model.forward); a text-only package does the same."""
+    if not dims.placeholder_ids or dims.pad_token_id is None:
+        return input_ids
+    pad = b.const(dims.pad_token_id, "pad_id", "int64")
+    ids = input_ids
+    for token in dims.placeholder_ids:
+        ids = b.op("Where", b.op("Equal", ids, b.const(token, f"placeholder{token}", "int64")), pad, ids)
+    return ids
+
+
+def mask_kind(opts: GraphOptions, layer: LayerDims) -> MaskKind:
+    bidirectional = bool(opts.bidirectional_ids) and (opts.bidirectional_layers == "all" or layer.window > 0)
+    return MaskKind(layer.window, bidirectional)
 
 
 def _rope_caches(
@@ -236,9 +258,9 @@ def _query_scale(
 def _layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:
     """Gemma-4's stored per-layer scalar multiplies the whole residual stream, when the checkpoint has it."""
     module = lc.spec.layer.layer_scalar
-    if module is None or not lc.has(module):
+    if module is None or not lc.has(module, suffix=""):  # a buffer: stored without a .weight suffix
         return h
-    name = lc.name(module)
+    name = lc.name(module, suffix="")
     scalar = lc.b.initializer(name, lc.params.vector([name]))
     return typed(lc.b.op("Mul", h, scalar, name="layer_scalar"), lc.params.dtype, [B, S, lc.dims.hidden_size])
 

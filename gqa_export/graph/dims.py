@@ -49,7 +49,6 @@ class LayerDims:
     intermediate_size: int
     kv_source: int
     k_eq_v: bool = False  # values are the raw key projection (Gemma-4 full layers, attention_k_eq_v)
-    bidirectional: bool = True  # bidirectional token blocks apply here (the arch's scope)
 
     @property
     def shares_kv(self) -> bool:
@@ -82,7 +81,7 @@ class ModelDims:
     pad_token_id: int | None
     per_layer_input_size: int = 0  # Gemma-4 PLE width per layer (0: no per-layer inputs)
     per_layer_vocab_size: int = 0
-    per_layer_pad_ids: tuple[int, ...] = ()  # ids looked up as pad_token_id in the PLE table
+    placeholder_ids: tuple[int, ...] = ()  # multimodal placeholders embedded as pad_token_id (Gemma-4)
     query_scale: tuple[float, int] | None = None  # (beta, length): q *= 1 + beta*log(1 + floor(pos/length))
 
     @property
@@ -181,7 +180,7 @@ def read_dims(
         pad_token_id=pad,
         per_layer_input_size=ple,
         per_layer_vocab_size=int(opt("per_layer_vocab_size", 0) or 0) if ple else 0,
-        per_layer_pad_ids=_multimodal_ids(outer) if ple else (),
+        placeholder_ids=_placeholder_ids(outer, options.placeholder_keys),
         query_scale=_query_scale(config) if spec.query_position_scale else None,
     )
 
@@ -242,7 +241,6 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
                 intermediate_size=intermediate * (2 if double_wide and source != i else 1),
                 kv_source=source,
                 k_eq_v=k_eq_v and types is not None and not sliding,
-                bidirectional=spec.bidirectional_layers == "all" or windowed,
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree
@@ -307,12 +305,12 @@ def _query_scale(config: Any) -> tuple[float, int]:
     return float(beta), int(length)
 
 
-def _multimodal_ids(outer: Any | None) -> tuple[int, ...]:
-    """Placeholder ids a multimodal Gemma-4 looks up as pad_token_id in the per-layer table."""
+def _placeholder_ids(outer: Any | None, keys: tuple[str, ...]) -> tuple[int, ...]:
+    """The multimodal placeholder ids (image/video/audio) a multimodal class embeds as
+    pad_token_id when no pixels replace them (Gemma-4's conditional classes); none for a text model."""
     if outer is None:
         return ()
-    names = ("image_token_id", "video_token_id", "audio_token_id")
-    return tuple(int(v) for v in (_get(outer, n) for n in names) if v is not None)
+    return tuple(int(v) for v in (_get(outer, key) for key in keys) if v is not None)
 
 
 def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) -> RopeConfig:

@@ -56,10 +56,12 @@ def mask_values(
     kinds: set[MaskKind],
     bidirectional_ids: tuple[int, ...],
     dtype: ir.DataType,
+    window_bounded: bool = False,
 ) -> MaskValues:
-    """A bidirectional run is OR-ed with the causal part and the window still applies, as in
-    transformers' masking_utils (`or_mask_function` inside the sliding-window AND): a run's token
-    sees the run's later tokens however far ahead, but no key more than window-1 positions back."""
+    """A bidirectional run is OR-ed onto the causal part. Unbounded (transformers' generic block
+    mask, `or_masks(sliding causal, blockwise_overlay)`): a run also overrides the window. Bounded
+    (Gemma-3/4's own vision masks, `(kv > q - W) & (causal | same run)`): a run's token sees the
+    run's later tokens however far ahead, but no key more than window-1 positions back."""
     with b.scope("attn_bias"):
         zero, one = _i64(b, [0], "zero"), _i64(b, [1], "one")
         total = b.op("Shape", attention_mask, start=1, end=2)  # [1] = T
@@ -97,11 +99,13 @@ def mask_values(
         for kind in sorted(kinds, key=lambda k: (k.window, k.bidirectional)):
             allowed = allowed_base
             bi = b.op("And", bidir, b.op("Unsqueeze", valid, one)) if bidir is not None and kind.bidirectional else None
-            if bi is not None:
+            if bi is not None and window_bounded:
                 allowed = b.op("Or", allowed, bi)
             if kind.window > 0:
                 window = _i64(b, [kind.window], f"window{kind.window}")
                 allowed = b.op("And", allowed, b.op("Less", distance, window))
+            if bi is not None and not window_bounded:
+                allowed = b.op("Or", allowed, bi)
             bias = b.op("Where", allowed, zero_f, low_f)
             name = f"bias_window{kind.window}" + ("_bidirectional" if bi is not None else "")
             biases[kind] = b.op("Unsqueeze", bias, one, name=name)  # [B,1,S,T]

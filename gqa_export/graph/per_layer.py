@@ -8,8 +8,8 @@ transformers' Gemma4TextModel (models/gemma4/modeling_gemma4.py; gemma4.md §1.2
   `h + post_per_layer_input_norm(per_layer_projection(act(per_layer_input_gate(h)) * pli_i))`.
 
 The table is the largest tensor of the model (262144 x L*P); it streams in row blocks like every
-other weight. In a multimodal checkpoint the placeholder ids (image/video/audio) are looked up as
-`pad_token_id`, as HF's multimodal model does before the lookup.
+other weight. `input_ids` are the ids the main embedding reads (multimodal placeholders already
+mapped to `pad_token_id`, as HF's multimodal model does before both lookups).
 """
 
 from __future__ import annotations
@@ -41,14 +41,9 @@ def per_layer_inputs(
     layers, width, dtype = dims.num_layers, dims.per_layer_input_size, params.dtype
     per_layer_shape = b.const([0, 0, layers, width], "per_layer_shape", "int64")
     with b.scope("per_layer_inputs"):
-        ids = input_ids
-        if dims.per_layer_pad_ids and dims.pad_token_id is not None:
-            pad = b.const(dims.pad_token_id, "pad_id", "int64")
-            for token in dims.per_layer_pad_ids:
-                ids = b.op("Where", b.op("Equal", ids, b.const(token, f"placeholder{token}", "int64")), pad, ids)
         table_name = spec.tensor(names.table)
         table = b.initializer(table_name, params.matrix(table_name))
-        token = b.op("Gather", table, ids)
+        token = b.op("Gather", table, input_ids)
         token = b.op("Mul", token, _scalar(b, math.sqrt(width), dtype, "token_scale"))
         token = b.op("Reshape", token, per_layer_shape, name="token_part")
         projection_name = spec.tensor(names.projection)

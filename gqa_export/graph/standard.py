@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, qkv_projection
-from gqa_export.graph.masks import MaskKind, MaskValues
+from gqa_export.graph.masks import MaskValues
 
 
 def rope_tables(
@@ -67,6 +67,7 @@ def standard_attention(
     lc: LayerContext,
     x: ir.Value,
     past: tuple[ir.Value, ir.Value] | None,
+    bias: ir.Value,
     masks: MaskValues,
     rope: dict[str, tuple[ir.Value, ir.Value]],
     layout: str,
@@ -85,7 +86,6 @@ def standard_attention(
             cos, sin = rope[layer.rope]
             shaped = _rotate(lc, shaped, cos, sin, dims.ropes[layer.rope].rotary_dim, f"{name}_rope")
         bnsh[name] = b.op("Transpose", shaped, perm=[0, 2, 1, 3], name=f"{name}_bnsh")
-    bias = masks.biases[MaskKind(layer.window, layer.bidirectional)]
     attrs = dict(scale=dims.scale(layer), softcap=dims.attn_softcap or None, is_causal=0)
     if source is not None:
         y = b.op("Attention", bnsh["q"], source.keys, source.values, bias, **attrs)
