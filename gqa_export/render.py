@@ -20,6 +20,14 @@ def size(n: float | None) -> str:
     return f"{n:.1f} TiB"
 
 
+def _cache(layer: dict[str, Any]) -> str:
+    """A layer's KV cache: its own (max_length or window-sized), or another layer's (KV-shared)."""
+    source = layer.get("kv_source")
+    if source is not None and source != layer["layer"]:
+        return f"of {source}"
+    return "window" if layer.get("window_cache") else "own"
+
+
 def inspect_report(console: Console, report: dict[str, Any]) -> None:
     s = report["summary"]
     head = Table(show_header=False, box=None, pad_edge=False)
@@ -53,15 +61,15 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
         console.print(io)
         ops = ", ".join(f"{k} {v}" for k, v in list(g["ops"].items())[:10])
         console.print(f"  ops: {ops}")
-    layers = report["layers"]
-    if layers:
-        table = Table("graph", "layer", "op", "heads", "kv", "dim", "rope", "window", "softcap", "packed")
-        for a in layers:
+    for graph in dict.fromkeys(a["graph"] for a in report["layers"]):
+        columns = ("layer", "op", "q", "kv", "dim", "cache", "rope", "win", "cap", "qkv")
+        table = Table(*columns, title=f"{graph}: attention")
+        for a in (a for a in report["layers"] if a["graph"] == graph):
             table.add_row(
-                a["graph"], str(a["layer"]), a["op"].replace("GroupQueryAttention", "GQA"), str(a["num_heads"]),
-                str(a["kv_heads"]), str(a["head_dim"]), "fused" if a["fused_rope"] else "-",
+                str(a["layer"]), a["op"].replace("GroupQueryAttention", "GQA"), str(a["num_heads"]),
+                str(a["kv_heads"]), str(a["head_dim"]), _cache(a), "fused" if a["fused_rope"] else "-",
                 str(a["local_window_size"]) if a["local_window_size"] > 0 else "-",
-                f"{a['softcap']:g}" if a["softcap"] else "-", "yes" if a["packed_qkv"] else "-",
+                f"{a['softcap']:g}" if a["softcap"] else "-", "packed" if a["packed_qkv"] else "-",
             )  # fmt: skip
         console.print(table)
     findings = report["findings"]
