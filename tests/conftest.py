@@ -111,6 +111,7 @@ MULTIMODAL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "ministral3_vision": ("ministral3", {}),
     "mistral3_vision_v5": ("mistral", {}),
     "qwen2_5_vl": ("qwen2_5_vl", {}),
+    "qwen2_5_vl_flat": ("qwen2_5_vl", {"flat_config": True}),  # as the released configs are written
     "qwen3_vl_v5": ("qwen3_vl", {}),
 }
 # name -> (form, text overrides): Gemma-4 checkpoints (gemma4_models.py turns every feature on by default)

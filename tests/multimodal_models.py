@@ -10,6 +10,7 @@ Qwen2.5-VL); `hub_layout=False` writes transformers 5.x's in-memory names
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +124,12 @@ _CLASSES = {
 }
 
 
-def save_multimodal(out_dir: Path, arch: str, seed: int = 0, hub_layout: bool = True, **text_overrides: Any) -> Path:
+def save_multimodal(
+    out_dir: Path, arch: str, seed: int = 0, hub_layout: bool = True, flat_config: bool = False, **text_overrides: Any
+) -> Path:
     """Save a tiny random `arch` multimodal checkpoint (text overrides go into text_config) plus
-    the tiny tokenizer."""
+    the tiny tokenizer. flat_config: rewrite config.json the way the released Qwen2.5-VL configs
+    are written (text fields at the top level, `rope_scaling: {type: mrope, ...}`)."""
     import torch
     import transformers as tf
 
@@ -140,4 +144,18 @@ def save_multimodal(out_dir: Path, arch: str, seed: int = 0, hub_layout: bool = 
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, save_original_format=hub_layout)
     save_tokenizer(out_dir, vocab_size=text["vocab_size"])
+    if flat_config:
+        _flatten_config(out_dir / "config.json")
     return out_dir
+
+
+def _flatten_config(path: Path) -> None:
+    config = json.loads(path.read_text())
+    text = config.pop("text_config")
+    rope = text.pop("rope_parameters")
+    for key in ("model_type", "transformers_version", "architectures", "layer_types"):
+        text.pop(key, None)
+    config.update(text)
+    config["rope_scaling"] = {"type": "mrope", "mrope_section": rope["mrope_section"]}
+    config["rope_theta"] = rope["rope_theta"]
+    path.write_text(json.dumps(config, indent=2))
