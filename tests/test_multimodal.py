@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 from conftest import MULTIMODAL_VARIANTS
 from multimodal_models import IMAGE_ID
@@ -116,6 +117,13 @@ def test_package_says_what_was_exported(packages, checkpoints, variant, genai_ty
 
 
 def _initializer_names(package) -> list[str]:
-    import onnx
-
     return [t.name for t in onnx.load(str(package / "model.onnx"), load_external_data=False).graph.initializer]
+
+
+@pytest.mark.parametrize("variant", ["gemma3_vision", "ministral3_vision", "qwen3_vl_v5"])
+def test_int4_text_decoder_generates(checkpoints, tmp_path, variant):
+    result = build(BuildOptions(str(checkpoints.get(variant)), tmp_path / "int4", precision="int4"))
+    assert result.smoke is not None and len(result.smoke.tokens) == 16
+    for graph in (tmp_path / "int4").glob("*.onnx"):  # split (gemma3_vision's auto) has two graphs
+        ops = {n.op_type for n in onnx.load(str(graph), load_external_data=False).graph.node}
+        assert "MatMulNBits" in ops and "MatMul" not in ops
