@@ -66,6 +66,7 @@ class GraphInfo:
     attention: list[LayerAttention] = field(default_factory=list)
     rope_rows: int | None = None  # rows of the cos/sin caches GQA reads
     unused_inputs: list[str] = field(default_factory=list)
+    kv_written_in_place: bool = False  # every past input is TensorScatter-ed into its own present
 
 
 @dataclass
@@ -206,6 +207,11 @@ def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: di
     decoder = ((config or {}).get("model") or {}).get("decoder") or {}
     past_dims = {int(m.group(1)): v["shape"] for v in info.inputs if (m := _PAST.match(v["name"]))}
     producers = {out: n for n in g.node for out in n.output}
+    scatters = {n.input[0]: n.output[0] for n in g.node if n.op_type == "TensorScatter"}
+    pasts = [v["name"] for v in info.inputs if _PAST.match(v["name"])]
+    info.kv_written_in_place = bool(pasts) and all(
+        scatters.get(p) == p.replace("past_key_values.", "present.") for p in pasts
+    )
     for index, node in enumerate(n for n in g.node if n.op_type in ATTENTION_OPS):
         info.attention.append(_attention(node, index, inits, decoder, past_dims, info, producers))
     return info

@@ -70,10 +70,20 @@ def _share_buffer(pkg: Package, _: int) -> list[Finding]:
         return []
     share = bool((pkg.config.get("search") or {}).get("past_present_share_buffer"))
     ops = {a.op for g in pkg.graphs for a in g.attention}
-    scattered = all(
-        "TensorScatter" in g.ops for g in pkg.graphs if any(a.op != "GroupQueryAttention" for a in g.attention)
-    )
+    standard = [g for g in pkg.graphs if any(a.op != "GroupQueryAttention" for a in g.attention)]
+    scattered = all(g.kv_written_in_place for g in standard)
     out = []
+    in_place = [g.filename for g in standard if g.kv_written_in_place]
+    if in_place and not share:
+        out.append(
+            Finding(
+                "scatter-share-buffer-off",
+                "error",
+                f"{', '.join(in_place)} writes its KV cache in place (TensorScatter) but past_present_share_buffer is "
+                "false: the runtime hands it a growing past and expects a longer present (shape error)",
+                "set search.past_present_share_buffer to true",
+            )
+        )
     if "GroupQueryAttention" in ops and not share:
         out.append(
             Finding(
@@ -90,8 +100,8 @@ def _share_buffer(pkg: Package, _: int) -> list[Finding]:
             Finding(
                 "share-buffer-unsupported-op",
                 "error",
-                f"past_present_share_buffer true with {', '.join(cannot)}, which concatenates past and present: "
-                "the runtime fails with a shape error",
+                f"past_present_share_buffer true with {', '.join(cannot)} whose graph does not write each past "
+                "buffer in place (TensorScatter into the matching present): the runtime fails with a shape error",
                 "set search.past_present_share_buffer to false, or export with GroupQueryAttention",
             )
         )
@@ -126,19 +136,36 @@ def _window_cache(pkg: Package, _: int) -> list[Finding]:
     if not window or window.get("slide_key_value_cache", True) or not pkg.graphs:
         return []
     listed = window.get("layers")
-    gqa = [a for a in pkg.graphs[0].attention if a.op == "GroupQueryAttention"]
-    wrong = sorted(a.layer for a in gqa if (listed is None or a.layer in listed) and not a.window_cache)
-    if not wrong:
-        return []
-    return [
-        Finding(
-            "sliding-window-cache-mismatch",
-            "error",
-            f"decoder.sliding_window gives layers {_ranges(wrong)} window-sized KV buffers but their "
-            "GroupQueryAttention has no sliding_window_cache=1: outputs are wrong past the window",
-            "remove decoder.sliding_window, or re-export with sliding_window_cache on those layers",
+    owners = {a.layer: a for g in pkg.graphs for a in g.attention if a.kv_source in (None, a.layer)}
+    chosen = [owners[i] for i in sorted(owners) if listed is None or i in listed]
+    no_kernel = [a.layer for a in chosen if a.op != "GroupQueryAttention" or not a.window_cache]
+    size = window.get("window_size")
+    other_size = [a.layer for a in chosen if a.layer not in no_kernel and a.local_window_size != size]
+    no_cache = sorted(set(listed or ()) - set(owners))
+    out = []
+    if no_kernel:
+        out.append(
+            Finding(
+                "sliding-window-cache-mismatch",
+                "error",
+                f"decoder.sliding_window gives layers {_ranges(no_kernel)} window-sized KV buffers but their "
+                "attention has no GroupQueryAttention sliding_window_cache=1: outputs are wrong past the window",
+                "remove decoder.sliding_window, or re-export with sliding_window_cache on those layers",
+            )
         )
-    ]
+    if other_size or no_cache:
+        layers = other_size or no_cache
+        why = f"window_size {size} differs from their local_window_size" if other_size else "they own no KV cache"
+        out.append(
+            Finding(
+                "sliding-window-size-mismatch",
+                "error",
+                f"decoder.sliding_window lists layers {_ranges(layers)} but {why}: the runtime sizes "
+                "their buffers wrongly",
+                "make decoder.sliding_window.window_size and layers match the graph's windowed layers",
+            )
+        )
+    return out
 
 
 def _rope_cache(pkg: Package, _: int) -> list[Finding]:

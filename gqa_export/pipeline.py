@@ -149,7 +149,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     max_length = _max_length(opts.max_length, dims)
     ids = bidirectional_ids(recipe.attention, hf_config, opts.bidirectional_ids)
     ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)
-    attention = plan_attention(opts.attention or recipe.attention.mode, ids, ids_requested)
+    attention = plan_attention(opts.attention or recipe.attention.mode, ids, ids_requested, recipe.attention.bias_cache)
     models = []
     for graph in attention.graphs:
         graph_opts = GraphOptions(

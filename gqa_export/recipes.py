@@ -55,7 +55,12 @@ _ATTENTION = {
     # generic block mask)
     "bidirectional_layers": ("all", "sliding"),
     "bidirectional_window": ("bounded", "unbounded"),
-    "sliding_window_cache": bool,  # gqa: window-sized KV buffers on windowed layers (default true)
+    # gqa: window-sized KV buffers on windowed layers. Off by default: onnxruntime's windowed GQA
+    # refuses right-padded batch prompts ("seqlens_k ... is too small for sequence_length").
+    "sliding_window_cache": bool,
+    # bias: "shared" (in place on the shared buffer) or "growing" (past + new, share buffer off:
+    # for beam search, where onnxruntime-genai turns the shared buffer off)
+    "bias_cache": ("shared", "growing"),
 }
 # A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
 # list of that), or a dict of key -> node. Keys ending in "!" are required.
@@ -91,7 +96,8 @@ class AttentionRecipe:
     bidirectional_if: str | None = None
     bidirectional_layers: str = "all"
     bidirectional_window: str = "unbounded"
-    sliding_window_cache: bool = True
+    sliding_window_cache: bool = False
+    bias_cache: str = "shared"
 
 
 @dataclass(frozen=True)

@@ -179,15 +179,16 @@ class Exports:
     def __init__(self, root: Path, checkpoints: Checkpoints) -> None:
         self.root = root
         self.checkpoints = checkpoints
-        self._made: dict[tuple[str, str, str], Path] = {}
+        self._made: dict[tuple[str, ...], Path] = {}
 
-    def get(self, name: str, ep: str = "cpu", precision: str = "fp32") -> Path:
-        key = (name, ep, precision)
+    def get(self, name: str, ep: str = "cpu", precision: str = "fp32", settings: tuple[str, ...] = ()) -> Path:
+        key = (name, ep, precision, *settings)
         if key not in self._made:
             from gqa_export.pipeline import BuildOptions, build
 
-            out = self.root / f"{name}-{ep}-{precision}"
-            build(BuildOptions(str(self.checkpoints.get(name)), out, ep=ep, precision=precision, smoke=False))
+            out = self.root / "-".join((name, ep, precision, *settings))
+            options = BuildOptions(str(self.checkpoints.get(name)), out, ep=ep, precision=precision, smoke=False)
+            build(BuildOptions(**{**vars(options), "settings": settings}))
             self._made[key] = out
         return self._made[key]
 

@@ -37,12 +37,12 @@ VISION_PROMPT = [0, 17, 45, 300, 300, 300, 300, 300, 300, 99, 302, 200, 301, 301
 def packages(checkpoints, tmp_path_factory):
     made = {}
 
-    def get(variant: str, mode: str = "gqa", ep: str = "cpu", precision: str = "fp32"):
-        key = (variant, mode, ep, precision)
+    def get(variant: str, mode: str = "gqa", ep: str = "cpu", precision: str = "fp32", settings: tuple = ()):
+        key = (variant, mode, ep, precision, *settings)
         if key not in made:
             out = tmp_path_factory.mktemp("gemma4") / "-".join(key)
             options = BuildOptions(str(checkpoints.get(variant)), out, ep=ep, precision=precision, smoke=False)
-            build(BuildOptions(**{**vars(options), "attention": mode}))
+            build(BuildOptions(**{**vars(options), "attention": mode, "settings": settings}))
             made[key] = out
         return made[key]
 
@@ -97,13 +97,17 @@ def test_gqa_embeds_placeholders_as_pad_like_hf(packages, checkpoints):
     np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
 
 
-def test_runtime_allocates_per_layer_kv(packages):
-    """Through onnxruntime-genai: KV-shared layers have no cache, global layers hold 1 kv head of
-    32 for max_length, unshared sliding layers a window-sized buffer (window 4 + CPU slack 16); the
-    sliding layer other layers read keeps max_length (GQA's shared-KV mode reads it whole)."""
+WINDOW_CACHE = ("attention.sliding_window_cache=true",)
+
+
+def test_runtime_allocates_per_layer_kv(packages, checkpoints):
+    """Through onnxruntime-genai, window-sized buffers on: KV-shared layers have no cache, global
+    layers hold 1 kv head of 32 for max_length, unshared sliding layers a window-sized buffer
+    (window 4 + CPU slack 16); the sliding layer other layers read keeps max_length (GQA's
+    shared-KV mode reads it whole). Tokens stay exact past the window."""
     import onnxruntime_genai as og
 
-    package = packages("gemma4_causal")
+    package = packages("gemma4_causal", settings=WINDOW_CACHE)
     graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
     assert sorted(i.name for i in graph.input if i.name.startswith("past_key_values.") and i.name.endswith("key")) == [
         f"past_key_values.{i}.key" for i in range(4)
@@ -117,10 +121,12 @@ def test_runtime_allocates_per_layer_kv(packages):
     generator.append_tokens([0, 17, 45, 99])
     shapes = {i: np.asarray(generator.get_output(f"present.{i}.key")).shape for i in range(4)}
     assert shapes == {0: (1, 2, 20, 16), 1: (1, 2, 20, 16), 2: (1, 1, 100, 32), 3: (1, 2, 100, 16)}
+    hf = hf_model(checkpoints.get("gemma4_causal"))
+    assert generate_greedy(package, PROMPTS[2], NEW, min_new_tokens=NEW).tokens == hf_generate(hf, PROMPTS[2], NEW)
 
 
 def test_inspect_reports_per_layer_shapes_and_true_kv_bytes(packages):
-    package = packages("gemma4_causal")
+    package = packages("gemma4_causal", settings=WINDOW_CACHE)
     pkg = load_package(package)
     layers = {a.layer: a for a in pkg.graphs[0].attention}
     assert [(layers[i].head_dim, layers[i].kv_heads, layers[i].kv_source) for i in range(8)] == [

@@ -30,6 +30,11 @@ def mode_packages(checkpoints, tmp_path_factory):
     for mode in ("gqa", "bias", "split"):
         build(BuildOptions(str(checkpoints.get("mistral_window")), root / mode, smoke=False, attention=mode))
         out[mode] = root / mode
+    variants = (("bias_growing", "bias", "bias_cache=growing"), ("gqa_window", "gqa", "sliding_window_cache=true"))
+    for name, mode, setting in variants:
+        options = BuildOptions(str(checkpoints.get("mistral_window")), root / name, smoke=False, attention=mode)
+        build(BuildOptions(**{**vars(options), "settings": (f"attention.{setting}",)}))
+        out[name] = root / name
     return out
 
 
@@ -39,7 +44,7 @@ def test_our_packages_are_clean(mode_packages, mode):
     assert code == 0 and report["findings"] == []
     summary = report["summary"]
     assert set(report) == {"summary", "layers", "findings"}
-    assert summary["past_present_share_buffer"] is (mode != "bias")
+    assert summary["past_present_share_buffer"] is True
     ops = {a["op"] for a in report["layers"]}
     assert (
         ops
@@ -47,8 +52,8 @@ def test_our_packages_are_clean(mode_packages, mode):
     )
     gqa = [a for a in report["layers"] if a["op"] == "GroupQueryAttention"]
     assert all(a["local_window_size"] == 8 and a["fused_rope"] and a["packed_qkv"] for a in gqa)
-    # layers x K/V x kv heads x slots x head_dim x fp32; gqa's windowed layers get window 8 + CPU slack 16
-    slots = 24 if mode == "gqa" else 256
+    # layers x K/V x kv heads x slots x head_dim x fp32 (window-sized buffers are opt-in)
+    slots = 256
     assert summary["kv_cache_bytes_per_row"] == 2 * 2 * 2 * slots * 16 * 4
     if mode == "split":
         stages = {g["stage"]: g for g in summary["graphs"]}
@@ -100,17 +105,32 @@ def _set(path: list[str], value):
     ("mode", "edit", "finding", "severity"),
     [
         ("gqa", _set(["search", "past_present_share_buffer"], False), "gqa-share-buffer-off", "error"),
-        ("bias", _set(["search", "past_present_share_buffer"], True), "share-buffer-unsupported-op", "error"),
+        ("bias_growing", _set(["search", "past_present_share_buffer"], True), "share-buffer-unsupported-op", "error"),
+        ("bias", _set(["search", "past_present_share_buffer"], False), "scatter-share-buffer-off", "error"),
         ("gqa", _set(["model", "decoder", "num_kv_heads"], 2), "unknown-config-key", "error"),
         ("gqa", _set(["search", "max_length"], 100000), "rope-cache-short", "error"),
         ("gqa", _set(["model", "decoder", "filename"], "gone.onnx"), "missing-file", "error"),
         ("gqa", _set(["model", "decoder", "num_key_value_heads"], 4), "kv-shape-mismatch", "error"),
         ("gqa", _set(["model", "eos_token_id"], 1), None, None),  # matches generation_config: clean
+        ("gqa_window", None, None, None),  # window-sized buffers as exported: clean
+        (
+            "gqa_window",
+            _set(["model", "decoder", "sliding_window", "window_size"], 6),
+            "sliding-window-size-mismatch",
+            "error",
+        ),
+        (
+            "gqa_window",
+            _set(["model", "decoder", "sliding_window", "layers"], [0, 1, 7]),
+            "sliding-window-size-mismatch",
+            "error",
+        ),
     ],
 )
 def test_broken_configs(mode_packages, tmp_path, mode, edit, finding, severity):
     folder = _copy(mode_packages[mode], tmp_path / "pkg")
-    _edit_config(folder, edit)
+    if edit is not None:
+        _edit_config(folder, edit)
     code, report = inspect(folder)
     ids = {(f["id"], f["severity"]) for f in report["findings"]}
     if finding is None:

@@ -32,8 +32,8 @@ from gqa_export.graph.standard import LayerKV, rope_tables, standard_attention
 # TensorScatter-24.
 OPSETS = {
     "gqa": {"": 21, "com.microsoft": 1},
-    "bias": {"": 24, "com.microsoft": 1},
-    "prefill": {"": 24, "com.microsoft": 1},
+    "scatter": {"": 24, "com.microsoft": 1},
+    "concat": {"": 24, "com.microsoft": 1},
 }
 B, S, T = "batch_size", "sequence_length", "total_sequence_length"
 PAST, PRESENT = "past_sequence_length", "present_sequence_length"
@@ -47,7 +47,7 @@ class GraphOptions:
     logits_dtype: ir.DataType
     rope_rows: int  # cos/sin rows: must cover search.max_length
     packed_qkv: bool = True
-    mode: str = "gqa"  # gqa | bias | prefill (the standard-Attention graph of a split pipeline)
+    mode: str = "gqa"  # gqa | scatter (standard Attention on the shared buffer) | concat (growing past)
     sliding_window_cache: bool = False  # gqa only: window-sized KV buffers on windowed layers
     bidirectional_ids: tuple[int, ...] = ()
     bidirectional_layers: str = "all"  # all | sliding: the layers whose bias lets runs attend bidirectionally
@@ -127,7 +127,7 @@ def _attention_fn(
             return out, LayerKV(key, value, key, value)
 
         return attend_gqa
-    layout = "concat" if opts.mode == "bias" else "compact"
+    layout = "concat" if opts.mode == "concat" else "compact"
     masks = mask_values(
         b, input_ids, attention_mask, layout, {mask_kind(opts, layer) for layer in dims.layers},
         opts.bidirectional_ids, opts.io_dtype, opts.bidirectional_window_bounded,

@@ -1,13 +1,16 @@
 """Which graphs an attention mode exports, and how ORT GenAI runs them.
 
 - gqa: one graph, GroupQueryAttention, share buffer on.
-- bias: one graph, standard Attention-24 with an additive bias, share buffer off (ORT GenAI
-  hands it a growing past; a standard op cannot use a max_length buffer, ortgenai.md §2.4).
-- split: a decoder-pipeline of `prefill.onnx` (standard Attention + bias, TensorScatter into the
-  shared buffer) for prompts and `decode.onnx` (the gqa graph) for generated tokens, on one shared
-  KV buffer (split-pipeline.md). ORT GenAI picks the stage by `next_tokens.size() > 1`: a
-  one-token prompt runs decode, and every step of a batch > 1 runs prefill, so both graphs are
-  complete and exact for any length.
+- bias: one graph, standard Attention-24 with an additive bias on the same shared buffer:
+  TensorScatter writes the step's K/V in place at each row's write index, the op reads the
+  buffer's first T slots (graph kind "scatter"; split-pipeline.md, last section: onnxruntime-genai
+  drives it as a plain decoder). `attention.bias_cache: growing` keeps the old form (graph kind
+  "concat": past + new concatenated, share buffer off) for beam search, where onnxruntime-genai
+  turns the shared buffer off (num_beams > 1) and hands graphs a growing past.
+- split: a decoder-pipeline of `prefill.onnx` (the scatter graph) for prompts and `decode.onnx`
+  (the gqa graph) for generated tokens, on one shared KV buffer (split-pipeline.md). ORT GenAI
+  picks the stage by `next_tokens.size() > 1`: a one-token prompt runs decode, and every step of a
+  batch > 1 runs prefill, so both graphs are complete and exact for any length.
 
 `auto` is gqa unless the prompt can hold bidirectional blocks (GQA cannot express them without
 a bias): then split on every EP. CUDA's GQA takes no attention_bias. On CPU GQA would accept
@@ -28,7 +31,7 @@ from gqa_export.recipes import AttentionRecipe
 @dataclass(frozen=True)
 class GraphSpec:
     filename: str
-    mode: str  # a key of graph.decoder.OPSETS: gqa | bias | prefill
+    mode: str  # the graph kind, a key of graph.decoder.OPSETS: gqa | scatter | concat
     run_on_prompt: bool = True
     run_on_token_gen: bool = True
 
@@ -68,10 +71,12 @@ def _text_or_self(config: Any) -> Any:
     return get(decoder=True) if get else config
 
 
-def plan_attention(requested: str, ids: tuple[int, ...], ids_requested: bool = True) -> AttentionPlan:
+def plan_attention(
+    requested: str, ids: tuple[int, ...], ids_requested: bool = True, bias_cache: str = "shared"
+) -> AttentionPlan:
     """ids_requested: the ids were asked for (CLI or the recipe's own list), not defaults taken
     from a multimodal config; asking for gqa then drops those defaults (text-only use) instead of
-    failing."""
+    failing. bias_cache: "shared" (the scatter graph) or "growing" (the concat graph) for bias."""
     mode, reason = requested, f"attention {requested} requested"
     if requested == "gqa" and ids and not ids_requested:
         reason = (
@@ -89,11 +94,11 @@ def plan_attention(requested: str, ids: tuple[int, ...], ids_requested: bool = T
     if mode == "gqa":
         graphs = (GraphSpec("model.onnx", "gqa"),)
     elif mode == "bias":
-        graphs = (GraphSpec("model.onnx", "bias"),)
+        graphs = (GraphSpec("model.onnx", "scatter" if bias_cache == "shared" else "concat"),)
     else:
         graphs = (
             GraphSpec("decode.onnx", "gqa", run_on_prompt=False, run_on_token_gen=True),
-            GraphSpec("prefill.onnx", "prefill", run_on_prompt=True, run_on_token_gen=False),
+            GraphSpec("prefill.onnx", "scatter", run_on_prompt=True, run_on_token_gen=False),
         )
     weights = "model.onnx.data" if len(graphs) == 1 else "weights.onnx.data"
     return AttentionPlan(mode, tuple(ids), graphs, weights, reason)

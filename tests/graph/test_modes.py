@@ -28,11 +28,12 @@ BIDIR_PROMPT = [0, 17, 45, 300, 301, 300, 99, 200, 301, 301, 7, 64]
 def packages(checkpoints, tmp_path_factory):
     made = {}
 
-    def get(variant: str, mode: str, ids: tuple[int, ...] | None = None):
-        key = (variant, mode, ids)
+    def get(variant: str, mode: str, ids: tuple[int, ...] | None = None, settings: tuple[str, ...] = ()):
+        key = (variant, mode, ids, settings)
         if key not in made:
             out = tmp_path_factory.mktemp("modes") / f"{variant}-{mode}"
-            build(BuildOptions(str(checkpoints.get(variant)), out, smoke=False, attention=mode, bidirectional_ids=ids))
+            options = BuildOptions(str(checkpoints.get(variant)), out, smoke=False, attention=mode, settings=settings)
+            build(BuildOptions(**{**vars(options), "bidirectional_ids": ids}))
             made[key] = out
         return made[key]
 
@@ -50,12 +51,14 @@ def test_modes_generate_like_hf(packages, checkpoints, variant, mode):
         assert got.tokens == hf_generate(hf, prompt, NEW), (mode, prompt)
 
 
-@pytest.mark.parametrize("mode", ["bias", "split"])
-def test_ragged_batch(packages, checkpoints, mode):
-    """Batch 2: every step of a split pipeline runs its prefill graph (next_tokens.size() > 1)."""
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("variant", ["gqa", "mistral_window", "gemma2_softcap_window"])
+def test_ragged_batch(packages, checkpoints, variant, mode):
+    """Batch 2 with padding: every step of a split pipeline runs its prefill graph
+    (next_tokens.size() > 1); bias writes each row at its own index in the shared buffer."""
     import onnxruntime_genai as og
 
-    package = packages("mistral_window", mode)
+    package = packages(variant, mode)
     model = load(package, "cpu")
     prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64, 11, 12]]
     width, new = max(map(len, prompts)), 20
@@ -65,7 +68,7 @@ def test_ragged_batch(packages, checkpoints, mode):
     generator.append_tokens(np.array([p + [5] * (width - len(p)) for p in prompts], dtype=np.int32))
     while not generator.is_done():
         generator.generate_next_token()
-    hf = hf_model(checkpoints.get("mistral_window"))
+    hf = hf_model(checkpoints.get(variant))
     for row, prompt in enumerate(prompts):
         sequence = [int(t) for t in generator.get_sequence(row)]
         assert sequence[width:] == hf_generate(hf, prompt, new), (mode, row)
@@ -87,9 +90,31 @@ def test_split_package_layout(packages):
     assert (package / "prefill.onnx").stat().st_size < 200_000  # references, no weight bytes inside
 
 
-def test_bias_mode_turns_share_buffer_off(packages):
-    config = json.loads((packages("gqa", "bias") / "genai_config.json").read_text())
+def test_bias_mode_writes_the_shared_buffer_in_place(packages):
+    """One standard-Attention graph on the shared buffer: every past input is written by a
+    TensorScatter whose output is the matching present (bound to the same buffer by the runtime)."""
+    import onnx
+
+    package = packages("gqa", "bias")
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True and config["model"]["type"] == "llama"
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    scatters = {n.input[0]: n.output[0] for n in graph.node if n.op_type == "TensorScatter"}
+    pasts = [i.name for i in graph.input if i.name.startswith("past_key_values.")]
+    assert {scatters[p] for p in pasts} == {p.replace("past_key_values.", "present.") for p in pasts}
+    assert "GroupQueryAttention" not in {n.op_type for n in graph.node}
+
+
+@pytest.mark.parametrize("variant", ["gqa", "mistral_window"])
+def test_bias_growing_cache_for_beam_search(packages, checkpoints, variant):
+    """attention.bias_cache: growing keeps the concatenating form (share buffer off), which beam
+    search needs: onnxruntime-genai turns the shared buffer off for num_beams > 1."""
+    package = packages(variant, "bias", settings=("attention.bias_cache=growing",))
+    config = json.loads((package / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is False
+    hf = hf_model(checkpoints.get(variant))
+    for prompt in PROMPTS[1:]:
+        assert generate_greedy(package, prompt, NEW, min_new_tokens=NEW).tokens == hf_generate(hf, prompt, NEW)
 
 
 def _hf_bidirectional(hf, prompt: list[int], ids: tuple[int, ...], new: int):

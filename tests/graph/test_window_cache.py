@@ -26,11 +26,14 @@ def _present_slots(package, layer: int) -> int:
     return int(np.asarray(generator.get_output(f"present.{layer}.key")).shape[2])
 
 
+WINDOW_CACHE = ("attention.sliding_window_cache=true",)
+
+
 @pytest.mark.parametrize(
     ("variant", "windowed", "full"), [("mistral_window", [0, 1], []), ("gemma2_softcap_window", [0, 2], [1])]
 )
 def test_windowed_layers_get_window_sized_buffers(exports, checkpoints, variant, windowed, full):
-    package = exports.get(variant)
+    package = exports.get(variant, settings=WINDOW_CACHE)
     config = json.loads((package / "genai_config.json").read_text())["model"]["decoder"]
     assert config["sliding_window"] == {
         "window_size": 8, "slide_key_value_cache": False, "slide_inputs": False, "layers": windowed,
@@ -49,14 +52,24 @@ def test_split_and_bias_keep_full_buffers(checkpoints, tmp_path):
 
     for mode in ("split", "bias"):
         out = tmp_path / mode
-        build(BuildOptions(str(checkpoints.get("mistral_window")), out, smoke=False, attention=mode))
+        build(
+            BuildOptions(
+                str(checkpoints.get("mistral_window")), out, smoke=False, attention=mode, settings=WINDOW_CACHE
+            )
+        )
         assert "sliding_window" not in json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
+
+
+def test_window_buffers_are_opt_in(exports):
+    """Off by default: onnxruntime's windowed GQA refuses right-padded batch prompts."""
+    config = json.loads((exports.get("mistral_window") / "genai_config.json").read_text())["model"]["decoder"]
+    assert "sliding_window" not in config
 
 
 def test_lint_catches_window_buffers_without_window_kernel(exports, tmp_path):
     import shutil
 
-    folder = shutil.copytree(exports.get("mistral_window"), tmp_path / "pkg")
+    folder = shutil.copytree(exports.get("mistral_window", settings=WINDOW_CACHE), tmp_path / "pkg")
     model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
     for node in model.graph.node:
         if node.op_type == "GroupQueryAttention":
