@@ -27,7 +27,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.errors import InputError
-from gqa_export.graph.params import NUMPY_DTYPES, StreamedTensor, row_blocks
+from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, StreamedTensor, row_blocks
 from gqa_export.nbits import NBitsConfig, dequantize, quantize_rows
 
 FLOAT_DTYPES = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
@@ -179,7 +179,7 @@ def _embedding_table(node: ir.Node, plan: PrecisionPlan) -> ir.Value | None:
     # Like the official builder: a table tied to the lm_head is quantized (one shared copy); an
     # untied one stays float unless asked, since it costs accuracy and saves no compute.
     tied = any(use.node.op_type == "Gemm" for use in table.uses())
-    if not (tied or plan.quantize_embeddings):
+    if not (tied or plan.quantize_embeddings or table.meta.get(QUANTIZE_TABLE_META)):
         return None
     return table if int(table.const_value.shape[1]) % plan.nbits.block_size == 0 else None
 

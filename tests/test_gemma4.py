@@ -150,8 +150,12 @@ def test_quantized_packages_generate_close_to_float(checkpoints, tmp_path, preci
         BuildOptions(str(checkpoints.get("gemma4_causal")), package, precision=precision, quant=quant, report=True)
     )
     assert result.smoke is not None and len(result.smoke.tokens) == 16
-    ops = {n.op_type for n in onnx.load(str(package / "model.onnx"), load_external_data=False).graph.node}
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    ops = {n.op_type for n in graph.node}
     assert {"MatMulNBits", "GatherBlockQuantized"} <= ops and "MatMul" not in ops
+    tables = {n.input[0] for n in graph.node if n.op_type == "GatherBlockQuantized"}
+    # the tied table (shared with the lm_head) and the per-layer-embedding table, quantized by default
+    assert tables == {"model.embed_tokens.qweight", "model.embed_tokens_per_layer.qweight"}
     report = json.loads((package / "quant_report.json").read_text())["logits_vs_float"]
     assert report["relative_l2"] < bound
     if precision == "int8":

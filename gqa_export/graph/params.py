@@ -26,6 +26,9 @@ NUMPY_DTYPES: dict[ir.DataType, np.dtype] = {
 
 
 CHUNK_BYTES = 32 << 20
+# ir.Value.meta key on lookup tables that int4/int8 builds quantize by default, like a tied
+# embedding (Gemma-4's per-layer-embedding table: ~60% of E2B's parameters, one row read per token)
+QUANTIZE_TABLE_META = "gqa_export.quantize_table"
 
 
 class StreamedTensor(ir.LazyTensor):

@@ -23,7 +23,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.blocks import LayerContext, activation, linear, rms_norm
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import ModelDims
-from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, Params
 
 B, S = "batch_size", "sequence_length"
 
@@ -43,6 +43,7 @@ def per_layer_inputs(
     with b.scope("per_layer_inputs"):
         table_name = spec.tensor(names.table)
         table = b.initializer(table_name, params.matrix(table_name))
+        table.meta[QUANTIZE_TABLE_META] = True  # int4/int8 builds quantize it (GatherBlockQuantized)
         token = b.op("Gather", table, input_ids)
         token = b.op("Mul", token, _scalar(b, math.sqrt(width), dtype, "token_scale"))
         token = b.op("Reshape", token, per_layer_shape, name="token_part")
