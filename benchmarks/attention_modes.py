@@ -1,19 +1,25 @@
-"""Prefill time, decode speed and memory of the attention modes gqa / bias / split on CPU.
+"""Prefill time, decode speed and memory of every attention mode on CPU, side by side in one run.
 
-    python benchmarks/attention_modes.py [--rounds 3] [--threads 1]
+    python benchmarks/attention_modes.py [--rounds 3] [--threads 1] [--cases 128,1024,4096] [--new 256]
 
-A ~150M-parameter random Llama (benchmarks/random_llama.py) is exported three times (fp32, CPU)
-and each package is run through onnxruntime-genai in its own process: prompt 128 + 256 new tokens
-and prompt 1024 + 256 new tokens, EOS suppressed, greedy. Reported: median prefill ms, median
-decode tokens/s, peak RSS and final PSS (smaps_rollup; RSS counts shared file pages once per
-mapping, PSS splits them) of the process. Appends a table to benchmarks/results/attention_modes.md.
+A ~150M-parameter random Llama (benchmarks/random_llama.py, max_position_embeddings 8192) is
+exported once per mode (fp32, CPU, max_length = longest case + new) and each package runs through
+onnxruntime-genai in its own process: for each prompt length, `--new` greedy tokens with EOS
+suppressed, modes interleaved round by round so that machine noise spreads over all of them.
+Modes:
+- gqa: GroupQueryAttention on the shared buffer;
+- bias: one standard-Attention graph on the shared buffer, reading its first T slots (CPU form);
+- bias-nonpad: the same graph reading the whole buffer with nonpad_kv_seqlen (the CUDA form);
+- bias-growing: the concatenating form (share buffer off; kept for beam search);
+- split: prefill graph (bias) + decode graph (gqa), prepacking off (the CPU default).
+Reported: median prefill ms, median decode tokens/s, peak RSS and final PSS (smaps_rollup) of
+the process. Appends a table to benchmarks/results/attention_modes.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import subprocess
@@ -24,89 +30,105 @@ from datetime import date
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "attention_modes.md"
-CASES = ((128, 256), (1024, 256))
+MODES: dict[str, list[str]] = {
+    "gqa": ["--attention", "gqa"],
+    "bias": ["--attention", "bias"],
+    "bias-nonpad": ["--attention", "bias", "--set", "attention.bias_kv_read=nonpad"],
+    "bias-growing": ["--attention", "bias", "--set", "attention.bias_cache=growing"],
+    "split": ["--attention", "split"],
+}
 
 WORKER = r"""
 import json, resource, sys, time
 import onnxruntime_genai as og
-package, rounds, threads = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+package, prompt_len, new, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 config = og.Config(package)
 config.clear_providers()
-config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": int(threads)}}}}))
+config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
 model = og.Model(config)
-out = {}
-for prompt_len, new in CASES:
-    prompt = [(7 * i + 3) % 380 for i in range(prompt_len)]
-    prefill, decode = [], []
-    for _ in range(rounds):
-        params = og.GeneratorParams(model)
-        params.set_search_options(do_sample=False, max_length=prompt_len + new, min_length=prompt_len + new)
-        gen = og.Generator(model, params)
-        t = time.perf_counter(); gen.append_tokens(prompt); prefill.append((time.perf_counter() - t) * 1e3)
-        t = time.perf_counter(); n = 0
-        while not gen.is_done():
-            gen.generate_next_token(); n += 1
-        decode.append(n / (time.perf_counter() - t))
-        del gen
-    out[f"{prompt_len}+{new}"] = {"prefill_ms": prefill, "decode_tps": decode}
+prompt = [(7 * i + 3) % 380 for i in range(prompt_len)]
+params = og.GeneratorParams(model)
+params.set_search_options(do_sample=False, max_length=prompt_len + new, min_length=prompt_len + new)
+gen = og.Generator(model, params)
+t = time.perf_counter(); gen.append_tokens(prompt); prefill = (time.perf_counter() - t) * 1e3
+t = time.perf_counter(); n = 0
+while not gen.is_done():
+    gen.generate_next_token(); n += 1
+decode = n / (time.perf_counter() - t)
 pss = next(int(l.split()[1]) for l in open("/proc/self/smaps_rollup") if l.startswith("Pss:"))
-out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-out["pss_mib"] = pss / 1024
-print(json.dumps(out))
-""".replace("CASES", repr(CASES))
+print(json.dumps({"prefill_ms": prefill, "decode_tps": decode,
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "pss_mib": pss / 1024}))
+"""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cases", default="128,1024,4096", help="prompt lengths")
+    parser.add_argument("--new", type=int, default=256, help="generated tokens per case")
+    parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
-    rows = []
+    cases = [int(c) for c in args.cases.split(",")]
+    modes = args.modes.split(",")
+    max_length = max(cases) + args.new
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         ckpt = Path(tmp) / "ckpt"
         here = Path(__file__).parent
-        subprocess.run(
-            [sys.executable, str(here / "random_llama.py"), str(ckpt), "--shape", "150m", "--dtype", "fp32"], check=True
-        )
-        results = {}
-        for mode in ("gqa", "bias", "split", "split+no-prepack"):
-            out = Path(tmp) / mode
-            build_mode = mode.split("+")[0]
-            subprocess.run(
-                ["gqa-export", "build", str(ckpt), "-o", str(out), "--attention", build_mode, "--no-smoke", "-q"],
-                check=True,
-            )
-            if mode.endswith("+no-prepack"):
-                # ORT session config entry (unknown session_options keys are passed through, ortgenai.md
-                # §1.4): weights stay file-backed, so both pipeline sessions share the mapped pages.
-                config_path = out / "genai_config.json"
-                config = json.loads(config_path.read_text())
-                config["model"]["decoder"]["session_options"]["session.disable_prepacking"] = "1"
-                config_path.write_text(json.dumps(config))
-            start = time.perf_counter()
-            run = subprocess.run([sys.executable, "-c", WORKER, str(out), str(args.rounds), str(args.threads)],
-                                 check=True, capture_output=True, text=True)  # fmt: skip
-            results[mode] = json.loads(run.stdout.strip().splitlines()[-1])
-            print(mode, f"{time.perf_counter() - start:.0f}s", flush=True)
-    for mode, r in results.items():
-        cells = []
-        for prompt_len, new in CASES:
-            case = r[f"{prompt_len}+{new}"]
-            cells.append(f"{statistics.median(case['prefill_ms']):.0f} / {statistics.median(case['decode_tps']):.1f}")
-        rows.append(f"| {mode} | {' | '.join(cells)} | {r['peak_rss_mib']:.0f} | {r['pss_mib']:.0f} |")
-    header = (
-        f"\n## {date.today()}: 150M random Llama, fp32, CPU ({platform.machine()}), {args.threads} thread(s), "
-        f"median of {args.rounds} rounds\n\n"
-        "| mode | prefill ms / decode tok/s, 128 + 256 | 1024 + 256 | peak RSS MiB | PSS MiB |\n|---|---|---|---|---|\n"
-    )
-    table = header + "\n".join(rows) + "\n"
+        subprocess.run([sys.executable, str(here / "random_llama.py"), str(ckpt), "--shape", "150m", "--dtype",
+                        "fp32", "--max-positions", str(max(8192, max_length))], check=True)  # fmt: skip
+        packages = {}
+        for mode in modes:
+            packages[mode] = Path(tmp) / mode
+            cmd = ["gqa-export", "build", str(ckpt), "-o", str(packages[mode]), "--max-length", str(max_length),
+                   "--no-smoke", "-q", *MODES[mode]]  # fmt: skip
+            subprocess.run(cmd, check=True)
+        runs: dict[tuple[str, int], list[dict]] = {}
+        for round_ in range(args.rounds):
+            for prompt_len in cases:
+                for mode in modes:  # interleaved: noise hits every mode alike
+                    start = time.perf_counter()
+                    worker = [sys.executable, "-c", WORKER, str(packages[mode]), str(prompt_len), str(args.new),
+                              str(args.threads)]  # fmt: skip
+                    run = subprocess.run(worker, check=True, capture_output=True, text=True)
+                    runs.setdefault((mode, prompt_len), []).append(json.loads(run.stdout.strip().splitlines()[-1]))
+                    print(f"round {round_} {mode} {prompt_len}: {time.perf_counter() - start:.0f}s", flush=True)
+    table = _table(runs, modes, cases, args)
     print(table)
     RESULTS.parent.mkdir(exist_ok=True)
     if not RESULTS.exists():
         RESULTS.write_text("# Attention modes: prefill, decode and memory (onnxruntime-genai, CPU)\n")
     with RESULTS.open("a") as f:
         f.write(table)
-    _ = os  # keep the import for readers running variants by hand
+
+
+def _table(runs: dict[tuple[str, int], list[dict]], modes: list[str], cases: list[int], args) -> str:
+    def median(mode: str, prompt_len: int, key: str) -> float:
+        return statistics.median(r[key] for r in runs[mode, prompt_len])
+
+    head = " | ".join(f"{c} + {args.new}: prefill ms / decode tok/s / peak RSS / PSS MiB" for c in cases)
+    lines = [
+        f"\n## {date.today()}: 150M random Llama, fp32, CPU ({platform.machine()}), {args.threads} thread(s), "
+        f"median of {args.rounds} rounds, modes interleaved\n",
+        f"| mode | {head} |",
+        "|---|" + "---|" * len(cases),
+    ]
+    for mode in modes:
+        cells = [
+            f"{median(mode, c, 'prefill_ms'):.0f} / {median(mode, c, 'decode_tps'):.1f} / "
+            f"{median(mode, c, 'peak_rss_mib'):.0f} / {median(mode, c, 'pss_mib'):.0f}"
+            for c in cases
+        ]
+        lines.append(f"| {mode} | {' | '.join(cells)} |")
+    gqa = "gqa" if "gqa" in modes else None
+    if gqa:
+        lines.append("")
+        for mode in modes:
+            ratios = [median(mode, c, "decode_tps") / median(gqa, c, "decode_tps") for c in cases]
+            lines.append(
+                f"- {mode}: decode vs gqa " + ", ".join(f"{c}: {r:.2f}x" for c, r in zip(cases, ratios, strict=True))
+            )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

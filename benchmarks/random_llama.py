@@ -61,7 +61,7 @@ def tensors(cfg: dict, rng: np.random.Generator, dtype) -> Iterator[dict[str, np
         }  # fmt: skip
 
 
-def write(out: Path, shape: str, dtype: str, seed: int = 0) -> Path:
+def write(out: Path, shape: str, dtype: str, seed: int = 0, max_positions: int | None = None) -> Path:
     from tiny_models import save_tokenizer
     from transformers import LlamaConfig
 
@@ -71,7 +71,7 @@ def write(out: Path, shape: str, dtype: str, seed: int = 0) -> Path:
     config = LlamaConfig(
         **cfg,
         architectures=["LlamaForCausalLM"],
-        max_position_embeddings=131072 if shape == "1b" else 4096,
+        max_position_embeddings=max_positions or (131072 if shape == "1b" else 4096),
         bos_token_id=0,
         eos_token_id=1,
         pad_token_id=5,
@@ -95,5 +95,6 @@ if __name__ == "__main__":
     parser.add_argument("out", type=Path)
     parser.add_argument("--shape", choices=SHAPES, default="150m")
     parser.add_argument("--dtype", choices=DTYPES, default="bf16")
+    parser.add_argument("--max-positions", type=int, help="max_position_embeddings (default 131072 for 1b, else 4096)")
     args = parser.parse_args()
-    write(args.out, args.shape, args.dtype)
+    write(args.out, args.shape, args.dtype, max_positions=args.max_positions)

@@ -161,6 +161,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
             bidirectional_ids=attention.bidirectional_ids,
             bidirectional_layers=recipe.attention.bidirectional_layers,
             bidirectional_window_bounded=recipe.attention.bidirectional_window == "bounded",
+            kv_read=_kv_read(recipe.attention.bias_kv_read, opts.ep),
             # Only a single GQA graph: a split pipeline's prefill writes every position into the
             # shared buffer, so that buffer must stay max_length long for all layers.
             sliding_window_cache=recipe.attention.sliding_window_cache
@@ -270,6 +271,14 @@ def _match(raw: dict[str, Any], model_dir: Path) -> Recipe:
     if isinstance(text, dict):
         model_type = str(text.get("model_type") or _text_config(_read_configs(model_dir)[0]).model_type)
     return match_recipe(model_type, architecture, builtin_recipes())
+
+
+def _kv_read(requested: str, ep: str) -> str:
+    """The scatter graphs' read form: slice on CPU (its Attention computes every key it is given),
+    nonpad on CUDA (flash/cuDNN need no mask; benchmarks/results/attention_modes.md)."""
+    if requested != "auto":
+        return requested
+    return "nonpad" if ep == "cuda" else "slice"
 
 
 def _text_config(config: Any) -> Any:

@@ -61,6 +61,10 @@ _ATTENTION = {
     # bias: "shared" (in place on the shared buffer) or "growing" (past + new, share buffer off:
     # for beam search, where onnxruntime-genai turns the shared buffer off)
     "bias_cache": ("shared", "growing"),
+    # how standard Attention on the shared buffer reads it: "slice" (its first T slots, a [B,1,S,T]
+    # bias; fastest on CPU) or "nonpad" (the whole buffer with nonpad_kv_seqlen, no mask on plain
+    # causal layers; ORT CUDA's flash/cuDNN path); "auto": slice on CPU, nonpad on CUDA
+    "bias_kv_read": ("auto", "slice", "nonpad"),
 }
 # A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
 # list of that), or a dict of key -> node. Keys ending in "!" are required.
@@ -98,6 +102,7 @@ class AttentionRecipe:
     bidirectional_window: str = "unbounded"
     sliding_window_cache: bool = False
     bias_cache: str = "shared"
+    bias_kv_read: str = "auto"
 
 
 @dataclass(frozen=True)

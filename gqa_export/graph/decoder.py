@@ -52,6 +52,7 @@ class GraphOptions:
     bidirectional_ids: tuple[int, ...] = ()
     bidirectional_layers: str = "all"  # all | sliding: the layers whose bias lets runs attend bidirectionally
     bidirectional_window_bounded: bool = False  # the window still bounds a run's keys on the left
+    kv_read: str = "slice"  # scatter graphs: slice (first T slots + bias) | nonpad (whole buffer, nonpad_kv_seqlen)
 
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
@@ -127,10 +128,15 @@ def _attention_fn(
             return out, LayerKV(key, value, key, value)
 
         return attend_gqa
-    layout = "concat" if opts.mode == "concat" else "compact"
+    layout = "concat" if opts.mode == "concat" else opts.kv_read
+    kinds = {mask_kind(opts, layer) for layer in dims.layers}
+    if layout == "nonpad":  # plain causal layers need no mask: is_causal + nonpad_kv_seqlen
+        kinds.discard(MaskKind(-1, False))
+    first_past = b.graph.inputs[2] if len(b.graph.inputs) > 2 else None
+    key_length = b.op("Shape", first_past, start=2, end=3) if layout == "nonpad" and first_past is not None else None
     masks = mask_values(
-        b, input_ids, attention_mask, layout, {mask_kind(opts, layer) for layer in dims.layers},
-        opts.bidirectional_ids, opts.io_dtype, opts.bidirectional_window_bounded,
+        b, input_ids, attention_mask, "concat" if layout == "concat" else "compact", kinds,
+        opts.bidirectional_ids, opts.io_dtype, opts.bidirectional_window_bounded, key_length,
     )  # fmt: skip
     total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
     rope = rope_tables(b, masks.positions, _rope_caches(b, dims, params, opts, total))
@@ -138,7 +144,8 @@ def _attention_fn(
     def attend_standard(
         lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value] | None, source: LayerKV | None
     ) -> tuple[ir.Value, LayerKV]:
-        return standard_attention(lc, x, past, masks.biases[mask_kind(opts, lc.layer)], masks, rope, layout, source)
+        bias = masks.biases.get(mask_kind(opts, lc.layer))
+        return standard_attention(lc, x, past, bias, masks, rope, layout, source)
 
     return attend_standard
 

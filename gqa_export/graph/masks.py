@@ -41,6 +41,7 @@ class MaskValues:
     key_positions: ir.Value  # [B,1,T] int64, position of every key slot (invalid slots: large)
     total_length: ir.Value  # [1] int64, T
     write_index: ir.Value | None  # [B] int64 (compact layout only)
+    nonpad: ir.Value | None  # [B] int64 keys valid after this step's write: write_index + S (compact only)
     biases: dict[MaskKind, ir.Value]  # [B,1,S,T] additive bias per layer kind
 
 
@@ -57,32 +58,40 @@ def mask_values(
     bidirectional_ids: tuple[int, ...],
     dtype: ir.DataType,
     window_bounded: bool = False,
+    key_length: ir.Value | None = None,
 ) -> MaskValues:
     """A bidirectional run is OR-ed onto the causal part. Unbounded (transformers' generic block
     mask, `or_masks(sliding causal, blockwise_overlay)`): a run also overrides the window. Bounded
     (Gemma-3/4's own vision masks, `(kv > q - W) & (causal | same run)`): a run's token sees the
-    run's later tokens however far ahead, but no key more than window-1 positions back."""
+    run's later tokens however far ahead, but no key more than window-1 positions back.
+
+    key_length ([1] int64, compact layout): the biases' key dimension, when attention reads the
+    whole buffer (the nonpad_kv_seqlen form) instead of its first T slots."""
     with b.scope("attn_bias"):
         zero, one = _i64(b, [0], "zero"), _i64(b, [1], "one")
         total = b.op("Shape", attention_mask, start=1, end=2)  # [1] = T
         chunk = b.op("Shape", input_ids, start=1, end=2)  # [1] = S
         start = b.op("Sub", total, chunk)
         chunk_mask = b.op("Slice", attention_mask, start, total, one)  # [B,S]
-        slots = b.op("Range", _i64(b, 0, "r0"), b.op("Squeeze", total, zero), _i64(b, 1, "r1"))  # [T]
+        keys = total if key_length is None else key_length
+        slots = b.op("Range", _i64(b, 0, "r0"), b.op("Squeeze", keys, zero), _i64(b, 1, "r1"))  # [T] or [L]
         valid = b.op("Cast", attention_mask, to=ir.DataType.BOOL)  # [B,T]
         if layout == "concat":
             cumsum = b.op("Sub", b.op("CumSum", attention_mask, one), one)  # [B,T]
             positions = b.op("Slice", cumsum, start, total, one)  # [B,S]
             key_pos = cumsum
-            write_index = None
+            write_index = nonpad = None
         else:
             chunk_cumsum = b.op("Sub", b.op("CumSum", chunk_mask, one), one)
             real_total = b.op("ReduceSum", attention_mask, one, keepdims=1)  # [B,1]
             real_chunk = b.op("ReduceSum", chunk_mask, one, keepdims=1)
             write = b.op("Sub", real_total, real_chunk)  # [B,1]
             write_index = b.op("Squeeze", write, one)
+            # bottom-right causal per row: a right-padded prompt row writes S slots from 0
+            nonpad = b.op("Add", write_index, chunk)
             positions = b.op("Add", write, b.op("Max", chunk_cumsum, zero))  # [B,S]
-            key_pos = b.op("Expand", b.op("Unsqueeze", slots, zero), b.op("Shape", attention_mask))  # [B,T]
+            key_shape = b.op("Concat", b.op("Shape", attention_mask, start=0, end=1), keys, axis=0)
+            key_pos = b.op("Expand", b.op("Unsqueeze", slots, zero), key_shape)  # [B,T] or [B,L]
             valid = b.op("Less", key_pos, real_total)  # slots past the filled region hold no key
         key_positions = b.op("Unsqueeze", key_pos, one)  # [B,1,T]
         q = b.op("Unsqueeze", positions, _i64(b, [2], "two"))  # [B,S,1]
@@ -109,7 +118,7 @@ def mask_values(
             bias = b.op("Where", allowed, zero_f, low_f)
             name = f"bias_window{kind.window}" + ("_bidirectional" if bi is not None else "")
             biases[kind] = b.op("Unsqueeze", bias, one, name=name)  # [B,1,S,T]
-    return MaskValues(positions, key_positions, total, write_index, biases)
+    return MaskValues(positions, key_positions, total, write_index, nonpad, biases)
 
 
 def token_positions(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value) -> ir.Value:

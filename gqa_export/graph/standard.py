@@ -4,9 +4,15 @@
   tables and initializer names are shared with the GQA decode graph.
 - `bias` (layout "concat"): Attention gets past_key/past_value and concatenates (present = past +
   S); ORT GenAI must run it with past_present_share_buffer false (ortgenai.md §2.4, §6b).
-- `prefill` (layout "compact"): TensorScatter (opset 24, axis 2) writes this step's K/V into the
-  shared max_length buffer at write_index per row, in place when ORT GenAI binds one buffer as
-  input and output; Attention then reads the buffer's first T slots (split-pipeline.md).
+- `scatter` (layouts "slice" and "nonpad"): TensorScatter (opset 24, axis 2) writes this step's K/V
+  into the shared max_length buffer at write_index per row, in place when ORT GenAI binds one
+  buffer as input and output (split-pipeline.md). "slice": Attention reads the buffer's first T
+  slots with a [B,1,S,T] bias: the CPU form (CPU Attention-24 computes every key it is given, then
+  masks; 0.033 ms vs 0.40 ms per decode step at T=300 of a 4096 buffer). "nonpad": Attention reads
+  the whole buffer with `nonpad_kv_seqlen` = write_index + S per row, is_causal (bottom-right per
+  row) and no mask where a layer needs nothing else: the form ORT's CUDA Attention runs with its
+  flash / cuDNN kernels (any attn_mask sends it to memory-efficient or unfused attention); windowed
+  and bidirectional layers add a [B,1,S,max_length] bias.
 - Masks come as an additive float bias (`masks.py`); softcap is the op's attribute, applied
   before the bias as in GQA (ort-ops.md §2.1-2.2).
 - A KV-shared layer (Gemma-4) runs Attention over the K/V its source layer attended to, with
@@ -67,7 +73,7 @@ def standard_attention(
     lc: LayerContext,
     x: ir.Value,
     past: tuple[ir.Value, ir.Value] | None,
-    bias: ir.Value,
+    bias: ir.Value | None,
     masks: MaskValues,
     rope: dict[str, tuple[ir.Value, ir.Value]],
     layout: str,
@@ -86,9 +92,10 @@ def standard_attention(
             cos, sin = rope[layer.rope]
             shaped = _rotate(lc, shaped, cos, sin, dims.ropes[layer.rope].rotary_dim, f"{name}_rope")
         bnsh[name] = b.op("Transpose", shaped, perm=[0, 2, 1, 3], name=f"{name}_bnsh")
-    attrs = dict(scale=dims.scale(layer), softcap=dims.attn_softcap or None, is_causal=0)
+    attrs = dict(scale=dims.scale(layer), softcap=dims.attn_softcap or None, is_causal=int(bias is None))
+    nonpad = masks.nonpad if layout == "nonpad" else None
     if source is not None:
-        y = b.op("Attention", bnsh["q"], source.keys, source.values, bias, **attrs)
+        y = b.op("Attention", bnsh["q"], source.keys, source.values, bias, None, None, nonpad, **attrs)
         kv = LayerKV(None, None, source.keys, source.values)
     elif layout == "concat":
         assert past is not None
@@ -100,10 +107,13 @@ def standard_attention(
         assert past is not None
         present_k = b.op("TensorScatter", past[0], bnsh["k"], masks.write_index, axis=2, name="k_scatter")
         present_v = b.op("TensorScatter", past[1], bnsh["v"], masks.write_index, axis=2, name="v_scatter")
-        zero, axis = b.const([0], "slot0", "int64"), b.const([2], "seq_axis", "int64")
-        keys = b.op("Slice", present_k, zero, masks.total_length, axis)
-        values = b.op("Slice", present_v, zero, masks.total_length, axis)
-        y = b.op("Attention", bnsh["q"], keys, values, bias, **attrs)
+        if layout == "nonpad":  # the whole buffer; keys past nonpad are skipped by the op
+            keys, values = present_k, present_v
+        else:
+            zero, axis = b.const([0], "slot0", "int64"), b.const([2], "seq_axis", "int64")
+            keys = b.op("Slice", present_k, zero, masks.total_length, axis)
+            values = b.op("Slice", present_v, zero, masks.total_length, axis)
+        y = b.op("Attention", bnsh["q"], keys, values, bias, None, None, nonpad, **attrs)
         kv = LayerKV(present_k, present_v, keys, values)
     y = b.op("Transpose", y, perm=[0, 2, 1, 3], name="y_bsnh")
     y = b.op("Reshape", y, b.const([0, 0, dims.num_heads * layer.head_dim], "y_flat", "int64"))

@@ -12,7 +12,10 @@ from reference import genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.run import generate_greedy, load
 
-MODES = ("gqa", "bias", "split")
+# bias_nonpad: mode bias in the form CUDA gets (whole buffer, nonpad_kv_seqlen, masks only where a
+# layer needs one), run on CPU to prove it exact
+MODES = ("gqa", "bias", "bias_nonpad", "split")
+SETTINGS = {"bias_nonpad": ("attention.bias_kv_read=nonpad",)}
 PROMPTS = [
     [0],  # one token: ORT GenAI runs the split pipeline's decode graph for it
     [0, 17, 45, 99, 200, 3, 7],
@@ -32,7 +35,11 @@ def packages(checkpoints, tmp_path_factory):
         key = (variant, mode, ids, settings)
         if key not in made:
             out = tmp_path_factory.mktemp("modes") / f"{variant}-{mode}"
-            options = BuildOptions(str(checkpoints.get(variant)), out, smoke=False, attention=mode, settings=settings)
+            settings = settings + SETTINGS.get(mode, ())
+            attention = mode.partition("_")[0]
+            options = BuildOptions(
+                str(checkpoints.get(variant)), out, smoke=False, attention=attention, settings=settings
+            )
             build(BuildOptions(**{**vars(options), "bidirectional_ids": ids}))
             made[key] = out
         return made[key]
@@ -131,7 +138,7 @@ def _hf_bidirectional(hf, prompt: list[int], ids: tuple[int, ...], new: int):
     return hf_prompt_then_greedy(hf, prompt, new, attention_mask=mask)
 
 
-@pytest.mark.parametrize("mode", ["bias", "split", "auto"])
+@pytest.mark.parametrize("mode", ["bias", "bias_nonpad", "split", "auto"])
 def test_bidirectional_blocks_match_hf_4d_mask(packages, checkpoints, mode):
 
     package = packages("gqa", mode, BIDIR)
