@@ -11,7 +11,10 @@ Modes:
 - bias: one standard-Attention graph on the shared buffer, reading its first T slots (CPU form);
 - bias-nonpad: the same graph reading the whole buffer with nonpad_kv_seqlen (the CUDA form);
 - bias-growing: the concatenating form (share buffer off; kept for beam search);
-- split: prefill graph (bias) + decode graph (gqa), prepacking off (the CPU default).
+- split: prefill graph (bias) + decode graph (gqa), prepacking off (the CPU default);
+- bias-gqa: GroupQueryAttention with an attention_bias on the layers that need one (CPU only).
+`--bidirectional-token-ids 300,301` builds every mode with those ids (gqa cannot), so that the
+bias is needed on every layer: the case `auto` decides.
 Reported: median prefill ms, median decode tokens/s, peak RSS and final PSS (smaps_rollup) of
 the process. Appends a table to benchmarks/results/attention_modes.md.
 """
@@ -36,6 +39,7 @@ MODES: dict[str, list[str]] = {
     "bias-nonpad": ["--attention", "bias", "--set", "attention.bias_kv_read=nonpad"],
     "bias-growing": ["--attention", "bias", "--set", "attention.bias_cache=growing"],
     "split": ["--attention", "split"],
+    "bias-gqa": ["--attention", "bias", "--set", "attention.bias_op=gqa"],
 }
 
 WORKER = r"""
@@ -67,7 +71,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--cases", default="128,1024,4096", help="prompt lengths")
     parser.add_argument("--new", type=int, default=256, help="generated tokens per case")
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default="gqa,bias,bias-nonpad,bias-growing,split")
+    parser.add_argument("--bidirectional-token-ids", default=None, help="e.g. 300,301 (prompts hold some)")
     args = parser.parse_args()
     cases = [int(c) for c in args.cases.split(",")]
     modes = args.modes.split(",")
@@ -82,6 +87,8 @@ def main() -> None:
             packages[mode] = Path(tmp) / mode
             cmd = ["gqa-export", "build", str(ckpt), "-o", str(packages[mode]), "--max-length", str(max_length),
                    "--no-smoke", "-q", *MODES[mode]]  # fmt: skip
+            if args.bidirectional_token_ids:
+                cmd += ["--bidirectional-token-ids", args.bidirectional_token_ids]
             subprocess.run(cmd, check=True)
         runs: dict[tuple[str, int], list[dict]] = {}
         for round_ in range(args.rounds):
@@ -109,7 +116,9 @@ def _table(runs: dict[tuple[str, int], list[dict]], modes: list[str], cases: lis
     head = " | ".join(f"{c} + {args.new}: prefill ms / decode tok/s / peak RSS / PSS MiB" for c in cases)
     lines = [
         f"\n## {date.today()}: 150M random Llama, fp32, CPU ({platform.machine()}), {args.threads} thread(s), "
-        f"median of {args.rounds} rounds, modes interleaved\n",
+        f"median of {args.rounds} rounds, modes interleaved"
+        + (f", bidirectional token ids {args.bidirectional_token_ids}" if args.bidirectional_token_ids else "")
+        + "\n",
         f"| mode | {head} |",
         "|---|" + "---|" * len(cases),
     ]

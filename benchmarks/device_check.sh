@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU check for a session lent a device machine (see the device tool's README): builds the
-# repo's tiny Llama and a Mistral-with-window variant as CUDA packages (fp16, bf16, int4; gqa and
-# split), runs each through onnxruntime-genai on CUDA and prints a table of tokens/s and whether
-# the greedy tokens equal the CPU fp32 package's. Carry `.whl` (onnxruntime-genai-cuda and this
+# repo's tiny Llama as CUDA packages (fp16, bf16, int4 x gqa, bias (nonpad_kv_seqlen form),
+# split; split with shared GPU weights), runs each through onnxruntime-genai on CUDA and prints a
+# table of tokens/s and whether the greedy tokens equal the CPU fp32 package's. Carry `.whl` (onnxruntime-genai-cuda and this
 # project's pure-Python deps) as the device README says; the machine has torch and onnxruntime-gpu.
 #
 #   bash benchmarks/device_check.sh [OUT_DIR]
@@ -12,11 +12,14 @@ mkdir -p "$out"
 model=tests/data/tiny-llama
 gqa-export build "$model" -o "$out/cpu-fp32" --ep cpu -p fp32 --no-smoke -q --overwrite
 for precision in fp16 bf16 int4; do
-  for mode in gqa split; do
+  for mode in gqa bias split; do
     gqa-export build "$model" -o "$out/cuda-$precision-$mode" --ep cuda -p "$precision" --attention "$mode" \
       --no-smoke -q --overwrite
   done
 done
+# split with one GPU copy of the weights (decoder.shared_initializers; unverified without a GPU)
+gqa-export build "$model" -o "$out/cuda-fp16-split-shared" --ep cuda -p fp16 --attention split \
+  --set attention.split_shared_weights=true --no-smoke -q --overwrite
 python - "$out" <<'PY' | tee "$out/table.md"
 import sys
 from pathlib import Path

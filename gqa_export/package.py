@@ -106,6 +106,35 @@ def save_models(
         ir.save(model, folder / name)
 
 
+def shared_initializers(folder: Path, graph_file: str) -> list[dict[str, Any]]:
+    """genai_config `decoder.shared_initializers` for every external weight of a saved graph.
+
+    onnxruntime-genai (0.18, CUDA) reads each entry's bytes from `data_file` once into GPU memory
+    and adds it to the decoder's session options with AddInitializer, which every pipeline stage
+    without its own session_options uses, so ORT's CUDA EP uses the one buffer in place instead of
+    uploading the weights once per session. On CPU the runtime throws ("GetMemoryInfo for CPU
+    should not be used"): CPU packages share the mapped file instead (disabled prepacking)."""
+    import onnx
+
+    model = onnx.load(str(folder / graph_file), load_external_data=False)
+    entries = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {entry.key: entry.value for entry in tensor.external_data}
+        entries.append(
+            {
+                "name": tensor.name,
+                "data_file": info["location"],
+                "offset": info.get("offset", "0"),
+                "length": info["length"],
+                "data_type": tensor.data_type,
+                "shape": list(tensor.dims) or [1],
+            }
+        )
+    return entries
+
+
 def copy_tokenizer(source: Path, dest: Path) -> list[str]:
     """Copy the tokenizer files ORT GenAI (onnxruntime-extensions) reads.
 

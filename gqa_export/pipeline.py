@@ -34,6 +34,7 @@ from gqa_export.package import (
     external_count,
     file_digests,
     save_models,
+    shared_initializers,
     write_json,
 )
 from gqa_export.progress import NullReporter, Reporter
@@ -149,7 +150,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     max_length = _max_length(opts.max_length, dims)
     ids = bidirectional_ids(recipe.attention, hf_config, opts.bidirectional_ids)
     ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)
-    attention = plan_attention(opts.attention or recipe.attention.mode, ids, ids_requested, recipe.attention.bias_cache)
+    if recipe.attention.bias_op == "gqa" and opts.ep != "cpu":
+        raise InputError("attention.bias_op gqa is for CPU: CUDA's GroupQueryAttention runs a bias only unfused")
+    attention = plan_attention(opts.attention or recipe.attention.mode, ids, ids_requested, recipe.attention)
     models = []
     for graph in attention.graphs:
         graph_opts = GraphOptions(
@@ -198,6 +201,12 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
                 attention.weights_file,
                 lambda: advance(1),
             )
+        if len(models) > 1 and opts.ep == "cuda" and recipe.attention.split_shared_weights:
+            # one GPU copy of the weights for both pipeline sessions (read from onnxruntime-genai
+            # 0.18's code, not run here: no GPU); the stages have no session_options of their own
+            entries = shared_initializers(staged.path, attention.graphs[0].filename)
+            config["model"]["decoder"]["shared_initializers"] = entries
+            notes.append(f"split: {len(entries)} weights listed in decoder.shared_initializers (one GPU copy)")
         write_json(staged.path / "genai_config.json", config)
         copy_tokenizer(source.model_dir, staged.path)
         if opts.report and plan.nbits is not None:
@@ -308,8 +317,11 @@ def _smoke(
 ) -> GenerationResult | None:
     ep = opts.ep
     if ep == "cuda" and not cuda_device_available():
-        if not plan.runs_on_cpu:
+        shared = "shared_initializers" in json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+        if not plan.runs_on_cpu or shared:
             what = plan.name if plan.nbits is None else f"{plan.name} with bf16 activations"
+            if shared:
+                what = "a package with decoder.shared_initializers (GPU only in onnxruntime-genai)"
             notes.append(f"no usable CUDA GPU here and {what} does not run on CPU: smoke run skipped")
             reporter.note(notes[-1])
             return None

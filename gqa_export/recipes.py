@@ -65,6 +65,12 @@ _ATTENTION = {
     # bias; fastest on CPU) or "nonpad" (the whole buffer with nonpad_kv_seqlen, no mask on plain
     # causal layers; ORT CUDA's flash/cuDNN path); "auto": slice on CPU, nonpad on CUDA
     "bias_kv_read": ("auto", "slice", "nonpad"),
+    # the op of mode bias: standard "attention", or "gqa" (GroupQueryAttention with an
+    # attention_bias input where a layer needs one; CPU only: CUDA's GQA runs a bias unfused)
+    "bias_op": ("attention", "gqa"),
+    # split on CUDA: list the weights in decoder.shared_initializers so that onnxruntime-genai
+    # uploads them once for both sessions (opt-in: read from the runtime's code, not run on a GPU)
+    "split_shared_weights": bool,
 }
 # A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
 # list of that), or a dict of key -> node. Keys ending in "!" are required.
@@ -103,6 +109,8 @@ class AttentionRecipe:
     sliding_window_cache: bool = False
     bias_cache: str = "shared"
     bias_kv_read: str = "auto"
+    bias_op: str = "attention"
+    split_shared_weights: bool = False
 
 
 @dataclass(frozen=True)

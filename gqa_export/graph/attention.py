@@ -67,6 +67,7 @@ def gqa(
     dims: ModelDims,
     layer: LayerDims,
     window_cache: bool = False,
+    bias: ir.Value | None = None,
 ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
     """One GroupQueryAttention node; returns (output [B,S,Nq*D], present_key, present_value).
 
@@ -76,7 +77,12 @@ def gqa(
 
     A KV-shared layer passes only its query: GQA's shared-KV mode (ORT 1.31, gemma4.md §3) takes
     zero-length key/value, reads `past` (the producer's present outputs) as the whole cache,
-    appends nothing and rotates only Q; it has no present outputs."""
+    appends nothing and rotates only Q; it has no present outputs.
+
+    bias: an additive [B,1,S,T] attention_bias (CPU GQA only; CUDA routes it to its unfused
+    kernel) that carries causality, padding, the window and bidirectional runs: `causal=0` so that
+    it can unmask later keys of a run, and local_window_size -1 (the schema requires it with
+    causal=0), the window being in the bias (gemma4.md §2)."""
     cos, sin = ctx.rope_caches[layer.rope] if layer.rope is not None else (None, None)
     query, key, value = qkv
     if layer.shares_kv:
@@ -86,7 +92,7 @@ def gqa(
         key = value = b.op("Slice", query, start, end, b.const([1, 2], "empty_kv_axes", "int64"), name="empty_kv")
     outputs = b.op_multi(
         "GroupQueryAttention",
-        query, key, value, past[0], past[1], ctx.seqlens_k, ctx.total_sequence_length, cos, sin,
+        query, key, value, past[0], past[1], ctx.seqlens_k, ctx.total_sequence_length, cos, sin, None, bias,
         domain="com.microsoft",
         outputs=1 if layer.shares_kv else 3,
         num_heads=dims.num_heads,
@@ -94,7 +100,8 @@ def gqa(
         scale=dims.scale(layer),
         do_rotary=int(layer.rope is not None),
         rotary_interleaved=0,
-        local_window_size=layer.window,
+        local_window_size=layer.window if bias is None else -1,
+        causal=None if bias is None else 0,
         softcap=dims.attn_softcap,
         sliding_window_cache=1 if window_cache and layer.window > 0 else None,
     )  # fmt: skip

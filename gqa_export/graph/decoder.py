@@ -32,6 +32,7 @@ from gqa_export.graph.standard import LayerKV, rope_tables, standard_attention
 # TensorScatter-24.
 OPSETS = {
     "gqa": {"": 21, "com.microsoft": 1},
+    "gqa_bias": {"": 21, "com.microsoft": 1},
     "scatter": {"": 24, "com.microsoft": 1},
     "concat": {"": 24, "com.microsoft": 1},
 }
@@ -47,7 +48,9 @@ class GraphOptions:
     logits_dtype: ir.DataType
     rope_rows: int  # cos/sin rows: must cover search.max_length
     packed_qkv: bool = True
-    mode: str = "gqa"  # gqa | scatter (standard Attention on the shared buffer) | concat (growing past)
+    # gqa | gqa_bias (GQA + attention_bias where a layer needs it, CPU) | scatter (standard Attention
+    # on the shared buffer) | concat (standard Attention, growing past)
+    mode: str = "gqa"
     sliding_window_cache: bool = False  # gqa only: window-sized KV buffers on windowed layers
     bidirectional_ids: tuple[int, ...] = ()
     bidirectional_layers: str = "all"  # all | sliding: the layers whose bias lets runs attend bidirectionally
@@ -56,7 +59,7 @@ class GraphOptions:
 
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
-    if opts.mode == "gqa":  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
+    if opts.mode in ("gqa", "gqa_bias"):  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
         check_gqa_dims(dims)
     b = GraphBuilder("gqa_export_decoder", OPSETS[opts.mode])
     hidden = [B, S, dims.hidden_size]
@@ -107,9 +110,17 @@ def _attention_fn(
     b: GraphBuilder, dims: ModelDims, params: Params, opts: GraphOptions, input_ids: ir.Value, attention_mask: ir.Value
 ) -> Callable[..., tuple[ir.Value, LayerKV]]:
     """The per-layer attention of the graph's mode, with the graph-wide values it reads built once."""
-    if opts.mode == "gqa":
+    if opts.mode in ("gqa", "gqa_bias"):
         seqlens, total = gqa_mask_values(b, attention_mask)
         ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
+        biases: dict[MaskKind, ir.Value] = {}
+        if opts.mode == "gqa_bias":  # a bias only where a layer needs more than GQA's own masking
+            kinds = {mask_kind(opts, layer) for layer in dims.layers} - {MaskKind(w, False) for w in _windows(dims)}
+            masks = mask_values(
+                b, input_ids, attention_mask, "compact", kinds, opts.bidirectional_ids, opts.io_dtype,
+                opts.bidirectional_window_bounded,
+            )  # fmt: skip
+            biases = masks.biases
 
         def attend_gqa(
             lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value] | None, source: LayerKV | None
@@ -121,7 +132,8 @@ def _attention_fn(
             assert past is not None
             # A window-sized buffer only where no other layer reads this cache (gemma4.md §3).
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
-            out, key, value = gqa(b, qkv_projection(lc, x), past, ctx, dims, layer, window_cache)
+            bias = biases.get(mask_kind(opts, layer))
+            out, key, value = gqa(b, qkv_projection(lc, x), past, ctx, dims, layer, window_cache, bias)
             if source is not None:
                 return out, source
             assert key is not None and value is not None
@@ -130,7 +142,7 @@ def _attention_fn(
         return attend_gqa
     layout = "concat" if opts.mode == "concat" else opts.kv_read
     kinds = {mask_kind(opts, layer) for layer in dims.layers}
-    if layout == "nonpad":  # plain causal layers need no mask: is_causal + nonpad_kv_seqlen
+    if layout != "concat":  # plain causal layers need no mask: is_causal + nonpad_kv_seqlen
         kinds.discard(MaskKind(-1, False))
     first_past = b.graph.inputs[2] if len(b.graph.inputs) > 2 else None
     key_length = b.op("Shape", first_past, start=2, end=3) if layout == "nonpad" and first_past is not None else None
@@ -160,6 +172,10 @@ def _placeholders_as_pad(b: GraphBuilder, input_ids: ir.Value, dims: ModelDims) 
     for token in dims.placeholder_ids:
         ids = b.op("Where", b.op("Equal", ids, b.const(token, f"placeholder{token}", "int64")), pad, ids)
     return ids
+
+
+def _windows(dims: ModelDims) -> set[int]:
+    return {layer.window for layer in dims.layers}
 
 
 def mask_kind(opts: GraphOptions, layer: LayerDims) -> MaskKind:

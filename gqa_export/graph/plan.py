@@ -13,10 +13,11 @@
   batch > 1 runs prefill, so both graphs are complete and exact for any length.
 
 `auto` is gqa unless the prompt can hold bidirectional blocks (GQA cannot express them without
-a bias): then split on every EP. CUDA's GQA takes no attention_bias. On CPU GQA would accept
-one, but the bias only matters for the prompt: split keeps the bias-free GQA decode (the whole
-fast path, including the in-place cache) and builds the bias once per prompt, where a biased GQA
-graph would rebuild a [B,1,1,T] bias on every generated token.
+a bias): then split on every EP. Measured on CPU (benchmarks/results/attention_modes.md, 150M,
+decode tok/s at 1024 / 4096 + 256 with bidirectional ids): split 43.7 / 32.3, bias 38.2 / 26.9,
+GQA + attention_bias 40.0 / 27.6, same PSS; without ids gqa prefills fastest at half the PSS of
+the standard-Attention graphs. On CUDA by kernel routing: split's decode is the GQA graph, and
+any bias keeps ONNX Attention and GQA off their flash kernels.
 """
 
 from __future__ import annotations
@@ -72,11 +73,12 @@ def _text_or_self(config: Any) -> Any:
 
 
 def plan_attention(
-    requested: str, ids: tuple[int, ...], ids_requested: bool = True, bias_cache: str = "shared"
+    requested: str, ids: tuple[int, ...], ids_requested: bool = True, options: AttentionRecipe | None = None
 ) -> AttentionPlan:
     """ids_requested: the ids were asked for (CLI or the recipe's own list), not defaults taken
     from a multimodal config; asking for gqa then drops those defaults (text-only use) instead of
-    failing. bias_cache: "shared" (the scatter graph) or "growing" (the concat graph) for bias."""
+    failing. options: the recipe's bias_op / bias_cache pick mode bias's graph kind."""
+    options = options or AttentionRecipe()
     mode, reason = requested, f"attention {requested} requested"
     if requested == "gqa" and ids and not ids_requested:
         reason = (
@@ -94,7 +96,8 @@ def plan_attention(
     if mode == "gqa":
         graphs = (GraphSpec("model.onnx", "gqa"),)
     elif mode == "bias":
-        graphs = (GraphSpec("model.onnx", "scatter" if bias_cache == "shared" else "concat"),)
+        kind = "gqa_bias" if options.bias_op == "gqa" else "scatter" if options.bias_cache == "shared" else "concat"
+        graphs = (GraphSpec("model.onnx", kind),)
     else:
         graphs = (
             GraphSpec("decode.onnx", "gqa", run_on_prompt=False, run_on_token_gen=True),

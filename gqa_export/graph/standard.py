@@ -7,8 +7,9 @@
 - `scatter` (layouts "slice" and "nonpad"): TensorScatter (opset 24, axis 2) writes this step's K/V
   into the shared max_length buffer at write_index per row, in place when ORT GenAI binds one
   buffer as input and output (split-pipeline.md). "slice": Attention reads the buffer's first T
-  slots with a [B,1,S,T] bias: the CPU form (CPU Attention-24 computes every key it is given, then
-  masks; 0.033 ms vs 0.40 ms per decode step at T=300 of a 4096 buffer). "nonpad": Attention reads
+  slots (with a [B,1,S,T] bias where a layer needs more than causality): the CPU form (CPU
+  Attention-24 computes every key it is given, then masks; 0.033 ms vs 0.40 ms per decode step at
+  T=300 of a 4096 buffer). "nonpad": Attention reads
   the whole buffer with `nonpad_kv_seqlen` = write_index + S per row, is_causal (bottom-right per
   row) and no mask where a layer needs nothing else: the form ORT's CUDA Attention runs with its
   flash / cuDNN kernels (any attn_mask sends it to memory-efficient or unfused attention); windowed
@@ -93,7 +94,10 @@ def standard_attention(
             shaped = _rotate(lc, shaped, cos, sin, dims.ropes[layer.rope].rotary_dim, f"{name}_rope")
         bnsh[name] = b.op("Transpose", shaped, perm=[0, 2, 1, 3], name=f"{name}_bnsh")
     attrs = dict(scale=dims.scale(layer), softcap=dims.attn_softcap or None, is_causal=int(bias is None))
-    nonpad = masks.nonpad if layout == "nonpad" else None
+    # A layer needing only causality (+ padding) gets no mask: is_causal is bottom-right per row
+    # with nonpad_kv_seqlen = write_index + S, and slots past it hold no key (the compact layout
+    # has no holes). Building a [B,1,S,T] bias every step cost 10-20% of CPU decode at T=4096.
+    nonpad = masks.nonpad if layout == "nonpad" or (layout == "slice" and bias is None) else None
     if source is not None:
         y = b.op("Attention", bnsh["q"], source.keys, source.values, bias, None, None, nonpad, **attrs)
         kv = LayerKV(None, None, source.keys, source.values)

@@ -13,9 +13,10 @@ from gqa_export.pipeline import BuildOptions, build
 from gqa_export.run import generate_greedy, load
 
 # bias_nonpad: mode bias in the form CUDA gets (whole buffer, nonpad_kv_seqlen, masks only where a
-# layer needs one), run on CPU to prove it exact
-MODES = ("gqa", "bias", "bias_nonpad", "split")
-SETTINGS = {"bias_nonpad": ("attention.bias_kv_read=nonpad",)}
+# layer needs one), run on CPU to prove it exact; bias_gqa: GroupQueryAttention with an
+# attention_bias where a layer needs one (the CPU single-graph alternative)
+MODES = ("gqa", "bias", "bias_nonpad", "bias_gqa", "split")
+SETTINGS = {"bias_nonpad": ("attention.bias_kv_read=nonpad",), "bias_gqa": ("attention.bias_op=gqa",)}
 PROMPTS = [
     [0],  # one token: ORT GenAI runs the split pipeline's decode graph for it
     [0, 17, 45, 99, 200, 3, 7],
@@ -138,7 +139,7 @@ def _hf_bidirectional(hf, prompt: list[int], ids: tuple[int, ...], new: int):
     return hf_prompt_then_greedy(hf, prompt, new, attention_mask=mask)
 
 
-@pytest.mark.parametrize("mode", ["bias", "bias_nonpad", "split", "auto"])
+@pytest.mark.parametrize("mode", ["bias", "bias_nonpad", "bias_gqa", "split", "auto"])
 def test_bidirectional_blocks_match_hf_4d_mask(packages, checkpoints, mode):
 
     package = packages("gqa", mode, BIDIR)
@@ -182,3 +183,26 @@ def test_bias_mode_takes_rotary_dims_gqa_cannot(checkpoints, tmp_path):
     prompt = PROMPTS[2]
     got = generate_greedy(tmp_path / "bias", prompt, NEW, min_new_tokens=NEW).tokens
     assert got == hf_generate(hf_model(folder), prompt, NEW)
+
+
+def test_cuda_split_can_share_weights_on_the_gpu(checkpoints, tmp_path):
+    """attention.split_shared_weights lists every external weight in decoder.shared_initializers
+    with the exact name, offset and length both graphs reference (onnxruntime-genai uploads each
+    once); the smoke run is skipped without a GPU (the runtime refuses the key on CPU)."""
+    import onnx
+
+    out = tmp_path / "split"
+    settings = ("attention.split_shared_weights=true",)
+    result = build(BuildOptions(str(checkpoints.get("gqa")), out, ep="cuda", attention="split", settings=settings))
+    assert result.smoke is None and any("shared_initializers" in note for note in result.notes)
+    entries = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["shared_initializers"]
+    for graph in ("decode.onnx", "prefill.onnx"):
+        external = {
+            t.name: {e.key: e.value for e in t.external_data}
+            for t in onnx.load(str(out / graph), load_external_data=False).graph.initializer
+            if t.data_location == onnx.TensorProto.EXTERNAL
+        }
+        assert {e["name"]: (e["data_file"], e["offset"], e["length"]) for e in entries} == {
+            name: (info["location"], info.get("offset", "0"), info["length"]) for name, info in external.items()
+        }
+    assert {e["data_type"] for e in entries} == {onnx.TensorProto.FLOAT16}
