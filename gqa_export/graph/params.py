@@ -32,12 +32,17 @@ QUANTIZE_TABLE_META = "gqa_export.quantize_table"
 
 
 class StreamedTensor(ir.LazyTensor):
-    """A lazy tensor produced as row blocks; `tofile` writes block by block."""
+    """A lazy tensor produced as blocks in row-major order; `tofile` writes block by block."""
 
     __slots__ = ("_blocks", "source_rows")
 
     def __init__(self, blocks: Callable[[], Iterator[np.ndarray]], dtype: ir.DataType, shape: Sequence[int]) -> None:
-        super().__init__(lambda: ir.tensor(np.concatenate(list(blocks()), axis=0)), dtype=dtype, shape=ir.Shape(shape))
+        dims = tuple(int(d) for d in shape)
+        super().__init__(
+            lambda: ir.tensor(np.concatenate([b.reshape(-1) for b in blocks()]).reshape(dims)),
+            dtype=dtype,
+            shape=ir.Shape(shape),
+        )
         self._blocks = blocks
         # For a MatMul weight [K, N]: rows [a, b) of its transpose [N, K] straight from the source,
         # so the quantizer never materializes or re-transposes the float matrix.

@@ -1,0 +1,161 @@
+"""Mixture-of-experts weights streamed into the layouts of com.microsoft.MoE / QMoE.
+
+The op wants (moe.md §3) fc1 [E, 2I, H] with gate and up rows interleaved (row 2j = gate_j, row
+2j+1 = up_j; the CPU kernels accept only `swiglu_fusion=1`), fc2 [E, H, I], both in nn.Linear's
+(out, in) layout, and biases [E, 2I] (same interleave) / [E, H].
+
+Checkpoints hold experts in one of these layouts (transformers 5.x writes the hub's per-expert
+layout by default and its fused one with `save_original_format=False`):
+- per expert: `experts.{e}.{gate,up,down}` Linear weights ([I,H], [I,H], [H,I]);
+- fused halves: `experts.gate_up_proj` [E, 2I, H] = [gate; up], `experts.down_proj` [E, H, I];
+- fused transposed (gpt-oss): `experts.gate_up_proj` [E, H, 2I] already interleaved,
+  `experts.down_proj` [E, I, H], with `_bias` tensors; or the same in MXFP4
+  (`*_blocks` [E, N, K/32, 16] uint8 nibbles + `*_scales` [E, N, K/32] uint8 e8m0 exponents).
+
+Whatever the layout, an `ExpertWeights` gives rows [a, b) of one expert's fc1 / fc2 as float32, so
+that both the float tensors (written block by block) and the QMoE quantizer read one expert at a
+time: peak memory stays at one expert's rows however many experts there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from gqa_export.errors import InputError
+from gqa_export.graph.params import StreamedTensor, row_blocks
+from gqa_export.weights import WeightStore
+
+# MXFP4 (OCP microscaling fp4 e2m1): the 16 code points, low nibble first; scales are e8m0 (2^(s-127))
+FP4_VALUES = np.array(
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32
+)
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """Where one layer's experts live. Exactly one of the three forms is set."""
+
+    count: int
+    intermediate: int
+    hidden: int
+    per_expert: tuple[str, str, str] | None = None  # name templates with {e}: gate, up, down
+    fused: tuple[str, str] | None = None  # gate_up [E,2I,H] halves, down [E,H,I]
+    transposed: tuple[str, str] | None = None  # gate_up [E,H,2I] interleaved, down [E,I,H] (gpt-oss)
+    mxfp4: bool = False  # transposed names hold `_blocks` / `_scales` instead of the tensors
+    biases: tuple[str, str] | None = None  # fc1 bias [E,2I], fc2 bias [E,H] (gpt-oss; already interleaved)
+
+
+class ExpertWeights:
+    """Rows of each expert's fc1 (interleaved gate/up) and fc2, read from the checkpoint on demand."""
+
+    def __init__(self, store: WeightStore, layout: ExpertLayout) -> None:
+        self.store, self.layout = store, layout
+
+    # --- fc1: [2I, H] per expert -----------------------------------------------------------------
+    def fc1_rows(self, e: int, a: int, b: int) -> np.ndarray:
+        L = self.layout
+        if L.transposed:
+            return self._transposed(L.transposed[0], e, a, b)
+        lo, hi = a // 2, (b + 1) // 2  # gate/up rows covering interleaved rows [a, b)
+        if L.per_expert:
+            gate = self._read(L.per_expert[0].format(e=e), lo, hi)
+            up = self._read(L.per_expert[1].format(e=e), lo, hi)
+        else:
+            assert L.fused
+            gate = self._read3(L.fused[0], e, lo, hi)
+            up = self._read3(L.fused[0], e, L.intermediate + lo, L.intermediate + hi)
+        both = np.stack([gate, up], axis=1).reshape(2 * (hi - lo), -1)
+        return both[a - 2 * lo : b - 2 * lo]
+
+    # --- fc2: [H, I] per expert -------------------------------------------------------------------
+    def fc2_rows(self, e: int, a: int, b: int) -> np.ndarray:
+        L = self.layout
+        if L.transposed:
+            return self._transposed(L.transposed[1], e, a, b)
+        if L.per_expert:
+            return self._read(L.per_expert[2].format(e=e), a, b)
+        assert L.fused
+        return self._read3(L.fused[1], e, a, b)
+
+    def bias(self, which: int) -> np.ndarray | None:
+        """fc1 (0) or fc2 (1) biases [E, N] as float32, or None."""
+        if not self.layout.biases:
+            return None
+        return self.store.read(self.layout.biases[which]).astype(np.float32)
+
+    # --- readers ------------------------------------------------------------------------------------
+    def _read(self, name: str, a: int, b: int) -> np.ndarray:
+        return self.store.read(name, rows=(a, b)).astype(np.float32)
+
+    def _read3(self, name: str, e: int, a: int, b: int) -> np.ndarray:
+        """Rows [a, b) of expert e of a stacked [E, N, K] tensor."""
+        return self.store.read(name, rows=(e, e + 1))[0, a:b].astype(np.float32)
+
+    def _transposed(self, name: str, e: int, a: int, b: int) -> np.ndarray:
+        """Rows [a, b) of expert e's (out, in) matrix from a stacked (in, out) tensor [E, K, N]."""
+        if self.layout.mxfp4:
+            return mxfp4_rows(self.store, name, e, a, b)
+        return self.store.read(name, rows=(e, e + 1))[0][:, a:b].T.astype(np.float32)
+
+
+def mxfp4_rows(store: WeightStore, name: str, e: int, a: int, b: int) -> np.ndarray:
+    """Rows [a, b) of expert e dequantized from MXFP4 (`{name}_blocks` [E, N, K/32, 16] uint8, two fp4
+    values a byte low nibble first, `{name}_scales` [E, N, K/32] uint8 e8m0): the (out, in) matrix,
+    as transformers' `convert_moe_packed_tensors` builds it before transposing."""
+    blocks = store.read(f"{name}_blocks", rows=(e, e + 1))[0, a:b]  # [n, kb, 16]
+    scales = store.read(f"{name}_scales", rows=(e, e + 1))[0, a:b].astype(np.int32) - 127  # [n, kb]
+    values = np.stack([FP4_VALUES[blocks & 0x0F], FP4_VALUES[blocks >> 4]], axis=-1)  # [n, kb, 16, 2]
+    values = values.reshape(*blocks.shape[:2], 32) * np.exp2(scales.astype(np.float32))[..., None]
+    return values.reshape(blocks.shape[0], -1).astype(np.float32)
+
+
+def stacked(
+    weights: ExpertWeights, rows: Callable[[int, int, int], np.ndarray], n: int, k: int, cast: Callable, dtype
+) -> StreamedTensor:
+    """[E, n, k] in the graph dtype, written one expert's row block at a time; `source_rows(a, b)`
+    reads rows of the flattened [E*n, k] matrix for the quantizer."""
+    count = weights.layout.count
+
+    def blocks() -> Iterator[np.ndarray]:
+        for e in range(count):
+            for a, b in row_blocks(n, k * 4):
+                yield cast(rows(e, a, b))
+
+    tensor = StreamedTensor(blocks, dtype, (count, n, k))
+
+    def flat_rows(a: int, b: int) -> np.ndarray:
+        parts = []
+        for e in range(a // n, (b - 1) // n + 1):
+            lo, hi = max(a, e * n) - e * n, min(b, (e + 1) * n) - e * n
+            parts.append(rows(e, lo, hi))
+        return np.concatenate(parts, axis=0)
+
+    tensor.source_rows = flat_rows
+    return tensor
+
+
+def check_layout(store: WeightStore, layout: ExpertLayout, where: str) -> None:
+    """Every expert tensor the layout names exists with the expected shape, before any work."""
+    E, I, H = layout.count, layout.intermediate, layout.hidden  # noqa: E741
+    expected: dict[str, tuple[int, ...]] = {}
+    if layout.per_expert:
+        for e in range(E):
+            gate, up, down = (t.format(e=e) for t in layout.per_expert)
+            expected.update({gate: (I, H), up: (I, H), down: (H, I)})
+    elif layout.fused:
+        expected.update({layout.fused[0]: (E, 2 * I, H), layout.fused[1]: (E, H, I)})
+    elif layout.transposed and not layout.mxfp4:
+        expected.update({layout.transposed[0]: (E, H, 2 * I), layout.transposed[1]: (E, I, H)})
+    elif layout.transposed:
+        gate_up, down = layout.transposed
+        expected.update({f"{gate_up}_blocks": (E, 2 * I, H // 32, 16), f"{down}_blocks": (E, H, I // 32, 16)})
+    for name, shape in expected.items():
+        got = tuple(store.info(name).shape)
+        if got != shape:
+            raise InputError(
+                f"{where}: expert tensor '{name}' has shape {list(got)}, expected {list(shape)} from the config "
+                f"({E} experts, intermediate {I}, hidden {H})"
+            )
