@@ -126,7 +126,18 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
 def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None = None) -> QuantizeReport:
     report = report or QuantizeReport(plan.name)
     if plan.nbits is not None:
+        from gqa_export.quantize_experts import to_qmoe
+
         for node in list(model.graph):
+            if node.op_type == "MoE" and node.domain == "com.microsoft":
+                names = [v.name or "" for v in (node.inputs[2], node.inputs[4]) if v is not None]
+                if any(
+                    fnmatch.fnmatch(n, p) or fnmatch.fnmatch(node.name or "", p) for n in names for p in plan.keep_float
+                ):
+                    report.kept_float.extend(names)
+                else:
+                    to_qmoe(model, node, plan, report, _Quantized, _register, _replace)
+                continue
             weight = _linear_weight(node) or _embedding_table(node, plan)
             if weight is None:
                 continue

@@ -40,6 +40,19 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "per_layer_vocab_size": "vocab_size_per_layer_input",
     "global_head_dim": "global_head_dim",
     "global_kv_heads": "num_global_key_value_heads",
+    # Mixtures of experts ("a|b": the first spelling the config has)
+    "num_experts": "num_experts|num_local_experts",
+    "experts_per_token": "num_experts_per_tok|top_k_experts",
+    "expert_intermediate_size": "moe_intermediate_size",
+    "norm_topk_prob": "norm_topk_prob",
+    "decoder_sparse_step": "decoder_sparse_step",
+    "mlp_only_layers": "mlp_only_layers",
+    "shared_expert_intermediate_size": "shared_expert_intermediate_size",
+    "swiglu_limit": "swiglu_limit",
+    "swiglu_alpha": "swiglu_alpha",
+    "router_jitter": "router_jitter_noise",
+    "enable_moe": "enable_moe_block",
+    "clip_qkv": "clip_qkv",
 }
 _ATTENTION = {
     "mode": ATTENTION_MODES,

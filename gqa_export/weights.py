@@ -86,6 +86,17 @@ class WeightStore:
         except (SafetensorError, OSError, ValueError) as exc:
             raise InputError(f"cannot read '{name}' from {info.shard}: {exc}") from exc
 
+    def read_slices(self, name: str, *index: slice | int) -> np.ndarray:
+        """Load one block of an N-D tensor (e.g. rows of one expert of [E, N, K]) through
+        safetensors' slices: only those bytes are copied out of the memory-mapped shard."""
+        info = self.info(name)
+        self.reads += 1
+        try:
+            with safe_open(info.shard, framework="numpy") as f:
+                return f.get_slice(name)[index]
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise InputError(f"cannot read '{name}' from {info.shard}: {exc}") from exc
+
     def checkpoint_dtype(self) -> str:
         """The dominant floating dtype of the checkpoint (by element count), e.g. 'BF16'."""
         counts: dict[str, int] = {}

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.spec import ArchSpec, LayerNames, PerLayerInputNames, Refusal
+from gqa_export.arch.spec import (
+    FUSED_EXPERTS,
+    PER_EXPERT_PROJ,
+    PER_EXPERT_W,
+    ArchSpec,
+    LayerNames,
+    MoeNames,
+    MoeSpec,
+    PerLayerInputNames,
+    Refusal,
+)
 
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new")
 
@@ -63,19 +73,70 @@ GEMMA4 = ArchSpec(
         per_layer_projection="per_layer_projection",
         per_layer_norm="post_per_layer_input_norm",
         layer_scalar="layer_scalar",
+        pre_feedforward_norm_2="pre_feedforward_layernorm_2",
+        post_feedforward_norm_1="post_feedforward_layernorm_1",
+        post_feedforward_norm_2="post_feedforward_layernorm_2",
     ),
-    refusals=(
-        Refusal(
-            "enable_moe_block",
-            "Gemma-4 with a mixture-of-experts block (enable_moe_block) is not supported yet; "
-            "the dense Gemma-4 checkpoints are",
-        ),
-        _ENCODER_ONLY,
-    ),
+    # enable_moe_block: the dense MLP and the experts side by side (their router reads the residual)
+    moe=MoeSpec(MoeNames(blocks=("",), routers=("router.proj",), per_expert=()), routing="gemma4", activation="geglu"),
+    refusals=(_ENCODER_ONLY,),
 )
 # gemma4_unified_text: the same decoder without per-layer embeddings; it has no MoE field (a stray
 # enable_moe_block is ignored by transformers), so only the encoder-only setting is refused.
-GEMMA4_UNIFIED = replace(GEMMA4, name="gemma4_unified", per_layer_inputs=None, refusals=(_ENCODER_ONLY,))
+GEMMA4_UNIFIED = replace(GEMMA4, name="gemma4_unified", per_layer_inputs=None, moe=None)
+
+# Mixtures of experts. Names cover the hub's per-expert layout and transformers 5.x's fused one.
+_MOE = MoeSpec()  # Qwen3-MoE / OLMoE: softmax over all experts, top-k renormalized iff norm_topk_prob
+QWEN3_MOE = replace(QWEN3, name="qwen3_moe", moe=_MOE)
+QWEN2_MOE = ArchSpec(
+    name="qwen2_moe", moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"))
+)
+MIXTRAL = ArchSpec(
+    name="mixtral",
+    moe=MoeSpec(
+        MoeNames(blocks=("block_sparse_moe.", "mlp."), per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ)), normalize=True
+    ),
+)
+# OLMoE: pre-norm layers with OLMo-2's full-width q/k norms and clip_qkv
+OLMOE = ArchSpec(
+    name="olmoe",
+    qk_norm="full",
+    layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
+    moe=_MOE,
+)
+# GraniteMoE: Granite's multipliers; hub tensors are the fused ones under other names
+GRANITEMOE = ArchSpec(
+    name="granitemoe",
+    moe=MoeSpec(
+        MoeNames(
+            blocks=("block_sparse_moe.",),
+            routers=("router.layer", "router"),
+            per_expert=(),
+            fused=(("input_linear", "output_linear"), FUSED_EXPERTS),
+        ),
+        normalize=True,
+    ),
+)
+# PhiMoE (Phi-3.5-MoE): LayerNorm with biases, sparsemixer router, longrope
+PHIMOE = ArchSpec(
+    name="phimoe",
+    norm="layer",
+    moe=MoeSpec(
+        MoeNames(blocks=("block_sparse_moe.", "mlp."), routers=("gate", "router"), per_expert=(PER_EXPERT_W,)),
+        routing="sparsemixer",
+    ),
+)
+# gpt-oss: attention sinks, experts with biases and the clamped SwiGLU, transposed interleaved
+# expert tensors (or MXFP4 blocks), router with a bias
+GPT_OSS = ArchSpec(
+    name="gpt_oss",
+    attention_sinks="self_attn.sinks",
+    moe=MoeSpec(
+        MoeNames(routers=("router",), per_expert=(), fused=(), transposed=FUSED_EXPERTS),
+        normalize=True,
+        activation="swiglu_clamped",
+    ),
+)
 OLMO2 = ArchSpec(
     name="olmo2",
     norm_layout="post",
@@ -89,18 +150,6 @@ OLMO2 = ArchSpec(
 )
 
 ALL = (
-    LLAMA,
-    MISTRAL,
-    MINISTRAL3,
-    QWEN2,
-    QWEN3,
-    PHI3,
-    GEMMA,
-    GEMMA2,
-    GEMMA3,
-    GEMMA4,
-    GEMMA4_UNIFIED,
-    SMOLLM3,
-    GRANITE,
-    OLMO2,
-)
+    LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA4, GEMMA4_UNIFIED, SMOLLM3,
+    GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
+)  # fmt: skip

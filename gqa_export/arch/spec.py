@@ -56,6 +56,10 @@ class LayerNames:
     per_layer_projection: str | None = None
     per_layer_norm: str | None = None
     layer_scalar: str | None = None  # a stored scalar that multiplies the residual stream at the end
+    # Gemma-4's MoE layers: the expert branch's own norms next to the dense MLP's
+    pre_feedforward_norm_2: str | None = None
+    post_feedforward_norm_1: str | None = None
+    post_feedforward_norm_2: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,42 @@ class PerLayerInputNames:
     table: str = "embed_tokens_per_layer.weight"
     projection: str = "per_layer_model_projection.weight"
     norm: str = "per_layer_projection_norm.weight"
+
+
+PER_EXPERT_PROJ = ("experts.{e}.gate_proj", "experts.{e}.up_proj", "experts.{e}.down_proj")
+PER_EXPERT_W = ("experts.{e}.w1", "experts.{e}.w3", "experts.{e}.w2")  # Mixtral / PhiMoE hub names: gate, up, down
+FUSED_EXPERTS = ("experts.gate_up_proj", "experts.down_proj")  # transformers 5.x: [E, 2I, H] halves, [E, H, I]
+
+
+@dataclass(frozen=True)
+class MoeNames:
+    """Where a sparse block's tensors live, relative to the layer; each tuple lists the spellings
+    tried in order (the hub's per-expert names and transformers 5.x's fused ones both occur)."""
+
+    blocks: tuple[str, ...] = ("mlp.",)  # module prefixes of the sparse block
+    routers: tuple[str, ...] = ("gate",)  # the router Linear [E, H] (+ bias) inside the block
+    per_expert: tuple[tuple[str, str, str], ...] = (PER_EXPERT_PROJ,)
+    fused: tuple[tuple[str, str], ...] = (FUSED_EXPERTS,)
+    transposed: tuple[str, str] | None = None  # gpt-oss: gate_up [E, H, 2I] interleaved, down [E, I, H] (+ _bias)
+    shared_expert: str | None = None  # a dense gated MLP run for every token (Qwen2-MoE)
+    shared_gate: str | None = None  # its sigmoid gate Linear [1, H]
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    """A family's sparse block.
+
+    routing: "softmax" (softmax over all experts, top-k, renormalized when `normalize` or the
+    config's norm_topk_prob says so; top-k-then-softmax routers are this with normalize),
+    "sparsemixer" (PhiMoE's top-2 in eval mode), "gemma4" (scaleless RMSNorm of the residual,
+    scale, softmax, top-k renormalized, per-expert scales). activation: "swiglu" (silu(gate) * up),
+    "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
+    "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops)."""
+
+    names: MoeNames = field(default_factory=MoeNames)
+    routing: str = "softmax"
+    normalize: bool = False
+    activation: str = "swiglu"
 
 
 @dataclass(frozen=True)
@@ -104,6 +144,9 @@ class ArchSpec:
     v_norm: bool = False
     unit_attention_scale: bool = False
     query_position_scale: bool = False
+    norm: str = "rms"  # rms (RMSNorm) | layer (LayerNorm, bias where the checkpoint has one: PhiMoE)
+    moe: MoeSpec | None = None
+    attention_sinks: str | None = None  # a per-head sink logit tensor of the attention module (gpt-oss)
     per_layer_inputs: PerLayerInputNames | None = None
     activations: tuple[str, ...] = ("silu",)
     rope_types: tuple[str, ...] = ROPE_TYPES

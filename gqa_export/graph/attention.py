@@ -68,6 +68,7 @@ def gqa(
     layer: LayerDims,
     window_cache: bool = False,
     bias: ir.Value | None = None,
+    sinks: ir.Value | None = None,
 ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
     """One GroupQueryAttention node; returns (output [B,S,Nq*D], present_key, present_value).
 
@@ -82,7 +83,10 @@ def gqa(
     bias: an additive [B,1,S,T] attention_bias (CPU GQA only; CUDA routes it to its unfused
     kernel) that carries causality, padding, the window and bidirectional runs: `causal=0` so that
     it can unmask later keys of a run, and local_window_size -1 (the schema requires it with
-    causal=0), the window being in the bias (gemma4.md §2)."""
+    causal=0), the window being in the bias (gemma4.md §2).
+
+    sinks: per-head sink logits [Nq] (gpt-oss), GQA's `head_sink` input: each head's softmax gets
+    exp(sink) added to its denominator (ort-ops.md §1.1)."""
     cos, sin = ctx.rope_caches[layer.rope] if layer.rope is not None else (None, None)
     query, key, value = qkv
     if layer.shares_kv:
@@ -92,7 +96,7 @@ def gqa(
         key = value = b.op("Slice", query, start, end, b.const([1, 2], "empty_kv_axes", "int64"), name="empty_kv")
     outputs = b.op_multi(
         "GroupQueryAttention",
-        query, key, value, past[0], past[1], ctx.seqlens_k, ctx.total_sequence_length, cos, sin, None, bias,
+        query, key, value, past[0], past[1], ctx.seqlens_k, ctx.total_sequence_length, cos, sin, None, bias, sinks,
         domain="com.microsoft",
         outputs=1 if layer.shares_kv else 3,
         num_heads=dims.num_heads,

@@ -60,12 +60,19 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
 def rms_norm(
     b: GraphBuilder, x: ir.Value, weight_name: str, params: Params, dims: ModelDims, name: str, width: int
 ) -> ir.Value:
-    """ORT's SimplifiedLayerNormalization over the last axis (fp32 inside: stash_type=1).
+    """The family's norm over the last axis, fp32 inside (stash_type=1): ORT's
+    SimplifiedLayerNormalization (RMSNorm), or LayerNormalization with the checkpoint's bias when
+    the spec says `layer` (PhiMoE).
 
     The recipe's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm).
     """
     w = b.initializer(weight_name, params.vector([weight_name], offset=dims.norm_offset))
-    out = b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+    if dims.layer_norm:
+        bias_name = weight_name.removesuffix("weight") + "bias"
+        bias = b.initializer(bias_name, params.vector([bias_name])) if bias_name in params.store else None
+        out = b.op("LayerNormalization", x, w, bias, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+    else:
+        out = b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
     return typed(out, params.dtype, [B, S, width]) if width else out
 
 
@@ -84,7 +91,7 @@ def qkv_projection(
     if layer.shares_kv:
         q = linear(lc, x, [L.q], None, "q_proj")
         return _scale_query(lc, _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads) if qk_norm else q), None, None
-    split = qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None
+    split = qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None or dims.clip_qkv
     if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif layer.k_eq_v:
@@ -117,6 +124,11 @@ def _qkv_norms(lc: LayerContext, q: ir.Value, k: ir.Value, v: ir.Value) -> tuple
         assert L.q_norm and L.k_norm
         q = _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads)
         k = _head_norm(lc, k, L.k_norm, "k_norm", layer.num_kv_heads)
+    if dims.clip_qkv:  # OLMoE: q, k and v clamped after the norms, before RoPE
+        low, high = (
+            b.const(np.asarray(c, NUMPY_DTYPES[lc.params.dtype]), "clip_qkv") for c in (-dims.clip_qkv, dims.clip_qkv)
+        )
+        q, k, v = (b.op("Clip", t, low, high, name=f"{n}_clip") for t, n in ((q, "q"), (k, "k"), (v, "v")))
     return _scale_query(lc, q), k, v
 
 

@@ -18,11 +18,13 @@ import onnx_ir as ir
 
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
 from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
+from gqa_export.graph.moe import gemma4_moe_mlp, sparse_mlp
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
@@ -61,6 +63,10 @@ class GraphOptions:
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     if opts.mode in ("gqa", "gqa_bias"):  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
         check_gqa_dims(dims)
+    elif spec.attention_sinks:
+        raise InputError(
+            f"{spec.name}'s attention sinks need GroupQueryAttention (its head_sink input): export with --attention gqa"
+        )
     b = GraphBuilder("gqa_export_decoder", OPSETS[opts.mode])
     hidden = [B, S, dims.hidden_size]
     input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
@@ -133,7 +139,8 @@ def _attention_fn(
             # A window-sized buffer only where no other layer reads this cache (gemma4.md §3).
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
             bias = biases.get(mask_kind(opts, layer))
-            out, key, value = gqa(b, qkv_projection(lc, x), past, ctx, dims, layer, window_cache, bias)
+            sinks = _sinks(lc)
+            out, key, value = gqa(b, qkv_projection(lc, x), past, ctx, dims, layer, window_cache, bias, sinks)
             if source is not None:
                 return out, source
             assert key is not None and value is not None
@@ -254,11 +261,11 @@ def _decoder_layer(
         h = _residual(lc, h, y, "residual_attn")
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
         with b.scope("mlp"):
-            return _residual(lc, h, gated_mlp(lc, x), "residual_mlp"), kv
+            return _residual(lc, h, _mlp(lc, x, h), "residual_mlp"), kv
     h = _residual(lc, h, _norm(lc, y, L.post_attention_norm, "post_attention_layernorm"), "residual_attn")
     x = _norm(lc, h, L.pre_feedforward_norm, "pre_feedforward_layernorm")
     with b.scope("mlp"):
-        y = gated_mlp(lc, x)
+        y = _mlp(lc, x, h)
     return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), kv
 
 
@@ -276,6 +283,24 @@ def _query_scale(
         scale = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
         scale = b.op("Unsqueeze", scale, b.const([-1], "last", "int64"))
         return scale if dtype == ir.DataType.FLOAT else b.op("Cast", scale, to=dtype)
+
+
+def _sinks(lc: LayerContext) -> ir.Value | None:
+    """gpt-oss's per-head attention sink logits, when the spec names them."""
+    module = lc.spec.attention_sinks
+    if module is None:
+        return None
+    name = lc.name(module, suffix="")
+    return lc.b.initializer(name, lc.params.vector([name]))
+
+
+def _mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
+    """The layer's MLP: dense, sparse (mixture of experts), or Gemma-4's dense + experts pair."""
+    if not lc.layer.sparse:
+        return gated_mlp(lc, x)
+    if lc.spec.moe is not None and lc.spec.moe.routing == "gemma4":
+        return gemma4_moe_mlp(lc, x, residual, _norm)
+    return sparse_mlp(lc, x)
 
 
 def _layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:
@@ -301,6 +326,9 @@ def _lm_head(
             logits = b.op("Reshape", logits2d, out_shape)
         else:
             logits = b.op("MatMul", x, b.initializer(spec.lm_head, params.matmul_weight([spec.lm_head])))
+            bias_name = spec.lm_head.removesuffix("weight") + "bias"
+            if bias_name in params.store:  # PhiMoE's lm_head bias
+                logits = b.op("Add", logits, b.initializer(bias_name, params.vector([bias_name])))
         if opts.logits_dtype != opts.io_dtype:
             logits = b.op("Cast", logits, to=opts.logits_dtype)
 

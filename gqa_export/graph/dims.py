@@ -49,10 +49,25 @@ class LayerDims:
     intermediate_size: int
     kv_source: int
     k_eq_v: bool = False  # values are the raw key projection (Gemma-4 full layers, attention_k_eq_v)
+    sparse: bool = False  # the MLP is a mixture of experts
 
     @property
     def shares_kv(self) -> bool:
         return self.kv_source != self.index
+
+
+@dataclass(frozen=True)
+class MoeDims:
+    """The sparse blocks' sizes and routing numerics (shared by every sparse layer)."""
+
+    experts: int
+    top_k: int
+    intermediate: int
+    normalize: bool  # renormalize the top-k weights
+    shared_intermediate: int = 0  # an always-on shared expert (Qwen2-MoE)
+    alpha: float = 1.0  # gpt-oss clamped SwiGLU: gate * sigmoid(alpha * gate) * (up + 1)
+    limit: float | None = None
+    jitter: float = 0.0  # PhiMoE sparsemixer threshold (router_jitter_noise, used in eval)
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,9 @@ class ModelDims:
     per_layer_vocab_size: int = 0
     placeholder_ids: tuple[int, ...] = ()  # multimodal placeholders embedded as pad_token_id (Gemma-4)
     query_scale: tuple[float, int] | None = None  # (beta, length): q *= 1 + beta*log(1 + floor(pos/length))
+    moe: MoeDims | None = None
+    layer_norm: bool = False  # LayerNormalization instead of RMSNorm (spec norm "layer")
+    clip_qkv: float | None = None  # q, k, v clamped to +-clip after their norms (OLMoE)
 
     @property
     def head_dim(self) -> int:
@@ -122,7 +140,9 @@ def read_dims(
     keys = options.config_keys
 
     def opt(name: str, default: Any = None) -> Any:
-        value = None if name in options.ignore else _get(config, keys[name])
+        if name in options.ignore:
+            return default
+        value = next((v for k in keys[name].split("|") if (v := _get(config, k)) is not None), None)
         return default if value is None else value
 
     for refusal in spec.refusals:
@@ -182,6 +202,9 @@ def read_dims(
         per_layer_vocab_size=int(opt("per_layer_vocab_size", 0) or 0) if ple else 0,
         placeholder_ids=_placeholder_ids(outer, options.placeholder_keys),
         query_scale=_query_scale(config) if spec.query_position_scale else None,
+        moe=_moe(opt, spec, int(config.intermediate_size)),
+        clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
+        layer_norm=spec.norm == "layer",
     )
 
 
@@ -241,6 +264,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
                 intermediate_size=intermediate * (2 if double_wide and source != i else 1),
                 kv_source=source,
                 k_eq_v=k_eq_v and types is not None and not sliding,
+                sparse=_sparse(opt, spec, i),
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree
@@ -290,6 +314,38 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...]) -> dict[str, RopeConfig]:
         per_type = params.get(key) if key != "default" and params else None
         out[key] = read_rope(config, head_dim, per_type)
     return out
+
+
+def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
+    """The config's expert counts and routing numerics, for a family whose spec has experts and a
+    config that turns them on (Gemma-4's enable_moe_block)."""
+    if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
+        return None
+    experts, top_k = int(opt("num_experts")), int(opt("experts_per_token", 1))
+    if spec.moe.routing == "sparsemixer":
+        top_k = 2  # PhiMoE's sparsemixer routes two experts whatever num_experts_per_tok says
+    if not 1 <= top_k <= experts:
+        raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
+    limit = opt("swiglu_limit")
+    return MoeDims(
+        experts=experts,
+        top_k=top_k,
+        intermediate=int(opt("expert_intermediate_size") or intermediate),
+        # families that always renormalize say so in their spec; Qwen-MoE / OLMoE read norm_topk_prob
+        normalize=spec.moe.normalize or bool(opt("norm_topk_prob", False)),
+        shared_intermediate=int(opt("shared_expert_intermediate_size", 0) or 0) if spec.moe.names.shared_expert else 0,
+        alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
+        limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
+        jitter=float(opt("router_jitter", 0.0) or 0.0),
+    )
+
+
+def _sparse(opt: Any, spec: ArchSpec, i: int) -> bool:
+    """Qwen-MoE's rule: sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid."""
+    if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
+        return False
+    step = int(opt("decoder_sparse_step", 1) or 1)
+    return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
 
 
 def _query_scale(config: Any) -> tuple[float, int]:

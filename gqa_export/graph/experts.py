@@ -92,21 +92,22 @@ class ExpertWeights:
 
     def _read3(self, name: str, e: int, a: int, b: int) -> np.ndarray:
         """Rows [a, b) of expert e of a stacked [E, N, K] tensor."""
-        return self.store.read(name, rows=(e, e + 1))[0, a:b].astype(np.float32)
+        return self.store.read_slices(name, slice(e, e + 1), slice(a, b))[0].astype(np.float32)
 
     def _transposed(self, name: str, e: int, a: int, b: int) -> np.ndarray:
         """Rows [a, b) of expert e's (out, in) matrix from a stacked (in, out) tensor [E, K, N]."""
         if self.layout.mxfp4:
             return mxfp4_rows(self.store, name, e, a, b)
-        return self.store.read(name, rows=(e, e + 1))[0][:, a:b].T.astype(np.float32)
+        block = self.store.read_slices(name, slice(e, e + 1), slice(None), slice(a, b))[0]
+        return block.T.astype(np.float32)
 
 
 def mxfp4_rows(store: WeightStore, name: str, e: int, a: int, b: int) -> np.ndarray:
     """Rows [a, b) of expert e dequantized from MXFP4 (`{name}_blocks` [E, N, K/32, 16] uint8, two fp4
     values a byte low nibble first, `{name}_scales` [E, N, K/32] uint8 e8m0): the (out, in) matrix,
     as transformers' `convert_moe_packed_tensors` builds it before transposing."""
-    blocks = store.read(f"{name}_blocks", rows=(e, e + 1))[0, a:b]  # [n, kb, 16]
-    scales = store.read(f"{name}_scales", rows=(e, e + 1))[0, a:b].astype(np.int32) - 127  # [n, kb]
+    blocks = store.read_slices(f"{name}_blocks", slice(e, e + 1), slice(a, b))[0]  # [n, kb, 16]
+    scales = store.read_slices(f"{name}_scales", slice(e, e + 1), slice(a, b))[0].astype(np.int32) - 127  # [n, kb]
     values = np.stack([FP4_VALUES[blocks & 0x0F], FP4_VALUES[blocks >> 4]], axis=-1)  # [n, kb, 16, 2]
     values = values.reshape(*blocks.shape[:2], 32) * np.exp2(scales.astype(np.float32))[..., None]
     return values.reshape(blocks.shape[0], -1).astype(np.float32)

@@ -67,7 +67,7 @@ class Params:
         self.dtype = dtype
         self._np_dtype = NUMPY_DTYPES[dtype]
 
-    def _cast(self, array: np.ndarray) -> np.ndarray:
+    def cast(self, array: np.ndarray) -> np.ndarray:
         if array.dtype == self._np_dtype:
             return array
         # Go through float32 so that bf16 <-> fp16 conversions round once, as torch does.
@@ -75,7 +75,7 @@ class Params:
 
     def _lazy(self, shape: Sequence[int], make: Callable[[], np.ndarray]) -> ir.LazyTensor:
         def evaluate() -> ir.TensorProtocol:
-            return ir.tensor(np.ascontiguousarray(self._cast(make())))
+            return ir.tensor(np.ascontiguousarray(self.cast(make())))
 
         return ir.LazyTensor(evaluate, dtype=self.dtype, shape=ir.Shape(shape))
 
@@ -91,7 +91,7 @@ class Params:
         def blocks() -> Iterator[np.ndarray]:
             for a, b in row_blocks(in_dim, out_dim * 4):
                 cols = [self.store.read(n, cols=(a, b)) for n in names]
-                yield self._cast(np.concatenate(cols, axis=0).T)
+                yield self.cast(np.concatenate(cols, axis=0).T)
 
         tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
         tensor.source_rows = lambda a, b: self._source_rows(names, a, b)
@@ -124,7 +124,7 @@ class Params:
 
         def blocks() -> Iterator[np.ndarray]:
             for a, b in row_blocks(rows, cols * 4):
-                yield self._cast(self.store.read(name, rows=(a, b)))
+                yield self.cast(self.store.read(name, rows=(a, b)))
 
         tensor = StreamedTensor(blocks, self.dtype, (rows, cols))
         tensor.source_rows = lambda a, b: self.store.read(name, rows=(a, b)).astype(np.float32)
@@ -132,4 +132,4 @@ class Params:
 
     def table(self, array: np.ndarray) -> ir.Tensor:
         """A computed float table (cos/sin caches) in the target dtype."""
-        return ir.tensor(np.ascontiguousarray(self._cast(array)))
+        return ir.tensor(np.ascontiguousarray(self.cast(array)))

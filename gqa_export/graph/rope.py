@@ -96,6 +96,11 @@ def _longrope(rope: RopeConfig, max_position_embeddings: int, long: bool) -> tup
     if attention is None:
         attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
     ext = np.asarray(p["long_factor" if long else "short_factor"], dtype=np.float32)
+    if "short_mscale" in p:
+        # PhiMoE (transformers' PhimoeRotaryEmbedding): the short factors at every length; only the
+        # scale switches to long_mscale past original_max_position_embeddings.
+        ext = np.asarray(p["short_factor"], dtype=np.float32)
+        attention = p["long_mscale" if long else "short_mscale"]
     shape = np.arange(0, rope.rotary_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(rope.rotary_dim)
     return (1.0 / (ext * np.float32(rope.theta) ** shape)).astype(np.float32), float(attention)
 

@@ -1,0 +1,236 @@
+"""Sparse (mixture-of-experts) MLP blocks: com.microsoft.MoE, or plain ops where no kernel fits.
+
+Facts relied on (../shared/reference/moe.md, probed on onnxruntime 1.31.1 CPU):
+- MoE takes the router *logits* as `router_probs`, applies softmax over all experts, picks the top
+  k and renormalizes them when `normalize_routing_weights=1` (top-k-then-softmax routers, as
+  GraniteMoE's and gpt-oss's, are the renormalized form) (§4).
+- The CPU kernels accept SwiGLU only as `swiglu_fusion=1` (gate/up rows interleaved in fc1); out =
+  G*sigmoid(alpha G)*(L+beta) with G = min(g, limit), L = clip(u, -limit, limit) (§1); gpt-oss is
+  alpha 1.702, beta 1, its limit (§5).
+- Routers the op cannot express (PhiMoE's sparsemixer) are computed in the graph as dense weights w
+  [T, E] (zero off the selected experts): `router_probs = log(w)`, no renormalization, and the
+  output times sum(w), since the op's softmax turns log(w) into w / sum(w) (§4).
+- No CPU kernel runs a GELU-gated (GeGLU) expert (§2): Gemma-4's experts are plain ops (§8).
+The quantize stage turns MoE into QMoE for int4/int8 (quantize.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear
+from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.dims import MoeDims
+from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
+from gqa_export.graph.params import NUMPY_DTYPES
+
+B, S = "batch_size", "sequence_length"
+
+
+def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = None) -> ir.Value:
+    """The layer's sparse block on x [B,S,H] (the router reads `router_input`, default x)."""
+    spec, moe = lc.spec.moe, lc.dims.moe
+    assert spec is not None and moe is not None
+    names = lc.spec.moe.names
+    prefix = _block_prefix(lc)
+    router = _router(lc, prefix, x if router_input is None else router_input, moe)
+    weights = ExpertWeights(lc.params.store, _layout(lc, prefix, moe))
+    if spec.activation == "geglu":
+        out = _experts_with_ops(lc, x, router, weights, moe)
+    else:
+        out = _experts_op(lc, x, router, weights, moe)
+    if names.shared_expert:
+        out = lc.b.op("Add", out, _shared_expert(lc, x, prefix), name="add_shared_expert")
+    return typed(out, lc.params.dtype, [B, S, lc.dims.hidden_size])
+
+
+def _block_prefix(lc: LayerContext) -> str:
+    names = lc.spec.moe.names  # type: ignore[union-attr]
+    for block in names.blocks:
+        if any(lc.has(f"{block}{r}") for r in names.routers):
+            return block
+    return names.blocks[0]
+
+
+def _router(lc: LayerContext, prefix: str, x: ir.Value, moe: MoeDims) -> ir.Value:
+    """Router logits [B,S,E] (Gemma-4: the experts' weights, dense [B,S,E], see `_gemma4_router`)."""
+    names = lc.spec.moe.names  # type: ignore[union-attr]
+    module = next((f"{prefix}{r}" for r in names.routers if lc.has(f"{prefix}{r}")), f"{prefix}{names.routers[0]}")
+    if lc.spec.moe.routing == "gemma4":  # type: ignore[union-attr]
+        return _gemma4_router(lc, x, module, moe)
+    with lc.b.scope("router"):
+        return linear(lc, x, [module], None, "logits")
+
+
+def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
+    """Which of the family's expert layouts this checkpoint uses (checked against the config)."""
+    names = lc.spec.moe.names  # type: ignore[union-attr]
+    E, I, H = moe.experts, moe.intermediate, lc.dims.hidden_size  # noqa: E741
+    layer = lc.spec.layer_tensor(lc.i, "", "")
+    where = f"layer {lc.i}"
+    if names.transposed:
+        gate_up, down = (f"{layer}{prefix}{n}" for n in names.transposed)
+        mxfp4 = f"{gate_up}_blocks" in lc.params.store
+        biases = (f"{gate_up}_bias", f"{down}_bias") if f"{gate_up}_bias" in lc.params.store else None
+        layout = ExpertLayout(E, I, H, transposed=(gate_up, down), mxfp4=mxfp4, biases=biases)
+    else:
+        layout = None
+        for triple in names.per_expert:
+            full = tuple(f"{layer}{prefix}{t}.weight" for t in triple)
+            if full[0].format(e=0) in lc.params.store:
+                layout = ExpertLayout(E, I, H, per_expert=full)  # type: ignore[arg-type]
+                break
+        for pair in names.fused if layout is None else ():
+            full = tuple(f"{layer}{prefix}{t}" for t in pair)
+            for candidate in (full, tuple(f"{n}.weight" for n in full)):
+                if candidate[0] in lc.params.store:
+                    layout = ExpertLayout(E, I, H, fused=candidate)  # type: ignore[arg-type]
+                    break
+            if layout is not None:
+                break
+        if layout is None:
+            from gqa_export.errors import InputError
+
+            raise InputError(
+                f"{where}: no expert weights under '{layer}{prefix}' in the checkpoint (looked for the per-expert "
+                f"and fused layouts of {lc.spec.name}); the checkpoint does not match its config.json"
+            )
+    check_layout(lc.params.store, layout, where)
+    return layout
+
+
+def _experts_op(lc: LayerContext, x: ir.Value, router: ir.Value, weights: ExpertWeights, moe: MoeDims) -> ir.Value:
+    b, params = lc.b, lc.params
+    I, H = moe.intermediate, lc.dims.hidden_size  # noqa: E741
+    base = lc.spec.layer_tensor(lc.i, "moe", "")
+    cast = params.cast
+    fc1 = b.initializer(f"{base}.fc1", stacked(weights, weights.fc1_rows, 2 * I, H, cast, params.dtype))
+    fc2 = b.initializer(f"{base}.fc2", stacked(weights, weights.fc2_rows, H, I, cast, params.dtype))
+    biases = [weights.bias(0), weights.bias(1)]
+    fc1_bias, fc2_bias = (
+        b.initializer(f"{base}.fc{i + 1}_bias", params.table(v)) if v is not None else None
+        for i, v in enumerate(biases)
+    )
+    clamped = lc.spec.moe.activation == "swiglu_clamped"  # type: ignore[union-attr]
+    probs, post_scale = router, None
+    if lc.spec.moe.routing == "sparsemixer":  # type: ignore[union-attr]
+        dense = _sparsemixer(b, router, moe.jitter, params.dtype)
+        probs = b.op("Log", dense, name="log_weights")
+        post_scale = b.op("ReduceSum", dense, b.const([-1], "last", "int64"), keepdims=1, name="weights_sum")
+    # the op takes tokens as rows: x [B*S, H], router_probs [B*S, E]
+    rows_h = b.const([-1, lc.dims.hidden_size], "rows_hidden", "int64")
+    rows_e = b.const([-1, lc.dims.moe.experts], "rows_experts", "int64")  # type: ignore[union-attr]
+    shape = b.op("Shape", x)
+    x, probs = b.op("Reshape", x, rows_h), b.op("Reshape", probs, rows_e)
+    out = b.op(
+        "MoE", x, probs, fc1, fc1_bias, fc2, fc2_bias,
+        domain="com.microsoft",
+        k=moe.top_k,
+        activation_type="swiglu",
+        swiglu_fusion=1,
+        normalize_routing_weights=int(moe.normalize and post_scale is None),
+        activation_alpha=moe.alpha if clamped else 1.0,
+        activation_beta=1.0 if clamped else 0.0,
+        swiglu_limit=moe.limit,
+        name="MoE",
+    )  # fmt: skip
+    out = b.op("Reshape", out, shape, name="tokens_back")
+    return out if post_scale is None else b.op("Mul", out, post_scale, name="sparsemixer_scale")
+
+
+def _sparsemixer(b: GraphBuilder, logits: ir.Value, jitter: float, dtype: ir.DataType) -> ir.Value:
+    """PhiMoE's eval-mode sparsemixer as dense weights [B,S,E] (moe.md §8): the top expert's weight
+    is its softmax among the scores within 2*jitter (relative) of the max; the second is the same
+    over the scores without the first, the relative distance measured on the original scores."""
+    with b.scope("sparsemixer"):
+        last = b.const([-1], "last", "int64")
+        lowest = b.const(np.asarray(-np.inf, NUMPY_DTYPES[dtype]), "minus_inf")
+        eps2 = b.const(np.asarray(2 * jitter, NUMPY_DTYPES[dtype]), "two_eps")
+        magnitude = b.op("Abs", logits)
+
+        def pick(scores: ir.Value, tag: str) -> tuple[ir.Value, ir.Value]:
+            top = b.op("ReduceMax", scores, last, keepdims=1, name=f"max{tag}")
+            index = b.op("ArgMax", scores, axis=-1, keepdims=1, name=f"argmax{tag}")
+            far = b.op("Greater", b.op("Div", b.op("Sub", top, logits), b.op("Max", magnitude, top)), eps2)
+            probs = b.op("Softmax", b.op("Where", far, lowest, scores), axis=-1, name=f"softmax{tag}")
+            return index, b.op("GatherElements", probs, index, axis=-1, name=f"weight{tag}")
+
+        first, w1 = pick(logits, "1")
+        rest = b.op("ScatterElements", logits, first, b.op("Expand", lowest, b.op("Shape", first)), axis=-1)
+        second, w2 = pick(rest, "2")
+        zeros = b.op("Mul", logits, b.const(np.asarray(0, NUMPY_DTYPES[dtype]), "zero"))
+        dense = b.op("ScatterElements", zeros, first, w1, axis=-1)
+        return b.op("ScatterElements", dense, second, w2, axis=-1, name="dense_weights")
+
+
+def _shared_expert(lc: LayerContext, x: ir.Value, prefix: str) -> ir.Value:
+    """Qwen2-MoE: sigmoid(x @ gate) * down(silu(gate x) * up x), for every token."""
+    names = lc.spec.moe.names  # type: ignore[union-attr]
+    b = lc.b
+    with b.scope("shared_expert"):
+        module = f"{prefix}{names.shared_expert}"
+        gate_up = linear(lc, x, [f"{module}.gate_proj", f"{module}.up_proj"], f"{module}.gate_up_proj", "gate_up")
+        width = lc.dims.moe.shared_intermediate  # type: ignore[union-attr]
+        gate, up = b.op_multi("Split", gate_up, b.const([width, width], "split", "int64"), axis=-1, outputs=2)
+        y = linear(lc, b.op("Mul", activation(lc, gate), up), [f"{module}.down_proj"], None, "down")
+        if names.shared_gate:
+            scale = b.op("Sigmoid", linear(lc, x, [f"{prefix}{names.shared_gate}"], None, "gate"))
+            y = b.op("Mul", y, scale, name="gated")
+        return y
+
+
+def _gemma4_router(lc: LayerContext, residual: ir.Value, proj: str, moe: MoeDims) -> ir.Value:
+    """Gemma-4's expert weights, dense [B,S,E] (zero off the top k): a scaleless RMSNorm of the
+    residual stream, times router.scale * H^-0.5, the projection, softmax over all experts, top-k
+    renormalized, times per_expert_scale (modeling_gemma4.py, Gemma4TextRouter)."""
+    b, params, dims = lc.b, lc.params, lc.dims
+    scale_name = lc.name(proj.removesuffix("proj") + "scale", suffix="")
+    per_expert_name = lc.name(proj.removesuffix("proj") + "per_expert_scale", suffix="")
+    with b.scope("router"):
+        ones = b.const(np.ones(dims.hidden_size, NUMPY_DTYPES[params.dtype]), "unit_weight")
+        normed = b.op("SimplifiedLayerNormalization", residual, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1)
+        scale = b.initializer(scale_name, params.vector([scale_name]))
+        h_scale = b.const(np.asarray(dims.hidden_size**-0.5, NUMPY_DTYPES[params.dtype]), "hidden_scale")
+        logits = linear(lc, b.op("Mul", b.op("Mul", normed, scale), h_scale), [proj], None, "proj")
+        probs = b.op("Softmax", logits, axis=-1)
+        values, indices = b.op_multi("TopK", probs, b.const([moe.top_k], "k", "int64"), axis=-1, outputs=2)
+        values = b.op("Div", values, b.op("ReduceSum", values, b.const([-1], "last", "int64"), keepdims=1))
+        per_expert = b.initializer(per_expert_name, params.vector([per_expert_name]))
+        values = b.op("Mul", values, b.op("Gather", per_expert, indices))
+        zeros = b.op("Mul", probs, b.const(np.asarray(0, NUMPY_DTYPES[params.dtype]), "zero"))
+        return b.op("ScatterElements", zeros, indices, values, axis=-1, name="dense_weights")
+
+
+def _experts_with_ops(
+    lc: LayerContext, x: ir.Value, weights_dense: ir.Value, experts: ExpertWeights, moe: MoeDims
+) -> ir.Value:
+    """Every expert on every token, weighted by the dense routing weights (zero off the top k):
+    y = sum_e w[..., e] * down_e(gelu_tanh(gate_e x) * up_e x). Exact; E times the compute of the
+    fused op, which has no GeGLU kernel on CPU (moe.md §2)."""
+    b, params = lc.b, lc.params
+    E, I, H = moe.experts, moe.intermediate, lc.dims.hidden_size  # noqa: E741
+    base = lc.spec.layer_tensor(lc.i, "moe", "")
+    with b.scope("experts"):
+        fc1 = b.initializer(f"{base}.fc1", stacked(experts, experts.fc1_rows, 2 * I, H, params.cast, params.dtype))
+        fc2 = b.initializer(f"{base}.fc2", stacked(experts, experts.fc2_rows, H, I, params.cast, params.dtype))
+        column = b.op("Unsqueeze", x, b.const([2, 4], "axes24", "int64"))  # [B,S,1,H,1]
+        h = b.op("MatMul", fc1, column, name="fc1")  # [E,2I,H] @ [B,S,1,H,1] -> [B,S,E,2I,1]
+        h = b.op("Reshape", h, b.const([0, 0, E, I, 2], "pairs", "int64"))  # interleaved gate/up rows
+        gate, up = b.op_multi("Split", h, b.const([1, 1], "halves", "int64"), axis=-1, outputs=2)
+        act = b.op("Mul", b.op("Gelu", gate, approximate="tanh"), up)  # [B,S,E,I,1]
+        y = b.op("MatMul", fc2, act, name="fc2")  # [E,H,I] @ [B,S,E,I,1] -> [B,S,E,H,1]
+        y = b.op("Squeeze", y, b.const([-1], "last", "int64"))  # [B,S,E,H]
+        weighted = b.op("Mul", y, b.op("Unsqueeze", weights_dense, b.const([-1], "lastb", "int64")))
+        return b.op("ReduceSum", weighted, b.const([2], "experts_axis", "int64"), keepdims=0, name="combine")
+
+
+def gemma4_moe_mlp(lc: LayerContext, x: ir.Value, residual: ir.Value, norm) -> ir.Value:
+    """Gemma-4 with enable_moe_block: post_ffn_norm_1(mlp(x)) + post_ffn_norm_2(experts(pre_ffn_norm_2(r)))
+    with the router reading the residual r (the outer post_feedforward_layernorm is the caller's)."""
+    L = lc.spec.layer
+    dense = norm(lc, gated_mlp(lc, x), L.post_feedforward_norm_1, "post_feedforward_layernorm_1")
+    expert_in = norm(lc, residual, L.pre_feedforward_norm_2, "pre_feedforward_layernorm_2")
+    experts = norm(lc, sparse_mlp(lc, expert_in, router_input=residual), L.post_feedforward_norm_2,
+                   "post_feedforward_layernorm_2")  # fmt: skip
+    return lc.b.op("Add", dense, experts, name="dense_plus_experts")
