@@ -52,6 +52,22 @@ class LayerAttention:
 
 
 @dataclass
+class ExpertBlock:
+    """One MoE / QMoE node: what a layer's mixture of experts runs."""
+
+    graph: str
+    layer: int | None
+    op: str
+    experts: int | None
+    top_k: int
+    precision: str  # the expert weights: float dtype, or intN block B
+    activation: str
+    normalize: bool
+    router_weights: bool  # QMoE given explicit mixing weights
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class GraphInfo:
     filename: str
     role: str  # "decoder" or a pipeline stage id
@@ -67,6 +83,7 @@ class GraphInfo:
     rope_rows: int | None = None  # rows of the cos/sin caches GQA reads
     unused_inputs: list[str] = field(default_factory=list)
     kv_written_in_place: bool = False  # every past input is TensorScatter-ed into its own present
+    experts: list[ExpertBlock] = field(default_factory=list)
 
 
 @dataclass
@@ -214,7 +231,31 @@ def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: di
     )
     for index, node in enumerate(n for n in g.node if n.op_type in ATTENTION_OPS):
         info.attention.append(_attention(node, index, inits, decoder, past_dims, info, producers))
+    info.experts = [_experts(node, inits, info.filename) for node in g.node if node.op_type in ("MoE", "QMoE")]
     return info
+
+
+def _experts(node: onnx.NodeProto, inits: dict[str, TensorProto], graph: str) -> ExpertBlock:
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    fc1 = inits.get(node.input[2]) if len(node.input) > 2 else None
+    if node.op_type == "QMoE":
+        precision = f"int{a.get('expert_weight_bits', 4)} (block {a.get('block_size', 'per-channel')})"
+    else:
+        precision = TensorProto.DataType.Name(fc1.data_type).lower() if fc1 is not None else "?"
+    layer = int(m.group(1)) if (m := _LAYER.search(node.name)) else None
+    activation = a.get("activation_type", "relu")
+    return ExpertBlock(
+        graph=graph,
+        layer=layer,
+        op=node.op_type,
+        experts=int(fc1.dims[0]) if fc1 is not None else None,
+        top_k=int(a.get("k", 1)),
+        precision=precision,
+        activation=activation.decode() if isinstance(activation, bytes) else str(activation),
+        normalize=bool(a.get("normalize_routing_weights", 0)),
+        router_weights=node.op_type == "QMoE" and len(node.input) > 14 and bool(node.input[14]),
+        attributes={k: (v.decode() if isinstance(v, bytes) else v) for k, v in a.items()},
+    )
 
 
 def _kv_source(node: onnx.NodeProto, producers: dict[str, onnx.NodeProto]) -> int | None:
@@ -249,7 +290,14 @@ def _weights(g: onnx.GraphProto, inits: dict[str, TensorProto]) -> tuple[dict[st
             count = 1
             for d in t.dims:
                 count *= d
-            if (node.op_type, pos) in (("MatMulNBits", 1), ("GatherBlockQuantized", 0)):
+            if node.op_type in ("MoE", "QMoE") and pos in (2, 4):
+                bits = next(
+                    (helper.get_attribute_value(x) for x in node.attribute if x.name == "expert_weight_bits"), 4
+                )
+                quantized = node.op_type == "QMoE"
+                kinds.setdefault("experts", set()).add(f"int{bits}" if quantized else dtype)
+                params += count * 8 // bits if quantized else count
+            elif (node.op_type, pos) in (("MatMulNBits", 1), ("GatherBlockQuantized", 0)):
                 a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
                 bits = a.get("bits", 4)
                 kind = "linear" if node.op_type == "MatMulNBits" else "embedding"
@@ -352,3 +400,7 @@ def summary(pkg: Package) -> dict[str, Any]:
 
 def layers(pkg: Package) -> list[dict[str, Any]]:
     return [asdict(a) for g in pkg.graphs for a in g.attention]
+
+
+def experts(pkg: Package) -> list[dict[str, Any]]:
+    return [{k: v for k, v in asdict(e).items() if k != "attributes"} for g in pkg.graphs for e in g.experts]

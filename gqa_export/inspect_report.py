@@ -6,10 +6,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gqa_export.inspect import layers, load_package, summary
+from gqa_export.inspect import experts, layers, load_package, summary
 from gqa_export.lints import lint
 
 
 def inspect_package(path: Path, source: Path | None = None) -> dict[str, Any]:
     pkg = load_package(path, source)
-    return {"summary": summary(pkg), "layers": layers(pkg), "findings": [asdict(f) for f in lint(pkg)]}
+    return {
+        "summary": summary(pkg),
+        "layers": layers(pkg),
+        "experts": experts(pkg),
+        "findings": [asdict(f) for f in lint(pkg)],
+    }

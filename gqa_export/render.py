@@ -72,6 +72,14 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
                 f"{a['softcap']:g}" if a["softcap"] else "-", "packed" if a["packed_qkv"] else "-",
             )  # fmt: skip
         console.print(table)
+    for graph in dict.fromkeys(e["graph"] for e in report.get("experts", [])):
+        table = Table("layer", "op", "experts", "top-k", "precision", "activation", "renorm", title=f"{graph}: experts")
+        for e in (e for e in report["experts"] if e["graph"] == graph):
+            table.add_row(
+                str(e["layer"]), e["op"], str(e["experts"]), str(e["top_k"]), e["precision"], e["activation"],
+                "yes" if e["normalize"] else "no",
+            )  # fmt: skip
+        console.print(table)
     findings = report["findings"]
     if not findings:
         console.print("[green]no findings[/]")
