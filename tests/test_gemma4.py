@@ -182,10 +182,6 @@ def test_fp16_cuda_graph(packages, checkpoints, variant):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (
-            {"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
-            "mixture-of-experts block",
-        ),
         ({"use_bidirectional_attention": "all"}, "makes every layer bidirectional"),
         ({"num_kv_shared_layers": 8}, "shares the KV cache of an earlier"),
     ],

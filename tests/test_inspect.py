@@ -43,7 +43,7 @@ def test_our_packages_are_clean(mode_packages, mode):
     code, report = inspect(mode_packages[mode])
     assert code == 0 and report["findings"] == []
     summary = report["summary"]
-    assert set(report) == {"summary", "layers", "findings"}
+    assert set(report) == {"summary", "layers", "experts", "findings"} and report["experts"] == []
     assert summary["past_present_share_buffer"] is True
     ops = {a["op"] for a in report["layers"]}
     assert (
