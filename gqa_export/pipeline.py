@@ -20,6 +20,7 @@ from gqa_export.arch import ArchSpec, get_spec
 from gqa_export.errors import InputError
 from gqa_export.fetch import Source, resolve_source
 from gqa_export.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
+from gqa_export.graph.attention import gqa_refusal
 from gqa_export.graph.decoder import GraphOptions, build_decoder
 from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.graph.params import Params
@@ -139,7 +140,6 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     if opts.settings and user_recipe is None:
         recipe = load_recipe(recipe.path, list(opts.settings))
     recipe = recipe.for_ep(opts.ep)
-    _check_recipe(recipe)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
     dims = read_dims(text_config, get_spec(recipe.arch), recipe.model, generation, outer)
     store = WeightStore.open(source.model_dir)
@@ -152,7 +152,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)
     if recipe.attention.bias_op == "gqa" and opts.ep != "cpu":
         raise InputError("attention.bias_op gqa is for CPU: CUDA's GroupQueryAttention runs a bias only unfused")
-    attention = plan_attention(opts.attention or recipe.attention.mode, ids, ids_requested, recipe.attention)
+    attention = plan_attention(
+        opts.attention or recipe.attention.mode, ids, ids_requested, recipe.attention, gqa_refusal(dims)
+    )
     models = []
     for graph in attention.graphs:
         graph_opts = GraphOptions(
@@ -165,6 +167,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
             bidirectional_layers=recipe.attention.bidirectional_layers,
             bidirectional_window_bounded=recipe.attention.bidirectional_window == "bounded",
             kv_read=_kv_read(recipe.attention.bias_kv_read, opts.ep),
+            fused_rope=recipe.attention.fused_rope,
             # Only a single GQA graph: a split pipeline's prefill writes every position into the
             # shared buffer, so that buffer must stay max_length long for all layers.
             sliding_window_cache=recipe.attention.sliding_window_cache
@@ -294,13 +297,6 @@ def _text_config(config: Any) -> Any:
     """The text decoder's config: the config itself, or a multimodal config's text_config."""
     get = getattr(config, "get_text_config", None)
     return get(decoder=True) if get is not None else config
-
-
-def _check_recipe(recipe: Recipe) -> None:
-    """Refuse, before any work, a recipe asking for something the graph builder cannot do."""
-    where = f"recipe {recipe.path}"
-    if not recipe.attention.fused_rope:
-        raise InputError(f"{where}: attention.fused_rope false is not implemented; GQA applies RoPE itself")
 
 
 def _max_length(requested: int | None, dims: ModelDims) -> int:

@@ -111,7 +111,7 @@ SCHEMA: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class AttentionRecipe:
-    mode: str = "gqa"
+    mode: str = "auto"
     packed_qkv: bool = True
     fused_rope: bool = True
     bidirectional_token_ids: tuple[int, ...] = ()

@@ -110,10 +110,6 @@ def _truncate_shard(folder: Path) -> None:
         ),
         (_set_config(hidden_act="gelu"), "activation 'gelu' is not supported for llama"),
         (
-            _set_config(head_dim=24),
-            "head_dim 24 is not a multiple of 16, which GroupQueryAttention's fused RoPE requires",
-        ),
-        (
             _set_config(rope_scaling={"rope_type": "axial", "factor": 4.0}),
             "rope type 'axial' is not supported",
         ),
@@ -215,15 +211,37 @@ def test_set_unpacked_qkv_stays_exact(checkpoints, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("setting", "message"),
+    ("settings", "message"),
     [
-        ("attention.bidirectional_token_ids=[300]", "attention gqa cannot express bidirectional token blocks"),
-        ("attention.fused_rope=false", "attention.fused_rope false is not implemented"),
-        ("attention.modee=gqa", "unknown key 'attention.modee'"),
+        (
+            ("attention.mode=gqa", "attention.bidirectional_token_ids=[300]"),
+            "attention gqa cannot express bidirectional token blocks",
+        ),
+        (("attention.modee=gqa",), "unknown key 'attention.modee'"),
     ],
 )
-def test_recipe_asking_for_missing_feature_fails_before_work(checkpoints, tmp_path, setting, message):
+def test_recipe_asking_for_missing_feature_fails_before_work(checkpoints, tmp_path, settings, message):
     out = tmp_path / "pkg"
-    result = invoke("build", checkpoints.get("gqa"), "-o", out, "--set", setting)
+    result = invoke("build", checkpoints.get("gqa"), "-o", out, *[a for s in settings for a in ("--set", s)])
     assert result.exit_code == 2 and message in result.output
     assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_head_dim_gqa_cannot_take_falls_back_to_bias(checkpoints, tmp_path):
+    """head_dim 20: GQA needs multiples of 8. auto exports bias (same shared buffer), exact; an
+    explicit --attention gqa is one line, exit 2."""
+    from reference import hf_generate, hf_model
+
+    from gqa_export.run import generate_greedy
+
+    folder = checkpoints.get("llama_head_dim_20", head_dim=20)
+    refused = invoke("build", folder, "-o", tmp_path / "gqa", "--attention", "gqa", "--no-smoke")
+    assert refused.exit_code == 2 and "head_dim 20 is not a multiple of 8" in refused.output
+    assert not (tmp_path / "gqa").exists()
+    ok = invoke("build", folder, "-o", tmp_path / "auto", "--no-smoke", "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["attention"] == "bias"
+    prompt = [0, 17, 45, 99, 200, 3, 7]
+    assert generate_greedy(tmp_path / "auto", prompt, 24, min_new_tokens=24).tokens == hf_generate(
+        hf_model(folder), prompt, 24
+    )

@@ -19,7 +19,7 @@ attention:
 
 def test_builtin_llama_recipe():
     recipe = match_recipe("llama", "LlamaForCausalLM", builtin_recipes())
-    assert recipe.name == "llama" and recipe.attention.mode == "gqa"
+    assert recipe.name == "llama" and recipe.attention.mode == "auto"
     assert recipe.default_precision == {"cpu": "fp32", "cuda": "fp16"}
 
 

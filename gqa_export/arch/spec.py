@@ -145,6 +145,7 @@ class ArchSpec:
     unit_attention_scale: bool = False
     query_position_scale: bool = False
     norm: str = "rms"  # rms (RMSNorm) | layer (LayerNorm, bias where the checkpoint has one: PhiMoE)
+    rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4)
     moe: MoeSpec | None = None
     attention_sinks: str | None = None  # a per-head sink logit tensor of the attention module (gpt-oss)
     per_layer_inputs: PerLayerInputNames | None = None

@@ -33,20 +33,24 @@ class AttentionContext:
     rope_caches: dict[str, tuple[ir.Value, ir.Value]]  # rope key -> (cos_cache, sin_cache)
 
 
-def check_gqa_dims(dims: ModelDims) -> None:
-    """GQA's fused-RoPE limits (ort-ops.md §1.5), checked per layer before any weight is read."""
+def gqa_refusal(dims: ModelDims) -> str | None:
+    """Why GroupQueryAttention cannot run this model, or None. GQA itself needs head_size % 8 (its
+    CPU helper); rotary dims its fused RoPE refuses are applied with plain ops before it instead
+    (`rotary.fused_rope_ok`)."""
     for layer in dims.layers:
-        if layer.head_dim % 16:
-            raise InputError(
-                f"head_dim {layer.head_dim} is not a multiple of 16, which GroupQueryAttention's fused RoPE "
-                f"requires (layer {layer.index}); export with --attention bias (RoPE with plain ops)"
+        if layer.head_dim % 8:
+            return (
+                f"head_dim {layer.head_dim} is not a multiple of 8, which GroupQueryAttention requires "
+                f"(layer {layer.index}); export with --attention bias (standard Attention, same shared KV buffer)"
             )
-        rope = dims.ropes.get(layer.rope) if layer.rope is not None else None
-        if rope is not None and (rope.rotary_dim % 16 or rope.rotary_dim > layer.head_dim):
-            raise InputError(
-                f"rotary dim {rope.rotary_dim} must be a multiple of 16 and at most head_dim {layer.head_dim} "
-                "for GroupQueryAttention's fused RoPE; export with --attention bias (RoPE with plain ops)"
-            )
+    return None
+
+
+def check_gqa_dims(dims: ModelDims) -> None:
+    """GQA's limits, checked before any weight is read."""
+    why = gqa_refusal(dims)
+    if why is not None:
+        raise InputError(why)
 
 
 def gqa_mask_values(b: GraphBuilder, attention_mask: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -69,6 +73,7 @@ def gqa(
     window_cache: bool = False,
     bias: ir.Value | None = None,
     sinks: ir.Value | None = None,
+    fused_rope: bool = True,
 ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
     """One GroupQueryAttention node; returns (output [B,S,Nq*D], present_key, present_value).
 
@@ -87,7 +92,8 @@ def gqa(
 
     sinks: per-head sink logits [Nq] (gpt-oss), GQA's `head_sink` input: each head's softmax gets
     exp(sink) added to its denominator (ort-ops.md §1.1)."""
-    cos, sin = ctx.rope_caches[layer.rope] if layer.rope is not None else (None, None)
+    rotary = layer.rope is not None and fused_rope  # else RoPE was applied before GQA (rotary.py)
+    cos, sin = ctx.rope_caches[layer.rope] if rotary else (None, None)
     query, key, value = qkv
     if layer.shares_kv:
         width = layer.num_kv_heads * layer.head_dim
@@ -102,8 +108,8 @@ def gqa(
         num_heads=dims.num_heads,
         kv_num_heads=layer.num_kv_heads,
         scale=dims.scale(layer),
-        do_rotary=int(layer.rope is not None),
-        rotary_interleaved=0,
+        do_rotary=int(rotary),
+        rotary_interleaved=int(rotary and dims.ropes[layer.rope].interleaved),
         local_window_size=layer.window if bias is None else -1,
         causal=None if bias is None else 0,
         softcap=dims.attn_softcap,

@@ -28,7 +28,8 @@ from gqa_export.graph.moe import gemma4_moe_mlp, sparse_mlp
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
-from gqa_export.graph.standard import LayerKV, rope_tables, standard_attention
+from gqa_export.graph.rotary import fused_rope_ok, rope_tables, rotate
+from gqa_export.graph.standard import LayerKV, standard_attention
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
 # TensorScatter-24.
@@ -58,6 +59,7 @@ class GraphOptions:
     bidirectional_layers: str = "all"  # all | sliding: the layers whose bias lets runs attend bidirectionally
     bidirectional_window_bounded: bool = False  # the window still bounds a run's keys on the left
     kv_read: str = "slice"  # scatter graphs: slice (first T slots + bias) | nonpad (whole buffer, nonpad_kv_seqlen)
+    fused_rope: bool = True  # GQA: RoPE inside the op where it computes it exactly; False: plain ops always
 
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
@@ -119,6 +121,13 @@ def _attention_fn(
     if opts.mode in ("gqa", "gqa_bias"):
         seqlens, total = gqa_mask_values(b, attention_mask)
         ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
+        # ropes GQA's fused RoPE cannot compute exactly are applied with plain ops before it
+        head_dims = {layer.rope: layer.head_dim for layer in dims.layers if layer.rope is not None}
+        plain = {k for k, d in head_dims.items() if not (opts.fused_rope and fused_rope_ok(dims.ropes[k], d))}
+        tables = {}
+        if plain:
+            positions = token_positions(b, input_ids, attention_mask)
+            tables = rope_tables(b, positions, {k: ctx.rope_caches[k] for k in sorted(plain)})
         biases: dict[MaskKind, ir.Value] = {}
         if opts.mode == "gqa_bias":  # a bias only where a layer needs more than GQA's own masking
             kinds = {mask_kind(opts, layer) for layer in dims.layers} - {MaskKind(w, False) for w in _windows(dims)}
@@ -140,7 +149,12 @@ def _attention_fn(
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
             bias = biases.get(mask_kind(opts, layer))
             sinks = _sinks(lc)
-            out, key, value = gqa(b, qkv_projection(lc, x), past, ctx, dims, layer, window_cache, bias, sinks)
+            if layer.rope in tables:
+                qkv = _rotated_qkv(lc, x, tables[layer.rope])
+            else:
+                qkv = qkv_projection(lc, x)
+            fused = layer.rope not in tables
+            out, key, value = gqa(b, qkv, past, ctx, dims, layer, window_cache, bias, sinks, fused)
             if source is not None:
                 return out, source
             assert key is not None and value is not None
@@ -283,6 +297,22 @@ def _query_scale(
         scale = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
         scale = b.op("Unsqueeze", scale, b.const([-1], "last", "int64"))
         return scale if dtype == ir.DataType.FLOAT else b.op("Cast", scale, to=dtype)
+
+
+def _rotated_qkv(
+    lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value]
+) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
+    """q, k with RoPE applied by plain ops (for GQA with do_rotary=0), v as is."""
+    b, layer = lc.b, lc.layer
+    q, k, v = qkv_projection(lc, x, separate=True)
+    rope = lc.dims.ropes[layer.rope]  # type: ignore[index]
+
+    def rotated(value: ir.Value, heads: int, name: str) -> ir.Value:
+        shaped = b.op("Reshape", value, b.const([0, 0, heads, layer.head_dim], f"{name}_heads", "int64"))
+        shaped = rotate(b, shaped, table[0], table[1], rope, layer.head_dim, f"{name}_rope")
+        return b.op("Reshape", shaped, b.const([0, 0, heads * layer.head_dim], f"{name}_flat", "int64"))
+
+    return rotated(q, lc.dims.num_heads, "q"), None if k is None else rotated(k, layer.num_kv_heads, "k"), v
 
 
 def _sinks(lc: LayerContext) -> ir.Value | None:

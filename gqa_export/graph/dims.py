@@ -14,7 +14,7 @@ layers point at the layer whose cache they read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
@@ -30,6 +30,7 @@ class RopeConfig:
     theta: float
     rotary_dim: int
     params: dict[str, Any]  # the scaling parameters (factor, low_freq_factor, ...)
+    interleaved: bool = False  # GPT-J style pairs (2i, 2i+1) instead of rotate-half (i, i + rotary/2)
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def read_dims(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
         )
     layers = _layers(config, opt, heads, hidden, spec)
-    ropes = _ropes(config, layers)
+    ropes = _ropes(config, layers, spec.rope_interleaved)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:
             supported = ", ".join(spec.rope_types)
@@ -302,7 +303,7 @@ def _rope_keys(config: Any) -> set[str]:
     return {"default"}
 
 
-def _ropes(config: Any, layers: tuple[LayerDims, ...]) -> dict[str, RopeConfig]:
+def _ropes(config: Any, layers: tuple[LayerDims, ...], interleaved: bool = False) -> dict[str, RopeConfig]:
     """One rope per key used by a layer, sized by the head_dim of the layers that use it."""
     out = {}
     for key in sorted({layer.rope for layer in layers if layer.rope is not None}):
@@ -312,7 +313,7 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...]) -> dict[str, RopeConfig]:
         head_dim = dims.pop()
         params = _get(config, "rope_parameters")
         per_type = params.get(key) if key != "default" and params else None
-        out[key] = read_rope(config, head_dim, per_type)
+        out[key] = replace(read_rope(config, head_dim, per_type), interleaved=interleaved)
     return out
 
 

@@ -73,7 +73,11 @@ def _text_or_self(config: Any) -> Any:
 
 
 def plan_attention(
-    requested: str, ids: tuple[int, ...], ids_requested: bool = True, options: AttentionRecipe | None = None
+    requested: str,
+    ids: tuple[int, ...],
+    ids_requested: bool = True,
+    options: AttentionRecipe | None = None,
+    gqa_refusal: str | None = None,
 ) -> AttentionPlan:
     """ids_requested: the ids were asked for (CLI or the recipe's own list), not defaults taken
     from a multimodal config; asking for gqa then drops those defaults (text-only use) instead of
@@ -86,7 +90,9 @@ def plan_attention(
             "use --attention auto, split or bias for HF's bidirectional image runs"
         )
         ids = ()
-    if requested == "auto":
+    if requested == "auto" and gqa_refusal is not None:
+        mode, reason = "bias", f"GroupQueryAttention cannot run this model ({gqa_refusal.split(';')[0]}): bias"
+    elif requested == "auto":
         mode = "split" if ids else "gqa"
         reason = "bidirectional token ids set: split (bias-free GQA decode)" if ids else "no bidirectional ids: gqa"
     if mode == "gqa" and ids:

@@ -1,7 +1,7 @@
 """Standard ONNX Attention (opset 24) layers for modes `bias` and `split` (its prefill graph).
 
-- RoPE is applied with plain ops (Gather of the same cos/sin tables GQA uses, rotate-half), so the
-  tables and initializer names are shared with the GQA decode graph.
+- RoPE is applied with plain ops (`rotary.py`: the same cos/sin tables GQA uses), so the tables
+  and initializer names are shared with the GQA decode graph.
 - `bias` (layout "concat"): Attention gets past_key/past_value and concatenates (present = past +
   S); ORT GenAI must run it with past_present_share_buffer false (ortgenai.md §2.4, §6b).
 - `scatter` (layouts "slice" and "nonpad"): TensorScatter (opset 24, axis 2) writes this step's K/V
@@ -28,35 +28,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, qkv_projection
 from gqa_export.graph.masks import MaskValues
-
-
-def rope_tables(
-    b, positions: ir.Value, caches: dict[str, tuple[ir.Value, ir.Value]]
-) -> dict[str, tuple[ir.Value, ir.Value]]:
-    """cos/sin rows for this step's positions, [B,S,1,rot/2], once per rope key."""
-    out = {}
-    with b.scope("rope"):
-        axis = b.const([2], "head_axis", "int64")
-        for key, (cos, sin) in caches.items():
-            out[key] = (
-                b.op("Unsqueeze", b.op("Gather", cos, positions), axis, name=f"{key}_cos"),
-                b.op("Unsqueeze", b.op("Gather", sin, positions), axis, name=f"{key}_sin"),
-            )
-    return out
-
-
-def _rotate(lc: LayerContext, x: ir.Value, cos: ir.Value, sin: ir.Value, rotary_dim: int, name: str) -> ir.Value:
-    """HF rotate-half RoPE on x [B,S,N,D]: the first rotary_dim channels rotate, the rest pass."""
-    b, d = lc.b, lc.layer.head_dim
-    half = rotary_dim // 2
-    sizes = [half, half] + ([d - rotary_dim] if d > rotary_dim else [])
-    parts = b.op_multi(
-        "Split", x, b.const(sizes, "rope_split", "int64"), axis=-1, outputs=len(sizes), name=f"{name}/Split"
-    )
-    x1, x2 = parts[0], parts[1]
-    out1 = b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin))
-    out2 = b.op("Add", b.op("Mul", x2, cos), b.op("Mul", x1, sin))
-    return b.op("Concat", out1, out2, *parts[2:], axis=-1, name=f"{name}/Concat")
+from gqa_export.graph.rotary import rotate
 
 
 @dataclass(frozen=True)
@@ -91,7 +63,7 @@ def standard_attention(
         shaped = b.op("Reshape", value, b.const([0, 0, heads[name], layer.head_dim], f"{name}_heads", "int64"))
         if name != "v" and layer.rope is not None:
             cos, sin = rope[layer.rope]
-            shaped = _rotate(lc, shaped, cos, sin, dims.ropes[layer.rope].rotary_dim, f"{name}_rope")
+            shaped = rotate(lc.b, shaped, cos, sin, dims.ropes[layer.rope], layer.head_dim, f"{name}_rope")
         bnsh[name] = b.op("Transpose", shaped, perm=[0, 2, 1, 3], name=f"{name}_bnsh")
     attrs = dict(scale=dims.scale(layer), softcap=dims.attn_softcap or None, is_causal=int(bias is None))
     # A layer needing only causality (+ padding) gets no mask: is_causal is bottom-right per row

@@ -172,17 +172,34 @@ def test_gqa_refuses_bidirectional_ids(checkpoints, tmp_path):
         )
 
 
-def test_bias_mode_takes_rotary_dims_gqa_cannot(checkpoints, tmp_path):
-    """Partial rotary 24 of head_dim 32: GQA's fused RoPE needs multiples of 16, plain-op RoPE does not."""
-    from gqa_export.errors import InputError
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        (
+            "phi3_rotary_24",
+            {"model_type": "phi3", "hidden_size": 128, "partial_rotary_factor": 0.75},
+        ),  # rotary 24 of 32
+        ("llama_head_dim_24", {"head_dim": 24}),  # head_dim 24: not a multiple of 16
+    ],
+)
+def test_every_rotary_dim_keeps_gqa_and_the_shared_buffer(checkpoints, tmp_path, name, overrides):
+    """Rotary dims GQA's fused RoPE refuses are applied with plain ops before GQA (do_rotary=0):
+    mode gqa, share buffer on, tokens = HF; bias (plain-op RoPE) too."""
+    import onnx
 
-    folder = checkpoints.get("phi3_rotary_24", model_type="phi3", hidden_size=128, partial_rotary_factor=0.75)
-    with pytest.raises(InputError, match=r"rotary dim 24 .* export with --attention bias"):
-        build(BuildOptions(str(folder), tmp_path / "gqa", smoke=False))
-    build(BuildOptions(str(folder), tmp_path / "bias", smoke=False, attention="bias"))
-    prompt = PROMPTS[2]
-    got = generate_greedy(tmp_path / "bias", prompt, NEW, min_new_tokens=NEW).tokens
-    assert got == hf_generate(hf_model(folder), prompt, NEW)
+    folder = checkpoints.get(name, **overrides)
+    hf = hf_model(folder)
+    for mode in ("gqa", "bias"):
+        build(BuildOptions(str(folder), tmp_path / mode, smoke=False, attention=mode))
+        assert json.loads((tmp_path / mode / "genai_config.json").read_text())["search"]["past_present_share_buffer"]
+        for prompt in PROMPTS:
+            got = generate_greedy(tmp_path / mode, prompt, NEW, min_new_tokens=NEW).tokens
+            assert got == hf_generate(hf, prompt, NEW), (mode, prompt)
+    graph = onnx.load(str(tmp_path / "gqa" / "model.onnx"), load_external_data=False).graph
+    gqa = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
+    assert gqa and all(
+        onnx.helper.get_attribute_value(a) == 0 for n in gqa for a in n.attribute if a.name == "do_rotary"
+    )
 
 
 def test_cuda_split_can_share_weights_on_the_gpu(checkpoints, tmp_path):
@@ -206,3 +223,17 @@ def test_cuda_split_can_share_weights_on_the_gpu(checkpoints, tmp_path):
             name: (info["location"], info.get("offset", "0"), info["length"]) for name, info in external.items()
         }
     assert {e["data_type"] for e in entries} == {onnx.TensorProto.FLOAT16}
+
+
+def test_fused_rope_off_applies_rope_before_gqa(packages, checkpoints):
+    """attention.fused_rope false: plain-op RoPE before GQA everywhere (do_rotary=0), still exact."""
+    import onnx
+
+    package = packages("mistral_window", "gqa", settings=("attention.fused_rope=false",))
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    rotary = {onnx.helper.get_attribute_value(a) for n in graph.node if n.op_type == "GroupQueryAttention"
+              for a in n.attribute if a.name == "do_rotary"}  # fmt: skip
+    assert rotary == {0}
+    hf = hf_model(checkpoints.get("mistral_window"))
+    for prompt in PROMPTS:
+        assert generate_greedy(package, prompt, NEW, min_new_tokens=NEW).tokens == hf_generate(hf, prompt, NEW)

@@ -1,0 +1,70 @@
+"""RoPE applied with plain ops: the standard-Attention graphs, and GQA graphs whose rotary dim or
+style the fused RoPE refuses (ort-ops.md §1.5: cos width a multiple of 8 and <= head_size / 2,
+head_size % 16 for rotary; transformers' rotate-half or GPT-J's interleaved pairs).
+
+The cos/sin tables are the ones GQA's fused RoPE reads (rows = positions, rotary_dim / 2 columns),
+so both forms share initializers; positions come from attention_mask (cumsum - 1), as HF's.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from gqa_export.graph.builder import GraphBuilder
+from gqa_export.graph.dims import RopeConfig
+
+
+def rope_tables(
+    b: GraphBuilder, positions: ir.Value, caches: dict[str, tuple[ir.Value, ir.Value]]
+) -> dict[str, tuple[ir.Value, ir.Value]]:
+    """cos/sin rows for this step's positions, [B,S,1,rot/2], once per rope key."""
+    out = {}
+    with b.scope("rope"):
+        axis = b.const([2], "head_axis", "int64")
+        for key, (cos, sin) in caches.items():
+            out[key] = (
+                b.op("Unsqueeze", b.op("Gather", cos, positions), axis, name=f"{key}_cos"),
+                b.op("Unsqueeze", b.op("Gather", sin, positions), axis, name=f"{key}_sin"),
+            )
+    return out
+
+
+def rotate(
+    b: GraphBuilder, x: ir.Value, cos: ir.Value, sin: ir.Value, rope: RopeConfig, head_dim: int, name: str
+) -> ir.Value:
+    """RoPE on x [B,S,N,D]: the first rotary_dim channels rotate, the rest pass through.
+
+    Rotate-half (HF default) pairs channel i with i + rotary_dim/2; interleaved (GPT-J, Cohere,
+    GLM) pairs 2i with 2i + 1."""
+    rotary = rope.rotary_dim
+    sizes = [rotary] + ([head_dim - rotary] if head_dim > rotary else [])
+    parts = list(b.op_multi("Split", x, b.const(sizes, "rope_part", "int64"), axis=-1, outputs=len(sizes),
+                            name=f"{name}/part")) if len(sizes) > 1 else [x]  # fmt: skip
+    if rope.interleaved:
+        pairs = b.op("Reshape", parts[0], b.const([0, 0, 0, rotary // 2, 2], "rope_pairs", "int64"))
+        even, odd = b.op_multi("Split", pairs, b.const([1, 1], "rope_halves", "int64"), axis=-1, outputs=2)
+        even, odd = (b.op("Squeeze", v, b.const([-1], "rope_last", "int64")) for v in (even, odd))
+        new_even = b.op("Sub", b.op("Mul", even, cos), b.op("Mul", odd, sin))
+        new_odd = b.op("Add", b.op("Mul", odd, cos), b.op("Mul", even, sin))
+        unsq = b.const([-1], "rope_last_u", "int64")
+        stacked = b.op("Concat", b.op("Unsqueeze", new_even, unsq), b.op("Unsqueeze", new_odd, unsq), axis=-1)
+        rotated = b.op("Reshape", stacked, b.const([0, 0, 0, rotary], "rope_flat", "int64"), name=f"{name}/pairs")
+    else:
+        half = rotary // 2
+        x1, x2 = b.op_multi("Split", parts[0], b.const([half, half], "rope_split", "int64"), axis=-1, outputs=2)
+        out1 = b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin))
+        out2 = b.op("Add", b.op("Mul", x2, cos), b.op("Mul", x1, sin))
+        rotated = b.op("Concat", out1, out2, axis=-1, name=f"{name}/halves")
+    if len(parts) == 1:
+        return rotated
+    return b.op("Concat", rotated, parts[1], axis=-1, name=f"{name}/Concat")
+
+
+def fused_rope_ok(rope: RopeConfig, head_dim: int) -> bool:
+    """Whether GQA's fused RoPE (do_rotary=1) computes this rope exactly (ort-ops.md §1.5)."""
+    return (
+        head_dim % 16 == 0
+        and rope.rotary_dim % 16 == 0
+        and rope.rotary_dim <= head_dim
+        and (not rope.interleaved or rope.rotary_dim == head_dim)
+    )
