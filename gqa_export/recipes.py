@@ -53,6 +53,10 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "router_jitter": "router_jitter_noise",
     "enable_moe": "enable_moe_block",
     "clip_qkv": "clip_qkv",
+    # second-wave dense families
+    "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
+    "logit_scale": "logit_scale",
+    "parallel_residual": "use_parallel_residual",
 }
 _ATTENTION = {
     "mode": ATTENTION_MODES,

@@ -149,7 +149,95 @@ OLMO2 = ArchSpec(
     ),
 )
 
+# Dense families, second wave (tests/dense_models.py; transformers 5.24 modeling code)
+PHI = ArchSpec(  # Phi-2: parallel block off one LayerNorm, plain gelu_new MLP, biases everywhere
+    name="phi",
+    norm="layer",
+    norm_layout="parallel",
+    mlp="plain",
+    qk_norm="head",  # optional q/k LayerNorms (qk_layernorm)
+    activations=GELU_TANH,
+    final_norm="final_layernorm.weight",
+    layer=LayerNames(
+        post_attention_norm=None,
+        o="self_attn.dense",
+        up="mlp.fc1",
+        down="mlp.fc2",
+        q_norm="self_attn.q_layernorm",
+        k_norm="self_attn.k_layernorm",
+    ),
+)
+OLMO = ArchSpec(name="olmo", norm="layer_free", fixed_norm_eps=1e-5)  # LayerNorm without parameters, clip_qkv
+OLMO3 = replace(OLMO2, name="olmo3")  # OLMo-2's post-norms and full-width q/k norms, sliding layers
+NEMOTRON = ArchSpec(name="nemotron", norm="layer", mlp="plain", activations=("relu2",))  # LayerNorm1P: recipe offset 1
+STABLELM = ArchSpec(
+    name="stablelm",
+    norm="layer",
+    parallel_key="parallel_residual",  # use_parallel_residual: one norm feeds both branches
+    qk_norm="head",  # optional per-head LayerNorms (qk_layernorm), one module per head
+    head_dim_from_hidden=True,
+    layer=LayerNames(q_norm="self_attn.q_layernorm", k_norm="self_attn.k_layernorm"),
+)
+STARCODER2 = ArchSpec(
+    name="starcoder2",
+    norm="layer",
+    mlp="plain",
+    activations=GELU_TANH,
+    layer=LayerNames(up="mlp.c_fc", down="mlp.c_proj"),
+)
+COHERE = ArchSpec(  # Command-R: parallel block, LayerNorm without bias, GPT-J RoPE, logit_scale
+    name="cohere",
+    norm="layer",
+    norm_layout="parallel",
+    qk_norm="head",  # optional (use_qk_norm): a [heads, head_dim] LayerNorm weight
+    rope_interleaved=True,
+    layer=LayerNames(post_attention_norm=None, q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
+)
+COHERE2 = replace(COHERE, name="cohere2", rope_layers="sliding")  # global layers without RoPE
+GLM4 = ArchSpec(  # GLM-4: four RMSNorms a layer, fused gate_up, partial GPT-J RoPE
+    name="glm4",
+    norm_layout="sandwich",
+    rope_interleaved=True,
+    layer=LayerNames(
+        post_attention_norm="post_self_attn_layernorm",
+        pre_feedforward_norm="post_attention_layernorm",
+        post_feedforward_norm="post_mlp_layernorm",
+        gate_up="mlp.gate_up_proj",
+    ),
+)
+EXAONE4 = ArchSpec(  # EXAONE-4: post-norms only, per-head q/k norms, global layers NoPE when windowed
+    name="exaone4",
+    norm_layout="post",
+    qk_norm="head",
+    rope_layers="sliding_if_windowed",
+    layer=LayerNames(
+        input_norm=None,
+        post_feedforward_norm="post_feedforward_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+    ),
+)
+ERNIE4_5 = ArchSpec(name="ernie4_5", rope_interleaved=True)  # Llama with GPT-J RoPE
+HUNYUAN = ArchSpec(  # HunYuan dense: per-head q/k RMSNorms after RoPE, NTK-alpha RoPE
+    name="hunyuan_v1_dense",
+    qk_norm="head",
+    qk_norm_after_rope=True,
+    layer=LayerNames(q_norm="self_attn.query_layernorm", k_norm="self_attn.key_layernorm"),
+)
+APERTUS = ArchSpec(  # Apertus: plain xIELU MLP, per-head q/k norms, renamed layer norms
+    name="apertus",
+    mlp="plain",
+    activations=("xielu",),
+    qk_norm="head",
+    layer=LayerNames(
+        input_norm="attention_layernorm",
+        post_attention_norm="feedforward_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+    ),
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA4, GEMMA4_UNIFIED, SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
+    PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
 )  # fmt: skip

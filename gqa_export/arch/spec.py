@@ -19,7 +19,9 @@ from typing import Any
 
 from gqa_export.errors import InputError
 
-NORM_LAYOUTS = ("pre", "sandwich", "post")
+NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
+NORM_KINDS = ("rms", "layer", "layer_free")
+MLP_KINDS = ("gated", "plain")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 # Where the text decoder lives, in the order tried: text models, transformers 5.x multimodal
 # classes, transformers 4.x multimodal checkpoints (Gemma-3, Mistral-3, Qwen2.5-VL as published).
@@ -56,6 +58,7 @@ class LayerNames:
     per_layer_projection: str | None = None
     per_layer_norm: str | None = None
     layer_scalar: str | None = None  # a stored scalar that multiplies the residual stream at the end
+    act_params: str = "mlp.act_fn"  # a learned activation's tensors (Apertus' xIELU alpha_p/alpha_n/beta/eps)
     # Gemma-4's MoE layers: the expert branch's own norms next to the dense MLP's
     pre_feedforward_norm_2: str | None = None
     post_feedforward_norm_1: str | None = None
@@ -125,9 +128,11 @@ class Refusal:
 class ArchSpec:
     """What the graph builder needs to know about a family beyond its HF config.
 
-    norm_layout: "pre" (Llama: norm -> block -> add), "sandwich" (Gemma-2/3/4: norms before and
-    after each block), "post" (OLMo-2: block -> norm -> add). qk_norm: "head" (RMSNorm over
-    head_dim, Qwen3/Gemma-3) or "full" (over all heads, OLMo-2). v_norm: a scaleless RMSNorm over
+    norm_layout: "pre" (Llama: norm -> block -> add), "sandwich" (Gemma-2/3/4, GLM-4: norms
+    before and after each block), "post" (OLMo-2/3, EXAONE-4: block -> norm -> add), "parallel"
+    (Phi-2, Cohere: attention and MLP off one norm, both added). qk_norm: "head" (the family's
+    norm over head_dim: RMSNorm for Qwen3/Gemma-3, LayerNorm with per-head weights for StableLM,
+    Cohere, Phi-2) or "full" (RMSNorm over all heads, OLMo-2/3). v_norm: a scaleless RMSNorm over
     head_dim on the values (Gemma-4). unit_attention_scale: scores are not scaled (Gemma-4's
     `scaling = 1.0`; its q/k norms carry the scale). query_position_scale: queries are scaled by
     `1 + beta * log(1 + floor(pos / original_max_position_embeddings))` (Ministral-3's
@@ -144,8 +149,14 @@ class ArchSpec:
     v_norm: bool = False
     unit_attention_scale: bool = False
     query_position_scale: bool = False
-    norm: str = "rms"  # rms (RMSNorm) | layer (LayerNorm, bias where the checkpoint has one: PhiMoE)
-    rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4)
+    norm: str = "rms"  # rms | layer (LayerNorm, bias where stored) | layer_free (no weights: OLMo)
+    fixed_norm_eps: float | None = None  # an eps the modeling code hard-codes (OLMo: 1e-5)
+    mlp: str = "gated"  # gated: down(act(gate) * up) | plain: down(act(up)) (Phi-2, StarCoder2, Nemotron)
+    parallel_key: str | None = None  # a config flag that switches the block to the parallel layout (StableLM)
+    qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE
+    rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4, ERNIE-4.5)
+    rope_layers: str = "all"  # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4): others are NoPE
+    head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
     moe: MoeSpec | None = None
     attention_sinks: str | None = None  # a per-head sink logit tensor of the attention module (gpt-oss)
     per_layer_inputs: PerLayerInputNames | None = None

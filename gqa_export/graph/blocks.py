@@ -39,6 +39,10 @@ class LayerContext:
     def has(self, module: str, suffix: str = "weight") -> bool:
         return self.name(module, suffix) in self.params.store
 
+    def has_norm(self, module: str | None) -> bool:
+        """A norm the checkpoint holds: its weight, or one weight per head (`{module}.norms.0`)."""
+        return module is not None and (self.has(module) or self.has(f"{module}.norms.0"))
+
     @property
     def layer(self) -> LayerDims:
         return self.dims.layers[self.i]
@@ -66,8 +70,12 @@ def rms_norm(
 
     The recipe's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm).
     """
+    if dims.norm_kind == "layer_free":  # OLMo: F.layer_norm without weight or bias
+        ones = b.const(np.ones(width or 1, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
+        out = b.op("LayerNormalization", x, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+        return typed(out, params.dtype, [B, S, width]) if width else out
     w = b.initializer(weight_name, params.vector([weight_name], offset=dims.norm_offset))
-    if dims.layer_norm:
+    if dims.norm_kind == "layer":
         bias_name = weight_name.removesuffix("weight") + "bias"
         bias = b.initializer(bias_name, params.vector([bias_name])) if bias_name in params.store else None
         out = b.op("LayerNormalization", x, w, bias, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
@@ -77,17 +85,19 @@ def rms_norm(
 
 
 def qkv_projection(
-    lc: LayerContext, x: ir.Value, separate: bool = False
+    lc: LayerContext, x: ir.Value, separate: bool = False, qk_norms: bool = True
 ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
     """GQA's query/key/value inputs: one packed tensor, or three when q/k/v need their norms or
     the caller (standard Attention) needs them apart. The weights are the same either way.
 
     A KV-shared layer projects only its query (key and value come from another layer's cache). A
     k = v layer (Gemma-4 full layers with attention_k_eq_v) has no v_proj: its values are the raw
-    key projection, before the key norm (and RoPE)."""
+    key projection, before the key norm (and RoPE). qk_norms False leaves q/k un-normed for a
+    caller that normalizes them after RoPE (`qk_norms_after_rope`)."""
     L, dims, layer = lc.spec.layer, lc.dims, lc.layer
     q_width, kv_width = dims.num_heads * layer.head_dim, layer.num_kv_heads * layer.head_dim
-    qk_norm = lc.spec.qk_norm is not None
+    # q/k norms where the spec has them and the checkpoint holds them (optional in Phi-2, StableLM, Cohere)
+    qk_norm = lc.spec.qk_norm is not None and qk_norms and lc.has_norm(L.q_norm)
     if layer.shares_kv:
         q = linear(lc, x, [L.q], None, "q_proj")
         return _scale_query(lc, _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads) if qk_norm else q), None, None
@@ -100,27 +110,29 @@ def qkv_projection(
         packed = linear(lc, x, [L.q, L.k, L.v], "self_attn.qkv_proj", "qkv_proj")
     else:
         q, k, v = (linear(lc, x, [m], None, n) for m, n in ((L.q, "q_proj"), (L.k, "k_proj"), (L.v, "v_proj")))
-        return _qkv_norms(lc, q, k, v)
+        return _qkv_norms(lc, q, k, v, qk_norm)
     if not split:
         return packed, None, None
     if layer.k_eq_v:
         sizes = lc.b.const([q_width, kv_width], "qk_split", "int64")
         q, k = lc.b.op_multi("Split", packed, sizes, axis=-1, outputs=2, name="qk_split")
-        return _qkv_norms(lc, q, k, k)
+        return _qkv_norms(lc, q, k, k, qk_norm)
     sizes = lc.b.const([q_width, kv_width, kv_width], "qkv_split", "int64")
     q, k, v = lc.b.op_multi("Split", packed, sizes, axis=-1, outputs=3, name="qkv_split")
-    return _qkv_norms(lc, q, k, v)
+    return _qkv_norms(lc, q, k, v, qk_norm)
 
 
-def _qkv_norms(lc: LayerContext, q: ir.Value, k: ir.Value, v: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+def _qkv_norms(
+    lc: LayerContext, q: ir.Value, k: ir.Value, v: ir.Value, qk_norm: bool = True
+) -> tuple[ir.Value, ir.Value, ir.Value]:
     L, dims, b, layer = lc.spec.layer, lc.dims, lc.b, lc.layer
     if lc.spec.v_norm:  # Gemma-4: RMSNorm over head_dim without a weight
         v = _head_norm(lc, v, None, "v_norm", layer.num_kv_heads)
-    if lc.spec.qk_norm == "full":  # OLMo-2: one RMSNorm over all heads' channels
+    if qk_norm and lc.spec.qk_norm == "full":  # OLMo-2: one RMSNorm over all heads' channels
         assert L.q_norm and L.k_norm
         q = rms_norm(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * layer.head_dim)
         k = rms_norm(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", layer.num_kv_heads * layer.head_dim)
-    elif lc.spec.qk_norm == "head":
+    elif qk_norm and lc.spec.qk_norm == "head":
         assert L.q_norm and L.k_norm
         q = _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads)
         k = _head_norm(lc, k, L.k_norm, "k_norm", layer.num_kv_heads)
@@ -137,22 +149,55 @@ def _scale_query(lc: LayerContext, q: ir.Value) -> ir.Value:
 
 
 def _head_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, heads: int) -> ir.Value:
-    """RMSNorm over each head's head_dim channels of x [B,S,heads*D]; module None: no weight."""
+    """The head norm on x [B,S,heads*D] (see `head_norm`)."""
     b, d = lc.b, lc.layer.head_dim
     per_head = b.op("Reshape", x, b.const([0, 0, heads, d], f"{name}_heads", "int64"))
-    if module is None:
-        weight = b.const(np.ones(d, NUMPY_DTYPES[lc.params.dtype]), f"{name}_unit_weight")
-        y = b.op(
-            "SimplifiedLayerNormalization", per_head, weight, axis=-1, epsilon=lc.dims.rms_eps, stash_type=1, name=name
-        )
-    else:
-        y = rms_norm(b, per_head, lc.name(module), lc.params, lc.dims, name, 0)
+    y = head_norm(lc, per_head, module, name, heads)
     return b.op("Reshape", y, b.const([0, 0, heads * d], f"{name}_flat", "int64"))
 
 
+def head_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, heads: int) -> ir.Value:
+    """The family's norm over each head's head_dim channels of x [B,S,heads,D]; module None: an
+    RMSNorm without weight (Gemma-4's v-norm). LayerNorm families store the weight per head in one
+    of three ways: one [D] shared by the heads (+ bias, Phi-2), [heads, D] (Cohere), or one module
+    per head `{module}.norms.{h}` (StableLM)."""
+    b, d, params, dims = lc.b, lc.layer.head_dim, lc.params, lc.dims
+    if module is None:
+        weight = b.const(np.ones(d, NUMPY_DTYPES[params.dtype]), f"{name}_unit_weight")
+        return b.op("SimplifiedLayerNormalization", x, weight, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+    if dims.norm_kind != "layer":
+        return rms_norm(b, x, lc.name(module), params, dims, name, 0)
+    weight_name = lc.name(module)
+    if weight_name in params.store and len(params.store.info(weight_name).shape) == 1:
+        return rms_norm(b, x, weight_name, params, dims, name, 0)  # LayerNorm with the shared [D] weight (+ bias)
+    per_head = [lc.name(f"{module}.norms.{h}") for h in range(heads)] if weight_name not in params.store else []
+    ones = b.const(np.ones(d, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
+    y = b.op("LayerNormalization", x, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+    weights = (
+        b.initializer(weight_name, params.flat([weight_name]))
+        if not per_head
+        else b.initializer(f"{lc.name(module, '')}.weight", params.flat(per_head))
+    )
+    shape = b.const([heads, d], f"{name}_weight_shape", "int64")
+    return b.op("Mul", y, b.op("Reshape", weights, shape), name=f"{name}_scale")
+
+
+def qk_norms_after_rope(lc: LayerContext, q: ir.Value, k: ir.Value | None) -> tuple[ir.Value, ir.Value | None]:
+    """HunYuan's per-head q/k norms, applied to the rotated [B,S,N,D] tensors."""
+    L, dims, layer = lc.spec.layer, lc.dims, lc.layer
+    if not lc.has_norm(L.q_norm):
+        return q, k
+    assert L.q_norm and L.k_norm
+    q = head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads)
+    return q, None if k is None else head_norm(lc, k, L.k_norm, "k_norm", layer.num_kv_heads)
+
+
 def gated_mlp(lc: LayerContext, x: ir.Value) -> ir.Value:
-    """down(act(gate(x)) * up(x)); gate and up run as one MatMul and are split after."""
+    """down(act(gate(x)) * up(x)); gate and up run as one MatMul and are split after. A plain MLP
+    (spec mlp "plain": Phi-2, StarCoder2, Nemotron, Apertus) is down(act(up(x)))."""
     L, b = lc.spec.layer, lc.b
+    if lc.spec.mlp == "plain":
+        return linear(lc, activation(lc, linear(lc, x, [L.up], None, "up_proj")), [L.down], None, "down_proj")
     if L.gate_up:
         gate_up = linear(lc, x, [L.gate_up], None, "gate_up_proj")
     else:
@@ -164,7 +209,38 @@ def gated_mlp(lc: LayerContext, x: ir.Value) -> ir.Value:
 
 
 def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
-    """The config's hidden activation: SiLU, or the tanh-approximated GELU of Gemma (ONNX Gelu-20)."""
-    if lc.dims.hidden_act == "silu":
-        return lc.b.op("Mul", x, lc.b.op("Sigmoid", x), name="silu")
-    return lc.b.op("Gelu", x, approximate="tanh")
+    """The config's hidden activation: SiLU, the tanh-approximated GELU (gelu_pytorch_tanh,
+    gelu_new; ONNX Gelu-20), squared ReLU (Nemotron) or xIELU (Apertus, its parameters per layer)."""
+    b, act = lc.b, lc.dims.hidden_act
+    if act == "silu":
+        return b.op("Mul", x, b.op("Sigmoid", x), name="silu")
+    if act == "relu2":
+        relu = b.op("Relu", x)
+        return b.op("Mul", relu, relu, name="relu2")
+    if act == "xielu":
+        return _xielu(lc, x)
+    return b.op("Gelu", x, approximate="tanh")
+
+
+def _xielu(lc: LayerContext, x: ir.Value) -> ir.Value:
+    """xIELU (transformers' XIELUActivation): ap = softplus(alpha_p), an = beta + softplus(alpha_n);
+    x > 0: ap * x^2 + beta * x, else an * (expm1(min(x, eps)) - x) + beta * x. alpha_p / alpha_n are
+    stored before the softplus; beta and eps are stored buffers."""
+    b, params = lc.b, lc.params
+    module = lc.spec.layer.act_params
+
+    def stored(name: str) -> ir.Value:
+        full = lc.name(f"{module}.{name}", "")
+        return b.initializer(full, params.flat([full]))
+
+    with b.scope("xielu"):
+        beta, eps = stored("beta"), stored("eps")
+        ap = b.op("Softplus", stored("alpha_p"))
+        an = b.op("Add", beta, b.op("Softplus", stored("alpha_n")))
+        linear_part = b.op("Mul", beta, x)
+        positive = b.op("Add", b.op("Mul", ap, b.op("Mul", x, x)), linear_part)
+        one = b.const(np.asarray(1, NUMPY_DTYPES[params.dtype]), "one")
+        expm1 = b.op("Sub", b.op("Exp", b.op("Min", x, eps)), one)
+        negative = b.op("Add", b.op("Mul", an, b.op("Sub", expm1, x)), linear_part)
+        zero = b.const(np.asarray(0, NUMPY_DTYPES[params.dtype]), "zero")
+        return b.op("Where", b.op("Greater", x, zero), positive, negative, name="xielu")

@@ -20,7 +20,7 @@ from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
-from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, qkv_projection, rms_norm
+from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, qk_norms_after_rope, qkv_projection, rms_norm
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
@@ -80,7 +80,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         layer = dims.layers[i]
         kv_shape = [B, layer.num_kv_heads, PAST, layer.head_dim]
         pasts[i] = (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
-    attend = _attention_fn(b, dims, params, opts, input_ids, attention_mask)
+    attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
 
     embed = b.initializer(spec.tensor(spec.embed), params.matrix(spec.tensor(spec.embed)))
     with b.scope("embed_tokens"):
@@ -115,7 +115,13 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
 
 
 def _attention_fn(
-    b: GraphBuilder, dims: ModelDims, params: Params, opts: GraphOptions, input_ids: ir.Value, attention_mask: ir.Value
+    b: GraphBuilder,
+    dims: ModelDims,
+    spec: ArchSpec,
+    params: Params,
+    opts: GraphOptions,
+    input_ids: ir.Value,
+    attention_mask: ir.Value,
 ) -> Callable[..., tuple[ir.Value, LayerKV]]:
     """The per-layer attention of the graph's mode, with the graph-wide values it reads built once."""
     if opts.mode in ("gqa", "gqa_bias"):
@@ -123,7 +129,8 @@ def _attention_fn(
         ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
         # ropes GQA's fused RoPE cannot compute exactly are applied with plain ops before it
         head_dims = {layer.rope: layer.head_dim for layer in dims.layers if layer.rope is not None}
-        plain = {k for k, d in head_dims.items() if not (opts.fused_rope and fused_rope_ok(dims.ropes[k], d))}
+        fused_ok = opts.fused_rope and not spec.qk_norm_after_rope  # norms after RoPE: RoPE before GQA
+        plain = {k for k, d in head_dims.items() if not (fused_ok and fused_rope_ok(dims.ropes[k], d))}
         tables = {}
         if plain:
             positions = token_positions(b, input_ids, attention_mask)
@@ -271,6 +278,10 @@ def _decoder_layer(
     with b.scope("attn"):
         out, kv = attend(lc, x)
         y = linear(lc, out, [L.o], None, "o_proj")
+    if lc.dims.parallel:  # Phi-2, Cohere, StableLM's parallel residual: both branches off one norm
+        with b.scope("mlp"):
+            mlp = _mlp(lc, x, h)
+        return _residual(lc, h, b.op("Add", y, mlp, name="parallel_sum"), "residual"), kv
     if lc.spec.norm_layout == "pre":
         h = _residual(lc, h, y, "residual_attn")
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
@@ -302,17 +313,22 @@ def _query_scale(
 def _rotated_qkv(
     lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value]
 ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
-    """q, k with RoPE applied by plain ops (for GQA with do_rotary=0), v as is."""
+    """q, k with RoPE applied by plain ops (for GQA with do_rotary=0), v as is; q/k norms that
+    follow RoPE (HunYuan) after it."""
     b, layer = lc.b, lc.layer
-    q, k, v = qkv_projection(lc, x, separate=True)
+    after = lc.spec.qk_norm_after_rope
+    q, k, v = qkv_projection(lc, x, separate=True, qk_norms=not after)
     rope = lc.dims.ropes[layer.rope]  # type: ignore[index]
 
-    def rotated(value: ir.Value, heads: int, name: str) -> ir.Value:
+    def heads4(value: ir.Value, heads: int, name: str) -> ir.Value:
         shaped = b.op("Reshape", value, b.const([0, 0, heads, layer.head_dim], f"{name}_heads", "int64"))
-        shaped = rotate(b, shaped, table[0], table[1], rope, layer.head_dim, f"{name}_rope")
-        return b.op("Reshape", shaped, b.const([0, 0, heads * layer.head_dim], f"{name}_flat", "int64"))
+        return rotate(b, shaped, table[0], table[1], rope, layer.head_dim, f"{name}_rope")
 
-    return rotated(q, lc.dims.num_heads, "q"), None if k is None else rotated(k, layer.num_kv_heads, "k"), v
+    q4, k4 = heads4(q, lc.dims.num_heads, "q"), None if k is None else heads4(k, layer.num_kv_heads, "k")
+    if after:
+        q4, k4 = qk_norms_after_rope(lc, q4, k4)
+    flat = b.const([0, 0, -1], "heads_flat", "int64")
+    return b.op("Reshape", q4, flat), None if k4 is None else b.op("Reshape", k4, flat), v
 
 
 def _sinks(lc: LayerContext) -> ir.Value | None:
@@ -362,6 +378,8 @@ def _lm_head(
         if opts.logits_dtype != opts.io_dtype:
             logits = b.op("Cast", logits, to=opts.logits_dtype)
 
+        if dims.logits_multiplier != 1.0:  # Cohere's logit_scale
+            logits = b.op("Mul", logits, _scalar(b, dims.logits_multiplier, opts.logits_dtype, "logit_scale"))
         if dims.logits_divisor != 1.0:  # Granite's logits_scaling
             logits = b.op("Div", logits, _scalar(b, dims.logits_divisor, opts.logits_dtype, "logits_scaling"))
         if dims.final_softcap:  # Gemma-2: cap * tanh(logits / cap)

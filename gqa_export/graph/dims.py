@@ -100,7 +100,9 @@ class ModelDims:
     placeholder_ids: tuple[int, ...] = ()  # multimodal placeholders embedded as pad_token_id (Gemma-4)
     query_scale: tuple[float, int] | None = None  # (beta, length): q *= 1 + beta*log(1 + floor(pos/length))
     moe: MoeDims | None = None
-    layer_norm: bool = False  # LayerNormalization instead of RMSNorm (spec norm "layer")
+    norm_kind: str = "rms"  # the spec's norm: rms | layer | layer_free
+    parallel: bool = False  # attention and MLP off one norm, both added (spec layout or its config flag)
+    logits_multiplier: float = 1.0  # Cohere's logit_scale
     clip_qkv: float | None = None  # q, k, v clamped to +-clip after their norms (OLMoE)
 
     @property
@@ -183,7 +185,7 @@ def read_dims(
         num_layers=len(layers),
         num_heads=heads,
         vocab_size=int(config.vocab_size),
-        rms_eps=float(_get(config, "rms_norm_eps") or 1e-6),
+        rms_eps=spec.fixed_norm_eps or float(opt("norm_eps", 1e-6)),
         max_position_embeddings=int(_get(config, "max_position_embeddings") or 2048),
         tie_word_embeddings=bool(_get(top, "tie_word_embeddings")),
         hidden_act=act,
@@ -205,7 +207,9 @@ def read_dims(
         query_scale=_query_scale(config) if spec.query_position_scale else None,
         moe=_moe(opt, spec, int(config.intermediate_size)),
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
-        layer_norm=spec.norm == "layer",
+        norm_kind=spec.norm,
+        parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
+        logits_multiplier=float(opt("logit_scale", 1.0)),
     )
 
 
@@ -246,6 +250,12 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
         if no_rope is not None and not no_rope[i]:
             rope_key = None
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
+        if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
+            head_dim = hidden // heads
+        if (spec.rope_layers == "sliding" and not sliding) or (
+            spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding
+        ):
+            rope_key = None  # Cohere2 / EXAONE-4: global layers without RoPE
         source = i
         if shared and i >= first_shared:
             same_type = [j for j in range(first_shared) if (types[j] if types else None) == layer_type]

@@ -118,6 +118,11 @@ class Params:
 
         return self._lazy((length,), make)
 
+    def flat(self, names: Sequence[str]) -> ir.LazyTensor:
+        """Tensors of any shape, flattened and concatenated (per-head norm weights)."""
+        length = sum(int(np.prod(self.store.info(n).shape)) for n in names)
+        return self._lazy((length,), lambda: np.concatenate([self.store.read(n).reshape(-1) for n in names]))
+
     def matrix(self, name: str) -> StreamedTensor:
         """A 2-D tensor as stored (the embedding table), streamed in row blocks."""
         rows, cols = self.store.info(name).shape

@@ -30,6 +30,13 @@ def _base_inv_freq(rope: RopeConfig) -> np.ndarray:
 def inv_freq_and_scale(rope: RopeConfig, max_position_embeddings: int, long: bool = False) -> tuple[np.ndarray, float]:
     inv_freq = _base_inv_freq(rope)
     p = rope.params
+    if rope.rope_type == "dynamic" and p.get("alpha"):
+        # HunYuan's NTK-alpha: a static base theta * alpha^(D/(D-2)) (transformers'
+        # compute_ntk_alpha_rope_parameters; no dynamic rescaling)
+        d = rope.rotary_dim
+        base = float(rope.theta) * float(p["alpha"]) ** (d / (d - 2))
+        exponent = np.arange(0, d, 2, dtype=np.int64).astype(np.float32) / np.float32(d)
+        return (1.0 / (np.float32(base) ** exponent)).astype(np.float32), 1.0
     if rope.rope_type in ("default", "dynamic"):
         return inv_freq, 1.0
     if rope.rope_type == "linear":

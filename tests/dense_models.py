@@ -1,0 +1,254 @@
+"""Tiny random dense-decoder checkpoints, second wave (transformers 5.24, CPU, fp32), with the tiny tokenizer.
+
+    from make_tiny import save_dense, FAMILIES, VARIANTS
+    p = save_dense("/tmp/x/phi", "phi")
+    p = save_dense("/tmp/x/slm_par", "stablelm", use_parallel_residual=True, qk_layernorm=True)
+    p = save_dense("/tmp/x/cohere_qk", "cohere", use_qk_norm=True)
+
+Common shape: hidden 64, 4 q heads, 2 kv heads (every family here supports GQA), head_dim 16 (explicit where the
+config has a head_dim field, derived as hidden/heads = 16 otherwise), 3 layers, vocab 384, bos 0 / eos 1 / pad 5,
+max_position_embeddings 256, intermediate 96.  `**overrides` are config kwargs applied last (a `rope_parameters`
+override replaces the whole dict).  Weights: nn.Linear/embeddings N(0, 0.1) (initializer_range=0.1); then
+every norm weight 1+0.3N (Nemotron LayerNorm1P: stored 0.3N, i.e. effective weight 1+0.3N), every norm bias and
+every linear bias 0.2N, xIELU alpha_p/alpha_n raw parameters softplus^-1(0.8)+0.3N and its `beta` buffer 0.5+0.1N.
+The tiny tokenizer is saved with it.  Same seed -> bit-identical checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from tiny_models import save_tokenizer
+from transformers import AutoConfig, AutoModelForCausalLM
+
+FAMILIES = [
+    "phi",
+    "olmo",
+    "olmo3",
+    "nemotron",
+    "stablelm",
+    "starcoder2",
+    "cohere",
+    "cohere2",
+    "glm4",
+    "exaone4",
+    "ernie4_5",
+    "hunyuan_v1_dense",
+    "apertus",
+]
+
+# extra variants that verify.py also checks: tag -> (model_type, overrides)
+VARIANTS = {
+    "phi_qkln": ("phi", dict(qk_layernorm=True)),
+    "stablelm_par_qkln": ("stablelm", dict(use_parallel_residual=True, qk_layernorm=True)),
+    "cohere_qknorm": ("cohere", dict(use_qk_norm=True)),
+    "ernie4_5_bias": ("ernie4_5", dict(use_bias=True)),
+    "exaone4_nosliding": (
+        "exaone4",
+        dict(sliding_window=None, layer_types=["full_attention"] * 3),
+    ),  # EXAONE-4.0-1.2B style
+    "olmo_noclip": ("olmo", dict(clip_qkv=None)),
+}
+
+COMMON = dict(
+    vocab_size=384,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=3,
+    intermediate_size=96,
+    max_position_embeddings=256,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=5,
+    initializer_range=0.1,
+)
+SWA3 = ["sliding_attention", "sliding_attention", "full_attention"]
+
+
+def family_config(model_type: str) -> dict:
+    c = dict(COMMON)
+    if model_type == "phi":  # Phi-2: gelu_new, partial rotary 0.4 (we use 0.5), LN with bias
+        c.update(
+            hidden_act="gelu_new",
+            layer_norm_eps=1e-5,
+            qk_layernorm=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    elif model_type == "olmo":  # OLMo-1: parameter-free LayerNorm, clip_qkv
+        c.update(
+            clip_qkv=1.0,
+            attention_bias=False,
+            tie_word_embeddings=False,  # 1.0 clips ~20% of q/k/v entries here
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    elif model_type == "olmo3":  # post-norm, full-width q/k RMSNorm, SWA 3:1, YaRN on full layers only
+        c.update(
+            rms_norm_eps=1e-6,
+            sliding_window=8,
+            layer_types=SWA3,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                "full_attention": {
+                    "rope_type": "yarn",
+                    "rope_theta": 500000.0,
+                    "factor": 8.0,
+                    "original_max_position_embeddings": 32,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "attention_factor": 1.2079441541679836,
+                },
+            },
+        )
+    elif model_type == "nemotron":  # LayerNorm1P (weight+1), relu2 non-gated MLP, partial rotary
+        c.update(
+            head_dim=16,
+            hidden_act="relu2",
+            norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    elif model_type == "stablelm":  # stablelm-2-1.6b: qkv bias, partial 0.25; 12b: +qk LN, parallel
+        c.update(
+            layer_norm_eps=1e-5,
+            use_qkv_bias=True,
+            qk_layernorm=False,
+            use_parallel_residual=False,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        )
+    elif model_type == "starcoder2":  # LN+bias everywhere, gelu_tanh plain MLP, SWA on all layers, tied
+        c.update(
+            hidden_act="gelu_pytorch_tanh",
+            norm_epsilon=1e-5,
+            use_bias=True,
+            sliding_window=8,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        )
+    elif model_type == "cohere":  # parallel block, mean-sub LN without bias, interleaved RoPE, logit_scale
+        c.update(
+            layer_norm_eps=1e-5,
+            logit_scale=0.25,
+            use_qk_norm=False,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    elif model_type == "cohere2":  # + SWA 3:1, RoPE only on sliding layers
+        c.update(
+            layer_norm_eps=1e-5,
+            logit_scale=0.25,
+            sliding_window=8,
+            layer_types=SWA3,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
+        )
+    elif model_type == "glm4":  # sandwich RMSNorms, fused gate_up, qkv bias, partial interleaved RoPE
+        c.update(
+            head_dim=16,
+            rms_norm_eps=1e-5,
+            attention_bias=True,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )
+    elif model_type == "exaone4":  # post-norm, per-head q/k RMSNorm, SWA 3:1, RoPE only on sliding
+        c.update(
+            head_dim=16,
+            rms_norm_eps=1e-5,
+            sliding_window=8,
+            sliding_window_pattern=4,
+            layer_types=SWA3,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 1000000.0,
+                "factor": 16.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        )
+    elif model_type == "ernie4_5":  # llama-like but GPT-J interleaved RoPE, tied
+        c.update(
+            head_dim=16,
+            rms_norm_eps=1e-5,
+            use_bias=False,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    elif model_type == "hunyuan_v1_dense":  # per-head q/k RMSNorm AFTER RoPE, NTK-alpha ("dynamic"+alpha) RoPE
+        c.update(
+            head_dim=16,
+            rms_norm_eps=1e-5,
+            attention_bias=False,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+        )
+    elif model_type == "apertus":  # xIELU up/down MLP, per-head q/k RMSNorm, llama3 RoPE
+        c.update(
+            head_dim=16,
+            rms_norm_eps=1e-5,
+            hidden_act="xielu",
+            attention_bias=False,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 12000000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        )
+    else:
+        raise ValueError(model_type)
+    return c
+
+
+def _randomize(model, model_type: str, g: torch.Generator):
+    def rn(t, std, mean=0.0):
+        return (torch.randn(t.shape, generator=g) * std + mean).to(t.dtype)
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            mod, leaf = name.rsplit(".", 1)
+            is_norm = "norm" in mod.rsplit(".", 1)[-1] or ".norms." in mod or mod.endswith("layernorm")
+            if is_norm and leaf == "weight":
+                if model_type == "nemotron":
+                    p.copy_(rn(p, 0.3))  # LayerNorm1P: effective weight = stored + 1
+                else:
+                    p.copy_(rn(p, 0.3, 1.0))
+            elif leaf == "bias":  # LayerNorm biases and Linear biases
+                p.copy_(rn(p, 0.2))
+            elif leaf == "alpha_p":  # xIELU raw params (softplus applied at runtime)
+                p.copy_(rn(p, 0.3, math.log(math.expm1(0.8))))
+            elif leaf == "alpha_n":
+                p.copy_(rn(p, 0.3, math.log(math.expm1(0.8 - 0.5))))
+        for name, b in model.named_buffers():
+            if name.endswith("act_fn.beta"):
+                b.copy_(rn(b, 0.1, 0.5))
+
+
+def build_model(model_type: str, seed: int = 0, **overrides):
+    cfg_kw = family_config(model_type)
+    cfg_kw.update(overrides)
+    config = AutoConfig.for_model(model_type, **cfg_kw)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.eval()
+    _randomize(model, model_type, torch.Generator().manual_seed(seed + 1))
+    return model
+
+
+def save_dense(out_dir, model_type: str, seed: int = 0, **overrides) -> Path:
+    """Build the tiny random model (see module doc) and save_pretrained it (safetensors) to out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = build_model(model_type, seed, **overrides)
+    model.save_pretrained(out)
+    save_tokenizer(out, vocab_size=384)
+    return out
