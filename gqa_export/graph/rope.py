@@ -14,11 +14,37 @@ float32 as HF does, so the tables equal HF's cos/sin up to float rounding.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from gqa_export.errors import InputError
-from gqa_export.graph.dims import RopeConfig
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    rope_type: str
+    theta: float
+    rotary_dim: int
+    params: dict[str, Any]  # the scaling parameters (factor, low_freq_factor, ...)
+    interleaved: bool = False  # GPT-J style pairs (2i, 2i+1) instead of rotate-half (i, i + rotary/2)
+
+
+def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) -> RopeConfig:
+    if params is None:
+        params = getattr(config, "rope_parameters", None)
+    if not params:
+        params = dict(getattr(config, "rope_scaling", None) or {})
+        if getattr(config, "rope_theta", None) is not None:
+            params.setdefault("rope_theta", config.rope_theta)
+    params = dict(params)
+    rope_type = str(params.pop("rope_type", params.pop("type", "default")))
+    theta = float(params.pop("rope_theta", getattr(config, "rope_theta", None) or 10000.0))
+    partial = float(params.pop("partial_rotary_factor", getattr(config, "partial_rotary_factor", None) or 1.0))
+    if rope_type == "proportional":  # Gemma-4: a full-width table whose tail frequencies are 0
+        return RopeConfig(rope_type, theta, head_dim, {**params, "partial_rotary_factor": partial})
+    return RopeConfig(rope_type, theta, int(head_dim * partial), params)
 
 
 def _base_inv_freq(rope: RopeConfig) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.dims import RopeConfig
+from gqa_export.graph.rope import RopeConfig
 
 
 def rope_tables(

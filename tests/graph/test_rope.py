@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from conftest import LLAMA3_ROPE
 
-from gqa_export.graph.dims import read_rope
-from gqa_export.graph.rope import cos_sin_tables
+from gqa_export.graph.rope import cos_sin_tables, read_rope
 
 ROPES = {
     "default": {"rope_type": "default", "rope_theta": 10000.0},
