@@ -2,7 +2,8 @@
 
 A local folder is used in place. A Hub id goes through `huggingface_hub.snapshot_download` into
 the normal HF cache, fetching only what an export needs (config, generation config, safetensors
-and their index, tokenizer files) and never pickle weights. `HF_TOKEN` and `HF_HUB_OFFLINE` are
+and their index, tokenizer files, and the model card and license files a release carries) and
+never pickle weights. `HF_TOKEN` and `HF_HUB_OFFLINE` are
 honoured by huggingface_hub itself.
 """
 
@@ -32,6 +33,13 @@ ALLOW_PATTERNS = [
     *TOKENIZER_FILES,
     "chat_template.jinja",
     "chat_template.json",
+    # the model card and license files a release carries over (a few KB)
+    "README.md",
+    "LICENSE*",
+    "LICENCE*",
+    "COPYING*",
+    "NOTICE*",
+    "USE_POLICY*",
 ]
 
 

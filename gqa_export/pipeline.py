@@ -7,15 +7,12 @@ output folder before the download, recipe/architecture/shards before the graph i
 from __future__ import annotations
 
 import json
-import platform
 import time
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
-from importlib import metadata
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gqa_export import __version__
 from gqa_export.arch import ArchSpec, get_spec
 from gqa_export.errors import InputError
 from gqa_export.fetch import Source, resolve_source
@@ -27,13 +24,13 @@ from gqa_export.graph.params import Params
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
 from gqa_export.graph_facts import graph_facts
 from gqa_export.lints import check_written
+from gqa_export.manifest import created_at, environment_entry, finalize, recipe_entry, source_entry, tool_entry
 from gqa_export.optimize import OptimizeReport, optimize
 from gqa_export.package import (
     StagedPackage,
     check_output,
     copy_tokenizer,
     external_count,
-    file_digests,
     save_models,
     shared_initializers,
     write_json,
@@ -50,13 +47,30 @@ from gqa_export.quantize import (
     quantize,
 )
 from gqa_export.recipes import Recipe, builtin_recipes, load_recipe, match_recipe
-from gqa_export.run import GenerationResult, cuda_device_available, smoke_run
+from gqa_export.run import GenerationResult, runnable_ep, smoke_run
 from gqa_export.weights import WeightStore
 
-DEPENDENCIES = (
-    "onnx", "onnx-ir", "onnxscript", "onnxruntime", "onnxruntime-gpu", "onnxruntime-genai",
-    "onnxruntime-genai-cuda", "transformers", "huggingface-hub", "safetensors", "numpy",
-)  # fmt: skip
+
+class Checkpoint:
+    """A resolved checkpoint: the folder, its config.json, and (read on first use) its HF config,
+    generation config and weight store. A release opens it once for all of its variants: one
+    fetch, one parse, one set of memory-mapped shards whose pages every variant reuses."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.raw_config = _read_json(source.model_dir / "config.json")
+
+    @cached_property
+    def configs(self) -> tuple[Any, dict[str, Any] | None]:
+        return _read_configs(self.source.model_dir)
+
+    @cached_property
+    def store(self) -> WeightStore:
+        return WeightStore.open(self.source.model_dir)
+
+
+def open_checkpoint(model: str, revision: str | None = None, reporter: Reporter | None = None) -> Checkpoint:
+    return Checkpoint(resolve_source(model, revision, reporter))
 
 
 @dataclass(frozen=True)
@@ -118,7 +132,8 @@ class BuildResult:
         }
 
 
-def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
+def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Checkpoint | None = None) -> BuildResult:
+    """Export one package. `checkpoint`: an already opened source (a release's), else `opts.model`."""
     reporter = reporter or NullReporter()
     started = time.perf_counter()
     if opts.ep not in SUPPORTED:
@@ -128,13 +143,14 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     check_output(opts.output, opts.overwrite)
     user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
 
-    source = resolve_source(opts.model, opts.revision, reporter)
+    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)
+    source = checkpoint.source
     reporter.stage("build")
-    raw = _read_json(source.model_dir / "config.json")
-    hf_config, generation = _read_configs(source.model_dir) if user_recipe else (None, None)
-    recipe = user_recipe or _match(raw, source.model_dir)
-    if hf_config is None:
-        hf_config, generation = _read_configs(source.model_dir)
+    if user_recipe:  # a config transformers cannot read fails before a custom recipe is used
+        checkpoint.configs  # noqa: B018
+    # an unknown architecture is named before transformers is asked about it
+    recipe = user_recipe or _match(checkpoint.raw_config, source.model_dir)
+    hf_config, generation = checkpoint.configs
     text_config = _text_config(hf_config)
     outer = hf_config if text_config is not hf_config else None
     if opts.settings and user_recipe is None:
@@ -142,7 +158,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
     recipe = recipe.for_ep(opts.ep)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
     dims = read_dims(text_config, get_spec(recipe.arch), recipe.model, generation, outer)
-    store = WeightStore.open(source.model_dir)
+    store = checkpoint.store
     spec = get_spec(recipe.arch).bind(store)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
     # stored lm_head that differs from the embedding is never tied, whatever the flag says).
@@ -219,10 +235,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None) -> BuildResult:
             notes.append(f"logits vs float: {report['logits_vs_float']}")
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
         manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None)
-        manifest["files"] = file_digests(staged.path)  # every file but the manifest, the report included
-        write_json(staged.path / "manifest.json", manifest)
+        finalize(staged.path, manifest)  # every file hashed (the report included), then the manifest
         _lint_own_package(staged.path, source.model_dir, notes, reporter)
-        smoke = _smoke(staged.path, opts, plan, reporter, notes) if opts.smoke else None
+        smoke = _smoke(staged.path, reporter, notes) if opts.smoke else None
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
     return BuildResult(output, source, recipe.name, attention.mode, opts.ep, plan.name, max_length, files,
@@ -308,22 +323,13 @@ def _max_length(requested: int | None, dims: ModelDims) -> int:
     return requested
 
 
-def _smoke(
-    folder: Path, opts: BuildOptions, plan: PrecisionPlan, reporter: Reporter, notes: list[str]
-) -> GenerationResult | None:
-    ep = opts.ep
-    if ep == "cuda" and not cuda_device_available():
-        shared = "shared_initializers" in json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
-        if not plan.runs_on_cpu or shared:
-            what = plan.name if plan.nbits is None else f"{plan.name} with bf16 activations"
-            if shared:
-                what = "a package with decoder.shared_initializers (GPU only in onnxruntime-genai)"
-            notes.append(f"no usable CUDA GPU here and {what} does not run on CPU: smoke run skipped")
-            reporter.note(notes[-1])
-            return None
-        notes.append("no usable CUDA GPU here: smoke-running on CPU instead")
+def _smoke(folder: Path, reporter: Reporter, notes: list[str]) -> GenerationResult | None:
+    ep, note = runnable_ep(folder)
+    if note is not None:
+        notes.append(note if ep is not None else f"{note}: smoke run skipped")
         reporter.note(notes[-1])
-        ep = "cpu"
+    if ep is None:
+        return None
     reporter.stage(f"smoke-run on {ep}")
     return smoke_run(folder, ep)
 
@@ -333,10 +339,10 @@ def _manifest(
     opt_report: OptimizeReport, attention: AttentionPlan, quant_report: QuantizeReport,
 ) -> dict[str, Any]:  # fmt: skip
     return {
-        "tool": {"name": "gqa-export", "version": __version__},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "source": {"id": source.source_id, "revision": source.revision, "local": source.is_local},
-        "recipe": {**recipe.as_dict(), "path": str(recipe.path)},
+        "tool": tool_entry(),
+        "created": created_at(),
+        "source": source_entry(source),
+        "recipe": recipe_entry(recipe),
         "options": {
             "ep": opts.ep,
             "precision": plan.name,
@@ -346,11 +352,11 @@ def _manifest(
             "attention_reason": attention.reason,
             "bidirectional_token_ids": list(attention.bidirectional_ids),
             "graphs": [g.filename for g in attention.graphs],
+            "settings": list(opts.settings),
             "smoke": opts.smoke,
         },
         "optimize": asdict(opt_report),
-        "dependencies": _versions(),
-        "python": platform.python_version(),
+        **environment_entry(),
     }
 
 
@@ -368,13 +374,3 @@ def _model_manifest(dims: ModelDims, text_config: Any, spec: ArchSpec, multimoda
             else "whole model"
         ),
     }
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for name in DEPENDENCIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out

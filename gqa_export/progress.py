@@ -41,3 +41,23 @@ class NullReporter:
 
     def download_bar(self) -> type | None:
         return None
+
+
+class PrefixedReporter:
+    """Another reporter's stages and notes, each prefixed (a release's "[2/4 cuda/cuda-fp16]")."""
+
+    def __init__(self, inner: Reporter, prefix: str) -> None:
+        self.inner = inner
+        self.prefix = prefix
+
+    def stage(self, name: str) -> None:
+        self.inner.stage(f"{self.prefix} {name}")
+
+    def note(self, message: str) -> None:
+        self.inner.note(f"{self.prefix} {message}")
+
+    def task(self, description: str, total: int | None) -> AbstractContextManager[Advance]:
+        return self.inner.task(description, total)
+
+    def download_bar(self) -> type | None:
+        return self.inner.download_bar()

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from gqa_export.errors import InputError
+from gqa_export.yaml_schema import compose, validate
 
 ATTENTION_MODES = ("gqa", "bias", "split", "auto")
 EPS = ("cpu", "cuda")
@@ -89,8 +90,7 @@ _ATTENTION = {
     # uploads them once for both sessions (opt-in: read from the runtime's code, not run on a GPU)
     "split_shared_weights": bool,
 }
-# A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
-# list of that), or a dict of key -> node. Keys ending in "!" are required.
+# Schema nodes: see yaml_schema.py.
 SCHEMA: dict[str, Any] = {
     "name!": str,
     "description": str,
@@ -205,15 +205,7 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         raise InputError(f"cannot read recipe {path}: {exc.strerror}") from None
     if settings:
         text = _apply_settings(text, path, settings)
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    if node is None:
-        raise InputError(f"{path}: the recipe is empty")
-    data = _validate(node, SCHEMA, path, "")
+    data = validate(compose(text, path, "recipe"), SCHEMA, path)
     attention = data.get("attention", {})
     model = data.get("model", {})
     return Recipe(
@@ -280,40 +272,3 @@ def match_recipe(model_type: str, architecture: str | None, recipes: list[Recipe
         f"unsupported architecture {architecture or '?'} (model_type '{model_type}'); "
         f"supported: {names}; for a custom model pass --recipe FILE"
     )
-
-
-def _validate(node: yaml.Node, schema: Any, path: Path, key: str) -> Any:
-    where = f"{path}:{node.start_mark.line + 1}: {key or '<top>'}"
-    if isinstance(schema, dict):
-        if not isinstance(node, yaml.MappingNode):
-            raise InputError(f"{where}: expected a mapping")
-        allowed = {k.rstrip("!"): v for k, v in schema.items()}
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            name = key_node.value
-            full = f"{key}.{name}" if key else name
-            if name not in allowed:
-                raise InputError(
-                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{full}' (allowed here: {', '.join(allowed)})"
-                )
-            out[name] = _validate(value_node, allowed[name], path, full)
-        for k in schema:
-            if k.endswith("!") and k[:-1] not in out:
-                raise InputError(f"{where}: missing required key '{k[:-1]}'")
-        return out
-    if isinstance(schema, list):
-        if not isinstance(node, yaml.SequenceNode):
-            raise InputError(f"{where}: expected a list")
-        return [_validate(item, schema[0], path, f"{key}[{i}]") for i, item in enumerate(node.value)]
-    if not isinstance(node, yaml.ScalarNode):
-        raise InputError(f"{where}: expected a single value")
-    value = yaml.safe_load(yaml.serialize(node))
-    if isinstance(schema, tuple):
-        if value not in schema:
-            raise InputError(f"{where}: expected one of {', '.join(schema)}, got {value!r}")
-        return value
-    if schema is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if (schema is int and isinstance(value, bool)) or not isinstance(value, schema):
-        raise InputError(f"{where}: expected {schema.__name__}, got {value!r}")
-    return value

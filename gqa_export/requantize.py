@@ -19,7 +19,8 @@ import onnx_ir as ir
 from gqa_export.errors import InputError
 from gqa_export.inspect import load_package
 from gqa_export.lints import check_written
-from gqa_export.package import StagedPackage, check_output, file_digests, save_models, write_json
+from gqa_export.manifest import DIGEST_KEY, created_at, finalize
+from gqa_export.package import StagedPackage, check_output, save_models, write_json
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant_report import build_report, logit_error
 from gqa_export.quantize import (
@@ -101,9 +102,13 @@ def requantize(
             "precision": plan.name,
             "quantization": quantization_manifest(plan, quant_report),
         }
-        manifest["quantized_from"] = {"package": str(package.resolve()), "precision": source_precision}
-        manifest["files"] = file_digests(staged.path)
-        write_json(staged.path / "manifest.json", manifest)
+        manifest["created"] = created_at()
+        manifest["quantized_from"] = {
+            "package": package.resolve().name,
+            "precision": source_precision,
+            "manifest_digest": manifest.pop(DIGEST_KEY, None),
+        }
+        finalize(staged.path, manifest)
         check_written(staged.path)
         result_smoke = smoke_run(staged.path, "cpu") if smoke and plan.runs_on_cpu else None
         out = staged.commit()

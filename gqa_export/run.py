@@ -52,6 +52,46 @@ def cuda_device_available() -> bool:
     return False
 
 
+def package_ep(package: Path) -> str:
+    """The EP a package was built for: cuda when its decoder session lists the CUDA provider."""
+    config = read_json(package / "genai_config.json") or {}
+    session = ((config.get("model") or {}).get("decoder") or {}).get("session_options") or {}
+    providers = [next(iter(p), None) for p in session.get("provider_options") or [] if isinstance(p, dict)]
+    return "cuda" if "cuda" in providers else "cpu"
+
+
+def runnable_ep(package: Path) -> tuple[str | None, str | None]:
+    """Where this machine can run the package: (ep, note), or (None, why not).
+
+    A CUDA package runs on CPU when no GPU is usable and its dtypes have CPU kernels: fp16 does
+    (ORT CPU runs fp16 graphs), bf16 activations do not, and decoder.shared_initializers is GPU
+    only in onnxruntime-genai (it reads them into device memory)."""
+    if package_ep(package) == "cpu":
+        return "cpu", None
+    if cuda_device_available():
+        return "cuda", None
+    config = read_json(package / "genai_config.json") or {}
+    decoder = (config.get("model") or {}).get("decoder") or {}
+    if "shared_initializers" in decoder:
+        return None, "a package with decoder.shared_initializers runs only on a CUDA GPU, and none is usable here"
+    if _has_bf16_io(package, decoder):
+        return None, "bf16 activations have no CPU kernels and no CUDA GPU is usable here"
+    return "cpu", "no usable CUDA GPU here: running the CUDA package on CPU"
+
+
+def _has_bf16_io(package: Path, decoder: dict[str, Any]) -> bool:
+    import onnx
+
+    files = [decoder.get("filename")] + [next(iter(s.values())).get("filename") for s in decoder.get("pipeline") or []]
+    for name in filter(None, files):
+        if not (package / name).is_file():
+            continue
+        graph = onnx.load(str(package / name), load_external_data=False).graph
+        if any(v.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16 for v in [*graph.input, *graph.output]):
+            return True
+    return False
+
+
 def load(package: Path, ep: str):  # -> og.Model
     import onnxruntime_genai as og
 

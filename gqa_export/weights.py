@@ -56,6 +56,9 @@ class WeightStore:
                     )
         return cls(tensors)
 
+    def names(self) -> list[str]:
+        return list(self._tensors)
+
     def __contains__(self, name: str) -> bool:
         return name in self._tensors
 

@@ -46,7 +46,13 @@ def test_build_json_package_and_manifest(checkpoints, tmp_path):
     }
     assert expected <= set(report["files"]) and report["total_bytes"] == sum(report["files"].values())
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["source"]["id"] == str(checkpoints.get("gqa")) and manifest["source"]["local"] is True
+    # no local path in the package: the folder's name and its config's hash name the source
+    assert manifest["source"]["id"] == "gqa" and manifest["source"]["local"] is True
+    assert (
+        manifest["source"]["config_sha256"]
+        == hashlib.sha256((checkpoints.get("gqa") / "config.json").read_bytes()).hexdigest()
+    )
+    assert manifest["recipe"]["builtin"] is True and "path" not in manifest["recipe"]
     assert manifest["recipe"]["name"] == "llama" and manifest["options"]["precision"] == "fp32"
     assert {"onnx", "onnxruntime-genai-cuda", "transformers"} <= set(manifest["dependencies"]) or {
         "onnx",

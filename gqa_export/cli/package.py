@@ -1,0 +1,140 @@
+"""`inspect`, `run` and `recipes`: commands that read a package or the recipes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from gqa_export.cli.app import (
+    app,
+    err,
+    fail,
+    out,
+)
+from gqa_export.errors import GqaExportError
+
+
+@app.command("inspect")
+def inspect_command(
+    path: Annotated[Path, typer.Argument(help="Package folder, genai_config.json or a bare .onnx file.")],
+    source: Annotated[
+        Optional[Path], typer.Option("--source", help="HF model folder to cross-check (config, generation_config).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: summary, layers, findings.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too (exit 1).")] = False,
+) -> None:
+    """Describe a package (I/O, attention per layer, KV layout) and lint it. Exit 1 on errors."""
+    from gqa_export.inspect_report import inspect_package
+
+    try:
+        report = inspect_package(path, source)
+    except GqaExportError as exc:
+        raise fail(exc) from None
+    if as_json:
+        print(json.dumps(report))
+    else:
+        from gqa_export.render import inspect_report
+
+        inspect_report(out, report)
+    failing = {"error", "warning"} if strict else {"error"}
+    if any(f["severity"] in failing for f in report["findings"]):
+        raise typer.Exit(code=1)
+
+
+@app.command("run")
+def run_command(
+    path: Annotated[Path, typer.Argument(help="Package folder.")],
+    prompt: Annotated[Optional[str], typer.Option("--prompt", help="Prompt text, or - to read stdin.")] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Tokens to generate at most.")] = 128,
+    ep: Annotated[str, typer.Option("--ep", help="cpu or cuda.")] = "cpu",
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sample with this temperature.")] = None,
+    top_p: Annotated[Optional[float], typer.Option("--top-p", help="Nucleus sampling.")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Top-k sampling.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed for sampling.")] = None,
+    chat: Annotated[bool, typer.Option("--chat", help="Apply the tokenizer's chat template.")] = False,
+    system: Annotated[Optional[str], typer.Option("--system", help="System message (implies --chat).")] = None,
+    interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Multi-turn chat on stdin.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming.")] = False,
+) -> None:
+    """Generate from a package with onnxruntime-genai, streaming text as it comes."""
+    from gqa_export.chat import Session
+
+    if not interactive and prompt is None:
+        raise fail(GqaExportError("pass --prompt TEXT (or --prompt - to read stdin), or --interactive"))
+    if ep not in ("cpu", "cuda"):
+        raise fail(GqaExportError(f"unknown --ep '{ep}'; choose cpu or cuda"))
+    text = sys.stdin.read() if prompt == "-" else prompt
+    try:
+        session = Session(
+            path,
+            ep,
+            max_new_tokens,
+            (temperature, top_p, top_k, seed),
+            chat or system is not None or interactive,
+            system,
+        )
+    except GqaExportError as exc:
+        raise fail(exc) from None
+    if interactive:
+        session.interactive(sys.stdin, lambda piece: out.print(piece, end="", markup=False, highlight=False), err)
+        return
+    assert text is not None
+    result = session.turn(text, None if as_json else (lambda piece: print(piece, end="", flush=True)))
+    if as_json:
+        print(json.dumps(session.result_json(result)))
+        return
+    print()
+    err.print(
+        f"[dim]{result.prompt_tokens} prompt tokens, {len(result.tokens)} new tokens, "
+        f"prefill {result.prefill_ms:.1f} ms, {result.decode_tokens_per_s:.1f} tok/s[/]"
+    )
+
+
+recipes_app = typer.Typer(help="List the built-in recipes or show one.", invoke_without_command=True)
+app.add_typer(recipes_app, name="recipes")
+
+
+@recipes_app.callback()
+def recipes_list(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the recipes as JSON.")] = False,
+) -> None:
+    """Table of recipes: name, model types, default attention, EPs and default precisions."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from gqa_export.recipes import builtin_recipes
+
+    recipes = builtin_recipes()
+    if as_json:
+        print(json.dumps([r.as_dict() for r in recipes]))
+        return
+    table = Table("name", "model types", "attention", "EPs (default precision)")
+    for r in recipes:
+        eps = ", ".join(f"{ep} ({prec})" for ep, prec in r.default_precision.items())
+        table.add_row(r.name, ", ".join(r.model_types), r.attention.mode, eps)
+    out.print(table)
+
+
+@recipes_app.command("show")
+def recipes_show(
+    name: Annotated[str, typer.Argument(help="Recipe name (see `gqa-export recipes`).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of YAML.")] = False,
+) -> None:
+    """Print one recipe with every default resolved."""
+    import yaml
+
+    from gqa_export.recipes import find_recipe
+
+    try:
+        data = find_recipe(name).as_dict()
+    except GqaExportError as exc:
+        raise fail(exc) from None
+    print(
+        json.dumps(data, indent=2) if as_json else yaml.safe_dump(data, sort_keys=False),
+        end="" if not as_json else "\n",
+    )

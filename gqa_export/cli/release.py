@@ -1,0 +1,162 @@
+"""`release`, `verify` and `eval`: publishing several variants, checking and measuring packages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from gqa_export.cli.app import RichReporter, app, fail, out, quiet_hub
+from gqa_export.errors import GqaExportError
+from gqa_export.render import size
+
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")]
+Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")]
+
+
+@app.command("release")
+def release_command(
+    spec: Annotated[Path, typer.Argument(help="Release spec YAML: source, variants, eval text, gates.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Release folder to create (the repo root).")],
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing release folder.")] = False,
+    as_json: AsJson = False,
+    quiet: Quiet = False,
+) -> None:
+    """Export every variant of SPEC from one fetch into OUTPUT, all or nothing, with a model card."""
+    from gqa_export.release import load_spec, release
+
+    quiet_hub(quiet or as_json)
+    try:
+        result = release(load_spec(spec), output, overwrite, RichReporter(quiet or as_json))
+    except GqaExportError as exc:
+        raise fail(exc) from None
+    summary = result.as_json()
+    if as_json:
+        print(json.dumps(summary))
+        return
+    if quiet:
+        return
+    table = Table("variant", "attention", "size", "perplexity", "time")
+    for v in summary["variants"]:
+        evaluation = v.get("eval") or {}
+        ppl = f"{evaluation['perplexity']:.4g}" if "perplexity" in evaluation else "-"
+        if "perplexity_increase_pct" in evaluation:
+            ppl += f" ({evaluation['perplexity_increase_pct']:+.2f}%)"
+        table.add_row(v["path"], v["attention"], size(v["bytes"]), ppl, f"{v['seconds']:.1f} s")
+    out.print(table)
+    out.print(f"{summary['output']}: {size(summary['total_bytes'])} in {summary['seconds']:.1f} s")
+
+
+@app.command("verify")
+def verify_command(
+    path: Annotated[Path, typer.Argument(help="A package folder, or a release folder (with release.json).")],
+    smoke: Annotated[bool, typer.Option("--smoke", help="Also generate a few tokens with each package.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Lint warnings fail too (exit 1).")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Recompute every hash, look for missing or extra files, lint; exit 1 on any problem."""
+    from gqa_export.verify import failing, verify
+
+    try:
+        report = verify(path, smoke)
+    except GqaExportError as exc:
+        raise fail(exc) from None
+    if as_json:
+        print(json.dumps(report))
+    else:
+        _print_verify(report)
+    if failing(report, strict):
+        raise typer.Exit(code=1)
+
+
+def _print_verify(report: dict[str, Any]) -> None:
+    for problem in report["problems"]:
+        out.print(f"[red]✗[/] {problem}", highlight=False)
+    for package in report["packages"]:
+        for problem in package["problems"]:
+            out.print(f"[red]✗[/] {problem}", highlight=False)
+        for finding in package["findings"]:
+            if finding["severity"] in ("error", "warning"):
+                color = "red" if finding["severity"] == "error" else "yellow"
+                out.print(f"[{color}]{finding['severity']}[/] {package['path']}: {finding['id']}: {finding['message']}")
+        smoke = package.get("smoke")
+        if smoke is not None:
+            ran = f"{smoke['new_tokens']} tokens on {smoke['ep']}" if smoke["ran"] else f"not run ({smoke['note']})"
+            out.print(f"  {package['path']}: smoke run {ran}", highlight=False)
+    count = len(report["packages"])
+    verdict = "[green]ok[/]" if report["ok"] else "[red]FAILED[/]"
+    out.print(f"{verdict}: {report['kind']} {report['path']} ({count} package{'s' if count != 1 else ''})")
+
+
+@app.command("eval")
+def eval_command(
+    path: Annotated[Path, typer.Argument(help="Package folder to evaluate.")],
+    text: Annotated[Path, typer.Option("--text", help="UTF-8 text file to compute perplexity over.")],
+    reference: Annotated[
+        Optional[Path],
+        typer.Option("--reference", help="Another package, or an HF folder (needs torch), to compare against."),
+    ] = None,
+    max_ppl_increase: Annotated[
+        Optional[float],
+        typer.Option("--max-ppl-increase", help="Gate: exit 1 when perplexity exceeds the reference's by more (%)."),
+    ] = None,
+    window: Annotated[
+        Optional[int], typer.Option("--window", help="Tokens per window (default min(max_length, 1024)).")
+    ] = None,
+    stride: Annotated[
+        Optional[int], typer.Option("--stride", help="Tokens between window starts (default window/2).")
+    ] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Score only the first N tokens.")] = None,
+    ep: Annotated[
+        Optional[str], typer.Option("--ep", help="cpu or cuda (default: where the package runs here).")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Perplexity and next-token accuracy of a package over a text, optionally against a reference."""
+    from gqa_export.evaluate import evaluate, read_text
+
+    if ep is not None and ep not in ("cpu", "cuda"):
+        raise fail(GqaExportError(f"unknown --ep '{ep}'; choose cpu or cuda"))
+    _quiet_transformers()
+    try:
+        report = evaluate(path, read_text(text), reference, window, stride, max_tokens, max_ppl_increase, ep)
+    except GqaExportError as exc:
+        raise fail(exc) from None
+    if as_json:
+        print(json.dumps(report))
+    else:
+        _print_eval(report)
+    if not report["passed"]:
+        raise typer.Exit(code=1)
+
+
+def _print_eval(report: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_row("package", f"{report['path']} ({report['ep']})")
+    scored = f"{report['scored']} scored, window {report['window']}, stride {report['stride']}"
+    table.add_row("tokens", f"{report['tokens']} ({scored})")
+    table.add_row("perplexity", f"{report['perplexity']:.4f}")
+    table.add_row("next-token accuracy", f"{report['accuracy']:.2%}")
+    if "reference" in report:
+        ref, delta = report["reference"], report["delta"]
+        measured = f"perplexity {ref['perplexity']:.4f}, accuracy {ref['accuracy']:.2%}"
+        table.add_row("reference", f"{ref['path']} ({ref['kind']}): {measured}")
+        table.add_row("perplexity increase", f"{delta['perplexity_increase_pct']:+.3f}%")
+        table.add_row("accuracy delta", f"{delta['accuracy_delta']:+.2%}")
+        table.add_row("top-1 agreement", f"{delta['top1_agreement']:.2%}")
+    if "gate" in report:
+        gate = report["gate"]
+        verdict = "[green]passed[/]" if gate["passed"] else "[red]FAILED[/]"
+        table.add_row("gate", f"{verdict} (at most +{gate['max_ppl_increase_pct']:g}%)")
+    out.print(table)
+
+
+def _quiet_transformers() -> None:
+    """transformers' weight-loading bars and advisories would interleave with the report."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()

@@ -1,0 +1,204 @@
+"""`gqa-export release`: every variant of a spec from one fetch, all or nothing.
+
+The checkpoint is fetched and opened once (`pipeline.Checkpoint`): one config parse, one set of
+memory-mapped shards whose pages every variant reads again from memory. Variants are exported one
+after another, so peak memory is the largest single variant's, not the sum; reading a tensor from
+the mapped shards is a few percent of a variant's export (benchmarks/results/release.md), which is
+why weights are not held to fan them out to several variants at once.
+
+Everything is written into a hidden staging folder next to `-o` and renamed into place only when
+every variant exported, passed its lints and smoke run, and met its perplexity gate; any failure
+(or Ctrl-C) removes it, so the output root never holds half a release.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gqa_export.errors import GqaExportError, InputError
+from gqa_export.evaluate import Scores, check_window, compare, read_text, score, tokenize
+from gqa_export.manifest import (
+    MANIFEST,
+    created_at,
+    environment_entry,
+    sealed_problems,
+    sha256_file,
+    source_entry,
+    tool_entry,
+    write_sealed,
+)
+from gqa_export.package import StagedPackage, check_output, file_digests
+from gqa_export.pipeline import BuildResult, Checkpoint, build, open_checkpoint
+from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
+from gqa_export.release.card import card_info, copy_license_files, write_card
+from gqa_export.release.spec import ReleaseSpec, Variant
+from gqa_export.run import runnable_ep
+from gqa_export.verify import RELEASE
+
+FORMAT = "gqa-export-release/1"
+SIGNIFICANT = 6  # digits of the perplexities in release.json: stable across reruns on one machine
+
+
+class ReleaseError(GqaExportError):
+    """A variant failed (export, lints, smoke run or gate): nothing was published."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class ReleaseResult:
+    output: Path
+    builds: list[BuildResult]
+    variants: list[dict[str, Any]]  # release.json's entries
+    seconds: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "output": str(self.output),
+            "variants": [
+                {**v, "files": len(v["files"]), "seconds": round(b.seconds, 3), **_smoke(b)}
+                for v, b in zip(self.variants, self.builds, strict=True)
+            ],
+            "total_bytes": sum(v["bytes"] for v in self.variants),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def release(
+    spec: ReleaseSpec, output: Path, overwrite: bool = False, reporter: Reporter | None = None
+) -> ReleaseResult:
+    reporter = reporter or NullReporter()
+    started = time.perf_counter()
+    check_output(output, overwrite)
+    text = read_text(spec.eval.text) if spec.eval else None
+    checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
+    source = checkpoint.source
+    info = card_info(
+        source.model_dir, source.source_id, source.is_local, spec.license, spec.base_model, spec.name, spec.tags,
+        spec.file,
+    )  # fmt: skip
+    with StagedPackage(output, overwrite) as staged:
+        builds = [
+            _build_variant(variant, i, len(spec.variants), staged.path, checkpoint, reporter, output)
+            for i, variant in enumerate(spec.variants)
+        ]
+        evals, measured = _evaluate(spec, text, staged.path, reporter, output) if text is not None else ({}, None)
+        entries = [_entry(staged.path, v, b, evals.get(v.path)) for v, b in zip(spec.variants, builds, strict=True)]
+        reporter.stage("model card and release.json")
+        write_card(staged.path, info, entries, evaluated=spec.eval is not None)
+        copy_license_files(source.model_dir, staged.path)
+        document = {
+            "format": FORMAT,
+            "tool": tool_entry(),
+            "created": created_at(),
+            "source": source_entry(source),
+            "name": info.title,
+            "base_model": info.base_model,
+            "license": info.license,
+            "eval": measured,
+            "variants": entries,
+            "files": {name: entry for name, entry in file_digests(staged.path).items() if name != RELEASE},
+            **environment_entry(),
+        }
+        write_sealed(staged.path / RELEASE, document)
+        committed = staged.commit()
+    return ReleaseResult(committed, builds, entries, time.perf_counter() - started)
+
+
+def _build_variant(
+    variant: Variant, index: int, total: int, root: Path, checkpoint: Checkpoint, reporter: Reporter, output: Path
+) -> BuildResult:
+    prefixed = PrefixedReporter(reporter, f"[{index + 1}/{total} {variant.path}]")
+    try:
+        return build(replace(variant.options, output=root / variant.path), prefixed, checkpoint)
+    except GqaExportError as exc:
+        kind = InputError if isinstance(exc, InputError) else ReleaseError
+        raise kind(f"variant {variant.path} failed: {exc} (nothing was written to {output})") from exc
+
+
+def _evaluate(
+    spec: ReleaseSpec, text: str, root: Path, reporter: Reporter, output: Path
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Perplexity of every variant that runs here, compared with its reference, gates checked;
+    and release.json's record of what was measured."""
+    assert spec.eval is not None
+    # one window for all: the smallest any variant's max_length allows
+    window = min(check_window(root / v.path, spec.eval.window, spec.eval.stride)[0] for v in spec.variants)
+    window, stride = check_window(root / spec.variants[0].path, window, spec.eval.stride)
+    tokens = tokenize(root / spec.variants[0].path, text, spec.eval.max_tokens)
+    scores: dict[str, Scores] = {}
+    results: dict[str, dict[str, Any]] = {}
+    for variant in spec.variants:
+        folder = root / variant.path
+        ep, why = runnable_ep(folder)
+        if ep is None:
+            if variant.gate is not None:
+                raise ReleaseError(f"variant {variant.path} has a gate but cannot run here: {why}")
+            reporter.note(f"{variant.path}: not evaluated ({why})")
+            continue
+        reporter.stage(f"eval {variant.path} on {ep}")
+        try:
+            scores[variant.path] = score(folder, tokens, window, stride, ep)
+        except InputError as exc:
+            raise ReleaseError(f"variant {variant.path}: {exc} (nothing was written to {output})") from None
+        summary = scores[variant.path].summary()
+        results[variant.path] = _rounded({k: v for k, v in summary.items() if k not in ("path", "kind")})
+    for variant in spec.variants:
+        reference = scores.get(variant.reference) if variant.reference else None
+        if variant.path in scores and reference is not None:
+            delta = compare(scores[variant.path], reference)
+            results[variant.path].update(_rounded({**delta, "against": variant.reference}))
+        if variant.gate is None:
+            continue
+        if reference is None:
+            raise ReleaseError(f"variant {variant.path}: its gate's reference {variant.reference} cannot run here")
+        increase = results[variant.path]["perplexity_increase_pct"]
+        if increase > variant.gate.max_ppl_increase:
+            raise ReleaseError(
+                f"variant {variant.path}: perplexity {increase:+.2f}% over {variant.reference} exceeds its gate "
+                f"of {variant.gate.max_ppl_increase:g}% (nothing was written to {output})"
+            )
+    measured = {
+        "text": spec.eval.text.name,
+        "text_sha256": sha256_file(spec.eval.text),
+        "tokens": len(tokens),
+        "window": window,
+        "stride": stride,
+    }
+    return results, measured
+
+
+def _entry(root: Path, variant: Variant, result: BuildResult, evaluation: dict[str, Any] | None) -> dict[str, Any]:
+    """release.json's record of one variant: its options and every file with its hash."""
+    folder = root / variant.path
+    manifest, problems = sealed_problems(folder / MANIFEST)
+    assert manifest is not None and not problems, problems
+    files = file_digests(folder)
+    files[MANIFEST] = {"sha256": sha256_file(folder / MANIFEST), "bytes": (folder / MANIFEST).stat().st_size}
+    return {
+        "path": variant.path,
+        "ep": result.ep,
+        "precision": result.precision,
+        "attention": result.attention_mode,
+        "max_length": result.max_length,
+        "quantization": manifest["options"].get("quantization"),
+        "bytes": sum(f["bytes"] for f in files.values()),
+        "files": dict(sorted(files.items())),
+        "eval": evaluation,
+        "gate": None
+        if variant.gate is None
+        else {"max_ppl_increase_pct": variant.gate.max_ppl_increase, "against": variant.reference},
+    }
+
+
+def _rounded(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: float(f"{v:.{SIGNIFICANT}g}") if isinstance(v, float) else v for k, v in values.items()}
+
+
+def _smoke(result: BuildResult) -> dict[str, Any]:
+    if result.smoke is None:
+        return {"smoke": None}
+    return {"smoke": {"ep": result.smoke.ep, "tokens_per_s": round(result.smoke.decode_tokens_per_s, 2)}}

@@ -1,0 +1,258 @@
+"""The release spec: one YAML file naming a source and the variants to publish from it.
+
+    source: meta-llama/Llama-3.2-1B        # Hub id, or a folder (relative to this file)
+    revision: main                         # Hub branch, tag or commit
+    license: llama3.2                      # default: the source model card's
+    eval: {text: eval.txt}                 # perplexity of every variant (and the gates)
+    variants:
+      - {ep: cpu, precision: fp32}
+      - {ep: cpu, precision: int4, gate: {max_ppl_increase: 5}}
+      - {ep: cuda, precision: fp16}
+      - {ep: cuda, precision: int4, block_size: 128}
+
+Validated like recipes (file:line: key errors). Every variant's options are checked here, before
+anything is fetched, and each gets the folder the published ORT GenAI model repositories use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+
+import yaml
+
+from gqa_export.errors import InputError
+from gqa_export.fetch import looks_like_path
+from gqa_export.pipeline import BuildOptions
+from gqa_export.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
+from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
+from gqa_export.yaml_schema import compose, validate
+
+_VARIANT = {
+    "ep!": EPS,
+    "precision!": PRECISIONS,
+    "attention": ATTENTION_MODES,
+    "max_length": int,
+    "block_size": int,
+    "asymmetric": bool,
+    "quant_method": ("rtn", "search"),
+    "accuracy_level": int,
+    "keep_float": [str],
+    "quant_embeddings": bool,
+    "activations": ("fp32", "fp16", "bf16"),
+    "bidirectional_token_ids": [int],
+    "set": [str],
+    "path": str,
+    # fail the release when this variant's perplexity exceeds the float variant's by more than
+    # max_ppl_increase percent; `against` names another variant's path instead
+    "gate": {"max_ppl_increase!": float, "against": str},
+}
+SCHEMA = {
+    "source!": str,
+    "revision": str,
+    "name": str,
+    "base_model": str,
+    "license": str,
+    "tags": [str],
+    "recipe": str,
+    "set": [str],
+    "smoke": bool,
+    "eval": {"text!": str, "window": int, "stride": int, "max_tokens": int},
+    "variants!": [_VARIANT],
+}
+EP_FOLDERS = {"cpu": "cpu_and_mobile", "cuda": "cuda"}
+
+
+@dataclass(frozen=True)
+class Gate:
+    max_ppl_increase: float  # percent over the reference variant's perplexity
+
+
+@dataclass(frozen=True)
+class Variant:
+    path: str  # folder inside the release, POSIX style
+    options: BuildOptions  # output is set when the release is built
+    gate: Gate | None = None
+    reference: str | None = None  # the float variant evaluation compares this one with
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    text: Path
+    window: int | None = None
+    stride: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    file: Path
+    source: str
+    revision: str | None
+    variants: tuple[Variant, ...]
+    name: str | None = None
+    base_model: str | None = None
+    license: str | None = None
+    tags: tuple[str, ...] = ()
+    eval: EvalSpec | None = None
+    smoke: bool = True
+
+
+def load_spec(path: Path) -> ReleaseSpec:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read release spec {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"release spec {path} is not UTF-8 text") from None
+    node = compose(text, path, "release spec")
+    data = validate(node, SCHEMA, path)
+    lines = _variant_lines(node)
+    if not data["variants"]:
+        raise InputError(f"{path}:{lines.get(-1, 1)}: variants: the list is empty; name at least one variant")
+    base = path.resolve().parent
+    shared = BuildOptions(
+        model=_source(data["source"], base),
+        output=Path("."),
+        revision=data.get("revision"),
+        smoke=data.get("smoke", True),
+        recipe=base / data["recipe"] if "recipe" in data else None,
+    )
+    if data.get("revision") and shared.model != data["source"] and Path(shared.model).is_dir():
+        raise InputError(f"{path}: revision applies to Hub ids, but source '{data['source']}' is a local folder")
+    variants = [
+        _variant(item, shared, tuple(data.get("set", ())), f"{path}:{lines[i]}: variants[{i}]")
+        for i, item in enumerate(data["variants"])
+    ]
+    _check_paths(variants, path, lines)
+    variants = _with_gates(variants, data["variants"], path, lines)
+    evaluation = None
+    if "eval" in data:
+        e = data["eval"]
+        evaluation = EvalSpec(base / e["text"], e.get("window"), e.get("stride"), e.get("max_tokens"))
+        if not evaluation.text.is_file():
+            raise InputError(f"{path}: eval.text {e['text']} does not exist (paths are relative to the spec)")
+    elif any(v.gate for v in variants):
+        raise InputError(f"{path}: a variant has a gate but the spec has no eval.text to measure it on")
+    return ReleaseSpec(
+        file=path,
+        source=shared.model,
+        revision=shared.revision,
+        variants=tuple(variants),
+        name=data.get("name"),
+        base_model=data.get("base_model"),
+        license=data.get("license"),
+        tags=tuple(data.get("tags", ())),
+        eval=evaluation,
+        smoke=shared.smoke,
+    )
+
+
+def _source(source: str, base: Path) -> str:
+    """A folder relative to the spec, or a Hub id as written."""
+    local = (base / source).expanduser() if not Path(source).expanduser().is_absolute() else Path(source).expanduser()
+    if looks_like_path(source) or local.is_dir():
+        return str(local)
+    return source
+
+
+def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], where: str) -> Variant:
+    quant = QuantOptions(
+        block_size=item.get("block_size", 32),
+        asymmetric=item.get("asymmetric", False),
+        method=item.get("quant_method", "rtn"),
+        accuracy_level=item.get("accuracy_level"),
+        keep_float=tuple(item.get("keep_float", ())),
+        embeddings=item.get("quant_embeddings", False),
+        activations=item.get("activations"),
+    )
+    ep, precision = item["ep"], item["precision"]
+    try:
+        plan = plan_precision(ep, precision, quant)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    if plan.nbits is None and any(k in item for k in ("block_size", "asymmetric", "quant_method", "accuracy_level")):
+        raise InputError(f"{where}: quantization options apply to int4/int8 variants, not {precision}")
+    ids = item.get("bidirectional_token_ids")
+    options = replace(
+        shared,
+        ep=ep,
+        precision=precision,
+        max_length=item.get("max_length"),
+        attention=item.get("attention"),
+        settings=(*common_set, *item.get("set", ())),
+        bidirectional_ids=tuple(ids) if ids is not None else None,
+        quant=quant,
+    )
+    path = item.get("path") or folder_name(ep, precision, quant)
+    if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):
+        raise InputError(f"{where}: path '{path}' must be a relative folder inside the release")
+    return Variant(str(PurePosixPath(path)), options)
+
+
+def folder_name(ep: str, precision: str, quant: QuantOptions) -> str:
+    """The published ORT GenAI repositories' layout: `cpu_and_mobile/cpu-int4-rtn-block-32-acc-level-4`,
+    `cuda/cuda-fp16`, `cuda/cuda-int4-rtn-block-32`; options they do not name get a suffix."""
+    name = f"{ep}-{precision}"
+    if precision not in FLOAT_DTYPES:
+        level = quant.accuracy_level if quant.accuracy_level is not None else (4 if ep == "cpu" else 0)
+        name += f"-{quant.method}-block-{quant.block_size}"
+        name += "-asym" if quant.asymmetric else ""
+        name += f"-acc-level-{level}" if level else ""
+        if quant.activations not in (None, "fp32" if ep == "cpu" else "fp16"):
+            name += f"-{quant.activations}"
+    return f"{EP_FOLDERS[ep]}/{name}"
+
+
+def _check_paths(variants: list[Variant], path: Path, lines: dict[int, int]) -> None:
+    """No two variants in one folder, and none inside another's."""
+    for i, variant in enumerate(variants):
+        for j, other in enumerate(variants[:i]):
+            same = variant.path == other.path
+            if same or variant.path.startswith(other.path + "/") or other.path.startswith(variant.path + "/"):
+                raise InputError(
+                    f"{path}:{lines[i]}: variants[{i}] lands in {variant.path}, "
+                    f"{'the same folder as' if same else 'nested with'} variants[{j}] ({other.path}); "
+                    "give one of them a path:"
+                )
+
+
+def _with_gates(variants: list[Variant], items: list[dict], path: Path, lines: dict[int, int]) -> list[Variant]:
+    """Each quantized variant's reference: `gate.against`, else the float variant of the same EP
+    (fp32 first), else any float variant. A gate without a reference is an error."""
+    by_path = {v.path: v for v in variants}
+    floats = [v for v in variants if v.options.precision in FLOAT_DTYPES]
+    out = []
+    for i, (variant, item) in enumerate(zip(variants, items, strict=True)):
+        gate = item.get("gate")
+        where = f"{path}:{lines[i]}: variants[{i}].gate"
+        against = (gate or {}).get("against")
+        if against is not None and (against not in by_path or against == variant.path):
+            raise InputError(f"{where}: against '{against}' is not another variant's path ({', '.join(by_path)})")
+        if against is None and variant.options.precision not in FLOAT_DTYPES:
+            same_ep = sorted(
+                (v for v in floats if v.options.ep == variant.options.ep), key=lambda v: v.options.precision != "fp32"
+            )
+            against = next(iter(same_ep or floats), None)
+            against = against.path if against is not None else None
+        if gate is not None and against is None:
+            raise InputError(f"{where}: no float variant to compare against; add one or set gate.against")
+        out.append(
+            replace(
+                variant,
+                gate=Gate(float(gate["max_ppl_increase"])) if gate is not None else None,
+                reference=against,
+            )
+        )
+    return out
+
+
+def _variant_lines(node: yaml.Node) -> dict[int, int]:
+    """1-based line of each variant item (-1: the `variants` key itself)."""
+    for key, value in node.value if isinstance(node, yaml.MappingNode) else []:
+        if key.value == "variants":
+            lines = {-1: key.start_mark.line + 1}
+            if isinstance(value, yaml.SequenceNode):
+                lines.update({i: item.start_mark.line + 1 for i, item in enumerate(value.value)})
+            return lines
+    return {}

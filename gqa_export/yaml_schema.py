@@ -1,0 +1,71 @@
+"""YAML files checked against a small schema: recipes and release specs.
+
+Errors name the file, the line and the dotted key, so a user can jump straight to the mistake.
+The text is parsed with `yaml.compose` (nodes keep their line numbers) and only then turned into
+Python values, one scalar at a time with the safe loader: no tags, no arbitrary objects.
+
+A schema node is a type (str/bool/int/float), a tuple of allowed strings, a one-element list (a
+list of that), or a dict of key -> node. Keys ending in "!" are required.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gqa_export.errors import InputError
+
+
+def compose(text: str, path: Path, what: str) -> yaml.Node:
+    """The YAML node tree of `text`; one-line errors for bad YAML or an empty file."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if node is None:
+        raise InputError(f"{path}: the {what} is empty")
+    return node
+
+
+def validate(node: yaml.Node, schema: Any, path: Path, key: str = "") -> Any:
+    """The plain Python value of `node`, checked against `schema`."""
+    where = f"{path}:{node.start_mark.line + 1}: {key or '<top>'}"
+    if isinstance(schema, dict):
+        if not isinstance(node, yaml.MappingNode):
+            raise InputError(f"{where}: expected a mapping")
+        allowed = {k.rstrip("!"): v for k, v in schema.items()}
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            name = key_node.value
+            full = f"{key}.{name}" if key else name
+            if name not in allowed:
+                raise InputError(
+                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{full}' (allowed here: {', '.join(allowed)})"
+                )
+            if name in out:
+                raise InputError(f"{path}:{key_node.start_mark.line + 1}: key '{full}' is given twice")
+            out[name] = validate(value_node, allowed[name], path, full)
+        for k in schema:
+            if k.endswith("!") and k[:-1] not in out:
+                raise InputError(f"{where}: missing required key '{k[:-1]}'")
+        return out
+    if isinstance(schema, list):
+        if not isinstance(node, yaml.SequenceNode):
+            raise InputError(f"{where}: expected a list")
+        return [validate(item, schema[0], path, f"{key}[{i}]") for i, item in enumerate(node.value)]
+    if not isinstance(node, yaml.ScalarNode):
+        raise InputError(f"{where}: expected a single value")
+    value = yaml.safe_load(yaml.serialize(node))
+    if isinstance(schema, tuple):
+        if value not in schema:
+            raise InputError(f"{where}: expected one of {', '.join(schema)}, got {value!r}")
+        return value
+    if schema is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if (schema is int and isinstance(value, bool)) or not isinstance(value, schema):
+        raise InputError(f"{where}: expected {schema.__name__}, got {value!r}")
+    return value

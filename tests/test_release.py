@@ -1,0 +1,273 @@
+"""`gqa-export release`: four variants from one fetch, all or nothing, a model card, verify, and
+identical bytes on a rerun."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gqa_export.cli import app
+from gqa_export.errors import InputError
+from gqa_export.quantize import QuantOptions
+from gqa_export.release import folder_name, load_spec
+from gqa_export.release.card import front_matter
+
+DATA = Path(__file__).parent / "data"
+TRAINED = DATA / "tiny-trained"
+EVAL_TEXT = DATA / "tiny-text" / "eval.txt"
+FOUR = [
+    {"ep": "cpu", "precision": "fp32"},
+    {"ep": "cpu", "precision": "int4", "gate": {"max_ppl_increase": 50}},
+    {"ep": "cuda", "precision": "fp16"},
+    {"ep": "cuda", "precision": "int4"},
+]
+FOLDERS = [
+    "cpu_and_mobile/cpu-fp32",
+    "cpu_and_mobile/cpu-int4-rtn-block-32-acc-level-4",
+    "cuda/cuda-fp16",
+    "cuda/cuda-int4-rtn-block-32",
+]
+runner = CliRunner()
+
+
+def invoke(*args: object, env: dict[str, str] | None = None):
+    return runner.invoke(app, [str(a) for a in args], env=env)
+
+
+def write_spec(folder: Path, **fields: object) -> Path:
+    spec = {"source": str(TRAINED), "eval": {"text": str(EVAL_TEXT), "window": 128}, "variants": FOUR, **fields}
+    path = folder / "release.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def leftovers(parent: Path) -> list[str]:
+    return [p.name for p in parent.iterdir() if ".partial-" in p.name or ".old-" in p.name]
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> tuple[Path, dict, Path]:
+    folder = tmp_path_factory.mktemp("release")
+    spec = write_spec(folder)
+    result = invoke("release", spec, "-o", folder / "out", "--json", env={"SOURCE_DATE_EPOCH": "1700000000"})
+    assert result.exit_code == 0, result.output
+    return folder / "out", json.loads(result.stdout), spec
+
+
+def test_layout_and_summary(released):
+    root, summary, _ = released
+    assert [v["path"] for v in summary["variants"]] == FOLDERS
+    for variant, folder in zip(summary["variants"], FOLDERS, strict=True):
+        assert (root / folder / "model.onnx").is_file() and (root / folder / "manifest.json").is_file()
+        # every package generated at build time (the CUDA ones on CPU: fp16 has CPU kernels)
+        assert variant["smoke"] is not None and variant["smoke"]["ep"] == "cpu"
+    assert sorted(p.name for p in root.iterdir()) == ["README.md", "cpu_and_mobile", "cuda", "release.json"]
+
+
+def test_release_json_lists_every_file(released):
+    root, _, _ = released
+    document = json.loads((root / "release.json").read_text())
+    assert document["license"] == "apache-2.0" and document["source"]["id"] == "tiny-trained"
+    listed = set(document["files"]) | {f"{v['path']}/{n}" for v in document["variants"] for n in v["files"]}
+    on_disk = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} - {"release.json"}
+    assert listed == on_disk
+    int4 = document["variants"][1]
+    assert int4["gate"] == {"max_ppl_increase_pct": 50.0, "against": "cpu_and_mobile/cpu-fp32"}
+    assert int4["eval"]["against"] == "cpu_and_mobile/cpu-fp32"
+    assert document["eval"]["tokens"] > 1000 and document["eval"]["window"] == 128
+
+
+def test_model_card(released):
+    root, _, _ = released
+    matter = front_matter(root / "README.md")
+    assert matter["license"] == "apache-2.0" and matter["library_name"] == "onnxruntime-genai"
+    assert matter["pipeline_tag"] == "text-generation" and "base_model" not in matter  # a local source
+    assert {"onnx", "onnxruntime-genai", "int4", "fp16", "cpu", "cuda"} <= set(matter["tags"])
+    card = (root / "README.md").read_text()
+    for folder in FOLDERS:
+        assert f"| `{folder}` |" in card
+
+
+def test_quantized_perplexity_is_measured_against_float(released):
+    _, summary, _ = released
+    fp32, int4, fp16, cuda_int4 = (v["eval"] for v in summary["variants"])
+    assert fp32["perplexity"] < 50  # trained: far from the vocabulary size
+    assert abs(fp16["perplexity"] / fp32["perplexity"] - 1) < 0.01
+    assert int4["perplexity_increase_pct"] > 0 and cuda_int4["against"] == "cuda/cuda-fp16"
+
+
+def test_verify_passes_then_one_byte_fails(released, tmp_path):
+    root, _, _ = released
+    assert invoke("verify", root).exit_code == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    data = copy / FOLDERS[3] / "model.onnx.data"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    data.write_bytes(bytes(raw))
+    result = invoke("verify", copy)
+    assert result.exit_code == 1 and f"{FOLDERS[3]}/model.onnx.data: changed" in result.output
+
+
+def test_release_json_and_card_are_covered(released, tmp_path):
+    root, _, _ = released
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    card = copy / "README.md"
+    card.write_text(card.read_text().replace("apache-2.0", "mit"))
+    result = invoke("verify", copy)
+    assert result.exit_code == 1 and "README.md: changed" in result.output
+    shutil.copyfile(root / "README.md", card)
+    document = json.loads((copy / "release.json").read_text())
+    document["license"] = "mit"
+    (copy / "release.json").write_text(json.dumps(document, indent=2) + "\n")
+    result = invoke("verify", copy)
+    assert result.exit_code == 1 and "release.json" in result.output
+
+
+def test_hub_download_extras_are_ignored(released, tmp_path):
+    root, _, _ = released
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    (copy / ".gitattributes").write_text("*.data filter=lfs\n")
+    (copy / ".cache" / "huggingface").mkdir(parents=True)
+    (copy / ".cache" / "huggingface" / "x.metadata").write_text("x")
+    assert invoke("verify", copy).exit_code == 0
+    (copy / "cuda" / "stray.bin").write_bytes(b"x")
+    result = invoke("verify", copy)
+    assert result.exit_code == 1 and "cuda/stray.bin: not listed" in result.output
+
+
+def test_rerun_gives_identical_bytes(released, tmp_path):
+    root, _, spec = released
+    again = tmp_path / "again"
+    result = invoke("release", spec, "-o", again, "-q", env={"SOURCE_DATE_EPOCH": "1700000000"})
+    assert result.exit_code == 0, result.output
+    files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
+    for rel in files:
+        assert (root / rel).read_bytes() == (again / rel).read_bytes(), f"{rel} differs"
+
+
+def test_a_tripped_gate_publishes_nothing(tmp_path):
+    variants = [FOUR[0], {**FOUR[1], "gate": {"max_ppl_increase": 0.0001}}]
+    spec = write_spec(tmp_path, variants=variants, license="apache-2.0")
+    result = invoke("release", spec, "-o", tmp_path / "out")
+    assert result.exit_code == 1
+    assert "exceeds its gate of 0.0001%" in result.output and "nothing was written" in result.output
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+def test_a_failed_smoke_run_publishes_nothing(tmp_path, monkeypatch):
+    from gqa_export import pipeline
+    from gqa_export.errors import SmokeRunError
+
+    real = pipeline.smoke_run
+
+    def smoke(folder: Path, ep: str):
+        if "cuda-fp16" in str(folder):
+            raise SmokeRunError("smoke run on cpu failed: simulated")
+        return real(folder, ep)
+
+    monkeypatch.setattr(pipeline, "smoke_run", smoke)
+    spec = write_spec(tmp_path)
+    result = invoke("release", spec, "-o", tmp_path / "out")
+    assert result.exit_code == 1 and "variant cuda/cuda-fp16 failed" in result.output
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+def test_existing_output_needs_overwrite(tmp_path):
+    (tmp_path / "out").mkdir()
+    result = invoke("release", write_spec(tmp_path, variants=FOUR[:1]), "-o", tmp_path / "out")
+    assert result.exit_code == 2 and "--overwrite" in result.output
+
+
+def test_license_and_files_carried_from_the_source(tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(TRAINED, source)
+    (source / "README.md").write_text("---\nlicense: other\nlicense_name: tiny-license\nlicense_link: LICENSE\n---\n")
+    (source / "LICENSE").write_text("Tiny license text.\n")
+    spec = write_spec(tmp_path, source=str(source), variants=FOUR[:1], name="Tiny", base_model="acme/tiny")
+    spec_data = yaml.safe_load(spec.read_text())
+    spec_data.pop("eval")
+    spec.write_text(yaml.safe_dump(spec_data))
+    result = invoke("release", spec, "-o", tmp_path / "out", "-q")
+    assert result.exit_code == 0, result.output
+    matter = front_matter(tmp_path / "out" / "README.md")
+    assert matter["license"] == "other" and matter["license_name"] == "tiny-license"
+    assert (
+        matter["base_model"] == "acme/tiny"
+        and "# Tiny for ONNX Runtime GenAI" in (tmp_path / "out/README.md").read_text()
+    )
+    assert (tmp_path / "out" / "LICENSE").read_text() == "Tiny license text.\n"
+    assert "LICENSE" in json.loads((tmp_path / "out" / "release.json").read_text())["files"]
+    assert invoke("verify", tmp_path / "out").exit_code == 0
+
+
+def test_no_license_anywhere_is_refused(tmp_path, checkpoints):
+    spec = write_spec(tmp_path, source=str(checkpoints.get("gqa")), variants=FOUR[:1])
+    result = invoke("release", spec, "-o", tmp_path / "out")
+    assert result.exit_code == 2 and "set license:" in result.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("source: x\nvariants:\n  - {ep: cpu, precision: fp32, colour: red}\n", ":3: unknown key 'variants[0].colour'"),
+        ("source: x\nsource: y\nvariants: []\n", ":2: key 'source' is given twice"),
+        ("variants:\n  - {ep: cpu, precision: fp32}\n", "missing required key 'source'"),
+        ("source: x\nvariants: []\n", ":2: variants: the list is empty"),
+        ("source: x\nvariants:\n  - {ep: tpu, precision: fp32}\n", ":3: variants[0].ep: expected one of cpu, cuda"),
+        ("source: x\nvariants:\n  - {ep: cpu, precision: bf16}\n", ":3: variants[0]: --precision bf16 cannot run"),
+        ("source: x\nvariants:\n  - {ep: cpu, precision: int4, block_size: 48}\n", "--block-size must be a power"),
+        ("source: x\nvariants:\n  - {ep: cpu, precision: fp32, block_size: 64}\n", "apply to int4/int8 variants"),
+        (
+            "source: x\nvariants:\n  - {ep: cpu, precision: fp32}\n  - {ep: cpu, precision: fp32}\n",
+            ":4: variants[1] lands in cpu_and_mobile/cpu-fp32, the same folder as variants[0]",
+        ),
+        ("source: x\nvariants:\n  - {ep: cpu, precision: fp32, path: ../up}\n", "must be a relative folder"),
+        (
+            "source: x\nvariants:\n  - {ep: cpu, precision: fp32}\n"
+            "  - {ep: cpu, precision: int4, gate: {max_ppl_increase: 1}}\n",
+            "a variant has a gate but the spec has no eval.text",
+        ),
+        (
+            "source: x\neval: {text: t.txt}\nvariants:\n  - {ep: cpu, precision: int4, gate: {max_ppl_increase: 1}}\n",
+            "no float variant to compare against",
+        ),
+        ("source: x\neval: {text: nowhere.txt}\nvariants:\n  - {ep: cpu, precision: fp32}\n", "eval.text nowhere.txt"),
+        ("source: [x\n", "not valid YAML"),
+        ("", "the release spec is empty"),
+    ],
+)
+def test_spec_errors_name_file_line_and_key(tmp_path, text, message):
+    (tmp_path / "t.txt").write_text("some text")
+    spec = tmp_path / "release.yaml"
+    spec.write_text(text)
+    with pytest.raises(InputError, match=None) as info:
+        load_spec(spec)
+    assert message in str(info.value) and str(spec) in str(info.value)
+    result = invoke("release", spec, "-o", tmp_path / "out")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) <= 2
+
+
+@pytest.mark.parametrize(
+    ("ep", "precision", "quant", "folder"),
+    [
+        ("cpu", "fp32", QuantOptions(), "cpu_and_mobile/cpu-fp32"),
+        ("cpu", "int4", QuantOptions(), "cpu_and_mobile/cpu-int4-rtn-block-32-acc-level-4"),
+        ("cpu", "int8", QuantOptions(block_size=128, accuracy_level=0), "cpu_and_mobile/cpu-int8-rtn-block-128"),
+        ("cuda", "fp16", QuantOptions(), "cuda/cuda-fp16"),
+        ("cuda", "bf16", QuantOptions(), "cuda/cuda-bf16"),
+        ("cuda", "int4", QuantOptions(), "cuda/cuda-int4-rtn-block-32"),
+        ("cuda", "int4", QuantOptions(asymmetric=True, activations="bf16"), "cuda/cuda-int4-rtn-block-32-asym-bf16"),
+        ("cuda", "int4", QuantOptions(method="search", accuracy_level=4), "cuda/cuda-int4-search-block-32-acc-level-4"),
+    ],
+)
+def test_folder_names_follow_the_published_layout(ep, precision, quant, folder):
+    assert folder_name(ep, precision, quant) == folder
