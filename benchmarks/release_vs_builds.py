@@ -23,6 +23,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+from gqa_export.manifest import sha256_file
 from gqa_export.quantize import QuantOptions
 from gqa_export.release import folder_name
 
@@ -42,6 +43,7 @@ print(f"{time.perf_counter() - start:.3f} {total}")
 
 def measure(cmd: list[str]) -> tuple[float, int]:
     """(seconds, peak RSS bytes) of one process."""
+    os.sync()  # the previous run's dirty pages are written back before this one starts
     start = time.perf_counter()
     child = subprocess.Popen(cmd, env=ENV)
     _, status, usage = os.wait4(child.pid, 0)
@@ -50,8 +52,10 @@ def measure(cmd: list[str]) -> tuple[float, int]:
     return time.perf_counter() - start, usage.ru_maxrss * 1024
 
 
-def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+def files(root: Path) -> dict[str, str]:
+    """sha256 per file, streamed: this process must stay small, since a child forked from it
+    starts with its resident pages counted in the child's peak RSS."""
+    return {str(p.relative_to(root)): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def main() -> None:
@@ -79,6 +83,8 @@ def main() -> None:
         spec.write_text("\n".join(lines) + "\n")
         release_seconds, release_peak = measure(["gqa-export", "release", str(spec), "-o", str(work / "rel"), "-q"])
         released = files(work / "rel")
+        release_bytes = sum(p.stat().st_size for p in (work / "rel").rglob("*") if p.is_file())
+        shutil.rmtree(work / "rel")
 
         build_rows, identical = [], True
         for ep, precision in VARIANTS:
@@ -90,7 +96,6 @@ def main() -> None:
             build_rows.append((ep, precision, seconds, peak))
             shutil.rmtree(out)
         ckpt_bytes = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
-        release_bytes = sum(len(v) for v in released.values())
 
     builds_seconds = sum(r[2] for r in build_rows)
     builds_peak = max(r[3] for r in build_rows)

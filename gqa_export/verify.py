@@ -29,23 +29,24 @@ HUB_EXTRAS = (".gitattributes", ".cache")
 def verify(path: Path, smoke: bool = False) -> dict[str, Any]:
     """A JSON-ready report: {"path", "kind", "problems", "packages": [...], "ok"}."""
     path = path.expanduser()
+    hashes = _Hashes()
     if not path.is_dir():
         raise InputError(f"{path} is not a folder; pass a package folder or a release folder")
     if (path / RELEASE).is_file():
-        problems, folders = _release_problems(path)
+        problems, folders = _release_problems(path, hashes)
         kind = "release"
     elif (path / MANIFEST).is_file():
         problems, folders, kind = [], [""], "package"
     else:
         raise InputError(f"{path} holds neither {MANIFEST} (a package) nor {RELEASE} (a release)")
-    packages = [_verify_package(path, rel, smoke) for rel in folders]
+    packages = [_verify_package(path, rel, smoke, hashes) for rel in folders]
     for package in packages:  # a file both listings miss is named once
         package["problems"] = [p for p in package["problems"] if p not in problems]
     failed = problems or any(p["problems"] or p["errors"] for p in packages)
     return {"path": str(path), "kind": kind, "problems": problems, "packages": packages, "ok": not failed}
 
 
-def _verify_package(root: Path, rel: str, smoke: bool) -> dict[str, Any]:
+def _verify_package(root: Path, rel: str, smoke: bool, hashes: _Hashes) -> dict[str, Any]:
     folder = root / rel if rel else root
     report: dict[str, Any] = {"path": rel or ".", "problems": [], "findings": [], "errors": 0, "smoke": None}
     if not (folder / MANIFEST).is_file():
@@ -55,7 +56,7 @@ def _verify_package(root: Path, rel: str, smoke: bool) -> dict[str, Any]:
     report["problems"] += [_prefixed(rel, p) for p in sealed]
     listed = (manifest or {}).get("files")
     if isinstance(listed, dict):
-        report["problems"] += _file_problems(folder, rel, listed, allowed={MANIFEST})
+        report["problems"] += _file_problems(folder, rel, listed, {MANIFEST}, hashes)
     elif manifest is not None:
         report["problems"].append(_named(rel, MANIFEST, "lists no files"))
     try:
@@ -85,7 +86,7 @@ def _smoke(folder: Path, rel: str, problems: list[str]) -> dict[str, Any]:
     return {"ran": True, "ep": ep, "note": note, "new_tokens": len(result.tokens), "text": result.text}
 
 
-def _release_problems(root: Path) -> tuple[list[str], list[str]]:
+def _release_problems(root: Path, hashes: _Hashes) -> tuple[list[str], list[str]]:
     """Problems with release.json and the files it lists; the variant folders to verify next."""
     release, problems = sealed_problems(root / RELEASE)
     if release is None:
@@ -102,12 +103,12 @@ def _release_problems(root: Path) -> tuple[list[str], list[str]]:
         folders.append(rel)
         for name, entry in (variant.get("files") or {}).items():
             expected[f"{rel}/{name}"] = entry
-    problems += _file_problems(root, "", expected, allowed={RELEASE}, recursive=True)
+    problems += _file_problems(root, "", expected, {RELEASE}, hashes, recursive=True)
     return problems, [f for f in folders if (root / f).is_dir()]
 
 
 def _file_problems(
-    folder: Path, rel: str, expected: dict[str, Any], allowed: set[str], recursive: bool = False
+    folder: Path, rel: str, expected: dict[str, Any], allowed: set[str], hashes: _Hashes, recursive: bool = False
 ) -> list[str]:
     """Missing, changed and unlisted files under `folder` (names relative to it)."""
     problems = []
@@ -119,12 +120,25 @@ def _file_problems(
         size = file.stat().st_size
         if isinstance(entry, dict) and entry.get("bytes") not in (None, size):
             problems.append(_named(rel, name, f"changed ({size} bytes, the listing says {entry['bytes']})"))
-        elif not isinstance(entry, dict) or sha256_file(file) != entry.get("sha256"):
+        elif not isinstance(entry, dict) or hashes.of(file) != entry.get("sha256"):
             problems.append(_named(rel, name, "changed (its sha256 differs from the listing)"))
     present = _walk(folder, recursive)
     for name in sorted(present - set(expected) - allowed):
         problems.append(_named(rel, name, "not listed (an extra file)"))
     return problems
+
+
+class _Hashes:
+    """sha256 per file, computed once: a release lists each file, and so does its manifest."""
+
+    def __init__(self) -> None:
+        self._done: dict[Path, str] = {}
+
+    def of(self, path: Path) -> str:
+        key = path.resolve()
+        if key not in self._done:
+            self._done[key] = sha256_file(path)
+        return self._done[key]
 
 
 def _walk(folder: Path, recursive: bool) -> set[str]:

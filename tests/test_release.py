@@ -192,7 +192,9 @@ def test_license_and_files_carried_from_the_source(tmp_path):
     shutil.copytree(TRAINED, source)
     (source / "README.md").write_text("---\nlicense: other\nlicense_name: tiny-license\nlicense_link: LICENSE\n---\n")
     (source / "LICENSE").write_text("Tiny license text.\n")
-    spec = write_spec(tmp_path, source=str(source), variants=FOUR[:1], name="Tiny", base_model="acme/tiny")
+    spec = write_spec(
+        tmp_path, source=str(source), variants=FOUR[:1], name="Tiny", base_model="acme/tiny", repo="acme/tiny-onnx"
+    )
     spec_data = yaml.safe_load(spec.read_text())
     spec_data.pop("eval")
     spec.write_text(yaml.safe_dump(spec_data))
@@ -200,10 +202,10 @@ def test_license_and_files_carried_from_the_source(tmp_path):
     assert result.exit_code == 0, result.output
     matter = front_matter(tmp_path / "out" / "README.md")
     assert matter["license"] == "other" and matter["license_name"] == "tiny-license"
-    assert (
-        matter["base_model"] == "acme/tiny"
-        and "# Tiny for ONNX Runtime GenAI" in (tmp_path / "out/README.md").read_text()
-    )
+    assert matter["base_model"] == "acme/tiny"
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "# Tiny for ONNX Runtime GenAI" in card
+    assert 'hf download acme/tiny-onnx --include "cpu_and_mobile/cpu-fp32/*"' in card
     assert (tmp_path / "out" / "LICENSE").read_text() == "Tiny license text.\n"
     assert "LICENSE" in json.loads((tmp_path / "out" / "release.json").read_text())["files"]
     assert invoke("verify", tmp_path / "out").exit_code == 0

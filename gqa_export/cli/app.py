@@ -128,7 +128,7 @@ def hide_torch() -> None:
 
 def main() -> None:
     # `eval --reference HF_FOLDER` runs transformers with torch: the one command that keeps it
-    if not (sys.argv[1:2] == ["eval"] and "--reference" in sys.argv):
+    if not (sys.argv[1:2] == ["eval"] and any(a.startswith("--reference") for a in sys.argv)):
         hide_torch()
     # A SIGTERM unwinds like Ctrl-C, so the staging folder is removed and no half package stays.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

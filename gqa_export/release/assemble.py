@@ -78,7 +78,7 @@ def release(
     source = checkpoint.source
     info = card_info(
         source.model_dir, source.source_id, source.is_local, spec.license, spec.base_model, spec.name, spec.tags,
-        spec.file,
+        spec.file, spec.repo,
     )  # fmt: skip
     with StagedPackage(output, overwrite) as staged:
         builds = [
@@ -176,7 +176,8 @@ def _entry(root: Path, variant: Variant, result: BuildResult, evaluation: dict[s
     folder = root / variant.path
     manifest, problems = sealed_problems(folder / MANIFEST)
     assert manifest is not None and not problems, problems
-    files = file_digests(folder)
+    # the build hashed every file as it wrote the manifest: only the manifest itself is new here
+    files = dict(manifest["files"])
     files[MANIFEST] = {"sha256": sha256_file(folder / MANIFEST), "bytes": (folder / MANIFEST).stat().st_size}
     return {
         "path": variant.path,

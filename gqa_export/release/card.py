@@ -31,6 +31,7 @@ class CardInfo:
     license: str
     license_extra: dict[str, str]  # license_name / license_link for "other" licenses
     tags: tuple[str, ...]
+    repo: str | None = None  # where the release will live on the Hub
 
 
 def front_matter(readme: Path) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def front_matter(readme: Path) -> dict[str, Any]:
 
 def card_info(
     model_dir: Path, source_id: str, is_local: bool, spec_license: str | None, spec_base: str | None,
-    name: str | None, extra_tags: tuple[str, ...], spec_file: Path,
+    name: str | None, extra_tags: tuple[str, ...], spec_file: Path, repo: str | None = None,
 ) -> CardInfo:  # fmt: skip
     source_card = front_matter(model_dir / "README.md")
     license_value = spec_license or source_card.get("license")
@@ -66,7 +67,7 @@ def card_info(
     extra = {k: str(source_card[k]) for k in ("license_name", "license_link") if k in source_card and not spec_license}
     base = spec_base or (None if is_local else source_id)
     title = name or (Path(source_id).name if is_local else source_id.split("/")[-1])
-    return CardInfo(title, base, str(license_value), extra, extra_tags)
+    return CardInfo(title, base, str(license_value), extra, extra_tags, repo)
 
 
 def license_files(model_dir: Path) -> list[Path]:
@@ -124,7 +125,7 @@ def write_card(root: Path, info: CardInfo, variants: list[dict[str, Any]], evalu
         "## Download one variant",
         "",
         "```",
-        f'hf download REPO --include "{variants[0]["path"]}/*" --local-dir .',
+        f'hf download {info.repo or "ORG/NAME"} --include "{variants[0]["path"]}/*" --local-dir .',
         "```",
         "",
         "## Verify",

@@ -51,6 +51,7 @@ SCHEMA = {
     "source!": str,
     "revision": str,
     "name": str,
+    "repo": str,  # the Hub repository the release is uploaded to (the card's download command)
     "base_model": str,
     "license": str,
     "tags": [str],
@@ -91,6 +92,7 @@ class ReleaseSpec:
     revision: str | None
     variants: tuple[Variant, ...]
     name: str | None = None
+    repo: str | None = None
     base_model: str | None = None
     license: str | None = None
     tags: tuple[str, ...] = ()
@@ -140,6 +142,7 @@ def load_spec(path: Path) -> ReleaseSpec:
         revision=shared.revision,
         variants=tuple(variants),
         name=data.get("name"),
+        repo=data.get("repo"),
         base_model=data.get("base_model"),
         license=data.get("license"),
         tags=tuple(data.get("tags", ())),
