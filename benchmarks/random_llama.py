@@ -1,6 +1,6 @@
 """Write a random-weight Llama checkpoint of a chosen shape without torch (numpy + safetensors).
 
-    python benchmarks/random_llama.py OUT --shape 150m|1b [--dtype bf16|fp16|fp32]
+    python benchmarks/random_llama.py OUT --shape 150m|1b|8b [--dtype bf16|fp16|fp32]
 
 Weights are drawn per tensor and written shard by shard, so even the 1B shape needs little RAM.
 """
@@ -27,6 +27,12 @@ SHAPES = {
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
                num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=True,
                rope_parameters={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+                                "rope_theta": 500000.0}),
+    # Llama-3.1-8B's shapes (untied, 128k vocab): ~16 GB in bf16, never committed
+    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False,
+               rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
                                 "rope_theta": 500000.0}),
 }  # fmt: skip
@@ -71,7 +77,7 @@ def write(out: Path, shape: str, dtype: str, seed: int = 0, max_positions: int |
     config = LlamaConfig(
         **cfg,
         architectures=["LlamaForCausalLM"],
-        max_position_embeddings=max_positions or (131072 if shape == "1b" else 4096),
+        max_position_embeddings=max_positions or (131072 if shape in ("1b", "8b") else 4096),
         bos_token_id=0,
         eos_token_id=1,
         pad_token_id=5,
@@ -95,6 +101,6 @@ if __name__ == "__main__":
     parser.add_argument("out", type=Path)
     parser.add_argument("--shape", choices=SHAPES, default="150m")
     parser.add_argument("--dtype", choices=DTYPES, default="bf16")
-    parser.add_argument("--max-positions", type=int, help="max_position_embeddings (default 131072 for 1b, else 4096)")
+    parser.add_argument("--max-positions", type=int, help="max_position_embeddings (default 131072 for 1b/8b, else 4096)")
     args = parser.parse_args()
     write(args.out, args.shape, args.dtype, max_positions=args.max_positions)

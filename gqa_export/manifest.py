@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +28,7 @@ from gqa_export.errors import InputError
 from gqa_export.fetch import Source
 from gqa_export.package import file_digests, write_json
 from gqa_export.recipes import Recipe, recipes_dir
+from gqa_export.writer import WrittenFile
 
 MANIFEST = "manifest.json"
 DIGEST_KEY = "digest"
@@ -102,9 +104,10 @@ def write_sealed(path: Path, data: dict[str, Any]) -> None:
     write_json(path, {**body, DIGEST_KEY: canonical_digest(body)})
 
 
-def finalize(folder: Path, manifest: dict[str, Any]) -> None:
-    """List every file of the package with its hash, seal the manifest and write it last."""
-    manifest["files"] = file_digests(folder)
+def finalize(folder: Path, manifest: dict[str, Any], written: Mapping[str, WrittenFile] | None = None) -> None:
+    """List every file of the package with its hash (`written`: hashed while written), seal the
+    manifest and write it last."""
+    manifest["files"] = file_digests(folder, {name: w.as_entry() for name, w in (written or {}).items()})
     write_sealed(folder / MANIFEST, manifest)
 
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gqa_export.kernels import convert
+
 SEARCH_GRID = np.linspace(0.70, 1.0, 16, dtype=np.float32)
 
 
@@ -49,8 +51,9 @@ def quantize_rows(w: np.ndarray, cfg: NBitsConfig) -> tuple[np.ndarray, np.ndarr
 
     kernel = {4: ort_c.quantize_matmul_4bits, 8: ort_c.quantize_matmul_8bits}[cfg.bits]
     blocks = cfg.k_blocks(k)
-    weight = np.zeros((blocks * cfg.block_size, n), dtype=np.float32)  # the kernel wants [K, N]
-    weight[:k] = w.T
+    weight = np.empty((blocks * cfg.block_size, n), dtype=np.float32)  # the kernel wants [K, N]
+    weight[k:] = 0.0
+    convert(w, np.dtype(np.float32), transpose=True, out=weight[:k])
     packed = np.zeros((n, blocks, cfg.blob()), dtype=np.uint8)
     scales = np.zeros((n, blocks), dtype=np.float32)
     zero_points = np.zeros((n, cfg.zp_cols(k)), dtype=np.uint8)

@@ -2,8 +2,7 @@
 
 Everything is written into a hidden staging folder next to `-o` and renamed into place only when
 complete (and, if asked, smoke-tested), so a failed or interrupted build never leaves a half
-package. The ONNX file keeps every weight in one `model.onnx.data`; tiny constants stay inline
-(split-pipeline.md: ORT's shape inference cannot read external data of small constants).
+package. The weights themselves are streamed by writer.py.
 """
 
 from __future__ import annotations
@@ -13,16 +12,12 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.fetch import TOKENIZER_FILES
 
-INLINE_BYTES = 1024
 # tokenizer classes onnxruntime-extensions knows; transformers v5 writes "TokenizersBackend",
 # which means "a tokenizer.json", i.e. PreTrainedTokenizerFast.
 _V5_BACKEND_CLASSES = ("TokenizersBackend",)
@@ -66,44 +61,6 @@ class StagedPackage:
         if backup is not None:
             shutil.rmtree(backup, ignore_errors=True)
         return self.out_dir
-
-
-def external_count(model: ir.Model) -> int:
-    """How many initializers go to the external data file (the progress bar's total)."""
-    return sum(
-        1
-        for v in model.graph.initializers.values()
-        if v.const_value is not None and v.const_value.nbytes > INLINE_BYTES
-    )
-
-
-def save_models(
-    models: list[tuple[str, ir.Model]], folder: Path, data_file: str, on_tensor: Callable[[], None] | None = None
-) -> None:
-    """Save the graphs with their weights in one `data_file`, each weight stored once.
-
-    The first graph streams its (lazy) weights into the file. Later graphs (the prefill graph of
-    a split pipeline) get, for every initializer the first one has, a reference to the same
-    bytes in the same file, so the weights are on disk once and both sessions can map them.
-    """
-
-    def callback(tensor: ir.TensorProtocol, info: Any) -> None:
-        if on_tensor is not None:
-            on_tensor()
-
-    first_name, first = models[0]
-    ir.save(first, folder / first_name, external_data=data_file, size_threshold_bytes=INLINE_BYTES, callback=callback)
-    if len(models) == 1:
-        return
-    saved = ir.load(folder / first_name).graph.initializers
-    for name, model in models[1:]:
-        for value_name, value in model.graph.initializers.items():
-            stored = saved.get(value_name)
-            if stored is not None and isinstance(stored.const_value, ir.ExternalTensor):
-                value.const_value = stored.const_value
-            elif value.const_value is not None and value.const_value.nbytes > INLINE_BYTES:
-                raise AssertionError(f"{name}: initializer {value_name} is not shared with {first_name}")
-        ir.save(model, folder / name)
 
 
 def shared_initializers(folder: Path, graph_file: str) -> list[dict[str, Any]]:
@@ -188,10 +145,15 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
-def file_digests(folder: Path) -> dict[str, dict[str, Any]]:
-    """sha256 and size of every file in the package (the manifest itself excluded)."""
+def file_digests(folder: Path, known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """sha256 and size of every file in the package (the manifest itself excluded); `known`:
+    entries already computed while the file was written (the weights), trusted as they are."""
     out = {}
+    known = known or {}
     for path in sorted(p for p in folder.iterdir() if p.is_file() and p.name != "manifest.json"):
+        if path.name in known and known[path.name]["bytes"] == path.stat().st_size:
+            out[path.name] = known[path.name]
+            continue
         digest = hashlib.sha256()
         with path.open("rb") as f:
             for chunk in iter(lambda: f.read(1 << 22), b""):

@@ -30,8 +30,6 @@ from gqa_export.package import (
     StagedPackage,
     check_output,
     copy_tokenizer,
-    external_count,
-    save_models,
     shared_initializers,
     write_json,
 )
@@ -49,6 +47,7 @@ from gqa_export.quantize import (
 from gqa_export.recipes import Recipe, builtin_recipes, load_recipe, match_recipe
 from gqa_export.run import GenerationResult, runnable_ep, smoke_run
 from gqa_export.weights import WeightStore
+from gqa_export.writer import external_values, save_models
 
 
 class Checkpoint:
@@ -196,7 +195,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     opt_reports = [optimize(model) for model in models]
     opt_report = opt_reports[0]
     reporter.stage("quantize")
-    quant_report = QuantizeReport(plan.name)
+    quant_report = QuantizeReport(plan.name, measure_errors=opts.report)
     for model in models:
         quantize(model, plan, quant_report)
 
@@ -213,8 +212,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     )
     notes: list[str] = [attention.reason]
     with StagedPackage(opts.output, opts.overwrite) as staged:
-        with reporter.task(f"streaming weights into {attention.weights_file}", external_count(models[0])) as advance:
-            save_models(
+        weights = len(external_values(models[0]))
+        with reporter.task(f"streaming weights into {attention.weights_file}", weights) as advance:
+            written = save_models(
                 [(g.filename, m) for g, m in zip(attention.graphs, models, strict=True)],
                 staged.path,
                 attention.weights_file,
@@ -235,7 +235,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             notes.append(f"logits vs float: {report['logits_vs_float']}")
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
         manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None)
-        finalize(staged.path, manifest)  # every file hashed (the report included), then the manifest
+        finalize(staged.path, manifest, written)  # every file hashed (the report too), then the manifest
         _lint_own_package(staged.path, source.model_dir, notes, reporter)
         smoke = _smoke(staged.path, reporter, notes) if opts.smoke else None
         output = staged.commit()

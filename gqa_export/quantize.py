@@ -76,6 +76,7 @@ class PrecisionPlan:
 @dataclass
 class QuantizeReport:
     precision: str
+    measure_errors: bool = False  # each weight's reconstruction error (quant_report.json; costs a dequantize)
     float_initializers: int = 0
     quantized: list[str] = field(default_factory=list)
     kept_float: list[str] = field(default_factory=list)
@@ -327,15 +328,17 @@ class _Quantized:
         for a, b in row_blocks(self.n, row_bytes):
             w = self.rows(a, b)
             packed, s, z = quantize_rows(w, self.cfg)
-            s = s.astype(self.scale_dtype).astype(np.float32)  # the scales the kernel will see
-            err += float(((dequantize(packed, s, z, self.k, self.cfg) - w) ** 2).sum())
-            norm += float((w**2).sum())
+            if self.report.measure_errors:
+                seen = s.astype(self.scale_dtype).astype(np.float32)  # the scales the kernel will see
+                err += float(((dequantize(packed, seen, z, self.k, self.cfg) - w) ** 2).sum())
+                norm += float((w**2).sum())
             scales.append(s)
             zps.append(z)
             yield packed
         self.scales = np.concatenate(scales).astype(self.scale_dtype)
         self.zero_points = np.concatenate(zps)
-        self.report.errors[self.name] = [err, norm]
+        if self.report.measure_errors:
+            self.report.errors[self.name] = [err, norm]
 
     def finished(self) -> None:
         if self.scales is None:

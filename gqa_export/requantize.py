@@ -20,7 +20,7 @@ from gqa_export.errors import InputError
 from gqa_export.inspect import load_package
 from gqa_export.lints import check_written
 from gqa_export.manifest import DIGEST_KEY, created_at, finalize
-from gqa_export.package import StagedPackage, check_output, save_models, write_json
+from gqa_export.package import StagedPackage, check_output, write_json
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant_report import build_report, logit_error
 from gqa_export.quantize import (
@@ -32,6 +32,7 @@ from gqa_export.quantize import (
     quantize,
 )
 from gqa_export.run import GenerationResult, smoke_run
+from gqa_export.writer import save_models
 
 COPIED = ("genai_config.json",)
 
@@ -72,7 +73,7 @@ def requantize(
     filenames = [g.filename for g in pkg.graphs]
     reporter.stage("quantize")
     models = [ir.load(package / name) for name in filenames]
-    quant_report = QuantizeReport(plan.name)
+    quant_report = QuantizeReport(plan.name, measure_errors=report)
     for model in models:
         if any(node.op_type == "MatMulNBits" for node in model.graph):
             raise InputError(f"{package} already holds MatMulNBits weights")
@@ -81,7 +82,7 @@ def requantize(
     reporter.stage("package")
     with StagedPackage(output, overwrite) as staged:
         with reporter.task(f"streaming quantized weights into {data_file}", None) as advance:
-            save_models(list(zip(filenames, models, strict=True)), staged.path, data_file, lambda: advance(1))
+            written = save_models(list(zip(filenames, models, strict=True)), staged.path, data_file, lambda: advance(1))
         for item in package.iterdir():
             if (
                 item.is_file()
@@ -108,7 +109,7 @@ def requantize(
             "precision": source_precision,
             "manifest_digest": manifest.pop(DIGEST_KEY, None),
         }
-        finalize(staged.path, manifest)
+        finalize(staged.path, manifest, written)
         check_written(staged.path)
         result_smoke = smoke_run(staged.path, "cpu") if smoke and plan.runs_on_cpu else None
         out = staged.commit()

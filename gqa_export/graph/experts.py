@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gqa_export.errors import InputError
-from gqa_export.graph.params import StreamedTensor, row_blocks
+from gqa_export.graph.params import F32, StreamedTensor, row_blocks
+from gqa_export.kernels import convert
 from gqa_export.weights import WeightStore
 
 # MXFP4 (OCP microscaling fp4 e2m1): the 16 code points, low nibble first; scales are e8m0 (2^(s-127))
@@ -88,18 +89,18 @@ class ExpertWeights:
 
     # --- readers ------------------------------------------------------------------------------------
     def _read(self, name: str, a: int, b: int) -> np.ndarray:
-        return self.store.read(name, rows=(a, b)).astype(np.float32)
+        return convert(self.store.read(name, rows=(a, b)), F32)
 
     def _read3(self, name: str, e: int, a: int, b: int) -> np.ndarray:
         """Rows [a, b) of expert e of a stacked [E, N, K] tensor."""
-        return self.store.read_slices(name, slice(e, e + 1), slice(a, b))[0].astype(np.float32)
+        return convert(self.store.read_slices(name, slice(e, e + 1), slice(a, b))[0], F32)
 
     def _transposed(self, name: str, e: int, a: int, b: int) -> np.ndarray:
         """Rows [a, b) of expert e's (out, in) matrix from a stacked (in, out) tensor [E, K, N]."""
         if self.layout.mxfp4:
             return mxfp4_rows(self.store, name, e, a, b)
         block = self.store.read_slices(name, slice(e, e + 1), slice(None), slice(a, b))[0]
-        return block.T.astype(np.float32)
+        return convert(block, F32, transpose=True)
 
 
 def mxfp4_rows(store: WeightStore, name: str, e: int, a: int, b: int) -> np.ndarray:

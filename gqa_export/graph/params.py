@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.kernels import convert
 from gqa_export.weights import WeightStore
 
 NUMPY_DTYPES: dict[ir.DataType, np.dtype] = {
@@ -25,7 +26,8 @@ NUMPY_DTYPES: dict[ir.DataType, np.dtype] = {
 }
 
 
-CHUNK_BYTES = 32 << 20
+F32 = np.dtype(np.float32)
+CHUNK_BYTES = 8 << 20
 # ir.Value.meta key on lookup tables that int4/int8 builds quantize by default, like a tied
 # embedding (Gemma-4's per-layer-embedding table: ~60% of E2B's parameters, one row read per token)
 QUANTIZE_TABLE_META = "gqa_export.quantize_table"
@@ -48,9 +50,13 @@ class StreamedTensor(ir.LazyTensor):
         # so the quantizer never materializes or re-transposes the float matrix.
         self.source_rows: Callable[[int, int], np.ndarray] | None = None
 
+    def blocks(self) -> Iterator[np.ndarray]:
+        """The tensor's values as consecutive row-major blocks (each <= CHUNK_BYTES)."""
+        return self._blocks()
+
     def tofile(self, file: IO[bytes]) -> None:
         for block in self._blocks():
-            file.write(np.ascontiguousarray(block).tobytes())
+            file.write(memoryview(np.ascontiguousarray(block).reshape(-1).view(np.uint8)))
 
 
 def row_blocks(rows: int, row_bytes: int) -> Iterator[tuple[int, int]]:
@@ -68,10 +74,8 @@ class Params:
         self._np_dtype = NUMPY_DTYPES[dtype]
 
     def cast(self, array: np.ndarray) -> np.ndarray:
-        if array.dtype == self._np_dtype:
-            return array
-        # Go through float32 so that bf16 <-> fp16 conversions round once, as torch does.
-        return array.astype(np.float32).astype(self._np_dtype)
+        # through float32, so that bf16 <-> fp16 conversions round once, as torch does
+        return convert(array, self._np_dtype)
 
     def _lazy(self, shape: Sequence[int], make: Callable[[], np.ndarray]) -> ir.LazyTensor:
         def evaluate() -> ir.TensorProtocol:
@@ -91,7 +95,7 @@ class Params:
         def blocks() -> Iterator[np.ndarray]:
             for a, b in row_blocks(in_dim, out_dim * 4):
                 cols = [self.store.read(n, cols=(a, b)) for n in names]
-                yield self.cast(np.concatenate(cols, axis=0).T)
+                yield convert(cols[0] if len(cols) == 1 else np.concatenate(cols, axis=0), self._np_dtype, True)
 
         tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
         tensor.source_rows = lambda a, b: self._source_rows(names, a, b)
@@ -104,7 +108,7 @@ class Params:
             rows = self.store.info(name).shape[0]
             lo, hi = max(a, offset), min(b, offset + rows)
             if lo < hi:
-                parts.append(self.store.read(name, rows=(lo - offset, hi - offset)).astype(np.float32))
+                parts.append(convert(self.store.read(name, rows=(lo - offset, hi - offset)), F32))
             offset += rows
         return np.concatenate(parts, axis=0)
 
@@ -132,7 +136,7 @@ class Params:
                 yield self.cast(self.store.read(name, rows=(a, b)))
 
         tensor = StreamedTensor(blocks, self.dtype, (rows, cols))
-        tensor.source_rows = lambda a, b: self.store.read(name, rows=(a, b)).astype(np.float32)
+        tensor.source_rows = lambda a, b: convert(self.store.read(name, rows=(a, b)), F32)
         return tensor
 
     def table(self, array: np.ndarray) -> ir.Tensor:

@@ -1,0 +1,148 @@
+"""The weight writer: every external initializer streamed into one data file, hashed as written.
+
+It writes byte for byte what `onnx_ir.save(model, path, external_data=..., size_threshold_bytes=
+INLINE_BYTES)` writes (onnx-ir 1.1: the initializers above the threshold, over all graphs in
+declaration order, packed densely), with the work in two threads:
+- a producer materializes each tensor block by block: reads, casts, transposes, quantizes (numpy
+  and onnxruntime release the GIL while they work);
+- the calling thread writes each block and feeds it to sha256, so the manifest never re-reads the
+  file it just wrote.
+At most `QUEUE_BLOCKS` blocks (each <= CHUNK_BYTES) wait in between, so memory stays bounded.
+Blocks of one tensor come in order and tensors in declaration order: a quantized weight's scales
+are only asked for after its packed rows were produced, as the quantizer expects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.graph.params import StreamedTensor
+
+INLINE_BYTES = 1024  # smaller tensors stay inside the .onnx (split-pipeline.md: ORT's shape inference)
+QUEUE_BLOCKS = 2
+_END = object()
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    sha256: str
+    bytes: int
+
+    def as_entry(self) -> dict[str, object]:
+        return {"sha256": self.sha256, "bytes": self.bytes}
+
+
+def external_values(model: ir.Model) -> list[ir.Value]:
+    """The initializers that go to the data file, in the order onnx-ir writes them."""
+    return [
+        value
+        for graph in model.graphs()
+        for value in graph.initializers.values()
+        if value.const_value is not None and value.const_value.nbytes > INLINE_BYTES
+    ]
+
+
+def save_models(
+    models: list[tuple[str, ir.Model]], folder: Path, data_file: str, on_tensor: Callable[[], None] | None = None
+) -> dict[str, WrittenFile]:
+    """Save the graphs with their weights in one `data_file`, each weight stored once.
+
+    The first graph's weights are streamed into the file. Later graphs (the prefill graph of a
+    split pipeline) get, for every initializer the first one has, a reference to the same bytes,
+    so the weights are on disk once and both sessions can map them. Returns the data file's hash.
+    """
+    first_name, first = models[0]
+    values = external_values(first)
+    written, offsets = _write(values, folder / data_file, on_tensor)
+    externals: dict[str, ir.ExternalTensor] = {}
+    for value, offset in zip(values, offsets, strict=True):
+        tensor = value.const_value
+        assert tensor is not None
+        external = ir.ExternalTensor(
+            os.path.normpath(data_file), offset, tensor.nbytes, tensor.dtype, shape=tensor.shape,
+            name=tensor.name, base_dir=os.path.normpath(folder),
+        )  # fmt: skip
+        value.const_value = external
+        externals[value.name or ""] = external
+    ir.save(first, folder / first_name)
+    for name, model in models[1:]:
+        for value_name, value in model.graph.initializers.items():
+            stored = externals.get(value_name)
+            if stored is not None:
+                value.const_value = stored
+            elif value.const_value is not None and value.const_value.nbytes > INLINE_BYTES:
+                raise AssertionError(f"{name}: initializer {value_name} is not shared with {first_name}")
+        ir.save(model, folder / name)
+    return {data_file: written}
+
+
+def _write(values: list[ir.Value], path: Path, on_tensor: Callable[[], None] | None) -> tuple[WrittenFile, list[int]]:
+    """Write the tensors' bytes back to back; (the file's hash and size, each tensor's offset)."""
+    blocks: queue.Queue = queue.Queue(maxsize=QUEUE_BLOCKS)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+
+    def put(item: object) -> bool:
+        """Hand over one item; False once the writer gave up (it raised), so the producer ends."""
+        while not stop.is_set():
+            try:
+                blocks.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for value in values:
+                for block in _blocks(value.const_value):
+                    if not put(block):
+                        return
+                if not put(_END):
+                    return
+        except BaseException as exc:  # re-raised in the writing thread
+            failure.append(exc)
+            put(None)
+
+    producer = threading.Thread(target=produce, name="gqa-export-weights", daemon=True)
+    producer.start()
+    digest, offsets, offset = hashlib.sha256(), [], 0
+    try:
+        with path.open("wb") as f:
+            for value in values:
+                offsets.append(offset)
+                expected = value.const_value.nbytes  # type: ignore[union-attr]
+                start = offset
+                while (block := blocks.get()) is not _END:
+                    if block is None:
+                        raise failure[0]
+                    f.write(block)
+                    digest.update(block)
+                    offset += len(block)
+                if offset - start != expected:
+                    raise AssertionError(f"{value.name}: wrote {offset - start} bytes, expected {expected}")
+                if on_tensor is not None:
+                    on_tensor()
+    finally:
+        stop.set()
+        producer.join()
+    return WrittenFile(digest.hexdigest(), offset), offsets
+
+
+def _blocks(tensor: ir.TensorProtocol | None) -> Iterator[memoryview]:
+    """A tensor's bytes in row-major order: a streamed tensor block by block, others whole."""
+    assert tensor is not None
+    if isinstance(tensor, StreamedTensor):
+        for block in tensor.blocks():
+            yield memoryview(np.ascontiguousarray(block).reshape(-1).view(np.uint8))
+    else:
+        yield memoryview(tensor.tobytes())
