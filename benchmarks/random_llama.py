@@ -101,6 +101,10 @@ if __name__ == "__main__":
     parser.add_argument("out", type=Path)
     parser.add_argument("--shape", choices=SHAPES, default="150m")
     parser.add_argument("--dtype", choices=DTYPES, default="bf16")
-    parser.add_argument("--max-positions", type=int, help="max_position_embeddings (default 131072 for 1b/8b, else 4096)")
+    parser.add_argument(
+        "--max-positions",
+        type=int,
+        help="max_position_embeddings (default 131072 for 1b/8b, else 4096)",
+    )
     args = parser.parse_args()
     write(args.out, args.shape, args.dtype, max_positions=args.max_positions)

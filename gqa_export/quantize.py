@@ -152,6 +152,9 @@ def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None
                 _to_matmul_nbits(model, node, weight, plan, report)
         _drop_unused_initializers(model)
     for value in model.graph.initializers.values():
+        # graph-building bookkeeping only: once the graph is final, the tensors' own closures are
+        # the last references to each weight's quantization state, freed as they are written
+        value.meta.pop(QUANTIZATION_META, None)
         tensor = value.const_value
         if tensor is None or not tensor.dtype.is_floating_point():
             continue

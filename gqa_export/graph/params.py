@@ -27,6 +27,7 @@ NUMPY_DTYPES: dict[ir.DataType, np.dtype] = {
 
 
 F32 = np.dtype(np.float32)
+MAPPED_BYTES = 64 << 20  # source bytes one column read may map (see Params._columns)
 CHUNK_BYTES = 8 << 20
 # ir.Value.meta key on lookup tables that int4/int8 builds quantize by default, like a tied
 # embedding (Gemma-4's per-layer-embedding table: ~60% of E2B's parameters, one row read per token)
@@ -94,12 +95,25 @@ class Params:
 
         def blocks() -> Iterator[np.ndarray]:
             for a, b in row_blocks(in_dim, out_dim * 4):
-                cols = [self.store.read(n, cols=(a, b)) for n in names]
+                cols = [self._columns(n, a, b) for n in names]
                 yield convert(cols[0] if len(cols) == 1 else np.concatenate(cols, axis=0), self._np_dtype, True)
 
         tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
         tensor.source_rows = lambda a, b: self._source_rows(names, a, b)
         return tensor
+
+    def _columns(self, name: str, a: int, b: int) -> np.ndarray:
+        """Columns [a, b) of a 2-D source tensor, read a band of rows at a time.
+
+        A column slab touches a page in every row of the memory-mapped shard, and the mapped pages
+        count in the process's RSS until the read returns: for a 128k-vocab lm_head that is the
+        whole tensor. Bands of at most MAPPED_BYTES of source rows keep that bounded."""
+        rows, cols = self.store.info(name).shape
+        band = max(1, MAPPED_BYTES // max(1, cols * 2))
+        if rows <= band:
+            return self.store.read(name, cols=(a, b))
+        return np.concatenate([self.store.read(name, rows=(r, min(rows, r + band)), cols=(a, b))
+                               for r in range(0, rows, band)])  # fmt: skip
 
     def _source_rows(self, names: Sequence[str], a: int, b: int) -> np.ndarray:
         """Rows [a, b) of the concatenated HF weights [out, in] as float32: the quantizer's view."""
