@@ -23,6 +23,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import date
@@ -51,8 +52,9 @@ class Run:
 def measure(cmd: list[str], memory_cap: int | None = None, timeout: float | None = None) -> Run:
     """Run to completion (then sync), or stop it at the memory cap or timeout."""
     os.sync()
+    log = tempfile.TemporaryFile(mode="w+")  # a pipe would fill up with the builder's logging and block it
     start = time.perf_counter()
-    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
     status, usage = "ok", None
     while usage is None:
         pid, code, ru = os.wait4(child.pid, os.WNOHANG)
@@ -73,7 +75,9 @@ def measure(cmd: list[str], memory_cap: int | None = None, timeout: float | None
     os.sync()
     seconds = time.perf_counter() - start
     if status != "ok":
-        print(f"{cmd[:4]}: {status}\n{(child.stderr.read() if child.stderr else '')[-2000:]}", file=sys.stderr)
+        log.seek(0)
+        print(f"{cmd[:4]}: {status}\n{log.read()[-2000:]}", file=sys.stderr)
+    log.close()
     return Run(seconds, usage.ru_maxrss * 1024, (usage.ru_utime + usage.ru_stime) / seconds, status)
 
 

@@ -207,7 +207,9 @@ def _quantized_inputs(
     cfg = plan.nbits
     assert cfg is not None
     n, k, rows = _rows_of(node, weight.const_value)
-    q = _Quantized(weight.name or "", n, k, rows, cfg, NUMPY_DTYPES[plan.io_dtype], report)
+    source = weight.const_value
+    release = source.release if isinstance(source, StreamedTensor) else (lambda: None)  # its mapped pages
+    q = _Quantized(weight.name or "", n, k, rows, cfg, NUMPY_DTYPES[plan.io_dtype], report, release)
     base = (weight.name or "w").removesuffix(".weight")
     graph = model.graph
     packed = StreamedTensor(q.blocks, ir.DataType.UINT8, (n, cfg.k_blocks(k), cfg.blob()))
@@ -318,9 +320,10 @@ class _Quantized:
         cfg: NBitsConfig,
         scale_dtype: np.dtype,
         report: QuantizeReport,
+        release: Callable[[], None] = lambda: None,
     ) -> None:
         self.name, self.n, self.k, self.rows, self.cfg = name, n, k, rows, cfg
-        self.scale_dtype, self.report = scale_dtype, report
+        self.scale_dtype, self.report, self.release = scale_dtype, report, release
         self.scales: np.ndarray | None = None
         self.zero_points: np.ndarray | None = None
 
@@ -338,6 +341,7 @@ class _Quantized:
             scales.append(s)
             zps.append(z)
             yield packed
+        self.release()
         self.scales = np.concatenate(scales).astype(self.scale_dtype)
         self.zero_points = np.concatenate(zps)
         if self.report.measure_errors:

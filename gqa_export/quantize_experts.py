@@ -47,7 +47,16 @@ def to_qmoe(model: ir.Model, node: ir.Node, plan, report, quantized_cls, registe
     inputs: dict[str, ir.Value] = {}
     for tag, value, tensor, n, k in (("fc1", fc1, tensors[0], n1, k1), ("fc2", fc2, tensors[1], n2, k2)):
         name = value.name or tag  # type: ignore[union-attr]
-        q = quantized_cls(name, experts * n, k, tensor.source_rows, qcfg, NUMPY_DTYPES[plan.io_dtype], report)  # type: ignore[union-attr]
+        q = quantized_cls(
+            name,
+            experts * n,
+            k,
+            tensor.source_rows,
+            qcfg,
+            NUMPY_DTYPES[plan.io_dtype],
+            report,
+            tensor.release,  # type: ignore[union-attr]
+        )
         packed = StreamedTensor(q.blocks, ir.DataType.UINT8, (experts, n, qcfg.k_blocks(k) * qcfg.blob()))
         inputs[f"{tag}_weights"] = register(graph, f"{name}.qweight", packed)
 

@@ -21,12 +21,14 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.params import StreamedTensor
 
+CHUNK = 8 << 20  # read-back size when hashing a scattered tensor
 INLINE_BYTES = 1024  # smaller tensors stay inside the .onnx (split-pipeline.md: ORT's shape inference)
 QUEUE_BLOCKS = 2
 _END = object()
@@ -97,8 +99,11 @@ def _write(values: list[ir.Value], path: Path, on_tensor: Callable[[], None] | N
     def produce() -> None:
         try:
             for value in values:
-                for block in _blocks(value.const_value):
-                    if not put(block):
+                tensor = value.const_value
+                scattered = isinstance(tensor, StreamedTensor) and tensor.scatter is not None
+                # a scattered tensor is written by the writing thread itself, in place
+                for item in [_Scatter(tensor)] if scattered else _blocks(tensor):  # type: ignore[arg-type]
+                    if not put(item):
                         return
                 if not put(_END):
                     return
@@ -108,9 +113,9 @@ def _write(values: list[ir.Value], path: Path, on_tensor: Callable[[], None] | N
 
     producer = threading.Thread(target=produce, name="gqa-export-weights", daemon=True)
     producer.start()
-    digest, offset = hashlib.sha256(), 0
+    digest, offset = _Hasher(), 0
     try:
-        with path.open("wb") as f:
+        with path.open("w+b") as f:
             for value in values:
                 tensor = value.const_value
                 assert tensor is not None
@@ -118,8 +123,11 @@ def _write(values: list[ir.Value], path: Path, on_tensor: Callable[[], None] | N
                 while (block := blocks.get()) is not _END:
                     if block is None:
                         raise failure[0]
+                    if isinstance(block, _Scatter):
+                        offset = block.write(f, start, digest)
+                        continue
                     f.write(block)
-                    digest.update(block)
+                    digest.update(block)  # in its own thread, while the next block is written
                     offset += len(block)
                 if offset - start != tensor.nbytes:
                     raise AssertionError(f"{value.name}: wrote {offset - start} bytes, expected {tensor.nbytes}")
@@ -132,7 +140,57 @@ def _write(values: list[ir.Value], path: Path, on_tensor: Callable[[], None] | N
     finally:
         stop.set()
         producer.join()
-    return WrittenFile(digest.hexdigest(), offset)
+        sha256 = digest.hexdigest()
+    return WrittenFile(sha256, offset)
+
+
+@dataclass(frozen=True)
+class _Scatter:
+    """A tensor that writes itself out of order (StreamedTensor.scatter): its bytes land in place
+    with pwrite, then are read back (from the page cache) in order for the hash."""
+
+    tensor: StreamedTensor
+
+    def write(self, f: BinaryIO, start: int, digest: _Hasher) -> int:
+        f.flush()
+        fd = f.fileno()
+        assert self.tensor.scatter is not None
+        self.tensor.scatter(lambda at, data: _pwrite_all(fd, data, start + at))
+        end = start + self.tensor.nbytes
+        for at in range(start, end, CHUNK):
+            digest.update(memoryview(os.pread(fd, min(CHUNK, end - at), at)))
+        f.seek(end)
+        return end
+
+
+def _pwrite_all(fd: int, data: memoryview, at: int) -> None:
+    while data:
+        done = os.pwrite(fd, data, at)
+        data, at = data[done:], at + done
+
+
+class _Hasher:
+    """sha256 of the blocks fed to it, computed in a thread of its own (hashlib releases the GIL),
+    so that hashing a block overlaps writing the next; at most QUEUE_BLOCKS wait."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._queue: queue.Queue = queue.Queue(maxsize=QUEUE_BLOCKS)
+        self._thread = threading.Thread(target=self._run, name="gqa-export-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (block := self._queue.get()) is not None:
+            self._digest.update(block)
+
+    def update(self, block: memoryview) -> None:
+        self._queue.put(block)
+
+    def hexdigest(self) -> str:
+        """Waits for the blocks fed so far; the hasher takes no more after this."""
+        self._queue.put(None)
+        self._thread.join()
+        return self._digest.hexdigest()
 
 
 def _blocks(tensor: ir.TensorProtocol | None) -> Iterator[memoryview]:

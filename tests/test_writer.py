@@ -39,9 +39,20 @@ def source(checkpoints, tmp_path_factory):
     return get
 
 
+@pytest.mark.parametrize("scatter", [False, True], ids=["rows", "scatter"])
 @pytest.mark.parametrize("case", CASES)
-def test_same_bytes_as_onnx_ir_save(source, tmp_path, monkeypatch, case):
+def test_same_bytes_as_onnx_ir_save(source, tmp_path, monkeypatch, case, scatter):
+    """`scatter`: every transposed float weight written in place by bands (as a 128k lm_head is)."""
     name, options = CASES[case]
+    if scatter:
+        from gqa_export.graph import params
+
+        monkeypatch.setattr(params, "CHUNK_BYTES", 16 << 10)
+        monkeypatch.setattr(params, "MIN_SLAB_ROWS", 1 << 30)
+        monkeypatch.setattr(params, "MAPPED_BYTES", 64 << 10)  # several bands per weight
+        scattered = []
+        real_scatter = params.Params._scatter
+        monkeypatch.setattr(params.Params, "_scatter", lambda *a: scattered.append(1) or real_scatter(*a))
     reference = tmp_path / "reference"
     reference.mkdir()
     hashes: dict[str, writer.WrittenFile] = {}
@@ -57,6 +68,8 @@ def test_same_bytes_as_onnx_ir_save(source, tmp_path, monkeypatch, case):
     build(BuildOptions(str(source(name)), out, smoke=False, **options))
     files = sorted(p.name for p in reference.iterdir())
     assert files and all((out / f).read_bytes() == (reference / f).read_bytes() for f in files), files
+    if scatter and options.get("precision", "fp32") in ("fp32", "fp16", "bf16"):
+        assert scattered, "no weight took the in-place path"
     ((data_file, written),) = hashes.items()
     data = (out / data_file).read_bytes()
     assert written.bytes == len(data) and written.sha256 == hashlib.sha256(data).hexdigest()

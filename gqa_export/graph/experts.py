@@ -87,6 +87,17 @@ class ExpertWeights:
             return None
         return self.store.read(self.layout.biases[which]).astype(np.float32)
 
+    def release(self) -> None:
+        """Drop every expert tensor's mapped pages (WeightStore.release) once a stack is written."""
+        L = self.layout
+        names = [t.format(e=e) for t in L.per_expert or () for e in range(L.count)]
+        names += list(L.fused or ())
+        names += [
+            f"{t}{suffix}" for t in L.transposed or () for suffix in (("_blocks", "_scales") if L.mxfp4 else ("",))
+        ]
+        for name in names:
+            self.store.release(name)
+
     # --- readers ------------------------------------------------------------------------------------
     def _read(self, name: str, a: int, b: int) -> np.ndarray:
         return convert(self.store.read(name, rows=(a, b)), F32)
@@ -125,8 +136,10 @@ def stacked(
         for e in range(count):
             for a, b in row_blocks(n, k * 4):
                 yield cast(rows(e, a, b))
+        tensor.release()
 
     tensor = StreamedTensor(blocks, dtype, (count, n, k))
+    tensor.release = weights.release
 
     def flat_rows(a: int, b: int) -> np.ndarray:
         parts = []

@@ -29,6 +29,9 @@ NUMPY_DTYPES: dict[ir.DataType, np.dtype] = {
 F32 = np.dtype(np.float32)
 MAPPED_BYTES = 64 << 20  # source bytes one column read may map (see Params._columns)
 CHUNK_BYTES = 8 << 20
+# A transposed weight whose blocks would be narrower than this many rows (a 128k-vocab lm_head:
+# 32 rows of 128k) is written in place by bands of source rows instead (Params._scatter).
+MIN_SLAB_ROWS = 64
 # ir.Value.meta key on lookup tables that int4/int8 builds quantize by default, like a tied
 # embedding (Gemma-4's per-layer-embedding table: ~60% of E2B's parameters, one row read per token)
 QUANTIZE_TABLE_META = "gqa_export.quantize_table"
@@ -37,7 +40,7 @@ QUANTIZE_TABLE_META = "gqa_export.quantize_table"
 class StreamedTensor(ir.LazyTensor):
     """A lazy tensor produced as blocks in row-major order; `tofile` writes block by block."""
 
-    __slots__ = ("_blocks", "source_rows")
+    __slots__ = ("_blocks", "release", "scatter", "source_rows")
 
     def __init__(self, blocks: Callable[[], Iterator[np.ndarray]], dtype: ir.DataType, shape: Sequence[int]) -> None:
         dims = tuple(int(d) for d in shape)
@@ -50,6 +53,11 @@ class StreamedTensor(ir.LazyTensor):
         # For a MatMul weight [K, N]: rows [a, b) of its transpose [N, K] straight from the source,
         # so the quantizer never materializes or re-transposes the float matrix.
         self.source_rows: Callable[[int, int], np.ndarray] | None = None
+        # Called by whoever read the source blocks once done with them (WeightStore.release)
+        self.release: Callable[[], None] = lambda: None
+        # Set where streaming in row order would be slow: `scatter(write_at)` writes the same bytes
+        # out of order through write_at(offset in the tensor, bytes); the writer honours it.
+        self.scatter: Callable[[Callable[[int, memoryview], None]], None] | None = None
 
     def blocks(self) -> Iterator[np.ndarray]:
         """The tensor's values as consecutive row-major blocks (each <= CHUNK_BYTES)."""
@@ -92,15 +100,44 @@ class Params:
         """
         infos = [self.store.info(n) for n in names]
         in_dim, out_dim = infos[0].shape[1], sum(i.shape[0] for i in infos)
+        row_bytes = out_dim * self._np_dtype.itemsize
 
         def blocks() -> Iterator[np.ndarray]:
-            for a, b in row_blocks(in_dim, out_dim * 4):
+            for a, b in row_blocks(in_dim, row_bytes):
                 cols = [self._columns(n, a, b) for n in names]
                 yield convert(cols[0] if len(cols) == 1 else np.concatenate(cols, axis=0), self._np_dtype, True)
+            tensor.release()
 
         tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
         tensor.source_rows = lambda a, b: self._source_rows(names, a, b)
+        tensor.release = lambda: self._release(names)
+        if CHUNK_BYTES // row_bytes < min(MIN_SLAB_ROWS, in_dim):
+            tensor.scatter = lambda write_at: self._scatter(names, in_dim, out_dim, write_at)
         return tensor
+
+    def _scatter(
+        self, names: Sequence[str], in_dim: int, out_dim: int, write_at: Callable[[int, memoryview], None]
+    ) -> None:
+        """The transposed matrix [in, out] written in place: each band of whole source rows (one
+        contiguous read) is transposed to [in, band] and written as `in` segments, each at its
+        row's offset. Every source byte is read once, where row-order blocks of a very wide
+        output would each read a thin column slab of every row."""
+        itemsize, column = self._np_dtype.itemsize, 0
+        for name in names:
+            rows = self.store.info(name).shape[0]
+            band = max(1, MAPPED_BYTES // (in_dim * 4))
+            for r0 in range(0, rows, band):
+                r1 = min(rows, r0 + band)
+                piece = convert(self.store.read(name, rows=(r0, r1)), self._np_dtype, True)  # [in, r1 - r0]
+                raw = piece.view(np.uint8).reshape(in_dim, -1)
+                for k in range(in_dim):
+                    write_at((k * out_dim + column + r0) * itemsize, memoryview(raw[k]))
+            self.store.release(name)
+            column += rows
+
+    def _release(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.store.release(name)
 
     def _columns(self, name: str, a: int, b: int) -> np.ndarray:
         """Columns [a, b) of a 2-D source tensor, read a band of rows at a time.
@@ -148,8 +185,10 @@ class Params:
         def blocks() -> Iterator[np.ndarray]:
             for a, b in row_blocks(rows, cols * 4):
                 yield self.cast(self.store.read(name, rows=(a, b)))
+            tensor.release()
 
         tensor = StreamedTensor(blocks, self.dtype, (rows, cols))
+        tensor.release = lambda: self.store.release(name)
         tensor.source_rows = lambda a, b: convert(self.store.read(name, rows=(a, b)), F32)
         return tensor
 
