@@ -30,3 +30,21 @@ class SmokeRunError(GqaExportError):
     """The exported package failed to load or generate with onnxruntime-genai."""
 
     exit_code = 1
+
+
+class RunError(GqaExportError):
+    """The run failed for a reason outside the input: disk full, permissions, memory (exit 1)."""
+
+    exit_code = 1
+
+
+def from_os_error(exc: OSError) -> RunError:
+    """One sentence for an OSError that escaped a stage: what failed, on which file, what to do."""
+    import errno
+
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return RunError(f"no space left on the device{where}; free space there or choose another -o")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return RunError(f"permission denied{where}; choose a writable -o or fix the folder's permissions")
+    return RunError(f"{exc.strerror or exc}{where}")

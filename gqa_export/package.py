@@ -12,10 +12,11 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gqa_export.errors import InputError
+from gqa_export.errors import InputError, RunError
 from gqa_export.fetch import TOKENIZER_FILES
 
 # tokenizer classes onnxruntime-extensions knows; transformers v5 writes "TokenizersBackend",
@@ -24,26 +25,95 @@ _V5_BACKEND_CLASSES = ("TokenizersBackend",)
 
 
 def check_output(out_dir: Path, overwrite: bool) -> None:
-    """Fail before any work when -o is in the way."""
-    if out_dir.exists() and not overwrite:
-        raise InputError(f"output folder {out_dir} already exists; pass --overwrite to replace it or choose another -o")
+    """Fail before any work when -o is in the way or cannot be written."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"output path {out_dir} is a file; choose a folder for -o")
+    if out_dir.exists() and not overwrite:
+        raise InputError(f"output folder {out_dir} already exists; pass --overwrite to replace it or choose another -o")
+    parent = out_dir.resolve().parent
+    while not parent.exists():  # the nearest folder that exists is the one we must write into
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"{parent} is a file, so -o {out_dir} cannot be created; choose another -o")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write into {parent}; choose another -o or fix the folder's permissions")
+
+
+def check_outside(out_dir: Path, model_dir: Path) -> None:
+    """-o must not be the model folder or inside it: a package there would be read back as part of
+    the checkpoint (and --overwrite would replace the model itself)."""
+    out, model = out_dir.resolve(), model_dir.resolve()
+    if out == model or model in out.parents:
+        raise InputError(f"output folder {out_dir} is inside the model folder {model_dir}; choose -o outside it")
+
+
+def check_free_space(out_dir: Path, needed: int) -> None:
+    """Refuse early when the disk cannot hold the weights: `needed` is their exact byte count."""
+    parent = out_dir.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    free = shutil.disk_usage(parent).free
+    if free < needed:
+        raise RunError(
+            f"not enough free space in {parent}: the package needs at least {needed / 2**30:.2f} GiB, "
+            f"{free / 2**30:.2f} GiB are free; free some space or choose another -o"
+        )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(out_dir: Path) -> list[str]:
+    """Remove what a killed run (SIGKILL, power loss) left next to `out_dir`; return the names.
+
+    Staging folders are named `.NAME.partial-PID-HEX` and replaced packages `.NAME.old-PID-HEX`;
+    only those whose process is gone are touched. A `.old-` folder whose package never got
+    replaced (killed between the two renames) is moved back into place.
+    """
+    removed = []
     parent = out_dir.parent
-    if parent.exists() and not os.access(parent, os.W_OK):
-        raise InputError(f"cannot write into {parent}; choose another -o")
+    if not parent.is_dir():
+        return removed
+    for kind in ("partial", "old"):
+        for path in sorted(parent.glob(f".{out_dir.name}.{kind}-*")):
+            pid = path.name.rsplit(f".{kind}-", 1)[1].split("-")[0]
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+            if kind == "old" and not out_dir.exists():
+                path.rename(out_dir)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
 
 
 class StagedPackage:
-    """A staging folder that becomes `out_dir` on `commit()` and vanishes on any failure."""
+    """A staging folder that becomes `out_dir` on `commit()` and vanishes on any failure.
 
-    def __init__(self, out_dir: Path, overwrite: bool) -> None:
+    A KeyboardInterrupt (Ctrl-C, or SIGTERM as the CLI maps it) unwinds through `__exit__` too.
+    A SIGKILL cannot be caught: the staging folder then stays, named after the dead process, and
+    the next run for the same -o removes it (`remove_leftovers`) and says so.
+    """
+
+    def __init__(self, out_dir: Path, overwrite: bool, note: Callable[[str], None] | None = None) -> None:
         self.out_dir = out_dir.resolve()
         self.overwrite = overwrite
-        self.path = self.out_dir.parent / f".{self.out_dir.name}.partial-{uuid.uuid4().hex[:8]}"
+        self.note = note
+        self.tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.path = self.out_dir.parent / f".{self.out_dir.name}.partial-{self.tag}"
 
     def __enter__(self) -> StagedPackage:
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+        for name in remove_leftovers(self.out_dir):
+            if self.note:
+                self.note(f"removed {self.out_dir.parent / name}, left by an interrupted run")
         self.path.mkdir()
         return self
 
@@ -55,7 +125,7 @@ class StagedPackage:
         if self.out_dir.exists():
             if not self.overwrite:
                 raise InputError(f"output folder {self.out_dir} appeared during the build; pass --overwrite")
-            backup = self.out_dir.parent / f".{self.out_dir.name}.old-{uuid.uuid4().hex[:8]}"
+            backup = self.out_dir.parent / f".{self.out_dir.name}.old-{self.tag}"
             self.out_dir.rename(backup)
         self.path.rename(self.out_dir)
         if backup is not None:

@@ -28,7 +28,9 @@ from gqa_export.manifest import created_at, environment_entry, finalize, recipe_
 from gqa_export.optimize import OptimizeReport, optimize
 from gqa_export.package import (
     StagedPackage,
+    check_free_space,
     check_output,
+    check_outside,
     copy_tokenizer,
     shared_initializers,
     write_json,
@@ -144,6 +146,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
 
     checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)
     source = checkpoint.source
+    check_outside(opts.output, source.model_dir)
     reporter.stage("build")
     if user_recipe:  # a config transformers cannot read fails before a custom recipe is used
         checkpoint.configs  # noqa: B018
@@ -211,7 +214,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         generation,
     )
     notes: list[str] = [attention.reason]
-    with StagedPackage(opts.output, opts.overwrite) as staged:
+    check_free_space(opts.output, sum(v.const_value.nbytes for v in external_values(models[0])))  # type: ignore[union-attr]
+    with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
         weights = len(external_values(models[0]))
         with reporter.task(f"streaming weights into {attention.weights_file}", weights) as advance:
             written = save_models(
@@ -252,7 +256,7 @@ def _float_reference_report(
     Costs one more streamed export (bounded memory) and its disk space until it is removed."""
     import tempfile
 
-    with tempfile.TemporaryDirectory(dir=package.parent, prefix=".float-reference-") as tmp:
+    with tempfile.TemporaryDirectory(dir=package, prefix=".float-reference-") as tmp:
         reference = Path(tmp) / "fp32"
         build(replace(opts, output=reference, ep="cpu", precision="fp32", smoke=False, report=False, overwrite=False))
         end_to_end = logit_error(reference, package, dims.vocab_size)

@@ -26,22 +26,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.choices import ACTIVATIONS, QUANT_METHODS, SUPPORTED, WHY_NOT, listing
 from gqa_export.errors import InputError
 from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, StreamedTensor, row_blocks
 from gqa_export.nbits import NBitsConfig, dequantize, quantize_rows
 
 FLOAT_DTYPES = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
 INT_BITS = {"int4": 4, "int8": 8}
-SUPPORTED: dict[str, tuple[str, ...]] = {
-    "cpu": ("fp32", "fp16", "int4", "int8"),
-    "cuda": ("fp16", "bf16", "int4", "int8"),
-}
-WHY_NOT: dict[tuple[str, str], str] = {
-    ("cpu", "bf16"): "ORT's CPU GroupQueryAttention has no bf16 kernel",
-    ("cuda", "fp32"): "ORT's CUDA GroupQueryAttention has no fp32 kernel",
-}
-# int4/int8 activation dtypes: MatMulNBits/GQA kernels exist for fp32 on CPU, fp16/bf16 on CUDA.
-ACTIVATIONS = {"cpu": ("fp32",), "cuda": ("fp16", "bf16")}
 ACCURACY_DEFAULT = {"cpu": 4, "cuda": 0}  # 4: int8 compute on CPU (the builder's default too)
 # ir.Value.meta key: the _Quantized behind a packed weight
 QUANTIZATION_META = "gqa_export.quantization"
@@ -105,8 +96,8 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
     q = quant or QuantOptions()
     if q.block_size < 16 or q.block_size > 256 or q.block_size & (q.block_size - 1):
         raise InputError(f"--block-size must be a power of two from 16 to 256, got {q.block_size}")
-    if q.method not in ("rtn", "search"):
-        raise InputError(f"unknown --quant-method '{q.method}'; choose rtn or search")
+    if q.method not in QUANT_METHODS:
+        raise InputError(f"unknown --quant-method '{q.method}'; choose {listing(QUANT_METHODS)}")
     if q.method == "search" and q.asymmetric:
         raise InputError("--quant-method search is symmetric only; drop --asymmetric or use rtn")
     if q.accuracy_level is not None and q.accuracy_level not in (0, 1, 2, 3, 4):

@@ -12,12 +12,13 @@ from typing import Any
 
 import yaml
 
+from gqa_export import choices
 from gqa_export.errors import InputError
-from gqa_export.yaml_schema import compose, validate
+from gqa_export.yaml_schema import compose, read_yaml, validate
 
-ATTENTION_MODES = ("gqa", "bias", "split", "auto")
-EPS = ("cpu", "cuda")
-PRECISIONS = ("fp32", "fp16", "bf16", "int4", "int8")
+ATTENTION_MODES = tuple(choices.ATTENTION_MODES)
+EPS = tuple(choices.EPS)
+PRECISIONS = tuple(choices.PRECISIONS)
 
 # HF config attribute each model option is read from; a recipe may rename any of them.
 DEFAULT_CONFIG_KEYS: dict[str, str] = {
@@ -199,10 +200,7 @@ def recipes_dir() -> Path:
 
 def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
     """Load and validate a recipe; `settings` are `--set key.path=value` overrides."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read recipe {path}: {exc.strerror}") from None
+    text = read_yaml(path, "recipe")
     if settings:
         text = _apply_settings(text, path, settings)
     data = validate(compose(text, path, "recipe"), SCHEMA, path)

@@ -80,7 +80,7 @@ def requantize(
         quantize(model, plan, quant_report)
     data_file = "model.onnx.data" if len(models) == 1 else "weights.onnx.data"
     reporter.stage("package")
-    with StagedPackage(output, overwrite) as staged:
+    with StagedPackage(output, overwrite, reporter.note) as staged:
         with reporter.task(f"streaming quantized weights into {data_file}", None) as advance:
             written = save_models(list(zip(filenames, models, strict=True)), staged.path, data_file, lambda: advance(1))
         for item in package.iterdir():

@@ -17,9 +17,30 @@ import yaml
 
 from gqa_export.errors import InputError
 
+# Recipes and specs are a few KiB. The limits keep a hostile file from costing memory or time: a
+# large file is refused before it is read, and anchors/aliases (which YAML expands by reference,
+# "billion laughs") are refused when the document they expand to exceeds MAX_NODES.
+MAX_YAML_BYTES = 1 << 20
+MAX_NODES = 100_000
+
+
+def read_yaml(path: Path, what: str) -> str:
+    """The text of a recipe or spec file; one line for a missing, huge or non-UTF-8 file."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise InputError(f"{what} {path} is {size} bytes; a {what} is at most {MAX_YAML_BYTES} bytes")
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{what} {path} is not UTF-8 text") from None
+
 
 def compose(text: str, path: Path, what: str) -> yaml.Node:
-    """The YAML node tree of `text`; one-line errors for bad YAML or an empty file."""
+    """The YAML node tree of `text`; one-line errors for bad YAML, an empty or oversized document."""
+    if len(text) > MAX_YAML_BYTES:
+        raise InputError(f"{path}: the {what} is larger than {MAX_YAML_BYTES} bytes")
     try:
         node = yaml.compose(text)
     except yaml.YAMLError as exc:
@@ -28,7 +49,28 @@ def compose(text: str, path: Path, what: str) -> yaml.Node:
         raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if node is None:
         raise InputError(f"{path}: the {what} is empty")
+    if _expanded_size(node, {}) > MAX_NODES:
+        raise InputError(
+            f"{path}: the {what} expands to more than {MAX_NODES} YAML nodes (anchors and aliases); "
+            "write it out without the aliases"
+        )
     return node
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes the document has once every alias is expanded; shared nodes are counted once each
+    time they are referenced, but computed once (memo), so a bomb is measured in linear time."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = MAX_NODES + 1  # a recursive alias expands forever
+    if isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(item, memo) for item in node.value)
+    else:
+        size = 1
+    memo[id(node)] = size
+    return size
 
 
 def validate(node: yaml.Node, schema: Any, path: Path, key: str = "") -> Any:

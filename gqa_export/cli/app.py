@@ -7,25 +7,29 @@ on stdout stays machine-readable.
 
 from __future__ import annotations
 
+import enum
+import functools
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typer.core import TyperCommand
 
-from gqa_export import __version__
-from gqa_export.errors import GqaExportError
+from gqa_export import __version__, choices
+from gqa_export.errors import GqaExportError, RunError, from_os_error
 from gqa_export.progress import Advance
 
 app = typer.Typer(
     name="gqa-export",
     help="Turn a Hugging Face causal LM into a ready-to-run ONNX Runtime GenAI package.",
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -75,6 +79,51 @@ def fail(exc: GqaExportError) -> typer.Exit:
     return typer.Exit(code=exc.exit_code)
 
 
+class _Command(TyperCommand):
+    """Usage lines as `gqa-export build [OPTIONS] MODEL`: newer typers brace required arguments."""
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [piece.strip("{}") for piece in super().collect_usage_pieces(ctx)]
+
+
+_SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+_received: list[int] = []
+
+
+def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """`app.command`, with every failure a command can meet turned into one line and an exit code.
+
+    GqaExportError: its own code (2 bad input, 1 failed run). OSError (disk full, permissions) and
+    MemoryError: exit 1. Ctrl-C or SIGTERM: exit 130/143 after the staging folder is gone (the
+    stages clean up in their `finally`/`with` blocks while the KeyboardInterrupt unwinds).
+    """
+
+    def register(body: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(body)
+        def guarded(*a: Any, **k: Any) -> None:
+            try:
+                body(*a, **k)
+            except GqaExportError as exc:
+                raise fail(exc) from None
+            except OSError as exc:
+                raise fail(from_os_error(exc)) from None
+            except MemoryError:
+                raise fail(RunError("ran out of memory; close other programs or use a machine with more RAM")) from None
+            except KeyboardInterrupt:
+                code = _SIGNAL_EXIT[_received[-1] if _received else signal.SIGINT]
+                err.print("[bold red]error:[/] interrupted; no partial output was left behind", highlight=False)
+                raise typer.Exit(code=code) from None
+
+        return app.command(*args, cls=_Command, **kwargs)(guarded)
+
+    return register
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
 def _version(value: bool) -> None:
     if value:
         out.print(f"gqa-export {__version__}")
@@ -90,21 +139,80 @@ def main_options(
     """gqa-export: fetch -> build -> optimize -> quantize -> package -> smoke-run."""
 
 
-BlockSize = Annotated[int, typer.Option("--block-size", help="int4/int8: quantization block size (16-256).")]
-Asymmetric = Annotated[bool, typer.Option("--asymmetric", help="int4/int8: zero points instead of symmetric.")]
-QuantMethod = Annotated[str, typer.Option("--quant-method", help="int4/int8: rtn (onnxruntime) or search.")]
+def choice_enum(name: str, table: dict[str, str] | tuple[str, ...]) -> type[enum.Enum]:
+    """A str Enum of a choices table: typer shows `[a|b|c]` and refuses anything else (exit 2)."""
+    return enum.Enum(name, {key: key for key in table}, type=str)  # type: ignore[return-value]
+
+
+def value(choice: enum.Enum | None) -> str | None:
+    """The plain string behind an enum option (None stays None)."""
+    return None if choice is None else str(choice.value)
+
+
+Ep = choice_enum("Ep", choices.EPS)
+Precision = choice_enum("Precision", choices.PRECISIONS)
+IntPrecision = choice_enum("IntPrecision", ("int4", "int8"))
+Attention = choice_enum("Attention", choices.ATTENTION_MODES)
+Method = choice_enum("Method", choices.QUANT_METHODS)
+ActivationDtype = choice_enum("ActivationDtype", choices.ALL_ACTIVATIONS)
+
+TARGET, ATTENTION, QUANT, OUTPUT, RECIPE = "Target", "Attention", "Quantization (int4/int8)", "Output", "Recipe"
+
+EpOption = Annotated[Ep, typer.Option("--ep", help="Execution provider to export for.", rich_help_panel=TARGET)]
+BlockSize = Annotated[
+    int, typer.Option("--block-size", help="Quantization block size (16-256).", rich_help_panel=QUANT)
+]
+Asymmetric = Annotated[
+    bool, typer.Option("--asymmetric", help="Zero points instead of symmetric.", rich_help_panel=QUANT)
+]
+QuantMethod = Annotated[
+    Method, typer.Option("--quant-method", help=choices.described(choices.QUANT_METHODS), rich_help_panel=QUANT)
+]
 AccuracyLevel = Annotated[
-    Optional[int], typer.Option("--accuracy-level", help="MatMulNBits accuracy_level (default 4 on cpu, 0 on cuda).")
+    Optional[int],
+    typer.Option(
+        "--accuracy-level",
+        help="MatMulNBits accuracy_level 0-4 (default 4 on cpu, 0 on cuda).",
+        rich_help_panel=QUANT,
+    ),
 ]
 KeepFloat = Annotated[
-    Optional[list[str]], typer.Option("--keep-float", help="Keep weights matching this pattern float (e.g. lm_head*).")
+    Optional[list[str]],
+    typer.Option(
+        "--keep-float", help="Keep weights matching this pattern float (e.g. lm_head*).", rich_help_panel=QUANT
+    ),
 ]
-ReportFlag = Annotated[bool, typer.Option("--report", help="int4/int8: write quant_report.json (accuracy vs float).")]
+ReportFlag = Annotated[
+    bool, typer.Option("--report", help="Write quant_report.json (accuracy vs float).", rich_help_panel=QUANT)
+]
 Activations = Annotated[
-    Optional[str], typer.Option("--activations", help="int4/int8 on cuda: fp16 (default) or bf16 activations.")
+    Optional[ActivationDtype],
+    typer.Option(
+        "--activations",
+        help="Activation dtype: "
+        + "; ".join(f"{ep}: {' or '.join(dtypes)}" for ep, dtypes in choices.ACTIVATIONS.items())
+        + " (first is the default).",
+        rich_help_panel=QUANT,
+    ),
 ]
 QuantEmbeddings = Annotated[
-    bool, typer.Option("--quant-embeddings", help="int4/int8: quantize an untied embedding too (tied ones always are).")
+    bool,
+    typer.Option(
+        "--quant-embeddings", help="Quantize an untied embedding too (tied ones always are).", rich_help_panel=QUANT
+    ),
+]
+Overwrite = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite", help="Replace an existing output folder (kept intact until the new one is complete).",
+        rich_help_panel=OUTPUT,
+    ),
+]  # fmt: skip
+NoSmoke = Annotated[
+    bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.", rich_help_panel=OUTPUT)
+]
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object describing the result.", rich_help_panel=OUTPUT)
 ]
 
 
@@ -131,5 +239,6 @@ def main() -> None:
     if not (sys.argv[1:2] == ["eval"] and any(a.startswith("--reference") for a in sys.argv)):
         hide_torch()
     # A SIGTERM unwinds like Ctrl-C, so the staging folder is removed and no half package stays.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     app()

@@ -9,65 +9,107 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from gqa_export import choices
 from gqa_export.cli.app import (
+    ATTENTION,
+    OUTPUT,
+    RECIPE,
+    TARGET,
     AccuracyLevel,
     Activations,
+    AsJson,
     Asymmetric,
+    Attention,
     BlockSize,
+    Ep,
+    EpOption,
+    IntPrecision,
     KeepFloat,
+    Method,
+    NoSmoke,
+    Overwrite,
+    Precision,
     QuantEmbeddings,
     QuantMethod,
     ReportFlag,
     RichReporter,
-    app,
-    fail,
+    command,
     out,
     quiet_hub,
+    value,
 )
-from gqa_export.errors import GqaExportError
+from gqa_export.errors import InputError
 from gqa_export.quantize import QuantOptions
 from gqa_export.render import size
 
+BUILD_EXAMPLES = """Examples:
 
-@app.command()
+  gqa-export build Qwen/Qwen3-0.6B -o qwen3-cpu-int4 -p int4
+
+  gqa-export build ./my-llama -o out --ep cuda -p fp16 --attention gqa --json
+
+  gqa-export build google/gemma-3-1b-it -o g3 --set attention.packed_qkv=false --overwrite
+"""
+
+
+@command(epilog=BUILD_EXAMPLES)
 def build(
-    model: Annotated[str, typer.Argument(help="Hugging Face Hub id or local model folder.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Package folder to create.")],
-    ep: Annotated[str, typer.Option("--ep", help="Execution provider: cpu or cuda.")] = "cpu",
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id or local model folder.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Package folder to create.", rich_help_panel=OUTPUT)],
+    ep: EpOption = Ep.cpu,  # type: ignore[attr-defined]
     precision: Annotated[
-        Optional[str], typer.Option("--precision", "-p", help="fp32, fp16 or bf16 (default: the recipe's for the EP).")
+        Optional[Precision],
+        typer.Option("--precision", "-p", help=choices.precision_help(), rich_help_panel=TARGET),
     ] = None,
-    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch, tag or commit.")] = None,
+    revision: Annotated[
+        Optional[str], typer.Option("--revision", help="Hub branch, tag or commit.", rich_help_panel=TARGET)
+    ] = None,
     max_length: Annotated[
         Optional[int],
-        typer.Option("--max-length", help="search.max_length: KV buffer size (default min(context, 4096))."),
-    ] = None,
-    recipe: Annotated[
-        Optional[Path], typer.Option("--recipe", help="Use this recipe YAML instead of the built-in match.")
-    ] = None,
-    settings: Annotated[
-        Optional[list[str]],
-        typer.Option("--set", help="Override one recipe key, e.g. --set attention.packed_qkv=false."),
+        typer.Option(
+            "--max-length",
+            help="search.max_length: KV buffer size (default min(context, 4096)).",
+            rich_help_panel=TARGET,
+        ),
     ] = None,
     attention: Annotated[
-        Optional[str], typer.Option("--attention", help="gqa, bias, split or auto (default: the recipe's).")
+        Optional[Attention],
+        typer.Option(
+            "--attention",
+            help=choices.described(choices.ATTENTION_MODES) + ". Default: the recipe's.",
+            rich_help_panel=ATTENTION,
+        ),
     ] = None,
     bidirectional: Annotated[
         Optional[str],
-        typer.Option("--bidirectional-token-ids", help="Comma-separated ids whose prompt runs attend bidirectionally."),
+        typer.Option(
+            "--bidirectional-token-ids",
+            help="Comma-separated ids whose prompt runs attend bidirectionally.",
+            rich_help_panel=ATTENTION,
+        ),
     ] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
-    no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
+    recipe: Annotated[
+        Optional[Path],
+        typer.Option("--recipe", help="Use this recipe YAML instead of the built-in match.", rich_help_panel=RECIPE),
+    ] = None,
+    settings: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--set", help="Override one recipe key, e.g. --set attention.packed_qkv=false.", rich_help_panel=RECIPE
+        ),
+    ] = None,
     block_size: BlockSize = 32,
     asymmetric: Asymmetric = False,
-    quant_method: QuantMethod = "rtn",
+    quant_method: QuantMethod = Method.rtn,  # type: ignore[attr-defined]
     accuracy_level: AccuracyLevel = None,
     keep_float: KeepFloat = None,
     report: ReportFlag = False,
     quant_embeddings: QuantEmbeddings = False,
     activations: Activations = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")] = False,
+    overwrite: Overwrite = False,
+    no_smoke: NoSmoke = False,
+    as_json: AsJson = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Export MODEL to an ONNX Runtime GenAI package in OUTPUT."""
     from gqa_export.pipeline import BuildOptions
@@ -76,23 +118,17 @@ def build(
     try:
         ids = tuple(int(t) for t in bidirectional.split(",") if t.strip()) if bidirectional is not None else None
     except ValueError:
-        raise fail(
-            GqaExportError(f"--bidirectional-token-ids takes comma-separated integers, got {bidirectional!r}")
-        ) from None
-    if attention is not None and attention not in ("gqa", "bias", "split", "auto"):
-        raise fail(GqaExportError(f"unknown --attention '{attention}'; choose gqa, bias, split or auto"))
+        raise InputError(f"--bidirectional-token-ids takes comma-separated integers, got {bidirectional!r}") from None
     quant = QuantOptions(
-        block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()), quant_embeddings, activations
-    )
+        block_size, asymmetric, str(value(quant_method)), accuracy_level, tuple(keep_float or ()), quant_embeddings,
+        value(activations),
+    )  # fmt: skip
     opts = BuildOptions(
-        model, output, ep, precision, revision, max_length, overwrite, not no_smoke, recipe, tuple(settings or ()),
-        attention, ids, quant, report,
+        model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
+        tuple(settings or ()), value(attention), ids, quant, report,
     )  # fmt: skip
     quiet_hub(quiet or as_json)
-    try:
-        result = run_build(opts, RichReporter(quiet or as_json))
-    except GqaExportError as exc:
-        raise fail(exc) from None
+    result = run_build(opts, RichReporter(quiet or as_json))
     if as_json:
         print(json.dumps(result.as_json()))
         return
@@ -113,9 +149,9 @@ def build(
     out.print(table)
 
 
-@app.command()
+@command(epilog="Example:\n\n  gqa-export build $(gqa-export fetch Qwen/Qwen3-0.6B -q) -o out")
 def fetch(
-    model: Annotated[str, typer.Argument(help="Hugging Face Hub id.")],
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id.")],
     revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch, tag or commit.")] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the folder.")] = False,
 ) -> None:
@@ -123,40 +159,39 @@ def fetch(
     from gqa_export.fetch import resolve_source
 
     quiet_hub(quiet)
-    try:
-        source = resolve_source(model, revision, RichReporter(quiet))
-    except GqaExportError as exc:
-        raise fail(exc) from None
+    source = resolve_source(model, revision, RichReporter(quiet))
     print(source.model_dir)
 
 
-@app.command("quantize")
+@command("quantize", epilog="Example:\n\n  gqa-export quantize llama-fp32 -o llama-int4 -p int4 --block-size 64")
 def quantize_command(
-    package: Annotated[Path, typer.Argument(help="A float package written by gqa-export build.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Package folder to create.")],
-    precision: Annotated[str, typer.Option("--precision", "-p", help="int4 or int8.")] = "int4",
+    package: Annotated[Path, typer.Argument(metavar="PACKAGE", help="A float package written by gqa-export build.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Package folder to create.", rich_help_panel=OUTPUT)],
+    precision: Annotated[
+        IntPrecision, typer.Option("--precision", "-p", help="Target weight precision.", rich_help_panel=TARGET)
+    ] = IntPrecision.int4,  # type: ignore[attr-defined]
     block_size: BlockSize = 32,
     asymmetric: Asymmetric = False,
-    quant_method: QuantMethod = "rtn",
+    quant_method: QuantMethod = Method.rtn,  # type: ignore[attr-defined]
     accuracy_level: AccuracyLevel = None,
     keep_float: KeepFloat = None,
     report: ReportFlag = False,
     quant_embeddings: QuantEmbeddings = False,
     activations: Activations = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
-    no_smoke: Annotated[bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")] = False,
+    overwrite: Overwrite = False,
+    no_smoke: NoSmoke = False,
+    as_json: AsJson = False,
 ) -> None:
     """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
     from gqa_export.requantize import requantize
 
     quant = QuantOptions(
-        block_size, asymmetric, quant_method, accuracy_level, tuple(keep_float or ()), quant_embeddings, activations
+        block_size, asymmetric, str(value(quant_method)), accuracy_level, tuple(keep_float or ()), quant_embeddings,
+        value(activations),
+    )  # fmt: skip
+    result = requantize(
+        package, output, str(value(precision)), quant, overwrite, report, not no_smoke, RichReporter(as_json)
     )
-    try:
-        result = requantize(package, output, precision, quant, overwrite, report, not no_smoke, RichReporter(as_json))
-    except GqaExportError as exc:
-        raise fail(exc) from None
     summary = {
         "output": str(result.output),
         "precision": result.precision,

@@ -9,19 +9,22 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.table import Table
 
-from gqa_export.cli.app import RichReporter, app, fail, out, quiet_hub
-from gqa_export.errors import GqaExportError
+from gqa_export.cli.app import AsJson, Ep, Overwrite, RichReporter, command, out, quiet_hub, value
 from gqa_export.render import size
 
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")]
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")]
 
 
-@app.command("release")
+@command(
+    "release",
+    epilog="Example:\n\n  gqa-export release release.yaml -o my-model-onnx && gqa-export verify my-model-onnx",
+)
 def release_command(
-    spec: Annotated[Path, typer.Argument(help="Release spec YAML: source, variants, eval text, gates.")],
+    spec: Annotated[
+        Path, typer.Argument(metavar="SPEC", help="Release spec YAML: source, variants, eval text, gates.")
+    ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Release folder to create (the repo root).")],
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing release folder.")] = False,
+    overwrite: Overwrite = False,
     as_json: AsJson = False,
     quiet: Quiet = False,
 ) -> None:
@@ -29,10 +32,7 @@ def release_command(
     from gqa_export.release import load_spec, release
 
     quiet_hub(quiet or as_json)
-    try:
-        result = release(load_spec(spec), output, overwrite, RichReporter(quiet or as_json))
-    except GqaExportError as exc:
-        raise fail(exc) from None
+    result = release(load_spec(spec), output, overwrite, RichReporter(quiet or as_json))
     summary = result.as_json()
     if as_json:
         print(json.dumps(summary))
@@ -50,9 +50,11 @@ def release_command(
     out.print(f"{summary['output']}: {size(summary['total_bytes'])} in {summary['seconds']:.1f} s")
 
 
-@app.command("verify")
+@command("verify", epilog="Examples:\n\n  gqa-export verify out\n\n  gqa-export verify my-model-onnx --smoke --json")
 def verify_command(
-    path: Annotated[Path, typer.Argument(help="A package folder, or a release folder (with release.json).")],
+    path: Annotated[
+        Path, typer.Argument(metavar="PATH", help="A package folder, or a release folder (with release.json).")
+    ],
     smoke: Annotated[bool, typer.Option("--smoke", help="Also generate a few tokens with each package.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Lint warnings fail too (exit 1).")] = False,
     as_json: AsJson = False,
@@ -60,10 +62,7 @@ def verify_command(
     """Recompute every hash, look for missing or extra files, lint; exit 1 on any problem."""
     from gqa_export.verify import failing, verify
 
-    try:
-        report = verify(path, smoke)
-    except GqaExportError as exc:
-        raise fail(exc) from None
+    report = verify(path, smoke)
     if as_json:
         print(json.dumps(report))
     else:
@@ -91,9 +90,11 @@ def _print_verify(report: dict[str, Any]) -> None:
     out.print(f"{verdict}: {report['kind']} {report['path']} ({count} package{'s' if count != 1 else ''})")
 
 
-@app.command("eval")
+@command(
+    "eval", epilog="Examples:\n\n  gqa-export eval out-int4 --text wiki.txt --reference out-fp32 --max-ppl-increase 2"
+)
 def eval_command(
-    path: Annotated[Path, typer.Argument(help="Package folder to evaluate.")],
+    path: Annotated[Path, typer.Argument(metavar="PACKAGE", help="Package folder to evaluate.")],
     text: Annotated[Path, typer.Option("--text", help="UTF-8 text file to compute perplexity over.")],
     reference: Annotated[
         Optional[Path],
@@ -111,20 +112,15 @@ def eval_command(
     ] = None,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Score only the first N tokens.")] = None,
     ep: Annotated[
-        Optional[str], typer.Option("--ep", help="cpu or cuda (default: where the package runs here).")
+        Optional[Ep], typer.Option("--ep", help="Execution provider (default: where the package runs here).")
     ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Perplexity and next-token accuracy of a package over a text, optionally against a reference."""
     from gqa_export.evaluate import evaluate, read_text
 
-    if ep is not None and ep not in ("cpu", "cuda"):
-        raise fail(GqaExportError(f"unknown --ep '{ep}'; choose cpu or cuda"))
     _quiet_transformers()
-    try:
-        report = evaluate(path, read_text(text), reference, window, stride, max_tokens, max_ppl_increase, ep)
-    except GqaExportError as exc:
-        raise fail(exc) from None
+    report = evaluate(path, read_text(text), reference, window, stride, max_tokens, max_ppl_increase, value(ep))
     if as_json:
         print(json.dumps(report))
     else:

@@ -80,7 +80,7 @@ def release(
         source.model_dir, source.source_id, source.is_local, spec.license, spec.base_model, spec.name, spec.tags,
         spec.file, spec.repo,
     )  # fmt: skip
-    with StagedPackage(output, overwrite) as staged:
+    with StagedPackage(output, overwrite, reporter.note) as staged:
         builds = [
             _build_variant(variant, i, len(spec.variants), staged.path, checkpoint, reporter, output)
             for i, variant in enumerate(spec.variants)

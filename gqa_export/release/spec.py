@@ -21,12 +21,13 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
+from gqa_export.choices import ALL_ACTIVATIONS, QUANT_METHODS
 from gqa_export.errors import InputError
 from gqa_export.fetch import looks_like_path
 from gqa_export.pipeline import BuildOptions
 from gqa_export.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
 from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
-from gqa_export.yaml_schema import compose, validate
+from gqa_export.yaml_schema import compose, read_yaml, validate
 
 _VARIANT = {
     "ep!": EPS,
@@ -35,11 +36,11 @@ _VARIANT = {
     "max_length": int,
     "block_size": int,
     "asymmetric": bool,
-    "quant_method": ("rtn", "search"),
+    "quant_method": tuple(QUANT_METHODS),
     "accuracy_level": int,
     "keep_float": [str],
     "quant_embeddings": bool,
-    "activations": ("fp32", "fp16", "bf16"),
+    "activations": ALL_ACTIVATIONS,
     "bidirectional_token_ids": [int],
     "set": [str],
     "path": str,
@@ -101,12 +102,7 @@ class ReleaseSpec:
 
 
 def load_spec(path: Path) -> ReleaseSpec:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read release spec {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"release spec {path} is not UTF-8 text") from None
+    text = read_yaml(path, "release spec")
     node = compose(text, path, "release spec")
     data = validate(node, SCHEMA, path)
     lines = _variant_lines(node)

@@ -1,0 +1,90 @@
+"""`--help` tells the truth: every choice an option shows is generated from the table the code
+validates against, every command has a MODEL-style usage line and examples, options sit in panels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import typer
+
+from gqa_export import choices
+from gqa_export.cli import app
+from gqa_export.quantize import plan_precision
+from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
+
+# (command, option) -> the table whose keys are its only accepted values
+CHOICE_TABLES = {
+    ("build", "--ep"): choices.EPS,
+    ("build", "--precision"): choices.PRECISIONS,
+    ("build", "--attention"): choices.ATTENTION_MODES,
+    ("build", "--quant-method"): choices.QUANT_METHODS,
+    ("build", "--activations"): choices.ALL_ACTIVATIONS,
+    ("quantize", "--quant-method"): choices.QUANT_METHODS,
+    ("quantize", "--precision"): ("int4", "int8"),
+    ("run", "--ep"): choices.EPS,
+    ("eval", "--ep"): choices.EPS,
+}
+
+
+# typer may vendor its own click: parameters are told apart by click's `param_type_name`.
+def _command(name: str) -> Any:
+    return typer.main.get_command(app).commands[name]  # type: ignore[attr-defined]
+
+
+def _options(command: str) -> list[Any]:
+    return [p for p in _command(command).params if p.param_type_name == "option"]
+
+
+def _option(command: str, flag: str) -> Any:
+    return next(p for p in _options(command) if flag in p.opts)
+
+
+def _choices(option: Any) -> list[str]:
+    """The values an option accepts (click's Choice, or newer typers' type descriptor)."""
+    holder = getattr(option, "type", None) or option.type_descriptor
+    return [getattr(choice, "value", choice) for choice in holder.choices]
+
+
+@pytest.mark.parametrize(("command", "flag"), list(CHOICE_TABLES))
+def test_choices_are_the_validators_tables(command, flag):
+    option = _option(command, flag)
+    assert _choices(option) == list(CHOICE_TABLES[command, flag])
+
+
+def test_tables_agree_with_the_validators():
+    assert (ATTENTION_MODES, EPS, PRECISIONS) == tuple(
+        tuple(t) for t in (choices.ATTENTION_MODES, choices.EPS, choices.PRECISIONS)
+    )
+    for ep in choices.EPS:
+        for precision in choices.PRECISIONS:
+            supported = precision in choices.SUPPORTED[ep]
+            try:
+                plan_precision(ep, precision)
+                accepted = True
+            except Exception:
+                accepted = False
+            assert accepted == supported, (ep, precision)
+
+
+def test_help_text_lists_what_each_ep_supports():
+    text = _option("build", "--precision").help or ""
+    for ep, precisions in choices.SUPPORTED.items():
+        assert f"{ep}: {' '.join(precisions)}" in text
+    method_help = _option("build", "--quant-method").help or ""
+    assert all(f"{name}: {what}" in method_help for name, what in choices.QUANT_METHODS.items())
+
+
+@pytest.mark.parametrize("name", ["build", "fetch", "quantize", "inspect", "run", "release", "verify", "eval"])
+def test_usage_names_the_argument_and_shows_examples(name):
+    command = _command(name)
+    usage = " ".join(command.collect_usage_pieces(command.context_class(command, info_name=name)))
+    argument = next(p for p in command.params if p.param_type_name == "argument")
+    assert argument.metavar and argument.metavar.isupper() and usage.endswith(argument.metavar), usage
+    assert "{" not in usage
+    assert command.epilog and "gqa-export " in command.epilog
+
+
+def test_build_options_are_grouped_in_panels():
+    panels = {p.rich_help_panel for p in _options("build")}
+    assert panels == {"Target", "Attention", "Quantization (int4/int8)", "Output", "Recipe"}
