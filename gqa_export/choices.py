@@ -35,7 +35,15 @@ ATTENTION_MODES: dict[str, str] = {
 }
 QUANT_METHODS: dict[str, str] = {
     "rtn": "round to nearest per block (onnxruntime's quantizer); fast, the default",
-    "search": "per-block scale search minimizing squared error; slower, symmetric only",
+    "search": "per-block clipped-scale search minimizing squared error; slower, symmetric only",
+    "k_quant": "asymmetric blocks, scale and zero point searched against an importance-weighted error "
+    "(llama.cpp's k-quant idea); slowest, writes zero points",
+}
+# --mixed-precision selectors (besides weight-name patterns): which MatMuls get another bit width.
+MIXED_SELECTORS: dict[str, str] = {
+    "last_matmul": "the lm_head",
+    "sensitive_layers": "attention V (the packed QKV) and MLP down projections of the first and last eighth "
+    "of the layers and every third layer between (llama.cpp's use_more_bits rule)",
 }
 # int4/int8 activation dtypes: MatMulNBits/GQA kernels exist for fp32 on CPU, fp16/bf16 on CUDA.
 ACTIVATIONS: dict[str, tuple[str, ...]] = {"cpu": ("fp32",), "cuda": ("fp16", "bf16")}

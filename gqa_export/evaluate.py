@@ -134,8 +134,8 @@ def _accumulate(
     ids = np.asarray(tokens, dtype=np.int64)
     nll, top1, targets = [], [], []
     for begin, end, first in windows(len(ids), window, stride):
-        logits = logits_of(ids[begin:end])  # [L, V] float32
-        predicting = logits[first - 1 : end - begin - 1].astype(np.float64)
+        # the logits that predict window positions first..L-1: [L - first, V]
+        predicting = logits_of(ids[begin:end], first).astype(np.float64)
         target = ids[begin + first : end]
         peak = predicting.max(-1, keepdims=True)
         lse = peak[:, 0] + np.log(np.exp(predicting - peak).sum(-1))
@@ -162,15 +162,40 @@ def _score_package(package: Path, tokens: list[int], window: int, stride: int, e
     if max(tokens) >= vocab:
         raise InputError(f"the tokenizer gives ids up to {max(tokens)} but {package} has a vocabulary of {vocab}")
 
-    def logits_of(window_ids: np.ndarray) -> np.ndarray:
+    pruned = last_token_logits(package)
+
+    def logits_of(window_ids: np.ndarray, first: int) -> np.ndarray:
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=len(window_ids))
         generator = og.Generator(model, params)
-        generator.append_tokens(window_ids.reshape(1, -1).astype(np.int32))
-        return np.asarray(generator.get_output("logits"), dtype=np.float32)[0]
+        if not pruned:  # every position's logits from one append
+            generator.append_tokens(window_ids.reshape(1, -1).astype(np.int32))
+            return np.asarray(generator.get_output("logits"), dtype=np.float32)[0][first - 1 : -1]
+        # last-token logits (--prune-lm-head): the context, then one token at a time
+        generator.append_tokens(window_ids[:first].reshape(1, -1).astype(np.int32))
+        rows = [np.asarray(generator.get_output("logits"), dtype=np.float32)[0]]
+        for token in window_ids[first:-1]:
+            generator.append_tokens(np.array([[token]], dtype=np.int32))
+            rows.append(np.asarray(generator.get_output("logits"), dtype=np.float32)[0])
+        return np.concatenate(rows)
 
     nll, top1, targets = _accumulate(logits_of, tokens, window, stride)
     return Scores(str(package), "package", ep, nll, top1, targets)
+
+
+def last_token_logits(package: Path) -> bool:
+    """Whether the package's prompt pass returns the last position's logits only ([B,1,V])."""
+    import onnx
+
+    config = read_json(package / "genai_config.json") or {}
+    decoder = config.get("model", {}).get("decoder", {})
+    graph = package / decoder.get("filename", "model.onnx")
+    if not graph.is_file():
+        return False
+    outputs = onnx.load(str(graph), load_external_data=False).graph.output
+    logits = next((o for o in outputs if o.name == "logits"), None)
+    dims = logits.type.tensor_type.shape.dim if logits is not None else []
+    return len(dims) == 3 and dims[1].HasField("dim_value") and dims[1].dim_value == 1
 
 
 def _score_hf(folder: Path, tokens: list[int], window: int, stride: int) -> Scores:
@@ -183,9 +208,9 @@ def _score_hf(folder: Path, tokens: list[int], window: int, stride: int) -> Scor
         ) from None
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
 
-    def logits_of(window_ids: np.ndarray) -> np.ndarray:
+    def logits_of(window_ids: np.ndarray, first: int) -> np.ndarray:
         with torch.no_grad():
-            return model(torch.from_numpy(window_ids)[None]).logits[0].float().numpy()
+            return model(torch.from_numpy(window_ids)[None]).logits[0, first - 1 : -1].float().numpy()
 
     nll, top1, targets = _accumulate(logits_of, tokens, window, stride)
     return Scores(str(folder), "hf", "cpu", nll, top1, targets)

@@ -17,7 +17,7 @@ from gqa_export.graph_facts import GraphFacts
 DEFAULT_MAX_LENGTH = 4096
 PROVIDER_OPTIONS: dict[str, list[dict[str, dict[str, str]]]] = {
     "cpu": [],
-    # CUDA graphs stay off: capture needs a static mask and batch 1 (ortgenai.md §6a).
+    # CUDA graphs are off unless asked for (--cuda-graph): capture needs batch 1 (ortgenai.md §6a).
     "cuda": [{"cuda": {"enable_cuda_graph": "0"}}],
 }
 # generation_config.json keys carried into `search` (HF name -> genai name).
@@ -46,6 +46,7 @@ class ConfigOptions:
     ep: str
     max_length: int
     context_length: int
+    cuda_graph: bool = False
 
 
 def make_genai_config(
@@ -62,20 +63,13 @@ def make_genai_config(
         "eos_token_id": eos if len(eos) != 1 else eos[0],
         "pad_token_id": dims.pad_token_id if dims.pad_token_id is not None else (eos[0] if eos else 0),
         "decoder": {
-            "session_options": {"log_id": "onnxruntime-genai", "provider_options": PROVIDER_OPTIONS[opts.ep]},
+            "session_options": {"log_id": "onnxruntime-genai", "provider_options": _provider_options(opts)},
             "head_size": facts.head_size,
             "hidden_size": dims.hidden_size,
-            "inputs": {
-                "input_ids": "input_ids",
-                "attention_mask": "attention_mask",
-                "past_key_names": PAST_KEY,
-                "past_value_names": PAST_VALUE,
-            },
-            "outputs": {
-                "logits": "logits",
-                "present_key_names": PRESENT_KEY,
-                "present_value_names": PRESENT_VALUE,
-            },
+            "inputs": _io_names(facts.inputs, ("input_ids", "inputs_embeds", "attention_mask"))
+            | {"past_key_names": PAST_KEY, "past_value_names": PAST_VALUE},
+            "outputs": _io_names(facts.outputs, ("logits", "hidden_states"))
+            | {"present_key_names": PRESENT_KEY, "present_value_names": PRESENT_VALUE},
             "num_attention_heads": facts.num_heads,
             "num_hidden_layers": len(facts.kv_layers),
             "num_key_value_heads": facts.num_kv_heads,
@@ -132,6 +126,17 @@ def make_genai_config(
         if value is not None:
             search[key] = type(search[key])(value)
     return {"model": model, "search": search}
+
+
+def _io_names(graph_names: dict[str, Any], known: tuple[str, ...]) -> dict[str, str]:
+    """The genai input/output keys the graph has (genai's key is the graph's name for these)."""
+    return {name: name for name in known if name in graph_names}
+
+
+def _provider_options(opts: ConfigOptions) -> list[dict[str, dict[str, str]]]:
+    if opts.ep == "cuda" and opts.cuda_graph:
+        return [{"cuda": {"enable_cuda_graph": "1"}}]
+    return PROVIDER_OPTIONS[opts.ep]
 
 
 def default_max_length(context_length: int) -> int:

@@ -23,6 +23,9 @@ import numpy as np
 from gqa_export.kernels import convert
 
 SEARCH_GRID = np.linspace(0.70, 1.0, 16, dtype=np.float32)
+# k_quant: candidate level counts around 2^bits - 1 (the plain min/max fit is the 11th); each
+# candidate's scale is then refit by weighted least squares (llama.cpp's Q4_K idea, our own code).
+K_QUANT_STEPS = np.arange(-1.0, 1.0, 0.1, dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class NBitsConfig:
     bits: int = 4
     block_size: int = 32
     symmetric: bool = True
-    method: str = "rtn"  # rtn | search
+    method: str = "rtn"  # rtn | search | k_quant (asymmetric)
 
     def k_blocks(self, k: int) -> int:
         return (k + self.block_size - 1) // self.block_size
@@ -47,6 +50,8 @@ def quantize_rows(w: np.ndarray, cfg: NBitsConfig) -> tuple[np.ndarray, np.ndarr
     n, k = w.shape
     if cfg.method == "search" and cfg.symmetric:
         return _search(w, cfg)
+    if cfg.method == "k_quant":
+        return _k_quant(w, cfg)
     from onnxruntime.capi import _pybind_state as ort_c
 
     kernel = {4: ort_c.quantize_matmul_4bits, 8: ort_c.quantize_matmul_8bits}[cfg.bits]
@@ -86,6 +91,57 @@ def _search(w: np.ndarray, cfg: NBitsConfig) -> tuple[np.ndarray, np.ndarray, np
     q = (np.clip(np.round(x / safe), -mid, qmax) + mid).astype(np.uint8)
     packed = _pack(q, cfg.bits)
     return packed, best_scale.astype(np.float32), np.zeros((n, cfg.zp_cols(k)), dtype=np.uint8)
+
+
+def _k_quant(w: np.ndarray, cfg: NBitsConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Asymmetric blocks whose (scale, integer zero point) minimize an importance-weighted error.
+
+    Importance of an element: rms(block) + |x| (large weights matter more, as in llama.cpp's
+    k-quants). For each candidate level count c around 2^bits - 1: scale = range / c, zero point =
+    round(-min / scale), levels q = round(x / scale) + zp; then the scale is refit for those levels
+    by weighted least squares, s = sum(w d x) / sum(w d^2) with d = q - zp, and the candidate with
+    the least weighted error wins. The integer zero point is part of the search (rounding a fitted
+    real minimum afterwards would lose the gain)."""
+    n, k = w.shape
+    blocks = cfg.k_blocks(k)
+    padded = np.zeros((n, blocks * cfg.block_size), dtype=np.float32)
+    padded[:, :k] = w
+    x = padded.reshape(n, blocks, cfg.block_size)
+    qmax = float(2**cfg.bits - 1)
+    importance = np.sqrt((x * x).mean(-1, keepdims=True)) + np.abs(x)
+    lo, hi = np.minimum(x.min(-1), 0.0), np.maximum(x.max(-1), 0.0)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    best = (
+        np.full((n, blocks), np.inf, np.float32),
+        np.zeros((n, blocks), np.float32),
+        np.zeros((n, blocks), np.float32),
+    )
+    best_err, best_scale, best_zp = best
+    best_grid = np.zeros((n, blocks), np.float32)
+    for step in K_QUANT_STEPS:
+        grid = span / (qmax + step)
+        zp = np.clip(np.round(-lo / grid), 0, qmax)
+        d = np.clip(np.round(x / grid[..., None]) + zp[..., None], 0, qmax) - zp[..., None]
+        wd = importance * d
+        den = (wd * d).sum(-1)
+        scale = np.where(den > 0, (wd * x).sum(-1) / np.where(den > 0, den, 1.0), grid)
+        err = (importance * (scale[..., None] * d - x) ** 2).sum(-1)
+        better = err < best_err
+        best_err = np.where(better, err, best_err)
+        best_scale = np.where(better, scale, best_scale)
+        best_zp = np.where(better, zp, best_zp)
+        best_grid = np.where(better, grid, best_grid)
+    q = np.clip(np.round(x / best_grid[..., None]) + best_zp[..., None], 0, qmax).astype(np.uint8)
+    return _pack(q, cfg.bits), best_scale.astype(np.float32), _pack_zero_points(best_zp.astype(np.uint8), cfg)
+
+
+def _pack_zero_points(zp: np.ndarray, cfg: NBitsConfig) -> np.ndarray:
+    """[n, k_blocks] zero points in MatMulNBits' per-row layout (4-bit: two a byte, low nibble first)."""
+    if cfg.bits == 8:
+        return zp
+    if zp.shape[1] % 2:
+        zp = np.concatenate([zp, np.zeros((zp.shape[0], 1), np.uint8)], axis=1)
+    return (zp[:, 0::2] | (zp[:, 1::2] << 4)).astype(np.uint8)
 
 
 def _pack(q: np.ndarray, bits: int) -> np.ndarray:

@@ -23,6 +23,7 @@ from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.graph.params import Params
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
 from gqa_export.graph_facts import graph_facts
+from gqa_export.io_options import IoOptions, resolve_io
 from gqa_export.lints import check_written
 from gqa_export.manifest import created_at, environment_entry, finalize, recipe_entry, source_entry, tool_entry
 from gqa_export.optimize import OptimizeReport, optimize
@@ -90,6 +91,7 @@ class BuildOptions:
     bidirectional_ids: tuple[int, ...] | None = None  # None: the recipe's
     quant: QuantOptions = field(default_factory=QuantOptions)  # int4/int8 only
     report: bool = False  # write quant_report.json (int4/int8)
+    io: IoOptions = field(default_factory=IoOptions)  # last-token logits, pipeline I/O, CUDA graph
 
 
 @dataclass(frozen=True)
@@ -173,12 +175,16 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     attention = plan_attention(
         opts.attention or recipe.attention.mode, ids, ids_requested, recipe.attention, gqa_refusal(dims)
     )
+    io = resolve_io(opts.io, opts.ep, attention.mode, len(attention.graphs))
     models = []
     for graph in attention.graphs:
         graph_opts = GraphOptions(
             plan.io_dtype,
             plan.logits_dtype,
             rope_rows=max(max_length, dims.max_position_embeddings),
+            logits=io.logits,
+            inputs_embeds=io.inputs_embeds,
+            hidden_states=io.hidden_states,
             packed_qkv=recipe.attention.packed_qkv,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,
@@ -210,7 +216,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     config = make_genai_config(
         stages,
         dims,
-        ConfigOptions(recipe.genai_model_type, opts.ep, max_length, dims.max_position_embeddings),
+        ConfigOptions(recipe.genai_model_type, opts.ep, max_length, dims.max_position_embeddings, io.cuda_graph),
         generation,
     )
     notes: list[str] = [attention.reason]
@@ -238,10 +244,13 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             write_json(staged.path / "quant_report.json", report)
             notes.append(f"logits vs float: {report['logits_vs_float']}")
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
+        manifest["options"]["io"] = io.as_json()
         manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None)
         finalize(staged.path, manifest, written)  # every file hashed (the report too), then the manifest
         _lint_own_package(staged.path, source.model_dir, notes, reporter)
-        smoke = _smoke(staged.path, reporter, notes) if opts.smoke else None
+        if opts.smoke and not io.runnable:
+            notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
+        smoke = _smoke(staged.path, reporter, notes) if opts.smoke and io.runnable else None
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
     return BuildResult(output, source, recipe.name, attention.mode, opts.ep, plan.name, max_length, files,

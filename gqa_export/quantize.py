@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx_ir as ir
@@ -29,6 +29,7 @@ import onnx_ir as ir
 from gqa_export.choices import ACTIVATIONS, QUANT_METHODS, SUPPORTED, WHY_NOT, listing
 from gqa_export.errors import InputError
 from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, StreamedTensor, row_blocks
+from gqa_export.mixed import parse_mixed, weight_bits
 from gqa_export.nbits import NBitsConfig, dequantize, quantize_rows
 
 FLOAT_DTYPES = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
@@ -41,12 +42,16 @@ QUANTIZATION_META = "gqa_export.quantization"
 @dataclass(frozen=True)
 class QuantOptions:
     block_size: int = 32
-    asymmetric: bool = False
+    # None: the method's default -- zero points for rtn and k_quant (measured on a trained
+    # checkpoint: int4 rtn block 32 +2.3% perplexity asymmetric vs +3.8% symmetric, for 0.7% more
+    # bytes; CHANGELOG/#15), symmetric for search (its grid is symmetric only)
+    asymmetric: bool | None = None
     method: str = "rtn"  # rtn (onnxruntime's block quantizer) | search (per-block scale search)
     accuracy_level: int | None = None  # None: 4 on CPU, 0 on CUDA
     keep_float: tuple[str, ...] = ()  # fnmatch patterns on weight or node names
     embeddings: bool = False  # int4/int8 embedding table even when untied (tied ones always share)
     activations: str | None = None  # CUDA: fp16 (default) or bf16; CPU: fp32 only
+    mixed_precision: tuple[str, ...] = ()  # SELECTOR:int8|int4 (choices.MIXED_SELECTORS or a name pattern)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class PrecisionPlan:
     accuracy_level: int = 0
     keep_float: tuple[str, ...] = ()
     quantize_embeddings: bool = False
+    mixed: tuple[tuple[str, int], ...] = ()  # (selector or name pattern, bits), later entries win
 
     @property
     def runs_on_cpu(self) -> bool:
@@ -72,6 +78,7 @@ class QuantizeReport:
     quantized: list[str] = field(default_factory=list)
     kept_float: list[str] = field(default_factory=list)
     errors: dict[str, list[float]] = field(default_factory=dict)  # weight -> [sum sq err, sum sq w]
+    bits: dict[str, int] = field(default_factory=dict)  # quantized weight -> its bit width
 
     def relative_errors(self) -> dict[str, float]:
         return {k: float(np.sqrt(e / w)) if w else 0.0 for k, (e, w) in self.errors.items()}
@@ -100,6 +107,9 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
         raise InputError(f"unknown --quant-method '{q.method}'; choose {listing(QUANT_METHODS)}")
     if q.method == "search" and q.asymmetric:
         raise InputError("--quant-method search is symmetric only; drop --asymmetric or use rtn")
+    if q.method == "k_quant" and q.asymmetric is False:
+        raise InputError("--quant-method k_quant searches a zero point per block; drop --symmetric or use rtn")
+    symmetric = q.method == "search" if q.asymmetric is None else not q.asymmetric
     if q.accuracy_level is not None and q.accuracy_level not in (0, 1, 2, 3, 4):
         raise InputError(f"--accuracy-level must be 0-4, got {q.accuracy_level}")
     activations = q.activations or ("fp32" if ep == "cpu" else "fp16")
@@ -109,14 +119,16 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
             f"use {' or '.join(ACTIVATIONS[ep])}"
         )
     io = FLOAT_DTYPES[activations]
-    nbits = NBitsConfig(INT_BITS[precision], q.block_size, not q.asymmetric, q.method)
+    nbits = NBitsConfig(INT_BITS[precision], q.block_size, symmetric, q.method)
     level = ACCURACY_DEFAULT[ep] if q.accuracy_level is None else q.accuracy_level
     logits = ir.DataType.FLOAT if activations == "bf16" else io
-    return PrecisionPlan(precision, io, logits, nbits, level, q.keep_float, q.embeddings)
+    mixed = parse_mixed(q.mixed_precision)
+    return PrecisionPlan(precision, io, logits, nbits, level, q.keep_float, q.embeddings, mixed)
 
 
 def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None = None) -> QuantizeReport:
     report = report or QuantizeReport(plan.name)
+    bits = weight_bits(model, plan)
     if plan.nbits is not None:
         from gqa_export.quantize_experts import to_qmoe
 
@@ -137,10 +149,12 @@ def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None
             if any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(node.name or "", p) for p in plan.keep_float):
                 report.kept_float.append(name)
                 continue
+            own = plan if bits.get(name, plan.nbits.bits) == plan.nbits.bits else _with_bits(plan, bits[name])
+            report.bits[name] = own.nbits.bits  # type: ignore[union-attr]
             if node.op_type == "Gather":
-                _to_gather_block_quantized(model, node, weight, plan, report)
+                _to_gather_block_quantized(model, node, weight, own, report)
             else:
-                _to_matmul_nbits(model, node, weight, plan, report)
+                _to_matmul_nbits(model, node, weight, own, report)
         _drop_unused_initializers(model)
     for value in model.graph.initializers.values():
         # graph-building bookkeeping only: once the graph is final, the tensors' own closures are
@@ -153,6 +167,11 @@ def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None
             raise AssertionError(f"initializer {value.name} is {tensor.dtype.name}, planned {plan.io_dtype.name}")
         report.float_initializers += 1
     return report
+
+
+def _with_bits(plan: PrecisionPlan, bits: int) -> PrecisionPlan:
+    assert plan.nbits is not None
+    return replace(plan, nbits=replace(plan.nbits, bits=bits))
 
 
 def _linear_weight(node: ir.Node) -> ir.Value | None:
@@ -321,7 +340,7 @@ class _Quantized:
     def blocks(self) -> Iterator[np.ndarray]:
         scales, zps, err, norm = [], [], 0.0, 0.0
         # search keeps ~16 block-sized temporaries: smaller row blocks keep its peak down
-        row_bytes = self.k * 4 * (8 if self.cfg.method == "search" else 1)
+        row_bytes = self.k * 4 * (8 if self.cfg.method in ("search", "k_quant") else 1)
         for a, b in row_blocks(self.n, row_bytes):
             w = self.rows(a, b)
             packed, s, z = quantize_rows(w, self.cfg)
@@ -387,4 +406,8 @@ def quantization_manifest(plan: PrecisionPlan, report: QuantizeReport) -> dict[s
         "keep_float": list(plan.keep_float),
         "excluded": sorted(set(report.kept_float)),
         "quantized_weights": len(set(report.quantized)),
+        "mixed_precision": [f"{selector}:int{bits}" for selector, bits in plan.mixed],
+        "weights_by_bits": {
+            f"int{b}": sum(1 for v in report.bits.values() if v == b) for b in sorted(set(report.bits.values()))
+        },
     }

@@ -168,6 +168,17 @@ class Checkpoints:
         return self._made[name]
 
 
+@pytest.fixture(autouse=True)
+def full_prompt_logits(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Exactness tests compare the logits of every prompt position, so packages built in-process
+    keep full logits unless a test is marked `pruned_default` (tests/test_io_options.py checks the
+    shipped default, last-token logits, on every family)."""
+    if request.node.get_closest_marker("pruned_default") is None:
+        import gqa_export.io_options
+
+        monkeypatch.setattr(gqa_export.io_options, "PRUNE_BY_DEFAULT", False)
+
+
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Checkpoints:
     return Checkpoints(tmp_path_factory.mktemp("checkpoints"))

@@ -78,13 +78,22 @@ def int_packages(checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("quant")
     made = {}
 
-    def get(precision: str, method: str = "rtn", keep: tuple[str, ...] = (), level: int | None = 0) -> tuple:
+    def get(
+        precision: str,
+        method: str = "rtn",
+        keep: tuple[str, ...] = (),
+        level: int | None = 0,
+        asymmetric: bool | None = None,
+        mixed: tuple[str, ...] = (),
+    ) -> tuple:
         """level 0 (fp32 compute) by default, so that the logit error measures the weights alone;
         CPU's default level 4 also quantizes activations to int8."""
-        key = (precision, method, keep, level)
+        key = (precision, method, keep, level, asymmetric, mixed)
         if key not in made:
-            out = root / f"{precision}-{method}-{len(keep)}-{level}"
-            quant = QuantOptions(method=method, keep_float=keep, accuracy_level=level)
+            out = root / f"{precision}-{method}-{len(keep)}-{level}-{asymmetric}-{len(mixed)}"
+            quant = QuantOptions(
+                method=method, keep_float=keep, accuracy_level=level, asymmetric=asymmetric, mixed_precision=mixed
+            )
             result = build(
                 BuildOptions(str(checkpoints.get("gqa")), out, precision=precision, quant=quant, report=True)
             )
@@ -116,10 +125,34 @@ def test_int_packages_generate_and_stay_close_to_float(int_packages, precision, 
     assert manifest["block_size"] == 32 and manifest["accuracy_level"] == 0
 
 
-def test_search_improves_weights_end_to_end(int_packages):
-    rtn = json.loads((int_packages("int4", "rtn")[0] / "quant_report.json").read_text())
-    search = json.loads((int_packages("int4", "search")[0] / "quant_report.json").read_text())
-    assert search["weights_summary"]["mean_relative_l2"] < rtn["weights_summary"]["mean_relative_l2"]
+def _weight_error(int_packages, *args, **kwargs) -> float:
+    report = json.loads((int_packages(*args, **kwargs)[0] / "quant_report.json").read_text())
+    return report["weights_summary"]["mean_relative_l2"]
+
+
+def test_searches_beat_round_to_nearest_of_their_own_kind(int_packages):
+    """search (symmetric) vs symmetric rtn; k_quant (asymmetric) vs asymmetric rtn, the default."""
+    assert _weight_error(int_packages, "int4", "search") < _weight_error(int_packages, "int4", "rtn", asymmetric=False)
+    assert _weight_error(int_packages, "int4", "k_quant") < _weight_error(int_packages, "int4", "rtn")
+
+
+def test_mixed_precision_makes_the_selected_weights_8_bit(int_packages):
+    package, result = int_packages("int4", "k_quant", mixed=("last_matmul:int8", "sensitive_layers:int8"))
+    assert result.smoke is not None and len(result.smoke.tokens) == 16
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    bits = {
+        n.name: next(a.i for a in n.attribute if a.name == "bits") for n in graph.node if n.op_type == "MatMulNBits"
+    }
+    eight = sorted(name for name, b in bits.items() if b == 8)
+    # 2 layers: both are "sensitive" (first/last eighth rounds to layer 0.. and every third)
+    assert any("lm_head" in name for name in eight) and any("down_proj" in name for name in eight)
+    assert any(b == 4 for b in bits.values())
+    manifest = json.loads((package / "manifest.json").read_text())["options"]["quantization"]
+    assert manifest["mixed_precision"] == ["last_matmul:int8", "sensitive_layers:int8"]
+    assert manifest["weights_by_bits"]["int8"] == len({n for n in eight})
+    assert _weight_error(int_packages, "int4", "k_quant", mixed=("last_matmul:int8", "sensitive_layers:int8")) < (
+        _weight_error(int_packages, "int4", "k_quant")
+    )
 
 
 def test_keep_float_lm_head(int_packages):

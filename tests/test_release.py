@@ -267,7 +267,7 @@ def test_spec_errors_name_file_line_and_key(tmp_path, text, message):
         ("cuda", "fp16", QuantOptions(), "cuda/cuda-fp16"),
         ("cuda", "bf16", QuantOptions(), "cuda/cuda-bf16"),
         ("cuda", "int4", QuantOptions(), "cuda/cuda-int4-rtn-block-32"),
-        ("cuda", "int4", QuantOptions(asymmetric=True, activations="bf16"), "cuda/cuda-int4-rtn-block-32-asym-bf16"),
+        ("cuda", "int4", QuantOptions(asymmetric=True, activations="bf16"), "cuda/cuda-int4-rtn-block-32-bf16"),
         ("cuda", "int4", QuantOptions(method="search", accuracy_level=4), "cuda/cuda-int4-search-block-32-acc-level-4"),
     ],
 )

@@ -157,13 +157,20 @@ Method = choice_enum("Method", choices.QUANT_METHODS)
 ActivationDtype = choice_enum("ActivationDtype", choices.ALL_ACTIVATIONS)
 
 TARGET, ATTENTION, QUANT, OUTPUT, RECIPE = "Target", "Attention", "Quantization (int4/int8)", "Output", "Recipe"
+PIPELINE = "Inputs and outputs"
 
 EpOption = Annotated[Ep, typer.Option("--ep", help="Execution provider to export for.", rich_help_panel=TARGET)]
 BlockSize = Annotated[
     int, typer.Option("--block-size", help="Quantization block size (16-256).", rich_help_panel=QUANT)
 ]
 Asymmetric = Annotated[
-    bool, typer.Option("--asymmetric", help="Zero points instead of symmetric.", rich_help_panel=QUANT)
+    Optional[bool],
+    typer.Option(
+        "--asymmetric/--symmetric",
+        help="Zero points per block, or none. Default: asymmetric for rtn and k_quant (measured better on "
+        "trained weights), symmetric for search.",
+        rich_help_panel=QUANT,
+    ),
 ]
 QuantMethod = Annotated[
     Method, typer.Option("--quant-method", help=choices.described(choices.QUANT_METHODS), rich_help_panel=QUANT)
@@ -192,6 +199,16 @@ Activations = Annotated[
         help="Activation dtype: "
         + "; ".join(f"{ep}: {' or '.join(dtypes)}" for ep, dtypes in choices.ACTIVATIONS.items())
         + " (first is the default).",
+        rich_help_panel=QUANT,
+    ),
+]
+MixedPrecision = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--mixed-precision",
+        help="SELECTOR:int8|int4, repeatable; selectors: "
+        + choices.described(choices.MIXED_SELECTORS)
+        + "; or a weight-name pattern (e.g. '*.down_proj.weight:int8').",
         rich_help_panel=QUANT,
     ),
 ]

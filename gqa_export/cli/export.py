@@ -13,6 +13,7 @@ from gqa_export import choices
 from gqa_export.cli.app import (
     ATTENTION,
     OUTPUT,
+    PIPELINE,
     RECIPE,
     TARGET,
     AccuracyLevel,
@@ -26,6 +27,7 @@ from gqa_export.cli.app import (
     IntPrecision,
     KeepFloat,
     Method,
+    MixedPrecision,
     NoSmoke,
     Overwrite,
     Precision,
@@ -39,6 +41,7 @@ from gqa_export.cli.app import (
     value,
 )
 from gqa_export.errors import InputError
+from gqa_export.io_options import IoOptions
 from gqa_export.quantize import QuantOptions
 from gqa_export.render import size
 
@@ -99,13 +102,57 @@ def build(
         ),
     ] = None,
     block_size: BlockSize = 32,
-    asymmetric: Asymmetric = False,
+    asymmetric: Asymmetric = None,
     quant_method: QuantMethod = Method.rtn,  # type: ignore[attr-defined]
     accuracy_level: AccuracyLevel = None,
     keep_float: KeepFloat = None,
     report: ReportFlag = False,
     quant_embeddings: QuantEmbeddings = False,
     activations: Activations = None,
+    mixed_precision: MixedPrecision = None,
+    prune_lm_head: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--prune-lm-head/--no-prune-lm-head",
+            help="Prompt logits for the last token only ([B,1,V]): the prompt pass skips the lm_head "
+            "elsewhere. Default: on for single-graph packages (onnxruntime-genai reads nothing else); "
+            "turn off to get every prompt position's logits (perplexity tools, speculative decoding).",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = None,
+    inputs_embeds: Annotated[
+        bool,
+        typer.Option(
+            "--inputs-embeds",
+            help="Take `inputs_embeds` [B,S,H] instead of input_ids (no embedding in the "
+            "graph), as a multimodal pipeline feeds it.",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = False,
+    hidden_states: Annotated[
+        bool,
+        typer.Option(
+            "--hidden-states", help="Also output `hidden_states` (the final norm's output).", rich_help_panel=PIPELINE
+        ),
+    ] = False,
+    no_lm_head: Annotated[
+        bool,
+        typer.Option(
+            "--no-lm-head",
+            help="Output `hidden_states` instead of logits (embedding use). An untied lm_head "
+            "and embedding are different weights and are never shared.",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = False,
+    cuda_graph: Annotated[
+        bool,
+        typer.Option(
+            "--cuda-graph",
+            help="Turn on CUDA graph capture of decode steps (enable_cuda_graph; cuda, "
+            "--attention gqa; the runtime then runs batch 1).",
+            rich_help_panel=TARGET,
+        ),
+    ] = False,
     overwrite: Overwrite = False,
     no_smoke: NoSmoke = False,
     as_json: AsJson = False,
@@ -121,11 +168,12 @@ def build(
         raise InputError(f"--bidirectional-token-ids takes comma-separated integers, got {bidirectional!r}") from None
     quant = QuantOptions(
         block_size, asymmetric, str(value(quant_method)), accuracy_level, tuple(keep_float or ()), quant_embeddings,
-        value(activations),
+        value(activations), tuple(mixed_precision or ()),
     )  # fmt: skip
+    io = IoOptions(prune_lm_head, inputs_embeds, hidden_states, no_lm_head, cuda_graph)
     opts = BuildOptions(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
-        tuple(settings or ()), value(attention), ids, quant, report,
+        tuple(settings or ()), value(attention), ids, quant, report, io,
     )  # fmt: skip
     quiet_hub(quiet or as_json)
     result = run_build(opts, RichReporter(quiet or as_json))
@@ -171,13 +219,14 @@ def quantize_command(
         IntPrecision, typer.Option("--precision", "-p", help="Target weight precision.", rich_help_panel=TARGET)
     ] = IntPrecision.int4,  # type: ignore[attr-defined]
     block_size: BlockSize = 32,
-    asymmetric: Asymmetric = False,
+    asymmetric: Asymmetric = None,
     quant_method: QuantMethod = Method.rtn,  # type: ignore[attr-defined]
     accuracy_level: AccuracyLevel = None,
     keep_float: KeepFloat = None,
     report: ReportFlag = False,
     quant_embeddings: QuantEmbeddings = False,
     activations: Activations = None,
+    mixed_precision: MixedPrecision = None,
     overwrite: Overwrite = False,
     no_smoke: NoSmoke = False,
     as_json: AsJson = False,
@@ -187,7 +236,7 @@ def quantize_command(
 
     quant = QuantOptions(
         block_size, asymmetric, str(value(quant_method)), accuracy_level, tuple(keep_float or ()), quant_embeddings,
-        value(activations),
+        value(activations), tuple(mixed_precision or ()),
     )  # fmt: skip
     result = requantize(
         package, output, str(value(precision)), quant, overwrite, report, not no_smoke, RichReporter(as_json)

@@ -25,6 +25,7 @@ from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
 from gqa_export.graph.moe import gemma4_moe_mlp, sparse_mlp
+from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
@@ -60,6 +61,12 @@ class GraphOptions:
     bidirectional_window_bounded: bool = False  # the window still bounds a run's keys on the left
     kv_read: str = "slice"  # scatter graphs: slice (first T slots + bias) | nonpad (whole buffer, nonpad_kv_seqlen)
     fused_rope: bool = True  # GQA: RoPE inside the op where it computes it exactly; False: plain ops always
+    # Outputs and inputs for pipelines (io.py): `logits` all | last (the prompt pass computes the
+    # last position's logits only) | none (no lm_head: `hidden_states` instead); `inputs_embeds`
+    # replaces input_ids and the embedding; `hidden_states` adds the final norm's output.
+    logits: str = "all"
+    inputs_embeds: bool = False
+    hidden_states: bool = False
 
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
@@ -71,7 +78,14 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         )
     b = GraphBuilder("gqa_export_decoder", OPSETS[opts.mode])
     hidden = [B, S, dims.hidden_size]
-    input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
+    check_io(dims, opts)
+    # With inputs_embeds the graph has no ids: the mask and position helpers only read its [B, S]
+    # shape, which inputs_embeds has too (ids-valued features are refused by check_io).
+    input_ids = (
+        b.input("inputs_embeds", opts.io_dtype, hidden)
+        if opts.inputs_embeds
+        else b.input("input_ids", ir.DataType.INT64, [B, S])
+    )
     attention_mask = b.input("attention_mask", ir.DataType.INT64, [B, T])
     # Concrete kv-head and head-dim dims on every cache input: ORT GenAI sizes each layer's buffer
     # from them (per-layer shapes, gemma4.md §4). KV-shared layers have no cache inputs at all.
@@ -82,12 +96,16 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         pasts[i] = (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
 
-    embed = b.initializer(spec.tensor(spec.embed), params.matrix(spec.tensor(spec.embed)))
-    with b.scope("embed_tokens"):
-        ids = _placeholders_as_pad(b, input_ids, dims)
-        h = typed(b.op("Gather", embed, ids), opts.io_dtype, hidden)
-        if dims.embedding_multiplier != 1.0:
-            h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
+    embed = None
+    if opts.inputs_embeds:
+        ids, h = input_ids, input_ids
+    else:
+        embed = b.initializer(spec.tensor(spec.embed), params.matrix(spec.tensor(spec.embed)))
+        with b.scope("embed_tokens"):
+            ids = _placeholders_as_pad(b, input_ids, dims)
+            h = typed(b.op("Gather", embed, ids), opts.io_dtype, hidden)
+            if dims.embedding_multiplier != 1.0:
+                h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
@@ -103,8 +121,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             h = _layer_scalar(lc, h)
 
     x = rms_norm(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
-    logits = _lm_head(b, x, embed, dims, spec, params, opts)
-    b.output(logits, "logits", opts.logits_dtype, [B, S, dims.vocab_size])
+    add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))
     for i in dims.cache_layers:
         layer, layer_kv = dims.layers[i], kv[i]
         present_shape = [B, layer.num_kv_heads, PRESENT, layer.head_dim]
@@ -357,32 +374,3 @@ def _layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:
     name = lc.name(module, suffix="")
     scalar = lc.b.initializer(name, lc.params.vector([name]))
     return typed(lc.b.op("Mul", h, scalar, name="layer_scalar"), lc.params.dtype, [B, S, lc.dims.hidden_size])
-
-
-def _lm_head(
-    b: GraphBuilder, x: ir.Value, embed: ir.Value, dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions
-) -> ir.Value:
-    with b.scope("lm_head"):
-        if dims.tie_word_embeddings:
-            # Tied: Gemm(transB=1) reads the embedding table itself, so neither the file nor the
-            # session holds a transposed copy (a MatMul on Transpose(E) would be folded into one).
-            flat = b.op("Reshape", x, b.const([-1, dims.hidden_size], "flat", "int64"))
-            logits2d = b.op("Gemm", flat, embed, transB=1)
-            out_shape = b.op("Concat", b.op("Shape", x, end=2), b.const([dims.vocab_size], "vocab", "int64"), axis=0)
-            logits = b.op("Reshape", logits2d, out_shape)
-        else:
-            logits = b.op("MatMul", x, b.initializer(spec.lm_head, params.matmul_weight([spec.lm_head])))
-            bias_name = spec.lm_head.removesuffix("weight") + "bias"
-            if bias_name in params.store:  # PhiMoE's lm_head bias
-                logits = b.op("Add", logits, b.initializer(bias_name, params.vector([bias_name])))
-        if opts.logits_dtype != opts.io_dtype:
-            logits = b.op("Cast", logits, to=opts.logits_dtype)
-
-        if dims.logits_multiplier != 1.0:  # Cohere's logit_scale
-            logits = b.op("Mul", logits, _scalar(b, dims.logits_multiplier, opts.logits_dtype, "logit_scale"))
-        if dims.logits_divisor != 1.0:  # Granite's logits_scaling
-            logits = b.op("Div", logits, _scalar(b, dims.logits_divisor, opts.logits_dtype, "logits_scaling"))
-        if dims.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
-            cap = _scalar(b, dims.final_softcap, opts.logits_dtype, "final_softcap")
-            logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="final_softcap")
-    return logits

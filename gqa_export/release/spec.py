@@ -158,7 +158,7 @@ def _source(source: str, base: Path) -> str:
 def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], where: str) -> Variant:
     quant = QuantOptions(
         block_size=item.get("block_size", 32),
-        asymmetric=item.get("asymmetric", False),
+        asymmetric=item.get("asymmetric"),
         method=item.get("quant_method", "rtn"),
         accuracy_level=item.get("accuracy_level"),
         keep_float=tuple(item.get("keep_float", ())),
@@ -196,7 +196,9 @@ def folder_name(ep: str, precision: str, quant: QuantOptions) -> str:
     if precision not in FLOAT_DTYPES:
         level = quant.accuracy_level if quant.accuracy_level is not None else (4 if ep == "cpu" else 0)
         name += f"-{quant.method}-block-{quant.block_size}"
-        name += "-asym" if quant.asymmetric else ""
+        default_asymmetric = quant.method != "search"
+        if quant.asymmetric is not None and quant.asymmetric != default_asymmetric:
+            name += "-asym" if quant.asymmetric else "-sym"
         name += f"-acc-level-{level}" if level else ""
         if quant.activations not in (None, "fp32" if ep == "cpu" else "fp16"):
             name += f"-{quant.activations}"

@@ -1,0 +1,118 @@
+"""What the decoder outputs: logits (all positions or the last), hidden states, or both.
+
+Last-token logits (`logits: last`, the default where onnxruntime-genai allows it): the prompt pass
+computes the lm_head for one position per row. onnxruntime-genai 0.18 pads batched prompts on the
+right and, given [B,1,V] logits, uses the row as it is (it picks `input_sequence_lengths[b] - 1`
+itself only from full [B,S,V] logits), so the position must be each row's last real token, not the
+last column: idx = clamp(sum(attention_mask) - past_length - 1, 0, S-1), past_length = T - S.
+(The official builder takes the last column, which is wrong for a right-padded shorter row; probed
+with genai 0.18, /tmp notes of #15.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
+from gqa_export.graph.builder import GraphBuilder
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.params import NUMPY_DTYPES, Params
+
+if TYPE_CHECKING:
+    from gqa_export.graph.decoder import GraphOptions
+
+B, S = "batch_size", "sequence_length"
+
+
+@dataclass(frozen=True)
+class OutputContext:
+    dims: ModelDims
+    spec: ArchSpec
+    params: Params
+    opts: GraphOptions
+
+
+def check_io(dims: ModelDims, opts: GraphOptions) -> None:
+    """Refuse pipeline I/O a model cannot have: features that read token ids need input_ids."""
+    if not opts.inputs_embeds:
+        return
+    needs_ids = {
+        "per-layer embeddings (gathered by input_ids)": dims.per_layer_input_size,
+        "bidirectional token ids": opts.bidirectional_ids,
+        "an embedding multiplier (transformers scales inside or outside the embedding, per family)": (
+            dims.embedding_multiplier != 1.0
+        ),
+    }
+    for what, present in needs_ids.items():
+        if present:
+            raise InputError(f"--inputs-embeds cannot be used with {what}; export with input_ids")
+
+
+def add_outputs(
+    b: GraphBuilder, x: ir.Value, embed: ir.Value | None, attention_mask: ir.Value, tokens: ir.Value, oc: OutputContext
+) -> None:
+    """`hidden_states` (the final norm's output) and/or `logits`, per GraphOptions."""
+    dims, opts = oc.dims, oc.opts
+    if opts.hidden_states or opts.logits == "none":
+        b.output(b.op("Identity", x), "hidden_states", opts.io_dtype, [B, S, dims.hidden_size])
+    if opts.logits == "none":
+        return
+    if opts.logits == "last":
+        x = last_real_position(b, x, attention_mask, tokens)
+    b.output(
+        lm_head(b, x, embed, oc), "logits", opts.logits_dtype, [B, 1 if opts.logits == "last" else S, dims.vocab_size]
+    )
+
+
+def last_real_position(b: GraphBuilder, x: ir.Value, attention_mask: ir.Value, tokens: ir.Value) -> ir.Value:
+    """x [B,S,H] -> [B,1,H] at each row's last real (unpadded) token of this run."""
+    with b.scope("last_token"):
+        total = b.op("Shape", attention_mask, start=1, end=2)
+        run = b.op("Shape", tokens, start=1, end=2)
+        real = b.op("ReduceSum", attention_mask, b.const([1], "axis", "int64"), keepdims=0)  # [B]
+        idx = b.op("Sub", b.op("Sub", real, b.op("Sub", total, run)), b.const([1], "one", "int64"))
+        idx = b.op(
+            "Max", b.op("Min", idx, b.op("Sub", run, b.const([1], "one_", "int64"))), b.const([0], "zero", "int64")
+        )
+        picked = b.op("GatherND", x, b.op("Unsqueeze", idx, b.const([1], "axis1", "int64")), batch_dims=1)  # [B,H]
+        return b.op("Unsqueeze", picked, b.const([1], "seq_axis", "int64"))
+
+
+def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str) -> ir.Value:
+    """A float scalar constant in the graph's dtype (rounded through float32, as the weights are)."""
+    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[dtype]), name)
+
+
+def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputContext) -> ir.Value:
+    dims, spec, params, opts = oc.dims, oc.spec, oc.params, oc.opts
+    with b.scope("lm_head"):
+        if dims.tie_word_embeddings:
+            if embed is None:  # inputs_embeds: the tied lm_head still reads the table
+                embed = b.initializer(spec.tensor(spec.embed), params.matrix(spec.tensor(spec.embed)))
+            # Tied: Gemm(transB=1) reads the embedding table itself, so neither the file nor the
+            # session holds a transposed copy (a MatMul on Transpose(E) would be folded into one).
+            flat = b.op("Reshape", x, b.const([-1, dims.hidden_size], "flat", "int64"))
+            logits2d = b.op("Gemm", flat, embed, transB=1)
+            out_shape = b.op("Concat", b.op("Shape", x, end=2), b.const([dims.vocab_size], "vocab", "int64"), axis=0)
+            logits = b.op("Reshape", logits2d, out_shape)
+        else:
+            logits = b.op("MatMul", x, b.initializer(spec.lm_head, params.matmul_weight([spec.lm_head])))
+            bias_name = spec.lm_head.removesuffix("weight") + "bias"
+            if bias_name in params.store:  # PhiMoE's lm_head bias
+                logits = b.op("Add", logits, b.initializer(bias_name, params.vector([bias_name])))
+        if opts.logits_dtype != opts.io_dtype:
+            logits = b.op("Cast", logits, to=opts.logits_dtype)
+
+        if dims.logits_multiplier != 1.0:  # Cohere's logit_scale
+            logits = b.op("Mul", logits, _scalar(b, dims.logits_multiplier, opts.logits_dtype, "logit_scale"))
+        if dims.logits_divisor != 1.0:  # Granite's logits_scaling
+            logits = b.op("Div", logits, _scalar(b, dims.logits_divisor, opts.logits_dtype, "logits_scaling"))
+        if dims.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
+            cap = _scalar(b, dims.final_softcap, opts.logits_dtype, "final_softcap")
+            logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="final_softcap")
+    return logits

@@ -1,0 +1,84 @@
+"""Efficiency and integration options of a build: last-token logits, pipeline inputs/outputs, CUDA graph.
+
+Each is validated here once (one line, exit 2 for a combination that cannot work) and turned into
+the graph's `GraphOptions` fields and the genai_config switches.
+
+- Last-token logits (`--prune-lm-head`, default on where onnxruntime-genai needs nothing else):
+  genai 0.18 accepts [B,1,V] prompt logits with no config key and uses the row as it is, so the
+  graph picks each right-padded row's last real token (graph/outputs.py). Kept off for decoder
+  pipelines (split), whose stages the runtime chains by name, and for `--no-lm-head`.
+- `--inputs-embeds` / `--no-lm-head`: genai's decoder-only state binds `input_ids` and reads
+  `logits` ("Model input was not found: input_ids"), so such a package is a stage for a larger
+  pipeline; no smoke run is possible and none is attempted.
+- `--cuda-graph`: provider option `enable_cuda_graph: "1"`. genai captures decode steps only and
+  requires the shared KV buffer (kv_cache.cpp: "Graph capture is not supported with
+  past_present_share_buffer set to false") and greedy/sampling without beams; our GQA graphs
+  keep every shape static in decode (one buffer of max_length), bias/split graphs do not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gqa_export.errors import InputError
+
+LOGITS_MODES = ("all", "last", "none")
+PRUNE_BY_DEFAULT = True  # last-token logits unless asked otherwise (the test suite's exactness checks turn it off)
+
+
+@dataclass(frozen=True)
+class IoOptions:
+    prune_lm_head: bool | None = None  # None: on where the runtime allows it
+    inputs_embeds: bool = False
+    hidden_states: bool = False
+    no_lm_head: bool = False
+    cuda_graph: bool = False
+
+
+@dataclass(frozen=True)
+class ResolvedIo:
+    logits: str  # all | last | none
+    inputs_embeds: bool
+    hidden_states: bool
+    cuda_graph: bool
+
+    @property
+    def runnable(self) -> bool:
+        """Whether onnxruntime-genai can generate from the package on its own (smoke run)."""
+        return not self.inputs_embeds and self.logits != "none"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "logits": self.logits,
+            "inputs_embeds": self.inputs_embeds,
+            "hidden_states": self.hidden_states,
+            "cuda_graph": self.cuda_graph,
+        }
+
+
+def resolve_io(io: IoOptions, ep: str, attention_mode: str, num_graphs: int) -> ResolvedIo:
+    """The graph I/O a build gets; InputError for combinations that cannot work."""
+    if io.no_lm_head and io.prune_lm_head:
+        raise InputError("--no-lm-head has no lm_head to prune; drop --prune-lm-head")
+    if io.no_lm_head and io.hidden_states:
+        raise InputError("--no-lm-head already outputs hidden_states; drop --hidden-states")
+    if io.prune_lm_head and num_graphs > 1:
+        raise InputError(
+            f"--prune-lm-head is for single-graph packages; --attention {attention_mode} writes a decoder pipeline"
+        )
+    if io.cuda_graph:
+        if ep != "cuda":
+            raise InputError("--cuda-graph is a CUDA provider option; export with --ep cuda")
+        if attention_mode != "gqa":
+            raise InputError(
+                f"--cuda-graph needs the GQA graph on the shared KV buffer (static decode shapes); "
+                f"--attention {attention_mode} does not have it: use --attention gqa"
+            )
+    if io.no_lm_head:
+        logits = "none"
+    elif io.prune_lm_head is None:
+        logits = "last" if num_graphs == 1 and PRUNE_BY_DEFAULT else "all"
+    else:
+        logits = "last" if io.prune_lm_head else "all"
+    return ResolvedIo(logits, io.inputs_embeds, io.hidden_states, io.cuda_graph)
