@@ -380,6 +380,7 @@ def summary(pkg: Package) -> dict[str, Any]:
         "files": pkg.files,
         "total_bytes": sum(pkg.files.values()),
         "kv_cache_bytes_per_row": pkg.kv_bytes_per_row(),
+        "io": _io(first, options),
         "graphs": [
             {
                 "filename": g.filename,
@@ -395,6 +396,21 @@ def summary(pkg: Package) -> dict[str, Any]:
             }
             for g in pkg.graphs
         ],
+    }
+
+
+def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:
+    """The build's I/O options as the graph shows them (io_options.py): logits all | last | none."""
+    inputs = {i["name"]: i for i in graph.inputs} if graph else {}
+    outputs = {o["name"]: o for o in graph.outputs} if graph else {}
+    logits = outputs.get("logits")
+    mode = "none" if logits is None else ("last" if list(logits.get("shape") or [])[1:2] == [1] else "all")
+    cuda = next((p["cuda"] for p in provider_options if "cuda" in p), {})
+    return {
+        "logits": mode,
+        "inputs_embeds": "inputs_embeds" in inputs,
+        "hidden_states": "hidden_states" in outputs,
+        "cuda_graph": cuda.get("enable_cuda_graph") == "1",
     }
 
 

@@ -18,10 +18,11 @@ the graph's `GraphOptions` fields and the genai_config switches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gqa_export.errors import InputError
+from gqa_export.kv_quant import KvQuantOptions
 
 LOGITS_MODES = ("all", "last", "none")
 PRUNE_BY_DEFAULT = True  # last-token logits unless asked otherwise (the test suite's exactness checks turn it off)
@@ -82,3 +83,14 @@ def resolve_io(io: IoOptions, ep: str, attention_mode: str, num_graphs: int) -> 
     else:
         logits = "last" if io.prune_lm_head else "all"
     return ResolvedIo(logits, io.inputs_embeds, io.hidden_states, io.cuda_graph)
+
+
+def with_recipe_defaults(
+    io: IoOptions, kv: KvQuantOptions, defaults: dict[str, Any]
+) -> tuple[IoOptions, KvQuantOptions]:
+    """A recipe's `build:` defaults (prune_lm_head, kv_cache, kv_scales) where the command line is silent."""
+    if io.prune_lm_head is None and "prune_lm_head" in defaults:
+        io = replace(io, prune_lm_head=defaults["prune_lm_head"])
+    if kv.dtype is None and "kv_cache" in defaults:
+        kv = replace(kv, dtype=defaults["kv_cache"], scales=defaults.get("kv_scales", kv.scales))
+    return io, kv

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from onnx import TensorProto
 
 from gqa_export.errors import PackageLintError
 from gqa_export.genai_schema import unknown_keys
@@ -268,6 +271,10 @@ def _pipeline_kv(pkg: Package, _: int) -> list[Finding]:
     return out
 
 
+def _unpacked(dim: Any, elem_type: int) -> Any:
+    return dim * 2 if isinstance(dim, int) and elem_type == TensorProto.UINT8 else dim
+
+
 def _kv_shape(pkg: Package, _: int) -> list[Finding]:
     """ORT GenAI allocates each layer's cache from the graph's concrete kv-head / head-dim dims and
     falls back to decoder.num_key_value_heads / head_size for symbolic ones (gemma4.md §4). A
@@ -276,8 +283,9 @@ def _kv_shape(pkg: Package, _: int) -> list[Finding]:
     want = (decoder.get("num_key_value_heads"), decoder.get("head_size"))
     out = []
     for g in pkg.graphs:
+        # a 4-bit cache (uint8, kv_quant.py) stores two values a byte: head_dim / 2 on the graph
         shapes = {
-            i["name"]: (i["shape"][1], i["shape"][3])
+            i["name"]: (i["shape"][1], _unpacked(i["shape"][3], i["elem_type"]))
             for i in g.inputs
             if i["name"].startswith("past_key_values.") and i["name"].endswith(".key") and len(i["shape"]) == 4
         }

@@ -23,7 +23,8 @@ from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.graph.params import Params
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
 from gqa_export.graph_facts import graph_facts
-from gqa_export.io_options import IoOptions, resolve_io
+from gqa_export.io_options import IoOptions, resolve_io, with_recipe_defaults
+from gqa_export.kv_quant import KvQuantOptions, check_kv_options, quantize_kv_cache
 from gqa_export.lints import check_written
 from gqa_export.manifest import created_at, environment_entry, finalize, recipe_entry, source_entry, tool_entry
 from gqa_export.optimize import OptimizeReport, optimize
@@ -92,6 +93,7 @@ class BuildOptions:
     quant: QuantOptions = field(default_factory=QuantOptions)  # int4/int8 only
     report: bool = False  # write quant_report.json (int4/int8)
     io: IoOptions = field(default_factory=IoOptions)  # last-token logits, pipeline I/O, CUDA graph
+    kv: KvQuantOptions = field(default_factory=KvQuantOptions)  # int8/int4 KV cache
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     attention = plan_attention(
         opts.attention or recipe.attention.mode, ids, ids_requested, recipe.attention, gqa_refusal(dims)
     )
-    io = resolve_io(opts.io, opts.ep, attention.mode, len(attention.graphs))
+    io_opts, kv = with_recipe_defaults(opts.io, opts.kv, recipe.build_defaults)
+    io = resolve_io(io_opts, opts.ep, attention.mode, len(attention.graphs))
+    check_kv_options(kv, opts.ep, attention.mode, plan.io_dtype.name)
     models = []
     for graph in attention.graphs:
         graph_opts = GraphOptions(
@@ -238,6 +242,12 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             notes.append(f"split: {len(entries)} weights listed in decoder.shared_initializers (one GPU copy)")
         write_json(staged.path / "genai_config.json", config)
         copy_tokenizer(source.model_dir, staged.path)
+        kv_cache = None
+        if kv.quantized:  # calibrated on the float-cache graph just written (kv_quant.py)
+            reporter.stage(f"KV cache {kv.dtype} (calibrate, measure drift)")
+            kv_cache = quantize_kv_cache(staged.path, attention.graphs[0].filename, kv, max_length)
+            written.pop(attention.graphs[0].filename, None)  # rewritten: hashed again by finalize
+            notes.append(f"KV cache {kv.dtype} {kv.scales}: drift {kv_cache['drift']}")
         if opts.report and plan.nbits is not None:
             reporter.stage("accuracy report (float reference export)")
             report = _float_reference_report(opts, staged.path, dims, plan, quant_report)
@@ -245,6 +255,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             notes.append(f"logits vs float: {report['logits_vs_float']}")
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
         manifest["options"]["io"] = io.as_json()
+        manifest["options"]["kv_cache"] = kv_cache
         manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None)
         finalize(staged.path, manifest, written)  # every file hashed (the report too), then the manifest
         _lint_own_package(staged.path, source.model_dir, notes, reporter)

@@ -14,6 +14,7 @@ import yaml
 
 from gqa_export import choices
 from gqa_export.errors import InputError
+from gqa_export.kv_quant import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.yaml_schema import compose, read_yaml, validate
 
 ATTENTION_MODES = tuple(choices.ATTENTION_MODES)
@@ -111,6 +112,8 @@ SCHEMA: dict[str, Any] = {
         "placeholder_keys": [str],
     },
     "overrides": {ep: {"attention": _ATTENTION} for ep in EPS},
+    # build options this model should get unless the command line says otherwise (io_options.py)
+    "build": {"prune_lm_head": bool, "kv_cache": tuple(KV_CACHE_DTYPES), "kv_scales": tuple(KV_SCALES)},
 }
 
 
@@ -157,6 +160,7 @@ class Recipe:
     description: str = ""
     model: ModelOptions = field(default_factory=ModelOptions)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    build_defaults: dict[str, Any] = field(default_factory=dict)
 
     def for_ep(self, ep: str) -> Recipe:
         """The recipe with its per-EP overrides applied."""
@@ -184,6 +188,7 @@ class Recipe:
                 "placeholder_keys": list(self.model.placeholder_keys),
             },
             "overrides": self.overrides,
+            "build": dict(self.build_defaults),
         }
 
 
@@ -224,6 +229,7 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
             placeholder_keys=tuple(model.get("placeholder_keys", ())),
         ),
         overrides=data.get("overrides", {}),
+        build_defaults=data.get("build", {}),
     )
 
 

@@ -40,6 +40,7 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
         ("share buffer", str(s["past_present_share_buffer"])),
         ("max_length", f"{s['max_length']} (context {s['context_length']})"),
         ("KV cache", f"{size(s['kv_cache_bytes_per_row'])} per batch row at max_length"),
+        ("I/O", ", ".join(f"{k}={v}" for k, v in s["io"].items())),
     ):
         head.add_row(f"[bold]{key}[/]", str(value))
     console.print(head)

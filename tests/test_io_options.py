@@ -118,6 +118,8 @@ def test_no_lm_head_outputs_hidden_states_only(checkpoints, tmp_path):
     assert "logits" not in config and config["hidden_states"] == "hidden_states"
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert any("no smoke run" in note for note in summary["notes"])
+    shown = json.loads(runner.invoke(app, ["inspect", str(out), "--json"]).stdout)["summary"]["io"]
+    assert shown["logits"] == "none" and shown["hidden_states"] is True
 
 
 def test_cuda_graph_sets_the_provider_option(checkpoints, tmp_path):
@@ -126,6 +128,10 @@ def test_cuda_graph_sets_the_provider_option(checkpoints, tmp_path):
     config = json.loads((out / "genai_config.json").read_text())
     assert config["model"]["decoder"]["session_options"]["provider_options"] == [{"cuda": {"enable_cuda_graph": "1"}}]
     assert config["search"]["past_present_share_buffer"] is True and config["search"]["num_beams"] == 1
+    shown = runner.invoke(app, ["inspect", str(out), "--json"])
+    assert json.loads(shown.stdout)["summary"]["io"] == {
+        "logits": "all", "inputs_embeds": False, "hidden_states": False, "cuda_graph": True,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -154,3 +160,22 @@ def test_inputs_embeds_refuses_features_that_read_ids(checkpoints, tmp_path):
         app, ["build", str(checkpoints.get("gemma4_causal")), "-o", str(tmp_path / "p"), "--inputs-embeds"]
     )
     assert result.exit_code == 2 and "--inputs-embeds cannot be used with" in result.output
+
+
+@pytest.mark.pruned_default
+def test_recipe_build_defaults_apply_unless_the_command_line_says_otherwise(checkpoints, tmp_path):
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(
+        "name: mine\nmatch:\n  model_types: [llama]\narch: llama\n"
+        "build:\n  prune_lm_head: false\n  kv_cache: int8\n  kv_scales: per-tensor\n"
+    )
+    checkpoint = str(checkpoints.get("gqa"))
+    result = runner.invoke(app, ["build", checkpoint, "-o", str(tmp_path / "a"), "--recipe", str(recipe), "--no-smoke"])
+    assert result.exit_code == 0, result.output
+    options = json.loads((tmp_path / "a" / "manifest.json").read_text())["options"]
+    assert options["io"]["logits"] == "all" and options["kv_cache"]["scales"] == "per-tensor"
+    args = ["build", checkpoint, "-o", str(tmp_path / "b"), "--recipe", str(recipe), "--no-smoke"]
+    result = runner.invoke(app, [*args, "--prune-lm-head", "--kv-cache", "float"])
+    assert result.exit_code == 0, result.output
+    options = json.loads((tmp_path / "b" / "manifest.json").read_text())["options"]
+    assert options["io"]["logits"] == "last" and options["kv_cache"] is None

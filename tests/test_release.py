@@ -273,3 +273,18 @@ def test_spec_errors_name_file_line_and_key(tmp_path, text, message):
 )
 def test_folder_names_follow_the_published_layout(ep, precision, quant, folder):
     assert folder_name(ep, precision, quant) == folder
+
+
+def test_spec_variants_take_the_build_options(tmp_path):
+    spec = tmp_path / "release.yaml"
+    spec.write_text(
+        "source: x\nvariants:\n"
+        "  - {ep: cpu, precision: int4, quant_method: k_quant, mixed_precision: [last_matmul:int8],\n"
+        "     prune_lm_head: false, kv_cache: int8, kv_scales: per-tensor}\n"
+        "  - {ep: cuda, precision: fp16, cuda_graph: true, hidden_states: true}\n"
+    )
+    first, second = load_spec(spec).variants
+    assert first.options.quant.mixed_precision == ("last_matmul:int8",) and first.options.quant.method == "k_quant"
+    assert first.options.io.prune_lm_head is False
+    assert (first.options.kv.dtype, first.options.kv.scales) == ("int8", "per-tensor")
+    assert second.options.io.cuda_graph and second.options.io.hidden_states

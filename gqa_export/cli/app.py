@@ -24,6 +24,7 @@ from typer.core import TyperCommand
 
 from gqa_export import __version__, choices
 from gqa_export.errors import GqaExportError, RunError, from_os_error
+from gqa_export.kv_quant import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.progress import Advance
 
 app = typer.Typer(
@@ -155,6 +156,8 @@ IntPrecision = choice_enum("IntPrecision", ("int4", "int8"))
 Attention = choice_enum("Attention", choices.ATTENTION_MODES)
 Method = choice_enum("Method", choices.QUANT_METHODS)
 ActivationDtype = choice_enum("ActivationDtype", choices.ALL_ACTIVATIONS)
+KvCache = choice_enum("KvCache", KV_CACHE_DTYPES)
+KvScales = choice_enum("KvScales", KV_SCALES)
 
 TARGET, ATTENTION, QUANT, OUTPUT, RECIPE = "Target", "Attention", "Quantization (int4/int8)", "Output", "Recipe"
 PIPELINE = "Inputs and outputs"

@@ -26,6 +26,8 @@ from gqa_export.cli.app import (
     EpOption,
     IntPrecision,
     KeepFloat,
+    KvCache,
+    KvScales,
     Method,
     MixedPrecision,
     NoSmoke,
@@ -42,6 +44,7 @@ from gqa_export.cli.app import (
 )
 from gqa_export.errors import InputError
 from gqa_export.io_options import IoOptions
+from gqa_export.kv_quant import KV_CACHE_DTYPES, KV_SCALES, KvQuantOptions
 from gqa_export.quantize import QuantOptions
 from gqa_export.render import size
 
@@ -144,6 +147,28 @@ def build(
             rich_help_panel=PIPELINE,
         ),
     ] = False,
+    kv_cache: Annotated[
+        Optional[KvCache],
+        typer.Option(
+            "--kv-cache",
+            help="Quantized KV cache (GQA k_scale/v_scale, scales calibrated on a text; lossy, the "
+            "drift is measured and recorded): "
+            + choices.described(KV_CACHE_DTYPES)
+            + ". Default: the recipe's, else float.",
+            rich_help_panel=TARGET,
+        ),
+    ] = None,
+    kv_scales: Annotated[
+        KvScales, typer.Option("--kv-scales", help=choices.described(KV_SCALES) + ".", rich_help_panel=TARGET)
+    ] = KvScales("per-channel"),
+    kv_calibration: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--kv-calibration",
+            help="Text file to calibrate KV scales on (default: a built-in text).",
+            rich_help_panel=TARGET,
+        ),
+    ] = None,
     cuda_graph: Annotated[
         bool,
         typer.Option(
@@ -171,9 +196,10 @@ def build(
         value(activations), tuple(mixed_precision or ()),
     )  # fmt: skip
     io = IoOptions(prune_lm_head, inputs_embeds, hidden_states, no_lm_head, cuda_graph)
+    kv = KvQuantOptions(value(kv_cache), str(value(kv_scales)), kv_calibration)
     opts = BuildOptions(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
-        tuple(settings or ()), value(attention), ids, quant, report, io,
+        tuple(settings or ()), value(attention), ids, quant, report, io, kv,
     )  # fmt: skip
     quiet_hub(quiet or as_json)
     result = run_build(opts, RichReporter(quiet or as_json))

@@ -24,6 +24,8 @@ import yaml
 from gqa_export.choices import ALL_ACTIVATIONS, QUANT_METHODS
 from gqa_export.errors import InputError
 from gqa_export.fetch import looks_like_path
+from gqa_export.io_options import IoOptions
+from gqa_export.kv_quant import KV_CACHE_DTYPES, KV_SCALES, KvQuantOptions
 from gqa_export.pipeline import BuildOptions
 from gqa_export.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
 from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
@@ -42,6 +44,14 @@ _VARIANT = {
     "quant_embeddings": bool,
     "activations": ALL_ACTIVATIONS,
     "bidirectional_token_ids": [int],
+    "mixed_precision": [str],
+    "prune_lm_head": bool,
+    "inputs_embeds": bool,
+    "hidden_states": bool,
+    "no_lm_head": bool,
+    "cuda_graph": bool,
+    "kv_cache": tuple(KV_CACHE_DTYPES),
+    "kv_scales": tuple(KV_SCALES),
     "set": [str],
     "path": str,
     # fail the release when this variant's perplexity exceeds the float variant's by more than
@@ -164,6 +174,7 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
         keep_float=tuple(item.get("keep_float", ())),
         embeddings=item.get("quant_embeddings", False),
         activations=item.get("activations"),
+        mixed_precision=tuple(item.get("mixed_precision", ())),
     )
     ep, precision = item["ep"], item["precision"]
     try:
@@ -182,6 +193,14 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
         settings=(*common_set, *item.get("set", ())),
         bidirectional_ids=tuple(ids) if ids is not None else None,
         quant=quant,
+        io=IoOptions(
+            item.get("prune_lm_head"),
+            item.get("inputs_embeds", False),
+            item.get("hidden_states", False),
+            item.get("no_lm_head", False),
+            item.get("cuda_graph", False),
+        ),
+        kv=KvQuantOptions(item.get("kv_cache"), item.get("kv_scales", "per-channel")),
     )
     path = item.get("path") or folder_name(ep, precision, quant)
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):

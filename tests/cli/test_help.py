@@ -87,4 +87,4 @@ def test_usage_names_the_argument_and_shows_examples(name):
 
 def test_build_options_are_grouped_in_panels():
     panels = {p.rich_help_panel for p in _options("build")}
-    assert panels == {"Target", "Attention", "Quantization (int4/int8)", "Output", "Recipe"}
+    assert panels == {"Target", "Attention", "Quantization (int4/int8)", "Inputs and outputs", "Output", "Recipe"}

@@ -1,0 +1,325 @@
+"""SIGINT, SIGTERM and SIGKILL at every stage, in a real `gqa-export` process.
+
+A small driver (`python -c`) imports the CLI, hooks one point of the run (a stage line starting,
+the Nth weight written, a function called) to send the signal to its own process, then calls
+`gqa_export.cli.app.main()` as the console script does (main installs the SIGTERM/SIGINT
+handlers). The processes run concurrently (they are mostly start-up time); each test waits for
+its own.
+
+SIGINT/SIGTERM: exit 130/143, one "error:" line, nothing at -o (or the package that was there,
+with --overwrite, byte for byte), no staging folder. SIGKILL cannot be handled: the staging
+folder stays, and the next run for the same -o removes it and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from common import PYTHON, assert_clean, assert_fails, error_line, invoke, leftovers, squash, subprocess_env, tree
+
+DRIVER = r"""
+import contextlib, importlib, json, os, signal, sys, time, traceback
+
+app = importlib.import_module("gqa_export.cli.app")
+
+
+def install(spec):
+    # make the process send itself spec["signal"] at spec["at"]
+    sig = getattr(signal, spec["signal"])
+
+    def fire():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), sig)
+
+    kind, target = spec["at"].split(":", 1)
+    if kind == "stage":  # when a stage line whose name starts with `target` is printed
+        stage = app.RichReporter.stage
+
+        def hooked(self, name):
+            stage(self, name)
+            if name.startswith(target):
+                fire()
+
+        app.RichReporter.stage = hooked
+    elif kind == "tensor":  # after the Nth weight was streamed into the data file
+        task = app.RichReporter.task
+
+        @contextlib.contextmanager
+        def hooked(self, description, total):
+            with task(self, description, total) as advance:
+                done = [0]
+
+                def step(n=1):
+                    advance(n)
+                    done[0] += 1
+                    if done[0] == int(target):
+                        fire()
+
+                yield step
+
+        app.RichReporter.task = hooked
+    elif kind == "call":  # when module.function is called (patched where the caller looks it up)
+        module, name = target.rsplit(".", 1)
+        mod = importlib.import_module(module)
+        real = getattr(mod, name)
+
+        def hooked(*args, **kwargs):
+            fire()
+            return real(*args, **kwargs)
+
+        setattr(mod, name, hooked)
+    elif kind == "commit":  # between StagedPackage.commit's two renames: -o moved aside, staging not in
+        import pathlib
+
+        rename = pathlib.Path.rename
+
+        def hooked(self, to):
+            if ".partial-" in self.name:
+                fire()
+            return rename(self, to)
+
+        pathlib.Path.rename = hooked
+
+
+def run(spec, args):
+    install(spec)
+    sys.argv = ["gqa-export", *args]
+    app.main()  # what the console script calls: installs the SIGTERM/SIGINT handlers
+
+
+def serve(cases_file, results_file, workers, limit):
+    # Import what every build imports, once; then fork one child per case (a fresh `gqa-export`
+    # process in all but its start-up: main() installs its handlers in the child).
+    app.hide_torch()
+    importlib.import_module("gqa_export.cli")
+    importlib.import_module("gqa_export.pipeline")
+    importlib.import_module("gqa_export.requantize")
+    from transformers import AutoConfig  # noqa: F401
+
+    queue, running, results = json.load(open(cases_file)), {}, {}
+    while queue or running:
+        while queue and len(running) < workers:
+            case = queue.pop(0)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    os.chdir(case["cwd"])
+                    for fd, name in ((1, "stdout"), (2, "stderr")):
+                        os.dup2(os.open(case[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+                    run(case, case["args"])
+                    code = 0
+                except SystemExit as exc:
+                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            running[pid] = (case, time.monotonic())
+        time.sleep(0.02)
+        for pid, (case, began) in list(running.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                results[case["id"]] = os.waitstatus_to_exitcode(status)
+                del running[pid]
+            elif time.monotonic() - began > limit:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                results[case["id"]] = "timed out"
+                del running[pid]
+    json.dump(results, open(results_file, "w"))
+
+
+if sys.argv[1] == "--serve":
+    serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+else:
+    run(json.loads(os.environ["GQA_FAULT_AT"]), sys.argv[1:])
+"""
+HUB_ID = "acme/tiny-llama"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGKILL": -signal.SIGKILL}
+# stage -> (hook, extra build arguments); "fetch" builds a Hub id from an offline cache
+STAGES = {
+    "fetch": ("stage:fetch", ["--no-smoke"]),
+    "build": ("stage:build", ["--no-smoke"]),
+    "optimize": ("stage:optimize", ["--no-smoke"]),
+    "quantize": ("stage:quantize", ["--no-smoke"]),
+    "package": ("stage:package", ["--no-smoke"]),
+    "weights-streaming": ("tensor:3", ["--no-smoke"]),
+    "smoke-run": ("stage:smoke-run", []),
+    "float-reference": ("call:gqa_export.pipeline.logit_error", ["--no-smoke", "-p", "int4", "--report"]),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    signal: str
+    stage: str
+    overwrite: bool = False
+    plain: bool = False  # its own `python -c` process instead of a child of the fork server
+
+    @property
+    def id(self) -> str:
+        name = f"{self.signal}-{self.stage}" + ("-overwrite" if self.overwrite else "")
+        return f"plain-{name}" if self.plain else name
+
+
+CASES = [
+    *[Case(sig, stage) for sig in ("SIGINT", "SIGTERM") for stage in STAGES],
+    *[Case(sig, stage, True) for sig in ("SIGINT", "SIGTERM") for stage in ("package", "smoke-run")],
+    Case("SIGTERM", "weights-streaming", True),
+    # the same, each in a process of its own from interpreter start to exit
+    Case("SIGTERM", "package", plain=True),
+    Case("SIGINT", "weights-streaming", True, plain=True),
+]
+KILLS = {
+    # the staging folder exists and holds the graph and weights when the tokenizer is copied
+    "package": "call:gqa_export.pipeline.copy_tokenizer",
+    "package-overwrite": "call:gqa_export.pipeline.copy_tokenizer",
+    "commit-overwrite": "commit:",
+}
+WORKERS = 2
+CHILD_SECONDS = 120
+
+
+@dataclass
+class Run:
+    out: Path
+    args: list[str]  # the command line, -o included
+    before: dict[str, str] | None  # the package that was at -o (--overwrite)
+    returncode: int | str
+    stdout: str
+    stderr: str
+
+
+def prepare(root: Path, name: str, args: list[str], built: Path, overwrite: bool) -> tuple[Path, list[str], dict]:
+    parent = root / name
+    parent.mkdir()
+    out = parent / "pkg"
+    before = None
+    if overwrite:
+        shutil.copytree(built, out)
+        before = tree(out)
+        args = [*args, "--overwrite"]
+    return out, [*args, "-o", str(out)], before
+
+
+@pytest.fixture(scope="module")
+def runs(tiny, built, tmp_path_factory) -> dict[str, Run]:
+    """Every case: one fork server for most (start-up paid once), plain processes alongside."""
+    root = tmp_path_factory.mktemp("signals")
+    cache = root / "hub"
+    snapshot = cache / f"models--{HUB_ID.replace('/', '--')}" / "snapshots" / COMMIT
+    shutil.copytree(tiny, snapshot)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text(COMMIT)
+    env = subprocess_env(HF_HUB_CACHE=str(cache), HF_HOME=str(root / "hf-home"))
+    specs = []  # (id, signal, at, args, overwrite, plain)
+    for name, at in KILLS.items():
+        specs.append((f"SIGKILL-{name}", "SIGKILL", at, ["build", str(tiny), "--no-smoke"], "overwrite" in name, False))
+    for case in CASES:
+        at, extra = STAGES[case.stage]
+        model = HUB_ID if case.stage == "fetch" else str(tiny)
+        specs.append((case.id, case.signal, at, ["build", model, *extra], case.overwrite, case.plain))
+    served, plain, made = [], {}, {}
+    for name, sig, at, args, overwrite, alone in specs:
+        out, full, before = prepare(root, name, args, built, overwrite)
+        made[name] = (out, full, before)
+        spec = {"id": name, "signal": sig, "at": at, "args": full, "cwd": str(out.parent)}
+        if alone:
+            plain[name] = subprocess.Popen(
+                [PYTHON, "-c", DRIVER, *full], cwd=out.parent, env={**env, "GQA_FAULT_AT": json.dumps(spec)},
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        else:
+            served.append({**spec, "stdout": str(out.parent / "stdout.txt"), "stderr": str(out.parent / "stderr.txt")})
+    (root / "cases.json").write_text(json.dumps(served))
+    server = subprocess.run(
+        [PYTHON, "-c", DRIVER, "--serve", str(root / "cases.json"), str(root / "results.json"), str(WORKERS),
+         str(CHILD_SECONDS)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert server.returncode == 0, f"the fork server failed:\n{server.stderr[-3000:]}"
+    codes = json.loads((root / "results.json").read_text())
+    runs = {}
+    for name, (out, full, before) in made.items():
+        if name in plain:
+            stdout, stderr = plain[name].communicate(timeout=300)
+            runs[name] = Run(out, full, before, plain[name].returncode, stdout, stderr)
+        else:
+            read = (out.parent / "stdout.txt").read_text(), (out.parent / "stderr.txt").read_text()
+            runs[name] = Run(out, full, before, codes[name], *read)
+    return runs
+
+
+def leftovers_of(run: Run) -> list[str]:
+    return [name for name in leftovers(run.out.parent) if not name.endswith(".txt")]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_interrupted_build_leaves_nothing(runs, case):
+    run = runs[case.id]
+    stage_hook = STAGES[case.stage][0]
+    if stage_hook.startswith("stage:"):  # the signal came where the test meant it to
+        assert f"> {stage_hook[6:]}" in run.stderr, f"exit {run.returncode}:\n{run.stderr[-2000:]}"
+    assert isinstance(run.returncode, int), f"{run.returncode}:\n{run.stderr[-2000:]}"
+    error_line(run.stderr, EXIT[case.signal], run.returncode, "interrupted")
+    assert_clean(run.out.parent, run.out, run.before)
+
+
+@pytest.mark.parametrize("name", list(KILLS))
+def test_sigkill_leaves_staging_that_the_next_run_removes(runs, name):
+    run = runs[f"SIGKILL-{name}"]
+    parent = run.out.parent
+    assert run.returncode == EXIT["SIGKILL"], f"exit {run.returncode}: {run.stderr[-2000:]}"
+    left = leftovers(parent)
+    assert any(".partial-" in item for item in left), f"no staging folder left by the killed run: {left}"
+    if run.before is not None and name != "commit-overwrite":
+        assert tree(run.out) == run.before, "the package that was there changed"
+    if name == "commit-overwrite":
+        assert any(".old-" in item for item in left), f"no backup of the replaced package: {left}"
+    # the same command again, in this process: it removes what the killed run left, and says so
+    again = invoke(*run.args)
+    assert again.exit_code == 0 and again.exception is None, again.output[-3000:]
+    assert leftovers(parent) == [], f"still left: {leftovers(parent)}"
+    assert (run.out / "manifest.json").is_file()
+    for removed in left:
+        assert squash(removed) in squash(again.stderr), f"{removed} not named in:\n{again.stderr}"
+
+
+def test_keyboard_interrupt_without_the_cli_signal_handlers(tiny, tmp_path, monkeypatch):
+    """Ctrl-C with Python's own SIGINT handling (main() not called: CliRunner, or the app embedded):
+    a KeyboardInterrupt in the middle of the weights still exits 130 and leaves nothing."""
+    import contextlib
+    import importlib
+
+    app = importlib.import_module("gqa_export.cli.app")
+    real_task = app.RichReporter.task
+
+    @contextlib.contextmanager
+    def task(self, description, total):
+        with real_task(self, description, total) as advance:
+
+            def step(n=1):
+                advance(n)
+                raise KeyboardInterrupt
+
+            yield step
+
+    monkeypatch.setattr(app.RichReporter, "task", task)
+    monkeypatch.setattr(app, "_received", [])
+    out = tmp_path / "pkg"
+    result = invoke("build", tiny, "-o", out, "--no-smoke")
+    assert_fails(result, 130, "interrupted")
+    assert_clean(tmp_path, out)
