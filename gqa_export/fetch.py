@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from gqa_export.errors import InputError
+from gqa_export.errors import InputError, RunError
 from gqa_export.progress import NullReporter, Reporter
 
 # The tokenizer files a package carries (package.copy_tokenizer copies these from the source).
@@ -95,13 +95,38 @@ def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
             "(check the id, or set HF_TOKEN for a private model)"
         ) from None
     except hf_errors.LocalEntryNotFoundError:
+        what = f"revision '{revision}' of '{repo_id}'" if revision else f"model '{repo_id}'"
         raise InputError(
-            f"model '{repo_id}' is not in the local Hugging Face cache and the Hub cannot be reached "
+            f"{what} is not in the local Hugging Face cache and the Hub cannot be reached "
             "(connect, unset HF_HUB_OFFLINE, or pass a local folder)"
         ) from None
     except (hf_errors.HfHubHTTPError, ValueError, OSError) as exc:
-        raise InputError(f"could not fetch '{repo_id}' from the Hugging Face Hub: {exc}") from None
+        raise InputError(f"could not fetch '{repo_id}' from the Hugging Face Hub: {_first_line(exc)}") from None
+    except Exception as exc:
+        if not _is_network_error(exc):
+            raise
+        raise RunError(
+            f"could not reach the Hugging Face Hub for '{repo_id}' ({type(exc).__name__}: {_first_line(exc)}); "
+            "check the connection or proxy, or pass a local folder"
+        ) from None
     return Path(folder)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _is_network_error(exc: BaseException) -> bool:
+    """Transport errors of the HTTP client huggingface_hub uses (httpx2 in 2.x, httpx in 1.x, requests before)."""
+    for module, name in (("httpx2", "HTTPError"), ("httpx", "HTTPError"), ("requests", "RequestException")):
+        try:
+            base = getattr(__import__(module), name)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(exc, base):
+            return True
+    return False
 
 
 def _require_config(folder: Path, model: str) -> None:

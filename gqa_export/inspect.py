@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from gqa_export.errors import InputError
+from gqa_export.external_data import external_data_problems
 from gqa_export.package import read_json
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
@@ -84,6 +85,7 @@ class GraphInfo:
     unused_inputs: list[str] = field(default_factory=list)
     kv_written_in_place: bool = False  # every past input is TensorScatter-ed into its own present
     experts: list[ExpertBlock] = field(default_factory=list)
+    external_problems: list[str] = field(default_factory=list)  # missing / truncated data files
 
 
 @dataclass
@@ -152,8 +154,10 @@ def load_package(path: Path, source: Path | None = None) -> Package:
             raise InputError(f"{folder} has no genai_config.json; pass a package folder or a bare .onnx file")
         try:
             config = json.loads(config_path.read_text())
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{config_path} is not valid JSON ({exc})") from None
+        if not isinstance(config, dict):
+            raise InputError(f"{config_path} does not hold a JSON object; re-export the package")
         stages = _stages(config)
     graphs, missing = [], []
     for filename, role, on_prompt, on_gen in stages:
@@ -210,7 +214,7 @@ def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: di
     except Exception as exc:  # protobuf raises DecodeError and friends
         raise InputError(f"{file} is not a readable ONNX model ({exc})") from None
     g = model.graph
-    info = GraphInfo(file.name, role, on_prompt, on_gen)
+    info = GraphInfo(file.name, role, on_prompt, on_gen, external_problems=external_data_problems(model, file.parent))
     info.inputs = [_value_info(v) for v in g.input]
     info.outputs = [_value_info(v) for v in g.output]
     info.ops = dict(Counter(n.op_type for n in g.node).most_common())

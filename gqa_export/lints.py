@@ -54,6 +54,14 @@ def _missing_files(pkg: Package, _: int) -> list[Finding]:
     ]
 
 
+def _external_data(pkg: Package, _: int) -> list[Finding]:
+    return [
+        Finding("external-data", "error", f"{g.filename}: {problem}", "re-export the package or restore the file")
+        for g in pkg.graphs
+        for problem in g.external_problems
+    ]
+
+
 def _unknown_keys(pkg: Package, _: int) -> list[Finding]:
     if pkg.config is None:
         return []
@@ -359,6 +367,7 @@ def _ranges(values: list[int]) -> str:
 RULES = (
     _window_cache,
     _missing_files,
+    _external_data,
     _unknown_keys,
     _share_buffer,
     _sliding_window,

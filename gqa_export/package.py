@@ -39,12 +39,12 @@ def check_output(out_dir: Path, overwrite: bool) -> None:
         raise InputError(f"cannot write into {parent}; choose another -o or fix the folder's permissions")
 
 
-def check_outside(out_dir: Path, model_dir: Path) -> None:
-    """-o must not be the model folder or inside it: a package there would be read back as part of
-    the checkpoint (and --overwrite would replace the model itself)."""
+def check_outside(out_dir: Path, model_dir: Path, what: str = "model folder") -> None:
+    """-o must not be the input folder or inside it: a package there would be read back as part of
+    the input (and --overwrite would replace the input itself)."""
     out, model = out_dir.resolve(), model_dir.resolve()
     if out == model or model in out.parents:
-        raise InputError(f"output folder {out_dir} is inside the model folder {model_dir}; choose -o outside it")
+        raise InputError(f"output folder {out_dir} is inside the {what} {model_dir}; choose -o outside it")
 
 
 def check_free_space(out_dir: Path, needed: int) -> None:
@@ -71,7 +71,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_leftovers(out_dir: Path) -> list[str]:
-    """Remove what a killed run (SIGKILL, power loss) left next to `out_dir`; return the names.
+    """Remove what a killed run (SIGKILL, power loss) left next to `out_dir`; say what was done.
 
     Staging folders are named `.NAME.partial-PID-HEX` and replaced packages `.NAME.old-PID-HEX`;
     only those whose process is gone are touched. A `.old-` folder whose package never got
@@ -88,9 +88,10 @@ def remove_leftovers(out_dir: Path) -> list[str]:
                 continue
             if kind == "old" and not out_dir.exists():
                 path.rename(out_dir)
+                removed.append(f"restored {out_dir} from {path}")
             else:
                 shutil.rmtree(path, ignore_errors=True)
-            removed.append(path.name)
+                removed.append(f"removed {path}")
     return removed
 
 
@@ -111,9 +112,9 @@ class StagedPackage:
 
     def __enter__(self) -> StagedPackage:
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        for name in remove_leftovers(self.out_dir):
+        for done in remove_leftovers(self.out_dir):
             if self.note:
-                self.note(f"removed {self.out_dir.parent / name}, left by an interrupted run")
+                self.note(f"{done}, left by an interrupted run")
         self.path.mkdir()
         return self
 
@@ -127,7 +128,12 @@ class StagedPackage:
                 raise InputError(f"output folder {self.out_dir} appeared during the build; pass --overwrite")
             backup = self.out_dir.parent / f".{self.out_dir.name}.old-{self.tag}"
             self.out_dir.rename(backup)
-        self.path.rename(self.out_dir)
+        try:
+            self.path.rename(self.out_dir)
+        except BaseException:
+            if backup is not None:  # the old package goes back in place: --overwrite never loses it
+                backup.rename(self.out_dir)
+            raise
         if backup is not None:
             shutil.rmtree(backup, ignore_errors=True)
         return self.out_dir

@@ -18,6 +18,7 @@ from gqa_export.errors import InputError
 from gqa_export.fetch import Source, resolve_source
 from gqa_export.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
 from gqa_export.graph.attention import gqa_refusal
+from gqa_export.graph.consistency import check_against_weights, check_raw_config
 from gqa_export.graph.decoder import GraphOptions, build_decoder
 from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.graph.params import Params
@@ -156,6 +157,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         checkpoint.configs  # noqa: B018
     # an unknown architecture is named before transformers is asked about it
     recipe = user_recipe or _match(checkpoint.raw_config, source.model_dir)
+    check_raw_config(checkpoint.raw_config)
     hf_config, generation = checkpoint.configs
     text_config = _text_config(hf_config)
     outer = hf_config if text_config is not hf_config else None
@@ -169,6 +171,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
     # stored lm_head that differs from the embedding is never tied, whatever the flag says).
     dims = replace(dims, tie_word_embeddings=spec.lm_head not in store)
+    check_against_weights(dims, spec, store)
     max_length = _max_length(opts.max_length, dims)
     ids = bidirectional_ids(recipe.attention, hf_config, opts.bidirectional_ids)
     ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)

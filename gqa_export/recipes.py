@@ -235,6 +235,9 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
 
 def _apply_settings(text: str, path: Path, settings: list[str]) -> str:
     """Merge `a.b=value` pairs into the YAML; the merged text is validated like the file."""
+    node = compose(text, path, "recipe")  # bad YAML, bombs and depth are refused before loading
+    if not isinstance(node, yaml.MappingNode):
+        raise InputError(f"{path}:{node.start_mark.line + 1}: <top>: expected a mapping")
     data = yaml.safe_load(text) or {}
     for item in settings:
         key, sep, raw = item.partition("=")

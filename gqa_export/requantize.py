@@ -20,7 +20,7 @@ from gqa_export.errors import InputError
 from gqa_export.inspect import load_package
 from gqa_export.lints import check_written
 from gqa_export.manifest import DIGEST_KEY, created_at, finalize
-from gqa_export.package import StagedPackage, check_output, write_json
+from gqa_export.package import StagedPackage, check_output, check_outside, write_json
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant_report import build_report, logit_error
 from gqa_export.quantize import (
@@ -69,7 +69,13 @@ def requantize(
         want = {v: k for k, v in FLOAT_DTYPES.items()}[plan.io_dtype]
         raise InputError(f"{precision} for --ep {ep} needs {want} activations but {package} is {source_precision}")
     check_output(output, overwrite)
+    check_outside(output, package, "input package")
     pkg = load_package(package)
+    if pkg.missing_files:
+        raise InputError(f"{package} lacks {', '.join(pkg.missing_files)}, named in its genai_config.json")
+    for graph in pkg.graphs:
+        if graph.external_problems:
+            raise InputError(f"{package}: {graph.external_problems[0]}")
     filenames = [g.filename for g in pkg.graphs]
     reporter.stage("quantize")
     models = [ir.load(package / name) for name in filenames]

@@ -91,13 +91,18 @@ class WeightStore:
         return name in self._tensors
 
     def info(self, name: str) -> TensorInfo:
+        """A tensor the export uses: present, and of a dtype it can convert (checked here, before
+        any graph is built, rather than when the bytes are first read)."""
         try:
-            return self._tensors[name]
+            info = self._tensors[name]
         except KeyError:
             raise InputError(
                 f"weight '{name}' is missing from the checkpoint's safetensors files; "
                 "the checkpoint does not match its config.json (or the architecture spec)"
             ) from None
+        if info.dtype not in DTYPES:
+            raise InputError(f"weight '{name}' has dtype {info.dtype}, which gqa-export cannot convert")
+        return info
 
     def view(self, name: str) -> np.ndarray:
         """The tensor as a read-only array over the shard's memory map (no copy)."""

@@ -22,6 +22,7 @@ from gqa_export.errors import InputError
 # "billion laughs") are refused when the document they expand to exceeds MAX_NODES.
 MAX_YAML_BYTES = 1 << 20
 MAX_NODES = 100_000
+MAX_DEPTH = 64  # recipes nest 4 levels; deeper is a hostile or broken file
 
 
 def read_yaml(path: Path, what: str) -> str:
@@ -43,13 +44,19 @@ def compose(text: str, path: Path, what: str) -> yaml.Node:
         raise InputError(f"{path}: the {what} is larger than {MAX_YAML_BYTES} bytes")
     try:
         node = yaml.compose(text)
+    except RecursionError:
+        raise InputError(f"{path}: the {what} nests deeper than {MAX_DEPTH} levels") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
         raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if node is None:
         raise InputError(f"{path}: the {what} is empty")
-    if _expanded_size(node, {}) > MAX_NODES:
+    try:
+        size = _expanded_size(node, {}, 0)
+    except InputError as exc:
+        raise InputError(f"{path}: the {what} is not accepted: {exc}") from None
+    if size > MAX_NODES:
         raise InputError(
             f"{path}: the {what} expands to more than {MAX_NODES} YAML nodes (anchors and aliases); "
             "write it out without the aliases"
@@ -57,16 +64,18 @@ def compose(text: str, path: Path, what: str) -> yaml.Node:
     return node
 
 
-def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+def _expanded_size(node: yaml.Node, memo: dict[int, int], depth: int) -> int:
     """Nodes the document has once every alias is expanded; shared nodes are counted once each
     time they are referenced, but computed once (memo), so a bomb is measured in linear time."""
     if id(node) in memo:
         return memo[id(node)]
+    if depth > MAX_DEPTH:
+        raise InputError(f"a YAML document nests deeper than {MAX_DEPTH} levels")
     memo[id(node)] = MAX_NODES + 1  # a recursive alias expands forever
     if isinstance(node, yaml.MappingNode):
-        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+        size = 1 + sum(_expanded_size(k, memo, depth + 1) + _expanded_size(v, memo, depth + 1) for k, v in node.value)
     elif isinstance(node, yaml.SequenceNode):
-        size = 1 + sum(_expanded_size(item, memo) for item in node.value)
+        size = 1 + sum(_expanded_size(item, memo, depth + 1) for item in node.value)
     else:
         size = 1
     memo[id(node)] = size

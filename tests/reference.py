@@ -20,7 +20,10 @@ def hf_model(model_dir: Path):
     import transformers
 
     architecture = json.loads((model_dir / "config.json").read_text())["architectures"][0]
-    return getattr(transformers, architecture).from_pretrained(model_dir, dtype=torch.float32).eval()
+    # transformers 4.x defaults to sdpa, which silently drops Gemma-2's attn_logit_softcapping (5.x
+    # refuses sdpa for it): the reference is the eager path there
+    eager = {"attn_implementation": "eager"} if int(transformers.__version__.split(".")[0]) < 5 else {}
+    return getattr(transformers, architecture).from_pretrained(model_dir, dtype=torch.float32, **eager).eval()
 
 
 def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.ndarray:

@@ -105,7 +105,7 @@ def save_model(
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(model_type, **{**BASE, **overrides})
+    config = AutoConfig.for_model(model_type, **spelled_for_installed_transformers({**BASE, **overrides}, model_type))
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     randomize_norms(model)
@@ -114,6 +114,31 @@ def save_model(
     if tokenizer:
         save_tokenizer(out_dir, vocab_size=config.vocab_size)
     return out_dir
+
+
+def spelled_for_installed_transformers(kwargs: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """The fixtures speak transformers 5.x (`rope_parameters`, per layer type where a family has
+    several). transformers 4.x stores that as an unknown attribute and its models ignore it, so
+    under 4.x the same checkpoint is written the way 4.x writes real ones: rope_theta /
+    rope_scaling / top-level partial_rotary_factor, and Gemma-3's rope_local_base_freq."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) >= 5 or "rope_parameters" not in kwargs:
+        return kwargs
+    kwargs = dict(kwargs)
+    params = dict(kwargs.pop("rope_parameters"))
+    if all(isinstance(v, dict) for v in params.values()):  # per layer type
+        sliding = params.get("sliding_attention", {})
+        params = dict(params["full_attention"])
+        if model_type.startswith("gemma3") and "rope_theta" in sliding:
+            kwargs["rope_local_base_freq"] = sliding["rope_theta"]
+    if "rope_theta" in params:
+        kwargs["rope_theta"] = params.pop("rope_theta")
+    if "partial_rotary_factor" in params:
+        kwargs["partial_rotary_factor"] = params.pop("partial_rotary_factor")
+    if params.get("rope_type", "default") != "default" or len(params) > 1:
+        kwargs["rope_scaling"] = params
+    return kwargs
 
 
 def randomize_norms(model: Any, biases: bool = False) -> None:

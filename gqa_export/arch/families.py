@@ -41,6 +41,7 @@ _ENCODER_ONLY = Refusal(
 )
 GEMMA3 = ArchSpec(
     name="gemma3",
+    sliding_rope="local_base",
     refusals=(_ENCODER_ONLY,),
     norm_layout="sandwich",
     activations=GELU_TANH,
@@ -168,7 +169,9 @@ PHI = ArchSpec(  # Phi-2: parallel block off one LayerNorm, plain gelu_new MLP, 
     ),
 )
 OLMO = ArchSpec(name="olmo", norm="layer_free", fixed_norm_eps=1e-5)  # LayerNorm without parameters, clip_qkv
-OLMO3 = replace(OLMO2, name="olmo3")  # OLMo-2's post-norms and full-width q/k norms, sliding layers
+OLMO3 = replace(
+    OLMO2, name="olmo3", sliding_rope="unscaled"
+)  # OLMo-2's post-norms and full-width q/k norms, sliding layers
 NEMOTRON = ArchSpec(name="nemotron", norm="layer", mlp="plain", activations=("relu2",))  # LayerNorm1P: recipe offset 1
 STABLELM = ArchSpec(
     name="stablelm",

@@ -157,6 +157,10 @@ class ArchSpec:
     rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4, ERNIE-4.5)
     rope_layers: str = "all"  # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4): others are NoPE
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
+    # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
+    # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
+    # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters
+    sliding_rope: str | None = None
     moe: MoeSpec | None = None
     attention_sinks: str | None = None  # a per-head sink logit tensor of the attention module (gpt-oss)
     per_layer_inputs: PerLayerInputNames | None = None

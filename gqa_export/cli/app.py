@@ -19,6 +19,7 @@ from typing import Annotated, Any, Optional
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typer.core import TyperCommand
 
@@ -46,11 +47,11 @@ class RichReporter:
 
     def stage(self, name: str) -> None:
         if not self.quiet:
-            err.print(f"[bold cyan]>[/] {name}")
+            err.print(f"[bold cyan]>[/] {escape(name)}")
 
     def note(self, message: str) -> None:
         if not self.quiet:
-            err.print(f"[yellow]note:[/] {message}")
+            err.print(f"[yellow]note:[/] {escape(message)}")
 
     def download_bar(self) -> type | None:
         """huggingface_hub's per-file download bars, drawn by rich (tqdm's rich front end)."""
@@ -76,7 +77,7 @@ class RichReporter:
 
 
 def fail(exc: GqaExportError) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     return typer.Exit(code=exc.exit_code)
 
 
@@ -110,6 +111,13 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., None]], Callab
                 raise fail(from_os_error(exc)) from None
             except MemoryError:
                 raise fail(RunError("ran out of memory; close other programs or use a machine with more RAM")) from None
+            except Exception as exc:
+                # a library that wraps our error (onnx-ir's SerdeError around a lazy tensor's
+                # InputError) still gets our one line
+                cause = _our_cause(exc)
+                if cause is None:
+                    raise
+                raise fail(cause) from None
             except KeyboardInterrupt:
                 code = _SIGNAL_EXIT[_received[-1] if _received else signal.SIGINT]
                 err.print("[bold red]error:[/] interrupted; no partial output was left behind", highlight=False)
@@ -118,6 +126,17 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., None]], Callab
         return app.command(*args, cls=_Command, **kwargs)(guarded)
 
     return register
+
+
+def _our_cause(exc: BaseException) -> GqaExportError | None:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, GqaExportError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def _interrupt(signum: int, _frame: object) -> None:

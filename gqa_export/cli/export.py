@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from gqa_export import choices
@@ -209,7 +210,7 @@ def build(
     if quiet:
         return
     table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_row("package", str(result.output))
+    table.add_row("package", escape(str(result.output)))
     table.add_row("attention", f"{result.attention_mode} (recipe {result.recipe})")
     table.add_row("target", f"{result.ep} {result.precision}, max_length {result.max_length}")
     table.add_row("size", size(sum(result.files.values())))
@@ -278,6 +279,6 @@ def quantize_command(
     if as_json:
         print(json.dumps(summary))
     else:
-        out.print(f"{result.output}: {result.precision}, {size(summary['total_bytes'])}")
+        out.print(f"{escape(str(result.output))}: {result.precision}, {size(summary['total_bytes'])}")
         if result.report:
             out.print(f"logits vs float: {result.report['logits_vs_float']}")

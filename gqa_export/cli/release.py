@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from gqa_export.cli.app import AsJson, Ep, Overwrite, RichReporter, command, out, quiet_hub, value
@@ -47,7 +48,7 @@ def release_command(
             ppl += f" ({evaluation['perplexity_increase_pct']:+.2f}%)"
         table.add_row(v["path"], v["attention"], size(v["bytes"]), ppl, f"{v['seconds']:.1f} s")
     out.print(table)
-    out.print(f"{summary['output']}: {size(summary['total_bytes'])} in {summary['seconds']:.1f} s")
+    out.print(escape(f"{summary['output']}: {size(summary['total_bytes'])} in {summary['seconds']:.1f} s"))
 
 
 @command("verify", epilog="Examples:\n\n  gqa-export verify out\n\n  gqa-export verify my-model-onnx --smoke --json")
@@ -73,21 +74,26 @@ def verify_command(
 
 def _print_verify(report: dict[str, Any]) -> None:
     for problem in report["problems"]:
-        out.print(f"[red]✗[/] {problem}", highlight=False)
+        out.print(f"[red]✗[/] {escape(problem)}", highlight=False)
     for package in report["packages"]:
         for problem in package["problems"]:
-            out.print(f"[red]✗[/] {problem}", highlight=False)
+            out.print(f"[red]✗[/] {escape(problem)}", highlight=False)
         for finding in package["findings"]:
             if finding["severity"] in ("error", "warning"):
                 color = "red" if finding["severity"] == "error" else "yellow"
-                out.print(f"[{color}]{finding['severity']}[/] {package['path']}: {finding['id']}: {finding['message']}")
+                out.print(
+                    f"[{color}]{finding['severity']}[/] "
+                    + escape(f"{package['path']}: {finding['id']}: {finding['message']}")
+                )
         smoke = package.get("smoke")
         if smoke is not None:
             ran = f"{smoke['new_tokens']} tokens on {smoke['ep']}" if smoke["ran"] else f"not run ({smoke['note']})"
-            out.print(f"  {package['path']}: smoke run {ran}", highlight=False)
+            out.print(escape(f"  {package['path']}: smoke run {ran}"), highlight=False)
     count = len(report["packages"])
     verdict = "[green]ok[/]" if report["ok"] else "[red]FAILED[/]"
-    out.print(f"{verdict}: {report['kind']} {report['path']} ({count} package{'s' if count != 1 else ''})")
+    out.print(
+        f"{verdict}: " + escape(f"{report['kind']} {report['path']} ({count} package{'s' if count != 1 else ''})")
+    )
 
 
 @command(

@@ -152,7 +152,7 @@ def read_dims(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
         )
     layers = _layers(config, opt, heads, hidden, spec)
-    ropes = _ropes(config, layers, spec.rope_interleaved)
+    ropes = _ropes(config, layers, spec)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:
             supported = ", ".join(spec.rope_types)
@@ -231,7 +231,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
     k_eq_v = bool(opt("attention_k_eq_v", False))
     double_wide = bool(opt("double_wide_mlp", False))
     intermediate = int(config.intermediate_size)
-    rope_keys = _rope_keys(config)
+    rope_keys = _rope_keys(config, spec)
     first_shared = n - shared
     out: list[LayerDims] = []
     for i in range(n):
@@ -298,24 +298,42 @@ def _attention_shape(config: Any, i: int, layer_type: str | None, opt: Any, head
     return head_dim, kv_heads
 
 
-def _rope_keys(config: Any) -> set[str]:
+def rope_params_by_type(config: Any, spec: ArchSpec) -> dict[str, dict[str, Any]] | None:
+    """Per-layer-type rope parameters: transformers 5.x spells them as `rope_parameters` keyed by
+    layer type. transformers 4.x configs have one `rope_theta` + `rope_scaling` and the family's
+    modeling code derives the sliding layers' rope (spec.sliding_rope): Gemma-3 runs them unscaled
+    at `rope_local_base_freq`, OLMo-3 unscaled at `rope_theta` (4.57's modeling code)."""
     params = _get(config, "rope_parameters")
     if params and all(isinstance(v, dict) for v in params.values()):
-        return set(params)
-    return {"default"}
+        return params
+    types = _get(config, "layer_types") or ()
+    if params or spec.sliding_rope is None or SLIDING not in types:
+        return None
+    theta = _get(config, "rope_theta") or 10000.0
+    scaling = dict(_get(config, "rope_scaling") or {})
+    full = {**scaling, "rope_theta": theta} if scaling else {"rope_type": "default", "rope_theta": theta}
+    local = _get(config, "rope_local_base_freq") if spec.sliding_rope == "local_base" else theta
+    if local is None:
+        return None
+    return {"full_attention": full, SLIDING: {"rope_type": "default", "rope_theta": float(local)}}
 
 
-def _ropes(config: Any, layers: tuple[LayerDims, ...], interleaved: bool = False) -> dict[str, RopeConfig]:
+def _rope_keys(config: Any, spec: ArchSpec) -> set[str]:
+    per_type = rope_params_by_type(config, spec)
+    return set(per_type) if per_type else {"default"}
+
+
+def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[str, RopeConfig]:
     """One rope per key used by a layer, sized by the head_dim of the layers that use it."""
     out = {}
+    per_type = rope_params_by_type(config, spec)
     for key in sorted({layer.rope for layer in layers if layer.rope is not None}):
         dims = {layer.head_dim for layer in layers if layer.rope == key}
         if len(dims) > 1:
             raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
         head_dim = dims.pop()
-        params = _get(config, "rope_parameters")
-        per_type = params.get(key) if key != "default" and params else None
-        out[key] = replace(read_rope(config, head_dim, per_type), interleaved=interleaved)
+        params = per_type.get(key) if key != "default" and per_type else None
+        out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
     return out
 
 

@@ -40,6 +40,11 @@ def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) 
             params.setdefault("rope_theta", config.rope_theta)
     params = dict(params)
     rope_type = str(params.pop("rope_type", params.pop("type", "default")))
+    original = getattr(config, "original_max_position_embeddings", None)
+    if rope_type == "longrope" and "original_max_position_embeddings" not in params and original:
+        # transformers 4.x (Phi-3): a top-level key, and then the factor is max / original
+        params = {k: v for k, v in params.items() if k != "factor"}
+        params["original_max_position_embeddings"] = int(original)
     theta = float(params.pop("rope_theta", getattr(config, "rope_theta", None) or 10000.0))
     partial = float(params.pop("partial_rotary_factor", getattr(config, "partial_rotary_factor", None) or 1.0))
     if rope_type == "proportional":  # Gemma-4: a full-width table whose tail frequencies are 0

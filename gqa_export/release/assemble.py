@@ -30,7 +30,7 @@ from gqa_export.manifest import (
     tool_entry,
     write_sealed,
 )
-from gqa_export.package import StagedPackage, check_output, file_digests
+from gqa_export.package import StagedPackage, check_output, check_outside, file_digests
 from gqa_export.pipeline import BuildResult, Checkpoint, build, open_checkpoint
 from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
 from gqa_export.release.card import card_info, copy_license_files, write_card
@@ -76,6 +76,7 @@ def release(
     text = read_text(spec.eval.text) if spec.eval else None
     checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
     source = checkpoint.source
+    check_outside(output, source.model_dir)
     info = card_info(
         source.model_dir, source.source_id, source.is_local, spec.license, spec.base_model, spec.name, spec.tags,
         spec.file, spec.repo,

@@ -263,10 +263,6 @@ def runs(tiny, built, tmp_path_factory) -> dict[str, Run]:
     return runs
 
 
-def leftovers_of(run: Run) -> list[str]:
-    return [name for name in leftovers(run.out.parent) if not name.endswith(".txt")]
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_interrupted_build_leaves_nothing(runs, case):
     run = runs[case.id]

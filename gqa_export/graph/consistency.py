@@ -1,0 +1,90 @@
+"""config.json against the weights, before any graph is built.
+
+transformers fills a key missing from config.json with its class default (a Llama without
+`hidden_size` gets 4096), so neither a missing key nor a wrong value fails on reading; the export
+would then build a graph the weights do not fit, and fail much later with an onnxruntime shape
+error that never names the config. Here the shapes the config implies are checked against the
+stored tensors, and each mismatch is one sentence naming the key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
+from gqa_export.graph.dims import ModelDims
+from gqa_export.weights import WeightStore
+
+# keys that must be positive integers wherever config.json gives them (head_dim may be null)
+POSITIVE_INT_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "vocab_size",
+    "max_position_embeddings",
+    "head_dim",
+)
+REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+
+
+def check_raw_config(raw: dict[str, Any]) -> None:
+    """Types and presence of the size keys, in the decoder's own config (text_config if nested)."""
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    for key in POSITIVE_INT_KEYS:
+        value = text.get(key)
+        if value is None and key not in REQUIRED_KEYS:
+            continue
+        if value is None:
+            raise InputError(f"config.json has no '{key}'; add the model's {key} (it sizes the graph)")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(f"config.json: '{key}' must be a positive integer, got {value!r}")
+
+
+def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -> None:
+    """The config's sizes against the embedding, the layer count and each layer's projections."""
+    embed = spec.tensor(spec.embed)
+    if embed in store:
+        rows, cols = store.info(embed).shape[:2]
+        _same("hidden_size", dims.hidden_size, cols, embed, (rows, cols))
+        _same("vocab_size", dims.vocab_size, rows, embed, (rows, cols))
+    stored_layers = _stored_layers(spec, store)
+    if stored_layers and max(stored_layers) + 1 != dims.num_layers:
+        raise InputError(
+            f"config.json says num_hidden_layers {dims.num_layers} but the checkpoint holds "
+            f"{max(stored_layers) + 1} layers; the config does not belong to these weights"
+        )
+    for i, layer in enumerate(dims.layers):
+        prefix = f"{spec.prefix}{spec.layer_prefix.format(i=i)}"
+        names = spec.layer
+        q = f"{prefix}{names.q}.weight"
+        if names.qkv is None and q in store and not layer.shares_kv:
+            shape = store.info(q).shape
+            _same("num_attention_heads / head_dim", dims.num_heads * layer.head_dim, shape[0], q, shape)
+            _same("hidden_size", dims.hidden_size, shape[1], q, shape)
+        down = f"{prefix}{names.down}.weight"
+        if spec.moe is None and down in store and len(store.info(down).shape) == 2:
+            shape = store.info(down).shape
+            _same("intermediate_size", layer.intermediate_size, shape[1], down, shape)
+            _same("hidden_size", dims.hidden_size, shape[0], down, shape)
+
+
+def _stored_layers(spec: ArchSpec, store: WeightStore) -> set[int]:
+    head, _, tail = f"{spec.prefix}{spec.layer_prefix}".partition("{i}")
+    found = set()
+    for name in store.names():
+        if name.startswith(head):
+            index = name[len(head) :].split(tail, 1)[0] if tail else name[len(head) :]
+            if index.isdigit():
+                found.add(int(index))
+    return found
+
+
+def _same(key: str, expected: int, stored: int, tensor: str, shape: tuple[int, ...]) -> None:
+    if expected != stored:
+        raise InputError(
+            f"config.json's {key} gives {expected} but {tensor} is {list(shape)}; "
+            "the config does not belong to these weights (fix config.json)"
+        )
