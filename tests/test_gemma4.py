@@ -9,7 +9,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-from conftest import GEMMA4_VARIANTS
 from gemma4_models import mm_token_type_ids, save_gemma4
 from reference import (
     genai_prompt_then_greedy,
@@ -19,6 +18,7 @@ from reference import (
     hf_prompt_then_greedy,
     ort_prefill_and_decode,
 )
+from variants import GEMMA4_VARIANTS
 
 from gqa_export.errors import InputError
 from gqa_export.inspect import load_package

@@ -8,9 +8,9 @@ import json
 
 import numpy as np
 import pytest
-from conftest import ALL_VARIANTS, GEMMA4_VARIANTS, MULTIMODAL_VARIANTS
 from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 from typer.testing import CliRunner
+from variants import ALL_VARIANTS, GEMMA4_VARIANTS, MULTIMODAL_VARIANTS
 
 from gqa_export.cli import app
 from gqa_export.io_options import IoOptions

@@ -10,7 +10,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-from conftest import MULTIMODAL_VARIANTS
 from multimodal_models import IMAGE_ID
 from reference import (
     genai_prompt_then_greedy,
@@ -20,6 +19,7 @@ from reference import (
     hf_prompt_then_greedy,
     ort_prefill_and_decode,
 )
+from variants import MULTIMODAL_VARIANTS
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.run import generate_greedy, load

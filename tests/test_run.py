@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FAMILY_VARIANTS
 from reference import hf_generate, hf_model
+from variants import FAMILY_VARIANTS
 
 from gqa_export.run import generate_greedy, load, smoke_run
 

@@ -2,7 +2,7 @@
 parity subset too: a virtualenv on top of this interpreter's packages gets transformers==FLOOR
 (and the huggingface-hub / tokenizers it needs) from the package registry, once per cache folder,
 and runs prefill/decode logits vs HF and greedy tokens through onnxruntime-genai for every Llama
-variant and dense family of tests/conftest.py, with checkpoints spelled the way 4.x writes them.
+variant and dense family of tests/variants.py, with checkpoints spelled the way 4.x writes them.
 """
 
 from __future__ import annotations

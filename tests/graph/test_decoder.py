@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import ALL_VARIANTS
 from reference import hf_logits, hf_model, ort_prefill_and_decode
+from variants import ALL_VARIANTS
 
 PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250]
 

@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import onnx
 import pytest
-from conftest import FAMILY_VARIANTS
 from reference import hf_logits, hf_model, ort_prefill_and_decode
+from variants import FAMILY_VARIANTS
 
 from gqa_export.run import generate_greedy
 

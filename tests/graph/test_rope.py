@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import LLAMA3_ROPE
+from variants import LLAMA3_ROPE
 
 from gqa_export.graph.rope import cos_sin_tables, read_rope
 
