@@ -80,13 +80,24 @@ def test_last_token_logits_pick_each_padded_rows_last_real_token(checkpoints, tm
     assert _genai_batch(pruned, prompts, 5, pad) == want
 
 
-def test_inputs_embeds_and_hidden_states_match_hf(checkpoints, tmp_path):
+@pytest.mark.parametrize(
+    "name",
+    [
+        "mqa_tied",  # tied: the lm_head still needs the embedding table
+        "gemma_head_dim_32",  # the sqrt(hidden) scale is inside HF's embedding: inputs_embeds come scaled
+        "gemma3_local_global",
+        "granite_multipliers",  # HF multiplies inputs_embeds in forward: so does the graph
+    ],
+)
+def test_inputs_embeds_and_hidden_states_match_hf(checkpoints, tmp_path, name):
     import onnxruntime as ort
     import torch
 
-    checkpoint = checkpoints.get("mqa_tied")  # tied: the lm_head still needs the embedding table
+    checkpoint = checkpoints.get(name)
     out = tmp_path / "pkg"
-    result = _build(checkpoint, out, io=IoOptions(prune_lm_head=False, inputs_embeds=True, hidden_states=True))
+    result = _build(
+        checkpoint, out, attention="gqa", io=IoOptions(prune_lm_head=False, inputs_embeds=True, hidden_states=True)
+    )
     config = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
     assert "inputs_embeds" in config["inputs"] and "input_ids" not in config["inputs"]
     assert config["outputs"]["hidden_states"] == "hidden_states"

@@ -97,8 +97,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
 
     embed = None
-    if opts.inputs_embeds:
+    if opts.inputs_embeds:  # what HF's forward(inputs_embeds=...) takes (transformers 5.x)
         ids, h = input_ids, input_ids
+        if dims.embedding_multiplier != 1.0 and not dims.embedding_scaled_in_table:
+            h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
     else:
         embed = b.initializer(spec.tensor(spec.embed), params.matrix(spec.tensor(spec.embed)))
         with b.scope("embed_tokens"):

@@ -96,6 +96,9 @@ class ModelDims:
     parallel: bool = False  # attention and MLP off one norm, both added (spec layout or its config flag)
     logits_multiplier: float = 1.0  # Cohere's logit_scale
     clip_qkv: float | None = None  # q, k, v clamped to +-clip after their norms (OLMoE)
+    # the embedding multiplier belongs to the embedding module (transformers 5.x Gemma's
+    # ScaledWordEmbedding), so inputs_embeds arrive scaled; else (Granite) the model scales them
+    embedding_scaled_in_table: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -187,6 +190,7 @@ def read_dims(
         attn_softcap=float(opt("attn_softcap", 0.0)),
         final_softcap=float(opt("final_softcap", 0.0)),
         embedding_multiplier=embed_mult[options.embedding_scale],
+        embedding_scaled_in_table=options.embedding_scale == "sqrt_hidden",
         residual_multiplier=float(opt("residual_multiplier", 1.0)),
         logits_divisor=float(opt("logits_scaling", 1.0)),
         norm_offset=options.norm_offset,

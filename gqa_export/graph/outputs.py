@@ -44,9 +44,6 @@ def check_io(dims: ModelDims, opts: GraphOptions) -> None:
     needs_ids = {
         "per-layer embeddings (gathered by input_ids)": dims.per_layer_input_size,
         "bidirectional token ids": opts.bidirectional_ids,
-        "an embedding multiplier (transformers scales inside or outside the embedding, per family)": (
-            dims.embedding_multiplier != 1.0
-        ),
     }
     for what, present in needs_ids.items():
         if present:
