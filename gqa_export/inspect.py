@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -366,61 +366,3 @@ def _attention(
         window_cache=bool(a.get("sliding_window_cache", 0)),
         kv_source=source,
     )
-
-
-def summary(pkg: Package) -> dict[str, Any]:
-    model = (pkg.config or {}).get("model") or {}
-    options = (pkg.decoder.get("session_options") or {}).get("provider_options") or []
-    first = pkg.graphs[0] if pkg.graphs else None
-    return {
-        "path": str(pkg.path),
-        "model_type": model.get("type"),
-        "providers": [next(iter(p)) for p in options] or ["cpu"],
-        "provider_options": options,
-        "past_present_share_buffer": ((pkg.config or {}).get("search") or {}).get("past_present_share_buffer"),
-        "max_length": pkg.max_length,
-        "context_length": model.get("context_length"),
-        "parameters": first.parameters if first else 0,
-        "files": pkg.files,
-        "total_bytes": sum(pkg.files.values()),
-        "kv_cache_bytes_per_row": pkg.kv_bytes_per_row(),
-        "io": _io(first, options),
-        "graphs": [
-            {
-                "filename": g.filename,
-                "stage": g.role,
-                "run_on_prompt": g.run_on_prompt,
-                "run_on_token_gen": g.run_on_token_gen,
-                "attention_ops": sorted({a.op for a in g.attention}),
-                "weights": g.weights,
-                "inputs": [{k: v for k, v in i.items() if k != "elem_type"} for i in g.inputs],
-                "outputs": [{k: v for k, v in o.items() if k != "elem_type"} for o in g.outputs],
-                "ops": g.ops,
-                "opsets": g.opsets,
-            }
-            for g in pkg.graphs
-        ],
-    }
-
-
-def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:
-    """The build's I/O options as the graph shows them (io_options.py): logits all | last | none."""
-    inputs = {i["name"]: i for i in graph.inputs} if graph else {}
-    outputs = {o["name"]: o for o in graph.outputs} if graph else {}
-    logits = outputs.get("logits")
-    mode = "none" if logits is None else ("last" if list(logits.get("shape") or [])[1:2] == [1] else "all")
-    cuda = next((p["cuda"] for p in provider_options if "cuda" in p), {})
-    return {
-        "logits": mode,
-        "inputs_embeds": "inputs_embeds" in inputs,
-        "hidden_states": "hidden_states" in outputs,
-        "cuda_graph": cuda.get("enable_cuda_graph") == "1",
-    }
-
-
-def layers(pkg: Package) -> list[dict[str, Any]]:
-    return [asdict(a) for g in pkg.graphs for a in g.attention]
-
-
-def experts(pkg: Package) -> list[dict[str, Any]]:
-    return [{k: v for k, v in asdict(e).items() if k != "attributes"} for g in pkg.graphs for e in g.experts]

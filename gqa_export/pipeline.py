@@ -39,14 +39,13 @@ from gqa_export.package import (
     write_json,
 )
 from gqa_export.progress import NullReporter, Reporter
-from gqa_export.quant_report import build_report, logit_error
+from gqa_export.quant_report import build_report, logit_error, quantization_manifest
 from gqa_export.quantize import (
     SUPPORTED,
     PrecisionPlan,
     QuantizeReport,
     QuantOptions,
     plan_precision,
-    quantization_manifest,
     quantize,
 )
 from gqa_export.recipes import Recipe, builtin_recipes, load_recipe, match_recipe

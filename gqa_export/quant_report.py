@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gqa_export.quantize import QuantizeReport
+from gqa_export.quantize import PrecisionPlan, QuantizeReport
 from gqa_export.run import load
 
 PROMPT_SEED = 1234
@@ -63,4 +63,24 @@ def build_report(
             "max_relative_l2": float(np.max(values)) if values else None,
         },
         "logits_vs_float": end_to_end,
+    }
+
+
+def quantization_manifest(plan: PrecisionPlan, report: QuantizeReport) -> dict[str, object] | None:
+    """What the manifest records about weight quantization (None for float precisions)."""
+    if plan.nbits is None:
+        return None
+    return {
+        "bits": plan.nbits.bits,
+        "block_size": plan.nbits.block_size,
+        "symmetric": plan.nbits.symmetric,
+        "method": plan.nbits.method,
+        "accuracy_level": plan.accuracy_level,
+        "keep_float": list(plan.keep_float),
+        "excluded": sorted(set(report.kept_float)),
+        "quantized_weights": len(set(report.quantized)),
+        "mixed_precision": [f"{selector}:int{bits}" for selector, bits in plan.mixed],
+        "weights_by_bits": {
+            f"int{b}": sum(1 for v in report.bits.values() if v == b) for b in sorted(set(report.bits.values()))
+        },
     }

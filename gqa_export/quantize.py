@@ -391,23 +391,3 @@ def _drop_unused_initializers(model: ir.Model) -> None:
     for name, value in list(model.graph.initializers.items()):
         if not value.uses() and value not in model.graph.outputs:
             del model.graph.initializers[name]
-
-
-def quantization_manifest(plan: PrecisionPlan, report: QuantizeReport) -> dict[str, object] | None:
-    """What the manifest records about weight quantization (None for float precisions)."""
-    if plan.nbits is None:
-        return None
-    return {
-        "bits": plan.nbits.bits,
-        "block_size": plan.nbits.block_size,
-        "symmetric": plan.nbits.symmetric,
-        "method": plan.nbits.method,
-        "accuracy_level": plan.accuracy_level,
-        "keep_float": list(plan.keep_float),
-        "excluded": sorted(set(report.kept_float)),
-        "quantized_weights": len(set(report.quantized)),
-        "mixed_precision": [f"{selector}:int{bits}" for selector, bits in plan.mixed],
-        "weights_by_bits": {
-            f"int{b}": sum(1 for v in report.bits.values() if v == b) for b in sorted(set(report.bits.values()))
-        },
-    }

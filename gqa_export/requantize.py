@@ -22,13 +22,12 @@ from gqa_export.lints import check_written
 from gqa_export.manifest import DIGEST_KEY, created_at, finalize
 from gqa_export.package import StagedPackage, check_output, check_outside, write_json
 from gqa_export.progress import NullReporter, Reporter
-from gqa_export.quant_report import build_report, logit_error
+from gqa_export.quant_report import build_report, logit_error, quantization_manifest
 from gqa_export.quantize import (
     FLOAT_DTYPES,
     QuantizeReport,
     QuantOptions,
     plan_precision,
-    quantization_manifest,
     quantize,
 )
 from gqa_export.run import GenerationResult, smoke_run

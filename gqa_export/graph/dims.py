@@ -19,7 +19,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.rope import RopeConfig, read_rope
+from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 from gqa_export.recipes import ModelOptions
 
 SLIDING = "sliding_attention"
@@ -302,35 +302,15 @@ def _attention_shape(config: Any, i: int, layer_type: str | None, opt: Any, head
     return head_dim, kv_heads
 
 
-def rope_params_by_type(config: Any, spec: ArchSpec) -> dict[str, dict[str, Any]] | None:
-    """Per-layer-type rope parameters: transformers 5.x spells them as `rope_parameters` keyed by
-    layer type. transformers 4.x configs have one `rope_theta` + `rope_scaling` and the family's
-    modeling code derives the sliding layers' rope (spec.sliding_rope): Gemma-3 runs them unscaled
-    at `rope_local_base_freq`, OLMo-3 unscaled at `rope_theta` (4.57's modeling code)."""
-    params = _get(config, "rope_parameters")
-    if params and all(isinstance(v, dict) for v in params.values()):
-        return params
-    types = _get(config, "layer_types") or ()
-    if params or spec.sliding_rope is None or SLIDING not in types:
-        return None
-    theta = _get(config, "rope_theta") or 10000.0
-    scaling = dict(_get(config, "rope_scaling") or {})
-    full = {**scaling, "rope_theta": theta} if scaling else {"rope_type": "default", "rope_theta": theta}
-    local = _get(config, "rope_local_base_freq") if spec.sliding_rope == "local_base" else theta
-    if local is None:
-        return None
-    return {"full_attention": full, SLIDING: {"rope_type": "default", "rope_theta": float(local)}}
-
-
 def _rope_keys(config: Any, spec: ArchSpec) -> set[str]:
-    per_type = rope_params_by_type(config, spec)
+    per_type = rope_params_by_type(config, spec.sliding_rope)
     return set(per_type) if per_type else {"default"}
 
 
 def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[str, RopeConfig]:
     """One rope per key used by a layer, sized by the head_dim of the layers that use it."""
     out = {}
-    per_type = rope_params_by_type(config, spec)
+    per_type = rope_params_by_type(config, spec.sliding_rope)
     for key in sorted({layer.rope for layer in layers if layer.rope is not None}):
         dims = {layer.head_dim for layer in layers if layer.rope == key}
         if len(dims) > 1:

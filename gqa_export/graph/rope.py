@@ -172,3 +172,35 @@ def longrope_switch(rope: RopeConfig) -> int | None:
     if rope.rope_type != "longrope":
         return None
     return int(rope.params["original_max_position_embeddings"])
+
+
+_SLIDING = "sliding_attention"
+
+
+def rope_params_by_type(config: Any, sliding_rope: str | None) -> dict[str, dict[str, Any]] | None:
+    """Per-layer-type rope parameters: transformers 5.x spells them as `rope_parameters` keyed by
+    layer type. transformers 4.x configs have one `rope_theta` + `rope_scaling` and the family's
+    modeling code derives the sliding layers' rope (`ArchSpec.sliding_rope`): Gemma-3 runs
+    them unscaled at `rope_local_base_freq`, OLMo-3 unscaled at `rope_theta` (4.57's modeling code)."""
+    params = _attr(config, "rope_parameters")
+    if params and all(isinstance(v, dict) for v in params.values()):
+        return params
+    types = _attr(config, "layer_types") or ()
+    if params or sliding_rope is None or _SLIDING not in types:
+        return None
+    theta = _attr(config, "rope_theta") or 10000.0
+    scaling = dict(_attr(config, "rope_scaling") or {})
+    full = {**scaling, "rope_theta": theta} if scaling else {"rope_type": "default", "rope_theta": theta}
+    local = _attr(config, "rope_local_base_freq") if sliding_rope == "local_base" else theta
+    if local is None:
+        return None
+    return {"full_attention": full, _SLIDING: {"rope_type": "default", "rope_theta": float(local)}}
+
+
+def _attr(config: Any, name: str) -> Any:
+    """A config attribute or None; per-layer attributes of transformers >= 5.2x configs raise on
+    global access (AmbiguousGlobalPerLayerAttributeError, a RuntimeError)."""
+    try:
+        return getattr(config, name, None)
+    except RuntimeError:
+        return None
