@@ -45,6 +45,27 @@ def test_last_token_logits_by_default_are_exact(checkpoints, tmp_path, name):
     assert genai_tokens == hf_generate(model, PROMPT, 6)
 
 
+@pytest.mark.pruned_default
+@pytest.mark.parametrize(
+    ("name", "attention", "precision"),
+    [("mistral_window", "bias", "fp32"), ("gemma3_local_global", "bias", "fp32"), ("qwen3_qk_norm", "gqa", "int4")],
+)
+def test_last_token_logits_in_other_modes_and_precisions(checkpoints, tmp_path, name, attention, precision):
+    """Pruned prompt logits with standard Attention on the shared buffer (windows shorter than the
+    prompt) and with a quantized lm_head: the pruned package gives exactly the full package's rows."""
+    checkpoint = checkpoints.get(name)
+    pruned, full = tmp_path / "pruned", tmp_path / "full"
+    _build(checkpoint, pruned, attention=attention, precision=precision)
+    _build(checkpoint, full, attention=attention, precision=precision, io=IoOptions(prune_lm_head=False))
+    tokens, got = ort_prefill_and_decode(pruned, PROMPT, steps=4)
+    tokens_full, want = ort_prefill_and_decode(full, PROMPT, steps=4)
+    assert tokens == tokens_full and got.shape[0] == 5
+    np.testing.assert_allclose(got, want[len(PROMPT) - 1 :], atol=1e-5, rtol=1e-5)
+    if precision == "fp32":
+        _, genai_tokens = genai_prompt_then_greedy(pruned, PROMPT, 6)
+        assert genai_tokens == hf_generate(hf_model(checkpoint), PROMPT, 6)
+
+
 def _genai_batch(package, prompts: list[list[int]], new: int, pad: int) -> list[list[int]]:
     """Greedy tokens for a right-padded batch of prompts (as onnxruntime-genai pads them)."""
     import onnxruntime_genai as og
