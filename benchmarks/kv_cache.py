@@ -5,8 +5,9 @@
 Builds the random-weight Llama of `--shape` (cpu fp32, GQA) with a float, an int8 and an int4 KV
 cache, max_length `--context`. Each package runs in a fresh child process through
 onnxruntime-genai: a prompt of context - new tokens, then `new` greedy tokens; decode tokens/s
-(median of 3), peak RSS, the KV bytes `inspect` reports, and the drift the build measured (its
-manifest) are appended to benchmarks/results/kv_cache.md.
+(median of 3), peak RSS, the KV bytes `inspect` reports, the drift the build measured (its
+manifest), and how many of the greedy tokens after the long prompt equal the float cache's (the
+first divergence) are appended to benchmarks/results/kv_cache.md.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import numpy as np
 import onnxruntime_genai as og
 package, context, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 model = og.Model(package)
-rates = []
+rates, tokens = [], []
 for _ in range(3):
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=context, min_length=context, do_sample=False)
@@ -40,7 +41,9 @@ for _ in range(3):
     while not generator.is_done():
         generator.generate_next_token()
     rates.append((new - 1) / (time.perf_counter() - start))
-print(json.dumps({"tok_s": sorted(rates)[1], "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    tokens = [int(t) for t in generator.get_sequence(0)[context - new:]]
+print(json.dumps({"tok_s": sorted(rates)[1], "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "tokens": tokens}))
 """
 
 
@@ -54,7 +57,7 @@ def main() -> None:
     ckpt = args.work / args.shape / "ckpt"
     if not (ckpt / "config.json").is_file():
         subprocess.run([sys.executable, str(HERE / "random_llama.py"), str(ckpt), "--shape", args.shape], check=True)
-    rows = []
+    rows, reference = [], None
     for cache in ("float", "int8", "int4"):
         out = args.work / args.shape / cache
         subprocess.run(["gqa-export", "build", str(ckpt), "-o", str(out), "-p", "fp32", "--attention", "gqa",
@@ -66,6 +69,8 @@ def main() -> None:
         run = subprocess.run([sys.executable, "-c", CHILD, str(out), str(args.context), str(args.new)],
                              capture_output=True, text=True, check=True)  # fmt: skip
         r = json.loads(run.stdout.strip().splitlines()[-1])
+        reference = reference or r["tokens"]
+        same = next((i for i, (a, b) in enumerate(zip(r["tokens"], reference, strict=True)) if a != b), len(reference))
         drift_cell = (
             f"max {drift['max_abs_logit_diff']:.3g}, mean {drift['mean_abs_logit_diff']:.3g}, "
             f"top-1 {drift['top1_agreement']:.0%}"
@@ -73,7 +78,8 @@ def main() -> None:
             else "-"
         )
         rows.append(
-            f"| {cache} | {kv_bytes / MIB:.0f} MiB | {r['tok_s']:.1f} | {r['rss'] / MIB:.0f} MiB | {drift_cell} |"
+            f"| {cache} | {kv_bytes / MIB:.0f} MiB | {r['tok_s']:.1f} | {r['rss'] / MIB:.0f} MiB | {drift_cell} "
+            f"| {same} of {len(reference)} |"
         )
         print(rows[-1], flush=True)
     text = "\n".join([
@@ -81,8 +87,8 @@ def main() -> None:
         f"{platform.machine()}, {os.cpu_count()} cores",
         "",
         "| KV cache | KV bytes (one row, max_length) | decode tok/s (median of 3) | peak RSS "
-        "| drift vs float (build) |",
-        "|---|---|---|---|---|",
+        "| drift vs float (build) | greedy tokens equal to the float cache's, at this context |",
+        "|---|---|---|---|---|---|",
         *rows,
         "",
     ])  # fmt: skip
