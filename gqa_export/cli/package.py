@@ -90,7 +90,11 @@ def run_command(
     )
 
 
-recipes_app = typer.Typer(help="List the built-in recipes or show one.", invoke_without_command=True)
+recipes_app = typer.Typer(
+    help="List the built-in recipes or show one.",
+    invoke_without_command=True,
+    epilog="Examples:\n\n  gqa-export recipes --json\n\n  gqa-export recipes show gemma3 > my-gemma3.yaml",
+)
 app.add_typer(recipes_app, name="recipes")
 
 
@@ -115,7 +119,7 @@ def recipes_list(
     out.print(table)
 
 
-@recipes_app.command("show")
+@recipes_app.command("show", epilog="Example:\n\n  gqa-export recipes show llama --json")
 def recipes_show(
     name: Annotated[str, typer.Argument(help="Recipe name (see `gqa-export recipes`).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of YAML.")] = False,
