@@ -12,15 +12,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import TYPE_CHECKING
 
 from gqa_export.choices import MIXED_SELECTORS, listing
 from gqa_export.errors import InputError
-
-if TYPE_CHECKING:
-    import onnx_ir as ir
-
-    from gqa_export.quantize import PrecisionPlan
 
 _BITS = {"int4": 4, "int8": 8}
 _LAYER = re.compile(r"layers\.(\d+)\.")
@@ -47,20 +41,15 @@ def use_more_bits(layer: int, num_layers: int) -> bool:
     return layer < eighth or layer >= 7 * num_layers // 8 or (layer - eighth) % 3 == 2
 
 
-def weight_bits(model: ir.Model, plan: PrecisionPlan) -> dict[str, int]:
-    """Weight name -> bit width for every weight an entry of `plan.mixed` selects (later entries win)."""
-    if not plan.mixed:
+def weight_bits(weights: dict[str, str], mixed: tuple[tuple[str, int], ...]) -> dict[str, int]:
+    """Weight name -> bit width for every weight an entry of `mixed` selects (later entries win).
+    `weights`: the linear weights quantize.py would quantize, each with the name of its node."""
+    if not mixed:
         return {}
-    weights: dict[str, str] = {}  # weight -> the node that uses it as a linear weight
-    for node in model.graph:
-        if node.op_type in ("MatMul", "Gemm") and len(node.inputs) > 1 and node.inputs[1] is not None:
-            value = node.inputs[1]
-            if value.const_value is not None and value.name:
-                weights[value.name] = node.name or ""
     layers = [int(m.group(1)) for name in weights if (m := _LAYER.search(name))]
     num_layers = max(layers) + 1 if layers else 0
     bits: dict[str, int] = {}
-    for selector, width in plan.mixed:
+    for selector, width in mixed:
         if selector == "last_matmul":
             chosen = [w for w, node in weights.items() if "lm_head" in w or "lm_head" in node]
         elif selector == "sensitive_layers":

@@ -30,13 +30,18 @@ def check_output(out_dir: Path, overwrite: bool) -> None:
         raise InputError(f"output path {out_dir} is a file; choose a folder for -o")
     if out_dir.exists() and not overwrite:
         raise InputError(f"output folder {out_dir} already exists; pass --overwrite to replace it or choose another -o")
-    parent = out_dir.resolve().parent
-    while not parent.exists():  # the nearest folder that exists is the one we must write into
-        parent = parent.parent
+    parent = _nearest_existing(out_dir.resolve().parent)
     if not parent.is_dir():
         raise InputError(f"{parent} is a file, so -o {out_dir} cannot be created; choose another -o")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"cannot write into {parent}; choose another -o or fix the folder's permissions")
+
+
+def _nearest_existing(path: Path) -> Path:
+    """The nearest existing ancestor (or `path`): the folder -o is created in and written through."""
+    while not path.exists():
+        path = path.parent
+    return path
 
 
 def check_outside(out_dir: Path, model_dir: Path, what: str = "model folder") -> None:
@@ -49,9 +54,7 @@ def check_outside(out_dir: Path, model_dir: Path, what: str = "model folder") ->
 
 def check_free_space(out_dir: Path, needed: int) -> None:
     """Refuse early when the disk cannot hold the weights: `needed` is their exact byte count."""
-    parent = out_dir.resolve().parent
-    while not parent.exists():
-        parent = parent.parent
+    parent = _nearest_existing(out_dir.resolve().parent)
     free = shutil.disk_usage(parent).free
     if free < needed:
         raise RunError(

@@ -128,7 +128,8 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
 
 def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None = None) -> QuantizeReport:
     report = report or QuantizeReport(plan.name)
-    bits = weight_bits(model, plan)
+    linear = {w.name: node.name or "" for node in model.graph if (w := _linear_weight(node)) is not None and w.name}
+    bits = weight_bits(linear, plan.mixed)
     if plan.nbits is not None:
         from gqa_export.quantize_experts import to_qmoe
 

@@ -18,6 +18,7 @@ from gqa_export.cli.app import (
     RECIPE,
     TARGET,
     AccuracyLevel,
+    ActivationDtype,
     Activations,
     AsJson,
     Asymmetric,
@@ -192,10 +193,9 @@ def build(
         ids = tuple(int(t) for t in bidirectional.split(",") if t.strip()) if bidirectional is not None else None
     except ValueError:
         raise InputError(f"--bidirectional-token-ids takes comma-separated integers, got {bidirectional!r}") from None
-    quant = QuantOptions(
-        block_size, asymmetric, str(value(quant_method)), accuracy_level, tuple(keep_float or ()), quant_embeddings,
-        value(activations), tuple(mixed_precision or ()),
-    )  # fmt: skip
+    quant = _quant_options(
+        block_size, asymmetric, quant_method, accuracy_level, keep_float, quant_embeddings, activations, mixed_precision
+    )
     io = IoOptions(prune_lm_head, inputs_embeds, hidden_states, no_lm_head, cuda_graph)
     kv = KvQuantOptions(value(kv_cache), str(value(kv_scales)), kv_calibration)
     opts = BuildOptions(
@@ -261,10 +261,9 @@ def quantize_command(
     """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
     from gqa_export.requantize import requantize
 
-    quant = QuantOptions(
-        block_size, asymmetric, str(value(quant_method)), accuracy_level, tuple(keep_float or ()), quant_embeddings,
-        value(activations), tuple(mixed_precision or ()),
-    )  # fmt: skip
+    quant = _quant_options(
+        block_size, asymmetric, quant_method, accuracy_level, keep_float, quant_embeddings, activations, mixed_precision
+    )
     result = requantize(
         package, output, str(value(precision)), quant, overwrite, report, not no_smoke, RichReporter(as_json)
     )
@@ -282,3 +281,20 @@ def quantize_command(
         out.print(f"{escape(str(result.output))}: {result.precision}, {size(summary['total_bytes'])}")
         if result.report:
             out.print(f"logits vs float: {result.report['logits_vs_float']}")
+
+
+def _quant_options(
+    block_size: int,
+    asymmetric: bool | None,
+    method: Method,
+    accuracy_level: int | None,
+    keep_float: list[str] | None,
+    embeddings: bool,
+    activations: ActivationDtype | None,
+    mixed_precision: list[str] | None,
+) -> QuantOptions:
+    """The int4/int8 options `build` and `quantize` share, as QuantOptions."""
+    return QuantOptions(
+        block_size, asymmetric, str(value(method)), accuracy_level, tuple(keep_float or ()), embeddings,
+        value(activations), tuple(mixed_precision or ()),
+    )  # fmt: skip
