@@ -12,24 +12,31 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import InputError, RunError
 from gqa_export.fetch import TOKENIZER_FILES
+from gqa_export.ownership import check_clear_of, check_clear_of_cwd, check_replaceable
 
 # tokenizer classes onnxruntime-extensions knows; transformers v5 writes "TokenizersBackend",
 # which means "a tokenizer.json", i.e. PreTrainedTokenizerFast.
 _V5_BACKEND_CLASSES = ("TokenizersBackend",)
 
 
-def check_output(out_dir: Path, overwrite: bool) -> None:
-    """Fail before any work when -o is in the way or cannot be written."""
+def check_output(out_dir: Path, overwrite: bool, inputs: Sequence[tuple[Path, str]] = ()) -> None:
+    """Fail before any work when -o is in the way, cannot be written, or --overwrite would replace
+    something gqa-export did not write. `inputs`: (folder, what) pairs -o must stay clear of."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"output path {out_dir} is a file; choose a folder for -o")
+    check_clear_of_cwd(out_dir)
+    for folder, what in inputs:
+        check_clear_of(out_dir, folder, what, inside_ok=what == SPEC_FOLDER)
     if out_dir.exists() and not overwrite:
         raise InputError(f"output folder {out_dir} already exists; pass --overwrite to replace it or choose another -o")
+    if out_dir.exists():
+        check_replaceable(out_dir)
     parent = _nearest_existing(out_dir.resolve().parent)
     if not parent.is_dir():
         raise InputError(f"{parent} is a file, so -o {out_dir} cannot be created; choose another -o")
@@ -44,12 +51,13 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
+SPEC_FOLDER = "release spec's folder"  # -o may lie inside it (next to the spec), not be or hold it
+
+
 def check_outside(out_dir: Path, model_dir: Path, what: str = "model folder") -> None:
-    """-o must not be the input folder or inside it: a package there would be read back as part of
-    the input (and --overwrite would replace the input itself)."""
-    out, model = out_dir.resolve(), model_dir.resolve()
-    if out == model or model in out.parents:
-        raise InputError(f"output folder {out_dir} is inside the {what} {model_dir}; choose -o outside it")
+    """-o must not be the input folder, inside it or around it: a package there would be read back
+    as part of the input, and --overwrite would replace the input itself."""
+    check_clear_of(out_dir, model_dir, what)
 
 
 def check_free_space(out_dir: Path, needed: int) -> None:
@@ -129,6 +137,7 @@ class StagedPackage:
         if self.out_dir.exists():
             if not self.overwrite:
                 raise InputError(f"output folder {self.out_dir} appeared during the build; pass --overwrite")
+            check_replaceable(self.out_dir)  # it may have changed hands since the pre-flight check
             backup = self.out_dir.parent / f".{self.out_dir.name}.old-{self.tag}"
             self.out_dir.rename(backup)
         try:

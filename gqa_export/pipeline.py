@@ -137,6 +137,12 @@ class BuildResult:
         }
 
 
+def _local_inputs(model: str | Path) -> list[tuple[Path, str]]:
+    """The source folder -o must stay clear of, where it is known before the fetch."""
+    local = Path(model).expanduser()
+    return [(local, "model folder")] if local.is_dir() else []
+
+
 def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Checkpoint | None = None) -> BuildResult:
     """Export one package. `checkpoint`: an already opened source (a release's), else `opts.model`."""
     reporter = reporter or NullReporter()
@@ -145,7 +151,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         raise InputError(f"unknown --ep '{opts.ep}'; choose one of {', '.join(SUPPORTED)}")
     if opts.precision is not None:
         plan_precision(opts.ep, opts.precision, opts.quant)
-    check_output(opts.output, opts.overwrite)
+    check_output(opts.output, opts.overwrite, _local_inputs(opts.model))
     user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
 
     checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)

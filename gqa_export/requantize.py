@@ -67,7 +67,7 @@ def requantize(
     if FLOAT_DTYPES[source_precision] != plan.io_dtype:
         want = {v: k for k, v in FLOAT_DTYPES.items()}[plan.io_dtype]
         raise InputError(f"{precision} for --ep {ep} needs {want} activations but {package} is {source_precision}")
-    check_output(output, overwrite)
+    check_output(output, overwrite, [(package, "input package")])
     check_outside(output, package, "input package")
     pkg = load_package(package)
     if pkg.missing_files:

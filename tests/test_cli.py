@@ -68,16 +68,21 @@ def test_build_json_package_and_manifest(checkpoints, tmp_path):
 
 
 def test_existing_output_is_refused_then_overwritten(checkpoints, tmp_path):
+    """--overwrite replaces an empty folder or its own package, never a folder holding other files."""
     out = tmp_path / "pkg"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     result = invoke("build", checkpoints.get("gqa"), "-o", out, "--no-smoke")
     assert result.exit_code == 2
     assert "already exists; pass --overwrite" in result.output
-    assert (out / "keep.txt").exists()
     result = invoke("build", checkpoints.get("gqa"), "-o", out, "--no-smoke", "--overwrite", "-q")
-    assert result.exit_code == 0, result.output
-    assert not (out / "keep.txt").exists() and (out / "model.onnx").exists()
+    assert result.exit_code == 2 and "keep.txt" in result.output
+    assert (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    for _ in range(2):  # an empty folder, then the package written there
+        result = invoke("build", checkpoints.get("gqa"), "-o", out, "--no-smoke", "--overwrite", "-q")
+        assert result.exit_code == 0, result.output
+        assert (out / "model.onnx").exists()
     assert leftovers(tmp_path) == []
 
 

@@ -30,7 +30,7 @@ from gqa_export.manifest import (
     tool_entry,
     write_sealed,
 )
-from gqa_export.package import StagedPackage, check_output, check_outside, file_digests
+from gqa_export.package import SPEC_FOLDER, StagedPackage, check_output, check_outside, file_digests
 from gqa_export.pipeline import BuildResult, Checkpoint, build, open_checkpoint
 from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
 from gqa_export.release.card import card_info, copy_license_files, write_card
@@ -72,7 +72,9 @@ def release(
 ) -> ReleaseResult:
     reporter = reporter or NullReporter()
     started = time.perf_counter()
-    check_output(output, overwrite)
+    local = Path(spec.source).expanduser()
+    folders = [(spec.file.parent, SPEC_FOLDER), *([(local, "model folder")] if local.is_dir() else [])]
+    check_output(output, overwrite, folders)
     text = read_text(spec.eval.text) if spec.eval else None
     checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
     source = checkpoint.source

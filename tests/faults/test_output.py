@@ -121,7 +121,9 @@ def test_output_inside_the_model_folder(model, tmp_path, where, flags):
     if where == "symlink-to-model":
         out.symlink_to(model, target_is_directory=True)
     result = invoke("build", model, "-o", out, "--no-smoke", *flags)
-    assert_fails(result, 2, "inside the model folder")
+    assert_fails(
+        result, 2, "is the model folder" if where in ("same", "symlink-to-model") else "inside the model folder"
+    )
     assert tree(model) == before, "the model folder changed"
     assert leftovers(tmp_path) == []
 
@@ -129,8 +131,7 @@ def test_output_inside_the_model_folder(model, tmp_path, where, flags):
 def test_output_is_the_model_folder_without_overwrite(model, tmp_path):
     before = tree(model)
     result = invoke("build", model, "-o", model, "--no-smoke")
-    line = assert_fails(result, 2, "")
-    assert "inside the model folder" in line or "already exists" in line, line
+    assert_fails(result, 2, "is the model folder")
     assert tree(model) == before and leftovers(tmp_path) == []
 
 
@@ -142,7 +143,7 @@ def test_quantize_output_inside_its_input_package(package, tmp_path, where, flag
     before = tree(package)
     out = package / "int4" if where == "inside" else package
     result = invoke("quantize", package, "-o", out, "-p", "int4", "--no-smoke", *flags)
-    assert_fails(result, 2, "inside")
+    assert_fails(result, 2, "inside the input package" if where == "inside" else "is the input package")
     assert tree(package) == before, "the input package changed"
     assert leftovers(tmp_path) == []
 
@@ -158,7 +159,7 @@ def test_release_output_inside_its_source_folder(model, tmp_path, where, flags):
     before = tree(model)
     out = model / "release" if where == "inside" else model
     result = invoke("release", spec, "-o", out, *flags)
-    assert_fails(result, 2, "inside the model folder")
+    assert_fails(result, 2, "inside the model folder" if where == "inside" else "is the model folder")
     assert tree(model) == before, "the source model folder changed"
     assert leftovers(tmp_path) == []
 

@@ -1,0 +1,123 @@
+"""What `-o` may point at, and what `--overwrite` may replace: only what gqa-export wrote.
+
+`--overwrite` replaces an existing `-o` only when it is an empty folder, a package this tool wrote
+(a `manifest.json` whose `tool` is gqa-export, and nothing in the folder that the manifest does
+not list) or a release it wrote (`release.json` likewise, with every variant's files). Anything
+else — a model folder, a documents folder, a repository, a package with a user's notes added — is
+refused before any work, so a wrong `-o` can never delete a user's files. `-o` must also stay
+clear of the inputs (the source, the input package, the release spec's folder) and of the current
+directory: replacing a folder renames it away, so `-o .` or `-o ..` would pull the working
+directory out from under the shell.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gqa_export.errors import InputError
+
+MANIFEST = "manifest.json"
+RELEASE = "release.json"
+TOOL = "gqa-export"
+_SHOWN = 3  # unknown entries named in the message
+
+
+def check_clear_of(out_dir: Path, path: Path, what: str, inside_ok: bool = False) -> None:
+    """-o must not be `path`, contain it, or (unless `inside_ok`) lie inside it."""
+    out, other = out_dir.resolve(), path.resolve()
+    if out == other:
+        raise InputError(f"output folder {out_dir} is the {what} {path} itself; choose -o outside it")
+    if out in other.parents:
+        raise InputError(f"output folder {out_dir} contains the {what} {path}; choose -o outside it")
+    if not inside_ok and other in out.parents:
+        raise InputError(f"output folder {out_dir} is inside the {what} {path}; choose -o outside it")
+
+
+def check_clear_of_cwd(out_dir: Path) -> None:
+    """Never `-o .` or an ancestor of the working directory: --overwrite would move it away."""
+    check_clear_of(out_dir, Path.cwd(), "current directory", inside_ok=True)
+
+
+def check_replaceable(out_dir: Path) -> None:
+    """Refuse (InputError, nothing touched) unless `out_dir` is empty or entirely gqa-export's."""
+    problem = _foreign(out_dir)
+    if problem:
+        raise InputError(
+            f"--overwrite replaces only an empty folder or a package or release gqa-export wrote, and {out_dir} "
+            f"{problem}; move those files away or choose another -o"
+        )
+
+
+def _foreign(folder: Path) -> str | None:
+    """Why `folder` is not gqa-export's to replace (None when it is, or when it is empty)."""
+    entries = _entries(folder)
+    if not entries:
+        return None
+    if (folder / RELEASE).is_file():
+        listed = _release_files(folder / RELEASE)
+        kind = RELEASE
+    elif (folder / MANIFEST).is_file():
+        listed = _package_files(folder / MANIFEST)
+        kind = MANIFEST
+    else:
+        return f"is not empty and holds no {MANIFEST} or {RELEASE} of gqa-export ({_names(entries)})"
+    if listed is None:
+        return f"holds a {kind} that gqa-export did not write"
+    folders = {p.as_posix() for name in listed for p in Path(name).parents}
+    unknown = [e for e in entries if e not in listed and not ((folder / e).is_dir() and e in folders)]
+    if unknown:
+        return f"holds files its {kind} does not list ({_names(unknown)})"
+    return None
+
+
+def _entries(folder: Path) -> list[str]:
+    """Every file, link and folder below `folder`, relative, links not followed."""
+    found = []
+    stack = [folder]
+    while stack:
+        for path in sorted(stack.pop().iterdir()):
+            found.append(path.relative_to(folder).as_posix())
+            if path.is_dir() and not path.is_symlink():
+                stack.append(path)
+    return found
+
+
+def _names(entries: list[str]) -> str:
+    shown = ", ".join(entries[:_SHOWN])
+    return shown + (f" and {len(entries) - _SHOWN} more" if len(entries) > _SHOWN else "")
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("tool"), dict) or data["tool"].get("name") != TOOL:
+        return None
+    return data
+
+
+def _package_files(manifest: Path) -> set[str] | None:
+    data = _load(manifest)
+    if data is None or not isinstance(data.get("files"), dict):
+        return None
+    return {MANIFEST, *map(str, data["files"])}
+
+
+def _release_files(release: Path) -> set[str] | None:
+    data = _load(release)
+    if data is None or not isinstance(data.get("files"), dict) or not isinstance(data.get("variants"), list):
+        return None
+    listed = {RELEASE, *map(str, data["files"])}
+    for variant in data["variants"]:
+        if not isinstance(variant, dict) or not isinstance(variant.get("files"), dict):
+            return None
+        listed.update(_joined(str(variant.get("path", "")), variant["files"]))
+    return listed
+
+
+def _joined(prefix: str, names: Iterable[object]) -> set[str]:
+    return {f"{prefix.rstrip('/')}/{name}" for name in names}
