@@ -24,6 +24,7 @@ from gqa_export.package import read_json
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
+_GQA_BIAS_INPUT = 10  # GroupQueryAttention's optional attention_bias input
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
 _CACHE = re.compile(r"(?:past_key_values|present)\.(\d+)\.key$")
 BYTES = {
@@ -49,6 +50,7 @@ class LayerAttention:
     packed_qkv: bool
     fused_rope: bool
     window_cache: bool = False  # GQA sliding_window_cache=1: window-sized KV buffer
+    attention_bias: bool = False  # GQA with an attention_bias input: a window lives in the bias
     kv_source: int | None = None  # the layer whose KV cache this one reads (itself unless KV-shared)
 
 
@@ -97,6 +99,19 @@ class Package:
     generation: dict[str, Any] | None
     files: dict[str, int]
     missing_files: list[str]
+    manifest: dict[str, Any] | None = None
+    source_windows: list[int] | None = None  # a --source checkpoint's windows, read as build reads them
+
+    @property
+    def attention_windows(self) -> list[int] | None:
+        """Each layer's window (-1 = full attention) as the export resolves it: a --source
+        checkpoint's, else the manifest's record (`model.attention_windows`), else None. Never
+        re-derived from config.json's raw keys: 4.x configs spell the layer pattern in ways only
+        the export's reading (transformers' config + the family's spec) resolves."""
+        if self.source_windows is not None:
+            return self.source_windows
+        windows = ((self.manifest or {}).get("model") or {}).get("attention_windows")
+        return [int(w) for w in windows] if isinstance(windows, list) else None
 
     @property
     def decoder(self) -> dict[str, Any]:
@@ -176,6 +191,7 @@ def load_package(path: Path, source: Path | None = None) -> Package:
         read_json(hf_dir / "generation_config.json"),
         files,
         missing,
+        read_json(folder / "manifest.json"),
     )
 
 
@@ -364,5 +380,6 @@ def _attention(
         packed_qkv=gqa and (len(node.input) < 2 or node.input[1] == ""),
         fused_rope=rotary,
         window_cache=bool(a.get("sliding_window_cache", 0)),
+        attention_bias=gqa and len(node.input) > _GQA_BIAS_INPUT and node.input[_GQA_BIAS_INPUT] != "",
         kv_source=source,
     )

@@ -12,6 +12,10 @@ from gqa_export.lints import lint
 
 def inspect_package(path: Path, source: Path | None = None) -> dict[str, Any]:
     pkg = load_package(path, source)
+    if source is not None:
+        from gqa_export.pipeline import source_dims  # transformers: only when a source is cross-checked
+
+        pkg.source_windows = [layer.window for layer in source_dims(source).layers]
     return {
         "summary": summary(pkg),
         "layers": layers(pkg),

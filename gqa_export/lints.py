@@ -120,23 +120,34 @@ def _share_buffer(pkg: Package, _: int) -> list[Finding]:
 
 
 def _sliding_window(pkg: Package, _: int) -> list[Finding]:
-    hf = pkg.hf_config or {}
-    window = hf.get("sliding_window")
-    if not window or hf.get("use_sliding_window") is False:
+    """Each windowed layer's GroupQueryAttention carries its window (unless a bias holds it).
+
+    The windows come from the export's own resolved reading, recorded in the manifest: config.json
+    alone does not say which layers slide (Gemma-2 alternates by rule, Gemma-3 and Cohere2 spell a
+    `sliding_window_pattern`, Qwen2 switches windows off with `use_sliding_window`)."""
+    windows = pkg.attention_windows
+    if windows is None:
         return []
-    types = hf.get("layer_types")
-    gqa = [a for g in pkg.graphs for a in g.attention if a.op == "GroupQueryAttention"]
-    expected = {i for i, t in enumerate(types) if t == "sliding_attention"} if types else {a.layer for a in gqa}
-    wrong = sorted(a.layer for a in gqa if a.layer in expected and a.local_window_size != window)
+    wrong = sorted(
+        a.layer
+        for g in pkg.graphs
+        for a in g.attention
+        if a.op == "GroupQueryAttention"
+        and not a.attention_bias
+        and a.layer is not None
+        and a.layer < len(windows)
+        and a.local_window_size != windows[a.layer]
+    )
     if not wrong:
         return []
+    want = sorted({windows[i] for i in wrong})
     return [
         Finding(
             "missing-sliding-window",
             "error",
-            f"config.json has sliding_window {window} but GroupQueryAttention on layers {_ranges(wrong)} has no "
-            "matching local_window_size: outputs are wrong past the window",
-            f"re-export with local_window_size={window} on the sliding layers",
+            f"the export resolved windows {want} for layers {_ranges(wrong)} but their GroupQueryAttention "
+            "has another local_window_size: outputs are wrong past the window",
+            "re-export the package",
         )
     ]
 

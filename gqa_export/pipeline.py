@@ -332,6 +332,18 @@ def _match(raw: dict[str, Any], model_dir: Path) -> Recipe:
     return match_recipe(model_type, architecture, builtin_recipes())
 
 
+def source_dims(model_dir: Path) -> ModelDims:
+    """A local checkpoint's dimensions read exactly as `build` reads them with its built-in recipe
+    (transformers' config, the family's spec): what `inspect --source` checks a package against."""
+    raw = _read_json(model_dir / "config.json")
+    recipe = _match(raw, model_dir)
+    check_raw_config(raw)
+    hf_config, generation = _read_configs(model_dir)
+    text_config = _text_config(hf_config)
+    outer = hf_config if text_config is not hf_config else None
+    return read_dims(text_config, get_spec(recipe.arch), recipe.model, generation, outer)
+
+
 def _kv_read(requested: str, ep: str) -> str:
     """The scatter graphs' read form: slice on CPU (its Attention computes every key it is given),
     nonpad on CUDA (flash/cuDNN need no mask; benchmarks/results/attention_modes.md)."""
@@ -400,6 +412,7 @@ def _model_manifest(dims: ModelDims, text_config: Any, spec: ArchSpec, multimoda
         "text_model_type": str(text_config.model_type),
         "layers": dims.num_layers,
         "kv_cache_layers": list(dims.cache_layers),
+        "attention_windows": [layer.window for layer in dims.layers],  # the lints read this, not config.json
         "exported": (
             f"text decoder only (tensors under '{spec.prefix}', '{spec.lm_head}'); vision/audio towers not exported"
             if multimodal

@@ -148,6 +148,22 @@ def test_sliding_window_missing_against_hf_config(checkpoints, tmp_path):
     assert code == 1 and "missing-sliding-window" in {f["id"] for f in report["findings"]}
 
 
+def test_sliding_window_lost_in_the_graph_is_caught_from_the_manifest(mode_packages, tmp_path):
+    """Mutant: a windowed layer's GroupQueryAttention loses its window; the lint reads the windows the
+    export resolved (manifest `model.attention_windows`), with no source config at hand."""
+    folder = _copy(mode_packages["gqa"], tmp_path / "pkg")
+    assert inspect(folder)[0] == 0
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    for attr in gqa[1].attribute:
+        if attr.name == "local_window_size":
+            attr.i = -1
+    onnx.save(model, str(folder / "model.onnx"))
+    code, report = inspect(folder)
+    found = [f for f in report["findings"] if f["id"] == "missing-sliding-window"]
+    assert code == 1 and len(found) == 1 and "layers 1 " in found[0]["message"], report["findings"]
+
+
 def test_eos_and_kv_warnings_and_strict(mode_packages, tmp_path):
     folder = _copy(mode_packages["gqa"], tmp_path / "pkg")
     (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 7]}))
