@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from gqa_export import prequantized
 from gqa_export.arch import ArchSpec, get_spec
 from gqa_export.errors import InputError
 from gqa_export.fetch import Source, resolve_source
@@ -157,6 +158,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)
     source = checkpoint.source
     check_outside(opts.output, source.model_dir)
+    prequantized.check_config(checkpoint.raw_config, source.model_dir)
     reporter.stage("build")
     if user_recipe:  # a config transformers cannot read fails before a custom recipe is used
         checkpoint.configs  # noqa: B018
@@ -172,6 +174,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
     dims = read_dims(text_config, get_spec(recipe.arch), recipe.model, generation, outer)
     store = checkpoint.store
+    prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
     # stored lm_head that differs from the embedding is never tied, whatever the flag says).

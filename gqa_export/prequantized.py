@@ -1,0 +1,102 @@
+"""Pre-quantized checkpoints this tool does not import are refused up front, naming the format.
+
+A quantized checkpoint stores integer or FP8 codes plus scales (and zero points) beside, or
+instead of, each linear's `weight`. Read as if it were float, it exports a package that loads and
+generates garbage (an FP8 block-quantized checkpoint did exactly that: its `weight_scale_inv`
+tensors were ignored), or fails far from the cause ("q_proj.weight is missing" for GPTQ). So the
+config's `quantization_config` (also inside `text_config`, or the older side files AutoGPTQ and
+AutoAWQ write) and the tensor names are checked before anything is built. The one format that is
+imported is gpt-oss's MXFP4 experts, dequantized exactly while streaming (graph/experts.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gqa_export.errors import InputError
+
+IMPORTED = frozenset({"mxfp4"})
+# quant_method -> the format's name as its users know it
+FORMATS = {
+    "gptq": "GPTQ",
+    "awq": "AWQ",
+    "compressed-tensors": "compressed-tensors (llm-compressor)",
+    "quark": "Quark",
+    "fp8": "FP8 (block-quantized, weight_scale_inv)",
+    "fbgemm_fp8": "FBGEMM FP8",
+    "bitsandbytes": "bitsandbytes",
+    "hqq": "HQQ",
+    "olive": "Olive",
+    "modelopt": "ModelOpt",
+    "torchao": "torchao",
+    "eetq": "EETQ",
+    "aqlm": "AQLM",
+    "vptq": "VPTQ",
+    "bitnet": "BitNet",
+    "higgs": "HIGGS",
+    "spqr": "SpQR",
+    "fp_quant": "FP-Quant",
+    "gguf": "GGUF",
+}
+# files older quantizers write beside config.json instead of a quantization_config
+SIDE_FILES = {
+    "quantize_config.json": "GPTQ (AutoGPTQ quantize_config.json)",
+    "quant_config.json": "AWQ (quant_config.json)",
+}
+# tensor name endings that carry quantization codes, scales or zero points -> the format
+TENSOR_MARKS = (
+    (".qweight", "GPTQ or AWQ (qweight / qzeros / scales tensors)"),
+    (".qzeros", "GPTQ or AWQ (qweight / qzeros / scales tensors)"),
+    (".g_idx", "GPTQ (g_idx tensors)"),
+    (".weight_scale_inv", "FP8 (block-quantized, weight_scale_inv tensors)"),
+    (".weight_packed", "compressed-tensors pack-quantized (weight_packed tensors)"),
+    (".weight_scale", "FP8 or compressed-tensors (weight_scale tensors)"),
+    (".weight_zero_point", "compressed-tensors (weight_zero_point tensors)"),
+    (".input_scale", "FP8 (input_scale tensors)"),
+    (".absmax", "bitsandbytes 4-bit (absmax tensors)"),
+    (".quant_map", "bitsandbytes 4-bit (quant_map tensors)"),
+    (".SCB", "bitsandbytes 8-bit (SCB tensors)"),
+    (".quant_state", "bitsandbytes 4-bit (quant_state tensors)"),
+    (".W_q", "HQQ (W_q tensors)"),
+)
+
+
+def check_config(raw: dict[str, Any], model_dir: Path) -> None:
+    """Refuse a config that declares a quantization this tool does not import."""
+    for config in (raw, raw.get("text_config")):
+        if isinstance(config, dict) and config.get("quantization_config") is not None:
+            _refuse_declared(config["quantization_config"])
+    for name, fmt in SIDE_FILES.items():
+        if (model_dir / name).is_file():
+            _refuse(fmt, f"it has {name}")
+
+
+def check_tensors(names: Iterable[str]) -> None:
+    """Refuse weights that carry quantization codes or scales, whatever config.json says."""
+    for name in names:
+        for ending, fmt in TENSOR_MARKS:
+            if name.endswith(ending) or f"{ending}." in name:  # `.weight.quant_state.bitsandbytes__nf4`
+                _refuse(fmt, f"it stores {name}")
+
+
+def _refuse_declared(quantization: Any) -> None:
+    if not isinstance(quantization, dict):
+        _refuse("an unknown format", f"config.json's quantization_config is {quantization!r}")
+    method = quantization.get("quant_method")
+    if method is None and (quantization.get("load_in_4bit") or quantization.get("load_in_8bit")):
+        method = "bitsandbytes"
+    if method is None and quantization.get("quant_algo"):
+        method = "modelopt"
+    if method in IMPORTED:
+        return
+    fmt = FORMATS.get(str(method).lower(), f"'{method}'")
+    _refuse(fmt, f"config.json's quantization_config says quant_method {method!r}")
+
+
+def _refuse(fmt: str, evidence: str) -> None:
+    raise InputError(
+        f"this is a pre-quantized {fmt} checkpoint ({evidence}), which gqa-export does not import yet; "
+        "export the model's float (fp16/bf16/fp32) checkpoint and choose --precision int4/int8 instead"
+    )
