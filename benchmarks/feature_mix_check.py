@@ -14,7 +14,7 @@ import tiny_models
 from reference import hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.run import generate_greedy
+from gqa_export.runtime.run import generate_greedy
 
 root = Path(tempfile.mkdtemp(prefix="feature-mix-"))
 CASES = {

@@ -16,7 +16,7 @@ whatever the recipe's default (reported). `--attention gqa` is passed because th
 keeps max_length buffers on every unshared layer, i.e. the "no window buffers" KV.
 
 KV bytes per batch row at max_length come from the gqa packages' graph inputs and genai_config
-(`gqa_export.inspect.load_package(pkg).kv_bytes_per_row()`), per layer, against (i) the same graph
+(`gqa_export.check.reader.load_package(pkg).kv_bytes_per_row()`), per layer, against (i) the same graph
 with max_length buffers everywhere (no window buffers) and (ii) full max_length buffers on all layers
 with no KV sharing (every layer its own K and V at its own kv heads x head_dim, from the HF config):
 what an exporter without KV sharing or window buffers allocates.
@@ -83,7 +83,7 @@ def layer_table(package: Path, ckpt: Path, max_length: int) -> dict[str, Any]:
     parent's RSS at exec in its own ru_maxrss (Linux keeps the old mm's high-water mark)."""
     from transformers import AutoConfig
 
-    from gqa_export.inspect import _PAST, BYTES, load_package
+    from gqa_export.check.reader import _PAST, BYTES, load_package
 
     pkg = load_package(package)
     text = AutoConfig.from_pretrained(ckpt).get_text_config()
@@ -310,7 +310,7 @@ def render(args: argparse.Namespace, make: Run, ckpt_bytes: int, runs: list[Run]
         "ours: the gqa package's past_key_values inputs, window-sized buffers (sliding_window_cache) on the unshared "
         "sliding layers that no other layer reads (ORT GenAI allocates window + slack slots: slack 16 on CPU, 0 on "
         "CUDA), max_length buffers on full layers and on KV producers, no cache for the KV-shared layers; the total is "
-        "`gqa_export.inspect.load_package(pkg).kv_bytes_per_row()`. No window buffers: the same graph with "
+        "`gqa_export.check.reader.load_package(pkg).kv_bytes_per_row()`. No window buffers: the same graph with "
         "max_length slots on every unshared layer. Full buffers, no KV sharing: computed from the HF config, every "
         "layer its own K and V of max_length slots at its own kv heads x head_dim (what an exporter without KV "
         "sharing or window buffers allocates). K and V together.\n",

@@ -23,8 +23,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from gqa_export.manifest import sha256_file
-from gqa_export.quantize import QuantOptions
+from gqa_export.package.manifest import sha256_file
+from gqa_export.quant.quantize import QuantOptions
 from gqa_export.release import folder_name
 
 RESULTS = Path(__file__).parent / "results" / "release.md"
@@ -33,7 +33,7 @@ ENV = {**os.environ, "SOURCE_DATE_EPOCH": "1700000000"}
 READ_ALL = """
 import sys, time
 from pathlib import Path
-from gqa_export.weights import WeightStore
+from gqa_export.source.weights import WeightStore
 store = WeightStore.open(Path(sys.argv[1]))
 start = time.perf_counter()
 total = sum(store.read(name).nbytes for name in store.names())  # every tensor once

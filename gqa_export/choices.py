@@ -2,15 +2,15 @@
 
 The validators (quantize.plan_precision, recipes, release specs) and the CLI read these tables: the
 CLI's enums and the help text that lists the choices are generated from them, so `--help` cannot
-drift from what the code accepts (tests/cli/test_help.py checks it).
+drift from what the code accepts (tests/cli/test_help.py checks it). What differs per execution
+provider comes from the EP table (eps.py); the views below are derived from it.
 """
 
 from __future__ import annotations
 
-EPS: dict[str, str] = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-}
+from gqa_export import eps as _eps
+
+EPS: dict[str, str] = {ep.name: ep.ort_provider for ep in _eps.EPS.values()}
 PRECISIONS: dict[str, str] = {
     "fp32": "float32 weights and activations",
     "fp16": "float16 weights and activations",
@@ -19,13 +19,9 @@ PRECISIONS: dict[str, str] = {
     "int8": "8-bit MatMulNBits weights, float activations",
 }
 # Precisions each EP has kernels for, and why the others are refused.
-SUPPORTED: dict[str, tuple[str, ...]] = {
-    "cpu": ("fp32", "fp16", "int4", "int8"),
-    "cuda": ("fp16", "bf16", "int4", "int8"),
-}
+SUPPORTED: dict[str, tuple[str, ...]] = {ep.name: ep.precisions for ep in _eps.EPS.values()}
 WHY_NOT: dict[tuple[str, str], str] = {
-    ("cpu", "bf16"): "ORT's CPU GroupQueryAttention has no bf16 kernel",
-    ("cuda", "fp32"): "ORT's CUDA GroupQueryAttention has no fp32 kernel",
+    (ep.name, precision): why for ep in _eps.EPS.values() for precision, why in ep.refused.items()
 }
 ATTENTION_MODES: dict[str, str] = {
     "gqa": "GroupQueryAttention on the in-place KV buffer",
@@ -46,7 +42,13 @@ MIXED_SELECTORS: dict[str, str] = {
     "of the layers and every third layer between (llama.cpp's use_more_bits rule)",
 }
 # int4/int8 activation dtypes: MatMulNBits/GQA kernels exist for fp32 on CPU, fp16/bf16 on CUDA.
-ACTIVATIONS: dict[str, tuple[str, ...]] = {"cpu": ("fp32",), "cuda": ("fp16", "bf16")}
+ACTIVATIONS: dict[str, tuple[str, ...]] = {ep.name: ep.quantized_activations for ep in _eps.EPS.values()}
+KV_CACHE_DTYPES: dict[str, str] = {
+    "float": "the activation dtype (default)",
+    "int8": "int8 cache, 1 byte a value",
+    "int4": "4-bit cache, two values a byte",
+}
+KV_SCALES: dict[str, str] = {"per-channel": "one scale per kv head and channel", "per-tensor": "one scale per layer"}
 ALL_ACTIVATIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
 
 

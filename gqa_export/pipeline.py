@@ -6,31 +6,27 @@ output folder before the download, recipe/architecture/shards before the graph i
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gqa_export import prequantized
 from gqa_export.arch import ArchSpec, get_spec
+from gqa_export.check.graph_facts import graph_facts
+from gqa_export.check.lints import check_written
+from gqa_export.eps import EPS
 from gqa_export.errors import InputError
-from gqa_export.fetch import Source, resolve_source
-from gqa_export.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
 from gqa_export.graph.attention import gqa_refusal
 from gqa_export.graph.consistency import check_against_weights, check_raw_config
 from gqa_export.graph.decoder import GraphOptions, build_decoder
 from gqa_export.graph.dims import ModelDims, read_dims
+from gqa_export.graph.io_options import IoOptions, resolve_io, with_recipe_defaults
+from gqa_export.graph.optimize import OptimizeReport, optimize
 from gqa_export.graph.params import Params
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
-from gqa_export.graph_facts import graph_facts
-from gqa_export.io_options import IoOptions, resolve_io, with_recipe_defaults
-from gqa_export.kv_quant import KvQuantOptions, check_kv_options, quantize_kv_cache
-from gqa_export.lints import check_written
-from gqa_export.manifest import created_at, environment_entry, finalize, recipe_entry, source_entry, tool_entry
-from gqa_export.optimize import OptimizeReport, optimize
-from gqa_export.package import (
+from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
+from gqa_export.package.manifest import created_at, environment_entry, finalize, recipe_entry, source_entry, tool_entry
+from gqa_export.package.staging import (
     StagedPackage,
     check_free_space,
     check_output,
@@ -39,9 +35,10 @@ from gqa_export.package import (
     shared_initializers,
     write_json,
 )
+from gqa_export.package.writer import external_values, save_models
 from gqa_export.progress import NullReporter, Reporter
-from gqa_export.quant_report import build_report, logit_error, quantization_manifest
-from gqa_export.quantize import (
+from gqa_export.quant.kv_cache import KvQuantOptions, check_kv_options, quantize_kv_cache
+from gqa_export.quant.quantize import (
     SUPPORTED,
     PrecisionPlan,
     QuantizeReport,
@@ -49,32 +46,12 @@ from gqa_export.quantize import (
     plan_precision,
     quantize,
 )
-from gqa_export.recipes import Recipe, builtin_recipes, load_recipe, match_recipe
-from gqa_export.run import GenerationResult, runnable_ep, smoke_run
-from gqa_export.weights import WeightStore
-from gqa_export.writer import external_values, save_models
-
-
-class Checkpoint:
-    """A resolved checkpoint: the folder, its config.json, and (read on first use) its HF config,
-    generation config and weight store. A release opens it once for all of its variants: one
-    fetch, one parse, one set of memory-mapped shards whose pages every variant reuses."""
-
-    def __init__(self, source: Source) -> None:
-        self.source = source
-        self.raw_config = _read_json(source.model_dir / "config.json")
-
-    @cached_property
-    def configs(self) -> tuple[Any, dict[str, Any] | None]:
-        return _read_configs(self.source.model_dir)
-
-    @cached_property
-    def store(self) -> WeightStore:
-        return WeightStore.open(self.source.model_dir)
-
-
-def open_checkpoint(model: str, revision: str | None = None, reporter: Reporter | None = None) -> Checkpoint:
-    return Checkpoint(resolve_source(model, revision, reporter))
+from gqa_export.quant.report import build_report, logit_error, quantization_manifest
+from gqa_export.recipes import Recipe, load_recipe
+from gqa_export.runtime.run import GenerationResult, runnable_ep, smoke_run
+from gqa_export.source import prequantized
+from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
+from gqa_export.source.fetch import Source
 
 
 @dataclass(frozen=True)
@@ -163,16 +140,16 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if user_recipe:  # a config transformers cannot read fails before a custom recipe is used
         checkpoint.configs  # noqa: B018
     # an unknown architecture is named before transformers is asked about it
-    recipe = user_recipe or _match(checkpoint.raw_config, source.model_dir)
+    recipe = user_recipe or match_builtin(checkpoint.raw_config, source.model_dir)
     check_raw_config(checkpoint.raw_config)
     hf_config, generation = checkpoint.configs
-    text_config = _text_config(hf_config)
+    text_config = text_config_of(hf_config)
     outer = hf_config if text_config is not hf_config else None
     if opts.settings and user_recipe is None:
         recipe = load_recipe(recipe.path, list(opts.settings))
     recipe = recipe.for_ep(opts.ep)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
-    dims = read_dims(text_config, get_spec(recipe.arch), recipe.model, generation, outer)
+    dims = read_dims(text_config, get_spec(recipe.arch), generation, outer)
     store = checkpoint.store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
@@ -181,12 +158,18 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     dims = replace(dims, tie_word_embeddings=spec.lm_head not in store)
     check_against_weights(dims, spec, store)
     max_length = _max_length(opts.max_length, dims)
-    ids = bidirectional_ids(recipe.attention, hf_config, opts.bidirectional_ids)
+    runs = get_spec(recipe.arch).bidirectional
+    ids = bidirectional_ids(runs, recipe.attention.bidirectional_token_ids, hf_config, opts.bidirectional_ids)
     ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)
-    if recipe.attention.bias_op == "gqa" and opts.ep != "cpu":
+    if recipe.attention.bias_op == "gqa" and not EPS[opts.ep].gqa_attention_bias:
         raise InputError("attention.bias_op gqa is for CPU: CUDA's GroupQueryAttention runs a bias only unfused")
     attention = plan_attention(
-        opts.attention or recipe.attention.mode, ids, ids_requested, recipe.attention, gqa_refusal(dims)
+        opts.attention or recipe.attention.mode,
+        ids,
+        ids_requested,
+        gqa_refusal(dims),
+        bias_op=recipe.attention.bias_op,
+        bias_cache=recipe.attention.bias_cache,
     )
     io_opts, kv = with_recipe_defaults(opts.io, opts.kv, recipe.build_defaults)
     io = resolve_io(io_opts, opts.ep, attention.mode, len(attention.graphs))
@@ -203,8 +186,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             packed_qkv=recipe.attention.packed_qkv,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,
-            bidirectional_layers=recipe.attention.bidirectional_layers,
-            bidirectional_window_bounded=recipe.attention.bidirectional_window == "bounded",
+            bidirectional_layers=runs.layers if runs else "all",
+            bidirectional_window_bounded=runs is not None and runs.window == "bounded",
             kv_read=_kv_read(recipe.attention.bias_kv_read, opts.ep),
             fused_rope=recipe.attention.fused_rope,
             # Only a single GQA graph: a split pipeline's prefill writes every position into the
@@ -245,7 +228,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
                 attention.weights_file,
                 lambda: advance(1),
             )
-        if len(models) > 1 and opts.ep == "cuda" and recipe.attention.split_shared_weights:
+        if len(models) > 1 and EPS[opts.ep].shared_initializers and recipe.attention.split_shared_weights:
             # one GPU copy of the weights for both pipeline sessions (read from onnxruntime-genai
             # 0.18's code, not run here: no GPU); the stages have no session_options of their own
             entries = shared_initializers(staged.path, attention.graphs[0].filename)
@@ -301,64 +284,12 @@ def _lint_own_package(folder: Path, source_dir: Path, notes: list[str], reporter
         reporter.note(notes[-1])
 
 
-def _read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(model_dir)
-    except (ValueError, KeyError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"cannot read {model_dir / 'config.json'}: {first}") from None
-    gen_path = model_dir / "generation_config.json"
-    return config, _read_json(gen_path) if gen_path.is_file() else None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path} does not hold a JSON object")
-    return data
-
-
-def _match(raw: dict[str, Any], model_dir: Path) -> Recipe:
-    """The built-in recipe for a config.json. Multimodal checkpoints match on their text model's
-    type (one recipe per decoder family) and the top-level architecture; a text_config without a
-    model_type gets the one transformers fills in."""
-    architecture = (raw.get("architectures") or [None])[0]
-    text = raw.get("text_config")
-    model_type = str(raw.get("model_type", "?"))
-    if isinstance(text, dict):
-        model_type = str(text.get("model_type") or _text_config(_read_configs(model_dir)[0]).model_type)
-    return match_recipe(model_type, architecture, builtin_recipes())
-
-
-def source_dims(model_dir: Path) -> ModelDims:
-    """A local checkpoint's dimensions read exactly as `build` reads them with its built-in recipe
-    (transformers' config, the family's spec): what `inspect --source` checks a package against."""
-    raw = _read_json(model_dir / "config.json")
-    recipe = _match(raw, model_dir)
-    check_raw_config(raw)
-    hf_config, generation = _read_configs(model_dir)
-    text_config = _text_config(hf_config)
-    outer = hf_config if text_config is not hf_config else None
-    return read_dims(text_config, get_spec(recipe.arch), recipe.model, generation, outer)
-
-
 def _kv_read(requested: str, ep: str) -> str:
     """The scatter graphs' read form: slice on CPU (its Attention computes every key it is given),
     nonpad on CUDA (flash/cuDNN need no mask; benchmarks/results/attention_modes.md)."""
     if requested != "auto":
         return requested
-    return "nonpad" if ep == "cuda" else "slice"
-
-
-def _text_config(config: Any) -> Any:
-    """The text decoder's config: the config itself, or a multimodal config's text_config."""
-    get = getattr(config, "get_text_config", None)
-    return get(decoder=True) if get is not None else config
+    return EPS[ep].standard_attention_kv_read
 
 
 def _max_length(requested: int | None, dims: ModelDims) -> int:

@@ -13,68 +13,22 @@ from typing import Any
 import yaml
 
 from gqa_export import choices
+from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
+from gqa_export.eps import EPS as EP_TABLE
 from gqa_export.errors import InputError
-from gqa_export.kv_quant import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.yaml_schema import compose, read_yaml, validate
 
 ATTENTION_MODES = tuple(choices.ATTENTION_MODES)
 EPS = tuple(choices.EPS)
 PRECISIONS = tuple(choices.PRECISIONS)
 
-# HF config attribute each model option is read from; a recipe may rename any of them.
-DEFAULT_CONFIG_KEYS: dict[str, str] = {
-    "activation": "hidden_act",
-    "sliding_window": "sliding_window",
-    "layer_types": "layer_types",
-    "attn_softcap": "attn_logit_softcapping",
-    "final_softcap": "final_logit_softcapping",
-    "query_pre_attn_scalar": "query_pre_attn_scalar",
-    "attention_multiplier": "attention_multiplier",
-    "embedding_multiplier": "embedding_multiplier",
-    "residual_multiplier": "residual_multiplier",
-    "logits_scaling": "logits_scaling",
-    "no_rope_layers": "no_rope_layers",
-    # Gemma-4: KV-shared layers, k = v on full layers, double-wide MLPs of shared layers, per-layer
-    # embeddings, and the global-layer shapes of configs without per-layer views.
-    "num_kv_shared_layers": "num_kv_shared_layers",
-    "attention_k_eq_v": "attention_k_eq_v",
-    "double_wide_mlp": "use_double_wide_mlp",
-    "per_layer_input_size": "hidden_size_per_layer_input",
-    "per_layer_vocab_size": "vocab_size_per_layer_input",
-    "global_head_dim": "global_head_dim",
-    "global_kv_heads": "num_global_key_value_heads",
-    # Mixtures of experts ("a|b": the first spelling the config has)
-    "num_experts": "num_experts|num_local_experts",
-    "experts_per_token": "num_experts_per_tok|top_k_experts",
-    "expert_intermediate_size": "moe_intermediate_size",
-    "norm_topk_prob": "norm_topk_prob",
-    "decoder_sparse_step": "decoder_sparse_step",
-    "mlp_only_layers": "mlp_only_layers",
-    "shared_expert_intermediate_size": "shared_expert_intermediate_size",
-    "swiglu_limit": "swiglu_limit",
-    "swiglu_alpha": "swiglu_alpha",
-    "router_jitter": "router_jitter_noise",
-    "enable_moe": "enable_moe_block",
-    "clip_qkv": "clip_qkv",
-    # second-wave dense families
-    "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
-    "logit_scale": "logit_scale",
-    "parallel_residual": "use_parallel_residual",
-}
 _ATTENTION = {
     "mode": ATTENTION_MODES,
     "packed_qkv": bool,
     "fused_rope": bool,
+    # token ids whose runs attend bidirectionally, instead of those the family's spec reads from
+    # the config (arch/: BidirectionalRuns)
     "bidirectional_token_ids": [int],
-    # HF config keys holding the ids (e.g. image_token_index), read from the top-level config of a
-    # multimodal checkpoint; applied only when `bidirectional_if` ("key=value") holds there, if set.
-    "bidirectional_token_ids_keys": [str],
-    "bidirectional_if": str,
-    # which layers runs apply to, and whether the sliding window still bounds a run's keys on the
-    # left ("bounded": Gemma-3/4 vision masks) or the run overrides it ("unbounded": transformers'
-    # generic block mask)
-    "bidirectional_layers": ("all", "sliding"),
-    "bidirectional_window": ("bounded", "unbounded"),
     # gqa: window-sized KV buffers on windowed layers. Off by default: onnxruntime's windowed GQA
     # refuses right-padded batch prompts ("seqlens_k ... is too small for sequence_length").
     "sliding_window_cache": bool,
@@ -100,17 +54,7 @@ SCHEMA: dict[str, Any] = {
     "arch!": str,
     "genai_model_type": str,
     "attention": _ATTENTION,
-    "precision": {"cpu": PRECISIONS, "cuda": PRECISIONS},
-    "model": {
-        "norm_offset": float,
-        "embedding_scale": ("none", "sqrt_hidden", "config"),
-        "config_keys": {k: str for k in DEFAULT_CONFIG_KEYS},
-        # options this class never applies though its config may set them (e.g.
-        # Gemma3ForConditionalGeneration ignores final_logit_softcapping)
-        "ignore": [tuple(DEFAULT_CONFIG_KEYS)],
-        # top-level config keys of a multimodal class's placeholder ids that it embeds as pad_token_id
-        "placeholder_keys": [str],
-    },
+    "precision": {ep: PRECISIONS for ep in EPS},
     "overrides": {ep: {"attention": _ATTENTION} for ep in EPS},
     # build options this model should get unless the command line says otherwise (io_options.py)
     "build": {"prune_lm_head": bool, "kv_cache": tuple(KV_CACHE_DTYPES), "kv_scales": tuple(KV_SCALES)},
@@ -123,26 +67,11 @@ class AttentionRecipe:
     packed_qkv: bool = True
     fused_rope: bool = True
     bidirectional_token_ids: tuple[int, ...] = ()
-    bidirectional_token_ids_keys: tuple[str, ...] = ()
-    bidirectional_if: str | None = None
-    bidirectional_layers: str = "all"
-    bidirectional_window: str = "unbounded"
     sliding_window_cache: bool = False
     bias_cache: str = "shared"
     bias_kv_read: str = "auto"
     bias_op: str = "attention"
     split_shared_weights: bool = False
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """Family-specific numerics the HF config does not spell out."""
-
-    norm_offset: float = 0.0  # 1.0: Gemma's (1 + weight) RMSNorm
-    embedding_scale: str = "none"  # sqrt_hidden (Gemma) | config (config_keys.embedding_multiplier)
-    config_keys: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_CONFIG_KEYS))
-    ignore: tuple[str, ...] = ()
-    placeholder_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,7 +87,6 @@ class Recipe:
     attention: AttentionRecipe
     default_precision: dict[str, str] = field(default_factory=dict)
     description: str = ""
-    model: ModelOptions = field(default_factory=ModelOptions)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     build_defaults: dict[str, Any] = field(default_factory=dict)
 
@@ -177,16 +105,8 @@ class Recipe:
             "attention": {
                 **vars(self.attention),
                 "bidirectional_token_ids": list(self.attention.bidirectional_token_ids),
-                "bidirectional_token_ids_keys": list(self.attention.bidirectional_token_ids_keys),
             },
             "precision": dict(self.default_precision),
-            "model": {
-                "norm_offset": self.model.norm_offset,
-                "embedding_scale": self.model.embedding_scale,
-                "config_keys": dict(self.model.config_keys),
-                "ignore": list(self.model.ignore),
-                "placeholder_keys": list(self.model.placeholder_keys),
-            },
             "overrides": self.overrides,
             "build": dict(self.build_defaults),
         }
@@ -210,7 +130,6 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         text = _apply_settings(text, path, settings)
     data = validate(compose(text, path, "recipe"), SCHEMA, path)
     attention = data.get("attention", {})
-    model = data.get("model", {})
     return Recipe(
         name=data["name"],
         path=path,
@@ -219,15 +138,8 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         arch=data["arch"],
         genai_model_type=data.get("genai_model_type", "decoder"),
         attention=AttentionRecipe(**_tuples(attention)),
-        default_precision={"cpu": "fp32", "cuda": "fp16", **data.get("precision", {})},
+        default_precision={**{ep.name: ep.default_precision for ep in EP_TABLE.values()}, **data.get("precision", {})},
         description=data.get("description", ""),
-        model=ModelOptions(
-            norm_offset=float(model.get("norm_offset", 0.0)),
-            embedding_scale=model.get("embedding_scale", "none"),
-            config_keys={**DEFAULT_CONFIG_KEYS, **model.get("config_keys", {})},
-            ignore=tuple(model.get("ignore", ())),
-            placeholder_keys=tuple(model.get("placeholder_keys", ())),
-        ),
         overrides=data.get("overrides", {}),
         build_defaults=data.get("build", {}),
     )

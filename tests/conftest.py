@@ -45,19 +45,19 @@ def full_prompt_logits() -> Iterator[None]:
     keep full logits for the whole session (session fixtures that build packages included); tests
     marked `pruned_default` get the shipped default, last-token logits (tests/test_io_options.py
     checks it on every family)."""
-    import gqa_export.io_options
+    import gqa_export.graph.io_options
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gqa_export.io_options, "PRUNE_BY_DEFAULT", False)
+        patch.setattr(gqa_export.graph.io_options, "PRUNE_BY_DEFAULT", False)
         yield
 
 
 @pytest.fixture(autouse=True)
 def shipped_defaults_when_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("pruned_default") is not None:
-        import gqa_export.io_options
+        import gqa_export.graph.io_options
 
-        monkeypatch.setattr(gqa_export.io_options, "PRUNE_BY_DEFAULT", True)
+        monkeypatch.setattr(gqa_export.graph.io_options, "PRUNE_BY_DEFAULT", True)
 
 
 @pytest.fixture(scope="session")

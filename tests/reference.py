@@ -83,7 +83,7 @@ def genai_prompt_then_greedy(package: Path, prompt: list[int], new: int) -> tupl
     """onnxruntime-genai: the prompt's logits, then `new` greedy tokens (EOS suppressed)."""
     import onnxruntime_genai as og
 
-    from gqa_export.run import load
+    from gqa_export.runtime.run import load
 
     model = load(package, "cpu")
     params = og.GeneratorParams(model)

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
-from gqa_export.run import adds_bos
+from gqa_export.runtime.run import adds_bos
 
 runner = CliRunner()
 
@@ -29,7 +29,7 @@ def test_json_equals_hf_greedy_with_bos(package, checkpoints):
     ids = AutoTokenizer.from_pretrained(checkpoints.get("gqa"))("Hello world").input_ids  # with BOS, as HF does
     assert data["prompt_tokens"] == len(ids)
     assert data["new_tokens"] <= 12 and data["text"]
-    from gqa_export.chat import Session
+    from gqa_export.runtime.chat import Session
 
     session = Session(package, "cpu", 12, (None, None, None, None), chat=False, system=None)
     result = session.turn("Hello world", None)

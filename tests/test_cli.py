@@ -243,7 +243,7 @@ def test_head_dim_gqa_cannot_take_falls_back_to_bias(checkpoints, tmp_path):
     explicit --attention gqa is one line, exit 2."""
     from reference import hf_generate, hf_model
 
-    from gqa_export.run import generate_greedy
+    from gqa_export.runtime.run import generate_greedy
 
     folder = checkpoints.get("llama_head_dim_20", head_dim=20)
     refused = invoke("build", folder, "-o", tmp_path / "gqa", "--attention", "gqa", "--no-smoke")

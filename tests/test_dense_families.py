@@ -12,7 +12,7 @@ from dense_models import FAMILIES, VARIANTS, save_dense
 from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.run import generate_greedy, load
+from gqa_export.runtime.run import generate_greedy, load
 
 PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13]  # longer than the windows (8)
 PROMPTS = [[0], [0, 17, 45, 99, 200, 3, 7], [(11 * i + 5) % 380 for i in range(30)]]

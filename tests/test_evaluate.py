@@ -16,8 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
-from gqa_export.evaluate import windows
 from gqa_export.pipeline import BuildOptions, build
+from gqa_export.runtime.evaluate import windows
 
 DATA = Path(__file__).parent / "data"
 TRAINED = DATA / "tiny-trained"

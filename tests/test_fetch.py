@@ -89,7 +89,7 @@ def test_repository_not_found_message(monkeypatch):
     from huggingface_hub import errors
 
     from gqa_export.errors import InputError
-    from gqa_export.fetch import resolve_source
+    from gqa_export.source.fetch import resolve_source
 
     def not_found(*args, **kwargs):
         response = httpx2.Response(404, request=httpx2.Request("GET", "https://huggingface.co/api/models/x/y"))

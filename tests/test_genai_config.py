@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gqa_export.genai_config import default_max_length
+from gqa_export.package.genai_config import default_max_length
 
 MODEL_KEYS = {"type", "context_length", "vocab_size", "eos_token_id", "pad_token_id", "bos_token_id", "decoder"}
 DECODER_KEYS = {

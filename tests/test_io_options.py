@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from variants import ALL_VARIANTS, GEMMA4_VARIANTS, MULTIMODAL_VARIANTS
 
 from gqa_export.cli import app
-from gqa_export.io_options import IoOptions
+from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions, build
 
 PROMPT = [0, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41]  # longer than the tiny sliding windows (8)
@@ -70,7 +70,7 @@ def _genai_batch(package, prompts: list[list[int]], new: int, pad: int) -> list[
     """Greedy tokens for a right-padded batch of prompts (as onnxruntime-genai pads them)."""
     import onnxruntime_genai as og
 
-    from gqa_export.run import load
+    from gqa_export.runtime.run import load
 
     model = load(package, "cpu")
     width = max(map(len, prompts))

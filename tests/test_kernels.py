@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gqa_export.kernels import SMALL_ELEMENTS, convert
-from gqa_export.nbits import NBitsConfig, quantize_rows
+from gqa_export.quant.nbits import NBitsConfig, quantize_rows
 
 DTYPES = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-8, 6e-5, 7e-8, 6e-8, 65504.0, 65519.0, 65520.0, 1e5, -1e-40,

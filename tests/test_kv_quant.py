@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
-from gqa_export.kv_quant import DRIFT_STEPS, KvQuantOptions
 from gqa_export.pipeline import BuildOptions, build
+from gqa_export.quant.kv_cache import DRIFT_STEPS, KvQuantOptions
 
 runner = CliRunner()
 
@@ -137,7 +137,7 @@ def test_int8_cache_on_a_trained_model_costs_almost_no_perplexity(tmp_path):
     against the quantized cache."""
     from pathlib import Path
 
-    from gqa_export.evaluate import evaluate, read_text
+    from gqa_export.runtime.evaluate import evaluate, read_text
 
     data = Path(__file__).parent / "data"
     text = read_text(data / "tiny-text" / "eval.txt")

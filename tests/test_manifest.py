@@ -14,7 +14,7 @@ import pytest
 from moe_models import save_moe
 
 from gqa_export.errors import InputError
-from gqa_export.manifest import canonical_digest, created_at, sealed_problems
+from gqa_export.package.manifest import canonical_digest, created_at, sealed_problems
 
 EPOCH = "1700000000"
 

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from gqa_export.cli import app
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.quantize import QuantOptions
-from gqa_export.run import generate_greedy, load
+from gqa_export.quant.quantize import QuantOptions
+from gqa_export.runtime.run import generate_greedy, load
 
 PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13]  # longer than the windows (8)
 PROMPTS = [[0], [0, 17, 45, 99, 200, 3, 7], [(11 * i + 5) % 380 for i in range(30)]]

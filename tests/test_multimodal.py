@@ -22,7 +22,7 @@ from reference import (
 from variants import MULTIMODAL_VARIANTS
 
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.run import generate_greedy, load
+from gqa_export.runtime.run import generate_greedy, load
 
 # 20 tokens: past Gemma-3's window (8) and Ministral-3's query-scale step (original_max 16)
 PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13, 14, 15, 16, 17, 18, 19]

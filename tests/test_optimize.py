@@ -10,15 +10,14 @@ from transformers import AutoConfig
 from gqa_export.arch import get_spec
 from gqa_export.graph.decoder import GraphOptions, build_decoder
 from gqa_export.graph.dims import read_dims
+from gqa_export.graph.optimize import optimize, remove_dead_inputs
 from gqa_export.graph.params import Params
-from gqa_export.optimize import optimize, remove_dead_inputs
-from gqa_export.recipes import ModelOptions
-from gqa_export.weights import WeightStore
+from gqa_export.source.weights import WeightStore
 
 
 def _built(folder):
     spec = get_spec("llama")
-    dims = read_dims(AutoConfig.from_pretrained(folder), spec, ModelOptions(), None)
+    dims = read_dims(AutoConfig.from_pretrained(folder), spec, None)
     store = WeightStore.open(folder)
     opts = GraphOptions(ir.DataType.FLOAT, ir.DataType.FLOAT, rope_rows=256)
     return build_decoder(dims, spec, Params(store, ir.DataType.FLOAT), opts), store

@@ -9,9 +9,9 @@ import pytest
 from reference import hf_generate, hf_model
 
 from gqa_export.errors import InputError
-from gqa_export.package import StagedPackage, copy_tokenizer
+from gqa_export.package.staging import StagedPackage, copy_tokenizer
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.run import generate_greedy
+from gqa_export.runtime.run import generate_greedy
 
 SHIPPED = Path(__file__).parent / "data" / "tiny-llama"
 

@@ -13,10 +13,10 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
-from gqa_export.nbits import NBitsConfig, dequantize, quantize_rows
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.quantize import QuantOptions
-from gqa_export.run import generate_greedy
+from gqa_export.quant.nbits import NBitsConfig, dequantize, quantize_rows
+from gqa_export.quant.quantize import QuantOptions
+from gqa_export.runtime.run import generate_greedy
 
 runner = CliRunner()
 

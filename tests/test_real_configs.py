@@ -22,7 +22,7 @@ from tiny_models import randomize_norms, save_tokenizer
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
-from gqa_export.run import generate_greedy, load
+from gqa_export.runtime.run import generate_greedy, load
 
 CONFIGS = Path(__file__).parent / "data" / "real-configs"
 NAMES = sorted(p.stem for p in CONFIGS.glob("*.json"))

@@ -68,8 +68,10 @@ def test_unknown_architecture_lists_supported():
 def test_set_overrides_are_validated(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text(GOOD)
-    recipe = load_recipe(path, ["attention.packed_qkv=false", "model.norm_offset=1"])
-    assert recipe.attention.packed_qkv is False and recipe.model.norm_offset == 1.0
+    recipe = load_recipe(path, ["attention.packed_qkv=false", "attention.bias_op=gqa"])
+    assert recipe.attention.packed_qkv is False and recipe.attention.bias_op == "gqa"
+    with pytest.raises(InputError, match=r"unknown key 'model'"):  # numerics live in the family's spec
+        load_recipe(path, ["model.norm_offset=1"])
     with pytest.raises(InputError, match=r"unknown key 'attention.packd_qkv'"):
         load_recipe(path, ["attention.packd_qkv=false"])
     with pytest.raises(InputError, match="--set expects key=value"):
@@ -82,6 +84,18 @@ def test_per_ep_overrides(tmp_path):
     recipe = load_recipe(path)
     assert recipe.for_ep("cpu").attention.packed_qkv is True
     assert recipe.for_ep("cuda").attention.packed_qkv is False
+
+
+def test_family_numerics_live_in_the_spec():
+    """Recipes hold policy; what a family computes is its spec (graph/ never reads a recipe)."""
+    from gqa_export.arch import SPECS
+
+    assert SPECS["gemma2"].norm_offset == 1.0 and SPECS["gemma2"].config_keys["activation"] == "hidden_activation"
+    assert SPECS["nemotron"].norm_offset == 1.0 and SPECS["granite"].embedding_scale == "config"
+    assert SPECS["gemma3_vision"].ignore == ("final_softcap",) and SPECS["gemma3"].ignore == ()
+    runs = SPECS["gemma4"].bidirectional
+    assert runs is not None and (runs.layers, runs.window) == ("sliding", "bounded")
+    assert SPECS["llama"].bidirectional is None and SPECS["llama"].config_keys["activation"] == "hidden_act"
 
 
 def test_every_builtin_recipe_has_a_spec():
@@ -104,6 +118,6 @@ def test_recipes_cli_lists_and_shows():
     assert listed.exit_code == 0 and "gemma3" in {r["name"] for r in json.loads(listed.stdout)}
     shown = runner.invoke(app, ["recipes", "show", "gemma2", "--json"])
     data = json.loads(shown.stdout)
-    assert data["model"]["norm_offset"] == 1.0 and data["model"]["config_keys"]["activation"] == "hidden_activation"
+    assert data["arch"] == "gemma2" and data["genai_model_type"] == "gemma2" and "model" not in data
     missing = runner.invoke(app, ["recipes", "show", "nope"])
     assert missing.exit_code == 2 and "no recipe named 'nope'" in missing.output

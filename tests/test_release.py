@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from gqa_export.cli import app
 from gqa_export.errors import InputError
-from gqa_export.quantize import QuantOptions
+from gqa_export.quant.quantize import QuantOptions
 from gqa_export.release import folder_name, load_spec
 from gqa_export.release.card import front_matter
 

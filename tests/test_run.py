@@ -6,7 +6,7 @@ import pytest
 from reference import hf_generate, hf_model
 from variants import FAMILY_VARIANTS
 
-from gqa_export.run import generate_greedy, load, smoke_run
+from gqa_export.runtime.run import generate_greedy, load, smoke_run
 
 PROMPTS = [
     "Hello world",

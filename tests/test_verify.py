@@ -84,7 +84,7 @@ def test_resealed_but_broken_package_fails_its_lints(package):
     config = json.loads((package / "genai_config.json").read_text())
     config["model"]["decoder"]["no_such_key"] = 1
     (package / "genai_config.json").write_text(json.dumps(config))
-    from gqa_export.manifest import finalize
+    from gqa_export.package.manifest import finalize
 
     manifest = json.loads((package / "manifest.json").read_text())
     finalize(package, manifest)
@@ -93,8 +93,8 @@ def test_resealed_but_broken_package_fails_its_lints(package):
 
 
 def test_strict_fails_on_warnings(package, monkeypatch):
-    from gqa_export import verify
-    from gqa_export.lints import Finding
+    from gqa_export.check import verify
+    from gqa_export.check.lints import Finding
 
     warning = Finding("some-warning", "warning", "worth a look", "look")
     monkeypatch.setattr(verify, "lint", lambda pkg: [warning])

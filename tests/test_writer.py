@@ -10,7 +10,8 @@ import onnx_ir as ir
 import pytest
 from moe_models import save_moe
 
-from gqa_export import pipeline, writer
+from gqa_export import pipeline
+from gqa_export.package import writer
 from gqa_export.pipeline import BuildOptions, build
 
 # mid-sized, so that the casts and transposes take the onnxruntime path (kernels.SMALL_ELEMENTS)

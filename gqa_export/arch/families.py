@@ -9,11 +9,13 @@ from gqa_export.arch.spec import (
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
     ArchSpec,
+    BidirectionalRuns,
     LayerNames,
     MoeNames,
     MoeSpec,
     PerLayerInputNames,
     Refusal,
+    config_keys,
 )
 
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new")
@@ -24,15 +26,25 @@ LLAMA = ArchSpec(name="llama")
 MISTRAL = ArchSpec(name="mistral")
 MINISTRAL3 = ArchSpec(name="ministral3", query_position_scale=True)
 QWEN2 = ArchSpec(name="qwen2")
-GRANITE = ArchSpec(name="granite")
+GRANITE = ArchSpec(name="granite", embedding_scale="config")
 SMOLLM3 = ArchSpec(name="smollm3")
 QWEN3 = ArchSpec(name="qwen3", qk_norm="head", layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"))
 PHI3 = ArchSpec(name="phi3", layer=LayerNames(qkv="self_attn.qkv_proj", gate_up="mlp.gate_up_proj"))
-GEMMA = ArchSpec(name="gemma", activations=GELU_TANH)
+# Gemma's RMSNorm computes (1 + w) and its embedding module multiplies by sqrt(hidden)
+_GEMMA_NUMERICS: dict = dict(norm_offset=1.0, embedding_scale="sqrt_hidden")
+_HIDDEN_ACTIVATION = config_keys(activation="hidden_activation")
+GEMMA = ArchSpec(name="gemma", activations=GELU_TANH, **_GEMMA_NUMERICS)
 _SANDWICH = LayerNames(
     pre_feedforward_norm="pre_feedforward_layernorm", post_feedforward_norm="post_feedforward_layernorm"
 )
-GEMMA2 = ArchSpec(name="gemma2", norm_layout="sandwich", activations=GELU_TANH, layer=_SANDWICH)
+GEMMA2 = ArchSpec(
+    name="gemma2",
+    norm_layout="sandwich",
+    activations=GELU_TANH,
+    layer=_SANDWICH,
+    config_keys=_HIDDEN_ACTIVATION,
+    **_GEMMA_NUMERICS,
+)
 _ENCODER_ONLY = Refusal(
     "use_bidirectional_attention",
     "use_bidirectional_attention makes every layer bidirectional (an embedding encoder such as EmbeddingGemma), "
@@ -52,7 +64,18 @@ GEMMA3 = ArchSpec(
         q_norm="self_attn.q_norm",
         k_norm="self_attn.k_norm",
     ),
+    config_keys=_HIDDEN_ACTIVATION,
+    **_GEMMA_NUMERICS,
 )
+# Gemma3ForConditionalGeneration: image runs attend bidirectionally on every layer within the window;
+# this class never applies final_logit_softcapping though its config may carry it
+GEMMA3_VISION = replace(
+    GEMMA3,
+    name="gemma3_vision",
+    ignore=("final_softcap",),
+    bidirectional=BidirectionalRuns(("image_token_index",), window="bounded"),
+)
+_GEMMA4_PLACEHOLDERS = ("image_token_id", "video_token_id", "audio_token_id")
 # Gemma-4 text decoder (gemma4_text, and the decoder of gemma4 / gemma4_unified): Gemma-3's layout
 # with plain RMSNorm weights, unscaled scores, a scaleless v-norm, per-layer head dims, KV-shared
 # layers, per-layer embeddings, a per-layer residual scalar, and vision runs that attend
@@ -79,12 +102,30 @@ GEMMA4 = ArchSpec(
         post_feedforward_norm_2="post_feedforward_layernorm_2",
     ),
     # enable_moe_block: the dense MLP and the experts side by side (their router reads the residual)
-    moe=MoeSpec(MoeNames(blocks=("",), routers=("router.proj",), per_expert=()), routing="gemma4", activation="geglu"),
+    moe=MoeSpec(
+        MoeNames(blocks=("",), routers=("router.proj",), per_expert=()), routing="normed_residual", activation="geglu"
+    ),
     refusals=(_ENCODER_ONLY,),
+    embedding_scale="sqrt_hidden",
+    config_keys=_HIDDEN_ACTIVATION,
+    placeholder_keys=_GEMMA4_PLACEHOLDERS,
+    bidirectional=BidirectionalRuns(
+        ("image_token_id", "video_token_id"), "use_bidirectional_attention=vision", layers="sliding", window="bounded"
+    ),
 )
 # gemma4_unified_text: the same decoder without per-layer embeddings; it has no MoE field (a stray
 # enable_moe_block is ignored by transformers), so only the encoder-only setting is refused.
-GEMMA4_UNIFIED = replace(GEMMA4, name="gemma4_unified", per_layer_inputs=None, moe=None)
+# Its forward (default cache) masks runs with transformers' generic block mask: every layer, not
+# bounded by the window.
+GEMMA4_UNIFIED = replace(
+    GEMMA4,
+    name="gemma4_unified",
+    per_layer_inputs=None,
+    moe=None,
+    bidirectional=BidirectionalRuns(
+        ("image_token_id", "video_token_id"), "use_bidirectional_attention=vision", layers="all", window="unbounded"
+    ),
+)
 
 # Mixtures of experts. Names cover the hub's per-expert layout and transformers 5.x's fused one.
 _MOE = MoeSpec()  # Qwen3-MoE / OLMoE: softmax over all experts, top-k renormalized iff norm_topk_prob
@@ -108,6 +149,7 @@ OLMOE = ArchSpec(
 # GraniteMoE: Granite's multipliers; hub tensors are the fused ones under other names
 GRANITEMOE = ArchSpec(
     name="granitemoe",
+    embedding_scale="config",
     moe=MoeSpec(
         MoeNames(
             blocks=("block_sparse_moe.",),
@@ -172,7 +214,8 @@ OLMO = ArchSpec(name="olmo", norm="layer_free", fixed_norm_eps=1e-5)  # LayerNor
 OLMO3 = replace(
     OLMO2, name="olmo3", sliding_rope="unscaled"
 )  # OLMo-2's post-norms and full-width q/k norms, sliding layers
-NEMOTRON = ArchSpec(name="nemotron", norm="layer", mlp="plain", activations=("relu2",))  # LayerNorm1P: recipe offset 1
+# LayerNorm1P: the stored weight acts as 1 + w
+NEMOTRON = ArchSpec(name="nemotron", norm="layer", mlp="plain", activations=("relu2",), norm_offset=1.0)
 STABLELM = ArchSpec(
     name="stablelm",
     norm="layer",
@@ -240,7 +283,8 @@ APERTUS = ArchSpec(  # Apertus: plain xIELU MLP, per-head q/k norms, renamed lay
     ),
 )
 ALL = (
-    LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA4, GEMMA4_UNIFIED, SMOLLM3,
+    LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
+    SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
 )  # fmt: skip

@@ -1,8 +1,10 @@
 """Declarative architecture specs: dimensions come from the HF config, tensor names are data.
 
 Like llama.cpp's converter, a family is one registry entry: where its weights live and how a
-layer is wired (norm layout, q/k/v norms, fused projections, per-layer inputs). The graph builder
-reads only these specs and the recipe's model options, never a family name.
+layer is wired (norm layout, q/k/v norms, fused projections, per-layer inputs) and the numerics
+its config does not spell out (norm offset, embedding scale, which config keys it reads, how its
+multimodal runs attend). The graph builder reads only these specs, never a family name; recipes
+hold policy only (attention mode, precision, build defaults).
 
 Tensor names are relative to the text decoder's root (`embed_tokens.weight`, `layers.{i}.…`).
 The root is found in the checkpoint (`bind`): `model.` for a `…ForCausalLM`, `model.language_model.`
@@ -13,10 +15,12 @@ checkpoint; the vision/audio towers are never read.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
+from gqa_export.arch.config_keys import DEFAULT_CONFIG_KEYS
 from gqa_export.errors import InputError
 
 NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
@@ -99,7 +103,7 @@ class MoeSpec:
 
     routing: "softmax" (softmax over all experts, top-k, renormalized when `normalize` or the
     config's norm_topk_prob says so; top-k-then-softmax routers are this with normalize),
-    "sparsemixer" (PhiMoE's top-2 in eval mode), "gemma4" (scaleless RMSNorm of the residual,
+    "sparsemixer" (PhiMoE's top-2 in eval mode), "normed_residual" (Gemma-4: scaleless RMSNorm of the residual,
     scale, softmax, top-k renormalized, per-expert scales). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
     "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops)."""
@@ -124,6 +128,32 @@ class Refusal:
         return value in self.values if self.values else bool(value)
 
 
+EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
+BIDIRECTIONAL_LAYERS = ("all", "sliding")
+BIDIRECTIONAL_WINDOWS = ("bounded", "unbounded")
+
+
+@dataclass(frozen=True)
+class BidirectionalRuns:
+    """Multimodal placeholder runs (an image's tokens) that attend to each other in both directions.
+
+    The ids are read from the top-level config under `token_id_keys` (image_token_id, ...), only
+    when `condition` ("key=value" on the text config, else the top level) holds. `layers`: every
+    layer or only the sliding ones get the bidirectional bias; `window`: "bounded" when the sliding
+    window still bounds a run's keys on the left (Gemma-3/4 vision masks), "unbounded" when the run
+    overrides it (transformers' generic block mask)."""
+
+    token_id_keys: tuple[str, ...]
+    condition: str | None = None
+    layers: str = "all"
+    window: str = "unbounded"
+
+
+def config_keys(**renamed: str) -> Mapping[str, str]:
+    """The default config keys with a family's own spellings."""
+    return MappingProxyType({**DEFAULT_CONFIG_KEYS, **renamed})
+
+
 @dataclass(frozen=True)
 class ArchSpec:
     """What the graph builder needs to know about a family beyond its HF config.
@@ -137,6 +167,10 @@ class ArchSpec:
     `scaling = 1.0`; its q/k norms carry the scale). query_position_scale: queries are scaled by
     `1 + beta * log(1 + floor(pos / original_max_position_embeddings))` (Ministral-3's
     `llama_4_scaling_beta` in rope_parameters); RoPE is linear, so scaling before it is the same.
+    norm_offset: the stored norm weight w acts as (offset + w) (Gemma's and Nemotron's 1 + w).
+    embedding_scale: the embedding output is multiplied by "sqrt_hidden" (Gemma: inside the table's
+    module, so inputs_embeds arrive scaled) or by the config's embedding_multiplier ("config",
+    Granite: applied by the graph).
     """
 
     name: str
@@ -167,6 +201,12 @@ class ArchSpec:
     activations: tuple[str, ...] = ("silu",)
     rope_types: tuple[str, ...] = ROPE_TYPES
     refusals: tuple[Refusal, ...] = ()
+    norm_offset: float = 0.0
+    embedding_scale: str = "none"
+    config_keys: Mapping[str, str] = field(default_factory=config_keys)
+    ignore: tuple[str, ...] = ()  # options this class never applies though its config may set them
+    placeholder_keys: tuple[str, ...] = ()  # top-level keys of placeholder ids embedded as pad_token_id
+    bidirectional: BidirectionalRuns | None = None
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

@@ -24,8 +24,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperCommand
 
 from gqa_export import __version__, choices
+from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.errors import GqaExportError, RunError, from_os_error
-from gqa_export.kv_quant import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.progress import Advance
 
 app = typer.Typer(

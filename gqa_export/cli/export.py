@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gqa_export import choices
+from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.cli.app import (
     ATTENTION,
     OUTPUT,
@@ -44,11 +45,11 @@ from gqa_export.cli.app import (
     quiet_hub,
     value,
 )
+from gqa_export.cli.render import size
 from gqa_export.errors import InputError
-from gqa_export.io_options import IoOptions
-from gqa_export.kv_quant import KV_CACHE_DTYPES, KV_SCALES, KvQuantOptions
-from gqa_export.quantize import QuantOptions
-from gqa_export.render import size
+from gqa_export.graph.io_options import IoOptions
+from gqa_export.quant.kv_cache import KvQuantOptions
+from gqa_export.quant.quantize import QuantOptions
 
 BUILD_EXAMPLES = """Examples:
 
@@ -231,7 +232,7 @@ def fetch(
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the folder.")] = False,
 ) -> None:
     """Download (or find in the HF cache) only the files an export needs; print the folder."""
-    from gqa_export.fetch import resolve_source
+    from gqa_export.source.fetch import resolve_source
 
     quiet_hub(quiet)
     source = resolve_source(model, revision, RichReporter(quiet))
@@ -259,7 +260,7 @@ def quantize_command(
     as_json: AsJson = False,
 ) -> None:
     """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
-    from gqa_export.requantize import requantize
+    from gqa_export.quant.requantize import requantize
 
     quant = _quant_options(
         block_size, asymmetric, quant_method, accuracy_level, keep_float, quant_embeddings, activations, mixed_precision

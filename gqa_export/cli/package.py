@@ -28,13 +28,13 @@ def inspect_command(
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too (exit 1).")] = False,
 ) -> None:
     """Describe a package (I/O, attention per layer, KV layout) and lint it. Exit 1 on errors."""
-    from gqa_export.inspect_report import inspect_package
+    from gqa_export.check.report import inspect_package
 
     report = inspect_package(path, source)
     if as_json:
         print(json.dumps(report))
     else:
-        from gqa_export.render import inspect_report
+        from gqa_export.cli.render import inspect_report
 
         inspect_report(out, report)
     failing = {"error", "warning"} if strict else {"error"}
@@ -62,7 +62,7 @@ def run_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming.")] = False,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
-    from gqa_export.chat import Session
+    from gqa_export.runtime.chat import Session
 
     if not interactive and prompt is None:
         raise fail(GqaExportError("pass --prompt TEXT (or --prompt - to read stdin), or --interactive"))

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gqa_export.cli.app import AsJson, Ep, Overwrite, RichReporter, command, out, quiet_hub, value
-from gqa_export.render import size
+from gqa_export.cli.render import size
 
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")]
 
@@ -61,7 +61,7 @@ def verify_command(
     as_json: AsJson = False,
 ) -> None:
     """Recompute every hash, look for missing or extra files, lint; exit 1 on any problem."""
-    from gqa_export.verify import failing, verify
+    from gqa_export.check.verify import failing, verify
 
     report = verify(path, smoke)
     if as_json:
@@ -123,7 +123,7 @@ def eval_command(
     as_json: AsJson = False,
 ) -> None:
     """Perplexity and next-token accuracy of a package over a text, optionally against a reference."""
-    from gqa_export.evaluate import evaluate, read_text
+    from gqa_export.runtime.evaluate import evaluate, read_text
 
     _quiet_transformers()
     report = evaluate(path, read_text(text), reference, window, stride, max_tokens, max_ppl_increase, value(ep))

@@ -17,6 +17,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.rotary import rotate
 
 B, S = "batch_size", "sequence_length"
 
@@ -61,14 +62,14 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
     return y
 
 
-def rms_norm(
+def normalize(
     b: GraphBuilder, x: ir.Value, weight_name: str, params: Params, dims: ModelDims, name: str, width: int
 ) -> ir.Value:
     """The family's norm over the last axis, fp32 inside (stash_type=1): ORT's
     SimplifiedLayerNormalization (RMSNorm), or LayerNormalization with the checkpoint's bias when
     the spec says `layer` (PhiMoE).
 
-    The recipe's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm).
+    The spec's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm).
     """
     if dims.norm_kind == "layer_free":  # OLMo: F.layer_norm without weight or bias
         ones = b.const(np.ones(width or 1, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
@@ -130,8 +131,8 @@ def _qkv_norms(
         v = _head_norm(lc, v, None, "v_norm", layer.num_kv_heads)
     if qk_norm and lc.spec.qk_norm == "full":  # OLMo-2: one RMSNorm over all heads' channels
         assert L.q_norm and L.k_norm
-        q = rms_norm(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * layer.head_dim)
-        k = rms_norm(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", layer.num_kv_heads * layer.head_dim)
+        q = normalize(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * layer.head_dim)
+        k = normalize(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", layer.num_kv_heads * layer.head_dim)
     elif qk_norm and lc.spec.qk_norm == "head":
         assert L.q_norm and L.k_norm
         q = _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads)
@@ -166,10 +167,10 @@ def head_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, head
         weight = b.const(np.ones(d, NUMPY_DTYPES[params.dtype]), f"{name}_unit_weight")
         return b.op("SimplifiedLayerNormalization", x, weight, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
     if dims.norm_kind != "layer":
-        return rms_norm(b, x, lc.name(module), params, dims, name, 0)
+        return normalize(b, x, lc.name(module), params, dims, name, 0)
     weight_name = lc.name(module)
     if weight_name in params.store and len(params.store.info(weight_name).shape) == 1:
-        return rms_norm(b, x, weight_name, params, dims, name, 0)  # LayerNorm with the shared [D] weight (+ bias)
+        return normalize(b, x, weight_name, params, dims, name, 0)  # LayerNorm with the shared [D] weight (+ bias)
     per_head = [lc.name(f"{module}.norms.{h}") for h in range(heads)] if weight_name not in params.store else []
     ones = b.const(np.ones(d, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
     y = b.op("LayerNormalization", x, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
@@ -192,7 +193,36 @@ def qk_norms_after_rope(lc: LayerContext, q: ir.Value, k: ir.Value | None) -> tu
     return q, None if k is None else head_norm(lc, k, L.k_norm, "k_norm", layer.num_kv_heads)
 
 
-def gated_mlp(lc: LayerContext, x: ir.Value) -> ir.Value:
+def rotated_heads(
+    lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None, reshape_v: bool
+) -> dict[str, ir.Value]:
+    """The one q/k rotation path of the graphs that apply RoPE with plain ops (standard Attention,
+    and GQA with do_rotary=0): q and k projected and shaped [B,S,N,D], rotated by `table` (cos,
+    sin; None for a NoPE layer), then the q/k norms that follow RoPE (HunYuan). v is shaped too
+    when `reshape_v`, else returned as projected. A KV-shared layer gets only "q"."""
+    b, dims, layer = lc.b, lc.dims, lc.layer
+    after = lc.spec.qk_norm_after_rope
+    q, k, v = qkv_projection(lc, x, separate=True, qk_norms=not after)
+    heads = {"q": dims.num_heads, "k": layer.num_kv_heads, "v": layer.num_kv_heads}
+    shaped: dict[str, ir.Value] = {}
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        if value is None:  # KV-shared: only the query is projected
+            continue
+        if name == "v" and not reshape_v:
+            shaped[name] = value
+            continue
+        shaped[name] = b.op("Reshape", value, b.const([0, 0, heads[name], layer.head_dim], f"{name}_heads", "int64"))
+        if name != "v" and table is not None:
+            rope = dims.ropes[layer.rope]  # type: ignore[index]
+            shaped[name] = rotate(b, shaped[name], table[0], table[1], rope, layer.head_dim, f"{name}_rope")
+    if after:  # HunYuan: q/k norms after RoPE
+        shaped["q"], key = qk_norms_after_rope(lc, shaped["q"], shaped.get("k"))
+        if key is not None:
+            shaped["k"] = key
+    return shaped
+
+
+def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
     """down(act(gate(x)) * up(x)); gate and up run as one MatMul and are split after. A plain MLP
     (spec mlp "plain": Phi-2, StarCoder2, Nemotron, Apertus) is down(act(up(x)))."""
     L, b = lc.spec.layer, lc.b

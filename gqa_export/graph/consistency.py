@@ -14,7 +14,7 @@ from typing import Any
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.dims import ModelDims
-from gqa_export.weights import WeightStore
+from gqa_export.source.weights import WeightStore
 
 # keys that must be positive integers wherever config.json gives them (head_dim may be null)
 POSITIVE_INT_KEYS = (

@@ -10,7 +10,6 @@ shared buffer it is max_length long, not total_sequence_length (split-pipeline.m
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -20,16 +19,17 @@ from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
-from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, qk_norms_after_rope, qkv_projection, rms_norm
+from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
-from gqa_export.graph.moe import gemma4_moe_mlp, sparse_mlp
+from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
+from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
-from gqa_export.graph.rotary import fused_rope_ok, rope_tables, rotate
+from gqa_export.graph.rotary import fused_rope_ok, rope_tables
 from gqa_export.graph.standard import LayerKV, standard_attention
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
@@ -44,29 +44,6 @@ B, S, T = "batch_size", "sequence_length", "total_sequence_length"
 PAST, PRESENT = "past_sequence_length", "present_sequence_length"
 PAST_KEY, PAST_VALUE = "past_key_values.%d.key", "past_key_values.%d.value"
 PRESENT_KEY, PRESENT_VALUE = "present.%d.key", "present.%d.value"
-
-
-@dataclass(frozen=True)
-class GraphOptions:
-    io_dtype: ir.DataType  # activations, KV cache, cos/sin
-    logits_dtype: ir.DataType
-    rope_rows: int  # cos/sin rows: must cover search.max_length
-    packed_qkv: bool = True
-    # gqa | gqa_bias (GQA + attention_bias where a layer needs it, CPU) | scatter (standard Attention
-    # on the shared buffer) | concat (standard Attention, growing past)
-    mode: str = "gqa"
-    sliding_window_cache: bool = False  # gqa only: window-sized KV buffers on windowed layers
-    bidirectional_ids: tuple[int, ...] = ()
-    bidirectional_layers: str = "all"  # all | sliding: the layers whose bias lets runs attend bidirectionally
-    bidirectional_window_bounded: bool = False  # the window still bounds a run's keys on the left
-    kv_read: str = "slice"  # scatter graphs: slice (first T slots + bias) | nonpad (whole buffer, nonpad_kv_seqlen)
-    fused_rope: bool = True  # GQA: RoPE inside the op where it computes it exactly; False: plain ops always
-    # Outputs and inputs for pipelines (io.py): `logits` all | last (the prompt pass computes the
-    # last position's logits only) | none (no lm_head: `hidden_states` instead); `inputs_embeds`
-    # replaces input_ids and the embedding; `hidden_states` adds the final norm's output.
-    logits: str = "all"
-    inputs_embeds: bool = False
-    hidden_states: bool = False
 
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
@@ -122,7 +99,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 h = add_per_layer_input(lc, h, per_layer)
             h = _layer_scalar(lc, h)
 
-    x = rms_norm(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
+    x = normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
     add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))
     for i in dims.cache_layers:
         layer, layer_kv = dims.layers[i], kv[i]
@@ -285,7 +262,7 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
 def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Value:
     if module is None:
         return x
-    return rms_norm(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
+    return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
 
 
 def _decoder_layer(
@@ -332,22 +309,13 @@ def _query_scale(
 def _rotated_qkv(
     lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value]
 ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
-    """q, k with RoPE applied by plain ops (for GQA with do_rotary=0), v as is; q/k norms that
-    follow RoPE (HunYuan) after it."""
-    b, layer = lc.b, lc.layer
-    after = lc.spec.qk_norm_after_rope
-    q, k, v = qkv_projection(lc, x, separate=True, qk_norms=not after)
-    rope = lc.dims.ropes[layer.rope]  # type: ignore[index]
-
-    def heads4(value: ir.Value, heads: int, name: str) -> ir.Value:
-        shaped = b.op("Reshape", value, b.const([0, 0, heads, layer.head_dim], f"{name}_heads", "int64"))
-        return rotate(b, shaped, table[0], table[1], rope, layer.head_dim, f"{name}_rope")
-
-    q4, k4 = heads4(q, lc.dims.num_heads, "q"), None if k is None else heads4(k, layer.num_kv_heads, "k")
-    if after:
-        q4, k4 = qk_norms_after_rope(lc, q4, k4)
+    """q, k with RoPE applied by plain ops (for GQA with do_rotary=0) and flattened back to
+    [B,S,N*D], v as projected (blocks.rotated_heads, the one rotation path)."""
+    b = lc.b
+    shaped = rotated_heads(lc, x, table, reshape_v=False)
     flat = b.const([0, 0, -1], "heads_flat", "int64")
-    return b.op("Reshape", q4, flat), None if k4 is None else b.op("Reshape", k4, flat), v
+    k4 = shaped.get("k")
+    return b.op("Reshape", shaped["q"], flat), None if k4 is None else b.op("Reshape", k4, flat), shaped.get("v")
 
 
 def _sinks(lc: LayerContext) -> ir.Value | None:
@@ -362,9 +330,9 @@ def _sinks(lc: LayerContext) -> ir.Value | None:
 def _mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
     """The layer's MLP: dense, sparse (mixture of experts), or Gemma-4's dense + experts pair."""
     if not lc.layer.sparse:
-        return gated_mlp(lc, x)
-    if lc.spec.moe is not None and lc.spec.moe.routing == "gemma4":
-        return gemma4_moe_mlp(lc, x, residual, _norm)
+        return mlp_block(lc, x)
+    if lc.spec.moe is not None and lc.spec.moe.routing == "normed_residual":
+        return dense_and_sparse_mlp(lc, x, residual, _norm)
     return sparse_mlp(lc, x)
 
 

@@ -20,7 +20,6 @@ from typing import Any
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
-from gqa_export.recipes import ModelOptions
 
 SLIDING = "sliding_attention"
 
@@ -88,7 +87,6 @@ class ModelDims:
     eos_token_ids: tuple[int, ...]
     pad_token_id: int | None
     per_layer_input_size: int = 0  # Gemma-4 PLE width per layer (0: no per-layer inputs)
-    per_layer_vocab_size: int = 0
     placeholder_ids: tuple[int, ...] = ()  # multimodal placeholders embedded as pad_token_id (Gemma-4)
     query_scale: tuple[float, int] | None = None  # (beta, length): q *= 1 + beta*log(1 + floor(pos/length))
     moe: MoeDims | None = None
@@ -126,7 +124,6 @@ class ModelDims:
 def read_dims(
     config: Any,
     spec: ArchSpec,
-    options: ModelOptions,
     generation: dict[str, Any] | None,
     outer: Any | None = None,
 ) -> ModelDims:
@@ -135,10 +132,10 @@ def read_dims(
     `outer` is the multimodal config the text config came from (None for a text model): token ids
     and architectures live there.
     """
-    keys = options.config_keys
+    keys = spec.config_keys
 
     def opt(name: str, default: Any = None) -> Any:
-        if name in options.ignore:
+        if name in spec.ignore:
             return default
         value = next((v for k in keys[name].split("|") if (v := _get(config, k)) is not None), None)
         return default if value is None else value
@@ -189,17 +186,16 @@ def read_dims(
         attention_scale=scale,
         attn_softcap=float(opt("attn_softcap", 0.0)),
         final_softcap=float(opt("final_softcap", 0.0)),
-        embedding_multiplier=embed_mult[options.embedding_scale],
-        embedding_scaled_in_table=options.embedding_scale == "sqrt_hidden",
+        embedding_multiplier=embed_mult[spec.embedding_scale],
+        embedding_scaled_in_table=spec.embedding_scale == "sqrt_hidden",
         residual_multiplier=float(opt("residual_multiplier", 1.0)),
         logits_divisor=float(opt("logits_scaling", 1.0)),
-        norm_offset=options.norm_offset,
+        norm_offset=spec.norm_offset,
         bos_token_id=_first(gen.get("bos_token_id", _get(config, "bos_token_id"))),
         eos_token_ids=tuple(dict.fromkeys(eos)),
         pad_token_id=pad,
         per_layer_input_size=ple,
-        per_layer_vocab_size=int(opt("per_layer_vocab_size", 0) or 0) if ple else 0,
-        placeholder_ids=_placeholder_ids(outer, options.placeholder_keys),
+        placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
         query_scale=_query_scale(config) if spec.query_position_scale else None,
         moe=_moe(opt, spec, int(config.intermediate_size)),
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,

@@ -27,7 +27,7 @@ import numpy as np
 from gqa_export.errors import InputError
 from gqa_export.graph.params import F32, StreamedTensor, row_blocks
 from gqa_export.kernels import convert
-from gqa_export.weights import WeightStore
+from gqa_export.source.weights import WeightStore
 
 # MXFP4 (OCP microscaling fp4 e2m1): the 16 code points, low nibble first; scales are e8m0 (2^(s-127))
 FP4_VALUES = np.array(

@@ -38,7 +38,6 @@ class MaskValues:
     """Per-graph values shared by all layers."""
 
     positions: ir.Value  # [B,S] int64, the RoPE positions of this step's tokens
-    key_positions: ir.Value  # [B,1,T] int64, position of every key slot (invalid slots: large)
     total_length: ir.Value  # [1] int64, T
     write_index: ir.Value | None  # [B] int64 (compact layout only)
     nonpad: ir.Value | None  # [B] int64 keys valid after this step's write: write_index + S (compact only)
@@ -118,7 +117,7 @@ def mask_values(
             bias = b.op("Where", allowed, zero_f, low_f)
             name = f"bias_window{kind.window}" + ("_bidirectional" if bi is not None else "")
             biases[kind] = b.op("Unsqueeze", bias, one, name=name)  # [B,1,S,T]
-    return MaskValues(positions, key_positions, total, write_index, nonpad, biases)
+    return MaskValues(positions, total, write_index, nonpad, biases)
 
 
 def token_positions(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value) -> ir.Value:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear
+from gqa_export.graph.blocks import LayerContext, activation, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import MoeDims
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
@@ -54,11 +54,11 @@ def _block_prefix(lc: LayerContext) -> str:
 
 
 def _router(lc: LayerContext, prefix: str, x: ir.Value, moe: MoeDims) -> ir.Value:
-    """Router logits [B,S,E] (Gemma-4: the experts' weights, dense [B,S,E], see `_gemma4_router`)."""
+    """Router logits [B,S,E] (Gemma-4: the experts' weights, dense [B,S,E], see `_normed_residual_router`)."""
     names = lc.spec.moe.names  # type: ignore[union-attr]
     module = next((f"{prefix}{r}" for r in names.routers if lc.has(f"{prefix}{r}")), f"{prefix}{names.routers[0]}")
-    if lc.spec.moe.routing == "gemma4":  # type: ignore[union-attr]
-        return _gemma4_router(lc, x, module, moe)
+    if lc.spec.moe.routing == "normed_residual":  # type: ignore[union-attr]
+        return _normed_residual_router(lc, x, module, moe)
     with lc.b.scope("router"):
         return linear(lc, x, [module], None, "logits")
 
@@ -180,7 +180,7 @@ def _shared_expert(lc: LayerContext, x: ir.Value, prefix: str) -> ir.Value:
         return y
 
 
-def _gemma4_router(lc: LayerContext, residual: ir.Value, proj: str, moe: MoeDims) -> ir.Value:
+def _normed_residual_router(lc: LayerContext, residual: ir.Value, proj: str, moe: MoeDims) -> ir.Value:
     """Gemma-4's expert weights, dense [B,S,E] (zero off the top k): a scaleless RMSNorm of the
     residual stream, times router.scale * H^-0.5, the projection, softmax over all experts, top-k
     renormalized, times per_expert_scale (modeling_gemma4.py, Gemma4TextRouter)."""
@@ -225,11 +225,11 @@ def _experts_with_ops(
         return b.op("ReduceSum", weighted, b.const([2], "experts_axis", "int64"), keepdims=0, name="combine")
 
 
-def gemma4_moe_mlp(lc: LayerContext, x: ir.Value, residual: ir.Value, norm) -> ir.Value:
+def dense_and_sparse_mlp(lc: LayerContext, x: ir.Value, residual: ir.Value, norm) -> ir.Value:
     """Gemma-4 with enable_moe_block: post_ffn_norm_1(mlp(x)) + post_ffn_norm_2(experts(pre_ffn_norm_2(r)))
     with the router reading the residual r (the outer post_feedforward_layernorm is the caller's)."""
     L = lc.spec.layer
-    dense = norm(lc, gated_mlp(lc, x), L.post_feedforward_norm_1, "post_feedforward_layernorm_1")
+    dense = norm(lc, mlp_block(lc, x), L.post_feedforward_norm_1, "post_feedforward_layernorm_1")
     expert_in = norm(lc, residual, L.pre_feedforward_norm_2, "pre_feedforward_layernorm_2")
     experts = norm(lc, sparse_mlp(lc, expert_in, router_input=residual), L.post_feedforward_norm_2,
                    "post_feedforward_layernorm_2")  # fmt: skip

@@ -12,7 +12,6 @@ with genai 0.18, /tmp notes of #15.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx_ir as ir
@@ -21,10 +20,8 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.params import NUMPY_DTYPES, Params
-
-if TYPE_CHECKING:
-    from gqa_export.graph.decoder import GraphOptions
 
 B, S = "batch_size", "sequence_length"
 

@@ -17,7 +17,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.kernels import convert
-from gqa_export.weights import WeightStore
+from gqa_export.source.weights import WeightStore
 
 NUMPY_DTYPES: dict[ir.DataType, np.dtype] = {
     ir.DataType.FLOAT: np.dtype(np.float32),

@@ -20,7 +20,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.graph.blocks import LayerContext, activation, linear, rms_norm
+from gqa_export.graph.blocks import LayerContext, activation, linear, normalize
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, Params
@@ -51,7 +51,7 @@ def per_layer_inputs(
         projected = b.op("MatMul", embeds, b.initializer(projection_name, params.matmul_weight([projection_name])))
         projected = b.op("Mul", projected, _scalar(b, dims.hidden_size**-0.5, dtype, "projection_scale"))
         projected = b.op("Reshape", projected, per_layer_shape)
-        context = rms_norm(b, projected, spec.tensor(names.norm), params, dims, "projection_norm", 0)
+        context = normalize(b, projected, spec.tensor(names.norm), params, dims, "projection_norm", 0)
         combined = b.op("Mul", b.op("Add", context, token), _scalar(b, 2.0**-0.5, dtype, "input_scale"))
         return typed(combined, dtype, [B, S, layers, width])
 
@@ -65,6 +65,6 @@ def add_per_layer_input(lc: LayerContext, h: ir.Value, per_layer: ir.Value) -> i
         mine = b.op("Gather", per_layer, b.const(lc.i, "layer_index", "int64"), axis=2)  # [B,S,P]
         gate = activation(lc, linear(lc, h, [L.per_layer_gate], None, "gate"))
         y = linear(lc, b.op("Mul", gate, mine), [L.per_layer_projection], None, "projection")
-        y = rms_norm(b, y, lc.name(L.per_layer_norm), lc.params, lc.dims, "norm", lc.dims.hidden_size)
+        y = normalize(b, y, lc.name(L.per_layer_norm), lc.params, lc.dims, "norm", lc.dims.hidden_size)
         shape = [B, S, lc.dims.hidden_size]
         return typed(b.op("Add", h, y, name="residual"), lc.params.dtype, shape)

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gqa_export.arch.spec import BidirectionalRuns
 from gqa_export.errors import InputError
-from gqa_export.recipes import AttentionRecipe
 
 
 @dataclass(frozen=True)
@@ -46,21 +46,25 @@ class AttentionPlan:
     reason: str
 
 
-def bidirectional_ids(attention: AttentionRecipe, hf_config: Any, requested: tuple[int, ...] | None) -> tuple[int, ...]:
-    """CLI ids win; else the recipe's list; else the ids under the recipe's config keys (e.g. a
-    multimodal checkpoint's image_token_id), when its `bidirectional_if` condition holds.
+def bidirectional_ids(
+    runs: BidirectionalRuns | None, recipe_ids: tuple[int, ...], hf_config: Any, requested: tuple[int, ...] | None
+) -> tuple[int, ...]:
+    """CLI ids win; else the recipe's list; else the ids under the family's config keys (e.g. a
+    multimodal checkpoint's image_token_id), when the family's condition holds.
 
     A config without those keys (the text-only class of the same family) gets none."""
     if requested is not None:
         return tuple(requested)
-    if attention.bidirectional_token_ids:
-        return attention.bidirectional_token_ids
-    if attention.bidirectional_if:
-        key, _, want = attention.bidirectional_if.partition("=")
+    if recipe_ids:
+        return recipe_ids
+    if runs is None:
+        return ()
+    if runs.condition:
+        key, _, want = runs.condition.partition("=")
         if str(getattr(_text_or_self(hf_config), key, None) or getattr(hf_config, key, None)) != want:
             return ()
     ids: list[int] = []
-    for key in attention.bidirectional_token_ids_keys:
+    for key in runs.token_id_keys:
         value = getattr(hf_config, key, None)
         if value is not None:
             ids.extend(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
@@ -76,13 +80,13 @@ def plan_attention(
     requested: str,
     ids: tuple[int, ...],
     ids_requested: bool = True,
-    options: AttentionRecipe | None = None,
     gqa_refusal: str | None = None,
+    bias_op: str = "attention",
+    bias_cache: str = "shared",
 ) -> AttentionPlan:
     """ids_requested: the ids were asked for (CLI or the recipe's own list), not defaults taken
     from a multimodal config; asking for gqa then drops those defaults (text-only use) instead of
-    failing. options: the recipe's bias_op / bias_cache pick mode bias's graph kind."""
-    options = options or AttentionRecipe()
+    failing. bias_op / bias_cache (the recipe's attention policy) pick mode bias's graph kind."""
     mode, reason = requested, f"attention {requested} requested"
     if requested == "gqa" and ids and not ids_requested:
         reason = (
@@ -102,7 +106,7 @@ def plan_attention(
     if mode == "gqa":
         graphs = (GraphSpec("model.onnx", "gqa"),)
     elif mode == "bias":
-        kind = "gqa_bias" if options.bias_op == "gqa" else "scatter" if options.bias_cache == "shared" else "concat"
+        kind = "gqa_bias" if bias_op == "gqa" else "scatter" if bias_cache == "shared" else "concat"
         graphs = (GraphSpec("model.onnx", kind),)
     else:
         graphs = (

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, qk_norms_after_rope, qkv_projection
+from gqa_export.graph.blocks import LayerContext, rotated_heads
 from gqa_export.graph.masks import MaskValues
-from gqa_export.graph.rotary import rotate
 
 
 @dataclass(frozen=True)
@@ -54,21 +53,7 @@ def standard_attention(
 ) -> tuple[ir.Value, LayerKV]:
     """Returns (output [B,S,Nq*D], the layer's KV). `source`: the producer's KV for a KV-shared layer."""
     b, dims, layer = lc.b, lc.dims, lc.layer
-    after = lc.spec.qk_norm_after_rope
-    q, k, v = qkv_projection(lc, x, separate=True, qk_norms=not after)
-    heads = {"q": dims.num_heads, "k": layer.num_kv_heads, "v": layer.num_kv_heads}
-    shaped = {}
-    for name, value in (("q", q), ("k", k), ("v", v)):
-        if value is None:  # KV-shared: only the query is projected
-            continue
-        shaped[name] = b.op("Reshape", value, b.const([0, 0, heads[name], layer.head_dim], f"{name}_heads", "int64"))
-        if name != "v" and layer.rope is not None:
-            cos, sin = rope[layer.rope]
-            shaped[name] = rotate(b, shaped[name], cos, sin, dims.ropes[layer.rope], layer.head_dim, f"{name}_rope")
-    if after:  # HunYuan: q/k norms after RoPE
-        shaped["q"], key = qk_norms_after_rope(lc, shaped["q"], shaped.get("k"))
-        if key is not None:
-            shaped["k"] = key
+    shaped = rotated_heads(lc, x, rope[layer.rope] if layer.rope is not None else None, reshape_v=True)
     bnsh = {name: b.op("Transpose", value, perm=[0, 2, 1, 3], name=f"{name}_bnsh") for name, value in shaped.items()}
     attrs = dict(scale=dims.scale(layer), softcap=dims.attn_softcap or None, is_causal=int(bias is None))
     # A layer needing only causality (+ padding) gets no mask: is_causal is bottom-right per row

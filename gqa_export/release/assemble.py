@@ -1,6 +1,6 @@
 """`gqa-export release`: every variant of a spec from one fetch, all or nothing.
 
-The checkpoint is fetched and opened once (`pipeline.Checkpoint`): one config parse, one set of
+The checkpoint is fetched and opened once (`source.checkpoint.Checkpoint`): one config parse, one set of
 memory-mapped shards whose pages every variant reads again from memory. Variants are exported one
 after another, so peak memory is the largest single variant's, not the sum; reading a tensor from
 the mapped shards is a few percent of a variant's export (benchmarks/results/release.md), which is
@@ -18,9 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gqa_export.check.verify import RELEASE
 from gqa_export.errors import GqaExportError, InputError
-from gqa_export.evaluate import Scores, check_window, compare, read_text, score, tokenize
-from gqa_export.manifest import (
+from gqa_export.package.manifest import (
     MANIFEST,
     created_at,
     environment_entry,
@@ -30,13 +30,14 @@ from gqa_export.manifest import (
     tool_entry,
     write_sealed,
 )
-from gqa_export.package import SPEC_FOLDER, StagedPackage, check_output, check_outside, file_digests
-from gqa_export.pipeline import BuildResult, Checkpoint, build, open_checkpoint
+from gqa_export.package.staging import SPEC_FOLDER, StagedPackage, check_output, check_outside, file_digests
+from gqa_export.pipeline import BuildResult, build
 from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
 from gqa_export.release.card import card_info, copy_license_files, write_card
 from gqa_export.release.spec import ReleaseSpec, Variant
-from gqa_export.run import runnable_ep
-from gqa_export.verify import RELEASE
+from gqa_export.runtime.evaluate import Scores, check_window, compare, read_text, score, tokenize
+from gqa_export.runtime.run import runnable_ep
+from gqa_export.source.checkpoint import Checkpoint, open_checkpoint
 
 FORMAT = "gqa-export-release/1"
 SIGNIFICANT = 6  # digits of the perplexities in release.json: stable across reruns on one machine

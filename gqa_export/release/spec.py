@@ -21,14 +21,15 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from gqa_export.choices import ALL_ACTIVATIONS, QUANT_METHODS
+from gqa_export import eps
+from gqa_export.choices import ALL_ACTIVATIONS, KV_CACHE_DTYPES, KV_SCALES, QUANT_METHODS
 from gqa_export.errors import InputError
-from gqa_export.fetch import looks_like_path
-from gqa_export.io_options import IoOptions
-from gqa_export.kv_quant import KV_CACHE_DTYPES, KV_SCALES, KvQuantOptions
+from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions
-from gqa_export.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
+from gqa_export.quant.kv_cache import KvQuantOptions
+from gqa_export.quant.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
 from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
+from gqa_export.source.fetch import looks_like_path
 from gqa_export.yaml_schema import compose, read_yaml, validate
 
 _VARIANT = {
@@ -72,7 +73,6 @@ SCHEMA = {
     "eval": {"text!": str, "window": int, "stride": int, "max_tokens": int},
     "variants!": [_VARIANT],
 }
-EP_FOLDERS = {"cpu": "cpu_and_mobile", "cuda": "cuda"}
 
 
 @dataclass(frozen=True)
@@ -213,15 +213,15 @@ def folder_name(ep: str, precision: str, quant: QuantOptions) -> str:
     `cuda/cuda-fp16`, `cuda/cuda-int4-rtn-block-32`; options they do not name get a suffix."""
     name = f"{ep}-{precision}"
     if precision not in FLOAT_DTYPES:
-        level = quant.accuracy_level if quant.accuracy_level is not None else (4 if ep == "cpu" else 0)
+        level = quant.accuracy_level if quant.accuracy_level is not None else eps.EPS[ep].accuracy_level
         name += f"-{quant.method}-block-{quant.block_size}"
         default_asymmetric = quant.method != "search"
         if quant.asymmetric is not None and quant.asymmetric != default_asymmetric:
             name += "-asym" if quant.asymmetric else "-sym"
         name += f"-acc-level-{level}" if level else ""
-        if quant.activations not in (None, "fp32" if ep == "cpu" else "fp16"):
+        if quant.activations not in (None, eps.EPS[ep].quantized_activations[0]):
             name += f"-{quant.activations}"
-    return f"{EP_FOLDERS[ep]}/{name}"
+    return f"{eps.EPS[ep].release_folder}/{name}"
 
 
 def _check_paths(variants: list[Variant], path: Path, lines: dict[int, int]) -> None:

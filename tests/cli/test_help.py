@@ -10,7 +10,7 @@ import typer
 
 from gqa_export import choices
 from gqa_export.cli import app
-from gqa_export.quantize import plan_precision
+from gqa_export.quant.quantize import plan_precision
 from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
 
 # (command, option) -> the table whose keys are its only accepted values

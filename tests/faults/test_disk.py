@@ -129,7 +129,7 @@ POINTS = {
     "weights": break_weights,
     "graph": break_graph,
     "genai_config": break_json("gqa_export.pipeline", "genai_config.json"),
-    "manifest": break_json("gqa_export.manifest", "manifest.json"),
+    "manifest": break_json("gqa_export.package.manifest", "manifest.json"),
     "tokenizer": break_tokenizer,
     "staging-mkdir": break_staging,
     "commit-rename": break_commit,
@@ -187,7 +187,7 @@ def test_write_fails(tiny, built, tmp_path, monkeypatch, command, point, code, o
 @pytest.mark.parametrize("overwrite", [False, True], ids=["fresh", "--overwrite"])
 def test_free_space_preflight(tiny, built, tmp_path, monkeypatch, overwrite):
     """Too little free space is found before anything is written."""
-    import gqa_export.package
+    import gqa_export.package.staging
 
     out = tmp_path / "out"
     before = None
@@ -200,7 +200,7 @@ def test_free_space_preflight(tiny, built, tmp_path, monkeypatch, overwrite):
         calls.append(path)
         return shutil._ntuple_diskusage(10 << 30, (10 << 30) - 4096, 4096)
 
-    monkeypatch.setattr(gqa_export.package.shutil, "disk_usage", disk_usage)
+    monkeypatch.setattr(gqa_export.package.staging.shutil, "disk_usage", disk_usage)
     staged = []
     real_mkdir = Path.mkdir
     monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: (staged.append(self), real_mkdir(self, *a, **k))[1])
@@ -213,13 +213,13 @@ def test_free_space_preflight(tiny, built, tmp_path, monkeypatch, overwrite):
 
 
 def test_out_of_memory_while_streaming_weights(tiny, tmp_path, monkeypatch):
-    import gqa_export.writer
+    import gqa_export.package.writer
 
     def blocks(tensor):
         raise MemoryError
         yield  # pragma: no cover
 
-    monkeypatch.setattr(gqa_export.writer, "_blocks", blocks)
+    monkeypatch.setattr(gqa_export.package.writer, "_blocks", blocks)
     out = tmp_path / "out"
     result = invoke("build", tiny, "-o", out, "--no-smoke")
     monkeypatch.undo()

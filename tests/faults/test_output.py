@@ -68,13 +68,13 @@ def test_immutable_parent(tiny, immutable):
 
 def test_unwritable_parent_as_os_access_reports_it(tiny, tmp_path, monkeypatch):
     """The pre-flight check itself, as a non-root user meets it (os.access says no)."""
-    import gqa_export.package
+    import gqa_export.package.staging
 
     parent = tmp_path / "ro"
     parent.mkdir()
     real_access = os.access
     monkeypatch.setattr(
-        gqa_export.package.os,
+        gqa_export.package.staging.os,
         "access",
         lambda path, mode, **kw: False if Path(path) == parent else real_access(path, mode, **kw),
     )

@@ -16,7 +16,7 @@ import pytest
 from common import assert_fails, invoke, leftovers, tree
 
 from gqa_export.errors import InputError
-from gqa_export.package import StagedPackage
+from gqa_export.package.staging import StagedPackage
 
 
 def user_folder(folder: Path) -> Path:

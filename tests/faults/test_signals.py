@@ -100,7 +100,7 @@ def serve(cases_file, results_file, workers, limit):
     app.hide_torch()
     importlib.import_module("gqa_export.cli")
     importlib.import_module("gqa_export.pipeline")
-    importlib.import_module("gqa_export.requantize")
+    importlib.import_module("gqa_export.quant.requantize")
     from transformers import AutoConfig  # noqa: F401
 
     queue, running, results = json.load(open(cases_file)), {}, {}

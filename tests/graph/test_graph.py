@@ -11,7 +11,7 @@ import pytest
 from reference import hf_logits, hf_model, ort_prefill_and_decode
 from variants import FAMILY_VARIANTS
 
-from gqa_export.run import generate_greedy
+from gqa_export.runtime.run import generate_greedy
 
 
 def load(package):

@@ -10,7 +10,7 @@ import pytest
 from reference import genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
 
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.run import generate_greedy, load
+from gqa_export.runtime.run import generate_greedy, load
 
 # bias_nonpad: mode bias in the form CUDA gets (whole buffer, nonpad_kv_seqlen, masks only where a
 # layer needs one), run on CPU to prove it exact; bias_gqa: GroupQueryAttention with an

@@ -12,7 +12,7 @@ from reference import hf_generate, hf_model
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
-from gqa_export.run import generate_greedy, load
+from gqa_export.runtime.run import generate_greedy, load
 
 
 def _present_slots(package, layer: int) -> int:

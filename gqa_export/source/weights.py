@@ -150,13 +150,6 @@ class WeightStore:
         end = min(len(mapped), -(-(info.offset + info.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
         mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
 
-    def checkpoint_dtype(self) -> str:
-        """The dominant floating dtype of the checkpoint (by element count), e.g. 'BF16'."""
-        counts: dict[str, int] = {}
-        for info in self._tensors.values():
-            counts[info.dtype] = counts.get(info.dtype, 0) + int(np.prod(info.shape, dtype=np.int64))
-        return max(counts, key=counts.__getitem__) if counts else "F32"
-
 
 def _shard_files(model_dir: Path) -> list[Path]:
     index = model_dir / INDEX_FILE

@@ -16,22 +16,22 @@ from typing import Any
 
 import onnx_ir as ir
 
+from gqa_export.check.lints import check_written
+from gqa_export.check.reader import load_package
 from gqa_export.errors import InputError
-from gqa_export.inspect import load_package
-from gqa_export.lints import check_written
-from gqa_export.manifest import DIGEST_KEY, created_at, finalize
-from gqa_export.package import StagedPackage, check_output, check_outside, write_json
+from gqa_export.package.manifest import DIGEST_KEY, created_at, finalize
+from gqa_export.package.staging import StagedPackage, check_output, check_outside, write_json
+from gqa_export.package.writer import save_models
 from gqa_export.progress import NullReporter, Reporter
-from gqa_export.quant_report import build_report, logit_error, quantization_manifest
-from gqa_export.quantize import (
+from gqa_export.quant.quantize import (
     FLOAT_DTYPES,
     QuantizeReport,
     QuantOptions,
     plan_precision,
     quantize,
 )
-from gqa_export.run import GenerationResult, smoke_run
-from gqa_export.writer import save_models
+from gqa_export.quant.report import build_report, logit_error, quantization_manifest
+from gqa_export.runtime.run import GenerationResult, smoke_run
 
 COPIED = ("genai_config.json",)
 

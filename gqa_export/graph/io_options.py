@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gqa_export.eps import EPS
 from gqa_export.errors import InputError
-from gqa_export.kv_quant import KvQuantOptions
+from gqa_export.quant.kv_cache import KvQuantOptions
 
 LOGITS_MODES = ("all", "last", "none")
 PRUNE_BY_DEFAULT = True  # last-token logits unless asked otherwise (the test suite's exactness checks turn it off)
@@ -69,8 +70,9 @@ def resolve_io(io: IoOptions, ep: str, attention_mode: str, num_graphs: int) -> 
             f"--prune-lm-head is for single-graph packages; --attention {attention_mode} writes a decoder pipeline"
         )
     if io.cuda_graph:
-        if ep != "cuda":
-            raise InputError("--cuda-graph is a CUDA provider option; export with --ep cuda")
+        if not EPS[ep].cuda_graph:
+            able = [e.name for e in EPS.values() if e.cuda_graph]
+            raise InputError(f"--cuda-graph is a CUDA provider option; export with --ep {' or '.join(able)}")
         if attention_mode != "gqa":
             raise InputError(
                 f"--cuda-graph needs the GQA graph on the shared KV buffer (static decode shapes); "

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gqa_export.errors import InputError
-from gqa_export.package import read_json
+from gqa_export.package.staging import read_json
 
 DEFAULT_WINDOW = 1024
 
@@ -148,7 +148,7 @@ def _accumulate(
 def _score_package(package: Path, tokens: list[int], window: int, stride: int, ep: str | None) -> Scores:
     import onnxruntime_genai as og
 
-    from gqa_export.run import load, runnable_ep
+    from gqa_export.runtime.run import load, runnable_ep
 
     if ep is None:
         ep, why = runnable_ep(package)

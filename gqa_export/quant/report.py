@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from gqa_export.quantize import PrecisionPlan, QuantizeReport
-from gqa_export.run import load
+from gqa_export.quant.quantize import PrecisionPlan, QuantizeReport
+from gqa_export.runtime.run import load
 
 PROMPT_SEED = 1234
 PROMPTS = 4

@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from gqa_export.graph.params import NUMPY_DTYPES, StreamedTensor
-from gqa_export.nbits import NBitsConfig
+from gqa_export.quant.nbits import NBitsConfig
 
 
 def moe_block_size(cfg: NBitsConfig, widths: tuple[int, ...]) -> int | None:

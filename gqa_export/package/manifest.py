@@ -25,10 +25,10 @@ from typing import Any
 
 from gqa_export import __version__
 from gqa_export.errors import InputError
-from gqa_export.fetch import Source
-from gqa_export.package import file_digests, write_json
+from gqa_export.package.staging import file_digests, write_json
+from gqa_export.package.writer import WrittenFile
 from gqa_export.recipes import Recipe, recipes_dir
-from gqa_export.writer import WrittenFile
+from gqa_export.source.fetch import Source
 
 MANIFEST = "manifest.json"
 DIGEST_KEY = "digest"

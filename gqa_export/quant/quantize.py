@@ -27,14 +27,14 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.choices import ACTIVATIONS, QUANT_METHODS, SUPPORTED, WHY_NOT, listing
+from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, StreamedTensor, row_blocks
-from gqa_export.mixed import parse_mixed, weight_bits
-from gqa_export.nbits import NBitsConfig, dequantize, quantize_rows
+from gqa_export.quant.mixed import parse_mixed, weight_bits
+from gqa_export.quant.nbits import NBitsConfig, dequantize, quantize_rows
 
 FLOAT_DTYPES = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
 INT_BITS = {"int4": 4, "int8": 8}
-ACCURACY_DEFAULT = {"cpu": 4, "cuda": 0}  # 4: int8 compute on CPU (the builder's default too)
 # ir.Value.meta key: the _Quantized behind a packed weight
 QUANTIZATION_META = "gqa_export.quantization"
 
@@ -112,7 +112,7 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
     symmetric = q.method == "search" if q.asymmetric is None else not q.asymmetric
     if q.accuracy_level is not None and q.accuracy_level not in (0, 1, 2, 3, 4):
         raise InputError(f"--accuracy-level must be 0-4, got {q.accuracy_level}")
-    activations = q.activations or ("fp32" if ep == "cpu" else "fp16")
+    activations = q.activations or EPS[ep].quantized_activations[0]
     if activations not in ACTIVATIONS[ep]:
         raise InputError(
             f"--activations {activations} is not available with --ep {ep} {precision}; "
@@ -120,7 +120,7 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
         )
     io = FLOAT_DTYPES[activations]
     nbits = NBitsConfig(INT_BITS[precision], q.block_size, symmetric, q.method)
-    level = ACCURACY_DEFAULT[ep] if q.accuracy_level is None else q.accuracy_level
+    level = EPS[ep].accuracy_level if q.accuracy_level is None else q.accuracy_level
     logits = ir.DataType.FLOAT if activations == "bf16" else io
     mixed = parse_mixed(q.mixed_precision)
     return PrecisionPlan(precision, io, logits, nbits, level, q.keep_float, q.embeddings, mixed)
@@ -131,7 +131,7 @@ def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None
     linear = {w.name: node.name or "" for node in model.graph if (w := _linear_weight(node)) is not None and w.name}
     bits = weight_bits(linear, plan.mixed)
     if plan.nbits is not None:
-        from gqa_export.quantize_experts import to_qmoe
+        from gqa_export.quant.experts import to_qmoe
 
         for node in list(model.graph):
             if node.op_type == "MoE" and node.domain == "com.microsoft":

@@ -14,10 +14,10 @@ from typing import Any
 
 from onnx import TensorProto
 
+from gqa_export.check.reader import Package, load_package
 from gqa_export.errors import PackageLintError
-from gqa_export.genai_schema import unknown_keys
 from gqa_export.graph.dims import token_ids
-from gqa_export.inspect import Package, load_package
+from gqa_export.package.genai_schema import unknown_keys
 
 KV_WARN_BYTES = 4 << 30  # a KV buffer above this per batch row is worth a second look
 

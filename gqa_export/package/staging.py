@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import InputError, RunError
-from gqa_export.fetch import TOKENIZER_FILES
-from gqa_export.ownership import check_clear_of, check_clear_of_cwd, check_replaceable
+from gqa_export.package.ownership import check_clear_of, check_clear_of_cwd, check_replaceable
+from gqa_export.source.fetch import TOKENIZER_FILES
 
 # tokenizer classes onnxruntime-extensions knows; transformers v5 writes "TokenizersBackend",
 # which means "a tokenizer.json", i.e. PreTrainedTokenizerFast.

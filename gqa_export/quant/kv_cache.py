@@ -24,14 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
+from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 
-KV_CACHE_DTYPES = {
-    "float": "the activation dtype (default)",
-    "int8": "int8 cache, 1 byte a value",
-    "int4": "4-bit cache, two values a byte",
-}
-KV_SCALES = {"per-channel": "one scale per kv head and channel", "per-tensor": "one scale per layer"}
 _BITS = {"int8": 8, "int4": 4}
 _QMAX = {8: 127.0, 4: 7.0}
 HEADROOM = 1.25  # values past the calibrated range saturate; a quarter more range costs little
@@ -71,6 +67,10 @@ def check_kv_options(kv: KvQuantOptions, ep: str, attention_mode: str, io_dtype_
         raise InputError(f"unknown --kv-cache '{kv.dtype}'; choose {' or '.join(KV_CACHE_DTYPES)}")
     if kv.scales not in KV_SCALES:
         raise InputError(f"unknown --kv-scales '{kv.scales}'; choose {' or '.join(KV_SCALES)}")
+    if kv.dtype not in EPS[ep].kv_cache_dtypes:
+        raise InputError(
+            f"--kv-cache {kv.dtype} has no kernel with --ep {ep}; use {' or '.join(EPS[ep].kv_cache_dtypes)}"
+        )
     if attention_mode != "gqa":
         raise InputError(
             f"--kv-cache {kv.dtype} needs GroupQueryAttention's k_scale/v_scale; --attention {attention_mode} "
@@ -167,7 +167,7 @@ def _retype_cache(model: Any, bits: int) -> None:
 
 
 def _calibration_tokens(package: Path, text_file: Path | None, max_length: int) -> list[int]:
-    from gqa_export.evaluate import read_text, tokenize
+    from gqa_export.runtime.evaluate import read_text, tokenize
 
     text = read_text(text_file) if text_file else CALIBRATION_TEXT
     tokens = tokenize(package, text)

@@ -62,7 +62,8 @@ def graph_facts(model: ir.Model) -> GraphFacts:
     kv_heads = head_size = 0
     if layers:
         shape = inputs[f"past_key_values.{layers[0]}.key"][1]
-        kv_heads, head_size = int(shape[1] or 0), int(shape[3] or 0)
+        # other exporters name these dims symbolically: 0 = not stated by the graph
+        kv_heads, head_size = (d if isinstance(d, int) else 0 for d in (shape[1], shape[3]))
     attention = tuple(
         AttentionNode(n.name or "", n.op_type, {k: a.value for k, a in n.attributes.items()})
         for n in ir.traversal.RecursiveGraphIterator(g)

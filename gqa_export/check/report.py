@@ -6,14 +6,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gqa_export.inspect import Package, load_package
-from gqa_export.lints import lint
+from gqa_export.check.lints import lint
+from gqa_export.check.reader import Package, load_package
 
 
 def inspect_package(path: Path, source: Path | None = None) -> dict[str, Any]:
     pkg = load_package(path, source)
     if source is not None:
-        from gqa_export.pipeline import source_dims  # transformers: only when a source is cross-checked
+        from gqa_export.source.checkpoint import source_dims  # transformers: only when a source is cross-checked
 
         pkg.source_windows = [layer.window for layer in source_dims(source).layers]
     return {

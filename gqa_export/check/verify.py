@@ -14,11 +14,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gqa_export.check.lints import lint
+from gqa_export.check.reader import load_package
 from gqa_export.errors import GqaExportError, InputError
-from gqa_export.inspect import load_package
-from gqa_export.lints import lint
-from gqa_export.manifest import MANIFEST, sealed_problems, sha256_file
-from gqa_export.run import runnable_ep, smoke_run
+from gqa_export.package.manifest import MANIFEST, sealed_problems, sha256_file
+from gqa_export.runtime.run import runnable_ep, smoke_run
 
 RELEASE = "release.json"
 # What the Hub adds to a repository and `hf download --local-dir` writes next to the files: not

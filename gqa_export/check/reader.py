@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnx_ir as ir
 from onnx import TensorProto, helper
 
+from gqa_export.check.external_data import external_data_problems
+from gqa_export.check.graph_facts import graph_facts
+from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
-from gqa_export.external_data import external_data_problems
-from gqa_export.package import read_json
+from gqa_export.package.staging import read_json
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
@@ -152,7 +155,7 @@ class Package:
         if layers is not None and layer not in layers:
             return self.max_length
         providers = [next(iter(p)) for p in (self.decoder.get("session_options") or {}).get("provider_options") or []]
-        slack = window.get("cache_slack", 0 if "cuda" in providers else 16)
+        slack = window.get("cache_slack", by_genai_provider(providers).window_slack)
         return min(self.max_length, int(window.get("window_size", self.max_length)) + int(slack))
 
 
@@ -244,11 +247,8 @@ def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: di
     decoder = ((config or {}).get("model") or {}).get("decoder") or {}
     past_dims = {int(m.group(1)): v["shape"] for v in info.inputs if (m := _PAST.match(v["name"]))}
     producers = {out: n for n in g.node for out in n.output}
-    scatters = {n.input[0]: n.output[0] for n in g.node if n.op_type == "TensorScatter"}
-    pasts = [v["name"] for v in info.inputs if _PAST.match(v["name"])]
-    info.kv_written_in_place = bool(pasts) and all(
-        scatters.get(p) == p.replace("past_key_values.", "present.") for p in pasts
-    )
+    # the facts genai_config is written from at build time, read the same way here (graph_facts.py)
+    info.kv_written_in_place = graph_facts(ir.from_proto(model)).kv_scattered
     for index, node in enumerate(n for n in g.node if n.op_type in ATTENTION_OPS):
         info.attention.append(_attention(node, index, inits, decoder, past_dims, info, producers))
     info.experts = [_experts(node, inits, info.filename) for node in g.node if node.op_type in ("MoE", "QMoE")]

@@ -14,7 +14,7 @@ from typing import IO, Any
 from rich.console import Console
 
 from gqa_export.errors import InputError
-from gqa_export.run import GenerationResult, Sampling, load, prompt_tokens, stream
+from gqa_export.runtime.run import GenerationResult, Sampling, load, prompt_tokens, stream
 
 
 class Session:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gqa_export.eps import CPU, EPS, by_genai_provider
 from gqa_export.errors import SmokeRunError
-from gqa_export.package import read_json
+from gqa_export.package.staging import read_json
 
 SMOKE_PROMPT = "Hello"
 SMOKE_NEW_TOKENS = 16
@@ -57,7 +58,7 @@ def package_ep(package: Path) -> str:
     config = read_json(package / "genai_config.json") or {}
     session = ((config.get("model") or {}).get("decoder") or {}).get("session_options") or {}
     providers = [next(iter(p), None) for p in session.get("provider_options") or [] if isinstance(p, dict)]
-    return "cuda" if "cuda" in providers else "cpu"
+    return by_genai_provider(providers).name
 
 
 def runnable_ep(package: Path) -> tuple[str | None, str | None]:
@@ -66,7 +67,7 @@ def runnable_ep(package: Path) -> tuple[str | None, str | None]:
     A CUDA package runs on CPU when no GPU is usable and its dtypes have CPU kernels: fp16 does
     (ORT CPU runs fp16 graphs), bf16 activations do not, and decoder.shared_initializers is GPU
     only in onnxruntime-genai (it reads them into device memory)."""
-    if package_ep(package) == "cpu":
+    if package_ep(package) == CPU.name:
         return "cpu", None
     if cuda_device_available():
         return "cuda", None
@@ -97,8 +98,9 @@ def load(package: Path, ep: str):  # -> og.Model
 
     config = og.Config(str(package))
     config.clear_providers()
-    if ep != "cpu":
-        config.append_provider(ep)
+    provider = EPS[ep].genai_provider
+    if provider is not None:
+        config.append_provider(provider)
     return og.Model(config)
 
 

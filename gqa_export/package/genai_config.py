@@ -10,16 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gqa_export.check.graph_facts import GraphFacts
+from gqa_export.eps import EPS
 from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 from gqa_export.graph.dims import ModelDims
-from gqa_export.graph_facts import GraphFacts
 
 DEFAULT_MAX_LENGTH = 4096
-PROVIDER_OPTIONS: dict[str, list[dict[str, dict[str, str]]]] = {
-    "cpu": [],
-    # CUDA graphs are off unless asked for (--cuda-graph): capture needs batch 1 (ortgenai.md §6a).
-    "cuda": [{"cuda": {"enable_cuda_graph": "0"}}],
-}
 # generation_config.json keys carried into `search` (HF name -> genai name).
 SEARCH_FROM_GENERATION = {
     "do_sample": "do_sample",
@@ -76,7 +72,7 @@ def make_genai_config(
         },
     }
     decoder = model["decoder"]
-    if len(stages) > 1 and opts.ep == "cpu":
+    if len(stages) > 1 and EPS[opts.ep].pipeline_disables_prepacking:
         # ORT repacks fp32 MatMul weights into each session's own memory; two sessions would hold
         # them twice. Unpacked, both map the one data file (PSS 670 vs 1052 MiB for a 150M model,
         # decode speed within noise: benchmarks/results/attention_modes.md).
@@ -134,9 +130,9 @@ def _io_names(graph_names: dict[str, Any], known: tuple[str, ...]) -> dict[str, 
 
 
 def _provider_options(opts: ConfigOptions) -> list[dict[str, dict[str, str]]]:
-    if opts.ep == "cuda" and opts.cuda_graph:
-        return [{"cuda": {"enable_cuda_graph": "1"}}]
-    return PROVIDER_OPTIONS[opts.ep]
+    """The EP's provider options; CUDA graphs stay off unless asked for (--cuda-graph): capture
+    needs batch 1 (ortgenai.md §6a)."""
+    return EPS[opts.ep].genai_provider_options(opts.cuda_graph)
 
 
 def default_max_length(context_length: int) -> int:

@@ -1,0 +1,46 @@
+"""Which HF config attribute each model option is read from ("a|b": the first spelling present).
+
+A family's spec renames the ones it spells differently (Gemma's `hidden_activation`); options a
+class never applies though its config may set them are listed in the spec's `ignore`.
+"""
+
+from __future__ import annotations
+
+DEFAULT_CONFIG_KEYS: dict[str, str] = {
+    "activation": "hidden_act",
+    "sliding_window": "sliding_window",
+    "layer_types": "layer_types",
+    "attn_softcap": "attn_logit_softcapping",
+    "final_softcap": "final_logit_softcapping",
+    "query_pre_attn_scalar": "query_pre_attn_scalar",
+    "attention_multiplier": "attention_multiplier",
+    "embedding_multiplier": "embedding_multiplier",
+    "residual_multiplier": "residual_multiplier",
+    "logits_scaling": "logits_scaling",
+    "no_rope_layers": "no_rope_layers",
+    # Gemma-4: KV-shared layers, k = v on full layers, double-wide MLPs of shared layers, per-layer
+    # embeddings, and the global-layer shapes of configs without per-layer views.
+    "num_kv_shared_layers": "num_kv_shared_layers",
+    "attention_k_eq_v": "attention_k_eq_v",
+    "double_wide_mlp": "use_double_wide_mlp",
+    "per_layer_input_size": "hidden_size_per_layer_input",
+    "global_head_dim": "global_head_dim",
+    "global_kv_heads": "num_global_key_value_heads",
+    # Mixtures of experts ("a|b": the first spelling the config has)
+    "num_experts": "num_experts|num_local_experts",
+    "experts_per_token": "num_experts_per_tok|top_k_experts",
+    "expert_intermediate_size": "moe_intermediate_size",
+    "norm_topk_prob": "norm_topk_prob",
+    "decoder_sparse_step": "decoder_sparse_step",
+    "mlp_only_layers": "mlp_only_layers",
+    "shared_expert_intermediate_size": "shared_expert_intermediate_size",
+    "swiglu_limit": "swiglu_limit",
+    "swiglu_alpha": "swiglu_alpha",
+    "router_jitter": "router_jitter_noise",
+    "enable_moe": "enable_moe_block",
+    "clip_qkv": "clip_qkv",
+    # second-wave dense families
+    "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
+    "logit_scale": "logit_scale",
+    "parallel_residual": "use_parallel_residual",
+}

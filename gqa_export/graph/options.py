@@ -1,0 +1,34 @@
+"""What one decoder graph is built with: activation dtype, attention form, I/O variants.
+
+Its own module so that every graph module (decoder, outputs, ...) can read it without importing
+the decoder that assembles them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    io_dtype: ir.DataType  # activations, KV cache, cos/sin
+    logits_dtype: ir.DataType
+    rope_rows: int  # cos/sin rows: must cover search.max_length
+    packed_qkv: bool = True
+    # gqa | gqa_bias (GQA + attention_bias where a layer needs it, CPU) | scatter (standard Attention
+    # on the shared buffer) | concat (standard Attention, growing past)
+    mode: str = "gqa"
+    sliding_window_cache: bool = False  # gqa only: window-sized KV buffers on windowed layers
+    bidirectional_ids: tuple[int, ...] = ()
+    bidirectional_layers: str = "all"  # all | sliding: the layers whose bias lets runs attend bidirectionally
+    bidirectional_window_bounded: bool = False  # the window still bounds a run's keys on the left
+    kv_read: str = "slice"  # scatter graphs: slice (first T slots + bias) | nonpad (whole buffer, nonpad_kv_seqlen)
+    fused_rope: bool = True  # GQA: RoPE inside the op where it computes it exactly; False: plain ops always
+    # Outputs and inputs for pipelines (io.py): `logits` all | last (the prompt pass computes the
+    # last position's logits only) | none (no lm_head: `hidden_states` instead); `inputs_embeds`
+    # replaces input_ids and the embedding; `hidden_states` adds the final norm's output.
+    logits: str = "all"
+    inputs_embeds: bool = False
+    hidden_states: bool = False

@@ -1,0 +1,3 @@
+"""Stage 5, the package on disk: the weight writer (`writer`), genai_config.json (`genai_config`,
+`genai_schema`), manifest.json (`manifest`), the atomic staging folder and tokenizer files
+(`staging`) and what `-o`/`--overwrite` may touch (`ownership`)."""

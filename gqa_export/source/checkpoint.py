@@ -1,0 +1,97 @@
+"""A checkpoint resolved to a local folder, read the way every stage reads it.
+
+The config is read twice on purpose: config.json's raw JSON first (the architecture is named and
+its size keys checked before transformers is asked about it), then transformers' own config
+object, which resolves every spelling (4.x and 5.x keys, layer patterns). `source_dims` is that
+same reading for checks that need a model's resolved shape without building it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from gqa_export.arch import get_spec
+from gqa_export.errors import InputError
+from gqa_export.graph.consistency import check_raw_config
+from gqa_export.graph.dims import ModelDims, read_dims
+from gqa_export.progress import Reporter
+from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
+from gqa_export.source.fetch import Source, resolve_source
+from gqa_export.source.weights import WeightStore
+
+
+class Checkpoint:
+    """A resolved checkpoint: the folder, its config.json, and (read on first use) its HF config,
+    generation config and weight store. A release opens it once for all of its variants: one
+    fetch, one parse, one set of memory-mapped shards whose pages every variant reuses."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.raw_config = read_json_object(source.model_dir / "config.json")
+
+    @cached_property
+    def configs(self) -> tuple[Any, dict[str, Any] | None]:
+        return read_configs(self.source.model_dir)
+
+    @cached_property
+    def store(self) -> WeightStore:
+        return WeightStore.open(self.source.model_dir)
+
+
+def open_checkpoint(model: str, revision: str | None = None, reporter: Reporter | None = None) -> Checkpoint:
+    return Checkpoint(resolve_source(model, revision, reporter))
+
+
+def read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_dir)
+    except (ValueError, KeyError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"cannot read {model_dir / 'config.json'}: {first}") from None
+    gen_path = model_dir / "generation_config.json"
+    return config, read_json_object(gen_path) if gen_path.is_file() else None
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} does not hold a JSON object")
+    return data
+
+
+def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
+    """The built-in recipe for a config.json. Multimodal checkpoints match on their text model's
+    type (one recipe per decoder family) and the top-level architecture; a text_config without a
+    model_type gets the one transformers fills in."""
+    architecture = (raw.get("architectures") or [None])[0]
+    text = raw.get("text_config")
+    model_type = str(raw.get("model_type", "?"))
+    if isinstance(text, dict):
+        model_type = str(text.get("model_type") or text_config_of(read_configs(model_dir)[0]).model_type)
+    return match_recipe(model_type, architecture, builtin_recipes())
+
+
+def source_dims(model_dir: Path) -> ModelDims:
+    """A local checkpoint's dimensions read exactly as `build` reads them with its built-in recipe
+    (transformers' config, the family's spec): what `inspect --source` checks a package against."""
+    raw = read_json_object(model_dir / "config.json")
+    recipe = match_builtin(raw, model_dir)
+    check_raw_config(raw)
+    hf_config, generation = read_configs(model_dir)
+    text_config = text_config_of(hf_config)
+    outer = hf_config if text_config is not hf_config else None
+    return read_dims(text_config, get_spec(recipe.arch), generation, outer)
+
+
+def text_config_of(config: Any) -> Any:
+    """The text decoder's config: the config itself, or a multimodal config's text_config."""
+    get = getattr(config, "get_text_config", None)
+    return get(decoder=True) if get is not None else config
