@@ -13,7 +13,6 @@ from typing import Any
 
 from gqa_export.arch import ArchSpec, get_spec
 from gqa_export.check.graph_facts import graph_facts
-from gqa_export.check.lints import check_written
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import gqa_refusal
@@ -24,8 +23,10 @@ from gqa_export.graph.io_options import IoOptions, resolve_io, with_recipe_defau
 from gqa_export.graph.optimize import OptimizeReport, optimize
 from gqa_export.graph.params import Params
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
+from gqa_export.jsonio import write_json
+from gqa_export.package.finish import seal_lint_smoke, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
-from gqa_export.package.manifest import created_at, environment_entry, finalize, recipe_entry, source_entry, tool_entry
+from gqa_export.package.manifest import created_at, environment_entry, recipe_entry, source_entry, tool_entry
 from gqa_export.package.staging import (
     StagedPackage,
     check_free_space,
@@ -33,9 +34,8 @@ from gqa_export.package.staging import (
     check_outside,
     copy_tokenizer,
     shared_initializers,
-    write_json,
 )
-from gqa_export.package.writer import external_values, save_models
+from gqa_export.package.writer import external_values
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant.kv_cache import KvQuantOptions, check_kv_options, quantize_kv_cache
 from gqa_export.quant.quantize import (
@@ -48,7 +48,7 @@ from gqa_export.quant.quantize import (
 )
 from gqa_export.quant.report import build_report, logit_error, quantization_manifest
 from gqa_export.recipes import Recipe, load_recipe
-from gqa_export.runtime.run import GenerationResult, runnable_ep, smoke_run
+from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
 from gqa_export.source.fetch import Source
@@ -220,14 +220,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     notes: list[str] = [attention.reason]
     check_free_space(opts.output, sum(v.const_value.nbytes for v in external_values(models[0])))  # type: ignore[union-attr]
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
-        weights = len(external_values(models[0]))
-        with reporter.task(f"streaming weights into {attention.weights_file}", weights) as advance:
-            written = save_models(
-                [(g.filename, m) for g, m in zip(attention.graphs, models, strict=True)],
-                staged.path,
-                attention.weights_file,
-                lambda: advance(1),
-            )
+        graphs = [(g.filename, m) for g, m in zip(attention.graphs, models, strict=True)]
+        written = stream_weights(staged.path, graphs, attention.weights_file, reporter)
         if len(models) > 1 and EPS[opts.ep].shared_initializers and recipe.attention.split_shared_weights:
             # one GPU copy of the weights for both pipeline sessions (read from onnxruntime-genai
             # 0.18's code, not run here: no GPU); the stages have no session_options of their own
@@ -251,11 +245,11 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest["options"]["io"] = io.as_json()
         manifest["options"]["kv_cache"] = kv_cache
         manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None)
-        finalize(staged.path, manifest, written)  # every file hashed (the report too), then the manifest
-        _lint_own_package(staged.path, source.model_dir, notes, reporter)
         if opts.smoke and not io.runnable:
             notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
-        smoke = _smoke(staged.path, reporter, notes) if opts.smoke and io.runnable else None
+        smoke = seal_lint_smoke(
+            staged.path, manifest, written, notes, reporter, opts.smoke and io.runnable, source.model_dir
+        )
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
     return BuildResult(output, source, recipe.name, attention.mode, opts.ep, plan.name, max_length, files,
@@ -277,13 +271,6 @@ def _float_reference_report(
     return build_report(quant_report, quantization_manifest(plan, quant_report), end_to_end)
 
 
-def _lint_own_package(folder: Path, source_dir: Path, notes: list[str], reporter: Reporter) -> None:
-    """Run `inspect`'s lints on what was written; errors fail the build, warnings become notes."""
-    for f in check_written(folder, source_dir):
-        notes.append(f"{f.id}: {f.message}")
-        reporter.note(notes[-1])
-
-
 def _kv_read(requested: str, ep: str) -> str:
     """The scatter graphs' read form: slice on CPU (its Attention computes every key it is given),
     nonpad on CUDA (flash/cuDNN need no mask; benchmarks/results/attention_modes.md)."""
@@ -299,17 +286,6 @@ def _max_length(requested: int | None, dims: ModelDims) -> int:
     if requested < 1 or requested > context:
         raise InputError(f"--max-length must be between 1 and the model's context length {context}, got {requested}")
     return requested
-
-
-def _smoke(folder: Path, reporter: Reporter, notes: list[str]) -> GenerationResult | None:
-    ep, note = runnable_ep(folder)
-    if note is not None:
-        notes.append(note if ep is not None else f"{note}: smoke run skipped")
-        reporter.note(notes[-1])
-    if ep is None:
-        return None
-    reporter.stage(f"smoke-run on {ep}")
-    return smoke_run(folder, ep)
 
 
 def _manifest(

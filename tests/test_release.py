@@ -164,17 +164,17 @@ def test_a_tripped_gate_publishes_nothing(tmp_path):
 
 
 def test_a_failed_smoke_run_publishes_nothing(tmp_path, monkeypatch):
-    from gqa_export import pipeline
     from gqa_export.errors import SmokeRunError
+    from gqa_export.package import finish
 
-    real = pipeline.smoke_run
+    real = finish.smoke_run
 
     def smoke(folder: Path, ep: str):
         if "cuda-fp16" in str(folder):
             raise SmokeRunError("smoke run on cpu failed: simulated")
         return real(folder, ep)
 
-    monkeypatch.setattr(pipeline, "smoke_run", smoke)
+    monkeypatch.setattr(finish, "smoke_run", smoke)
     spec = write_spec(tmp_path)
     result = invoke("release", spec, "-o", tmp_path / "out")
     assert result.exit_code == 1 and "variant cuda/cuda-fp16 failed" in result.output

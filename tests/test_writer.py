@@ -10,8 +10,7 @@ import onnx_ir as ir
 import pytest
 from moe_models import save_moe
 
-from gqa_export import pipeline
-from gqa_export.package import writer
+from gqa_export.package import finish, writer
 from gqa_export.pipeline import BuildOptions, build
 
 # mid-sized, so that the casts and transposes take the onnxruntime path (kernels.SMALL_ELEMENTS)
@@ -64,7 +63,7 @@ def test_same_bytes_as_onnx_ir_save(source, tmp_path, monkeypatch, case, scatter
         hashes.update(writer.save_models(models, folder, data_file, on_tensor))
         return hashes
 
-    monkeypatch.setattr(pipeline, "save_models", both)
+    monkeypatch.setattr(finish, "save_models", both)
     out = tmp_path / "pkg"
     build(BuildOptions(str(source(name)), out, smoke=False, **options))
     files = sorted(p.name for p in reference.iterdir())

@@ -8,26 +8,19 @@ reads cos/sin rows up to the total length (§1.5); the genai_config parser rejec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from onnx import TensorProto
 
+from gqa_export.check.expert_lints import expert_findings
+from gqa_export.check.findings import Finding
 from gqa_export.check.reader import Package, load_package
 from gqa_export.errors import PackageLintError
 from gqa_export.graph.dims import token_ids
 from gqa_export.package.genai_schema import unknown_keys
 
 KV_WARN_BYTES = 4 << 30  # a KV buffer above this per batch row is worth a second look
-
-
-@dataclass(frozen=True)
-class Finding:
-    id: str
-    severity: str  # error | warning | info
-    message: str
-    fix: str
 
 
 def lint(pkg: Package, kv_warn_bytes: int = KV_WARN_BYTES) -> list[Finding]:
@@ -240,6 +233,23 @@ def _position_ids(pkg: Package, _: int) -> list[Finding]:
     return out
 
 
+def _pruned_logits(pkg: Package, _: int) -> list[Finding]:
+    """Last-token logits serve the Generator only: genai's other APIs need a row per token."""
+    pruned = [
+        g.filename for g in pkg.graphs if any(o["name"] == "logits" and o["shape"][1:2] == [1] for o in g.outputs)
+    ]
+    return [
+        Finding(
+            "last-token-logits",
+            "info",
+            f"{name}: logits are [B,1,V] (--prune-lm-head): og.Engine, n-gram and draft-model speculative "
+            "decoding need a logits row per token",
+            "rebuild without --prune-lm-head to serve it through those APIs",
+        )
+        for name in pruned
+    ]
+
+
 def _eos(pkg: Package, _: int) -> list[Finding]:
     if pkg.config is None or pkg.generation is None:
         return []
@@ -336,41 +346,6 @@ def _kv_shape(pkg: Package, _: int) -> list[Finding]:
     return out
 
 
-# id -> (when a MoE / QMoE node is broken, what goes wrong, the fix); moe.md §2, §4 (onnxruntime 1.31 CPU)
-_EXPERT_RULES = {
-    "moe-k-exceeds-experts": (
-        lambda e: e.experts is not None and e.top_k > e.experts,
-        "routes more experts (k) than it has: the kernel fails at run time",
-        "set k <= the number of experts",
-    ),
-    "moe-swiglu-layout": (
-        lambda e: e.activation == "swiglu" and e.attributes.get("swiglu_fusion", 0) != 1,
-        "has SwiGLU experts without swiglu_fusion=1: the CPU kernels take only interleaved gate/up rows",
-        "re-export with interleaved fc1 rows and swiglu_fusion=1",
-    ),
-    "moe-sparse-mixer-ignored": (
-        lambda e: bool(e.attributes.get("use_sparse_mixer", 0)),
-        "sets use_sparse_mixer, which the CPU kernels accept and ignore: plain top-k routing",
-        "compute the sparsemixer weights in the graph",
-    ),
-    "qmoe-renormalizes": (
-        lambda e: e.op == "QMoE" and not e.normalize and not e.router_weights,
-        "asks for no renormalization without router_weights: QMoE renormalizes the top-k anyway",
-        "feed router_weights = Softmax(router logits) (input 14)",
-    ),
-}
-
-
-def _experts(pkg: Package, _: int) -> list[Finding]:
-    return [
-        Finding(rule, "error", f"{g.filename}: {e.op} of layer {e.layer} {what}", fix)
-        for g in pkg.graphs
-        for e in g.experts
-        for rule, (broken, what, fix) in _EXPERT_RULES.items()
-        if broken(e)
-    ]
-
-
 def _ranges(values: list[int]) -> str:
     return ", ".join(str(v) for v in values[:8]) + (" ..." if len(values) > 8 else "")
 
@@ -385,8 +360,9 @@ RULES = (
     _rope_cache,
     _kv_size,
     _position_ids,
+    _pruned_logits,
     _eos,
     _pipeline_kv,
     _kv_shape,
-    _experts,
+    expert_findings,
 )

@@ -8,7 +8,6 @@ lints that judge the result live in `lints.py`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from gqa_export.check.external_data import external_data_problems
 from gqa_export.check.graph_facts import graph_facts
 from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
-from gqa_export.package.staging import read_json
+from gqa_export.jsonio import read_json, read_json_object
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
@@ -170,12 +169,7 @@ def load_package(path: Path, source: Path | None = None) -> Package:
         config_path = folder / "genai_config.json"
         if not config_path.is_file():
             raise InputError(f"{folder} has no genai_config.json; pass a package folder or a bare .onnx file")
-        try:
-            config = json.loads(config_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"{config_path} is not valid JSON ({exc})") from None
-        if not isinstance(config, dict):
-            raise InputError(f"{config_path} does not hold a JSON object; re-export the package")
+        config = read_json_object(config_path, "re-export the package")
         stages = _stages(config)
     graphs, missing = [], []
     for filename, role, on_prompt, on_gen in stages:

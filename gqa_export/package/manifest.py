@@ -25,7 +25,8 @@ from typing import Any
 
 from gqa_export import __version__
 from gqa_export.errors import InputError
-from gqa_export.package.staging import file_digests, write_json
+from gqa_export.jsonio import write_json
+from gqa_export.package.staging import file_digests
 from gqa_export.package.writer import WrittenFile
 from gqa_export.recipes import Recipe, recipes_dir
 from gqa_export.source.fetch import Source

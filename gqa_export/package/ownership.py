@@ -12,12 +12,12 @@ directory out from under the shell.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import InputError
+from gqa_export.jsonio import read_json
 
 MANIFEST = "manifest.json"
 RELEASE = "release.json"
@@ -91,11 +91,8 @@ def _names(entries: list[str]) -> str:
 
 
 def _load(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("tool"), dict) or data["tool"].get("name") != TOOL:
+    data = read_json(path)
+    if data is None or not isinstance(data.get("tool"), dict) or data["tool"].get("name") != TOOL:
         return None
     return data
 

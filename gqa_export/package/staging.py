@@ -221,18 +221,6 @@ def _chat_template(source: Path) -> str | None:
     return None
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """An optional JSON file of a package or checkpoint: None when absent or unreadable."""
-    try:
-        return json.loads(path.read_text()) if path.is_file() else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
 def file_digests(folder: Path, known: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """sha256 and size of every file in the package (the manifest itself excluded); `known`:
     entries already computed while the file was written (the weights), trusted as they are."""

@@ -65,10 +65,6 @@ class PrecisionPlan:
     quantize_embeddings: bool = False
     mixed: tuple[tuple[str, int], ...] = ()  # (selector or name pattern, bits), later entries win
 
-    @property
-    def runs_on_cpu(self) -> bool:
-        return self.io_dtype != ir.DataType.BFLOAT16
-
 
 @dataclass
 class QuantizeReport:

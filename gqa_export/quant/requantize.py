@@ -8,20 +8,19 @@ reference for `--report`.
 
 from __future__ import annotations
 
-import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx_ir as ir
 
-from gqa_export.check.lints import check_written
 from gqa_export.check.reader import load_package
 from gqa_export.errors import InputError
-from gqa_export.package.manifest import DIGEST_KEY, created_at, finalize
-from gqa_export.package.staging import StagedPackage, check_output, check_outside, write_json
-from gqa_export.package.writer import save_models
+from gqa_export.jsonio import read_json, read_json_object, write_json
+from gqa_export.package.finish import seal_lint_smoke, stream_weights
+from gqa_export.package.manifest import DIGEST_KEY, created_at
+from gqa_export.package.staging import StagedPackage, check_output, check_outside
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant.quantize import (
     FLOAT_DTYPES,
@@ -31,7 +30,7 @@ from gqa_export.quant.quantize import (
     quantize,
 )
 from gqa_export.quant.report import build_report, logit_error, quantization_manifest
-from gqa_export.runtime.run import GenerationResult, smoke_run
+from gqa_export.runtime.run import GenerationResult
 
 COPIED = ("genai_config.json",)
 
@@ -43,6 +42,7 @@ class RequantizeResult:
     files: dict[str, int]
     report: dict[str, Any] | None
     smoke: GenerationResult | None
+    notes: list[str] = field(default_factory=list)
 
 
 def requantize(
@@ -85,9 +85,9 @@ def requantize(
         quantize(model, plan, quant_report)
     data_file = "model.onnx.data" if len(models) == 1 else "weights.onnx.data"
     reporter.stage("package")
+    notes: list[str] = []
     with StagedPackage(output, overwrite, reporter.note) as staged:
-        with reporter.task(f"streaming quantized weights into {data_file}", None) as advance:
-            written = save_models(list(zip(filenames, models, strict=True)), staged.path, data_file, lambda: advance(1))
+        written = stream_weights(staged.path, list(zip(filenames, models, strict=True)), data_file, reporter)
         for item in package.iterdir():
             if (
                 item.is_file()
@@ -98,7 +98,7 @@ def requantize(
         result_report = None
         if report:
             reporter.stage("accuracy report (against the input package)")
-            vocab = int(json.loads((package / "genai_config.json").read_text())["model"]["vocab_size"])
+            vocab = int(read_json_object(package / "genai_config.json")["model"]["vocab_size"])
             result_report = build_report(
                 quant_report, quantization_manifest(plan, quant_report), logit_error(package, staged.path, vocab)
             )
@@ -114,22 +114,16 @@ def requantize(
             "precision": source_precision,
             "manifest_digest": manifest.pop(DIGEST_KEY, None),
         }
-        finalize(staged.path, manifest, written)
-        check_written(staged.path)
-        result_smoke = smoke_run(staged.path, "cpu") if smoke and plan.runs_on_cpu else None
+        result_smoke = seal_lint_smoke(staged.path, manifest, written, notes, reporter, smoke)
         out = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
-    return RequantizeResult(out, plan.name, files, result_report, result_smoke)
+    return RequantizeResult(out, plan.name, files, result_report, result_smoke, notes)
 
 
 def _manifest(package: Path) -> dict[str, Any]:
-    path = package / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        raise InputError(
-            f"{package} has no readable manifest.json: quantize works on packages gqa-export wrote"
-        ) from None
+    manifest = read_json(package / "manifest.json")
+    if manifest is None:
+        raise InputError(f"{package} has no readable manifest.json: quantize works on packages gqa-export wrote")
     if manifest.get("tool", {}).get("name") != "gqa-export":
         raise InputError(f"{package} was not written by gqa-export; re-export it with gqa-export build")
     return manifest

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from gqa_export.errors import InputError
-from gqa_export.package.staging import read_json
+from gqa_export.jsonio import read_json
 
 DEFAULT_WINDOW = 1024
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from gqa_export.eps import CPU, EPS, by_genai_provider
 from gqa_export.errors import SmokeRunError
-from gqa_export.package.staging import read_json
+from gqa_export.jsonio import read_json
 
 SMOKE_PROMPT = "Hello"
 SMOKE_NEW_TOKENS = 16

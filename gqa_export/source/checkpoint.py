@@ -8,7 +8,6 @@ same reading for checks that need a model's resolved shape without building it.
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from gqa_export.arch import get_spec
 from gqa_export.errors import InputError
 from gqa_export.graph.consistency import check_raw_config
 from gqa_export.graph.dims import ModelDims, read_dims
+from gqa_export.jsonio import read_json_object
 from gqa_export.progress import Reporter
 from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
 from gqa_export.source.fetch import Source, resolve_source
@@ -55,16 +55,6 @@ def read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:
         raise InputError(f"cannot read {model_dir / 'config.json'}: {first}") from None
     gen_path = model_dir / "generation_config.json"
     return config, read_json_object(gen_path) if gen_path.is_file() else None
-
-
-def read_json_object(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path} does not hold a JSON object")
-    return data
 
 
 def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
