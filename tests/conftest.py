@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,27 +36,6 @@ class Checkpoints:
             model_type = kwargs.pop("model_type", model_type)
             self._made[name] = save_model(self.root / name, model_type, **{**params, **kwargs})
         return self._made[name]
-
-
-@pytest.fixture(scope="session", autouse=True)
-def full_prompt_logits() -> Iterator[None]:
-    """Exactness tests compare the logits of every prompt position, so packages built in-process
-    keep full logits for the whole session (session fixtures that build packages included); tests
-    marked `pruned_default` get the shipped default, last-token logits (tests/test_io_options.py
-    checks it on every family)."""
-    import gqa_export.graph.io_options
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gqa_export.graph.io_options, "PRUNE_BY_DEFAULT", False)
-        yield
-
-
-@pytest.fixture(autouse=True)
-def shipped_defaults_when_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.node.get_closest_marker("pruned_default") is not None:
-        import gqa_export.graph.io_options
-
-        monkeypatch.setattr(gqa_export.graph.io_options, "PRUNE_BY_DEFAULT", True)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Build options for inference efficiency and pipelines (io_options.py), proven against HF:
-last-token logits (the shipped default) on every family, inputs_embeds, hidden_states, no lm_head,
-CUDA graph, and one clear line for combinations that cannot work."""
+last-token logits (`--prune-lm-head`, opt-in) on every family, full logits by default,
+inputs_embeds, hidden_states, no lm_head, CUDA graph, and one clear line for combinations that
+cannot work."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from variants import ALL_VARIANTS, GEMMA4_VARIANTS, MULTIMODAL_VARIANTS
 
 from gqa_export.cli import app
+from gqa_export.errors import InputError
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions, build
 
@@ -20,32 +22,44 @@ PROMPT = [0, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41]  # longer than the tiny slidi
 runner = CliRunner()
 
 
+PRUNED = IoOptions(prune_lm_head=True)
+
+
 def _build(checkpoint, out, **kwargs):
     return build(BuildOptions(str(checkpoint), out, smoke=False, **kwargs))
 
 
-@pytest.mark.pruned_default
+def test_full_logits_by_default(checkpoints, tmp_path):
+    """The default package keeps a logits row per prompt token: every onnxruntime-genai API (the
+    Generator, og.Engine, speculative decoding) serves it (tests/runtime/test_serving.py)."""
+    _build(checkpoints.get("gqa"), tmp_path / "pkg")
+    assert json.loads((tmp_path / "pkg" / "manifest.json").read_text())["options"]["io"]["logits"] == "all"
+
+
 @pytest.mark.parametrize("name", [*ALL_VARIANTS, *MULTIMODAL_VARIANTS, *GEMMA4_VARIANTS])
-def test_last_token_logits_by_default_are_exact(checkpoints, tmp_path, name):
-    """The default package's prompt pass returns [B,1,V]: the last prompt row and every decode
-    step equal HF, and greedy tokens through onnxruntime-genai equal HF generate. Decoder
-    pipelines (the recipes' split default for bidirectional blocks) keep every prompt row."""
+def test_last_token_logits_are_exact(checkpoints, tmp_path, name):
+    """With --prune-lm-head the prompt pass returns [B,1,V]: the last prompt row and every decode
+    step equal HF, and greedy tokens through onnxruntime-genai equal HF generate. A recipe that
+    picks a decoder pipeline (split, for bidirectional runs) cannot prune: it says so, and its
+    text-only gqa form prunes."""
     checkpoint = checkpoints.get(name)
     out = tmp_path / "pkg"
-    result = _build(checkpoint, out)
+    try:
+        _build(checkpoint, out, io=PRUNED)
+    except InputError as exc:
+        assert "--prune-lm-head is for single-graph packages" in str(exc)
+        _build(checkpoint, out, io=PRUNED, attention="gqa")
     manifest = json.loads((out / "manifest.json").read_text())["options"]
-    assert manifest["io"]["logits"] == ("last" if len(manifest["graphs"]) == 1 else "all")
+    assert manifest["io"]["logits"] == "last" and len(manifest["graphs"]) == 1
     model = hf_model(checkpoint)
-    if result.attention_mode != "split":  # a pipeline's stages run through genai only (below)
-        tokens, got = ort_prefill_and_decode(out, PROMPT, steps=4)
-        assert got.shape[0] == 5  # one prompt row, four decode rows
-        want = hf_logits(model, tokens, len(PROMPT))[len(PROMPT) - 1 :]
-        np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+    tokens, got = ort_prefill_and_decode(out, PROMPT, steps=4)
+    assert got.shape[0] == 5  # one prompt row, four decode rows
+    want = hf_logits(model, tokens, len(PROMPT))[len(PROMPT) - 1 :]
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
     _, genai_tokens = genai_prompt_then_greedy(out, PROMPT, 6)
     assert genai_tokens == hf_generate(model, PROMPT, 6)
 
 
-@pytest.mark.pruned_default
 @pytest.mark.parametrize(
     ("name", "attention", "precision"),
     [("mistral_window", "bias", "fp32"), ("gemma3_local_global", "bias", "fp32"), ("qwen3_qk_norm", "gqa", "int4")],
@@ -55,8 +69,8 @@ def test_last_token_logits_in_other_modes_and_precisions(checkpoints, tmp_path, 
     prompt) and with a quantized lm_head: the pruned package gives exactly the full package's rows."""
     checkpoint = checkpoints.get(name)
     pruned, full = tmp_path / "pruned", tmp_path / "full"
-    _build(checkpoint, pruned, attention=attention, precision=precision)
-    _build(checkpoint, full, attention=attention, precision=precision, io=IoOptions(prune_lm_head=False))
+    _build(checkpoint, pruned, attention=attention, precision=precision, io=PRUNED)
+    _build(checkpoint, full, attention=attention, precision=precision)
     tokens, got = ort_prefill_and_decode(pruned, PROMPT, steps=4)
     tokens_full, want = ort_prefill_and_decode(full, PROMPT, steps=4)
     assert tokens == tokens_full and got.shape[0] == 5
@@ -86,14 +100,13 @@ def _genai_batch(package, prompts: list[list[int]], new: int, pad: int) -> list[
     return rows
 
 
-@pytest.mark.pruned_default
 def test_last_token_logits_pick_each_padded_rows_last_real_token(checkpoints, tmp_path):
     """genai pads batched prompts on the right; the pruned graph must read each row's last real
     token (the last column is padding for the shorter row)."""
     checkpoint = checkpoints.get("gqa")
     pruned, full = tmp_path / "pruned", tmp_path / "full"
-    _build(checkpoint, pruned)
-    _build(checkpoint, full, io=IoOptions(prune_lm_head=False))
+    _build(checkpoint, pruned, io=PRUNED)
+    _build(checkpoint, full)
     pad = json.loads((pruned / "genai_config.json").read_text())["model"]["pad_token_id"]
     prompts = [PROMPT, PROMPT[:3]]
     want = [hf_generate(hf_model(checkpoint), p, 5) for p in prompts]
@@ -194,20 +207,19 @@ def test_inputs_embeds_refuses_features_that_read_ids(checkpoints, tmp_path):
     assert result.exit_code == 2 and "--inputs-embeds cannot be used with" in result.output
 
 
-@pytest.mark.pruned_default
 def test_recipe_build_defaults_apply_unless_the_command_line_says_otherwise(checkpoints, tmp_path):
     recipe = tmp_path / "mine.yaml"
     recipe.write_text(
         "name: mine\nmatch:\n  model_types: [llama]\narch: llama\n"
-        "build:\n  prune_lm_head: false\n  kv_cache: int8\n  kv_scales: per-tensor\n"
+        "build:\n  prune_lm_head: true\n  kv_cache: int8\n  kv_scales: per-tensor\n"
     )
     checkpoint = str(checkpoints.get("gqa"))
     result = runner.invoke(app, ["build", checkpoint, "-o", str(tmp_path / "a"), "--recipe", str(recipe), "--no-smoke"])
     assert result.exit_code == 0, result.output
     options = json.loads((tmp_path / "a" / "manifest.json").read_text())["options"]
-    assert options["io"]["logits"] == "all" and options["kv_cache"]["scales"] == "per-tensor"
+    assert options["io"]["logits"] == "last" and options["kv_cache"]["scales"] == "per-tensor"
     args = ["build", checkpoint, "-o", str(tmp_path / "b"), "--recipe", str(recipe), "--no-smoke"]
-    result = runner.invoke(app, [*args, "--prune-lm-head", "--kv-cache", "float"])
+    result = runner.invoke(app, [*args, "--no-prune-lm-head", "--kv-cache", "float"])
     assert result.exit_code == 0, result.output
     options = json.loads((tmp_path / "b" / "manifest.json").read_text())["options"]
-    assert options["io"]["logits"] == "last" and options["kv_cache"] is None
+    assert options["io"]["logits"] == "all" and options["kv_cache"] is None

@@ -3,10 +3,14 @@
 Each is validated here once (one line, exit 2 for a combination that cannot work) and turned into
 the graph's `GraphOptions` fields and the genai_config switches.
 
-- Last-token logits (`--prune-lm-head`, default on where onnxruntime-genai needs nothing else):
-  genai 0.18 accepts [B,1,V] prompt logits with no config key and uses the row as it is, so the
-  graph picks each right-padded row's last real token (graph/outputs.py). Kept off for decoder
-  pipelines (split), whose stages the runtime chains by name, and for `--no-lm-head`.
+- Last-token logits (`--prune-lm-head`, off by default): genai 0.18 accepts [B,1,V] prompt logits
+  with no config key and its Generator uses the row as it is, so the graph picks each right-padded
+  row's last real token (graph/outputs.py). Off by default because genai decides "pruned" from the
+  static dim 1 of `logits` and then its other APIs do not serve the package: `og.Engine` fails
+  (ENGINE_EXECUTION_FAILURE), n-gram speculative decoding refuses it, a draft-model target
+  verifies token by token (docs/ortgenai.md). It saves prefill time and memory (the lm_head on
+  one row) for packages served only through the Generator. Refused for decoder pipelines (split),
+  whose stages the runtime chains by name, and with `--no-lm-head`.
 - `--inputs-embeds` / `--no-lm-head`: genai's decoder-only state binds `input_ids` and reads
   `logits` ("Model input was not found: input_ids"), so such a package is a stage for a larger
   pipeline; no smoke run is possible and none is attempted.
@@ -26,12 +30,11 @@ from gqa_export.errors import InputError
 from gqa_export.quant.kv_cache import KvQuantOptions
 
 LOGITS_MODES = ("all", "last", "none")
-PRUNE_BY_DEFAULT = True  # last-token logits unless asked otherwise (the test suite's exactness checks turn it off)
 
 
 @dataclass(frozen=True)
 class IoOptions:
-    prune_lm_head: bool | None = None  # None: on where the runtime allows it
+    prune_lm_head: bool | None = None  # None: the recipe's build default, else full logits
     inputs_embeds: bool = False
     hidden_states: bool = False
     no_lm_head: bool = False
@@ -80,8 +83,6 @@ def resolve_io(io: IoOptions, ep: str, attention_mode: str, num_graphs: int) -> 
             )
     if io.no_lm_head:
         logits = "none"
-    elif io.prune_lm_head is None:
-        logits = "last" if num_graphs == 1 and PRUNE_BY_DEFAULT else "all"
     else:
         logits = "last" if io.prune_lm_head else "all"
     return ResolvedIo(logits, io.inputs_embeds, io.hidden_states, io.cuda_graph)
