@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 import torch
-from tiny_models import save_tokenizer
+from tiny_models import save_tokenizer, spelled_for_installed_transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 FAMILIES = [
@@ -129,6 +129,7 @@ def family_config(model_type: str) -> dict:
             sliding_window=8,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+            initializer_range=0.3,  # at 0.1 the tied model copies its last token (1-2 distinct ids)
         )
     elif model_type == "cohere":  # parallel block, mean-sub LN without bias, interleaved RoPE, logit_scale
         c.update(
@@ -236,7 +237,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
 def build_model(model_type: str, seed: int = 0, **overrides):
     cfg_kw = family_config(model_type)
     cfg_kw.update(overrides)
-    config = AutoConfig.for_model(model_type, **cfg_kw)
+    # under transformers 4.x, written the way 4.x writes real checkpoints (tiny_models.py)
+    config = AutoConfig.for_model(model_type, **spelled_for_installed_transformers(cfg_kw, model_type))
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.eval()

@@ -140,6 +140,13 @@ def save_multimodal(
     torch.manual_seed(seed)
     model = getattr(tf, _CLASSES[arch])(config).eval()
     randomize_norms(model, biases=True)
+    if arch == "gemma3":
+        # Tied and scaled by sqrt(hidden), the full-size table dominates every (post-normed) layer
+        # and the model copies its last token forever; an eighth of it lets the layers decide the
+        # next token, and a final norm (1 + w) about twice as large keeps the logits above 1.
+        with torch.no_grad():
+            model.get_input_embeddings().weight.mul_(0.125)
+            next(p for n, p in model.named_parameters() if n.endswith("language_model.norm.weight")).add_(1.0)
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, save_original_format=hub_layout)

@@ -43,6 +43,13 @@ def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.nda
     return torch.cat(logits).float().numpy()
 
 
+def assert_varied(sequences: list[list[int]], least: int = 4) -> None:
+    """Greedy continuations that prove something: at least one holds `least` distinct ids. Equal
+    token lists of one repeated id (a model that copies its last token) pass any exporter."""
+    distinct = [len(set(s)) for s in sequences]
+    assert max(distinct, default=0) >= least, f"degenerate continuations (distinct ids per prompt: {distinct})"
+
+
 def hf_generate(model, prompt: list[int], new_tokens: int) -> list[int]:
     """Greedy HF generate, EOS suppressed for `new_tokens` steps (as genai's min_length does)."""
     import torch

@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 import pytest
 from dense_models import FAMILIES, VARIANTS, save_dense
-from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
+from reference import assert_varied, genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
+from weight_layouts import INT4_MAX_ERROR, relative_errors
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.run import generate_greedy, load
@@ -21,6 +22,20 @@ NAMES = [*FAMILIES, *VARIANTS]
 # genai model types the runtime has for these families; the rest run as "decoder"
 GENAI_TYPES = {"phi": "phi", "olmo": "olmo", "nemotron": "nemotron", "ernie4_5": "ernie4_5",
                "hunyuan_v1_dense": "hunyuandensev1"}  # fmt: skip
+
+
+# transformers 4.x computes these differently from 5.x itself (the reference is the installed HF):
+# 4.57's xIELU keeps its alpha/beta parameters in bf16 (logits off by ~6e-3), and 4.57 cannot
+# build a StableLM with parallel residual and q/k LayerNorm from its own config (AttributeError in
+# its weight init). Exact under 5.x; compared only there.
+DIFFERENT_UNDER_4X = {"apertus", "stablelm_par_qkln"}
+
+
+def _reference_comparable(name: str) -> None:
+    import transformers
+
+    if name in DIFFERENT_UNDER_4X and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip(f"transformers {transformers.__version__} computes {name} differently from 5.x (see above)")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +63,7 @@ def dense(tmp_path_factory):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_logits_match_hf(dense, name):
+    _reference_comparable(name)
     checkpoint, package = dense
     tokens, got = ort_prefill_and_decode(package(name), PROMPT, steps=6)
     ref = hf_logits(hf_model(checkpoint(name)), tokens, len(PROMPT))
@@ -63,10 +79,12 @@ def test_logits_match_hf(dense, name):
 def test_generates_like_hf(dense, name):
     checkpoint, package = dense
     hf, model = hf_model(checkpoint(name)), load(package(name), "cpu")
+    seen: list[list[int]] = []
     for prompt in PROMPTS:
-        assert generate_greedy(package(name), prompt, NEW, min_new_tokens=NEW, model=model).tokens == hf_generate(
-            hf, prompt, NEW
-        ), prompt
+        got = generate_greedy(package(name), prompt, NEW, min_new_tokens=NEW, model=model).tokens
+        assert got == hf_generate(hf, prompt, NEW), prompt
+        seen.append(got)
+    assert_varied(seen)
 
 
 @pytest.mark.parametrize("mode", ["bias", "split"])
@@ -74,6 +92,7 @@ def test_generates_like_hf(dense, name):
 def test_standard_attention_modes(dense, name, mode):
     """Plain-op RoPE (rotate-half and GPT-J pairs, partial), NoPE layers, per-head LayerNorms and
     HunYuan's norms after RoPE in the standard-Attention graphs: prompt logits and 16 tokens."""
+    _reference_comparable(name)
     checkpoint, package = dense
     logits, tokens = genai_prompt_then_greedy(package(name, mode), PROMPT, 16)
     from reference import hf_prompt_then_greedy
@@ -84,12 +103,17 @@ def test_standard_attention_modes(dense, name, mode):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_int4_generates(dense, tmp_path, name):
+def test_int4_weights_and_generation(dense, tmp_path, name):
+    """Every linear in MatMulNBits, each dequantized independently (tests/weight_layouts.py) within
+    INT4_MAX_ERROR of the checkpoint's weight (measured ~0.08; a layout bug ~0.4-1.4), and the
+    package generates through onnxruntime-genai."""
     checkpoint, _ = dense
     result = build(BuildOptions(str(checkpoint(name)), tmp_path / "int4", precision="int4"))
-    assert result.smoke is not None and len(result.smoke.tokens) == 16
+    assert result.smoke is not None and result.smoke.tokens
     ops = {n.op_type for n in onnx.load(str(tmp_path / "int4" / "model.onnx"), load_external_data=False).graph.node}
     assert "MatMulNBits" in ops and "MatMul" not in ops
+    errors = relative_errors(tmp_path / "int4", checkpoint(name))
+    assert errors and max(errors.values()) < INT4_MAX_ERROR, errors
 
 
 @pytest.mark.parametrize("name", ["phi", "cohere2", "glm4", "hunyuan_v1_dense", "apertus"])

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from gemma4_models import mm_token_type_ids, save_gemma4
 from reference import (
+    assert_varied,
     genai_prompt_then_greedy,
     hf_generate,
     hf_logits,
@@ -19,6 +20,7 @@ from reference import (
     ort_prefill_and_decode,
 )
 from variants import GEMMA4_VARIANTS
+from weight_layouts import INT4_MAX_ERROR, INT8_MAX_ERROR, relative_errors
 
 from gqa_export.check.reader import load_package
 from gqa_export.errors import InputError
@@ -64,9 +66,12 @@ def test_generates_like_hf(packages, checkpoints, variant, mode):
     package = packages(variant, mode)
     hf = hf_model(checkpoints.get(variant))
     model = load(package, "cpu")
+    seen: list[list[int]] = []
     for prompt in PROMPTS:
         got = generate_greedy(package, prompt, NEW, min_new_tokens=NEW, model=model)
         assert got.tokens == hf_generate(hf, prompt, NEW), (mode, prompt)
+        seen.append(got.tokens)
+    assert_varied(seen)
 
 
 @pytest.mark.parametrize("mode", ["auto", "bias", "split"])
@@ -138,12 +143,13 @@ def test_inspect_reports_per_layer_shapes_and_true_kv_bytes(packages):
     assert pkg.kv_bytes_per_row() == expected
 
 
-@pytest.mark.parametrize(("precision", "bound"), [("int8", 0.25), ("int4", 1.0)])
+@pytest.mark.parametrize(("precision", "bound"), [("int8", INT8_MAX_ERROR), ("int4", INT4_MAX_ERROR)])
 def test_quantized_packages_generate_close_to_float(checkpoints, tmp_path, precision, bound):
-    """MatMulNBits on every projection (PLE ones too), the tied table shared with GatherBlockQuantized;
-    prompt logits vs the fp32 export (quant_report.json, fp32 compute). A layout error gives ~1.0;
-    int8 measured 0.12 (next-token agreement 0.84), int4 0.84: 8 sandwich-normed layers and a
-    softcap of 2 amplify a weight error of 0.09 on this random model."""
+    """MatMulNBits on every projection (PLE ones too), the tied table shared with GatherBlockQuantized.
+    Each weight dequantized independently (tests/weight_layouts.py) is within `bound` of the
+    checkpoint's (a layout bug: ~0.4-1.4); end to end, int8 prompt logits stay within 0.25 of the
+    fp32 export (measured 0.12). int4's end-to-end error on this random model (0.84: 8
+    sandwich-normed layers and a softcap of 2 amplify a weight error of 0.09) bounds nothing."""
     package = tmp_path / precision
     quant = QuantOptions(accuracy_level=0)
     result = build(
@@ -156,10 +162,11 @@ def test_quantized_packages_generate_close_to_float(checkpoints, tmp_path, preci
     tables = {n.input[0] for n in graph.node if n.op_type == "GatherBlockQuantized"}
     # the tied table (shared with the lm_head) and the per-layer-embedding table, quantized by default
     assert tables == {"model.embed_tokens.qweight", "model.embed_tokens_per_layer.qweight"}
-    report = json.loads((package / "quant_report.json").read_text())["logits_vs_float"]
-    assert report["relative_l2"] < bound
+    errors = relative_errors(package, checkpoints.get("gemma4_causal"))
+    assert errors and max(errors.values()) < bound, errors
     if precision == "int8":
-        assert report["next_token_agreement"] > 0.75
+        report = json.loads((package / "quant_report.json").read_text())["logits_vs_float"]
+        assert report["relative_l2"] < 0.25 and report["next_token_agreement"] > 0.75
 
 
 @pytest.mark.parametrize("variant", ["gemma4_causal", "gemma4_unified"])

@@ -12,6 +12,7 @@ import onnx
 import pytest
 from multimodal_models import IMAGE_ID
 from reference import (
+    assert_varied,
     genai_prompt_then_greedy,
     hf_generate,
     hf_logits,
@@ -20,6 +21,7 @@ from reference import (
     ort_prefill_and_decode,
 )
 from variants import MULTIMODAL_VARIANTS
+from weight_layouts import INT4_MAX_ERROR, relative_errors
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.run import generate_greedy, load
@@ -60,9 +62,12 @@ def test_text_decoder_generates_like_hf(packages, checkpoints, variant, mode):
     package = packages(variant, mode)
     hf = hf_model(checkpoints.get(variant))
     model = load(package, "cpu")
+    seen: list[list[int]] = []
     for prompt in ([0], PROMPT):
         got = generate_greedy(package, prompt, NEW, min_new_tokens=NEW, model=model)
         assert got.tokens == hf_generate(hf, prompt, NEW), (mode, prompt)
+        seen.append(got.tokens)
+    assert_varied(seen)
 
 
 @pytest.mark.parametrize("mode", ["auto", "bias", "split"])
@@ -123,7 +128,10 @@ def _initializer_names(package) -> list[str]:
 @pytest.mark.parametrize("variant", ["gemma3_vision", "ministral3_vision", "qwen3_vl_v5"])
 def test_int4_text_decoder_generates(checkpoints, tmp_path, variant):
     result = build(BuildOptions(str(checkpoints.get(variant)), tmp_path / "int4", precision="int4"))
-    assert result.smoke is not None and len(result.smoke.tokens) == 16
+    assert result.smoke is not None and result.smoke.tokens
     for graph in (tmp_path / "int4").glob("*.onnx"):  # split (gemma3_vision's auto) has two graphs
         ops = {n.op_type for n in onnx.load(str(graph), load_external_data=False).graph.node}
         assert "MatMulNBits" in ops and "MatMul" not in ops
+        # each weight dequantized independently against the checkpoint's (tests/weight_layouts.py)
+        errors = relative_errors(tmp_path / "int4", checkpoints.get(variant), graph.name)
+        assert errors and max(errors.values()) < INT4_MAX_ERROR, errors

@@ -3,15 +3,17 @@ validates against, every command has a MODEL-style usage line and examples, opti
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 import typer
 
-from gqa_export import choices
+from gqa_export import choices, eps
 from gqa_export.cli import app
+from gqa_export.errors import InputError
 from gqa_export.quant.quantize import plan_precision
-from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
+from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS, SCHEMA
 
 # (command, option) -> the table whose keys are its only accepted values
 CHOICE_TABLES = {
@@ -53,18 +55,17 @@ def test_choices_are_the_validators_tables(command, flag):
 
 
 def test_tables_agree_with_the_validators():
-    assert (ATTENTION_MODES, EPS, PRECISIONS) == tuple(
-        tuple(t) for t in (choices.ATTENTION_MODES, choices.EPS, choices.PRECISIONS)
-    )
+    """Every (EP, precision) pair the tables offer is accepted and every other is refused with the
+    table's reason; anything else escaping the validator (a crash) fails the test."""
+    assert set(SCHEMA["precision"]) == set(EPS) == set(choices.EPS) == set(eps.EPS)
+    assert set(ATTENTION_MODES) == set(choices.ATTENTION_MODES) and set(PRECISIONS) == set(choices.PRECISIONS)
     for ep in choices.EPS:
         for precision in choices.PRECISIONS:
-            supported = precision in choices.SUPPORTED[ep]
-            try:
-                plan_precision(ep, precision)
-                accepted = True
-            except Exception:
-                accepted = False
-            assert accepted == supported, (ep, precision)
+            if precision in choices.SUPPORTED[ep]:
+                assert plan_precision(ep, precision).name == precision
+            else:
+                with pytest.raises(InputError, match=re.escape(eps.EPS[ep].refused[precision])):
+                    plan_precision(ep, precision)
 
 
 def test_help_text_lists_what_each_ep_supports():

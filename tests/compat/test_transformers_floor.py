@@ -4,7 +4,9 @@ naming its site-packages, so it works from inside a virtualenv too, where `syste
 would reach the base interpreter instead) gets transformers==FLOOR (and the huggingface-hub /
 tokenizers it needs) from the package registry, once per cache folder and parent interpreter,
 and runs prefill/decode logits vs HF and greedy tokens through onnxruntime-genai for every Llama
-variant and dense family of tests/variants.py, with checkpoints spelled the way 4.x writes them.
+variant and dense family of tests/variants.py, the second-wave dense families (all modes, int4)
+and the published 4.x configs of tests/test_real_configs.py, with checkpoints spelled the way 4.x
+writes them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = re.search(r'"transformers>=([0-9.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)  # type: ignore[union-attr]
 PIN = {"4.57": "4.57.6"}.get(FLOOR, FLOOR)  # the newest patch of the floor's minor
-SUBSET = ["tests/graph/test_decoder.py", "tests/test_run.py"]
+SUBSET = [
+    "tests/graph/test_decoder.py",
+    "tests/test_run.py",
+    "tests/test_dense_families.py",
+    "tests/test_real_configs.py",
+]
 
 
 # what the floor venv must import: transformers at the pin, and this package's own dependencies

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from reference import genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
+from reference import assert_varied, genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.run import generate_greedy, load
@@ -54,9 +54,12 @@ def test_modes_generate_like_hf(packages, checkpoints, variant, mode):
     package = packages(variant, mode)
     hf = hf_model(checkpoints.get(variant))
     model = load(package, "cpu")
+    seen: list[list[int]] = []
     for prompt in PROMPTS:
         got = generate_greedy(package, prompt, NEW, min_new_tokens=NEW, model=model)
         assert got.tokens == hf_generate(hf, prompt, NEW), (mode, prompt)
+        seen.append(got.tokens)
+    assert_varied(seen)
 
 
 @pytest.mark.parametrize("mode", MODES)

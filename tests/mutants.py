@@ -1,0 +1,76 @@
+"""Planting known bugs into a copy of a built package, to prove that a check fails on them.
+
+Each mutant edits the initializers of the package's graph in place (inline or in the external
+data file, at the tensor's own offset), so the broken package is byte for byte the correct one
+except for the planted bug: nibble order, scales off by a factor, experts rolled, zero points
+swapped, a weight transposed. A check whose bound lets one of these pass cannot fail.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+Change = Callable[[np.ndarray], np.ndarray]
+
+
+def copy_package(package: Path, dest: Path) -> Path:
+    shutil.copytree(package, dest)
+    return dest
+
+
+def edit_initializers(package: Path, pattern: str, change: Change, graph_file: str = "model.onnx") -> list[str]:
+    """Apply `change` to every initializer whose name matches the fnmatch `pattern`; returns the
+    names changed (the caller asserts it is not empty: a mutant that touched nothing proves nothing)."""
+    path = package / graph_file
+    model = onnx.load(str(path), load_external_data=False)
+    changed = []
+    for tensor in model.graph.initializer:
+        if not fnmatch.fnmatch(tensor.name, pattern):
+            continue
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in tensor.external_data}
+            offset, length = int(info.get("offset", 0)), int(info["length"])
+            data_path = package / info["location"]
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+            with data_path.open("r+b") as f:
+                f.seek(offset)
+                values = np.frombuffer(f.read(length), dtype=dtype).reshape(tuple(tensor.dims)).copy()
+                new = np.ascontiguousarray(change(values)).astype(dtype)
+                assert new.nbytes == length, f"{tensor.name}: a mutant must keep the tensor's size"
+                f.seek(offset)
+                f.write(new.tobytes())
+        else:
+            values = numpy_helper.to_array(tensor)
+            tensor.CopyFrom(
+                numpy_helper.from_array(np.ascontiguousarray(change(values)).astype(values.dtype), tensor.name)
+            )
+        changed.append(tensor.name)
+    onnx.save(model, str(path), save_as_external_data=False) if changed else None
+    return changed
+
+
+def swap_nibbles(values: np.ndarray) -> np.ndarray:
+    """uint8 packed int4 with the two halves of every byte exchanged (element order inside a byte)."""
+    return ((values & 0x0F) << 4) | (values >> 4)
+
+
+def times(factor: float) -> Change:
+    return lambda values: values * factor
+
+
+def roll_first_axis(values: np.ndarray) -> np.ndarray:
+    """Experts (or rows) shifted by one along the first axis: expert e gets e-1's weights."""
+    return np.roll(values, 1, axis=0)
+
+
+def transpose_blocks(values: np.ndarray) -> np.ndarray:
+    """A square weight read the wrong way round (rows and columns exchanged)."""
+    assert values.ndim >= 2 and values.shape[0] == values.shape[1], values.shape
+    return np.swapaxes(values, 0, 1)

@@ -1,0 +1,114 @@
+"""Independent readers of a package's quantized weights, for checks a layout bug cannot pass.
+
+`matmulnbits_weights` dequantizes every com.microsoft.MatMulNBits weight of a package with numpy,
+from the op's documented semantics alone (docs/ort-ops.md: B [N, kb, bs*bits/8] uint8 packed along
+K inside each block, lower K index in the lower bits; scales [N, kb]; packed zero points [N,
+ceil(kb*bits/8)] with the same bit order across blocks, default 2^(bits-1); W = (q - zp) * scale).
+`relative_errors` compares each with the checkpoint's own float weight (fused projections are the
+concatenation of the checkpoint's q/k/v or gate/up rows). A correct int4 block-32 weight is off by
+about 0.1 (relative L2), int8 by about 0.005; a nibble-order, scale or zero-point bug by about 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+INT4_MAX_ERROR = 0.2  # relative L2 of one dequantized int4 block-32 weight (correct: ~0.08)
+INT8_MAX_ERROR = 0.02  # int8 (correct: ~0.005)
+FUSED = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "qk_proj": ("q_proj", "k_proj"),  # layers whose values are their keys (Gemma-4 attention_k_eq_v)
+    "gate_up_proj": ("gate_proj", "up_proj"),
+}
+
+
+def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """uint8 [..., bytes] -> integers [..., count], lower index in the lower bits of each byte."""
+    per_byte = 8 // bits
+    shifts = np.arange(per_byte, dtype=np.uint8) * bits
+    values = (packed[..., None] >> shifts) & ((1 << bits) - 1)
+    return values.reshape(*packed.shape[:-1], -1)[..., :count].astype(np.float64)
+
+
+def dequantize_matmulnbits(
+    b: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, n: int, k: int, bits: int, block: int
+) -> np.ndarray:
+    blocks = -(-k // block)
+    q = _unpack(b.reshape(n, blocks, -1), bits, block)  # [N, kb, bs]
+    if zero_points is None:
+        zp = np.full((n, blocks), 2 ** (bits - 1), np.float64)
+    else:
+        zp = _unpack(zero_points.reshape(n, -1), bits, blocks)
+    w = (q - zp[..., None]) * scales.reshape(n, blocks)[..., None].astype(np.float64)
+    return w.reshape(n, blocks * block)[:, :k]
+
+
+def matmulnbits_weights(package: Path, graph_file: str = "model.onnx") -> dict[str, np.ndarray]:
+    """weight base name (the initializer name without `.qweight`) -> dequantized W [N, K]."""
+    model = onnx.load(str(package / graph_file))  # external data loaded: small test packages
+    inits = {t.name: t for t in model.graph.initializer}
+    out = {}
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        zero_points = numpy_helper.to_array(inits[node.input[3]]) if len(node.input) > 3 and node.input[3] else None
+        w = dequantize_matmulnbits(
+            numpy_helper.to_array(inits[node.input[1]]),
+            numpy_helper.to_array(inits[node.input[2]]),
+            zero_points,
+            attrs["N"],
+            attrs["K"],
+            attrs["bits"],
+            attrs["block_size"],
+        )
+        out[node.input[1].removesuffix(".qweight")] = w
+    return out
+
+
+def checkpoint_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors checkpoint as float64 (bf16 included)."""
+    from safetensors.torch import load_file
+
+    files = sorted(checkpoint.glob("*.safetensors"))
+    tensors = {}
+    for file in files:
+        for name, value in load_file(str(file)).items():
+            tensors[name] = value.double().numpy()
+    return tensors
+
+
+def reference_weight(tensors: dict[str, np.ndarray], base: str) -> np.ndarray | None:
+    """The checkpoint's float weight for a package weight (fused ones concatenated), or None."""
+    if f"{base}.weight" in tensors:
+        return tensors[f"{base}.weight"]
+    head, _, last = base.rpartition(".")
+    parts = [tensors.get(f"{head}.{p}.weight") for p in FUSED.get(last, ())]
+    if parts and all(p is not None for p in parts):
+        return np.concatenate(parts)  # type: ignore[arg-type]
+    return None
+
+
+def relative_errors(package: Path, checkpoint: Path, graph_file: str = "model.onnx") -> dict[str, float]:
+    """Relative L2 error of every dequantized MatMulNBits weight against the checkpoint's; every
+    weight must be found in the checkpoint (a check that skips weights proves less than it says)."""
+    tensors = checkpoint_tensors(checkpoint)
+    errors, unknown = {}, []
+    for base, w in matmulnbits_weights(package, graph_file).items():
+        ref = reference_weight(tensors, base)
+        if ref is None:
+            unknown.append(base)
+            continue
+        assert ref.shape == w.shape, f"{base}: package {w.shape} vs checkpoint {ref.shape}"
+        errors[base] = float(np.linalg.norm(w - ref) / np.linalg.norm(ref))
+    assert not unknown, f"package weights with no checkpoint counterpart: {unknown[:4]}"
+    return errors
+
+
+def manifest_precision(package: Path) -> str:
+    return json.loads((package / "manifest.json").read_text())["options"]["precision"]
