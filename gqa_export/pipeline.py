@@ -47,7 +47,7 @@ from gqa_export.quant.quantize import (
     quantize,
 )
 from gqa_export.quant.report import build_report, logit_error, quantization_manifest
-from gqa_export.recipes import Recipe, load_recipe
+from gqa_export.recipes import Recipe, check_settings, load_recipe
 from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
@@ -129,6 +129,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         raise InputError(f"unknown --ep '{opts.ep}'; choose one of {', '.join(SUPPORTED)}")
     if opts.precision is not None:
         plan_precision(opts.ep, opts.precision, opts.quant)
+    check_settings(opts.settings)
     check_output(opts.output, opts.overwrite, _local_inputs(opts.model))
     user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
 
@@ -266,7 +267,8 @@ def _float_reference_report(
 
     with tempfile.TemporaryDirectory(dir=package, prefix=".float-reference-") as tmp:
         reference = Path(tmp) / "fp32"
-        build(replace(opts, output=reference, ep="cpu", precision="fp32", smoke=False, report=False, overwrite=False))
+        float_opts = dict(ep="cpu", precision="fp32", quant=QuantOptions(), smoke=False, report=False, overwrite=False)
+        build(replace(opts, output=reference, **float_opts))
         end_to_end = logit_error(reference, package, dims.vocab_size)
     return build_report(quant_report, quantization_manifest(plan, quant_report), end_to_end)
 

@@ -6,6 +6,7 @@ Every key is checked against `SCHEMA`; an error names the file, the line and the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -96,9 +97,10 @@ class Recipe:
         return replace(self, attention=replace(self.attention, **attention)) if attention else self
 
     def as_dict(self) -> dict[str, Any]:
+        """The recipe with every default resolved, as a document `load_recipe` accepts: what
+        `gqa-export recipes show` prints is a valid recipe to edit and pass to --recipe."""
         return {
             "name": self.name,
-            "file": self.path.name,
             "match": {"model_types": list(self.model_types), "architectures": list(self.architectures)},
             "arch": self.arch,
             "genai_model_type": self.genai_model_type,
@@ -143,6 +145,30 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         overrides=data.get("overrides", {}),
         build_defaults=data.get("build", {}),
     )
+
+
+def check_settings(settings: Sequence[str]) -> None:
+    """Every `--set key.path=value` against the recipe schema before any work, the flag named in
+    the error (a typo used to surface after the download, blamed on the installed recipe file)."""
+    for item in settings:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--set expects key=value (e.g. attention.packed_qkv=false), got {item!r}")
+        schema: Any = SCHEMA
+        parts = key.split(".")
+        for i, part in enumerate(parts):
+            if not isinstance(schema, dict):
+                raise InputError(f"--set {item}: '{'.'.join(parts[:i])}' takes a value, not keys")
+            allowed = {k.rstrip("!"): v for k, v in schema.items()}
+            if part not in allowed:
+                where = ".".join(parts[: i + 1])
+                raise InputError(f"--set {item}: unknown recipe key '{where}' (allowed here: {', '.join(allowed)})")
+            schema = allowed[part]
+        node = yaml.compose(raw) or yaml.ScalarNode("tag:yaml.org,2002:null", "")
+        try:
+            validate(node, schema, Path("--set"), key)
+        except InputError as exc:
+            raise InputError(f"--set {item}: {str(exc).split(': ', 2)[-1]}") from None
 
 
 def _apply_settings(text: str, path: Path, settings: list[str]) -> str:

@@ -121,3 +121,43 @@ def test_recipes_cli_lists_and_shows():
     assert data["arch"] == "gemma2" and data["genai_model_type"] == "gemma2" and "model" not in data
     missing = runner.invoke(app, ["recipes", "show", "nope"])
     assert missing.exit_code == 2 and "no recipe named 'nope'" in missing.output
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["yaml", "json"])
+def test_what_recipes_show_prints_is_a_valid_recipe(tmp_path, as_json):
+    """`gqa-export recipes show NAME > my.yaml && gqa-export build ... --recipe my.yaml`, for every
+    built-in recipe: the printed document loads, and resolves to the same recipe."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    runner = CliRunner()
+    for recipe in builtin_recipes():
+        shown = runner.invoke(app, ["recipes", "show", recipe.name, *(["--json"] if as_json else [])])
+        assert shown.exit_code == 0, shown.output
+        path = tmp_path / f"{recipe.name}.yaml"
+        path.write_text(shown.stdout)  # JSON is YAML too
+        assert load_recipe(path).as_dict() == recipe.as_dict(), recipe.name
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("attention.packd_qkv=false", "--set attention.packd_qkv=false: unknown recipe key 'attention.packd_qkv'"),
+        ("attention.packed_qkv=flase", "--set attention.packed_qkv=flase: expected bool, got 'flase'"),
+        ("attention.mode=nope", "--set attention.mode=nope: expected one of gqa, bias, split, auto"),
+        ("model.norm_offset=1", "--set model.norm_offset=1: unknown recipe key 'model'"),
+        ("attention=1", "--set attention=1: expected a mapping"),
+        ("attention.mode.x=1", "--set attention.mode.x=1: 'attention.mode' takes a value, not keys"),
+    ],
+)
+def test_set_is_checked_before_the_fetch_and_named(tmp_path, setting, message):
+    """A --set typo is refused naming the flag, before anything is fetched (the Hub id below does
+    not exist and the network is never asked)."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    result = CliRunner().invoke(app, ["build", "acme/does-not-exist", "-o", str(tmp_path / "o"), "--set", setting])
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "o").exists()

@@ -112,6 +112,12 @@ def test_verify_passes_then_one_byte_fails(released, tmp_path):
     data.write_bytes(bytes(raw))
     result = invoke("verify", copy)
     assert result.exit_code == 1 and f"{FOLDERS[3]}/model.onnx.data: changed" in result.output
+    # one JSON shape for packages and releases: a variant's problem is that package's, once
+    report = json.loads(invoke("verify", copy, "--json").stdout)
+    variant = next(p for p in report["packages"] if p["path"] == FOLDERS[3])
+    assert any(p.startswith(f"{FOLDERS[3]}/model.onnx.data: changed") for p in variant["problems"]), report
+    assert report["problems"] == [] and not report["ok"]
+    assert all(p["problems"] == [] for p in report["packages"] if p["path"] != FOLDERS[3])
 
 
 def test_release_json_and_card_are_covered(released, tmp_path):
@@ -122,6 +128,9 @@ def test_release_json_and_card_are_covered(released, tmp_path):
     card.write_text(card.read_text().replace("apache-2.0", "mit"))
     result = invoke("verify", copy)
     assert result.exit_code == 1 and "README.md: changed" in result.output
+    report = json.loads(invoke("verify", copy, "--json").stdout)  # the root's own file: top level
+    assert any(p.startswith("README.md: changed") for p in report["problems"])
+    assert all(p["problems"] == [] for p in report["packages"])
     shutil.copyfile(root / "README.md", card)
     document = json.loads((copy / "release.json").read_text())
     document["license"] = "mit"

@@ -40,10 +40,23 @@ def verify(path: Path, smoke: bool = False) -> dict[str, Any]:
     else:
         raise InputError(f"{path} holds neither {MANIFEST} (a package) nor {RELEASE} (a release)")
     packages = [_verify_package(path, rel, smoke, hashes) for rel in folders]
-    for package in packages:  # a file both listings miss is named once
-        package["problems"] = [p for p in package["problems"] if p not in problems]
+    problems = _attributed(problems, packages)
     failed = problems or any(p["problems"] or p["errors"] for p in packages)
     return {"path": str(path), "kind": kind, "problems": problems, "packages": packages, "ok": not failed}
+
+
+def _attributed(problems: list[str], packages: list[dict[str, Any]]) -> list[str]:
+    """One shape for packages and releases: a problem with a file inside a package folder is that
+    package's (`packages[i].problems`, named once even when release.json and the manifest both
+    catch it); the top-level `problems` keep only the release root's own (release.json, the
+    model card, files outside every variant). Returns those."""
+    for package in packages:
+        rel = package["path"]
+        if rel != ".":
+            mine = [p for p in problems if p.startswith(f"{rel}/")]
+            package["problems"] = list(dict.fromkeys([*mine, *package["problems"]]))
+    variants = [f"{p['path']}/" for p in packages if p["path"] != "."]
+    return [p for p in problems if not p.startswith(tuple(variants))] if variants else problems
 
 
 def _verify_package(root: Path, rel: str, smoke: bool, hashes: _Hashes) -> dict[str, Any]:

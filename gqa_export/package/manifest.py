@@ -71,7 +71,7 @@ def source_entry(source: Source) -> dict[str, Any]:
 def recipe_entry(recipe: Recipe) -> dict[str, Any]:
     """The resolved recipe, its file named (not located) and hashed."""
     builtin = recipe.path.resolve().parent == recipes_dir().resolve()
-    return {**recipe.as_dict(), "builtin": builtin, "sha256": sha256_file(recipe.path)}
+    return {**recipe.as_dict(), "file": recipe.path.name, "builtin": builtin, "sha256": sha256_file(recipe.path)}
 
 
 def environment_entry() -> dict[str, Any]:

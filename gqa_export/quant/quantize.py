@@ -32,26 +32,12 @@ from gqa_export.errors import InputError
 from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, StreamedTensor, row_blocks
 from gqa_export.quant.mixed import parse_mixed, weight_bits
 from gqa_export.quant.nbits import NBitsConfig, dequantize, quantize_rows
+from gqa_export.quant.options import QuantOptions, refuse_on_float
 
 FLOAT_DTYPES = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
 INT_BITS = {"int4": 4, "int8": 8}
 # ir.Value.meta key: the _Quantized behind a packed weight
 QUANTIZATION_META = "gqa_export.quantization"
-
-
-@dataclass(frozen=True)
-class QuantOptions:
-    block_size: int = 32
-    # None: the method's default -- zero points for rtn and k_quant (measured on a trained
-    # checkpoint: int4 rtn block 32 +2.3% perplexity asymmetric vs +3.8% symmetric, for 0.7% more
-    # bytes; CHANGELOG/#15), symmetric for search (its grid is symmetric only)
-    asymmetric: bool | None = None
-    method: str = "rtn"  # rtn (onnxruntime's block quantizer) | search (per-block scale search)
-    accuracy_level: int | None = None  # None: 4 on CPU, 0 on CUDA
-    keep_float: tuple[str, ...] = ()  # fnmatch patterns on weight or node names
-    embeddings: bool = False  # int4/int8 embedding table even when untied (tied ones always share)
-    activations: str | None = None  # CUDA: fp16 (default) or bf16; CPU: fp32 only
-    mixed_precision: tuple[str, ...] = ()  # SELECTOR:int8|int4 (choices.MIXED_SELECTORS or a name pattern)
 
 
 @dataclass(frozen=True)
@@ -93,6 +79,7 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
             f"use --precision {' or '.join(SUPPORTED[ep])}"
         )
     if precision in FLOAT_DTYPES:
+        refuse_on_float(precision, quant)
         io = FLOAT_DTYPES[precision]
         # bf16 logits are too coarse for sampling; the builder also emits fp32 logits for bf16.
         return PrecisionPlan(precision, io, ir.DataType.FLOAT if precision == "bf16" else io)
@@ -153,6 +140,9 @@ def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None
             else:
                 _to_matmul_nbits(model, node, weight, own, report)
         _drop_unused_initializers(model)
+        unused = [p for p in plan.keep_float if not any(fnmatch.fnmatch(n, p) for n in [*linear, *linear.values()])]
+        if unused and not report.kept_float:
+            raise InputError(f"--keep-float {unused[0]} matches no weight or node of this model; check the pattern")
     for value in model.graph.initializers.values():
         # graph-building bookkeeping only: once the graph is final, the tensors' own closures are
         # the last references to each weight's quantization state, freed as they are written
@@ -190,7 +180,8 @@ def _linear_weight(node: ir.Node) -> ir.Value | None:
 
 
 def _embedding_table(node: ir.Node, plan: PrecisionPlan) -> ir.Value | None:
-    """Gather(E[V, K], ids) with a constant float table whose K is a whole number of blocks."""
+    """Gather(E[V, K], ids) with a constant float table (any K: a partial last block is padded
+    and the gathered rows are cut back to K)."""
     if node.op_type != "Gather" or node.domain != "" or node.attributes.get_int("axis", 0) != 0:
         return None
     table = node.inputs[0]
@@ -203,7 +194,7 @@ def _embedding_table(node: ir.Node, plan: PrecisionPlan) -> ir.Value | None:
     tied = any(use.node.op_type == "Gemm" for use in table.uses())
     if not (tied or plan.quantize_embeddings or table.meta.get(QUANTIZE_TABLE_META)):
         return None
-    return table if int(table.const_value.shape[1]) % plan.nbits.block_size == 0 else None
+    return table
 
 
 def _quantized_inputs(
@@ -281,7 +272,8 @@ def _to_gather_block_quantized(
         zp_tensor = ir.LazyTensor(unpacked_zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, blocks, 1]))
         zp = [_register(graph, f"{base}.gather_zero_points", zp_tensor)]
     shape3 = _register(graph, f"{base}.scales_shape", ir.tensor(np.array([n, cfg.k_blocks(k), 1], dtype=np.int64)))
-    flat = _register(graph, f"{base}.gather_shape", ir.tensor(np.array([0, 0, k], dtype=np.int64)))
+    padded = cfg.k_blocks(k) * cfg.block_size  # K, or K rounded up to whole blocks
+    flat = _register(graph, f"{base}.gather_shape", ir.tensor(np.array([0, 0, padded], dtype=np.int64)))
     reshape_scales = ir.Node("", "Reshape", [scales, shape3], name=f"{name}/scales3d", num_outputs=1)
     attrs = ir.convenience.convert_attributes(
         {"gather_axis": 0, "quantize_axis": 2, "block_size": cfg.block_size, "bits": cfg.bits}
@@ -291,7 +283,12 @@ def _to_gather_block_quantized(
         attributes=attrs, name=f"{name}/GatherBlockQuantized", num_outputs=1,
     )  # fmt: skip
     reshaped = ir.Node("", "Reshape", [gathered.outputs[0], flat], name=f"{name}/to_hidden", num_outputs=1)
-    _replace(model, node, [reshape_scales, gathered, reshaped])
+    nodes = [reshape_scales, gathered, reshaped]
+    if padded != k:  # the last block's padding columns are dequantized too: cut them off
+        bounds = [_register(graph, f"{base}.gather_{what}", ir.tensor(np.array([v], np.int64)))
+                  for what, v in (("start", 0), ("end", k), ("axis", -1))]  # fmt: skip
+        nodes.append(ir.Node("", "Slice", [reshaped.outputs[0], *bounds], name=f"{name}/to_k", num_outputs=1))
+    _replace(model, node, nodes)
 
 
 def _rows_of(node: ir.Node, tensor: ir.TensorProtocol) -> tuple[int, int, Callable[[int, int], np.ndarray]]:

@@ -177,12 +177,15 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
         mixed_precision=tuple(item.get("mixed_precision", ())),
     )
     ep, precision = item["ep"], item["precision"]
+    quant_keys = [k for k in QUANT_KEYS if k in item]
+    if precision in FLOAT_DTYPES and quant_keys:
+        raise InputError(
+            f"{where}: quantization options ({', '.join(quant_keys)}) apply to int4/int8 variants, not {precision}"
+        )
     try:
-        plan = plan_precision(ep, precision, quant)
+        plan_precision(ep, precision, quant)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
-    if plan.nbits is None and any(k in item for k in ("block_size", "asymmetric", "quant_method", "accuracy_level")):
-        raise InputError(f"{where}: quantization options apply to int4/int8 variants, not {precision}")
     ids = item.get("bidirectional_token_ids")
     options = replace(
         shared,
@@ -206,6 +209,13 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):
         raise InputError(f"{where}: path '{path}' must be a relative folder inside the release")
     return Variant(str(PurePosixPath(path)), options)
+
+
+# the spec keys of the int4/int8 options (a float variant given one is refused, naming it)
+QUANT_KEYS = (
+    "block_size", "asymmetric", "quant_method", "accuracy_level", "keep_float", "quant_embeddings", "activations",
+    "mixed_precision",
+)  # fmt: skip
 
 
 def folder_name(ep: str, precision: str, quant: QuantOptions) -> str:

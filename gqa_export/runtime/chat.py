@@ -8,13 +8,23 @@ generator: onnxruntime-genai 0.18 loses the last sampled token's KV when `append
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 from rich.console import Console
 
 from gqa_export.errors import InputError
-from gqa_export.runtime.run import GenerationResult, Sampling, load, prompt_tokens, stream
+from gqa_export.runtime.run import (
+    GenerationResult,
+    PromptTooLong,
+    Sampling,
+    check_prompt_fits,
+    explain_load_failure,
+    load,
+    prompt_tokens,
+    stream,
+)
 
 
 class Session:
@@ -36,17 +46,37 @@ class Session:
         try:
             self.model = load(package, ep)
         except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
-            raise InputError(f"cannot load {package} on {ep}: {str(exc).strip().splitlines()[0]}") from None
+            raise InputError(explain_load_failure(exc, package, ep)) from None
 
     def turn(self, text: str, on_text: Callable[[str], None] | None) -> GenerationResult:
-        messages = [*self.history, {"role": "user", "content": text}] if self.chat else None
-        ids = prompt_tokens(self.package, self.model, text, messages)
+        dropped = 0
+        while True:
+            messages = [*self.history, {"role": "user", "content": text}] if self.chat else None
+            ids = prompt_tokens(self.package, self.model, text, messages)
+            try:
+                check_prompt_fits(self.package, len(ids))
+                break
+            except PromptTooLong:
+                if not self._drop_oldest_turn():
+                    raise
+                dropped += 1
         result = stream(
             self.package, self.model, ids, self.max_new_tokens, self.sampling, on_text or (lambda _: None), self.ep
         )
+        if dropped:
+            note = f"dropped the {dropped} oldest turn(s) of the conversation to fit the package's max_length"
+            result = replace(result, note="; ".join(n for n in (note, result.note) if n))
         if self.chat:
             self.history += [{"role": "user", "content": text}, {"role": "assistant", "content": result.text}]
         return result
+
+    def _drop_oldest_turn(self) -> bool:
+        """Forget the oldest user/assistant exchange (the system prompt stays); False if none is left."""
+        start = 1 if self.history and self.history[0]["role"] == "system" else 0
+        if len(self.history) - start < 2:
+            return False
+        del self.history[start : start + 2]
+        return True
 
     def interactive(self, stdin: IO[str], write: Callable[[str], Any], console: Console) -> None:
         console.print("[dim]chat: an empty line or end of input quits[/]")
@@ -67,4 +97,5 @@ class Session:
             "new_tokens": len(result.tokens),
             "prefill_ms": round(result.prefill_ms, 3),
             "decode_tokens_per_s": round(result.decode_tokens_per_s, 2),
+            "note": result.note,
         }

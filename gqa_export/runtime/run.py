@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.eps import CPU, EPS, by_genai_provider
-from gqa_export.errors import SmokeRunError
+from gqa_export.errors import InputError, SmokeRunError
 from gqa_export.jsonio import read_json
 
 SMOKE_PROMPT = "Hello"
@@ -32,6 +33,48 @@ class GenerationResult:
     text: str
     prefill_ms: float
     decode_tokens_per_s: float
+    note: str | None = None  # what the run changed of what was asked (fewer new tokens, dropped turns)
+
+
+class PromptTooLong(InputError):
+    """The prompt alone fills the package's KV buffer (search.max_length)."""
+
+
+def token_budget(package: Path) -> tuple[int, int]:
+    """(search.max_length, the model's context length): the KV buffer a package was built with
+    bounds prompt + new tokens; `--max-length` at build time can raise it up to the context."""
+    model = _json_or_empty(package / "genai_config.json")
+    context = int((model.get("model") or {}).get("context_length") or 0)
+    return int((model.get("search") or {}).get("max_length") or context), context
+
+
+def check_prompt_fits(package: Path, prompt_tokens: int) -> int:
+    """The room left for new tokens; PromptTooLong (exit 2, one line) when there is none."""
+    limit, context = token_budget(package)
+    if limit and prompt_tokens >= limit:
+        raise PromptTooLong(
+            f"the prompt is {prompt_tokens} tokens but {package} holds at most {limit} (search.max_length, its "
+            f"KV buffer); shorten the prompt or rebuild with --max-length up to {context or limit}"
+        )
+    return limit - prompt_tokens if limit else 1 << 30
+
+
+def explain_load_failure(exc: BaseException, package: Path, ep: str) -> str:
+    """One sentence for onnxruntime-genai's failure to load or run a package: what is missing and
+    what to do (its own messages name a library file or an operator, not the remedy)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "Failed to load library" in first or re.search(r"lib(cublas|cudart|curand|cudnn|cufft)\w*\.so", first):
+        return (
+            f"the CUDA provider cannot load its libraries ({first}); onnxruntime-gpu 1.31 needs CUDA 13 "
+            "(libcudart.so.13, libcublas/libcublasLt.so.13, libcurand.so.10), cuDNN 9 and an NVIDIA driver on "
+            "the library path: install them, or run with --ep cpu"
+        )
+    if "Could not find an implementation for" in first:
+        return (
+            f"{package} uses an operator this machine's {ep} provider has no kernel for ({first}); bf16 packages "
+            "run only on a CUDA GPU: run it with --ep cuda there, or rebuild with --precision fp16/fp32 for CPU"
+        )
+    return f"cannot load {package} on {ep}: {first}"
 
 
 def cuda_device_available() -> bool:
@@ -152,7 +195,7 @@ def smoke_run(package: Path, ep: str) -> GenerationResult:
     except SmokeRunError:
         raise
     except Exception as exc:  # onnxruntime-genai raises plain RuntimeError for everything
-        raise SmokeRunError(f"smoke run on {ep} failed: {str(exc).strip().splitlines()[0]}") from exc
+        raise SmokeRunError(f"smoke run on {ep} failed: {explain_load_failure(exc, package, ep)}") from exc
 
 
 @dataclass(frozen=True)
@@ -228,10 +271,12 @@ def stream(
     """Generate, calling `on_text` with each decoded piece as it comes."""
     import onnxruntime_genai as og
 
-    context = _json_or_empty(package / "genai_config.json").get("model", {}).get("context_length") or 0
+    room = check_prompt_fits(package, len(prompt_ids))
+    note = None
+    if max_new_tokens > room:
+        note = f"{room} new tokens at most: the prompt's {len(prompt_ids)} and the new ones share max_length"
+        max_new_tokens = room
     max_length = len(prompt_ids) + max_new_tokens
-    if context and max_length > context:
-        max_length = context
     tokenizer_stream = og.Tokenizer(model).create_stream()
     pieces: list[str] = []
 
@@ -243,4 +288,4 @@ def stream(
 
     options = {"max_length": max_length, **sampling.search_options()}
     tokens, prefill_ms, rate = _generate(model, prompt_ids, options, on_token)
-    return GenerationResult(ep, len(prompt_ids), tokens, "".join(pieces), prefill_ms, rate)
+    return GenerationResult(ep, len(prompt_ids), tokens, "".join(pieces), prefill_ms, rate, note)
