@@ -32,10 +32,10 @@ class ExecutionProvider:
     cuda_graph: bool = False  # --cuda-graph: `enable_cuda_graph` can be switched on
     # standard Attention over the in-place buffer: "slice" reads the first T slots with a bias (CPU's
     # Attention computes every key it is given); "nonpad" reads the whole buffer with
-    # nonpad_kv_seqlen (CUDA's flash/cuDNN paths need no mask) — docs/ort-ops.md
+    # nonpad_kv_seqlen (CUDA's flash/cuDNN paths need no mask) — docs/ort-ops.md §2.3
     standard_attention_kv_read: str = "slice"
     # slots onnxruntime-genai adds to a window-sized KV buffer (decoder.sliding_window.cache_slack
-    # default) — docs/ortgenai.md
+    # default) — docs/ortgenai.md §3.5
     window_slack: int = 0
     # decoder pipelines: each session would repack the fp32 MatMul weights into its own memory, so
     # prepacking is off and both sessions map the one data file
@@ -85,7 +85,7 @@ CUDA = ExecutionProvider(
     default_precision="fp16",
     quantized_activations=("fp16", "bf16"),
     accuracy_level=0,
-    # capture needs batch 1 and static decode shapes: off unless --cuda-graph (docs/ortgenai.md)
+    # capture needs batch 1 and static decode shapes: off unless --cuda-graph (docs/ortgenai.md §1.7)
     provider_options=(_frozen({"cuda": _frozen({"enable_cuda_graph": "0"})}),),
     cuda_graph=True,
     standard_attention_kv_read="nonpad",

@@ -1,7 +1,7 @@
 """Independent readers of a package's quantized weights, for checks a layout bug cannot pass.
 
 `matmulnbits_weights` dequantizes every com.microsoft.MatMulNBits weight of a package with numpy,
-from the op's documented semantics alone (docs/ort-ops.md: B [N, kb, bs*bits/8] uint8 packed along
+from the op's documented semantics alone (docs/ort-ops.md §4.2: B [N, kb, bs*bits/8] uint8 packed along
 K inside each block, lower K index in the lower bits; scales [N, kb]; packed zero points [N,
 ceil(kb*bits/8)] with the same bit order across blocks, default 2^(bits-1); W = (q - zp) * scale).
 `relative_errors` compares each with the checkpoint's own float weight (fused projections are the

@@ -1,11 +1,12 @@
-"""Lints of mixture-of-experts nodes: MoE / QMoE settings the CPU kernels get wrong (docs/moe.md)."""
+"""Lints of mixture-of-experts nodes: MoE / QMoE settings the CPU kernels get wrong
+(docs/moe.md §2, §4, §9)."""
 
 from __future__ import annotations
 
 from gqa_export.check.findings import Finding
 from gqa_export.check.reader import Package
 
-# id -> (when a MoE / QMoE node is broken, what goes wrong, the fix); moe.md §2, §4 (onnxruntime 1.31 CPU)
+# id -> (when a MoE / QMoE node is broken, what goes wrong, the fix); docs/moe.md §2, §4 (onnxruntime 1.31 CPU)
 _EXPERT_RULES = {
     "moe-k-exceeds-experts": (
         lambda e: e.experts is not None and e.top_k > e.experts,

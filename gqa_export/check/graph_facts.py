@@ -1,9 +1,9 @@
 """Facts read back from a built graph, so configs describe the graph that exists, not intentions.
 
 ORT GenAI sizes the KV cache from `decoder.num_key_value_heads`/`head_size` and discovers layers
-from input names (ortgenai.md §3.2); `past_present_share_buffer` is only safe when every
+from input names (docs/ortgenai.md §3.2); `past_present_share_buffer` is only safe when every
 attention op can take a max_length past buffer: GroupQueryAttention, or a graph that writes each
-past buffer in place with TensorScatter and returns it as the present (split-pipeline.md).
+past buffer in place with TensorScatter and returns it as the present (docs/split-pipeline.md §2).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Lints over a loaded package: each finding has a stable id, a severity and a one-line fix.
 
-What each rule relies on (ortgenai.md, ort-ops.md): share buffer binds one max_length buffer as
-past and present, which only GQA (or an in-place TensorScatter) can use (§2.4); GQA's fused RoPE
-reads cos/sin rows up to the total length (§1.5); the genai_config parser rejects unknown keys
-(§1.1); pipeline stages share one KV cache matched by name and type (§2.1-2.3).
+What each rule relies on (docs/ortgenai.md, docs/ort-ops.md): share buffer binds one max_length
+buffer as past and present, which only GQA (or an in-place TensorScatter) can use
+(docs/ortgenai.md §3.3, §4.4); GQA's fused RoPE reads cos/sin rows up to the total length
+(docs/ort-ops.md §1.6); the genai_config parser rejects unknown keys (docs/ortgenai.md §1.1);
+pipeline stages share one KV cache matched by name and type (docs/ortgenai.md §4.1, §4.3).
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def _sliding_window(pkg: Package, _: int) -> list[Finding]:
 
 
 def _window_cache(pkg: Package, _: int) -> list[Finding]:
-    """Config-sized window buffers must meet kernels that expect them (ortgenai.md §3.4 warning)."""
+    """Config-sized window buffers must meet kernels that expect them (docs/ortgenai.md §3.5, warning)."""
     window = pkg.decoder.get("sliding_window") or {}
     if not window or window.get("slide_key_value_cache", True) or not pkg.graphs:
         return []
@@ -306,7 +307,7 @@ def _unpacked(dim: Any, elem_type: int) -> Any:
 
 def _kv_shape(pkg: Package, _: int) -> list[Finding]:
     """ORT GenAI allocates each layer's cache from the graph's concrete kv-head / head-dim dims and
-    falls back to decoder.num_key_value_heads / head_size for symbolic ones (gemma4.md §4). A
+    falls back to decoder.num_key_value_heads / head_size for symbolic ones (docs/gemma4.md §4). A
     config matching none of the layers is stale; layers that differ need per-layer allocation."""
     decoder = pkg.decoder
     want = (decoder.get("num_key_value_heads"), decoder.get("head_size"))

@@ -145,7 +145,7 @@ class Package:
     def window_slots(self, layer: int) -> int:
         """KV slots ORT GenAI allocates for a layer: max_length, or for a layer listed in
         decoder.sliding_window min(max_length, window + slack), slack 0 on CUDA and 16 on CPU
-        unless cache_slack is set (ortgenai.md §3.2)."""
+        unless cache_slack is set (docs/ortgenai.md §3.5)."""
         assert self.max_length
         window = self.decoder.get("sliding_window") or {}
         if not window or window.get("slide_key_value_cache", True):

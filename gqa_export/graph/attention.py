@@ -1,15 +1,18 @@
 """Attention blocks. Mode `gqa`: com.microsoft.GroupQueryAttention with packed QKV and fused RoPE.
 
-Facts this relies on (../shared/reference/ort-ops.md §1):
+Facts this relies on (docs/ort-ops.md §1):
 - GQA takes `seqlens_k` = int32(ReduceSum(mask) - 1) of shape (B,) and `total_sequence_length`
   = int32 scalar mask.shape[1]; positions for fused RoPE come from seqlens_k, so no
-  `position_ids` input is needed (§1.5).
+  `position_ids` input is needed (docs/ort-ops.md §1.4).
 - With past and present bound to one max_length buffer, the kernel writes the new rows in place
-  at seqlens_k+1-S (§1.4); ORT GenAI does the binding when `past_present_share_buffer` is true.
-- Packed QKV goes in as `query` with `key`/`value` omitted (§1.1).
+  at seqlens_k+1-S (docs/ort-ops.md §1.5); ORT GenAI does the binding when
+  `past_present_share_buffer` is true.
+- Packed QKV goes in as `query` with `key`/`value` omitted (docs/ort-ops.md §1.1).
 - `local_window_size` = W attends W keys including the current one, HF's `sliding_window`
-  (§1.6, ORT >= 1.23); `softcap` is applied before the mask, as in Gemma-2 (§1.3).
-- q_norm/k_norm inputs of GQA are CUDA/WebGPU-only (§1.1), so q/k RMSNorms are separate nodes.
+  (ORT >= 1.23, docs/ort-ops.md §1.7); `softcap` is applied before the mask, as in Gemma-2
+  (docs/ort-ops.md §1.9).
+- q_norm/k_norm inputs of GQA are CUDA/WebGPU-only (docs/ort-ops.md §1.1, §1.10), so q/k RMSNorms
+  are separate nodes.
 - Per-layer head_dim / kv heads (Gemma-4) are per-node attributes; the KV inputs carry concrete dims.
 """
 
@@ -79,19 +82,19 @@ def gqa(
 
     window_cache: `sliding_window_cache=1` (ORT >= 1.31) on a windowed layer, so its past/present
     may be a window-sized buffer that the kernel keeps compacted; ORT GenAI sizes those layers'
-    buffers from the config's `decoder.sliding_window` (ortgenai.md §3.2, ort-ops.md §1.8).
+    buffers from the config's `decoder.sliding_window` (docs/ortgenai.md §3.5, docs/ort-ops.md §1.8).
 
-    A KV-shared layer passes only its query: GQA's shared-KV mode (ORT 1.31, gemma4.md §3) takes
+    A KV-shared layer passes only its query: GQA's shared-KV mode (ORT 1.31, docs/gemma4.md §3.1) takes
     zero-length key/value, reads `past` (the producer's present outputs) as the whole cache,
     appends nothing and rotates only Q; it has no present outputs.
 
     bias: an additive [B,1,S,T] attention_bias (CPU GQA only; CUDA routes it to its unfused
     kernel) that carries causality, padding, the window and bidirectional runs: `causal=0` so that
     it can unmask later keys of a run, and local_window_size -1 (the schema requires it with
-    causal=0), the window being in the bias (gemma4.md §2).
+    causal=0), the window being in the bias (docs/gemma4.md §2.3).
 
     sinks: per-head sink logits [Nq] (gpt-oss), GQA's `head_sink` input: each head's softmax gets
-    exp(sink) added to its denominator (ort-ops.md §1.1)."""
+    exp(sink) added to its denominator (docs/ort-ops.md §1.1, §1.9)."""
     rotary = layer.rope is not None and fused_rope  # else RoPE was applied before GQA (rotary.py)
     cos, sin = ctx.rope_caches[layer.rope] if rotary else (None, None)
     query, key, value = qkv

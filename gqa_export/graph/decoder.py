@@ -1,10 +1,10 @@
 """The decoder-only LM graph: embedding -> N decoder layers -> final norm -> lm_head.
 
-Graph I/O follows ORT GenAI's defaults (ortgenai.md §1.4, §6a): `input_ids` [B,S] int64,
+Graph I/O follows ORT GenAI's defaults (docs/ortgenai.md §1.3, §3.2, §6.1): `input_ids` [B,S] int64,
 `attention_mask` [B,T] int64, `past_key_values.%d.key/value` [B, kv_heads, past, head_dim] with a
 symbolic past dimension (a static one would make the runtime force fixed-size mode), and outputs
 `logits` [B,S,V] and `present.%d.key/value`. The present dimension gets its own name: with a
-shared buffer it is max_length long, not total_sequence_length (split-pipeline.md, pitfalls).
+shared buffer it is max_length long, not total_sequence_length (docs/split-pipeline.md §4).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     )
     attention_mask = b.input("attention_mask", ir.DataType.INT64, [B, T])
     # Concrete kv-head and head-dim dims on every cache input: ORT GenAI sizes each layer's buffer
-    # from them (per-layer shapes, gemma4.md §4). KV-shared layers have no cache inputs at all.
+    # from them (per-layer shapes, docs/gemma4.md §4). KV-shared layers have no cache inputs at all.
     pasts: dict[int, tuple[ir.Value, ir.Value]] = {}
     for i in dims.cache_layers:
         layer = dims.layers[i]
@@ -148,7 +148,7 @@ def _attention_fn(
                 assert source.present_key is not None and source.present_value is not None
                 past = (source.present_key, source.present_value)
             assert past is not None
-            # A window-sized buffer only where no other layer reads this cache (gemma4.md §3).
+            # A window-sized buffer only where no other layer reads this cache (docs/gemma4.md §3.3).
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
             bias = biases.get(mask_kind(opts, layer))
             sinks = _sinks(lc)

@@ -1,6 +1,6 @@
 """Mixture-of-experts weights streamed into the layouts of com.microsoft.MoE / QMoE.
 
-The op wants (moe.md §3) fc1 [E, 2I, H] with gate and up rows interleaved (row 2j = gate_j, row
+The op wants (docs/moe.md §3) fc1 [E, 2I, H] with gate and up rows interleaved (row 2j = gate_j, row
 2j+1 = up_j; the CPU kernels accept only `swiglu_fusion=1`), fc2 [E, H, I], both in nn.Linear's
 (out, in) layout, and biases [E, 2I] (same interleave) / [E, H].
 

@@ -8,7 +8,7 @@ the graph's `GraphOptions` fields and the genai_config switches.
   row's last real token (graph/outputs.py). Off by default because genai decides "pruned" from the
   static dim 1 of `logits` and then its other APIs do not serve the package: `og.Engine` fails
   (ENGINE_EXECUTION_FAILURE), n-gram speculative decoding refuses it, a draft-model target
-  verifies token by token (docs/ortgenai.md). It saves prefill time and memory (the lm_head on
+  verifies token by token (docs/ortgenai.md §5.1, §5.2). It saves prefill time and memory (the lm_head on
   one row) for packages served only through the Generator. Refused for decoder pipelines (split),
   whose stages the runtime chains by name, and with `--no-lm-head`.
 - `--inputs-embeds` / `--no-lm-head`: genai's decoder-only state binds `input_ids` and reads

@@ -5,7 +5,7 @@ Two slot layouts, one per graph kind:
 - "concat" (mode `bias`, share buffer off): ORT GenAI passes the growing past; key slot j is
   column j of attention_mask, and a token's position is cumsum(mask) - 1 (right or left padding).
 - "compact" (the `split` prefill graph, share buffer on): the KV buffer is the one GroupQueryAttention
-  fills, where each row's tokens sit at slots 0..n-1 in position order (ort-ops.md §1.4-1.5, right
+  fills, where each row's tokens sit at slots 0..n-1 in position order (docs/ort-ops.md §1.4, §1.5, right
   padding); this step's tokens are written at write_index = sum(mask) - sum(mask of this chunk).
 
 The bias is 0 where attention is allowed and the dtype's lowest finite value elsewhere (finite, so a

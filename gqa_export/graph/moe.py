@@ -1,16 +1,17 @@
 """Sparse (mixture-of-experts) MLP blocks: com.microsoft.MoE, or plain ops where no kernel fits.
 
-Facts relied on (../shared/reference/moe.md, probed on onnxruntime 1.31.1 CPU):
+Facts relied on (docs/moe.md, probed on onnxruntime 1.31.1 CPU):
 - MoE takes the router *logits* as `router_probs`, applies softmax over all experts, picks the top
   k and renormalizes them when `normalize_routing_weights=1` (top-k-then-softmax routers, as
-  GraniteMoE's and gpt-oss's, are the renormalized form) (§4).
+  GraniteMoE's and gpt-oss's, are the renormalized form) (docs/moe.md §4).
 - The CPU kernels accept SwiGLU only as `swiglu_fusion=1` (gate/up rows interleaved in fc1); out =
-  G*sigmoid(alpha G)*(L+beta) with G = min(g, limit), L = clip(u, -limit, limit) (§1); gpt-oss is
-  alpha 1.702, beta 1, its limit (§5).
+  G*sigmoid(alpha G)*(L+beta) with G = min(g, limit), L = clip(u, -limit, limit)
+  (docs/moe.md §1.1, §2); gpt-oss is alpha 1.702, beta 1, its limit (docs/moe.md §5).
 - Routers the op cannot express (PhiMoE's sparsemixer) are computed in the graph as dense weights w
   [T, E] (zero off the selected experts): `router_probs = log(w)`, no renormalization, and the
-  output times sum(w), since the op's softmax turns log(w) into w / sum(w) (§4).
-- No CPU kernel runs a GELU-gated (GeGLU) expert (§2): Gemma-4's experts are plain ops (§8).
+  output times sum(w), since the op's softmax turns log(w) into w / sum(w) (docs/moe.md §4).
+- No CPU kernel runs a GELU-gated (GeGLU) expert (docs/moe.md §2): Gemma-4's experts are plain
+  ops (docs/moe.md §8).
 The quantize stage turns MoE into QMoE for int4/int8 (quantize.py).
 """
 
@@ -140,7 +141,7 @@ def _experts_op(lc: LayerContext, x: ir.Value, router: ir.Value, weights: Expert
 
 
 def _sparsemixer(b: GraphBuilder, logits: ir.Value, jitter: float, dtype: ir.DataType) -> ir.Value:
-    """PhiMoE's eval-mode sparsemixer as dense weights [B,S,E] (moe.md §8): the top expert's weight
+    """PhiMoE's eval-mode sparsemixer as dense weights [B,S,E] (docs/moe.md §8): the top expert's weight
     is its softmax among the scores within 2*jitter (relative) of the max; the second is the same
     over the scores without the first, the relative distance measured on the original scores."""
     with b.scope("sparsemixer"):
@@ -207,7 +208,7 @@ def _experts_with_ops(
 ) -> ir.Value:
     """Every expert on every token, weighted by the dense routing weights (zero off the top k):
     y = sum_e w[..., e] * down_e(gelu_tanh(gate_e x) * up_e x). Exact; E times the compute of the
-    fused op, which has no GeGLU kernel on CPU (moe.md §2)."""
+    fused op, which has no GeGLU kernel on CPU (docs/moe.md §2)."""
     b, params = lc.b, lc.params
     E, I, H = moe.experts, moe.intermediate, lc.dims.hidden_size  # noqa: E741
     base = lc.spec.layer_tensor(lc.i, "moe", "")

@@ -5,8 +5,8 @@ computes the lm_head for one position per row. onnxruntime-genai 0.18 pads batch
 right and, given [B,1,V] logits, uses the row as it is (it picks `input_sequence_lengths[b] - 1`
 itself only from full [B,S,V] logits), so the position must be each row's last real token, not the
 last column: idx = clamp(sum(attention_mask) - past_length - 1, 0, S-1), past_length = T - S.
-(The official builder takes the last column, which is wrong for a right-padded shorter row; probed
-with genai 0.18, /tmp notes of #15.)
+(The official builder takes the last column, which is wrong for a right-padded shorter row.
+Probed with genai 0.18 in issue #15; the runtime side is docs/ortgenai.md §5.1.)
 """
 
 from __future__ import annotations

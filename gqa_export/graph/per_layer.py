@@ -1,6 +1,6 @@
 """Per-layer embeddings (Gemma-4 PLE), computed in the graph from `input_ids`.
 
-transformers' Gemma4TextModel (models/gemma4/modeling_gemma4.py; gemma4.md §1.2):
+transformers' Gemma4TextModel (models/gemma4/modeling_gemma4.py; docs/gemma4.md §1.2, §1.3):
 - token part: `embed_tokens_per_layer[ids] * sqrt(P)`, a [V_ple, L*P] table viewed as [B,S,L,P];
 - context part: `RMSNorm_P(per_layer_model_projection(x0) * H**-0.5)` over [B,S,L,P], x0 the
   scaled main embedding, one norm weight [P] for all layers;

@@ -3,12 +3,12 @@
 - gqa: one graph, GroupQueryAttention, share buffer on.
 - bias: one graph, standard Attention-24 with an additive bias on the same shared buffer:
   TensorScatter writes the step's K/V in place at each row's write index, the op reads the
-  buffer's first T slots (graph kind "scatter"; split-pipeline.md, last section: onnxruntime-genai
+  buffer's first T slots (graph kind "scatter"; docs/split-pipeline.md §3: onnxruntime-genai
   drives it as a plain decoder). `attention.bias_cache: growing` keeps the old form (graph kind
   "concat": past + new concatenated, share buffer off) for beam search, where onnxruntime-genai
   turns the shared buffer off (num_beams > 1) and hands graphs a growing past.
 - split: a decoder-pipeline of `prefill.onnx` (the scatter graph) for prompts and `decode.onnx`
-  (the gqa graph) for generated tokens, on one shared KV buffer (split-pipeline.md). ORT GenAI
+  (the gqa graph) for generated tokens, on one shared KV buffer (docs/split-pipeline.md §1, §3). ORT GenAI
   picks the stage by `next_tokens.size() > 1`: a one-token prompt runs decode, and every step of a
   batch > 1 runs prefill, so both graphs are complete and exact for any length.
 

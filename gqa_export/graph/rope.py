@@ -1,7 +1,7 @@
 """Rotary embedding tables for GroupQueryAttention's fused RoPE (`do_rotary=1`).
 
 GQA takes `cos_cache`/`sin_cache` of shape (max_positions, rotary_dim/2) and rotates the first
-rotary_dim channels of each head (ort-ops.md §1.5: width % 8 == 0 and <= head_size/2). The
+rotary_dim channels of each head (docs/ort-ops.md §1.6: width % 8 == 0 and <= head_size/2). The
 inverse frequencies and attention factors follow transformers' `ROPE_INIT_FUNCTIONS`, computed in
 float32 as HF does, so the tables equal HF's cos/sin up to float rounding.
 
@@ -147,7 +147,7 @@ def _proportional(rope: RopeConfig) -> np.ndarray:
     """Gemma-4 global layers: the first int(p * D // 2) frequencies theta^(-2j/D) over the FULL head
     dim D, the rest 0 (cos 1, sin 0: those channel pairs pass through), all divided by `factor`
     (transformers' _compute_proportional_rope_parameters). Rotate-half over the whole head then
-    equals HF, in GQA's fused RoPE too (gemma4.md §2, option A)."""
+    equals HF, in GQA's fused RoPE too (docs/gemma4.md §2.1, option A)."""
     d = rope.rotary_dim
     angles = int(float(rope.params.get("partial_rotary_factor", 1.0)) * d // 2)
     exponent = np.arange(0, 2 * angles, 2, dtype=np.int64).astype(np.float32) / np.float32(d)

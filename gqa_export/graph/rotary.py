@@ -1,5 +1,5 @@
 """RoPE applied with plain ops: the standard-Attention graphs, and GQA graphs whose rotary dim or
-style the fused RoPE refuses (ort-ops.md §1.5: cos width a multiple of 8 and <= head_size / 2,
+style the fused RoPE refuses (docs/ort-ops.md §1.6: cos width a multiple of 8 and <= head_size / 2,
 head_size % 16 for rotary; transformers' rotate-half or GPT-J's interleaved pairs).
 
 The cos/sin tables are the ones GQA's fused RoPE reads (rows = positions, rotary_dim / 2 columns),
@@ -61,7 +61,7 @@ def rotate(
 
 
 def fused_rope_ok(rope: RopeConfig, head_dim: int) -> bool:
-    """Whether GQA's fused RoPE (do_rotary=1) computes this rope exactly (ort-ops.md §1.5)."""
+    """Whether GQA's fused RoPE (do_rotary=1) computes this rope exactly (docs/ort-ops.md §1.6)."""
     return (
         head_dim % 16 == 0
         and rope.rotary_dim % 16 == 0

@@ -3,10 +3,10 @@
 - RoPE is applied with plain ops (`rotary.py`: the same cos/sin tables GQA uses), so the tables
   and initializer names are shared with the GQA decode graph.
 - `bias` (layout "concat"): Attention gets past_key/past_value and concatenates (present = past +
-  S); ORT GenAI must run it with past_present_share_buffer false (ortgenai.md §2.4, §6b).
+  S); ORT GenAI must run it with past_present_share_buffer false (docs/ortgenai.md §3.3, §6.2).
 - `scatter` (layouts "slice" and "nonpad"): TensorScatter (opset 24, axis 2) writes this step's K/V
   into the shared max_length buffer at write_index per row, in place when ORT GenAI binds one
-  buffer as input and output (split-pipeline.md). "slice": Attention reads the buffer's first T
+  buffer as input and output (docs/split-pipeline.md §2). "slice": Attention reads the buffer's first T
   slots (with a [B,1,S,T] bias where a layer needs more than causality): the CPU form (CPU
   Attention-24 computes every key it is given, then masks; 0.033 ms vs 0.40 ms per decode step at
   T=300 of a 4096 buffer). "nonpad": Attention reads
@@ -15,7 +15,7 @@
   flash / cuDNN kernels (any attn_mask sends it to memory-efficient or unfused attention); windowed
   and bidirectional layers add a [B,1,S,max_length] bias.
 - Masks come as an additive float bias (`masks.py`); softcap is the op's attribute, applied
-  before the bias as in GQA (ort-ops.md §2.1-2.2).
+  before the bias as in GQA (docs/ort-ops.md §2.2).
 - A KV-shared layer (Gemma-4) runs Attention over the K/V its source layer attended to, with
   its own query and the bias of its own layer kind.
 """

@@ -1,4 +1,4 @@
-"""`genai_config.json`: only keys ORT GenAI's strict parser documents (ortgenai.md §1).
+"""`genai_config.json`: only keys ORT GenAI's strict parser documents (docs/ortgenai.md §1.1).
 
 The parser throws on any unknown key under `model`, `decoder`, `search`, so every key written
 here is one of the schema's. Head/layer counts come from the graph itself (`GraphFacts`), and
@@ -48,7 +48,7 @@ class ConfigOptions:
 def make_genai_config(
     stages: list[Stage], dims: ModelDims, opts: ConfigOptions, generation: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """One graph: a plain decoder. Several: a `decoder-pipeline` (ortgenai.md §1.5, §6c) whose
+    """One graph: a plain decoder. Several: a `decoder-pipeline` (docs/ortgenai.md §1.5, §6.3) whose
     stages list their exact graph I/O names; share buffer only if every stage can share."""
     facts = stages[0].facts
     eos = list(dims.eos_token_ids) or ([dims.pad_token_id] if dims.pad_token_id is not None else [])
@@ -131,10 +131,10 @@ def _io_names(graph_names: dict[str, Any], known: tuple[str, ...]) -> dict[str, 
 
 def _provider_options(opts: ConfigOptions) -> list[dict[str, dict[str, str]]]:
     """The EP's provider options; CUDA graphs stay off unless asked for (--cuda-graph): capture
-    needs batch 1 (ortgenai.md §6a)."""
+    needs batch 1 (docs/ortgenai.md §1.7, §6.1)."""
     return EPS[opts.ep].genai_provider_options(opts.cuda_graph)
 
 
 def default_max_length(context_length: int) -> int:
-    """A KV buffer we can afford: share-buffer pre-allocates all of max_length (ortgenai.md §5.3)."""
+    """A KV buffer we can afford: share-buffer pre-allocates all of max_length (docs/ortgenai.md §3.3)."""
     return min(context_length, DEFAULT_MAX_LENGTH)

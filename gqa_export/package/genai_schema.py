@@ -1,4 +1,4 @@
-"""The keys ORT GenAI's strict genai_config parser accepts (ortgenai.md §1), for the lints.
+"""The keys ORT GenAI's strict genai_config parser accepts (docs/ortgenai.md §1.1), for the lints.
 
 Unknown keys under these objects make the runtime throw `Unknown value "<key>"` at load, except
 inside `session_options` (passed to ORT as config entries) and provider option values.

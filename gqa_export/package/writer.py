@@ -29,7 +29,7 @@ import onnx_ir as ir
 from gqa_export.graph.params import StreamedTensor
 
 CHUNK = 8 << 20  # read-back size when hashing a scattered tensor
-INLINE_BYTES = 1024  # smaller tensors stay inside the .onnx (split-pipeline.md: ORT's shape inference)
+INLINE_BYTES = 1024  # smaller tensors stay inside the .onnx (docs/split-pipeline.md §4)
 QUEUE_BLOCKS = 2
 _END = object()
 

@@ -1,6 +1,6 @@
 """int4/int8 experts: com.microsoft.MoE -> com.microsoft.QMoE, quantized while the weights stream.
 
-QMoE on CPU (moe.md §1, §4, §6, probed on onnxruntime 1.31.1):
+QMoE on CPU (docs/moe.md §1.2, §4, §6, probed on onnxruntime 1.31.1):
 - weights [E, N, K*bits/8] uint8, row-major, element k in the low bits first: MatMulNBits' packing
   per row, so the same block quantizer runs over the experts' rows, one row block at a time;
   block-wise scales [E, N, K/block] (activation dtype), zero points [E, N, ceil(blocks*bits/8)];

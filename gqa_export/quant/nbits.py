@@ -1,4 +1,4 @@
-"""Block-wise weight-only quantization in MatMulNBits' layout (ort-ops.md §3.5).
+"""Block-wise weight-only quantization in MatMulNBits' layout (docs/ort-ops.md §4).
 
 A weight W [N, K] (HF Linear layout: one row per output) becomes, per row and per block of
 `block_size` along K (K padded with zeros to a whole number of blocks):

@@ -11,10 +11,10 @@ is written, rows of the float weight are read from the checkpoint (or the packag
 re-quantized), quantized with `nbits` and written, a block at a time, so memory stays at one
 block. Packed QKV / gate-up weights are one matrix and quantize as one.
 
-Which (EP, precision) pairs run was checked against ORT's kernel registrations (ort-ops.md §1.2):
-GroupQueryAttention has CPU kernels for fp32 and fp16 (no bf16) and CUDA kernels for fp16 and
-bf16 (no fp32). int4/int8 keep fp32 activations on CPU (MatMulNBits with accuracy_level 4 runs
-int8 compute there) and fp16 activations on CUDA.
+Which (EP, precision) pairs run was checked against ORT's kernel registrations
+(docs/ort-ops.md §1.3, §4.1): GroupQueryAttention has CPU kernels for fp32 and fp16 (no bf16) and
+CUDA kernels for fp16 and bf16 (no fp32). int4/int8 keep fp32 activations on CPU (MatMulNBits with
+accuracy_level 4 runs int8 compute there) and fp16 activations on CUDA.
 """
 
 from __future__ import annotations

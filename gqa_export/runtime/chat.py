@@ -2,7 +2,7 @@
 
 Multi-turn chat re-feeds the whole conversation through the chat template every turn, in a new
 generator: onnxruntime-genai 0.18 loses the last sampled token's KV when `append_tokens` follows
-`generate_next_token` (split-pipeline.md, pitfalls), so continuing one generator would be wrong.
+`generate_next_token` (docs/split-pipeline.md §4), so continuing one generator would be wrong.
 """
 
 from __future__ import annotations
