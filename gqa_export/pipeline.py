@@ -158,7 +158,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     # stored lm_head that differs from the embedding is never tied, whatever the flag says).
     dims = replace(dims, tie_word_embeddings=spec.lm_head not in store)
     check_against_weights(dims, spec, store)
-    max_length = _max_length(opts.max_length, dims)
+    max_length = planned_max_length(opts.max_length, dims)
     runs = get_spec(recipe.arch).bidirectional
     ids = bidirectional_ids(runs, recipe.attention.bidirectional_token_ids, hf_config, opts.bidirectional_ids)
     ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)
@@ -281,7 +281,8 @@ def _kv_read(requested: str, ep: str) -> str:
     return EPS[ep].standard_attention_kv_read
 
 
-def _max_length(requested: int | None, dims: ModelDims) -> int:
+def planned_max_length(requested: int | None, dims: ModelDims) -> int:
+    """The package's max_length: `--max-length` within the context length, else the default."""
     context = dims.max_position_embeddings
     if requested is None:
         return default_max_length(context)

@@ -142,3 +142,16 @@ def test_missing_text_and_non_package(packages, tmp_path):
     assert result.exit_code == 2 and "cannot read --text" in result.output
     result = invoke("eval", tmp_path, "--text", EVAL_TEXT)
     assert result.exit_code == 2 and "not a package" in result.output
+
+
+def test_hf_reference_with_another_vocabulary_is_one_line(packages, tmp_path):
+    """The text's ids index past a smaller HF vocabulary: one line naming both, not an IndexError."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "other")
+    result = invoke("eval", packages["fp32"], "--text", EVAL_TEXT, "--reference", tmp_path / "other")
+    assert result.exit_code == 2, result.output
+    assert "vocabulary of 64" in result.output and "not the same model's" in result.output
+    assert "Traceback" not in result.output

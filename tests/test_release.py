@@ -163,13 +163,30 @@ def test_rerun_gives_identical_bytes(released, tmp_path):
         assert (root / rel).read_bytes() == (again / rel).read_bytes(), f"{rel} differs"
 
 
-def test_a_tripped_gate_publishes_nothing(tmp_path):
-    variants = [FOUR[0], {**FOUR[1], "gate": {"max_ppl_increase": 0.0001}}]
+def test_a_tripped_gate_publishes_nothing_and_every_failing_gate_is_named(tmp_path):
+    block16 = {"ep": "cpu", "precision": "int4", "block_size": 16, "gate": {"max_ppl_increase": 0.00001}}
+    variants = [FOUR[0], {**FOUR[1], "gate": {"max_ppl_increase": 0.0001}}, block16]
     spec = write_spec(tmp_path, variants=variants, license="apache-2.0")
     result = invoke("release", spec, "-o", tmp_path / "out")
     assert result.exit_code == 1
     assert "exceeds its gate of 0.0001%" in result.output and "nothing was written" in result.output
+    assert "block-16" in result.output and "exceeds its gate of 1e-05%" in result.output
     assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+
+
+def test_eval_window_over_a_variant_max_length_fails_before_any_export(tmp_path, monkeypatch):
+    from gqa_export.release import assemble
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("a variant was exported before the eval section was checked")
+
+    monkeypatch.setattr(assemble, "build", no_export)
+    variants = [FOUR[0], {"ep": "cpu", "precision": "int4", "max_length": 64}]
+    spec = write_spec(tmp_path, variants=variants, license="apache-2.0")
+    result = invoke("release", spec, "-o", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert f"{spec}:2: eval.window 128 exceeds variant" in " ".join(result.output.split())
+    assert "max_length 64" in result.output and not (tmp_path / "out").exists()
 
 
 def test_a_failed_smoke_run_publishes_nothing(tmp_path, monkeypatch):
@@ -252,6 +269,12 @@ def test_no_license_anywhere_is_refused(tmp_path, checkpoints):
             "no float variant to compare against",
         ),
         ("source: x\neval: {text: nowhere.txt}\nvariants:\n  - {ep: cpu, precision: fp32}\n", "eval.text nowhere.txt"),
+        (
+            "source: x\nvariants:\n  - {ep: cpu, precision: fp32}\neval: {text: t.txt, window: 8, stride: 8}\n",
+            ":4: eval.stride must be at least 1 and the window less one (7), got 8",
+        ),
+        ("source: x\neval: {text: t.txt, window: 1}\nvariants:\n  - {ep: cpu, precision: fp32}\n", ":2: eval.window"),
+        ("source: x\neval: {text: t.txt, max_tokens: 1}\nvariants:\n  - {ep: cpu, precision: fp32}\n", "max_tokens"),
         ("source: [x\n", "not valid YAML"),
         ("", "the release spec is empty"),
     ],

@@ -32,8 +32,8 @@ def release_command(
     """Export every variant of SPEC from one fetch into OUTPUT, all or nothing, with a model card."""
     from gqa_export.release import load_spec, release
 
-    quiet_hub(quiet or as_json)
-    result = release(load_spec(spec), output, overwrite, RichReporter(quiet or as_json))
+    quiet_hub(quiet)
+    result = release(load_spec(spec), output, overwrite, RichReporter(quiet))
     summary = result.as_json()
     if as_json:
         print(json.dumps(summary))
@@ -121,12 +121,15 @@ def eval_command(
         Optional[Ep], typer.Option("--ep", help="Execution provider (default: where the package runs here).")
     ] = None,
     as_json: AsJson = False,
+    quiet: Quiet = False,
 ) -> None:
     """Perplexity and next-token accuracy of a package over a text, optionally against a reference."""
     from gqa_export.runtime.evaluate import evaluate, read_text
 
     _quiet_transformers()
-    report = evaluate(path, read_text(text), reference, window, stride, max_tokens, max_ppl_increase, value(ep))
+    report = evaluate(
+        path, read_text(text), reference, window, stride, max_tokens, max_ppl_increase, value(ep), RichReporter(quiet)
+    )
     if as_json:
         print(json.dumps(report))
     else:
@@ -140,11 +143,11 @@ def _print_eval(report: dict[str, Any]) -> None:
     table.add_row("package", f"{report['path']} ({report['ep']})")
     scored = f"{report['scored']} scored, window {report['window']}, stride {report['stride']}"
     table.add_row("tokens", f"{report['tokens']} ({scored})")
-    table.add_row("perplexity", f"{report['perplexity']:.4f}")
+    table.add_row("perplexity", f"{report['perplexity']:.6g}")
     table.add_row("next-token accuracy", f"{report['accuracy']:.2%}")
     if "reference" in report:
         ref, delta = report["reference"], report["delta"]
-        measured = f"perplexity {ref['perplexity']:.4f}, accuracy {ref['accuracy']:.2%}"
+        measured = f"perplexity {ref['perplexity']:.6g}, accuracy {ref['accuracy']:.2%}"
         table.add_row("reference", f"{ref['path']} ({ref['kind']}): {measured}")
         table.add_row("perplexity increase", f"{delta['perplexity_increase_pct']:+.3f}%")
         table.add_row("accuracy delta", f"{delta['accuracy_delta']:+.2%}")

@@ -1,8 +1,10 @@
 """The accuracy report of a quantized package (`--report`, written as quant_report.json).
 
 Per weight: the relative L2 reconstruction error of the quantized matrix (measured while it was
-written). End to end, when a float package of the same model is at hand: prompt logits of both
-through onnxruntime-genai on a fixed prompt set, as relative L2 error and next-token agreement.
+written). End to end, when a float package of the same model is at hand: the logits at every position of a
+fixed prompt set, from both through onnxruntime-genai (a `--prune-lm-head` package through its
+full-logits view, runtime/decode.py, so every position is scored either way), as relative L2
+error and next-token agreement.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gqa_export.quant.quantize import PrecisionPlan, QuantizeReport
-from gqa_export.runtime.run import load
+from gqa_export.runtime.decode import position_logits
 
 PROMPT_SEED = 1234
 PROMPTS = 4
@@ -27,17 +29,9 @@ def fixed_prompts(vocab_size: int) -> list[list[int]]:
 
 
 def prompt_logits(package: Path, prompts: list[list[int]]) -> list[np.ndarray]:
-    import onnxruntime_genai as og
-
-    model = load(package, "cpu")
-    out = []
-    for prompt in prompts:
-        params = og.GeneratorParams(model)
-        params.set_search_options(max_length=len(prompt) + 1)
-        generator = og.Generator(model, params)
-        generator.append_tokens(prompt)
-        out.append(np.asarray(generator.get_output("logits"), dtype=np.float32)[0])
-    return out
+    """Each prompt's logits at every position ([len(prompt), V]) on CPU."""
+    logits = position_logits(package, "cpu")
+    return [logits.at_positions(np.asarray(prompt), 0) for prompt in prompts]
 
 
 def logit_error(float_package: Path, quant_package: Path, vocab_size: int) -> dict[str, float]:
@@ -46,7 +40,13 @@ def logit_error(float_package: Path, quant_package: Path, vocab_size: int) -> di
     diff = sum(float(((g - r) ** 2).sum()) for g, r in zip(got, ref, strict=True))
     norm = sum(float((r**2).sum()) for r in ref)
     agree = np.mean([float((g.argmax(-1) == r.argmax(-1)).mean()) for g, r in zip(got, ref, strict=True)])
-    return {"relative_l2": float(np.sqrt(diff / norm)), "next_token_agreement": float(agree), "prompts": len(prompts)}
+    positions = sum(len(r) for r in ref)
+    return {
+        "relative_l2": float(np.sqrt(diff / norm)),
+        "next_token_agreement": float(agree),
+        "prompts": len(prompts),
+        "positions": positions,
+    }
 
 
 def build_report(

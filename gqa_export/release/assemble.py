@@ -31,13 +31,13 @@ from gqa_export.package.manifest import (
     write_sealed,
 )
 from gqa_export.package.staging import SPEC_FOLDER, StagedPackage, check_output, check_outside, file_digests
-from gqa_export.pipeline import BuildResult, build
+from gqa_export.pipeline import BuildResult, build, planned_max_length
 from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
 from gqa_export.release.card import card_info, copy_license_files, write_card
 from gqa_export.release.spec import ReleaseSpec, Variant
 from gqa_export.runtime.evaluate import Scores, check_window, compare, read_text, score, tokenize
 from gqa_export.runtime.run import runnable_ep
-from gqa_export.source.checkpoint import Checkpoint, open_checkpoint
+from gqa_export.source.checkpoint import Checkpoint, open_checkpoint, source_dims
 
 FORMAT = "gqa-export-release/1"
 SIGNIFICANT = 6  # digits of the perplexities in release.json: stable across reruns on one machine
@@ -80,6 +80,7 @@ def release(
     checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
     source = checkpoint.source
     check_outside(output, source.model_dir)
+    _check_eval_window(spec, source.model_dir)
     info = card_info(
         source.model_dir, source.source_id, source.is_local, spec.license, spec.base_model, spec.name, spec.tags,
         spec.file, spec.repo,
@@ -123,6 +124,21 @@ def _build_variant(
         raise kind(f"variant {variant.path} failed: {exc} (nothing was written to {output})") from exc
 
 
+def _check_eval_window(spec: ReleaseSpec, model_dir: Path) -> None:
+    """eval.window against every variant's max_length, before any variant is exported (the
+    spec's other eval values were checked when it was read)."""
+    if spec.eval is None or spec.eval.window is None:
+        return
+    dims = source_dims(model_dir)
+    for variant in spec.variants:
+        limit = planned_max_length(variant.options.max_length, dims)
+        if spec.eval.window > limit:
+            raise InputError(
+                f"{spec.eval.where}.window {spec.eval.window} exceeds variant {variant.path}'s max_length {limit}: "
+                "lower eval.window, or raise that variant's max_length"
+            )
+
+
 def _evaluate(
     spec: ReleaseSpec, text: str, root: Path, reporter: Reporter, output: Path
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -150,6 +166,7 @@ def _evaluate(
             raise ReleaseError(f"variant {variant.path}: {exc} (nothing was written to {output})") from None
         summary = scores[variant.path].summary()
         results[variant.path] = _rounded({k: v for k, v in summary.items() if k not in ("path", "kind")})
+    failed = []  # every gate is checked, so one run names every variant that misses its gate
     for variant in spec.variants:
         reference = scores.get(variant.reference) if variant.reference else None
         if variant.path in scores and reference is not None:
@@ -158,13 +175,16 @@ def _evaluate(
         if variant.gate is None:
             continue
         if reference is None:
-            raise ReleaseError(f"variant {variant.path}: its gate's reference {variant.reference} cannot run here")
+            failed.append(f"variant {variant.path}: its gate's reference {variant.reference} cannot run here")
+            continue
         increase = results[variant.path]["perplexity_increase_pct"]
         if increase > variant.gate.max_ppl_increase:
-            raise ReleaseError(
-                f"variant {variant.path}: perplexity {increase:+.2f}% over {variant.reference} exceeds its gate "
-                f"of {variant.gate.max_ppl_increase:g}% (nothing was written to {output})"
+            failed.append(
+                f"variant {variant.path}: perplexity {increase:+.3f}% over {variant.reference} exceeds its gate "
+                f"of {variant.gate.max_ppl_increase:g}%"
             )
+    if failed:
+        raise ReleaseError(f"{'; '.join(failed)} (nothing was written to {output})")
     measured = {
         "text": spec.eval.text.name,
         "text_sha256": sha256_file(spec.eval.text),

@@ -94,6 +94,7 @@ class EvalSpec:
     window: int | None = None
     stride: int | None = None
     max_tokens: int | None = None
+    where: str = "eval"  # "spec.yaml:LINE: eval", prefixed to what is wrong with this section
 
 
 @dataclass(frozen=True)
@@ -137,9 +138,11 @@ def load_spec(path: Path) -> ReleaseSpec:
     evaluation = None
     if "eval" in data:
         e = data["eval"]
-        evaluation = EvalSpec(base / e["text"], e.get("window"), e.get("stride"), e.get("max_tokens"))
+        where = f"{path}:{_key_line(node, 'eval')}: eval"
+        evaluation = EvalSpec(base / e["text"], e.get("window"), e.get("stride"), e.get("max_tokens"), where)
         if not evaluation.text.is_file():
             raise InputError(f"{path}: eval.text {e['text']} does not exist (paths are relative to the spec)")
+        _check_eval_ranges(evaluation)
     elif any(v.gate for v in variants):
         raise InputError(f"{path}: a variant has a gate but the spec has no eval.text to measure it on")
     return ReleaseSpec(
@@ -275,6 +278,27 @@ def _with_gates(variants: list[Variant], items: list[dict], path: Path, lines: d
             )
         )
     return out
+
+
+def _check_eval_ranges(evaluation: EvalSpec) -> None:
+    """What the eval section can get wrong without the model: before anything is fetched. The
+    window's upper bound (each variant's max_length) is checked once the config is at hand."""
+    window, stride, max_tokens, where = evaluation.window, evaluation.stride, evaluation.max_tokens, evaluation.where
+    if window is not None and window < 2:
+        raise InputError(f"{where}.window must be at least 2, got {window}")
+    if stride is not None and (stride < 1 or (window is not None and stride >= window)):
+        upper = f" and the window less one ({window - 1})" if window is not None else ""
+        raise InputError(f"{where}.stride must be at least 1{upper}, got {stride}")
+    if max_tokens is not None and max_tokens < 2:
+        raise InputError(f"{where}.max_tokens must be at least 2, got {max_tokens}")
+
+
+def _key_line(node: yaml.Node, name: str) -> int:
+    """1-based line of a top-level key (1 when absent)."""
+    for key, _ in node.value if isinstance(node, yaml.MappingNode) else []:
+        if key.value == name:
+            return key.start_mark.line + 1
+    return 1
 
 
 def _variant_lines(node: yaml.Node) -> dict[int, int]:

@@ -8,7 +8,8 @@ everything before them in the window as context. Every token but the first is sc
 and perplexity is exp(total NLL / scored tokens).
 
 A package's logits come from onnxruntime-genai (`get_output("logits")` after appending a window,
-the same path `run` uses); an HF folder's from transformers with torch in float32, where torch is
+the same path `run` uses; a `--prune-lm-head` package through its full-logits view,
+runtime/decode.py); an HF folder's from transformers with torch in float32, where torch is
 installed. Two sources are compared position by position: perplexity increase, accuracy delta and
 top-1 agreement.
 """
@@ -25,6 +26,7 @@ import numpy as np
 
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
+from gqa_export.progress import NullReporter, Reporter
 
 DEFAULT_WINDOW = 1024
 
@@ -116,12 +118,21 @@ def check_window(package: Path, window: int | None, stride: int | None) -> tuple
     return window, stride
 
 
-def score(source: Path, tokens: list[int], window: int, stride: int, ep: str | None = None) -> Scores:
-    """Score `tokens` with a package (onnxruntime-genai) or an HF folder (transformers + torch)."""
+def score(
+    source: Path,
+    tokens: list[int],
+    window: int,
+    stride: int,
+    ep: str | None = None,
+    reporter: Reporter | None = None,
+) -> Scores:
+    """Score `tokens` with a package (onnxruntime-genai) or an HF folder (transformers + torch);
+    `reporter` gets one progress task advanced per window."""
+    reporter = reporter or NullReporter()
     if is_package(source):
-        scores = _score_package(source, tokens, window, stride, ep)
+        scores = _score_package(source, tokens, window, stride, ep, reporter)
     elif (source / "config.json").is_file():
-        scores = _score_hf(source, tokens, window, stride)
+        scores = _score_hf(source, tokens, window, stride, reporter)
     else:
         raise InputError(f"{source} is neither a package (genai_config.json) nor a Hugging Face folder (config.json)")
     gc.collect()  # the model (GBs) goes before the next one loads
@@ -129,76 +140,62 @@ def score(source: Path, tokens: list[int], window: int, stride: int, ep: str | N
 
 
 def _accumulate(
-    logits_of: Any, tokens: list[int], window: int, stride: int
+    logits_of: Any, tokens: list[int], window: int, stride: int, reporter: Reporter, label: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ids = np.asarray(tokens, dtype=np.int64)
     nll, top1, targets = [], [], []
-    for begin, end, first in windows(len(ids), window, stride):
-        # the logits that predict window positions first..L-1: [L - first, V]
-        predicting = logits_of(ids[begin:end], first).astype(np.float64)
-        target = ids[begin + first : end]
-        peak = predicting.max(-1, keepdims=True)
-        lse = peak[:, 0] + np.log(np.exp(predicting - peak).sum(-1))
-        nll.append(lse - predicting[np.arange(len(target)), target])
-        top1.append(predicting.argmax(-1))
-        targets.append(target)
+    spans = windows(len(ids), window, stride)
+    reporter.stage(f"score {label}: {len(ids)} tokens, {len(spans)} windows of {window}")
+    with reporter.task(f"scoring {label}", len(spans)) as advance:
+        for begin, end, first in spans:
+            nll_w, top1_w, target = _window_scores(logits_of(ids[begin:end], first), ids[begin + first : end])
+            nll.append(nll_w)
+            top1.append(top1_w)
+            targets.append(target)
+            advance(1)
     return np.concatenate(nll), np.concatenate(top1), np.concatenate(targets)
 
 
-def _score_package(package: Path, tokens: list[int], window: int, stride: int, ep: str | None) -> Scores:
-    import onnxruntime_genai as og
+def _window_scores(predicting: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """NLL of each target and the top-1 prediction from the logits that predict it ([T, V])."""
+    predicting = predicting.astype(np.float64)
+    peak = predicting.max(-1, keepdims=True)
+    lse = peak[:, 0] + np.log(np.exp(predicting - peak).sum(-1))
+    return lse - predicting[np.arange(len(target)), target], predicting.argmax(-1), target
 
-    from gqa_export.runtime.run import load, runnable_ep
+
+def _score_package(
+    package: Path, tokens: list[int], window: int, stride: int, ep: str | None, reporter: Reporter
+) -> Scores:
+    from gqa_export.runtime.decode import position_logits
+    from gqa_export.runtime.run import runnable_ep
 
     if ep is None:
         ep, why = runnable_ep(package)
         if ep is None:
             raise InputError(f"cannot evaluate {package} here: {why}")
+    _check_vocabulary(tokens, _package_vocabulary(package), str(package))
     try:
-        model = load(package, ep)
+        logits_of = position_logits(package, ep)
     except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
         raise InputError(f"onnxruntime-genai cannot load {package} on {ep}: {str(exc).splitlines()[0]}") from None
-    vocab = int((read_json(package / "genai_config.json") or {})["model"]["vocab_size"])
-    if max(tokens) >= vocab:
-        raise InputError(f"the tokenizer gives ids up to {max(tokens)} but {package} has a vocabulary of {vocab}")
-
-    pruned = last_token_logits(package)
-
-    def logits_of(window_ids: np.ndarray, first: int) -> np.ndarray:
-        params = og.GeneratorParams(model)
-        params.set_search_options(max_length=len(window_ids))
-        generator = og.Generator(model, params)
-        if not pruned:  # every position's logits from one append
-            generator.append_tokens(window_ids.reshape(1, -1).astype(np.int32))
-            return np.asarray(generator.get_output("logits"), dtype=np.float32)[0][first - 1 : -1]
-        # last-token logits (--prune-lm-head): the context, then one token at a time
-        generator.append_tokens(window_ids[:first].reshape(1, -1).astype(np.int32))
-        rows = [np.asarray(generator.get_output("logits"), dtype=np.float32)[0]]
-        for token in window_ids[first:-1]:
-            generator.append_tokens(np.array([[token]], dtype=np.int32))
-            rows.append(np.asarray(generator.get_output("logits"), dtype=np.float32)[0])
-        return np.concatenate(rows)
-
-    nll, top1, targets = _accumulate(logits_of, tokens, window, stride)
+    nll, top1, targets = _accumulate(logits_of, tokens, window, stride, reporter, str(package))
     return Scores(str(package), "package", ep, nll, top1, targets)
 
 
-def last_token_logits(package: Path) -> bool:
-    """Whether the package's prompt pass returns the last position's logits only ([B,1,V])."""
-    import onnx
-
-    config = read_json(package / "genai_config.json") or {}
-    decoder = config.get("model", {}).get("decoder", {})
-    graph = package / decoder.get("filename", "model.onnx")
-    if not graph.is_file():
-        return False
-    outputs = onnx.load(str(graph), load_external_data=False).graph.output
-    logits = next((o for o in outputs if o.name == "logits"), None)
-    dims = logits.type.tensor_type.shape.dim if logits is not None else []
-    return len(dims) == 3 and dims[1].HasField("dim_value") and dims[1].dim_value == 1
+def _package_vocabulary(package: Path) -> int:
+    return int((read_json(package / "genai_config.json") or {})["model"]["vocab_size"])
 
 
-def _score_hf(folder: Path, tokens: list[int], window: int, stride: int) -> Scores:
+def _check_vocabulary(tokens: list[int], vocabulary: int, source: str) -> None:
+    if max(tokens) >= vocabulary:
+        raise InputError(
+            f"the package's tokenizer gives ids up to {max(tokens)} but {source} has a vocabulary of {vocabulary}:"
+            " it is not the same model's"
+        )
+
+
+def _score_hf(folder: Path, tokens: list[int], window: int, stride: int, reporter: Reporter) -> Scores:
     try:
         import torch
         from transformers import AutoModelForCausalLM
@@ -207,12 +204,13 @@ def _score_hf(folder: Path, tokens: list[int], window: int, stride: int) -> Scor
             f"{folder} is a Hugging Face folder: scoring it needs torch (pip install torch); or pass a package"
         ) from None
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    _check_vocabulary(tokens, model.get_input_embeddings().num_embeddings, str(folder))
 
     def logits_of(window_ids: np.ndarray, first: int) -> np.ndarray:
         with torch.no_grad():
             return model(torch.from_numpy(window_ids)[None]).logits[0, first - 1 : -1].float().numpy()
 
-    nll, top1, targets = _accumulate(logits_of, tokens, window, stride)
+    nll, top1, targets = _accumulate(logits_of, tokens, window, stride, reporter, str(folder))
     return Scores(str(folder), "hf", "cpu", nll, top1, targets)
 
 
@@ -235,15 +233,17 @@ def evaluate(
     max_tokens: int | None = None,
     max_ppl_increase: float | None = None,
     ep: str | None = None,
+    reporter: Reporter | None = None,
 ) -> dict[str, Any]:
-    """`gqa-export eval` as data; `passed` is False when the gate is exceeded."""
+    """`gqa-export eval` as data; `passed` is False when the gate is exceeded. `reporter` shows
+    one progress task per scored source (a window per step)."""
     if not is_package(package):
         raise InputError(f"{package} is not a package (no genai_config.json); eval takes a package folder")
     if max_ppl_increase is not None and reference is None:
         raise InputError("--max-ppl-increase compares against a reference: pass --reference PACKAGE_OR_HF_FOLDER")
     window, stride = check_window(package, window, stride)
     tokens = tokenize(package, text, max_tokens)
-    scores = score(package, tokens, window, stride, ep)
+    scores = score(package, tokens, window, stride, ep, reporter)
     report: dict[str, Any] = {
         **scores.summary(),
         "tokens": len(tokens),
@@ -253,7 +253,7 @@ def evaluate(
     }
     passed = True
     if reference is not None:
-        reference_scores = score(reference, tokens, window, stride)
+        reference_scores = score(reference, tokens, window, stride, reporter=reporter)
         report["reference"] = reference_scores.summary()
         report["delta"] = compare(scores, reference_scores)
         if max_ppl_increase is not None:

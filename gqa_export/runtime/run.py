@@ -136,7 +136,9 @@ def _has_bf16_io(package: Path, decoder: dict[str, Any]) -> bool:
     return False
 
 
-def load(package: Path, ep: str):  # -> og.Model
+def load(package: Path, ep: str, graphs: dict[str, bytes] | None = None):  # -> og.Model
+    """The package's model on `ep`; `graphs` replaces graph files by in-memory bytes (external
+    data still resolves from the package folder; the caller keeps the bytes alive)."""
     import onnxruntime_genai as og
 
     config = og.Config(str(package))
@@ -144,6 +146,8 @@ def load(package: Path, ep: str):  # -> og.Model
     provider = EPS[ep].genai_provider
     if provider is not None:
         config.append_provider(provider)
+    for name, data in (graphs or {}).items():
+        config.add_model_data(name, data)
     return og.Model(config)
 
 
