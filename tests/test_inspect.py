@@ -192,9 +192,18 @@ def test_pipeline_kv_dtype_mismatch(mode_packages, tmp_path):
 
 
 def test_readable_in_80_columns(mode_packages):
-    result = runner.invoke(app, ["inspect", str(mode_packages["split"])], terminal_width=80)
+    """On an 80-column terminal the report fits; piped, nothing is wrapped or cut."""
+    import re
+
+    terminal = {"TTY_COMPATIBLE": "1", "COLUMNS": "80"}
+    result = runner.invoke(app, ["inspect", str(mode_packages["split"])], env=terminal)
     assert result.exit_code == 0
-    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout).splitlines()
+    assert max(len(line) for line in lines) <= 80
+    piped = runner.invoke(app, ["inspect", str(mode_packages["split"])], env={"COLUMNS": "80"})
+    assert piped.exit_code == 0 and "\x1b" not in piped.stdout
+    heading = next(line for line in piped.stdout.splitlines() if line.startswith("prefill.onnx ("))
+    assert heading.endswith(")") and "com.microsoft" in heading, heading  # one line, not folded at 80
 
 
 def test_not_a_package(tmp_path):

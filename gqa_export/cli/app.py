@@ -18,9 +18,8 @@ from typing import Annotated, Any, Optional
 
 import click
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from typer.core import TyperCommand
 
 from gqa_export import __version__, choices
@@ -35,27 +34,59 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
-out = Console()
+# Wider than any line we print: what "no limit" means for a console that is not a terminal.
+PIPE_WIDTH = 100_000
+
+
+class _Console(Console):
+    """A rich Console that wraps and cuts only on a terminal.
+
+    Rich lays out for 80 columns when its stream is not a TTY (a pipe, a file, a CI log): long
+    lines fold and table cells are cut (two release variants whose folder names differ only past
+    the cut look the same). There the width is unbounded, so every line reads as written.
+    """
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        if self.is_terminal or self._width is not None:
+            return super().size
+        return ConsoleDimensions(PIPE_WIDTH, super().size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+err = _Console(stderr=True)
+out = _Console()
 
 
 class RichReporter:
-    """Stage lines, notes and progress bars on stderr; silent with --quiet."""
+    """Stage lines and notes on stderr, progress bars on a terminal only; silent with --quiet.
+
+    Progress stays on with --json (stdout carries only the JSON), so a CI log shows how far an
+    export got. When stderr is not a TTY the stage lines and notes come as plain lines (rich
+    emits no styles there) and no bar is drawn, so the log holds no control characters.
+    """
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
 
+    @property
+    def bars(self) -> bool:
+        return not self.quiet and err.is_terminal
+
     def stage(self, name: str) -> None:
         if not self.quiet:
-            err.print(f"[bold cyan]>[/] {escape(name)}")
+            err.print(f"[bold cyan]>[/] {escape(name)}", highlight=False)
 
     def note(self, message: str) -> None:
         if not self.quiet:
-            err.print(f"[yellow]note:[/] {escape(message)}")
+            err.print(f"[yellow]note:[/] {escape(message)}", highlight=False)
 
     def download_bar(self) -> type | None:
         """huggingface_hub's per-file download bars, drawn by rich (tqdm's rich front end)."""
-        if self.quiet:
+        if not self.bars:
             return None
         import warnings
 
@@ -67,9 +98,11 @@ class RichReporter:
 
     @contextmanager
     def task(self, description: str, total: int | None) -> Iterator[Advance]:
-        if self.quiet:
+        if not self.bars:
             yield lambda n=1: None
             return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         columns = (TextColumn("  {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=err, transient=True) as progress:
             task = progress.add_task(description, total=total)
@@ -250,13 +283,15 @@ Overwrite = Annotated[
 NoSmoke = Annotated[
     bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.", rich_help_panel=OUTPUT)
 ]
+Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output on stderr.", rich_help_panel=OUTPUT)]
 AsJson = Annotated[
     bool, typer.Option("--json", help="Print one JSON object describing the result.", rich_help_panel=OUTPUT)
 ]
 
 
 def quiet_hub(quiet: bool) -> None:
-    if quiet:
+    """huggingface_hub's own download bars off where ours are (quiet, or stderr not a terminal)."""
+    if quiet or not err.is_terminal:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()

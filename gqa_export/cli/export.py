@@ -38,6 +38,7 @@ from gqa_export.cli.app import (
     Precision,
     QuantEmbeddings,
     QuantMethod,
+    Quiet,
     ReportFlag,
     RichReporter,
     command,
@@ -184,7 +185,7 @@ def build(
     overwrite: Overwrite = False,
     no_smoke: NoSmoke = False,
     as_json: AsJson = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.", rich_help_panel=OUTPUT)] = False,
+    quiet: Quiet = False,
 ) -> None:
     """Export MODEL to an ONNX Runtime GenAI package in OUTPUT."""
     from gqa_export.pipeline import BuildOptions
@@ -203,8 +204,8 @@ def build(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
         tuple(settings or ()), value(attention), ids, quant, report, io, kv,
     )  # fmt: skip
-    quiet_hub(quiet or as_json)
-    result = run_build(opts, RichReporter(quiet or as_json))
+    quiet_hub(quiet)
+    result = run_build(opts, RichReporter(quiet))
     if as_json:
         print(json.dumps(result.as_json()))
         return
@@ -258,6 +259,7 @@ def quantize_command(
     overwrite: Overwrite = False,
     no_smoke: NoSmoke = False,
     as_json: AsJson = False,
+    quiet: Quiet = False,
 ) -> None:
     """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
     from gqa_export.quant.requantize import requantize
@@ -266,7 +268,7 @@ def quantize_command(
         block_size, asymmetric, quant_method, accuracy_level, keep_float, quant_embeddings, activations, mixed_precision
     )
     result = requantize(
-        package, output, str(value(precision)), quant, overwrite, report, not no_smoke, RichReporter(as_json)
+        package, output, str(value(precision)), quant, overwrite, report, not no_smoke, RichReporter(quiet)
     )
     summary = {
         "output": str(result.output),
@@ -278,10 +280,12 @@ def quantize_command(
     }
     if as_json:
         print(json.dumps(summary))
-    else:
-        out.print(f"{escape(str(result.output))}: {result.precision}, {size(summary['total_bytes'])}")
-        if result.report:
-            out.print(f"logits vs float: {result.report['logits_vs_float']}")
+        return
+    if quiet:
+        return
+    out.print(f"{escape(str(result.output))}: {result.precision}, {size(summary['total_bytes'])}")
+    if result.report:
+        out.print(f"logits vs float: {result.report['logits_vs_float']}")
 
 
 def _quant_options(
