@@ -88,6 +88,14 @@ class BuildResult:
     seconds: float
     smoke: GenerationResult | None = None
     notes: list[str] = field(default_factory=list)
+    # the manifest's options.kv_cache (dtype, scales, calibration, drift) for a quantized KV cache
+    kv_cache: dict[str, Any] | None = None
+
+    @property
+    def kv_cache_json(self) -> dict[str, Any]:
+        """Always an object, so a consumer reads `kv_cache.dtype` whatever the build: a float cache
+        has no drift (null); a quantized one carries the manifest's entry, drift numbers included."""
+        return self.kv_cache if self.kv_cache is not None else {"dtype": "float", "drift": None}
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +107,7 @@ class BuildResult:
             "ep": self.ep,
             "precision": self.precision,
             "max_length": self.max_length,
+            "kv_cache": self.kv_cache_json,
             "files": self.files,
             "total_bytes": sum(self.files.values()),
             "seconds": round(self.seconds, 3),
@@ -236,7 +245,6 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             reporter.stage(f"KV cache {kv.dtype} (calibrate, measure drift)")
             kv_cache = quantize_kv_cache(staged.path, attention.graphs[0].filename, kv, max_length)
             written.pop(attention.graphs[0].filename, None)  # rewritten: hashed again by finalize
-            notes.append(f"KV cache {kv.dtype} {kv.scales}: drift {kv_cache['drift']}")
         if opts.report and plan.nbits is not None:
             reporter.stage("accuracy report (float reference export)")
             report = _float_reference_report(opts, staged.path, dims, plan, quant_report)
@@ -254,7 +262,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
     return BuildResult(output, source, recipe.name, attention.mode, opts.ep, plan.name, max_length, files,
-                       opt_report, time.perf_counter() - started, smoke, notes)  # fmt: skip
+                       opt_report, time.perf_counter() - started, smoke, notes, kv_cache)  # fmt: skip
 
 
 def _float_reference_report(

@@ -252,3 +252,31 @@ def test_kv_cache_perplexity_bounds_and_a_mutant_cache_breaks_them(tmp_path):
         report = evaluate(packages[cache], text, packages["float"], window=256, stride=128, max_tokens=1024)
         increase[cache] = report["delta"]["perplexity_increase_pct"]
     assert abs(increase["int8"]) < 0.5 < increase["int4"] < 3.0 < increase["int4-x3"], increase
+
+
+def test_build_reports_the_drift_structured_and_in_the_summary(checkpoints, tmp_path):
+    """--json carries the KV cache as an object with numbers (not a note's repr); the text summary
+    names the KV dtype on its target line and prints the drift the manifest records."""
+    folder = str(checkpoints.get("gqa"))
+    shown = runner.invoke(
+        app, ["build", folder, "-o", str(tmp_path / "j"), "--kv-cache", "int8", "--no-smoke", "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.stdout)
+    kv = report["kv_cache"]
+    assert kv["dtype"] == "int8" and kv["scales"] == "per-channel" and kv["drift"]["decode_steps"] == DRIFT_STEPS
+    assert all(isinstance(kv["drift"][k], float) for k in ("max_abs_logit_diff", "mean_abs_logit_diff"))
+    assert kv == json.loads((tmp_path / "j" / "manifest.json").read_text())["options"]["kv_cache"]
+    assert not any("drift" in note for note in report["notes"])
+
+    text = runner.invoke(app, ["build", folder, "-o", str(tmp_path / "t"), "--kv-cache", "int4", "--no-smoke"])
+    assert text.exit_code == 0, text.output
+    drift = json.loads((tmp_path / "t" / "manifest.json").read_text())["options"]["kv_cache"]["drift"]
+    lines = {line.split(None, 1)[0]: line for line in text.stdout.splitlines() if line.strip()}
+    assert "cpu fp32, KV cache int4, max_length" in lines["target"], text.stdout
+    kv_line = next(line for line in text.stdout.splitlines() if line.startswith("KV cache"))
+    assert f"max |logit diff| {drift['max_abs_logit_diff']:.4g}" in kv_line
+    assert f"top-1 agreement {drift['top1_agreement']:.1%}" in kv_line and "int4 per-channel" in kv_line
+
+    plain = runner.invoke(app, ["build", folder, "-o", str(tmp_path / "f"), "--no-smoke", "--json"])
+    assert json.loads(plain.stdout)["kv_cache"] == {"dtype": "float", "drift": None}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -46,11 +46,14 @@ from gqa_export.cli.app import (
     quiet_hub,
     value,
 )
-from gqa_export.cli.render import size
+from gqa_export.cli.render import kv_cache_summary, size
 from gqa_export.errors import InputError
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.quant.kv_cache import KvQuantOptions
 from gqa_export.quant.quantize import QuantOptions
+
+if TYPE_CHECKING:
+    from gqa_export.pipeline import BuildResult
 
 BUILD_EXAMPLES = """Examples:
 
@@ -209,13 +212,21 @@ def build(
     if as_json:
         print(json.dumps(result.as_json()))
         return
-    if quiet:
-        return
+    if not quiet:
+        _print_build(result)
+
+
+def _print_build(result: BuildResult) -> None:
+    """The text summary: where the package is, what it targets (KV cache dtype included), its size,
+    the KV cache's measured drift, the smoke run and the time."""
+    kv = result.kv_cache_json
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_row("package", escape(str(result.output)))
     table.add_row("attention", f"{result.attention_mode} (recipe {result.recipe})")
-    table.add_row("target", f"{result.ep} {result.precision}, max_length {result.max_length}")
+    table.add_row("target", f"{result.ep} {result.precision}, KV cache {kv['dtype']}, max_length {result.max_length}")
     table.add_row("size", size(sum(result.files.values())))
+    if kv.get("drift"):
+        table.add_row("KV cache", escape(kv_cache_summary(kv)))
     if result.smoke is not None:
         s = result.smoke
         table.add_row(

@@ -20,6 +20,19 @@ def size(n: float | None) -> str:
     return f"{n:.1f} TiB"
 
 
+def kv_cache_summary(entry: dict[str, Any]) -> str:
+    """A quantized KV cache in one line: how it was calibrated and how far its logits drift from
+    the float cache's (the manifest's options.kv_cache)."""
+    drift = entry["drift"]
+    text = "the built-in text" if entry["calibration"] == "builtin" else entry["calibration"]
+    return (
+        f"{entry['dtype']} {entry['scales']}, calibrated on {text} "
+        f"({entry['calibration_tokens']} tokens); vs the float cache over {drift['decode_steps']} decode steps: "
+        f"max |logit diff| {drift['max_abs_logit_diff']:.4g}, mean {drift['mean_abs_logit_diff']:.4g}, "
+        f"top-1 agreement {drift['top1_agreement']:.1%}"
+    )
+
+
 def _cache(layer: dict[str, Any]) -> str:
     """A layer's KV cache: its own (max_length or window-sized), or another layer's (KV-shared)."""
     source = layer.get("kv_source")
