@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from gqa_export.cli.app import Ep, app, command, err, fail, out, value
-from gqa_export.errors import GqaExportError
+from gqa_export.errors import GqaExportError, InputError
+from gqa_export.jsonio import read_json
 
 
 @command(
@@ -66,6 +69,7 @@ def run_command(
 
     if not interactive and prompt is None:
         raise fail(GqaExportError("pass --prompt TEXT (or --prompt - to read stdin), or --interactive"))
+    _check_generation(max_new_tokens, temperature, top_p, top_k, seed)
     text = sys.stdin.read() if prompt == "-" else prompt
     session = Session(
         path,
@@ -75,6 +79,7 @@ def run_command(
         chat or system is not None or interactive,
         system,
     )
+    _check_top_k(top_k, path)
     if interactive:
         session.interactive(sys.stdin, lambda piece: out.print(piece, end="", markup=False, highlight=False), err)
         return
@@ -84,10 +89,44 @@ def run_command(
         print(json.dumps(session.result_json(result)))
         return
     print()
+    if result.note:  # fewer new tokens than asked, or turns dropped: never silently
+        err.print(f"[yellow]note:[/] {escape(result.note)}", highlight=False)
     err.print(
         f"[dim]{result.prompt_tokens} prompt tokens, {len(result.tokens)} new tokens, "
         f"prefill {result.prefill_ms:.1f} ms, {result.decode_tokens_per_s:.1f} tok/s[/]"
     )
+
+
+# onnxruntime-genai takes its random seed as a 32-bit int (-1: seeded from the clock)
+MAX_SEED = 2**31 - 1
+
+
+def _check_generation(
+    max_new_tokens: int, temperature: float | None, top_p: float | None, top_k: int | None, seed: int | None
+) -> None:
+    """One line (exit 2) for a value onnxruntime-genai would take or refuse with a traceback: a
+    negative temperature samples from inverted logits, a negative seed means "from the clock"."""
+    problems = [
+        (max_new_tokens < 1, f"--max-new-tokens must be 1 or more, got {max_new_tokens}"),
+        (
+            temperature is not None and not 0 < temperature < math.inf,
+            f"--temperature must be above 0, got {temperature}",
+        ),
+        (top_p is not None and not 0 < top_p <= 1, f"--top-p must be above 0 and at most 1, got {top_p}"),
+        (top_k is not None and top_k < 1, f"--top-k must be 1 or more, got {top_k}"),
+        (seed is not None and not 0 <= seed <= MAX_SEED, f"--seed must be from 0 to {MAX_SEED}, got {seed}"),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise InputError(message)
+
+
+def _check_top_k(top_k: int | None, package: Path) -> None:
+    """--top-k above the package's vocabulary: onnxruntime-genai raises when the generator starts."""
+    config = read_json(package / "genai_config.json") or {}
+    vocab = (config.get("model") or {}).get("vocab_size")
+    if top_k is not None and isinstance(vocab, int) and top_k > vocab:
+        raise InputError(f"--top-k must be at most the vocabulary size {vocab} of {package}, got {top_k}")
 
 
 recipes_app = typer.Typer(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from gqa_export.errors import InputError
 from gqa_export.runtime.run import (
@@ -87,6 +88,8 @@ class Session:
                 return
             result = self.turn(line.rstrip("\n"), write)
             write("\n")
+            if result.note:  # turns dropped or new tokens capped: said, never silent
+                console.print(f"[yellow]note:[/] {escape(result.note)}", highlight=False)
             console.print(f"[dim]{len(result.tokens)} tokens, {result.decode_tokens_per_s:.1f} tok/s[/]")
 
     @staticmethod
