@@ -90,6 +90,7 @@ class BuildResult:
     notes: list[str] = field(default_factory=list)
     # the manifest's options.kv_cache (dtype, scales, calibration, drift) for a quantized KV cache
     kv_cache: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None  # quant_report.json (--report), logits_vs_float included
 
     @property
     def kv_cache_json(self) -> dict[str, Any]:
@@ -111,17 +112,23 @@ class BuildResult:
             "files": self.files,
             "total_bytes": sum(self.files.values()),
             "seconds": round(self.seconds, 3),
-            "smoke": None
-            if self.smoke is None
-            else {
-                "ep": self.smoke.ep,
-                "new_tokens": len(self.smoke.tokens),
-                "prefill_ms": round(self.smoke.prefill_ms, 3),
-                "tokens_per_s": round(self.smoke.decode_tokens_per_s, 2),
-                "text": self.smoke.text,
-            },
+            "smoke": smoke_json(self.smoke),
             "notes": self.notes,
+            "report": self.report,
         }
+
+
+def smoke_json(smoke: GenerationResult | None) -> dict[str, Any] | None:
+    """The smoke run as `build --json` and `quantize --json` both print it (null: not run)."""
+    if smoke is None:
+        return None
+    return {
+        "ep": smoke.ep,
+        "new_tokens": len(smoke.tokens),
+        "prefill_ms": round(smoke.prefill_ms, 3),
+        "tokens_per_s": round(smoke.decode_tokens_per_s, 2),
+        "text": smoke.text,
+    }
 
 
 def _local_inputs(model: str | Path) -> list[tuple[Path, str]]:
@@ -245,11 +252,11 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             reporter.stage(f"KV cache {kv.dtype} (calibrate, measure drift)")
             kv_cache = quantize_kv_cache(staged.path, attention.graphs[0].filename, kv, max_length)
             written.pop(attention.graphs[0].filename, None)  # rewritten: hashed again by finalize
+        report = None
         if opts.report and plan.nbits is not None:
             reporter.stage("accuracy report (float reference export)")
             report = _float_reference_report(opts, staged.path, dims, plan, quant_report)
             write_json(staged.path / "quant_report.json", report)
-            notes.append(f"logits vs float: {report['logits_vs_float']}")
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
         manifest["options"]["io"] = io.as_json()
         manifest["options"]["kv_cache"] = kv_cache
@@ -262,7 +269,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
     return BuildResult(output, source, recipe.name, attention.mode, opts.ep, plan.name, max_length, files,
-                       opt_report, time.perf_counter() - started, smoke, notes, kv_cache)  # fmt: skip
+                       opt_report, time.perf_counter() - started, smoke, notes, kv_cache, report)  # fmt: skip
 
 
 def _float_reference_report(

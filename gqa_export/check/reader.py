@@ -20,6 +20,7 @@ from onnx import TensorProto, helper
 
 from gqa_export.check.external_data import external_data_problems
 from gqa_export.check.graph_facts import graph_facts
+from gqa_export.check.paths import check_package_path
 from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json, read_json_object
@@ -160,16 +161,12 @@ class Package:
 
 def load_package(path: Path, source: Path | None = None) -> Package:
     path = path.expanduser()
-    if not path.exists():
-        raise InputError(f"{path} does not exist; pass a package folder, a genai_config.json or an .onnx file")
+    check_package_path(path, files=True)
     if path.suffix == ".onnx":
         folder, config, stages = path.parent, None, [(path.name, "model", True, True)]
     else:
         folder = path.parent if path.is_file() else path
-        config_path = folder / "genai_config.json"
-        if not config_path.is_file():
-            raise InputError(f"{folder} has no genai_config.json; pass a package folder or a bare .onnx file")
-        config = read_json_object(config_path, "re-export the package")
+        config = read_json_object(folder / "genai_config.json", "re-export the package")
         stages = _stages(config)
     graphs, missing = [], []
     for filename, role, on_prompt, on_gen in stages:

@@ -16,14 +16,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, Optional
 
-import click
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
-from typer.core import TyperCommand
 
 from gqa_export import __version__, choices
 from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
+from gqa_export.cli.helptext import Command, Group
 from gqa_export.errors import GqaExportError, RunError, from_os_error
 from gqa_export.progress import Advance
 
@@ -33,6 +32,7 @@ app = typer.Typer(
     add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=Group,
 )
 # Wider than any line we print: what "no limit" means for a console that is not a terminal.
 PIPE_WIDTH = 100_000
@@ -114,13 +114,6 @@ def fail(exc: GqaExportError) -> typer.Exit:
     return typer.Exit(code=exc.exit_code)
 
 
-class _Command(TyperCommand):
-    """Usage lines as `gqa-export build [OPTIONS] MODEL`: newer typers brace required arguments."""
-
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
-        return [piece.strip("{}") for piece in super().collect_usage_pieces(ctx)]
-
-
 _SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _received: list[int] = []
 
@@ -156,7 +149,7 @@ def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., None]], Callab
                 err.print("[bold red]error:[/] interrupted; no partial output was left behind", highlight=False)
                 raise typer.Exit(code=code) from None
 
-        return app.command(*args, cls=_Command, **kwargs)(guarded)
+        return app.command(*args, cls=Command, **kwargs)(guarded)
 
     return register
 
@@ -216,7 +209,7 @@ PIPELINE = "Inputs and outputs"
 
 EpOption = Annotated[Ep, typer.Option("--ep", help="Execution provider to export for.", rich_help_panel=TARGET)]
 BlockSize = Annotated[
-    int, typer.Option("--block-size", help="Quantization block size (16-256).", rich_help_panel=QUANT)
+    int, typer.Option("--block-size", metavar="N", help="Quantization block size (16-256).", rich_help_panel=QUANT)
 ]
 Asymmetric = Annotated[
     Optional[bool],
@@ -234,6 +227,7 @@ AccuracyLevel = Annotated[
     Optional[int],
     typer.Option(
         "--accuracy-level",
+        metavar="0-4",
         help="MatMulNBits accuracy_level 0-4 (default 4 on cpu, 0 on cuda).",
         rich_help_panel=QUANT,
     ),
@@ -241,7 +235,10 @@ AccuracyLevel = Annotated[
 KeepFloat = Annotated[
     Optional[list[str]],
     typer.Option(
-        "--keep-float", help="Keep weights matching this pattern float (e.g. lm_head*).", rich_help_panel=QUANT
+        "--keep-float",
+        metavar="PATTERN",
+        help="Keep weights matching this pattern float (e.g. lm_head*).",
+        rich_help_panel=QUANT,
     ),
 ]
 ReportFlag = Annotated[
@@ -261,6 +258,7 @@ MixedPrecision = Annotated[
     Optional[list[str]],
     typer.Option(
         "--mixed-precision",
+        metavar="SELECTOR:BITS",
         help="SELECTOR:int8|int4, repeatable; selectors: "
         + choices.described(choices.MIXED_SELECTORS)
         + "; or a weight-name pattern (e.g. '*.down_proj.weight:int8').",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -46,7 +46,7 @@ from gqa_export.cli.app import (
     quiet_hub,
     value,
 )
-from gqa_export.cli.render import kv_cache_summary, size
+from gqa_export.cli.render import kv_cache_summary, logits_summary, size
 from gqa_export.errors import InputError
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.quant.kv_cache import KvQuantOptions
@@ -54,6 +54,8 @@ from gqa_export.quant.quantize import QuantOptions
 
 if TYPE_CHECKING:
     from gqa_export.pipeline import BuildResult
+    from gqa_export.quant.requantize import RequantizeResult
+    from gqa_export.runtime.run import GenerationResult
 
 BUILD_EXAMPLES = """Examples:
 
@@ -68,14 +70,17 @@ BUILD_EXAMPLES = """Examples:
 @command(epilog=BUILD_EXAMPLES)
 def build(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id or local model folder.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Package folder to create.", rich_help_panel=OUTPUT)],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", metavar="DIR", help="Package folder to create.", rich_help_panel=OUTPUT)
+    ],
     ep: EpOption = Ep.cpu,  # type: ignore[attr-defined]
     precision: Annotated[
         Optional[Precision],
         typer.Option("--precision", "-p", help=choices.precision_help(), rich_help_panel=TARGET),
     ] = None,
     revision: Annotated[
-        Optional[str], typer.Option("--revision", help="Hub branch, tag or commit.", rich_help_panel=TARGET)
+        Optional[str],
+        typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit.", rich_help_panel=TARGET),
     ] = None,
     max_length: Annotated[
         Optional[int],
@@ -97,18 +102,27 @@ def build(
         Optional[str],
         typer.Option(
             "--bidirectional-token-ids",
+            metavar="ID,ID",
             help="Comma-separated ids whose prompt runs attend bidirectionally.",
             rich_help_panel=ATTENTION,
         ),
     ] = None,
     recipe: Annotated[
         Optional[Path],
-        typer.Option("--recipe", help="Use this recipe YAML instead of the built-in match.", rich_help_panel=RECIPE),
+        typer.Option(
+            "--recipe",
+            metavar="FILE",
+            help="Use this recipe YAML instead of the built-in match.",
+            rich_help_panel=RECIPE,
+        ),
     ] = None,
     settings: Annotated[
         Optional[list[str]],
         typer.Option(
-            "--set", help="Override one recipe key, e.g. --set attention.packed_qkv=false.", rich_help_panel=RECIPE
+            "--set",
+            metavar="KEY=VALUE",
+            help="Override one recipe key, e.g. --set attention.packed_qkv=false.",
+            rich_help_panel=RECIPE,
         ),
     ] = None,
     block_size: BlockSize = 32,
@@ -125,8 +139,8 @@ def build(
         typer.Option(
             "--prune-lm-head/--no-prune-lm-head",
             help="Prompt logits for the last token only ([B,1,V]): the prompt pass skips the lm_head "
-            "elsewhere. Default: on for single-graph packages (onnxruntime-genai reads nothing else); "
-            "turn off to get every prompt position's logits (perplexity tools, speculative decoding).",
+            "elsewhere. Default: off, every prompt position's logits (og.Engine and speculative decoding "
+            "need them); prune only packages served through the Generator alone.",
             rich_help_panel=PIPELINE,
         ),
     ] = None,
@@ -172,6 +186,7 @@ def build(
         Optional[Path],
         typer.Option(
             "--kv-calibration",
+            metavar="FILE",
             help="Text file to calibrate KV scales on (default: a built-in text).",
             rich_help_panel=TARGET,
         ),
@@ -218,29 +233,41 @@ def build(
 
 def _print_build(result: BuildResult) -> None:
     """The text summary: where the package is, what it targets (KV cache dtype included), its size,
-    the KV cache's measured drift, the smoke run and the time."""
+    the KV cache's measured drift, the accuracy report, the smoke run and the time."""
     kv = result.kv_cache_json
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_row("package", escape(str(result.output)))
-    table.add_row("attention", f"{result.attention_mode} (recipe {result.recipe})")
-    table.add_row("target", f"{result.ep} {result.precision}, KV cache {kv['dtype']}, max_length {result.max_length}")
-    table.add_row("size", size(sum(result.files.values())))
+    rows = [
+        ("package", str(result.output)),
+        ("attention", f"{result.attention_mode} (recipe {result.recipe})"),
+        ("target", f"{result.ep} {result.precision}, KV cache {kv['dtype']}, max_length {result.max_length}"),
+        ("size", size(sum(result.files.values()))),
+    ]
     if kv.get("drift"):
-        table.add_row("KV cache", escape(kv_cache_summary(kv)))
-    if result.smoke is not None:
-        s = result.smoke
-        table.add_row(
-            "smoke run",
-            f"{s.ep}: {len(s.tokens)} tokens, {s.decode_tokens_per_s:.1f} tok/s, prefill {s.prefill_ms:.1f} ms",
-        )
-    table.add_row("time", f"{result.seconds:.1f} s")
+        rows.append(("KV cache", kv_cache_summary(kv)))
+    _print_summary(rows, result.report, result.smoke, result.seconds)
+
+
+def _print_summary(
+    rows: list[tuple[str, str]], report: dict[str, Any] | None, smoke: GenerationResult | None, seconds: float
+) -> None:
+    """build's and quantize's summaries end alike: logits against float, smoke run, time."""
+    if report and report.get("logits_vs_float"):
+        rows.append(("logits vs float", logits_summary(report["logits_vs_float"])))
+    if smoke is not None:
+        rate, prefill = f"{smoke.decode_tokens_per_s:.1f} tok/s", f"prefill {smoke.prefill_ms:.1f} ms"
+        rows.append(("smoke run", f"{smoke.ep}: {len(smoke.tokens)} tokens, {rate}, {prefill}"))
+    rows.append(("time", f"{seconds:.1f} s"))
+    table = Table(show_header=False, box=None, pad_edge=False)
+    for key, text in rows:
+        table.add_row(key, escape(text))
     out.print(table)
 
 
 @command(epilog="Example:\n\n  gqa-export build $(gqa-export fetch Qwen/Qwen3-0.6B -q) -o out")
 def fetch(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id.")],
-    revision: Annotated[Optional[str], typer.Option("--revision", help="Hub branch, tag or commit.")] = None,
+    revision: Annotated[
+        Optional[str], typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit.")
+    ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the folder.")] = False,
 ) -> None:
     """Download (or find in the HF cache) only the files an export needs; print the folder."""
@@ -254,7 +281,9 @@ def fetch(
 @command("quantize", epilog="Example:\n\n  gqa-export quantize llama-fp32 -o llama-int4 -p int4 --block-size 64")
 def quantize_command(
     package: Annotated[Path, typer.Argument(metavar="PACKAGE", help="A float package written by gqa-export build.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Package folder to create.", rich_help_panel=OUTPUT)],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", metavar="DIR", help="Package folder to create.", rich_help_panel=OUTPUT)
+    ],
     precision: Annotated[
         IntPrecision, typer.Option("--precision", "-p", help="Target weight precision.", rich_help_panel=TARGET)
     ] = IntPrecision.int4,  # type: ignore[attr-defined]
@@ -281,22 +310,46 @@ def quantize_command(
     result = requantize(
         package, output, str(value(precision)), quant, overwrite, report, not no_smoke, RichReporter(quiet)
     )
-    summary = {
+    if as_json:
+        print(json.dumps(_quantize_json(result, package)))
+    elif not quiet:
+        options = result.manifest.get("options") or {}
+        kv = (options.get("kv_cache") or {}).get("dtype", "float")
+        target = f"{options.get('ep', '?')} {result.precision}, KV cache {kv}, max_length {options.get('max_length')}"
+        rows = [
+            ("package", str(result.output)),
+            ("from", str(package)),
+            ("target", target),
+            ("size", size(sum(result.files.values()))),
+        ]
+        _print_summary(rows, result.report, result.smoke, result.seconds)
+
+
+def _quantize_json(result: RequantizeResult, package: Path) -> dict[str, Any]:
+    """build's keys where they mean the same (the model's source, recipe, target, files, smoke run,
+    notes, report), plus `input`: the float package it was quantized from."""
+    from gqa_export.pipeline import smoke_json
+
+    manifest = result.manifest
+    options = manifest.get("options") or {}
+    return {
         "output": str(result.output),
+        "input": str(package),
+        "source": (manifest.get("source") or {}).get("id"),
+        "revision": (manifest.get("source") or {}).get("revision"),
+        "recipe": (manifest.get("recipe") or {}).get("name"),
+        "attention": options.get("attention"),
+        "ep": options.get("ep"),
         "precision": result.precision,
+        "max_length": options.get("max_length"),
+        "kv_cache": options.get("kv_cache") or {"dtype": "float", "drift": None},
         "files": result.files,
         "total_bytes": sum(result.files.values()),
+        "seconds": round(result.seconds, 3),
+        "smoke": smoke_json(result.smoke),
+        "notes": result.notes,
         "report": result.report,
-        "smoke_tokens_per_s": round(result.smoke.decode_tokens_per_s, 2) if result.smoke else None,
     }
-    if as_json:
-        print(json.dumps(summary))
-        return
-    if quiet:
-        return
-    out.print(f"{escape(str(result.output))}: {result.precision}, {size(summary['total_bytes'])}")
-    if result.report:
-        out.print(f"logits vs float: {result.report['logits_vs_float']}")
 
 
 def _quant_options(

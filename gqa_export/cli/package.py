@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gqa_export.cli.app import Ep, app, command, err, fail, out, value
+from gqa_export.cli.helptext import Command, Group
 from gqa_export.errors import GqaExportError, InputError
 from gqa_export.jsonio import read_json
 
@@ -25,7 +26,8 @@ def inspect_command(
         Path, typer.Argument(metavar="PACKAGE", help="Package folder, genai_config.json or a bare .onnx file.")
     ],
     source: Annotated[
-        Optional[Path], typer.Option("--source", help="HF model folder to cross-check (config, generation_config).")
+        Optional[Path],
+        typer.Option("--source", metavar="DIR", help="HF model folder to cross-check (config, generation_config)."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: summary, layers, findings.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too (exit 1).")] = False,
@@ -65,11 +67,13 @@ def run_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming.")] = False,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
+    from gqa_export.check.paths import check_package_path
     from gqa_export.runtime.chat import Session
 
     if not interactive and prompt is None:
         raise fail(GqaExportError("pass --prompt TEXT (or --prompt - to read stdin), or --interactive"))
     _check_generation(max_new_tokens, temperature, top_p, top_k, seed)
+    check_package_path(path, files=False)
     text = sys.stdin.read() if prompt == "-" else prompt
     session = Session(
         path,
@@ -130,6 +134,7 @@ def _check_top_k(top_k: int | None, package: Path) -> None:
 
 
 recipes_app = typer.Typer(
+    cls=Group,
     help="List the built-in recipes or show one.",
     invoke_without_command=True,
     epilog="Examples:\n\n  gqa-export recipes --json\n\n  gqa-export recipes show gemma3 > my-gemma3.yaml",
@@ -158,7 +163,7 @@ def recipes_list(
     out.print(table)
 
 
-@recipes_app.command("show", epilog="Example:\n\n  gqa-export recipes show llama --json")
+@recipes_app.command("show", cls=Command, epilog="Example:\n\n  gqa-export recipes show llama --json")
 def recipes_show(
     name: Annotated[str, typer.Argument(help="Recipe name (see `gqa-export recipes`).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of YAML.")] = False,

@@ -24,7 +24,9 @@ def release_command(
     spec: Annotated[
         Path, typer.Argument(metavar="SPEC", help="Release spec YAML: source, variants, eval text, gates.")
     ],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Release folder to create (the repo root).")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", metavar="DIR", help="Release folder to create (the repo root).")
+    ],
     overwrite: Overwrite = False,
     as_json: AsJson = False,
     quiet: Quiet = False,
@@ -43,9 +45,9 @@ def release_command(
     table = Table("variant", "attention", "size", "perplexity", "time")
     for v in summary["variants"]:
         evaluation = v.get("eval") or {}
-        ppl = f"{evaluation['perplexity']:.4g}" if "perplexity" in evaluation else "-"
+        ppl = f"{evaluation['perplexity']:.6g}" if "perplexity" in evaluation else "-"
         if "perplexity_increase_pct" in evaluation:
-            ppl += f" ({evaluation['perplexity_increase_pct']:+.2f}%)"
+            ppl += f" ({evaluation['perplexity_increase_pct']:+.3f}%)"
         table.add_row(v["path"], v["attention"], size(v["bytes"]), ppl, f"{v['seconds']:.1f} s")
     out.print(table)
     out.print(escape(f"{summary['output']}: {size(summary['total_bytes'])} in {summary['seconds']:.1f} s"))

@@ -1,10 +1,12 @@
-"""Rich rendering of inspect reports and run summaries for the CLI (80-column friendly)."""
+"""Rich rendering of inspect reports and build summaries for the CLI: 80-column friendly on a
+terminal, every value as a person reads it (yes/no, "-", no Python reprs)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -33,6 +35,12 @@ def kv_cache_summary(entry: dict[str, Any]) -> str:
     )
 
 
+def logits_summary(entry: dict[str, Any]) -> str:
+    """quant_report.json's logits_vs_float in one line."""
+    where = f"{entry['prompts']} prompts" + (f", {entry['positions']} positions" if "positions" in entry else "")
+    return f"relative L2 {entry['relative_l2']:.4g}, next-token agreement {entry['next_token_agreement']:.2%} ({where})"
+
+
 def _cache(layer: dict[str, Any]) -> str:
     """A layer's KV cache: its own (max_length or window-sized), or another layer's (KV-shared)."""
     source = layer.get("kv_source")
@@ -41,36 +49,55 @@ def _cache(layer: dict[str, Any]) -> str:
     return "window" if layer.get("window_cache") else "own"
 
 
+def shown(value: Any) -> str:
+    """A value as a person reads it: yes/no for booleans, "-" for nothing, `k v, ...` for a
+    mapping, `[a, b]` for a shape; never Python's repr (None, True, {'ai.onnx': 21})."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {shown(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    return str(value)
+
+
 def inspect_report(console: Console, report: dict[str, Any]) -> None:
     s = report["summary"]
+    kv_row = size(s["kv_cache_bytes_per_row"]) + " per batch row at max_length"
     head = Table(show_header=False, box=None, pad_edge=False)
     for key, value in (
         ("package", s["path"]),
-        ("model type", s["model_type"] or "-"),
+        ("model type", shown(s["model_type"])),
         ("providers", ", ".join(s["providers"])),
         ("parameters", f"{s['parameters'] / 1e6:.1f} M"),
         ("on disk", size(s["total_bytes"])),
-        ("share buffer", str(s["past_present_share_buffer"])),
-        ("max_length", f"{s['max_length']} (context {s['context_length']})"),
-        ("KV cache", f"{size(s['kv_cache_bytes_per_row'])} per batch row at max_length"),
-        ("I/O", ", ".join(f"{k}={v}" for k, v in s["io"].items())),
+        ("share buffer", shown(s["past_present_share_buffer"])),
+        (
+            "max_length",
+            f"{s['max_length']} (context {shown(s['context_length'])})" if s["max_length"] is not None else "-",
+        ),
+        ("KV cache", kv_row if s["kv_cache_bytes_per_row"] is not None else "-"),
+        ("I/O", ", ".join(f"{k} {shown(v)}" for k, v in s["io"].items())),
     ):
-        head.add_row(f"[bold]{key}[/]", str(value))
+        head.add_row(f"[bold]{key}[/]", escape(str(value)))
     console.print(head)
     for g in s["graphs"]:
-        flags = f"prompt={g['run_on_prompt']} token_gen={g['run_on_token_gen']}"
-        console.print(f"\n[bold]{g['filename']}[/] ({g['stage']}; {flags}; opsets {g['opsets']})")
+        flags = f"prompt {shown(g['run_on_prompt'])}, token generation {shown(g['run_on_token_gen'])}"
+        heading = f"({g['stage']}; {flags}; opsets {shown(g['opsets'])})"
+        console.print(f"\n[bold]{escape(g['filename'])}[/] {escape(heading)}")
         weights = ", ".join(f"{k}: {v}" for k, v in g["weights"].items())
-        console.print(f"  attention: {', '.join(g['attention_ops']) or '-'}; weights: {weights or '-'}")
+        console.print(escape(f"  attention: {', '.join(g['attention_ops']) or '-'}; weights: {weights or '-'}"))
         io = Table("", "name", "type", "shape", box=None, pad_edge=False)
         kv = [i for i in g["inputs"] if i["name"].startswith("past_")]
         for i in [i for i in g["inputs"] if not i["name"].startswith("past_")] + kv[:2]:
-            io.add_row("in", i["name"], i["dtype"], str(i["shape"]))
+            io.add_row("in", i["name"], i["dtype"], escape(shown(i["shape"])))
         if len(kv) > 2:
             io.add_row("in", f"... {len(kv) - 2} more past_* inputs", "", "")
         outs = [o for o in g["outputs"] if not o["name"].startswith("present")]
         for o in outs:
-            io.add_row("out", o["name"], o["dtype"], str(o["shape"]))
+            io.add_row("out", o["name"], o["dtype"], escape(shown(o["shape"])))
         io.add_row("out", f"{len(g['outputs']) - len(outs)} present_* outputs", "", "")
         console.print(io)
         ops = ", ".join(f"{k} {v}" for k, v in list(g["ops"].items())[:10])

@@ -9,6 +9,7 @@ reference for `--report`.
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ class RequantizeResult:
     report: dict[str, Any] | None
     smoke: GenerationResult | None
     notes: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)  # the new package's, as sealed
+    seconds: float = 0.0
 
 
 def requantize(
@@ -56,6 +59,7 @@ def requantize(
     reporter: Reporter | None = None,
 ) -> RequantizeResult:
     reporter = reporter or NullReporter()
+    started = time.perf_counter()
     manifest = _manifest(package)
     options = manifest.get("options", {})
     ep, source_precision = options.get("ep", "cpu"), options.get("precision")
@@ -117,7 +121,8 @@ def requantize(
         result_smoke = seal_lint_smoke(staged.path, manifest, written, notes, reporter, smoke)
         out = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
-    return RequantizeResult(out, plan.name, files, result_report, result_smoke, notes)
+    seconds = time.perf_counter() - started
+    return RequantizeResult(out, plan.name, files, result_report, result_smoke, notes, manifest, seconds)
 
 
 def _manifest(package: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ honoured by huggingface_hub itself.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,9 +97,15 @@ def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
         ) from None
     except hf_errors.LocalEntryNotFoundError:
         what = f"revision '{revision}' of '{repo_id}'" if revision else f"model '{repo_id}'"
+        offline = _offline_variable()
+        if offline is not None:
+            raise InputError(
+                f"{what} is not in the local Hugging Face cache and {offline} is set, so the Hub is not asked "
+                f"(unset {offline} to download it, or pass a local folder)"
+            ) from None
         raise InputError(
             f"{what} is not in the local Hugging Face cache and the Hub cannot be reached "
-            "(connect, unset HF_HUB_OFFLINE, or pass a local folder)"
+            "(check the connection or proxy, or pass a local folder)"
         ) from None
     except (hf_errors.HfHubHTTPError, ValueError, OSError) as exc:
         raise InputError(f"could not fetch '{repo_id}' from the Hugging Face Hub: {_first_line(exc)}") from None
@@ -110,6 +117,19 @@ def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
             "check the connection or proxy, or pass a local folder"
         ) from None
     return Path(folder)
+
+
+def _offline_variable() -> str | None:
+    """The variable that put huggingface_hub offline (it reads both), or None when it is online:
+    the advice to unset one is given only to someone who has set it."""
+    from huggingface_hub import constants
+
+    if not constants.HF_HUB_OFFLINE:
+        return None
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+            return name
+    return "HF_HUB_OFFLINE"
 
 
 def _first_line(exc: BaseException) -> str:
