@@ -1,0 +1,246 @@
+"""The registered families: one row per tiny checkpoint the common parity checks of
+tests/test_families.py run on (the test-side mirror of gqa_export/arch/families.py).
+
+A row says how its checkpoint is made, which checks apply to it (attention modes, quantized
+precisions, the fp16 CUDA graph), what its package is expected to say (genai model type, how its
+experts and embedding tables quantize), and what is known to differ (how much signal its random
+logits carry, a transformers 4.x reference that computes it differently). Checks that only one
+family has stay in its module (test_moe.py, test_gemma4.py, test_multimodal.py) and read the same
+session builds through `FamilyBuilds`.
+
+    from families import FAMILIES, REGISTERED, FamilyBuilds
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dense_models import VARIANTS as DENSE_VARIANTS
+from dense_models import save_dense
+from moe_models import save_moe
+
+# the logits prompt: longer than every window (Gemma-4's 4 and 6, the others' 8)
+PROMPT = (0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13)
+# 20 tokens: past Gemma-3's window (8) and Ministral-3's query-scale step (original_max 16)
+MULTIMODAL_PROMPT = (0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13, 14, 15, 16, 17, 18, 19)
+# greedy generation: one token, a short prompt, one far past the windows (ids below the placeholders)
+PROMPTS = ((0,), (0, 17, 45, 99, 200, 3, 7), tuple((11 * i + 5) % 380 for i in range(30)))
+GEMMA4_PROMPTS = ((0,), (0, 17, 45, 99, 200, 3, 7), tuple((11 * i + 5) % 290 for i in range(30)))
+MULTIMODAL_PROMPTS = ((0,), MULTIMODAL_PROMPT)
+ALL_MODES = ("gqa", "bias", "split")
+TIED = frozenset({"model.embed_tokens.qweight"})  # the tied table, shared with the lm_head
+STANDARD_MODES = ("bias", "split")  # the standard-Attention graphs (plain-op RoPE, the window as a mask)
+# the kinds tests/compat re-runs under the lowest supported transformers (GQA_EXPORT_FLOOR_RUN=1)
+FLOOR_KINDS = ("dense",)
+
+# transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
+# exact under 5.x, compared only there
+XIELU_BF16_UNDER_4X = "4.57's xIELU keeps its alpha/beta parameters in bf16 (logits off by ~6e-3)"
+PARALLEL_QK_LN_UNDER_4X = (
+    "4.57 cannot build a StableLM with parallel residual and q/k LayerNorm from its own config "
+    "(AttributeError in its weight init)"
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One registered checkpoint and the common checks that apply to it."""
+
+    name: str  # the test id and the checkpoint's name
+    kind: str  # dense | moe | gemma4 | multimodal: which maker, which prompts
+    make: Callable[[Path], Path] | None  # folder -> checkpoint; None: conftest.py's `checkpoints` (variants.py)
+    genai_type: str = "decoder"  # model.type of the single-graph package's genai_config.json
+    prompt: tuple[int, ...] = PROMPT  # prompt + 6 decode steps against HF
+    prompts: tuple[tuple[int, ...], ...] = PROMPTS  # 40 greedy tokens each, equal to HF generate
+    signal: float = 1.0  # HF's logits reach above this (they carry signal, not all ~0)
+    generate_modes: tuple[str, ...] = ()  # modes whose greedy onnxruntime-genai tokens equal HF generate
+    logits_modes: tuple[str, ...] = ()  # modes whose genai prompt logits and 16 greedy tokens equal HF
+    quantized: tuple[str, ...] = ()  # precisions built (with their smoke run) and dequantized weight by weight
+    accuracy_level: int | None = None  # MatMulNBits' accuracy level for those; None: the build's default
+    int8_relative_l2: float | None = None  # quant report: int8 prompt logits within this of the fp32 export's
+    experts: str | None = None  # "fused": MoE / QMoE ops; "plain": plain ops (float in int4/int8 packages)
+    gathered_tables: frozenset[str] = frozenset()  # embedding tables GatherBlockQuantized reads (int4/int8)
+    smoke_meets_eos: bool = False  # the quantized smoke run ends at EOS before its 16 tokens
+    fp16_cuda: bool = False  # the fp16 CUDA package runs on CPU close to HF
+    differs_under_4x: str | None = None  # why transformers 4.x's reference differs (compared under 5.x only)
+
+
+def dense(name: str, **facts: Any) -> Family:
+    """A second-wave dense checkpoint: a family or a variant of tests/dense_models.py."""
+    model_type, overrides = DENSE_VARIANTS.get(name, (name, {}))
+    return Family(
+        name, "dense", lambda folder: save_dense(folder, model_type, **overrides), signal=0.5,
+        logits_modes=STANDARD_MODES, **facts,
+    )  # fmt: skip
+
+
+def dense_family(name: str, **facts: Any) -> Family:
+    """A dense family's own checkpoint: every mode on logits, greedy tokens, int4."""
+    return dense(name, generate_modes=("gqa",), quantized=("int4",), **facts)
+
+
+def moe(
+    name: str, family: str | None = None, hub_layout: bool = True, overrides: dict[str, Any] | None = None, **facts: Any
+) -> Family:
+    """A mixture of experts (tests/moe_models.py); `hub_layout` False: transformers 5.x's fused experts."""
+    model_type = family or name
+    return Family(
+        name, "moe", lambda folder: save_moe(folder, model_type, hub_layout=hub_layout, **(overrides or {})), **facts
+    )
+
+
+def moe_family(name: str, modes: tuple[str, ...] = ("gqa",), **facts: Any) -> Family:
+    """A mixture-of-experts family's hub checkpoint: greedy tokens, int4 and int8 (QMoE) packages."""
+    quantized = dict(quantized=("int4", "int8"), accuracy_level=0, int8_relative_l2=0.3)
+    return moe(name, generate_modes=modes, experts=facts.pop("experts", "fused"), **quantized, **facts)
+
+
+def gemma4(name: str, **facts: Any) -> Family:
+    """A Gemma-4 checkpoint form (tests/gemma4_models.py through variants.GEMMA4_VARIANTS)."""
+    return Family(
+        name, "gemma4", None, genai_type="gemma4_text", prompts=GEMMA4_PROMPTS, generate_modes=ALL_MODES, **facts
+    )
+
+
+def multimodal(name: str, **facts: Any) -> Family:
+    """A multimodal checkpoint's text decoder (tests/multimodal_models.py, variants.MULTIMODAL_VARIANTS)."""
+    return Family(
+        name, "multimodal", None, prompt=MULTIMODAL_PROMPT, prompts=MULTIMODAL_PROMPTS, generate_modes=ALL_MODES,
+        **facts,
+    )  # fmt: skip
+
+
+FAMILIES: tuple[Family, ...] = (
+    # second-wave dense families (tests/dense_models.py FAMILIES), then their variants (VARIANTS)
+    dense_family("phi", genai_type="phi", fp16_cuda=True),
+    dense_family("olmo", genai_type="olmo"),
+    dense_family("olmo3"),
+    dense_family("nemotron", genai_type="nemotron"),
+    dense_family("stablelm"),
+    dense_family("starcoder2", gathered_tables=TIED),
+    dense_family("cohere", gathered_tables=TIED),
+    dense_family("cohere2", gathered_tables=TIED, fp16_cuda=True),
+    dense_family("glm4", fp16_cuda=True),
+    dense_family("exaone4"),
+    dense_family("ernie4_5", genai_type="ernie4_5", gathered_tables=TIED),
+    dense_family("hunyuan_v1_dense", genai_type="hunyuandensev1", gathered_tables=TIED, fp16_cuda=True),
+    dense_family("apertus", fp16_cuda=True, differs_under_4x=XIELU_BF16_UNDER_4X),
+    dense("phi_qkln", genai_type="phi"),
+    dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
+    dense("cohere_qknorm"),
+    dense("ernie4_5_bias", genai_type="ernie4_5"),
+    dense("exaone4_nosliding"),
+    dense("olmo_noclip", genai_type="olmo"),
+    # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
+    moe_family("qwen3_moe", fp16_cuda=True),
+    moe_family("qwen2_moe", ALL_MODES),
+    moe_family("mixtral", ALL_MODES),
+    moe_family("gpt_oss", genai_type="gptoss", fp16_cuda=True),
+    moe_family("olmoe"),
+    moe_family("granitemoe", gathered_tables=TIED),
+    moe_family("phimoe", ALL_MODES, genai_type="phimoe"),
+    # Gemma-4's MoE: experts in plain ops (float in int4/int8 packages)
+    moe_family("gemma4_text", genai_type="gemma4_text", experts="plain", gathered_tables=TIED),
+    # ... and transformers 5.x's own fused [E, 2I, H] layout
+    moe("qwen3_moe_norm_v5", "qwen3_moe", hub_layout=False, overrides={"norm_topk_prob": True}),
+    moe("mixtral_v5", "mixtral", hub_layout=False),
+    moe("phimoe_v5", "phimoe", hub_layout=False, genai_type="phimoe"),
+    moe("granitemoe_v5", "granitemoe", hub_layout=False),
+    # Gemma-4's three checkpoint forms and a second feature mix
+    gemma4(
+        "gemma4_causal",
+        quantized=("int8", "int4"),
+        accuracy_level=0,
+        int8_relative_l2=0.25,
+        gathered_tables=TIED | {"model.embed_tokens_per_layer.qweight"},
+        fp16_cuda=True,
+    ),
+    gemma4("gemma4_conditional"),
+    gemma4("gemma4_unified", fp16_cuda=True),
+    gemma4("gemma4_mix_bf16"),
+    # the text decoders of multimodal checkpoints
+    multimodal(
+        "gemma3_vision",
+        genai_type="gemma3_text",
+        quantized=("int4",),
+        gathered_tables=frozenset({"language_model.model.embed_tokens.qweight"}),
+        smoke_meets_eos=True,
+    ),
+    multimodal("gemma3_vision_v5_softcap", genai_type="gemma3_text"),
+    multimodal("ministral3_vision", genai_type="mistral", quantized=("int4",)),
+    multimodal("mistral3_vision_v5", genai_type="mistral"),
+    multimodal("qwen2_5_vl", genai_type="qwen2"),
+    multimodal("qwen2_5_vl_flat", genai_type="qwen2"),
+    multimodal(
+        "qwen3_vl_v5",
+        genai_type="qwen3",
+        quantized=("int4",),
+        gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
+    ),
+)
+BY_NAME = {family.name: family for family in FAMILIES}
+assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"
+# what this run checks: under the transformers floor (tests/compat), the floor's kinds only
+REGISTERED = tuple(
+    family for family in FAMILIES if os.environ.get("GQA_EXPORT_FLOOR_RUN") != "1" or family.kind in FLOOR_KINDS
+)
+
+
+def skip_where_the_reference_differs(family: Family) -> None:
+    import transformers
+
+    if family.differs_under_4x and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip(
+            f"transformers {transformers.__version__} computes {family.name} differently: {family.differs_under_4x}"
+        )
+
+
+class FamilyBuilds:
+    """Each registered checkpoint, and each (checkpoint, mode, ep, precision, settings) package
+    built from it without a smoke run, made once per session however many modules ask."""
+
+    def __init__(self, root: Path, checkpoints: Any) -> None:
+        self.root = root
+        self.checkpoints = checkpoints  # conftest.py's session checkpoints, shared with other modules
+        self._checkpoints: dict[str, Path] = {}
+        self._packages: dict[tuple[str, ...], Path] = {}
+
+    @classmethod
+    def of_session(cls, request: pytest.FixtureRequest, checkpoints: Any, tmp_path_factory: Any) -> FamilyBuilds:
+        """The session's one instance: every module's `builds` fixture returns it (a fixture imported
+        into several modules would be one fixture per module, each building again)."""
+        key = _SESSION_BUILDS
+        if key not in request.config.stash:
+            request.config.stash[key] = cls(tmp_path_factory.mktemp("families"), checkpoints)
+        return request.config.stash[key]
+
+    def checkpoint(self, name: str) -> Path:
+        if name not in self._checkpoints:
+            make = BY_NAME[name].make
+            self._checkpoints[name] = make(self.root / name) if make else self.checkpoints.get(name)
+        return self._checkpoints[name]
+
+    def package(
+        self, name: str, mode: str = "gqa", ep: str = "cpu", precision: str = "fp32", settings: tuple[str, ...] = ()
+    ) -> Path:
+        key = (name, mode, ep, precision, *settings)
+        if key not in self._packages:
+            from gqa_export.pipeline import BuildOptions, build
+
+            out = self.root / "packages" / "-".join(key)
+            build(
+                BuildOptions(
+                    str(self.checkpoint(name)), out, ep=ep, precision=precision, attention=mode, settings=settings,
+                    smoke=False,
+                )
+            )  # fmt: skip
+            self._packages[key] = out
+        return self._packages[key]
+
+
+_SESSION_BUILDS = pytest.StashKey[FamilyBuilds]()
