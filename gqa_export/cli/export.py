@@ -48,12 +48,10 @@ from gqa_export.cli.app import (
 )
 from gqa_export.cli.render import kv_cache_summary, logits_summary, size
 from gqa_export.errors import InputError
-from gqa_export.graph.io_options import IoOptions
-from gqa_export.quant.kv_cache import KvQuantOptions
-from gqa_export.quant.quantize import QuantOptions
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the library (onnx, onnx-ir, numpy) is imported by the commands that run it
     from gqa_export.pipeline import BuildResult
+    from gqa_export.quant.quantize import QuantOptions
     from gqa_export.quant.requantize import RequantizeResult
     from gqa_export.runtime.run import GenerationResult
 
@@ -206,8 +204,10 @@ def build(
     quiet: Quiet = False,
 ) -> None:
     """Export MODEL to an ONNX Runtime GenAI package in OUTPUT."""
+    from gqa_export.graph.io_options import IoOptions
     from gqa_export.pipeline import BuildOptions
     from gqa_export.pipeline import build as run_build
+    from gqa_export.quant.kv_cache import KvQuantOptions
 
     try:
         ids = tuple(int(t) for t in bidirectional.split(",") if t.strip()) if bidirectional is not None else None
@@ -363,6 +363,8 @@ def _quant_options(
     mixed_precision: list[str] | None,
 ) -> QuantOptions:
     """The int4/int8 options `build` and `quantize` share, as QuantOptions."""
+    from gqa_export.quant.quantize import QuantOptions
+
     return QuantOptions(
         block_size, asymmetric, str(value(method)), accuracy_level, tuple(keep_float or ()), embeddings,
         value(activations), tuple(mixed_precision or ()),

@@ -41,6 +41,29 @@ def readable_metavar(param: Any) -> None:
         param.metavar = word
 
 
+def light_flag(param: Any) -> None:
+    """A flag's value coerced without pydantic. Newer typers build a pydantic TypeAdapter for any
+    parameter whose value is not already a bool, including the group's unset --help and completion
+    flags on every run: a tenth of a second of imports before `--help` prints. A bool needs no
+    adapter; typer's own pass-through coercion (checks the type, returns the value) does it. An
+    older typer without that class, or a parameter already set up, is left as it is."""
+    try:
+        from typer._coercion import PassThroughRuntimeParam
+    except ImportError:
+        return
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None or descriptor.annotation is not bool or getattr(param, "_runtime_param", False) is not None:
+        return
+    param._runtime_param = PassThroughRuntimeParam(annotation=bool, parameter_info=descriptor.parameter_info)
+
+
+def _readable(params: list[click.Parameter]) -> list[click.Parameter]:
+    for param in params:
+        readable_metavar(param)
+        light_flag(param)
+    return params
+
+
 class Command(TyperCommand):
     """Usage lines as `gqa-export build [OPTIONS] MODEL` (newer typers brace required arguments)
     and readable metavars."""
@@ -49,17 +72,11 @@ class Command(TyperCommand):
         return [piece.strip("{}") for piece in super().collect_usage_pieces(ctx)]
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        params = super().get_params(ctx)
-        for param in params:
-            readable_metavar(param)
-        return params
+        return _readable(super().get_params(ctx))
 
 
 class Group(TyperGroup):
     """The command groups (`gqa-export`, `gqa-export recipes`): readable metavars too."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        params = super().get_params(ctx)
-        for param in params:
-            readable_metavar(param)
-        return params
+        return _readable(super().get_params(ctx))
