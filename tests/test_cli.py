@@ -228,7 +228,7 @@ def test_set_unpacked_qkv_stays_exact(checkpoints, tmp_path):
             ("attention.mode=gqa", "attention.bidirectional_token_ids=[300]"),
             "attention gqa cannot express bidirectional token blocks",
         ),
-        (("attention.modee=gqa",), "unknown key 'attention.modee'"),
+        (("attention.modee=gqa",), "unknown recipe key 'attention.modee'"),
     ],
 )
 def test_recipe_asking_for_missing_feature_fails_before_work(checkpoints, tmp_path, settings, message):
