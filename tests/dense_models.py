@@ -37,6 +37,7 @@ FAMILIES = [
     "ernie4_5",
     "hunyuan_v1_dense",
     "apertus",
+    "lfm2",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -50,6 +51,12 @@ VARIANTS = {
         dict(sliding_window=None, layer_types=["full_attention"] * 3),
     ),  # EXAONE-4.0-1.2B style
     "olmo_noclip": ("olmo", dict(clip_qkv=None)),
+    # LFM2 with every bias (in_proj, conv, out_proj: the official builder drops two), kernel 4,
+    # attention first, the pattern spelled as full_attn_idxs, the MLP width as configured
+    "lfm2_bias": (
+        "lfm2",
+        dict(conv_bias=True, conv_L_cache=4, layer_types=None, full_attn_idxs=[0, 3], block_auto_adjust_ff_dim=False),
+    ),
 }
 
 COMMON = dict(
@@ -205,6 +212,19 @@ def family_config(model_type: str) -> dict:
                 "original_max_position_embeddings": 32,
             },
         )
+    elif model_type == "lfm2":  # short-conv (state) + GQA layers, q/k RMSNorm, MLP width 2/3 rounded up
+        c.update(
+            num_hidden_layers=4,
+            layer_types=["conv", "full_attention", "conv", "conv"],
+            conv_L_cache=3,
+            conv_bias=False,
+            norm_eps=1e-5,
+            block_auto_adjust_ff_dim=True,
+            block_ffn_dim_multiplier=1.5,
+            block_multiple_of=32,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
     else:
         raise ValueError(model_type)
     return c
@@ -225,6 +245,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
                     p.copy_(rn(p, 0.3, 1.0))
             elif leaf == "bias":  # LayerNorm biases and Linear biases
                 p.copy_(rn(p, 0.2))
+            elif name.endswith("conv.conv.weight"):  # LFM2's depthwise kernel: large enough to matter
+                p.copy_(rn(p, 0.5))
             elif leaf == "alpha_p":  # xIELU raw params (softplus applied at runtime)
                 p.copy_(rn(p, 0.3, math.log(math.expm1(0.8))))
             elif leaf == "alpha_n":

@@ -73,10 +73,8 @@ class Family:
 def dense(name: str, **facts: Any) -> Family:
     """A second-wave dense checkpoint: a family or a variant of tests/dense_models.py."""
     model_type, overrides = DENSE_VARIANTS.get(name, (name, {}))
-    return Family(
-        name, "dense", lambda folder: save_dense(folder, model_type, **overrides), signal=0.5,
-        logits_modes=STANDARD_MODES, **facts,
-    )  # fmt: skip
+    facts = {"logits_modes": STANDARD_MODES, **facts}
+    return Family(name, "dense", lambda folder: save_dense(folder, model_type, **overrides), signal=0.5, **facts)
 
 
 def dense_family(name: str, **facts: Any) -> Family:
@@ -136,6 +134,9 @@ FAMILIES: tuple[Family, ...] = (
     dense("ernie4_5_bias", genai_type="ernie4_5"),
     dense("exaone4_nosliding"),
     dense("olmo_noclip", genai_type="olmo"),
+    # hybrid decoders: short-convolution state + GQA layers (the state lives in the GQA graph only)
+    dense_family("lfm2", genai_type="lfm2", logits_modes=(), fp16_cuda=True, gathered_tables=TIED),
+    dense("lfm2_bias", genai_type="lfm2", logits_modes=(), generate_modes=("gqa",)),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

@@ -120,6 +120,13 @@ class OrtStepper:
                 dtype = np.float16 if "float16" in value.type else np.float32
                 shape = (1, value.shape[1], max_length, value.shape[3])
                 self.kv[value.name] = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype))
+        # recurrent state (short-convolution layers' past.N.conv): zeros of the input's static
+        # shape, replaced by the present after every step, as onnxruntime-genai swaps them
+        self.state = {
+            value.name: np.zeros((1, *value.shape[1:]), np.float16 if "float16" in value.type else np.float32)
+            for value in self.session.get_inputs()
+            if value.name.startswith("past.")
+        }
         self.length = 0
 
     def step(self, tokens: list[int]) -> np.ndarray:
@@ -132,8 +139,14 @@ class OrtStepper:
         for name, buf in self.kv.items():
             io.bind_ortvalue_input(name, buf)
             io.bind_ortvalue_output(name.replace("past_key_values.", "present."), buf)
+        for name, state in self.state.items():
+            io.bind_cpu_input(name, state)
+            io.bind_output(name.replace("past.", "present.", 1))
         self.session.run_with_iobinding(io)
-        return io.copy_outputs_to_cpu()[0][0].astype(np.float32)
+        outputs = io.copy_outputs_to_cpu()
+        for name, present in zip(self.state, outputs[len(outputs) - len(self.state) :], strict=True):
+            self.state[name] = present
+        return outputs[0][0].astype(np.float32)
 
 
 def ort_prefill_and_decode(package: Path, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:

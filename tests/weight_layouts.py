@@ -20,10 +20,10 @@ from onnx import numpy_helper
 
 INT4_MAX_ERROR = 0.2  # relative L2 of one dequantized int4 block-32 weight (correct: ~0.08)
 INT8_MAX_ERROR = 0.02  # int8 (correct: ~0.005)
-FUSED = {
-    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
-    "qk_proj": ("q_proj", "k_proj"),  # layers whose values are their keys (Gemma-4 attention_k_eq_v)
-    "gate_up_proj": ("gate_proj", "up_proj"),
+FUSED = {  # a packed weight's name -> the spellings of the checkpoint weights it concatenates
+    "qkv_proj": (("q_proj", "k_proj", "v_proj"),),
+    "qk_proj": (("q_proj", "k_proj"),),  # layers whose values are their keys (Gemma-4 attention_k_eq_v)
+    "gate_up_proj": (("gate_proj", "up_proj"), ("w1", "w3")),  # LFM2's feed_forward.w1 / w3
 }
 
 
@@ -88,9 +88,10 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str) -> np.ndarray | 
     if f"{base}.weight" in tensors:
         return tensors[f"{base}.weight"]
     head, _, last = base.rpartition(".")
-    parts = [tensors.get(f"{head}.{p}.weight") for p in FUSED.get(last, ())]
-    if parts and all(p is not None for p in parts):
-        return np.concatenate(parts)  # type: ignore[arg-type]
+    for spelling in FUSED.get(last, ()):
+        parts = [tensors.get(f"{head}.{p}.weight") for p in spelling]
+        if all(p is not None for p in parts):
+            return np.concatenate(parts)  # type: ignore[arg-type]
     return None
 
 

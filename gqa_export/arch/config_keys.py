@@ -43,4 +43,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",
     "parallel_residual": "use_parallel_residual",
+    # hybrid decoders (LFM2): the short convolution's kernel and the MLP width rule (block_auto_adjust_ff_dim)
+    "conv_kernel": "conv_L_cache",
+    "ffn_auto_adjust": "block_auto_adjust_ff_dim",
+    "ffn_multiplier": "block_ffn_dim_multiplier",
+    "ffn_multiple_of": "block_multiple_of",
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,
@@ -11,6 +12,7 @@ from gqa_export.arch.spec import (
     ArchSpec,
     BidirectionalRuns,
     LayerNames,
+    MixerSpec,
     MoeNames,
     MoeSpec,
     PerLayerInputNames,
@@ -282,9 +284,30 @@ APERTUS = ArchSpec(  # Apertus: plain xIELU MLP, per-head q/k norms, renamed lay
         k_norm="self_attn.k_norm",
     ),
 )
+# LFM2: gated short-convolution layers (conv state instead of a KV cache) between GQA layers with
+# per-head q/k RMSNorm before RoPE; the final norm is stored as `embedding_norm`; the MLP width
+# follows block_auto_adjust_ff_dim.
+LFM2 = ArchSpec(
+    name="lfm2",
+    final_norm="embedding_norm.weight",
+    qk_norm="head",
+    layer=LayerNames(
+        input_norm="operator_norm",
+        post_attention_norm="ffn_norm",
+        o="self_attn.out_proj",
+        q_norm="self_attn.q_layernorm",
+        k_norm="self_attn.k_layernorm",
+        gate="feed_forward.w1",
+        up="feed_forward.w3",
+        down="feed_forward.w2",
+    ),
+    mixers=MixerSpec(kinds=MappingProxyType({"conv": "short_conv"})),
+    ffn_size="two_thirds_rounded",
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
+    LFM2,
 )  # fmt: skip

@@ -128,6 +128,32 @@ class Refusal:
         return value in self.values if self.values else bool(value)
 
 
+@dataclass(frozen=True)
+class ShortConvNames:
+    """A gated short-convolution mixer's modules (LFM2), relative to the layer: in_proj [3H, H]
+    giving B, C, x; a depthwise causal Conv1d [H, 1, K]; out_proj [H, H]."""
+
+    in_proj: str = "conv.in_proj"
+    conv: str = "conv.conv"
+    out_proj: str = "conv.out_proj"
+
+
+MIXER_KINDS = ("attention", "short_conv")
+FFN_SIZES = ("config", "two_thirds_rounded")
+
+
+@dataclass(frozen=True)
+class MixerSpec:
+    """Layers whose token mixer is not attention (hybrid decoders with recurrent state).
+
+    kinds maps a value of the config's `layer_types` to a mixer kind (MIXER_KINDS); values not
+    listed are attention. A short-conv layer carries a fixed-size state (the last K-1 inputs of
+    its convolution) instead of a KV cache (docs/hybrid-state.md)."""
+
+    kinds: Mapping[str, str]
+    short_conv: ShortConvNames = field(default_factory=ShortConvNames)
+
+
 EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
 BIDIRECTIONAL_LAYERS = ("all", "sliding")
 BIDIRECTIONAL_WINDOWS = ("bounded", "unbounded")
@@ -170,7 +196,10 @@ class ArchSpec:
     norm_offset: the stored norm weight w acts as (offset + w) (Gemma's and Nemotron's 1 + w).
     embedding_scale: the embedding output is multiplied by "sqrt_hidden" (Gemma: inside the table's
     module, so inputs_embeds arrive scaled) or by the config's embedding_multiplier ("config",
-    Granite: applied by the graph).
+    Granite: applied by the graph). mixers: layers whose token mixer is a recurrent-state block
+    (LFM2's short convolutions). ffn_size: "config" (intermediate_size) or "two_thirds_rounded"
+    (LFM2's block_auto_adjust_ff_dim: 2/3 of it, times block_ffn_dim_multiplier, rounded up to
+    block_multiple_of).
     """
 
     name: str
@@ -207,6 +236,8 @@ class ArchSpec:
     ignore: tuple[str, ...] = ()  # options this class never applies though its config may set them
     placeholder_keys: tuple[str, ...] = ()  # top-level keys of placeholder ids embedded as pad_token_id
     bidirectional: BidirectionalRuns | None = None
+    mixers: MixerSpec | None = None
+    ffn_size: str = "config"
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

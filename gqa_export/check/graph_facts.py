@@ -16,6 +16,7 @@ import onnx_ir as ir
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 SHARE_CAPABLE = ("GroupQueryAttention", "PagedAttention")
 _PAST_KEY = re.compile(r"^past_key_values\.(\d+)\.key$")
+_PAST_CONV = re.compile(r"^past\.(\d+)\.conv$")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,20 @@ class GraphFacts:
     num_heads: int
     attention: tuple[AttentionNode, ...]
     kv_scattered: bool = False  # every past input is written in place by TensorScatter into a present
+    conv_layers: tuple[int, ...] = ()  # layers carrying short-convolution state (inputs past.N.conv)
+
+    @property
+    def num_layers(self) -> int:
+        """Layers the runtime must know about: every KV and every conv-state layer."""
+        return max((*self.kv_layers, *self.conv_layers), default=-1) + 1
+
+    @property
+    def conv_state_size(self) -> int:
+        """The conv state's length (the kernel less one): the static axis of past.N.conv that is not the width."""
+        if not self.conv_layers:
+            return 0
+        shape = self.inputs[f"past.{self.conv_layers[0]}.conv"][1]
+        return int(shape[1]) if isinstance(shape[1], int) else 0
 
     @property
     def window_cache_layers(self) -> dict[int, int]:
@@ -79,7 +94,8 @@ def graph_facts(model: ir.Model) -> GraphFacts:
         )
         for v in pasts
     )
-    return GraphFacts(inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, scattered)
+    conv = tuple(sorted(int(m.group(1)) for name in inputs if (m := _PAST_CONV.match(name))))
+    return GraphFacts(inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, scattered, conv)
 
 
 def _sig(value: ir.Value) -> tuple[str, tuple[int | str | None, ...]]:

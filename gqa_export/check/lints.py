@@ -17,6 +17,7 @@ from onnx import TensorProto
 from gqa_export.check.expert_lints import expert_findings
 from gqa_export.check.findings import Finding
 from gqa_export.check.reader import Package, load_package
+from gqa_export.check.state_lints import state_findings
 from gqa_export.errors import PackageLintError
 from gqa_export.graph.dims import token_ids
 from gqa_export.package.genai_schema import unknown_keys
@@ -366,4 +367,5 @@ RULES = (
     _pipeline_kv,
     _kv_shape,
     expert_findings,
+    state_findings,
 )

@@ -29,6 +29,7 @@ ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "Page
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
 _GQA_BIAS_INPUT = 10  # GroupQueryAttention's optional attention_bias input
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
+_PAST_STATE = re.compile(r"past\.(\d+)\.conv$")
 _CACHE = re.compile(r"(?:past_key_values|present)\.(\d+)\.key$")
 BYTES = {
     TensorProto.FLOAT: 4,
@@ -141,6 +142,20 @@ class Package:
                 if not kv or not dim:
                     return None
                 total += kv * dim * self.window_slots(int(m.group(1))) * BYTES.get(info["elem_type"], 2)
+        return total
+
+    def state_bytes_per_row(self) -> int:
+        """Recurrent-state bytes for one batch row (short-convolution layers' past.N.conv), which
+        do not grow with the length: the runtime allocates them from the inputs' static dims."""
+        total = 0
+        for info in self.graphs[0].inputs if self.graphs else []:
+            if _PAST_STATE.match(info["name"]):
+                dims = info["shape"][1:]
+                if all(isinstance(d, int) for d in dims):
+                    size = 1
+                    for d in dims:
+                        size *= d
+                    total += size * BYTES.get(info["elem_type"], 2)
         return total
 
     def window_slots(self, layer: int) -> int:

@@ -40,6 +40,7 @@ def summary(pkg: Package) -> dict[str, Any]:
         "files": pkg.files,
         "total_bytes": sum(pkg.files.values()),
         "kv_cache_bytes_per_row": pkg.kv_bytes_per_row(),
+        "recurrent_state_bytes_per_row": pkg.state_bytes_per_row(),
         "io": _io(first, options),
         "graphs": [
             {

@@ -231,7 +231,8 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
     if L.gate_up:
         gate_up = linear(lc, x, [L.gate_up], None, "gate_up_proj")
     else:
-        gate_up = linear(lc, x, [L.gate, L.up], "mlp.gate_up_proj", "gate_up_proj")
+        packed = f"{L.gate.rpartition('.')[0]}.gate_up_proj"  # named in the MLP's own module
+        gate_up = linear(lc, x, [L.gate, L.up], packed, "gate_up_proj")
     width = lc.layer.intermediate_size
     split = b.const([width, width], "split", "int64")
     gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)

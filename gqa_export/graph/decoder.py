@@ -30,6 +30,7 @@ from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
 from gqa_export.graph.rotary import fused_rope_ok, rope_tables
+from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV, conv_state_shape, short_conv
 from gqa_export.graph.standard import LayerKV, standard_attention
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
@@ -49,6 +50,10 @@ PRESENT_KEY, PRESENT_VALUE = "present.%d.key", "present.%d.value"
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     if opts.mode in ("gqa", "gqa_bias"):  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
         check_gqa_dims(dims)
+    elif dims.conv_layers:
+        raise InputError(
+            f"{spec.name}'s short-convolution layers keep their state in the GQA graph only: use --attention gqa"
+        )
     elif spec.attention_sinks:
         raise InputError(
             f"{spec.name}'s attention sinks need GroupQueryAttention (its head_sink input): export with --attention gqa"
@@ -71,6 +76,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         layer = dims.layers[i]
         kv_shape = [B, layer.num_kv_heads, PAST, layer.head_dim]
         pasts[i] = (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
+    conv_pasts = {i: b.input(PAST_CONV % i, opts.io_dtype, conv_state_shape(dims)) for i in dims.conv_layers}
+    conv_presents: dict[int, ir.Value] = {}
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
 
     embed = None
@@ -88,13 +95,16 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
-    kv: dict[int, LayerKV] = {}
+    kv: dict[int, LayerKV | None] = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
             lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale)
             layer = dims.layers[i]
-            source = kv[layer.kv_source] if layer.shares_kv else None
-            h, kv[i] = _decoder_layer(lc, h, partial(attend, past=pasts.get(i), source=source))
+            if layer.mixer == "short_conv":
+                h, kv[i] = _decoder_layer(lc, h, partial(_conv_mixer, past=conv_pasts[i], presents=conv_presents))
+            else:
+                source = kv[layer.kv_source] if layer.shares_kv else None
+                h, kv[i] = _decoder_layer(lc, h, partial(attend, past=pasts.get(i), source=source))
             if per_layer is not None:
                 h = add_per_layer_input(lc, h, per_layer)
             h = _layer_scalar(lc, h)
@@ -104,9 +114,11 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     for i in dims.cache_layers:
         layer, layer_kv = dims.layers[i], kv[i]
         present_shape = [B, layer.num_kv_heads, PRESENT, layer.head_dim]
-        assert layer_kv.present_key is not None and layer_kv.present_value is not None
+        assert layer_kv is not None and layer_kv.present_key is not None and layer_kv.present_value is not None
         b.output(layer_kv.present_key, PRESENT_KEY % i, opts.io_dtype, present_shape)
         b.output(layer_kv.present_value, PRESENT_VALUE % i, opts.io_dtype, present_shape)
+    for i in dims.conv_layers:
+        b.output(conv_presents[i], PRESENT_CONV % i, opts.io_dtype, conv_state_shape(dims))
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
@@ -265,15 +277,26 @@ def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Va
     return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
 
 
+def _conv_mixer(lc: LayerContext, x: ir.Value, past: ir.Value, presents: dict[int, ir.Value]) -> tuple[ir.Value, None]:
+    """A short-convolution layer's mixer (output projection included); its new state goes to `presents`."""
+    y, presents[lc.i] = short_conv(lc, x, past)
+    return y, None
+
+
 def _decoder_layer(
-    lc: LayerContext, h: ir.Value, attend: Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV]]
-) -> tuple[ir.Value, LayerKV]:
-    """One layer in the spec's norm layout (pre / sandwich / post)."""
+    lc: LayerContext, h: ir.Value, mix: Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
+) -> tuple[ir.Value, LayerKV | None]:
+    """One layer in the spec's norm layout (pre / sandwich / post). `mix` is the token mixer:
+    attention (projected here by o_proj) or a recurrent-state block that projects its own output."""
     L, b = lc.spec.layer, lc.b
     x = _norm(lc, h, L.input_norm, "input_layernorm")
-    with b.scope("attn"):
-        out, kv = attend(lc, x)
-        y = linear(lc, out, [L.o], None, "o_proj")
+    if lc.layer.mixer != "attention":
+        with b.scope(lc.layer.mixer):
+            y, kv = mix(lc, x)
+    else:
+        with b.scope("attn"):
+            out, kv = mix(lc, x)
+            y = linear(lc, out, [L.o], None, "o_proj")
     if lc.dims.parallel:  # Phi-2, Cohere, StableLM's parallel residual: both branches off one norm
         with b.scope("mlp"):
             mlp = _mlp(lc, x, h)

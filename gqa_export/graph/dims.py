@@ -19,6 +19,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.layer_kinds import conv_kernel, feed_forward_size, mixer_of
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 
 SLIDING = "sliding_attention"
@@ -42,6 +43,7 @@ class LayerDims:
     kv_source: int
     k_eq_v: bool = False  # values are the raw key projection (Gemma-4 full layers, attention_k_eq_v)
     sparse: bool = False  # the MLP is a mixture of experts
+    mixer: str = "attention"  # arch.spec.MIXER_KINDS: a short_conv layer has conv state, no KV cache
 
     @property
     def shares_kv(self) -> bool:
@@ -97,6 +99,7 @@ class ModelDims:
     # the embedding multiplier belongs to the embedding module (transformers 5.x Gemma's
     # ScaledWordEmbedding), so inputs_embeds arrive scaled; else (Granite) the model scales them
     embedding_scaled_in_table: bool = False
+    conv_kernel: int = 0  # short-conv layers' kernel K (their state keeps the last K - 1 inputs)
 
     @property
     def head_dim(self) -> int:
@@ -110,7 +113,12 @@ class ModelDims:
     @property
     def cache_layers(self) -> tuple[int, ...]:
         """Layers that own a KV cache (graph inputs past_key_values.N.*)."""
-        return tuple(layer.index for layer in self.layers if not layer.shares_kv)
+        return tuple(layer.index for layer in self.layers if not layer.shares_kv and layer.mixer == "attention")
+
+    @property
+    def conv_layers(self) -> tuple[int, ...]:
+        """Short-convolution layers (graph inputs past.N.conv)."""
+        return tuple(layer.index for layer in self.layers if layer.mixer == "short_conv")
 
     @property
     def kv_producers(self) -> frozenset[int]:
@@ -202,6 +210,7 @@ def read_dims(
         norm_kind=spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
         logits_multiplier=float(opt("logit_scale", 1.0)),
+        conv_kernel=conv_kernel(opt, spec, [layer.mixer for layer in layers]),
     )
 
 
@@ -230,7 +239,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
     shared = int(opt("num_kv_shared_layers", 0) or 0)
     k_eq_v = bool(opt("attention_k_eq_v", False))
     double_wide = bool(opt("double_wide_mlp", False))
-    intermediate = int(config.intermediate_size)
+    intermediate = feed_forward_size(config, opt, spec)
     rope_keys = _rope_keys(config, spec)
     first_shared = n - shared
     out: list[LayerDims] = []
@@ -268,6 +277,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
                 kv_source=source,
                 k_eq_v=k_eq_v and types is not None and not sliding,
                 sparse=_sparse(opt, spec, i),
+                mixer=mixer_of(spec, layer_type),
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

@@ -2,10 +2,11 @@
 
 Last-token logits (`logits: last`, opt-in with `--prune-lm-head`: og.Engine and speculative
 decoding need every position, docs/ortgenai.md §5.2): the prompt pass computes the lm_head for one
-position per row (runtime/decode.py bypasses the gather below to score every position). onnxruntime-genai 0.18 pads batched prompts on the
-right and, given [B,1,V] logits, uses the row as it is (it picks `input_sequence_lengths[b] - 1`
-itself only from full [B,S,V] logits), so the position must be each row's last real token, not the
-last column: idx = clamp(sum(attention_mask) - past_length - 1, 0, S-1), past_length = T - S.
+position per row (runtime/decode.py bypasses the gather below to score every position).
+onnxruntime-genai 0.18 pads batched prompts on the right and, given [B,1,V] logits, uses the row
+as it is (it picks `input_sequence_lengths[b] - 1` itself only from full [B,S,V] logits), so the
+position must be each row's last real token, not the last column:
+idx = clamp(sum(attention_mask) - past_length - 1, 0, S-1), past_length = T - S.
 (The official builder takes the last column, which is wrong for a right-padded shorter row.
 Probed with genai 0.18 in issue #15; the runtime side is docs/ortgenai.md §5.1.)
 """

@@ -173,6 +173,10 @@ class Params:
 
         return self._lazy((length,), make)
 
+    def tensor(self, name: str) -> ir.LazyTensor:
+        """One tensor as stored, in its own shape (a depthwise convolution's [C, 1, K] kernel)."""
+        return self._lazy(tuple(self.store.info(name).shape), lambda: self.store.read(name))
+
     def flat(self, names: Sequence[str]) -> ir.LazyTensor:
         """Tensors of any shape, flattened and concatenated (per-head norm weights)."""
         length = sum(int(np.prod(self.store.info(n).shape)) for n in names)

@@ -14,6 +14,7 @@ from gqa_export.check.graph_facts import GraphFacts
 from gqa_export.eps import EPS
 from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV
 
 DEFAULT_MAX_LENGTH = 4096
 # generation_config.json keys carried into `search` (HF name -> genai name).
@@ -72,6 +73,8 @@ def make_genai_config(
         },
     }
     decoder = model["decoder"]
+    if facts.conv_layers:
+        _add_conv_state(decoder, facts)
     if len(stages) > 1 and EPS[opts.ep].pipeline_disables_prepacking:
         # ORT repacks fp32 MatMul weights into each session's own memory; two sessions would hold
         # them twice. Unpacked, both map the one data file (PSS 670 vs 1052 MiB for a 150M model,
@@ -122,6 +125,18 @@ def make_genai_config(
         if value is not None:
             search[key] = type(search[key])(value)
     return {"model": model, "search": search}
+
+
+def _add_conv_state(decoder: dict[str, Any], facts: GraphFacts) -> None:
+    """Short-convolution state (docs/hybrid-state.md §1.2): the runtime takes every layer's kind from
+    `layer_types` ("full_attention" gets a KV cache, "conv" a conv state), which must list all
+    layers, and binds the states by the name templates."""
+    kv = set(facts.kv_layers)
+    decoder["num_hidden_layers"] = facts.num_layers
+    decoder["layer_types"] = ["full_attention" if i in kv else "conv" for i in range(facts.num_layers)]
+    decoder["inputs"]["past_conv_names"] = PAST_CONV
+    decoder["outputs"]["present_conv_names"] = PRESENT_CONV
+    decoder["conv_cache_size"] = facts.conv_state_size
 
 
 def _io_names(graph_names: dict[str, Any], known: tuple[str, ...]) -> dict[str, str]:

@@ -1,0 +1,48 @@
+"""Which token mixer each layer has, and the sizes hybrid families derive from their config.
+
+Hybrid decoders name each layer's mixer in `layer_types` ("full_attention", "conv", ...); a
+family's spec maps those values to mixer kinds (arch.spec.MixerSpec). transformers' config classes
+fill `layer_types` in when a checkpoint spells the pattern otherwise (LFM2's `full_attn_idxs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
+
+Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config value by its spec key
+
+
+def mixer_of(spec: ArchSpec, layer_type: str | None) -> str:
+    """A layer's mixer kind: attention unless the family's spec maps its type to another."""
+    if spec.mixers is None or layer_type is None:
+        return "attention"
+    return spec.mixers.kinds.get(layer_type, "attention")
+
+
+def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int:
+    """The dense MLP's width: intermediate_size, or LFM2's adjusted width (2/3 of it, times the
+    optional multiplier, rounded up to a multiple) when its config asks for the adjustment."""
+    size = int(config.intermediate_size)
+    if spec.ffn_size != "two_thirds_rounded" or not opt("ffn_auto_adjust", False):
+        return size
+    size = int(2 * size / 3)
+    multiplier = opt("ffn_multiplier")
+    if multiplier is not None:
+        multiple = int(opt("ffn_multiple_of", 1) or 1)
+        size = int(float(multiplier) * size)
+        size = multiple * ((size + multiple - 1) // multiple)
+    return size
+
+
+def conv_kernel(opt: Option, spec: ArchSpec, mixers: list[str]) -> int:
+    """The short convolutions' kernel size K (0 when the model has none)."""
+    if "short_conv" not in mixers:
+        return 0
+    kernel = int(opt("conv_kernel", 0) or 0)
+    if kernel < 1:
+        raise InputError(f"{spec.name} has short-convolution layers but its config gives no kernel size (conv_L_cache)")
+    return kernel

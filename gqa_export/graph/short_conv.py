@@ -1,0 +1,61 @@
+"""A gated short convolution: the token mixer of LFM2's conv layers, with a fixed-size state.
+
+    [B, C, x] = split(in_proj(h)),  y = out_proj(C * conv(B * x))
+
+conv is a depthwise causal Conv1d of kernel K (no activation). Instead of a KV cache the layer
+carries its last K - 1 convolution inputs: com.microsoft.CausalConvWithState convolves
+concat(state, this run's inputs) and returns the new state (docs/hybrid-state.md §2). The layout
+is channels-last ([B, S, H], state [B, K - 1, H]), so in_proj's output splits without
+transposes. onnxruntime-genai allocates the state from the input's static shape, starts it at
+zeros and binds `past.N.conv` / `present.N.conv` by the names genai_config lists
+(docs/hybrid-state.md §1.2, §1.3).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from gqa_export.graph.blocks import LayerContext, linear
+from gqa_export.graph.builder import typed
+from gqa_export.graph.dims import ModelDims
+
+B, S = "batch_size", "sequence_length"
+PAST_CONV, PRESENT_CONV = "past.%d.conv", "present.%d.conv"
+
+
+def conv_state_shape(dims: ModelDims) -> list[int | str]:
+    """[batch, K - 1, hidden]: every axis but the batch static (the runtime sizes the state from it)."""
+    return [B, dims.conv_kernel - 1, dims.hidden_size]
+
+
+def short_conv(lc: LayerContext, x: ir.Value, past: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(the mixer's output [B, S, H] after out_proj, the layer's new conv state)."""
+    b, dims = lc.b, lc.dims
+    assert lc.spec.mixers is not None
+    names = lc.spec.mixers.short_conv
+    hidden = dims.hidden_size
+    projected = linear(lc, x, [names.in_proj], None, "in_proj")
+    gate_b, gate_c, inputs = b.op_multi(
+        "Split", projected, b.const([hidden] * 3, "bcx_split", "int64"), axis=-1, outputs=3, name="split_bcx"
+    )
+    gated = b.op("Mul", gate_b, inputs, name="b_times_x")
+    weight_name = lc.name(names.conv)
+    weight = b.initializer(weight_name, lc.params.tensor(weight_name))
+    bias = (
+        b.initializer(lc.name(names.conv, "bias"), lc.params.vector([lc.name(names.conv, "bias")]))
+        if lc.has(names.conv, "bias")
+        else None
+    )
+    convolved, present = b.op_multi(
+        "CausalConvWithState",
+        gated, weight, bias, past,
+        domain="com.microsoft",
+        outputs=2,
+        ndim=1,
+        channels_last=1,
+        activation="none",
+        name="causal_conv",
+    )  # fmt: skip
+    typed(present, lc.params.dtype, conv_state_shape(dims))
+    y = b.op("Mul", gate_c, convolved, name="c_times_conv")
+    return typed(linear(lc, y, [names.out_proj], None, "out_proj"), lc.params.dtype, [B, S, hidden]), present
