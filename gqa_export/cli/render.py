@@ -79,6 +79,11 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
             f"{s['max_length']} (context {shown(s['context_length'])})" if s["max_length"] is not None else "-",
         ),
         ("KV cache", kv_row if s["kv_cache_bytes_per_row"] is not None else "-"),
+        *(
+            [("recurrent state", size(s["recurrent_state_bytes_per_row"]) + " per batch row, any length")]
+            if s.get("recurrent_state_bytes_per_row")
+            else []
+        ),
         ("I/O", ", ".join(f"{k} {shown(v)}" for k, v in s["io"].items())),
     ):
         head.add_row(f"[bold]{key}[/]", escape(str(value)))
