@@ -9,7 +9,8 @@ to separate buffers); fp8 has no CPU kernel. onnxruntime-genai 0.18 takes the ca
 from the graph's past inputs and needs no config key.
 
 The scales are calibrated, not guessed: the float package just written runs a calibration text
-(`--kv-calibration FILE`, else CALIBRATION_TEXT) through onnxruntime on CPU; each layer's max |K|
+(`--kv-calibration FILE`, else CALIBRATION_TEXT) through onnxruntime-genai on CPU (the decode
+loop of runtime/decode.py); each layer's max |K|
 and |V| (per channel or per tensor) times HEADROOM / qmax is its scale. Only model.onnx changes (the
 weights file is untouched). The same prompt then decodes DRIFT_STEPS greedy tokens with the float
 cache and, teacher-forced on those tokens, with the quantized one: the logit drift is recorded in
@@ -89,7 +90,7 @@ def quantize_kv_cache(package: Path, graph_file: str, kv: KvQuantOptions, max_le
     model = onnx.load(str(path), load_external_data=False)
     nodes = _gqa_nodes(model)
     tokens = _calibration_tokens(package, kv.calibration, max_length)
-    float_run = _run(path, tokens, DRIFT_STEPS, forced=None)
+    float_run = _run(package, graph_file, tokens, DRIFT_STEPS, forced=None)
     bits = _BITS[str(kv.dtype)]
     for layer, node in nodes.items():
         k_max, v_max = float_run.kv_absmax[layer]
@@ -111,7 +112,7 @@ def quantize_kv_cache(package: Path, graph_file: str, kv: KvQuantOptions, max_le
         )
     _retype_cache(model, bits)
     onnx.save(model, str(path))
-    quant_run = _run(path, tokens, DRIFT_STEPS, forced=float_run.generated)
+    quant_run = _run(package, graph_file, tokens, DRIFT_STEPS, forced=float_run.generated)
     diff = np.abs(quant_run.logits - float_run.logits)
     agree = float((quant_run.logits.argmax(-1) == float_run.logits.argmax(-1)).mean())
     return {
@@ -185,41 +186,23 @@ class _Run:
     kv_absmax: dict[int, tuple[np.ndarray, np.ndarray]]  # layer -> (max|K|, max|V|) [kv, head_dim]
 
 
-def _run(path: Path, prompt: list[int], steps: int, forced: list[int] | None) -> _Run:
-    """Prompt then `steps` decode steps on CPU with a growing cache (past fed back as present);
-    greedy, or teacher-forced on `forced`."""
-    import onnxruntime as ort
+def _run(package: Path, graph_file: str, prompt: list[int], steps: int, forced: list[int] | None) -> _Run:
+    """Prompt then `steps` decode steps on CPU through onnxruntime-genai (runtime/decode.py):
+    greedy, or teacher-forced on `forced`; each layer's max |K| and |V| over the prompt's positions."""
+    import onnx
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    pasts = {}
-    for value in session.get_inputs():
-        if value.name.startswith("past_key_values."):
-            dtype = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int8)": np.int8}.get(
-                value.type, np.uint8
-            )
-            pasts[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), dtype)
-    outputs = ["logits", *[name.replace("past_key_values.", "present.") for name in pasts]]
-    ids, step_logits, generated, absmax = list(prompt), [], [], {}
-    for step in range(steps + 1):
-        run_ids = ids if step == 0 else ids[-1:]
-        feeds = {
-            "input_ids": np.array([run_ids], np.int64),
-            "attention_mask": np.ones((1, len(ids)), np.int64),
-            **pasts,
-        }
-        logits, *presents = session.run(outputs, feeds)
-        pasts = {name: present for name, present in zip(pasts, presents, strict=True)}
-        if step == 0:
-            for name, present in pasts.items():
-                layer, which = int(name.split(".")[1]), name.rsplit(".", 1)[1]
-                amax = np.abs(present.astype(np.float32)).max(axis=(0, 2))  # [kv, head_dim]
-                k, v = absmax.get(layer, (None, None))
-                absmax[layer] = (amax, v) if which == "key" else (k, amax)
-        else:
-            step_logits.append(logits[0, -1].astype(np.float32))
-        token = int(logits[0, -1].argmax()) if forced is None else forced[step]
-        generated.append(token)
-        ids.append(token)
-    return _Run(np.stack(step_logits), generated, absmax)
+    from gqa_export.runtime.decode import decode_steps
+    from gqa_export.runtime.run import load
+
+    graph = onnx.load(str(package / graph_file), load_external_data=False).graph
+    presents = tuple(
+        o.name for o in graph.output if o.name.startswith("present.") and o.name.endswith((".key", ".value"))
+    )
+    run = decode_steps(load(package, "cpu"), prompt, steps, forced, capture=presents)
+    absmax: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for name, present in run.after_prompt.items():
+        layer, which = int(name.split(".")[1]), name.rsplit(".", 1)[1]
+        amax = np.abs(present[:, :, : len(prompt)].astype(np.float32)).max(axis=(0, 2))  # [kv, head_dim]
+        k, v = absmax.get(layer, (None, None))
+        absmax[layer] = (amax, v) if which == "key" else (k, amax)  # type: ignore[assignment]
+    return _Run(run.logits, run.tokens, absmax)

@@ -1,7 +1,10 @@
-"""Every position's logits of a token sequence, from a package through onnxruntime-genai.
+"""The package's decode loops through onnxruntime-genai: every position's logits of a sequence,
+and a prompt followed by decode steps.
 
 `eval` (perplexity over windows) and `--report` (quantized vs float logits) both need the logits
-that predict each position of a sequence, scored in one prompt pass. A package built with
+that predict each position of a sequence, scored in one prompt pass; the KV-cache calibration
+(quant/kv_cache.py) needs what the prompt wrote into the cache and the logits of decode steps that
+read it back (`decode_steps`). A package built with
 `--prune-lm-head` returns the last position's logits only ([B,1,V], docs/ortgenai.md §5.1), so
 one pass would give one row; stepping one token at a time gives every row but costs a graph run
 per position (4-5x slower on a 150M model). Instead such a package is scored through a
@@ -15,6 +18,7 @@ a form this module does not recognize (another exporter's) falls back to steppin
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,3 +141,38 @@ def _drop_dead_nodes(graph: Any) -> None:
             return
         for node in dead:
             graph.node.remove(node)
+
+
+@dataclass
+class DecodeRun:
+    """A prompt and `steps` decode steps: each step's logits, the tokens fed after the prompt (the
+    last one chosen but not fed), and the requested outputs right after the prompt pass."""
+
+    logits: np.ndarray  # [steps, V] float32: the decode steps' last-position logits
+    tokens: list[int]  # steps + 1
+    after_prompt: dict[str, np.ndarray]
+
+
+def decode_steps(
+    model: Any, prompt: list[int], steps: int, forced: list[int] | None = None, capture: tuple[str, ...] = ()
+) -> DecodeRun:
+    """Prompt, then `steps` one-token decode steps on the runtime's own cache: greedy, or
+    teacher-forced on `forced` (steps + 1 tokens). `capture` names outputs read after the prompt
+    pass (a KV present is the shared max_length buffer: positions past the prompt are zeros)."""
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + steps + 1)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.asarray([prompt], dtype=np.int32))
+    after_prompt = {name: np.asarray(generator.get_output(name)) for name in capture}
+    last = np.asarray(generator.get_output("logits"), dtype=np.float32)[0, -1]
+    rows, tokens = [], []
+    for step in range(steps + 1):
+        tokens.append(int(last.argmax()) if forced is None else forced[step])
+        if step == steps:
+            break
+        generator.append_tokens(np.asarray([[tokens[-1]]], dtype=np.int32))
+        last = np.asarray(generator.get_output("logits"), dtype=np.float32)[0, -1]
+        rows.append(last)
+    return DecodeRun(np.stack(rows), tokens, after_prompt)
