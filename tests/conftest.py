@@ -66,3 +66,24 @@ class Exports:
 @pytest.fixture(scope="session")
 def exports(tmp_path_factory: pytest.TempPathFactory, checkpoints: Checkpoints) -> Exports:
     return Exports(tmp_path_factory.mktemp("exports"), checkpoints)
+
+
+@pytest.fixture(scope="session")
+def trained_kv(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """(cache dtype or None for the float cache, scales) -> a package of the trained tiny Llama
+    (tests/data/tiny-trained), built once per session for the KV-cache layout and drift tests."""
+    from gqa_export.pipeline import BuildOptions, build
+    from gqa_export.quant.kv_cache import KvQuantOptions
+
+    trained = Path(__file__).parent / "data" / "tiny-trained"
+    root = tmp_path_factory.mktemp("kv-trained")
+    made: dict[tuple[str | None, str], Path] = {}
+
+    def get(dtype: str | None, scales: str = "per-channel") -> Path:
+        if (dtype, scales) not in made:
+            out = root / f"{dtype}-{scales}"
+            build(BuildOptions(str(trained), out, smoke=False, kv=KvQuantOptions(dtype, scales)))
+            made[(dtype, scales)] = out
+        return made[(dtype, scales)]
+
+    return get

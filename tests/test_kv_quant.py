@@ -67,21 +67,6 @@ def drift_check(package: Path, float_package: Path, dtype: str, scales: str) -> 
     return worst, mean
 
 
-@pytest.fixture(scope="module")
-def trained_kv(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kv-trained")
-    made = {}
-
-    def get(dtype: str | None, scales: str = "per-channel") -> Path:
-        if (dtype, scales) not in made:
-            out = root / f"{dtype}-{scales}"
-            build(BuildOptions(str(TRAINED), out, smoke=False, kv=KvQuantOptions(dtype, scales)))
-            made[(dtype, scales)] = out
-        return made[(dtype, scales)]
-
-    return get
-
-
 def _with_scales(package: Path, dest: Path, change) -> Path:
     """A copy of `package` whose k_scale / v_scale initializers went through `change`."""
     import shutil

@@ -35,7 +35,6 @@ from mutants import copy_package, edit_initializers, roll_first_axis, swap_nibbl
 from onnx import numpy_helper
 
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.quant.kv_cache import KvQuantOptions
 from gqa_export.quant.quantize import QuantOptions
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -376,22 +375,6 @@ def table_packages(tmp_path_factory, checkpoints) -> Callable[[str], tuple[Path,
     return get
 
 
-@pytest.fixture(scope="module")
-def kv_packages(tmp_path_factory) -> Callable[[str | None, str], Path]:
-    """(cache dtype or None for the float cache, scales) -> package of the trained tiny Llama."""
-    root = tmp_path_factory.mktemp("layouts-kv")
-    made: dict[tuple[str | None, str], Path] = {}
-
-    def get(dtype: str | None, scales: str = "per-channel") -> Path:
-        if (dtype, scales) not in made:
-            out = root / f"{dtype}-{scales}"
-            build(BuildOptions(str(TRAINED), out, smoke=False, kv=KvQuantOptions(dtype, scales)))
-            made[(dtype, scales)] = out
-        return made[(dtype, scales)]
-
-    return get
-
-
 def _broken(package: Path, dest: Path, plants: list[tuple[str, Change]]) -> Path:
     broken = copy_package(package, dest)
     for pattern, change in plants:
@@ -526,11 +509,11 @@ KV_KEYS = [("int8", "per-channel"), ("int8", "per-tensor"), ("int4", "per-channe
 
 
 @pytest.mark.parametrize("key", KV_KEYS, ids="-".join)
-def test_kv_cache_scales_follow_the_op(kv_packages, key):
+def test_kv_cache_scales_follow_the_op(trained_kv, key):
     """k_scale / v_scale: float32, [1] per tensor or Nkv*H per channel (GQA inputs 12/13); the cache
     int8, or uint8 of H/2 (two 4-bit values a byte); k and v quant types equal (CPU requires it)."""
     dtype, scales = key
-    graph = onnx.load(str(kv_packages(dtype, scales) / "model.onnx"), load_external_data=False).graph
+    graph = onnx.load(str(trained_kv(dtype, scales) / "model.onnx"), load_external_data=False).graph
     inits = {t.name: t for t in graph.initializer}
     inputs = {i.name: i.type.tensor_type for i in graph.input}
     nodes = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
@@ -552,10 +535,10 @@ def test_kv_cache_scales_follow_the_op(kv_packages, key):
 
 
 @pytest.mark.parametrize("key", KV_KEYS, ids="-".join)
-def test_kv_cache_dequantizes_to_the_float_cache(kv_packages, key):
+def test_kv_cache_dequantizes_to_the_float_cache(trained_kv, key):
     """The quantized present K/V, read with the package's scales, match the float package's K/V for
     the same prompt and decode steps within the bound (every layer, K and V)."""
-    errors = kv_errors(kv_packages(*key), kv_packages(None))
+    errors = kv_errors(trained_kv(*key), trained_kv(None))
     assert len(errors) == 4  # 2 layers x (K, V)
     assert max(errors.values()) < KV_BOUNDS[{"int8": 8, "int4": 4}[key[0]]], errors
 
@@ -568,9 +551,9 @@ KV_MUTANTS = {"x0.1": times(0.1), "x10": times(10.0), "shuffled": lambda a: np.r
     [(key, m) for key in KV_KEYS for m in ("x0.1", "x10")] + [(("int8", "per-channel"), "shuffled")],
     ids=lambda v: "-".join(v) if isinstance(v, tuple) else v,
 )
-def test_mutant_kv_scales_fail_the_bound(kv_packages, tmp_path, key, mutant):
+def test_mutant_kv_scales_fail_the_bound(trained_kv, tmp_path, key, mutant):
     broken = _broken(
-        kv_packages(*key), tmp_path / mutant, [("*k_scale", KV_MUTANTS[mutant]), ("*v_scale", KV_MUTANTS[mutant])]
+        trained_kv(*key), tmp_path / mutant, [("*k_scale", KV_MUTANTS[mutant]), ("*v_scale", KV_MUTANTS[mutant])]
     )
-    errors = kv_errors(broken, kv_packages(None))
+    errors = kv_errors(broken, trained_kv(None))
     assert max(errors.values()) > KV_BOUNDS[{"int8": 8, "int4": 4}[key[0]]], errors
