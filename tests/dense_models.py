@@ -38,6 +38,7 @@ FAMILIES = [
     "hunyuan_v1_dense",
     "apertus",
     "lfm2",
+    "qwen3_5_text",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -225,6 +226,26 @@ def family_config(model_type: str) -> dict:
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         )
+    elif model_type == "qwen3_5_text":  # gated DeltaNet (conv + recurrent state) + gated GQA layers
+        c.update(
+            num_hidden_layers=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            head_dim=64,  # partial rotary 0.25: 16 rotary dims, which GQA's fused RoPE takes
+            linear_conv_kernel_dim=4,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=16,
+            linear_value_head_dim=16,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000000.0,
+                "partial_rotary_factor": 0.25,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            },
+        )
     else:
         raise ValueError(model_type)
     return c
@@ -239,14 +260,20 @@ def _randomize(model, model_type: str, g: torch.Generator):
             mod, leaf = name.rsplit(".", 1)
             is_norm = "norm" in mod.rsplit(".", 1)[-1] or ".norms." in mod or mod.endswith("layernorm")
             if is_norm and leaf == "weight":
-                if model_type == "nemotron":
-                    p.copy_(rn(p, 0.3))  # LayerNorm1P: effective weight = stored + 1
+                if model_type == "nemotron" or (model_type == "qwen3_5_text" and not mod.endswith("linear_attn.norm")):
+                    p.copy_(rn(p, 0.3))  # LayerNorm1P, Qwen3.5's zero-centred RMSNorm: effective weight = stored + 1
                 else:
                     p.copy_(rn(p, 0.3, 1.0))
             elif leaf == "bias":  # LayerNorm biases and Linear biases
                 p.copy_(rn(p, 0.2))
             elif name.endswith("conv.conv.weight"):  # LFM2's depthwise kernel: large enough to matter
                 p.copy_(rn(p, 0.5))
+            elif name.endswith("linear_attn.conv1d.weight"):  # Qwen3.5's depthwise kernel
+                p.copy_(rn(p, 0.5))
+            elif leaf == "A_log":  # decay rates exp(A_log) ~ 0.05-0.5: the state outlives a few tokens
+                p.copy_(rn(p, 0.5, -2.0))
+            elif leaf == "dt_bias":
+                p.copy_(rn(p, 0.3))
             elif leaf == "alpha_p":  # xIELU raw params (softplus applied at runtime)
                 p.copy_(rn(p, 0.3, math.log(math.expm1(0.8))))
             elif leaf == "alpha_n":

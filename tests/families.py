@@ -32,6 +32,8 @@ MULTIMODAL_PROMPT = (0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13, 14,
 PROMPTS = ((0,), (0, 17, 45, 99, 200, 3, 7), tuple((11 * i + 5) % 380 for i in range(30)))
 GEMMA4_PROMPTS = ((0,), (0, 17, 45, 99, 200, 3, 7), tuple((11 * i + 5) % 290 for i in range(30)))
 MULTIMODAL_PROMPTS = ((0,), MULTIMODAL_PROMPT)
+# longer than the DeltaNet's conv kernel and than HF's 64-token chunks of the gated delta rule
+LONG_PROMPT = tuple((7 * i + 3) % 380 for i in range(70))
 ALL_MODES = ("gqa", "bias", "split")
 TIED = frozenset({"model.embed_tokens.qweight"})  # the tied table, shared with the lm_head
 STANDARD_MODES = ("bias", "split")  # the standard-Attention graphs (plain-op RoPE, the window as a mask)
@@ -137,6 +139,8 @@ FAMILIES: tuple[Family, ...] = (
     # hybrid decoders: short-convolution state + GQA layers (the state lives in the GQA graph only)
     dense_family("lfm2", genai_type="lfm2", logits_modes=(), fp16_cuda=True, gathered_tables=TIED),
     dense("lfm2_bias", genai_type="lfm2", logits_modes=(), generate_modes=("gqa",)),
+    # gated-DeltaNet (conv + recurrent state) + gated GQA layers
+    dense_family("qwen3_5_text", genai_type="qwen3_5_text", logits_modes=(), prompt=LONG_PROMPT, fp16_cuda=True),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

@@ -1,6 +1,7 @@
-"""Hybrid decoders, what only they have: short-convolution layers carry a fixed-size state
-(past.N.conv / present.N.conv) next to the GQA layers' KV cache. The checks every family gets
-(logits and greedy tokens against HF, int4, fp16 CUDA) are LFM2's rows in tests/families.py; here:
+"""Hybrid decoders, what only they have: short-convolution layers (LFM2) carry a fixed-size state
+(past.N.conv / present.N.conv) next to the GQA layers' KV cache, gated-DeltaNet layers (Qwen3.5) a
+conv and a recurrent state (past.N.conv, past.N.recurrent). The checks every family gets (logits
+and greedy tokens against HF, int4, fp16 CUDA) are LFM2's and Qwen3.5's rows in tests/families.py; here:
 the state is really carried from step to step (a graph that drops it fails the decode steps),
 genai_config describes it the way onnxruntime-genai binds it, inspect accounts for it, the lints
 catch a config the runtime would misbind, and the standard-Attention modes are refused."""
@@ -15,10 +16,11 @@ import numpy as np
 import onnx
 import pytest
 from families import PROMPT, FamilyBuilds
-from reference import hf_logits, hf_model, ort_prefill_and_decode
+from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
+from gqa_export.pipeline import BuildOptions, build
 
 runner = CliRunner()
 
@@ -55,6 +57,8 @@ def test_inspect_accounts_for_the_state(builds):
     report = json.loads(result.stdout)
     assert report["summary"]["recurrent_state_bytes_per_row"] == 3 * 2 * 64 * 4  # 3 conv layers, K-1 x H fp32
     assert report["findings"] == []
+    text = runner.invoke(app, ["inspect", str(builds.package("lfm2"))]).output
+    assert "recurrent state" in text and "1.5 KiB per batch row" in text
 
 
 @pytest.mark.parametrize(
@@ -104,9 +108,127 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["bias", "split"])
-def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode):
-    args = ["build", str(builds.checkpoint("lfm2")), "-o", str(tmp_path / "p"), "--attention", mode]
+@pytest.mark.parametrize(
+    ("family", "mixer"), [("lfm2", "lfm2's short-convolution"), ("qwen3_5_text", "qwen3_5's gated-DeltaNet")]
+)
+def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):
+    args = ["build", str(builds.checkpoint(family)), "-o", str(tmp_path / "p"), "--attention", mode]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
-    assert "short-convolution layers keep their state in the GQA graph only" in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == [f"error: {mixer} layers keep their state in the GQA graph only: use --attention gqa"]
     assert not (tmp_path / "p").exists()
+
+
+# Qwen3.5 (tests/dense_models.py qwen3_5_text): DeltaNet at layers 0 and 2, gated GQA at 1 and 3;
+# K 4 over 2 x 2 x 16 + 4 x 16 = 128 channels, state [4 value heads, 16, 16]
+QWEN = "qwen3_5_text"
+
+
+def test_qwen3_5_genai_config_describes_both_states_as_the_runtime_binds_them(builds):
+    config = json.loads((builds.package(QWEN) / "genai_config.json").read_text())["model"]
+    decoder = config["decoder"]
+    assert config["type"] == "qwen3_5_text" and decoder["num_hidden_layers"] == 4
+    assert decoder["inputs"]["past_conv_names"] == "past.%d.conv"
+    assert decoder["inputs"]["past_recurrent_names"] == "past.%d.recurrent"
+    assert decoder["outputs"]["present_conv_names"] == "present.%d.conv"
+    assert decoder["outputs"]["present_recurrent_names"] == "present.%d.recurrent"
+    assert "layer_types" not in decoder  # it would bind the conv states twice (docs/hybrid-state.md §1.1)
+    graph = onnx.load(str(builds.package(QWEN) / "model.onnx"), load_external_data=False).graph
+    shapes = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim] for i in graph.input}
+    assert shapes["past.0.conv"] == shapes["past.2.conv"] == ["batch_size", 3, 128]
+    assert shapes["past.0.recurrent"] == shapes["past.2.recurrent"] == ["batch_size", 4, 16, 16]
+    assert sorted(n for n in shapes if n.startswith("past_key_values")) == [
+        "past_key_values.1.key", "past_key_values.1.value", "past_key_values.3.key", "past_key_values.3.value"
+    ]  # fmt: skip
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("LinearAttention") == ops.count("CausalConvWithState") == 2
+
+
+def test_qwen3_5_inspect_counts_both_states(builds):
+    result = runner.invoke(app, ["inspect", str(builds.package(QWEN)), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["summary"]["recurrent_state_bytes_per_row"] == 2 * (3 * 128 + 4 * 16 * 16) * 4
+    assert report["findings"] == []
+    text = runner.invoke(app, ["inspect", str(builds.package("lfm2"))]).output
+    assert "recurrent state" in text and "1.5 KiB per batch row" in text
+
+
+@pytest.mark.parametrize(
+    ("edit", "finding"),
+    [
+        (lambda d: d.update(layer_types=["conv", "full_attention", "conv", "full_attention"]), "state-layer-types"),
+        (lambda d: d["inputs"].pop("past_recurrent_names"), "state-names"),
+        (lambda d: d["outputs"].update(present_recurrent_names="present.%d.ssm"), "state-names"),
+    ],
+)
+def test_qwen3_5_mutant_genai_config_fails_the_state_lints(builds, tmp_path, edit, finding):
+    package = _copy(builds.package(QWEN), tmp_path / "pkg")
+    path = package / "genai_config.json"
+    config = json.loads(path.read_text())
+    edit(config["model"]["decoder"])
+    path.write_text(json.dumps(config))
+    result = runner.invoke(app, ["inspect", str(package), "--json"])
+    assert result.exit_code == 1 and finding in {f["id"] for f in json.loads(result.stdout)["findings"]}
+
+
+@pytest.mark.parametrize("op", ["LinearAttention", "CausalConvWithState"])
+def test_qwen3_5_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, op):
+    """The recurrent (or the conv) state not read back: the prompt's logits still match, decode steps do not."""
+    package = _copy(builds.package(QWEN), tmp_path / "pkg")
+    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == op:
+            node.input[3] = ""  # optional past state: zeros
+    onnx.save(model, str(package / "model.onnx"))
+    checkpoint = builds.checkpoint(QWEN)
+    assert _parity_error(builds.package(QWEN), checkpoint) < 1e-4
+    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
+    ref = hf_logits(hf_model(checkpoint), tokens, len(PROMPT))
+    np.testing.assert_allclose(got[: len(PROMPT)], ref[: len(PROMPT)], atol=1e-4, rtol=1e-4)
+    assert np.abs(got[len(PROMPT) :] - ref[len(PROMPT) :]).max() > 1e-2
+
+
+@pytest.mark.parametrize("split", ["split_qkv", "q_gate_split"])
+def test_qwen3_5_mutant_graph_with_swapped_halves_fails_parity(builds, tmp_path, split):
+    """q and k of the DeltaNet's conv output, or the attention's query and output gate, exchanged."""
+    package = _copy(builds.package(QWEN), tmp_path / "pkg")
+    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == "Split" and node.name.endswith(split):
+            outputs = list(node.output)
+            node.output[:2] = [outputs[1], outputs[0]]
+    onnx.save(model, str(package / "model.onnx"))
+    assert _parity_error(package, builds.checkpoint(QWEN)) > 1e-2
+
+
+@pytest.fixture(scope="module")
+def qwen3_5_conditional(tmp_path_factory) -> Path:
+    """The same text decoder inside Qwen3_5ForConditionalGeneration (model.language_model.*, a
+    vision tower the export never reads, config under text_config)."""
+    import transformers
+    from dense_models import build_model
+    from tiny_models import save_tokenizer
+
+    text = build_model(QWEN)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=16)
+    config = transformers.Qwen3_5Config(text_config=text.config.to_dict(), vision_config=vision)
+    model = transformers.Qwen3_5ForConditionalGeneration(config).eval()
+    state = {k.replace("model.", "model.language_model.", 1): v for k, v in text.state_dict().items()}
+    missing = model.load_state_dict(state, strict=False).missing_keys
+    assert all(k.startswith("model.visual.") for k in missing), missing
+    out = tmp_path_factory.mktemp("qwen3_5_conditional")
+    model.save_pretrained(out)
+    save_tokenizer(out, vocab_size=384)
+    return out
+
+
+def test_qwen3_5_conditional_generation_text_decoder_matches_hf(qwen3_5_conditional, tmp_path):
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(qwen3_5_conditional), package))
+    assert json.loads((package / "genai_config.json").read_text())["model"]["type"] == "qwen3_5_text"
+    assert _parity_error(package, qwen3_5_conditional) < 1e-4
+    prompt = [0, 17, 45, 99, 200, 3, 7]
+    _, tokens = genai_prompt_then_greedy(package, prompt, 20)
+    assert tokens == hf_generate(hf_model(qwen3_5_conditional), prompt, 20)

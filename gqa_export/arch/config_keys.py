@@ -48,4 +48,10 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "ffn_auto_adjust": "block_auto_adjust_ff_dim",
     "ffn_multiplier": "block_ffn_dim_multiplier",
     "ffn_multiple_of": "block_multiple_of",
+    # hybrid decoders (Qwen3.5): the gated-DeltaNet layers' conv kernel and head shapes
+    "linear_conv_kernel": "linear_conv_kernel_dim",
+    "linear_key_heads": "linear_num_key_heads",
+    "linear_value_heads": "linear_num_value_heads",
+    "linear_key_head_dim": "linear_key_head_dim",
+    "linear_value_head_dim": "linear_value_head_dim",
 }

@@ -304,10 +304,21 @@ LFM2 = ArchSpec(
     mixers=MixerSpec(kinds=MappingProxyType({"conv": "short_conv"})),
     ffn_size="two_thirds_rounded",
 )
+# Qwen3.5: gated-DeltaNet layers (conv + recurrent state) between gated GQA layers (q_proj holds
+# a sigmoid output gate per head, per-head q/k norms, partial RoPE); every RMSNorm but the
+# DeltaNet's gated one is (1 + w) (docs/hybrid-state.md §5).
+QWEN3_5 = ArchSpec(
+    name="qwen3_5",
+    qk_norm="head",
+    norm_offset=1.0,
+    layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
+    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "gated_deltanet"})),
+    attention_output_gate=True,
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2,
+    LFM2, QWEN3_5,
 )  # fmt: skip

@@ -138,7 +138,25 @@ class ShortConvNames:
     out_proj: str = "conv.out_proj"
 
 
-MIXER_KINDS = ("attention", "short_conv")
+@dataclass(frozen=True)
+class GatedDeltaNetNames:
+    """A gated-DeltaNet mixer's tensors (Qwen3.5's linear_attn), relative to the layer: in_proj_qkv
+    [2 Hk dk + Hv dv, H] (q | k | v channels), in_proj_z [Hv dv, H] (the output gate), in_proj_b and
+    in_proj_a [Hv, H] (beta and decay inputs), the depthwise conv1d [conv_dim, 1, K], A_log and
+    dt_bias [Hv], the gated per-head RMSNorm [dv] and out_proj [H, Hv dv] (docs/hybrid-state.md §5)."""
+
+    qkv: str = "linear_attn.in_proj_qkv"
+    z: str = "linear_attn.in_proj_z"
+    b: str = "linear_attn.in_proj_b"
+    a: str = "linear_attn.in_proj_a"
+    conv: str = "linear_attn.conv1d"
+    a_log: str = "linear_attn.A_log"
+    dt_bias: str = "linear_attn.dt_bias"
+    norm: str = "linear_attn.norm"
+    out_proj: str = "linear_attn.out_proj"
+
+
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet")
 FFN_SIZES = ("config", "two_thirds_rounded")
 
 
@@ -148,10 +166,12 @@ class MixerSpec:
 
     kinds maps a value of the config's `layer_types` to a mixer kind (MIXER_KINDS); values not
     listed are attention. A short-conv layer carries a fixed-size state (the last K-1 inputs of
-    its convolution) instead of a KV cache (docs/hybrid-state.md)."""
+    its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
+    and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5)."""
 
     kinds: Mapping[str, str]
     short_conv: ShortConvNames = field(default_factory=ShortConvNames)
+    gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
 
 
 EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
@@ -199,7 +219,8 @@ class ArchSpec:
     Granite: applied by the graph). mixers: layers whose token mixer is a recurrent-state block
     (LFM2's short convolutions). ffn_size: "config" (intermediate_size) or "two_thirds_rounded"
     (LFM2's block_auto_adjust_ff_dim: 2/3 of it, times block_ffn_dim_multiplier, rounded up to
-    block_multiple_of).
+    block_multiple_of). attention_output_gate: q_proj is twice as wide, each head's rows a query
+    and then a gate, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
 
     name: str
@@ -238,6 +259,7 @@ class ArchSpec:
     bidirectional: BidirectionalRuns | None = None
     mixers: MixerSpec | None = None
     ffn_size: str = "config"
+    attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

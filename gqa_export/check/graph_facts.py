@@ -17,6 +17,7 @@ ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "Page
 SHARE_CAPABLE = ("GroupQueryAttention", "PagedAttention")
 _PAST_KEY = re.compile(r"^past_key_values\.(\d+)\.key$")
 _PAST_CONV = re.compile(r"^past\.(\d+)\.conv$")
+_PAST_RECURRENT = re.compile(r"^past\.(\d+)\.recurrent$")
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class GraphFacts:
     num_heads: int
     attention: tuple[AttentionNode, ...]
     kv_scattered: bool = False  # every past input is written in place by TensorScatter into a present
-    conv_layers: tuple[int, ...] = ()  # layers carrying short-convolution state (inputs past.N.conv)
+    conv_layers: tuple[int, ...] = ()  # layers carrying convolution state (inputs past.N.conv)
+    recurrent_layers: tuple[int, ...] = ()  # layers with a recurrent state too (past.N.recurrent: gated DeltaNet)
 
     @property
     def num_layers(self) -> int:
@@ -95,7 +97,10 @@ def graph_facts(model: ir.Model) -> GraphFacts:
         for v in pasts
     )
     conv = tuple(sorted(int(m.group(1)) for name in inputs if (m := _PAST_CONV.match(name))))
-    return GraphFacts(inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, scattered, conv)
+    recurrent = tuple(sorted(int(m.group(1)) for name in inputs if (m := _PAST_RECURRENT.match(name))))
+    return GraphFacts(
+        inputs, outputs, tuple(layers), kv_heads, head_size, num_heads, attention, scattered, conv, recurrent
+    )
 
 
 def _sig(value: ir.Value) -> tuple[str, tuple[int | str | None, ...]]:

@@ -29,7 +29,7 @@ ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "Page
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
 _GQA_BIAS_INPUT = 10  # GroupQueryAttention's optional attention_bias input
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
-_PAST_STATE = re.compile(r"past\.(\d+)\.conv$")
+_PAST_STATE = re.compile(r"past\.(\d+)\.(conv|recurrent)$")
 _CACHE = re.compile(r"(?:past_key_values|present)\.(\d+)\.key$")
 BYTES = {
     TensorProto.FLOAT: 4,
@@ -145,8 +145,9 @@ class Package:
         return total
 
     def state_bytes_per_row(self) -> int:
-        """Recurrent-state bytes for one batch row (short-convolution layers' past.N.conv), which
-        do not grow with the length: the runtime allocates them from the inputs' static dims."""
+        """Recurrent-state bytes for one batch row (every conv state past.N.conv and gated-DeltaNet
+        state past.N.recurrent), which do not grow with the length: the runtime allocates them from
+        the inputs' static dims."""
         total = 0
         for info in self.graphs[0].inputs if self.graphs else []:
             if _PAST_STATE.match(info["name"]):

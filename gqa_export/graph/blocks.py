@@ -8,7 +8,7 @@ attention_bias, ...), so no config flag can make the graph disagree with the wei
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
@@ -33,6 +33,9 @@ class LayerContext:
     params: Params
     packed_qkv: bool
     query_scale: ir.Value | None = None  # [B,S,1] per-token query multiplier (Ministral-3)
+    # the attention output gate [B,S,Nq*D] that qkv_projection splits off q_proj for the layer to
+    # apply after attention (spec attention_output_gate, Qwen3.5)
+    output_gate: dict[str, ir.Value] = field(default_factory=dict)
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)
@@ -96,13 +99,16 @@ def qkv_projection(
     key projection, before the key norm (and RoPE). qk_norms False leaves q/k un-normed for a
     caller that normalizes them after RoPE (`qk_norms_after_rope`)."""
     L, dims, layer = lc.spec.layer, lc.dims, lc.layer
-    q_width, kv_width = dims.num_heads * layer.head_dim, layer.num_kv_heads * layer.head_dim
+    gated = lc.spec.attention_output_gate  # q_proj is twice as wide: [query | gate] per head
+    q_width, kv_width = dims.num_heads * layer.head_dim * (2 if gated else 1), layer.num_kv_heads * layer.head_dim
     # q/k norms where the spec has them and the checkpoint holds them (optional in Phi-2, StableLM, Cohere)
     qk_norm = lc.spec.qk_norm is not None and qk_norms and lc.has_norm(L.q_norm)
     if layer.shares_kv:
-        q = linear(lc, x, [L.q], None, "q_proj")
+        q = _split_output_gate(lc, linear(lc, x, [L.q], None, "q_proj"))
         return _scale_query(lc, _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads) if qk_norm else q), None, None
-    split = qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None or dims.clip_qkv
+    split = (
+        gated or qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None or dims.clip_qkv
+    )
     if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif layer.k_eq_v:
@@ -127,6 +133,7 @@ def _qkv_norms(
     lc: LayerContext, q: ir.Value, k: ir.Value, v: ir.Value, qk_norm: bool = True
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
     L, dims, b, layer = lc.spec.layer, lc.dims, lc.b, lc.layer
+    q = _split_output_gate(lc, q)
     if lc.spec.v_norm:  # Gemma-4: RMSNorm over head_dim without a weight
         v = _head_norm(lc, v, None, "v_norm", layer.num_kv_heads)
     if qk_norm and lc.spec.qk_norm == "full":  # OLMo-2: one RMSNorm over all heads' channels
@@ -143,6 +150,20 @@ def _qkv_norms(
         )
         q, k, v = (b.op("Clip", t, low, high, name=f"{n}_clip") for t, n in ((q, "q"), (k, "k"), (v, "v")))
     return _scale_query(lc, q), k, v
+
+
+def _split_output_gate(lc: LayerContext, q: ir.Value) -> ir.Value:
+    """The query of a q_proj whose heads are [query (D) | gate (D)] (spec attention_output_gate);
+    the gate, flattened to [B,S,Nq*D], is left in lc.output_gate for the layer to apply."""
+    if not lc.spec.attention_output_gate:
+        return q
+    b, heads, d = lc.b, lc.dims.num_heads, lc.layer.head_dim
+    per_head = b.op("Reshape", q, b.const([0, 0, heads, 2 * d], "q_gate_heads", "int64"))
+    query, gate = b.op_multi("Split", per_head, b.const([d, d], "q_gate_split", "int64"), axis=-1, outputs=2,
+                             name="q_gate_split")  # fmt: skip
+    flat = b.const([0, 0, heads * d], "q_gate_flat", "int64")
+    lc.output_gate["gate"] = b.op("Reshape", gate, flat, name="output_gate_flat")
+    return b.op("Reshape", query, flat, name="query_flat")
 
 
 def _scale_query(lc: LayerContext, q: ir.Value) -> ir.Value:

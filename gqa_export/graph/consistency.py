@@ -62,7 +62,8 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -
         q = f"{prefix}{names.q}.weight"
         if names.qkv is None and q in store and not layer.shares_kv:
             shape = store.info(q).shape
-            _same("num_attention_heads / head_dim", dims.num_heads * layer.head_dim, shape[0], q, shape)
+            gate = 2 if spec.attention_output_gate else 1  # Qwen3.5: each head's query and output gate
+            _same("num_attention_heads / head_dim", gate * dims.num_heads * layer.head_dim, shape[0], q, shape)
             _same("hidden_size", dims.hidden_size, shape[1], q, shape)
         down = f"{prefix}{names.down}.weight"
         if spec.moe is None and down in store and len(store.info(down).shape) == 2:

@@ -22,6 +22,7 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
+from gqa_export.graph.gated_deltanet import add_state_outputs, deltanet_layers, deltanet_mixer, state_inputs
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.options import GraphOptions
@@ -50,10 +51,9 @@ PRESENT_KEY, PRESENT_VALUE = "present.%d.key", "present.%d.value"
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     if opts.mode in ("gqa", "gqa_bias"):  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
         check_gqa_dims(dims)
-    elif dims.conv_layers:
-        raise InputError(
-            f"{spec.name}'s short-convolution layers keep their state in the GQA graph only: use --attention gqa"
-        )
+    elif dims.conv_layers or deltanet_layers(dims):
+        kind = "short-convolution" if dims.conv_layers else "gated-DeltaNet"
+        raise InputError(f"{spec.name}'s {kind} layers keep their state in the GQA graph only: use --attention gqa")
     elif spec.attention_sinks:
         raise InputError(
             f"{spec.name}'s attention sinks need GroupQueryAttention (its head_sink input): export with --attention gqa"
@@ -78,6 +78,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         pasts[i] = (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
     conv_pasts = {i: b.input(PAST_CONV % i, opts.io_dtype, conv_state_shape(dims)) for i in dims.conv_layers}
     conv_presents: dict[int, ir.Value] = {}
+    state_pasts = state_inputs(b, dims, opts.io_dtype)  # gated-DeltaNet layers
+    state_presents: dict[int, tuple[ir.Value, ir.Value]] = {}
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
 
     embed = None
@@ -102,6 +104,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             layer = dims.layers[i]
             if layer.mixer == "short_conv":
                 h, kv[i] = _decoder_layer(lc, h, partial(_conv_mixer, past=conv_pasts[i], presents=conv_presents))
+            elif layer.mixer == "gated_deltanet":
+                h, kv[i] = _decoder_layer(lc, h, partial(deltanet_mixer, pasts=state_pasts[i], presents=state_presents))
             else:
                 source = kv[layer.kv_source] if layer.shares_kv else None
                 h, kv[i] = _decoder_layer(lc, h, partial(attend, past=pasts.get(i), source=source))
@@ -119,6 +123,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         b.output(layer_kv.present_value, PRESENT_VALUE % i, opts.io_dtype, present_shape)
     for i in dims.conv_layers:
         b.output(conv_presents[i], PRESENT_CONV % i, opts.io_dtype, conv_state_shape(dims))
+    add_state_outputs(b, dims, state_presents, opts.io_dtype)
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
@@ -296,6 +301,9 @@ def _decoder_layer(
     else:
         with b.scope("attn"):
             out, kv = mix(lc, x)
+            gate = lc.output_gate.get("gate")
+            if gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
+                out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
             y = linear(lc, out, [L.o], None, "o_proj")
     if lc.dims.parallel:  # Phi-2, Cohere, StableLM's parallel residual: both branches off one norm
         with b.scope("mlp"):

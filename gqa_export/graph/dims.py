@@ -19,7 +19,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.layer_kinds import conv_kernel, feed_forward_size, mixer_of
+from gqa_export.graph.layer_kinds import DeltaNetDims, conv_kernel, deltanet_dims, feed_forward_size, mixer_of
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 
 SLIDING = "sliding_attention"
@@ -100,6 +100,7 @@ class ModelDims:
     # ScaledWordEmbedding), so inputs_embeds arrive scaled; else (Granite) the model scales them
     embedding_scaled_in_table: bool = False
     conv_kernel: int = 0  # short-conv layers' kernel K (their state keeps the last K - 1 inputs)
+    deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
 
     @property
     def head_dim(self) -> int:
@@ -211,6 +212,7 @@ def read_dims(
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
         logits_multiplier=float(opt("logit_scale", 1.0)),
         conv_kernel=conv_kernel(opt, spec, [layer.mixer for layer in layers]),
+        deltanet=deltanet_dims(opt, spec, [layer.mixer for layer in layers]),
     )
 
 

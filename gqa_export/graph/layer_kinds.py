@@ -8,6 +8,7 @@ fill `layer_types` in when a checkpoint spells the pattern otherwise (LFM2's `fu
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
@@ -46,3 +47,45 @@ def conv_kernel(opt: Option, spec: ArchSpec, mixers: list[str]) -> int:
     if kernel < 1:
         raise InputError(f"{spec.name} has short-convolution layers but its config gives no kernel size (conv_L_cache)")
     return kernel
+
+
+@dataclass(frozen=True)
+class DeltaNetDims:
+    """A gated-DeltaNet layer's shapes (Qwen3.5's linear_attention layers, docs/hybrid-state.md §5):
+    Hk key/query heads of dk, Hv value heads of dv (each key head serves Hv / Hk consecutive value
+    heads), and the causal conv's kernel K over the q | k | v channels."""
+
+    kernel: int
+    key_heads: int
+    value_heads: int
+    key_dim: int
+    value_dim: int
+
+    @property
+    def conv_channels(self) -> int:
+        """The convolved channels: q and k (Hk dk each) and v (Hv dv)."""
+        return 2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim
+
+
+def deltanet_dims(opt: Option, spec: ArchSpec, mixers: list[str]) -> DeltaNetDims | None:
+    """The gated-DeltaNet shapes (None when the model has no such layer); every one is required,
+    since the runtime sizes both states from them."""
+    if "gated_deltanet" not in mixers:
+        return None
+    keys = (
+        "linear_conv_kernel",
+        "linear_key_heads",
+        "linear_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+    )
+    values = {key: int(opt(key, 0) or 0) for key in keys}
+    missing = [spec.config_keys[key] for key, value in values.items() if value < 1]
+    if missing:
+        raise InputError(f"{spec.name} has gated-DeltaNet layers but its config gives no {', '.join(missing)}")
+    dims = DeltaNetDims(*values.values())
+    if dims.value_heads % dims.key_heads:
+        raise InputError(
+            f"{spec.name}: {dims.value_heads} DeltaNet value heads do not divide among {dims.key_heads} key heads"
+        )
+    return dims

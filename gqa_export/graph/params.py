@@ -173,6 +173,11 @@ class Params:
 
         return self._lazy((length,), make)
 
+    def derived(self, name: str, fn: Callable[[np.ndarray], np.ndarray]) -> ir.LazyTensor:
+        """One tensor through `fn` in float32, for a constant the model computes from a parameter
+        in fp32 (Qwen3.5's decay scale -exp(A_log)): computed once here, not per run."""
+        return self._lazy(tuple(self.store.info(name).shape), lambda: fn(convert(self.store.read(name), F32)))
+
     def tensor(self, name: str) -> ir.LazyTensor:
         """One tensor as stored, in its own shape (a depthwise convolution's [C, 1, K] kernel)."""
         return self._lazy(tuple(self.store.info(name).shape), lambda: self.store.read(name))

@@ -14,6 +14,7 @@ from gqa_export.check.graph_facts import GraphFacts
 from gqa_export.eps import EPS
 from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.gated_deltanet import PAST_RECURRENT, PRESENT_RECURRENT
 from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV
 
 DEFAULT_MAX_LENGTH = 4096
@@ -73,7 +74,9 @@ def make_genai_config(
         },
     }
     decoder = model["decoder"]
-    if facts.conv_layers:
+    if facts.recurrent_layers:
+        _add_recurrent_state(decoder, facts)
+    elif facts.conv_layers:
         _add_conv_state(decoder, facts)
     if len(stages) > 1 and EPS[opts.ep].pipeline_disables_prepacking:
         # ORT repacks fp32 MatMul weights into each session's own memory; two sessions would hold
@@ -137,6 +140,16 @@ def _add_conv_state(decoder: dict[str, Any], facts: GraphFacts) -> None:
     decoder["inputs"]["past_conv_names"] = PAST_CONV
     decoder["outputs"]["present_conv_names"] = PRESENT_CONV
     decoder["conv_cache_size"] = facts.conv_state_size
+
+
+def _add_recurrent_state(decoder: dict[str, Any], facts: GraphFacts) -> None:
+    """Gated-DeltaNet state (docs/hybrid-state.md §1.1, §1.2): the runtime's RecurrentState finds
+    the layers by matching the graph's inputs against `past_recurrent_names` and binds a conv and a
+    recurrent state under each index. No `layer_types`: it would switch the conv KV cache on too,
+    which binds the conv states a second time."""
+    decoder["num_hidden_layers"] = facts.num_layers
+    decoder["inputs"].update(past_conv_names=PAST_CONV, past_recurrent_names=PAST_RECURRENT)
+    decoder["outputs"].update(present_conv_names=PRESENT_CONV, present_recurrent_names=PRESENT_RECURRENT)
 
 
 def _io_names(graph_names: dict[str, Any], known: tuple[str, ...]) -> dict[str, str]:

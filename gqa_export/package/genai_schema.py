@@ -13,12 +13,13 @@ _DECODER_IO_INPUTS = {
     "cross_past_key_names", "cross_past_value_names", "past_key_values_length", "past_sequence_length",
     "current_sequence_length", "total_sequence_length", "cache_indirection", "encoder_hidden_states",
     "encoder_attention_mask", "rnn_states_prev", "cumulative_sequence_lengths", "past_sequence_lengths", "block_table",
-    "block_table_windowed", "attention_metadata", "past_conv_names", "hidden_states", "targets", "lstm_hidden_state",
-    "lstm_cell_state", "targets_length", "per_layer_inputs",
+    "block_table_windowed", "attention_metadata", "past_conv_names", "past_recurrent_names", "hidden_states",
+    "targets", "lstm_hidden_state", "lstm_cell_state", "targets_length", "per_layer_inputs",
 }  # fmt: skip
 _DECODER_IO_OUTPUTS = {
     "logits", "present_key_names", "present_value_names", "present_names", "output_cross_qk_names", "rnn_states",
-    "present_conv_names", "hidden_states", "outputs", "lstm_hidden_state", "lstm_cell_state", "outputs_length",
+    "present_conv_names", "present_recurrent_names", "hidden_states", "outputs", "lstm_hidden_state",
+    "lstm_cell_state", "outputs_length",
 }  # fmt: skip
 _STAGE = {
     "filename", "session_options", "inherit_session_options", "run_options", "inputs", "outputs",

@@ -1,0 +1,156 @@
+"""A gated-DeltaNet layer: the token mixer of Qwen3.5's linear_attention layers, with two
+fixed-size states instead of a KV cache (docs/hybrid-state.md §5).
+
+    q | k | v = silu(causal_conv(in_proj_qkv(h)))     conv state: the last K - 1 projections
+    q, k      = l2norm per key head (q also * dk^-0.5)
+    beta      = sigmoid(in_proj_b(h)),  g = -exp(A_log) * softplus(in_proj_a(h) + dt_bias)
+    S         = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q     recurrent state [Hv, dk, dv]
+    out       = out_proj(rms(o) * norm.weight * silu(in_proj_z(h)))   per value head
+
+The convolution is com.microsoft.CausalConvWithState with its silu, channels-last (state
+[B, K - 1, conv_dim]; docs/hybrid-state.md §2); the recurrence is com.microsoft.LinearAttention
+with update_rule gated_delta, which does not normalise q or k itself, so the graph does, and which
+maps each of the Hv state heads to key head j * Hk / Hv, HF's repeat_interleave (§3). Both ops ran
+exactly against HF on CPU (§6.3). onnxruntime-genai's RecurrentState finds these layers by the
+`past.N.recurrent` inputs and binds `past.N.conv` under the same index, both allocated as zeros
+from the inputs' static dims (§1.1, §1.3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.graph.blocks import LayerContext, linear
+from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.params import NUMPY_DTYPES
+from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV
+
+B, S = "batch_size", "sequence_length"
+PAST_RECURRENT, PRESENT_RECURRENT = "past.%d.recurrent", "present.%d.recurrent"
+L2_EPS = 1e-6  # HF's l2norm(eps=1e-6) of q and k (the official builder's LpNormalization has none, §6.4)
+
+
+def deltanet_layers(dims: ModelDims) -> tuple[int, ...]:
+    """Gated-DeltaNet layers (graph inputs past.N.conv and past.N.recurrent)."""
+    return tuple(layer.index for layer in dims.layers if layer.mixer == "gated_deltanet")
+
+
+def deltanet_state_shapes(dims: ModelDims) -> tuple[list[int | str], list[int | str]]:
+    """(conv state [B, K - 1, conv_dim], recurrent state [B, Hv, dk, dv]): every axis but the batch
+    static, since the runtime sizes the states from them (docs/hybrid-state.md §1.3)."""
+    d = dims.deltanet
+    assert d is not None
+    return [B, d.kernel - 1, d.conv_channels], [B, d.value_heads, d.key_dim, d.value_dim]
+
+
+def state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[int, tuple[ir.Value, ir.Value]]:
+    """Each gated-DeltaNet layer's graph inputs (past.N.conv, past.N.recurrent): one index for both,
+    as the RecurrentState binds them (docs/hybrid-state.md §1.1)."""
+    layers = deltanet_layers(dims)
+    if not layers:
+        return {}
+    conv, recurrent = deltanet_state_shapes(dims)
+    return {i: (b.input(PAST_CONV % i, dtype, conv), b.input(PAST_RECURRENT % i, dtype, recurrent)) for i in layers}
+
+
+def add_state_outputs(
+    b: GraphBuilder, dims: ModelDims, presents: dict[int, tuple[ir.Value, ir.Value]], dtype: ir.DataType
+) -> None:
+    """present.N.conv and present.N.recurrent, shaped as their inputs."""
+    if not presents:
+        return
+    conv_shape, recurrent_shape = deltanet_state_shapes(dims)
+    for i, (conv, recurrent) in sorted(presents.items()):
+        b.output(conv, PRESENT_CONV % i, dtype, conv_shape)
+        b.output(recurrent, PRESENT_RECURRENT % i, dtype, recurrent_shape)
+
+
+def deltanet_mixer(
+    lc: LayerContext, x: ir.Value, pasts: tuple[ir.Value, ir.Value], presents: dict[int, tuple[ir.Value, ir.Value]]
+) -> tuple[ir.Value, None]:
+    """decoder._decoder_layer's mixer for a gated-DeltaNet layer (out_proj included); its new conv
+    and recurrent states go to `presents`."""
+    y, conv, recurrent = gated_deltanet(lc, x, *pasts)
+    presents[lc.i] = (conv, recurrent)
+    return y, None
+
+
+def gated_deltanet(
+    lc: LayerContext, x: ir.Value, past_conv: ir.Value, past_recurrent: ir.Value
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """(the mixer's output [B, S, H] after out_proj, the new conv state, the new recurrent state)."""
+    b, dims, dtype = lc.b, lc.dims, lc.params.dtype
+    d = dims.deltanet
+    assert d is not None and lc.spec.mixers is not None
+    names = lc.spec.mixers.gated_deltanet
+    key_width, value_width = d.key_heads * d.key_dim, d.value_heads * d.value_dim
+    conv_shape, recurrent_shape = deltanet_state_shapes(dims)
+
+    mixed = linear(lc, x, [names.qkv], None, "in_proj_qkv")
+    weight_name = lc.name(names.conv)
+    convolved, present_conv = b.op_multi(
+        "CausalConvWithState",
+        mixed, b.initializer(weight_name, lc.params.tensor(weight_name)), None, past_conv,
+        domain="com.microsoft",
+        outputs=2,
+        ndim=1,
+        channels_last=1,
+        activation="silu",
+        name="causal_conv",
+    )  # fmt: skip
+    typed(present_conv, dtype, conv_shape)
+    sizes = b.const([key_width, key_width, value_width], "qkv_split", "int64")
+    q, k, v = b.op_multi("Split", convolved, sizes, axis=-1, outputs=3, name="split_qkv")
+    q = _l2_norm(b, q, d.key_heads, d.key_dim, float(d.key_dim) ** -0.5, dtype, "q")  # l2norm, then * dk^-0.5
+    k = _l2_norm(b, k, d.key_heads, d.key_dim, 1.0, dtype, "k")
+
+    beta = b.op("Sigmoid", linear(lc, x, [names.b], None, "in_proj_b"), name="beta")
+    a = linear(lc, x, [names.a], None, "in_proj_a")
+    dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
+    a_log = lc.name(names.a_log, "")  # decay_scale = -exp(A_log), as HF computes it, in fp32
+    scale = lc.params.derived(a_log, lambda v: -np.exp(v))
+    decay_scale = b.initializer(f"{a_log.rpartition('.')[0]}.decay_scale", scale)
+    decay = b.op("Mul", decay_scale, b.op("Softplus", b.op("Add", a, dt_bias)), name="decay")  # log-space g
+
+    core, present_recurrent = b.op_multi(
+        "LinearAttention",
+        q, k, v, past_recurrent, decay, beta,
+        domain="com.microsoft",
+        outputs=2,
+        q_num_heads=d.key_heads,
+        kv_num_heads=d.value_heads,
+        update_rule="gated_delta",
+        scale=1.0,  # q carries dk^-0.5 already
+        name="gated_delta",
+    )  # fmt: skip
+    typed(present_recurrent, dtype, recurrent_shape)
+
+    heads = b.const([0, 0, d.value_heads, d.value_dim], "value_heads", "int64")
+    z = b.op("Reshape", linear(lc, x, [names.z], None, "in_proj_z"), heads)
+    norm_name = lc.name(names.norm)  # a plain w * rms(x) norm, not the layers' (1 + w)
+    norm_weight = b.initializer(norm_name, lc.params.vector([norm_name]))
+    normed = b.op(
+        "SimplifiedLayerNormalization", b.op("Reshape", core, heads), norm_weight,
+        axis=-1, epsilon=dims.rms_eps, stash_type=1, name="gated_norm",
+    )  # fmt: skip
+    gated = b.op("Mul", normed, b.op("Mul", z, b.op("Sigmoid", z)), name="silu_gate")
+    flat = b.op("Reshape", gated, b.const([0, 0, value_width], "value_flat", "int64"))
+    y = typed(linear(lc, flat, [names.out_proj], None, "out_proj"), dtype, [B, S, dims.hidden_size])
+    return y, present_conv, present_recurrent
+
+
+def _l2_norm(
+    b: GraphBuilder, x: ir.Value, heads: int, dim: int, scale: float, dtype: ir.DataType, name: str
+) -> ir.Value:
+    """scale * x * rsqrt(sum(x^2) + 1e-6) per head of x [B, S, heads * dim], as one fp32
+    SimplifiedLayerNormalization: x * rsqrt(sum + eps) = dim^-0.5 * x * rsqrt(mean + eps / dim),
+    so epsilon eps / dim and a constant weight scale * dim^-0.5."""
+    per_head = b.op("Reshape", x, b.const([0, 0, heads, dim], f"{name}_heads", "int64"))
+    weight = b.const(np.full(dim, scale * dim**-0.5, np.float32).astype(NUMPY_DTYPES[dtype]), f"{name}_l2_weight")
+    normed = b.op(
+        "SimplifiedLayerNormalization", per_head, weight,
+        axis=-1, epsilon=L2_EPS / dim, stash_type=1, name=f"{name}_l2norm",
+    )  # fmt: skip
+    return b.op("Reshape", normed, b.const([0, 0, heads * dim], f"{name}_flat", "int64"))
