@@ -72,6 +72,7 @@ def test_logits_match_hf(builds, family):
 def test_generates_like_hf(builds, family, mode):
     """Greedy onnxruntime-genai tokens (EOS suppressed) equal HF generate for every prompt, and
     some continuation is varied (a model copying its last token passes any exporter)."""
+    skip_where_the_reference_differs(family, generation=True)
     package = builds.package(family.name, mode)
     hf, model = hf_model(builds.checkpoint(family.name)), load(package, "cpu")
     seen: list[list[int]] = []
