@@ -39,6 +39,7 @@ FAMILIES = [
     "apertus",
     "lfm2",
     "qwen3_5_text",
+    "lfm2_moe",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -226,6 +227,22 @@ def family_config(model_type: str) -> dict:
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
         )
+    elif model_type == "lfm2_moe":  # LFM2 + a dense first layer, then sigmoid-routed experts with a selection bias
+        c.update(
+            num_hidden_layers=4,
+            layer_types=["conv", "full_attention", "conv", "conv"],
+            conv_L_cache=3,
+            norm_eps=1e-5,
+            num_dense_layers=1,
+            num_experts=6,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            use_expert_bias=True,
+            norm_topk_prob=True,
+            routed_scaling_factor=1.5,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
     elif model_type == "qwen3_5_text":  # gated DeltaNet (conv + recurrent state) + gated GQA layers
         c.update(
             num_hidden_layers=4,
@@ -281,6 +298,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
         for name, b in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 b.copy_(rn(b, 0.1, 0.5))
+            elif name.endswith("expert_bias"):  # LFM2-MoE: steers the choice away from the top scores
+                b.copy_(rn(b, 0.3))
 
 
 def build_model(model_type: str, seed: int = 0, **overrides):

@@ -159,6 +159,18 @@ FAMILIES: tuple[Family, ...] = (
         generate_differs_under_4x=LFM2_CACHED_GENERATE_UNDER_4X,
     ),
     # gated-DeltaNet (conv + recurrent state) + gated GQA layers
+    dense(
+        "lfm2_moe",
+        genai_type="lfm2_moe",
+        logits_modes=(),
+        generate_modes=("gqa",),
+        quantized=("int4", "int8"),
+        accuracy_level=0,
+        int8_relative_l2=0.3,
+        experts="fused",
+        gathered_tables=TIED,
+        since_major=5,
+    ),
     dense_family(
         "qwen3_5_text", genai_type="qwen3_5_text", logits_modes=(), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5
     ),

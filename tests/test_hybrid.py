@@ -232,3 +232,22 @@ def test_qwen3_5_conditional_generation_text_decoder_matches_hf(qwen3_5_conditio
     prompt = [0, 17, 45, 99, 200, 3, 7]
     _, tokens = genai_prompt_then_greedy(package, prompt, 20)
     assert tokens == hf_generate(hf_model(qwen3_5_conditional), prompt, 20)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "change"),
+    [
+        ("*expert_bias", lambda values: values * 0),  # the selection bias ignored: other experts chosen
+        ("*expert_bias", lambda values: -values),  # applied with the wrong sign
+    ],
+)
+def test_mutant_lfm2_moe_routing_fails_parity(builds, tmp_path, pattern, change):
+    """LFM2-MoE chooses experts on sigmoid scores + expert_bias but weights them by the scores
+    alone; a package whose bias is dropped or flipped picks other experts."""
+    from mutants import edit_initializers
+
+    checkpoint = builds.checkpoint("lfm2_moe")
+    assert _parity_error(builds.package("lfm2_moe"), checkpoint) < 1e-4
+    package = _copy(builds.package("lfm2_moe"), tmp_path / "pkg")
+    assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
+    assert _parity_error(package, checkpoint) > 1e-2

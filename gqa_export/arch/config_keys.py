@@ -39,6 +39,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "router_jitter": "router_jitter_noise",
     "enable_moe": "enable_moe_block",
     "clip_qkv": "clip_qkv",
+    "first_dense_layers": "num_dense_layers",
+    "routed_scaling": "routed_scaling_factor",
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",

@@ -315,10 +315,25 @@ QWEN3_5 = ArchSpec(
     mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "gated_deltanet"})),
     attention_output_gate=True,
 )
+# LFM2-MoE: LFM2's layers with sparse blocks after the first num_dense_layers: a sigmoid router
+# whose expert_bias only steers the choice, experts per expert on the hub (w1/w3/w2) or fused
+LFM2_MOE = replace(
+    LFM2,
+    name="lfm2_moe",
+    moe=MoeSpec(
+        names=MoeNames(
+            blocks=("feed_forward.",),
+            per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ),
+            fused=(FUSED_EXPERTS,),
+            expert_bias="expert_bias",
+        ),
+        routing="sigmoid_biased",
+    ),
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, QWEN3_5,
+    LFM2, LFM2_MOE, QWEN3_5,
 )  # fmt: skip

@@ -95,6 +95,7 @@ class MoeNames:
     transposed: tuple[str, str] | None = None  # gpt-oss: gate_up [E, H, 2I] interleaved, down [E, I, H] (+ _bias)
     shared_expert: str | None = None  # a dense gated MLP run for every token (Qwen2-MoE)
     shared_gate: str | None = None  # its sigmoid gate Linear [1, H]
+    expert_bias: str | None = None  # a per-expert bias added to the scores only to select (LFM2-MoE)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,9 @@ class MoeSpec:
     routing: "softmax" (softmax over all experts, top-k, renormalized when `normalize` or the
     config's norm_topk_prob says so; top-k-then-softmax routers are this with normalize),
     "sparsemixer" (PhiMoE's top-2 in eval mode), "normed_residual" (Gemma-4: scaleless RMSNorm of the residual,
-    scale, softmax, top-k renormalized, per-expert scales). activation: "swiglu" (silu(gate) * up),
+    scale, softmax, top-k renormalized, per-expert scales), "sigmoid_biased" (LFM2-MoE: sigmoid scores,
+    the top k chosen on scores + expert_bias, weighted by the unbiased scores, renormalized when
+    norm_topk_prob, times routed_scaling_factor). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
     "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops)."""
 

@@ -19,7 +19,14 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.layer_kinds import DeltaNetDims, conv_kernel, deltanet_dims, feed_forward_size, mixer_of
+from gqa_export.graph.layer_kinds import (
+    DeltaNetDims,
+    conv_kernel,
+    deltanet_dims,
+    feed_forward_size,
+    mixer_of,
+    sparse_layer,
+)
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 
 SLIDING = "sliding_attention"
@@ -62,6 +69,7 @@ class MoeDims:
     alpha: float = 1.0  # gpt-oss clamped SwiGLU: gate * sigmoid(alpha * gate) * (up + 1)
     limit: float | None = None
     jitter: float = 0.0  # PhiMoE sparsemixer threshold (router_jitter_noise, used in eval)
+    routed_scaling: float = 1.0  # the routing weights' multiplier (routed_scaling_factor)
 
 
 @dataclass(frozen=True)
@@ -278,7 +286,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
                 intermediate_size=intermediate * (2 if double_wide and source != i else 1),
                 kv_source=source,
                 k_eq_v=k_eq_v and types is not None and not sliding,
-                sparse=_sparse(opt, spec, i),
+                sparse=sparse_layer(opt, spec, i),
                 mixer=mixer_of(spec, layer_type),
             )
         )
@@ -350,15 +358,8 @@ def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
         limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
         jitter=float(opt("router_jitter", 0.0) or 0.0),
+        routed_scaling=float(opt("routed_scaling", 1.0) or 1.0),
     )
-
-
-def _sparse(opt: Any, spec: ArchSpec, i: int) -> bool:
-    """Qwen-MoE's rule: sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid."""
-    if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
-        return False
-    step = int(opt("decoder_sparse_step", 1) or 1)
-    return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
 
 
 def _query_scale(config: Any) -> tuple[float, int]:

@@ -17,6 +17,17 @@ from gqa_export.errors import InputError
 Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config value by its spec key
 
 
+def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
+    """Whether layer i's MLP is the sparse block: not before the first `first_dense_layers` (LFM2-MoE's
+    num_dense_layers), not in mlp_only_layers, and on the decoder_sparse_step grid (Qwen-MoE)."""
+    if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
+        return False
+    if i < int(opt("first_dense_layers", 0) or 0):
+        return False
+    step = int(opt("decoder_sparse_step", 1) or 1)
+    return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
+
+
 def mixer_of(spec: ArchSpec, layer_type: str | None) -> str:
     """A layer's mixer kind: attention unless the family's spec maps its type to another."""
     if spec.mixers is None or layer_type is None:

@@ -7,9 +7,10 @@ Facts relied on (docs/moe.md, probed on onnxruntime 1.31.1 CPU):
 - The CPU kernels accept SwiGLU only as `swiglu_fusion=1` (gate/up rows interleaved in fc1); out =
   G*sigmoid(alpha G)*(L+beta) with G = min(g, limit), L = clip(u, -limit, limit)
   (docs/moe.md §1.1, §2); gpt-oss is alpha 1.702, beta 1, its limit (docs/moe.md §5).
-- Routers the op cannot express (PhiMoE's sparsemixer) are computed in the graph as dense weights w
-  [T, E] (zero off the selected experts): `router_probs = log(w)`, no renormalization, and the
-  output times sum(w), since the op's softmax turns log(w) into w / sum(w) (docs/moe.md §4).
+- Routers the op cannot express (PhiMoE's sparsemixer, LFM2-MoE's biased sigmoid top-k) are
+  computed in the graph as dense weights w [T, E] (zero off the selected experts):
+  `router_probs = log(w)`, no renormalization, and the output times sum(w), since the op's softmax
+  turns log(w) into w / sum(w) (docs/moe.md §4).
 - No CPU kernel runs a GELU-gated (GeGLU) expert (docs/moe.md §2): Gemma-4's experts are plain
   ops (docs/moe.md §8).
 The quantize stage turns MoE into QMoE for int4/int8 (quantize.py).
@@ -40,7 +41,7 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     if spec.activation == "geglu":
         out = _experts_with_ops(lc, x, router, weights, moe)
     else:
-        out = _experts_op(lc, x, router, weights, moe)
+        out = _experts_op(lc, x, router, weights, moe, prefix)
     if names.shared_expert:
         out = lc.b.op("Add", out, _shared_expert(lc, x, prefix), name="add_shared_expert")
     return typed(out, lc.params.dtype, [B, S, lc.dims.hidden_size])
@@ -101,7 +102,12 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
     return layout
 
 
-def _experts_op(lc: LayerContext, x: ir.Value, router: ir.Value, weights: ExpertWeights, moe: MoeDims) -> ir.Value:
+def _experts_op(
+    lc: LayerContext, x: ir.Value, router: ir.Value, weights: ExpertWeights, moe: MoeDims, prefix: str
+) -> ir.Value:
+    """com.microsoft.MoE over the tokens. A router the op cannot express gives dense routing
+    weights computed in the graph: the op gets their log, unnormalized, and the output is scaled
+    back by their sum."""
     b, params = lc.b, lc.params
     I, H = moe.intermediate, lc.dims.hidden_size  # noqa: E741
     base = lc.spec.layer_tensor(lc.i, "moe", "")
@@ -115,8 +121,8 @@ def _experts_op(lc: LayerContext, x: ir.Value, router: ir.Value, weights: Expert
     )
     clamped = lc.spec.moe.activation == "swiglu_clamped"  # type: ignore[union-attr]
     probs, post_scale = router, None
-    if lc.spec.moe.routing == "sparsemixer":  # type: ignore[union-attr]
-        dense = _sparsemixer(b, router, moe.jitter, params.dtype)
+    dense = _dense_routing(lc, prefix, router, moe)
+    if dense is not None:
         probs = b.op("Log", dense, name="log_weights")
         post_scale = b.op("ReduceSum", dense, b.const([-1], "last", "int64"), keepdims=1, name="weights_sum")
     # the op takes tokens as rows: x [B*S, H], router_probs [B*S, E]
@@ -163,6 +169,41 @@ def _sparsemixer(b: GraphBuilder, logits: ir.Value, jitter: float, dtype: ir.Dat
         zeros = b.op("Mul", logits, b.const(np.asarray(0, NUMPY_DTYPES[dtype]), "zero"))
         dense = b.op("ScatterElements", zeros, first, w1, axis=-1)
         return b.op("ScatterElements", dense, second, w2, axis=-1, name="dense_weights")
+
+
+def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims) -> ir.Value | None:
+    """Routing weights [B,S,E] for the routers the MoE op cannot express; None for the others."""
+    routing = lc.spec.moe.routing  # type: ignore[union-attr]
+    if routing == "sparsemixer":
+        return _sparsemixer(lc.b, logits, moe.jitter, lc.params.dtype)
+    if routing == "sigmoid_biased":
+        return _sigmoid_biased(lc, prefix, logits, moe)
+    return None
+
+
+def _sigmoid_biased(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims) -> ir.Value:
+    """LFM2-MoE's router as dense weights [B,S,E]: s = sigmoid(logits); the top k of s + expert_bias
+    (when the checkpoint has the bias) are chosen, weighted by s, renormalized by their sum + 1e-6
+    when norm_topk_prob, times routed_scaling_factor."""
+    b, dtype = lc.b, lc.params.dtype
+    names = lc.spec.moe.names  # type: ignore[union-attr]
+    with b.scope("sigmoid_router"):
+        scores = b.op("Sigmoid", logits, name="scores")
+        choosing = scores
+        bias_name = lc.name(f"{prefix}{names.expert_bias}", suffix="") if names.expert_bias else None
+        if bias_name is not None and bias_name in lc.params.store:
+            choosing = b.op("Add", scores, b.initializer(bias_name, lc.params.vector([bias_name])), name="biased")
+        _, chosen = b.op_multi("TopK", choosing, b.const([moe.top_k], "k", "int64"), axis=-1, outputs=2, name="topk")
+        picked = b.op("GatherElements", scores, chosen, axis=-1, name="picked")
+        if moe.normalize:
+            total = b.op("ReduceSum", picked, b.const([-1], "last", "int64"), keepdims=1, name="picked_sum")
+            eps = b.const(np.asarray(1e-6, NUMPY_DTYPES[dtype]), "eps")
+            picked = b.op("Div", picked, b.op("Add", total, eps), name="renormalized")
+        if moe.routed_scaling != 1.0:
+            factor = b.const(np.asarray(moe.routed_scaling, NUMPY_DTYPES[dtype]), "routed_scaling")
+            picked = b.op("Mul", picked, factor, name="scaled")
+        zeros = b.op("Mul", scores, b.const(np.asarray(0, NUMPY_DTYPES[dtype]), "zero"))
+        return b.op("ScatterElements", zeros, chosen, picked, axis=-1, name="dense_weights")
 
 
 def _shared_expert(lc: LayerContext, x: ir.Value, prefix: str) -> ir.Value:
