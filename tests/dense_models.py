@@ -40,6 +40,7 @@ FAMILIES = [
     "lfm2",
     "qwen3_5_text",
     "lfm2_moe",
+    "qwen3_5_moe_text",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -263,6 +264,9 @@ def family_config(model_type: str) -> dict:
                 "mrope_interleaved": True,
             },
         )
+    elif model_type == "qwen3_5_moe_text":  # Qwen3.5 + experts (softmax top-k, renormalized) + shared expert
+        c = family_config("qwen3_5_text")
+        c.update(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
     else:
         raise ValueError(model_type)
     return c
@@ -277,7 +281,10 @@ def _randomize(model, model_type: str, g: torch.Generator):
             mod, leaf = name.rsplit(".", 1)
             is_norm = "norm" in mod.rsplit(".", 1)[-1] or ".norms." in mod or mod.endswith("layernorm")
             if is_norm and leaf == "weight":
-                if model_type == "nemotron" or (model_type == "qwen3_5_text" and not mod.endswith("linear_attn.norm")):
+                zero_centred = model_type in ("qwen3_5_text", "qwen3_5_moe_text") and not mod.endswith(
+                    "linear_attn.norm"
+                )
+                if model_type == "nemotron" or zero_centred:
                     p.copy_(rn(p, 0.3))  # LayerNorm1P, Qwen3.5's zero-centred RMSNorm: effective weight = stored + 1
                 else:
                     p.copy_(rn(p, 0.3, 1.0))

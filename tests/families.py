@@ -174,6 +174,17 @@ FAMILIES: tuple[Family, ...] = (
     dense_family(
         "qwen3_5_text", genai_type="qwen3_5_text", logits_modes=(), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5
     ),
+    dense(
+        "qwen3_5_moe_text",
+        genai_type="qwen3_5_moe_text",
+        logits_modes=(),
+        generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        prompt=LONG_PROMPT,
+        since_major=5,
+    ),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

@@ -330,10 +330,17 @@ LFM2_MOE = replace(
         routing="sigmoid_biased",
     ),
 )
+# Qwen3.5-MoE's text decoder: Qwen3.5's layers with a sparse block on every layer (softmax top-k,
+# always renormalized) plus Qwen2-MoE's sigmoid-gated shared expert
+QWEN3_5_MOE = replace(
+    QWEN3_5,
+    name="qwen3_5_moe",
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"), normalize=True),
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, LFM2_MOE, QWEN3_5,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE,
 )  # fmt: skip
