@@ -41,6 +41,7 @@ FAMILIES = [
     "qwen3_5_text",
     "lfm2_moe",
     "qwen3_5_moe_text",
+    "granitemoehybrid",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -267,6 +268,28 @@ def family_config(model_type: str) -> dict:
     elif model_type == "qwen3_5_moe_text":  # Qwen3.5 + experts (softmax top-k, renormalized) + shared expert
         c = family_config("qwen3_5_text")
         c.update(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+    elif model_type == "granitemoehybrid":  # Mamba2 (conv + SSM state) + NoPE GQA layers, experts + shared MLP
+        c.update(
+            num_hidden_layers=4,
+            layer_types=["mamba", "attention", "mamba", "mamba"],
+            mamba_n_heads=4,  # head dim 2 * 64 / 4 = 32
+            mamba_n_groups=2,  # two consecutive heads per B/C group
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_chunk_size=16,  # the 70-token prompt spans several of HF's chunks
+            mamba_conv_bias=True,
+            position_embedding_type="nope",
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            shared_intermediate_size=48,
+            embedding_multiplier=2.0,  # Granite's multipliers, each away from 1 (tied, x12, x0.22: a copying model)
+            attention_multiplier=0.0625,
+            residual_multiplier=0.5,
+            logits_scaling=2.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        )
     else:
         raise ValueError(model_type)
     return c
@@ -292,8 +315,10 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.2))
             elif name.endswith("conv.conv.weight"):  # LFM2's depthwise kernel: large enough to matter
                 p.copy_(rn(p, 0.5))
-            elif name.endswith("linear_attn.conv1d.weight"):  # Qwen3.5's depthwise kernel
-                p.copy_(rn(p, 0.5))
+            elif name.endswith("linear_attn.conv1d.weight") or name.endswith("mamba.conv1d.weight"):
+                p.copy_(rn(p, 0.5))  # Qwen3.5's and Mamba2's depthwise kernels
+            elif leaf == "D":  # Mamba2's skip: away from its init of ones
+                p.copy_(rn(p, 0.5, 1.0))
             elif leaf == "A_log":  # decay rates exp(A_log) ~ 0.05-0.5: the state outlives a few tokens
                 p.copy_(rn(p, 0.5, -2.0))
             elif leaf == "dt_bias":

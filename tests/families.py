@@ -43,6 +43,11 @@ FLOOR_KINDS = ("dense",)
 # transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
 # exact under 5.x, compared only there
 XIELU_BF16_UNDER_4X = "4.57's xIELU keeps its alpha/beta parameters in bf16 (logits off by ~6e-3)"
+GRANITE_HYBRID_UNDER_4X = (
+    "4.57's Mamba2 gated RMSNorm spans the whole inner width whatever mamba_n_groups says (5.x and the "
+    "mamba_ssm kernel normalize per group; the tiny model has 2 groups), and its forward(use_cache=True) "
+    "returns no cache without a HybridMambaAttentionDynamicCache"
+)
 LFM2_CACHED_GENERATE_UNDER_4X = (
     "4.57's generate() with its conv cache gives other tokens than its own uncached greedy decoding "
     "(which 5.x, the export and the 4.57 logits agree with)"
@@ -184,6 +189,19 @@ FAMILIES: tuple[Family, ...] = (
         experts="fused",
         prompt=LONG_PROMPT,
         since_major=5,
+    ),
+    # Mamba2 (conv + SSM state) + NoPE GQA layers, top-k experts with a shared MLP (Granite-4.0-H)
+    dense(
+        "granitemoehybrid",
+        genai_type="granitemoehybrid",
+        logits_modes=(),
+        generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        prompt=LONG_PROMPT,
+        differs_under_4x=GRANITE_HYBRID_UNDER_4X,
+        generate_differs_under_4x=GRANITE_HYBRID_UNDER_4X,
     ),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),

@@ -1,6 +1,7 @@
 """Hybrid decoders, what only they have: short-convolution layers (LFM2) carry a fixed-size state
 (past.N.conv / present.N.conv) next to the GQA layers' KV cache, gated-DeltaNet layers (Qwen3.5) a
-conv and a recurrent state (past.N.conv, past.N.recurrent). The checks every family gets (logits
+conv and a recurrent state (past.N.conv, past.N.recurrent), and so do Mamba2 layers (Granite-4.0-H:
+its SSM state as past.N.recurrent). The checks every family gets (logits
 and greedy tokens against HF, int4, fp16 CUDA) are LFM2's and Qwen3.5's rows in tests/families.py; here:
 the state is really carried from step to step (a graph that drops it fails the decode steps),
 genai_config describes it the way onnxruntime-genai binds it, inspect accounts for it, the lints
@@ -109,7 +110,12 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
 
 @pytest.mark.parametrize("mode", ["bias", "split"])
 @pytest.mark.parametrize(
-    ("family", "mixer"), [("lfm2", "lfm2's short-convolution"), ("qwen3_5_text", "qwen3_5's gated-DeltaNet")]
+    ("family", "mixer"),
+    [
+        ("lfm2", "lfm2's short-convolution"),
+        ("qwen3_5_text", "qwen3_5's gated-DeltaNet"),
+        ("granitemoehybrid", "granitemoehybrid's Mamba2"),
+    ],
 )
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):
     args = ["build", str(builds.checkpoint(family)), "-o", str(tmp_path / "p"), "--attention", mode]
@@ -251,3 +257,133 @@ def test_mutant_lfm2_moe_routing_fails_parity(builds, tmp_path, pattern, change)
     package = _copy(builds.package("lfm2_moe"), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
     assert _parity_error(package, checkpoint) > 1e-2
+
+
+# Granite-4.0-H (tests/dense_models.py granitemoehybrid): Mamba2 at layers 0, 2 and 3, NoPE GQA at 1;
+# K 4 over 128 + 2 x 2 x 16 = 192 channels, SSM state [4 heads, state 16, head dim 32]
+GRANITE = "granitemoehybrid"
+
+
+def test_granite_hybrid_genai_config_describes_both_states_as_the_runtime_binds_them(builds):
+    config = json.loads((builds.package(GRANITE) / "genai_config.json").read_text())["model"]
+    decoder = config["decoder"]
+    assert config["type"] == "granitemoehybrid" and decoder["num_hidden_layers"] == 4
+    assert decoder["inputs"]["past_conv_names"] == "past.%d.conv"
+    assert decoder["inputs"]["past_recurrent_names"] == "past.%d.recurrent"
+    assert decoder["outputs"]["present_conv_names"] == "present.%d.conv"
+    assert decoder["outputs"]["present_recurrent_names"] == "present.%d.recurrent"
+    assert "layer_types" not in decoder  # the RecurrentState finds the layers (docs/hybrid-state.md §1.1, §8.2)
+    graph = onnx.load(str(builds.package(GRANITE) / "model.onnx"), load_external_data=False).graph
+    shapes = {i.name: [d.dim_value or d.dim_param for d in i.type.tensor_type.shape.dim] for i in graph.input}
+    assert [shapes[f"past.{i}.conv"] for i in (0, 2, 3)] == [["batch_size", 3, 192]] * 3
+    assert [shapes[f"past.{i}.recurrent"] for i in (0, 2, 3)] == [["batch_size", 4, 16, 32]] * 3
+    assert sorted(n for n in shapes if n.startswith("past_key_values")) == [
+        "past_key_values.1.key", "past_key_values.1.value"
+    ]  # fmt: skip
+    nodes = [n for n in graph.node if n.op_type == "LinearAttention"]
+    assert len(nodes) == 3 and [n.op_type for n in graph.node].count("CausalConvWithState") == 3
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nodes[0].attribute}
+    assert attributes["update_rule"] == b"gated" and (attributes["q_num_heads"], attributes["kv_num_heads"]) == (2, 4)
+
+
+def test_granite_hybrid_inspect_counts_both_states(builds):
+    result = runner.invoke(app, ["inspect", str(builds.package(GRANITE)), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["summary"]["recurrent_state_bytes_per_row"] == 3 * (3 * 192 + 4 * 16 * 32) * 4
+    assert report["findings"] == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "finding"),
+    [
+        (lambda d: d.update(layer_types=["mamba", "full_attention", "mamba", "mamba"]), "state-layer-types"),
+        (lambda d: d["inputs"].pop("past_recurrent_names"), "state-names"),
+        (lambda d: d["outputs"].update(present_conv_names="present.%d.conv_state"), "state-names"),
+    ],
+)
+def test_granite_hybrid_mutant_genai_config_fails_the_state_lints(builds, tmp_path, edit, finding):
+    package = _copy(builds.package(GRANITE), tmp_path / "pkg")
+    path = package / "genai_config.json"
+    config = json.loads(path.read_text())
+    edit(config["model"]["decoder"])
+    path.write_text(json.dumps(config))
+    result = runner.invoke(app, ["inspect", str(package), "--json"])
+    assert result.exit_code == 1 and finding in {f["id"] for f in json.loads(result.stdout)["findings"]}
+
+
+@pytest.mark.parametrize("op", ["LinearAttention", "CausalConvWithState"])
+def test_granite_hybrid_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, op):
+    """The SSM (or the conv) state not read back: the prompt's logits still match, decode steps do not."""
+    package = _copy(builds.package(GRANITE), tmp_path / "pkg")
+    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == op:
+            node.input[3] = ""  # optional past state: zeros
+    onnx.save(model, str(package / "model.onnx"))
+    checkpoint = builds.checkpoint(GRANITE)
+    assert _parity_error(builds.package(GRANITE), checkpoint) < 1e-4
+    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
+    ref = hf_logits(hf_model(checkpoint), tokens, len(PROMPT))
+    np.testing.assert_allclose(got[: len(PROMPT)], ref[: len(PROMPT)], atol=1e-4, rtol=1e-4)
+    assert np.abs(got[len(PROMPT) :] - ref[len(PROMPT) :]).max() > 1e-2
+
+
+def test_granite_hybrid_mutant_graph_with_swapped_b_and_c_fails_parity(builds, tmp_path):
+    """B and C (the key and the query of the recurrence) exchanged after the conv."""
+    package = _copy(builds.package(GRANITE), tmp_path / "pkg")
+    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    for node in model.graph.node:
+        if node.op_type == "Split" and node.name.endswith("split_x_b_c"):
+            outputs = list(node.output)
+            node.output[1:] = [outputs[2], outputs[1]]
+    onnx.save(model, str(package / "model.onnx"))
+    assert _parity_error(package, builds.checkpoint(GRANITE)) > 1e-2
+
+
+def test_granite_hybrid_mutant_without_the_d_skip_fails_parity(builds, tmp_path):
+    """D x, the skip around the recurrence, left out (D zeroed)."""
+    from mutants import edit_initializers
+
+    package = _copy(builds.package(GRANITE), tmp_path / "pkg")
+    assert edit_initializers(package, "*mamba.D", lambda values: values * 0), "mamba.D matched nothing"
+    assert _parity_error(package, builds.checkpoint(GRANITE)) > 1e-2
+
+
+def test_granite_hybrid_time_step_limit_is_refused_in_one_line(builds, tmp_path):
+    """HF clamps dt with a time_step_limit in its chunked prompt form only: no one graph matches."""
+    checkpoint = _copy(builds.checkpoint(GRANITE), tmp_path / "ckpt")
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "time_step_limit": [0.0, 0.1]}))
+    result = runner.invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: granitemoehybrid: time_step_limit (0.0, 0.1) is not exported (HF clamps dt with it in prompts only)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # Granite-4.0-H-Micro's shape: no experts (the shared MLP alone), RoPE on, one B/C group
+        dict(
+            num_local_experts=0,
+            position_embedding_type="rope",
+            mamba_n_groups=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        dict(mamba_conv_bias=False, mamba_proj_bias=True),  # in_proj / out_proj biases, a conv without
+    ],
+    ids=["dense_rope_one_group", "projection_biases"],
+)
+def test_granite_hybrid_variants_match_hf(tmp_path, overrides):
+    from dense_models import save_dense
+
+    checkpoint = save_dense(tmp_path / "ckpt", GRANITE, **overrides)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package))
+    assert _parity_error(package, checkpoint) < 1e-4
+    prompt = [0, 17, 45, 99, 200, 3, 7]
+    _, tokens = genai_prompt_then_greedy(package, prompt, 20)
+    assert tokens == hf_generate(hf_model(checkpoint), prompt, 20) and len(set(tokens)) >= 4

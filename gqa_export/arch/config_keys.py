@@ -56,4 +56,13 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "linear_value_heads": "linear_num_value_heads",
     "linear_key_head_dim": "linear_key_head_dim",
     "linear_value_head_dim": "linear_value_head_dim",
+    # hybrid decoders (Granite-4.0-H): Mamba2 shapes, and whether the attention layers use RoPE
+    "mamba_heads": "mamba_n_heads",
+    "mamba_groups": "mamba_n_groups",
+    "mamba_state": "mamba_d_state",
+    "mamba_head_dim": "mamba_d_head",
+    "mamba_conv_kernel": "mamba_d_conv",
+    "mamba_expand": "mamba_expand",
+    "mamba_dt_limit": "time_step_limit",
+    "position_embedding_type": "position_embedding_type",
 }

@@ -337,10 +337,25 @@ QWEN3_5_MOE = replace(
     name="qwen3_5_moe",
     moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"), normalize=True),
 )
+# Granite-4.0-H: Mamba2 layers (conv + SSM state) between Granite attention layers (NoPE unless
+# position_embedding_type is "rope"), Granite's multipliers, GraniteMoE's top-k router with an
+# ungated shared MLP beside the experts, or that MLP alone when num_local_experts is 0
+# (docs/hybrid-state.md §8.2).
+_GRANITE_SHARED_MLP = ("shared_mlp.input_linear", "shared_mlp.output_linear")
+GRANITEMOEHYBRID = replace(
+    GRANITEMOE,
+    name="granitemoehybrid",
+    layer=LayerNames(gate_up=_GRANITE_SHARED_MLP[0], down=_GRANITE_SHARED_MLP[1]),
+    moe=replace(GRANITEMOE.moe, names=replace(GRANITEMOE.moe.names, shared_mlp=_GRANITE_SHARED_MLP)),  # type: ignore[union-attr]
+    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2"})),
+    rope_layers="if_configured",
+    ffn_size="shared",
+    config_keys=config_keys(shared_expert_intermediate_size="shared_intermediate_size"),
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, GRANITEMOEHYBRID,
 )  # fmt: skip

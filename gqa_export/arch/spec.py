@@ -96,6 +96,8 @@ class MoeNames:
     shared_expert: str | None = None  # a dense gated MLP run for every token (Qwen2-MoE)
     shared_gate: str | None = None  # its sigmoid gate Linear [1, H]
     expert_bias: str | None = None  # a per-expert bias added to the scores only to select (LFM2-MoE)
+    # an ungated dense MLP at the layer run beside the experts: (packed gate | up, down) (Granite-4.0-H's shared_mlp)
+    shared_mlp: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,8 +161,24 @@ class GatedDeltaNetNames:
     out_proj: str = "linear_attn.out_proj"
 
 
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet")
-FFN_SIZES = ("config", "two_thirds_rounded")
+@dataclass(frozen=True)
+class Mamba2Names:
+    """A Mamba2 mixer's tensors (Granite-4.0-H's mamba), relative to the layer: in_proj
+    [I + conv_dim + Hm, H] giving z | x B C | dt, the depthwise conv1d [conv_dim, 1, K] (+ bias),
+    A_log, D and dt_bias [Hm], the gated group-wise RMSNorm [I] and out_proj [H, I]
+    (docs/hybrid-state.md §8.2)."""
+
+    in_proj: str = "mamba.in_proj"
+    conv: str = "mamba.conv1d"
+    a_log: str = "mamba.A_log"
+    d: str = "mamba.D"
+    dt_bias: str = "mamba.dt_bias"
+    norm: str = "mamba.norm"
+    out_proj: str = "mamba.out_proj"
+
+
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2")
+FFN_SIZES = ("config", "two_thirds_rounded", "shared")
 
 
 @dataclass(frozen=True)
@@ -170,11 +188,13 @@ class MixerSpec:
     kinds maps a value of the config's `layer_types` to a mixer kind (MIXER_KINDS); values not
     listed are attention. A short-conv layer carries a fixed-size state (the last K-1 inputs of
     its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
-    and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5)."""
+    and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
+    a conv state and a [Hm, N, P] SSM state (§8.2)."""
 
     kinds: Mapping[str, str]
     short_conv: ShortConvNames = field(default_factory=ShortConvNames)
     gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
+    mamba2: Mamba2Names = field(default_factory=Mamba2Names)
 
 
 EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
@@ -220,10 +240,12 @@ class ArchSpec:
     embedding_scale: the embedding output is multiplied by "sqrt_hidden" (Gemma: inside the table's
     module, so inputs_embeds arrive scaled) or by the config's embedding_multiplier ("config",
     Granite: applied by the graph). mixers: layers whose token mixer is a recurrent-state block
-    (LFM2's short convolutions). ffn_size: "config" (intermediate_size) or "two_thirds_rounded"
-    (LFM2's block_auto_adjust_ff_dim: 2/3 of it, times block_ffn_dim_multiplier, rounded up to
-    block_multiple_of). attention_output_gate: q_proj is twice as wide, each head's rows a query
-    and then a gate, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
+    (LFM2's short convolutions, Qwen3.5's gated DeltaNet, Granite-4.0-H's Mamba2). ffn_size:
+    "config" (intermediate_size), "two_thirds_rounded" (LFM2's block_auto_adjust_ff_dim: 2/3 of it,
+    times block_ffn_dim_multiplier, rounded up to block_multiple_of) or "shared" (Granite-4.0-H:
+    the shared MLP's shared_intermediate_size).
+    attention_output_gate: q_proj is twice as wide, each head's rows a query and then a gate, and
+    the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
 
     name: str
@@ -242,7 +264,9 @@ class ArchSpec:
     parallel_key: str | None = None  # a config flag that switches the block to the parallel layout (StableLM)
     qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE
     rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4, ERNIE-4.5)
-    rope_layers: str = "all"  # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4): others are NoPE
+    # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
+    # layer when position_embedding_type is "rope", none otherwise): others are NoPE
+    rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"

@@ -38,7 +38,8 @@ class GraphFacts:
     attention: tuple[AttentionNode, ...]
     kv_scattered: bool = False  # every past input is written in place by TensorScatter into a present
     conv_layers: tuple[int, ...] = ()  # layers carrying convolution state (inputs past.N.conv)
-    recurrent_layers: tuple[int, ...] = ()  # layers with a recurrent state too (past.N.recurrent: gated DeltaNet)
+    # layers with a recurrent state too (past.N.recurrent: gated DeltaNet, Mamba2's SSM state)
+    recurrent_layers: tuple[int, ...] = ()
 
     @property
     def num_layers(self) -> int:

@@ -146,8 +146,8 @@ class Package:
 
     def state_bytes_per_row(self) -> int:
         """Recurrent-state bytes for one batch row (every conv state past.N.conv and gated-DeltaNet
-        state past.N.recurrent), which do not grow with the length: the runtime allocates them from
-        the inputs' static dims."""
+        or Mamba2 state past.N.recurrent, docs/hybrid-state.md §8.2), which do not grow with the
+        length: the runtime allocates them from the inputs' static dims."""
         total = 0
         for info in self.graphs[0].inputs if self.graphs else []:
             if _PAST_STATE.match(info["name"]):

@@ -4,10 +4,10 @@ The runtime allocates each `past.N.conv` from the graph input's static dims (eve
 batch), swaps it with `present.N.conv` after each step, and takes every layer's kind from
 `decoder.layer_types`: "full_attention" layers get a KV cache, the others a conv state; the list
 must cover every layer, and the name templates must match the graph (docs/hybrid-state.md §1.2,
-§1.3). A graph with `past.N.recurrent` inputs (gated DeltaNet) is bound by the RecurrentState
-instead: it finds the layers through `past_recurrent_names` and binds a conv and a recurrent state
-under each index, so every recurrent layer needs its conv state, and `layer_types` must be absent,
-or the conv KV cache binds the conv states a second time (§1.1).
+§1.3). A graph with `past.N.recurrent` inputs (gated DeltaNet, Mamba2's SSM state: §8.2) is bound
+by the RecurrentState instead: it finds the layers through `past_recurrent_names` and binds a conv
+and a recurrent state under each index, so every recurrent layer needs its conv state, and
+`layer_types` must be absent, or the conv KV cache binds the conv states a second time (§1.1).
 """
 
 from __future__ import annotations

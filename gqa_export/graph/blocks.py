@@ -260,6 +260,20 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
     return linear(lc, b.op("Mul", activation(lc, gate), up), [L.down], None, "down_proj")
 
 
+def gated_mlp(lc: LayerContext, x: ir.Value, gate_up: str, down: str, width: int) -> ir.Value:
+    """down(act(gate) * up) from a stored packed [gate | up] Linear of 2 * width rows (Granite-4.0-H's
+    shared_mlp input_linear / output_linear)."""
+    b = lc.b
+    gate, up = b.op_multi(
+        "Split",
+        linear(lc, x, [gate_up], None, "gate_up"),
+        b.const([width, width], "split", "int64"),
+        axis=-1,
+        outputs=2,
+    )
+    return linear(lc, b.op("Mul", activation(lc, gate), up), [down], None, "down")
+
+
 def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
     """The config's hidden activation: SiLU, the tanh-approximated GELU (gelu_pytorch_tanh,
     gelu_new; ONNX Gelu-20), squared ReLU (Nemotron) or xIELU (Apertus, its parameters per layer)."""

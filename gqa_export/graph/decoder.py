@@ -23,6 +23,7 @@ from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, 
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import add_state_outputs, deltanet_layers, deltanet_mixer, state_inputs
+from gqa_export.graph.mamba2 import add_mamba2_state_outputs, mamba2_layers, mamba2_mixer, mamba2_state_inputs
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.options import GraphOptions
@@ -51,8 +52,8 @@ PRESENT_KEY, PRESENT_VALUE = "present.%d.key", "present.%d.value"
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     if opts.mode in ("gqa", "gqa_bias"):  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
         check_gqa_dims(dims)
-    elif dims.conv_layers or deltanet_layers(dims):
-        kind = "short-convolution" if dims.conv_layers else "gated-DeltaNet"
+    elif dims.conv_layers or deltanet_layers(dims) or mamba2_layers(dims):
+        kind = "short-convolution" if dims.conv_layers else "gated-DeltaNet" if deltanet_layers(dims) else "Mamba2"
         raise InputError(f"{spec.name}'s {kind} layers keep their state in the GQA graph only: use --attention gqa")
     elif spec.attention_sinks:
         raise InputError(
@@ -80,6 +81,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     conv_presents: dict[int, ir.Value] = {}
     state_pasts = state_inputs(b, dims, opts.io_dtype)  # gated-DeltaNet layers
     state_presents: dict[int, tuple[ir.Value, ir.Value]] = {}
+    state_pasts.update(mamba2_state_inputs(b, dims, opts.io_dtype))  # Mamba2 layers: the same two states
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
 
     embed = None
@@ -106,6 +108,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 h, kv[i] = _decoder_layer(lc, h, partial(_conv_mixer, past=conv_pasts[i], presents=conv_presents))
             elif layer.mixer == "gated_deltanet":
                 h, kv[i] = _decoder_layer(lc, h, partial(deltanet_mixer, pasts=state_pasts[i], presents=state_presents))
+            elif layer.mixer == "mamba2":
+                h, kv[i] = _decoder_layer(lc, h, partial(mamba2_mixer, pasts=state_pasts[i], presents=state_presents))
             else:
                 source = kv[layer.kv_source] if layer.shares_kv else None
                 h, kv[i] = _decoder_layer(lc, h, partial(attend, past=pasts.get(i), source=source))
@@ -123,7 +127,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         b.output(layer_kv.present_value, PRESENT_VALUE % i, opts.io_dtype, present_shape)
     for i in dims.conv_layers:
         b.output(conv_presents[i], PRESENT_CONV % i, opts.io_dtype, conv_state_shape(dims))
-    add_state_outputs(b, dims, state_presents, opts.io_dtype)
+    if dims.mamba2 is None:
+        add_state_outputs(b, dims, state_presents, opts.io_dtype)
+    else:
+        add_mamba2_state_outputs(b, dims, state_presents, opts.io_dtype)
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 

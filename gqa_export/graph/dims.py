@@ -21,10 +21,13 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
+    Mamba2Dims,
     conv_kernel,
     deltanet_dims,
     feed_forward_size,
+    mamba2_dims,
     mixer_of,
+    nope_layer,
     sparse_layer,
 )
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
@@ -109,6 +112,7 @@ class ModelDims:
     embedding_scaled_in_table: bool = False
     conv_kernel: int = 0  # short-conv layers' kernel K (their state keeps the last K - 1 inputs)
     deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
+    mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
 
     @property
     def head_dim(self) -> int:
@@ -221,6 +225,7 @@ def read_dims(
         logits_multiplier=float(opt("logit_scale", 1.0)),
         conv_kernel=conv_kernel(opt, spec, [layer.mixer for layer in layers]),
         deltanet=deltanet_dims(opt, spec, [layer.mixer for layer in layers]),
+        mamba2=mamba2_dims(opt, spec, [layer.mixer for layer in layers], int(config.hidden_size)),
     )
 
 
@@ -263,10 +268,8 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
-        if (spec.rope_layers == "sliding" and not sliding) or (
-            spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding
-        ):
-            rope_key = None  # Cohere2 / EXAONE-4: global layers without RoPE
+        if nope_layer(opt, spec, sliding, window):
+            rope_key = None  # Cohere2 / EXAONE-4: global layers without RoPE; Granite-4.0-H: none has it
         source = i
         if shared and i >= first_shared:
             same_type = [j for j in range(first_shared) if (types[j] if types else None) == layer_type]
@@ -354,7 +357,9 @@ def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         intermediate=int(opt("expert_intermediate_size") or intermediate),
         # families that always renormalize say so in their spec; Qwen-MoE / OLMoE read norm_topk_prob
         normalize=spec.moe.normalize or bool(opt("norm_topk_prob", False)),
-        shared_intermediate=int(opt("shared_expert_intermediate_size", 0) or 0) if spec.moe.names.shared_expert else 0,
+        shared_intermediate=int(opt("shared_expert_intermediate_size", 0) or 0)
+        if spec.moe.names.shared_expert or spec.moe.names.shared_mlp
+        else 0,
         alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
         limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
         jitter=float(opt("router_jitter", 0.0) or 0.0),

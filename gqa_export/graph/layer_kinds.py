@@ -2,7 +2,9 @@
 
 Hybrid decoders name each layer's mixer in `layer_types` ("full_attention", "conv", ...); a
 family's spec maps those values to mixer kinds (arch.spec.MixerSpec). transformers' config classes
-fill `layer_types` in when a checkpoint spells the pattern otherwise (LFM2's `full_attn_idxs`).
+fill `layer_types` in when a checkpoint spells the pattern otherwise (LFM2's `full_attn_idxs`), or
+rename its values (Granite-4.0-H's "mamba" / "attention" on disk, "linear_attention" /
+"full_attention" once transformers 5.x reads it), so a spec maps every spelling it may meet.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
 
 
+def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
+    """Whether an attention layer goes without RoPE by the spec's rope_layers: Cohere2's global
+    layers, EXAONE-4's when the model has a window, every layer of a Granite-4.0-H whose
+    position_embedding_type is not "rope"."""
+    return (
+        (spec.rope_layers == "sliding" and not sliding)
+        or (spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding)
+        or (spec.rope_layers == "if_configured" and opt("position_embedding_type") != "rope")
+    )
+
+
 def mixer_of(spec: ArchSpec, layer_type: str | None) -> str:
     """A layer's mixer kind: attention unless the family's spec maps its type to another."""
     if spec.mixers is None or layer_type is None:
@@ -36,8 +49,11 @@ def mixer_of(spec: ArchSpec, layer_type: str | None) -> str:
 
 
 def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int:
-    """The dense MLP's width: intermediate_size, or LFM2's adjusted width (2/3 of it, times the
-    optional multiplier, rounded up to a multiple) when its config asks for the adjustment."""
+    """The dense MLP's width: intermediate_size, Granite-4.0-H's shared_intermediate_size, or LFM2's
+    adjusted width (2/3 of it, times the optional multiplier, rounded up to a multiple) when its
+    config asks for the adjustment."""
+    if spec.ffn_size == "shared":  # Granite-4.0-H: the layer's dense MLP is its shared_mlp
+        return int(opt("shared_expert_intermediate_size"))
     size = int(config.intermediate_size)
     if spec.ffn_size != "two_thirds_rounded" or not opt("ffn_auto_adjust", False):
         return size
@@ -98,5 +114,56 @@ def deltanet_dims(opt: Option, spec: ArchSpec, mixers: list[str]) -> DeltaNetDim
     if dims.value_heads % dims.key_heads:
         raise InputError(
             f"{spec.name}: {dims.value_heads} DeltaNet value heads do not divide among {dims.key_heads} key heads"
+        )
+    return dims
+
+
+@dataclass(frozen=True)
+class Mamba2Dims:
+    """A Mamba2 layer's shapes (Granite-4.0-H's mamba layers, docs/hybrid-state.md §8.2): Hm heads
+    of P channels (I = Hm P, the inner width), G groups of B and C of state size N (each group
+    serves Hm / G consecutive heads), and the causal conv's kernel K over the x | B | C channels."""
+
+    kernel: int
+    heads: int
+    head_dim: int
+    groups: int
+    state: int
+
+    @property
+    def inner(self) -> int:
+        """I: the width of x, z and the gated norm."""
+        return self.heads * self.head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """The convolved channels: x (I) and B and C (G N each)."""
+        return self.inner + 2 * self.groups * self.state
+
+
+def mamba2_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> Mamba2Dims | None:
+    """The Mamba2 shapes (None when the model has no such layer). mamba_d_head "auto" is
+    expand * hidden / heads, as the config class resolves it. A time_step_limit other than
+    (0, inf) is refused: HF clamps dt with it in the chunked (prompt) form only, not in its
+    single-token step, so no one graph matches both."""
+    if "mamba2" not in mixers:
+        return None
+    heads, groups = int(opt("mamba_heads", 0) or 0), int(opt("mamba_groups", 1) or 1)
+    head_dim = opt("mamba_head_dim", "auto")
+    if head_dim in (None, "auto") and heads:
+        head_dim = int(opt("mamba_expand", 2)) * hidden // heads
+    dims = Mamba2Dims(
+        int(opt("mamba_conv_kernel", 0) or 0), heads, int(head_dim or 0), groups, int(opt("mamba_state", 0) or 0)
+    )
+    if min(dims.kernel, dims.heads, dims.head_dim, dims.state) < 1:
+        raise InputError(
+            f"{spec.name} has Mamba2 layers but its config gives no mamba_n_heads/mamba_d_state/mamba_d_conv"
+        )
+    if dims.heads % dims.groups:
+        raise InputError(f"{spec.name}: {dims.heads} Mamba2 heads do not divide among {dims.groups} groups")
+    limit = opt("mamba_dt_limit")
+    if limit is not None and (float(limit[0]) != 0.0 or float(limit[1]) != float("inf")):
+        raise InputError(
+            f"{spec.name}: time_step_limit {tuple(limit)} is not exported (HF clamps dt with it in prompts only)"
         )
     return dims

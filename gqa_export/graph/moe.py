@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, activation, linear, mlp_block
+from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import MoeDims
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
@@ -44,6 +44,10 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
         out = _experts_op(lc, x, router, weights, moe, prefix)
     if names.shared_expert:
         out = lc.b.op("Add", out, _shared_expert(lc, x, prefix), name="add_shared_expert")
+    if names.shared_mlp:  # Granite-4.0-H: an ungated dense MLP beside the experts
+        gate_up, down = names.shared_mlp
+        with lc.b.scope("shared_mlp"):
+            out = lc.b.op("Add", out, gated_mlp(lc, x, gate_up, down, moe.shared_intermediate), name="add_shared_mlp")
     return typed(out, lc.params.dtype, [B, S, lc.dims.hidden_size])
 
 

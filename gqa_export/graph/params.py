@@ -173,10 +173,14 @@ class Params:
 
         return self._lazy((length,), make)
 
-    def derived(self, name: str, fn: Callable[[np.ndarray], np.ndarray]) -> ir.LazyTensor:
+    def derived(
+        self, name: str, fn: Callable[[np.ndarray], np.ndarray], shape: tuple[int, ...] | None = None
+    ) -> ir.LazyTensor:
         """One tensor through `fn` in float32, for a constant the model computes from a parameter
-        in fp32 (Qwen3.5's decay scale -exp(A_log)): computed once here, not per run."""
-        return self._lazy(tuple(self.store.info(name).shape), lambda: fn(convert(self.store.read(name), F32)))
+        in fp32 (Qwen3.5's decay scale -exp(A_log)): computed once here, not per run. `shape` when
+        `fn` reshapes it (Mamba2's D as [heads, 1])."""
+        shape = tuple(self.store.info(name).shape) if shape is None else shape
+        return self._lazy(shape, lambda: fn(convert(self.store.read(name), F32)))
 
     def tensor(self, name: str) -> ir.LazyTensor:
         """One tensor as stored, in its own shape (a depthwise convolution's [C, 1, K] kernel)."""

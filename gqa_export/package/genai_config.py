@@ -143,7 +143,7 @@ def _add_conv_state(decoder: dict[str, Any], facts: GraphFacts) -> None:
 
 
 def _add_recurrent_state(decoder: dict[str, Any], facts: GraphFacts) -> None:
-    """Gated-DeltaNet state (docs/hybrid-state.md §1.1, §1.2): the runtime's RecurrentState finds
+    """Gated-DeltaNet and Mamba2 state (docs/hybrid-state.md §1.1, §1.2, §8.2): the runtime's RecurrentState finds
     the layers by matching the graph's inputs against `past_recurrent_names` and binds a conv and a
     recurrent state under each index. No `layer_types`: it would switch the conv KV cache on too,
     which binds the conv states a second time."""

@@ -1,0 +1,149 @@
+"""A Mamba2 layer: the token mixer of Granite-4.0-H's mamba layers, with two fixed-size states
+instead of a KV cache (docs/hybrid-state.md §8.2).
+
+    z | xBC | dt = in_proj(h)
+    x | B | C    = silu(causal_conv(xBC) + conv bias)          conv state: the last K - 1 inputs
+    dt           = softplus(dt + dt_bias),  A = -exp(A_log)   per head
+    S            = exp(dt A) S + B (dt x)^T;  y = S^T C + D x  per head; B, C per group, state [Hm, N, P]
+    out          = out_proj(w * rms_per_group(y * silu(z)))
+
+The recurrence is com.microsoft.LinearAttention's `gated` rule with q = C, k = B, v = dt x, a
+per-head decay dt A in log space and scale 1 (§3): its key-major state [Hm, N, P] is HF's
+[Hm, P, N] transposed, and its inverse-GQA mapping (state head j reads group j G / Hm) is HF's
+repeat_interleave of B and C over consecutive heads. The D skip, the gate and the group-wise norm
+are plain ops. The conv is com.microsoft.CausalConvWithState with its bias and silu,
+channels-last (§2). onnxruntime-genai's RecurrentState finds these layers by their
+`past.N.recurrent` inputs and binds `past.N.conv` under the same index (§1.1, §8.2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.graph.blocks import LayerContext, linear
+from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.gated_deltanet import PAST_RECURRENT, PRESENT_RECURRENT
+from gqa_export.graph.params import NUMPY_DTYPES
+from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV
+
+B, S = "batch_size", "sequence_length"
+
+
+def mamba2_layers(dims: ModelDims) -> tuple[int, ...]:
+    """Mamba2 layers (graph inputs past.N.conv and past.N.recurrent)."""
+    return tuple(layer.index for layer in dims.layers if layer.mixer == "mamba2")
+
+
+def mamba2_state_shapes(dims: ModelDims) -> tuple[list[int | str], list[int | str]]:
+    """(conv state [B, K - 1, conv_dim], SSM state [B, Hm, N, P]): every axis but the batch static,
+    since the runtime sizes the states from them (docs/hybrid-state.md §1.3)."""
+    m = dims.mamba2
+    assert m is not None
+    return [B, m.kernel - 1, m.conv_channels], [B, m.heads, m.state, m.head_dim]
+
+
+def mamba2_state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[int, tuple[ir.Value, ir.Value]]:
+    """Each Mamba2 layer's graph inputs (past.N.conv, past.N.recurrent) under one index, as the
+    RecurrentState binds them (docs/hybrid-state.md §1.1)."""
+    layers = mamba2_layers(dims)
+    if not layers:
+        return {}
+    conv, ssm = mamba2_state_shapes(dims)
+    return {i: (b.input(PAST_CONV % i, dtype, conv), b.input(PAST_RECURRENT % i, dtype, ssm)) for i in layers}
+
+
+def add_mamba2_state_outputs(
+    b: GraphBuilder, dims: ModelDims, presents: dict[int, tuple[ir.Value, ir.Value]], dtype: ir.DataType
+) -> None:
+    """present.N.conv and present.N.recurrent, shaped as their inputs."""
+    if not presents:
+        return
+    conv_shape, ssm_shape = mamba2_state_shapes(dims)
+    for i, (conv, ssm) in sorted(presents.items()):
+        b.output(conv, PRESENT_CONV % i, dtype, conv_shape)
+        b.output(ssm, PRESENT_RECURRENT % i, dtype, ssm_shape)
+
+
+def mamba2_mixer(
+    lc: LayerContext, x: ir.Value, pasts: tuple[ir.Value, ir.Value], presents: dict[int, tuple[ir.Value, ir.Value]]
+) -> tuple[ir.Value, None]:
+    """decoder._decoder_layer's mixer for a Mamba2 layer (out_proj included); its new conv and SSM
+    states go to `presents`."""
+    y, conv, ssm = mamba2(lc, x, *pasts)
+    presents[lc.i] = (conv, ssm)
+    return y, None
+
+
+def mamba2(
+    lc: LayerContext, x: ir.Value, past_conv: ir.Value, past_ssm: ir.Value
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """(the mixer's output [B, S, H] after out_proj, the new conv state, the new SSM state)."""
+    b, dims, dtype = lc.b, lc.dims, lc.params.dtype
+    m = dims.mamba2
+    assert m is not None and lc.spec.mixers is not None
+    names = lc.spec.mixers.mamba2
+    conv_shape, ssm_shape = mamba2_state_shapes(dims)
+    group_width = m.groups * m.state
+
+    projected = linear(lc, x, [names.in_proj], None, "in_proj")
+    sizes = b.const([m.inner, m.conv_channels, m.heads], "in_proj_split", "int64")
+    z, xbc, dt = b.op_multi("Split", projected, sizes, axis=-1, outputs=3, name="split_z_xbc_dt")
+    weight_name = lc.name(names.conv)
+    bias_name = lc.name(names.conv, "bias")
+    bias = b.initializer(bias_name, lc.params.vector([bias_name])) if lc.has(names.conv, "bias") else None
+    convolved, present_conv = b.op_multi(
+        "CausalConvWithState",
+        xbc, b.initializer(weight_name, lc.params.tensor(weight_name)), bias, past_conv,
+        domain="com.microsoft",
+        outputs=2,
+        ndim=1,
+        channels_last=1,
+        activation="silu",
+        name="causal_conv",
+    )  # fmt: skip
+    typed(present_conv, dtype, conv_shape)
+    sizes = b.const([m.inner, group_width, group_width], "xbc_split", "int64")
+    xs, keys, queries = b.op_multi("Split", convolved, sizes, axis=-1, outputs=3, name="split_x_b_c")
+
+    dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
+    dt = b.op("Softplus", b.op("Add", dt, dt_bias), name="dt")  # [B, S, Hm]
+    a_log = lc.name(names.a_log, "")  # decay_scale = A = -exp(A_log), as HF computes it, in fp32
+    decay_scale = b.initializer(
+        f"{a_log.rpartition('.')[0]}.decay_scale", lc.params.derived(a_log, lambda v: -np.exp(v))
+    )
+    decay = b.op("Mul", dt, decay_scale, name="decay")  # log-space per-head decay dt A
+
+    heads = b.const([0, 0, m.heads, m.head_dim], "heads", "int64")
+    flat = b.const([0, 0, m.inner], "inner_flat", "int64")
+    x_heads = b.op("Reshape", xs, heads)
+    values = b.op("Reshape", b.op("Mul", x_heads, b.op("Unsqueeze", dt, b.const([-1], "last", "int64"))), flat)
+    core, present_ssm = b.op_multi(
+        "LinearAttention",
+        queries, keys, values, past_ssm, decay,
+        domain="com.microsoft",
+        outputs=2,
+        q_num_heads=m.groups,
+        kv_num_heads=m.heads,
+        update_rule="gated",
+        scale=1.0,
+        name="ssm",
+    )  # fmt: skip
+    typed(present_ssm, dtype, ssm_shape)
+    d_name = lc.name(names.d, "")
+    d_skip = b.initializer(d_name, lc.params.derived(d_name, lambda v: v.reshape(-1, 1), (m.heads, 1)))  # [Hm, 1]
+    y = b.op("Add", core, b.op("Reshape", b.op("Mul", x_heads, d_skip), flat), name="d_skip")
+
+    gated = b.op("Mul", y, b.op("Mul", z, b.op("Sigmoid", z)), name="silu_gate")
+    group_size = m.inner // m.groups
+    per_group = b.op("Reshape", gated, b.const([0, 0, m.groups, group_size], "groups", "int64"))
+    ones = b.const(np.ones(group_size, NUMPY_DTYPES[dtype]), "unit_weight")
+    normed = b.op(
+        "SimplifiedLayerNormalization", per_group, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name="gated_norm"
+    )
+    norm_name = lc.name(names.norm)
+    norm_weight = b.initializer(norm_name, lc.params.vector([norm_name]))
+    normed = b.op("Mul", b.op("Reshape", normed, flat), norm_weight, name="norm_weight")
+    y = typed(linear(lc, normed, [names.out_proj], None, "out_proj"), dtype, [B, S, dims.hidden_size])
+    return y, present_conv, present_ssm
