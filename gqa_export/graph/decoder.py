@@ -22,17 +22,18 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
-from gqa_export.graph.gated_deltanet import add_state_outputs, deltanet_layers, deltanet_mixer, state_inputs
-from gqa_export.graph.mamba2 import add_mamba2_state_outputs, mamba2_layers, mamba2_mixer, mamba2_state_inputs
+from gqa_export.graph.gated_deltanet import gated_deltanet
+from gqa_export.graph.mamba2 import mamba2
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
+from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
 from gqa_export.graph.rotary import fused_rope_ok, rope_tables
-from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV, conv_state_shape, short_conv
+from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.standard import LayerKV, standard_attention
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
@@ -52,8 +53,8 @@ PRESENT_KEY, PRESENT_VALUE = "present.%d.key", "present.%d.value"
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     if opts.mode in ("gqa", "gqa_bias"):  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
         check_gqa_dims(dims)
-    elif dims.conv_layers or deltanet_layers(dims) or mamba2_layers(dims):
-        kind = "short-convolution" if dims.conv_layers else "gated-DeltaNet" if deltanet_layers(dims) else "Mamba2"
+    elif state_layers(dims):
+        kind = MIXER_NAMES[next(iter(state_layers(dims).values()))]
         raise InputError(f"{spec.name}'s {kind} layers keep their state in the GQA graph only: use --attention gqa")
     elif spec.attention_sinks:
         raise InputError(
@@ -77,11 +78,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         layer = dims.layers[i]
         kv_shape = [B, layer.num_kv_heads, PAST, layer.head_dim]
         pasts[i] = (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
-    conv_pasts = {i: b.input(PAST_CONV % i, opts.io_dtype, conv_state_shape(dims)) for i in dims.conv_layers}
-    conv_presents: dict[int, ir.Value] = {}
-    state_pasts = state_inputs(b, dims, opts.io_dtype)  # gated-DeltaNet layers
-    state_presents: dict[int, tuple[ir.Value, ir.Value]] = {}
-    state_pasts.update(mamba2_state_inputs(b, dims, opts.io_dtype))  # Mamba2 layers: the same two states
+    state_pasts = state_inputs(b, dims, opts.io_dtype)  # layers with recurrent state instead of a KV cache
+    state_presents: dict[int, tuple[ir.Value, ...]] = {}
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
 
     embed = None
@@ -104,12 +102,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         with b.scope(f"layers.{i}"):
             lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale)
             layer = dims.layers[i]
-            if layer.mixer == "short_conv":
-                h, kv[i] = _decoder_layer(lc, h, partial(_conv_mixer, past=conv_pasts[i], presents=conv_presents))
-            elif layer.mixer == "gated_deltanet":
-                h, kv[i] = _decoder_layer(lc, h, partial(deltanet_mixer, pasts=state_pasts[i], presents=state_presents))
-            elif layer.mixer == "mamba2":
-                h, kv[i] = _decoder_layer(lc, h, partial(mamba2_mixer, pasts=state_pasts[i], presents=state_presents))
+            if layer.mixer in STATE_MIXERS:
+                mix = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
+                h, kv[i] = _decoder_layer(lc, h, mix)
             else:
                 source = kv[layer.kv_source] if layer.shares_kv else None
                 h, kv[i] = _decoder_layer(lc, h, partial(attend, past=pasts.get(i), source=source))
@@ -125,12 +120,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         assert layer_kv is not None and layer_kv.present_key is not None and layer_kv.present_value is not None
         b.output(layer_kv.present_key, PRESENT_KEY % i, opts.io_dtype, present_shape)
         b.output(layer_kv.present_value, PRESENT_VALUE % i, opts.io_dtype, present_shape)
-    for i in dims.conv_layers:
-        b.output(conv_presents[i], PRESENT_CONV % i, opts.io_dtype, conv_state_shape(dims))
-    if dims.mamba2 is None:
-        add_state_outputs(b, dims, state_presents, opts.io_dtype)
-    else:
-        add_mamba2_state_outputs(b, dims, state_presents, opts.io_dtype)
+    add_state_outputs(b, dims, state_presents, opts.io_dtype)
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
@@ -289,9 +279,24 @@ def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Va
     return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
 
 
-def _conv_mixer(lc: LayerContext, x: ir.Value, past: ir.Value, presents: dict[int, ir.Value]) -> tuple[ir.Value, None]:
-    """A short-convolution layer's mixer (output projection included); its new state goes to `presents`."""
-    y, presents[lc.i] = short_conv(lc, x, past)
+# the blocks of the mixers with recurrent state: (lc, x, *pasts) -> (output after out_proj, *presents)
+STATE_MIXERS: dict[str, Callable[..., tuple[ir.Value, ...]]] = {
+    "short_conv": short_conv,
+    "gated_deltanet": gated_deltanet,
+    "mamba2": mamba2,
+}
+
+
+def _state_mixer(
+    block: Callable[..., tuple[ir.Value, ...]],
+    lc: LayerContext,
+    x: ir.Value,
+    pasts: tuple[ir.Value, ...],
+    presents: dict[int, tuple[ir.Value, ...]],
+) -> tuple[ir.Value, None]:
+    """A recurrent-state layer's mixer (output projection included); its new states go to `presents`."""
+    y, *new = block(lc, x, *pasts)
+    presents[lc.i] = tuple(new)
     return y, None
 
 

@@ -129,11 +129,6 @@ class ModelDims:
         return tuple(layer.index for layer in self.layers if not layer.shares_kv and layer.mixer == "attention")
 
     @property
-    def conv_layers(self) -> tuple[int, ...]:
-        """Short-convolution layers (graph inputs past.N.conv)."""
-        return tuple(layer.index for layer in self.layers if layer.mixer == "short_conv")
-
-    @property
     def kv_producers(self) -> frozenset[int]:
         """Layers whose cache other layers read."""
         return frozenset(layer.kv_source for layer in self.layers if layer.shares_kv)

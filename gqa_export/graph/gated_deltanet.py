@@ -23,58 +23,11 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.params import NUMPY_DTYPES
-from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV
+from gqa_export.graph.recurrent_state import state_shapes
 
 B, S = "batch_size", "sequence_length"
-PAST_RECURRENT, PRESENT_RECURRENT = "past.%d.recurrent", "present.%d.recurrent"
 L2_EPS = 1e-6  # HF's l2norm(eps=1e-6) of q and k (the official builder's LpNormalization has none, §6.4)
-
-
-def deltanet_layers(dims: ModelDims) -> tuple[int, ...]:
-    """Gated-DeltaNet layers (graph inputs past.N.conv and past.N.recurrent)."""
-    return tuple(layer.index for layer in dims.layers if layer.mixer == "gated_deltanet")
-
-
-def deltanet_state_shapes(dims: ModelDims) -> tuple[list[int | str], list[int | str]]:
-    """(conv state [B, K - 1, conv_dim], recurrent state [B, Hv, dk, dv]): every axis but the batch
-    static, since the runtime sizes the states from them (docs/hybrid-state.md §1.3)."""
-    d = dims.deltanet
-    assert d is not None
-    return [B, d.kernel - 1, d.conv_channels], [B, d.value_heads, d.key_dim, d.value_dim]
-
-
-def state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[int, tuple[ir.Value, ir.Value]]:
-    """Each gated-DeltaNet layer's graph inputs (past.N.conv, past.N.recurrent): one index for both,
-    as the RecurrentState binds them (docs/hybrid-state.md §1.1)."""
-    layers = deltanet_layers(dims)
-    if not layers:
-        return {}
-    conv, recurrent = deltanet_state_shapes(dims)
-    return {i: (b.input(PAST_CONV % i, dtype, conv), b.input(PAST_RECURRENT % i, dtype, recurrent)) for i in layers}
-
-
-def add_state_outputs(
-    b: GraphBuilder, dims: ModelDims, presents: dict[int, tuple[ir.Value, ir.Value]], dtype: ir.DataType
-) -> None:
-    """present.N.conv and present.N.recurrent, shaped as their inputs."""
-    if not presents:
-        return
-    conv_shape, recurrent_shape = deltanet_state_shapes(dims)
-    for i, (conv, recurrent) in sorted(presents.items()):
-        b.output(conv, PRESENT_CONV % i, dtype, conv_shape)
-        b.output(recurrent, PRESENT_RECURRENT % i, dtype, recurrent_shape)
-
-
-def deltanet_mixer(
-    lc: LayerContext, x: ir.Value, pasts: tuple[ir.Value, ir.Value], presents: dict[int, tuple[ir.Value, ir.Value]]
-) -> tuple[ir.Value, None]:
-    """decoder._decoder_layer's mixer for a gated-DeltaNet layer (out_proj included); its new conv
-    and recurrent states go to `presents`."""
-    y, conv, recurrent = gated_deltanet(lc, x, *pasts)
-    presents[lc.i] = (conv, recurrent)
-    return y, None
 
 
 def gated_deltanet(
@@ -86,7 +39,7 @@ def gated_deltanet(
     assert d is not None and lc.spec.mixers is not None
     names = lc.spec.mixers.gated_deltanet
     key_width, value_width = d.key_heads * d.key_dim, d.value_heads * d.value_dim
-    conv_shape, recurrent_shape = deltanet_state_shapes(dims)
+    conv_shape, recurrent_shape = state_shapes(dims, "gated_deltanet")
 
     mixed = linear(lc, x, [names.qkv], None, "in_proj_qkv")
     weight_name = lc.name(names.conv)

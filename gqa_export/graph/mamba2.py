@@ -22,58 +22,11 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
-from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import ModelDims
-from gqa_export.graph.gated_deltanet import PAST_RECURRENT, PRESENT_RECURRENT
+from gqa_export.graph.builder import typed
 from gqa_export.graph.params import NUMPY_DTYPES
-from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV
+from gqa_export.graph.recurrent_state import state_shapes
 
 B, S = "batch_size", "sequence_length"
-
-
-def mamba2_layers(dims: ModelDims) -> tuple[int, ...]:
-    """Mamba2 layers (graph inputs past.N.conv and past.N.recurrent)."""
-    return tuple(layer.index for layer in dims.layers if layer.mixer == "mamba2")
-
-
-def mamba2_state_shapes(dims: ModelDims) -> tuple[list[int | str], list[int | str]]:
-    """(conv state [B, K - 1, conv_dim], SSM state [B, Hm, N, P]): every axis but the batch static,
-    since the runtime sizes the states from them (docs/hybrid-state.md §1.3)."""
-    m = dims.mamba2
-    assert m is not None
-    return [B, m.kernel - 1, m.conv_channels], [B, m.heads, m.state, m.head_dim]
-
-
-def mamba2_state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[int, tuple[ir.Value, ir.Value]]:
-    """Each Mamba2 layer's graph inputs (past.N.conv, past.N.recurrent) under one index, as the
-    RecurrentState binds them (docs/hybrid-state.md §1.1)."""
-    layers = mamba2_layers(dims)
-    if not layers:
-        return {}
-    conv, ssm = mamba2_state_shapes(dims)
-    return {i: (b.input(PAST_CONV % i, dtype, conv), b.input(PAST_RECURRENT % i, dtype, ssm)) for i in layers}
-
-
-def add_mamba2_state_outputs(
-    b: GraphBuilder, dims: ModelDims, presents: dict[int, tuple[ir.Value, ir.Value]], dtype: ir.DataType
-) -> None:
-    """present.N.conv and present.N.recurrent, shaped as their inputs."""
-    if not presents:
-        return
-    conv_shape, ssm_shape = mamba2_state_shapes(dims)
-    for i, (conv, ssm) in sorted(presents.items()):
-        b.output(conv, PRESENT_CONV % i, dtype, conv_shape)
-        b.output(ssm, PRESENT_RECURRENT % i, dtype, ssm_shape)
-
-
-def mamba2_mixer(
-    lc: LayerContext, x: ir.Value, pasts: tuple[ir.Value, ir.Value], presents: dict[int, tuple[ir.Value, ir.Value]]
-) -> tuple[ir.Value, None]:
-    """decoder._decoder_layer's mixer for a Mamba2 layer (out_proj included); its new conv and SSM
-    states go to `presents`."""
-    y, conv, ssm = mamba2(lc, x, *pasts)
-    presents[lc.i] = (conv, ssm)
-    return y, None
 
 
 def mamba2(
@@ -84,7 +37,7 @@ def mamba2(
     m = dims.mamba2
     assert m is not None and lc.spec.mixers is not None
     names = lc.spec.mixers.mamba2
-    conv_shape, ssm_shape = mamba2_state_shapes(dims)
+    conv_shape, ssm_shape = state_shapes(dims, "mamba2")
     group_width = m.groups * m.state
 
     projected = linear(lc, x, [names.in_proj], None, "in_proj")

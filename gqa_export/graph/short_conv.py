@@ -17,15 +17,9 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
-from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.recurrent_state import state_shapes
 
 B, S = "batch_size", "sequence_length"
-PAST_CONV, PRESENT_CONV = "past.%d.conv", "present.%d.conv"
-
-
-def conv_state_shape(dims: ModelDims) -> list[int | str]:
-    """[batch, K - 1, hidden]: every axis but the batch static (the runtime sizes the state from it)."""
-    return [B, dims.conv_kernel - 1, dims.hidden_size]
 
 
 def short_conv(lc: LayerContext, x: ir.Value, past: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -56,6 +50,6 @@ def short_conv(lc: LayerContext, x: ir.Value, past: ir.Value) -> tuple[ir.Value,
         activation="none",
         name="causal_conv",
     )  # fmt: skip
-    typed(present, lc.params.dtype, conv_state_shape(dims))
+    typed(present, lc.params.dtype, state_shapes(dims, "short_conv")[0])
     y = b.op("Mul", gate_c, convolved, name="c_times_conv")
     return typed(linear(lc, y, [names.out_proj], None, "out_proj"), lc.params.dtype, [B, S, hidden]), present

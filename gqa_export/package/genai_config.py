@@ -14,8 +14,7 @@ from gqa_export.check.graph_facts import GraphFacts
 from gqa_export.eps import EPS
 from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
 from gqa_export.graph.dims import ModelDims
-from gqa_export.graph.gated_deltanet import PAST_RECURRENT, PRESENT_RECURRENT
-from gqa_export.graph.short_conv import PAST_CONV, PRESENT_CONV
+from gqa_export.graph.recurrent_state import PAST_CONV, PAST_RECURRENT, PRESENT_CONV, PRESENT_RECURRENT
 
 DEFAULT_MAX_LENGTH = 4096
 # generation_config.json keys carried into `search` (HF name -> genai name).

@@ -1,0 +1,71 @@
+"""The graph inputs and outputs of layers that carry recurrent state instead of a KV cache.
+
+Every state is a graph input `past.N.<kind>` fed back as the output `present.N.<kind>`, N the
+layer. onnxruntime-genai allocates it from the input's static dims (every axis but the batch),
+starts it at zeros and swaps it each step (docs/hybrid-state.md §1.3); it finds short-convolution
+layers through `decoder.layer_types` and the layers with a conv and a recurrent state under one
+index through `past_recurrent_names` (§1.1, §1.2). The mixers themselves (graph/short_conv.py,
+graph/gated_deltanet.py, graph/mamba2.py) take their pasts and return their presents in the
+order listed here.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from gqa_export.graph.builder import GraphBuilder
+from gqa_export.graph.dims import ModelDims
+
+B = "batch_size"
+PAST_CONV, PRESENT_CONV = "past.%d.conv", "present.%d.conv"
+PAST_RECURRENT, PRESENT_RECURRENT = "past.%d.recurrent", "present.%d.recurrent"
+CONV, RECURRENT = (PAST_CONV, PRESENT_CONV), (PAST_RECURRENT, PRESENT_RECURRENT)
+STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    "short_conv": (CONV,),  # LFM2: the last K - 1 convolution inputs
+    "gated_deltanet": (CONV, RECURRENT),  # Qwen3.5: the conv inputs, then the delta rule's state
+    "mamba2": (CONV, RECURRENT),  # Mamba2: the conv inputs, then the SSM state
+}
+MIXER_NAMES = {"short_conv": "short-convolution", "gated_deltanet": "gated-DeltaNet", "mamba2": "Mamba2"}
+
+Shape = list[int | str]
+
+
+def state_layers(dims: ModelDims) -> dict[int, str]:
+    """layer -> its mixer kind, for the layers that carry state."""
+    return {layer.index: layer.mixer for layer in dims.layers if layer.mixer in STATE_NAMES}
+
+
+def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
+    """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last), then
+    the recurrent state (DeltaNet [B, Hv, dk, dv], Mamba2 [B, heads, state, head_dim])."""
+    if mixer == "short_conv":
+        return ([B, dims.conv_kernel - 1, dims.hidden_size],)
+    if mixer == "gated_deltanet":
+        d = dims.deltanet
+        assert d is not None
+        return [B, d.kernel - 1, d.conv_channels], [B, d.value_heads, d.key_dim, d.value_dim]
+    m = dims.mamba2
+    assert mixer == "mamba2" and m is not None
+    return [B, m.kernel - 1, m.conv_channels], [B, m.heads, m.state, m.head_dim]
+
+
+def state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[int, tuple[ir.Value, ...]]:
+    """Each state layer's past inputs, layer by layer."""
+    return {
+        i: tuple(
+            b.input(past % i, dtype, shape)
+            for (past, _), shape in zip(STATE_NAMES[mixer], state_shapes(dims, mixer), strict=True)
+        )
+        for i, mixer in state_layers(dims).items()
+    }
+
+
+def add_state_outputs(
+    b: GraphBuilder, dims: ModelDims, presents: dict[int, tuple[ir.Value, ...]], dtype: ir.DataType
+) -> None:
+    """present.N.* for every state layer, shaped as its inputs."""
+    kinds = state_layers(dims)
+    for i, values in sorted(presents.items()):
+        names, shapes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i])
+        for (_, present), shape, value in zip(names, shapes, values, strict=True):
+            b.output(value, present % i, dtype, shape)
