@@ -62,16 +62,24 @@ def test_inspect_accounts_for_the_state(builds):
     assert "recurrent state" in text and "1.5 KiB per batch row" in text
 
 
-@pytest.mark.parametrize(
-    ("edit", "finding"),
-    [
-        (lambda d: d.update(layer_types=["conv", "conv", "conv", "full_attention"]), "state-layer-types"),
-        (lambda d: d.pop("layer_types"), "state-layer-types"),
-        (lambda d: d["outputs"].update(present_conv_names="present.%d.conv_state"), "state-names"),
-    ],
-)
-def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, edit, finding):
-    package = _copy(builds.package("lfm2"), tmp_path / "pkg")
+LINT_MUTANTS = [  # (family, a genai_config edit the runtime would misbind, the lint that must say so)
+    ("lfm2", lambda d: d.update(layer_types=["conv", "conv", "conv", "full_attention"]), "state-layer-types"),
+    ("lfm2", lambda d: d.pop("layer_types"), "state-layer-types"),
+    ("lfm2", lambda d: d["outputs"].update(present_conv_names="present.%d.conv_state"), "state-names"),
+    ("qwen3_5_text", lambda d: d.update(layer_types=["conv", "full_attention", "conv", "full_attention"]),
+     "state-layer-types"),
+    ("qwen3_5_text", lambda d: d["inputs"].pop("past_recurrent_names"), "state-names"),
+    ("qwen3_5_text", lambda d: d["outputs"].update(present_recurrent_names="present.%d.ssm"), "state-names"),
+    ("granitemoehybrid", lambda d: d.update(layer_types=["mamba", "full_attention", "mamba", "mamba"]),
+     "state-layer-types"),
+    ("granitemoehybrid", lambda d: d["inputs"].pop("past_recurrent_names"), "state-names"),
+    ("granitemoehybrid", lambda d: d["outputs"].update(present_conv_names="present.%d.conv_state"), "state-names"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("family", "edit", "finding"), LINT_MUTANTS)
+def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, family, edit, finding):
+    package = _copy(builds.package(family), tmp_path / "pkg")
     path = package / "genai_config.json"
     config = json.loads(path.read_text())
     edit(config["model"]["decoder"])
@@ -80,16 +88,27 @@ def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, edit, findi
     assert result.exit_code == 1 and finding in {f["id"] for f in json.loads(result.stdout)["findings"]}
 
 
-def test_mutant_graph_that_drops_the_state_fails_the_decode_steps(builds, tmp_path):
-    """Each step starting from a zero state: the prompt's logits still match, decode steps do not."""
-    package = _copy(builds.package("lfm2"), tmp_path / "pkg")
+@pytest.mark.parametrize(
+    ("family", "op"),
+    [
+        ("lfm2", "CausalConvWithState"),
+        ("qwen3_5_text", "LinearAttention"),
+        ("qwen3_5_text", "CausalConvWithState"),
+        ("granitemoehybrid", "LinearAttention"),
+        ("granitemoehybrid", "CausalConvWithState"),
+    ],
+)
+def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, family, op):
+    """A state (conv, recurrent or SSM) not read back, each step starting from zeros: the prompt's
+    logits still match, the decode steps do not."""
+    package = _copy(builds.package(family), tmp_path / "pkg")
     model = onnx.load(str(package / "model.onnx"), load_external_data=False)
     for node in model.graph.node:
-        if node.op_type == "CausalConvWithState":
+        if node.op_type == op:
             node.input[3] = ""  # optional past state: zeros
     onnx.save(model, str(package / "model.onnx"))
-    checkpoint = builds.checkpoint("lfm2")
-    assert _parity_error(builds.package("lfm2"), checkpoint) < 1e-4
+    checkpoint = builds.checkpoint(family)
+    assert _parity_error(builds.package(family), checkpoint) < 1e-4
     tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
     ref = hf_logits(hf_model(checkpoint), tokens, len(PROMPT))
     np.testing.assert_allclose(got[: len(PROMPT)], ref[: len(PROMPT)], atol=1e-4, rtol=1e-4)
@@ -159,41 +178,6 @@ def test_qwen3_5_inspect_counts_both_states(builds):
     assert report["findings"] == []
     text = runner.invoke(app, ["inspect", str(builds.package("lfm2"))]).output
     assert "recurrent state" in text and "1.5 KiB per batch row" in text
-
-
-@pytest.mark.parametrize(
-    ("edit", "finding"),
-    [
-        (lambda d: d.update(layer_types=["conv", "full_attention", "conv", "full_attention"]), "state-layer-types"),
-        (lambda d: d["inputs"].pop("past_recurrent_names"), "state-names"),
-        (lambda d: d["outputs"].update(present_recurrent_names="present.%d.ssm"), "state-names"),
-    ],
-)
-def test_qwen3_5_mutant_genai_config_fails_the_state_lints(builds, tmp_path, edit, finding):
-    package = _copy(builds.package(QWEN), tmp_path / "pkg")
-    path = package / "genai_config.json"
-    config = json.loads(path.read_text())
-    edit(config["model"]["decoder"])
-    path.write_text(json.dumps(config))
-    result = runner.invoke(app, ["inspect", str(package), "--json"])
-    assert result.exit_code == 1 and finding in {f["id"] for f in json.loads(result.stdout)["findings"]}
-
-
-@pytest.mark.parametrize("op", ["LinearAttention", "CausalConvWithState"])
-def test_qwen3_5_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, op):
-    """The recurrent (or the conv) state not read back: the prompt's logits still match, decode steps do not."""
-    package = _copy(builds.package(QWEN), tmp_path / "pkg")
-    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
-    for node in model.graph.node:
-        if node.op_type == op:
-            node.input[3] = ""  # optional past state: zeros
-    onnx.save(model, str(package / "model.onnx"))
-    checkpoint = builds.checkpoint(QWEN)
-    assert _parity_error(builds.package(QWEN), checkpoint) < 1e-4
-    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
-    ref = hf_logits(hf_model(checkpoint), tokens, len(PROMPT))
-    np.testing.assert_allclose(got[: len(PROMPT)], ref[: len(PROMPT)], atol=1e-4, rtol=1e-4)
-    assert np.abs(got[len(PROMPT) :] - ref[len(PROMPT) :]).max() > 1e-2
 
 
 @pytest.mark.parametrize("split", ["split_qkv", "q_gate_split"])
@@ -292,41 +276,6 @@ def test_granite_hybrid_inspect_counts_both_states(builds):
     report = json.loads(result.stdout)
     assert report["summary"]["recurrent_state_bytes_per_row"] == 3 * (3 * 192 + 4 * 16 * 32) * 4
     assert report["findings"] == []
-
-
-@pytest.mark.parametrize(
-    ("edit", "finding"),
-    [
-        (lambda d: d.update(layer_types=["mamba", "full_attention", "mamba", "mamba"]), "state-layer-types"),
-        (lambda d: d["inputs"].pop("past_recurrent_names"), "state-names"),
-        (lambda d: d["outputs"].update(present_conv_names="present.%d.conv_state"), "state-names"),
-    ],
-)
-def test_granite_hybrid_mutant_genai_config_fails_the_state_lints(builds, tmp_path, edit, finding):
-    package = _copy(builds.package(GRANITE), tmp_path / "pkg")
-    path = package / "genai_config.json"
-    config = json.loads(path.read_text())
-    edit(config["model"]["decoder"])
-    path.write_text(json.dumps(config))
-    result = runner.invoke(app, ["inspect", str(package), "--json"])
-    assert result.exit_code == 1 and finding in {f["id"] for f in json.loads(result.stdout)["findings"]}
-
-
-@pytest.mark.parametrize("op", ["LinearAttention", "CausalConvWithState"])
-def test_granite_hybrid_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, op):
-    """The SSM (or the conv) state not read back: the prompt's logits still match, decode steps do not."""
-    package = _copy(builds.package(GRANITE), tmp_path / "pkg")
-    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
-    for node in model.graph.node:
-        if node.op_type == op:
-            node.input[3] = ""  # optional past state: zeros
-    onnx.save(model, str(package / "model.onnx"))
-    checkpoint = builds.checkpoint(GRANITE)
-    assert _parity_error(builds.package(GRANITE), checkpoint) < 1e-4
-    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
-    ref = hf_logits(hf_model(checkpoint), tokens, len(PROMPT))
-    np.testing.assert_allclose(got[: len(PROMPT)], ref[: len(PROMPT)], atol=1e-4, rtol=1e-4)
-    assert np.abs(got[len(PROMPT) :] - ref[len(PROMPT) :]).max() > 1e-2
 
 
 def test_granite_hybrid_mutant_graph_with_swapped_b_and_c_fails_parity(builds, tmp_path):
