@@ -35,10 +35,9 @@ MULTIMODAL_PROMPTS = ((0,), MULTIMODAL_PROMPT)
 # longer than the DeltaNet's conv kernel and than HF's 64-token chunks of the gated delta rule
 LONG_PROMPT = tuple((7 * i + 3) % 380 for i in range(70))
 ALL_MODES = ("gqa", "bias", "split")
+FLOOR_KINDS = ("dense",)  # the kinds tests/compat re-runs under the lowest supported transformers
 TIED = frozenset({"model.embed_tokens.qweight"})  # the tied table, shared with the lm_head
 STANDARD_MODES = ("bias", "split")  # the standard-Attention graphs (plain-op RoPE, the window as a mask)
-# the kinds tests/compat re-runs under the lowest supported transformers (GQA_EXPORT_FLOOR_RUN=1)
-FLOOR_KINDS = ("dense",)
 
 # transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
 # exact under 5.x, compared only there
@@ -114,8 +113,9 @@ def moe_family(name: str, modes: tuple[str, ...] = ("gqa",), **facts: Any) -> Fa
 def gemma4(name: str, **facts: Any) -> Family:
     """A Gemma-4 checkpoint form (tests/gemma4_models.py through variants.GEMMA4_VARIANTS)."""
     return Family(
-        name, "gemma4", None, genai_type="gemma4_text", prompts=GEMMA4_PROMPTS, generate_modes=ALL_MODES, **facts
-    )
+        name, "gemma4", None, genai_type="gemma4_text", prompts=GEMMA4_PROMPTS, generate_modes=ALL_MODES,
+        since_major=5, **facts,
+    )  # fmt: skip
 
 
 def multimodal(name: str, **facts: Any) -> Family:
@@ -212,12 +212,12 @@ FAMILIES: tuple[Family, ...] = (
     moe_family("granitemoe", gathered_tables=TIED),
     moe_family("phimoe", ALL_MODES, genai_type="phimoe"),
     # Gemma-4's MoE: experts in plain ops (float in int4/int8 packages)
-    moe_family("gemma4_text", genai_type="gemma4_text", experts="plain", gathered_tables=TIED),
+    moe_family("gemma4_text", since_major=5, genai_type="gemma4_text", experts="plain", gathered_tables=TIED),
     # ... and transformers 5.x's own fused [E, 2I, H] layout
-    moe("qwen3_moe_norm_v5", "qwen3_moe", hub_layout=False, overrides={"norm_topk_prob": True}),
-    moe("mixtral_v5", "mixtral", hub_layout=False),
-    moe("phimoe_v5", "phimoe", hub_layout=False, genai_type="phimoe"),
-    moe("granitemoe_v5", "granitemoe", hub_layout=False),
+    moe("qwen3_moe_norm_v5", "qwen3_moe", hub_layout=False, overrides={"norm_topk_prob": True}, since_major=5),
+    moe("mixtral_v5", "mixtral", hub_layout=False, since_major=5),
+    moe("phimoe_v5", "phimoe", hub_layout=False, genai_type="phimoe", since_major=5),
+    moe("granitemoe_v5", "granitemoe", hub_layout=False, since_major=5),
     # Gemma-4's three checkpoint forms and a second feature mix
     gemma4(
         "gemma4_causal",
@@ -238,13 +238,14 @@ FAMILIES: tuple[Family, ...] = (
         gathered_tables=frozenset({"language_model.model.embed_tokens.qweight"}),
         smoke_meets_eos=True,
     ),
-    multimodal("gemma3_vision_v5_softcap", genai_type="gemma3_text"),
-    multimodal("ministral3_vision", genai_type="mistral", quantized=("int4",)),
-    multimodal("mistral3_vision_v5", genai_type="mistral"),
+    multimodal("gemma3_vision_v5_softcap", since_major=5, genai_type="gemma3_text"),
+    multimodal("ministral3_vision", since_major=5, genai_type="mistral", quantized=("int4",)),
+    multimodal("mistral3_vision_v5", since_major=5, genai_type="mistral"),
     multimodal("qwen2_5_vl", genai_type="qwen2"),
     multimodal("qwen2_5_vl_flat", genai_type="qwen2"),
     multimodal(
         "qwen3_vl_v5",
+        since_major=5,
         genai_type="qwen3",
         quantized=("int4",),
         gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
@@ -254,7 +255,9 @@ BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"
 
 
-# what this run checks: under the transformers floor (tests/compat), the floor's kinds only
+# what this run checks: every family whose class the installed transformers has; under the floor run
+# of tests/compat (transformers 4.57) the floor's kinds only: its qwen3_moe reference differs from
+# 5.x from the second position on (found, not yet explained), so the MoE/multimodal rows stay out
 def _transformers_major() -> int:
     import transformers
 
