@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tiny_models import save_tokenizer
+from tiny_models import save_tokenizer, spelled_for_installed_transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 FAMILIES = ["qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "olmoe", "granitemoe", "phimoe", "gemma4_text"]
@@ -237,7 +237,8 @@ def _decorrelate_routers(model, g: torch.Generator):
 def build_model(model_type: str, seed: int = 0, **overrides):
     cfg_kw = family_config(model_type)
     cfg_kw.update(overrides)
-    config = AutoConfig.for_model(model_type, **cfg_kw)
+    # under transformers 4.x, written the way 4.x writes real checkpoints (tiny_models.py)
+    config = AutoConfig.for_model(model_type, **spelled_for_installed_transformers(cfg_kw, model_type))
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.eval()

@@ -4,9 +4,9 @@ naming its site-packages, so it works from inside a virtualenv too, where `syste
 would reach the base interpreter instead) gets transformers==FLOOR (and the huggingface-hub /
 tokenizers it needs) from the package registry, once per cache folder and parent interpreter,
 and runs prefill/decode logits vs HF and greedy tokens through onnxruntime-genai for every Llama
-variant and dense family of tests/variants.py, the registered dense and hybrid families whose
-class 4.57 has (all modes, int4) and the published 4.x configs of tests/test_real_configs.py, with checkpoints spelled the way 4.x
-writes them.
+variant and dense family of tests/variants.py, the registered dense, hybrid and MoE families
+whose class 4.57 has (all modes, int4) and the published 4.x configs of tests/test_real_configs.py,
+with checkpoints spelled the way 4.x writes them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ PIN = {"4.57": "4.57.6"}.get(FLOOR, FLOOR)  # the newest patch of the floor's mi
 SUBSET = [
     "tests/graph/test_decoder.py",
     "tests/test_run.py",
-    "tests/test_families.py",  # its dense rows the floor has (tests/families.py FLOOR_KINDS, since_major)
+    "tests/test_families.py",  # the rows of FLOOR_KINDS the floor has (tests/families.py, since_major)
     "tests/test_real_configs.py",
 ]
 
