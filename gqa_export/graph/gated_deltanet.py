@@ -24,7 +24,7 @@ import onnx_ir as ir
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.params import NUMPY_DTYPES
-from gqa_export.graph.recurrent_state import state_shapes
+from gqa_export.graph.recurrent_state import causal_conv, state_shapes
 
 B, S = "batch_size", "sequence_length"
 L2_EPS = 1e-6  # HF's l2norm(eps=1e-6) of q and k (the official builder's LpNormalization has none, §6.4)
@@ -39,21 +39,10 @@ def gated_deltanet(
     assert d is not None and lc.spec.mixers is not None
     names = lc.spec.mixers.gated_deltanet
     key_width, value_width = d.key_heads * d.key_dim, d.value_heads * d.value_dim
-    conv_shape, recurrent_shape = state_shapes(dims, "gated_deltanet")
+    recurrent_shape = state_shapes(dims, "gated_deltanet")[1]
 
     mixed = linear(lc, x, [names.qkv], None, "in_proj_qkv")
-    weight_name = lc.name(names.conv)
-    convolved, present_conv = b.op_multi(
-        "CausalConvWithState",
-        mixed, b.initializer(weight_name, lc.params.tensor(weight_name)), None, past_conv,
-        domain="com.microsoft",
-        outputs=2,
-        ndim=1,
-        channels_last=1,
-        activation="silu",
-        name="causal_conv",
-    )  # fmt: skip
-    typed(present_conv, dtype, conv_shape)
+    convolved, present_conv = causal_conv(lc, mixed, names.conv, past_conv, "silu", "gated_deltanet")
     sizes = b.const([key_width, key_width, value_width], "qkv_split", "int64")
     q, k, v = b.op_multi("Split", convolved, sizes, axis=-1, outputs=3, name="split_qkv")
     q = _l2_norm(b, q, d.key_heads, d.key_dim, float(d.key_dim) ** -0.5, dtype, "q")  # l2norm, then * dk^-0.5

@@ -24,7 +24,7 @@ import onnx_ir as ir
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
 from gqa_export.graph.params import NUMPY_DTYPES
-from gqa_export.graph.recurrent_state import state_shapes
+from gqa_export.graph.recurrent_state import causal_conv, state_shapes
 
 B, S = "batch_size", "sequence_length"
 
@@ -37,26 +37,13 @@ def mamba2(
     m = dims.mamba2
     assert m is not None and lc.spec.mixers is not None
     names = lc.spec.mixers.mamba2
-    conv_shape, ssm_shape = state_shapes(dims, "mamba2")
+    ssm_shape = state_shapes(dims, "mamba2")[1]
     group_width = m.groups * m.state
 
     projected = linear(lc, x, [names.in_proj], None, "in_proj")
     sizes = b.const([m.inner, m.conv_channels, m.heads], "in_proj_split", "int64")
     z, xbc, dt = b.op_multi("Split", projected, sizes, axis=-1, outputs=3, name="split_z_xbc_dt")
-    weight_name = lc.name(names.conv)
-    bias_name = lc.name(names.conv, "bias")
-    bias = b.initializer(bias_name, lc.params.vector([bias_name])) if lc.has(names.conv, "bias") else None
-    convolved, present_conv = b.op_multi(
-        "CausalConvWithState",
-        xbc, b.initializer(weight_name, lc.params.tensor(weight_name)), bias, past_conv,
-        domain="com.microsoft",
-        outputs=2,
-        ndim=1,
-        channels_last=1,
-        activation="silu",
-        name="causal_conv",
-    )  # fmt: skip
-    typed(present_conv, dtype, conv_shape)
+    convolved, present_conv = causal_conv(lc, xbc, names.conv, past_conv, "silu", "mamba2")
     sizes = b.const([m.inner, group_width, group_width], "xbc_split", "int64")
     xs, keys, queries = b.op_multi("Split", convolved, sizes, axis=-1, outputs=3, name="split_x_b_c")
 

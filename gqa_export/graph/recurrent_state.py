@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from gqa_export.graph.builder import GraphBuilder
+from gqa_export.graph.blocks import LayerContext
+from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import ModelDims
 
 B = "batch_size"
@@ -69,3 +70,31 @@ def add_state_outputs(
         names, shapes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i])
         for (_, present), shape, value in zip(names, shapes, values, strict=True):
             b.output(value, present % i, dtype, shape)
+
+
+def causal_conv(
+    lc: LayerContext, x: ir.Value, module: str, past: ir.Value, activation: str, mixer: str
+) -> tuple[ir.Value, ir.Value]:
+    """The depthwise causal convolution every state mixer starts with: com.microsoft.CausalConvWithState,
+    channels-last, over x [B, S, C] with the checkpoint's kernel [C, 1, K] (and its bias where the
+    checkpoint stores one), convolving concat(past, x) (docs/hybrid-state.md §2). Returns (the
+    output [B, S, C], the new conv state, typed as the mixer's first state)."""
+    b = lc.b
+    weight_name = lc.name(module)
+    weight = b.initializer(weight_name, lc.params.tensor(weight_name))
+    bias = None
+    if lc.has(module, "bias"):
+        bias_name = lc.name(module, "bias")
+        bias = b.initializer(bias_name, lc.params.vector([bias_name]))
+    convolved, present = b.op_multi(
+        "CausalConvWithState",
+        x, weight, bias, past,
+        domain="com.microsoft",
+        outputs=2,
+        ndim=1,
+        channels_last=1,
+        activation=activation,
+        name="causal_conv",
+    )  # fmt: skip
+    typed(present, lc.params.dtype, state_shapes(lc.dims, mixer)[0])
+    return convolved, present

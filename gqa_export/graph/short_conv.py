@@ -17,7 +17,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
-from gqa_export.graph.recurrent_state import state_shapes
+from gqa_export.graph.recurrent_state import causal_conv
 
 B, S = "batch_size", "sequence_length"
 
@@ -33,23 +33,6 @@ def short_conv(lc: LayerContext, x: ir.Value, past: ir.Value) -> tuple[ir.Value,
         "Split", projected, b.const([hidden] * 3, "bcx_split", "int64"), axis=-1, outputs=3, name="split_bcx"
     )
     gated = b.op("Mul", gate_b, inputs, name="b_times_x")
-    weight_name = lc.name(names.conv)
-    weight = b.initializer(weight_name, lc.params.tensor(weight_name))
-    bias = (
-        b.initializer(lc.name(names.conv, "bias"), lc.params.vector([lc.name(names.conv, "bias")]))
-        if lc.has(names.conv, "bias")
-        else None
-    )
-    convolved, present = b.op_multi(
-        "CausalConvWithState",
-        gated, weight, bias, past,
-        domain="com.microsoft",
-        outputs=2,
-        ndim=1,
-        channels_last=1,
-        activation="none",
-        name="causal_conv",
-    )  # fmt: skip
-    typed(present, lc.params.dtype, state_shapes(dims, "short_conv")[0])
+    convolved, present = causal_conv(lc, gated, names.conv, past, "none", "short_conv")
     y = b.op("Mul", gate_c, convolved, name="c_times_conv")
     return typed(linear(lc, y, [names.out_proj], None, "out_proj"), lc.params.dtype, [B, S, hidden]), present
