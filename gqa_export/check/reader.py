@@ -183,7 +183,7 @@ def load_package(path: Path, source: Path | None = None) -> Package:
     else:
         folder = path.parent if path.is_file() else path
         config = read_json_object(folder / "genai_config.json", "re-export the package")
-        stages = _stages(config)
+        stages = decoder_stages(config)
     graphs, missing = [], []
     for filename, role, on_prompt, on_gen in stages:
         file = folder / filename
@@ -205,7 +205,9 @@ def load_package(path: Path, source: Path | None = None) -> Package:
     )
 
 
-def _stages(config: dict[str, Any]) -> list[tuple[str, str, bool, bool]]:
+def decoder_stages(config: dict[str, Any]) -> list[tuple[str, str, bool, bool]]:
+    """(graph file, stage, run on prompt, run on token generation) of each decoder graph genai runs:
+    `decoder.filename`, or each `decoder.pipeline` stage."""
     decoder = (config.get("model") or {}).get("decoder") or {}
     pipeline = decoder.get("pipeline")
     if not pipeline:

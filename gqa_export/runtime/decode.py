@@ -30,17 +30,10 @@ GATHER_SCOPE = "/last_token/"  # the node-name scope of graph/outputs.py:last_re
 
 
 def decoder_graphs(package: Path) -> list[str]:
-    """The graph files genai runs for the decoder: `decoder.filename`, or each pipeline stage's."""
-    decoder = ((read_json(package / "genai_config.json") or {}).get("model") or {}).get("decoder") or {}
-    names = [decoder["filename"]] if decoder.get("filename") else []
-    for stage in decoder.get("pipeline") or []:
-        names += [entry["filename"] for entry in stage.values() if isinstance(entry, dict) and entry.get("filename")]
-    return names
+    """The graph files genai runs for the decoder (check/reader.py's reading of genai_config)."""
+    from gqa_export.check.reader import decoder_stages
 
-
-def last_token_logits(package: Path) -> bool:
-    """Whether a prompt pass of the package returns the last position's logits only ([B,1,V])."""
-    return any(_pruned(_load_structure(package / name)) for name in decoder_graphs(package))
+    return [filename for filename, *_ in decoder_stages(read_json(package / "genai_config.json") or {})]
 
 
 class PositionLogits:

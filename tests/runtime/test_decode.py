@@ -14,7 +14,7 @@ from mutants import copy_package
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.quant.report import PROMPT_LENGTH, PROMPTS, logit_error
-from gqa_export.runtime.decode import PositionLogits, full_logits_view, last_token_logits, position_logits
+from gqa_export.runtime.decode import PositionLogits, full_logits_view, position_logits
 from gqa_export.runtime.evaluate import evaluate, read_text
 from gqa_export.runtime.run import load
 
@@ -43,7 +43,7 @@ def packages(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize(("full", "pruned"), [("full", "pruned"), ("bias-full", "bias-pruned")])
 def test_pruned_package_scores_every_position_in_one_pass(packages, full, pruned):
-    assert last_token_logits(packages[pruned]) and not last_token_logits(packages[full])
+    assert full_logits_view(packages[pruned]) and full_logits_view(packages[full]) == {}  # pruned: a view is needed
     view = position_logits(packages[pruned], "cpu")
     assert not view.stepwise  # the view was recognized: one pass per window
     expected = position_logits(packages[full], "cpu").at_positions(IDS, 0)
