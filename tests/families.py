@@ -93,6 +93,12 @@ def dense(name: str, **facts: Any) -> Family:
     return Family(name, "dense", lambda folder: save_dense(folder, model_type, **overrides), signal=0.5, **facts)
 
 
+def hybrid(name: str, **facts: Any) -> Family:
+    """A hybrid decoder with recurrent state (tests/dense_models.py): its state layers run in the GQA
+    graph only (the standard-Attention modes are refused), so greedy tokens in gqa, no other mode."""
+    return dense(name, logits_modes=(), generate_modes=("gqa",), **facts)
+
+
 def dense_family(name: str, **facts: Any) -> Family:
     """A dense family's own checkpoint: every mode on logits, greedy tokens, int4."""
     return dense(name, generate_modes=("gqa",), quantized=("int4",), **facts)
@@ -152,27 +158,19 @@ FAMILIES: tuple[Family, ...] = (
     dense("exaone4_nosliding"),
     dense("olmo_noclip", genai_type="olmo"),
     # hybrid decoders: short-convolution state + GQA layers (the state lives in the GQA graph only)
-    dense_family(
+    # short-convolution state + GQA layers (LFM2), with sigmoid-routed experts (LFM2-MoE)
+    hybrid(
         "lfm2",
         genai_type="lfm2",
-        logits_modes=(),
+        quantized=("int4",),
         fp16_cuda=True,
         gathered_tables=TIED,
         generate_differs_under_4x=LFM2_CACHED_GENERATE_UNDER_4X,
     ),
-    dense(
-        "lfm2_bias",
-        genai_type="lfm2",
-        logits_modes=(),
-        generate_modes=("gqa",),
-        generate_differs_under_4x=LFM2_CACHED_GENERATE_UNDER_4X,
-    ),
-    # gated-DeltaNet (conv + recurrent state) + gated GQA layers
-    dense(
+    hybrid("lfm2_bias", genai_type="lfm2", generate_differs_under_4x=LFM2_CACHED_GENERATE_UNDER_4X),
+    hybrid(
         "lfm2_moe",
         genai_type="lfm2_moe",
-        logits_modes=(),
-        generate_modes=("gqa",),
         quantized=("int4", "int8"),
         accuracy_level=0,
         int8_relative_l2=0.3,
@@ -180,14 +178,18 @@ FAMILIES: tuple[Family, ...] = (
         gathered_tables=TIED,
         since_major=5,
     ),
-    dense_family(
-        "qwen3_5_text", genai_type="qwen3_5_text", logits_modes=(), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5
+    # gated-DeltaNet (conv + recurrent state) + gated GQA layers, and with experts (Qwen3.5, -MoE)
+    hybrid(
+        "qwen3_5_text",
+        genai_type="qwen3_5_text",
+        quantized=("int4",),
+        prompt=LONG_PROMPT,
+        fp16_cuda=True,
+        since_major=5,
     ),
-    dense(
+    hybrid(
         "qwen3_5_moe_text",
         genai_type="qwen3_5_moe_text",
-        logits_modes=(),
-        generate_modes=("gqa",),
         quantized=("int4",),
         accuracy_level=0,
         experts="fused",
@@ -195,11 +197,9 @@ FAMILIES: tuple[Family, ...] = (
         since_major=5,
     ),
     # Mamba2 (conv + SSM state) + NoPE GQA layers, top-k experts with a shared MLP (Granite-4.0-H)
-    dense(
+    hybrid(
         "granitemoehybrid",
         genai_type="granitemoehybrid",
-        logits_modes=(),
-        generate_modes=("gqa",),
         quantized=("int4",),
         accuracy_level=0,
         experts="fused",
