@@ -147,13 +147,19 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
     )
 
 
+def _split_setting(item: str) -> tuple[str, str]:
+    """`key.path=value` -> (key path, the value's YAML text)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise InputError(f"--set expects key=value (e.g. attention.packed_qkv=false), got {item!r}")
+    return key, raw
+
+
 def check_settings(settings: Sequence[str]) -> None:
     """Every `--set key.path=value` against the recipe schema before any work, the flag named in
     the error (a typo used to surface after the download, blamed on the installed recipe file)."""
     for item in settings:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"--set expects key=value (e.g. attention.packed_qkv=false), got {item!r}")
+        key, raw = _split_setting(item)
         schema: Any = SCHEMA
         parts = key.split(".")
         for i, part in enumerate(parts):
@@ -178,9 +184,7 @@ def _apply_settings(text: str, path: Path, settings: list[str]) -> str:
         raise InputError(f"{path}:{node.start_mark.line + 1}: <top>: expected a mapping")
     data = yaml.safe_load(text) or {}
     for item in settings:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise InputError(f"--set expects key=value (e.g. attention.packed_qkv=false), got {item!r}")
+        key, raw = _split_setting(item)
         target = data
         parts = key.split(".")
         for part in parts[:-1]:
