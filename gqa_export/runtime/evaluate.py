@@ -168,7 +168,7 @@ def _score_package(
     package: Path, tokens: list[int], window: int, stride: int, ep: str | None, reporter: Reporter
 ) -> Scores:
     from gqa_export.runtime.decode import position_logits
-    from gqa_export.runtime.run import runnable_ep
+    from gqa_export.runtime.run import explain_load_failure, runnable_ep
 
     if ep is None:
         ep, why = runnable_ep(package)
@@ -178,7 +178,7 @@ def _score_package(
     try:
         logits_of = position_logits(package, ep)
     except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
-        raise InputError(f"onnxruntime-genai cannot load {package} on {ep}: {str(exc).splitlines()[0]}") from None
+        raise InputError(explain_load_failure(exc, package, ep)) from None
     nll, top1, targets = _accumulate(logits_of, tokens, window, stride, reporter, str(package))
     return Scores(str(package), "package", ep, nll, top1, targets)
 
