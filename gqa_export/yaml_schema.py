@@ -24,6 +24,13 @@ MAX_YAML_BYTES = 1 << 20
 MAX_NODES = 100_000
 MAX_DEPTH = 64  # recipes nest 4 levels; deeper is a hostile or broken file
 
+# libyaml's parser where PyYAML was built with it (the wheels are): a build reads every shipped
+# recipe to match the checkpoint, and the pure-Python parser made that a tenth of a second.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Scalars become values with the safe constructor: the tag the composer resolved (int, float, bool,
+# null, str) decides the type, nothing else can be built.
+_SCALARS = yaml.constructor.SafeConstructor()
+
 
 def read_yaml(path: Path, what: str) -> str:
     """The text of a recipe or spec file; one line for a missing, huge or non-UTF-8 file."""
@@ -43,13 +50,9 @@ def compose(text: str, path: Path, what: str) -> yaml.Node:
     if len(text) > MAX_YAML_BYTES:
         raise InputError(f"{path}: the {what} is larger than {MAX_YAML_BYTES} bytes")
     try:
-        node = yaml.compose(text)
-    except RecursionError:
-        raise InputError(f"{path}: the {what} nests deeper than {MAX_DEPTH} levels") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        node = yaml.compose(text, Loader=_LOADER)
+    except yaml.YAMLError:  # the pure-Python parser words the error and its line as we document
+        node = _compose_slowly(text, path, what)
     if node is None:
         raise InputError(f"{path}: the {what} is empty")
     try:
@@ -62,6 +65,19 @@ def compose(text: str, path: Path, what: str) -> yaml.Node:
             "write it out without the aliases"
         )
     return node
+
+
+def _compose_slowly(text: str, path: Path, what: str) -> yaml.Node:
+    """Bad YAML's one-line error, from PyYAML's own parser (libyaml words errors and places marks
+    differently); a document that parses here after all is returned."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise InputError(f"{path}: the {what} nests deeper than {MAX_DEPTH} levels") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int], depth: int) -> int:
@@ -110,7 +126,7 @@ def validate(node: yaml.Node, schema: Any, path: Path, key: str = "") -> Any:
         return [validate(item, schema[0], path, f"{key}[{i}]") for i, item in enumerate(node.value)]
     if not isinstance(node, yaml.ScalarNode):
         raise InputError(f"{where}: expected a single value")
-    value = yaml.safe_load(yaml.serialize(node))
+    value = _SCALARS.construct_object(node)
     if isinstance(schema, tuple):
         if value not in schema:
             raise InputError(f"{where}: expected one of {', '.join(schema)}, got {value!r}")

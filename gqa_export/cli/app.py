@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 import functools
+import gc
+import importlib
 import os
 import signal
 import sys
@@ -118,18 +120,50 @@ _SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _received: list[int] = []
 
 
-def command(*args: Any, **kwargs: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+# What the export commands import before their first stage: the pipeline (onnx, onnx-ir, numpy),
+# transformers' config classes, onnxscript's optimizer and onnxruntime (weight casts, smoke run).
+EXPORT_LIBRARIES = (
+    "gqa_export.pipeline",
+    "transformers.models.auto.configuration_auto",
+    "onnxscript.optimizer",
+    "onnxruntime",
+)
+
+
+def load_libraries(names: tuple[str, ...]) -> None:
+    """Import a command's libraries, then turn the cyclic garbage collector back on with what they
+    built frozen.
+
+    `main` starts the process with the collector off: the imports allocate millions of long-lived
+    objects, and Python re-scans all of them in every full collection, during the imports and again
+    in the first stage (a third of a second of a tiny build on the 2-core machines; measured by
+    benchmarks/startup.py). Frozen, they are never scanned; the export's own objects are
+    collected as usual. Where the collector is on (the library or tests calling the app directly)
+    this only imports.
+    """
+    for name in names:
+        importlib.import_module(name)
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
+def command(
+    *args: Any, libraries: tuple[str, ...] = (), **kwargs: Any
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """`app.command`, with every failure a command can meet turned into one line and an exit code.
 
     GqaExportError: its own code (2 bad input, 1 failed run). OSError (disk full, permissions) and
     MemoryError: exit 1. Ctrl-C or SIGTERM: exit 130/143 after the staging folder is gone (the
     stages clean up in their `finally`/`with` blocks while the KeyboardInterrupt unwinds).
+    `libraries` are imported first (`load_libraries`).
     """
 
     def register(body: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(body)
         def guarded(*a: Any, **k: Any) -> None:
             try:
+                load_libraries(libraries)
                 body(*a, **k)
             except GqaExportError as exc:
                 raise fail(exc) from None
@@ -313,4 +347,5 @@ def main() -> None:
     # A SIGTERM unwinds like Ctrl-C, so the staging folder is removed and no half package stays.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    gc.disable()  # until the command's libraries are loaded (load_libraries)
     app()

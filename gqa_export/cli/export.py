@@ -14,6 +14,7 @@ from gqa_export import choices
 from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.cli.app import (
     ATTENTION,
+    EXPORT_LIBRARIES,
     OUTPUT,
     PIPELINE,
     RECIPE,
@@ -65,7 +66,7 @@ BUILD_EXAMPLES = """Examples:
 """
 
 
-@command(epilog=BUILD_EXAMPLES)
+@command(epilog=BUILD_EXAMPLES, libraries=EXPORT_LIBRARIES)
 def build(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id or local model folder.")],
     output: Annotated[
@@ -278,7 +279,11 @@ def fetch(
     print(source.model_dir)
 
 
-@command("quantize", epilog="Example:\n\n  gqa-export quantize llama-fp32 -o llama-int4 -p int4 --block-size 64")
+@command(
+    "quantize",
+    libraries=EXPORT_LIBRARIES,
+    epilog="Example:\n\n  gqa-export quantize llama-fp32 -o llama-int4 -p int4 --block-size 64",
+)
 def quantize_command(
     package: Annotated[Path, typer.Argument(metavar="PACKAGE", help="A float package written by gqa-export build.")],
     output: Annotated[

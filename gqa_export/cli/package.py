@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gqa_export.cli.app import Ep, app, command, err, fail, out, value
+from gqa_export.cli.app import Ep, app, command, err, fail, load_libraries, out, value
 from gqa_export.cli.helptext import Command, Group
 from gqa_export.errors import GqaExportError, InputError
 from gqa_export.jsonio import read_json
@@ -148,6 +148,7 @@ def recipes_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print the recipes as JSON.")] = False,
 ) -> None:
     """Table of recipes: name, model types, default attention, EPs and default precisions."""
+    load_libraries(())  # the sub-app's commands are not wrapped by `command`: the collector back on
     if ctx.invoked_subcommand is not None:
         return
     from gqa_export.recipes import builtin_recipes

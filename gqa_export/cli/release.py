@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gqa_export.cli.app import AsJson, Ep, Overwrite, RichReporter, command, out, quiet_hub, value
+from gqa_export.cli.app import EXPORT_LIBRARIES, AsJson, Ep, Overwrite, RichReporter, command, out, quiet_hub, value
 from gqa_export.cli.render import size
 
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")]
@@ -18,6 +18,7 @@ Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output."
 
 @command(
     "release",
+    libraries=EXPORT_LIBRARIES,
     epilog="Example:\n\n  gqa-export release release.yaml -o my-model-onnx && gqa-export verify my-model-onnx",
 )
 def release_command(

@@ -56,7 +56,7 @@ class GraphBuilder:
     def const(self, array: Any, name: str, dtype: np.dtype | None = None) -> ir.Value:
         """A small constant initializer (kept inline in model.onnx, not in external data)."""
         arr = np.asarray(array, dtype=dtype)
-        return self.initializer(self._unique(f"const.{name}"), ir.tensor(arr))
+        return self.initializer(self._unique(f"const.{name}"), ir.Tensor(arr))
 
     # --- nodes -------------------------------------------------------------------------------
     def op(

@@ -45,7 +45,7 @@ class StreamedTensor(ir.LazyTensor):
     def __init__(self, blocks: Callable[[], Iterator[np.ndarray]], dtype: ir.DataType, shape: Sequence[int]) -> None:
         dims = tuple(int(d) for d in shape)
         super().__init__(
-            lambda: ir.tensor(np.concatenate([b.reshape(-1) for b in blocks()]).reshape(dims)),
+            lambda: ir.Tensor(np.concatenate([b.reshape(-1) for b in blocks()]).reshape(dims)),
             dtype=dtype,
             shape=ir.Shape(shape),
         )
@@ -88,7 +88,7 @@ class Params:
 
     def _lazy(self, shape: Sequence[int], make: Callable[[], np.ndarray]) -> ir.LazyTensor:
         def evaluate() -> ir.TensorProtocol:
-            return ir.tensor(np.ascontiguousarray(self.cast(make())))
+            return ir.Tensor(np.ascontiguousarray(self.cast(make())))
 
         return ir.LazyTensor(evaluate, dtype=self.dtype, shape=ir.Shape(shape))
 
@@ -207,4 +207,4 @@ class Params:
 
     def table(self, array: np.ndarray) -> ir.Tensor:
         """A computed float table (cos/sin caches) in the target dtype."""
-        return ir.tensor(np.ascontiguousarray(self.cast(array)))
+        return ir.Tensor(np.ascontiguousarray(self.cast(array)))

@@ -62,7 +62,7 @@ def to_qmoe(model: ir.Model, node: ir.Node, plan, report, quantized_cls, registe
 
         def scales(q=q, n=n, k=k) -> ir.TensorProtocol:
             q.finished()
-            return ir.tensor(q.scales.reshape(experts, n, qcfg.k_blocks(k)))
+            return ir.Tensor(q.scales.reshape(experts, n, qcfg.k_blocks(k)))
 
         shape = ir.Shape([experts, n, qcfg.k_blocks(k)])
         inputs[f"{tag}_scales"] = register(
@@ -72,7 +72,7 @@ def to_qmoe(model: ir.Model, node: ir.Node, plan, report, quantized_cls, registe
 
             def zero_points(q=q, n=n, k=k) -> ir.TensorProtocol:
                 q.finished()
-                return ir.tensor(q.zero_points.reshape(experts, n, qcfg.zp_cols(k)))
+                return ir.Tensor(q.zero_points.reshape(experts, n, qcfg.zp_cols(k)))
 
             zp = ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([experts, n, qcfg.zp_cols(k)]))
             inputs[f"{tag}_zero_points"] = register(graph, f"{name}.zero_points", zp)

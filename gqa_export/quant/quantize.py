@@ -217,7 +217,7 @@ def _quantized_inputs(
 
     def scales() -> ir.TensorProtocol:
         q.finished()
-        return ir.tensor(q.scales)
+        return ir.Tensor(q.scales)
 
     scale_shape = ir.Shape([n, cfg.k_blocks(k)])
     inputs.append(_register(graph, f"{base}.scales", ir.LazyTensor(scales, dtype=plan.io_dtype, shape=scale_shape)))
@@ -225,7 +225,7 @@ def _quantized_inputs(
 
         def zero_points() -> ir.TensorProtocol:
             q.finished()
-            return ir.tensor(q.zero_points)
+            return ir.Tensor(q.zero_points)
 
         zp = ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, cfg.zp_cols(k)]))
         inputs.append(_register(graph, f"{base}.zero_points", zp))
@@ -267,13 +267,13 @@ def _to_gather_block_quantized(
             assert z is not None
             if cfg.bits == 4:
                 z = np.stack([z & 0x0F, z >> 4], axis=-1).reshape(n, -1)
-            return ir.tensor(np.ascontiguousarray(z[:, :blocks, None]))
+            return ir.Tensor(np.ascontiguousarray(z[:, :blocks, None]))
 
         zp_tensor = ir.LazyTensor(unpacked_zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, blocks, 1]))
         zp = [_register(graph, f"{base}.gather_zero_points", zp_tensor)]
-    shape3 = _register(graph, f"{base}.scales_shape", ir.tensor(np.array([n, cfg.k_blocks(k), 1], dtype=np.int64)))
+    shape3 = _register(graph, f"{base}.scales_shape", ir.Tensor(np.array([n, cfg.k_blocks(k), 1], dtype=np.int64)))
     padded = cfg.k_blocks(k) * cfg.block_size  # K, or K rounded up to whole blocks
-    flat = _register(graph, f"{base}.gather_shape", ir.tensor(np.array([0, 0, padded], dtype=np.int64)))
+    flat = _register(graph, f"{base}.gather_shape", ir.Tensor(np.array([0, 0, padded], dtype=np.int64)))
     reshape_scales = ir.Node("", "Reshape", [scales, shape3], name=f"{name}/scales3d", num_outputs=1)
     attrs = ir.convenience.convert_attributes(
         {"gather_axis": 0, "quantize_axis": 2, "block_size": cfg.block_size, "bits": cfg.bits}
@@ -285,7 +285,7 @@ def _to_gather_block_quantized(
     reshaped = ir.Node("", "Reshape", [gathered.outputs[0], flat], name=f"{name}/to_hidden", num_outputs=1)
     nodes = [reshape_scales, gathered, reshaped]
     if padded != k:  # the last block's padding columns are dequantized too: cut them off
-        bounds = [_register(graph, f"{base}.gather_{what}", ir.tensor(np.array([v], np.int64)))
+        bounds = [_register(graph, f"{base}.gather_{what}", ir.Tensor(np.array([v], np.int64)))
                   for what, v in (("start", 0), ("end", k), ("axis", -1))]  # fmt: skip
         nodes.append(ir.Node("", "Slice", [reshaped.outputs[0], *bounds], name=f"{name}/to_k", num_outputs=1))
     _replace(model, node, nodes)

@@ -35,3 +35,31 @@ def test_help_imports_no_heavy_library(args):
     run = f"import sys\nsys.argv = ['gqa-export', *{args!r}]\nfrom gqa_export.cli import main\n"
     run += "try:\n    main()\nexcept SystemExit:\n    pass"
     assert imported_after(run) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["build", "tests/data/tiny-trained", "-q", "--no-smoke", "-o", "{tmp}/out"], ["recipes", "--json"]],
+    ids=["build", "recipes"],
+)
+def test_the_collector_is_back_on_once_the_command_runs(args, tmp_path):
+    """`main` starts with the cyclic garbage collector off for the imports; every command turns it
+    back on, the imported objects frozen, before its own work (a long export that never collected
+    its reference cycles would grow). A build also checks it at its first stage."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    probe = (
+        "import gc, sys\n"
+        f"sys.argv = ['gqa-export', *{argv!r}]\n"
+        "import gqa_export.source.checkpoint as checkpoint\n"
+        "seen = []\n"
+        "read = checkpoint.read_configs\n"
+        "checkpoint.read_configs = lambda *a, **k: (seen.append(gc.isenabled()), read(*a, **k))[1]\n"
+        "from gqa_export.cli import main\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "print('COLLECTOR', seen, gc.isenabled(), gc.get_freeze_count() > 0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert done.returncode == 0, done.stderr
+    during = "[True]" if args[0] == "build" else "[]"
+    assert f"COLLECTOR {during} True True" in done.stdout, done.stdout + done.stderr
