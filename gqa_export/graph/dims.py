@@ -22,10 +22,12 @@ from gqa_export.errors import InputError
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
+    MambaDims,
     conv_kernel,
     deltanet_dims,
     feed_forward_size,
     mamba2_dims,
+    mamba_dims,
     mixer_of,
     nope_layer,
     sparse_layer,
@@ -113,6 +115,7 @@ class ModelDims:
     conv_kernel: int = 0  # short-conv layers' kernel K (their state keeps the last K - 1 inputs)
     deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
+    mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
 
     @property
     def head_dim(self) -> int:
@@ -218,9 +221,10 @@ def read_dims(
         norm_kind=spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
         logits_multiplier=float(opt("logit_scale", 1.0)),
-        conv_kernel=conv_kernel(opt, spec, [layer.mixer for layer in layers]),
-        deltanet=deltanet_dims(opt, spec, [layer.mixer for layer in layers]),
-        mamba2=mamba2_dims(opt, spec, [layer.mixer for layer in layers], int(config.hidden_size)),
+        conv_kernel=conv_kernel(opt, spec, mixers := [layer.mixer for layer in layers]),
+        deltanet=deltanet_dims(opt, spec, mixers),
+        mamba2=mamba2_dims(opt, spec, mixers, hidden),
+        mamba=mamba_dims(opt, spec, mixers, hidden),
     )
 
 
