@@ -218,7 +218,6 @@ FAMILIES: tuple[Family, ...] = (
         accuracy_level=0,
         experts="fused",
         prompt=LONG_PROMPT,
-        fp16_cuda=True,
         differs_under_4x=JAMBA_CACHE_UNDER_4X,
     ),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
