@@ -119,3 +119,27 @@ def test_jamba_mutant_initializers_fail_parity(builds, tmp_path, pattern, change
     package = _copy(builds.package(JAMBA), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
     assert _parity_error(package, builds.checkpoint(JAMBA)) > 1e-2
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(num_experts=1),  # one expert: a dense MLP on every layer, whatever the grid says
+        # in_proj / out_proj biases, a conv without, attention first, experts on every other layer
+        dict(mamba_proj_bias=True, mamba_conv_bias=False, attn_layer_offset=0, expert_layer_period=2),
+    ],
+    ids=["dense", "projection_biases_attention_first"],
+)
+def test_jamba_variants_match_hf(tmp_path, overrides):
+    from dense_models import save_dense
+    from reference import genai_prompt_then_greedy, hf_generate
+
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = save_dense(tmp_path / "ckpt", JAMBA, **overrides)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package))
+    assert _parity_error(package, checkpoint) < 1e-4
+    prompt = [0, 17, 45, 99, 200, 3, 7]
+    _, tokens = genai_prompt_then_greedy(package, prompt, 20)
+    assert tokens == hf_generate(hf_model(checkpoint), prompt, 20) and len(set(tokens)) >= 4

@@ -216,7 +216,7 @@ def read_dims(
         per_layer_input_size=ple,
         placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
         query_scale=_query_scale(config) if spec.query_position_scale else None,
-        moe=_moe(opt, spec, int(config.intermediate_size)),
+        moe=_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind=spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
@@ -341,7 +341,8 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[s
 
 def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     """The config's expert counts and routing numerics, for a family whose spec has experts and a
-    config that turns them on (Gemma-4's enable_moe_block)."""
+    config that turns them on (Gemma-4's enable_moe_block); read_dims asks only when some layer is
+    sparse (a Jamba with one expert is dense throughout)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return None
     experts, top_k = int(opt("num_experts")), int(opt("experts_per_token", 1))
