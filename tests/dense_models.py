@@ -42,6 +42,7 @@ FAMILIES = [
     "lfm2_moe",
     "qwen3_5_moe_text",
     "granitemoehybrid",
+    "jamba",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -287,6 +288,24 @@ def family_config(model_type: str) -> dict:
             attention_multiplier=0.0625,
             residual_multiplier=0.5,
             logits_scaling=2.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        )
+    elif model_type == "jamba":  # Mamba (v1: conv + per-channel SSM state) + NoPE GQA layers, experts on a grid
+        c.update(
+            num_hidden_layers=5,
+            attn_layer_period=2,  # attention at 1 and 3, Mamba at 0, 2 and 4
+            attn_layer_offset=1,
+            expert_layer_period=3,  # experts at 0 (Mamba) and 3 (attention), a dense MLP elsewhere
+            expert_layer_offset=0,
+            num_experts=4,
+            num_experts_per_tok=2,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,  # 128 channels
+            mamba_dt_rank=8,
+            mamba_conv_bias=True,
+            use_mamba_kernels=False,  # 4.57 runs its CPU path only so (5.x picks it itself, warns, ignores it)
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
         )

@@ -47,6 +47,10 @@ GRANITE_HYBRID_UNDER_4X = (
     "mamba_ssm kernel normalize per group; the tiny model has 2 groups), and its forward(use_cache=True) "
     "returns no cache without a HybridMambaAttentionDynamicCache"
 )
+JAMBA_CACHE_UNDER_4X = (
+    "4.57's Jamba forward(use_cache=True) returns no cache without a HybridMambaAttentionDynamicCache "
+    "(its uncached logits and its generate() agree with the export)"
+)
 LFM2_CACHED_GENERATE_UNDER_4X = (
     "4.57's generate() with its conv cache gives other tokens than its own uncached greedy decoding "
     "(which 5.x, the export and the 4.57 logits agree with)"
@@ -206,6 +210,15 @@ FAMILIES: tuple[Family, ...] = (
         prompt=LONG_PROMPT,
         differs_under_4x=GRANITE_HYBRID_UNDER_4X,
         generate_differs_under_4x=GRANITE_HYBRID_UNDER_4X,
+    ),
+    # Mamba (v1: conv + per-channel SSM state) + NoPE GQA layers, experts every third layer (Jamba)
+    hybrid(
+        "jamba",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        prompt=LONG_PROMPT,
+        differs_under_4x=JAMBA_CACHE_UNDER_4X,
     ),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),

@@ -1,8 +1,8 @@
 """Hybrid decoders, what only they have: short-convolution layers (LFM2) carry a fixed-size state
 (past.N.conv / present.N.conv) next to the GQA layers' KV cache, gated-DeltaNet layers (Qwen3.5) a
 conv and a recurrent state (past.N.conv, past.N.recurrent), and so do Mamba2 layers (Granite-4.0-H:
-its SSM state as past.N.recurrent). The checks every family gets (logits
-and greedy tokens against HF, int4, fp16 CUDA) are LFM2's and Qwen3.5's rows in tests/families.py; here:
+its SSM state as past.N.recurrent) and Mamba layers (Jamba, tests/test_hybrid_jamba.py). The checks every
+family gets (logits and greedy tokens against HF, int4, fp16 CUDA) are their rows in tests/families.py; here:
 the state is really carried from step to step (a graph that drops it fails the decode steps),
 genai_config describes it the way onnxruntime-genai binds it, inspect accounts for it, the lints
 catch a config the runtime would misbind, and the standard-Attention modes are refused."""
@@ -74,6 +74,7 @@ LINT_MUTANTS = [  # (family, a genai_config edit the runtime would misbind, the 
      "state-layer-types"),
     ("granitemoehybrid", lambda d: d["inputs"].pop("past_recurrent_names"), "state-names"),
     ("granitemoehybrid", lambda d: d["outputs"].update(present_conv_names="present.%d.conv_state"), "state-names"),
+    ("jamba", lambda d: d["inputs"].pop("past_recurrent_names"), "state-names"),
 ]  # fmt: skip
 
 
@@ -96,6 +97,8 @@ def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, family, edi
         ("qwen3_5_text", "CausalConvWithState"),
         ("granitemoehybrid", "LinearAttention"),
         ("granitemoehybrid", "CausalConvWithState"),
+        ("jamba", "LinearAttention"),
+        ("jamba", "CausalConvWithState"),
     ],
 )
 def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, family, op):
@@ -134,6 +137,7 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("lfm2", "lfm2's short-convolution"),
         ("qwen3_5_text", "qwen3_5's gated-DeltaNet"),
         ("granitemoehybrid", "granitemoehybrid's Mamba2"),
+        ("jamba", "jamba's Mamba"),
     ],
 )
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):

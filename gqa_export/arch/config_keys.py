@@ -32,6 +32,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "expert_intermediate_size": "moe_intermediate_size",
     "norm_topk_prob": "norm_topk_prob",
     "decoder_sparse_step": "decoder_sparse_step",
+    "expert_layer_period": "expert_layer_period",  # Jamba: experts where i % period == offset
+    "expert_layer_offset": "expert_layer_offset",
     "mlp_only_layers": "mlp_only_layers",
     "shared_expert_intermediate_size": "shared_expert_intermediate_size",
     "swiglu_limit": "swiglu_limit",
@@ -64,5 +66,6 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "mamba_conv_kernel": "mamba_d_conv",
     "mamba_expand": "mamba_expand",
     "mamba_dt_limit": "time_step_limit",
+    "mamba_dt_rank": "mamba_dt_rank",  # Mamba (v1, Jamba): dt's low-rank width R
     "position_embedding_type": "position_embedding_type",
 }

@@ -352,10 +352,30 @@ GRANITEMOEHYBRID = replace(
     ffn_size="shared",
     config_keys=config_keys(shared_expert_intermediate_size="shared_intermediate_size"),
 )
+# Jamba: Mamba (v1) layers (conv + a per-channel SSM state, dt/B/C RMSNorms) between NoPE GQA
+# layers (attn_layer_period/offset), experts on expert_layer_period/offset (softmax over every
+# expert, the top k kept unnormalized), a dense MLP elsewhere (docs/hybrid-state.md §8.3)
+JAMBA = ArchSpec(
+    name="jamba",
+    final_norm="final_layernorm.weight",
+    layer=LayerNames(
+        post_attention_norm="pre_ff_layernorm",
+        gate="feed_forward.gate_proj",
+        up="feed_forward.up_proj",
+        down="feed_forward.down_proj",
+    ),
+    moe=MoeSpec(MoeNames(blocks=("feed_forward.",), routers=("router",))),
+    mixers=MixerSpec(kinds=MappingProxyType({"mamba": "mamba"})),
+    rope_layers="none",
+    # transformers 5.x spells the pattern layer_types ("linear_attention" / "full_attention"), 4.x
+    # only layers_block_type, which both have; 4.x's sliding_window reached flash-attention only
+    config_keys=config_keys(layer_types="layers_block_type"),
+    ignore=("sliding_window",),
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, GRANITEMOEHYBRID,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, GRANITEMOEHYBRID, JAMBA,
 )  # fmt: skip

@@ -177,7 +177,27 @@ class Mamba2Names:
     out_proj: str = "mamba.out_proj"
 
 
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2")
+@dataclass(frozen=True)
+class MambaNames:
+    """A Mamba (v1) mixer's tensors (Jamba's mamba), relative to the layer: in_proj [2 I, H] giving
+    x | z, the depthwise conv1d [I, 1, K] (+ bias), x_proj [R + 2 N, I] giving dt | B | C, the RMSNorms
+    over each of those three (dt_layernorm [R], b_layernorm and c_layernorm [N]), dt_proj [I, R]
+    (+ bias), A_log [I, N] (a decay per channel and state), D [I] and out_proj [H, I]
+    (docs/hybrid-state.md §8.3)."""
+
+    in_proj: str = "mamba.in_proj"
+    conv: str = "mamba.conv1d"
+    x_proj: str = "mamba.x_proj"
+    dt_norm: str = "mamba.dt_layernorm"
+    b_norm: str = "mamba.b_layernorm"
+    c_norm: str = "mamba.c_layernorm"
+    dt_proj: str = "mamba.dt_proj"
+    a_log: str = "mamba.A_log"
+    d: str = "mamba.D"
+    out_proj: str = "mamba.out_proj"
+
+
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba")
 FFN_SIZES = ("config", "two_thirds_rounded", "shared")
 
 
@@ -189,12 +209,14 @@ class MixerSpec:
     listed are attention. A short-conv layer carries a fixed-size state (the last K-1 inputs of
     its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
     and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
-    a conv state and a [Hm, N, P] SSM state (§8.2)."""
+    a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
+    [I, N, 1] SSM state (§8.3)."""
 
     kinds: Mapping[str, str]
     short_conv: ShortConvNames = field(default_factory=ShortConvNames)
     gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
+    mamba: MambaNames = field(default_factory=MambaNames)
 
 
 EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
@@ -240,7 +262,7 @@ class ArchSpec:
     embedding_scale: the embedding output is multiplied by "sqrt_hidden" (Gemma: inside the table's
     module, so inputs_embeds arrive scaled) or by the config's embedding_multiplier ("config",
     Granite: applied by the graph). mixers: layers whose token mixer is a recurrent-state block
-    (LFM2's short convolutions, Qwen3.5's gated DeltaNet, Granite-4.0-H's Mamba2). ffn_size:
+    (LFM2's short convolutions, Qwen3.5's gated DeltaNet, Granite-4.0-H's Mamba2, Jamba's Mamba). ffn_size:
     "config" (intermediate_size), "two_thirds_rounded" (LFM2's block_auto_adjust_ff_dim: 2/3 of it,
     times block_ffn_dim_multiplier, rounded up to block_multiple_of) or "shared" (Granite-4.0-H:
     the shared MLP's shared_intermediate_size).
@@ -265,7 +287,7 @@ class ArchSpec:
     qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE
     rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4, ERNIE-4.5)
     # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
-    # layer when position_embedding_type is "rope", none otherwise): others are NoPE
+    # layer when position_embedding_type is "rope", none otherwise) | none (Jamba): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the

@@ -23,6 +23,7 @@ from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, 
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
+from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
@@ -284,6 +285,7 @@ STATE_MIXERS: dict[str, Callable[..., tuple[ir.Value, ...]]] = {
     "short_conv": short_conv,
     "gated_deltanet": gated_deltanet,
     "mamba2": mamba2,
+    "mamba": mamba,
 }
 
 

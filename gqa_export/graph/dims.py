@@ -22,10 +22,12 @@ from gqa_export.errors import InputError
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
+    MambaDims,
     conv_kernel,
     deltanet_dims,
     feed_forward_size,
     mamba2_dims,
+    mamba_dims,
     mixer_of,
     nope_layer,
     sparse_layer,
@@ -113,6 +115,7 @@ class ModelDims:
     conv_kernel: int = 0  # short-conv layers' kernel K (their state keeps the last K - 1 inputs)
     deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
+    mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
 
     @property
     def head_dim(self) -> int:
@@ -213,14 +216,15 @@ def read_dims(
         per_layer_input_size=ple,
         placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
         query_scale=_query_scale(config) if spec.query_position_scale else None,
-        moe=_moe(opt, spec, int(config.intermediate_size)),
+        moe=_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind=spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
         logits_multiplier=float(opt("logit_scale", 1.0)),
-        conv_kernel=conv_kernel(opt, spec, [layer.mixer for layer in layers]),
-        deltanet=deltanet_dims(opt, spec, [layer.mixer for layer in layers]),
-        mamba2=mamba2_dims(opt, spec, [layer.mixer for layer in layers], int(config.hidden_size)),
+        conv_kernel=conv_kernel(opt, spec, mixers := [layer.mixer for layer in layers]),
+        deltanet=deltanet_dims(opt, spec, mixers),
+        mamba2=mamba2_dims(opt, spec, mixers, hidden),
+        mamba=mamba_dims(opt, spec, mixers, hidden),
     )
 
 
@@ -337,7 +341,8 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[s
 
 def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     """The config's expert counts and routing numerics, for a family whose spec has experts and a
-    config that turns them on (Gemma-4's enable_moe_block)."""
+    config that turns them on (Gemma-4's enable_moe_block); read_dims asks only when some layer is
+    sparse (a Jamba with one expert is dense throughout)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return None
     experts, top_k = int(opt("num_experts")), int(opt("experts_per_token", 1))

@@ -20,10 +20,14 @@ Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config valu
 
 
 def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
-    """Whether layer i's MLP is the sparse block: not before the first `first_dense_layers` (LFM2-MoE's
+    """Whether layer i's MLP is the sparse block: on Jamba's grid where the config has one (i % period
+    == offset, and more than one expert), else not before the first `first_dense_layers` (LFM2-MoE's
     num_dense_layers), not in mlp_only_layers, and on the decoder_sparse_step grid (Qwen-MoE)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return False
+    period = int(opt("expert_layer_period", 0) or 0)
+    if period:
+        return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)
     if i < int(opt("first_dense_layers", 0) or 0):
         return False
     step = int(opt("decoder_sparse_step", 1) or 1)
@@ -33,9 +37,10 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
 def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
     """Whether an attention layer goes without RoPE by the spec's rope_layers: Cohere2's global
     layers, EXAONE-4's when the model has a window, every layer of a Granite-4.0-H whose
-    position_embedding_type is not "rope"."""
+    position_embedding_type is not "rope", every layer of Jamba."""
     return (
-        (spec.rope_layers == "sliding" and not sliding)
+        spec.rope_layers == "none"
+        or (spec.rope_layers == "sliding" and not sliding)
         or (spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding)
         or (spec.rope_layers == "if_configured" and opt("position_embedding_type") != "rope")
     )
@@ -165,5 +170,38 @@ def mamba2_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> 
     if limit is not None and (float(limit[0]) != 0.0 or float(limit[1]) != float("inf")):
         raise InputError(
             f"{spec.name}: time_step_limit {tuple(limit)} is not exported (HF clamps dt with it in prompts only)"
+        )
+    return dims
+
+
+@dataclass(frozen=True)
+class MambaDims:
+    """A Mamba (v1) layer's shapes (Jamba's mamba layers, docs/hybrid-state.md §8.3): I channels
+    (expand * hidden), each with its own state of N (B and C shared by every channel), dt's low rank
+    R, and the causal conv's kernel K over the I channels of x."""
+
+    kernel: int
+    inner: int
+    state: int
+    dt_rank: int
+
+
+def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> MambaDims | None:
+    """The Mamba shapes (None when the model has no such layer). mamba_dt_rank "auto" is
+    ceil(hidden / 16), as the config class resolves it."""
+    if "mamba" not in mixers:
+        return None
+    rank = opt("mamba_dt_rank", "auto")
+    rank = -(-hidden // 16) if rank in (None, "auto") else int(rank)
+    dims = MambaDims(
+        int(opt("mamba_conv_kernel", 0) or 0),
+        int(opt("mamba_expand", 0) or 0) * hidden,
+        int(opt("mamba_state", 0) or 0),
+        rank,
+    )
+    if min(dims.kernel, dims.inner, dims.state, dims.dt_rank) < 1:
+        raise InputError(
+            f"{spec.name} has Mamba layers but its config gives no mamba_d_state/mamba_d_conv/mamba_expand/"
+            "mamba_dt_rank"
         )
     return dims
