@@ -64,5 +64,6 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "mamba_conv_kernel": "mamba_d_conv",
     "mamba_expand": "mamba_expand",
     "mamba_dt_limit": "time_step_limit",
+    "mamba_norm_before_gate": "mamba_norm_before_gate",  # Falcon-H1's gated-norm order
     "position_embedding_type": "position_embedding_type",
 }
