@@ -212,8 +212,8 @@ SEGMENTED_OUTPUTS = ("mamba2",)
 class Multiplier:
     """A constant from the config that one Linear's input or output is multiplied by (µP
     multipliers: Falcon-H1). The graph applies it as a Mul beside the MatMul, in the order HF
-    computes it, rather than folding it into the weight: the products are not powers of two, so
-    a folded weight would round differently (docs/hybrid-state.md §8.3).
+    computes it, rather than folding it into the weight: µP multipliers are in general not powers
+    of two, so a folded weight would round differently (docs/hybrid-state.md §8.3).
 
     module: the Linear, relative to the layer; key: the config key; side: "input" (the Linear
     sees x * m, so a bias is not scaled) or "output" (after its bias). index: one entry of a list

@@ -1,12 +1,14 @@
 """A Mamba2 layer: the token mixer of Granite-4.0-H's mamba layers, with two fixed-size states
-instead of a KV cache (docs/hybrid-state.md §8.2).
+instead of a KV cache (docs/hybrid-state.md §8.2), and of Falcon-H1's layers beside attention (§8.3).
 
     z | xBC | dt = in_proj(h)
     x | B | C    = silu(causal_conv(xBC) + conv bias)          conv state: the last K - 1 inputs
     dt           = softplus(dt + dt_bias),  A = -exp(A_log)   per head
     S            = exp(dt A) S + B (dt x)^T;  y = S^T C + D x  per head; B, C per group, state [Hm, N, P]
-    out          = out_proj(w * rms_per_group(y * silu(z)))    Granite-4.0-H; Falcon-H1 (§8.3) normalizes
-                                                               before the gate, or has no norm at all
+    out          = out_proj(w * rms_per_group(y * silu(z)))
+
+Falcon-H1 normalizes before the gate, out_proj(w * rms_per_group(y) * silu(z)), or has no norm at
+all, out_proj(y * silu(z)); its multipliers on in_proj and out_proj are the spec's (§8.3).
 
 The recurrence is com.microsoft.LinearAttention's `gated` rule with q = C, k = B, v = dt x, a
 per-head decay dt A in log space and scale 1 (§3): its key-major state [Hm, N, P] is HF's
