@@ -43,6 +43,7 @@ FAMILIES = [
     "qwen3_5_moe_text",
     "granitemoehybrid",
     "jamba",
+    "falcon_h1",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -306,6 +307,32 @@ def family_config(model_type: str) -> dict:
             mamba_dt_rank=8,
             mamba_conv_bias=True,
             use_mamba_kernels=False,  # 4.57 runs its CPU path only so (5.x picks it itself, warns, ignores it)
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        )
+    elif model_type == "falcon_h1":  # attention and Mamba2 side by side in every layer, µP multipliers
+        c.update(
+            mamba_d_ssm=96,  # the mixer's inner width, not expand * hidden: 4 heads of 24
+            mamba_n_heads=4,
+            mamba_d_head=24,
+            mamba_n_groups=2,  # two consecutive heads per B/C group
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_chunk_size=16,  # the 70-token prompt spans several of HF's chunks
+            mamba_conv_bias=True,
+            mamba_rms_norm=True,  # the gated group-wise norm, normalizing before the gate
+            mamba_norm_before_gate=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            # every multiplier away from 1 and from the others (one dropped or swapped moves the logits)
+            embedding_multiplier=1.5,
+            lm_head_multiplier=0.75,
+            attention_in_multiplier=1.3,
+            key_multiplier=0.6,
+            attention_out_multiplier=0.8,
+            ssm_in_multiplier=1.25,
+            ssm_out_multiplier=0.7,
+            ssm_multipliers=[0.5, 1.5, 0.8, 1.2, 0.9],  # z | x | B | C | dt
+            mlp_multipliers=[1.4, 0.6],  # gate, down
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
         )

@@ -51,6 +51,10 @@ JAMBA_CACHE_UNDER_4X = (
     "4.57's Jamba forward(use_cache=True) returns no cache without a HybridMambaAttentionDynamicCache "
     "(its uncached logits and its generate() agree with the export)"
 )
+FALCON_H1_CACHE_UNDER_4X = (
+    "4.57's forward(use_cache=True) returns no cache without a FalconHybridMambaAttentionDynamicCache, so its "
+    "decode steps start over (its whole-sequence logits match the export to 3e-6, and its generate() does too)"
+)
 LFM2_CACHED_GENERATE_UNDER_4X = (
     "4.57's generate() with its conv cache gives other tokens than its own uncached greedy decoding "
     "(which 5.x, the export and the 4.57 logits agree with)"
@@ -219,6 +223,11 @@ FAMILIES: tuple[Family, ...] = (
         experts="fused",
         prompt=LONG_PROMPT,
         differs_under_4x=JAMBA_CACHE_UNDER_4X,
+    ),
+    # attention and Mamba2 side by side in every layer (a KV cache and conv + SSM state each), µP
+    # multipliers (Falcon-H1)
+    hybrid(
+        "falcon_h1", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, differs_under_4x=FALCON_H1_CACHE_UNDER_4X
     ),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),

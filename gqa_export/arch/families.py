@@ -15,6 +15,7 @@ from gqa_export.arch.spec import (
     MixerSpec,
     MoeNames,
     MoeSpec,
+    Multiplier,
     PerLayerInputNames,
     Refusal,
     config_keys,
@@ -372,10 +373,37 @@ JAMBA = ArchSpec(
     config_keys=config_keys(layer_types="layers_block_type"),
     ignore=("sliding_window",),
 )
+# Falcon-H1: every layer runs GQA (RoPE) and a Mamba2 mixer side by side on the same normed input
+# and adds their outputs, then a gated MLP; µP multipliers on the embedding, the logits and around
+# the projections, ssm_multipliers per segment (z | x | B | C | dt) of the Mamba2 in_proj; the gated
+# norm is optional (mamba_rms_norm) and may come before the gate (docs/hybrid-state.md §8.4).
+FALCON_H1 = ArchSpec(
+    name="falcon_h1",
+    final_norm="final_layernorm.weight",
+    layer=LayerNames(
+        post_attention_norm="pre_ff_layernorm",
+        gate="feed_forward.gate_proj",
+        up="feed_forward.up_proj",
+        down="feed_forward.down_proj",
+    ),
+    mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="mamba2"),
+    embedding_scale="config",
+    config_keys=config_keys(logit_scale="lm_head_multiplier"),
+    multipliers=(
+        *(Multiplier(f"self_attn.{p}_proj", "attention_in_multiplier", "input") for p in "qkv"),
+        Multiplier("self_attn.k_proj", "key_multiplier"),
+        Multiplier("self_attn.o_proj", "attention_out_multiplier"),
+        Multiplier("mamba.in_proj", "ssm_in_multiplier", "input"),
+        Multiplier("mamba.in_proj", "ssm_multipliers", segments="mamba2"),
+        Multiplier("mamba.out_proj", "ssm_out_multiplier"),
+        Multiplier("feed_forward.gate_proj", "mlp_multipliers", index=0),
+        Multiplier("feed_forward.down_proj", "mlp_multipliers", index=1),
+    ),
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, GRANITEMOEHYBRID, JAMBA,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, GRANITEMOEHYBRID, JAMBA, FALCON_H1,
 )  # fmt: skip

@@ -198,6 +198,10 @@ class MambaNames:
 
 
 MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba")
+# how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
+# instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
+# normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
+MIXINGS = ("replace", "parallel")
 FFN_SIZES = ("config", "two_thirds_rounded", "shared")
 
 
@@ -210,13 +214,39 @@ class MixerSpec:
     its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
     and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
     a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
-    [I, N, 1] SSM state (§8.3)."""
+    [I, N, 1] SSM state (§8.3). mixing (MIXINGS): whether such a layer has the mixer instead of
+    attention or beside it (§8.4)."""
 
     kinds: Mapping[str, str]
+    mixing: str = "replace"
+    every_layer: str | None = None  # a kind every layer has, whatever layer_types says
     short_conv: ShortConvNames = field(default_factory=ShortConvNames)
     gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
     mamba: MambaNames = field(default_factory=MambaNames)
+
+
+MULTIPLIED_SIDES = ("input", "output")
+SEGMENTED_OUTPUTS = ("mamba2",)
+
+
+@dataclass(frozen=True)
+class Multiplier:
+    """A constant from the config that one Linear's input or output is multiplied by (µP
+    multipliers: Falcon-H1). The graph applies it as a Mul beside the MatMul, in the order HF
+    computes it, rather than folding it into the weight: µP multipliers are in general not powers
+    of two, so a folded weight would round differently (docs/hybrid-state.md §8.4).
+
+    module: the Linear, relative to the layer; key: the config key; side: "input" (the Linear
+    sees x * m, so a bias is not scaled) or "output" (after its bias). index: one entry of a list
+    value (mlp_multipliers' gate and down). segments: a list value applied per segment of the
+    output in the mixer's split order ("mamba2": z | x | B | C | dt of the Mamba2 in_proj)."""
+
+    module: str
+    key: str
+    side: str = "output"
+    index: int | None = None
+    segments: str | None = None
 
 
 EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
@@ -268,6 +298,8 @@ class ArchSpec:
     the shared MLP's shared_intermediate_size).
     attention_output_gate: q_proj is twice as wide, each head's rows a query and then a gate, and
     the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
+    multipliers: config constants that scale a Linear's input or output (`Multiplier`, Falcon-H1's
+    µP multipliers); one equal to 1 adds nothing to the graph.
     """
 
     name: str
@@ -309,6 +341,7 @@ class ArchSpec:
     mixers: MixerSpec | None = None
     ffn_size: str = "config"
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
+    multipliers: tuple[Multiplier, ...] = ()
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

@@ -53,8 +53,10 @@ class LayerContext:
 
 
 def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str | None, node: str) -> ir.Value:
-    """x @ concat(W_m.T) (+ concat(b_m) when the checkpoint has the biases)."""
+    """x @ concat(W_m.T) (+ concat(b_m) when the checkpoint has the biases), with the spec's
+    multipliers of these modules' input and output (graph/multipliers.py) where the config sets them."""
     b, params = lc.b, lc.params
+    x = _input_multiplier(lc, x, modules, node)
     graph_name = lc.name(packed_name) if packed_name else lc.name(modules[0])
     weight = b.initializer(graph_name, params.matmul_weight([lc.name(m) for m in modules]))
     y = b.op("MatMul", x, weight, name=f"{node}/MatMul")
@@ -62,7 +64,47 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
         bias_name = lc.name(packed_name, "bias") if packed_name else lc.name(modules[0], "bias")
         bias = b.initializer(bias_name, params.vector([lc.name(m, "bias") for m in modules]))
         y = b.op("Add", y, bias, name=f"{node}/Add")
-    return y
+    return _output_multiplier(lc, y, modules, node)
+
+
+def _input_multiplier(lc: LayerContext, x: ir.Value, modules: list[str], node: str) -> ir.Value:
+    """x times the modules' input multiplier (one for all of them: they are packed into one MatMul)."""
+    if not lc.dims.multipliers:
+        return x
+    found = {lc.dims.multipliers.get((m, "input"), ((0, 1.0),)) for m in modules}
+    assert len(found) == 1, f"{modules} are packed but have different input multipliers"
+    ((_, value),) = found.pop()
+    if value == 1.0:
+        return x
+    scalar = lc.b.const(_in_dtype(lc, value), f"layers.{lc.i}.{node}.input_multiplier")
+    return lc.b.op("Mul", x, scalar, name=f"{node}/input_multiplier")
+
+
+def _output_multiplier(lc: LayerContext, y: ir.Value, modules: list[str], node: str) -> ir.Value:
+    """y times the modules' output multipliers: one scalar, or a vector over the output channels
+    when they differ between the packed modules or between segments of one (a Mamba2 in_proj)."""
+    if not lc.dims.multipliers:
+        return y
+    segments: list[tuple[int, float]] = []
+    for m in modules:
+        width = lc.params.store.info(lc.name(m)).shape[0]
+        for part, value in lc.dims.multipliers.get((m, "output"), ((0, 1.0),)):
+            segments.append((part or width, value))
+    if all(value == 1.0 for _, value in segments):
+        return y
+    values = {value for _, value in segments}
+    scale = (
+        _in_dtype(lc, values.pop())
+        if len(values) == 1
+        else np.concatenate([np.full(width, _in_dtype(lc, value)) for width, value in segments])
+    )
+    multiplier = lc.b.const(scale, f"layers.{lc.i}.{node}.output_multiplier")
+    return lc.b.op("Mul", y, multiplier, name=f"{node}/output_multiplier")
+
+
+def _in_dtype(lc: LayerContext, value: float) -> np.ndarray:
+    """A multiplier in the graph's dtype, rounded through float32 as the weights are."""
+    return np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[lc.params.dtype])
 
 
 def normalize(

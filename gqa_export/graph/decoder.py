@@ -103,12 +103,13 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         with b.scope(f"layers.{i}"):
             lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale)
             layer = dims.layers[i]
+            state = attention = None
             if layer.mixer in STATE_MIXERS:
-                mix = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
-                h, kv[i] = _decoder_layer(lc, h, mix)
-            else:
+                state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
+            if layer.attends:
                 source = kv[layer.kv_source] if layer.shares_kv else None
-                h, kv[i] = _decoder_layer(lc, h, partial(attend, past=pasts.get(i), source=source))
+                attention = partial(attend, past=pasts.get(i), source=source)
+            h, kv[i] = _decoder_layer(lc, h, attention, state)
             if per_layer is not None:
                 h = add_per_layer_input(lc, h, per_layer)
             h = _layer_scalar(lc, h)
@@ -302,23 +303,30 @@ def _state_mixer(
     return y, None
 
 
+Mixer = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
+
+
 def _decoder_layer(
-    lc: LayerContext, h: ir.Value, mix: Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
+    lc: LayerContext, h: ir.Value, attention: Mixer | None, state: Mixer | None
 ) -> tuple[ir.Value, LayerKV | None]:
-    """One layer in the spec's norm layout (pre / sandwich / post). `mix` is the token mixer:
-    attention (projected here by o_proj) or a recurrent-state block that projects its own output."""
+    """One layer in the spec's norm layout (pre / sandwich / post). The token mixer is attention
+    (projected here by o_proj), a recurrent-state block that projects its own output, or both on
+    the same normed input with their outputs added (MixerSpec mixing "parallel": Falcon-H1)."""
     L, b = lc.spec.layer, lc.b
     x = _norm(lc, h, L.input_norm, "input_layernorm")
-    if lc.layer.mixer != "attention":
+    y, kv = None, None
+    if state is not None:
         with b.scope(lc.layer.mixer):
-            y, kv = mix(lc, x)
-    else:
+            y, _ = state(lc, x)
+    if attention is not None:
         with b.scope("attn"):
-            out, kv = mix(lc, x)
+            out, kv = attention(lc, x)
             gate = lc.output_gate.get("gate")
             if gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
-            y = linear(lc, out, [L.o], None, "o_proj")
+            attended = linear(lc, out, [L.o], None, "o_proj")
+        y = attended if y is None else b.op("Add", y, attended, name="parallel_mixers")
+    assert y is not None
     if lc.dims.parallel:  # Phi-2, Cohere, StableLM's parallel residual: both branches off one norm
         with b.scope("mlp"):
             mlp = _mlp(lc, x, h)

@@ -14,7 +14,7 @@ layers point at the layer whose cache they read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
@@ -30,8 +30,10 @@ from gqa_export.graph.layer_kinds import (
     mamba_dims,
     mixer_of,
     nope_layer,
+    parallel_attention,
     sparse_layer,
 )
+from gqa_export.graph.multipliers import Resolved, resolve_multipliers
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 
 SLIDING = "sliding_attention"
@@ -56,10 +58,16 @@ class LayerDims:
     k_eq_v: bool = False  # values are the raw key projection (Gemma-4 full layers, attention_k_eq_v)
     sparse: bool = False  # the MLP is a mixture of experts
     mixer: str = "attention"  # arch.spec.MIXER_KINDS: a short_conv layer has conv state, no KV cache
+    parallel_attention: bool = False  # attention beside the state mixer, outputs added (Falcon-H1)
 
     @property
     def shares_kv(self) -> bool:
         return self.kv_source != self.index
+
+    @property
+    def attends(self) -> bool:
+        """Whether the layer has attention (and so a KV cache unless it shares one)."""
+        return self.mixer == "attention" or self.parallel_attention
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,8 @@ class ModelDims:
     deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
+    # Linear inputs/outputs scaled by config constants: (module, side) -> segments (graph/multipliers.py)
+    multipliers: Resolved = field(default_factory=dict)
 
     @property
     def head_dim(self) -> int:
@@ -129,7 +139,7 @@ class ModelDims:
     @property
     def cache_layers(self) -> tuple[int, ...]:
         """Layers that own a KV cache (graph inputs past_key_values.N.*)."""
-        return tuple(layer.index for layer in self.layers if not layer.shares_kv and layer.mixer == "attention")
+        return tuple(layer.index for layer in self.layers if not layer.shares_kv and layer.attends)
 
     @property
     def kv_producers(self) -> frozenset[int]:
@@ -189,6 +199,7 @@ def read_dims(
     architectures = _get(top, "architectures") or ["?"]
     ple = int(opt("per_layer_input_size", 0) or 0)
     pad = _first(gen.get("pad_token_id", _get(config, "pad_token_id")))
+    mamba2 = mamba2_dims(opt, spec, [layer.mixer for layer in layers], int(config.hidden_size))
     return ModelDims(
         model_type=str(top.model_type),
         architecture=str(architectures[0]),
@@ -223,8 +234,9 @@ def read_dims(
         logits_multiplier=float(opt("logit_scale", 1.0)),
         conv_kernel=conv_kernel(opt, spec, mixers := [layer.mixer for layer in layers]),
         deltanet=deltanet_dims(opt, spec, mixers),
-        mamba2=mamba2_dims(opt, spec, mixers, hidden),
+        mamba2=mamba2,
         mamba=mamba_dims(opt, spec, mixers, hidden),
+        multipliers=resolve_multipliers(config, spec, mamba2),
     )
 
 
@@ -290,6 +302,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
                 k_eq_v=k_eq_v and types is not None and not sliding,
                 sparse=sparse_layer(opt, spec, i),
                 mixer=mixer_of(spec, layer_type),
+                parallel_attention=parallel_attention(spec, mixer_of(spec, layer_type)),
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

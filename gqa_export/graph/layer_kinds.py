@@ -47,10 +47,18 @@ def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
 
 
 def mixer_of(spec: ArchSpec, layer_type: str | None) -> str:
-    """A layer's mixer kind: attention unless the family's spec maps its type to another."""
+    """A layer's mixer kind: the spec's kind for every layer (Falcon-H1, whose 4.x configs name no
+    layer types), else attention unless the family's spec maps its type to another."""
+    if spec.mixers is not None and spec.mixers.every_layer is not None:
+        return spec.mixers.every_layer
     if spec.mixers is None or layer_type is None:
         return "attention"
     return spec.mixers.kinds.get(layer_type, "attention")
+
+
+def parallel_attention(spec: ArchSpec, mixer: str) -> bool:
+    """Whether a layer runs attention beside its recurrent-state mixer (MixerSpec mixing "parallel")."""
+    return mixer != "attention" and spec.mixers is not None and spec.mixers.mixing == "parallel"
 
 
 def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int:
@@ -134,6 +142,9 @@ class Mamba2Dims:
     head_dim: int
     groups: int
     state: int
+    # the gated norm normalizes y, then multiplies by silu(z) (Falcon-H1's mamba_norm_before_gate);
+    # else it normalizes y * silu(z) (Granite-4.0-H)
+    norm_before_gate: bool = False
 
     @property
     def inner(self) -> int:
@@ -158,7 +169,12 @@ def mamba2_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> 
     if head_dim in (None, "auto") and heads:
         head_dim = int(opt("mamba_expand", 2)) * hidden // heads
     dims = Mamba2Dims(
-        int(opt("mamba_conv_kernel", 0) or 0), heads, int(head_dim or 0), groups, int(opt("mamba_state", 0) or 0)
+        int(opt("mamba_conv_kernel", 0) or 0),
+        heads,
+        int(head_dim or 0),
+        groups,
+        int(opt("mamba_state", 0) or 0),
+        bool(opt("mamba_norm_before_gate", False)),
     )
     if min(dims.kernel, dims.heads, dims.head_dim, dims.state) < 1:
         raise InputError(

@@ -1,11 +1,14 @@
 """A Mamba2 layer: the token mixer of Granite-4.0-H's mamba layers, with two fixed-size states
-instead of a KV cache (docs/hybrid-state.md §8.2).
+instead of a KV cache (docs/hybrid-state.md §8.2), and of Falcon-H1's layers beside attention (§8.4).
 
     z | xBC | dt = in_proj(h)
     x | B | C    = silu(causal_conv(xBC) + conv bias)          conv state: the last K - 1 inputs
     dt           = softplus(dt + dt_bias),  A = -exp(A_log)   per head
     S            = exp(dt A) S + B (dt x)^T;  y = S^T C + D x  per head; B, C per group, state [Hm, N, P]
     out          = out_proj(w * rms_per_group(y * silu(z)))
+
+Falcon-H1 normalizes before the gate, out_proj(w * rms_per_group(y) * silu(z)), or has no norm at
+all, out_proj(y * silu(z)); its multipliers on in_proj and out_proj are the spec's (§8.4).
 
 The recurrence is com.microsoft.LinearAttention's `gated` rule with q = C, k = B, v = dt x, a
 per-head decay dt A in log space and scale 1 (§3): its key-major state [Hm, N, P] is HF's
@@ -75,15 +78,29 @@ def mamba2(
     d_skip = b.initializer(d_name, lc.params.derived(d_name, lambda v: v.reshape(-1, 1), (m.heads, 1)))  # [Hm, 1]
     y = b.op("Add", core, b.op("Reshape", b.op("Mul", x_heads, d_skip), flat), name="d_skip")
 
-    gated = b.op("Mul", y, b.op("Mul", z, b.op("Sigmoid", z)), name="silu_gate")
+    silu_z = b.op("Mul", z, b.op("Sigmoid", z))
+    if not lc.has(names.norm):  # no gated norm in the checkpoint (Falcon-H1's mamba_rms_norm off): y * silu(z)
+        mixed = b.op("Mul", y, silu_z, name="silu_gate")
+    elif m.norm_before_gate:  # Falcon-H1: w * rms_per_group(y), then * silu(z)
+        mixed = b.op("Mul", _group_norm(lc, y, flat), silu_z, name="silu_gate")
+    else:  # Granite-4.0-H: w * rms_per_group(y * silu(z))
+        mixed = _group_norm(lc, b.op("Mul", y, silu_z, name="silu_gate"), flat)
+    y = typed(linear(lc, mixed, [names.out_proj], None, "out_proj"), dtype, [B, S, dims.hidden_size])
+    return y, present_conv, present_ssm
+
+
+def _group_norm(lc: LayerContext, x: ir.Value, flat: ir.Value) -> ir.Value:
+    """The gated norm's RMSNorm of x [B, S, I] over each group's I / G channels, times its weight [I]
+    (`flat`: the shape [0, 0, I] back)."""
+    b, m, dtype = lc.b, lc.dims.mamba2, lc.params.dtype
+    assert m is not None and lc.spec.mixers is not None
     group_size = m.inner // m.groups
-    per_group = b.op("Reshape", gated, b.const([0, 0, m.groups, group_size], "groups", "int64"))
+    per_group = b.op("Reshape", x, b.const([0, 0, m.groups, group_size], "groups", "int64"))
     ones = b.const(np.ones(group_size, NUMPY_DTYPES[dtype]), "unit_weight")
     normed = b.op(
-        "SimplifiedLayerNormalization", per_group, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name="gated_norm"
-    )
-    norm_name = lc.name(names.norm)
+        "SimplifiedLayerNormalization", per_group, ones, axis=-1, epsilon=lc.dims.rms_eps, stash_type=1,
+        name="gated_norm",
+    )  # fmt: skip
+    norm_name = lc.name(lc.spec.mixers.mamba2.norm)
     norm_weight = b.initializer(norm_name, lc.params.vector([norm_name]))
-    normed = b.op("Mul", b.op("Reshape", normed, flat), norm_weight, name="norm_weight")
-    y = typed(linear(lc, normed, [names.out_proj], None, "out_proj"), dtype, [B, S, dims.hidden_size])
-    return y, present_conv, present_ssm
+    return b.op("Mul", b.op("Reshape", normed, flat), norm_weight, name="norm_weight")

@@ -1,0 +1,54 @@
+"""Config constants that scale one Linear's input or output (the spec's `Multiplier`s: Falcon-H1's
+µP multipliers), resolved once per model and applied by `graph.blocks.linear` as Mul nodes in the
+order HF computes them (docs/hybrid-state.md §8.4).
+
+A resolved multiplier is a tuple of (width, value) segments over the Linear's output channels;
+width 0 means every channel (one scalar). Input multipliers are always one scalar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gqa_export.arch.spec import ArchSpec, Multiplier
+from gqa_export.errors import InputError
+from gqa_export.graph.layer_kinds import Mamba2Dims
+
+Segments = tuple[tuple[int, float], ...]
+Resolved = Mapping[tuple[str, str], Segments]  # (module, side) -> segments
+
+
+def resolve_multipliers(config: Any, spec: ArchSpec, mamba2: Mamba2Dims | None) -> Resolved:
+    """Each of the spec's multipliers with its config value; those equal to 1 everywhere are left
+    out (they add no node). A missing key means 1, as the config classes default it."""
+    out: dict[tuple[str, str], Segments] = {}
+    for m in spec.multipliers:
+        value = getattr(config, m.key, None)
+        if value is None:
+            continue
+        segments = _segments(m, value, spec, mamba2)
+        if any(v != 1.0 for _, v in segments):
+            out[(m.module, m.side)] = segments
+    return out
+
+
+def _segments(m: Multiplier, value: Any, spec: ArchSpec, mamba2: Mamba2Dims | None) -> Segments:
+    if m.segments is None:
+        scalar = value[m.index] if m.index is not None else value
+        return ((0, float(scalar)),)
+    widths = _SEGMENT_WIDTHS[m.segments](mamba2)
+    values = [float(v) for v in value]
+    if len(values) != len(widths):
+        raise InputError(f"{spec.name}: {m.key} has {len(values)} entries; the {m.segments} split has {len(widths)}")
+    return tuple(zip(widths, values, strict=True))
+
+
+def _mamba2_widths(m: Mamba2Dims | None) -> tuple[int, ...]:
+    """The Mamba2 in_proj's output split, z | x | B | C | dt."""
+    assert m is not None, "a Mamba2 multiplier on a model without Mamba2 layers"
+    group_width = m.groups * m.state
+    return m.inner, m.inner, group_width, group_width, m.heads
+
+
+_SEGMENT_WIDTHS: dict[str, Callable[[Mamba2Dims | None], tuple[int, ...]]] = {"mamba2": _mamba2_widths}
