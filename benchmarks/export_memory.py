@@ -1,9 +1,12 @@
 """Export time and peak memory of `gqa-export build` vs the checkpoint size.
 
-    python benchmarks/export_memory.py [--shape 150m|1b] [--precision fp32|fp16] [--ep cpu|cuda]
+    python benchmarks/export_memory.py [--shape 150m|1b|qwen3_5-230m] [--precision fp32|fp16] [--ep cpu|cuda]
 
 Peak RSS of the whole build process (fetch -> package, smoke run off) comes from wait4() on that
-one process. The result is appended to benchmarks/results/export_memory.md.
+one process. The result is appended to benchmarks/results/export_memory.md. The Llama shapes are
+written by benchmarks/random_llama.py, the hybrid one (a Qwen3.5 text decoder: gated-DeltaNet
+layers with a conv and a recurrent state, every fourth layer gated attention) by
+benchmarks/random_hybrid.py.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from datetime import date
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "export_memory.md"
+HYBRID_SHAPES = ("qwen3_5-230m",)  # benchmarks/random_hybrid.py SHAPES
 
 
 def folder_bytes(path: Path) -> int:
@@ -37,7 +41,8 @@ def main() -> None:
         # The checkpoint is written by a separate process: a child forked from a parent that held
         # big arrays would report the parent's pages in its own peak RSS.
         ckpt = Path(tmp) / "ckpt"
-        script = Path(__file__).parent / "random_llama.py"
+        maker = "random_hybrid.py" if args.shape in HYBRID_SHAPES else "random_llama.py"
+        script = Path(__file__).parent / maker
         subprocess.run(
             [sys.executable, str(script), str(ckpt), "--shape", args.shape, "--dtype", args.dtype], check=True
         )

@@ -108,7 +108,9 @@ def genai_prompt_then_greedy(package: Path, prompt: list[int], new: int) -> tupl
 class OrtStepper:
     """Prefill then one-token decode steps over a shared max_length KV buffer."""
 
-    def __init__(self, package: Path, max_length: int = 128, provider: str = "CPUExecutionProvider") -> None:
+    def __init__(
+        self, package: Path, max_length: int = 128, provider: str = "CPUExecutionProvider", batch: int = 1
+    ) -> None:
         import onnxruntime as ort
 
         self.session = ort.InferenceSession(str(package / "model.onnx"), providers=[provider])
@@ -118,24 +120,29 @@ class OrtStepper:
         for value in self.session.get_inputs():
             if value.name.startswith("past_key_values."):
                 dtype = np.float16 if "float16" in value.type else np.float32
-                shape = (1, value.shape[1], max_length, value.shape[3])
+                shape = (batch, value.shape[1], max_length, value.shape[3])
                 self.kv[value.name] = ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype))
         # recurrent state (short-convolution layers' past.N.conv): zeros of the input's static
         # shape, replaced by the present after every step, as onnxruntime-genai swaps them
         self.state = {
-            value.name: np.zeros((1, *value.shape[1:]), np.float16 if "float16" in value.type else np.float32)
+            value.name: np.zeros((batch, *value.shape[1:]), np.float16 if "float16" in value.type else np.float32)
             for value in self.session.get_inputs()
             if value.name.startswith("past.")
         }
         self.length = 0
 
     def step(self, tokens: list[int]) -> np.ndarray:
-        """Feed `tokens`; returns their logits [len(tokens), vocab] as float32."""
+        """Feed `tokens` (batch 1); returns their logits [len(tokens), vocab] as float32."""
         self.length += len(tokens)
+        return self.run(np.array([tokens], np.int64), np.ones((1, self.length), np.int64))[0]
+
+    def run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """One run of ids [B, S] with the whole attention_mask [B, T] (a padded batch: zeros at
+        the padding); returns the logits [B, S, vocab] as float32."""
         io = self.session.io_binding()
         io.bind_output("logits")
-        io.bind_cpu_input("input_ids", np.array([tokens], np.int64))
-        io.bind_cpu_input("attention_mask", np.ones((1, self.length), np.int64))
+        io.bind_cpu_input("input_ids", ids.astype(np.int64))
+        io.bind_cpu_input("attention_mask", mask.astype(np.int64))
         for name, buf in self.kv.items():
             io.bind_ortvalue_input(name, buf)
             io.bind_ortvalue_output(name.replace("past_key_values.", "present."), buf)
@@ -146,7 +153,46 @@ class OrtStepper:
         outputs = io.copy_outputs_to_cpu()
         for name, present in zip(self.state, outputs[len(outputs) - len(self.state) :], strict=True):
             self.state[name] = present
-        return outputs[0][0].astype(np.float32)
+        return outputs[0].astype(np.float32)
+
+
+def ort_padded_batch(
+    package: Path, prompts: list[list[int]], decode: list[list[int]], pad: int, left: bool = False
+) -> list[np.ndarray]:
+    """A batch of prompts of different lengths through ORT as onnxruntime-genai feeds it: padded
+    with `pad` (on the right, zeros in attention_mask there; `left` pads before the tokens), then
+    one token of each row of `decode` per step, the mask growing by a column of ones. Returns each
+    row's logits [len(prompt) + len(decode), vocab]: its real prompt positions, then the steps."""
+    width = max(map(len, prompts))
+    rows = [([pad] * (width - len(p)) + p) if left else (p + [pad] * (width - len(p))) for p in prompts]
+    real = [slice(width - len(p), width) if left else slice(0, len(p)) for p in prompts]
+    mask = np.zeros((len(prompts), width), np.int64)
+    for r, columns in enumerate(real):
+        mask[r, columns] = 1
+    stepper = OrtStepper(package, batch=len(prompts))
+    runs = [stepper.run(np.array(rows), mask)]
+    for k in range(len(decode[0])):
+        mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
+        runs.append(stepper.run(np.array([[d[k]] for d in decode]), mask))
+    return [np.concatenate([runs[0][r, real[r]], *(run[r] for run in runs[1:])]) for r in range(len(prompts))]
+
+
+def genai_padded_batch_greedy(package: Path, prompts: list[list[int]], pad: int, new: int) -> list[list[int]]:
+    """onnxruntime-genai's greedy `new` tokens per row of a batch of prompts of different lengths,
+    right-padded with `pad` (the config's pad_token_id) as its batched append_tokens expects."""
+    import onnxruntime_genai as og
+
+    from gqa_export.runtime.run import load
+
+    model = load(package, "cpu")
+    width = max(map(len, prompts))
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, batch_size=len(prompts), max_length=width + new, min_length=width + new)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array([p + [pad] * (width - len(p)) for p in prompts], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    return [[int(t) for t in generator.get_sequence(r)][width:] for r in range(len(prompts))]
 
 
 def ort_prefill_and_decode(package: Path, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:

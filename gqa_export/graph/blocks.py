@@ -16,6 +16,7 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
+from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
 
@@ -33,6 +34,7 @@ class LayerContext:
     params: Params
     packed_qkv: bool
     query_scale: ir.Value | None = None  # [B,S,1] per-token query multiplier (Ministral-3)
+    padding: StatePadding | None = None  # this run's padding, for the recurrent-state mixers
     # the attention output gate [B,S,Nq*D] that qkv_projection splits off q_proj for the layer to
     # apply after attention (spec attention_output_gate, Qwen3.5)
     output_gate: dict[str, ir.Value] = field(default_factory=dict)

@@ -25,7 +25,7 @@ from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2
-from gqa_export.graph.masks import MaskKind, mask_values, token_positions
+from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
@@ -98,10 +98,11 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
+    padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
     kv: dict[int, LayerKV | None] = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale)
+            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale, padding)
             layer = dims.layers[i]
             state = attention = None
             if layer.mixer in STATE_MIXERS:

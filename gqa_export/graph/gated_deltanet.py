@@ -14,6 +14,10 @@ maps each of the Hv state heads to key head j * Hk / Hv, HF's repeat_interleave 
 exactly against HF on CPU (§6.3). onnxruntime-genai's RecurrentState finds these layers by the
 `past.N.recurrent` inputs and binds `past.N.conv` under the same index, both allocated as zeros
 from the inputs' static dims (§1.1, §1.3).
+
+Padding (§1.5): the input is zeroed at pad positions, as HF does, and beta and g are too, so a
+right-padded row's state comes out of the prompt as it was at its last real token (HF itself lets
+g decay the state over trailing padding); the conv state ends at that token.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import onnx_ir as ir
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.params import NUMPY_DTYPES
-from gqa_export.graph.recurrent_state import causal_conv, state_shapes
+from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
 
 B, S = "batch_size", "sequence_length"
 L2_EPS = 1e-6  # HF's l2norm(eps=1e-6) of q and k (the official builder's LpNormalization has none, §6.4)
@@ -40,6 +44,8 @@ def gated_deltanet(
     names = lc.spec.mixers.gated_deltanet
     key_width, value_width = d.key_heads * d.key_dim, d.value_heads * d.value_dim
     recurrent_shape = state_shapes(dims, "gated_deltanet")[1]
+    assert lc.padding is not None
+    x = without_padding(lc, x)
 
     mixed = linear(lc, x, [names.qkv], None, "in_proj_qkv")
     convolved, present_conv = causal_conv(lc, mixed, names.conv, past_conv, "silu", "gated_deltanet")
@@ -48,13 +54,16 @@ def gated_deltanet(
     q = _l2_norm(b, q, d.key_heads, d.key_dim, float(d.key_dim) ** -0.5, dtype, "q")  # l2norm, then * dk^-0.5
     k = _l2_norm(b, k, d.key_heads, d.key_dim, 1.0, dtype, "k")
 
-    beta = b.op("Sigmoid", linear(lc, x, [names.b], None, "in_proj_b"), name="beta")
+    beta = b.op("Sigmoid", linear(lc, x, [names.b], None, "in_proj_b"))
     a = linear(lc, x, [names.a], None, "in_proj_a")
     dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
     a_log = lc.name(names.a_log, "")  # decay_scale = -exp(A_log), as HF computes it, in fp32
     scale = lc.params.derived(a_log, lambda v: -np.exp(v))
     decay_scale = b.initializer(f"{a_log.rpartition('.')[0]}.decay_scale", scale)
-    decay = b.op("Mul", decay_scale, b.op("Softplus", b.op("Add", a, dt_bias)), name="decay")  # log-space g
+    decay = b.op("Mul", decay_scale, b.op("Softplus", b.op("Add", a, dt_bias)))  # log-space g
+    # a pad position leaves the state as it is: decay exp(0) = 1 and no delta update (beta 0)
+    beta = b.op("Mul", beta, lc.padding.keep, name="beta")
+    decay = b.op("Mul", decay, lc.padding.keep, name="decay")
 
     core, present_recurrent = b.op_multi(
         "LinearAttention",

@@ -17,6 +17,10 @@ repeat_interleave of B and C over consecutive heads. The D skip, the gate and th
 are plain ops. The conv is com.microsoft.CausalConvWithState with its bias and silu,
 channels-last (§2). onnxruntime-genai's RecurrentState finds these layers by their
 `past.N.recurrent` inputs and binds `past.N.conv` under the same index (§1.1, §8.2).
+
+Padding (§1.5): the input is zeroed at pad positions, as HF does, and so is dt, which holds the
+SSM state over a right-padded row's trailing padding (HF lets it decay there); the conv state ends
+at the row's last real token.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import onnx_ir as ir
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
 from gqa_export.graph.params import NUMPY_DTYPES
-from gqa_export.graph.recurrent_state import causal_conv, state_shapes
+from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
 
 B, S = "batch_size", "sequence_length"
 
@@ -43,7 +47,7 @@ def mamba2(
     ssm_shape = state_shapes(dims, "mamba2")[1]
     group_width = m.groups * m.state
 
-    projected = linear(lc, x, [names.in_proj], None, "in_proj")
+    projected = linear(lc, without_padding(lc, x), [names.in_proj], None, "in_proj")
     sizes = b.const([m.inner, m.conv_channels, m.heads], "in_proj_split", "int64")
     z, xbc, dt = b.op_multi("Split", projected, sizes, axis=-1, outputs=3, name="split_z_xbc_dt")
     convolved, present_conv = causal_conv(lc, xbc, names.conv, past_conv, "silu", "mamba2")
@@ -51,7 +55,8 @@ def mamba2(
     xs, keys, queries = b.op_multi("Split", convolved, sizes, axis=-1, outputs=3, name="split_x_b_c")
 
     dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
-    dt = b.op("Softplus", b.op("Add", dt, dt_bias), name="dt")  # [B, S, Hm]
+    # [B, S, Hm], 0 at pad positions: decay exp(0) = 1 and v = dt x = 0 leave the state as it is
+    dt = without_padding(lc, b.op("Softplus", b.op("Add", dt, dt_bias)), name="dt")
     a_log = lc.name(names.a_log, "")  # decay_scale = A = -exp(A_log), as HF computes it, in fp32
     decay_scale = b.initializer(
         f"{a_log.rpartition('.')[0]}.decay_scale", lc.params.derived(a_log, lambda v: -np.exp(v))

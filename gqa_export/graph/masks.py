@@ -44,6 +44,17 @@ class MaskValues:
     biases: dict[MaskKind, ir.Value]  # [B,1,S,T] additive bias per layer kind
 
 
+@dataclass(frozen=True)
+class StatePadding:
+    """Which of this run's tokens the recurrent-state mixers take in. onnxruntime-genai marks a
+    batched prompt's trailing pad_token_id run with zeros in attention_mask (right padding) and
+    feeds every generated token with a 1 (docs/hybrid-state.md §1.5): a row's state must come out
+    of the prompt as if the prompt had stopped at its last real token."""
+
+    keep: ir.Value  # [B,S,1] float: attention_mask's last S columns (1 a token, 0 padding)
+    end: ir.Value  # [B,1] int64: 1 + the run index of the last token (S when nothing trails it)
+
+
 def _i64(b: GraphBuilder, values: list[int], name: str) -> ir.Value:
     return b.const(values, name, "int64")
 
@@ -118,6 +129,20 @@ def mask_values(
             name = f"bias_window{kind.window}" + ("_bidirectional" if bi is not None else "")
             biases[kind] = b.op("Unsqueeze", bias, one, name=name)  # [B,1,S,T]
     return MaskValues(positions, total, write_index, nonpad, biases)
+
+
+def state_padding(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType) -> StatePadding:
+    """The padding of this run's S tokens, read from attention_mask's last S columns."""
+    with b.scope("state_padding"):
+        zero, one = _i64(b, [0], "zero"), _i64(b, [1], "one")
+        total = b.op("Shape", attention_mask, start=1, end=2)
+        chunk = b.op("Shape", input_ids, start=1, end=2)
+        chunk_mask = b.op("Slice", attention_mask, b.op("Sub", total, chunk), total, one)  # [B,S]
+        keep = b.op("Unsqueeze", b.op("Cast", chunk_mask, to=dtype), _i64(b, [2], "two"), name="keep")
+        unit = _i64(b, 1, "unit")  # a scalar 1
+        steps = b.op("Range", unit, b.op("Add", b.op("Squeeze", chunk, zero), unit), unit)  # [S]: 1..S
+        end = b.op("ReduceMax", b.op("Mul", chunk_mask, steps), one, keepdims=1, name="end")  # [B,1]
+    return StatePadding(keep, end)
 
 
 def token_positions(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value) -> ir.Value:

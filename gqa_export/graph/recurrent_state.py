@@ -11,6 +11,7 @@ order listed here.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext
@@ -83,23 +84,41 @@ def add_state_outputs(
             b.output(value, present % i, dtype, shape)
 
 
+def without_padding(lc: LayerContext, x: ir.Value, name: str = "keep_tokens") -> ir.Value:
+    """x [B, S, ...] with the padding's positions zeroed: what HF's mixers do to their input
+    (apply_mask_to_padding_states, docs/hybrid-state.md §4 item 5), which leaves a left-padded
+    row's conv and recurrent state at zeros until its first token."""
+    assert lc.padding is not None
+    return lc.b.op("Mul", x, lc.padding.keep, name=name)
+
+
 def causal_conv(
     lc: LayerContext, x: ir.Value, module: str, past: ir.Value, activation: str, mixer: str
 ) -> tuple[ir.Value, ir.Value]:
     """The depthwise causal convolution every state mixer starts with: com.microsoft.CausalConvWithState,
     channels-last, over x [B, S, C] with the checkpoint's kernel [C, 1, K] (and its bias where the
     checkpoint stores one), convolving concat(past, x) (docs/hybrid-state.md §2). Returns (the
-    output [B, S, C], the new conv state, typed as the mixer's first state)."""
+    output [B, S, C], the new conv state, typed as the mixer's first state).
+
+    The new state is the K - 1 inputs that end at the run's last real token, gathered per row from
+    concat(past, x): the op's own present (the last K - 1 columns) would hold a right-padded row's
+    pad positions (docs/hybrid-state.md §1.5). The op convolves the concatenation without a past,
+    so nothing reads `past` after the state is written (the runtime may bind both to one buffer,
+    §1.3); the first K - 1 outputs, which only the zeros before `past` reach, are sliced off."""
     b = lc.b
+    assert lc.padding is not None
     weight_name = lc.name(module)
     weight = b.initializer(weight_name, lc.params.tensor(weight_name))
     bias = None
     if lc.has(module, "bias"):
         bias_name = lc.name(module, "bias")
         bias = b.initializer(bias_name, lc.params.vector([bias_name]))
-    convolved, present = b.op_multi(
+    state_shape = state_shapes(lc.dims, mixer)[0]
+    width = int(state_shape[1])  # K - 1
+    history = b.op("Concat", past, x, axis=1, name="past_and_run")  # [B, K - 1 + S, C]
+    convolved, _ = b.op_multi(
         "CausalConvWithState",
-        x, weight, bias, past,
+        history, weight, bias,
         domain="com.microsoft",
         outputs=2,
         ndim=1,
@@ -107,5 +126,13 @@ def causal_conv(
         activation=activation,
         name="causal_conv",
     )  # fmt: skip
-    typed(present, lc.params.dtype, state_shapes(lc.dims, mixer)[0])
+    convolved = b.op(
+        "Slice", convolved, b.const([width], "conv_start", "int64"), b.const([2**62], "conv_stop", "int64"),
+        b.const([1], "conv_axis", "int64"), name="run_outputs",
+    )  # fmt: skip
+    # rows end + j of the concatenation, j < K - 1: the K - 1 inputs up to the last real token
+    offsets = b.const(np.arange(width, dtype=np.int64).reshape(1, width), "state_offsets")
+    rows = b.op("Unsqueeze", b.op("Add", lc.padding.end, offsets), b.const([2], "state_axis", "int64"))
+    present = b.op("GatherND", history, rows, batch_dims=1, name="conv_state")  # [B, K - 1, C]
+    typed(present, lc.params.dtype, state_shape)
     return convolved, present

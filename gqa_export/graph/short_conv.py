@@ -8,7 +8,8 @@ concat(state, this run's inputs) and returns the new state (docs/hybrid-state.md
 is channels-last ([B, S, H], state [B, K - 1, H]), so in_proj's output splits without
 transposes. onnxruntime-genai allocates the state from the input's static shape, starts it at
 zeros and binds `past.N.conv` / `present.N.conv` by the names genai_config lists
-(docs/hybrid-state.md §1.2, §1.3).
+(docs/hybrid-state.md §1.2, §1.3). Padding: the input is zeroed at pad positions, as HF does, and
+the new state ends at each row's last real token (§1.5, graph/recurrent_state.py causal_conv).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
-from gqa_export.graph.recurrent_state import causal_conv
+from gqa_export.graph.recurrent_state import causal_conv, without_padding
 
 B, S = "batch_size", "sequence_length"
 
@@ -28,7 +29,7 @@ def short_conv(lc: LayerContext, x: ir.Value, past: ir.Value) -> tuple[ir.Value,
     assert lc.spec.mixers is not None
     names = lc.spec.mixers.short_conv
     hidden = dims.hidden_size
-    projected = linear(lc, x, [names.in_proj], None, "in_proj")
+    projected = linear(lc, without_padding(lc, x), [names.in_proj], None, "in_proj")
     gate_b, gate_c, inputs = b.op_multi(
         "Split", projected, b.const([hidden] * 3, "bcx_split", "int64"), axis=-1, outputs=3, name="split_bcx"
     )
