@@ -14,7 +14,9 @@ v = dt x and the decay in log space given per key dimension, dt_c A_c (§3: the 
 [B, T, heads * dk] as well as one per head). Its key-major state [I, N, 1] is HF's [I, N] with a unit
 value axis. The D skip and the gate are plain ops. The conv is com.microsoft.CausalConvWithState with
 its bias and silu, channels-last (§2); onnxruntime-genai's RecurrentState finds these layers by their
-`past.N.recurrent` inputs and binds `past.N.conv` under the same index (§1.1).
+`past.N.recurrent` inputs and binds `past.N.conv` under the same index (§1.1). Padding (§1.5): the
+input and dt are zeroed at pad positions, which holds the SSM state over a right-padded row's
+trailing padding; the conv state ends at the row's last token (recurrent_state.causal_conv).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear, normalize
 from gqa_export.graph.builder import typed
-from gqa_export.graph.recurrent_state import causal_conv, state_shapes
+from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
 
 B, S = "batch_size", "sequence_length"
 
@@ -38,7 +40,7 @@ def mamba(
     assert m is not None and lc.spec.mixers is not None
     names = lc.spec.mixers.mamba
 
-    projected = linear(lc, x, [names.in_proj], None, "in_proj")
+    projected = linear(lc, without_padding(lc, x), [names.in_proj], None, "in_proj")
     halves = b.const([m.inner, m.inner], "in_proj_split", "int64")
     xs, z = b.op_multi("Split", projected, halves, axis=-1, outputs=2, name="split_x_z")
     convolved, present_conv = causal_conv(lc, xs, names.conv, past_conv, "silu", "mamba")
@@ -50,7 +52,8 @@ def mamba(
     dt = normalize(b, dt, lc.name(names.dt_norm), params, dims, "dt_layernorm", m.dt_rank)
     keys = normalize(b, keys, lc.name(names.b_norm), params, dims, "b_layernorm", m.state)
     queries = normalize(b, queries, lc.name(names.c_norm), params, dims, "c_layernorm", m.state)
-    dt = b.op("Softplus", linear(lc, dt, [names.dt_proj], None, "dt_proj"), name="dt")  # [B, S, I]
+    # [B, S, I], zero at padding: the state decays by exp(0) and gains nothing there (§1.5)
+    dt = without_padding(lc, b.op("Softplus", linear(lc, dt, [names.dt_proj], None, "dt_proj")), name="dt")
 
     a_log = lc.name(names.a_log, "")  # decay_scale = A = -exp(A_log) [I, N], as HF computes it, in fp32
     decay_scale = b.initializer(f"{a_log.rpartition('.')[0]}.decay_scale", params.derived(a_log, lambda v: -np.exp(v)))
