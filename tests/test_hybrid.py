@@ -413,3 +413,20 @@ def test_qwen3_next_mutant_renormalized_top_k_fails_parity(builds, tmp_path):
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, smoke=False))
     assert _parity_error(package, builds.checkpoint(NEXT)) > 1e-2  # measured 1.7
+
+
+def test_qwen3_next_sparse_step_variant_matches_hf(tmp_path):
+    """Experts every second layer (decoder_sparse_step 2: dense MLPs on 0 and 2), four value heads
+    per key head (r = 4, dv = dk), top-k renormalized (norm_topk_prob true, the hub's setting)."""
+    from dense_models import save_dense
+
+    overrides = dict(decoder_sparse_step=2, mlp_only_layers=[], norm_topk_prob=True)
+    checkpoint = save_dense(tmp_path / "ckpt", NEXT, linear_num_value_heads=8, linear_value_head_dim=16, **overrides)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package))
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    assert [n.op_type for n in graph.node].count("MoE") == 2
+    assert _parity_error(package, checkpoint) < 1e-4
+    prompt = [0, 17, 45, 99, 200, 3, 7]
+    _, tokens = genai_prompt_then_greedy(package, prompt, 20)
+    assert tokens == hf_generate(hf_model(checkpoint), prompt, 20) and len(set(tokens)) >= 4
