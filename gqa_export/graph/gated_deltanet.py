@@ -14,6 +14,9 @@ maps each of the Hv state heads to key head j * Hk / Hv, HF's repeat_interleave 
 exactly against HF on CPU (§6.3). onnxruntime-genai's RecurrentState finds these layers by the
 `past.N.recurrent` inputs and binds `past.N.conv` under the same index, both allocated as zeros
 from the inputs' static dims (§1.1, §1.3).
+
+Qwen3-Next stores the same projections fused per key head (in_proj_qkvz, in_proj_ba); their rows
+are selected into the separate weights as they are streamed, so the graph is the same (§8.3).
 """
 
 from __future__ import annotations
