@@ -41,6 +41,7 @@ FAMILIES = [
     "qwen3_5_text",
     "lfm2_moe",
     "qwen3_5_moe_text",
+    "qwen3_next",
     "granitemoehybrid",
     "jamba",
     "falcon_h1",
@@ -270,6 +271,20 @@ def family_config(model_type: str) -> dict:
     elif model_type == "qwen3_5_moe_text":  # Qwen3.5 + experts (softmax top-k, renormalized) + shared expert
         c = family_config("qwen3_5_text")
         c.update(num_experts=6, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+    elif model_type == "qwen3_next":  # Qwen3.5-MoE's layers with the DeltaNet projections fused per key head
+        c = family_config("qwen3_5_text")
+        del c["layer_types"]
+        c.update(
+            full_attention_interval=2,  # linear/full/linear/full, as the hub configs spell the pattern
+            linear_value_head_dim=32,  # dv != dk: the fused rows' v and z pieces are wider than q and k
+            num_experts=6,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            mlp_only_layers=[2],  # a dense MLP (intermediate_size) on a DeltaNet layer
+            norm_topk_prob=False,  # the top-k weights as the softmax gave them (the config decides)
+            rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        )
     elif model_type == "granitemoehybrid":  # Mamba2 (conv + SSM state) + NoPE GQA layers, experts + shared MLP
         c.update(
             num_hidden_layers=4,
@@ -350,7 +365,7 @@ def _randomize(model, model_type: str, g: torch.Generator):
             mod, leaf = name.rsplit(".", 1)
             is_norm = "norm" in mod.rsplit(".", 1)[-1] or ".norms." in mod or mod.endswith("layernorm")
             if is_norm and leaf == "weight":
-                zero_centred = model_type in ("qwen3_5_text", "qwen3_5_moe_text") and not mod.endswith(
+                zero_centred = model_type in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next") and not mod.endswith(
                     "linear_attn.norm"
                 )
                 if model_type == "nemotron" or zero_centred:

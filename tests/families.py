@@ -204,6 +204,19 @@ FAMILIES: tuple[Family, ...] = (
         prompt=LONG_PROMPT,
         since_major=5,
     ),
+    # Qwen3.5-MoE's layers with the DeltaNet projections fused per key head, a dense MLP on an
+    # mlp_only_layers layer, top-k weights not renormalized (Qwen3-Next; genai 0.18 has no type of
+    # its own: the generic decoder). Marked from 5.x as the Qwen3.5 rows are: the tiny config is
+    # spelled for 5.x and was not checked under 4.57's qwen3_next
+    hybrid(
+        "qwen3_next",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        smoke_meets_eos=True,
+        prompt=LONG_PROMPT,
+        since_major=5,
+    ),
     # Mamba2 (conv + SSM state) + NoPE GQA layers, top-k experts with a shared MLP (Granite-4.0-H)
     hybrid(
         "granitemoehybrid",

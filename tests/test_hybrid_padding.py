@@ -44,7 +44,7 @@ PAD = 5
 # ORT reads padding from attention_mask alone: its runs pad with another id, since HF zero-initialises
 # pad_token_id's embedding row, which would zero the mixers' input at the padding whatever the mask
 ORT_PAD = 9
-HYBRIDS = ("lfm2", "lfm2_moe", "qwen3_5_text", "qwen3_5_moe_text", GRANITE, "jamba", "falcon_h1")
+HYBRIDS = ("lfm2", "lfm2_moe", "qwen3_5_text", "qwen3_5_moe_text", GRANITE, "jamba", "falcon_h1", "qwen3_next")
 
 
 def _registered(family: str, generation: bool = False) -> None:

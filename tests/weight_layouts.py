@@ -5,7 +5,8 @@ from the op's documented semantics alone (docs/ort-ops.md §4.2: B [N, kb, bs*bi
 K inside each block, lower K index in the lower bits; scales [N, kb]; packed zero points [N,
 ceil(kb*bits/8)] with the same bit order across blocks, default 2^(bits-1); W = (q - zp) * scale).
 `relative_errors` compares each with the checkpoint's own float weight (fused projections are the
-concatenation of the checkpoint's q/k/v or gate/up rows). A correct int4 block-32 weight is off by
+concatenation of the checkpoint's q/k/v or gate/up rows; Qwen3-Next's DeltaNet projections are cut
+out of its per-key-head in_proj_qkvz / in_proj_ba by reshapes, as HF does). A correct int4 block-32 weight is off by
 about 0.1 (relative L2), int8 by about 0.005; a nibble-order, scale or zero-point bug by about 1.
 """
 
@@ -83,11 +84,32 @@ def checkpoint_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-def reference_weight(tensors: dict[str, np.ndarray], base: str) -> np.ndarray | None:
-    """The checkpoint's float weight for a package weight (fused ones concatenated), or None."""
+def grouped_deltanet_weights(tensors: dict[str, np.ndarray], head: str, config: dict) -> dict[str, np.ndarray]:
+    """Qwen3-Next's in_proj_qkv / _z / _b / _a as HF's fix_query_key_value_ordering derives them from
+    the projections fused per key head (in_proj_qkvz, in_proj_ba under `head`), by reshapes: each key
+    head's rows are q | k | v | z (dk, dk, r dv, r dv), and b | a (r, r), r = Hv / Hk."""
+    qkvz, ba = tensors.get(f"{head}.in_proj_qkvz.weight"), tensors.get(f"{head}.in_proj_ba.weight")
+    if qkvz is None or ba is None:
+        return {}
+    hk, hv = config["linear_num_key_heads"], config["linear_num_value_heads"]
+    dk, dv, r = config["linear_key_head_dim"], config["linear_value_head_dim"], hv // hk
+    groups = qkvz.reshape(hk, 2 * dk + 2 * r * dv, -1)
+    q, k, v, z = np.split(groups, [dk, 2 * dk, 2 * dk + r * dv], axis=1)
+    b, a = np.split(ba.reshape(hk, 2 * r, -1), [r], axis=1)
+    flat = [x.reshape(-1, qkvz.shape[1]) for x in (q, k, v, z, b, a)]
+    return {"in_proj_qkv": np.concatenate(flat[:3]), "in_proj_z": flat[3], "in_proj_b": flat[4], "in_proj_a": flat[5]}
+
+
+def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | None = None) -> np.ndarray | None:
+    """The checkpoint's float weight for a package weight (fused ones concatenated, rows selected
+    out of Qwen3-Next's per-key-head projections), or None."""
     if f"{base}.weight" in tensors:
         return tensors[f"{base}.weight"]
     head, _, last = base.rpartition(".")
+    if config is not None and last in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
+        grouped = grouped_deltanet_weights(tensors, head, config)
+        if grouped:
+            return grouped[last]
     for spelling in FUSED.get(last, ()):
         parts = [tensors.get(f"{head}.{p}.weight") for p in spelling]
         if all(p is not None for p in parts):
@@ -99,9 +121,11 @@ def relative_errors(package: Path, checkpoint: Path, graph_file: str = "model.on
     """Relative L2 error of every dequantized MatMulNBits weight against the checkpoint's; every
     weight must be found in the checkpoint (a check that skips weights proves less than it says)."""
     tensors = checkpoint_tensors(checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config = config.get("text_config", config)
     errors, unknown = {}, []
     for base, w in matmulnbits_weights(package, graph_file).items():
-        ref = reference_weight(tensors, base)
+        ref = reference_weight(tensors, base, config)
         if ref is None:
             unknown.append(base)
             continue

@@ -11,6 +11,7 @@ from gqa_export.arch.spec import (
     PER_EXPERT_W,
     ArchSpec,
     BidirectionalRuns,
+    GatedDeltaNetNames,
     LayerNames,
     MixerSpec,
     MoeNames,
@@ -338,6 +339,19 @@ QWEN3_5_MOE = replace(
     name="qwen3_5_moe",
     moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"), normalize=True),
 )
+# Qwen3-Next: Qwen3.5-MoE's layers (the same gated DeltaNet, gated GQA and (1 + w) norms) with
+# the DeltaNet's projections fused per key head (in_proj_qkvz, in_proj_ba), a sparse block on the
+# decoder_sparse_step grid outside mlp_only_layers (dense MLPs there), renormalized top-k only when
+# norm_topk_prob says so (docs/hybrid-state.md §8.5)
+QWEN3_NEXT = replace(
+    QWEN3_5_MOE,
+    name="qwen3_next",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "gated_deltanet"}),
+        gated_deltanet=GatedDeltaNetNames(qkvz="linear_attn.in_proj_qkvz", ba="linear_attn.in_proj_ba"),
+    ),
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate")),
+)
 # Granite-4.0-H: Mamba2 layers (conv + SSM state) between Granite attention layers (NoPE unless
 # position_embedding_type is "rope"), Granite's multipliers, GraniteMoE's top-k router with an
 # ungated shared MLP beside the experts, or that MLP alone when num_local_experts is 0
@@ -405,5 +419,5 @@ ALL = (
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, GRANITEMOEHYBRID, JAMBA, FALCON_H1,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GRANITEMOEHYBRID, JAMBA, FALCON_H1,
 )  # fmt: skip

@@ -148,7 +148,13 @@ class GatedDeltaNetNames:
     """A gated-DeltaNet mixer's tensors (Qwen3.5's linear_attn), relative to the layer: in_proj_qkv
     [2 Hk dk + Hv dv, H] (q | k | v channels), in_proj_z [Hv dv, H] (the output gate), in_proj_b and
     in_proj_a [Hv, H] (beta and decay inputs), the depthwise conv1d [conv_dim, 1, K], A_log and
-    dt_bias [Hv], the gated per-head RMSNorm [dv] and out_proj [H, Hv dv] (docs/hybrid-state.md §5)."""
+    dt_bias [Hv], the gated per-head RMSNorm [dv] and out_proj [H, Hv dv] (docs/hybrid-state.md §5).
+
+    qkvz / ba name projections fused per key head instead (Qwen3-Next, docs/hybrid-state.md §8.5):
+    qkvz [Hk (2 dk + 2 r dv), H] holds, for each key head in turn, its q (dk) | k (dk) | v (r dv) |
+    z (r dv) rows, and ba [2 Hv, H] its b (r) | a (r) rows, with r = Hv / Hk value heads per key
+    head. The graph then takes the q | k | v, z, b and a rows out of them (a row selection of each
+    weight, read as it is written) and names the results after qkv, z, b and a."""
 
     qkv: str = "linear_attn.in_proj_qkv"
     z: str = "linear_attn.in_proj_z"
@@ -159,6 +165,8 @@ class GatedDeltaNetNames:
     dt_bias: str = "linear_attn.dt_bias"
     norm: str = "linear_attn.norm"
     out_proj: str = "linear_attn.out_proj"
+    qkvz: str | None = None
+    ba: str | None = None
 
 
 @dataclass(frozen=True)

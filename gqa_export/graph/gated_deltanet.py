@@ -18,6 +18,8 @@ from the inputs' static dims (§1.1, §1.3).
 Padding (§1.5): the input is zeroed at pad positions, as HF does, and beta and g are too, so a
 right-padded row's state comes out of the prompt as it was at its last real token (HF itself lets
 g decay the state over trailing padding); the conv state ends at that token.
+Qwen3-Next stores the same projections fused per key head (in_proj_qkvz, in_proj_ba); their rows
+are selected into the separate weights as they are streamed, so the graph is the same (§8.5).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.layer_kinds import DeltaNetDims
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
 
@@ -47,15 +50,16 @@ def gated_deltanet(
     assert lc.padding is not None
     x = without_padding(lc, x)
 
-    mixed = linear(lc, x, [names.qkv], None, "in_proj_qkv")
+    projection = _grouped_projection if names.qkvz else _projection
+    mixed = projection(lc, x, "qkv")
     convolved, present_conv = causal_conv(lc, mixed, names.conv, past_conv, "silu", "gated_deltanet")
     sizes = b.const([key_width, key_width, value_width], "qkv_split", "int64")
     q, k, v = b.op_multi("Split", convolved, sizes, axis=-1, outputs=3, name="split_qkv")
     q = _l2_norm(b, q, d.key_heads, d.key_dim, float(d.key_dim) ** -0.5, dtype, "q")  # l2norm, then * dk^-0.5
     k = _l2_norm(b, k, d.key_heads, d.key_dim, 1.0, dtype, "k")
 
-    beta = b.op("Sigmoid", linear(lc, x, [names.b], None, "in_proj_b"))
-    a = linear(lc, x, [names.a], None, "in_proj_a")
+    beta = b.op("Sigmoid", projection(lc, x, "b"))
+    a = projection(lc, x, "a")
     dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
     a_log = lc.name(names.a_log, "")  # decay_scale = -exp(A_log), as HF computes it, in fp32
     scale = lc.params.derived(a_log, lambda v: -np.exp(v))
@@ -79,7 +83,7 @@ def gated_deltanet(
     typed(present_recurrent, dtype, recurrent_shape)
 
     heads = b.const([0, 0, d.value_heads, d.value_dim], "value_heads", "int64")
-    z = b.op("Reshape", linear(lc, x, [names.z], None, "in_proj_z"), heads)
+    z = b.op("Reshape", projection(lc, x, "z"), heads)
     norm_name = lc.name(names.norm)  # a plain w * rms(x) norm, not the layers' (1 + w)
     norm_weight = b.initializer(norm_name, lc.params.vector([norm_name]))
     normed = b.op(
@@ -90,6 +94,41 @@ def gated_deltanet(
     flat = b.op("Reshape", gated, b.const([0, 0, value_width], "value_flat", "int64"))
     y = typed(linear(lc, flat, [names.out_proj], None, "out_proj"), dtype, [B, S, dims.hidden_size])
     return y, present_conv, present_recurrent
+
+
+def _projection(lc: LayerContext, x: ir.Value, part: str) -> ir.Value:
+    """in_proj_{part}(x) from its own checkpoint weight (Qwen3.5)."""
+    assert lc.spec.mixers is not None
+    return linear(lc, x, [getattr(lc.spec.mixers.gated_deltanet, part)], None, f"in_proj_{part}")
+
+
+def grouped_rows(d: DeltaNetDims, part: str) -> list[tuple[int, int]]:
+    """The row ranges of `part` (qkv, z, b or a) inside the projections fused per key head
+    (GatedDeltaNetNames.qkvz / ba, docs/hybrid-state.md §8.5), in the order the separate weights
+    hold them: all q rows (key head by key head), then all k, then all v; v, z, b and a rows of
+    key head g belong to value heads g r ... g r + r - 1 (r = Hv / Hk), which is the layout the
+    conv kernel, the recurrence and the gated norm already read."""
+    r = d.value_heads // d.key_heads
+    if part in ("b", "a"):  # ba: per key head, b (r) | a (r)
+        first = 0 if part == "b" else r
+        return [(g * 2 * r + first, g * 2 * r + first + r) for g in range(d.key_heads)]
+    dk, vr = d.key_dim, r * d.value_dim
+    group = 2 * dk + 2 * vr  # qkvz: per key head, q (dk) | k (dk) | v (r dv) | z (r dv)
+    pieces = {"q": (0, dk), "k": (dk, 2 * dk), "v": (2 * dk, 2 * dk + vr), "z": (2 * dk + vr, group)}
+    return [(g * group + lo, g * group + hi) for piece in part for g in range(d.key_heads)
+            for lo, hi in (pieces[piece],)]  # fmt: skip
+
+
+def _grouped_projection(lc: LayerContext, x: ir.Value, part: str) -> ir.Value:
+    """in_proj_{part}(x) with its rows selected out of the fused per-key-head projection
+    (Qwen3-Next); the weight is named after the separate projection it stands for."""
+    assert lc.spec.mixers is not None and lc.dims.deltanet is not None
+    names = lc.spec.mixers.gated_deltanet
+    source = names.qkvz if part in ("qkv", "z") else names.ba
+    assert source is not None
+    weight = lc.params.matmul_rows(lc.name(source), grouped_rows(lc.dims.deltanet, part))
+    graph_weight = lc.b.initializer(lc.name(getattr(names, part)), weight)
+    return lc.b.op("MatMul", x, graph_weight, name=f"in_proj_{part}/MatMul")
 
 
 def _l2_norm(

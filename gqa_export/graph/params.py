@@ -115,6 +115,36 @@ class Params:
             tensor.scatter = lambda write_at: self._scatter(names, in_dim, out_dim, write_at)
         return tensor
 
+    def matmul_rows(self, name: str, runs: Sequence[tuple[int, int]]) -> StreamedTensor:
+        """A selection of one HF Linear weight's output rows, in the order of `runs` ([start, stop)
+        row ranges), transposed to MatMul's [in, out]: a projection whose checkpoint fuses several
+        ones row group by row group (Qwen3-Next's per-key-head in_proj_qkvz). Streamed like
+        `matmul_weight`: each block reads a column slab of the source and keeps the selected rows,
+        so the reordered matrix is never held whole."""
+        in_dim = self.store.info(name).shape[1]
+        out_dim = sum(stop - start for start, stop in runs)
+
+        def blocks() -> Iterator[np.ndarray]:
+            for a, b in row_blocks(in_dim, out_dim * self._np_dtype.itemsize):
+                cols = self._columns(name, a, b)
+                yield convert(np.concatenate([cols[start:stop] for start, stop in runs]), self._np_dtype, True)
+            tensor.release()
+
+        def source_rows(a: int, b: int) -> np.ndarray:
+            parts, offset = [], 0
+            for start, stop in runs:
+                lo, hi = max(a, offset), min(b, offset + stop - start)
+                if lo < hi:
+                    rows = (start + lo - offset, start + hi - offset)
+                    parts.append(convert(self.store.read(name, rows=rows), F32))
+                offset += stop - start
+            return np.concatenate(parts, axis=0)
+
+        tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
+        tensor.source_rows = source_rows
+        tensor.release = lambda: self.store.release(name)
+        return tensor
+
     def _scatter(
         self, names: Sequence[str], in_dim: int, out_dim: int, write_at: Callable[[int, memoryview], None]
     ) -> None:
