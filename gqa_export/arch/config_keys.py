@@ -64,5 +64,6 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "mamba_conv_kernel": "mamba_d_conv",
     "mamba_expand": "mamba_expand",
     "mamba_dt_limit": "time_step_limit",
+    "mamba_activation": "mamba_hidden_act",
     "position_embedding_type": "position_embedding_type",
 }

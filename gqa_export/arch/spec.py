@@ -123,13 +123,16 @@ class MoeSpec:
 class Refusal:
     """A config value the graph builder does not implement: refused with `message`.
 
-    `values` lists the refused values; empty means any truthy value."""
+    `values` lists the refused values; empty means any truthy value. A list-valued key (a
+    per-layer pattern such as `layer_types`) is refused when any of its entries is."""
 
     config_key: str
     message: str
     values: tuple[Any, ...] = ()
 
     def applies(self, value: Any) -> bool:
+        if self.values and isinstance(value, (list, tuple)):
+            return any(v in self.values for v in value)
         return value in self.values if self.values else bool(value)
 
 
@@ -177,7 +180,12 @@ class Mamba2Names:
     out_proj: str = "mamba.out_proj"
 
 
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2")
+# "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "none")
+# What one decoder layer holds (ArchSpec.layer_blocks): "mixer_and_mlp", a token mixer then a
+# feed-forward block, each behind its own norm and residual (every family but Nemotron-H); "mixer",
+# the token mixer alone behind one norm and residual; "mlp", the feed-forward block alone.
+LAYER_BLOCKS = ("mixer_and_mlp", "mixer", "mlp")
 FFN_SIZES = ("config", "two_thirds_rounded", "shared")
 
 
@@ -189,12 +197,17 @@ class MixerSpec:
     listed are attention. A short-conv layer carries a fixed-size state (the last K-1 inputs of
     its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
     and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
-    a conv state and a [Hm, N, P] SSM state (§8.2)."""
+    a conv state and a [Hm, N, P] SSM state (§8.2).
+
+    prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
+    (prompt) form only, never in its single-token step (Nemotron-H: time_step_min, §8.3); None: no
+    such clamp."""
 
     kinds: Mapping[str, str]
     short_conv: ShortConvNames = field(default_factory=ShortConvNames)
     gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
+    prompt_dt_floor: str | None = None
 
 
 EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
@@ -246,6 +259,8 @@ class ArchSpec:
     the shared MLP's shared_intermediate_size).
     attention_output_gate: q_proj is twice as wide, each head's rows a query and then a gate, and
     the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
+    layer_blocks: what a layer holds (LAYER_BLOCKS), by its `layer_types` value; types not listed
+    hold both blocks. Nemotron-H's layers are each one block: a Mamba2 or attention mixer, or an MLP.
     """
 
     name: str
@@ -265,7 +280,7 @@ class ArchSpec:
     qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE
     rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4, ERNIE-4.5)
     # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
-    # layer when position_embedding_type is "rope", none otherwise): others are NoPE
+    # layer when position_embedding_type is "rope", none otherwise) | none (Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
@@ -287,6 +302,7 @@ class ArchSpec:
     mixers: MixerSpec | None = None
     ffn_size: str = "config"
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
+    layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

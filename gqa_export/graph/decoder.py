@@ -23,7 +23,7 @@ from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, 
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
-from gqa_export.graph.mamba2 import mamba2
+from gqa_export.graph.mamba2 import mamba2, prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.options import GraphOptions
@@ -97,10 +97,12 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
+    floored = dims.mamba2 is not None and dims.mamba2.prompt_dt_floor > 0  # Mamba2's prompt-only dt floor
+    prompt = prompt_step(b, input_ids, attention_mask) if floored else None
     kv: dict[int, LayerKV | None] = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale)
+            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale, prompt_step=prompt)
             layer = dims.layers[i]
             if layer.mixer in STATE_MIXERS:
                 mix = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
@@ -304,9 +306,14 @@ def _decoder_layer(
     lc: LayerContext, h: ir.Value, mix: Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
 ) -> tuple[ir.Value, LayerKV | None]:
     """One layer in the spec's norm layout (pre / sandwich / post). `mix` is the token mixer:
-    attention (projected here by o_proj) or a recurrent-state block that projects its own output."""
+    attention (projected here by o_proj) or a recurrent-state block that projects its own output.
+    A layer that holds one block (LayerDims.blocks "mixer" or "mlp", Nemotron-H) is that block
+    behind the input norm, added to the residual once."""
     L, b = lc.spec.layer, lc.b
     x = _norm(lc, h, L.input_norm, "input_layernorm")
+    if lc.layer.blocks == "mlp":
+        with b.scope("mlp"):
+            return _residual(lc, h, _mlp(lc, x, h), "residual_mlp"), None
     if lc.layer.mixer != "attention":
         with b.scope(lc.layer.mixer):
             y, kv = mix(lc, x)
@@ -317,6 +324,8 @@ def _decoder_layer(
             if gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
             y = linear(lc, out, [L.o], None, "o_proj")
+    if lc.layer.blocks == "mixer":
+        return _residual(lc, h, y, "residual_attn"), kv
     if lc.dims.parallel:  # Phi-2, Cohere, StableLM's parallel residual: both branches off one norm
         with b.scope("mlp"):
             mlp = _mlp(lc, x, h)

@@ -22,6 +22,7 @@ from gqa_export.errors import InputError
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
+    blocks_of,
     conv_kernel,
     deltanet_dims,
     feed_forward_size,
@@ -54,6 +55,7 @@ class LayerDims:
     k_eq_v: bool = False  # values are the raw key projection (Gemma-4 full layers, attention_k_eq_v)
     sparse: bool = False  # the MLP is a mixture of experts
     mixer: str = "attention"  # arch.spec.MIXER_KINDS: a short_conv layer has conv state, no KV cache
+    blocks: str = "mixer_and_mlp"  # arch.spec.LAYER_BLOCKS: both, the mixer alone, or the MLP alone
 
     @property
     def shares_kv(self) -> bool:
@@ -220,7 +222,7 @@ def read_dims(
         logits_multiplier=float(opt("logit_scale", 1.0)),
         conv_kernel=conv_kernel(opt, spec, [layer.mixer for layer in layers]),
         deltanet=deltanet_dims(opt, spec, [layer.mixer for layer in layers]),
-        mamba2=mamba2_dims(opt, spec, [layer.mixer for layer in layers], int(config.hidden_size)),
+        mamba2=mamba2_dims(config, opt, spec, [layer.mixer for layer in layers]),
     )
 
 
@@ -286,6 +288,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
                 k_eq_v=k_eq_v and types is not None and not sliding,
                 sparse=sparse_layer(opt, spec, i),
                 mixer=mixer_of(spec, layer_type),
+                blocks=blocks_of(spec, layer_type),
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

@@ -1,5 +1,5 @@
-"""A Mamba2 layer: the token mixer of Granite-4.0-H's mamba layers, with two fixed-size states
-instead of a KV cache (docs/hybrid-state.md §8.2).
+"""A Mamba2 layer: the token mixer of Granite-4.0-H's mamba layers and Nemotron-H's M layers,
+with two fixed-size states instead of a KV cache (docs/hybrid-state.md §8.2, §8.3).
 
     z | xBC | dt = in_proj(h)
     x | B | C    = silu(causal_conv(xBC) + conv bias)          conv state: the last K - 1 inputs
@@ -22,7 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
-from gqa_export.graph.builder import typed
+from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.recurrent_state import causal_conv, state_shapes
 
@@ -49,6 +49,10 @@ def mamba2(
 
     dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
     dt = b.op("Softplus", b.op("Add", dt, dt_bias), name="dt")  # [B, S, Hm]
+    if m.prompt_dt_floor > 0:  # HF clamps dt from below in its chunked (prompt) form only (§8.3)
+        assert lc.prompt_step is not None
+        floor = b.const(np.asarray(m.prompt_dt_floor, NUMPY_DTYPES[dtype]), "dt_floor")
+        dt = b.op("Where", lc.prompt_step, b.op("Max", dt, floor), dt, name="prompt_dt_floor")
     a_log = lc.name(names.a_log, "")  # decay_scale = A = -exp(A_log), as HF computes it, in fp32
     decay_scale = b.initializer(
         f"{a_log.rpartition('.')[0]}.decay_scale", lc.params.derived(a_log, lambda v: -np.exp(v))
@@ -87,3 +91,14 @@ def mamba2(
     normed = b.op("Mul", b.op("Reshape", normed, flat), norm_weight, name="norm_weight")
     y = typed(linear(lc, normed, [names.out_proj], None, "out_proj"), dtype, [B, S, dims.hidden_size])
     return y, present_conv, present_ssm
+
+
+def prompt_step(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value) -> ir.Value:
+    """A bool [1]: this run is one HF computes in its chunked Mamba2 form, i.e. more than one new
+    token, or as many as the attention mask is long (no past). A single-token step after a past
+    is HF's recurrent form, which applies no dt floor (docs/hybrid-state.md §8.3)."""
+    with b.scope("prompt_step"):
+        new = b.op("Shape", input_ids, start=1, end=2)
+        total = b.op("Shape", attention_mask, start=1, end=2)
+        several = b.op("Greater", new, b.const([1], "one", "int64"))
+        return b.op("Or", several, b.op("Equal", new, total), name="is_prompt")
