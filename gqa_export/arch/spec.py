@@ -135,6 +135,15 @@ class Refusal:
             return any(v in self.values for v in value)
         return value in self.values if self.values else bool(value)
 
+    def where(self, value: Any) -> str:
+        """The refused value as the message ends with it: `key=value`, or for a list the first
+        refused entry and its index (a 52-layer pattern would not fit on the line)."""
+        if self.values and isinstance(value, (list, tuple)):
+            hits = [i for i, v in enumerate(value) if v in self.values]
+            more = f" and {len(hits) - 1} more" if len(hits) > 1 else ""
+            return f"{self.config_key}[{hits[0]}]={value[hits[0]]!r}{more}"
+        return f"{self.config_key}={value!r}"
+
 
 @dataclass(frozen=True)
 class ShortConvNames:

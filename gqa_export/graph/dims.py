@@ -161,7 +161,7 @@ def read_dims(
     for refusal in spec.refusals:
         value = _get(config, refusal.config_key)
         if refusal.applies(value):
-            raise InputError(f"{refusal.message} ({refusal.config_key}={value!r})")
+            raise InputError(f"{refusal.message} ({refusal.where(value)})")
     heads = int(config.num_attention_heads)
     hidden = int(config.hidden_size)
     act = str(opt("activation", "silu"))
