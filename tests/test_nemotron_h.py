@@ -54,6 +54,11 @@ def test_nemotron_h_layers_hold_one_block_each(builds):
     assert shapes["past.3.conv"] == ["batch_size", 3, 192] and shapes["past.3.recurrent"] == ["batch_size", 4, 16, 32]
     norms = [n for n in graph.node if n.op_type.endswith("SimplifiedLayerNormalization") and "gated" not in n.name]
     assert len(norms) == 5 + 1  # one per layer (a mixer-and-MLP layer has two) and the final norm
+    report = json.loads(runner.invoke(app, ["inspect", str(builds.package(NEMOTRON_H)), "--json"]).stdout)
+    assert (
+        report["findings"] == []
+        and report["summary"]["recurrent_state_bytes_per_row"] == 2 * (3 * 192 + 4 * 16 * 32) * 4
+    )
 
 
 def _edit_node(package: Path, suffix: str, edit) -> None:
