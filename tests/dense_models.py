@@ -45,6 +45,7 @@ FAMILIES = [
     "granitemoehybrid",
     "jamba",
     "falcon_h1",
+    "nemotron_h",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -351,6 +352,20 @@ def family_config(model_type: str) -> dict:
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
         )
+    elif model_type == "nemotron_h":  # one block per layer: Mamba2 (M), NoPE GQA (*), squared-ReLU MLP (-)
+        c.update(
+            layers_block_type=["linear_attention", "full_attention", "mlp", "linear_attention", "mlp"],  # M*-M-
+            head_dim=16,
+            mamba_num_heads=4,
+            mamba_head_dim=32,
+            n_groups=2,  # two consecutive heads per B/C group; the gated norm is per group of 64
+            ssm_state_size=16,
+            conv_kernel=4,
+            chunk_size=16,  # the 70-token prompt spans several of HF's chunks
+            time_step_min=0.5,  # HF floors dt at it in prompts only: here about a third of the dt values
+            layer_norm_epsilon=1e-5,
+        )
+        del c["num_hidden_layers"]  # the pattern's length
     else:
         raise ValueError(model_type)
     return c
@@ -376,7 +391,7 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.2))
             elif name.endswith("conv.conv.weight"):  # LFM2's depthwise kernel: large enough to matter
                 p.copy_(rn(p, 0.5))
-            elif name.endswith("linear_attn.conv1d.weight") or name.endswith("mamba.conv1d.weight"):
+            elif name.endswith(("linear_attn.conv1d.weight", "mamba.conv1d.weight", "mixer.conv1d.weight")):
                 p.copy_(rn(p, 0.5))  # Qwen3.5's and Mamba2's depthwise kernels
             elif leaf == "D":  # Mamba2's skip: away from its init of ones
                 p.copy_(rn(p, 0.5, 1.0))

@@ -242,6 +242,9 @@ FAMILIES: tuple[Family, ...] = (
     hybrid(
         "falcon_h1", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, differs_under_4x=FALCON_H1_CACHE_UNDER_4X
     ),
+    # one block per layer: Mamba2, NoPE GQA or a squared-ReLU MLP (Nemotron-H; 5.x spells its pattern
+    # layers_block_type, 4.57 hybrid_override_pattern with other block names)
+    hybrid("nemotron_h", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

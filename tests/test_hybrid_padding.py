@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from families import BY_NAME, REGISTERED, FamilyBuilds, skip_where_the_reference_differs
-from reference import assert_varied, genai_padded_batch_greedy, hf_generate, hf_model, ort_padded_batch
+from reference import assert_varied, genai_padded_batch_greedy, hf_generate, hf_logits, hf_model, ort_padded_batch
 
 from gqa_export.pipeline import BuildOptions, build
 
@@ -44,7 +44,17 @@ PAD = 5
 # ORT reads padding from attention_mask alone: its runs pad with another id, since HF zero-initialises
 # pad_token_id's embedding row, which would zero the mixers' input at the padding whatever the mask
 ORT_PAD = 9
-HYBRIDS = ("lfm2", "lfm2_moe", "qwen3_5_text", "qwen3_5_moe_text", GRANITE, "jamba", "falcon_h1", "qwen3_next")
+HYBRIDS = (
+    "lfm2",
+    "lfm2_moe",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
+    GRANITE,
+    "jamba",
+    "falcon_h1",
+    "qwen3_next",
+    "nemotron_h",
+)
 
 
 def _registered(family: str, generation: bool = False) -> None:
@@ -53,11 +63,18 @@ def _registered(family: str, generation: bool = False) -> None:
     skip_where_the_reference_differs(BY_NAME[family], generation)
 
 
-def _hf_rows(model, prompts: tuple[list[int], ...], decode: tuple[list[int], ...]) -> list[np.ndarray]:
-    """HF logits per row: prompt + decode tokens in one uncached forward of the row alone (an LFM2
-    without attention layers cannot use HF's cache, docs/hybrid-state.md §4)."""
+def _hf_rows(
+    model, prompts: tuple[list[int], ...], decode: tuple[list[int], ...], cached: bool = True
+) -> list[np.ndarray]:
+    """HF logits per row, the row alone: its prompt in one forward, then its decode tokens one at a
+    time through HF's cache, as generation runs them (Nemotron-H's dt floor applies to prompts
+    only, so an uncached forward over prompt + decode tokens is not what HF generates from);
+    `cached` False: one uncached forward over both (an LFM2 without attention layers cannot use
+    HF's cache, docs/hybrid-state.md §4)."""
     import torch
 
+    if cached:
+        return [hf_logits(model, p + d, len(p)) for p, d in zip(prompts, decode, strict=True)]
     with torch.no_grad():
         rows = [torch.tensor([p + d]) for p, d in zip(prompts, decode, strict=True)]
         return [model(row, use_cache=False).logits[0].numpy() for row in rows]
@@ -66,7 +83,7 @@ def _hf_rows(model, prompts: tuple[list[int], ...], decode: tuple[list[int], ...
 def _ragged_error(package: Path, model, left: bool = False) -> float:
     """Max |ORT - HF| over each row's real prompt positions and its decode steps."""
     got = ort_padded_batch(package, list(RAGGED), list(RAGGED_DECODE), ORT_PAD, left=left)
-    want = _hf_rows(model, RAGGED, RAGGED_DECODE)
+    want = _hf_rows(model, RAGGED, RAGGED_DECODE, cached=not left)
     return max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True))
 
 

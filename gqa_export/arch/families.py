@@ -13,6 +13,7 @@ from gqa_export.arch.spec import (
     BidirectionalRuns,
     GatedDeltaNetNames,
     LayerNames,
+    Mamba2Names,
     MixerSpec,
     MoeNames,
     MoeSpec,
@@ -414,10 +415,49 @@ FALCON_H1 = ArchSpec(
         Multiplier("feed_forward.down_proj", "mlp_multipliers", index=1),
     ),
 )
+# Nemotron-H: each layer is ONE block behind one RMSNorm and residual, chosen by its pattern entry
+# (layers_block_type, read as layer_types; hybrid_override_pattern M / * / - / E on disk): a Mamba2
+# mixer whose dt HF floors at time_step_min in prompts only, NoPE attention, or a squared-ReLU MLP.
+# Mixture-of-experts (E) layers are refused (docs/hybrid-state.md §8.6).
+_NEMOTRON_H_MOE = Refusal(
+    "layer_types",
+    "Nemotron-H's mixture-of-experts ('moe', E) layers are not exported: their routed experts are squared-ReLU "
+    "MLPs, which com.microsoft.MoE/QMoE have no kernel for (docs/hybrid-state.md §8.6); export a checkpoint "
+    "whose pattern has only M, * and - layers",
+    ("moe",),
+)
+_NEMOTRON_H_LAYER = LayerNames(
+    input_norm="norm", post_attention_norm=None, q="mixer.q_proj", k="mixer.k_proj", v="mixer.v_proj",
+    o="mixer.o_proj", up="mixer.up_proj", down="mixer.down_proj",
+)  # fmt: skip
+_NEMOTRON_H_KEYS = config_keys(
+    activation="mlp_hidden_act", norm_eps="layer_norm_epsilon", mamba_heads="mamba_num_heads",
+    mamba_groups="n_groups", mamba_state="ssm_state_size", mamba_head_dim="mamba_head_dim",
+    mamba_conv_kernel="conv_kernel", mamba_expand="expand",
+)  # fmt: skip
+NEMOTRON_H = ArchSpec(
+    name="nemotron_h",
+    decoder_prefixes=("backbone.", "model."),  # the hub's and transformers' save spell the root backbone.
+    embed="embeddings.weight",
+    final_norm="norm_f.weight",
+    layer=_NEMOTRON_H_LAYER,
+    mlp="plain",
+    activations=("relu2",),
+    rope_layers="none",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba2"}),
+        mamba2=Mamba2Names(**{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(Mamba2Names()).items()}),
+        prompt_dt_floor="time_step_min",
+    ),
+    layer_blocks=MappingProxyType({"linear_attention": "mixer", "full_attention": "mixer", "mlp": "mlp", "moe": "mlp"}),
+    refusals=(_NEMOTRON_H_MOE,),
+    config_keys=_NEMOTRON_H_KEYS,
+    ignore=("mamba_dt_limit",),  # HF's mixer uses (time_step_min, inf) whatever time_step_limit says
+)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GRANITEMOEHYBRID, JAMBA, FALCON_H1,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GRANITEMOEHYBRID, JAMBA, FALCON_H1, NEMOTRON_H,
 )  # fmt: skip

@@ -123,14 +123,26 @@ class MoeSpec:
 class Refusal:
     """A config value the graph builder does not implement: refused with `message`.
 
-    `values` lists the refused values; empty means any truthy value."""
+    `values` lists the refused values; empty means any truthy value. A list-valued key (a
+    per-layer pattern such as `layer_types`) is refused when any of its entries is."""
 
     config_key: str
     message: str
     values: tuple[Any, ...] = ()
 
     def applies(self, value: Any) -> bool:
+        if self.values and isinstance(value, (list, tuple)):
+            return any(v in self.values for v in value)
         return value in self.values if self.values else bool(value)
+
+    def where(self, value: Any) -> str:
+        """The refused value as the message ends with it: `key=value`, or for a list the first
+        refused entry and its index (a 52-layer pattern would not fit on the line)."""
+        if self.values and isinstance(value, (list, tuple)):
+            hits = [i for i, v in enumerate(value) if v in self.values]
+            more = f" and {len(hits) - 1} more" if len(hits) > 1 else ""
+            return f"{self.config_key}[{hits[0]}]={value[hits[0]]!r}{more}"
+        return f"{self.config_key}={value!r}"
 
 
 @dataclass(frozen=True)
@@ -205,11 +217,16 @@ class MambaNames:
     out_proj: str = "mamba.out_proj"
 
 
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba")
+# "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "none")
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
 MIXINGS = ("replace", "parallel")
+# What one decoder layer holds (ArchSpec.layer_blocks): "mixer_and_mlp", a token mixer then a
+# feed-forward block, each behind its own norm and residual (every family but Nemotron-H); "mixer",
+# the token mixer alone behind one norm and residual; "mlp", the feed-forward block alone.
+LAYER_BLOCKS = ("mixer_and_mlp", "mixer", "mlp")
 FFN_SIZES = ("config", "two_thirds_rounded", "shared")
 
 
@@ -223,7 +240,11 @@ class MixerSpec:
     and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
     a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
     [I, N, 1] SSM state (§8.3). mixing (MIXINGS): whether such a layer has the mixer instead of
-    attention or beside it (§8.4)."""
+    attention or beside it (§8.4).
+
+    prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
+    (prompt) form only, never in its single-token step (Nemotron-H: time_step_min, §8.6); None: no
+    such clamp."""
 
     kinds: Mapping[str, str]
     mixing: str = "replace"
@@ -232,6 +253,7 @@ class MixerSpec:
     gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
     mamba: MambaNames = field(default_factory=MambaNames)
+    prompt_dt_floor: str | None = None
 
 
 MULTIPLIED_SIDES = ("input", "output")
@@ -308,6 +330,8 @@ class ArchSpec:
     the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     multipliers: config constants that scale a Linear's input or output (`Multiplier`, Falcon-H1's
     µP multipliers); one equal to 1 adds nothing to the graph.
+    layer_blocks: what a layer holds (LAYER_BLOCKS), by its `layer_types` value; types not listed
+    hold both blocks. Nemotron-H's layers are each one block: a Mamba2 or attention mixer, or an MLP.
     """
 
     name: str
@@ -327,7 +351,7 @@ class ArchSpec:
     qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE
     rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4, ERNIE-4.5)
     # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
-    # layer when position_embedding_type is "rope", none otherwise) | none (Jamba): others are NoPE
+    # layer when position_embedding_type is "rope", none otherwise) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
@@ -350,6 +374,7 @@ class ArchSpec:
     ffn_size: str = "config"
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
     multipliers: tuple[Multiplier, ...] = ()
+    layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

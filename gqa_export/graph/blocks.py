@@ -38,6 +38,9 @@ class LayerContext:
     # the attention output gate [B,S,Nq*D] that qkv_projection splits off q_proj for the layer to
     # apply after attention (spec attention_output_gate, Qwen3.5)
     output_gate: dict[str, ir.Value] = field(default_factory=dict)
+    # a bool [1]: this run is a prompt, which HF computes in its chunked Mamba2 form (more than one
+    # token, or no past); set where a Mamba2 mixer has a prompt-only dt floor (Nemotron-H)
+    prompt_step: ir.Value | None = None
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)
@@ -147,6 +150,7 @@ def qkv_projection(
     q_width, kv_width = dims.num_heads * layer.head_dim * (2 if gated else 1), layer.num_kv_heads * layer.head_dim
     # q/k norms where the spec has them and the checkpoint holds them (optional in Phi-2, StableLM, Cohere)
     qk_norm = lc.spec.qk_norm is not None and qk_norms and lc.has_norm(L.q_norm)
+    attention = L.q.rpartition(".")[0]  # packed projections are named in the attention module (self_attn, mixer)
     if layer.shares_kv:
         q = _split_output_gate(lc, linear(lc, x, [L.q], None, "q_proj"))
         return _scale_query(lc, _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads) if qk_norm else q), None, None
@@ -156,9 +160,9 @@ def qkv_projection(
     if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif layer.k_eq_v:
-        packed = linear(lc, x, [L.q, L.k], "self_attn.qk_proj", "qk_proj")
+        packed = linear(lc, x, [L.q, L.k], f"{attention}.qk_proj", "qk_proj")
     elif lc.packed_qkv:
-        packed = linear(lc, x, [L.q, L.k, L.v], "self_attn.qkv_proj", "qkv_proj")
+        packed = linear(lc, x, [L.q, L.k, L.v], f"{attention}.qkv_proj", "qkv_proj")
     else:
         q, k, v = (linear(lc, x, [m], None, n) for m, n in ((L.q, "q_proj"), (L.k, "k_proj"), (L.v, "v_proj")))
         return _qkv_norms(lc, q, k, v, qk_norm)

@@ -28,6 +28,9 @@ POSITIVE_INT_KEYS = (
     "head_dim",
 )
 REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+# per-layer patterns whose length transformers takes as the layer count (Nemotron-H's config class
+# derives num_hidden_layers from them and does not save it); the weights check the count
+LAYER_COUNT_PATTERNS = ("layers_block_type", "hybrid_override_pattern")
 
 
 def check_raw_config(raw: dict[str, Any]) -> None:
@@ -35,7 +38,8 @@ def check_raw_config(raw: dict[str, Any]) -> None:
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
     for key in POSITIVE_INT_KEYS:
         value = text.get(key)
-        if value is None and key not in REQUIRED_KEYS:
+        counted = key == "num_hidden_layers" and any(text.get(k) for k in LAYER_COUNT_PATTERNS)
+        if value is None and (key not in REQUIRED_KEYS or counted):
             continue
         if value is None:
             raise InputError(f"config.json has no '{key}'; add the model's {key} (it sizes the graph)")

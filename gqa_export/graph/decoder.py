@@ -24,7 +24,7 @@ from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
 from gqa_export.graph.mamba import mamba
-from gqa_export.graph.mamba2 import mamba2
+from gqa_export.graph.mamba2 import mamba2, prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.options import GraphOptions
@@ -99,10 +99,12 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
     padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
+    floored = dims.mamba2 is not None and dims.mamba2.prompt_dt_floor > 0  # Mamba2's prompt-only dt floor
+    prompt = prompt_step(b, input_ids, attention_mask) if floored else None
     kv: dict[int, LayerKV | None] = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale, padding)
+            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale, padding, prompt_step=prompt)
             layer = dims.layers[i]
             state = attention = None
             if layer.mixer in STATE_MIXERS:
@@ -312,9 +314,14 @@ def _decoder_layer(
 ) -> tuple[ir.Value, LayerKV | None]:
     """One layer in the spec's norm layout (pre / sandwich / post). The token mixer is attention
     (projected here by o_proj), a recurrent-state block that projects its own output, or both on
-    the same normed input with their outputs added (MixerSpec mixing "parallel": Falcon-H1)."""
+    the same normed input with their outputs added (MixerSpec mixing "parallel": Falcon-H1). A
+    layer that holds one block (LayerDims.blocks "mixer" or "mlp", Nemotron-H) is that block behind
+    the input norm, added to the residual once."""
     L, b = lc.spec.layer, lc.b
     x = _norm(lc, h, L.input_norm, "input_layernorm")
+    if lc.layer.blocks == "mlp":
+        with b.scope("mlp"):
+            return _residual(lc, h, _mlp(lc, x, h), "residual_mlp"), None
     y, kv = None, None
     if state is not None:
         with b.scope(lc.layer.mixer):
@@ -328,6 +335,8 @@ def _decoder_layer(
             attended = linear(lc, out, [L.o], None, "o_proj")
         y = attended if y is None else b.op("Add", y, attended, name="parallel_mixers")
     assert y is not None
+    if lc.layer.blocks == "mixer":
+        return _residual(lc, h, y, "residual_attn"), kv
     if lc.dims.parallel:  # Phi-2, Cohere, StableLM's parallel residual: both branches off one norm
         with b.scope("mlp"):
             mlp = _mlp(lc, x, h)

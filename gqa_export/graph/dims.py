@@ -23,6 +23,7 @@ from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
     MambaDims,
+    blocks_of,
     conv_kernel,
     deltanet_dims,
     feed_forward_size,
@@ -59,6 +60,7 @@ class LayerDims:
     sparse: bool = False  # the MLP is a mixture of experts
     mixer: str = "attention"  # arch.spec.MIXER_KINDS: a short_conv layer has conv state, no KV cache
     parallel_attention: bool = False  # attention beside the state mixer, outputs added (Falcon-H1)
+    blocks: str = "mixer_and_mlp"  # arch.spec.LAYER_BLOCKS: both, the mixer alone, or the MLP alone
 
     @property
     def shares_kv(self) -> bool:
@@ -172,7 +174,7 @@ def read_dims(
     for refusal in spec.refusals:
         value = _get(config, refusal.config_key)
         if refusal.applies(value):
-            raise InputError(f"{refusal.message} ({refusal.config_key}={value!r})")
+            raise InputError(f"{refusal.message} ({refusal.where(value)})")
     heads = int(config.num_attention_heads)
     hidden = int(config.hidden_size)
     act = str(opt("activation", "silu"))
@@ -199,7 +201,7 @@ def read_dims(
     architectures = _get(top, "architectures") or ["?"]
     ple = int(opt("per_layer_input_size", 0) or 0)
     pad = _first(gen.get("pad_token_id", _get(config, "pad_token_id")))
-    mamba2 = mamba2_dims(opt, spec, [layer.mixer for layer in layers], int(config.hidden_size))
+    mamba2 = mamba2_dims(config, opt, spec, [layer.mixer for layer in layers])
     return ModelDims(
         model_type=str(top.model_type),
         architecture=str(architectures[0]),
@@ -303,6 +305,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
                 sparse=sparse_layer(opt, spec, i),
                 mixer=mixer_of(spec, layer_type),
                 parallel_attention=parallel_attention(spec, mixer_of(spec, layer_type)),
+                blocks=blocks_of(spec, layer_type),
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

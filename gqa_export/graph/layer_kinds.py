@@ -37,7 +37,7 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
 def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
     """Whether an attention layer goes without RoPE by the spec's rope_layers: Cohere2's global
     layers, EXAONE-4's when the model has a window, every layer of a Granite-4.0-H whose
-    position_embedding_type is not "rope", every layer of Jamba."""
+    position_embedding_type is not "rope", every layer of a family without RoPE (Jamba, Nemotron-H)."""
     return (
         spec.rope_layers == "none"
         or (spec.rope_layers == "sliding" and not sliding)
@@ -46,9 +46,20 @@ def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
     )
 
 
+def blocks_of(spec: ArchSpec, layer_type: str | None) -> str:
+    """What a layer holds (arch.spec.LAYER_BLOCKS): a mixer and an MLP unless the family's spec
+    says its type holds one of them alone (Nemotron-H)."""
+    if layer_type is None:
+        return "mixer_and_mlp"
+    return spec.layer_blocks.get(layer_type, "mixer_and_mlp")
+
+
 def mixer_of(spec: ArchSpec, layer_type: str | None) -> str:
-    """A layer's mixer kind: the spec's kind for every layer (Falcon-H1, whose 4.x configs name no
-    layer types), else attention unless the family's spec maps its type to another."""
+    """A layer's mixer kind: "none" for a layer that holds only its feed-forward block, the spec's
+    kind for every layer (Falcon-H1, whose 4.x configs name no layer types), else attention unless
+    the family's spec maps its type to another."""
+    if blocks_of(spec, layer_type) == "mlp":
+        return "none"
     if spec.mixers is not None and spec.mixers.every_layer is not None:
         return spec.mixers.every_layer
     if spec.mixers is None or layer_type is None:
@@ -145,6 +156,8 @@ class Mamba2Dims:
     # the gated norm normalizes y, then multiplies by silu(z) (Falcon-H1's mamba_norm_before_gate);
     # else it normalizes y * silu(z) (Granite-4.0-H)
     norm_before_gate: bool = False
+    # dt clamped from below with this in HF's chunked (prompt) form only (spec MixerSpec.prompt_dt_floor)
+    prompt_dt_floor: float = 0.0
 
     @property
     def inner(self) -> int:
@@ -157,24 +170,33 @@ class Mamba2Dims:
         return self.inner + 2 * self.groups * self.state
 
 
-def mamba2_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> Mamba2Dims | None:
+def mamba2_dims(config: Any, opt: Option, spec: ArchSpec, mixers: list[str]) -> Mamba2Dims | None:
     """The Mamba2 shapes (None when the model has no such layer). mamba_d_head "auto" is
     expand * hidden / heads, as the config class resolves it. A time_step_limit other than
     (0, inf) is refused: HF clamps dt with it in the chunked (prompt) form only, not in its
-    single-token step, so no one graph matches both."""
+    single-token step, so no one graph matches both. A family whose spec names a prompt-only dt
+    floor (Nemotron-H's time_step_min) gets it read here; the graph applies it to prompt steps
+    only, as HF does (docs/hybrid-state.md §8.6). The mixer's activation must be SiLU, the one the
+    graph applies."""
     if "mamba2" not in mixers:
         return None
+    activation = opt("mamba_activation", "silu")
+    if activation != "silu":
+        raise InputError(f"{spec.name}: Mamba2 activation '{activation}' is not exported (only silu)")
     heads, groups = int(opt("mamba_heads", 0) or 0), int(opt("mamba_groups", 1) or 1)
     head_dim = opt("mamba_head_dim", "auto")
     if head_dim in (None, "auto") and heads:
-        head_dim = int(opt("mamba_expand", 2)) * hidden // heads
+        head_dim = int(opt("mamba_expand", 2)) * int(config.hidden_size) // heads
+    floor_key = spec.mixers.prompt_dt_floor if spec.mixers is not None else None
+    floor = float(getattr(config, floor_key, None) or 0.0) if floor_key else 0.0
     dims = Mamba2Dims(
         int(opt("mamba_conv_kernel", 0) or 0),
         heads,
         int(head_dim or 0),
         groups,
         int(opt("mamba_state", 0) or 0),
-        bool(opt("mamba_norm_before_gate", False)),
+        norm_before_gate=bool(opt("mamba_norm_before_gate", False)),
+        prompt_dt_floor=floor,
     )
     if min(dims.kernel, dims.heads, dims.head_dim, dims.state) < 1:
         raise InputError(

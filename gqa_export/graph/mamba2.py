@@ -1,5 +1,6 @@
-"""A Mamba2 layer: the token mixer of Granite-4.0-H's mamba layers, with two fixed-size states
-instead of a KV cache (docs/hybrid-state.md §8.2), and of Falcon-H1's layers beside attention (§8.4).
+"""A Mamba2 layer: the token mixer of Granite-4.0-H's mamba layers and Nemotron-H's M layers, with
+two fixed-size states instead of a KV cache (docs/hybrid-state.md §8.2, §8.6), and of Falcon-H1's
+layers beside attention (§8.4).
 
     z | xBC | dt = in_proj(h)
     x | B | C    = silu(causal_conv(xBC) + conv bias)          conv state: the last K - 1 inputs
@@ -29,7 +30,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
-from gqa_export.graph.builder import typed
+from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
 
@@ -55,8 +56,13 @@ def mamba2(
     xs, keys, queries = b.op_multi("Split", convolved, sizes, axis=-1, outputs=3, name="split_x_b_c")
 
     dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
-    # [B, S, Hm], 0 at pad positions: decay exp(0) = 1 and v = dt x = 0 leave the state as it is
-    dt = without_padding(lc, b.op("Softplus", b.op("Add", dt, dt_bias)), name="dt")
+    dt = b.op("Softplus", b.op("Add", dt, dt_bias))  # [B, S, Hm]
+    if m.prompt_dt_floor > 0:  # HF clamps dt from below in its chunked (prompt) form only (§8.6)
+        assert lc.prompt_step is not None
+        floor = b.const(np.asarray(m.prompt_dt_floor, NUMPY_DTYPES[dtype]), "dt_floor")
+        dt = b.op("Where", lc.prompt_step, b.op("Max", dt, floor), dt, name="prompt_dt_floor")
+    # 0 at pad positions: decay exp(0) = 1 and v = dt x = 0 leave the state as it is
+    dt = without_padding(lc, dt, name="dt")
     a_log = lc.name(names.a_log, "")  # decay_scale = A = -exp(A_log), as HF computes it, in fp32
     decay_scale = b.initializer(
         f"{a_log.rpartition('.')[0]}.decay_scale", lc.params.derived(a_log, lambda v: -np.exp(v))
@@ -109,3 +115,14 @@ def _group_norm(lc: LayerContext, x: ir.Value, flat: ir.Value) -> ir.Value:
     norm_name = lc.name(lc.spec.mixers.mamba2.norm)
     norm_weight = b.initializer(norm_name, lc.params.vector([norm_name]))
     return b.op("Mul", b.op("Reshape", normed, flat), norm_weight, name="norm_weight")
+
+
+def prompt_step(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value) -> ir.Value:
+    """A bool [1]: this run is one HF computes in its chunked Mamba2 form, i.e. more than one new
+    token, or as many as the attention mask is long (no past). A single-token step after a past
+    is HF's recurrent form, which applies no dt floor (docs/hybrid-state.md §8.6)."""
+    with b.scope("prompt_step"):
+        new = b.op("Shape", input_ids, start=1, end=2)
+        total = b.op("Shape", attention_mask, start=1, end=2)
+        several = b.op("Greater", new, b.const([1], "one", "int64"))
+        return b.op("Or", several, b.op("Equal", new, total), name="is_prompt")
