@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from types import MappingProxyType
 
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,
@@ -11,13 +10,9 @@ from gqa_export.arch.spec import (
     PER_EXPERT_W,
     ArchSpec,
     BidirectionalRuns,
-    GatedDeltaNetNames,
     LayerNames,
-    Mamba2Names,
-    MixerSpec,
     MoeNames,
     MoeSpec,
-    Multiplier,
     PerLayerInputNames,
     Refusal,
     config_keys,
@@ -287,177 +282,9 @@ APERTUS = ArchSpec(  # Apertus: plain xIELU MLP, per-head q/k norms, renamed lay
         k_norm="self_attn.k_norm",
     ),
 )
-# LFM2: gated short-convolution layers (conv state instead of a KV cache) between GQA layers with
-# per-head q/k RMSNorm before RoPE; the final norm is stored as `embedding_norm`; the MLP width
-# follows block_auto_adjust_ff_dim.
-LFM2 = ArchSpec(
-    name="lfm2",
-    final_norm="embedding_norm.weight",
-    qk_norm="head",
-    layer=LayerNames(
-        input_norm="operator_norm",
-        post_attention_norm="ffn_norm",
-        o="self_attn.out_proj",
-        q_norm="self_attn.q_layernorm",
-        k_norm="self_attn.k_layernorm",
-        gate="feed_forward.w1",
-        up="feed_forward.w3",
-        down="feed_forward.w2",
-    ),
-    mixers=MixerSpec(kinds=MappingProxyType({"conv": "short_conv"})),
-    ffn_size="two_thirds_rounded",
-)
-# Qwen3.5: gated-DeltaNet layers (conv + recurrent state) between gated GQA layers (q_proj holds
-# a sigmoid output gate per head, per-head q/k norms, partial RoPE); every RMSNorm but the
-# DeltaNet's gated one is (1 + w) (docs/hybrid-state.md §5).
-QWEN3_5 = ArchSpec(
-    name="qwen3_5",
-    qk_norm="head",
-    norm_offset=1.0,
-    layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
-    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "gated_deltanet"})),
-    attention_output_gate=True,
-)
-# LFM2-MoE: LFM2's layers with sparse blocks after the first num_dense_layers: a sigmoid router
-# whose expert_bias only steers the choice, experts per expert on the hub (w1/w3/w2) or fused
-LFM2_MOE = replace(
-    LFM2,
-    name="lfm2_moe",
-    moe=MoeSpec(
-        names=MoeNames(
-            blocks=("feed_forward.",),
-            per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ),
-            fused=(FUSED_EXPERTS,),
-            expert_bias="expert_bias",
-        ),
-        routing="sigmoid_biased",
-    ),
-)
-# Qwen3.5-MoE's text decoder: Qwen3.5's layers with a sparse block on every layer (softmax top-k,
-# always renormalized) plus Qwen2-MoE's sigmoid-gated shared expert
-QWEN3_5_MOE = replace(
-    QWEN3_5,
-    name="qwen3_5_moe",
-    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"), normalize=True),
-)
-# Qwen3-Next: Qwen3.5-MoE's layers (the same gated DeltaNet, gated GQA and (1 + w) norms) with
-# the DeltaNet's projections fused per key head (in_proj_qkvz, in_proj_ba), a sparse block on the
-# decoder_sparse_step grid outside mlp_only_layers (dense MLPs there), renormalized top-k only when
-# norm_topk_prob says so (docs/hybrid-state.md §8.5)
-QWEN3_NEXT = replace(
-    QWEN3_5_MOE,
-    name="qwen3_next",
-    mixers=MixerSpec(
-        kinds=MappingProxyType({"linear_attention": "gated_deltanet"}),
-        gated_deltanet=GatedDeltaNetNames(qkvz="linear_attn.in_proj_qkvz", ba="linear_attn.in_proj_ba"),
-    ),
-    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate")),
-)
-# Granite-4.0-H: Mamba2 layers (conv + SSM state) between Granite attention layers (NoPE unless
-# position_embedding_type is "rope"), Granite's multipliers, GraniteMoE's top-k router with an
-# ungated shared MLP beside the experts, or that MLP alone when num_local_experts is 0
-# (docs/hybrid-state.md §8.2).
-_GRANITE_SHARED_MLP = ("shared_mlp.input_linear", "shared_mlp.output_linear")
-GRANITEMOEHYBRID = replace(
-    GRANITEMOE,
-    name="granitemoehybrid",
-    layer=LayerNames(gate_up=_GRANITE_SHARED_MLP[0], down=_GRANITE_SHARED_MLP[1]),
-    moe=replace(GRANITEMOE.moe, names=replace(GRANITEMOE.moe.names, shared_mlp=_GRANITE_SHARED_MLP)),  # type: ignore[union-attr]
-    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2"})),
-    rope_layers="if_configured",
-    ffn_size="shared",
-    config_keys=config_keys(shared_expert_intermediate_size="shared_intermediate_size"),
-)
-# Jamba: Mamba (v1) layers (conv + a per-channel SSM state, dt/B/C RMSNorms) between NoPE GQA
-# layers (attn_layer_period/offset), experts on expert_layer_period/offset (softmax over every
-# expert, the top k kept unnormalized), a dense MLP elsewhere (docs/hybrid-state.md §8.3)
-JAMBA = ArchSpec(
-    name="jamba",
-    final_norm="final_layernorm.weight",
-    layer=LayerNames(
-        post_attention_norm="pre_ff_layernorm",
-        gate="feed_forward.gate_proj",
-        up="feed_forward.up_proj",
-        down="feed_forward.down_proj",
-    ),
-    moe=MoeSpec(MoeNames(blocks=("feed_forward.",), routers=("router",))),
-    mixers=MixerSpec(kinds=MappingProxyType({"mamba": "mamba"})),
-    rope_layers="none",
-    # transformers 5.x spells the pattern layer_types ("linear_attention" / "full_attention"), 4.x
-    # only layers_block_type, which both have; 4.x's sliding_window reached flash-attention only
-    config_keys=config_keys(layer_types="layers_block_type"),
-    ignore=("sliding_window",),
-)
-# Falcon-H1: every layer runs GQA (RoPE) and a Mamba2 mixer side by side on the same normed input
-# and adds their outputs, then a gated MLP; µP multipliers on the embedding, the logits and around
-# the projections, ssm_multipliers per segment (z | x | B | C | dt) of the Mamba2 in_proj; the gated
-# norm is optional (mamba_rms_norm) and may come before the gate (docs/hybrid-state.md §8.4).
-FALCON_H1 = ArchSpec(
-    name="falcon_h1",
-    final_norm="final_layernorm.weight",
-    layer=LayerNames(
-        post_attention_norm="pre_ff_layernorm",
-        gate="feed_forward.gate_proj",
-        up="feed_forward.up_proj",
-        down="feed_forward.down_proj",
-    ),
-    mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="mamba2"),
-    embedding_scale="config",
-    config_keys=config_keys(logit_scale="lm_head_multiplier"),
-    multipliers=(
-        *(Multiplier(f"self_attn.{p}_proj", "attention_in_multiplier", "input") for p in "qkv"),
-        Multiplier("self_attn.k_proj", "key_multiplier"),
-        Multiplier("self_attn.o_proj", "attention_out_multiplier"),
-        Multiplier("mamba.in_proj", "ssm_in_multiplier", "input"),
-        Multiplier("mamba.in_proj", "ssm_multipliers", segments="mamba2"),
-        Multiplier("mamba.out_proj", "ssm_out_multiplier"),
-        Multiplier("feed_forward.gate_proj", "mlp_multipliers", index=0),
-        Multiplier("feed_forward.down_proj", "mlp_multipliers", index=1),
-    ),
-)
-# Nemotron-H: each layer is ONE block behind one RMSNorm and residual, chosen by its pattern entry
-# (layers_block_type, read as layer_types; hybrid_override_pattern M / * / - / E on disk): a Mamba2
-# mixer whose dt HF floors at time_step_min in prompts only, NoPE attention, or a squared-ReLU MLP.
-# Mixture-of-experts (E) layers are refused (docs/hybrid-state.md §8.6).
-_NEMOTRON_H_MOE = Refusal(
-    "layer_types",
-    "Nemotron-H's mixture-of-experts ('moe', E) layers are not exported: their routed experts are squared-ReLU "
-    "MLPs, which com.microsoft.MoE/QMoE have no kernel for (docs/hybrid-state.md §8.6); export a checkpoint "
-    "whose pattern has only M, * and - layers",
-    ("moe",),
-)
-_NEMOTRON_H_LAYER = LayerNames(
-    input_norm="norm", post_attention_norm=None, q="mixer.q_proj", k="mixer.k_proj", v="mixer.v_proj",
-    o="mixer.o_proj", up="mixer.up_proj", down="mixer.down_proj",
-)  # fmt: skip
-_NEMOTRON_H_KEYS = config_keys(
-    activation="mlp_hidden_act", norm_eps="layer_norm_epsilon", mamba_heads="mamba_num_heads",
-    mamba_groups="n_groups", mamba_state="ssm_state_size", mamba_head_dim="mamba_head_dim",
-    mamba_conv_kernel="conv_kernel", mamba_expand="expand",
-)  # fmt: skip
-NEMOTRON_H = ArchSpec(
-    name="nemotron_h",
-    decoder_prefixes=("backbone.", "model."),  # the hub's and transformers' save spell the root backbone.
-    embed="embeddings.weight",
-    final_norm="norm_f.weight",
-    layer=_NEMOTRON_H_LAYER,
-    mlp="plain",
-    activations=("relu2",),
-    rope_layers="none",
-    mixers=MixerSpec(
-        kinds=MappingProxyType({"linear_attention": "mamba2"}),
-        mamba2=Mamba2Names(**{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(Mamba2Names()).items()}),
-        prompt_dt_floor="time_step_min",
-    ),
-    layer_blocks=MappingProxyType({"linear_attention": "mixer", "full_attention": "mixer", "mlp": "mlp", "moe": "mlp"}),
-    refusals=(_NEMOTRON_H_MOE,),
-    config_keys=_NEMOTRON_H_KEYS,
-    ignore=("mamba_dt_limit",),  # HF's mixer uses (time_step_min, inf) whatever time_step_limit says
-)
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GRANITEMOEHYBRID, JAMBA, FALCON_H1, NEMOTRON_H,
 )  # fmt: skip
