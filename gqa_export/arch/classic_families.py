@@ -1,0 +1,48 @@
+"""The classic decoders still in wide use: GPT-2, GPT-NeoX / Pythia, OPT, GPT-J.
+
+What sets them apart is data here: learned absolute position tables (GPT-2, OPT with its offset
+of 2), Conv1D weights stored [in, out] (GPT-2), a fused qkv stored head by head (GPT-NeoX),
+LayerNorms with biases, parallel residuals (GPT-NeoX's two norms, GPT-J's one), partial and
+interleaved RoPE (GPT-J), and the layouts this graph does not build, refused in one line.
+"""
+
+from __future__ import annotations
+
+from gqa_export.arch.spec import AbsolutePositions, ArchSpec, LayerNames, Refusal, config_keys
+
+_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_tanh", "gelu")
+# GPT-2 / GPT-J configs: activation_function, layer_norm_epsilon, n_inner (None: 4 * hidden)
+_GPT2_KEYS = config_keys(activation="activation_function", norm_eps="layer_norm_epsilon", intermediate_size="n_inner")
+
+GPT2 = ArchSpec(
+    name="gpt2",
+    embed="wte.weight",
+    final_norm="ln_f.weight",
+    layer_prefix="h.{i}.",
+    layer=LayerNames(
+        input_norm="ln_1",
+        post_attention_norm="ln_2",
+        qkv="attn.c_attn",
+        o="attn.c_proj",
+        up="mlp.c_fc",
+        down="mlp.c_proj",
+    ),
+    norm="layer",
+    mlp="plain",
+    activations=(*_GELUS, "relu"),
+    rope_layers="none",
+    positions=AbsolutePositions("wpe.weight"),
+    linear_layout="in_out",
+    config_keys=_GPT2_KEYS,
+    decoder_prefixes=("transformer.",),
+    refusals=(
+        Refusal("scale_attn_weights", "scale_attn_weights false (unscaled scores) is not supported", (False,)),
+        Refusal(
+            "scale_attn_by_inverse_layer_idx",
+            "scale_attn_by_inverse_layer_idx (scores scaled by 1 / (layer + 1)) is not supported",
+        ),
+        Refusal("reorder_and_upcast_attn", "reorder_and_upcast_attn is not supported"),
+        Refusal("add_cross_attention", "add_cross_attention (an encoder-decoder GPT-2) is not a causal LM"),
+    ),
+)
+CLASSICS = (GPT2,)
