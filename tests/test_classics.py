@@ -34,7 +34,7 @@ from gqa_export.cli import app
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
 
-CLASSICS = ("gpt2",)
+CLASSICS = ("gpt2", "gpt_neox")
 # batch 2, right-padded as onnxruntime-genai pads (pad_token_id 5); ORT's runs pad with another id
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
@@ -68,6 +68,9 @@ def _edited_checkpoint(checkpoint: Path, to: Path, **config) -> Path:
 # Conv1D c_attn [in, 3 out] as stored, GPT-NeoX's per-head qkv (and bias) selected into one [in, 3 out]
 STORED = {
     "gpt2": {"transformer.wpe.weight": [256, 64], "transformer.h.0.attn.c_attn.weight": [64, 192]},
+    "gpt_neox": {
+        f"gpt_neox.layers.0.attention.query_key_value.{p}": s for p, s in (("weight", [128, 384]), ("bias", [384]))
+    },
 }
 
 
@@ -88,6 +91,7 @@ def test_classic_graph_holds_the_position_tables_and_the_weights_as_stored(build
     ("family", "overrides"),
     [
         pytest.param("gpt2", dict(n_inner=None, activation_function="relu"), id="gpt2_width_4h_relu"),
+        pytest.param("gpt_neox", dict(use_parallel_residual=False, attention_bias=False), id="neox_sequential_nobias"),
     ],
 )
 def test_classic_config_variants_match_hf(tmp_path, family, overrides):
@@ -157,6 +161,10 @@ def _with_spec(monkeypatch, name: str, **changes) -> None:
     ("family", "changes"),
     [  # measured (docs/hybrid-state.md §8.6): 13.8, 5.2, 2.1, 10.5, 11.6, 2.0
         pytest.param("gpt2", dict(positions=None), id="gpt2_no_positions"),
+        pytest.param("gpt_neox", dict(qkv_rows="stacked"), id="neox_rows_stacked"),  # per-head qkv read as [q|k|v]
+        pytest.param(
+            "gpt_neox", dict(layer=replace(arch.SPECS["gpt_neox"].layer, post_attention_norm=None)), id="neox_one_norm"
+        ),
     ],
 )
 def test_mutant_classic_mechanism_fails_parity(builds, tmp_path, monkeypatch, family, changes):
@@ -168,6 +176,8 @@ def test_mutant_classic_mechanism_fails_parity(builds, tmp_path, monkeypatch, fa
 @pytest.mark.parametrize(
     ("family", "config", "bound"),
     [  # measured: 3.3, 7.1e-4, 1.0
+        pytest.param("gpt_neox", dict(use_parallel_residual=False), 1e-2, id="neox_sequential"),
+        pytest.param("gpt_neox", dict(hidden_act="gelu_new"), 1e-4, id="neox_tanh_gelu"),  # exact GELU as tanh
     ],
 )
 def test_mutant_classic_config_fails_parity(builds, tmp_path, family, config, bound):

@@ -45,4 +45,19 @@ GPT2 = ArchSpec(
         Refusal("add_cross_attention", "add_cross_attention (an encoder-decoder GPT-2) is not a causal LM"),
     ),
 )
-CLASSICS = (GPT2,)
+GPT_NEOX = ArchSpec(
+    name="gpt_neox",
+    embed="embed_in.weight",
+    final_norm="final_layer_norm.weight",
+    layer=LayerNames(
+        qkv="attention.query_key_value", o="attention.dense", up="mlp.dense_h_to_4h", down="mlp.dense_4h_to_h"
+    ),
+    norm="layer",
+    mlp="plain",
+    activations=_GELUS,
+    parallel_key="parallel_residual",  # use_parallel_residual: attention and MLP on the layer input, own norms
+    qkv_rows="per_head",
+    decoder_prefixes=("gpt_neox.",),
+    lm_head_names=("embed_out.weight",),
+)
+CLASSICS = (GPT2, GPT_NEOX)
