@@ -170,6 +170,7 @@ FAMILIES: tuple[Family, ...] = (
     # two norms (GPT-NeoX), positions offset by 2 and ReLU (OPT), partial interleaved RoPE (GPT-J)
     dense_family("gpt2", gathered_tables=frozenset({"transformer.wte.qweight"})),
     dense_family("gpt_neox"),
+    dense_family("opt", gathered_tables=frozenset({"model.decoder.embed_tokens.qweight"})),
     # hybrid decoders: short-convolution state + GQA layers (the state lives in the GQA graph only)
     # short-convolution state + GQA layers (LFM2), with sigmoid-routed experts (LFM2-MoE)
     hybrid(

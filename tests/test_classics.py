@@ -30,11 +30,12 @@ from reference import (
 from typer.testing import CliRunner
 
 from gqa_export import arch
+from gqa_export.arch.spec import AbsolutePositions
 from gqa_export.cli import app
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
 
-CLASSICS = ("gpt2", "gpt_neox")
+CLASSICS = ("gpt2", "gpt_neox", "opt")
 # batch 2, right-padded as onnxruntime-genai pads (pad_token_id 5); ORT's runs pad with another id
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
@@ -71,6 +72,7 @@ STORED = {
     "gpt_neox": {
         f"gpt_neox.layers.0.attention.query_key_value.{p}": s for p, s in (("weight", [128, 384]), ("bias", [384]))
     },
+    "opt": {"model.decoder.embed_positions.weight": [258, 64], "model.decoder.layers.0.fc1.weight": [64, 96]},
 }
 
 
@@ -92,6 +94,7 @@ def test_classic_graph_holds_the_position_tables_and_the_weights_as_stored(build
     [
         pytest.param("gpt2", dict(n_inner=None, activation_function="relu"), id="gpt2_width_4h_relu"),
         pytest.param("gpt_neox", dict(use_parallel_residual=False, attention_bias=False), id="neox_sequential_nobias"),
+        pytest.param("opt", dict(enable_bias=False, activation_function="gelu"), id="opt_nobias_gelu"),
     ],
 )
 def test_classic_config_variants_match_hf(tmp_path, family, overrides):
@@ -138,6 +141,9 @@ def test_ragged_batch_through_genai_equals_hf_generate_row_by_row(builds, family
         ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
         ("gpt2", dict(reorder_and_upcast_attn=True), "reorder_and_upcast_attn"),
         ("gpt2", dict(scale_attn_weights=False), "unscaled scores"),
+        ("opt", dict(do_layer_norm_before=False), "post-norm layers"),
+        ("opt", dict(word_embed_proj_dim=32), "project_in/project_out"),
+        ("opt", dict(_remove_final_layer_norm=True), "final LayerNorm"),
     ],
 )
 def test_unsupported_classic_layouts_are_refused_in_one_line(builds, tmp_path, family, config, message):
@@ -165,6 +171,8 @@ def _with_spec(monkeypatch, name: str, **changes) -> None:
         pytest.param(
             "gpt_neox", dict(layer=replace(arch.SPECS["gpt_neox"].layer, post_attention_norm=None)), id="neox_one_norm"
         ),
+        pytest.param("opt", dict(positions=AbsolutePositions("embed_positions.weight")), id="opt_offset_0"),
+        pytest.param("opt", dict(positions=AbsolutePositions("embed_positions.weight", 3)), id="opt_offset_3"),
     ],
 )
 def test_mutant_classic_mechanism_fails_parity(builds, tmp_path, monkeypatch, family, changes):

@@ -60,4 +60,43 @@ GPT_NEOX = ArchSpec(
     decoder_prefixes=("gpt_neox.",),
     lm_head_names=("embed_out.weight",),
 )
-CLASSICS = (GPT2, GPT_NEOX)
+OPT = ArchSpec(
+    name="opt",
+    final_norm="final_layer_norm.weight",
+    layer=LayerNames(
+        input_norm="self_attn_layer_norm",
+        post_attention_norm="final_layer_norm",
+        o="self_attn.out_proj",
+        up="fc1",
+        down="fc2",
+    ),
+    norm="layer",
+    fixed_norm_eps=1e-5,  # nn.LayerNorm's default: OPT's config has no eps
+    mlp="plain",
+    activations=("relu", *_GELUS),
+    rope_layers="none",
+    positions=AbsolutePositions("embed_positions.weight", offset=2),
+    config_keys=config_keys(activation="activation_function", intermediate_size="ffn_dim"),
+    decoder_prefixes=("model.decoder.",),
+    refusals=(
+        Refusal(
+            "do_layer_norm_before",
+            "OPT with do_layer_norm_before false (post-norm layers, opt-350m) is not supported",
+            (False,),
+        ),
+        Refusal(
+            "word_embed_proj_dim",
+            "OPT with word_embed_proj_dim != hidden_size (project_in/project_out, opt-350m) is not supported",
+            differs_from="hidden_size",
+        ),
+        Refusal(
+            "_remove_final_layer_norm", "OPT without its final LayerNorm (_remove_final_layer_norm) is not supported"
+        ),
+        Refusal(
+            "layer_norm_elementwise_affine",
+            "OPT with parameter-free LayerNorms (layer_norm_elementwise_affine false) is not supported",
+            (False,),
+        ),
+    ),
+)
+CLASSICS = (GPT2, GPT_NEOX, OPT)
