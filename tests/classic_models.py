@@ -10,7 +10,7 @@ checkpoints' do (Pythia: 0.25 of 64 / 128; GPT-J-6B: 64 of 256).
 
 from __future__ import annotations
 
-CLASSIC_FAMILIES = ("gpt2", "gpt_neox", "opt")
+CLASSIC_FAMILIES = ("gpt2", "gpt_neox", "opt", "gptj")
 _IDS = dict(vocab_size=384, bos_token_id=0, eos_token_id=1, pad_token_id=5)
 
 

@@ -171,6 +171,7 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("gpt2", gathered_tables=frozenset({"transformer.wte.qweight"})),
     dense_family("gpt_neox"),
     dense_family("opt", gathered_tables=frozenset({"model.decoder.embed_tokens.qweight"})),
+    dense_family("gptj"),
     # hybrid decoders: short-convolution state + GQA layers (the state lives in the GQA graph only)
     # short-convolution state + GQA layers (LFM2), with sigmoid-routed experts (LFM2-MoE)
     hybrid(

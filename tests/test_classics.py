@@ -35,7 +35,7 @@ from gqa_export.cli import app
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
 
-CLASSICS = ("gpt2", "gpt_neox", "opt")
+CLASSICS = ("gpt2", "gpt_neox", "opt", "gptj")
 # batch 2, right-padded as onnxruntime-genai pads (pad_token_id 5); ORT's runs pad with another id
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
@@ -73,6 +73,7 @@ STORED = {
         f"gpt_neox.layers.0.attention.query_key_value.{p}": s for p, s in (("weight", [128, 384]), ("bias", [384]))
     },
     "opt": {"model.decoder.embed_positions.weight": [258, 64], "model.decoder.layers.0.fc1.weight": [64, 96]},
+    "gptj": {"transformer.h.0.attn.qkv_proj.weight": [128, 384], "lm_head.bias": [384]},
 }
 
 
@@ -95,6 +96,7 @@ def test_classic_graph_holds_the_position_tables_and_the_weights_as_stored(build
         pytest.param("gpt2", dict(n_inner=None, activation_function="relu"), id="gpt2_width_4h_relu"),
         pytest.param("gpt_neox", dict(use_parallel_residual=False, attention_bias=False), id="neox_sequential_nobias"),
         pytest.param("opt", dict(enable_bias=False, activation_function="gelu"), id="opt_nobias_gelu"),
+        pytest.param("gptj", dict(rotary_dim=32), id="gptj_full_rotary"),  # RoPE on the whole head
     ],
 )
 def test_classic_config_variants_match_hf(tmp_path, family, overrides):
@@ -173,6 +175,7 @@ def _with_spec(monkeypatch, name: str, **changes) -> None:
         ),
         pytest.param("opt", dict(positions=AbsolutePositions("embed_positions.weight")), id="opt_offset_0"),
         pytest.param("opt", dict(positions=AbsolutePositions("embed_positions.weight", 3)), id="opt_offset_3"),
+        pytest.param("gptj", dict(rope_interleaved=False), id="gptj_halves"),  # GPT-J's pairs rotated as halves
     ],
 )
 def test_mutant_classic_mechanism_fails_parity(builds, tmp_path, monkeypatch, family, changes):
@@ -186,6 +189,7 @@ def test_mutant_classic_mechanism_fails_parity(builds, tmp_path, monkeypatch, fa
     [  # measured: 3.3, 7.1e-4, 1.0
         pytest.param("gpt_neox", dict(use_parallel_residual=False), 1e-2, id="neox_sequential"),
         pytest.param("gpt_neox", dict(hidden_act="gelu_new"), 1e-4, id="neox_tanh_gelu"),  # exact GELU as tanh
+        pytest.param("gptj", dict(rotary_dim=24), 1e-2, id="gptj_rotary_x1.5"),
     ],
 )
 def test_mutant_classic_config_fails_parity(builds, tmp_path, family, config, bound):

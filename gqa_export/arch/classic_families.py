@@ -99,4 +99,27 @@ OPT = ArchSpec(
         ),
     ),
 )
-CLASSICS = (GPT2, GPT_NEOX, OPT)
+GPTJ = ArchSpec(
+    name="gptj",
+    embed="wte.weight",
+    final_norm="ln_f.weight",
+    layer_prefix="h.{i}.",
+    layer=LayerNames(
+        input_norm="ln_1",
+        post_attention_norm=None,
+        q="attn.q_proj",
+        k="attn.k_proj",
+        v="attn.v_proj",
+        o="attn.out_proj",
+        up="mlp.fc_in",
+        down="mlp.fc_out",
+    ),
+    norm="layer",
+    norm_layout="parallel",  # attention and MLP both off ln_1
+    mlp="plain",
+    activations=_GELUS,
+    rope_interleaved=True,  # rotate_every_two on the first rotary_dim channels
+    config_keys=_GPT2_KEYS,
+    decoder_prefixes=("transformer.",),
+)
+CLASSICS = (GPT2, GPT_NEOX, OPT, GPTJ)
