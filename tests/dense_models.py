@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 import torch
+from classic_models import CLASSIC_FAMILIES, classic_config
 from tiny_models import save_tokenizer, spelled_for_installed_transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -46,6 +47,7 @@ FAMILIES = [
     "jamba",
     "falcon_h1",
     "nemotron_h",
+    *CLASSIC_FAMILIES,
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -84,6 +86,8 @@ SWA3 = ["sliding_attention", "sliding_attention", "full_attention"]
 
 
 def family_config(model_type: str) -> dict:
+    if model_type in CLASSIC_FAMILIES:  # their own key spellings (tests/classic_models.py)
+        return classic_config(model_type)
     c = dict(COMMON)
     if model_type == "phi":  # Phi-2: gelu_new, partial rotary 0.4 (we use 0.5), LN with bias
         c.update(
@@ -378,7 +382,10 @@ def _randomize(model, model_type: str, g: torch.Generator):
     with torch.no_grad():
         for name, p in model.named_parameters():
             mod, leaf = name.rsplit(".", 1)
-            is_norm = "norm" in mod.rsplit(".", 1)[-1] or ".norms." in mod or mod.endswith("layernorm")
+            leaf_module = mod.rsplit(".", 1)[-1]
+            is_norm = (
+                "norm" in leaf_module or ".norms." in mod or mod.endswith("layernorm") or leaf_module.startswith("ln_")
+            )
             if is_norm and leaf == "weight":
                 zero_centred = model_type in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next") and not mod.endswith(
                     "linear_attn.norm"

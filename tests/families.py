@@ -165,6 +165,13 @@ FAMILIES: tuple[Family, ...] = (
     dense("ernie4_5_bias", genai_type="ernie4_5"),
     dense("exaone4_nosliding"),
     dense("olmo_noclip", genai_type="olmo"),
+    # the classic decoders (tests/classic_models.py; their own checks in tests/test_classics.py): learned
+    # absolute positions and Conv1D weights (GPT-2), qkv stored per head and the parallel residual with
+    # two norms (GPT-NeoX), positions offset by 2 and ReLU (OPT), partial interleaved RoPE (GPT-J)
+    dense_family("gpt2", gathered_tables=frozenset({"transformer.wte.qweight"})),
+    dense_family("gpt_neox"),
+    dense_family("opt", gathered_tables=frozenset({"model.decoder.embed_tokens.qweight"})),
+    dense_family("gptj"),
     # hybrid decoders: short-convolution state + GQA layers (the state lives in the GQA graph only)
     # short-convolution state + GQA layers (LFM2), with sigmoid-routed experts (LFM2-MoE)
     hybrid(

@@ -26,6 +26,7 @@ FUSED = {  # a packed weight's name -> the spellings of the checkpoint weights i
     "qk_proj": (("q_proj", "k_proj"),),  # layers whose values are their keys (Gemma-4 attention_k_eq_v)
     "gate_up_proj": (("gate_proj", "up_proj"), ("w1", "w3")),  # LFM2's feed_forward.w1 / w3
 }
+CONV1D = ("c_attn", "c_proj", "c_fc")  # GPT-2's Conv1D modules
 
 
 def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
@@ -103,9 +104,16 @@ def grouped_deltanet_weights(tensors: dict[str, np.ndarray], head: str, config: 
 def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | None = None) -> np.ndarray | None:
     """The checkpoint's float weight for a package weight (fused ones concatenated, rows selected
     out of Qwen3-Next's per-key-head projections), or None."""
-    if f"{base}.weight" in tensors:
-        return tensors[f"{base}.weight"]
     head, _, last = base.rpartition(".")
+    model_type = (config or {}).get("model_type")
+    if f"{base}.weight" in tensors:
+        weight = tensors[f"{base}.weight"]
+        if model_type == "gpt2" and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
+            return weight.T
+        if model_type == "gpt_neox" and last == "query_key_value":  # rows per head [h: q k v], as HF's view
+            heads = config["num_attention_heads"]  # type: ignore[index]
+            return weight.reshape(heads, 3, -1, weight.shape[1]).transpose(1, 0, 2, 3).reshape(weight.shape)
+        return weight
     if config is not None and last in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
         grouped = grouped_deltanet_weights(tensors, head, config)
         if grouped:

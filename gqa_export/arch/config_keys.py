@@ -8,6 +8,7 @@ from __future__ import annotations
 
 DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "activation": "hidden_act",
+    "intermediate_size": "intermediate_size",
     "sliding_window": "sliding_window",
     "layer_types": "layer_types",
     "attn_softcap": "attn_logit_softcapping",

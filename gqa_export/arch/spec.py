@@ -24,6 +24,11 @@ from gqa_export.arch.config_keys import DEFAULT_CONFIG_KEYS
 from gqa_export.errors import InputError
 
 NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
+# how a Linear's weight is stored: "out_in" (nn.Linear [out, in]) or "in_out" (GPT-2's Conv1D [in, out],
+# already MatMul's layout); how a stored fused qkv orders its rows: "stacked" ([q | k | v]) or
+# "per_head" (GPT-NeoX: [h0: q k v | h1: q k v | ...], selected into [q | k | v] at export)
+LINEAR_LAYOUTS = ("out_in", "in_out")
+QKV_ROWS = ("stacked", "per_head")
 NORM_KINDS = ("rms", "layer", "layer_free")
 MLP_KINDS = ("gated", "plain")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
@@ -129,8 +134,11 @@ class Refusal:
     config_key: str
     message: str
     values: tuple[Any, ...] = ()
+    differs_from: str | None = None  # refused when the value differs from this config key's (OPT's projections)
 
-    def applies(self, value: Any) -> bool:
+    def applies(self, value: Any, other: Any = None) -> bool:
+        if self.differs_from is not None:
+            return value is not None and value != other
         if self.values and isinstance(value, (list, tuple)):
             return any(v in self.values for v in value)
         return value in self.values if self.values else bool(value)
@@ -143,6 +151,16 @@ class Refusal:
             more = f" and {len(hits) - 1} more" if len(hits) > 1 else ""
             return f"{self.config_key}[{hits[0]}]={value[hits[0]]!r}{more}"
         return f"{self.config_key}={value!r}"
+
+
+@dataclass(frozen=True)
+class AbsolutePositions:
+    """A learned absolute position table (GPT-2's wpe, OPT's embed_positions), relative to the
+    decoder root: row `position + offset` is added to each token's embedding, the position counted
+    from attention_mask as HF generate counts it (OPT's table starts `offset` 2 rows in)."""
+
+    table: str
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -375,6 +393,9 @@ class ArchSpec:
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    positions: AbsolutePositions | None = None  # learned absolute position embeddings (GPT-2, OPT)
+    linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
+    qkv_rows: str = "stacked"  # QKV_ROWS: how the stored fused `qkv` orders its rows (GPT-NeoX: per head)
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

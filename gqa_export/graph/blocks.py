@@ -14,6 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.masks import StatePadding
@@ -63,13 +64,37 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
     b, params = lc.b, lc.params
     x = _input_multiplier(lc, x, modules, node)
     graph_name = lc.name(packed_name) if packed_name else lc.name(modules[0])
-    weight = b.initializer(graph_name, params.matmul_weight([lc.name(m) for m in modules]))
-    y = b.op("MatMul", x, weight, name=f"{node}/MatMul")
+    rows = _selected_rows(lc, modules)
+    if rows is not None:  # a fused qkv stored head by head: its rows taken in [q | k | v] order
+        weight_tensor = params.matmul_rows(lc.name(modules[0]), rows)
+    elif lc.spec.linear_layout == "in_out":  # Conv1D (GPT-2): stored as MatMul's [in, out] already
+        assert len(modules) == 1, f"{modules}: Conv1D weights are read one at a time"
+        weight_tensor = params.matmul_stored(lc.name(modules[0]))
+    else:
+        weight_tensor = params.matmul_weight([lc.name(m) for m in modules])
+    y = b.op("MatMul", x, b.initializer(graph_name, weight_tensor), name=f"{node}/MatMul")
     if all(lc.has(m, "bias") for m in modules):
         bias_name = lc.name(packed_name, "bias") if packed_name else lc.name(modules[0], "bias")
-        bias = b.initializer(bias_name, params.vector([lc.name(m, "bias") for m in modules]))
-        y = b.op("Add", y, bias, name=f"{node}/Add")
+        biases = [lc.name(m, "bias") for m in modules]
+        bias_tensor = params.vector(biases) if rows is None else params.vector_rows(biases[0], rows)
+        y = b.op("Add", y, b.initializer(bias_name, bias_tensor), name=f"{node}/Add")
     return _output_multiplier(lc, y, modules, node)
+
+
+def per_head_qkv_rows(heads: int, head_dim: int) -> list[tuple[int, int]]:
+    """Row ranges that turn a fused qkv stored head by head ([h0: q k v | h1: q k v | ...],
+    GPT-NeoX) into [q | k | v]: every head's query rows, then every key's, then every value's."""
+    return [(h * 3 * head_dim + part * head_dim, h * 3 * head_dim + (part + 1) * head_dim)
+            for part in range(3) for h in range(heads)]  # fmt: skip
+
+
+def _selected_rows(lc: LayerContext, modules: list[str]) -> list[tuple[int, int]] | None:
+    """The row selection of the spec's fused qkv when it is stored per head (spec qkv_rows)."""
+    if lc.spec.qkv_rows != "per_head" or modules != [lc.spec.layer.qkv]:
+        return None
+    if lc.layer.num_kv_heads != lc.dims.num_heads:
+        raise InputError(f"{lc.spec.name}: a qkv stored per head needs as many kv heads as query heads")
+    return per_head_qkv_rows(lc.dims.num_heads, lc.layer.head_dim)
 
 
 def _input_multiplier(lc: LayerContext, x: ir.Value, modules: list[str], node: str) -> ir.Value:
@@ -157,6 +182,7 @@ def qkv_projection(
     split = (
         gated or qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None or dims.clip_qkv
     )
+    attention = L.q.rpartition(".")[0]  # packed weights are named in the attention's own module
     if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif layer.k_eq_v:
@@ -323,9 +349,14 @@ def gated_mlp(lc: LayerContext, x: ir.Value, gate_up: str, down: str, width: int
 
 
 def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
-    """The config's hidden activation: SiLU, the tanh-approximated GELU (gelu_pytorch_tanh,
-    gelu_new; ONNX Gelu-20), squared ReLU (Nemotron) or xIELU (Apertus, its parameters per layer)."""
+    """The config's hidden activation: SiLU, the exact GELU, ReLU, the tanh-approximated GELU
+    (gelu_pytorch_tanh, gelu_new; ONNX Gelu-20), squared ReLU (Nemotron) or xIELU (Apertus, its
+    parameters per layer)."""
     b, act = lc.b, lc.dims.hidden_act
+    if act == "gelu":  # the exact (erf) GELU: GPT-NeoX / Pythia
+        return b.op("Gelu", x)
+    if act == "relu":  # OPT
+        return b.op("Relu", x)
     if act == "silu":
         return b.op("Mul", x, b.op("Sigmoid", x), name="silu")
     if act == "relu2":

@@ -31,13 +31,20 @@ REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "voc
 # per-layer patterns whose length transformers takes as the layer count (Nemotron-H's config class
 # derives num_hidden_layers from them and does not save it); the weights check the count
 LAYER_COUNT_PATTERNS = ("layers_block_type", "hybrid_override_pattern")
+# the older spellings configs still carry (GPT-2 / GPT-J: transformers maps them through attribute_map)
+KEY_ALIASES = {
+    "hidden_size": ("n_embd",),
+    "num_attention_heads": ("n_head",),
+    "num_hidden_layers": ("n_layer",),
+    "max_position_embeddings": ("n_positions",),
+}
 
 
 def check_raw_config(raw: dict[str, Any]) -> None:
     """Types and presence of the size keys, in the decoder's own config (text_config if nested)."""
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
     for key in POSITIVE_INT_KEYS:
-        value = text.get(key)
+        value = next((v for k in (key, *KEY_ALIASES.get(key, ())) if (v := text.get(k)) is not None), None)
         counted = key == "num_hidden_layers" and any(text.get(k) for k in LAYER_COUNT_PATTERNS)
         if value is None and (key not in REQUIRED_KEYS or counted):
             continue
@@ -72,6 +79,8 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -
         down = f"{prefix}{names.down}.weight"
         if spec.moe is None and down in store and len(store.info(down).shape) == 2:
             shape = store.info(down).shape
+            if spec.linear_layout == "in_out":  # Conv1D: stored [in, out]
+                shape = shape[::-1]
             _same("intermediate_size", layer.intermediate_size, shape[1], down, shape)
             _same("hidden_size", dims.hidden_size, shape[0], down, shape)
 

@@ -31,6 +31,7 @@ from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
+from gqa_export.graph.positions import add_absolute_positions
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rope import cos_sin_tables, longrope_switch
 from gqa_export.graph.rotary import fused_rope_ok, rope_tables
@@ -95,6 +96,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             h = typed(b.op("Gather", embed, ids), opts.io_dtype, hidden)
             if dims.embedding_multiplier != 1.0:
                 h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
+    h = add_absolute_positions(b, h, input_ids, attention_mask, dims, spec, params)
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
@@ -337,7 +339,9 @@ def _decoder_layer(
     assert y is not None
     if lc.layer.blocks == "mixer":
         return _residual(lc, h, y, "residual_attn"), kv
-    if lc.dims.parallel:  # Phi-2, Cohere, StableLM's parallel residual: both branches off one norm
+    if lc.dims.parallel:  # both on the layer input, off one norm (Phi-2, Cohere, GPT-J) or two (GPT-NeoX)
+        if L.post_attention_norm is not None and lc.has(L.post_attention_norm):
+            x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
         with b.scope("mlp"):
             mlp = _mlp(lc, x, h)
         return _residual(lc, h, b.op("Add", y, mlp, name="parallel_sum"), "residual"), kv

@@ -173,7 +173,7 @@ def read_dims(
 
     for refusal in spec.refusals:
         value = _get(config, refusal.config_key)
-        if refusal.applies(value):
+        if refusal.applies(value, _get(config, refusal.differs_from) if refusal.differs_from else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
     heads = int(config.num_attention_heads)
     hidden = int(config.hidden_size)

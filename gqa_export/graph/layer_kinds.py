@@ -78,7 +78,8 @@ def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int:
     config asks for the adjustment."""
     if spec.ffn_size == "shared":  # Granite-4.0-H: the layer's dense MLP is its shared_mlp
         return int(opt("shared_expert_intermediate_size"))
-    size = int(config.intermediate_size)
+    configured = opt("intermediate_size")
+    size = int(configured) if configured is not None else 4 * int(config.hidden_size)  # GPT-2's n_inner None: 4 H
     if spec.ffn_size != "two_thirds_rounded" or not opt("ffn_auto_adjust", False):
         return size
     size = int(2 * size / 3)

@@ -145,6 +145,21 @@ class Params:
         tensor.release = lambda: self.store.release(name)
         return tensor
 
+    def matmul_stored(self, name: str) -> StreamedTensor:
+        """A weight stored as MatMul's [in, out] already (GPT-2's Conv1D), streamed in row blocks
+        as stored; the quantizer's [out, in] rows are columns of it, transposed."""
+        in_dim, out_dim = self.store.info(name).shape
+
+        def blocks() -> Iterator[np.ndarray]:
+            for a, b in row_blocks(in_dim, out_dim * self._np_dtype.itemsize):
+                yield self.cast(self.store.read(name, rows=(a, b)))
+            tensor.release()
+
+        tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
+        tensor.source_rows = lambda a, b: np.ascontiguousarray(convert(self._columns(name, a, b), F32).T)
+        tensor.release = lambda: self.store.release(name)
+        return tensor
+
     def _scatter(
         self, names: Sequence[str], in_dim: int, out_dim: int, write_at: Callable[[int, memoryview], None]
     ) -> None:
@@ -200,6 +215,17 @@ class Params:
         def make() -> np.ndarray:
             v = np.concatenate([self.store.read(n) for n in names])
             return v.astype(np.float32) + np.float32(offset) if offset else v
+
+        return self._lazy((length,), make)
+
+    def vector_rows(self, name: str, runs: Sequence[tuple[int, int]]) -> ir.LazyTensor:
+        """Entries of one 1-D tensor in the order of `runs` ([start, stop) ranges): the bias of a
+        fused projection whose weight rows `matmul_rows` selects."""
+        length = sum(stop - start for start, stop in runs)
+
+        def make() -> np.ndarray:
+            v = self.store.read(name)
+            return np.concatenate([v[start:stop] for start, stop in runs])
 
         return self._lazy((length,), make)
 

@@ -49,7 +49,8 @@ def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) 
     partial = float(params.pop("partial_rotary_factor", getattr(config, "partial_rotary_factor", None) or 1.0))
     if rope_type == "proportional":  # Gemma-4: a full-width table whose tail frequencies are 0
         return RopeConfig(rope_type, theta, head_dim, {**params, "partial_rotary_factor": partial})
-    return RopeConfig(rope_type, theta, int(head_dim * partial), params)
+    rotary_dim = getattr(config, "rotary_dim", None)  # GPT-J spells the rotated width itself (None: all of it)
+    return RopeConfig(rope_type, theta, int(rotary_dim) if rotary_dim else int(head_dim * partial), params)
 
 
 def _base_inv_freq(rope: RopeConfig) -> np.ndarray:
