@@ -19,6 +19,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.latent_dims import LatentDims, expert_groups, latent_dims, latent_scale
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
@@ -83,6 +84,8 @@ class MoeDims:
     limit: float | None = None
     jitter: float = 0.0  # PhiMoE sparsemixer threshold (router_jitter_noise, used in eval)
     routed_scaling: float = 1.0  # the routing weights' multiplier (routed_scaling_factor)
+    groups: int = 1  # grouped routers (DeepSeek): experts in n_group groups, topk_group of them kept
+    groups_kept: int = 1
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class ModelDims:
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (graph/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
+    latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
 
     @property
     def head_dim(self) -> int:
@@ -180,8 +184,9 @@ def read_dims(
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
         )
-    layers = _layers(config, opt, heads, hidden, spec)
-    ropes = _ropes(config, layers, spec)
+    latent = latent_dims(opt, spec)
+    layers = _layers(config, opt, heads, hidden, spec, latent)
+    ropes = _ropes(config, layers, spec, latent)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:
             supported = ", ".join(spec.rope_types)
@@ -190,6 +195,8 @@ def read_dims(
     scale = float(opt("attention_multiplier", 0.0)) or (float(query_scalar) ** -0.5 if query_scalar else None)
     if spec.unit_attention_scale:
         scale = 1.0
+    if latent is not None:
+        scale = latent_scale(config, latent)
     embed_mult = {"none": 1.0, "sqrt_hidden": math.sqrt(hidden), "config": float(opt("embedding_multiplier", 1.0))}
     gen = generation or {}
     top = outer if outer is not None else config
@@ -237,6 +244,7 @@ def read_dims(
         mamba2=mamba2,
         mamba=mamba_dims(opt, spec, mixers, hidden),
         multipliers=resolve_multipliers(config, spec, mamba2),
+        latent=latent,
     )
 
 
@@ -257,7 +265,9 @@ def _layer_config(config: Any, i: int) -> Any:
     return config
 
 
-def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> tuple[LayerDims, ...]:
+def _layers(
+    config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec, latent: LatentDims | None = None
+) -> tuple[LayerDims, ...]:
     n = int(config.num_hidden_layers)
     window = int(opt("sliding_window", 0) or 0)
     types = opt("layer_types")
@@ -279,6 +289,8 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
+        if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
+            head_dim, kv_heads = latent.head_dim, heads
         if nope_layer(opt, spec, sliding, window):
             rope_key = None  # Cohere2 / EXAONE-4: global layers without RoPE; Granite-4.0-H: none has it
         source = i
@@ -338,7 +350,9 @@ def _rope_keys(config: Any, spec: ArchSpec) -> set[str]:
     return set(per_type) if per_type else {"default"}
 
 
-def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[str, RopeConfig]:
+def _ropes(
+    config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec, latent: LatentDims | None = None
+) -> dict[str, RopeConfig]:
     """One rope per key used by a layer, sized by the head_dim of the layers that use it."""
     out = {}
     per_type = rope_params_by_type(config, spec.sliding_rope)
@@ -348,6 +362,9 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[s
             raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
         head_dim = dims.pop()
         params = per_type.get(key) if key != "default" and per_type else None
+        if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
+            out[key] = replace(read_rope(config, latent.qk_rope, params), interleaved=latent.interleaved)
+            continue
         out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
     return out
 
@@ -364,19 +381,23 @@ def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     if not 1 <= top_k <= experts:
         raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
     limit = opt("swiglu_limit")
+    expert_width = int(opt("expert_intermediate_size") or intermediate)
+    # a shared expert's width, or (DeepSeek) a count of experts' widths
+    shared = int(opt("shared_expert_intermediate_size", 0) or opt("shared_expert_count", 0) * expert_width or 0)
+    groups, kept = expert_groups(opt, spec, experts)
     return MoeDims(
         experts=experts,
         top_k=top_k,
-        intermediate=int(opt("expert_intermediate_size") or intermediate),
+        intermediate=expert_width,
         # families that always renormalize say so in their spec; Qwen-MoE / OLMoE read norm_topk_prob
         normalize=spec.moe.normalize or bool(opt("norm_topk_prob", False)),
-        shared_intermediate=int(opt("shared_expert_intermediate_size", 0) or 0)
-        if spec.moe.names.shared_expert or spec.moe.names.shared_mlp
-        else 0,
+        shared_intermediate=shared if spec.moe.names.shared_expert or spec.moe.names.shared_mlp else 0,
         alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
         limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
         jitter=float(opt("router_jitter", 0.0) or 0.0),
         routed_scaling=float(opt("routed_scaling", 1.0) or 1.0),
+        groups=groups,
+        groups_kept=kept,
     )
 
 
