@@ -189,11 +189,11 @@ def test_mutant_rope_pairs_rotated_as_halves_fails_parity(builds, tmp_path, fami
 def test_mutant_expert_groups_ignored_fails_parity(builds, tmp_path, monkeypatch, family):
     """The top-k taken over every expert instead of within the topk_group best groups (V3's tiny
     config; V2's group-limited variant): measured 2.5 and 0.96."""
-    from gqa_export.graph import dims
+    from gqa_export.graph import moe_dims
 
     _registered(family)
     checkpoint = builds.checkpoint(V3) if family == V3 else _v2_grouped(tmp_path / "ckpt")
-    monkeypatch.setattr(dims, "expert_groups", lambda opt, spec, experts: (1, 1))
+    monkeypatch.setattr(moe_dims, "expert_groups", lambda opt, spec, experts: (1, 1))
     assert _parity_error(_package(checkpoint, tmp_path / "pkg"), checkpoint) > 1e-2
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.latent_dims import LatentDims, expert_groups, latent_dims, latent_scale
+from gqa_export.graph.latent_dims import LatentDims, latent_dims, latent_scale
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
@@ -34,6 +34,7 @@ from gqa_export.graph.layer_kinds import (
     parallel_attention,
     sparse_layer,
 )
+from gqa_export.graph.moe_dims import MoeDims, read_moe
 from gqa_export.graph.multipliers import Resolved, resolve_multipliers
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 
@@ -69,23 +70,6 @@ class LayerDims:
     def attends(self) -> bool:
         """Whether the layer has attention (and so a KV cache unless it shares one)."""
         return self.mixer == "attention" or self.parallel_attention
-
-
-@dataclass(frozen=True)
-class MoeDims:
-    """The sparse blocks' sizes and routing numerics (shared by every sparse layer)."""
-
-    experts: int
-    top_k: int
-    intermediate: int
-    normalize: bool  # renormalize the top-k weights
-    shared_intermediate: int = 0  # an always-on shared expert (Qwen2-MoE)
-    alpha: float = 1.0  # gpt-oss clamped SwiGLU: gate * sigmoid(alpha * gate) * (up + 1)
-    limit: float | None = None
-    jitter: float = 0.0  # PhiMoE sparsemixer threshold (router_jitter_noise, used in eval)
-    routed_scaling: float = 1.0  # the routing weights' multiplier (routed_scaling_factor)
-    groups: int = 1  # grouped routers (DeepSeek): experts in n_group groups, topk_group of them kept
-    groups_kept: int = 1
 
 
 @dataclass(frozen=True)
@@ -234,7 +218,7 @@ def read_dims(
         per_layer_input_size=ple,
         placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
         query_scale=_query_scale(config) if spec.query_position_scale else None,
-        moe=_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
+        moe=read_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind=spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
@@ -367,38 +351,6 @@ def _ropes(
             continue
         out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
     return out
-
-
-def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
-    """The config's expert counts and routing numerics, for a family whose spec has experts and a
-    config that turns them on (Gemma-4's enable_moe_block); read_dims asks only when some layer is
-    sparse (a Jamba with one expert is dense throughout)."""
-    if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
-        return None
-    experts, top_k = int(opt("num_experts")), int(opt("experts_per_token", 1))
-    if spec.moe.routing == "sparsemixer":
-        top_k = 2  # PhiMoE's sparsemixer routes two experts whatever num_experts_per_tok says
-    if not 1 <= top_k <= experts:
-        raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
-    limit = opt("swiglu_limit")
-    expert_width = int(opt("expert_intermediate_size") or intermediate)
-    # a shared expert's width, or (DeepSeek) a count of experts' widths
-    shared = int(opt("shared_expert_intermediate_size", 0) or opt("shared_expert_count", 0) * expert_width or 0)
-    groups, kept = expert_groups(opt, spec, experts)
-    return MoeDims(
-        experts=experts,
-        top_k=top_k,
-        intermediate=expert_width,
-        # families that always renormalize say so in their spec; Qwen-MoE / OLMoE read norm_topk_prob
-        normalize=spec.moe.normalize or bool(opt("norm_topk_prob", False)),
-        shared_intermediate=shared if spec.moe.names.shared_expert or spec.moe.names.shared_mlp else 0,
-        alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
-        limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
-        jitter=float(opt("router_jitter", 0.0) or 0.0),
-        routed_scaling=float(opt("routed_scaling", 1.0) or 1.0),
-        groups=groups,
-        groups_kept=kept,
-    )
 
 
 def _query_scale(config: Any) -> tuple[float, int]:

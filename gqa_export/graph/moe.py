@@ -23,9 +23,9 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import MoeDims
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
+from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES
 
 B, S = "batch_size", "sequence_length"
