@@ -110,9 +110,10 @@ def test_ragged_batch_through_ort_equals_hf_row_by_row(builds, family, mode):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_ragged_batch_through_genai_equals_hf_generate_row_by_row(builds, family):
+@pytest.mark.parametrize("mode", ["gqa", "bias", "split"])
+def test_ragged_batch_through_genai_equals_hf_generate_row_by_row(builds, family, mode):
     _registered(family, generation=True)
-    got = genai_padded_batch_greedy(builds.package(family), list(RAGGED), 5, 20)
+    got = genai_padded_batch_greedy(builds.package(family, mode), list(RAGGED), 5, 20)
     hf = hf_model(builds.checkpoint(family))
     assert got == [hf_generate(hf, p, 20) for p in RAGGED]
     assert_varied(got)
