@@ -214,3 +214,82 @@ def test_mutant_routed_scaling_dropped_fails_parity(builds, tmp_path):
     _registered(V2)
     checkpoint = _with_config(builds.checkpoint(V2), tmp_path / "ckpt", routed_scaling_factor=1.0)
     assert _parity_error(_package(checkpoint, tmp_path / "pkg"), builds.checkpoint(V2)) > 1e-2
+
+
+# ---- the latent cache (recipe attention.latent_cache: one kv head of kv_lora_rank + qk_rope_head_dim) ----
+LATENT_CACHE = ("attention.latent_cache=true",)
+
+
+@pytest.fixture(scope="module")
+def latent_packages(builds, tmp_path_factory):
+    done: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in done:
+            out = tmp_path_factory.mktemp("latent") / family
+            done[family] = _package(builds.checkpoint(family), out, settings=LATENT_CACHE)
+        return done[family]
+
+    return get
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_latent_cache_matches_hf_and_generates_like_hf(builds, latent_packages, family):
+    """Keys [RMSNorm(c) | k_rope] as one kv head of 32 + 8 = 40 (values = keys), kv_b absorbed into
+    the query and the output: prompt and decode logits of 14- and 1-token prompts, greedy genai
+    tokens = HF generate, a right-padded batch."""
+    _registered(family, generation=True)
+    package, checkpoint = latent_packages(family), builds.checkpoint(family)
+    decoder = json.loads((package / "genai_config.json").read_text())["model"]["decoder"]
+    assert (decoder["head_size"], decoder["num_key_value_heads"]) == (40, 1)
+    assert _parity_error(package, checkpoint) < 1e-4  # measured 3.4e-6 (V2), 3.3e-6 (V3)
+    assert _parity_error(package, checkpoint, [0]) < 1e-4
+    hf = hf_model(checkpoint)
+    for prompt in BY_NAME[family].prompts:
+        assert genai_greedy(package, list(prompt)) == hf_generate(hf, list(prompt), 40)
+    got = genai_padded_batch_greedy(package, list(RAGGED), 5, 20)
+    assert got == [hf_generate(hf, p, 20) for p in RAGGED]
+
+
+def genai_greedy(package: Path, prompt: list[int]) -> list[int]:
+    from gqa_export.runtime.run import generate_greedy
+
+    return generate_greedy(package, prompt, 40, min_new_tokens=40).tokens
+
+
+def test_latent_cache_outside_gqa_or_latent_attention_is_refused(builds, tmp_path):
+    from gqa_export.graph.latent_attention import latent_cache_dims
+
+    _registered(V2)
+    with pytest.raises(InputError, match="mode gqa"):
+        _package(builds.checkpoint(V2), tmp_path / "pkg", settings=LATENT_CACHE, attention="bias")
+    with pytest.raises(InputError, match="multi-head latent attention"):
+        latent_cache_dims(replace(_dims(builds.checkpoint(V2)), latent=None))
+
+
+def _dims(checkpoint: Path):
+    from transformers import AutoConfig
+
+    from gqa_export.arch import get_spec
+    from gqa_export.graph.dims import read_dims
+
+    return read_dims(AutoConfig.from_pretrained(checkpoint), get_spec(V2), None)
+
+
+def test_mutant_absorbed_key_and_value_blocks_exchanged_fails_parity(builds, tmp_path, monkeypatch):
+    """kv_b's key rows absorbed into the output and its value rows into the query (the tiny shapes
+    agree: nope = v = 16)."""
+    from gqa_export.graph import latent_attention
+
+    _registered(V3)
+    real = latent_attention._absorbed
+    swapped = {"k": "v", "v": "k"}
+
+    def exchanged(lc, part):
+        value = real(lc, swapped[part])
+        perm = [0, 2, 1]
+        return lc.b.op("Transpose", value, perm=perm, name=f"mutant_{part}")
+
+    monkeypatch.setattr(latent_attention, "_absorbed", exchanged)
+    package = _package(builds.checkpoint(V3), tmp_path / "pkg", settings=LATENT_CACHE)
+    assert _parity_error(package, builds.checkpoint(V3)) > 1e-2

@@ -23,7 +23,7 @@ from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, 
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
-from gqa_export.graph.latent_attention import latent_flat, latent_output
+from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
@@ -172,7 +172,8 @@ def _attention_fn(
             bias = biases.get(mask_kind(opts, layer))
             sinks = _sinks(lc)
             if dims.latent is not None:
-                qkv = latent_flat(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
+                latent = latent_mqa if dims.latent.cached else latent_flat
+                qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif layer.rope in tables:
                 qkv = _rotated_qkv(lc, x, tables[layer.rope])
             else:

@@ -30,6 +30,7 @@ class LatentDims:
     qk_rope: int
     v_head: int
     interleaved: bool  # the rope dims rotate in GPT-J pairs (2i, 2i+1); else rotate-half
+    cached: bool = False  # the cache holds [latent | rope key] as one kv head (recipe latent_cache)
 
     @property
     def head_dim(self) -> int:
