@@ -128,7 +128,7 @@ def _absorbed(lc: LayerContext, part: str) -> ir.Value:
         return w[:, : lat.qk_nope, :] if part == "k" else w[:, lat.qk_nope :, :].transpose(0, 2, 1)
 
     shape = (heads, lat.qk_nope, lat.kv_lora_rank) if part == "k" else (heads, lat.kv_lora_rank, lat.v_head)
-    return lc.b.initializer(f"{name.removesuffix('.weight')}.absorbed_{part}", lc.params._lazy(shape, make))
+    return lc.b.initializer(f"{name.removesuffix('.weight')}.absorbed_{part}", lc.params.computed(shape, make))
 
 
 def latent_mqa(
