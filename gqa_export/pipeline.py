@@ -20,6 +20,7 @@ from gqa_export.graph.consistency import check_against_weights, check_raw_config
 from gqa_export.graph.decoder import GraphOptions, build_decoder
 from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.graph.io_options import IoOptions, resolve_io, with_recipe_defaults
+from gqa_export.graph.latent_attention import latent_cache_dims
 from gqa_export.graph.optimize import OptimizeReport, optimize
 from gqa_export.graph.params import Params
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
@@ -174,6 +175,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     # stored lm_head that differs from the embedding is never tied, whatever the flag says).
     dims = replace(dims, tie_word_embeddings=spec.lm_head not in store)
     check_against_weights(dims, spec, store)
+    if recipe.attention.latent_cache:  # MLA's latent as one kv head (docs/latent-attention.md)
+        dims = latent_cache_dims(dims)
     max_length = planned_max_length(opts.max_length, dims)
     runs = get_spec(recipe.arch).bidirectional
     ids = bidirectional_ids(runs, recipe.attention.bidirectional_token_ids, hf_config, opts.bidirectional_ids)
@@ -188,6 +191,11 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         bias_op=recipe.attention.bias_op,
         bias_cache=recipe.attention.bias_cache,
     )
+    if recipe.attention.latent_cache and attention.mode != "gqa":
+        raise InputError(
+            f"attention.latent_cache runs in GroupQueryAttention only (mode gqa), not {attention.mode}; "
+            "export with --attention gqa or without the latent cache"
+        )
     io_opts, kv = with_recipe_defaults(opts.io, opts.kv, recipe.build_defaults)
     io = resolve_io(io_opts, opts.ep, attention.mode, len(attention.graphs))
     check_kv_options(kv, opts.ep, attention.mode, plan.io_dtype.name)

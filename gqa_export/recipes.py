@@ -46,6 +46,9 @@ _ATTENTION = {
     # split on CUDA: list the weights in decoder.shared_initializers so that onnxruntime-genai
     # uploads them once for both sessions (opt-in: read from the runtime's code, not run on a GPU)
     "split_shared_weights": bool,
+    # multi-head latent attention (DeepSeek): cache the latent + rope key as one kv head (the
+    # weight-absorbed form, mode gqa only) instead of expanded per-head K/V (docs/latent-attention.md)
+    "latent_cache": bool,
 }
 # Schema nodes: see yaml_schema.py.
 SCHEMA: dict[str, Any] = {
@@ -73,6 +76,7 @@ class AttentionRecipe:
     bias_kv_read: str = "auto"
     bias_op: str = "attention"
     split_shared_weights: bool = False
+    latent_cache: bool = False
 
 
 @dataclass(frozen=True)

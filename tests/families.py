@@ -262,6 +262,12 @@ FAMILIES: tuple[Family, ...] = (
     moe_family("phimoe", ALL_MODES, genai_type="phimoe", generate_differs_under_4x=LONGROPE_SWITCH_UNDER_4X),
     # Gemma-4's MoE: experts in plain ops (float in int4/int8 packages)
     moe_family("gemma4_text", since_major=5, genai_type="gemma4_text", experts="plain", gathered_tables=TIED),
+    # multi-head latent attention cached as expanded K/V, shared experts, a dense first layer: V2-Lite-like
+    # (no q-LoRA, softmax greedy top-k) and V3 (q-LoRA, sigmoid grouped top-k with a selection bias,
+    # YaRN mscale). genai 0.18 has no type of their own: the generic decoder. Compared under 5.x only:
+    # the tiny configs are spelled for 5.x and were not checked under 4.57's classes
+    moe_family("deepseek_v2", ALL_MODES, since_major=5),
+    moe_family("deepseek_v3", ALL_MODES, since_major=5),
     # ... and transformers 5.x's own fused [E, 2I, H] layout
     moe("qwen3_moe_norm_v5", "qwen3_moe", hub_layout=False, overrides={"norm_topk_prob": True}, since_major=5),
     moe("mixtral_v5", "mixtral", hub_layout=False, since_major=5),

@@ -21,7 +21,18 @@ import torch
 from tiny_models import save_tokenizer, spelled_for_installed_transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
-FAMILIES = ["qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "olmoe", "granitemoe", "phimoe", "gemma4_text"]
+FAMILIES = [
+    "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "olmoe", "granitemoe", "phimoe", "gemma4_text",
+    "deepseek_v2", "deepseek_v3",
+]  # fmt: skip
+
+# multi-head latent attention: a key of 16 no-rope + 8 rope dims (24, a multiple of 8 for GQA), values
+# of 16 (padded to 24 in the cache), a 32-wide latent; one kv head per query head, as HF expands
+_LATENT = dict(
+    num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+    first_k_dense_replace=1, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+    intermediate_size=96, n_shared_experts=1, rms_norm_eps=1e-5,
+)  # fmt: skip
 
 COMMON = dict(
     vocab_size=384,
@@ -164,6 +175,30 @@ def family_config(model_type: str) -> dict:
             rms_norm_eps=1e-6,
             vocab_size_per_layer_input=384,
         )
+    elif model_type == "deepseek_v2":  # V2-Lite-like: no q-LoRA, softmax greedy top-k, a dense first layer
+        c.pop("head_dim")
+        c.update(
+            _LATENT,
+            q_lora_rank=None,
+            topk_method="greedy",
+            routed_scaling_factor=1.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    elif model_type == "deepseek_v3":  # q-LoRA, sigmoid grouped top-k with a selection bias, YaRN mscale
+        c.pop("head_dim")
+        c.update(
+            _LATENT,
+            q_lora_rank=32,
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_interleave=True,
+            rope_parameters={
+                "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+                "mscale": 1.0, "mscale_all_dim": 0.8, "beta_fast": 32.0, "beta_slow": 1.0,
+            },
+        )  # fmt: skip
     else:
         raise ValueError(model_type)
     return c
@@ -203,6 +238,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):  # gemma4 (persistent buffer)
                 b.copy_(torch.rand(b.shape, generator=g) * 0.5 + 0.6)
+            elif name.endswith("e_score_correction_bias"):  # DeepSeek-V3: steers which experts are chosen
+                b.copy_(torch.randn(b.shape, generator=g) * 0.2)
 
 
 def _decorrelate_routers(model, g: torch.Generator):

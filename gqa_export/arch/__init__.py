@@ -5,10 +5,11 @@ from __future__ import annotations
 from gqa_export.arch.classic_families import CLASSICS
 from gqa_export.arch.families import ALL
 from gqa_export.arch.hybrid_families import HYBRIDS
+from gqa_export.arch.latent_families import LATENT_FAMILIES
 from gqa_export.arch.spec import ArchSpec, LayerNames
 from gqa_export.errors import InputError
 
-SPECS: dict[str, ArchSpec] = {spec.name: spec for spec in (*ALL, *HYBRIDS, *CLASSICS)}
+SPECS: dict[str, ArchSpec] = {spec.name: spec for spec in (*ALL, *HYBRIDS, *CLASSICS, *LATENT_FAMILIES)}
 
 __all__ = ["SPECS", "ArchSpec", "LayerNames", "get_spec"]
 

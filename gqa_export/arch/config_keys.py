@@ -44,6 +44,18 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "clip_qkv": "clip_qkv",
     "first_dense_layers": "num_dense_layers",
     "routed_scaling": "routed_scaling_factor",
+    # DeepSeek: shared experts counted in moe_intermediate_size units, grouped expert selection
+    "shared_expert_count": "n_shared_experts",
+    "expert_groups": "n_group",
+    "expert_groups_kept": "topk_group",
+    "expert_topk_method": "topk_method",
+    # multi-head latent attention (DeepSeek-V2/V3)
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
+    "rope_interleave": "rope_interleave",
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",

@@ -106,6 +106,23 @@ class MoeNames:
 
 
 @dataclass(frozen=True)
+class LatentAttentionNames:
+    """A multi-head latent attention block's modules (DeepSeek-V2/V3), relative to the layer: the
+    query from q_proj, or through a low-rank pair q_a (+ its RMSNorm) then q_b when the config has a
+    q_lora_rank; kv_a gives the compressed latent (kv_lora_rank) and one decoupled rope key shared by
+    every head; kv_b expands the normed latent into each head's no-rope key and value
+    (docs/latent-attention.md)."""
+
+    q: str = "self_attn.q_proj"
+    q_a: str = "self_attn.q_a_proj"
+    q_a_norm: str = "self_attn.q_a_layernorm"
+    q_b: str = "self_attn.q_b_proj"
+    kv_a: str = "self_attn.kv_a_proj_with_mqa"
+    kv_a_norm: str = "self_attn.kv_a_layernorm"
+    kv_b: str = "self_attn.kv_b_proj"
+
+
+@dataclass(frozen=True)
 class MoeSpec:
     """A family's sparse block.
 
@@ -114,7 +131,13 @@ class MoeSpec:
     "sparsemixer" (PhiMoE's top-2 in eval mode), "normed_residual" (Gemma-4: scaleless RMSNorm of the residual,
     scale, softmax, top-k renormalized, per-expert scales), "sigmoid_biased" (LFM2-MoE: sigmoid scores,
     the top k chosen on scores + expert_bias, weighted by the unbiased scores, renormalized when
-    norm_topk_prob, times routed_scaling_factor). activation: "swiglu" (silu(gate) * up),
+    norm_topk_prob, times routed_scaling_factor), "softmax_group_limited" (softmax over every expert;
+    with topk_method group_limited_greedy only the topk_group groups of the highest per-group maximum
+    keep their scores; the top k of those, never renormalized, times routed_scaling_factor),
+    "sigmoid_group_biased" (sigmoid scores; groups ranked by the sum of their two best biased scores,
+    the top k of the biased scores within the topk_group best groups, weighted by the unbiased
+    scores, renormalized (+1e-20) when norm_topk_prob, times routed_scaling_factor).
+    activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
     "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops)."""
 
@@ -350,6 +373,8 @@ class ArchSpec:
     µP multipliers); one equal to 1 adds nothing to the graph.
     layer_blocks: what a layer holds (LAYER_BLOCKS), by its `layer_types` value; types not listed
     hold both blocks. Nemotron-H's layers are each one block: a Mamba2 or attention mixer, or an MLP.
+    latent_attention: q/k/v come from a compressed latent and one shared rope key (multi-head
+    latent attention); the cache holds the expanded per-head K/V (docs/latent-attention.md).
     """
 
     name: str
@@ -396,6 +421,8 @@ class ArchSpec:
     positions: AbsolutePositions | None = None  # learned absolute position embeddings (GPT-2, OPT)
     linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
     qkv_rows: str = "stacked"  # QKV_ROWS: how the stored fused `qkv` orders its rows (GPT-NeoX: per head)
+    # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)
+    latent_attention: LatentAttentionNames | None = None
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

@@ -23,6 +23,7 @@ from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, 
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
+from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2, prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
@@ -146,7 +147,8 @@ def _attention_fn(
         ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
         # ropes GQA's fused RoPE cannot compute exactly are applied with plain ops before it
         head_dims = {layer.rope: layer.head_dim for layer in dims.layers if layer.rope is not None}
-        fused_ok = opts.fused_rope and not spec.qk_norm_after_rope  # norms after RoPE: RoPE before GQA
+        # norms after RoPE, or rope on part of a latent-attention head: RoPE before GQA
+        fused_ok = opts.fused_rope and not spec.qk_norm_after_rope and dims.latent is None
         plain = {k for k, d in head_dims.items() if not (fused_ok and fused_rope_ok(dims.ropes[k], d))}
         tables = {}
         if plain:
@@ -173,7 +175,10 @@ def _attention_fn(
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
             bias = biases.get(mask_kind(opts, layer))
             sinks = _sinks(lc)
-            if layer.rope in tables:
+            if dims.latent is not None:
+                latent = latent_mqa if dims.latent.cached else latent_flat
+                qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
+            elif layer.rope in tables:
                 qkv = _rotated_qkv(lc, x, tables[layer.rope])
             else:
                 qkv = qkv_projection(lc, x)
@@ -334,6 +339,8 @@ def _decoder_layer(
             gate = lc.output_gate.get("gate")
             if gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
+            if lc.dims.latent is not None:  # latent attention: the padded value channels dropped
+                out = latent_output(lc, out)
             attended = linear(lc, out, [L.o], None, "o_proj")
         y = attended if y is None else b.op("Add", y, attended, name="parallel_mixers")
     assert y is not None

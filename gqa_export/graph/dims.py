@@ -19,6 +19,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.latent_dims import LatentDims, latent_dims, latent_scale
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
@@ -34,6 +35,7 @@ from gqa_export.graph.layer_kinds import (
     parallel_attention,
     sparse_layer,
 )
+from gqa_export.graph.moe_dims import MoeDims, read_moe
 from gqa_export.graph.multipliers import Resolved, resolve_multipliers
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 
@@ -70,21 +72,6 @@ class LayerDims:
     def attends(self) -> bool:
         """Whether the layer has attention (and so a KV cache unless it shares one)."""
         return self.mixer == "attention" or self.parallel_attention
-
-
-@dataclass(frozen=True)
-class MoeDims:
-    """The sparse blocks' sizes and routing numerics (shared by every sparse layer)."""
-
-    experts: int
-    top_k: int
-    intermediate: int
-    normalize: bool  # renormalize the top-k weights
-    shared_intermediate: int = 0  # an always-on shared expert (Qwen2-MoE)
-    alpha: float = 1.0  # gpt-oss clamped SwiGLU: gate * sigmoid(alpha * gate) * (up + 1)
-    limit: float | None = None
-    jitter: float = 0.0  # PhiMoE sparsemixer threshold (router_jitter_noise, used in eval)
-    routed_scaling: float = 1.0  # the routing weights' multiplier (routed_scaling_factor)
 
 
 @dataclass(frozen=True)
@@ -128,6 +115,7 @@ class ModelDims:
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (graph/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
+    latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
 
     @property
     def head_dim(self) -> int:
@@ -182,8 +170,9 @@ def read_dims(
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
         )
-    layers = _layers(config, opt, heads, hidden, spec)
-    ropes = _ropes(config, layers, spec)
+    latent = latent_dims(opt, spec)
+    layers = _layers(config, opt, heads, hidden, spec, latent)
+    ropes = _ropes(config, layers, spec, latent)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:
             supported = ", ".join(spec.rope_types)
@@ -192,6 +181,8 @@ def read_dims(
     scale = float(opt("attention_multiplier", 0.0)) or (float(query_scalar) ** -0.5 if query_scalar else None)
     if spec.unit_attention_scale:
         scale = 1.0
+    if latent is not None:
+        scale = latent_scale(config, latent)
     embed_mult = {"none": 1.0, "sqrt_hidden": math.sqrt(hidden), "config": float(opt("embedding_multiplier", 1.0))}
     gen = generation or {}
     top = outer if outer is not None else config
@@ -229,7 +220,7 @@ def read_dims(
         per_layer_input_size=ple,
         placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
         query_scale=_query_scale(config) if spec.query_position_scale else None,
-        moe=_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
+        moe=read_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind=spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
@@ -239,6 +230,7 @@ def read_dims(
         mamba2=mamba2,
         mamba=mamba_dims(opt, spec, mixers, hidden),
         multipliers=resolve_multipliers(config, spec, mamba2),
+        latent=latent,
     )
 
 
@@ -259,7 +251,9 @@ def _layer_config(config: Any, i: int) -> Any:
     return config
 
 
-def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> tuple[LayerDims, ...]:
+def _layers(
+    config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec, latent: LatentDims | None = None
+) -> tuple[LayerDims, ...]:
     n = int(config.num_hidden_layers)
     window = int(opt("sliding_window", 0) or 0)
     types = opt("layer_types")
@@ -281,6 +275,8 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
+        if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
+            head_dim, kv_heads = latent.head_dim, heads
         if nope_layer(opt, spec, sliding, window):
             rope_key = None  # Cohere2 / EXAONE-4: global layers without RoPE; Granite-4.0-H: none has it
         source = i
@@ -341,7 +337,9 @@ def _rope_keys(config: Any, spec: ArchSpec) -> set[str]:
     return set(per_type) if per_type else {"default"}
 
 
-def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[str, RopeConfig]:
+def _ropes(
+    config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec, latent: LatentDims | None = None
+) -> dict[str, RopeConfig]:
     """One rope per key used by a layer, sized by the head_dim of the layers that use it."""
     out = {}
     per_type = rope_params_by_type(config, spec.sliding_rope)
@@ -351,36 +349,11 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[s
             raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
         head_dim = dims.pop()
         params = per_type.get(key) if key != "default" and per_type else None
+        if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
+            out[key] = replace(read_rope(config, latent.qk_rope, params), interleaved=latent.interleaved)
+            continue
         out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
     return out
-
-
-def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
-    """The config's expert counts and routing numerics, for a family whose spec has experts and a
-    config that turns them on (Gemma-4's enable_moe_block); read_dims asks only when some layer is
-    sparse (a Jamba with one expert is dense throughout)."""
-    if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
-        return None
-    experts, top_k = int(opt("num_experts")), int(opt("experts_per_token", 1))
-    if spec.moe.routing == "sparsemixer":
-        top_k = 2  # PhiMoE's sparsemixer routes two experts whatever num_experts_per_tok says
-    if not 1 <= top_k <= experts:
-        raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
-    limit = opt("swiglu_limit")
-    return MoeDims(
-        experts=experts,
-        top_k=top_k,
-        intermediate=int(opt("expert_intermediate_size") or intermediate),
-        # families that always renormalize say so in their spec; Qwen-MoE / OLMoE read norm_topk_prob
-        normalize=spec.moe.normalize or bool(opt("norm_topk_prob", False)),
-        shared_intermediate=int(opt("shared_expert_intermediate_size", 0) or 0)
-        if spec.moe.names.shared_expert or spec.moe.names.shared_mlp
-        else 0,
-        alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
-        limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
-        jitter=float(opt("router_jitter", 0.0) or 0.0),
-        routed_scaling=float(opt("routed_scaling", 1.0) or 1.0),
-    )
 
 
 def _query_scale(config: Any) -> tuple[float, int]:

@@ -23,8 +23,9 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import MoeDims
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
+from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
+from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES
 
 B, S = "batch_size", "sequence_length"
@@ -182,6 +183,8 @@ def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
         return _sparsemixer(lc.b, logits, moe.jitter, lc.params.dtype)
     if routing == "sigmoid_biased":
         return _sigmoid_biased(lc, prefix, logits, moe)
+    if routing in GROUPED_ROUTINGS:
+        return grouped_routing(lc, prefix, logits, moe)
     return None
 
 

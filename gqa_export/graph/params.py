@@ -92,6 +92,11 @@ class Params:
 
         return ir.LazyTensor(evaluate, dtype=self.dtype, shape=ir.Shape(shape))
 
+    def computed(self, shape: Sequence[int], make: Callable[[], np.ndarray]) -> ir.LazyTensor:
+        """A tensor computed from stored ones only when it is written (multi-head latent
+        attention's per-head blocks of kv_b_proj), in the target dtype."""
+        return self._lazy(shape, make)
+
     def matmul_weight(self, names: Sequence[str]) -> StreamedTensor:
         """HF Linear weights [out_i, in], concatenated on `out`, transposed to MatMul's [in, out].
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, rotated_heads
+from gqa_export.graph.latent_attention import latent_heads
 from gqa_export.graph.masks import MaskValues
 
 
@@ -53,7 +54,8 @@ def standard_attention(
 ) -> tuple[ir.Value, LayerKV]:
     """Returns (output [B,S,Nq*D], the layer's KV). `source`: the producer's KV for a KV-shared layer."""
     b, dims, layer = lc.b, lc.dims, lc.layer
-    shaped = rotated_heads(lc, x, rope[layer.rope] if layer.rope is not None else None, reshape_v=True)
+    table = rope[layer.rope] if layer.rope is not None else None
+    shaped = latent_heads(lc, x, table) if dims.latent is not None else rotated_heads(lc, x, table, reshape_v=True)
     bnsh = {name: b.op("Transpose", value, perm=[0, 2, 1, 3], name=f"{name}_bnsh") for name, value in shaped.items()}
     attrs = dict(scale=dims.scale(layer), softcap=dims.attn_softcap or None, is_causal=int(bias is None))
     # A layer needing only causality (+ padding) gets no mask: is_causal is bottom-right per row

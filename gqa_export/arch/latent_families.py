@@ -1,0 +1,33 @@
+"""Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3), kept apart from
+families.py so that neither module outgrows its budget; `families.ALL` lists them."""
+
+from __future__ import annotations
+
+from gqa_export.arch.spec import ArchSpec, LatentAttentionNames, MoeNames, MoeSpec, config_keys
+
+# the config spellings both DeepSeek generations share: dense layers before first_k_dense_replace,
+# n_shared_experts shared experts as one MLP of that many times moe_intermediate_size
+_DEEPSEEK_KEYS = config_keys(first_dense_layers="first_k_dense_replace")
+_SHARED = MoeNames(shared_expert="shared_experts")
+# DeepSeek-V2 / V2-Lite: latent attention (q-LoRA optional: V2-Lite has none), GPT-J pairs on the
+# decoupled rope dims, softmax router with group-limited greedy top-k (docs/latent-attention.md)
+DEEPSEEK_V2 = ArchSpec(
+    name="deepseek_v2",
+    latent_attention=LatentAttentionNames(),
+    rope_interleaved=True,
+    moe=MoeSpec(_SHARED, routing="softmax_group_limited"),
+    config_keys=_DEEPSEEK_KEYS,
+)
+# DeepSeek-V3: the same latent attention (rope pairs interleaved unless rope_interleave is false),
+# a sigmoid router whose e_score_correction_bias steers grouped top-k selection
+DEEPSEEK_V3 = ArchSpec(
+    name="deepseek_v3",
+    latent_attention=LatentAttentionNames(),
+    rope_interleaved=True,
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_experts", expert_bias="gate.e_score_correction_bias"),
+        routing="sigmoid_group_biased",
+    ),
+    config_keys=_DEEPSEEK_KEYS,
+)
+LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3)

@@ -1,0 +1,176 @@
+"""Multi-head latent attention (DeepSeek-V2/V3) as ordinary per-head q/k/v (docs/latent-attention.md).
+
+transformers' DeepseekV2/V3Attention: the query is q_proj(x) or q_b(RMSNorm(q_a(x))), per head
+[q_nope | q_rope]; kv_a(x) gives the latent c (kv_lora_rank) and one rope key k_rope shared by the
+heads; kv_b(RMSNorm(c)) gives per head [k_nope | v]. RoPE turns q_rope and k_rope only. The key of
+head h is [k_nope_h | k_rope], the query [q_nope_h | q_rope_h]: the layout HF concatenates.
+
+Here the expanded K/V go to the ordinary attention ops (every mode's cache layout): one kv head
+per query head, the value zero-padded to the key's width (the cache has one head size); the
+padded channels of the output are dropped before o_proj (`latent_output`). The latent RMSNorms
+are modules built with their default eps (1e-6), not rms_norm_eps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.errors import InputError
+from gqa_export.graph.blocks import LayerContext, linear
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.latent_dims import LatentDims
+from gqa_export.graph.rotary import rotate
+
+LATENT_NORM_EPS = 1e-6  # DeepseekV2/V3RMSNorm(q_lora_rank / kv_lora_rank) keep their default eps
+
+
+def _latent(lc: LayerContext) -> LatentDims:
+    assert lc.dims.latent is not None
+    return lc.dims.latent
+
+
+def _norm(lc: LayerContext, x: ir.Value, module: str, name: str) -> ir.Value:
+    w = lc.b.initializer(lc.name(module), lc.params.vector([lc.name(module)]))
+    return lc.b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=LATENT_NORM_EPS, stash_type=1, name=name)
+
+
+def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None) -> dict[str, ir.Value]:
+    """q, k, v shaped [B,S,N,D] with D = qk_nope + qk_rope (v zero-padded to D), RoPE applied to
+    the rope channels by `table` (cos, sin rows of this step's positions)."""
+    b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
+    names = lc.spec.latent_attention
+    assert names is not None
+    if lat.q_lora_rank:
+        q = _norm(lc, linear(lc, x, [names.q_a], None, "q_a_proj"), names.q_a_norm, "q_a_layernorm")
+        q = linear(lc, q, [names.q_b], None, "q_b_proj")
+    else:
+        q = linear(lc, x, [names.q], None, "q_proj")
+    q = b.op("Reshape", q, b.const([0, 0, heads, lat.head_dim], "q_heads", "int64"))
+    nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
+    q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")
+    compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
+    latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
+    c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
+    kv = linear(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), [names.kv_b], None, "kv_b_proj")
+    kv = b.op("Reshape", kv, b.const([0, 0, heads, lat.qk_nope + lat.v_head], "kv_heads", "int64"))
+    nope_v = b.const([lat.qk_nope, lat.v_head], "nope_v_split", "int64")
+    k_nope, v = b.op_multi("Split", kv, nope_v, axis=-1, outputs=2, name="kv_split")
+    k_rope = b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64"))
+    if table is not None:
+        rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
+        q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")
+        k_rope = rotate(b, k_rope, table[0], table[1], rope, lat.qk_rope, "k_rope")
+    k_rope = b.op("Expand", k_rope, b.op("Shape", q_rope), name="k_rope_every_head")
+    out = {
+        "q": b.op("Concat", q_nope, q_rope, axis=-1, name="q_concat"),
+        "k": b.op("Concat", k_nope, k_rope, axis=-1, name="k_concat"),
+        "v": v,
+    }
+    if lat.v_head < lat.head_dim:  # the cache has one head size: values padded with zeros
+        pads = b.const([0, 0, 0, 0, 0, 0, 0, lat.head_dim - lat.v_head], "v_pads", "int64")
+        out["v"] = b.op("Pad", v, pads, name="v_pad")
+    return out
+
+
+def latent_flat(
+    lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """q, k, v flattened to [B,S,N*D] for GroupQueryAttention (do_rotary=0: RoPE applied here)."""
+    flat = lc.b.const([0, 0, -1], "heads_flat", "int64")
+    q, k, v = (lc.b.op("Reshape", value, flat, name=f"{n}_flat") for n, value in latent_heads(lc, x, table).items())
+    return q, k, v
+
+
+def latent_output(lc: LayerContext, y: ir.Value) -> ir.Value:
+    """The attention output [B,S,N*D] without the padded value channels: [B,S,N*v_head_dim]."""
+    b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
+    if lat.cached:
+        return _latent_cache_output(lc, y)
+    if lat.v_head == lat.head_dim:
+        return y
+    per_head = b.op("Reshape", y, b.const([0, 0, heads, lat.head_dim], "out_heads", "int64"))
+    kept = b.op(
+        "Slice", per_head, b.const([0], "zero_start", "int64"), b.const([lat.v_head], "v_end", "int64"),
+        b.const([-1], "last_axis", "int64"), name="drop_v_padding",
+    )  # fmt: skip
+    return b.op("Reshape", kept, b.const([0, 0, heads * lat.v_head], "out_flat", "int64"))
+
+
+# ---- the latent cache (recipe attention.latent_cache): multi-query attention over [c | k_rope] ----
+# q_nope_h . k_nope_h = q_nope_h . (W_k_h c) = (q_nope_h W_k_h) . c, and sum_t p_t v_h,t = W_v_h (sum_t p_t c_t),
+# with W_k_h [nope, r] and W_v_h [v, r] head h's rows of kv_b_proj. So GQA with ONE kv head of width
+# r + rope, keys [RMSNorm(c) | k_rope] and queries [q_nope_h W_k_h | q_rope_h], gives each head
+# sum_t p_t c_t in its first r channels (values = keys; the rope channels are dropped), and W_v_h turns
+# that into the head's output: HF's numbers up to float rounding, with r + rope numbers per token in
+# each of the key and value buffers instead of 2 N (nope + rope).
+
+
+def latent_cache_dims(dims: ModelDims) -> ModelDims:
+    """`dims` with the latent cache: one kv head of kv_lora_rank + qk_rope_head_dim per layer."""
+    if dims.latent is None:
+        raise InputError("attention.latent_cache is for multi-head latent attention (DeepSeek-V2/V3) only")
+    lat = replace(dims.latent, cached=True)
+    width = lat.kv_lora_rank + lat.qk_rope
+    layers = tuple(replace(layer, head_dim=width, num_kv_heads=1) for layer in dims.layers)
+    return replace(dims, latent=lat, layers=layers)
+
+
+def _absorbed(lc: LayerContext, part: str) -> ir.Value:
+    """kv_b_proj's per-head blocks as [N, nope, r] ("k": W_k_h) or [N, r, v] ("v": W_v_h transposed)."""
+    lat, heads = _latent(lc), lc.dims.num_heads
+    name = lc.name(lc.spec.latent_attention.kv_b)  # type: ignore[union-attr]
+
+    def make() -> np.ndarray:
+        w = lc.params.store.read(name).astype(np.float32).reshape(heads, lat.qk_nope + lat.v_head, lat.kv_lora_rank)
+        return w[:, : lat.qk_nope, :] if part == "k" else w[:, lat.qk_nope :, :].transpose(0, 2, 1)
+
+    shape = (heads, lat.qk_nope, lat.kv_lora_rank) if part == "k" else (heads, lat.kv_lora_rank, lat.v_head)
+    return lc.b.initializer(f"{name.removesuffix('.weight')}.absorbed_{part}", lc.params.computed(shape, make))
+
+
+def latent_mqa(
+    lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """GQA's query [B,S,N*(r+rope)] and its one-head key = value [B,S,r+rope] (RoPE applied)."""
+    b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
+    names = lc.spec.latent_attention
+    assert names is not None
+    if lat.q_lora_rank:
+        q = _norm(lc, linear(lc, x, [names.q_a], None, "q_a_proj"), names.q_a_norm, "q_a_layernorm")
+        q = linear(lc, q, [names.q_b], None, "q_b_proj")
+    else:
+        q = linear(lc, x, [names.q], None, "q_proj")
+    q = b.op("Reshape", q, b.const([0, 0, heads, 1, lat.head_dim], "q_heads_row", "int64"))
+    nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
+    q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")
+    q_latent = b.op("MatMul", q_nope, _absorbed(lc, "k"), name="q_absorbed")  # [B,S,N,1,r]
+    per_head = b.const([0, 0, heads, -1], "per_head", "int64")
+    q_latent, q_rope = (b.op("Reshape", t, per_head) for t in (q_latent, q_rope))
+    compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
+    latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
+    c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
+    c = b.op("Unsqueeze", _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), b.const([2], "head_axis", "int64"))
+    k_rope = b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64"))
+    if table is not None:
+        rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
+        q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")
+        k_rope = rotate(b, k_rope, table[0], table[1], rope, lat.qk_rope, "k_rope")
+    flat = b.const([0, 0, -1], "heads_flat", "int64")
+    q = b.op("Reshape", b.op("Concat", q_latent, q_rope, axis=-1), flat, name="q_flat")
+    k = b.op("Reshape", b.op("Concat", c, k_rope, axis=-1), flat, name="k_flat")
+    return q, k, k
+
+
+def _latent_cache_output(lc: LayerContext, y: ir.Value) -> ir.Value:
+    """GQA's output [B,S,N*(r+rope)]: each head's first r channels times W_v_h: [B,S,N*v]."""
+    b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
+    rows = b.op("Reshape", y, b.const([0, 0, heads, 1, lat.kv_lora_rank + lat.qk_rope], "out_rows", "int64"))
+    kept = b.op(
+        "Slice", rows, b.const([0], "zero_start", "int64"), b.const([lat.kv_lora_rank], "latent_end", "int64"),
+        b.const([-1], "last_axis", "int64"), name="latent_channels",
+    )  # fmt: skip
+    out = b.op("MatMul", kept, _absorbed(lc, "v"), name="v_absorbed")  # [B,S,N,1,v]
+    return b.op("Reshape", out, b.const([0, 0, heads * lat.v_head], "out_flat", "int64"))

@@ -1,0 +1,99 @@
+"""Shapes and numerics of multi-head latent attention (DeepSeek-V2/V3) read from the config, and
+the grouped expert selection of their routers (docs/latent-attention.md).
+
+The cache holds the EXPANDED keys and values in the ordinary GQA layout, one kv head per query
+head: a key is [k_nope (qk_nope_head_dim) | k_rope (qk_rope_head_dim, the one rope key every head
+shares)], a value is v (v_head_dim) zero-padded to the key's width, since GroupQueryAttention and
+ORT GenAI size key and value buffers with one head_size. So every attention mode runs it as it
+is; the latent form (kv_lora_rank + qk_rope_head_dim numbers per token and layer) is smaller.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
+
+TOPK_METHODS = ("greedy", "group_limited_greedy")
+
+
+@dataclass(frozen=True)
+class LatentDims:
+    """One latent-attention layer's widths (every layer has the same)."""
+
+    q_lora_rank: int  # 0: the query comes from q_proj directly (V2-Lite)
+    kv_lora_rank: int
+    qk_nope: int
+    qk_rope: int
+    v_head: int
+    interleaved: bool  # the rope dims rotate in GPT-J pairs (2i, 2i+1); else rotate-half
+    cached: bool = False  # the cache holds [latent | rope key] as one kv head (recipe latent_cache)
+
+    @property
+    def head_dim(self) -> int:
+        """The cached key's (and padded value's) width per head."""
+        return self.qk_nope + self.qk_rope
+
+    def kv_bytes_per_token(self, heads: int, itemsize: int) -> tuple[int, int]:
+        """(expanded, latent) cache bytes per token and layer: what the GQA layout stores (keys and
+        padded values of every head) against the compressed latent plus the shared rope key."""
+        return 2 * heads * self.head_dim * itemsize, (self.kv_lora_rank + self.qk_rope) * itemsize
+
+
+def latent_dims(opt: Any, spec: ArchSpec) -> LatentDims | None:
+    """The config's latent-attention widths, for a spec with latent attention."""
+    if spec.latent_attention is None:
+        return None
+    lat = LatentDims(
+        q_lora_rank=int(opt("q_lora_rank", 0) or 0),
+        kv_lora_rank=int(opt("kv_lora_rank")),
+        qk_nope=int(opt("qk_nope_head_dim")),
+        qk_rope=int(opt("qk_rope_head_dim")),
+        v_head=int(opt("v_head_dim")),
+        interleaved=bool(opt("rope_interleave", True)),
+    )
+    if lat.v_head > lat.head_dim:
+        raise InputError(
+            f"v_head_dim {lat.v_head} is wider than the key (qk_nope_head_dim + qk_rope_head_dim = {lat.head_dim}); "
+            "the expanded cache pads values to the key's width and cannot hold wider ones"
+        )
+    return lat
+
+
+def latent_scale(config: Any, lat: LatentDims) -> float:
+    """The softmax scale: (qk_nope + qk_rope) ** -0.5, times mscale(factor, mscale_all_dim) squared
+    when the rope is scaled and rope_parameters sets mscale_all_dim (transformers' yarn_apply_mscale)."""
+    scale = float(lat.head_dim) ** -0.5
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    m_all = params.get("mscale_all_dim", 0)
+    if rope_type != "default" and m_all:
+        factor = float(params["factor"])
+        m = 1.0 if factor <= 1 else 0.1 * float(m_all) * math.log(factor) + 1.0
+        scale = scale * m * m
+    return scale
+
+
+def expert_groups(opt: Any, spec: ArchSpec, experts: int) -> tuple[int, int]:
+    """(groups, groups kept) of a grouped router; (1, 1) selects over every expert at once."""
+    routing = spec.moe.routing if spec.moe is not None else None
+    if routing == "softmax_group_limited":
+        method = opt("expert_topk_method", "greedy")
+        if method not in TOPK_METHODS:
+            raise InputError(
+                f"topk_method '{method}' is not one DeepSeek-V2's router computes ({', '.join(TOPK_METHODS)}); "
+                "set one of them in config.json"
+            )
+        if method == "greedy":
+            return 1, 1
+    elif routing != "sigmoid_group_biased":
+        return 1, 1
+    groups, kept = int(opt("expert_groups", 1) or 1), int(opt("expert_groups_kept", 1) or 1)
+    if experts % groups or not 1 <= kept <= groups:
+        raise InputError(f"n_group {groups} / topk_group {kept} do not divide {experts} experts into kept groups")
+    if routing == "sigmoid_group_biased" and experts // groups < 2:
+        raise InputError(f"n_group {groups} leaves fewer than 2 experts per group, which the group score sums")
+    return groups, kept
