@@ -8,18 +8,15 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.families import GRANITEMOE
+from gqa_export.arch.mixer_spec import GatedDeltaNetNames, Mamba2Names, MixerSpec, Multiplier
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
     ArchSpec,
-    GatedDeltaNetNames,
     LayerNames,
-    Mamba2Names,
-    MixerSpec,
     MoeNames,
     MoeSpec,
-    Multiplier,
     Refusal,
     config_keys,
 )

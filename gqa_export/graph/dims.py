@@ -60,9 +60,9 @@ class LayerDims:
     kv_source: int
     k_eq_v: bool = False  # values are the raw key projection (Gemma-4 full layers, attention_k_eq_v)
     sparse: bool = False  # the MLP is a mixture of experts
-    mixer: str = "attention"  # arch.spec.MIXER_KINDS: a short_conv layer has conv state, no KV cache
+    mixer: str = "attention"  # arch.mixer_spec.MIXER_KINDS: a short_conv layer has conv state, no KV cache
     parallel_attention: bool = False  # attention beside the state mixer, outputs added (Falcon-H1)
-    blocks: str = "mixer_and_mlp"  # arch.spec.LAYER_BLOCKS: both, the mixer alone, or the MLP alone
+    blocks: str = "mixer_and_mlp"  # arch.mixer_spec.LAYER_BLOCKS: both, the mixer alone, or the MLP alone
 
     @property
     def shares_kv(self) -> bool:

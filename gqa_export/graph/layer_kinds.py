@@ -1,7 +1,7 @@
 """Which token mixer each layer has, and the sizes hybrid families derive from their config.
 
 Hybrid decoders name each layer's mixer in `layer_types` ("full_attention", "conv", ...); a
-family's spec maps those values to mixer kinds (arch.spec.MixerSpec). transformers' config classes
+family's spec maps those values to mixer kinds (arch.mixer_spec.MixerSpec). transformers' config classes
 fill `layer_types` in when a checkpoint spells the pattern otherwise (LFM2's `full_attn_idxs`), or
 rename its values (Granite-4.0-H's "mamba" / "attention" on disk, "linear_attention" /
 "full_attention" once transformers 5.x reads it), so a spec maps every spelling it may meet.
@@ -47,7 +47,7 @@ def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
 
 
 def blocks_of(spec: ArchSpec, layer_type: str | None) -> str:
-    """What a layer holds (arch.spec.LAYER_BLOCKS): a mixer and an MLP unless the family's spec
+    """What a layer holds (arch.mixer_spec.LAYER_BLOCKS): a mixer and an MLP unless the family's spec
     says its type holds one of them alone (Nemotron-H)."""
     if layer_type is None:
         return "mixer_and_mlp"

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gqa_export.arch.spec import ArchSpec, Multiplier
+from gqa_export.arch.mixer_spec import Multiplier
+from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.layer_kinds import Mamba2Dims
 

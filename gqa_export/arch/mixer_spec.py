@@ -1,0 +1,142 @@
+"""The token-mixer half of an architecture spec: which recurrent-state mixer each layer type gets
+(short convolution, gated DeltaNet, Mamba2, Mamba), the mixers' tensor names as data, how a layer
+holds its blocks, and the config multipliers around Linear layers (docs/hybrid-state.md). An
+`ArchSpec` (arch/spec.py) carries these as its `mixers`, `layer_blocks` and `multipliers`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ShortConvNames:
+    """A gated short-convolution mixer's modules (LFM2), relative to the layer: in_proj [3H, H]
+    giving B, C, x; a depthwise causal Conv1d [H, 1, K]; out_proj [H, H]."""
+
+    in_proj: str = "conv.in_proj"
+    conv: str = "conv.conv"
+    out_proj: str = "conv.out_proj"
+
+
+@dataclass(frozen=True)
+class GatedDeltaNetNames:
+    """A gated-DeltaNet mixer's tensors (Qwen3.5's linear_attn), relative to the layer: in_proj_qkv
+    [2 Hk dk + Hv dv, H] (q | k | v channels), in_proj_z [Hv dv, H] (the output gate), in_proj_b and
+    in_proj_a [Hv, H] (beta and decay inputs), the depthwise conv1d [conv_dim, 1, K], A_log and
+    dt_bias [Hv], the gated per-head RMSNorm [dv] and out_proj [H, Hv dv] (docs/hybrid-state.md §5).
+
+    qkvz / ba name projections fused per key head instead (Qwen3-Next, docs/hybrid-state.md §8.5):
+    qkvz [Hk (2 dk + 2 r dv), H] holds, for each key head in turn, its q (dk) | k (dk) | v (r dv) |
+    z (r dv) rows, and ba [2 Hv, H] its b (r) | a (r) rows, with r = Hv / Hk value heads per key
+    head. The graph then takes the q | k | v, z, b and a rows out of them (a row selection of each
+    weight, read as it is written) and names the results after qkv, z, b and a."""
+
+    qkv: str = "linear_attn.in_proj_qkv"
+    z: str = "linear_attn.in_proj_z"
+    b: str = "linear_attn.in_proj_b"
+    a: str = "linear_attn.in_proj_a"
+    conv: str = "linear_attn.conv1d"
+    a_log: str = "linear_attn.A_log"
+    dt_bias: str = "linear_attn.dt_bias"
+    norm: str = "linear_attn.norm"
+    out_proj: str = "linear_attn.out_proj"
+    qkvz: str | None = None
+    ba: str | None = None
+
+
+@dataclass(frozen=True)
+class Mamba2Names:
+    """A Mamba2 mixer's tensors (Granite-4.0-H's mamba), relative to the layer: in_proj
+    [I + conv_dim + Hm, H] giving z | x B C | dt, the depthwise conv1d [conv_dim, 1, K] (+ bias),
+    A_log, D and dt_bias [Hm], the gated group-wise RMSNorm [I] and out_proj [H, I]
+    (docs/hybrid-state.md §8.2)."""
+
+    in_proj: str = "mamba.in_proj"
+    conv: str = "mamba.conv1d"
+    a_log: str = "mamba.A_log"
+    d: str = "mamba.D"
+    dt_bias: str = "mamba.dt_bias"
+    norm: str = "mamba.norm"
+    out_proj: str = "mamba.out_proj"
+
+
+@dataclass(frozen=True)
+class MambaNames:
+    """A Mamba (v1) mixer's tensors (Jamba's mamba), relative to the layer: in_proj [2 I, H] giving
+    x | z, the depthwise conv1d [I, 1, K] (+ bias), x_proj [R + 2 N, I] giving dt | B | C, the RMSNorms
+    over each of those three (dt_layernorm [R], b_layernorm and c_layernorm [N]), dt_proj [I, R]
+    (+ bias), A_log [I, N] (a decay per channel and state), D [I] and out_proj [H, I]
+    (docs/hybrid-state.md §8.3)."""
+
+    in_proj: str = "mamba.in_proj"
+    conv: str = "mamba.conv1d"
+    x_proj: str = "mamba.x_proj"
+    dt_norm: str = "mamba.dt_layernorm"
+    b_norm: str = "mamba.b_layernorm"
+    c_norm: str = "mamba.c_layernorm"
+    dt_proj: str = "mamba.dt_proj"
+    a_log: str = "mamba.A_log"
+    d: str = "mamba.D"
+    out_proj: str = "mamba.out_proj"
+
+
+# "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "none")
+# how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
+# instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
+# normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
+MIXINGS = ("replace", "parallel")
+# What one decoder layer holds (ArchSpec.layer_blocks): "mixer_and_mlp", a token mixer then a
+# feed-forward block, each behind its own norm and residual (every family but Nemotron-H); "mixer",
+# the token mixer alone behind one norm and residual; "mlp", the feed-forward block alone.
+LAYER_BLOCKS = ("mixer_and_mlp", "mixer", "mlp")
+
+
+@dataclass(frozen=True)
+class MixerSpec:
+    """Layers whose token mixer is not attention (hybrid decoders with recurrent state).
+
+    kinds maps a value of the config's `layer_types` to a mixer kind (MIXER_KINDS); values not
+    listed are attention. A short-conv layer carries a fixed-size state (the last K-1 inputs of
+    its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
+    and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
+    a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
+    [I, N, 1] SSM state (§8.3). mixing (MIXINGS): whether such a layer has the mixer instead of
+    attention or beside it (§8.4).
+
+    prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
+    (prompt) form only, never in its single-token step (Nemotron-H: time_step_min, §8.6); None: no
+    such clamp."""
+
+    kinds: Mapping[str, str]
+    mixing: str = "replace"
+    every_layer: str | None = None  # a kind every layer has, whatever layer_types says
+    short_conv: ShortConvNames = field(default_factory=ShortConvNames)
+    gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
+    mamba2: Mamba2Names = field(default_factory=Mamba2Names)
+    mamba: MambaNames = field(default_factory=MambaNames)
+    prompt_dt_floor: str | None = None
+
+
+MULTIPLIED_SIDES = ("input", "output")
+SEGMENTED_OUTPUTS = ("mamba2",)
+
+
+@dataclass(frozen=True)
+class Multiplier:
+    """A constant from the config that one Linear's input or output is multiplied by (µP
+    multipliers: Falcon-H1). The graph applies it as a Mul beside the MatMul, in the order HF
+    computes it, rather than folding it into the weight: µP multipliers are in general not powers
+    of two, so a folded weight would round differently (docs/hybrid-state.md §8.4).
+
+    module: the Linear, relative to the layer; key: the config key; side: "input" (the Linear
+    sees x * m, so a bias is not scaled) or "output" (after its bias). index: one entry of a list
+    value (mlp_multipliers' gate and down). segments: a list value applied per segment of the
+    output in the mixer's split order ("mamba2": z | x | B | C | dt of the Mamba2 in_proj)."""
+
+    module: str
+    key: str
+    side: str = "output"
+    index: int | None = None
+    segments: str | None = None
