@@ -20,6 +20,8 @@ import math
 from pathlib import Path
 
 import torch
+from classic_models import CONFIGS as CLASSIC_CONFIGS
+from classic_models import FAMILIES as CLASSIC_FAMILIES
 from tiny_models import save_tokenizer, spelled_for_installed_transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -45,6 +47,7 @@ FAMILIES = [
     "granitemoehybrid",
     "jamba",
     "falcon_h1",
+    *CLASSIC_FAMILIES,  # tests/classic_models.py
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -351,6 +354,8 @@ def family_config(model_type: str) -> dict:
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
         )
+    elif model_type in CLASSIC_CONFIGS:
+        c.update(CLASSIC_CONFIGS[model_type])
     else:
         raise ValueError(model_type)
     return c

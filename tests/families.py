@@ -159,6 +159,10 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("ernie4_5", genai_type="ernie4_5", gathered_tables=TIED),
     dense_family("hunyuan_v1_dense", genai_type="hunyuandensev1", gathered_tables=TIED, fp16_cuda=True),
     dense_family("apertus", fp16_cuda=True, differs_under_4x=XIELU_BF16_UNDER_4X),
+    # Llama-shaped families (tests/classic_models.py): a decoupled head_dim with q/k/v biases, a
+    # non-gated squared-ReLU MLP with YaRN
+    dense_family("seed_oss"),
+    dense_family("arcee"),
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),

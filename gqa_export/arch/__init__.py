@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from gqa_export.arch.classic_families import CLASSIC
 from gqa_export.arch.families import ALL
 from gqa_export.arch.spec import ArchSpec, LayerNames
 from gqa_export.errors import InputError
 
-SPECS: dict[str, ArchSpec] = {spec.name: spec for spec in ALL}
+SPECS: dict[str, ArchSpec] = {spec.name: spec for spec in (*ALL, *CLASSIC)}
 
 __all__ = ["SPECS", "ArchSpec", "LayerNames", "get_spec"]
 

@@ -1,0 +1,36 @@
+"""Tiny configs of the Llama-shaped families and their mixtures of experts (issue #24), on
+tests/dense_models.py's common shape; dense_models.family_config reads them from here.
+
+Each config makes its mechanism matter: Seed-OSS's head_dim (32) is not hidden / heads (16);
+Arcee runs YaRN with an original length (32) shorter than the long prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# model_type -> config kwargs applied over dense_models.COMMON
+CONFIGS: dict[str, dict[str, Any]] = {
+    "seed_oss": dict(
+        head_dim=32,  # decoupled: 4 heads x 32 = 128 != hidden 64
+        attention_bias=True,
+        attention_out_bias=False,
+        residual_dropout=0.1,  # training only
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    "arcee": dict(
+        head_dim=16,
+        hidden_act="relu2",
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 8.0,  # max_position_embeddings 256 / 32
+            "original_max_position_embeddings": 32,
+        },
+    ),
+}
+FAMILIES = list(CONFIGS)

@@ -1,0 +1,131 @@
+"""The Llama-shaped families of issue #24 and their mixtures of experts (tests/classic_models.py):
+what the registry rows of tests/families.py do not check. A 1-token prompt with decode steps, a
+right-padded batch of two in every attention mode (ORT logits row by row, onnxruntime-genai greedy
+tokens), and mutants of each mechanism these families add that fail parity."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from families import BY_NAME, PROMPT, REGISTERED, FamilyBuilds
+from mutants import edit_initializers
+from reference import (
+    assert_varied,
+    genai_padded_batch_greedy,
+    hf_generate,
+    hf_logits,
+    hf_model,
+    ort_padded_batch,
+    ort_prefill_and_decode,
+)
+
+CLASSIC = ("seed_oss", "arcee")
+MODES = ("gqa", "bias", "split")
+RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
+RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
+PAD, ORT_PAD = 5, 9  # genai pads with pad_token_id; ORT runs read the padding from the mask alone
+
+
+@pytest.fixture(scope="session")
+def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
+    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
+
+
+def _registered(family: str) -> None:
+    if BY_NAME[family] not in REGISTERED:
+        pytest.skip(f"{family} needs a newer transformers")
+
+
+def _parity_error(package: Path, checkpoint: Path) -> float:
+    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
+    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(PROMPT))).max())
+
+
+def _mutated(builds: FamilyBuilds, family: str, tmp_path: Path) -> tuple[Path, onnx.ModelProto]:
+    package = Path(shutil.copytree(builds.package(family), tmp_path / "pkg"))
+    return package, onnx.load(str(package / "model.onnx"), load_external_data=False)
+
+
+@pytest.mark.parametrize("family", CLASSIC)
+def test_one_token_prompt_then_decode_matches_hf(builds, family):
+    _registered(family)
+    tokens, got = ort_prefill_and_decode(builds.package(family), [0], steps=6)
+    np.testing.assert_allclose(got, hf_logits(hf_model(builds.checkpoint(family)), tokens, 1), atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("family", CLASSIC)
+def test_ragged_batch_matches_hf_row_by_row(builds, family, mode):
+    """Batch 2 right-padded as genai pads it: ORT logits of each row (prompt and 4 decode steps)
+    within 1e-4 of HF on the unpadded row (gqa, whose graph ORT runs directly), and genai's greedy
+    tokens of each row equal to HF generate on it (every mode)."""
+    _registered(family)
+    package, model = builds.package(family, mode), hf_model(builds.checkpoint(family))
+    if mode == "gqa":
+        got = ort_padded_batch(package, list(RAGGED), list(RAGGED_DECODE), ORT_PAD)
+        for row, prompt in enumerate(RAGGED):
+            want = hf_logits(model, prompt + RAGGED_DECODE[row], len(prompt))
+            np.testing.assert_allclose(got[row], want, atol=1e-4)
+    sequences = genai_padded_batch_greedy(package, list(RAGGED), PAD, 16)
+    assert sequences == [hf_generate(model, prompt, 16) for prompt in RAGGED]
+    assert_varied(sequences)
+
+
+def _bypass(node_suffix: str):
+    """A graph edit: the nodes named ...node_suffix left out (their consumers read their first input)."""
+
+    def edit(model: onnx.ModelProto) -> int:
+        nodes = [n for n in model.graph.node if n.name.endswith(node_suffix)]
+        for node in nodes:
+            for other in model.graph.node:
+                other.input[:] = [node.input[0] if i == node.output[0] else i for i in other.input]
+        return len(nodes)
+
+    return edit
+
+
+def _attention_scale(head_dim: int):
+    """GroupQueryAttention's scale as if head_dim were `head_dim` (Seed-OSS: hidden / heads)."""
+
+    def edit(model: onnx.ModelProto) -> int:
+        nodes = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+        for node in nodes:
+            scale = next(a for a in node.attribute if a.name == "scale")
+            scale.f = head_dim**-0.5
+        return len(nodes)
+
+    return edit
+
+
+GRAPH_MUTANTS = {
+    "seed_oss-scale_from_hidden": ("seed_oss", _attention_scale(16)),  # 64 / 4, not its head_dim 32
+    "arcee-relu_not_squared": ("arcee", _bypass("mlp/relu2")),
+}
+
+
+@pytest.mark.parametrize("mutant", GRAPH_MUTANTS, ids=GRAPH_MUTANTS.keys())
+def test_mutant_graph_fails_parity(builds, tmp_path, mutant):
+    family, edit = GRAPH_MUTANTS[mutant]
+    _registered(family)
+    package, model = _mutated(builds, family, tmp_path)
+    assert edit(model), f"{mutant} changed nothing"
+    onnx.save(model, str(package / "model.onnx"))
+    assert _parity_error(package, builds.checkpoint(family)) > 1e-2
+
+
+INITIALIZER_MUTANTS = {
+    "seed_oss-qkv_bias_dropped": ("seed_oss", "*self_attn.qkv_proj.bias", lambda b: b * 0),
+}
+
+
+@pytest.mark.parametrize("mutant", INITIALIZER_MUTANTS, ids=INITIALIZER_MUTANTS.keys())
+def test_mutant_initializers_fail_parity(builds, tmp_path, mutant):
+    family, pattern, change = INITIALIZER_MUTANTS[mutant]
+    _registered(family)
+    package, _ = _mutated(builds, family, tmp_path)
+    assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
+    assert _parity_error(package, builds.checkpoint(family)) > 1e-2
