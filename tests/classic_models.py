@@ -32,5 +32,25 @@ CONFIGS: dict[str, dict[str, Any]] = {
             "original_max_position_embeddings": 32,
         },
     ),
+    # 12 experts in 3 groups of 4: the choice keeps the 2 best groups (each ranked by its two best
+    # biased scores), then the top 3; dense first layer, 1 shared expert, partial RoPE, q/k norms
+    "glm4_moe": dict(
+        head_dim=16,
+        attention_bias=True,
+        use_qk_norm=True,
+        first_k_dense_replace=1,
+        n_routed_experts=12,
+        num_experts_per_tok=3,
+        n_group=3,
+        topk_group=2,
+        moe_intermediate_size=32,
+        n_shared_experts=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        initializer_range=0.2,  # at 0.1 short prompts settle on one repeated id
+    ),
 }
 FAMILIES = list(CONFIGS)

@@ -396,8 +396,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
         for name, b in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 b.copy_(rn(b, 0.1, 0.5))
-            elif name.endswith("expert_bias"):  # LFM2-MoE: steers the choice away from the top scores
-                b.copy_(rn(b, 0.3))
+            elif name.endswith("expert_bias") or name.endswith("e_score_correction_bias"):
+                b.copy_(rn(b, 0.3))  # LFM2-MoE, GLM-4-MoE: steers the choice away from the top scores
 
 
 def build_model(model_type: str, seed: int = 0, **overrides):

@@ -128,6 +128,13 @@ def moe_family(name: str, modes: tuple[str, ...] = ("gqa",), **facts: Any) -> Fa
     return moe(name, generate_modes=modes, experts=facts.pop("experts", "fused"), **quantized, **facts)
 
 
+def classic_moe(name: str, **facts: Any) -> Family:
+    """A Llama-shaped mixture of experts of tests/classic_models.py: every mode on logits, greedy
+    tokens, int4 and int8 (QMoE) packages."""
+    quantized = dict(quantized=("int4", "int8"), accuracy_level=0, int8_relative_l2=0.3)
+    return dense(name, generate_modes=("gqa",), experts="fused", **quantized, **facts)
+
+
 def gemma4(name: str, **facts: Any) -> Family:
     """A Gemma-4 checkpoint form (tests/gemma4_models.py through variants.GEMMA4_VARIANTS)."""
     return Family(
@@ -163,6 +170,9 @@ FAMILIES: tuple[Family, ...] = (
     # non-gated squared-ReLU MLP with YaRN
     dense_family("seed_oss"),
     dense_family("arcee"),
+    # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
+    # sigmoid choice with a selection bias (GLM-4-MoE)
+    classic_moe("glm4_moe"),
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),

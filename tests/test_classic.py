@@ -23,7 +23,7 @@ from reference import (
     ort_prefill_and_decode,
 )
 
-CLASSIC = ("seed_oss", "arcee")
+CLASSIC = ("seed_oss", "arcee", "glm4_moe")
 MODES = ("gqa", "bias", "split")
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
@@ -75,14 +75,15 @@ def test_ragged_batch_matches_hf_row_by_row(builds, family, mode):
     assert_varied(sequences)
 
 
-def _bypass(node_suffix: str):
-    """A graph edit: the nodes named ...node_suffix left out (their consumers read their first input)."""
+def _bypass(node_suffix: str, source: int = 0):
+    """A graph edit: the nodes named ...node_suffix left out (their consumers read their input
+    `source` instead)."""
 
     def edit(model: onnx.ModelProto) -> int:
         nodes = [n for n in model.graph.node if n.name.endswith(node_suffix)]
         for node in nodes:
             for other in model.graph.node:
-                other.input[:] = [node.input[0] if i == node.output[0] else i for i in other.input]
+                other.input[:] = [node.input[source] if i == node.output[0] else i for i in other.input]
         return len(nodes)
 
     return edit
@@ -104,6 +105,8 @@ def _attention_scale(head_dim: int):
 GRAPH_MUTANTS = {
     "seed_oss-scale_from_hidden": ("seed_oss", _attention_scale(16)),  # 64 / 4, not its head_dim 32
     "arcee-relu_not_squared": ("arcee", _bypass("mlp/relu2")),
+    "glm4_moe-groups_ignored": ("glm4_moe", _bypass("groups/kept", source=1)),  # top k over every expert
+    "glm4_moe-shared_experts_dropped": ("glm4_moe", _bypass("mlp/add_shared_expert")),
 }
 
 
@@ -119,6 +122,10 @@ def test_mutant_graph_fails_parity(builds, tmp_path, mutant):
 
 INITIALIZER_MUTANTS = {
     "seed_oss-qkv_bias_dropped": ("seed_oss", "*self_attn.qkv_proj.bias", lambda b: b * 0),
+    "glm4_moe-selection_bias_dropped": ("glm4_moe", "*e_score_correction_bias", lambda b: b * 0),
+    "glm4_moe-selection_bias_flipped": ("glm4_moe", "*e_score_correction_bias", lambda b: -b),
+    "glm4_moe-one_group_kept": ("glm4_moe", "const.groups_kept", lambda k: k - 1),
+    "glm4_moe-routed_scaling_x1.5": ("glm4_moe", "const.routed_scaling", lambda f: f * 1.5),
 }
 
 

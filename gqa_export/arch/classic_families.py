@@ -4,7 +4,9 @@ the registry (arch/__init__.py) reads `CLASSIC` beside `families.ALL`."""
 
 from __future__ import annotations
 
-from gqa_export.arch.spec import ArchSpec
+from gqa_export.arch.spec import FUSED_EXPERTS, PER_EXPERT_PROJ, ArchSpec, LayerNames, MoeNames, MoeSpec, config_keys
+
+_QK_NORMS = LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm")
 
 # Seed-OSS: Llama with a head_dim decoupled from hidden / heads and q/k/v biases without an o_proj
 # bias (attention_out_bias); both are read from the config and the checkpoint, so nothing to declare
@@ -12,4 +14,28 @@ SEED_OSS = ArchSpec(name="seed_oss")
 # Arcee (AFM): Llama with a non-gated squared-ReLU MLP (up -> relu^2 -> down)
 ARCEE = ArchSpec(name="arcee", mlp="plain", activations=("relu2",))
 
-CLASSIC = (SEED_OSS, ARCEE)
+# GLM-4-MoE (GLM-4.5): pre-norm Llama layers with partial (rotate-half) RoPE, optional per-head q/k
+# RMSNorms before RoPE (use_qk_norm, found in the checkpoint), dense MLPs on the first
+# first_k_dense_replace layers, then experts routed by sigmoid scores chosen within the best expert
+# groups on scores + e_score_correction_bias (routing "sigmoid_grouped") beside ungated shared
+# experts n_shared_experts wide
+GLM4_MOE = ArchSpec(
+    name="glm4_moe",
+    qk_norm="head",
+    layer=_QK_NORMS,
+    moe=MoeSpec(
+        MoeNames(
+            per_expert=(PER_EXPERT_PROJ,),
+            fused=(FUSED_EXPERTS,),
+            shared_expert="shared_experts",
+            expert_bias="gate.e_score_correction_bias",
+        ),
+        routing="sigmoid_grouped",
+        shared_width="per_expert",
+    ),
+    config_keys=config_keys(
+        num_experts="n_routed_experts|num_local_experts", first_dense_layers="first_k_dense_replace"
+    ),
+)
+
+CLASSIC = (SEED_OSS, ARCEE, GLM4_MOE)

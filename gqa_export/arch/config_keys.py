@@ -43,6 +43,11 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "clip_qkv": "clip_qkv",
     "first_dense_layers": "num_dense_layers",
     "routed_scaling": "routed_scaling_factor",
+    "last_sparse_layer": "moe_layer_end_index",  # ERNIE-4.5-MoE: no experts after it (-1: none)
+    "shared_experts": "n_shared_experts",  # the shared expert's width in experts (shared_width "per_expert")
+    "expert_groups": "n_group",  # grouped selection (routing "sigmoid_grouped")
+    "expert_groups_kept": "topk_group",
+    "routing_norm_min": "moe_norm_min",  # ERNIE-4.5-MoE: the top-k sum's floor
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",

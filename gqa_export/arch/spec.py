@@ -109,7 +109,14 @@ class MoeSpec:
     "sparsemixer" (PhiMoE's top-2 in eval mode), "normed_residual" (Gemma-4: scaleless RMSNorm of the residual,
     scale, softmax, top-k renormalized, per-expert scales), "sigmoid_biased" (LFM2-MoE: sigmoid scores,
     the top k chosen on scores + expert_bias, weighted by the unbiased scores, renormalized when
-    norm_topk_prob, times routed_scaling_factor). activation: "swiglu" (silu(gate) * up),
+    norm_topk_prob, times routed_scaling_factor), "sigmoid_grouped" (GLM-4-MoE: sigmoid_biased with the
+    choice limited to the topk_group of n_group expert groups ranked by the sum of their two best biased
+    scores, renormalized by sum + 1e-20), "softmax_biased" (ERNIE-4.5-MoE: softmax over all experts,
+    the top k chosen on probs + expert_bias, weighted by the unbiased probs, always renormalized by
+    max(sum, moe_norm_min)). Routers other than softmax are computed as dense weights (graph/moe.py).
+    shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
+    (the experts' width times the config's shared-expert count: GLM-4-MoE, ERNIE-4.5-MoE) or "dense"
+    (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
     "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops)."""
 
@@ -117,6 +124,7 @@ class MoeSpec:
     routing: str = "softmax"
     normalize: bool = False
     activation: str = "swiglu"
+    shared_width: str = "config"
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
         out = _experts_with_ops(lc, x, router, weights, moe)
     else:
         out = _experts_op(lc, x, router, weights, moe, prefix)
-    if names.shared_expert:
+    if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
         out = lc.b.op("Add", out, _shared_expert(lc, x, prefix), name="add_shared_expert")
     if names.shared_mlp:  # Granite-4.0-H: an ungated dense MLP beside the experts
         gate_up, down = names.shared_mlp
@@ -180,34 +180,74 @@ def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
     routing = lc.spec.moe.routing  # type: ignore[union-attr]
     if routing == "sparsemixer":
         return _sparsemixer(lc.b, logits, moe.jitter, lc.params.dtype)
-    if routing == "sigmoid_biased":
-        return _sigmoid_biased(lc, prefix, logits, moe)
+    if routing in ("sigmoid_biased", "sigmoid_grouped", "softmax_biased"):
+        return _biased_choice(lc, prefix, logits, moe, routing)
     return None
 
 
-def _sigmoid_biased(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims) -> ir.Value:
-    """LFM2-MoE's router as dense weights [B,S,E]: s = sigmoid(logits); the top k of s + expert_bias
-    (when the checkpoint has the bias) are chosen, weighted by s, renormalized by their sum + 1e-6
-    when norm_topk_prob, times routed_scaling_factor."""
+def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims, routing: str) -> ir.Value:
+    """Routers that choose on biased scores and weight by the unbiased ones, as dense weights [B,S,E].
+    s = sigmoid(logits) (sigmoid_biased: LFM2-MoE; sigmoid_grouped: GLM-4-MoE) or softmax(logits)
+    (softmax_biased: ERNIE-4.5-MoE); the top k of s + expert_bias (when the checkpoint has the bias;
+    sigmoid_grouped only within its best expert groups, `_kept_groups`) are chosen, weighted by s,
+    renormalized when norm_topk_prob (ERNIE always) by their sum + 1e-6 (LFM2-MoE), sum + 1e-20
+    (GLM-4-MoE) or max(sum, moe_norm_min) (ERNIE), times routed_scaling_factor."""
     b, dtype = lc.b, lc.params.dtype
     names = lc.spec.moe.names  # type: ignore[union-attr]
-    with b.scope("sigmoid_router"):
-        scores = b.op("Sigmoid", logits, name="scores")
+    scope = "softmax_router" if routing == "softmax_biased" else "sigmoid_router"
+    with b.scope(scope):
+        if routing == "softmax_biased":
+            scores = b.op("Softmax", logits, axis=-1, name="scores")
+        else:
+            scores = b.op("Sigmoid", logits, name="scores")
         choosing = scores
         bias_name = lc.name(f"{prefix}{names.expert_bias}", suffix="") if names.expert_bias else None
         if bias_name is not None and bias_name in lc.params.store:
-            choosing = b.op("Add", scores, b.initializer(bias_name, lc.params.vector([bias_name])), name="biased")
+            if len(lc.params.store.info(bias_name).shape) > 1:  # ERNIE stores it [1, E]
+                flat = lc.params.derived(bias_name, lambda a: a.reshape(-1), shape=(moe.experts,))
+                bias = b.initializer(bias_name, flat)
+            else:
+                bias = b.initializer(bias_name, lc.params.vector([bias_name]))
+            choosing = b.op("Add", scores, bias, name="biased")
+        if routing == "sigmoid_grouped" and moe.groups > 1:
+            choosing = _kept_groups(lc, choosing, moe)
         _, chosen = b.op_multi("TopK", choosing, b.const([moe.top_k], "k", "int64"), axis=-1, outputs=2, name="topk")
         picked = b.op("GatherElements", scores, chosen, axis=-1, name="picked")
         if moe.normalize:
             total = b.op("ReduceSum", picked, b.const([-1], "last", "int64"), keepdims=1, name="picked_sum")
-            eps = b.const(np.asarray(1e-6, NUMPY_DTYPES[dtype]), "eps")
-            picked = b.op("Div", picked, b.op("Add", total, eps), name="renormalized")
+            if routing == "softmax_biased":
+                floor = b.const(np.asarray(moe.norm_min, NUMPY_DTYPES[dtype]), "norm_min")
+                picked = b.op("Div", picked, b.op("Max", total, floor), name="renormalized")
+            else:
+                eps = b.const(np.asarray(1e-6 if routing == "sigmoid_biased" else 1e-20, NUMPY_DTYPES[dtype]), "eps")
+                picked = b.op("Div", picked, b.op("Add", total, eps), name="renormalized")
         if moe.routed_scaling != 1.0:
             factor = b.const(np.asarray(moe.routed_scaling, NUMPY_DTYPES[dtype]), "routed_scaling")
             picked = b.op("Mul", picked, factor, name="scaled")
         zeros = b.op("Mul", scores, b.const(np.asarray(0, NUMPY_DTYPES[dtype]), "zero"))
         return b.op("ScatterElements", zeros, chosen, picked, axis=-1, name="dense_weights")
+
+
+def _kept_groups(lc: LayerContext, choosing: ir.Value, moe: MoeDims) -> ir.Value:
+    """GLM-4-MoE's group-limited choice: the E experts in n_group consecutive groups, each group
+    ranked by the sum of its two best biased scores; the experts outside the topk_group best groups
+    get -inf, so the top k that follows picks among the kept groups only."""
+    b, dtype = lc.b, lc.params.dtype
+    size = moe.experts // moe.groups
+    with b.scope("groups"):
+        grouped = b.op("Reshape", choosing, b.const([0, 0, moe.groups, size], "grouped", "int64"))
+        best_two, _ = b.op_multi("TopK", grouped, b.const([2], "two", "int64"), axis=-1, outputs=2, name="best_two")
+        group_scores = b.op("ReduceSum", best_two, b.const([-1], "last", "int64"), keepdims=0, name="group_scores")
+        k = b.const([moe.groups_kept], "groups_kept", "int64")
+        _, kept = b.op_multi("TopK", group_scores, k, axis=-1, outputs=2, name="kept_groups")
+        zero = b.const(np.asarray(0, NUMPY_DTYPES[dtype]), "zero")
+        one = b.const(np.asarray(1, NUMPY_DTYPES[dtype]), "one")
+        mask = b.op("ScatterElements", b.op("Mul", group_scores, zero), kept, b.op("Expand", one, b.op("Shape", kept)),
+                    axis=-1, name="group_mask")  # fmt: skip
+        mask = b.op("Expand", b.op("Unsqueeze", mask, b.const([-1], "lastu", "int64")), b.op("Shape", grouped))
+        keep = b.op("Greater", b.op("Reshape", mask, b.op("Shape", choosing)), zero, name="keep")
+        lowest = b.const(np.asarray(-np.inf, NUMPY_DTYPES[dtype]), "minus_inf")
+        return b.op("Where", keep, choosing, lowest, name="kept")
 
 
 def _shared_expert(lc: LayerContext, x: ir.Value, prefix: str) -> ir.Value:
