@@ -52,5 +52,23 @@ CONFIGS: dict[str, dict[str, Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         initializer_range=0.2,  # at 0.1 short prompts settle on one repeated id
     ),
+    # 4 layers, experts on 1 and 2 only (start 1, end 2, interval 1): dense MLPs before and after;
+    # the top 2 of 6 chosen on softmax probs + bias, 1 shared expert, GPT-J RoPE, tied
+    "ernie4_5_moe": dict(
+        head_dim=16,
+        num_hidden_layers=4,
+        use_bias=False,
+        moe_num_experts=6,
+        moe_k=2,
+        moe_intermediate_size=32,
+        moe_num_shared_experts=1,
+        moe_layer_start_index=1,
+        moe_layer_end_index=2,
+        moe_layer_interval=1,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        initializer_range=0.2,  # at 0.1 the tied model copies its last token
+    ),
 }
 FAMILIES = list(CONFIGS)

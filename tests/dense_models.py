@@ -389,6 +389,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5, -2.0))
             elif leaf == "dt_bias":
                 p.copy_(rn(p, 0.3))
+            elif leaf == "e_score_correction_bias":  # ERNIE-4.5-MoE's (a parameter): probs are ~1/E
+                p.copy_(rn(p, 0.05))
             elif leaf == "alpha_p":  # xIELU raw params (softplus applied at runtime)
                 p.copy_(rn(p, 0.3, math.log(math.expm1(0.8))))
             elif leaf == "alpha_n":

@@ -173,6 +173,7 @@ FAMILIES: tuple[Family, ...] = (
     # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
     # sigmoid choice with a selection bias (GLM-4-MoE)
     classic_moe("glm4_moe"),
+    classic_moe("ernie4_5_moe", gathered_tables=TIED),  # softmax choice with a selection bias
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),

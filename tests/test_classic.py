@@ -23,7 +23,7 @@ from reference import (
     ort_prefill_and_decode,
 )
 
-CLASSIC = ("seed_oss", "arcee", "glm4_moe")
+CLASSIC = ("seed_oss", "arcee", "glm4_moe", "ernie4_5_moe")
 MODES = ("gqa", "bias", "split")
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
@@ -102,11 +102,27 @@ def _attention_scale(head_dim: int):
     return edit
 
 
+def _softmax_as_sigmoid(node_suffix: str):
+    """The Softmax nodes named ...node_suffix turned into Sigmoids (per-expert scores not normalized)."""
+
+    def edit(model: onnx.ModelProto) -> int:
+        nodes = [n for n in model.graph.node if n.name.endswith(node_suffix) and n.op_type == "Softmax"]
+        for node in nodes:
+            node.op_type = "Sigmoid"
+            del node.attribute[:]
+        return len(nodes)
+
+    return edit
+
+
 GRAPH_MUTANTS = {
     "seed_oss-scale_from_hidden": ("seed_oss", _attention_scale(16)),  # 64 / 4, not its head_dim 32
     "arcee-relu_not_squared": ("arcee", _bypass("mlp/relu2")),
     "glm4_moe-groups_ignored": ("glm4_moe", _bypass("groups/kept", source=1)),  # top k over every expert
     "glm4_moe-shared_experts_dropped": ("glm4_moe", _bypass("mlp/add_shared_expert")),
+    "ernie4_5_moe-not_renormalized": ("ernie4_5_moe", _bypass("softmax_router/renormalized")),
+    "ernie4_5_moe-sigmoid_scores": ("ernie4_5_moe", _softmax_as_sigmoid("softmax_router/scores")),
+    "ernie4_5_moe-shared_experts_dropped": ("ernie4_5_moe", _bypass("mlp/add_shared_expert")),
 }
 
 
@@ -126,6 +142,8 @@ INITIALIZER_MUTANTS = {
     "glm4_moe-selection_bias_flipped": ("glm4_moe", "*e_score_correction_bias", lambda b: -b),
     "glm4_moe-one_group_kept": ("glm4_moe", "const.groups_kept", lambda k: k - 1),
     "glm4_moe-routed_scaling_x1.5": ("glm4_moe", "const.routed_scaling", lambda f: f * 1.5),
+    "ernie4_5_moe-selection_bias_dropped": ("ernie4_5_moe", "*e_score_correction_bias", lambda b: b * 0),
+    "ernie4_5_moe-selection_bias_flipped": ("ernie4_5_moe", "*e_score_correction_bias", lambda b: -b),
 }
 
 
@@ -136,3 +154,50 @@ def test_mutant_initializers_fail_parity(builds, tmp_path, mutant):
     package, _ = _mutated(builds, family, tmp_path)
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
     assert _parity_error(package, builds.checkpoint(family)) > 1e-2
+
+
+def _moe_layers(package: Path) -> list[int]:
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    return sorted(int(n.name.split("/")[2].split(".")[1]) for n in graph.node if n.op_type == "MoE")
+
+
+@pytest.mark.parametrize(
+    ("family", "layers"),
+    [("glm4_moe", [1, 2]), ("ernie4_5_moe", [1, 2])],  # first_k_dense_replace 1; start 1, end 2 of 4
+)
+def test_experts_sit_on_the_configured_layers(builds, family, layers):
+    _registered(family)
+    assert _moe_layers(builds.package(family)) == layers
+
+
+VARIANTS = {
+    # no q/k norms, one expert group (the plain biased sigmoid top k), top k not renormalized
+    "glm4_moe-plain": ("glm4_moe", dict(use_qk_norm=False, n_group=1, topk_group=1, norm_topk_prob=False)),
+    # biases on every Linear (dense and shared MLPs too), experts every second layer from 0, 2 shared
+    "ernie4_5_moe-biases_interval": (
+        "ernie4_5_moe",
+        dict(
+            use_bias=True,
+            moe_layer_start_index=0,
+            moe_layer_end_index=-1,
+            moe_layer_interval=2,
+            moe_num_shared_experts=2,
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=VARIANTS.keys())
+def test_variants_match_hf(tmp_path, variant):
+    from dense_models import save_dense
+
+    from gqa_export.pipeline import BuildOptions, build
+
+    family, overrides = VARIANTS[variant]
+    _registered(family)
+    checkpoint = save_dense(tmp_path / "ckpt", family, **overrides)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, ep="cpu", precision="fp32", attention="gqa", smoke=False))
+    for prompt in ([0], list(PROMPT)):
+        tokens, got = ort_prefill_and_decode(package, prompt, steps=6)
+        np.testing.assert_allclose(got, hf_logits(hf_model(checkpoint), tokens, len(prompt)), atol=1e-4)

@@ -38,4 +38,30 @@ GLM4_MOE = ArchSpec(
     ),
 )
 
-CLASSIC = (SEED_OSS, ARCEE, GLM4_MOE)
+# ERNIE-4.5-MoE: ERNIE-4.5's layers (GPT-J RoPE, optional biases) with experts on layers
+# moe_layer_start_index..moe_layer_end_index every moe_layer_interval, routed by softmax
+# probabilities chosen on probs + e_score_correction_bias (routing "softmax_biased", always
+# renormalized), beside ungated shared experts moe_num_shared_experts wide; the bias sits under
+# mlp.moe_statics on the hub and mlp.gate.moe_statics in transformers 5.x
+ERNIE4_5_MOE = ArchSpec(
+    name="ernie4_5_moe",
+    rope_interleaved=True,
+    moe=MoeSpec(
+        MoeNames(
+            per_expert=(PER_EXPERT_PROJ,),
+            fused=(FUSED_EXPERTS,),
+            shared_expert="shared_experts",
+            expert_bias="moe_statics.e_score_correction_bias|gate.moe_statics.e_score_correction_bias",
+        ),
+        routing="softmax_biased",
+        normalize=True,
+        shared_width="per_expert",
+    ),
+    config_keys=config_keys(
+        first_dense_layers="moe_layer_start_index",
+        decoder_sparse_step="moe_layer_interval",
+        shared_experts="moe_num_shared_experts",
+    ),
+)
+
+CLASSIC = (SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE)

@@ -95,7 +95,8 @@ class MoeNames:
     transposed: tuple[str, str] | None = None  # gpt-oss: gate_up [E, H, 2I] interleaved, down [E, I, H] (+ _bias)
     shared_expert: str | None = None  # a dense gated MLP run for every token (Qwen2-MoE)
     shared_gate: str | None = None  # its sigmoid gate Linear [1, H]
-    expert_bias: str | None = None  # a per-expert bias added to the scores only to select (LFM2-MoE)
+    # a per-expert bias added to the scores only to select (LFM2-MoE); "a|b": the spellings tried in order
+    expert_bias: str | None = None
     # an ungated dense MLP at the layer run beside the experts: (packed gate | up, down) (Granite-4.0-H's shared_mlp)
     shared_mlp: tuple[str, str] | None = None
 

@@ -201,8 +201,9 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
         else:
             scores = b.op("Sigmoid", logits, name="scores")
         choosing = scores
-        bias_name = lc.name(f"{prefix}{names.expert_bias}", suffix="") if names.expert_bias else None
-        if bias_name is not None and bias_name in lc.params.store:
+        spellings = (lc.name(f"{prefix}{n}", suffix="") for n in (names.expert_bias or "").split("|") if n)
+        bias_name = next((n for n in spellings if n in lc.params.store), None)
+        if bias_name is not None:
             if len(lc.params.store.info(bias_name).shape) > 1:  # ERNIE stores it [1, E]
                 flat = lc.params.derived(bias_name, lambda a: a.reshape(-1), shape=(moe.experts,))
                 bias = b.initializer(bias_name, flat)
