@@ -70,5 +70,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         initializer_range=0.2,  # at 0.1 the tied model copies its last token
     ),
+    # experts on every layer (top 2 of 6, renormalized) beside the shared MLP, both intermediate_size
+    # wide; q/k norms after NTK-alpha RoPE; moe_topk spelled per layer as Hunyuan-A13B does
+    "hunyuan_v1_moe": dict(
+        head_dim=16,
+        num_experts=6,
+        moe_topk=[2, 2, 2],
+        intermediate_size=32,
+        attention_bias=False,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+    ),
 }
 FAMILIES = list(CONFIGS)

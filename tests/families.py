@@ -174,6 +174,7 @@ FAMILIES: tuple[Family, ...] = (
     # sigmoid choice with a selection bias (GLM-4-MoE)
     classic_moe("glm4_moe"),
     classic_moe("ernie4_5_moe", gathered_tables=TIED),  # softmax choice with a selection bias
+    classic_moe("hunyuan_v1_moe", gathered_tables=TIED),  # softmax top k beside a shared MLP
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),

@@ -23,7 +23,7 @@ from reference import (
     ort_prefill_and_decode,
 )
 
-CLASSIC = ("seed_oss", "arcee", "glm4_moe", "ernie4_5_moe")
+CLASSIC = ("seed_oss", "arcee", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe")
 MODES = ("gqa", "bias", "split")
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
@@ -115,6 +115,13 @@ def _softmax_as_sigmoid(node_suffix: str):
     return edit
 
 
+def _top_k_not_renormalized(model: onnx.ModelProto) -> int:
+    nodes = [n for n in model.graph.node if n.op_type == "MoE"]
+    for node in nodes:
+        next(a for a in node.attribute if a.name == "normalize_routing_weights").i = 0
+    return len(nodes)
+
+
 GRAPH_MUTANTS = {
     "seed_oss-scale_from_hidden": ("seed_oss", _attention_scale(16)),  # 64 / 4, not its head_dim 32
     "arcee-relu_not_squared": ("arcee", _bypass("mlp/relu2")),
@@ -123,6 +130,8 @@ GRAPH_MUTANTS = {
     "ernie4_5_moe-not_renormalized": ("ernie4_5_moe", _bypass("softmax_router/renormalized")),
     "ernie4_5_moe-sigmoid_scores": ("ernie4_5_moe", _softmax_as_sigmoid("softmax_router/scores")),
     "ernie4_5_moe-shared_experts_dropped": ("ernie4_5_moe", _bypass("mlp/add_shared_expert")),
+    "hunyuan_v1_moe-shared_mlp_dropped": ("hunyuan_v1_moe", _bypass("mlp/add_shared_expert")),
+    "hunyuan_v1_moe-top_k_not_renormalized": ("hunyuan_v1_moe", _top_k_not_renormalized),
 }
 
 
@@ -163,7 +172,8 @@ def _moe_layers(package: Path) -> list[int]:
 
 @pytest.mark.parametrize(
     ("family", "layers"),
-    [("glm4_moe", [1, 2]), ("ernie4_5_moe", [1, 2])],  # first_k_dense_replace 1; start 1, end 2 of 4
+    # first_k_dense_replace 1; start 1, end 2 of 4; every layer
+    [("glm4_moe", [1, 2]), ("ernie4_5_moe", [1, 2]), ("hunyuan_v1_moe", [0, 1, 2])],
 )
 def test_experts_sit_on_the_configured_layers(builds, family, layers):
     _registered(family)
@@ -201,3 +211,29 @@ def test_variants_match_hf(tmp_path, variant):
     for prompt in ([0], list(PROMPT)):
         tokens, got = ort_prefill_and_decode(package, prompt, steps=6)
         np.testing.assert_allclose(got, hf_logits(hf_model(checkpoint), tokens, len(prompt)), atol=1e-4)
+
+
+REFUSED = {
+    "hunyuan_v1_moe-top_k_by_layer": (
+        "hunyuan_v1_moe",
+        dict(moe_topk=[2, 1, 2]),
+        "num_experts_per_tok varies by layer",
+    ),
+    "glm4_moe-uneven_groups": ("glm4_moe", dict(n_group=5), "n_group 5 / topk_group 2 do not split 12 experts"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=REFUSED.keys())
+def test_unsupported_configs_are_refused_in_one_line(tmp_path, case):
+    """What the graph cannot compute is refused (InputError: one line, exit 2), never exported."""
+    from dense_models import save_dense
+
+    from gqa_export.errors import InputError
+    from gqa_export.pipeline import BuildOptions, build
+
+    family, overrides, message = REFUSED[case]
+    _registered(family)
+    checkpoint = save_dense(tmp_path / "ckpt", family, **overrides)
+    with pytest.raises(InputError, match=message) as refused:
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", ep="cpu", precision="fp32", smoke=False))
+    assert "\n" not in str(refused.value)

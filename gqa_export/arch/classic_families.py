@@ -4,6 +4,9 @@ the registry (arch/__init__.py) reads `CLASSIC` beside `families.ALL`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from gqa_export.arch.families import HUNYUAN
 from gqa_export.arch.spec import FUSED_EXPERTS, PER_EXPERT_PROJ, ArchSpec, LayerNames, MoeNames, MoeSpec, config_keys
 
 _QK_NORMS = LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm")
@@ -64,4 +67,21 @@ ERNIE4_5_MOE = ArchSpec(
     ),
 )
 
-CLASSIC = (SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE)
+# HunYuan-MoE (Hunyuan-A13B): HunYuan dense's layers (per-head q/k RMSNorms after RoPE, NTK-alpha
+# RoPE) with experts on every layer, routed by gate.wg (softmax over all experts, top k always
+# renormalized), beside a gated shared_mlp; experts and shared_mlp both intermediate_size wide, as
+# transformers builds them (a per-layer moe_topk list must hold one value)
+HUNYUAN_MOE = replace(
+    HUNYUAN,
+    name="hunyuan_v1_moe",
+    moe=MoeSpec(
+        MoeNames(
+            routers=("gate.wg",), per_expert=(PER_EXPERT_PROJ,), fused=(FUSED_EXPERTS,), shared_expert="shared_mlp"
+        ),
+        normalize=True,
+        shared_width="dense",
+    ),
+    config_keys=config_keys(expert_intermediate_size="intermediate_size"),
+)
+
+CLASSIC = (SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE, HUNYUAN_MOE)
