@@ -70,7 +70,8 @@ ERNIE4_5_MOE = ArchSpec(
 # HunYuan-MoE (Hunyuan-A13B): HunYuan dense's layers (per-head q/k RMSNorms after RoPE, NTK-alpha
 # RoPE) with experts on every layer, routed by gate.wg (softmax over all experts, top k always
 # renormalized), beside a gated shared_mlp; experts and shared_mlp both intermediate_size wide, as
-# transformers builds them (a per-layer moe_topk list must hold one value)
+# transformers builds them (a per-layer moe_topk list must hold one value; read as moe_topk, which
+# transformers 4.x does not alias to num_experts_per_tok)
 HUNYUAN_MOE = replace(
     HUNYUAN,
     name="hunyuan_v1_moe",
@@ -81,7 +82,7 @@ HUNYUAN_MOE = replace(
         normalize=True,
         shared_width="dense",
     ),
-    config_keys=config_keys(expert_intermediate_size="intermediate_size"),
+    config_keys=config_keys(expert_intermediate_size="intermediate_size", experts_per_token="moe_topk"),
 )
 
 CLASSIC = (SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE, HUNYUAN_MOE)
