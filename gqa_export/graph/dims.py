@@ -33,6 +33,7 @@ from gqa_export.graph.layer_kinds import (
     parallel_attention,
     sparse_layer,
 )
+from gqa_export.graph.moe_dims import MoeDims, moe_dims
 from gqa_export.graph.multipliers import Resolved, resolve_multipliers
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 
@@ -68,24 +69,6 @@ class LayerDims:
     def attends(self) -> bool:
         """Whether the layer has attention (and so a KV cache unless it shares one)."""
         return self.mixer == "attention" or self.parallel_attention
-
-
-@dataclass(frozen=True)
-class MoeDims:
-    """The sparse blocks' sizes and routing numerics (shared by every sparse layer)."""
-
-    experts: int
-    top_k: int
-    intermediate: int
-    normalize: bool  # renormalize the top-k weights
-    shared_intermediate: int = 0  # an always-on shared expert (Qwen2-MoE)
-    alpha: float = 1.0  # gpt-oss clamped SwiGLU: gate * sigmoid(alpha * gate) * (up + 1)
-    limit: float | None = None
-    jitter: float = 0.0  # PhiMoE sparsemixer threshold (router_jitter_noise, used in eval)
-    routed_scaling: float = 1.0  # the routing weights' multiplier (routed_scaling_factor)
-    groups: int = 1  # expert groups (n_group) and how many of them the choice keeps (topk_group)
-    groups_kept: int = 1
-    norm_min: float = 0.0  # the renormalizing sum's floor (ERNIE-4.5-MoE's moe_norm_min)
 
 
 @dataclass(frozen=True)
@@ -230,7 +213,7 @@ def read_dims(
         per_layer_input_size=ple,
         placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
         query_scale=_query_scale(config) if spec.query_position_scale else None,
-        moe=_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
+        moe=moe_dims(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind=spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
@@ -353,57 +336,6 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[s
         params = per_type.get(key) if key != "default" and per_type else None
         out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
     return out
-
-
-def _moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
-    """The config's expert counts and routing numerics, for a family whose spec has experts and a
-    config that turns them on (Gemma-4's enable_moe_block); read_dims asks only when some layer is
-    sparse (a Jamba with one expert is dense throughout)."""
-    if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
-        return None
-    experts, top_k = int(opt("num_experts")), _uniform("num_experts_per_tok", opt("experts_per_token", 1))
-    if spec.moe.routing == "sparsemixer":
-        top_k = 2  # PhiMoE's sparsemixer routes two experts whatever num_experts_per_tok says
-    if not 1 <= top_k <= experts:
-        raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
-    limit = opt("swiglu_limit")
-    width = int(opt("expert_intermediate_size") or intermediate)
-    groups, kept = int(opt("expert_groups", 1) or 1), int(opt("expert_groups_kept", 1) or 1)
-    if spec.moe.routing == "sigmoid_grouped" and (experts % groups or experts // groups < 2 or kept > groups):
-        raise InputError(
-            f"n_group {groups} / topk_group {kept} do not split {experts} experts into groups of at least 2; "
-            "check the config"
-        )
-    shared = {
-        "config": lambda: int(opt("shared_expert_intermediate_size", 0) or 0),
-        "per_expert": lambda: width * int(opt("shared_experts", 0) or 0),
-        "dense": lambda: intermediate,
-    }[spec.moe.shared_width]
-    return MoeDims(
-        experts=experts,
-        top_k=top_k,
-        intermediate=width,
-        # families that always renormalize say so in their spec; Qwen-MoE / OLMoE read norm_topk_prob
-        normalize=spec.moe.normalize or bool(opt("norm_topk_prob", False)),
-        shared_intermediate=shared() if spec.moe.names.shared_expert or spec.moe.names.shared_mlp else 0,
-        alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
-        limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
-        jitter=float(opt("router_jitter", 0.0) or 0.0),
-        routed_scaling=float(opt("routed_scaling", 1.0) or 1.0),
-        groups=groups,
-        groups_kept=kept,
-        norm_min=float(opt("routing_norm_min", 0.0) or 0.0),
-    )
-
-
-def _uniform(key: str, value: Any) -> int:
-    """A per-layer list (HunYuan-MoE's moe_topk) that holds one value, as that value; a list that
-    varies is refused: every sparse layer of the graph shares one top k."""
-    if isinstance(value, (list, tuple)):
-        if len(set(value)) != 1:
-            raise InputError(f"{key} varies by layer ({list(value)}); only one value for every layer is supported")
-        value = value[0]
-    return int(value)
 
 
 def _query_scale(config: Any) -> tuple[float, int]:

@@ -7,7 +7,8 @@ Facts relied on (docs/moe.md, probed on onnxruntime 1.31.1 CPU):
 - The CPU kernels accept SwiGLU only as `swiglu_fusion=1` (gate/up rows interleaved in fc1); out =
   G*sigmoid(alpha G)*(L+beta) with G = min(g, limit), L = clip(u, -limit, limit)
   (docs/moe.md §1.1, §2); gpt-oss is alpha 1.702, beta 1, its limit (docs/moe.md §5).
-- Routers the op cannot express (PhiMoE's sparsemixer, LFM2-MoE's biased sigmoid top-k) are
+- Routers the op cannot express (PhiMoE's sparsemixer, the biased choices of LFM2-MoE, GLM-4-MoE
+  and ERNIE-4.5-MoE, docs/moe.md §8.1) are
   computed in the graph as dense weights w [T, E] (zero off the selected experts):
   `router_probs = log(w)`, no renormalization, and the output times sum(w), since the op's softmax
   turns log(w) into w / sum(w) (docs/moe.md §4).
@@ -23,8 +24,8 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import MoeDims
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
+from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES
 
 B, S = "batch_size", "sequence_length"
