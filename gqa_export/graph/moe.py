@@ -86,6 +86,7 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
         for triple in names.per_expert:
             full = tuple(f"{layer}{prefix}{t}.weight" for t in triple)
             if full[0].format(e=0) in lc.params.store:
+                _refuse_expert_biases(lc.params.store, full[0].format(e=0), where)
                 layout = ExpertLayout(E, I, H, per_expert=full)  # type: ignore[arg-type]
                 break
         for pair in names.fused if layout is None else ():
@@ -105,6 +106,19 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
             )
     check_layout(lc.params.store, layout, where)
     return layout
+
+
+def _refuse_expert_biases(store: object, weight: str, where: str) -> None:
+    """Per-expert Linear biases (an ERNIE-4.5-MoE saved by transformers 4.x with use_bias): 4.x adds
+    them, 5.x's fused experts have none and drop them, so no one graph matches both."""
+    bias = weight.removesuffix("weight") + "bias"
+    if bias in store:  # type: ignore[operator]
+        from gqa_export.errors import InputError
+
+        raise InputError(
+            f"{where}: the experts carry biases ({bias}), which transformers 4.x adds and 5.x drops; "
+            "export a checkpoint without expert biases"
+        )
 
 
 def _experts_op(
