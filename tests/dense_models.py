@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 from classic_models import CLASSIC_FAMILIES, classic_config
+from llama_like_models import CONFIGS as LLAMA_LIKE_CONFIGS
+from llama_like_models import FAMILIES as LLAMA_LIKE_FAMILIES
 from tiny_models import save_tokenizer, spelled_for_installed_transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -48,6 +50,7 @@ FAMILIES = [
     "falcon_h1",
     "nemotron_h",
     *CLASSIC_FAMILIES,
+    *LLAMA_LIKE_FAMILIES,  # tests/llama_like_models.py
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -370,6 +373,8 @@ def family_config(model_type: str) -> dict:
             layer_norm_epsilon=1e-5,
         )
         del c["num_hidden_layers"]  # the pattern's length
+    elif model_type in LLAMA_LIKE_CONFIGS:
+        c.update(LLAMA_LIKE_CONFIGS[model_type])
     else:
         raise ValueError(model_type)
     return c
@@ -406,6 +411,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5, -2.0))
             elif leaf == "dt_bias":
                 p.copy_(rn(p, 0.3))
+            elif leaf == "e_score_correction_bias":  # ERNIE-4.5-MoE's (a parameter): probs are ~1/E
+                p.copy_(rn(p, 0.05))
             elif leaf == "alpha_p":  # xIELU raw params (softplus applied at runtime)
                 p.copy_(rn(p, 0.3, math.log(math.expm1(0.8))))
             elif leaf == "alpha_n":
@@ -413,8 +420,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
         for name, b in model.named_buffers():
             if name.endswith("act_fn.beta"):
                 b.copy_(rn(b, 0.1, 0.5))
-            elif name.endswith("expert_bias"):  # LFM2-MoE: steers the choice away from the top scores
-                b.copy_(rn(b, 0.3))
+            elif name.endswith("expert_bias") or name.endswith("e_score_correction_bias"):
+                b.copy_(rn(b, 0.3))  # LFM2-MoE, GLM-4-MoE: steers the choice away from the top scores
 
 
 def build_model(model_type: str, seed: int = 0, **overrides):

@@ -128,6 +128,13 @@ def moe_family(name: str, modes: tuple[str, ...] = ("gqa",), **facts: Any) -> Fa
     return moe(name, generate_modes=modes, experts=facts.pop("experts", "fused"), **quantized, **facts)
 
 
+def classic_moe(name: str, **facts: Any) -> Family:
+    """A Llama-shaped mixture of experts of tests/llama_like_models.py: every mode on logits, greedy
+    tokens, int4 and int8 (QMoE) packages."""
+    quantized = dict(quantized=("int4", "int8"), accuracy_level=0, int8_relative_l2=0.3)
+    return dense(name, generate_modes=("gqa",), experts="fused", **quantized, **facts)
+
+
 def gemma4(name: str, **facts: Any) -> Family:
     """A Gemma-4 checkpoint form (tests/gemma4_models.py through variants.GEMMA4_VARIANTS)."""
     return Family(
@@ -159,6 +166,15 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("ernie4_5", genai_type="ernie4_5", gathered_tables=TIED),
     dense_family("hunyuan_v1_dense", genai_type="hunyuandensev1", gathered_tables=TIED, fp16_cuda=True),
     dense_family("apertus", fp16_cuda=True, differs_under_4x=XIELU_BF16_UNDER_4X),
+    # Llama-shaped families (tests/llama_like_models.py): a decoupled head_dim with q/k/v biases, a
+    # non-gated squared-ReLU MLP with YaRN
+    dense_family("seed_oss"),
+    dense_family("arcee"),
+    # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
+    # sigmoid choice with a selection bias (GLM-4-MoE)
+    classic_moe("glm4_moe"),
+    classic_moe("ernie4_5_moe", gathered_tables=TIED),  # softmax choice with a selection bias
+    classic_moe("hunyuan_v1_moe", gathered_tables=TIED),  # softmax top k beside a shared MLP
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),

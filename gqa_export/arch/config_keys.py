@@ -44,10 +44,12 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "clip_qkv": "clip_qkv",
     "first_dense_layers": "num_dense_layers",
     "routed_scaling": "routed_scaling_factor",
-    # DeepSeek: shared experts counted in moe_intermediate_size units, grouped expert selection
-    "shared_expert_count": "n_shared_experts",
-    "expert_groups": "n_group",
+    "last_sparse_layer": "moe_layer_end_index",  # ERNIE-4.5-MoE: no experts after it (-1: none)
+    "shared_experts": "n_shared_experts",  # the shared expert's width in experts (shared_width "per_expert")
+    "expert_groups": "n_group",  # grouped selection (routing "sigmoid_group_biased")
     "expert_groups_kept": "topk_group",
+    "routing_norm_min": "moe_norm_min",  # ERNIE-4.5-MoE: the top-k sum's floor
+    # DeepSeek: grouped expert selection
     "expert_topk_method": "topk_method",
     # multi-head latent attention (DeepSeek-V2/V3)
     "q_lora_rank": "q_lora_rank",

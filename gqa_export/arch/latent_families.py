@@ -15,7 +15,7 @@ DEEPSEEK_V2 = ArchSpec(
     name="deepseek_v2",
     latent_attention=LatentAttentionNames(),
     rope_interleaved=True,
-    moe=MoeSpec(_SHARED, routing="softmax_group_limited"),
+    moe=MoeSpec(_SHARED, routing="softmax_group_limited", shared_width="per_expert"),
     config_keys=_DEEPSEEK_KEYS,
 )
 # DeepSeek-V3: the same latent attention (rope pairs interleaved unless rope_interleave is false),
@@ -27,6 +27,7 @@ DEEPSEEK_V3 = ArchSpec(
     moe=MoeSpec(
         MoeNames(shared_expert="shared_experts", expert_bias="gate.e_score_correction_bias"),
         routing="sigmoid_group_biased",
+        shared_width="per_expert",  # n_shared_experts experts' widths
     ),
     config_keys=_DEEPSEEK_KEYS,
 )

@@ -101,7 +101,8 @@ class MoeNames:
     transposed: tuple[str, str] | None = None  # gpt-oss: gate_up [E, H, 2I] interleaved, down [E, I, H] (+ _bias)
     shared_expert: str | None = None  # a dense gated MLP run for every token (Qwen2-MoE)
     shared_gate: str | None = None  # its sigmoid gate Linear [1, H]
-    expert_bias: str | None = None  # a per-expert bias added to the scores only to select (LFM2-MoE)
+    # a per-expert bias added to the scores only to select (LFM2-MoE); "a|b": the spellings tried in order
+    expert_bias: str | None = None
     # an ungated dense MLP at the layer run beside the experts: (packed gate | up, down) (Granite-4.0-H's shared_mlp)
     shared_mlp: tuple[str, str] | None = None
 
@@ -135,10 +136,15 @@ class MoeSpec:
     norm_topk_prob, times routed_scaling_factor), "softmax_group_limited" (softmax over every expert;
     with topk_method group_limited_greedy only the topk_group groups of the highest per-group maximum
     keep their scores; the top k of those, never renormalized, times routed_scaling_factor),
-    "sigmoid_group_biased" (sigmoid scores; groups ranked by the sum of their two best biased scores,
-    the top k of the biased scores within the topk_group best groups, weighted by the unbiased
-    scores, renormalized (+1e-20) when norm_topk_prob, times routed_scaling_factor).
-    activation: "swiglu" (silu(gate) * up),
+    "sigmoid_group_biased" (DeepSeek-V3, GLM-4-MoE: sigmoid scores; groups ranked by the sum of their
+    two best biased scores, the top k of the biased scores within the topk_group best groups,
+    weighted by the unbiased scores, renormalized (+1e-20) when norm_topk_prob, times
+    routed_scaling_factor), "softmax_biased" (ERNIE-4.5-MoE: softmax over all experts, the top k
+    chosen on probs + expert_bias, weighted by the unbiased probs, always renormalized by max(sum,
+    moe_norm_min)). Routers other than softmax are computed as dense weights (graph/moe.py).
+    shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
+    (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
+    or "dense" (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
     "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops)."""
 
@@ -146,6 +152,7 @@ class MoeSpec:
     routing: str = "softmax"
     normalize: bool = False
     activation: str = "swiglu"
+    shared_width: str = "config"
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,6 @@ from typing import Any
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 
-TOPK_METHODS = ("greedy", "group_limited_greedy")
-
 
 @dataclass(frozen=True)
 class LatentDims:
@@ -75,25 +73,3 @@ def latent_scale(config: Any, lat: LatentDims) -> float:
         m = 1.0 if factor <= 1 else 0.1 * float(m_all) * math.log(factor) + 1.0
         scale = scale * m * m
     return scale
-
-
-def expert_groups(opt: Any, spec: ArchSpec, experts: int) -> tuple[int, int]:
-    """(groups, groups kept) of a grouped router; (1, 1) selects over every expert at once."""
-    routing = spec.moe.routing if spec.moe is not None else None
-    if routing == "softmax_group_limited":
-        method = opt("expert_topk_method", "greedy")
-        if method not in TOPK_METHODS:
-            raise InputError(
-                f"topk_method '{method}' is not one DeepSeek-V2's router computes ({', '.join(TOPK_METHODS)}); "
-                "set one of them in config.json"
-            )
-        if method == "greedy":
-            return 1, 1
-    elif routing != "sigmoid_group_biased":
-        return 1, 1
-    groups, kept = int(opt("expert_groups", 1) or 1), int(opt("expert_groups_kept", 1) or 1)
-    if experts % groups or not 1 <= kept <= groups:
-        raise InputError(f"n_group {groups} / topk_group {kept} do not divide {experts} experts into kept groups")
-    if routing == "sigmoid_group_biased" and experts // groups < 2:
-        raise InputError(f"n_group {groups} leaves fewer than 2 experts per group, which the group score sums")
-    return groups, kept

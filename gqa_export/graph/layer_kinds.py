@@ -22,13 +22,17 @@ Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config valu
 def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
     """Whether layer i's MLP is the sparse block: on Jamba's grid where the config has one (i % period
     == offset, and more than one expert), else not before the first `first_dense_layers` (LFM2-MoE's
-    num_dense_layers), not in mlp_only_layers, and on the decoder_sparse_step grid (Qwen-MoE)."""
+    num_dense_layers), not after `last_sparse_layer`, not in mlp_only_layers, and on the
+    decoder_sparse_step grid (Qwen-MoE)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return False
     period = int(opt("expert_layer_period", 0) or 0)
     if period:
         return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)
     if i < int(opt("first_dense_layers", 0) or 0):
+        return False
+    last = opt("last_sparse_layer")
+    if last is not None and 0 <= int(last) < i:  # ERNIE-4.5-MoE's moe_layer_end_index (-1: the last layer)
         return False
     step = int(opt("decoder_sparse_step", 1) or 1)
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0

@@ -7,7 +7,8 @@ Facts relied on (docs/moe.md, probed on onnxruntime 1.31.1 CPU):
 - The CPU kernels accept SwiGLU only as `swiglu_fusion=1` (gate/up rows interleaved in fc1); out =
   G*sigmoid(alpha G)*(L+beta) with G = min(g, limit), L = clip(u, -limit, limit)
   (docs/moe.md §1.1, §2); gpt-oss is alpha 1.702, beta 1, its limit (docs/moe.md §5).
-- Routers the op cannot express (PhiMoE's sparsemixer, LFM2-MoE's biased sigmoid top-k) are
+- Routers the op cannot express (PhiMoE's sparsemixer, the biased choices of LFM2-MoE and
+  ERNIE-4.5-MoE, the grouped ones of DeepSeek and GLM-4-MoE, docs/moe.md §8.1) are
   computed in the graph as dense weights w [T, E] (zero off the selected experts):
   `router_probs = log(w)`, no renormalization, and the output times sum(w), since the op's softmax
   turns log(w) into w / sum(w) (docs/moe.md §4).
@@ -43,7 +44,7 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
         out = _experts_with_ops(lc, x, router, weights, moe)
     else:
         out = _experts_op(lc, x, router, weights, moe, prefix)
-    if names.shared_expert:
+    if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
         out = lc.b.op("Add", out, _shared_expert(lc, x, prefix), name="add_shared_expert")
     if names.shared_mlp:  # Granite-4.0-H: an ungated dense MLP beside the experts
         gate_up, down = names.shared_mlp
@@ -86,6 +87,7 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
         for triple in names.per_expert:
             full = tuple(f"{layer}{prefix}{t}.weight" for t in triple)
             if full[0].format(e=0) in lc.params.store:
+                _refuse_expert_biases(lc.params.store, full[0].format(e=0), where)
                 layout = ExpertLayout(E, I, H, per_expert=full)  # type: ignore[arg-type]
                 break
         for pair in names.fused if layout is None else ():
@@ -105,6 +107,19 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
             )
     check_layout(lc.params.store, layout, where)
     return layout
+
+
+def _refuse_expert_biases(store: object, weight: str, where: str) -> None:
+    """Per-expert Linear biases (an ERNIE-4.5-MoE saved by transformers 4.x with use_bias): 4.x adds
+    them, 5.x's fused experts have none and drop them, so no one graph matches both."""
+    bias = weight.removesuffix("weight") + "bias"
+    if bias in store:  # type: ignore[operator]
+        from gqa_export.errors import InputError
+
+        raise InputError(
+            f"{where}: the experts carry biases ({bias}), which transformers 4.x adds and 5.x drops; "
+            "export a checkpoint without expert biases"
+        )
 
 
 def _experts_op(
@@ -181,31 +196,48 @@ def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
     routing = lc.spec.moe.routing  # type: ignore[union-attr]
     if routing == "sparsemixer":
         return _sparsemixer(lc.b, logits, moe.jitter, lc.params.dtype)
-    if routing == "sigmoid_biased":
-        return _sigmoid_biased(lc, prefix, logits, moe)
+    if routing in ("sigmoid_biased", "softmax_biased"):
+        return _biased_choice(lc, prefix, logits, moe, routing)
     if routing in GROUPED_ROUTINGS:
         return grouped_routing(lc, prefix, logits, moe)
     return None
 
 
-def _sigmoid_biased(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims) -> ir.Value:
-    """LFM2-MoE's router as dense weights [B,S,E]: s = sigmoid(logits); the top k of s + expert_bias
-    (when the checkpoint has the bias) are chosen, weighted by s, renormalized by their sum + 1e-6
-    when norm_topk_prob, times routed_scaling_factor."""
+def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims, routing: str) -> ir.Value:
+    """Routers that choose on biased scores and weight by the unbiased ones, as dense weights [B,S,E].
+    s = sigmoid(logits) (sigmoid_biased: LFM2-MoE) or softmax(logits) (softmax_biased: ERNIE-4.5-MoE);
+    the top k of s + expert_bias (when the checkpoint has the bias) are chosen, weighted by s,
+    renormalized when norm_topk_prob (ERNIE always) by their sum + 1e-6 (LFM2-MoE) or
+    max(sum, moe_norm_min) (ERNIE), times routed_scaling_factor. The group-limited routers
+    (DeepSeek, GLM-4-MoE) are graph/grouped_routing.py's."""
     b, dtype = lc.b, lc.params.dtype
     names = lc.spec.moe.names  # type: ignore[union-attr]
-    with b.scope("sigmoid_router"):
-        scores = b.op("Sigmoid", logits, name="scores")
+    scope = "softmax_router" if routing == "softmax_biased" else "sigmoid_router"
+    with b.scope(scope):
+        if routing == "softmax_biased":
+            scores = b.op("Softmax", logits, axis=-1, name="scores")
+        else:
+            scores = b.op("Sigmoid", logits, name="scores")
         choosing = scores
-        bias_name = lc.name(f"{prefix}{names.expert_bias}", suffix="") if names.expert_bias else None
-        if bias_name is not None and bias_name in lc.params.store:
-            choosing = b.op("Add", scores, b.initializer(bias_name, lc.params.vector([bias_name])), name="biased")
+        spellings = (lc.name(f"{prefix}{n}", suffix="") for n in (names.expert_bias or "").split("|") if n)
+        bias_name = next((n for n in spellings if n in lc.params.store), None)
+        if bias_name is not None:
+            if len(lc.params.store.info(bias_name).shape) > 1:  # ERNIE stores it [1, E]
+                flat = lc.params.derived(bias_name, lambda a: a.reshape(-1), shape=(moe.experts,))
+                bias = b.initializer(bias_name, flat)
+            else:
+                bias = b.initializer(bias_name, lc.params.vector([bias_name]))
+            choosing = b.op("Add", scores, bias, name="biased")
         _, chosen = b.op_multi("TopK", choosing, b.const([moe.top_k], "k", "int64"), axis=-1, outputs=2, name="topk")
         picked = b.op("GatherElements", scores, chosen, axis=-1, name="picked")
         if moe.normalize:
             total = b.op("ReduceSum", picked, b.const([-1], "last", "int64"), keepdims=1, name="picked_sum")
-            eps = b.const(np.asarray(1e-6, NUMPY_DTYPES[dtype]), "eps")
-            picked = b.op("Div", picked, b.op("Add", total, eps), name="renormalized")
+            if routing == "softmax_biased":
+                floor = b.const(np.asarray(moe.norm_min, NUMPY_DTYPES[dtype]), "norm_min")
+                picked = b.op("Div", picked, b.op("Max", total, floor), name="renormalized")
+            else:
+                eps = b.const(np.asarray(1e-6, NUMPY_DTYPES[dtype]), "eps")
+                picked = b.op("Div", picked, b.op("Add", total, eps), name="renormalized")
         if moe.routed_scaling != 1.0:
             factor = b.const(np.asarray(moe.routed_scaling, NUMPY_DTYPES[dtype]), "routed_scaling")
             picked = b.op("Mul", picked, factor, name="scaled")

@@ -1,4 +1,5 @@
-"""The sparse blocks' sizes and routing numerics read from an HF config (`ModelDims.moe`)."""
+"""The sparse blocks' sizes and routing numerics, read from the config (graph/dims.py asks when some
+layer is sparse): expert counts and widths, the shared expert's width, the routing constants."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.latent_dims import expert_groups
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,9 @@ class MoeDims:
     limit: float | None = None
     jitter: float = 0.0  # PhiMoE sparsemixer threshold (router_jitter_noise, used in eval)
     routed_scaling: float = 1.0  # the routing weights' multiplier (routed_scaling_factor)
-    groups: int = 1  # grouped routers (DeepSeek): experts in n_group groups, topk_group of them kept
+    groups: int = 1  # grouped routers: n_group expert groups, topk_group of them kept (graph/grouped_routing.py)
     groups_kept: int = 1
+    norm_min: float = 0.0  # the renormalizing sum's floor (ERNIE-4.5-MoE's moe_norm_min)
 
 
 def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
@@ -33,27 +34,70 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     sparse (a Jamba with one expert is dense throughout)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return None
-    experts, top_k = int(opt("num_experts")), int(opt("experts_per_token", 1))
+    experts, top_k = int(opt("num_experts")), _uniform("num_experts_per_tok", opt("experts_per_token", 1))
     if spec.moe.routing == "sparsemixer":
         top_k = 2  # PhiMoE's sparsemixer routes two experts whatever num_experts_per_tok says
     if not 1 <= top_k <= experts:
         raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
     limit = opt("swiglu_limit")
-    expert_width = int(opt("expert_intermediate_size") or intermediate)
-    # a shared expert's width, or (DeepSeek) a count of experts' widths
-    shared = int(opt("shared_expert_intermediate_size", 0) or opt("shared_expert_count", 0) * expert_width or 0)
+    width = int(opt("expert_intermediate_size") or intermediate)
     groups, kept = expert_groups(opt, spec, experts)
+    shared = {
+        "config": lambda: int(opt("shared_expert_intermediate_size", 0) or 0),
+        "per_expert": lambda: width * int(opt("shared_experts", 0) or 0),
+        "dense": lambda: intermediate,
+    }[spec.moe.shared_width]
     return MoeDims(
         experts=experts,
         top_k=top_k,
-        intermediate=expert_width,
+        intermediate=width,
         # families that always renormalize say so in their spec; Qwen-MoE / OLMoE read norm_topk_prob
         normalize=spec.moe.normalize or bool(opt("norm_topk_prob", False)),
-        shared_intermediate=shared if spec.moe.names.shared_expert or spec.moe.names.shared_mlp else 0,
+        shared_intermediate=shared() if spec.moe.names.shared_expert or spec.moe.names.shared_mlp else 0,
         alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
         limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
         jitter=float(opt("router_jitter", 0.0) or 0.0),
         routed_scaling=float(opt("routed_scaling", 1.0) or 1.0),
         groups=groups,
         groups_kept=kept,
+        norm_min=float(opt("routing_norm_min", 0.0) or 0.0),
     )
+
+
+def _uniform(key: str, value: Any) -> int:
+    """A per-layer list (HunYuan-MoE's moe_topk) that holds one value, as that value; a list that
+    varies is refused: every sparse layer of the graph shares one top k."""
+    if isinstance(value, (list, tuple)):
+        if len(set(value)) != 1:
+            raise InputError(f"{key} varies by layer ({list(value)}); only one value for every layer is supported")
+        value = value[0]
+    return int(value)
+
+
+# DeepSeek-V2's topk_method values: greedy (no groups) or group-limited greedy
+TOPK_METHODS = ("greedy", "group_limited_greedy")
+
+
+def expert_groups(opt: Any, spec: ArchSpec, experts: int) -> tuple[int, int]:
+    """(groups, groups kept) of a grouped router; (1, 1) selects over every expert at once."""
+    routing = spec.moe.routing if spec.moe is not None else None
+    if routing == "softmax_group_limited":
+        method = opt("expert_topk_method", "greedy")
+        if method not in TOPK_METHODS:
+            raise InputError(
+                f"topk_method '{method}' is not one DeepSeek-V2's router computes ({', '.join(TOPK_METHODS)}); "
+                "set one of them in config.json"
+            )
+        if method == "greedy":
+            return 1, 1
+    elif routing != "sigmoid_group_biased":
+        return 1, 1
+    groups, kept = int(opt("expert_groups", 1) or 1), int(opt("expert_groups_kept", 1) or 1)
+    # the biased sigmoid router scores a group by its two best experts (transformers fails too)
+    least = 2 if routing == "sigmoid_group_biased" else 1
+    if experts % groups or experts // groups < least or not 1 <= kept <= groups:
+        raise InputError(
+            f"n_group {groups} / topk_group {kept} do not split {experts} experts into groups of at least "
+            f"{least}; check the config"
+        )
+    return groups, kept

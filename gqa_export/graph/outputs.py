@@ -98,9 +98,9 @@ def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputCont
             logits = b.op("Reshape", logits2d, out_shape)
         else:
             logits = b.op("MatMul", x, b.initializer(spec.lm_head, params.matmul_weight([spec.lm_head])))
-            bias_name = spec.lm_head.removesuffix("weight") + "bias"
-            if bias_name in params.store:  # PhiMoE's lm_head bias
-                logits = b.op("Add", logits, b.initializer(bias_name, params.vector([bias_name])))
+        bias_name = spec.lm_head.removesuffix("weight") + "bias"
+        if bias_name in params.store:  # PhiMoE's lm_head bias; ERNIE-4.5-MoE's use_bias, tied or not
+            logits = b.op("Add", logits, b.initializer(bias_name, params.vector([bias_name])))
         if opts.logits_dtype != opts.io_dtype:
             logits = b.op("Cast", logits, to=opts.logits_dtype)
 

@@ -1,0 +1,87 @@
+"""Tiny configs of the Llama-shaped families and their mixtures of experts (issue #24), on
+tests/dense_models.py's common shape; dense_models.family_config reads them from here (the classic
+decoders are tests/classic_models.py).
+
+Each config makes its mechanism matter: Seed-OSS's head_dim (32) is not hidden / heads (16);
+Arcee runs YaRN with an original length (32) shorter than the long prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# model_type -> config kwargs applied over dense_models.COMMON
+CONFIGS: dict[str, dict[str, Any]] = {
+    "seed_oss": dict(
+        head_dim=32,  # decoupled: 4 heads x 32 = 128 != hidden 64
+        attention_bias=True,
+        attention_out_bias=False,
+        residual_dropout=0.1,  # training only
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    "arcee": dict(
+        head_dim=16,
+        hidden_act="relu2",
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 8.0,  # max_position_embeddings 256 / 32
+            "original_max_position_embeddings": 32,
+        },
+    ),
+    # 12 experts in 3 groups of 4: the choice keeps the 2 best groups (each ranked by its two best
+    # biased scores), then the top 3; dense first layer, 1 shared expert, partial RoPE, q/k norms
+    "glm4_moe": dict(
+        head_dim=16,
+        attention_bias=True,
+        use_qk_norm=True,
+        first_k_dense_replace=1,
+        n_routed_experts=12,
+        num_experts_per_tok=3,
+        n_group=3,
+        topk_group=2,
+        moe_intermediate_size=32,
+        n_shared_experts=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        initializer_range=0.2,  # at 0.1 short prompts settle on one repeated id
+    ),
+    # 4 layers, experts on 1 and 2 only (start 1, end 2, interval 1): dense MLPs before and after;
+    # the top 2 of 6 chosen on softmax probs + bias, 1 shared expert, GPT-J RoPE, tied
+    "ernie4_5_moe": dict(
+        head_dim=16,
+        num_hidden_layers=4,
+        use_bias=False,
+        moe_num_experts=6,
+        moe_k=2,
+        moe_intermediate_size=32,
+        moe_num_shared_experts=1,
+        moe_layer_start_index=1,
+        moe_layer_end_index=2,
+        moe_layer_interval=1,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        initializer_range=0.2,  # at 0.1 the tied model copies its last token
+    ),
+    # experts on every layer (top 2 of 6, renormalized) beside the shared MLP, both intermediate_size
+    # wide; q/k norms after NTK-alpha RoPE; moe_topk spelled per layer as Hunyuan-A13B does
+    "hunyuan_v1_moe": dict(
+        head_dim=16,
+        num_experts=6,
+        moe_topk=[2, 2, 2],
+        intermediate_size=32,
+        attention_bias=False,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+    ),
+}
+FAMILIES = list(CONFIGS)
