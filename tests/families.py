@@ -13,7 +13,6 @@ session builds through `FamilyBuilds`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from dense_models import VARIANTS as DENSE_VARIANTS
 from dense_models import save_dense
 from moe_models import save_moe
+from tiny_models import save_model
 
 # the logits prompt: longer than every window (Gemma-4's 4 and 6, the others' 8)
 PROMPT = (0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13)
@@ -34,8 +34,20 @@ GEMMA4_PROMPTS = ((0,), (0, 17, 45, 99, 200, 3, 7), tuple((11 * i + 5) % 290 for
 MULTIMODAL_PROMPTS = ((0,), MULTIMODAL_PROMPT)
 # longer than the DeltaNet's conv kernel and than HF's 64-token chunks of the gated delta rule
 LONG_PROMPT = tuple((7 * i + 3) % 380 for i in range(70))
+# the three texts of tests/test_run.py as the tiny tokenizer encodes them (BOS first; that test
+# checks the package's tokenizer agrees): 8, 32 and 97 tokens
+TEXT_PROMPTS = (
+    (0, 45, 319, 81, 84, 266, 265, 302),
+    (0, 57, 267, 226, 86, 304, 300, 269, 276, 92, 83, 274, 84, 93, 329, 312, 280, 87, 294, 331, 363, 340, 294, 285,
+     70, 72, 267, 376, 226, 91, 291, 293),
+    (0, *(52, 83, 315, 226, 90, 85, 264, 263, 262, 78, 314, 294, 277, 330, 263, 268, 353, 309, 73, 274, 84, 93, 19,
+          226) * 4),
+)  # fmt: skip
 ALL_MODES = ("gqa", "bias", "split")
-FLOOR_KINDS = ("dense", "moe")  # the kinds tests/compat re-runs under the lowest supported transformers
+# the Llama variants' modes: bias also in CUDA's form (whole buffer, nonpad_kv_seqlen) run on CPU,
+# and with GroupQueryAttention taking the attention bias (CPU's single-graph alternative)
+LLAMA_MODES = ("gqa", "bias", "bias_nonpad", "bias_gqa", "split")
+MODE_SETTINGS = {"bias_nonpad": ("attention.bias_kv_read=nonpad",), "bias_gqa": ("attention.bias_op=gqa",)}
 TIED = frozenset({"model.embed_tokens.qweight"})  # the tied table, shared with the lm_head
 STANDARD_MODES = ("bias", "split")  # the standard-Attention graphs (plain-op RoPE, the window as a mask)
 
@@ -74,11 +86,14 @@ class Family:
     """One registered checkpoint and the common checks that apply to it."""
 
     name: str  # the test id and the checkpoint's name
-    kind: str  # dense | moe | gemma4 | multimodal: which maker, which prompts
+    kind: str  # llama | dense | moe | gemma4 | multimodal: which maker, which prompts
     make: Callable[[Path], Path] | None  # folder -> checkpoint; None: conftest.py's `checkpoints` (variants.py)
     genai_type: str = "decoder"  # model.type of the single-graph package's genai_config.json
     prompt: tuple[int, ...] = PROMPT  # prompt + 6 decode steps against HF
-    prompts: tuple[tuple[int, ...], ...] = PROMPTS  # 40 greedy tokens each, equal to HF generate
+    prompts: tuple[tuple[int, ...], ...] = PROMPTS  # `new_tokens` greedy tokens each, equal to HF generate
+    new_tokens: int = 40
+    each_varied: bool = False  # every continuation holds 4+ distinct ids (else: some continuation)
+    one_token_logits: bool = False  # a 1-token prompt + 5 decode steps too, against HF's one full forward
     signal: float = 1.0  # HF's logits reach above this (they carry signal, not all ~0)
     generate_modes: tuple[str, ...] = ()  # modes whose greedy onnxruntime-genai tokens equal HF generate
     logits_modes: tuple[str, ...] = ()  # modes whose genai prompt logits and 16 greedy tokens equal HF
@@ -87,11 +102,22 @@ class Family:
     int8_relative_l2: float | None = None  # quant report: int8 prompt logits within this of the fp32 export's
     experts: str | None = None  # "fused": MoE / QMoE ops; "plain": plain ops (float in int4/int8 packages)
     gathered_tables: frozenset[str] = frozenset()  # embedding tables GatherBlockQuantized reads (int4/int8)
-    smoke_meets_eos: bool = False  # the quantized smoke run ends at EOS before its 16 tokens
+    # the transformers majors under which the quantized smoke run ends at EOS before its 16 tokens
+    # (the random weights are drawn by the installed transformers' initializers)
+    smoke_meets_eos: frozenset[int] = frozenset()
     fp16_cuda: bool = False  # the fp16 CUDA package runs on CPU close to HF
     differs_under_4x: str | None = None  # why transformers 4.x's reference differs (compared under 5.x only)
     generate_differs_under_4x: str | None = None  # why 4.x's generate() differs (its greedy tokens compared under 5.x)
-    since_major: int = 4  # the first transformers major version that has the class
+    since_major: int = 4  # the first transformers major version that has the class (or the checkpoint's layout)
+
+
+def llama(name: str, genai_type: str, modes: tuple[str, ...] = ("gqa",), **facts: Any) -> Family:
+    """A Llama-spec checkpoint of tests/variants.py (conftest.py's `checkpoints`) or, with `make`,
+    one only the registry builds: logits with a 1-token prompt too, 48 greedy tokens in `modes` for
+    the registry's prompts and the three texts, every continuation varied."""
+    facts = {"make": None, "prompts": PROMPTS + TEXT_PROMPTS, "new_tokens": 48, **facts}
+    return Family(kind="llama", name=name, genai_type=genai_type, generate_modes=modes, each_varied=True,
+                  one_token_logits=True, **facts)  # fmt: skip
 
 
 def dense(name: str, **facts: Any) -> Family:
@@ -152,6 +178,38 @@ def multimodal(name: str, **facts: Any) -> Family:
 
 
 FAMILIES: tuple[Family, ...] = (
+    # the Llama spec's variants (tests/variants.py LLAMA_VARIANTS, then FAMILY_VARIANTS)
+    llama("gqa", "llama", LLAMA_MODES),
+    llama("mha", "llama", ()),
+    llama("mqa_tied", "llama"),
+    llama("llama3_rope", "llama"),
+    llama("linear_rope_bias", "llama", ()),
+    llama("head_dim_32", "llama", ()),
+    llama("bf16_sharded", "llama"),
+    llama("mistral_window", "mistral", LLAMA_MODES),
+    llama("qwen2_bias_window", "qwen2"),
+    llama("qwen3_qk_norm", "qwen3"),
+    llama("phi3_partial_rotary", "phi3"),
+    # HF generate re-runs the whole sequence with the long factors at the step that crosses
+    # original_max_position_embeddings (32; Phi3ForCausalLM drops its cache), which a decode graph
+    # cannot: greedy tokens only for the prompt past it from the first step; the crossing is checked
+    # against HF's incremental forward in tests/graph/test_decoder.py
+    llama("phi3_longrope", "phi3", prompts=TEXT_PROMPTS[2:]),
+    llama("gemma_head_dim_32", "gemma"),
+    llama("gemma2_softcap_window", "gemma2", LLAMA_MODES),
+    llama("gemma3_local_global", "gemma3_text"),
+    llama("smollm3_nope", "smollm3"),
+    llama("granite_multipliers", "granite"),
+    llama("olmo2_post_norm", "decoder"),
+    llama("llama_yarn", "llama"),
+    # rotary dims GQA's fused RoPE refuses (24 of 32; head_dim 24), applied with plain ops before GQA
+    llama(
+        "phi3_rotary_24",
+        "phi3",
+        ("gqa", "bias"),
+        make=lambda folder: save_model(folder, "phi3", hidden_size=128, partial_rotary_factor=0.75),
+    ),
+    llama("llama_head_dim_24", "llama", ("gqa", "bias"), make=lambda folder: save_model(folder, head_dim=24)),
     # second-wave dense families (tests/dense_models.py FAMILIES), then their variants (VARIANTS)
     dense_family("phi", genai_type="phi", fp16_cuda=True),
     dense_family("olmo", genai_type="olmo"),
@@ -307,16 +365,15 @@ FAMILIES: tuple[Family, ...] = (
         genai_type="gemma3_text",
         quantized=("int4",),
         gathered_tables=frozenset({"language_model.model.embed_tokens.qweight"}),
-        smoke_meets_eos=True,
+        smoke_meets_eos=frozenset({5}),
     ),
-    multimodal("gemma3_vision_v5_softcap", since_major=5, genai_type="gemma3_text"),
+    multimodal("gemma3_vision_v5_softcap", genai_type="gemma3_text"),
     multimodal("ministral3_vision", since_major=5, genai_type="mistral", quantized=("int4",)),
-    multimodal("mistral3_vision_v5", since_major=5, genai_type="mistral"),
+    multimodal("mistral3_vision_v5", genai_type="mistral"),
     multimodal("qwen2_5_vl", genai_type="qwen2"),
     multimodal("qwen2_5_vl_flat", genai_type="qwen2"),
     multimodal(
         "qwen3_vl_v5",
-        since_major=5,
         genai_type="qwen3",
         quantized=("int4",),
         gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
@@ -326,21 +383,15 @@ BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"
 
 
-def _transformers_major() -> int:
+def transformers_major() -> int:
     import transformers
 
     return int(transformers.__version__.split(".")[0])
 
 
-# what this run checks: every family whose class the installed transformers has; under the floor run
-# of tests/compat (transformers 4.57) the floor's kinds only (the multimodal fixtures are not yet
-# spelled the way 4.x writes them)
-REGISTERED = tuple(
-    family
-    for family in FAMILIES
-    if (os.environ.get("GQA_EXPORT_FLOOR_RUN") != "1" or family.kind in FLOOR_KINDS)
-    and family.since_major <= _transformers_major()
-)
+# what this run checks: every family whose class the installed transformers has (the floor run of
+# tests/compat, transformers 4.57, included)
+REGISTERED = tuple(family for family in FAMILIES if family.since_major <= transformers_major())
 
 
 def skip_where_the_reference_differs(family: Family, generation: bool = False) -> None:
@@ -349,7 +400,7 @@ def skip_where_the_reference_differs(family: Family, generation: bool = False) -
     import transformers
 
     why = family.generate_differs_under_4x if generation else family.differs_under_4x
-    if why and _transformers_major() < 5:
+    if why and transformers_major() < 5:
         pytest.skip(f"transformers {transformers.__version__} computes {family.name} differently: {why}")
 
 
@@ -379,17 +430,24 @@ class FamilyBuilds:
         return self._checkpoints[name]
 
     def package(
-        self, name: str, mode: str = "gqa", ep: str = "cpu", precision: str = "fp32", settings: tuple[str, ...] = ()
+        self,
+        name: str,
+        mode: str = "gqa",
+        ep: str = "cpu",
+        precision: str = "fp32",
+        settings: tuple[str, ...] = (),
+        bidirectional_ids: tuple[int, ...] | None = None,
     ) -> Path:
-        key = (name, mode, ep, precision, *settings)
+        """`mode`: an attention mode, or one of MODE_SETTINGS (a mode with its settings)."""
+        key = (name, mode, ep, precision, *settings, *(f"bidir{i}" for i in bidirectional_ids or ()))
         if key not in self._packages:
             from gqa_export.pipeline import BuildOptions, build
 
             out = self.root / "packages" / "-".join(key)
             build(
                 BuildOptions(
-                    str(self.checkpoint(name)), out, ep=ep, precision=precision, attention=mode, settings=settings,
-                    smoke=False,
+                    str(self.checkpoint(name)), out, ep=ep, precision=precision, attention=mode.partition("_")[0],
+                    settings=settings + MODE_SETTINGS.get(mode, ()), bidirectional_ids=bidirectional_ids, smoke=False,
                 )
             )  # fmt: skip
             self._packages[key] = out

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tiny_models import BASE, randomize_norms, save_tokenizer
+from tiny_models import BASE, randomize_norms, save_tokenizer, spelled_for_installed_transformers
 
 IMAGE_ID = 300
 SPECIAL_IDS: dict[str, dict[str, int]] = {
@@ -134,6 +134,7 @@ def save_multimodal(
     import transformers as tf
 
     text = {**_TEXT, **copy.deepcopy(TEXT_CONFIGS[arch]), **text_overrides}
+    text = spelled_for_installed_transformers(text, text["model_type"])
     config = _config(arch, text)
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(config, key, text[key])
@@ -150,16 +151,43 @@ def save_multimodal(
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, save_original_format=hub_layout)
+    if not hub_layout and int(tf.__version__.split(".")[0]) < 5:
+        _rename_to_loaded_names(out_dir, model._checkpoint_conversion_mapping)
     save_tokenizer(out_dir, vocab_size=text["vocab_size"])
+    written = json.loads((out_dir / "config.json").read_text())
+    if "architectures" not in written:  # 4.57 writes Qwen2.5-VL's under text_config only
+        written["architectures"] = [_CLASSES[arch]]
+        (out_dir / "config.json").write_text(json.dumps(written, indent=2))
     if flat_config:
         _flatten_config(out_dir / "config.json")
     return out_dir
 
 
+def _rename_to_loaded_names(out_dir: Path, conversion: dict[str, str]) -> None:
+    """transformers 4.x always saves the hub layout (it reverses its load-time renaming): rename
+    the saved tensors forward again, to the names the class holds in memory (5.x's layout)."""
+    import re
+
+    from safetensors.torch import load_file, save_file
+
+    for path in out_dir.glob("*.safetensors"):
+        tensors = {}
+        for name, tensor in load_file(path).items():
+            for pattern, replacement in conversion.items():
+                name, hits = re.subn(pattern, replacement, name)
+                if hits:
+                    break
+            tensors[name] = tensor
+        save_file(tensors, path, metadata={"format": "pt"})
+
+
 def _flatten_config(path: Path) -> None:
     config = json.loads(path.read_text())
     text = config.pop("text_config")
-    rope = text.pop("rope_parameters")
+    if "rope_parameters" in text:
+        rope = text.pop("rope_parameters")
+    else:  # written by transformers 4.x
+        rope = {**text.pop("rope_scaling"), "rope_theta": text.pop("rope_theta")}
     for key in ("model_type", "transformers_version", "architectures", "layer_types"):
         text.pop(key, None)
     config.update(text)

@@ -31,13 +31,18 @@ def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.nda
     None), then one token at a time through HF's KV cache, as generation runs them. Incremental
     matters where the positions' rope depends on the sequence length seen so far (longrope)."""
     import torch
+    import transformers
 
     n = len(tokens) if prompt_len is None else prompt_len
+    # transformers 4.x's Qwen3-VL places a decode step at position 0 unless told its cache position
+    # (generate() always tells it); every 4.x class takes the argument
+    told = int(transformers.__version__.split(".")[0]) < 5
     with torch.no_grad():
         out = model(torch.tensor([tokens[:n]]), use_cache=True)
         logits, past = [out.logits[0]], out.past_key_values
-        for t in tokens[n:]:
-            out = model(torch.tensor([[t]]), past_key_values=past, use_cache=True)
+        for i, t in enumerate(tokens[n:], start=n):
+            where = {"cache_position": torch.tensor([i])} if told else {}
+            out = model(torch.tensor([[t]]), past_key_values=past, use_cache=True, **where)
             logits.append(out.logits[0])
             past = out.past_key_values
     return torch.cat(logits).float().numpy()

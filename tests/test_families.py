@@ -13,7 +13,7 @@ import onnx
 import pytest
 from dense_models import FAMILIES as DENSE_FAMILIES
 from dense_models import VARIANTS as DENSE_VARIANTS
-from families import BY_NAME, REGISTERED, FamilyBuilds, skip_where_the_reference_differs
+from families import BY_NAME, REGISTERED, FamilyBuilds, skip_where_the_reference_differs, transformers_major
 from moe_models import FAMILIES as MOE_FAMILIES
 from reference import (
     assert_varied,
@@ -24,14 +24,13 @@ from reference import (
     hf_prompt_then_greedy,
     ort_prefill_and_decode,
 )
-from variants import GEMMA4_VARIANTS, MULTIMODAL_VARIANTS
+from variants import FAMILY_VARIANTS, GEMMA4_VARIANTS, LLAMA_VARIANTS, MULTIMODAL_VARIANTS
 from weight_layouts import INT4_MAX_ERROR, INT8_MAX_ERROR, relative_errors
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.quant.quantize import QuantOptions
 from gqa_export.runtime.run import generate_greedy, load
 
-NEW = 40
 WEIGHT_BOUNDS = {"int4": INT4_MAX_ERROR, "int8": INT8_MAX_ERROR}
 
 
@@ -68,17 +67,28 @@ def test_logits_match_hf(builds, family):
     assert config["search"]["past_present_share_buffer"] is True
 
 
+@pytest.mark.parametrize("family", _each(where="one_token_logits"))
+def test_one_token_prompt_logits_match_hf(builds, family):
+    """A 1-token prompt then 5 decode steps through ORT against HF's one forward over them all."""
+    tokens, got = ort_prefill_and_decode(builds.package(family.name), [0], steps=5)
+    ref = hf_logits(hf_model(builds.checkpoint(family.name)), tokens)
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize(("family", "mode"), _each("generate_modes"))
 def test_generates_like_hf(builds, family, mode):
     """Greedy onnxruntime-genai tokens (EOS suppressed) equal HF generate for every prompt, and
-    some continuation is varied (a model copying its last token passes any exporter)."""
+    some continuation (each, where the row says so) is varied (a model copying its last token
+    passes any exporter)."""
     skip_where_the_reference_differs(family, generation=True)
-    package = builds.package(family.name, mode)
+    package, new = builds.package(family.name, mode), family.new_tokens
     hf, model = hf_model(builds.checkpoint(family.name)), load(package, "cpu")
     seen: list[list[int]] = []
     for prompt in map(list, family.prompts):
-        got = generate_greedy(package, prompt, NEW, min_new_tokens=NEW, model=model).tokens
-        assert got == hf_generate(hf, prompt, NEW), (mode, prompt)
+        got = generate_greedy(package, prompt, new, min_new_tokens=new, model=model).tokens
+        assert got == hf_generate(hf, prompt, new), (mode, prompt)
+        if family.each_varied:
+            assert_varied([got])
         seen.append(got)
     assert_varied(seen)
 
@@ -108,7 +118,8 @@ def test_quantized_package(builds, tmp_path, family, precision):
     quant, report = QuantOptions(accuracy_level=family.accuracy_level), family.int8_relative_l2 is not None
     result = build(BuildOptions(str(checkpoint), out, precision=precision, quant=quant, report=report))
     assert result.smoke is not None and result.smoke.tokens
-    assert (len(result.smoke.tokens) < 16 and result.smoke.tokens[-1] == 1) is family.smoke_meets_eos
+    meets_eos = len(result.smoke.tokens) < 16 and result.smoke.tokens[-1] == 1
+    assert meets_eos is (transformers_major() in family.smoke_meets_eos)
     graphs = sorted(out.glob("*.onnx"))  # a split package (gemma3_vision's auto) has two
     assert graphs
     for graph in graphs:
@@ -146,5 +157,6 @@ def test_fp16_cuda_graph(builds, family):
 
 def test_every_tiny_checkpoint_is_registered():
     """A checkpoint added to a maker's list without a registry row would be checked by nothing."""
-    made = {*DENSE_FAMILIES, *DENSE_VARIANTS, *MOE_FAMILIES, *GEMMA4_VARIANTS, *MULTIMODAL_VARIANTS}
+    made = {*LLAMA_VARIANTS, *FAMILY_VARIANTS, *DENSE_FAMILIES, *DENSE_VARIANTS, *MOE_FAMILIES, *GEMMA4_VARIANTS}
+    made |= set(MULTIMODAL_VARIANTS)
     assert made - set(BY_NAME) == set()

@@ -29,7 +29,7 @@ NAMES = sorted(p.stem for p in CONFIGS.glob("*.json"))
 PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13, 90, 91]  # twice the windows (8)
 # generation starts past Phi-3's longrope switch (original_max 32): HF generate re-runs the whole
 # sequence with the long factors at the step that crosses it, which no decode graph does
-# (tests/test_run.py); the crossing itself is compared step by step in the logits test
+# (tests/families.py, the phi3_longrope row); the crossing itself is compared step by step in the logits test
 LONG_PROMPT = [(11 * i + 5) % 380 for i in range(40)]
 NEW = 24
 

@@ -3,10 +3,12 @@ parity subset too: a virtualenv layered on top of the running interpreter's pack
 naming its site-packages, so it works from inside a virtualenv too, where `system_site_packages`
 would reach the base interpreter instead) gets transformers==FLOOR (and the huggingface-hub /
 tokenizers it needs) from the package registry, once per cache folder and parent interpreter,
-and runs prefill/decode logits vs HF and greedy tokens through onnxruntime-genai for every Llama
-variant and dense family of tests/variants.py, the registered dense, hybrid and MoE families
-whose class 4.57 has (all modes, int4) and the published 4.x configs of tests/test_real_configs.py,
-with checkpoints spelled the way 4.x writes them.
+and runs the whole family registry (tests/families.py: prefill/decode logits vs HF, greedy tokens
+through onnxruntime-genai in every registered mode, the quantized packages) for every row whose
+class 4.57 has (Llama variants, dense, hybrid, MoE and multimodal rows; `since_major` marks the
+rest), the tokenizer / EOS / ragged-batch checks of tests/test_run.py, Phi-3 longrope's switch,
+and the published 4.x configs of tests/test_real_configs.py, with checkpoints spelled the way 4.x
+writes them.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ PIN = {"4.57": "4.57.6"}.get(FLOOR, FLOOR)  # the newest patch of the floor's mi
 SUBSET = [
     "tests/graph/test_decoder.py",
     "tests/test_run.py",
-    "tests/test_families.py",  # the rows of FLOOR_KINDS the floor has (tests/families.py, since_major)
+    "tests/test_families.py",  # every registry row whose class the floor has (tests/families.py, since_major)
     "tests/test_real_configs.py",
 ]
 

@@ -1,5 +1,8 @@
-"""Attention modes gqa / bias / split: greedy onnxruntime-genai tokens equal HF generate, and
-bidirectional prompt blocks equal HF run with the equivalent 4D additive mask."""
+"""Attention modes gqa / bias / split beyond single-prompt parity: ragged batches, the split
+package's layout, bias's in-place scatter and growing cache, bidirectional prompt blocks equal to
+HF run with the equivalent 4D additive mask, rotary dims GQA's fused RoPE refuses. Each variant's
+greedy tokens in each mode against HF generate are rows of the family registry (tests/families.py
+LLAMA_MODES, tests/test_families.py); the packages are the registry's session builds."""
 
 from __future__ import annotations
 
@@ -7,69 +10,31 @@ import json
 
 import numpy as np
 import pytest
-from reference import assert_varied, genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
+from families import LLAMA_MODES, PROMPTS, FamilyBuilds
+from reference import genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.run import generate_greedy, load
 
-# bias_nonpad: mode bias in the form CUDA gets (whole buffer, nonpad_kv_seqlen, masks only where a
-# layer needs one), run on CPU to prove it exact; bias_gqa: GroupQueryAttention with an
-# attention_bias where a layer needs one (the CPU single-graph alternative)
-MODES = ("gqa", "bias", "bias_nonpad", "bias_gqa", "split")
-SETTINGS = {"bias_nonpad": ("attention.bias_kv_read=nonpad",), "bias_gqa": ("attention.bias_op=gqa",)}
-PROMPTS = [
-    [0],  # one token: ORT GenAI runs the split pipeline's decode graph for it
-    [0, 17, 45, 99, 200, 3, 7],
-    [(11 * i + 5) % 380 for i in range(30)],  # far longer than the sliding window (8)
-]
 NEW = 40
 BIDIR = (300, 301)
 # Two runs of bidirectional ids: positions 3-5 and 8-9.
 BIDIR_PROMPT = [0, 17, 45, 300, 301, 300, 99, 200, 301, 301, 7, 64]
 
 
-@pytest.fixture(scope="module")
-def packages(checkpoints, tmp_path_factory):
-    made = {}
-
-    def get(variant: str, mode: str, ids: tuple[int, ...] | None = None, settings: tuple[str, ...] = ()):
-        key = (variant, mode, ids, settings)
-        if key not in made:
-            out = tmp_path_factory.mktemp("modes") / f"{variant}-{mode}"
-            settings = settings + SETTINGS.get(mode, ())
-            attention = mode.partition("_")[0]
-            options = BuildOptions(
-                str(checkpoints.get(variant)), out, smoke=False, attention=attention, settings=settings
-            )
-            build(BuildOptions(**{**vars(options), "bidirectional_ids": ids}))
-            made[key] = out
-        return made[key]
-
-    return get
+@pytest.fixture(scope="session")
+def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
+    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", LLAMA_MODES)
 @pytest.mark.parametrize("variant", ["gqa", "mistral_window", "gemma2_softcap_window"])
-def test_modes_generate_like_hf(packages, checkpoints, variant, mode):
-    package = packages(variant, mode)
-    hf = hf_model(checkpoints.get(variant))
-    model = load(package, "cpu")
-    seen: list[list[int]] = []
-    for prompt in PROMPTS:
-        got = generate_greedy(package, prompt, NEW, min_new_tokens=NEW, model=model)
-        assert got.tokens == hf_generate(hf, prompt, NEW), (mode, prompt)
-        seen.append(got.tokens)
-    assert_varied(seen)
-
-
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("variant", ["gqa", "mistral_window", "gemma2_softcap_window"])
-def test_ragged_batch(packages, checkpoints, variant, mode):
+def test_ragged_batch(builds, variant, mode):
     """Batch 2 with padding: every step of a split pipeline runs its prefill graph
     (next_tokens.size() > 1); bias writes each row at its own index in the shared buffer."""
     import onnxruntime_genai as og
 
-    package = packages(variant, mode)
+    package = builds.package(variant, mode)
     model = load(package, "cpu")
     prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64, 11, 12]]
     width, new = max(map(len, prompts)), 20
@@ -79,14 +44,14 @@ def test_ragged_batch(packages, checkpoints, variant, mode):
     generator.append_tokens(np.array([p + [5] * (width - len(p)) for p in prompts], dtype=np.int32))
     while not generator.is_done():
         generator.generate_next_token()
-    hf = hf_model(checkpoints.get(variant))
+    hf = hf_model(builds.checkpoint(variant))
     for row, prompt in enumerate(prompts):
         sequence = [int(t) for t in generator.get_sequence(row)]
         assert sequence[width:] == hf_generate(hf, prompt, new), (mode, row)
 
 
-def test_split_package_layout(packages):
-    package = packages("gqa", "split")
+def test_split_package_layout(builds):
+    package = builds.package("gqa", "split")
     config = json.loads((package / "genai_config.json").read_text())
     assert config["model"]["type"] == "decoder-pipeline"
     assert config["search"]["past_present_share_buffer"] is True
@@ -95,18 +60,18 @@ def test_split_package_layout(packages):
     assert stages["decode"]["run_on_token_gen"] and not stages["decode"]["run_on_prompt"]
     assert stages["prefill"]["inputs"] == stages["decode"]["inputs"]
     assert stages["prefill"]["outputs"] == stages["decode"]["outputs"]
-    gqa_weights = (packages("gqa", "gqa") / "model.onnx.data").stat().st_size
+    gqa_weights = (builds.package("gqa", "gqa") / "model.onnx.data").stat().st_size
     assert (package / "weights.onnx.data").stat().st_size == gqa_weights  # stored once
     assert not (package / "model.onnx.data").exists()
     assert (package / "prefill.onnx").stat().st_size < 200_000  # references, no weight bytes inside
 
 
-def test_bias_mode_writes_the_shared_buffer_in_place(packages):
+def test_bias_mode_writes_the_shared_buffer_in_place(builds):
     """One standard-Attention graph on the shared buffer: every past input is written by a
     TensorScatter whose output is the matching present (bound to the same buffer by the runtime)."""
     import onnx
 
-    package = packages("gqa", "bias")
+    package = builds.package("gqa", "bias")
     config = json.loads((package / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True and config["model"]["type"] == "llama"
     graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
@@ -117,14 +82,14 @@ def test_bias_mode_writes_the_shared_buffer_in_place(packages):
 
 
 @pytest.mark.parametrize("variant", ["gqa", "mistral_window"])
-def test_bias_growing_cache_for_beam_search(packages, checkpoints, variant):
+def test_bias_growing_cache_for_beam_search(builds, variant):
     """attention.bias_cache: growing keeps the concatenating form (share buffer off), which beam
     search needs: onnxruntime-genai turns the shared buffer off for num_beams > 1."""
-    package = packages(variant, "bias", settings=("attention.bias_cache=growing",))
+    package = builds.package(variant, "bias", settings=("attention.bias_cache=growing",))
     config = json.loads((package / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is False
-    hf = hf_model(checkpoints.get(variant))
-    for prompt in PROMPTS[1:]:
+    hf = hf_model(builds.checkpoint(variant))
+    for prompt in map(list, PROMPTS[1:]):
         assert generate_greedy(package, prompt, NEW, min_new_tokens=NEW).tokens == hf_generate(hf, prompt, NEW)
 
 
@@ -143,69 +108,55 @@ def _hf_bidirectional(hf, prompt: list[int], ids: tuple[int, ...], new: int):
 
 
 @pytest.mark.parametrize("mode", ["bias", "bias_nonpad", "bias_gqa", "split", "auto"])
-def test_bidirectional_blocks_match_hf_4d_mask(packages, checkpoints, mode):
-
-    package = packages("gqa", mode, BIDIR)
+def test_bidirectional_blocks_match_hf_4d_mask(builds, mode):
+    package = builds.package("gqa", mode, bidirectional_ids=BIDIR)
     if mode == "auto":
         assert json.loads((package / "manifest.json").read_text())["options"]["attention"] == "split"
-    hf = hf_model(checkpoints.get("gqa"))
+    hf = hf_model(builds.checkpoint("gqa"))
     ref_logits, ref_tokens = _hf_bidirectional(hf, BIDIR_PROMPT, BIDIR, 24)
     prompt_logits, tokens = genai_prompt_then_greedy(package, BIDIR_PROMPT, 24)
     np.testing.assert_allclose(prompt_logits, ref_logits, atol=1e-4, rtol=1e-4)
     assert tokens == ref_tokens
 
 
-def test_bidirectional_ids_change_the_prompt_logits(packages, checkpoints):
+def test_bidirectional_ids_change_the_prompt_logits(builds):
     """The blocks matter: plain causal logits differ from the bidirectional ones."""
-    hf = hf_model(checkpoints.get("gqa"))
+    hf = hf_model(builds.checkpoint("gqa"))
     bi_logits, _ = _hf_bidirectional(hf, BIDIR_PROMPT, BIDIR, 0)
     causal_logits, _ = _hf_bidirectional(hf, BIDIR_PROMPT, (), 0)
     assert np.abs(bi_logits[3:] - causal_logits[3:]).max() > 1e-2
     np.testing.assert_allclose(bi_logits[:3], causal_logits[:3], atol=1e-5)
 
 
-def test_gqa_refuses_bidirectional_ids(checkpoints, tmp_path):
+def test_gqa_refuses_bidirectional_ids(builds, tmp_path):
     from gqa_export.errors import InputError
 
     with pytest.raises(InputError, match="attention gqa cannot express bidirectional token blocks"):
         build(
             BuildOptions(
-                str(checkpoints.get("gqa")), tmp_path / "p", smoke=False, attention="gqa", bidirectional_ids=BIDIR
+                str(builds.checkpoint("gqa")), tmp_path / "p", smoke=False, attention="gqa", bidirectional_ids=BIDIR
             )
         )
 
 
-@pytest.mark.parametrize(
-    ("name", "overrides"),
-    [
-        (
-            "phi3_rotary_24",
-            {"model_type": "phi3", "hidden_size": 128, "partial_rotary_factor": 0.75},
-        ),  # rotary 24 of 32
-        ("llama_head_dim_24", {"head_dim": 24}),  # head_dim 24: not a multiple of 16
-    ],
-)
-def test_every_rotary_dim_keeps_gqa_and_the_shared_buffer(checkpoints, tmp_path, name, overrides):
-    """Rotary dims GQA's fused RoPE refuses are applied with plain ops before GQA (do_rotary=0):
-    mode gqa, share buffer on, tokens = HF; bias (plain-op RoPE) too."""
+@pytest.mark.parametrize("name", ["phi3_rotary_24", "llama_head_dim_24"])
+def test_every_rotary_dim_keeps_gqa_and_the_shared_buffer(builds, name):
+    """Rotary dims GQA's fused RoPE refuses (24 of 32; head_dim 24: not a multiple of 16) are applied
+    with plain ops before GQA (do_rotary=0): mode gqa keeps the shared buffer, and so does bias
+    (plain-op RoPE); their greedy tokens equal HF generate in the registry's rows."""
     import onnx
 
-    folder = checkpoints.get(name, **overrides)
-    hf = hf_model(folder)
     for mode in ("gqa", "bias"):
-        build(BuildOptions(str(folder), tmp_path / mode, smoke=False, attention=mode))
-        assert json.loads((tmp_path / mode / "genai_config.json").read_text())["search"]["past_present_share_buffer"]
-        for prompt in PROMPTS:
-            got = generate_greedy(tmp_path / mode, prompt, NEW, min_new_tokens=NEW).tokens
-            assert got == hf_generate(hf, prompt, NEW), (mode, prompt)
-    graph = onnx.load(str(tmp_path / "gqa" / "model.onnx"), load_external_data=False).graph
+        config = json.loads((builds.package(name, mode) / "genai_config.json").read_text())
+        assert config["search"]["past_present_share_buffer"]
+    graph = onnx.load(str(builds.package(name, "gqa") / "model.onnx"), load_external_data=False).graph
     gqa = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
     assert gqa and all(
         onnx.helper.get_attribute_value(a) == 0 for n in gqa for a in n.attribute if a.name == "do_rotary"
     )
 
 
-def test_cuda_split_can_share_weights_on_the_gpu(checkpoints, tmp_path):
+def test_cuda_split_can_share_weights_on_the_gpu(builds, tmp_path):
     """attention.split_shared_weights lists every external weight in decoder.shared_initializers
     with the exact name, offset and length both graphs reference (onnxruntime-genai uploads each
     once); the smoke run is skipped without a GPU (the runtime refuses the key on CPU)."""
@@ -213,7 +164,7 @@ def test_cuda_split_can_share_weights_on_the_gpu(checkpoints, tmp_path):
 
     out = tmp_path / "split"
     settings = ("attention.split_shared_weights=true",)
-    result = build(BuildOptions(str(checkpoints.get("gqa")), out, ep="cuda", attention="split", settings=settings))
+    result = build(BuildOptions(str(builds.checkpoint("gqa")), out, ep="cuda", attention="split", settings=settings))
     assert result.smoke is None and any("shared_initializers" in note for note in result.notes)
     entries = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]["shared_initializers"]
     for graph in ("decode.onnx", "prefill.onnx"):
@@ -228,15 +179,15 @@ def test_cuda_split_can_share_weights_on_the_gpu(checkpoints, tmp_path):
     assert {e["data_type"] for e in entries} == {onnx.TensorProto.FLOAT16}
 
 
-def test_fused_rope_off_applies_rope_before_gqa(packages, checkpoints):
+def test_fused_rope_off_applies_rope_before_gqa(builds):
     """attention.fused_rope false: plain-op RoPE before GQA everywhere (do_rotary=0), still exact."""
     import onnx
 
-    package = packages("mistral_window", "gqa", settings=("attention.fused_rope=false",))
+    package = builds.package("mistral_window", "gqa", settings=("attention.fused_rope=false",))
     graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
     rotary = {onnx.helper.get_attribute_value(a) for n in graph.node if n.op_type == "GroupQueryAttention"
               for a in n.attribute if a.name == "do_rotary"}  # fmt: skip
     assert rotary == {0}
-    hf = hf_model(checkpoints.get("mistral_window"))
-    for prompt in PROMPTS:
+    hf = hf_model(builds.checkpoint("mistral_window"))
+    for prompt in map(list, PROMPTS):
         assert generate_greedy(package, prompt, NEW, min_new_tokens=NEW).tokens == hf_generate(hf, prompt, NEW)
