@@ -45,6 +45,7 @@ FAMILIES = [
     "granitemoehybrid",
     "jamba",
     "falcon_h1",
+    "falcon",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -58,6 +59,11 @@ VARIANTS = {
         dict(sliding_window=None, layer_types=["full_attention"] * 3),
     ),  # EXAONE-4.0-1.2B style
     "olmo_noclip": ("olmo", dict(clip_qkv=None)),
+    # Falcon-40B/180B's layout: 2 kv groups of 2 query heads, ln_attn + ln_mlp, every bias (seed 3: seed 0
+    # with these biases copies its last tokens)
+    "falcon_grouped": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True, seed=3)),
+    # a sequential Falcon (parallel_attn false: input_layernorm, then post_attention_layernorm), one kv head
+    "falcon_sequential": ("falcon", dict(parallel_attn=False)),
     # LFM2 with every bias (in_proj, conv, out_proj: the official builder drops two), kernel 4,
     # attention first, the pattern spelled as full_attn_idxs, the MLP width as configured
     "lfm2_bias": (
@@ -350,6 +356,20 @@ def family_config(model_type: str) -> dict:
             mlp_multipliers=[1.4, 0.6],  # gate, down
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
+        )
+    elif model_type == "falcon":  # Falcon-7B: multi-query, parallel attention + MLP off one LayerNorm, tied
+        for key in ("num_key_value_heads", "intermediate_size"):
+            c.pop(key)
+        c.update(
+            ffn_hidden_size=96,
+            multi_query=True,
+            parallel_attn=True,
+            new_decoder_architecture=False,
+            alibi=False,
+            bias=False,
+            activation="gelu",
+            layer_norm_epsilon=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     else:
         raise ValueError(model_type)

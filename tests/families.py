@@ -242,6 +242,11 @@ FAMILIES: tuple[Family, ...] = (
     hybrid(
         "falcon_h1", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, differs_under_4x=FALCON_H1_CACHE_UNDER_4X
     ),
+    # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
+    # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
+    dense_family("falcon", gathered_tables=frozenset({"transformer.word_embeddings.qweight"})),
+    dense("falcon_grouped", generate_modes=("gqa",)),
+    dense("falcon_sequential"),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

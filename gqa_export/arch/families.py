@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from gqa_export.arch.classic_families import CLASSIC
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,
     PER_EXPERT_PROJ,
@@ -419,5 +420,5 @@ ALL = (
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GRANITEMOEHYBRID, JAMBA, FALCON_H1,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GRANITEMOEHYBRID, JAMBA, FALCON_H1, *CLASSIC,
 )  # fmt: skip

@@ -67,6 +67,9 @@ class LayerNames:
     pre_feedforward_norm_2: str | None = None
     post_feedforward_norm_1: str | None = None
     post_feedforward_norm_2: str | None = None
+    # a parallel layer's own norms of the residual for attention and for the MLP, used instead of
+    # input_norm where the checkpoint holds them (Falcon-40B's ln_attn / ln_mlp; Falcon-7B has one)
+    parallel_norms: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -210,7 +213,20 @@ MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba")
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
 MIXINGS = ("replace", "parallel")
-FFN_SIZES = ("config", "two_thirds_rounded", "shared")
+FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio")
+# how a fused query_key_value weight orders its rows (docs/architecture.md §2.3): "stacked" (all q,
+# then k, then v: Phi-3), "grouped" (per kv head: its r = heads / kv_heads query heads, its key, its
+# value; one kv head is multi-query, kv_heads = heads is Bloom's per-head q | k | v), "blocks_qvk"
+# (four model-parallel blocks, each q | v | k over a quarter of the heads: CodeGen)
+QKV_LAYOUTS = ("stacked", "grouped", "blocks_qvk")
+# ALiBi: an additive per-head bias slope_h * (key position - query position) on the scores;
+# "geometric" (Press et al.'s slopes, extra odd powers past a power of two: Bloom), "bias_max" (MPT's
+# 2^(-bias_max * i / n) over the next power of two, the odd ones first)
+ALIBI_SLOPES = ("geometric", "bias_max")
+# how the kv heads are read: "config" (the kv-heads key, else every head) or "multi_query_flags"
+# (one kv head when the multi_query flag is set, the kv-heads key when the grouped_kv flag is,
+# else every head: Falcon)
+KV_HEAD_RULES = ("config", "multi_query_flags")
 
 
 @dataclass(frozen=True)
@@ -308,6 +324,9 @@ class ArchSpec:
     the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     multipliers: config constants that scale a Linear's input or output (`Multiplier`, Falcon-H1's
     µP multipliers); one equal to 1 adds nothing to the graph.
+    qkv_layout / alibi / kv_heads_rule / embedding_norm: the classic decoders' fused projections,
+    ALiBi position biases (standard Attention only: GroupQueryAttention takes no per-head additive
+    bias), multi-query flags and embedding LayerNorm (Falcon, Bloom, MPT, CodeGen).
     """
 
     name: str
@@ -350,6 +369,10 @@ class ArchSpec:
     ffn_size: str = "config"
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
     multipliers: tuple[Multiplier, ...] = ()
+    qkv_layout: str = "stacked"  # QKV_LAYOUTS: the row order of a fused layer.qkv weight
+    alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
+    kv_heads_rule: str = "config"  # KV_HEAD_RULES
+    embedding_norm: str | None = None  # a LayerNorm right after the embedding (Bloom)
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

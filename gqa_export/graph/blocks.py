@@ -16,6 +16,7 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
+from gqa_export.graph.fused_qkv import fused_qkv
 from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
@@ -153,7 +154,10 @@ def qkv_projection(
     split = (
         gated or qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None or dims.clip_qkv
     )
-    if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
+    if L.qkv and lc.spec.qkv_layout != "stacked":  # fused in another row order (Falcon, Bloom, CodeGen)
+        shape = (dims.num_heads, layer.num_kv_heads, layer.head_dim)
+        packed = fused_qkv(lc.b, lc.params, x, lc.name(L.qkv), lc.spec.qkv_layout, shape)
+    elif L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif layer.k_eq_v:
         packed = linear(lc, x, [L.q, L.k], "self_attn.qk_proj", "qk_proj")
@@ -329,6 +333,8 @@ def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
         return b.op("Mul", relu, relu, name="relu2")
     if act == "xielu":
         return _xielu(lc, x)
+    if act == "gelu":  # the exact erf GELU (Falcon, MPT)
+        return b.op("Gelu", x)
     return b.op("Gelu", x, approximate="tanh")
 
 

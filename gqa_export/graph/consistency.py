@@ -28,13 +28,20 @@ POSITIVE_INT_KEYS = (
     "head_dim",
 )
 REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+# GPT-style spellings of the size keys that transformers maps through attribute_map (Bloom, MPT, CodeGen)
+ALIASES = {
+    "hidden_size": ("n_embd", "d_model"),
+    "num_attention_heads": ("n_head", "n_heads"),
+    "num_hidden_layers": ("n_layer", "n_layers"),
+    "max_position_embeddings": ("n_positions",),
+}
 
 
 def check_raw_config(raw: dict[str, Any]) -> None:
     """Types and presence of the size keys, in the decoder's own config (text_config if nested)."""
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
     for key in POSITIVE_INT_KEYS:
-        value = text.get(key)
+        value = next((text[k] for k in (key, *ALIASES.get(key, ())) if text.get(k) is not None), None)
         if value is None and key not in REQUIRED_KEYS:
             continue
         if value is None:

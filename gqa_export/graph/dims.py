@@ -19,6 +19,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.alibi import alibi_slopes
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
@@ -26,6 +27,7 @@ from gqa_export.graph.layer_kinds import (
     conv_kernel,
     deltanet_dims,
     feed_forward_size,
+    flagged_kv_heads,
     mamba2_dims,
     mamba_dims,
     mixer_of,
@@ -126,6 +128,7 @@ class ModelDims:
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (graph/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
+    alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias
 
     @property
     def head_dim(self) -> int:
@@ -175,7 +178,7 @@ def read_dims(
             raise InputError(f"{refusal.message} ({refusal.config_key}={value!r})")
     heads = int(config.num_attention_heads)
     hidden = int(config.hidden_size)
-    act = str(opt("activation", "silu"))
+    act = str(opt("activation", spec.activations[0]))  # Bloom's and MPT's configs name none
     if act not in spec.activations:
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
@@ -237,6 +240,7 @@ def read_dims(
         mamba2=mamba2,
         mamba=mamba_dims(opt, spec, mixers, hidden),
         multipliers=resolve_multipliers(config, spec, mamba2),
+        alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
     )
 
 
@@ -244,7 +248,9 @@ def _get(config: Any, name: str) -> Any:
     """A config attribute, or None when absent. Heterogeneous (per-layer) attributes of a
     transformers >= 5.2x config raise on global access; those are read per layer instead."""
     try:
-        return getattr(config, name, None)
+        for part in name.split("."):  # "attn_config.clip_qkv": a nested config's (MPT)
+            config = config.get(part) if isinstance(config, dict) else getattr(config, part, None)
+        return config
     except RuntimeError:  # AmbiguousGlobalPerLayerAttributeError
         return None
 
@@ -277,6 +283,7 @@ def _layers(config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec) -> t
         if no_rope is not None and not no_rope[i]:
             rope_key = None
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
+        kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
         if nope_layer(opt, spec, sliding, window):
@@ -348,7 +355,9 @@ def _ropes(config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec) -> dict[s
             raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
         head_dim = dims.pop()
         params = per_type.get(key) if key != "default" and per_type else None
-        out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
+        rope = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
+        rotary = _get(config, spec.config_keys["rotary_dim"])  # a width in channels (CodeGen)
+        out[key] = replace(rope, rotary_dim=int(rotary)) if rotary else rope
     return out
 
 

@@ -1,0 +1,110 @@
+"""The classic decoders (issue #24: Falcon, Bloom, MPT, CodeGen), what only they have: fused
+query_key_value weights read in their own row orders (each read as another layout is a mutant that
+fails parity), Falcon-40B's two parallel norms, ALiBi's per-head bias (mode bias only; gqa refused),
+right-padded batches through onnxruntime-genai, and the configs refused in one line. The checks
+every family gets are their rows in tests/families.py (docs/architecture.md §2.3)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from families import PROMPT, FamilyBuilds
+from reference import hf_generate, hf_logits, hf_model, ort_prefill_and_decode
+
+from gqa_export.errors import InputError
+from gqa_export.graph.fused_qkv import qkv_runs
+from gqa_export.pipeline import BuildOptions, build
+from gqa_export.runtime.run import load
+
+
+@pytest.fixture(scope="session")
+def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
+    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
+
+
+def _parity_error(package: Path, checkpoint: Path, prompt: tuple[int, ...] = PROMPT) -> float:
+    tokens, got = ort_prefill_and_decode(package, list(prompt), steps=6)
+    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(prompt))).max())
+
+
+def _stored_order(layout: str, heads: int, kv_heads: int, head_dim: int):
+    """A mutant's change: the exported [in, q|k|v] weight's columns put back in the stored row
+    order, i.e. the fused weight read as if it were already stacked q | k | v."""
+    q, k, v = qkv_runs(layout, heads, kv_heads, head_dim)
+    selected = np.concatenate([np.arange(a, z) for a, z in q + k + v])
+    inverse = np.argsort(selected)
+    return lambda w: w[..., inverse]
+
+
+def _swap_kv(q_width: int, kv_width: int):
+    def change(w: np.ndarray) -> np.ndarray:
+        k, v = w[..., q_width : q_width + kv_width], w[..., q_width + kv_width :]
+        return np.concatenate([w[..., :q_width], v, k], axis=-1)
+
+    return change
+
+
+# (family, initializer pattern, change): a planted bug in the mechanism each family adds
+MUTANTS = {
+    # Falcon-7B: 4 query heads of 16 and one kv head; read as stacked it is the same (q | k | v)
+    # by construction, so the bug planted is k and v exchanged
+    "falcon_kv_swapped": ("falcon", "*.query_key_value.weight", _swap_kv(64, 16)),
+    # Falcon-40B's grouped rows read as stacked, its kv exchanged, its MLP norm scaled
+    "falcon_grouped_read_stacked": (
+        "falcon_grouped", "*.query_key_value.weight", _stored_order("grouped", 4, 2, 16)
+    ),
+    "falcon_grouped_bias_read_stacked": (
+        "falcon_grouped", "*.query_key_value.bias", _stored_order("grouped", 4, 2, 16)
+    ),
+    "falcon_grouped_kv_swapped": ("falcon_grouped", "*.query_key_value.weight", _swap_kv(64, 32)),
+    "falcon_grouped_ln_mlp_scaled": ("falcon_grouped", "*.ln_mlp.weight", lambda w: w * 1.5),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_classic_mutants_fail_parity(builds, tmp_path, mutant):
+    from mutants import edit_initializers
+
+    family, pattern, change = MUTANTS[mutant]
+    package = shutil.copytree(builds.package(family), tmp_path / "pkg")
+    assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
+    assert _parity_error(package, builds.checkpoint(family)) > 1e-2
+
+
+@pytest.mark.parametrize("name", ["falcon", "falcon_grouped"])
+def test_classic_one_token_prompt_matches_hf(builds, name):
+    assert _parity_error(builds.package(name), builds.checkpoint(name), (0,)) < 1e-4
+
+
+RAGGED = [("falcon", "gqa"), ("falcon", "bias"), ("falcon_grouped", "gqa"), ("falcon_grouped", "split")]
+
+
+@pytest.mark.parametrize(("name", "mode"), RAGGED, ids=[f"{n}-{m}" for n, m in RAGGED])
+def test_classic_ragged_batch_generates_like_hf(builds, name, mode):
+    """Batch 2, the short row right-padded with pad_token_id (as onnxruntime-genai pads)."""
+    import onnxruntime_genai as og
+
+    model = load(builds.package(name, mode), "cpu")
+    prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64, 11, 12]]
+    width, new = max(map(len, prompts)), 20
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, batch_size=2, max_length=width + new, min_length=width + new)
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array([p + [5] * (width - len(p)) for p in prompts], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    hf = hf_model(builds.checkpoint(name))
+    for row, prompt in enumerate(prompts):
+        assert [int(t) for t in generator.get_sequence(row)][width:] == hf_generate(hf, prompt, new), (mode, row)
+
+
+def test_falcon_alibi_is_refused_in_one_line(tmp_path):
+    from dense_models import save_dense
+
+    checkpoint = save_dense(tmp_path / "ckpt", "falcon", alibi=True)
+    with pytest.raises(InputError, match="ALiBi variant") as refused:
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert "\n" not in str(refused.value)
