@@ -46,6 +46,7 @@ FAMILIES = [
     "jamba",
     "falcon_h1",
     "falcon",
+    "bloom",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -370,6 +371,16 @@ def family_config(model_type: str) -> dict:
             activation="gelu",
             layer_norm_epsilon=1e-5,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    elif model_type == "bloom":  # bloom-560m's shape: MHA, ALiBi, embedding LayerNorm
+        for key in ("num_key_value_heads", "intermediate_size", "max_position_embeddings"):
+            c.pop(key)
+        # untied: the tiny tied model copies its last token (the tied table path is Falcon's row)
+        c.update(
+            n_layer=c.pop("num_hidden_layers"),
+            n_head=c.pop("num_attention_heads"),
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=False,
         )
     else:
         raise ValueError(model_type)

@@ -37,6 +37,7 @@ LONG_PROMPT = tuple((7 * i + 3) % 380 for i in range(70))
 ALL_MODES = ("gqa", "bias", "split")
 FLOOR_KINDS = ("dense", "moe")  # the kinds tests/compat re-runs under the lowest supported transformers
 TIED = frozenset({"model.embed_tokens.qweight"})  # the tied table, shared with the lm_head
+CLASSIC_TIED = frozenset({"transformer.word_embeddings.qweight"})  # Falcon's, under `transformer.`
 STANDARD_MODES = ("bias", "split")  # the standard-Attention graphs (plain-op RoPE, the window as a mask)
 
 # transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
@@ -68,6 +69,9 @@ PARALLEL_QK_LN_UNDER_4X = (
     "(AttributeError in its weight init)"
 )
 
+# ALiBi families run in mode bias only: their prompt/decode logits, genai logits and greedy tokens there
+ALIBI: dict[str, Any] = dict(logits_mode="bias", logits_modes=("bias",), generate_modes=("bias",))
+
 
 @dataclass(frozen=True)
 class Family:
@@ -92,6 +96,7 @@ class Family:
     differs_under_4x: str | None = None  # why transformers 4.x's reference differs (compared under 5.x only)
     generate_differs_under_4x: str | None = None  # why 4.x's generate() differs (its greedy tokens compared under 5.x)
     since_major: int = 4  # the first transformers major version that has the class
+    logits_mode: str = "gqa"  # the single-graph package test_logits_match_hf builds (bias for ALiBi families)
 
 
 def dense(name: str, **facts: Any) -> Family:
@@ -109,7 +114,7 @@ def hybrid(name: str, **facts: Any) -> Family:
 
 def dense_family(name: str, **facts: Any) -> Family:
     """A dense family's own checkpoint: every mode on logits, greedy tokens, int4."""
-    return dense(name, generate_modes=("gqa",), quantized=("int4",), **facts)
+    return dense(name, **{"generate_modes": ("gqa",), "quantized": ("int4",), **facts})
 
 
 def moe(
@@ -244,9 +249,11 @@ FAMILIES: tuple[Family, ...] = (
     ),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
-    dense_family("falcon", gathered_tables=frozenset({"transformer.word_embeddings.qweight"})),
-    dense("falcon_grouped", generate_modes=("gqa",)),
+    dense_family("falcon", gathered_tables=CLASSIC_TIED),
+    dense("falcon_grouped", generate_modes=("gqa",), quantized=("int4",), gathered_tables=CLASSIC_TIED),
     dense("falcon_sequential"),
+    # ALiBi (mode bias only: GroupQueryAttention takes no per-head bias; gqa and split are refused)
+    dense_family("bloom", **ALIBI),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from families import PROMPT, FamilyBuilds
+from families import BY_NAME, PROMPT, FamilyBuilds
 from reference import hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 
 from gqa_export.errors import InputError
@@ -23,6 +23,11 @@ from gqa_export.runtime.run import load
 @pytest.fixture(scope="session")
 def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
     return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
+
+
+def _mode(name: str) -> str:
+    """The single-graph mode of a family's package: bias for the ALiBi families, else gqa."""
+    return BY_NAME[name].logits_mode
 
 
 def _parity_error(package: Path, checkpoint: Path, prompt: tuple[int, ...] = PROMPT) -> float:
@@ -49,6 +54,13 @@ def _swap_kv(q_width: int, kv_width: int):
 
 # (family, initializer pattern, change): a planted bug in the mechanism each family adds
 MUTANTS = {
+    # Bloom's per-head q | k | v read as stacked; ALiBi's slopes scaled, reversed over the heads, dropped
+    "bloom_qkv_read_stacked": ("bloom", "*.query_key_value.weight", _stored_order("grouped", 4, 4, 16)),
+    "bloom_qkv_bias_read_stacked": ("bloom", "*.query_key_value.bias", _stored_order("grouped", 4, 4, 16)),
+    "bloom_alibi_scaled": ("bloom", "const.alibi_slopes", lambda w: w * 1.5),
+    "bloom_alibi_heads_reversed": ("bloom", "const.alibi_slopes", lambda w: w[:, ::-1]),
+    "bloom_alibi_dropped": ("bloom", "const.alibi_slopes", np.zeros_like),
+    "bloom_embedding_norm_scaled": ("bloom", "*.word_embeddings_layernorm.weight", lambda w: w * 1.5),
     # Falcon-7B: 4 query heads of 16 and one kv head; read as stacked it is the same (q | k | v)
     # by construction, so the bug planted is k and v exchanged
     "falcon_kv_swapped": ("falcon", "*.query_key_value.weight", _swap_kv(64, 16)),
@@ -69,25 +81,35 @@ def test_classic_mutants_fail_parity(builds, tmp_path, mutant):
     from mutants import edit_initializers
 
     family, pattern, change = MUTANTS[mutant]
-    package = shutil.copytree(builds.package(family), tmp_path / "pkg")
+    package = shutil.copytree(builds.package(family, _mode(family)), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
     assert _parity_error(package, builds.checkpoint(family)) > 1e-2
 
 
-@pytest.mark.parametrize("name", ["falcon", "falcon_grouped"])
+@pytest.mark.parametrize("name", ["falcon", "falcon_grouped", "bloom"])
 def test_classic_one_token_prompt_matches_hf(builds, name):
-    assert _parity_error(builds.package(name), builds.checkpoint(name), (0,)) < 1e-4
+    assert _parity_error(builds.package(name, _mode(name)), builds.checkpoint(name), (0,)) < 1e-4
 
 
-RAGGED = [("falcon", "gqa"), ("falcon", "bias"), ("falcon_grouped", "gqa"), ("falcon_grouped", "split")]
+RAGGED = [  # (family, mode, recipe settings)
+    ("falcon", "gqa", ()),
+    ("falcon", "bias", ()),
+    ("falcon_grouped", "gqa", ()),
+    ("falcon_grouped", "split", ()),
+    ("bloom", "bias", ()),
+    ("bloom", "bias", ("attention.bias_cache=growing",)),
+]
 
 
-@pytest.mark.parametrize(("name", "mode"), RAGGED, ids=[f"{n}-{m}" for n, m in RAGGED])
-def test_classic_ragged_batch_generates_like_hf(builds, name, mode):
-    """Batch 2, the short row right-padded with pad_token_id (as onnxruntime-genai pads)."""
+@pytest.mark.parametrize(
+    ("name", "mode", "settings"), RAGGED, ids=[f"{n}-{m}{'-growing' * bool(s)}" for n, m, s in RAGGED]
+)
+def test_classic_ragged_batch_generates_like_hf(builds, name, mode, settings):
+    """Batch 2, the short row right-padded with pad_token_id (as onnxruntime-genai pads); ALiBi also
+    in the concatenating graph (bias_cache growing: key positions from the mask's cumsum)."""
     import onnxruntime_genai as og
 
-    model = load(builds.package(name, mode), "cpu")
+    model = load(builds.package(name, mode, settings=settings), "cpu")
     prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64, 11, 12]]
     width, new = max(map(len, prompts)), 20
     params = og.GeneratorParams(model)
@@ -108,3 +130,23 @@ def test_falcon_alibi_is_refused_in_one_line(tmp_path):
     with pytest.raises(InputError, match="ALiBi variant") as refused:
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("mode", "settings"),
+    [("gqa", ()), ("split", ()), ("bias", ("attention.bias_op=gqa",))],
+    ids=["gqa", "split", "bias_op_gqa"],
+)
+def test_alibi_without_standard_attention_is_refused_in_one_line(builds, tmp_path, mode, settings):
+    """GroupQueryAttention takes no per-head additive bias: every graph with it is refused."""
+    with pytest.raises(InputError, match="ALiBi position bias") as refused:
+        build(BuildOptions(str(builds.checkpoint("bloom")), tmp_path / "pkg", attention=mode, settings=settings))
+    assert "\n" not in str(refused.value) and "--attention bias" in str(refused.value)
+
+
+def test_bloom_post_layernorm_residual_is_refused(tmp_path):
+    from dense_models import save_dense
+
+    checkpoint = save_dense(tmp_path / "ckpt", "bloom", apply_residual_connection_post_layernorm=True)
+    with pytest.raises(InputError, match="apply_residual_connection_post_layernorm"):
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))

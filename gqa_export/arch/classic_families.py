@@ -51,4 +51,35 @@ FALCON = ArchSpec(
         intermediate_size="ffn_hidden_size",
     ),
 )
-CLASSIC = (FALCON,)
+# Bloom: ALiBi instead of RoPE, a LayerNorm right after the embedding, q | k | v fused per head
+# (the grouped layout with a kv head per head), tanh-GELU MLP of 4 x hidden, biases everywhere, tied
+BLOOM = ArchSpec(
+    name="bloom",
+    norm="layer",
+    mlp="plain",
+    activations=("gelu_tanh",),  # bloom_gelu_forward; the config names no activation
+    qkv_layout="grouped",
+    alibi="geometric",
+    rope_layers="none",
+    embedding_norm="word_embeddings_layernorm.weight",
+    ffn_size="hidden_ratio",
+    embed="word_embeddings.weight",
+    final_norm="ln_f.weight",
+    layer_prefix="h.{i}.",
+    layer=LayerNames(
+        qkv="self_attention.query_key_value",
+        o="self_attention.dense",
+        up="mlp.dense_h_to_4h",
+        down="mlp.dense_4h_to_h",
+    ),
+    refusals=(
+        Refusal(
+            "apply_residual_connection_post_layernorm",
+            "Bloom with apply_residual_connection_post_layernorm (the residual taken after the norm) is not "
+            "supported; no published Bloom sets it",
+        ),
+    ),
+    decoder_prefixes=_TRANSFORMER,
+    config_keys=config_keys(norm_eps=_LAYER_NORM_EPS),
+)
+CLASSIC = (FALCON, BLOOM)

@@ -57,6 +57,6 @@ def alibi_bias(b: GraphBuilder, masks: MaskValues, slopes: tuple[float, ...], dt
         keys = b.op("Unsqueeze", masks.key_positions, b.const([1], "head_axis", "int64"))  # [B,1,1,T]
         queries = b.op("Unsqueeze", masks.positions, b.const([1, 3], "query_axes", "int64"))  # [B,1,S,1]
         distance = b.op("Cast", b.op("Sub", keys, queries), to=ir.DataType.FLOAT)
-        per_head = b.const(np.asarray(slopes, np.float32).reshape(1, -1, 1, 1), "slopes")
+        per_head = b.const(np.asarray(slopes, np.float32).reshape(1, -1, 1, 1), "alibi_slopes")
         bias = b.op("Mul", distance, per_head)  # [B,H,S,T]
         return bias if dtype == ir.DataType.FLOAT else b.op("Cast", bias, to=dtype, name="bias_cast")
