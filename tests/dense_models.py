@@ -47,6 +47,7 @@ FAMILIES = [
     "falcon_h1",
     "falcon",
     "bloom",
+    "mpt",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -381,6 +382,18 @@ def family_config(model_type: str) -> dict:
             n_head=c.pop("num_attention_heads"),
             layer_norm_epsilon=1e-5,
             tie_word_embeddings=False,
+        )
+    elif model_type == "mpt":  # mpt-7b's layout: ALiBi, no biases, tied; clip_qkv 1.0 clips ~20% here
+        for key in ("num_key_value_heads", "intermediate_size", "max_position_embeddings", "initializer_range"):
+            c.pop(key)
+        c.update(
+            d_model=c.pop("hidden_size"),
+            n_heads=c.pop("num_attention_heads"),
+            n_layers=c.pop("num_hidden_layers"),
+            max_seq_len=256,
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.1,
+            attn_config={"clip_qkv": 1.0, "softmax_scale": 0.3, "alibi": True, "alibi_bias_max": 8},
         )
     else:
         raise ValueError(model_type)

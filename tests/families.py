@@ -254,6 +254,7 @@ FAMILIES: tuple[Family, ...] = (
     dense("falcon_sequential"),
     # ALiBi (mode bias only: GroupQueryAttention takes no per-head bias; gqa and split are refused)
     dense_family("bloom", **ALIBI),
+    dense_family("mpt", **ALIBI, gathered_tables=frozenset({"transformer.wte.qweight"})),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

@@ -61,6 +61,10 @@ MUTANTS = {
     "bloom_alibi_heads_reversed": ("bloom", "const.alibi_slopes", lambda w: w[:, ::-1]),
     "bloom_alibi_dropped": ("bloom", "const.alibi_slopes", np.zeros_like),
     "bloom_embedding_norm_scaled": ("bloom", "*.word_embeddings_layernorm.weight", lambda w: w * 1.5),
+    # MPT: its slopes scaled and dropped, the clip_qkv bound widened x1.5
+    "mpt_alibi_scaled": ("mpt", "const.alibi_slopes", lambda w: w * 1.5),
+    "mpt_alibi_dropped": ("mpt", "const.alibi_slopes", np.zeros_like),
+    "mpt_clip_widened": ("mpt", "const.clip_qkv*", lambda w: w * 1.5),
     # Falcon-7B: 4 query heads of 16 and one kv head; read as stacked it is the same (q | k | v)
     # by construction, so the bug planted is k and v exchanged
     "falcon_kv_swapped": ("falcon", "*.query_key_value.weight", _swap_kv(64, 16)),
@@ -86,7 +90,7 @@ def test_classic_mutants_fail_parity(builds, tmp_path, mutant):
     assert _parity_error(package, builds.checkpoint(family)) > 1e-2
 
 
-@pytest.mark.parametrize("name", ["falcon", "falcon_grouped", "bloom"])
+@pytest.mark.parametrize("name", ["falcon", "falcon_grouped", "bloom", "mpt"])
 def test_classic_one_token_prompt_matches_hf(builds, name):
     assert _parity_error(builds.package(name, _mode(name)), builds.checkpoint(name), (0,)) < 1e-4
 
@@ -98,6 +102,7 @@ RAGGED = [  # (family, mode, recipe settings)
     ("falcon_grouped", "split", ()),
     ("bloom", "bias", ()),
     ("bloom", "bias", ("attention.bias_cache=growing",)),
+    ("mpt", "bias", ()),
 ]
 
 
@@ -150,3 +155,55 @@ def test_bloom_post_layernorm_residual_is_refused(tmp_path):
     checkpoint = save_dense(tmp_path / "ckpt", "bloom", apply_residual_connection_post_layernorm=True)
     with pytest.raises(InputError, match="apply_residual_connection_post_layernorm"):
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+
+
+@pytest.mark.parametrize("heads", [4, 6, 12, 16, 20])
+def test_alibi_slopes_are_hf_own(heads):
+    """Both slope kinds, powers of two and not (the odd extras, MPT's odd-first order), against HF's
+    own builders; the graph's bias is checked end to end by the registry rows and the mutants."""
+    import torch
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+    from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
+
+    from gqa_export.graph.alibi import alibi_slopes
+
+    bloom = build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), heads, torch.float32)[:, 0, 1]  # slope x 1
+    assert np.array_equal(np.asarray(alibi_slopes("geometric", heads), np.float32), bloom.numpy())
+    mpt = -build_mpt_alibi_tensor(heads, 2)[:, 0, 0]  # slope x (1 - 2)
+    assert np.array_equal(np.asarray(alibi_slopes("bias_max", heads), np.float32), mpt.numpy())
+
+
+def _edited(checkpoint: Path, to: Path, **attn: object) -> Path:
+    """A copy of the MPT checkpoint with attn_config keys changed."""
+    import json
+
+    copy = shutil.copytree(checkpoint, to)
+    config = json.loads((copy / "config.json").read_text())
+    config["attn_config"] = {**config["attn_config"], **attn}
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+@pytest.mark.parametrize("attn", [dict(clip_qkv=None), dict(softmax_scale=None)], ids=["no_clip", "default_scale"])
+def test_mpt_mutant_config_without_its_attention_options_fails_parity(builds, tmp_path, attn):
+    """The checkpoint's clip_qkv / softmax_scale dropped from the config: a wrong model."""
+    checkpoint = _edited(builds.checkpoint("mpt"), tmp_path / "ckpt", **attn)
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert _parity_error(tmp_path / "pkg", builds.checkpoint("mpt")) > 1e-2
+
+
+@pytest.mark.parametrize(
+    ("attn", "match"),
+    [
+        (dict(qk_ln=True), "qk_ln"),
+        (dict(alibi=False), "learned position embeddings"),
+        (dict(prefix_lm=True), "prefix_lm"),
+        (dict(alibi_bias_max=16), "alibi_bias_max 16"),
+    ],
+    ids=["qk_ln", "no_alibi", "prefix_lm", "bias_max"],
+)
+def test_mpt_options_transformers_lacks_are_refused_in_one_line(builds, tmp_path, attn, match):
+    checkpoint = _edited(builds.checkpoint("mpt"), tmp_path / "ckpt", **attn)
+    with pytest.raises(InputError, match=match) as refused:
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert "\n" not in str(refused.value)

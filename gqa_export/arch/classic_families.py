@@ -82,4 +82,45 @@ BLOOM = ArchSpec(
     decoder_prefixes=_TRANSFORMER,
     config_keys=config_keys(norm_eps=_LAYER_NORM_EPS),
 )
-CLASSIC = (FALCON, BLOOM)
+# MPT: ALiBi with MosaicML's slopes, no biases (LayerNorms without bias), stacked Wqkv clamped to
+# +-clip_qkv, exact-GELU MLP of expansion_ratio x hidden, tied; its attention options live in the
+# nested attn_config. transformers implements neither qk_ln nor prefix_lm nor learned positions
+# without ALiBi, so those are refused rather than exported as HF computes them.
+_MPT_ATTN = "attn_config."
+MPT = ArchSpec(
+    name="mpt",
+    norm="layer",
+    mlp="plain",
+    activations=("gelu",),
+    alibi="bias_max",
+    rope_layers="none",
+    ffn_size="hidden_ratio",
+    embed="wte.weight",
+    final_norm="norm_f.weight",
+    layer_prefix="blocks.{i}.",
+    layer=LayerNames(
+        input_norm="norm_1",
+        post_attention_norm="norm_2",
+        qkv="attn.Wqkv",
+        o="attn.out_proj",
+        up="ffn.up_proj",
+        down="ffn.down_proj",
+    ),
+    refusals=(
+        Refusal(f"{_MPT_ATTN}qk_ln", "MPT's qk_ln (LayerNorms on q and k) is not implemented by transformers' MPT"),
+        Refusal(
+            f"{_MPT_ATTN}alibi",
+            "MPT without ALiBi uses learned position embeddings transformers' MPT does not have",
+            (False,),
+        ),
+        Refusal(f"{_MPT_ATTN}prefix_lm", "MPT's prefix_lm mask is not implemented by transformers' MPT"),
+    ),
+    decoder_prefixes=_TRANSFORMER,
+    config_keys=config_keys(
+        norm_eps=_LAYER_NORM_EPS,
+        clip_qkv=f"{_MPT_ATTN}clip_qkv",
+        attention_multiplier=f"{_MPT_ATTN}softmax_scale",
+        alibi_bias_max=f"{_MPT_ATTN}alibi_bias_max",
+    ),
+)
+CLASSIC = (FALCON, BLOOM, MPT)
