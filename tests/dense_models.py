@@ -48,6 +48,7 @@ FAMILIES = [
     "falcon",
     "bloom",
     "mpt",
+    "codegen",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -394,6 +395,20 @@ def family_config(model_type: str) -> dict:
             layer_norm_epsilon=1e-5,
             initializer_range=0.1,
             attn_config={"clip_qkv": 1.0, "softmax_scale": 0.3, "alibi": True, "alibi_bias_max": 8},
+        )
+    elif model_type == "codegen":  # codegen-350M's layout: parallel block, 4 qkv blocks, GPT-J RoPE on half the head
+        for key in ("num_key_value_heads", "intermediate_size", "max_position_embeddings"):
+            c.pop(key)
+        c.update(
+            n_embd=c.pop("hidden_size"),
+            n_head=c.pop("num_attention_heads"),
+            n_layer=c.pop("num_hidden_layers"),
+            n_positions=256,
+            n_inner=96,
+            rotary_dim=8,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=False,
         )
     else:
         raise ValueError(model_type)

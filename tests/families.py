@@ -255,6 +255,8 @@ FAMILIES: tuple[Family, ...] = (
     # ALiBi (mode bias only: GroupQueryAttention takes no per-head bias; gqa and split are refused)
     dense_family("bloom", **ALIBI),
     dense_family("mpt", **ALIBI, gathered_tables=frozenset({"transformer.wte.qweight"})),
+    # parallel block, qkv_proj as four q | v | k blocks, GPT-J RoPE on 8 of 16 channels, lm_head bias
+    dense_family("codegen"),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

@@ -65,6 +65,9 @@ MUTANTS = {
     "mpt_alibi_scaled": ("mpt", "const.alibi_slopes", lambda w: w * 1.5),
     "mpt_alibi_dropped": ("mpt", "const.alibi_slopes", np.zeros_like),
     "mpt_clip_widened": ("mpt", "const.clip_qkv*", lambda w: w * 1.5),
+    # CodeGen's q | v | k blocks read as stacked q | k | v, or with k and v in the stored order
+    "codegen_qkv_read_stacked": ("codegen", "*.qkv_proj.weight", _stored_order("blocks_qvk", 4, 4, 16)),
+    "codegen_kv_swapped": ("codegen", "*.qkv_proj.weight", _swap_kv(64, 64)),
     # Falcon-7B: 4 query heads of 16 and one kv head; read as stacked it is the same (q | k | v)
     # by construction, so the bug planted is k and v exchanged
     "falcon_kv_swapped": ("falcon", "*.query_key_value.weight", _swap_kv(64, 16)),
@@ -90,7 +93,7 @@ def test_classic_mutants_fail_parity(builds, tmp_path, mutant):
     assert _parity_error(package, builds.checkpoint(family)) > 1e-2
 
 
-@pytest.mark.parametrize("name", ["falcon", "falcon_grouped", "bloom", "mpt"])
+@pytest.mark.parametrize("name", ["falcon", "falcon_grouped", "bloom", "mpt", "codegen"])
 def test_classic_one_token_prompt_matches_hf(builds, name):
     assert _parity_error(builds.package(name, _mode(name)), builds.checkpoint(name), (0,)) < 1e-4
 
@@ -103,6 +106,8 @@ RAGGED = [  # (family, mode, recipe settings)
     ("bloom", "bias", ()),
     ("bloom", "bias", ("attention.bias_cache=growing",)),
     ("mpt", "bias", ()),
+    ("codegen", "gqa", ()),
+    ("codegen", "split", ()),
 ]
 
 
@@ -207,3 +212,23 @@ def test_mpt_options_transformers_lacks_are_refused_in_one_line(builds, tmp_path
     with pytest.raises(InputError, match=match) as refused:
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert "\n" not in str(refused.value)
+
+
+def test_codegen_mutant_rotating_the_whole_head_fails_parity(builds, tmp_path):
+    """rotary_dim set to the whole head (RoPE on all 16 channels instead of 8): a wrong model."""
+    import json
+
+    checkpoint = shutil.copytree(builds.checkpoint("codegen"), tmp_path / "ckpt")
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "rotary_dim": 16}))
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert _parity_error(tmp_path / "pkg", builds.checkpoint("codegen")) > 1e-2
+
+
+def test_codegen_full_rotary_matches_hf(tmp_path):
+    """rotary_dim = head_dim: GPT-J pairs over the whole head (GQA's fused RoPE)."""
+    from dense_models import save_dense
+
+    checkpoint = save_dense(tmp_path / "ckpt", "codegen", rotary_dim=16)
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert _parity_error(tmp_path / "pkg", checkpoint) < 1e-4

@@ -123,4 +123,28 @@ MPT = ArchSpec(
         alibi_bias_max=f"{_MPT_ATTN}alibi_bias_max",
     ),
 )
-CLASSIC = (FALCON, BLOOM, MPT)
+# CodeGen: attention and MLP in parallel off one LayerNorm (ln_1), qkv_proj fused as four blocks of
+# q | v | k, GPT-J RoPE pairs over the first rotary_dim channels, gelu_new MLP, an lm_head bias
+CODEGEN = ArchSpec(
+    name="codegen",
+    norm="layer",
+    norm_layout="parallel",
+    mlp="plain",
+    activations=("gelu_new", "gelu_pytorch_tanh", "gelu_tanh"),
+    qkv_layout="blocks_qvk",
+    rope_interleaved=True,
+    embed="wte.weight",
+    final_norm="ln_f.weight",
+    layer_prefix="h.{i}.",
+    layer=LayerNames(
+        input_norm="ln_1",
+        post_attention_norm=None,
+        qkv="attn.qkv_proj",
+        o="attn.out_proj",
+        up="mlp.fc_in",
+        down="mlp.fc_out",
+    ),
+    decoder_prefixes=_TRANSFORMER,
+    config_keys=config_keys(activation="activation_function", norm_eps=_LAYER_NORM_EPS, intermediate_size="n_inner"),
+)
+CLASSIC = (FALCON, BLOOM, MPT, CODEGEN)
