@@ -51,6 +51,10 @@ FAMILIES = [
     "nemotron_h",
     *CLASSIC_FAMILIES,
     *LLAMA_LIKE_FAMILIES,  # tests/llama_like_models.py
+    "falcon",
+    "bloom",
+    "mpt",
+    "codegen",
 ]
 
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
@@ -64,6 +68,11 @@ VARIANTS = {
         dict(sliding_window=None, layer_types=["full_attention"] * 3),
     ),  # EXAONE-4.0-1.2B style
     "olmo_noclip": ("olmo", dict(clip_qkv=None)),
+    # Falcon-40B/180B's layout: 2 kv groups of 2 query heads, ln_attn + ln_mlp, every bias (seed 8: with
+    # these biases seeds 0-7 repeat a few tokens under 5.24 or 4.57)
+    "falcon_grouped": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True, seed=8)),
+    # a sequential Falcon (parallel_attn false: input_layernorm, then post_attention_layernorm), one kv head
+    "falcon_sequential": ("falcon", dict(parallel_attn=False)),
     # LFM2 with every bias (in_proj, conv, out_proj: the official builder drops two), kernel 4,
     # attention first, the pattern spelled as full_attn_idxs, the MLP width as configured
     "lfm2_bias": (
@@ -375,6 +384,56 @@ def family_config(model_type: str) -> dict:
         del c["num_hidden_layers"]  # the pattern's length
     elif model_type in LLAMA_LIKE_CONFIGS:
         c.update(LLAMA_LIKE_CONFIGS[model_type])
+    elif model_type == "falcon":  # Falcon-7B: multi-query, parallel attention + MLP off one LayerNorm, tied
+        for key in ("num_key_value_heads", "intermediate_size"):
+            c.pop(key)
+        c.update(
+            ffn_hidden_size=96,
+            multi_query=True,
+            parallel_attn=True,
+            new_decoder_architecture=False,
+            alibi=False,
+            bias=False,
+            activation="gelu",
+            layer_norm_epsilon=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    elif model_type == "bloom":  # bloom-560m's shape: MHA, ALiBi, embedding LayerNorm
+        for key in ("num_key_value_heads", "intermediate_size", "max_position_embeddings"):
+            c.pop(key)
+        # untied: the tiny tied model copies its last token (the tied table path is Falcon's row)
+        c.update(
+            n_layer=c.pop("num_hidden_layers"),
+            n_head=c.pop("num_attention_heads"),
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=False,
+        )
+    elif model_type == "mpt":  # mpt-7b's layout: ALiBi, no biases, tied; clip_qkv 1.0 clips ~20% here
+        for key in ("num_key_value_heads", "intermediate_size", "max_position_embeddings", "initializer_range"):
+            c.pop(key)
+        c.update(
+            d_model=c.pop("hidden_size"),
+            n_heads=c.pop("num_attention_heads"),
+            n_layers=c.pop("num_hidden_layers"),
+            max_seq_len=256,
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.1,
+            attn_config={"clip_qkv": 1.0, "softmax_scale": 0.3, "alibi": True, "alibi_bias_max": 8},
+        )
+    elif model_type == "codegen":  # codegen-350M's layout: parallel block, 4 qkv blocks, GPT-J RoPE on half the head
+        for key in ("num_key_value_heads", "intermediate_size", "max_position_embeddings"):
+            c.pop(key)
+        c.update(
+            n_embd=c.pop("hidden_size"),
+            n_head=c.pop("num_attention_heads"),
+            n_layer=c.pop("num_hidden_layers"),
+            n_positions=256,
+            n_inner=96,
+            rotary_dim=8,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            tie_word_embeddings=False,
+        )
     else:
         raise ValueError(model_type)
     return c

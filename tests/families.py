@@ -49,6 +49,7 @@ ALL_MODES = ("gqa", "bias", "split")
 LLAMA_MODES = ("gqa", "bias", "bias_nonpad", "bias_gqa", "split")
 MODE_SETTINGS = {"bias_nonpad": ("attention.bias_kv_read=nonpad",), "bias_gqa": ("attention.bias_op=gqa",)}
 TIED = frozenset({"model.embed_tokens.qweight"})  # the tied table, shared with the lm_head
+CLASSIC_TIED = frozenset({"transformer.word_embeddings.qweight"})  # Falcon's, under `transformer.`
 STANDARD_MODES = ("bias", "split")  # the standard-Attention graphs (plain-op RoPE, the window as a mask)
 
 # transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
@@ -80,6 +81,9 @@ PARALLEL_QK_LN_UNDER_4X = (
     "(AttributeError in its weight init)"
 )
 
+# ALiBi families run in mode bias only: their prompt/decode logits, genai logits and greedy tokens there
+ALIBI: dict[str, Any] = dict(logits_mode="bias", logits_modes=("bias",), generate_modes=("bias",))
+
 
 @dataclass(frozen=True)
 class Family:
@@ -109,6 +113,7 @@ class Family:
     differs_under_4x: str | None = None  # why transformers 4.x's reference differs (compared under 5.x only)
     generate_differs_under_4x: str | None = None  # why 4.x's generate() differs (its greedy tokens compared under 5.x)
     since_major: int = 4  # the first transformers major version that has the class (or the checkpoint's layout)
+    logits_mode: str = "gqa"  # the single-graph package test_logits_match_hf builds (bias for ALiBi families)
 
 
 def llama(name: str, genai_type: str, modes: tuple[str, ...] = ("gqa",), **facts: Any) -> Family:
@@ -135,7 +140,7 @@ def hybrid(name: str, **facts: Any) -> Family:
 
 def dense_family(name: str, **facts: Any) -> Family:
     """A dense family's own checkpoint: every mode on logits, greedy tokens, int4."""
-    return dense(name, generate_modes=("gqa",), quantized=("int4",), **facts)
+    return dense(name, **{"generate_modes": ("gqa",), "quantized": ("int4",), **facts})
 
 
 def moe(
@@ -326,6 +331,16 @@ FAMILIES: tuple[Family, ...] = (
     # one block per layer: Mamba2, NoPE GQA or a squared-ReLU MLP (Nemotron-H; 5.x spells its pattern
     # layers_block_type, 4.57 hybrid_override_pattern with other block names)
     hybrid("nemotron_h", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
+    # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
+    # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
+    dense_family("falcon", gathered_tables=CLASSIC_TIED),
+    dense("falcon_grouped", generate_modes=("gqa",), quantized=("int4",), gathered_tables=CLASSIC_TIED),
+    dense("falcon_sequential"),
+    # ALiBi (mode bias only: GroupQueryAttention takes no per-head bias; gqa and split are refused)
+    dense_family("bloom", **ALIBI),
+    dense_family("mpt", **ALIBI, gathered_tables=frozenset({"transformer.wte.qweight"})),
+    # parallel block, qkv_proj as four q | v | k blocks, GPT-J RoPE on 8 of 16 channels, lm_head bias
+    dense_family("codegen"),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),

@@ -54,10 +54,10 @@ def _each(fact: str | None = None, where: str | None = None) -> list:
 
 @pytest.mark.parametrize("family", _each())
 def test_logits_match_hf(builds, family):
-    """The single-graph gqa package: the prompt and 6 decode steps through ORT against HF; its
+    """The single-graph gqa package (bias for ALiBi families): the prompt and 6 decode steps through ORT against HF; its
     genai_config names the runtime's model type and shares the past/present buffer."""
     skip_where_the_reference_differs(family)
-    package, prompt = builds.package(family.name), list(family.prompt)
+    package, prompt = builds.package(family.name, family.logits_mode), list(family.prompt)
     tokens, got = ort_prefill_and_decode(package, prompt, steps=6)
     ref = hf_logits(hf_model(builds.checkpoint(family.name)), tokens, len(prompt))
     np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)

@@ -101,6 +101,28 @@ def grouped_deltanet_weights(tensors: dict[str, np.ndarray], head: str, config: 
     return {"in_proj_qkv": np.concatenate(flat[:3]), "in_proj_z": flat[3], "in_proj_b": flat[4], "in_proj_a": flat[5]}
 
 
+def classic_qkv_weight(weight: np.ndarray, last: str, config: dict) -> np.ndarray | None:
+    """Falcon's / Bloom's query_key_value and CodeGen's qkv_proj in q | k | v order, by the reshapes
+    their HF attention does: Falcon views [kv groups, r + 2, D] (one group when multi_query, a group
+    per head without it or new_decoder_architecture), Bloom [heads, 3, D], CodeGen 4 blocks of q | v | k."""
+    model_type, columns = config.get("model_type"), weight.shape[-1]
+    heads = config.get("num_attention_heads") or config.get("n_head")
+    if last == "query_key_value" and model_type in ("falcon", "bloom"):
+        kv = heads
+        if model_type == "falcon" and config.get("new_decoder_architecture"):
+            kv = config.get("num_kv_heads") or heads
+        elif model_type == "falcon" and config.get("multi_query", True):
+            kv = 1
+        groups = weight.reshape(kv, heads // kv + 2, -1, columns)
+        parts = (groups[:, :-2], groups[:, -2], groups[:, -1])
+    elif last == "qkv_proj" and model_type == "codegen":
+        blocks = weight.reshape(4, 3, -1, columns)
+        parts = (blocks[:, 0], blocks[:, 2], blocks[:, 1])
+    else:
+        return None
+    return np.concatenate([p.reshape(-1, columns) for p in parts])
+
+
 def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | None = None) -> np.ndarray | None:
     """The checkpoint's float weight for a package weight (fused ones concatenated, rows selected
     out of Qwen3-Next's per-key-head projections), or None."""
@@ -113,7 +135,8 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
         if model_type == "gpt_neox" and last == "query_key_value":  # rows per head [h: q k v], as HF's view
             heads = config["num_attention_heads"]  # type: ignore[index]
             return weight.reshape(heads, 3, -1, weight.shape[1]).transpose(1, 0, 2, 3).reshape(weight.shape)
-        return weight
+        classic = classic_qkv_weight(weight, last, config) if config is not None else None
+        return weight if classic is None else classic
     if config is not None and last in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
         grouped = grouped_deltanet_weights(tensors, head, config)
         if grouped:

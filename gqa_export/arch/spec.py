@@ -73,6 +73,9 @@ class LayerNames:
     pre_feedforward_norm_2: str | None = None
     post_feedforward_norm_1: str | None = None
     post_feedforward_norm_2: str | None = None
+    # a parallel layer's own norms of the residual for attention and for the MLP, used instead of
+    # input_norm where the checkpoint holds them (Falcon-40B's ln_attn / ln_mlp; Falcon-7B has one)
+    parallel_norms: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,20 @@ class AbsolutePositions:
     offset: int = 0
 
 
-FFN_SIZES = ("config", "two_thirds_rounded", "shared")
+FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio")
+# how a fused query_key_value weight orders its rows (docs/architecture.md §2.3): "stacked" (all q,
+# then k, then v: Phi-3), "grouped" (per kv head: its r = heads / kv_heads query heads, its key, its
+# value; one kv head is multi-query, kv_heads = heads is Bloom's per-head q | k | v), "blocks_qvk"
+# (four model-parallel blocks, each q | v | k over a quarter of the heads: CodeGen)
+QKV_LAYOUTS = ("stacked", "grouped", "blocks_qvk")
+# ALiBi: an additive per-head bias slope_h * (key position - query position) on the scores;
+# "geometric" (Press et al.'s slopes, extra odd powers past a power of two: Bloom), "bias_max" (MPT's
+# 2^(-bias_max * i / n) over the next power of two, the odd ones first)
+ALIBI_SLOPES = ("geometric", "bias_max")
+# how the kv heads are read: "config" (the kv-heads key, else every head) or "multi_query_flags"
+# (one kv head when the multi_query flag is set, the kv-heads key when the grouped_kv flag is,
+# else every head: Falcon)
+KV_HEAD_RULES = ("config", "multi_query_flags")
 
 
 EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
@@ -252,6 +268,9 @@ class ArchSpec:
     hold both blocks. Nemotron-H's layers are each one block: a Mamba2 or attention mixer, or an MLP.
     latent_attention: q/k/v come from a compressed latent and one shared rope key (multi-head
     latent attention); the cache holds the expanded per-head K/V (docs/latent-attention.md).
+    qkv_layout / alibi / kv_heads_rule / embedding_norm: the classic decoders' fused projections,
+    ALiBi position biases (standard Attention only: GroupQueryAttention takes no per-head additive
+    bias), multi-query flags and embedding LayerNorm (Falcon, Bloom, MPT, CodeGen).
     """
 
     name: str
@@ -300,6 +319,10 @@ class ArchSpec:
     qkv_rows: str = "stacked"  # QKV_ROWS: how the stored fused `qkv` orders its rows (GPT-NeoX: per head)
     # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)
     latent_attention: LatentAttentionNames | None = None
+    qkv_layout: str = "stacked"  # QKV_LAYOUTS: the row order of a fused layer.qkv weight
+    alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
+    kv_heads_rule: str = "config"  # KV_HEAD_RULES
+    embedding_norm: str | None = None  # a LayerNorm right after the embedding (Bloom)
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

@@ -39,7 +39,12 @@ class AttentionContext:
 def gqa_refusal(dims: ModelDims) -> str | None:
     """Why GroupQueryAttention cannot run this model, or None. GQA itself needs head_size % 8 (its
     CPU helper); rotary dims its fused RoPE refuses are applied with plain ops before it instead
-    (`rotary.fused_rope_ok`)."""
+    (`rotary.fused_rope_ok`). ALiBi's per-head score bias is not a GQA input (docs/architecture.md §2.3)."""
+    if dims.alibi:
+        return (
+            f"{dims.model_type}'s ALiBi position bias is a per-head additive score bias GroupQueryAttention "
+            "cannot take; export with --attention bias (standard Attention, same shared KV buffer)"
+        )
     for layer in dims.layers:
         if layer.head_dim % 8:
             return (

@@ -17,6 +17,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
+from gqa_export.graph.fused_qkv import fused_qkv
 from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
@@ -183,7 +184,10 @@ def qkv_projection(
         gated or qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None or dims.clip_qkv
     )
     attention = L.q.rpartition(".")[0]  # packed weights are named in the attention's own module
-    if L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
+    if L.qkv and lc.spec.qkv_layout != "stacked":  # fused in another row order (Falcon, Bloom, CodeGen)
+        shape = (dims.num_heads, layer.num_kv_heads, layer.head_dim)
+        packed = fused_qkv(lc.b, lc.params, x, lc.name(L.qkv), lc.spec.qkv_layout, shape)
+    elif L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif layer.k_eq_v:
         packed = linear(lc, x, [L.q, L.k], f"{attention}.qk_proj", "qk_proj")
@@ -364,6 +368,8 @@ def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
         return b.op("Mul", relu, relu, name="relu2")
     if act == "xielu":
         return _xielu(lc, x)
+    if act == "gelu":  # the exact erf GELU (Falcon, MPT)
+        return b.op("Gelu", x)
     return b.op("Gelu", x, approximate="tanh")
 
 

@@ -31,11 +31,12 @@ REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "voc
 # per-layer patterns whose length transformers takes as the layer count (Nemotron-H's config class
 # derives num_hidden_layers from them and does not save it); the weights check the count
 LAYER_COUNT_PATTERNS = ("layers_block_type", "hybrid_override_pattern")
-# the older spellings configs still carry (GPT-2 / GPT-J: transformers maps them through attribute_map)
+# the older spellings configs still carry, which transformers maps through attribute_map (GPT-2,
+# GPT-J, Bloom, MPT, CodeGen)
 KEY_ALIASES = {
-    "hidden_size": ("n_embd",),
-    "num_attention_heads": ("n_head",),
-    "num_hidden_layers": ("n_layer",),
+    "hidden_size": ("n_embd", "d_model"),
+    "num_attention_heads": ("n_head", "n_heads"),
+    "num_hidden_layers": ("n_layer", "n_layers"),
     "max_position_embeddings": ("n_positions",),
 }
 

@@ -18,6 +18,7 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.alibi import alibi_bias
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
 from gqa_export.graph.builder import GraphBuilder, typed
@@ -98,6 +99,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             if dims.embedding_multiplier != 1.0:
                 h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
     h = add_absolute_positions(b, h, input_ids, attention_mask, dims, spec, params)
+    if spec.embedding_norm:  # Bloom: a LayerNorm of the embeddings (inputs_embeds too)
+        h = normalize(b, h, spec.tensor(spec.embedding_norm), params, dims, "embedding_norm", dims.hidden_size)
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
@@ -192,7 +195,7 @@ def _attention_fn(
         return attend_gqa
     layout = "concat" if opts.mode == "concat" else opts.kv_read
     kinds = {mask_kind(opts, layer) for layer in dims.layers}
-    if layout != "concat":  # plain causal layers need no mask: is_causal + nonpad_kv_seqlen
+    if layout != "concat" and not dims.alibi:  # plain causal layers need no mask: is_causal + nonpad_kv_seqlen
         kinds.discard(MaskKind(-1, False))
     first_past = b.graph.inputs[2] if len(b.graph.inputs) > 2 else None
     key_length = b.op("Shape", first_past, start=2, end=3) if layout == "nonpad" and first_past is not None else None
@@ -202,11 +205,15 @@ def _attention_fn(
     )  # fmt: skip
     total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
     rope = rope_tables(b, masks.positions, _rope_caches(b, dims, params, opts, total))
+    biases = masks.biases
+    if dims.alibi:  # every layer's mask plus the per-head ALiBi bias
+        alibi = alibi_bias(b, masks, dims.alibi, opts.io_dtype)
+        biases = {kind: b.op("Add", bias, alibi, name=f"alibi_{i}") for i, (kind, bias) in enumerate(biases.items())}
 
     def attend_standard(
         lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value] | None, source: LayerKV | None
     ) -> tuple[ir.Value, LayerKV]:
-        bias = masks.biases.get(mask_kind(opts, lc.layer))
+        bias = biases.get(mask_kind(opts, lc.layer))
         return standard_attention(lc, x, past, bias, masks, rope, layout, source)
 
     return attend_standard
@@ -325,7 +332,10 @@ def _decoder_layer(
     layer that holds one block (LayerDims.blocks "mixer" or "mlp", Nemotron-H) is that block behind
     the input norm, added to the residual once."""
     L, b = lc.spec.layer, lc.b
-    x = _norm(lc, h, L.input_norm, "input_layernorm")
+    if _own_norms(lc):  # a parallel layer with a norm for each branch (Falcon-40B)
+        x, x_mlp = (_norm(lc, h, n, n) for n in L.parallel_norms or ())
+    else:
+        x = x_mlp = _norm(lc, h, L.input_norm, "input_layernorm")
     if lc.layer.blocks == "mlp":
         with b.scope("mlp"):
             return _residual(lc, h, _mlp(lc, x, h), "residual_mlp"), None
@@ -346,11 +356,12 @@ def _decoder_layer(
     assert y is not None
     if lc.layer.blocks == "mixer":
         return _residual(lc, h, y, "residual_attn"), kv
-    if lc.dims.parallel:  # both on the layer input, off one norm (Phi-2, Cohere, GPT-J) or two (GPT-NeoX)
-        if L.post_attention_norm is not None and lc.has(L.post_attention_norm):
-            x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
+    if lc.dims.parallel:  # both on the layer input: off one norm (Phi-2, Cohere, GPT-J, Falcon-7B), or
+        # the MLP off its own (GPT-NeoX's post_attention_layernorm, Falcon-40B's ln_mlp)
+        if not _own_norms(lc) and L.post_attention_norm is not None and lc.has(L.post_attention_norm):
+            x_mlp = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
         with b.scope("mlp"):
-            mlp = _mlp(lc, x, h)
+            mlp = _mlp(lc, x_mlp, h)
         return _residual(lc, h, b.op("Add", y, mlp, name="parallel_sum"), "residual"), kv
     if lc.spec.norm_layout == "pre":
         h = _residual(lc, h, y, "residual_attn")
@@ -362,6 +373,12 @@ def _decoder_layer(
     with b.scope("mlp"):
         y = _mlp(lc, x, h)
     return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), kv
+
+
+def _own_norms(lc: LayerContext) -> bool:
+    """Whether a parallel layer has its own attention and MLP norms (LayerNames.parallel_norms) in the checkpoint."""
+    norms = lc.spec.layer.parallel_norms
+    return lc.dims.parallel and norms is not None and lc.has(norms[0])
 
 
 def _query_scale(

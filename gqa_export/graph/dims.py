@@ -19,6 +19,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.alibi import alibi_slopes
 from gqa_export.graph.latent_dims import LatentDims, latent_dims, latent_scale
 from gqa_export.graph.layer_kinds import (
     DeltaNetDims,
@@ -28,6 +29,7 @@ from gqa_export.graph.layer_kinds import (
     conv_kernel,
     deltanet_dims,
     feed_forward_size,
+    flagged_kv_heads,
     mamba2_dims,
     mamba_dims,
     mixer_of,
@@ -116,6 +118,7 @@ class ModelDims:
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (graph/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
+    alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias
 
     @property
     def head_dim(self) -> int:
@@ -165,7 +168,7 @@ def read_dims(
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
     heads = int(config.num_attention_heads)
     hidden = int(config.hidden_size)
-    act = str(opt("activation", "silu"))
+    act = str(opt("activation", spec.activations[0]))  # Bloom's and MPT's configs name none
     if act not in spec.activations:
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
@@ -231,6 +234,7 @@ def read_dims(
         mamba=mamba_dims(opt, spec, mixers, hidden),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
+        alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
     )
 
 
@@ -238,7 +242,9 @@ def _get(config: Any, name: str) -> Any:
     """A config attribute, or None when absent. Heterogeneous (per-layer) attributes of a
     transformers >= 5.2x config raise on global access; those are read per layer instead."""
     try:
-        return getattr(config, name, None)
+        for part in name.split("."):  # "attn_config.clip_qkv": a nested config's (MPT)
+            config = config.get(part) if isinstance(config, dict) else getattr(config, part, None)
+        return config
     except RuntimeError:  # AmbiguousGlobalPerLayerAttributeError
         return None
 
@@ -273,6 +279,7 @@ def _layers(
         if no_rope is not None and not no_rope[i]:
             rope_key = None
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
+        kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
         if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head

@@ -82,6 +82,8 @@ def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int:
     config asks for the adjustment."""
     if spec.ffn_size == "shared":  # Granite-4.0-H: the layer's dense MLP is its shared_mlp
         return int(opt("shared_expert_intermediate_size"))
+    if spec.ffn_size == "hidden_ratio":  # Bloom (4), MPT (expansion_ratio): a multiple of hidden_size
+        return int(float(opt("ffn_ratio", 4)) * int(config.hidden_size))
     configured = opt("intermediate_size")
     size = int(configured) if configured is not None else 4 * int(config.hidden_size)  # GPT-2's n_inner None: 4 H
     if spec.ffn_size != "two_thirds_rounded" or not opt("ffn_auto_adjust", False):
@@ -93,6 +95,17 @@ def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int:
         size = int(float(multiplier) * size)
         size = multiple * ((size + multiple - 1) // multiple)
     return size
+
+
+def flagged_kv_heads(opt: Option, spec: ArchSpec, heads: int, kv_heads: int) -> int:
+    """The kv heads by the spec's kv_heads_rule: the config's kv-heads key ("config"), or Falcon's
+    flags ("multi_query_flags"): grouped_kv (new_decoder_architecture) reads num_kv_heads, else
+    multi_query means one kv head, else every head has its own."""
+    if spec.kv_heads_rule == "config":
+        return kv_heads
+    if opt("grouped_kv", False):
+        return int(opt("kv_heads") or heads)
+    return 1 if opt("multi_query", False) else heads
 
 
 def conv_kernel(opt: Option, spec: ArchSpec, mixers: list[str]) -> int:

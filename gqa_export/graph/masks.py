@@ -42,6 +42,7 @@ class MaskValues:
     write_index: ir.Value | None  # [B] int64 (compact layout only)
     nonpad: ir.Value | None  # [B] int64 keys valid after this step's write: write_index + S (compact only)
     biases: dict[MaskKind, ir.Value]  # [B,1,S,T] additive bias per layer kind
+    key_positions: ir.Value | None = None  # [B,1,T] int64, each key slot's position (ALiBi reads it)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def mask_values(
             bias = b.op("Where", allowed, zero_f, low_f)
             name = f"bias_window{kind.window}" + ("_bidirectional" if bi is not None else "")
             biases[kind] = b.op("Unsqueeze", bias, one, name=name)  # [B,1,S,T]
-    return MaskValues(positions, total, write_index, nonpad, biases)
+    return MaskValues(positions, total, write_index, nonpad, biases, key_positions)
 
 
 def state_padding(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType) -> StatePadding:
