@@ -35,8 +35,7 @@ from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
 from gqa_export.graph.positions import add_absolute_positions
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
-from gqa_export.graph.rope import cos_sin_tables, longrope_switch
-from gqa_export.graph.rotary import fused_rope_ok, rope_tables
+from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.standard import LayerKV, standard_attention
 
@@ -147,7 +146,7 @@ def _attention_fn(
     """The per-layer attention of the graph's mode, with the graph-wide values it reads built once."""
     if opts.mode in ("gqa", "gqa_bias"):
         seqlens, total = gqa_mask_values(b, attention_mask)
-        ctx = AttentionContext(seqlens, total, _rope_caches(b, dims, params, opts, total))
+        ctx = AttentionContext(seqlens, total, rope_caches(b, dims, params, opts, total))
         # ropes GQA's fused RoPE cannot compute exactly are applied with plain ops before it
         head_dims = {layer.rope: layer.head_dim for layer in dims.layers if layer.rope is not None}
         # norms after RoPE, or rope on part of a latent-attention head: RoPE before GQA
@@ -204,7 +203,7 @@ def _attention_fn(
         opts.bidirectional_ids, opts.io_dtype, opts.bidirectional_window_bounded, key_length,
     )  # fmt: skip
     total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
-    rope = rope_tables(b, masks.positions, _rope_caches(b, dims, params, opts, total))
+    rope = rope_tables(b, masks.positions, rope_caches(b, dims, params, opts, total))
     biases = masks.biases
     if dims.alibi:  # every layer's mask plus the per-head ALiBi bias
         alibi = alibi_bias(b, masks, dims.alibi, opts.io_dtype)
@@ -238,45 +237,6 @@ def _windows(dims: ModelDims) -> set[int]:
 def mask_kind(opts: GraphOptions, layer: LayerDims) -> MaskKind:
     bidirectional = bool(opts.bidirectional_ids) and (opts.bidirectional_layers == "all" or layer.window > 0)
     return MaskKind(layer.window, bidirectional)
-
-
-def _rope_caches(
-    b: GraphBuilder, dims: ModelDims, params: Params, opts: GraphOptions, total: ir.Value
-) -> dict[str, tuple[ir.Value, ir.Value]]:
-    """cos/sin initializers per rope key; for longrope an If picks the long table past the switch."""
-    caches = {}
-    used = {layer.rope for layer in dims.layers if layer.rope is not None}
-    for key in sorted(used):
-        rope = dims.ropes[key]
-        prefix = "" if key == "default" else f"{key}."
-        tables = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings)
-        cos, sin = (
-            b.initializer(f"{prefix}{n}_cache", params.table(t)) for n, t in zip(("cos", "sin"), tables, strict=True)
-        )
-        switch = longrope_switch(rope)
-        if switch is not None:
-            long = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings, long=True)
-            long_cos, long_sin = (
-                b.initializer(f"{prefix}{n}_cache_long", params.table(t))
-                for n, t in zip(("cos", "sin"), long, strict=True)
-            )
-            with b.scope("longrope"):
-                use_long = b.op("Greater", total, b.const(switch, "switch", "int32"))
-                cos = _select(b, use_long, long_cos, cos, "cos")
-                sin = _select(b, use_long, long_sin, sin, "sin")
-        caches[key] = (cos, sin)
-    return caches
-
-
-def _select(b: GraphBuilder, cond: ir.Value, then: ir.Value, other: ir.Value, name: str) -> ir.Value:
-    """If(cond) -> then else other, with the branches reading the outer-scope tables."""
-
-    def branch(value: ir.Value, tag: str) -> ir.Graph:
-        out = ir.Value(name=f"{name}_{tag}_out", type=value.type, shape=value.shape)
-        node = ir.Node("", "Identity", [value], outputs=[out], name=f"/longrope/{name}_{tag}")
-        return ir.Graph([], [out], nodes=[node], name=f"{name}_{tag}")
-
-    return b.op("If", cond, then_branch=branch(then, "long"), else_branch=branch(other, "short"), name=f"{name}_select")
 
 
 def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str = "scale") -> ir.Value:

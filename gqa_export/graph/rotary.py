@@ -3,7 +3,8 @@ style the fused RoPE refuses (docs/ort-ops.md §1.6: cos width a multiple of 8 a
 head_size % 16 for rotary; transformers' rotate-half or GPT-J's interleaved pairs).
 
 The cos/sin tables are the ones GQA's fused RoPE reads (rows = positions, rotary_dim / 2 columns),
-so both forms share initializers; positions come from attention_mask (cumsum - 1), as HF's.
+so both forms share initializers (`rope_caches` writes them once per rope kind, with longrope's
+switch to its long table as an If); positions come from attention_mask (cumsum - 1), as HF's.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.rope import RopeConfig
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.options import GraphOptions
+from gqa_export.graph.params import Params
+from gqa_export.graph.rope import RopeConfig, cos_sin_tables, longrope_switch
 
 
 def rope_tables(
@@ -68,3 +72,42 @@ def fused_rope_ok(rope: RopeConfig, head_dim: int) -> bool:
         and rope.rotary_dim <= head_dim
         and (not rope.interleaved or rope.rotary_dim == head_dim)
     )
+
+
+def rope_caches(
+    b: GraphBuilder, dims: ModelDims, params: Params, opts: GraphOptions, total: ir.Value
+) -> dict[str, tuple[ir.Value, ir.Value]]:
+    """cos/sin initializers per rope key; for longrope an If picks the long table past the switch."""
+    caches = {}
+    used = {layer.rope for layer in dims.layers if layer.rope is not None}
+    for key in sorted(used):
+        rope = dims.ropes[key]
+        prefix = "" if key == "default" else f"{key}."
+        tables = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings)
+        cos, sin = (
+            b.initializer(f"{prefix}{n}_cache", params.table(t)) for n, t in zip(("cos", "sin"), tables, strict=True)
+        )
+        switch = longrope_switch(rope)
+        if switch is not None:
+            long = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings, long=True)
+            long_cos, long_sin = (
+                b.initializer(f"{prefix}{n}_cache_long", params.table(t))
+                for n, t in zip(("cos", "sin"), long, strict=True)
+            )
+            with b.scope("longrope"):
+                use_long = b.op("Greater", total, b.const(switch, "switch", "int32"))
+                cos = _select(b, use_long, long_cos, cos, "cos")
+                sin = _select(b, use_long, long_sin, sin, "sin")
+        caches[key] = (cos, sin)
+    return caches
+
+
+def _select(b: GraphBuilder, cond: ir.Value, then: ir.Value, other: ir.Value, name: str) -> ir.Value:
+    """If(cond) -> then else other, with the branches reading the outer-scope tables."""
+
+    def branch(value: ir.Value, tag: str) -> ir.Graph:
+        out = ir.Value(name=f"{name}_{tag}_out", type=value.type, shape=value.shape)
+        node = ir.Node("", "Identity", [value], outputs=[out], name=f"/longrope/{name}_{tag}")
+        return ir.Graph([], [out], nodes=[node], name=f"{name}_{tag}")
+
+    return b.op("If", cond, then_branch=branch(then, "long"), else_branch=branch(other, "short"), name=f"{name}_select")
