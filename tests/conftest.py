@@ -64,6 +64,15 @@ class Exports:
 
 
 @pytest.fixture(scope="session")
+def builds(request: pytest.FixtureRequest, checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The family registry's checkpoints and packages (tests/families.py FamilyBuilds), built once
+    per session for every module that asks."""
+    from families import FamilyBuilds
+
+    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def exports(tmp_path_factory: pytest.TempPathFactory, checkpoints: Checkpoints) -> Exports:
     return Exports(tmp_path_factory.mktemp("exports"), checkpoints)
 

@@ -431,8 +431,7 @@ class FamilyBuilds:
 
     @classmethod
     def of_session(cls, request: pytest.FixtureRequest, checkpoints: Any, tmp_path_factory: Any) -> FamilyBuilds:
-        """The session's one instance: every module's `builds` fixture returns it (a fixture imported
-        into several modules would be one fixture per module, each building again)."""
+        """The session's one instance, which conftest.py's `builds` fixture returns to every module."""
         key = _SESSION_BUILDS
         if key not in request.config.stash:
             request.config.stash[key] = cls(tmp_path_factory.mktemp("families"), checkpoints)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from families import PROMPT, FamilyBuilds
+from families import PROMPT
 from mutants import edit_initializers, transpose_blocks
 from reference import (
     assert_varied,
@@ -40,11 +40,6 @@ CLASSICS = ("gpt2", "gpt_neox", "opt", "gptj")
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
 PAD, ORT_PAD = 5, 9
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 def _parity_error(package: Path, checkpoint: Path, prompt: tuple[int, ...] = PROMPT) -> float:

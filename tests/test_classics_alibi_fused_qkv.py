@@ -11,18 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from families import BY_NAME, PROMPT, FamilyBuilds
+from families import BY_NAME, PROMPT
 from reference import hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 
 from gqa_export.errors import InputError
 from gqa_export.graph.fused_qkv import qkv_runs
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.run import load
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 def _mode(name: str) -> str:

@@ -13,7 +13,7 @@ import onnx
 import pytest
 from dense_models import FAMILIES as DENSE_FAMILIES
 from dense_models import VARIANTS as DENSE_VARIANTS
-from families import BY_NAME, REGISTERED, FamilyBuilds, skip_where_the_reference_differs, transformers_major
+from families import BY_NAME, REGISTERED, skip_where_the_reference_differs, transformers_major
 from moe_models import FAMILIES as MOE_FAMILIES
 from reference import (
     assert_varied,
@@ -32,11 +32,6 @@ from gqa_export.quant.quantize import QuantOptions
 from gqa_export.runtime.run import generate_greedy, load
 
 WEIGHT_BOUNDS = {"int4": INT4_MAX_ERROR, "int8": INT8_MAX_ERROR}
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 def _each(fact: str | None = None, where: str | None = None) -> list:

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from families import GEMMA4_PROMPTS, FamilyBuilds
+from families import GEMMA4_PROMPTS
 from gemma4_models import mm_token_type_ids, save_gemma4
 from reference import (
     genai_prompt_then_greedy,
@@ -30,11 +30,6 @@ from gqa_export.runtime.run import generate_greedy, load
 NEW = 40
 # an image run longer than the window (4), an audio placeholder, a video run
 VISION_PROMPT = [0, 17, 45, 300, 300, 300, 300, 300, 300, 99, 302, 200, 301, 301, 3, 7]
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 @pytest.mark.parametrize("mode", ["auto", "bias", "split"])

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from families import PROMPT, FamilyBuilds
+from families import PROMPT
 from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 from typer.testing import CliRunner
 
@@ -26,11 +26,6 @@ from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 def _copy(package: Path, to: Path) -> Path:

@@ -11,7 +11,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-from families import FamilyBuilds
 from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 from test_hybrid import _copy, _parity_error
 from typer.testing import CliRunner
@@ -20,11 +19,6 @@ from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 # Falcon-H1 (tests/dense_models.py falcon_h1): GQA and Mamba2 side by side in all 3 layers; K 4 over

@@ -11,7 +11,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-from families import FamilyBuilds
 from reference import hf_logits, hf_model, ort_prefill_and_decode
 from test_hybrid import _copy, _parity_error
 from typer.testing import CliRunner
@@ -19,11 +18,6 @@ from typer.testing import CliRunner
 from gqa_export.cli import app
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 # Jamba (tests/dense_models.py jamba): Mamba at layers 0, 2 and 4, NoPE GQA at 1 and 3, experts at 0

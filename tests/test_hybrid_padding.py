@@ -16,17 +16,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from families import BY_NAME, REGISTERED, FamilyBuilds, skip_where_the_reference_differs
+from families import BY_NAME, REGISTERED, skip_where_the_reference_differs
 from reference import assert_varied, genai_padded_batch_greedy, hf_generate, hf_logits, hf_model, ort_padded_batch
 
 from gqa_export.pipeline import BuildOptions, build
 
 GRANITE = "granitemoehybrid"
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 def _copy(package: Path, to: Path) -> Path:

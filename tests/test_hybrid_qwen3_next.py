@@ -11,18 +11,11 @@ import json
 import numpy as np
 import onnx
 import pytest
-from families import FamilyBuilds
 from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 from test_hybrid import _copy, _parity_error
 
 from gqa_export.graph.gated_deltanet import grouped_rows
 from gqa_export.pipeline import BuildOptions, build
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
-
 
 # Qwen3-Next (tests/dense_models.py qwen3_next): Qwen3.5's layers at 0, 2 (DeltaNet) and 1, 3 (gated GQA)
 # with Hk 2, Hv 4, dk 16, dv 32; K 4 over 2 x 2 x 16 + 4 x 32 = 192 channels; experts on 0, 1, 3 and a

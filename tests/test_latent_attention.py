@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from families import BY_NAME, REGISTERED, FamilyBuilds, skip_where_the_reference_differs
+from families import BY_NAME, REGISTERED, skip_where_the_reference_differs
 from reference import (
     assert_varied,
     genai_padded_batch_greedy,
@@ -34,11 +34,6 @@ PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13]
 # right-padded batch 2 (genai pads with pad_token_id 5; ORT runs pad with 9, see test_hybrid_padding.py)
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 def _registered(family: str, generation: bool = False) -> None:

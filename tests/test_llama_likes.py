@@ -30,11 +30,6 @@ RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
 PAD, ORT_PAD = 5, 9  # genai pads with pad_token_id; ORT runs read the padding from the mask alone
 
 
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
-
-
 def _registered(family: str) -> None:
     if BY_NAME[family] not in REGISTERED:
         pytest.skip(f"{family} needs a newer transformers")

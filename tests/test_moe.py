@@ -10,7 +10,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from families import PROMPT, FamilyBuilds
+from families import PROMPT
 from moe_models import load_dequantized_reference, save_gpt_oss_mxfp4
 from reference import hf_logits, ort_prefill_and_decode
 from typer.testing import CliRunner
@@ -18,11 +18,6 @@ from typer.testing import CliRunner
 from gqa_export.cli import app
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 def test_gpt_oss_sinks_need_gqa(builds, tmp_path):

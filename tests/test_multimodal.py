@@ -10,16 +10,11 @@ import json
 import numpy as np
 import onnx
 import pytest
-from families import BY_NAME, FamilyBuilds
+from families import BY_NAME
 from multimodal_models import IMAGE_ID
 from reference import genai_prompt_then_greedy, hf_model, hf_prompt_then_greedy
 
 IMAGE_PROMPT = [0, 17, 45, *[IMAGE_ID] * 11, 99, 200, 3, 7, IMAGE_ID, IMAGE_ID, 64]  # a run longer than the window
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 @pytest.mark.parametrize("mode", ["auto", "bias", "split"])

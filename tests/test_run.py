@@ -5,7 +5,7 @@ rows of the family registry (tests/families.py, tests/test_families.py)."""
 from __future__ import annotations
 
 import pytest
-from families import TEXT_PROMPTS, FamilyBuilds
+from families import TEXT_PROMPTS
 from reference import hf_generate, hf_model
 from variants import FAMILY_VARIANTS
 
@@ -16,11 +16,6 @@ TEXTS = [
     "The quick brown fox jumps over the lazy dog and the cache key value",
     "Once upon a time there lived a small red fox. " * 4,
 ]
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 def _hf_tokenizer(path):

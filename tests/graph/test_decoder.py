@@ -6,13 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from families import FamilyBuilds
 from reference import hf_logits, hf_model, ort_prefill_and_decode
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 @pytest.mark.parametrize(("prompt_len", "steps"), [(28, 8), (40, 4)])

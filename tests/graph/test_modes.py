@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 import pytest
-from families import LLAMA_MODES, PROMPTS, FamilyBuilds
+from families import LLAMA_MODES, PROMPTS
 from reference import genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
 
 from gqa_export.pipeline import BuildOptions, build
@@ -20,11 +20,6 @@ NEW = 40
 BIDIR = (300, 301)
 # Two runs of bidirectional ids: positions 3-5 and 8-9.
 BIDIR_PROMPT = [0, 17, 45, 300, 301, 300, 99, 200, 301, 301, 7, 64]
-
-
-@pytest.fixture(scope="session")
-def builds(request, checkpoints, tmp_path_factory) -> FamilyBuilds:
-    return FamilyBuilds.of_session(request, checkpoints, tmp_path_factory)
 
 
 @pytest.mark.parametrize("mode", LLAMA_MODES)
