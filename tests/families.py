@@ -299,7 +299,7 @@ FAMILIES: tuple[Family, ...] = (
         quantized=("int4",),
         accuracy_level=0,
         experts="fused",
-        smoke_meets_eos=True,
+        smoke_meets_eos=frozenset({5}),
         prompt=LONG_PROMPT,
         since_major=5,
     ),

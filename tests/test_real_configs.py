@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from families import transformers_major
 from reference import hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 from tiny_models import randomize_norms, save_tokenizer
 from typer.testing import CliRunner
@@ -32,6 +33,14 @@ PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13, 90, 91]  # twi
 # (tests/families.py, the phi3_longrope row); the crossing itself is compared step by step in the logits test
 LONG_PROMPT = [(11 * i + 5) % 380 for i in range(40)]
 NEW = 24
+# published configs whose HF reference differs between transformers majors (the export follows 5.x):
+# name -> why; under 4.x they are exported and checked for their config only
+REFERENCE_DIFFERS_UNDER_4X = {
+    "deepseek-ai--DeepSeek-V2-Lite-Chat": (
+        "4.57's DeepSeek-V2 computes this config's legacy YaRN rope_scaling otherwise than 5.x (its logits "
+        "agree at position 0 and part from position 1)"
+    ),
+}
 
 
 def real_checkpoint(name: str, folder: Path) -> Path:
@@ -80,6 +89,8 @@ def exported(tmp_path_factory):
 def test_exports_and_matches_hf(exported, name):
     checkpoint, package = exported(name)
     assert json.loads((checkpoint / "config.json").read_text()) == json.loads((CONFIGS / f"{name}.json").read_text())
+    if name in REFERENCE_DIFFERS_UNDER_4X and transformers_major() < 5:
+        pytest.skip(REFERENCE_DIFFERS_UNDER_4X[name])
     tokens, got = ort_prefill_and_decode(package, PROMPT, steps=24)
     hf = hf_model(checkpoint)
     ref = hf_logits(hf, tokens, len(PROMPT))

@@ -7,7 +7,8 @@ from gqa_export.arch.spec import ArchSpec, LatentAttentionNames, MoeNames, MoeSp
 
 # the config spellings both DeepSeek generations share: dense layers before first_k_dense_replace,
 # n_shared_experts shared experts as one MLP of that many times moe_intermediate_size
-_DEEPSEEK_KEYS = config_keys(first_dense_layers="first_k_dense_replace")
+# n_routed_experts: the key both majors have (4.57 has no num_experts alias for it)
+_DEEPSEEK_KEYS = config_keys(first_dense_layers="first_k_dense_replace", num_experts="n_routed_experts")
 _SHARED = MoeNames(shared_expert="shared_experts")
 # DeepSeek-V2 / V2-Lite: latent attention (q-LoRA optional: V2-Lite has none), GPT-J pairs on the
 # decoupled rope dims, softmax router with group-limited greedy top-k (docs/latent-attention.md)
