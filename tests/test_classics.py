@@ -164,7 +164,7 @@ def _with_spec(monkeypatch, name: str, **changes) -> None:
     ("family", "changes"),
     [  # measured (docs/classic-decoders.md): 13.8, 5.2, 2.1, 10.5, 11.6, 2.0
         pytest.param("gpt2", dict(positions=None), id="gpt2_no_positions"),
-        pytest.param("gpt_neox", dict(qkv_rows="stacked"), id="neox_rows_stacked"),  # per-head qkv read as [q|k|v]
+        pytest.param("gpt_neox", dict(qkv_layout="stacked"), id="neox_rows_stacked"),  # per-head qkv read as [q|k|v]
         pytest.param(
             "gpt_neox", dict(layer=replace(arch.SPECS["gpt_neox"].layer, post_attention_norm=None)), id="neox_one_norm"
         ),

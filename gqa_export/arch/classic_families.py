@@ -3,11 +3,12 @@ MPT, CodeGen (issue #24).
 
 What sets them apart is data here: learned absolute position tables (GPT-2, OPT with its offset
 of 2), Conv1D weights stored [in, out] (GPT-2), fused qkv weights in their own row orders
-(GPT-NeoX head by head: `qkv_rows`; Falcon, Bloom, CodeGen: `qkv_layout`), LayerNorms with biases,
-parallel residuals (GPT-NeoX's and Falcon-40B's two norms, GPT-J's and Falcon-7B's one), partial and
-interleaved RoPE (GPT-J, CodeGen), ALiBi instead of RoPE (Bloom, MPT: standard Attention only,
-docs/architecture.md §2.3), multi-query flags (Falcon), an embedding LayerNorm (Bloom), and the
-layouts this graph does not build, refused in one line (docs/classic-decoders.md).
+(`qkv_layout`: GPT-NeoX and Bloom head by head, Falcon per kv group, CodeGen in q | v | k
+blocks), LayerNorms with biases, parallel residuals (GPT-NeoX's and Falcon-40B's two norms,
+GPT-J's and Falcon-7B's one), partial and interleaved RoPE (GPT-J, CodeGen), ALiBi instead of
+RoPE (Bloom, MPT: standard Attention only, docs/architecture.md §2.3), multi-query flags
+(Falcon), an embedding LayerNorm (Bloom), and the layouts this graph does not build, refused in
+one line (docs/classic-decoders.md).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ GPT_NEOX = ArchSpec(
     mlp="plain",
     activations=_GELUS,
     parallel_key="parallel_residual",  # use_parallel_residual: attention and MLP on the layer input, own norms
-    qkv_rows="per_head",
+    qkv_layout="grouped",  # one q | k | v per head (as many kv heads as heads)
     decoder_prefixes=("gpt_neox.",),
     lm_head_names=("embed_out.weight",),
 )

@@ -29,7 +29,6 @@ NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
 # already MatMul's layout); how a stored fused qkv orders its rows: "stacked" ([q | k | v]) or
 # "per_head" (GPT-NeoX: [h0: q k v | h1: q k v | ...], selected into [q | k | v] at export)
 LINEAR_LAYOUTS = ("out_in", "in_out")
-QKV_ROWS = ("stacked", "per_head")
 NORM_KINDS = ("rms", "layer", "layer_free")
 MLP_KINDS = ("gated", "plain")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
@@ -200,8 +199,8 @@ class AbsolutePositions:
 FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio")
 # how a fused query_key_value weight orders its rows (docs/architecture.md §2.3): "stacked" (all q,
 # then k, then v: Phi-3), "grouped" (per kv head: its r = heads / kv_heads query heads, its key, its
-# value; one kv head is multi-query, kv_heads = heads is Bloom's per-head q | k | v), "blocks_qvk"
-# (four model-parallel blocks, each q | v | k over a quarter of the heads: CodeGen)
+# value; one kv head is multi-query, kv_heads = heads is GPT-NeoX's and Bloom's per-head q | k | v),
+# "blocks_qvk" (four model-parallel blocks, each q | v | k over a quarter of the heads: CodeGen)
 QKV_LAYOUTS = ("stacked", "grouped", "blocks_qvk")
 # ALiBi: an additive per-head bias slope_h * (key position - query position) on the scores;
 # "geometric" (Press et al.'s slopes, extra odd powers past a power of two: Bloom), "bias_max" (MPT's
@@ -316,7 +315,6 @@ class ArchSpec:
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     positions: AbsolutePositions | None = None  # learned absolute position embeddings (GPT-2, OPT)
     linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
-    qkv_rows: str = "stacked"  # QKV_ROWS: how the stored fused `qkv` orders its rows (GPT-NeoX: per head)
     # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)
     latent_attention: LatentAttentionNames | None = None
     qkv_layout: str = "stacked"  # QKV_LAYOUTS: the row order of a fused layer.qkv weight

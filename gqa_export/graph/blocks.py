@@ -14,10 +14,9 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
-from gqa_export.graph.fused_qkv import fused_qkv
+from gqa_export.graph.fused_qkv import selected_rows
 from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
@@ -66,7 +65,7 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
     x = _input_multiplier(lc, x, modules, node)
     graph_name = lc.name(packed_name) if packed_name else lc.name(modules[0])
     rows = _selected_rows(lc, modules)
-    if rows is not None:  # a fused qkv stored head by head: its rows taken in [q | k | v] order
+    if rows is not None:  # a fused qkv stored in another order: its rows taken in [q | k | v] order
         weight_tensor = params.matmul_rows(lc.name(modules[0]), rows)
     elif lc.spec.linear_layout == "in_out":  # Conv1D (GPT-2): stored as MatMul's [in, out] already
         assert len(modules) == 1, f"{modules}: Conv1D weights are read one at a time"
@@ -82,20 +81,13 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
     return _output_multiplier(lc, y, modules, node)
 
 
-def per_head_qkv_rows(heads: int, head_dim: int) -> list[tuple[int, int]]:
-    """Row ranges that turn a fused qkv stored head by head ([h0: q k v | h1: q k v | ...],
-    GPT-NeoX) into [q | k | v]: every head's query rows, then every key's, then every value's."""
-    return [(h * 3 * head_dim + part * head_dim, h * 3 * head_dim + (part + 1) * head_dim)
-            for part in range(3) for h in range(heads)]  # fmt: skip
-
-
 def _selected_rows(lc: LayerContext, modules: list[str]) -> list[tuple[int, int]] | None:
-    """The row selection of the spec's fused qkv when it is stored per head (spec qkv_rows)."""
-    if lc.spec.qkv_rows != "per_head" or modules != [lc.spec.layer.qkv]:
+    """The row selection of a fused qkv stored in another order than [q | k | v] (spec qkv_layout:
+    GPT-NeoX's and Bloom's head by head, Falcon's per kv group, CodeGen's q | v | k blocks)."""
+    if lc.spec.qkv_layout == "stacked" or modules != [lc.spec.layer.qkv]:
         return None
-    if lc.layer.num_kv_heads != lc.dims.num_heads:
-        raise InputError(f"{lc.spec.name}: a qkv stored per head needs as many kv heads as query heads")
-    return per_head_qkv_rows(lc.dims.num_heads, lc.layer.head_dim)
+    shape = (lc.dims.num_heads, lc.layer.num_kv_heads, lc.layer.head_dim)
+    return selected_rows(lc.params, lc.name(modules[0]), lc.spec.qkv_layout, shape)
 
 
 def _input_multiplier(lc: LayerContext, x: ir.Value, modules: list[str], node: str) -> ir.Value:
@@ -184,10 +176,7 @@ def qkv_projection(
         gated or qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None or dims.clip_qkv
     )
     attention = L.q.rpartition(".")[0]  # packed weights are named in the attention's own module
-    if L.qkv and lc.spec.qkv_layout != "stacked":  # fused in another row order (Falcon, Bloom, CodeGen)
-        shape = (dims.num_heads, layer.num_kv_heads, layer.head_dim)
-        packed = fused_qkv(lc.b, lc.params, x, lc.name(L.qkv), lc.spec.qkv_layout, shape)
-    elif L.qkv:  # a checkpoint that stores the fused projection (Phi-3)
+    if L.qkv:  # a checkpoint that stores the fused projection (Phi-3; in its own row order: spec qkv_layout)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
     elif layer.k_eq_v:
         packed = linear(lc, x, [L.q, L.k], f"{attention}.qk_proj", "qk_proj")

@@ -1,17 +1,14 @@
 """Fused query_key_value weights in the row orders the classic decoders store (arch.spec.QKV_LAYOUTS).
 
-The graph takes the rows of the stored weight (and bias) in q | k | v order as it writes the
-initializer (`Params.matmul_rows`, streamed, never reordered in memory), so everything after the
+`graph/blocks.linear` takes the rows of the stored weight (and bias) in q | k | v order as it writes
+the initializer (`Params.matmul_rows`, streamed, never reordered in memory), so everything after the
 projection is the stacked layout every other family has: one MatMul, one split, GQA's packed input.
+"grouped" with as many kv heads as heads is GPT-NeoX's and Bloom's head-by-head q | k | v.
 """
 
 from __future__ import annotations
 
-import numpy as np
-import onnx_ir as ir
-
 from gqa_export.errors import InputError
-from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.params import Params
 
 Runs = list[tuple[int, int]]
@@ -53,11 +50,9 @@ def _merged(runs: Runs) -> Runs:
     return out
 
 
-def fused_qkv(
-    b: GraphBuilder, params: Params, x: ir.Value, name: str, layout: str, shape: tuple[int, int, int]
-) -> ir.Value:
-    """x @ [Wq | Wk | Wv] (+ the bias where stored) from the fused weight `name` ([out, in], its
-    bias beside it), [B, S, (Nq + 2 Nkv) D]; shape is (heads, kv heads, head_dim)."""
+def selected_rows(params: Params, name: str, layout: str, shape: tuple[int, int, int]) -> Runs:
+    """The stored rows of the fused weight `name` ([out, in]) in q | k | v order, for `linear` to
+    take as the weight (and its bias) streams; shape is (heads, kv heads, head_dim)."""
     heads, kv_heads, head_dim = shape
     q, k, v = qkv_runs(layout, heads, kv_heads, head_dim)
     runs = _merged(q + k + v)
@@ -68,9 +63,4 @@ def fused_qkv(
             f"{name} has {stored} rows but {heads} heads and {kv_heads} kv heads of {head_dim} give {width}; "
             "the config does not belong to these weights"
         )
-    y = b.op("MatMul", x, b.initializer(name, params.matmul_rows(name, runs)), name="qkv_proj/MatMul")
-    bias_name = name.removesuffix("weight") + "bias"
-    if bias_name in params.store:
-        rows = params.derived(bias_name, lambda t: np.concatenate([t[a:z] for a, z in runs]), (width,))
-        y = b.op("Add", y, b.initializer(bias_name, rows), name="qkv_proj/Add")
-    return y
+    return runs
