@@ -11,10 +11,10 @@ import json
 import numpy as np
 import pytest
 from families import LLAMA_MODES, PROMPTS
-from reference import genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
+from reference import genai_padded_batch_greedy, genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
 
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.runtime.run import generate_greedy, load
+from gqa_export.runtime.run import generate_greedy
 
 NEW = 40
 BIDIR = (300, 301)
@@ -27,22 +27,11 @@ BIDIR_PROMPT = [0, 17, 45, 300, 301, 300, 99, 200, 301, 301, 7, 64]
 def test_ragged_batch(builds, variant, mode):
     """Batch 2 with padding: every step of a split pipeline runs its prefill graph
     (next_tokens.size() > 1); bias writes each row at its own index in the shared buffer."""
-    import onnxruntime_genai as og
-
-    package = builds.package(variant, mode)
-    model = load(package, "cpu")
     prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64, 11, 12]]
-    width, new = max(map(len, prompts)), 20
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, batch_size=2, max_length=width + new, min_length=width + new)
-    generator = og.Generator(model, params)
-    generator.append_tokens(np.array([p + [5] * (width - len(p)) for p in prompts], dtype=np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
+    rows = genai_padded_batch_greedy(builds.package(variant, mode), prompts, 5, 20)
     hf = hf_model(builds.checkpoint(variant))
     for row, prompt in enumerate(prompts):
-        sequence = [int(t) for t in generator.get_sequence(row)]
-        assert sequence[width:] == hf_generate(hf, prompt, new), (mode, row)
+        assert rows[row] == hf_generate(hf, prompt, 20), (mode, row)
 
 
 def test_split_package_layout(builds):
