@@ -11,8 +11,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
-from test_hybrid import _copy, _parity_error
+from reference import hf_logits, hf_model, ort_prefill_and_decode
+from test_hybrid import _copy, _parity_error, assert_variant_matches_hf
 
 from gqa_export.graph.gated_deltanet import grouped_rows
 from gqa_export.pipeline import BuildOptions, build
@@ -103,7 +103,4 @@ def test_qwen3_next_sparse_step_variant_matches_hf(tmp_path):
     build(BuildOptions(str(checkpoint), package))
     graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
     assert [n.op_type for n in graph.node].count("MoE") == 2
-    assert _parity_error(package, checkpoint) < 1e-4
-    prompt = [0, 17, 45, 99, 200, 3, 7]
-    _, tokens = genai_prompt_then_greedy(package, prompt, 20)
-    assert tokens == hf_generate(hf_model(checkpoint), prompt, 20) and len(set(tokens)) >= 4
+    assert_variant_matches_hf(package, checkpoint)
