@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,16 @@ def genai_padded_batch_greedy(package: Path, prompts: list[list[int]], pad: int,
     while not generator.is_done():
         generator.generate_next_token()
     return [[int(t) for t in generator.get_sequence(r)][width:] for r in range(len(prompts))]
+
+
+def parity_error(package: Path, checkpoint: Path, prompt: Sequence[int] | None = None) -> float:
+    """Max |ORT - HF| over a prompt's logits (the registry's 14 tokens by default) and 6 greedy
+    decode steps: the number every family's parity and mutant checks compare with their bound."""
+    from families import PROMPT
+
+    prompt = list(PROMPT if prompt is None else prompt)
+    tokens, got = ort_prefill_and_decode(package, prompt, steps=6)
+    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(prompt))).max())
 
 
 def ort_prefill_and_decode(package: Path, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:

@@ -16,16 +16,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from families import PROMPT
 from mutants import edit_initializers, transpose_blocks
 from reference import (
     assert_varied,
     genai_padded_batch_greedy,
     hf_generate,
-    hf_logits,
     hf_model,
     ort_padded_batch,
-    ort_prefill_and_decode,
+    parity_error,
 )
 from typer.testing import CliRunner
 
@@ -40,12 +38,6 @@ CLASSICS = ("gpt2", "gpt_neox", "opt", "gptj")
 RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
 RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
 PAD, ORT_PAD = 5, 9
-
-
-def _parity_error(package: Path, checkpoint: Path, prompt: tuple[int, ...] = PROMPT) -> float:
-    """Max |ORT - HF| over the prompt's logits and 6 greedy decode steps."""
-    tokens, got = ort_prefill_and_decode(package, list(prompt), steps=6)
-    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(prompt))).max())
 
 
 def _built(checkpoint: Path, out: Path, **options) -> Path:
@@ -99,8 +91,8 @@ def test_classic_config_variants_match_hf(tmp_path, family, overrides):
 
     checkpoint = save_dense(tmp_path / "ckpt", family, **overrides)
     package = _built(checkpoint, tmp_path / "pkg")
-    assert _parity_error(package, checkpoint) < 1e-4
-    assert _parity_error(package, checkpoint, (0,)) < 1e-4
+    assert parity_error(package, checkpoint) < 1e-4
+    assert parity_error(package, checkpoint, (0,)) < 1e-4
 
 
 def _ragged_error(package: Path, checkpoint: Path) -> float:
@@ -176,7 +168,7 @@ def _with_spec(monkeypatch, name: str, **changes) -> None:
 def test_mutant_classic_mechanism_fails_parity(builds, tmp_path, monkeypatch, family, changes):
     _with_spec(monkeypatch, family, **changes)
     package = _built(builds.checkpoint(family), tmp_path / "pkg")
-    assert _parity_error(package, builds.checkpoint(family)) > 1e-2
+    assert parity_error(package, builds.checkpoint(family)) > 1e-2
 
 
 @pytest.mark.parametrize(
@@ -192,7 +184,7 @@ def test_mutant_classic_config_fails_parity(builds, tmp_path, family, config, bo
     more than the families' 1e-4 (`bound`: what each mutant measurably exceeds)."""
     checkpoint = _edited_checkpoint(builds.checkpoint(family), tmp_path / "ckpt", **config)
     package = _built(checkpoint, tmp_path / "pkg")
-    assert _parity_error(package, builds.checkpoint(family)) > bound
+    assert parity_error(package, builds.checkpoint(family)) > bound
 
 
 def test_mutant_conv1d_read_transposed_fails_parity(builds, tmp_path):
@@ -200,4 +192,4 @@ def test_mutant_conv1d_read_transposed_fails_parity(builds, tmp_path):
     package = tmp_path / "pkg"
     shutil.copytree(builds.package("gpt2"), package)
     assert edit_initializers(package, "transformer.h.*.attn.c_proj.weight", transpose_blocks)
-    assert _parity_error(package, builds.checkpoint("gpt2")) > 1e-2
+    assert parity_error(package, builds.checkpoint("gpt2")) > 1e-2

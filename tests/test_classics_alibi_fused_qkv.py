@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from families import BY_NAME, PROMPT
-from reference import genai_padded_batch_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
+from families import BY_NAME
+from reference import genai_padded_batch_greedy, hf_generate, hf_model, parity_error
 
 from gqa_export.errors import InputError
 from gqa_export.graph.fused_qkv import qkv_runs
@@ -22,11 +22,6 @@ from gqa_export.pipeline import BuildOptions, build
 def _mode(name: str) -> str:
     """The single-graph mode of a family's package: bias for the ALiBi families, else gqa."""
     return BY_NAME[name].logits_mode
-
-
-def _parity_error(package: Path, checkpoint: Path, prompt: tuple[int, ...] = PROMPT) -> float:
-    tokens, got = ort_prefill_and_decode(package, list(prompt), steps=6)
-    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(prompt))).max())
 
 
 def _stored_order(layout: str, heads: int, kv_heads: int, head_dim: int):
@@ -84,12 +79,12 @@ def test_classic_mutants_fail_parity(builds, tmp_path, mutant):
     family, pattern, change = MUTANTS[mutant]
     package = shutil.copytree(builds.package(family, _mode(family)), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
-    assert _parity_error(package, builds.checkpoint(family)) > 1e-2
+    assert parity_error(package, builds.checkpoint(family)) > 1e-2
 
 
 @pytest.mark.parametrize("name", ["falcon", "falcon_grouped", "bloom", "mpt", "codegen"])
 def test_classic_one_token_prompt_matches_hf(builds, name):
-    assert _parity_error(builds.package(name, _mode(name)), builds.checkpoint(name), (0,)) < 1e-4
+    assert parity_error(builds.package(name, _mode(name)), builds.checkpoint(name), (0,)) < 1e-4
 
 
 RAGGED = [  # (family, mode, recipe settings)
@@ -179,7 +174,7 @@ def test_mpt_mutant_config_without_its_attention_options_fails_parity(builds, tm
     """The checkpoint's clip_qkv / softmax_scale dropped from the config: a wrong model."""
     checkpoint = _edited(builds.checkpoint("mpt"), tmp_path / "ckpt", **attn)
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
-    assert _parity_error(tmp_path / "pkg", builds.checkpoint("mpt")) > 1e-2
+    assert parity_error(tmp_path / "pkg", builds.checkpoint("mpt")) > 1e-2
 
 
 @pytest.mark.parametrize(
@@ -207,7 +202,7 @@ def test_codegen_mutant_rotating_the_whole_head_fails_parity(builds, tmp_path):
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "rotary_dim": 16}))
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
-    assert _parity_error(tmp_path / "pkg", builds.checkpoint("codegen")) > 1e-2
+    assert parity_error(tmp_path / "pkg", builds.checkpoint("codegen")) > 1e-2
 
 
 def test_codegen_full_rotary_matches_hf(tmp_path):
@@ -216,4 +211,4 @@ def test_codegen_full_rotary_matches_hf(tmp_path):
 
     checkpoint = save_dense(tmp_path / "ckpt", "codegen", rotary_dim=16)
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
-    assert _parity_error(tmp_path / "pkg", checkpoint) < 1e-4
+    assert parity_error(tmp_path / "pkg", checkpoint) < 1e-4

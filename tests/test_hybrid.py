@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import pytest
 from families import PROMPT
-from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
+from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode, parity_error
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -33,15 +33,10 @@ def _copy(package: Path, to: Path) -> Path:
     return to
 
 
-def _parity_error(package: Path, checkpoint: Path) -> float:
-    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
-    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(PROMPT))).max())
-
-
 def assert_variant_matches_hf(package: Path, checkpoint: Path) -> None:
     """A config variant's checks: prompt and decode-step logits within 1e-4 of HF, and 20 greedy
     onnxruntime-genai tokens on a 7-token prompt equal to HF generate, not one repeated id."""
-    assert _parity_error(package, checkpoint) < 1e-4
+    assert parity_error(package, checkpoint) < 1e-4
     prompt = [0, 17, 45, 99, 200, 3, 7]
     _, tokens = genai_prompt_then_greedy(package, prompt, 20)
     assert tokens == hf_generate(hf_model(checkpoint), prompt, 20) and len(set(tokens)) >= 4
@@ -123,7 +118,7 @@ def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path
             node.input[0] = zeros
     onnx.save(model, str(package / "model.onnx"))
     checkpoint = builds.checkpoint(family)
-    assert _parity_error(builds.package(family), checkpoint) < 1e-4
+    assert parity_error(builds.package(family), checkpoint) < 1e-4
     tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
     ref = hf_logits(hf_model(checkpoint), tokens, len(PROMPT))
     np.testing.assert_allclose(got[: len(PROMPT)], ref[: len(PROMPT)], atol=1e-4, rtol=1e-4)
@@ -139,7 +134,7 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
             outputs = list(node.output)
             node.output[:] = [outputs[1], outputs[0], outputs[2]]
     onnx.save(model, str(package / "model.onnx"))
-    assert _parity_error(package, builds.checkpoint("lfm2")) > 1e-2
+    assert parity_error(package, builds.checkpoint("lfm2")) > 1e-2
 
 
 @pytest.mark.parametrize("mode", ["bias", "split"])
@@ -207,7 +202,7 @@ def test_qwen3_5_mutant_graph_with_swapped_halves_fails_parity(builds, tmp_path,
             outputs = list(node.output)
             node.output[:2] = [outputs[1], outputs[0]]
     onnx.save(model, str(package / "model.onnx"))
-    assert _parity_error(package, builds.checkpoint(QWEN)) > 1e-2
+    assert parity_error(package, builds.checkpoint(QWEN)) > 1e-2
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +230,7 @@ def test_qwen3_5_conditional_generation_text_decoder_matches_hf(qwen3_5_conditio
     package = tmp_path / "pkg"
     build(BuildOptions(str(qwen3_5_conditional), package))
     assert json.loads((package / "genai_config.json").read_text())["model"]["type"] == "qwen3_5_text"
-    assert _parity_error(package, qwen3_5_conditional) < 1e-4
+    assert parity_error(package, qwen3_5_conditional) < 1e-4
     prompt = [0, 17, 45, 99, 200, 3, 7]
     _, tokens = genai_prompt_then_greedy(package, prompt, 20)
     assert tokens == hf_generate(hf_model(qwen3_5_conditional), prompt, 20)
@@ -254,10 +249,10 @@ def test_mutant_lfm2_moe_routing_fails_parity(builds, tmp_path, pattern, change)
     from mutants import edit_initializers
 
     checkpoint = builds.checkpoint("lfm2_moe")
-    assert _parity_error(builds.package("lfm2_moe"), checkpoint) < 1e-4
+    assert parity_error(builds.package("lfm2_moe"), checkpoint) < 1e-4
     package = _copy(builds.package("lfm2_moe"), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
-    assert _parity_error(package, checkpoint) > 1e-2
+    assert parity_error(package, checkpoint) > 1e-2
 
 
 # Granite-4.0-H (tests/dense_models.py granitemoehybrid): Mamba2 at layers 0, 2 and 3, NoPE GQA at 1;
@@ -304,7 +299,7 @@ def test_granite_hybrid_mutant_graph_with_swapped_b_and_c_fails_parity(builds, t
             outputs = list(node.output)
             node.output[1:] = [outputs[2], outputs[1]]
     onnx.save(model, str(package / "model.onnx"))
-    assert _parity_error(package, builds.checkpoint(GRANITE)) > 1e-2
+    assert parity_error(package, builds.checkpoint(GRANITE)) > 1e-2
 
 
 def test_granite_hybrid_mutant_without_the_d_skip_fails_parity(builds, tmp_path):
@@ -313,7 +308,7 @@ def test_granite_hybrid_mutant_without_the_d_skip_fails_parity(builds, tmp_path)
 
     package = _copy(builds.package(GRANITE), tmp_path / "pkg")
     assert edit_initializers(package, "*mamba.D", lambda values: values * 0), "mamba.D matched nothing"
-    assert _parity_error(package, builds.checkpoint(GRANITE)) > 1e-2
+    assert parity_error(package, builds.checkpoint(GRANITE)) > 1e-2
 
 
 def test_granite_hybrid_time_step_limit_is_refused_in_one_line(builds, tmp_path):

@@ -11,8 +11,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from reference import hf_logits, hf_model, ort_prefill_and_decode
-from test_hybrid import _copy, _parity_error, assert_variant_matches_hf
+from reference import hf_logits, hf_model, ort_prefill_and_decode, parity_error
+from test_hybrid import _copy, assert_variant_matches_hf
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -85,7 +85,7 @@ def test_falcon_h1_mutant_multipliers_fail_parity(builds, tmp_path, mutant):
     pattern, change = FALCON_MUTANTS[mutant]
     package = _copy(builds.package(FALCON), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
-    assert _parity_error(package, builds.checkpoint(FALCON)) > 1e-2
+    assert parity_error(package, builds.checkpoint(FALCON)) > 1e-2
 
 
 def test_falcon_h1_mutant_with_the_other_norm_order_fails_parity(builds, tmp_path):
@@ -94,7 +94,7 @@ def test_falcon_h1_mutant_with_the_other_norm_order_fails_parity(builds, tmp_pat
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "mamba_norm_before_gate": False}))
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
-    assert _parity_error(tmp_path / "pkg", builds.checkpoint(FALCON)) > 1e-2
+    assert parity_error(tmp_path / "pkg", builds.checkpoint(FALCON)) > 1e-2
 
 
 @pytest.mark.parametrize(

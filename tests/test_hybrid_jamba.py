@@ -11,8 +11,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from reference import hf_logits, hf_model, ort_prefill_and_decode
-from test_hybrid import _copy, _parity_error, assert_variant_matches_hf
+from reference import hf_logits, hf_model, ort_prefill_and_decode, parity_error
+from test_hybrid import _copy, assert_variant_matches_hf
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -92,7 +92,7 @@ def test_jamba_mutant_graph_fails_parity(builds, tmp_path, edit):
     model = onnx.load(str(package / "model.onnx"), load_external_data=False)
     edit(model)
     onnx.save(model, str(package / "model.onnx"))
-    assert _parity_error(package, builds.checkpoint(JAMBA)) > 1e-2
+    assert parity_error(package, builds.checkpoint(JAMBA)) > 1e-2
 
 
 @pytest.mark.parametrize(
@@ -112,7 +112,7 @@ def test_jamba_mutant_initializers_fail_parity(builds, tmp_path, pattern, change
 
     package = _copy(builds.package(JAMBA), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
-    assert _parity_error(package, builds.checkpoint(JAMBA)) > 1e-2
+    assert parity_error(package, builds.checkpoint(JAMBA)) > 1e-2
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ import json
 import numpy as np
 import onnx
 import pytest
-from reference import hf_logits, hf_model, ort_prefill_and_decode
-from test_hybrid import _copy, _parity_error, assert_variant_matches_hf
+from reference import hf_logits, hf_model, ort_prefill_and_decode, parity_error
+from test_hybrid import _copy, assert_variant_matches_hf
 
 from gqa_export.graph.gated_deltanet import grouped_rows
 from gqa_export.pipeline import BuildOptions, build
@@ -77,7 +77,7 @@ def test_qwen3_next_mutant_row_selection_fails_parity(builds, tmp_path, monkeypa
     monkeypatch.setattr(gated_deltanet, "grouped_rows", rows)
     package = tmp_path / "pkg"
     build(BuildOptions(str(builds.checkpoint(NEXT)), package, smoke=False))
-    assert _parity_error(package, builds.checkpoint(NEXT)) > 1e-2  # measured 4.4 and 4.7
+    assert parity_error(package, builds.checkpoint(NEXT)) > 1e-2  # measured 4.4 and 4.7
 
 
 def test_qwen3_next_mutant_renormalized_top_k_fails_parity(builds, tmp_path):
@@ -89,7 +89,7 @@ def test_qwen3_next_mutant_renormalized_top_k_fails_parity(builds, tmp_path):
     (checkpoint / "config.json").write_text(json.dumps({**config, "norm_topk_prob": True}))
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, smoke=False))
-    assert _parity_error(package, builds.checkpoint(NEXT)) > 1e-2  # measured 1.7
+    assert parity_error(package, builds.checkpoint(NEXT)) > 1e-2  # measured 1.7
 
 
 def test_qwen3_next_sparse_step_variant_matches_hf(tmp_path):

@@ -19,10 +19,9 @@ from reference import (
     assert_varied,
     genai_padded_batch_greedy,
     hf_generate,
-    hf_logits,
     hf_model,
     ort_padded_batch,
-    ort_prefill_and_decode,
+    parity_error,
 )
 
 from gqa_export.errors import InputError
@@ -40,11 +39,6 @@ def _registered(family: str, generation: bool = False) -> None:
     if BY_NAME[family] not in REGISTERED:
         pytest.skip(f"{family} needs a newer transformers")
     skip_where_the_reference_differs(BY_NAME[family], generation)
-
-
-def _parity_error(package: Path, checkpoint: Path, prompt: list[int] = PROMPT) -> float:
-    tokens, got = ort_prefill_and_decode(package, prompt, steps=6)
-    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(prompt))).max())
 
 
 def _with_config(checkpoint: Path, to: Path, **changes) -> Path:
@@ -87,7 +81,7 @@ def test_expanded_cache_graph_and_genai_config(builds):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_one_token_prompt_and_decode_steps_match_hf(builds, family):
     _registered(family)
-    assert _parity_error(builds.package(family), builds.checkpoint(family), [0]) < 1e-4
+    assert parity_error(builds.package(family), builds.checkpoint(family), [0]) < 1e-4
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -131,8 +125,8 @@ def test_v2_with_q_lora_group_limited_routing_and_yarn_matches_hf(tmp_path, mode
     _registered(V2)
     checkpoint = _v2_grouped(tmp_path / "ckpt")
     package = _package(checkpoint, tmp_path / "pkg", attention=mode)
-    assert _parity_error(package, checkpoint) < 1e-4  # measured 3.7e-6
-    assert _parity_error(package, checkpoint, [0]) < 1e-4
+    assert parity_error(package, checkpoint) < 1e-4  # measured 3.7e-6
+    assert parity_error(package, checkpoint, [0]) < 1e-4
 
 
 def test_v3_with_rotate_half_rope_matches_hf(builds, tmp_path):
@@ -141,7 +135,7 @@ def test_v3_with_rotate_half_rope_matches_hf(builds, tmp_path):
     from moe_models import save_moe
 
     checkpoint = save_moe(tmp_path / "ckpt", V3, rope_interleave=False)
-    assert _parity_error(_package(checkpoint, tmp_path / "pkg"), checkpoint) < 1e-4
+    assert parity_error(_package(checkpoint, tmp_path / "pkg"), checkpoint) < 1e-4
 
 
 def test_v2_router_other_than_greedy_is_refused(builds, tmp_path):
@@ -161,7 +155,7 @@ def test_mutant_softmax_scale_times_1_5_fails_parity(builds, tmp_path, monkeypat
     _registered(family)
     real = dims.latent_scale
     monkeypatch.setattr(dims, "latent_scale", lambda config, lat: 1.5 * real(config, lat))
-    assert _parity_error(_package(builds.checkpoint(family), tmp_path / "pkg"), builds.checkpoint(family)) > 1e-2
+    assert parity_error(_package(builds.checkpoint(family), tmp_path / "pkg"), builds.checkpoint(family)) > 1e-2
 
 
 def test_mutant_mscale_left_out_of_the_scale_fails_parity(builds, tmp_path, monkeypatch):
@@ -170,7 +164,7 @@ def test_mutant_mscale_left_out_of_the_scale_fails_parity(builds, tmp_path, monk
 
     _registered(V3)
     monkeypatch.setattr(dims, "latent_scale", lambda config, lat: float(lat.head_dim) ** -0.5)
-    assert _parity_error(_package(builds.checkpoint(V3), tmp_path / "pkg"), builds.checkpoint(V3)) > 1e-2
+    assert parity_error(_package(builds.checkpoint(V3), tmp_path / "pkg"), builds.checkpoint(V3)) > 1e-2
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -178,7 +172,7 @@ def test_mutant_rope_pairs_rotated_as_halves_fails_parity(builds, tmp_path, fami
     """The export told rope_interleave false while HF (V2 always, V3 by its config) pairs (2i, 2i+1)."""
     _registered(family)
     checkpoint = _with_config(builds.checkpoint(family), tmp_path / "ckpt", rope_interleave=False)
-    assert _parity_error(_package(checkpoint, tmp_path / "pkg"), builds.checkpoint(family)) > 1e-2
+    assert parity_error(_package(checkpoint, tmp_path / "pkg"), builds.checkpoint(family)) > 1e-2
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -190,7 +184,7 @@ def test_mutant_expert_groups_ignored_fails_parity(builds, tmp_path, monkeypatch
     _registered(family)
     checkpoint = builds.checkpoint(V3) if family == V3 else _v2_grouped(tmp_path / "ckpt")
     monkeypatch.setattr(moe_dims, "expert_groups", lambda opt, spec, experts: (1, 1))
-    assert _parity_error(_package(checkpoint, tmp_path / "pkg"), checkpoint) > 1e-2
+    assert parity_error(_package(checkpoint, tmp_path / "pkg"), checkpoint) > 1e-2
 
 
 def test_mutant_selection_bias_dropped_fails_parity(builds, tmp_path, monkeypatch):
@@ -201,14 +195,14 @@ def test_mutant_selection_bias_dropped_fails_parity(builds, tmp_path, monkeypatc
     spec = SPECS[V3]
     names = replace(spec.moe.names, expert_bias=None)  # type: ignore[union-attr]
     monkeypatch.setitem(SPECS, V3, replace(spec, moe=replace(spec.moe, names=names)))
-    assert _parity_error(_package(builds.checkpoint(V3), tmp_path / "pkg"), builds.checkpoint(V3)) > 1e-2
+    assert parity_error(_package(builds.checkpoint(V3), tmp_path / "pkg"), builds.checkpoint(V3)) > 1e-2
 
 
 def test_mutant_routed_scaling_dropped_fails_parity(builds, tmp_path):
     """V2's top-k weights times routed_scaling_factor (1.5 in the tiny config), never renormalized."""
     _registered(V2)
     checkpoint = _with_config(builds.checkpoint(V2), tmp_path / "ckpt", routed_scaling_factor=1.0)
-    assert _parity_error(_package(checkpoint, tmp_path / "pkg"), builds.checkpoint(V2)) > 1e-2
+    assert parity_error(_package(checkpoint, tmp_path / "pkg"), builds.checkpoint(V2)) > 1e-2
 
 
 # ---- the latent cache (recipe attention.latent_cache: one kv head of kv_lora_rank + qk_rope_head_dim) ----
@@ -237,8 +231,8 @@ def test_latent_cache_matches_hf_and_generates_like_hf(builds, latent_packages, 
     package, checkpoint = latent_packages(family), builds.checkpoint(family)
     decoder = json.loads((package / "genai_config.json").read_text())["model"]["decoder"]
     assert (decoder["head_size"], decoder["num_key_value_heads"]) == (40, 1)
-    assert _parity_error(package, checkpoint) < 1e-4  # measured 3.4e-6 (V2), 3.3e-6 (V3)
-    assert _parity_error(package, checkpoint, [0]) < 1e-4
+    assert parity_error(package, checkpoint) < 1e-4  # measured 3.4e-6 (V2), 3.3e-6 (V3)
+    assert parity_error(package, checkpoint, [0]) < 1e-4
     hf = hf_model(checkpoint)
     for prompt in BY_NAME[family].prompts:
         assert genai_greedy(package, list(prompt)) == hf_generate(hf, list(prompt), 40)
@@ -287,4 +281,4 @@ def test_mutant_absorbed_key_and_value_blocks_exchanged_fails_parity(builds, tmp
 
     monkeypatch.setattr(latent_attention, "_absorbed", exchanged)
     package = _package(builds.checkpoint(V3), tmp_path / "pkg", settings=LATENT_CACHE)
-    assert _parity_error(package, builds.checkpoint(V3)) > 1e-2
+    assert parity_error(package, builds.checkpoint(V3)) > 1e-2

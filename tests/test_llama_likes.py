@@ -21,6 +21,7 @@ from reference import (
     hf_model,
     ort_padded_batch,
     ort_prefill_and_decode,
+    parity_error,
 )
 
 CLASSIC = ("seed_oss", "arcee", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe")
@@ -33,11 +34,6 @@ PAD, ORT_PAD = 5, 9  # genai pads with pad_token_id; ORT runs read the padding f
 def _registered(family: str) -> None:
     if BY_NAME[family] not in REGISTERED:
         pytest.skip(f"{family} needs a newer transformers")
-
-
-def _parity_error(package: Path, checkpoint: Path) -> float:
-    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
-    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(PROMPT))).max())
 
 
 def _mutated(builds: FamilyBuilds, family: str, tmp_path: Path) -> tuple[Path, onnx.ModelProto]:
@@ -137,7 +133,7 @@ def test_mutant_graph_fails_parity(builds, tmp_path, mutant):
     package, model = _mutated(builds, family, tmp_path)
     assert edit(model), f"{mutant} changed nothing"
     onnx.save(model, str(package / "model.onnx"))
-    assert _parity_error(package, builds.checkpoint(family)) > 1e-2
+    assert parity_error(package, builds.checkpoint(family)) > 1e-2
 
 
 INITIALIZER_MUTANTS = {
@@ -157,7 +153,7 @@ def test_mutant_initializers_fail_parity(builds, tmp_path, mutant):
     _registered(family)
     package, _ = _mutated(builds, family, tmp_path)
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
-    assert _parity_error(package, builds.checkpoint(family)) > 1e-2
+    assert parity_error(package, builds.checkpoint(family)) > 1e-2
 
 
 def _moe_layers(package: Path) -> list[int]:

@@ -14,8 +14,8 @@ import onnx
 import pytest
 from families import PROMPT
 from mutants import copy_package, edit_initializers, times
-from reference import hf_logits, hf_model, ort_prefill_and_decode
-from test_hybrid import _parity_error, assert_variant_matches_hf
+from reference import hf_logits, hf_model, ort_prefill_and_decode, parity_error
+from test_hybrid import assert_variant_matches_hf
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -88,7 +88,7 @@ def test_nemotron_h_mutant_mlp_layer_norm_fails_parity(builds, tmp_path):
     """An MLP-only layer reads its input through its own one norm (layers.2.norm), scaled x1.5 here."""
     package = copy_package(builds.package(NEMOTRON_H), tmp_path / "pkg")
     assert edit_initializers(package, "*layers.2.norm.weight", times(1.5)), "layers.2.norm matched nothing"
-    assert _parity_error(package, builds.checkpoint(NEMOTRON_H)) > 1e-2
+    assert parity_error(package, builds.checkpoint(NEMOTRON_H)) > 1e-2
 
 
 @pytest.mark.parametrize(
