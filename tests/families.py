@@ -391,6 +391,7 @@ FAMILIES: tuple[Family, ...] = (
         "causal",
         quantized=("int4",),
         gathered_tables=TIED | {"model.embed_tokens_per_layer.qweight"},
+        fp16_cuda=True,
     ),
     gemma3n("gemma3n_conditional", "conditional"),
     # the text decoders of multimodal checkpoints

@@ -71,3 +71,25 @@ def test_mutant_without_sparsity_cutoff_fails_parity(builds, tmp_path):
 def test_mutant_without_hard_token_embedders_fails_parity(builds, tmp_path, monkeypatch):
     monkeypatch.setattr(decoder, "embed_hard_tokens", lambda b, ids, h, *args: h)
     assert _mutant_error(builds, tmp_path, "gemma3n_conditional", HARD_TOKEN_PROMPT) > 1e-2
+
+
+def test_per_layer_widths_are_checked_as_sizes():
+    from gqa_export.errors import InputError
+    from gqa_export.graph.consistency import check_raw_config
+
+    sizes = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=384)
+    check_raw_config({**sizes, "intermediate_size": [96, 128]})
+    for bad in ([96, 0], ["96", 128]):
+        with pytest.raises(InputError, match="intermediate_size"):
+            check_raw_config({**sizes, "intermediate_size": bad})
+
+
+def test_active_stream_outside_the_streams_is_refused_in_one_line(builds, tmp_path):
+    from gqa_export.errors import InputError
+
+    checkpoint = shutil.copytree(builds.checkpoint("gemma3n_causal"), tmp_path / "ckpt")
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "altup_active_idx": 3}))
+    with pytest.raises(InputError, match="altup_active_idx") as refused:
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert "\n" not in str(refused.value)
