@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from dense_models import VARIANTS as DENSE_VARIANTS
 from dense_models import save_dense
+from gemma3n_models import save_gemma3n
 from moe_models import save_moe
 from tiny_models import save_model
 
@@ -171,6 +172,15 @@ def gemma4(name: str, **facts: Any) -> Family:
     return Family(
         name, "gemma4", None, genai_type="gemma4_text", prompts=GEMMA4_PROMPTS, generate_modes=ALL_MODES,
         since_major=5, **facts,
+    )  # fmt: skip
+
+
+def gemma3n(name: str, form: str, **facts: Any) -> Family:
+    """A Gemma-3n checkpoint form (tests/gemma3n_models.py): every mode, a 1-token prompt too. Marked
+    from 5.x: the tiny configs are spelled for 5.x and were not checked under 4.57's gemma3n."""
+    return Family(
+        name, "gemma3n", lambda folder: save_gemma3n(folder, form), generate_modes=ALL_MODES,
+        logits_modes=STANDARD_MODES, one_token_logits=True, since_major=5, **facts,
     )  # fmt: skip
 
 
@@ -374,6 +384,16 @@ FAMILIES: tuple[Family, ...] = (
     gemma4("gemma4_conditional"),
     gemma4("gemma4_unified", fp16_cuda=True),
     gemma4("gemma4_mix_bf16"),
+    # Gemma-3n: alternating updates, LAuReL, gate sparsity, KV sharing, per-layer embeddings; the
+    # conditional form's vision/audio control ids through their own embedders (genai: decoder)
+    gemma3n(
+        "gemma3n_causal",
+        "causal",
+        quantized=("int4",),
+        gathered_tables=TIED | {"model.embed_tokens_per_layer.qweight"},
+        fp16_cuda=True,
+    ),
+    gemma3n("gemma3n_conditional", "conditional"),
     # the text decoders of multimodal checkpoints
     multimodal(
         "gemma3_vision",

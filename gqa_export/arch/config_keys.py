@@ -92,4 +92,11 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "grouped_kv": "new_decoder_architecture",
     "ffn_ratio": "expansion_ratio",
     "alibi_bias_max": "alibi_bias_max",
+    # residual-stream mechanisms (arch/stream_spec.py): alternating updates, activation sparsity,
+    # the per-layer embedding table's id range
+    "altup_streams": "altup_num_inputs",
+    "altup_active": "altup_active_idx",
+    "altup_correct_scale": "altup_correct_scale",
+    "activation_sparsity": "activation_sparsity_pattern",
+    "per_layer_vocab": "vocab_size_per_layer_input",
 }

@@ -17,6 +17,7 @@ from gqa_export.arch.spec import (
     Refusal,
     config_keys,
 )
+from gqa_export.arch.stream_spec import AlternatingUpdateNames, AugmentedResidualNames, HardTokenEmbedderNames
 
 GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new")
 
@@ -124,6 +125,26 @@ GEMMA4_UNIFIED = replace(
     moe=None,
     bidirectional=BidirectionalRuns(
         ("image_token_id", "video_token_id"), "use_bidirectional_attention=vision", layers="all", window="unbounded"
+    ),
+)
+# Gemma-3n text decoder (gemma3n_text, and the decoder of gemma3n): Gemma-4's attention, KV sharing,
+# per-layer embeddings and plain RMSNorm weights, inside alternating updates over parallel streams,
+# with a low-rank augmented residual beside attention, per-layer MLP widths and gaussian top-k gate
+# sparsity on some layers; the multimodal class embeds its vision/audio control ids through the
+# towers' own embedders (models/gemma3n/modeling_gemma3n.py; docs/gemma3n.md).
+GEMMA3N = replace(
+    GEMMA4,
+    name="gemma3n",
+    moe=None,
+    refusals=(),
+    placeholder_keys=(),
+    bidirectional=None,
+    alternating_updates=AlternatingUpdateNames(),
+    augmented_residual=AugmentedResidualNames(),
+    activation_sparsity=True,
+    hard_token_embedders=(
+        HardTokenEmbedderNames("vision_config", "embed_vision"),
+        HardTokenEmbedderNames("audio_config", "embed_audio"),
     ),
 )
 
@@ -361,7 +382,7 @@ HUNYUAN_MOE = replace(
 
 ALL = (
     LLAMA, MISTRAL, MINISTRAL3, QWEN2, QWEN3, PHI3, GEMMA, GEMMA2, GEMMA3, GEMMA3_VISION, GEMMA4, GEMMA4_UNIFIED,
-    SMOLLM3,
+    GEMMA3N, SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
     SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE, HUNYUAN_MOE,

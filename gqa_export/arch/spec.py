@@ -22,6 +22,7 @@ from typing import Any
 
 from gqa_export.arch.config_keys import DEFAULT_CONFIG_KEYS
 from gqa_export.arch.mixer_spec import MixerSpec, Multiplier
+from gqa_export.arch.stream_spec import AlternatingUpdateNames, AugmentedResidualNames, HardTokenEmbedderNames
 from gqa_export.errors import InputError
 
 NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
@@ -321,6 +322,13 @@ class ArchSpec:
     alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
     kv_heads_rule: str = "config"  # KV_HEAD_RULES
     embedding_norm: str | None = None  # a LayerNorm right after the embedding (Bloom)
+    # residual-stream mechanisms (arch/stream_spec.py): alternating updates over parallel streams, a
+    # low-rank augmented residual, per-layer gaussian top-k sparsity of the MLP gate
+    # (activation_sparsity_pattern), special-id ranges embedded by their own small tables
+    alternating_updates: AlternatingUpdateNames | None = None
+    augmented_residual: AugmentedResidualNames | None = None
+    activation_sparsity: bool = False
+    hard_token_embedders: tuple[HardTokenEmbedderNames, ...] = ()
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

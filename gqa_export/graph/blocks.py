@@ -20,6 +20,7 @@ from gqa_export.graph.fused_qkv import selected_rows
 from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
+from gqa_export.graph.sparse_activation import gaussian_top_k
 
 B, S = "batch_size", "sequence_length"
 
@@ -324,6 +325,8 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
     width = lc.layer.intermediate_size
     split = b.const([width, width], "split", "int64")
     gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
+    if lc.layer.activation_sparsity:  # Gemma-3n: only the gate's channels above a gaussian cutoff
+        gate = gaussian_top_k(b, gate, lc.layer.activation_sparsity, lc.params.dtype)
     return linear(lc, b.op("Mul", activation(lc, gate), up), [L.down], None, "down_proj")
 
 

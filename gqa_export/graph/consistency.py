@@ -51,6 +51,8 @@ def check_raw_config(raw: dict[str, Any]) -> None:
             continue
         if value is None:
             raise InputError(f"config.json has no '{key}'; add the model's {key} (it sizes the graph)")
+        if key == "intermediate_size" and isinstance(value, list) and value:  # one width per layer (Gemma-3n)
+            value = min(value) if all(isinstance(v, int) and not isinstance(v, bool) for v in value) else value
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError(f"config.json: '{key}' must be a positive integer, got {value!r}")
 

@@ -19,11 +19,14 @@ from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.alibi import alibi_bias
+from gqa_export.graph.alternating_updates import alternating_layer, merge_streams, spread_streams
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
+from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
+from gqa_export.graph.hard_tokens import embed_hard_tokens
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2, prompt_step
@@ -33,7 +36,7 @@ from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
-from gqa_export.graph.positions import add_absolute_positions
+from gqa_export.graph.positions import add_absolute_positions, position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.short_conv import short_conv
@@ -97,16 +100,18 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             h = typed(b.op("Gather", embed, ids), opts.io_dtype, hidden)
             if dims.embedding_multiplier != 1.0:
                 h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
+            h = embed_hard_tokens(b, input_ids, h, dims, spec, params)  # ranges with their own embedders
     h = add_absolute_positions(b, h, input_ids, attention_mask, dims, spec, params)
     if spec.embedding_norm:  # Bloom: a LayerNorm of the embeddings (inputs_embeds too)
         h = normalize(b, h, spec.tensor(spec.embedding_norm), params, dims, "embedding_norm", dims.hidden_size)
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
-    query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
+    query_scale = position_query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
     padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
     floored = dims.mamba2 is not None and dims.mamba2.prompt_dt_floor > 0  # Mamba2's prompt-only dt floor
     prompt = prompt_step(b, input_ids, attention_mask) if floored else None
     kv: dict[int, LayerKV | None] = {}
+    h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
             lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale, padding, prompt_step=prompt)
@@ -117,11 +122,16 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             if layer.attends:
                 source = kv[layer.kv_source] if layer.shares_kv else None
                 attention = partial(attend, past=pasts.get(i), source=source)
+            if dims.altup:  # the layer computes the active stream; the per-layer input goes to the others
+                layer_fn = partial(_decoder_layer, attention=attention, state=state)
+                h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
+                continue
             h, kv[i] = _decoder_layer(lc, h, attention, state)
             if per_layer is not None:
                 h = add_per_layer_input(lc, h, per_layer)
             h = _layer_scalar(lc, h)
 
+    h = merge_streams(b, h, dims, spec, params) if dims.altup else h
     x = normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
     add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))
     for i in dims.cache_layers:
@@ -329,6 +339,7 @@ def _decoder_layer(
         with b.scope("mlp"):
             return _residual(lc, h, _mlp(lc, x, h), "residual_mlp"), kv
     h = _residual(lc, h, _norm(lc, y, L.post_attention_norm, "post_attention_layernorm"), "residual_attn")
+    h = augmented_residual(lc, h, x) if lc.spec.augmented_residual else h  # LAuReL (Gemma-3n)
     x = _norm(lc, h, L.pre_feedforward_norm, "pre_feedforward_layernorm")
     with b.scope("mlp"):
         y = _mlp(lc, x, h)
@@ -339,22 +350,6 @@ def _own_norms(lc: LayerContext) -> bool:
     """Whether a parallel layer has its own attention and MLP norms (LayerNames.parallel_norms) in the checkpoint."""
     norms = lc.spec.layer.parallel_norms
     return lc.dims.parallel and norms is not None and lc.has(norms[0])
-
-
-def _query_scale(
-    b: GraphBuilder, dims: ModelDims, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType
-) -> ir.Value:
-    """[B,S,1]: 1 + beta * log(1 + floor(pos / length)) for this step's tokens (Ministral-3's
-    llama-4 attention scale), pos = cumsum(attention_mask) - 1 as HF generate's position_ids."""
-    assert dims.query_scale is not None
-    beta, length = dims.query_scale
-    with b.scope("query_scale"):
-        positions = token_positions(b, input_ids, attention_mask)
-        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=ir.DataType.FLOAT)
-        one = b.const(np.float32(1.0), "one")
-        scale = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
-        scale = b.op("Unsqueeze", scale, b.const([-1], "last", "int64"))
-        return scale if dtype == ir.DataType.FLOAT else b.op("Cast", scale, to=dtype)
 
 
 def _rotated_qkv(

@@ -40,6 +40,7 @@ from gqa_export.graph.layer_kinds import (
 from gqa_export.graph.moe_dims import MoeDims, read_moe
 from gqa_export.graph.multipliers import Resolved, resolve_multipliers
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
+from gqa_export.graph.stream_dims import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
 SLIDING = "sliding_attention"
 
@@ -65,6 +66,7 @@ class LayerDims:
     mixer: str = "attention"  # arch.mixer_spec.MIXER_KINDS: a short_conv layer has conv state, no KV cache
     parallel_attention: bool = False  # attention beside the state mixer, outputs added (Falcon-H1)
     blocks: str = "mixer_and_mlp"  # arch.mixer_spec.LAYER_BLOCKS: both, the mixer alone, or the MLP alone
+    activation_sparsity: float = 0.0  # the MLP gate's gaussian top-k target sparsity (0: dense)
 
     @property
     def shares_kv(self) -> bool:
@@ -119,6 +121,9 @@ class ModelDims:
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
     alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias
+    altup: AltUpDims | None = None  # alternating updates over parallel streams (graph/altup.py)
+    per_layer_vocab: int = 0  # the per-layer table's rows; ids past it read row 0
+    hard_tokens: tuple[HardTokenRange, ...] = ()  # special-id ranges with their own embedders
 
     @property
     def head_dim(self) -> int:
@@ -235,6 +240,9 @@ def read_dims(
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
+        altup=altup_dims(opt, spec),
+        per_layer_vocab=int(opt("per_layer_vocab", 0) or 0) if ple else 0,
+        hard_tokens=hard_token_ranges(outer, spec),
     )
 
 
@@ -267,7 +275,8 @@ def _layers(
     shared = int(opt("num_kv_shared_layers", 0) or 0)
     k_eq_v = bool(opt("attention_k_eq_v", False))
     double_wide = bool(opt("double_wide_mlp", False))
-    intermediate = feed_forward_size(config, opt, spec)
+    intermediate = feed_forward_size(config, opt, spec)  # one width, or one per layer
+    sparsity = sparsity_pattern(opt, spec, n)
     rope_keys = _rope_keys(config, spec)
     first_shared = n - shared
     out: list[LayerDims] = []
@@ -302,13 +311,15 @@ def _layers(
                 rope=rope_key,
                 head_dim=head_dim,
                 num_kv_heads=kv_heads,
-                intermediate_size=intermediate * (2 if double_wide and source != i else 1),
+                intermediate_size=(intermediate[i] if isinstance(intermediate, tuple) else intermediate)
+                * (2 if double_wide and source != i else 1),
                 kv_source=source,
                 k_eq_v=k_eq_v and types is not None and not sliding,
                 sparse=sparse_layer(opt, spec, i),
                 mixer=mixer_of(spec, layer_type),
                 parallel_attention=parallel_attention(spec, mixer_of(spec, layer_type)),
                 blocks=blocks_of(spec, layer_type),
+                activation_sparsity=sparsity[i],
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

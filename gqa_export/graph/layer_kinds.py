@@ -76,7 +76,7 @@ def parallel_attention(spec: ArchSpec, mixer: str) -> bool:
     return mixer != "attention" and spec.mixers is not None and spec.mixers.mixing == "parallel"
 
 
-def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int:
+def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int | tuple[int, ...]:
     """The dense MLP's width: intermediate_size, Granite-4.0-H's shared_intermediate_size, or LFM2's
     adjusted width (2/3 of it, times the optional multiplier, rounded up to a multiple) when its
     config asks for the adjustment."""
@@ -85,6 +85,8 @@ def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int:
     if spec.ffn_size == "hidden_ratio":  # Bloom (4), MPT (expansion_ratio): a multiple of hidden_size
         return int(float(opt("ffn_ratio", 4)) * int(config.hidden_size))
     configured = opt("intermediate_size")
+    if isinstance(configured, (list, tuple)):  # one width per layer (Gemma-3n)
+        return tuple(int(v) for v in configured)
     size = int(configured) if configured is not None else 4 * int(config.hidden_size)  # GPT-2's n_inner None: 4 H
     if spec.ffn_size != "two_thirds_rounded" or not opt("ffn_auto_adjust", False):
         return size

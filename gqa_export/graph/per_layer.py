@@ -44,6 +44,9 @@ def per_layer_inputs(
         table_name = spec.tensor(names.table)
         table = b.initializer(table_name, params.matrix(table_name))
         table.meta[QUANTIZE_TABLE_META] = True  # int4/int8 builds quantize it (GatherBlockQuantized)
+        if 0 < dims.per_layer_vocab < dims.vocab_size:  # Gemma-3n: ids past the table read row 0
+            rows = b.const(dims.per_layer_vocab, "table_rows", "int64")
+            input_ids = b.op("Where", b.op("Less", input_ids, rows), input_ids, b.const(0, "row0", "int64"))
         token = b.op("Gather", table, input_ids)
         token = b.op("Mul", token, _scalar(b, math.sqrt(width), dtype, "token_scale"))
         token = b.op("Reshape", token, per_layer_shape, name="token_part")
@@ -58,13 +61,22 @@ def per_layer_inputs(
 
 def add_per_layer_input(lc: LayerContext, h: ir.Value, per_layer: ir.Value) -> ir.Value:
     """h + norm(projection(act(gate(h)) * per_layer[:, :, i])) for layer i (its modules present)."""
-    L, b = lc.spec.layer, lc.b
-    if not (L.per_layer_gate and L.per_layer_projection and L.per_layer_norm and lc.has(L.per_layer_gate)):
-        return h
+    b = lc.b
     with b.scope("per_layer_input"):
-        mine = b.op("Gather", per_layer, b.const(lc.i, "layer_index", "int64"), axis=2)  # [B,S,P]
-        gate = activation(lc, linear(lc, h, [L.per_layer_gate], None, "gate"))
-        y = linear(lc, b.op("Mul", gate, mine), [L.per_layer_projection], None, "projection")
-        y = normalize(b, y, lc.name(L.per_layer_norm), lc.params, lc.dims, "norm", lc.dims.hidden_size)
+        y = per_layer_term(lc, h, per_layer)
+        if y is None:
+            return h
         shape = [B, S, lc.dims.hidden_size]
         return typed(b.op("Add", h, y, name="residual"), lc.params.dtype, shape)
+
+
+def per_layer_term(lc: LayerContext, h: ir.Value, per_layer: ir.Value) -> ir.Value | None:
+    """norm(projection(act(gate(h)) * per_layer[:, :, i])) [B,S,H] for layer i, None where the
+    layer has no per-layer-input modules (in the caller's scope)."""
+    L, b = lc.spec.layer, lc.b
+    if not (L.per_layer_gate and L.per_layer_projection and L.per_layer_norm and lc.has(L.per_layer_gate)):
+        return None
+    mine = b.op("Gather", per_layer, b.const(lc.i, "layer_index", "int64"), axis=2)  # [B,S,P]
+    gate = activation(lc, linear(lc, h, [L.per_layer_gate], None, "gate"))
+    y = linear(lc, b.op("Mul", gate, mine), [L.per_layer_projection], None, "projection")
+    return normalize(b, y, lc.name(L.per_layer_norm), lc.params, lc.dims, "norm", lc.dims.hidden_size)

@@ -8,6 +8,7 @@ decode step after the prompt gets the next position, whatever the KV buffer's si
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
@@ -40,3 +41,19 @@ def add_absolute_positions(
             positions = b.op("Add", positions, b.const(spec.positions.offset, "offset", "int64"))
         rows = typed(b.op("Gather", table, positions), params.dtype, [B, S, dims.hidden_size])
         return typed(b.op("Add", h, rows, name="add_positions"), params.dtype, [B, S, dims.hidden_size])
+
+
+def position_query_scale(
+    b: GraphBuilder, dims: ModelDims, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType
+) -> ir.Value:
+    """[B,S,1]: 1 + beta * log(1 + floor(pos / length)) for this step's tokens (Ministral-3's
+    llama-4 attention scale), pos = cumsum(attention_mask) - 1 as HF generate's position_ids."""
+    assert dims.query_scale is not None
+    beta, length = dims.query_scale
+    with b.scope("query_scale"):
+        positions = token_positions(b, input_ids, attention_mask)
+        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=ir.DataType.FLOAT)
+        one = b.const(np.float32(1.0), "one")
+        scale = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
+        scale = b.op("Unsqueeze", scale, b.const([-1], "last", "int64"))
+        return scale if dtype == ir.DataType.FLOAT else b.op("Cast", scale, to=dtype)

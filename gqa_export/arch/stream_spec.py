@@ -1,0 +1,49 @@
+"""Module names of three residual-stream mechanisms (docs/gemma3n.md §1): alternating updates
+(several parallel hidden streams, one of which a layer computes while a learned map predicts and
+corrects the others), a learned low-rank augmented residual beside attention, and hard-token
+embedders that embed a range of special ids through their own small table (a multimodal
+checkpoint's vision/audio control tokens). Names are relative to the decoder root (model level) or
+to a layer, as `ArchSpec.tensor` / `ArchSpec.layer_tensor` resolve them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AlternatingUpdateNames:
+    """AltUp: `streams` parallel hidden states [K, B, S, H]. Model level: the projections that
+    spread the embedding into streams 1..K-1 and the ones that fold them back before the final norm.
+    Layer level: a router (RMSNorm, scale 1/H, Linear H -> K, tanh), the prediction map (K -> K*K),
+    the correction map (K -> K) and the output scale of the active stream fed to the per-layer input."""
+
+    projections: str = "altup_projections.{k}"
+    unembed_projections: str = "altup_unembed_projections.{k}"
+    router_norm: str = "altup.router_norm"
+    router: str = "altup.modality_router"
+    prediction: str = "altup.prediction_coefs"
+    correction: str = "altup.correction_coefs"
+    output_scale: str = "altup.correct_output_scale"
+
+
+@dataclass(frozen=True)
+class AugmentedResidualNames:
+    """LAuReL: h_attn' = (h_attn + x + norm(right(left(x)))) / sqrt(2), x the layer's normed input."""
+
+    left: str = "laurel.linear_left"
+    right: str = "laurel.linear_right"
+    norm: str = "laurel.post_laurel_norm"
+
+
+@dataclass(frozen=True)
+class HardTokenEmbedderNames:
+    """Ids in [vocab_offset, vocab_offset + vocab_size) of a sub-config (`config_key`: vision_config,
+    audio_config) are embedded as norm_post(projection(norm(table[id - vocab_offset]))) instead of the
+    text table's row. `module` is relative to the checkpoint's model root (the decoder root without
+    its `language_model.`)."""
+
+    config_key: str
+    module: str
+    table: str = "embedding.weight"
+    norm: str = "hard_embedding_norm.weight"
+    projection: str = "embedding_projection.weight"

@@ -1,0 +1,82 @@
+"""Config facts of the residual-stream mechanisms (arch/stream_spec.py; docs/gemma3n.md §1):
+alternating updates, gaussian top-k activation sparsity per layer, hard-token embedder ranges."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from gqa_export.arch.spec import ArchSpec
+from gqa_export.arch.stream_spec import HardTokenEmbedderNames
+from gqa_export.errors import InputError
+
+Option = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class AltUpDims:
+    """K parallel streams, the one the layers compute (`active`), and whether the active stream is
+    scaled by the stored correct_output_scale before the per-layer input reads it."""
+
+    streams: int
+    active: int
+    correct_scale: bool
+
+
+@dataclass(frozen=True)
+class HardTokenRange:
+    """Ids in [offset, offset + size) embedded by `names`' own table; `eps` of its RMSNorms."""
+
+    names: HardTokenEmbedderNames
+    offset: int
+    size: int
+    eps: float
+
+
+def altup_dims(opt: Option, spec: ArchSpec) -> AltUpDims | None:
+    if spec.alternating_updates is None:
+        return None
+    streams, active = int(opt("altup_streams", 1)), int(opt("altup_active", 0))
+    if not 0 <= active < streams:
+        raise InputError(f"altup_active_idx {active} is not one of the {streams} altup_num_inputs streams")
+    return AltUpDims(streams, active, bool(opt("altup_correct_scale", True)))
+
+
+def sparsity_pattern(opt: Option, spec: ArchSpec, layers: int) -> tuple[float, ...]:
+    """Each layer's target sparsity of its MLP gate (0: dense); one value serves every layer."""
+    if not spec.activation_sparsity:
+        return (0.0,) * layers
+    pattern = opt("activation_sparsity", None)
+    if pattern is None:
+        return (0.0,) * layers
+    values = [float(pattern)] * layers if isinstance(pattern, (int, float)) else [float(v) for v in pattern]
+    if len(values) != layers or any(not 0.0 <= v < 1.0 for v in values):
+        raise InputError(f"activation_sparsity_pattern needs {layers} values in [0, 1) (got {pattern!r})")
+    return tuple(values)
+
+
+def sparsity_multiplier(sparsity: float) -> float:
+    """The standard normal quantile of the target sparsity, as float32 (what HF's Normal(0, 1).icdf
+    of a float32 tensor gives: the quantile of the float32-rounded target, rounded to float32)."""
+    return float(np.float32(NormalDist().inv_cdf(float(np.float32(sparsity)))))
+
+
+def hard_token_ranges(outer: Any | None, spec: ArchSpec) -> tuple[HardTokenRange, ...]:
+    """The spec's hard-token ranges read from a multimodal config's sub-configs (none for a text model)."""
+    if outer is None:
+        return ()
+    out = []
+    for names in spec.hard_token_embedders:
+        sub = getattr(outer, names.config_key, None)
+        if sub is None:
+            continue
+        get = sub.get if isinstance(sub, dict) else lambda key, s=sub: getattr(s, key, None)
+        offset, size = get("vocab_offset"), get("vocab_size")
+        if offset is None or not size:
+            continue
+        out.append(HardTokenRange(names, int(offset), int(size), float(get("rms_norm_eps") or 1e-6)))
+    return tuple(out)
