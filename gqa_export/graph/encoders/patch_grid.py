@@ -31,6 +31,8 @@ class PatchGrid:
 
     h: ir.Value  # row of the patch within its frame
     w: ir.Value  # column of the patch within its frame
+    height: ir.Value  # its frame's height in patches
+    width: ir.Value  # its frame's width in patches
     frame_key: ir.Value  # equal for patches of the same image frame
     window_key: ir.Value  # equal for patches of the same image frame and attention window
 
@@ -40,7 +42,8 @@ def patch_grid(
 ) -> PatchGrid:
     """Coordinates and segment keys of every patch row. `window_blocks`: the window side in merge
     blocks (window_size // spatial_merge_size // patch_size); windows tile each frame's block grid
-    from its top-left corner, the last ones cut by the frame's edge."""
+    from its top-left corner, the last ones cut by the frame's edge (0: no windows; the window key
+    is then the frame key)."""
 
     def c(value: int | list[int], name: str) -> ir.Value:
         return b.const(value, name, "int64")
@@ -71,11 +74,13 @@ def patch_grid(
         pos_h = op("Add", op("Mul", block_h, m), op("Div", in_block, m))
         pos_w = op("Add", op("Mul", block_w, m), op("Mod", in_block, m))
         frame_key = op("Add", op("Mul", image, c(1 << FRAME_BITS, "frame_bits")), frame)
-        wb = c(window_blocks, "window_blocks")
-        win_h, win_w = op("Div", block_h, wb), op("Div", block_w, wb)
-        shift = c(1 << WINDOW_BITS, "window_bits")
-        window_key = op("Add", op("Mul", op("Add", op("Mul", frame_key, shift), win_h), shift), win_w)
-    return PatchGrid(pos_h, pos_w, frame_key, window_key)
+        window_key = frame_key
+        if window_blocks > 0:
+            wb = c(window_blocks, "window_blocks")
+            win_h, win_w = op("Div", block_h, wb), op("Div", block_w, wb)
+            shift = c(1 << WINDOW_BITS, "window_bits")
+            window_key = op("Add", op("Mul", op("Add", op("Mul", frame_key, shift), win_h), shift), win_w)
+    return PatchGrid(pos_h, pos_w, height, width, frame_key, window_key)
 
 
 def segment_bias(b: GraphBuilder, key: ir.Value, dtype: ir.DataType, name: str) -> ir.Value:

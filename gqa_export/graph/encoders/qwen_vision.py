@@ -1,4 +1,5 @@
-"""The window-attention ViT with a patch merger (Qwen2.5-VL's vision tower) as an onnx-ir graph.
+"""The Qwen-VL vision towers (Qwen2.5-VL's window-attention ViT; Qwen3.5's and deepstack-free
+Qwen3-VL's full-attention ViT with learned positions) with their patch merger, as an onnx-ir graph.
 
 `pixel_values [P, C·T·p·p]` (the processor's packed patches, docs/multimodal.md) and
 `image_grid_thw [N, 3]` int64 in, `image_features [P / merge², out_hidden]` out, for any number of
@@ -15,10 +16,18 @@ images of any grid (docs/multimodal.md §Qwen vision tower and M-RoPE positions)
   the graph keeps the processor's order and needs neither permutation;
 - RMSNorm + gated MLP blocks, then the merger: RMSNorm, each merge block's merge² consecutive rows
   as one row, Linear -> GELU -> Linear.
+
+The Qwen3 towers differ in mechanisms the checkpoint's tensors name, and the graph follows them:
+a patch-embedding bias, a learned position table resampled to each grid
+(graph/encoders/position_table.py, `pos_embed.weight`), LayerNorms (norms with a bias), a plain
+fc1 -> act -> fc2 MLP (no gate_proj) and no windows (no window_size in the config). Qwen3-VL's
+deepstack mergers feed decoder layers a second set of features that onnxruntime-genai 0.18 has
+no input for: refused.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +38,7 @@ from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.encoders.patch_grid import patch_grid, segment_bias
+from gqa_export.graph.encoders.position_table import interpolated_positions
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 
 OPSETS = {"": 21}
@@ -65,7 +75,7 @@ class QwenVisionDims:
             temporal_patch_size=vision.get("temporal_patch_size", 2),
             in_channels=vision.get("in_channels", vision.get("in_chans", 3)),
             spatial_merge_size=vision.get("spatial_merge_size", 2),
-            window_size=vision.get("window_size", 112),
+            window_size=vision.get("window_size", 0),
             fullatt_block_indexes=tuple(vision.get("fullatt_block_indexes", ())),
             out_hidden_size=vision["out_hidden_size"],
             rope_theta=float(rope.get("rope_theta", 10000.0)),
@@ -73,7 +83,7 @@ class QwenVisionDims:
         )
         if dims.hidden_act not in ACTIVATIONS:
             raise InputError(f"vision_config.hidden_act '{dims.hidden_act}' is not supported by the Qwen vision tower")
-        if dims.window_blocks < 1:
+        if dims.window_size and dims.window_blocks < 1:
             raise InputError("vision_config.window_size is smaller than one merge block: not a Qwen2.5-VL window")
         return dims
 
@@ -87,6 +97,7 @@ class QwenVisionDims:
 
     @property
     def window_blocks(self) -> int:
+        """Window side in merge blocks; 0: no windowed attention (Qwen3 towers)."""
         return self.window_size // self.spatial_merge_size // self.patch_size
 
 
@@ -94,15 +105,21 @@ ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh", "quick_gelu")
 
 
 def vision_prefix(names: list[str]) -> str:
-    """`visual.` in the published checkpoints, `model.visual.` as transformers 5.x saves them."""
-    for prefix in ("visual.", "model.visual."):
+    """`visual.` in the published Qwen2.5-VL checkpoints, `model.visual.` as transformers 5.x saves
+    them (and Qwen3-VL / Qwen3.5 are published), none for a tower saved on its own."""
+    for prefix in ("visual.", "model.visual.", ""):
         if f"{prefix}patch_embed.proj.weight" in names:
             return prefix
-    raise InputError("the checkpoint has no visual.patch_embed.proj.weight: not a Qwen2.5-VL vision tower")
+    raise InputError("the checkpoint has no visual.patch_embed.proj.weight: not a Qwen-VL vision tower")
 
 
 def build_qwen_vision(dims: QwenVisionDims, params: Params, prefix: str) -> ir.Model:
     """The vision graph; weights stream from `params` under `prefix` (see vision_prefix)."""
+    if any(n.startswith(f"{prefix}deepstack_merger_list.") for n in params.store.names()):
+        raise InputError(
+            "Qwen3-VL's deepstack vision features feed decoder layers directly, which onnxruntime-genai 0.18 "
+            "has no input for: export the text decoder only (--text-only)"
+        )
     b = GraphBuilder("gqa_export_vision", OPSETS)
     dtype = params.dtype
     t = _Tower(b, dims, params, prefix)
@@ -116,20 +133,28 @@ def build_qwen_vision(dims: QwenVisionDims, params: Params, prefix: str) -> ir.M
             lambda w: w.reshape(w.shape[0], -1).T,
             (dims.patch_dim, dims.hidden_size),
         )
-        x = typed(b.op("MatMul", x, t.weight("patch_embed.proj.weight", weight)), dtype, [P, dims.hidden_size])
+        x = b.op("MatMul", x, t.weight("patch_embed.proj.weight", weight))
+        if t.has("patch_embed.proj.bias"):
+            x = b.op("Add", x, t.weight("patch_embed.proj.bias", params.vector([f"{prefix}patch_embed.proj.bias"])))
+    if t.has("pos_embed.weight"):
+        table = params.matrix(f"{prefix}pos_embed.weight")
+        side = math.isqrt(table.shape[0])  # HF: int(num_position_embeddings ** 0.5)
+        x = b.op("Add", x, interpolated_positions(b, t.weight("pos_embed.weight", table), side, grid, dtype))
+    x = typed(x, dtype, [P, dims.hidden_size])
     cos, sin = t.rotary(grid.h, grid.w)
     full = segment_bias(b, grid.frame_key, dtype, "frame_mask")
-    windowed = segment_bias(b, grid.window_key, dtype, "window_mask")
+    windowed = segment_bias(b, grid.window_key, dtype, "window_mask") if dims.window_blocks else full
     for i in range(dims.depth):
         with b.scope(f"blocks.{i}"):
             bias = full if i in dims.fullatt_block_indexes else windowed
             x = t.block(i, x, cos, sin, bias)
     with b.scope("merger"):
         unit = dims.hidden_size * dims.spatial_merge_size**2
-        y = t.rms_norm(x, "merger.ln_q")
+        names = ("ln_q", "mlp.0", "mlp.2") if t.has("merger.ln_q.weight") else ("norm", "linear_fc1", "linear_fc2")
+        y = t.norm(x, f"merger.{names[0]}")
         y = b.op("Reshape", y, b.const([-1, unit], "merge_rows", "int64"))
-        y = b.op("Gelu", t.linear(y, "merger.mlp.0"))
-        y = t.linear(y, "merger.mlp.2")
+        y = b.op("Gelu", t.linear(y, f"merger.{names[1]}"))
+        y = t.linear(y, f"merger.{names[2]}")
     b.output(y, "image_features", dtype, ["num_image_tokens", dims.out_hidden_size])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
@@ -144,6 +169,9 @@ class _Tower:
     def weight(self, module: str, tensor: ir.TensorProtocol) -> ir.Value:
         return self.b.initializer(self.prefix + module, tensor)
 
+    def has(self, name: str) -> bool:
+        return self.prefix + name in self.params.store
+
     def linear(self, x: ir.Value, module: str) -> ir.Value:
         name = f"{self.prefix}{module}"
         w = self.b.initializer(f"{name}.weight", self.params.matmul_weight([f"{name}.weight"]))
@@ -152,11 +180,15 @@ class _Tower:
             y = self.b.op("Add", y, self.b.initializer(f"{name}.bias", self.params.vector([f"{name}.bias"])))
         return y
 
-    def rms_norm(self, x: ir.Value, module: str) -> ir.Value:
-        """weight * x / sqrt(mean(x²) + eps), in the graph's dtype (HF's in float32: same at fp32)."""
+    def norm(self, x: ir.Value, module: str) -> ir.Value:
+        """LayerNorm where the checkpoint has its bias, else RMSNorm: weight * x / sqrt(mean(x²) + eps),
+        in the graph's dtype (HF's in float32: the same at fp32)."""
         b = self.b
         name = f"{self.prefix}{module}.weight"
         w = b.initializer(name, self.params.vector([name]))
+        if self.has(f"{module}.bias"):
+            bias = b.initializer(f"{self.prefix}{module}.bias", self.params.vector([f"{self.prefix}{module}.bias"]))
+            return b.op("LayerNormalization", x, w, bias, axis=-1, epsilon=EPS, name=f"{module}/LayerNorm")
         mean = b.op("ReduceMean", b.op("Mul", x, x), b.const([-1], "last", "int64"), keepdims=1)
         eps = b.const(np.array(EPS, self.np_dtype), "eps")
         return b.op("Mul", b.op("Div", x, b.op("Sqrt", b.op("Add", mean, eps))), w, name=f"{module}/scale")
@@ -183,11 +215,14 @@ class _Tower:
         b, dims = self.b, self.dims
         module = f"blocks.{i}"
         hidden = [P, dims.hidden_size]
-        y = self.attention(self.rms_norm(x, f"{module}.norm1"), module, cos, sin, bias)
+        y = self.attention(self.norm(x, f"{module}.norm1"), module, cos, sin, bias)
         x = typed(b.op("Add", x, y, name="attn_residual"), self.params.dtype, hidden)
-        z = self.rms_norm(x, f"{module}.norm2")
-        gate = self.activation(self.linear(z, f"{module}.mlp.gate_proj"))
-        z = self.linear(b.op("Mul", gate, self.linear(z, f"{module}.mlp.up_proj")), f"{module}.mlp.down_proj")
+        z = self.norm(x, f"{module}.norm2")
+        if self.has(f"{module}.mlp.gate_proj.weight"):  # SwiGLU (Qwen2.5-VL)
+            gate = self.activation(self.linear(z, f"{module}.mlp.gate_proj"))
+            z = self.linear(b.op("Mul", gate, self.linear(z, f"{module}.mlp.up_proj")), f"{module}.mlp.down_proj")
+        else:  # fc1 -> act -> fc2 (Qwen3 towers)
+            z = self.linear(self.activation(self.linear(z, f"{module}.mlp.linear_fc1")), f"{module}.mlp.linear_fc2")
         return typed(b.op("Add", x, z, name="mlp_residual"), self.params.dtype, hidden)
 
     def activation(self, x: ir.Value) -> ir.Value:

@@ -147,3 +147,87 @@ def test_vision_mutant_breaks_parity(tower, mutant, monkeypatch):
     pixels, thw = inputs(GRIDS["two_images"])
     ours = run_graph(folder, pixels, thw, _mutated(folder, **changes))
     assert np.abs(ours - hf_features(model, pixels, thw)).max() > 1e-2
+
+
+# --- Qwen3.5 / Qwen3-VL towers: learned positions, LayerNorm, fc1 -> fc2 MLP, full attention ---
+QWEN3_VISION = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
+                    spatial_merge_size=2, temporal_patch_size=2, patch_size=16, num_position_embeddings=36,
+                    initializer_range=0.1)  # fmt: skip
+QWEN3_GRIDS = {"8x8": [[1, 8, 8]], "two_images": [[1, 8, 8], [1, 12, 6]]}
+
+
+def _qwen3_tower(folder: Path, kind: str, deepstack: list[int]) -> Any:
+    """A bare vision tower saved on its own (names without a prefix), norms and biases random."""
+    import torch
+    import transformers as tf
+    from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5VisionModel
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    torch.manual_seed(1)
+    if kind == "qwen3_5":
+        model = Qwen3_5VisionModel(tf.Qwen3_5VisionConfig(**QWEN3_VISION))
+    else:
+        model = Qwen3VLVisionModel(tf.Qwen3VLVisionConfig(**QWEN3_VISION, deepstack_visual_indexes=deepstack))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name or name.endswith(".bias"):
+                param.add_(torch.randn_like(param) * 0.3)
+            if name == "pos_embed.weight":
+                param.normal_()
+    model.eval().save_pretrained(folder)
+    return model
+
+
+def _run_qwen3(model: Any, folder: Path, grid: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    import json
+
+    import torch
+
+    rows = sum(t * h * w for t, h, w in grid)
+    pixels = np.random.default_rng(4).standard_normal((rows, 3 * 2 * 16 * 16)).astype(np.float32)
+    thw = np.array(grid, dtype=np.int64)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(pixels), grid_thw=torch.from_numpy(thw)).pooler_output.numpy()
+    store = WeightStore.open(folder)
+    dims = QwenVisionDims.from_config(json.loads((folder / "config.json").read_text()))
+    graph = build_qwen_vision(dims, Params(store, ir.DataType.FLOAT), vision_prefix(store.names()))
+    return run_graph(folder, pixels, thw, model=graph), ref
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_vl"])
+@pytest.mark.parametrize("grid", list(QWEN3_GRIDS))
+def test_qwen3_towers_match_hf(tmp_path, kind, grid):
+    """Qwen3.5's tower, and Qwen3-VL's without deepstack mergers: the same graph mechanisms."""
+    model = _qwen3_tower(tmp_path, kind, [])
+    ours, ref = _run_qwen3(model, tmp_path, QWEN3_GRIDS[grid])
+    assert ours.shape == ref.shape
+    assert np.abs(ours - ref).max() < 1e-4
+
+
+def test_qwen3_position_table_mutant_breaks_parity(tmp_path, monkeypatch):
+    """Each patch's table sample taken one row and one column off (index + 1 over size + 1) moves
+    the features past 1e-2."""
+    from gqa_export.graph.encoders import position_table
+
+    original = position_table._axis
+
+    def half_pixel(b: Any, index: Any, size: Any, side: int, name: str) -> Any:
+        shifted = b.op("Add", index, b.const(1, f"{name}_shift", "int64"))
+        return original(b, shifted, b.op("Add", size, b.const(1, f"{name}_grow", "int64")), side, name)
+
+    monkeypatch.setattr(position_table, "_axis", half_pixel)
+    model = _qwen3_tower(tmp_path, "qwen3_5", [])
+    ours, ref = _run_qwen3(model, tmp_path, QWEN3_GRIDS["two_images"])
+    assert np.abs(ours - ref).max() > 1e-2
+
+
+def test_deepstack_tower_refused(tmp_path):
+    import json
+
+    from gqa_export.errors import InputError
+
+    _qwen3_tower(tmp_path, "qwen3_vl", [0])
+    store = WeightStore.open(tmp_path)
+    dims = QwenVisionDims.from_config(json.loads((tmp_path / "config.json").read_text()))
+    with pytest.raises(InputError, match="deepstack"):
+        build_qwen_vision(dims, Params(store, ir.DataType.FLOAT), vision_prefix(store.names()))
