@@ -120,3 +120,19 @@ def test_mrope_mutant_breaks_parity(checkpoints, tmp_path, monkeypatch, name, mu
     monkeypatch.setattr(mrope, "mrope_rows", (_contiguous if mutant == "contiguous" else _swap_hw)(original))
     checkpoint = checkpoints.get(name)
     assert mrope_error(checkpoint, export(checkpoint, tmp_path / "pkg", "gqa")) > 1e-3  # measured 0.6 .. 0.94
+
+
+def test_mrope_positions_on_a_hybrid_decoder(checkpoints, builds, tmp_path):
+    """Qwen3.5's text decoder (DeltaNet state + gated GQA layers, rotary 16 of head 64, interleaved
+    [2, 3, 3]) fed the same image-prompt positions (HF's get_rope_index of the Qwen2.5-VL class)."""
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("the tiny Qwen3.5 config is written for transformers 5.x")
+    from reference import hf_model
+
+    positions, delta = hf_positions(hf_model(checkpoints.get("qwen2_5_vl")), PROMPT)
+    checkpoint = builds.checkpoint("qwen3_5_text")
+    package = export(checkpoint, tmp_path / "pkg", "gqa")
+    tokens, got = ort_greedy(package, positions, delta)
+    assert np.abs(got - hf_all_logits(hf_model(checkpoint), tokens, positions, delta)).max() < 1e-4  # measured 1.1e-5
