@@ -208,6 +208,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             logits=io.logits,
             inputs_embeds=io.inputs_embeds,
             hidden_states=io.hidden_states,
+            mrope_positions=io.mrope_positions,
             packed_qkv=recipe.attention.packed_qkv,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,

@@ -32,6 +32,7 @@ from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2, prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
+from gqa_export.graph.mrope import mrope_tables
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import NUMPY_DTYPES, Params
@@ -77,6 +78,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         else b.input("input_ids", ir.DataType.INT64, [B, S])
     )
     attention_mask = b.input("attention_mask", ir.DataType.INT64, [B, T])
+    # multimodal M-RoPE: the runtime's (t, h, w) positions per token (graph/mrope.py)
+    position_ids = b.input("position_ids", ir.DataType.INT64, [3, B, S]) if opts.mrope_positions else None
     # Concrete kv-head and head-dim dims on every cache input: ORT GenAI sizes each layer's buffer
     # from them (per-layer shapes, docs/gemma4.md §4). KV-shared layers have no cache inputs at all.
     pasts: dict[int, tuple[ir.Value, ir.Value]] = {}
@@ -86,7 +89,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         pasts[i] = (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
     state_pasts = state_inputs(b, dims, opts.io_dtype)  # layers with recurrent state instead of a KV cache
     state_presents: dict[int, tuple[ir.Value, ...]] = {}
-    attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
+    attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask, position_ids)
 
     embed = None
     if opts.inputs_embeds:  # what HF's forward(inputs_embeds=...) takes (transformers 5.x)
@@ -152,8 +155,10 @@ def _attention_fn(
     opts: GraphOptions,
     input_ids: ir.Value,
     attention_mask: ir.Value,
+    position_ids: ir.Value | None = None,
 ) -> Callable[..., tuple[ir.Value, LayerKV]]:
-    """The per-layer attention of the graph's mode, with the graph-wide values it reads built once."""
+    """The per-layer attention of the graph's mode, with the graph-wide values it reads built once.
+    With `position_ids` [3, B, S] every rope is M-RoPE, applied with plain ops (graph/mrope.py)."""
     if opts.mode in ("gqa", "gqa_bias"):
         seqlens, total = gqa_mask_values(b, attention_mask)
         ctx = AttentionContext(seqlens, total, rope_caches(b, dims, params, opts, total))
@@ -163,7 +168,9 @@ def _attention_fn(
         fused_ok = opts.fused_rope and not spec.qk_norm_after_rope and dims.latent is None
         plain = {k for k, d in head_dims.items() if not (fused_ok and fused_rope_ok(dims.ropes[k], d))}
         tables = {}
-        if plain:
+        if position_ids is not None:
+            tables = mrope_tables(b, position_ids, ctx.rope_caches, dims.ropes, opts.io_dtype)
+        elif plain:
             positions = token_positions(b, input_ids, attention_mask)
             tables = rope_tables(b, positions, {k: ctx.rope_caches[k] for k in sorted(plain)})
         biases: dict[MaskKind, ir.Value] = {}
@@ -213,7 +220,11 @@ def _attention_fn(
         opts.bidirectional_ids, opts.io_dtype, opts.bidirectional_window_bounded, key_length,
     )  # fmt: skip
     total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
-    rope = rope_tables(b, masks.positions, rope_caches(b, dims, params, opts, total))
+    caches = rope_caches(b, dims, params, opts, total)
+    rope = (
+        rope_tables(b, masks.positions, caches) if position_ids is None
+        else mrope_tables(b, position_ids, caches, dims.ropes, opts.io_dtype)
+    )  # fmt: skip
     biases = masks.biases
     if dims.alibi:  # every layer's mask plus the per-head ALiBi bias
         alibi = alibi_bias(b, masks, dims.alibi, opts.io_dtype)

@@ -39,6 +39,7 @@ class IoOptions:
     hidden_states: bool = False
     no_lm_head: bool = False
     cuda_graph: bool = False
+    mrope_positions: bool = False  # multimodal decoders: position_ids [3, B, S] (graph/mrope.py)
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,13 @@ class ResolvedIo:
     inputs_embeds: bool
     hidden_states: bool
     cuda_graph: bool
+    mrope_positions: bool = False
 
     @property
     def runnable(self) -> bool:
-        """Whether onnxruntime-genai can generate from the package on its own (smoke run)."""
-        return not self.inputs_embeds and self.logits != "none"
+        """Whether onnxruntime-genai can generate from the package on its own (smoke run): a
+        decoder-only package cannot feed 3-D position_ids (only a multimodal one computes them)."""
+        return not self.inputs_embeds and not self.mrope_positions and self.logits != "none"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +62,7 @@ class ResolvedIo:
             "inputs_embeds": self.inputs_embeds,
             "hidden_states": self.hidden_states,
             "cuda_graph": self.cuda_graph,
+            **({"mrope_positions": True} if self.mrope_positions else {}),
         }
 
 
@@ -85,7 +89,7 @@ def resolve_io(io: IoOptions, ep: str, attention_mode: str, num_graphs: int) -> 
         logits = "none"
     else:
         logits = "last" if io.prune_lm_head else "all"
-    return ResolvedIo(logits, io.inputs_embeds, io.hidden_states, io.cuda_graph)
+    return ResolvedIo(logits, io.inputs_embeds, io.hidden_states, io.cuda_graph, io.mrope_positions)
 
 
 def with_recipe_defaults(

@@ -32,3 +32,5 @@ class GraphOptions:
     logits: str = "all"
     inputs_embeds: bool = False
     hidden_states: bool = False
+    # `position_ids` [3, B, S] (t, h, w per token) drive the rope per mrope_section (graph/mrope.py)
+    mrope_positions: bool = False

@@ -63,7 +63,7 @@ def make_genai_config(
             "session_options": {"log_id": "onnxruntime-genai", "provider_options": _provider_options(opts)},
             "head_size": facts.head_size,
             "hidden_size": dims.hidden_size,
-            "inputs": _io_names(facts.inputs, ("input_ids", "inputs_embeds", "attention_mask"))
+            "inputs": _io_names(facts.inputs, ("input_ids", "inputs_embeds", "attention_mask", "position_ids"))
             | {"past_key_names": PAST_KEY, "past_value_names": PAST_VALUE},
             "outputs": _io_names(facts.outputs, ("logits", "hidden_states"))
             | {"present_key_names": PRESENT_KEY, "present_value_names": PRESENT_VALUE},
