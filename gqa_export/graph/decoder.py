@@ -33,7 +33,7 @@ from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
-from gqa_export.graph.positions import add_absolute_positions
+from gqa_export.graph.positions import add_absolute_positions, position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.short_conv import short_conv
@@ -55,7 +55,7 @@ PRESENT_KEY, PRESENT_VALUE = "present.%d.key", "present.%d.value"
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     if opts.mode in ("gqa", "gqa_bias"):  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
-        check_gqa_dims(dims)
+        check_gqa_dims(dims, with_bias=opts.mode == "gqa_bias")
     elif state_layers(dims):
         kind = MIXER_NAMES[next(iter(state_layers(dims).values()))]
         raise InputError(f"{spec.name}'s {kind} layers keep their state in the GQA graph only: use --attention gqa")
@@ -102,15 +102,20 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         h = normalize(b, h, spec.tensor(spec.embedding_norm), params, dims, "embedding_norm", dims.hidden_size)
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
-    query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
+    query_scale = position_query_scale(b, dims.query_scale, input_ids, attention_mask, opts.io_dtype)
+    # Llama-4's attention temperature tuning: NoPE layers' queries, at positions counted from 1
+    nope_scale = position_query_scale(
+        b, dims.nope_query_scale, input_ids, attention_mask, opts.io_dtype, offset=1, scope="nope_query_scale"
+    )
     padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
     floored = dims.mamba2 is not None and dims.mamba2.prompt_dt_floor > 0  # Mamba2's prompt-only dt floor
     prompt = prompt_step(b, input_ids, attention_mask) if floored else None
     kv: dict[int, LayerKV | None] = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale, padding, prompt_step=prompt)
             layer = dims.layers[i]
+            scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
+            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt)
             state = attention = None
             if layer.mixer in STATE_MIXERS:
                 state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
@@ -236,7 +241,7 @@ def _windows(dims: ModelDims) -> set[int]:
 
 def mask_kind(opts: GraphOptions, layer: LayerDims) -> MaskKind:
     bidirectional = bool(opts.bidirectional_ids) and (opts.bidirectional_layers == "all" or layer.window > 0)
-    return MaskKind(layer.window, bidirectional)
+    return MaskKind(layer.window, bidirectional, layer.chunk)
 
 
 def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str = "scale") -> ir.Value:
@@ -339,22 +344,6 @@ def _own_norms(lc: LayerContext) -> bool:
     """Whether a parallel layer has its own attention and MLP norms (LayerNames.parallel_norms) in the checkpoint."""
     norms = lc.spec.layer.parallel_norms
     return lc.dims.parallel and norms is not None and lc.has(norms[0])
-
-
-def _query_scale(
-    b: GraphBuilder, dims: ModelDims, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType
-) -> ir.Value:
-    """[B,S,1]: 1 + beta * log(1 + floor(pos / length)) for this step's tokens (Ministral-3's
-    llama-4 attention scale), pos = cumsum(attention_mask) - 1 as HF generate's position_ids."""
-    assert dims.query_scale is not None
-    beta, length = dims.query_scale
-    with b.scope("query_scale"):
-        positions = token_positions(b, input_ids, attention_mask)
-        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=ir.DataType.FLOAT)
-        one = b.const(np.float32(1.0), "one")
-        scale = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
-        scale = b.op("Unsqueeze", scale, b.const([-1], "last", "int64"))
-        return scale if dtype == ir.DataType.FLOAT else b.op("Cast", scale, to=dtype)
 
 
 def _rotated_qkv(

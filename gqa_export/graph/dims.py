@@ -35,6 +35,7 @@ from gqa_export.graph.layer_kinds import (
     mixer_of,
     nope_layer,
     parallel_attention,
+    query_temperature,
     sparse_layer,
 )
 from gqa_export.graph.moe_dims import MoeDims, read_moe
@@ -42,6 +43,7 @@ from gqa_export.graph.multipliers import Resolved, resolve_multipliers
 from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 
 SLIDING = "sliding_attention"
+CHUNKED = "chunked_attention"  # Llama-4: attention within chunks of attention_chunk_size positions
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class LayerDims:
     mixer: str = "attention"  # arch.mixer_spec.MIXER_KINDS: a short_conv layer has conv state, no KV cache
     parallel_attention: bool = False  # attention beside the state mixer, outputs added (Falcon-H1)
     blocks: str = "mixer_and_mlp"  # arch.mixer_spec.LAYER_BLOCKS: both, the mixer alone, or the MLP alone
+    chunk: int = 0  # attends only to earlier keys of its own chunk of this many positions (Llama-4); 0: none
 
     @property
     def shares_kv(self) -> bool:
@@ -119,6 +122,8 @@ class ModelDims:
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
     alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias
+    scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
+    nope_query_scale: tuple[float, int] | None = None  # (beta, length) of query_scale at pos + 1, NoPE layers
 
     @property
     def head_dim(self) -> int:
@@ -235,6 +240,8 @@ def read_dims(
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
+        scaleless_qk_norm=spec.qk_norm == "scaleless" and bool(opt("qk_norm_flag", False)),
+        nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
     )
 
 
@@ -309,6 +316,7 @@ def _layers(
                 mixer=mixer_of(spec, layer_type),
                 parallel_attention=parallel_attention(spec, mixer_of(spec, layer_type)),
                 blocks=blocks_of(spec, layer_type),
+                chunk=int(opt("attention_chunk", 0) or 0) if layer_type == CHUNKED else 0,
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

@@ -1,4 +1,5 @@
-"""Learned absolute position embeddings (GPT-2's wpe, OPT's embed_positions).
+"""Learned absolute position embeddings (GPT-2's wpe, OPT's embed_positions), and the queries'
+position-dependent scales (Ministral-3's llama-4 scaling, Llama-4's attention temperature tuning).
 
 The table's row for each token's position is added to its embedding before the first layer. The
 position is counted from attention_mask as HF generate counts it (cumsum(mask) - 1 over this step's
@@ -8,6 +9,7 @@ decode step after the prompt gets the next position, whatever the KV buffer's si
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
@@ -40,3 +42,29 @@ def add_absolute_positions(
             positions = b.op("Add", positions, b.const(spec.positions.offset, "offset", "int64"))
         rows = typed(b.op("Gather", table, positions), params.dtype, [B, S, dims.hidden_size])
         return typed(b.op("Add", h, rows, name="add_positions"), params.dtype, [B, S, dims.hidden_size])
+
+
+def position_query_scale(
+    b: GraphBuilder,
+    scale: tuple[float, int] | None,
+    input_ids: ir.Value,
+    attention_mask: ir.Value,
+    dtype: ir.DataType,
+    offset: int = 0,
+    scope: str = "query_scale",
+) -> ir.Value | None:
+    """[B,S,1]: 1 + beta * log(1 + floor((pos + offset) / length)) for this step's tokens
+    (Ministral-3's llama-4 attention scale; Llama-4's temperature tuning counts from 1), pos =
+    cumsum(attention_mask) - 1 as HF generate's position_ids (its cache positions for right padding)."""
+    if scale is None:
+        return None
+    beta, length = scale
+    with b.scope(scope):
+        positions = token_positions(b, input_ids, attention_mask)
+        if offset:
+            positions = b.op("Add", positions, b.const(offset, "offset", "int64"))
+        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=ir.DataType.FLOAT)
+        one = b.const(np.float32(1.0), "one")
+        factor = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
+        factor = b.op("Unsqueeze", factor, b.const([-1], "last", "int64"))
+        return factor if dtype == ir.DataType.FLOAT else b.op("Cast", factor, to=dtype)
