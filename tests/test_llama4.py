@@ -109,6 +109,34 @@ def test_llama4_top2_experts_in_plain_ops_match_hf(tmp_path):
     assert parity_error(package, checkpoint) < 1e-4
 
 
+def test_llama4_fp16_cuda_graph_runs_close_to_hf(builds, tmp_path):
+    """The CUDA fp16 package (auto: bias in CUDA's whole-buffer form, the chunk bias in fp16, fp16
+    experts in MoE) runs on CPU close to HF, as the registry's fp16 check bounds it."""
+    checkpoint = builds.checkpoint("llama4")
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, ep="cuda", precision="fp16", smoke=False))
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    assert {"Attention", "MoE"} <= {n.op_type for n in graph.node}
+    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=3)
+    ref = hf_logits(hf_model(checkpoint), tokens, len(PROMPT))
+    assert np.abs(got - ref).max() < 3e-2 * max(1.0, float(np.abs(ref).max()))
+
+
+def test_position_query_scale_in_an_fp16_graph_ministral3(tmp_path):
+    """The position query scale Llama-4's temperature tuning shares with Ministral-3 is built in the
+    graph's dtype: an fp16 Ministral-3 package builds (its float32 constants failed the precision
+    check before) and runs on CPU close to HF."""
+    from families import MULTIMODAL_PROMPT
+    from multimodal_models import save_multimodal
+
+    checkpoint = save_multimodal(tmp_path / "ckpt", "ministral3")
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, ep="cuda", precision="fp16", smoke=False))
+    tokens, got = ort_prefill_and_decode(package, list(MULTIMODAL_PROMPT), steps=3)
+    ref = hf_logits(hf_model(checkpoint), tokens, len(MULTIMODAL_PROMPT))
+    assert np.abs(got - ref).max() < 3e-2 * max(1.0, float(np.abs(ref).max()))
+
+
 def _text_reference(checkpoint: Path):
     """The multimodal checkpoint's language_model (a Llama4ForCausalLM): transformers 5.24's
     Llama4ForConditionalGeneration.forward computes with it, then raises building its output

@@ -16,7 +16,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.masks import token_positions
-from gqa_export.graph.params import Params
+from gqa_export.graph.params import NUMPY_DTYPES, Params
 
 B, S = "batch_size", "sequence_length"
 
@@ -63,8 +63,9 @@ def position_query_scale(
         positions = token_positions(b, input_ids, attention_mask)
         if offset:
             positions = b.op("Add", positions, b.const(offset, "offset", "int64"))
-        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=ir.DataType.FLOAT)
-        one = b.const(np.float32(1.0), "one")
-        factor = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
-        factor = b.op("Unsqueeze", factor, b.const([-1], "last", "int64"))
-        return factor if dtype == ir.DataType.FLOAT else b.op("Cast", factor, to=dtype)
+        # in the graph's dtype: a float32 constant would be the one float32 initializer of an fp16 graph
+        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=dtype)
+        one = b.const(np.asarray(1.0, np.float32).astype(NUMPY_DTYPES[dtype]), "one")
+        beta_value = b.const(np.asarray(beta, np.float32).astype(NUMPY_DTYPES[dtype]), "beta")
+        factor = b.op("Add", one, b.op("Mul", beta_value, b.op("Log", b.op("Add", one, blocks))))
+        return b.op("Unsqueeze", factor, b.const([-1], "last", "int64"))
