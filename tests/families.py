@@ -22,6 +22,7 @@ import pytest
 from dense_models import VARIANTS as DENSE_VARIANTS
 from dense_models import save_dense
 from gemma3n_models import save_gemma3n
+from llama4_models import save_llama4
 from moe_models import save_moe
 from tiny_models import save_model
 
@@ -367,6 +368,22 @@ FAMILIES: tuple[Family, ...] = (
     # the tiny configs are spelled for 5.x and were not checked under 4.57's classes
     moe_family("deepseek_v2", ALL_MODES, since_major=5),
     moe_family("deepseek_v3", ALL_MODES, since_major=5),
+    # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
+    # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/test_llama4.py).
+    # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)
+    Family(
+        "llama4",
+        "moe",
+        save_llama4,
+        logits_mode="bias",
+        logits_modes=("bias",),
+        generate_modes=("bias",),
+        quantized=("int4", "int8"),
+        accuracy_level=0,
+        int8_relative_l2=0.3,
+        experts="fused",
+        since_major=5,
+    ),
     # ... and transformers 5.x's own fused [E, 2I, H] layout
     moe("qwen3_moe_norm_v5", "qwen3_moe", hub_layout=False, overrides={"norm_topk_prob": True}, since_major=5),
     moe("mixtral_v5", "mixtral", hub_layout=False, since_major=5),

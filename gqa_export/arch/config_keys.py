@@ -19,6 +19,13 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "residual_multiplier": "residual_multiplier",
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
+    # Llama-4: chunked local attention of the "chunked_attention" layers, the scaleless q/k norm's
+    # switch, NoPE layers' attention temperature tuning
+    "attention_chunk": "attention_chunk_size",
+    "qk_norm_flag": "use_qk_norm",
+    "temperature_tuning": "attn_temperature_tuning",
+    "temperature_floor": "floor_scale",
+    "temperature_scale": "attn_scale",
     # Gemma-4: KV-shared layers, k = v on full layers, double-wide MLPs of shared layers, per-layer
     # embeddings, and the global-layer shapes of configs without per-layer views.
     "num_kv_shared_layers": "num_kv_shared_layers",
@@ -36,6 +43,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "expert_layer_period": "expert_layer_period",  # Jamba: experts where i % period == offset
     "expert_layer_offset": "expert_layer_offset",
     "mlp_only_layers": "mlp_only_layers",
+    "sparse_layers": "moe_layers",  # an explicit list of the sparse layers (Llama-4)
     "shared_expert_intermediate_size": "shared_expert_intermediate_size",
     "swiglu_limit": "swiglu_limit",
     "swiglu_alpha": "swiglu_alpha",

@@ -102,6 +102,9 @@ class MoeNames:
     per_expert: tuple[tuple[str, str, str], ...] = (PER_EXPERT_PROJ,)
     fused: tuple[tuple[str, str], ...] = (FUSED_EXPERTS,)
     transposed: tuple[str, str] | None = None  # gpt-oss: gate_up [E, H, 2I] interleaved, down [E, I, H] (+ _bias)
+    # how a transposed gate_up orders its 2I columns: "interleaved" (gpt-oss: gate_j, up_j pairs) or
+    # "halves" ([gate | up], Llama-4's experts.gate_up_proj)
+    transposed_order: str = "interleaved"
     shared_expert: str | None = None  # a dense gated MLP run for every token (Qwen2-MoE)
     shared_gate: str | None = None  # its sigmoid gate Linear [1, H]
     # a per-expert bias added to the scores only to select (LFM2-MoE); "a|b": the spellings tried in order
@@ -144,7 +147,10 @@ class MoeSpec:
     weighted by the unbiased scores, renormalized (+1e-20) when norm_topk_prob, times
     routed_scaling_factor), "softmax_biased" (ERNIE-4.5-MoE: softmax over all experts, the top k
     chosen on probs + expert_bias, weighted by the unbiased probs, always renormalized by max(sum,
-    moe_norm_min)). Routers other than softmax are computed as dense weights (graph/moe.py).
+    moe_norm_min)), "sigmoid_scaled_input" (Llama-4: the top k of the logits, each chosen expert's
+    *input* scaled by sigmoid(its logit) and the expert outputs summed unweighted; through a
+    SiLU-gated expert that is not the output scaled, graph/input_scaled_experts.py). Routers other
+    than softmax are computed as dense weights (graph/moe.py).
     shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
     or "dense" (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
@@ -197,6 +203,7 @@ class AbsolutePositions:
     offset: int = 0
 
 
+QK_NORM_LAYERS = ("all", "rope")
 FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio")
 # how a fused query_key_value weight orders its rows (docs/architecture.md §2.3): "stacked" (all q,
 # then k, then v: Phi-3), "grouped" (per kv head: its r = heads / kv_heads query heads, its key, its
@@ -249,7 +256,13 @@ class ArchSpec:
     norm over head_dim: RMSNorm for Qwen3/Gemma-3, LayerNorm with per-head weights for StableLM,
     Cohere, Phi-2) or "full" (RMSNorm over all heads, OLMo-2/3). v_norm: a scaleless RMSNorm over
     head_dim on the values (Gemma-4). unit_attention_scale: scores are not scaled (Gemma-4's
-    `scaling = 1.0`; its q/k norms carry the scale). query_position_scale: queries are scaled by
+    `scaling = 1.0`; its q/k norms carry the scale). qk_norm "scaleless": an RMSNorm over head_dim
+    without a weight (the L2 norm times sqrt(D), Llama-4) where the config's use_qk_norm says so;
+    qk_norm_layers "rope" puts the q/k norms on RoPE layers only (Llama-4's NoPE layers have none).
+    nope_query_temperature: NoPE layers' queries are scaled by
+    `1 + attn_scale * log(1 + floor((pos + 1) / floor_scale))` where the config's
+    attn_temperature_tuning says so (Llama-4's attention temperature tuning).
+    query_position_scale: queries are scaled by
     `1 + beta * log(1 + floor(pos / original_max_position_embeddings))` (Ministral-3's
     `llama_4_scaling_beta` in rope_parameters); RoPE is linear, so scaling before it is the same.
     norm_offset: the stored norm weight w acts as (offset + w) (Gemma's and Nemotron's 1 + w).
@@ -283,6 +296,8 @@ class ArchSpec:
     v_norm: bool = False
     unit_attention_scale: bool = False
     query_position_scale: bool = False
+    qk_norm_layers: str = "all"  # QK_NORM_LAYERS: every attention layer, or RoPE layers only
+    nope_query_temperature: bool = False
     norm: str = "rms"  # rms | layer (LayerNorm, bias where stored) | layer_free (no weights: OLMo)
     fixed_norm_eps: float | None = None  # an eps the modeling code hard-codes (OLMo: 1e-5)
     mlp: str = "gated"  # gated: down(act(gate) * up) | plain: down(act(up)) (Phi-2, StarCoder2, Nemotron)

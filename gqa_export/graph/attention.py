@@ -36,10 +36,19 @@ class AttentionContext:
     rope_caches: dict[str, tuple[ir.Value, ir.Value]]  # rope key -> (cos_cache, sin_cache)
 
 
-def gqa_refusal(dims: ModelDims) -> str | None:
+def gqa_refusal(dims: ModelDims, with_bias: bool = False) -> str | None:
     """Why GroupQueryAttention cannot run this model, or None. GQA itself needs head_size % 8 (its
     CPU helper); rotary dims its fused RoPE refuses are applied with plain ops before it instead
-    (`rotary.fused_rope_ok`). ALiBi's per-head score bias is not a GQA input (docs/architecture.md §2.3)."""
+    (`rotary.fused_rope_ok`). ALiBi's per-head score bias is not a GQA input (docs/architecture.md §2.3).
+    Chunked attention is no fixed window: only a bias masks it (`with_bias`, GQA's attention_bias
+    input, docs/hybrid-state.md §8.7)."""
+    chunked = next((layer for layer in dims.layers if layer.chunk > 0), None)
+    if chunked is not None and not with_bias:
+        return (
+            f"layer {chunked.index} attends within chunks of {chunked.chunk} positions (attention_chunk_size), "
+            "which GroupQueryAttention (mode gqa, and split's decode graph) cannot mask; export with --attention "
+            "bias (standard Attention, same shared KV buffer)"
+        )
     if dims.alibi:
         return (
             f"{dims.model_type}'s ALiBi position bias is a per-head additive score bias GroupQueryAttention "
@@ -54,9 +63,9 @@ def gqa_refusal(dims: ModelDims) -> str | None:
     return None
 
 
-def check_gqa_dims(dims: ModelDims) -> None:
+def check_gqa_dims(dims: ModelDims, with_bias: bool = False) -> None:
     """GQA's limits, checked before any weight is read."""
-    why = gqa_refusal(dims)
+    why = gqa_refusal(dims, with_bias)
     if why is not None:
         raise InputError(why)
 

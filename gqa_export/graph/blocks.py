@@ -273,8 +273,14 @@ def head_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, head
 
 
 def qk_norms_after_rope(lc: LayerContext, q: ir.Value, k: ir.Value | None) -> tuple[ir.Value, ir.Value | None]:
-    """HunYuan's per-head q/k norms, applied to the rotated [B,S,N,D] tensors."""
+    """HunYuan's per-head q/k norms, or Llama-4's scaleless ones (on RoPE layers only where the spec's
+    qk_norm_layers says so), applied to the rotated [B,S,N,D] tensors."""
     L, dims, layer = lc.spec.layer, lc.dims, lc.layer
+    if dims.scaleless_qk_norm:
+        if lc.spec.qk_norm_layers == "rope" and layer.rope is None:
+            return q, k
+        q = head_norm(lc, q, None, "q_norm", dims.num_heads)
+        return q, None if k is None else head_norm(lc, k, None, "k_norm", layer.num_kv_heads)
     if not lc.has_norm(L.q_norm):
         return q, k
     assert L.q_norm and L.k_norm

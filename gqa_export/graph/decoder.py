@@ -59,7 +59,7 @@ PRESENT_KEY, PRESENT_VALUE = "present.%d.key", "present.%d.value"
 
 def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOptions) -> ir.Model:
     if opts.mode in ("gqa", "gqa_bias"):  # the standard-Attention graphs apply RoPE with plain ops: any rotary dim
-        check_gqa_dims(dims)
+        check_gqa_dims(dims, with_bias=opts.mode == "gqa_bias")
     elif state_layers(dims):
         kind = MIXER_NAMES[next(iter(state_layers(dims).values()))]
         raise InputError(f"{spec.name}'s {kind} layers keep their state in the GQA graph only: use --attention gqa")
@@ -109,7 +109,11 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         h = normalize(b, h, spec.tensor(spec.embedding_norm), params, dims, "embedding_norm", dims.hidden_size)
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
 
-    query_scale = position_query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
+    query_scale = position_query_scale(b, dims.query_scale, input_ids, attention_mask, opts.io_dtype)
+    # Llama-4's attention temperature tuning: NoPE layers' queries, at positions counted from 1
+    nope_scale = position_query_scale(
+        b, dims.nope_query_scale, input_ids, attention_mask, opts.io_dtype, offset=1, scope="nope_query_scale"
+    )
     padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
     floored = dims.mamba2 is not None and dims.mamba2.prompt_dt_floor > 0  # Mamba2's prompt-only dt floor
     prompt = prompt_step(b, input_ids, attention_mask) if floored else None
@@ -117,8 +121,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, query_scale, padding, prompt_step=prompt)
             layer = dims.layers[i]
+            scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
+            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt)
             state = attention = None
             if layer.mixer in STATE_MIXERS:
                 state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
@@ -257,7 +262,7 @@ def _windows(dims: ModelDims) -> set[int]:
 
 def mask_kind(opts: GraphOptions, layer: LayerDims) -> MaskKind:
     bidirectional = bool(opts.bidirectional_ids) and (opts.bidirectional_layers == "all" or layer.window > 0)
-    return MaskKind(layer.window, bidirectional)
+    return MaskKind(layer.window, bidirectional, layer.chunk)
 
 
 def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str = "scale") -> ir.Value:

@@ -35,6 +35,7 @@ from gqa_export.graph.layer_kinds import (
     mixer_of,
     nope_layer,
     parallel_attention,
+    query_temperature,
     sparse_layer,
 )
 from gqa_export.graph.moe_dims import MoeDims, read_moe
@@ -43,6 +44,7 @@ from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
 from gqa_export.graph.stream_dims import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
 SLIDING = "sliding_attention"
+CHUNKED = "chunked_attention"  # Llama-4: attention within chunks of attention_chunk_size positions
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class LayerDims:
     parallel_attention: bool = False  # attention beside the state mixer, outputs added (Falcon-H1)
     blocks: str = "mixer_and_mlp"  # arch.mixer_spec.LAYER_BLOCKS: both, the mixer alone, or the MLP alone
     activation_sparsity: float = 0.0  # the MLP gate's gaussian top-k target sparsity (0: dense)
+    chunk: int = 0  # attends only to earlier keys of its own chunk of this many positions (Llama-4); 0: none
 
     @property
     def shares_kv(self) -> bool:
@@ -124,6 +127,8 @@ class ModelDims:
     altup: AltUpDims | None = None  # alternating updates over parallel streams (graph/altup.py)
     per_layer_vocab: int = 0  # the per-layer table's rows; ids past it read row 0
     hard_tokens: tuple[HardTokenRange, ...] = ()  # special-id ranges with their own embedders
+    scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
+    nope_query_scale: tuple[float, int] | None = None  # (beta, length) of query_scale at pos + 1, NoPE layers
 
     @property
     def head_dim(self) -> int:
@@ -243,6 +248,8 @@ def read_dims(
         altup=altup_dims(opt, spec),
         per_layer_vocab=int(opt("per_layer_vocab", 0) or 0) if ple else 0,
         hard_tokens=hard_token_ranges(outer, spec),
+        scaleless_qk_norm=spec.qk_norm == "scaleless" and bool(opt("qk_norm_flag", False)),
+        nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
     )
 
 
@@ -320,6 +327,7 @@ def _layers(
                 parallel_attention=parallel_attention(spec, mixer_of(spec, layer_type)),
                 blocks=blocks_of(spec, layer_type),
                 activation_sparsity=sparsity[i],
+                chunk=int(opt("attention_chunk", 0) or 0) if layer_type == CHUNKED else 0,
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

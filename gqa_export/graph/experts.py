@@ -8,6 +8,8 @@ Checkpoints hold experts in one of these layouts (transformers 5.x writes the hu
 layout by default and its fused one with `save_original_format=False`):
 - per expert: `experts.{e}.{gate,up,down}` Linear weights ([I,H], [I,H], [H,I]);
 - fused halves: `experts.gate_up_proj` [E, 2I, H] = [gate; up], `experts.down_proj` [E, H, I];
+- fused transposed halves (Llama-4): `experts.gate_up_proj` [E, H, 2I] = [gate | up] along the last
+  axis, `experts.down_proj` [E, I, H];
 - fused transposed (gpt-oss): `experts.gate_up_proj` [E, H, 2I] already interleaved,
   `experts.down_proj` [E, I, H], with `_bias` tensors; or the same in MXFP4
   (`*_blocks` [E, N, K/32, 16] uint8 nibbles + `*_scales` [E, N, K/32] uint8 e8m0 exponents).
@@ -47,6 +49,7 @@ class ExpertLayout:
     transposed: tuple[str, str] | None = None  # gate_up [E,H,2I] interleaved, down [E,I,H] (gpt-oss)
     mxfp4: bool = False  # transposed names hold `_blocks` / `_scales` instead of the tensors
     biases: tuple[str, str] | None = None  # fc1 bias [E,2I], fc2 bias [E,H] (gpt-oss; already interleaved)
+    halves: bool = False  # a transposed gate_up holds [gate | up] halves, not interleaved pairs (Llama-4)
 
 
 class ExpertWeights:
@@ -58,10 +61,13 @@ class ExpertWeights:
     # --- fc1: [2I, H] per expert -----------------------------------------------------------------
     def fc1_rows(self, e: int, a: int, b: int) -> np.ndarray:
         L = self.layout
-        if L.transposed:
+        if L.transposed and not L.halves:
             return self._transposed(L.transposed[0], e, a, b)
         lo, hi = a // 2, (b + 1) // 2  # gate/up rows covering interleaved rows [a, b)
-        if L.per_expert:
+        if L.transposed:  # [gate | up] columns of a stacked (in, out) tensor
+            gate = self._transposed(L.transposed[0], e, lo, hi)
+            up = self._transposed(L.transposed[0], e, L.intermediate + lo, L.intermediate + hi)
+        elif L.per_expert:
             gate = self._read(L.per_expert[0].format(e=e), lo, hi)
             up = self._read(L.per_expert[1].format(e=e), lo, hi)
         else:

@@ -29,6 +29,9 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
     period = int(opt("expert_layer_period", 0) or 0)
     if period:
         return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)
+    listed = opt("sparse_layers")  # Llama-4's moe_layers: the sparse layers by index
+    if listed is not None:
+        return i in listed
     if i < int(opt("first_dense_layers", 0) or 0):
         return False
     last = opt("last_sparse_layer")
@@ -48,6 +51,17 @@ def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
         or (spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding)
         or (spec.rope_layers == "if_configured" and opt("position_embedding_type") != "rope")
     )
+
+
+def query_temperature(opt: Option) -> tuple[float, int] | None:
+    """(attn_scale, floor_scale) of Llama-4's attention temperature tuning of NoPE layers' queries,
+    where the config turns it on (attn_temperature_tuning)."""
+    if not opt("temperature_tuning", False):
+        return None
+    floor = int(opt("temperature_floor", 0) or 0)
+    if floor < 1:
+        raise InputError(f"attn_temperature_tuning is on but floor_scale is {floor}; set a positive floor_scale")
+    return float(opt("temperature_scale", 0.1)), floor
 
 
 def blocks_of(spec: ArchSpec, layer_type: str | None) -> str:

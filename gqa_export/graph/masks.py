@@ -27,10 +27,12 @@ INT64 = ir.DataType.INT64
 
 @dataclass(frozen=True)
 class MaskKind:
-    """Which bias a layer needs: its window (-1: none) and whether bidirectional blocks apply."""
+    """Which bias a layer needs: its window (-1: none), whether bidirectional blocks apply, and its
+    attention chunk (0: none; else a query sees only keys of its own chunk, position // chunk)."""
 
     window: int
     bidirectional: bool
+    chunk: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def mask_values(
         zero_f = b.const(np.zeros((), np_dtype), "bias_zero")
         low_f = b.const(np.asarray(lowest, np.float32).astype(np_dtype), "bias_lowest")
         biases = {}
-        for kind in sorted(kinds, key=lambda k: (k.window, k.bidirectional)):
+        for kind in sorted(kinds, key=lambda k: (k.window, k.bidirectional, k.chunk)):
             allowed = allowed_base
             bi = b.op("And", bidir, b.op("Unsqueeze", valid, one)) if bidir is not None and kind.bidirectional else None
             if bi is not None and window_bounded:
@@ -126,10 +128,20 @@ def mask_values(
                 allowed = b.op("And", allowed, b.op("Less", distance, window))
             if bi is not None and not window_bounded:
                 allowed = b.op("Or", allowed, bi)
+            if kind.chunk > 0:  # HF's chunked_overlay: the same chunk of positions (right padding)
+                allowed = b.op("And", allowed, _same_chunk(b, q, key_positions, kind.chunk))
             bias = b.op("Where", allowed, zero_f, low_f)
             name = f"bias_window{kind.window}" + ("_bidirectional" if bi is not None else "")
+            name += f"_chunk{kind.chunk}" if kind.chunk > 0 else ""
             biases[kind] = b.op("Unsqueeze", bias, one, name=name)  # [B,1,S,T]
     return MaskValues(positions, total, write_index, nonpad, biases, key_positions)
+
+
+def _same_chunk(b: GraphBuilder, q: ir.Value, key_positions: ir.Value, chunk: int) -> ir.Value:
+    """[B,S,T] True where query and key positions fall in the same chunk (position // chunk). Real
+    tokens' positions are >= 0, where Div's truncation is the floor; pads are masked already."""
+    size = _i64(b, [chunk], f"chunk{chunk}")
+    return b.op("Equal", b.op("Div", q, size), b.op("Div", key_positions, size), name=f"same_chunk{chunk}")
 
 
 def state_padding(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType) -> StatePadding:

@@ -26,6 +26,7 @@ from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear,
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
+from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
 from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES
 
@@ -40,7 +41,11 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     prefix = _block_prefix(lc)
     router = _router(lc, prefix, x if router_input is None else router_input, moe)
     weights = ExpertWeights(lc.params.store, _layout(lc, prefix, moe))
-    if spec.activation == "geglu":
+    if spec.routing == "sigmoid_scaled_input" and moe.top_k > 1:
+        out = input_scaled_experts(lc, x, router, weights, moe)
+    elif spec.routing == "sigmoid_scaled_input":  # top-1: the op on the scaled input, weight 1
+        out = _experts_op(lc, top1_scaled_input(lc, x, router), router, weights, moe, prefix)
+    elif spec.activation == "geglu":
         out = _experts_with_ops(lc, x, router, weights, moe)
     else:
         out = _experts_op(lc, x, router, weights, moe, prefix)
@@ -81,7 +86,8 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
         gate_up, down = (f"{layer}{prefix}{n}" for n in names.transposed)
         mxfp4 = f"{gate_up}_blocks" in lc.params.store
         biases = (f"{gate_up}_bias", f"{down}_bias") if f"{gate_up}_bias" in lc.params.store else None
-        layout = ExpertLayout(E, I, H, transposed=(gate_up, down), mxfp4=mxfp4, biases=biases)
+        halves = names.transposed_order == "halves"
+        layout = ExpertLayout(E, I, H, transposed=(gate_up, down), mxfp4=mxfp4, biases=biases, halves=halves)
     else:
         layout = None
         for triple in names.per_expert:

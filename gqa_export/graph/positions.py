@@ -1,4 +1,5 @@
-"""Learned absolute position embeddings (GPT-2's wpe, OPT's embed_positions).
+"""Learned absolute position embeddings (GPT-2's wpe, OPT's embed_positions), and the queries'
+position-dependent scales (Ministral-3's llama-4 scaling, Llama-4's attention temperature tuning).
 
 The table's row for each token's position is added to its embedding before the first layer. The
 position is counted from attention_mask as HF generate counts it (cumsum(mask) - 1 over this step's
@@ -15,7 +16,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.masks import token_positions
-from gqa_export.graph.params import Params
+from gqa_export.graph.params import NUMPY_DTYPES, Params
 
 B, S = "batch_size", "sequence_length"
 
@@ -44,16 +45,27 @@ def add_absolute_positions(
 
 
 def position_query_scale(
-    b: GraphBuilder, dims: ModelDims, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType
-) -> ir.Value:
-    """[B,S,1]: 1 + beta * log(1 + floor(pos / length)) for this step's tokens (Ministral-3's
-    llama-4 attention scale), pos = cumsum(attention_mask) - 1 as HF generate's position_ids."""
-    assert dims.query_scale is not None
-    beta, length = dims.query_scale
-    with b.scope("query_scale"):
+    b: GraphBuilder,
+    scale: tuple[float, int] | None,
+    input_ids: ir.Value,
+    attention_mask: ir.Value,
+    dtype: ir.DataType,
+    offset: int = 0,
+    scope: str = "query_scale",
+) -> ir.Value | None:
+    """[B,S,1]: 1 + beta * log(1 + floor((pos + offset) / length)) for this step's tokens
+    (Ministral-3's llama-4 attention scale; Llama-4's temperature tuning counts from 1), pos =
+    cumsum(attention_mask) - 1 as HF generate's position_ids (its cache positions for right padding)."""
+    if scale is None:
+        return None
+    beta, length = scale
+    with b.scope(scope):
         positions = token_positions(b, input_ids, attention_mask)
-        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=ir.DataType.FLOAT)
-        one = b.const(np.float32(1.0), "one")
-        scale = b.op("Add", one, b.op("Mul", b.const(np.float32(beta), "beta"), b.op("Log", b.op("Add", one, blocks))))
-        scale = b.op("Unsqueeze", scale, b.const([-1], "last", "int64"))
-        return scale if dtype == ir.DataType.FLOAT else b.op("Cast", scale, to=dtype)
+        if offset:
+            positions = b.op("Add", positions, b.const(offset, "offset", "int64"))
+        # in the graph's dtype: a float32 constant would be the one float32 initializer of an fp16 graph
+        blocks = b.op("Cast", b.op("Div", positions, b.const(length, "length", "int64")), to=dtype)
+        one = b.const(np.asarray(1.0, np.float32).astype(NUMPY_DTYPES[dtype]), "one")
+        beta_value = b.const(np.asarray(beta, np.float32).astype(NUMPY_DTYPES[dtype]), "beta")
+        factor = b.op("Add", one, b.op("Mul", beta_value, b.op("Log", b.op("Add", one, blocks))))
+        return b.op("Unsqueeze", factor, b.const([-1], "last", "int64"))
