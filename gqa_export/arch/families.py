@@ -315,6 +315,11 @@ GLM4_MOE = ArchSpec(
     ),
 )
 
+# dots.llm1 (dots1): Qwen3's attention (per-head q/k RMSNorms, full RoPE, per-layer windows from
+# layer_types) with GLM-4-MoE's / DeepSeek-V3's mixture: dense first first_k_dense_replace layers,
+# then sigmoid routing within the best groups on scores + e_score_correction_bias, shared experts
+DOTS1 = replace(GLM4_MOE, name="dots1")
+
 # ERNIE-4.5-MoE: ERNIE-4.5's layers (GPT-J RoPE, optional biases) with experts on layers
 # moe_layer_start_index..moe_layer_end_index every moe_layer_interval, routed by softmax
 # probabilities chosen on probs + e_score_correction_bias (routing "softmax_biased", always
@@ -364,5 +369,5 @@ ALL = (
     SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE, HUNYUAN_MOE,
+    SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE, HUNYUAN_MOE, DOTS1,
 )  # fmt: skip
