@@ -23,6 +23,7 @@ from reference import (
     hf_logits,
     hf_model,
     ort_padded_batch,
+    ort_prefill_and_decode,
     parity_error,
 )
 
@@ -133,3 +134,63 @@ def test_mutant_initializers_fail_parity(builds, tmp_path, mutant):
 def _mutated(builds: FamilyBuilds, tmp_path: Path) -> tuple[Path, onnx.ModelProto]:
     package = Path(shutil.copytree(builds.package(FAMILY), tmp_path / "pkg"))
     return package, onnx.load(str(package / "model.onnx"), load_external_data=False)
+
+
+# families whose HF router computes in fp32 whatever the model dtype (spec router_dtype "float32",
+# docs/moe.md §8.2), and one whose router runs in the model's dtype
+FP32_ROUTERS = ("dots1", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "deepseek_v3")
+NARROW_ROUTER = "qwen3_moe"
+FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+
+
+def _router_dtypes(package: Path) -> tuple[list[int], list[int], list[int]]:
+    """The element types of the routers' weights, of their selection biases, and of the MoE ops'
+    token inputs (MoE / QMoE input 0, as produced by the graph's value_info or initializers)."""
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    inits = {t.name: t.data_type for t in graph.initializer}
+    routers = [inits[n.input[1]] for n in graph.node if n.name.endswith("router/logits/MatMul")]
+    biases = [t for name, t in inits.items() if name.endswith("e_score_correction_bias")]
+    experts = [inits[n.input[2]] for n in graph.node if n.op_type == "MoE"]
+    return routers, biases, experts
+
+
+@pytest.mark.parametrize("family", [*FP32_ROUTERS, NARROW_ROUTER])
+def test_fp16_package_routes_in_fp32_where_hf_does(builds, family):
+    """fp16 package: the routers HF computes in fp32 (F.linear(x.float(), W.float()), weight and
+    selection bias kept fp32; HunYuan-MoE's gate.wg declared fp32) are an fp32 MatMul and fp32
+    routing; the experts stay fp16. Qwen3-MoE's router runs in the model's dtype in HF, so in fp16
+    here too."""
+    if BY_NAME[family] not in REGISTERED:
+        pytest.skip(f"{family} needs a newer transformers")
+    routers, biases, experts = _router_dtypes(builds.package(family, ep="cuda", precision="fp16"))
+    wide = family in FP32_ROUTERS
+    assert routers and set(routers) == {FLOAT if wide else FLOAT16}
+    assert set(biases) <= {FLOAT if wide else FLOAT16}
+    assert experts and set(experts) == {FLOAT16}
+
+
+def test_cuda_int4_package_keeps_the_fp32_router_float(builds):
+    """int4 for CUDA (fp16 activations): the experts become QMoE, the fp32 router stays an fp32
+    MatMul (not MatMulNBits), as HF keeps its weight in fp32; the package runs (on CPU here)."""
+    package = builds.package(FAMILY, ep="cuda", precision="int4")
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    inits = {t.name: t.data_type for t in graph.initializer}
+    routers = [n for n in graph.node if n.name.endswith("router/logits/MatMul")]
+    assert [n.op_type for n in routers] == ["MatMul", "MatMul"]
+    assert {inits[n.input[1]] for n in routers} == {FLOAT}
+    assert sum(n.op_type == "QMoE" for n in graph.node) == 2
+    _, logits = ort_prefill_and_decode(package, [0, 17, 45, 99], steps=2)
+    assert np.isfinite(logits).all()
+
+
+def test_mutant_router_in_export_dtype_fails_the_fp32_check(builds, tmp_path, monkeypatch):
+    """The same fp16 build with the fp32 routing context switched off: its routers are fp16, which
+    test_fp16_package_routes_in_fp32_where_hf_does rejects."""
+    import gqa_export.graph.moe as moe
+    from gqa_export.pipeline import BuildOptions, build
+
+    monkeypatch.setattr(moe, "_routing_context", lambda lc: lc)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(builds.checkpoint(FAMILY)), package, ep="cuda", precision="fp16", smoke=False))
+    routers, biases, _ = _router_dtypes(package)
+    assert routers and set(routers) == set(biases) == {FLOAT16}

@@ -309,6 +309,7 @@ GLM4_MOE = ArchSpec(
         ),
         routing="sigmoid_group_biased",
         shared_width="per_expert",
+        router_dtype="float32",  # F.linear(x.float(), W.float()), weight and bias kept fp32
     ),
     config_keys=config_keys(
         num_experts="n_routed_experts|num_local_experts", first_dense_layers="first_k_dense_replace"
@@ -338,6 +339,7 @@ ERNIE4_5_MOE = ArchSpec(
         routing="softmax_biased",
         normalize=True,
         shared_width="per_expert",
+        router_dtype="float32",  # F.linear(x.float(), W.float()) with autocast off
     ),
     config_keys=config_keys(
         first_dense_layers="moe_layer_start_index",
@@ -360,6 +362,7 @@ HUNYUAN_MOE = replace(
         ),
         normalize=True,
         shared_width="dense",
+        router_dtype="float32",  # gate.wg is declared fp32 and reads x.float(); the op picks on its logits
     ),
     config_keys=config_keys(expert_intermediate_size="intermediate_size", experts_per_token="moe_topk"),
 )
