@@ -1,12 +1,15 @@
 """Export time and peak memory of `gqa-export build` vs the checkpoint size.
 
-    python benchmarks/export_memory.py [--shape 150m|1b|qwen3_5-230m] [--precision fp32|fp16] [--ep cpu|cuda]
+    python benchmarks/export_memory.py [--shape 150m|1b|qwen3_5-230m|deepseek_v3-1g] [--precision fp32|fp16|int4]
+                                       [--ep cpu|cuda]
 
 Peak RSS of the whole build process (fetch -> package, smoke run off) comes from wait4() on that
 one process. The result is appended to benchmarks/results/export_memory.md. The Llama shapes are
 written by benchmarks/random_llama.py, the hybrid one (a Qwen3.5 text decoder: gated-DeltaNet
 layers with a conv and a recurrent state, every fourth layer gated attention) by
-benchmarks/random_hybrid.py.
+benchmarks/random_hybrid.py, the mixture of experts (DeepSeek-V3's 256 routed experts, top 8 in
+grouped routing, 1 shared expert, dense first layers, latent attention, on a 512 hidden size) by
+benchmarks/random_deepseek.py.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from datetime import date
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "export_memory.md"
-HYBRID_SHAPES = ("qwen3_5-230m",)  # benchmarks/random_hybrid.py SHAPES
+# the maker of each shape that benchmarks/random_llama.py does not write
+MAKERS = {"qwen3_5-230m": "random_hybrid.py", "deepseek_v3-1g": "random_deepseek.py"}
 
 
 def folder_bytes(path: Path) -> int:
@@ -41,7 +45,7 @@ def main() -> None:
         # The checkpoint is written by a separate process: a child forked from a parent that held
         # big arrays would report the parent's pages in its own peak RSS.
         ckpt = Path(tmp) / "ckpt"
-        maker = "random_hybrid.py" if args.shape in HYBRID_SHAPES else "random_llama.py"
+        maker = MAKERS.get(args.shape, "random_llama.py")
         script = Path(__file__).parent / maker
         subprocess.run(
             [sys.executable, str(script), str(ckpt), "--shape", args.shape, "--dtype", args.dtype], check=True

@@ -249,6 +249,8 @@ FAMILIES: tuple[Family, ...] = (
     classic_moe("glm4_moe"),
     classic_moe("ernie4_5_moe", gathered_tables=TIED),  # softmax choice with a selection bias
     classic_moe("hunyuan_v1_moe", gathered_tables=TIED),  # softmax top k beside a shared MLP
+    # Qwen3 attention with sliding layers and GLM-4-MoE's routing (dots.llm1; tests/test_dots1.py)
+    classic_moe("dots1", one_token_logits=True, fp16_cuda=True),
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),

@@ -53,6 +53,26 @@ CONFIGS: dict[str, dict[str, Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         initializer_range=0.2,  # at 0.1 short prompts settle on one repeated id
     ),
+    # dots.llm1: Qwen3 attention with layers 1-2 sliding (window 8, from max_window_layers 1) and
+    # GLM-4-MoE's routing: 12 experts in 3 groups, the 2 best groups kept, top 3; 2 shared experts
+    "dots1": dict(
+        head_dim=16,
+        sliding_window=8,
+        max_window_layers=1,
+        first_k_dense_replace=1,
+        n_routed_experts=12,
+        num_experts_per_tok=3,
+        n_group=3,
+        topk_group=2,
+        moe_intermediate_size=32,
+        n_shared_experts=2,
+        norm_topk_prob=True,
+        routed_scaling_factor=2.5,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        initializer_range=0.2,
+    ),
     # 4 layers, experts on 1 and 2 only (start 1, end 2, interval 1): dense MLPs before and after;
     # the top 2 of 6 chosen on softmax probs + bias, 1 shared expert, GPT-J RoPE, tied
     "ernie4_5_moe": dict(

@@ -330,11 +330,17 @@ GLM4_MOE = ArchSpec(
         ),
         routing="sigmoid_group_biased",
         shared_width="per_expert",
+        router_dtype="float32",  # F.linear(x.float(), W.float()), weight and bias kept fp32
     ),
     config_keys=config_keys(
         num_experts="n_routed_experts|num_local_experts", first_dense_layers="first_k_dense_replace"
     ),
 )
+
+# dots.llm1 (dots1): Qwen3's attention (per-head q/k RMSNorms, full RoPE, per-layer windows from
+# layer_types) with GLM-4-MoE's / DeepSeek-V3's mixture: dense first first_k_dense_replace layers,
+# then sigmoid routing within the best groups on scores + e_score_correction_bias, shared experts
+DOTS1 = replace(GLM4_MOE, name="dots1")
 
 # ERNIE-4.5-MoE: ERNIE-4.5's layers (GPT-J RoPE, optional biases) with experts on layers
 # moe_layer_start_index..moe_layer_end_index every moe_layer_interval, routed by softmax
@@ -354,6 +360,7 @@ ERNIE4_5_MOE = ArchSpec(
         routing="softmax_biased",
         normalize=True,
         shared_width="per_expert",
+        router_dtype="float32",  # F.linear(x.float(), W.float()) with autocast off
     ),
     config_keys=config_keys(
         first_dense_layers="moe_layer_start_index",
@@ -376,6 +383,7 @@ HUNYUAN_MOE = replace(
         ),
         normalize=True,
         shared_width="dense",
+        router_dtype="float32",  # gate.wg is declared fp32 and reads x.float(); the op picks on its logits
     ),
     config_keys=config_keys(expert_intermediate_size="intermediate_size", experts_per_token="moe_topk"),
 )
@@ -385,5 +393,5 @@ ALL = (
     GEMMA3N, SMOLLM3,
     GRANITE, OLMO2, QWEN3_MOE, QWEN2_MOE, MIXTRAL, OLMOE, GRANITEMOE, PHIMOE, GPT_OSS,
     PHI, OLMO, OLMO3, NEMOTRON, STABLELM, STARCODER2, COHERE, COHERE2, GLM4, EXAONE4, ERNIE4_5, HUNYUAN, APERTUS,
-    SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE, HUNYUAN_MOE,
+    SEED_OSS, ARCEE, GLM4_MOE, ERNIE4_5_MOE, HUNYUAN_MOE, DOTS1,
 )  # fmt: skip

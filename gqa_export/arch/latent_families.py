@@ -11,12 +11,13 @@ from gqa_export.arch.spec import ArchSpec, LatentAttentionNames, MoeNames, MoeSp
 _DEEPSEEK_KEYS = config_keys(first_dense_layers="first_k_dense_replace", num_experts="n_routed_experts")
 _SHARED = MoeNames(shared_expert="shared_experts")
 # DeepSeek-V2 / V2-Lite: latent attention (q-LoRA optional: V2-Lite has none), GPT-J pairs on the
-# decoupled rope dims, softmax router with group-limited greedy top-k (docs/latent-attention.md)
+# decoupled rope dims, softmax router with group-limited greedy top-k (docs/latent-attention.md),
+# computed in fp32 as HF does
 DEEPSEEK_V2 = ArchSpec(
     name="deepseek_v2",
     latent_attention=LatentAttentionNames(),
     rope_interleaved=True,
-    moe=MoeSpec(_SHARED, routing="softmax_group_limited", shared_width="per_expert"),
+    moe=MoeSpec(_SHARED, routing="softmax_group_limited", shared_width="per_expert", router_dtype="float32"),
     config_keys=_DEEPSEEK_KEYS,
 )
 # DeepSeek-V3: the same latent attention (rope pairs interleaved unless rope_interleave is false),
@@ -29,6 +30,7 @@ DEEPSEEK_V3 = ArchSpec(
         MoeNames(shared_expert="shared_experts", expert_bias="gate.e_score_correction_bias"),
         routing="sigmoid_group_biased",
         shared_width="per_expert",  # n_shared_experts experts' widths
+        router_dtype="float32",  # F.linear(x.float(), W.float()), weight and bias kept fp32
     ),
     config_keys=_DEEPSEEK_KEYS,
 )

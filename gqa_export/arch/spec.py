@@ -155,13 +155,18 @@ class MoeSpec:
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
     or "dense" (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
-    "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops)."""
+    "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops). router_dtype: None (the router
+    computes in the export dtype) or "float32" (the family's router computes its logits and its
+    choice in fp32 whatever the model's dtype, its weight and selection bias kept fp32: an fp16 /
+    bf16 package does the same and casts the routing weights back, since fp16 rounding of near-tied
+    scores changes which experts are chosen, docs/moe.md §8.3)."""
 
     names: MoeNames = field(default_factory=MoeNames)
     routing: str = "softmax"
     normalize: bool = False
     activation: str = "swiglu"
     shared_width: str = "config"
+    router_dtype: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ The quantize stage turns MoE into QMoE for int4/int8 (quantize.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import onnx_ir as ir
 
@@ -28,7 +30,7 @@ from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, 
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
 from gqa_export.graph.moe_dims import MoeDims
-from gqa_export.graph.params import NUMPY_DTYPES
+from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
 
 B, S = "batch_size", "sequence_length"
 
@@ -39,7 +41,12 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     assert spec is not None and moe is not None
     names = lc.spec.moe.names
     prefix = _block_prefix(lc)
-    router = _router(lc, prefix, x if router_input is None else router_input, moe)
+    routing_lc = _routing_context(lc)
+    router_x = x if router_input is None else router_input
+    before = set(lc.b.graph.initializers)
+    if routing_lc is not lc:
+        router_x = lc.b.op("Cast", router_x, to=ir.DataType.FLOAT, name="router_input")
+    router = _router(routing_lc, prefix, router_x, moe)
     weights = ExpertWeights(lc.params.store, _layout(lc, prefix, moe))
     if spec.routing == "sigmoid_scaled_input" and moe.top_k > 1:
         out = input_scaled_experts(lc, x, router, weights, moe)
@@ -48,7 +55,12 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     elif spec.activation == "geglu":
         out = _experts_with_ops(lc, x, router, weights, moe)
     else:
-        out = _experts_op(lc, x, router, weights, moe, prefix)
+        out = _experts_op(lc, x, router, weights, moe, prefix, routing_lc)
+    if routing_lc is not lc:  # the router's float32 weights and constants, kept so on purpose
+        for name in set(lc.b.graph.initializers) - before:
+            value = lc.b.graph.initializers[name]
+            if value.const_value is not None and value.const_value.dtype == ir.DataType.FLOAT:
+                value.meta[WIDER_THAN_IO_META] = True
     if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
         out = lc.b.op("Add", out, _shared_expert(lc, x, prefix), name="add_shared_expert")
     if names.shared_mlp:  # Granite-4.0-H: an ungated dense MLP beside the experts
@@ -74,6 +86,17 @@ def _router(lc: LayerContext, prefix: str, x: ir.Value, moe: MoeDims) -> ir.Valu
         return _normed_residual_router(lc, x, module, moe)
     with lc.b.scope("router"):
         return linear(lc, x, [module], None, "logits")
+
+
+def _routing_context(lc: LayerContext) -> LayerContext:
+    """The context the router computes in: the layer's own, or an fp32 one where the family's
+    router computes in fp32 (spec router_dtype) and the export dtype is narrower (docs/moe.md §8.3).
+    Its float32 initializers are marked for quantize.py to leave float and in their dtype."""
+    spec = lc.spec.moe
+    assert spec is not None
+    if spec.router_dtype != "float32" or lc.params.dtype == ir.DataType.FLOAT or spec.activation == "geglu":
+        return lc  # (the plain-op experts of a GeGLU family read the router in the layer's dtype)
+    return replace(lc, params=Params(lc.params.store, ir.DataType.FLOAT))
 
 
 def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
@@ -129,11 +152,17 @@ def _refuse_expert_biases(store: object, weight: str, where: str) -> None:
 
 
 def _experts_op(
-    lc: LayerContext, x: ir.Value, router: ir.Value, weights: ExpertWeights, moe: MoeDims, prefix: str
+    lc: LayerContext,
+    x: ir.Value,
+    router: ir.Value,
+    weights: ExpertWeights,
+    moe: MoeDims,
+    prefix: str,
+    routing_lc: LayerContext,
 ) -> ir.Value:
     """com.microsoft.MoE over the tokens. A router the op cannot express gives dense routing
     weights computed in the graph: the op gets their log, unnormalized, and the output is scaled
-    back by their sum."""
+    back by their sum. The routing computes in `routing_lc`'s dtype, cast back to the layer's."""
     b, params = lc.b, lc.params
     I, H = moe.intermediate, lc.dims.hidden_size  # noqa: E741
     base = lc.spec.layer_tensor(lc.i, "moe", "")
@@ -146,8 +175,12 @@ def _experts_op(
         for i, v in enumerate(biases)
     )
     clamped = lc.spec.moe.activation == "swiglu_clamped"  # type: ignore[union-attr]
+    dense = _dense_routing(routing_lc, prefix, router, moe)
+    if routing_lc is not lc and dense is not None:
+        dense = b.op("Cast", dense, to=params.dtype, name="routing_weights")
+    elif routing_lc is not lc:  # the op's own softmax routing on the logits
+        router = b.op("Cast", router, to=params.dtype, name="router_logits")
     probs, post_scale = router, None
-    dense = _dense_routing(lc, prefix, router, moe)
     if dense is not None:
         probs = b.op("Log", dense, name="log_weights")
         post_scale = b.op("ReduceSum", dense, b.const([-1], "last", "int64"), keepdims=1, name="weights_sum")

@@ -35,6 +35,9 @@ MIN_SLAB_ROWS = 64
 # ir.Value.meta key on lookup tables that int4/int8 builds quantize by default, like a tied
 # embedding (Gemma-4's per-layer-embedding table: ~60% of E2B's parameters, one row read per token)
 QUANTIZE_TABLE_META = "gqa_export.quantize_table"
+# an initializer kept in float32 in an fp16 / bf16 graph on purpose (a router the family computes in
+# fp32, graph/moe.py): quantize.py leaves it float and in its dtype
+WIDER_THAN_IO_META = "gqa_export.wider_than_io"
 
 
 class StreamedTensor(ir.LazyTensor):

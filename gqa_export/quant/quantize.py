@@ -29,7 +29,7 @@ import onnx_ir as ir
 from gqa_export.choices import ACTIVATIONS, QUANT_METHODS, SUPPORTED, WHY_NOT, listing
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
-from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, StreamedTensor, row_blocks
+from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, WIDER_THAN_IO_META, StreamedTensor, row_blocks
 from gqa_export.quant.mixed import parse_mixed, weight_bits
 from gqa_export.quant.nbits import NBitsConfig, dequantize, quantize_rows
 from gqa_export.quant.options import QuantOptions, refuse_on_float
@@ -127,7 +127,7 @@ def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None
                     to_qmoe(model, node, plan, report, _Quantized, _register, _replace)
                 continue
             weight = _linear_weight(node) or _embedding_table(node, plan)
-            if weight is None:
+            if weight is None or weight.meta.get(WIDER_THAN_IO_META):  # a float32 router stays so
                 continue
             name = weight.name or ""
             if any(fnmatch.fnmatch(name, p) or fnmatch.fnmatch(node.name or "", p) for p in plan.keep_float):
@@ -150,7 +150,7 @@ def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None
         tensor = value.const_value
         if tensor is None or not tensor.dtype.is_floating_point():
             continue
-        if tensor.dtype != plan.io_dtype:
+        if tensor.dtype != plan.io_dtype and not value.meta.get(WIDER_THAN_IO_META):
             raise AssertionError(f"initializer {value.name} is {tensor.dtype.name}, planned {plan.io_dtype.name}")
         report.float_initializers += 1
     return report
