@@ -3,7 +3,7 @@ its graph forms; gqa and split refused in one line), NoPE layers' attention temp
 scaleless q/k norms after interleaved-pair RoPE on RoPE layers, experts whose sigmoid score scales
 their input (top 1 through the MoE op, top 2 in plain ops), the multimodal checkpoint's decoder,
 right-padded batches through onnxruntime-genai, and mutants of each mechanism that fail parity.
-The checks every family gets are its row in tests/families.py (docs/hybrid-state.md §8.7)."""
+The checks every family gets are its row in tests/families.py (docs/llama4.md)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def gqa_refusal(dims: ModelDims, with_bias: bool = False) -> str | None:
     CPU helper); rotary dims its fused RoPE refuses are applied with plain ops before it instead
     (`rotary.fused_rope_ok`). ALiBi's per-head score bias is not a GQA input (docs/architecture.md §2.3).
     Chunked attention is no fixed window: only a bias masks it (`with_bias`, GQA's attention_bias
-    input, docs/hybrid-state.md §8.7)."""
+    input, docs/llama4.md)."""
     chunked = next((layer for layer in dims.layers if layer.chunk > 0), None)
     if chunked is not None and not with_bias:
         return (

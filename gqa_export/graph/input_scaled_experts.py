@@ -4,7 +4,7 @@ HF (models/llama4/modeling_llama4.py, Llama4TextMoe): the top k of the router lo
 s = sigmoid(logit) for each, and the chosen expert e computes down(silu(gate(s x)) * up(s x)); the
 expert outputs are summed without further weights (unchosen experts see a zero input and, having
 no biases, give zero). Through the SiLU gate that is not s times the expert's output, so the MoE
-op's weighted sum cannot express it for k > 1 (docs/hybrid-state.md §8.7):
+op's weighted sum cannot express it for k > 1 (docs/llama4.md):
 - top 1 (Llama-4 Scout and Maverick): the token's input is scaled by its one score before the
   MoE op, which routes it to the same expert (the argmax of the logits) with weight 1 (its
   renormalized top-1 weight); exact, and quantizes to QMoE.
