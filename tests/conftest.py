@@ -57,7 +57,9 @@ class Exports:
             from gqa_export.pipeline import BuildOptions, build
 
             out = self.root / "-".join((name, ep, precision, *settings))
-            options = BuildOptions(str(self.checkpoints.get(name)), out, ep=ep, precision=precision, smoke=False)
+            options = BuildOptions(
+                str(self.checkpoints.get(name)), out, ep=ep, precision=precision, smoke=False, text_only=True
+            )
             build(BuildOptions(**{**vars(options), "settings": settings}))
             self._made[key] = out
         return self._made[key]

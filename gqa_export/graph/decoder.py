@@ -66,12 +66,12 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     b = GraphBuilder("gqa_export_decoder", OPSETS[opts.mode])
     hidden = [B, S, dims.hidden_size]
     check_io(dims, opts)
-    # With inputs_embeds the graph has no ids: the mask and position helpers only read its [B, S]
-    # shape, which inputs_embeds has too (ids-valued features are refused by check_io).
+    # With inputs_embeds alone the graph has no ids: the mask and position helpers only read its
+    # [B, S] shape, which inputs_embeds has too (ids-valued features are refused by check_io). A
+    # multimodal package's decoder takes both: the ids feed the image-run mask (docs/multimodal.md §3).
+    embeds = b.input("inputs_embeds", opts.io_dtype, hidden) if opts.inputs_embeds else None
     input_ids = (
-        b.input("inputs_embeds", opts.io_dtype, hidden)
-        if opts.inputs_embeds
-        else b.input("input_ids", ir.DataType.INT64, [B, S])
+        embeds if embeds is not None and not opts.embeds_with_ids else b.input("input_ids", ir.DataType.INT64, [B, S])
     )
     attention_mask = b.input("attention_mask", ir.DataType.INT64, [B, T])
     # Concrete kv-head and head-dim dims on every cache input: ORT GenAI sizes each layer's buffer
@@ -86,8 +86,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask)
 
     embed = None
-    if opts.inputs_embeds:  # what HF's forward(inputs_embeds=...) takes (transformers 5.x)
-        ids, h = input_ids, input_ids
+    if embeds is not None:  # what HF's forward(inputs_embeds=...) takes (transformers 5.x)
+        ids, h = input_ids, embeds
         if dims.embedding_multiplier != 1.0 and not dims.embedding_scaled_in_table:
             h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
     else:
