@@ -26,7 +26,7 @@ from gqa_export.source.weights import WeightStore
 
 VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_config.json"
 # genai's gemma3 processor expands each <start_of_image> into this many placeholders, whatever the
-# checkpoint says (docs/multimodal.md §2)
+# checkpoint says (docs/multimodal.md §1)
 GEMMA3_RUNTIME_IMAGE_TOKENS = 256
 
 

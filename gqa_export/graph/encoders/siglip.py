@@ -5,8 +5,9 @@ The tower: a patch convolution (kernel = stride = patch), learned position embed
 encoder layers (LayerNorm, multi-head self-attention with biases, LayerNorm, fc1 -> GELU -> fc2),
 a final LayerNorm. The projector: average pooling of the patch grid to `tokens_per_image`
 positions, an RMSNorm whose stored weight w acts as 1 + w, and one projection matrix stored as
-[vision width, text width]. The output is 2-D, `[images * tokens_per_image, text width]`: the
-buffer onnxruntime-genai pre-allocates for a rank-2 output (docs/multimodal.md §2).
+[vision width, text width]. The output is `[images, tokens_per_image, text width]`: genai
+pre-allocates the buffer before the run, and only a rank-3 output gets one sized for several
+images (docs/multimodal.md §2).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image
     dtype, hidden = params.dtype, dims.hidden_size
     input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
     # no declared rank: on the prompt genai passes the vision output ([images, tokens, hidden]),
-    # after it an empty [0, hidden] (docs/multimodal.md §5)
+    # after it an empty [0, hidden] (docs/multimodal.md §2)
     features = ir.Value(name="image_features", type=ir.TensorType(dtype), shape=None)
     b.graph.inputs.append(features)
     table = spec.tensor(spec.embed)
