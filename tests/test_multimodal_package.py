@@ -325,3 +325,49 @@ def test_checkpoint_genai_cannot_run_is_refused(tmp_path):
     checkpoint = save_multimodal(tmp_path / "g3", "gemma3")
     with pytest.raises(InputError, match=r"256 image tokens.*--text-only"):
         build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False))
+
+
+def test_run_with_images_inserts_the_marker(package, images):
+    """`gqa-export run PKG --image A --image B --prompt TEXT`: a prompt without <start_of_image>
+    gets one per image in front; the greedy tokens are those of the processor on that prompt."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    files = [images["resized"], images["exact"]]
+    args = ["run", str(package), "--image", str(files[0]), "--image", str(files[1]), "--prompt", "Look at this"]
+    result = CliRunner().invoke(app, [*args, "--max-new-tokens", str(NEW), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    ids, _, tokens = _genai_generate(package, "<start_of_image><start_of_image>Look at this", files)
+    assert report["prompt_tokens"] == ids.shape[1] and report["new_tokens"] == len(tokens) == NEW
+
+
+@pytest.mark.parametrize(
+    ("prompt", "text_only", "phrase"),
+    [("A<start_of_image>B<start_of_image>", False, "2 '<start_of_image>' markers for 1"), ("x", True, "no vision")],
+)
+def test_run_with_images_refusals(package, checkpoint, images, tmp_path, prompt, text_only, phrase):
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    target = package
+    if text_only:
+        target = tmp_path / "text"
+        build(BuildOptions(str(checkpoint), target, smoke=False, attention="bias", text_only=True))
+    result = CliRunner().invoke(app, ["run", str(target), "--image", str(images["exact"]), "--prompt", prompt])
+    assert result.exit_code == 2 and phrase in result.output
+
+
+def test_inspect_lists_every_model(package):
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    result = CliRunner().invoke(app, ["inspect", str(package), "--json"])
+    assert result.exit_code == 0, result.output
+    graphs = {g["filename"]: g for g in json.loads(result.stdout)["summary"]["graphs"]}
+    assert list(graphs) == ["model.onnx", "vision.onnx", "embedding.onnx"]
+    assert graphs["vision.onnx"]["stage"] == "vision" and not graphs["vision.onnx"]["run_on_token_gen"]
+    assert [o["shape"] for o in graphs["vision.onnx"]["outputs"]] == [["num_images", 256, 64]]
