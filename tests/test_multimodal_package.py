@@ -371,3 +371,13 @@ def test_inspect_lists_every_model(package):
     assert list(graphs) == ["model.onnx", "vision.onnx", "embedding.onnx"]
     assert graphs["vision.onnx"]["stage"] == "vision" and not graphs["vision.onnx"]["run_on_token_gen"]
     assert [o["shape"] for o in graphs["vision.onnx"]["outputs"]] == [["num_images", 256, 64]]
+
+
+def test_nonpad_kv_read_matches_hf(checkpoint, hf, images, tmp_path):
+    """The scatter graph's whole-buffer read (nonpad_kv_seqlen, what CUDA builds get), run on CPU:
+    its key length comes from the first past input, found by name (inputs_embeds and input_ids
+    come before it in this decoder)."""
+    out = tmp_path / "nonpad"
+    build(BuildOptions(str(checkpoint), out, smoke=False, settings=("attention.bias_kv_read=nonpad",)))
+    ids, _, tokens = _genai_generate(out, "Look<start_of_image> at this", [images["exact"]])
+    assert tokens == _hf_generate(hf, ids, _hf_pixels([images["exact"]]))

@@ -164,6 +164,7 @@ def build(
             "--text-only",
             help="For a multimodal checkpoint: the text decoder alone (default: vision and embedding "
             "models, the decoder and processor_config.json, docs/multimodal.md).",
+            rich_help_panel=PIPELINE,
         ),
     ] = False,
     no_lm_head: Annotated[

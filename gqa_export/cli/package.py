@@ -69,6 +69,7 @@ def run_command(
         Optional[list[Path]],
         typer.Option(
             "--image",
+            metavar="FILE",
             help="An image for a full multimodal package (repeatable); a prompt without the model's "
             "image marker gets one per image in front.",
         ),

@@ -196,7 +196,7 @@ def _attention_fn(
     kinds = {mask_kind(opts, layer) for layer in dims.layers}
     if layout != "concat" and not dims.alibi:  # plain causal layers need no mask: is_causal + nonpad_kv_seqlen
         kinds.discard(MaskKind(-1, False))
-    first_past = b.graph.inputs[2] if len(b.graph.inputs) > 2 else None
+    first_past = next((v for v in b.graph.inputs if v.name and v.name.startswith("past_key_values.")), None)
     key_length = b.op("Shape", first_past, start=2, end=3) if layout == "nonpad" and first_past is not None else None
     masks = mask_values(
         b, input_ids, attention_mask, "concat" if layout == "concat" else "compact", kinds,
