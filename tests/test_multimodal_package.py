@@ -381,3 +381,36 @@ def test_nonpad_kv_read_matches_hf(checkpoint, hf, images, tmp_path):
     build(BuildOptions(str(checkpoint), out, smoke=False, settings=("attention.bias_kv_read=nonpad",)))
     ids, _, tokens = _genai_generate(out, "Look<start_of_image> at this", [images["exact"]])
     assert tokens == _hf_generate(hf, ids, _hf_pixels([images["exact"]]))
+
+
+def test_quantize_keeps_the_vision_and_embedding_models(package, images, tmp_path):
+    """`gqa-export quantize` of a full package: the decoder in MatMulNBits, vision.onnx and
+    embedding.onnx copied as they are (float, as build writes them), and genai runs it with an image."""
+    from gqa_export.quant.quantize import QuantOptions
+    from gqa_export.quant.requantize import requantize
+
+    out = tmp_path / "int4"
+    result = requantize(package, out, "int4", QuantOptions(), smoke=True)
+    assert result.smoke is None and any("no smoke run" in note for note in result.notes)
+    for name in ("vision.onnx", "vision.onnx.data", "embedding.onnx", "embedding.onnx.data"):
+        assert (out / name).read_bytes() == (package / name).read_bytes()
+    ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
+    assert "MatMulNBits" in ops
+    _, _, tokens = _genai_generate(out, "Look<start_of_image> at this", [images["exact"]])
+    assert len(tokens) == NEW
+
+
+def test_processor_config_reads_the_checkpoint_preprocessor(checkpoint, tmp_path):
+    """mean, std, rescale factor and resampling from preprocessor_config.json (PIL's 3: bicubic)."""
+    import shutil
+
+    source = tmp_path / "ckpt"
+    shutil.copytree(checkpoint, source)
+    pre = {"image_mean": [0.4, 0.5, 0.6], "image_std": [0.2, 0.3, 0.4], "rescale_factor": 0.5, "resample": 3}
+    (source / "preprocessor_config.json").write_text(json.dumps(pre))
+    build(BuildOptions(str(source), tmp_path / "pkg", smoke=False))
+    config = json.loads((tmp_path / "pkg" / "processor_config.json").read_text())
+    attrs = {t["operation"]["type"]: t["operation"]["attrs"] for t in config["processor"]["transforms"]}
+    assert attrs["Resize"] == {"height": 64, "width": 64, "interpolation": "CUBIC", "keep_aspect_ratio": 0}
+    assert attrs["Rescale"] == {"rescale_factor": 0.5}
+    assert attrs["Normalize"] == {"mean": pre["image_mean"], "std": pre["image_std"]}

@@ -28,6 +28,8 @@ VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_confi
 # genai's gemma3 processor expands each <start_of_image> into this many placeholders, whatever the
 # checkpoint says (docs/multimodal.md §1)
 GEMMA3_RUNTIME_IMAGE_TOKENS = 256
+# PIL resample codes in HF's preprocessor_config.json -> the Resize interpolation (Gemma-3: bilinear)
+RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class MultimodalPlan:
     image_mean: tuple[float, ...]
     image_std: tuple[float, ...]
     rescale: float
+    interpolation: str  # onnxruntime-extensions Resize: NEAREST | LINEAR | CUBIC | LANCZOS
 
 
 def full_attention_mode(requested: str) -> str:
@@ -62,8 +65,8 @@ def plan_multimodal(
             f"checkpoint's mm_tokens_per_image is {vision.tokens_per_image}: export with --text-only"
         )
     image_id = getattr(hf_config, "image_token_id", None)
-    if image_id is None:
-        raise InputError("the checkpoint's config has no image_token_id: export with --text-only")
+    if image_id is None or int(image_id) >= dims.vocab_size:  # HF embeds an out-of-vocabulary one as id 0
+        raise InputError(f"image_token_id {image_id} is not a token of the vocabulary: export with --text-only")
     pre = _preprocessor(source)
     return MultimodalPlan(
         model_type,
@@ -72,6 +75,7 @@ def plan_multimodal(
         tuple(float(v) for v in pre.get("image_mean", (0.5, 0.5, 0.5))),
         tuple(float(v) for v in pre.get("image_std", (0.5, 0.5, 0.5))),
         float(pre.get("rescale_factor", 1 / 255)),
+        RESAMPLE.get(int(pre.get("resample", 2)), "LINEAR"),
     )
 
 
@@ -127,7 +131,7 @@ def processor_config(plan: MultimodalPlan) -> dict[str, Any]:
             "name": f"{plan.model_type}_image_processor",
             "transforms": [
                 op("decode_image", "DecodeImage", color_space="RGB"),
-                op("resize", "Resize", height=size, width=size, interpolation="LINEAR", keep_aspect_ratio=0),
+                op("resize", "Resize", height=size, width=size, interpolation=plan.interpolation, keep_aspect_ratio=0),
                 op("rescale", "Rescale", rescale_factor=plan.rescale),
                 op("normalize", "Normalize", mean=list(plan.image_mean), std=list(plan.image_std)),
                 op("to_channel_first", "Permute3D", dims=[2, 0, 1]),

@@ -16,16 +16,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import onnx_ir as ir
 
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
 
-OPSETS = {"": 21}
+OPSETS = {"": 24}  # Attention-24 (as the standard-Attention decoders)
 N, TOKENS = "num_images", "num_image_tokens"
 # HF activation names -> ONNX Gelu's `approximate`
 GELU = {"gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu": "none"}
@@ -125,18 +124,11 @@ def _encoder_layer(b: GraphBuilder, x: ir.Value, dims: PooledVitDims, params: Pa
 
 
 def _attention(b: GraphBuilder, x: ir.Value, dims: PooledVitDims, params: Params, name: str) -> ir.Value:
-    """Full (unmasked) multi-head attention over one image's patches, scores scaled by head_dim^-0.5."""
-    head_dim = dims.hidden // dims.heads
-    heads_shape = b.const([0, 0, dims.heads, head_dim], "heads", "int64")
-
-    def heads(proj: str) -> ir.Value:
-        return b.op("Transpose", b.op("Reshape", _linear(b, x, name + proj, params), heads_shape), perm=[0, 2, 1, 3])
-
-    q, k, v = heads("q_proj"), heads("k_proj"), heads("v_proj")
-    scale = b.const(np.array(head_dim**-0.5, NUMPY_DTYPES[params.dtype]), "scale")
-    scores = b.op("Mul", b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2])), scale)
-    out = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
-    out = b.op("Reshape", b.op("Transpose", out, perm=[0, 2, 1, 3]), b.const([0, 0, dims.hidden], "merge", "int64"))
+    """Full (unmasked) multi-head attention over one image's patches, scores scaled by head_dim^-0.5:
+    ONNX Attention on [N, patches, width] (its memory-efficient kernels where the EP has them)."""
+    q, k, v = (_linear(b, x, name + proj, params) for proj in ("q_proj", "k_proj", "v_proj"))
+    heads, scale = dims.heads, (dims.hidden // dims.heads) ** -0.5
+    out = b.op("Attention", q, k, v, q_num_heads=heads, kv_num_heads=heads, scale=scale)
     return _linear(b, out, name + "out_proj", params)
 
 
