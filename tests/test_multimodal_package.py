@@ -113,11 +113,18 @@ def _scaled_copy(graph: Path, out: Path, match: str, factor: float = 1.5) -> Pat
 
 
 @pytest.mark.parametrize(
-    "match", ["position_embedding", "mm_soft_emb_norm", "layers.1.mlp.fc1.weight", "patch_embedding.bias"]
+    "match",
+    [
+        "position_embedding",
+        "mm_soft_emb_norm",
+        "layers.1.mlp.fc1.weight",
+        "layers.0.self_attn.q_proj",
+        "patch_embedding.bias",
+    ],
 )
 def test_mutant_vision_weight_fails(package, hf, tmp_path, match):
-    """Each mechanism of the tower (positions, the pooled tokens' norm, an MLP, the patch conv)
-    scaled x1.5: the features leave the 1e-4 bound."""
+    """Each mechanism of the tower (positions, the pooled tokens' norm, an MLP, the attention's
+    queries, the patch conv) scaled x1.5: the features leave the 1e-4 bound."""
     pixels = _pixels(1)
     got = _vision(package, pixels, _scaled_copy(package / "vision.onnx", tmp_path / "v.onnx", match))
     assert np.abs(got - _hf_features(hf, pixels)).max() > 1e-3
