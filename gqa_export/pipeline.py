@@ -33,6 +33,7 @@ from gqa_export.package.multimodal import (
     MultimodalPlan,
     add_config_sections,
     build_encoders,
+    check_full_options,
     full_attention_mode,
     plan_multimodal,
     processor_config,
@@ -212,6 +213,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         )
     io_opts, kv = with_recipe_defaults(opts.io, opts.kv, recipe.build_defaults)
     io = resolve_io(io_opts, opts.ep, attention.mode, len(attention.graphs))
+    if mm:
+        check_full_options(io_opts.no_lm_head, io_opts.inputs_embeds, kv.quantized, opts.report and bool(plan.nbits))
     check_kv_options(kv, opts.ep, attention.mode, plan.io_dtype.name)
     models = []
     for graph in attention.graphs:

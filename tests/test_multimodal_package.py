@@ -17,7 +17,9 @@ from multimodal_models import save_multimodal
 from reference import OrtStepper, assert_varied, hf_model
 
 from gqa_export.errors import InputError
+from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions, build
+from gqa_export.quant.kv_cache import KvQuantOptions
 
 pytest.importorskip("PIL")  # PNG test images and HF's image processor
 
@@ -315,6 +317,20 @@ def test_genai_generate_matches_hf(package, hf, images, case):
 )
 def test_refused_attention_modes(checkpoint, tmp_path, options, phrase):
     with pytest.raises(InputError, match=phrase):
+        build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False, **options))
+
+
+@pytest.mark.parametrize(
+    ("options", "phrase"),
+    [
+        ({"io": IoOptions(no_lm_head=True)}, "--no-lm-head"),
+        ({"io": IoOptions(inputs_embeds=True)}, "--inputs-embeds"),
+        ({"kv": KvQuantOptions("int8")}, "--kv-cache"),
+        ({"precision": "int4", "report": True}, "--report"),
+    ],
+)
+def test_refused_options(checkpoint, tmp_path, options, phrase):
+    with pytest.raises(InputError, match=f"{phrase}.*full multimodal package: add --text-only"):
         build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False, **options))
 
 

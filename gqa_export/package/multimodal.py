@@ -54,6 +54,21 @@ def full_attention_mode(requested: str) -> str:
     )
 
 
+def check_full_options(no_lm_head: bool, inputs_embeds: bool, kv_quantized: bool, report: bool) -> None:
+    """Options a full package cannot have, each refused in one line: genai needs the decoder's
+    logits, it always takes inputs_embeds here, and the KV-cache calibration and the accuracy
+    report run the decoder from input_ids alone."""
+    refused = {
+        "--no-lm-head": no_lm_head,
+        "--inputs-embeds (a full package's decoder takes them already)": inputs_embeds,
+        "--kv-cache int8/int4": kv_quantized,
+        "--report": report,
+    }
+    for option, given in refused.items():
+        if given:
+            raise InputError(f"{option} is not available for a full multimodal package: add --text-only, or drop it")
+
+
 def plan_multimodal(
     model_type: str, hf_config: Any, dims: ModelDims, store: WeightStore, source: Path
 ) -> MultimodalPlan:
