@@ -352,7 +352,7 @@ def test_checkpoint_genai_cannot_run_is_refused(tmp_path):
 
 def test_run_with_images_inserts_the_marker(package, images):
     """`gqa-export run PKG --image A --image B --prompt TEXT`: a prompt without <start_of_image>
-    gets one per image in front; the greedy tokens are those of the processor on that prompt."""
+    gets one per image in front, and the BOS in front of all where HF's tokenizer adds one."""
     from typer.testing import CliRunner
 
     from gqa_export.cli import app
@@ -362,7 +362,8 @@ def test_run_with_images_inserts_the_marker(package, images):
     result = CliRunner().invoke(app, [*args, "--max-new-tokens", str(NEW), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    ids, _, tokens = _genai_generate(package, "<start_of_image><start_of_image>Look at this", files)
+    ids, _, tokens = _genai_generate(package, "<|begin_of_text|><start_of_image><start_of_image>Look at this", files)
+    assert ids[0, 0] == 0  # the BOS HF's processor writes (the fixture tokenizer adds it; genai's processor never)
     assert report["prompt_tokens"] == ids.shape[1] and report["new_tokens"] == len(tokens) == NEW
 
 

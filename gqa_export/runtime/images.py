@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
-from gqa_export.runtime.run import GenerationResult, Sampling, check_prompt_fits, load
+from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_prompt_fits, load
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
 IMAGE_MARKERS = {"gemma3": "<start_of_image>"}
@@ -28,6 +28,16 @@ def image_marker(package: Path) -> str:
     if marker is None:
         raise InputError(f"--image is not supported for model type '{model.get('type')}' yet")
     return marker
+
+
+def bos_text(package: Path) -> str | None:
+    """The BOS token's text where HF's tokenizer puts it in front of plain text (run.adds_bos)."""
+    if not adds_bos(package):
+        return None
+    token = (read_json(package / "tokenizer_config.json") or {}).get("bos_token")
+    if isinstance(token, dict):  # an AddedToken written out
+        token = token.get("content")
+    return token if isinstance(token, str) else None
 
 
 def with_markers(prompt: str, marker: str, images: int) -> str:
@@ -56,6 +66,9 @@ def generate_with_images(
         if not image.is_file():
             raise InputError(f"--image {image}: no such file")
     text = with_markers(prompt, image_marker(package), len(images))
+    bos = bos_text(package)
+    if bos and not text.startswith(bos):  # HF's processor tokenizes with the BOS; genai's never adds it
+        text = bos + text
     model = load(package, ep)
     inputs = model.create_multimodal_processor()(text, images=og.Images.open(*map(str, images)))
     prompt_tokens = int(inputs["input_ids"].as_numpy().shape[-1])
