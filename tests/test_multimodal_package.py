@@ -335,9 +335,15 @@ def test_refused_options(checkpoint, tmp_path, options, phrase):
 
 
 def test_text_only_keeps_the_decoder_package(checkpoint, tmp_path):
-    """--text-only: the text decoder alone (input_ids), as before this option existed."""
+    """`build --text-only`: the text decoder alone (input_ids), as before this option existed."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
     out = tmp_path / "text"
-    build(BuildOptions(str(checkpoint), out, smoke=False, attention="split", text_only=True))
+    args = ["build", str(checkpoint), "-o", str(out), "--attention", "split", "--text-only", "--no-smoke", "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
     assert not (out / "vision.onnx").exists() and not (out / "processor_config.json").exists()
     model = json.loads((out / "genai_config.json").read_text())["model"]
     assert model["type"] == "decoder-pipeline" and "vision" not in model
