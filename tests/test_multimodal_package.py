@@ -3,7 +3,9 @@ SigLIP tower pools to the 256 image tokens onnxruntime-genai's gemma3 processor 
 as vision.onnx + embedding.onnx + model.onnx (inputs_embeds and input_ids) + processor_config.json,
 against the HF class with images: the vision features, the decoder's logits with the image's
 features (prompt and decode steps), genai's processor pixel_values and greedy generation through
-genai's MultiModalProcessor, text-only prompts and two images in one prompt; the refusals."""
+genai's MultiModalProcessor, text-only prompts and two images in one prompt. The fixtures
+(the gemma3_full checkpoint, its package, PNG images) are tests/conftest.py's; the commands and refusals are
+tests/test_multimodal_commands.py's."""
 
 from __future__ import annotations
 
@@ -13,51 +15,37 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from multimodal_models import save_multimodal
+from gemma3_full import BOI, EOI, IMAGE, IMAGE_TOKENS, genai_generate, hf_generate, hf_pixels
 from reference import OrtStepper, assert_varied, hf_model
 
-from gqa_export.errors import InputError
-from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.quant.kv_cache import KvQuantOptions
 
 pytest.importorskip("PIL")  # PNG test images and HF's image processor
 
-IMAGE, BOI, EOI = 6, 7, 8  # the fixture tokenizer's <image_soft_token>, <start_of_image>, <end_of_image>
-IMAGE_TOKENS = 256
+
+# short names for the session fixtures of tests/conftest.py
+@pytest.fixture(scope="module")
+def checkpoint(gemma3_full_checkpoint: Path) -> Path:
+    return gemma3_full_checkpoint
+
+
+@pytest.fixture(scope="module")
+def package(gemma3_full_package: Path) -> Path:
+    return gemma3_full_package
+
+
+@pytest.fixture(scope="module")
+def images(png_images: dict[str, Path]) -> dict[str, Path]:
+    return png_images
+
+
 # an image block as genai's processor (and HF's Gemma3Processor) expands <start_of_image>
 IMAGE_PROMPT = [0, 17, 45, BOI, *[IMAGE] * IMAGE_TOKENS, EOI, 99, 200, 3, 7]
-NEW = 20
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return save_multimodal(tmp_path_factory.mktemp("ckpt") / "gemma3_full", "gemma3_full")
-
-
-@pytest.fixture(scope="module")
-def package(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("pkg") / "full"
-    build(BuildOptions(str(checkpoint), out, smoke=False))
-    return out
 
 
 @pytest.fixture(scope="module")
 def hf(checkpoint: Path):
     return hf_model(checkpoint)
-
-
-@pytest.fixture(scope="module")
-def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Random RGB PNGs: 48x80 (resized to the tower's 64x64) and 64x64 (no resize)."""
-    from PIL import Image
-
-    folder, rng = tmp_path_factory.mktemp("images"), np.random.default_rng(0)
-    made = {}
-    for name, (h, w) in {"resized": (48, 80), "exact": (64, 64)}.items():
-        made[name] = folder / f"{name}.png"
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(made[name])
-    return made
 
 
 def test_package_files_and_config(package):
@@ -242,48 +230,6 @@ def test_mutant_features_on_every_placeholder_fail(checkpoint, tmp_path, monkeyp
     assert np.abs(got - _table_rows(mutant, ids)).max() > 0.1
 
 
-def _genai_generate(package: Path, prompt: str, files: list[Path]) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
-    """genai's MultiModalProcessor on (prompt, PNGs), then NEW greedy tokens (EOS suppressed)."""
-    import onnxruntime_genai as og
-
-    model = og.Model(str(package))
-    inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, files)) if files else None)
-    ids = inputs["input_ids"].as_numpy().astype(np.int64)
-    pixels = inputs["pixel_values"].as_numpy() if files else None
-    params = og.GeneratorParams(model)
-    length = ids.shape[1] + NEW
-    params.set_search_options(do_sample=False, max_length=length, min_length=length)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return ids, pixels, tokens
-
-
-def _hf_generate(hf, ids: np.ndarray, pixels: np.ndarray | None) -> list[int]:
-    import torch
-
-    extra = {}
-    if pixels is not None:
-        extra = {"pixel_values": torch.from_numpy(pixels), "token_type_ids": torch.from_numpy((ids == IMAGE) * 1)}
-    with torch.no_grad():
-        out = hf.generate(
-            torch.from_numpy(ids), attention_mask=torch.ones(ids.shape, dtype=torch.long), do_sample=False,
-            max_new_tokens=NEW, min_new_tokens=NEW, **extra,
-        )  # fmt: skip
-    return out[0, ids.shape[1] :].tolist()
-
-
-def _hf_pixels(files: list[Path]) -> np.ndarray:
-    from PIL import Image
-    from transformers import Gemma3ImageProcessorPil
-
-    processor = Gemma3ImageProcessorPil(size={"height": 64, "width": 64})
-    return processor([Image.open(f) for f in files], return_tensors="np")["pixel_values"]
-
-
 CASES = {
     "resized": ("Look<start_of_image> at this", ["resized"]),
     "exact": ("Look<start_of_image> at this", ["exact"]),
@@ -299,108 +245,16 @@ def test_genai_generate_matches_hf(package, hf, images, case):
     HF's Gemma3Processor writes, the tokens are HF's and not one repeated id."""
     prompt, names = CASES[case]
     files = [images[n] for n in names]
-    ids, pixels, tokens = _genai_generate(package, prompt, files)
+    ids, pixels, tokens = genai_generate(package, prompt, files)
     blocks = int((ids[0] == BOI).sum())
     assert blocks == len(files) and int((ids[0] == IMAGE).sum()) == IMAGE_TOKENS * len(files)
     reference = None
     if files:
-        reference = _hf_pixels(files)
+        reference = hf_pixels(files)
         np.testing.assert_allclose(pixels, reference, atol=1e-6)
-    ref_tokens = _hf_generate(hf, ids, reference)
+    ref_tokens = hf_generate(hf, ids, reference)
     assert_varied([ref_tokens])
     assert tokens == ref_tokens
-
-
-@pytest.mark.parametrize(
-    ("options", "phrase"),
-    [({"attention": "split"}, "--attention split cannot run a full multimodal package"), ({"attention": "gqa"}, "gqa")],
-)
-def test_refused_attention_modes(checkpoint, tmp_path, options, phrase):
-    with pytest.raises(InputError, match=phrase):
-        build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False, **options))
-
-
-@pytest.mark.parametrize(
-    ("options", "phrase"),
-    [
-        ({"io": IoOptions(no_lm_head=True)}, "--no-lm-head"),
-        ({"io": IoOptions(inputs_embeds=True)}, "--inputs-embeds"),
-        ({"kv": KvQuantOptions("int8")}, "--kv-cache"),
-        ({"precision": "int4", "report": True}, "--report"),
-    ],
-)
-def test_refused_options(checkpoint, tmp_path, options, phrase):
-    with pytest.raises(InputError, match=f"{phrase}.*full multimodal package: add --text-only"):
-        build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False, **options))
-
-
-def test_text_only_keeps_the_decoder_package(checkpoint, tmp_path):
-    """`build --text-only`: the text decoder alone (input_ids), as before this option existed."""
-    from typer.testing import CliRunner
-
-    from gqa_export.cli import app
-
-    out = tmp_path / "text"
-    args = ["build", str(checkpoint), "-o", str(out), "--attention", "split", "--text-only", "--no-smoke", "-q"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    assert not (out / "vision.onnx").exists() and not (out / "processor_config.json").exists()
-    model = json.loads((out / "genai_config.json").read_text())["model"]
-    assert model["type"] == "decoder-pipeline" and "vision" not in model
-
-
-def test_checkpoint_genai_cannot_run_is_refused(tmp_path):
-    """A tower pooling to 4 tokens: genai's gemma3 processor writes 256 placeholders per image."""
-    checkpoint = save_multimodal(tmp_path / "g3", "gemma3")
-    with pytest.raises(InputError, match=r"256 image tokens.*--text-only"):
-        build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False))
-
-
-def test_run_with_images_inserts_the_marker(package, images):
-    """`gqa-export run PKG --image A --image B --prompt TEXT`: a prompt without <start_of_image>
-    gets one per image in front, and the BOS in front of all where HF's tokenizer adds one."""
-    from typer.testing import CliRunner
-
-    from gqa_export.cli import app
-
-    files = [images["resized"], images["exact"]]
-    args = ["run", str(package), "--image", str(files[0]), "--image", str(files[1]), "--prompt", "Look at this"]
-    result = CliRunner().invoke(app, [*args, "--max-new-tokens", str(NEW), "--json"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
-    ids, _, tokens = _genai_generate(package, "<|begin_of_text|><start_of_image><start_of_image>Look at this", files)
-    assert ids[0, 0] == 0  # the BOS HF's processor writes (the fixture tokenizer adds it; genai's processor never)
-    assert report["prompt_tokens"] == ids.shape[1] and report["new_tokens"] == len(tokens) == NEW
-
-
-@pytest.mark.parametrize(
-    ("prompt", "text_only", "phrase"),
-    [("A<start_of_image>B<start_of_image>", False, "2 '<start_of_image>' markers for 1"), ("x", True, "no vision")],
-)
-def test_run_with_images_refusals(package, checkpoint, images, tmp_path, prompt, text_only, phrase):
-    from typer.testing import CliRunner
-
-    from gqa_export.cli import app
-
-    target = package
-    if text_only:
-        target = tmp_path / "text"
-        build(BuildOptions(str(checkpoint), target, smoke=False, attention="bias", text_only=True))
-    result = CliRunner().invoke(app, ["run", str(target), "--image", str(images["exact"]), "--prompt", prompt])
-    assert result.exit_code == 2 and phrase in result.output
-
-
-def test_inspect_lists_every_model(package):
-    from typer.testing import CliRunner
-
-    from gqa_export.cli import app
-
-    result = CliRunner().invoke(app, ["inspect", str(package), "--json"])
-    assert result.exit_code == 0, result.output
-    graphs = {g["filename"]: g for g in json.loads(result.stdout)["summary"]["graphs"]}
-    assert list(graphs) == ["model.onnx", "vision.onnx", "embedding.onnx"]
-    assert graphs["vision.onnx"]["stage"] == "vision" and not graphs["vision.onnx"]["run_on_token_gen"]
-    assert [o["shape"] for o in graphs["vision.onnx"]["outputs"]] == [["num_images", 256, 64]]
 
 
 def test_nonpad_kv_read_matches_hf(checkpoint, hf, images, tmp_path):
@@ -409,38 +263,5 @@ def test_nonpad_kv_read_matches_hf(checkpoint, hf, images, tmp_path):
     come before it in this decoder)."""
     out = tmp_path / "nonpad"
     build(BuildOptions(str(checkpoint), out, smoke=False, settings=("attention.bias_kv_read=nonpad",)))
-    ids, _, tokens = _genai_generate(out, "Look<start_of_image> at this", [images["exact"]])
-    assert tokens == _hf_generate(hf, ids, _hf_pixels([images["exact"]]))
-
-
-def test_quantize_keeps_the_vision_and_embedding_models(package, images, tmp_path):
-    """`gqa-export quantize` of a full package: the decoder in MatMulNBits, vision.onnx and
-    embedding.onnx copied as they are (float, as build writes them), and genai runs it with an image."""
-    from gqa_export.quant.quantize import QuantOptions
-    from gqa_export.quant.requantize import requantize
-
-    out = tmp_path / "int4"
-    result = requantize(package, out, "int4", QuantOptions(), smoke=True)
-    assert result.smoke is None and any("no smoke run" in note for note in result.notes)
-    for name in ("vision.onnx", "vision.onnx.data", "embedding.onnx", "embedding.onnx.data"):
-        assert (out / name).read_bytes() == (package / name).read_bytes()
-    ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
-    assert "MatMulNBits" in ops
-    _, _, tokens = _genai_generate(out, "Look<start_of_image> at this", [images["exact"]])
-    assert len(tokens) == NEW
-
-
-def test_processor_config_reads_the_checkpoint_preprocessor(checkpoint, tmp_path):
-    """mean, std, rescale factor and resampling from preprocessor_config.json (PIL's 3: bicubic)."""
-    import shutil
-
-    source = tmp_path / "ckpt"
-    shutil.copytree(checkpoint, source)
-    pre = {"image_mean": [0.4, 0.5, 0.6], "image_std": [0.2, 0.3, 0.4], "rescale_factor": 0.5, "resample": 3}
-    (source / "preprocessor_config.json").write_text(json.dumps(pre))
-    build(BuildOptions(str(source), tmp_path / "pkg", smoke=False))
-    config = json.loads((tmp_path / "pkg" / "processor_config.json").read_text())
-    attrs = {t["operation"]["type"]: t["operation"]["attrs"] for t in config["processor"]["transforms"]}
-    assert attrs["Resize"] == {"height": 64, "width": 64, "interpolation": "CUBIC", "keep_aspect_ratio": 0}
-    assert attrs["Rescale"] == {"rescale_factor": 0.5}
-    assert attrs["Normalize"] == {"mean": pre["image_mean"], "std": pre["image_std"]}
+    ids, _, tokens = genai_generate(out, "Look<start_of_image> at this", [images["exact"]])
+    assert tokens == hf_generate(hf, ids, hf_pixels([images["exact"]]))
