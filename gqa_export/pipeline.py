@@ -28,6 +28,16 @@ from gqa_export.jsonio import write_json
 from gqa_export.package.finish import seal_lint_smoke, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
 from gqa_export.package.manifest import created_at, environment_entry, recipe_entry, source_entry, tool_entry
+from gqa_export.package.multimodal import (
+    PROCESSOR,
+    MultimodalPlan,
+    add_config_sections,
+    build_encoders,
+    check_full_options,
+    full_attention_mode,
+    plan_multimodal,
+    processor_config,
+)
 from gqa_export.package.staging import (
     StagedPackage,
     check_free_space,
@@ -73,6 +83,7 @@ class BuildOptions:
     report: bool = False  # write quant_report.json (int4/int8)
     io: IoOptions = field(default_factory=IoOptions)  # last-token logits, pipeline I/O, CUDA graph
     kv: KvQuantOptions = field(default_factory=KvQuantOptions)  # int8/int4 KV cache
+    text_only: bool = False  # a multimodal checkpoint's text decoder alone (docs/multimodal.md §1)
 
 
 @dataclass(frozen=True)
@@ -178,13 +189,17 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if recipe.attention.latent_cache:  # MLA's latent as one kv head (docs/latent-attention.md)
         dims = latent_cache_dims(dims)
     max_length = planned_max_length(opts.max_length, dims)
+    mm: MultimodalPlan | None = None
+    if recipe.multimodal_model_type and not opts.text_only:
+        mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
     runs = get_spec(recipe.arch).bidirectional
     ids = bidirectional_ids(runs, recipe.attention.bidirectional_token_ids, hf_config, opts.bidirectional_ids)
     ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)
     if recipe.attention.bias_op == "gqa" and not EPS[opts.ep].gqa_attention_bias:
         raise InputError("attention.bias_op gqa is for CPU: CUDA's GroupQueryAttention runs a bias only unfused")
+    requested = opts.attention or recipe.attention.mode
     attention = plan_attention(
-        opts.attention or recipe.attention.mode,
+        full_attention_mode(requested) if mm else requested,
         ids,
         ids_requested,
         gqa_refusal(dims),
@@ -198,6 +213,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         )
     io_opts, kv = with_recipe_defaults(opts.io, opts.kv, recipe.build_defaults)
     io = resolve_io(io_opts, opts.ep, attention.mode, len(attention.graphs))
+    if mm:
+        check_full_options(io_opts.no_lm_head, io_opts.inputs_embeds, kv.quantized, opts.report and bool(plan.nbits))
     check_kv_options(kv, opts.ep, attention.mode, plan.io_dtype.name)
     models = []
     for graph in attention.graphs:
@@ -206,7 +223,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             plan.logits_dtype,
             rope_rows=max(max_length, dims.max_position_embeddings),
             logits=io.logits,
-            inputs_embeds=io.inputs_embeds,
+            inputs_embeds=io.inputs_embeds or mm is not None,
+            embeds_with_ids=mm is not None,
             hidden_states=io.hidden_states,
             mrope_positions=io.mrope_positions,
             packed_qkv=recipe.attention.packed_qkv,
@@ -232,6 +250,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     for model in models:
         quantize(model, plan, quant_report)
 
+    encoders = build_encoders(mm, dims, spec, store, plan.io_dtype) if mm else []
     reporter.stage("package")
     stages = [
         Stage(g.filename, graph_facts(m), g.run_on_prompt, g.run_on_token_gen)
@@ -243,11 +262,17 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         ConfigOptions(recipe.genai_model_type, opts.ep, max_length, dims.max_position_embeddings, io.cuda_graph),
         generation,
     )
+    if mm:
+        add_config_sections(config, mm)
     notes: list[str] = [attention.reason]
     check_free_space(opts.output, sum(v.const_value.nbytes for v in external_values(models[0])))  # type: ignore[union-attr]
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
         graphs = [(g.filename, m) for g, m in zip(attention.graphs, models, strict=True)]
         written = stream_weights(staged.path, graphs, attention.weights_file, reporter)
+        for filename, encoder in encoders:  # each graph with its own data file
+            written |= stream_weights(staged.path, [(filename, encoder)], f"{filename}.data", reporter)
+        if mm:
+            write_json(staged.path / PROCESSOR, processor_config(mm))
         if len(models) > 1 and EPS[opts.ep].shared_initializers and recipe.attention.split_shared_weights:
             # one GPU copy of the weights for both pipeline sessions (read from onnxruntime-genai
             # 0.18's code, not run here: no GPU); the stages have no session_options of their own
@@ -269,11 +294,13 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
         manifest["options"]["io"] = io.as_json()
         manifest["options"]["kv_cache"] = kv_cache
-        manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None)
+        manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None, mm is not None)
         if opts.smoke and not io.runnable:
             notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
+        elif opts.smoke and mm:
+            notes.append("no smoke run: a multimodal package is run with `gqa-export run PKG --image FILE`")
         smoke = seal_lint_smoke(
-            staged.path, manifest, written, notes, reporter, opts.smoke and io.runnable, source.model_dir
+            staged.path, manifest, written, notes, reporter, opts.smoke and io.runnable and not mm, source.model_dir
         )
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
@@ -341,8 +368,12 @@ def _manifest(
     }
 
 
-def _model_manifest(dims: ModelDims, text_config: Any, spec: ArchSpec, multimodal: bool) -> dict[str, Any]:
-    """What was exported: for a multimodal checkpoint, only its text decoder."""
+def _model_manifest(
+    dims: ModelDims, text_config: Any, spec: ArchSpec, multimodal: bool, full: bool = False
+) -> dict[str, Any]:
+    """What was exported: for a multimodal checkpoint, its text decoder, with the vision tower and
+    embedding model when `full`."""
+    text = f"text decoder only (tensors under '{spec.prefix}', '{spec.lm_head}'); vision/audio towers not exported"
     return {
         "architecture": dims.architecture,
         "model_type": dims.model_type,
@@ -351,7 +382,9 @@ def _model_manifest(dims: ModelDims, text_config: Any, spec: ArchSpec, multimoda
         "kv_cache_layers": list(dims.cache_layers),
         "attention_windows": [layer.window for layer in dims.layers],  # the lints read this, not config.json
         "exported": (
-            f"text decoder only (tensors under '{spec.prefix}', '{spec.lm_head}'); vision/audio towers not exported"
+            f"vision tower (vision.onnx), embedding (embedding.onnx) and text decoder (tensors under '{spec.prefix}')"
+            if full
+            else text
             if multimodal
             else "whole model"
         ),

@@ -57,6 +57,9 @@ SCHEMA: dict[str, Any] = {
     "match!": {"model_types!": [str], "architectures": [str]},
     "arch!": str,
     "genai_model_type": str,
+    # the genai type of the full multimodal package (vision + embedding + decoder; --text-only: the
+    # decoder alone under genai_model_type), docs/multimodal.md §1
+    "multimodal_model_type": str,
     "attention": _ATTENTION,
     "precision": {ep: PRECISIONS for ep in EPS},
     "overrides": {ep: {"attention": _ATTENTION} for ep in EPS},
@@ -94,6 +97,7 @@ class Recipe:
     description: str = ""
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     build_defaults: dict[str, Any] = field(default_factory=dict)
+    multimodal_model_type: str | None = None
 
     def for_ep(self, ep: str) -> Recipe:
         """The recipe with its per-EP overrides applied."""
@@ -108,6 +112,7 @@ class Recipe:
             "match": {"model_types": list(self.model_types), "architectures": list(self.architectures)},
             "arch": self.arch,
             "genai_model_type": self.genai_model_type,
+            **({"multimodal_model_type": self.multimodal_model_type} if self.multimodal_model_type else {}),
             "attention": {
                 **vars(self.attention),
                 "bidirectional_token_ids": list(self.attention.bidirectional_token_ids),
@@ -148,6 +153,7 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         description=data.get("description", ""),
         overrides=data.get("overrides", {}),
         build_defaults=data.get("build", {}),
+        multimodal_model_type=data.get("multimodal_model_type"),
     )
 
 

@@ -57,7 +57,9 @@ class Exports:
             from gqa_export.pipeline import BuildOptions, build
 
             out = self.root / "-".join((name, ep, precision, *settings))
-            options = BuildOptions(str(self.checkpoints.get(name)), out, ep=ep, precision=precision, smoke=False)
+            options = BuildOptions(
+                str(self.checkpoints.get(name)), out, ep=ep, precision=precision, smoke=False, text_only=True
+            )
             build(BuildOptions(**{**vars(options), "settings": settings}))
             self._made[key] = out
         return self._made[key]
@@ -96,3 +98,28 @@ def trained_kv(tmp_path_factory: pytest.TempPathFactory) -> Any:
         return made[(dtype, scales)]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def gemma3_full_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Gemma3ForConditionalGeneration genai can run with images (multimodal_models.py)."""
+    return save_multimodal(tmp_path_factory.mktemp("ckpt") / "gemma3_full", "gemma3_full")
+
+
+@pytest.fixture(scope="session")
+def gemma3_full_package(gemma3_full_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Its full multimodal package (vision, embedding, decoder, processor config)."""
+    from gqa_export.pipeline import BuildOptions, build
+
+    out = tmp_path_factory.mktemp("pkg") / "full"
+    build(BuildOptions(str(gemma3_full_checkpoint), out, smoke=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def png_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """PNGs that need resizing and that do not (gemma3_full.save_images)."""
+    pytest.importorskip("PIL")
+    from gemma3_full import save_images
+
+    return save_images(tmp_path_factory.mktemp("images"))

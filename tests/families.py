@@ -501,6 +501,7 @@ class FamilyBuilds:
                 BuildOptions(
                     str(self.checkpoint(name)), out, ep=ep, precision=precision, attention=mode.partition("_")[0],
                     settings=settings + MODE_SETTINGS.get(mode, ()), bidirectional_ids=bidirectional_ids, smoke=False,
+                    text_only=True,  # the text decoders (full multimodal packages: test_multimodal_package.py)
                 )
             )  # fmt: skip
             self._packages[key] = out

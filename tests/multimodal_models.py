@@ -20,6 +20,8 @@ IMAGE_ID = 300
 SPECIAL_IDS: dict[str, dict[str, int]] = {
     "gemma3": {"image_token_index": IMAGE_ID, "boi_token_index": 301, "eoi_token_index": 302},
     "mistral3": {"image_token_index": IMAGE_ID},
+    # the tokenizer's own <image_soft_token>, <start_of_image>, <end_of_image> (GEMMA3_IMAGE_TOKENS)
+    "gemma3_full": {"image_token_index": 6, "boi_token_index": 7, "eoi_token_index": 8},
     "qwen2_5_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
     "qwen3_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
 }
@@ -27,6 +29,7 @@ _TEXT = {k: BASE[k] for k in ("vocab_size", "hidden_size", "intermediate_size", 
                               "num_key_value_heads", "max_position_embeddings", "bos_token_id", "eos_token_id",
                               "pad_token_id", "initializer_range")}  # fmt: skip
 # arch -> text_config of each tiny checkpoint (features of the released models, scaled down)
+GEMMA3_IMAGE_TOKENS = ("<image_soft_token>", "<start_of_image>", "<end_of_image>")
 TEXT_CONFIGS: dict[str, dict[str, Any]] = {
     "gemma3": dict(
         model_type="gemma3_text",
@@ -89,6 +92,10 @@ TEXT_CONFIGS: dict[str, dict[str, Any]] = {
     ),
 }
 
+# Gemma-3 with a vision tower genai can run (tests/test_multimodal_package.py): prompts with two
+# images of 256 tokens each need more positions than the text-decoder fixtures
+TEXT_CONFIGS["gemma3_full"] = {**TEXT_CONFIGS["gemma3"], "max_position_embeddings": 1024}
+
 
 def _config(arch: str, text: dict[str, Any]) -> Any:
     import transformers as tf
@@ -98,6 +105,12 @@ def _config(arch: str, text: dict[str, Any]) -> Any:
         vision = dict(model_type="siglip_vision_model", hidden_size=16, intermediate_size=32,
                       num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14)  # fmt: skip
         return tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                               tie_word_embeddings=tie, **SPECIAL_IDS[arch])  # fmt: skip
+    if arch == "gemma3_full":
+        # genai's gemma3 processor writes 256 image tokens: 32 x 32 patches pooled 2 x 2 to 16 x 16
+        vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=2, image_size=64, patch_size=2, vision_use_head=False)  # fmt: skip
+        return tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=256,
                                tie_word_embeddings=tie, **SPECIAL_IDS[arch])  # fmt: skip
     if arch in ("ministral3", "mistral"):
         vision = dict(model_type="pixtral", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -117,6 +130,7 @@ def _config(arch: str, text: dict[str, Any]) -> Any:
 
 _CLASSES = {
     "gemma3": "Gemma3ForConditionalGeneration",
+    "gemma3_full": "Gemma3ForConditionalGeneration",
     "ministral3": "Mistral3ForConditionalGeneration",
     "mistral": "Mistral3ForConditionalGeneration",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
@@ -141,19 +155,22 @@ def save_multimodal(
     torch.manual_seed(seed)
     model = getattr(tf, _CLASSES[arch])(config).eval()
     randomize_norms(model, biases=True)
-    if arch == "gemma3":
+    if arch.startswith("gemma3"):
         # Tied and scaled by sqrt(hidden), the full-size table dominates every (post-normed) layer
         # and the model copies its last token forever; an eighth of it lets the layers decide the
         # next token, and a final norm (1 + w) about twice as large keeps the logits above 1.
         with torch.no_grad():
             model.get_input_embeddings().weight.mul_(0.125)
             next(p for n, p in model.named_parameters() if n.endswith("language_model.norm.weight")).add_(1.0)
+            if arch == "gemma3_full":  # the projection is initialised to zeros: every image would look alike
+                model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.5)
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, save_original_format=hub_layout)
     if not hub_layout and int(tf.__version__.split(".")[0]) < 5:
         _rename_to_loaded_names(out_dir, model._checkpoint_conversion_mapping)
-    save_tokenizer(out_dir, vocab_size=text["vocab_size"])
+    specials = GEMMA3_IMAGE_TOKENS if arch == "gemma3_full" else ()
+    save_tokenizer(out_dir, vocab_size=text["vocab_size"], extra_specials=specials)
     written = json.loads((out_dir / "config.json").read_text())
     if "architectures" not in written:  # 4.57 writes Qwen2.5-VL's under text_config only
         written["architectures"] = [_CLASSES[arch]]

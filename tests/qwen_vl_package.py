@@ -4,7 +4,7 @@ decoder with inputs_embeds and 3-D position_ids (IoOptions.mrope_positions),
 processor_config.json (package/processor_config.py), and a test-only embedding model (table rows,
 the k-th image placeholder row replaced by feature row k where there is one). The package wiring
 itself (embedding model, genai_config sections) is the build's job; this only lets the tests drive
-genai's own processor and generator over the pieces (docs/multimodal.md §Qwen)."""
+genai's own processor and generator over the pieces (docs/multimodal.md §11)."""
 
 from __future__ import annotations
 

@@ -137,20 +137,20 @@ class OrtStepper:
         }
         self.length = 0
 
-    def step(self, tokens: list[int]) -> np.ndarray:
+    def step(self, tokens: list[int], extra: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Feed `tokens` (batch 1); returns their logits [len(tokens), vocab] as float32."""
         self.length += len(tokens)
-        return self.run(np.array([tokens], np.int64), np.ones((1, self.length), np.int64))[0]
+        return self.run(np.array([tokens], np.int64), np.ones((1, self.length), np.int64), extra)[0]
 
-    def run(self, ids: np.ndarray, mask: np.ndarray, **extra: np.ndarray) -> np.ndarray:
+    def run(self, ids: np.ndarray, mask: np.ndarray, extra: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """One run of ids [B, S] with the whole attention_mask [B, T] (a padded batch: zeros at
-        the padding) and any `extra` inputs (3-D position_ids); returns the logits [B, S, vocab]
-        as float32."""
+        the padding); returns the logits [B, S, vocab] as float32. `extra`: more inputs by name
+        (a multimodal decoder's inputs_embeds)."""
         io = self.session.io_binding()
         io.bind_output("logits")
         io.bind_cpu_input("input_ids", ids.astype(np.int64))
         io.bind_cpu_input("attention_mask", mask.astype(np.int64))
-        for name, value in extra.items():
+        for name, value in (extra or {}).items():
             io.bind_cpu_input(name, value)
         for name, buf in self.kv.items():
             io.bind_ortvalue_input(name, buf)

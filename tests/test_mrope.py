@@ -43,12 +43,12 @@ def ort_greedy(package: Path, positions: np.ndarray, delta: int) -> tuple[list[i
     stepper = OrtStepper(package)
     tokens = list(PROMPT)
     mask = np.ones((1, len(tokens)), np.int64)
-    logits = [stepper.run(np.array([tokens]), mask, position_ids=positions)[0]]
+    logits = [stepper.run(np.array([tokens]), mask, {"position_ids": positions})[0]]
     for _ in range(STEPS):
         tokens.append(int(logits[-1][-1].argmax()))
         mask = np.ones((1, len(tokens)), np.int64)
         step = np.full((3, 1, 1), len(tokens) - 1 + delta, np.int64)
-        logits.append(stepper.run(np.array([tokens[-1:]]), mask, position_ids=step)[0])
+        logits.append(stepper.run(np.array([tokens[-1:]]), mask, {"position_ids": step})[0])
     return tokens, np.concatenate(logits)
 
 

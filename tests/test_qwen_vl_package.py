@@ -1,7 +1,7 @@
 """Qwen's multimodal pieces through onnxruntime-genai's own processor and generator, in a
 hand-assembled qwen2_5_vl package (tests/qwen_vl_package.py): processor_config.json's pixel_values
 and image_grid_thw against HF's Qwen2VLImageProcessor, and greedy tokens against HF generate with
-images (docs/multimodal.md §Qwen vision tower and M-RoPE positions)."""
+images (docs/multimodal.md §11)."""
 
 from __future__ import annotations
 

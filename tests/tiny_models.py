@@ -43,8 +43,9 @@ def corpus(lines: int = 400, seed: int = 0) -> list[str]:
     return out
 
 
-def save_tokenizer(out_dir: Path, vocab_size: int = 384) -> Any:
-    """Train a byte-level BPE tokenizer (Llama-3 style specials) and save it HF-style."""
+def save_tokenizer(out_dir: Path, vocab_size: int = 384, extra_specials: tuple[str, ...] = ()) -> Any:
+    """Train a byte-level BPE tokenizer (Llama-3 style specials, then `extra_specials` from id 6)
+    and save it HF-style."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -53,7 +54,7 @@ def save_tokenizer(out_dir: Path, vocab_size: int = 384) -> Any:
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=[*SPECIAL_TOKENS, *extra_specials],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 from gqa_export.check.external_data import external_data_problems
 from gqa_export.check.graph_facts import graph_facts
 from gqa_export.check.paths import check_package_path
+from gqa_export.check.stages import decoder_stages, encoder_stages
 from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json, read_json_object
@@ -105,6 +106,8 @@ class Package:
     missing_files: list[str]
     manifest: dict[str, Any] | None = None
     source_windows: list[int] | None = None  # a --source checkpoint's windows, read as build reads them
+    # a multimodal package's vision / embedding graphs (docs/multimodal.md §2): listed, never linted as decoders
+    encoders: list[GraphInfo] = field(default_factory=list)
 
     @property
     def attention_windows(self) -> list[int] | None:
@@ -191,6 +194,12 @@ def load_package(path: Path, source: Path | None = None) -> Package:
             missing.append(filename)
             continue
         graphs.append(_graph_info(file, role, on_prompt, on_gen, config))
+    encoders = []
+    for filename, role, on_prompt, on_gen in encoder_stages(config or {}):
+        if not (folder / filename).is_file():
+            missing.append(filename)
+            continue
+        encoders.append(_graph_info(folder / filename, role, on_prompt, on_gen, None))
     hf_dir = source or folder
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
     return Package(
@@ -202,27 +211,8 @@ def load_package(path: Path, source: Path | None = None) -> Package:
         files,
         missing,
         read_json(folder / "manifest.json"),
+        encoders=encoders,
     )
-
-
-def decoder_stages(config: dict[str, Any]) -> list[tuple[str, str, bool, bool]]:
-    """(graph file, stage, run on prompt, run on token generation) of each decoder graph genai runs:
-    `decoder.filename`, or each `decoder.pipeline` stage."""
-    decoder = (config.get("model") or {}).get("decoder") or {}
-    pipeline = decoder.get("pipeline")
-    if not pipeline:
-        return [(decoder.get("filename", "model.onnx"), "decoder", True, True)]
-    entries = pipeline if isinstance(pipeline, list) else [pipeline]
-    return [
-        (
-            stage.get("filename", f"{sid}.onnx"),
-            sid,
-            stage.get("run_on_prompt", True),
-            stage.get("run_on_token_gen", True),
-        )
-        for entry in entries
-        for sid, stage in entry.items()
-    ]
 
 
 def _value_info(v: onnx.ValueInfoProto) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def summary(pkg: Package) -> dict[str, Any]:
                 "ops": g.ops,
                 "opsets": g.opsets,
             }
-            for g in pkg.graphs
+            for g in [*pkg.graphs, *pkg.encoders]
         ],
     }
 

@@ -158,6 +158,15 @@ def build(
             "--hidden-states", help="Also output `hidden_states` (the final norm's output).", rich_help_panel=PIPELINE
         ),
     ] = False,
+    text_only: Annotated[
+        bool,
+        typer.Option(
+            "--text-only",
+            help="For a multimodal checkpoint: the text decoder alone (default: vision and embedding "
+            "models, the decoder and processor_config.json, docs/multimodal.md).",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = False,
     no_lm_head: Annotated[
         bool,
         typer.Option(
@@ -221,7 +230,7 @@ def build(
     kv = KvQuantOptions(value(kv_cache), str(value(kv_scales)), kv_calibration)
     opts = BuildOptions(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
-        tuple(settings or ()), value(attention), ids, quant, report, io, kv,
+        tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only,
     )  # fmt: skip
     quiet_hub(quiet)
     result = run_build(opts, RichReporter(quiet))

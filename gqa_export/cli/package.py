@@ -65,6 +65,15 @@ def run_command(
     system: Annotated[Optional[str], typer.Option("--system", help="System message (implies --chat).")] = None,
     interactive: Annotated[bool, typer.Option("--interactive", "-i", help="Multi-turn chat on stdin.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of streaming.")] = False,
+    image: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--image",
+            metavar="FILE",
+            help="An image for a full multimodal package (repeatable); a prompt without the model's "
+            "image marker gets one per image in front.",
+        ),
+    ] = None,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
     from gqa_export.check.paths import check_package_path
@@ -75,6 +84,12 @@ def run_command(
     _check_generation(max_new_tokens, temperature, top_p, top_k, seed)
     check_package_path(path, files=False)
     text = sys.stdin.read() if prompt == "-" else prompt
+    if image:
+        if interactive or chat or system is not None:
+            raise InputError("--image runs one plain prompt: drop --interactive / --chat / --system")
+        assert text is not None
+        _run_with_images(path, str(value(ep)), text, image, max_new_tokens, (temperature, top_p, top_k, seed), as_json)
+        return
     session = Session(
         path,
         str(value(ep)),
@@ -97,6 +112,28 @@ def run_command(
         err.print(f"[yellow]note:[/] {escape(result.note)}", highlight=False)
     err.print(
         f"[dim]{result.prompt_tokens} prompt tokens, {len(result.tokens)} new tokens, "
+        f"prefill {result.prefill_ms:.1f} ms, {result.decode_tokens_per_s:.1f} tok/s[/]"
+    )
+
+
+def _run_with_images(
+    path: Path, ep: str, text: str, images: list[Path], max_new_tokens: int, sampling: tuple, as_json: bool
+) -> None:
+    """`run --image`: the prompt and images through the package's multimodal processor."""
+    from gqa_export.runtime.chat import Session
+    from gqa_export.runtime.images import generate_with_images
+    from gqa_export.runtime.run import Sampling
+
+    stream = None if as_json else (lambda piece: print(piece, end="", flush=True))
+    result = generate_with_images(path, ep, text, images, max_new_tokens, Sampling(*sampling), stream)
+    if as_json:
+        print(json.dumps(Session.result_json(result)))
+        return
+    print()
+    if result.note:
+        err.print(f"[yellow]note:[/] {escape(result.note)}", highlight=False)
+    err.print(
+        f"[dim]{result.prompt_tokens} prompt tokens ({len(images)} images), {len(result.tokens)} new tokens, "
         f"prefill {result.prefill_ms:.1f} ms, {result.decode_tokens_per_s:.1f} tok/s[/]"
     )
 

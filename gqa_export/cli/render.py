@@ -103,7 +103,8 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
         outs = [o for o in g["outputs"] if not o["name"].startswith("present")]
         for o in outs:
             io.add_row("out", o["name"], o["dtype"], escape(shown(o["shape"])))
-        io.add_row("out", f"{len(g['outputs']) - len(outs)} present_* outputs", "", "")
+        if len(g["outputs"]) > len(outs):
+            io.add_row("out", f"{len(g['outputs']) - len(outs)} present_* outputs", "", "")
         console.print(io)
         ops = ", ".join(f"{k} {v}" for k, v in list(g["ops"].items())[:10])
         console.print(f"  ops: {ops}")

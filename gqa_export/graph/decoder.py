@@ -70,12 +70,12 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     b = GraphBuilder("gqa_export_decoder", OPSETS[opts.mode])
     hidden = [B, S, dims.hidden_size]
     check_io(dims, opts)
-    # With inputs_embeds the graph has no ids: the mask and position helpers only read its [B, S]
-    # shape, which inputs_embeds has too (ids-valued features are refused by check_io).
+    # With inputs_embeds alone the graph has no ids: the mask and position helpers only read its
+    # [B, S] shape, which inputs_embeds has too (ids-valued features are refused by check_io). A
+    # multimodal package's decoder takes both: the ids feed the image-run mask (docs/multimodal.md §3).
+    embeds = b.input("inputs_embeds", opts.io_dtype, hidden) if opts.inputs_embeds else None
     input_ids = (
-        b.input("inputs_embeds", opts.io_dtype, hidden)
-        if opts.inputs_embeds
-        else b.input("input_ids", ir.DataType.INT64, [B, S])
+        embeds if embeds is not None and not opts.embeds_with_ids else b.input("input_ids", ir.DataType.INT64, [B, S])
     )
     attention_mask = b.input("attention_mask", ir.DataType.INT64, [B, T])
     # multimodal M-RoPE: the runtime's (t, h, w) positions per token (graph/mrope.py)
@@ -92,8 +92,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask, position_ids)
 
     embed = None
-    if opts.inputs_embeds:  # what HF's forward(inputs_embeds=...) takes (transformers 5.x)
-        ids, h = input_ids, input_ids
+    if embeds is not None:  # what HF's forward(inputs_embeds=...) takes (transformers 5.x)
+        ids, h = input_ids, embeds
         if dims.embedding_multiplier != 1.0 and not dims.embedding_scaled_in_table:
             h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
     else:
@@ -218,7 +218,7 @@ def _attention_fn(
     kinds = {mask_kind(opts, layer) for layer in dims.layers}
     if layout != "concat" and not dims.alibi:  # plain causal layers need no mask: is_causal + nonpad_kv_seqlen
         kinds.discard(MaskKind(-1, False))
-    first_past = b.graph.inputs[2] if len(b.graph.inputs) > 2 else None
+    first_past = next((v for v in b.graph.inputs if v.name and v.name.startswith("past_key_values.")), None)
     key_length = b.op("Shape", first_past, start=2, end=3) if layout == "nonpad" and first_past is not None else None
     masks = mask_values(
         b, input_ids, attention_mask, "concat" if layout == "concat" else "compact", kinds,

@@ -1,7 +1,7 @@
 """Multimodal RoPE: each rotary frequency reads one of three positions (temporal, height, width).
 
 A multimodal decoder's graph takes `position_ids [3, B, S]` int64 (the runtime computes them from
-input_ids and the image grids, docs/multimodal.md §Qwen vision tower and M-RoPE positions). Text
+input_ids and the image grids, docs/multimodal.md §11). Text
 tokens have three equal positions, so for text this is plain RoPE; image tokens get their
 (t, h, w) in the image. The rope config's `mrope_section` [t, h, w] says how many of the
 rotary_dim / 2 frequencies read each row:

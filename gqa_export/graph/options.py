@@ -31,6 +31,7 @@ class GraphOptions:
     # replaces input_ids and the embedding; `hidden_states` adds the final norm's output.
     logits: str = "all"
     inputs_embeds: bool = False
+    embeds_with_ids: bool = False  # with inputs_embeds: input_ids too, for the masks that read them
     hidden_states: bool = False
     # `position_ids` [3, B, S] (t, h, w per token) drive the rope per mrope_section (graph/mrope.py)
     mrope_positions: bool = False

@@ -38,7 +38,7 @@ class OutputContext:
 
 def check_io(dims: ModelDims, opts: GraphOptions) -> None:
     """Refuse pipeline I/O a model cannot have: features that read token ids need input_ids."""
-    if not opts.inputs_embeds:
+    if not opts.inputs_embeds or opts.embeds_with_ids:
         return
     needs_ids = {
         "per-layer embeddings (gathered by input_ids)": dims.per_layer_input_size,

@@ -1,6 +1,6 @@
 """processor_config.json for Qwen-VL packages: the onnxruntime-extensions transform list that turns
 an image file into the vision model's `pixel_values [patches, C·T·p·p]` and `image_grid_thw`, as
-HF's Qwen2VLImageProcessor does (docs/multimodal.md §Qwen vision tower and M-RoPE positions).
+HF's Qwen2VLImageProcessor does (docs/multimodal.md §11).
 
 DecodeImage -> Resize (smart resize to multiples of patch·merge within [min_pixels, max_pixels])
 -> Rescale -> Normalize -> PatchImage. No ConvertRGB: DecodeImage already yields RGB and

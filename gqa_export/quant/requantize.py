@@ -99,6 +99,13 @@ def requantize(
                 and item.name not in ("manifest.json", "quant_report.json")
             ):
                 shutil.copy2(item, staged.path / item.name)
+        for encoder in pkg.encoders:  # vision / embedding graphs stay float, as build writes them
+            for name in (encoder.filename, f"{encoder.filename}.data"):
+                if (package / name).is_file():
+                    shutil.copy2(package / name, staged.path / name)
+        if pkg.encoders and smoke:
+            notes.append("no smoke run: a multimodal package is run with `gqa-export run PKG --image FILE`")
+            smoke = False
         result_report = None
         if report:
             reporter.stage("accuracy report (against the input package)")

@@ -1,2 +1,2 @@
-"""Vision (and later speech) encoder graphs of multimodal packages, built like the decoder: onnx-ir
-nodes over streamed checkpoint weights, no torch at export time (docs/multimodal.md)."""
+"""Graphs of a multimodal package other than the decoder: vision towers and the embedding model
+(docs/multimodal.md). Built with the decoder's GraphBuilder and streamed Params: no torch."""

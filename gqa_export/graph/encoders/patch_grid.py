@@ -1,5 +1,5 @@
 """Per-patch coordinates of a packed batch of image grids, computed in the graph from
-`image_grid_thw [N, 3]` (docs/multimodal.md §Qwen vision tower and M-RoPE positions).
+`image_grid_thw [N, 3]` (docs/multimodal.md §11).
 
 The processor packs every image's patches one after another, each image frame by frame, each frame
 merge block by merge block (row-major over blocks), each block row-major over its

@@ -1,6 +1,5 @@
 """A learned square table of position embeddings resampled to each image's patch grid (Qwen3-VL /
-Qwen3.5 vision towers), computed per patch in the graph (docs/multimodal.md §Qwen vision tower and
-M-RoPE positions).
+Qwen3.5 vision towers), computed per patch in the graph (docs/multimodal.md §11).
 
 The table holds side x side rows; an image of h x w patches reads it bilinearly with
 align_corners: patch row r samples the table at r·(side - 1)/max(h - 1, 1) (columns alike), so

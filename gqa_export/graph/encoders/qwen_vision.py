@@ -3,7 +3,7 @@ Qwen3-VL's full-attention ViT with learned positions) with their patch merger, a
 
 `pixel_values [P, C·T·p·p]` (the processor's packed patches, docs/multimodal.md) and
 `image_grid_thw [N, 3]` int64 in, `image_features [P / merge², out_hidden]` out, for any number of
-images of any grid (docs/multimodal.md §Qwen vision tower and M-RoPE positions):
+images of any grid (docs/multimodal.md §11):
 
 - patch embedding: the checkpoint's Conv3d with kernel = stride = (T, p, p) over one patch row is a
   MatMul with its weight flattened to [C·T·p·p, hidden];

@@ -1,5 +1,5 @@
 """The Qwen2.5-VL vision tower graph equals HF's `model.visual(pixel_values, grid_thw)` through
-onnxruntime: one graph for any grid and any number of images (docs/multimodal.md §Qwen)."""
+onnxruntime: one graph for any grid and any number of images (docs/multimodal.md §11)."""
 
 from __future__ import annotations
 

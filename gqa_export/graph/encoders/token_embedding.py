@@ -1,0 +1,61 @@
+"""The embedding model of a multimodal package: input_ids + image_features -> inputs_embeds
+(docs/multimodal.md §5).
+
+Every id is embedded as the decoder embeds it (the same table and multiplier). Then the k-th
+image placeholder of the flattened batch takes feature row k, but only where row k exists:
+onnxruntime-genai runs this model on every step and, after the prompt, passes image_features
+with 0 rows, so a generated placeholder id is embedded as the token it is, as HF does. The rows
+are gathered from the features with one zero row appended, so an index never falls outside them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export import __version__
+from gqa_export.arch.spec import ArchSpec
+from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.params import NUMPY_DTYPES, Params
+
+OPSETS = {"": 21}
+B, S = "batch_size", "sequence_length"
+
+
+def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image_token_id: int) -> ir.Model:
+    b = GraphBuilder("gqa_export_embedding", OPSETS)
+    dtype, hidden = params.dtype, dims.hidden_size
+    input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
+    # no declared rank: on the prompt genai passes the vision output ([images, tokens, hidden]),
+    # after it an empty [0, hidden] (docs/multimodal.md §2)
+    features = ir.Value(name="image_features", type=ir.TensorType(dtype), shape=None)
+    b.graph.inputs.append(features)
+    table = spec.tensor(spec.embed)
+    with b.scope("embed_tokens"):
+        h = b.op("Gather", b.initializer(table, params.matrix(table)), input_ids)
+        if dims.embedding_multiplier != 1.0:
+            scale = b.const(np.array(dims.embedding_multiplier, NUMPY_DTYPES[dtype]), "scale")
+            h = b.op("Mul", h, scale)
+    with b.scope("image_features"):
+        features = b.op("Reshape", features, b.const([-1, hidden], "feature_rows", "int64"))
+        flat_ids = b.op("Reshape", input_ids, b.const([-1], "flat", "int64"))
+        is_image = b.op("Equal", flat_ids, b.const(image_token_id, "image_token_id", "int64"))
+        rank = b.op("Sub", b.op("CumSum", b.op("Cast", is_image, to=ir.DataType.INT64), b.const(0, "axis", "int64")),
+                    b.const(1, "one", "int64"))  # fmt: skip
+        rows = b.op("Shape", features, start=0, end=1)
+        has_row = placeholders_with_row(b, is_image, rank, rows)
+        index = b.op("Where", has_row, rank, rows)
+        zero_row = b.const(np.zeros((1, hidden), NUMPY_DTYPES[dtype]), "zero_row")
+        gathered = b.op("Gather", b.op("Concat", features, zero_row, axis=0), index)
+        flat_h = b.op("Reshape", h, b.const([-1, hidden], "rows", "int64"))
+        merged = b.op("Where", b.op("Unsqueeze", has_row, b.const([1], "last", "int64")), gathered, flat_h)
+        out = b.op("Reshape", merged, b.op("Shape", h))
+    b.output(typed(out, dtype, [B, S, hidden]), "inputs_embeds", dtype, [B, S, hidden])
+    return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
+
+
+def placeholders_with_row(b: GraphBuilder, is_image: ir.Value, rank: ir.Value, rows: ir.Value) -> ir.Value:
+    """The placeholders that take a feature row: the k-th one where k < the rows given (none after
+    the prompt, so a generated placeholder id stays the token it is)."""
+    return b.op("And", is_image, b.op("Less", rank, rows))

@@ -1,0 +1,103 @@
+"""`gqa-export run PKG --image FILE --prompt TEXT`: generation from a full multimodal package
+through onnxruntime-genai's MultiModalProcessor (docs/multimodal.md §2).
+
+The processor expands each image marker of the prompt into the model's image block; a prompt
+without a marker gets one per image in front of it, so `--prompt "Describe it"` works as is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gqa_export.errors import InputError
+from gqa_export.jsonio import read_json
+from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_prompt_fits, load
+
+# genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
+IMAGE_MARKERS = {"gemma3": "<start_of_image>"}
+
+
+def image_marker(package: Path) -> str:
+    """The package's image marker, or InputError when it has no vision model genai can feed."""
+    model = ((read_json(package / "genai_config.json") or {}).get("model")) or {}
+    if "vision" not in model:
+        raise InputError(f"{package} has no vision model (a text-only package): rebuild it without --text-only")
+    marker = IMAGE_MARKERS.get(str(model.get("type")))
+    if marker is None:
+        raise InputError(f"--image is not supported for model type '{model.get('type')}' yet")
+    return marker
+
+
+def bos_text(package: Path) -> str | None:
+    """The BOS token's text where HF's tokenizer puts it in front of plain text (run.adds_bos)."""
+    if not adds_bos(package):
+        return None
+    token = (read_json(package / "tokenizer_config.json") or {}).get("bos_token")
+    if isinstance(token, dict):  # an AddedToken written out
+        token = token.get("content")
+    return token if isinstance(token, str) else None
+
+
+def with_markers(prompt: str, marker: str, images: int) -> str:
+    """The prompt with one marker per image: as written when it has them, else prepended."""
+    found = prompt.count(marker)
+    if found == 0:
+        return marker * images + prompt
+    if found != images:
+        raise InputError(f"the prompt has {found} '{marker}' markers for {images} --image files: make them equal")
+    return prompt
+
+
+def generate_with_images(
+    package: Path,
+    ep: str,
+    prompt: str,
+    images: list[Path],
+    max_new_tokens: int,
+    sampling: Sampling,
+    on_text: Callable[[str], None] | None = None,
+) -> GenerationResult:
+    """Process (prompt, images), then generate, calling `on_text` with each decoded piece."""
+    import onnxruntime_genai as og
+
+    for image in images:
+        if not image.is_file():
+            raise InputError(f"--image {image}: no such file")
+    text = with_markers(prompt, image_marker(package), len(images))
+    bos = bos_text(package)
+    if bos and not text.startswith(bos):  # HF's processor tokenizes with the BOS; genai's never adds it
+        text = bos + text
+    model = load(package, ep)
+    inputs = model.create_multimodal_processor()(text, images=og.Images.open(*map(str, images)))
+    prompt_tokens = int(inputs["input_ids"].as_numpy().shape[-1])
+    room = check_prompt_fits(package, prompt_tokens)
+    note = None
+    if max_new_tokens > room:
+        note = f"{room} new tokens at most: the prompt's {prompt_tokens} and the new ones share max_length"
+        max_new_tokens = room
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=prompt_tokens + max_new_tokens, **sampling.search_options())
+    generator = og.Generator(model, params)
+    stream = og.Tokenizer(model).create_stream()
+    start = time.perf_counter()
+    generator.set_inputs(inputs)
+    generator.generate_next_token()  # the prompt pass (vision, embedding, decoder) and the first token
+    prefill_ms = (time.perf_counter() - start) * 1e3
+    tokens: list[int] = []
+    pieces: list[str] = []
+    start = time.perf_counter()
+    while True:
+        tokens.append(int(generator.get_next_tokens()[0]))
+        piece = stream.decode(tokens[-1])
+        if piece:
+            pieces.append(piece)
+            if on_text is not None:
+                on_text(piece)
+        if generator.is_done():
+            break
+        generator.generate_next_token()
+    decode = time.perf_counter() - start
+    rate = (len(tokens) - 1) / decode if decode > 0 and len(tokens) > 1 else 0.0
+    return GenerationResult(ep, prompt_tokens, tokens, "".join(pieces), prefill_ms, rate, note)

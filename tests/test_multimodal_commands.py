@@ -1,0 +1,161 @@
+"""Commands and refusals around full multimodal packages (docs/multimodal.md): the attention
+modes and options a full package cannot have, `--text-only`, `run --image`, `inspect`,
+`quantize`, the processor configuration read from the checkpoint. Fixtures: tests/conftest.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from gemma3_full import NEW, genai_generate
+from multimodal_models import save_multimodal
+
+from gqa_export.errors import InputError
+from gqa_export.graph.io_options import IoOptions
+from gqa_export.pipeline import BuildOptions, build
+from gqa_export.quant.kv_cache import KvQuantOptions
+
+pytest.importorskip("PIL")  # PNG test images
+
+
+# short names for the session fixtures of tests/conftest.py
+@pytest.fixture(scope="module")
+def checkpoint(gemma3_full_checkpoint: Path) -> Path:
+    return gemma3_full_checkpoint
+
+
+@pytest.fixture(scope="module")
+def package(gemma3_full_package: Path) -> Path:
+    return gemma3_full_package
+
+
+@pytest.fixture(scope="module")
+def images(png_images: dict[str, Path]) -> dict[str, Path]:
+    return png_images
+
+
+@pytest.mark.parametrize(
+    ("options", "phrase"),
+    [({"attention": "split"}, "--attention split cannot run a full multimodal package"), ({"attention": "gqa"}, "gqa")],
+)
+def test_refused_attention_modes(checkpoint, tmp_path, options, phrase):
+    with pytest.raises(InputError, match=phrase):
+        build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False, **options))
+
+
+@pytest.mark.parametrize(
+    ("options", "phrase"),
+    [
+        ({"io": IoOptions(no_lm_head=True)}, "--no-lm-head"),
+        ({"io": IoOptions(inputs_embeds=True)}, "--inputs-embeds"),
+        ({"kv": KvQuantOptions("int8")}, "--kv-cache"),
+        ({"precision": "int4", "report": True}, "--report"),
+    ],
+)
+def test_refused_options(checkpoint, tmp_path, options, phrase):
+    with pytest.raises(InputError, match=f"{phrase}.*full multimodal package: add --text-only"):
+        build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False, **options))
+
+
+def test_text_only_keeps_the_decoder_package(checkpoint, tmp_path):
+    """`build --text-only`: the text decoder alone (input_ids), as before this option existed."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    out = tmp_path / "text"
+    args = ["build", str(checkpoint), "-o", str(out), "--attention", "split", "--text-only", "--no-smoke", "-q"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert not (out / "vision.onnx").exists() and not (out / "processor_config.json").exists()
+    model = json.loads((out / "genai_config.json").read_text())["model"]
+    assert model["type"] == "decoder-pipeline" and "vision" not in model
+
+
+def test_checkpoint_genai_cannot_run_is_refused(tmp_path):
+    """A tower pooling to 4 tokens: genai's gemma3 processor writes 256 placeholders per image."""
+    checkpoint = save_multimodal(tmp_path / "g3", "gemma3")
+    with pytest.raises(InputError, match=r"256 image tokens.*--text-only"):
+        build(BuildOptions(str(checkpoint), tmp_path / "x", smoke=False))
+
+
+def test_run_with_images_inserts_the_marker(package, images):
+    """`gqa-export run PKG --image A --image B --prompt TEXT`: a prompt without <start_of_image>
+    gets one per image in front, and the BOS in front of all where HF's tokenizer adds one."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    files = [images["resized"], images["exact"]]
+    args = ["run", str(package), "--image", str(files[0]), "--image", str(files[1]), "--prompt", "Look at this"]
+    result = CliRunner().invoke(app, [*args, "--max-new-tokens", str(NEW), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    ids, _, tokens = genai_generate(package, "<|begin_of_text|><start_of_image><start_of_image>Look at this", files)
+    assert ids[0, 0] == 0  # the BOS HF's processor writes (the fixture tokenizer adds it; genai's processor never)
+    assert report["prompt_tokens"] == ids.shape[1] and report["new_tokens"] == len(tokens) == NEW
+
+
+@pytest.mark.parametrize(
+    ("prompt", "text_only", "phrase"),
+    [("A<start_of_image>B<start_of_image>", False, "2 '<start_of_image>' markers for 1"), ("x", True, "no vision")],
+)
+def test_run_with_images_refusals(package, checkpoint, images, tmp_path, prompt, text_only, phrase):
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    target = package
+    if text_only:
+        target = tmp_path / "text"
+        build(BuildOptions(str(checkpoint), target, smoke=False, attention="bias", text_only=True))
+    result = CliRunner().invoke(app, ["run", str(target), "--image", str(images["exact"]), "--prompt", prompt])
+    assert result.exit_code == 2 and phrase in result.output
+
+
+def test_inspect_lists_every_model(package):
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    result = CliRunner().invoke(app, ["inspect", str(package), "--json"])
+    assert result.exit_code == 0, result.output
+    graphs = {g["filename"]: g for g in json.loads(result.stdout)["summary"]["graphs"]}
+    assert list(graphs) == ["model.onnx", "vision.onnx", "embedding.onnx"]
+    assert graphs["vision.onnx"]["stage"] == "vision" and not graphs["vision.onnx"]["run_on_token_gen"]
+    assert [o["shape"] for o in graphs["vision.onnx"]["outputs"]] == [["num_images", 256, 64]]
+
+
+def test_quantize_keeps_the_vision_and_embedding_models(package, images, tmp_path):
+    """`gqa-export quantize` of a full package: the decoder in MatMulNBits, vision.onnx and
+    embedding.onnx copied as they are (float, as build writes them), and genai runs it with an image."""
+    from gqa_export.quant.quantize import QuantOptions
+    from gqa_export.quant.requantize import requantize
+
+    out = tmp_path / "int4"
+    result = requantize(package, out, "int4", QuantOptions(), smoke=True)
+    assert result.smoke is None and any("no smoke run" in note for note in result.notes)
+    for name in ("vision.onnx", "vision.onnx.data", "embedding.onnx", "embedding.onnx.data"):
+        assert (out / name).read_bytes() == (package / name).read_bytes()
+    ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
+    assert "MatMulNBits" in ops
+    _, _, tokens = genai_generate(out, "Look<start_of_image> at this", [images["exact"]])
+    assert len(tokens) == NEW
+
+
+def test_processor_config_reads_the_checkpoint_preprocessor(checkpoint, tmp_path):
+    """mean, std, rescale factor and resampling from preprocessor_config.json (PIL's 3: bicubic)."""
+    import shutil
+
+    source = tmp_path / "ckpt"
+    shutil.copytree(checkpoint, source)
+    pre = {"image_mean": [0.4, 0.5, 0.6], "image_std": [0.2, 0.3, 0.4], "rescale_factor": 0.5, "resample": 3}
+    (source / "preprocessor_config.json").write_text(json.dumps(pre))
+    build(BuildOptions(str(source), tmp_path / "pkg", smoke=False))
+    config = json.loads((tmp_path / "pkg" / "processor_config.json").read_text())
+    attrs = {t["operation"]["type"]: t["operation"]["attrs"] for t in config["processor"]["transforms"]}
+    assert attrs["Resize"] == {"height": 64, "width": 64, "interpolation": "CUBIC", "keep_aspect_ratio": 0}
+    assert attrs["Rescale"] == {"rescale_factor": 0.5}
+    assert attrs["Normalize"] == {"mean": pre["image_mean"], "std": pre["image_std"]}
