@@ -10,6 +10,7 @@ the recipe's `genai_model_type`, as before.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,25 +23,38 @@ from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import Params
+from gqa_export.package.processor_config import square_image_processor_config
 from gqa_export.source.weights import WeightStore
 
 VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_config.json"
 # genai's gemma3 processor expands each <start_of_image> into this many placeholders, whatever the
 # checkpoint says (docs/multimodal.md §1)
 GEMMA3_RUNTIME_IMAGE_TOKENS = 256
-# PIL resample codes in HF's preprocessor_config.json -> the Resize interpolation (Gemma-3: bilinear)
-RESAMPLE = {0: "NEAREST", 1: "LANCZOS", 2: "LINEAR", 3: "CUBIC"}
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """What differs per onnxruntime-genai multimodal model type: one row per type in TOWERS, read
+    by planning, graph building and packaging alike (docs/multimodal.md §1)."""
+
+    # (hf_config, decoder dims, weights) -> the tower's dims, or InputError naming what it cannot run
+    read_dims: Callable[[Any, ModelDims, WeightStore], Any]
+    build: Callable[[Any, Params], ir.Model]  # (tower dims, params) -> the vision graph
+    # (tower dims, the checkpoint's preprocessor_config.json) -> processor_config.json
+    processor: Callable[[Any, dict[str, Any]], dict[str, Any]]
+    vision_inputs: tuple[str, ...] = ("pixel_values",)  # genai's model.vision.inputs keys (= graph names)
+    # tower dims -> extra model.vision keys genai's processor reads (patch_size, spatial_merge_size)
+    vision_keys: Callable[[Any], dict[str, Any]] = lambda _dims: {}
+    mrope_positions: bool = False  # the decoder takes genai's 3-D position_ids [3, B, S]
 
 
 @dataclass(frozen=True)
 class MultimodalPlan:
     model_type: str  # the genai model type of the full package
     image_token_id: int
-    vision: PooledVitDims
-    image_mean: tuple[float, ...]
-    image_std: tuple[float, ...]
-    rescale: float
-    interpolation: str  # onnxruntime-extensions Resize: NEAREST | LINEAR | CUBIC | LANCZOS
+    tower: VisionTower
+    vision: Any  # the tower's dims (its row's read_dims)
+    preprocessor: dict[str, Any]  # the checkpoint's preprocessor_config.json ({} when absent)
 
 
 def full_attention_mode(requested: str) -> str:
@@ -73,25 +87,14 @@ def plan_multimodal(
     model_type: str, hf_config: Any, dims: ModelDims, store: WeightStore, source: Path
 ) -> MultimodalPlan:
     """What the full package needs from the checkpoint, or InputError naming what it cannot run."""
-    vision = pooled_vit_dims(hf_config, dims.hidden_size, store)
-    if model_type == "gemma3" and vision.tokens_per_image != GEMMA3_RUNTIME_IMAGE_TOKENS:
-        raise InputError(
-            f"onnxruntime-genai's gemma3 processor writes {GEMMA3_RUNTIME_IMAGE_TOKENS} image tokens, this "
-            f"checkpoint's mm_tokens_per_image is {vision.tokens_per_image}: export with --text-only"
-        )
+    tower = TOWERS.get(model_type)
+    if tower is None:
+        raise InputError(f"no vision tower is exported for genai model type {model_type}: export with --text-only")
+    vision = tower.read_dims(hf_config, dims, store)
     image_id = getattr(hf_config, "image_token_id", None)
     if image_id is None or int(image_id) >= dims.vocab_size:  # HF embeds an out-of-vocabulary one as id 0
         raise InputError(f"image_token_id {image_id} is not a token of the vocabulary: export with --text-only")
-    pre = _preprocessor(source)
-    return MultimodalPlan(
-        model_type,
-        int(image_id),
-        vision,
-        tuple(float(v) for v in pre.get("image_mean", (0.5, 0.5, 0.5))),
-        tuple(float(v) for v in pre.get("image_std", (0.5, 0.5, 0.5))),
-        float(pre.get("rescale_factor", 1 / 255)),
-        RESAMPLE.get(int(pre.get("resample", 2)), "LINEAR"),
-    )
+    return MultimodalPlan(model_type, int(image_id), tower, vision, _preprocessor(source))
 
 
 def _preprocessor(source: Path) -> dict[str, Any]:
@@ -106,7 +109,7 @@ def build_encoders(
     """The vision and embedding graphs, in the decoder's activation dtype."""
     params = Params(store, dtype)
     return [
-        (VISION, build_pooled_vit(plan.vision, params)),
+        (VISION, plan.tower.build(plan.vision, params)),
         (EMBEDDING, build_token_embedding(dims, spec, params, plan.image_token_id)),
     ]
 
@@ -122,8 +125,9 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
         "filename": VISION,
         "config_filename": PROCESSOR,
         "session_options": session,
-        "inputs": {"pixel_values": "pixel_values"},
+        "inputs": {name: name for name in plan.tower.vision_inputs},
         "outputs": {"image_features": "image_features"},
+        **plan.tower.vision_keys(plan.vision),
     }
     model["embedding"] = {
         "filename": EMBEDDING,
@@ -134,22 +138,23 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
 
 
 def processor_config(plan: MultimodalPlan) -> dict[str, Any]:
-    """onnxruntime-extensions' transforms reproducing HF's pixel_values: no ConvertRGB (DecodeImage
-    already yields RGB; ConvertRGB after it swaps the channels, §7)."""
-    size = plan.vision.image_size
+    """processor_config.json: the onnxruntime-extensions transforms reproducing HF's pixel_values."""
+    return plan.tower.processor(plan.vision, plan.preprocessor)
 
-    def op(name: str, kind: str, **attrs: Any) -> dict[str, Any]:
-        return {"operation": {"name": name, "type": kind, "attrs": attrs}}
 
-    return {
-        "processor": {
-            "name": f"{plan.model_type}_image_processor",
-            "transforms": [
-                op("decode_image", "DecodeImage", color_space="RGB"),
-                op("resize", "Resize", height=size, width=size, interpolation=plan.interpolation, keep_aspect_ratio=0),
-                op("rescale", "Rescale", rescale_factor=plan.rescale),
-                op("normalize", "Normalize", mean=list(plan.image_mean), std=list(plan.image_std)),
-                op("to_channel_first", "Permute3D", dims=[2, 0, 1]),
-            ],
-        }
-    }
+def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledVitDims:
+    """SigLIP + pooled projector dims; genai's gemma3 processor writes 256 placeholders per image."""
+    vision = pooled_vit_dims(hf_config, dims.hidden_size, store)
+    if vision.tokens_per_image != GEMMA3_RUNTIME_IMAGE_TOKENS:
+        raise InputError(
+            f"onnxruntime-genai's gemma3 processor writes {GEMMA3_RUNTIME_IMAGE_TOKENS} image tokens, this "
+            f"checkpoint's mm_tokens_per_image is {vision.tokens_per_image}: export with --text-only"
+        )
+    return vision
+
+
+TOWERS: dict[str, VisionTower] = {
+    "gemma3": VisionTower(
+        _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
+    ),
+}

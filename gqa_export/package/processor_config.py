@@ -1,6 +1,7 @@
-"""processor_config.json for Qwen-VL packages: the onnxruntime-extensions transform list that turns
-an image file into the vision model's `pixel_values [patches, C·T·p·p]` and `image_grid_thw`, as
-HF's Qwen2VLImageProcessor does (docs/multimodal.md §11).
+"""processor_config.json: the onnxruntime-extensions transform list that turns an image file into
+the vision model's inputs as the checkpoint's HF image processor does. Qwen-VL: `pixel_values
+[patches, C·T·p·p]` and `image_grid_thw`, as Qwen2VLImageProcessor (docs/multimodal.md §11);
+Gemma-3: a square resize to the tower's image size (docs/multimodal.md §7).
 
 DecodeImage -> Resize (smart resize to multiples of patch·merge within [min_pixels, max_pixels])
 -> Rescale -> Normalize -> PatchImage. No ConvertRGB: DecodeImage already yields RGB and
@@ -49,3 +50,27 @@ def qwen_processor_config(pre: dict[str, Any]) -> dict[str, Any]:
     steps.append(("patch_image", "PatchImage", patches))
     transforms = [{"operation": {"name": n, "type": t, "attrs": a}} for n, t, a in steps]
     return {"processor": {"name": "qwen_image_processor", "transforms": transforms}}
+
+
+def _op(name: str, kind: str, **attrs: Any) -> dict[str, Any]:
+    return {"operation": {"name": name, "type": kind, "attrs": attrs}}
+
+
+def square_image_processor_config(size: int, pre: dict[str, Any]) -> dict[str, Any]:
+    """Resize to size x size, rescale, normalize, channels first (Gemma-3's processor; defaults:
+    bilinear, mean/std 0.5). No ConvertRGB: DecodeImage already yields RGB (docs/multimodal.md §7)."""
+    mean = [float(v) for v in pre.get("image_mean", (0.5, 0.5, 0.5))]
+    std = [float(v) for v in pre.get("image_std", (0.5, 0.5, 0.5))]
+    interpolation = INTERPOLATION.get(int(pre.get("resample", 2)), "LINEAR")
+    return {
+        "processor": {
+            "name": "gemma3_image_processor",
+            "transforms": [
+                _op("decode_image", "DecodeImage", color_space="RGB"),
+                _op("resize", "Resize", height=size, width=size, interpolation=interpolation, keep_aspect_ratio=0),
+                _op("rescale", "Rescale", rescale_factor=float(pre.get("rescale_factor", 1 / 255))),
+                _op("normalize", "Normalize", mean=mean, std=std),
+                _op("to_channel_first", "Permute3D", dims=[2, 0, 1]),
+            ],
+        }
+    }
