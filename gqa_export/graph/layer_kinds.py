@@ -19,13 +19,16 @@ from gqa_export.errors import InputError
 Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config value by its spec key
 
 
-def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
-    """Whether layer i's MLP is the sparse block: on Jamba's grid where the config has one (i % period
-    == offset, and more than one expert), else not before the first `first_dense_layers` (LFM2-MoE's
-    num_dense_layers), not after `last_sparse_layer`, not in mlp_only_layers, and on the
+def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = None) -> bool:
+    """Whether layer i's MLP is the sparse block: where its type is the spec's sparse layer type
+    (Nemotron-H's "moe") when the spec names one, else on Jamba's grid where the config has one
+    (i % period == offset, and more than one expert), else not before the first `first_dense_layers`
+    (LFM2-MoE's num_dense_layers), not after `last_sparse_layer`, not in mlp_only_layers, and on the
     decoder_sparse_step grid (Qwen-MoE)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return False
+    if spec.moe.layer_type is not None:
+        return layer_type == spec.moe.layer_type
     period = int(opt("expert_layer_period", 0) or 0)
     if period:
         return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)

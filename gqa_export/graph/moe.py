@@ -14,6 +14,8 @@ Facts relied on (docs/moe.md, probed on onnxruntime 1.31.1 CPU):
   turns log(w) into w / sum(w) (docs/moe.md §4).
 - No CPU kernel runs a GELU-gated (GeGLU) expert (docs/moe.md §2): Gemma-4's experts are plain
   ops (docs/moe.md §8).
+- No kernel runs a squared-ReLU expert: ungated experts (spec activation "ungated") are two plain
+  MatMuls over every expert (graph/ungated_experts.py, docs/hybrid-state.md §8.7).
 The quantize stage turns MoE into QMoE for int4/int8 (quantize.py).
 """
 
@@ -28,6 +30,7 @@ from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, 
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES
+from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
 
 B, S = "batch_size", "sequence_length"
 
@@ -39,13 +42,17 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     names = lc.spec.moe.names
     prefix = _block_prefix(lc)
     router = _router(lc, prefix, x if router_input is None else router_input, moe)
-    weights = ExpertWeights(lc.params.store, _layout(lc, prefix, moe))
-    if spec.activation == "geglu":
-        out = _experts_with_ops(lc, x, router, weights, moe)
+    if spec.activation == "ungated":  # no MoE kernel has squared ReLU: plain ops on dense routing weights
+        dense = _dense_routing(lc, prefix, router, moe)
+        assert dense is not None, f"{spec.routing}: ungated experts take a router computed as dense weights"
+        out = ungated_experts(lc, x, dense, moe, prefix)
+    elif spec.activation == "geglu":
+        out = _experts_with_ops(lc, x, router, ExpertWeights(lc.params.store, _layout(lc, prefix, moe)), moe)
     else:
-        out = _experts_op(lc, x, router, weights, moe, prefix)
+        out = _experts_op(lc, x, router, ExpertWeights(lc.params.store, _layout(lc, prefix, moe)), moe, prefix)
     if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
-        out = lc.b.op("Add", out, _shared_expert(lc, x, prefix), name="add_shared_expert")
+        shared = ungated_shared_expert if spec.activation == "ungated" else _shared_expert
+        out = lc.b.op("Add", out, shared(lc, x, prefix), name="add_shared_expert")
     if names.shared_mlp:  # Granite-4.0-H: an ungated dense MLP beside the experts
         gate_up, down = names.shared_mlp
         with lc.b.scope("shared_mlp"):
