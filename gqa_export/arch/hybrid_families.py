@@ -96,7 +96,10 @@ GRANITEMOEHYBRID = replace(
     name="granitemoehybrid",
     layer=LayerNames(gate_up=_GRANITE_SHARED_MLP[0], down=_GRANITE_SHARED_MLP[1]),
     moe=replace(GRANITEMOE.moe, names=replace(GRANITEMOE.moe.names, shared_mlp=_GRANITE_SHARED_MLP)),  # type: ignore[union-attr]
-    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2"})),
+    # HF clamps dt with time_step_limit in its chunked (prompt) form only (docs/hybrid-state.md §8.2)
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2"}), prompt_dt_limit="time_step_limit"
+    ),
     rope_layers="if_configured",
     ffn_size="shared",
     config_keys=config_keys(shared_expert_intermediate_size="shared_intermediate_size"),
@@ -134,7 +137,9 @@ FALCON_H1 = ArchSpec(
         up="feed_forward.up_proj",
         down="feed_forward.down_proj",
     ),
-    mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="mamba2"),
+    mixers=MixerSpec(
+        kinds=MappingProxyType({}), mixing="parallel", every_layer="mamba2", prompt_dt_limit="time_step_limit"
+    ),
     embedding_scale="config",
     config_keys=config_keys(logit_scale="lm_head_multiplier"),
     multipliers=(

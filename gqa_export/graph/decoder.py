@@ -104,8 +104,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
 
     query_scale = _query_scale(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.query_scale else None
     padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
-    floored = dims.mamba2 is not None and dims.mamba2.prompt_dt_floor > 0  # Mamba2's prompt-only dt floor
-    prompt = prompt_step(b, input_ids, attention_mask) if floored else None
+    clamped = dims.mamba2 is not None and dims.mamba2.prompt_clamped  # Mamba2's prompt-only dt clamp
+    prompt = prompt_step(b, input_ids, attention_mask) if clamped else None
     kv: dict[int, LayerKV | None] = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
