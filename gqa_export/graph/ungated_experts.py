@@ -18,16 +18,17 @@ experts; the router and the shared expert read the layer input.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
 from gqa_export.errors import InputError
+from gqa_export.graph import params as _params
 from gqa_export.graph.blocks import LayerContext, activation, linear
 from gqa_export.graph.moe_dims import MoeDims
-from gqa_export.graph.params import F32, StreamedTensor, row_blocks
+from gqa_export.graph.params import F32, NUMPY_DTYPES, Params, StreamedTensor, row_blocks
 from gqa_export.kernels import convert
 from gqa_export.source.weights import WeightStore
 
@@ -99,10 +100,15 @@ def _check(store: WeightStore, layout: UngatedLayout, where: str) -> None:
             )
 
 
-def stacked_up(reader: _Reader, dtype: ir.DataType, cast) -> StreamedTensor:
-    """MatMul's [D, E*I]: the transpose of every expert's up rows stacked; written a band of D at a time."""
+def stacked_up(reader: _Reader, params: Params) -> StreamedTensor:
+    """MatMul's [D, E*I]: the transpose of every expert's up rows stacked. Per-expert Linears are
+    Params.matmul_weight's concatenation on `out`; a stacked [E, I, D] is written a band of D at a
+    time, or in place expert by expert where those bands would be thin (`_scatter_up`)."""
     L = reader.layout
     E, I, D = L.count, L.width, L.model  # noqa: E741
+    if L.per_expert:
+        return params.matmul_weight(L.names("up"))
+    dtype, cast = params.dtype, params.cast
 
     def blocks() -> Iterator[np.ndarray]:
         for a, b in row_blocks(D, E * I * 4):
@@ -119,7 +125,25 @@ def stacked_up(reader: _Reader, dtype: ir.DataType, cast) -> StreamedTensor:
 
     tensor = StreamedTensor(blocks, dtype, (D, E * I))
     tensor.source_rows, tensor.release = source_rows, reader.release
+    if _params.CHUNK_BYTES // (E * I * 4) < min(_params.MIN_SLAB_ROWS, D):
+        tensor.scatter = lambda write_at: _scatter_up(reader, NUMPY_DTYPES[dtype], write_at)
     return tensor
+
+
+def _scatter_up(reader: _Reader, np_dtype: np.dtype, write_at: Callable[[int, memoryview], None]) -> None:
+    """[D, E*I] written in place: each band of one expert's up rows (one contiguous read) is
+    transposed to [D, band] and written as D segments at their offsets, so every source byte is
+    read once (row-order blocks of D would each read a thin column slab of every expert)."""
+    L = reader.layout
+    E, I, D = L.count, L.width, L.model  # noqa: E741
+    itemsize, band = np.dtype(np_dtype).itemsize, max(1, _params.MAPPED_BYTES // (D * 4))
+    for e in range(E):
+        for r0 in range(0, I, band):
+            r1 = min(I, r0 + band)
+            raw = convert(reader.block("up", e, (r0, r1), None), np_dtype, True).view(np.uint8).reshape(D, -1)
+            for k in range(D):
+                write_at((k * E * I + e * I + r0) * itemsize, memoryview(raw[k]))
+    reader.release()
 
 
 def side_by_side_down(reader: _Reader, dtype: ir.DataType, cast) -> StreamedTensor:
@@ -152,7 +176,7 @@ def ungated_experts(lc: LayerContext, x: ir.Value, weights_dense: ir.Value, moe:
         layout = find_layout(lc, prefix, moe)
         reader = _Reader(params.store, layout)
         base = lc.spec.layer_tensor(lc.i, f"{prefix}experts", "")
-        up = b.initializer(f"{base}.up_stacked", stacked_up(reader, params.dtype, params.cast))
+        up = b.initializer(f"{base}.up_stacked", stacked_up(reader, params))
         down = b.initializer(f"{base}.down_side_by_side", side_by_side_down(reader, params.dtype, params.cast))
         h = activation(lc, b.op("MatMul", x, up, name="up_all"))  # [B,S,E*I]
         per_expert = b.op("Reshape", h, b.const([0, 0, moe.experts, moe.intermediate], "per_expert", "int64"))
