@@ -57,6 +57,18 @@ FAMILIES = [
     "codegen",
 ]
 
+NEMOTRON_H_MOE = dict(
+    layers_block_type=["linear_attention", "full_attention", "moe", "mlp", "linear_attention", "moe"],
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    moe_shared_expert_intermediate_size=48,
+    n_group=4,
+    topk_group=2,
+    norm_topk_prob=True,
+    routed_scaling_factor=2.5,
+)
+
 # extra variants that verify.py also checks: tag -> (model_type, overrides)
 VARIANTS = {
     "phi_qkln": ("phi", dict(qk_layernorm=True)),
@@ -79,6 +91,10 @@ VARIANTS = {
         "lfm2",
         dict(conv_bias=True, conv_L_cache=4, layer_types=None, full_attn_idxs=[0, 3], block_auto_adjust_ff_dim=False),
     ),
+    # Nemotron-H with mixture-of-experts layers: pattern M * E - M E; 8 ungated squared-ReLU experts of
+    # 32 in 4 groups, the top 2 of the 2 best groups (sigmoid scores + e_score_correction_bias),
+    # renormalized, x2.5; a 48-wide squared-ReLU shared expert
+    "nemotron_h_moe": ("nemotron_h", NEMOTRON_H_MOE),
 }
 
 COMMON = dict(

@@ -344,6 +344,10 @@ FAMILIES: tuple[Family, ...] = (
     # one block per layer: Mamba2, NoPE GQA or a squared-ReLU MLP (Nemotron-H; 5.x spells its pattern
     # layers_block_type, 4.57 hybrid_override_pattern with other block names)
     hybrid("nemotron_h", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
+    # Nemotron-H's mixture-of-experts layers too: ungated squared-ReLU experts as two plain MatMuls over
+    # every expert (MatMulNBits in int4 and int8) under a grouped biased-sigmoid router, a shared expert;
+    # the fp16 CUDA graph too
+    hybrid("nemotron_h_moe", quantized=("int4", "int8"), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED),

@@ -311,16 +311,76 @@ def test_granite_hybrid_mutant_without_the_d_skip_fails_parity(builds, tmp_path)
     assert parity_error(package, builds.checkpoint(GRANITE)) > 1e-2
 
 
-def test_granite_hybrid_time_step_limit_is_refused_in_one_line(builds, tmp_path):
-    """HF clamps dt with a time_step_limit in its chunked prompt form only: no one graph matches."""
+# dt clamped to [0.4, 1.0] in prompts: on the tiny model about a fifth of the prompt's dt values lie
+# below 0.4 and a quarter above 1.0 (softplus(dt + dt_bias) spans 0.1-2.9)
+TIME_STEP_LIMIT = (0.4, 1.0)
+
+
+@pytest.fixture(scope="module")
+def granite_dt_limited(tmp_path_factory) -> tuple[Path, Path]:
+    """(checkpoint, package) of the Granite-4.0-H checkpoint with TIME_STEP_LIMIT."""
+    from dense_models import save_dense
+
+    folder = tmp_path_factory.mktemp("granite_dt_limit")
+    checkpoint = save_dense(folder / "ckpt", GRANITE, time_step_limit=TIME_STEP_LIMIT)
+    build(BuildOptions(str(checkpoint), folder / "pkg"))
+    return checkpoint, folder / "pkg"
+
+
+def test_granite_hybrid_time_step_limit_clamps_prompts_only_as_hf(granite_dt_limited):
+    """HF clamps dt with time_step_limit in its chunked form (prompts) and not in its single-token
+    step; the graph does the same (a floor and a ceiling, each where the run is a prompt)."""
+    checkpoint, package = granite_dt_limited
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    clamps = [n.name.rpartition("/")[2] for n in graph.node if n.op_type == "Where" and "prompt_dt" in n.name]
+    assert clamps == ["prompt_dt_floor", "prompt_dt_ceiling"] * 3  # Mamba2 at layers 0, 2 and 3
+    assert_variant_matches_hf(package, checkpoint)
+    assert parity_error(package, checkpoint, prompt=[0]) < 1e-4  # a first forward is HF's chunked form too
+
+
+def _where_edit(package: Path, which: str, edit) -> None:
+    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    nodes = [n for n in model.graph.node if n.op_type == "Where" and n.name.endswith(which)]
+    assert nodes, which
+    for node in nodes:
+        edit(node)
+    onnx.save(model, str(package / "model.onnx"))
+
+
+@pytest.mark.parametrize(
+    ("which", "edit", "broken"),
+    [
+        ("prompt_dt_floor", lambda n: n.input.__setitem__(1, n.input[2]), "prompt"),  # no floor
+        ("prompt_dt_ceiling", lambda n: n.input.__setitem__(1, n.input[2]), "prompt"),  # no ceiling
+        ("prompt_dt_ceiling", lambda n: n.input.__setitem__(2, n.input[1]), "decode"),  # in decode steps too
+    ],
+    ids=["no_floor", "no_ceiling", "ceiling_always"],
+)
+def test_granite_hybrid_mutant_time_step_limit_fails_parity(granite_dt_limited, tmp_path, which, edit, broken):
+    """The limit ignored (either bound) breaks the prompt; applied to decode steps as well, the
+    prompt still matches (it is HF's chunked form either way) and the decode steps break."""
+    checkpoint, package = granite_dt_limited
+    package = _copy(package, tmp_path / "pkg")
+    _where_edit(package, which, edit)
+    prompt = [(7 * i + 3) % 380 for i in range(14)]
+    tokens, got = ort_prefill_and_decode(package, prompt, steps=6)
+    errors = np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(prompt))).max(axis=-1)
+    prompt_error, decode_error = errors[: len(prompt)].max(), errors[len(prompt) :].max()
+    if broken == "prompt":
+        assert prompt_error > 1e-2, prompt_error
+    else:
+        assert prompt_error < 1e-4 and decode_error > 1e-2, (prompt_error, decode_error)
+
+
+def test_granite_hybrid_time_step_limit_not_a_range_is_refused_in_one_line(builds, tmp_path):
     checkpoint = _copy(builds.checkpoint(GRANITE), tmp_path / "ckpt")
     config = json.loads((checkpoint / "config.json").read_text())
-    (checkpoint / "config.json").write_text(json.dumps({**config, "time_step_limit": [0.0, 0.1]}))
+    (checkpoint / "config.json").write_text(json.dumps({**config, "time_step_limit": [1.0, 0.4]}))
     result = runner.invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert errors == [
-        "error: granitemoehybrid: time_step_limit (0.0, 0.1) is not exported (HF clamps dt with it in prompts only)"
+        "error: granitemoehybrid: time_step_limit (1.0, 0.4) must be a range 0 <= min <= max; fix config.json"
     ]
 
 

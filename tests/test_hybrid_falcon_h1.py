@@ -2,7 +2,8 @@
 tests/families.py, the state checks shared with the other hybrids are in tests/test_hybrid.py): a KV
 cache and both states on every layer, prompts shorter than the conv kernel, the µP multipliers (each
 dropped, the in_proj segments swapped, the dt segment scaled, either branch zeroed) and the gated
-norm's order as mutants that fail parity, and config variants (docs/hybrid-state.md §8.4)."""
+norm's order as mutants that fail parity, and config variants, one with a time_step_limit that clamps
+dt in prompts only (docs/hybrid-state.md §8.2, §8.4)."""
 
 from __future__ import annotations
 
@@ -105,8 +106,10 @@ def test_falcon_h1_mutant_with_the_other_norm_order_fails_parity(builds, tmp_pat
         # every bias (key and output multipliers apply after them), a conv without
         dict(mamba_proj_bias=True, projectors_bias=True, attention_bias=True, mlp_bias=True, mamba_conv_bias=False),
         dict(ssm_multipliers=None, mlp_multipliers=None, key_multiplier=1.0, ssm_out_multiplier=1.0),  # fewer Muls
+        # dt clamped to [0.4, 1.0] in prompts only, as HF (its mutants are Granite-4.0-H's, test_hybrid.py)
+        dict(time_step_limit=(0.4, 1.0)),
     ],
-    ids=["no_gated_norm", "norm_after_gate_one_group", "biases", "unit_multipliers"],
+    ids=["no_gated_norm", "norm_after_gate_one_group", "biases", "unit_multipliers", "time_step_limit"],
 )
 def test_falcon_h1_variants_match_hf(tmp_path, overrides):
     from dense_models import save_dense

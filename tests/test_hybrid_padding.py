@@ -49,6 +49,7 @@ HYBRIDS = (
     "falcon_h1",
     "qwen3_next",
     "nemotron_h",
+    "nemotron_h_moe",
 )
 
 

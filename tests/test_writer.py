@@ -24,6 +24,10 @@ CASES = {
     "split-int4": ("mid", {"precision": "int4", "attention": "split"}),
     "gemma4-int8": ("gemma4_mix_bf16", {"precision": "int8"}),
     "qwen3_moe-int4": ("qwen3_moe", {"precision": "int4"}),
+    # Nemotron-H's ungated experts: per-expert Linears, and transformers' stacked [E, I, D] tensors
+    # (graph/ungated_experts.py writes their [D, E*I] MatMul weight in place expert by expert)
+    "nemotron_h_moe": ("nemotron_h_moe", {}),
+    "nemotron_h_moe-stacked": ("nemotron_h_moe_stacked", {}),
 }
 
 
@@ -34,6 +38,16 @@ def source(checkpoints, tmp_path_factory):
             return checkpoints.get("mid_llama", **MID)
         if name == "qwen3_moe":
             return save_moe(tmp_path_factory.mktemp("moe") / name, name)
+        if name.startswith("nemotron_h_moe"):
+            from dense_models import NEMOTRON_H_MOE, build_model
+            from tiny_models import save_tokenizer
+
+            folder = tmp_path_factory.mktemp("nemotron_h") / name
+            build_model("nemotron_h", **NEMOTRON_H_MOE).save_pretrained(
+                folder, save_original_format=not name.endswith("stacked")
+            )
+            save_tokenizer(folder, vocab_size=384)
+            return folder
         return checkpoints.get(name)
 
     return get

@@ -6,7 +6,8 @@ K inside each block, lower K index in the lower bits; scales [N, kb]; packed zer
 ceil(kb*bits/8)] with the same bit order across blocks, default 2^(bits-1); W = (q - zp) * scale).
 `relative_errors` compares each with the checkpoint's own float weight (fused projections are the
 concatenation of the checkpoint's q/k/v or gate/up rows; Qwen3-Next's DeltaNet projections are cut
-out of its per-key-head in_proj_qkvz / in_proj_ba by reshapes, as HF does). A correct int4 block-32 weight is off by
+out of its per-key-head in_proj_qkvz / in_proj_ba by reshapes, as HF does; ungated experts are
+every expert's up rows stacked, or down columns side by side). A correct int4 block-32 weight is off by
 about 0.1 (relative L2), int8 by about 0.005; a nibble-order, scale or zero-point bug by about 1.
 """
 
@@ -141,6 +142,8 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
         grouped = grouped_deltanet_weights(tensors, head, config)
         if grouped:
             return grouped[last]
+    if last in ("up_stacked", "down_side_by_side"):
+        return ungated_experts_weight(tensors, head, last)
     for spelling in FUSED.get(last, ()):
         parts = [tensors.get(f"{head}.{p}.weight") for p in spelling]
         if all(p is not None for p in parts):
@@ -168,3 +171,19 @@ def relative_errors(package: Path, checkpoint: Path, graph_file: str = "model.on
 
 def manifest_precision(package: Path) -> str:
     return json.loads((package / "manifest.json").read_text())["options"]["precision"]
+
+
+def ungated_experts_weight(tensors: dict[str, np.ndarray], head: str, last: str) -> np.ndarray | None:
+    """Ungated experts under `head` (`experts.{e}.up_proj/down_proj.weight` or stacked `experts.up_proj`
+    [E, I, D] / `experts.down_proj` [E, D, I]) as the package's two MatMul weights [N, K]: every
+    expert's up rows stacked [E*I, D], every expert's down columns side by side [D, E*I]."""
+    proj = "up_proj" if last == "up_stacked" else "down_proj"
+    stacked = tensors.get(f"{head}.{proj}")
+    if stacked is None:
+        count = sum(1 for name in tensors if name.startswith(f"{head}.") and name.endswith(f".{proj}.weight"))
+        if not count:
+            return None
+        stacked = np.stack([tensors[f"{head}.{e}.{proj}.weight"] for e in range(count)])
+    if last == "up_stacked":
+        return stacked.reshape(-1, stacked.shape[-1])
+    return stacked.transpose(1, 0, 2).reshape(stacked.shape[1], -1)

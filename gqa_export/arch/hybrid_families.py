@@ -17,7 +17,6 @@ from gqa_export.arch.spec import (
     LayerNames,
     MoeNames,
     MoeSpec,
-    Refusal,
     config_keys,
 )
 
@@ -97,7 +96,10 @@ GRANITEMOEHYBRID = replace(
     name="granitemoehybrid",
     layer=LayerNames(gate_up=_GRANITE_SHARED_MLP[0], down=_GRANITE_SHARED_MLP[1]),
     moe=replace(GRANITEMOE.moe, names=replace(GRANITEMOE.moe.names, shared_mlp=_GRANITE_SHARED_MLP)),  # type: ignore[union-attr]
-    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2"})),
+    # HF clamps dt with time_step_limit in its chunked (prompt) form only (docs/hybrid-state.md §8.2)
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2"}), prompt_dt_limit="time_step_limit"
+    ),
     rope_layers="if_configured",
     ffn_size="shared",
     config_keys=config_keys(shared_expert_intermediate_size="shared_intermediate_size"),
@@ -135,7 +137,9 @@ FALCON_H1 = ArchSpec(
         up="feed_forward.up_proj",
         down="feed_forward.down_proj",
     ),
-    mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="mamba2"),
+    mixers=MixerSpec(
+        kinds=MappingProxyType({}), mixing="parallel", every_layer="mamba2", prompt_dt_limit="time_step_limit"
+    ),
     embedding_scale="config",
     config_keys=config_keys(logit_scale="lm_head_multiplier"),
     multipliers=(
@@ -151,14 +155,22 @@ FALCON_H1 = ArchSpec(
 )
 # Nemotron-H: each layer is ONE block behind one RMSNorm and residual, chosen by its pattern entry
 # (layers_block_type, read as layer_types; hybrid_override_pattern M / * / - / E on disk): a Mamba2
-# mixer whose dt HF floors at time_step_min in prompts only, NoPE attention, or a squared-ReLU MLP.
-# Mixture-of-experts (E) layers are refused (docs/hybrid-state.md §8.6).
-_NEMOTRON_H_MOE = Refusal(
-    "layer_types",
-    "Nemotron-H's mixture-of-experts ('moe', E) layers are not exported: their routed experts are squared-ReLU "
-    "MLPs, which com.microsoft.MoE/QMoE have no kernel for (docs/hybrid-state.md §8.6); export a checkpoint "
-    "whose pattern has only M, * and - layers",
-    ("moe",),
+# mixer whose dt HF floors at time_step_min in prompts only, NoPE attention, a squared-ReLU MLP, or
+# a mixture of ungated squared-ReLU experts under DeepSeek-V3's grouped biased-sigmoid router with
+# an ungated shared expert, optionally between latent projections (docs/hybrid-state.md §8.6, §8.7).
+_NEMOTRON_H_MOE = MoeSpec(
+    MoeNames(
+        blocks=("mixer.",),
+        per_expert=(),
+        fused=(),
+        ungated=(("experts.{e}.up_proj", "experts.{e}.down_proj"), ("experts.up_proj", "experts.down_proj")),
+        shared_expert="shared_experts",
+        expert_bias="gate.e_score_correction_bias",
+        latent=("fc1_latent_proj", "fc2_latent_proj"),
+    ),
+    routing="sigmoid_group_biased",
+    activation="ungated",
+    layer_type="moe",
 )
 _NEMOTRON_H_LAYER = LayerNames(
     input_norm="norm", post_attention_norm=None, q="mixer.q_proj", k="mixer.k_proj", v="mixer.v_proj",
@@ -166,6 +178,7 @@ _NEMOTRON_H_LAYER = LayerNames(
 )  # fmt: skip
 _NEMOTRON_H_KEYS = config_keys(
     activation="mlp_hidden_act", norm_eps="layer_norm_epsilon", mamba_heads="mamba_num_heads",
+    shared_expert_intermediate_size="moe_shared_expert_intermediate_size",
     mamba_groups="n_groups", mamba_state="ssm_state_size", mamba_head_dim="mamba_head_dim",
     mamba_conv_kernel="conv_kernel", mamba_expand="expand",
 )  # fmt: skip
@@ -184,7 +197,7 @@ NEMOTRON_H = ArchSpec(
         prompt_dt_floor="time_step_min",
     ),
     layer_blocks=MappingProxyType({"linear_attention": "mixer", "full_attention": "mixer", "mlp": "mlp", "moe": "mlp"}),
-    refusals=(_NEMOTRON_H_MOE,),
+    moe=_NEMOTRON_H_MOE,
     config_keys=_NEMOTRON_H_KEYS,
     ignore=("mamba_dt_limit",),  # HF's mixer uses (time_step_min, inf) whatever time_step_limit says
 )

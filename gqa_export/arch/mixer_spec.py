@@ -107,7 +107,9 @@ class MixerSpec:
 
     prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
     (prompt) form only, never in its single-token step (Nemotron-H: time_step_min, §8.6); None: no
-    such clamp."""
+    such clamp. prompt_dt_limit names a config key holding a (min, max) pair that clamps dt the same
+    way, prompts only (Granite-4.0-H, Falcon-H1: time_step_limit, §8.2); None: a limit other than (0, inf) is
+    refused."""
 
     kinds: Mapping[str, str]
     mixing: str = "replace"
@@ -117,6 +119,7 @@ class MixerSpec:
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
     mamba: MambaNames = field(default_factory=MambaNames)
     prompt_dt_floor: str | None = None
+    prompt_dt_limit: str | None = None
 
 
 MULTIPLIED_SIDES = ("input", "output")

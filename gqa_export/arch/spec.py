@@ -111,6 +111,11 @@ class MoeNames:
     expert_bias: str | None = None
     # an ungated dense MLP at the layer run beside the experts: (packed gate | up, down) (Granite-4.0-H's shared_mlp)
     shared_mlp: tuple[str, str] | None = None
+    # ungated experts (MoeSpec activation "ungated"): (up, down) spellings tried in order, a per-expert
+    # Linear template with {e} ([I, D] / [D, I]) or a stacked tensor ([E, I, D] / [E, D, I])
+    ungated: tuple[tuple[str, str], ...] = ()
+    # projections into and out of a narrower width D the experts run in (in, out), where the checkpoint has them
+    latent: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -155,11 +160,14 @@ class MoeSpec:
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
     or "dense" (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
-    "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops). router_dtype: None (the router
-    computes in the export dtype) or "float32" (the family's router computes its logits and its
-    choice in fp32 whatever the model's dtype, its weight and selection bias kept fp32: an fp16 /
-    bf16 package does the same and casts the routing weights back, since fp16 rounding of near-tied
-    scores changes which experts are chosen, docs/moe.md §8.3)."""
+    "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops), "ungated" (down(act(up x)) with the
+    config's hidden activation, a shared expert of the same form; plain ops, since no MoE kernel has
+    squared ReLU: graph/ungated_experts.py). layer_type: the layer type whose layers are sparse (every
+    other layer has none); None: the config's sparse-step keys decide (graph/layer_kinds.py).
+    router_dtype: None (the router computes in the export dtype) or "float32" (the family's router
+    computes its logits and its choice in fp32 whatever the model's dtype, its weight and selection
+    bias kept fp32: an fp16 / bf16 package does the same and casts the routing weights back, since
+    fp16 rounding of near-tied scores changes which experts are chosen, docs/moe.md §8.3)."""
 
     names: MoeNames = field(default_factory=MoeNames)
     routing: str = "softmax"
@@ -167,6 +175,7 @@ class MoeSpec:
     activation: str = "swiglu"
     shared_width: str = "config"
     router_dtype: str | None = None
+    layer_type: str | None = None
 
 
 @dataclass(frozen=True)

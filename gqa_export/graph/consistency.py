@@ -80,7 +80,8 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -
             _same("num_attention_heads / head_dim", gate * dims.num_heads * layer.head_dim, shape[0], q, shape)
             _same("hidden_size", dims.hidden_size, shape[1], q, shape)
         down = f"{prefix}{names.down}.weight"
-        if spec.moe is None and down in store and len(store.info(down).shape) == 2:
+        dense_only = spec.moe is None or (spec.moe.layer_type is not None and not layer.sparse)
+        if dense_only and down in store and len(store.info(down).shape) == 2:
             shape = store.info(down).shape
             if spec.linear_layout == "in_out":  # Conv1D: stored [in, out]
                 shape = shape[::-1]

@@ -115,8 +115,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         b, dims.nope_query_scale, input_ids, attention_mask, opts.io_dtype, offset=1, scope="nope_query_scale"
     )
     padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
-    floored = dims.mamba2 is not None and dims.mamba2.prompt_dt_floor > 0  # Mamba2's prompt-only dt floor
-    prompt = prompt_step(b, input_ids, attention_mask) if floored else None
+    clamped = dims.mamba2 is not None and dims.mamba2.prompt_clamped  # Mamba2's prompt-only dt clamp
+    prompt = prompt_step(b, input_ids, attention_mask) if clamped else None
     kv: dict[int, LayerKV | None] = {}
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     for i in range(dims.num_layers):

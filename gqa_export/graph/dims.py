@@ -322,7 +322,7 @@ def _layers(
                 * (2 if double_wide and source != i else 1),
                 kv_source=source,
                 k_eq_v=k_eq_v and types is not None and not sliding,
-                sparse=sparse_layer(opt, spec, i),
+                sparse=sparse_layer(opt, spec, i, layer_type),
                 mixer=mixer_of(spec, layer_type),
                 parallel_attention=parallel_attention(spec, mixer_of(spec, layer_type)),
                 blocks=blocks_of(spec, layer_type),

@@ -19,13 +19,16 @@ from gqa_export.errors import InputError
 Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config value by its spec key
 
 
-def sparse_layer(opt: Option, spec: ArchSpec, i: int) -> bool:
-    """Whether layer i's MLP is the sparse block: on Jamba's grid where the config has one (i % period
-    == offset, and more than one expert), else not before the first `first_dense_layers` (LFM2-MoE's
-    num_dense_layers), not after `last_sparse_layer`, not in mlp_only_layers, and on the
+def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = None) -> bool:
+    """Whether layer i's MLP is the sparse block: where its type is the spec's sparse layer type
+    (Nemotron-H's "moe") when the spec names one, else on Jamba's grid where the config has one
+    (i % period == offset, and more than one expert), else not before the first `first_dense_layers`
+    (LFM2-MoE's num_dense_layers), not after `last_sparse_layer`, not in mlp_only_layers, and on the
     decoder_sparse_step grid (Qwen-MoE)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return False
+    if spec.moe.layer_type is not None:
+        return layer_type == spec.moe.layer_type
     period = int(opt("expert_layer_period", 0) or 0)
     if period:
         return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)
@@ -190,8 +193,15 @@ class Mamba2Dims:
     # the gated norm normalizes y, then multiplies by silu(z) (Falcon-H1's mamba_norm_before_gate);
     # else it normalizes y * silu(z) (Granite-4.0-H)
     norm_before_gate: bool = False
-    # dt clamped from below with this in HF's chunked (prompt) form only (spec MixerSpec.prompt_dt_floor)
+    # dt clamped to [floor, ceiling] in HF's chunked (prompt) form only (spec MixerSpec.prompt_dt_floor
+    # and prompt_dt_limit); 0 and inf: no clamp
     prompt_dt_floor: float = 0.0
+    prompt_dt_ceiling: float = float("inf")
+
+    @property
+    def prompt_clamped(self) -> bool:
+        """Whether prompts clamp dt (the graph then computes whether a run is a prompt)."""
+        return self.prompt_dt_floor > 0 or self.prompt_dt_ceiling < float("inf")
 
     @property
     def inner(self) -> int:
@@ -206,12 +216,12 @@ class Mamba2Dims:
 
 def mamba2_dims(config: Any, opt: Option, spec: ArchSpec, mixers: list[str]) -> Mamba2Dims | None:
     """The Mamba2 shapes (None when the model has no such layer). mamba_d_head "auto" is
-    expand * hidden / heads, as the config class resolves it. A time_step_limit other than
-    (0, inf) is refused: HF clamps dt with it in the chunked (prompt) form only, not in its
-    single-token step, so no one graph matches both. A family whose spec names a prompt-only dt
-    floor (Nemotron-H's time_step_min) gets it read here; the graph applies it to prompt steps
-    only, as HF does (docs/hybrid-state.md §8.6). The mixer's activation must be SiLU, the one the
-    graph applies."""
+    expand * hidden / heads, as the config class resolves it. HF clamps dt with time_step_limit in
+    its chunked (prompt) form only, not in its single-token step: a family whose spec names that
+    limit (Granite-4.0-H, Falcon-H1) or a prompt-only floor (Nemotron-H's time_step_min) gets it read here and
+    the graph applies it to prompt runs only, as HF does (docs/hybrid-state.md §8.2, §8.6); any
+    other family refuses a limit other than (0, inf). The mixer's activation must be SiLU, the one
+    the graph applies."""
     if "mamba2" not in mixers:
         return None
     activation = opt("mamba_activation", "silu")
@@ -221,8 +231,7 @@ def mamba2_dims(config: Any, opt: Option, spec: ArchSpec, mixers: list[str]) -> 
     head_dim = opt("mamba_head_dim", "auto")
     if head_dim in (None, "auto") and heads:
         head_dim = int(opt("mamba_expand", 2)) * int(config.hidden_size) // heads
-    floor_key = spec.mixers.prompt_dt_floor if spec.mixers is not None else None
-    floor = float(getattr(config, floor_key, None) or 0.0) if floor_key else 0.0
+    floor, ceiling = _prompt_dt_clamp(config, opt, spec)
     dims = Mamba2Dims(
         int(opt("mamba_conv_kernel", 0) or 0),
         heads,
@@ -231,6 +240,7 @@ def mamba2_dims(config: Any, opt: Option, spec: ArchSpec, mixers: list[str]) -> 
         int(opt("mamba_state", 0) or 0),
         norm_before_gate=bool(opt("mamba_norm_before_gate", False)),
         prompt_dt_floor=floor,
+        prompt_dt_ceiling=ceiling,
     )
     if min(dims.kernel, dims.heads, dims.head_dim, dims.state) < 1:
         raise InputError(
@@ -238,12 +248,27 @@ def mamba2_dims(config: Any, opt: Option, spec: ArchSpec, mixers: list[str]) -> 
         )
     if dims.heads % dims.groups:
         raise InputError(f"{spec.name}: {dims.heads} Mamba2 heads do not divide among {dims.groups} groups")
-    limit = opt("mamba_dt_limit")
-    if limit is not None and (float(limit[0]) != 0.0 or float(limit[1]) != float("inf")):
-        raise InputError(
-            f"{spec.name}: time_step_limit {tuple(limit)} is not exported (HF clamps dt with it in prompts only)"
-        )
     return dims
+
+
+def _prompt_dt_clamp(config: Any, opt: Option, spec: ArchSpec) -> tuple[float, float]:
+    """(floor, ceiling) of the prompt-only dt clamp: the spec's floor key and (min, max) limit key,
+    as HF's mixer reads them; a time_step_limit the spec does not apply is refused when it clamps."""
+    mixers = spec.mixers
+    floor_key = mixers.prompt_dt_floor if mixers is not None else None
+    floor = float(getattr(config, floor_key, None) or 0.0) if floor_key else 0.0
+    limit_key = mixers.prompt_dt_limit if mixers is not None else None
+    limit = getattr(config, limit_key, None) if limit_key else opt("mamba_dt_limit")
+    if limit is None or (float(limit[0]) == 0.0 and float(limit[1]) == float("inf")):
+        return floor, float("inf")
+    low, high = float(limit[0]), float(limit[1])
+    if limit_key is None:
+        raise InputError(
+            f"{spec.name}: time_step_limit {(low, high)} is not exported (HF clamps dt with it in prompts only)"
+        )
+    if not 0.0 <= low <= high:
+        raise InputError(f"{spec.name}: time_step_limit {(low, high)} must be a range 0 <= min <= max; fix config.json")
+    return max(floor, low), high
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,14 @@ def mamba2(
 
     dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
     dt = b.op("Softplus", b.op("Add", dt, dt_bias))  # [B, S, Hm]
-    if m.prompt_dt_floor > 0:  # HF clamps dt from below in its chunked (prompt) form only (§8.6)
+    if m.prompt_dt_floor > 0:  # HF clamps dt in its chunked (prompt) form only (§8.2, §8.6)
         assert lc.prompt_step is not None
         floor = b.const(np.asarray(m.prompt_dt_floor, NUMPY_DTYPES[dtype]), "dt_floor")
         dt = b.op("Where", lc.prompt_step, b.op("Max", dt, floor), dt, name="prompt_dt_floor")
+    if m.prompt_dt_ceiling < float("inf"):  # and from above, time_step_limit's max (§8.2)
+        assert lc.prompt_step is not None
+        ceiling = b.const(np.asarray(m.prompt_dt_ceiling, NUMPY_DTYPES[dtype]), "dt_ceiling")
+        dt = b.op("Where", lc.prompt_step, b.op("Min", dt, ceiling), dt, name="prompt_dt_ceiling")
     # 0 at pad positions: decay exp(0) = 1 and v = dt x = 0 leave the state as it is
     dt = without_padding(lc, dt, name="dt")
     a_log = lc.name(names.a_log, "")  # decay_scale = A = -exp(A_log), as HF computes it, in fp32

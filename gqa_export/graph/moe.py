@@ -14,6 +14,8 @@ Facts relied on (docs/moe.md, probed on onnxruntime 1.31.1 CPU):
   turns log(w) into w / sum(w) (docs/moe.md §4).
 - No CPU kernel runs a GELU-gated (GeGLU) expert (docs/moe.md §2): Gemma-4's experts are plain
   ops (docs/moe.md §8).
+- No kernel runs a squared-ReLU expert: ungated experts (spec activation "ungated") are two plain
+  MatMuls over every expert (graph/ungated_experts.py, docs/hybrid-state.md §8.7).
 The quantize stage turns MoE into QMoE for int4/int8 (quantize.py).
 """
 
@@ -31,6 +33,7 @@ from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
 from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
+from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
 
 B, S = "batch_size", "sequence_length"
 
@@ -47,27 +50,42 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     if routing_lc is not lc:
         router_x = lc.b.op("Cast", router_x, to=ir.DataType.FLOAT, name="router_input")
     router = _router(routing_lc, prefix, router_x, moe)
-    weights = ExpertWeights(lc.params.store, _layout(lc, prefix, moe))
-    if spec.routing == "sigmoid_scaled_input" and moe.top_k > 1:
-        out = input_scaled_experts(lc, x, router, weights, moe)
-    elif spec.routing == "sigmoid_scaled_input":  # top-1: the op on the scaled input, weight 1
-        out = _experts_op(lc, top1_scaled_input(lc, x, router), router, weights, moe, prefix)
-    elif spec.activation == "geglu":
-        out = _experts_with_ops(lc, x, router, weights, moe)
+    if spec.activation == "ungated":  # no MoE kernel has squared ReLU: plain ops on dense routing weights
+        assert routing_lc is lc, "ungated experts take their dense routing weights in the export dtype"
+        dense = _dense_routing(lc, prefix, router, moe)
+        assert dense is not None, f"{spec.routing}: ungated experts take a router computed as dense weights"
+        out = ungated_experts(lc, x, dense, moe, prefix)
     else:
-        out = _experts_op(lc, x, router, weights, moe, prefix, routing_lc)
+        out = _routed_experts(lc, x, router, moe, prefix, routing_lc)
     if routing_lc is not lc:  # the router's float32 weights and constants, kept so on purpose
         for name in set(lc.b.graph.initializers) - before:
             value = lc.b.graph.initializers[name]
             if value.const_value is not None and value.const_value.dtype == ir.DataType.FLOAT:
                 value.meta[WIDER_THAN_IO_META] = True
     if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
-        out = lc.b.op("Add", out, _shared_expert(lc, x, prefix), name="add_shared_expert")
+        shared = ungated_shared_expert if spec.activation == "ungated" else _shared_expert
+        out = lc.b.op("Add", out, shared(lc, x, prefix), name="add_shared_expert")
     if names.shared_mlp:  # Granite-4.0-H: an ungated dense MLP beside the experts
         gate_up, down = names.shared_mlp
         with lc.b.scope("shared_mlp"):
             out = lc.b.op("Add", out, gated_mlp(lc, x, gate_up, down, moe.shared_intermediate), name="add_shared_mlp")
     return typed(out, lc.params.dtype, [B, S, lc.dims.hidden_size])
+
+
+def _routed_experts(
+    lc: LayerContext, x: ir.Value, router: ir.Value, moe: MoeDims, prefix: str, routing_lc: LayerContext
+) -> ir.Value:
+    """The gated experts: the MoE/QMoE op, or plain ops where no kernel computes the form."""
+    spec = lc.spec.moe
+    assert spec is not None
+    weights = ExpertWeights(lc.params.store, _layout(lc, prefix, moe))
+    if spec.routing == "sigmoid_scaled_input" and moe.top_k > 1:
+        return input_scaled_experts(lc, x, router, weights, moe)
+    if spec.routing == "sigmoid_scaled_input":  # top-1: the op on the scaled input, weight 1
+        return _experts_op(lc, top1_scaled_input(lc, x, router), router, weights, moe, prefix)
+    if spec.activation == "geglu":
+        return _experts_with_ops(lc, x, router, weights, moe)
+    return _experts_op(lc, x, router, weights, moe, prefix, routing_lc)
 
 
 def _block_prefix(lc: LayerContext) -> str:
