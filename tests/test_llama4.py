@@ -222,8 +222,8 @@ def test_llama4_mutant_score_on_expert_output_fails_parity(builds, tmp_path, mon
 
     original = moe._experts_op
 
-    def on_output(lc, x, router, weights, dims, prefix):
-        out = original(lc, x, router, weights, dims, prefix)
+    def on_output(lc, x, router, weights, dims, prefix, routing_lc):
+        out = original(lc, x, router, weights, dims, prefix, routing_lc)
         top = lc.b.op("ReduceMax", router, lc.b.const([-1], "mutant_last", "int64"), keepdims=1)
         return lc.b.op("Mul", out, lc.b.op("Sigmoid", top))
 

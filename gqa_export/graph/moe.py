@@ -82,7 +82,7 @@ def _routed_experts(
     if spec.routing == "sigmoid_scaled_input" and moe.top_k > 1:
         return input_scaled_experts(lc, x, router, weights, moe)
     if spec.routing == "sigmoid_scaled_input":  # top-1: the op on the scaled input, weight 1
-        return _experts_op(lc, top1_scaled_input(lc, x, router), router, weights, moe, prefix)
+        return _experts_op(lc, top1_scaled_input(lc, x, router), router, weights, moe, prefix, routing_lc)
     if spec.activation == "geglu":
         return _experts_with_ops(lc, x, router, weights, moe)
     return _experts_op(lc, x, router, weights, moe, prefix, routing_lc)
