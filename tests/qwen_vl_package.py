@@ -20,7 +20,7 @@ VISION = dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hi
               initializer_range=0.1)  # fmt: skip
 TEXT = dict(vocab_size=392, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1,
-            pad_token_id=5, tie_word_embeddings=False,
+            pad_token_id=5, tie_word_embeddings=False, initializer_range=0.2,
             rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]})  # fmt: skip
 # Qwen2.5-VL's published preprocessor_config.json values
 PREPROCESSOR = {
