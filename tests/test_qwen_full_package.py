@@ -188,11 +188,13 @@ def test_run_with_images_inserts_the_qwen_marker(kinds):
         ("qwen2_5_vl", {}, ["--attention", "split"], "--attention split cannot run a full multimodal package"),
         ("qwen3_5", {}, ["--attention", "bias"], "state in the GQA graph only"),
         ("qwen2_5_vl", "no preprocessor", [], "no preprocessor_config.json"),
+        ("qwen3_5", "contiguous sections", [], "interleaves its M-RoPE sections"),
     ],
 )
 def test_refused_in_one_line(tmp_path, kind, change, flags, phrase):
     """Deepstack mergers (genai has no input for them), a split pipeline (genai's multimodal path
-    runs one decoder), bias for a hybrid decoder, no image mean/std: exit 2, one line."""
+    runs one decoder), bias for a hybrid decoder, no image mean/std, a config whose M-RoPE
+    interleaving differs from the class's: exit 2, one line."""
     from typer.testing import CliRunner
 
     from gqa_export.cli import app
@@ -200,6 +202,10 @@ def test_refused_in_one_line(tmp_path, kind, change, flags, phrase):
     checkpoint = save(tmp_path / "ckpt", kind, **(change if isinstance(change, dict) else {}))
     if change == "no preprocessor":
         (checkpoint / "preprocessor_config.json").unlink()
+    if change == "contiguous sections":  # the class interleaves whatever the config says
+        config = json.loads((checkpoint / "config.json").read_text())
+        config["text_config"]["rope_parameters"]["mrope_interleaved"] = False
+        (checkpoint / "config.json").write_text(json.dumps(config))
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p"), *flags])
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code == 2 and len(errors) == 1 and phrase in errors[0], result.output

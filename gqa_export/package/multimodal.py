@@ -47,6 +47,9 @@ class VisionTower:
     # tower dims -> extra model.vision keys genai's processor reads (patch_size, spatial_merge_size)
     vision_keys: Callable[[Any], dict[str, Any]] = lambda _dims: {}
     mrope_positions: bool = False  # the decoder takes genai's 3-D position_ids [3, B, S]
+    # the class interleaves the M-RoPE sections whatever the config says (Qwen3-VL, Qwen3.5): the
+    # config's `mrope_interleaved` must agree, since the graph follows it (graph/mrope.py)
+    mrope_interleaved: bool = False
     # image runs attend bidirectionally (Gemma-3): the decoder also reads input_ids for that mask,
     # in one standard-Attention graph; else it takes inputs_embeds alone and may be GQA (§3)
     image_runs_bidirectional: bool = True
@@ -105,6 +108,13 @@ def plan_multimodal(
     if tower is None:
         raise InputError(f"no vision tower is exported for genai model type {model_type}: export with --text-only")
     vision = tower.read_dims(hf_config, dims, store)
+    if tower.mrope_positions:
+        for rope in dims.ropes.values():
+            if bool(rope.params.get("mrope_interleaved")) != tower.mrope_interleaved:
+                raise InputError(
+                    f"{model_type} {'interleaves' if tower.mrope_interleaved else 'does not interleave'} its M-RoPE "
+                    "sections but the config's rope says otherwise (mrope_interleaved): fix config.json, or --text-only"
+                )
     image_id = getattr(hf_config, "image_token_id", None)
     if image_id is None or int(image_id) >= dims.vocab_size:  # HF embeds an out-of-vocabulary one as id 0
         raise InputError(f"image_token_id {image_id} is not a token of the vocabulary: export with --text-only")
@@ -176,7 +186,7 @@ def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledV
     return vision
 
 
-def _qwen_row(model_type: str) -> VisionTower:
+def _qwen_row(interleaved: bool) -> VisionTower:
     """A Qwen-VL tower (§11): packed patches + image_grid_thw in, M-RoPE positions in the decoder,
     causal image runs (no input_ids in the decoder), the ids genai's Qwen processor reads."""
     return VisionTower(
@@ -186,6 +196,7 @@ def _qwen_row(model_type: str) -> VisionTower:
         vision_inputs=("pixel_values", "image_grid_thw"),  # genai's image_grid_thw name defaults to image_sizes
         vision_keys=lambda t: {"patch_size": t.dims.patch_size, "spatial_merge_size": t.dims.spatial_merge_size},
         mrope_positions=True,
+        mrope_interleaved=interleaved,
         image_runs_bidirectional=False,
         token_keys=("video_token_id", "vision_start_token_id"),
     )
@@ -195,5 +206,6 @@ TOWERS: dict[str, VisionTower] = {
     "gemma3": VisionTower(
         _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
     ),
-    **{kind: _qwen_row(kind) for kind in ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")},
+    "qwen2_5_vl": _qwen_row(interleaved=False),
+    **{kind: _qwen_row(interleaved=True) for kind in ("qwen3_vl", "qwen3_5", "qwen3_5_moe")},
 }
