@@ -96,6 +96,14 @@ def test_package_files_and_config(kinds, kind):
     assert shapes["position_ids"] == [3, "batch_size", "sequence_length"] and "input_ids" not in shapes
     assert "inputs_embeds" in shapes and "input_ids" not in model["decoder"]["inputs"]
     assert json.loads((package / "manifest.json").read_text())["options"]["attention"] == "gqa"
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    report = json.loads(CliRunner().invoke(app, ["inspect", str(package), "--json"]).stdout)
+    assert report["findings"] == [] and [g["filename"] for g in report["summary"]["graphs"]] == [
+        "model.onnx", "vision.onnx", "embedding.onnx"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(CASES))
