@@ -190,7 +190,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         dims = latent_cache_dims(dims)
     max_length = planned_max_length(opts.max_length, dims)
     mm: MultimodalPlan | None = None
-    if recipe.multimodal_model_type and not opts.text_only:
+    # the recipe's full package is for its checkpoints with a vision tower (docs/multimodal.md §1)
+    if recipe.multimodal_model_type and not opts.text_only and getattr(hf_config, "vision_config", None) is not None:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
     runs = get_spec(recipe.arch).bidirectional
     ids = bidirectional_ids(runs, recipe.attention.bidirectional_token_ids, hf_config, opts.bidirectional_ids)
@@ -199,7 +200,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         raise InputError("attention.bias_op gqa is for CPU: CUDA's GroupQueryAttention runs a bias only unfused")
     requested = opts.attention or recipe.attention.mode
     attention = plan_attention(
-        full_attention_mode(requested) if mm else requested,
+        full_attention_mode(requested, mm.tower) if mm else requested,
         ids,
         ids_requested,
         gqa_refusal(dims),
@@ -224,9 +225,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             rope_rows=max(max_length, dims.max_position_embeddings),
             logits=io.logits,
             inputs_embeds=io.inputs_embeds or mm is not None,
-            embeds_with_ids=mm is not None,
+            embeds_with_ids=mm is not None and mm.tower.image_runs_bidirectional,
             hidden_states=io.hidden_states,
-            mrope_positions=io.mrope_positions,
+            mrope_positions=io.mrope_positions or (mm is not None and mm.tower.mrope_positions),
             packed_qkv=recipe.attention.packed_qkv,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,

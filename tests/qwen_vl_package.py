@@ -1,10 +1,7 @@
-"""A tiny Qwen2.5-VL checkpoint whose tokenizer has the vision tokens, and a hand-assembled
-onnxruntime-genai `qwen2_5_vl` package from it: vision.onnx (graph/encoders/qwen_vision.py), the
-decoder with inputs_embeds and 3-D position_ids (IoOptions.mrope_positions),
-processor_config.json (package/processor_config.py), and a test-only embedding model (table rows,
-the k-th image placeholder row replaced by feature row k where there is one). The package wiring
-itself (embedding model, genai_config sections) is the build's job; this only lets the tests drive
-genai's own processor and generator over the pieces (docs/multimodal.md §11)."""
+"""A tiny Qwen2.5-VL checkpoint whose tokenizer has the vision tokens, its full onnxruntime-genai
+`qwen2_5_vl` package (`gqa-export build`: vision.onnx, embedding.onnx, the decoder with
+inputs_embeds and 3-D position_ids, processor_config.json), and the helpers that drive genai's own
+processor and generator and HF's class on the same prompt and images (docs/multimodal.md §11)."""
 
 from __future__ import annotations
 
@@ -23,7 +20,7 @@ VISION = dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=2, out_hi
               initializer_range=0.1)  # fmt: skip
 TEXT = dict(vocab_size=392, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1,
-            pad_token_id=5, tie_word_embeddings=False,
+            pad_token_id=5, tie_word_embeddings=False, initializer_range=0.2,
             rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]})  # fmt: skip
 # Qwen2.5-VL's published preprocessor_config.json values
 PREPROCESSOR = {
@@ -34,17 +31,54 @@ PREPROCESSOR = {
 MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
-def save_qwen_vl(out: Path) -> Path:
+# Qwen3-VL / Qwen3.5 towers: patch 16, a 4 x 4 learned position table, LayerNorms, gelu-tanh MLP
+VISION3 = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, patch_size=16,
+               spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
+               hidden_act="gelu_pytorch_tanh", initializer_range=0.1)  # fmt: skip
+# Qwen3-VL / Qwen3.5's published values (mean/std 0.5), shortest_edge lowered so that the small
+# test images are not all upscaled
+PREPROCESSOR3 = {"size": {"shortest_edge": 1024, "longest_edge": 16777216}, "patch_size": 16, "temporal_patch_size": 2,
+                 "merge_size": 2, "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
+                 "image_processor_type": "Qwen2VLImageProcessor"}  # fmt: skip
+INTERLEAVED = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [6, 5, 5], "mrope_interleaved": True}
+TEXT3 = {**TEXT, "head_dim": 32, "rope_parameters": INTERLEAVED}
+
+
+def _qwen3_5_text(moe: bool) -> dict[str, Any]:
+    from dense_models import family_config
+
+    text = family_config("qwen3_5_moe_text" if moe else "qwen3_5_text")
+    keep = ("vocab_size", "max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
+    return {**text, **{k: TEXT[k] for k in keep}}
+
+
+# kind -> (config class, model class, text_config, vision_config, preprocessor_config.json)
+KINDS: dict[str, tuple[str, str, Any, dict[str, Any], dict[str, Any]]] = {
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", lambda: TEXT, VISION, PREPROCESSOR),
+    # deepstack-free: no deepstack mergers (the published Qwen3-VL has them: refused)
+    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", lambda: TEXT3,
+                 {**VISION3, "deepstack_visual_indexes": []}, PREPROCESSOR3),
+    "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration", lambda: _qwen3_5_text(False), VISION3,
+                PREPROCESSOR3),
+    "qwen3_5_moe": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration", lambda: _qwen3_5_text(True), VISION3,
+                    PREPROCESSOR3),
+}  # fmt: skip
+
+
+def save_qwen_vl(out: Path, kind: str = "qwen2_5_vl", **vision_changes: Any) -> Path:
+    """A tiny `kind` checkpoint (a KINDS row) whose tokenizer holds the vision tokens at 384-387."""
     import torch
     import transformers as tf
 
-    config = tf.Qwen2_5_VLConfig(text_config=TEXT, vision_config=VISION, image_token_id=IMAGE, video_token_id=VIDEO,
-                                 vision_start_token_id=VISION_START, vision_end_token_id=VISION_END,
-                                 tie_word_embeddings=False)  # fmt: skip
+    config_class, model_class, text, vision, pre = KINDS[kind]
+    text = text()
+    config = getattr(tf, config_class)(text_config=text, vision_config={**vision, **vision_changes},
+                                       image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START,
+                                       vision_end_token_id=VISION_END, tie_word_embeddings=False)  # fmt: skip
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(config, key, TEXT[key])
     torch.manual_seed(0)
-    model = tf.Qwen2_5_VLForConditionalGeneration(config).eval()
+    model = getattr(tf, model_class)(config).eval()
     randomize_norms(model, biases=True)
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
@@ -54,70 +88,30 @@ def save_qwen_vl(out: Path) -> Path:
     tokenizer.add_special_tokens({"additional_special_tokens": specials})
     tokenizer.save_pretrained(out)
     assert tokenizer.convert_tokens_to_ids(specials) == [IMAGE, VIDEO, VISION_START, VISION_END]
-    (out / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR))
+    (out / "preprocessor_config.json").write_text(json.dumps(pre))
     return out
 
 
-def assemble(checkpoint: Path, out: Path, attention: str = "gqa", **vision_changes: Any) -> Path:
-    """The package; `vision_changes` replace QwenVisionDims fields (mutants)."""
+def assemble(checkpoint: Path, out: Path, attention: str = "auto", **vision_changes: Any) -> Path:
+    """`gqa-export build` of the checkpoint (the full package); `vision_changes` replace
+    QwenVisionDims fields of vision.onnx afterwards (mutants)."""
     import dataclasses
 
     from gqa_export.graph.encoders.qwen_vision import QwenVisionDims, build_qwen_vision, vision_prefix
-    from gqa_export.graph.io_options import IoOptions
     from gqa_export.graph.params import Params
-    from gqa_export.package.processor_config import qwen_processor_config
     from gqa_export.pipeline import BuildOptions, build
     from gqa_export.source.weights import WeightStore
 
     shutil.rmtree(out, ignore_errors=True)
-    io = IoOptions(inputs_embeds=True, mrope_positions=True)
-    build(BuildOptions(str(checkpoint), out, smoke=False, attention=attention, io=io))
-    config = json.loads((checkpoint / "config.json").read_text())
-    store = WeightStore.open(checkpoint)
-    dims = dataclasses.replace(QwenVisionDims.from_config(config["vision_config"]), **vision_changes)
-    vision = build_qwen_vision(dims, Params(store, ir.DataType.FLOAT), vision_prefix(store.names()))
-    ir.save(vision, out / "vision.onnx", external_data="vision.onnx.data")
-    embed = next(n for n in store.names() if n.endswith("embed_tokens.weight"))
-    ir.save(_embedding(store.read(embed).astype(np.float32)), out / "embedding.onnx")
-    pre = json.loads((checkpoint / "preprocessor_config.json").read_text())
-    (out / "processor_config.json").write_text(json.dumps(qwen_processor_config(pre), indent=2))
-    genai = json.loads((out / "genai_config.json").read_text())
-    model = genai["model"]
-    model.update(type="qwen2_5_vl", image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VISION_START)
-    model["vision"] = {
-        "filename": "vision.onnx", "config_filename": "processor_config.json",
-        "spatial_merge_size": dims.spatial_merge_size, "patch_size": dims.patch_size,
-        "inputs": {"pixel_values": "pixel_values", "image_grid_thw": "image_grid_thw"},
-        "outputs": {"image_features": "image_features"},
-    }  # fmt: skip
-    model["embedding"] = {
-        "filename": "embedding.onnx",
-        "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
-        "outputs": {"inputs_embeds": "inputs_embeds"},
-    }
-    (out / "genai_config.json").write_text(json.dumps(genai, indent=2))
+    build(BuildOptions(str(checkpoint), out, smoke=False, attention=attention))
+    if vision_changes:
+        config = json.loads((checkpoint / "config.json").read_text())
+        store = WeightStore.open(checkpoint)
+        dims = dataclasses.replace(QwenVisionDims.from_config(config["vision_config"]), **vision_changes)
+        vision = build_qwen_vision(dims, Params(store, ir.DataType.FLOAT), vision_prefix(store.names()))
+        (out / "vision.onnx.data").unlink()
+        ir.save(vision, out / "vision.onnx", external_data="vision.onnx.data")
     return out
-
-
-def _embedding(table: np.ndarray) -> ir.Model:
-    from gqa_export.graph.builder import GraphBuilder
-
-    b = GraphBuilder("embedding", {"": 21})
-    hidden = table.shape[1]
-    ids = b.input("input_ids", ir.DataType.INT64, ["batch_size", "sequence_length"])
-    features = b.input("image_features", ir.DataType.FLOAT, ["num_image_tokens", hidden])
-    rows = b.op("Gather", b.initializer("embed_tokens.weight", ir.Tensor(table)), ids)
-    image = b.op("Equal", ids, b.const(IMAGE, "image", "int64"))
-    k = b.op("CumSum", b.op("Cast", image, to=ir.DataType.INT64), b.const(1, "axis", "int64"))
-    k = b.op("Sub", k, b.const(1, "one", "int64"))
-    count = b.op("Gather", b.op("Shape", features), b.const(0, "rows", "int64"))
-    replaced = b.op("And", image, b.op("Less", k, count))
-    index = b.op("Where", replaced, k, b.const(0, "zero", "int64"))
-    padded = b.op("Concat", features, b.const(np.zeros((1, hidden), np.float32), "zero_row"), axis=0)  # 0-row safe
-    picked = b.op("Gather", padded, index)
-    out = b.op("Where", b.op("Unsqueeze", replaced, b.const([-1], "last", "int64")), picked, rows)
-    b.output(out, "inputs_embeds", ir.DataType.FLOAT, ["batch_size", "sequence_length", hidden])
-    return ir.Model(b.graph, ir_version=10)
 
 
 def png(path: Path, width: int, height: int, seed: int) -> str:
@@ -167,13 +161,15 @@ def hf_pixels(images: list[str], pre: dict[str, Any] | None = None) -> dict[str,
     return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
 
 
-def hf_greedy(model: Any, ids: np.ndarray, images: list[str], new: int) -> tuple[np.ndarray, list[int]]:
+def hf_greedy(
+    model: Any, ids: np.ndarray, images: list[str], new: int, pre: dict[str, Any] | None = None
+) -> tuple[np.ndarray, list[int]]:
     """HF's prompt logits [S, V] (forward with the images) and greedy new tokens (generate)."""
     import torch
 
     kwargs: dict[str, Any] = {}
     if images:
-        pixels = hf_pixels(images)
+        pixels = hf_pixels(images, pre)
         kwargs = {k: torch.from_numpy(v) for k, v in pixels.items()}
         kwargs["mm_token_type_ids"] = torch.from_numpy((ids == IMAGE).astype(np.int64))
     tokens = torch.from_numpy(ids)

@@ -24,7 +24,8 @@ STEPS = 5
 def export(checkpoint: Path, out: Path, attention: str) -> Path:
     from gqa_export.pipeline import BuildOptions, build
 
-    build(BuildOptions(str(checkpoint), out, smoke=False, attention=attention, io=IoOptions(mrope_positions=True)))
+    io = IoOptions(mrope_positions=True)
+    build(BuildOptions(str(checkpoint), out, smoke=False, attention=attention, io=io, text_only=True))
     return out
 
 
@@ -89,7 +90,7 @@ def test_mrope_input_only_when_asked(checkpoints, tmp_path):
 
     from gqa_export.pipeline import BuildOptions, build
 
-    build(BuildOptions(str(checkpoints.get("qwen2_5_vl")), tmp_path / "text", smoke=False))
+    build(BuildOptions(str(checkpoints.get("qwen2_5_vl")), tmp_path / "text", smoke=False, text_only=True))
     names = [i.name for i in onnx.load(tmp_path / "text" / "model.onnx", load_external_data=False).graph.input]
     assert "position_ids" not in names
 

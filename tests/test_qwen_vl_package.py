@@ -1,5 +1,5 @@
-"""Qwen's multimodal pieces through onnxruntime-genai's own processor and generator, in a
-hand-assembled qwen2_5_vl package (tests/qwen_vl_package.py): processor_config.json's pixel_values
+"""Qwen2.5-VL's full package (`gqa-export build`, tests/qwen_vl_package.py) through
+onnxruntime-genai's own processor and generator: processor_config.json's pixel_values
 and image_grid_thw against HF's Qwen2VLImageProcessor, and greedy tokens against HF generate with
 images (docs/multimodal.md §11)."""
 
@@ -148,7 +148,6 @@ def hf(checkpoint: Path):
 
 @pytest.mark.parametrize("attention", ["gqa", "bias"])
 def test_genai_greedy_equals_hf_generate(checkpoint, package, images, hf, attention, tmp_path):
-    pkg = package if attention == "gqa" else assemble(checkpoint, tmp_path / attention, attention)
     """Prompt logits within 1e-4 (measured <= 1e-6) and 20 greedy tokens equal, per prompt: one
     image that fits, one resized, two of different grids (genai's per-image loop), two of one
     grid, and text only (no image: every placeholder-free token embeds as a token)."""
@@ -166,7 +165,7 @@ def test_genai_greedy_equals_hf_generate(checkpoint, package, images, hf, attent
 
 def test_vision_window_mutant_breaks_logits(checkpoint, images, hf, tmp_path):
     """The same package with 2 x 2-block windows in the vision tower: prompt logits move past
-    1e-4 (measured 0.028)."""
+    1e-3."""
     pkg = assemble(checkpoint, tmp_path / "mutant", window_size=56)
     prompt, used = PROMPTS["two"]
     paths = [images[u] for u in used]

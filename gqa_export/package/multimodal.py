@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,11 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import Params
-from gqa_export.package.processor_config import square_image_processor_config
+from gqa_export.package.processor_config import qwen_tower_processor_config, square_image_processor_config
 from gqa_export.source.weights import WeightStore
 
 VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_config.json"
@@ -46,6 +47,13 @@ class VisionTower:
     # tower dims -> extra model.vision keys genai's processor reads (patch_size, spatial_merge_size)
     vision_keys: Callable[[Any], dict[str, Any]] = lambda _dims: {}
     mrope_positions: bool = False  # the decoder takes genai's 3-D position_ids [3, B, S]
+    # the class interleaves the M-RoPE sections whatever the config says (Qwen3-VL, Qwen3.5): the
+    # config's `mrope_interleaved` must agree, since the graph follows it (graph/mrope.py)
+    mrope_interleaved: bool = False
+    # image runs attend bidirectionally (Gemma-3): the decoder also reads input_ids for that mask,
+    # in one standard-Attention graph; else it takes inputs_embeds alone and may be GQA (§3)
+    image_runs_bidirectional: bool = True
+    token_keys: tuple[str, ...] = ()  # more config token ids genai's processor reads (model.<key>)
 
 
 @dataclass(frozen=True)
@@ -55,11 +63,20 @@ class MultimodalPlan:
     tower: VisionTower
     vision: Any  # the tower's dims (its row's read_dims)
     preprocessor: dict[str, Any]  # the checkpoint's preprocessor_config.json ({} when absent)
+    token_ids: dict[str, int] = field(default_factory=dict)  # the tower's token_keys, as the config has them
 
 
-def full_attention_mode(requested: str) -> str:
-    """The decoder of a full package is one standard-Attention graph reading input_ids for the
-    image-run mask: genai's multimodal path runs one decoder session, no pipeline (§3)."""
+def full_attention_mode(requested: str, tower: VisionTower) -> str:
+    """The decoder of a full package is one graph: genai's multimodal path runs one decoder
+    session, no pipeline (§3). With bidirectional image runs it is the standard-Attention graph
+    reading input_ids for their mask; without them any one-graph mode runs (auto: gqa)."""
+    if not tower.image_runs_bidirectional:
+        if requested == "split":
+            raise InputError(
+                "--attention split cannot run a full multimodal package (genai runs one decoder graph): use "
+                "--attention gqa (or auto, or bias), or --text-only for the text decoder alone"
+            )
+        return requested
     if requested in ("auto", "bias"):
         return "bias"
     raise InputError(
@@ -91,10 +108,25 @@ def plan_multimodal(
     if tower is None:
         raise InputError(f"no vision tower is exported for genai model type {model_type}: export with --text-only")
     vision = tower.read_dims(hf_config, dims, store)
+    if tower.mrope_positions:
+        for rope in dims.ropes.values():
+            if bool(rope.params.get("mrope_interleaved")) != tower.mrope_interleaved:
+                raise InputError(
+                    f"{model_type} {'interleaves' if tower.mrope_interleaved else 'does not interleave'} its M-RoPE "
+                    "sections but the config's rope says otherwise (mrope_interleaved): fix config.json, or --text-only"
+                )
     image_id = getattr(hf_config, "image_token_id", None)
     if image_id is None or int(image_id) >= dims.vocab_size:  # HF embeds an out-of-vocabulary one as id 0
         raise InputError(f"image_token_id {image_id} is not a token of the vocabulary: export with --text-only")
-    return MultimodalPlan(model_type, int(image_id), tower, vision, _preprocessor(source))
+    token_ids = {}
+    for key in tower.token_keys:
+        value = getattr(hf_config, key, None)
+        if value is None or int(value) >= dims.vocab_size:
+            raise InputError(f"{key} {value} is not a token of the vocabulary: export with --text-only")
+        token_ids[key] = int(value)
+    plan = MultimodalPlan(model_type, int(image_id), tower, vision, _preprocessor(source), token_ids)
+    processor_config(plan)  # what the processor writer refuses, before the graphs are built
+    return plan
 
 
 def _preprocessor(source: Path) -> dict[str, Any]:
@@ -120,6 +152,7 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
     model = config["model"]
     model["type"] = plan.model_type
     model["image_token_id"] = plan.image_token_id
+    model.update(plan.token_ids)
     session = model["decoder"]["session_options"]
     model["vision"] = {
         "filename": VISION,
@@ -153,8 +186,26 @@ def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledV
     return vision
 
 
+def _qwen_row(interleaved: bool) -> VisionTower:
+    """A Qwen-VL tower (§11): packed patches + image_grid_thw in, M-RoPE positions in the decoder,
+    causal image runs (no input_ids in the decoder), the ids genai's Qwen processor reads."""
+    return VisionTower(
+        qwen_tower,
+        build_qwen_tower,
+        qwen_tower_processor_config,
+        vision_inputs=("pixel_values", "image_grid_thw"),  # genai's image_grid_thw name defaults to image_sizes
+        vision_keys=lambda t: {"patch_size": t.dims.patch_size, "spatial_merge_size": t.dims.spatial_merge_size},
+        mrope_positions=True,
+        mrope_interleaved=interleaved,
+        image_runs_bidirectional=False,
+        token_keys=("video_token_id", "vision_start_token_id"),
+    )
+
+
 TOWERS: dict[str, VisionTower] = {
     "gemma3": VisionTower(
         _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
     ),
+    "qwen2_5_vl": _qwen_row(interleaved=False),
+    **{kind: _qwen_row(interleaved=True) for kind in ("qwen3_vl", "qwen3_5", "qwen3_5_moe")},
 }

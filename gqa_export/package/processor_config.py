@@ -52,6 +52,19 @@ def qwen_processor_config(pre: dict[str, Any]) -> dict[str, Any]:
     return {"processor": {"name": "qwen_image_processor", "transforms": transforms}}
 
 
+def qwen_tower_processor_config(tower: Any, pre: dict[str, Any]) -> dict[str, Any]:
+    """qwen_processor_config for a full package's Qwen tower (package/multimodal.py): the
+    checkpoint's preprocessor_config.json is required (mean/std differ between Qwen generations)
+    and must patch and merge as the tower does."""
+    if not pre:
+        raise InputError("the checkpoint has no preprocessor_config.json (the image mean/std): export with --text-only")
+    dims = tower.dims
+    for key, want in (("patch_size", dims.patch_size), ("merge_size", dims.spatial_merge_size)):
+        if int(pre.get(key, want)) != want:
+            raise InputError(f"preprocessor_config {key} {pre[key]} differs from the vision tower's {want}")
+    return qwen_processor_config({"patch_size": dims.patch_size, "merge_size": dims.spatial_merge_size, **pre})
+
+
 def _op(name: str, kind: str, **attrs: Any) -> dict[str, Any]:
     return {"operation": {"name": name, "type": kind, "attrs": attrs}}
 

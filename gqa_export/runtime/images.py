@@ -16,7 +16,9 @@ from gqa_export.jsonio import read_json
 from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_prompt_fits, load
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
-IMAGE_MARKERS = {"gemma3": "<start_of_image>"}
+QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
+QWEN_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
+IMAGE_MARKERS = {"gemma3": "<start_of_image>", **dict.fromkeys(QWEN_TYPES, QWEN_MARKER)}
 
 
 def image_marker(package: Path) -> str:

@@ -113,13 +113,48 @@ def vision_prefix(names: list[str]) -> str:
     raise InputError("the checkpoint has no visual.patch_embed.proj.weight: not a Qwen-VL vision tower")
 
 
+@dataclass(frozen=True)
+class QwenTower:
+    """A checkpoint's Qwen tower: its dims and where its tensors live."""
+
+    dims: QwenVisionDims
+    prefix: str
+
+
+def qwen_tower(hf_config: Any, text: Any, store: Any) -> QwenTower:
+    """The tower of a Qwen-VL / Qwen3.5 checkpoint (a full package's plan, package/multimodal.py),
+    or InputError: deepstack mergers (Qwen3-VL as published), a merger width other than the
+    decoder's."""
+    vision = hf_config.vision_config
+    config = vision.to_dict() if hasattr(vision, "to_dict") else dict(vision)
+    names = store.names()
+    prefix = vision_prefix(names)
+    if config.get("deepstack_visual_indexes") or any(n.startswith(f"{prefix}deepstack_merger_list.") for n in names):
+        raise InputError(DEEPSTACK_REFUSAL)
+    dims = QwenVisionDims.from_config(config)
+    if dims.out_hidden_size != text.hidden_size:
+        raise InputError(
+            f"vision out_hidden_size {dims.out_hidden_size} differs from the decoder's hidden_size "
+            f"{text.hidden_size}: export with --text-only"
+        )
+    return QwenTower(dims, prefix)
+
+
+def build_qwen_tower(tower: QwenTower, params: Params) -> ir.Model:
+    """The vision graph of a planned tower (the TOWERS rows' builder)."""
+    return build_qwen_vision(tower.dims, params, tower.prefix)
+
+
+DEEPSTACK_REFUSAL = (
+    "Qwen3-VL's deepstack vision features feed decoder layers directly, which onnxruntime-genai 0.18 "
+    "has no input for: export the text decoder only (--text-only)"
+)
+
+
 def build_qwen_vision(dims: QwenVisionDims, params: Params, prefix: str) -> ir.Model:
     """The vision graph; weights stream from `params` under `prefix` (see vision_prefix)."""
     if any(n.startswith(f"{prefix}deepstack_merger_list.") for n in params.store.names()):
-        raise InputError(
-            "Qwen3-VL's deepstack vision features feed decoder layers directly, which onnxruntime-genai 0.18 "
-            "has no input for: export the text decoder only (--text-only)"
-        )
+        raise InputError(DEEPSTACK_REFUSAL)
     b = GraphBuilder("gqa_export_vision", OPSETS)
     dtype = params.dtype
     t = _Tower(b, dims, params, prefix)
