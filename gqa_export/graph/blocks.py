@@ -14,9 +14,11 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.fused_qkv import selected_rows
+from gqa_export.graph.lora import LoraPlan, lora_branch
 from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
@@ -43,6 +45,7 @@ class LayerContext:
     # a bool [1]: this run is a prompt, which HF computes in its chunked Mamba2 form (more than one
     # token, or no past); set where a Mamba2 mixer has a prompt-only dt floor (Nemotron-H)
     prompt_step: ir.Value | None = None
+    lora: LoraPlan | None = None  # the modules that get a LoRA branch (graph/lora.py)
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)
@@ -74,12 +77,27 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
     else:
         weight_tensor = params.matmul_weight([lc.name(m) for m in modules])
     y = b.op("MatMul", x, b.initializer(graph_name, weight_tensor), name=f"{node}/MatMul")
+    if lc.lora is not None and any(lc.lora.wants(m) for m in modules):
+        y = _lora(lc, x, y, modules, rows is not None, int(weight_tensor.shape[0]), node)
     if all(lc.has(m, "bias") for m in modules):
         bias_name = lc.name(packed_name, "bias") if packed_name else lc.name(modules[0], "bias")
         biases = [lc.name(m, "bias") for m in modules]
         bias_tensor = params.vector(biases) if rows is None else params.vector_rows(biases[0], rows)
         y = b.op("Add", y, b.initializer(bias_name, bias_tensor), name=f"{node}/Add")
     return _output_multiplier(lc, y, modules, node)
+
+
+def _lora(lc: LayerContext, x: ir.Value, y: ir.Value, modules: list[str], reordered: bool, width_in: int,
+          node: str) -> ir.Value:  # fmt: skip
+    """The LoRA branches of a targeted linear, added before its bias and output multiplier, where
+    HF's merged weight would act (docs/lora.md §2)."""
+    if reordered:
+        raise InputError(f"--lora-targets: {lc.name(modules[0])} is a fused projection stored in another row order "
+                         "than q | k | v; LoRA on it is not supported (target other modules)")  # fmt: skip
+    axis = 1 if lc.spec.linear_layout == "in_out" else 0
+    parts = [(lc.name(m), width_in, int(lc.params.store.info(lc.name(m)).shape[axis])) for m in modules]
+    assert lc.lora is not None
+    return lora_branch(lc.b, lc.lora, x, y, parts, lc.params.dtype, node)
 
 
 def _selected_rows(lc: LayerContext, modules: list[str]) -> list[tuple[int, int]] | None:
