@@ -16,6 +16,7 @@ from lora_models import merged_model, save_adapter
 from reference import assert_varied, hf_generate, hf_model
 from typer.testing import CliRunner
 
+from gqa_export.check.report import inspect_package
 from gqa_export.cli import app
 from gqa_export.package import adapters as adapter_module
 from gqa_export.package.adapters import convert_adapter
@@ -104,6 +105,11 @@ def test_base_inputs_have_their_own_rank_and_empty_defaults(lora):
     ranks = {i.type.tensor_type.shape.dim[1 if n.endswith("lora_A.weight") else 0].dim_param for n, i in inputs.items()}
     assert len(ranks) == len(inputs) // 2  # one symbolic rank per module, shared by its A and B only
     assert all(0 in dims for dims in defaults.values())
+    report = inspect_package(lora["int4"])
+    assert len(report["summary"]["lora"]["modules"]) == 2 * len(TARGETS)
+    assert report["summary"]["lora"]["targets"] == sorted(TARGETS)
+    assert report["summary"]["graphs"][0]["weights"]["lora"] == "float"
+    assert not [f for f in report["findings"] if f["severity"] == "error"]
 
 
 @pytest.mark.parametrize("package", ["base", "unpacked"])
