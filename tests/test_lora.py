@@ -280,3 +280,28 @@ def test_release_variant_takes_lora_targets(tmp_path):
         f"source: {CHECKPOINT}\nvariants:\n  - {{ep: cpu, precision: fp32, lora_targets: [q_proj, down_proj]}}\n"
     )
     assert load_spec(spec).variants[0].options.lora_targets == ("q_proj", "down_proj")
+
+
+@pytest.mark.parametrize(
+    "model_type, targets",
+    [
+        ("qwen2", ["q_proj", "k_proj", "o_proj", "up_proj"]),  # q/k/v biases after the branch
+        ("qwen3", ["q_proj", "v_proj", "down_proj"]),  # q/k norms: the packed output is split after
+        ("phi3", ["qkv_proj", "gate_up_proj", "o_proj"]),  # fused modules targeted by their own names
+    ],
+)
+def test_other_layouts_equal_hf_merged(tmp_path, model_type, targets):
+    from tiny_models import save_model
+
+    checkpoint = save_model(tmp_path / model_type, model_type, seed=3)
+    base = tmp_path / "base"
+    build(BuildOptions(str(checkpoint), base, smoke=False, lora_targets=tuple(targets)))
+    peft = save_adapter(tmp_path / "peft", checkpoint, targets, 4, 8.0, 6)
+    file = convert_adapter(peft, base, tmp_path / "a.onnx_adapter").output
+    logits, tokens = genai(base, [file])
+    merged = merged_model(checkpoint, [peft])
+    with torch.no_grad():
+        ref = merged(torch.tensor([PROMPT])).logits[0].numpy()
+    ref_tokens = hf_generate(merged, PROMPT, NEW)
+    assert_varied([ref_tokens])
+    assert np.abs(logits - ref).max() < BOUND and tokens[0] == ref_tokens
