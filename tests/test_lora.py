@@ -305,3 +305,15 @@ def test_other_layouts_equal_hf_merged(tmp_path, model_type, targets):
     ref_tokens = hf_generate(merged, PROMPT, NEW)
     assert_varied([ref_tokens])
     assert np.abs(logits - ref).max() < BOUND and tokens[0] == ref_tokens
+
+
+def test_reordered_fused_qkv_refused(tmp_path):
+    """GPT-NeoX stores q|k|v head by head and the graph reorders the rows; an adapter's B would
+    have to follow, so that target is refused (its MLP linears are fine)."""
+    from tiny_models import save_model
+
+    checkpoint = save_model(tmp_path / "neox", "gpt_neox", seed=1, num_key_value_heads=4)
+    line = _refusal("build", checkpoint, "-o", tmp_path / "p", "--lora-targets", "query_key_value", "--no-smoke")
+    assert "another row order" in line
+    result = invoke("build", checkpoint, "-o", tmp_path / "p", "--lora-targets", "dense_h_to_4h", "--no-smoke")
+    assert result.exit_code == 0, result.output

@@ -14,7 +14,6 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.fused_qkv import selected_rows
@@ -77,27 +76,16 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
     else:
         weight_tensor = params.matmul_weight([lc.name(m) for m in modules])
     y = b.op("MatMul", x, b.initializer(graph_name, weight_tensor), name=f"{node}/MatMul")
-    if lc.lora is not None and any(lc.lora.wants(m) for m in modules):
-        y = _lora(lc, x, y, modules, rows is not None, int(weight_tensor.shape[0]), node)
+    if lc.lora is not None and any(lc.lora.wants(m) for m in modules):  # before bias and multiplier, as HF merges
+        axis = 1 if lc.spec.linear_layout == "in_out" else 0
+        outs = [(lc.name(m), int(params.store.info(lc.name(m)).shape[axis])) for m in modules]
+        y = lora_branch(b, lc.lora, x, y, outs, int(weight_tensor.shape[0]), rows is not None, params.dtype, node)
     if all(lc.has(m, "bias") for m in modules):
         bias_name = lc.name(packed_name, "bias") if packed_name else lc.name(modules[0], "bias")
         biases = [lc.name(m, "bias") for m in modules]
         bias_tensor = params.vector(biases) if rows is None else params.vector_rows(biases[0], rows)
         y = b.op("Add", y, b.initializer(bias_name, bias_tensor), name=f"{node}/Add")
     return _output_multiplier(lc, y, modules, node)
-
-
-def _lora(lc: LayerContext, x: ir.Value, y: ir.Value, modules: list[str], reordered: bool, width_in: int,
-          node: str) -> ir.Value:  # fmt: skip
-    """The LoRA branches of a targeted linear, added before its bias and output multiplier, where
-    HF's merged weight would act (docs/lora.md §2)."""
-    if reordered:
-        raise InputError(f"--lora-targets: {lc.name(modules[0])} is a fused projection stored in another row order "
-                         "than q | k | v; LoRA on it is not supported (target other modules)")  # fmt: skip
-    axis = 1 if lc.spec.linear_layout == "in_out" else 0
-    parts = [(lc.name(m), width_in, int(lc.params.store.info(lc.name(m)).shape[axis])) for m in modules]
-    assert lc.lora is not None
-    return lora_branch(lc.b, lc.lora, x, y, parts, lc.params.dtype, node)
 
 
 def _selected_rows(lc: LayerContext, modules: list[str]) -> list[tuple[int, int]] | None:

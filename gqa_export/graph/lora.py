@@ -53,16 +53,25 @@ def lora_branch(
     plan: LoraPlan,
     x: ir.Value,
     y: ir.Value,
-    modules: list[tuple[str, int, int]],
+    modules: list[tuple[str, int]],
+    width_in: int,
+    reordered: bool,
     dtype: ir.DataType,
     node: str,
 ) -> ir.Value:
-    """y plus the LoRA branch of each targeted module of this (possibly packed) linear.
+    """y plus the LoRA branch of each targeted module of this (possibly packed) linear, added where
+    HF's merged weight acts: after the MatMul, before its bias and output multiplier (docs/lora.md §2).
 
-    `modules`: (weight tensor name, in width, out width) in the packed output's column order."""
-    total = sum(out for _, _, out in modules)
+    `modules`: (weight tensor name, out width) in the packed output's column order; `reordered`: a
+    fused projection whose rows the graph reorders, which an adapter's B rows would have to follow."""
+    if reordered:
+        raise InputError(
+            f"--lora-targets: {modules[0][0]} is a fused projection stored in another row order than q | k | v; "
+            "LoRA on it is not supported (target other modules)"
+        )
+    total = sum(out for _, out in modules)
     offset, out_value = 0, y
-    for weight, width_in, width_out in modules:
+    for weight, width_out in modules:
         prefix = weight.removesuffix(".weight")
         if plan.wants(prefix):
             plan.matched.append(prefix)
