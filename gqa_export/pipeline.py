@@ -21,6 +21,7 @@ from gqa_export.graph.decoder import GraphOptions, build_decoder
 from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.graph.io_options import IoOptions, resolve_io, with_recipe_defaults
 from gqa_export.graph.latent_attention import latent_cache_dims
+from gqa_export.graph.lora import check_lora_options
 from gqa_export.graph.optimize import OptimizeReport, optimize
 from gqa_export.graph.params import Params
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
@@ -84,6 +85,7 @@ class BuildOptions:
     io: IoOptions = field(default_factory=IoOptions)  # last-token logits, pipeline I/O, CUDA graph
     kv: KvQuantOptions = field(default_factory=KvQuantOptions)  # int8/int4 KV cache
     text_only: bool = False  # a multimodal checkpoint's text decoder alone (docs/multimodal.md §1)
+    lora_targets: tuple[str, ...] = ()  # modules that get LoRA graph inputs (docs/lora.md)
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if mm:
         check_full_options(io_opts.no_lm_head, io_opts.inputs_embeds, kv.quantized, opts.report and bool(plan.nbits))
     check_kv_options(kv, opts.ep, attention.mode, plan.io_dtype.name)
+    check_lora_options(opts.lora_targets, len(attention.graphs), mm is not None)
     models = []
     for graph in attention.graphs:
         graph_opts = GraphOptions(
@@ -228,6 +231,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             embeds_with_ids=mm is not None and mm.tower.image_runs_bidirectional,
             hidden_states=io.hidden_states,
             mrope_positions=io.mrope_positions or (mm is not None and mm.tower.mrope_positions),
+            lora_targets=opts.lora_targets,
             packed_qkv=recipe.attention.packed_qkv,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,
@@ -295,6 +299,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
         manifest["options"]["io"] = io.as_json()
         manifest["options"]["kv_cache"] = kv_cache
+        if opts.lora_targets:
+            manifest["options"]["lora_targets"] = list(opts.lora_targets)
         manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None, mm is not None)
         if opts.smoke and not io.runnable:
             notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")

@@ -327,6 +327,8 @@ def _weights(g: onnx.GraphProto, inits: dict[str, TensorProto]) -> tuple[dict[st
             ):
                 kinds.setdefault("embedding", set()).add(dtype)
                 params += count
+            elif node.op_type == "MatMul" and ".lora_" in name:  # a LoRA input's empty default (docs/lora.md)
+                kinds.setdefault("lora", set()).add(dtype)
             elif node.op_type in ("MatMul", "Gemm") and pos == 1:
                 kinds.setdefault("linear", set()).add(dtype)
                 params += count

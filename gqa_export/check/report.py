@@ -28,7 +28,9 @@ def summary(pkg: Package) -> dict[str, Any]:
     model = (pkg.config or {}).get("model") or {}
     options = (pkg.decoder.get("session_options") or {}).get("provider_options") or []
     first = pkg.graphs[0] if pkg.graphs else None
+    lora = _lora(first)
     return {
+        **({"lora": lora} if lora else {}),
         "path": str(pkg.path),
         "model_type": model.get("type"),
         "providers": [next(iter(p)) for p in options] or ["cpu"],
@@ -58,6 +60,15 @@ def summary(pkg: Package) -> dict[str, Any]:
             for g in [*pkg.graphs, *pkg.encoders]
         ],
     }
+
+
+def _lora(graph: Any) -> dict[str, Any] | None:
+    """A multi-LoRA base's adapter inputs (docs/lora.md): the modules and their short names."""
+    names = [i["name"] for i in (graph.inputs if graph else []) if i["name"].endswith(".lora_A.weight")]
+    if not names:
+        return None
+    modules = [n.removesuffix(".lora_A.weight") for n in names]
+    return {"modules": modules, "targets": sorted({m.rpartition(".")[2] for m in modules})}
 
 
 def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:

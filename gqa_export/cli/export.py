@@ -208,6 +208,16 @@ def build(
             rich_help_panel=TARGET,
         ),
     ] = False,
+    lora_targets: Annotated[
+        Optional[str],
+        typer.Option(
+            "--lora-targets",
+            metavar="NAME,NAME",
+            help="Multi-LoRA base: these modules (e.g. q_proj,v_proj,o_proj,down_proj) take lora_A/lora_B "
+            "graph inputs that `gqa-export adapter` files bind to (docs/lora.md).",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = None,
     overwrite: Overwrite = False,
     no_smoke: NoSmoke = False,
     as_json: AsJson = False,
@@ -215,6 +225,7 @@ def build(
 ) -> None:
     """Export MODEL to an ONNX Runtime GenAI package in OUTPUT."""
     from gqa_export.graph.io_options import IoOptions
+    from gqa_export.graph.lora import parse_targets
     from gqa_export.pipeline import BuildOptions
     from gqa_export.pipeline import build as run_build
     from gqa_export.quant.kv_cache import KvQuantOptions
@@ -230,7 +241,7 @@ def build(
     kv = KvQuantOptions(value(kv_cache), str(value(kv_scales)), kv_calibration)
     opts = BuildOptions(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
-        tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only,
+        tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only, parse_targets(lora_targets),
     )  # fmt: skip
     quiet_hub(quiet)
     result = run_build(opts, RichReporter(quiet))

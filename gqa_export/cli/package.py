@@ -74,6 +74,15 @@ def run_command(
             "image marker gets one per image in front.",
         ),
     ] = None,
+    adapter: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--adapter",
+            metavar="FILE",
+            help="A LoRA .onnx_adapter for a base built with --lora-targets (repeatable: all active "
+            "together; they must touch different modules).",
+        ),
+    ] = None,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
     from gqa_export.check.paths import check_package_path
@@ -85,6 +94,8 @@ def run_command(
     check_package_path(path, files=False)
     text = sys.stdin.read() if prompt == "-" else prompt
     if image:
+        if adapter:
+            raise InputError("--adapter runs text packages; drop --image")
         if interactive or chat or system is not None:
             raise InputError("--image runs one plain prompt: drop --interactive / --chat / --system")
         assert text is not None
@@ -97,6 +108,7 @@ def run_command(
         (temperature, top_p, top_k, seed),
         chat or system is not None or interactive,
         system,
+        tuple(adapter or ()),
     )
     _check_top_k(top_k, path)
     if interactive:
@@ -113,6 +125,38 @@ def run_command(
     err.print(
         f"[dim]{result.prompt_tokens} prompt tokens, {len(result.tokens)} new tokens, "
         f"prefill {result.prefill_ms:.1f} ms, {result.decode_tokens_per_s:.1f} tok/s[/]"
+    )
+
+
+@command(
+    "adapter",
+    epilog="Example:\n\n  gqa-export build ./my-llama -o base --lora-targets q_proj,v_proj,o_proj,down_proj\n\n"
+    "  gqa-export adapter ./my-peft-adapter --base base -o mine.onnx_adapter\n\n"
+    '  gqa-export run base --adapter mine.onnx_adapter --prompt "Hello"',
+)
+def adapter_command(
+    peft_dir: Annotated[
+        Path, typer.Argument(metavar="PEFT_DIR", help="PEFT LoRA folder (adapter_config.json + safetensors).")
+    ],
+    base: Annotated[Path, typer.Option("--base", metavar="PACKAGE", help="Package built with --lora-targets.")],
+    output: Annotated[Path, typer.Option("-o", "--output", metavar="FILE", help="The .onnx_adapter to write.")],
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing FILE.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Convert a PEFT LoRA adapter into an .onnx_adapter for a multi-LoRA base (docs/lora.md)."""
+    from gqa_export.package.adapters import convert_adapter
+
+    result = convert_adapter(peft_dir, base, output, overwrite)
+    ranks = sorted(set(result.ranks.values()))
+    scales = sorted(set(result.scaling.values()))
+    if as_json:
+        print(json.dumps({"output": str(result.output), "modules": result.modules, "ranks": result.ranks,
+                          "scaling": result.scaling, "dtype": result.dtype}))  # fmt: skip
+        return
+    out.print(
+        f"{escape(str(result.output))}: {len(result.modules)} modules, rank {'/'.join(map(str, ranks))}, "
+        f"scaling {'/'.join(f'{s:g}' for s in scales)} folded into lora_B, {result.dtype}",
+        highlight=False,
     )
 
 

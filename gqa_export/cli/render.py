@@ -85,6 +85,11 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
             else []
         ),
         ("I/O", ", ".join(f"{k} {shown(v)}" for k, v in s["io"].items())),
+        *(
+            [("LoRA", f"{len(s['lora']['modules'])} modules take adapters ({', '.join(s['lora']['targets'])})")]
+            if s.get("lora")
+            else []
+        ),
     ):
         head.add_row(f"[bold]{key}[/]", escape(str(value)))
     console.print(head)
@@ -96,8 +101,12 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
         console.print(escape(f"  attention: {', '.join(g['attention_ops']) or '-'}; weights: {weights or '-'}"))
         io = Table("", "name", "type", "shape", box=None, pad_edge=False)
         kv = [i for i in g["inputs"] if i["name"].startswith("past_")]
-        for i in [i for i in g["inputs"] if not i["name"].startswith("past_")] + kv[:2]:
+        lora = [i for i in g["inputs"] if ".lora_" in i["name"]]
+        plain = [i for i in g["inputs"] if not i["name"].startswith("past_") and ".lora_" not in i["name"]]
+        for i in plain + lora[:2] + kv[:2]:
             io.add_row("in", i["name"], i["dtype"], escape(shown(i["shape"])))
+            if lora and i is lora[min(1, len(lora) - 1)] and len(lora) > 2:
+                io.add_row("in", f"... {len(lora) - 2} more LoRA inputs", "", "")
         if len(kv) > 2:
             io.add_row("in", f"... {len(kv) - 2} more past_* inputs", "", "")
         outs = [o for o in g["outputs"] if not o["name"].startswith("present")]

@@ -17,6 +17,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.fused_qkv import selected_rows
+from gqa_export.graph.lora import LoraPlan, lora_branch
 from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
@@ -43,6 +44,7 @@ class LayerContext:
     # a bool [1]: this run is a prompt, which HF computes in its chunked Mamba2 form (more than one
     # token, or no past); set where a Mamba2 mixer has a prompt-only dt floor (Nemotron-H)
     prompt_step: ir.Value | None = None
+    lora: LoraPlan | None = None  # the modules that get a LoRA branch (graph/lora.py)
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)
@@ -74,6 +76,10 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
     else:
         weight_tensor = params.matmul_weight([lc.name(m) for m in modules])
     y = b.op("MatMul", x, b.initializer(graph_name, weight_tensor), name=f"{node}/MatMul")
+    if lc.lora is not None and any(lc.lora.wants(m) for m in modules):  # before bias and multiplier, as HF merges
+        axis = 1 if lc.spec.linear_layout == "in_out" else 0
+        outs = [(lc.name(m), int(params.store.info(lc.name(m)).shape[axis])) for m in modules]
+        y = lora_branch(b, lc.lora, x, y, outs, int(weight_tensor.shape[0]), rows is not None, params.dtype, node)
     if all(lc.has(m, "bias") for m in modules):
         bias_name = lc.name(packed_name, "bias") if packed_name else lc.name(modules[0], "bias")
         biases = [lc.name(m, "bias") for m in modules]

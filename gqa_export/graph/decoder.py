@@ -28,6 +28,7 @@ from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
 from gqa_export.graph.hard_tokens import embed_hard_tokens
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
+from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2, prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
@@ -118,12 +119,13 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     clamped = dims.mamba2 is not None and dims.mamba2.prompt_clamped  # Mamba2's prompt-only dt clamp
     prompt = prompt_step(b, input_ids, attention_mask) if clamped else None
     kv: dict[int, LayerKV | None] = {}
+    lora = LoraPlan(opts.lora_targets) if opts.lora_targets else None
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt)
+            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora)
             state = attention = None
             if layer.mixer in STATE_MIXERS:
                 state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
@@ -139,6 +141,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 h = add_per_layer_input(lc, h, per_layer)
             h = _layer_scalar(lc, h)
 
+    check_matched(lora)
     h = merge_streams(b, h, dims, spec, params) if dims.altup else h
     x = normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
     add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))

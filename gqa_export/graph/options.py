@@ -35,3 +35,5 @@ class GraphOptions:
     hidden_states: bool = False
     # `position_ids` [3, B, S] (t, h, w per token) drive the rope per mrope_section (graph/mrope.py)
     mrope_positions: bool = False
+    # module names (q_proj, down_proj, ...) whose linears get LoRA graph inputs (graph/lora.py)
+    lora_targets: tuple[str, ...] = ()

@@ -172,6 +172,7 @@ def _linear_weight(node: ir.Node) -> ir.Value | None:
     if (
         w is None
         or w.const_value is None
+        or w.is_graph_input()  # a LoRA input with its default (graph/lora.py): fed at run time, stays float
         or len(w.const_value.shape) != 2
         or not w.const_value.dtype.is_floating_point()
     ):

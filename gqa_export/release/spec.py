@@ -9,6 +9,7 @@
       - {ep: cpu, precision: int4, gate: {max_ppl_increase: 5}}
       - {ep: cuda, precision: fp16}
       - {ep: cuda, precision: int4, block_size: 128}
+      - {ep: cpu, precision: int4, path: cpu-lora, lora_targets: [q_proj, v_proj]}   # multi-LoRA base
 
 Validated like recipes (file:line: key errors). Every variant's options are checked here, before
 anything is fetched, and each gets the folder the published ORT GenAI model repositories use.
@@ -25,6 +26,7 @@ from gqa_export import eps
 from gqa_export.choices import ALL_ACTIVATIONS, KV_CACHE_DTYPES, KV_SCALES, QUANT_METHODS
 from gqa_export.errors import InputError
 from gqa_export.graph.io_options import IoOptions
+from gqa_export.graph.lora import parse_targets
 from gqa_export.pipeline import BuildOptions
 from gqa_export.quant.kv_cache import KvQuantOptions
 from gqa_export.quant.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
@@ -53,6 +55,7 @@ _VARIANT = {
     "cuda_graph": bool,
     "kv_cache": tuple(KV_CACHE_DTYPES),
     "kv_scales": tuple(KV_SCALES),
+    "lora_targets": [str],  # a multi-LoRA base (docs/lora.md)
     "set": [str],
     "path": str,
     # fail the release when this variant's perplexity exceeds the float variant's by more than
@@ -207,6 +210,7 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
             item.get("cuda_graph", False),
         ),
         kv=KvQuantOptions(item.get("kv_cache"), item.get("kv_scales", "per-channel")),
+        lora_targets=parse_targets(",".join(item.get("lora_targets", ()))),
     )
     path = item.get("path") or folder_name(ep, precision, quant)
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):

@@ -23,6 +23,7 @@ from gqa_export.runtime.run import (
     check_prompt_fits,
     explain_load_failure,
     load,
+    load_adapters,
     prompt_tokens,
     stream,
 )
@@ -37,6 +38,7 @@ class Session:
         sampling: tuple[float | None, float | None, int | None, int | None],
         chat: bool,
         system: str | None,
+        adapters: tuple[Path, ...] = (),
     ) -> None:
         if not (package / "genai_config.json").is_file():
             raise InputError(f"{package} is not a package folder (no genai_config.json)")
@@ -48,6 +50,12 @@ class Session:
             self.model = load(package, ep)
         except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
             raise InputError(explain_load_failure(exc, package, ep)) from None
+        self.adapters = None
+        if adapters:  # LoRA adapters of a multi-LoRA base, active together (docs/lora.md §5)
+            from gqa_export.package.adapters import check_adapters
+
+            check_adapters(list(adapters), package)
+            self.adapters = load_adapters(self.model, list(adapters))
 
     def turn(self, text: str, on_text: Callable[[str], None] | None) -> GenerationResult:
         dropped = 0
@@ -62,7 +70,14 @@ class Session:
                     raise
                 dropped += 1
         result = stream(
-            self.package, self.model, ids, self.max_new_tokens, self.sampling, on_text or (lambda _: None), self.ep
+            self.package,
+            self.model,
+            ids,
+            self.max_new_tokens,
+            self.sampling,
+            on_text or (lambda _: None),
+            self.ep,
+            self.adapters,
         )
         if dropped:
             note = f"dropped the {dropped} oldest turn(s) of the conversation to fit the package's max_length"

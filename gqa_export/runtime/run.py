@@ -151,8 +151,28 @@ def load(package: Path, ep: str, graphs: dict[str, bytes] | None = None):  # -> 
     return og.Model(config)
 
 
+def load_adapters(model: Any, files: list[Path]) -> tuple[Any, list[str]]:  # -> (og.Adapters, names)
+    """`.onnx_adapter` files loaded into one og.Adapters container (a generator takes one), each
+    under its file's stem; activated together by `_generate` (docs/lora.md §5)."""
+    import onnxruntime_genai as og
+
+    adapters, names = og.Adapters(model), []
+    for file in files:
+        name = file.stem if file.stem not in names else f"{file.stem}.{len(names)}"
+        try:
+            adapters.load(str(file), name)
+        except Exception as exc:  # onnxruntime-genai raises a plain RuntimeError
+            raise InputError(f"--adapter {file}: {str(exc).splitlines()[0]}") from None
+        names.append(name)
+    return adapters, names
+
+
 def _generate(
-    model: Any, prompt_ids: list[int], options: dict[str, Any], on_token: Callable[[int], None] | None = None
+    model: Any,
+    prompt_ids: list[int],
+    options: dict[str, Any],
+    on_token: Callable[[int], None] | None = None,
+    adapters: tuple[Any, list[str]] | None = None,
 ) -> tuple[list[int], float, float]:
     """The one generation loop: (new tokens, prefill ms, decode tokens/s)."""
     import onnxruntime_genai as og
@@ -160,6 +180,9 @@ def _generate(
     params = og.GeneratorParams(model)
     params.set_search_options(**options)
     generator = og.Generator(model, params)
+    if adapters is not None:
+        for name in adapters[1]:
+            generator.set_active_adapter(adapters[0], name)
     start = time.perf_counter()
     generator.append_tokens(prompt_ids)
     prefill = time.perf_counter() - start
@@ -271,6 +294,7 @@ def stream(
     sampling: Sampling,
     on_text: Callable[[str], None],
     ep: str = "cpu",
+    adapters: tuple[Any, list[str]] | None = None,
 ) -> GenerationResult:
     """Generate, calling `on_text` with each decoded piece as it comes."""
     import onnxruntime_genai as og
@@ -291,5 +315,5 @@ def stream(
             on_text(piece)
 
     options = {"max_length": max_length, **sampling.search_options()}
-    tokens, prefill_ms, rate = _generate(model, prompt_ids, options, on_token)
+    tokens, prefill_ms, rate = _generate(model, prompt_ids, options, on_token, adapters)
     return GenerationResult(ep, len(prompt_ids), tokens, "".join(pieces), prefill_ms, rate, note)

@@ -1,0 +1,205 @@
+"""`gqa-export adapter`: a PEFT LoRA adapter as an `.onnx_adapter` file for a multi-LoRA base.
+
+The base (built with `--lora-targets`) takes `<module>.lora_A.weight` [in, r] and
+`<module>.lora_B.weight` [r, out] graph inputs (graph/lora.py). PEFT stores `lora_A` as [r, in] and
+`lora_B` as [out, r] and computes `x @ Aᵀ @ Bᵀ * scaling`; the file holds `Aᵀ` and `Bᵀ * scaling`
+(scaling = alpha / r, or alpha / √r with rsLoRA) in the base's activation dtype, named as the base's
+inputs, so onnxruntime binds them by name (docs/lora.md §4). Everything the file could get wrong is
+checked against the base before it is written: a module the base has no input for, shapes, DoRA,
+LoRA biases, replaced modules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gqa_export.errors import InputError
+from gqa_export.graph.lora import LORA_A, LORA_B
+from gqa_export.kernels import convert
+
+PEFT_PREFIX = "base_model.model."
+ONNX_FLOAT, ONNX_FLOAT16, ONNX_BFLOAT16 = 1, 10, 16
+
+
+@dataclass(frozen=True)
+class BaseInput:
+    """One LoRA input of the base graph: its element type and its static width (in for A, out for B)."""
+
+    elem_type: int
+    width: int
+
+
+@dataclass(frozen=True)
+class AdapterResult:
+    output: Path
+    modules: list[str]  # the base modules the adapter sets, e.g. model.layers.0.self_attn.q_proj
+    ranks: dict[str, int]
+    scaling: dict[str, float]
+    dtype: str
+
+
+def base_lora_inputs(package: Path) -> dict[str, BaseInput]:
+    """The base's LoRA inputs, read from model.onnx's graph inputs (weights not loaded)."""
+    import onnx
+
+    path = package / "model.onnx" if package.is_dir() else package
+    if not path.is_file():
+        raise InputError(f"--base {package}: no model.onnx there; give a package built with --lora-targets")
+    graph = onnx.load(str(path), load_external_data=False).graph
+    found = {}
+    for value in graph.input:
+        name = value.name
+        if name.endswith((LORA_A, LORA_B)):
+            dims = value.type.tensor_type.shape.dim
+            width = dims[0].dim_value if name.endswith(LORA_A) else dims[1].dim_value
+            found[name] = BaseInput(value.type.tensor_type.elem_type, int(width))
+    if not found:
+        raise InputError(f"--base {package} has no LoRA inputs: rebuild it with `gqa-export build --lora-targets ...`")
+    return found
+
+
+def read_peft_config(peft_dir: Path) -> dict[str, Any]:
+    """adapter_config.json, refused where the adapter is not plain LoRA the base can take."""
+    path = peft_dir / "adapter_config.json"
+    if not path.is_file():
+        raise InputError(f"{peft_dir} has no adapter_config.json: give a PEFT LoRA adapter folder")
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: not readable JSON ({exc})") from None
+    kind = str(config.get("peft_type", "LORA")).upper()
+    if kind != "LORA":
+        raise InputError(f"{peft_dir}: peft_type {kind} is not LoRA; only LoRA adapters convert")
+    if config.get("use_dora"):
+        raise InputError(f"{peft_dir}: DoRA (use_dora) rescales each merged column; a LoRA base cannot add that")
+    if config.get("bias", "none") != "none":
+        raise InputError(f"{peft_dir}: LoRA biases (bias={config['bias']}) are not supported; train with bias='none'")
+    if config.get("modules_to_save"):
+        raise InputError(f"{peft_dir}: modules_to_save {config['modules_to_save']} replace base weights; merge instead")
+    return config
+
+
+def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
+    """PEFT's rank_pattern / alpha_pattern: the first key that matches the module name's tail."""
+    for key, value in patterns.items():
+        if re.fullmatch(rf"(.*\.)?{key}", module):
+            return value
+    return default
+
+
+def module_scaling(config: dict[str, Any], module: str, rank: int) -> float:
+    """alpha / r, or alpha / √r with rsLoRA; per module where rank_pattern / alpha_pattern apply."""
+    r = int(_pattern_value(config.get("rank_pattern") or {}, module, config.get("r", rank)))
+    if r != rank:
+        raise InputError(f"adapter module {module}: rank {rank} in the weights, {r} in adapter_config.json")
+    alpha = float(_pattern_value(config.get("alpha_pattern") or {}, module, config.get("lora_alpha", r)))
+    return alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+
+
+def convert_adapter(peft_dir: Path, base: Path, output: Path, overwrite: bool = False) -> AdapterResult:
+    """Write `output` (.onnx_adapter) from the PEFT folder, checked against the base's inputs."""
+    from gqa_export.source.weights import WeightStore
+
+    if output.exists() and not overwrite:
+        raise InputError(f"{output} exists; pass --overwrite to replace it")
+    config = read_peft_config(peft_dir)
+    inputs = base_lora_inputs(base)
+    store = WeightStore.open(peft_dir)
+    pairs: dict[str, dict[str, str]] = {}
+    for name in store.names():
+        short = name.removeprefix(PEFT_PREFIX)
+        match = re.fullmatch(r"(.+)\.(lora_A|lora_B)(?:\.default)?\.weight", short)
+        if match is None:
+            raise InputError(f"{peft_dir}: tensor {name} is not a LoRA A/B weight (embedding LoRA, DoRA magnitude?)")
+        pairs.setdefault(match.group(1), {})[match.group(2)] = name
+    params: dict[str, np.ndarray] = {}
+    ranks, scaling = {}, {}
+    elem_types = {i.elem_type for i in inputs.values()}
+    elem_type = elem_types.pop()
+    for module, names in sorted(pairs.items()):
+        if set(names) != {"lora_A", "lora_B"}:
+            raise InputError(f"{peft_dir}: module {module} has {sorted(names)} only; LoRA needs lora_A and lora_B")
+        a_name, b_name = module + LORA_A, module + LORA_B
+        if a_name not in inputs or b_name not in inputs:
+            raise InputError(
+                f"adapter module {module} has no LoRA input in {base}; rebuild the base with its module name in "
+                "--lora-targets"
+            )
+        a = convert(store.read(names["lora_A"]), np.dtype(np.float32))  # [r, in]
+        b = convert(store.read(names["lora_B"]), np.dtype(np.float32))  # [out, r]
+        if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
+            raise InputError(f"adapter module {module}: lora_A {list(a.shape)} and lora_B {list(b.shape)} ranks differ")
+        if a.shape[1] != inputs[a_name].width or b.shape[0] != inputs[b_name].width:
+            raise InputError(
+                f"adapter module {module}: [in, out] = [{a.shape[1]}, {b.shape[0]}], the base's is "
+                f"[{inputs[a_name].width}, {inputs[b_name].width}]; the adapter was trained on another model"
+            )
+        rank = int(a.shape[0])
+        scale = module_scaling(config, module, rank)
+        ranks[module], scaling[module] = rank, scale
+        params[a_name] = np.ascontiguousarray(a.T)
+        params[b_name] = np.ascontiguousarray(b.T * np.float32(scale))
+    if not params:
+        raise InputError(f"{peft_dir}: no LoRA weights in its safetensors")
+    dtype = _write(params, elem_type, output)
+    return AdapterResult(output, sorted(pairs), ranks, scaling, dtype)
+
+
+def _write(params: dict[str, np.ndarray], elem_type: int, output: Path) -> str:
+    """The parameters cast to the base's dtype (through float32, rounded once) as an .onnx_adapter."""
+    import ml_dtypes
+    import onnxruntime as ort
+
+    values = {}
+    for name, array in params.items():
+        if elem_type == ONNX_FLOAT:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+        elif elem_type == ONNX_FLOAT16:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(array.astype(np.float16))
+        elif elem_type == ONNX_BFLOAT16:
+            raw = array.astype(ml_dtypes.bfloat16).view(np.uint16)
+            values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, ONNX_BFLOAT16)
+        else:
+            raise InputError(f"the base's LoRA inputs have ONNX element type {elem_type}, not a float type")
+    adapter = ort.AdapterFormat()
+    adapter.set_adapter_version(1)
+    adapter.set_model_version(1)
+    adapter.set_parameters(values)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + ".partial")
+    adapter.export_adapter(str(tmp))
+    tmp.replace(output)
+    return {ONNX_FLOAT: "float32", ONNX_FLOAT16: "float16", ONNX_BFLOAT16: "bfloat16"}[elem_type]
+
+
+def check_adapters(files: list[Path], package: Path) -> None:
+    """Adapters a run activates together: each file's parameters are inputs of the package, and no
+    two files set the same one. onnxruntime takes overlapping adapters without a word and computes
+    one of them, not their sum (probed, docs/lora.md §5), so overlap is refused."""
+    import onnxruntime as ort
+
+    inputs = base_lora_inputs(package)
+    owner: dict[str, Path] = {}
+    for file in files:
+        if not file.is_file():
+            raise InputError(f"--adapter {file}: no such file")
+        try:
+            names = list(ort.AdapterFormat.read_adapter(str(file)).get_parameters())
+        except Exception as exc:  # onnxruntime raises a plain RuntimeError on a bad file
+            raise InputError(f"--adapter {file}: not an .onnx_adapter file ({str(exc).splitlines()[0]})") from None
+        for name in names:
+            if name not in inputs:
+                raise InputError(f"--adapter {file}: parameter {name} is not a LoRA input of {package}")
+            if name in owner:
+                raise InputError(
+                    f"--adapter {file} and {owner[name]} both set {name}; adapters active together must "
+                    "touch different modules (merge them into one adapter instead)"
+                )
+            owner[name] = file
