@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
 from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_prompt_fits, load
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
-IMAGE_MARKERS = {"gemma3": "<start_of_image>"}
+IMAGE_MARKERS = {"gemma3": "<start_of_image>", "mistral3": "[IMG]"}
 
 
 def image_marker(package: Path) -> str:
@@ -28,6 +29,24 @@ def image_marker(package: Path) -> str:
     if marker is None:
         raise InputError(f"--image is not supported for model type '{model.get('type')}' yet")
     return marker
+
+
+def model_type(package: Path) -> str:
+    return str(((read_json(package / "genai_config.json") or {}).get("model") or {}).get("type"))
+
+
+def check_image_order(model_type: str, inputs: Any) -> None:
+    """genai 0.18's mistral3 processor writes the image blocks of images of different sizes in
+    the reverse order of the images while the features stay in order (docs/multimodal.md §12,
+    probed): such a prompt would get the wrong image's features, so it is refused."""
+    if model_type != "mistral3":
+        return
+    sizes = inputs["image_sizes"].as_numpy()
+    if len({tuple(row) for row in sizes.tolist()}) > 1:
+        raise InputError(
+            "onnxruntime-genai 0.18's mistral3 processor misplaces images of different sizes "
+            f"({sizes.tolist()} after resizing): pass images of one size, or one image per prompt"
+        )
 
 
 def bos_text(package: Path) -> str | None:
@@ -71,6 +90,7 @@ def generate_with_images(
         text = bos + text
     model = load(package, ep)
     inputs = model.create_multimodal_processor()(text, images=og.Images.open(*map(str, images)))
+    check_image_order(model_type(package), inputs)
     prompt_tokens = int(inputs["input_ids"].as_numpy().shape[-1])
     room = check_prompt_fits(package, prompt_tokens)
     note = None
