@@ -15,6 +15,7 @@ import onnx_ir as ir
 import pytest
 from mistral3_full import (
     IMG,
+    NEW,
     genai_generate,
     genai_process,
     hf_generate,
@@ -92,6 +93,14 @@ def test_vision_matches_hf_image_features(package, hf, case):
     np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
 
 
+def test_vision_one_cropped_image_with_all_sizes(package, hf):
+    """genai's multi-image run: each image alone, cropped to its size, with every image's size
+    in image_sizes (§12): the graph takes the pixels' own size."""
+    pixels, sizes = _padded([(16, 24)])
+    got = _vision(package / "vision.onnx", pixels, np.array([[32, 48], [16, 24]], np.int64))
+    np.testing.assert_allclose(got, hf_image_features(hf, pixels, sizes), atol=1e-4, rtol=1e-4)
+
+
 def _mutant_vision(checkpoint: Path, out: Path) -> Path:
     import transformers as tf
 
@@ -154,17 +163,20 @@ def test_resize_difference_pinned(package, images):
     assert got["image_sizes"].tolist() != ref["image_sizes"].tolist()
 
 
-def test_two_sizes_blocks_reversed_pinned(package, images):
-    """genai 0.18 writes the image blocks of different-size images in the reverse order of the
-    images (probed): the first block is the second image's. `run --image` refuses such a pair."""
+def test_adjacent_markers_read_as_one_image_pinned(package, images):
+    """genai 0.18 reads a run of adjacent [IMG] as one image (the first); the other images'
+    blocks go in front of the prompt (probed): the second image's block comes first here."""
     ids = genai_process(package, "[IMG][IMG]", [images["grid4x6"], images["grid2x3"]])["input_ids"][0].tolist()
     assert ids == image_block(2, 3) + image_block(4, 6)
+    ids = genai_process(package, "[IMG]\n[IMG]", [images["grid4x6"], images["grid2x3"]])["input_ids"][0].tolist()
+    assert ids[:28] == image_block(4, 6) and ids[-8:] == image_block(2, 3)
 
 
 CASES = {
     "one_image": ("[IMG]Describe the picture", ["grid4x6"]),
     "tall_image": ("Look [IMG] now", ["grid6x4"]),
-    "two_images": ("[IMG][IMG]Compare", ["grid4x6", "grid4x6b"]),
+    "two_images": ("[IMG]\n[IMG]\nCompare", ["grid4x6", "grid4x6b"]),
+    "two_sizes": ("Left [IMG] right [IMG] compare", ["grid4x6", "grid2x3"]),
     "no_image": ("Describe the picture", []),
 }
 
@@ -187,9 +199,21 @@ def test_int4_decoder_runs_with_an_image(checkpoint, images, tmp_path):
     assert arrays["input_ids"].shape[1] > 28 and len(tokens) == 24
 
 
-def test_run_refuses_images_of_different_sizes(package, images):
+def test_run_separates_prepended_markers(package, hf, images):
+    """`run --image a --image b` without markers: the markers go in front one per line, so genai
+    keeps the images in order, and the tokens are HF's for the same ids."""
     from gqa_export.runtime.images import generate_with_images
     from gqa_export.runtime.run import Sampling
 
-    with pytest.raises(InputError, match="different sizes"):
-        generate_with_images(package, "cpu", "Compare", [images["grid4x6"], images["grid2x3"]], 4, Sampling())
+    files = [images["grid4x6"], images["grid2x3"]]
+    result = generate_with_images(package, "cpu", "Compare", files, NEW, Sampling())
+    arrays, _ = genai_generate(package, "<|begin_of_text|>[IMG]\n[IMG]\nCompare", files)
+    assert result.tokens[: len(result.tokens)] == hf_generate(hf, arrays)[: len(result.tokens)]
+
+
+def test_run_refuses_adjacent_markers(package, images):
+    from gqa_export.runtime.images import generate_with_images
+    from gqa_export.runtime.run import Sampling
+
+    with pytest.raises(InputError, match=r"adjacent '\[IMG\]\[IMG\]' markers as one image"):
+        generate_with_images(package, "cpu", "[IMG][IMG]Compare", [images["grid4x6"], images["grid2x3"]], 4, Sampling())

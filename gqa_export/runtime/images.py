@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
@@ -18,6 +17,9 @@ from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_p
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
 IMAGE_MARKERS = {"gemma3": "<start_of_image>", "mistral3": "[IMG]"}
+# markers genai 0.18's processor merges when adjacent: the run takes the first image, the other
+# images' blocks go after the first [INST] or in front of the prompt (docs/multimodal.md §12)
+RUN_AS_ONE_IMAGE = frozenset({"[IMG]"})
 
 
 def image_marker(package: Path) -> str:
@@ -31,24 +33,6 @@ def image_marker(package: Path) -> str:
     return marker
 
 
-def model_type(package: Path) -> str:
-    return str(((read_json(package / "genai_config.json") or {}).get("model") or {}).get("type"))
-
-
-def check_image_order(model_type: str, inputs: Any) -> None:
-    """genai 0.18's mistral3 processor writes the image blocks of images of different sizes in
-    the reverse order of the images while the features stay in order (docs/multimodal.md §12,
-    probed): such a prompt would get the wrong image's features, so it is refused."""
-    if model_type != "mistral3":
-        return
-    sizes = inputs["image_sizes"].as_numpy()
-    if len({tuple(row) for row in sizes.tolist()}) > 1:
-        raise InputError(
-            "onnxruntime-genai 0.18's mistral3 processor misplaces images of different sizes "
-            f"({sizes.tolist()} after resizing): pass images of one size, or one image per prompt"
-        )
-
-
 def bos_text(package: Path) -> str | None:
     """The BOS token's text where HF's tokenizer puts it in front of plain text (run.adds_bos)."""
     if not adds_bos(package):
@@ -60,12 +44,20 @@ def bos_text(package: Path) -> str | None:
 
 
 def with_markers(prompt: str, marker: str, images: int) -> str:
-    """The prompt with one marker per image: as written when it has them, else prepended."""
+    """The prompt with one marker per image: as written when it has them, else prepended. Where
+    genai's processor reads a run of adjacent markers as one image (RUN_AS_ONE_IMAGE), prepended
+    markers are separated by a newline, and a written run of them is refused."""
     found = prompt.count(marker)
+    separate = marker in RUN_AS_ONE_IMAGE
     if found == 0:
-        return marker * images + prompt
+        return ("\n".join([marker] * images) + "\n" if separate and images > 1 else marker * images) + prompt
     if found != images:
         raise InputError(f"the prompt has {found} '{marker}' markers for {images} --image files: make them equal")
+    if separate and marker * 2 in prompt:
+        raise InputError(
+            f"onnxruntime-genai reads adjacent '{marker}{marker}' markers as one image and moves the other "
+            "images to the front: put text or a newline between the markers"
+        )
     return prompt
 
 
@@ -90,7 +82,6 @@ def generate_with_images(
         text = bos + text
     model = load(package, ep)
     inputs = model.create_multimodal_processor()(text, images=og.Images.open(*map(str, images)))
-    check_image_order(model_type(package), inputs)
     prompt_tokens = int(inputs["input_ids"].as_numpy().shape[-1])
     room = check_prompt_fits(package, prompt_tokens)
     note = None

@@ -2,7 +2,8 @@
 (docs/multimodal.md §12).
 
 `pixel_values [N, 3, H, W]` (images padded with zeros to the largest one, bottom and right) and
-`image_sizes [N, 2]` int64 (each image's real height and width in pixels) in,
+`image_sizes [N, 2]` int64 (each image's real height and width in pixels) in (or one image
+cropped to its size with any image_sizes: how genai runs several images, §12),
 `image_features [tokens, text hidden]` out, the images' tokens one after another:
 
 - patch convolution (kernel = stride = patch, no bias) over the padded batch; each image's rows
@@ -112,13 +113,13 @@ def build_pixtral(dims: PixtralDims, params: Params) -> ir.Model:
     b = GraphBuilder("gqa_export_vision", OPSETS)
     t = _Tower(b, dims, params)
     pixels = b.input("pixel_values", ir.DataType.FLOAT, [N, 3, "height", "width"])
-    sizes = b.input("image_sizes", I64, [N, 2])
+    sizes = b.input("image_sizes", I64, ["image_sizes_rows", 2])
     x = pixels if params.dtype == ir.DataType.FLOAT else b.op("Cast", pixels, to=params.dtype)
     with b.scope("patch_conv"):
         conv = f"{dims.tower}patch_conv.weight"
         x = b.op("Conv", x, b.initializer(conv, params.tensor(conv)), kernel_shape=[dims.patch] * 2,
                  strides=[dims.patch] * 2)  # fmt: skip
-        x, grid = t.kept_patches(x, sizes)
+        x, grid = t.kept_patches(x, pixels, sizes)
     x = t.norm(x, f"{dims.tower}ln_pre", TOWER_EPS)
     cos, sin = t.rotary(grid.h, grid.w)
     bias = segment_bias(b, grid.image, params.dtype, "image_mask")
@@ -154,7 +155,7 @@ class _Tower:
     def c(self, value: int | list[int], name: str) -> ir.Value:
         return self.b.const(value, name, "int64")
 
-    def kept_patches(self, conv: ir.Value, sizes: ir.Value) -> tuple[ir.Value, _Grid]:
+    def kept_patches(self, conv: ir.Value, pixels: ir.Value, sizes: ir.Value) -> tuple[ir.Value, _Grid]:
         """conv [N, d, gh, gw] -> the rows inside each image's real size, [P, d], image-major and
         row-major within an image (HF's order), and each row's coordinates."""
         b, c, d = self.b, self.c, self.dims.hidden
@@ -167,6 +168,12 @@ class _Tower:
         per_image = b.op("Mul", gh, gw)
         image, within = b.op("Div", index, per_image), b.op("Mod", index, per_image)
         h, w = b.op("Div", within, gw), b.op("Mod", within, gw)
+        # genai runs several images one at a time, each cropped to its size, with the whole
+        # image_sizes [images, 2] (§12): where its rows are not the pixel batch's, the pixels are
+        # one image and their own height and width are its size
+        own = b.op("Unsqueeze", b.op("Shape", pixels, start=2, end=4), c([0], "row"))  # [1, 2]
+        matches = b.op("Equal", b.op("Shape", sizes, start=0, end=1), b.op("Shape", pixels, start=0, end=1))
+        sizes = b.op("Where", matches, sizes, own)
         real = b.op("Div", sizes, c(self.dims.patch, "patch"))  # [N, 2] patches a side
         height = b.op("Gather", b.op("Gather", real, zero, axis=1), image)
         width = b.op("Gather", b.op("Gather", real, one, axis=1), image)
