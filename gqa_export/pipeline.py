@@ -199,7 +199,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         raise InputError("attention.bias_op gqa is for CPU: CUDA's GroupQueryAttention runs a bias only unfused")
     requested = opts.attention or recipe.attention.mode
     attention = plan_attention(
-        full_attention_mode(requested) if mm else requested,
+        full_attention_mode(requested, mm.tower.needs_input_ids) if mm else requested,
         ids,
         ids_requested,
         gqa_refusal(dims),
@@ -224,7 +224,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             rope_rows=max(max_length, dims.max_position_embeddings),
             logits=io.logits,
             inputs_embeds=io.inputs_embeds or mm is not None,
-            embeds_with_ids=mm is not None,
+            embeds_with_ids=mm is not None and mm.tower.needs_input_ids,
             hidden_states=io.hidden_states,
             mrope_positions=io.mrope_positions,
             packed_qkv=recipe.attention.packed_qkv,

@@ -25,7 +25,7 @@ from mistral3_full import (
     save_images,
 )
 from multimodal_models import save_multimodal
-from reference import hf_model
+from reference import OrtStepper, hf_model
 
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
@@ -63,6 +63,9 @@ def test_package_files_and_config(package):
     transforms = json.loads((package / "processor_config.json").read_text())["processor"]["transforms"]
     kinds = [t["operation"]["type"] for t in transforms]
     assert kinds == ["DecodeImage", "Resize", "Rescale", "Normalize", "Permute3D", "PixtralImageSizes"]
+    # no image-run mask: the decoder takes inputs_embeds alone, GroupQueryAttention (auto)
+    assert "input_ids" not in model["decoder"]["inputs"] and "inputs_embeds" in model["decoder"]["inputs"]
+    assert json.loads((package / "manifest.json").read_text())["options"]["attention"] == "gqa"
 
 
 def _padded(sizes: list[tuple[int, int]], seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -74,11 +77,11 @@ def _padded(sizes: list[tuple[int, int]], seed: int = 1) -> tuple[np.ndarray, np
     return pixels, np.array(sizes, np.int64)
 
 
-def _vision(graph: Path, pixels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def _vision(graph: Path, pixel_values: np.ndarray, image_sizes: np.ndarray) -> np.ndarray:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
-    return session.run(None, {"pixel_values": pixels, "image_sizes": sizes})[0]
+    return session.run(None, {"pixel_values": pixel_values, "image_sizes": image_sizes})[0]
 
 
 CALLS = {"one": [(32, 48)], "two_sizes": [(32, 48), (16, 24)], "tall_and_small": [(16, 24), (48, 32)]}
@@ -99,6 +102,54 @@ def test_vision_one_cropped_image_with_all_sizes(package, hf):
     pixels, sizes = _padded([(16, 24)])
     got = _vision(package / "vision.onnx", pixels, np.array([[32, 48], [16, 24]], np.int64))
     np.testing.assert_allclose(got, hf_image_features(hf, pixels, sizes), atol=1e-4, rtol=1e-4)
+
+
+def _ort_logits(package: Path, prompt: list[int], features: np.ndarray | None, steps: int):
+    """embedding.onnx then model.onnx as genai steps them: features on the prompt, 0 rows after."""
+    import onnxruntime as ort
+
+    embedding = ort.InferenceSession(str(package / "embedding.onnx"))
+    decoder = OrtStepper(package, max_length=256)
+
+    def step(ids: list[int], rows: np.ndarray) -> np.ndarray:
+        embeds = embedding.run(None, {"input_ids": np.array([ids], np.int64), "image_features": rows})[0]
+        return decoder.step(ids, {"inputs_embeds": embeds})
+
+    logits = [step(prompt, np.zeros((0, 64), np.float32) if features is None else features)]
+    tokens: list[int] = []
+    for _ in range(steps):
+        tokens.append(int(logits[-1][-1].argmax()))
+        logits.append(step([tokens[-1]], np.zeros((0, 64), np.float32)))
+    return np.concatenate(logits), tokens
+
+
+def _hf_logits(hf, prompt: list[int], pixels: dict[str, np.ndarray] | None, tokens: list[int]) -> np.ndarray:
+    import torch
+
+    extra = {k: torch.from_numpy(v) for k, v in (pixels or {}).items()}
+    with torch.no_grad():
+        out = hf(torch.tensor([prompt]), use_cache=True, **extra)
+        logits, past = [out.logits[0].numpy()], out.past_key_values
+        for token in tokens:
+            out = hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            logits.append(out.logits[0].numpy())
+            past = out.past_key_values
+    return np.concatenate(logits)
+
+
+@pytest.mark.parametrize("case", ["image", "two_sizes", "text", "one_token"])
+def test_decoder_logits_match_hf(package, hf, case):
+    """Prompt + 6 decode steps within 1e-4 of the HF class: with images (their features from
+    vision.onnx in one call), a text prompt, a 1-token prompt."""
+    calls = {"image": [(32, 48)], "two_sizes": [(32, 48), (16, 24)]}
+    blocks = {"image": image_block(4, 6), "two_sizes": [*image_block(4, 6), 99, *image_block(2, 3)]}
+    prompt = [0, 17, 45, *blocks.get(case, []), 99, 200, 3, 7, 64, 12] if case != "one_token" else [0]
+    pixels = dict(zip(("pixel_values", "image_sizes"), _padded(calls[case]), strict=True)) if case in calls else None
+    features = _vision(package / "vision.onnx", **pixels) if pixels else None
+    got, tokens = _ort_logits(package, prompt, features, steps=6)
+    ref = _hf_logits(hf, prompt, pixels, tokens)
+    print(f"{case}: max |diff| {np.abs(got - ref).max():.3g}")
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
 
 
 def _mutant_vision(checkpoint: Path, out: Path) -> Path:
@@ -190,6 +241,20 @@ def test_genai_generate_matches_hf(package, hf, images, case):
         np.testing.assert_allclose(arrays["pixel_values"], ref["pixel_values"], atol=1e-6, rtol=0)
     assert len(set(tokens)) > 1  # not one repeated id
     assert tokens == hf_generate(hf, arrays)
+
+
+def test_bias_decoder_matches_hf(checkpoint, hf, images, tmp_path):
+    """--attention bias: the standard-Attention decoder (inputs_embeds alone) gives HF's tokens too."""
+    out = tmp_path / "bias"
+    build(BuildOptions(str(checkpoint), out, smoke=False, attention="bias"))
+    assert json.loads((out / "manifest.json").read_text())["options"]["attention"] == "bias"
+    arrays, tokens = genai_generate(out, "Left [IMG] right [IMG] compare", [images["grid4x6"], images["grid2x3"]])
+    assert tokens == hf_generate(hf, arrays)
+
+
+def test_split_is_refused(checkpoint, tmp_path):
+    with pytest.raises(InputError, match="--attention split cannot run a full multimodal package"):
+        build(BuildOptions(str(checkpoint), tmp_path / "split", smoke=False, attention="split"))
 
 
 def test_int4_decoder_runs_with_an_image(checkpoint, images, tmp_path):

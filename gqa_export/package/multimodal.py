@@ -47,6 +47,10 @@ class VisionTower:
     # tower dims -> extra model.vision keys genai's processor reads (patch_size, spatial_merge_size)
     vision_keys: Callable[[Any], dict[str, Any]] = lambda _dims: {}
     mrope_positions: bool = False  # the decoder takes genai's 3-D position_ids [3, B, S]
+    # the decoder reads input_ids beside inputs_embeds for a bidirectional image-run mask (Gemma-3);
+    # without one (Mistral-3: image tokens attend causally) it takes inputs_embeds alone and any
+    # one-graph attention mode (§3)
+    needs_input_ids: bool = True
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,17 @@ class MultimodalPlan:
     preprocessor: dict[str, Any]  # the checkpoint's preprocessor_config.json ({} when absent)
 
 
-def full_attention_mode(requested: str) -> str:
-    """The decoder of a full package is one standard-Attention graph reading input_ids for the
-    image-run mask: genai's multimodal path runs one decoder session, no pipeline (§3)."""
+def full_attention_mode(requested: str, needs_input_ids: bool = True) -> str:
+    """The decoder of a full package is one graph: genai's multimodal path runs one decoder
+    session, no pipeline (§3). Where it reads input_ids for the image-run mask, that graph is
+    standard Attention (`bias`); else the mode is planned as for text (auto: gqa)."""
+    if not needs_input_ids:
+        if requested == "split":
+            raise InputError(
+                "--attention split cannot run a full multimodal package (genai runs one decoder graph): "
+                "use --attention gqa, bias or auto, or --text-only for the text decoder alone"
+            )
+        return requested
     if requested in ("auto", "bias"):
         return "bias"
     raise InputError(
@@ -170,5 +182,6 @@ TOWERS: dict[str, VisionTower] = {
         lambda vision, pre: pixtral_processor_config(vision.patch, vision.merge, pre),
         vision_inputs=("pixel_values", "image_sizes"),
         vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.merge},
+        needs_input_ids=False,
     ),
 }
