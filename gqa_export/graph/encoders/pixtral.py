@@ -3,7 +3,7 @@
 
 `pixel_values [N, 3, H, W]` (images padded with zeros to the largest one, bottom and right) and
 `image_sizes [N, 2]` int64 (each image's real height and width in pixels) in (or one image
-cropped to its size with any image_sizes: how genai runs several images, §12),
+cropped to its size with any image_sizes: how genai runs several images),
 `image_features [tokens, text hidden]` out, the images' tokens one after another:
 
 - patch convolution (kernel = stride = patch, no bias) over the padded batch; each image's rows
@@ -169,8 +169,8 @@ class _Tower:
         image, within = b.op("Div", index, per_image), b.op("Mod", index, per_image)
         h, w = b.op("Div", within, gw), b.op("Mod", within, gw)
         # genai runs several images one at a time, each cropped to its size, with the whole
-        # image_sizes [images, 2] (§12): where its rows are not the pixel batch's, the pixels are
-        # one image and their own height and width are its size
+        # image_sizes [images, 2] bound (docs/multimodal.md §12): where its rows are not the
+        # pixel batch's, the pixels are one image and their own height and width are its size
         own = b.op("Unsqueeze", b.op("Shape", pixels, start=2, end=4), c([0], "row"))  # [1, 2]
         matches = b.op("Equal", b.op("Shape", sizes, start=0, end=1), b.op("Shape", pixels, start=0, end=1))
         sizes = b.op("Where", matches, sizes, own)
