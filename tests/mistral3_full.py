@@ -27,13 +27,19 @@ def save_images(folder: Path) -> dict[str, Path]:
     return made
 
 
-def genai_process(package: Path, prompt: str, files: list[Path]) -> dict[str, np.ndarray]:
+def _process(model: Any, prompt: str, files: list[Path]) -> tuple[Any, dict[str, np.ndarray]]:
     import onnxruntime_genai as og
 
-    model = og.Model(str(package))
     inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, files)) if files else None)
     names = ("input_ids", "pixel_values", "image_sizes") if files else ("input_ids",)
-    return {name: inputs[name].as_numpy() for name in names}
+    return inputs, {name: inputs[name].as_numpy() for name in names}
+
+
+def genai_process(package: Path, prompt: str, files: list[Path]) -> dict[str, np.ndarray]:
+    """genai's MultiModalProcessor on (prompt, PNGs): input_ids, pixel_values, image_sizes."""
+    import onnxruntime_genai as og
+
+    return _process(og.Model(str(package)), prompt, files)[1]
 
 
 def genai_generate(package: Path, prompt: str, files: list[Path]) -> tuple[dict[str, np.ndarray], list[int]]:
@@ -41,9 +47,7 @@ def genai_generate(package: Path, prompt: str, files: list[Path]) -> tuple[dict[
     import onnxruntime_genai as og
 
     model = og.Model(str(package))
-    inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, files)) if files else None)
-    names = ("input_ids", "pixel_values", "image_sizes") if files else ("input_ids",)
-    arrays = {name: inputs[name].as_numpy() for name in names}
+    inputs, arrays = _process(model, prompt, files)
     params = og.GeneratorParams(model)
     length = arrays["input_ids"].shape[1] + NEW
     params.set_search_options(do_sample=False, max_length=length, min_length=length)
