@@ -104,6 +104,19 @@ def test_vision_one_cropped_image_with_all_sizes(package, hf):
     np.testing.assert_allclose(got, hf_image_features(hf, pixels, sizes), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize(("arch", "hub_layout", "side"), [("ministral3", True, 28), ("mistral3_full", False, 8)])
+def test_other_layouts_build_exact_towers(tmp_path, arch, hub_layout, side):
+    """A ministral3 text config (recipe ministral3_vision, GELU tower, patch 14) and transformers
+    5.x's tensor names (`model.vision_tower.`): the full package's vision graph = HF's features."""
+    checkpoint = save_multimodal(tmp_path / "ckpt", arch, hub_layout=hub_layout)
+    out = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), out, smoke=False))
+    assert json.loads((out / "genai_config.json").read_text())["model"]["type"] == "mistral3"
+    pixels, sizes = _padded([(2 * side, 4 * side), (2 * side, 2 * side)])
+    got = _vision(out / "vision.onnx", pixels, sizes)
+    np.testing.assert_allclose(got, hf_image_features(hf_model(checkpoint), pixels, sizes), atol=1e-4, rtol=1e-4)
+
+
 def _ort_logits(package: Path, prompt: list[int], features: np.ndarray | None, steps: int):
     """embedding.onnx then model.onnx as genai steps them: features on the prompt, 0 rows after."""
     import onnxruntime as ort
