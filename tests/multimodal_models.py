@@ -22,6 +22,8 @@ SPECIAL_IDS: dict[str, dict[str, int]] = {
     "mistral3": {"image_token_index": IMAGE_ID},
     # the tokenizer's own <image_soft_token>, <start_of_image>, <end_of_image> (GEMMA3_IMAGE_TOKENS)
     "gemma3_full": {"image_token_index": 6, "boi_token_index": 7, "eoi_token_index": 8},
+    # the tokenizer's own [IMG] (MISTRAL3_IMAGE_TOKENS: [IMG], [IMG_BREAK], [IMG_END], [INST] from id 6)
+    "mistral3_full": {"image_token_index": 6},
     "qwen2_5_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
     "qwen3_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
 }
@@ -30,6 +32,7 @@ _TEXT = {k: BASE[k] for k in ("vocab_size", "hidden_size", "intermediate_size", 
                               "pad_token_id", "initializer_range")}  # fmt: skip
 # arch -> text_config of each tiny checkpoint (features of the released models, scaled down)
 GEMMA3_IMAGE_TOKENS = ("<image_soft_token>", "<start_of_image>", "<end_of_image>")
+MISTRAL3_IMAGE_TOKENS = ("[IMG]", "[IMG_BREAK]", "[IMG_END]", "[INST]")  # genai's mistral3 processor looks them up
 TEXT_CONFIGS: dict[str, dict[str, Any]] = {
     "gemma3": dict(
         model_type="gemma3_text",
@@ -95,6 +98,7 @@ TEXT_CONFIGS: dict[str, dict[str, Any]] = {
 # Gemma-3 with a vision tower genai can run (tests/test_multimodal_package.py): prompts with two
 # images of 256 tokens each need more positions than the text-decoder fixtures
 TEXT_CONFIGS["gemma3_full"] = {**TEXT_CONFIGS["gemma3"], "max_position_embeddings": 1024}
+TEXT_CONFIGS["mistral3_full"] = {**TEXT_CONFIGS["mistral"], "max_position_embeddings": 512}
 
 
 def _config(arch: str, text: dict[str, Any]) -> Any:
@@ -112,6 +116,14 @@ def _config(arch: str, text: dict[str, Any]) -> Any:
                       num_attention_heads=2, image_size=64, patch_size=2, vision_use_head=False)  # fmt: skip
         return tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=256,
                                tie_word_embeddings=tie, **SPECIAL_IDS[arch])  # fmt: skip
+    if arch == "mistral3_full":
+        # Pixtral with 4-pixel patches merged 2 x 2: a 32 x 48 image is an 8 x 12 grid, 4 x 6 tokens;
+        # weights 10x the default spread, so attention is sharp and patch positions matter
+        vision = dict(model_type="pixtral", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=2, image_size=64, patch_size=4, hidden_act="silu",
+                      initializer_range=0.2)  # fmt: skip
+        return tf.Mistral3Config(text_config=text, vision_config=vision, spatial_merge_size=2,
+                                 tie_word_embeddings=tie, **SPECIAL_IDS[arch])  # fmt: skip
     if arch in ("ministral3", "mistral"):
         vision = dict(model_type="pixtral", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, image_size=28, patch_size=14)  # fmt: skip
@@ -133,6 +145,7 @@ _CLASSES = {
     "gemma3_full": "Gemma3ForConditionalGeneration",
     "ministral3": "Mistral3ForConditionalGeneration",
     "mistral": "Mistral3ForConditionalGeneration",
+    "mistral3_full": "Mistral3ForConditionalGeneration",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
 }
@@ -169,8 +182,12 @@ def save_multimodal(
     model.save_pretrained(out_dir, save_original_format=hub_layout)
     if not hub_layout and int(tf.__version__.split(".")[0]) < 5:
         _rename_to_loaded_names(out_dir, model._checkpoint_conversion_mapping)
-    specials = GEMMA3_IMAGE_TOKENS if arch == "gemma3_full" else ()
+    specials = {"gemma3_full": GEMMA3_IMAGE_TOKENS, "mistral3_full": MISTRAL3_IMAGE_TOKENS}.get(arch, ())
     save_tokenizer(out_dir, vocab_size=text["vocab_size"], extra_specials=specials)
+    if arch == "mistral3_full":  # PixtralImageProcessor's keys: a 64-pixel longest edge, 4-pixel patches
+        pre = {"image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 4, "width": 4},
+               "size": {"longest_edge": 64}, "resample": 3}  # fmt: skip
+        (out_dir / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
     written = json.loads((out_dir / "config.json").read_text())
     if "architectures" not in written:  # 4.57 writes Qwen2.5-VL's under text_config only
         written["architectures"] = [_CLASSES[arch]]

@@ -120,6 +120,7 @@ class OrtStepper:
         import onnxruntime as ort
 
         self.session = ort.InferenceSession(str(package / "model.onnx"), providers=[provider])
+        self.input_names = {value.name for value in self.session.get_inputs()}
         # one buffer per cache input, shaped from its concrete dims (per-layer shapes, KV-shared layers
         # without inputs), as onnxruntime-genai allocates them
         self.kv = {}
@@ -148,7 +149,8 @@ class OrtStepper:
         (a multimodal decoder's inputs_embeds)."""
         io = self.session.io_binding()
         io.bind_output("logits")
-        io.bind_cpu_input("input_ids", ids.astype(np.int64))
+        if "input_ids" in self.input_names:  # a multimodal decoder may take inputs_embeds alone
+            io.bind_cpu_input("input_ids", ids.astype(np.int64))
         io.bind_cpu_input("attention_mask", mask.astype(np.int64))
         for name, value in (extra or {}).items():
             io.bind_cpu_input(name, value)

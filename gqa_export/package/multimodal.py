@@ -20,11 +20,16 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtral_dims
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import Params
-from gqa_export.package.processor_config import qwen_tower_processor_config, square_image_processor_config
+from gqa_export.package.processor_config import (
+    pixtral_processor_config,
+    qwen_tower_processor_config,
+    square_image_processor_config,
+)
 from gqa_export.source.weights import WeightStore
 
 VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_config.json"
@@ -202,10 +207,24 @@ def _qwen_row(interleaved: bool) -> VisionTower:
     )
 
 
+def _mistral3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PixtralDims:
+    return pixtral_dims(hf_config, dims.hidden_size, store)
+
+
 TOWERS: dict[str, VisionTower] = {
     "gemma3": VisionTower(
         _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
     ),
     "qwen2_5_vl": _qwen_row(interleaved=False),
     **{kind: _qwen_row(interleaved=True) for kind in ("qwen3_vl", "qwen3_5", "qwen3_5_moe")},
+    # Pixtral + Mistral-3's patch merger (§12); genai's processor reads patch_size and
+    # spatial_merge_size to expand [IMG] into rows of [IMG] ... [IMG_BREAK]
+    "mistral3": VisionTower(
+        _mistral3_dims,
+        build_pixtral,
+        lambda vision, pre: pixtral_processor_config(vision.patch, vision.merge, pre),
+        vision_inputs=("pixel_values", "image_sizes"),
+        vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.merge},
+        image_runs_bidirectional=False,
+    ),
 }

@@ -65,6 +65,36 @@ def qwen_tower_processor_config(tower: Any, pre: dict[str, Any]) -> dict[str, An
     return qwen_processor_config({"patch_size": dims.patch_size, "merge_size": dims.spatial_merge_size, **pre})
 
 
+def pixtral_processor_config(patch: int, merge: int, pre: dict[str, Any]) -> dict[str, Any]:
+    """Mistral-3's Pixtral pipeline, channels first, then the image's size (docs/multimodal.md
+    §12). genai's Resize has no longest-edge rule: its smart resize (multiples of patch·merge
+    within [min_pixels, max_pixels]) stands in for HF's, with max_pixels the longest edge squared;
+    the two agree where no resize is needed."""
+    size = pre.get("size") or {}
+    longest = int(size.get("longest_edge", 1024))
+    resample = int(pre.get("resample", 3))
+    if resample not in INTERPOLATION:
+        raise InputError(f"preprocessor_config resample {resample} has no onnxruntime-extensions Resize mode")
+    unit = patch * merge
+    mean = [float(v) for v in pre.get("image_mean", CLIP_MEAN)]
+    std = [float(v) for v in pre.get("image_std", CLIP_STD)]
+    resize = {"smart_resize": 1, "min_pixels": unit * unit, "max_pixels": longest * longest, "patch_size": patch,
+              "merge_size": merge, "interpolation": INTERPOLATION[resample]}  # fmt: skip
+    return {
+        "processor": {
+            "name": "pixtral_image_processor",
+            "transforms": [
+                _op("decode_image", "DecodeImage", color_space="RGB"),
+                _op("resize", "Resize", **resize),
+                _op("rescale", "Rescale", rescale_factor=float(pre.get("rescale_factor", 1 / 255))),
+                _op("normalize", "Normalize", mean=mean, std=std),
+                _op("to_channel_first", "Permute3D", dims=[2, 0, 1]),
+                _op("image_sizes", "PixtralImageSizes"),
+            ],
+        }
+    }
+
+
 def _op(name: str, kind: str, **attrs: Any) -> dict[str, Any]:
     return {"operation": {"name": name, "type": kind, "attrs": attrs}}
 

@@ -18,7 +18,10 @@ from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_p
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
 QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
 QWEN_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
-IMAGE_MARKERS = {"gemma3": "<start_of_image>", **dict.fromkeys(QWEN_TYPES, QWEN_MARKER)}
+IMAGE_MARKERS = {"gemma3": "<start_of_image>", "mistral3": "[IMG]", **dict.fromkeys(QWEN_TYPES, QWEN_MARKER)}
+# markers genai 0.18's processor merges when adjacent: the run takes the first image, the other
+# images' blocks go after the first [INST] or in front of the prompt (docs/multimodal.md §12)
+RUN_AS_ONE_IMAGE = frozenset({"[IMG]"})
 
 
 def image_marker(package: Path) -> str:
@@ -43,12 +46,20 @@ def bos_text(package: Path) -> str | None:
 
 
 def with_markers(prompt: str, marker: str, images: int) -> str:
-    """The prompt with one marker per image: as written when it has them, else prepended."""
+    """The prompt with one marker per image: as written when it has them, else prepended. Where
+    genai's processor reads a run of adjacent markers as one image (RUN_AS_ONE_IMAGE), prepended
+    markers are separated by a newline, and a written run of them is refused."""
     found = prompt.count(marker)
+    separate = marker in RUN_AS_ONE_IMAGE
     if found == 0:
-        return marker * images + prompt
+        return ("\n".join([marker] * images) + "\n" if separate and images > 1 else marker * images) + prompt
     if found != images:
         raise InputError(f"the prompt has {found} '{marker}' markers for {images} --image files: make them equal")
+    if separate and marker * 2 in prompt:
+        raise InputError(
+            f"onnxruntime-genai reads adjacent '{marker}{marker}' markers as one image and moves the other "
+            "images to the front: put text or a newline between the markers"
+        )
     return prompt
 
 
