@@ -1,0 +1,120 @@
+"""A pre-quantized checkpoint seen as the float model it means, with its integers kept aside.
+
+`ImportedStore` wraps the checkpoint's `WeightStore`: each quantized linear `P` (its `P.qweight`,
+`P.qzeros`, `P.scales`, `P.g_idx` tensors) appears as a float `P.weight` [N, K], so every family's
+graph is built exactly as for a float checkpoint. Reading that weight dequantizes it (rows on
+demand); the quantize stage instead asks `native(name)` and moves the integers into MatMulNBits
+unchanged (quant/imported.py). Which quantization configs are imported: docs/prequantized.md §1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gqa_export.errors import InputError
+from gqa_export.source.native import NativeLinear, awq_linear, gptq_linear
+from gqa_export.source.weights import TensorInfo, WeightStore
+
+QUANT_SUFFIXES = (".qweight", ".qzeros", ".scales", ".g_idx")
+
+
+def why_not_imported(qc: dict[str, Any]) -> str | None:
+    """None when this tool imports the config's format as it is, else what it does not import."""
+    method = str(qc.get("quant_method", "")).lower()
+    if method == "gptq":
+        bits = qc.get("bits", 4)
+        if bits not in (2, 4, 8):
+            return f"{bits}-bit GPTQ (2, 4 and 8 bits are imported)"
+        if qc.get("dynamic"):
+            return "GPTQ with per-module `dynamic` overrides"
+        if str(qc.get("checkpoint_format") or qc.get("format") or "gptq") not in ("gptq", "gptq_v2"):
+            return f"GPTQ checkpoint_format {qc.get('checkpoint_format') or qc.get('format')!r}"
+        return None
+    if method == "awq":
+        version = str(qc.get("version") or qc.get("format") or "gemm").lower()
+        if version != "gemm" or qc.get("bits", 4) != 4:
+            return f"AWQ {version} {qc.get('bits', 4)}-bit (only 4-bit GEMM is imported)"
+        if qc.get("zero_point") is False:
+            return "AWQ without zero points"
+        return None
+    return "this format"
+
+
+def is_imported(qc: dict[str, Any]) -> bool:
+    return why_not_imported(qc) is None
+
+
+class ImportedStore(WeightStore):
+    """The checkpoint's tensors, quantized linears shown as float `P.weight` (see module doc)."""
+
+    def __init__(self, base: WeightStore, qc: dict[str, Any]) -> None:
+        super().__init__(dict(base._tensors))
+        self.quantization = qc
+        self.method = str(qc["quant_method"]).lower()
+        prefixes = [n.removesuffix(".qweight") for n in base.names() if n.endswith(".qweight")]
+        if not prefixes:
+            raise InputError(
+                f"this is a pre-quantized {self.method.upper()} checkpoint by its config.json, but it stores no "
+                ".qweight tensors; the checkpoint is inconsistent: export the model's float checkpoint instead"
+            )
+        experts = [p for p in prefixes if ".experts." in p]
+        if experts:
+            raise InputError(
+                f"{experts[0]} is a {self.method.upper()}-quantized MoE expert, which gqa-export does not import "
+                "yet; export the model's float checkpoint and choose --precision int4/int8 instead"
+            )
+        fmt = str(qc.get("checkpoint_format") or qc.get("format") or "gptq")
+        self._native: dict[str, NativeLinear] = {}
+        self._hidden: set[str] = set()
+        for prefix in prefixes:
+            for name in (f"{prefix}.qzeros", f"{prefix}.scales"):
+                super().info(name)  # present, else one line naming it
+            if self.method == "gptq":
+                linear: NativeLinear = gptq_linear(self, prefix, qc, v1=fmt == "gptq")
+            else:
+                linear = awq_linear(self, prefix, qc)
+            if f"{prefix}.weight" in base:
+                raise InputError(
+                    f"{prefix} has both a float weight and quantized tensors; the checkpoint is inconsistent"
+                )
+            self._native[linear.name] = linear
+        self._hidden = {f"{p}{s}" for p in prefixes for s in QUANT_SUFFIXES}
+        self.used_natively: set[str] = set()
+
+    def native(self, name: str) -> NativeLinear | None:
+        return self._native.get(name)
+
+    def natives(self) -> dict[str, NativeLinear]:
+        return dict(self._native)
+
+    def names(self) -> list[str]:
+        return [n for n in super().names() if n not in self._hidden] + list(self._native)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._native or (name not in self._hidden and super().__contains__(name))
+
+    def info(self, name: str) -> TensorInfo:
+        linear = self._native.get(name)
+        if linear is None:
+            return super().info(name)
+        return TensorInfo(name, super().info(f"{linear.prefix}.qweight").shard, "F32", (linear.n, linear.k))
+
+    def view(self, name: str) -> np.ndarray:
+        linear = self._native.get(name)
+        return super().view(name) if linear is None else linear.dequantized_rows(0, linear.n)
+
+    def read_slices(self, name: str, *index: slice | int) -> np.ndarray:
+        linear = self._native.get(name)
+        if linear is None:
+            return super().read_slices(name, *index)
+        self.reads += 1
+        rows = index[0] if index and isinstance(index[0], slice) else slice(None)
+        a, b, _ = rows.indices(linear.n)
+        block = linear.dequantized_rows(a, b)
+        return np.ascontiguousarray(block[(slice(None), *index[1:])])
+
+    def release(self, name: str) -> None:
+        linear = self._native.get(name)
+        super().release(name if linear is None else f"{linear.prefix}.qweight")
