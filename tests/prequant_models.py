@@ -145,3 +145,37 @@ def awq_pair(tmp: Path, group: int = 32) -> tuple[Path, Path]:
         }
 
     return _write_pair(tmp, f"awq-g{group}", qc, convert)
+
+
+def packed_pair(
+    tmp: Path, bits: int = 4, group: int = 32, sym: bool = False, act_order: bool = False
+) -> tuple[Path, Path]:
+    """compressed-tensors pack-quantized; group -1 is `strategy: channel` (one scale per row)."""
+    weights = {"num_bits": bits, "type": "int", "symmetric": sym, "strategy": "channel" if group <= 0 else "group",
+               "group_size": None if group <= 0 else group, "actorder": "group" if act_order else None}  # fmt: skip
+    group_0 = {"targets": ["Linear"], "weights": weights, "input_activations": None}
+    qc = {"quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
+          "config_groups": {"group_0": group_0}}  # fmt: skip
+
+    def convert(prefix: str, w: np.ndarray, perm: np.ndarray) -> dict[str, np.ndarray]:
+        n, k = w.shape
+        size = k if group <= 0 else group
+        g_idx = np.arange(k) // size
+        if act_order:
+            g_idx = np.empty(k, np.int64)
+            g_idx[perm] = np.arange(k) // size
+        q, zeros, scales = quantize(w, bits, size, g_idx, sym)  # unsigned codes = signed + 2^(b-1)
+        out = {
+            f"{prefix}.weight_packed": pack_words(q, bits, axis=1),  # [N, K*b/32], along K
+            f"{prefix}.weight_scale": np.ascontiguousarray(scales.T),  # [N, G]
+            f"{prefix}.weight_shape": np.array([n, k], np.int64),
+            "__twin__": dequantize(q, zeros, scales, g_idx),
+        }
+        if not sym:  # [N*b/32, G], along N, unsigned like the codes
+            out[f"{prefix}.weight_zero_point"] = pack_words(np.ascontiguousarray(zeros.T), bits, axis=0)
+        if act_order:
+            out[f"{prefix}.weight_g_idx"] = g_idx.astype(np.int32)
+        return out
+
+    name = f"ct-{bits}b-g{group}{'-sym' if sym else ''}{'-act' if act_order else ''}"
+    return _write_pair(tmp, name, qc, convert)

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import pytest
 from families import PROMPT
-from prequant_models import awq_pair, gptq_pair
+from prequant_models import awq_pair, gptq_pair, packed_pair
 from reference import assert_varied, genai_prompt_then_greedy, hf_generate, hf_model, parity_error
 
 from gqa_export.errors import InputError
@@ -34,7 +34,11 @@ CASES = {
     "gptq-v1-2bit": dict(bits=2, group=32, act_order=False),
     "gptq-v1-4bit-per-channel": dict(bits=4, group=-1, act_order=False),
     "awq-gemm": dict(group=32),
+    "ct-4bit-group-asym-act-order": dict(bits=4, group=32, act_order=True),
+    "ct-4bit-channel-sym": dict(bits=4, group=-1, sym=True),
+    "ct-8bit-group-sym": dict(bits=8, group=32, sym=True),
 }
+MAKERS = {"gptq": gptq_pair, "awq": awq_pair, "ct": packed_pair}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +48,7 @@ def pairs(tmp_path_factory):
     def get(name: str) -> tuple[Path, Path]:
         if name not in made:
             tmp = tmp_path_factory.mktemp(name)
-            made[name] = awq_pair(tmp, **CASES[name]) if name.startswith("awq") else gptq_pair(tmp, **CASES[name])
+            made[name] = MAKERS[name.split("-")[0]](tmp, **CASES[name])
         return made[name]
 
     return get
@@ -78,7 +82,7 @@ def test_imported_equals_dequantized_twin(pairs, tmp_path, name):
     assert len(imported["imported"]) == 14 and not imported["dequantized"]
 
 
-@pytest.mark.parametrize("name", ["gptq-v1-4bit-act-order", "awq-gemm"])
+@pytest.mark.parametrize("name", ["gptq-v1-4bit-act-order", "awq-gemm", "ct-4bit-group-asym-act-order"])
 def test_genai_greedy_tokens_equal_hf_on_the_twin(pairs, tmp_path, name):
     quantized, twin = pairs(name)
     package = export(quantized, tmp_path / "pkg")
@@ -133,6 +137,17 @@ def test_mutant_nibbles_swapped(pairs, tmp_path, monkeypatch):
     assert parity_error(export(quantized, tmp_path / "pkg"), twin) > 100 * BOUND
 
 
+def test_mutant_packed_zero_points_read_along_groups(pairs, tmp_path, monkeypatch):
+    """compressed-tensors packs zero points along N (dim 0): read them along the groups instead."""
+
+    def along_groups(words: np.ndarray, bits: int, n: int) -> np.ndarray:
+        return native.unpack_fields(native.words_as_bytes(words), bits).reshape(n, -1)
+
+    monkeypatch.setattr(native, "packed_zero_points", along_groups)
+    quantized, twin = pairs("ct-4bit-group-asym-act-order")
+    assert parity_error(export(quantized, tmp_path / "pkg"), twin) > 100 * BOUND
+
+
 def test_mutant_awq_column_order_ignored(pairs, tmp_path, monkeypatch):
     monkeypatch.setattr(native, "AWQ_ORDER", np.arange(8))
     quantized, twin = pairs("awq-gemm")
@@ -169,6 +184,31 @@ def test_gptq_variants_not_imported_are_refused(pairs, tmp_path, change, says):
     config["quantization_config"].update(change)
     (mutant / "config.json").write_text(json.dumps(config))
     with pytest.raises(InputError, match=f"pre-quantized GPTQ.*{says}") as err:
+        export(mutant, tmp_path / "out")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"format": "float-quantized"}, "float-quantized"),
+        ({"input_activations": {"num_bits": 8, "type": "int", "dynamic": True}}, "quantized activations"),
+        ({"weights": {"num_bits": 4, "type": "int", "strategy": "tensor"}}, "strategy 'tensor'"),
+    ],
+)
+def test_packed_variants_not_imported_are_refused(pairs, tmp_path, change, says):
+    quantized, _ = pairs("ct-8bit-group-sym")
+    import shutil
+
+    mutant = tmp_path / "src"
+    shutil.copytree(quantized, mutant)
+    config = json.loads((mutant / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"].update(change)
+    if "format" in change:
+        config["quantization_config"]["format"] = change["format"]
+    (mutant / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match=f"pre-quantized compressed-tensors.*{says}") as err:
         export(mutant, tmp_path / "out")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()

@@ -22,7 +22,7 @@ import onnx_ir as ir
 from gqa_export.errors import InputError
 from gqa_export.graph.params import NUMPY_DTYPES, StreamedTensor, row_blocks
 from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
-from gqa_export.source.imported import ImportedStore
+from gqa_export.source.imported import NAMES, ImportedStore
 from gqa_export.source.native import NativeLinear, pack_fields
 
 
@@ -35,9 +35,9 @@ class ImportReport:
     dequantized: list[str] = field(default_factory=list)  # read as float (a path that cannot take the integers)
 
     def note(self, precision: str) -> str:
-        kept = f"{len(self.weights)} linear layers keep the checkpoint's {self.source_format.upper()} integers"
+        kept = f"{len(self.weights)} linear layers keep the checkpoint's {self.source_format} integers"
         rest = f"the other weights follow --precision {precision}"
-        return f"pre-quantized {self.source_format.upper()}: {kept} (MatMulNBits, not re-quantized); {rest}"
+        return f"pre-quantized {self.source_format}: {kept} (MatMulNBits, not re-quantized); {rest}"
 
     def manifest(self) -> dict[str, object]:
         return {"source_format": self.source_format, "imported": dict(sorted(self.weights.items())),
@@ -46,7 +46,7 @@ class ImportReport:
 
 def import_native(model: ir.Model, store: ImportedStore, plan: PrecisionPlan, report: ImportReport) -> None:
     """Replace each pre-quantized linear (MatMul with a checkpoint-sourced weight) by MatMulNBits."""
-    report.source_format = store.method
+    report.source_format = NAMES[store.method]
     dtype = NUMPY_DTYPES[plan.io_dtype]
     for node in list(model.graph):
         weight = _linear_weight(node)

@@ -14,10 +14,20 @@ from typing import Any
 import numpy as np
 
 from gqa_export.errors import InputError
-from gqa_export.source.native import NativeLinear, awq_linear, gptq_linear
+from gqa_export.source.native import NativeLinear, awq_linear, gptq_linear, packed_linear
 from gqa_export.source.weights import TensorInfo, WeightStore
 
-QUANT_SUFFIXES = (".qweight", ".qzeros", ".scales", ".g_idx")
+NAMES = {"gptq": "GPTQ", "awq": "AWQ", "compressed-tensors": "compressed-tensors"}
+# per method: tensors every quantized module must have besides its marker
+REQUIRED = {"gptq": (".qzeros", ".scales"), "awq": (".qzeros", ".scales"),
+            "compressed-tensors": (".weight_scale", ".weight_shape")}  # fmt: skip
+# per method: the tensor that marks a quantized module, and every tensor of it the store hides
+MARKER = {"gptq": ".qweight", "awq": ".qweight", "compressed-tensors": ".weight_packed"}
+HIDDEN = {
+    "gptq": (".qweight", ".qzeros", ".scales", ".g_idx"),
+    "awq": (".qweight", ".qzeros", ".scales"),
+    "compressed-tensors": (".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx"),
+}
 
 
 def why_not_imported(qc: dict[str, Any]) -> str | None:
@@ -39,7 +49,34 @@ def why_not_imported(qc: dict[str, Any]) -> str | None:
         if qc.get("zero_point") is False:
             return "AWQ without zero points"
         return None
+    if method == "compressed-tensors":
+        return _why_not_packed(qc)
     return "this format"
+
+
+def _why_not_packed(qc: dict[str, Any]) -> str | None:
+    """compressed-tensors: only `pack-quantized` int4/int8 weights, group or channel, weight-only."""
+    groups = qc.get("config_groups") or {}
+    if not isinstance(groups, dict) or not groups:
+        return "compressed-tensors without config_groups"
+    bits = set()
+    for group in groups.values():
+        weights = (group or {}).get("weights") or {}
+        fmt = str((group or {}).get("format") or qc.get("format") or "")
+        if fmt != "pack-quantized":
+            return f"compressed-tensors format {fmt!r} (only pack-quantized int4/int8 is imported)"
+        if weights.get("type", "int") != "int" or weights.get("num_bits") not in (4, 8):
+            return f"compressed-tensors {weights.get('type')} {weights.get('num_bits')}-bit weights"
+        if weights.get("strategy") not in ("group", "channel"):
+            return f"compressed-tensors strategy {weights.get('strategy')!r} (group and channel are imported)"
+        if weights.get("actorder") not in (None, "weight", "group"):
+            return f"compressed-tensors actorder {weights.get('actorder')!r}"
+        if (group or {}).get("input_activations"):
+            return "compressed-tensors with quantized activations (only weight-only W4A16/W8A16 is imported)"
+        bits.add(int(weights["num_bits"]))
+    if len(bits) > 1:
+        return "compressed-tensors with several weight bit widths"
+    return None
 
 
 def is_imported(qc: dict[str, Any]) -> bool:
@@ -53,34 +90,38 @@ class ImportedStore(WeightStore):
         super().__init__(dict(base._tensors))
         self.quantization = qc
         self.method = str(qc["quant_method"]).lower()
-        prefixes = [n.removesuffix(".qweight") for n in base.names() if n.endswith(".qweight")]
+        marker = MARKER[self.method]
+        prefixes = [n.removesuffix(marker) for n in base.names() if n.endswith(marker)]
         if not prefixes:
             raise InputError(
-                f"this is a pre-quantized {self.method.upper()} checkpoint by its config.json, but it stores no "
-                ".qweight tensors; the checkpoint is inconsistent: export the model's float checkpoint instead"
+                f"this is a pre-quantized {NAMES[self.method]} checkpoint by its config.json, but it stores no "
+                f"{marker} tensors; the checkpoint is inconsistent: export the model's float checkpoint instead"
             )
         experts = [p for p in prefixes if ".experts." in p]
         if experts:
             raise InputError(
-                f"{experts[0]} is a {self.method.upper()}-quantized MoE expert, which gqa-export does not import "
+                f"{experts[0]} is a {NAMES[self.method]}-quantized MoE expert, which gqa-export does not import "
                 "yet; export the model's float checkpoint and choose --precision int4/int8 instead"
             )
         fmt = str(qc.get("checkpoint_format") or qc.get("format") or "gptq")
         self._native: dict[str, NativeLinear] = {}
         self._hidden: set[str] = set()
+        bits = next(iter((qc.get("config_groups") or {}).values()), {}).get("weights", {}).get("num_bits", 4)
         for prefix in prefixes:
-            for name in (f"{prefix}.qzeros", f"{prefix}.scales"):
-                super().info(name)  # present, else one line naming it
+            for suffix in REQUIRED[self.method]:
+                super().info(prefix + suffix)  # present, else one line naming it
             if self.method == "gptq":
                 linear: NativeLinear = gptq_linear(self, prefix, qc, v1=fmt == "gptq")
-            else:
+            elif self.method == "awq":
                 linear = awq_linear(self, prefix, qc)
+            else:
+                linear = packed_linear(self, prefix, int(bits))
             if f"{prefix}.weight" in base:
                 raise InputError(
                     f"{prefix} has both a float weight and quantized tensors; the checkpoint is inconsistent"
                 )
             self._native[linear.name] = linear
-        self._hidden = {f"{p}{s}" for p in prefixes for s in QUANT_SUFFIXES}
+        self._hidden = {f"{p}{s}" for p in prefixes for s in HIDDEN[self.method]}
         self.used_natively: set[str] = set()
 
     def native(self, name: str) -> NativeLinear | None:
@@ -99,7 +140,7 @@ class ImportedStore(WeightStore):
         linear = self._native.get(name)
         if linear is None:
             return super().info(name)
-        return TensorInfo(name, super().info(f"{linear.prefix}.qweight").shard, "F32", (linear.n, linear.k))
+        return TensorInfo(name, super().info(linear.prefix + MARKER[self.method]).shard, "F32", (linear.n, linear.k))
 
     def view(self, name: str) -> np.ndarray:
         linear = self._native.get(name)
@@ -117,4 +158,4 @@ class ImportedStore(WeightStore):
 
     def release(self, name: str) -> None:
         linear = self._native.get(name)
-        super().release(name if linear is None else f"{linear.prefix}.qweight")
+        super().release(name if linear is None else linear.prefix + MARKER[self.method])

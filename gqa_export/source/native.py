@@ -165,20 +165,60 @@ def gptq_linear(store: WeightStore, prefix: str, qc: dict, v1: bool) -> GptqLine
     scales = np.ascontiguousarray(store.read(f"{prefix}.scales").astype(np.float32).T)  # [N, G]
     zeros = unpack_fields(words_as_bytes(store.read(f"{prefix}.qzeros")), bits)[:, :n]  # [G, N]
     z = ((zeros.astype(np.int32) + (1 if v1 else 0)) & ((1 << bits) - 1)).astype(np.uint8).T
-    perm = None
-    if f"{prefix}.g_idx" in store:
-        g_idx = store.read(f"{prefix}.g_idx").astype(np.int64)
-        if not np.array_equal(g_idx, np.arange(k) // group):
-            perm = np.argsort(g_idx, kind="stable")
-            if not np.array_equal(g_idx[perm], np.arange(k) // group):
-                raise InputError(
-                    f"{prefix}.g_idx does not put exactly {group} input rows in each group; "
-                    "it cannot be imported as a permutation: export the float checkpoint instead"
-                )
+    g_idx = store.read(f"{prefix}.g_idx") if f"{prefix}.g_idx" in store else None
+    perm = act_order_permutation(g_idx, group, k, f"{prefix}.g_idx")
     return GptqLinear(
         f"{prefix}.weight", "gptq v1" if v1 else "gptq v2", store, prefix, n, k, bits, group,
         matmul_block_size(group, k), scales, _or_default(np.ascontiguousarray(z), bits), perm,
     )  # fmt: skip
+
+
+def act_order_permutation(g_idx: np.ndarray | None, group: int, k: int, name: str) -> np.ndarray | None:
+    """The input permutation that makes act-order groups contiguous (None when they already are):
+    position t reads input row perm[t] (docs/prequantized.md §3.3)."""
+    if g_idx is None:
+        return None
+    g_idx = g_idx.astype(np.int64)
+    if np.array_equal(g_idx, np.arange(k) // group):
+        return None
+    perm = np.argsort(g_idx, kind="stable")
+    if not np.array_equal(g_idx[perm], np.arange(k) // group):
+        raise InputError(
+            f"{name} does not put exactly {group} input rows in each group; it cannot be imported as a "
+            "permutation: export the float checkpoint instead"
+        )
+    return perm
+
+
+class PackedLinear(NativeLinear):
+    """compressed-tensors pack-quantized: weight_packed int32 [N, ceil(K*b/32)] along K, codes
+    stored unsigned (q + 2^(b-1)); weight_zero_point int32 [ceil(N*b/32), G] along N, stored the
+    same way, absent when symmetric (docs/prequantized.md §3.5)."""
+
+    def codes(self, a: int, b: int) -> np.ndarray:
+        words = self.store.read(f"{self.prefix}.weight_packed", rows=(a, b))
+        return unpack_fields(words_as_bytes(words), self.bits)[:, : self.k]
+
+
+def packed_linear(store: WeightStore, prefix: str, bits: int) -> PackedLinear:
+    n, k = (int(v) for v in store.read(f"{prefix}.weight_shape").reshape(-1)[:2])
+    scales = np.ascontiguousarray(store.read(f"{prefix}.weight_scale").astype(np.float32).reshape(n, -1))  # [N, G]
+    group = k // scales.shape[1]
+    if group * scales.shape[1] != k:
+        raise InputError(f"{prefix}: K={k} is not a whole number of groups; cannot import it exactly")
+    z = None
+    if f"{prefix}.weight_zero_point" in store:
+        z = _or_default(packed_zero_points(store.read(f"{prefix}.weight_zero_point"), bits, n), bits)
+    g_idx = store.read(f"{prefix}.weight_g_idx") if f"{prefix}.weight_g_idx" in store else None
+    return PackedLinear(
+        f"{prefix}.weight", "compressed-tensors pack-quantized", store, prefix, n, k, bits, group,
+        matmul_block_size(group, k), scales, z, act_order_permutation(g_idx, group, k, f"{prefix}.weight_g_idx"),
+    )  # fmt: skip
+
+
+def packed_zero_points(words: np.ndarray, bits: int, n: int) -> np.ndarray:
+    """compressed-tensors zero points int32 [ceil(N*b/32), G], packed along N (dim 0) -> uint8 [N, G]."""
+    return np.ascontiguousarray(unpack_fields(words_as_bytes(words.T), bits)[:, :n].T)
 
 
 def awq_linear(store: WeightStore, prefix: str, qc: dict) -> AwqLinear:

@@ -21,7 +21,7 @@ from gqa_export.source.imported import is_imported, why_not_imported
 
 IMPORTED = frozenset({"mxfp4"})
 # imported as their own integers when the variant is (source/imported.py, docs/prequantized.md §1)
-NATIVE = frozenset({"gptq", "awq"})
+NATIVE = frozenset({"gptq", "awq", "compressed-tensors"})
 # quant_method -> the format's name as its users know it
 FORMATS = {
     "gptq": "GPTQ",
