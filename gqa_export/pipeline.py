@@ -271,7 +271,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if mm:
         add_config_sections(config, mm)
     notes: list[str] = [attention.reason]
-    if import_report.weights:
+    if import_report.source_format:
         notes.append(import_report.note(plan.name))
     check_free_space(opts.output, sum(v.const_value.nbytes for v in external_values(models[0])))  # type: ignore[union-attr]
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
@@ -301,7 +301,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             write_json(staged.path / "quant_report.json", report)
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
         manifest["options"]["io"] = io.as_json()
-        if import_report.weights:  # where each weight's quantization came from
+        if import_report.source_format:  # where each weight's quantization came from
             manifest["options"]["imported_quantization"] = import_report.manifest()
         manifest["options"]["kv_cache"] = kv_cache
         manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None, mm is not None)

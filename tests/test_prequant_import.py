@@ -17,12 +17,12 @@ import numpy as np
 import onnx
 import pytest
 from families import PROMPT
-from prequant_models import awq_pair, gptq_pair, packed_pair
+from prequant_models import awq_pair, fp8_pair, gptq_pair, packed_pair
 from reference import assert_varied, genai_prompt_then_greedy, hf_generate, hf_model, parity_error
 
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.source import native
+from gqa_export.source import fp8, native
 
 BOUND = 1e-4
 CASES = {
@@ -212,3 +212,47 @@ def test_packed_variants_not_imported_are_refused(pairs, tmp_path, change, says)
         export(mutant, tmp_path / "out")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("block", [(48, 48), (128, 128), None])
+def test_fp8_dequantized_exactly(tmp_path, block):
+    """FP8 block-wise (partial last blocks with 48) and per-tensor: exact at fp32, tokens equal."""
+    quantized, twin = fp8_pair(tmp_path, block)
+    package = export(quantized, tmp_path / "pkg")
+    assert parity_error(package, twin) < BOUND
+    assert not nbits_nodes(package)
+    imported = json.loads((package / "manifest.json").read_text())["options"]["imported_quantization"]
+    assert imported["source_format"] == "FP8" and len(imported["dequantized"]) == 14
+    if block == (48, 48):
+        _, tokens = genai_prompt_then_greedy(package, list(PROMPT), 12)
+        assert tokens == hf_generate(hf_model(twin), list(PROMPT), 12)
+        assert_varied([tokens])
+
+
+def test_mutant_fp8_scales_ignored(tmp_path, monkeypatch):
+    """The reported bug: FP8 codes read without their block scales."""
+    monkeypatch.setattr(
+        fp8.Fp8Linear, "dequantized_rows", lambda self, a, b: self.base.read(self.name, rows=(a, b)).astype(np.float32)
+    )
+    quantized, twin = fp8_pair(tmp_path, (48, 48))
+    assert parity_error(export(quantized, tmp_path / "pkg"), twin) > 100 * BOUND
+
+
+def test_mutant_fp8_block_transposed(tmp_path, monkeypatch):
+    """Block scales indexed [k-block, n-block]: wrong wherever the scale grid is not symmetric."""
+    original = fp8.Fp8Linear.dequantized_rows
+
+    def transposed(self, a, b):
+        if self.block is None:
+            return original(self, a, b)
+        w = self.base.read(self.name, rows=(a, b)).astype(np.float32)
+        scale = self.base.read(self.scale_name).astype(np.float32)
+        bn, bk = self.block
+        idx_n, idx_k = np.arange(a, b) // bn, np.arange(self.k) // bk
+        padded = np.ones((max(scale.shape),) * 2, np.float32)
+        padded[: scale.shape[1], : scale.shape[0]] = scale.T
+        return w * padded[idx_n][:, idx_k]
+
+    monkeypatch.setattr(fp8.Fp8Linear, "dequantized_rows", transposed)
+    quantized, twin = fp8_pair(tmp_path, (48, 48))
+    assert parity_error(export(quantized, tmp_path / "pkg"), twin) > 100 * BOUND

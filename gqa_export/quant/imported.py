@@ -35,6 +35,9 @@ class ImportReport:
     dequantized: list[str] = field(default_factory=list)  # read as float (a path that cannot take the integers)
 
     def note(self, precision: str) -> str:
+        if not self.weights:
+            done = f"{len(self.dequantized)} weights dequantized exactly to float while streaming"
+            return f"pre-quantized {self.source_format}: {done}, then --precision {precision} like a float checkpoint"
         kept = f"{len(self.weights)} linear layers keep the checkpoint's {self.source_format} integers"
         rest = f"the other weights follow --precision {precision}"
         return f"pre-quantized {self.source_format}: {kept} (MatMulNBits, not re-quantized); {rest}"
@@ -56,9 +59,7 @@ def import_native(model: ir.Model, store: ImportedStore, plan: PrecisionPlan, re
         if not members or any(m is None for m in members):
             continue
         _to_matmul_nbits(model, node, weight, [m for m in members if m is not None], dtype, plan, report)
-    for name in store.natives():
-        if name not in report.weights:
-            report.dequantized.append(name)
+    report.dequantized = sorted(name for name in store.virtual() if name not in report.weights)
     for name, value in list(model.graph.initializers.items()):
         if not value.uses() and value not in model.graph.outputs:
             del model.graph.initializers[name]

@@ -6,8 +6,9 @@ generates garbage (an FP8 block-quantized checkpoint did exactly that: its `weig
 tensors were ignored), or fails far from the cause ("q_proj.weight is missing" for GPTQ). So the
 config's `quantization_config` (also inside `text_config`, or the older side files AutoGPTQ and
 AutoAWQ write) and the tensor names are checked before anything is built. Imported: gpt-oss's
-MXFP4 experts, dequantized exactly while streaming (graph/experts.py), and GPTQ / AWQ GEMM linears,
-whose integers go into MatMulNBits as they are (source/imported.py, docs/prequantized.md).
+MXFP4 experts, dequantized exactly while streaming (graph/experts.py); GPTQ / AWQ GEMM /
+compressed-tensors pack-quantized linears, whose integers go into MatMulNBits as they are; FP8
+linears, dequantized exactly (source/imported.py, docs/prequantized.md).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from gqa_export.errors import InputError
 from gqa_export.source.imported import is_imported, why_not_imported
 
 IMPORTED = frozenset({"mxfp4"})
-# imported as their own integers when the variant is (source/imported.py, docs/prequantized.md §1)
-NATIVE = frozenset({"gptq", "awq", "compressed-tensors"})
+# imported when the variant is (source/imported.py, docs/prequantized.md §1): the integers kept, or
+# FP8 dequantized exactly
+NATIVE = frozenset({"gptq", "awq", "compressed-tensors", "fp8"})
 # quant_method -> the format's name as its users know it
 FORMATS = {
     "gptq": "GPTQ",
