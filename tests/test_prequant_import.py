@@ -100,6 +100,12 @@ def test_int4_precision_keeps_the_checkpoint_integers(pairs, tmp_path):
     assert manifest["options"]["quantization"]["quantized_weights"] >= 1  # the float lm_head
     assert len(manifest["options"]["imported_quantization"]["imported"]) == 14
     assert all("gptq v1 4-bit group 32" in v for v in manifest["options"]["imported_quantization"]["imported"].values())
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    shown = CliRunner().invoke(app, ["inspect", str(tmp_path / "pkg")], terminal_width=200)
+    assert "GPTQ: 14 weights imported as integers, 0 dequantized" in shown.output
 
 
 def test_mutant_zero_point_offset_v1_read_as_v2(pairs, tmp_path):
@@ -256,3 +262,15 @@ def test_mutant_fp8_block_transposed(tmp_path, monkeypatch):
     monkeypatch.setattr(fp8.Fp8Linear, "dequantized_rows", transposed)
     quantized, twin = fp8_pair(tmp_path, (48, 48))
     assert parity_error(export(quantized, tmp_path / "pkg"), twin) > 100 * BOUND
+
+
+def test_packed_projections_with_different_permutations_are_refused(tmp_path, monkeypatch):
+    """q/k/v packed into one MatMul must share one act-order permutation; otherwise one line."""
+    import prequant_models
+
+    monkeypatch.setattr(prequant_models, "SHARED_INPUT", {})  # each projection its own permutation
+    quantized, _ = prequant_models.gptq_pair(tmp_path)
+    with pytest.raises(InputError, match="packed into one MatMul") as err:
+        export(quantized, tmp_path / "out")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()

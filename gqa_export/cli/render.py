@@ -85,6 +85,18 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
             else []
         ),
         ("I/O", ", ".join(f"{k} {shown(v)}" for k, v in s["io"].items())),
+        *(
+            [
+                (
+                    "pre-quantized",
+                    "{source_format}: {imported} weights imported as integers, {dequantized} dequantized".format(
+                        **s["imported_quantization"]
+                    ),
+                )
+            ]
+            if s.get("imported_quantization")
+            else []
+        ),
     ):
         head.add_row(f"[bold]{key}[/]", escape(str(value)))
     console.print(head)
