@@ -274,3 +274,22 @@ def test_packed_projections_with_different_permutations_are_refused(tmp_path, mo
         export(quantized, tmp_path / "out")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_packed_weights_stream_in_row_blocks(pairs, tmp_path, monkeypatch):
+    """B is written a block of output rows at a time from the checkpoint's codes (bounded memory),
+    and the package is still exact."""
+    from gqa_export.graph import params
+
+    monkeypatch.setattr(params, "CHUNK_BYTES", 16 * 128)  # 16 rows of K=128 (8..32 rows a block here)
+    seen: list[int] = []
+    original = native.NativeLinear.packed_rows
+
+    def recording(self, a, b):
+        seen.append(b - a)
+        return original(self, a, b)
+
+    monkeypatch.setattr(native.NativeLinear, "packed_rows", recording)
+    quantized, twin = pairs("gptq-v1-4bit-act-order")
+    assert parity_error(export(quantized, tmp_path / "pkg"), twin) < BOUND
+    assert seen and max(seen) <= 32 and len(seen) >= 14 * 2

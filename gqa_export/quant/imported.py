@@ -95,12 +95,23 @@ def _to_matmul_nbits(
                 yield m.packed_rows(a, b)
             m.store.release(m.name)
 
-    packed = StreamedTensor(blocks, ir.DataType.UINT8, (n, kb, blob))
-    scales = np.concatenate([m.block_scales() for m in members]).astype(dtype)
-    inputs = [_register(graph, f"{base}.qweight", packed), _register(graph, f"{base}.scales", ir.Tensor(scales))]
-    if any(m.zero_points is not None for m in members):
+    def scales() -> ir.TensorProtocol:  # read when written: one weight's scales in memory at a time
+        return ir.Tensor(np.concatenate([m.block_scales() for m in members]).astype(dtype))
+
+    def zero_points() -> ir.TensorProtocol:
         zp = pack_fields(np.concatenate([m.block_zero_points() for m in members]), bits)
-        inputs.append(_register(graph, f"{base}.zero_points", ir.Tensor(np.ascontiguousarray(zp))))
+        return ir.Tensor(np.ascontiguousarray(zp))
+
+    packed = StreamedTensor(blocks, ir.DataType.UINT8, (n, kb, blob))
+    inputs = [
+        _register(graph, f"{base}.qweight", packed),
+        _register(graph, f"{base}.scales", ir.LazyTensor(scales, dtype=plan.io_dtype, shape=ir.Shape([n, kb]))),
+    ]
+    if not all(m.symmetric for m in members):
+        zp_shape = ir.Shape([n, (kb * bits + 7) // 8])
+        inputs.append(
+            _register(graph, f"{base}.zero_points", ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=zp_shape))
+        )
     activations = node.inputs[0]
     assert activations is not None
     nodes: list[ir.Node] = []
@@ -119,5 +130,5 @@ def _to_matmul_nbits(
     for m in members:
         how = f"{m.fmt} {bits}-bit group {m.group} (block {bs})"
         how += " act-order" if m.perm is not None else ""
-        how += " symmetric" if m.zero_points is None else ""
+        how += " symmetric" if m.symmetric else ""
         report.weights[m.name] = how

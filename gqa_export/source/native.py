@@ -9,6 +9,7 @@ the integers reads. Nothing is re-rounded: the codes are moved, never recomputed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,9 +78,14 @@ class NativeLinear:
     bits: int
     group: int
     block_size: int
-    scales: np.ndarray  # float32 [N, G]
-    zero_points: np.ndarray | None  # uint8 [N, G] (None: all 2^(bits-1), the op's default)
+    # (scales float32 [N, G], zero points uint8 [N, G] or None when all are the op's default
+    # 2^(bits-1)), read from the checkpoint on each call and not kept: memory stays bounded
+    params: Callable[[], tuple[np.ndarray, np.ndarray | None]]
     perm: np.ndarray | None  # int64 [K]: position t of the node's input is original row perm[t]
+    symmetric: bool = False  # no zero-point input (every zero point is the default)
+
+    def __post_init__(self) -> None:
+        self.symmetric = self.params()[1] is None
 
     @property
     def k_blocks(self) -> int:
@@ -102,13 +108,14 @@ class NativeLinear:
 
     def block_scales(self) -> np.ndarray:
         """float32 [N, k_blocks]."""
-        return np.repeat(self.scales, self.repeat, axis=1)
+        return np.repeat(self.params()[0], self.repeat, axis=1)
 
     def block_zero_points(self) -> np.ndarray:
         """uint8 [N, k_blocks], the default 2^(bits-1) filled in when symmetric."""
-        if self.zero_points is None:
+        zero_points = self.params()[1]
+        if zero_points is None:
             return np.full((self.n, self.k_blocks), 1 << (self.bits - 1), np.uint8)
-        return np.repeat(self.zero_points, self.repeat, axis=1)
+        return np.repeat(zero_points, self.repeat, axis=1)
 
     def dequantized_rows(self, a: int, b: int) -> np.ndarray:
         """W [b - a, K] float32 = (q - z) * s, each input row in its own group (what the checkpoint means)."""
@@ -117,11 +124,11 @@ class NativeLinear:
         if self.perm is not None:  # row perm[t] is in group t // group
             group_of = np.empty(self.k, np.int64)
             group_of[self.perm] = np.arange(self.k) // self.group
-        zp = self.zero_points
+        scales, zp = self.params()
         if zp is None:
-            zp = np.full((self.n, self.scales.shape[1]), 1 << (self.bits - 1), np.uint8)
+            zp = np.full(scales.shape, 1 << (self.bits - 1), np.uint8)
         z = zp[a:b].astype(np.float32)[:, group_of]
-        return (q - z) * self.scales[a:b][:, group_of]
+        return (q - z) * scales[a:b][:, group_of]
 
 
 class GptqLinear(NativeLinear):
@@ -161,15 +168,18 @@ def gptq_linear(store: WeightStore, prefix: str, qc: dict, v1: bool) -> GptqLine
     group = k if group <= 0 else group
     if k % group:
         raise InputError(f"{prefix}: K={k} is not a whole number of GPTQ groups of {group}; cannot import it exactly")
-    k // group
-    scales = np.ascontiguousarray(store.read(f"{prefix}.scales").astype(np.float32).T)  # [N, G]
-    zeros = unpack_fields(words_as_bytes(store.read(f"{prefix}.qzeros")), bits)[:, :n]  # [G, N]
-    z = ((zeros.astype(np.int32) + (1 if v1 else 0)) & ((1 << bits) - 1)).astype(np.uint8).T
+
+    def params() -> tuple[np.ndarray, np.ndarray | None]:
+        scales = np.ascontiguousarray(store.read(f"{prefix}.scales").astype(np.float32).T)  # [N, G]
+        zeros = unpack_fields(words_as_bytes(store.read(f"{prefix}.qzeros")), bits)[:, :n]  # [G, N]
+        z = ((zeros.astype(np.int32) + (1 if v1 else 0)) & ((1 << bits) - 1)).astype(np.uint8).T
+        return scales, _or_default(np.ascontiguousarray(z), bits)
+
     g_idx = store.read(f"{prefix}.g_idx") if f"{prefix}.g_idx" in store else None
     perm = act_order_permutation(g_idx, group, k, f"{prefix}.g_idx")
     return GptqLinear(
         f"{prefix}.weight", "gptq v1" if v1 else "gptq v2", store, prefix, n, k, bits, group,
-        matmul_block_size(group, k), scales, _or_default(np.ascontiguousarray(z), bits), perm,
+        matmul_block_size(group, k), params, perm,
     )  # fmt: skip
 
 
@@ -202,17 +212,23 @@ class PackedLinear(NativeLinear):
 
 def packed_linear(store: WeightStore, prefix: str, bits: int) -> PackedLinear:
     n, k = (int(v) for v in store.read(f"{prefix}.weight_shape").reshape(-1)[:2])
-    scales = np.ascontiguousarray(store.read(f"{prefix}.weight_scale").astype(np.float32).reshape(n, -1))  # [N, G]
-    group = k // scales.shape[1]
-    if group * scales.shape[1] != k:
+    groups = int(np.prod(store.info(f"{prefix}.weight_scale").shape)) // n
+    group = k // max(1, groups)
+    if group * groups != k:
         raise InputError(f"{prefix}: K={k} is not a whole number of groups; cannot import it exactly")
-    z = None
-    if f"{prefix}.weight_zero_point" in store:
-        z = _or_default(packed_zero_points(store.read(f"{prefix}.weight_zero_point"), bits, n), bits)
+
+    stored_zero_points = f"{prefix}.weight_zero_point" in store  # asked now: the store hides it later
+
+    def params() -> tuple[np.ndarray, np.ndarray | None]:
+        scales = np.ascontiguousarray(store.read(f"{prefix}.weight_scale").astype(np.float32).reshape(n, -1))
+        if not stored_zero_points:
+            return scales, None
+        return scales, _or_default(packed_zero_points(store.read(f"{prefix}.weight_zero_point"), bits, n), bits)
+
     g_idx = store.read(f"{prefix}.weight_g_idx") if f"{prefix}.weight_g_idx" in store else None
     return PackedLinear(
         f"{prefix}.weight", "compressed-tensors pack-quantized", store, prefix, n, k, bits, group,
-        matmul_block_size(group, k), scales, z, act_order_permutation(g_idx, group, k, f"{prefix}.weight_g_idx"),
+        matmul_block_size(group, k), params, act_order_permutation(g_idx, group, k, f"{prefix}.weight_g_idx"),
     )  # fmt: skip
 
 
@@ -224,15 +240,19 @@ def packed_zero_points(words: np.ndarray, bits: int, n: int) -> np.ndarray:
 def awq_linear(store: WeightStore, prefix: str, qc: dict) -> AwqLinear:
     qweight = store.info(f"{prefix}.qweight")
     k, n = qweight.shape[0], qweight.shape[1] * 8
-    scales = np.ascontiguousarray(store.read(f"{prefix}.scales").astype(np.float32).T)  # [N, G]
-    group = k // scales.shape[1]
-    if group * scales.shape[1] != k:
+    groups = store.info(f"{prefix}.scales").shape[0]
+    group = k // groups
+    if group * groups != k:
         raise InputError(f"{prefix}: K={k} is not a whole number of AWQ groups; cannot import it exactly")
-    z = np.ascontiguousarray(awq_unpack(store.read(f"{prefix}.qzeros")).T)  # [N, G]
+
+    def params() -> tuple[np.ndarray, np.ndarray | None]:
+        scales = np.ascontiguousarray(store.read(f"{prefix}.scales").astype(np.float32).T)  # [N, G]
+        z = np.ascontiguousarray(awq_unpack(store.read(f"{prefix}.qzeros")).T)  # [N, G]
+        return scales, _or_default(z, 4)
+
     return AwqLinear(
-        f"{prefix}.weight", "awq gemm", store, prefix, n, k, 4, group, matmul_block_size(group, k),
-        scales, _or_default(z, 4), None,
-    )  # fmt: skip
+        f"{prefix}.weight", "awq gemm", store, prefix, n, k, 4, group, matmul_block_size(group, k), params, None
+    )
 
 
 def _or_default(z: np.ndarray, bits: int) -> np.ndarray | None:
