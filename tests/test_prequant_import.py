@@ -293,3 +293,21 @@ def test_packed_weights_stream_in_row_blocks(pairs, tmp_path, monkeypatch):
     quantized, twin = pairs("gptq-v1-4bit-act-order")
     assert parity_error(export(quantized, tmp_path / "pkg"), twin) < BOUND
     assert seen and max(seen) <= 32 and len(seen) >= 14 * 2
+
+
+def test_quantized_moe_experts_are_refused(pairs, tmp_path):
+    """Quantized experts (per-expert tensors under `.experts.`) are not imported yet: one line."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    quantized, _ = pairs("gptq-v1-2bit")
+    src = tmp_path / "src"
+    shutil.copytree(quantized, src)
+    tensors = load_file(src / "model.safetensors")
+    moved = {k.replace("layers.0.mlp.down_proj", "layers.0.mlp.experts.0.down_proj"): v for k, v in tensors.items()}
+    save_file(moved, str(src / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(InputError, match="GPTQ-quantized MoE expert") as err:
+        export(src, tmp_path / "out")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
