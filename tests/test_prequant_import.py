@@ -69,6 +69,7 @@ def test_imported_equals_dequantized_twin(pairs, tmp_path, name):
     quantized, twin = pairs(name)
     package = export(quantized, tmp_path / "pkg")
     assert parity_error(package, twin) < BOUND
+    assert parity_error(package, twin, [0]) < BOUND  # a 1-token prompt
     nodes = nbits_nodes(package)
     assert len(nodes) >= 8  # q/k/v (packed or not), o, gate/up, down in both layers
     assert all(len(n.input) <= 4 for n in nodes)  # never a g_idx input

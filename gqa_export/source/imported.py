@@ -1,10 +1,11 @@
 """A pre-quantized checkpoint seen as the float model it means, with its integers kept aside.
 
-`ImportedStore` wraps the checkpoint's `WeightStore`: each quantized linear `P` (its `P.qweight`,
-`P.qzeros`, `P.scales`, `P.g_idx` tensors) appears as a float `P.weight` [N, K], so every family's
-graph is built exactly as for a float checkpoint. Reading that weight dequantizes it (rows on
-demand); the quantize stage instead asks `native(name)` and moves the integers into MatMulNBits
-unchanged (quant/imported.py). Which quantization configs are imported: docs/prequantized.md §1.
+`ImportedStore` wraps the checkpoint's `WeightStore`: each quantized linear `P` (GPTQ/AWQ's
+`P.qweight`, `P.qzeros`, `P.scales`, `P.g_idx`; compressed-tensors' `P.weight_packed`, ...; FP8's
+float8 `P.weight` with its scale) appears as a float `P.weight` [N, K], so every family's graph is
+built exactly as for a float checkpoint. Reading that weight dequantizes it (rows on demand); for
+the integer formats the quantize stage instead asks `native(name)` and moves the integers into
+MatMulNBits unchanged (quant/imported.py). Which configs are imported: docs/prequantized.md §1.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """A pre-quantized linear's own integers, scales and zero points in MatMulNBits' layout.
 
-GPTQ and AWQ store each quantized Linear `P` as integer codes plus per-group scales and zero
-points instead of `P.weight` (docs/prequantized.md §3). `NativeLinear` reads them in row
-blocks of the output dimension N, as the MatMulNBits blobs (`packed_rows`), and also as float
-(`dequantized_rows`), which is what the checkpoint means and what every path that does not import
-the integers reads. Nothing is re-rounded: the codes are moved, never recomputed.
+GPTQ, AWQ and compressed-tensors pack-quantized store each quantized Linear `P` as integer codes
+plus per-group scales and zero points instead of `P.weight` (docs/prequantized.md §3).
+`NativeLinear` reads them in row blocks of the output dimension N, as the MatMulNBits blobs
+(`packed_rows`), and also as float (`dequantized_rows`), which is what the checkpoint means and
+what every path that does not import the integers reads. Nothing is re-rounded: the codes are moved, never recomputed.
 """
 
 from __future__ import annotations
