@@ -312,3 +312,10 @@ def test_quantized_moe_experts_are_refused(pairs, tmp_path):
         export(src, tmp_path / "out")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_fp8_int4_equals_the_twin_int4_byte_for_byte(tmp_path):
+    """FP8's dequantized weights then follow --precision like a float checkpoint's: the same bytes."""
+    quantized, twin = fp8_pair(tmp_path, (48, 48))
+    a, b = export(quantized, tmp_path / "a", "int4"), export(twin, tmp_path / "b", "int4")
+    assert (a / "model.onnx.data").read_bytes() == (b / "model.onnx.data").read_bytes()
