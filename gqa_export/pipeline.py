@@ -49,6 +49,7 @@ from gqa_export.package.staging import (
 )
 from gqa_export.package.writer import external_values
 from gqa_export.progress import NullReporter, Reporter
+from gqa_export.quant.imported import ImportReport, import_native
 from gqa_export.quant.kv_cache import KvQuantOptions, check_kv_options, quantize_kv_cache
 from gqa_export.quant.quantize import (
     SUPPORTED,
@@ -64,6 +65,7 @@ from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
 from gqa_export.source.fetch import Source
+from gqa_export.source.imported import ImportedStore
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     recipe = recipe.for_ep(opts.ep)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
     dims = read_dims(text_config, get_spec(recipe.arch), generation, outer)
-    store = checkpoint.store
+    imported = prequantized.imported_config(checkpoint.raw_config)  # GPTQ / AWQ: docs/prequantized.md
+    store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
@@ -252,7 +255,10 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     opt_report = opt_reports[0]
     reporter.stage("quantize")
     quant_report = QuantizeReport(plan.name, measure_errors=opts.report)
+    import_report = ImportReport()
     for model in models:
+        if isinstance(store, ImportedStore):  # the checkpoint's own integers first, the rest by `plan`
+            import_native(model, store, plan, import_report)
         quantize(model, plan, quant_report)
 
     encoders = build_encoders(mm, dims, spec, store, plan.io_dtype) if mm else []
@@ -270,6 +276,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if mm:
         add_config_sections(config, mm)
     notes: list[str] = [attention.reason]
+    if import_report.source_format:
+        notes.append(import_report.note(plan.name))
     check_free_space(opts.output, sum(v.const_value.nbytes for v in external_values(models[0])))  # type: ignore[union-attr]
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
         graphs = [(g.filename, m) for g, m in zip(attention.graphs, models, strict=True)]
@@ -298,6 +306,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             write_json(staged.path / "quant_report.json", report)
         manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
         manifest["options"]["io"] = io.as_json()
+        if import_report.source_format:  # where each weight's quantization came from
+            manifest["options"]["imported_quantization"] = import_report.manifest()
         manifest["options"]["kv_cache"] = kv_cache
         if opts.lora_targets:
             manifest["options"]["lora_targets"] = list(opts.lora_targets)

@@ -44,6 +44,7 @@ def summary(pkg: Package) -> dict[str, Any]:
         "kv_cache_bytes_per_row": pkg.kv_bytes_per_row(),
         "recurrent_state_bytes_per_row": pkg.state_bytes_per_row(),
         "io": _io(first, options),
+        "imported_quantization": _imported(pkg),
         "graphs": [
             {
                 "filename": g.filename,
@@ -69,6 +70,15 @@ def _lora(graph: Any) -> dict[str, Any] | None:
         return None
     modules = [n.removesuffix(".lora_A.weight") for n in names]
     return {"modules": modules, "targets": sorted({m.rpartition(".")[2] for m in modules})}
+
+
+def _imported(pkg: Package) -> dict[str, Any] | None:
+    """Where the weights' quantization came from, for a pre-quantized source (docs/prequantized.md §2)."""
+    entry = ((pkg.manifest or {}).get("options") or {}).get("imported_quantization")
+    if not entry:
+        return None
+    return {"source_format": entry.get("source_format"), "imported": len(entry.get("imported") or {}),
+            "dequantized": len(entry.get("dequantized") or [])}  # fmt: skip
 
 
 def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:

@@ -90,6 +90,18 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
             if s.get("lora")
             else []
         ),
+        *(
+            [
+                (
+                    "pre-quantized",
+                    "{source_format}: {imported} weights imported as integers, {dequantized} dequantized".format(
+                        **s["imported_quantization"]
+                    ),
+                )
+            ]
+            if s.get("imported_quantization")
+            else []
+        ),
     ):
         head.add_row(f"[bold]{key}[/]", escape(str(value)))
     console.print(head)

@@ -43,7 +43,7 @@ WIDER_THAN_IO_META = "gqa_export.wider_than_io"
 class StreamedTensor(ir.LazyTensor):
     """A lazy tensor produced as blocks in row-major order; `tofile` writes block by block."""
 
-    __slots__ = ("_blocks", "release", "scatter", "source_rows")
+    __slots__ = ("_blocks", "release", "scatter", "source_rows", "sources")
 
     def __init__(self, blocks: Callable[[], Iterator[np.ndarray]], dtype: ir.DataType, shape: Sequence[int]) -> None:
         dims = tuple(int(d) for d in shape)
@@ -61,6 +61,9 @@ class StreamedTensor(ir.LazyTensor):
         # Set where streaming in row order would be slow: `scatter(write_at)` writes the same bytes
         # out of order through write_at(offset in the tensor, bytes); the writer honours it.
         self.scatter: Callable[[Callable[[int, memoryview], None]], None] | None = None
+        # The HF Linear weights [out, in] this MatMul weight concatenates on `out` (matmul_weight):
+        # a pre-quantized checkpoint's integers are imported by these names (quant/imported.py)
+        self.sources: tuple[str, ...] = ()
 
     def blocks(self) -> Iterator[np.ndarray]:
         """The tensor's values as consecutive row-major blocks (each <= CHUNK_BYTES)."""
@@ -119,6 +122,7 @@ class Params:
         tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
         tensor.source_rows = lambda a, b: self._source_rows(names, a, b)
         tensor.release = lambda: self._release(names)
+        tensor.sources = tuple(names)
         if CHUNK_BYTES // row_bytes < min(MIN_SLAB_ROWS, in_dim):
             tensor.scatter = lambda write_at: self._scatter(names, in_dim, out_dim, write_at)
         return tensor

@@ -5,8 +5,10 @@ instead of, each linear's `weight`. Read as if it were float, it exports a packa
 generates garbage (an FP8 block-quantized checkpoint did exactly that: its `weight_scale_inv`
 tensors were ignored), or fails far from the cause ("q_proj.weight is missing" for GPTQ). So the
 config's `quantization_config` (also inside `text_config`, or the older side files AutoGPTQ and
-AutoAWQ write) and the tensor names are checked before anything is built. The one format that is
-imported is gpt-oss's MXFP4 experts, dequantized exactly while streaming (graph/experts.py).
+AutoAWQ write) and the tensor names are checked before anything is built. Imported: gpt-oss's
+MXFP4 experts, dequantized exactly while streaming (graph/experts.py); GPTQ / AWQ GEMM /
+compressed-tensors pack-quantized linears, whose integers go into MatMulNBits as they are; FP8
+linears, dequantized exactly (source/imported.py, docs/prequantized.md).
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import InputError
+from gqa_export.source.imported import is_imported, why_not_imported
 
 IMPORTED = frozenset({"mxfp4"})
+# imported when the variant is (source/imported.py, docs/prequantized.md §1): the integers kept, or
+# FP8 dequantized exactly
+NATIVE = frozenset({"gptq", "awq", "compressed-tensors", "fp8"})
 # quant_method -> the format's name as its users know it
 FORMATS = {
     "gptq": "GPTQ",
@@ -63,8 +69,18 @@ TENSOR_MARKS = (
 )
 
 
+def imported_config(raw: dict[str, Any]) -> dict[str, Any] | None:
+    """The quantization_config of a checkpoint whose integers are imported (GPTQ, AWQ GEMM), else None."""
+    qc = raw.get("quantization_config")  # a multimodal checkpoint's (in text_config) is not imported yet
+    if not isinstance(qc, dict) or str(qc.get("quant_method", "")).lower() not in NATIVE:
+        return None
+    return qc if is_imported(qc) else None
+
+
 def check_config(raw: dict[str, Any], model_dir: Path) -> None:
     """Refuse a config that declares a quantization this tool does not import."""
+    if imported_config(raw) is not None:  # its side files (quantize_config.json) say the same
+        return
     for config in (raw, raw.get("text_config")):
         if isinstance(config, dict) and config.get("quantization_config") is not None:
             _refuse_declared(config["quantization_config"])
@@ -92,6 +108,8 @@ def _refuse_declared(quantization: Any) -> None:
     if method in IMPORTED:
         return
     fmt = FORMATS.get(str(method).lower(), f"'{method}'")
+    if str(method).lower() in NATIVE:  # imported in general, not this variant
+        _refuse(fmt, f"{why_not_imported(quantization)}")
     _refuse(fmt, f"config.json's quantization_config says quant_method {method!r}")
 
 

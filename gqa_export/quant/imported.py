@@ -1,0 +1,134 @@
+"""A pre-quantized checkpoint's integers moved into MatMulNBits, never re-rounded.
+
+Runs before the precision stage. Every linear layer whose weight is a concatenation of
+pre-quantized linears (`source.imported.ImportedStore.native`) becomes one MatMulNBits whose
+B, scales and zero points are the checkpoint's own, streamed a block of output rows at a time
+(docs/prequantized.md §3). Rules from the op's measured behaviour (docs/prequantized.md §4):
+- no `g_idx` input ever: act-order is a Gather of the activations by the input permutation;
+- no zero-point input when every zero point is the default 2^(bits-1);
+- scales cast to the activation dtype (fp16 -> fp32 is exact).
+Packed QKV / gate-up concatenate along N, which is exact when the members agree on bits, block
+size and permutation; when they do not, the export is refused in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.errors import InputError
+from gqa_export.graph.params import NUMPY_DTYPES, StreamedTensor, row_blocks
+from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
+from gqa_export.source.imported import NAMES, ImportedStore
+from gqa_export.source.native import NativeLinear, pack_fields
+
+
+@dataclass
+class ImportReport:
+    """What came from the checkpoint's own quantization (for the manifest and build notes)."""
+
+    source_format: str = ""
+    weights: dict[str, str] = field(default_factory=dict)  # HF weight name -> "gptq v1 4-bit block 32 act-order"
+    dequantized: list[str] = field(default_factory=list)  # read as float (a path that cannot take the integers)
+
+    def note(self, precision: str) -> str:
+        if not self.weights:
+            done = f"{len(self.dequantized)} weights dequantized exactly to float while streaming"
+            return f"pre-quantized {self.source_format}: {done}, then --precision {precision} like a float checkpoint"
+        kept = f"{len(self.weights)} linear layers keep the checkpoint's {self.source_format} integers"
+        rest = f"the other weights follow --precision {precision}"
+        return f"pre-quantized {self.source_format}: {kept} (MatMulNBits, not re-quantized); {rest}"
+
+    def manifest(self) -> dict[str, object]:
+        return {"source_format": self.source_format, "imported": dict(sorted(self.weights.items())),
+                "dequantized": sorted(self.dequantized)}  # fmt: skip
+
+
+def import_native(model: ir.Model, store: ImportedStore, plan: PrecisionPlan, report: ImportReport) -> None:
+    """Replace each pre-quantized linear (MatMul with a checkpoint-sourced weight) by MatMulNBits."""
+    report.source_format = NAMES[store.method]
+    dtype = NUMPY_DTYPES[plan.io_dtype]
+    for node in list(model.graph):
+        weight = _linear_weight(node)
+        if weight is None or node.op_type != "MatMul" or not isinstance(weight.const_value, StreamedTensor):
+            continue
+        members = [store.native(s) for s in weight.const_value.sources]
+        if not members or any(m is None for m in members):
+            continue
+        _to_matmul_nbits(model, node, weight, [m for m in members if m is not None], dtype, plan, report)
+    report.dequantized = sorted(name for name in store.virtual() if name not in report.weights)
+    for name, value in list(model.graph.initializers.items()):
+        if not value.uses() and value not in model.graph.outputs:
+            del model.graph.initializers[name]
+
+
+def _to_matmul_nbits(
+    model: ir.Model,
+    node: ir.Node,
+    weight: ir.Value,
+    members: list[NativeLinear],
+    dtype: np.dtype,
+    plan: PrecisionPlan,
+    report: ImportReport,
+) -> None:
+    first = members[0]
+    for other in members[1:]:
+        same_perm = (first.perm is None) == (other.perm is None) and (
+            first.perm is None or np.array_equal(first.perm, other.perm)
+        )
+        if (other.bits, other.block_size, other.k) != (first.bits, first.block_size, first.k) or not same_perm:
+            raise InputError(
+                f"{first.prefix} and {other.prefix} are packed into one MatMul but were quantized differently "
+                "(bits, group size or act-order permutation); gqa-export cannot import them packed yet: "
+                "export the model's float checkpoint instead"
+            )
+    n, k, bits, bs = sum(m.n for m in members), first.k, first.bits, first.block_size
+    kb, blob = k // bs, bs * bits // 8
+    graph, base = model.graph, (weight.name or "w").removesuffix(".weight")
+
+    def blocks() -> Iterator[np.ndarray]:
+        for m in members:
+            for a, b in row_blocks(m.n, k):
+                yield m.packed_rows(a, b)
+            m.store.release(m.name)
+
+    def scales() -> ir.TensorProtocol:  # read when written: one weight's scales in memory at a time
+        return ir.Tensor(np.concatenate([m.block_scales() for m in members]).astype(dtype))
+
+    def zero_points() -> ir.TensorProtocol:
+        zp = pack_fields(np.concatenate([m.block_zero_points() for m in members]), bits)
+        return ir.Tensor(np.ascontiguousarray(zp))
+
+    packed = StreamedTensor(blocks, ir.DataType.UINT8, (n, kb, blob))
+    inputs = [
+        _register(graph, f"{base}.qweight", packed),
+        _register(graph, f"{base}.scales", ir.LazyTensor(scales, dtype=plan.io_dtype, shape=ir.Shape([n, kb]))),
+    ]
+    if not all(m.symmetric for m in members):
+        zp_shape = ir.Shape([n, (kb * bits + 7) // 8])
+        inputs.append(
+            _register(graph, f"{base}.zero_points", ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=zp_shape))
+        )
+    activations = node.inputs[0]
+    assert activations is not None
+    nodes: list[ir.Node] = []
+    if first.perm is not None:  # act-order: the node reads x[..., perm] (docs/prequantized.md §3.3)
+        perm = _register(graph, f"{base}.input_permutation", ir.Tensor(first.perm.astype(np.int64)))
+        gather = ir.Node("", "Gather", [activations, perm], attributes=[ir.AttrInt64("axis", -1)],
+                         name=f"{node.name or base}/act_order", num_outputs=1)  # fmt: skip
+        nodes.append(gather)
+        activations = gather.outputs[0]
+    attrs = ir.convenience.convert_attributes(
+        {"K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": plan.accuracy_level}
+    )
+    nodes.append(ir.Node("com.microsoft", "MatMulNBits", [activations, *inputs], attributes=attrs,
+                         name=(node.name or base) + "NBits", num_outputs=1))  # fmt: skip
+    _replace(model, node, nodes)
+    for m in members:
+        how = f"{m.fmt} {bits}-bit group {m.group} (block {bs})"
+        how += " act-order" if m.perm is not None else ""
+        how += " symmetric" if m.symmetric else ""
+        report.weights[m.name] = how
