@@ -14,7 +14,7 @@ layers point at the layer whose cache they read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
@@ -38,9 +38,10 @@ from gqa_export.graph.layer_kinds import (
     query_temperature,
     sparse_layer,
 )
+from gqa_export.graph.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
 from gqa_export.graph.moe_dims import MoeDims, read_moe
 from gqa_export.graph.multipliers import Resolved, resolve_multipliers
-from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
+from gqa_export.graph.rope import RopeConfig
 from gqa_export.graph.stream_dims import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
 SLIDING = "sliding_attention"
@@ -185,7 +186,7 @@ def read_dims(
         )
     latent = latent_dims(opt, spec)
     layers = _layers(config, opt, heads, hidden, spec, latent)
-    ropes = _ropes(config, layers, spec, latent)
+    ropes = layer_ropes(config, layers, spec, latent)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:
             supported = ", ".join(spec.rope_types)
@@ -232,7 +233,7 @@ def read_dims(
         pad_token_id=pad,
         per_layer_input_size=ple,
         placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
-        query_scale=_query_scale(config) if spec.query_position_scale else None,
+        query_scale=position_query_scale_params(config) if spec.query_position_scale else None,
         moe=read_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind=spec.norm,
@@ -284,14 +285,14 @@ def _layers(
     double_wide = bool(opt("double_wide_mlp", False))
     intermediate = feed_forward_size(config, opt, spec)  # one width, or one per layer
     sparsity = sparsity_pattern(opt, spec, n)
-    rope_keys = _rope_keys(config, spec)
+    configured_ropes = rope_keys(config, spec)
     first_shared = n - shared
     out: list[LayerDims] = []
     for i in range(n):
         layer_type = types[i] if types else None
         sliding = layer_type == SLIDING if types else True
         windowed = window > 0 and sliding
-        rope_key = layer_type if layer_type in rope_keys else "default"
+        rope_key = layer_type if layer_type in configured_ropes else "default"
         if no_rope is not None and not no_rope[i]:
             rope_key = None
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
@@ -356,43 +357,6 @@ def _attention_shape(config: Any, i: int, layer_type: str | None, opt: Any, head
     if heads % kv_heads:
         raise InputError(f"layer {i}: num_attention_heads {heads} is not a multiple of its {kv_heads} kv heads")
     return head_dim, kv_heads
-
-
-def _rope_keys(config: Any, spec: ArchSpec) -> set[str]:
-    per_type = rope_params_by_type(config, spec.sliding_rope)
-    return set(per_type) if per_type else {"default"}
-
-
-def _ropes(
-    config: Any, layers: tuple[LayerDims, ...], spec: ArchSpec, latent: LatentDims | None = None
-) -> dict[str, RopeConfig]:
-    """One rope per key used by a layer, sized by the head_dim of the layers that use it."""
-    out = {}
-    per_type = rope_params_by_type(config, spec.sliding_rope)
-    for key in sorted({layer.rope for layer in layers if layer.rope is not None}):
-        dims = {layer.head_dim for layer in layers if layer.rope == key}
-        if len(dims) > 1:
-            raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
-        head_dim = dims.pop()
-        params = per_type.get(key) if key != "default" and per_type else None
-        if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
-            out[key] = replace(read_rope(config, latent.qk_rope, params), interleaved=latent.interleaved)
-            continue
-        out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
-    return out
-
-
-def _query_scale(config: Any) -> tuple[float, int]:
-    """Ministral-3's position-dependent query scale, from its rope parameters (both keys required,
-    as transformers' forward requires them)."""
-    params = _get(config, "rope_parameters") or {}
-    beta, length = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
-    if beta is None or not length:
-        raise InputError(
-            "rope_parameters lacks llama_4_scaling_beta or original_max_position_embeddings, "
-            "which this architecture's query scaling needs"
-        )
-    return float(beta), int(length)
 
 
 def _placeholder_ids(outer: Any | None, keys: tuple[str, ...]) -> tuple[int, ...]:

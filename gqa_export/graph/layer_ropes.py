@@ -1,0 +1,60 @@
+"""Which rotary table each layer reads, and the position-dependent query scale's parameters, read
+from a config (graph/dims.py assembles them into ModelDims; docs/architecture.md §2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
+from gqa_export.graph.latent_dims import LatentDims
+from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
+
+
+class RopedLayer(Protocol):
+    """What a layer's rope choice needs (graph/dims.LayerDims has it)."""
+
+    @property
+    def rope(self) -> str | None: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+
+def rope_keys(config: Any, spec: ArchSpec) -> set[str]:
+    per_type = rope_params_by_type(config, spec.sliding_rope)
+    return set(per_type) if per_type else {"default"}
+
+
+def layer_ropes(
+    config: Any, layers: Sequence[RopedLayer], spec: ArchSpec, latent: LatentDims | None = None
+) -> dict[str, RopeConfig]:
+    """One rope per key used by a layer, sized by the head_dim of the layers that use it."""
+    out = {}
+    per_type = rope_params_by_type(config, spec.sliding_rope)
+    for key in sorted({layer.rope for layer in layers if layer.rope is not None}):
+        dims = {layer.head_dim for layer in layers if layer.rope == key}
+        if len(dims) > 1:
+            raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
+        head_dim = dims.pop()
+        params = per_type.get(key) if key != "default" and per_type else None
+        if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
+            out[key] = replace(read_rope(config, latent.qk_rope, params), interleaved=latent.interleaved)
+            continue
+        out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
+    return out
+
+
+def position_query_scale_params(config: Any) -> tuple[float, int]:
+    """Ministral-3's position-dependent query scale, from its rope parameters (both keys required,
+    as transformers' forward requires them)."""
+    params = getattr(config, "rope_parameters", None) or {}
+    beta, length = params.get("llama_4_scaling_beta"), params.get("original_max_position_embeddings")
+    if beta is None or not length:
+        raise InputError(
+            "rope_parameters lacks llama_4_scaling_beta or original_max_position_embeddings, "
+            "which this architecture's query scaling needs"
+        )
+    return float(beta), int(length)
