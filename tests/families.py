@@ -114,6 +114,7 @@ class Family:
     fp16_cuda: bool = False  # the fp16 CUDA package runs on CPU close to HF
     differs_under_4x: str | None = None  # why transformers 4.x's reference differs (compared under 5.x only)
     generate_differs_under_4x: str | None = None  # why 4.x's generate() differs (its greedy tokens compared under 5.x)
+    fp16_differs_under_4x: str | None = None  # why the fp16 package is compared with 4.x's reference under 5.x only
     since_major: int = 4  # the first transformers major version that has the class (or the checkpoint's layout)
     logits_mode: str = "gqa"  # the single-graph package test_logits_match_hf builds (bias for ALiBi families)
 
@@ -193,6 +194,11 @@ def multimodal(name: str, **facts: Any) -> Family:
     )  # fmt: skip
 
 
+# 4.57 initialises the tiny dots1 checkpoint with other random weights; on those, two of the 17
+# positions' fp16 hidden states cross a near-tie of the top-3-of-12 router (|fp16 - HF| 1.72 and
+# 1.37 there, <= 0.021 elsewhere; the fp32 package is within 1e-5 under 4.57 too)
+DOTS1_FP16_UNDER_4X = "fp16 routing near-ties on 4.57's random weights (two expert flips)"
+
 FAMILIES: tuple[Family, ...] = (
     # the Llama spec's variants (tests/variants.py LLAMA_VARIANTS, then FAMILY_VARIANTS)
     llama("gqa", "llama", LLAMA_MODES),
@@ -250,7 +256,7 @@ FAMILIES: tuple[Family, ...] = (
     classic_moe("ernie4_5_moe", gathered_tables=TIED),  # softmax choice with a selection bias
     classic_moe("hunyuan_v1_moe", gathered_tables=TIED),  # softmax top k beside a shared MLP
     # Qwen3 attention with sliding layers and GLM-4-MoE's routing (dots.llm1; tests/test_dots1.py)
-    classic_moe("dots1", one_token_logits=True, fp16_cuda=True),
+    classic_moe("dots1", one_token_logits=True, fp16_cuda=True, fp16_differs_under_4x=DOTS1_FP16_UNDER_4X),
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),
@@ -452,12 +458,13 @@ def transformers_major() -> int:
 REGISTERED = tuple(family for family in FAMILIES if family.since_major <= transformers_major())
 
 
-def skip_where_the_reference_differs(family: Family, generation: bool = False) -> None:
+def skip_where_the_reference_differs(family: Family, generation: bool = False, fp16: bool = False) -> None:
     """Skip where the installed transformers 4.x computes the family differently from 5.x itself
-    (`generation`: its generate() only)."""
+    (`generation`: its generate() only; `fp16`: the fp16 package's comparison only)."""
     import transformers
 
     why = family.generate_differs_under_4x if generation else family.differs_under_4x
+    why = why or (family.fp16_differs_under_4x if fp16 else None)
     if why and transformers_major() < 5:
         pytest.skip(f"transformers {transformers.__version__} computes {family.name} differently: {why}")
 
