@@ -27,8 +27,20 @@ LAYER_TYPES = ["sliding_attention", "sliding_attention", "full_attention", "slid
 CLASSES = {
     "causal": "Gemma4ForCausalLM",
     "conditional": "Gemma4ForConditionalGeneration",
+    "full": "Gemma4ForConditionalGeneration",
     "unified": "Gemma4UnifiedForConditionalGeneration",
 }
+
+
+# form "full": Gemma4ForConditionalGeneration whose vision tower the full package exports (patch 4,
+# 3 x 3 pooling, 2 layers, head_dim 8); the tokenizer holds <|image>, <|image|>, <image|> as ids 6-8
+FULL_VISION: dict[str, Any] = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+    head_dim=8, patch_size=4, pooling_kernel_size=3, position_embedding_size=64,
+)  # fmt: skip
+FULL_PROCESSOR: dict[str, Any] = dict(patch_size=4, max_soft_tokens=70, pooling_kernel_size=3)
+FULL_IMAGE_TOKENS = ("<|image>", "<|image|>", "<image|>")
+FULL_IMAGE_IDS = {"boi_token_id": 6, "image_token_id": 7, "eoi_token_id": 8}
 
 
 def _text(form: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -61,6 +73,12 @@ def _config(form: str, overrides: dict[str, Any]) -> Any:
     if form == "causal":
         return tf.Gemma4TextConfig(**text)
     ids = {**TOKEN_IDS, **top}
+    if form == "full":  # a tower genai runs (docs/multimodal.md §13): no audio, the tokenizer's image ids
+        vision = tf.Gemma4VisionConfig(**FULL_VISION)
+        return tf.Gemma4Config(
+            text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(), audio_config=None,
+            tie_word_embeddings=text["tie_word_embeddings"], **{**ids, **FULL_IMAGE_IDS},
+        )  # fmt: skip
     if form == "conditional":
         vision = tf.Gemma4VisionConfig(
             hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
@@ -107,7 +125,9 @@ def save_gemma4(
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
-    save_tokenizer(out_dir, vocab_size=384)
+    save_tokenizer(out_dir, vocab_size=384, extra_specials=FULL_IMAGE_TOKENS if form == "full" else ())
+    if form == "full":  # 70 soft tokens: at most 630 patches per image
+        tf.Gemma4ImageProcessorPil(**FULL_PROCESSOR).save_pretrained(out_dir)
     return out_dir
 
 

@@ -20,16 +20,20 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import Params
-from gqa_export.package.processor_config import square_image_processor_config
+from gqa_export.package.processor_config import patch_sequence_processor_config, square_image_processor_config
 from gqa_export.source.weights import WeightStore
 
 VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_config.json"
 # genai's gemma3 processor expands each <start_of_image> into this many placeholders, whatever the
 # checkpoint says (docs/multimodal.md §1)
 GEMMA3_RUNTIME_IMAGE_TOKENS = 256
+# genai's gemma4 processor trims the padded patches to soft tokens x 3 x 3, whatever the checkpoint
+# says (docs/multimodal.md §13)
+GEMMA4_RUNTIME_POOLING = 3
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,10 @@ class VisionTower:
     # tower dims -> extra model.vision keys genai's processor reads (patch_size, spatial_merge_size)
     vision_keys: Callable[[Any], dict[str, Any]] = lambda _dims: {}
     mrope_positions: bool = False  # the decoder takes genai's 3-D position_ids [3, B, S]
+    # more model sections genai needs (gemma4: an empty speech config name, docs/multimodal.md §13)
+    model_sections: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # (hf_config) -> notes for the build's summary (a tower that is not exported)
+    notes: Callable[[Any], list[str]] = lambda _config: []
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,8 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
         "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
         "outputs": {"inputs_embeds": "inputs_embeds"},
     }
+    for key, section in plan.tower.model_sections:
+        model[key] = dict(section)
 
 
 def processor_config(plan: MultimodalPlan) -> dict[str, Any]:
@@ -153,8 +163,34 @@ def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledV
     return vision
 
 
+def _gemma4_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> AxialVitDims:
+    """Axial-rotary ViT dims; genai's gemma4 processor trims patches for 3 x 3 pooling only."""
+    vision = axial_vit_dims(hf_config, dims.hidden_size, store)
+    if vision.pool != GEMMA4_RUNTIME_POOLING:
+        raise InputError(
+            f"onnxruntime-genai's gemma4 processor pools {GEMMA4_RUNTIME_POOLING}x{GEMMA4_RUNTIME_POOLING} patches, "
+            f"this checkpoint's pooling_kernel_size is {vision.pool}: export with --text-only"
+        )
+    return vision
+
+
+def _audio_note(hf_config: Any) -> list[str]:
+    if getattr(hf_config, "audio_config", None) is None:
+        return []
+    return ["the audio tower is not exported: the package takes text and images (audio input is not run)"]
+
+
 TOWERS: dict[str, VisionTower] = {
     "gemma3": VisionTower(
         _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
+    ),
+    "gemma4": VisionTower(
+        _gemma4_dims,
+        build_axial_vit,
+        lambda vision, pre: patch_sequence_processor_config(vision.patch, vision.pool, pre),
+        vision_inputs=("pixel_values", "pixel_position_ids"),
+        # an MMM type: without this genai looks for audio_processor_config.json and fails to load
+        model_sections=(("speech", {"config_filename": ""}),),
+        notes=_audio_note,
     ),
 }

@@ -16,7 +16,7 @@ from gqa_export.jsonio import read_json
 from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_prompt_fits, load
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
-IMAGE_MARKERS = {"gemma3": "<start_of_image>"}
+IMAGE_MARKERS = {"gemma3": "<start_of_image>", "gemma4": "<|image|>"}
 
 
 def image_marker(package: Path) -> str:

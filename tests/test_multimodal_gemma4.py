@@ -1,0 +1,216 @@
+"""Gemma-4 full packages (docs/multimodal.md §13): a tiny Gemma4ForConditionalGeneration (tests/
+gemma4_models.py form "full": patch 4, 3 x 3 pooling, 70 soft tokens at most, no audio) exported
+as vision.onnx (axial-rotary ViT, position pooling, projector) + embedding.onnx + the gemma4
+decoder (inputs_embeds and input_ids), run through onnxruntime-genai's gemma4 processor against
+HF generate; the vision features against HF's get_image_features; mutants of the tower."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from gemma4_models import FULL_PROCESSOR, save_gemma4
+from reference import hf_model
+
+from gqa_export.graph.encoders import axial_vit
+from gqa_export.graph.params import Params
+from gqa_export.pipeline import BuildOptions, build
+from gqa_export.source.weights import WeightStore
+
+pytest.importorskip("PIL")
+NEW = 20
+MAX_PATCHES = FULL_PROCESSOR["max_soft_tokens"] * FULL_PROCESSOR["pooling_kernel_size"] ** 2
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return save_gemma4(tmp_path_factory.mktemp("gemma4_full") / "ckpt", "full")
+
+
+@pytest.fixture(scope="module")
+def package(checkpoint: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gemma4_full_pkg") / "pkg"
+    build(BuildOptions(str(checkpoint), out, smoke=False))
+    return out
+
+
+@pytest.fixture(scope="module")
+def hf(checkpoint: Path):
+    return hf_model(checkpoint)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> dict[str, Path]:
+    """exact: 84 x 120 random pixels, 630 patches (no resize); resized: a smooth 48 x 64 gradient
+    (bicubic up to 84 x 108: genai and PIL then differ by about 1/255)."""
+    from PIL import Image
+
+    folder = tmp_path_factory.mktemp("gemma4_images")
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:48, 0:64]
+    smooth = np.stack([xx * 200 // 64 + 20, yy * 200 // 48 + 20, (xx + yy) * 100 // 112 + 60], -1)
+    arrays = {"exact": rng.integers(0, 256, (84, 120, 3), dtype=np.uint8), "resized": smooth.astype(np.uint8)}
+    made = {}
+    for name, array in arrays.items():
+        made[name] = folder / f"{name}.png"
+        Image.fromarray(array).save(made[name])
+    return made
+
+
+def _hf_pixels(files: list[Path]) -> dict[str, Any]:
+    from PIL import Image
+    from transformers import Gemma4ImageProcessorPil
+
+    out = Gemma4ImageProcessorPil(**FULL_PROCESSOR)([Image.open(f) for f in files], return_tensors="pt")
+    return {"pixel_values": out["pixel_values"], "image_position_ids": out["image_position_ids"]}
+
+
+def _padded(pixels: np.ndarray, positions: np.ndarray) -> dict[str, Any]:
+    """genai's unpadded patches in HF's padded form (zero rows, position -1)."""
+    import torch
+
+    n, p, width = pixels.shape
+    pv = np.zeros((n, MAX_PATCHES, width), np.float32)
+    pos = np.full((n, MAX_PATCHES, 2), -1, np.int64)
+    pv[:, :p], pos[:, :p] = pixels, positions
+    return {"pixel_values": torch.from_numpy(pv), "image_position_ids": torch.from_numpy(pos)}
+
+
+def _genai(package: Path, prompt: str, files: list[Path]) -> tuple[np.ndarray, dict[str, np.ndarray], list[int]]:
+    import onnxruntime_genai as og
+
+    model = og.Model(str(package))
+    inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, files)) if files else None)
+    ids = inputs["input_ids"].as_numpy().astype(np.int64)
+    extra = {k: inputs[k].as_numpy() for k in ("pixel_values", "pixel_position_ids")} if files else {}
+    params = og.GeneratorParams(model)
+    length = ids.shape[1] + NEW
+    params.set_search_options(do_sample=False, max_length=length, min_length=length)
+    generator = og.Generator(model, params)
+    generator.set_inputs(inputs)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return ids, extra, tokens
+
+
+def _hf_generate(hf, ids: np.ndarray, pixels: dict[str, Any]) -> list[int]:
+    import torch
+
+    ids_t = torch.from_numpy(ids)
+    extra = {**pixels, "mm_token_type_ids": (ids_t == hf.config.image_token_id).long()}
+    with torch.no_grad():
+        out = hf.generate(ids_t, attention_mask=torch.ones_like(ids_t), do_sample=False, max_new_tokens=NEW,
+                          min_new_tokens=NEW, **extra)  # fmt: skip
+    return out[0, ids.shape[1] :].tolist()
+
+
+def test_package_config(package):
+    model = json.loads((package / "genai_config.json").read_text())["model"]
+    assert model["type"] == "gemma4" and model["image_token_id"] == 7
+    assert model["speech"] == {"config_filename": ""}  # else genai looks for an audio config and fails
+    assert set(model["vision"]["inputs"]) == {"pixel_values", "pixel_position_ids"}
+    assert set(model["decoder"]["inputs"]) >= {"inputs_embeds", "input_ids"}
+    transforms = json.loads((package / "processor_config.json").read_text())["processor"]["transforms"]
+    assert [t["operation"]["type"] for t in transforms] == ["DecodeImage", "Gemma4ImageTransform"]
+    assert transforms[1]["operation"]["attrs"] == {"patch_size": 4, "max_soft_tokens": 70, "pooling_kernel_size": 3}
+
+
+def _vision_error(checkpoint: Path, hf, images: dict[str, Path]) -> float:
+    """max |ORT - HF get_image_features| over both images (HF: its own padded pixels; the graph:
+    the same patches unpadded, as genai feeds them)."""
+    import onnxruntime as ort
+    import torch
+
+    store = WeightStore.open(checkpoint)
+    dims = axial_vit.axial_vit_dims(hf.config, hf.config.text_config.hidden_size, store)
+    proto = ir.to_proto(axial_vit.build_axial_vit(dims, Params(store, ir.DataType.FLOAT)))
+    session = ort.InferenceSession(proto.SerializeToString())
+    worst = 0.0
+    for file in images.values():
+        pixels = _hf_pixels([file])
+        with torch.no_grad():
+            ref = hf.model.get_image_features(pixels["pixel_values"], pixels["image_position_ids"], return_dict=True)
+        keep = (pixels["image_position_ids"][0] != -1).all(-1).numpy()
+        feed = {"pixel_values": pixels["pixel_values"][:, keep].numpy(),
+                "pixel_position_ids": pixels["image_position_ids"][:, keep].numpy()}  # fmt: skip
+        got = session.run(None, feed)[0]
+        assert got.shape == ref.pooler_output[0].shape
+        worst = max(worst, float(np.abs(got - ref.pooler_output[0].numpy()).max()))
+    return worst
+
+
+def test_vision_matches_hf_image_features(checkpoint, hf, images):
+    assert _vision_error(checkpoint, hf, images) < 1e-4
+
+
+def _mutant_rotary(orig):
+    return lambda b, px, py, dims, dtype: orig(b, py, px, dims, dtype)  # h and w positions swapped
+
+
+def _mutant_pool(orig):
+    return lambda b, x, px, py, dims, params: orig(b, x, py, px, dims, params)  # blocks numbered transposed
+
+
+def _mutant_project(orig):
+    def project(b, x, dims, params):  # the projector's RMSNorm dropped
+        name = f"{dims.projector}embedding_projection.weight"
+        return b.op("MatMul", x, b.initializer(name, params.matmul_weight([name])))
+
+    return project
+
+
+@pytest.mark.parametrize(
+    ("name", "mutate"), [("_axial_rotary", _mutant_rotary), ("_pool", _mutant_pool), ("_project", _mutant_project)]
+)
+def test_vision_mutants_fail(checkpoint, hf, images, monkeypatch, name, mutate):
+    monkeypatch.setattr(axial_vit, name, mutate(getattr(axial_vit, name)))
+    assert _vision_error(checkpoint, hf, images) > 1e-2
+
+
+@pytest.mark.parametrize(
+    ("prompt", "names"),
+    [
+        ("<|image|>Describe it", ["exact"]),
+        ("Describe it", []),  # the same package without an image = HF text-only
+        ("<|image|> and <|image|> compare", ["exact", "exact"]),
+    ],
+)
+def test_genai_greedy_equals_hf_generate(package, hf, images, prompt, names):
+    """genai's processor + greedy = HF generate on HF's own pixels (images that need no resize:
+    the pixels agree within 1e-7) and on the same ids."""
+    files = [images[n] for n in names]
+    ids, extra, tokens = _genai(package, prompt, files)
+    assert len(set(tokens)) > 3
+    if files:
+        pixels = _hf_pixels(files)
+        keep = (pixels["image_position_ids"] != -1).all(-1).numpy()
+        np.testing.assert_allclose(extra["pixel_values"], pixels["pixel_values"].numpy()[keep].reshape(
+            extra["pixel_values"].shape), atol=1e-6)  # fmt: skip
+        assert (ids == 7).sum() == sum(k.sum() // 9 for k in keep)
+    assert tokens == _hf_generate(hf, ids, _hf_pixels(files) if files else {})
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_genai_resized_images_equal_hf_on_genai_pixels(package, hf, images, count):
+    """A resized image: genai's bicubic differs from PIL's by about 1/255 (pinned), so HF is fed
+    genai's own patches (padded as HF pads them) and generates the same tokens."""
+    files = [images["resized"]] * count
+    ids, extra, tokens = _genai(package, " and ".join(["<|image|>"] * count) + " what", files)
+    hf_pixels = _hf_pixels(files)
+    keep = (hf_pixels["image_position_ids"][0] != -1).all(-1).numpy()
+    drift = np.abs(extra["pixel_values"][0] - hf_pixels["pixel_values"][0].numpy()[keep]).max()
+    assert 1e-3 < drift < 0.005  # genai's bicubic rounding
+    assert tokens == _hf_generate(hf, ids, _padded(extra["pixel_values"], extra["pixel_position_ids"]))
+
+
+def test_int4_decoder_runs_with_an_image(checkpoint, images, tmp_path):
+    out = tmp_path / "int4"
+    build(BuildOptions(str(checkpoint), out, precision="int4", smoke=False))
+    _, _, tokens = _genai(out, "<|image|>Describe it", [images["exact"]])
+    assert len(tokens) == NEW and len(set(tokens)) > 1
