@@ -65,18 +65,27 @@ def _text(form: str, overrides: dict[str, Any]) -> dict[str, Any]:
     return text
 
 
+def _tiny_audio(tf: Any) -> Any:
+    return tf.Gemma4AudioConfig(
+        hidden_size=8, num_hidden_layers=1, num_attention_heads=2, subsampling_conv_channels=[4, 4],
+        conv_kernel_size=3, output_proj_dims=8,
+    )  # fmt: skip
+
+
 def _config(form: str, overrides: dict[str, Any]) -> Any:
     import transformers as tf
 
     top = {k: overrides.pop(k) for k in list(overrides) if k in TOKEN_IDS}
+    with_audio = overrides.pop("with_audio", False)  # form "full": keep the tiny audio tower
     text = _text(form, overrides)
     if form == "causal":
         return tf.Gemma4TextConfig(**text)
     ids = {**TOKEN_IDS, **top}
     if form == "full":  # a tower genai runs (docs/multimodal.md §13): no audio, the tokenizer's image ids
         vision = tf.Gemma4VisionConfig(**FULL_VISION)
+        audio = _tiny_audio(tf).to_dict() if with_audio else None
         return tf.Gemma4Config(
-            text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(), audio_config=None,
+            text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(), audio_config=audio,
             tie_word_embeddings=text["tie_word_embeddings"], **{**ids, **FULL_IMAGE_IDS},
         )  # fmt: skip
     if form == "conditional":
@@ -84,10 +93,7 @@ def _config(form: str, overrides: dict[str, Any]) -> Any:
             hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
             head_dim=4, patch_size=2, pooling_kernel_size=2, position_embedding_size=16,
         )  # fmt: skip
-        audio = tf.Gemma4AudioConfig(
-            hidden_size=8, num_hidden_layers=1, num_attention_heads=2, subsampling_conv_channels=[4, 4],
-            conv_kernel_size=3, output_proj_dims=8,
-        )  # fmt: skip
+        audio = _tiny_audio(tf)
         return tf.Gemma4Config(
             text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(),
             audio_config=audio.to_dict(), tie_word_embeddings=text["tie_word_embeddings"], **ids,

@@ -159,7 +159,7 @@ def _mutant_pool(orig):
 
 def _mutant_project(orig):
     def project(b, x, dims, params):  # the projector's RMSNorm dropped
-        name = f"{dims.projector}embedding_projection.weight"
+        name = f"{dims.projector}embed_vision.embedding_projection.weight"
         return b.op("MatMul", x, b.initializer(name, params.matmul_weight([name])))
 
     return project
@@ -214,3 +214,111 @@ def test_int4_decoder_runs_with_an_image(checkpoint, images, tmp_path):
     build(BuildOptions(str(checkpoint), out, precision="int4", smoke=False))
     _, _, tokens = _genai(out, "<|image|>Describe it", [images["exact"]])
     assert len(tokens) == NEW and len(set(tokens)) > 1
+
+
+# BOS, text, an image block as genai expands <|image|> (70 soft tokens of the 84 x 120 image), text
+BLOCK = [6, *[7] * 70, 8]
+IMAGE_PROMPT = [0, 17, 45, 99, *BLOCK, 200, 3, 64, 12]
+
+
+def _features(package: Path, pixels: dict[str, Any]) -> np.ndarray:
+    import onnxruntime as ort
+
+    keep = (pixels["image_position_ids"][0] != -1).all(-1).numpy()
+    feed = {"pixel_values": pixels["pixel_values"][:, keep].numpy(),
+            "pixel_position_ids": pixels["image_position_ids"][:, keep].numpy()}  # fmt: skip
+    return ort.InferenceSession(str(package / "vision.onnx")).run(None, feed)[0]
+
+
+def _ort_logits(package: Path, prompt: list[int], features: np.ndarray | None, steps: int) -> tuple[np.ndarray, list]:
+    """embedding.onnx then model.onnx as genai steps them: features on the prompt, 0 rows after."""
+    import onnxruntime as ort
+    from reference import OrtStepper
+
+    embedding, decoder = ort.InferenceSession(str(package / "embedding.onnx")), OrtStepper(package, max_length=256)
+
+    def step(ids: list[int], rows: np.ndarray | None) -> np.ndarray:
+        rows = np.zeros((0, 64), np.float32) if rows is None else rows
+        embeds = embedding.run(None, {"input_ids": np.array([ids], np.int64), "image_features": rows})[0]
+        return decoder.step(ids, {"inputs_embeds": embeds})
+
+    logits, tokens = [step(prompt, features)], []
+    for _ in range(steps):
+        tokens.append(int(logits[-1][-1].argmax()))
+        logits.append(step([tokens[-1]], None))
+    return np.concatenate(logits), tokens
+
+
+def _hf_logits(hf, prompt: list[int], pixels: dict[str, Any], tokens: list[int]) -> np.ndarray:
+    import torch
+
+    ids = torch.tensor([prompt])
+    extra = {**pixels, "mm_token_type_ids": (ids == 7).long()} if pixels else {}
+    with torch.no_grad():
+        out = hf(ids, use_cache=True, **extra)
+        logits, past = [out.logits[0].numpy()], out.past_key_values
+        for token in tokens:
+            out = hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            logits.append(out.logits[0].numpy())
+            past = out.past_key_values
+    return np.concatenate(logits)
+
+
+@pytest.mark.parametrize("case", ["image", "text", "one_token"])
+def test_decoder_logits_match_hf(package, hf, images, case):
+    """Prompt + 6 decode steps within 1e-4 of the HF class: the image's features, the image run
+    bidirectional on sliding layers (from input_ids), per-layer embeddings of placeholders as pad."""
+    pixels = _hf_pixels([images["exact"]]) if case == "image" else {}
+    prompt = {"image": IMAGE_PROMPT, "text": [0, 17, 45, 99, 200, 3, 64, 12], "one_token": [0]}[case]
+    got, tokens = _ort_logits(package, prompt, _features(package, pixels) if pixels else None, steps=6)
+    np.testing.assert_allclose(got, _hf_logits(hf, prompt, pixels, tokens), atol=1e-4, rtol=1e-4)
+
+
+def test_mutant_per_layer_placeholders_as_ids_fail(checkpoint, package, hf, images, tmp_path, monkeypatch):
+    """The decoder's per-layer embeddings reading the image placeholders' own ids (HF reads
+    pad_token_id there): the image prompt's logits leave the bound."""
+    from gqa_export.graph import decoder
+
+    monkeypatch.setattr(decoder, "_placeholders_as_pad", lambda b, ids, dims: ids)
+    mutant = tmp_path / "mutant"
+    build(BuildOptions(str(checkpoint), mutant, smoke=False))
+    pixels = _hf_pixels([images["exact"]])
+    got, tokens = _ort_logits(mutant, IMAGE_PROMPT, _features(package, pixels), steps=0)
+    assert np.abs(got - _hf_logits(hf, IMAGE_PROMPT, pixels, tokens)).max() > 1e-2
+
+
+def test_placeholders_without_a_feature_row_embed_as_pad(package):
+    """After the prompt genai passes 0 feature rows: a generated image (or audio) placeholder id
+    embeds as pad_token_id (5), as HF's Gemma4Model does; with rows the k-th image one takes row k."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(package / "embedding.onnx"))
+    table = next(
+        onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name.endswith("embed_tokens.weight")
+    )
+    session = ort.InferenceSession(str(package / "embedding.onnx"))
+    ids = np.array([[7, 17, 302, 7]], np.int64)
+    got = session.run(None, {"input_ids": ids, "image_features": np.zeros((0, 64), np.float32)})[0][0]
+    np.testing.assert_allclose(got, table[[5, 17, 5, 5]] * np.float32(8.0), atol=1e-6)
+    rows = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
+    got = session.run(None, {"input_ids": ids, "image_features": rows})[0][0]
+    np.testing.assert_allclose(got[[0, 3]], np.stack([rows[0], table[5] * np.float32(8.0)]), atol=1e-6)
+
+
+def test_audio_tower_is_noted_not_exported(tmp_path):
+    """A checkpoint with an audio tower: the vision package, the note says audio is not run."""
+    checkpoint = save_gemma4(tmp_path / "ckpt", "full", with_audio=True)
+    result = build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert any("audio tower is not exported" in note for note in result.notes)
+    model = json.loads((tmp_path / "pkg" / "genai_config.json").read_text())["model"]
+    assert model["speech"] == {"config_filename": ""} and "vision" in model
+
+
+def test_pooling_other_than_three_refused(tmp_path):
+    """genai's gemma4 processor trims patches for 3 x 3 pooling only: 2 x 2 is refused in one line."""
+    from gqa_export.errors import InputError
+
+    checkpoint = save_gemma4(tmp_path / "ckpt", "conditional")
+    with pytest.raises(InputError, match="pooling_kernel_size is 2: export with --text-only"):
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))

@@ -61,7 +61,7 @@ class AxialVitDims:
     text_hidden: int
     projector_eps: float
     tower: str  # prefix of `patch_embedder.input_proj.weight`
-    projector: str  # prefix of `embedding_projection.weight`
+    projector: str  # prefix of `embed_vision.embedding_projection.weight`
 
     @property
     def patch_width(self) -> int:
@@ -96,7 +96,7 @@ def axial_vit_dims(hf_config: Any, text_hidden: int, store: WeightStore) -> Axia
         text_hidden=text_hidden,
         projector_eps=float(vision.rms_norm_eps),
         tower=_prefix(store, "patch_embedder.input_proj.weight"),
-        projector=_prefix(store, "embedding_projection.weight"),
+        projector=_prefix(store, "embed_vision.embedding_projection.weight"),  # not embed_audio's
     )
 
 
@@ -223,7 +223,7 @@ def _project(b: GraphBuilder, x: ir.Value, dims: AxialVitDims, params: Params) -
     """RMSNorm without weight, then the bias-free projection to the text width."""
     with b.scope("embed_vision"):
         h = _rms(b, x, None, dims.projector_eps, params, width=dims.hidden)
-        name = f"{dims.projector}embedding_projection.weight"
+        name = f"{dims.projector}embed_vision.embedding_projection.weight"
         return b.op("MatMul", h, b.initializer(name, params.matmul_weight([name])))
 
 
