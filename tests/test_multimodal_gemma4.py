@@ -322,3 +322,19 @@ def test_pooling_other_than_three_refused(tmp_path):
     checkpoint = save_gemma4(tmp_path / "ckpt", "conditional")
     with pytest.raises(InputError, match="pooling_kernel_size is 2: export with --text-only"):
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+
+
+def test_run_with_an_image_inserts_the_marker(package, images):
+    """`gqa-export run PKG --image A --prompt TEXT` puts <|image|> (and the tokenizer's BOS) in
+    front of a prompt without one; genai expands it to "\\n\\n<|image>" + 70 x <|image|> + "<image|>\\n\\n"."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    args = ["run", str(package), "--image", str(images["exact"]), "--prompt", "Describe it", "--json"]
+    result = CliRunner().invoke(app, [*args, "--max-new-tokens", str(NEW)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    ids, _, tokens = _genai(package, "<|begin_of_text|><|image|>Describe it", [images["exact"]])
+    assert ids[0, 0] == 0 and ids[0].tolist().count(7) == 70 and report["prompt_tokens"] == ids.shape[1]
+    assert report["new_tokens"] == len(tokens) == NEW
