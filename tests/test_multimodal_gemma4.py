@@ -338,3 +338,15 @@ def test_run_with_an_image_inserts_the_marker(package, images):
     ids, _, tokens = _genai(package, "<|begin_of_text|><|image|>Describe it", [images["exact"]])
     assert ids[0, 0] == 0 and ids[0].tolist().count(7) == 70 and report["prompt_tokens"] == ids.shape[1]
     assert report["new_tokens"] == len(tokens) == NEW
+
+
+def test_run_with_images_of_different_sizes_refused(package, images):
+    """genai 0.18 fails on two Gemma-4 images of different token counts (a buffer-shape error):
+    run refuses them in one line."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    args = ["run", str(package), "--image", str(images["exact"]), "--image", str(images["resized"]), "--prompt", "x"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "resize alike (image tokens [63, 70])" in result.output

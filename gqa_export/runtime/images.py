@@ -17,6 +17,9 @@ from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_p
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
 IMAGE_MARKERS = {"gemma3": "<start_of_image>", "gemma4": "<|image|>"}
+# genai model types whose vision step fails unless every image of a prompt resizes to the same
+# patch count (gemma4 in 0.18: a buffer sized for one image's tokens, docs/multimodal.md §13)
+ONE_IMAGE_SIZE = {"gemma4"}
 
 
 def image_marker(package: Path) -> str:
@@ -50,6 +53,19 @@ def with_markers(prompt: str, marker: str, images: int) -> str:
     return prompt
 
 
+def _check_image_sizes(package: Path, inputs: object, images: int) -> None:
+    """Refuse, in one line, images onnxruntime-genai would fail on with a buffer-shape error."""
+    model_type = ((read_json(package / "genai_config.json") or {}).get("model") or {}).get("type")
+    if images < 2 or model_type not in ONE_IMAGE_SIZE:
+        return
+    counts = sorted({int(n) for n in inputs["num_image_tokens"].as_numpy().reshape(-1)})  # type: ignore[index]
+    if len(counts) > 1:
+        raise InputError(
+            f"onnxruntime-genai runs several {model_type} images only when they resize alike (image tokens "
+            f"{counts}): give images of one size, or one --image"
+        )
+
+
 def generate_with_images(
     package: Path,
     ep: str,
@@ -72,6 +88,7 @@ def generate_with_images(
     model = load(package, ep)
     inputs = model.create_multimodal_processor()(text, images=og.Images.open(*map(str, images)))
     prompt_tokens = int(inputs["input_ids"].as_numpy().shape[-1])
+    _check_image_sizes(package, inputs, len(images))
     room = check_prompt_fits(package, prompt_tokens)
     note = None
     if max_new_tokens > room:
