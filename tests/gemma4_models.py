@@ -77,12 +77,13 @@ def _config(form: str, overrides: dict[str, Any]) -> Any:
 
     top = {k: overrides.pop(k) for k in list(overrides) if k in TOKEN_IDS}
     with_audio = overrides.pop("with_audio", False)  # form "full": keep the tiny audio tower
+    clipped = overrides.pop("clipped_linears", False)  # form "full": the tower's use_clipped_linears
     text = _text(form, overrides)
     if form == "causal":
         return tf.Gemma4TextConfig(**text)
     ids = {**TOKEN_IDS, **top}
     if form == "full":  # a tower genai runs (docs/multimodal.md §13): no audio, the tokenizer's image ids
-        vision = tf.Gemma4VisionConfig(**FULL_VISION)
+        vision = tf.Gemma4VisionConfig(**FULL_VISION, use_clipped_linears=clipped)
         audio = _tiny_audio(tf).to_dict() if with_audio else None
         return tf.Gemma4Config(
             text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(), audio_config=audio,
@@ -124,6 +125,9 @@ def save_gemma4(
             elif param.ndim >= 2:
                 param.copy_(0.05 * torch.randn(param.shape, generator=generator))
         for name, buffer in model.named_buffers():
+            if "vision_tower" in name and name.endswith(("_min", "_max")):  # clipped linears' bounds
+                buffer.fill_({"input": 0.8, "output": 0.1}[name.rsplit(".", 1)[1].split("_")[0]])
+                buffer.mul_(-1.0 if name.endswith("_min") else 1.0)
             if name.endswith("layer_scalar"):  # a saved buffer: scales the residual stream per layer
                 buffer.copy_(torch.empty(buffer.shape).uniform_(0.5, 1.5, generator=generator))
     model.tie_weights()
