@@ -360,3 +360,27 @@ def test_clipped_linears_match_hf(tmp_path, images, monkeypatch):
     assert _vision_error(checkpoint, hf, images) < 1e-4
     monkeypatch.setattr(axial_vit, "_clamp", lambda b, x, module, side, params: x)
     assert _vision_error(checkpoint, hf, images) > 1e-2
+
+
+def test_cuda_fp16_towers_run_on_cpu(checkpoint, hf, images, tmp_path):
+    """A CUDA fp16 build exports; its vision graph (fp16 inside, float32 pixels in) runs under
+    onnxruntime on CPU within fp16 rounding of HF (3.6e-3 measured) and feeds the embedding."""
+    import onnxruntime as ort
+
+    out = tmp_path / "fp16"
+    build(BuildOptions(str(checkpoint), out, ep="cuda", precision="fp16", smoke=False))
+    pixels = _hf_pixels([images["exact"]])
+    got = _features(out, pixels)
+    ref = _features_hf(hf, pixels)
+    assert got.dtype == np.float16 and np.abs(got.astype(np.float32) - ref).max() < 2e-2
+    embedding = ort.InferenceSession(str(out / "embedding.onnx"))
+    embeds = embedding.run(None, {"input_ids": np.array([IMAGE_PROMPT]), "image_features": got})[0]
+    assert embeds.shape == (1, len(IMAGE_PROMPT), 64) and np.isfinite(embeds).all()
+
+
+def _features_hf(hf, pixels: dict[str, Any]) -> np.ndarray:
+    import torch
+
+    with torch.no_grad():
+        out = hf.model.get_image_features(pixels["pixel_values"], pixels["image_position_ids"], return_dict=True)
+    return out.pooler_output[0].numpy()
