@@ -78,12 +78,13 @@ def _config(form: str, overrides: dict[str, Any]) -> Any:
     top = {k: overrides.pop(k) for k in list(overrides) if k in TOKEN_IDS}
     with_audio = overrides.pop("with_audio", False)  # form "full": keep the tiny audio tower
     clipped = overrides.pop("clipped_linears", False)  # form "full": the tower's use_clipped_linears
+    standardize = overrides.pop("standardize", False)  # form "full": the tower's standardize
     text = _text(form, overrides)
     if form == "causal":
         return tf.Gemma4TextConfig(**text)
     ids = {**TOKEN_IDS, **top}
     if form == "full":  # a tower genai runs (docs/multimodal.md §13): no audio, the tokenizer's image ids
-        vision = tf.Gemma4VisionConfig(**FULL_VISION, use_clipped_linears=clipped)
+        vision = tf.Gemma4VisionConfig(**FULL_VISION, use_clipped_linears=clipped, standardize=standardize)
         audio = _tiny_audio(tf).to_dict() if with_audio else None
         return tf.Gemma4Config(
             text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(), audio_config=audio,
@@ -128,6 +129,10 @@ def save_gemma4(
             if "vision_tower" in name and name.endswith(("_min", "_max")):  # clipped linears' bounds
                 buffer.fill_({"input": 0.8, "output": 0.1}[name.rsplit(".", 1)[1].split("_")[0]])
                 buffer.mul_(-1.0 if name.endswith("_min") else 1.0)
+            if name.endswith("std_bias"):  # standardize: (x - bias) * scale after pooling
+                buffer.copy_(torch.randn(buffer.shape, generator=generator))
+            if name.endswith("std_scale"):
+                buffer.copy_(torch.empty(buffer.shape).uniform_(0.5, 1.5, generator=generator))
             if name.endswith("layer_scalar"):  # a saved buffer: scales the residual stream per layer
                 buffer.copy_(torch.empty(buffer.shape).uniform_(0.5, 1.5, generator=generator))
     model.tie_weights()

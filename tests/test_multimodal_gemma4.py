@@ -384,3 +384,16 @@ def _features_hf(hf, pixels: dict[str, Any]) -> np.ndarray:
     with torch.no_grad():
         out = hf.model.get_image_features(pixels["pixel_values"], pixels["image_position_ids"], return_dict=True)
     return out.pooler_output[0].numpy()
+
+
+def test_standardized_tower_matches_hf(tmp_path, images, monkeypatch):
+    """standardize: the pooled features as (x - std_bias) * std_scale within 1e-4 of HF; the
+    graph without the standardization fails."""
+    from dataclasses import replace
+
+    checkpoint = save_gemma4(tmp_path / "ckpt", "full", standardize=True)
+    hf = hf_model(checkpoint)
+    assert _vision_error(checkpoint, hf, images) < 1e-4
+    original = axial_vit.axial_vit_dims
+    monkeypatch.setattr(axial_vit, "axial_vit_dims", lambda *args: replace(original(*args), standardize=False))
+    assert _vision_error(checkpoint, hf, images) > 1e-2
