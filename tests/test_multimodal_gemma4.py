@@ -397,3 +397,17 @@ def test_standardized_tower_matches_hf(tmp_path, images, monkeypatch):
     original = axial_vit.axial_vit_dims
     monkeypatch.setattr(axial_vit, "axial_vit_dims", lambda *args: replace(original(*args), standardize=False))
     assert _vision_error(checkpoint, hf, images) > 1e-2
+
+
+@pytest.mark.parametrize("with_image", [False, True])
+def test_run_with_an_audio_marker_refused(package, images, with_image):
+    """No audio tower is exported: a prompt with <|audio|> is refused in one line, with or
+    without an image (its placeholder would run without audio features)."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    args = ["run", str(package), "--prompt", "<|audio|> what is said"]
+    args += ["--image", str(images["exact"])] if with_image else []
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "exports no audio tower" in result.output

@@ -17,6 +17,8 @@ from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_p
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
 IMAGE_MARKERS = {"gemma3": "<start_of_image>", "gemma4": "<|image|>"}
+# genai model type -> prompt markers of towers gqa-export does not export (docs/multimodal.md §13.5)
+UNEXPORTED_MARKERS = {"gemma4": ("<|audio>", "<|audio|>")}
 # genai model types whose vision step fails unless every image of a prompt resizes to the same
 # patch count (gemma4 in 0.18: a buffer sized for one image's tokens, docs/multimodal.md §13)
 ONE_IMAGE_SIZE = {"gemma4"}
@@ -51,6 +53,17 @@ def with_markers(prompt: str, marker: str, images: int) -> str:
     if found != images:
         raise InputError(f"the prompt has {found} '{marker}' markers for {images} --image files: make them equal")
     return prompt
+
+
+def check_unexported_markers(package: Path, prompt: str) -> None:
+    """Refuse a prompt whose marker names a tower the package lacks: its placeholders would run
+    without features (genai skips audio without a speech model; HF embeds them as pad)."""
+    model = ((read_json(package / "genai_config.json") or {}).get("model")) or {}
+    if (model.get("speech") or {}).get("filename"):
+        return
+    for marker in UNEXPORTED_MARKERS.get(str(model.get("type")), ()):
+        if marker in prompt:
+            raise InputError(f"the prompt has {marker}, but this package exports no audio tower: remove the marker")
 
 
 def _check_image_sizes(package: Path, inputs: object, images: int) -> None:
