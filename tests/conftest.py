@@ -117,6 +117,33 @@ def gemma3_full_package(gemma3_full_checkpoint: Path, tmp_path_factory: pytest.T
 
 
 @pytest.fixture(scope="session")
+def gemma4_full_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Gemma4ForConditionalGeneration genai can run with images (gemma4_models.py "full")."""
+    from gemma4_models import save_gemma4
+
+    return save_gemma4(tmp_path_factory.mktemp("ckpt") / "gemma4_full", "full")
+
+
+@pytest.fixture(scope="session")
+def gemma4_full_package(gemma4_full_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Its full package (vision, embedding, decoder, processor config)."""
+    from gqa_export.pipeline import BuildOptions, build
+
+    out = tmp_path_factory.mktemp("pkg") / "gemma4_full"
+    build(BuildOptions(str(gemma4_full_checkpoint), out, smoke=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def gemma4_png_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An 84 x 120 PNG Gemma-4's processor keeps as is and a 48 x 64 one it resizes (gemma4_full)."""
+    pytest.importorskip("PIL")
+    from gemma4_full import save_images
+
+    return save_images(tmp_path_factory.mktemp("gemma4_images"))
+
+
+@pytest.fixture(scope="session")
 def png_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """PNGs that need resizing and that do not (gemma3_full.save_images)."""
     pytest.importorskip("PIL")

@@ -27,8 +27,20 @@ LAYER_TYPES = ["sliding_attention", "sliding_attention", "full_attention", "slid
 CLASSES = {
     "causal": "Gemma4ForCausalLM",
     "conditional": "Gemma4ForConditionalGeneration",
+    "full": "Gemma4ForConditionalGeneration",
     "unified": "Gemma4UnifiedForConditionalGeneration",
 }
+
+
+# form "full": Gemma4ForConditionalGeneration whose vision tower the full package exports (patch 4,
+# 3 x 3 pooling, 2 layers, head_dim 8); the tokenizer holds <|image>, <|image|>, <image|> as ids 6-8
+FULL_VISION: dict[str, Any] = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+    head_dim=8, patch_size=4, pooling_kernel_size=3, position_embedding_size=64,
+)  # fmt: skip
+FULL_PROCESSOR: dict[str, Any] = dict(patch_size=4, max_soft_tokens=70, pooling_kernel_size=3)
+FULL_IMAGE_TOKENS = ("<|image>", "<|image|>", "<image|>")
+FULL_IMAGE_IDS = {"boi_token_id": 6, "image_token_id": 7, "eoi_token_id": 8}
 
 
 def _text(form: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -53,23 +65,37 @@ def _text(form: str, overrides: dict[str, Any]) -> dict[str, Any]:
     return text
 
 
+def _tiny_audio(tf: Any) -> Any:
+    return tf.Gemma4AudioConfig(
+        hidden_size=8, num_hidden_layers=1, num_attention_heads=2, subsampling_conv_channels=[4, 4],
+        conv_kernel_size=3, output_proj_dims=8,
+    )  # fmt: skip
+
+
 def _config(form: str, overrides: dict[str, Any]) -> Any:
     import transformers as tf
 
     top = {k: overrides.pop(k) for k in list(overrides) if k in TOKEN_IDS}
+    with_audio = overrides.pop("with_audio", False)  # form "full": keep the tiny audio tower
+    clipped = overrides.pop("clipped_linears", False)  # form "full": the tower's use_clipped_linears
+    standardize = overrides.pop("standardize", False)  # form "full": the tower's standardize
     text = _text(form, overrides)
     if form == "causal":
         return tf.Gemma4TextConfig(**text)
     ids = {**TOKEN_IDS, **top}
+    if form == "full":  # a tower genai runs (docs/multimodal.md §13): no audio, the tokenizer's image ids
+        vision = tf.Gemma4VisionConfig(**FULL_VISION, use_clipped_linears=clipped, standardize=standardize)
+        audio = _tiny_audio(tf).to_dict() if with_audio else None
+        return tf.Gemma4Config(
+            text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(), audio_config=audio,
+            tie_word_embeddings=text["tie_word_embeddings"], **{**ids, **FULL_IMAGE_IDS},
+        )  # fmt: skip
     if form == "conditional":
         vision = tf.Gemma4VisionConfig(
             hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
             head_dim=4, patch_size=2, pooling_kernel_size=2, position_embedding_size=16,
         )  # fmt: skip
-        audio = tf.Gemma4AudioConfig(
-            hidden_size=8, num_hidden_layers=1, num_attention_heads=2, subsampling_conv_channels=[4, 4],
-            conv_kernel_size=3, output_proj_dims=8,
-        )  # fmt: skip
+        audio = _tiny_audio(tf)
         return tf.Gemma4Config(
             text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(),
             audio_config=audio.to_dict(), tie_word_embeddings=text["tie_word_embeddings"], **ids,
@@ -100,6 +126,13 @@ def save_gemma4(
             elif param.ndim >= 2:
                 param.copy_(0.05 * torch.randn(param.shape, generator=generator))
         for name, buffer in model.named_buffers():
+            if "vision_tower" in name and name.endswith(("_min", "_max")):  # clipped linears' bounds
+                buffer.fill_({"input": 0.8, "output": 0.1}[name.rsplit(".", 1)[1].split("_")[0]])
+                buffer.mul_(-1.0 if name.endswith("_min") else 1.0)
+            if name.endswith("std_bias"):  # standardize: (x - bias) * scale after pooling
+                buffer.copy_(torch.randn(buffer.shape, generator=generator))
+            if name.endswith("std_scale"):
+                buffer.copy_(torch.empty(buffer.shape).uniform_(0.5, 1.5, generator=generator))
             if name.endswith("layer_scalar"):  # a saved buffer: scales the residual stream per layer
                 buffer.copy_(torch.empty(buffer.shape).uniform_(0.5, 1.5, generator=generator))
     model.tie_weights()
@@ -107,7 +140,9 @@ def save_gemma4(
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
-    save_tokenizer(out_dir, vocab_size=384)
+    save_tokenizer(out_dir, vocab_size=384, extra_specials=FULL_IMAGE_TOKENS if form == "full" else ())
+    if form == "full":  # 70 soft tokens: at most 630 patches per image
+        tf.Gemma4ImageProcessorPil(**FULL_PROCESSOR).save_pretrained(out_dir)
     return out_dir
 
 

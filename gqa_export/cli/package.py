@@ -93,6 +93,10 @@ def run_command(
     _check_generation(max_new_tokens, temperature, top_p, top_k, seed)
     check_package_path(path, files=False)
     text = sys.stdin.read() if prompt == "-" else prompt
+    if text is not None:
+        from gqa_export.runtime.images import check_unexported_markers
+
+        check_unexported_markers(path, text)
     if image:
         if adapter:
             raise InputError("--adapter runs text packages; drop --image")

@@ -94,7 +94,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
 
     embed = None
     if embeds is not None:  # what HF's forward(inputs_embeds=...) takes (transformers 5.x)
-        ids, h = input_ids, embeds
+        # per-layer embeddings read the ids with placeholders as pad, as HF's multimodal model does
+        ids = _placeholders_as_pad(b, input_ids, dims) if dims.per_layer_input_size else input_ids
+        h = embeds
         if dims.embedding_multiplier != 1.0 and not dims.embedding_scaled_in_table:
             h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
     else:

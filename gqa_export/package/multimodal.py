@@ -20,12 +20,14 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
 from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtral_dims
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import Params
 from gqa_export.package.processor_config import (
+    patch_sequence_processor_config,
     pixtral_processor_config,
     qwen_tower_processor_config,
     square_image_processor_config,
@@ -36,6 +38,9 @@ VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_confi
 # genai's gemma3 processor expands each <start_of_image> into this many placeholders, whatever the
 # checkpoint says (docs/multimodal.md §1)
 GEMMA3_RUNTIME_IMAGE_TOKENS = 256
+# genai's gemma4 processor trims the padded patches to soft tokens x 3 x 3, whatever the checkpoint
+# says (docs/multimodal.md §13)
+GEMMA4_RUNTIME_POOLING = 3
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,10 @@ class VisionTower:
     # in one standard-Attention graph; else it takes inputs_embeds alone and may be GQA (§3)
     image_runs_bidirectional: bool = True
     token_keys: tuple[str, ...] = ()  # more config token ids genai's processor reads (model.<key>)
+    # more model sections genai needs (gemma4: an empty speech config name, docs/multimodal.md §13)
+    model_sections: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # (hf_config) -> notes for the build's summary (a tower that is not exported)
+    notes: Callable[[Any], list[str]] = lambda _config: []
 
 
 @dataclass(frozen=True)
@@ -173,6 +182,8 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
         "inputs": {"input_ids": "input_ids", "image_features": "image_features"},
         "outputs": {"inputs_embeds": "inputs_embeds"},
     }
+    for key, section in plan.tower.model_sections:
+        model[key] = dict(section)
 
 
 def processor_config(plan: MultimodalPlan) -> dict[str, Any]:
@@ -211,6 +222,23 @@ def _mistral3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> Pixtr
     return pixtral_dims(hf_config, dims.hidden_size, store)
 
 
+def _gemma4_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> AxialVitDims:
+    """Axial-rotary ViT dims; genai's gemma4 processor trims patches for 3 x 3 pooling only."""
+    vision = axial_vit_dims(hf_config, dims.hidden_size, store)
+    if vision.pool != GEMMA4_RUNTIME_POOLING:
+        raise InputError(
+            f"onnxruntime-genai's gemma4 processor pools {GEMMA4_RUNTIME_POOLING}x{GEMMA4_RUNTIME_POOLING} patches, "
+            f"this checkpoint's pooling_kernel_size is {vision.pool}: export with --text-only"
+        )
+    return vision
+
+
+def _audio_note(hf_config: Any) -> list[str]:
+    if getattr(hf_config, "audio_config", None) is None:
+        return []
+    return ["the audio tower is not exported: the package takes text and images (audio input is not run)"]
+
+
 TOWERS: dict[str, VisionTower] = {
     "gemma3": VisionTower(
         _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
@@ -226,5 +254,14 @@ TOWERS: dict[str, VisionTower] = {
         vision_inputs=("pixel_values", "image_sizes"),
         vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.merge},
         image_runs_bidirectional=False,
+    ),
+    "gemma4": VisionTower(
+        _gemma4_dims,
+        build_axial_vit,
+        lambda vision, pre: patch_sequence_processor_config(vision.patch, vision.pool, pre),
+        vision_inputs=("pixel_values", "pixel_position_ids"),
+        # an MMM type: without this genai looks for audio_processor_config.json and fails to load
+        model_sections=(("speech", {"config_filename": ""}),),
+        notes=_audio_note,
     ),
 }

@@ -117,3 +117,16 @@ def square_image_processor_config(size: int, pre: dict[str, Any]) -> dict[str, A
             ],
         }
     }
+
+
+def patch_sequence_processor_config(patch: int, pool: int, pre: dict[str, Any]) -> dict[str, Any]:
+    """Gemma-4's pipeline: DecodeImage -> Gemma4ImageTransform (aspect-preserving bicubic resize to
+    at most max_soft_tokens·pool² patches, sides multiples of patch·pool, rescale to [0, 1],
+    patches and their (x, y) positions); genai trims the padding (docs/multimodal.md §13)."""
+    soft = int(pre.get("max_soft_tokens") or pre.get("image_seq_length") or 280)
+    transform = {"patch_size": patch, "max_soft_tokens": soft, "pooling_kernel_size": pool}
+    steps = [
+        _op("decode_image", "DecodeImage", color_space="RGB"),
+        _op("gemma4_image", "Gemma4ImageTransform", **transform),
+    ]
+    return {"processor": {"name": "gemma4_image_processor", "transforms": steps}}

@@ -18,10 +18,20 @@ from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_p
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
 QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
 QWEN_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
-IMAGE_MARKERS = {"gemma3": "<start_of_image>", "mistral3": "[IMG]", **dict.fromkeys(QWEN_TYPES, QWEN_MARKER)}
+IMAGE_MARKERS = {
+    "gemma3": "<start_of_image>",
+    "gemma4": "<|image|>",
+    "mistral3": "[IMG]",
+    **dict.fromkeys(QWEN_TYPES, QWEN_MARKER),
+}
 # markers genai 0.18's processor merges when adjacent: the run takes the first image, the other
 # images' blocks go after the first [INST] or in front of the prompt (docs/multimodal.md §12)
 RUN_AS_ONE_IMAGE = frozenset({"[IMG]"})
+# genai model type -> prompt markers of towers gqa-export does not export (docs/multimodal.md §13.5)
+UNEXPORTED_MARKERS = {"gemma4": ("<|audio>", "<|audio|>")}
+# genai model types whose vision step fails unless every image of a prompt resizes to the same
+# patch count (gemma4 in 0.18: a buffer sized for one image's tokens, docs/multimodal.md §13)
+ONE_IMAGE_SIZE = {"gemma4"}
 
 
 def image_marker(package: Path) -> str:
@@ -63,6 +73,30 @@ def with_markers(prompt: str, marker: str, images: int) -> str:
     return prompt
 
 
+def check_unexported_markers(package: Path, prompt: str) -> None:
+    """Refuse a prompt whose marker names a tower the package lacks: its placeholders would run
+    without features (genai skips audio without a speech model; HF embeds them as pad)."""
+    model = ((read_json(package / "genai_config.json") or {}).get("model")) or {}
+    if (model.get("speech") or {}).get("filename"):
+        return
+    for marker in UNEXPORTED_MARKERS.get(str(model.get("type")), ()):
+        if marker in prompt:
+            raise InputError(f"the prompt has {marker}, but this package exports no audio tower: remove the marker")
+
+
+def _check_image_sizes(package: Path, inputs: object, images: int) -> None:
+    """Refuse, in one line, images onnxruntime-genai would fail on with a buffer-shape error."""
+    model_type = ((read_json(package / "genai_config.json") or {}).get("model") or {}).get("type")
+    if images < 2 or model_type not in ONE_IMAGE_SIZE:
+        return
+    counts = sorted({int(n) for n in inputs["num_image_tokens"].as_numpy().reshape(-1)})  # type: ignore[index]
+    if len(counts) > 1:
+        raise InputError(
+            f"onnxruntime-genai runs several {model_type} images only when they resize alike (image tokens "
+            f"{counts}): give images of one size, or one --image"
+        )
+
+
 def generate_with_images(
     package: Path,
     ep: str,
@@ -85,6 +119,7 @@ def generate_with_images(
     model = load(package, ep)
     inputs = model.create_multimodal_processor()(text, images=og.Images.open(*map(str, images)))
     prompt_tokens = int(inputs["input_ids"].as_numpy().shape[-1])
+    _check_image_sizes(package, inputs, len(images))
     room = check_prompt_fits(package, prompt_tokens)
     note = None
     if max_new_tokens > room:

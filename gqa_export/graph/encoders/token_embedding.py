@@ -33,7 +33,7 @@ def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image
     b.graph.inputs.append(features)
     table = spec.tensor(spec.embed)
     with b.scope("embed_tokens"):
-        h = b.op("Gather", b.initializer(table, params.matrix(table)), input_ids)
+        h = b.op("Gather", b.initializer(table, params.matrix(table)), placeholders_as_pad(b, input_ids, dims))
         if dims.embedding_multiplier != 1.0:
             scale = b.const(np.array(dims.embedding_multiplier, NUMPY_DTYPES[dtype]), "scale")
             h = b.op("Mul", h, scale)
@@ -53,6 +53,17 @@ def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image
         out = b.op("Reshape", merged, b.op("Shape", h))
     b.output(typed(out, dtype, [B, S, hidden]), "inputs_embeds", dtype, [B, S, hidden])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
+
+
+def placeholders_as_pad(b: GraphBuilder, input_ids: ir.Value, dims: ModelDims) -> ir.Value:
+    """Gemma-4 embeds its image/video/audio placeholders as pad_token_id wherever no feature row
+    replaces them (docs/gemma4.md §1.2); other families (no placeholder ids) embed every id as is."""
+    if not dims.placeholder_ids or dims.pad_token_id is None:
+        return input_ids
+    pad, ids = b.const(dims.pad_token_id, "pad_id", "int64"), input_ids
+    for token in dims.placeholder_ids:
+        ids = b.op("Where", b.op("Equal", ids, b.const(token, f"placeholder{token}", "int64")), pad, ids)
+    return ids
 
 
 def placeholders_with_row(b: GraphBuilder, is_image: ir.Value, rank: ir.Value, rows: ir.Value) -> ir.Value:
