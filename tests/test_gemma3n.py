@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 from reference import genai_padded_batch_greedy, hf_generate, hf_model, parity_error
 
-from gqa_export.graph import alternating_updates, decoder
+from gqa_export.graph import alternating_updates, decoder, input_embedding
 from gqa_export.pipeline import BuildOptions, build
 
 # vision (352..367) and audio (368..383) control ids of the conditional form, past the per-layer
@@ -69,7 +69,7 @@ def test_mutant_without_sparsity_cutoff_fails_parity(builds, tmp_path):
 
 
 def test_mutant_without_hard_token_embedders_fails_parity(builds, tmp_path, monkeypatch):
-    monkeypatch.setattr(decoder, "embed_hard_tokens", lambda b, ids, h, *args: h)
+    monkeypatch.setattr(input_embedding, "embed_hard_tokens", lambda b, ids, h, *args: h)
     assert _mutant_error(builds, tmp_path, "gemma3n_conditional", HARD_TOKEN_PROMPT) > 1e-2
 
 

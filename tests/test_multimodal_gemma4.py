@@ -162,9 +162,9 @@ def test_decoder_logits_match_hf(package, hf, images, case):
 def test_mutant_per_layer_placeholders_as_ids_fail(checkpoint, package, hf, images, tmp_path, monkeypatch):
     """The decoder's per-layer embeddings reading the image placeholders' own ids (HF reads
     pad_token_id there): the image prompt's logits leave the bound."""
-    from gqa_export.graph import decoder
+    from gqa_export.graph import input_embedding
 
-    monkeypatch.setattr(decoder, "_placeholders_as_pad", lambda b, ids, dims: ids)
+    monkeypatch.setattr(input_embedding, "placeholders_as_pad", lambda b, ids, dims: ids)
     mutant = tmp_path / "mutant"
     build(BuildOptions(str(checkpoint), mutant, smoke=False))
     pixels = hf_pixels([images["exact"]])

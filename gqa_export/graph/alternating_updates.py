@@ -24,7 +24,7 @@ import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.blocks import LayerContext, linear
-from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import per_layer_term
@@ -32,10 +32,6 @@ from gqa_export.graph.standard import LayerKV
 
 B, S = "batch_size", "sequence_length"
 StreamLayer = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
-
-
-def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str) -> ir.Value:
-    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[dtype]), name)
 
 
 def _stream(b: GraphBuilder, streams: ir.Value, k: int, name: str) -> ir.Value:
@@ -46,7 +42,7 @@ def _magnitude(b: GraphBuilder, x: ir.Value, dtype: ir.DataType, floor: bool) ->
     """sqrt(mean(x^2)) over the channels [B, S, 1]; with `floor` the mean is at least 1e-5 first."""
     mean = b.op("ReduceMean", b.op("Mul", x, x), b.const([-1], "channel_axis", "int64"), keepdims=1)
     if floor:
-        mean = b.op("Max", mean, _scalar(b, 1e-5, dtype, "magnitude_floor"))
+        mean = b.op("Max", mean, float_scalar(b, 1e-5, dtype, "magnitude_floor"))
     return b.op("Sqrt", mean)
 
 
@@ -99,7 +95,7 @@ def _router(lc: LayerContext) -> Callable[[ir.Value], ir.Value]:
     norm, router = lc.name(names.router_norm), lc.name(names.router)
     weight = b.initializer(norm, params.vector([norm], offset=dims.norm_offset))
     matrix = b.initializer(router, params.matmul_weight([router]))
-    scale = _scalar(b, dims.hidden_size**-1.0, params.dtype, "router_input_scale")
+    scale = float_scalar(b, dims.hidden_size**-1.0, params.dtype, "router_input_scale")
 
     def modalities(x: ir.Value) -> ir.Value:
         normed = b.op("SimplifiedLayerNormalization", x, weight, axis=-1, epsilon=dims.rms_eps, stash_type=1,
@@ -131,7 +127,7 @@ def alternating_layer(
     if correct:
         with b.scope("altup_correct"):
             coefs = linear(lc, modalities(activated), [names.correction], None, "correction")
-            coefs = b.op("Add", coefs, _scalar(b, 1.0, dtype, "one"))
+            coefs = b.op("Add", coefs, float_scalar(b, 1.0, dtype, "one"))
             innovation = b.op("Sub", activated, active, name="innovation")
             spread = b.op("Mul", b.op("Unsqueeze", innovation, b.const([2], "stream_axis", "int64")),
                           b.op("Unsqueeze", coefs, b.const([-1], "last_axis", "int64")))  # fmt: skip

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.graph.params import NUMPY_DTYPES
+
 Dim = int | str
 
 
@@ -99,3 +101,8 @@ def typed(value: ir.Value, dtype: ir.DataType, shape: Sequence[Dim]) -> ir.Value
     value.type = ir.TensorType(dtype)
     value.shape = ir.Shape(shape)
     return value
+
+
+def float_scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str = "scale") -> ir.Value:
+    """A float scalar constant in the graph's dtype (rounded through float32, as the weights are)."""
+    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[dtype]), name)

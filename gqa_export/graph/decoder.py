@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import numpy as np
 import onnx_ir as ir
 
 from gqa_export import __version__
@@ -23,10 +22,10 @@ from gqa_export.graph.alternating_updates import alternating_layer, merge_stream
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
 from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
-from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
-from gqa_export.graph.hard_tokens import embed_hard_tokens
+from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba import mamba
@@ -36,9 +35,9 @@ from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
-from gqa_export.graph.params import NUMPY_DTYPES, Params
-from gqa_export.graph.per_layer import add_per_layer_input, per_layer_inputs
-from gqa_export.graph.positions import add_absolute_positions, position_query_scale
+from gqa_export.graph.params import Params
+from gqa_export.graph.per_layer import add_per_layer_input
+from gqa_export.graph.positions import position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.short_conv import short_conv
@@ -92,25 +91,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     state_presents: dict[int, tuple[ir.Value, ...]] = {}
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask, position_ids)
 
-    embed = None
-    if embeds is not None:  # what HF's forward(inputs_embeds=...) takes (transformers 5.x)
-        # per-layer embeddings read the ids with placeholders as pad, as HF's multimodal model does
-        ids = _placeholders_as_pad(b, input_ids, dims) if dims.per_layer_input_size else input_ids
-        h = embeds
-        if dims.embedding_multiplier != 1.0 and not dims.embedding_scaled_in_table:
-            h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
-    else:
-        embed = b.initializer(spec.tensor(spec.embed), params.matrix(spec.tensor(spec.embed)))
-        with b.scope("embed_tokens"):
-            ids = _placeholders_as_pad(b, input_ids, dims)
-            h = typed(b.op("Gather", embed, ids), opts.io_dtype, hidden)
-            if dims.embedding_multiplier != 1.0:
-                h = typed(b.op("Mul", h, _scalar(b, dims.embedding_multiplier, params.dtype)), opts.io_dtype, hidden)
-            h = embed_hard_tokens(b, input_ids, h, dims, spec, params)  # ranges with their own embedders
-    h = add_absolute_positions(b, h, input_ids, attention_mask, dims, spec, params)
-    if spec.embedding_norm:  # Bloom: a LayerNorm of the embeddings (inputs_embeds too)
-        h = normalize(b, h, spec.tensor(spec.embedding_norm), params, dims, "embedding_norm", dims.hidden_size)
-    per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None
+    h, embed, per_layer = embed_input(b, embeds, input_ids, attention_mask, dims, spec, params, opts.io_dtype)
 
     query_scale = position_query_scale(b, dims.query_scale, input_ids, attention_mask, opts.io_dtype)
     # Llama-4's attention temperature tuning: NoPE layers' queries, at positions counted from 1
@@ -249,18 +230,6 @@ def _attention_fn(
     return attend_standard
 
 
-def _placeholders_as_pad(b: GraphBuilder, input_ids: ir.Value, dims: ModelDims) -> ir.Value:
-    """Gemma-4's multimodal classes embed image/video/audio placeholders as pad_token_id when no
-    pixels replace them (modeling_gemma4.py, Gemma4Model.forward); a text-only package does the same."""
-    if not dims.placeholder_ids or dims.pad_token_id is None:
-        return input_ids
-    pad = b.const(dims.pad_token_id, "pad_id", "int64")
-    ids = input_ids
-    for token in dims.placeholder_ids:
-        ids = b.op("Where", b.op("Equal", ids, b.const(token, f"placeholder{token}", "int64")), pad, ids)
-    return ids
-
-
 def _windows(dims: ModelDims) -> set[int]:
     return {layer.window for layer in dims.layers}
 
@@ -270,16 +239,11 @@ def mask_kind(opts: GraphOptions, layer: LayerDims) -> MaskKind:
     return MaskKind(layer.window, bidirectional, layer.chunk)
 
 
-def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str = "scale") -> ir.Value:
-    """A float scalar constant in the graph's dtype (rounded through float32, as the weights are)."""
-    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[dtype]), name)
-
-
 def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value:
     b, dims = lc.b, lc.dims
     shape = [B, S, dims.hidden_size]
     if dims.residual_multiplier != 1.0:  # Granite
-        y = b.op("Mul", y, _scalar(b, dims.residual_multiplier, lc.params.dtype))
+        y = b.op("Mul", y, float_scalar(b, dims.residual_multiplier, lc.params.dtype))
     return typed(b.op("Add", h, typed(y, lc.params.dtype, shape), name=name), lc.params.dtype, shape)
 
 

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.builder import GraphBuilder
+from gqa_export.graph.builder import GraphBuilder, float_scalar
 from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.options import GraphOptions
-from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.params import Params
 
 B, S = "batch_size", "sequence_length"
 
@@ -79,11 +78,6 @@ def last_real_position(b: GraphBuilder, x: ir.Value, attention_mask: ir.Value, t
         return b.op("Unsqueeze", picked, b.const([1], "seq_axis", "int64"))
 
 
-def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str) -> ir.Value:
-    """A float scalar constant in the graph's dtype (rounded through float32, as the weights are)."""
-    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[dtype]), name)
-
-
 def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputContext) -> ir.Value:
     dims, spec, params, opts = oc.dims, oc.spec, oc.params, oc.opts
     with b.scope("lm_head"):
@@ -105,10 +99,10 @@ def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputCont
             logits = b.op("Cast", logits, to=opts.logits_dtype)
 
         if dims.logits_multiplier != 1.0:  # Cohere's logit_scale
-            logits = b.op("Mul", logits, _scalar(b, dims.logits_multiplier, opts.logits_dtype, "logit_scale"))
+            logits = b.op("Mul", logits, float_scalar(b, dims.logits_multiplier, opts.logits_dtype, "logit_scale"))
         if dims.logits_divisor != 1.0:  # Granite's logits_scaling
-            logits = b.op("Div", logits, _scalar(b, dims.logits_divisor, opts.logits_dtype, "logits_scaling"))
+            logits = b.op("Div", logits, float_scalar(b, dims.logits_divisor, opts.logits_dtype, "logits_scaling"))
         if dims.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
-            cap = _scalar(b, dims.final_softcap, opts.logits_dtype, "final_softcap")
+            cap = float_scalar(b, dims.final_softcap, opts.logits_dtype, "final_softcap")
             logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="final_softcap")
     return logits

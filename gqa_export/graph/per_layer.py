@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.blocks import LayerContext, activation, linear, normalize
-from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.dims import ModelDims
-from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, Params
+from gqa_export.graph.params import QUANTIZE_TABLE_META, Params
 
 B, S = "batch_size", "sequence_length"
-
-
-def _scalar(b: GraphBuilder, value: float, dtype: ir.DataType, name: str) -> ir.Value:
-    return b.const(np.asarray(value, dtype=np.float32).astype(NUMPY_DTYPES[dtype]), name)
 
 
 def per_layer_inputs(
@@ -48,14 +43,14 @@ def per_layer_inputs(
             rows = b.const(dims.per_layer_vocab, "table_rows", "int64")
             input_ids = b.op("Where", b.op("Less", input_ids, rows), input_ids, b.const(0, "row0", "int64"))
         token = b.op("Gather", table, input_ids)
-        token = b.op("Mul", token, _scalar(b, math.sqrt(width), dtype, "token_scale"))
+        token = b.op("Mul", token, float_scalar(b, math.sqrt(width), dtype, "token_scale"))
         token = b.op("Reshape", token, per_layer_shape, name="token_part")
         projection_name = spec.tensor(names.projection)
         projected = b.op("MatMul", embeds, b.initializer(projection_name, params.matmul_weight([projection_name])))
-        projected = b.op("Mul", projected, _scalar(b, dims.hidden_size**-0.5, dtype, "projection_scale"))
+        projected = b.op("Mul", projected, float_scalar(b, dims.hidden_size**-0.5, dtype, "projection_scale"))
         projected = b.op("Reshape", projected, per_layer_shape)
         context = normalize(b, projected, spec.tensor(names.norm), params, dims, "projection_norm", 0)
-        combined = b.op("Mul", b.op("Add", context, token), _scalar(b, 2.0**-0.5, dtype, "input_scale"))
+        combined = b.op("Mul", b.op("Add", context, token), float_scalar(b, 2.0**-0.5, dtype, "input_scale"))
         return typed(combined, dtype, [B, S, layers, width])
 
 
