@@ -141,7 +141,7 @@ def _external_tensors(graph: Any) -> list[Any]:
 
 def draft_problems(package: Path) -> list[str]:
     """What is wrong with a package's draft pairing (empty: none, or no draft): the block, the
-    speculative options, the draft's vocabulary and its rewindability."""
+    speculative options and the draft graph's logits vocabulary (the runtime's own check)."""
     config = read_json(package / "genai_config.json") or {}
     model = config.get("model") or {}
     if "draft" not in model:
