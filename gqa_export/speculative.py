@@ -38,7 +38,7 @@ def check_draft_options(opts: BuildOptions) -> None:
     if any(s.replace(" ", "").lower() == _WINDOW_CACHE for s in opts.settings):
         raise InputError("--draft cannot rewind window-sized KV caches; drop --set attention.sliding_window_cache=true")
     if opts.lora_targets:
-        raise InputError("--draft and --lora-targets: onnxruntime-genai binds adapters to the target only; drop one")
+        raise InputError("--draft with --lora-targets is not supported (not probed with a draft); drop one")
 
 
 def build_with_draft(
