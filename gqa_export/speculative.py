@@ -25,6 +25,7 @@ from gqa_export.package.staging import StagedPackage, check_output
 from gqa_export.pipeline import BuildOptions, BuildResult, build
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.runtime.run import runnable_ep, smoke_run
+from gqa_export.source.checkpoint import Checkpoint
 
 _WINDOW_CACHE = "attention.sliding_window_cache=true"
 
@@ -42,9 +43,14 @@ def check_draft_options(opts: BuildOptions) -> None:
 
 
 def build_with_draft(
-    opts: BuildOptions, draft: str, spec: SpeculativeOptions | None = None, reporter: Reporter | None = None
+    opts: BuildOptions,
+    draft: str,
+    spec: SpeculativeOptions | None = None,
+    reporter: Reporter | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> BuildResult:
-    """Export `opts.model` with the draft checkpoint `draft` inside (same EP and precision policy)."""
+    """Export `opts.model` with the draft checkpoint `draft` inside (same EP and precision policy);
+    `checkpoint`: the target already opened (a release's one fetch)."""
     reporter = reporter or NullReporter()
     spec = spec or SpeculativeOptions()
     spec.check()
@@ -59,7 +65,8 @@ def build_with_draft(
         build(draft_opts, reporter)
         _refuse(rewind_refusal(draft_dir, "draft"), draft)
         target_dir = staged.path / "target-build"
-        result = build(replace(opts, output=target_dir, overwrite=False, smoke=False, io=io), reporter)
+        target_opts = replace(opts, output=target_dir, overwrite=False, smoke=False, io=io)
+        result = build(target_opts, reporter, checkpoint)
         _refuse(rewind_refusal(target_dir, "target"), draft)
         mismatch = tokenizer_mismatch(target_dir, draft_dir)
         if mismatch:

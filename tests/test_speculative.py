@@ -237,3 +237,23 @@ def test_speculative_option_ranges():
     with pytest.raises(InputError, match="between 0 and --draft-tokens"):
         SpeculativeOptions(4, 5).check()
     SpeculativeOptions(16, 2, True).check()
+
+
+def test_release_variant_with_draft(sources, tmp_path):
+    """A release spec's `draft` key (relative to the spec) builds that variant with the draft
+    inside; `verify` accepts the release; draft_tokens without a draft is refused."""
+    import yaml
+
+    shutil.copytree(sources["draft"], tmp_path / "drafts" / "small")
+    variants = [{"ep": "cpu", "precision": "fp32", "draft": "drafts/small", "draft_tokens": 3}]
+    spec = {"source": str(sources["target"]), "license": "mit", "smoke": False, "variants": variants}
+    (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
+    result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out", "--json")
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "out" / "cpu_and_mobile" / "cpu-fp32" / "genai_config.json").read_text())
+    assert config["speculative"]["max_draft_tokens"] == 3 and config["model"]["draft"]["filename"] == DRAFT_GRAPH
+    assert invoke("verify", tmp_path / "out").exit_code == 0
+    spec["variants"] = [{"ep": "cpu", "precision": "fp32", "draft_tokens": 3}]
+    (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
+    result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out2")
+    assert result.exit_code == 2 and "draft_tokens needs a draft" in result.output
