@@ -87,8 +87,11 @@ def build_with_draft(
         smoke = None
         if opts.smoke:
             ep, note = runnable_ep(staged.path)
+            if ep is not None and ep != opts.ep:  # genai 0.18 keeps the draft on its own EP (§4)
+                ep, note = None, f"no smoke run: a draft package runs only on {opts.ep}, not on {ep}"
             if note is not None:
                 notes.append(note)
+                reporter.note(note)
             if ep is not None:
                 reporter.stage(f"smoke-run on {ep} (speculative)")
                 smoke = smoke_run(staged.path, ep)

@@ -257,3 +257,30 @@ def test_release_variant_with_draft(sources, tmp_path):
     (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
     result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out2")
     assert result.exit_code == 2 and "draft_tokens needs a draft" in result.output
+
+
+def test_cuda_draft_package_structure(sources, tmp_path):
+    """A CUDA fp16 pair (structural here: no GPU): the draft block carries the target's provider
+    options, the build skips the CPU smoke run with a note, and `run --ep cpu` is refused in one
+    line naming cuda (genai 0.18 cannot move the draft to another provider, docs/speculative.md §4)."""
+    out = tmp_path / "cuda"
+    options = BuildOptions(str(sources["target"]), out, ep="cuda", precision="fp16")
+    result = build_with_draft(options, str(sources["draft"]))
+    assert result.smoke is None and any("runs only on cuda" in n for n in result.notes)
+    model = json.loads((out / "genai_config.json").read_text())["model"]
+    assert model["draft"]["session_options"] == model["decoder"]["session_options"]
+    assert "cuda" in model["draft"]["session_options"]["provider_options"][0]
+    run = invoke("run", out, "--prompt", "the", "--ep", "cpu")
+    assert run.exit_code == 2 and "--ep cuda" in run.output and len(run.output.strip().splitlines()) == 1
+
+
+def test_int4_pair_tokens_equal_int4_plain(sources, tmp_path):
+    """The draft takes the target's precision policy (int4 here): the pair's tokens are the int4
+    target's own."""
+    build(BuildOptions(str(sources["target"]), tmp_path / "plain", smoke=False, precision="int4"))
+    build_with_draft(BuildOptions(str(sources["target"]), tmp_path / "pair", precision="int4"), str(sources["draft"]))
+    manifest = json.loads((tmp_path / "pair" / "manifest.json").read_text())
+    assert manifest["options"]["draft"]["precision"] == "int4"
+    outputs = [_greedy(tmp_path / "plain", p) for p in PROMPTS]
+    assert [_greedy(tmp_path / "pair", p) for p in PROMPTS] == outputs
+    assert_varied(outputs)

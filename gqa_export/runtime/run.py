@@ -70,6 +70,11 @@ def explain_load_failure(exc: BaseException, package: Path, ep: str) -> str:
             "(libcudart.so.13, libcublas/libcublasLt.so.13, libcurand.so.10), cuDNN 9 and an NVIDIA driver on "
             "the library path: install them, or run with --ep cpu"
         )
+    if "Cross-EP speculative decoding" in first:  # docs/speculative.md §4
+        return (
+            f"{package} carries a draft model, and onnxruntime-genai runs the draft only on the provider "
+            f"in its genai_config: run it with --ep {package_ep(package)}"
+        )
     if "Could not find an implementation for" in first:
         return (
             f"{package} uses an operator this machine's {ep} provider has no kernel for ({first}); bf16 packages "
