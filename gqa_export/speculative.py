@@ -9,6 +9,7 @@ manifest before the smoke run (docs/speculative.md).
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import replace
 
 from gqa_export.errors import InputError, PackageLintError
@@ -51,6 +52,7 @@ def build_with_draft(
 ) -> BuildResult:
     """Export `opts.model` with the draft checkpoint `draft` inside (same EP and precision policy);
     `checkpoint`: the target already opened (a release's one fetch)."""
+    started = time.perf_counter()
     reporter = reporter or NullReporter()
     spec = spec or SpeculativeOptions()
     spec.check()
@@ -97,7 +99,8 @@ def build_with_draft(
                 smoke = smoke_run(staged.path, ep)
         output = staged.commit()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
-    return replace(result, output=output, files=files, smoke=smoke, notes=notes)
+    seconds = time.perf_counter() - started  # both exports, the pairing and the smoke run
+    return replace(result, output=output, files=files, smoke=smoke, notes=notes, seconds=seconds)
 
 
 def _refuse(reason: str | None, draft: str) -> None:
