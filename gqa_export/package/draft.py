@@ -25,7 +25,8 @@ _TOKENIZER_PARTS = ("model", "added_tokens", "normalizer", "pre_tokenizer")
 
 @dataclass(frozen=True)
 class SpeculativeOptions:
-    """The `speculative` block (docs/speculative.md §2): ranges as genai 0.18 enforces them."""
+    """The `speculative` block (docs/speculative.md §1): max_draft_tokens in 1..16 as genai 0.18 enforces
+    it (probed); min_adaptive_k, the floor adaptive k may fall to, kept within it."""
 
     max_draft_tokens: int = 4
     min_adaptive_k: int = 0
