@@ -20,6 +20,8 @@ done
 # split with one GPU copy of the weights (decoder.shared_initializers; unverified without a GPU)
 gqa-export build "$model" -o "$out/cuda-fp16-split-shared" --ep cuda -p fp16 --attention split \
   --set attention.split_shared_weights=true --no-smoke -q --overwrite
+# speculative decoding on CUDA: the model as its own draft (docs/speculative.md; structural without a GPU)
+gqa-export build "$model" -o "$out/cuda-fp16-draft" --ep cuda -p fp16 --draft "$model" --no-smoke -q --overwrite
 python - "$out" <<'PY' | tee "$out/table.md"
 import sys
 from pathlib import Path

@@ -25,8 +25,9 @@ def test_json_equals_hf_greedy_with_bos(package, checkpoints):
     result = runner.invoke(app, ["run", str(package), "--prompt", "Hello world", "--max-new-tokens", "12", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert set(data) == {"text", "prompt_tokens", "new_tokens", "prefill_ms", "decode_tokens_per_s", "note"}
-    assert data["note"] is None
+    keys = {"text", "prompt_tokens", "new_tokens", "prefill_ms", "decode_tokens_per_s", "note", "speculative"}
+    assert set(data) == keys
+    assert data["note"] is None and data["speculative"] is None  # a plain package: no drafting
     ids = AutoTokenizer.from_pretrained(checkpoints.get("gqa"))("Hello world").input_ids  # with BOS, as HF does
     assert data["prompt_tokens"] == len(ids)
     assert data["new_tokens"] <= 12 and data["text"]

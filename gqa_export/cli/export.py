@@ -218,6 +218,20 @@ def build(
             rich_help_panel=PIPELINE,
         ),
     ] = None,
+    draft: Annotated[
+        Optional[str],
+        typer.Option(
+            "--draft",
+            metavar="DRAFT_SRC",
+            help="A smaller model with the same tokenizer, exported into the package as draft.onnx for "
+            "speculative decoding (docs/speculative.md); full logits, batch 1.",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = None,
+    draft_tokens: Annotated[
+        int,
+        typer.Option("--draft-tokens", help="speculative.max_draft_tokens (1-16).", rich_help_panel=PIPELINE),
+    ] = 4,
     overwrite: Overwrite = False,
     no_smoke: NoSmoke = False,
     as_json: AsJson = False,
@@ -244,7 +258,13 @@ def build(
         tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only, parse_targets(lora_targets),
     )  # fmt: skip
     quiet_hub(quiet)
-    result = run_build(opts, RichReporter(quiet))
+    if draft is not None:
+        from gqa_export.package.draft import SpeculativeOptions
+        from gqa_export.speculative import build_with_draft
+
+        result = build_with_draft(opts, draft, SpeculativeOptions(draft_tokens), RichReporter(quiet))
+    else:
+        result = run_build(opts, RichReporter(quiet))
     if as_json:
         print(json.dumps(result.as_json()))
         return

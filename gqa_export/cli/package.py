@@ -6,7 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -83,6 +83,15 @@ def run_command(
             "together; they must touch different modules).",
         ),
     ] = None,
+    ngram: Annotated[
+        Optional[int],
+        typer.Option(
+            "--ngram",
+            metavar="N",
+            help="Prompt-lookup (n-gram) speculative decoding with N-token keys (2-16); needs full logits and "
+            "a package without a draft model (docs/speculative.md).",
+        ),
+    ] = None,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
     from gqa_export.check.paths import check_package_path
@@ -97,9 +106,10 @@ def run_command(
         from gqa_export.runtime.images import check_unexported_markers
 
         check_unexported_markers(path, text)
+    speculative = _ngram_options(ngram, path)
     if image:
-        if adapter:
-            raise InputError("--adapter runs text packages; drop --image")
+        if adapter or speculative:
+            raise InputError("--adapter and --ngram run text packages; drop --image")
         if interactive or chat or system is not None:
             raise InputError("--image runs one plain prompt: drop --interactive / --chat / --system")
         assert text is not None
@@ -113,6 +123,7 @@ def run_command(
         chat or system is not None or interactive,
         system,
         tuple(adapter or ()),
+        speculative,
     )
     _check_top_k(top_k, path)
     if interactive:
@@ -130,6 +141,12 @@ def run_command(
         f"[dim]{result.prompt_tokens} prompt tokens, {len(result.tokens)} new tokens, "
         f"prefill {result.prefill_ms:.1f} ms, {result.decode_tokens_per_s:.1f} tok/s[/]"
     )
+    if result.speculative:
+        stats = result.speculative
+        err.print(
+            f"[dim]speculative: {stats['draft_tokens_accepted']} of {stats['draft_tokens_proposed']} drafted tokens "
+            f"accepted, {stats['target_forward_passes']} target runs[/]"
+        )
 
 
 @command(
@@ -162,6 +179,19 @@ def adapter_command(
         f"scaling {'/'.join(f'{s:g}' for s in scales)} folded into lora_B, {result.dtype}",
         highlight=False,
     )
+
+
+def _ngram_options(ngram: int | None, path: Path) -> dict[str, Any] | None:
+    """`--ngram N` as genai's run-time speculative options; refused where genai refuses it."""
+    if ngram is None:
+        return None
+    if not 2 <= ngram <= 16:
+        raise InputError(f"--ngram takes a key length between 2 and 16, got {ngram}")
+    from gqa_export.jsonio import read_json
+
+    if "draft" in ((read_json(path / "genai_config.json") or {}).get("model") or {}):
+        raise InputError(f"{path} carries a draft model; n-gram lookup cannot be combined with it: drop --ngram")
+    return {"ngram_size": ngram}
 
 
 def _run_with_images(

@@ -118,7 +118,14 @@ def _build_variant(
 ) -> BuildResult:
     prefixed = PrefixedReporter(reporter, f"[{index + 1}/{total} {variant.path}]")
     try:
-        return build(replace(variant.options, output=root / variant.path), prefixed, checkpoint)
+        options = replace(variant.options, output=root / variant.path)
+        if variant.draft:
+            from gqa_export.package.draft import SpeculativeOptions
+            from gqa_export.speculative import build_with_draft
+
+            spec = SpeculativeOptions(variant.draft_tokens)
+            return build_with_draft(options, variant.draft, spec, prefixed, checkpoint)
+        return build(options, prefixed, checkpoint)
     except GqaExportError as exc:
         kind = InputError if isinstance(exc, InputError) else ReleaseError
         raise kind(f"variant {variant.path} failed: {exc} (nothing was written to {output})") from exc

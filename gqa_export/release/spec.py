@@ -56,6 +56,8 @@ _VARIANT = {
     "kv_cache": tuple(KV_CACHE_DTYPES),
     "kv_scales": tuple(KV_SCALES),
     "lora_targets": [str],  # a multi-LoRA base (docs/lora.md)
+    "draft": str,  # a draft model for speculative decoding: Hub id or folder (docs/speculative.md)
+    "draft_tokens": int,
     "set": [str],
     "path": str,
     # fail the release when this variant's perplexity exceeds the float variant's by more than
@@ -89,6 +91,8 @@ class Variant:
     options: BuildOptions  # output is set when the release is built
     gate: Gate | None = None
     reference: str | None = None  # the float variant evaluation compares this one with
+    draft: str | None = None  # `build --draft` (docs/speculative.md)
+    draft_tokens: int = 4
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ def load_spec(path: Path) -> ReleaseSpec:
         _variant(item, shared, tuple(data.get("set", ())), f"{path}:{lines[i]}: variants[{i}]")
         for i, item in enumerate(data["variants"])
     ]
+    variants = [replace(v, draft=_source(v.draft, base)) if v.draft else v for v in variants]
     _check_paths(variants, path, lines)
     variants = _with_gates(variants, data["variants"], path, lines)
     evaluation = None
@@ -215,7 +220,10 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
     path = item.get("path") or folder_name(ep, precision, quant)
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):
         raise InputError(f"{where}: path '{path}' must be a relative folder inside the release")
-    return Variant(str(PurePosixPath(path)), options)
+    if "draft_tokens" in item and "draft" not in item:
+        raise InputError(f"{where}: draft_tokens needs a draft")
+    draft = (item.get("draft"), item.get("draft_tokens", 4))
+    return Variant(str(PurePosixPath(path)), options, draft=draft[0], draft_tokens=draft[1])
 
 
 # the spec keys of the int4/int8 options (a float variant given one is refused, naming it)

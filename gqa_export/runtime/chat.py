@@ -39,12 +39,14 @@ class Session:
         chat: bool,
         system: str | None,
         adapters: tuple[Path, ...] = (),
+        speculative: dict[str, Any] | None = None,
     ) -> None:
         if not (package / "genai_config.json").is_file():
             raise InputError(f"{package} is not a package folder (no genai_config.json)")
         self.package, self.ep, self.max_new_tokens = package, ep, max_new_tokens
         self.sampling = Sampling(*sampling)
         self.chat = chat
+        self.speculative = speculative  # run-time speculative options (`run --ngram`)
         self.history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
         try:
             self.model = load(package, ep)
@@ -78,6 +80,7 @@ class Session:
             on_text or (lambda _: None),
             self.ep,
             self.adapters,
+            self.speculative,
         )
         if dropped:
             note = f"dropped the {dropped} oldest turn(s) of the conversation to fit the package's max_length"
@@ -116,4 +119,6 @@ class Session:
             "prefill_ms": round(result.prefill_ms, 3),
             "decode_tokens_per_s": round(result.decode_tokens_per_s, 2),
             "note": result.note,
+            # acceptance statistics of a draft / n-gram run (docs/speculative.md §6); null for a plain run
+            "speculative": result.speculative,
         }

@@ -34,6 +34,7 @@ class GenerationResult:
     prefill_ms: float
     decode_tokens_per_s: float
     note: str | None = None  # what the run changed of what was asked (fewer new tokens, dropped turns)
+    speculative: dict[str, Any] | None = None  # acceptance statistics of a draft or n-gram run
 
 
 class PromptTooLong(InputError):
@@ -68,6 +69,11 @@ def explain_load_failure(exc: BaseException, package: Path, ep: str) -> str:
             f"the CUDA provider cannot load its libraries ({first}); onnxruntime-gpu 1.31 needs CUDA 13 "
             "(libcudart.so.13, libcublas/libcublasLt.so.13, libcurand.so.10), cuDNN 9 and an NVIDIA driver on "
             "the library path: install them, or run with --ep cpu"
+        )
+    if "Cross-EP speculative decoding" in first:  # docs/speculative.md §4
+        return (
+            f"{package} carries a draft model, and onnxruntime-genai runs the draft only on the provider "
+            f"in its genai_config: run it with --ep {package_ep(package)}"
         )
     if "Could not find an implementation for" in first:
         return (
@@ -173,13 +179,23 @@ def _generate(
     options: dict[str, Any],
     on_token: Callable[[int], None] | None = None,
     adapters: tuple[Any, list[str]] | None = None,
-) -> tuple[list[int], float, float]:
-    """The one generation loop: (new tokens, prefill ms, decode tokens/s)."""
+    speculative: dict[str, Any] | None = None,
+) -> tuple[list[int], float, float, dict[str, Any]]:
+    """The one generation loop: (new tokens, prefill ms, decode tokens/s, speculative statistics).
+
+    `speculative`: run-time options (n-gram lookup, docs/speculative.md §5) over the package's own."""
     import onnxruntime_genai as og
 
     params = og.GeneratorParams(model)
     params.set_search_options(**options)
-    generator = og.Generator(model, params)
+    try:
+        if speculative:
+            params.set_speculative_options(**speculative)
+        generator = og.Generator(model, params)
+    except Exception as exc:  # genai's own sentence: a range, or a package that cannot verify
+        if not speculative:
+            raise
+        raise InputError(f"speculative options {speculative}: {str(exc).strip().splitlines()[0]}") from None
     if adapters is not None:
         for name in adapters[1]:
             generator.set_active_adapter(adapters[0], name)
@@ -194,7 +210,34 @@ def _generate(
         if on_token is not None:
             on_token(tokens[-1])
     decode = time.perf_counter() - start
-    return tokens, prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0
+    return tokens, prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0, acceptance(generator)
+
+
+# get_speculative_stats() keys reported by `run --json` (docs/speculative.md §6)
+ACCEPTANCE_KEYS = (
+    "rounds",
+    "draft_tokens_proposed",
+    "draft_tokens_evaluated",
+    "draft_tokens_accepted",
+    "acceptance_rate",
+    "bonus_tokens",
+    "correction_tokens",
+    "target_forward_passes",
+    "draft_forward_passes",
+    "effective_k",
+    "mean_emitted_tokens_per_round",
+    "standard_fallback_steps",
+    "ngram_lookup_hits",
+    "ngram_lookup_misses",
+)
+
+
+def acceptance(generator: Any) -> dict[str, Any]:
+    """The generator's speculative statistics ({} where it drafted nothing: a plain run)."""
+    stats = generator.get_speculative_stats() if hasattr(generator, "get_speculative_stats") else {}
+    if not stats or not (stats.get("rounds") or stats.get("standard_fallback_steps")):
+        return {}
+    return {key: round(v, 4) if isinstance(v := stats.get(key), float) else v for key in ACCEPTANCE_KEYS}
 
 
 def generate_greedy(
@@ -206,9 +249,9 @@ def generate_greedy(
     model = model or load(package, ep)
     total = len(prompt_ids) + max_new_tokens
     options = {"do_sample": False, "max_length": total, "min_length": len(prompt_ids) + min_new_tokens}
-    tokens, prefill_ms, rate = _generate(model, prompt_ids, options)
+    tokens, prefill_ms, rate, stats = _generate(model, prompt_ids, options)
     text = og.Tokenizer(model).decode(tokens) if tokens else ""
-    return GenerationResult(ep, len(prompt_ids), tokens, text, prefill_ms, rate)
+    return GenerationResult(ep, len(prompt_ids), tokens, text, prefill_ms, rate, speculative=stats or None)
 
 
 def smoke_run(package: Path, ep: str) -> GenerationResult:
@@ -295,6 +338,7 @@ def stream(
     on_text: Callable[[str], None],
     ep: str = "cpu",
     adapters: tuple[Any, list[str]] | None = None,
+    speculative: dict[str, Any] | None = None,
 ) -> GenerationResult:
     """Generate, calling `on_text` with each decoded piece as it comes."""
     import onnxruntime_genai as og
@@ -315,5 +359,5 @@ def stream(
             on_text(piece)
 
     options = {"max_length": max_length, **sampling.search_options()}
-    tokens, prefill_ms, rate = _generate(model, prompt_ids, options, on_token, adapters)
-    return GenerationResult(ep, len(prompt_ids), tokens, "".join(pieces), prefill_ms, rate, note)
+    tokens, prefill_ms, rate, stats = _generate(model, prompt_ids, options, on_token, adapters, speculative)
+    return GenerationResult(ep, len(prompt_ids), tokens, "".join(pieces), prefill_ms, rate, note, stats or None)

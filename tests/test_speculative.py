@@ -1,0 +1,286 @@
+"""Speculative decoding (docs/speculative.md): `build --draft` packages and `run --ngram` through
+onnxruntime-genai give the target's greedy tokens (= HF generate of the target), `run --json`
+reports genai's acceptance statistics, and what the runtime cannot rewind is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from reference import assert_varied, hf_generate, hf_model
+from test_cli import invoke
+from tiny_models import save_model
+
+from gqa_export.errors import InputError
+from gqa_export.package.draft import DRAFT_GRAPH, SpeculativeOptions, draft_problems, rewind_refusal
+from gqa_export.pipeline import BuildOptions, build
+from gqa_export.runtime.run import Sampling, generate_greedy, load, stream
+from gqa_export.speculative import build_with_draft
+
+PROMPTS = [[0, 20, 31, 42, 53, 64, 75], [0, 7]]
+NEW = 24
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("speculative-sources")
+    return {
+        "target": save_model(root / "target", "llama", seed=0, num_hidden_layers=3),
+        "draft": save_model(root / "draft", "llama", seed=1, num_hidden_layers=1),
+        "other_vocab": save_model(root / "other_vocab", "llama", seed=1, num_hidden_layers=1, vocab_size=320),
+    }
+
+
+@pytest.fixture(scope="module")
+def packages(sources: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """plain: the target alone; paired: with a 1-layer draft; self: the target as its own draft
+    (every drafted token is accepted); other_vocab: a draft package of another vocabulary."""
+    root = tmp_path_factory.mktemp("speculative-packages")
+    out = {"plain": root / "plain", "paired": root / "paired", "self": root / "self", "other_vocab": root / "ov"}
+    build(BuildOptions(str(sources["target"]), out["plain"], smoke=False))
+    build(BuildOptions(str(sources["other_vocab"]), out["other_vocab"], smoke=False))
+    build_with_draft(BuildOptions(str(sources["target"]), out["paired"]), str(sources["draft"]))
+    build_with_draft(BuildOptions(str(sources["target"]), out["self"], smoke=False), str(sources["target"]))
+    return out
+
+
+def _greedy(package: Path, prompt: list[int]) -> list[int]:
+    return generate_greedy(package, prompt, NEW, min_new_tokens=NEW).tokens
+
+
+def test_draft_package_layout(packages):
+    """draft.onnx(+.data) beside model.onnx, model.draft relative to the config folder, the
+    speculative block, full logits for both graphs, and every file sealed in the manifest."""
+    package = packages["paired"]
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["model"]["draft"]["filename"] == DRAFT_GRAPH
+    assert config["model"]["draft"]["num_hidden_layers"] == 1
+    assert config["speculative"] == {"max_draft_tokens": 4, "min_adaptive_k": 0, "cooldown": False}
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert {"draft.onnx", "draft.onnx.data"} <= set(manifest["files"])
+    assert manifest["options"]["draft"]["layers"] == 1
+    assert rewind_refusal(package, "target") is None and draft_problems(package) == []
+    result = invoke("verify", package)
+    assert result.exit_code == 0, result.output
+
+
+def test_draft_tokens_equal_plain_and_hf(sources, packages):
+    """Greedy tokens with the draft = without it = HF generate of the target (not one repeated id)."""
+    model = hf_model(sources["target"])
+    outputs = []
+    for prompt in PROMPTS:
+        reference = hf_generate(model, prompt, NEW)
+        assert _greedy(packages["plain"], prompt) == reference
+        assert _greedy(packages["paired"], prompt) == reference
+        assert _greedy(packages["self"], prompt) == reference
+        outputs.append(reference)
+    assert_varied(outputs)
+
+
+def test_mutant_draft_in_the_target_slot_fails_the_token_check(sources, packages, tmp_path):
+    """Mutant: model.decoder and model.draft swapped (the draft verifies). The tokens are the
+    draft's, so the HF comparison of the test above fails on it."""
+    folder = tmp_path / "swapped"
+    shutil.copytree(packages["paired"], folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    model = config["model"]
+    model["decoder"], model["draft"] = model["draft"], model["decoder"]
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    reference = hf_generate(hf_model(sources["target"]), PROMPTS[0], NEW)
+    assert _greedy(folder, PROMPTS[0]) != reference
+
+
+def test_run_json_reports_acceptance(packages):
+    """A self-draft accepts every drafted token: 4 per round, one target run per 5 tokens."""
+    result = invoke("run", packages["self"], "--prompt", "the cat", "--max-new-tokens", "20", "--json")
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)["speculative"]
+    assert stats["draft_tokens_proposed"] > 0
+    assert stats["draft_tokens_accepted"] == stats["draft_tokens_evaluated"] > 0
+    assert stats["acceptance_rate"] == 1.0
+    assert stats["target_forward_passes"] < json.loads(result.output)["new_tokens"]
+    plain = json.loads(invoke("run", packages["plain"], "--prompt", "the cat", "--json").output)
+    assert plain["speculative"] is None
+
+
+def test_ngram_tokens_equal_plain(packages):
+    """Prompt lookup (`run --ngram 2`) on a prompt that repeats itself: genai drafts from the
+    prompt (lookup hits) and the tokens are plain greedy's."""
+    package = packages["plain"]
+    model = load(package, "cpu")
+    prompt = [0] + [20, 31, 42, 53] * 6
+    plain = stream(package, model, prompt, NEW, Sampling(), lambda _: None)
+    ngram = stream(package, model, prompt, NEW, Sampling(), lambda _: None, speculative={"ngram_size": 2})
+    assert ngram.tokens == plain.tokens and len(plain.tokens) > 0
+    assert ngram.speculative is not None and ngram.speculative["ngram_lookup_hits"] > 0
+    assert plain.speculative is None
+    result = invoke("run", package, "--prompt", "the cat the cat the cat", "--ngram", "2", "--json")
+    assert result.exit_code == 0 and json.loads(result.output)["speculative"] is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--ngram", "1"), "between 2 and 16"),
+        (("--ngram", "3"), "carries a draft model"),
+    ],
+)
+def test_ngram_refusals(packages, args, message):
+    package = packages["paired"] if args[1] == "3" else packages["plain"]
+    result = invoke("run", package, "--prompt", "the", *args)
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_ngram_refused_on_pruned_logits(sources, tmp_path):
+    from gqa_export.graph.io_options import IoOptions
+
+    pruned = tmp_path / "pruned"
+    build(BuildOptions(str(sources["target"]), pruned, smoke=False, io=IoOptions(prune_lm_head=True)))
+    result = invoke("run", pruned, "--prompt", "the", "--ngram", "2")
+    assert result.exit_code == 2 and "target logits for every verified token" in result.output
+
+
+def test_tokenizer_mismatch_refused(sources, tmp_path):
+    result = invoke("build", sources["target"], "-o", tmp_path / "x", "--draft", sources["other_vocab"])
+    assert result.exit_code == 2 and "vocab_size 320 differs" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_mutant_swapped_token_ids_refused(sources, tmp_path):
+    """Mutant: the draft's tokenizer with two ids swapped (same vocabulary size) is refused."""
+    draft = tmp_path / "swapped_ids"
+    shutil.copytree(sources["draft"], draft)
+    data = json.loads((draft / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[100:102]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (draft / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(InputError, match="other token ids"):
+        build_with_draft(BuildOptions(str(sources["target"]), tmp_path / "x", smoke=False), str(draft))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    ["drop_speculative", "other_vocab"],
+)
+def test_mutant_broken_pairing_is_found(packages, tmp_path, edit):
+    """Mutants of a good package: the speculative options dropped, or model.draft pointing at a
+    draft of another vocabulary; draft_problems names each, and genai refuses the second."""
+    folder = tmp_path / "pkg"
+    shutil.copytree(packages["paired"], folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    if edit == "drop_speculative":
+        del config["speculative"]
+    else:
+        shutil.copy(packages["other_vocab"] / "model.onnx", folder / "other.onnx")
+        shutil.copy(packages["other_vocab"] / "model.onnx.data", folder / "model.onnx.data.other")
+        _relocate(folder / "other.onnx", "model.onnx.data.other")
+        config["model"]["draft"]["filename"] = "other.onnx"
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    assert draft_problems(folder) != []
+    if edit == "other_vocab":
+        with pytest.raises(Exception, match="vocab"):
+            _greedy(folder, PROMPTS[0])
+
+
+def _relocate(graph: Path, data: str) -> None:
+    import onnx
+
+    model = onnx.load(str(graph), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = data
+    onnx.save(model, str(graph))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--prune-lm-head",), "drop --prune-lm-head"),
+        (("--attention", "split"), "decoder pipeline"),
+        (("--set", "attention.sliding_window_cache=true"), "window-sized KV caches"),
+        (("--draft-tokens", "17"), "between 1 and 16"),
+    ],
+)
+def test_option_refusals(sources, tmp_path, args, message):
+    result = invoke("build", sources["target"], "-o", tmp_path / "x", "--draft", sources["draft"], *args)
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_hybrid_draft_refused(sources, tmp_path):
+    """A recurrent-state draft (LFM2's conv state) cannot be rewound: one line, exit 2, no package."""
+    from dense_models import save_dense
+
+    hybrid = save_dense(tmp_path / "lfm2", "lfm2")
+    result = invoke("build", sources["target"], "-o", tmp_path / "x", "--draft", hybrid, "--no-smoke")
+    assert result.exit_code == 2 and "recurrent/convolution state" in result.output, result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_built_packages_that_cannot_rewind(checkpoints, tmp_path):
+    """The facts-based checks behind the refusals: a split pipeline and window-sized caches."""
+    source = str(checkpoints.get("mistral_window"))
+    build(BuildOptions(source, tmp_path / "split", smoke=False, attention="split"))
+    assert "decoder pipeline" in (rewind_refusal(tmp_path / "split", "target") or "")
+    window = ("attention.sliding_window_cache=true",)
+    build(BuildOptions(source, tmp_path / "window", smoke=False, attention="gqa", settings=window))
+    assert "window-sized" in (rewind_refusal(tmp_path / "window", "target") or "")
+    build(BuildOptions(source, tmp_path / "plain", smoke=False, attention="gqa"))
+    assert rewind_refusal(tmp_path / "plain", "target") is None
+
+
+def test_speculative_option_ranges():
+    with pytest.raises(InputError, match="between 0 and --draft-tokens"):
+        SpeculativeOptions(4, 5).check()
+    SpeculativeOptions(16, 2, True).check()
+
+
+def test_release_variant_with_draft(sources, tmp_path):
+    """A release spec's `draft` key (relative to the spec) builds that variant with the draft
+    inside; `verify` accepts the release; draft_tokens without a draft is refused."""
+    import yaml
+
+    shutil.copytree(sources["draft"], tmp_path / "drafts" / "small")
+    variants = [{"ep": "cpu", "precision": "fp32", "draft": "drafts/small", "draft_tokens": 3}]
+    spec = {"source": str(sources["target"]), "license": "mit", "smoke": False, "variants": variants}
+    (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
+    result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out", "--json")
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "out" / "cpu_and_mobile" / "cpu-fp32" / "genai_config.json").read_text())
+    assert config["speculative"]["max_draft_tokens"] == 3 and config["model"]["draft"]["filename"] == DRAFT_GRAPH
+    assert invoke("verify", tmp_path / "out").exit_code == 0
+    spec["variants"] = [{"ep": "cpu", "precision": "fp32", "draft_tokens": 3}]
+    (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
+    result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out2")
+    assert result.exit_code == 2 and "draft_tokens needs a draft" in result.output
+
+
+def test_cuda_draft_package_structure(sources, tmp_path):
+    """A CUDA fp16 pair (structural here: no GPU): the draft block carries the target's provider
+    options, the build skips the CPU smoke run with a note, and `run --ep cpu` is refused in one
+    line naming cuda (genai 0.18 cannot move the draft to another provider, docs/speculative.md §4)."""
+    out = tmp_path / "cuda"
+    options = BuildOptions(str(sources["target"]), out, ep="cuda", precision="fp16")
+    result = build_with_draft(options, str(sources["draft"]))
+    assert result.smoke is None and any("runs only on cuda" in n for n in result.notes)
+    model = json.loads((out / "genai_config.json").read_text())["model"]
+    assert model["draft"]["session_options"] == model["decoder"]["session_options"]
+    assert "cuda" in model["draft"]["session_options"]["provider_options"][0]
+    run = invoke("run", out, "--prompt", "the", "--ep", "cpu")
+    assert run.exit_code == 2 and "--ep cuda" in run.output and len(run.output.strip().splitlines()) == 1
+
+
+def test_int4_pair_tokens_equal_int4_plain(sources, tmp_path):
+    """The draft takes the target's precision policy (int4 here): the pair's tokens are the int4
+    target's own."""
+    build(BuildOptions(str(sources["target"]), tmp_path / "plain", smoke=False, precision="int4"))
+    build_with_draft(BuildOptions(str(sources["target"]), tmp_path / "pair", precision="int4"), str(sources["draft"]))
+    manifest = json.loads((tmp_path / "pair" / "manifest.json").read_text())
+    assert manifest["options"]["draft"]["precision"] == "int4"
+    outputs = [_greedy(tmp_path / "plain", p) for p in PROMPTS]
+    assert [_greedy(tmp_path / "pair", p) for p in PROMPTS] == outputs
+    assert_varied(outputs)
