@@ -16,6 +16,7 @@ from onnx import TensorProto
 
 from gqa_export.check.expert_lints import expert_findings
 from gqa_export.check.findings import Finding
+from gqa_export.check.processor_lints import processor_findings
 from gqa_export.check.reader import Package, load_package
 from gqa_export.check.state_lints import state_findings
 from gqa_export.errors import PackageLintError
@@ -353,6 +354,7 @@ def _ranges(values: list[int]) -> str:
 
 
 RULES = (
+    processor_findings,
     _window_cache,
     _missing_files,
     _external_data,
