@@ -320,3 +320,23 @@ def test_spec_variants_take_the_build_options(tmp_path):
     assert first.options.io.prune_lm_head is False
     assert (first.options.kv.dtype, first.options.kv.scales) == ("int8", "per-tensor")
     assert second.options.io.cuda_graph and second.options.io.hidden_states
+
+
+def test_multimodal_source_releases_full_and_text_only_variants(gemma3_full_checkpoint, tmp_path):
+    """A multimodal source: the default variant is the full package (vision, embedding, processor),
+    `text_only: true` the text decoder alone; both are sealed and verified like any variant."""
+    pytest.importorskip("PIL")
+    spec = tmp_path / "release.yaml"
+    variants = [{"ep": "cpu", "precision": "fp32", "path": "full"},
+                {"ep": "cpu", "precision": "fp32", "path": "text", "text_only": True}]  # fmt: skip
+    fields = {"source": str(gemma3_full_checkpoint), "license": "apache-2.0", "variants": variants}
+    spec.write_text(yaml.safe_dump(fields))
+    result = invoke("release", spec, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    full, text = tmp_path / "out" / "full", tmp_path / "out" / "text"
+    assert {"vision.onnx", "embedding.onnx", "processor_config.json"} <= {p.name for p in full.iterdir()}
+    assert not (text / "vision.onnx").exists() and not (text / "processor_config.json").exists()
+    assert json.loads((full / "genai_config.json").read_text())["model"]["type"] == "gemma3"
+    assert json.loads((text / "genai_config.json").read_text())["model"]["type"] != "gemma3"
+    for folder in (full, text):
+        assert invoke("verify", folder).exit_code == 0

@@ -10,6 +10,7 @@
       - {ep: cuda, precision: fp16}
       - {ep: cuda, precision: int4, block_size: 128}
       - {ep: cpu, precision: int4, path: cpu-lora, lora_targets: [q_proj, v_proj]}   # multi-LoRA base
+      - {ep: cpu, precision: int4, path: cpu-text, text_only: true}   # a multimodal source's decoder alone
 
 Validated like recipes (file:line: key errors). Every variant's options are checked here, before
 anything is fetched, and each gets the folder the published ORT GenAI model repositories use.
@@ -56,6 +57,7 @@ _VARIANT = {
     "kv_cache": tuple(KV_CACHE_DTYPES),
     "kv_scales": tuple(KV_SCALES),
     "lora_targets": [str],  # a multi-LoRA base (docs/lora.md)
+    "text_only": bool,  # a multimodal source's text decoder alone (docs/multimodal.md §1)
     "draft": str,  # a draft model for speculative decoding: Hub id or folder (docs/speculative.md)
     "draft_tokens": int,
     "set": [str],
@@ -216,6 +218,7 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
         ),
         kv=KvQuantOptions(item.get("kv_cache"), item.get("kv_scales", "per-channel")),
         lora_targets=parse_targets(",".join(item.get("lora_targets", ()))),
+        text_only=item.get("text_only", False),
     )
     path = item.get("path") or folder_name(ep, precision, quant)
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):
