@@ -117,12 +117,12 @@ OPENVINO = ExecutionProvider(
     name="openvino",
     ort_provider="OpenVINOExecutionProvider",
     genai_provider="OpenVINO",
-    precisions=("fp32", "int4"),
+    precisions=("fp32", "fp16", "int4"),
     refused=_frozen(
         {
-            "fp16": "not run-verified with onnxruntime-openvino here; use fp32 or int4 (docs/eps.md §3)",
             "bf16": "GroupQueryAttention falls back to ORT's CPU kernels, which have no bf16",
-            "int8": "not run-verified with onnxruntime-openvino here; use int4 (docs/eps.md §3)",
+            "int8": "OpenVINO's 8-bit MatMulNBits gives other greedy tokens than the CPU package (probed, "
+            "docs/eps.md §3); use int4",
         }
     ),
     default_precision="fp32",
@@ -131,9 +131,10 @@ OPENVINO = ExecutionProvider(
     provider_options=(_frozen({"OpenVINO": _frozen({"device_type": "CPU"})}),),
     window_slack=16,
     kv_cache_dtypes=(),
-    attention_modes=("gqa",),
-    gqa_dtypes=("float",),
+    attention_modes=("gqa",),  # its ONNX frontend rejects the standard Attention op (probed)
+    gqa_dtypes=("float", "float16"),
     nbits_bits=(4,),
+    missing_ops=frozenset({"Attention"}),
     release_folder="openvino",
     description="Intel CPUs/GPUs/NPUs through onnxruntime-openvino (run-verified on CPU)",
 )

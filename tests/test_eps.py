@@ -30,7 +30,7 @@ PROMPT = [1, 17, 93, 5, 250, 41, 8, 77, 3, 120, 64, 9, 200, 31]
 BUILT = [
     ("webgpu", "fp16"), ("webgpu", "fp32"), ("webgpu", "int4"), ("webgpu", "int8"),
     ("dml", "fp16"), ("dml", "int4"), ("trt-rtx", "fp16"), ("trt-rtx", "bf16"),
-    ("openvino", "fp32"), ("openvino", "int4"),
+    ("openvino", "fp32"), ("openvino", "fp16"), ("openvino", "int4"),
 ]  # fmt: skip
 REFUSED = [(ep.name, p) for ep in EPS.values() for p in ep.refused if ep.name not in ("cpu", "cuda")]
 FP16_BOUND = 3e-2  # relative to max |HF logit|, the fp16 CUDA graph's bound on CPU (tests/test_families.py)
@@ -101,7 +101,12 @@ def test_refused_pairs_are_one_line(checkpoints, tmp_path, ep, precision):
 
 def test_refusals_exit_2_on_the_command_line(checkpoints, tmp_path):
     runner = CliRunner()
-    for args in (["--ep", "qnn"], ["--ep", "dml", "--precision", "fp32"], ["--ep", "dml", "--attention", "bias"]):
+    for args in (
+        ["--ep", "qnn"],
+        ["--ep", "dml", "--precision", "fp32"],
+        ["--ep", "dml", "--attention", "bias"],
+        ["--ep", "openvino", "--attention", "split"],
+    ):
         result = runner.invoke(app, ["build", str(checkpoints.get("base")), "-o", str(tmp_path / "x"), *args])
         assert result.exit_code == 2, (args, result.output)
         assert not (tmp_path / "x").exists()
@@ -155,3 +160,11 @@ def test_release_folders_follow_the_published_layout():
     assert folder_name("webgpu", "int4", QuantOptions()) == "webgpu/webgpu-int4-rtn-block-32-acc-level-4"
     assert folder_name("openvino", "fp32", QuantOptions()) == "openvino/openvino-fp32"
     assert folder_name("trt-rtx", "fp16", QuantOptions()) == "trt-rtx/trt-rtx-fp16"
+
+
+def test_inspect_flags_standard_attention_in_an_openvino_package_mutant(checkpoints, tmp_path):
+    """OpenVINO's ONNX frontend rejects the standard Attention op (probed): a bias-mode graph under
+    OpenVINO's provider entry is a finding."""
+    build(BuildOptions(str(checkpoints.get("base")), tmp_path / "bias", attention="bias", smoke=False))
+    package = _retarget(tmp_path / "bias", tmp_path / "ov", "openvino")
+    assert any("Attention has no openvino kernel" in m for m in _ep_findings(package))

@@ -1,4 +1,4 @@
-"""OpenVINO, run-verified (docs/eps.md §3): fp32 and int4 `--ep openvino` packages generate, through
+"""OpenVINO, run-verified (docs/eps.md §3): fp32, fp16 and int4 `--ep openvino` packages generate, through
 onnxruntime-genai on the OpenVINO provider (device_type CPU), the same greedy tokens as the CPU
 packages of the same checkpoint on ORT's CPU kernels in this interpreter.
 
@@ -44,7 +44,7 @@ def _on_openvino(python: Path, packages: list[Path]) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int4"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int4"])
 def test_openvino_greedy_tokens_equal_cpu(exports, openvino_python, precision):
     cpu = exports.get("base", ep="cpu", precision=precision)
     ov = exports.get("base", ep="openvino", precision=precision)
