@@ -84,7 +84,6 @@ CPU = ExecutionProvider(
     window_slack=16,
     pipeline_disables_prepacking=True,
     gqa_attention_bias=True,
-    gqa_dtypes=("float", "float16"),
     release_folder="cpu_and_mobile",
     description="onnxruntime's CPU kernels",
 )
@@ -103,7 +102,6 @@ CUDA = ExecutionProvider(
     standard_attention_kv_read="nonpad",
     window_slack=0,
     shared_initializers=True,
-    gqa_dtypes=("float16", "bfloat16"),
     release_folder="cuda",
     description="NVIDIA GPUs through onnxruntime-gpu",
 )

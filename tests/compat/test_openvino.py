@@ -10,6 +10,7 @@ wheels cannot be installed (no registry access).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -74,3 +75,24 @@ def test_openvino_runs_a_mutant_differently(exports, openvino_python, tmp_path):
     want = generate_greedy(exports.get("base", ep="cpu", precision="fp32"), PROMPT, NEW_TOKENS, "cpu").tokens
     got = _on_openvino(openvino_python, [package])["packages"][str(package)]["tokens"]
     assert got != want
+
+
+def test_openvino_runs_all_but_group_query_attention(exports, openvino_python):
+    """Node placements (onnxruntime's verbose log): OpenVINO takes every node of the int4 graph
+    except GroupQueryAttention, which is not in its op list and runs on ORT's CPU EP."""
+    package = exports.get("base", ep="openvino", precision="int4")
+    run = subprocess.run(
+        [str(openvino_python), str(HERE / "openvino_generate.py"), "placements", str(package)],
+        cwd=ROOT, env={"PYTHONPATH": f"{ROOT}:{HERE}", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    placed: dict[str, list[str]] = {}
+    provider = None
+    for line in run.stderr.splitlines():
+        if m := re.search(r"Node\(s\) placed on \[(\w+)\]", line):
+            provider = m.group(1)
+            placed[provider] = []
+        elif provider and (m := re.search(r"VerifyEachNodeIsAssignedToAnEp\]\s+(\w+) \(", line)):
+            placed[provider].append(m.group(1))
+    assert "OpenVINOExecutionProvider" in placed, run.stderr[-2000:]
+    assert set(placed.get("CPUExecutionProvider", [])) == {"GroupQueryAttention"}
