@@ -168,3 +168,17 @@ def test_inspect_flags_standard_attention_in_an_openvino_package_mutant(checkpoi
     build(BuildOptions(str(checkpoints.get("base")), tmp_path / "bias", attention="bias", smoke=False))
     package = _retarget(tmp_path / "bias", tmp_path / "ov", "openvino")
     assert any("Attention has no openvino kernel" in m for m in _ep_findings(package))
+
+
+def test_webgpu_refuses_a_tensor_over_its_buffer_limit(checkpoints, tmp_path, monkeypatch):
+    """WebGPU's 256 MiB per-buffer limit, checked at build time: with the limit lowered to 64 KiB the
+    tiny model's embedding (384 x 64 fp16 = 48 KiB passes, fp32 = 96 KiB does not) is refused."""
+    from dataclasses import replace
+
+    from gqa_export.check import ep_lints
+
+    small = {**EPS, "webgpu": replace(EPS["webgpu"], max_tensor_bytes=64 << 10)}
+    monkeypatch.setattr(ep_lints, "EPS", small)
+    with pytest.raises(InputError, match=r"at most 0.0625 MiB per tensor, and .*embed"):
+        build(BuildOptions(str(checkpoints.get("base")), tmp_path / "x", ep="webgpu", precision="fp32", smoke=False))
+    assert not (tmp_path / "x").exists()

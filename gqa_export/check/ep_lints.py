@@ -45,7 +45,16 @@ def check_ep_mode(ep: str, mode: str) -> None:
 
 def check_ep_graph(ep: str, models: list[Any]) -> None:
     """Refuse, before anything is written, a graph holding an op or dtype the EP has no kernel for."""
+    record = EPS[ep]
     for model in models:
-        problems = graph_problems(EPS[ep], ir_facts(model))
+        problems = graph_problems(record, ir_facts(model))
         if problems:
             raise InputError(f"--ep {ep} cannot run this model: {problems[0]} (docs/eps.md §2); export for --ep cpu")
+        if record.max_tensor_bytes:
+            sizes = {v.name: v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value}
+            name, size = max(sizes.items(), key=lambda item: item[1], default=("", 0))
+            if size > record.max_tensor_bytes:
+                raise InputError(
+                    f"--ep {ep} allocates at most {record.max_tensor_bytes / 2**20:g} MiB per tensor, and {name} "
+                    f"holds {size / 2**20:.2f} MiB (docs/eps.md §2); quantize it or export for --ep cpu"
+                )
