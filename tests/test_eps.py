@@ -182,3 +182,15 @@ def test_webgpu_refuses_a_tensor_over_its_buffer_limit(checkpoints, tmp_path, mo
     with pytest.raises(InputError, match=r"at most 0.0625 MiB per tensor, and .*embed"):
         build(BuildOptions(str(checkpoints.get("base")), tmp_path / "x", ep="webgpu", precision="fp32", smoke=False))
     assert not (tmp_path / "x").exists()
+
+
+def test_packages_for_absent_eps_run_on_cpu_where_their_dtypes_allow(exports):
+    """`run`/`verify` on a machine without the EP: the graph runs on CPU (fp16), bf16 cannot."""
+    from gqa_export.runtime.run import package_ep, runnable_ep, smoke_run
+
+    dml = exports.get("base", ep="dml", precision="fp16")
+    assert package_ep(dml) == "dml"
+    ep, note = runnable_ep(dml)
+    assert ep == "cpu" and "DmlExecutionProvider" in (note or "")
+    assert smoke_run(dml, ep).tokens
+    assert runnable_ep(exports.get("base", ep="trt-rtx", precision="bf16"))[0] is None
