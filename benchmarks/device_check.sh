@@ -48,7 +48,7 @@ for ep in ${EPS:-}; do
     openvino) precisions="fp32 int4" ;;   # pip install onnxruntime-openvino onnxruntime-genai --no-deps (own venv)
     webgpu) precisions="fp16 fp32 int4" ;; # onnxruntime-webgpu + onnxruntime-genai; needs a real GPU adapter
     dml) precisions="fp16 int4" ;;         # Windows: onnxruntime-directml + onnxruntime-genai-directml
-    trt-rtx) precisions="fp16 bf16" ;;     # NVIDIA RTX: onnxruntime with NvTensorRTRTXExecutionProvider
+    trt-rtx) precisions="fp16 bf16 int4" ;;     # NVIDIA RTX: onnxruntime with NvTensorRTRTXExecutionProvider
     *) echo "unknown EP section '$ep'" >&2; exit 2 ;;
   esac
   for precision in $precisions; do

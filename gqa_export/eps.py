@@ -53,6 +53,7 @@ class ExecutionProvider:
     nbits_bits: tuple[int, ...] = (4, 8)  # MatMulNBits bit widths with kernels
     missing_ops: frozenset[str] = frozenset()  # ops with no kernel here: a package holding one is refused
     max_tensor_bytes: int = 0  # the largest single tensor the EP can allocate (0: no limit)
+    int4_format: str = "matmulnbits"  # matmulnbits | qdq (DequantizeLinear + MatMul: quant/qdq.py)
     release_prefix: str = ""  # a release variant's folder prefix (the published `directml-int4-...`); "" = name
     verified: str = "run"  # run: tokens checked on the EP itself | structural: graph checks + a CPU run
     description: str = field(default="", compare=False)
@@ -187,13 +188,11 @@ TRT_RTX = ExecutionProvider(
     name="trt-rtx",
     ort_provider="NvTensorRTRTXExecutionProvider",
     genai_provider="NvTensorRtRtx",
-    precisions=("fp16", "bf16"),
+    precisions=("fp16", "bf16", "int4"),
     refused=_frozen(
         {
             "fp32": "TensorRT-RTX's GroupQueryAttention has fp16 and bf16 kernels only",
-            "int4": "TensorRT-RTX takes int4 as QDQ (DequantizeLinear + MatMul), not MatMulNBits, which "
-            "this version does not write; use fp16 or bf16",
-            "int8": "TensorRT-RTX has no MatMulNBits and the int8 QDQ form is not offered; use fp16 or bf16",
+            "int8": "TensorRT-RTX has no MatMulNBits and takes int4 only as QDQ; use int4, fp16 or bf16",
         }
     ),
     default_precision="fp16",
@@ -205,6 +204,7 @@ TRT_RTX = ExecutionProvider(
     gqa_dtypes=("float16", "bfloat16"),
     skip_norm_fusion=False,
     nbits_bits=(),
+    int4_format="qdq",
     missing_ops=frozenset({"If", "MatMulNBits", "GatherBlockQuantized", "SkipSimplifiedLayerNormalization"}),
     release_folder="trt-rtx",
     verified="structural",

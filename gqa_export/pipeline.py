@@ -51,6 +51,7 @@ from gqa_export.package.staging import (
 from gqa_export.package.writer import external_values
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant.kv_cache import KvQuantOptions, check_kv_options, quantize_kv_cache
+from gqa_export.quant.qdq import to_qdq
 from gqa_export.quant.quantize import (
     SUPPORTED,
     PrecisionPlan,
@@ -256,6 +257,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     quant_report = QuantizeReport(plan.name, measure_errors=opts.report)
     for model in models:
         quantize(model, plan, quant_report)
+        if EPS[opts.ep].int4_format == "qdq":  # TensorRT-RTX: DequantizeLinear + MatMul (docs/eps.md §2.6)
+            to_qdq(model)
     check_ep_graph(opts.ep, models)
 
     encoders = build_encoders(mm, dims, spec, store, plan.io_dtype) if mm else []

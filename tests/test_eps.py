@@ -29,7 +29,7 @@ from gqa_export.release.spec import folder_name
 PROMPT = [1, 17, 93, 5, 250, 41, 8, 77, 3, 120, 64, 9, 200, 31]
 BUILT = [
     ("webgpu", "fp16"), ("webgpu", "fp32"), ("webgpu", "int4"), ("webgpu", "int8"),
-    ("dml", "fp16"), ("dml", "int4"), ("trt-rtx", "fp16"), ("trt-rtx", "bf16"),
+    ("dml", "fp16"), ("dml", "int4"), ("trt-rtx", "fp16"), ("trt-rtx", "bf16"), ("trt-rtx", "int4"),
     ("openvino", "fp32"), ("openvino", "fp16"), ("openvino", "int4"),
 ]  # fmt: skip
 REFUSED = [(ep.name, p) for ep in EPS.values() for p in ep.refused if ep.name not in ("cpu", "cuda")]
@@ -63,7 +63,7 @@ def test_package_follows_its_ep_record(exports, ep, precision):
     assert gqa and all(any(a.name == "do_rotary" and a.i == int(record.fused_rope) for a in n.attribute) for n in gqa)
     assert all(bool(n.input[1]) is not record.packed_qkv for n in gqa)  # packed: key/value inputs empty
     assert ("SkipSimplifiedLayerNormalization" in ops) is record.skip_norm_fusion
-    assert ("MatMulNBits" in ops) is precision.startswith("int")
+    assert ("MatMulNBits" in ops) is (precision.startswith("int") and record.int4_format == "matmulnbits")
     kv = {i.type.tensor_type.elem_type for i in model.graph.input if i.name.startswith("past_key_values.")}
     want = {"fp32": onnx.TensorProto.FLOAT, "bf16": onnx.TensorProto.BFLOAT16}.get(precision, onnx.TensorProto.FLOAT16)
     if precision.startswith("int"):
@@ -194,3 +194,43 @@ def test_packages_for_absent_eps_run_on_cpu_where_their_dtypes_allow(exports):
     assert ep == "cpu" and "DmlExecutionProvider" in (note or "")
     assert smoke_run(dml, ep).tokens
     assert runnable_ep(exports.get("base", ep="trt-rtx", precision="bf16"))[0] is None
+
+
+def _qdq_logits(package, tokens: list[int]) -> np.ndarray:
+    """Prompt + decode logits with ORT's DQ+MatMul -> MatMulNBits fusion at accuracy level 0 (its
+    CPU default, 4, quantizes activations to int8: docs/eps.md §2.6)."""
+    import onnxruntime as ort
+    from reference import OrtStepper
+
+    stepper = OrtStepper(package)
+    options = ort.SessionOptions()
+    options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    stepper.session = ort.InferenceSession(str(package / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    return np.concatenate([stepper.step(tokens[: len(PROMPT)]), *(stepper.step([t]) for t in tokens[len(PROMPT) :])])
+
+
+QDQ_BOUND = 1e-2  # fp16 rounding between the two int4 forms, relative to max |logit|
+
+
+def _qdq_error(package, exports) -> float:
+    reference = exports.get("base", ep="cuda", precision="int4")  # MatMulNBits, fp16, accuracy level 0
+    tokens, want = ort_prefill_and_decode(reference, PROMPT, steps=4)
+    got = _qdq_logits(package, tokens)
+    return float(np.abs(got - want).max() / max(1.0, float(np.abs(want).max())))
+
+
+def test_trt_rtx_int4_is_qdq_and_computes_the_matmulnbits_weights(exports):
+    """TensorRT-RTX int4: DequantizeLinear(uint4, blocked) + MatMul, no MatMulNBits; on CPU the same
+    logits as the MatMulNBits package of the same quantization."""
+    package = exports.get("base", ep="trt-rtx", precision="int4")
+    ops = {n.op_type for n in onnx.load(str(package / "model.onnx"), load_external_data=False).graph.node}
+    assert "DequantizeLinear" in ops and "MatMulNBits" not in ops
+    assert _qdq_error(package, exports) < QDQ_BOUND
+
+
+def test_trt_rtx_qdq_scales_mutant_fails(exports, tmp_path):
+    from mutants import copy_package, edit_initializers, times
+
+    package = copy_package(exports.get("base", ep="trt-rtx", precision="int4"), tmp_path / "trt")
+    assert edit_initializers(package, "*qkv_proj.qdq_scales", times(1.5))
+    assert _qdq_error(package, exports) > QDQ_BOUND
