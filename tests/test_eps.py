@@ -234,3 +234,20 @@ def test_trt_rtx_qdq_scales_mutant_fails(exports, tmp_path):
     package = copy_package(exports.get("base", ep="trt-rtx", precision="int4"), tmp_path / "trt")
     assert edit_initializers(package, "*qkv_proj.qdq_scales", times(1.5))
     assert _qdq_error(package, exports) > QDQ_BOUND
+
+
+def test_quantize_command_writes_each_eps_int4_form(exports, tmp_path):
+    """`gqa-export quantize` of a float package follows the package's EP as build does: QDQ for
+    TensorRT-RTX, MatMulNBits for DirectML."""
+    from gqa_export.quant.options import QuantOptions as Q
+    from gqa_export.quant.requantize import requantize
+
+    for ep, want, absent in (
+        ("trt-rtx", "DequantizeLinear", "MatMulNBits"),
+        ("dml", "MatMulNBits", "DequantizeLinear"),
+    ):
+        out = tmp_path / ep
+        requantize(exports.get("base", ep=ep, precision="fp16"), out, "int4", Q(), smoke=False)
+        ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
+        assert want in ops and absent not in ops
+        assert _ep_findings(out) == []
