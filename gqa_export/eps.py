@@ -4,8 +4,11 @@ Every stage asks this table rather than testing `ep == "cuda"`: which precisions
 why the others are refused), the activation dtype and MatMulNBits accuracy level a quantized build
 defaults to, the provider options genai_config.json carries, how the standard-Attention graphs read
 the in-place KV buffer, the slack onnxruntime-genai adds to window-sized buffers, what only this EP
-supports (CUDA graphs, shared initializers, GQA with an attention bias), and the folder a release
-puts its packages in. Adding an EP is one entry here plus its tests (docs/architecture.md).
+supports (CUDA graphs, shared initializers, GQA with an attention bias), the graph form the EP
+runs (attention modes, fused RoPE, packed QKV, Skip* fusion, int4 as MatMulNBits or QDQ), the ops
+and dtypes it has kernels for (the build refuses, and `inspect` flags, anything else: docs/eps.md
+§5), and the folder a release puts its packages in. Adding an EP is one entry here plus its tests
+(docs/architecture.md §3.1, docs/eps.md).
 """
 
 from __future__ import annotations
