@@ -38,3 +38,41 @@ for package in sorted(p for p in out.iterdir() if p.name.startswith("cuda-")):
     except Exception as exc:  # report and go on: one failing package must not hide the others
         print(f"| {package.name} | error | {str(exc).splitlines()[0][:60]} | - |")
 PY
+
+# ---------------------------------------------------------------------------------------------
+# Other execution providers (docs/eps.md §6): one section each, for the day a machine with that
+# device is lent. Each is opt-in (EPS="openvino webgpu dml trt-rtx" bash benchmarks/device_check.sh),
+# so the CUDA part above runs alone by default. Each section builds the EP's packages from the EP
+# table, runs them through onnxruntime-genai on that provider (the wheel named per section must be
+# installed in its own environment) and compares greedy tokens with the CPU fp32 package.
+for ep in ${EPS:-}; do
+  case "$ep" in
+    openvino) precisions="fp32 int4" ;;   # pip install onnxruntime-openvino onnxruntime-genai --no-deps (own venv)
+    webgpu) precisions="fp16 fp32 int4" ;; # onnxruntime-webgpu + onnxruntime-genai; needs a real GPU adapter
+    dml) precisions="fp16 int4" ;;         # Windows: onnxruntime-directml + onnxruntime-genai-directml
+    trt-rtx) precisions="fp16 bf16 int4" ;;     # NVIDIA RTX: onnxruntime with NvTensorRTRTXExecutionProvider
+    *) echo "unknown EP section '$ep'" >&2; exit 2 ;;
+  esac
+  for precision in $precisions; do
+    gqa-export build "$model" -o "$out/$ep-$precision" --ep "$ep" -p "$precision" --no-smoke -q --overwrite
+    gqa-export inspect "$out/$ep-$precision" --json > "$out/$ep-$precision.inspect.json"
+  done
+  python - "$out" "$ep" <<'PY' | tee "$out/table-$ep.md"
+import sys
+from pathlib import Path
+import onnxruntime
+from gqa_export.eps import EPS
+from gqa_export.runtime.run import generate_greedy
+out, ep = Path(sys.argv[1]), sys.argv[2]
+prompt = [0, 45, 319, 81, 84, 266, 265, 302]
+reference = generate_greedy(out / "cpu-fp32", prompt, 48, min_new_tokens=48).tokens
+print(f"{EPS[ep].ort_provider} available: {EPS[ep].ort_provider in onnxruntime.get_available_providers()}\n")
+print("| package | decode tok/s | prefill ms | tokens equal cpu fp32 (first 48) |\n|---|---|---|---|")
+for package in sorted(p for p in out.iterdir() if p.is_dir() and p.name.startswith(f"{ep}-")):
+    try:
+        r = generate_greedy(package, prompt, 48, ep=ep, min_new_tokens=48)
+        print(f"| {package.name} | {r.decode_tokens_per_s:.0f} | {r.prefill_ms:.2f} | {r.tokens == reference} |")
+    except Exception as exc:  # report and go on
+        print(f"| {package.name} | error | {str(exc).splitlines()[0][:60]} | - |")
+PY
+done

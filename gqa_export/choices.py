@@ -59,7 +59,7 @@ def listing(table: dict[str, str] | tuple[str, ...], conjunction: str = "or") ->
 
 
 def precision_help() -> str:
-    per_ep = "; ".join(f"{ep}: {' '.join(SUPPORTED[ep])}" for ep in EPS)
+    per_ep = "; ".join(f"{ep}: {' '.join(SUPPORTED[ep]) or 'none (refused)'}" for ep in EPS)
     return f"{listing(PRECISIONS)} ({per_ep}). Default: the recipe's for the EP."
 
 

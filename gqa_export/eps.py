@@ -4,8 +4,11 @@ Every stage asks this table rather than testing `ep == "cuda"`: which precisions
 why the others are refused), the activation dtype and MatMulNBits accuracy level a quantized build
 defaults to, the provider options genai_config.json carries, how the standard-Attention graphs read
 the in-place KV buffer, the slack onnxruntime-genai adds to window-sized buffers, what only this EP
-supports (CUDA graphs, shared initializers, GQA with an attention bias), and the folder a release
-puts its packages in. Adding an EP is one entry here plus its tests (docs/architecture.md).
+supports (CUDA graphs, shared initializers, GQA with an attention bias), the graph form the EP
+runs (attention modes, fused RoPE, packed QKV, Skip* fusion, int4 as MatMulNBits or QDQ), the ops
+and dtypes it has kernels for (the build refuses, and `inspect` flags, anything else: docs/eps.md
+§5), and the folder a release puts its packages in. Adding an EP is one entry here plus its tests
+(docs/architecture.md §3.1, docs/eps.md).
 """
 
 from __future__ import annotations
@@ -44,6 +47,18 @@ class ExecutionProvider:
     gqa_attention_bias: bool = False  # GQA runs an attention_bias fused (attention.bias_op gqa)
     release_folder: str = ""  # the published ORT GenAI repositories' top folder for this EP
     kv_cache_dtypes: tuple[str, ...] = ("int8", "int4")  # quantized KV caches GQA offers here
+    # --- the graph form this EP runs (docs/eps.md §2) ---
+    attention_modes: tuple[str, ...] = ("gqa", "bias", "split")  # --attention modes it can run
+    gqa_dtypes: tuple[str, ...] = ("float", "float16", "bfloat16")  # GroupQueryAttention's kernels
+    fused_rope: bool = True  # RoPE inside GQA (do_rotary=1); False: plain ops before it
+    packed_qkv: bool = True  # one QKV MatMul feeding GQA's packed query
+    skip_norm_fusion: bool = True  # Add + SimplifiedLayerNormalization -> SkipSimplifiedLayerNormalization
+    nbits_bits: tuple[int, ...] = (4, 8)  # MatMulNBits bit widths with kernels
+    missing_ops: frozenset[str] = frozenset()  # ops with no kernel here: a package holding one is refused
+    max_tensor_bytes: int = 0  # the largest single tensor the EP can allocate (0: no limit)
+    int4_format: str = "matmulnbits"  # matmulnbits | qdq (DequantizeLinear + MatMul: quant/qdq.py)
+    release_prefix: str = ""  # a release variant's folder prefix (the published `directml-int4-...`); "" = name
+    verified: str = "run"  # run: tokens checked on the EP itself | structural: graph checks + a CPU run
     description: str = field(default="", compare=False)
 
     def genai_provider_options(self, cuda_graph: bool = False) -> list[dict[str, Any]]:
@@ -95,7 +110,134 @@ CUDA = ExecutionProvider(
     description="NVIDIA GPUs through onnxruntime-gpu",
 )
 
-EPS: MappingProxyType[str, ExecutionProvider] = MappingProxyType({ep.name: ep for ep in (CPU, CUDA)})
+
+# The EPs below run packages built from these records only; docs/eps.md §2 says where each fact
+# comes from, §4 which are run-verified. Provider-option values are JSON strings (genai reads
+# strings only); capture is written off explicitly where genai would switch it on by default.
+_NO_IF = frozenset({"If"})  # longrope's table switch; these EPs take If-less graphs (docs/eps.md §2.4)
+OPENVINO = ExecutionProvider(
+    name="openvino",
+    ort_provider="OpenVINOExecutionProvider",
+    genai_provider="OpenVINO",
+    precisions=("fp32", "fp16", "int4"),
+    refused=_frozen(
+        {
+            "bf16": "GroupQueryAttention falls back to ORT's CPU kernels, which have no bf16",
+            "int8": "OpenVINO's 8-bit MatMulNBits gives other greedy tokens than the CPU package (probed, "
+            "docs/eps.md §3); use int4",
+        }
+    ),
+    default_precision="fp32",
+    quantized_activations=("fp32",),
+    accuracy_level=4,
+    provider_options=(_frozen({"OpenVINO": _frozen({"device_type": "CPU"})}),),
+    window_slack=16,
+    kv_cache_dtypes=(),
+    attention_modes=("gqa",),  # its ONNX frontend rejects the standard Attention op (probed)
+    gqa_dtypes=("float", "float16"),
+    nbits_bits=(4,),
+    missing_ops=frozenset({"Attention"}),
+    release_folder="openvino",
+    description="Intel CPUs/GPUs/NPUs through onnxruntime-openvino (run-verified on CPU)",
+)
+WEBGPU = ExecutionProvider(
+    name="webgpu",
+    ort_provider="WebGpuExecutionProvider",
+    genai_provider="webgpu",
+    precisions=("fp16", "fp32", "int4", "int8"),
+    refused=_frozen({"bf16": "WebGPU has no bfloat16 kernels"}),
+    default_precision="fp16",
+    quantized_activations=("fp16", "fp32"),
+    accuracy_level=4,
+    provider_options=(_frozen({"webgpu": _frozen({"enableGraphCapture": "0"})}),),
+    kv_cache_dtypes=(),
+    attention_modes=("gqa",),
+    gqa_dtypes=("float", "float16"),
+    missing_ops=_NO_IF,
+    max_tensor_bytes=256 << 20,
+    release_folder="webgpu",
+    verified="structural",
+    description="browsers and native GPUs through WebGPU (Dawn)",
+)
+DML = ExecutionProvider(
+    name="dml",
+    ort_provider="DmlExecutionProvider",
+    genai_provider="dml",
+    precisions=("fp16", "int4"),
+    refused=_frozen(
+        {
+            "fp32": "DirectML's GroupQueryAttention has fp16 kernels only",
+            "bf16": "DirectML has no bfloat16 GroupQueryAttention",
+            "int8": "DirectML's MatMulNBits is 4-bit only",
+        }
+    ),
+    default_precision="fp16",
+    quantized_activations=("fp16",),
+    accuracy_level=0,
+    provider_options=(_frozen({"dml": _frozen({"enable_graph_capture": "0"})}),),
+    kv_cache_dtypes=(),
+    attention_modes=("gqa",),
+    gqa_dtypes=("float16",),
+    fused_rope=False,
+    packed_qkv=False,
+    nbits_bits=(4,),
+    missing_ops=_NO_IF,
+    release_folder="directml",
+    release_prefix="directml",
+    verified="structural",
+    description="Windows GPUs through DirectML",
+)
+TRT_RTX = ExecutionProvider(
+    name="trt-rtx",
+    ort_provider="NvTensorRTRTXExecutionProvider",
+    genai_provider="NvTensorRtRtx",
+    precisions=("fp16", "bf16", "int4"),
+    refused=_frozen(
+        {
+            "fp32": "TensorRT-RTX's GroupQueryAttention has fp16 and bf16 kernels only",
+            "int8": "TensorRT-RTX has no MatMulNBits and takes int4 only as QDQ; use int4, fp16 or bf16",
+        }
+    ),
+    default_precision="fp16",
+    quantized_activations=("fp16",),
+    accuracy_level=0,
+    provider_options=(_frozen({"NvTensorRtRtx": _frozen({"enable_cuda_graph": "0"})}),),
+    kv_cache_dtypes=(),
+    attention_modes=("gqa",),
+    gqa_dtypes=("float16", "bfloat16"),
+    skip_norm_fusion=False,
+    nbits_bits=(),
+    int4_format="qdq",
+    missing_ops=frozenset({"If", "MatMulNBits", "GatherBlockQuantized", "SkipSimplifiedLayerNormalization"}),
+    release_folder="trt-rtx",
+    verified="structural",
+    description="NVIDIA RTX GPUs through TensorRT-RTX",
+)
+_QNN_WHY = (
+    "QNN's HTP runs static-shape graphs without GroupQueryAttention (attention decomposed, QDQ weights, "
+    "fixed prefill/decode sizes), which this version does not build"
+)
+QNN = ExecutionProvider(
+    name="qnn",
+    ort_provider="QNNExecutionProvider",
+    genai_provider="QNN",
+    precisions=(),
+    refused=_frozen({p: _QNN_WHY for p in ("fp32", "fp16", "bf16", "int4", "int8")}),
+    default_precision="int4",
+    quantized_activations=("fp16",),
+    accuracy_level=0,
+    kv_cache_dtypes=(),
+    attention_modes=(),
+    gqa_dtypes=(),
+    missing_ops=frozenset({"GroupQueryAttention", "MatMulNBits", "If"}),
+    release_folder="qnn",
+    verified="structural",
+    description="Qualcomm NPUs through QNN (refused: see docs/eps.md §2.5)",
+)
+
+EPS: MappingProxyType[str, ExecutionProvider] = MappingProxyType(
+    {ep.name: ep for ep in (CPU, CUDA, OPENVINO, WEBGPU, DML, TRT_RTX, QNN)}
+)
 
 
 def by_genai_provider(names: list[str]) -> ExecutionProvider:
@@ -104,3 +246,22 @@ def by_genai_provider(names: list[str]) -> ExecutionProvider:
         if ep.genai_provider is not None and ep.genai_provider in names:
             return ep
     return CPU
+
+
+def graph_problems(ep: ExecutionProvider, facts: set[tuple[str, str, int]]) -> list[str]:
+    """What in a graph `ep` cannot run, one line each, from its (op, compute dtype, bits) facts.
+
+    The dtype is GroupQueryAttention's KV dtype or MatMulNBits' scales dtype ("" where not read);
+    bits is MatMulNBits' width (0 otherwise). Both the build (before writing) and `inspect` ask
+    this, so a package the table says cannot run is never written and is flagged when found."""
+    problems = set()
+    for op, dtype, bits in facts:
+        if op in ep.missing_ops:
+            problems.add(f"{op} has no {ep.name} kernel")
+        elif op == "GroupQueryAttention" and dtype and dtype not in ep.gqa_dtypes:
+            problems.add(
+                f"GroupQueryAttention in {dtype} has no {ep.name} kernel (it takes {' or '.join(ep.gqa_dtypes)})"
+            )
+        elif op == "MatMulNBits" and bits and bits not in ep.nbits_bits:
+            problems.add(f"{bits}-bit MatMulNBits has no {ep.name} kernel")
+    return sorted(problems)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.arch import ArchSpec, get_spec
+from gqa_export.check.ep_lints import check_ep_graph, check_ep_mode
 from gqa_export.check.graph_facts import graph_facts
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
@@ -51,6 +52,7 @@ from gqa_export.package.writer import external_values
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant.imported import ImportReport, import_native
 from gqa_export.quant.kv_cache import KvQuantOptions, check_kv_options, quantize_kv_cache
+from gqa_export.quant.qdq import to_qdq
 from gqa_export.quant.quantize import (
     SUPPORTED,
     PrecisionPlan,
@@ -212,6 +214,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         bias_op=recipe.attention.bias_op,
         bias_cache=recipe.attention.bias_cache,
     )
+    check_ep_mode(opts.ep, attention.mode)
     if recipe.attention.latent_cache and attention.mode != "gqa":
         raise InputError(
             f"attention.latent_cache runs in GroupQueryAttention only (mode gqa), not {attention.mode}; "
@@ -235,13 +238,13 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             hidden_states=io.hidden_states,
             mrope_positions=io.mrope_positions or (mm is not None and mm.tower.mrope_positions),
             lora_targets=opts.lora_targets,
-            packed_qkv=recipe.attention.packed_qkv,
+            packed_qkv=recipe.attention.packed_qkv and EPS[opts.ep].packed_qkv,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,
             bidirectional_layers=runs.layers if runs else "all",
             bidirectional_window_bounded=runs is not None and runs.window == "bounded",
             kv_read=_kv_read(recipe.attention.bias_kv_read, opts.ep),
-            fused_rope=recipe.attention.fused_rope,
+            fused_rope=recipe.attention.fused_rope and EPS[opts.ep].fused_rope,
             # Only a single GQA graph: a split pipeline's prefill writes every position into the
             # shared buffer, so that buffer must stay max_length long for all layers.
             sliding_window_cache=recipe.attention.sliding_window_cache
@@ -251,7 +254,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         models.append(build_decoder(dims, spec, Params(store, plan.io_dtype), graph_opts))
 
     reporter.stage("optimize")
-    opt_reports = [optimize(model) for model in models]
+    opt_reports = [optimize(model, EPS[opts.ep].skip_norm_fusion) for model in models]
     opt_report = opt_reports[0]
     reporter.stage("quantize")
     quant_report = QuantizeReport(plan.name, measure_errors=opts.report)
@@ -260,6 +263,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         if isinstance(store, ImportedStore):  # the checkpoint's own integers first, the rest by `plan`
             import_native(model, store, plan, import_report)
         quantize(model, plan, quant_report)
+        if EPS[opts.ep].int4_format == "qdq":  # TensorRT-RTX: DequantizeLinear + MatMul (docs/eps.md §2.6)
+            to_qdq(model)
+    check_ep_graph(opts.ep, models)
 
     encoders = build_encoders(mm, dims, spec, store, plan.io_dtype) if mm else []
     reporter.stage("package")

@@ -20,7 +20,8 @@ attention:
 def test_builtin_llama_recipe():
     recipe = match_recipe("llama", "LlamaForCausalLM", builtin_recipes())
     assert recipe.name == "llama" and recipe.attention.mode == "auto"
-    assert recipe.default_precision == {"cpu": "fp32", "cuda": "fp16"}
+    assert recipe.default_precision == {"cpu": "fp32", "cuda": "fp16", "openvino": "fp32", "webgpu": "fp16",
+                                        "dml": "fp16", "trt-rtx": "fp16", "qnn": "int4"}  # fmt: skip
 
 
 def test_user_recipe_defaults(tmp_path):

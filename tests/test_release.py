@@ -301,6 +301,11 @@ def test_spec_errors_name_file_line_and_key(tmp_path, text, message):
         ("cuda", "int4", QuantOptions(), "cuda/cuda-int4-rtn-block-32"),
         ("cuda", "int4", QuantOptions(asymmetric=True, activations="bf16"), "cuda/cuda-int4-rtn-block-32-bf16"),
         ("cuda", "int4", QuantOptions(method="search", accuracy_level=4), "cuda/cuda-int4-search-block-32-acc-level-4"),
+        ("dml", "int4", QuantOptions(), "directml/directml-int4-rtn-block-32"),
+        ("dml", "fp16", QuantOptions(), "directml/directml-fp16"),
+        ("webgpu", "int4", QuantOptions(), "webgpu/webgpu-int4-rtn-block-32-acc-level-4"),
+        ("openvino", "int4", QuantOptions(), "openvino/openvino-int4-rtn-block-32-acc-level-4"),
+        ("trt-rtx", "bf16", QuantOptions(), "trt-rtx/trt-rtx-bf16"),
     ],
 )
 def test_folder_names_follow_the_published_layout(ep, precision, quant, folder):
@@ -340,3 +345,24 @@ def test_multimodal_source_releases_full_and_text_only_variants(gemma3_full_chec
     assert json.loads((text / "genai_config.json").read_text())["model"]["type"] != "gemma3"
     for folder in (full, text):
         assert invoke("verify", folder).exit_code == 0
+
+
+def test_spec_takes_the_new_eps_and_refuses_what_they_cannot_run(tmp_path):
+    """Release variants for the EPs of docs/eps.md: their folders, and one-line refusals naming the line."""
+    spec = tmp_path / "release.yaml"
+    spec.write_text(
+        "source: x\nvariants:\n  - {ep: openvino, precision: int4}\n  - {ep: dml, precision: int4}\n"
+        "  - {ep: webgpu, precision: fp16}\n  - {ep: trt-rtx, precision: bf16}\n"
+    )
+    assert [v.path for v in load_spec(spec).variants] == [
+        "openvino/openvino-int4-rtn-block-32-acc-level-4", "directml/directml-int4-rtn-block-32",
+        "webgpu/webgpu-fp16", "trt-rtx/trt-rtx-bf16",
+    ]  # fmt: skip
+    for variant, message in (
+        ("{ep: dml, precision: fp32}", "fp16 kernels only"),
+        ("{ep: qnn, precision: int4}", "qnn"),
+    ):
+        spec.write_text(f"source: x\nvariants:\n  - {variant}\n")
+        with pytest.raises(InputError, match=rf"release.yaml:3: .*{message}") as err:
+            load_spec(spec)
+        assert "\n" not in str(err.value)

@@ -14,6 +14,7 @@ from typing import Any
 
 from onnx import TensorProto
 
+from gqa_export.check.ep_lints import ep_findings
 from gqa_export.check.expert_lints import expert_findings
 from gqa_export.check.findings import Finding
 from gqa_export.check.processor_lints import processor_findings
@@ -370,4 +371,5 @@ RULES = (
     _kv_shape,
     expert_findings,
     state_findings,
+    ep_findings,
 )

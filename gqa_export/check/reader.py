@@ -20,6 +20,7 @@ from onnx import TensorProto, helper
 
 from gqa_export.check.external_data import external_data_problems
 from gqa_export.check.graph_facts import graph_facts
+from gqa_export.check.op_facts import ir_facts
 from gqa_export.check.paths import check_package_path
 from gqa_export.check.stages import decoder_stages, encoder_stages
 from gqa_export.eps import by_genai_provider
@@ -93,6 +94,7 @@ class GraphInfo:
     kv_written_in_place: bool = False  # every past input is TensorScatter-ed into its own present
     experts: list[ExpertBlock] = field(default_factory=list)
     external_problems: list[str] = field(default_factory=list)  # missing / truncated data files
+    op_facts: list[tuple[str, str, int]] = field(default_factory=list)  # (op, compute dtype, bits): op_facts.py
 
 
 @dataclass
@@ -247,7 +249,9 @@ def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: di
     past_dims = {int(m.group(1)): v["shape"] for v in info.inputs if (m := _PAST.match(v["name"]))}
     producers = {out: n for n in g.node for out in n.output}
     # the facts genai_config is written from at build time, read the same way here (graph_facts.py)
-    info.kv_written_in_place = graph_facts(ir.from_proto(model)).kv_scattered
+    ir_model = ir.from_proto(model)
+    info.kv_written_in_place = graph_facts(ir_model).kv_scattered
+    info.op_facts = sorted(ir_facts(ir_model))
     for index, node in enumerate(n for n in g.node if n.op_type in ATTENTION_OPS):
         info.attention.append(_attention(node, index, inits, decoder, past_dims, info, producers))
     info.experts = [_experts(node, inits, info.filename) for node in g.node if node.op_type in ("MoE", "QMoE")]

@@ -27,13 +27,14 @@ class OptimizeReport:
     removed_inputs: tuple[str, ...]
 
 
-def optimize(model: ir.Model) -> OptimizeReport:
+def optimize(model: ir.Model, fuse_skip_norm: bool = True) -> OptimizeReport:
+    """fuse_skip_norm: False for EPs without the Skip* contrib kernels (eps.skip_norm_fusion)."""
     from onnxscript.optimizer import fold_constants
     from onnxscript.rewriter.ort_fusions.skip_normalization import fuse_skip_rms_normalization
 
     before = len(model.graph)
     fold_constants(model)
-    fusions = fuse_skip_rms_normalization(model)
+    fusions = fuse_skip_rms_normalization(model) if fuse_skip_norm else 0
     RemoveUnusedNodesPass()(model)
     removed = remove_dead_inputs(model)
     RemoveUnusedOpsetsPass()(model)

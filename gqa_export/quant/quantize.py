@@ -72,6 +72,8 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
         raise InputError(f"unknown --ep '{ep}'; choose one of {', '.join(SUPPORTED)}")
     if precision not in FLOAT_DTYPES and precision not in INT_BITS:
         raise InputError(f"unknown --precision '{precision}'; choose one of {', '.join([*FLOAT_DTYPES, *INT_BITS])}")
+    if not SUPPORTED[ep]:  # an EP whose packages this version cannot build (docs/eps.md §2.5)
+        raise InputError(f"--ep {ep} is refused: {WHY_NOT[(ep, precision)]}")
     if precision not in SUPPORTED[ep]:
         reason = WHY_NOT.get((ep, precision), "no kernels for it")
         raise InputError(

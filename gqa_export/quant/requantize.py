@@ -16,13 +16,16 @@ from typing import Any
 
 import onnx_ir as ir
 
+from gqa_export.check.ep_lints import check_ep_graph
 from gqa_export.check.reader import load_package
+from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json, read_json_object, write_json
 from gqa_export.package.finish import seal_lint_smoke, stream_weights
 from gqa_export.package.manifest import DIGEST_KEY, created_at
 from gqa_export.package.staging import StagedPackage, check_output, check_outside
 from gqa_export.progress import NullReporter, Reporter
+from gqa_export.quant.qdq import to_qdq
 from gqa_export.quant.quantize import (
     FLOAT_DTYPES,
     QuantizeReport,
@@ -87,6 +90,9 @@ def requantize(
         if any(node.op_type == "MatMulNBits" for node in model.graph):
             raise InputError(f"{package} already holds MatMulNBits weights")
         quantize(model, plan, quant_report)
+        if EPS[ep].int4_format == "qdq":  # TensorRT-RTX's int4 form, as build writes it (docs/eps.md §2.6)
+            to_qdq(model)
+    check_ep_graph(ep, models)
     data_file = "model.onnx.data" if len(models) == 1 else "weights.onnx.data"
     reporter.stage("package")
     notes: list[str] = []

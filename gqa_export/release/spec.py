@@ -239,7 +239,7 @@ QUANT_KEYS = (
 def folder_name(ep: str, precision: str, quant: QuantOptions) -> str:
     """The published ORT GenAI repositories' layout: `cpu_and_mobile/cpu-int4-rtn-block-32-acc-level-4`,
     `cuda/cuda-fp16`, `cuda/cuda-int4-rtn-block-32`; options they do not name get a suffix."""
-    name = f"{ep}-{precision}"
+    name = f"{eps.EPS[ep].release_prefix or ep}-{precision}"
     if precision not in FLOAT_DTYPES:
         level = quant.accuracy_level if quant.accuracy_level is not None else eps.EPS[ep].accuracy_level
         name += f"-{quant.method}-block-{quant.block_size}"

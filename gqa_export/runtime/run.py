@@ -113,20 +113,36 @@ def package_ep(package: Path) -> str:
 def runnable_ep(package: Path) -> tuple[str | None, str | None]:
     """Where this machine can run the package: (ep, note), or (None, why not).
 
-    A CUDA package runs on CPU when no GPU is usable and its dtypes have CPU kernels: fp16 does
+    A package for another EP runs there when this onnxruntime has its provider (OpenVINO's does);
+    else, like a CUDA package with no GPU usable, on CPU when its dtypes have CPU kernels: fp16 does
     (ORT CPU runs fp16 graphs), bf16 activations do not, and decoder.shared_initializers is GPU
     only in onnxruntime-genai (it reads them into device memory)."""
-    if package_ep(package) == CPU.name:
+    ep = package_ep(package)
+    if ep == CPU.name:
         return "cpu", None
-    if cuda_device_available():
+    if ep == "cuda" and cuda_device_available():
         return "cuda", None
+    if ep != "cuda" and _provider_available(EPS[ep].ort_provider):
+        return ep, None
     config = read_json(package / "genai_config.json") or {}
     decoder = (config.get("model") or {}).get("decoder") or {}
     if "shared_initializers" in decoder:
         return None, "a package with decoder.shared_initializers runs only on a CUDA GPU, and none is usable here"
     if _has_bf16_io(package, decoder):
         return None, "bf16 activations have no CPU kernels and no CUDA GPU is usable here"
+    if ep != "cuda":
+        return "cpu", f"no {EPS[ep].ort_provider} here: running the {ep} package's graph on CPU"
     return "cpu", "no usable CUDA GPU here: running the CUDA package on CPU"
+
+
+def _provider_available(provider: str) -> bool:
+    """Whether the onnxruntime this process imports has the provider (e.g. onnxruntime-openvino)."""
+    try:
+        import onnxruntime
+
+        return provider in onnxruntime.get_available_providers()
+    except ImportError:
+        return False
 
 
 def _has_bf16_io(package: Path, decoder: dict[str, Any]) -> bool:
@@ -152,6 +168,10 @@ def load(package: Path, ep: str, graphs: dict[str, bytes] | None = None):  # -> 
     provider = EPS[ep].genai_provider
     if provider is not None:
         config.append_provider(provider)
+    if ep not in (CPU.name, "cuda"):  # the other EPs' options (OpenVINO's device_type) as the table writes them
+        for entry in EPS[ep].genai_provider_options():
+            for key, value in entry[provider].items():
+                config.set_provider_option(provider, key, value)
     for name, data in (graphs or {}).items():
         config.add_model_data(name, data)
     return og.Model(config)

@@ -107,7 +107,13 @@ def test_help_shows_values_people_read():
         for raw in ("<bool>", "<str>", "<int>", "<float>", "<path>", "<list[", "None", "True", "False"):
             assert raw not in text, (name, raw)
     build = " ".join(texts["build"].split())
-    for shown in ("--ep <cpu|cuda>", "--keep-float PATTERN", "--set KEY=VALUE", "--max-length N", "-o DIR"):
+    for shown in (
+        "--ep <cpu|cuda|openvino|webgpu|dml|trt-rtx|qnn>",
+        "--keep-float PATTERN",
+        "--set KEY=VALUE",
+        "--max-length N",
+        "-o DIR",
+    ):
         assert shown in build, shown
     assert "--overwrite Replace" in build  # a flag: nothing between it and its help
     assert "--temperature NUMBER" in " ".join(texts["run"].split())
