@@ -7,11 +7,11 @@ output folder before the download, recipe/architecture/shards before the graph i
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gqa_export.arch import ArchSpec, get_spec
+from gqa_export.arch import get_spec
 from gqa_export.check.ep_lints import check_ep_graph, check_ep_mode
 from gqa_export.check.graph_facts import graph_facts
 from gqa_export.eps import EPS
@@ -25,11 +25,11 @@ from gqa_export.graph.latent_attention import latent_cache_dims
 from gqa_export.graph.lora import check_lora_options
 from gqa_export.graph.optimize import OptimizeReport, optimize
 from gqa_export.graph.params import Params
-from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention
+from gqa_export.graph.plan import bidirectional_ids, plan_attention
 from gqa_export.jsonio import write_json
+from gqa_export.package.build_manifest import build_manifest, model_manifest
 from gqa_export.package.finish import seal_lint_smoke, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
-from gqa_export.package.manifest import created_at, environment_entry, recipe_entry, source_entry, tool_entry
 from gqa_export.package.multimodal import (
     PROCESSOR,
     MultimodalPlan,
@@ -62,7 +62,7 @@ from gqa_export.quant.quantize import (
     quantize,
 )
 from gqa_export.quant.report import build_report, logit_error, quantization_manifest
-from gqa_export.recipes import Recipe, check_settings, load_recipe
+from gqa_export.recipes import check_settings, load_recipe
 from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
@@ -310,14 +310,16 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             reporter.stage("accuracy report (float reference export)")
             report = _float_reference_report(opts, staged.path, dims, plan, quant_report)
             write_json(staged.path / "quant_report.json", report)
-        manifest = _manifest(opts, source, recipe, plan, max_length, opt_report, attention, quant_report)
+        manifest = build_manifest(
+            (opts.ep, opts.settings, opts.smoke), source, recipe, plan, max_length, opt_report, attention, quant_report
+        )
         manifest["options"]["io"] = io.as_json()
         if import_report.source_format:  # where each weight's quantization came from
             manifest["options"]["imported_quantization"] = import_report.manifest()
         manifest["options"]["kv_cache"] = kv_cache
         if opts.lora_targets:
             manifest["options"]["lora_targets"] = list(opts.lora_targets)
-        manifest["model"] = _model_manifest(dims, text_config, spec, outer is not None, mm is not None)
+        manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None)
         if opts.smoke and not io.runnable:
             notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
         elif opts.smoke and mm:
@@ -363,52 +365,3 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
     if requested < 1 or requested > context:
         raise InputError(f"--max-length must be between 1 and the model's context length {context}, got {requested}")
     return requested
-
-
-def _manifest(
-    opts: BuildOptions, source: Source, recipe: Recipe, plan: PrecisionPlan, max_length: int,
-    opt_report: OptimizeReport, attention: AttentionPlan, quant_report: QuantizeReport,
-) -> dict[str, Any]:  # fmt: skip
-    return {
-        "tool": tool_entry(),
-        "created": created_at(),
-        "source": source_entry(source),
-        "recipe": recipe_entry(recipe),
-        "options": {
-            "ep": opts.ep,
-            "precision": plan.name,
-            "quantization": quantization_manifest(plan, quant_report),
-            "max_length": max_length,
-            "attention": attention.mode,
-            "attention_reason": attention.reason,
-            "bidirectional_token_ids": list(attention.bidirectional_ids),
-            "graphs": [g.filename for g in attention.graphs],
-            "settings": list(opts.settings),
-            "smoke": opts.smoke,
-        },
-        "optimize": asdict(opt_report),
-        **environment_entry(),
-    }
-
-
-def _model_manifest(
-    dims: ModelDims, text_config: Any, spec: ArchSpec, multimodal: bool, full: bool = False
-) -> dict[str, Any]:
-    """What was exported: for a multimodal checkpoint, its text decoder, with the vision tower and
-    embedding model when `full`."""
-    text = f"text decoder only (tensors under '{spec.prefix}', '{spec.lm_head}'); vision/audio towers not exported"
-    return {
-        "architecture": dims.architecture,
-        "model_type": dims.model_type,
-        "text_model_type": str(text_config.model_type),
-        "layers": dims.num_layers,
-        "kv_cache_layers": list(dims.cache_layers),
-        "attention_windows": [layer.window for layer in dims.layers],  # the lints read this, not config.json
-        "exported": (
-            f"vision tower (vision.onnx), embedding (embedding.onnx) and text decoder (tensors under '{spec.prefix}')"
-            if full
-            else text
-            if multimodal
-            else "whole model"
-        ),
-    }

@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from gqa_export import choices
 from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
@@ -47,14 +45,12 @@ from gqa_export.cli.app import (
     quiet_hub,
     value,
 )
-from gqa_export.cli.render import kv_cache_summary, logits_summary, size
+from gqa_export.cli.render import print_build, print_summary, size
 from gqa_export.errors import InputError
 
 if TYPE_CHECKING:  # the library (onnx, onnx-ir, numpy) is imported by the commands that run it
-    from gqa_export.pipeline import BuildResult
     from gqa_export.quant.quantize import QuantOptions
     from gqa_export.quant.requantize import RequantizeResult
-    from gqa_export.runtime.run import GenerationResult
 
 BUILD_EXAMPLES = """Examples:
 
@@ -269,38 +265,7 @@ def build(
         print(json.dumps(result.as_json()))
         return
     if not quiet:
-        _print_build(result)
-
-
-def _print_build(result: BuildResult) -> None:
-    """The text summary: where the package is, what it targets (KV cache dtype included), its size,
-    the KV cache's measured drift, the accuracy report, the smoke run and the time."""
-    kv = result.kv_cache_json
-    rows = [
-        ("package", str(result.output)),
-        ("attention", f"{result.attention_mode} (recipe {result.recipe})"),
-        ("target", f"{result.ep} {result.precision}, KV cache {kv['dtype']}, max_length {result.max_length}"),
-        ("size", size(sum(result.files.values()))),
-    ]
-    if kv.get("drift"):
-        rows.append(("KV cache", kv_cache_summary(kv)))
-    _print_summary(rows, result.report, result.smoke, result.seconds)
-
-
-def _print_summary(
-    rows: list[tuple[str, str]], report: dict[str, Any] | None, smoke: GenerationResult | None, seconds: float
-) -> None:
-    """build's and quantize's summaries end alike: logits against float, smoke run, time."""
-    if report and report.get("logits_vs_float"):
-        rows.append(("logits vs float", logits_summary(report["logits_vs_float"])))
-    if smoke is not None:
-        rate, prefill = f"{smoke.decode_tokens_per_s:.1f} tok/s", f"prefill {smoke.prefill_ms:.1f} ms"
-        rows.append(("smoke run", f"{smoke.ep}: {len(smoke.tokens)} tokens, {rate}, {prefill}"))
-    rows.append(("time", f"{seconds:.1f} s"))
-    table = Table(show_header=False, box=None, pad_edge=False)
-    for key, text in rows:
-        table.add_row(key, escape(text))
-    out.print(table)
+        print_build(out, result)
 
 
 @command(epilog="Example:\n\n  gqa-export build $(gqa-export fetch Qwen/Qwen3-0.6B -q) -o out")
@@ -367,7 +332,7 @@ def quantize_command(
             ("target", target),
             ("size", size(sum(result.files.values()))),
         ]
-        _print_summary(rows, result.report, result.smoke, result.seconds)
+        print_summary(out, rows, result.report, result.smoke, result.seconds)
 
 
 def _quantize_json(result: RequantizeResult, package: Path) -> dict[str, Any]:

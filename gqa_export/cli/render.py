@@ -3,11 +3,15 @@ terminal, every value as a person reads it (yes/no, "-", no Python reprs)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:  # the library is imported by the commands that run it
+    from gqa_export.pipeline import BuildResult
+    from gqa_export.runtime.run import GenerationResult
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -154,3 +158,38 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
     for f in findings:
         style = SEVERITY_STYLE[f["severity"]]
         console.print(f"[{style}]{f['severity']}[/] {f['id']}: {f['message']}\n  fix: {f['fix']}", soft_wrap=False)
+
+
+def print_build(console: Console, result: BuildResult) -> None:
+    """The text summary: where the package is, what it targets (KV cache dtype included), its size,
+    the KV cache's measured drift, the accuracy report, the smoke run and the time."""
+    kv = result.kv_cache_json
+    rows = [
+        ("package", str(result.output)),
+        ("attention", f"{result.attention_mode} (recipe {result.recipe})"),
+        ("target", f"{result.ep} {result.precision}, KV cache {kv['dtype']}, max_length {result.max_length}"),
+        ("size", size(sum(result.files.values()))),
+    ]
+    if kv.get("drift"):
+        rows.append(("KV cache", kv_cache_summary(kv)))
+    print_summary(console, rows, result.report, result.smoke, result.seconds)
+
+
+def print_summary(
+    console: Console,
+    rows: list[tuple[str, str]],
+    report: dict[str, Any] | None,
+    smoke: GenerationResult | None,
+    seconds: float,
+) -> None:
+    """build's and quantize's summaries end alike: logits against float, smoke run, time."""
+    if report and report.get("logits_vs_float"):
+        rows.append(("logits vs float", logits_summary(report["logits_vs_float"])))
+    if smoke is not None:
+        rate, prefill = f"{smoke.decode_tokens_per_s:.1f} tok/s", f"prefill {smoke.prefill_ms:.1f} ms"
+        rows.append(("smoke run", f"{smoke.ep}: {len(smoke.tokens)} tokens, {rate}, {prefill}"))
+    rows.append(("time", f"{seconds:.1f} s"))
+    table = Table(show_header=False, box=None, pad_edge=False)
+    for key, text in rows:
+        table.add_row(key, escape(text))
+    console.print(table)

@@ -1,0 +1,68 @@
+"""What a build writes into manifest.json about itself (package/manifest.py seals it): the tool,
+source, recipe and options of the build, and which parts of the checkpoint were exported."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from gqa_export.arch import ArchSpec
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.optimize import OptimizeReport
+from gqa_export.graph.plan import AttentionPlan
+from gqa_export.package.manifest import created_at, environment_entry, recipe_entry, source_entry, tool_entry
+from gqa_export.quant.quantize import PrecisionPlan, QuantizeReport
+from gqa_export.quant.report import quantization_manifest
+from gqa_export.recipes import Recipe
+from gqa_export.source.fetch import Source
+
+
+def build_manifest(
+    build: tuple[str, tuple[str, ...], bool], source: Source, recipe: Recipe, plan: PrecisionPlan, max_length: int,
+    opt_report: OptimizeReport, attention: AttentionPlan, quant_report: QuantizeReport,
+) -> dict[str, Any]:  # fmt: skip
+    """The manifest of a build before its files are hashed: `build` is (ep, --set settings, smoke)."""
+    ep, settings, smoke = build
+    return {
+        "tool": tool_entry(),
+        "created": created_at(),
+        "source": source_entry(source),
+        "recipe": recipe_entry(recipe),
+        "options": {
+            "ep": ep,
+            "precision": plan.name,
+            "quantization": quantization_manifest(plan, quant_report),
+            "max_length": max_length,
+            "attention": attention.mode,
+            "attention_reason": attention.reason,
+            "bidirectional_token_ids": list(attention.bidirectional_ids),
+            "graphs": [g.filename for g in attention.graphs],
+            "settings": list(settings),
+            "smoke": smoke,
+        },
+        "optimize": asdict(opt_report),
+        **environment_entry(),
+    }
+
+
+def model_manifest(
+    dims: ModelDims, text_config: Any, spec: ArchSpec, multimodal: bool, full: bool = False
+) -> dict[str, Any]:
+    """What was exported: for a multimodal checkpoint, its text decoder, with the vision tower and
+    embedding model when `full`."""
+    text = f"text decoder only (tensors under '{spec.prefix}', '{spec.lm_head}'); vision/audio towers not exported"
+    return {
+        "architecture": dims.architecture,
+        "model_type": dims.model_type,
+        "text_model_type": str(text_config.model_type),
+        "layers": dims.num_layers,
+        "kv_cache_layers": list(dims.cache_layers),
+        "attention_windows": [layer.window for layer in dims.layers],  # the lints read this, not config.json
+        "exported": (
+            f"vision tower (vision.onnx), embedding (embedding.onnx) and text decoder (tensors under '{spec.prefix}')"
+            if full
+            else text
+            if multimodal
+            else "whole model"
+        ),
+    }
