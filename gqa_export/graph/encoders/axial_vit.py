@@ -33,7 +33,8 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.encoders.siglip import GELU, _prefix
+from gqa_export.graph.encoders.siglip import GELU
+from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.source.weights import WeightStore
 
@@ -95,8 +96,8 @@ def axial_vit_dims(hf_config: Any, text_hidden: int, store: WeightStore) -> Axia
         clipped=bool(getattr(vision, "use_clipped_linears", False)),
         text_hidden=text_hidden,
         projector_eps=float(vision.rms_norm_eps),
-        tower=_prefix(store, "patch_embedder.input_proj.weight"),
-        projector=_prefix(store, "embed_vision.embedding_projection.weight"),  # not embed_audio's
+        tower=tensor_prefix(store, "patch_embedder.input_proj.weight"),
+        projector=tensor_prefix(store, "embed_vision.embedding_projection.weight"),  # not embed_audio's
     )
 
 

@@ -33,6 +33,7 @@ from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.encoders.patch_grid import segment_bias
+from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.source.weights import WeightStore
 
@@ -96,16 +97,9 @@ def pixtral_dims(hf_config: Any, text_hidden: int, store: WeightStore) -> Pixtra
         projector_act=acts[1],
         projector_eps=float(getattr(hf_config.text_config, "rms_norm_eps", 1e-6)),
         text_hidden=text_hidden,
-        tower=_prefix(store, "patch_conv.weight"),
-        projector=_prefix(store, "patch_merger.merging_layer.weight"),
+        tower=tensor_prefix(store, "patch_conv.weight"),
+        projector=tensor_prefix(store, "patch_merger.merging_layer.weight"),
     )
-
-
-def _prefix(store: WeightStore, suffix: str) -> str:
-    found = [name.removesuffix(suffix) for name in store.names() if name.endswith(suffix)]
-    if len(found) != 1:
-        raise InputError(f"expected one tensor named '*{suffix}' in the checkpoint, found {len(found)}")
-    return found[0]
 
 
 def build_pixtral(dims: PixtralDims, params: Params) -> ir.Model:

@@ -21,6 +21,7 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
 
@@ -78,17 +79,9 @@ def pooled_vit_dims(hf_config: Any, text_hidden: int, store: WeightStore) -> Poo
         approximate=GELU[act],
         tokens_per_image=tokens,
         text_hidden=text_hidden,
-        tower=_prefix(store, "embeddings.patch_embedding.weight"),
-        projector=_prefix(store, "mm_input_projection_weight"),
+        tower=tensor_prefix(store, "embeddings.patch_embedding.weight"),
+        projector=tensor_prefix(store, "mm_input_projection_weight"),
     )
-
-
-def _prefix(store: WeightStore, suffix: str) -> str:
-    """The checkpoint's prefix of a tensor (hub and transformers 5.x layouts differ)."""
-    found = [name.removesuffix(suffix) for name in store.names() if name.endswith(suffix)]
-    if len(found) != 1:
-        raise InputError(f"expected one tensor named '*{suffix}' in the checkpoint, found {len(found)}")
-    return found[0]
 
 
 def build_pooled_vit(dims: PooledVitDims, params: Params) -> ir.Model:
