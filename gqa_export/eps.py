@@ -84,6 +84,7 @@ CPU = ExecutionProvider(
     default_precision="fp32",
     quantized_activations=("fp32",),
     accuracy_level=4,
+    nbits_bits=(2, 4, 8),  # 2-bit runs exactly with packed or no zero points (docs/eps.md §5, probed)
     standard_attention_kv_read="slice",
     window_slack=16,
     pipeline_disables_prepacking=True,
