@@ -194,3 +194,22 @@ def test_mutant_router_in_export_dtype_fails_the_fp32_check(builds, tmp_path, mo
     build(BuildOptions(str(builds.checkpoint(FAMILY)), package, ep="cuda", precision="fp16", smoke=False))
     routers, biases, _ = _router_dtypes(package)
     assert routers and set(routers) == set(biases) == {FLOAT16}
+
+
+def test_quantize_command_keeps_the_fp32_router_of_an_fp16_package(builds, tmp_path):
+    """`gqa-export quantize` of the fp16 CUDA package to int4 gives what build --precision int4
+    gives: the fp32 router stays an fp32 MatMul (the in-memory mark build put on it is not saved
+    with the package, so requantize sets it again), and the package runs."""
+    from gqa_export.quant.quantize import QuantOptions
+    from gqa_export.quant.requantize import requantize
+
+    source = builds.package(FAMILY, ep="cuda", precision="fp16")
+    out = tmp_path / "int4"
+    requantize(source, out, "int4", QuantOptions(), smoke=False)
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    inits = {t.name: t.data_type for t in graph.initializer}
+    routers = [n for n in graph.node if n.name.endswith("router/logits/MatMul")]
+    assert [n.op_type for n in routers] == ["MatMul", "MatMul"]
+    assert {inits[n.input[1]] for n in routers} == {FLOAT}
+    _, logits = ort_prefill_and_decode(out, [0, 17, 45, 99], steps=2)
+    assert np.isfinite(logits).all()

@@ -20,6 +20,7 @@ from gqa_export.check.ep_lints import check_ep_graph
 from gqa_export.check.reader import load_package
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
+from gqa_export.graph.params import WIDER_THAN_IO_META
 from gqa_export.jsonio import read_json, read_json_object, write_json
 from gqa_export.package.finish import seal_lint_smoke, stream_weights
 from gqa_export.package.manifest import DIGEST_KEY, created_at
@@ -82,9 +83,15 @@ def requantize(
     for graph in pkg.graphs:
         if graph.external_problems:
             raise InputError(f"{package}: {graph.external_problems[0]}")
+    if ((pkg.config or {}).get("model") or {}).get("draft"):
+        raise InputError(
+            f"{package} carries a draft model (speculative decoding): re-run build --draft with --precision {precision}"
+        )
     filenames = [g.filename for g in pkg.graphs]
     reporter.stage("quantize")
     models = [ir.load(package / name) for name in filenames]
+    for model in models:  # float32 routers of fp16/bf16 packages stay float32 (docs/moe.md §8.3)
+        _mark_wider_than_io(model, plan.io_dtype)
     quant_report = QuantizeReport(plan.name, measure_errors=report)
     for model in models:
         if any(node.op_type == "MatMulNBits" for node in model.graph):
@@ -145,3 +152,13 @@ def _manifest(package: Path) -> dict[str, Any]:
     if manifest.get("tool", {}).get("name") != "gqa-export":
         raise InputError(f"{package} was not written by gqa-export; re-export it with gqa-export build")
     return manifest
+
+
+def _mark_wider_than_io(model: ir.Model, io_dtype: ir.DataType) -> None:
+    """A float32 initializer in a narrower package was written so on purpose (a router HF computes
+    in fp32, docs/moe.md §8.3): the in-memory mark build put on it is not saved, so set it again."""
+    if io_dtype == ir.DataType.FLOAT:
+        return
+    for value in model.graph.initializers.values():
+        if value.const_value is not None and value.const_value.dtype == ir.DataType.FLOAT:
+            value.meta[WIDER_THAN_IO_META] = True
