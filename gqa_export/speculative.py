@@ -41,6 +41,10 @@ def check_draft_options(opts: BuildOptions) -> None:
         raise InputError("--draft cannot rewind window-sized KV caches; drop --set attention.sliding_window_cache=true")
     if opts.lora_targets:
         raise InputError("--draft with --lora-targets is not supported (not probed with a draft); drop one")
+    if opts.io.no_lm_head or opts.io.inputs_embeds:
+        raise InputError(
+            "--draft needs packages that read input_ids and give logits: drop --no-lm-head/--inputs-embeds"
+        )
 
 
 def build_with_draft(
@@ -62,8 +66,10 @@ def build_with_draft(
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
         reporter.stage(f"draft {draft}")
         draft_dir = staged.path / "draft-build"
+        # the draft is a text decoder; the target's per-layer quantization patterns name its own layers
         draft_opts = replace(opts, model=draft, output=draft_dir, revision=None, smoke=False, report=False,
-                             io=io, recipe=None, settings=(), attention=None, bidirectional_ids=None)  # fmt: skip
+                             io=io, recipe=None, settings=(), attention=None, bidirectional_ids=None, text_only=True,
+                             quant=replace(opts.quant, keep_float=(), mixed_precision=()))  # fmt: skip
         build(draft_opts, reporter)
         _refuse(rewind_refusal(draft_dir, "draft"), draft)
         target_dir = staged.path / "target-build"

@@ -203,6 +203,7 @@ def _relocate(graph: Path, data: str) -> None:
         (("--attention", "split"), "decoder pipeline"),
         (("--set", "attention.sliding_window_cache=true"), "window-sized KV caches"),
         (("--draft-tokens", "17"), "between 1 and 16"),
+        (("--no-lm-head",), "drop --no-lm-head"),
     ],
 )
 def test_option_refusals(sources, tmp_path, args, message):
@@ -284,3 +285,18 @@ def test_int4_pair_tokens_equal_int4_plain(sources, tmp_path):
     outputs = [_greedy(tmp_path / "plain", p) for p in PROMPTS]
     assert [_greedy(tmp_path / "pair", p) for p in PROMPTS] == outputs
     assert_varied(outputs)
+
+
+def test_draft_tokens_without_a_draft_refused(sources, tmp_path):
+    result = invoke("build", sources["target"], "-o", tmp_path / "x", "--draft-tokens", "8")
+    assert result.exit_code == 2 and "add --draft" in result.output, result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_full_multimodal_package_cannot_pair_with_a_draft(gemma3_full_package):
+    """genai's multimodal path with a draft was not probed: a full package is refused as target or
+    draft (build_with_draft exports the draft as a text decoder and asks the same of the target)."""
+    pytest.importorskip("PIL")
+    from gqa_export.package.draft import rewind_refusal
+
+    assert "--text-only" in (rewind_refusal(gemma3_full_package, "target") or "")

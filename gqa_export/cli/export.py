@@ -225,9 +225,11 @@ def build(
         ),
     ] = None,
     draft_tokens: Annotated[
-        int,
-        typer.Option("--draft-tokens", help="speculative.max_draft_tokens (1-16).", rich_help_panel=PIPELINE),
-    ] = 4,
+        Optional[int],
+        typer.Option(
+            "--draft-tokens", help="speculative.max_draft_tokens (1-16, default 4).", rich_help_panel=PIPELINE
+        ),
+    ] = None,
     overwrite: Overwrite = False,
     no_smoke: NoSmoke = False,
     as_json: AsJson = False,
@@ -253,12 +255,14 @@ def build(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
         tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only, parse_targets(lora_targets),
     )  # fmt: skip
+    if draft_tokens is not None and draft is None:
+        raise InputError("--draft-tokens sets how many tokens a draft proposes: add --draft DRAFT_SRC, or drop it")
     quiet_hub(quiet)
     if draft is not None:
         from gqa_export.package.draft import SpeculativeOptions
         from gqa_export.speculative import build_with_draft
 
-        result = build_with_draft(opts, draft, SpeculativeOptions(draft_tokens), RichReporter(quiet))
+        result = build_with_draft(opts, draft, SpeculativeOptions(draft_tokens or 4), RichReporter(quiet))
     else:
         result = run_build(opts, RichReporter(quiet))
     if as_json:

@@ -57,6 +57,8 @@ def rewind_refusal(package: Path, role: str) -> str | None:
     decoder = (config.get("model") or {}).get("decoder") or {}
     if "pipeline" in decoder:
         return f"the {role} is a decoder pipeline (--attention split); export it with --attention gqa or bias"
+    if "vision" in (config.get("model") or {}):  # genai's multimodal path with a draft was not probed
+        return f"the {role} is a full multimodal package; export it with --text-only"
     facts = graph_facts(_load_graph(package / decoder["filename"]))
     if facts.conv_layers or facts.recurrent_layers:
         return f"the {role} carries recurrent/convolution state, which onnxruntime-genai cannot rewind"
