@@ -268,6 +268,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     check_ep_graph(opts.ep, models)
 
     encoders = build_encoders(mm, dims, spec, store, plan.io_dtype) if mm else []
+    check_ep_graph(opts.ep, [model for _, model in encoders])  # e.g. WebGPU's per-tensor limit
     reporter.stage("package")
     stages = [
         Stage(g.filename, graph_facts(m), g.run_on_prompt, g.run_on_token_gen)

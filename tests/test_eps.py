@@ -251,3 +251,23 @@ def test_quantize_command_writes_each_eps_int4_form(exports, tmp_path):
         ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
         assert want in ops and absent not in ops
         assert _ep_findings(out) == []
+
+
+def test_vision_graph_is_checked_against_the_ep_mutant(
+    gemma3_full_checkpoint, gemma3_full_package, tmp_path, monkeypatch
+):
+    """A full multimodal package's vision graph is checked too, at build time and by inspect: a CPU
+    record that lacks the vision tower's Conv (an op only vision.onnx has) refuses the build and
+    flags the written package's vision.onnx."""
+    from dataclasses import replace
+
+    from gqa_export.check import ep_lints
+
+    pytest.importorskip("PIL")
+    no_conv = {**EPS, "cpu": replace(EPS["cpu"], missing_ops=frozenset({"Conv"}))}
+    monkeypatch.setattr(ep_lints, "EPS", no_conv)
+    with pytest.raises(InputError, match="Conv"):
+        build(BuildOptions(str(gemma3_full_checkpoint), tmp_path / "x", smoke=False))
+    assert not (tmp_path / "x").exists()
+    monkeypatch.setattr(ep_lints, "by_genai_provider", lambda names: no_conv["cpu"])
+    assert any(m.startswith("vision.onnx:") and "Conv" in m for m in _ep_findings(gemma3_full_package))

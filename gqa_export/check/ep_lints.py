@@ -24,7 +24,7 @@ def ep_findings(pkg: Package, _: int) -> list[Finding]:
     session = decoder.get("session_options") or {}
     ep = by_genai_provider([next(iter(p), None) for p in session.get("provider_options") or [] if isinstance(p, dict)])
     out = []
-    for g in pkg.graphs:
+    for g in [*pkg.graphs, *pkg.encoders]:  # a multimodal package's vision / embedding graphs too
         for problem in graph_problems(ep, {tuple(f) for f in g.op_facts}):
             out.append(
                 Finding("ep-unsupported-op", "error", f"{g.filename}: {problem}",
