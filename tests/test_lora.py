@@ -317,3 +317,29 @@ def test_reordered_fused_qkv_refused(tmp_path):
     assert "another row order" in line
     result = invoke("build", checkpoint, "-o", tmp_path / "p", "--lora-targets", "dense_h_to_4h", "--no-smoke")
     assert result.exit_code == 0, result.output
+
+
+def test_adapter_output_refusals_leave_nothing(lora, tmp_path):
+    """The adapter file is never written into the base package (its manifest seals its files) nor
+    over a folder; a failed export leaves no .partial file behind."""
+    before = sorted(p.name for p in lora["base"].iterdir())
+    line = _refusal("adapter", lora["peft_attn"], "--base", lora["base"], "-o", lora["base"] / "x.onnx_adapter")
+    assert "inside the base package" in line
+    assert sorted(p.name for p in lora["base"].iterdir()) == before
+    (tmp_path / "dir").mkdir()
+    assert "is a folder" in _refusal("adapter", lora["peft_attn"], "--base", lora["base"], "-o", tmp_path / "dir")
+
+
+def test_failed_adapter_export_leaves_no_partial_file(lora, tmp_path, monkeypatch):
+    import onnxruntime as ort
+
+    def fail(self, path):
+        Path(path).write_bytes(b"half")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(ort.AdapterFormat, "export_adapter", fail)
+    from gqa_export.package.adapters import convert_adapter
+
+    with pytest.raises(RuntimeError):
+        convert_adapter(lora["peft_attn"], lora["base"], tmp_path / "x.onnx_adapter")
+    assert list(tmp_path.iterdir()) == []

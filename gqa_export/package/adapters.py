@@ -107,8 +107,12 @@ def convert_adapter(peft_dir: Path, base: Path, output: Path, overwrite: bool = 
     """Write `output` (.onnx_adapter) from the PEFT folder, checked against the base's inputs."""
     from gqa_export.source.weights import WeightStore
 
+    if output.is_dir():
+        raise InputError(f"{output} is a folder; name the adapter file to write (NAME.onnx_adapter)")
     if output.exists() and not overwrite:
         raise InputError(f"{output} exists; pass --overwrite to replace it")
+    if base.resolve() in output.resolve().parents:  # the base's manifest lists its files: keep it sealed
+        raise InputError(f"{output} is inside the base package {base}; write the adapter beside it")
     config = read_peft_config(peft_dir)
     inputs = base_lora_inputs(base)
     store = WeightStore.open(peft_dir)
@@ -122,6 +126,8 @@ def convert_adapter(peft_dir: Path, base: Path, output: Path, overwrite: bool = 
     params: dict[str, np.ndarray] = {}
     ranks, scaling = {}, {}
     elem_types = {i.elem_type for i in inputs.values()}
+    if len(elem_types) != 1:
+        raise InputError(f"{base}: its LoRA inputs have {len(elem_types)} element types; rebuild the base")
     elem_type = elem_types.pop()
     for module, names in sorted(pairs.items()):
         if set(names) != {"lora_A", "lora_B"}:
@@ -174,8 +180,11 @@ def _write(params: dict[str, np.ndarray], elem_type: int, output: Path) -> str:
     adapter.set_parameters(values)
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(output.name + ".partial")
-    adapter.export_adapter(str(tmp))
-    tmp.replace(output)
+    try:
+        adapter.export_adapter(str(tmp))
+        tmp.replace(output)
+    finally:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
     return {ONNX_FLOAT: "float32", ONNX_FLOAT16: "float16", ONNX_BFLOAT16: "bfloat16"}[elem_type]
 
 
