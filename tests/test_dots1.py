@@ -213,3 +213,14 @@ def test_quantize_command_keeps_the_fp32_router_of_an_fp16_package(builds, tmp_p
     assert {inits[n.input[1]] for n in routers} == {FLOAT}
     _, logits = ort_prefill_and_decode(out, [0, 17, 45, 99], steps=2)
     assert np.isfinite(logits).all()
+
+
+def test_fp16_ungated_experts_route_in_fp32(builds):
+    """Nemotron-H's router computes in fp32 in HF (NemotronHTopkRouter): in the fp16 package its
+    router MatMul and correction bias are fp32, the plain-op experts' weights fp16."""
+    package = builds.package("nemotron_h_moe", ep="cuda", precision="fp16")
+    routers, biases, _ = _router_dtypes(package)
+    assert routers and set(routers) == set(biases) == {FLOAT}
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    experts = [t.data_type for t in graph.initializer if "up_stacked" in t.name or "down_side_by_side" in t.name]
+    assert experts and set(experts) == {FLOAT16}

@@ -171,6 +171,7 @@ _NEMOTRON_H_MOE = MoeSpec(
     routing="sigmoid_group_biased",
     activation="ungated",
     layer_type="moe",
+    router_dtype="float32",  # NemotronHTopkRouter: F.linear(x.float(), W.float()), fp32 correction bias
 )
 _NEMOTRON_H_LAYER = LayerNames(
     input_norm="norm", post_attention_norm=None, q="mixer.q_proj", k="mixer.k_proj", v="mixer.v_proj",

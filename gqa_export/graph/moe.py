@@ -51,9 +51,10 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
         router_x = lc.b.op("Cast", router_x, to=ir.DataType.FLOAT, name="router_input")
     router = _router(routing_lc, prefix, router_x, moe)
     if spec.activation == "ungated":  # no MoE kernel has squared ReLU: plain ops on dense routing weights
-        assert routing_lc is lc, "ungated experts take their dense routing weights in the export dtype"
-        dense = _dense_routing(lc, prefix, router, moe)
+        dense = _dense_routing(routing_lc, prefix, router, moe)
         assert dense is not None, f"{spec.routing}: ungated experts take a router computed as dense weights"
+        if routing_lc is not lc:  # chosen in fp32 (spec router_dtype), weighted in the export dtype
+            dense = lc.b.op("Cast", dense, to=lc.params.dtype, name="routing_weights")
         out = ungated_experts(lc, x, dense, moe, prefix)
     else:
         out = _routed_experts(lc, x, router, moe, prefix, routing_lc)
