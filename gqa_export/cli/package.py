@@ -6,7 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -106,7 +106,9 @@ def run_command(
         from gqa_export.runtime.images import check_unexported_markers
 
         check_unexported_markers(path, text)
-    speculative = _ngram_options(ngram, path)
+    from gqa_export.runtime.run import ngram_options
+
+    speculative = ngram_options(ngram, path)
     if image:
         if adapter or speculative:
             raise InputError("--adapter and --ngram run text packages; drop --image")
@@ -179,19 +181,6 @@ def adapter_command(
         f"scaling {'/'.join(f'{s:g}' for s in scales)} folded into lora_B, {result.dtype}",
         highlight=False,
     )
-
-
-def _ngram_options(ngram: int | None, path: Path) -> dict[str, Any] | None:
-    """`--ngram N` as genai's run-time speculative options; refused where genai refuses it."""
-    if ngram is None:
-        return None
-    if not 2 <= ngram <= 16:
-        raise InputError(f"--ngram takes a key length between 2 and 16, got {ngram}")
-    from gqa_export.jsonio import read_json
-
-    if "draft" in ((read_json(path / "genai_config.json") or {}).get("model") or {}):
-        raise InputError(f"{path} carries a draft model; n-gram lookup cannot be combined with it: drop --ngram")
-    return {"ngram_size": ngram}
 
 
 def _run_with_images(
