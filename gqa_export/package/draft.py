@@ -129,6 +129,9 @@ def attach_draft(target: Path, draft: Path, options: SpeculativeOptions) -> dict
     manifest = read_json(draft / "manifest.json") or {}
     return {
         "source": (manifest.get("source") or {}).get("id"),
+        # the draft's own source entry (revision / commit / digests): a rebuilt release can tell
+        # whether it paired the same draft
+        "source_entry": manifest.get("source"),
         "precision": (manifest.get("options") or {}).get("precision"),
         "layers": d_decoder.get("num_hidden_layers"),
         "files": [DRAFT_GRAPH, DRAFT_DATA] if (target / DRAFT_DATA).exists() else [DRAFT_GRAPH],
