@@ -173,10 +173,16 @@ def check_layout(store: WeightStore, layout: ExpertLayout, where: str) -> None:
     elif layout.transposed:
         gate_up, down = layout.transposed
         expected.update({f"{gate_up}_blocks": (E, 2 * I, H // 32, 16), f"{down}_blocks": (E, H, I // 32, 16)})
+    check_expert_shapes(store, expected, where, f"{E} experts, intermediate {I}, hidden {H}")
+
+
+def check_expert_shapes(store: WeightStore, expected: dict[str, tuple[int, ...]], where: str, sizes: str) -> None:
+    """InputError naming the first expert tensor whose stored shape is not the config's (`sizes`
+    says which config values the shapes came from)."""
     for name, shape in expected.items():
         got = tuple(store.info(name).shape)
         if got != shape:
             raise InputError(
                 f"{where}: expert tensor '{name}' has shape {list(got)}, expected {list(shape)} from the config "
-                f"({E} experts, intermediate {I}, hidden {H})"
+                f"({sizes})"
             )

@@ -27,6 +27,7 @@ import onnx_ir as ir
 from gqa_export.errors import InputError
 from gqa_export.graph import params as _params
 from gqa_export.graph.blocks import LayerContext, activation, linear
+from gqa_export.graph.experts import check_expert_shapes
 from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import F32, NUMPY_DTYPES, Params, StreamedTensor, row_blocks
 from gqa_export.kernels import convert
@@ -91,13 +92,7 @@ def _check(store: WeightStore, layout: UngatedLayout, where: str) -> None:
         expected = {n: (I, D) for n in layout.names("up")} | {n: (D, I) for n in layout.names("down")}
     else:
         expected = {layout.up: (E, I, D), layout.down: (E, D, I)}
-    for name, shape in expected.items():
-        got = tuple(store.info(name).shape)
-        if got != shape:
-            raise InputError(
-                f"{where}: expert tensor '{name}' has shape {list(got)}, expected {list(shape)} from the config "
-                f"({E} experts, moe_intermediate_size {I}, width {D})"
-            )
+    check_expert_shapes(store, expected, where, f"{E} experts, moe_intermediate_size {I}, width {D}")
 
 
 def stacked_up(reader: _Reader, params: Params) -> StreamedTensor:
