@@ -2,7 +2,7 @@
 
 `ImportedStore` wraps the checkpoint's `WeightStore`: each quantized linear `P` (GPTQ/AWQ's
 `P.qweight`, `P.qzeros`, `P.scales`, `P.g_idx`; compressed-tensors' `P.weight_packed`, ...; FP8's
-float8 `P.weight` with its scale) appears as a float `P.weight` [N, K], so every family's graph is
+float8 `P.weight` with its scale; Quark's int32 `P.weight` with `P.weight_scale` / `P.weight_zero_point`) appears as a float `P.weight` [N, K], so every family's graph is
 built exactly as for a float checkpoint. Reading that weight dequantizes it (rows on demand); for
 the integer formats the quantize stage instead asks `native(name)` and moves the integers into
 MatMulNBits unchanged (quant/imported.py). Which configs are imported: docs/prequantized.md §1.
@@ -17,9 +17,10 @@ import numpy as np
 from gqa_export.errors import InputError
 from gqa_export.source.fp8 import ACTIVATION_SCALES, SCALE_NAMES, Fp8Linear, fp8_linear
 from gqa_export.source.native import NativeLinear, awq_linear, gptq_linear, packed_linear
+from gqa_export.source.quark import quark_linear, why_not_quark
 from gqa_export.source.weights import TensorInfo, WeightStore
 
-NAMES = {"gptq": "GPTQ", "awq": "AWQ", "compressed-tensors": "compressed-tensors", "fp8": "FP8"}
+NAMES = {"gptq": "GPTQ", "awq": "AWQ", "compressed-tensors": "compressed-tensors", "fp8": "FP8", "quark": "Quark"}
 # per method: tensors every quantized module must have besides its marker
 REQUIRED = {"gptq": (".qzeros", ".scales"), "awq": (".qzeros", ".scales"),
             "compressed-tensors": (".weight_scale", ".weight_shape")}  # fmt: skip
@@ -31,7 +32,10 @@ HIDDEN = {
     "awq": (".qweight", ".qzeros", ".scales"),
     "compressed-tensors": (".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx"),
     "fp8": (*SCALE_NAMES, *ACTIVATION_SCALES),  # its `.weight` is shown as the dequantized float
+    "quark": (".weight_scale", ".weight_zero_point"),  # its int32 `.weight` is shown as float too
 }
+# methods whose quantized module keeps the name `P.weight` (FP8 codes, Quark's int32 words)
+IN_PLACE = {"fp8": FP8_DTYPES, "quark": ("I32",)}
 
 
 def why_not_imported(qc: dict[str, Any]) -> str | None:
@@ -55,6 +59,8 @@ def why_not_imported(qc: dict[str, Any]) -> str | None:
         return None
     if method == "compressed-tensors":
         return _why_not_packed(qc)
+    if method == "quark":
+        return why_not_quark(qc)
     if method == "fp8":
         block = qc.get("weight_block_size")
         if block is not None and (not isinstance(block, list) or len(block) != 2):
@@ -102,9 +108,9 @@ class ImportedStore(WeightStore):
         self._native: dict[str, NativeLinear] = {}
         self._virtual: dict[str, NativeLinear | Fp8Linear] = {}
         self._hidden: set[str] = set()
-        if self.method == "fp8":
+        if self.method in IN_PLACE:
             prefixes = [n.removesuffix(".weight") for n in base.names()
-                        if n.endswith(".weight") and base.info(n).dtype in FP8_DTYPES]  # fmt: skip
+                        if n.endswith(".weight") and base.info(n).dtype in IN_PLACE[self.method]]  # fmt: skip
         else:
             prefixes = [n.removesuffix(MARKER[self.method]) for n in base.names() if n.endswith(MARKER[self.method])]
         if not prefixes:
@@ -125,6 +131,10 @@ class ImportedStore(WeightStore):
     def _add(self, base: WeightStore, prefix: str, qc: dict[str, Any]) -> None:
         if self.method == "fp8":
             self._virtual[f"{prefix}.weight"] = fp8_linear(base, f"{prefix}.weight", qc.get("weight_block_size"))
+            return
+        if self.method == "quark":
+            quark = quark_linear(base, prefix, qc)
+            self._native[quark.name] = self._virtual[quark.name] = quark
             return
         for suffix in REQUIRED[self.method]:
             super().info(prefix + suffix)  # present, else one line naming it
@@ -185,4 +195,4 @@ class ImportedStore(WeightStore):
 
 def _marker_of(method: str, prefix: str) -> str:
     """The stored tensor that holds a quantized module's codes."""
-    return prefix + (".weight" if method == "fp8" else MARKER[method])
+    return prefix + (".weight" if method in IN_PLACE else MARKER[method])
