@@ -2,10 +2,12 @@
 
 `ImportedStore` wraps the checkpoint's `WeightStore`: each quantized linear `P` (GPTQ/AWQ's
 `P.qweight`, `P.qzeros`, `P.scales`, `P.g_idx`; compressed-tensors' `P.weight_packed`, ...; FP8's
-float8 `P.weight` with its scale; Quark's int32 `P.weight` with `P.weight_scale` / `P.weight_zero_point`) appears as a float `P.weight` [N, K], so every family's graph is
-built exactly as for a float checkpoint. Reading that weight dequantizes it (rows on demand); for
-the integer formats the quantize stage instead asks `native(name)` and moves the integers into
-MatMulNBits unchanged (quant/imported.py). Which configs are imported: docs/prequantized.md §1.
+float8 `P.weight` with its scale; Quark's int32 `P.weight` with `P.weight_scale` /
+`P.weight_zero_point`) appears as a float `P.weight` [N, K], so every family's graph is built
+exactly as for a float checkpoint. Reading that weight dequantizes it (rows on demand); for the
+integer formats the quantize stage instead asks `native(name)` and moves the integers into
+MatMulNBits unchanged (quant/imported.py).
+Which configs are imported: docs/prequantized.md §1.
 """
 
 from __future__ import annotations
