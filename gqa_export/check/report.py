@@ -28,7 +28,7 @@ def summary(pkg: Package) -> dict[str, Any]:
     model = (pkg.config or {}).get("model") or {}
     options = (pkg.decoder.get("session_options") or {}).get("provider_options") or []
     first = pkg.graphs[0] if pkg.graphs else None
-    lora = _lora(first)
+    lora = _lora(first, pkg.manifest)
     return {
         **({"lora": lora} if lora else {}),
         "path": str(pkg.path),
@@ -63,13 +63,16 @@ def summary(pkg: Package) -> dict[str, Any]:
     }
 
 
-def _lora(graph: Any) -> dict[str, Any] | None:
-    """A multi-LoRA base's adapter inputs (docs/lora.md): the modules and their short names."""
+def _lora(graph: Any, manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A multi-LoRA base's adapter inputs (docs/lora.md): the modules, their short names, and the
+    adapter files a release shipped beside it (docs/lora.md §8)."""
     names = [i["name"] for i in (graph.inputs if graph else []) if i["name"].endswith(".lora_A.weight")]
     if not names:
         return None
     modules = [n.removesuffix(".lora_A.weight") for n in names]
-    return {"modules": modules, "targets": sorted({m.rpartition(".")[2] for m in modules})}
+    shipped = sorted((manifest or {}).get("adapters") or {})
+    return {"modules": modules, "targets": sorted({m.rpartition(".")[2] for m in modules}),
+            **({"adapters": shipped} if shipped else {})}  # fmt: skip
 
 
 def _imported(pkg: Package) -> dict[str, Any] | None:

@@ -90,7 +90,13 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
         ),
         ("I/O", ", ".join(f"{k} {shown(v)}" for k, v in s["io"].items())),
         *(
-            [("LoRA", f"{len(s['lora']['modules'])} modules take adapters ({', '.join(s['lora']['targets'])})")]
+            [
+                (
+                    "LoRA",
+                    f"{len(s['lora']['modules'])} modules take adapters ({', '.join(s['lora']['targets'])})"
+                    + (f"; shipped: {', '.join(s['lora']['adapters'])}" if s["lora"].get("adapters") else ""),
+                )
+            ]
             if s.get("lora")
             else []
         ),
