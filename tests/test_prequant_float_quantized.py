@@ -101,3 +101,20 @@ def test_float_quantized_variants_not_imported_are_refused(channel, tmp_path, ch
         export(src, tmp_path / "out")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_float_quantized_at_int4_says_every_weight_was_requantized(channel, tmp_path):
+    """FP8 has no MatMulNBits form: at --precision int4 the dequantized weights are quantized by the
+    tool, and the manifest / inspect say so (issue item 4)."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    quantized, _, _ = channel
+    build(BuildOptions(str(quantized), tmp_path / "pkg", precision="int4", smoke=False))
+    imported = json.loads((tmp_path / "pkg" / "manifest.json").read_text())["options"]["imported_quantization"]
+    assert not imported["imported"] and len(imported["dequantized"]) == 14
+    by_precision = imported["quantized_by_precision"]
+    assert any("lm_head" in w for w in by_precision) and any("layers.1" in w for w in by_precision)
+    shown = CliRunner().invoke(app, ["inspect", str(tmp_path / "pkg")], terminal_width=200).output
+    assert f"0 weights imported as integers, 14 dequantized, {len(by_precision)} quantized by --precision int4" in shown

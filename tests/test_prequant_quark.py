@@ -151,3 +151,23 @@ def test_quark_variants_not_imported_are_refused(made, tmp_path, change, says):
         export(src, tmp_path / "out")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_int4_precision_keeps_quark_integers_and_says_where_each_came_from(made, tmp_path):
+    """--precision int4 on a Quark checkpoint (issue item 4): the checkpoint's 14 linears keep their
+    integers, the lm_head it left float is quantized by the tool; the build note, the manifest and
+    inspect say which is which."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    quantized, _, _ = made["uint4"]
+    result = build(BuildOptions(str(quantized), tmp_path / "pkg", precision="int4", smoke=False))
+    note = next(n for n in result.notes if n.startswith("pre-quantized Quark"))
+    assert "14 linear layers keep the checkpoint's Quark integers" in note
+    assert "1 weights quantized by --precision int4" in note
+    imported = json.loads((tmp_path / "pkg" / "manifest.json").read_text())["options"]["imported_quantization"]
+    assert len(imported["imported"]) == 14 and imported["precision"] == "int4"
+    assert [w for w in imported["quantized_by_precision"] if "lm_head" in w] == imported["quantized_by_precision"]
+    shown = CliRunner().invoke(app, ["inspect", str(tmp_path / "pkg")], terminal_width=200).output
+    assert "Quark: 14 weights imported as integers, 0 dequantized, 1 quantized by --precision int4" in shown

@@ -81,7 +81,8 @@ def _imported(pkg: Package) -> dict[str, Any] | None:
     if not entry:
         return None
     return {"source_format": entry.get("source_format"), "imported": len(entry.get("imported") or {}),
-            "dequantized": len(entry.get("dequantized") or [])}  # fmt: skip
+            "dequantized": len(entry.get("dequantized") or []), "precision": entry.get("precision"),
+            "quantized_by_precision": len(entry.get("quantized_by_precision") or [])}  # fmt: skip
 
 
 def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:
