@@ -283,7 +283,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if mm:
         add_config_sections(config, mm)
     notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config) if mm else [])]
-    if import_report.source_format:
+    if import_report.source_format:  # what the checkpoint's quantization covered, what --precision did
+        import_report.precision, import_report.by_precision = plan.name, list(quant_report.quantized)
         notes.append(import_report.note(plan.name))
     check_free_space(opts.output, sum(v.const_value.nbytes for v in external_values(models[0])))  # type: ignore[union-attr]
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:

@@ -28,7 +28,7 @@ def summary(pkg: Package) -> dict[str, Any]:
     model = (pkg.config or {}).get("model") or {}
     options = (pkg.decoder.get("session_options") or {}).get("provider_options") or []
     first = pkg.graphs[0] if pkg.graphs else None
-    lora = _lora(first)
+    lora = _lora(first, pkg.manifest)
     return {
         **({"lora": lora} if lora else {}),
         "path": str(pkg.path),
@@ -63,13 +63,16 @@ def summary(pkg: Package) -> dict[str, Any]:
     }
 
 
-def _lora(graph: Any) -> dict[str, Any] | None:
-    """A multi-LoRA base's adapter inputs (docs/lora.md): the modules and their short names."""
+def _lora(graph: Any, manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A multi-LoRA base's adapter inputs (docs/lora.md): the modules, their short names, and the
+    adapter files a release shipped beside it (docs/lora.md §8)."""
     names = [i["name"] for i in (graph.inputs if graph else []) if i["name"].endswith(".lora_A.weight")]
     if not names:
         return None
     modules = [n.removesuffix(".lora_A.weight") for n in names]
-    return {"modules": modules, "targets": sorted({m.rpartition(".")[2] for m in modules})}
+    shipped = sorted((manifest or {}).get("adapters") or {})
+    return {"modules": modules, "targets": sorted({m.rpartition(".")[2] for m in modules}),
+            **({"adapters": shipped} if shipped else {})}  # fmt: skip
 
 
 def _imported(pkg: Package) -> dict[str, Any] | None:
@@ -78,7 +81,8 @@ def _imported(pkg: Package) -> dict[str, Any] | None:
     if not entry:
         return None
     return {"source_format": entry.get("source_format"), "imported": len(entry.get("imported") or {}),
-            "dequantized": len(entry.get("dequantized") or [])}  # fmt: skip
+            "dequantized": len(entry.get("dequantized") or []), "precision": entry.get("precision"),
+            "quantized_by_precision": len(entry.get("quantized_by_precision") or [])}  # fmt: skip
 
 
 def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:

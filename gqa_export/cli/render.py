@@ -16,6 +16,12 @@ if TYPE_CHECKING:  # the library is imported by the commands that run it
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
+def _by_precision(entry: dict[str, Any]) -> str:
+    """The weights this build quantized itself beside a checkpoint's own (docs/prequantized.md §2)."""
+    count = entry.get("quantized_by_precision")
+    return f", {count} quantized by --precision {entry['precision']}" if count else ""
+
+
 def size(n: float | None) -> str:
     if n is None:
         return "?"
@@ -90,7 +96,13 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
         ),
         ("I/O", ", ".join(f"{k} {shown(v)}" for k, v in s["io"].items())),
         *(
-            [("LoRA", f"{len(s['lora']['modules'])} modules take adapters ({', '.join(s['lora']['targets'])})")]
+            [
+                (
+                    "LoRA",
+                    f"{len(s['lora']['modules'])} modules take adapters ({', '.join(s['lora']['targets'])})"
+                    + (f"; shipped: {', '.join(s['lora']['adapters'])}" if s["lora"].get("adapters") else ""),
+                )
+            ]
             if s.get("lora")
             else []
         ),
@@ -100,7 +112,8 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
                     "pre-quantized",
                     "{source_format}: {imported} weights imported as integers, {dequantized} dequantized".format(
                         **s["imported_quantization"]
-                    ),
+                    )
+                    + _by_precision(s["imported_quantization"]),
                 )
             ]
             if s.get("imported_quantization")

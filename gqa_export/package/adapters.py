@@ -103,15 +103,18 @@ def module_scaling(config: dict[str, Any], module: str, rank: int) -> float:
     return alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
 
 
-def convert_adapter(peft_dir: Path, base: Path, output: Path, overwrite: bool = False) -> AdapterResult:
-    """Write `output` (.onnx_adapter) from the PEFT folder, checked against the base's inputs."""
+def convert_adapter(
+    peft_dir: Path, base: Path, output: Path, overwrite: bool = False, into_base: bool = False
+) -> AdapterResult:
+    """Write `output` (.onnx_adapter) from the PEFT folder, checked against the base's inputs.
+    `into_base`: the caller (a release) writes it inside the base and re-seals its manifest."""
     from gqa_export.source.weights import WeightStore
 
     if output.is_dir():
         raise InputError(f"{output} is a folder; name the adapter file to write (NAME.onnx_adapter)")
     if output.exists() and not overwrite:
         raise InputError(f"{output} exists; pass --overwrite to replace it")
-    if base.resolve() in output.resolve().parents:  # the base's manifest lists its files: keep it sealed
+    if not into_base and base.resolve() in output.resolve().parents:  # the base's manifest lists its files
         raise InputError(f"{output} is inside the base package {base}; write the adapter beside it")
     config = read_peft_config(peft_dir)
     inputs = base_lora_inputs(base)

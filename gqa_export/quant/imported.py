@@ -33,18 +33,25 @@ class ImportReport:
     source_format: str = ""
     weights: dict[str, str] = field(default_factory=dict)  # HF weight name -> "gptq v1 4-bit block 32 act-order"
     dequantized: list[str] = field(default_factory=list)  # read as float (a path that cannot take the integers)
+    precision: str = ""
+    # graph weights this build quantized itself (--precision int4/int8): the float ones the checkpoint
+    # left (lm_head, ...) and the dequantized ones; everything else in the package is float
+    by_precision: list[str] = field(default_factory=list)
 
     def note(self, precision: str) -> str:
+        ours = f"; {len(self.by_precision)} weights quantized by --precision {precision}" if self.by_precision else ""
         if not self.weights:
             done = f"{len(self.dequantized)} weights dequantized exactly to float while streaming"
-            return f"pre-quantized {self.source_format}: {done}, then --precision {precision} like a float checkpoint"
+            head = f"pre-quantized {self.source_format}: {done}, then --precision {precision} like a float checkpoint"
+            return head + ours
         kept = f"{len(self.weights)} linear layers keep the checkpoint's {self.source_format} integers"
         rest = f"the other weights follow --precision {precision}"
-        return f"pre-quantized {self.source_format}: {kept} (MatMulNBits, not re-quantized); {rest}"
+        return f"pre-quantized {self.source_format}: {kept} (MatMulNBits, not re-quantized); {rest}{ours}"
 
     def manifest(self) -> dict[str, object]:
         return {"source_format": self.source_format, "imported": dict(sorted(self.weights.items())),
-                "dequantized": sorted(self.dequantized)}  # fmt: skip
+                "dequantized": sorted(self.dequantized), "precision": self.precision,
+                "quantized_by_precision": sorted(set(self.by_precision))}  # fmt: skip
 
 
 def import_native(model: ir.Model, store: ImportedStore, plan: PrecisionPlan, report: ImportReport) -> None:

@@ -125,7 +125,13 @@ def _build_variant(
 
             spec = SpeculativeOptions(variant.draft_tokens)
             return build_with_draft(options, variant.draft, spec, prefixed, checkpoint)
-        return build(options, prefixed, checkpoint)
+        result = build(options, prefixed, checkpoint)
+        if variant.adapters:  # LoRA adapters beside their base, in its re-sealed manifest (docs/lora.md §8)
+            from gqa_export.release.adapters import ship_adapters
+
+            prefixed.stage(f"{len(variant.adapters)} LoRA adapter(s)")
+            ship_adapters(options.output, variant.adapters)
+        return result
     except GqaExportError as exc:
         kind = InputError if isinstance(exc, InputError) else ReleaseError
         raise kind(f"variant {variant.path} failed: {exc} (nothing was written to {output})") from exc
@@ -223,6 +229,7 @@ def _entry(root: Path, variant: Variant, result: BuildResult, evaluation: dict[s
         "gate": None
         if variant.gate is None
         else {"max_ppl_increase_pct": variant.gate.max_ppl_increase, "against": variant.reference},
+        **({"adapters": sorted(manifest["adapters"])} if manifest.get("adapters") else {}),
     }
 
 

@@ -10,6 +10,7 @@
       - {ep: cuda, precision: fp16}
       - {ep: cuda, precision: int4, block_size: 128}
       - {ep: cpu, precision: int4, path: cpu-lora, lora_targets: [q_proj, v_proj]}   # multi-LoRA base
+      - {ep: cpu, precision: fp32, lora_targets: [q_proj, v_proj], adapters: [peft/french]}  # + its adapters
       - {ep: cpu, precision: int4, path: cpu-text, text_only: true}   # a multimodal source's decoder alone
 
 Validated like recipes (file:line: key errors). Every variant's options are checked here, before
@@ -57,6 +58,7 @@ _VARIANT = {
     "kv_cache": tuple(KV_CACHE_DTYPES),
     "kv_scales": tuple(KV_SCALES),
     "lora_targets": [str],  # a multi-LoRA base (docs/lora.md)
+    "adapters": [str],  # PEFT LoRA folders shipped converted beside that base (docs/lora.md §8)
     "text_only": bool,  # a multimodal source's text decoder alone (docs/multimodal.md §1)
     "draft": str,  # a draft model for speculative decoding: Hub id or folder (docs/speculative.md)
     "draft_tokens": int,
@@ -95,6 +97,7 @@ class Variant:
     reference: str | None = None  # the float variant evaluation compares this one with
     draft: str | None = None  # `build --draft` (docs/speculative.md)
     draft_tokens: int = 4
+    adapters: tuple[str, ...] = ()  # PEFT folders, converted into `<folder name>.onnx_adapter` (docs/lora.md §8)
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,8 @@ def load_spec(path: Path) -> ReleaseSpec:
         for i, item in enumerate(data["variants"])
     ]
     variants = [replace(v, draft=_source(v.draft, base)) if v.draft else v for v in variants]
+    variants = [_with_adapters(v, item, base, f"{path}:{lines[i]}: variants[{i}]")
+                for i, (v, item) in enumerate(zip(variants, data["variants"], strict=True))]  # fmt: skip
     _check_paths(variants, path, lines)
     variants = _with_gates(variants, data["variants"], path, lines)
     evaluation = None
@@ -168,6 +173,27 @@ def load_spec(path: Path) -> ReleaseSpec:
         eval=evaluation,
         smoke=shared.smoke,
     )
+
+
+def _with_adapters(variant: Variant, item: dict, base: Path, where: str) -> Variant:
+    """The variant's PEFT adapter folders (relative to the spec), checked before anything is fetched."""
+    folders = item.get("adapters") or []
+    if not folders:
+        return variant
+    if not variant.options.lora_targets:
+        raise InputError(f"{where}: adapters need a multi-LoRA base: add lora_targets: [q_proj, ...] to this variant")
+    resolved = []
+    for folder in folders:
+        local = (base / folder).expanduser()
+        if not (local / "adapter_config.json").is_file():
+            raise InputError(f"{where}: adapters: {folder} is not a PEFT adapter folder (no adapter_config.json)")
+        resolved.append(local.resolve())
+    names = [p.name for p in resolved]
+    if len(set(names)) != len(names):
+        raise InputError(
+            f"{where}: adapters: two folders are named alike ({', '.join(names)}); each ships as NAME.onnx_adapter"
+        )
+    return replace(variant, adapters=tuple(str(p) for p in resolved))
 
 
 def _source(source: str, base: Path) -> str:

@@ -5,13 +5,16 @@ Each quantized Linear `P` stores `P.weight` as float8 e4m3 [N, K] and a multipli
 historical: it multiplies), or one per tensor (`weight_scale_inv` or Mistral's `weight_scale`,
 shape [] or [1]). W = float(w8) * scale is exact in fp32 (an e4m3 value times a float32 scale
 rounds once, as transformers' own dequantization does in fp32); the package then follows
-`--precision` like any float checkpoint (docs/prequantized.md §3.6). Activation scales
+`--precision` like any float checkpoint (docs/prequantized.md §3.6). compressed-tensors'
+`float-quantized` format stores the same thing as `P.weight` + `P.weight_scale`, its strategy
+(tensor, channel, group, block) mapped onto the same blocks (docs/prequantized.md §3.8). Activation scales
 (`activation_scale`, `input_scale`) belong to FP8 matmuls and are not used weight-only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -62,3 +65,36 @@ def fp8_linear(base: WeightStore, name: str, block: list[int] | None) -> Fp8Line
             f"in blocks of {bn}x{bk}; the checkpoint does not match its config.json"
         )
     return Fp8Linear(name, base, scale_name, n, k, (bn, bk))
+
+
+def why_not_float_quantized(groups: dict[str, Any]) -> str | None:
+    """compressed-tensors float-quantized: one config group of symmetric FP8 weights, any strategy but
+    tensor_group; FP8 (float) activations allowed and not reproduced, as `quant_method: fp8`'s."""
+    if len(groups) != 1:
+        return "compressed-tensors float-quantized with several config_groups"
+    group = next(iter(groups.values())) or {}
+    weights = group.get("weights") or {}
+    if weights.get("type") != "float" or weights.get("num_bits") != 8:
+        return f"compressed-tensors float-quantized {weights.get('type')} {weights.get('num_bits')}-bit weights"
+    strategy = weights.get("strategy")
+    if strategy not in ("tensor", "channel", "group", "block") or weights.get("symmetric") is False:
+        return f"compressed-tensors float-quantized strategy {strategy!r} (symmetric tensor/channel/group/block)"
+    if strategy == "block" and len(weights.get("block_structure") or []) != 2:
+        return f"compressed-tensors float-quantized block_structure {weights.get('block_structure')!r}"
+    activations = group.get("input_activations")
+    if group.get("output_activations") or (activations and activations.get("type") != "float"):
+        return "compressed-tensors float-quantized weights with integer or output activation quantization"
+    return None
+
+
+def float_quantized_block(groups: dict[str, Any], n: int, k: int) -> list[int] | None:
+    """The [rows, cols] each weight_scale value covers (None: one for the tensor), by strategy."""
+    weights = next(iter(groups.values()))["weights"]
+    strategy = weights["strategy"]
+    if strategy == "channel":
+        return [1, k]
+    if strategy == "group":
+        return [1, int(weights["group_size"])]
+    if strategy == "block":
+        return [int(v) for v in weights["block_structure"]]
+    return None

@@ -2,10 +2,12 @@
 
 `ImportedStore` wraps the checkpoint's `WeightStore`: each quantized linear `P` (GPTQ/AWQ's
 `P.qweight`, `P.qzeros`, `P.scales`, `P.g_idx`; compressed-tensors' `P.weight_packed`, ...; FP8's
-float8 `P.weight` with its scale) appears as a float `P.weight` [N, K], so every family's graph is
-built exactly as for a float checkpoint. Reading that weight dequantizes it (rows on demand); for
-the integer formats the quantize stage instead asks `native(name)` and moves the integers into
-MatMulNBits unchanged (quant/imported.py). Which configs are imported: docs/prequantized.md §1.
+float8 `P.weight` with its scale; Quark's int32 `P.weight` with `P.weight_scale` /
+`P.weight_zero_point`) appears as a float `P.weight` [N, K], so every family's graph is built
+exactly as for a float checkpoint. Reading that weight dequantizes it (rows on demand); for the
+integer formats the quantize stage instead asks `native(name)` and moves the integers into
+MatMulNBits unchanged (quant/imported.py).
+Which configs are imported: docs/prequantized.md §1.
 """
 
 from __future__ import annotations
@@ -15,11 +17,19 @@ from typing import Any
 import numpy as np
 
 from gqa_export.errors import InputError
-from gqa_export.source.fp8 import ACTIVATION_SCALES, SCALE_NAMES, Fp8Linear, fp8_linear
+from gqa_export.source.fp8 import (
+    ACTIVATION_SCALES,
+    SCALE_NAMES,
+    Fp8Linear,
+    float_quantized_block,
+    fp8_linear,
+    why_not_float_quantized,
+)
 from gqa_export.source.native import NativeLinear, awq_linear, gptq_linear, packed_linear
+from gqa_export.source.quark import quark_linear, why_not_quark
 from gqa_export.source.weights import TensorInfo, WeightStore
 
-NAMES = {"gptq": "GPTQ", "awq": "AWQ", "compressed-tensors": "compressed-tensors", "fp8": "FP8"}
+NAMES = {"gptq": "GPTQ", "awq": "AWQ", "compressed-tensors": "compressed-tensors", "fp8": "FP8", "quark": "Quark"}
 # per method: tensors every quantized module must have besides its marker
 REQUIRED = {"gptq": (".qzeros", ".scales"), "awq": (".qzeros", ".scales"),
             "compressed-tensors": (".weight_scale", ".weight_shape")}  # fmt: skip
@@ -30,8 +40,12 @@ HIDDEN = {
     "gptq": (".qweight", ".qzeros", ".scales", ".g_idx"),
     "awq": (".qweight", ".qzeros", ".scales"),
     "compressed-tensors": (".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape", ".weight_g_idx"),
-    "fp8": (*SCALE_NAMES, *ACTIVATION_SCALES),  # its `.weight` is shown as the dequantized float
+    # its `.weight` is shown as the dequantized float (compressed-tensors float-quantized may store zero points)
+    "fp8": (*SCALE_NAMES, *ACTIVATION_SCALES, ".weight_zero_point"),
+    "quark": (".weight_scale", ".weight_zero_point"),  # its int32 `.weight` is shown as float too
 }
+# methods whose quantized module keeps the name `P.weight` (FP8 codes, Quark's int32 words)
+IN_PLACE = {"fp8": FP8_DTYPES, "quark": ("I32",)}
 
 
 def why_not_imported(qc: dict[str, Any]) -> str | None:
@@ -55,6 +69,8 @@ def why_not_imported(qc: dict[str, Any]) -> str | None:
         return None
     if method == "compressed-tensors":
         return _why_not_packed(qc)
+    if method == "quark":
+        return why_not_quark(qc)
     if method == "fp8":
         block = qc.get("weight_block_size")
         if block is not None and (not isinstance(block, list) or len(block) != 2):
@@ -68,12 +84,14 @@ def _why_not_packed(qc: dict[str, Any]) -> str | None:
     groups = qc.get("config_groups") or {}
     if not isinstance(groups, dict) or not groups:
         return "compressed-tensors without config_groups"
+    if {str((g or {}).get("format") or qc.get("format") or "") for g in groups.values()} == {"float-quantized"}:
+        return why_not_float_quantized(groups)
     bits = set()
     for group in groups.values():
         weights = (group or {}).get("weights") or {}
         fmt = str((group or {}).get("format") or qc.get("format") or "")
         if fmt != "pack-quantized":
-            return f"compressed-tensors format {fmt!r} (only pack-quantized int4/int8 is imported)"
+            return f"compressed-tensors format {fmt!r} (pack-quantized int4/int8 and float-quantized FP8 are imported)"
         if weights.get("type", "int") != "int" or weights.get("num_bits") not in (4, 8):
             return f"compressed-tensors {weights.get('type')} {weights.get('num_bits')}-bit weights"
         if weights.get("strategy") not in ("group", "channel"):
@@ -99,20 +117,22 @@ class ImportedStore(WeightStore):
         super().__init__(dict(base._tensors))
         self.quantization = qc
         self.method = str(qc["quant_method"]).lower()
+        # how the tensors are laid out: compressed-tensors float-quantized is FP8's `P.weight` + scale
+        self.layout = "fp8" if self.method == "compressed-tensors" and _float_quantized(qc) else self.method
         self._native: dict[str, NativeLinear] = {}
         self._virtual: dict[str, NativeLinear | Fp8Linear] = {}
         self._hidden: set[str] = set()
-        if self.method == "fp8":
+        if self.layout in IN_PLACE:
             prefixes = [n.removesuffix(".weight") for n in base.names()
-                        if n.endswith(".weight") and base.info(n).dtype in FP8_DTYPES]  # fmt: skip
+                        if n.endswith(".weight") and base.info(n).dtype in IN_PLACE[self.layout]]  # fmt: skip
         else:
-            prefixes = [n.removesuffix(MARKER[self.method]) for n in base.names() if n.endswith(MARKER[self.method])]
+            prefixes = [n.removesuffix(MARKER[self.layout]) for n in base.names() if n.endswith(MARKER[self.layout])]
         if not prefixes:
             raise InputError(
                 f"this is a pre-quantized {NAMES[self.method]} checkpoint by its config.json, but it stores no "
                 "quantized weights; the checkpoint is inconsistent: export the model's float checkpoint instead"
             )
-        experts = [p for p in prefixes if ".experts." in p or len(base.info(_marker_of(self.method, p)).shape) != 2]
+        experts = [p for p in prefixes if ".experts." in p or len(base.info(_marker_of(self.layout, p)).shape) != 2]
         if experts:
             raise InputError(
                 f"{experts[0]} is a {NAMES[self.method]}-quantized MoE expert (or not a 2-D linear), which gqa-export "
@@ -120,11 +140,21 @@ class ImportedStore(WeightStore):
             )
         for prefix in prefixes:
             self._add(base, prefix, qc)
-        self._hidden = {f"{p}{s}" for p in prefixes for s in HIDDEN[self.method]}
+        self._hidden = {f"{p}{s}" for p in prefixes for s in HIDDEN[self.layout]}
 
     def _add(self, base: WeightStore, prefix: str, qc: dict[str, Any]) -> None:
-        if self.method == "fp8":
-            self._virtual[f"{prefix}.weight"] = fp8_linear(base, f"{prefix}.weight", qc.get("weight_block_size"))
+        if self.layout == "fp8":
+            block = qc.get("weight_block_size")
+            if self.method == "compressed-tensors":
+                block = float_quantized_block(qc["config_groups"], *base.info(f"{prefix}.weight").shape)
+                zero = f"{prefix}.weight_zero_point"
+                if zero in base and np.any(base.read(zero)):  # FP8 is symmetric: a stored zero point must be 0
+                    raise InputError(f"{zero} is not zero; an asymmetric FP8 checkpoint is not imported")
+            self._virtual[f"{prefix}.weight"] = fp8_linear(base, f"{prefix}.weight", block)
+            return
+        if self.method == "quark":
+            quark = quark_linear(base, prefix, qc)
+            self._native[quark.name] = self._virtual[quark.name] = quark
             return
         for suffix in REQUIRED[self.method]:
             super().info(prefix + suffix)  # present, else one line naming it
@@ -180,9 +210,14 @@ class ImportedStore(WeightStore):
         super().release(self._source(name) if name in self._virtual else name)
 
     def _source(self, name: str) -> str:
-        return _marker_of(self.method, name.removesuffix(".weight"))
+        return _marker_of(self.layout, name.removesuffix(".weight"))
+
+
+def _float_quantized(qc: dict[str, Any]) -> bool:
+    groups = (qc.get("config_groups") or {}).values()
+    return any(str((g or {}).get("format") or qc.get("format") or "") == "float-quantized" for g in groups)
 
 
 def _marker_of(method: str, prefix: str) -> str:
     """The stored tensor that holds a quantized module's codes."""
-    return prefix + (".weight" if method == "fp8" else MARKER[method])
+    return prefix + (".weight" if method in IN_PLACE else MARKER[method])

@@ -7,7 +7,7 @@ tensors were ignored), or fails far from the cause ("q_proj.weight is missing" f
 config's `quantization_config` (also inside `text_config`, or the older side files AutoGPTQ and
 AutoAWQ write) and the tensor names are checked before anything is built. Imported: gpt-oss's
 MXFP4 experts, dequantized exactly while streaming (graph/experts.py); GPTQ / AWQ GEMM /
-compressed-tensors pack-quantized linears, whose integers go into MatMulNBits as they are; FP8
+compressed-tensors pack-quantized / Quark int4 linears, whose integers go into MatMulNBits as they are; FP8
 linears, dequantized exactly (source/imported.py, docs/prequantized.md).
 """
 
@@ -23,7 +23,7 @@ from gqa_export.source.imported import is_imported, why_not_imported
 IMPORTED = frozenset({"mxfp4"})
 # imported when the variant is (source/imported.py, docs/prequantized.md §1): the integers kept, or
 # FP8 dequantized exactly
-NATIVE = frozenset({"gptq", "awq", "compressed-tensors", "fp8"})
+NATIVE = frozenset({"gptq", "awq", "compressed-tensors", "fp8", "quark"})
 # quant_method -> the format's name as its users know it
 FORMATS = {
     "gptq": "GPTQ",
