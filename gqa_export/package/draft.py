@@ -8,6 +8,7 @@ What the runtime cannot rewind is refused here in one line (docs/speculative.md 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import asdict, dataclass
@@ -51,15 +52,17 @@ def rewind_refusal(package: Path, role: str) -> str | None:
     Draft verification rewinds the KV cache to the last accepted token; a recurrent state, a
     window-sized (physically sliding) cache or a decoder pipeline cannot be rewound, and pruned
     logits make verification token by token (docs/speculative.md §4)."""
-    from gqa_export.check.graph_facts import graph_facts
-
     config = read_json(package / "genai_config.json") or {}
     decoder = (config.get("model") or {}).get("decoder") or {}
     if "pipeline" in decoder:
         return f"the {role} is a decoder pipeline (--attention split); export it with --attention gqa or bias"
     if "vision" in (config.get("model") or {}):  # genai's multimodal path with a draft was not probed
         return f"the {role} is a full multimodal package; export it with --text-only"
-    facts = graph_facts(_load_graph(package / decoder["filename"]))
+    return graph_refusal(_facts(package / decoder["filename"]), role)
+
+
+def graph_refusal(facts: Any, role: str) -> str | None:
+    """rewind_refusal's graph part, from one graph's facts (check/graph_facts.py)."""
     if facts.conv_layers or facts.recurrent_layers:
         return f"the {role} carries recurrent/convolution state, which onnxruntime-genai cannot rewind"
     if facts.window_cache_layers:
@@ -67,10 +70,25 @@ def rewind_refusal(package: Path, role: str) -> str | None:
             f"the {role} keeps window-sized (sliding) KV caches, which cannot be rewound; "
             "drop attention.sliding_window_cache"
         )
-    logits = facts.outputs.get("logits", ("", ()))[1]
-    if len(logits) > 1 and logits[1] == 1:
+    if _pruned(facts):
         return f"the {role} has last-token logits (--prune-lm-head); build with --no-prune-lm-head"
     return None
+
+
+def _pruned(facts: Any) -> bool:
+    logits = facts.outputs.get("logits", ("", ()))[1]
+    return len(logits) > 1 and logits[1] == 1
+
+
+def _vocab(facts: Any) -> Any:
+    logits = facts.outputs.get("logits", ("", ()))[1]
+    return logits[-1] if logits else None
+
+
+def _facts(path: Path) -> Any:
+    from gqa_export.check.graph_facts import graph_facts
+
+    return graph_facts(_load_graph(path))
 
 
 def _load_graph(path: Path) -> Any:
@@ -91,6 +109,13 @@ def tokenizer_mismatch(target: Path, draft: Path) -> str | None:
         part = next((p for p in _TOKENIZER_PARTS if t_tok.get(p) != d_tok.get(p)), "tokenizer files")
         return f"its tokenizer ({part}) maps text to other token ids than the target's"
     return None
+
+
+def tokenizer_digest(package: Path) -> str:
+    """sha256 of the id-defining tokenizer parts: the manifest keeps the draft's, so `inspect` can
+    tell when the package's tokenizer is no longer the one the draft was paired with."""
+    text = json.dumps(_tokenizer(package), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _tokenizer(package: Path) -> dict[str, Any]:
@@ -133,6 +158,7 @@ def attach_draft(target: Path, draft: Path, options: SpeculativeOptions) -> dict
         # whether it paired the same draft
         "source_entry": manifest.get("source"),
         "precision": (manifest.get("options") or {}).get("precision"),
+        "tokenizer": tokenizer_digest(draft),
         "layers": d_decoder.get("num_hidden_layers"),
         "files": [DRAFT_GRAPH, DRAFT_DATA] if (target / DRAFT_DATA).exists() else [DRAFT_GRAPH],
         "speculative": options.as_json(),
@@ -146,21 +172,65 @@ def _external_tensors(graph: Any) -> list[Any]:
 
 
 def draft_problems(package: Path) -> list[str]:
-    """What is wrong with a package's draft pairing (empty: none, or no draft): the block, the
-    speculative options and the draft graph's logits vocabulary (the runtime's own check)."""
+    """What is wrong with a package's draft pairing, one line each (empty: none, or no draft)."""
+    return [message for _, message in pairing_problems(package)]
+
+
+def pairing_problems(package: Path) -> list[tuple[str, str]]:
+    """(lint id, message) for each way a package's draft pairing breaks what onnxruntime-genai
+    needs (docs/speculative.md §7): the speculative options, one logits vocabulary, the same
+    provider entries, the tokenizer the draft was paired with, caches it can rewind and a logits
+    row per token in both graphs. `inspect` reports them; `build --draft` asserts there are none."""
     config = read_json(package / "genai_config.json") or {}
     model = config.get("model") or {}
-    if "draft" not in model:
+    draft = model.get("draft")
+    if not isinstance(draft, dict):
         return []
-    problems = []
-    if not isinstance(config.get("speculative"), dict) or "max_draft_tokens" not in config["speculative"]:
-        problems.append("genai_config.json has model.draft but no speculative.max_draft_tokens")
-    graph = package / str(model["draft"].get("filename"))
+    out = [("draft-options", p) for p in _option_problems(config.get("speculative"))]
+    decoder = model.get("decoder") or {}
+    if (draft.get("session_options") or {}).get("provider_options") != (decoder.get("session_options") or {}).get(
+        "provider_options"
+    ):
+        out.append(("draft-ep", "model.draft's provider_options differ from model.decoder's (genai refuses the pair)"))
+    if "pipeline" in draft:
+        out.append(("draft-rewind", "model.draft is a decoder pipeline, which onnxruntime-genai cannot rewind"))
+    recorded = ((read_json(package / "manifest.json") or {}).get("options") or {}).get("draft") or {}
+    if recorded.get("tokenizer") and recorded["tokenizer"] != tokenizer_digest(package):
+        out.append(("draft-tokenizer", "the package's tokenizer is not the one the draft was paired with"))
+    graph = package / str(draft.get("filename"))
     if not graph.is_file():
-        return [*problems, f"model.draft.filename {graph.name} is missing"]
-    from gqa_export.check.graph_facts import graph_facts
+        return [*out, ("draft-missing", f"model.draft.filename {graph.name} is missing")]
+    facts = _facts(graph)
+    reason = graph_refusal(facts, "draft")
+    if reason:
+        out.append(("draft-pruned-logits" if _pruned(facts) else "draft-rewind", reason))
+    target = package / str(decoder.get("filename"))
+    target_facts = _facts(target) if target.is_file() and "pipeline" not in decoder else None
+    if target_facts is not None and _pruned(target_facts):
+        out.append(("draft-pruned-logits", "the target has last-token logits: drafted tokens are verified one by one"))
+    width = _vocab(facts) or "?"
+    target_width = (_vocab(target_facts) if target_facts is not None else None) or model.get("vocab_size")
+    if width != target_width or width != model.get("vocab_size"):
+        out.append(
+            ("draft-vocab", f"the draft's logits vocabulary {width} != the target's {target_width} "
+             f"(vocab_size {model.get('vocab_size')}); genai refuses the pair")
+        )  # fmt: skip
+    return out
 
-    logits = graph_facts(_load_graph(graph)).outputs.get("logits", ("", ()))[1]
-    if not logits or logits[-1] != model.get("vocab_size"):
-        problems.append(f"the draft's logits vocabulary {logits[-1] if logits else '?'} != {model.get('vocab_size')}")
-    return problems
+
+def _option_problems(spec: Any) -> list[str]:
+    """The `speculative` block a draft package needs, in the ranges genai 0.18 takes (§1)."""
+    if not isinstance(spec, dict) or "max_draft_tokens" not in spec:
+        return ["genai_config.json has model.draft but no speculative.max_draft_tokens"]
+    if "ngram_size" in spec:
+        return ["speculative.ngram_size cannot be combined with model.draft"]
+    try:
+        options = SpeculativeOptions(
+            spec["max_draft_tokens"], spec.get("min_adaptive_k", 0), spec.get("cooldown", False)
+        )
+        if not isinstance(options.cooldown, bool):
+            raise InputError(f"speculative.cooldown must be true or false, got {options.cooldown!r}")
+        options.check()
+    except (InputError, TypeError) as err:
+        return [str(err)]
+    return []
