@@ -116,8 +116,15 @@ def test_ngram_tokens_equal_plain(packages):
     assert ngram.tokens == plain.tokens and len(plain.tokens) > 0
     assert ngram.speculative is not None and ngram.speculative["ngram_lookup_hits"] > 0
     assert plain.speculative is None
+    assert ngram.speculative["effective_k"] == 4  # genai's default max_draft_tokens
+    tuned = {"ngram_size": 2, "max_draft_tokens": 2, "min_adaptive_k": 1, "cooldown": True}
+    ngram = stream(package, model, prompt, NEW, Sampling(), lambda _: None, speculative=tuned)
+    assert ngram.tokens == plain.tokens and ngram.speculative is not None and ngram.speculative["effective_k"] <= 2
     result = invoke("run", package, "--prompt", "the cat the cat the cat", "--ngram", "2", "--json")
     assert result.exit_code == 0 and json.loads(result.output)["speculative"] is not None
+    args = ("--ngram", "2", "--draft-tokens", "2", "--min-adaptive-k", "1", "--cooldown", "--json")
+    result = invoke("run", package, "--prompt", "the cat the cat the cat", *args)
+    assert result.exit_code == 0 and json.loads(result.output)["speculative"]["effective_k"] <= 2, result.output
 
 
 @pytest.mark.parametrize(
@@ -125,12 +132,19 @@ def test_ngram_tokens_equal_plain(packages):
     [
         (("--ngram", "1"), "between 2 and 16"),
         (("--ngram", "3"), "carries a draft model"),
+        (("--ngram", "2", "--draft-tokens", "17"), "between 1 and 16"),
+        (("--ngram", "2", "--draft-tokens", "0"), "between 1 and 16"),
+        (("--ngram", "2", "--draft-tokens", "2", "--min-adaptive-k", "3"), "between 0 and --draft-tokens (2)"),
+        (("--ngram", "2", "--min-adaptive-k", "-1"), "between 0 and --draft-tokens (4)"),
+        (("--cooldown",), "add --ngram N"),
+        (("--min-adaptive-k", "1"), "add --ngram N"),
     ],
 )
 def test_ngram_refusals(packages, args, message):
-    package = packages["paired"] if args[1] == "3" else packages["plain"]
+    package = packages["paired"] if args[1:2] == ("3",) else packages["plain"]
     result = invoke("run", package, "--prompt", "the", *args)
-    assert result.exit_code == 2 and message in result.output
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_ngram_refused_on_pruned_logits(sources, tmp_path):
@@ -259,6 +273,7 @@ def _relocate(graph: Path, data: str) -> None:
         (("--attention", "split"), "decoder pipeline"),
         (("--set", "attention.sliding_window_cache=true"), "window-sized KV caches"),
         (("--draft-tokens", "17"), "between 1 and 16"),
+        (("--draft-tokens", "3", "--min-adaptive-k", "4"), "between 0 and --draft-tokens (3)"),
         (("--no-lm-head",), "drop --no-lm-head"),
     ],
 )
@@ -290,30 +305,56 @@ def test_built_packages_that_cannot_rewind(checkpoints, tmp_path):
     assert rewind_refusal(tmp_path / "plain", "target") is None
 
 
-def test_speculative_option_ranges():
+def test_speculative_option_ranges(sources, tmp_path, monkeypatch):
+    """The ranges genai 0.18 takes (min_adaptive_k also within max_draft_tokens); `build --draft`
+    hands --draft-tokens / --min-adaptive-k / --cooldown to the speculative block; the tuning flags
+    without --draft are refused."""
     with pytest.raises(InputError, match="between 0 and --draft-tokens"):
         SpeculativeOptions(4, 5).check()
-    SpeculativeOptions(16, 2, True).check()
+    with pytest.raises(InputError, match="true or false"):
+        SpeculativeOptions(4, 1, 1).check()  # type: ignore[arg-type]
+    SpeculativeOptions(16, 16, True).check()
+    import gqa_export.speculative as speculative
+
+    seen = []
+    monkeypatch.setattr(speculative, "build_with_draft", lambda opts, draft, spec, reporter: seen.append(spec))
+    flags = ("--draft", sources["draft"], "--draft-tokens", "6", "--min-adaptive-k", "2", "--cooldown", "-q")
+    result = invoke("build", sources["target"], "-o", tmp_path / "x", *flags)
+    assert seen == [SpeculativeOptions(6, 2, True)], result.output
+    for args in (("--cooldown",), ("--min-adaptive-k", "1")):
+        result = invoke("build", sources["target"], "-o", tmp_path / "x", *args)
+        assert result.exit_code == 2 and "add --draft" in result.output, result.output
 
 
-def test_release_variant_with_draft(sources, tmp_path):
-    """A release spec's `draft` key (relative to the spec) builds that variant with the draft
-    inside; `verify` accepts the release; draft_tokens without a draft is refused."""
+def test_release_variant_with_draft(sources, packages, tmp_path):
+    """A release spec's `draft` key (relative to the spec) with `draft_tokens`, `min_adaptive_k` and
+    `cooldown` builds that variant with the draft inside and those options; its greedy tokens are the
+    plain target package's; `verify` accepts the release; the speculative keys without a draft, or
+    out of range, are refused naming the variant."""
     import yaml
 
     shutil.copytree(sources["draft"], tmp_path / "drafts" / "small")
-    variants = [{"ep": "cpu", "precision": "fp32", "draft": "drafts/small", "draft_tokens": 3}]
-    spec = {"source": str(sources["target"]), "license": "mit", "smoke": False, "variants": variants}
+    variant = {"ep": "cpu", "precision": "fp32", "draft": "drafts/small", "draft_tokens": 3}
+    spec = {"source": str(sources["target"]), "license": "mit", "smoke": False,
+            "variants": [{**variant, "min_adaptive_k": 1, "cooldown": True}]}  # fmt: skip
     (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
     result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out", "--json")
     assert result.exit_code == 0, result.output
-    config = json.loads((tmp_path / "out" / "cpu_and_mobile" / "cpu-fp32" / "genai_config.json").read_text())
-    assert config["speculative"]["max_draft_tokens"] == 3 and config["model"]["draft"]["filename"] == DRAFT_GRAPH
+    package = tmp_path / "out" / "cpu_and_mobile" / "cpu-fp32"
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["speculative"] == {"max_draft_tokens": 3, "min_adaptive_k": 1, "cooldown": True}
+    assert config["model"]["draft"]["filename"] == DRAFT_GRAPH
+    assert [_greedy(package, p) for p in PROMPTS] == [_greedy(packages["plain"], p) for p in PROMPTS]
     assert invoke("verify", tmp_path / "out").exit_code == 0
-    spec["variants"] = [{"ep": "cpu", "precision": "fp32", "draft_tokens": 3}]
-    (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
-    result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out2")
-    assert result.exit_code == 2 and "draft_tokens needs a draft" in result.output
+    for bad, message in (
+        ({"ep": "cpu", "precision": "fp32", "draft_tokens": 3}, "draft_tokens needs a draft"),
+        ({"ep": "cpu", "precision": "fp32", "cooldown": True}, "cooldown needs a draft"),
+        ({**variant, "min_adaptive_k": 4}, "between 0 and --draft-tokens (3)"),
+    ):
+        (tmp_path / "release.yaml").write_text(yaml.safe_dump({**spec, "variants": [bad]}))
+        result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out2")
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert not (tmp_path / "out2").exists()
 
 
 def test_cuda_draft_package_structure(sources, tmp_path):

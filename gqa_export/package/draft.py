@@ -26,24 +26,51 @@ _TOKENIZER_PARTS = ("model", "added_tokens", "normalizer", "pre_tokenizer")
 
 @dataclass(frozen=True)
 class SpeculativeOptions:
-    """The `speculative` block (docs/speculative.md §1): max_draft_tokens in 1..16 as genai 0.18 enforces
-    it (probed); min_adaptive_k, the floor adaptive k may fall to, kept within it."""
+    """The `speculative` block (docs/speculative.md §1), in the ranges genai 0.18 enforces (probed):
+    max_draft_tokens 1..16; min_adaptive_k, the floor adaptive k may fall to, 0..16, and kept
+    within max_draft_tokens here (genai takes a larger one and then drafts more than
+    max_draft_tokens, probed); cooldown a boolean (genai refuses a number)."""
 
     max_draft_tokens: int = 4
     min_adaptive_k: int = 0
     cooldown: bool = False
 
     def check(self) -> None:
-        if not 1 <= self.max_draft_tokens <= 16:
-            raise InputError(f"--draft-tokens must be between 1 and 16, got {self.max_draft_tokens}")
-        if not 0 <= self.min_adaptive_k <= min(16, self.max_draft_tokens):
+        if not isinstance(self.max_draft_tokens, int) or not 1 <= self.max_draft_tokens <= 16:
+            raise InputError(f"--draft-tokens (max_draft_tokens) must be between 1 and 16, got {self.max_draft_tokens}")
+        if not isinstance(self.min_adaptive_k, int) or not 0 <= self.min_adaptive_k <= self.max_draft_tokens:
             raise InputError(
-                f"--min-adaptive-k must be between 0 and --draft-tokens ({self.max_draft_tokens}), "
+                f"--min-adaptive-k (min_adaptive_k) must be between 0 and --draft-tokens ({self.max_draft_tokens}), "
                 f"got {self.min_adaptive_k}"
             )
+        if not isinstance(self.cooldown, bool):
+            raise InputError(f"cooldown must be true or false, got {self.cooldown!r}")
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+Tuning = tuple[int | None, int | None, bool]  # run's --draft-tokens, --min-adaptive-k, --cooldown
+
+
+def ngram_options(ngram: int | None, path: Path, tuning: Tuning = (None, None, False)) -> dict[str, Any] | None:
+    """`--ngram N` (+ `tuning`: --draft-tokens, --min-adaptive-k, --cooldown) as genai's run-time
+    speculative options, in the ranges of a draft package's block; refused where genai refuses it."""
+    draft_tokens, min_k, cooldown = tuning
+    if ngram is None:
+        if draft_tokens is not None or min_k is not None or cooldown:
+            raise InputError(
+                "--draft-tokens/--min-adaptive-k/--cooldown tune --ngram runs (a draft package's are set by "
+                "build --draft): add --ngram N or drop them"
+            )
+        return None
+    if not 2 <= ngram <= 16:
+        raise InputError(f"--ngram takes a key length between 2 and 16, got {ngram}")
+    if "draft" in ((read_json(path / "genai_config.json") or {}).get("model") or {}):
+        raise InputError(f"{path} carries a draft model; n-gram lookup cannot be combined with it: drop --ngram")
+    SpeculativeOptions(4 if draft_tokens is None else draft_tokens, min_k or 0, cooldown).check()
+    given = {"max_draft_tokens": draft_tokens, "min_adaptive_k": min_k, "cooldown": cooldown or None}
+    return {"ngram_size": ngram, **{k: v for k, v in given.items() if v is not None}}
 
 
 def rewind_refusal(package: Path, role: str) -> str | None:
@@ -225,12 +252,7 @@ def _option_problems(spec: Any) -> list[str]:
     if "ngram_size" in spec:
         return ["speculative.ngram_size cannot be combined with model.draft"]
     try:
-        options = SpeculativeOptions(
-            spec["max_draft_tokens"], spec.get("min_adaptive_k", 0), spec.get("cooldown", False)
-        )
-        if not isinstance(options.cooldown, bool):
-            raise InputError(f"speculative.cooldown must be true or false, got {options.cooldown!r}")
-        options.check()
-    except (InputError, TypeError) as err:
-        return [str(err)]
+        SpeculativeOptions(spec["max_draft_tokens"], spec.get("min_adaptive_k", 0), spec.get("cooldown", False)).check()
+    except InputError as err:
+        return [f"speculative: {err}"]
     return []

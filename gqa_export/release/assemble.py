@@ -120,11 +120,9 @@ def _build_variant(
     try:
         options = replace(variant.options, output=root / variant.path)
         if variant.draft:
-            from gqa_export.package.draft import SpeculativeOptions
             from gqa_export.speculative import build_with_draft
 
-            spec = SpeculativeOptions(variant.draft_tokens)
-            return build_with_draft(options, variant.draft, spec, prefixed, checkpoint)
+            return build_with_draft(options, variant.draft, variant.speculative, prefixed, checkpoint)
         return build(options, prefixed, checkpoint)
     except GqaExportError as exc:
         kind = InputError if isinstance(exc, InputError) else ReleaseError
