@@ -397,3 +397,35 @@ def test_full_multimodal_package_cannot_pair_with_a_draft(gemma3_full_package):
     from gqa_export.package.draft import rewind_refusal
 
     assert "--text-only" in (rewind_refusal(gemma3_full_package, "target") or "")
+
+
+def test_split_recipe_pairs_with_explicit_gqa(checkpoints, tmp_path):
+    """Gemma-3 (ConditionalGeneration, text-only): its recipe picks the split pipeline for image-token
+    runs, so `--draft` alone is refused in one line naming `--attention gqa`; with it, target and
+    draft are single GQA graphs with full-size caches over windowed layers (window 8), every round
+    rejects and rewinds, and the greedy tokens are HF generate's (docs/speculative.md §4.1)."""
+    from multimodal_models import save_multimodal
+
+    target = checkpoints.get("gemma3_vision")
+    draft = save_multimodal(
+        tmp_path / "draft", "gemma3", seed=1, num_hidden_layers=1, layer_types=["sliding_attention"]
+    )
+    result = invoke("build", target, "-o", tmp_path / "x", "--text-only", "--draft", draft, "--no-smoke", "-q")
+    assert result.exit_code == 2 and "pass --attention gqa" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+    package = tmp_path / "pair"
+    build_with_draft(BuildOptions(str(target), package, smoke=False, attention="gqa", text_only=True), str(draft))
+    config = json.loads((package / "genai_config.json").read_text())
+    assert "pipeline" not in config["model"]["decoder"] and "pipeline" not in config["model"]["draft"]
+    assert draft_problems(package) == []
+    model = hf_model(target)
+    prompt = [2, 20, 31, 42, 53, 64, 75, 86, 97, 108, 20, 31]  # past the window before the first draft
+    reference = hf_generate(model, prompt, NEW)
+    result = generate_greedy(package, prompt, NEW, min_new_tokens=NEW)
+    assert result.tokens == reference
+    assert result.speculative is not None
+    assert result.speculative["draft_tokens_accepted"] < result.speculative["draft_tokens_evaluated"]
+    assert_varied([reference])
+    config["model"]["decoder"], config["model"]["draft"] = config["model"]["draft"], config["model"]["decoder"]
+    (package / "genai_config.json").write_text(json.dumps(config))  # mutant: the draft verifies
+    assert _greedy(package, prompt) != reference

@@ -81,8 +81,11 @@ def rewind_refusal(package: Path, role: str) -> str | None:
     logits make verification token by token (docs/speculative.md §4)."""
     config = read_json(package / "genai_config.json") or {}
     decoder = (config.get("model") or {}).get("decoder") or {}
-    if "pipeline" in decoder:
-        return f"the {role} is a decoder pipeline (--attention split); export it with --attention gqa or bias"
+    if "pipeline" in decoder:  # asked for, or the recipe's auto choice (bidirectional image-token runs)
+        return (
+            f"the {role} is a decoder pipeline (--attention split, or its recipe's auto choice), which cannot be "
+            "rewound; pass --attention gqa to build --draft (target and draft both take it)"
+        )
     if "vision" in (config.get("model") or {}):  # genai's multimodal path with a draft was not probed
         return f"the {role} is a full multimodal package; export it with --text-only"
     return graph_refusal(_facts(package / decoder["filename"]), role)
