@@ -245,6 +245,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             bidirectional_window_bounded=runs is not None and runs.window == "bounded",
             kv_read=_kv_read(recipe.attention.bias_kv_read, opts.ep),
             fused_rope=recipe.attention.fused_rope and EPS[opts.ep].fused_rope,
+            rope_switch="offset" if "If" in EPS[opts.ep].missing_ops else "if",
             # Only a single GQA graph: a split pipeline's prefill writes every position into the
             # shared buffer, so that buffer must stay max_length long for all layers.
             sliding_window_cache=recipe.attention.sliding_window_cache

@@ -66,9 +66,11 @@ def build_with_draft(
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
         reporter.stage(f"draft {draft}")
         draft_dir = staged.path / "draft-build"
-        # the draft is a text decoder; the target's per-layer quantization patterns name its own layers
+        # the draft is a text decoder; the target's per-layer quantization patterns name its own layers;
+        # an explicit --attention reaches it too, so a recipe that picks split (Gemma-3's image-token
+        # runs) can pair as single graphs (docs/speculative.md §4.1)
         draft_opts = replace(opts, model=draft, output=draft_dir, revision=None, smoke=False, report=False,
-                             io=io, recipe=None, settings=(), attention=None, bidirectional_ids=None, text_only=True,
+                             io=io, recipe=None, settings=(), bidirectional_ids=None, text_only=True,
                              quant=replace(opts.quant, keep_float=(), mixed_precision=()))  # fmt: skip
         build(draft_opts, reporter)
         _refuse(rewind_refusal(draft_dir, "draft"), draft)

@@ -112,14 +112,52 @@ def test_refusals_exit_2_on_the_command_line(checkpoints, tmp_path):
         assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("ep", ["webgpu", "dml", "trt-rtx"])
-def test_if_less_eps_refuse_longrope_switch(checkpoints, tmp_path, ep):
-    """longrope's long/short table switch is an If, which these EPs have no kernel for."""
-    precision = EPS[ep].default_precision
-    with pytest.raises(InputError, match=r"If has no .* kernel"):
-        build(BuildOptions(str(checkpoints.get("phi3_longrope")), tmp_path / "x", ep=ep, precision=precision,
-                           smoke=False, text_only=True))  # fmt: skip
-    assert not (tmp_path / "x").exists()
+# Phi-3 longrope (original_max_position_embeddings 32): a prompt that crosses the switch while
+# decoding, and one past it from the start (tests/graph/test_decoder.py runs the CPU If form)
+LONGROPE_RUNS = ((28, 6), (40, 2))
+
+
+def _longrope_error(package, checkpoint) -> tuple[float, float]:
+    """Max |ORT - HF| over both LONGROPE_RUNS, and the largest |HF logit|."""
+    model, error, top = hf_model(checkpoint), 0.0, 0.0
+    for prompt_len, steps in LONGROPE_RUNS:
+        tokens, got = ort_prefill_and_decode(package, [(7 * i + 3) % 384 for i in range(prompt_len)], steps)
+        ref = hf_logits(model, tokens, prompt_len)
+        error, top = max(error, float(np.abs(got - ref).max())), max(top, float(np.abs(ref).max()))
+    return error, top
+
+
+@pytest.mark.parametrize(("ep", "precision"), [("webgpu", "fp32"), ("dml", "fp16"), ("trt-rtx", "fp16")])
+def test_if_less_longrope_offset_like_hf(exports, checkpoints, ep, precision):
+    """longrope on EPs with no If kernel: one [short rows; long table] cos/sin table and a Slice at
+    the offset Where picks from the total length (docs/eps.md §2.4), no provider option; the graph on
+    CPU within 1e-4 (fp32) or the fp16 bound of HF, short and long prompts."""
+    package = exports.get("phi3_longrope", ep=ep, precision=precision)
+    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    assert "If" not in {n.op_type for n in model.graph.node}
+    rows = {i.name: i.dims[0] for i in model.graph.initializer if i.name in ("cos_cache", "sin_cache")}
+    config = json.loads((package / "genai_config.json").read_text())
+    max_length = config["search"]["max_length"]
+    assert len(rows) == 2 and all(r >= 32 + max_length for r in rows.values())
+    assert config["model"]["decoder"]["session_options"]["provider_options"] == EPS[ep].genai_provider_options()
+    error, top = _longrope_error(package, checkpoints.get("phi3_longrope"))
+    bound = 1e-4 if precision == "fp32" else FP16_BOUND * max(1.0, top)
+    assert error < bound, f"{ep} {precision}: max |ORT - HF| = {error}"
+
+
+@pytest.mark.parametrize(
+    ("name", "edits"),
+    [("offset_off_by_one", {"*long_start*": 31}), ("short_long_swapped", {"*long_start*": 0, "*short_start*": 32})],
+)
+def test_if_less_longrope_mutant_fails(exports, checkpoints, tmp_path, name, edits):
+    """The offset one row early, or the short and long halves exchanged, break the 1e-4 bound."""
+    from mutants import copy_package, edit_initializers
+
+    package = copy_package(exports.get("phi3_longrope", ep="webgpu", precision="fp32"), tmp_path / name)
+    for pattern, value in edits.items():
+        assert edit_initializers(package, pattern, lambda v, value=value: np.full_like(v, value))
+    error, _ = _longrope_error(package, checkpoints.get("phi3_longrope"))
+    assert error > 1e-4, f"{name}: max |ORT - HF| = {error}"
 
 
 def _retarget(package, dest, ep: str):

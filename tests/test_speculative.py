@@ -116,8 +116,15 @@ def test_ngram_tokens_equal_plain(packages):
     assert ngram.tokens == plain.tokens and len(plain.tokens) > 0
     assert ngram.speculative is not None and ngram.speculative["ngram_lookup_hits"] > 0
     assert plain.speculative is None
+    assert ngram.speculative["effective_k"] == 4  # genai's default max_draft_tokens
+    tuned = {"ngram_size": 2, "max_draft_tokens": 2, "min_adaptive_k": 1, "cooldown": True}
+    ngram = stream(package, model, prompt, NEW, Sampling(), lambda _: None, speculative=tuned)
+    assert ngram.tokens == plain.tokens and ngram.speculative is not None and ngram.speculative["effective_k"] <= 2
     result = invoke("run", package, "--prompt", "the cat the cat the cat", "--ngram", "2", "--json")
     assert result.exit_code == 0 and json.loads(result.output)["speculative"] is not None
+    args = ("--ngram", "2", "--draft-tokens", "2", "--min-adaptive-k", "1", "--cooldown", "--json")
+    result = invoke("run", package, "--prompt", "the cat the cat the cat", *args)
+    assert result.exit_code == 0 and json.loads(result.output)["speculative"]["effective_k"] <= 2, result.output
 
 
 @pytest.mark.parametrize(
@@ -125,12 +132,19 @@ def test_ngram_tokens_equal_plain(packages):
     [
         (("--ngram", "1"), "between 2 and 16"),
         (("--ngram", "3"), "carries a draft model"),
+        (("--ngram", "2", "--draft-tokens", "17"), "between 1 and 16"),
+        (("--ngram", "2", "--draft-tokens", "0"), "between 1 and 16"),
+        (("--ngram", "2", "--draft-tokens", "2", "--min-adaptive-k", "3"), "between 0 and --draft-tokens (2)"),
+        (("--ngram", "2", "--min-adaptive-k", "-1"), "between 0 and --draft-tokens (4)"),
+        (("--cooldown",), "add --ngram N"),
+        (("--min-adaptive-k", "1"), "add --ngram N"),
     ],
 )
 def test_ngram_refusals(packages, args, message):
-    package = packages["paired"] if args[1] == "3" else packages["plain"]
+    package = packages["paired"] if args[1:2] == ("3",) else packages["plain"]
     result = invoke("run", package, "--prompt", "the", *args)
-    assert result.exit_code == 2 and message in result.output
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_ngram_refused_on_pruned_logits(sources, tmp_path):
@@ -161,28 +175,84 @@ def test_mutant_swapped_token_ids_refused(sources, tmp_path):
         build_with_draft(BuildOptions(str(sources["target"]), tmp_path / "x", smoke=False), str(draft))
 
 
-@pytest.mark.parametrize(
-    "edit",
-    ["drop_speculative", "other_vocab"],
-)
-def test_mutant_broken_pairing_is_found(packages, tmp_path, edit):
-    """Mutants of a good package: the speculative options dropped, or model.draft pointing at a
-    draft of another vocabulary; draft_problems names each, and genai refuses the second."""
-    folder = tmp_path / "pkg"
-    shutil.copytree(packages["paired"], folder)
+def _break_pairing(folder: Path, edit: str, other_vocab: Path) -> None:
+    """One planted break of a good draft package (its genai_config, tokenizer or draft graph)."""
+    import onnx
+
     config = json.loads((folder / "genai_config.json").read_text())
+    model = config["model"]
     if edit == "drop_speculative":
         del config["speculative"]
-    else:
-        shutil.copy(packages["other_vocab"] / "model.onnx", folder / "other.onnx")
-        shutil.copy(packages["other_vocab"] / "model.onnx.data", folder / "model.onnx.data.other")
+    elif edit == "draft_tokens_17":
+        config["speculative"]["max_draft_tokens"] = 17
+    elif edit == "ngram_with_draft":
+        config["speculative"]["ngram_size"] = 3
+    elif edit == "other_provider":
+        model["draft"]["session_options"]["provider_options"] = [{"cuda": {"enable_cuda_graph": "0"}}]
+    elif edit == "draft_pipeline":
+        model["draft"]["pipeline"] = [{"prefill": {"filename": DRAFT_GRAPH}}]
+    elif edit == "tokenizer_ids_swapped":
+        data = json.loads((folder / "tokenizer.json").read_text())
+        vocab = data["model"]["vocab"]
+        a, b = sorted(vocab, key=vocab.get)[100:102]
+        vocab[a], vocab[b] = vocab[b], vocab[a]
+        (folder / "tokenizer.json").write_text(json.dumps(data))
+    elif edit == "other_vocab":
+        shutil.copy(other_vocab / "model.onnx", folder / "other.onnx")
+        shutil.copy(other_vocab / "model.onnx.data", folder / "model.onnx.data.other")
         _relocate(folder / "other.onnx", "model.onnx.data.other")
-        config["model"]["draft"]["filename"] = "other.onnx"
+        model["draft"]["filename"] = "other.onnx"
+    elif edit == "pruned_draft":
+        graph = onnx.load(str(folder / DRAFT_GRAPH), load_external_data=False)
+        logits = next(o for o in graph.graph.output if o.name == "logits")
+        logits.type.tensor_type.shape.dim[1].dim_value = 1
+        onnx.save(graph, str(folder / DRAFT_GRAPH))
+    elif edit == "draft_missing":
+        (folder / DRAFT_GRAPH).unlink()
     (folder / "genai_config.json").write_text(json.dumps(config))
-    assert draft_problems(folder) != []
-    if edit == "other_vocab":
-        with pytest.raises(Exception, match="vocab"):
-            _greedy(folder, PROMPTS[0])
+
+
+PAIRING_BREAKS = {
+    "drop_speculative": "draft-options",
+    "draft_tokens_17": "draft-options",
+    "ngram_with_draft": "draft-options",
+    "other_provider": "draft-ep",
+    "draft_pipeline": "draft-rewind",
+    "tokenizer_ids_swapped": "draft-tokenizer",
+    "other_vocab": "draft-vocab",
+    "pruned_draft": "draft-pruned-logits",
+    "draft_missing": "draft-missing",
+}
+
+
+def test_inspect_draft_pairing(packages, tmp_path):
+    """`inspect` on a draft package: the good pair has no draft-* finding; each planted break
+    (docs/speculative.md §7) is an error finding with its own id, and nothing else draft-*."""
+    from gqa_export.check.report import inspect_package
+
+    def draft_ids(folder: Path) -> set[str]:
+        findings = inspect_package(folder)["findings"]
+        return {f["id"] for f in findings if f["id"].startswith("draft-") and f["severity"] == "error"}
+
+    assert draft_ids(packages["paired"]) == set()
+    assert draft_ids(packages["plain"]) == set()
+    for edit, rule in PAIRING_BREAKS.items():
+        folder = tmp_path / edit
+        shutil.copytree(packages["paired"], folder)
+        _break_pairing(folder, edit, packages["other_vocab"])
+        assert draft_ids(folder) == {rule}, edit
+    assert draft_problems(tmp_path / "other_vocab") != []
+    result = invoke("inspect", tmp_path / "other_provider")
+    assert "draft-ep" in result.output
+
+
+def test_mutant_other_vocab_draft_fails_in_genai(packages, tmp_path):
+    """The draft-vocab break is one genai itself refuses at generator creation."""
+    folder = tmp_path / "pkg"
+    shutil.copytree(packages["paired"], folder)
+    _break_pairing(folder, "other_vocab", packages["other_vocab"])
+    with pytest.raises(Exception, match="vocab"):
+        _greedy(folder, PROMPTS[0])
 
 
 def _relocate(graph: Path, data: str) -> None:
@@ -203,6 +273,7 @@ def _relocate(graph: Path, data: str) -> None:
         (("--attention", "split"), "decoder pipeline"),
         (("--set", "attention.sliding_window_cache=true"), "window-sized KV caches"),
         (("--draft-tokens", "17"), "between 1 and 16"),
+        (("--draft-tokens", "3", "--min-adaptive-k", "4"), "between 0 and --draft-tokens (3)"),
         (("--no-lm-head",), "drop --no-lm-head"),
     ],
 )
@@ -234,30 +305,56 @@ def test_built_packages_that_cannot_rewind(checkpoints, tmp_path):
     assert rewind_refusal(tmp_path / "plain", "target") is None
 
 
-def test_speculative_option_ranges():
+def test_speculative_option_ranges(sources, tmp_path, monkeypatch):
+    """The ranges genai 0.18 takes (min_adaptive_k also within max_draft_tokens); `build --draft`
+    hands --draft-tokens / --min-adaptive-k / --cooldown to the speculative block; the tuning flags
+    without --draft are refused."""
     with pytest.raises(InputError, match="between 0 and --draft-tokens"):
         SpeculativeOptions(4, 5).check()
-    SpeculativeOptions(16, 2, True).check()
+    with pytest.raises(InputError, match="true or false"):
+        SpeculativeOptions(4, 1, 1).check()  # type: ignore[arg-type]
+    SpeculativeOptions(16, 16, True).check()
+    import gqa_export.speculative as speculative
+
+    seen = []
+    monkeypatch.setattr(speculative, "build_with_draft", lambda opts, draft, spec, reporter: seen.append(spec))
+    flags = ("--draft", sources["draft"], "--draft-tokens", "6", "--min-adaptive-k", "2", "--cooldown", "-q")
+    result = invoke("build", sources["target"], "-o", tmp_path / "x", *flags)
+    assert seen == [SpeculativeOptions(6, 2, True)], result.output
+    for args in (("--cooldown",), ("--min-adaptive-k", "1")):
+        result = invoke("build", sources["target"], "-o", tmp_path / "x", *args)
+        assert result.exit_code == 2 and "add --draft" in result.output, result.output
 
 
-def test_release_variant_with_draft(sources, tmp_path):
-    """A release spec's `draft` key (relative to the spec) builds that variant with the draft
-    inside; `verify` accepts the release; draft_tokens without a draft is refused."""
+def test_release_variant_with_draft(sources, packages, tmp_path):
+    """A release spec's `draft` key (relative to the spec) with `draft_tokens`, `min_adaptive_k` and
+    `cooldown` builds that variant with the draft inside and those options; its greedy tokens are the
+    plain target package's; `verify` accepts the release; the speculative keys without a draft, or
+    out of range, are refused naming the variant."""
     import yaml
 
     shutil.copytree(sources["draft"], tmp_path / "drafts" / "small")
-    variants = [{"ep": "cpu", "precision": "fp32", "draft": "drafts/small", "draft_tokens": 3}]
-    spec = {"source": str(sources["target"]), "license": "mit", "smoke": False, "variants": variants}
+    variant = {"ep": "cpu", "precision": "fp32", "draft": "drafts/small", "draft_tokens": 3}
+    spec = {"source": str(sources["target"]), "license": "mit", "smoke": False,
+            "variants": [{**variant, "min_adaptive_k": 1, "cooldown": True}]}  # fmt: skip
     (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
     result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out", "--json")
     assert result.exit_code == 0, result.output
-    config = json.loads((tmp_path / "out" / "cpu_and_mobile" / "cpu-fp32" / "genai_config.json").read_text())
-    assert config["speculative"]["max_draft_tokens"] == 3 and config["model"]["draft"]["filename"] == DRAFT_GRAPH
+    package = tmp_path / "out" / "cpu_and_mobile" / "cpu-fp32"
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["speculative"] == {"max_draft_tokens": 3, "min_adaptive_k": 1, "cooldown": True}
+    assert config["model"]["draft"]["filename"] == DRAFT_GRAPH
+    assert [_greedy(package, p) for p in PROMPTS] == [_greedy(packages["plain"], p) for p in PROMPTS]
     assert invoke("verify", tmp_path / "out").exit_code == 0
-    spec["variants"] = [{"ep": "cpu", "precision": "fp32", "draft_tokens": 3}]
-    (tmp_path / "release.yaml").write_text(yaml.safe_dump(spec))
-    result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out2")
-    assert result.exit_code == 2 and "draft_tokens needs a draft" in result.output
+    for bad, message in (
+        ({"ep": "cpu", "precision": "fp32", "draft_tokens": 3}, "draft_tokens needs a draft"),
+        ({"ep": "cpu", "precision": "fp32", "cooldown": True}, "cooldown needs a draft"),
+        ({**variant, "min_adaptive_k": 4}, "between 0 and --draft-tokens (3)"),
+    ):
+        (tmp_path / "release.yaml").write_text(yaml.safe_dump({**spec, "variants": [bad]}))
+        result = invoke("release", tmp_path / "release.yaml", "-o", tmp_path / "out2")
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert not (tmp_path / "out2").exists()
 
 
 def test_cuda_draft_package_structure(sources, tmp_path):
@@ -300,3 +397,35 @@ def test_full_multimodal_package_cannot_pair_with_a_draft(gemma3_full_package):
     from gqa_export.package.draft import rewind_refusal
 
     assert "--text-only" in (rewind_refusal(gemma3_full_package, "target") or "")
+
+
+def test_split_recipe_pairs_with_explicit_gqa(checkpoints, tmp_path):
+    """Gemma-3 (ConditionalGeneration, text-only): its recipe picks the split pipeline for image-token
+    runs, so `--draft` alone is refused in one line naming `--attention gqa`; with it, target and
+    draft are single GQA graphs with full-size caches over windowed layers (window 8), every round
+    rejects and rewinds, and the greedy tokens are HF generate's (docs/speculative.md §4.1)."""
+    from multimodal_models import save_multimodal
+
+    target = checkpoints.get("gemma3_vision")
+    draft = save_multimodal(
+        tmp_path / "draft", "gemma3", seed=1, num_hidden_layers=1, layer_types=["sliding_attention"]
+    )
+    result = invoke("build", target, "-o", tmp_path / "x", "--text-only", "--draft", draft, "--no-smoke", "-q")
+    assert result.exit_code == 2 and "pass --attention gqa" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+    package = tmp_path / "pair"
+    build_with_draft(BuildOptions(str(target), package, smoke=False, attention="gqa", text_only=True), str(draft))
+    config = json.loads((package / "genai_config.json").read_text())
+    assert "pipeline" not in config["model"]["decoder"] and "pipeline" not in config["model"]["draft"]
+    assert draft_problems(package) == []
+    model = hf_model(target)
+    prompt = [2, 20, 31, 42, 53, 64, 75, 86, 97, 108, 20, 31]  # past the window before the first draft
+    reference = hf_generate(model, prompt, NEW)
+    result = generate_greedy(package, prompt, NEW, min_new_tokens=NEW)
+    assert result.tokens == reference
+    assert result.speculative is not None
+    assert result.speculative["draft_tokens_accepted"] < result.speculative["draft_tokens_evaluated"]
+    assert_varied([reference])
+    config["model"]["decoder"], config["model"]["draft"] = config["model"]["draft"], config["model"]["decoder"]
+    (package / "genai_config.json").write_text(json.dumps(config))  # mutant: the draft verifies
+    assert _greedy(package, prompt) != reference

@@ -14,6 +14,7 @@ from typing import Any
 
 from onnx import TensorProto
 
+from gqa_export.check.draft_lints import draft_findings
 from gqa_export.check.ep_lints import ep_findings
 from gqa_export.check.expert_lints import expert_findings
 from gqa_export.check.findings import Finding
@@ -372,4 +373,5 @@ RULES = (
     expert_findings,
     state_findings,
     ep_findings,
+    draft_findings,
 )

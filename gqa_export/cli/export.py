@@ -230,6 +230,13 @@ def build(
             "--draft-tokens", help="speculative.max_draft_tokens (1-16, default 4).", rich_help_panel=PIPELINE
         ),
     ] = None,
+    min_adaptive_k: Annotated[
+        Optional[int],
+        typer.Option("--min-adaptive-k", help="speculative.min_adaptive_k (0-draft tokens).", rich_help_panel=PIPELINE),
+    ] = None,
+    cooldown: Annotated[
+        bool, typer.Option("--cooldown", help="speculative.cooldown: true.", rich_help_panel=PIPELINE)
+    ] = False,
     overwrite: Overwrite = False,
     no_smoke: NoSmoke = False,
     as_json: AsJson = False,
@@ -255,14 +262,17 @@ def build(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
         tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only, parse_targets(lora_targets),
     )  # fmt: skip
-    if draft_tokens is not None and draft is None:
-        raise InputError("--draft-tokens sets how many tokens a draft proposes: add --draft DRAFT_SRC, or drop it")
+    if (draft_tokens is not None or min_adaptive_k is not None or cooldown) and draft is None:
+        raise InputError(
+            "--draft-tokens/--min-adaptive-k/--cooldown tune a draft model: add --draft DRAFT_SRC, or drop them"
+        )
     quiet_hub(quiet)
     if draft is not None:
         from gqa_export.package.draft import SpeculativeOptions
         from gqa_export.speculative import build_with_draft
 
-        result = build_with_draft(opts, draft, SpeculativeOptions(draft_tokens or 4), RichReporter(quiet))
+        spec = SpeculativeOptions(4 if draft_tokens is None else draft_tokens, min_adaptive_k or 0, cooldown)
+        result = build_with_draft(opts, draft, spec, RichReporter(quiet))
     else:
         result = run_build(opts, RichReporter(quiet))
     if as_json:

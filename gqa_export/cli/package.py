@@ -92,6 +92,16 @@ def run_command(
             "a package without a draft model (docs/speculative.md).",
         ),
     ] = None,
+    draft_tokens: Annotated[
+        Optional[int], typer.Option("--draft-tokens", help="With --ngram: tokens drafted per round (1-16, default 4).")
+    ] = None,
+    min_adaptive_k: Annotated[
+        Optional[int],
+        typer.Option("--min-adaptive-k", help="With --ngram: the floor adaptive k may fall to (0-draft tokens)."),
+    ] = None,
+    cooldown: Annotated[
+        bool, typer.Option("--cooldown", help="With --ngram: plain steps for a while after rejected rounds.")
+    ] = False,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
     from gqa_export.check.paths import check_package_path
@@ -106,9 +116,9 @@ def run_command(
         from gqa_export.runtime.images import check_unexported_markers
 
         check_unexported_markers(path, text)
-    from gqa_export.runtime.run import ngram_options
+    from gqa_export.package.draft import ngram_options
 
-    speculative = ngram_options(ngram, path)
+    speculative = ngram_options(ngram, path, (draft_tokens, min_adaptive_k, cooldown))
     if image:
         if adapter or speculative:
             raise InputError("--adapter and --ngram run text packages; drop --image")

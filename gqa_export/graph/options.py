@@ -26,6 +26,9 @@ class GraphOptions:
     bidirectional_window_bounded: bool = False  # the window still bounds a run's keys on the left
     kv_read: str = "slice"  # scatter graphs: slice (first T slots + bias) | nonpad (whole buffer, nonpad_kv_seqlen)
     fused_rope: bool = True  # GQA: RoPE inside the op where it computes it exactly; False: plain ops always
+    # longrope's short/long table switch: "if" (an If node) | "offset" (one concatenated table and a
+    # Slice at an offset chosen by the total length, for EPs with no If kernel: docs/eps.md §2.4)
+    rope_switch: str = "if"
     # Outputs and inputs for pipelines (io.py): `logits` all | last (the prompt pass computes the
     # last position's logits only) | none (no lm_head: `hidden_states` instead); `inputs_embeds`
     # replaces input_ids and the embedding; `hidden_states` adds the final norm's output.

@@ -4,11 +4,13 @@ head_size % 16 for rotary; transformers' rotate-half or GPT-J's interleaved pair
 
 The cos/sin tables are the ones GQA's fused RoPE reads (rows = positions, rotary_dim / 2 columns),
 so both forms share initializers (`rope_caches` writes them once per rope kind, with longrope's
-switch to its long table as an If); positions come from attention_mask (cumsum - 1), as HF's.
+switch to its long table as an If, or as an offset into one concatenated table where the EP has no
+If kernel); positions come from attention_mask (cumsum - 1), as HF's.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.builder import GraphBuilder
@@ -77,17 +79,22 @@ def fused_rope_ok(rope: RopeConfig, head_dim: int) -> bool:
 def rope_caches(
     b: GraphBuilder, dims: ModelDims, params: Params, opts: GraphOptions, total: ir.Value
 ) -> dict[str, tuple[ir.Value, ir.Value]]:
-    """cos/sin initializers per rope key; for longrope an If picks the long table past the switch."""
+    """cos/sin initializers per rope key; for longrope an If picks the long table past the switch,
+    or (`rope_switch="offset"`, the EPs without an If kernel) an offset into one table."""
     caches = {}
     used = {layer.rope for layer in dims.layers if layer.rope is not None}
     for key in sorted(used):
         rope = dims.ropes[key]
         prefix = "" if key == "default" else f"{key}."
         tables = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings)
+        switch = longrope_switch(rope)
+        if switch is not None and opts.rope_switch == "offset":
+            long = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings, long=True)
+            caches[key] = _offset_tables(b, prefix, tables, long, switch, params, total)
+            continue
         cos, sin = (
             b.initializer(f"{prefix}{n}_cache", params.table(t)) for n, t in zip(("cos", "sin"), tables, strict=True)
         )
-        switch = longrope_switch(rope)
         if switch is not None:
             long = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings, long=True)
             long_cos, long_sin = (
@@ -111,3 +118,32 @@ def _select(b: GraphBuilder, cond: ir.Value, then: ir.Value, other: ir.Value, na
         return ir.Graph([], [out], nodes=[node], name=f"{name}_{tag}")
 
     return b.op("If", cond, then_branch=branch(then, "long"), else_branch=branch(other, "short"), name=f"{name}_select")
+
+
+def _offset_tables(
+    b: GraphBuilder,
+    prefix: str,
+    short: tuple[np.ndarray, np.ndarray],
+    long: tuple[np.ndarray, np.ndarray],
+    switch: int,
+    params: Params,
+    total: ir.Value,
+) -> tuple[ir.Value, ir.Value]:
+    """longrope without an If (docs/eps.md §2.4): one table per cos/sin, the short rows below the
+    switch followed by the whole long table, and a Slice of `rows` rows starting at 0 or at the
+    switch, chosen by Where on the total length. Short positions never reach past the switch, so the
+    long rows a short slice includes are never read; the op reading the slice sees an ordinary table
+    (no provider option: an EP told the concatenation offset would add it a second time)."""
+    rows = short[0].shape[0]
+    offset_rows = min(switch, rows)
+    with b.scope("longrope"):
+        use_long = b.op("Greater", total, b.const(switch, "switch", "int32"))
+        long_start, short_start = b.const([offset_rows], "long_start", "int64"), b.const([0], "short_start", "int64")
+        start = b.op("Where", use_long, long_start, short_start)
+        end = b.op("Add", start, b.const([rows], "rows", "int64"))
+        axis = b.const([0], "rows_axis", "int64")
+        out = []
+        for name, s, lng in zip(("cos", "sin"), short, long, strict=True):
+            table = b.initializer(f"{prefix}{name}_cache", params.table(np.concatenate([s[:offset_rows], lng])))
+            out.append(b.op("Slice", table, start, end, axis, name=f"{name}_rows"))
+    return out[0], out[1]

@@ -8,6 +8,7 @@ What the runtime cannot rewind is refused here in one line (docs/speculative.md 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from dataclasses import asdict, dataclass
@@ -25,24 +26,51 @@ _TOKENIZER_PARTS = ("model", "added_tokens", "normalizer", "pre_tokenizer")
 
 @dataclass(frozen=True)
 class SpeculativeOptions:
-    """The `speculative` block (docs/speculative.md §1): max_draft_tokens in 1..16 as genai 0.18 enforces
-    it (probed); min_adaptive_k, the floor adaptive k may fall to, kept within it."""
+    """The `speculative` block (docs/speculative.md §1), in the ranges genai 0.18 enforces (probed):
+    max_draft_tokens 1..16; min_adaptive_k, the floor adaptive k may fall to, 0..16, and kept
+    within max_draft_tokens here (genai takes a larger one and then drafts more than
+    max_draft_tokens, probed); cooldown a boolean (genai refuses a number)."""
 
     max_draft_tokens: int = 4
     min_adaptive_k: int = 0
     cooldown: bool = False
 
     def check(self) -> None:
-        if not 1 <= self.max_draft_tokens <= 16:
-            raise InputError(f"--draft-tokens must be between 1 and 16, got {self.max_draft_tokens}")
-        if not 0 <= self.min_adaptive_k <= min(16, self.max_draft_tokens):
+        if not isinstance(self.max_draft_tokens, int) or not 1 <= self.max_draft_tokens <= 16:
+            raise InputError(f"--draft-tokens (max_draft_tokens) must be between 1 and 16, got {self.max_draft_tokens}")
+        if not isinstance(self.min_adaptive_k, int) or not 0 <= self.min_adaptive_k <= self.max_draft_tokens:
             raise InputError(
-                f"--min-adaptive-k must be between 0 and --draft-tokens ({self.max_draft_tokens}), "
+                f"--min-adaptive-k (min_adaptive_k) must be between 0 and --draft-tokens ({self.max_draft_tokens}), "
                 f"got {self.min_adaptive_k}"
             )
+        if not isinstance(self.cooldown, bool):
+            raise InputError(f"cooldown must be true or false, got {self.cooldown!r}")
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+Tuning = tuple[int | None, int | None, bool]  # run's --draft-tokens, --min-adaptive-k, --cooldown
+
+
+def ngram_options(ngram: int | None, path: Path, tuning: Tuning = (None, None, False)) -> dict[str, Any] | None:
+    """`--ngram N` (+ `tuning`: --draft-tokens, --min-adaptive-k, --cooldown) as genai's run-time
+    speculative options, in the ranges of a draft package's block; refused where genai refuses it."""
+    draft_tokens, min_k, cooldown = tuning
+    if ngram is None:
+        if draft_tokens is not None or min_k is not None or cooldown:
+            raise InputError(
+                "--draft-tokens/--min-adaptive-k/--cooldown tune --ngram runs (a draft package's are set by "
+                "build --draft): add --ngram N or drop them"
+            )
+        return None
+    if not 2 <= ngram <= 16:
+        raise InputError(f"--ngram takes a key length between 2 and 16, got {ngram}")
+    if "draft" in ((read_json(path / "genai_config.json") or {}).get("model") or {}):
+        raise InputError(f"{path} carries a draft model; n-gram lookup cannot be combined with it: drop --ngram")
+    SpeculativeOptions(4 if draft_tokens is None else draft_tokens, min_k or 0, cooldown).check()
+    given = {"max_draft_tokens": draft_tokens, "min_adaptive_k": min_k, "cooldown": cooldown or None}
+    return {"ngram_size": ngram, **{k: v for k, v in given.items() if v is not None}}
 
 
 def rewind_refusal(package: Path, role: str) -> str | None:
@@ -51,15 +79,20 @@ def rewind_refusal(package: Path, role: str) -> str | None:
     Draft verification rewinds the KV cache to the last accepted token; a recurrent state, a
     window-sized (physically sliding) cache or a decoder pipeline cannot be rewound, and pruned
     logits make verification token by token (docs/speculative.md §4)."""
-    from gqa_export.check.graph_facts import graph_facts
-
     config = read_json(package / "genai_config.json") or {}
     decoder = (config.get("model") or {}).get("decoder") or {}
-    if "pipeline" in decoder:
-        return f"the {role} is a decoder pipeline (--attention split); export it with --attention gqa or bias"
+    if "pipeline" in decoder:  # asked for, or the recipe's auto choice (bidirectional image-token runs)
+        return (
+            f"the {role} is a decoder pipeline (--attention split, or its recipe's auto choice), which cannot be "
+            "rewound; pass --attention gqa to build --draft (target and draft both take it)"
+        )
     if "vision" in (config.get("model") or {}):  # genai's multimodal path with a draft was not probed
         return f"the {role} is a full multimodal package; export it with --text-only"
-    facts = graph_facts(_load_graph(package / decoder["filename"]))
+    return graph_refusal(_facts(package / decoder["filename"]), role)
+
+
+def graph_refusal(facts: Any, role: str) -> str | None:
+    """rewind_refusal's graph part, from one graph's facts (check/graph_facts.py)."""
     if facts.conv_layers or facts.recurrent_layers:
         return f"the {role} carries recurrent/convolution state, which onnxruntime-genai cannot rewind"
     if facts.window_cache_layers:
@@ -67,10 +100,25 @@ def rewind_refusal(package: Path, role: str) -> str | None:
             f"the {role} keeps window-sized (sliding) KV caches, which cannot be rewound; "
             "drop attention.sliding_window_cache"
         )
-    logits = facts.outputs.get("logits", ("", ()))[1]
-    if len(logits) > 1 and logits[1] == 1:
+    if _pruned(facts):
         return f"the {role} has last-token logits (--prune-lm-head); build with --no-prune-lm-head"
     return None
+
+
+def _pruned(facts: Any) -> bool:
+    logits = facts.outputs.get("logits", ("", ()))[1]
+    return len(logits) > 1 and logits[1] == 1
+
+
+def _vocab(facts: Any) -> Any:
+    logits = facts.outputs.get("logits", ("", ()))[1]
+    return logits[-1] if logits else None
+
+
+def _facts(path: Path) -> Any:
+    from gqa_export.check.graph_facts import graph_facts
+
+    return graph_facts(_load_graph(path))
 
 
 def _load_graph(path: Path) -> Any:
@@ -91,6 +139,13 @@ def tokenizer_mismatch(target: Path, draft: Path) -> str | None:
         part = next((p for p in _TOKENIZER_PARTS if t_tok.get(p) != d_tok.get(p)), "tokenizer files")
         return f"its tokenizer ({part}) maps text to other token ids than the target's"
     return None
+
+
+def tokenizer_digest(package: Path) -> str:
+    """sha256 of the id-defining tokenizer parts: the manifest keeps the draft's, so `inspect` can
+    tell when the package's tokenizer is no longer the one the draft was paired with."""
+    text = json.dumps(_tokenizer(package), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _tokenizer(package: Path) -> dict[str, Any]:
@@ -133,6 +188,7 @@ def attach_draft(target: Path, draft: Path, options: SpeculativeOptions) -> dict
         # whether it paired the same draft
         "source_entry": manifest.get("source"),
         "precision": (manifest.get("options") or {}).get("precision"),
+        "tokenizer": tokenizer_digest(draft),
         "layers": d_decoder.get("num_hidden_layers"),
         "files": [DRAFT_GRAPH, DRAFT_DATA] if (target / DRAFT_DATA).exists() else [DRAFT_GRAPH],
         "speculative": options.as_json(),
@@ -146,21 +202,60 @@ def _external_tensors(graph: Any) -> list[Any]:
 
 
 def draft_problems(package: Path) -> list[str]:
-    """What is wrong with a package's draft pairing (empty: none, or no draft): the block, the
-    speculative options and the draft graph's logits vocabulary (the runtime's own check)."""
+    """What is wrong with a package's draft pairing, one line each (empty: none, or no draft)."""
+    return [message for _, message in pairing_problems(package)]
+
+
+def pairing_problems(package: Path) -> list[tuple[str, str]]:
+    """(lint id, message) for each way a package's draft pairing breaks what onnxruntime-genai
+    needs (docs/speculative.md §7): the speculative options, one logits vocabulary, the same
+    provider entries, the tokenizer the draft was paired with, caches it can rewind and a logits
+    row per token in both graphs. `inspect` reports them; `build --draft` asserts there are none."""
     config = read_json(package / "genai_config.json") or {}
     model = config.get("model") or {}
-    if "draft" not in model:
+    draft = model.get("draft")
+    if not isinstance(draft, dict):
         return []
-    problems = []
-    if not isinstance(config.get("speculative"), dict) or "max_draft_tokens" not in config["speculative"]:
-        problems.append("genai_config.json has model.draft but no speculative.max_draft_tokens")
-    graph = package / str(model["draft"].get("filename"))
+    out = [("draft-options", p) for p in _option_problems(config.get("speculative"))]
+    decoder = model.get("decoder") or {}
+    if (draft.get("session_options") or {}).get("provider_options") != (decoder.get("session_options") or {}).get(
+        "provider_options"
+    ):
+        out.append(("draft-ep", "model.draft's provider_options differ from model.decoder's (genai refuses the pair)"))
+    if "pipeline" in draft:
+        out.append(("draft-rewind", "model.draft is a decoder pipeline, which onnxruntime-genai cannot rewind"))
+    recorded = ((read_json(package / "manifest.json") or {}).get("options") or {}).get("draft") or {}
+    if recorded.get("tokenizer") and recorded["tokenizer"] != tokenizer_digest(package):
+        out.append(("draft-tokenizer", "the package's tokenizer is not the one the draft was paired with"))
+    graph = package / str(draft.get("filename"))
     if not graph.is_file():
-        return [*problems, f"model.draft.filename {graph.name} is missing"]
-    from gqa_export.check.graph_facts import graph_facts
+        return [*out, ("draft-missing", f"model.draft.filename {graph.name} is missing")]
+    facts = _facts(graph)
+    reason = graph_refusal(facts, "draft")
+    if reason:
+        out.append(("draft-pruned-logits" if _pruned(facts) else "draft-rewind", reason))
+    target = package / str(decoder.get("filename"))
+    target_facts = _facts(target) if target.is_file() and "pipeline" not in decoder else None
+    if target_facts is not None and _pruned(target_facts):
+        out.append(("draft-pruned-logits", "the target has last-token logits: drafted tokens are verified one by one"))
+    width = _vocab(facts) or "?"
+    target_width = (_vocab(target_facts) if target_facts is not None else None) or model.get("vocab_size")
+    if width != target_width or width != model.get("vocab_size"):
+        out.append(
+            ("draft-vocab", f"the draft's logits vocabulary {width} != the target's {target_width} "
+             f"(vocab_size {model.get('vocab_size')}); genai refuses the pair")
+        )  # fmt: skip
+    return out
 
-    logits = graph_facts(_load_graph(graph)).outputs.get("logits", ("", ()))[1]
-    if not logits or logits[-1] != model.get("vocab_size"):
-        problems.append(f"the draft's logits vocabulary {logits[-1] if logits else '?'} != {model.get('vocab_size')}")
-    return problems
+
+def _option_problems(spec: Any) -> list[str]:
+    """The `speculative` block a draft package needs, in the ranges genai 0.18 takes (§1)."""
+    if not isinstance(spec, dict) or "max_draft_tokens" not in spec:
+        return ["genai_config.json has model.draft but no speculative.max_draft_tokens"]
+    if "ngram_size" in spec:
+        return ["speculative.ngram_size cannot be combined with model.draft"]
+    try:
+        SpeculativeOptions(spec["max_draft_tokens"], spec.get("min_adaptive_k", 0), spec.get("cooldown", False)).check()
+    except InputError as err:
+        return [f"speculative: {err}"]
+    return []

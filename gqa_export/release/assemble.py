@@ -120,11 +120,9 @@ def _build_variant(
     try:
         options = replace(variant.options, output=root / variant.path)
         if variant.draft:
-            from gqa_export.package.draft import SpeculativeOptions
             from gqa_export.speculative import build_with_draft
 
-            spec = SpeculativeOptions(variant.draft_tokens)
-            return build_with_draft(options, variant.draft, spec, prefixed, checkpoint)
+            return build_with_draft(options, variant.draft, variant.speculative, prefixed, checkpoint)
         result = build(options, prefixed, checkpoint)
         if variant.adapters:  # LoRA adapters beside their base, in its re-sealed manifest (docs/lora.md §8)
             from gqa_export.release.adapters import ship_adapters

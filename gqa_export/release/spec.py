@@ -19,7 +19,7 @@ anything is fetched, and each gets the folder the published ORT GenAI model repo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 import yaml
@@ -29,6 +29,7 @@ from gqa_export.choices import ALL_ACTIVATIONS, KV_CACHE_DTYPES, KV_SCALES, QUAN
 from gqa_export.errors import InputError
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.graph.lora import parse_targets
+from gqa_export.package.draft import SpeculativeOptions
 from gqa_export.pipeline import BuildOptions
 from gqa_export.quant.kv_cache import KvQuantOptions
 from gqa_export.quant.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
@@ -62,6 +63,8 @@ _VARIANT = {
     "text_only": bool,  # a multimodal source's text decoder alone (docs/multimodal.md §1)
     "draft": str,  # a draft model for speculative decoding: Hub id or folder (docs/speculative.md)
     "draft_tokens": int,
+    "min_adaptive_k": int,
+    "cooldown": bool,
     "set": [str],
     "path": str,
     # fail the release when this variant's perplexity exceeds the float variant's by more than
@@ -96,7 +99,9 @@ class Variant:
     gate: Gate | None = None
     reference: str | None = None  # the float variant evaluation compares this one with
     draft: str | None = None  # `build --draft` (docs/speculative.md)
-    draft_tokens: int = 4
+    speculative: SpeculativeOptions = field(
+        default_factory=SpeculativeOptions
+    )  # its draft_tokens / min_adaptive_k / cooldown keys
     adapters: tuple[str, ...] = ()  # PEFT folders, converted into `<folder name>.onnx_adapter` (docs/lora.md §8)
 
 
@@ -249,10 +254,17 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
     path = item.get("path") or folder_name(ep, precision, quant)
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):
         raise InputError(f"{where}: path '{path}' must be a relative folder inside the release")
-    if "draft_tokens" in item and "draft" not in item:
-        raise InputError(f"{where}: draft_tokens needs a draft")
-    draft = (item.get("draft"), item.get("draft_tokens", 4))
-    return Variant(str(PurePosixPath(path)), options, draft=draft[0], draft_tokens=draft[1])
+    tuning = [key for key in ("draft_tokens", "min_adaptive_k", "cooldown") if key in item]
+    if tuning and "draft" not in item:
+        raise InputError(f"{where}: {tuning[0]} needs a draft")
+    speculative = SpeculativeOptions(
+        item.get("draft_tokens", 4), item.get("min_adaptive_k", 0), item.get("cooldown", False)
+    )
+    try:
+        speculative.check()
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    return Variant(str(PurePosixPath(path)), options, draft=item.get("draft"), speculative=speculative)
 
 
 # the spec keys of the int4/int8 options (a float variant given one is refused, naming it)

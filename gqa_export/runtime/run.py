@@ -193,17 +193,6 @@ def load_adapters(model: Any, files: list[Path]) -> tuple[Any, list[str]]:  # ->
     return adapters, names
 
 
-def ngram_options(ngram: int | None, path: Path) -> dict[str, Any] | None:
-    """`--ngram N` as genai's run-time speculative options; refused where genai refuses it."""
-    if ngram is None:
-        return None
-    if not 2 <= ngram <= 16:
-        raise InputError(f"--ngram takes a key length between 2 and 16, got {ngram}")
-    if "draft" in ((read_json(path / "genai_config.json") or {}).get("model") or {}):
-        raise InputError(f"{path} carries a draft model; n-gram lookup cannot be combined with it: drop --ngram")
-    return {"ngram_size": ngram}
-
-
 def _generate(
     model: Any,
     prompt_ids: list[int],
