@@ -282,7 +282,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     )
     if mm:
         add_config_sections(config, mm)
-    notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config) if mm else [])]
+    notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
     if import_report.source_format:
         notes.append(import_report.note(plan.name))
     check_free_space(opts.output, sum(v.const_value.nbytes for v in external_values(models[0])))  # type: ignore[union-attr]
