@@ -129,22 +129,42 @@ def _padding_attended(monkeypatch):
     monkeypatch.setattr(naflex_vit, "_key_bias", lambda b, mask, dtype: key_bias(b, ones(b, mask), dtype))
 
 
-@pytest.mark.parametrize("mutate", [_unshuffle_by_columns, _positions_without_antialias, _padding_attended])
-def test_mutant_vision_fails(checkpoint, hf, tmp_path, monkeypatch, mutate):
-    """A block's patches read column-major, the position table shrunk without antialiasing, the
-    padding patches attended: each leaves the 1e-4 bound on the three-grid call."""
+def _vision_graph(checkpoint: Path, out: Path) -> Path:
     import transformers as tf
 
     from gqa_export.graph.encoders.naflex_vit import build_naflex_vit, naflex_vit_dims
     from gqa_export.graph.params import Params
     from gqa_export.source.weights import WeightStore
 
-    mutate(monkeypatch)
     store = WeightStore.open(checkpoint)
     dims = naflex_vit_dims(tf.AutoConfig.from_pretrained(checkpoint), 64, store)
-    graph = tmp_path / "v.onnx"
-    ir.save(build_naflex_vit(dims, Params(store, ir.DataType.FLOAT)), graph, external_data="v.onnx.data")
-    got, inputs = _vision(graph, CALLS["three"])
+    ir.save(build_naflex_vit(dims, Params(store, ir.DataType.FLOAT)), out, external_data=f"{out.name}.data")
+    return out
+
+
+def test_hub_layout_tower_matches_hf(checkpoint, hf, tmp_path):
+    """The published checkpoints keep SigLIP2's `vision_model.` level (model.vision_tower.vision_model.*,
+    which transformers 5.x drops on load): the tower is found by suffix and its features are HF's."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    shutil.copy(checkpoint / "config.json", hub)
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    renamed = {k.replace("model.vision_tower.", "model.vision_tower.vision_model."): v for k, v in tensors.items()}
+    save_file(renamed, str(hub / "model.safetensors"), metadata={"format": "pt"})
+    got, inputs = _vision(_vision_graph(hub, tmp_path / "v.onnx"), CALLS["three"])
+    np.testing.assert_allclose(got, hf_image_features(hf, *inputs), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mutate", [_unshuffle_by_columns, _positions_without_antialias, _padding_attended])
+def test_mutant_vision_fails(checkpoint, hf, tmp_path, monkeypatch, mutate):
+    """A block's patches read column-major, the position table shrunk without antialiasing, the
+    padding patches attended: each leaves the 1e-4 bound on the three-grid call."""
+    mutate(monkeypatch)
+    got, inputs = _vision(_vision_graph(checkpoint, tmp_path / "v.onnx"), CALLS["three"])
     diff = np.abs(got - hf_image_features(hf, *inputs)).max()
     print(f"{mutate.__name__}: max |diff| {diff:.3g}")
     assert diff > 1e-2
