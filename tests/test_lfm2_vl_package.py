@@ -313,3 +313,21 @@ def test_phi4_multimodal_is_refused_in_one_line(tmp_path):
     lines = [line for line in result.output.splitlines() if "phi4_multimodal" in line]
     assert len(lines) == 1 and "HD-transform image tower" in lines[0] and "speech tower" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_combined_processor_config_and_tiling_note(checkpoint, tmp_path):
+    """transformers 5.x saves the image processor inside processor_config.json: its values are
+    read from there; with do_image_splitting (the published default) the build notes that genai
+    resizes the images HF would tile (§14.2)."""
+    import shutil
+
+    source = tmp_path / "ckpt"
+    shutil.copytree(checkpoint, source)
+    pre = json.loads((source / "preprocessor_config.json").read_text())
+    (source / "preprocessor_config.json").unlink()
+    pre.update(do_image_splitting=True, min_image_tokens=2)
+    (source / "processor_config.json").write_text(json.dumps({"image_processor": pre}))
+    result = build(BuildOptions(str(source), tmp_path / "pkg", smoke=False))
+    assert any("would tile" in note for note in result.notes)
+    transforms = json.loads((tmp_path / "pkg" / "processor_config.json").read_text())["processor"]["transforms"]
+    assert transforms[1]["operation"]["attrs"]["min_pixels"] == 2 * 64
