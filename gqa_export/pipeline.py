@@ -283,7 +283,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     )
     if mm:
         add_config_sections(config, mm)
-    notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config) if mm else [])]
+    notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
     if import_report.source_format:  # what the checkpoint's quantization covered, what --precision did
         import_report.precision, import_report.by_precision = plan.name, list(quant_report.quantized)
         notes.append(import_report.note(plan.name))

@@ -21,12 +21,14 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
+from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, naflex_vit_dims
 from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtral_dims
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import Params
 from gqa_export.package.processor_config import (
+    naflex_processor_config,
     patch_sequence_processor_config,
     pixtral_processor_config,
     qwen_tower_processor_config,
@@ -56,6 +58,8 @@ class VisionTower:
     vision_inputs: tuple[str, ...] = ("pixel_values",)  # genai's model.vision.inputs keys (= graph names)
     # tower dims -> extra model.vision keys genai's processor reads (patch_size, spatial_merge_size)
     vision_keys: Callable[[Any], dict[str, Any]] = lambda _dims: {}
+    # (tower dims, preprocessor_config.json) -> more model.vision keys (lfm2_vl: max_num_patches)
+    preprocessor_keys: Callable[[Any, dict[str, Any]], dict[str, Any]] = lambda _dims, _pre: {}
     mrope_positions: bool = False  # the decoder takes genai's 3-D position_ids [3, B, S]
     # the class interleaves the M-RoPE sections whatever the config says (Qwen3-VL, Qwen3.5): the
     # config's `mrope_interleaved` must agree, since the graph follows it (graph/mrope.py)
@@ -66,8 +70,9 @@ class VisionTower:
     token_keys: tuple[str, ...] = ()  # more config token ids genai's processor reads (model.<key>)
     # more model sections genai needs (gemma4: an empty speech config name, docs/multimodal.md §13)
     model_sections: tuple[tuple[str, dict[str, Any]], ...] = ()
-    # (hf_config) -> notes for the build's summary (a tower that is not exported)
-    notes: Callable[[Any], list[str]] = lambda _config: []
+    # (hf_config, preprocessor_config.json) -> notes for the build's summary (a tower that is not
+    # exported, a processor rule genai does not follow)
+    notes: Callable[[Any, dict[str, Any]], list[str]] = lambda _config, _pre: []
 
 
 @dataclass(frozen=True)
@@ -144,9 +149,14 @@ def plan_multimodal(
 
 
 def _preprocessor(source: Path) -> dict[str, Any]:
-    """The checkpoint's preprocessor_config.json, if it has one (defaults: Gemma-3's processor)."""
+    """The checkpoint's preprocessor_config.json, if it has one (defaults: Gemma-3's processor);
+    else the `image_processor` of the processor_config.json transformers 5.x saves ({} when none)."""
     path = source / "preprocessor_config.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if path.is_file():
+        return json.loads(path.read_text())
+    combined = source / "processor_config.json"
+    found = json.loads(combined.read_text()).get("image_processor") if combined.is_file() else None
+    return found if isinstance(found, dict) else {}
 
 
 def build_encoders(
@@ -175,6 +185,7 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
         "inputs": {name: name for name in plan.tower.vision_inputs},
         "outputs": {"image_features": "image_features"},
         **plan.tower.vision_keys(plan.vision),
+        **plan.tower.preprocessor_keys(plan.vision, plan.preprocessor),
     }
     model["embedding"] = {
         "filename": EMBEDDING,
@@ -233,10 +244,32 @@ def _gemma4_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> AxialVi
     return vision
 
 
-def _audio_note(hf_config: Any) -> list[str]:
+def _audio_note(hf_config: Any, _pre: dict[str, Any]) -> list[str]:
     if getattr(hf_config, "audio_config", None) is None:
         return []
     return ["the audio tower is not exported: the package takes text and images (audio input is not run)"]
+
+
+def _lfm2_vl_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> NaflexDims:
+    return naflex_vit_dims(hf_config, dims.hidden_size, store)
+
+
+def _lfm2_vl_processor(vision: NaflexDims, pre: dict[str, Any]) -> dict[str, Any]:
+    """processor_config.json for genai's lfm2_vl processor; the checkpoint's image processor must cut
+    the tower's patches and merge its factor (HF's Lfm2VlImageProcessor defaults where it is silent)."""
+    for key, want in (("encoder_patch_size", vision.patch), ("downsample_factor", vision.factor)):
+        if int(pre.get(key, want)) != want:
+            raise InputError(f"preprocessor_config {key} {pre[key]} differs from the model's {want}: use --text-only")
+    return naflex_processor_config(vision.patch, vision.factor, pre)
+
+
+def _lfm2_vl_tiling_note(_config: Any, pre: dict[str, Any]) -> list[str]:
+    if not pre.get("do_image_splitting", True):
+        return []
+    return [
+        "images HF's processor would tile (larger than about twice max_image_tokens) are resized to one "
+        "image by onnxruntime-genai's lfm2_vl processor (docs/multimodal.md §14.2)"
+    ]
 
 
 TOWERS: dict[str, VisionTower] = {
@@ -263,5 +296,19 @@ TOWERS: dict[str, VisionTower] = {
         # an MMM type: without this genai looks for audio_processor_config.json and fails to load
         model_sections=(("speech", {"config_filename": ""}),),
         notes=_audio_note,
+    ),
+    # SigLIP2 NaFlex + pixel-unshuffle projector (§14); genai's lfm2_vl processor pads every image's
+    # patches to max_num_patches and expands <image> to <|image_start|> + n <image> + <|image_end|>
+    "lfm2_vl": VisionTower(
+        _lfm2_vl_dims,
+        build_naflex_vit,
+        _lfm2_vl_processor,
+        vision_inputs=("pixel_values", "attention_mask", "image_sizes"),
+        vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.factor},
+        preprocessor_keys=lambda vision, pre: {
+            "max_num_patches": int(pre.get("max_image_tokens", 256)) * vision.factor * vision.factor
+        },
+        image_runs_bidirectional=False,
+        notes=_lfm2_vl_tiling_note,
     ),
 }

@@ -130,3 +130,32 @@ def patch_sequence_processor_config(patch: int, pool: int, pre: dict[str, Any]) 
         _op("gemma4_image", "Gemma4ImageTransform", **transform),
     ]
     return {"processor": {"name": "gemma4_image_processor", "transforms": steps}}
+
+
+def naflex_processor_config(patch: int, factor: int, pre: dict[str, Any]) -> dict[str, Any]:
+    """LFM2-VL's pipeline for genai's lfm2_vl processor (docs/multimodal.md §14.2): smart resize to
+    multiples of patch·factor within [min_image_tokens, max_image_tokens] tokens (HF's
+    Lfm2VlImageProcessor rule for an image it does not tile), rescale, normalize, channels first,
+    then the image's size; genai cuts the patches and pads them to max_num_patches itself."""
+    resample = int(pre.get("resample", 2))
+    if resample not in INTERPOLATION:
+        raise InputError(f"preprocessor_config resample {resample} has no onnxruntime-extensions Resize mode")
+    unit = (patch * factor) ** 2
+    resize = {"smart_resize": 1, "min_pixels": int(pre.get("min_image_tokens", 64)) * unit,
+              "max_pixels": int(pre.get("max_image_tokens", 256)) * unit, "patch_size": patch, "merge_size": factor,
+              "interpolation": INTERPOLATION[resample]}  # fmt: skip
+    mean = [float(v) for v in pre.get("image_mean", (0.5, 0.5, 0.5))]
+    std = [float(v) for v in pre.get("image_std", (0.5, 0.5, 0.5))]
+    return {
+        "processor": {
+            "name": "lfm2_vl_image_processor",
+            "transforms": [
+                _op("decode_image", "DecodeImage", color_space="RGB"),
+                _op("resize", "Resize", **resize),
+                _op("rescale", "Rescale", rescale_factor=float(pre.get("rescale_factor", 1 / 255))),
+                _op("normalize", "Normalize", mean=mean, std=std),
+                _op("to_channel_first", "Permute3D", dims=[2, 0, 1]),
+                _op("image_sizes", "PixtralImageSizes"),
+            ],
+        }
+    }

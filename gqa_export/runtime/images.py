@@ -22,6 +22,7 @@ IMAGE_MARKERS = {
     "gemma3": "<start_of_image>",
     "gemma4": "<|image|>",
     "mistral3": "[IMG]",
+    "lfm2_vl": "<image>",
     **dict.fromkeys(QWEN_TYPES, QWEN_MARKER),
 }
 # markers genai 0.18's processor merges when adjacent: the run takes the first image, the other

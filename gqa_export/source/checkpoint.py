@@ -57,10 +57,24 @@ def read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:
     return config, read_json_object(gen_path) if gen_path.is_file() else None
 
 
+# multimodal model types onnxruntime-genai runs whose towers gqa-export does not build: refused in
+# one line naming what is missing (docs/multimodal.md §15)
+UNEXPORTED_MULTIMODAL = {
+    "phi4_multimodal": (
+        "Phi-4-multimodal (model_type phi4_multimodal) is not exported: genai's phi4mm package needs its "
+        "HD-transform image tower (448-pixel crops plus a global view joined by learned separators), its "
+        "speech tower and the vision/speech LoRA adapters of its text decoder, none of which gqa-export builds"
+    ),
+}
+
+
 def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
     """The built-in recipe for a config.json. Multimodal checkpoints match on their text model's
     type (one recipe per decoder family) and the top-level architecture; a text_config without a
     model_type gets the one transformers fills in."""
+    refused = UNEXPORTED_MULTIMODAL.get(str(raw.get("model_type")))
+    if refused:
+        raise InputError(refused)
     architecture = (raw.get("architectures") or [None])[0]
     text = raw.get("text_config")
     model_type = str(raw.get("model_type", "?"))
