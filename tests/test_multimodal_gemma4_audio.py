@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gemma4_full import hf_pixels
 from gemma4_models import FULL_FEATURES, mm_token_type_ids, save_gemma4
 from reference import hf_model
 
@@ -165,6 +164,15 @@ def test_package_config(package):
     assert [s["operation"]["type"] for s in steps] == ["AudioDecoder", "Gemma4LogMel"]
     attrs = steps[1]["operation"]["attrs"]
     assert attrs["feature_size"] == 16 and attrs["frame_length_ms"] == 20.0 and attrs["hop_length_ms"] == 10.0
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    result = CliRunner().invoke(app, ["inspect", str(package), "--json"])  # every model listed
+    assert result.exit_code == 0, result.output
+    graphs = {g["filename"]: g for g in json.loads(result.stdout)["summary"]["graphs"]}
+    assert list(graphs) == ["model.onnx", "vision.onnx", "speech.onnx", "embedding.onnx"]
+    assert graphs["speech.onnx"]["stage"] == "speech" and not graphs["speech.onnx"]["run_on_token_gen"]
 
 
 def _ort_logits(package: Path, prompt: list[int], audio: np.ndarray, steps: int) -> tuple[np.ndarray, list[int]]:
@@ -231,46 +239,59 @@ def genai_generate(package: Path, prompt: str, images: list[Path], audio: Path |
     return ids, extra, tokens
 
 
-@pytest.mark.parametrize("with_image", [False, True])
-def test_genai_greedy_with_audio_equals_hf_generate(package, hf, clips, with_image, gemma4_png_images):
+# what `run --audio CLIP --prompt "What is said"` feeds genai's processor (BOS and marker in front)
+RUN_PROMPT = "<|begin_of_text|><|audio|>What is said"
+
+
+@pytest.fixture(scope="module")
+def greedy(package, clips) -> tuple[np.ndarray, dict, list[int]]:
+    """genai's processor + greedy generation on RUN_PROMPT with the 8100-sample clip."""
+    return genai_generate(package, RUN_PROMPT, [], clips["clip"])
+
+
+def test_genai_greedy_with_audio_equals_hf_generate(hf, clips, greedy):
     """genai's AudioDecoder + Gemma4LogMel give HF's log-mel frames (within 1e-5; 4.8e-7
     measured), its prompt expands the marker to HF's count of audio tokens, and its greedy tokens
-    equal HF generate on the same ids with HF's own features (and an image beside the clip)."""
+    equal HF generate on the same ids with HF's own (padded, masked) features."""
     import torch
 
-    images = [gemma4_png_images["exact"]] if with_image else []
-    prompt = ("<|image|>" if with_image else "") + "<|begin_of_text|>hello <|audio|> what"
-    ids, extra, tokens = genai_generate(package, prompt, images, clips["clip"])
+    ids, extra, tokens = greedy
     features = hf_features([clips["clip"]])
     valid = features["input_features_mask"][0].numpy()
     assert features["input_features"].shape[1] == 51 and valid.sum() == 50  # HF's padding frame, masked
     assert np.abs(extra["audio_embeds"][0] - features["input_features"][0].numpy()[valid]).max() < 1e-5
-    block = [9, *[10] * 13, 11]
-    assert any(ids[0, i : i + len(block)].tolist() == block for i in range(ids.shape[1]))
+    assert ids[0].tolist()[:19] == [0, 210, 210, 9, *[10] * 13, 11, 210]  # BOS, "\n\n", the block, "\n"
     assert len(set(tokens)) > 3
     ids_t = torch.from_numpy(ids)
-    extra_hf = {**features, **(hf_pixels(images) if images else {})}
     with torch.no_grad():
         out = hf.generate(ids_t, attention_mask=torch.ones_like(ids_t), do_sample=False, max_new_tokens=NEW,
                           min_new_tokens=NEW, mm_token_type_ids=mm_token_type_ids(hf, ids[0].tolist()),
-                          **extra_hf)  # fmt: skip
+                          **features)  # fmt: skip
     assert tokens == out[0, ids.shape[1] :].tolist()
 
 
-def test_run_with_audio_inserts_the_marker(package, clips):
+def test_genai_runs_audio_and_an_image_together(package, clips, gemma4_png_images):
+    """One prompt with an image and the clip: genai expands both blocks (70 image, 8 audio
+    placeholders) and generates."""
+    ids, _, tokens = genai_generate(package, "<|image|> and <|audio|> what", [gemma4_png_images["exact"]],
+                                    clips["short"])  # fmt: skip
+    assert ids[0].tolist().count(7) == 70 and ids[0].tolist().count(10) == 8
+    assert len(tokens) == NEW and len(set(tokens)) > 1
+
+
+def test_run_with_audio_inserts_the_marker(package, clips, greedy):
     """`gqa-export run PKG --audio FILE --prompt TEXT` puts <|audio|> (after the tokenizer's BOS)
-    in front of a prompt without one; genai expands it to the clip's audio block."""
+    in front of a prompt without one: the same ids and tokens as RUN_PROMPT through genai."""
     from typer.testing import CliRunner
 
     from gqa_export.cli import app
 
-    args = ["run", str(package), "--audio", str(clips["short"]), "--prompt", "What is said", "--json"]
+    args = ["run", str(package), "--audio", str(clips["clip"]), "--prompt", "What is said", "--json"]
     result = CliRunner().invoke(app, [*args, "--max-new-tokens", str(NEW)])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    ids, _, tokens = genai_generate(package, "<|begin_of_text|><|audio|>What is said", [], clips["short"])
-    assert ids[0, 0] == 0 and ids[0].tolist().count(10) == 8 and report["prompt_tokens"] == ids.shape[1]
-    assert report["new_tokens"] == len(tokens) == NEW
+    ids, _, tokens = greedy
+    assert report["prompt_tokens"] == ids.shape[1] and report["new_tokens"] == len(tokens) == NEW
 
 
 @pytest.mark.parametrize(
