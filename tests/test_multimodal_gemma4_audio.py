@@ -279,6 +279,19 @@ def test_genai_runs_audio_and_an_image_together(package, clips, gemma4_png_image
     assert len(tokens) == NEW and len(set(tokens)) > 1
 
 
+def test_genai_text_prompt_equals_hf_generate(package, hf):
+    """A prompt without audio on a package with a speech model: genai gives the embedding model
+    0 audio feature rows (probed) and generates HF's text-only tokens."""
+    import torch
+
+    ids, _, tokens = genai_generate(package, "<|begin_of_text|>hello what is", [], None)
+    ids_t = torch.from_numpy(ids)
+    with torch.no_grad():
+        out = hf.generate(ids_t, attention_mask=torch.ones_like(ids_t), do_sample=False, max_new_tokens=NEW,
+                          min_new_tokens=NEW)  # fmt: skip
+    assert len(set(tokens)) > 3 and tokens == out[0, ids.shape[1] :].tolist()
+
+
 def test_run_with_audio_inserts_the_marker(package, clips, greedy):
     """`gqa-export run PKG --audio FILE --prompt TEXT` puts <|audio|> (after the tokenizer's BOS)
     in front of a prompt without one: the same ids and tokens as RUN_PROMPT through genai."""
