@@ -319,7 +319,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest["options"]["kv_cache"] = kv_cache
         if opts.lora_targets:
             manifest["options"]["lora_targets"] = list(opts.lora_targets)
-        manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None)
+        speech = mm is not None and mm.audio is not None
+        manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None, speech)
         if opts.smoke and not io.runnable:
             notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
         elif opts.smoke and mm:

@@ -160,6 +160,8 @@ def test_package_config(package):
     assert model["speech"]["inputs"] == {"audio_embeds": "audio_embeds", "attention_mask": "input_features_mask",
                                          "audio_sizes": "audio_sizes"}  # fmt: skip
     assert model["embedding"]["inputs"]["audio_features"] == "audio_features"
+    exported = json.loads((package / "manifest.json").read_text())["model"]["exported"]
+    assert exported.startswith("vision tower (vision.onnx), audio tower (speech.onnx), embedding")
     steps = json.loads((package / "audio_processor_config.json").read_text())["feature_extraction"]["sequence"]
     assert [s["operation"]["type"] for s in steps] == ["AudioDecoder", "Gemma4LogMel"]
     attrs = steps[1]["operation"]["attrs"]
