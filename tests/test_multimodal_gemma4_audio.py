@@ -145,6 +145,52 @@ def test_speech_mutants_fail(checkpoint, hf, references, monkeypatch, mutant):
     assert speech_error(session, references[:1]) > 1e-3
 
 
+def test_clipped_linears_match_hf(checkpoint, clips, tmp_path, monkeypatch):
+    """Finite clipped-linear bounds in the audio tower (input ±1.5, output ±0.3; the checkpoint's
+    are ±inf): within 1e-4 of HF on the batch; the graph without its clamps leaves the bound."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    copy = shutil.copytree(checkpoint, tmp_path / "clipped")
+    for file in copy.glob("*.safetensors"):
+        tensors = load_file(file)
+        for name, value in tensors.items():
+            if "audio_tower" in name and name.endswith(("_min", "_max")):
+                bound = 1.5 if name.rsplit(".", 1)[1].startswith("input") else 0.3
+                tensors[name] = np.full(value.shape, -bound if name.endswith("_min") else bound, value.dtype)
+        save_file(tensors, file, metadata={"format": "pt"})
+    clipped = hf_model(copy)
+    batch = hf_features([clips["clip"], clips["short"]])
+    feed = {
+        "audio_embeds": batch["input_features"].numpy(),
+        "input_features_mask": batch["input_features_mask"].numpy(),
+    }
+    cases = [(feed, hf_audio(clipped, batch))]
+    assert speech_error(speech_session(copy, clipped), cases) < 1e-4
+    monkeypatch.setattr(conformer, "_clamp", lambda b, x, module, side, params: x)
+    assert speech_error(speech_session(copy, clipped), cases) > 1e-2
+
+
+def test_audio_placeholders_without_a_row_embed_as_pad(package):
+    """The k-th audio placeholder (id 10) takes audio row k where it exists; without rows (after
+    the prompt, or a prompt without audio) it embeds as pad_token_id (5), as HF does."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(package / "embedding.onnx"))
+    table = next(
+        onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name.endswith("embed_tokens.weight")
+    )
+    session = ort.InferenceSession(str(package / "embedding.onnx"))
+    ids, none = np.array([[10, 17, 10, 7]], np.int64), np.zeros((0, 64), np.float32)
+    got = session.run(None, {"input_ids": ids, "image_features": none, "audio_features": none})[0][0]
+    np.testing.assert_allclose(got, table[[5, 17, 5, 5]] * np.float32(8.0), atol=1e-6)
+    rows = np.random.default_rng(3).standard_normal((1, 64)).astype(np.float32)
+    got = session.run(None, {"input_ids": ids, "image_features": none, "audio_features": rows})[0][0]
+    np.testing.assert_allclose(got[[0, 2, 3]], np.stack([rows[0], table[5] * 8, table[5] * 8]), atol=1e-6)
+
+
 def test_mel_bins_other_than_the_tower_refused(checkpoint, hf):
     from gqa_export.source.weights import WeightStore
 
