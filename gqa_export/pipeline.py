@@ -31,14 +31,13 @@ from gqa_export.package.build_manifest import build_manifest, model_manifest
 from gqa_export.package.finish import seal_lint_smoke, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
 from gqa_export.package.multimodal import (
-    PROCESSOR,
     MultimodalPlan,
     add_config_sections,
     build_encoders,
     check_full_options,
     full_attention_mode,
     plan_multimodal,
-    processor_config,
+    processor_files,
 )
 from gqa_export.package.staging import (
     StagedPackage,
@@ -293,8 +292,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         written = stream_weights(staged.path, graphs, attention.weights_file, reporter)
         for filename, encoder in encoders:  # each graph with its own data file
             written |= stream_weights(staged.path, [(filename, encoder)], f"{filename}.data", reporter)
-        if mm:
-            write_json(staged.path / PROCESSOR, processor_config(mm))
+        for name, processor in processor_files(mm) if mm else []:  # image (and audio) processor configs
+            write_json(staged.path / name, processor)
         if len(models) > 1 and EPS[opts.ep].shared_initializers and recipe.attention.split_shared_weights:
             # one GPU copy of the weights for both pipeline sessions (read from onnxruntime-genai
             # 0.18's code, not run here: no GPU); the stages have no session_options of their own
@@ -322,7 +321,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest["options"]["kv_cache"] = kv_cache
         if opts.lora_targets:
             manifest["options"]["lora_targets"] = list(opts.lora_targets)
-        manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None)
+        speech = mm is not None and mm.audio is not None
+        manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None, speech)
         if opts.smoke and not io.runnable:
             notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
         elif opts.smoke and mm:

@@ -15,6 +15,7 @@ image 300, video 301, audio 302.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,17 @@ FULL_VISION: dict[str, Any] = dict(
 FULL_PROCESSOR: dict[str, Any] = dict(patch_size=4, max_soft_tokens=70, pooling_kernel_size=3)
 FULL_IMAGE_TOKENS = ("<|image>", "<|image|>", "<image|>")
 FULL_IMAGE_IDS = {"boi_token_id": 6, "image_token_id": 7, "eoi_token_id": 8}
+# form "full" with_audio: a conformer audio tower the full package exports (docs/multimodal.md §16):
+# 16 log-mel bins, chunks of 4 frames with 4 past frames, 2 layers; the tokenizer adds <|audio>,
+# <|audio|>, <audio|> as ids 9-11
+FULL_AUDIO: dict[str, Any] = dict(
+    hidden_size=16, num_hidden_layers=2, num_attention_heads=2, subsampling_conv_channels=[16, 4],
+    conv_kernel_size=3, attention_chunk_size=4, attention_context_left=5, attention_context_right=0,
+    output_proj_dims=16,
+)  # fmt: skip
+FULL_FEATURES: dict[str, Any] = dict(feature_size=16)  # the Gemma4AudioFeatureExtractor's
+FULL_AUDIO_TOKENS = ("<|audio>", "<|audio|>", "<audio|>")
+FULL_AUDIO_IDS = {"boa_token_id": 9, "audio_token_id": 10}
 
 
 def _text(form: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -85,10 +97,11 @@ def _config(form: str, overrides: dict[str, Any]) -> Any:
     ids = {**TOKEN_IDS, **top}
     if form == "full":  # a tower genai runs (docs/multimodal.md §13): no audio, the tokenizer's image ids
         vision = tf.Gemma4VisionConfig(**FULL_VISION, use_clipped_linears=clipped, standardize=standardize)
-        audio = _tiny_audio(tf).to_dict() if with_audio else None
+        audio = tf.Gemma4AudioConfig(**FULL_AUDIO).to_dict() if with_audio else None
         return tf.Gemma4Config(
             text_config=tf.Gemma4TextConfig(**text).to_dict(), vision_config=vision.to_dict(), audio_config=audio,
-            tie_word_embeddings=text["tie_word_embeddings"], **{**ids, **FULL_IMAGE_IDS},
+            tie_word_embeddings=text["tie_word_embeddings"],
+            **{**ids, **FULL_IMAGE_IDS, **(FULL_AUDIO_IDS if with_audio else {})},
         )  # fmt: skip
     if form == "conditional":
         vision = tf.Gemma4VisionConfig(
@@ -115,6 +128,7 @@ def save_gemma4(
     import torch
     import transformers as tf
 
+    with_audio = bool(overrides.get("with_audio"))
     config = _config(form, dict(overrides))
     torch.manual_seed(seed)
     model = getattr(tf, CLASSES[form])(config)
@@ -124,7 +138,10 @@ def save_gemma4(
             if param.ndim == 1 and "norm" in name:  # Gemma-4 norms multiply by w itself: keep it near 1
                 param.copy_(1.0 + 0.3 * torch.randn(param.shape, generator=generator))
             elif param.ndim >= 2:
-                param.copy_(0.05 * torch.randn(param.shape, generator=generator))
+                scale = 0.2 if with_audio and "audio_tower" in name else 0.05  # scores far from uniform
+                param.copy_(scale * torch.randn(param.shape, generator=generator))
+            elif with_audio and name.endswith(("per_dim_scale", "output_proj.bias")):
+                param.copy_(0.5 * torch.randn(param.shape, generator=generator))
         for name, buffer in model.named_buffers():
             if "vision_tower" in name and name.endswith(("_min", "_max")):  # clipped linears' bounds
                 buffer.fill_({"input": 0.8, "output": 0.1}[name.rsplit(".", 1)[1].split("_")[0]])
@@ -140,9 +157,13 @@ def save_gemma4(
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, **({"max_shard_size": max_shard_size} if max_shard_size else {}))
-    save_tokenizer(out_dir, vocab_size=384, extra_specials=FULL_IMAGE_TOKENS if form == "full" else ())
+    specials = (*FULL_IMAGE_TOKENS, *(FULL_AUDIO_TOKENS if with_audio else ())) if form == "full" else ()
+    save_tokenizer(out_dir, vocab_size=384, extra_specials=specials)
     if form == "full":  # 70 soft tokens: at most 630 patches per image
         tf.Gemma4ImageProcessorPil(**FULL_PROCESSOR).save_pretrained(out_dir)
+    if form == "full" and with_audio:  # the feature extractor's part of a processor_config.json
+        features = json.loads(tf.Gemma4AudioFeatureExtractor(**FULL_FEATURES).to_json_string())
+        (out_dir / "processor_config.json").write_text(json.dumps({"feature_extractor": features}))
     return out_dir
 
 

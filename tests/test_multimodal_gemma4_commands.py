@@ -1,6 +1,6 @@
 """Gemma-4 full packages, beside their numerics (tests/test_multimodal_gemma4.py): the package's
-genai_config and processor_config, `run --image`, the int4 and CUDA fp16 builds, the audio note
-and the one-line refusals (docs/multimodal.md §13)."""
+genai_config and processor_config, `run --image`, the int4 and CUDA fp16 builds and the one-line
+refusals (docs/multimodal.md §13); a checkpoint with an audio tower is tests/test_multimodal_gemma4_audio.py's."""
 
 from __future__ import annotations
 
@@ -90,15 +90,6 @@ def test_run_with_an_audio_marker_refused(package, images, with_image):
     args += ["--image", str(images["exact"])] if with_image else []
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2 and "exports no audio tower" in result.output
-
-
-def test_audio_tower_is_noted_not_exported(tmp_path):
-    """A checkpoint with an audio tower: the vision package, the note says audio is not run."""
-    checkpoint = save_gemma4(tmp_path / "ckpt", "full", with_audio=True)
-    result = build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
-    assert any("audio tower is not exported" in note for note in result.notes)
-    model = json.loads((tmp_path / "pkg" / "genai_config.json").read_text())["model"]
-    assert model["speech"] == {"config_filename": ""} and "vision" in model
 
 
 def test_pooling_other_than_three_refused(tmp_path):

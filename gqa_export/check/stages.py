@@ -26,11 +26,11 @@ def decoder_stages(config: dict[str, Any]) -> list[tuple[str, str, bool, bool]]:
 
 
 def encoder_stages(config: dict[str, Any]) -> list[tuple[str, str, bool, bool]]:
-    """The vision graph (run once, on the prompt) and the embedding graph (every step) of a
-    multimodal package's genai_config."""
+    """The vision and speech graphs (run once, on the prompt) and the embedding graph (every
+    step) of a multimodal package's genai_config."""
     model = config.get("model") or {}
     stages = []
-    for role, on_gen in (("vision", False), ("embedding", True)):
+    for role, on_gen in (("vision", False), ("speech", False), ("embedding", True)):
         section = model.get(role) or {}
         if section.get("filename"):
             stages.append((section["filename"], role, True, on_gen))

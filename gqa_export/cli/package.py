@@ -74,6 +74,15 @@ def run_command(
             "image marker gets one per image in front.",
         ),
     ] = None,
+    audio: Annotated[
+        Optional[list[Path]],
+        typer.Option(
+            "--audio",
+            metavar="FILE",
+            help="An audio clip (WAV, ...) for a full package with a speech model; a prompt without the "
+            "model's audio marker gets one in front.",
+        ),
+    ] = None,
     adapter: Annotated[
         Optional[list[Path]],
         typer.Option(
@@ -119,13 +128,15 @@ def run_command(
     from gqa_export.package.draft import ngram_options
 
     speculative = ngram_options(ngram, path, (draft_tokens, min_adaptive_k, cooldown))
-    if image:
+    if image or audio:
+        flags = " / ".join(f for f, given in (("--image", image), ("--audio", audio)) if given)
         if adapter or speculative:
-            raise InputError("--adapter and --ngram run text packages; drop --image")
+            raise InputError(f"--adapter and --ngram run text packages; drop {flags}")
         if interactive or chat or system is not None:
-            raise InputError("--image runs one plain prompt: drop --interactive / --chat / --system")
+            raise InputError(f"{flags} runs one plain prompt: drop --interactive / --chat / --system")
         assert text is not None
-        _run_with_images(path, str(value(ep)), text, image, max_new_tokens, (temperature, top_p, top_k, seed), as_json)
+        sampling = (temperature, top_p, top_k, seed)
+        _run_with_media(path, str(value(ep)), text, image or [], audio or [], max_new_tokens, sampling, as_json)
         return
     session = Session(
         path,
@@ -193,16 +204,23 @@ def adapter_command(
     )
 
 
-def _run_with_images(
-    path: Path, ep: str, text: str, images: list[Path], max_new_tokens: int, sampling: tuple, as_json: bool
+def _run_with_media(
+    path: Path,
+    ep: str,
+    text: str,
+    images: list[Path],
+    audios: list[Path],
+    max_new_tokens: int,
+    sampling: tuple,
+    as_json: bool,
 ) -> None:
-    """`run --image`: the prompt and images through the package's multimodal processor."""
+    """`run --image` / `--audio`: the prompt, images and clip through the package's multimodal processor."""
     from gqa_export.runtime.chat import Session
     from gqa_export.runtime.images import generate_with_images
     from gqa_export.runtime.run import Sampling
 
     stream = None if as_json else (lambda piece: print(piece, end="", flush=True))
-    result = generate_with_images(path, ep, text, images, max_new_tokens, Sampling(*sampling), stream)
+    result = generate_with_images(path, ep, text, images, max_new_tokens, Sampling(*sampling), stream, audios)
     if as_json:
         print(json.dumps(Session.result_json(result)))
         return
@@ -210,7 +228,8 @@ def _run_with_images(
     if result.note:
         err.print(f"[yellow]note:[/] {escape(result.note)}", highlight=False)
     err.print(
-        f"[dim]{result.prompt_tokens} prompt tokens ({len(images)} images), {len(result.tokens)} new tokens, "
+        f"[dim]{result.prompt_tokens} prompt tokens ({len(images)} images, {len(audios)} audio clips), "
+        f"{len(result.tokens)} new tokens, "
         f"prefill {result.prefill_ms:.1f} ms, {result.decode_tokens_per_s:.1f} tok/s[/]"
     )
 

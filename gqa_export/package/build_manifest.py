@@ -46,10 +46,10 @@ def build_manifest(
 
 
 def model_manifest(
-    dims: ModelDims, text_config: Any, spec: ArchSpec, multimodal: bool, full: bool = False
+    dims: ModelDims, text_config: Any, spec: ArchSpec, multimodal: bool, full: bool = False, speech: bool = False
 ) -> dict[str, Any]:
     """What was exported: for a multimodal checkpoint, its text decoder, with the vision tower and
-    embedding model when `full`."""
+    embedding model when `full` (and the audio tower when `speech`)."""
     text = f"text decoder only (tensors under '{spec.prefix}', '{spec.lm_head}'); vision/audio towers not exported"
     return {
         "architecture": dims.architecture,
@@ -59,7 +59,8 @@ def model_manifest(
         "kv_cache_layers": list(dims.cache_layers),
         "attention_windows": [layer.window for layer in dims.layers],  # the lints read this, not config.json
         "exported": (
-            f"vision tower (vision.onnx), embedding (embedding.onnx) and text decoder (tensors under '{spec.prefix}')"
+            f"vision tower (vision.onnx), {'audio tower (speech.onnx), ' if speech else ''}embedding (embedding.onnx) "
+            f"and text decoder (tensors under '{spec.prefix}')"
             if full
             else text
             if multimodal

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,14 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
+from gqa_export.graph.encoders.conformer import ConformerDims, build_conformer, conformer_dims
 from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, naflex_vit_dims
 from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtral_dims
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import Params
+from gqa_export.package.audio_processor_config import AUDIO_PROCESSOR, feature_extractor, log_mel_config, mel_bins
 from gqa_export.package.processor_config import (
     naflex_processor_config,
     patch_sequence_processor_config,
@@ -37,12 +39,27 @@ from gqa_export.package.processor_config import (
 from gqa_export.source.weights import WeightStore
 
 VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_config.json"
+SPEECH = "speech.onnx"
 # genai's gemma3 processor expands each <start_of_image> into this many placeholders, whatever the
 # checkpoint says (docs/multimodal.md §1)
 GEMMA3_RUNTIME_IMAGE_TOKENS = 256
 # genai's gemma4 processor trims the padded patches to soft tokens x 3 x 3, whatever the checkpoint
 # says (docs/multimodal.md §13)
 GEMMA4_RUNTIME_POOLING = 3
+
+
+@dataclass(frozen=True)
+class AudioTower:
+    """An audio encoder genai runs as its speech model (docs/multimodal.md §16): read from the
+    checkpoint's audio_config and feature extractor settings."""
+
+    # (hf_config, decoder dims, weights, feature extractor settings) -> the encoder's dims, or InputError
+    read_dims: Callable[[Any, ModelDims, WeightStore, dict[str, Any]], Any]
+    build: Callable[[Any, Params], ir.Model]  # (encoder dims, params) -> the speech graph
+    processor: Callable[[dict[str, Any]], dict[str, Any]]  # feature extractor settings -> its genai config
+    # genai's model.speech.inputs: key -> graph input name (audio_sizes is read by genai, not the graph)
+    inputs: tuple[tuple[str, str], ...] = ()
+    token_keys: tuple[str, ...] = ()  # config token ids written to model.<key> next to audio_token_id
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,7 @@ class VisionTower:
     # (hf_config, preprocessor_config.json) -> notes for the build's summary (a tower that is not
     # exported, a processor rule genai does not follow)
     notes: Callable[[Any, dict[str, Any]], list[str]] = lambda _config, _pre: []
+    audio: AudioTower | None = None  # the checkpoint's audio_config, where it has one, is exported by this
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,9 @@ class MultimodalPlan:
     vision: Any  # the tower's dims (its row's read_dims)
     preprocessor: dict[str, Any]  # the checkpoint's preprocessor_config.json ({} when absent)
     token_ids: dict[str, int] = field(default_factory=dict)  # the tower's token_keys, as the config has them
+    audio: Any = None  # the audio encoder's dims (tower.audio.read_dims), None without an exported one
+    audio_token_id: int | None = None
+    features: dict[str, Any] = field(default_factory=dict)  # the checkpoint's feature extractor settings
 
 
 def full_attention_mode(requested: str, tower: VisionTower) -> str:
@@ -144,8 +165,27 @@ def plan_multimodal(
             raise InputError(f"{key} {value} is not a token of the vocabulary: export with --text-only")
         token_ids[key] = int(value)
     plan = MultimodalPlan(model_type, int(image_id), tower, vision, _preprocessor(source), token_ids)
-    processor_config(plan)  # what the processor writer refuses, before the graphs are built
+    if tower.audio is not None and getattr(hf_config, "audio_config", None) is not None:
+        plan = _with_audio(plan, tower.audio, hf_config, dims, store, source)
+    processor_files(plan)  # what the processor writers refuse, before the graphs are built
     return plan
+
+
+def _with_audio(
+    plan: MultimodalPlan, audio: AudioTower, hf_config: Any, dims: ModelDims, store: WeightStore, source: Path
+) -> MultimodalPlan:
+    """The plan with the checkpoint's audio encoder, or InputError naming what it cannot run."""
+    audio_id = getattr(hf_config, "audio_token_id", None)
+    if audio_id is None or int(audio_id) >= dims.vocab_size:
+        raise InputError(f"audio_token_id {audio_id} is not a token of the vocabulary: export with --text-only")
+    token_ids = dict(plan.token_ids)
+    for key in audio.token_keys:
+        value = getattr(hf_config, key, None)
+        if value is not None and int(value) < dims.vocab_size:
+            token_ids[key] = int(value)
+    features = feature_extractor(source)
+    encoder = audio.read_dims(hf_config, dims, store, features)
+    return replace(plan, audio=encoder, audio_token_id=int(audio_id), features=features, token_ids=token_ids)
 
 
 def _preprocessor(source: Path) -> dict[str, Any]:
@@ -164,9 +204,11 @@ def build_encoders(
 ) -> list[tuple[str, ir.Model]]:
     """The vision and embedding graphs, in the decoder's activation dtype."""
     params = Params(store, dtype)
+    speech = [(SPEECH, plan.tower.audio.build(plan.audio, params))] if plan.tower.audio and plan.audio else []
     return [
         (VISION, plan.tower.build(plan.vision, params)),
-        (EMBEDDING, build_token_embedding(dims, spec, params, plan.image_token_id)),
+        *speech,
+        (EMBEDDING, build_token_embedding(dims, spec, params, plan.image_token_id, plan.audio_token_id)),
     ]
 
 
@@ -195,11 +237,29 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
     }
     for key, section in plan.tower.model_sections:
         model[key] = dict(section)
+    if plan.tower.audio and plan.audio is not None:  # the speech model and its feature extraction (§16)
+        model["audio_token_id"] = plan.audio_token_id
+        model["embedding"]["inputs"]["audio_features"] = "audio_features"
+        model["speech"] = {
+            "filename": SPEECH,
+            "config_filename": AUDIO_PROCESSOR,
+            "session_options": session,
+            "inputs": dict(plan.tower.audio.inputs),
+            "outputs": {"audio_features": "audio_features"},
+        }
 
 
 def processor_config(plan: MultimodalPlan) -> dict[str, Any]:
     """processor_config.json: the onnxruntime-extensions transforms reproducing HF's pixel_values."""
     return plan.tower.processor(plan.vision, plan.preprocessor)
+
+
+def processor_files(plan: MultimodalPlan) -> list[tuple[str, dict[str, Any]]]:
+    """The processor configs genai reads: the image one, and the audio one with a speech model."""
+    files = [(PROCESSOR, processor_config(plan))]
+    if plan.tower.audio and plan.audio is not None:
+        files.append((AUDIO_PROCESSOR, plan.tower.audio.processor(plan.features)))
+    return files
 
 
 def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledVitDims:
@@ -244,10 +304,23 @@ def _gemma4_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> AxialVi
     return vision
 
 
-def _audio_note(hf_config: Any, _pre: dict[str, Any]) -> list[str]:
-    if getattr(hf_config, "audio_config", None) is None:
-        return []
-    return ["the audio tower is not exported: the package takes text and images (audio input is not run)"]
+def _conformer_dims(hf_config: Any, dims: ModelDims, store: WeightStore, features: dict[str, Any]) -> ConformerDims:
+    return conformer_dims(hf_config, dims.hidden_size, store, mel_bins(features))
+
+
+# Gemma-4's audio tower: genai feeds the log-mel frames as audio_embeds and their mask under the
+# name speech.inputs.attention_mask names; it reads audio_sizes itself (docs/multimodal.md §16)
+CONFORMER = AudioTower(
+    _conformer_dims,
+    build_conformer,
+    log_mel_config,
+    inputs=(
+        ("audio_embeds", "audio_embeds"),
+        ("attention_mask", "input_features_mask"),
+        ("audio_sizes", "audio_sizes"),
+    ),
+    token_keys=("boa_token_id",),
+)
 
 
 def _lfm2_vl_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> NaflexDims:
@@ -295,7 +368,7 @@ TOWERS: dict[str, VisionTower] = {
         vision_inputs=("pixel_values", "pixel_position_ids"),
         # an MMM type: without this genai looks for audio_processor_config.json and fails to load
         model_sections=(("speech", {"config_filename": ""}),),
-        notes=_audio_note,
+        audio=CONFORMER,
     ),
     # SigLIP2 NaFlex + pixel-unshuffle projector (§14); genai's lfm2_vl processor pads every image's
     # patches to max_num_patches and expands <image> to <|image_start|> + n <image> + <|image_end|>

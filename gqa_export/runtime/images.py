@@ -1,8 +1,9 @@
-"""`gqa-export run PKG --image FILE --prompt TEXT`: generation from a full multimodal package
-through onnxruntime-genai's MultiModalProcessor (docs/multimodal.md §2).
+"""`gqa-export run PKG --image FILE [--audio FILE] --prompt TEXT`: generation from a full
+multimodal package through onnxruntime-genai's MultiModalProcessor (docs/multimodal.md §2, §16).
 
-The processor expands each image marker of the prompt into the model's image block; a prompt
-without a marker gets one per image in front of it, so `--prompt "Describe it"` works as is.
+The processor expands each image (and audio) marker of the prompt into the model's block; a
+prompt without a marker gets one per image (and clip) in front of it, so `--prompt "Describe it"`
+works as is.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ IMAGE_MARKERS = {
 # markers genai 0.18's processor merges when adjacent: the run takes the first image, the other
 # images' blocks go after the first [INST] or in front of the prompt (docs/multimodal.md §12)
 RUN_AS_ONE_IMAGE = frozenset({"[IMG]"})
-# genai model type -> prompt markers of towers gqa-export does not export (docs/multimodal.md §13.5)
-UNEXPORTED_MARKERS = {"gemma4": ("<|audio>", "<|audio|>")}
+# genai model type -> prompt markers of an audio tower, refused where the package has no speech
+# model (docs/multimodal.md §13.5); the first is the one `run --audio` inserts (§16.4)
+UNEXPORTED_MARKERS = {"gemma4": ("<|audio|>", "<|audio>")}
 # genai model types whose vision step fails unless every image of a prompt resizes to the same
 # patch count (gemma4 in 0.18: a buffer sized for one image's tokens, docs/multimodal.md §13)
 ONE_IMAGE_SIZE = {"gemma4"}
@@ -85,6 +87,23 @@ def check_unexported_markers(package: Path, prompt: str) -> None:
             raise InputError(f"the prompt has {marker}, but this package exports no audio tower: remove the marker")
 
 
+def audio_marker(package: Path, prompt: str, clips: int) -> str:
+    """The prompt with the package's audio marker: as written when it has one, else put in
+    front. genai 0.18 runs one clip per prompt (its gemma4 processor refuses more)."""
+    model = ((read_json(package / "genai_config.json") or {}).get("model")) or {}
+    markers = UNEXPORTED_MARKERS.get(str(model.get("type")), ())
+    if not (model.get("speech") or {}).get("filename") or not markers:
+        raise InputError(
+            f"{package} has no speech model: --audio needs a package built from a checkpoint with an audio tower"
+        )
+    if clips != 1:
+        raise InputError(f"onnxruntime-genai runs one audio clip per prompt, got {clips} --audio files: give one")
+    found = prompt.count(markers[0])
+    if found > 1:
+        raise InputError(f"the prompt has {found} '{markers[0]}' markers for one --audio file: keep one")
+    return prompt if found else markers[0] + prompt
+
+
 def _check_image_sizes(package: Path, inputs: object, images: int) -> None:
     """Refuse, in one line, images onnxruntime-genai would fail on with a buffer-shape error."""
     model_type = ((read_json(package / "genai_config.json") or {}).get("model") or {}).get("type")
@@ -106,19 +125,26 @@ def generate_with_images(
     max_new_tokens: int,
     sampling: Sampling,
     on_text: Callable[[str], None] | None = None,
+    audios: list[Path] | None = None,
 ) -> GenerationResult:
-    """Process (prompt, images), then generate, calling `on_text` with each decoded piece."""
+    """Process (prompt, images, audio), then generate, calling `on_text` with each decoded piece."""
     import onnxruntime_genai as og
 
-    for image in images:
-        if not image.is_file():
-            raise InputError(f"--image {image}: no such file")
-    text = with_markers(prompt, image_marker(package), len(images))
+    for flag, files in (("--image", images), ("--audio", audios or [])):
+        for file in files:
+            if not file.is_file():
+                raise InputError(f"{flag} {file}: no such file")
+    text = audio_marker(package, prompt, len(audios)) if audios else prompt  # after the image markers
+    text = with_markers(text, image_marker(package), len(images)) if images else text
     bos = bos_text(package)
     if bos and not text.startswith(bos):  # HF's processor tokenizes with the BOS; genai's never adds it
         text = bos + text
     model = load(package, ep)
-    inputs = model.create_multimodal_processor()(text, images=og.Images.open(*map(str, images)))
+    payload = {
+        "images": og.Images.open(*map(str, images)) if images else None,
+        "audios": og.Audios.open(*map(str, audios)) if audios else None,
+    }
+    inputs = model.create_multimodal_processor()(text, **payload)
     prompt_tokens = int(inputs["input_ids"].as_numpy().shape[-1])
     _check_image_sizes(package, inputs, len(images))
     room = check_prompt_fits(package, prompt_tokens)

@@ -1,5 +1,5 @@
-"""The embedding model of a multimodal package: input_ids + image_features -> inputs_embeds
-(docs/multimodal.md §5).
+"""The embedding model of a multimodal package: input_ids + image_features (+ audio_features) ->
+inputs_embeds (docs/multimodal.md §5, §14).
 
 Every id is embedded as the decoder embeds it (the same table and multiplier). Then the k-th
 image placeholder of the flattened batch takes feature row k, but only where row k exists:
@@ -23,7 +23,11 @@ OPSETS = {"": 21}
 B, S = "batch_size", "sequence_length"
 
 
-def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image_token_id: int) -> ir.Model:
+def build_token_embedding(
+    dims: ModelDims, spec: ArchSpec, params: Params, image_token_id: int, audio_token_id: int | None = None
+) -> ir.Model:
+    """input_ids + image_features (+ audio_features where the package has a speech model) ->
+    inputs_embeds: each kind of placeholder takes the rows of its own features (§5, §14)."""
     b = GraphBuilder("gqa_export_embedding", OPSETS)
     dtype, hidden = params.dtype, dims.hidden_size
     input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
@@ -31,6 +35,7 @@ def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image
     # after it an empty [0, hidden] (docs/multimodal.md §2)
     features = ir.Value(name="image_features", type=ir.TensorType(dtype), shape=None)
     b.graph.inputs.append(features)
+    audio = b.input("audio_features", dtype, ["num_audio_tokens", hidden]) if audio_token_id is not None else None
     table = spec.tensor(spec.embed)
     with b.scope("embed_tokens"):
         h = b.op("Gather", b.initializer(table, params.matrix(table)), placeholders_as_pad(b, input_ids, dims))
@@ -38,21 +43,39 @@ def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image
             scale = b.const(np.array(dims.embedding_multiplier, NUMPY_DTYPES[dtype]), "scale")
             h = b.op("Mul", h, scale)
     with b.scope("image_features"):
-        features = b.op("Reshape", features, b.const([-1, hidden], "feature_rows", "int64"))
-        flat_ids = b.op("Reshape", input_ids, b.const([-1], "flat", "int64"))
-        is_image = b.op("Equal", flat_ids, b.const(image_token_id, "image_token_id", "int64"))
-        rank = b.op("Sub", b.op("CumSum", b.op("Cast", is_image, to=ir.DataType.INT64), b.const(0, "axis", "int64")),
-                    b.const(1, "one", "int64"))  # fmt: skip
-        rows = b.op("Shape", features, start=0, end=1)
-        has_row = placeholders_with_row(b, is_image, rank, rows)
-        index = b.op("Where", has_row, rank, rows)
-        zero_row = b.const(np.zeros((1, hidden), NUMPY_DTYPES[dtype]), "zero_row")
-        gathered = b.op("Gather", b.op("Concat", features, zero_row, axis=0), index)
-        flat_h = b.op("Reshape", h, b.const([-1, hidden], "rows", "int64"))
-        merged = b.op("Where", b.op("Unsqueeze", has_row, b.const([1], "last", "int64")), gathered, flat_h)
-        out = b.op("Reshape", merged, b.op("Shape", h))
+        out = _merge(b, h, input_ids, features, image_token_id, hidden, dtype, "image_token_id")
+    if audio is not None and audio_token_id is not None:
+        with b.scope("audio_features"):
+            out = _merge(b, out, input_ids, audio, audio_token_id, hidden, dtype, "audio_token_id")
     b.output(typed(out, dtype, [B, S, hidden]), "inputs_embeds", dtype, [B, S, hidden])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
+
+
+def _merge(
+    b: GraphBuilder,
+    h: ir.Value,
+    input_ids: ir.Value,
+    features: ir.Value,
+    token_id: int,
+    hidden: int,
+    dtype: ir.DataType,
+    id_name: str,
+) -> ir.Value:
+    """h with the k-th `token_id` placeholder of the flattened batch replaced by feature row k,
+    where that row exists."""
+    features = b.op("Reshape", features, b.const([-1, hidden], "feature_rows", "int64"))
+    flat_ids = b.op("Reshape", input_ids, b.const([-1], "flat", "int64"))
+    is_token = b.op("Equal", flat_ids, b.const(token_id, id_name, "int64"))
+    rank = b.op("Sub", b.op("CumSum", b.op("Cast", is_token, to=ir.DataType.INT64), b.const(0, "axis", "int64")),
+                b.const(1, "one", "int64"))  # fmt: skip
+    rows = b.op("Shape", features, start=0, end=1)
+    has_row = placeholders_with_row(b, is_token, rank, rows)
+    index = b.op("Where", has_row, rank, rows)
+    zero_row = b.const(np.zeros((1, hidden), NUMPY_DTYPES[dtype]), "zero_row")
+    gathered = b.op("Gather", b.op("Concat", features, zero_row, axis=0), index)
+    flat_h = b.op("Reshape", h, b.const([-1, hidden], "rows", "int64"))
+    merged = b.op("Where", b.op("Unsqueeze", has_row, b.const([1], "last", "int64")), gathered, flat_h)
+    return b.op("Reshape", merged, b.op("Shape", h))
 
 
 def placeholders_as_pad(b: GraphBuilder, input_ids: ir.Value, dims: ModelDims) -> ir.Value:
