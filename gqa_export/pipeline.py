@@ -237,6 +237,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             embeds_with_ids=mm is not None and mm.tower.image_runs_bidirectional,
             hidden_states=io.hidden_states,
             mrope_positions=io.mrope_positions or (mm is not None and mm.tower.mrope_positions),
+            layer_feature_slices=mm.feature_slices if mm else 0,
             lora_targets=opts.lora_targets,
             packed_qkv=recipe.attention.packed_qkv and EPS[opts.ep].packed_qkv,
             mode=graph.mode,

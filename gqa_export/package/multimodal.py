@@ -68,6 +68,9 @@ class VisionTower:
     model_sections: tuple[tuple[str, dict[str, Any]], ...] = ()
     # (hf_config) -> notes for the build's summary (a tower that is not exported)
     notes: Callable[[Any], list[str]] = lambda _config: []
+    # tower dims -> feature sets past the main one, added after the decoder's first layers: they
+    # ride in a widened image_features / inputs_embeds (Qwen3-VL's deepstack, docs/multimodal.md §11.5)
+    feature_slices: Callable[[Any], int] = lambda _dims: 0
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class MultimodalPlan:
     vision: Any  # the tower's dims (its row's read_dims)
     preprocessor: dict[str, Any]  # the checkpoint's preprocessor_config.json ({} when absent)
     token_ids: dict[str, int] = field(default_factory=dict)  # the tower's token_keys, as the config has them
+
+    @property
+    def feature_slices(self) -> int:
+        return self.tower.feature_slices(self.vision)
 
 
 def full_attention_mode(requested: str, tower: VisionTower) -> str:
@@ -156,7 +163,7 @@ def build_encoders(
     params = Params(store, dtype)
     return [
         (VISION, plan.tower.build(plan.vision, params)),
-        (EMBEDDING, build_token_embedding(dims, spec, params, plan.image_token_id)),
+        (EMBEDDING, build_token_embedding(dims, spec, params, plan.image_token_id, plan.feature_slices)),
     ]
 
 
@@ -167,6 +174,8 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
     model["type"] = plan.model_type
     model["image_token_id"] = plan.image_token_id
     model.update(plan.token_ids)
+    if plan.feature_slices:  # genai sizes image_features and inputs_embeds by it (§11.5)
+        model["decoder"]["hidden_size"] *= 1 + plan.feature_slices
     session = model["decoder"]["session_options"]
     model["vision"] = {
         "filename": VISION,
@@ -215,6 +224,7 @@ def _qwen_row(interleaved: bool) -> VisionTower:
         mrope_interleaved=interleaved,
         image_runs_bidirectional=False,
         token_keys=("video_token_id", "vision_start_token_id"),
+        feature_slices=lambda t: t.feature_slices,
     )
 
 

@@ -6,6 +6,10 @@ image placeholder of the flattened batch takes feature row k, but only where row
 onnxruntime-genai runs this model on every step and, after the prompt, passes image_features
 with 0 rows, so a generated placeholder id is embedded as the token it is, as HF does. The rows
 are gathered from the features with one zero row appended, so an index never falls outside them.
+
+With k more feature sets per image token (Qwen3-VL's deepstack, docs/multimodal.md §11.5) the
+feature rows are hidden·(1 + k) wide and so is inputs_embeds: the embeddings, then each set's
+row at the placeholders that take one and zeros everywhere else (the decoder adds them).
 """
 
 from __future__ import annotations
@@ -23,9 +27,12 @@ OPSETS = {"": 21}
 B, S = "batch_size", "sequence_length"
 
 
-def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image_token_id: int) -> ir.Model:
+def build_token_embedding(
+    dims: ModelDims, spec: ArchSpec, params: Params, image_token_id: int, feature_slices: int = 0
+) -> ir.Model:
     b = GraphBuilder("gqa_export_embedding", OPSETS)
     dtype, hidden = params.dtype, dims.hidden_size
+    wide = hidden * (1 + feature_slices)
     input_ids = b.input("input_ids", ir.DataType.INT64, [B, S])
     # no declared rank: on the prompt genai passes the vision output ([images, tokens, hidden]),
     # after it an empty [0, hidden] (docs/multimodal.md §2)
@@ -38,7 +45,7 @@ def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image
             scale = b.const(np.array(dims.embedding_multiplier, NUMPY_DTYPES[dtype]), "scale")
             h = b.op("Mul", h, scale)
     with b.scope("image_features"):
-        features = b.op("Reshape", features, b.const([-1, hidden], "feature_rows", "int64"))
+        features = b.op("Reshape", features, b.const([-1, wide], "feature_rows", "int64"))
         flat_ids = b.op("Reshape", input_ids, b.const([-1], "flat", "int64"))
         is_image = b.op("Equal", flat_ids, b.const(image_token_id, "image_token_id", "int64"))
         rank = b.op("Sub", b.op("CumSum", b.op("Cast", is_image, to=ir.DataType.INT64), b.const(0, "axis", "int64")),
@@ -46,12 +53,20 @@ def build_token_embedding(dims: ModelDims, spec: ArchSpec, params: Params, image
         rows = b.op("Shape", features, start=0, end=1)
         has_row = placeholders_with_row(b, is_image, rank, rows)
         index = b.op("Where", has_row, rank, rows)
-        zero_row = b.const(np.zeros((1, hidden), NUMPY_DTYPES[dtype]), "zero_row")
+        zero_row = b.const(np.zeros((1, wide), NUMPY_DTYPES[dtype]), "zero_row")
         gathered = b.op("Gather", b.op("Concat", features, zero_row, axis=0), index)
+        stacked = None
+        if feature_slices:  # the rows past `hidden`: zero where no feature row is (the appended row)
+            widths = b.const([hidden, wide - hidden], "widths", "int64")
+            gathered, stacked = b.op_multi("Split", gathered, widths, axis=-1, outputs=2)
         flat_h = b.op("Reshape", h, b.const([-1, hidden], "rows", "int64"))
         merged = b.op("Where", b.op("Unsqueeze", has_row, b.const([1], "last", "int64")), gathered, flat_h)
-        out = b.op("Reshape", merged, b.op("Shape", h))
-    b.output(typed(out, dtype, [B, S, hidden]), "inputs_embeds", dtype, [B, S, hidden])
+        shape = b.op("Shape", h)
+        if stacked is not None:
+            merged = b.op("Concat", merged, stacked, axis=-1)
+            shape = b.op("Concat", b.op("Shape", h, start=0, end=2), b.const([wide], "width", "int64"), axis=0)
+        out = b.op("Reshape", merged, shape)
+    b.output(typed(out, dtype, [B, S, wide]), "inputs_embeds", dtype, [B, S, wide])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
