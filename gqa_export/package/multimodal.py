@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,14 @@ from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtra
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
-from gqa_export.graph.params import Params
+from gqa_export.graph.params import WIDER_THAN_IO_META, Params
 from gqa_export.package.processor_config import (
     patch_sequence_processor_config,
     pixtral_processor_config,
     qwen_tower_processor_config,
     square_image_processor_config,
 )
+from gqa_export.quant.quantize import PrecisionPlan, plan_precision, quantize
 from gqa_export.source.weights import WeightStore
 
 VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_config.json"
@@ -156,13 +157,41 @@ def _preprocessor(source: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+ENCODER_PRECISIONS = ("float", "int8")
+
+
+def encoder_plan(precision: str, ep: str, dtype: ir.DataType) -> PrecisionPlan | None:
+    """The vision graph's weight plan: None (float, the default), or 8-bit MatMulNBits linears
+    (the EP's int8 block size and symmetry) with the decoder's activation dtype and accuracy level
+    0, float compute: the tower runs once per image, and int8 activations (CPU's level 4) raised
+    the feature error from 0.8-3.3 % to 1.1-4.0 % (docs/multimodal.md §14, probed)."""
+    if precision not in ENCODER_PRECISIONS:
+        raise InputError(f"unknown --encoder-precision '{precision}'; choose {' or '.join(ENCODER_PRECISIONS)}")
+    if precision == "float":
+        return None
+    return replace(plan_precision(ep, "int8"), io_dtype=dtype, logits_dtype=dtype, accuracy_level=0)
+
+
 def build_encoders(
-    plan: MultimodalPlan, dims: ModelDims, spec: ArchSpec, store: WeightStore, dtype: ir.DataType
+    plan: MultimodalPlan,
+    dims: ModelDims,
+    spec: ArchSpec,
+    store: WeightStore,
+    dtype: ir.DataType,
+    vision_weights: PrecisionPlan | None = None,
 ) -> list[tuple[str, ir.Model]]:
-    """The vision and embedding graphs, in the decoder's activation dtype."""
+    """The vision and embedding graphs, in the decoder's activation dtype; with `vision_weights`
+    the vision graph's linears quantized (the embedding's table stays float: a lookup, no compute)."""
     params = Params(store, dtype)
+    vision = plan.tower.build(plan.vision, params)
+    if vision_weights is not None:
+        for value in vision.graph.initializers.values():  # float32 constants (angles, position grids) stay so
+            tensor = value.const_value
+            if tensor is not None and tensor.dtype.is_floating_point() and tensor.dtype != dtype:
+                value.meta[WIDER_THAN_IO_META] = True
+        quantize(vision, vision_weights)
     return [
-        (VISION, plan.tower.build(plan.vision, params)),
+        (VISION, vision),
         (EMBEDDING, build_token_embedding(dims, spec, params, plan.image_token_id, plan.feature_slices)),
     ]
 
