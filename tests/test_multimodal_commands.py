@@ -97,6 +97,27 @@ def test_run_with_images_inserts_the_marker(package, images):
     ids, _, tokens = genai_generate(package, "<|begin_of_text|><start_of_image><start_of_image>Look at this", files)
     assert ids[0, 0] == 0  # the BOS HF's processor writes (the fixture tokenizer adds it; genai's processor never)
     assert report["prompt_tokens"] == ids.shape[1] and report["new_tokens"] == len(tokens) == NEW
+    # one generation loop with the text prompts (runtime/run._generate): the same --json fields,
+    # prefill up to the first token, tokens/s over the tokens after it
+    text = CliRunner().invoke(app, ["run", str(package), "--prompt", "Look", "--max-new-tokens", "2", "--json"])
+    assert set(json.loads(text.stdout)) == set(report)
+    assert report["prefill_ms"] > 0 and report["decode_tokens_per_s"] > 0
+
+
+def test_run_with_images_explains_a_load_failure(package, images, tmp_path):
+    """A package genai cannot load (vision.onnx not a graph): one line saying so, exit 2."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    broken = tmp_path / "broken"
+    shutil.copytree(package, broken)
+    (broken / "vision.onnx").write_bytes(b"not a graph")
+    result = CliRunner().invoke(app, ["run", str(broken), "--image", str(images["exact"]), "--prompt", "x"])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "cannot load" in errors[0], result.output
 
 
 @pytest.mark.parametrize(
