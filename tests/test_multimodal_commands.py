@@ -227,3 +227,16 @@ def test_mutant_int4_encoder_breaks_the_bound(package, checkpoint, tmp_path, mon
 
     monkeypatch.setattr(pipeline, "encoder_plan", four_bits)
     assert _int8_error(checkpoint, package, tmp_path / "int4") > 2e-2
+
+
+def test_processor_ignores_a_list_of_prompts(package, images):
+    """genai 0.18's Gemma processor reads no list of prompts (docs/multimodal.md §15): with images,
+    a list gives the ids of an empty prompt, one row; no batch of image prompts can run."""
+    import onnxruntime_genai as og
+
+    processor = og.Model(str(package)).create_multimodal_processor()
+    files = [str(images["exact"]), str(images["resized"])]
+    prompts = ["A<start_of_image> one", "B<start_of_image> two"]
+    listed = processor(prompts, images=og.Images.open(*files))["input_ids"].as_numpy()
+    empty = processor("", images=og.Images.open(*files))["input_ids"].as_numpy()
+    assert listed.shape[0] == 1 and np.array_equal(listed, empty)
