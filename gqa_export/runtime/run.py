@@ -20,6 +20,7 @@ from typing import Any
 from gqa_export.eps import CPU, EPS, by_genai_provider
 from gqa_export.errors import InputError, SmokeRunError
 from gqa_export.jsonio import read_json
+from gqa_export.runtime.acceptance import acceptance
 
 SMOKE_PROMPT = "Hello"
 SMOKE_NEW_TOKENS = 16
@@ -257,33 +258,6 @@ def _generate(
 def prompt_length(prompt: list[int] | Any) -> int:
     """Tokens in a prompt: token ids, or a multimodal processor's named inputs (their input_ids)."""
     return len(prompt) if isinstance(prompt, list) else int(prompt["input_ids"].as_numpy().shape[-1])
-
-
-# get_speculative_stats() keys reported by `run --json` (docs/speculative.md §6)
-ACCEPTANCE_KEYS = (
-    "rounds",
-    "draft_tokens_proposed",
-    "draft_tokens_evaluated",
-    "draft_tokens_accepted",
-    "acceptance_rate",
-    "bonus_tokens",
-    "correction_tokens",
-    "target_forward_passes",
-    "draft_forward_passes",
-    "effective_k",
-    "mean_emitted_tokens_per_round",
-    "standard_fallback_steps",
-    "ngram_lookup_hits",
-    "ngram_lookup_misses",
-)
-
-
-def acceptance(generator: Any) -> dict[str, Any]:
-    """The generator's speculative statistics ({} where it drafted nothing: a plain run)."""
-    stats = generator.get_speculative_stats() if hasattr(generator, "get_speculative_stats") else {}
-    if not stats or not (stats.get("rounds") or stats.get("standard_fallback_steps")):
-        return {}
-    return {key: round(v, 4) if isinstance(v := stats.get(key), float) else v for key in ACCEPTANCE_KEYS}
 
 
 def generate_greedy(
