@@ -1,6 +1,7 @@
 """Export time and peak memory of `gqa-export build` vs the checkpoint size.
 
-    python benchmarks/export_memory.py [--shape 150m|1b|qwen3_5-230m|deepseek_v3-1g] [--precision fp32|fp16|int4]
+    python benchmarks/export_memory.py [--shape 150m|1b|qwen3_5-230m|deepseek_v3-1g|qwen3_vl-vit1152]
+                                       [--precision fp32|fp16|int4]
                                        [--ep cpu|cuda]
 
 Peak RSS of the whole build process (fetch -> package, smoke run off) comes from wait4() on that
@@ -9,7 +10,9 @@ written by benchmarks/random_llama.py, the hybrid one (a Qwen3.5 text decoder: g
 layers with a conv and a recurrent state, every fourth layer gated attention) by
 benchmarks/random_hybrid.py, the mixture of experts (DeepSeek-V3's 256 routed experts, top 8 in
 grouped routing, 1 shared expert, dense first layers, latent attention, on a 512 hidden size) by
-benchmarks/random_deepseek.py.
+benchmarks/random_deepseek.py, the multimodal one (Qwen3-VL-8B's vision tower with its deepstack
+mergers in front of a small text decoder; the build writes vision.onnx, embedding.onnx and the
+decoder) by benchmarks/random_vlm.py.
 """
 
 from __future__ import annotations
@@ -27,7 +30,11 @@ from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results" / "export_memory.md"
 # the maker of each shape that benchmarks/random_llama.py does not write
-MAKERS = {"qwen3_5-230m": "random_hybrid.py", "deepseek_v3-1g": "random_deepseek.py"}
+MAKERS = {
+    "qwen3_5-230m": "random_hybrid.py",
+    "deepseek_v3-1g": "random_deepseek.py",
+    "qwen3_vl-vit1152": "random_vlm.py",
+}
 
 
 def folder_bytes(path: Path) -> int:
@@ -40,6 +47,7 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--ep", default="cpu")
     parser.add_argument("--dtype", default="bf16", help="checkpoint dtype")
+    parser.add_argument("--encoder-precision", default=None, help="a multimodal shape's vision model: float|int8")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         # The checkpoint is written by a separate process: a child forked from a parent that held
@@ -53,6 +61,8 @@ def main() -> None:
         out = Path(tmp) / "pkg"
         cmd = ["gqa-export", "build", str(ckpt), "-o", str(out), "--ep", args.ep, "--precision", args.precision,
                "--no-smoke", "-q"]  # fmt: skip
+        if args.encoder_precision:
+            cmd += ["--encoder-precision", args.encoder_precision]
         start = time.perf_counter()
         child = subprocess.Popen(cmd)
         _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage, not all children's
@@ -63,8 +73,10 @@ def main() -> None:
         ckpt_bytes = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
         pkg_bytes = folder_bytes(out)
         shutil.rmtree(out)
+    encoders = f", vision {args.encoder_precision}" if args.encoder_precision else ""
     row = (
-        f"| {date.today()} | {args.shape} {args.dtype} | {args.ep} {args.precision} | {ckpt_bytes / 2**20:.0f} MiB "
+        f"| {date.today()} | {args.shape} {args.dtype} | {args.ep} {args.precision}{encoders} "
+        f"| {ckpt_bytes / 2**20:.0f} MiB "
         f"| {pkg_bytes / 2**20:.0f} MiB | {peak / 2**20:.0f} MiB | {peak / ckpt_bytes:.2f}x | {seconds:.1f} s |"
     )
     print(row)

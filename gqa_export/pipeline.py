@@ -35,6 +35,7 @@ from gqa_export.package.multimodal import (
     add_config_sections,
     build_encoders,
     check_full_options,
+    encoder_plan,
     full_attention_mode,
     plan_multimodal,
     processor_files,
@@ -89,6 +90,7 @@ class BuildOptions:
     kv: KvQuantOptions = field(default_factory=KvQuantOptions)  # int8/int4 KV cache
     text_only: bool = False  # a multimodal checkpoint's text decoder alone (docs/multimodal.md §1)
     lora_targets: tuple[str, ...] = ()  # modules that get LoRA graph inputs (docs/lora.md)
+    encoder_precision: str = "float"  # float | int8: a full package's vision linears (docs/multimodal.md §17)
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     # the recipe's full package is for its checkpoints with a vision tower (docs/multimodal.md §1)
     if recipe.multimodal_model_type and not opts.text_only and getattr(hf_config, "vision_config", None) is not None:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
+    vision_weights = encoder_plan(opts.encoder_precision, opts.ep, plan.io_dtype)
+    if vision_weights is not None and not mm:
+        raise InputError("--encoder-precision int8 is for a full multimodal package's vision model: drop it")
     runs = get_spec(recipe.arch).bidirectional
     ids = bidirectional_ids(runs, recipe.attention.bidirectional_token_ids, hf_config, opts.bidirectional_ids)
     ids_requested = opts.bidirectional_ids is not None or bool(recipe.attention.bidirectional_token_ids)
@@ -236,6 +241,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             embeds_with_ids=mm is not None and mm.tower.image_runs_bidirectional,
             hidden_states=io.hidden_states,
             mrope_positions=io.mrope_positions or (mm is not None and mm.tower.mrope_positions),
+            layer_feature_slices=mm.feature_slices if mm else 0,
             lora_targets=opts.lora_targets,
             packed_qkv=recipe.attention.packed_qkv and EPS[opts.ep].packed_qkv,
             mode=graph.mode,
@@ -267,7 +273,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             to_qdq(model)
     check_ep_graph(opts.ep, models)
 
-    encoders = build_encoders(mm, dims, spec, store, plan.io_dtype) if mm else []
+    encoders = build_encoders(mm, dims, spec, store, plan.io_dtype, vision_weights) if mm else []
     check_ep_graph(opts.ep, [model for _, model in encoders])  # e.g. WebGPU's per-tensor limit
     reporter.stage("package")
     stages = [
@@ -321,6 +327,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest["options"]["kv_cache"] = kv_cache
         if opts.lora_targets:
             manifest["options"]["lora_targets"] = list(opts.lora_targets)
+        if vision_weights is not None and mm:  # docs/multimodal.md §17
+            manifest["options"]["encoder_precision"] = opts.encoder_precision
         speech = mm is not None and mm.audio is not None
         manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None, speech)
         if opts.smoke and not io.runnable:

@@ -55,9 +55,12 @@ def _qwen3_5_text(moe: bool) -> dict[str, Any]:
 # kind -> (config class, model class, text_config, vision_config, preprocessor_config.json)
 KINDS: dict[str, tuple[str, str, Any, dict[str, Any], dict[str, Any]]] = {
     "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", lambda: TEXT, VISION, PREPROCESSOR),
-    # deepstack-free: no deepstack mergers (the published Qwen3-VL has them: refused)
+    # deepstack-free: no deepstack mergers
     "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", lambda: TEXT3,
                  {**VISION3, "deepstack_visual_indexes": []}, PREPROCESSOR3),
+    # as published: deepstack mergers after both tower blocks, added after both decoder layers (§11.5)
+    "qwen3_vl_deepstack": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", lambda: TEXT3,
+                           {**VISION3, "deepstack_visual_indexes": [0, 1]}, PREPROCESSOR3),
     "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration", lambda: _qwen3_5_text(False), VISION3,
                 PREPROCESSOR3),
     "qwen3_5_moe": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration", lambda: _qwen3_5_text(True), VISION3,

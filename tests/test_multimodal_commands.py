@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from gemma3_full import NEW, genai_generate
@@ -96,6 +97,27 @@ def test_run_with_images_inserts_the_marker(package, images):
     ids, _, tokens = genai_generate(package, "<|begin_of_text|><start_of_image><start_of_image>Look at this", files)
     assert ids[0, 0] == 0  # the BOS HF's processor writes (the fixture tokenizer adds it; genai's processor never)
     assert report["prompt_tokens"] == ids.shape[1] and report["new_tokens"] == len(tokens) == NEW
+    # one generation loop with the text prompts (runtime/run._generate): the same --json fields,
+    # prefill up to the first token, tokens/s over the tokens after it
+    text = CliRunner().invoke(app, ["run", str(package), "--prompt", "Look", "--max-new-tokens", "2", "--json"])
+    assert set(json.loads(text.stdout)) == set(report)
+    assert report["prefill_ms"] > 0 and report["decode_tokens_per_s"] > 0
+
+
+def test_run_with_images_explains_a_load_failure(package, images, tmp_path):
+    """A package genai cannot load (vision.onnx not a graph): one line saying so, exit 2."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    broken = tmp_path / "broken"
+    shutil.copytree(package, broken)
+    (broken / "vision.onnx").write_bytes(b"not a graph")
+    result = CliRunner().invoke(app, ["run", str(broken), "--image", str(images["exact"]), "--prompt", "x"])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "cannot load" in errors[0], result.output
 
 
 @pytest.mark.parametrize(
@@ -159,3 +181,62 @@ def test_processor_config_reads_the_checkpoint_preprocessor(checkpoint, tmp_path
     assert attrs["Resize"] == {"height": 64, "width": 64, "interpolation": "CUBIC", "keep_aspect_ratio": 0}
     assert attrs["Rescale"] == {"rescale_factor": 0.5}
     assert attrs["Normalize"] == {"mean": pre["image_mean"], "std": pre["image_std"]}
+
+
+def _vision_features(package: Path) -> np.ndarray:
+    import onnxruntime as ort
+
+    pixels = np.random.default_rng(0).uniform(-1, 1, (1, 3, 64, 64)).astype(np.float32)
+    session = ort.InferenceSession(str(package / "vision.onnx"), providers=["CPUExecutionProvider"])
+    return session.run(None, {"pixel_values": pixels})[0]
+
+
+def _int8_error(checkpoint: Path, package: Path, out: Path) -> float:
+    build(BuildOptions(str(checkpoint), out, smoke=False, encoder_precision="int8"))
+    reference = _vision_features(package)
+    return float(np.linalg.norm(_vision_features(out) - reference) / np.linalg.norm(reference))
+
+
+def test_int8_encoder_within_its_bound(package, checkpoint, images, tmp_path):
+    """--encoder-precision int8 (docs/multimodal.md §17): the vision linears in 8-bit MatMulNBits,
+    the embedding float; features within 2 % (relative, measured 0.75 %) of the float package's and
+    the same greedy tokens with an image; refused with --text-only."""
+    out = tmp_path / "int8"
+    assert _int8_error(checkpoint, package, out) < 2e-2
+    nodes = onnx.load(str(out / "vision.onnx"), load_external_data=False).graph.node
+    bits = {a.i for n in nodes if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"}
+    assert bits == {8} and (out / "embedding.onnx.data").read_bytes() == (package / "embedding.onnx.data").read_bytes()
+    assert json.loads((out / "manifest.json").read_text())["options"]["encoder_precision"] == "int8"
+    prompt = "Look<start_of_image> at this"
+    assert genai_generate(out, prompt, [images["exact"]])[2] == genai_generate(package, prompt, [images["exact"]])[2]
+    with pytest.raises(InputError, match="--encoder-precision int8 is for a full multimodal package"):
+        build(BuildOptions(str(checkpoint), tmp_path / "t", smoke=False, text_only=True, encoder_precision="int8"))
+
+
+def test_mutant_int4_encoder_breaks_the_bound(package, checkpoint, tmp_path, monkeypatch):
+    """The same plan with 4-bit weights leaves the 2 % bound: it is one 8-bit weights keep."""
+    import dataclasses
+
+    from gqa_export import pipeline
+
+    plan = pipeline.encoder_plan
+
+    def four_bits(precision, ep, dtype):
+        found = plan(precision, ep, dtype)
+        return found and dataclasses.replace(found, nbits=dataclasses.replace(found.nbits, bits=4))
+
+    monkeypatch.setattr(pipeline, "encoder_plan", four_bits)
+    assert _int8_error(checkpoint, package, tmp_path / "int4") > 2e-2
+
+
+def test_processor_ignores_a_list_of_prompts(package, images):
+    """genai 0.18's Gemma processor reads no list of prompts (docs/multimodal.md §18): with images,
+    a list gives the ids of an empty prompt, one row; no batch of image prompts can run."""
+    import onnxruntime_genai as og
+
+    processor = og.Model(str(package)).create_multimodal_processor()
+    files = [str(images["exact"]), str(images["resized"])]
+    prompts = ["A<start_of_image> one", "B<start_of_image> two"]
+    listed = processor(prompts, images=og.Images.open(*files))["input_ids"].as_numpy()
+    empty = processor("", images=og.Images.open(*files))["input_ids"].as_numpy()
+    assert listed.shape[0] == 1 and np.array_equal(listed, empty)

@@ -18,7 +18,6 @@ from qwen_vl_package import IMAGE, KINDS, MARKER, VIDEO, VISION_START, assemble,
 from qwen_vl_package import save_qwen_vl as save
 from reference import assert_varied
 
-from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
 
 pytest.importorskip("PIL")  # PNG test images and HF's image processor
@@ -192,7 +191,7 @@ def test_run_with_images_inserts_the_qwen_marker(kinds):
 @pytest.mark.parametrize(
     ("kind", "change", "flags", "phrase"),
     [
-        ("qwen3_vl", {"deepstack_visual_indexes": [0]}, [], "deepstack"),
+        ("qwen3_vl", "deepstack indexes without mergers", [], "deepstack mergers"),
         ("qwen2_5_vl", {}, ["--attention", "split"], "--attention split cannot run a full multimodal package"),
         ("qwen3_5", {}, ["--attention", "bias"], "state in the GQA graph only"),
         ("qwen2_5_vl", "no preprocessor", [], "no preprocessor_config.json"),
@@ -200,7 +199,7 @@ def test_run_with_images_inserts_the_qwen_marker(kinds):
     ],
 )
 def test_refused_in_one_line(tmp_path, kind, change, flags, phrase):
-    """Deepstack mergers (genai has no input for them), a split pipeline (genai's multimodal path
+    """deepstack_visual_indexes naming blocks without a merger, a split pipeline (genai's multimodal path
     runs one decoder), bias for a hybrid decoder, no image mean/std, a config whose M-RoPE
     interleaving differs from the class's: exit 2, one line."""
     from typer.testing import CliRunner
@@ -210,6 +209,10 @@ def test_refused_in_one_line(tmp_path, kind, change, flags, phrase):
     checkpoint = save(tmp_path / "ckpt", kind, **(change if isinstance(change, dict) else {}))
     if change == "no preprocessor":
         (checkpoint / "preprocessor_config.json").unlink()
+    if change == "deepstack indexes without mergers":
+        config = json.loads((checkpoint / "config.json").read_text())
+        config["vision_config"]["deepstack_visual_indexes"] = [0, 1]
+        (checkpoint / "config.json").write_text(json.dumps(config))
     if change == "contiguous sections":  # the class interleaves whatever the config says
         config = json.loads((checkpoint / "config.json").read_text())
         config["text_config"]["rope_parameters"]["mrope_interleaved"] = False
@@ -224,9 +227,82 @@ def test_text_only_keeps_the_decoder_package(tmp_path):
     """--text-only: the decoder alone under the text type, as before; also for a deepstack Qwen3-VL."""
     checkpoint = save(tmp_path / "ckpt", "qwen3_5")
     deepstack = save(tmp_path / "ds", "qwen3_vl", deepstack_visual_indexes=[0])
-    with pytest.raises(InputError, match="deepstack"):
-        build(BuildOptions(str(deepstack), tmp_path / "x", smoke=False))
     build(BuildOptions(str(deepstack), tmp_path / "ds_text", smoke=False, text_only=True))
+    text = json.loads((tmp_path / "ds_text" / "genai_config.json").read_text())["model"]
+    assert "vision" not in text and text["decoder"]["hidden_size"] == 64
     build(BuildOptions(str(checkpoint), tmp_path / "text", smoke=False, text_only=True))
     model = json.loads((tmp_path / "text" / "genai_config.json").read_text())["model"]
     assert model["type"] == "qwen3_5_text" and "vision" not in model
+
+
+DEEPSTACK = "qwen3_vl_deepstack"
+
+
+def test_deepstack_package_equals_hf(kinds):
+    """Qwen3-VL with deepstack (§11.5): genai_config's decoder.hidden_size is 64 x (1 + 2), the
+    vision output and inputs_embeds that wide; genai greedy (20 tokens) = HF generate and prompt
+    logits within 1e-4 for one image, two images of different grids, and text only."""
+    made = kinds.get(DEEPSTACK)
+    package = made["package"]
+    model = json.loads((package / "genai_config.json").read_text())["model"]
+    assert model["type"] == "qwen3_vl" and model["decoder"]["hidden_size"] == 192
+
+    def width(name: str, io: str) -> Any:
+        graph = onnx.load(str(package / name), load_external_data=False).graph
+        return {v.name: v.type.tensor_type.shape.dim[-1].dim_value for v in getattr(graph, io)}
+
+    assert width("vision.onnx", "output")["image_features"] == 192
+    assert width("embedding.onnx", "output")["inputs_embeds"] == 192 == width("model.onnx", "input")["inputs_embeds"]
+    for case in ("fits", "two", "text"):
+        error, tokens, ref_tokens = _compare(made, case)
+        assert error < 1e-4, (case, error)  # measured <= 1.1e-5
+        assert_varied([ref_tokens])
+        assert tokens == ref_tokens, case
+
+
+def test_deepstack_decode_steps_equal_hf(kinds):
+    """Decode-step logits (6 steps, where the widened inputs_embeds carry zeros past the prompt)
+    within 1e-4 of HF generate's, after an image prompt and after a 1-token prompt (measured
+    1.4e-5 / 4.3e-6; EOS left out: genai's min_length masks it)."""
+    import onnxruntime_genai as og
+    import torch
+    from qwen_vl_package import genai_inputs, hf_pixels
+
+    made = kinds.get(DEEPSTACK)
+    for prompt, names in (CASES["fits"], ("q", [])):
+        model, inputs = genai_inputs(made["package"], prompt, [made["images"][n] for n in names])
+        ids = np.asarray(inputs["input_ids"].as_numpy()).astype(np.int64).reshape(1, -1)
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=ids.shape[1] + 6, min_length=ids.shape[1] + 6)
+        generator = og.Generator(model, params)
+        generator.set_inputs(inputs)
+        steps = []
+        while not generator.is_done():
+            generator.generate_next_token()
+            steps.append(np.delete(np.asarray(generator.get_output("logits"))[0, -1], 1))
+        kwargs = {}
+        if names:
+            pixels = hf_pixels([made["images"][n] for n in names], made["pre"])
+            kwargs = {k: torch.from_numpy(v) for k, v in pixels.items()}
+            kwargs["mm_token_type_ids"] = torch.from_numpy((ids == IMAGE).astype(np.int64))
+        tokens = torch.from_numpy(ids)
+        with torch.no_grad():
+            out = made["hf"].generate(input_ids=tokens, attention_mask=torch.ones_like(tokens), max_new_tokens=6,
+                                      min_new_tokens=6, do_sample=False, output_logits=True,
+                                      return_dict_in_generate=True, **kwargs)  # fmt: skip
+        errors = [np.abs(a - np.delete(b[0].numpy(), 1)).max() for a, b in zip(steps, out.logits, strict=True)]
+        assert max(errors) < 1e-4, errors
+
+
+@pytest.mark.parametrize("mutant", ["dropped", "one_layer_late"])
+def test_mutant_deepstack_add_fails(kinds, tmp_path, monkeypatch, mutant):
+    """The decoder's deepstack adds dropped, or each added one layer late: the image prompt's
+    logits leave the bound (measured 1.95 / 1.44)."""
+    from gqa_export.graph import decoder
+
+    add = decoder.add_layer_features
+    wrong = {"dropped": lambda b, h, f, i: h, "one_layer_late": lambda b, h, f, i: add(b, h, f, i - 1) if i else h}
+    monkeypatch.setattr(decoder, "add_layer_features", wrong[mutant])
+    made = kinds.get(DEEPSTACK)
+    error, _, _ = _compare(made, "fits", assemble(made["checkpoint"], tmp_path / "mutant"))
+    assert error > 1e-3, error

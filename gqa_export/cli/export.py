@@ -163,6 +163,16 @@ def build(
             rich_help_panel=PIPELINE,
         ),
     ] = False,
+    encoder_precision: Annotated[
+        str,
+        typer.Option(
+            "--encoder-precision",
+            metavar="float|int8",
+            help="A full multimodal package's vision model: float (default, exact) or int8 (8-bit "
+            "MatMulNBits linears: features move by about 1 %, docs/multimodal.md §17).",
+            rich_help_panel=PIPELINE,
+        ),
+    ] = "float",
     no_lm_head: Annotated[
         bool,
         typer.Option(
@@ -261,6 +271,7 @@ def build(
     opts = BuildOptions(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
         tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only, parse_targets(lora_targets),
+        encoder_precision,
     )  # fmt: skip
     if (draft_tokens is not None or min_adaptive_k is not None or cooldown) and draft is None:
         raise InputError(

@@ -27,6 +27,7 @@ from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
+from gqa_export.graph.layer_features import add_layer_features, split_layer_features
 from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2, prompt_step
@@ -68,12 +69,12 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             f"{spec.name}'s attention sinks need GroupQueryAttention (its head_sink input): export with --attention gqa"
         )
     b = GraphBuilder("gqa_export_decoder", OPSETS[opts.mode])
-    hidden = [B, S, dims.hidden_size]
     check_io(dims, opts)
     # With inputs_embeds alone the graph has no ids: the mask and position helpers only read its
     # [B, S] shape, which inputs_embeds has too (ids-valued features are refused by check_io). A
     # multimodal package's decoder takes both: the ids feed the image-run mask (docs/multimodal.md §3).
-    embeds = b.input("inputs_embeds", opts.io_dtype, hidden) if opts.inputs_embeds else None
+    wide = [B, S, dims.hidden_size * (1 + opts.layer_feature_slices)]
+    embeds = b.input("inputs_embeds", opts.io_dtype, wide) if opts.inputs_embeds else None
     input_ids = (
         embeds if embeds is not None and not opts.embeds_with_ids else b.input("input_ids", ir.DataType.INT64, [B, S])
     )
@@ -91,6 +92,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     state_presents: dict[int, tuple[ir.Value, ...]] = {}
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask, position_ids)
 
+    features: list[ir.Value] = []
+    if embeds is not None and opts.layer_feature_slices:  # docs/multimodal.md §11.5
+        embeds, features = split_layer_features(b, embeds, dims.hidden_size, opts.layer_feature_slices, opts.io_dtype)
     h, embed, per_layer = embed_input(b, embeds, input_ids, attention_mask, dims, spec, params, opts.io_dtype)
 
     query_scale = position_query_scale(b, dims.query_scale, input_ids, attention_mask, opts.io_dtype)
@@ -123,6 +127,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             if per_layer is not None:
                 h = add_per_layer_input(lc, h, per_layer)
             h = _layer_scalar(lc, h)
+            h = add_layer_features(b, h, features, i)
 
     check_matched(lora)
     h = merge_streams(b, h, dims, spec, params) if dims.altup else h

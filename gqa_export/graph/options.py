@@ -38,5 +38,7 @@ class GraphOptions:
     hidden_states: bool = False
     # `position_ids` [3, B, S] (t, h, w per token) drive the rope per mrope_section (graph/mrope.py)
     mrope_positions: bool = False
+    # inputs_embeds carries k more hidden-wide slices, slice j added after layer j - 1 (graph/layer_features.py)
+    layer_feature_slices: int = 0
     # module names (q_proj, down_proj, ...) whose linears get LoRA graph inputs (graph/lora.py)
     lora_targets: tuple[str, ...] = ()

@@ -27,7 +27,7 @@ from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtra
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
-from gqa_export.graph.params import Params
+from gqa_export.graph.params import WIDER_THAN_IO_META, Params
 from gqa_export.package.audio_processor_config import AUDIO_PROCESSOR, feature_extractor, log_mel_config, mel_bins
 from gqa_export.package.processor_config import (
     naflex_processor_config,
@@ -36,6 +36,7 @@ from gqa_export.package.processor_config import (
     qwen_tower_processor_config,
     square_image_processor_config,
 )
+from gqa_export.quant.quantize import PrecisionPlan, plan_precision, quantize
 from gqa_export.source.weights import WeightStore
 
 VISION, EMBEDDING, PROCESSOR = "vision.onnx", "embedding.onnx", "processor_config.json"
@@ -91,6 +92,9 @@ class VisionTower:
     # exported, a processor rule genai does not follow)
     notes: Callable[[Any, dict[str, Any]], list[str]] = lambda _config, _pre: []
     audio: AudioTower | None = None  # the checkpoint's audio_config, where it has one, is exported by this
+    # tower dims -> feature sets past the main one, added after the decoder's first layers: they
+    # ride in a widened image_features / inputs_embeds (Qwen3-VL's deepstack, docs/multimodal.md §11.5)
+    feature_slices: Callable[[Any], int] = lambda _dims: 0
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,10 @@ class MultimodalPlan:
     audio: Any = None  # the audio encoder's dims (tower.audio.read_dims), None without an exported one
     audio_token_id: int | None = None
     features: dict[str, Any] = field(default_factory=dict)  # the checkpoint's feature extractor settings
+
+    @property
+    def feature_slices(self) -> int:
+        return self.tower.feature_slices(self.vision)
 
 
 def full_attention_mode(requested: str, tower: VisionTower) -> str:
@@ -199,16 +207,47 @@ def _preprocessor(source: Path) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
+ENCODER_PRECISIONS = ("float", "int8")
+
+
+def encoder_plan(precision: str, ep: str, dtype: ir.DataType) -> PrecisionPlan | None:
+    """The vision graph's weight plan: None (float, the default), or 8-bit MatMulNBits linears
+    (the EP's int8 block size and symmetry) with the decoder's activation dtype and accuracy level
+    0, float compute: the tower runs once per image, and int8 activations (CPU's level 4) raised
+    the feature error from 0.8-3.3 % to 1.1-4.0 % (docs/multimodal.md §17, probed)."""
+    if precision not in ENCODER_PRECISIONS:
+        raise InputError(f"unknown --encoder-precision '{precision}'; choose {' or '.join(ENCODER_PRECISIONS)}")
+    if precision == "float":
+        return None
+    return replace(plan_precision(ep, "int8"), io_dtype=dtype, logits_dtype=dtype, accuracy_level=0)
+
+
 def build_encoders(
-    plan: MultimodalPlan, dims: ModelDims, spec: ArchSpec, store: WeightStore, dtype: ir.DataType
+    plan: MultimodalPlan,
+    dims: ModelDims,
+    spec: ArchSpec,
+    store: WeightStore,
+    dtype: ir.DataType,
+    vision_weights: PrecisionPlan | None = None,
 ) -> list[tuple[str, ir.Model]]:
-    """The vision and embedding graphs, in the decoder's activation dtype."""
+    """The vision and embedding graphs, in the decoder's activation dtype; with `vision_weights`
+    the vision graph's linears quantized (the embedding's table stays float: a lookup, no compute)."""
     params = Params(store, dtype)
+    vision = plan.tower.build(plan.vision, params)
+    if vision_weights is not None:
+        for value in vision.graph.initializers.values():  # float32 constants (angles, position grids) stay so
+            tensor = value.const_value
+            if tensor is not None and tensor.dtype.is_floating_point() and tensor.dtype != dtype:
+                value.meta[WIDER_THAN_IO_META] = True
+        quantize(vision, vision_weights)
     speech = [(SPEECH, plan.tower.audio.build(plan.audio, params))] if plan.tower.audio and plan.audio else []
+    embedding = build_token_embedding(
+        dims, spec, params, plan.image_token_id, plan.audio_token_id, feature_slices=plan.feature_slices
+    )
     return [
-        (VISION, plan.tower.build(plan.vision, params)),
+        (VISION, vision),
         *speech,
-        (EMBEDDING, build_token_embedding(dims, spec, params, plan.image_token_id, plan.audio_token_id)),
+        (EMBEDDING, embedding),
     ]
 
 
@@ -219,6 +258,8 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
     model["type"] = plan.model_type
     model["image_token_id"] = plan.image_token_id
     model.update(plan.token_ids)
+    if plan.feature_slices:  # genai sizes image_features and inputs_embeds by it (§11.5)
+        model["decoder"]["hidden_size"] *= 1 + plan.feature_slices
     session = model["decoder"]["session_options"]
     model["vision"] = {
         "filename": VISION,
@@ -286,6 +327,7 @@ def _qwen_row(interleaved: bool) -> VisionTower:
         mrope_interleaved=interleaved,
         image_runs_bidirectional=False,
         token_keys=("video_token_id", "vision_start_token_id"),
+        feature_slices=lambda t: t.feature_slices,
     )
 
 

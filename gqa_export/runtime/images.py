@@ -8,13 +8,12 @@ works as is.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
-from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, check_prompt_fits, load
+from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, explain_load_failure, load, stream
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
 QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -127,7 +126,8 @@ def generate_with_images(
     on_text: Callable[[str], None] | None = None,
     audios: list[Path] | None = None,
 ) -> GenerationResult:
-    """Process (prompt, images, audio), then generate, calling `on_text` with each decoded piece."""
+    """Process (prompt, images, audio), then generate through run.stream (the loop, timing and note
+    the text prompts get), calling `on_text` with each decoded piece."""
     import onnxruntime_genai as og
 
     for flag, files in (("--image", images), ("--audio", audios or [])):
@@ -139,40 +139,14 @@ def generate_with_images(
     bos = bos_text(package)
     if bos and not text.startswith(bos):  # HF's processor tokenizes with the BOS; genai's never adds it
         text = bos + text
-    model = load(package, ep)
+    try:
+        model = load(package, ep)
+    except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
+        raise InputError(explain_load_failure(exc, package, ep)) from None
     payload = {
         "images": og.Images.open(*map(str, images)) if images else None,
         "audios": og.Audios.open(*map(str, audios)) if audios else None,
     }
     inputs = model.create_multimodal_processor()(text, **payload)
-    prompt_tokens = int(inputs["input_ids"].as_numpy().shape[-1])
     _check_image_sizes(package, inputs, len(images))
-    room = check_prompt_fits(package, prompt_tokens)
-    note = None
-    if max_new_tokens > room:
-        note = f"{room} new tokens at most: the prompt's {prompt_tokens} and the new ones share max_length"
-        max_new_tokens = room
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=prompt_tokens + max_new_tokens, **sampling.search_options())
-    generator = og.Generator(model, params)
-    stream = og.Tokenizer(model).create_stream()
-    start = time.perf_counter()
-    generator.set_inputs(inputs)
-    generator.generate_next_token()  # the prompt pass (vision, embedding, decoder) and the first token
-    prefill_ms = (time.perf_counter() - start) * 1e3
-    tokens: list[int] = []
-    pieces: list[str] = []
-    start = time.perf_counter()
-    while True:
-        tokens.append(int(generator.get_next_tokens()[0]))
-        piece = stream.decode(tokens[-1])
-        if piece:
-            pieces.append(piece)
-            if on_text is not None:
-                on_text(piece)
-        if generator.is_done():
-            break
-        generator.generate_next_token()
-    decode = time.perf_counter() - start
-    rate = (len(tokens) - 1) / decode if decode > 0 and len(tokens) > 1 else 0.0
-    return GenerationResult(ep, prompt_tokens, tokens, "".join(pieces), prefill_ms, rate, note)
+    return stream(package, model, inputs, max_new_tokens, sampling, on_text or (lambda _: None), ep)

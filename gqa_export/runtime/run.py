@@ -20,6 +20,7 @@ from typing import Any
 from gqa_export.eps import CPU, EPS, by_genai_provider
 from gqa_export.errors import InputError, SmokeRunError
 from gqa_export.jsonio import read_json
+from gqa_export.runtime.acceptance import acceptance
 
 SMOKE_PROMPT = "Hello"
 SMOKE_NEW_TOKENS = 16
@@ -195,15 +196,20 @@ def load_adapters(model: Any, files: list[Path]) -> tuple[Any, list[str]]:  # ->
 
 def _generate(
     model: Any,
-    prompt_ids: list[int],
+    prompt: list[int] | Any,
     options: dict[str, Any],
     on_token: Callable[[int], None] | None = None,
     adapters: tuple[Any, list[str]] | None = None,
     speculative: dict[str, Any] | None = None,
 ) -> tuple[list[int], float, float, dict[str, Any]]:
-    """The one generation loop: (new tokens, prefill ms, decode tokens/s, speculative statistics).
+    """The one generation loop, for token ids and for a multimodal processor's named inputs (`run
+    --image`): (new tokens, prefill ms, decode tokens/s, speculative statistics).
 
-    `speculative`: run-time options (n-gram lookup, docs/speculative.md §5) over the package's own."""
+    Prefill is the time until the first new token is known (the prompt pass: for ids
+    `append_tokens`, for named inputs `set_inputs` + the first `generate_next_token`, which runs
+    vision, embedding and decoder); decode tokens/s counts the tokens after the first over the time
+    after it, so the two kinds of prompt report alike. `speculative`: run-time options (n-gram
+    lookup, docs/speculative.md §5) over the package's own."""
     import onnxruntime_genai as og
 
     params = og.GeneratorParams(model)
@@ -219,45 +225,28 @@ def _generate(
     if adapters is not None:
         for name in adapters[1]:
             generator.set_active_adapter(adapters[0], name)
-    start = time.perf_counter()
-    generator.append_tokens(prompt_ids)
-    prefill = time.perf_counter() - start
     tokens: list[int] = []
     start = time.perf_counter()
+    if isinstance(prompt, list):
+        generator.append_tokens(prompt)
+    else:
+        generator.set_inputs(prompt)
+    first = time.perf_counter()
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
+        if len(tokens) == 1:
+            first = time.perf_counter()
         if on_token is not None:
             on_token(tokens[-1])
-    decode = time.perf_counter() - start
-    return tokens, prefill * 1e3, len(tokens) / decode if decode > 0 else 0.0, acceptance(generator)
+    decode = time.perf_counter() - first
+    rate = (len(tokens) - 1) / decode if decode > 0 and len(tokens) > 1 else 0.0
+    return tokens, (first - start) * 1e3, rate, acceptance(generator)
 
 
-# get_speculative_stats() keys reported by `run --json` (docs/speculative.md §6)
-ACCEPTANCE_KEYS = (
-    "rounds",
-    "draft_tokens_proposed",
-    "draft_tokens_evaluated",
-    "draft_tokens_accepted",
-    "acceptance_rate",
-    "bonus_tokens",
-    "correction_tokens",
-    "target_forward_passes",
-    "draft_forward_passes",
-    "effective_k",
-    "mean_emitted_tokens_per_round",
-    "standard_fallback_steps",
-    "ngram_lookup_hits",
-    "ngram_lookup_misses",
-)
-
-
-def acceptance(generator: Any) -> dict[str, Any]:
-    """The generator's speculative statistics ({} where it drafted nothing: a plain run)."""
-    stats = generator.get_speculative_stats() if hasattr(generator, "get_speculative_stats") else {}
-    if not stats or not (stats.get("rounds") or stats.get("standard_fallback_steps")):
-        return {}
-    return {key: round(v, 4) if isinstance(v := stats.get(key), float) else v for key in ACCEPTANCE_KEYS}
+def prompt_length(prompt: list[int] | Any) -> int:
+    """Tokens in a prompt: token ids, or a multimodal processor's named inputs (their input_ids)."""
+    return len(prompt) if isinstance(prompt, list) else int(prompt["input_ids"].as_numpy().shape[-1])
 
 
 def generate_greedy(
@@ -352,7 +341,7 @@ def prompt_tokens(package: Path, model: Any, text: str, messages: list[dict[str,
 def stream(
     package: Path,
     model: Any,
-    prompt_ids: list[int],
+    prompt: list[int] | Any,
     max_new_tokens: int,
     sampling: Sampling,
     on_text: Callable[[str], None],
@@ -360,15 +349,17 @@ def stream(
     adapters: tuple[Any, list[str]] | None = None,
     speculative: dict[str, Any] | None = None,
 ) -> GenerationResult:
-    """Generate, calling `on_text` with each decoded piece as it comes."""
+    """Generate from token ids or a multimodal processor's named inputs, calling `on_text` with
+    each decoded piece as it comes."""
     import onnxruntime_genai as og
 
-    room = check_prompt_fits(package, len(prompt_ids))
+    length = prompt_length(prompt)
+    room = check_prompt_fits(package, length)
     note = None
     if max_new_tokens > room:
-        note = f"{room} new tokens at most: the prompt's {len(prompt_ids)} and the new ones share max_length"
+        note = f"{room} new tokens at most: the prompt's {length} and the new ones share max_length"
         max_new_tokens = room
-    max_length = len(prompt_ids) + max_new_tokens
+    max_length = length + max_new_tokens
     tokenizer_stream = og.Tokenizer(model).create_stream()
     pieces: list[str] = []
 
@@ -379,5 +370,5 @@ def stream(
             on_text(piece)
 
     options = {"max_length": max_length, **sampling.search_options()}
-    tokens, prefill_ms, rate, stats = _generate(model, prompt_ids, options, on_token, adapters, speculative)
-    return GenerationResult(ep, len(prompt_ids), tokens, "".join(pieces), prefill_ms, rate, note, stats or None)
+    tokens, prefill_ms, rate, stats = _generate(model, prompt, options, on_token, adapters, speculative)
+    return GenerationResult(ep, length, tokens, "".join(pieces), prefill_ms, rate, note, stats or None)

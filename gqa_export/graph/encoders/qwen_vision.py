@@ -21,8 +21,11 @@ The Qwen3 towers differ in mechanisms the checkpoint's tensors name, and the gra
 a patch-embedding bias, a learned position table resampled to each grid
 (graph/encoders/position_table.py, `pos_embed.weight`), LayerNorms (norms with a bias), a plain
 fc1 -> act -> fc2 MLP (no gate_proj) and no windows (no window_size in the config). Qwen3-VL's
-deepstack mergers feed decoder layers a second set of features that onnxruntime-genai 0.18 has
-no input for: refused.
+deepstack mergers (one per `deepstack_visual_indexes` block: the block's output merged, then
+LayerNorm over the merged row, Linear -> GELU -> Linear) give k more feature sets for the
+decoder's first k layers; they leave the graph as k more column blocks of `image_features`
+([tokens, out_hidden·(1 + k)]): onnxruntime-genai 0.18's feature buffer is `decoder.hidden_size`
+wide, and that width is the decoder's widened inputs_embeds (docs/multimodal.md §11.5).
 """
 
 from __future__ import annotations
@@ -119,42 +122,52 @@ class QwenTower:
 
     dims: QwenVisionDims
     prefix: str
+    deepstack: tuple[int, ...] = ()  # the blocks whose output a deepstack merger reads, in merger order
+
+    @property
+    def feature_slices(self) -> int:
+        """The feature sets past the main one (the decoder's widened inputs_embeds, §11.5)."""
+        return len(self.deepstack)
 
 
 def qwen_tower(hf_config: Any, text: Any, store: Any) -> QwenTower:
     """The tower of a Qwen-VL / Qwen3.5 checkpoint (a full package's plan, package/multimodal.py),
-    or InputError: deepstack mergers (Qwen3-VL as published), a merger width other than the
-    decoder's."""
+    or InputError: a merger width other than the decoder's, deepstack mergers that do not match
+    `deepstack_visual_indexes` or feed more layers than the decoder has."""
     vision = hf_config.vision_config
     config = vision.to_dict() if hasattr(vision, "to_dict") else dict(vision)
     names = store.names()
     prefix = vision_prefix(names)
-    if config.get("deepstack_visual_indexes") or any(n.startswith(f"{prefix}deepstack_merger_list.") for n in names):
-        raise InputError(DEEPSTACK_REFUSAL)
     dims = QwenVisionDims.from_config(config)
     if dims.out_hidden_size != text.hidden_size:
         raise InputError(
             f"vision out_hidden_size {dims.out_hidden_size} differs from the decoder's hidden_size "
             f"{text.hidden_size}: export with --text-only"
         )
-    return QwenTower(dims, prefix)
+    deepstack = tuple(int(i) for i in config.get("deepstack_visual_indexes") or ())
+    mergers = {n.split(".")[0] for n in (n[len(f"{prefix}deepstack_merger_list.") :] for n in names
+                                         if n.startswith(f"{prefix}deepstack_merger_list."))}  # fmt: skip
+    if mergers != {str(j) for j in range(len(deepstack))} or any(not 0 <= i < dims.depth for i in deepstack):
+        raise InputError(
+            f"the checkpoint has {len(mergers)} deepstack mergers for deepstack_visual_indexes {list(deepstack)} "
+            f"(a tower of {dims.depth} blocks): fix config.json, or export with --text-only"
+        )
+    if len(deepstack) > text.num_layers:
+        raise InputError(
+            f"{len(deepstack)} deepstack feature sets for a decoder of {text.num_layers} layers: "
+            "export with --text-only"
+        )
+    return QwenTower(dims, prefix, deepstack)
 
 
 def build_qwen_tower(tower: QwenTower, params: Params) -> ir.Model:
     """The vision graph of a planned tower (the TOWERS rows' builder)."""
-    return build_qwen_vision(tower.dims, params, tower.prefix)
+    return build_qwen_vision(tower.dims, params, tower.prefix, tower.deepstack)
 
 
-DEEPSTACK_REFUSAL = (
-    "Qwen3-VL's deepstack vision features feed decoder layers directly, which onnxruntime-genai 0.18 "
-    "has no input for: export the text decoder only (--text-only)"
-)
-
-
-def build_qwen_vision(dims: QwenVisionDims, params: Params, prefix: str) -> ir.Model:
-    """The vision graph; weights stream from `params` under `prefix` (see vision_prefix)."""
-    if any(n.startswith(f"{prefix}deepstack_merger_list.") for n in params.store.names()):
-        raise InputError(DEEPSTACK_REFUSAL)
+def build_qwen_vision(dims: QwenVisionDims, params: Params, prefix: str, deepstack: tuple[int, ...] = ()) -> ir.Model:
+    """The vision graph; weights stream from `params` under `prefix` (see vision_prefix). With
+    `deepstack` blocks, the deepstack mergers' features follow the main ones as column blocks."""
     b = GraphBuilder("gqa_export_vision", OPSETS)
     dtype = params.dtype
     t = _Tower(b, dims, params, prefix)
@@ -179,18 +192,27 @@ def build_qwen_vision(dims: QwenVisionDims, params: Params, prefix: str) -> ir.M
     cos, sin = t.rotary(grid.h, grid.w)
     full = segment_bias(b, grid.frame_key, dtype, "frame_mask")
     windowed = segment_bias(b, grid.window_key, dtype, "window_mask") if dims.window_blocks else full
+    unit = dims.hidden_size * dims.spatial_merge_size**2
+    stacked: list[ir.Value] = []
     for i in range(dims.depth):
         with b.scope(f"blocks.{i}"):
             bias = full if i in dims.fullatt_block_indexes else windowed
             x = t.block(i, x, cos, sin, bias)
+        if i in deepstack:  # HF's merger with use_postshuffle_norm: the norm over the merged row
+            module = f"deepstack_merger_list.{deepstack.index(i)}"
+            with b.scope(module):
+                y = t.norm(b.op("Reshape", x, b.const([-1, unit], "merge_rows", "int64")), f"{module}.norm")
+                y = b.op("Gelu", t.linear(y, f"{module}.linear_fc1"))
+                stacked.append(t.linear(y, f"{module}.linear_fc2"))
     with b.scope("merger"):
-        unit = dims.hidden_size * dims.spatial_merge_size**2
         names = ("ln_q", "mlp.0", "mlp.2") if t.has("merger.ln_q.weight") else ("norm", "linear_fc1", "linear_fc2")
         y = t.norm(x, f"merger.{names[0]}")
         y = b.op("Reshape", y, b.const([-1, unit], "merge_rows", "int64"))
         y = b.op("Gelu", t.linear(y, f"merger.{names[1]}"))
         y = t.linear(y, f"merger.{names[2]}")
-    b.output(y, "image_features", dtype, ["num_image_tokens", dims.out_hidden_size])
+    if stacked:  # one feature row per image token: the main features, then each deepstack set (§11.5)
+        y = b.op("Concat", y, *stacked, axis=-1, name="feature_sets")
+    b.output(y, "image_features", dtype, ["num_image_tokens", dims.out_hidden_size * (1 + len(stacked))])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
