@@ -112,11 +112,13 @@ class ImportedStore(WeightStore):
                 f"this is a pre-quantized {NAMES[self.method]} checkpoint by its config.json, but it stores no "
                 "quantized weights; the checkpoint is inconsistent: export the model's float checkpoint instead"
             )
-        experts = [p for p in prefixes if ".experts." in p or len(base.info(_marker_of(self.method, p)).shape) != 2]
-        if experts:
+        stacked = [p for p in prefixes if len(base.info(_marker_of(self.method, p)).shape) != 2]
+        moe_fp8 = [p for p in prefixes if self.method == "fp8" and ".experts." in p]
+        if stacked or moe_fp8:
             raise InputError(
-                f"{experts[0]} is a {NAMES[self.method]}-quantized MoE expert (or not a 2-D linear), which gqa-export "
-                "does not import yet; export the model's float checkpoint and choose --precision int4/int8 instead"
+                f"{(stacked or moe_fp8)[0]} is a {NAMES[self.method]}-quantized MoE expert stack (or not a 2-D "
+                "linear), which gqa-export does not import; export the model's float checkpoint and choose "
+                "--precision int4/int8 instead"
             )
         for prefix in prefixes:
             self._add(base, prefix, qc)
