@@ -10,9 +10,8 @@ exact forms (docs/prequantized.md §7):
   or 2-bit per channel / block 16. A down_proj act-order permutation costs nothing: the gate/up
   output rows are reordered by it, so down's input arrives permuted.
 - **per-expert MatMulNBits** otherwise (act-order gate/up, block-wise 8-bit, 2-bit blocks >= 32):
-  every expert on every token, each reading `Gather(x, perm_e)`, weighted by the op's own routing
-  computed as dense weights. Exact, E / k times the expert compute of the fused op (measured in
-  docs/prequantized.md §7.3).
+  each expert runs on the tokens routed to it, reading `Gather(x, perm_e)`, weighted by the op's own
+  routing. Exact; its cost against the fused op is measured in docs/prequantized.md §7.3.
 """
 
 from __future__ import annotations
@@ -251,27 +250,33 @@ def _matmul_nbits(
 
 
 def _to_expert_nodes(model: ir.Model, node: ir.Node, experts: Experts, plan: PrecisionPlan) -> None:
-    """Every expert on every token, weighted by MoE's routing as dense weights [T, E]: softmax over
-    all experts, top k, renormalized when the node asks, zero elsewhere (docs/moe.md §4)."""
+    """Each expert on the tokens routed to it, weighted by MoE's routing: softmax over all experts,
+    top k, renormalized when the node asks (docs/moe.md §4), as dense weights [T, E]; expert e takes
+    the rows whose weight is > 0 (NonZero + GatherND, none at all when no token chose it), and one
+    ScatterND adds the weighted outputs back into [T, H]."""
     dtype = NUMPY_DTYPES[plan.io_dtype]
     attrs = {k: a.value for k, a in node.attributes.items()}
     base = (node.inputs[2].name or "experts").removesuffix(".fc1")  # type: ignore[union-attr]
     b = _Nodes(model.graph, base, dtype)
     x, logits = node.inputs[0], node.inputs[1]
     assert x is not None and logits is not None
+    zero = b.const("zero", np.zeros((), dtype))
     probs = b.op("Softmax", logits, axis=-1)
     top, chosen = b.op("TopK", probs, b.const("k", np.array([int(attrs.get("k", 1))], np.int64)), axis=-1, outputs=2)
     last = b.const("last", np.array([-1], np.int64))
     if attrs.get("normalize_routing_weights", 0):
         top = b.op("Div", top, b.op("ReduceSum", top, last, keepdims=1))
-    dense = b.op("ScatterElements", b.op("Mul", probs, b.const("zero", np.zeros((), dtype))), chosen, top, axis=-1)
+    dense = b.op("ScatterElements", b.op("Mul", probs, zero), chosen, top, axis=-1)
     alpha, beta = float(attrs.get("activation_alpha", 1.0)), float(attrs.get("activation_beta", 0.0))
     limit = attrs.get("swiglu_limit")
     inter = experts.gate[0].n
-    outputs = []
+    outputs, rows = [], []
     for e in range(len(experts.gate)):
+        weight = b.op("Gather", dense, b.const(f"{e}.index", np.asarray(e, np.int64)), axis=1)  # [T]
+        routed = b.op("Transpose", b.op("NonZero", b.op("Greater", weight, zero)), perm=[1, 0])  # [M, 1]
+        xe = b.op("GatherND", x, routed)  # [M, H]
         channels = experts.channels(e)  # down's act-order folded into gate/up's output rows (free)
-        h = _matmul_nbits(b, x, f"{base}.{e}.gate_up", [experts.gate[e], experts.up[e]], channels, plan)
+        h = _matmul_nbits(b, xe, f"{base}.{e}.gate_up", [experts.gate[e], experts.up[e]], channels, plan)
         gate, up = b.op("Split", h, b.const("halves", np.array([inter, inter], np.int64)), axis=-1, outputs=2)
         if limit is not None:  # the schema's clamps (docs/moe.md §1.1)
             gate = b.op("Min", gate, b.const("limit", np.asarray(limit, dtype)))
@@ -282,8 +287,8 @@ def _to_expert_nodes(model: ir.Model, node: ir.Node, experts: Experts, plan: Pre
         if beta != 0.0:
             up = b.op("Add", up, b.const("beta", np.asarray(beta, dtype)))
         y = _matmul_nbits(b, b.op("Mul", act, up), f"{base}.{e}.down", [experts.down[e]], None, plan)
-        outputs.append(b.op("Unsqueeze", y, b.const("axis1", np.array([1], np.int64))))
-    stacked = b.op("Concat", *outputs, axis=1)  # [T, E, H]
-    weighted = b.op("Mul", stacked, b.op("Unsqueeze", dense, last))
-    b.op("ReduceSum", weighted, b.const("experts_axis", np.array([1], np.int64)), keepdims=0)
+        outputs.append(b.op("Mul", y, b.op("Unsqueeze", b.op("GatherND", weight, routed), last)))
+        rows.append(routed)
+    every = b.op("Concat", *outputs, axis=0)  # [T*k, H]
+    b.op("ScatterND", b.op("Mul", x, zero), b.op("Concat", *rows, axis=0), every, reduction="add")
     _replace(model, node, b.nodes)
