@@ -204,9 +204,16 @@ class _Nodes:
 
 
 def _matmul_nbits(
-    b: _Nodes, x: ir.Value, name: str, parts: list[NativeLinear], order: np.ndarray | None, plan: PrecisionPlan
+    b: _Nodes,
+    x: ir.Value,
+    name: str,
+    parts: list[NativeLinear],
+    order: np.ndarray | None,
+    plan: PrecisionPlan,
+    permuted: bool = False,
 ) -> ir.Value:
-    """One MatMulNBits over `parts` concatenated along N, each part's rows in `order` (or as stored)."""
+    """One MatMulNBits over `parts` concatenated along N, each part's rows in `order` (or as stored);
+    x is gathered by the parts' act-order permutation unless it arrives `permuted` already."""
     first = parts[0]
     for other in parts[1:]:
         same_perm = (first.perm is None and other.perm is None) or (
@@ -242,11 +249,16 @@ def _matmul_nbits(
     if not all(m.symmetric for m in parts):
         zp = ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, (kb * bits + 7) // 8]))
         inputs.append(_register(graph, f"{name}.zero_points", zp))
-    if first.perm is not None:  # act-order: this expert reads x[..., perm] (docs/prequantized.md §3.3)
-        perm = _register(graph, f"{name}.input_permutation", ir.Tensor(first.perm.astype(np.int64)))
-        x = b.op("Gather", x, perm, axis=-1)
+    if first.perm is not None and not permuted:
+        x = _permuted_input(b, x, name, first.perm)
     return b.op("MatMulNBits", x, *inputs, domain=MS, K=k, N=n, bits=bits, block_size=bs,
                 accuracy_level=plan.accuracy_level)  # fmt: skip
+
+
+def _permuted_input(b: _Nodes, x: ir.Value, name: str, perm: np.ndarray) -> ir.Value:
+    """Act-order: this expert's node reads x[..., perm] (docs/prequantized.md §3.3)."""
+    index = _register(b.graph, f"{name}.input_permutation", ir.Tensor(perm.astype(np.int64)))
+    return b.op("Gather", x, index, axis=-1)
 
 
 def _to_expert_nodes(model: ir.Model, node: ir.Node, experts: Experts, plan: PrecisionPlan) -> None:
@@ -286,7 +298,7 @@ def _to_expert_nodes(model: ir.Model, node: ir.Node, experts: Experts, plan: Pre
         act = b.op("Mul", gate, b.op("Sigmoid", scaled))
         if beta != 0.0:
             up = b.op("Add", up, b.const("beta", np.asarray(beta, dtype)))
-        y = _matmul_nbits(b, b.op("Mul", act, up), f"{base}.{e}.down", [experts.down[e]], None, plan)
+        y = _matmul_nbits(b, b.op("Mul", act, up), f"{base}.{e}.down", [experts.down[e]], None, plan, permuted=True)
         outputs.append(b.op("Mul", y, b.op("Unsqueeze", b.op("GatherND", weight, routed), last)))
         rows.append(routed)
     every = b.op("Concat", *outputs, axis=0)  # [T*k, H]
