@@ -302,5 +302,10 @@ def _to_expert_nodes(model: ir.Model, node: ir.Node, experts: Experts, plan: Pre
         outputs.append(b.op("Mul", y, b.op("Unsqueeze", b.op("GatherND", weight, routed), last)))
         rows.append(routed)
     every = b.op("Concat", *outputs, axis=0)  # [T*k, H]
-    b.op("ScatterND", b.op("Mul", x, zero), b.op("Concat", *rows, axis=0), every, reduction="add")
+    start = b.op("Mul", x, zero)
+    if plan.io_dtype != ir.DataType.FLOAT:  # the CPU ScatterND adds float32 only (probed): sum in fp32
+        every, start = (b.op("Cast", v, to=ir.DataType.FLOAT) for v in (every, start))
+    total = b.op("ScatterND", start, b.op("Concat", *rows, axis=0), every, reduction="add")
+    if plan.io_dtype != ir.DataType.FLOAT:
+        b.op("Cast", total, to=plan.io_dtype)
     _replace(model, node, b.nodes)
