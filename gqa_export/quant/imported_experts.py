@@ -221,8 +221,9 @@ def _matmul_nbits(
         )
         if (other.bits, other.block_size, other.k) != (first.bits, first.block_size, first.k) or not same_perm:
             raise InputError(
-                f"{first.prefix} and {other.prefix} read the same input but were quantized differently (bits, group "
-                "size or act-order permutation); gqa-export cannot import such experts: export the float checkpoint"
+                f"{first.prefix} and {other.prefix} read the same input but were quantized differently ({first.fmt}: "
+                "bits, group size or act-order permutation); gqa-export cannot import such experts: export the "
+                "float checkpoint"
             )
     bits, bs, k = first.bits, first.block_size, first.k
     n, kb = sum(m.n for m in parts), k // bs

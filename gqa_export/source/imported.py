@@ -113,12 +113,17 @@ class ImportedStore(WeightStore):
                 "quantized weights; the checkpoint is inconsistent: export the model's float checkpoint instead"
             )
         stacked = [p for p in prefixes if len(base.info(_marker_of(self.method, p)).shape) != 2]
-        moe_fp8 = [p for p in prefixes if self.method == "fp8" and ".experts." in p]
-        if stacked or moe_fp8:
+        if stacked:
             raise InputError(
-                f"{(stacked or moe_fp8)[0]} is a {NAMES[self.method]}-quantized MoE expert stack (or not a 2-D "
-                "linear), which gqa-export does not import; export the model's float checkpoint and choose "
+                f"{stacked[0]} is a {NAMES[self.method]}-quantized tensor that is not a 2-D linear (a stacked MoE "
+                "expert tensor), which gqa-export does not import; export the model's float checkpoint and choose "
                 "--precision int4/int8 instead"
+            )
+        moe_fp8 = [p for p in prefixes if self.method == "fp8" and ".experts." in p]
+        if moe_fp8:
+            raise InputError(
+                f"{moe_fp8[0]} is an FP8-quantized MoE expert, which gqa-export does not import yet; export the "
+                "model's float checkpoint and choose --precision int4/int8 instead"
             )
         for prefix in prefixes:
             self._add(base, prefix, qc)
