@@ -46,7 +46,7 @@ CASES = {
     "gptq-v1-2bit": (gptq_pair, dict(bits=2, group=32, act_order=False, moe="qwen3_moe"), "QMoE"),  # block 16
     "awq-mixtral": (awq_pair, dict(group=32, moe="mixtral"), "QMoE"),
     "ct-8bit-channel-asym": (packed_pair, dict(bits=8, group=-1, moe="qwen3_moe"), "QMoE"),
-    "ct-8bit-group-act-order": (packed_pair, dict(bits=8, group=32, act_order=True, moe="qwen3_moe"), "experts"),
+    "ct-8bit-group-act-order": (packed_pair, dict(bits=8, group=32, act_order=True, moe="mixtral"), "experts"),
 }
 
 
@@ -79,6 +79,7 @@ def graph_nodes(package: Path) -> list[onnx.NodeProto]:
 def test_imported_experts_equal_dequantized_twin(made, name):
     quantized, twin, package = made(name)
     assert parity_error(package, twin) < BOUND
+    markers = [k for k in load_file(quantized / "model.safetensors") if k.endswith((".qweight", ".weight_packed"))]
     nodes = graph_nodes(package)
     ops = [n.op_type for n in nodes]
     assert "MoE" not in ops
@@ -98,10 +99,9 @@ def test_imported_experts_equal_dequantized_twin(made, name):
         expert_gathers = [
             n for n in nodes if n.op_type == "Gather" and n.input[1].endswith("gate_up.input_permutation")
         ]
-        assert len(expert_gathers) == (8 if act_order else 0)  # one input permutation per expert
+        experts = sum(".experts." in k for k in markers) // 3
+        assert len(expert_gathers) == (experts if act_order else 0)  # one input permutation per expert
     manifest = json.loads((package / "manifest.json").read_text())["options"]["imported_quantization"]
-    stored = load_file(quantized / "model.safetensors")
-    markers = [k for k in stored if k.endswith((".qweight", ".weight_packed"))]
     assert len(manifest["imported"]) == len(markers) and not manifest["dequantized"]
     label = "QMoE" if form == "QMoE" else "per-expert MatMulNBits"
     assert sum(label in how for how in manifest["imported"].values()) == sum(".experts." in k for k in markers)
@@ -181,6 +181,13 @@ def test_mutant_act_order_permutation_dropped(made, tmp_path, monkeypatch, dropp
     else:
         monkeypatch.setattr(imported_experts.Experts, "channels", lambda self, e: None)
     assert prompt_error(*_rebuilt(made, "gptq-v1-4bit-act-order", tmp_path)) > 100 * BOUND
+
+
+def test_mutant_per_expert_routing_not_renormalized(made, tmp_path, monkeypatch):
+    """The per-expert form's routing: Mixtral renormalizes its top 2; dropping that is wrong."""
+    original = imported_experts._routing_weights
+    monkeypatch.setattr(imported_experts, "_routing_weights", lambda b, logits, k, norm: original(b, logits, k, False))
+    assert prompt_error(*_rebuilt(made, "ct-8bit-group-act-order", tmp_path)) > 100 * BOUND
 
 
 def test_gate_and_up_with_different_permutations_are_refused(tmp_path, monkeypatch):

@@ -262,6 +262,17 @@ def _permuted_input(b: _Nodes, x: ir.Value, name: str, perm: np.ndarray) -> ir.V
     return b.op("Gather", x, index, axis=-1)
 
 
+def _routing_weights(b: _Nodes, logits: ir.Value, k: int, normalize: bool) -> ir.Value:
+    """MoE's routing as dense weights [T, E]: softmax over all experts, the top k (renormalized
+    when the node asks), zero elsewhere (docs/moe.md §4)."""
+    probs = b.op("Softmax", logits, axis=-1)
+    top, chosen = b.op("TopK", probs, b.const("k", np.array([k], np.int64)), axis=-1, outputs=2)
+    if normalize:
+        top = b.op("Div", top, b.op("ReduceSum", top, b.const("last", np.array([-1], np.int64)), keepdims=1))
+    zeros = b.op("Mul", probs, b.const("zero", np.zeros((), b.dtype)))
+    return b.op("ScatterElements", zeros, chosen, top, axis=-1)
+
+
 def _to_expert_nodes(model: ir.Model, node: ir.Node, experts: Experts, plan: PrecisionPlan) -> None:
     """Each expert on the tokens routed to it, weighted by MoE's routing: softmax over all experts,
     top k, renormalized when the node asks (docs/moe.md §4), as dense weights [T, E]; expert e takes
@@ -274,12 +285,8 @@ def _to_expert_nodes(model: ir.Model, node: ir.Node, experts: Experts, plan: Pre
     x, logits = node.inputs[0], node.inputs[1]
     assert x is not None and logits is not None
     zero = b.const("zero", np.zeros((), dtype))
-    probs = b.op("Softmax", logits, axis=-1)
-    top, chosen = b.op("TopK", probs, b.const("k", np.array([int(attrs.get("k", 1))], np.int64)), axis=-1, outputs=2)
     last = b.const("last", np.array([-1], np.int64))
-    if attrs.get("normalize_routing_weights", 0):
-        top = b.op("Div", top, b.op("ReduceSum", top, last, keepdims=1))
-    dense = b.op("ScatterElements", b.op("Mul", probs, zero), chosen, top, axis=-1)
+    dense = _routing_weights(b, logits, int(attrs.get("k", 1)), bool(attrs.get("normalize_routing_weights", 0)))
     alpha, beta = float(attrs.get("activation_alpha", 1.0)), float(attrs.get("activation_beta", 0.0))
     limit = attrs.get("swiglu_limit")
     inter = experts.gate[0].n
