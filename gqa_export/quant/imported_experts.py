@@ -16,7 +16,7 @@ exact forms (docs/prequantized.md §7):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,7 +139,7 @@ def _to_qmoe(model: ir.Model, node: ir.Node, experts: Experts, block: int, plan:
         packed = StreamedTensor(blocks, ir.DataType.UINT8, (count, n, k * bits // 8))
         return _register(graph, f"{base}.{tag}.qweight", packed)
 
-    def per_expert(tag: str, read) -> np.ndarray:
+    def per_expert(tag: str, read: Callable[[NativeLinear], np.ndarray]) -> np.ndarray:
         if tag == "fc1":
             return np.stack([_interleaved(read(experts.gate[e]), read(experts.up[e]), experts.channels(e))
                              for e in range(count)])  # fmt: skip
