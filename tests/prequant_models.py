@@ -21,9 +21,11 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 from tiny_models import save_llama
 
-LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# which linears read the same activations (one act-order permutation each, as GPTQ's shared Hessian gives)
-SHARED_INPUT = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "gu", "up_proj": "gu"}
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "w1", "w2", "w3")
+# which linears read the same activations (one act-order permutation each, as GPTQ's shared Hessian gives;
+# each MoE expert its own, Mixtral's w1/w3 being gate/up)
+SHARED_INPUT = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "gate_proj": "gu", "up_proj": "gu", "w1": "gu",
+                "w3": "gu"}  # fmt: skip
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
@@ -76,8 +78,15 @@ def awq_pack(values: np.ndarray) -> np.ndarray:
     return words.astype(np.uint32).view(np.int32)
 
 
-def _write_pair(tmp: Path, name: str, qc: dict, convert) -> tuple[Path, Path]:
-    base = save_llama(tmp / f"{name}-float")
+def _write_pair(tmp: Path, name: str, qc: dict, convert, moe: str | None = None) -> tuple[Path, Path]:
+    """`moe`: a tests/moe_models.py model type (per-expert hub layout, 2 layers: one MoE, one dense)."""
+    if moe is None:
+        base = save_llama(tmp / f"{name}-float")
+    else:
+        from moe_models import save_moe
+
+        dense_layer = {"mlp_only_layers": [1]} if moe == "qwen3_moe" else {}
+        base = save_moe(tmp / f"{name}-float", moe, num_hidden_layers=2, **dense_layer)
     tensors = load_file(base / "model.safetensors")
     quantized, twin = dict(tensors), dict(tensors)
     rng = np.random.default_rng(7)
@@ -88,7 +97,7 @@ def _write_pair(tmp: Path, name: str, qc: dict, convert) -> tuple[Path, Path]:
             continue
         prefix = key.removesuffix(".weight")
         w = tensors[key].astype(np.float32)
-        shared = f"{prefix.rsplit('.', 2)[0]}.{SHARED_INPUT.get(proj, proj)}"
+        shared = f"{prefix.rsplit('.', 1)[0]}.{SHARED_INPUT.get(proj, proj)}"
         perm = perms.setdefault(shared, rng.permutation(w.shape[1]))
         del quantized[key]
         quantized.update(convert(prefix, w, perm))
@@ -105,7 +114,13 @@ def _write_pair(tmp: Path, name: str, qc: dict, convert) -> tuple[Path, Path]:
 
 
 def gptq_pair(
-    tmp: Path, bits: int = 4, group: int = 32, act_order: bool = True, sym: bool = False, v2: bool = False
+    tmp: Path,
+    bits: int = 4,
+    group: int = 32,
+    act_order: bool = True,
+    sym: bool = False,
+    v2: bool = False,
+    moe: str | None = None,
 ) -> tuple[Path, Path]:
     qc = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order, "sym": sym,
           "checkpoint_format": "gptq_v2" if v2 else "gptq"}  # fmt: skip
@@ -128,10 +143,10 @@ def gptq_pair(
         }
 
     return _write_pair(tmp, f"gptq-{bits}b-g{group}{'-act' if act_order else ''}{'-sym' if sym else ''}"
-                       f"{'-v2' if v2 else ''}", qc, convert)  # fmt: skip
+                       f"{'-v2' if v2 else ''}", qc, convert, moe)  # fmt: skip
 
 
-def awq_pair(tmp: Path, group: int = 32) -> tuple[Path, Path]:
+def awq_pair(tmp: Path, group: int = 32, moe: str | None = None) -> tuple[Path, Path]:
     qc = {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True, "version": "gemm"}
 
     def convert(prefix: str, w: np.ndarray, perm: np.ndarray) -> dict[str, np.ndarray]:
@@ -144,11 +159,11 @@ def awq_pair(tmp: Path, group: int = 32) -> tuple[Path, Path]:
             "__twin__": dequantize(q, zeros, scales, g_idx),
         }
 
-    return _write_pair(tmp, f"awq-g{group}", qc, convert)
+    return _write_pair(tmp, f"awq-g{group}", qc, convert, moe)
 
 
 def packed_pair(
-    tmp: Path, bits: int = 4, group: int = 32, sym: bool = False, act_order: bool = False
+    tmp: Path, bits: int = 4, group: int = 32, sym: bool = False, act_order: bool = False, moe: str | None = None
 ) -> tuple[Path, Path]:
     """compressed-tensors pack-quantized; group -1 is `strategy: channel` (one scale per row)."""
     weights = {"num_bits": bits, "type": "int", "symmetric": sym, "strategy": "channel" if group <= 0 else "group",
@@ -178,7 +193,7 @@ def packed_pair(
         return out
 
     name = f"ct-{bits}b-g{group}{'-sym' if sym else ''}{'-act' if act_order else ''}"
-    return _write_pair(tmp, name, qc, convert)
+    return _write_pair(tmp, name, qc, convert, moe)
 
 
 def fp8_pair(tmp: Path, block: tuple[int, int] | None = (48, 48)) -> tuple[Path, Path]:

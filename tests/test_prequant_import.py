@@ -296,8 +296,9 @@ def test_packed_weights_stream_in_row_blocks(pairs, tmp_path, monkeypatch):
     assert seen and max(seen) <= 32 and len(seen) >= 14 * 2
 
 
-def test_quantized_moe_experts_are_refused(pairs, tmp_path):
-    """Quantized experts (per-expert tensors under `.experts.`) are not imported yet: one line."""
+def test_quantized_expert_stacks_are_refused(pairs, tmp_path):
+    """Per-expert quantized Linears are imported (tests/test_prequant_moe.py); a quantized tensor that is
+    not a 2-D linear (a stacked [E, ...] expert tensor) is not: one line naming it."""
     import shutil
 
     from safetensors.numpy import load_file, save_file
@@ -306,9 +307,10 @@ def test_quantized_moe_experts_are_refused(pairs, tmp_path):
     src = tmp_path / "src"
     shutil.copytree(quantized, src)
     tensors = load_file(src / "model.safetensors")
-    moved = {k.replace("layers.0.mlp.down_proj", "layers.0.mlp.experts.0.down_proj"): v for k, v in tensors.items()}
-    save_file(moved, str(src / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(InputError, match="GPTQ-quantized MoE expert") as err:
+    name = "model.layers.0.mlp.down_proj.qweight"
+    tensors[name] = tensors[name][None]
+    save_file(tensors, str(src / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(InputError, match="GPTQ-quantized tensor that is not a 2-D linear") as err:
         export(src, tmp_path / "out")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "out").exists()

@@ -146,6 +146,7 @@ def stacked(
 
     tensor = StreamedTensor(blocks, dtype, (count, n, k))
     tensor.release = weights.release
+    tensor.experts = weights.layout
 
     def flat_rows(a: int, b: int) -> np.ndarray:
         parts = []

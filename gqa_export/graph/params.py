@@ -43,7 +43,7 @@ WIDER_THAN_IO_META = "gqa_export.wider_than_io"
 class StreamedTensor(ir.LazyTensor):
     """A lazy tensor produced as blocks in row-major order; `tofile` writes block by block."""
 
-    __slots__ = ("_blocks", "release", "scatter", "source_rows", "sources")
+    __slots__ = ("_blocks", "experts", "release", "scatter", "source_rows", "sources")
 
     def __init__(self, blocks: Callable[[], Iterator[np.ndarray]], dtype: ir.DataType, shape: Sequence[int]) -> None:
         dims = tuple(int(d) for d in shape)
@@ -64,6 +64,9 @@ class StreamedTensor(ir.LazyTensor):
         # The HF Linear weights [out, in] this MatMul weight concatenates on `out` (matmul_weight):
         # a pre-quantized checkpoint's integers are imported by these names (quant/imported.py)
         self.sources: tuple[str, ...] = ()
+        # For a stacked MoE expert tensor: the checkpoint layout it reads (graph/experts.ExpertLayout),
+        # so that pre-quantized experts can be imported by their per-expert names (quant/imported_experts.py)
+        self.experts: object | None = None
 
     def blocks(self) -> Iterator[np.ndarray]:
         """The tensor's values as consecutive row-major blocks (each <= CHUNK_BYTES)."""

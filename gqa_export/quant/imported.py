@@ -8,7 +8,8 @@ B, scales and zero points are the checkpoint's own, streamed a block of output r
 - no zero-point input when every zero point is the default 2^(bits-1);
 - scales cast to the activation dtype (fp16 -> fp32 is exact).
 Packed QKV / gate-up concatenate along N, which is exact when the members agree on bits, block
-size and permutation; when they do not, the export is refused in one line.
+size and permutation; when they do not, the export is refused in one line. MoE experts quantized
+one Linear per expert become QMoE or per-expert MatMulNBits (quant/imported_experts.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.params import NUMPY_DTYPES, StreamedTensor, row_blocks
+from gqa_export.quant.imported_experts import expert_linears, import_experts
 from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
 from gqa_export.source.imported import NAMES, ImportedStore
 from gqa_export.source.native import NativeLinear, pack_fields
@@ -59,6 +61,11 @@ def import_native(model: ir.Model, store: ImportedStore, plan: PrecisionPlan, re
     report.source_format = NAMES[store.method]
     dtype = NUMPY_DTYPES[plan.io_dtype]
     for node in list(model.graph):
+        if node.op_type == "MoE" and node.domain == "com.microsoft":  # per-expert quantized linears
+            experts = expert_linears(store, node)
+            if experts is not None:
+                import_experts(model, node, experts, plan, report.weights)
+            continue
         weight = _linear_weight(node)
         if weight is None or node.op_type != "MatMul" or not isinstance(weight.const_value, StreamedTensor):
             continue

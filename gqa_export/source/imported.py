@@ -132,11 +132,18 @@ class ImportedStore(WeightStore):
                 f"this is a pre-quantized {NAMES[self.method]} checkpoint by its config.json, but it stores no "
                 "quantized weights; the checkpoint is inconsistent: export the model's float checkpoint instead"
             )
-        experts = [p for p in prefixes if ".experts." in p or len(base.info(_marker_of(self.layout, p)).shape) != 2]
-        if experts:
+        stacked = [p for p in prefixes if len(base.info(_marker_of(self.layout, p)).shape) != 2]
+        if stacked:
             raise InputError(
-                f"{experts[0]} is a {NAMES[self.method]}-quantized MoE expert (or not a 2-D linear), which gqa-export "
-                "does not import yet; export the model's float checkpoint and choose --precision int4/int8 instead"
+                f"{stacked[0]} is a {NAMES[self.method]}-quantized tensor that is not a 2-D linear (a stacked MoE "
+                "expert tensor), which gqa-export does not import; export the model's float checkpoint and choose "
+                "--precision int4/int8 instead"
+            )
+        moe_untested = [p for p in prefixes if self.method in ("fp8", "quark") and ".experts." in p]
+        if moe_untested:  # docs/prequantized.md §7: the expert import is tested for GPTQ, AWQ, compressed-tensors
+            raise InputError(
+                f"{moe_untested[0]} is a {NAMES[self.method]}-quantized MoE expert, which gqa-export does not import "
+                "yet; export the model's float checkpoint and choose --precision int4/int8 instead"
             )
         for prefix in prefixes:
             self._add(base, prefix, qc)
