@@ -49,6 +49,15 @@ def token_budget(package: Path) -> tuple[int, int]:
     return int((model.get("search") or {}).get("max_length") or context), context
 
 
+def prompt_slots(package: Path, prompt_tokens: int) -> int:
+    """Sequence slots a prompt takes: a static-shape package's prompt is padded to whole windows,
+    and the pad ids count against search.max_length (docs/eps.md §7.1)."""
+    decoder = (_json_or_empty(package / "genai_config.json").get("model") or {}).get("decoder") or {}
+    window = decoder.get("sliding_window") or {}
+    size = int(window.get("window_size") or 0) if window.get("slide_inputs", True) else 0
+    return -(-prompt_tokens // size) * size if size else prompt_tokens
+
+
 def check_prompt_fits(package: Path, prompt_tokens: int) -> int:
     """The room left for new tokens; PromptTooLong (exit 2, one line) when there is none."""
     limit, context = token_budget(package)
@@ -278,8 +287,8 @@ def generate_greedy(
     import onnxruntime_genai as og
 
     model = model or load(package, ep)
-    total = len(prompt_ids) + max_new_tokens
-    options = {"do_sample": False, "max_length": total, "min_length": len(prompt_ids) + min_new_tokens}
+    slots = prompt_slots(package, len(prompt_ids))
+    options = {"do_sample": False, "max_length": slots + max_new_tokens, "min_length": slots + min_new_tokens}
     tokens, prefill_ms, rate, stats = _generate(model, prompt_ids, options)
     text = og.Tokenizer(model).decode(tokens) if tokens else ""
     return GenerationResult(ep, len(prompt_ids), tokens, text, prefill_ms, rate, speculative=stats or None)
@@ -374,12 +383,13 @@ def stream(
     """Generate, calling `on_text` with each decoded piece as it comes."""
     import onnxruntime_genai as og
 
-    room = check_prompt_fits(package, len(prompt_ids))
+    slots = prompt_slots(package, len(prompt_ids))
+    room = check_prompt_fits(package, slots)
     note = None
     if max_new_tokens > room:
         note = f"{room} new tokens at most: the prompt's {len(prompt_ids)} and the new ones share max_length"
         max_new_tokens = room
-    max_length = len(prompt_ids) + max_new_tokens
+    max_length = slots + max_new_tokens
     tokenizer_stream = og.Tokenizer(model).create_stream()
     pieces: list[str] = []
 
