@@ -360,7 +360,7 @@ def test_spec_takes_the_new_eps_and_refuses_what_they_cannot_run(tmp_path):
     ]  # fmt: skip
     for variant, message in (
         ("{ep: dml, precision: fp32}", "fp16 kernels only"),
-        ("{ep: qnn, precision: int4}", "qnn"),
+        ("{ep: qnn, precision: int8}", "4-bit QDQ"),
     ):
         spec.write_text(f"source: x\nvariants:\n  - {variant}\n")
         with pytest.raises(InputError, match=rf"release.yaml:3: .*{message}") as err:
