@@ -211,6 +211,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if window:  # static shapes (QNN): its own graph pair whatever the recipe's mode (docs/eps.md §7)
         if opts.attention not in (None, "auto"):
             check_ep_mode(opts.ep, opts.attention)
+        if opts.report:  # its float reference is compared over whole sequences, which windows cut up
+            raise InputError("--report needs every position's logits, which a static-shape (QNN) package does not give")
         attention = static_plan(window, ids)
         max_length = static_max_length(opts.max_length, max_length, window)
     else:

@@ -212,6 +212,7 @@ def test_qnn_refusals_are_one_line(checkpoints, qnn, tmp_path):
     for options, message in (
         (dict(max_length=100), "multiple of the 64-token window"),
         (dict(attention="gqa"), "runs --attention static only"),
+        (dict(report=True), "--report needs every position's logits"),
     ):
         with pytest.raises(InputError, match=message) as err:
             build(BuildOptions(checkpoint, tmp_path / "x", ep="qnn", smoke=False, **options))
@@ -233,3 +234,19 @@ def _dims(checkpoint: str):
     from gqa_export.graph.dims import read_dims
 
     return read_dims(AutoConfig.from_pretrained(checkpoint), get_spec("llama"), None)
+
+
+def test_qnn_lint_flags_ops_outside_its_list(qnn, tmp_path):
+    """The EP lint reads QNN's op list: a package whose graph holds an op QNN has no builder for
+    (TensorScatter for the KV write here) is an `ep-unsupported-op` error; GQA is flagged too."""
+    from mutants import copy_package
+
+    from gqa_export.eps import graph_problems
+
+    package = copy_package(qnn[1], tmp_path / "lint")
+    model = onnx.load(str(package / "decode.onnx"), load_external_data=False)
+    next(n for n in model.graph.node if n.op_type == "ScatterND").op_type = "TensorScatter"
+    onnx.save(model, str(package / "decode.onnx"))
+    errors = [f["message"] for f in inspect_package(package)["findings"] if f["id"] == "ep-unsupported-op"]
+    assert errors == ["decode.onnx: TensorScatter has no qnn kernel"]
+    assert graph_problems(QNN, {("GroupQueryAttention", "float16", 0)}) == ["GroupQueryAttention has no qnn kernel"]
