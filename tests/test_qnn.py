@@ -217,6 +217,13 @@ def test_qnn_refusals_are_one_line(checkpoints, qnn, tmp_path):
         with pytest.raises(InputError, match=message) as err:
             build(BuildOptions(checkpoint, tmp_path / "x", ep="qnn", smoke=False, **options))
         assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
+    # `run`: the window padding counts against max_length; a pad id inside a prompt is refused
+    from gqa_export.runtime.run import prompt_slots
+
+    package = qnn[1]
+    assert prompt_slots(package, [7] * 70) == 2 * W
+    with pytest.raises(InputError, match="holds pad_token_id 5"):
+        prompt_slots(package, [7, 5, 9])
     from gqa_export.arch import get_spec
     from gqa_export.graph.options import GraphOptions
 

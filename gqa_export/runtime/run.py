@@ -49,13 +49,17 @@ def token_budget(package: Path) -> tuple[int, int]:
     return int((model.get("search") or {}).get("max_length") or context), context
 
 
-def prompt_slots(package: Path, prompt_tokens: int) -> int:
+def prompt_slots(package: Path, prompt_ids: list[int]) -> int:
     """Sequence slots a prompt takes: a static-shape package's prompt is padded to whole windows,
-    and the pad ids count against search.max_length (docs/eps.md §7.1)."""
-    decoder = (_json_or_empty(package / "genai_config.json").get("model") or {}).get("decoder") or {}
-    window = decoder.get("sliding_window") or {}
+    the pad ids count against search.max_length, and a pad id inside the prompt would end it
+    there for the runtime (docs/eps.md §7.1): refused."""
+    model = _json_or_empty(package / "genai_config.json").get("model") or {}
+    window = (model.get("decoder") or {}).get("sliding_window") or {}
     size = int(window.get("window_size") or 0) if window.get("slide_inputs", True) else 0
-    return -(-prompt_tokens // size) * size if size else prompt_tokens
+    if size and model.get("pad_token_id") in prompt_ids:
+        pad = model["pad_token_id"]
+        raise InputError(f"the prompt holds pad_token_id {pad}, where {package}'s windowed inputs would end it")
+    return -(-len(prompt_ids) // size) * size if size else len(prompt_ids)
 
 
 def check_prompt_fits(package: Path, prompt_tokens: int) -> int:
@@ -287,7 +291,7 @@ def generate_greedy(
     import onnxruntime_genai as og
 
     model = model or load(package, ep)
-    slots = prompt_slots(package, len(prompt_ids))
+    slots = prompt_slots(package, prompt_ids)
     options = {"do_sample": False, "max_length": slots + max_new_tokens, "min_length": slots + min_new_tokens}
     tokens, prefill_ms, rate, stats = _generate(model, prompt_ids, options)
     text = og.Tokenizer(model).decode(tokens) if tokens else ""
@@ -383,7 +387,7 @@ def stream(
     """Generate, calling `on_text` with each decoded piece as it comes."""
     import onnxruntime_genai as og
 
-    slots = prompt_slots(package, len(prompt_ids))
+    slots = prompt_slots(package, prompt_ids)
     room = check_prompt_fits(package, slots)
     note = None
     if max_new_tokens > room:
