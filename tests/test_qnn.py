@@ -191,9 +191,11 @@ def test_qnn_mutants_fail(qnn, tmp_path, monkeypatch, change):
     assert _parity(_build(checkpoint, tmp_path / "m"), model) > 1e-2
 
 
-def test_qnn_windowed_layers_give_hf_logits(checkpoints, tmp_path):
-    """A sliding-window model (window 8): the window bound in the static mask, keys past it hidden."""
-    checkpoint = checkpoints.get("mistral_window")
+@pytest.mark.parametrize("name", ["mistral_window", "mqa_tied"])
+def test_qnn_other_layouts_give_hf_logits(checkpoints, tmp_path, name):
+    """A sliding-window model (window 8: keys past it hidden by the static mask), and one kv head
+    with a tied lm_head (its Shape-built logits shape folded to a constant: QNN has no Shape)."""
+    checkpoint = checkpoints.get(name)
     assert _parity(_build(checkpoint, tmp_path / "w"), hf_model(checkpoint), n=20, steps=12) < 1e-4
 
 

@@ -95,6 +95,7 @@ def build_static_decoder(
             h = layer_scalar(lc, h)
     x = normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
     logits = lm_head(b, x, embed, OutputContext(dims, spec, params, opts))
+    _fold_shapes(b, [1, step, dims.vocab_size])
     b.output(logits, "logits", opts.logits_dtype, [1, step, dims.vocab_size])
     for i in range(dims.num_layers):
         layer, layer_kv = dims.layers[i], kv[i]
@@ -103,6 +104,17 @@ def build_static_decoder(
         b.output(layer_kv.present_key, PRESENT_KEY % i, opts.io_dtype, shape)
         b.output(layer_kv.present_value, PRESENT_VALUE % i, opts.io_dtype, shape)
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
+
+
+def _fold_shapes(b: GraphBuilder, logits_shape: list[int]) -> None:
+    """The tied lm_head reshapes its Gemm output by Shape(x)[:2] + [vocab]; QNN has no Shape, and
+    here the shape is known: the Reshape gets it as a constant."""
+    for shape in [n for n in b.graph if n.op_type == "Shape"]:
+        concat = next(iter(shape.outputs[0].uses())).node
+        reshape = next(iter(concat.outputs[0].uses())).node
+        assert concat.op_type == "Concat" and reshape.op_type == "Reshape", "a Shape the static graph cannot fold"
+        reshape.replace_input_with(1, b.const(logits_shape, "logits_shape", "int64"))
+        b.graph.remove([concat, shape], safe=True)
 
 
 def _attend(lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value], steps, rope):  # type: ignore[no-untyped-def]
