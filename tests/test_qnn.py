@@ -232,6 +232,10 @@ def test_qnn_refusals_are_one_line(checkpoints, qnn, tmp_path):
     assert prompt_slots(package, [7] * 70) == 2 * W
     with pytest.raises(InputError, match="holds pad_token_id 5"):
         prompt_slots(package, [7, 5, 9])
+    from gqa_export.runtime.evaluate import check_window  # eval scores whole sequences
+
+    with pytest.raises(InputError, match="runs prompts in static windows"):
+        check_window(package, None, None)
     from gqa_export.arch import get_spec
     from gqa_export.graph.options import GraphOptions
 
