@@ -37,7 +37,7 @@ class StaticSteps:
 
     positions: ir.Value  # [1, S] int64
     write_slots: ir.Value  # [1, 1, S, 1] int64: the buffer slot of each of this step's tokens
-    biases: dict[int, ir.Value]  # window (-1: full) -> [1, 1, S, C] additive bias
+    biases: dict[int, ir.Value]  # a layer's window (<= 0: none) -> [1, 1, S, C] additive bias
     step: int  # S
     context: int  # C
 
@@ -120,7 +120,7 @@ def static_attention(
     if dims.attn_softcap:  # Gemma-2: cap * tanh(scores / cap) before the mask
         cap = b.const(np.array(dims.attn_softcap, NUMPY_DTYPES[dtype]), "softcap")
         scores = b.op("Mul", b.op("Tanh", b.op("Div", scores, cap)), cap, name="softcapped")
-    probs = b.op("Softmax", b.op("Add", scores, steps.biases[layer.window if layer.window > 0 else -1]), axis=-1)
+    probs = b.op("Softmax", b.op("Add", scores, steps.biases[layer.window]), axis=-1)
     y = b.op("Transpose", b.op("MatMul", probs, values), perm=[0, 2, 1, 3], name="y_bsnh")
     y = b.op("Reshape", y, b.const([0, 0, dims.num_heads * layer.head_dim], "y_flat", "int64"))
     return y, LayerKV(present_k, present_v, keys, values)

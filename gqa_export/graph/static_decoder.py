@@ -90,7 +90,7 @@ def build_static_decoder(
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
             lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv)
-            attention = partial(_attend, past=pasts[i], steps=steps, rope=rope)
+            attention = partial(static_attention, past=pasts[i], steps=steps, rope=rope)
             h, kv[i] = decoder_layer(lc, h, attention, None)
             h = layer_scalar(lc, h)
     x = normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
@@ -115,7 +115,3 @@ def _fold_shapes(b: GraphBuilder, logits_shape: list[int]) -> None:
         assert concat.op_type == "Concat" and reshape.op_type == "Reshape", "a Shape the static graph cannot fold"
         reshape.replace_input_with(1, b.const(logits_shape, "logits_shape", "int64"))
         b.graph.remove([concat, shape], safe=True)
-
-
-def _attend(lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value], steps, rope):  # type: ignore[no-untyped-def]
-    return static_attention(lc, x, past, steps, rope)
