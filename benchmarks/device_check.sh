@@ -41,7 +41,7 @@ PY
 
 # ---------------------------------------------------------------------------------------------
 # Other execution providers (docs/eps.md §6): one section each, for the day a machine with that
-# device is lent. Each is opt-in (EPS="openvino webgpu dml trt-rtx" bash benchmarks/device_check.sh),
+# device is lent. Each is opt-in (EPS="openvino webgpu dml trt-rtx qnn" bash benchmarks/device_check.sh),
 # so the CUDA part above runs alone by default. Each section builds the EP's packages from the EP
 # table, runs them through onnxruntime-genai on that provider (the wheel named per section must be
 # installed in its own environment) and compares greedy tokens with the CPU fp32 package.
@@ -51,6 +51,10 @@ for ep in ${EPS:-}; do
     webgpu) precisions="fp16 fp32 int4" ;; # onnxruntime-webgpu + onnxruntime-genai; needs a real GPU adapter
     dml) precisions="fp16 int4" ;;         # Windows: onnxruntime-directml + onnxruntime-genai-directml
     trt-rtx) precisions="fp16 bf16 int4" ;;     # NVIDIA RTX: onnxruntime with NvTensorRTRTXExecutionProvider
+    # Snapdragon (Windows/Linux ARM64): onnxruntime-qnn + onnxruntime-genai; QNN is a plugin EP, so
+    # QNN_EP_LIBRARY=<onnxruntime_qnn.get_library_path()> registers it below (docs/eps.md §7.4).
+    # Static shapes: 64-token prefill windows, max_length rounded down to a multiple of 64.
+    qnn) precisions="int4 fp16 fp32" ;;
     *) echo "unknown EP section '$ep'" >&2; exit 2 ;;
   esac
   for precision in $precisions; do
@@ -62,8 +66,12 @@ import sys
 from pathlib import Path
 import onnxruntime
 from gqa_export.eps import EPS
+import os
 from gqa_export.runtime.run import generate_greedy
 out, ep = Path(sys.argv[1]), sys.argv[2]
+if os.environ.get("QNN_EP_LIBRARY"):  # a plugin EP is registered before a model asks for it
+    import onnxruntime_genai as og
+    og.register_execution_provider_library(EPS[ep].ort_provider, os.environ["QNN_EP_LIBRARY"])
 prompt = [0, 45, 319, 81, 84, 266, 265, 302]
 reference = generate_greedy(out / "cpu-fp32", prompt, 48, min_new_tokens=48).tokens
 print(f"{EPS[ep].ort_provider} available: {EPS[ep].ort_provider in onnxruntime.get_available_providers()}\n")

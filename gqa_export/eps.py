@@ -59,6 +59,11 @@ class ExecutionProvider:
     int4_format: str = "matmulnbits"  # matmulnbits | qdq (DequantizeLinear + MatMul: quant/qdq.py)
     release_prefix: str = ""  # a release variant's folder prefix (the published `directml-int4-...`); "" = name
     verified: str = "run"  # run: tokens checked on the EP itself | structural: graph checks + a CPU run
+    # the only ops with kernels here (empty: no such list; `missing_ops` says what is absent)
+    only_ops: frozenset[str] = frozenset()
+    # static shapes: prompts run in windows of this many tokens, generated tokens one at a time,
+    # over a fixed max_length KV buffer (graph/static_decoder.py, docs/eps.md §7); 0: dynamic shapes
+    static_window: int = 0
     description: str = field(default="", compare=False)
 
     def genai_provider_options(self, cuda_graph: bool = False) -> list[dict[str, Any]]:
@@ -214,26 +219,63 @@ TRT_RTX = ExecutionProvider(
     verified="structural",
     description="NVIDIA RTX GPUs through TensorRT-RTX",
 )
-_QNN_WHY = (
-    "QNN's HTP runs static-shape graphs without GroupQueryAttention (attention decomposed, QDQ weights, "
-    "fixed prefill/decode sizes), which this version does not build"
-)
+# QNN EP's op builders (docs/eps.md §7.2): everything else falls back to the CPU or fails to compile
+_QNN_OPS = frozenset(
+    {
+        "Abs", "Add", "And", "ArgMax", "ArgMin", "Cast", "Ceil", "Clip", "Concat", "Cos", "CumSum",
+        "DequantizeLinear", "Div", "Einsum", "Elu", "Equal", "Exp", "Expand", "Flatten", "Floor", "Gather",
+        "GatherElements", "GatherND", "Gelu", "Gemm", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish",
+        "Identity", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "MatMul",
+        "Max", "Mean", "Min", "Mod", "Mul", "Neg", "Not", "Or", "Pad", "Pow", "PRelu", "QuantizeLinear",
+        "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "Relu",
+        "Reshape", "RMSNormalization", "Round", "ScatterElements", "ScatterND", "Sigmoid", "Sign",
+        "SimplifiedLayerNormalization", "Sin", "Slice", "Softmax", "Softplus", "Split", "Sqrt", "Squeeze",
+        "Sub", "Sum", "Tanh", "Tile", "TopK", "Transpose", "Unsqueeze", "Where", "Xor",
+    }
+)  # fmt: skip
 QNN = ExecutionProvider(
     name="qnn",
     ort_provider="QNNExecutionProvider",
     genai_provider="QNN",
-    precisions=(),
-    refused=_frozen({p: _QNN_WHY for p in ("fp32", "fp16", "bf16", "int4", "int8")}),
+    precisions=("int4", "fp16", "fp32"),
+    refused=_frozen(
+        {
+            "bf16": "QNN's HTP has no bfloat16; use fp16 or int4",
+            "int8": "QNN packages take 4-bit QDQ weights only; use int4",
+        }
+    ),
     default_precision="int4",
     quantized_activations=("fp16",),
     accuracy_level=0,
+    # HTP backend; fp32 graphs run in fp16 there (enable_htp_fp16_precision, QNN EP's default)
+    provider_options=(
+        _frozen(
+            {
+                "QNN": _frozen(
+                    {
+                        "backend_type": "htp",
+                        "htp_performance_mode": "burst",
+                        "htp_graph_finalization_optimization_mode": "3",
+                        "enable_htp_fp16_precision": "1",
+                    }
+                )
+            }
+        ),
+    ),
     kv_cache_dtypes=(),
-    attention_modes=(),
+    attention_modes=("static",),
     gqa_dtypes=(),
-    missing_ops=frozenset({"GroupQueryAttention", "MatMulNBits", "If"}),
+    fused_rope=False,
+    packed_qkv=False,
+    skip_norm_fusion=False,
+    nbits_bits=(),
+    int4_format="qdq",
+    missing_ops=frozenset({"GroupQueryAttention", "Attention", "MatMulNBits", "GatherBlockQuantized", "If"}),
+    only_ops=_QNN_OPS,
+    static_window=64,
     release_folder="qnn",
     verified="structural",
-    description="Qualcomm NPUs through QNN (refused: see docs/eps.md §2.5)",
+    description="Qualcomm NPUs through QNN: static-shape prefill/decode graphs (docs/eps.md §7)",
 )
 
 EPS: MappingProxyType[str, ExecutionProvider] = MappingProxyType(
@@ -257,7 +299,7 @@ def graph_problems(ep: ExecutionProvider, facts: set[tuple[str, str, int]]) -> l
     this, so a package the table says cannot run is never written and is flagged when found."""
     problems = set()
     for op, dtype, bits in facts:
-        if op in ep.missing_ops:
+        if op in ep.missing_ops or (ep.only_ops and op not in ep.only_ops):
             problems.add(f"{op} has no {ep.name} kernel")
         elif op == "GroupQueryAttention" and dtype and dtype not in ep.gqa_dtypes:
             problems.add(

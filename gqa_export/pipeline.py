@@ -25,7 +25,8 @@ from gqa_export.graph.latent_attention import latent_cache_dims
 from gqa_export.graph.lora import check_lora_options
 from gqa_export.graph.optimize import OptimizeReport, optimize
 from gqa_export.graph.params import Params
-from gqa_export.graph.plan import bidirectional_ids, plan_attention
+from gqa_export.graph.plan import bidirectional_ids, plan_attention, static_max_length, static_plan
+from gqa_export.graph.static_decoder import build_static_decoder
 from gqa_export.jsonio import write_json
 from gqa_export.package.build_manifest import build_manifest, model_manifest
 from gqa_export.package.finish import seal_lint_smoke, stream_weights
@@ -210,14 +211,23 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if recipe.attention.bias_op == "gqa" and not EPS[opts.ep].gqa_attention_bias:
         raise InputError("attention.bias_op gqa is for CPU: CUDA's GroupQueryAttention runs a bias only unfused")
     requested = opts.attention or recipe.attention.mode
-    attention = plan_attention(
-        full_attention_mode(requested, mm.tower) if mm else requested,
-        ids,
-        ids_requested,
-        gqa_refusal(dims),
-        bias_op=recipe.attention.bias_op,
-        bias_cache=recipe.attention.bias_cache,
-    )
+    window = EPS[opts.ep].static_window
+    if window:  # static shapes (QNN): its own graph pair whatever the recipe's mode (docs/eps.md §7)
+        if opts.attention not in (None, "auto"):
+            check_ep_mode(opts.ep, opts.attention)
+        if opts.report:  # its float reference is compared over whole sequences, which windows cut up
+            raise InputError("--report needs every position's logits, which a static-shape (QNN) package does not give")
+        attention = static_plan(window, ids)
+        max_length = static_max_length(opts.max_length, max_length, window)
+    else:
+        attention = plan_attention(
+            full_attention_mode(requested, mm.tower) if mm else requested,
+            ids,
+            ids_requested,
+            gqa_refusal(dims),
+            bias_op=recipe.attention.bias_op,
+            bias_cache=recipe.attention.bias_cache,
+        )
     check_ep_mode(opts.ep, attention.mode)
     if recipe.attention.latent_cache and attention.mode != "gqa":
         raise InputError(
@@ -257,7 +267,11 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             and attention.mode == "gqa"
             and len({layer.window for layer in dims.layers if layer.window > 0}) == 1,
         )
-        models.append(build_decoder(dims, spec, Params(store, plan.io_dtype), graph_opts))
+        if graph.mode == "static":
+            model = build_static_decoder(dims, spec, Params(store, plan.io_dtype), graph_opts, graph.step, max_length)
+        else:
+            model = build_decoder(dims, spec, Params(store, plan.io_dtype), graph_opts)
+        models.append(model)
 
     reporter.stage("optimize")
     opt_reports = [optimize(model, EPS[opts.ep].skip_norm_fusion) for model in models]
@@ -280,10 +294,13 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         Stage(g.filename, graph_facts(m), g.run_on_prompt, g.run_on_token_gen)
         for g, m in zip(attention.graphs, models, strict=True)
     ]
+    static = {"static_window": window, "num_heads": dims.num_heads}
     config = make_genai_config(
         stages,
         dims,
-        ConfigOptions(recipe.genai_model_type, opts.ep, max_length, dims.max_position_embeddings, io.cuda_graph),
+        ConfigOptions(
+            recipe.genai_model_type, opts.ep, max_length, dims.max_position_embeddings, io.cuda_graph, **static
+        ),
         generation,
     )
     if mm:

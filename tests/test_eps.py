@@ -1,9 +1,9 @@
 """The execution providers beyond CPU and CUDA (docs/eps.md): each package is built from its EP
 table record only. WebGPU, DirectML and TensorRT-RTX cannot run here, so their packages are checked
 for structure (ops, dtypes, the genai_config provider entry, the graph form the record asks for)
-and their graphs run on CPU against HF; QNN and the precision / mode pairs an EP cannot run are
-refused in one line; `inspect` flags an op or dtype the package's EP lacks. OpenVINO's own run is
-tests/compat/test_openvino.py.
+and their graphs run on CPU against HF (QNN's static-shape packages: tests/test_qnn.py); the
+precision / mode pairs an EP cannot run are refused in one line; `inspect` flags an op or dtype
+the package's EP lacks. OpenVINO's own run is tests/compat/test_openvino.py.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_refused_pairs_are_one_line(checkpoints, tmp_path, ep, precision):
 def test_refusals_exit_2_on_the_command_line(checkpoints, tmp_path):
     runner = CliRunner()
     for args in (
-        ["--ep", "qnn"],
+        ["--ep", "qnn", "--precision", "bf16"],
         ["--ep", "dml", "--precision", "fp32"],
         ["--ep", "dml", "--attention", "bias"],
         ["--ep", "openvino", "--attention", "split"],

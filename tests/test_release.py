@@ -352,15 +352,15 @@ def test_spec_takes_the_new_eps_and_refuses_what_they_cannot_run(tmp_path):
     spec = tmp_path / "release.yaml"
     spec.write_text(
         "source: x\nvariants:\n  - {ep: openvino, precision: int4}\n  - {ep: dml, precision: int4}\n"
-        "  - {ep: webgpu, precision: fp16}\n  - {ep: trt-rtx, precision: bf16}\n"
+        "  - {ep: webgpu, precision: fp16}\n  - {ep: trt-rtx, precision: bf16}\n  - {ep: qnn, precision: int4}\n"
     )
     assert [v.path for v in load_spec(spec).variants] == [
         "openvino/openvino-int4-rtn-block-32-acc-level-4", "directml/directml-int4-rtn-block-32",
-        "webgpu/webgpu-fp16", "trt-rtx/trt-rtx-bf16",
+        "webgpu/webgpu-fp16", "trt-rtx/trt-rtx-bf16", "qnn/qnn-int4-rtn-block-32",
     ]  # fmt: skip
     for variant, message in (
         ("{ep: dml, precision: fp32}", "fp16 kernels only"),
-        ("{ep: qnn, precision: int4}", "qnn"),
+        ("{ep: qnn, precision: int8}", "4-bit QDQ"),
     ):
         spec.write_text(f"source: x\nvariants:\n  - {variant}\n")
         with pytest.raises(InputError, match=rf"release.yaml:3: .*{message}") as err:

@@ -92,7 +92,7 @@ def graph_facts(model: ir.Model) -> GraphFacts:
     pasts = [v for v in g.inputs if (v.name or "").startswith("past_key_values.")]
     scattered = bool(pasts) and all(
         any(
-            use.node.op_type == "TensorScatter" and use.idx == 0 and use.node.outputs[0] in outputs_set
+            use.node.op_type in ("TensorScatter", "ScatterND") and use.idx == 0 and use.node.outputs[0] in outputs_set
             for use in v.uses()
         )
         for v in pasts

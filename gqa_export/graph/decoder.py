@@ -120,13 +120,13 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 source = kv[layer.kv_source] if layer.shares_kv else None
                 attention = partial(attend, past=pasts.get(i), source=source)
             if dims.altup:  # the layer computes the active stream; the per-layer input goes to the others
-                layer_fn = partial(_decoder_layer, attention=attention, state=state)
+                layer_fn = partial(decoder_layer, attention=attention, state=state)
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
                 continue
-            h, kv[i] = _decoder_layer(lc, h, attention, state)
+            h, kv[i] = decoder_layer(lc, h, attention, state)
             if per_layer is not None:
                 h = add_per_layer_input(lc, h, per_layer)
-            h = _layer_scalar(lc, h)
+            h = layer_scalar(lc, h)
             h = add_layer_features(b, h, features, i)
 
     check_matched(lora)
@@ -283,7 +283,7 @@ def _state_mixer(
 Mixer = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
 
 
-def _decoder_layer(
+def decoder_layer(
     lc: LayerContext, h: ir.Value, attention: Mixer | None, state: Mixer | None
 ) -> tuple[ir.Value, LayerKV | None]:
     """One layer in the spec's norm layout (pre / sandwich / post). The token mixer is attention
@@ -372,7 +372,7 @@ def _mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
     return sparse_mlp(lc, x)
 
 
-def _layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:
+def layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:
     """Gemma-4's stored per-layer scalar multiplies the whole residual stream, when the checkpoint has it."""
     module = lc.spec.layer.layer_scalar
     if module is None or not lc.has(module, suffix=""):  # a buffer: stored without a .weight suffix

@@ -32,9 +32,10 @@ from gqa_export.errors import InputError
 @dataclass(frozen=True)
 class GraphSpec:
     filename: str
-    mode: str  # the graph kind, a key of graph.decoder.OPSETS: gqa | scatter | concat
+    mode: str  # the graph kind, a key of graph.decoder.OPSETS: gqa | scatter | concat; or static
     run_on_prompt: bool = True
     run_on_token_gen: bool = True
+    step: int = 0  # a static graph's tokens per run (0: dynamic shapes)
 
 
 @dataclass(frozen=True)
@@ -115,3 +116,27 @@ def plan_attention(
         )
     weights = "model.onnx.data" if len(graphs) == 1 else "weights.onnx.data"
     return AttentionPlan(mode, tuple(ids), graphs, weights, reason)
+
+
+def static_plan(window: int, ids: tuple[int, ...]) -> AttentionPlan:
+    """Static shapes (QNN, docs/eps.md §7): `prefill.onnx` runs each window of `window` prompt tokens,
+    `decode.onnx` each generated token, one fixed KV buffer shared by both."""
+    graphs = (
+        GraphSpec("prefill.onnx", "static", run_on_prompt=True, run_on_token_gen=False, step=window),
+        GraphSpec("decode.onnx", "static", run_on_prompt=False, run_on_token_gen=True, step=1),
+    )
+    reason = f"static shapes: {window}-token prefill windows and a 1-token decode graph"
+    return AttentionPlan("static", tuple(ids), graphs, "weights.onnx.data", reason)
+
+
+def static_max_length(requested: int | None, planned: int, window: int) -> int:
+    """A static KV buffer holds whole prompt windows: the runtime pads a prompt at its end to a
+    multiple of the window, and every padded slot must exist (docs/eps.md §7.1)."""
+    if requested is not None and requested % window:
+        raise InputError(
+            f"--max-length must be a multiple of the {window}-token window for static shapes, got {requested}"
+        )
+    length = planned - planned % window
+    if length < window:
+        raise InputError(f"a static-shape package needs a context of at least one {window}-token window, not {planned}")
+    return length

@@ -17,6 +17,7 @@ from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.recurrent_state import PAST_CONV, PAST_RECURRENT, PRESENT_CONV, PRESENT_RECURRENT
 
 DEFAULT_MAX_LENGTH = 4096
+STATIC = ("past_sequence_length", "total_sequence_length")  # the static graphs' length inputs
 # generation_config.json keys carried into `search` (HF name -> genai name).
 SEARCH_FROM_GENERATION = {
     "do_sample": "do_sample",
@@ -44,6 +45,8 @@ class ConfigOptions:
     max_length: int
     context_length: int
     cuda_graph: bool = False
+    static_window: int = 0  # static shapes (QNN): the prompt window of the prefill graph
+    num_heads: int = 0  # static graphs: query heads (no attention node carries them)
 
 
 def make_genai_config(
@@ -63,7 +66,7 @@ def make_genai_config(
             "session_options": {"log_id": "onnxruntime-genai", "provider_options": _provider_options(opts)},
             "head_size": facts.head_size,
             "hidden_size": dims.hidden_size,
-            "inputs": _io_names(facts.inputs, ("input_ids", "inputs_embeds", "attention_mask", "position_ids"))
+            "inputs": _io_names(facts.inputs, ("input_ids", "inputs_embeds", "attention_mask", "position_ids", *STATIC))
             | {"past_key_names": PAST_KEY, "past_value_names": PAST_VALUE},
             "outputs": _io_names(facts.outputs, ("logits", "hidden_states"))
             | {"present_key_names": PRESENT_KEY, "present_value_names": PRESENT_VALUE},
@@ -108,6 +111,8 @@ def make_genai_config(
                 for stage in stages
             }
         ]
+    if opts.static_window:
+        _add_static(model, opts)
     if dims.bos_token_id is not None:
         model["bos_token_id"] = dims.bos_token_id
     search: dict[str, Any] = {
@@ -127,6 +132,23 @@ def make_genai_config(
         if value is not None:
             search[key] = type(search[key])(value)
     return {"model": model, "search": search}
+
+
+def _add_static(model: dict[str, Any], opts: ConfigOptions) -> None:
+    """Static shapes (docs/eps.md §7): the windowed-input path cuts the prompt into windows padded
+    at the end (alignment left) and feeds past_sequence_length; slide_key_value_cache false keeps
+    the one fixed buffer (the sliding uint8 cache would move it); the graphs have no attention
+    nodes to count heads from. context_length is the static buffer's length."""
+    decoder = model["decoder"]
+    decoder["num_attention_heads"] = decoder["num_attention_heads"] or opts.num_heads
+    decoder["sliding_window"] = {
+        "window_size": opts.static_window,
+        "pad_value": 0,
+        "alignment": "left",
+        "slide_key_value_cache": False,
+        "slide_inputs": True,
+    }
+    model["context_length"] = opts.max_length
 
 
 def _add_conv_state(decoder: dict[str, Any], facts: GraphFacts) -> None:

@@ -106,7 +106,10 @@ def windows(count: int, window: int, stride: int) -> list[tuple[int, int, int]]:
 def check_window(package: Path, window: int | None, stride: int | None) -> tuple[int, int]:
     """The window (at most the package's max_length) and stride (default window // 2, less than
     the window so that every window's first new token has context)."""
-    search = (read_json(package / "genai_config.json") or {}).get("search") or {}
+    config = read_json(package / "genai_config.json") or {}
+    if ((config.get("model") or {}).get("decoder") or {}).get("sliding_window", {}).get("slide_inputs"):
+        raise InputError(f"{package} runs prompts in static windows (docs/eps.md §7): evaluate its CPU package")
+    search = config.get("search") or {}
     max_length = int(search.get("max_length") or DEFAULT_WINDOW)
     window = window if window is not None else min(DEFAULT_WINDOW, max_length)
     if window < 2 or window > max_length:

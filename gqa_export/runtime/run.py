@@ -50,6 +50,19 @@ def token_budget(package: Path) -> tuple[int, int]:
     return int((model.get("search") or {}).get("max_length") or context), context
 
 
+def prompt_slots(package: Path, prompt_ids: list[int]) -> int:
+    """Sequence slots a prompt takes: a static-shape package's prompt is padded to whole windows,
+    the pad ids count against search.max_length, and a pad id inside the prompt would end it
+    there for the runtime (docs/eps.md §7.1): refused."""
+    model = _json_or_empty(package / "genai_config.json").get("model") or {}
+    window = (model.get("decoder") or {}).get("sliding_window") or {}
+    size = int(window.get("window_size") or 0) if window.get("slide_inputs", True) else 0
+    if size and model.get("pad_token_id") in prompt_ids:
+        pad = model["pad_token_id"]
+        raise InputError(f"the prompt holds pad_token_id {pad}, where {package}'s windowed inputs would end it")
+    return -(-len(prompt_ids) // size) * size if size else len(prompt_ids)
+
+
 def check_prompt_fits(package: Path, prompt_tokens: int) -> int:
     """The room left for new tokens; PromptTooLong (exit 2, one line) when there is none."""
     limit, context = token_budget(package)
@@ -256,8 +269,8 @@ def generate_greedy(
     import onnxruntime_genai as og
 
     model = model or load(package, ep)
-    total = len(prompt_ids) + max_new_tokens
-    options = {"do_sample": False, "max_length": total, "min_length": len(prompt_ids) + min_new_tokens}
+    slots = prompt_slots(package, prompt_ids)
+    options = {"do_sample": False, "max_length": slots + max_new_tokens, "min_length": slots + min_new_tokens}
     tokens, prefill_ms, rate, stats = _generate(model, prompt_ids, options)
     text = og.Tokenizer(model).decode(tokens) if tokens else ""
     return GenerationResult(ep, len(prompt_ids), tokens, text, prefill_ms, rate, speculative=stats or None)
@@ -354,12 +367,13 @@ def stream(
     import onnxruntime_genai as og
 
     length = prompt_length(prompt)
-    room = check_prompt_fits(package, length)
+    slots = prompt_slots(package, prompt) if isinstance(prompt, list) else length
+    room = check_prompt_fits(package, slots)
     note = None
     if max_new_tokens > room:
         note = f"{room} new tokens at most: the prompt's {length} and the new ones share max_length"
         max_new_tokens = room
-    max_length = length + max_new_tokens
+    max_length = slots + max_new_tokens
     tokenizer_stream = og.Tokenizer(model).create_stream()
     pieces: list[str] = []
 

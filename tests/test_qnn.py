@@ -1,0 +1,271 @@
+"""QNN packages (docs/eps.md §7): static-shape prefill/decode graphs driven by onnxruntime-genai's
+windowed-input path. No Snapdragon here, so the package is checked for structure and the SAME
+package runs through onnxruntime-genai on CPU (the provider cleared, as `run` does without QNN):
+greedy tokens = HF generate for prompts shorter than, equal to and longer than the 64-token window;
+the static graphs run by hand (the runtime's window loop, tests' own copy) give HF's logits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from reference import assert_varied, hf_generate, hf_logits, hf_model
+
+from gqa_export.check.report import inspect_package
+from gqa_export.eps import EPS
+from gqa_export.errors import InputError
+from gqa_export.graph import static_decoder
+from gqa_export.pipeline import BuildOptions, build
+
+QNN = EPS["qnn"]
+W = QNN.static_window
+CONTEXT = 256  # search.max_length: four windows
+NEW = 20
+LENGTHS = (1, 10, W, 150)  # one token, inside one window, exactly one, three windows (padded end)
+
+
+def _prompt(n: int, pad: int, seed: int = 0) -> list[int]:
+    """Random ids without the pad id: the runtime finds a prompt's end at its first pad id."""
+    ids = np.random.default_rng(seed + n).integers(6, 384, n)
+    assert pad not in ids
+    return [int(t) for t in ids]
+
+
+def _build(checkpoint: Path, out: Path, precision: str = "fp32") -> Path:
+    build(BuildOptions(str(checkpoint), out, ep="qnn", precision=precision, smoke=False, max_length=CONTEXT))
+    return out
+
+
+@pytest.fixture(scope="module")
+def qnn(checkpoints, tmp_path_factory):
+    """(checkpoint, its fp32 QNN package, the HF model): built once for the module."""
+    checkpoint = checkpoints.get("base")
+    package = _build(checkpoint, tmp_path_factory.mktemp("qnn") / "pkg")
+    return checkpoint, package, hf_model(checkpoint)
+
+
+def run_static(package: Path, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+    """The runtime's window loop (docs/eps.md §7.1) over the two graphs in onnxruntime: the prompt
+    padded at its end to whole windows, past_sequence_length = last slot of each window, then the
+    prompt length and +1 per generated token; one fixed buffer per cache. Returns (tokens, logits of
+    every real position)."""
+    import onnxruntime as ort
+
+    config = json.loads((package / "genai_config.json").read_text())
+    pad, n = config["model"]["pad_token_id"], len(prompt)
+    sessions = {name: ort.InferenceSession(str(package / f"{name}.onnx")) for name in ("prefill", "decode")}
+    caches = {
+        i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], onnx.helper.tensor_dtype_to_np_dtype(
+            i.type.tensor_type.elem_type))
+        for i in onnx.load(str(package / "decode.onnx"), load_external_data=False).graph.input
+        if i.name.startswith("past_key_values.")
+    }  # fmt: skip
+    total = np.array([CONTEXT], np.int32)
+
+    def run(name: str, ids: list[int], last: int) -> np.ndarray:
+        feeds = {"input_ids": np.array([ids], np.int32), "past_sequence_length": np.array([[last]], np.int32)}
+        out = sessions[name].run(None, {**feeds, "total_sequence_length": total, **caches})
+        names = [o.name for o in sessions[name].get_outputs()]
+        for key, value in zip(names, out, strict=True):
+            if key.startswith("present."):
+                caches[key.replace("present.", "past_key_values.")] = value
+        return out[0][0]
+
+    padded = prompt + [pad] * (-n % W)
+    logits = [run("prefill", padded[s : s + W], s + W - 1) for s in range(0, len(padded), W)]
+    rows = [np.concatenate(logits)[:n]]
+    tokens = list(prompt)
+    for step in range(steps):
+        tokens.append(int(rows[-1][-1].argmax()))
+        rows.append(run("decode", [tokens[-1]], n + step))
+    return tokens, np.concatenate(rows).astype(np.float32)
+
+
+def _parity(package: Path, model, n: int = 70, steps: int = 3, relative: bool = False) -> float:
+    """Max |static graphs - HF| over the prompt and decode positions (relative: / max(1, max |HF|))."""
+    pad = json.loads((package / "genai_config.json").read_text())["model"]["pad_token_id"]
+    tokens, got = run_static(package, _prompt(n, pad), steps)
+    ref = hf_logits(model, tokens, n)
+    return float(np.abs(got - ref).max()) / (max(1.0, float(np.abs(ref).max())) if relative else 1.0)
+
+
+def test_qnn_package_is_static_and_lints_clean(qnn):
+    """Two static graphs of the EP's ops only, the windowed-input config, the QNN provider entry;
+    `inspect` (EP lint for the package's QNN entry) finds nothing."""
+    _, package, _ = qnn
+    config = json.loads((package / "genai_config.json").read_text())
+    model, decoder = config["model"], config["model"]["decoder"]
+    assert model["type"] == "decoder-pipeline" and model["context_length"] == CONTEXT
+    assert decoder["session_options"]["provider_options"] == QNN.genai_provider_options()
+    assert decoder["sliding_window"] == {
+        "window_size": W, "pad_value": 0, "alignment": "left", "slide_key_value_cache": False, "slide_inputs": True,
+    }  # fmt: skip
+    stages = decoder["pipeline"][0]
+    assert (stages["prefill"]["run_on_prompt"], stages["prefill"]["run_on_token_gen"]) == (True, False)
+    assert (stages["decode"]["run_on_prompt"], stages["decode"]["run_on_token_gen"]) == (False, True)
+    assert config["search"]["past_present_share_buffer"] and config["search"]["max_length"] == CONTEXT
+    assert decoder["inputs"]["past_sequence_length"] == "past_sequence_length"
+    for name, step in (("prefill", W), ("decode", 1)):
+        graph = onnx.load(str(package / f"{name}.onnx"), load_external_data=False).graph
+        dims = [d for v in [*graph.input, *graph.output] for d in v.type.tensor_type.shape.dim]
+        assert all(d.HasField("dim_value") for d in dims), f"{name}: a symbolic dimension"
+        assert [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim] == [1, step]
+        assert {n.op_type for n in graph.node} <= QNN.only_ops
+        assert not {"GroupQueryAttention", "Attention", "MatMulNBits"} & {n.op_type for n in graph.node}
+    assert [f for f in inspect_package(package)["findings"] if f["severity"] == "error"] == []
+
+
+def test_qnn_greedy_through_genai_windows_equals_hf(qnn):
+    """The package through onnxruntime-genai 0.18's windowed path on CPU: for prompts of 1, 10, 64
+    and 150 tokens (three windows, the last padded), 20 greedy tokens = HF generate."""
+    import onnxruntime_genai as og
+
+    _, package, model = qnn
+    config = og.Config(str(package))
+    config.clear_providers()
+    genai = og.Model(config)
+    pad = json.loads((package / "genai_config.json").read_text())["model"]["pad_token_id"]
+    got, want = [], []
+    for n in LENGTHS:
+        prompt = _prompt(n, pad)
+        params = og.GeneratorParams(genai)
+        params.set_search_options(max_length=CONTEXT, min_length=CONTEXT)  # the pad ids count
+        generator = og.Generator(genai, params)
+        generator.append_tokens(prompt)
+        tokens = []
+        for _ in range(NEW):
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        got.append(tokens)
+        want.append(hf_generate(model, prompt, NEW))
+    assert got == want
+    assert_varied(got)
+
+
+def test_qnn_static_graphs_give_hf_logits(qnn):
+    """Prompt logits over two windows (the second padded) and decode-step logits within 1e-4."""
+    _, package, model = qnn
+    assert _parity(package, model) < 1e-4
+
+
+def _mutant(monkeypatch, change) -> None:
+    """Plant a bug in the per-graph step values (positions, write slots, biases)."""
+    original = static_decoder.static_steps
+
+    def planted(b, *args, **kwargs):
+        return change(b, original(b, *args, **kwargs))
+
+    monkeypatch.setattr(static_decoder, "static_steps", planted)
+
+
+def _plus_one(b, value):
+    return b.op("Add", value, b.const(1, "mutant_one", "int64"))
+
+
+def _unmasked(b, steps):
+    return {k: b.op("Mul", v, b.const(np.float32(0), "mutant_zero")) for k, v in steps.biases.items()}
+
+
+def _within_run(b, steps):
+    return b.op("Mod", steps.positions, b.const(steps.step, "mutant_step", "int64"))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # the KV written one slot late: every key sits where the next position's should
+        pytest.param(lambda b, s: replace(s, write_slots=_plus_one(b, s.write_slots)), id="kv_slot_off_by_one"),
+        # RoPE positions counted from each run's start instead of the sequence's (a uniform shift
+        # is invisible to RoPE: only relative positions reach the scores)
+        pytest.param(lambda b, s: replace(s, positions=_within_run(b, s)), id="positions_offset"),
+        # every query sees the whole window, the end padding of the prompt's last window included
+        pytest.param(lambda b, s: replace(s, biases=_unmasked(b, s)), id="padding_unmasked"),
+    ],
+)
+def test_qnn_mutants_fail(qnn, tmp_path, monkeypatch, change):
+    checkpoint, _, model = qnn
+    _mutant(monkeypatch, change)
+    assert _parity(_build(checkpoint, tmp_path / "m"), model) > 1e-2
+
+
+@pytest.mark.parametrize("name", ["mistral_window", "mqa_tied"])
+def test_qnn_other_layouts_give_hf_logits(checkpoints, tmp_path, name):
+    """A sliding-window model (window 8: keys past it hidden by the static mask), and one kv head
+    with a tied lm_head (its Shape-built logits shape folded to a constant: QNN has no Shape)."""
+    checkpoint = checkpoints.get(name)
+    assert _parity(_build(checkpoint, tmp_path / "w"), hf_model(checkpoint), n=20, steps=12) < 1e-4
+
+
+def test_qnn_int4_is_qdq_and_fp16_runs_like_hf(qnn, tmp_path):
+    """int4: DequantizeLinear + MatMul (no MatMulNBits) with fp16 activations and cache. fp16: the
+    static graphs on CPU within the fp16 bound of the other structural EPs (tests/test_eps.py)."""
+    checkpoint, _, model = qnn
+    package = _build(checkpoint, tmp_path / "q", "int4")
+    graph = onnx.load(str(package / "decode.onnx"), load_external_data=False).graph
+    ops = {n.op_type for n in graph.node}
+    assert "DequantizeLinear" in ops and "MatMulNBits" not in ops and ops <= QNN.only_ops
+    kv = {i.type.tensor_type.elem_type for i in graph.input if i.name.startswith("past_key_values.")}
+    assert kv == {onnx.TensorProto.FLOAT16}
+    assert _parity(_build(checkpoint, tmp_path / "h", "fp16"), model, relative=True) < 3e-2
+
+
+def test_qnn_refusals_are_one_line(checkpoints, qnn, tmp_path):
+    checkpoint = str(checkpoints.get("base"))
+    for options, message in (
+        (dict(max_length=100), "multiple of the 64-token window"),
+        (dict(attention="gqa"), "runs --attention static only"),
+        (dict(report=True), "--report needs every position's logits"),
+    ):
+        with pytest.raises(InputError, match=message) as err:
+            build(BuildOptions(checkpoint, tmp_path / "x", ep="qnn", smoke=False, **options))
+        assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
+    # `run`: the window padding counts against max_length; a pad id inside a prompt is refused
+    from gqa_export.runtime.run import prompt_slots
+
+    package = qnn[1]
+    assert prompt_slots(package, [7] * 70) == 2 * W
+    with pytest.raises(InputError, match="holds pad_token_id 5"):
+        prompt_slots(package, [7, 5, 9])
+    from gqa_export.runtime.evaluate import check_window  # eval scores whole sequences
+
+    with pytest.raises(InputError, match="runs prompts in static windows"):
+        check_window(package, None, None)
+    from gqa_export.arch import get_spec
+    from gqa_export.graph.options import GraphOptions
+
+    spec, opts = get_spec("llama"), GraphOptions(ir.DataType.FLOAT, ir.DataType.FLOAT, 256)
+    dims = _dims(checkpoint)
+    moe = replace(dims, layers=tuple(replace(layer, sparse=True) for layer in dims.layers))
+    with pytest.raises(InputError, match="cannot hold mixture-of-experts layers"):
+        static_decoder.build_static_decoder(moe, spec, None, opts, W, CONTEXT)  # type: ignore[arg-type]
+
+
+def _dims(checkpoint: str):
+    from transformers import AutoConfig
+
+    from gqa_export.arch import get_spec
+    from gqa_export.graph.dims import read_dims
+
+    return read_dims(AutoConfig.from_pretrained(checkpoint), get_spec("llama"), None)
+
+
+def test_qnn_lint_flags_ops_outside_its_list(qnn, tmp_path):
+    """The EP lint reads QNN's op list: a package whose graph holds an op QNN has no builder for
+    (TensorScatter for the KV write here) is an `ep-unsupported-op` error; GQA is flagged too."""
+    from mutants import copy_package
+
+    from gqa_export.eps import graph_problems
+
+    package = copy_package(qnn[1], tmp_path / "lint")
+    model = onnx.load(str(package / "decode.onnx"), load_external_data=False)
+    next(n for n in model.graph.node if n.op_type == "ScatterND").op_type = "TensorScatter"
+    onnx.save(model, str(package / "decode.onnx"))
+    errors = [f["message"] for f in inspect_package(package)["findings"] if f["id"] == "ep-unsupported-op"]
+    assert errors == ["decode.onnx: TensorScatter has no qnn kernel"]
+    assert graph_problems(QNN, {("GroupQueryAttention", "float16", 0)}) == ["GroupQueryAttention has no qnn kernel"]
