@@ -45,8 +45,9 @@ from gqa_export.cli.app import (
     quiet_hub,
     value,
 )
-from gqa_export.cli.render import print_build, print_summary, size
+from gqa_export.cli.render import print_build, print_summary
 from gqa_export.errors import InputError
+from gqa_export.units import size
 
 if TYPE_CHECKING:  # the library (onnx, onnx-ir, numpy) is imported by the commands that run it
     from gqa_export.quant.quantize import QuantOptions

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gqa_export.cli.app import EXPORT_LIBRARIES, AsJson, Ep, Overwrite, RichReporter, command, out, quiet_hub, value
-from gqa_export.cli.render import size
+from gqa_export.units import size
 
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")]
 

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from gqa_export.units import size
+
 if TYPE_CHECKING:  # the library is imported by the commands that run it
     from gqa_export.pipeline import BuildResult
     from gqa_export.runtime.run import GenerationResult
@@ -20,16 +22,6 @@ def _by_precision(entry: dict[str, Any]) -> str:
     """The weights this build quantized itself beside a checkpoint's own (docs/prequantized.md §2)."""
     count = entry.get("quantized_by_precision")
     return f", {count} quantized by --precision {entry['precision']}" if count else ""
-
-
-def size(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def kv_cache_summary(entry: dict[str, Any]) -> str:

@@ -53,7 +53,7 @@ def qwen_processor_config(pre: dict[str, Any]) -> dict[str, Any]:
 
 
 def qwen_tower_processor_config(tower: Any, pre: dict[str, Any]) -> dict[str, Any]:
-    """qwen_processor_config for a full package's Qwen tower (package/multimodal.py): the
+    """qwen_processor_config for a full package's Qwen tower (package/towers.py): the
     checkpoint's preprocessor_config.json is required (mean/std differ between Qwen generations)
     and must patch and merge as the tower does."""
     if not pre:

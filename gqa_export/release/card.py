@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from gqa_export import __version__
-from gqa_export.cli.render import size
 from gqa_export.errors import InputError
+from gqa_export.units import size
 
 LICENSE_PREFIXES = ("LICENSE", "LICENCE", "COPYING", "NOTICE", "USE_POLICY")
 

@@ -131,7 +131,7 @@ class QwenTower:
 
 
 def qwen_tower(hf_config: Any, text: Any, store: Any) -> QwenTower:
-    """The tower of a Qwen-VL / Qwen3.5 checkpoint (a full package's plan, package/multimodal.py),
+    """The tower of a Qwen-VL / Qwen3.5 checkpoint (a full package's plan, package/towers.py),
     or InputError: a merger width other than the decoder's, deepstack mergers that do not match
     `deepstack_visual_indexes` or feed more layers than the decoder has."""
     vision = hf_config.vision_config

@@ -1,0 +1,213 @@
+"""The vision (and audio) towers a full multimodal package can hold: one `VisionTower` row per
+onnxruntime-genai model type (docs/multimodal.md §1): how the tower's dims are read and what is
+refused, its graph builder, its processor_config.json writer, the genai_config keys it needs, and
+the audio encoder it carries where the checkpoint has one. Adding a model type is adding a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import onnx_ir as ir
+
+from gqa_export.errors import InputError
+from gqa_export.graph.dims import ModelDims
+from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
+from gqa_export.graph.encoders.conformer import ConformerDims, build_conformer, conformer_dims
+from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, naflex_vit_dims
+from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtral_dims
+from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
+from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
+from gqa_export.graph.params import Params
+from gqa_export.package.audio_processor_config import log_mel_config, mel_bins
+from gqa_export.package.processor_config import (
+    naflex_processor_config,
+    patch_sequence_processor_config,
+    pixtral_processor_config,
+    qwen_tower_processor_config,
+    square_image_processor_config,
+)
+from gqa_export.source.weights import WeightStore
+
+# genai's gemma3 processor expands each <start_of_image> into this many placeholders, whatever the
+# checkpoint says (docs/multimodal.md §1)
+GEMMA3_RUNTIME_IMAGE_TOKENS = 256
+# genai's gemma4 processor trims the padded patches to soft tokens x 3 x 3, whatever the checkpoint
+# says (docs/multimodal.md §13)
+GEMMA4_RUNTIME_POOLING = 3
+
+
+@dataclass(frozen=True)
+class AudioTower:
+    """An audio encoder genai runs as its speech model (docs/multimodal.md §16): read from the
+    checkpoint's audio_config and feature extractor settings."""
+
+    # (hf_config, decoder dims, weights, feature extractor settings) -> the encoder's dims, or InputError
+    read_dims: Callable[[Any, ModelDims, WeightStore, dict[str, Any]], Any]
+    build: Callable[[Any, Params], ir.Model]  # (encoder dims, params) -> the speech graph
+    processor: Callable[[dict[str, Any]], dict[str, Any]]  # feature extractor settings -> its genai config
+    # genai's model.speech.inputs: key -> graph input name (audio_sizes is read by genai, not the graph)
+    inputs: tuple[tuple[str, str], ...] = ()
+    token_keys: tuple[str, ...] = ()  # config token ids written to model.<key> next to audio_token_id
+
+
+@dataclass(frozen=True)
+class VisionTower:
+    """What differs per onnxruntime-genai multimodal model type: one row per type in TOWERS, read
+    by planning, graph building and packaging alike (docs/multimodal.md §1)."""
+
+    # (hf_config, decoder dims, weights) -> the tower's dims, or InputError naming what it cannot run
+    read_dims: Callable[[Any, ModelDims, WeightStore], Any]
+    build: Callable[[Any, Params], ir.Model]  # (tower dims, params) -> the vision graph
+    # (tower dims, the checkpoint's preprocessor_config.json) -> processor_config.json
+    processor: Callable[[Any, dict[str, Any]], dict[str, Any]]
+    vision_inputs: tuple[str, ...] = ("pixel_values",)  # genai's model.vision.inputs keys (= graph names)
+    # tower dims -> extra model.vision keys genai's processor reads (patch_size, spatial_merge_size)
+    vision_keys: Callable[[Any], dict[str, Any]] = lambda _dims: {}
+    # (tower dims, preprocessor_config.json) -> more model.vision keys (lfm2_vl: max_num_patches)
+    preprocessor_keys: Callable[[Any, dict[str, Any]], dict[str, Any]] = lambda _dims, _pre: {}
+    mrope_positions: bool = False  # the decoder takes genai's 3-D position_ids [3, B, S]
+    # the class interleaves the M-RoPE sections whatever the config says (Qwen3-VL, Qwen3.5): the
+    # config's `mrope_interleaved` must agree, since the graph follows it (graph/mrope.py)
+    mrope_interleaved: bool = False
+    # image runs attend bidirectionally (Gemma-3): the decoder also reads input_ids for that mask,
+    # in one standard-Attention graph; else it takes inputs_embeds alone and may be GQA (§3)
+    image_runs_bidirectional: bool = True
+    token_keys: tuple[str, ...] = ()  # more config token ids genai's processor reads (model.<key>)
+    # more model sections genai needs (gemma4: an empty speech config name, docs/multimodal.md §13)
+    model_sections: tuple[tuple[str, dict[str, Any]], ...] = ()
+    # (hf_config, preprocessor_config.json) -> notes for the build's summary (a tower that is not
+    # exported, a processor rule genai does not follow)
+    notes: Callable[[Any, dict[str, Any]], list[str]] = lambda _config, _pre: []
+    audio: AudioTower | None = None  # the checkpoint's audio_config, where it has one, is exported by this
+    # tower dims -> feature sets past the main one, added after the decoder's first layers: they
+    # ride in a widened image_features / inputs_embeds (Qwen3-VL's deepstack, docs/multimodal.md §11.5)
+    feature_slices: Callable[[Any], int] = lambda _dims: 0
+
+
+def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledVitDims:
+    """SigLIP + pooled projector dims; genai's gemma3 processor writes 256 placeholders per image."""
+    vision = pooled_vit_dims(hf_config, dims.hidden_size, store)
+    if vision.tokens_per_image != GEMMA3_RUNTIME_IMAGE_TOKENS:
+        raise InputError(
+            f"onnxruntime-genai's gemma3 processor writes {GEMMA3_RUNTIME_IMAGE_TOKENS} image tokens, this "
+            f"checkpoint's mm_tokens_per_image is {vision.tokens_per_image}: export with --text-only"
+        )
+    return vision
+
+
+def _qwen_row(interleaved: bool) -> VisionTower:
+    """A Qwen-VL tower (§11): packed patches + image_grid_thw in, M-RoPE positions in the decoder,
+    causal image runs (no input_ids in the decoder), the ids genai's Qwen processor reads."""
+    return VisionTower(
+        qwen_tower,
+        build_qwen_tower,
+        qwen_tower_processor_config,
+        vision_inputs=("pixel_values", "image_grid_thw"),  # genai's image_grid_thw name defaults to image_sizes
+        vision_keys=lambda t: {"patch_size": t.dims.patch_size, "spatial_merge_size": t.dims.spatial_merge_size},
+        mrope_positions=True,
+        mrope_interleaved=interleaved,
+        image_runs_bidirectional=False,
+        token_keys=("video_token_id", "vision_start_token_id"),
+        feature_slices=lambda t: t.feature_slices,
+    )
+
+
+def _mistral3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PixtralDims:
+    return pixtral_dims(hf_config, dims.hidden_size, store)
+
+
+def _gemma4_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> AxialVitDims:
+    """Axial-rotary ViT dims; genai's gemma4 processor trims patches for 3 x 3 pooling only."""
+    vision = axial_vit_dims(hf_config, dims.hidden_size, store)
+    if vision.pool != GEMMA4_RUNTIME_POOLING:
+        raise InputError(
+            f"onnxruntime-genai's gemma4 processor pools {GEMMA4_RUNTIME_POOLING}x{GEMMA4_RUNTIME_POOLING} patches, "
+            f"this checkpoint's pooling_kernel_size is {vision.pool}: export with --text-only"
+        )
+    return vision
+
+
+def _conformer_dims(hf_config: Any, dims: ModelDims, store: WeightStore, features: dict[str, Any]) -> ConformerDims:
+    return conformer_dims(hf_config, dims.hidden_size, store, mel_bins(features))
+
+
+# Gemma-4's audio tower: genai feeds the log-mel frames as audio_embeds and their mask under the
+# name speech.inputs.attention_mask names; it reads audio_sizes itself (docs/multimodal.md §16)
+CONFORMER = AudioTower(
+    _conformer_dims,
+    build_conformer,
+    log_mel_config,
+    inputs=(
+        ("audio_embeds", "audio_embeds"),
+        ("attention_mask", "input_features_mask"),
+        ("audio_sizes", "audio_sizes"),
+    ),
+    token_keys=("boa_token_id",),
+)
+
+
+def _lfm2_vl_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> NaflexDims:
+    return naflex_vit_dims(hf_config, dims.hidden_size, store)
+
+
+def _lfm2_vl_processor(vision: NaflexDims, pre: dict[str, Any]) -> dict[str, Any]:
+    """processor_config.json for genai's lfm2_vl processor; the checkpoint's image processor must cut
+    the tower's patches and merge its factor (HF's Lfm2VlImageProcessor defaults where it is silent)."""
+    for key, want in (("encoder_patch_size", vision.patch), ("downsample_factor", vision.factor)):
+        if int(pre.get(key, want)) != want:
+            raise InputError(f"preprocessor_config {key} {pre[key]} differs from the model's {want}: use --text-only")
+    return naflex_processor_config(vision.patch, vision.factor, pre)
+
+
+def _lfm2_vl_tiling_note(_config: Any, pre: dict[str, Any]) -> list[str]:
+    if not pre.get("do_image_splitting", True):
+        return []
+    return [
+        "images HF's processor would tile (larger than about twice max_image_tokens) are resized to one "
+        "image by onnxruntime-genai's lfm2_vl processor (docs/multimodal.md §14.2)"
+    ]
+
+
+TOWERS: dict[str, VisionTower] = {
+    "gemma3": VisionTower(
+        _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
+    ),
+    "qwen2_5_vl": _qwen_row(interleaved=False),
+    **{kind: _qwen_row(interleaved=True) for kind in ("qwen3_vl", "qwen3_5", "qwen3_5_moe")},
+    # Pixtral + Mistral-3's patch merger (§12); genai's processor reads patch_size and
+    # spatial_merge_size to expand [IMG] into rows of [IMG] ... [IMG_BREAK]
+    "mistral3": VisionTower(
+        _mistral3_dims,
+        build_pixtral,
+        lambda vision, pre: pixtral_processor_config(vision.patch, vision.merge, pre),
+        vision_inputs=("pixel_values", "image_sizes"),
+        vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.merge},
+        image_runs_bidirectional=False,
+    ),
+    "gemma4": VisionTower(
+        _gemma4_dims,
+        build_axial_vit,
+        lambda vision, pre: patch_sequence_processor_config(vision.patch, vision.pool, pre),
+        vision_inputs=("pixel_values", "pixel_position_ids"),
+        # an MMM type: without this genai looks for audio_processor_config.json and fails to load
+        model_sections=(("speech", {"config_filename": ""}),),
+        audio=CONFORMER,
+    ),
+    # SigLIP2 NaFlex + pixel-unshuffle projector (§14); genai's lfm2_vl processor pads every image's
+    # patches to max_num_patches and expands <image> to <|image_start|> + n <image> + <|image_end|>
+    "lfm2_vl": VisionTower(
+        _lfm2_vl_dims,
+        build_naflex_vit,
+        _lfm2_vl_processor,
+        vision_inputs=("pixel_values", "attention_mask", "image_sizes"),
+        vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.factor},
+        preprocessor_keys=lambda vision, pre: {
+            "max_num_patches": int(pre.get("max_image_tokens", 256)) * vision.factor * vision.factor
+        },
+        image_runs_bidirectional=False,
+        notes=_lfm2_vl_tiling_note,
+    ),
+}
