@@ -29,6 +29,11 @@ ATTENTION_MODES: dict[str, str] = {
     "split": "prefill Attention+bias / decode GQA on one shared buffer (decoder pipeline)",
     "auto": "the recipe's measured choice for the model and EP",
 }
+# --encoder-precision: a full multimodal package's vision model (docs/multimodal.md §17)
+ENCODER_PRECISIONS: dict[str, str] = {
+    "float": "the activation dtype, exact (the default)",
+    "int8": "8-bit MatMulNBits linears, features about 1 % off",
+}
 QUANT_METHODS: dict[str, str] = {
     "rtn": "round to nearest per block (onnxruntime's quantizer); fast, the default",
     "search": "per-block clipped-scale search minimizing squared error; slower, symmetric only",

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import onnx
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -329,11 +330,13 @@ def test_spec_variants_take_the_build_options(tmp_path):
 
 def test_multimodal_source_releases_full_and_text_only_variants(gemma3_full_checkpoint, tmp_path):
     """A multimodal source: the default variant is the full package (vision, embedding, processor),
-    `text_only: true` the text decoder alone; both are sealed and verified like any variant."""
+    `text_only: true` the text decoder alone, `encoder_precision: int8` the full package with 8-bit
+    vision linears; all are sealed and verified like any variant."""
     pytest.importorskip("PIL")
     spec = tmp_path / "release.yaml"
     variants = [{"ep": "cpu", "precision": "fp32", "path": "full"},
-                {"ep": "cpu", "precision": "fp32", "path": "text", "text_only": True}]  # fmt: skip
+                {"ep": "cpu", "precision": "fp32", "path": "text", "text_only": True},
+                {"ep": "cpu", "precision": "int4", "path": "int8-vision", "encoder_precision": "int8"}]  # fmt: skip
     fields = {"source": str(gemma3_full_checkpoint), "license": "apache-2.0", "variants": variants}
     spec.write_text(yaml.safe_dump(fields))
     result = invoke("release", spec, "-o", tmp_path / "out")
@@ -343,8 +346,20 @@ def test_multimodal_source_releases_full_and_text_only_variants(gemma3_full_chec
     assert not (text / "vision.onnx").exists() and not (text / "processor_config.json").exists()
     assert json.loads((full / "genai_config.json").read_text())["model"]["type"] == "gemma3"
     assert json.loads((text / "genai_config.json").read_text())["model"]["type"] != "gemma3"
-    for folder in (full, text):
+    int8_vision = tmp_path / "out" / "int8-vision"
+    assert json.loads((int8_vision / "manifest.json").read_text())["options"]["encoder_precision"] == "int8"
+    vision_ops = {node.op_type for node in onnx.load(int8_vision / "vision.onnx", load_external_data=False).graph.node}
+    full_ops = {node.op_type for node in onnx.load(full / "vision.onnx", load_external_data=False).graph.node}
+    assert "MatMulNBits" in vision_ops and "MatMulNBits" not in full_ops
+    for folder in (full, text, int8_vision):
         assert invoke("verify", folder).exit_code == 0
+
+
+def test_spec_refuses_an_unknown_encoder_precision(tmp_path):
+    spec = tmp_path / "release.yaml"
+    spec.write_text("source: x\nvariants:\n  - {ep: cpu, precision: int4, encoder_precision: int4}\n")
+    with pytest.raises(InputError, match="encoder_precision"):
+        load_spec(spec)
 
 
 def test_spec_takes_the_new_eps_and_refuses_what_they_cannot_run(tmp_path):

@@ -17,6 +17,7 @@ from typing import Any
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.choices import ENCODER_PRECISIONS
 from gqa_export.errors import InputError
 from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
@@ -138,9 +139,6 @@ def _preprocessor(source: Path) -> dict[str, Any]:
     combined = source / "processor_config.json"
     found = json.loads(combined.read_text()).get("image_processor") if combined.is_file() else None
     return found if isinstance(found, dict) else {}
-
-
-ENCODER_PRECISIONS = ("float", "int8")
 
 
 def encoder_plan(precision: str, ep: str, dtype: ir.DataType) -> PrecisionPlan | None:

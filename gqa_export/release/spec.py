@@ -12,6 +12,7 @@
       - {ep: cpu, precision: int4, path: cpu-lora, lora_targets: [q_proj, v_proj]}   # multi-LoRA base
       - {ep: cpu, precision: fp32, lora_targets: [q_proj, v_proj], adapters: [peft/french]}  # + its adapters
       - {ep: cpu, precision: int4, path: cpu-text, text_only: true}   # a multimodal source's decoder alone
+      - {ep: cpu, precision: int4, path: cpu-int8-vision, encoder_precision: int8}  # its vision linears int8
 
 Validated like recipes (file:line: key errors). Every variant's options are checked here, before
 anything is fetched, and each gets the folder the published ORT GenAI model repositories use.
@@ -25,7 +26,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from gqa_export import eps
-from gqa_export.choices import ALL_ACTIVATIONS, KV_CACHE_DTYPES, KV_SCALES, QUANT_METHODS
+from gqa_export.choices import ALL_ACTIVATIONS, ENCODER_PRECISIONS, KV_CACHE_DTYPES, KV_SCALES, QUANT_METHODS
 from gqa_export.errors import InputError
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.graph.lora import parse_targets
@@ -61,6 +62,7 @@ _VARIANT = {
     "lora_targets": [str],  # a multi-LoRA base (docs/lora.md)
     "adapters": [str],  # PEFT LoRA folders shipped converted beside that base (docs/lora.md §8)
     "text_only": bool,  # a multimodal source's text decoder alone (docs/multimodal.md §1)
+    "encoder_precision": tuple(ENCODER_PRECISIONS),  # its vision model float or int8 (docs/multimodal.md §17)
     "draft": str,  # a draft model for speculative decoding: Hub id or folder (docs/speculative.md)
     "draft_tokens": int,
     "min_adaptive_k": int,
@@ -250,6 +252,7 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
         kv=KvQuantOptions(item.get("kv_cache"), item.get("kv_scales", "per-channel")),
         lora_targets=parse_targets(",".join(item.get("lora_targets", ()))),
         text_only=item.get("text_only", False),
+        encoder_precision=item.get("encoder_precision", "float"),
     )
     path = item.get("path") or folder_name(ep, precision, quant)
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):
