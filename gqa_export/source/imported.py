@@ -139,12 +139,6 @@ class ImportedStore(WeightStore):
                 "expert tensor), which gqa-export does not import; export the model's float checkpoint and choose "
                 "--precision int4/int8 instead"
             )
-        moe_untested = [p for p in prefixes if self.method == "quark" and ".experts." in p]
-        if moe_untested:  # docs/prequantized.md §7: FP8 experts are dequantized like any FP8 linear
-            raise InputError(
-                f"{moe_untested[0]} is a {NAMES[self.method]}-quantized MoE expert, which gqa-export does not import "
-                "yet; export the model's float checkpoint and choose --precision int4/int8 instead"
-            )
         for prefix in prefixes:
             self._add(base, prefix, qc)
         self._hidden = {f"{p}{s}" for p in prefixes for s in HIDDEN[self.layout]}
