@@ -92,6 +92,7 @@ class BuildOptions:
     text_only: bool = False  # a multimodal checkpoint's text decoder alone (docs/multimodal.md §1)
     lora_targets: tuple[str, ...] = ()  # modules that get LoRA graph inputs (docs/lora.md)
     encoder_precision: str = "float"  # float | int8: a full package's vision linears (docs/multimodal.md §17)
+    dequantize: bool = False  # a bitsandbytes checkpoint dequantized exactly, then --precision (docs/prequantized.md)
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)
     source = checkpoint.source
     check_outside(opts.output, source.model_dir)
-    prequantized.check_config(checkpoint.raw_config, source.model_dir)
+    prequantized.check_config(checkpoint.raw_config, source.model_dir, opts.dequantize)
     reporter.stage("build")
     if user_recipe:  # a config transformers cannot read fails before a custom recipe is used
         checkpoint.configs  # noqa: B018
@@ -187,7 +188,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     recipe = recipe.for_ep(opts.ep)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
     dims = read_dims(text_config, get_spec(recipe.arch), generation, outer)
-    imported = prequantized.imported_config(checkpoint.raw_config)  # GPTQ / AWQ: docs/prequantized.md
+    imported = prequantized.imported_config(checkpoint.raw_config, opts.dequantize)  # docs/prequantized.md
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)

@@ -79,3 +79,65 @@ def ct_fp8_pair(tmp: Path, strategy: str = "channel", scale_dtype: str = "bfloat
     config["quantization_config"] = qc
     (out_q / "config.json").write_text(json.dumps(config))
     return out_q, out_t
+
+
+def _is_quantized_linear(key: str, value: np.ndarray) -> bool:
+    """What FP8 MoE releases quantize: every 2-D linear inside the layers (attention, MLA's low-rank
+    projections, experts, shared experts), not the router (`mlp.gate`), norms, embeddings or lm_head."""
+    return key.startswith("model.layers.") and key.endswith(".weight") and value.ndim == 2 and ".mlp.gate." not in key
+
+
+def fp8_moe_pair(tmp: Path, moe: str, scheme: str = "block", block: tuple[int, int] = (16, 24)) -> tuple[Path, Path]:
+    """A tests/moe_models.py MoE checkpoint (hub layout: one Linear per expert, 2 layers) in FP8.
+
+    scheme "block": `quant_method: fp8`, fp32 `weight_scale_inv` [ceil(N/bn), ceil(K/bk)] (DeepSeek-V3 /
+    Qwen3 FP8's layout; (16, 24) leaves partial last blocks on every 64-, 40- and 32-wide side);
+    "channel": compressed-tensors float-quantized, bf16 `weight_scale` [N, 1] (FP8_DYNAMIC)."""
+    import ml_dtypes
+    import torch
+    from moe_models import save_moe
+    from safetensors.torch import save_file as save_torch
+
+    extra = {"mlp_only_layers": [1]} if moe == "qwen3_moe" else {}
+    base = save_moe(tmp / f"{moe}-{scheme}-float", moe, num_hidden_layers=2, **extra)
+    tensors = load_file(base / "model.safetensors")
+    quantized: dict[str, torch.Tensor] = {}
+    twin = dict(tensors)
+    for key, w in tensors.items():
+        if not _is_quantized_linear(key, w):
+            quantized[key] = torch.from_numpy(w)
+            continue
+        n, k = w.shape
+        bn, bk = block if scheme == "block" else (1, k)
+        rows, cols = np.arange(n) // bn, np.arange(k) // bk
+        amax = np.zeros((-(-n // bn), -(-k // bk)), np.float32)
+        np.maximum.at(amax, (rows[:, None], cols[None, :]), np.abs(w))
+        scale = torch.from_numpy(amax / 448.0)
+        if scheme == "channel":
+            scale = scale.to(torch.bfloat16)
+        full = scale.float().numpy()[rows][:, cols]
+        w8 = (w / full).astype(ml_dtypes.float8_e4m3fn)
+        twin[key] = w8.astype(np.float32) * full
+        prefix = key.removesuffix(".weight")
+        quantized[key] = torch.from_numpy(w8.view(np.uint8)).view(torch.float8_e4m3fn)
+        quantized[f"{prefix}.weight_scale_inv" if scheme == "block" else f"{prefix}.weight_scale"] = scale
+    if scheme == "block":
+        qc = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": list(block)}
+    else:
+        weights = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel", "dynamic": False}
+        activations = {"num_bits": 8, "type": "float", "symmetric": True, "dynamic": True, "strategy": "token"}
+        group = {"targets": ["Linear"], "weights": weights, "input_activations": activations,
+                 "format": "float-quantized"}  # fmt: skip
+        qc = {"quant_method": "compressed-tensors", "format": "float-quantized",
+              "ignore": ["lm_head", "re:.*mlp.gate$"], "config_groups": {"group_0": group}}  # fmt: skip
+    out_q, out_t = tmp / f"{moe}-fp8-{scheme}", tmp / f"{moe}-fp8-{scheme}-twin"
+    shutil.copytree(base, out_q)
+    shutil.copytree(base, out_t)
+    save_torch({k: v.contiguous() for k, v in quantized.items()}, str(out_q / "model.safetensors"),
+               metadata={"format": "pt"})  # fmt: skip
+    save_file({k: np.ascontiguousarray(v) for k, v in twin.items()}, str(out_t / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
+    config = json.loads((out_q / "config.json").read_text())
+    config["quantization_config"] = qc
+    (out_q / "config.json").write_text(json.dumps(config))
+    return out_q, out_t

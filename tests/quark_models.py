@@ -8,7 +8,7 @@ int32 (nibble i of word c = column 8c + order[i]), scales transposed to [G, N], 
 like the codes. `read_quark` is a separate numpy reader written from that description (not the
 importer in gqa_export/source/quark.py); the twin is what it reads, checked equal to (q - z) * s.
 
-    quark_pair(tmp, dtype="uint4", group=32, pack="reorder", layers=None) -> (quantized, twin)
+    quark_pair(tmp, dtype="uint4", group=32, pack="reorder", layers=None, moe=None) -> (quantized, twin)
 """
 
 from __future__ import annotations
@@ -106,13 +106,20 @@ def quark_tensors(prefix: str, w: np.ndarray, dtype: str, group: int, pack: str)
 
 
 def quark_pair(
-    tmp: Path, dtype: str = "uint4", group: int = 32, pack: str = "reorder", layers: dict[str, int] | None = None
+    tmp: Path,
+    dtype: str = "uint4",
+    group: int = 32,
+    pack: str = "reorder",
+    layers: dict[str, int] | None = None,
+    moe: str | None = None,
 ) -> tuple[Path, Path]:
-    """`layers`: layer_quant_config patterns (fnmatch on the module name) -> their own group size."""
+    """`layers`: layer_quant_config patterns (fnmatch on the module name) -> their own group size;
+    `moe`: a tests/moe_models.py model type (one quantized Linear per expert, the router float)."""
     import fnmatch
 
     def convert(prefix: str, w: np.ndarray, perm: np.ndarray) -> dict[str, np.ndarray]:
         g = next((g for p, g in (layers or {}).items() if fnmatch.fnmatch(prefix, p)), group)
         return quark_tensors(prefix, w, dtype, g, pack)
 
-    return _write_pair(tmp, f"quark-{dtype}-g{group}-{pack}", quark_config(dtype, group, pack, layers), convert)
+    return _write_pair(tmp, f"quark-{dtype}-g{group}-{pack}", quark_config(dtype, group, pack, layers), convert,
+                       moe)  # fmt: skip

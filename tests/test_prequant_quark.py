@@ -129,6 +129,51 @@ def test_mutant_quark_scales_read_untransposed(made, tmp_path, monkeypatch):
     assert parity_error(export(quantized, tmp_path / "pkg"), twin) > 100 * BOUND
 
 
+MOE = {"uint4": UINT4, "int4": dict(INT4, layers={"*.down_proj": 32})}  # int4: experts' gate/up 16, down 32
+
+
+@pytest.fixture(scope="module")
+def moe_made(tmp_path_factory):
+    """A tiny Qwen3-MoE (8 experts, top 3, one MoE and one dense layer) in Quark's layout, per dtype."""
+    cache: dict[str, tuple[Path, Path, Path]] = {}
+
+    def get(name: str) -> tuple[Path, Path, Path]:
+        if name not in cache:
+            tmp = tmp_path_factory.mktemp(f"moe-{name}")
+            quantized, twin = quark_pair(tmp, moe="qwen3_moe", **MOE[name])
+            cache[name] = (quantized, twin, export(quantized, tmp / "pkg"))
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", ["uint4", "int4"])
+def test_quark_moe_experts_into_qmoe_equal_the_twin(moe_made, name):
+    """Quark's 4-bit experts share one width and have no act-order: one QMoE holds them exactly
+    (docs/prequantized.md §7.1), block 16 for int4's mixed groups, zero points only for uint4."""
+    _, twin, package = moe_made(name)
+    assert parity_error(package, twin) < BOUND
+    assert parity_error(package, twin, [0]) < BOUND
+    nodes = onnx.load(str(package / "model.onnx"), load_external_data=False).graph.node
+    qmoe = [n for n in nodes if n.op_type == "QMoE"]
+    assert len(qmoe) == 1 and not [n for n in nodes if n.op_type == "MoE"]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in qmoe[0].attribute}
+    assert attrs["block_size"] == (32 if name == "uint4" else 16)
+    assert (len(qmoe[0].input) > 11 and qmoe[0].input[11] != "") == (name == "uint4")  # fc1 zero points
+    imported = json.loads((package / "manifest.json").read_text())["options"]["imported_quantization"]
+    experts = [how for w, how in imported["imported"].items() if ".experts." in w]
+    assert len(experts) == 8 * 3 and all(how.endswith("(QMoE)") for how in experts) and not imported["dequantized"]
+
+
+def test_mutant_quark_moe_int4_zero_point_offset_missing(moe_made, tmp_path, monkeypatch):
+    """The experts' int4 zero points read as stored (0) instead of moved by +8 like the codes."""
+    monkeypatch.setattr(
+        quark, "zero_points", lambda words, reorder, signed, n: quark.quark_unpack(words, reorder)[:, :n].T.copy()
+    )
+    quantized, twin, _ = moe_made("int4")
+    assert parity_error(export(quantized, tmp_path / "pkg"), twin) > 100 * BOUND  # measured 5.4
+
+
 @pytest.mark.parametrize(
     ("change", "says"),
     [

@@ -288,6 +288,15 @@ Activations = Annotated[
         rich_help_panel=QUANT,
     ),
 ]
+Dequantize = Annotated[
+    bool,
+    typer.Option(
+        "--dequantize",
+        help="Read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint by dequantizing it exactly, then follow "
+        "--precision (int4/int8 re-quantize it); without it such checkpoints are refused (docs/prequantized.md).",
+        rich_help_panel=TARGET,
+    ),
+]
 MixedPrecision = Annotated[
     Optional[list[str]],
     typer.Option(

@@ -24,6 +24,7 @@ from gqa_export.cli.app import (
     Asymmetric,
     Attention,
     BlockSize,
+    Dequantize,
     Ep,
     EpOption,
     IntPrecision,
@@ -130,6 +131,7 @@ def build(
     quant_embeddings: QuantEmbeddings = False,
     activations: Activations = None,
     mixed_precision: MixedPrecision = None,
+    dequantize: Dequantize = False,
     prune_lm_head: Annotated[
         Optional[bool],
         typer.Option(
@@ -272,7 +274,7 @@ def build(
     opts = BuildOptions(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
         tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only, parse_targets(lora_targets),
-        encoder_precision,
+        encoder_precision, dequantize,
     )  # fmt: skip
     if (draft_tokens is not None or min_adaptive_k is not None or cooldown) and draft is None:
         raise InputError(

@@ -1,6 +1,6 @@
 """Pre-quantized MoE experts moved into QMoE, or into per-expert MatMulNBits, never re-rounded.
 
-GPTQ, AWQ and compressed-tensors store each expert as three quantized Linears
+GPTQ, AWQ, compressed-tensors and Quark store each expert as three quantized Linears
 (`experts.{e}.gate_proj` / `up_proj` / `down_proj`, Mixtral's `w1` / `w3` / `w2`). The MoE node the
 graph builds for them (graph/moe.py) is replaced here, before the precision stage, by one of two
 exact forms (docs/prequantized.md §7):

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from gqa_export.errors import InputError
+from gqa_export.source import bnb
 from gqa_export.source.fp8 import (
     ACTIVATION_SCALES,
     SCALE_NAMES,
@@ -29,7 +30,8 @@ from gqa_export.source.native import NativeLinear, awq_linear, gptq_linear, pack
 from gqa_export.source.quark import quark_linear, why_not_quark
 from gqa_export.source.weights import TensorInfo, WeightStore
 
-NAMES = {"gptq": "GPTQ", "awq": "AWQ", "compressed-tensors": "compressed-tensors", "fp8": "FP8", "quark": "Quark"}
+NAMES = {"gptq": "GPTQ", "awq": "AWQ", "compressed-tensors": "compressed-tensors", "fp8": "FP8", "quark": "Quark",
+         "bitsandbytes": "bitsandbytes"}  # fmt: skip
 # per method: tensors every quantized module must have besides its marker
 REQUIRED = {"gptq": (".qzeros", ".scales"), "awq": (".qzeros", ".scales"),
             "compressed-tensors": (".weight_scale", ".weight_shape")}  # fmt: skip
@@ -43,9 +45,10 @@ HIDDEN = {
     # its `.weight` is shown as the dequantized float (compressed-tensors float-quantized may store zero points)
     "fp8": (*SCALE_NAMES, *ACTIVATION_SCALES, ".weight_zero_point"),
     "quark": (".weight_scale", ".weight_zero_point"),  # its int32 `.weight` is shown as float too
+    "bitsandbytes": bnb.HIDDEN,  # with --dequantize only (docs/prequantized.md §3.9)
 }
-# methods whose quantized module keeps the name `P.weight` (FP8 codes, Quark's int32 words)
-IN_PLACE = {"fp8": FP8_DTYPES, "quark": ("I32",)}
+# methods whose quantized module keeps the name `P.weight` (FP8 codes, Quark's int32 words, bitsandbytes)
+IN_PLACE = {"fp8": FP8_DTYPES, "quark": ("I32",), "bitsandbytes": ()}
 
 
 def why_not_imported(qc: dict[str, Any]) -> str | None:
@@ -120,9 +123,11 @@ class ImportedStore(WeightStore):
         # how the tensors are laid out: compressed-tensors float-quantized is FP8's `P.weight` + scale
         self.layout = "fp8" if self.method == "compressed-tensors" and _float_quantized(qc) else self.method
         self._native: dict[str, NativeLinear] = {}
-        self._virtual: dict[str, NativeLinear | Fp8Linear] = {}
+        self._virtual: dict[str, NativeLinear | Fp8Linear | bnb.BnbLinear] = {}
         self._hidden: set[str] = set()
-        if self.layout in IN_PLACE:
+        if self.layout == "bitsandbytes":
+            prefixes = bnb.prefixes(base.names())
+        elif self.layout in IN_PLACE:
             prefixes = [n.removesuffix(".weight") for n in base.names()
                         if n.endswith(".weight") and base.info(n).dtype in IN_PLACE[self.layout]]  # fmt: skip
         else:
@@ -139,17 +144,14 @@ class ImportedStore(WeightStore):
                 "expert tensor), which gqa-export does not import; export the model's float checkpoint and choose "
                 "--precision int4/int8 instead"
             )
-        moe_untested = [p for p in prefixes if self.method in ("fp8", "quark") and ".experts." in p]
-        if moe_untested:  # docs/prequantized.md §7: the expert import is tested for GPTQ, AWQ, compressed-tensors
-            raise InputError(
-                f"{moe_untested[0]} is a {NAMES[self.method]}-quantized MoE expert, which gqa-export does not import "
-                "yet; export the model's float checkpoint and choose --precision int4/int8 instead"
-            )
         for prefix in prefixes:
             self._add(base, prefix, qc)
         self._hidden = {f"{p}{s}" for p in prefixes for s in HIDDEN[self.layout]}
 
     def _add(self, base: WeightStore, prefix: str, qc: dict[str, Any]) -> None:
+        if self.layout == "bitsandbytes":
+            self._virtual[f"{prefix}.weight"] = bnb.bnb_linear(base, prefix)
+            return
         if self.layout == "fp8":
             block = qc.get("weight_block_size")
             if self.method == "compressed-tensors":

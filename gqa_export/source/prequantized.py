@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import InputError
+from gqa_export.source.bnb import is_bitsandbytes, why_not_bitsandbytes
 from gqa_export.source.imported import is_imported, why_not_imported
 
 IMPORTED = frozenset({"mxfp4"})
@@ -69,17 +70,20 @@ TENSOR_MARKS = (
 )
 
 
-def imported_config(raw: dict[str, Any]) -> dict[str, Any] | None:
-    """The quantization_config of a checkpoint whose integers are imported (GPTQ, AWQ GEMM), else None."""
+def imported_config(raw: dict[str, Any], dequantize: bool = False) -> dict[str, Any] | None:
+    """The quantization_config of a checkpoint that is imported (GPTQ, AWQ GEMM, ..., bitsandbytes
+    with `dequantize`: build --dequantize), else None."""
     qc = raw.get("quantization_config")  # a multimodal checkpoint's (in text_config) is not imported yet
+    if dequantize and isinstance(qc, dict) and is_bitsandbytes(qc) and why_not_bitsandbytes(qc) is None:
+        return {**qc, "quant_method": "bitsandbytes"}
     if not isinstance(qc, dict) or str(qc.get("quant_method", "")).lower() not in NATIVE:
         return None
     return qc if is_imported(qc) else None
 
 
-def check_config(raw: dict[str, Any], model_dir: Path) -> None:
+def check_config(raw: dict[str, Any], model_dir: Path, dequantize: bool = False) -> None:
     """Refuse a config that declares a quantization this tool does not import."""
-    if imported_config(raw) is not None:  # its side files (quantize_config.json) say the same
+    if imported_config(raw, dequantize) is not None:  # its side files (quantize_config.json) say the same
         return
     for config in (raw, raw.get("text_config")):
         if isinstance(config, dict) and config.get("quantization_config") is not None:
@@ -108,12 +112,23 @@ def _refuse_declared(quantization: Any) -> None:
     if method in IMPORTED:
         return
     fmt = FORMATS.get(str(method).lower(), f"'{method}'")
+    if method == "bitsandbytes":
+        declared = "config.json's quantization_config says quant_method 'bitsandbytes'"
+        _refuse(fmt, why_not_bitsandbytes(quantization) or declared, dequantizable=True)
     if str(method).lower() in NATIVE:  # imported in general, not this variant
         _refuse(fmt, f"{why_not_imported(quantization)}")
     _refuse(fmt, f"config.json's quantization_config says quant_method {method!r}")
 
 
-def _refuse(fmt: str, evidence: str) -> None:
+def _refuse(fmt: str, evidence: str, dequantizable: bool = False) -> None:
+    """`dequantizable`: a declared bitsandbytes config, which `--dequantize` reads (docs/prequantized.md
+    §3.9; its exact onnxruntime forms are far slower on CPU)."""
+    if dequantizable:
+        raise InputError(
+            f"this is a pre-quantized {fmt} checkpoint ({evidence}), which gqa-export does not import as it is; "
+            "pass --dequantize to dequantize it exactly and follow --precision (int4/int8 re-quantize it), "
+            "or export the model's float checkpoint"
+        )
     raise InputError(
         f"this is a pre-quantized {fmt} checkpoint ({evidence}), which gqa-export does not import yet; "
         "export the model's float (fp16/bf16/fp32) checkpoint and choose --precision int4/int8 instead"
