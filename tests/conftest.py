@@ -16,6 +16,15 @@ from tiny_models import save_model
 from variants import FAMILY_VARIANTS, GEMMA4_VARIANTS, LLAMA_VARIANTS, MULTIMODAL_VARIANTS
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """transformers' log handler writes to the stderr it finds when the library first logs: create
+    it now, on the session's stream, not inside a CliRunner invocation whose stream is closed after
+    the command (a later warning would then print "--- Logging error ---" and a traceback)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger("transformers")
+
+
 class Checkpoints:
     """Builds each named checkpoint once per test session."""
 

@@ -135,7 +135,7 @@ def test_bad_checkpoints_exit_2_with_one_line(checkpoints, tmp_path, edit, messa
     result = invoke("build", folder, "-o", out)
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in result.output
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
     assert __import__("re").search(message, result.output.replace("\n", " ")), result.output
     assert not out.exists() and leftovers(tmp_path) == []
 
