@@ -37,8 +37,8 @@ def _prompt(n: int, pad: int, seed: int = 0) -> list[int]:
     return [int(t) for t in ids]
 
 
-def _build(checkpoint: Path, out: Path, precision: str = "fp32") -> Path:
-    build(BuildOptions(str(checkpoint), out, ep="qnn", precision=precision, smoke=False, max_length=CONTEXT))
+def _build(checkpoint: Path, out: Path, precision: str = "fp32", context: int = CONTEXT) -> Path:
+    build(BuildOptions(str(checkpoint), out, ep="qnn", precision=precision, smoke=False, max_length=context))
     return out
 
 
@@ -66,7 +66,7 @@ def run_static(package: Path, prompt: list[int], steps: int) -> tuple[list[int],
         for i in onnx.load(str(package / "decode.onnx"), load_external_data=False).graph.input
         if i.name.startswith("past_key_values.")
     }  # fmt: skip
-    total = np.array([CONTEXT], np.int32)
+    total = np.array([config["search"]["max_length"]], np.int32)
 
     def run(name: str, ids: list[int], last: int) -> np.ndarray:
         feeds = {"input_ids": np.array([ids], np.int32), "past_sequence_length": np.array([[last]], np.int32)}
@@ -269,3 +269,21 @@ def test_qnn_lint_flags_ops_outside_its_list(qnn, tmp_path):
     errors = [f["message"] for f in inspect_package(package)["findings"] if f["id"] == "ep-unsupported-op"]
     assert errors == ["decode.onnx: TensorScatter has no qnn kernel"]
     assert graph_problems(QNN, {("GroupQueryAttention", "float16", 0)}) == ["GroupQueryAttention has no qnn kernel"]
+
+
+def test_qnn_longrope_within_the_switch_like_hf_else_refused(checkpoints, tmp_path, monkeypatch):
+    """longrope: HF keeps the short table while the sequence fits original_max_position_embeddings;
+    a buffer within it is exact (the offset form folds to the short table), a longer one is refused
+    in one line (docs/eps.md §7.5). Mutant: the refusal dropped at 128 slots folds to the long table."""
+    from tiny_models import save_model
+    from variants import FAMILY_VARIANTS
+
+    with pytest.raises(InputError, match="cannot switch longrope to its long table past 32") as err:
+        _build(checkpoints.get("phi3_longrope"), tmp_path / "x")
+    assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
+    params = {**FAMILY_VARIANTS["phi3_longrope"][1], "original_max_position_embeddings": W}
+    checkpoint = save_model(tmp_path / "ckpt", "phi3", **params)
+    model = hf_model(checkpoint)
+    assert _parity(_build(checkpoint, tmp_path / "p", context=W), model, n=20, steps=12) < 1e-4
+    monkeypatch.setattr(static_decoder, "_check_longrope", lambda *_: None)
+    assert _parity(_build(checkpoint, tmp_path / "m", context=2 * W), model, n=20, steps=12) > 1e-2
