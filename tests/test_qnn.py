@@ -287,3 +287,14 @@ def test_qnn_longrope_within_the_switch_like_hf_else_refused(checkpoints, tmp_pa
     assert _parity(_build(checkpoint, tmp_path / "p", context=W), model, n=20, steps=12) < 1e-4
     monkeypatch.setattr(static_decoder, "_check_longrope", lambda *_: None)
     assert _parity(_build(checkpoint, tmp_path / "m", context=2 * W), model, n=20, steps=12) > 1e-2
+
+
+def test_qnn_unfoldable_shape_is_an_input_error():
+    """A Shape whose output is not the tied lm_head's Concat -> Reshape is refused naming the ops."""
+    from gqa_export.graph.builder import GraphBuilder
+
+    b = GraphBuilder("g", static_decoder.OPSET)
+    x = b.input("x", ir.DataType.FLOAT, [1, 2, 3])
+    b.output(b.op("Cast", b.op("Shape", x), to=ir.DataType.FLOAT), "y", ir.DataType.FLOAT, [3])
+    with pytest.raises(InputError, match="cannot fold a Shape whose Shape feeds Cast, not one Concat"):
+        static_decoder._fold_shapes(b, [1, 2, 3])

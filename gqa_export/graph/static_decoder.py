@@ -126,8 +126,18 @@ def _fold_shapes(b: GraphBuilder, logits_shape: list[int]) -> None:
     """The tied lm_head reshapes its Gemm output by Shape(x)[:2] + [vocab]; QNN has no Shape, and
     here the shape is known: the Reshape gets it as a constant."""
     for shape in [n for n in b.graph if n.op_type == "Shape"]:
-        concat = next(iter(shape.outputs[0].uses())).node
-        reshape = next(iter(concat.outputs[0].uses())).node
-        assert concat.op_type == "Concat" and reshape.op_type == "Reshape", "a Shape the static graph cannot fold"
+        concat = _only_use(shape, "Concat")
+        reshape = _only_use(concat, "Reshape")
         reshape.replace_input_with(1, b.const(logits_shape, "logits_shape", "int64"))
         b.graph.remove([concat, shape], safe=True)
+
+
+def _only_use(node: ir.Node, op_type: str) -> ir.Node:
+    """The one node reading `node`'s output, of `op_type`; else the Shape cannot be folded."""
+    uses = [use.node for use in node.outputs[0].uses()]
+    if len(uses) != 1 or uses[0].op_type != op_type:
+        found = ", ".join(u.op_type for u in uses) or "nothing"
+        raise InputError(
+            f"a static-shape (QNN) graph cannot fold a Shape whose {node.op_type} feeds {found}, not one {op_type}"
+        )
+    return uses[0]
