@@ -225,6 +225,11 @@ def test_qnn_refusals_are_one_line(checkpoints, qnn, tmp_path):
         with pytest.raises(InputError, match=message) as err:
             build(BuildOptions(checkpoint, tmp_path / "x", ep="qnn", smoke=False, **options))
         assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
+    from gqa_export.speculative import build_with_draft  # refused before the draft is built
+
+    with pytest.raises(InputError, match="--draft cannot pair with --ep qnn") as err:
+        build_with_draft(BuildOptions(checkpoint, tmp_path / "x", ep="qnn", smoke=False), checkpoint)
+    assert "\n" not in str(err.value) and not (tmp_path / "x").exists()
     # `run`: the window padding counts against max_length; a pad id inside a prompt is refused
     from gqa_export.runtime.run import prompt_slots
 
