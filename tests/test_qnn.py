@@ -303,3 +303,22 @@ def test_qnn_unfoldable_shape_is_an_input_error():
     b.output(b.op("Cast", b.op("Shape", x), to=ir.DataType.FLOAT), "y", ir.DataType.FLOAT, [3])
     with pytest.raises(InputError, match="cannot fold a Shape whose Shape feeds Cast, not one Concat"):
         static_decoder._fold_shapes(b, [1, 2, 3])
+
+
+def test_qnn_chat_counts_the_window_padding_when_dropping_turns(qnn):
+    """A history whose prompt fits max_length unpadded but not padded to whole windows: the chat
+    drops its oldest turn (the padded length is what the runtime holds) instead of failing."""
+    from gqa_export.runtime.chat import Session
+    from gqa_export.runtime.run import prompt_tokens
+
+    package = qnn[1]
+    session = Session(package, "cpu", 4, (None, None, None, None), chat=True, system=None)
+    words, length = 1, 0
+    while length <= CONTEXT - W:  # the history + "Hello" between three and four windows
+        words += 1
+        turn = [{"role": "user", "content": "word " * words}, {"role": "assistant", "content": "word " * words}]
+        length = len(prompt_tokens(package, session.model, "Hello", [*turn * 2, {"role": "user", "content": "Hello"}]))
+    assert length < CONTEXT
+    session.history = turn * 2
+    result = session.turn("Hello", None)
+    assert result.note and "dropped the 1 oldest turn" in result.note
