@@ -124,16 +124,22 @@ def test_qnn_package_is_static_and_lints_clean(qnn):
 def test_qnn_greedy_through_genai_windows_equals_hf(qnn):
     """The package through onnxruntime-genai 0.18's windowed path on CPU: for prompts of 1, 10, 64
     and 150 tokens (three windows, the last padded), 20 greedy tokens = HF generate."""
+    _, package, model = qnn
+    pad = json.loads((package / "genai_config.json").read_text())["model"]["pad_token_id"]
+    prompts = [_prompt(n, pad) for n in LENGTHS]
+    got = genai_greedy(package, prompts)
+    assert got == [hf_generate(model, prompt, NEW) for prompt in prompts]
+    assert_varied(got)
+
+
+def genai_greedy(package: Path, prompts: list[list[int]]) -> list[list[int]]:
+    """NEW greedy tokens per prompt through onnxruntime-genai on CPU (one model load)."""
     import onnxruntime_genai as og
 
-    _, package, model = qnn
     config = og.Config(str(package))
     config.clear_providers()
-    genai = og.Model(config)
-    pad = json.loads((package / "genai_config.json").read_text())["model"]["pad_token_id"]
-    got, want = [], []
-    for n in LENGTHS:
-        prompt = _prompt(n, pad)
+    genai, got = og.Model(config), []
+    for prompt in prompts:
         params = og.GeneratorParams(genai)
         params.set_search_options(max_length=CONTEXT, min_length=CONTEXT)  # the pad ids count
         generator = og.Generator(genai, params)
@@ -143,9 +149,7 @@ def test_qnn_greedy_through_genai_windows_equals_hf(qnn):
             generator.generate_next_token()
             tokens.append(int(generator.get_next_tokens()[0]))
         got.append(tokens)
-        want.append(hf_generate(model, prompt, NEW))
-    assert got == want
-    assert_varied(got)
+    return got
 
 
 def test_qnn_static_graphs_give_hf_logits(qnn):
@@ -361,3 +365,41 @@ def test_qnn_int4_scales_mutant_fails(qnn_int4, exports, tmp_path):
     for graph in ("prefill.onnx", "decode.onnx"):
         assert edit_initializers(package, "*self_attn.[qkv]_proj.qdq_scales", times(1.5), graph)
     assert _int4_error(package, exports) > QDQ_BOUND
+
+
+def test_qnn_pad_is_an_id_prompts_do_not_hold(tmp_path):
+    """No pad_token_id in the checkpoint, a tokenizer shorter than vocab_size: the windowed package
+    pads with the first unused row (not eos), so a prompt holding eos (a chat's earlier turn) runs
+    through onnxruntime-genai like HF; the eos fallback is said in the notes and linted."""
+    from mutants import copy_package
+    from tiny_models import save_model, save_tokenizer
+
+    from gqa_export.package.static_pad import static_pad_id
+
+    checkpoint = save_model(tmp_path / "c", pad_token_id=None, tokenizer=False)
+    save_tokenizer(checkpoint, vocab_size=352)
+    result = build(
+        BuildOptions(str(checkpoint), tmp_path / "p", ep="qnn", precision="fp32", smoke=False, max_length=CONTEXT)
+    )
+    package = tmp_path / "p"
+    config = json.loads((package / "genai_config.json").read_text())["model"]
+    assert (config["pad_token_id"], config["eos_token_id"]) == (352, 1)
+    assert any("pad_token_id 352: an embedding row no tokenizer id uses" in n for n in result.notes)
+    prompts = [[*_prompt(10, 352), 1, *_prompt(12, 352, seed=1)], [*_prompt(70, 352), 1, 0, *_prompt(5, 352)]]
+    model = hf_model(checkpoint)
+    want = [hf_generate(model, prompt, NEW) for prompt in prompts]
+    assert genai_greedy(package, prompts) == want
+    assert not [f for f in inspect_package(package)["findings"] if f["id"] == "windowed-pad-id"]
+    # no unused row: the other packages' fallback, said in the notes, and `inspect` warns (mutant: eos as pad)
+    dims = replace(_dims(str(checkpoint)), vocab_size=352)
+    pad, note = static_pad_id(dims, checkpoint, 1)
+    assert pad == 1 and note is not None and "eos/bos id" in note
+    mutant = copy_package(package, tmp_path / "m")
+    data = json.loads((mutant / "genai_config.json").read_text())
+    data["model"]["pad_token_id"] = 1
+    (mutant / "genai_config.json").write_text(json.dumps(data))
+    assert genai_greedy(mutant, prompts) != want  # eos as pad: the prompts are cut at their eos
+    warnings = [f for f in inspect_package(mutant)["findings"] if f["id"] == "windowed-pad-id"]
+    assert [f["severity"] for f in warnings] == ["warning"] and "pad_token_id 1 is an eos/bos id" in warnings[0][
+        "message"
+    ]
