@@ -49,6 +49,7 @@ from gqa_export.package.staging import (
     copy_tokenizer,
     shared_initializers,
 )
+from gqa_export.package.static_pad import apply_static_pad
 from gqa_export.package.writer import external_values
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant.imported import ImportReport, import_native
@@ -307,6 +308,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if mm:
         add_config_sections(config, mm)
     notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
+    notes += apply_static_pad(config, dims, source.model_dir) if window else []  # docs/eps.md §7.7
     if import_report.source_format:  # what the checkpoint's quantization covered, what --precision did
         import_report.precision, import_report.by_precision = plan.name, list(quant_report.quantized)
         notes.append(import_report.note(plan.name))

@@ -12,6 +12,7 @@ import shutil
 import time
 from dataclasses import replace
 
+from gqa_export.eps import EPS
 from gqa_export.errors import InputError, PackageLintError
 from gqa_export.jsonio import read_json
 from gqa_export.package.draft import (
@@ -33,6 +34,8 @@ _WINDOW_CACHE = "attention.sliding_window_cache=true"
 
 def check_draft_options(opts: BuildOptions) -> None:
     """The option pairs refused before any export (docs/speculative.md §4)."""
+    if EPS[opts.ep].static_window:  # windows run one prompt per call: no multi-token verify step
+        raise InputError(f"--draft cannot pair with --ep {opts.ep}: its static-shape windows cannot verify drafts")
     if opts.io.prune_lm_head:
         raise InputError("--draft needs full logits to verify drafted tokens at once; drop --prune-lm-head")
     if opts.attention == "split":

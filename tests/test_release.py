@@ -381,3 +381,10 @@ def test_spec_takes_the_new_eps_and_refuses_what_they_cannot_run(tmp_path):
         with pytest.raises(InputError, match=rf"release.yaml:3: .*{message}") as err:
             load_spec(spec)
         assert "\n" not in str(err.value)
+    # eval scores whole sequences, which a static-shape package's windows cut up: refused before any build
+    (tmp_path / "eval.txt").write_text("text")
+    variants = "  - {ep: cpu, precision: fp32}\n  - {ep: qnn, precision: int4}\n"
+    spec.write_text(f"source: x\neval: {{text: eval.txt}}\nvariants:\n{variants}")
+    with pytest.raises(InputError, match=r"release.yaml:2: eval: variant qnn/qnn-int4.* eval cannot score") as err:
+        load_spec(spec)
+    assert "\n" not in str(err.value)

@@ -29,6 +29,7 @@ from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, lm_head
 from gqa_export.graph.params import Params
+from gqa_export.graph.rope import longrope_switch
 from gqa_export.graph.rotary import rope_caches, rope_tables
 from gqa_export.graph.static_attention import static_attention, static_steps
 
@@ -69,6 +70,7 @@ def build_static_decoder(
     why = static_refusal(dims, spec, opts)
     if why is not None:
         raise InputError(f"a static-shape (QNN) graph cannot hold {why}; export for --ep cpu")
+    _check_longrope(dims, context)
     b = GraphBuilder("gqa_export_static_decoder", OPSET)
     input_ids = b.input("input_ids", ir.DataType.INT32, [1, step])
     past_length = b.input(PAST_LENGTH, ir.DataType.INT32, [1, 1])
@@ -81,7 +83,8 @@ def build_static_decoder(
     steps = static_steps(
         b, past_length, total_length, step, context, {layer.window for layer in dims.layers}, opts.io_dtype
     )
-    # longrope's table switch reads the total length; any value will do: QNN refuses the If anyway
+    # longrope (If-less offset form): context <= the switch (checked above), so this folds to the
+    # short table, which is HF's for every sequence that fits (docs/eps.md §7.5)
     caches = rope_caches(b, dims, params, opts, b.const([context], "total", "int32"))
     rope = rope_tables(b, steps.positions, caches)
     # embed_input reads the mask only for absolute positions, refused above
@@ -106,12 +109,35 @@ def build_static_decoder(
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
+def _check_longrope(dims: ModelDims, context: int) -> None:
+    """HF picks longrope's table from the length seen so far and re-runs the whole sequence at the
+    step that crosses the switch; windows cannot follow it, so a buffer past the switch is refused
+    (docs/eps.md §7.5). Within it the short table is HF's at every step."""
+    for rope in dims.ropes.values():
+        switch = longrope_switch(rope)
+        if switch is not None and context > switch:
+            raise InputError(
+                f"a static-shape (QNN) graph cannot switch longrope to its long table past {switch} positions: "
+                f"export with a --max-length of at most {switch} (a multiple of 64), or for --ep cpu"
+            )
+
+
 def _fold_shapes(b: GraphBuilder, logits_shape: list[int]) -> None:
     """The tied lm_head reshapes its Gemm output by Shape(x)[:2] + [vocab]; QNN has no Shape, and
     here the shape is known: the Reshape gets it as a constant."""
     for shape in [n for n in b.graph if n.op_type == "Shape"]:
-        concat = next(iter(shape.outputs[0].uses())).node
-        reshape = next(iter(concat.outputs[0].uses())).node
-        assert concat.op_type == "Concat" and reshape.op_type == "Reshape", "a Shape the static graph cannot fold"
+        concat = _only_use(shape, "Concat")
+        reshape = _only_use(concat, "Reshape")
         reshape.replace_input_with(1, b.const(logits_shape, "logits_shape", "int64"))
         b.graph.remove([concat, shape], safe=True)
+
+
+def _only_use(node: ir.Node, op_type: str) -> ir.Node:
+    """The one node reading `node`'s output, of `op_type`; else the Shape cannot be folded."""
+    uses = [use.node for use in node.outputs[0].uses()]
+    if len(uses) != 1 or uses[0].op_type != op_type:
+        found = ", ".join(u.op_type for u in uses) or "nothing"
+        raise InputError(
+            f"a static-shape (QNN) graph cannot fold a Shape whose {node.op_type} feeds {found}, not one {op_type}"
+        )
+    return uses[0]

@@ -165,6 +165,11 @@ def load_spec(path: Path) -> ReleaseSpec:
         if not evaluation.text.is_file():
             raise InputError(f"{path}: eval.text {e['text']} does not exist (paths are relative to the spec)")
         _check_eval_ranges(evaluation)
+        static = [v.path for v in variants if eps.EPS[v.options.ep].static_window]  # docs/eps.md §7.5
+        if static:
+            raise InputError(
+                f"{where}: variant {static[0]} is a static-shape (QNN) package, which eval cannot score; drop one"
+            )
     elif any(v.gate for v in variants):
         raise InputError(f"{path}: a variant has a gate but the spec has no eval.text to measure it on")
     return ReleaseSpec(

@@ -24,6 +24,7 @@ from gqa_export.runtime.run import (
     explain_load_failure,
     load,
     load_adapters,
+    prompt_slots,
     prompt_tokens,
     stream,
 )
@@ -65,7 +66,7 @@ class Session:
             messages = [*self.history, {"role": "user", "content": text}] if self.chat else None
             ids = prompt_tokens(self.package, self.model, text, messages)
             try:
-                check_prompt_fits(self.package, len(ids))
+                check_prompt_fits(self.package, prompt_slots(self.package, ids))  # window padding counts
                 break
             except PromptTooLong:
                 if not self._drop_oldest_turn():
