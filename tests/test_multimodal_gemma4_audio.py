@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gemma4_models import FULL_FEATURES, mm_token_type_ids, save_gemma4
-from reference import hf_model
+from reference import genai_media_greedy, hf_model
 
 from gqa_export.errors import InputError
 from gqa_export.graph.encoders import clipped_linear, conformer
@@ -267,25 +267,9 @@ def test_prompt_logits_with_audio_match_hf(package, hf, clips):
 
 
 def genai_generate(package: Path, prompt: str, images: list[Path], audio: Path | None) -> tuple[np.ndarray, dict, list]:
-    import onnxruntime_genai as og
-
-    model = og.Model(str(package))
-    payload = {"images": og.Images.open(*map(str, images)) if images else None,
-               "audios": og.Audios.open(str(audio)) if audio else None}  # fmt: skip
-    inputs = model.create_multimodal_processor()(prompt, **payload)
-    ids = inputs["input_ids"].as_numpy().astype(np.int64)
     names = (("audio_embeds",) if audio else ()) + (("pixel_values", "pixel_position_ids") if images else ())
-    extra = {name: inputs[name].as_numpy() for name in names}
-    params = og.GeneratorParams(model)
-    length = ids.shape[1] + NEW
-    params.set_search_options(do_sample=False, max_length=length, min_length=length)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return ids, extra, tokens
+    arrays, tokens = genai_media_greedy(package, prompt, NEW, names, images, [audio] if audio else [])
+    return arrays.pop("input_ids").astype(np.int64), arrays, tokens
 
 
 # what `run --audio CLIP --prompt "What is said"` feeds genai's processor (BOS and marker in front)
