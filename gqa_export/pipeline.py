@@ -351,6 +351,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             manifest["options"]["encoder_precision"] = opts.encoder_precision
         speech = mm is not None and mm.audio is not None
         manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None, speech)
+        if mm and (tiling := mm.tower.hf_tiling(mm.preprocessor)):  # run --image notes it (multimodal.md §14.2)
+            manifest["model"]["hf_image_tiling"] = tiling
         if opts.smoke and not io.runnable:
             notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
         elif opts.smoke and mm:

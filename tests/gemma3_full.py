@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from reference import genai_media_greedy
 
 IMAGE, BOI, EOI = 6, 7, 8  # the fixture tokenizer's <image_soft_token>, <start_of_image>, <end_of_image>
 IMAGE_TOKENS = 256
@@ -27,22 +28,8 @@ def save_images(folder: Path) -> dict[str, Path]:
 
 def genai_generate(package: Path, prompt: str, files: list[Path]) -> tuple[np.ndarray, np.ndarray | None, list[int]]:
     """genai's MultiModalProcessor on (prompt, PNGs), then NEW greedy tokens (EOS suppressed)."""
-    import onnxruntime_genai as og
-
-    model = og.Model(str(package))
-    inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, files)) if files else None)
-    ids = inputs["input_ids"].as_numpy().astype(np.int64)
-    pixels = inputs["pixel_values"].as_numpy() if files else None
-    params = og.GeneratorParams(model)
-    length = ids.shape[1] + NEW
-    params.set_search_options(do_sample=False, max_length=length, min_length=length)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return ids, pixels, tokens
+    arrays, tokens = genai_media_greedy(package, prompt, NEW, ("pixel_values",) if files else (), files)
+    return arrays["input_ids"].astype(np.int64), arrays.get("pixel_values"), tokens
 
 
 def hf_generate(hf, ids: np.ndarray, pixels: np.ndarray | None) -> list[int]:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 from gemma4_models import FULL_PROCESSOR
+from reference import genai_media_greedy
 
 from gqa_export.graph.encoders import axial_vit
 from gqa_export.graph.params import Params
@@ -61,22 +62,9 @@ def padded(pixels: np.ndarray, positions: np.ndarray) -> dict[str, Any]:
 def genai_generate(
     package: Path, prompt: str, files: list[Path]
 ) -> tuple[np.ndarray, dict[str, np.ndarray], list[int]]:
-    import onnxruntime_genai as og
-
-    model = og.Model(str(package))
-    inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, files)) if files else None)
-    ids = inputs["input_ids"].as_numpy().astype(np.int64)
-    extra = {k: inputs[k].as_numpy() for k in ("pixel_values", "pixel_position_ids")} if files else {}
-    params = og.GeneratorParams(model)
-    length = ids.shape[1] + NEW
-    params.set_search_options(do_sample=False, max_length=length, min_length=length)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return ids, extra, tokens
+    arrays, tokens = genai_media_greedy(package, prompt, NEW, ("pixel_values", "pixel_position_ids") if files else (),
+                                        files)  # fmt: skip
+    return arrays.pop("input_ids").astype(np.int64), arrays, tokens
 
 
 def hf_generate(hf, ids: np.ndarray, pixels: dict[str, Any]) -> list[int]:

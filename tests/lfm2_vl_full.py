@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from reference import genai_media_greedy
 
 # the fixture tokenizer's <image>, <|image_start|>, <|image_end|> (genai's lfm2_vl processor looks them up)
 IMAGE_TOKENS = ("<image>", "<|image_start|>", "<|image_end|>")
@@ -80,29 +81,10 @@ def save_images(folder: Path) -> dict[str, Path]:
     return made
 
 
-def _process(model: Any, prompt: str, files: list[Path]) -> tuple[Any, dict[str, np.ndarray]]:
-    import onnxruntime_genai as og
-
-    inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, files)) if files else None)
-    names = ("input_ids", "pixel_values", "image_attention_mask", "image_sizes") if files else ("input_ids",)
-    return inputs, {name: inputs[name].as_numpy() for name in names}
-
-
 def genai_generate(model: Any, prompt: str, files: list[Path]) -> tuple[dict[str, np.ndarray], list[int]]:
     """genai's MultiModalProcessor on (prompt, PNGs), then NEW greedy tokens (EOS suppressed)."""
-    import onnxruntime_genai as og
-
-    inputs, arrays = _process(model, prompt, files)
-    params = og.GeneratorParams(model)
-    length = arrays["input_ids"].shape[1] + NEW
-    params.set_search_options(do_sample=False, max_length=length, min_length=length)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return arrays, tokens
+    names = ("pixel_values", "image_attention_mask", "image_sizes") if files else ()
+    return genai_media_greedy(model, prompt, NEW, names, files)
 
 
 def hf_generate(hf: Any, arrays: dict[str, np.ndarray]) -> list[int]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from reference import genai_media_greedy, genai_media_inputs
 
 IMG, IMG_BREAK, IMG_END = 6, 7, 8  # the fixture tokenizer's [IMG], [IMG_BREAK], [IMG_END]
 NEW = 24
@@ -27,37 +28,14 @@ def save_images(folder: Path) -> dict[str, Path]:
     return made
 
 
-def _process(model: Any, prompt: str, files: list[Path]) -> tuple[Any, dict[str, np.ndarray]]:
-    import onnxruntime_genai as og
-
-    inputs = model.create_multimodal_processor()(prompt, images=og.Images.open(*map(str, files)) if files else None)
-    names = ("input_ids", "pixel_values", "image_sizes") if files else ("input_ids",)
-    return inputs, {name: inputs[name].as_numpy() for name in names}
-
-
 def genai_process(package: Path, prompt: str, files: list[Path]) -> dict[str, np.ndarray]:
     """genai's MultiModalProcessor on (prompt, PNGs): input_ids, pixel_values, image_sizes."""
-    import onnxruntime_genai as og
-
-    return _process(og.Model(str(package)), prompt, files)[1]
+    return genai_media_inputs(package, prompt, ("pixel_values", "image_sizes") if files else (), files)[1]
 
 
 def genai_generate(package: Path, prompt: str, files: list[Path]) -> tuple[dict[str, np.ndarray], list[int]]:
     """genai's MultiModalProcessor on (prompt, PNGs), then NEW greedy tokens (EOS suppressed)."""
-    import onnxruntime_genai as og
-
-    model = og.Model(str(package))
-    inputs, arrays = _process(model, prompt, files)
-    params = og.GeneratorParams(model)
-    length = arrays["input_ids"].shape[1] + NEW
-    params.set_search_options(do_sample=False, max_length=length, min_length=length)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return arrays, tokens
+    return genai_media_greedy(package, prompt, NEW, ("pixel_values", "image_sizes") if files else (), files)
 
 
 def hf_generate(hf: Any, arrays: dict[str, np.ndarray]) -> list[int]:

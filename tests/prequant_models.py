@@ -200,53 +200,66 @@ def fp8_pair(tmp: Path, block: tuple[int, int] | None = (48, 48)) -> tuple[Path,
     """FP8 e4m3 weights with fp32 multipliers: per [bn, bk] block in `weight_scale_inv` (the last
     blocks of a 64- or 128-wide weight are partial with 48), or one `weight_scale` per tensor
     (Mistral's per-tensor form, with an unused `activation_scale`)."""
-    import ml_dtypes
     import torch
-    from safetensors.torch import save_file as save_torch
 
     qc = {"quant_method": "fp8", "activation_scheme": "dynamic" if block else "static"}
     if block:
         qc["weight_block_size"] = list(block)
-    base = save_llama(tmp / "fp8-float")
+
+    def scales(w: np.ndarray) -> tuple[np.ndarray, dict[str, object]]:
+        if block:
+            scale, rows, cols = fp8_block_scales(w, *block)
+            return scale[rows][:, cols], {"weight_scale_inv": torch.from_numpy(scale)}
+        scale = np.array(np.abs(w).max() / 448.0, np.float32)
+        return scale, {"weight_scale": torch.from_numpy(scale), "activation_scale": torch.tensor(0.02)}
+
+    return write_fp8_pair(tmp, f"fp8-{'x'.join(map(str, block)) if block else 'tensor'}", qc, scales)
+
+
+def fp8_block_scales(w: np.ndarray, bn: int, bk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each [bn, bk] block's amax / 448 (e4m3's largest value; partial last blocks), and each row's
+    and column's block index."""
+    n, k = w.shape
+    rows, cols = np.arange(n) // bn, np.arange(k) // bk
+    amax = np.zeros((-(-n // bn), -(-k // bk)), np.float32)
+    np.maximum.at(amax, (rows[:, None], cols[None, :]), np.abs(w))
+    return (amax / 448.0).astype(np.float32), rows, cols
+
+
+def write_fp8_pair(
+    tmp: Path, name: str, qc: dict, scales, base: Path | None = None, quantizes=None
+) -> tuple[Path, Path]:
+    """A tiny llama whose LINEARS weights are stored as float8 e4m3 w / full, with the tensors
+    `scales(w)` returns beside each (suffix -> torch tensor; `full`: the per-element multiplier),
+    and its twin holding float(w8) * full in fp32; `qc` is the quantized one's quantization_config.
+    `base` replaces the tiny llama by another float checkpoint, `quantizes(key, w)` says which of
+    its tensors are stored in FP8 (default: the llama's LINEARS weights)."""
+    import ml_dtypes
+    import torch
+    from safetensors.torch import save_file as save_torch
+
+    base = base or save_llama(tmp / f"{name}-float")
+    quantizes = quantizes or (lambda key, _w: key.split(".")[-2] in LINEARS and key.endswith(".weight"))
     tensors = load_file(base / "model.safetensors")
     quantized: dict[str, torch.Tensor] = {}
     twin = dict(tensors)
     for key, w in tensors.items():
-        if key.split(".")[-2] not in LINEARS or not key.endswith(".weight"):
+        if not quantizes(key, w):
             quantized[key] = torch.from_numpy(w)
             continue
-        n, k = w.shape
-        if block:
-            bn, bk = block
-            rows, cols = np.arange(n) // bn, np.arange(k) // bk
-            amax = np.zeros((-(-n // bn), -(-k // bk)), np.float32)
-            np.maximum.at(amax, (rows[:, None], cols[None, :]), np.abs(w))
-            scale = (amax / 448.0).astype(np.float32)
-            full = scale[rows][:, cols]
-        else:
-            scale = np.array(np.abs(w).max() / 448.0, np.float32)
-            full = scale
+        full, stored = scales(w)
         w8 = (w / full).astype(ml_dtypes.float8_e4m3fn)
         twin[key] = w8.astype(np.float32) * full
         quantized[key] = torch.from_numpy(w8.view(np.uint8)).view(torch.float8_e4m3fn)
-        prefix = key.removesuffix(".weight")
-        if block:
-            quantized[f"{prefix}.weight_scale_inv"] = torch.from_numpy(scale)
-        else:
-            quantized[f"{prefix}.weight_scale"] = torch.from_numpy(scale)
-            quantized[f"{prefix}.activation_scale"] = torch.tensor(0.02)
-    name = f"fp8-{'x'.join(map(str, block)) if block else 'tensor'}"
+        quantized.update({f"{key.removesuffix('.weight')}.{suffix}": t for suffix, t in stored.items()})
     out_q, out_t = tmp / name, tmp / f"{name}-twin"
     shutil.copytree(base, out_q)
     shutil.copytree(base, out_t)
     save_torch(
         {k: v.contiguous() for k, v in quantized.items()}, str(out_q / "model.safetensors"), metadata={"format": "pt"}
     )
-    save_file(
-        {k: np.ascontiguousarray(v) for k, v in twin.items()},
-        str(out_t / "model.safetensors"),
-        metadata={"format": "pt"},
-    )
+    save_file({k: np.ascontiguousarray(v) for k, v in twin.items()}, str(out_t / "model.safetensors"),
+              metadata={"format": "pt"})  # fmt: skip
     config = json.loads((out_q / "config.json").read_text())
     config["quantization_config"] = qc
     (out_q / "config.json").write_text(json.dumps(config))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -92,23 +93,59 @@ def hf_prompt_then_greedy(model, prompt: list[int], new: int, **prompt_inputs) -
     return logits[0], tokens
 
 
-def genai_prompt_then_greedy(package: Path, prompt: list[int], new: int) -> tuple[np.ndarray, list[int]]:
-    """onnxruntime-genai: the prompt's logits, then `new` greedy tokens (EOS suppressed)."""
-    import onnxruntime_genai as og
-
-    from gqa_export.runtime.run import load
-
-    model = load(package, "cpu")
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=len(prompt) + new, min_length=len(prompt) + new)
-    generator = og.Generator(model, params)
-    generator.append_tokens(prompt)
-    prompt_logits = np.asarray(generator.get_output("logits"))[0]
+def _greedy(generator: Any) -> list[int]:
     tokens = []
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    return prompt_logits, tokens
+    return tokens
+
+
+def _generator(model: Any, length: int) -> Any:  # -> og.Generator, EOS suppressed up to `length`
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=length, min_length=length)
+    return og.Generator(model, params)
+
+
+def genai_prompt_then_greedy(package: Path, prompt: list[int], new: int) -> tuple[np.ndarray, list[int]]:
+    """onnxruntime-genai: the prompt's logits, then `new` greedy tokens (EOS suppressed)."""
+    from gqa_export.runtime.run import load
+
+    generator = _generator(load(package, "cpu"), len(prompt) + new)
+    generator.append_tokens(prompt)
+    prompt_logits = np.asarray(generator.get_output("logits"))[0]
+    return prompt_logits, _greedy(generator)
+
+
+def genai_media_inputs(
+    model: Any, prompt: str, names: Sequence[str], images: Sequence[Path] = (), audios: Sequence[Path] = ()
+) -> tuple[Any, dict[str, np.ndarray]]:
+    """onnxruntime-genai's MultiModalProcessor on (prompt, image files, audio clips): its named
+    inputs, and input_ids plus `names` as arrays. `model`: an og.Model or a package folder."""
+    import onnxruntime_genai as og
+
+    if isinstance(model, (str, Path)):
+        model = og.Model(str(model))
+    payload = {"images": og.Images.open(*map(str, images)) if images else None,
+               "audios": og.Audios.open(*map(str, audios)) if audios else None}  # fmt: skip
+    inputs = model.create_multimodal_processor()(prompt, **payload)
+    return inputs, {name: inputs[name].as_numpy() for name in ("input_ids", *names)}
+
+
+def genai_media_greedy(
+    model: Any, prompt: str, new: int, names: Sequence[str], images: Sequence[Path] = (), audios: Sequence[Path] = ()
+) -> tuple[dict[str, np.ndarray], list[int]]:
+    """genai_media_inputs, then `new` greedy tokens through onnxruntime-genai (EOS suppressed)."""
+    import onnxruntime_genai as og
+
+    if isinstance(model, (str, Path)):
+        model = og.Model(str(model))
+    inputs, arrays = genai_media_inputs(model, prompt, names, images, audios)
+    generator = _generator(model, arrays["input_ids"].shape[1] + new)
+    generator.set_inputs(inputs)
+    return arrays, _greedy(generator)
 
 
 class OrtStepper:

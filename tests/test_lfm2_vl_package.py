@@ -331,3 +331,56 @@ def test_combined_processor_config_and_tiling_note(checkpoint, tmp_path):
     assert any("would tile" in note for note in result.notes)
     transforms = json.loads((tmp_path / "pkg" / "processor_config.json").read_text())["processor"]["transforms"]
     assert transforms[1]["operation"]["attrs"]["min_pixels"] == 2 * 64
+    _run_notes_the_tiled_image(tmp_path / "pkg", tmp_path)
+
+
+def _run_notes_the_tiled_image(tiling: Path, folder: Path) -> None:
+    """`run --image` on the tiling checkpoint's package: an image above HF's threshold (16 tokens x
+    64 pixels x tolerance 2: 44 x 44 tiles, 43 x 43 does not) gets the note, in --json too; one
+    below it gets none."""
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    for side in (43, 44):
+        Image.new("RGB", (side, side), (90, 30, 200)).save(folder / f"{side}.png")
+    args = ["run", str(tiling), "--prompt", "Describe", "--max-new-tokens", "2", "--json"]
+    shown = CliRunner().invoke(app, [*args, "--image", str(folder / "44.png")])
+    assert shown.exit_code == 0, shown.output
+    note = json.loads(shown.output.strip().splitlines()[-1])["note"]
+    assert "HF's processor tiles 44.png (44 x 44)" in note and "fit within 43 x 43" in note
+    below = CliRunner().invoke(app, [*args, "--image", str(folder / "43.png")])
+    assert json.loads(below.output.strip().splitlines()[-1])["note"] is None
+
+
+def test_run_does_not_note_where_hf_does_not_tile(package, tmp_path):
+    """The fixture's do_image_splitting is false: the same large image gets no note (mutant of the
+    rule ignoring the flag), and the manifest holds no tiling rule."""
+    from PIL import Image
+
+    from gqa_export.runtime.images import generate_with_images
+    from gqa_export.runtime.run import Sampling
+
+    assert "hf_image_tiling" not in json.loads((package / "manifest.json").read_text())["model"]
+    Image.new("RGB", (60, 60), (90, 30, 200)).save(tmp_path / "big.png")
+    assert generate_with_images(package, "cpu", "Describe", [tmp_path / "big.png"], 2, Sampling()).note is None
+
+
+def test_image_size_reads_png_and_jpeg_headers(tmp_path):
+    """Sizes without PIL at runtime (PNG IHDR, JPEG start of frame, baseline and progressive), None
+    for another format; HF's threshold for the published budget (256 tokens, 32-pixel units) is
+    720 x 720 (721 rounds to 23 units, half to even keeps 720 at 22)."""
+    from PIL import Image
+
+    from gqa_export.runtime.image_tiling import hf_tiles, image_size, largest_square
+
+    picture = Image.new("RGB", (37, 21))
+    picture.save(tmp_path / "a.png")
+    picture.save(tmp_path / "b.jpg")
+    picture.save(tmp_path / "c.jpg", progressive=True)
+    picture.save(tmp_path / "d.bmp")
+    assert [image_size(tmp_path / n) for n in ("a.png", "b.jpg", "c.jpg", "d.bmp")] == [(21, 37)] * 3 + [None]
+    published = {"encoder_patch_size": 16, "downsample_factor": 2, "max_image_tokens": 256, "max_pixels_tolerance": 2}
+    assert largest_square(published) == 720 and hf_tiles(721, 721, published) and not hf_tiles(720, 720, published)
+    assert hf_tiles(6000, 100, published) and not hf_tiles(5000, 100, published)  # long and thin

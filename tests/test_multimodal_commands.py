@@ -5,6 +5,7 @@ modes and options a full package cannot have, `--text-only`, `run --image`, `ins
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -240,3 +241,14 @@ def test_processor_ignores_a_list_of_prompts(package, images):
     listed = processor(prompts, images=og.Images.open(*files))["input_ids"].as_numpy()
     empty = processor("", images=og.Images.open(*files))["input_ids"].as_numpy()
     assert listed.shape[0] == 1 and np.array_equal(listed, empty)
+
+
+@pytest.mark.parametrize("ep", ["dml", "openvino", "trt-rtx", "qnn"])
+def test_int8_encoder_refused_where_the_ep_has_no_8_bit_kernels(checkpoint, tmp_path, ep):
+    """An EP without 8-bit MatMulNBits refuses --encoder-precision int8 in one line naming that
+    option and the EP, not `--precision int8` (which the build was not given)."""
+    with pytest.raises(InputError, match=f"--encoder-precision int8 cannot run with --ep {ep}") as err:
+        options = BuildOptions(str(checkpoint), tmp_path / "p", ep=ep, precision="int4", encoder_precision="int8")
+        build(replace(options, smoke=False))
+    assert "--precision int8" not in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "p").exists()

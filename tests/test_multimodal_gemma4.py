@@ -24,7 +24,7 @@ from gemma4_full import (
 from gemma4_models import save_gemma4
 from reference import hf_model
 
-from gqa_export.graph.encoders import axial_vit
+from gqa_export.graph.encoders import axial_vit, clipped_linear
 from gqa_export.pipeline import BuildOptions, build
 
 pytest.importorskip("PIL")
@@ -197,7 +197,7 @@ def test_clipped_linears_match_hf(tmp_path, images, monkeypatch):
     checkpoint = save_gemma4(tmp_path / "ckpt", "full", clipped_linears=True)
     hf = hf_model(checkpoint)
     assert vision_error(checkpoint, hf, images) < 1e-4
-    monkeypatch.setattr(axial_vit, "_clamp", lambda b, x, module, side, params: x)
+    monkeypatch.setattr(clipped_linear, "clamp", lambda b, x, module, side, params: x)
     assert vision_error(checkpoint, hf, images) > 1e-2
 
 

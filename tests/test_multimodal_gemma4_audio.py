@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 from gemma4_models import FULL_FEATURES, mm_token_type_ids, save_gemma4
-from reference import hf_model
+from reference import genai_media_greedy, hf_model
 
 from gqa_export.errors import InputError
-from gqa_export.graph.encoders import conformer
+from gqa_export.graph.encoders import clipped_linear, conformer
 from gqa_export.pipeline import BuildOptions, build
 
 pytest.importorskip("PIL")
@@ -168,7 +168,7 @@ def test_clipped_linears_match_hf(checkpoint, clips, tmp_path, monkeypatch):
     }
     cases = [(feed, hf_audio(clipped, batch))]
     assert speech_error(speech_session(copy, clipped), cases) < 1e-4
-    monkeypatch.setattr(conformer, "_clamp", lambda b, x, module, side, params: x)
+    monkeypatch.setattr(clipped_linear, "clamp", lambda b, x, module, side, params: x)
     assert speech_error(speech_session(copy, clipped), cases) > 1e-2
 
 
@@ -267,24 +267,9 @@ def test_prompt_logits_with_audio_match_hf(package, hf, clips):
 
 
 def genai_generate(package: Path, prompt: str, images: list[Path], audio: Path | None) -> tuple[np.ndarray, dict, list]:
-    import onnxruntime_genai as og
-
-    model = og.Model(str(package))
-    payload = {"images": og.Images.open(*map(str, images)) if images else None,
-               "audios": og.Audios.open(str(audio)) if audio else None}  # fmt: skip
-    inputs = model.create_multimodal_processor()(prompt, **payload)
-    ids = inputs["input_ids"].as_numpy().astype(np.int64)
-    extra = {"audio_embeds": inputs["audio_embeds"].as_numpy()} if audio else {}
-    params = og.GeneratorParams(model)
-    length = ids.shape[1] + NEW
-    params.set_search_options(do_sample=False, max_length=length, min_length=length)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return ids, extra, tokens
+    names = (("audio_embeds",) if audio else ()) + (("pixel_values", "pixel_position_ids") if images else ())
+    arrays, tokens = genai_media_greedy(package, prompt, NEW, names, images, [audio] if audio else [])
+    return arrays.pop("input_ids").astype(np.int64), arrays, tokens
 
 
 # what `run --audio CLIP --prompt "What is said"` feeds genai's processor (BOS and marker in front)
@@ -297,34 +282,48 @@ def greedy(package, clips) -> tuple[np.ndarray, dict, list[int]]:
     return genai_generate(package, RUN_PROMPT, [], clips["clip"])
 
 
-def test_genai_greedy_with_audio_equals_hf_generate(hf, clips, greedy):
+def hf_generate_media(hf, ids: np.ndarray, **media: Any) -> list[int]:
+    """HF generate on genai's expanded ids with HF's own audio features / the image's pixels."""
+    import torch
+
+    ids_t = torch.from_numpy(ids)
+    with torch.no_grad():
+        out = hf.generate(ids_t, attention_mask=torch.ones_like(ids_t), do_sample=False, max_new_tokens=NEW,
+                          min_new_tokens=NEW, mm_token_type_ids=mm_token_type_ids(hf, ids[0].tolist()),
+                          **media)  # fmt: skip
+    return out[0, ids.shape[1] :].tolist()
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(hf, clips, greedy) -> list[int]:
+    """HF generate on RUN_PROMPT's ids (genai's expansion) with HF's features of the same clip."""
+    return hf_generate_media(hf, greedy[0], **hf_features([clips["clip"]]))
+
+
+def test_genai_greedy_with_audio_equals_hf_generate(clips, greedy, hf_greedy):
     """genai's AudioDecoder + Gemma4LogMel give HF's log-mel frames (within 1e-5; 4.8e-7
     measured), its prompt expands the marker to HF's count of audio tokens, and its greedy tokens
     equal HF generate on the same ids with HF's own (padded, masked) features."""
-    import torch
-
     ids, extra, tokens = greedy
     features = hf_features([clips["clip"]])
     valid = features["input_features_mask"][0].numpy()
     assert features["input_features"].shape[1] == 51 and valid.sum() == 50  # HF's padding frame, masked
     assert np.abs(extra["audio_embeds"][0] - features["input_features"][0].numpy()[valid]).max() < 1e-5
     assert ids[0].tolist()[:19] == [0, 210, 210, 9, *[10] * 13, 11, 210]  # BOS, "\n\n", the block, "\n"
-    assert len(set(tokens)) > 3
-    ids_t = torch.from_numpy(ids)
-    with torch.no_grad():
-        out = hf.generate(ids_t, attention_mask=torch.ones_like(ids_t), do_sample=False, max_new_tokens=NEW,
-                          min_new_tokens=NEW, mm_token_type_ids=mm_token_type_ids(hf, ids[0].tolist()),
-                          **features)  # fmt: skip
-    assert tokens == out[0, ids.shape[1] :].tolist()
+    assert len(set(tokens)) > 3 and tokens == hf_greedy
 
 
-def test_genai_runs_audio_and_an_image_together(package, clips, gemma4_png_images):
-    """One prompt with an image and the clip: genai expands both blocks (70 image, 8 audio
-    placeholders) and generates."""
-    ids, _, tokens = genai_generate(package, "<|image|> and <|audio|> what", [gemma4_png_images["exact"]],
-                                    clips["short"])  # fmt: skip
+@pytest.mark.parametrize("prompt", ["<|image|> and <|audio|> what", "<|audio|> and <|image|> what"])
+def test_genai_audio_and_an_image_together_equal_hf_generate(hf, package, clips, gemma4_png_images, prompt):
+    """One prompt with an image and the clip, in either order: genai expands both blocks (70 image,
+    8 audio placeholders) and its greedy tokens equal HF generate on the same ids with genai's
+    pixels (HF's padded form) and HF's features of the clip."""
+    from gemma4_full import padded
+
+    ids, extra, tokens = genai_generate(package, prompt, [gemma4_png_images["exact"]], clips["short"])
     assert ids[0].tolist().count(7) == 70 and ids[0].tolist().count(10) == 8
-    assert len(tokens) == NEW and len(set(tokens)) > 1
+    pixels = padded(extra["pixel_values"], extra["pixel_position_ids"])
+    assert len(set(tokens)) > 3 and tokens == hf_generate_media(hf, ids, **pixels, **hf_features([clips["short"]]))
 
 
 def test_genai_text_prompt_equals_hf_generate(package, hf):
@@ -340,19 +339,45 @@ def test_genai_text_prompt_equals_hf_generate(package, hf):
     assert len(set(tokens)) > 3 and tokens == out[0, ids.shape[1] :].tolist()
 
 
-def test_run_with_audio_inserts_the_marker(package, clips, greedy):
-    """`gqa-export run PKG --audio FILE --prompt TEXT` puts <|audio|> (after the tokenizer's BOS)
-    in front of a prompt without one: the same ids and tokens as RUN_PROMPT through genai."""
+def _run_audio(package: Path, clip: Path) -> dict[str, Any]:
     from typer.testing import CliRunner
 
     from gqa_export.cli import app
 
-    args = ["run", str(package), "--audio", str(clips["clip"]), "--prompt", "What is said", "--json"]
+    args = ["run", str(package), "--audio", str(clip), "--prompt", "What is said", "--json"]
     result = CliRunner().invoke(app, [*args, "--max-new-tokens", str(NEW)])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
-    ids, _, tokens = greedy
-    assert report["prompt_tokens"] == ids.shape[1] and report["new_tokens"] == len(tokens) == NEW
+    return json.loads(result.stdout)
+
+
+def _stream_text(package: Path, tokens: list[int]) -> str:
+    """The tokens decoded as `run` streams them (onnxruntime-genai's tokenizer stream)."""
+    import onnxruntime_genai as og
+
+    stream = og.Tokenizer(og.Model(str(package))).create_stream()
+    return "".join(stream.decode(token) for token in tokens)
+
+
+@pytest.fixture(scope="module")
+def hf_text(package, hf_greedy) -> str:
+    return _stream_text(package, hf_greedy)
+
+
+def test_run_with_audio_inserts_the_marker(package, clips, greedy, hf_greedy, hf_text):
+    """`gqa-export run PKG --audio FILE --prompt TEXT` puts <|audio|> (after the tokenizer's BOS)
+    in front of a prompt without one: the ids of RUN_PROMPT and the text of HF's tokens on them."""
+    report = _run_audio(package, clips["clip"])
+    assert report["prompt_tokens"] == greedy[0].shape[1] and report["new_tokens"] == len(hf_greedy) == NEW
+    assert report["text"] == hf_text and len(set(hf_greedy)) > 3
+
+
+def test_mutant_run_audio_marker_appended_fails(package, clips, hf_text, monkeypatch):
+    """The marker put after the prompt (the same token count) gives another text than HF's."""
+    from gqa_export.runtime import images
+
+    markers = images.UNEXPORTED_MARKERS["gemma4"]
+    monkeypatch.setattr(images, "audio_marker", lambda _pkg, prompt, _clips: prompt + markers[0])
+    assert _run_audio(package, clips["clip"])["text"] != hf_text
 
 
 @pytest.mark.parametrize(

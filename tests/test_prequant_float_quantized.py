@@ -118,3 +118,12 @@ def test_float_quantized_at_int4_says_every_weight_was_requantized(channel, tmp_
     assert any("lm_head" in w for w in by_precision) and any("layers.1" in w for w in by_precision)
     shown = CliRunner().invoke(app, ["inspect", str(tmp_path / "pkg")], terminal_width=200).output
     assert f"0 weights imported as integers, 14 dequantized, {len(by_precision)} quantized by --precision int4" in shown
+
+
+def test_build_note_counts_each_weight_once():
+    """A graph weight listed once per graph that holds it (--attention split: prefill and decode)
+    counts once in the build note, as in the manifest and inspect."""
+    from gqa_export.quant.imported import ImportReport
+
+    report = ImportReport("FP8", dequantized=["a", "b"], by_precision=["lm_head", "qkv", "lm_head", "qkv"])
+    assert "; 2 weights quantized by --precision int4" in report.note("int4")

@@ -362,6 +362,17 @@ def test_spec_refuses_an_unknown_encoder_precision(tmp_path):
         load_spec(spec)
 
 
+@pytest.mark.parametrize("keys", ["lora_targets: [q_proj]", "lora_targets: [q_proj], adapters: [a]", "adapters: [a]"])
+def test_spec_refuses_a_draft_with_lora_up_front(tmp_path, keys):
+    """A draft variant with a multi-LoRA base or adapters is refused when the spec is read, in one
+    line naming the variant, not after the fetch and build."""
+    spec = tmp_path / "release.yaml"
+    spec.write_text(f"source: x\nvariants:\n  - {{ep: cpu, precision: fp32, draft: d, {keys}}}\n")
+    with pytest.raises(InputError, match=r"variants\[0\]: draft with (lora_targets|adapters) is not supported") as err:
+        load_spec(spec)
+    assert "\n" not in str(err.value)
+
+
 def test_spec_takes_the_new_eps_and_refuses_what_they_cannot_run(tmp_path):
     """Release variants for the EPs of docs/eps.md: their folders, and one-line refusals naming the line."""
     spec = tmp_path / "release.yaml"

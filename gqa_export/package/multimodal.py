@@ -150,7 +150,14 @@ def encoder_plan(precision: str, ep: str, dtype: ir.DataType) -> PrecisionPlan |
         raise InputError(f"unknown --encoder-precision '{precision}'; choose {' or '.join(ENCODER_PRECISIONS)}")
     if precision == "float":
         return None
-    return replace(plan_precision(ep, "int8"), io_dtype=dtype, logits_dtype=dtype, accuracy_level=0)
+    try:
+        base = plan_precision(ep, "int8")
+    except InputError as exc:  # the EP has no 8-bit MatMulNBits: say so for this option, not --precision
+        raise InputError(
+            f"--encoder-precision int8 cannot run with --ep {ep} (no 8-bit MatMulNBits there); "
+            "use --encoder-precision float"
+        ) from exc
+    return replace(base, io_dtype=dtype, logits_dtype=dtype, accuracy_level=0)
 
 
 def build_encoders(

@@ -70,29 +70,10 @@ def pixtral_processor_config(patch: int, merge: int, pre: dict[str, Any]) -> dic
     §12). genai's Resize has no longest-edge rule: its smart resize (multiples of patch·merge
     within [min_pixels, max_pixels]) stands in for HF's, with max_pixels the longest edge squared;
     the two agree where no resize is needed."""
-    size = pre.get("size") or {}
-    longest = int(size.get("longest_edge", 1024))
-    resample = int(pre.get("resample", 3))
-    if resample not in INTERPOLATION:
-        raise InputError(f"preprocessor_config resample {resample} has no onnxruntime-extensions Resize mode")
+    longest = int((pre.get("size") or {}).get("longest_edge", 1024))
     unit = patch * merge
-    mean = [float(v) for v in pre.get("image_mean", CLIP_MEAN)]
-    std = [float(v) for v in pre.get("image_std", CLIP_STD)]
-    resize = {"smart_resize": 1, "min_pixels": unit * unit, "max_pixels": longest * longest, "patch_size": patch,
-              "merge_size": merge, "interpolation": INTERPOLATION[resample]}  # fmt: skip
-    return {
-        "processor": {
-            "name": "pixtral_image_processor",
-            "transforms": [
-                _op("decode_image", "DecodeImage", color_space="RGB"),
-                _op("resize", "Resize", **resize),
-                _op("rescale", "Rescale", rescale_factor=float(pre.get("rescale_factor", 1 / 255))),
-                _op("normalize", "Normalize", mean=mean, std=std),
-                _op("to_channel_first", "Permute3D", dims=[2, 0, 1]),
-                _op("image_sizes", "PixtralImageSizes"),
-            ],
-        }
-    }
+    return _smart_resize_config("pixtral_image_processor", patch, merge, (unit * unit, longest * longest), pre,
+                                (3, CLIP_MEAN, CLIP_STD))  # fmt: skip
 
 
 def _op(name: str, kind: str, **attrs: Any) -> dict[str, Any]:
@@ -137,18 +118,27 @@ def naflex_processor_config(patch: int, factor: int, pre: dict[str, Any]) -> dic
     multiples of patch·factor within [min_image_tokens, max_image_tokens] tokens (HF's
     Lfm2VlImageProcessor rule for an image it does not tile), rescale, normalize, channels first,
     then the image's size; genai cuts the patches and pads them to max_num_patches itself."""
-    resample = int(pre.get("resample", 2))
+    unit = (patch * factor) ** 2
+    pixels = (int(pre.get("min_image_tokens", 64)) * unit, int(pre.get("max_image_tokens", 256)) * unit)
+    return _smart_resize_config("lfm2_vl_image_processor", patch, factor, pixels, pre, (2, (0.5,) * 3, (0.5,) * 3))
+
+
+def _smart_resize_config(
+    name: str, patch: int, merge: int, pixels: tuple[int, int], pre: dict[str, Any], defaults: tuple[int, Any, Any]
+) -> dict[str, Any]:
+    """The pipeline genai's pixtral and lfm2_vl processors share: smart resize to multiples of
+    patch·merge within pixels = (min, max), rescale, normalize, channels first, the image's size.
+    `defaults`: HF's resample, mean and std where the checkpoint's preprocessor is silent."""
+    resample = int(pre.get("resample", defaults[0]))
     if resample not in INTERPOLATION:
         raise InputError(f"preprocessor_config resample {resample} has no onnxruntime-extensions Resize mode")
-    unit = (patch * factor) ** 2
-    resize = {"smart_resize": 1, "min_pixels": int(pre.get("min_image_tokens", 64)) * unit,
-              "max_pixels": int(pre.get("max_image_tokens", 256)) * unit, "patch_size": patch, "merge_size": factor,
-              "interpolation": INTERPOLATION[resample]}  # fmt: skip
-    mean = [float(v) for v in pre.get("image_mean", (0.5, 0.5, 0.5))]
-    std = [float(v) for v in pre.get("image_std", (0.5, 0.5, 0.5))]
+    resize = {"smart_resize": 1, "min_pixels": pixels[0], "max_pixels": pixels[1], "patch_size": patch,
+              "merge_size": merge, "interpolation": INTERPOLATION[resample]}  # fmt: skip
+    mean = [float(v) for v in pre.get("image_mean", defaults[1])]
+    std = [float(v) for v in pre.get("image_std", defaults[2])]
     return {
         "processor": {
-            "name": "lfm2_vl_image_processor",
+            "name": name,
             "transforms": [
                 _op("decode_image", "DecodeImage", color_space="RGB"),
                 _op("resize", "Resize", **resize),

@@ -81,6 +81,10 @@ class VisionTower:
     # (hf_config, preprocessor_config.json) -> notes for the build's summary (a tower that is not
     # exported, a processor rule genai does not follow)
     notes: Callable[[Any, dict[str, Any]], list[str]] = lambda _config, _pre: []
+    # preprocessor_config.json -> the values of a rule by which HF's processor tiles large images
+    # and genai's does not (lfm2_vl), for the manifest's model.hf_image_tiling: `run --image` notes
+    # the images it applies to (docs/multimodal.md §14.2); None where HF does not tile
+    hf_tiling: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda _pre: None
     audio: AudioTower | None = None  # the checkpoint's audio_config, where it has one, is exported by this
     # tower dims -> feature sets past the main one, added after the decoder's first layers: they
     # ride in a widened image_features / inputs_embeds (Qwen3-VL's deepstack, docs/multimodal.md §11.5)
@@ -162,8 +166,23 @@ def _lfm2_vl_processor(vision: NaflexDims, pre: dict[str, Any]) -> dict[str, Any
     return naflex_processor_config(vision.patch, vision.factor, pre)
 
 
+def _lfm2_vl_tiling(pre: dict[str, Any]) -> dict[str, Any] | None:
+    """What HF's Lfm2VlImageProcessor decides tiling by (its defaults where the checkpoint is
+    silent): it tiles when splitting is on, min_tiles == max_tiles == 1 does not turn it off, and
+    the image is too large (runtime/images.hf_tiles)."""
+    one_tile = int(pre.get("min_tiles", 2)) == int(pre.get("max_tiles", 10)) == 1
+    if not pre.get("do_image_splitting", True) or one_tile:
+        return None
+    return {
+        "encoder_patch_size": int(pre.get("encoder_patch_size", 16)),
+        "downsample_factor": int(pre.get("downsample_factor", 2)),
+        "max_image_tokens": int(pre.get("max_image_tokens", 256)),
+        "max_pixels_tolerance": float(pre.get("max_pixels_tolerance", 2.0)),
+    }
+
+
 def _lfm2_vl_tiling_note(_config: Any, pre: dict[str, Any]) -> list[str]:
-    if not pre.get("do_image_splitting", True):
+    if _lfm2_vl_tiling(pre) is None:
         return []
     return [
         "images HF's processor would tile (larger than about twice max_image_tokens) are resized to one "
@@ -209,5 +228,6 @@ TOWERS: dict[str, VisionTower] = {
         },
         image_runs_bidirectional=False,
         notes=_lfm2_vl_tiling_note,
+        hf_tiling=_lfm2_vl_tiling,
     ),
 }

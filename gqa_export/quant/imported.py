@@ -41,7 +41,9 @@ class ImportReport:
     by_precision: list[str] = field(default_factory=list)
 
     def note(self, precision: str) -> str:
-        ours = f"; {len(self.by_precision)} weights quantized by --precision {precision}" if self.by_precision else ""
+        # one graph weight can be listed once per graph that holds it (--attention split): count names
+        count = len(set(self.by_precision))
+        ours = f"; {count} weights quantized by --precision {precision}" if self.by_precision else ""
         if not self.weights:
             done = f"{len(self.dequantized)} weights dequantized exactly to float while streaming"
             head = f"pre-quantized {self.source_format}: {done}, then --precision {precision} like a float checkpoint"

@@ -265,6 +265,9 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
     tuning = [key for key in ("draft_tokens", "min_adaptive_k", "cooldown") if key in item]
     if tuning and "draft" not in item:
         raise InputError(f"{where}: {tuning[0]} needs a draft")
+    lora = [key for key in ("lora_targets", "adapters") if item.get(key)]
+    if lora and "draft" in item:  # build --draft refuses it too, but only after the fetch (docs/speculative.md §4)
+        raise InputError(f"{where}: draft with {lora[0]} is not supported (not probed with a draft); drop one")
     speculative = SpeculativeOptions(
         item.get("draft_tokens", 4), item.get("min_adaptive_k", 0), item.get("cooldown", False)
     )

@@ -9,10 +9,12 @@ works as is.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
+from gqa_export.runtime.image_tiling import tiling_note
 from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, explain_load_failure, load, stream
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
@@ -149,4 +151,6 @@ def generate_with_images(
     }
     inputs = model.create_multimodal_processor()(text, **payload)
     _check_image_sizes(package, inputs, len(images))
-    return stream(package, model, inputs, max_new_tokens, sampling, on_text or (lambda _: None), ep)
+    result = stream(package, model, inputs, max_new_tokens, sampling, on_text or (lambda _: None), ep)
+    tiled = tiling_note(package, images)  # lfm2_vl: images HF would tile (docs/multimodal.md §14.2)
+    return replace(result, note="; ".join(n for n in (result.note, tiled) if n)) if tiled else result

@@ -33,6 +33,7 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.encoders.clipped_linear import clipped_linear
 from gqa_export.graph.encoders.siglip import GELU
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import NUMPY_DTYPES, Params
@@ -242,18 +243,5 @@ def _rms(
 def _linear(
     b: GraphBuilder, x: ir.Value, module: str, dims: AxialVitDims, params: Params, clip: bool = True
 ) -> ir.Value:
-    """A bias-free Linear stored as `<module>.linear.weight` (or `<module>.weight`), clamped on
-    both sides by its stored bounds when the tower uses clipped linears."""
-    inner = f"{module}.linear" if f"{module}.linear.weight" in params.store else module
-    if clip and dims.clipped:
-        x = _clamp(b, x, module, "input", params)
-    y = b.op("MatMul", x, b.initializer(f"{inner}.weight", params.matmul_weight([f"{inner}.weight"])))
-    return _clamp(b, y, module, "output", params) if clip and dims.clipped else y
-
-
-def _clamp(b: GraphBuilder, x: ir.Value, module: str, side: str, params: Params) -> ir.Value:
-    low, high = f"{module}.{side}_min", f"{module}.{side}_max"
-    if low not in params.store:
-        return x
-    bounds = [b.initializer(n, params.computed((), lambda n=n: params.store.read(n).reshape(()))) for n in (low, high)]
-    return b.op("Clip", x, *bounds)
+    """A clipped linear where the tower uses them (`clip`: the patch embedder's never is)."""
+    return clipped_linear(b, x, module, clip and dims.clipped, params)

@@ -40,6 +40,7 @@ from gqa_export.graph.encoders.chunked_attention import (
     key_mask,
     relative_table,
 )
+from gqa_export.graph.encoders.clipped_linear import clipped_linear, matmul
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
@@ -137,11 +138,11 @@ def build_conformer(dims: ConformerDims, params: Params) -> ir.Model:
         with b.scope(f"layers.{i}"):
             x = _layer(b, x, (table, allowed, index, blocks, length), dims, params, f"{t}layers.{i}.")
     with b.scope("output_proj"):
-        x = b.op("Add", _matmul(b, x, f"{t}output_proj.weight", params),
+        x = b.op("Add", matmul(b, x, f"{t}output_proj.weight", params),
                  b.initializer(f"{t}output_proj.bias", params.vector([f"{t}output_proj.bias"])))  # fmt: skip
     with b.scope("embed_audio"):
         x = _rms(b, x, None, dims.eps)
-        x = _matmul(b, x, f"{dims.projector}embed_audio.embedding_projection.weight", params)
+        x = matmul(b, x, f"{dims.projector}embed_audio.embedding_projection.weight", params)
         rows = b.op("Reshape", x, b.const([-1, dims.text_hidden], "rows", I64))
         x = b.op("Compress", rows, b.op("Reshape", valid, b.const([-1], "flat", I64)), axis=0)
         x = x if out_dtype == F32 else b.op("Cast", x, to=out_dtype)
@@ -170,7 +171,7 @@ def _subsample(
             valid = b.op("Slice", valid, b.const([0], "start", I64), b.const([np.iinfo(np.int64).max], "end", I64),
                          b.const([1], "time_axis", I64), b.const([2], "every_other", I64))  # fmt: skip
     flat = b.op("Reshape", h, b.const([0, 0, -1], "frame_rows", I64))
-    return _matmul(b, flat, f"{name}input_proj_linear.weight", params), valid
+    return matmul(b, flat, f"{name}input_proj_linear.weight", params), valid
 
 
 def _layer(
@@ -211,7 +212,7 @@ def _attention(
     q = b.op("Mul", b.op("Mul", q, b.const(q_scale, "q_scale")),
              b.op("Softplus", b.initializer(per_dim, params.vector([per_dim]))))  # fmt: skip
     k = b.op("Mul", k, b.const(np.float32(np.log(1 + np.e) / np.log(2)), "k_scale"))
-    relative = _matmul(b, table, f"{name}relative_k_proj.weight", params)
+    relative = matmul(b, table, f"{name}relative_k_proj.weight", params)
     out = chunked_attention(b, q, k, v, relative, allowed, index, blocks, length, shape)
     return _linear(b, out, f"{name}post", dims, params)
 
@@ -250,23 +251,5 @@ def _clip(b: GraphBuilder, x: ir.Value, dims: ConformerDims) -> ir.Value:
     return b.op("Clip", x, b.const(np.float32(-dims.clip), "clip_low"), b.const(np.float32(dims.clip), "clip_high"))
 
 
-def _matmul(b: GraphBuilder, x: ir.Value, weight: str, params: Params) -> ir.Value:
-    return b.op("MatMul", x, b.initializer(weight, params.matmul_weight([weight])))
-
-
 def _linear(b: GraphBuilder, x: ir.Value, module: str, dims: ConformerDims, params: Params) -> ir.Value:
-    """A clippable Linear (`<module>.linear.weight`): clamped on both sides by its stored bounds
-    when the tower uses clipped linears."""
-    inner = f"{module}.linear" if f"{module}.linear.weight" in params.store else module
-    if dims.clipped:
-        x = _clamp(b, x, module, "input", params)
-    y = _matmul(b, x, f"{inner}.weight", params)
-    return _clamp(b, y, module, "output", params) if dims.clipped else y
-
-
-def _clamp(b: GraphBuilder, x: ir.Value, module: str, side: str, params: Params) -> ir.Value:
-    low, high = f"{module}.{side}_min", f"{module}.{side}_max"
-    if low not in params.store:
-        return x
-    bounds = [b.initializer(n, params.computed((), lambda n=n: params.store.read(n).reshape(()))) for n in (low, high)]
-    return b.op("Clip", x, *bounds)
+    return clipped_linear(b, x, module, dims.clipped, params)
