@@ -24,7 +24,6 @@ The tokenizer is the tests' tiny BPE (vocab 384; bos 0 / eos 1 / pad 5).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,9 +31,10 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
-from safetensors.numpy import save_file
+from random_llama import write_shards
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
 
 _YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
          "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}  # fmt: skip
@@ -117,14 +117,7 @@ def write(out: Path, shape: str, dtype: str = "bf16", seed: int = 0) -> Path:
     )
     config.save_pretrained(out)
     rng = np.random.default_rng(seed)
-    count = cfg["num_hidden_layers"] + 1
-    weight_map: dict[str, str] = {}
-    for n, shard in enumerate(tensors(cfg, rng, DTYPES[dtype])):
-        name = f"model-{n + 1:05d}-of-{count:05d}.safetensors"
-        save_file(shard, str(out / name), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(shard, name))
-        del shard
-    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    write_shards(out, tensors(cfg, rng, DTYPES[dtype]), cfg["num_hidden_layers"] + 1)
     save_tokenizer(out, vocab_size=384)
     return out
 

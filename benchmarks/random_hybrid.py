@@ -17,13 +17,11 @@ Shapes:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
-from random_llama import DTYPES
-from safetensors.numpy import save_file
+from random_llama import DTYPES, write_shards
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -67,13 +65,10 @@ def write(out: Path, shape: str, dtype: str, seed: int = 0) -> Path:
         layer = name.split(".")[2] if name.startswith("model.layers.") else "top"
         shards.setdefault(layer, []).append(name)
     rng = np.random.default_rng(seed)
-    weight_map = {}
-    for n, names in enumerate(shards.values()):
-        file = f"model-{n + 1:05d}-of-{len(shards):05d}.safetensors"
-        tensors = {name: _value(name, shapes[name], rng).astype(DTYPES[dtype]) for name in names}
-        save_file(tensors, str(out / file), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(names, file))
-    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    made = (
+        {name: _value(name, shapes[name], rng).astype(DTYPES[dtype]) for name in names} for names in shards.values()
+    )
+    write_shards(out, made, len(shards))
     save_tokenizer(out, vocab_size=384)
     return out
 

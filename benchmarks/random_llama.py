@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import ml_dtypes
@@ -67,6 +67,18 @@ def tensors(cfg: dict, rng: np.random.Generator, dtype) -> Iterator[dict[str, np
         }  # fmt: skip
 
 
+def write_shards(out: Path, shards: Iterable[dict[str, np.ndarray]], count: int) -> None:
+    """Each dict as model-0000N-of-0000M.safetensors (made one at a time: a generator keeps one
+    shard in memory), and the index naming each tensor's file."""
+    weight_map: dict[str, str] = {}
+    for n, shard in enumerate(shards):
+        name = f"model-{n + 1:05d}-of-{count:05d}.safetensors"
+        save_file(shard, str(out / name), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, name))
+        del shard  # before the generator makes the next one
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
 def write(out: Path, shape: str, dtype: str, seed: int = 0, max_positions: int | None = None) -> Path:
     from tiny_models import save_tokenizer
     from transformers import LlamaConfig
@@ -85,13 +97,7 @@ def write(out: Path, shape: str, dtype: str, seed: int = 0, max_positions: int |
     )
     config.save_pretrained(out)
     rng = np.random.default_rng(seed)
-    count = cfg["num_hidden_layers"] + 1
-    weight_map = {}
-    for n, shard in enumerate(tensors(cfg, rng, DTYPES[dtype])):
-        name = f"model-{n + 1:05d}-of-{count:05d}.safetensors"
-        save_file(shard, str(out / name), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(shard, name))
-    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    write_shards(out, tensors(cfg, rng, DTYPES[dtype]), cfg["num_hidden_layers"] + 1)
     save_tokenizer(out, vocab_size=384)
     return out
 
