@@ -159,3 +159,31 @@ def png_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from gemma3_full import save_images
 
     return save_images(tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture(scope="session")
+def draft_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Speculative decoding's checkpoints: a 3-layer target, a 1-layer draft, a draft of another
+    vocabulary (tests/test_speculative.py, tests/test_draft_pairing.py)."""
+    root = tmp_path_factory.mktemp("speculative-sources")
+    return {
+        "target": save_model(root / "target", "llama", seed=0, num_hidden_layers=3),
+        "draft": save_model(root / "draft", "llama", seed=1, num_hidden_layers=1),
+        "other_vocab": save_model(root / "other_vocab", "llama", seed=1, num_hidden_layers=1, vocab_size=320),
+    }
+
+
+@pytest.fixture(scope="session")
+def draft_packages(draft_sources: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """plain: the target alone; paired: with a 1-layer draft; self: the target as its own draft
+    (every drafted token is accepted); other_vocab: a draft package of another vocabulary."""
+    from gqa_export.pipeline import BuildOptions, build
+    from gqa_export.speculative import build_with_draft
+
+    root = tmp_path_factory.mktemp("speculative-packages")
+    out = {"plain": root / "plain", "paired": root / "paired", "self": root / "self", "other_vocab": root / "ov"}
+    build(BuildOptions(str(draft_sources["target"]), out["plain"], smoke=False))
+    build(BuildOptions(str(draft_sources["other_vocab"]), out["other_vocab"], smoke=False))
+    build_with_draft(BuildOptions(str(draft_sources["target"]), out["paired"]), str(draft_sources["draft"]))
+    build_with_draft(BuildOptions(str(draft_sources["target"]), out["self"], smoke=False), str(draft_sources["target"]))
+    return out

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from reference import assert_varied, hf_generate, hf_model
 from test_cli import invoke
-from tiny_models import save_model
 
 from gqa_export.errors import InputError
 from gqa_export.package.draft import DRAFT_GRAPH, SpeculativeOptions, draft_problems, rewind_refusal
@@ -23,27 +22,14 @@ PROMPTS = [[0, 20, 31, 42, 53, 64, 75], [0, 7]]
 NEW = 24
 
 
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("speculative-sources")
-    return {
-        "target": save_model(root / "target", "llama", seed=0, num_hidden_layers=3),
-        "draft": save_model(root / "draft", "llama", seed=1, num_hidden_layers=1),
-        "other_vocab": save_model(root / "other_vocab", "llama", seed=1, num_hidden_layers=1, vocab_size=320),
-    }
+@pytest.fixture
+def sources(draft_sources: dict[str, Path]) -> dict[str, Path]:
+    return draft_sources
 
 
-@pytest.fixture(scope="module")
-def packages(sources: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """plain: the target alone; paired: with a 1-layer draft; self: the target as its own draft
-    (every drafted token is accepted); other_vocab: a draft package of another vocabulary."""
-    root = tmp_path_factory.mktemp("speculative-packages")
-    out = {"plain": root / "plain", "paired": root / "paired", "self": root / "self", "other_vocab": root / "ov"}
-    build(BuildOptions(str(sources["target"]), out["plain"], smoke=False))
-    build(BuildOptions(str(sources["other_vocab"]), out["other_vocab"], smoke=False))
-    build_with_draft(BuildOptions(str(sources["target"]), out["paired"]), str(sources["draft"]))
-    build_with_draft(BuildOptions(str(sources["target"]), out["self"], smoke=False), str(sources["target"]))
-    return out
+@pytest.fixture
+def packages(draft_packages: dict[str, Path]) -> dict[str, Path]:
+    return draft_packages
 
 
 def _greedy(package: Path, prompt: list[int]) -> list[int]:
@@ -173,97 +159,6 @@ def test_mutant_swapped_token_ids_refused(sources, tmp_path):
     (draft / "tokenizer.json").write_text(json.dumps(data))
     with pytest.raises(InputError, match="other token ids"):
         build_with_draft(BuildOptions(str(sources["target"]), tmp_path / "x", smoke=False), str(draft))
-
-
-def _break_pairing(folder: Path, edit: str, other_vocab: Path) -> None:
-    """One planted break of a good draft package (its genai_config, tokenizer or draft graph)."""
-    import onnx
-
-    config = json.loads((folder / "genai_config.json").read_text())
-    model = config["model"]
-    if edit == "drop_speculative":
-        del config["speculative"]
-    elif edit == "draft_tokens_17":
-        config["speculative"]["max_draft_tokens"] = 17
-    elif edit == "ngram_with_draft":
-        config["speculative"]["ngram_size"] = 3
-    elif edit == "other_provider":
-        model["draft"]["session_options"]["provider_options"] = [{"cuda": {"enable_cuda_graph": "0"}}]
-    elif edit == "draft_pipeline":
-        model["draft"]["pipeline"] = [{"prefill": {"filename": DRAFT_GRAPH}}]
-    elif edit == "tokenizer_ids_swapped":
-        data = json.loads((folder / "tokenizer.json").read_text())
-        vocab = data["model"]["vocab"]
-        a, b = sorted(vocab, key=vocab.get)[100:102]
-        vocab[a], vocab[b] = vocab[b], vocab[a]
-        (folder / "tokenizer.json").write_text(json.dumps(data))
-    elif edit == "other_vocab":
-        shutil.copy(other_vocab / "model.onnx", folder / "other.onnx")
-        shutil.copy(other_vocab / "model.onnx.data", folder / "model.onnx.data.other")
-        _relocate(folder / "other.onnx", "model.onnx.data.other")
-        model["draft"]["filename"] = "other.onnx"
-    elif edit == "pruned_draft":
-        graph = onnx.load(str(folder / DRAFT_GRAPH), load_external_data=False)
-        logits = next(o for o in graph.graph.output if o.name == "logits")
-        logits.type.tensor_type.shape.dim[1].dim_value = 1
-        onnx.save(graph, str(folder / DRAFT_GRAPH))
-    elif edit == "draft_missing":
-        (folder / DRAFT_GRAPH).unlink()
-    (folder / "genai_config.json").write_text(json.dumps(config))
-
-
-PAIRING_BREAKS = {
-    "drop_speculative": "draft-options",
-    "draft_tokens_17": "draft-options",
-    "ngram_with_draft": "draft-options",
-    "other_provider": "draft-ep",
-    "draft_pipeline": "draft-rewind",
-    "tokenizer_ids_swapped": "draft-tokenizer",
-    "other_vocab": "draft-vocab",
-    "pruned_draft": "draft-pruned-logits",
-    "draft_missing": "draft-missing",
-}
-
-
-def test_inspect_draft_pairing(packages, tmp_path):
-    """`inspect` on a draft package: the good pair has no draft-* finding; each planted break
-    (docs/speculative.md §7) is an error finding with its own id, and nothing else draft-*."""
-    from gqa_export.check.report import inspect_package
-
-    def draft_ids(folder: Path) -> set[str]:
-        findings = inspect_package(folder)["findings"]
-        return {f["id"] for f in findings if f["id"].startswith("draft-") and f["severity"] == "error"}
-
-    assert draft_ids(packages["paired"]) == set()
-    assert draft_ids(packages["plain"]) == set()
-    for edit, rule in PAIRING_BREAKS.items():
-        folder = tmp_path / edit
-        shutil.copytree(packages["paired"], folder)
-        _break_pairing(folder, edit, packages["other_vocab"])
-        assert draft_ids(folder) == {rule}, edit
-    assert draft_problems(tmp_path / "other_vocab") != []
-    result = invoke("inspect", tmp_path / "other_provider")
-    assert "draft-ep" in result.output
-
-
-def test_mutant_other_vocab_draft_fails_in_genai(packages, tmp_path):
-    """The draft-vocab break is one genai itself refuses at generator creation."""
-    folder = tmp_path / "pkg"
-    shutil.copytree(packages["paired"], folder)
-    _break_pairing(folder, "other_vocab", packages["other_vocab"])
-    with pytest.raises(Exception, match="vocab"):
-        _greedy(folder, PROMPTS[0])
-
-
-def _relocate(graph: Path, data: str) -> None:
-    import onnx
-
-    model = onnx.load(str(graph), load_external_data=False)
-    for tensor in model.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                entry.value = data
-    onnx.save(model, str(graph))
 
 
 @pytest.mark.parametrize(
