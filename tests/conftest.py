@@ -172,7 +172,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         family = params.get("family")
-        if item.module is None or item.module.__name__ != "test_families" or family is None:
+        module = getattr(item, "module", None)
+        if module is None or module.__name__ != "test_families" or family is None:
             kept.append(item)
             continue
         first = {
