@@ -187,3 +187,40 @@ def draft_packages(draft_sources: dict[str, Path], tmp_path_factory: pytest.Temp
     build_with_draft(BuildOptions(str(draft_sources["target"]), out["paired"]), str(draft_sources["draft"]))
     build_with_draft(BuildOptions(str(draft_sources["target"]), out["self"], smoke=False), str(draft_sources["target"]))
     return out
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under the transformers floor run (tests/compat/test_transformers_floor.py sets
+    GQA_EXPORT_FLOOR_LEFT_OUT), keep the family registry's cases of every row it does not name, each in the
+    row's first greedy mode and first standard-Attention mode, and its quantized packages only for
+    the rows GQA_EXPORT_FLOOR_QUANTIZED names: the attention modes and the quantization are the
+    exporter's own (no transformers in them), checked for every row under the installed 5.x."""
+    import os
+
+    if "GQA_EXPORT_FLOOR_LEFT_OUT" not in os.environ:
+        return
+    from families import BY_NAME
+
+    left_out = set(os.environ["GQA_EXPORT_FLOOR_LEFT_OUT"].split(","))
+    quantized = set(os.environ.get("GQA_EXPORT_FLOOR_QUANTIZED", "").split(","))
+    unknown = (left_out | quantized) - set(BY_NAME) - {""}
+    assert not unknown, f"the floor run names rows the registry does not have: {sorted(unknown)}"
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        family = params.get("family")
+        module = getattr(item, "module", None)
+        if module is None or module.__name__ != "test_families" or family is None:
+            kept.append(item)
+            continue
+        first = {
+            "test_generates_like_hf": family.generate_modes[:1],
+            "test_standard_attention_matches_hf": family.logits_modes[:1],
+        }
+        name = item.originalname
+        keep = family.name not in left_out and params.get("mode", None) in (*first.get(name, ()), None)
+        keep = keep and (name != "test_quantized_package" or family.name in quantized)
+        (kept if keep else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

@@ -15,6 +15,11 @@ from typing import Any
 
 import numpy as np
 
+# HF reference outputs already computed this session, by checkpoint (folder and its files' sizes and
+# mtimes: a rewritten checkpoint is another key), call and arguments: the same row's greedy tokens
+# are compared in every attention mode, and HF generate is what such a check spends its time on
+_SESSION_REFERENCES: dict[tuple, Any] = {}
+
 
 def hf_model(model_dir: Path):
     """The checkpoint's own class (a multimodal `…ForConditionalGeneration` too), fp32, eval."""
@@ -71,6 +76,34 @@ def hf_generate(model, prompt: list[int], new_tokens: int) -> list[int]:
             pad_token_id=model.generation_config.pad_token_id,
         )
     return out[0, len(prompt) :].tolist()
+
+
+def _checkpoint_key(checkpoint: Path) -> tuple:
+    files = sorted(p for p in Path(checkpoint).iterdir() if p.is_file())
+    return (str(Path(checkpoint).resolve()), *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+
+
+def hf_generates_of(checkpoint: Path, prompts: Sequence[Sequence[int]], new_tokens: int) -> list[list[int]]:
+    """`hf_generate` of the checkpoint's own class (`hf_model`) for each prompt, computed once per
+    session per (checkpoint, prompt, new_tokens): for checks that compare several packages of one
+    unmodified checkpoint with the same HF greedy tokens."""
+    key, model = _checkpoint_key(checkpoint), None
+    for prompt in prompts:
+        entry = ("generate", key, tuple(prompt), new_tokens)
+        if entry not in _SESSION_REFERENCES:
+            model = hf_model(Path(checkpoint)) if model is None else model
+            _SESSION_REFERENCES[entry] = hf_generate(model, list(prompt), new_tokens)
+    return [list(_SESSION_REFERENCES["generate", key, tuple(prompt), new_tokens]) for prompt in prompts]
+
+
+def hf_prompt_then_greedy_of(checkpoint: Path, prompt: Sequence[int], new: int) -> tuple[np.ndarray, list[int]]:
+    """`hf_prompt_then_greedy` of the checkpoint's own class without extra prompt inputs, computed
+    once per session per (checkpoint, prompt, new)."""
+    key = ("prompt_then_greedy", _checkpoint_key(checkpoint), tuple(prompt), new)
+    if key not in _SESSION_REFERENCES:
+        _SESSION_REFERENCES[key] = hf_prompt_then_greedy(hf_model(Path(checkpoint)), list(prompt), new)
+    logits, tokens = _SESSION_REFERENCES[key]
+    return logits.copy(), list(tokens)
 
 
 def hf_prompt_then_greedy(model, prompt: list[int], new: int, **prompt_inputs) -> tuple[np.ndarray, list[int]]:

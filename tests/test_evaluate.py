@@ -79,10 +79,14 @@ def test_fp32_package_equals_hf_within_a_tenth_of_a_percent(packages):
 
 
 INT4_MAX_INCREASE = 3.0  # % perplexity, window 256; measured +1.02 (rtn asymmetric, block 32)
+# the mutants are scored on the text's first 768 tokens (three windows of 256): each still breaks
+# the bound by 100x and more (the whole text scores the unchanged int4 package, the gate and the entry point)
+MUTANT_TOKENS = 768
 
 
-def int4_increase(package: Path, reference: Path) -> float:
+def int4_increase(package: Path, reference: Path, max_tokens: int | None = None) -> float:
     args = ("eval", package, "--text", EVAL_TEXT, "--reference", reference, "--window", 256, "--json")
+    args += ("--max-tokens", max_tokens) if max_tokens else ()
     return json.loads(invoke(*args).stdout)["delta"]["perplexity_increase_pct"]
 
 
@@ -100,16 +104,16 @@ def test_int4_increase_is_reported_and_gated(packages):
 @pytest.mark.parametrize(
     ("mutant", "pattern", "change"),
     [
-        ("nibble-order", "model.layers.*.qweight", swap_nibbles),  # measured +5.5e5 %
-        ("scales-x1.5", "model.layers.*.scales", times(1.5)),  # +1.8e3 %
-        ("zero-point-nibbles", "model.layers.*.zero_points", swap_nibbles),  # +242 %
-        ("embedding-nibbles", "model.embed_tokens.qweight", swap_nibbles),  # +1.5e5 %
+        ("nibble-order", "model.layers.*.qweight", swap_nibbles),  # measured +4.4e5 % (first 768 tokens)
+        ("scales-x1.5", "model.layers.*.scales", times(1.5)),  # +2.0e3 %
+        ("zero-point-nibbles", "model.layers.*.zero_points", swap_nibbles),  # +352 %
+        ("embedding-nibbles", "model.embed_tokens.qweight", swap_nibbles),  # +1.3e5 %
     ],
 )
 def test_mutant_int4_package_breaks_the_perplexity_bound(packages, tmp_path, mutant, pattern, change):
     broken = copy_package(packages["int4"], tmp_path / mutant)
     assert edit_initializers(broken, pattern, change), f"{pattern} matched nothing"
-    assert int4_increase(broken, packages["fp32"]) > INT4_MAX_INCREASE
+    assert int4_increase(broken, packages["fp32"], MUTANT_TOKENS) > INT4_MAX_INCREASE
 
 
 def test_the_console_entry_point_keeps_torch_for_an_hf_reference(packages):

@@ -22,6 +22,7 @@ from reference import (
     genai_padded_batch_greedy,
     genai_prompt_then_greedy,
     hf_generate,
+    hf_generates_of,
     hf_logits,
     hf_model,
     hf_prompt_then_greedy,
@@ -169,9 +170,7 @@ def test_llama4_ragged_batch_generates_like_hf(builds, form):
     the temperature of each row counted from its own first token."""
     prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64, 11, 12]]
     rows = genai_padded_batch_greedy(builds.package("llama4", "bias", settings=BIAS_FORMS[form]), prompts, 5, 20)
-    hf = hf_model(builds.checkpoint("llama4"))
-    for row, prompt in enumerate(prompts):
-        assert rows[row] == hf_generate(hf, prompt, 20), (form, row)
+    assert rows == hf_generates_of(builds.checkpoint("llama4"), prompts, 20), form  # HF's once per session
 
 
 def _edited(checkpoint: Path, dest: Path, **config: object) -> Path:

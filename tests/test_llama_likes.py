@@ -16,7 +16,7 @@ from mutants import edit_initializers
 from reference import (
     assert_varied,
     genai_padded_batch_greedy,
-    hf_generate,
+    hf_generates_of,
     hf_logits,
     hf_model,
     ort_padded_batch,
@@ -55,14 +55,14 @@ def test_ragged_batch_matches_hf_row_by_row(builds, family, mode):
     within 1e-4 of HF on the unpadded row (gqa, whose graph ORT runs directly), and genai's greedy
     tokens of each row equal to HF generate on it (every mode)."""
     _registered(family)
-    package, model = builds.package(family, mode), hf_model(builds.checkpoint(family))
+    package, checkpoint = builds.package(family, mode), builds.checkpoint(family)
     if mode == "gqa":
         got = ort_padded_batch(package, list(RAGGED), list(RAGGED_DECODE), ORT_PAD)
         for row, prompt in enumerate(RAGGED):
-            want = hf_logits(model, prompt + RAGGED_DECODE[row], len(prompt))
+            want = hf_logits(hf_model(checkpoint), prompt + RAGGED_DECODE[row], len(prompt))
             np.testing.assert_allclose(got[row], want, atol=1e-4)
     sequences = genai_padded_batch_greedy(package, list(RAGGED), PAD, 16)
-    assert sequences == [hf_generate(model, prompt, 16) for prompt in RAGGED]
+    assert sequences == hf_generates_of(checkpoint, RAGGED, 16)  # HF's once per family
     assert_varied(sequences)
 
 

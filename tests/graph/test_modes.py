@@ -11,7 +11,13 @@ import json
 import numpy as np
 import pytest
 from families import LLAMA_MODES, PROMPTS
-from reference import genai_padded_batch_greedy, genai_prompt_then_greedy, hf_generate, hf_model, hf_prompt_then_greedy
+from reference import (
+    genai_padded_batch_greedy,
+    genai_prompt_then_greedy,
+    hf_generates_of,
+    hf_model,
+    hf_prompt_then_greedy,
+)
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.run import generate_greedy
@@ -29,9 +35,7 @@ def test_ragged_batch(builds, variant, mode):
     (next_tokens.size() > 1); bias writes each row at its own index in the shared buffer."""
     prompts = [[0, 45, 319, 81], [0, 17, 45, 99, 200, 3, 7, 120, 64, 11, 12]]
     rows = genai_padded_batch_greedy(builds.package(variant, mode), prompts, 5, 20)
-    hf = hf_model(builds.checkpoint(variant))
-    for row, prompt in enumerate(prompts):
-        assert rows[row] == hf_generate(hf, prompt, 20), (mode, row)
+    assert rows == hf_generates_of(builds.checkpoint(variant), prompts, 20), mode  # HF's once per variant
 
 
 def test_split_package_layout(builds):
@@ -72,9 +76,8 @@ def test_bias_growing_cache_for_beam_search(builds, variant):
     package = builds.package(variant, "bias", settings=("attention.bias_cache=growing",))
     config = json.loads((package / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is False
-    hf = hf_model(builds.checkpoint(variant))
-    for prompt in map(list, PROMPTS[1:]):
-        assert generate_greedy(package, prompt, NEW, min_new_tokens=NEW).tokens == hf_generate(hf, prompt, NEW)
+    for prompt, want in zip(PROMPTS[1:], hf_generates_of(builds.checkpoint(variant), PROMPTS[1:], NEW), strict=True):
+        assert generate_greedy(package, list(prompt), NEW, min_new_tokens=NEW).tokens == want
 
 
 def _hf_bidirectional(hf, prompt: list[int], ids: tuple[int, ...], new: int):
@@ -172,6 +175,5 @@ def test_fused_rope_off_applies_rope_before_gqa(builds):
     rotary = {onnx.helper.get_attribute_value(a) for n in graph.node if n.op_type == "GroupQueryAttention"
               for a in n.attribute if a.name == "do_rotary"}  # fmt: skip
     assert rotary == {0}
-    hf = hf_model(builds.checkpoint("mistral_window"))
-    for prompt in map(list, PROMPTS):
-        assert generate_greedy(package, prompt, NEW, min_new_tokens=NEW).tokens == hf_generate(hf, prompt, NEW)
+    for prompt, want in zip(PROMPTS, hf_generates_of(builds.checkpoint("mistral_window"), PROMPTS, NEW), strict=True):
+        assert generate_greedy(package, list(prompt), NEW, min_new_tokens=NEW).tokens == want
