@@ -12,15 +12,12 @@ onnxruntime-genai loads against it; a cache that fails the probe is rebuilt, nev
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
-import sysconfig
-import venv
 from pathlib import Path
+
+from layered_venv import create_layered, layered_venv
 
 OPENVINO_ORT = "1.24.1"  # onnxruntime-openvino (its own onnxruntime module; docs/eps.md §3)
 GENAI = "0.18.0"  # onnxruntime-genai, CPU build, loading whichever onnxruntime comes first
@@ -31,25 +28,13 @@ PROBE = (
 )
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("GQA_EXPORT_TEST_CACHE", Path.home() / ".cache" / "gqa-export-tests"))
-
-
 def openvino_env() -> tuple[Path | None, str]:
     """(the venv's python, "") when usable; (None, why) when the wheels cannot be installed."""
-    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:10]
-    env_dir = cache_dir() / f"onnxruntime-openvino-{OPENVINO_ORT}-{key}"
+    env_dir = layered_venv(f"onnxruntime-openvino-{OPENVINO_ORT}")
     python = env_dir / "bin" / "python"
     if probe(python, env_dir) is not None:
         return python, ""
-    shutil.rmtree(env_dir, ignore_errors=True)  # missing, half-made or broken: start again
-    venv.create(env_dir, with_pip=True)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    parents = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    (Path(site) / "gqa_export_parent.pth").write_text("".join(f"{p}\n" for p in parents))
+    python = create_layered(env_dir)
     install = subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
          f"onnxruntime-openvino=={OPENVINO_ORT}", f"onnxruntime-genai=={GENAI}"],

@@ -27,17 +27,13 @@ calls no transformers code. conftest.py's pytest_collection_modifyitems applies 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import subprocess
-import sys
-import sysconfig
-import venv
 from pathlib import Path
 
 import pytest
+from layered_venv import create_layered, layered_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = re.search(r'"transformers>=([0-9.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)  # type: ignore[union-attr]
@@ -65,21 +61,11 @@ PROBE = "import transformers, onnx_ir, onnxruntime_genai, torch; print(transform
 
 def _floor_env() -> Path:
     """The floor venv for this interpreter: its own site-packages first, then the parent's."""
-    parent = sys.prefix
-    key = hashlib.sha256(parent.encode()).hexdigest()[:10]
-    cache = Path(os.environ.get("GQA_EXPORT_TEST_CACHE", Path.home() / ".cache" / "gqa-export-tests"))
-    env_dir = cache / f"transformers-{PIN}-{key}"
+    env_dir = layered_venv(f"transformers-{PIN}")
     python = env_dir / "bin" / "python"
     if _probe(python) == PIN:
         return python
-    shutil.rmtree(env_dir, ignore_errors=True)  # missing, half-made or broken: start again
-    venv.create(env_dir, with_pip=True)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    parents = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    (Path(site) / "gqa_export_parent.pth").write_text("".join(f"{p}\n" for p in parents))
+    python = create_layered(env_dir)
     subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"transformers=={PIN}"],
         check=True,
