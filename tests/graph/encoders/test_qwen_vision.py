@@ -221,13 +221,28 @@ def test_qwen3_position_table_mutant_breaks_parity(tmp_path, monkeypatch):
     assert np.abs(ours - ref).max() > 1e-2
 
 
-def test_deepstack_tower_refused(tmp_path):
+def test_deepstack_tower_widens_its_rows_like_hf(tmp_path):
+    """Qwen3-VL's deepstack tower (docs/multimodal.md §11.5): each image token's row is the main
+    merger's features followed by each deepstack merger's (HF's pooler_output and
+    deepstack_features); without its deepstack blocks the graph keeps the main features only."""
     import json
 
-    from gqa_export.errors import InputError
+    import torch
 
-    _qwen3_tower(tmp_path, "qwen3_vl", [0])
+    model = _qwen3_tower(tmp_path, "qwen3_vl", [0])
+    grid = QWEN3_GRIDS["two_images"]
+    rows = sum(t * h * w for t, h, w in grid)
+    pixels = np.random.default_rng(4).standard_normal((rows, 3 * 2 * 16 * 16)).astype(np.float32)
+    thw = np.array(grid, dtype=np.int64)
+    with torch.no_grad():
+        out = model(torch.from_numpy(pixels), grid_thw=torch.from_numpy(thw))
+    ref = np.concatenate([out.pooler_output.numpy(), *(f.numpy() for f in out.deepstack_features)], axis=-1)
     store = WeightStore.open(tmp_path)
     dims = QwenVisionDims.from_config(json.loads((tmp_path / "config.json").read_text()))
-    with pytest.raises(InputError, match="deepstack"):
-        build_qwen_vision(dims, Params(store, ir.DataType.FLOAT), vision_prefix(store.names()))
+    params, prefix = Params(store, ir.DataType.FLOAT), vision_prefix(store.names())
+    ours = run_graph(tmp_path, pixels, thw, model=build_qwen_vision(dims, params, prefix, (0,)))
+    assert ours.shape == ref.shape and np.abs(ours - ref).max() < 1e-4
+    main = run_graph(tmp_path, pixels, thw, model=build_qwen_vision(dims, params, prefix))
+    assert np.abs(main - out.pooler_output.numpy()).max() < 1e-4
+    late = run_graph(tmp_path, pixels, thw, model=build_qwen_vision(dims, params, prefix, (1,)))
+    assert np.abs(late - ref).max() > 1e-2  # mutant: the merger reads the block after its own
