@@ -127,3 +127,23 @@ def test_mutant_bnb_double_quant_offset_dropped(made, tmp_path, monkeypatch):
     monkeypatch.setattr(bnb, "bnb_linear", no_offset)
     quantized, twin, _ = made("nf4-double")
     assert _prompt_error(export(quantized, tmp_path / "pkg"), twin) > 100 * BOUND  # measured 9.3
+
+
+def test_release_variant_dequantizes_a_bitsandbytes_source(tmp_path):
+    """A release spec's `dequantize: true` is `build --dequantize`: the NF4 source builds; without
+    it the release is refused in one line naming the flag, and nothing is written."""
+    import yaml
+
+    quantized, _ = bnb_pair(tmp_path, *CASES["nf4-double"])
+    spec = tmp_path / "release.yaml"
+    variant = {"ep": "cpu", "precision": "int4", "path": "int4"}
+    for dequantize, code in ((False, 2), (True, 0)):
+        item = {**variant, "dequantize": True} if dequantize else variant
+        fields = {"source": str(quantized), "license": "apache-2.0", "smoke": False, "variants": [item]}
+        spec.write_text(yaml.safe_dump(fields))
+        out = tmp_path / f"release-{dequantize}"
+        result = CliRunner().invoke(app, ["release", str(spec), "-o", str(out), "-q"])
+        assert result.exit_code == code, result.output
+        if not dequantize:
+            assert "--dequantize" in result.output and not out.exists()
+    assert (tmp_path / "release-True" / "int4" / "model.onnx").is_file()

@@ -62,6 +62,7 @@ _VARIANT = {
     "lora_targets": [str],  # a multi-LoRA base (docs/lora.md)
     "adapters": [str],  # PEFT LoRA folders shipped converted beside that base (docs/lora.md §8)
     "text_only": bool,  # a multimodal source's text decoder alone (docs/multimodal.md §1)
+    "dequantize": bool,  # `build --dequantize`: a bitsandbytes source dequantized exactly (docs/prequantized.md)
     "encoder_precision": tuple(ENCODER_PRECISIONS),  # its vision model float or int8 (docs/multimodal.md §17)
     "draft": str,  # a draft model for speculative decoding: Hub id or folder (docs/speculative.md)
     "draft_tokens": int,
@@ -257,6 +258,7 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
         kv=KvQuantOptions(item.get("kv_cache"), item.get("kv_scales", "per-channel")),
         lora_targets=parse_targets(",".join(item.get("lora_targets", ()))),
         text_only=item.get("text_only", False),
+        dequantize=item.get("dequantize", False),
         encoder_precision=item.get("encoder_precision", "float"),
     )
     path = item.get("path") or folder_name(ep, precision, quant)
