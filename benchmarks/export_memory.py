@@ -1,6 +1,7 @@
 """Export time and peak memory of `gqa-export build` vs the checkpoint size.
 
-    python benchmarks/export_memory.py [--shape 150m|1b|qwen3_5-230m|deepseek_v3-1g|qwen3_vl-vit1152]
+    python benchmarks/export_memory.py [--shape 150m|1b|qwen3_5-230m|deepseek_v3-1g|qwen3_vl-vit1152
+                                        |gptq-150m|gptq-act-150m|gptq-1b]
                                        [--precision fp32|fp16|int4]
                                        [--ep cpu|cuda]
 
@@ -12,7 +13,8 @@ benchmarks/random_hybrid.py, the mixture of experts (DeepSeek-V3's 256 routed ex
 grouped routing, 1 shared expert, dense first layers, latent attention, on a 512 hidden size) by
 benchmarks/random_deepseek.py, the multimodal one (Qwen3-VL-8B's vision tower with its deepstack
 mergers in front of a small text decoder; the build writes vision.onnx, embedding.onnx and the
-decoder) by benchmarks/random_vlm.py.
+decoder) by benchmarks/random_vlm.py, the pre-quantized ones (GPTQ v1 4-bit, group 128, `act` with
+desc_act's permuted groups) by benchmarks/random_gptq.py.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ MAKERS = {
     "qwen3_5-230m": "random_hybrid.py",
     "deepseek_v3-1g": "random_deepseek.py",
     "qwen3_vl-vit1152": "random_vlm.py",
+    "gptq-150m": "random_gptq.py",
+    "gptq-act-150m": "random_gptq.py",
+    "gptq-1b": "random_gptq.py",
 }
 
 
