@@ -100,7 +100,9 @@ def bnb_pair(
         prefix = key.removesuffix(".weight")
         if kind == "int8":  # LLM.int8: one absmax per output row
             scb = np.abs(w).max(1).astype(np.float32)
-            mine = {key: np.clip(np.round(w / scb[:, None] * 127), -127, 127).astype(np.int8), f"{prefix}.SCB": scb}
+            codes = np.clip(np.round(w / scb[:, None] * 127), -127, 127).astype(np.int8)
+            # transformers saves the row layout's id beside each 8-bit weight (0 "row")
+            mine = {key: codes, f"{prefix}.SCB": scb, f"{prefix}.weight_format": np.array(0, np.uint8)}
         else:
             mine = {key + s: v for s, v in quantize_4bit(w, kind, double, blocksize, dtype).items()}
         quantized.update(mine)

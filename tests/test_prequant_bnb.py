@@ -79,6 +79,26 @@ def test_bnb_dequantized_equals_the_twin(made, name):
     assert not imported["imported"]
 
 
+def test_int8_tile_layout_refused(made, tmp_path):
+    """An LLM.int8 weight saved in a GPU tile layout (weight_format 2, col_turing) is not row-major:
+    refused in one line naming the tensor, nothing written (the row layout 0 is read: the other tests)."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from gqa_export.errors import InputError
+
+    quantized, _, _ = made("int8")
+    broken = tmp_path / "tiled"
+    shutil.copytree(quantized, broken)
+    tensors = load_file(broken / "model.safetensors")
+    tensors["model.layers.0.self_attn.q_proj.weight_format"] = np.array(2, np.uint8)
+    save_file(tensors, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(InputError, match=r"q_proj\.weight_format is 2: an 8-bit weight saved in a GPU tile layout"):
+        export(broken, tmp_path / "pkg")
+    assert not (tmp_path / "pkg").exists()
+
+
 def test_bnb_rows_stream_across_blocks(made):
     """Rows 5..13 alone (FP4's 128-element blocks span two 64-wide rows; NF4's nested blocks of 256)."""
     from safetensors.numpy import load_file

@@ -107,6 +107,12 @@ def bnb_linear(base: WeightStore, prefix: str) -> BnbLinear:
     if not kinds:  # LLM.int8
         if base.info(name).dtype != "I8" or len(base.info(name).shape) != 2:
             raise InputError(f"{name} is not an int8 [N, K] matrix beside its SCB; not a bitsandbytes 8-bit checkpoint")
+        layout = f"{prefix}.weight_format"  # bitsandbytes' 0 "row"; 1-3 GPU tile layouts (col32, turing, ampere)
+        if layout in base and int(np.asarray(base.read(layout)).reshape(-1)[0]) != 0:
+            found = int(np.asarray(base.read(layout)).reshape(-1)[0])
+            raise InputError(f"{layout} is {found}: an 8-bit weight saved in a GPU tile layout, not row-major, is not "
+                             "read; re-save the checkpoint with a current bitsandbytes (row layout) or export the "
+                             "float checkpoint")  # fmt: skip
         n, k = base.info(name).shape
         return BnbLinear(name, base, n, k, {})
     state = json.loads(bytes(base.read(f"{prefix}{STATE}{kinds[0]}").reshape(-1).astype(np.uint8)).decode("utf-8"))
