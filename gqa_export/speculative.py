@@ -48,6 +48,8 @@ def check_draft_options(opts: BuildOptions) -> None:
         raise InputError(
             "--draft needs packages that read input_ids and give logits: drop --no-lm-head/--inputs-embeds"
         )
+    if opts.encoder_precision != "float":  # a target with a draft is a text package (docs/speculative.md §4)
+        raise InputError("--draft pairs text packages: drop --encoder-precision")
 
 
 def build_with_draft(

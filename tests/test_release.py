@@ -371,9 +371,29 @@ def test_spec_refuses_a_draft_with_lora_up_front(tmp_path, keys):
     line naming the variant, not after the fetch and build."""
     spec = tmp_path / "release.yaml"
     spec.write_text(f"source: x\nvariants:\n  - {{ep: cpu, precision: fp32, draft: d, {keys}}}\n")
-    with pytest.raises(InputError, match=r"variants\[0\]: draft with (lora_targets|adapters) is not supported") as err:
+    with pytest.raises(InputError, match=r"variants\[0\]: (--)?draft with (--lora-targets|adapters) is not") as err:
         load_spec(spec)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ("ep: qnn, precision: int4, draft: d", "static-shape windows cannot verify drafts"),
+        ("ep: cpu, precision: fp32, draft: d, prune_lm_head: true", "needs full logits"),
+        ("ep: cpu, precision: fp32, draft: d, attention: split", "decoder pipeline"),
+        ("ep: dml, precision: int4, encoder_precision: int8", "cannot run with --ep dml"),
+        ("ep: cpu, precision: int4, encoder_precision: int8, text_only: true", "full multimodal package"),
+    ],
+)
+def test_spec_refuses_what_build_would_refuse_up_front(tmp_path, keys, message):
+    """`build --draft`'s option checks and the encoder-precision checks run when the spec is read
+    (before the fetch), in one line naming the variant."""
+    spec = tmp_path / "release.yaml"
+    spec.write_text(f"source: x\nvariants:\n  - {{{keys}}}\n")
+    with pytest.raises(InputError, match=message) as err:
+        load_spec(spec)
+    assert "\n" not in str(err.value) and "variants[0]" in str(err.value)
 
 
 def test_spec_takes_the_new_eps_and_refuses_what_they_cannot_run(tmp_path):

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
+import onnx_ir as ir
 import yaml
 
 from gqa_export import eps
@@ -31,11 +32,13 @@ from gqa_export.errors import InputError
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.graph.lora import parse_targets
 from gqa_export.package.draft import SpeculativeOptions
+from gqa_export.package.multimodal import encoder_plan
 from gqa_export.pipeline import BuildOptions
 from gqa_export.quant.kv_cache import KvQuantOptions
 from gqa_export.quant.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
 from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
 from gqa_export.source.fetch import looks_like_path
+from gqa_export.speculative import check_draft_options
 from gqa_export.yaml_schema import compose, read_yaml, validate
 
 _VARIANT = {
@@ -267,9 +270,17 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
     tuning = [key for key in ("draft_tokens", "min_adaptive_k", "cooldown") if key in item]
     if tuning and "draft" not in item:
         raise InputError(f"{where}: {tuning[0]} needs a draft")
-    lora = [key for key in ("lora_targets", "adapters") if item.get(key)]
-    if lora and "draft" in item:  # build --draft refuses it too, but only after the fetch (docs/speculative.md §4)
-        raise InputError(f"{where}: draft with {lora[0]} is not supported (not probed with a draft); drop one")
+    if item.get("adapters") and "draft" in item:
+        raise InputError(f"{where}: draft with adapters is not supported (not probed with a draft); drop one")
+    try:  # what `build --draft` and the encoder options refuse, before anything is fetched
+        if "draft" in item:
+            check_draft_options(options)
+        if options.encoder_precision != "float":
+            if options.text_only:
+                raise InputError("encoder_precision int8 is for a full multimodal package: drop it or text_only")
+            encoder_plan(options.encoder_precision, ep, ir.DataType.FLOAT)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
     speculative = SpeculativeOptions(
         item.get("draft_tokens", 4), item.get("min_adaptive_k", 0), item.get("cooldown", False)
     )
