@@ -87,7 +87,7 @@ def check_config(raw: dict[str, Any], model_dir: Path, dequantize: bool = False)
         return
     for config in (raw, raw.get("text_config")):
         if isinstance(config, dict) and config.get("quantization_config") is not None:
-            _refuse_declared(config["quantization_config"])
+            _refuse_declared(config["quantization_config"], dequantize)
     for name, fmt in SIDE_FILES.items():
         if (model_dir / name).is_file():
             _refuse(fmt, f"it has {name}")
@@ -101,7 +101,7 @@ def check_tensors(names: Iterable[str]) -> None:
                 _refuse(fmt, f"it stores {name}")
 
 
-def _refuse_declared(quantization: Any) -> None:
+def _refuse_declared(quantization: Any, dequantize: bool = False) -> None:
     if not isinstance(quantization, dict):
         _refuse("an unknown format", f"config.json's quantization_config is {quantization!r}")
     method = quantization.get("quant_method")
@@ -114,7 +114,10 @@ def _refuse_declared(quantization: Any) -> None:
     fmt = FORMATS.get(str(method).lower(), f"'{method}'")
     if method == "bitsandbytes":
         declared = "config.json's quantization_config says quant_method 'bitsandbytes'"
-        _refuse(fmt, why_not_bitsandbytes(quantization) or declared, dequantizable=True)
+        why = why_not_bitsandbytes(quantization)
+        if dequantize:  # the flag was given: say what it does not read (here only a variant or a nested config)
+            _refuse(fmt, f"{why or 'a quantization_config inside text_config'}; --dequantize does not read it")
+        _refuse(fmt, why or declared, dequantizable=True)
     if str(method).lower() in NATIVE:  # imported in general, not this variant
         _refuse(fmt, f"{why_not_imported(quantization)}")
     _refuse(fmt, f"config.json's quantization_config says quant_method {method!r}")

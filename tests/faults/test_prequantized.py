@@ -77,6 +77,23 @@ def test_declared_inside_text_config(model, tmp_path):
     assert_fails(invoke("build", model, "-o", tmp_path / "out", "--no-smoke"), 2, "pre-quantized AWQ")
 
 
+@pytest.mark.parametrize("where", ["storage", "text_config"])
+def test_dequantize_given_says_what_it_does_not_read(model, tmp_path, where):
+    """With --dequantize already given, a bitsandbytes variant it does not read is refused without
+    telling the user to pass the flag they passed."""
+    quantization = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    if where == "storage":
+        set_config(model, quantization_config={**quantization, "bnb_4bit_quant_storage": "float16"})
+    else:
+        set_config(model, text_config={"quantization_config": quantization})
+    out = tmp_path / "out"
+    line = assert_fails(
+        invoke("build", model, "-o", out, "--no-smoke", "--dequantize"), 2, "pre-quantized bitsandbytes"
+    )
+    assert "--dequantize does not read it" in line and "pass --dequantize" not in line
+    assert_clean(tmp_path, out)
+
+
 def test_autogptq_side_file(model, tmp_path):
     (model / "quantize_config.json").write_text(json.dumps({"bits": 4, "group_size": 128, "desc_act": False}))
     assert_fails(invoke("build", model, "-o", tmp_path / "out", "--no-smoke"), 2, "quantize_config.json")
