@@ -58,8 +58,9 @@ def test_ragged_batch_matches_hf_row_by_row(builds, family, mode):
     package, checkpoint = builds.package(family, mode), builds.checkpoint(family)
     if mode == "gqa":
         got = ort_padded_batch(package, list(RAGGED), list(RAGGED_DECODE), ORT_PAD)
+        hf = hf_model(checkpoint)
         for row, prompt in enumerate(RAGGED):
-            want = hf_logits(hf_model(checkpoint), prompt + RAGGED_DECODE[row], len(prompt))
+            want = hf_logits(hf, prompt + RAGGED_DECODE[row], len(prompt))
             np.testing.assert_allclose(got[row], want, atol=1e-4)
     sequences = genai_padded_batch_greedy(package, list(RAGGED), PAD, 16)
     assert sequences == hf_generates_of(checkpoint, RAGGED, 16)  # HF's once per family
