@@ -6,7 +6,9 @@ virtualenv too, where `system_site_packages` would reach the base interpreter in
 A layered venv belongs to one parent interpreter, so it is cached per parent (`sys.prefix`). A
 parent that is gone (each `.ci/run` makes a fresh virtualenv and removes it) leaves its layered
 venvs behind; `layered_venv` removes those of the same kind whose `.pth` names no folder that
-still exists, so the cache holds one copy per living parent instead of one per run.
+still exists, so the cache holds one copy per living parent instead of one per run. Only the
+venvs this host made are judged (a `host` file in each): a cache shared between machines through
+GQA_EXPORT_TEST_CACHE never loses another machine's venvs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +24,7 @@ import venv
 from pathlib import Path
 
 PTH = "gqa_export_parent.pth"
+HOST = "host"  # the machine that made the venv (its parent's folders are only seen from there)
 
 
 def cache_dir() -> Path:
@@ -43,6 +47,7 @@ def create_layered(env_dir: Path) -> Path:
     site-packages; its python."""
     shutil.rmtree(env_dir, ignore_errors=True)  # missing, half-made or broken: start again
     venv.create(env_dir, with_pip=True)
+    (env_dir / HOST).write_text(socket.gethostname())
     python = env_dir / "bin" / "python"
     site = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -54,7 +59,11 @@ def create_layered(env_dir: Path) -> Path:
 
 
 def _parent_gone(env_dir: Path) -> bool:
-    """True when the venv's `.pth` names parent folders and none of them exists any more."""
+    """True when this host made the venv (no `host` file: made before it was written, on the only
+    machine that used the cache) and its `.pth` names parent folders none of which exists any more."""
+    made_by = env_dir / HOST
+    if made_by.is_file() and made_by.read_text().strip() != socket.gethostname():
+        return False
     for pth in env_dir.glob(f"lib/python*/site-packages/{PTH}"):
         named = [line.strip() for line in pth.read_text().splitlines() if line.strip()]
         return bool(named) and not any(Path(p).is_dir() for p in named)
