@@ -126,6 +126,21 @@ def hf_prompt_then_greedy(model, prompt: list[int], new: int, **prompt_inputs) -
     return logits[0], tokens
 
 
+def hf_prompt_then_steps(model, prompt: list[int], tokens: list[int], **prompt_inputs) -> np.ndarray:
+    """HF logits of the prompt (with extra prompt-only inputs: pixels, token types, audio features)
+    and of each of `tokens` fed after it through HF's cache: [len(prompt) + len(tokens), V]."""
+    import torch
+
+    with torch.no_grad():
+        out = model(torch.tensor([prompt]), use_cache=True, **prompt_inputs)
+        logits, past = [out.logits[0].float().numpy()], out.past_key_values
+        for token in tokens:
+            out = model(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+            logits.append(out.logits[0].float().numpy())
+            past = out.past_key_values
+    return np.concatenate(logits)
+
+
 def _greedy(generator: Any) -> list[int]:
     tokens = []
     while not generator.is_done():
@@ -179,6 +194,30 @@ def genai_media_greedy(
     generator = _generator(model, arrays["input_ids"].shape[1] + new)
     generator.set_inputs(inputs)
     return arrays, _greedy(generator)
+
+
+def ort_embedded_greedy(
+    package: Path, prompt: list[int], rows: dict[str, np.ndarray], steps: int, max_length: int = 256
+) -> tuple[np.ndarray, list[int]]:
+    """embedding.onnx then model.onnx as onnxruntime-genai steps a full multimodal package: the
+    prompt with its feature rows (embedding input name -> rows; the other feature inputs get 0 rows),
+    then `steps` greedy tokens with 0 rows everywhere. Returns (logits [S + steps, V], tokens)."""
+    import onnxruntime as ort
+
+    embedding, decoder = ort.InferenceSession(str(package / "embedding.onnx")), OrtStepper(package, max_length)
+    hidden = json.loads((package / "genai_config.json").read_text())["model"]["decoder"]["hidden_size"]
+    none = np.zeros((0, hidden), np.float32)
+    names = [value.name for value in embedding.get_inputs() if value.name != "input_ids"]
+
+    def step(ids: list[int], given: dict[str, np.ndarray]) -> np.ndarray:
+        feed = {"input_ids": np.array([ids], np.int64), **{name: given.get(name, none) for name in names}}
+        return decoder.step(ids, {"inputs_embeds": embedding.run(None, feed)[0]})
+
+    logits, tokens = [step(prompt, rows)], []
+    for _ in range(steps):
+        tokens.append(int(logits[-1][-1].argmax()))
+        logits.append(step([tokens[-1]], {}))
+    return np.concatenate(logits), tokens
 
 
 class OrtStepper:

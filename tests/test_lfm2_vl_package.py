@@ -28,7 +28,7 @@ from lfm2_vl_full import (
     save_images,
     save_lfm2_vl,
 )
-from reference import OrtStepper, hf_model
+from reference import hf_model, hf_prompt_then_steps, ort_embedded_greedy
 
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
@@ -172,22 +172,9 @@ def test_mutant_vision_fails(checkpoint, hf, tmp_path, monkeypatch, mutate):
 
 def _ort_logits(package: Path, prompt: list[int], features: np.ndarray | None, steps: int):
     """embedding.onnx then model.onnx as genai steps them: features on the prompt, 0 rows after."""
-    import onnxruntime as ort
-
-    embedding = ort.InferenceSession(str(package / "embedding.onnx"))
-    decoder = OrtStepper(package, max_length=128)
-    none = np.zeros((0, 64), np.float32)
-
-    def step(ids: list[int], rows: np.ndarray) -> np.ndarray:
-        embeds = embedding.run(None, {"input_ids": np.array([ids], np.int64), "image_features": rows})[0]
-        return decoder.step(ids, {"inputs_embeds": embeds})
-
-    logits = [step(prompt, none if features is None else features)]
-    tokens: list[int] = []
-    for _ in range(steps):
-        tokens.append(int(logits[-1][-1].argmax()))
-        logits.append(step([tokens[-1]], none))
-    return np.concatenate(logits), tokens
+    return ort_embedded_greedy(
+        package, prompt, {} if features is None else {"image_features": features}, steps, max_length=128
+    )
 
 
 def _hf_logits(hf, prompt: list[int], inputs: tuple[np.ndarray, ...] | None, tokens: list[int]) -> np.ndarray:
@@ -197,14 +184,7 @@ def _hf_logits(hf, prompt: list[int], inputs: tuple[np.ndarray, ...] | None, tok
     if inputs is not None:
         names = ("pixel_values", "pixel_attention_mask", "spatial_shapes")
         extra = {name: torch.from_numpy(v) for name, v in zip(names, inputs, strict=True)}
-    with torch.no_grad():
-        out = hf(torch.tensor([prompt]), use_cache=True, **extra)
-        logits, past = [out.logits[0].numpy()], out.past_key_values
-        for token in tokens:
-            out = hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            logits.append(out.logits[0].numpy())
-            past = out.past_key_values
-    return np.concatenate(logits)
+    return hf_prompt_then_steps(hf, prompt, tokens, **extra)
 
 
 @pytest.mark.parametrize("case", ["two_images", "text", "one_token"])

@@ -25,7 +25,7 @@ from mistral3_full import (
     save_images,
 )
 from multimodal_models import save_multimodal
-from reference import OrtStepper, hf_model
+from reference import hf_model, hf_prompt_then_steps, ort_embedded_greedy
 
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
@@ -119,35 +119,14 @@ def test_other_layouts_build_exact_towers(tmp_path, arch, hub_layout, side):
 
 def _ort_logits(package: Path, prompt: list[int], features: np.ndarray | None, steps: int):
     """embedding.onnx then model.onnx as genai steps them: features on the prompt, 0 rows after."""
-    import onnxruntime as ort
-
-    embedding = ort.InferenceSession(str(package / "embedding.onnx"))
-    decoder = OrtStepper(package, max_length=256)
-
-    def step(ids: list[int], rows: np.ndarray) -> np.ndarray:
-        embeds = embedding.run(None, {"input_ids": np.array([ids], np.int64), "image_features": rows})[0]
-        return decoder.step(ids, {"inputs_embeds": embeds})
-
-    logits = [step(prompt, np.zeros((0, 64), np.float32) if features is None else features)]
-    tokens: list[int] = []
-    for _ in range(steps):
-        tokens.append(int(logits[-1][-1].argmax()))
-        logits.append(step([tokens[-1]], np.zeros((0, 64), np.float32)))
-    return np.concatenate(logits), tokens
+    rows = {} if features is None else {"image_features": features}
+    return ort_embedded_greedy(package, prompt, rows, steps)
 
 
 def _hf_logits(hf, prompt: list[int], pixels: dict[str, np.ndarray] | None, tokens: list[int]) -> np.ndarray:
     import torch
 
-    extra = {k: torch.from_numpy(v) for k, v in (pixels or {}).items()}
-    with torch.no_grad():
-        out = hf(torch.tensor([prompt]), use_cache=True, **extra)
-        logits, past = [out.logits[0].numpy()], out.past_key_values
-        for token in tokens:
-            out = hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            logits.append(out.logits[0].numpy())
-            past = out.past_key_values
-    return np.concatenate(logits)
+    return hf_prompt_then_steps(hf, prompt, tokens, **{k: torch.from_numpy(v) for k, v in (pixels or {}).items()})
 
 
 @pytest.mark.parametrize("case", ["image", "two_sizes", "text", "one_token"])

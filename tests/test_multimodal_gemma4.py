@@ -22,7 +22,7 @@ from gemma4_full import (
     vision_error,
 )
 from gemma4_models import save_gemma4
-from reference import hf_model
+from reference import hf_model, hf_prompt_then_steps, ort_embedded_greedy
 
 from gqa_export.graph.encoders import axial_vit, clipped_linear
 from gqa_export.pipeline import BuildOptions, build
@@ -115,38 +115,17 @@ def test_genai_resized_images_equal_hf_on_genai_pixels(package, hf, images, coun
     assert tokens == hf_generate(hf, ids, padded(extra["pixel_values"], extra["pixel_position_ids"]))
 
 
-def _ort_logits(package: Path, prompt: list[int], features: np.ndarray | None, steps: int) -> tuple[np.ndarray, list]:
+def _ort_logits(package: Path, prompt: list[int], features: np.ndarray | None, steps: int):
     """embedding.onnx then model.onnx as genai steps them: features on the prompt, 0 rows after."""
-    import onnxruntime as ort
-    from reference import OrtStepper
-
-    embedding, decoder = ort.InferenceSession(str(package / "embedding.onnx")), OrtStepper(package, max_length=256)
-
-    def step(ids: list[int], rows: np.ndarray | None) -> np.ndarray:
-        rows = np.zeros((0, 64), np.float32) if rows is None else rows
-        embeds = embedding.run(None, {"input_ids": np.array([ids], np.int64), "image_features": rows})[0]
-        return decoder.step(ids, {"inputs_embeds": embeds})
-
-    logits, tokens = [step(prompt, features)], []
-    for _ in range(steps):
-        tokens.append(int(logits[-1][-1].argmax()))
-        logits.append(step([tokens[-1]], None))
-    return np.concatenate(logits), tokens
+    rows = {} if features is None else {"image_features": features}
+    return ort_embedded_greedy(package, prompt, rows, steps)
 
 
 def _hf_logits(hf, prompt: list[int], pixels: dict[str, Any], tokens: list[int]) -> np.ndarray:
     import torch
 
-    ids = torch.tensor([prompt])
-    extra = {**pixels, "mm_token_type_ids": (ids == 7).long()} if pixels else {}
-    with torch.no_grad():
-        out = hf(ids, use_cache=True, **extra)
-        logits, past = [out.logits[0].numpy()], out.past_key_values
-        for token in tokens:
-            out = hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            logits.append(out.logits[0].numpy())
-            past = out.past_key_values
-    return np.concatenate(logits)
+    extra = {**pixels, "mm_token_type_ids": (torch.tensor([prompt]) == 7).long()} if pixels else {}
+    return hf_prompt_then_steps(hf, prompt, tokens, **extra)
 
 
 @pytest.mark.parametrize("case", ["image", "text", "one_token"])

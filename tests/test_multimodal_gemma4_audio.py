@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gemma4_models import FULL_FEATURES, mm_token_type_ids, save_gemma4
-from reference import genai_media_greedy, hf_model
+from reference import genai_media_greedy, hf_model, hf_prompt_then_steps, ort_embedded_greedy
 
 from gqa_export.errors import InputError
 from gqa_export.graph.encoders import clipped_linear, conformer
@@ -225,21 +225,7 @@ def test_package_config(package):
 
 def _ort_logits(package: Path, prompt: list[int], audio: np.ndarray, steps: int) -> tuple[np.ndarray, list[int]]:
     """embedding.onnx then model.onnx as genai steps them: audio rows on the prompt, 0 after."""
-    import onnxruntime as ort
-    from reference import OrtStepper
-
-    embedding, decoder = ort.InferenceSession(str(package / "embedding.onnx")), OrtStepper(package, max_length=256)
-    none = np.zeros((0, 64), np.float32)
-
-    def step(ids: list[int], rows: np.ndarray) -> np.ndarray:
-        feed = {"input_ids": np.array([ids], np.int64), "image_features": none, "audio_features": rows}
-        return decoder.step(ids, {"inputs_embeds": embedding.run(None, feed)[0]})
-
-    logits, tokens = [step(prompt, audio)], []
-    for _ in range(steps):
-        tokens.append(int(logits[-1][-1].argmax()))
-        logits.append(step([tokens[-1]], none))
-    return np.concatenate(logits), tokens
+    return ort_embedded_greedy(package, prompt, {"audio_features": audio}, steps)
 
 
 def test_prompt_logits_with_audio_match_hf(package, hf, clips):
@@ -247,7 +233,6 @@ def test_prompt_logits_with_audio_match_hf(package, hf, clips):
     window) + 6 decode steps: embedding.onnx + model.onnx on speech.onnx's features vs the HF
     class on HF's input features, within 1e-4."""
     import onnxruntime as ort
-    import torch
 
     features = hf_features([clips["clip"]])
     valid = features["input_features_mask"][0].numpy()
@@ -255,15 +240,8 @@ def test_prompt_logits_with_audio_match_hf(package, hf, clips):
     audio = ort.InferenceSession(str(package / "speech.onnx")).run(None, feed)[0]
     prompt = [0, 17, 45, 9, *[10] * audio.shape[0], 11, 200, 3, 64]
     got, tokens = _ort_logits(package, prompt, audio, steps=6)
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        out = hf(ids, use_cache=True, mm_token_type_ids=mm_token_type_ids(hf, prompt), **features)
-        ref, past = [out.logits[0].numpy()], out.past_key_values
-        for token in tokens:
-            out = hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            ref.append(out.logits[0].numpy())
-            past = out.past_key_values
-    np.testing.assert_allclose(got, np.concatenate(ref), atol=1e-4, rtol=1e-4)
+    ref = hf_prompt_then_steps(hf, prompt, tokens, mm_token_type_ids=mm_token_type_ids(hf, prompt), **features)
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
 
 
 def genai_generate(package: Path, prompt: str, images: list[Path], audio: Path | None) -> tuple[np.ndarray, dict, list]:

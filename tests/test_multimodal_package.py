@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import pytest
 from gemma3_full import BOI, EOI, IMAGE, IMAGE_TOKENS, genai_generate, hf_generate, hf_pixels
-from reference import OrtStepper, assert_varied, hf_model
+from reference import OrtStepper, assert_varied, hf_model, hf_prompt_then_steps
 
 from gqa_export.pipeline import BuildOptions, build
 
@@ -158,14 +158,7 @@ def _hf_logits(hf, prompt: list[int], pixels: np.ndarray | None, tokens: list[in
     if pixels is not None:
         token_types = (np.asarray(prompt) == IMAGE).astype(np.int64)[None]
         extra = {"pixel_values": torch.from_numpy(pixels), "token_type_ids": torch.from_numpy(token_types)}
-    with torch.no_grad():
-        out = hf(torch.tensor([prompt]), use_cache=True, **extra)
-        logits, past = [out.logits[0].numpy()], out.past_key_values
-        for token in tokens:
-            out = hf(torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            logits.append(out.logits[0].numpy())
-            past = out.past_key_values
-    return np.concatenate(logits)
+    return hf_prompt_then_steps(hf, prompt, tokens, **extra)
 
 
 @pytest.mark.parametrize("case", ["image", "text", "one_token"])
