@@ -14,12 +14,11 @@ holds what `dequantize` gives: the weights the checkpoint means.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
-from prequant_models import LINEARS
-from safetensors.numpy import load_file, save_file
+from prequant_models import LINEARS, save_pair
+from safetensors.numpy import load_file
 from tiny_models import save_llama
 
 NF4 = [-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
@@ -113,12 +112,4 @@ def bnb_pair(
         qc = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": kind,
               "bnb_4bit_use_double_quant": double, "bnb_4bit_compute_dtype": dtype,
               "bnb_4bit_quant_storage": "uint8", "llm_int8_skip_modules": None}  # fmt: skip
-    out_q, out_t = tmp / name, tmp / f"{name}-twin"
-    for out, weights in ((out_q, quantized), (out_t, twin)):
-        shutil.copytree(base, out)
-        save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(out / "model.safetensors"),
-                  metadata={"format": "pt"})  # fmt: skip
-    config = json.loads((out_q / "config.json").read_text())
-    config["quantization_config"] = qc
-    (out_q / "config.json").write_text(json.dumps(config))
-    return out_q, out_t
+    return save_pair(tmp, name, base, quantized, twin, qc)

@@ -102,11 +102,26 @@ def _write_pair(tmp: Path, name: str, qc: dict, convert, moe: str | None = None)
         del quantized[key]
         quantized.update(convert(prefix, w, perm))
         twin[key] = quantized.pop("__twin__")
+    return save_pair(tmp, name, base, quantized, twin, qc)
+
+
+def _save_numpy(tensors: dict, path: str) -> None:
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, path, metadata={"format": "pt"})
+
+
+def save_pair(
+    tmp: Path, name: str, base: Path, quantized: dict, twin: dict, qc: dict, save_quantized=None
+) -> tuple[Path, Path]:
+    """tmp/name (the quantized tensors, config.json with `qc` as its quantization_config) and
+    tmp/name-twin (the dequantized float tensors), each a copy of the float checkpoint `base` with
+    its model.safetensors replaced. `save_quantized(tensors, path)` writes tensors numpy cannot
+    hold (float8: safetensors' torch writer); numpy arrays are made contiguous (a strided view is
+    written in the wrong order without an error)."""
     out_q, out_t = tmp / name, tmp / f"{name}-twin"
-    for out, weights in ((out_q, quantized), (out_t, twin)):
+    for out in (out_q, out_t):
         shutil.copytree(base, out)
-        save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(out / "model.safetensors"),
-                  metadata={"format": "pt"})  # fmt: skip
+    (save_quantized or _save_numpy)(quantized, str(out_q / "model.safetensors"))
+    _save_numpy(twin, str(out_t / "model.safetensors"))
     config = json.loads((out_q / "config.json").read_text())
     config["quantization_config"] = qc
     (out_q / "config.json").write_text(json.dumps(config))
@@ -252,15 +267,8 @@ def write_fp8_pair(
         twin[key] = w8.astype(np.float32) * full
         quantized[key] = torch.from_numpy(w8.view(np.uint8)).view(torch.float8_e4m3fn)
         quantized.update({f"{key.removesuffix('.weight')}.{suffix}": t for suffix, t in stored.items()})
-    out_q, out_t = tmp / name, tmp / f"{name}-twin"
-    shutil.copytree(base, out_q)
-    shutil.copytree(base, out_t)
-    save_torch(
-        {k: v.contiguous() for k, v in quantized.items()}, str(out_q / "model.safetensors"), metadata={"format": "pt"}
-    )
-    save_file({k: np.ascontiguousarray(v) for k, v in twin.items()}, str(out_t / "model.safetensors"),
-              metadata={"format": "pt"})  # fmt: skip
-    config = json.loads((out_q / "config.json").read_text())
-    config["quantization_config"] = qc
-    (out_q / "config.json").write_text(json.dumps(config))
-    return out_q, out_t
+
+    def save_float8(tensors: dict, path: str) -> None:
+        save_torch({k: v.contiguous() for k, v in tensors.items()}, path, metadata={"format": "pt"})
+
+    return save_pair(tmp, name, base, quantized, twin, qc, save_float8)
