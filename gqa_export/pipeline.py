@@ -41,6 +41,7 @@ from gqa_export.package.multimodal import (
     plan_multimodal,
     processor_files,
 )
+from gqa_export.package.pad_id import apply_pad_id, finite_rows
 from gqa_export.package.staging import (
     StagedPackage,
     check_free_space,
@@ -49,7 +50,6 @@ from gqa_export.package.staging import (
     copy_tokenizer,
     shared_initializers,
 )
-from gqa_export.package.static_pad import apply_static_pad
 from gqa_export.package.writer import external_values
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant.imported import ImportReport, import_native
@@ -308,7 +308,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if mm:
         add_config_sections(config, mm)
     notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
-    notes += apply_static_pad(config, dims, source.model_dir) if window else []  # docs/eps.md §7.7
+    pad = apply_pad_id(config, dims, source.model_dir, finite_rows(store, spec.tensor(spec.embed)))
+    notes += [pad.note] if pad.note else []  # an id prompts can hold (docs/ortgenai.md §5.4)
     if import_report.source_format:  # what the checkpoint's quantization covered, what --precision did
         import_report.precision, import_report.by_precision = plan.name, list(quant_report.quantized)
         notes.append(import_report.note(plan.name))
@@ -351,6 +352,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             manifest["options"]["encoder_precision"] = opts.encoder_precision
         speech = mm is not None and mm.audio is not None
         manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None, speech)
+        manifest["model"]["pad"] = pad.manifest()
         if mm and (tiling := mm.tower.hf_tiling(mm.preprocessor)):  # run --image notes it (multimodal.md §14.2)
             manifest["model"]["hf_image_tiling"] = tiling
         if opts.smoke and not io.runnable:

@@ -96,6 +96,30 @@ def hf_generates_of(checkpoint: Path, prompts: Sequence[Sequence[int]], new_toke
     return [list(_SESSION_REFERENCES["generate", key, tuple(prompt), new_tokens]) for prompt in prompts]
 
 
+def hf_batch_generates_of(checkpoint: Path, prompts: Sequence[Sequence[int]], new_tokens: int) -> list[list[int]]:
+    """`hf_generates_of` for prompts of one length, in one batched HF generate (no padding, so each
+    row is the single-prompt result; one call's fixed cost instead of one per prompt)."""
+    import torch
+
+    key = _checkpoint_key(checkpoint)
+    missing = [p for p in prompts if ("generate", key, tuple(p), new_tokens) not in _SESSION_REFERENCES]
+    if missing:
+        assert len({len(p) for p in missing}) == 1, "a batch without padding needs prompts of one length"
+        model = hf_model(Path(checkpoint))
+        with torch.no_grad():
+            out = model.generate(
+                torch.tensor([list(p) for p in missing]),
+                attention_mask=torch.ones(len(missing), len(missing[0]), dtype=torch.long),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=model.generation_config.pad_token_id,
+            )
+        for prompt, row in zip(missing, out, strict=True):
+            _SESSION_REFERENCES["generate", key, tuple(prompt), new_tokens] = row[len(prompt) :].tolist()
+    return [list(_SESSION_REFERENCES["generate", key, tuple(p), new_tokens]) for p in prompts]
+
+
 def hf_prompt_then_greedy_of(checkpoint: Path, prompt: Sequence[int], new: int) -> tuple[np.ndarray, list[int]]:
     """`hf_prompt_then_greedy` of the checkpoint's own class without extra prompt inputs, computed
     once per session per (checkpoint, prompt, new)."""
@@ -155,6 +179,14 @@ def _generator(model: Any, length: int) -> Any:  # -> og.Generator, EOS suppress
     params = og.GeneratorParams(model)
     params.set_search_options(do_sample=False, max_length=length, min_length=length)
     return og.Generator(model, params)
+
+
+def genai_whole_prompt_greedy(model: Any, prompt: list[int], new: int) -> list[int]:
+    """`new` greedy tokens (EOS suppressed) of a loaded og.Model with the prompt appended whole, as
+    an application calls onnxruntime-genai (`gqa-export run` feeds a trailing pad tail apart)."""
+    generator = _generator(model, len(prompt) + new)
+    generator.append_tokens(prompt)
+    return _greedy(generator)
 
 
 def genai_prompt_then_greedy(package: Path, prompt: list[int], new: int) -> tuple[np.ndarray, list[int]]:

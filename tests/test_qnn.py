@@ -374,7 +374,7 @@ def test_qnn_pad_is_an_id_prompts_do_not_hold(tmp_path):
     from mutants import copy_package
     from tiny_models import save_model, save_tokenizer
 
-    from gqa_export.package.static_pad import static_pad_id
+    from gqa_export.package.pad_id import choose_pad_id
 
     checkpoint = save_model(tmp_path / "c", pad_token_id=None, tokenizer=False)
     save_tokenizer(checkpoint, vocab_size=352)
@@ -384,16 +384,19 @@ def test_qnn_pad_is_an_id_prompts_do_not_hold(tmp_path):
     package = tmp_path / "p"
     config = json.loads((package / "genai_config.json").read_text())["model"]
     assert (config["pad_token_id"], config["eos_token_id"]) == (352, 1)
-    assert any("pad_token_id 352: an embedding row no tokenizer id uses" in n for n in result.notes)
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["model"]["pad"] == {"pad_token_id": 352, "rule": "unused-row"}
+    assert not [n for n in result.notes if "pad_token_id" in n]
     prompts = [[*_prompt(10, 352), 1, *_prompt(12, 352, seed=1)], [*_prompt(70, 352), 1, 0, *_prompt(5, 352)]]
     model = hf_model(checkpoint)
     want = [hf_generate(model, prompt, NEW) for prompt in prompts]
     assert genai_greedy(package, prompts) == want
     assert not [f for f in inspect_package(package)["findings"] if f["id"] == "windowed-pad-id"]
-    # no unused row: the other packages' fallback, said in the notes, and `inspect` warns (mutant: eos as pad)
+    # no unused row: the model's pad token (5), said in the notes as a held id; the windowed cut
+    # is named; with pad = eos (the mutant) `inspect` warns
     dims = replace(_dims(str(checkpoint)), vocab_size=352)
-    pad, note = static_pad_id(dims, checkpoint, 1)
-    assert pad == 1 and note is not None and "eos/bos id" in note
+    choice = choose_pad_id(dims, checkpoint, lambda row: True, windowed=True)
+    assert (choice.id, choice.rule) == (5, "tokenizer-pad") and "windowed inputs cut a prompt" in str(choice.note)
     mutant = copy_package(package, tmp_path / "m")
     data = json.loads((mutant / "genai_config.json").read_text())
     data["model"]["pad_token_id"] = 1

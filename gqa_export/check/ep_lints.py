@@ -30,24 +30,7 @@ def ep_findings(pkg: Package, _: int) -> list[Finding]:
                 Finding("ep-unsupported-op", "error", f"{g.filename}: {problem}",
                         f"rebuild for --ep {ep.name} with gqa-export (docs/eps.md §5), or for another EP")
             )  # fmt: skip
-    return out + _windowed_pad_findings(pkg.config.get("model") or {})
-
-
-def _windowed_pad_findings(model: dict[str, Any]) -> list[Finding]:
-    """A windowed-input package whose pad id is an eos/bos id: onnxruntime-genai ends a prompt at
-    its first pad id, so chat prompts holding it are cut (docs/eps.md §7.7)."""
-    window = (model.get("decoder") or {}).get("sliding_window") or {}
-    eos = model.get("eos_token_id")
-    special = {*(eos if isinstance(eos, list) else [eos]), model.get("bos_token_id")} - {None}
-    pad = model.get("pad_token_id")
-    if not window.get("slide_inputs") or pad not in special:
-        return []
-    return [
-        Finding("windowed-pad-id", "warning",
-                f"pad_token_id {pad} is an eos/bos id: onnxruntime-genai's windowed inputs end a prompt at its "
-                f"first {pad} (a chat's earlier turns are lost)",
-                "rebuild from a checkpoint with its own pad_token_id or an unused embedding row (docs/eps.md §7.7)")
-    ]  # fmt: skip
+    return out
 
 
 def check_ep_mode(ep: str, mode: str) -> None:

@@ -18,6 +18,7 @@ from gqa_export.check.draft_lints import draft_findings
 from gqa_export.check.ep_lints import ep_findings
 from gqa_export.check.expert_lints import expert_findings
 from gqa_export.check.findings import Finding
+from gqa_export.check.pad_lints import pad_findings
 from gqa_export.check.processor_lints import processor_findings
 from gqa_export.check.reader import Package, load_package
 from gqa_export.check.state_lints import state_findings
@@ -368,6 +369,7 @@ RULES = (
     _position_ids,
     _pruned_logits,
     _eos,
+    pad_findings,
     _pipeline_kv,
     _kv_shape,
     expert_findings,

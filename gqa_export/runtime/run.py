@@ -214,9 +214,11 @@ def _generate(
     on_token: Callable[[int], None] | None = None,
     adapters: tuple[Any, list[str]] | None = None,
     speculative: dict[str, Any] | None = None,
+    pad: int | None = None,
 ) -> tuple[list[int], float, float, dict[str, Any]]:
     """The one generation loop, for token ids and for a multimodal processor's named inputs (`run
-    --image`): (new tokens, prefill ms, decode tokens/s, speculative statistics).
+    --image`): (new tokens, prefill ms, decode tokens/s, speculative statistics). `pad`: the
+    package's pad id, which a prompt of ids may end with (`prompt_parts`).
 
     Prefill is the time until the first new token is known (the prompt pass: for ids
     `append_tokens`, for named inputs `set_inputs` + the first `generate_next_token`, which runs
@@ -241,7 +243,8 @@ def _generate(
     tokens: list[int] = []
     start = time.perf_counter()
     if isinstance(prompt, list):
-        generator.append_tokens(prompt)
+        for part in prompt_parts(prompt, pad):
+            generator.append_tokens(part)
     else:
         generator.set_inputs(prompt)
     first = time.perf_counter()
@@ -255,6 +258,23 @@ def _generate(
     decode = time.perf_counter() - first
     rate = (len(tokens) - 1) / decode if decode > 0 and len(tokens) > 1 else 0.0
     return tokens, (first - start) * 1e3, rate, acceptance(generator)
+
+
+def package_pad_id(package: Path) -> int | None:
+    """genai_config's model.pad_token_id (None when absent or not an integer)."""
+    pad = (_json_or_empty(package / "genai_config.json").get("model") or {}).get("pad_token_id")
+    return pad if isinstance(pad, int) else None
+
+
+def prompt_parts(prompt: list[int], pad: int | None) -> list[list[int]]:
+    """The prompt as onnxruntime-genai must be fed it to stay exact: a tail of pad ids one token per
+    append. With full logits the runtime takes a prompt's trailing pad ids for padding and samples
+    from the last non-pad position's logits; an append of one token has one row, read as it is
+    (docs/ortgenai.md §5.4). A package whose pad id no tokenizer emits never needs this."""
+    keep = len(prompt)
+    while keep > 1 and prompt[keep - 1] == pad:
+        keep -= 1
+    return [prompt[:keep], *([token] for token in prompt[keep:])]
 
 
 def prompt_length(prompt: list[int] | Any) -> int:
@@ -271,7 +291,7 @@ def generate_greedy(
     model = model or load(package, ep)
     slots = prompt_slots(package, prompt_ids)
     options = {"do_sample": False, "max_length": slots + max_new_tokens, "min_length": slots + min_new_tokens}
-    tokens, prefill_ms, rate, stats = _generate(model, prompt_ids, options)
+    tokens, prefill_ms, rate, stats = _generate(model, prompt_ids, options, pad=package_pad_id(package))
     text = og.Tokenizer(model).decode(tokens) if tokens else ""
     return GenerationResult(ep, len(prompt_ids), tokens, text, prefill_ms, rate, speculative=stats or None)
 
@@ -384,5 +404,6 @@ def stream(
             on_text(piece)
 
     options = {"max_length": max_length, **sampling.search_options()}
-    tokens, prefill_ms, rate, stats = _generate(model, prompt, options, on_token, adapters, speculative)
+    pad = package_pad_id(package)
+    tokens, prefill_ms, rate, stats = _generate(model, prompt, options, on_token, adapters, speculative, pad)
     return GenerationResult(ep, length, tokens, "".join(pieces), prefill_ms, rate, note, stats or None)
