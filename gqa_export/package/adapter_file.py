@@ -2,8 +2,8 @@
 
 A package folder proves it is gqa-export's by its manifest.json; a single file has nowhere to put
 one. onnxruntime's adapter format (a flatbuffer, file identifier `TORT`) holds the parameters and
-two integers, `adapter_version` and `model_version`, which neither onnxruntime nor
-onnxruntime-genai reads beyond storing them (docs/lora.md §4). gqa-export writes `model_version`
+two integers, `adapter_version` and `model_version`; onnxruntime-genai never reads them and runs the
+same logits whatever `model_version` holds (docs/lora.md §4.1). gqa-export writes `model_version`
 as the file's seal: the first 31 bits of the sha256 of its parameters (name, element type, dims,
 bytes, in name order). `--overwrite` replaces a file only when its seal matches its parameters;
 another tool's adapter (2⁻³¹ odds of a match), a PEFT safetensors, a checkpoint or any other file

@@ -3,7 +3,10 @@
 It replaces only an empty folder, a package this tool wrote (its manifest lists every file) or a
 release it wrote (release.json likewise). It refuses, with exit 2, one line and nothing touched:
 an `-o` that is or contains the current directory, the source, the input package or the release
-spec's folder, an `-o` inside the source or input package, and any other non-empty folder.
+spec's folder, an `-o` inside the source or input package, and any other non-empty folder. Every
+other input stays out of -o too, even where -o is gqa-export's own and so replaceable: the recipe
+and KV calibration files, the draft, a release's eval text, drafts and PEFT folders. (`adapter`'s
+single-file -o: test_adapter_outputs.py.)
 """
 
 from __future__ import annotations
