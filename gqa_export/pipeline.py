@@ -41,6 +41,7 @@ from gqa_export.package.multimodal import (
     plan_multimodal,
     processor_files,
 )
+from gqa_export.package.ownership import local_inputs
 from gqa_export.package.pad_id import apply_pad_id, finite_rows
 from gqa_export.package.staging import (
     StagedPackage,
@@ -153,10 +154,9 @@ def smoke_json(smoke: GenerationResult | None) -> dict[str, Any] | None:
     }
 
 
-def _local_inputs(model: str | Path) -> list[tuple[Path, str]]:
-    """The source folder -o must stay clear of, where it is known before the fetch."""
-    local = Path(model).expanduser()
-    return [(local, "model folder")] if local.is_dir() else []
+def build_inputs(opts: BuildOptions) -> list[tuple[Path, str]]:
+    """What -o must stay clear of, where it is known before the fetch: the source, the recipe, the KV text."""
+    return local_inputs((opts.model, "model folder"), (opts.recipe, "recipe"), (opts.kv.calibration, "KV text file"))
 
 
 def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Checkpoint | None = None) -> BuildResult:
@@ -168,7 +168,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if opts.precision is not None:
         plan_precision(opts.ep, opts.precision, opts.quant)
     check_settings(opts.settings)
-    check_output(opts.output, opts.overwrite, _local_inputs(opts.model))
+    check_output(opts.output, opts.overwrite, build_inputs(opts))
     user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
 
     checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)

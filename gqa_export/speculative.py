@@ -23,8 +23,9 @@ from gqa_export.package.draft import (
     tokenizer_mismatch,
 )
 from gqa_export.package.manifest import finalize
+from gqa_export.package.ownership import local_inputs
 from gqa_export.package.staging import StagedPackage, check_output
-from gqa_export.pipeline import BuildOptions, BuildResult, build
+from gqa_export.pipeline import BuildOptions, BuildResult, build, build_inputs
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.runtime.run import runnable_ep, smoke_run
 from gqa_export.source.checkpoint import Checkpoint
@@ -66,7 +67,7 @@ def build_with_draft(
     spec = spec or SpeculativeOptions()
     spec.check()
     check_draft_options(opts)
-    check_output(opts.output, opts.overwrite)
+    check_output(opts.output, opts.overwrite, [*build_inputs(opts), *local_inputs((draft, "draft model folder"))])
     io = replace(opts.io, prune_lm_head=False)
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
         reporter.stage(f"draft {draft}")

@@ -147,8 +147,8 @@ def test_int4_base_takes_float_lora(lora):
 
 
 def _mutated(monkeypatch, lora, tmp_path, name: str, edit) -> Path:
-    real = adapter_module._write
-    monkeypatch.setattr(adapter_module, "_write", lambda params, elem, out: real(edit(params), elem, out))
+    real = adapter_module._values
+    monkeypatch.setattr(adapter_module, "_values", lambda params, elem: real(edit(params), elem))
     return convert_adapter(lora[f"peft_{name}"], lora["base"], tmp_path / f"{name}.onnx_adapter").output
 
 

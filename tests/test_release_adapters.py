@@ -14,6 +14,7 @@ from test_lora import BOUND, CHECKPOINT, genai, hf_reference, invoke, runner
 
 from gqa_export.cli import app
 from gqa_export.errors import InputError
+from gqa_export.package.adapter_file import foreign
 from gqa_export.release import load_spec
 
 
@@ -47,6 +48,7 @@ def test_release_ships_adapters_that_load_and_rebuild_identically(tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["adapters"]["attn.onnx_adapter"]["ranks"]["model.layers.0.self_attn.q_proj"] == 4
     assert "attn.onnx_adapter" in manifest["files"]
+    assert foreign(folder / "attn.onnx_adapter") is None  # sealed: a later `adapter --overwrite` may replace it
     release = json.loads((outs[0] / "release.json").read_text())
     assert release["variants"][0]["adapters"] == ["attn.onnx_adapter"]
     assert "shipped: attn.onnx_adapter" in invoke("inspect", folder).output

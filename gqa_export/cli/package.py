@@ -184,13 +184,21 @@ def adapter_command(
     ],
     base: Annotated[Path, typer.Option("--base", metavar="PACKAGE", help="Package built with --lora-targets.")],
     output: Annotated[Path, typer.Option("-o", "--output", metavar="FILE", help="The .onnx_adapter to write.")],
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing FILE.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace FILE when it is an .onnx_adapter gqa-export wrote (sealed); any other file is refused.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Convert a PEFT LoRA adapter into an .onnx_adapter for a multi-LoRA base (docs/lora.md)."""
     from gqa_export.package.adapters import convert_adapter
 
     result = convert_adapter(peft_dir, base, output, overwrite)
+    for done in result.cleaned:
+        err.print(f"[yellow]note:[/] {escape(done)}", highlight=False)
     ranks = sorted(set(result.ranks.values()))
     scales = sorted(set(result.scaling.values()))
     if as_json:

@@ -6,7 +6,8 @@ The base (built with `--lora-targets`) takes `<module>.lora_A.weight` [in, r] an
 (scaling = alpha / r, or alpha / √r with rsLoRA) in the base's activation dtype, named as the base's
 inputs, so onnxruntime binds them by name (docs/lora.md §4). Everything the file could get wrong is
 checked against the base before it is written: a module the base has no input for, shapes, DoRA,
-LoRA biases, replaced modules.
+LoRA biases, replaced modules. What `-o` may replace, and how the file is sealed and written, is
+package/adapter_file.py's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ import numpy as np
 from gqa_export.errors import InputError
 from gqa_export.graph.lora import LORA_A, LORA_B
 from gqa_export.kernels import convert
+from gqa_export.package.adapter_file import check_adapter_output, write_adapter
+from gqa_export.package.ownership import check_file_clear_of
 
 PEFT_PREFIX = "base_model.model."
 ONNX_FLOAT, ONNX_FLOAT16, ONNX_BFLOAT16 = 1, 10, 16
@@ -43,6 +46,7 @@ class AdapterResult:
     ranks: dict[str, int]
     scaling: dict[str, float]
     dtype: str
+    cleaned: list[str] = field(default_factory=list)  # staging files of killed runs removed beside the output
 
 
 def base_lora_inputs(package: Path) -> dict[str, BaseInput]:
@@ -112,10 +116,10 @@ def convert_adapter(
 
     if output.is_dir():
         raise InputError(f"{output} is a folder; name the adapter file to write (NAME.onnx_adapter)")
-    if output.exists() and not overwrite:
-        raise InputError(f"{output} exists; pass --overwrite to replace it")
-    if not into_base and base.resolve() in output.resolve().parents:  # the base's manifest lists its files
-        raise InputError(f"{output} is inside the base package {base}; write the adapter beside it")
+    check_file_clear_of(output, peft_dir, "PEFT adapter folder")
+    if not into_base:  # a release writes inside the base and re-seals its manifest; nobody else may
+        check_file_clear_of(output, base.parent if base.is_file() else base, "base package")
+    check_adapter_output(output, overwrite)
     config = read_peft_config(peft_dir)
     inputs = base_lora_inputs(base)
     store = WeightStore.open(peft_dir)
@@ -157,12 +161,13 @@ def convert_adapter(
         params[b_name] = np.ascontiguousarray(b.T * np.float32(scale))
     if not params:
         raise InputError(f"{peft_dir}: no LoRA weights in its safetensors")
-    dtype = _write(params, elem_type, output)
-    return AdapterResult(output, sorted(pairs), ranks, scaling, dtype)
+    values, dtype = _values(params, elem_type)
+    cleaned = write_adapter(values, output, overwrite)
+    return AdapterResult(output, sorted(pairs), ranks, scaling, dtype, cleaned)
 
 
-def _write(params: dict[str, np.ndarray], elem_type: int, output: Path) -> str:
-    """The parameters cast to the base's dtype (through float32, rounded once) as an .onnx_adapter."""
+def _values(params: dict[str, np.ndarray], elem_type: int) -> tuple[dict[str, Any], str]:
+    """The parameters cast to the base's dtype (through float32, rounded once) as OrtValues, and the dtype's name."""
     import ml_dtypes
     import onnxruntime as ort
 
@@ -177,18 +182,7 @@ def _write(params: dict[str, np.ndarray], elem_type: int, output: Path) -> str:
             values[name] = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(raw, ONNX_BFLOAT16)
         else:
             raise InputError(f"the base's LoRA inputs have ONNX element type {elem_type}, not a float type")
-    adapter = ort.AdapterFormat()
-    adapter.set_adapter_version(1)
-    adapter.set_model_version(1)
-    adapter.set_parameters(values)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".partial")
-    try:
-        adapter.export_adapter(str(tmp))
-        tmp.replace(output)
-    finally:
-        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
-    return {ONNX_FLOAT: "float32", ONNX_FLOAT16: "float16", ONNX_BFLOAT16: "bfloat16"}[elem_type]
+    return values, {ONNX_FLOAT: "float32", ONNX_FLOAT16: "float16", ONNX_BFLOAT16: "bfloat16"}[elem_type]
 
 
 def check_adapters(files: list[Path], package: Path) -> None:

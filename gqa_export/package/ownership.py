@@ -7,12 +7,19 @@ else — a model folder, a documents folder, a repository, a package with a user
 refused before any work, so a wrong `-o` can never delete a user's files. `-o` must also stay
 clear of the inputs (the source, the input package, the release spec's folder) and of the current
 directory: replacing a folder renames it away, so `-o .` or `-o ..` would pull the working
-directory out from under the shell.
+directory out from under the shell. The inputs are every path the command reads: folders (the
+source, a draft, PEFT adapters) and files (a recipe, a calibration or evaluation text).
+
+A single-file output (`adapter -o FILE.onnx_adapter`) follows the same rule: `--overwrite`
+replaces it only when it is a regular file that carries gqa-export's record of having written it
+(package/adapter_file.py seals it), and never when it is or lies inside an input folder (the PEFT
+adapter, the base package): `-o peft/adapter_model.safetensors --overwrite` or
+`-o merged/model.safetensors --overwrite` are refused with the file left as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +46,42 @@ def check_clear_of(out_dir: Path, path: Path, what: str, inside_ok: bool = False
 def check_clear_of_cwd(out_dir: Path) -> None:
     """Never `-o .` or an ancestor of the working directory: --overwrite would move it away."""
     check_clear_of(out_dir, Path.cwd(), "current directory", inside_ok=True)
+
+
+def local_inputs(*named: tuple[str | Path | None, str]) -> list[tuple[Path, str]]:
+    """(path, what) for each input given as a local path that exists (a Hub id or an option not
+    given drops out): what -o must stay clear of, to pass to `check_output`."""
+    found = []
+    for item, what in named:
+        path = None if item is None else Path(item).expanduser()
+        if path is not None and path.exists():
+            found.append((path, what))
+    return found
+
+
+def check_file_clear_of(out_file: Path, path: Path, what: str) -> None:
+    """A file -o must not be the input `path` nor lie inside it (a PEFT folder's weights, a file of
+    the base package): replacing it would change the input, and a new file there mixes with it."""
+    out, other = out_file.resolve(), path.resolve()
+    if out == other:
+        raise InputError(f"output file {out_file} is the {what} {path} itself; choose -o outside it")
+    if other in out.parents:
+        raise InputError(f"output file {out_file} is inside the {what} {path}; choose -o outside it")
+
+
+def check_file_replaceable(out_file: Path, overwrite: bool, foreign: Callable[[Path], str | None], kind: str) -> None:
+    """An existing file -o: refused unless `overwrite` and it is gqa-export's own `kind` of file.
+    `foreign(path)` says why a regular file is not gqa-export's (None when it is)."""
+    if not out_file.exists() and not out_file.is_symlink():
+        return
+    problem = "is a link" if out_file.is_symlink() else foreign(out_file)
+    if problem:
+        raise InputError(
+            f"{out_file} exists and {problem}; --overwrite replaces only {kind} gqa-export wrote, so move it "
+            "away or choose another -o"
+        )
+    if not overwrite:
+        raise InputError(f"{out_file} exists; pass --overwrite to replace it or choose another -o")
 
 
 def check_replaceable(out_dir: Path) -> None:

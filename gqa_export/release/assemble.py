@@ -30,6 +30,7 @@ from gqa_export.package.manifest import (
     tool_entry,
     write_sealed,
 )
+from gqa_export.package.ownership import local_inputs
 from gqa_export.package.staging import SPEC_FOLDER, StagedPackage, check_output, check_outside, file_digests
 from gqa_export.pipeline import BuildResult, build, planned_max_length
 from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
@@ -68,14 +69,22 @@ class ReleaseResult:
         }
 
 
+def _inputs(spec: ReleaseSpec) -> list[tuple[Path, str]]:
+    """Everything the spec names that -o must stay clear of: the source, recipe, eval text, drafts, adapters."""
+    named: list[tuple[str | Path | None, str]] = [(spec.source, "model folder")]
+    named.append((spec.eval.text if spec.eval else None, "eval text"))
+    for variant in spec.variants:
+        named += [(variant.options.recipe, "recipe"), (variant.draft, "draft model folder")]
+        named += [(folder, "PEFT adapter folder") for folder in variant.adapters]
+    return local_inputs(*named)
+
+
 def release(
     spec: ReleaseSpec, output: Path, overwrite: bool = False, reporter: Reporter | None = None
 ) -> ReleaseResult:
     reporter = reporter or NullReporter()
     started = time.perf_counter()
-    local = Path(spec.source).expanduser()
-    folders = [(spec.file.parent, SPEC_FOLDER), *([(local, "model folder")] if local.is_dir() else [])]
-    check_output(output, overwrite, folders)
+    check_output(output, overwrite, [(spec.file.parent, SPEC_FOLDER), *_inputs(spec)])
     text = read_text(spec.eval.text) if spec.eval else None
     checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
     source = checkpoint.source

@@ -3,7 +3,10 @@
 It replaces only an empty folder, a package this tool wrote (its manifest lists every file) or a
 release it wrote (release.json likewise). It refuses, with exit 2, one line and nothing touched:
 an `-o` that is or contains the current directory, the source, the input package or the release
-spec's folder, an `-o` inside the source or input package, and any other non-empty folder.
+spec's folder, an `-o` inside the source or input package, and any other non-empty folder. Every
+other input stays out of -o too, even where -o is gqa-export's own and so replaceable: the recipe
+and KV calibration files, the draft, a release's eval text, drafts and PEFT folders. (`adapter`'s
+single-file -o: test_adapter_outputs.py.)
 """
 
 from __future__ import annotations
@@ -165,3 +168,96 @@ def test_a_foreign_folder_that_appears_during_the_build_is_kept(tmp_path):
         with pytest.raises(InputError, match="replaces only an empty folder"):
             staged.commit()
     assert tree(out) == before and leftovers(tmp_path) == []
+
+
+def owned(folder: Path, kind: str = "release.json") -> Path:
+    """`folder` as gqa-export's own package or release (every file listed): replaceable by itself,
+    so only the input check stands between --overwrite and the inputs it holds."""
+    files = {p.relative_to(folder).as_posix(): {} for p in folder.rglob("*") if p.is_file()}
+    body = {"tool": {"name": "gqa-export"}, "files": files, **({"variants": []} if kind == "release.json" else {})}
+    (folder / kind).write_text(json.dumps(body))
+    return folder
+
+
+def input_inside(out: Path, what: str, tiny: Path) -> Path:
+    """An input of kind `what` placed inside `out`."""
+    if what in ("text", "recipe"):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "README.md").write_text("the text a user keeps here\n")
+        return out / "README.md"
+    if what == "peft":
+        (out / "peft").mkdir(parents=True)
+        (out / "peft" / "adapter_config.json").write_text("{}")
+        return out / "peft"
+    return Path(shutil.copytree(tiny, out / what))  # a model folder: the source or a draft
+
+
+@pytest.mark.parametrize(
+    ("flag", "what", "words"),
+    [
+        ("--kv-calibration", "text", "contains the KV text file"),
+        ("--recipe", "recipe", "contains the recipe"),
+        ("--draft", "draft", "contains the draft model folder"),
+    ],
+)
+def test_build_over_its_own_package_holding_an_input(tiny, tmp_path, flag, what, words):
+    """An input the old package records (or holds) is read by the build and would go with the
+    package it replaces."""
+    out = tmp_path / "pkg"
+    source = input_inside(out, what, tiny)
+    owned(out, "manifest.json")
+    before = tree(tmp_path)
+    extra = ["--kv-cache", "int8"] if flag == "--kv-calibration" else []
+    result = invoke("build", tiny, "-o", out, flag, source, *extra, "--overwrite", "--no-smoke")
+    assert_fails(result, 2, words)
+    assert tree(tmp_path) == before and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["-o DRAFT", "-o DRAFT/pkg"])
+def test_build_into_the_draft_model_folder(tiny, model, tmp_path, inside):
+    """Refused before anything is built, naming -o (not a staging folder inside the draft)."""
+    out = model / "pkg" if inside else model
+    before = tree(tmp_path)
+    result = invoke("build", tiny, "-o", out, "--draft", model, "--overwrite", "--no-smoke")
+    assert_fails(result, 2, f"{'is inside' if inside else 'is'} the draft model folder")
+    assert tree(tmp_path) == before and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("what", "words"),
+    [
+        ("source", "contains the model folder"),
+        ("text", "contains the eval text"),
+        ("peft", "contains the PEFT adapter folder"),
+        ("draft", "contains the draft model folder"),
+    ],
+)
+def test_release_over_its_own_release_holding_an_input(tiny, tmp_path, what, words):
+    out = tmp_path / "out"
+    source = input_inside(out, what, tiny)
+    owned(out)
+    variant = {"ep": "cpu", "precision": "fp32"}
+    spec = {"source": str(source if what == "source" else tiny), "license": "apache-2.0", "smoke": False}
+    if what == "text":
+        spec["eval"] = {"text": str(source)}
+    if what == "peft":
+        variant.update(lora_targets=["q_proj"], adapters=[str(source)])
+    if what == "draft":
+        variant["draft"] = str(source)
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "release.yaml").write_text(json.dumps({**spec, "variants": [variant]}))
+    before = tree(tmp_path)
+    result = invoke("release", tmp_path / "specs" / "release.yaml", "-o", out, "--overwrite")
+    assert_fails(result, 2, words)
+    assert tree(tmp_path) == before and leftovers(tmp_path) == []
+
+
+def test_quantize_over_the_release_that_holds_the_input_package(package, tmp_path):
+    out = tmp_path / "rel"
+    out.mkdir()
+    inner = Path(shutil.move(package, out / "cpu"))
+    owned(out)
+    before = tree(tmp_path)
+    result = invoke("quantize", inner, "-o", out, "-p", "int4", "--overwrite", "--no-smoke")
+    assert_fails(result, 2, "contains the input package")
+    assert tree(tmp_path) == before
