@@ -4,7 +4,7 @@ Like the official builder, a table tied to the lm_head is quantized (one copy: t
 MatMulNBits blobs, read by GatherBlockQuantized), and so is a table the graph marks
 (graph/params.QUANTIZE_TABLE_META: per-layer inputs); an untied one stays float unless
 --quant-embeddings asks. An EP without a GatherBlockQuantized kernel for those tables (QNN,
-TensorRT-RTX, DirectML; WebGPU for 4-bit zero points) keeps the Gather on the float table
+TensorRT-RTX, DirectML, OpenVINO; WebGPU for 4-bit zero points) keeps the Gather on the float table
 instead, while the tied lm_head is quantized as usual, in the EP's own int4 form (docs/eps.md §2.7).
 """
 

@@ -1,8 +1,8 @@
 """A tied embedding in int4/int8 builds for every EP (quant/tables.py, docs/eps.md §2.7).
 
 The default int build of a tied checkpoint succeeds on each EP and passes that EP's op list. Where
-the EP has no GatherBlockQuantized for the table (QNN, TensorRT-RTX, DirectML; WebGPU's kernel for
-4-bit zero points one a byte), the Gather reads the float table and the lm_head is quantized in the
+the EP has no GatherBlockQuantized for the table (QNN, TensorRT-RTX, DirectML, OpenVINO; WebGPU's
+kernel for 4-bit zero points one a byte), the Gather reads the float table and the lm_head is quantized in the
 EP's own form, said in the manifest, by `inspect` and in the build notes. Run on CPU, that package
 computes what the MatMulNBits package (fp16, accuracy level 0) of its untied twin computes: the same
 checkpoint with the lm_head stored, whose untied embedding stays float and whose lm_head is
@@ -12,7 +12,6 @@ quantized the same way (HF's float logits are not the reference: int4 itself is 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -61,16 +60,10 @@ def tied(checkpoints, tmp_path_factory):
 def twin(tied, tmp_path_factory):
     """A builder of the untied twin's packages by (ep, precision): the same weights with
     lm_head.weight stored, so its embedding stays float and its lm_head is quantized as usual."""
-    from safetensors.numpy import load_file, save_file
+    from tiny_models import save_untied_twin
 
-    checkpoint, _ = tied
     root = tmp_path_factory.mktemp("twin")
-    twin = root / "checkpoint"
-    shutil.copytree(checkpoint, twin)
-    tensors = load_file(str(twin / "model.safetensors"))
-    save_file({**tensors, "lm_head.weight": tensors[TABLE].copy()}, str(twin / "model.safetensors"))
-    config = json.loads((twin / "config.json").read_text())
-    (twin / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    twin = save_untied_twin(tied[0], root / "checkpoint")
     made: dict[tuple[str, str], Path] = {}
 
     def get(ep: str, precision: str) -> Path:
@@ -155,7 +148,7 @@ def _error(package: Path, reference: Path) -> float:
 
 @pytest.mark.parametrize(("ep", "precision"), FLOAT_FORM)
 def test_float_gather_package_computes_the_untied_twin(tied, twin, ep, precision):
-    """Against the twin's package for the same EP (measured 0 for DirectML, WebGPU and TensorRT-RTX,
+    """Against the twin's package for the same EP (measured 0 for DirectML, WebGPU, OpenVINO and TensorRT-RTX,
     5.4e-4 for QNN, whose tied lm_head is a Gemm), and, where MatMulNBits runs at accuracy level 0
     as the CUDA record's does, against the twin's CUDA int4 package (MatMulNBits, fp16)."""
     package = tied[1](ep, precision)
