@@ -59,12 +59,20 @@ class ExecutionProvider:
     int4_format: str = "matmulnbits"  # matmulnbits | qdq (DequantizeLinear + MatMul: quant/qdq.py)
     release_prefix: str = ""  # a release variant's folder prefix (the published `directml-int4-...`); "" = name
     verified: str = "run"  # run: tokens checked on the EP itself | structural: graph checks + a CPU run
-    # the only ops with kernels here (empty: no such list; `missing_ops` says what is absent)
+    # the only ops with kernels here (empty: no such list; `missing_ops` says what is absent): QNN's op
+    # builders, TensorRT-RTX's ONNX parser importers (docs/eps.md §2.8, §7.2)
     only_ops: frozenset[str] = frozenset()
     # static shapes: prompts run in windows of this many tokens, generated tokens one at a time,
     # over a fixed max_length KV buffer (graph/static_decoder.py, docs/eps.md §7); 0: dynamic shapes
     static_window: int = 0
+    # GatherBlockQuantized reads 4-bit zero points one a byte ([V, blocks, 1], the CPU/CUDA layout the
+    # quantized tables use); False: its kernel takes them packed two a byte (WebGPU, docs/eps.md §2.7)
+    gather_zero_points_4bit: bool = True
     description: str = field(default="", compare=False)
+
+    def lacks(self, op: str) -> bool:
+        """True when the EP has no kernel for `op`: listed missing, or outside its whole op list."""
+        return op in self.missing_ops or bool(self.only_ops and op not in self.only_ops)
 
     def genai_provider_options(self, cuda_graph: bool = False) -> list[dict[str, Any]]:
         """The decoder's `session_options.provider_options`, as JSON-ready lists and dicts."""
@@ -142,7 +150,9 @@ OPENVINO = ExecutionProvider(
     attention_modes=("gqa",),  # its ONNX frontend rejects the standard Attention op (probed)
     gqa_dtypes=("float", "float16"),
     nbits_bits=(4,),
-    missing_ops=frozenset({"Attention"}),
+    # GatherBlockQuantized falls to ORT's CPU EP in the OpenVINO session and the tokens come out wrong
+    # (probed: docs/eps.md §2.7), so a tied table is a float Gather there
+    missing_ops=frozenset({"Attention", "GatherBlockQuantized"}),
     release_folder="openvino",
     description="Intel CPUs/GPUs/NPUs through onnxruntime-openvino (run-verified on CPU)",
 )
@@ -161,6 +171,7 @@ WEBGPU = ExecutionProvider(
     gqa_dtypes=("float", "float16"),
     missing_ops=_NO_IF,
     max_tensor_bytes=256 << 20,
+    gather_zero_points_4bit=False,
     release_folder="webgpu",
     verified="structural",
     description="browsers and native GPUs through WebGPU (Dawn)",
@@ -187,12 +198,42 @@ DML = ExecutionProvider(
     fused_rope=False,
     packed_qkv=False,
     nbits_bits=(4,),
-    missing_ops=_NO_IF,
+    # DirectML registers MatMulNBits and GroupQueryAttention but no GatherBlockQuantized (docs/eps.md §2.7)
+    missing_ops=_NO_IF | {"GatherBlockQuantized"},
     release_folder="directml",
     release_prefix="directml",
     verified="structural",
     description="Windows GPUs through DirectML",
 )
+# TensorRT-RTX takes a node when its ONNX parser imports it (onnxruntime's NvExecutionProvider::
+# GetCapability asks nvonnxparser's supportsModelV2; docs/eps.md §2.8): the importers of the parser's
+# open twin, onnx-tensorrt (onnxOpImporters.cpp, TensorRT 10.1), standard ONNX ops only, plus
+# GroupQueryAttention, which the official builder writes for it and onnxruntime-genai relies on
+_TRT_RTX_OPS = frozenset(
+    {
+        "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
+        "AveragePool", "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Concat", "Constant",
+        "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum", "DepthToSpace", "DequantizeLinear",
+        "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor", "GRU",
+        "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalLpPool",
+        "GlobalMaxPool", "Greater", "GreaterOrEqual", "GridSample", "GroupNormalization", "GroupQueryAttention",
+        "HardSigmoid", "HardSwish", "Hardmax", "Identity", "ImageScaler", "InstanceNormalization", "IsInf",
+        "IsNaN", "LRN", "LSTM", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax",
+        "Loop", "LpNormalization", "LpPool", "MatMul", "Max", "MaxPool", "Mean", "MeanVarianceNormalization",
+        "Min", "Mish", "Mod", "Mul", "Neg", "NonMaxSuppression", "NonZero", "Not", "OneHot", "Or", "PRelu", "Pad",
+        "ParametricSoftplus", "Pow", "QuantizeLinear", "RNN", "RandomNormal", "RandomNormalLike", "RandomUniform",
+        "RandomUniformLike", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+        "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
+        "Resize", "ReverseSequence", "RoiAlign", "Round", "ScaledTanh", "Scan", "Scatter", "ScatterElements",
+        "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax",
+        "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tan", "Tanh",
+        "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unsqueeze", "Upsample", "Where", "Xor",
+    }
+)  # fmt: skip
+_TRT_RTX_MISSING = frozenset(
+    {"MatMulNBits", "GatherBlockQuantized", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
+     "SkipLayerNormalization"}
+)  # fmt: skip
 TRT_RTX = ExecutionProvider(
     name="trt-rtx",
     ort_provider="NvTensorRTRTXExecutionProvider",
@@ -214,7 +255,11 @@ TRT_RTX = ExecutionProvider(
     skip_norm_fusion=False,
     nbits_bits=(),
     int4_format="qdq",
-    missing_ops=frozenset({"If", "MatMulNBits", "GatherBlockQuantized", "SkipSimplifiedLayerNormalization"}),
+    # named for their messages and for the graph forms they select (If: longrope's offset, docs/eps.md
+    # §2.4; the norms: primitive ops, graph/primitive_norms.py); If is imported by the parser but the
+    # builder never gives TensorRT-RTX one
+    missing_ops=_NO_IF | _TRT_RTX_MISSING,
+    only_ops=_TRT_RTX_OPS,
     release_folder="trt-rtx",
     verified="structural",
     description="NVIDIA RTX GPUs through TensorRT-RTX",
@@ -283,6 +328,10 @@ EPS: MappingProxyType[str, ExecutionProvider] = MappingProxyType(
 )
 
 
+# the op facts' dtype of a GatherBlockQuantized that has a zero-point input (check/op_facts.py)
+ZERO_POINTS = "zero_points"
+
+
 def by_genai_provider(names: list[str]) -> ExecutionProvider:
     """The EP a package was built for, from its decoder's provider_options keys (none: CPU)."""
     for ep in EPS.values():
@@ -294,12 +343,13 @@ def by_genai_provider(names: list[str]) -> ExecutionProvider:
 def graph_problems(ep: ExecutionProvider, facts: set[tuple[str, str, int]]) -> list[str]:
     """What in a graph `ep` cannot run, one line each, from its (op, compute dtype, bits) facts.
 
-    The dtype is GroupQueryAttention's KV dtype or MatMulNBits' scales dtype ("" where not read);
-    bits is MatMulNBits' width (0 otherwise). Both the build (before writing) and `inspect` ask
+    The dtype is GroupQueryAttention's KV dtype or MatMulNBits' scales dtype, ZERO_POINTS for a
+    GatherBlockQuantized with zero points ("" where not read); bits is MatMulNBits' or
+    GatherBlockQuantized's width (0 otherwise). Both the build (before writing) and `inspect` ask
     this, so a package the table says cannot run is never written and is flagged when found."""
     problems = set()
     for op, dtype, bits in facts:
-        if op in ep.missing_ops or (ep.only_ops and op not in ep.only_ops):
+        if ep.lacks(op):
             problems.add(f"{op} has no {ep.name} kernel")
         elif op == "GroupQueryAttention" and dtype and dtype not in ep.gqa_dtypes:
             problems.add(
@@ -307,4 +357,6 @@ def graph_problems(ep: ExecutionProvider, facts: set[tuple[str, str, int]]) -> l
             )
         elif op == "MatMulNBits" and bits and bits not in ep.nbits_bits:
             problems.add(f"{bits}-bit MatMulNBits has no {ep.name} kernel")
+        elif op == "GatherBlockQuantized" and bits == 4 and dtype == ZERO_POINTS and not ep.gather_zero_points_4bit:
+            problems.add(f"4-bit GatherBlockQuantized with zero points one a byte has no {ep.name} kernel")
     return sorted(problems)

@@ -26,9 +26,10 @@ from gqa_export.graph.lora import check_lora_options
 from gqa_export.graph.optimize import OptimizeReport, optimize
 from gqa_export.graph.params import Params
 from gqa_export.graph.plan import bidirectional_ids, plan_attention, static_max_length, static_plan
+from gqa_export.graph.primitive_norms import decompose_for
 from gqa_export.graph.static_decoder import build_static_decoder
 from gqa_export.jsonio import write_json
-from gqa_export.package.build_manifest import build_manifest, model_manifest
+from gqa_export.package.build_manifest import build_manifest, ep_form_notes, ep_forms, model_manifest
 from gqa_export.package.finish import seal_lint_smoke, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
 from gqa_export.package.multimodal import (
@@ -277,6 +278,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
 
     reporter.stage("optimize")
     opt_reports = [optimize(model, EPS[opts.ep].skip_norm_fusion) for model in models]
+    norms = decompose_for(EPS[opts.ep], models)  # RMSNorm as primitive ops where the EP lacks it (eps.md §2.8)
     opt_report = opt_reports[0]
     reporter.stage("quantize")
     quant_report = QuantizeReport(plan.name, measure_errors=opts.report)
@@ -290,6 +292,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     check_ep_graph(opts.ep, models)
 
     encoders = build_encoders(mm, dims, spec, store, plan.io_dtype, vision_weights) if mm else []
+    norms += decompose_for(EPS[opts.ep], [model for _, model in encoders])
     check_ep_graph(opts.ep, [model for _, model in encoders])  # e.g. WebGPU's per-tensor limit
     reporter.stage("package")
     stages = [
@@ -310,6 +313,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
     pad = apply_pad_id(config, dims, source.model_dir, finite_rows(store, spec.tensor(spec.embed)))
     notes += [pad.note] if pad.note else []  # an id prompts can hold (docs/ortgenai.md §5.4)
+    notes += ep_form_notes(forms := ep_forms(plan, quant_report, norms))  # forms taken for ops the EP lacks
     if import_report.source_format:  # what the checkpoint's quantization covered, what --precision did
         import_report.precision, import_report.by_precision = plan.name, list(quant_report.quantized)
         notes.append(import_report.note(plan.name))
@@ -343,6 +347,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
             (opts.ep, opts.settings, opts.smoke), source, recipe, plan, max_length, opt_report, attention, quant_report
         )
         manifest["options"]["io"] = io.as_json()
+        manifest["options"].update({"ep_forms": forms} if forms else {})
         if import_report.source_format:  # where each weight's quantization came from
             manifest["options"]["imported_quantization"] = import_report.manifest()
         manifest["options"]["kv_cache"] = kv_cache

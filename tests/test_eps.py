@@ -63,6 +63,9 @@ def test_package_follows_its_ep_record(exports, ep, precision):
     assert gqa and all(any(a.name == "do_rotary" and a.i == int(record.fused_rope) for a in n.attribute) for n in gqa)
     assert all(bool(n.input[1]) is not record.packed_qkv for n in gqa)  # packed: key/value inputs empty
     assert ("SkipSimplifiedLayerNormalization" in ops) is record.skip_norm_fusion
+    # an EP without the RMSNorm op gets it as primitive ops (docs/eps.md §2.8); the others keep the op
+    assert ("SimplifiedLayerNormalization" in ops) is not record.lacks("SimplifiedLayerNormalization")
+    assert not record.only_ops or ops <= record.only_ops
     assert ("MatMulNBits" in ops) is (precision.startswith("int") and record.int4_format == "matmulnbits")
     kv = {i.type.tensor_type.elem_type for i in model.graph.input if i.name.startswith("past_key_values.")}
     want = {"fp32": onnx.TensorProto.FLOAT, "bf16": onnx.TensorProto.BFLOAT16}.get(precision, onnx.TensorProto.FLOAT16)

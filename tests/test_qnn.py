@@ -16,6 +16,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from reference import assert_varied, hf_generate, hf_logits, hf_model
+from reference import ort_static_windows as run_static
 
 from gqa_export.check.report import inspect_package
 from gqa_export.eps import EPS
@@ -48,43 +49,6 @@ def qnn(checkpoints, tmp_path_factory):
     checkpoint = checkpoints.get("base")
     package = _build(checkpoint, tmp_path_factory.mktemp("qnn") / "pkg")
     return checkpoint, package, hf_model(checkpoint)
-
-
-def run_static(package: Path, prompt: list[int], steps: int, options=None) -> tuple[list[int], np.ndarray]:
-    """The runtime's window loop (docs/eps.md §7.1) over the two graphs in onnxruntime: the prompt
-    padded at its end to whole windows, past_sequence_length = last slot of each window, then the
-    prompt length and +1 per generated token; one fixed buffer per cache. Returns (tokens, logits of
-    every real position)."""
-    import onnxruntime as ort
-
-    config = json.loads((package / "genai_config.json").read_text())
-    pad, n = config["model"]["pad_token_id"], len(prompt)
-    sessions = {name: ort.InferenceSession(str(package / f"{name}.onnx"), options) for name in ("prefill", "decode")}
-    caches = {
-        i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], onnx.helper.tensor_dtype_to_np_dtype(
-            i.type.tensor_type.elem_type))
-        for i in onnx.load(str(package / "decode.onnx"), load_external_data=False).graph.input
-        if i.name.startswith("past_key_values.")
-    }  # fmt: skip
-    total = np.array([config["search"]["max_length"]], np.int32)
-
-    def run(name: str, ids: list[int], last: int) -> np.ndarray:
-        feeds = {"input_ids": np.array([ids], np.int32), "past_sequence_length": np.array([[last]], np.int32)}
-        out = sessions[name].run(None, {**feeds, "total_sequence_length": total, **caches})
-        names = [o.name for o in sessions[name].get_outputs()]
-        for key, value in zip(names, out, strict=True):
-            if key.startswith("present."):
-                caches[key.replace("present.", "past_key_values.")] = value
-        return out[0][0]
-
-    padded = prompt + [pad] * (-n % W)
-    logits = [run("prefill", padded[s : s + W], s + W - 1) for s in range(0, len(padded), W)]
-    rows = [np.concatenate(logits)[:n]]
-    tokens = list(prompt)
-    for step in range(steps):
-        tokens.append(int(rows[-1][-1].argmax()))
-        rows.append(run("decode", [tokens[-1]], n + step))
-    return tokens, np.concatenate(rows).astype(np.float32)
 
 
 def _parity(package: Path, model, n: int = 70, steps: int = 3, relative: bool = False) -> float:

@@ -156,3 +156,22 @@ def randomize_norms(model: Any, biases: bool = False) -> None:
 
 def save_llama(out_dir: Path, **kwargs: Any) -> Path:
     return save_model(out_dir, "llama", **kwargs)
+
+
+def save_untied_twin(checkpoint: Path, out_dir: Path) -> Path:
+    """A copy of a tied checkpoint with lm_head.weight stored (the embedding's values) and
+    tie_word_embeddings false: the same model, built untied (its embedding stays a float table in
+    int builds; docs/eps.md §2.7)."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(checkpoint, out_dir)
+    tensors = load_file(str(out_dir / "model.safetensors"))
+    save_file(
+        {**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"].copy()}, str(out_dir / "model.safetensors")
+    )
+    config = json.loads((out_dir / "config.json").read_text())
+    (out_dir / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    return out_dir

@@ -29,8 +29,11 @@ def summary(pkg: Package) -> dict[str, Any]:
     options = (pkg.decoder.get("session_options") or {}).get("provider_options") or []
     first = pkg.graphs[0] if pkg.graphs else None
     lora = _lora(first, pkg.manifest)
+    # graph forms the build took because the EP lacks an op (docs/eps.md §2.7, §2.8)
+    forms = ((pkg.manifest or {}).get("options") or {}).get("ep_forms")
     return {
         **({"lora": lora} if lora else {}),
+        **({"ep_forms": forms} if forms else {}),
         "path": str(pkg.path),
         "model_type": model.get("type"),
         "providers": [next(iter(p)) for p in options] or ["cpu"],

@@ -24,6 +24,16 @@ def _by_precision(entry: dict[str, Any]) -> str:
     return f", {count} quantized by --precision {entry['precision']}" if count else ""
 
 
+def _ep_forms(forms: dict[str, Any]) -> str:
+    """The graph forms a build took for ops its EP lacks, in one line (docs/eps.md §2.7, §2.8)."""
+    parts = []
+    if gather := forms.get("float_gather"):
+        parts.append(f"float Gather of {', '.join(gather['tables'])}, quantized lm_head ({gather['why']})")
+    if forms.get("primitive_norms"):
+        parts.append(f"{forms['primitive_norms']} RMSNorms as primitive ops")
+    return "; ".join(parts)
+
+
 def kv_cache_summary(entry: dict[str, Any]) -> str:
     """A quantized KV cache in one line: how it was calibrated and how far its logits drift from
     the float cache's (the manifest's options.kv_cache)."""
@@ -98,6 +108,7 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
             if s.get("lora")
             else []
         ),
+        *([("EP forms", _ep_forms(s["ep_forms"]))] if s.get("ep_forms") else []),
         *(
             [
                 (

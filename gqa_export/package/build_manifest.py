@@ -67,3 +67,26 @@ def model_manifest(
             else "whole model"
         ),
     }
+
+
+def ep_forms(plan: PrecisionPlan, quant_report: QuantizeReport, norms: int) -> dict[str, Any]:
+    """The graph forms a build took because its EP lacks an op (docs/eps.md §2.7, §2.8), for the
+    manifest's options.ep_forms and the build notes; {} when it took none (the key is then absent)."""
+    forms: dict[str, Any] = {}
+    if quant_report.float_gathers:
+        forms["float_gather"] = {"tables": sorted(set(quant_report.float_gathers)), "why": plan.float_gather}
+    if norms:
+        forms["primitive_norms"] = norms
+    return forms
+
+
+def ep_form_notes(forms: dict[str, Any]) -> list[str]:
+    notes = []
+    if gather := forms.get("float_gather"):
+        notes.append(
+            f"{', '.join(gather['tables'])}: the embedding Gather reads the float table and the lm_head is "
+            f"quantized ({gather['why']}; docs/eps.md §2.7)"
+        )
+    if norms := forms.get("primitive_norms"):
+        notes.append(f"{norms} RMSNorms written as primitive ops (fp32 statistics; docs/eps.md §2.8)")
+    return notes

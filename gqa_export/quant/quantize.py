@@ -29,10 +29,11 @@ import onnx_ir as ir
 from gqa_export.choices import ACTIVATIONS, QUANT_METHODS, SUPPORTED, WHY_NOT, listing
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
-from gqa_export.graph.params import NUMPY_DTYPES, QUANTIZE_TABLE_META, WIDER_THAN_IO_META, StreamedTensor, row_blocks
+from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, StreamedTensor, row_blocks
 from gqa_export.quant.mixed import parse_mixed, weight_bits
 from gqa_export.quant.nbits import NBitsConfig, dequantize, quantize_rows
 from gqa_export.quant.options import QuantOptions, refuse_on_float
+from gqa_export.quant.tables import float_gather, kept_float_table, quantized_table
 
 FLOAT_DTYPES = {"fp32": ir.DataType.FLOAT, "fp16": ir.DataType.FLOAT16, "bf16": ir.DataType.BFLOAT16}
 INT_BITS = {"int4": 4, "int8": 8}
@@ -50,6 +51,9 @@ class PrecisionPlan:
     keep_float: tuple[str, ...] = ()
     quantize_embeddings: bool = False
     mixed: tuple[tuple[str, int], ...] = ()  # (selector or name pattern, bits), later entries win
+    # why the tables quantized by default (tied, per-layer) keep a float Gather: the EP has no
+    # GatherBlockQuantized kernel for them (docs/eps.md §2.7); "" = they become GatherBlockQuantized
+    float_gather: str = ""
 
 
 @dataclass
@@ -60,6 +64,7 @@ class QuantizeReport:
     quantized: list[str] = field(default_factory=list)
     kept_float: list[str] = field(default_factory=list)
     errors: dict[str, list[float]] = field(default_factory=dict)  # weight -> [sum sq err, sum sq w]
+    float_gathers: list[str] = field(default_factory=list)  # tables read by a float Gather (plan.float_gather)
     bits: dict[str, int] = field(default_factory=dict)  # quantized weight -> its bit width
 
     def relative_errors(self) -> dict[str, float]:
@@ -108,7 +113,8 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
     level = EPS[ep].accuracy_level if q.accuracy_level is None else q.accuracy_level
     logits = ir.DataType.FLOAT if activations == "bf16" else io
     mixed = parse_mixed(q.mixed_precision)
-    return PrecisionPlan(precision, io, logits, nbits, level, q.keep_float, q.embeddings, mixed)
+    why_float = float_gather(EPS[ep], nbits)
+    return PrecisionPlan(precision, io, logits, nbits, level, q.keep_float, q.embeddings, mixed, why_float)
 
 
 def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None = None) -> QuantizeReport:
@@ -128,7 +134,9 @@ def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None
                 else:
                     to_qmoe(model, node, plan, report, _Quantized, _register, _replace)
                 continue
-            weight = _linear_weight(node) or _embedding_table(node, plan)
+            weight = _linear_weight(node) or quantized_table(node, plan.quantize_embeddings, plan.float_gather)
+            if weight is None and kept_float_table(node, plan.quantize_embeddings, plan.float_gather):
+                report.float_gathers.append(node.inputs[0].name or "")  # type: ignore[union-attr]
             if weight is None or weight.meta.get(WIDER_THAN_IO_META):  # a float32 router stays so
                 continue
             name = weight.name or ""
@@ -180,24 +188,6 @@ def _linear_weight(node: ir.Node) -> ir.Value | None:
     ):
         return None
     return w
-
-
-def _embedding_table(node: ir.Node, plan: PrecisionPlan) -> ir.Value | None:
-    """Gather(E[V, K], ids) with a constant float table (any K: a partial last block is padded
-    and the gathered rows are cut back to K)."""
-    if node.op_type != "Gather" or node.domain != "" or node.attributes.get_int("axis", 0) != 0:
-        return None
-    table = node.inputs[0]
-    if table is None or table.const_value is None or len(table.const_value.shape) != 2:
-        return None
-    if not table.const_value.dtype.is_floating_point() or plan.nbits is None:
-        return None
-    # Like the official builder: a table tied to the lm_head is quantized (one shared copy); an
-    # untied one stays float unless asked, since it costs accuracy and saves no compute.
-    tied = any(use.node.op_type == "Gemm" for use in table.uses())
-    if not (tied or plan.quantize_embeddings or table.meta.get(QUANTIZE_TABLE_META)):
-        return None
-    return table
 
 
 def _quantized_inputs(

@@ -96,3 +96,29 @@ def test_openvino_runs_all_but_group_query_attention(exports, openvino_python):
             placed[provider].append(m.group(1))
     assert "OpenVINOExecutionProvider" in placed, run.stderr[-2000:]
     assert set(placed.get("CPUExecutionProvider", [])) == {"GroupQueryAttention"}
+
+
+def test_openvino_tied_int4_reads_a_float_table(exports, checkpoints, openvino_python, tmp_path, monkeypatch):
+    """A GatherBlockQuantized in an OpenVINO session (placed on ORT's CPU EP beside OpenVINO) gives
+    wrong tokens (probed: a tied int4 package, and an untied one with --quant-embeddings, both
+    repeat id 256), so the record lacks it and a tied table is a float Gather beside the quantized
+    lm_head (docs/eps.md §2.7): the tied package generates its untied twin's tokens on OpenVINO,
+    and, planted, the table left GatherBlockQuantized does not."""
+    from tiny_models import save_untied_twin
+
+    from gqa_export.pipeline import BuildOptions, build
+    from gqa_export.quant import quantize
+
+    tied = exports.get("mqa_tied", ep="openvino", precision="int4")
+    twin = tmp_path / "twin"
+    build(BuildOptions(str(save_untied_twin(checkpoints.get("mqa_tied"), tmp_path / "ck")), twin, ep="openvino",
+                       precision="int4", smoke=False))  # fmt: skip
+    monkeypatch.setattr(quantize, "float_gather", lambda *args: "")
+    monkeypatch.setattr("gqa_export.pipeline.check_ep_graph", lambda ep, models: None)
+    monkeypatch.setattr("gqa_export.package.finish.check_written", lambda *args, **kwargs: [])
+    planted = tmp_path / "planted"
+    build(BuildOptions(str(checkpoints.get("mqa_tied")), planted, ep="openvino", precision="int4", smoke=False))
+    found = _on_openvino(openvino_python, [tied, twin, planted])["packages"]
+    assert found[str(tied)]["tokens"] == found[str(twin)]["tokens"]
+    assert_varied([found[str(tied)]["tokens"]])
+    assert found[str(planted)]["tokens"] != found[str(twin)]["tokens"]
