@@ -8,6 +8,7 @@ same reading for checks that need a model's resolved shape without building it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,13 @@ class Checkpoint:
     def __init__(self, source: Source) -> None:
         self.source = source
         self.raw_config = read_json_object(source.model_dir / "config.json")
+        # the transformers model_type config.json is read as when transformers does not know its own
+        # (a fine-tune's custom model_type, exported with --recipe): set before `configs` is read
+        self.read_as: str | None = None
 
     @cached_property
     def configs(self) -> tuple[Any, dict[str, Any] | None]:
-        return read_configs(self.source.model_dir)
+        return read_configs(self.source.model_dir, self.read_as)
 
     @cached_property
     def store(self) -> WeightStore:
@@ -45,16 +49,55 @@ def open_checkpoint(model: str, revision: str | None = None, reporter: Reporter 
     return Checkpoint(resolve_source(model, revision, reporter))
 
 
-def read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:
+def read_configs(model_dir: Path, read_as: str | None = None) -> tuple[Any, dict[str, Any] | None]:
+    """transformers' config and the generation config. `read_as`: a transformers model_type whose
+    config class reads config.json when transformers does not know the checkpoint's own model_type
+    (AutoConfig refuses it; its remote code, if any, is never run). The config keeps the
+    checkpoint's model_type, which the manifest records."""
     from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    own = read_json_object(model_dir / "config.json").get("model_type")
     try:
-        config = AutoConfig.from_pretrained(model_dir)
+        if read_as is not None and not known_model_type(own):
+            config = _quietly(lambda: CONFIG_MAPPING[read_as].from_pretrained(model_dir))
+            config.model_type = str(own)
+        else:
+            config = AutoConfig.from_pretrained(model_dir)
     except (ValueError, KeyError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"cannot read {model_dir / 'config.json'}: {first}") from None
+        raise InputError(f"cannot read {model_dir / 'config.json'}: {_shortened(first)}") from None
     gen_path = model_dir / "generation_config.json"
     return config, read_json_object(gen_path) if gen_path.is_file() else None
+
+
+def known_model_type(model_type: object) -> bool:
+    """Whether transformers has a config class for this model_type (AutoConfig reads it)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return isinstance(model_type, str) and model_type in CONFIG_MAPPING
+
+
+def _quietly(read: Callable[[], Any]) -> Any:
+    """transformers' own warning for a config read by another type's class ("You are using a model
+    of type X to instantiate a model of type Y") is the point here: the build says it in a note."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        return read()
+    finally:
+        logging.set_verbosity(level)
+
+
+def _shortened(message: str, limit: int = 300) -> str:
+    """A library's first line, cut at a sentence end within `limit` characters (transformers'
+    unknown-model_type line runs on with advice that does not apply here)."""
+    if len(message) <= limit:
+        return message
+    cut = message.rfind(". ", 0, limit)
+    return message[: cut + 1] if cut > 0 else message[:limit] + "..."
 
 
 # multimodal model types onnxruntime-genai runs whose towers gqa-export does not build: refused in
