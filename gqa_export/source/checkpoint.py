@@ -19,7 +19,7 @@ from gqa_export.graph.consistency import check_raw_config
 from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.jsonio import read_json_object
 from gqa_export.progress import Reporter
-from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
+from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe, match_recipe
 from gqa_export.source.fetch import Source, resolve_source
 from gqa_export.source.weights import WeightStore
 
@@ -126,13 +126,14 @@ def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
     return match_recipe(model_type, architecture, builtin_recipes())
 
 
-def source_dims(model_dir: Path) -> ModelDims:
-    """A local checkpoint's dimensions read exactly as `build` reads them with its built-in recipe
-    (transformers' config, the family's spec): what `inspect --source` checks a package against."""
+def source_dims(model_dir: Path, recipe_file: Path | None = None) -> ModelDims:
+    """A local checkpoint's dimensions read exactly as `build` reads them with its built-in recipe,
+    or `recipe_file` as --recipe gives it (transformers' config, the family's spec): what `inspect
+    --source` checks a package against, and a release's eval window."""
     raw = read_json_object(model_dir / "config.json")
-    recipe = match_builtin(raw, model_dir)
+    recipe = load_recipe(recipe_file) if recipe_file is not None else match_builtin(raw, model_dir)
     check_raw_config(raw)
-    hf_config, generation = read_configs(model_dir)
+    hf_config, generation = read_configs(model_dir, config_model_type(recipe) if recipe_file is not None else None)
     text_config = text_config_of(hf_config)
     outer = hf_config if text_config is not hf_config else None
     return read_dims(text_config, get_spec(recipe.arch), generation, outer)
