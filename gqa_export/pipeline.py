@@ -64,16 +64,10 @@ from gqa_export.quant.quantize import (
     quantize,
 )
 from gqa_export.quant.report import build_report, logit_error, quantization_manifest
-from gqa_export.recipes import check_settings, config_model_type, load_recipe
+from gqa_export.recipes import check_settings, load_recipe
 from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
-from gqa_export.source.checkpoint import (
-    Checkpoint,
-    known_model_type,
-    match_builtin,
-    open_checkpoint,
-    text_config_of,
-)
+from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
 from gqa_export.source.fetch import Source
 from gqa_export.source.imported import ImportedStore
 
@@ -184,12 +178,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     reporter.stage("build")
     if user_recipe:  # a config transformers cannot read fails before a custom recipe is used
         get_spec(user_recipe.arch)  # an unknown arch is named before the config is read as one
-        checkpoint.read_as = config_model_type(user_recipe)
-        checkpoint.configs  # noqa: B018
-        own = checkpoint.raw_config.get("model_type")
-        if not known_model_type(own):
-            read_as = f"'{checkpoint.read_as}' (the config class of the recipe's arch, {user_recipe.arch})"
-            reporter.note(f"transformers does not know model_type '{own}': config.json read as {read_as}")
+        if (note := checkpoint.read_for(user_recipe)) is not None:
+            reporter.note(note)
     # an unknown architecture is named before transformers is asked about it
     recipe = user_recipe or match_builtin(checkpoint.raw_config, source.model_dir)
     check_raw_config(checkpoint.raw_config)

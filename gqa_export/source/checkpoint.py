@@ -40,6 +40,17 @@ class Checkpoint:
     def configs(self) -> tuple[Any, dict[str, Any] | None]:
         return read_configs(self.source.model_dir, self.read_as)
 
+    def read_for(self, recipe: Recipe) -> str | None:
+        """Read the configs as a user's recipe says: a model_type transformers does not know is read
+        with the config class of the recipe's arch. Returns the note saying so (None: not needed)."""
+        self.read_as = config_model_type(recipe)
+        self.configs  # noqa: B018
+        own = self.raw_config.get("model_type")
+        if known_model_type(own):
+            return None
+        how = f"'{self.read_as}' (the config class of the recipe's arch, {recipe.arch})"
+        return f"transformers does not know model_type '{own}': config.json read as {how}"
+
     @cached_property
     def store(self) -> WeightStore:
         return WeightStore.open(self.source.model_dir)
