@@ -178,7 +178,9 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     prequantized.check_config(checkpoint.raw_config, source.model_dir, opts.dequantize)
     reporter.stage("build")
     if user_recipe:  # a config transformers cannot read fails before a custom recipe is used
-        checkpoint.configs  # noqa: B018
+        get_spec(user_recipe.arch)  # an unknown arch is named before the config is read as one
+        if (note := checkpoint.read_for(user_recipe)) is not None:
+            reporter.note(note)
     # an unknown architecture is named before transformers is asked about it
     recipe = user_recipe or match_builtin(checkpoint.raw_config, source.model_dir)
     check_raw_config(checkpoint.raw_config)

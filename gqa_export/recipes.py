@@ -6,6 +6,7 @@ Every key is checked against `SCHEMA`; an error names the file, the line and the
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -210,15 +211,21 @@ def builtin_recipes() -> list[Recipe]:
 
 
 def find_recipe(name: str) -> Recipe:
-    for recipe in builtin_recipes():
+    recipes = builtin_recipes()
+    for recipe in recipes:
         if recipe.name == name:
             return recipe
-    names = ", ".join(r.name for r in builtin_recipes())
-    raise InputError(f"no recipe named '{name}'; built-in recipes: {names}")
+    guess = difflib.get_close_matches(name, [r.name for r in recipes], n=1)
+    hint = f" (did you mean '{guess[0]}'?)" if guess else ""
+    raise InputError(f"no recipe named '{name}'{hint}; `gqa-export recipes` lists the {len(recipes)} built-in ones")
 
 
 def match_recipe(model_type: str, architecture: str | None, recipes: list[Recipe]) -> Recipe:
-    """The recipe for a model: an architecture-specific match wins over a model_type-only one."""
+    """The recipe for a model: an architecture-specific match wins over a model_type-only one.
+
+    None matching is one line (it once listed every recipe, ~3,000 characters): the count, where
+    the list is, and the --recipe path for a fine-tune of a supported family under its own
+    model_type, starting from the closest built-in recipe by architecture name."""
     candidates = [r for r in recipes if model_type in r.model_types]
     specific = [r for r in candidates if architecture and architecture in r.architectures]
     # A config without `architectures` (saved from a bare config class) matches by model_type alone.
@@ -226,8 +233,30 @@ def match_recipe(model_type: str, architecture: str | None, recipes: list[Recipe
     chosen = specific or generic
     if chosen:
         return chosen[0]
-    names = ", ".join(f"{r.name} ({'/'.join(r.architectures or r.model_types)})" for r in recipes)
+    closest = _closest(architecture, recipes)
+    start = closest.name if closest else "NAME"
     raise InputError(
-        f"unsupported architecture {architecture or '?'} (model_type '{model_type}'); "
-        f"supported: {names}; for a custom model pass --recipe FILE"
+        f"unsupported architecture {architecture or '?'} (model_type '{model_type}'): no built-in recipe matches it "
+        f"(`gqa-export recipes` lists the {len(recipes)}); for a fine-tune of a supported family pass --recipe FILE, "
+        f"e.g. `gqa-export recipes show {start} > my.yaml` with '{model_type}' added to its match.model_types"
     )
+
+
+def _closest(architecture: str | None, recipes: list[Recipe]) -> Recipe | None:
+    """The recipe whose architecture class the checkpoint's is or ends with (LlamaForCausalLM or
+    MyLlamaForCausalLM -> llama), if any: a fine-tune that renamed its model_type. Names that are
+    merely alike (MambaForCausalLM, JambaForCausalLM) suggest nothing."""
+    if not architecture:
+        return None
+    owners = [(len(a), r) for r in recipes for a in r.architectures if architecture.endswith(a)]
+    return max(owners, key=lambda owner: owner[0])[1] if owners else None
+
+
+def config_model_type(recipe: Recipe, recipes: list[Recipe] | None = None) -> str:
+    """The transformers model_type whose config class reads a checkpoint under this recipe when
+    transformers does not know the checkpoint's own model_type (a fine-tune's custom one): that
+    of the built-in recipe with the same arch (every spec has one, tests/test_recipes.py)."""
+    for builtin in recipes if recipes is not None else builtin_recipes():
+        if builtin.arch == recipe.arch:
+            return builtin.model_types[0]
+    raise InputError(f"recipe {recipe.path} asks for arch '{recipe.arch}', which no built-in recipe uses")

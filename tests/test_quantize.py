@@ -293,3 +293,65 @@ def test_tied_table_is_quantized_when_blocks_do_not_divide_the_hidden_size(tmp_p
     text = read_text(data / "tiny-text" / "eval.txt")
     report = evaluate(out, text, reference, window=256, stride=128, max_tokens=1024)
     assert 0 < report["delta"]["perplexity_increase_pct"] < 5.0  # measured +2.5% (2048 tokens)
+
+
+@pytest.mark.parametrize(
+    ("ep", "weights", "identical"),
+    [("cpu", "float16", True), ("cuda", "float16", True), ("cpu", "float32", False)],
+    ids=["cpu-fp16-checkpoint", "cuda-fp16-checkpoint", "cpu-fp32-checkpoint"],
+)
+def test_requantize_fp16_package_keeps_fp16_activations(checkpoints, tmp_path, ep, weights, identical):
+    """`quantize` of an fp16 package (CPU too) makes int4 with fp16 activations, what the package
+    has: the bytes of a direct `build -p int4 --activations fp16` when the checkpoint's weights are
+    fp16 exactly; from an fp32 checkpoint the fp16 package holds rounded weights and some blocks
+    quantize differently (why README promises a direct build's bytes from fp32 packages only).
+    Either way its logits stay within the int4 bound of the fp16 package it came from."""
+    checkpoint = str(checkpoints.get(f"gqa-{weights}", dtype=weights))
+    fp16, direct, out = tmp_path / "fp16", tmp_path / "direct", tmp_path / "int4"
+    build(BuildOptions(checkpoint, fp16, ep=ep, precision="fp16", smoke=False))
+    int4_fp16 = QuantOptions(activations="fp16", accuracy_level=0)
+    build(BuildOptions(checkpoint, direct, ep=ep, precision="int4", quant=int4_fp16, smoke=False))
+    args = ["quantize", str(fp16), "-o", str(out), "-p", "int4", "--accuracy-level", "0", "--json"]
+    args += ["--activations", "fp16", "--no-smoke"] if ep == "cuda" else ["--report"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    assert {i.name: i.type.tensor_type.elem_type for i in graph.input}["past_key_values.0.key"] == TensorProto.FLOAT16
+    assert "MatMulNBits" in {n.op_type for n in graph.node}
+    same = (out / "model.onnx.data").read_bytes() == (direct / "model.onnx.data").read_bytes()
+    assert same == identical
+    if identical:
+        assert (out / "model.onnx").read_bytes() == (direct / "model.onnx").read_bytes()
+    if ep == "cpu":  # it runs on CPU with fp16 activations: 16 smoke tokens, logits near the fp16 package's
+        report = json.loads(result.stdout)
+        assert report["smoke"]["ep"] == "cpu" and report["smoke"]["new_tokens"] == 16
+        worst = report["report"]["weights_summary"]["max_relative_l2"]
+        assert report["report"]["logits_vs_float"]["relative_l2"] < 8 * worst  # the bound of the fp32 test above
+
+
+def test_requantize_refuses_activations_it_cannot_keep(checkpoints, exports, tmp_path):
+    """quantize replaces weights only: another --activations, or a dtype the EP's int4 kernels do not
+    take, is one line naming what works (it said "needs fp32 activations" with no way out)."""
+    fp16 = exports.get("gqa", "cpu", "fp16")
+    args = ["quantize", str(fp16), "-o", str(tmp_path / "a"), "-p", "int4", "--activations", "fp32"]
+    other = runner.invoke(app, args)
+    assert other.exit_code == 2, other.output
+    assert "quantize keeps" in other.output and "--activations fp32 from the checkpoint" in other.output
+    openvino = tmp_path / "ov-fp16"
+    build(BuildOptions(str(checkpoints.get("gqa")), openvino, ep="openvino", precision="fp16", smoke=False))
+    refused = runner.invoke(app, ["quantize", str(openvino), "-o", str(tmp_path / "b"), "-p", "int4"])
+    assert refused.exit_code == 2, refused.output
+    assert "runs fp32 activations" in refused.output and "build --ep openvino --precision fp32" in refused.output
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_requantize_bf16_package_keeps_bf16_activations(exports, tmp_path):
+    """A CUDA bf16 package quantizes to int4 with bf16 activations and fp32 logits, as `build -p int4
+    --activations bf16` writes them (it was refused: CUDA's default int4 activations are fp16)."""
+    out = tmp_path / "int4"
+    result = runner.invoke(app, ["quantize", str(exports.get("gqa", "cuda", "bf16")), "-o", str(out), "--no-smoke"])
+    assert result.exit_code == 0, result.output
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    scales = [t for t in graph.initializer if t.name.endswith(".scales")]
+    assert scales and all(t.data_type == TensorProto.BFLOAT16 for t in scales)
+    assert {o.name: o.type.tensor_type.elem_type for o in graph.output}["logits"] == TensorProto.FLOAT

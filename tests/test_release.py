@@ -178,7 +178,10 @@ def test_a_tripped_gate_publishes_nothing_and_every_failing_gate_is_named(tmp_pa
     assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
 
 
-def test_eval_window_over_a_variant_max_length_fails_before_any_export(tmp_path, monkeypatch):
+@pytest.mark.parametrize("custom", [False, True], ids=["builtin-recipe", "custom-model_type-recipe"])
+def test_eval_window_over_a_variant_max_length_fails_before_any_export(tmp_path, monkeypatch, custom):
+    """Also for a fine-tune under its own model_type with the spec's `recipe:` (its config is read
+    as the recipe's arch, as build reads it; it was refused as an unsupported architecture)."""
     from gqa_export.release import assemble
 
     def no_export(*args, **kwargs):
@@ -186,7 +189,15 @@ def test_eval_window_over_a_variant_max_length_fails_before_any_export(tmp_path,
 
     monkeypatch.setattr(assemble, "build", no_export)
     variants = [FOUR[0], {"ep": "cpu", "precision": "int4", "max_length": 64}]
-    spec = write_spec(tmp_path, variants=variants, license="apache-2.0")
+    fields: dict[str, object] = {}
+    if custom:
+        source = Path(shutil.copytree(TRAINED, tmp_path / "my-llama"))
+        config = json.loads((source / "config.json").read_text())
+        (source / "config.json").write_text(json.dumps({**config, "model_type": "my-llama"}))
+        recipe = json.loads(invoke("recipes", "show", "llama", "--json").stdout)
+        (tmp_path / "my.yaml").write_text(json.dumps({**recipe, "match": {"model_types": ["my-llama"]}}))
+        fields = {"source": str(source), "recipe": "my.yaml"}
+    spec = write_spec(tmp_path, variants=variants, license="apache-2.0", **fields)
     result = invoke("release", spec, "-o", tmp_path / "out")
     assert result.exit_code == 2, result.output
     assert f"{spec}:2: eval.window 128 exceeds variant" in " ".join(result.output.split())

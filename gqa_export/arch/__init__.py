@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 from gqa_export.arch.chunked_families import CHUNKED
 from gqa_export.arch.classic_families import CLASSICS
 from gqa_export.arch.families import ALL
@@ -19,4 +21,9 @@ def get_spec(name: str) -> ArchSpec:
     try:
         return SPECS[name]
     except KeyError:
-        raise InputError(f"recipe asks for arch '{name}', which has no spec; known: {', '.join(SPECS)}") from None
+        guess = difflib.get_close_matches(name, list(SPECS), n=1)
+        hint = f"did you mean '{guess[0]}'? " if guess else ""
+        raise InputError(
+            f"recipe asks for arch '{name}', which has no spec ({hint}each built-in recipe's `arch`, shown by "
+            "`gqa-export recipes show NAME`, is one)"
+        ) from None

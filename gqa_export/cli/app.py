@@ -25,7 +25,7 @@ from rich.markup import escape
 from gqa_export import __version__, choices
 from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.cli.helptext import Command, Group
-from gqa_export.errors import GqaExportError, RunError, from_os_error
+from gqa_export.errors import GqaExportError, RunError, from_os_error, interrupts_kept
 from gqa_export.progress import Advance
 
 app = typer.Typer(
@@ -163,8 +163,9 @@ def command(
         @functools.wraps(body)
         def guarded(*a: Any, **k: Any) -> None:
             try:
-                load_libraries(libraries)
-                body(*a, **k)
+                with interrupts_kept():  # an error an interrupt caused is the interrupt (exit 130/143)
+                    load_libraries(libraries)
+                    body(*a, **k)
             except GqaExportError as exc:
                 raise fail(exc) from None
             except OSError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 from gqa_export.errors import InputError, RunError
 from gqa_export.package.ownership import check_clear_of, check_clear_of_cwd, check_replaceable
 from gqa_export.source.fetch import TOKENIZER_FILES
+from gqa_export.units import size
 
 # tokenizer classes onnxruntime-extensions knows; transformers v5 writes "TokenizersBackend",
 # which means "a tokenizer.json", i.e. PreTrainedTokenizerFast.
@@ -61,13 +62,16 @@ def check_outside(out_dir: Path, model_dir: Path, what: str = "model folder") ->
 
 
 def check_free_space(out_dir: Path, needed: int) -> None:
-    """Refuse early when the disk cannot hold the weights: `needed` is their exact byte count."""
+    """Refuse early when the disk cannot hold the weights: `needed` is their exact byte count.
+
+    Sizes are in the unit that fits (a tiny package's 0.00 GiB said nothing), and the shortfall is
+    named too: it is never 0, where needed and free can round to the same figure."""
     parent = _nearest_existing(out_dir.resolve().parent)
     free = shutil.disk_usage(parent).free
     if free < needed:
         raise RunError(
-            f"not enough free space in {parent}: the package needs at least {needed / 2**30:.2f} GiB, "
-            f"{free / 2**30:.2f} GiB are free; free some space or choose another -o"
+            f"not enough free space in {parent}: the package needs at least {size(needed)} and {size(free)} "
+            f"are free ({size(needed - free)} short); free some space there or choose another -o"
         )
 
 

@@ -18,7 +18,7 @@ class QuantOptions:
     accuracy_level: int | None = None  # None: 4 on CPU, 0 on CUDA
     keep_float: tuple[str, ...] = ()  # fnmatch patterns on weight or node names
     embeddings: bool = False  # int4/int8 embedding table even when untied (tied ones always share)
-    activations: str | None = None  # CUDA: fp16 (default) or bf16; CPU: fp32 only
+    activations: str | None = None  # CUDA: fp16 (default) or bf16; CPU: fp32 (default) or fp16
     mixed_precision: tuple[str, ...] = ()  # SELECTOR:int8|int4 (choices.MIXED_SELECTORS or a name pattern)
 
 

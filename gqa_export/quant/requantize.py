@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from gqa_export.check.ep_lints import check_ep_graph
 from gqa_export.check.reader import load_package
+from gqa_export.choices import ACTIVATIONS
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.graph.params import WIDER_THAN_IO_META
@@ -29,6 +30,7 @@ from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant.qdq import to_qdq
 from gqa_export.quant.quantize import (
     FLOAT_DTYPES,
+    INT_BITS,
     QuantizeReport,
     QuantOptions,
     plan_precision,
@@ -69,12 +71,11 @@ def requantize(
     ep, source_precision = options.get("ep", "cpu"), options.get("precision")
     if source_precision not in FLOAT_DTYPES:
         raise InputError(f"{package} is already {source_precision}; quantize a float (fp32/fp16) package")
-    plan = plan_precision(ep, precision, quant)
-    if plan.nbits is None:
+    if precision not in INT_BITS:
         raise InputError(f"gqa-export quantize makes int4/int8 packages; for {precision} re-run build")
-    if FLOAT_DTYPES[source_precision] != plan.io_dtype:
-        want = {v: k for k, v in FLOAT_DTYPES.items()}[plan.io_dtype]
-        raise InputError(f"{precision} for --ep {ep} needs {want} activations but {package} is {source_precision}")
+    plan_precision(ep, precision, replace(quant, activations=None))  # the pair and options, as build checks them
+    activations = _activations(package, ep, precision, source_precision, quant)
+    plan = plan_precision(ep, precision, replace(quant, activations=activations))
     check_output(output, overwrite, [(package, "input package")])
     check_outside(output, package, "input package")
     pkg = load_package(package)
@@ -143,6 +144,26 @@ def requantize(
     files = {p.name: p.stat().st_size for p in sorted(out.iterdir()) if p.is_file()}
     seconds = time.perf_counter() - started
     return RequantizeResult(out, plan.name, files, result_report, result_smoke, notes, manifest, seconds)
+
+
+def _activations(package: Path, ep: str, precision: str, source: str, quant: QuantOptions) -> str:
+    """The package's own activation dtype (its float precision): quantize replaces weights only, so
+    an int4/int8 package from an fp16 one runs fp16 activations, as `build --activations fp16` does.
+    Another dtype, or one the EP has no int4/int8 kernels for, is refused naming what works."""
+    if quant.activations is not None and quant.activations != source:
+        raise InputError(
+            f"--activations {quant.activations}: quantize keeps {package}'s {source} activations (it replaces the "
+            f"weights only); drop --activations, quantize an {quant.activations} package, or build --precision "
+            f"{precision} --activations {quant.activations} from the checkpoint"
+        )
+    offered = ACTIVATIONS[ep]
+    if source not in offered:
+        raise InputError(
+            f"{precision} on --ep {ep} runs {' or '.join(offered)} activations but {package} is {source}; quantize "
+            f"an {offered[0]} package of the model (build --ep {ep} --precision {offered[0]}), or build --precision "
+            f"{precision} from the checkpoint"
+        )
+    return source
 
 
 def _manifest(package: Path) -> dict[str, Any]:

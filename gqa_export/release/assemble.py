@@ -149,9 +149,9 @@ def _check_eval_window(spec: ReleaseSpec, model_dir: Path) -> None:
     spec's other eval values were checked when it was read)."""
     if spec.eval is None or spec.eval.window is None:
         return
-    dims = source_dims(model_dir)
+    dims = {recipe: source_dims(model_dir, recipe) for recipe in {v.options.recipe for v in spec.variants}}
     for variant in spec.variants:
-        limit = planned_max_length(variant.options.max_length, dims)
+        limit = planned_max_length(variant.options.max_length, dims[variant.options.recipe])
         if spec.eval.window > limit:
             raise InputError(
                 f"{spec.eval.where}.window {spec.eval.window} exceeds variant {variant.path}'s max_length {limit}: "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.eps import CPU, EPS, by_genai_provider
-from gqa_export.errors import InputError, SmokeRunError
+from gqa_export.errors import InputError, SmokeRunError, interruption
 from gqa_export.jsonio import read_json
 from gqa_export.runtime.acceptance import acceptance
 
@@ -104,7 +104,9 @@ def cuda_device_available() -> bool:
 
         if not og.is_cuda_available():
             return False
-    except ImportError:
+    except ImportError as exc:
+        if interruption(exc) is not None:  # an interrupted import is no answer, and cannot be retried
+            raise KeyboardInterrupt from exc
         return False
     for name in ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so"):
         try:
@@ -307,6 +309,8 @@ def smoke_run(package: Path, ep: str) -> GenerationResult:
     except SmokeRunError:
         raise
     except Exception as exc:  # onnxruntime-genai raises plain RuntimeError for everything
+        if interruption(exc) is not None:  # Ctrl-C in onnxruntime-genai's import: not a failed package
+            raise KeyboardInterrupt from exc
         raise SmokeRunError(f"smoke run on {ep} failed: {explain_load_failure(exc, package, ep)}") from exc
 
 

@@ -8,6 +8,7 @@ same reading for checks that need a model's resolved shape without building it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from gqa_export.graph.consistency import check_raw_config
 from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.jsonio import read_json_object
 from gqa_export.progress import Reporter
-from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
+from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe, match_recipe
 from gqa_export.source.fetch import Source, resolve_source
 from gqa_export.source.weights import WeightStore
 
@@ -31,10 +32,24 @@ class Checkpoint:
     def __init__(self, source: Source) -> None:
         self.source = source
         self.raw_config = read_json_object(source.model_dir / "config.json")
+        # the transformers model_type config.json is read as when transformers does not know its own
+        # (a fine-tune's custom model_type, exported with --recipe): set before `configs` is read
+        self.read_as: str | None = None
 
     @cached_property
     def configs(self) -> tuple[Any, dict[str, Any] | None]:
-        return read_configs(self.source.model_dir)
+        return read_configs(self.source.model_dir, self.read_as)
+
+    def read_for(self, recipe: Recipe) -> str | None:
+        """Read the configs as a user's recipe says: a model_type transformers does not know is read
+        with the config class of the recipe's arch. Returns the note saying so (None: not needed)."""
+        self.read_as = config_model_type(recipe)
+        self.configs  # noqa: B018
+        own = self.raw_config.get("model_type")
+        if known_model_type(own):
+            return None
+        how = f"'{self.read_as}' (the config class of the recipe's arch, {recipe.arch})"
+        return f"transformers does not know model_type '{own}': config.json read as {how}"
 
     @cached_property
     def store(self) -> WeightStore:
@@ -45,16 +60,55 @@ def open_checkpoint(model: str, revision: str | None = None, reporter: Reporter 
     return Checkpoint(resolve_source(model, revision, reporter))
 
 
-def read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:
+def read_configs(model_dir: Path, read_as: str | None = None) -> tuple[Any, dict[str, Any] | None]:
+    """transformers' config and the generation config. `read_as`: a transformers model_type whose
+    config class reads config.json when transformers does not know the checkpoint's own model_type
+    (AutoConfig refuses it; its remote code, if any, is never run). The config keeps the
+    checkpoint's model_type, which the manifest records."""
     from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    own = read_json_object(model_dir / "config.json").get("model_type")
     try:
-        config = AutoConfig.from_pretrained(model_dir)
+        if read_as is not None and not known_model_type(own):
+            config = _quietly(lambda: CONFIG_MAPPING[read_as].from_pretrained(model_dir))
+            config.model_type = str(own)
+        else:
+            config = AutoConfig.from_pretrained(model_dir)
     except (ValueError, KeyError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"cannot read {model_dir / 'config.json'}: {first}") from None
+        raise InputError(f"cannot read {model_dir / 'config.json'}: {_shortened(first)}") from None
     gen_path = model_dir / "generation_config.json"
     return config, read_json_object(gen_path) if gen_path.is_file() else None
+
+
+def known_model_type(model_type: object) -> bool:
+    """Whether transformers has a config class for this model_type (AutoConfig reads it)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return isinstance(model_type, str) and model_type in CONFIG_MAPPING
+
+
+def _quietly(read: Callable[[], Any]) -> Any:
+    """transformers' own warning for a config read by another type's class ("You are using a model
+    of type X to instantiate a model of type Y") is the point here: the build says it in a note."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        return read()
+    finally:
+        logging.set_verbosity(level)
+
+
+def _shortened(message: str, limit: int = 300) -> str:
+    """A library's first line, cut at a sentence end within `limit` characters (transformers'
+    unknown-model_type line runs on with advice that does not apply here)."""
+    if len(message) <= limit:
+        return message
+    cut = message.rfind(". ", 0, limit)
+    return message[: cut + 1] if cut > 0 else message[:limit] + "..."
 
 
 # multimodal model types onnxruntime-genai runs whose towers gqa-export does not build: refused in
@@ -83,13 +137,14 @@ def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
     return match_recipe(model_type, architecture, builtin_recipes())
 
 
-def source_dims(model_dir: Path) -> ModelDims:
-    """A local checkpoint's dimensions read exactly as `build` reads them with its built-in recipe
-    (transformers' config, the family's spec): what `inspect --source` checks a package against."""
+def source_dims(model_dir: Path, recipe_file: Path | None = None) -> ModelDims:
+    """A local checkpoint's dimensions read exactly as `build` reads them with its built-in recipe,
+    or `recipe_file` as --recipe gives it (transformers' config, the family's spec): what `inspect
+    --source` checks a package against, and a release's eval window."""
     raw = read_json_object(model_dir / "config.json")
-    recipe = match_builtin(raw, model_dir)
+    recipe = load_recipe(recipe_file) if recipe_file is not None else match_builtin(raw, model_dir)
     check_raw_config(raw)
-    hf_config, generation = read_configs(model_dir)
+    hf_config, generation = read_configs(model_dir, config_model_type(recipe) if recipe_file is not None else None)
     text_config = text_config_of(hf_config)
     outer = hf_config if text_config is not hf_config else None
     return read_dims(text_config, get_spec(recipe.arch), generation, outer)

@@ -91,14 +91,17 @@ def break_json(module: str, name: str):
 
 
 def break_tokenizer(monkeypatch, code):
-    real = shutil.copy2
+    """The copy of an input file (the tokenizer) into the staging folder fails where the kernel
+    would: in os.sendfile, inside shutil.copy2, which then names the source file in `filename` and
+    the copy in `filename2` (a message that named `filename` blamed the input)."""
+    real = os.sendfile
 
-    def copy2(src, dst, *args, **kwargs):
-        if in_staging(dst):
-            raise fault(code, dst)
-        return real(src, dst, *args, **kwargs)
+    def sendfile(out_fd, in_fd, offset, count):
+        if in_staging(os.readlink(f"/proc/self/fd/{out_fd}")):
+            raise OSError(code, os.strerror(code))
+        return real(out_fd, in_fd, offset, count)
 
-    monkeypatch.setattr(shutil, "copy2", copy2)
+    monkeypatch.setattr(os, "sendfile", sendfile)
 
 
 def break_staging(monkeypatch, code):
@@ -118,8 +121,8 @@ def break_commit(monkeypatch, code):
     real = Path.rename
 
     def rename(self, target):
-        if in_staging(self.name):
-            raise fault(code, target)
+        if in_staging(self.name):  # as os.rename raises it: the source, then the target
+            raise OSError(code, os.strerror(code), str(self), None, str(target))
         return real(self, target)
 
     monkeypatch.setattr(Path, "rename", rename)
@@ -182,6 +185,61 @@ def test_write_fails(tiny, built, tmp_path, monkeypatch, command, point, code, o
     monkeypatch.undo()  # the checks below read files with the real functions
     assert_fails(result, 1, MESSAGES[code])
     assert_clean(tmp_path, out, before)
+
+
+@pytest.mark.parametrize("point", ["weights", "tokenizer", "commit-rename"])
+def test_disk_full_names_the_output(tiny, tmp_path, monkeypatch, point):
+    """A full disk is the output's problem: the line names the file being written as it would be
+    at -o (not the input file a copy read, nor the hidden staging folder) and says to free space."""
+    out = tmp_path / "out"
+    POINTS[point](monkeypatch, errno.ENOSPC)
+    result = invoke("build", tiny, "-o", out, "--no-smoke")
+    monkeypatch.undo()
+    line = assert_fails(result, 1, "no space left on the device writing ")
+    written = {"weights": "model.onnx.data", "tokenizer": "tokenizer", "commit-rename": ""}[point]
+    assert f"writing {out.resolve() / written}" in line, line
+    assert str(tiny) not in line and ".partial-" not in line, line
+    assert "free space on that disk or choose another -o" in line
+    assert_clean(tmp_path, out)
+
+
+def test_staging_paths_are_named_as_final():
+    """final_path reads the name StagedPackage gives its folder (a renamed scheme breaks this)."""
+    from gqa_export.errors import final_path
+    from gqa_export.package.staging import StagedPackage
+
+    staged = StagedPackage(Path("/data/my.pkg"), overwrite=False)
+    assert final_path(str(staged.path / "sub" / "model.onnx.data")) == "/data/my.pkg/sub/model.onnx.data"
+    assert final_path("/data/.my.pkg.old-1-abcdef12/x") == "/data/.my.pkg.old-1-abcdef12/x"  # only staging
+
+
+@pytest.mark.parametrize("free", [4096, 0])
+def test_free_space_message_in_the_unit_that_fits(tiny, tmp_path, monkeypatch, free):
+    """A tiny package's sizes are not "0.00 GiB": each in the unit that fits, and the shortfall
+    (never 0, where the two round alike)."""
+    import gqa_export.package.staging
+    import gqa_export.pipeline
+    from gqa_export.units import size
+
+    total, asked = 10 << 30, []
+    real = gqa_export.pipeline.check_free_space
+
+    def check(out, needed):
+        asked.append(needed)
+        return real(out, needed)
+
+    monkeypatch.setattr(gqa_export.pipeline, "check_free_space", check)
+    usage = shutil._ntuple_diskusage(total, total - free, free)
+    monkeypatch.setattr(gqa_export.package.staging.shutil, "disk_usage", lambda path: usage)
+    out = tmp_path / "out"
+    result = invoke("build", tiny, "-o", out, "--no-smoke")
+    monkeypatch.undo()
+    [needed] = asked
+    assert 1024 <= needed < 1 << 30, needed  # a tiny package: KiB or MiB, where GiB printed 0.00
+    says = f"needs at least {size(needed)} and {size(free)} are free ({size(needed - free)} short)"
+    line = assert_fails(result, 1, says)
+    assert "GiB" not in line and "0.00" not in line, line
+    assert_clean(tmp_path, out)
 
 
 @pytest.mark.parametrize("overwrite", [False, True], ids=["fresh", "--overwrite"])

@@ -75,6 +75,23 @@ def install(spec):
             return real(*args, **kwargs)
 
         setattr(mod, name, hooked)
+    elif kind == "init":  # inside the init of the C extension module `target`, as a real Ctrl-C can land
+        import _imp, ctypes, itertools, operator
+
+        exec_dynamic, kill, fired = _imp.exec_dynamic, ctypes.CDLL(None).kill, []
+
+        def hooked(module):
+            if module.__name__ != target or fired:
+                return exec_dynamic(module)
+            fired.append(target)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # the signal, then the init, with no bytecode between them: the handler runs inside the init
+            # (pybind11's first PyObject_Repr checks for signals), not in this function
+            calls = [(kill, os.getpid(), sig), (exec_dynamic, module)]
+            return list(itertools.starmap(operator.call, calls))[1]
+
+        _imp.exec_dynamic = hooked
     elif kind == "commit":  # between StagedPackage.commit's two renames: -o moved aside, staging not in
         import pathlib
 
@@ -141,8 +158,24 @@ def serve(cases_file, results_file, workers, limit):
     json.dump(results, open(results_file, "w"))
 
 
+def library(spec, what, package):
+    # the library's smoke run or CUDA probe alone (no CLI, Python's own SIGINT handler): what leaves it
+    import pathlib
+
+    from gqa_export.runtime.run import cuda_device_available, smoke_run
+
+    install(spec)
+    try:
+        smoke_run(pathlib.Path(package), "cpu") if what == "smoke_run" else cuda_device_available()
+        print("returned")
+    except BaseException as exc:
+        print(type(exc).__name__, str(exc)[:300])
+
+
 if sys.argv[1] == "--serve":
     serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
+elif sys.argv[1] == "--library":
+    library(json.loads(os.environ["GQA_FAULT_AT"]), sys.argv[2], sys.argv[3])
 else:
     run(json.loads(os.environ["GQA_FAULT_AT"]), sys.argv[1:])
 """
@@ -158,6 +191,9 @@ STAGES = {
     "package": ("stage:package", ["--no-smoke"]),
     "weights-streaming": ("tensor:3", ["--no-smoke"]),
     "smoke-run": ("stage:smoke-run", []),
+    # the smoke run's first import of onnxruntime-genai: pybind11's init fails, the package retries
+    # the import and reports 'type "GeneratorParams" is already registered' (was exit 1)
+    "smoke-run-genai-init": ("init:onnxruntime_genai.onnxruntime_genai", []),
     "float-reference": ("call:gqa_export.pipeline.logit_error", ["--no-smoke", "-p", "int4", "--report"]),
 }
 
@@ -182,6 +218,7 @@ CASES = [
     # the same, each in a process of its own from interpreter start to exit
     Case("SIGTERM", "package", plain=True),
     Case("SIGINT", "weights-streaming", True, plain=True),
+    Case("SIGINT", "smoke-run-genai-init", plain=True),
 ]
 KILLS = {
     # the staging folder exists and holds the graph and weights when the tokenizer is copied
@@ -294,9 +331,45 @@ def test_sigkill_leaves_staging_that_the_next_run_removes(runs, name):
         assert squash(removed) in squash(again.stderr), f"{removed} not named in:\n{again.stderr}"
 
 
-def test_keyboard_interrupt_without_the_cli_signal_handlers(tiny, tmp_path, monkeypatch):
+@pytest.mark.parametrize("hooked", [False, True], ids=["plain", "interrupted-in-genai-init"])
+@pytest.mark.parametrize("what", ["smoke_run", "cuda_device_available"])
+def test_library_gives_back_the_interrupt(built, hooked, what):
+    """The library's smoke run and CUDA probe (the first to import onnxruntime-genai), without the
+    CLI: Ctrl-C inside onnxruntime-genai's import (which then fails twice over as ImportErrors)
+    leaves them as KeyboardInterrupt, not as a SmokeRunError saying the package does not load or
+    as "no GPU". Unhooked, the same driver returns (the hook is what fails)."""
+    spec = {"signal": "SIGINT", "at": "init:onnxruntime_genai.onnxruntime_genai" if hooked else "none:"}
+    env = {**subprocess_env(), "GQA_FAULT_AT": json.dumps(spec)}
+    done = subprocess.run(
+        [PYTHON, "-c", DRIVER, "--library", what, str(built)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split(" ")[0].strip() == ("KeyboardInterrupt" if hooked else "returned"), done.stdout
+
+
+def interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+def interrupt_turned_into_other_errors() -> None:
+    """What an interrupted pybind11 import leaves, wrapped once more by a caller."""
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise ImportError("initialization failed") from exc
+    except ImportError:
+        try:
+            raise ImportError('generic_type: type "GeneratorParams" is already registered!')
+        except ImportError as exc:
+            raise RuntimeError("smoke run failed") from exc
+
+
+@pytest.mark.parametrize("raised", [interrupt, interrupt_turned_into_other_errors], ids=["plain", "wrapped"])
+def test_keyboard_interrupt_without_the_cli_signal_handlers(tiny, tmp_path, monkeypatch, raised):
     """Ctrl-C with Python's own SIGINT handling (main() not called: CliRunner, or the app embedded):
-    a KeyboardInterrupt in the middle of the weights still exits 130 and leaves nothing."""
+    a KeyboardInterrupt in the middle of the weights still exits 130 and leaves nothing, also when
+    it comes back as other errors raised from it."""
     import contextlib
     import importlib
 
@@ -309,7 +382,7 @@ def test_keyboard_interrupt_without_the_cli_signal_handlers(tiny, tmp_path, monk
 
             def step(n=1):
                 advance(n)
-                raise KeyboardInterrupt
+                raised()
 
             yield step
 
