@@ -169,7 +169,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if opts.precision is not None:
         plan_precision(opts.ep, opts.precision, opts.quant)
     check_settings(opts.settings)
-    check_output(opts.output, opts.overwrite, build_inputs(opts))
+    check_output(opts.output, opts.overwrite, build_inputs(opts), reporter.note)
     user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
 
     checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)

@@ -67,7 +67,8 @@ def build_with_draft(
     spec = spec or SpeculativeOptions()
     spec.check()
     check_draft_options(opts)
-    check_output(opts.output, opts.overwrite, [*build_inputs(opts), *local_inputs((draft, "draft model folder"))])
+    inputs = [*build_inputs(opts), *local_inputs((draft, "draft model folder"))]
+    check_output(opts.output, opts.overwrite, inputs, reporter.note)
     io = replace(opts.io, prune_lm_head=False)
     with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
         reporter.stage(f"draft {draft}")

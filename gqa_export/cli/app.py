@@ -26,6 +26,7 @@ from gqa_export import __version__, choices
 from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.cli.helptext import Command, Group
 from gqa_export.errors import GqaExportError, RunError, from_os_error, interrupts_kept
+from gqa_export.package.swap import committed_outputs, forget_committed
 from gqa_export.progress import Advance
 
 app = typer.Typer(
@@ -155,13 +156,15 @@ def command(
 
     GqaExportError: its own code (2 bad input, 1 failed run). OSError (disk full, permissions) and
     MemoryError: exit 1. Ctrl-C or SIGTERM: exit 130/143 after the staging folder is gone (the
-    stages clean up in their `finally`/`with` blocks while the KeyboardInterrupt unwinds).
+    stages clean up in their `finally`/`with` blocks while the KeyboardInterrupt unwinds); the line
+    says so when the new output had already been committed.
     `libraries` are imported first (`load_libraries`).
     """
 
     def register(body: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(body)
         def guarded(*a: Any, **k: Any) -> None:
+            forget_committed()
             try:
                 with interrupts_kept():  # an error an interrupt caused is the interrupt (exit 130/143)
                     load_libraries(libraries)
@@ -181,12 +184,21 @@ def command(
                 raise fail(cause) from None
             except KeyboardInterrupt:
                 code = _SIGNAL_EXIT[_received[-1] if _received else signal.SIGINT]
-                err.print("[bold red]error:[/] interrupted; no partial output was left behind", highlight=False)
+                err.print(f"[bold red]error:[/] {escape(_interrupted_line())}", highlight=False, soft_wrap=True)
                 raise typer.Exit(code=code) from None
 
         return app.command(*args, cls=Command, **kwargs)(guarded)
 
     return register
+
+
+def _interrupted_line() -> str:
+    """What an interrupt left: nothing, or (a signal that came while the output was being swapped
+    in, delivered once it was: docs/architecture.md §6) the whole new output in place."""
+    committed = [path for path in committed_outputs() if path.exists()]
+    if committed:
+        return f"interrupted after the new output was committed: {committed[-1]} is complete, nothing partial was left"
+    return "interrupted; no partial output was left behind"
 
 
 def _our_cause(exc: BaseException) -> GqaExportError | None:

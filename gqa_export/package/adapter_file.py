@@ -28,6 +28,7 @@ from typing import Any
 
 from gqa_export.errors import InputError
 from gqa_export.package.ownership import check_file_replaceable
+from gqa_export.package.swap import committing, pid_alive
 
 IDENTIFIER = b"TORT"  # bytes 4-8 of every onnxruntime adapter file (flatbuffer file identifier)
 ADAPTER_VERSION = 1
@@ -94,27 +95,26 @@ def write_adapter(parameters: Mapping[str, Any], output: Path, overwrite: bool) 
 
 
 def _commit(staged: Path, output: Path, overwrite: bool) -> None:
-    if not overwrite:
-        try:
-            os.link(staged, output)  # atomic: fails if anything appeared at -o during the conversion
-            return
-        except FileExistsError:
-            raise InputError(f"{output} appeared during the conversion; choose another -o") from None
-        except OSError:  # a filesystem without hard links
-            pass
-    check_adapter_output(output, overwrite)  # -o may have changed hands since the first check
-    os.replace(staged, output)
+    with committing(output):  # SIGINT/SIGTERM wait for the one step (package/swap.py)
+        if not overwrite:
+            try:
+                os.link(staged, output)  # atomic: fails if anything appeared at -o during the conversion
+                return
+            except FileExistsError:
+                raise InputError(f"{output} appeared during the conversion; choose another -o") from None
+            except OSError:  # a filesystem without hard links
+                pass
+        check_adapter_output(output, overwrite)  # -o may have changed hands since the first check
+        os.replace(staged, output)
 
 
 def remove_leftovers(output: Path) -> list[str]:
     """Remove `.NAME.partial-PID-HEX` files beside `output` whose process is gone (a SIGKILL or a
     power loss cannot be caught); say what was removed."""
-    from gqa_export.package.staging import _pid_alive
-
     removed = []
     for path in sorted(output.parent.glob(f".{output.name}.partial-*")):
         pid = path.name.rsplit(".partial-", 1)[1].split("-")[0]
-        if pid.isdigit() and path.is_file() and not path.is_symlink() and not _pid_alive(int(pid)):
+        if pid.isdigit() and path.is_file() and not path.is_symlink() and not pid_alive(int(pid)):
             path.unlink()
             removed.append(f"removed {path}, left by an interrupted run")
     return removed

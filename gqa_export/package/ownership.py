@@ -94,6 +94,16 @@ def check_replaceable(out_dir: Path) -> None:
         )
 
 
+def listed_files(folder: Path) -> set[str] | None:
+    """The files (relative paths) that the release.json or manifest.json of gqa-export in `folder`
+    lists, itself included; None without one."""
+    if (folder / RELEASE).is_file():
+        return _release_files(folder / RELEASE)
+    if (folder / MANIFEST).is_file():
+        return _package_files(folder / MANIFEST)
+    return None
+
+
 def _foreign(folder: Path) -> str | None:
     """Why `folder` is not gqa-export's to replace (None when it is, or when it is empty)."""
     entries = _entries(folder)

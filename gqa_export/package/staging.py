@@ -2,7 +2,8 @@
 
 Everything is written into a hidden staging folder next to `-o` and renamed into place only when
 complete (and, if asked, smoke-tested), so a failed or interrupted build never leaves a half
-package. The weights themselves are streamed by writer.py.
+package; replacing an existing `-o` is swap.py's journaled transaction. The weights themselves are
+streamed by writer.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from gqa_export.errors import InputError, RunError
 from gqa_export.package.ownership import check_clear_of, check_clear_of_cwd, check_replaceable
+from gqa_export.package.swap import SwapNames, commit_new, deferred_signals, forget_committed, recover, swap_in
 from gqa_export.source.fetch import TOKENIZER_FILES
 from gqa_export.units import size
 
@@ -26,23 +28,39 @@ from gqa_export.units import size
 _V5_BACKEND_CLASSES = ("TokenizersBackend",)
 
 
-def check_output(out_dir: Path, overwrite: bool, inputs: Sequence[tuple[Path, str]] = ()) -> None:
+def check_output(
+    out_dir: Path,
+    overwrite: bool,
+    inputs: Sequence[tuple[Path, str]] = (),
+    note: Callable[[str], None] | None = None,
+) -> None:
     """Fail before any work when -o is in the way, cannot be written, or --overwrite would replace
-    something gqa-export did not write. `inputs`: (folder, what) pairs -o must stay clear of."""
+    something gqa-export did not write. `inputs`: (folder, what) pairs -o must stay clear of.
+
+    What a killed run left beside -o is recovered first (`swap.recover`, each step told to `note`),
+    so the checks see the output that is really there: a replaced package put back needs
+    --overwrite like any other."""
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"output path {out_dir} is a file; choose a folder for -o")
     check_clear_of_cwd(out_dir)
     for folder, what in inputs:
         check_clear_of(out_dir, folder, what, inside_ok=what == SPEC_FOLDER)
-    if out_dir.exists() and not overwrite:
-        raise InputError(f"output folder {out_dir} already exists; pass --overwrite to replace it or choose another -o")
-    if out_dir.exists():
-        check_replaceable(out_dir)
     parent = _nearest_existing(out_dir.resolve().parent)
     if not parent.is_dir():
         raise InputError(f"{parent} is a file, so -o {out_dir} cannot be created; choose another -o")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"cannot write into {parent}; choose another -o or fix the folder's permissions")
+    _recover(out_dir, note)
+    if out_dir.exists() and not overwrite:
+        raise InputError(f"output folder {out_dir} already exists; pass --overwrite to replace it or choose another -o")
+    if out_dir.exists():
+        check_replaceable(out_dir)
+
+
+def _recover(out_dir: Path, note: Callable[[str], None] | None) -> None:
+    for done in recover(out_dir):
+        if note:
+            note(done)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -75,83 +93,42 @@ def check_free_space(out_dir: Path, needed: int) -> None:
         )
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_leftovers(out_dir: Path) -> list[str]:
-    """Remove what a killed run (SIGKILL, power loss) left next to `out_dir`; say what was done.
-
-    Staging folders are named `.NAME.partial-PID-HEX` and replaced packages `.NAME.old-PID-HEX`;
-    only those whose process is gone are touched. A `.old-` folder whose package never got
-    replaced (killed between the two renames) is moved back into place.
-    """
-    removed = []
-    parent = out_dir.parent
-    if not parent.is_dir():
-        return removed
-    for kind in ("partial", "old"):
-        for path in sorted(parent.glob(f".{out_dir.name}.{kind}-*")):
-            pid = path.name.rsplit(f".{kind}-", 1)[1].split("-")[0]
-            if not pid.isdigit() or _pid_alive(int(pid)):
-                continue
-            if kind == "old" and not out_dir.exists():
-                path.rename(out_dir)
-                removed.append(f"restored {out_dir} from {path}")
-            else:
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(f"removed {path}")
-    return removed
-
-
 class StagedPackage:
     """A staging folder that becomes `out_dir` on `commit()` and vanishes on any failure.
 
     A KeyboardInterrupt (Ctrl-C, or SIGTERM as the CLI maps it) unwinds through `__exit__` too.
     A SIGKILL cannot be caught: the staging folder then stays, named after the dead process, and
-    the next run for the same -o removes it (`remove_leftovers`) and says so.
+    the next run for the same -o removes it (`swap.recover`) and says so. Replacing an existing -o
+    is the journaled swap of swap.py (docs/architecture.md §6).
     """
 
     def __init__(self, out_dir: Path, overwrite: bool, note: Callable[[str], None] | None = None) -> None:
         self.out_dir = out_dir.resolve()
         self.overwrite = overwrite
         self.note = note
-        self.tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.path = self.out_dir.parent / f".{self.out_dir.name}.partial-{self.tag}"
+        self.names = SwapNames(self.out_dir, f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        self.tag = self.names.tag
+        self.path = self.names.staging
 
     def __enter__(self) -> StagedPackage:
         self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-        for done in remove_leftovers(self.out_dir):
-            if self.note:
-                self.note(f"{done}, left by an interrupted run")
+        _recover(self.out_dir, self.note)
         self.path.mkdir()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        with deferred_signals():  # a second Ctrl-C does not leave the staging folder half removed
+            shutil.rmtree(self.path, ignore_errors=True)
+        forget_committed(under=self.path)  # outputs committed inside it (a release's variants) went with it
 
     def commit(self) -> Path:
-        backup = None
         if self.out_dir.exists():
             if not self.overwrite:
                 raise InputError(f"output folder {self.out_dir} appeared during the build; pass --overwrite")
             check_replaceable(self.out_dir)  # it may have changed hands since the pre-flight check
-            backup = self.out_dir.parent / f".{self.out_dir.name}.old-{self.tag}"
-            self.out_dir.rename(backup)
-        try:
-            self.path.rename(self.out_dir)
-        except BaseException:
-            if backup is not None:  # the old package goes back in place: --overwrite never loses it
-                backup.rename(self.out_dir)
-            raise
-        if backup is not None:
-            shutil.rmtree(backup, ignore_errors=True)
+            swap_in(self.names)
+        else:
+            commit_new(self.path, self.out_dir)
         return self.out_dir
 
 

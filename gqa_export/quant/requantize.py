@@ -76,7 +76,7 @@ def requantize(
     plan_precision(ep, precision, replace(quant, activations=None))  # the pair and options, as build checks them
     activations = _activations(package, ep, precision, source_precision, quant)
     plan = plan_precision(ep, precision, replace(quant, activations=activations))
-    check_output(output, overwrite, [(package, "input package")])
+    check_output(output, overwrite, [(package, "input package")], reporter.note)
     check_outside(output, package, "input package")
     pkg = load_package(package)
     if pkg.missing_files:

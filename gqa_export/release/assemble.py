@@ -84,7 +84,7 @@ def release(
 ) -> ReleaseResult:
     reporter = reporter or NullReporter()
     started = time.perf_counter()
-    check_output(output, overwrite, [(spec.file.parent, SPEC_FOLDER), *_inputs(spec)])
+    check_output(output, overwrite, [(spec.file.parent, SPEC_FOLDER), *_inputs(spec)], reporter.note)
     text = read_text(spec.eval.text) if spec.eval else None
     checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
     source = checkpoint.source

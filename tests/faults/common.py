@@ -6,7 +6,7 @@ The contract every fault asserts:
 - exactly one line starting with "error:", no traceback, and the message (on that line) says
   what happened;
 - nothing at -o (or, with --overwrite over an existing package, the old package byte for byte);
-- no `.partial-`, `.old-` or `.float-reference-` folder left next to -o.
+- no `.partial-`, `.old-`, `.trash-`, `.swap-` (journal) or `.float-reference-` entry left next to -o.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typer.testing import CliRunner, Result
 from gqa_export.cli import app
 
 runner = CliRunner()
-MARKERS = (".partial-", ".old-", ".float-reference-")
+MARKERS = (".partial-", ".old-", ".trash-", ".swap-", ".float-reference-")
 # the repository whose gqa_export these tests import: subprocesses must run the same code
 REPO = Path(__import__("gqa_export").__file__).resolve().parent.parent
 

@@ -1,10 +1,7 @@
-"""SIGINT, SIGTERM and SIGKILL at every stage, in a real `gqa-export` process.
-
-A small driver (`python -c`) imports the CLI, hooks one point of the run (a stage line starting,
-the Nth weight written, a function called) to send the signal to its own process, then calls
-`gqa_export.cli.app.main()` as the console script does (main installs the SIGTERM/SIGINT
-handlers). The processes run concurrently (they are mostly start-up time); each test waits for
-its own.
+"""SIGINT, SIGTERM and SIGKILL at every stage, in a real `gqa-export` process (killer.py: the
+process stops itself at a stage line, the Nth weight written, a function called or inside a C
+extension's init). The processes run concurrently (they are mostly start-up time); each test waits
+for its own. The steps of putting -o in place are test_swap.py's.
 
 SIGINT/SIGTERM: exit 130/143, one "error:" line, nothing at -o (or the package that was there,
 with --overwrite, byte for byte), no staging folder. SIGKILL cannot be handled: the staging
@@ -15,173 +12,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from common import PYTHON, assert_clean, assert_fails, error_line, invoke, leftovers, squash, subprocess_env, tree
+from killer import DRIVER, EXIT, serve, spawn
 
-DRIVER = r"""
-import contextlib, importlib, json, os, signal, sys, time, traceback
-
-app = importlib.import_module("gqa_export.cli.app")
-
-
-def install(spec):
-    # make the process send itself spec["signal"] at spec["at"]
-    sig = getattr(signal, spec["signal"])
-
-    def fire():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.kill(os.getpid(), sig)
-
-    kind, target = spec["at"].split(":", 1)
-    if kind == "stage":  # when a stage line whose name starts with `target` is printed
-        stage = app.RichReporter.stage
-
-        def hooked(self, name):
-            stage(self, name)
-            if name.startswith(target):
-                fire()
-
-        app.RichReporter.stage = hooked
-    elif kind == "tensor":  # after the Nth weight was streamed into the data file
-        task = app.RichReporter.task
-
-        @contextlib.contextmanager
-        def hooked(self, description, total):
-            with task(self, description, total) as advance:
-                done = [0]
-
-                def step(n=1):
-                    advance(n)
-                    done[0] += 1
-                    if done[0] == int(target):
-                        fire()
-
-                yield step
-
-        app.RichReporter.task = hooked
-    elif kind == "call":  # when module.function is called (patched where the caller looks it up)
-        module, name = target.rsplit(".", 1)
-        mod = importlib.import_module(module)
-        real = getattr(mod, name)
-
-        def hooked(*args, **kwargs):
-            fire()
-            return real(*args, **kwargs)
-
-        setattr(mod, name, hooked)
-    elif kind == "init":  # inside the init of the C extension module `target`, as a real Ctrl-C can land
-        import _imp, ctypes, itertools, operator
-
-        exec_dynamic, kill, fired = _imp.exec_dynamic, ctypes.CDLL(None).kill, []
-
-        def hooked(module):
-            if module.__name__ != target or fired:
-                return exec_dynamic(module)
-            fired.append(target)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            # the signal, then the init, with no bytecode between them: the handler runs inside the init
-            # (pybind11's first PyObject_Repr checks for signals), not in this function
-            calls = [(kill, os.getpid(), sig), (exec_dynamic, module)]
-            return list(itertools.starmap(operator.call, calls))[1]
-
-        _imp.exec_dynamic = hooked
-    elif kind == "commit":  # between StagedPackage.commit's two renames: -o moved aside, staging not in
-        import pathlib
-
-        rename = pathlib.Path.rename
-
-        def hooked(self, to):
-            if ".partial-" in self.name:
-                fire()
-            return rename(self, to)
-
-        pathlib.Path.rename = hooked
-
-
-def run(spec, args):
-    install(spec)
-    sys.argv = ["gqa-export", *args]
-    app.main()  # what the console script calls: installs the SIGTERM/SIGINT handlers
-
-
-def serve(cases_file, results_file, workers, limit):
-    # Import what every build imports, once; then fork one child per case (a fresh `gqa-export`
-    # process in all but its start-up: main() installs its handlers in the child).
-    app.hide_torch()
-    importlib.import_module("gqa_export.cli")
-    importlib.import_module("gqa_export.pipeline")
-    importlib.import_module("gqa_export.quant.requantize")
-    from transformers import AutoConfig  # noqa: F401
-
-    queue, running, results = json.load(open(cases_file)), {}, {}
-    while queue or running:
-        while queue and len(running) < workers:
-            case = queue.pop(0)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    os.chdir(case["cwd"])
-                    for fd, name in ((1, "stdout"), (2, "stderr")):
-                        os.dup2(os.open(case[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-                    run(case, case["args"])
-                    code = 0
-                except SystemExit as exc:
-                    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-                except BaseException:
-                    traceback.print_exc()
-                finally:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(code)
-            running[pid] = (case, time.monotonic())
-        time.sleep(0.02)
-        for pid, (case, began) in list(running.items()):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                results[case["id"]] = os.waitstatus_to_exitcode(status)
-                del running[pid]
-            elif time.monotonic() - began > limit:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                results[case["id"]] = "timed out"
-                del running[pid]
-    json.dump(results, open(results_file, "w"))
-
-
-def library(spec, what, package):
-    # the library's smoke run or CUDA probe alone (no CLI, Python's own SIGINT handler): what leaves it
-    import pathlib
-
-    from gqa_export.runtime.run import cuda_device_available, smoke_run
-
-    install(spec)
-    try:
-        smoke_run(pathlib.Path(package), "cpu") if what == "smoke_run" else cuda_device_available()
-        print("returned")
-    except BaseException as exc:
-        print(type(exc).__name__, str(exc)[:300])
-
-
-if sys.argv[1] == "--serve":
-    serve(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
-elif sys.argv[1] == "--library":
-    library(json.loads(os.environ["GQA_FAULT_AT"]), sys.argv[2], sys.argv[3])
-else:
-    run(json.loads(os.environ["GQA_FAULT_AT"]), sys.argv[1:])
-"""
 HUB_ID = "acme/tiny-llama"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGKILL": -signal.SIGKILL}
 # stage -> (hook, extra build arguments); "fetch" builds a Hub id from an offline cache
 STAGES = {
     "fetch": ("stage:fetch", ["--no-smoke"]),
@@ -224,10 +64,8 @@ KILLS = {
     # the staging folder exists and holds the graph and weights when the tokenizer is copied
     "package": "call:gqa_export.pipeline.copy_tokenizer",
     "package-overwrite": "call:gqa_export.pipeline.copy_tokenizer",
-    "commit-overwrite": "commit:",
+    "commit-overwrite": "step:aside",  # between the swap's two renames: -o moved aside, the new one not in
 }
-WORKERS = 2
-CHILD_SECONDS = 120
 
 
 @dataclass
@@ -275,20 +113,10 @@ def runs(tiny, built, tmp_path_factory) -> dict[str, Run]:
         made[name] = (out, full, before)
         spec = {"id": name, "signal": sig, "at": at, "args": full, "cwd": str(out.parent)}
         if alone:
-            plain[name] = subprocess.Popen(
-                [PYTHON, "-c", DRIVER, *full], cwd=out.parent, env={**env, "GQA_FAULT_AT": json.dumps(spec)},
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )  # fmt: skip
+            plain[name] = spawn(spec, env)
         else:
             served.append({**spec, "stdout": str(out.parent / "stdout.txt"), "stderr": str(out.parent / "stderr.txt")})
-    (root / "cases.json").write_text(json.dumps(served))
-    server = subprocess.run(
-        [PYTHON, "-c", DRIVER, "--serve", str(root / "cases.json"), str(root / "results.json"), str(WORKERS),
-         str(CHILD_SECONDS)],
-        cwd=root, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert server.returncode == 0, f"the fork server failed:\n{server.stderr[-3000:]}"
-    codes = json.loads((root / "results.json").read_text())
+    codes = serve(root, served, env)
     runs = {}
     for name, (out, full, before) in made.items():
         if name in plain:
@@ -327,7 +155,7 @@ def test_sigkill_leaves_staging_that_the_next_run_removes(runs, name):
     assert again.exit_code == 0 and again.exception is None, again.output[-3000:]
     assert leftovers(parent) == [], f"still left: {leftovers(parent)}"
     assert (run.out / "manifest.json").is_file()
-    for removed in left:
+    for removed in (item for item in left if ".swap-" not in item):  # the journal is the swap's bookkeeping
         assert squash(removed) in squash(again.stderr), f"{removed} not named in:\n{again.stderr}"
 
 
