@@ -353,10 +353,10 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest["model"] = model_manifest(dims, text_config, spec, outer is not None, mm is not None, speech)
         if mm and (tiling := mm.tower.hf_tiling(mm.preprocessor)):  # run --image notes it (multimodal.md §14.2)
             manifest["model"]["hf_image_tiling"] = tiling
-        if opts.smoke and not io.runnable:
-            notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
-        elif opts.smoke and mm:
-            notes.append("no smoke run: a multimodal package is run with `gqa-export run PKG --image FILE`")
+        why = io.not_runnable or ("a multimodal package is run with `gqa-export run PKG --image FILE`" if mm else None)
+        if opts.smoke and why:  # said on stderr too, not only in --json's notes
+            notes.append(f"no smoke run: {why}")
+            reporter.note(notes[-1])
         smoke = seal_lint_smoke(
             staged.path, manifest, written, notes, reporter, opts.smoke and io.runnable and not mm, source.model_dir
         )

@@ -21,11 +21,11 @@ from onnx import TensorProto, helper
 from gqa_export.check.external_data import external_data_problems
 from gqa_export.check.graph_facts import graph_facts
 from gqa_export.check.op_facts import ir_facts
-from gqa_export.check.paths import check_package_path
+from gqa_export.check.paths import check_package_path, package_config
 from gqa_export.check.stages import decoder_stages, encoder_stages
 from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
-from gqa_export.jsonio import read_json, read_json_object
+from gqa_export.jsonio import read_json
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
@@ -187,7 +187,7 @@ def load_package(path: Path, source: Path | None = None) -> Package:
         folder, config, stages = path.parent, None, [(path.name, "model", True, True)]
     else:
         folder = path.parent if path.is_file() else path
-        config = read_json_object(folder / "genai_config.json", "re-export the package")
+        config = package_config(folder)
         stages = decoder_stages(config)
     graphs, missing = [], []
     for filename, role, on_prompt, on_gen in stages:
