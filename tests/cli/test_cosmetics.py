@@ -70,12 +70,17 @@ def test_a_release_root_is_named_with_its_variants(release_root, command):
 
 @pytest.mark.parametrize(
     ("command", "wanted"),
-    [("inspect", "a package folder, its genai_config.json or an .onnx file"), ("run", "a package folder")],
+    [
+        ("inspect", "a package folder, its genai_config.json or an .onnx file"),
+        ("run", "a package folder or its genai_config.json"),
+        ("eval", "a package folder or its genai_config.json"),
+        ("quantize", "a package folder or its genai_config.json"),
+    ],
 )
 def test_a_file_is_said_to_be_a_file(tmp_path, command, wanted, monkeypatch):
     (tmp_path / "README.md").write_text("# notes\n")
     monkeypatch.chdir(tmp_path)
-    extra = ["--prompt", "Hi"] if command == "run" else []
+    extra = {"run": ["--prompt", "Hi"], "eval": ["--text", "README.md"], "quantize": ["-o", "out"]}.get(command, [])
     result = runner.invoke(app, [command, "README.md", *extra])
     assert result.exit_code == 2, result.output
     assert _errors(result.output) == [f"error: README.md is a file, not {wanted}"]
