@@ -29,7 +29,7 @@ from gqa_export.graph.plan import bidirectional_ids, plan_attention, static_max_
 from gqa_export.graph.static_decoder import build_static_decoder
 from gqa_export.jsonio import write_json
 from gqa_export.package.build_manifest import build_manifest, model_manifest
-from gqa_export.package.finish import seal_lint_smoke, stream_weights
+from gqa_export.package.finish import seal_lint_smoke, smoke_json, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
 from gqa_export.package.multimodal import (
     MultimodalPlan,
@@ -140,19 +140,6 @@ class BuildResult:
         }
 
 
-def smoke_json(smoke: GenerationResult | None) -> dict[str, Any] | None:
-    """The smoke run as `build --json` and `quantize --json` both print it (null: not run)."""
-    if smoke is None:
-        return None
-    return {
-        "ep": smoke.ep,
-        "new_tokens": len(smoke.tokens),
-        "prefill_ms": round(smoke.prefill_ms, 3),
-        "tokens_per_s": round(smoke.decode_tokens_per_s, 2),
-        "text": smoke.text,
-    }
-
-
 def _local_inputs(model: str | Path) -> list[tuple[Path, str]]:
     """The source folder -o must stay clear of, where it is known before the fetch."""
     local = Path(model).expanduser()
@@ -202,8 +189,16 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     max_length = planned_max_length(opts.max_length, dims)
     mm: MultimodalPlan | None = None
     # the recipe's full package is for its checkpoints with a vision tower (docs/multimodal.md §1)
-    if recipe.multimodal_model_type and not opts.text_only and getattr(hf_config, "vision_config", None) is not None:
+    full = bool(recipe.multimodal_model_type) and getattr(hf_config, "vision_config", None) is not None
+    if full and not opts.text_only:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
+    bnb = (imported or {}).get("quant_method") == "bitsandbytes"
+    no_effect = [f"--{flag} has no effect: {opts.model} {why}" for flag, given, why in (
+        ("text-only", opts.text_only and not full, "exports as a text package anyway"),
+        ("dequantize", opts.dequantize and not bnb, "holds no bitsandbytes weights, the only ones it reads"),
+    ) if given]  # fmt: skip
+    for note in no_effect:  # said, never silently accepted
+        reporter.note(note)
     vision_weights = encoder_plan(opts.encoder_precision, opts.ep, plan.io_dtype)
     if vision_weights is not None and not mm:
         raise InputError("--encoder-precision int8 is for a full multimodal package's vision model: drop it")
@@ -307,7 +302,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     )
     if mm:
         add_config_sections(config, mm)
-    notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
+    notes: list[str] = [attention.reason, *no_effect, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
     notes += apply_static_pad(config, dims, source.model_dir) if window else []  # docs/eps.md §7.7
     if import_report.source_format:  # what the checkpoint's quantization covered, what --precision did
         import_report.precision, import_report.by_precision = plan.name, list(quant_report.quantized)
