@@ -29,8 +29,10 @@ def summary(pkg: Package) -> dict[str, Any]:
     options = (pkg.decoder.get("session_options") or {}).get("provider_options") or []
     first = pkg.graphs[0] if pkg.graphs else None
     lora = _lora(first, pkg.manifest)
+    draft = _draft(pkg)
     return {
         **({"lora": lora} if lora else {}),
+        **({"draft": draft} if draft else {}),
         "path": str(pkg.path),
         "model_type": model.get("type"),
         "providers": [next(iter(p)) for p in options] or ["cpu"],
@@ -58,9 +60,23 @@ def summary(pkg: Package) -> dict[str, Any]:
                 "ops": g.ops,
                 "opsets": g.opsets,
             }
-            for g in [*pkg.graphs, *pkg.encoders]
+            for g in _all_graphs(pkg)
         ],
     }
+
+
+def _all_graphs(pkg: Package) -> list[Any]:
+    """The decoder's graphs, a multimodal package's encoders and a speculative draft."""
+    return [*pkg.graphs, *pkg.encoders, *([pkg.draft] if pkg.draft else [])]
+
+
+def _draft(pkg: Package) -> dict[str, Any] | None:
+    """A speculative-decoding package's draft model and its options (docs/speculative.md)."""
+    if pkg.draft is None:
+        return None
+    options = (pkg.config or {}).get("speculative")
+    return {"filename": pkg.draft.filename, "layers": len(pkg.draft.attention), "parameters": pkg.draft.parameters,
+            "speculative": options if isinstance(options, dict) else {}}  # fmt: skip
 
 
 def _lora(graph: Any, manifest: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -101,8 +117,12 @@ def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def layers(pkg: Package) -> list[dict[str, Any]]:
-    return [asdict(a) for g in pkg.graphs for a in g.attention]
+    return [asdict(a) for g in _decoders(pkg) for a in g.attention]
 
 
 def experts(pkg: Package) -> list[dict[str, Any]]:
-    return [{k: v for k, v in asdict(e).items() if k != "attributes"} for g in pkg.graphs for e in g.experts]
+    return [{k: v for k, v in asdict(e).items() if k != "attributes"} for g in _decoders(pkg) for e in g.experts]
+
+
+def _decoders(pkg: Package) -> list[Any]:
+    return [*pkg.graphs, *([pkg.draft] if pkg.draft else [])]
