@@ -32,6 +32,8 @@ try:  # typer >= 0.2x parses with its own copy of click, older ones with click i
     from typer._click import exceptions as click_errors
 except ImportError:
     from click import exceptions as click_errors  # type: ignore[no-redef]
+# click >= 8.2 raises it for a bare group (its help already printed); older clicks exit 0 themselves
+NO_ARGS_IS_HELP = getattr(click_errors, "NoArgsIsHelpError", ())
 
 
 class OneLineUsageErrors(Group):
@@ -46,7 +48,7 @@ class OneLineUsageErrors(Group):
         try:
             # not standalone: typer returns the exit code of a typer.Exit (or the command's None)
             result = super().main(*args, standalone_mode=False, **kwargs)
-        except click_errors.NoArgsIsHelpError as exc:  # `gqa-export` alone: the help was printed
+        except NO_ARGS_IS_HELP as exc:  # `gqa-export` alone: the help was printed
             sys.exit(exc.exit_code)
         except click_errors.ClickException as exc:
             err.print(f"[bold red]error:[/] {escape(usage_line(exc))}", highlight=False, soft_wrap=True)
