@@ -30,7 +30,7 @@ from gqa_export.graph.primitive_norms import decompose_for
 from gqa_export.graph.static_decoder import build_static_decoder
 from gqa_export.jsonio import write_json
 from gqa_export.package.build_manifest import build_manifest, ep_form_notes, ep_forms, model_manifest
-from gqa_export.package.finish import seal_lint_smoke, stream_weights
+from gqa_export.package.finish import seal_lint_smoke, smoke_json, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
 from gqa_export.package.multimodal import (
     MultimodalPlan,
@@ -142,19 +142,6 @@ class BuildResult:
         }
 
 
-def smoke_json(smoke: GenerationResult | None) -> dict[str, Any] | None:
-    """The smoke run as `build --json` and `quantize --json` both print it (null: not run)."""
-    if smoke is None:
-        return None
-    return {
-        "ep": smoke.ep,
-        "new_tokens": len(smoke.tokens),
-        "prefill_ms": round(smoke.prefill_ms, 3),
-        "tokens_per_s": round(smoke.decode_tokens_per_s, 2),
-        "text": smoke.text,
-    }
-
-
 def build_inputs(opts: BuildOptions) -> list[tuple[Path, str]]:
     """What -o must stay clear of, where it is known before the fetch: the source, the recipe, the KV text."""
     return local_inputs((opts.model, "model folder"), (opts.recipe, "recipe"), (opts.kv.calibration, "KV text file"))
@@ -205,8 +192,16 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     max_length = planned_max_length(opts.max_length, dims)
     mm: MultimodalPlan | None = None
     # the recipe's full package is for its checkpoints with a vision tower (docs/multimodal.md §1)
-    if recipe.multimodal_model_type and not opts.text_only and getattr(hf_config, "vision_config", None) is not None:
+    full = bool(recipe.multimodal_model_type) and getattr(hf_config, "vision_config", None) is not None
+    if full and not opts.text_only:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
+    bnb = (imported or {}).get("quant_method") == "bitsandbytes"
+    no_effect = [f"--{flag} has no effect: {opts.model} {why}" for flag, given, why in (
+        ("text-only", opts.text_only and not full, "exports as a text package anyway"),
+        ("dequantize", opts.dequantize and not bnb, "holds no bitsandbytes weights, the only ones it reads"),
+    ) if given]  # fmt: skip
+    for note in no_effect:  # said, never silently accepted
+        reporter.note(note)
     vision_weights = encoder_plan(opts.encoder_precision, opts.ep, plan.io_dtype)
     if vision_weights is not None and not mm:
         raise InputError("--encoder-precision int8 is for a full multimodal package's vision model: drop it")
@@ -312,7 +307,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     )
     if mm:
         add_config_sections(config, mm)
-    notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
+    notes: list[str] = [attention.reason, *no_effect, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
     pad = apply_pad_id(config, dims, source.model_dir, finite_rows(store, spec.tensor(spec.embed)))
     notes += [pad.note] if pad.note else []  # an id prompts can hold (docs/ortgenai.md §5.4)
     notes += ep_form_notes(forms := ep_forms(plan, quant_report, norms))  # forms taken for ops the EP lacks
@@ -362,10 +357,10 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest["model"]["pad"] = pad.manifest()
         if mm and (tiling := mm.tower.hf_tiling(mm.preprocessor)):  # run --image notes it (multimodal.md §14.2)
             manifest["model"]["hf_image_tiling"] = tiling
-        if opts.smoke and not io.runnable:
-            notes.append("no smoke run: onnxruntime-genai cannot generate from a pipeline stage on its own")
-        elif opts.smoke and mm:
-            notes.append("no smoke run: a multimodal package is run with `gqa-export run PKG --image FILE`")
+        why = io.not_runnable or ("a multimodal package is run with `gqa-export run PKG --image FILE`" if mm else None)
+        if opts.smoke and why:  # said on stderr too, not only in --json's notes
+            notes.append(f"no smoke run: {why}")
+            reporter.note(notes[-1])
         smoke = seal_lint_smoke(
             staged.path, manifest, written, notes, reporter, opts.smoke and io.runnable and not mm, source.model_dir
         )

@@ -28,7 +28,8 @@ from gqa_export.package.staging import StagedPackage, check_output
 from gqa_export.pipeline import BuildOptions, BuildResult, build, build_inputs
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.runtime.run import runnable_ep, smoke_run
-from gqa_export.source.checkpoint import Checkpoint
+from gqa_export.source.bnb import is_bitsandbytes
+from gqa_export.source.checkpoint import Checkpoint, open_checkpoint
 
 _WINDOW_CACHE = "attention.sliding_window_cache=true"
 
@@ -76,10 +77,16 @@ def build_with_draft(
         # the draft is a text decoder; the target's per-layer quantization patterns name its own layers;
         # an explicit --attention reaches it too, so a recipe that picks split (Gemma-3's image-token
         # runs) can pair as single graphs (docs/speculative.md §4.1)
+        # --text-only and --dequantize reach the draft where it has what they act on (else they would
+        # each say "no effect" about a draft the user never asked them for)
+        draft_checkpoint = open_checkpoint(draft, None, reporter)
+        raw = draft_checkpoint.raw_config
         draft_opts = replace(opts, model=draft, output=draft_dir, revision=None, smoke=False, report=False,
-                             io=io, recipe=None, settings=(), bidirectional_ids=None, text_only=True,
+                             io=io, recipe=None, settings=(), bidirectional_ids=None,
+                             text_only="vision_config" in raw,
+                             dequantize=opts.dequantize and is_bitsandbytes(raw.get("quantization_config") or {}),
                              quant=replace(opts.quant, keep_float=(), mixed_precision=()))  # fmt: skip
-        build(draft_opts, reporter)
+        build(draft_opts, reporter, draft_checkpoint)
         _refuse(rewind_refusal(draft_dir, "draft"), draft)
         target_dir = staged.path / "target-build"
         target_opts = replace(opts, output=target_dir, overwrite=False, smoke=False, io=io)

@@ -255,3 +255,21 @@ def test_head_dim_gqa_cannot_take_falls_back_to_bias(checkpoints, tmp_path):
     assert generate_greedy(tmp_path / "auto", prompt, 24, min_new_tokens=24).tokens == hf_generate(
         hf_model(folder), prompt, 24
     )
+
+
+def test_flags_without_effect_are_said(checkpoints, tmp_path):
+    """#34 item 12: --text-only on a text checkpoint and --dequantize on one without bitsandbytes
+    weights change nothing; each says so (stderr and --json's notes) instead of passing unsaid.
+    (A multimodal checkpoint's --text-only: tests/test_multimodal_commands.py, no such note.)"""
+    model = checkpoints.get("gqa")
+    result = invoke("build", model, "-o", tmp_path / "pkg", "--text-only", "--dequantize", "--no-smoke", "--json")
+    assert result.exit_code == 0, result.output
+    said = [line.removeprefix("note: ") for line in result.stderr.splitlines() if "has no effect" in line]
+    assert said == [
+        f"--text-only has no effect: {model} exports as a text package anyway",
+        f"--dequantize has no effect: {model} holds no bitsandbytes weights, the only ones it reads",
+    ]
+    assert [n for n in json.loads(result.stdout)["notes"] if "has no effect" in n] == said
+    plain = invoke("build", model, "-o", tmp_path / "plain", "--no-smoke", "--json")
+    assert not any("no effect" in n for n in json.loads(plain.stdout)["notes"])
+    assert (tmp_path / "pkg" / "model.onnx.data").read_bytes() == (tmp_path / "plain" / "model.onnx.data").read_bytes()

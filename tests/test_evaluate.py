@@ -132,7 +132,9 @@ def test_the_console_entry_point_keeps_torch_for_an_hf_reference(packages):
         (("--window", "8", "--stride", "8"), "--stride must be between 1 and the window less one (7)"),
         (("--max-ppl-increase", "1"), "pass --reference"),
         (("--reference", "/nonexistent-folder"), "neither a package"),
-        (("--max-tokens", "1"), "fewer than 2 tokens"),
+        # #34 item 12: the option is named, not the text ("holds fewer than 2 tokens")
+        (("--max-tokens", "1"), "--max-tokens must be 2 or more (perplexity needs one prediction), got 1"),
+        (("--max-tokens", "0"), "--max-tokens must be 2 or more (perplexity needs one prediction), got 0"),
         (("--ep", "tpu"), "'tpu' is not one of"),
     ],
 )

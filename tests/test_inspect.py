@@ -209,3 +209,21 @@ def test_readable_in_80_columns(mode_packages):
 def test_not_a_package(tmp_path):
     result = runner.invoke(app, ["inspect", str(tmp_path)])
     assert result.exit_code == 2 and "no genai_config.json" in result.output
+
+
+def test_rope_tables_are_no_embedding(checkpoints, tmp_path):
+    """#34 item 12: with RoPE outside GQA (mode bias here; DirectML's graphs too) the cos/sin tables
+    are read by Gather, which inspect counted as a float embedding: a tied int4 embedding showed as
+    "float, int4" and the tables as parameters."""
+    out = tmp_path / "int4-bias"
+    build(BuildOptions(str(checkpoints.get("mqa_tied")), out, smoke=False, precision="int4", attention="bias"))
+    code, report = inspect(out)
+    graph = report["summary"]["graphs"][0]
+    assert code == 0 and graph["weights"]["embedding"] == "int4 (block 32)", graph["weights"]
+    model = onnx.load(str(out / "model.onnx"), load_external_data=False)
+    tables = {i.name: i for i in model.graph.initializer if i.name.endswith(("cos_cache", "sin_cache"))}
+    gathered = {n.input[0] for n in model.graph.node if n.op_type == "Gather"}
+    assert tables and set(tables) <= gathered  # the case this covers: the tables read by Gather
+    fused = tmp_path / "int4-gqa"  # RoPE inside GQA: the tables are its inputs, never counted
+    build(BuildOptions(str(checkpoints.get("mqa_tied")), fused, smoke=False, precision="int4", attention="gqa"))
+    assert report["summary"]["parameters"] == inspect(fused)[1]["summary"]["parameters"]

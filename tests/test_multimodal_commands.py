@@ -17,9 +17,28 @@ from multimodal_models import save_multimodal
 from gqa_export.errors import InputError
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions, build
+from gqa_export.progress import NullReporter
 from gqa_export.quant.kv_cache import KvQuantOptions
 
 pytest.importorskip("PIL")  # PNG test images
+
+
+class Notes(NullReporter):
+    """What a command says on stderr (`note:` lines), recorded."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+
+def test_full_build_says_it_skips_the_smoke_run(checkpoint, tmp_path):
+    """#34 item 6: the skipped smoke run of a full package is said (stderr), not only in the notes."""
+    said = Notes()
+    result = build(BuildOptions(str(checkpoint), tmp_path / "full"), said)
+    skipped = [n for n in result.notes if n.startswith("no smoke run: a multimodal package")]
+    assert result.smoke is None and len(skipped) == 1 and skipped[0] in said.notes
 
 
 # short names for the session fixtures of tests/conftest.py
@@ -68,9 +87,10 @@ def test_text_only_keeps_the_decoder_package(checkpoint, tmp_path):
     from gqa_export.cli import app
 
     out = tmp_path / "text"
-    args = ["build", str(checkpoint), "-o", str(out), "--attention", "split", "--text-only", "--no-smoke", "-q"]
+    args = ["build", str(checkpoint), "-o", str(out), "--attention", "split", "--text-only", "--no-smoke", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
+    assert not any("no effect" in note for note in json.loads(result.stdout)["notes"])  # it had one here
     assert not (out / "vision.onnx").exists() and not (out / "processor_config.json").exists()
     model = json.loads((out / "genai_config.json").read_text())["model"]
     assert model["type"] == "decoder-pipeline" and "vision" not in model
@@ -121,6 +141,40 @@ def test_run_with_images_explains_a_load_failure(package, images, tmp_path):
     assert result.exit_code == 2 and len(errors) == 1 and "cannot load" in errors[0], result.output
 
 
+def test_run_with_a_file_that_is_no_image_is_one_line(package, tmp_path):
+    """`run --image README.md` (#34 item 11): genai 0.18 hands it to libjpeg, which ends the process
+    with a bare "Not a JPEG file: starts with 0x23 0x20" and exit 1, so this runs in a process of its
+    own (a regression must fail this test, not end the test session). One line naming the file, exit 2."""
+    import subprocess
+    import sys
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# notes\n\nnot a picture\n")
+    command = [sys.executable, "-m", "gqa_export", "run", str(package), "--image", str(readme), "--prompt", "x"]
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__import__("gqa_export").__file__).parents[1])}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and done.stdout == "", (done.returncode, done.stdout, done.stderr)
+    assert errors == [f"error: --image {readme}: not an image; onnxruntime-genai reads PNG and JPEG images only: "
+                      "convert it (e.g. to PNG)"], done.stderr  # fmt: skip
+
+
+def test_run_with_an_image_genai_cannot_decode_is_one_line(package, images, tmp_path):
+    """A whole PNG whose compressed data is damaged: genai's decoder raises, and the line names the file."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    data = bytearray(images["exact"].read_bytes())
+    data[data.find(b"IDAT") + 6] ^= 0xFF
+    damaged = tmp_path / "damaged.png"
+    damaged.write_bytes(bytes(data))
+    result = CliRunner().invoke(app, ["run", str(package), "--image", str(damaged), "--prompt", "x"])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "Traceback" not in result.output, result.output
+    assert f"--image {damaged}: onnxruntime-genai cannot read it ([ImageDecoder]" in errors[0], errors[0]
+
+
 @pytest.mark.parametrize(
     ("prompt", "text_only", "phrase"),
     [("A<start_of_image>B<start_of_image>", False, "2 '<start_of_image>' markers for 1"), ("x", True, "no vision")],
@@ -158,8 +212,10 @@ def test_quantize_keeps_the_vision_and_embedding_models(package, images, tmp_pat
     from gqa_export.quant.requantize import requantize
 
     out = tmp_path / "int4"
-    result = requantize(package, out, "int4", QuantOptions(), smoke=True)
+    said = Notes()
+    result = requantize(package, out, "int4", QuantOptions(), smoke=True, reporter=said)
     assert result.smoke is None and any("no smoke run" in note for note in result.notes)
+    assert [n for n in said.notes if "no smoke run" in n] == [n for n in result.notes if "no smoke run" in n]
     for name in ("vision.onnx", "vision.onnx.data", "embedding.onnx", "embedding.onnx.data"):
         assert (out / name).read_bytes() == (package / name).read_bytes()
     ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}

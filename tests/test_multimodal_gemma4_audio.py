@@ -364,16 +364,22 @@ def test_mutant_run_audio_marker_appended_fails(package, clips, hf_text, monkeyp
         (["clip", "short"], "x", "one audio clip per prompt, got 2"),
         (["clip"], "<|audio|> and <|audio|>", "2 '<|audio|>' markers for one --audio"),
         (["clip"], "x", "no speech model"),
+        # #34 item 11: genai's AudioDecoder raises on a file it cannot read; one line naming it
+        (["README.md"], "x", "README.md: onnxruntime-genai cannot read it ([AudioDecoder]: Cannot detect audio"),
+        (["empty.wav"], "x", "empty.wav: onnxruntime-genai cannot read it ([AudioDecoder]"),
     ],
 )
-def test_run_audio_refusals(package, gemma4_full_package, clips, files, prompt, phrase):
+def test_run_audio_refusals(package, gemma4_full_package, clips, files, prompt, phrase, tmp_path):
     from typer.testing import CliRunner
 
     from gqa_export.cli import app
 
+    (tmp_path / "README.md").write_text("# notes\n\nnot a sound\n")
+    (tmp_path / "empty.wav").write_bytes(b"")
     target = gemma4_full_package if phrase == "no speech model" else package
     args = ["run", str(target), "--prompt", prompt]
     for name in files:
-        args += ["--audio", str(clips[name])]
+        args += ["--audio", str(clips.get(name, tmp_path / name))]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 2 and phrase in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and phrase in errors[0], result.output

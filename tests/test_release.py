@@ -204,6 +204,25 @@ def test_eval_window_over_a_variant_max_length_fails_before_any_export(tmp_path,
     assert "max_length 64" in result.output and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("max_length", "says"), [(100000, "exceeds the model's context length"), (0, "at least 1")])
+def test_a_variant_max_length_is_refused_with_its_line(tmp_path, monkeypatch, max_length, says):
+    """#34 item 12: a variant's max_length beyond the context was refused by its build as
+    "--max-length must be between ..." (an option the spec does not have), with no file:line; here
+    it is named with the spec's line and the variant, before anything is exported (eval or not)."""
+    from gqa_export.release import assemble
+
+    monkeypatch.setattr(assemble, "build", lambda *a, **k: pytest.fail("a variant was exported first"))
+    spec = tmp_path / "release.yaml"
+    variants = [FOUR[0], {"ep": "cpu", "precision": "int4", "max_length": max_length}]
+    spec.write_text(yaml.safe_dump({"source": str(TRAINED), "license": "apache-2.0", "variants": variants}))
+    result = invoke("release", spec, "-o", tmp_path / "out")
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    items = [i + 1 for i, text in enumerate(spec.read_text().splitlines()) if text.startswith("- ")]
+    assert f"{spec}:{items[1]}: variants[1]: max_length" in errors[0] and says in errors[0], errors[0]
+    assert "--max-length" not in errors[0] and not (tmp_path / "out").exists()
+
+
 def test_a_failed_smoke_run_publishes_nothing(tmp_path, monkeypatch):
     from gqa_export.errors import SmokeRunError
     from gqa_export.package import finish

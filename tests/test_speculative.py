@@ -52,6 +52,22 @@ def test_draft_package_layout(packages):
     assert result.exit_code == 0, result.output
 
 
+def test_inspect_shows_the_draft(packages):
+    """#34 item 12: `inspect` named the target only; the draft graph, its layers and genai's
+    speculative options are listed too (JSON and text), and the plain package has none."""
+    report = json.loads(invoke("inspect", packages["paired"], "--json").stdout)
+    draft = report["summary"]["draft"]
+    assert draft["filename"] == DRAFT_GRAPH and draft["layers"] == 1 and draft["parameters"] > 0
+    assert draft["speculative"] == {"max_draft_tokens": 4, "min_adaptive_k": 0, "cooldown": False}
+    graphs = {g["filename"]: g["stage"] for g in report["summary"]["graphs"]}
+    assert graphs == {"model.onnx": "decoder", DRAFT_GRAPH: "draft"}
+    assert {a["graph"] for a in report["layers"]} == {"model.onnx", DRAFT_GRAPH}
+    text = invoke("inspect", packages["paired"]).stdout
+    row = next(line for line in text.splitlines() if line.startswith("draft "))
+    assert f"{DRAFT_GRAPH}: 1 layers" in row and "max_draft_tokens 4" in row, row
+    assert "draft" not in json.loads(invoke("inspect", packages["plain"], "--json").stdout)["summary"]
+
+
 def test_draft_tokens_equal_plain_and_hf(sources, packages):
     """Greedy tokens with the draft = without it = HF generate of the target (not one repeated id)."""
     model = hf_model(sources["target"])

@@ -21,11 +21,11 @@ from onnx import TensorProto, helper
 from gqa_export.check.external_data import external_data_problems
 from gqa_export.check.graph_facts import graph_facts
 from gqa_export.check.op_facts import ir_facts
-from gqa_export.check.paths import check_package_path
+from gqa_export.check.paths import check_package_path, package_config
 from gqa_export.check.stages import decoder_stages, encoder_stages
 from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
-from gqa_export.jsonio import read_json, read_json_object
+from gqa_export.jsonio import read_json
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
@@ -33,6 +33,7 @@ _GQA_BIAS_INPUT = 10  # GroupQueryAttention's optional attention_bias input
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
 _PAST_STATE = re.compile(r"past\.(\d+)\.(conv|recurrent)$")
 _CACHE = re.compile(r"(?:past_key_values|present)\.(\d+)\.key$")
+_ROPE_TABLE = re.compile(r"(?:^|[._/])(?:cos|sin)_cache$")  # graph/rotary.py names them, as the official builder
 BYTES = {
     TensorProto.FLOAT: 4,
     TensorProto.FLOAT16: 2,
@@ -110,6 +111,7 @@ class Package:
     source_windows: list[int] | None = None  # a --source checkpoint's windows, read as build reads them
     # a multimodal package's vision / embedding graphs (docs/multimodal.md §2): listed, never linted as decoders
     encoders: list[GraphInfo] = field(default_factory=list)
+    draft: GraphInfo | None = None  # a speculative-decoding draft model (model.draft, docs/speculative.md)
 
     @property
     def attention_windows(self) -> list[int] | None:
@@ -187,7 +189,7 @@ def load_package(path: Path, source: Path | None = None) -> Package:
         folder, config, stages = path.parent, None, [(path.name, "model", True, True)]
     else:
         folder = path.parent if path.is_file() else path
-        config = read_json_object(folder / "genai_config.json", "re-export the package")
+        config = package_config(folder)
         stages = decoder_stages(config)
     graphs, missing = [], []
     for filename, role, on_prompt, on_gen in stages:
@@ -202,6 +204,11 @@ def load_package(path: Path, source: Path | None = None) -> Package:
             missing.append(filename)
             continue
         encoders.append(_graph_info(folder / filename, role, on_prompt, on_gen, None))
+    draft = None
+    section = ((config or {}).get("model") or {}).get("draft")
+    # read like the decoder, with its own section (a missing draft is the `draft-missing` lint's)
+    if isinstance(section, dict) and section.get("filename") and (folder / section["filename"]).is_file():
+        draft = _graph_info(folder / section["filename"], "draft", True, True, {"model": {"decoder": section}})
     hf_dir = source or folder
     files = {p.name: p.stat().st_size for p in sorted(folder.iterdir()) if p.is_file()}
     return Package(
@@ -214,6 +221,7 @@ def load_package(path: Path, source: Path | None = None) -> Package:
         missing,
         read_json(folder / "manifest.json"),
         encoders=encoders,
+        draft=draft,
     )
 
 
@@ -326,6 +334,8 @@ def _weights(g: onnx.GraphProto, inits: dict[str, TensorProto]) -> tuple[dict[st
                 kind = "linear" if node.op_type == "MatMulNBits" else "embedding"
                 kinds.setdefault(kind, set()).add(f"int{bits} (block {a.get('block_size', '?')})")
                 params += count * 8 // bits
+            elif node.op_type == "Gather" and pos == 0 and _ROPE_TABLE.search(name):
+                continue  # RoPE's cos/sin tables read per position (RoPE outside GQA): constants, not weights
             elif (pos == 0 and node.op_type == "Gather") or (
                 node.op_type == "Gemm" and pos == 1 and name in _gather_tables(g)
             ):

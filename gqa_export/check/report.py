@@ -31,9 +31,11 @@ def summary(pkg: Package) -> dict[str, Any]:
     lora = _lora(first, pkg.manifest)
     # graph forms the build took because the EP lacks an op (docs/eps.md §2.7, §2.8)
     forms = ((pkg.manifest or {}).get("options") or {}).get("ep_forms")
+    draft = _draft(pkg)
     return {
         **({"lora": lora} if lora else {}),
         **({"ep_forms": forms} if forms else {}),
+        **({"draft": draft} if draft else {}),
         "path": str(pkg.path),
         "model_type": model.get("type"),
         "providers": [next(iter(p)) for p in options] or ["cpu"],
@@ -61,9 +63,23 @@ def summary(pkg: Package) -> dict[str, Any]:
                 "ops": g.ops,
                 "opsets": g.opsets,
             }
-            for g in [*pkg.graphs, *pkg.encoders]
+            for g in _all_graphs(pkg)
         ],
     }
+
+
+def _all_graphs(pkg: Package) -> list[Any]:
+    """The decoder's graphs, a multimodal package's encoders and a speculative draft."""
+    return [*pkg.graphs, *pkg.encoders, *([pkg.draft] if pkg.draft else [])]
+
+
+def _draft(pkg: Package) -> dict[str, Any] | None:
+    """A speculative-decoding package's draft model and its options (docs/speculative.md)."""
+    if pkg.draft is None:
+        return None
+    options = (pkg.config or {}).get("speculative")
+    return {"filename": pkg.draft.filename, "layers": len(pkg.draft.attention), "parameters": pkg.draft.parameters,
+            "speculative": options if isinstance(options, dict) else {}}  # fmt: skip
 
 
 def _lora(graph: Any, manifest: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -104,8 +120,12 @@ def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def layers(pkg: Package) -> list[dict[str, Any]]:
-    return [asdict(a) for g in pkg.graphs for a in g.attention]
+    return [asdict(a) for g in _decoders(pkg) for a in g.attention]
 
 
 def experts(pkg: Package) -> list[dict[str, Any]]:
-    return [{k: v for k, v in asdict(e).items() if k != "attributes"} for g in pkg.graphs for e in g.experts]
+    return [{k: v for k, v in asdict(e).items() if k != "attributes"} for g in _decoders(pkg) for e in g.experts]
+
+
+def _decoders(pkg: Package) -> list[Any]:
+    return [*pkg.graphs, *([pkg.draft] if pkg.draft else [])]

@@ -29,13 +29,52 @@ from gqa_export.errors import GqaExportError, RunError, from_os_error, interrupt
 from gqa_export.package.swap import committed_outputs, forget_committed
 from gqa_export.progress import Advance
 
+try:  # typer >= 0.2x parses with its own copy of click, older ones with click itself
+    from typer._click import exceptions as click_errors
+except ImportError:
+    from click import exceptions as click_errors  # type: ignore[no-redef]
+# click >= 8.2 raises it for a bare group (its help already printed); older clicks exit 0 themselves
+NO_ARGS_IS_HELP = getattr(click_errors, "NoArgsIsHelpError", ())
+
+
+class OneLineUsageErrors(Group):
+    """The top-level group, through which every command's parsing passes: click's usage errors (an
+    option typo, a value outside a choice, a missing argument) come as one `error:` line with
+    click's suggestion and where the help is, exit 2, instead of typer's usage line and boxed panel
+    (a script's log then holds one line per failure, as for every other bad input)."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            # not standalone: typer returns the exit code of a typer.Exit (or the command's None)
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except NO_ARGS_IS_HELP as exc:  # `gqa-export` alone: the help was printed
+            sys.exit(exc.exit_code)
+        except click_errors.ClickException as exc:
+            err.print(f"[bold red]error:[/] {escape(usage_line(exc))}", highlight=False, soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:  # end of input at a prompt
+            err.print("[bold red]error:[/] aborted", highlight=False)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+def usage_line(exc: Exception) -> str:
+    """click's message on one line (typer's pydantic coercion adds "Value error, "), then where the
+    command's help is."""
+    message = " ".join(exc.format_message().replace("Value error, ", "").split()).rstrip(".")  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    return f"{message} (see '{ctx.command_path} --help')" if ctx is not None else message
+
+
 app = typer.Typer(
     name="gqa-export",
     help="Turn a Hugging Face causal LM into a ready-to-run ONNX Runtime GenAI package.",
     add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    cls=Group,
+    cls=OneLineUsageErrors,
 )
 # Wider than any line we print: what "no limit" means for a console that is not a terminal.
 PIPE_WIDTH = 100_000
@@ -250,6 +289,7 @@ Method = choice_enum("Method", choices.QUANT_METHODS)
 ActivationDtype = choice_enum("ActivationDtype", choices.ALL_ACTIVATIONS)
 KvCache = choice_enum("KvCache", KV_CACHE_DTYPES)
 KvScales = choice_enum("KvScales", KV_SCALES)
+EncoderPrecision = choice_enum("EncoderPrecision", choices.ENCODER_PRECISIONS)
 
 TARGET, ATTENTION, QUANT, OUTPUT, RECIPE = "Target", "Attention", "Quantization (int4/int8)", "Output", "Recipe"
 PIPELINE = "Inputs and outputs"

@@ -25,6 +25,7 @@ from gqa_export.cli.app import (
     Attention,
     BlockSize,
     Dequantize,
+    EncoderPrecision,
     Ep,
     EpOption,
     KeepFloat,
@@ -164,15 +165,15 @@ def build(
         ),
     ] = False,
     encoder_precision: Annotated[
-        str,
+        EncoderPrecision,
         typer.Option(
             "--encoder-precision",
-            metavar="float|int8",
-            help="A full multimodal package's vision model: float (default, exact) or int8 (8-bit "
-            "MatMulNBits linears: features move by about 1 %, docs/multimodal.md §17).",
+            help="A full multimodal package's vision model: "
+            + choices.described(choices.ENCODER_PRECISIONS)
+            + " (docs/multimodal.md §17).",
             rich_help_panel=PIPELINE,
         ),
-    ] = "float",
+    ] = EncoderPrecision("float"),
     no_lm_head: Annotated[
         bool,
         typer.Option(
@@ -271,7 +272,7 @@ def build(
     opts = BuildOptions(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
         tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only, parse_targets(lora_targets),
-        encoder_precision, dequantize,
+        str(value(encoder_precision)), dequantize,
     )  # fmt: skip
     if (draft_tokens is not None or min_adaptive_k is not None or cooldown) and draft is None:
         raise InputError(

@@ -113,13 +113,16 @@ def run_command(
     ] = False,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
-    from gqa_export.check.paths import check_package_path
+    from gqa_export.check.paths import package_folder
     from gqa_export.runtime.chat import Session
 
     if not interactive and prompt is None:
         raise fail(GqaExportError("pass --prompt TEXT (or --prompt - to read stdin), or --interactive"))
+    if interactive and (prompt is not None or as_json):  # never silently ignored
+        given = " and ".join(f for f, on in (("--prompt", prompt is not None), ("--json", as_json)) if on)
+        raise InputError(f"--interactive reads each turn from stdin and streams the replies: drop {given}")
     _check_generation(max_new_tokens, temperature, top_p, top_k, seed)
-    check_package_path(path, files=False)
+    path = package_folder(path)  # the folder, or its genai_config.json
     text = sys.stdin.read() if prompt == "-" else prompt
     if text is not None:
         from gqa_export.runtime.images import check_unexported_markers

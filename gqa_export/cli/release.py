@@ -10,10 +10,24 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gqa_export.cli.app import EXPORT_LIBRARIES, AsJson, Ep, Overwrite, RichReporter, command, out, quiet_hub, value
+from gqa_export.cli.app import (
+    EXPORT_LIBRARIES,
+    OUTPUT,
+    AsJson,
+    Ep,
+    Overwrite,
+    Quiet,
+    RichReporter,
+    command,
+    out,
+    quiet_hub,
+    value,
+)
 from gqa_export.units import size
 
-Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")]
+# verify and eval have a few options and no panels: theirs are listed together, as one panel
+PlainJson = Annotated[bool, typer.Option("--json", help="Print one JSON object describing the result.")]
+PlainQuiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")]
 
 
 @command(
@@ -26,7 +40,10 @@ def release_command(
         Path, typer.Argument(metavar="SPEC", help="Release spec YAML: source, variants, eval text, gates.")
     ],
     output: Annotated[
-        Path, typer.Option("-o", "--output", metavar="DIR", help="Release folder to create (the repo root).")
+        Path,
+        typer.Option(
+            "-o", "--output", metavar="DIR", help="Release folder to create (the repo root).", rich_help_panel=OUTPUT
+        ),
     ],
     overwrite: Overwrite = False,
     as_json: AsJson = False,
@@ -61,7 +78,7 @@ def verify_command(
     ],
     smoke: Annotated[bool, typer.Option("--smoke", help="Also generate a few tokens with each package.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Lint warnings fail too (exit 1).")] = False,
-    as_json: AsJson = False,
+    as_json: PlainJson = False,
 ) -> None:
     """Recompute every hash, look for missing or extra files, lint; exit 1 on any problem."""
     from gqa_export.check.verify import failing, verify
@@ -123,12 +140,14 @@ def eval_command(
     ep: Annotated[
         Optional[Ep], typer.Option("--ep", help="Execution provider (default: where the package runs here).")
     ] = None,
-    as_json: AsJson = False,
-    quiet: Quiet = False,
+    as_json: PlainJson = False,
+    quiet: PlainQuiet = False,
 ) -> None:
     """Perplexity and next-token accuracy of a package over a text, optionally against a reference."""
+    from gqa_export.check.paths import package_folder
     from gqa_export.runtime.evaluate import evaluate, read_text
 
+    path = package_folder(path)  # the folder, or its genai_config.json
     _quiet_transformers()
     report = evaluate(
         path, read_text(text), reference, window, stride, max_tokens, max_ppl_increase, value(ep), RichReporter(quiet)

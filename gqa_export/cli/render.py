@@ -61,6 +61,13 @@ def _cache(layer: dict[str, Any]) -> str:
     return "window" if layer.get("window_cache") else "own"
 
 
+def _draft_row(draft: dict[str, Any]) -> str:
+    """A speculative package's draft model in one line: its graph, size and genai's options."""
+    options = ", ".join(f"{k} {shown(v)}" for k, v in draft["speculative"].items())
+    size_ = f"{draft['filename']}: {draft['layers']} layers, {draft['parameters'] / 1e6:.1f} M parameters"
+    return f"{size_}; {options}" if options else size_
+
+
 def shown(value: Any) -> str:
     """A value as a person reads it: yes/no for booleans, "-" for nothing, `k v, ...` for a
     mapping, `[a, b]` for a shape; never Python's repr (None, True, {'ai.onnx': 21})."""
@@ -109,6 +116,7 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
             else []
         ),
         *([("EP forms", _ep_forms(s["ep_forms"]))] if s.get("ep_forms") else []),
+        *([("draft", _draft_row(s["draft"]))] if s.get("draft") else []),
         *(
             [
                 (

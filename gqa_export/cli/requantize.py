@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from gqa_export import choices
 from gqa_export.cli.app import (
     EXPORT_LIBRARIES,
     OUTPUT,
+    QUANT,
     TARGET,
     AccuracyLevel,
-    Activations,
+    ActivationDtype,
     AsJson,
     Asymmetric,
     BlockSize,
@@ -38,6 +40,18 @@ from gqa_export.units import size
 
 if TYPE_CHECKING:  # the library is imported by the command that runs it
     from gqa_export.quant.requantize import RequantizeResult
+
+# quantize keeps the input package's EP (it has no --ep): its activations are the package's own
+_TWO_DTYPES = ", ".join(f"{ep} {' or '.join(d)}" for ep, d in choices.ACTIVATIONS.items() if len(d) > 1)
+Activations = Annotated[
+    Optional[ActivationDtype],
+    typer.Option(
+        "--activations",
+        help="Activation dtype of the result, which must be the input package's own (quantize keeps its EP; "
+        f"the default is the EP's first: {_TWO_DTYPES}).",
+        rich_help_panel=QUANT,
+    ),
+]
 
 
 @command(
@@ -68,8 +82,10 @@ def quantize_command(
     quiet: Quiet = False,
 ) -> None:
     """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
+    from gqa_export.check.paths import package_folder
     from gqa_export.quant.requantize import requantize
 
+    package = package_folder(package)  # the folder, or its genai_config.json
     quant = quant_options(
         block_size, asymmetric, quant_method, accuracy_level, keep_float, quant_embeddings, activations, mixed_precision
     )
@@ -94,7 +110,7 @@ def quantize_command(
 def _quantize_json(result: RequantizeResult, package: Path) -> dict[str, Any]:
     """build's keys where they mean the same (the model's source, recipe, target, files, smoke run,
     notes, report), plus `input`: the float package it was quantized from."""
-    from gqa_export.pipeline import smoke_json
+    from gqa_export.package.finish import smoke_json
 
     manifest = result.manifest
     options = manifest.get("options") or {}

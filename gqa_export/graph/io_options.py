@@ -52,9 +52,21 @@ class ResolvedIo:
 
     @property
     def runnable(self) -> bool:
-        """Whether onnxruntime-genai can generate from the package on its own (smoke run): a
+        """Whether onnxruntime-genai can generate from the package on its own (smoke run)."""
+        return self.not_runnable is None
+
+    @property
+    def not_runnable(self) -> str | None:
+        """Why onnxruntime-genai cannot generate from the package on its own, None when it can: a
         decoder-only package cannot feed 3-D position_ids (only a multimodal one computes them)."""
-        return not self.inputs_embeds and not self.mrope_positions and self.logits != "none"
+        cannot = "onnxruntime-genai cannot generate on its own from a decoder that"
+        if self.inputs_embeds:
+            return f"{cannot} takes inputs_embeds, not input_ids (--inputs-embeds: a pipeline stage)"
+        if self.logits == "none":
+            return f"{cannot} gives hidden_states, not logits (--no-lm-head: a pipeline stage)"
+        if self.mrope_positions:
+            return f"{cannot} takes M-RoPE position_ids (only a multimodal package computes them)"
+        return None
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -49,14 +49,23 @@ class AdapterResult:
     cleaned: list[str] = field(default_factory=list)  # staging files of killed runs removed beside the output
 
 
-def base_lora_inputs(package: Path) -> dict[str, BaseInput]:
-    """The base's LoRA inputs, read from model.onnx's graph inputs (weights not loaded)."""
+def base_lora_inputs(package: Path, named: str = "--base") -> dict[str, BaseInput]:
+    """The base's LoRA inputs, read from model.onnx's graph inputs (weights not loaded). `named`:
+    how the line names the base (`adapter --base`; `run` names the package itself)."""
     import onnx
 
+    from gqa_export.check.paths import CONFIG, package_config
+
+    who = f"{named} {package}".strip()
+    if (package / CONFIG).is_file():  # a package folder: a broken genai_config.json is said as such
+        package_config(package)
     path = package / "model.onnx" if package.is_dir() else package
     if not path.is_file():
-        raise InputError(f"--base {package}: no model.onnx there; give a package built with --lora-targets")
-    graph = onnx.load(str(path), load_external_data=False).graph
+        raise InputError(f"{who}: no model.onnx there; give a package built with --lora-targets")
+    try:
+        graph = onnx.load(str(path), load_external_data=False).graph
+    except Exception as exc:  # protobuf raises DecodeError and friends
+        raise InputError(f"{path} is not a readable ONNX model ({exc}); re-export the package") from None
     found = {}
     for value in graph.input:
         name = value.name
@@ -65,7 +74,7 @@ def base_lora_inputs(package: Path) -> dict[str, BaseInput]:
             width = dims[0].dim_value if name.endswith(LORA_A) else dims[1].dim_value
             found[name] = BaseInput(value.type.tensor_type.elem_type, int(width))
     if not found:
-        raise InputError(f"--base {package} has no LoRA inputs: rebuild it with `gqa-export build --lora-targets ...`")
+        raise InputError(f"{who} has no LoRA inputs: rebuild it with `gqa-export build --lora-targets ...`")
     return found
 
 
@@ -191,7 +200,7 @@ def check_adapters(files: list[Path], package: Path) -> None:
     one of them, not their sum (probed, docs/lora.md §5), so overlap is refused."""
     import onnxruntime as ort
 
-    inputs = base_lora_inputs(package)
+    inputs = base_lora_inputs(package, named="--adapter needs a multi-LoRA base, but")
     owner: dict[str, Path] = {}
     for file in files:
         if not file.is_file():

@@ -55,3 +55,16 @@ def seal_lint_smoke(
         return None
     reporter.stage(f"smoke-run on {ep}")
     return smoke_run(folder, ep)
+
+
+def smoke_json(smoke: GenerationResult | None) -> dict[str, Any] | None:
+    """The smoke run as `build --json` and `quantize --json` both print it (null: not run)."""
+    if smoke is None:
+        return None
+    return {
+        "ep": smoke.ep,
+        "new_tokens": len(smoke.tokens),
+        "prefill_ms": round(smoke.prefill_ms, 3),
+        "tokens_per_s": round(smoke.decode_tokens_per_s, 2),
+        "text": smoke.text,
+    }

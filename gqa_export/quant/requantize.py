@@ -119,6 +119,7 @@ def requantize(
                     shutil.copy2(package / name, staged.path / name)
         if pkg.encoders and smoke:
             notes.append("no smoke run: a multimodal package is run with `gqa-export run PKG --image FILE`")
+            reporter.note(notes[-1])
             smoke = False
         result_report = None
         if report:

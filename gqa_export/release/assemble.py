@@ -89,7 +89,7 @@ def release(
     checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
     source = checkpoint.source
     check_outside(output, source.model_dir)
-    _check_eval_window(spec, source.model_dir)
+    _check_lengths(spec, source.model_dir)
     info = card_info(
         source.model_dir, source.source_id, source.is_local, spec.license, spec.base_model, spec.name, spec.tags,
         spec.file, spec.repo,
@@ -144,17 +144,24 @@ def _build_variant(
         raise kind(f"variant {variant.path} failed: {exc} (nothing was written to {output})") from exc
 
 
-def _check_eval_window(spec: ReleaseSpec, model_dir: Path) -> None:
-    """eval.window against every variant's max_length, before any variant is exported (the
-    spec's other eval values were checked when it was read)."""
-    if spec.eval is None or spec.eval.window is None:
-        return
+def _check_lengths(spec: ReleaseSpec, model_dir: Path) -> None:
+    """Every variant's max_length against the model's context length, and eval.window against
+    every variant's max_length, before any variant is exported, each naming the spec's line (the
+    spec's other values were checked when it was read)."""
+    window = spec.eval.window if spec.eval is not None else None
     dims = {recipe: source_dims(model_dir, recipe) for recipe in {v.options.recipe for v in spec.variants}}
     for variant in spec.variants:
-        limit = planned_max_length(variant.options.max_length, dims[variant.options.recipe])
-        if spec.eval.window > limit:
+        try:
+            limit = planned_max_length(variant.options.max_length, dims[variant.options.recipe])
+        except InputError:  # its sentence names --max-length, the build's option
+            context = dims[variant.options.recipe].max_position_embeddings
             raise InputError(
-                f"{spec.eval.where}.window {spec.eval.window} exceeds variant {variant.path}'s max_length {limit}: "
+                f"{variant.where}: max_length {variant.options.max_length} exceeds the model's context length "
+                f"{context}; lower it to {context} or less"
+            ) from None
+        if spec.eval is not None and window is not None and window > limit:
+            raise InputError(
+                f"{spec.eval.where}.window {window} exceeds variant {variant.path}'s max_length {limit}: "
                 "lower eval.window, or raise that variant's max_length"
             )
 

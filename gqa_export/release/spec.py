@@ -109,6 +109,7 @@ class Variant:
         default_factory=SpeculativeOptions
     )  # its draft_tokens / min_adaptive_k / cooldown keys
     adapters: tuple[str, ...] = ()  # PEFT folders, converted into `<folder name>.onnx_adapter` (docs/lora.md §8)
+    where: str = "variants"  # "spec.yaml:LINE: variants[i]", prefixed to what is wrong with this variant
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,9 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
         speculative.check()
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
-    return Variant(str(PurePosixPath(path)), options, draft=item.get("draft"), speculative=speculative)
+    if options.max_length is not None and options.max_length < 1:  # its upper bound: once the config is read
+        raise InputError(f"{where}: max_length must be at least 1, got {options.max_length}")
+    return Variant(str(PurePosixPath(path)), options, draft=item.get("draft"), speculative=speculative, where=where)
 
 
 # the spec keys of the int4/int8 options (a float variant given one is refused, naming it)

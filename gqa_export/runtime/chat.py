@@ -15,6 +15,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.markup import escape
 
+from gqa_export.check.paths import check_package_path
 from gqa_export.errors import InputError
 from gqa_export.runtime.run import (
     GenerationResult,
@@ -28,6 +29,7 @@ from gqa_export.runtime.run import (
     prompt_tokens,
     stream,
 )
+from gqa_export.runtime.standalone import check_generates
 
 
 class Session:
@@ -42,8 +44,8 @@ class Session:
         adapters: tuple[Path, ...] = (),
         speculative: dict[str, Any] | None = None,
     ) -> None:
-        if not (package / "genai_config.json").is_file():
-            raise InputError(f"{package} is not a package folder (no genai_config.json)")
+        check_package_path(package, files=False)  # a folder with a readable genai_config.json
+        check_generates(package)  # not a pipeline stage (--inputs-embeds, --no-lm-head)
         self.package, self.ep, self.max_new_tokens = package, ep, max_new_tokens
         self.sampling = Sampling(*sampling)
         self.chat = chat

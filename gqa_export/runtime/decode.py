@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
 
 GATHER_SCOPE = "/last_token/"  # the node-name scope of graph/outputs.py:last_real_position
@@ -94,7 +95,10 @@ def full_logits_view(package: Path) -> dict[str, bytes] | None:
 def _load_structure(path: Path) -> Any:  # -> onnx.ModelProto without weights
     import onnx
 
-    return onnx.load(str(path), load_external_data=False)
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises DecodeError and friends: name the file
+        raise InputError(f"{path} is not a readable ONNX model ({exc}); re-export the package") from None
 
 
 def _pruned(model: Any) -> bool:

@@ -172,7 +172,9 @@ def _score_package(
 ) -> Scores:
     from gqa_export.runtime.decode import position_logits
     from gqa_export.runtime.run import explain_load_failure, runnable_ep
+    from gqa_export.runtime.standalone import check_generates
 
+    check_generates(package)  # eval scores logits from input_ids: not a pipeline stage
     if ep is None:
         ep, why = runnable_ep(package)
         if ep is None:
@@ -180,6 +182,8 @@ def _score_package(
     _check_vocabulary(tokens, _package_vocabulary(package), str(package))
     try:
         logits_of = position_logits(package, ep)
+    except InputError:
+        raise
     except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
         raise InputError(explain_load_failure(exc, package, ep)) from None
     nll, top1, targets = _accumulate(logits_of, tokens, window, stride, reporter, str(package))
@@ -187,7 +191,9 @@ def _score_package(
 
 
 def _package_vocabulary(package: Path) -> int:
-    return int((read_json(package / "genai_config.json") or {})["model"]["vocab_size"])
+    from gqa_export.check.paths import package_config
+
+    return int(package_config(package)["model"]["vocab_size"])
 
 
 def _check_vocabulary(tokens: list[int], vocabulary: int, source: str) -> None:
@@ -240,8 +246,11 @@ def evaluate(
 ) -> dict[str, Any]:
     """`gqa-export eval` as data; `passed` is False when the gate is exceeded. `reporter` shows
     one progress task per scored source (a window per step)."""
-    if not is_package(package):
-        raise InputError(f"{package} is not a package (no genai_config.json); eval takes a package folder")
+    from gqa_export.check.paths import check_package_path
+
+    check_package_path(package, files=False)  # a folder with a readable genai_config.json
+    if max_tokens is not None and max_tokens < 2:
+        raise InputError(f"--max-tokens must be 2 or more (perplexity needs one prediction), got {max_tokens}")
     if max_ppl_increase is not None and reference is None:
         raise InputError("--max-ppl-increase compares against a reference: pass --reference PACKAGE_OR_HF_FOLDER")
     window, stride = check_window(package, window, stride)

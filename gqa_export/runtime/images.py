@@ -15,7 +15,9 @@ from pathlib import Path
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
 from gqa_export.runtime.image_tiling import tiling_note
+from gqa_export.runtime.media_files import check_image, processor_failure
 from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, explain_load_failure, load, stream
+from gqa_export.runtime.standalone import check_generates
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
 QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
@@ -132,10 +134,12 @@ def generate_with_images(
     the text prompts get), calling `on_text` with each decoded piece."""
     import onnxruntime_genai as og
 
-    for flag, files in (("--image", images), ("--audio", audios or [])):
-        for file in files:
-            if not file.is_file():
-                raise InputError(f"{flag} {file}: no such file")
+    check_generates(package)
+    for image in images:  # a file genai cannot decode ends the process or hangs it (media_files.py)
+        check_image(image)
+    for file in audios or []:
+        if not file.is_file():
+            raise InputError(f"--audio {file}: no such file")
     text = audio_marker(package, prompt, len(audios)) if audios else prompt  # after the image markers
     text = with_markers(text, image_marker(package), len(images)) if images else text
     bos = bos_text(package)
@@ -145,11 +149,14 @@ def generate_with_images(
         model = load(package, ep)
     except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
         raise InputError(explain_load_failure(exc, package, ep)) from None
-    payload = {
-        "images": og.Images.open(*map(str, images)) if images else None,
-        "audios": og.Audios.open(*map(str, audios)) if audios else None,
-    }
-    inputs = model.create_multimodal_processor()(text, **payload)
+    try:
+        payload = {
+            "images": og.Images.open(*map(str, images)) if images else None,
+            "audios": og.Audios.open(*map(str, audios)) if audios else None,
+        }
+        inputs = model.create_multimodal_processor()(text, **payload)
+    except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
+        raise processor_failure(exc, images, audios or []) from None
     _check_image_sizes(package, inputs, len(images))
     result = stream(package, model, inputs, max_new_tokens, sampling, on_text or (lambda _: None), ep)
     tiled = tiling_note(package, images)  # lfm2_vl: images HF would tile (docs/multimodal.md §14.2)

@@ -132,7 +132,13 @@ def runnable_ep(package: Path) -> tuple[str | None, str | None]:
     A package for another EP runs there when this onnxruntime has its provider (OpenVINO's does);
     else, like a CUDA package with no GPU usable, on CPU when its dtypes have CPU kernels: fp16 does
     (ORT CPU runs fp16 graphs), bf16 activations do not, and decoder.shared_initializers is GPU
-    only in onnxruntime-genai (it reads them into device memory)."""
+    only in onnxruntime-genai (it reads them into device memory). A package genai cannot generate
+    from on any EP (a pipeline stage: runtime/standalone.py) runs nowhere."""
+    from gqa_export.runtime.standalone import generation_refusal
+
+    refusal = generation_refusal(package)
+    if refusal is not None:
+        return None, refusal.what
     ep = package_ep(package)
     if ep == CPU.name:
         return "cpu", None

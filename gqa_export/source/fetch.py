@@ -5,6 +5,11 @@ the normal HF cache, fetching only what an export needs (config, generation conf
 and their index, tokenizer files, and the model card and license files a release carries) and
 never pickle weights. `HF_TOKEN` and `HF_HUB_OFFLINE` are
 honoured by huggingface_hub itself.
+
+What the user can fix is bad input (exit 2: an id or revision that does not exist, a gated model
+without a token, a 4xx answer, HF_HUB_OFFLINE set with nothing cached); what fails outside the
+input is a failed run (exit 1: the Hub cannot be reached, a 5xx or 429 answer, a timeout, a proxy,
+the cache's disk), as for every other command (README, Faults).
 """
 
 from __future__ import annotations
@@ -103,12 +108,18 @@ def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
                 f"{what} is not in the local Hugging Face cache and {offline} is set, so the Hub is not asked "
                 f"(unset {offline} to download it, or pass a local folder)"
             ) from None
-        raise InputError(
+        raise RunError(  # the network, not the input: exit 1 (README, Faults)
             f"{what} is not in the local Hugging Face cache and the Hub cannot be reached "
             "(check the connection or proxy, or pass a local folder)"
         ) from None
-    except (hf_errors.HfHubHTTPError, ValueError, OSError) as exc:
+    except hf_errors.HfHubHTTPError as exc:  # the Hub's answer: a server error is outside the input
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        kind = InputError if isinstance(status, int) and 400 <= status < 500 and status != 429 else RunError
+        raise kind(f"could not fetch '{repo_id}' from the Hugging Face Hub: {_first_line(exc)}") from None
+    except ValueError as exc:
         raise InputError(f"could not fetch '{repo_id}' from the Hugging Face Hub: {_first_line(exc)}") from None
+    except OSError as exc:  # the connection, the cache's disk or permissions
+        raise RunError(f"could not fetch '{repo_id}' from the Hugging Face Hub: {_first_line(exc)}") from None
     except Exception as exc:
         if not _is_network_error(exc):
             raise

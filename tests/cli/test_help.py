@@ -26,6 +26,7 @@ CHOICE_TABLES = {
     ("quantize", "--precision"): ("int4", "int8"),
     ("run", "--ep"): choices.EPS,
     ("eval", "--ep"): choices.EPS,
+    ("build", "--encoder-precision"): choices.ENCODER_PRECISIONS,  # #34 item 12: shown as <float|int8>
 }
 
 
@@ -89,3 +90,24 @@ def test_usage_names_the_argument_and_shows_examples(name):
 def test_build_options_are_grouped_in_panels():
     panels = {p.rich_help_panel for p in _options("build")}
     assert panels == {"Target", "Attention", "Quantization (int4/int8)", "Inputs and outputs", "Output", "Recipe"}
+
+
+COMMANDS = ["build", "fetch", "quantize", "inspect", "run", "adapter", "release", "verify", "eval"]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_a_command_puts_all_its_options_in_panels_or_none(name):
+    """#34 item 12: `release --quiet` (and -o) sat in the unnamed "Options" box beside an "Output"
+    panel; a command uses panels for every option or for none."""
+    panels = {p.rich_help_panel for p in _options(name) if "--help" not in p.opts}
+    assert None not in panels or panels == {None}, (name, panels)
+
+
+def test_quantize_activations_help_is_about_the_input_package():
+    """#34 item 12: quantize has no --ep (it keeps the package's), so its --activations help does
+    not list the dtypes of all seven EPs as build's does."""
+    text = _option("quantize", "--activations").help or ""
+    assert "input package's own" in text and "cuda fp16 or bf16" in text
+    assert not any(f"{ep}:" in text for ep in choices.EPS), text
+    build = _option("build", "--activations").help or ""
+    assert all(f"{ep}:" in build for ep in choices.EPS)

@@ -82,3 +82,38 @@ def test_in_range_sampling_runs(exports):
     again = runner.invoke(app, ["run", str(exports.get("gqa")), "--prompt", "Hello", "--json", *args])
     assert first.exit_code == 0, first.output
     assert json.loads(first.stdout)["text"] == json.loads(again.stdout)["text"]  # --seed repeats
+
+
+@pytest.mark.parametrize(
+    ("args", "dropped"),
+    [(["--prompt", "hello"], "--prompt"), (["--json"], "--json"), (["--prompt", "-", "--json"], "--prompt and --json")],
+)
+def test_interactive_refuses_what_it_would_ignore(exports, args, dropped):
+    """#34 item 12: `run -i --prompt hello` used to chat on stdin and drop the prompt (and --json) unsaid."""
+    result = runner.invoke(app, ["run", str(exports.get("gqa")), "-i", *args], input="Hi\n")
+    errors = _errors(result.output)
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    assert errors[0].endswith(f"--interactive reads each turn from stdin and streams the replies: drop {dropped}")
+    assert result.stdout == ""
+
+
+def test_a_package_is_also_named_by_its_genai_config(exports):
+    """#34 item 12: `run PKG/genai_config.json` (and `eval`, `quantize`) take the config as its package."""
+    package = exports.get("gqa")
+    args = ["--prompt", "Hello", "--max-new-tokens", "6", "--json"]
+    by_folder = runner.invoke(app, ["run", str(package), *args])
+    by_config = runner.invoke(app, ["run", str(package / "genai_config.json"), *args])
+    assert by_folder.exit_code == by_config.exit_code == 0, by_config.output
+    assert json.loads(by_config.stdout)["text"] == json.loads(by_folder.stdout)["text"]
+
+
+def test_adapter_on_a_plain_package_names_no_base_option(exports, tmp_path):
+    """#34 item 12: `run --adapter` on a package without LoRA inputs said "--base PKG", an option of
+    `adapter`, not of `run`."""
+    adapter = tmp_path / "mine.onnx_adapter"
+    adapter.write_bytes(b"")
+    result = runner.invoke(app, ["run", str(exports.get("gqa")), "--adapter", str(adapter), "--prompt", "Hi"])
+    errors = _errors(result.output)
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    assert "--base" not in errors[0] and "--adapter needs a multi-LoRA base, but" in errors[0]
+    assert "has no LoRA inputs: rebuild it with `gqa-export build --lora-targets" in errors[0]
