@@ -281,7 +281,7 @@ def test_quantize_command_writes_each_eps_int4_form(exports, tmp_path):
     """`gqa-export quantize` of a float package follows the package's EP as build does: QDQ for
     TensorRT-RTX, MatMulNBits for DirectML."""
     from gqa_export.quant.options import QuantOptions as Q
-    from gqa_export.quant.requantize import requantize
+    from gqa_export.requantize import requantize
 
     for ep, want, absent in (
         ("trt-rtx", "DequantizeLinear", "MatMulNBits"),

@@ -28,6 +28,7 @@ import numpy as np
 from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
+from gqa_export.request.records import KvQuantOptions
 
 _BITS = {"int8": 8, "int4": 4}
 _QMAX = {8: 127.0, 4: 7.0}
@@ -47,17 +48,6 @@ CALIBRATION_TEXT = (
     "telling stories of storms and quiet harbors to anyone who would listen. Numbers: 3.14159, 2.71828, "
     '1,000,000; dates: 1969-07-20; a URL: https://example.com/path?query=1; JSON: {"key": [1, 2, 3]}.'
 )
-
-
-@dataclass(frozen=True)
-class KvQuantOptions:
-    dtype: str | None = None  # None: unset (the recipe's, else float); float | int8 | int4
-    scales: str = "per-channel"
-    calibration: Path | None = None  # text file; None: CALIBRATION_TEXT
-
-    @property
-    def quantized(self) -> bool:
-        return self.dtype not in (None, "float")
 
 
 def check_kv_options(kv: KvQuantOptions, ep: str, attention_mode: str, io_dtype_name: str) -> None:

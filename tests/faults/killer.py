@@ -115,7 +115,7 @@ def serve(cases_file, results_file, workers, limit):
     app.hide_torch()
     importlib.import_module("gqa_export.cli")
     importlib.import_module("gqa_export.pipeline")
-    importlib.import_module("gqa_export.quant.requantize")
+    importlib.import_module("gqa_export.requantize")
     importlib.import_module("gqa_export.release.assemble")
     importlib.import_module("gqa_export.package.adapters")
     from transformers import AutoConfig  # noqa: F401
