@@ -17,9 +17,7 @@ from gqa_export.check.graph_facts import graph_facts
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import gqa_refusal
-from gqa_export.graph.consistency import check_against_weights, check_raw_config
 from gqa_export.graph.decoder import GraphOptions, build_decoder
-from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.graph.io_options import IoOptions, resolve_io, with_recipe_defaults
 from gqa_export.graph.latent_attention import latent_cache_dims
 from gqa_export.graph.lora import check_lora_options
@@ -29,6 +27,8 @@ from gqa_export.graph.plan import bidirectional_ids, plan_attention, static_max_
 from gqa_export.graph.primitive_norms import decompose_for
 from gqa_export.graph.static_decoder import build_static_decoder
 from gqa_export.jsonio import write_json
+from gqa_export.model.dims import ModelDims, read_dims
+from gqa_export.model.raw_config import check_raw_config
 from gqa_export.package.build_manifest import build_manifest, ep_form_notes, ep_forms, model_manifest
 from gqa_export.package.finish import seal_lint_smoke, smoke_json, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
@@ -70,6 +70,7 @@ from gqa_export.recipes import check_settings, load_recipe
 from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
+from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.fetch import Source
 from gqa_export.source.imported import ImportedStore
 
