@@ -13,7 +13,6 @@ from typing import Any
 
 from gqa_export.arch import get_spec
 from gqa_export.check.ep_lints import check_ep_graph, check_ep_mode
-from gqa_export.check.graph_facts import graph_facts
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import gqa_refusal
@@ -32,6 +31,7 @@ from gqa_export.model.raw_config import check_raw_config
 from gqa_export.package.build_manifest import build_manifest, ep_form_notes, ep_forms, model_manifest
 from gqa_export.package.finish import seal_lint_smoke, smoke_json, stream_weights
 from gqa_export.package.genai_config import ConfigOptions, Stage, default_max_length, make_genai_config
+from gqa_export.package.graph_facts import graph_facts
 from gqa_export.package.multimodal import (
     MultimodalPlan,
     add_config_sections,
