@@ -20,12 +20,12 @@ from onnx import TensorProto, helper
 
 from gqa_export.check.external_data import external_data_problems
 from gqa_export.check.op_facts import ir_facts
-from gqa_export.check.paths import check_package_path, package_config
 from gqa_export.check.stages import decoder_stages, encoder_stages
 from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
 from gqa_export.package.graph_facts import graph_facts
+from gqa_export.package.paths import check_package_path, package_config
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")

@@ -82,7 +82,7 @@ def quantize_command(
     quiet: Quiet = False,
 ) -> None:
     """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
-    from gqa_export.check.paths import package_folder
+    from gqa_export.package.paths import package_folder
     from gqa_export.quant.requantize import requantize
 
     package = package_folder(package)  # the folder, or its genai_config.json
