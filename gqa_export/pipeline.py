@@ -55,7 +55,7 @@ from gqa_export.package.staging import (
 from gqa_export.package.writer import external_values
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.quant.imported import ImportReport, import_native
-from gqa_export.quant.kv_cache import KvQuantOptions, check_kv_options, quantize_kv_cache
+from gqa_export.quant.kv_cache import KvQuantOptions, check_kv_options
 from gqa_export.quant.qdq import to_qdq
 from gqa_export.quant.quantize import (
     SUPPORTED,
@@ -65,8 +65,10 @@ from gqa_export.quant.quantize import (
     plan_precision,
     quantize,
 )
-from gqa_export.quant.report import build_report, logit_error, quantization_manifest
+from gqa_export.quant.report import build_report, quantization_manifest
 from gqa_export.recipes import check_settings, load_recipe
+from gqa_export.runtime.kv_calibration import quantize_kv_cache
+from gqa_export.runtime.logit_error import logit_error
 from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of

@@ -36,7 +36,8 @@ from gqa_export.quant.quantize import (
     plan_precision,
     quantize,
 )
-from gqa_export.quant.report import build_report, logit_error, quantization_manifest
+from gqa_export.quant.report import build_report, quantization_manifest
+from gqa_export.runtime.logit_error import logit_error
 from gqa_export.runtime.run import GenerationResult
 
 COPIED = ("genai_config.json",)
