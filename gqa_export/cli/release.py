@@ -81,7 +81,7 @@ def verify_command(
     as_json: PlainJson = False,
 ) -> None:
     """Recompute every hash, look for missing or extra files, lint; exit 1 on any problem."""
-    from gqa_export.check.verify import failing, verify
+    from gqa_export.runtime.verify import failing, verify
 
     report = verify(path, smoke)
     if as_json:
