@@ -32,7 +32,8 @@ from gqa_export.quant.quantize import (
     QuantOptions,
     plan_precision,
 )
-from gqa_export.quant.report import build_report, logit_error, quantization_manifest
+from gqa_export.quant.report import build_report, quantization_manifest
+from gqa_export.runtime.logit_error import logit_error
 from gqa_export.runtime.run import GenerationResult
 from gqa_export.stages.finish import seal_lint_smoke, stream_weights
 from gqa_export.stages.graphs import apply_precision

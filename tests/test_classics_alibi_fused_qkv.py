@@ -150,7 +150,7 @@ def test_alibi_slopes_are_hf_own(heads):
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
     from transformers.models.mpt.modeling_mpt import build_mpt_alibi_tensor
 
-    from gqa_export.graph.alibi import alibi_slopes
+    from gqa_export.model.alibi import alibi_slopes
 
     bloom = build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), heads, torch.float32)[:, 0, 1]  # slope x 1
     assert np.array_equal(np.asarray(alibi_slopes("geometric", heads), np.float32), bloom.numpy())

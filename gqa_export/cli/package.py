@@ -113,7 +113,7 @@ def run_command(
     ] = False,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
-    from gqa_export.check.paths import package_folder
+    from gqa_export.package.paths import package_folder
     from gqa_export.runtime.chat import Session
 
     if not interactive and prompt is None:

@@ -31,7 +31,7 @@ def quantize_command(
     values: dict[str, Any],
 ) -> None:
     """Re-quantize a float package to int4/int8 (MatMulNBits), streaming."""
-    from gqa_export.check.paths import package_folder
+    from gqa_export.package.paths import package_folder
     from gqa_export.requantize import requantize
     from gqa_export.request.records import BuildOptions
     from gqa_export.request.values import with_values

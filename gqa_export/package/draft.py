@@ -66,7 +66,7 @@ def rewind_refusal(package: Path, role: str) -> str | None:
 
 
 def graph_refusal(facts: Any, role: str) -> str | None:
-    """rewind_refusal's graph part, from one graph's facts (check/graph_facts.py)."""
+    """rewind_refusal's graph part, from one graph's facts (package/graph_facts.py)."""
     if facts.conv_layers or facts.recurrent_layers:
         return f"the {role} carries recurrent/convolution state, which onnxruntime-genai cannot rewind"
     if facts.window_cache_layers:
@@ -90,7 +90,7 @@ def _vocab(facts: Any) -> Any:
 
 
 def _facts(path: Path) -> Any:
-    from gqa_export.check.graph_facts import graph_facts
+    from gqa_export.package.graph_facts import graph_facts
 
     return graph_facts(_load_graph(path))
 

@@ -19,9 +19,9 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.choices import ENCODER_PRECISIONS
 from gqa_export.errors import InputError
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import WIDER_THAN_IO_META, Params
+from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import AUDIO_PROCESSOR, feature_extractor
 from gqa_export.package.towers import TOWERS, AudioTower, VisionTower
 from gqa_export.quant.quantize import PrecisionPlan, plan_precision, quantize

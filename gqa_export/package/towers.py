@@ -13,7 +13,6 @@ from typing import Any
 import onnx_ir as ir
 
 from gqa_export.errors import InputError
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
 from gqa_export.graph.encoders.conformer import ConformerDims, build_conformer, conformer_dims
 from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, naflex_vit_dims
@@ -21,6 +20,7 @@ from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtra
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.params import Params
+from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import log_mel_config, mel_bins
 from gqa_export.package.processor_config import (
     naflex_processor_config,

@@ -18,13 +18,13 @@ from gqa_export.arch import get_spec
 from gqa_export.check.ep_lints import check_ep_mode
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import gqa_refusal
-from gqa_export.graph.consistency import check_against_weights, check_raw_config
-from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.graph.io_options import ResolvedIo, resolve_io, with_recipe_defaults
 from gqa_export.graph.latent_attention import latent_cache_dims
 from gqa_export.graph.lora import check_lora_options
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention, static_max_length, static_plan
+from gqa_export.model.dims import ModelDims, read_dims
+from gqa_export.model.raw_config import check_raw_config
 from gqa_export.package.genai_config import default_max_length
 from gqa_export.package.multimodal import (
     MultimodalPlan,
@@ -41,6 +41,7 @@ from gqa_export.quant.quantize import plan_precision
 from gqa_export.recipes import Recipe, load_recipe
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, text_config_of
+from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.imported import ImportedStore
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.eps import ExecutionProvider
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.io_options import ResolvedIo
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.plan import AttentionPlan
+from gqa_export.model.dims import ModelDims
 from gqa_export.package.multimodal import MultimodalPlan
 from gqa_export.quant.quantize import PrecisionPlan
 from gqa_export.recipes import Recipe

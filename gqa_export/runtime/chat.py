@@ -15,8 +15,8 @@ from typing import IO, Any
 from rich.console import Console
 from rich.markup import escape
 
-from gqa_export.check.paths import check_package_path
 from gqa_export.errors import InputError
+from gqa_export.package.paths import check_package_path
 from gqa_export.runtime.run import (
     GenerationResult,
     PromptTooLong,

@@ -15,9 +15,9 @@ from typing import Any
 
 from gqa_export.arch import get_spec
 from gqa_export.errors import InputError
-from gqa_export.graph.consistency import check_raw_config
-from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.jsonio import read_json_object
+from gqa_export.model.dims import ModelDims, read_dims
+from gqa_export.model.raw_config import check_raw_config
 from gqa_export.progress import Reporter
 from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe, match_recipe
 from gqa_export.source.fetch import Source, resolve_source

@@ -11,18 +11,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gqa_export.check.graph_facts import graph_facts
 from gqa_export.jsonio import write_json
 from gqa_export.package.build_manifest import build_manifest, ep_form_notes, ep_forms, model_manifest
 from gqa_export.package.genai_config import ConfigOptions, Stage, make_genai_config
+from gqa_export.package.graph_facts import graph_facts
 from gqa_export.package.multimodal import add_config_sections, processor_files
 from gqa_export.package.pad_id import apply_pad_id, finite_rows
 from gqa_export.package.staging import StagedPackage, check_free_space, copy_tokenizer, shared_initializers
 from gqa_export.package.writer import external_values
 from gqa_export.plan.records import BuildPlan
 from gqa_export.progress import Reporter
-from gqa_export.quant.kv_cache import quantize_kv_cache
-from gqa_export.quant.report import build_report, logit_error, quantization_manifest
+from gqa_export.quant.report import build_report, quantization_manifest
+from gqa_export.runtime.kv_calibration import quantize_kv_cache
+from gqa_export.runtime.logit_error import logit_error
 from gqa_export.stages.finish import seal_lint_smoke, stream_weights
 from gqa_export.stages.graphs import Graphs
 from gqa_export.stages.result import BuildResult
