@@ -9,18 +9,28 @@ cases once (tiny seeded checkpoints, PEFT adapters, a recipe and a release spec,
 tree's own test generators in tests/, so both sides read the very same files), and runs every
 case twice -- once with REV's code, once with the working tree's. A case is a sequence of
 gqa-export commands (build; build then quantize; build then adapter; release), each in a fresh
-`python -m gqa_export ...` subprocess (builds with `--no-smoke -q`). The spread is
-benchmarks/byte_identity_spread.py: dense GQA / bias / split, int8, int4 with every quantization
-knob (block size, search, accuracy level, --keep-float, --quant-embeddings), k_quant with mixed
-precision, a tied embedding quantized in place, an int8 KV cache, the EPs (CUDA fp16 and int4
-with --cuda-graph, OpenVINO, QNN, TRT-RTX, DML, WebGPU fp16 and int4), --prune-lm-head,
---inputs-embeds with --hidden-states, --no-lm-head, a --set override, a --recipe file, MoE int4
-(QMoE, CPU and CUDA), DeepSeek-V3 MLA (int4, and the latent cache), two hybrids (LFM2 int4,
-Qwen3.5 CUDA fp16), a Gemma-4 split int4 package, full multimodal packages (Gemma-3 vision float
-and int4 with --encoder-precision int8, Gemma-4 vision + audio int4), a Qwen2.5-VL --text-only
-decoder, a GPTQ import, an FP8 import, a bitsandbytes NF4 source with --dequantize, `quantize` of a
-float package, a `build --draft` pair, a multi-LoRA base with two `adapter` files (one rsLoRA), and
-a two-variant `release`.
+`python -m gqa_export ...` subprocess (builds with `--no-smoke -q`). The spread
+(benchmarks/byte_identity_spread.py, `--list` prints it) covers:
+- dense: GQA, standard Attention (bias, sliding window, --max-length), split, --bidirectional-token-ids
+  (auto picks split);
+- weights: int8; int4 with every knob (--block-size, --quant-method search, --accuracy-level,
+  --keep-float, --quant-embeddings, --report); k_quant with --mixed-precision; a tied embedding
+  quantized in place; KV caches int8 and int4 (per-tensor scales, --kv-calibration);
+- EPs: CUDA fp16, bf16, int4 with --cuda-graph, MoE int4 with --activations bf16; OpenVINO int4;
+  QNN; TRT-RTX int4; DML fp16; WebGPU fp16 and int4 --symmetric;
+- the pad id rules: the model's pad (every llama case), an unused embedding row (a QNN package),
+  the eos fallback;
+- I/O and recipes: --prune-lm-head, --inputs-embeds with --hidden-states, --no-lm-head, a --set
+  override, a --recipe file with build defaults;
+- mechanisms: MoE int4 (QMoE), DeepSeek-V3 MLA (int4, and the latent cache), hybrids (LFM2 int4,
+  Qwen3.5 CUDA fp16), a Gemma-4 split int4 package;
+- multimodal: full packages (Gemma-3 vision float, and int4 with --encoder-precision int8;
+  Gemma-4 vision + audio int4) and a Qwen2.5-VL --text-only decoder;
+- pre-quantized sources: a GPTQ import (desc_act), an FP8 import (block scales) re-quantized to
+  int4, a bitsandbytes NF4 source with --dequantize;
+- the other commands: `quantize` of a float package, `build --draft` (a speculative pair), a
+  multi-LoRA base with two `adapter` files (one rsLoRA), and a `release` of three variants (one a
+  LoRA base shipping its adapter).
 
 Why a fresh subprocess with PYTHONPATH set to the tree, run from a neutral folder: the venv holds
 gqa_export installed editable from the working tree, so an in-process import (or a subprocess
@@ -36,9 +46,10 @@ rather than the export, compared as normalized text instead:
 - release.json without `tool.version`, `created` and `digest`, with the sha256/bytes of each
   manifest.json and of README.md masked (those are compared themselves) and each variant's `bytes`
   counted without its manifest;
-- a release's README.md (the model card) with the tool version masked.
-SOURCE_DATE_EPOCH is fixed anyway, so `created` matches unless the code changed how it is read.
-A file present on one side only counts as a difference.
+- a release's README.md (the model card) with the tool version masked (its size column counts
+  the manifests, whose length changes with the version string's: bump the version apart).
+SOURCE_DATE_EPOCH is set for both sides all the same, so their inputs differ in code alone. A file
+present on one side only counts as a difference.
 
 Prints a table (package, file, bytes, how compared, identical), each case's time per side and the
 elapsed time; exits 1 naming every differing file (the first differing byte offset, or the first
@@ -324,6 +335,7 @@ def main() -> int:
     worktree = root / "base-tree"
     rows: list[Row] = []
     failures: list[str] = []
+    failed: set[str] = set()  # cases whose commands failed on either side
     seconds: dict[tuple[str, str], float] = {}
     try:
         if args.self_check:
@@ -346,7 +358,6 @@ def main() -> int:
             side, tree, case = job
             return (side, case, *run_case(tree, case, inputs, root / side / case.name, neutral))
 
-        failed: set[str] = set()
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for side, case, took, error in pool.map(run, jobs):
                 seconds[(side, case.name)] = took
@@ -376,12 +387,12 @@ def main() -> int:
         print(f"DIFFERS: {r.package}/{r.file} ({r.bytes_text} bytes; {r.difference})")
     total = sum(r.work_bytes or 0 for r in rows)
     verdict = (
-        f"{len(failures)} command sequence(s) failed"
-        if failures
-        else f"{len(differing)} of {len(rows)} files differ"
+        f"{len(differing)} of {len(rows)} files differ"
         if differing
-        else f"all {len(rows)} files identical ({total:,} bytes in {len(cases)} cases)"
+        else f"all {len(rows)} files identical ({total:,} bytes in {len(cases) - len(failed)} cases)"
     )
+    if failures:
+        verdict = f"{len(failures)} command sequence(s) failed ({len(failed)} cases not compared); {verdict}"
     print(f"{verdict}; base {base_label} vs {work_label}; elapsed {elapsed:.1f} s ({args.jobs} job(s))")
 
     if args.write_results:

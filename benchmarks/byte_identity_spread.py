@@ -111,6 +111,35 @@ def _multimodal(arch: str) -> Maker:
     return make
 
 
+def _nemotron_ids(vocab: int, pad_token: bool) -> Maker:
+    """The pad-id rules' checkpoints (tests/package/test_pad_id.py): Nemotron-Mini's ids (bos 2,
+    eos 3, no pad_token_id) and a 384-id tokenizer; `vocab` > 384 leaves spare embedding rows (the
+    first pads), else with `pad_token` False no pad token anywhere (eos pads, with a note)."""
+
+    def make(out: Path, need: Callable[[str], Path]) -> Path:
+        import json
+
+        from tiny_models import save_model, save_tokenizer
+
+        checkpoint = save_model(
+            out, vocab_size=vocab, bos_token_id=2, eos_token_id=3, pad_token_id=None, tokenizer=False
+        )
+        save_tokenizer(checkpoint, vocab_size=384)
+        generation = json.loads((checkpoint / "generation_config.json").read_text())
+        generation.pop("pad_token_id", None)
+        (checkpoint / "generation_config.json").write_text(json.dumps(generation))
+        if not pad_token:
+            for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+                path = checkpoint / name
+                if path.is_file():
+                    data = json.loads(path.read_text().replace("<|pad|>", "<|reserved_5|>"))
+                    data.pop("pad_token", None)
+                    path.write_text(json.dumps(data))
+        return checkpoint
+
+    return make
+
+
 def _gptq(out: Path, need: Callable[[str], Path]) -> Path:
     from prequant_models import gptq_pair
 
@@ -150,9 +179,17 @@ def _recipe(out: Path, need: Callable[[str], Path]) -> Path:
     return path
 
 
+def _calibration(out: Path, need: Callable[[str], Path]) -> Path:
+    """A KV-scale calibration text (the tests' tiny corpus)."""
+    import shutil
+
+    out.mkdir(parents=True)
+    return Path(shutil.copy(Path(__file__).resolve().parent.parent / "tests" / "data" / "tiny-text" / "eval.txt", out))
+
+
 def _release_spec(out: Path, need: Callable[[str], Path]) -> Path:
-    """Two variants of the llama checkpoint; no eval (perplexities are measured, not exported) and
-    no smoke run."""
+    """Three variants of the llama checkpoint, one a multi-LoRA base shipping an adapter; no eval
+    (perplexities are measured, not exported) and no smoke run."""
     import yaml
 
     out.mkdir(parents=True)
@@ -163,6 +200,13 @@ def _release_spec(out: Path, need: Callable[[str], Path]) -> Path:
         "variants": [
             {"ep": "cpu", "precision": "int4", "block_size": 64, "kv_cache": "int8"},
             {"ep": "cuda", "precision": "fp16", "path": "cuda-fp16-pruned", "prune_lm_head": True},
+            {
+                "ep": "cpu",
+                "precision": "fp32",
+                "path": "cpu-lora",
+                "lora_targets": ["q_proj", "v_proj", "o_proj"],
+                "adapters": [str(need("peft_attn"))],
+            },
         ],
     }
     path = out / "release.yaml"
@@ -174,6 +218,8 @@ def _release_spec(out: Path, need: Callable[[str], Path]) -> Path:
 INPUTS: dict[str, Maker] = {
     "llama": _model("llama"),  # 2 layers, GQA (4 q heads, 2 kv heads), untied
     "llama_draft": _model("llama", seed=1, num_hidden_layers=1),  # the draft of a speculative pair
+    "spare_row": _nemotron_ids(400, pad_token=True),  # pad id: the first unused embedding row
+    "no_pad": _nemotron_ids(384, pad_token=False),  # pad id: eos, the fallback
     "mistral_window": _family("mistral_window"),
     "qwen3_tied": _family("qwen3_qk_norm"),  # tied embeddings, qk-norm
     "phi": _dense("phi"),
@@ -192,6 +238,7 @@ INPUTS: dict[str, Maker] = {
     "peft_attn": _peft(["q_proj", "v_proj", "o_proj"], 4, 8.0, 1, False),
     "peft_mlp": _peft(["down_proj", "gate_proj"], 8, 16.0, 2, True),  # rsLoRA; gate of the packed gate|up
     "recipe": _recipe,
+    "calibration": _calibration,
     "release_spec": _release_spec,
 }
 
@@ -202,21 +249,28 @@ CASES: tuple[Case, ...] = (
     built("llama-fp32-gqa", "llama", "--attention", "gqa"),
     built("mistral-window-bias", "mistral_window", "--attention", "bias", "--max-length", "128"),
     built("llama-split", "llama", "--attention", "split"),
+    built("llama-bidirectional-auto", "llama", "--bidirectional-token-ids", "300,301"),
     built("llama-int8", "llama", "--precision", "int8"),
     built("llama-int4-knobs", "llama", "-p", "int4", "--block-size", "64", "--quant-method", "search",
-          "--accuracy-level", "0", "--keep-float", "lm_head*", "--quant-embeddings"),
+          "--accuracy-level", "0", "--keep-float", "lm_head*", "--quant-embeddings", "--report"),
     built("qwen3-tied-int4", "qwen3_tied", "--precision", "int4"),
     built("phi-int4-kquant-mixed", "phi", "--precision", "int4", "--quant-method", "k_quant",
           "--mixed-precision", "last_matmul:int8", "--mixed-precision", "sensitive_layers:int8"),
     built("llama-kv-int8", "llama", "--attention", "gqa", "--kv-cache", "int8"),
+    built("llama-kv-int4-calibrated", "llama", "--kv-cache", "int4", "--kv-scales", "per-tensor",
+          "--kv-calibration", "{calibration}"),
     built("llama-cuda-fp16", "llama", "--ep", "cuda", "--precision", "fp16"),
+    built("llama-cuda-bf16", "llama", "--ep", "cuda", "--precision", "bf16"),
     built("llama-cuda-int4-graph", "llama", "--ep", "cuda", "-p", "int4", "--attention", "gqa", "--cuda-graph"),
     built("llama-openvino-int4", "llama", "--ep", "openvino", "-p", "int4"),
     built("llama-qnn", "llama", "--ep", "qnn"),
     built("llama-trt-rtx-int4", "llama", "--ep", "trt-rtx", "-p", "int4"),
     built("llama-dml-fp16", "llama", "--ep", "dml", "-p", "fp16"),
     built("llama-webgpu-fp16", "llama", "--ep", "webgpu", "-p", "fp16"),
-    built("llama-webgpu-int4", "llama", "--ep", "webgpu", "-p", "int4"),
+    built("llama-webgpu-int4", "llama", "--ep", "webgpu", "-p", "int4", "--symmetric"),
+    # the pad id rules (model pad: every llama case above)
+    built("spare-row-pad-qnn", "spare_row", "--ep", "qnn"),  # a windowed package: its runtime cuts prompts at a pad
+    built("eos-fallback-pad", "no_pad"),
     # inputs and outputs, recipes
     built("llama-prune-lm-head", "llama", "--prune-lm-head"),
     built("llama-embeds-hidden", "llama", "--inputs-embeds", "--hidden-states"),
@@ -225,7 +279,7 @@ CASES: tuple[Case, ...] = (
     built("llama-recipe-file", "llama", "--recipe", "{recipe}"),
     # MoE, latent attention, hybrids, Gemma-4
     built("qwen3moe-int4", "qwen3_moe", "--precision", "int4"),
-    built("mixtral-cuda-int4", "mixtral", "--ep", "cuda", "--precision", "int4"),
+    built("mixtral-cuda-int4-bf16", "mixtral", "--ep", "cuda", "--precision", "int4", "--activations", "bf16"),
     built("deepseek-v3-mla-int4", "deepseek_v3", "-p", "int4"),
     built("deepseek-v3-latent-cache", "deepseek_v3", "--set", "attention.latent_cache=true"),
     built("lfm2-int4", "lfm2", "-p", "int4"),
@@ -253,5 +307,5 @@ CASES: tuple[Case, ...] = (
         ("adapter", "{peft_attn}", "--base", "{out}/base", "-o", "{out}/attn.onnx_adapter"),
         ("adapter", "{peft_mlp}", "--base", "{out}/base", "-o", "{out}/mlp.onnx_adapter"),
     )),
-    Case("release-two-variants", (("release", "{release_spec}", "-o", "{out}", "-q"),)),
+    Case("release-three-variants", (("release", "{release_spec}", "-o", "{out}", "-q"),)),
 )  # fmt: skip
