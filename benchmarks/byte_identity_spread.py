@@ -198,7 +198,7 @@ def _release_spec(out: Path, need: Callable[[str], Path]) -> Path:
         "license": "apache-2.0",
         "smoke": False,
         "variants": [
-            {"ep": "cpu", "precision": "int4", "block_size": 64, "kv_cache": "int8"},
+            {"ep": "cpu", "precision": "int4", "kv_cache": "int8"},  # the spec's quantization defaults
             {"ep": "cuda", "precision": "fp16", "path": "cuda-fp16-pruned", "prune_lm_head": True},
             {
                 "ep": "cpu",
@@ -295,10 +295,11 @@ CASES: tuple[Case, ...] = (
     built("fp8-import-int4", "fp8", "-p", "int4"),
     built("bnb-nf4-dequantize-int4", "bnb_nf4", "--dequantize", "-p", "int4"),
     # the other commands: quantize, a draft pair, LoRA adapters, a release
-    Case("quantize-int4", (
+    Case("quantize", (  # a float package re-quantized twice: with every default, and with knobs
         build("llama", out="{out}/float"),
-        ("quantize", "{out}/float", "-o", "{out}/int4", "--no-smoke", "-q", "-p", "int4", "--block-size", "64",
-         "--mixed-precision", "last_matmul:int8"),
+        ("quantize", "{out}/float", "-o", "{out}/int4", "--no-smoke", "-q"),
+        ("quantize", "{out}/float", "-o", "{out}/int8-knobs", "--no-smoke", "-q", "-p", "int8", "--block-size", "64",
+         "--symmetric", "--keep-float", "lm_head*", "--quant-embeddings", "--mixed-precision", "sensitive_layers:int4"),
     )),
     built("draft-pair", "llama", "--draft", "{llama_draft}", "--draft-tokens", "3", "--min-adaptive-k", "1",
           "--cooldown"),
