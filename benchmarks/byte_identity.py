@@ -28,9 +28,10 @@ gqa-export commands (build; build then quantize; build then adapter; release), e
   Gemma-4 vision + audio int4) and a Qwen2.5-VL --text-only decoder;
 - pre-quantized sources: a GPTQ import (desc_act), an FP8 import (block scales) re-quantized to
   int4, a bitsandbytes NF4 source with --dequantize;
-- the other commands: `quantize` of a float package, `build --draft` (a speculative pair), a
-  multi-LoRA base with two `adapter` files (one rsLoRA), and a `release` of three variants (one a
-  LoRA base shipping its adapter).
+- the other commands: `quantize` of a float package (with every default, and int8 with knobs),
+  `build --draft` (a speculative pair), a multi-LoRA base with two `adapter` files (one rsLoRA),
+  and a `release` of three variants (one a LoRA base shipping its adapter), both with defaults
+  left to them, so a refactor that moves a default is caught.
 
 Why a fresh subprocess with PYTHONPATH set to the tree, run from a neutral folder: the venv holds
 gqa_export installed editable from the working tree, so an in-process import (or a subprocess
