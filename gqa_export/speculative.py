@@ -28,7 +28,8 @@ from gqa_export.plan.records import BuildPlan, RequestPlan
 from gqa_export.plan.request_phase import check_draft_options, resolve_request
 from gqa_export.progress import NullReporter, Reporter
 from gqa_export.request.records import SpeculativeOptions
-from gqa_export.runtime.run import GenerationResult, runnable_ep, smoke_run
+from gqa_export.runtime.providers import runnable_ep
+from gqa_export.runtime.run import GenerationResult, smoke_run
 from gqa_export.source.bnb import is_bitsandbytes
 from gqa_export.source.checkpoint import Checkpoint, open_checkpoint
 

@@ -37,7 +37,7 @@ from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
 from gqa_export.release.card import card_info, copy_license_files, write_card
 from gqa_export.release.spec import ReleaseSpec, Variant
 from gqa_export.runtime.evaluate import Scores, check_window, compare, read_text, score, tokenize
-from gqa_export.runtime.run import runnable_ep
+from gqa_export.runtime.providers import runnable_ep
 from gqa_export.runtime.verify import RELEASE
 from gqa_export.source.checkpoint import Checkpoint, open_checkpoint, source_dims
 from gqa_export.speculative import Pair, build_with_draft, resolve_pair, retarget

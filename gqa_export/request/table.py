@@ -76,8 +76,10 @@ OPTIONS: tuple[Option, ...] = (
          TARGET, (*_BV, QUANTIZE), choices=choices.PRECISIONS, required_in_spec=True,
          per_command={QUANTIZE: {"help": "Target weight precision.", "choices": ("int4", "int8"), "default": "int4",
                                  "kind": ("int4", "int8")}},
-         doc="weight and activation precision; default: the recipe's for the EP (see the valid pairs under "
-             "Execution providers); `quantize`: int4 (default) or int8"),
+         doc="weight and activation precision; default: the recipe's for the EP (fp32 on cpu and openvino, int4 "
+             "on qnn, fp16 elsewhere). Valid pairs: "
+             + "; ".join(f"{ep} {'/'.join(p)}" for ep, p in choices.SUPPORTED.items())
+             + "; `quantize`: int4 (default) or int8"),
     _opt("revision", "revision", ("--revision",), str, None, "Hub branch, tag or commit.", TARGET, (BUILD, RELEASE),
          metavar="REV"),
     _opt("max_length", "max_length", ("--max-length",), int, None,
@@ -85,7 +87,10 @@ OPTIONS: tuple[Option, ...] = (
          doc="`search.max_length`, the size of the pre-allocated KV buffer; default min(context length, 4096)"),
     _opt("dequantize", "dequantize", ("--dequantize",), bool, False,
          "Read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint by dequantizing it exactly, then follow --precision "
-         "(int4/int8 re-quantize it); without it such checkpoints are refused (docs/prequantized.md).", TARGET, _BV),
+         "(int4/int8 re-quantize it); without it such checkpoints are refused (docs/prequantized.md).", TARGET, _BV,
+         doc="read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint by dequantizing it exactly, then follow "
+             "`--precision`; without it such checkpoints are refused, see Pre-quantized checkpoints. On a checkpoint "
+             "without bitsandbytes weights it changes nothing and says so (`note: --dequantize has no effect: ...`)"),
     _opt("kv_cache", "kv.dtype", ("--kv-cache",), tuple(choices.KV_CACHE_DTYPES), None,
          "Quantized KV cache (GQA k_scale/v_scale, scales calibrated on a text; lossy, the drift is measured and "
          "recorded): " + choices.described(choices.KV_CACHE_DTYPES) + ". Default: the recipe's, else float.",
@@ -154,7 +159,10 @@ OPTIONS: tuple[Option, ...] = (
          "Also output `hidden_states` (the final norm's output).", PIPELINE, _BV),
     _opt("text_only", "text_only", ("--text-only",), bool, False,
          "For a multimodal checkpoint: the text decoder alone (default: vision and embedding models, the decoder "
-         "and processor_config.json, docs/multimodal.md).", PIPELINE, _BV),
+         "and processor_config.json, docs/multimodal.md).", PIPELINE, _BV,
+         doc="a multimodal checkpoint's text decoder alone (default: the full package with its vision/audio encoders "
+             "and embedding model, docs/multimodal.md); on a checkpoint that exports as a text package anyway it "
+             "changes nothing and says so (`note: --text-only has no effect: ...`)"),
     _opt("encoder_precision", "encoder_precision", ("--encoder-precision",), tuple(choices.ENCODER_PRECISIONS),
          "float", "A full multimodal package's vision model: float (default, exact) or int8 (8-bit MatMulNBits "
          "linears: features move by about 1 %, docs/multimodal.md §17).", PIPELINE, _BV,
@@ -177,11 +185,27 @@ OPTIONS: tuple[Option, ...] = (
          _BV),
     # output
     _opt("overwrite", "overwrite", ("--overwrite",), bool, False,
-         "Replace an existing output folder (kept intact until the new one is complete).", OUTPUT, _BQ),
+         "Replace an existing output folder (kept intact until the new one is complete).", OUTPUT, _BQ,
+         doc="replace an existing `-o` folder — only an empty folder or a package/release gqa-export wrote (its "
+             "`manifest.json` / `release.json` lists every file there); anything else is refused (exit 2), and so "
+             "is an `-o` that is, holds or lies inside any input (the model folder, `--draft`, `--recipe` / "
+             "`--kv-calibration` files; a release's spec folder, eval text, drafts and PEFT folders). The old one is "
+             "removed only once the new one is complete, through a journaled swap that a kill at any instant leaves "
+             "recoverable (docs/architecture.md §6). `adapter -o FILE --overwrite` likewise replaces only an "
+             "`.onnx_adapter` gqa-export wrote (see Multi-LoRA packages)"),
     _opt("smoke", "smoke", ("--no-smoke",), bool, True, "Skip the onnxruntime-genai smoke run.", OUTPUT,
          (*_BQ, RELEASE), negated=True, doc="skip the smoke run (release spec: `smoke: false`)"),
-    _opt("json", "", ("--json",), bool, False, "Print one JSON object describing the result.", OUTPUT, _BQ),
-    _opt("quiet", "", ("-q", "--quiet"), bool, False, "No progress output on stderr.", OUTPUT, _BQ),
+    _opt("json", "", ("--json",), bool, False, "Print one JSON object describing the result.", OUTPUT, _BQ,
+         doc="print one JSON object: `output`, `source`, `revision`, `recipe`, `attention`, `ep`, `precision`, "
+             "`max_length`, `files` (name → bytes), `total_bytes`, `seconds`, `smoke` (`ep`, `new_tokens`, "
+             "`prefill_ms`, `tokens_per_s`, `text`, or null), `kv_cache` (`dtype`; a quantized cache adds `scales`, "
+             "`calibration`, `calibration_tokens`, `headroom`, `drift`: `decode_steps`, `max_abs_logit_diff`, "
+             "`mean_abs_logit_diff`, `top1_agreement`; a float cache has `drift: null`), `report` (the content of "
+             "`quant_report.json` with `--report`, else null), `notes`; `quantize` adds `input`"),
+    _opt("quiet", "", ("-q", "--quiet"), bool, False, "No progress output on stderr.", OUTPUT, _BQ,
+         doc="no progress output. Progress goes to stderr, with `--json` too; when stderr is not a terminal it "
+             "comes as plain lines (stage lines and notes, no bars or control characters). Output to a pipe is "
+             "never wrapped or cut"),
 )
 # fmt: on
 

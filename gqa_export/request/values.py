@@ -80,8 +80,9 @@ def readme_table() -> str:
         commands = [c for c in ("build", "quantize") if c in option.commands]
         if not commands:
             continue
-        spec = f"`{option.key}`" + (" (top level)" if RELEASE in option.commands else "")
-        spec = spec if VARIANT in option.commands or RELEASE in option.commands else "-"
+        where = {(True, False): "", (False, True): " (top level)", (True, True): " (variant and top level)"}
+        in_spec = (VARIANT in option.commands, RELEASE in option.commands)
+        spec = f"`{option.key}`{where[in_spec]}" if any(in_spec) else "-"
         rows.append(f"| {_flag_cell(option)} | {spec} | {', '.join(commands)} | {option.doc or option.help} |")
     return "\n".join(rows)
 
@@ -91,3 +92,19 @@ def _flag_cell(option: Option) -> str:
     if option.choices is not None:
         return spelled + " `" + "\\|".join(option.choices) + "`"
     return f"{spelled} `{option.metavar}`" if option.metavar else spelled
+
+
+def write_readme_table(readme: Path) -> None:
+    """Put `readme_table()` between the README's markers (the test compares them)."""
+    text = readme.read_text(encoding="utf-8")
+    head, found, rest = text.partition(README_BEGIN + "\n")
+    _, end, tail = rest.partition(README_END)
+    if not found or not end:
+        raise SystemExit(f"{readme} lacks the markers {README_BEGIN} ... {README_END}")
+    readme.write_text(f"{head}{README_BEGIN}\n{readme_table()}\n{README_END}{tail}", encoding="utf-8")
+
+
+if __name__ == "__main__":  # python -m gqa_export.request.values README.md
+    import sys
+
+    write_readme_table(Path(sys.argv[1]))

@@ -171,7 +171,7 @@ def _score_package(
     package: Path, tokens: list[int], window: int, stride: int, ep: str | None, reporter: Reporter
 ) -> Scores:
     from gqa_export.runtime.decode import position_logits
-    from gqa_export.runtime.run import explain_load_failure, runnable_ep
+    from gqa_export.runtime.providers import explain_load_failure, runnable_ep
     from gqa_export.runtime.standalone import check_generates
 
     check_generates(package)  # eval scores logits from input_ids: not a pipeline stage

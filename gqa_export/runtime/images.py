@@ -16,7 +16,8 @@ from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
 from gqa_export.runtime.image_tiling import tiling_note
 from gqa_export.runtime.media_files import check_image, processor_failure
-from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, explain_load_failure, load, stream
+from gqa_export.runtime.providers import explain_load_failure
+from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, load, stream
 from gqa_export.runtime.standalone import check_generates
 
 # genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)

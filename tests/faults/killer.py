@@ -162,7 +162,8 @@ def library(spec, what, package):
     # the library's smoke run or CUDA probe alone (no CLI, Python's own SIGINT handler): what leaves it
     import pathlib
 
-    from gqa_export.runtime.run import cuda_device_available, smoke_run
+    from gqa_export.runtime.run import smoke_run
+    from gqa_export.runtime.providers import cuda_device_available
 
     install(spec)
     try:
