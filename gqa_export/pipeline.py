@@ -195,7 +195,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     full = bool(recipe.multimodal_model_type) and getattr(hf_config, "vision_config", None) is not None
     if full and not opts.text_only:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
-    bnb = (imported or {}).get("quant_method") == "bitsandbytes"
+    bnb = prequantized.dequantized_on_request(imported)  # bitsandbytes
     no_effect = [f"--{flag} has no effect: {opts.model} {why}" for flag, given, why in (
         ("text-only", opts.text_only and not full, "exports as a text package anyway"),
         ("dequantize", opts.dequantize and not bnb, "holds no bitsandbytes weights, the only ones it reads"),
