@@ -123,10 +123,6 @@ class SourceFormat:
         return {"quant_method": self.methods[0]} if self.methods else {self.keys[0]: True}
 
 
-def _frozen(mapping: dict[str, Any]) -> MappingProxyType[str, Any]:
-    return MappingProxyType(mapping)
-
-
 def _marked(ending: str) -> Callable[[WeightStore], list[str]]:
     """Modules whose codes sit beside them under their own name (`P.qweight`)."""
     return lambda base: [n.removesuffix(ending) for n in base.names() if n.endswith(ending)]
@@ -147,6 +143,7 @@ def _float_quantized(qc: QuantizationConfig) -> bool:
     return {str((g or {}).get("format") or qc.get("format") or "") for g in groups.values()} == {"float-quantized"}
 
 
+_frozen = MappingProxyType  # the example configs: read, never written
 _QWEIGHT = TensorMark(".qweight", "GPTQ or AWQ (qweight / qzeros / scales tensors)")
 _QZEROS = TensorMark(".qzeros", "GPTQ or AWQ (qweight / qzeros / scales tensors)")
 _WEIGHT_SCALE = TensorMark(".weight_scale", "FP8 or compressed-tensors (weight_scale tensors)")
@@ -363,34 +360,19 @@ def _refused(
 
 
 REFUSED = (
-    _refused("FBGEMM FP8", "fbgemm_fp8"),
+    *(_refused(name, method) for name, method in (("FBGEMM FP8", "fbgemm_fp8"), ("Olive", "olive"),
+      ("torchao", "torchao"), ("EETQ", "eetq"), ("AQLM", "aqlm"), ("VPTQ", "vptq"), ("BitNet", "bitnet"),
+      ("HIGGS", "higgs"), ("SpQR", "spqr"), ("FP-Quant", "fp_quant"))),
     _refused("HQQ", "hqq", tensors=(TensorMark(".W_q", "HQQ (W_q tensors)"),)),
-    _refused("Olive", "olive"),
     _refused("ModelOpt", "modelopt", keys=("quant_algo",)),
-    _refused("torchao", "torchao"),
-    _refused("EETQ", "eetq"),
-    _refused("AQLM", "aqlm"),
-    _refused("VPTQ", "vptq"),
-    _refused("BitNet", "bitnet"),
-    _refused("HIGGS", "higgs"),
-    _refused("SpQR", "spqr"),
-    _refused("FP-Quant", "fp_quant"),
     # transformers' name for a model loaded from a GGUF file. GGUF files themselves are a checkpoint
     # format, not a quantization_config: their reader (source/gguf/) detects them by file suffix and
     # registers here as a record with that reader
     _refused("GGUF", "gguf"),
-)
+)  # fmt: skip
 FORMATS: tuple[SourceFormat, ...] = (
-    GPTQ,
-    AWQ,
-    COMPRESSED_TENSORS_INT,
-    COMPRESSED_TENSORS_FLOAT,
-    QUARK,
-    FP8,
-    BITSANDBYTES,
-    MXFP4,
-    *REFUSED,
-)
+    GPTQ, AWQ, COMPRESSED_TENSORS_INT, COMPRESSED_TENSORS_FLOAT, QUARK, FP8, BITSANDBYTES, MXFP4, *REFUSED
+)  # fmt: skip
 
 
 def _marks() -> tuple[TensorMark, ...]:
