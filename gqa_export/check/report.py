@@ -8,6 +8,7 @@ from typing import Any
 
 from gqa_export.check.lints import lint
 from gqa_export.check.reader import Package, load_package
+from gqa_export.source.formats import reported_as
 
 
 def inspect_package(path: Path, source: Path | None = None) -> dict[str, Any]:
@@ -99,9 +100,10 @@ def _imported(pkg: Package) -> dict[str, Any] | None:
     entry = ((pkg.manifest or {}).get("options") or {}).get("imported_quantization")
     if not entry:
         return None
+    docs = ", ".join(f.docs for f in reported_as(str(entry.get("source_format"))))  # source/formats.py
     return {"source_format": entry.get("source_format"), "imported": len(entry.get("imported") or {}),
             "dequantized": len(entry.get("dequantized") or []), "precision": entry.get("precision"),
-            "quantized_by_precision": len(entry.get("quantized_by_precision") or [])}  # fmt: skip
+            "quantized_by_precision": len(entry.get("quantized_by_precision") or []), "docs": docs}  # fmt: skip
 
 
 def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def _recipe(plan: RequestPlan, checkpoint: Checkpoint, note: Callable[[str], Non
 
 def _no_effect(model: str, text_only: bool, dequantize: bool, imported: dict[str, Any] | None) -> list[str]:
     """Flags given that change nothing for this checkpoint, as notes."""
-    bnb = (imported or {}).get("quant_method") == "bitsandbytes"
+    bnb = prequantized.dequantized_on_request(imported)  # bitsandbytes
     return [f"--{flag} has no effect: {model} {why}" for flag, given, why in (
         ("text-only", text_only, "exports as a text package anyway"),
         ("dequantize", dequantize and not bnb, "holds no bitsandbytes weights, the only ones it reads"),
