@@ -52,6 +52,7 @@ from gqa_export.package.staging import (
 from gqa_export.package.static_pad import apply_static_pad
 from gqa_export.package.writer import external_values
 from gqa_export.progress import NullReporter, Reporter
+from gqa_export.quant.gguf_import import GgufReport, import_gguf
 from gqa_export.quant.imported import ImportReport, import_native
 from gqa_export.quant.kv_cache import KvQuantOptions, check_kv_options, quantize_kv_cache
 from gqa_export.quant.qdq import to_qdq
@@ -69,6 +70,7 @@ from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
 from gqa_export.source.fetch import Source
+from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
 
 
@@ -94,6 +96,7 @@ class BuildOptions:
     lora_targets: tuple[str, ...] = ()  # modules that get LoRA graph inputs (docs/lora.md)
     encoder_precision: str = "float"  # float | int8: a full package's vision linears (docs/multimodal.md §17)
     dequantize: bool = False  # a bitsandbytes checkpoint dequantized exactly, then --precision (docs/prequantized.md)
+    gguf_file: str | None = None  # which GGUF of a folder or Hub repository (docs/gguf.md)
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ def smoke_json(smoke: GenerationResult | None) -> dict[str, Any] | None:
 def _local_inputs(model: str | Path) -> list[tuple[Path, str]]:
     """The source folder -o must stay clear of, where it is known before the fetch."""
     local = Path(model).expanduser()
+    if local.is_file():  # a GGUF: -o may sit beside it, never be or hold it
+        return [(local, "GGUF file")]
     return [(local, "model folder")] if local.is_dir() else []
 
 
@@ -171,7 +176,7 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     check_output(opts.output, opts.overwrite, _local_inputs(opts.model))
     user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
 
-    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)
+    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter, opts.gguf_file)
     source = checkpoint.source
     check_outside(opts.output, source.model_dir)
     prequantized.check_config(checkpoint.raw_config, source.model_dir, opts.dequantize)
@@ -188,9 +193,12 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         recipe = load_recipe(recipe.path, list(opts.settings))
     recipe = recipe.for_ep(opts.ep)
     plan = plan_precision(opts.ep, opts.precision or recipe.default_precision[opts.ep], opts.quant)
+    if source.gguf is not None and opts.precision is None:  # the file's integers at the EP's speed (docs/gguf.md §5)
+        plan = replace(plan, accuracy_level=EPS[opts.ep].accuracy_level)
     dims = read_dims(text_config, get_spec(recipe.arch), generation, outer)
     imported = prequantized.imported_config(checkpoint.raw_config, opts.dequantize)  # docs/prequantized.md
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
+    store = store.for_build(opts.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
@@ -280,10 +288,12 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     opt_report = opt_reports[0]
     reporter.stage("quantize")
     quant_report = QuantizeReport(plan.name, measure_errors=opts.report)
-    import_report = ImportReport()
+    import_report, gguf_report = ImportReport(), GgufReport()
     for model in models:
         if isinstance(store, ImportedStore):  # the checkpoint's own integers first, the rest by `plan`
             import_native(model, store, plan, import_report)
+        if isinstance(store, GgufStore):  # a GGUF's integer blocks likewise (docs/gguf.md §3)
+            import_gguf(model, store, plan, gguf_report)
         quantize(model, plan, quant_report)
         if EPS[opts.ep].int4_format == "qdq":  # TensorRT-RTX: DequantizeLinear + MatMul (docs/eps.md §2.6)
             to_qdq(model)
@@ -308,6 +318,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     if mm:
         add_config_sections(config, mm)
     notes: list[str] = [attention.reason, *(mm.tower.notes(hf_config, mm.preprocessor) if mm else [])]
+    if isinstance(store, GgufStore):  # what was read from the file, and any disagreement beside it
+        notes += [*(source.gguf.notes if source.gguf else ()), gguf_report.note(plan.name)]
     notes += apply_static_pad(config, dims, source.model_dir) if window else []  # docs/eps.md §7.7
     if import_report.source_format:  # what the checkpoint's quantization covered, what --precision did
         import_report.precision, import_report.by_precision = plan.name, list(quant_report.quantized)
@@ -344,6 +356,8 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
         manifest["options"]["io"] = io.as_json()
         if import_report.source_format:  # where each weight's quantization came from
             manifest["options"]["imported_quantization"] = import_report.manifest()
+        if isinstance(store, GgufStore):  # each tensor's GGML type and what it became
+            manifest["options"]["gguf"] = gguf_report.manifest(store)
         manifest["options"]["kv_cache"] = kv_cache
         if opts.lora_targets:
             manifest["options"]["lora_targets"] = list(opts.lora_targets)

@@ -38,11 +38,17 @@ class Checkpoint:
 
     @cached_property
     def store(self) -> WeightStore:
+        if self.source.gguf is not None:  # the GGUF's own tensors under their HF names (docs/gguf.md)
+            from gqa_export.source.gguf import GgufStore, open_gguf
+
+            return GgufStore(open_gguf(self.source.gguf.path), self.raw_config)
         return WeightStore.open(self.source.model_dir)
 
 
-def open_checkpoint(model: str, revision: str | None = None, reporter: Reporter | None = None) -> Checkpoint:
-    return Checkpoint(resolve_source(model, revision, reporter))
+def open_checkpoint(
+    model: str, revision: str | None = None, reporter: Reporter | None = None, gguf_file: str | None = None
+) -> Checkpoint:
+    return Checkpoint(resolve_source(model, revision, reporter, gguf_file))
 
 
 def read_configs(model_dir: Path) -> tuple[Any, dict[str, Any] | None]:

@@ -1,0 +1,280 @@
+"""A GGUF file's integer blocks moved into MatMulNBits, never re-rounded (docs/gguf.md §3).
+
+Runs before the precision stage. Each linear layer whose weight is (a concatenation of) GGUF
+weights with an exact form (source/gguf/blocks.py) becomes MatMulNBits nodes holding the file's
+codes and scales as they are; types with per-block mins (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) have no
+integer zero point, so their layer computes
+
+    y = MatMulNBits(x; q, s, zero point 0) - blocksum(x) · mᵀ
+
+where blocksum(x) sums x over each block of K and m [N, K / block] are the file's mins: the same
+weights, s * q - m, term by term (an identity input reproduces the dequantizer bit for bit). A
+packed projection whose members differ in type (Q4_K_M keeps v_proj in Q6_K) becomes one node
+per run of members of the same form, concatenated; a member without an exact form, or one that
+`--precision int4` must re-quantize (an 8-bit form), stays a float MatMul the precision stage then
+quantizes. The tied lm_head (Gemm on the embedding table) reads the table's blocks the same way;
+the embedding Gather itself reads the table dequantized to float (exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.graph.params import NUMPY_DTYPES, Params, StreamedTensor, row_blocks
+from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
+from gqa_export.source.gguf.blocks import BlockForm
+from gqa_export.source.gguf.store import GgufLinear, GgufStore
+from gqa_export.source.native import pack_fields
+
+MS = "com.microsoft"
+
+
+@dataclass
+class GgufReport:
+    """What each weight of the package is, from the file's point of view (manifest, notes, inspect)."""
+
+    file: str = ""
+    kept: dict[str, str] = field(default_factory=dict)  # HF weight -> "Q4_K: MatMulNBits 4-bit block 32 + mins"
+    float_weights: dict[str, str] = field(default_factory=dict)  # HF weight -> its GGML type (read as float)
+    requantized: dict[str, str] = field(default_factory=dict)  # HF weight -> type, re-quantized by --precision
+    types: dict[str, str] = field(default_factory=dict)  # every HF tensor -> its GGML type
+
+    def note(self, precision: str) -> str:
+        ours = f"; {len(self.requantized)} re-quantized by --precision {precision}" if self.requantized else ""
+        return (
+            f"GGUF {self.file}: {len(self.kept)} weights keep the file's integer blocks (MatMulNBits, exact), "
+            f"{len(self.float_weights)} are read as float{ours}"
+        )
+
+    def manifest(self, store: GgufStore) -> dict[str, object]:
+        from gqa_export.source.gguf.blocks import FORMS
+
+        tensors = {}
+        for hf, m in sorted(store.mapped().items()):
+            kind = self.types.get(hf, store.type_of(hf))
+            form = FORMS.get(kind)
+            entry: dict[str, object] = {"gguf": m.gguf, "type": kind}
+            if form is not None:
+                entry["bits"] = form.source_bits
+            if hf in self.kept:
+                entry["as"] = self.kept[hf]
+            elif hf in self.requantized:
+                entry["as"] = f"dequantized exactly, re-quantized by --precision ({self.requantized[hf]})"
+            else:
+                entry["as"] = "float"
+            tensors[hf] = entry
+        return {"source_format": "GGUF", "file": self.file, "architecture": store.file.architecture,
+                "tensors": tensors}  # fmt: skip
+
+
+def kept_bits(plan: PrecisionPlan) -> int:
+    """The widest storage kept as it is: a float precision keeps every form (the activations follow
+    it), int4 re-quantizes 8-bit forms, int8 keeps everything."""
+    return 8 if plan.nbits is None else plan.nbits.bits
+
+
+def _form_key(form: BlockForm) -> tuple[int, int, int, bool]:
+    return (form.bits, form.block, form.offset, form.mins)
+
+
+def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: GgufReport) -> None:
+    """Replace each linear layer over GGUF integer blocks by MatMulNBits (module doc)."""
+    report.file = store.file.path.name
+    graph = model.graph
+    sums: dict[tuple[str, int], ir.Value] = {}  # (activation value name, block) -> blocksum(x)
+    for node in list(graph):
+        weight = _linear_weight(node)
+        if weight is None:
+            continue
+        sources = _sources(node, weight, store)
+        if not sources:
+            continue
+        linears = [store.linear(s) for s in sources]
+        keep = [lin if lin is not None and lin.form.bits <= kept_bits(plan) else None for lin in linears]
+        for name, lin, kept in zip(sources, linears, keep, strict=True):
+            if kept is None and lin is not None:
+                report.requantized[name] = lin.form.type_name
+        if all(k is None for k in keep):
+            continue
+        _split(model, node, sources, keep, plan, sums, report)
+    for name in store.names():
+        report.types[name] = store.type_of(name)
+        if name not in report.kept and name not in report.requantized:
+            report.float_weights[name] = store.type_of(name)
+    for name, value in list(graph.initializers.items()):
+        if not value.uses() and value not in graph.outputs:
+            del graph.initializers[name]
+
+
+def _sources(node: ir.Node, weight: ir.Value, store: GgufStore) -> list[str]:
+    """The HF weights behind a linear layer: a MatMul's streamed sources, or the table of a tied Gemm."""
+    tensor = weight.const_value
+    if node.op_type == "MatMul" and isinstance(tensor, StreamedTensor) and tensor.sources:
+        return list(tensor.sources) if all(s in store for s in tensor.sources) else []
+    if node.op_type == "Gemm" and weight.name in store:  # the tied lm_head: Gemm(x, E, transB=1)
+        return [str(weight.name)]
+    return []
+
+
+def _split(
+    model: ir.Model,
+    node: ir.Node,
+    sources: list[str],
+    keep: list[GgufLinear | None],
+    plan: PrecisionPlan,
+    sums: dict[tuple[str, int], ir.Value],
+    report: GgufReport,
+) -> None:
+    """One node per run of members of the same form (float members: one float MatMul), concatenated."""
+    x = node.inputs[0]
+    assert x is not None
+    runs: list[tuple[object, list[int]]] = []
+    for i, lin in enumerate(keep):
+        key = _form_key(lin.form) if lin is not None else None
+        if runs and runs[-1][0] == key:
+            runs[-1][1].append(i)
+        else:
+            runs.append((key, [i]))
+    nodes: list[ir.Node] = []
+    outputs: list[ir.Value] = []
+    base = (node.name or sources[0]).replace("/", "_")
+    for j, (key, members) in enumerate(runs):
+        tag = f"{base}.gguf{j}" if len(runs) > 1 else f"{base}.gguf"
+        if key is None:
+            names = [sources[i] for i in members]
+            floats = Params(keep_store(keep, sources), plan.io_dtype).matmul_weight(names)
+            w = _register(model.graph, f"{tag}.weight", floats)
+            mm = ir.Node("", "MatMul", [x, w], name=f"{tag}/MatMul", num_outputs=1)
+            nodes.append(mm)
+            outputs.append(mm.outputs[0])
+            continue
+        run = [keep[i] for i in members]
+        made, out = _nbits(model, x, [lin for lin in run if lin is not None], plan, sums, tag)
+        nodes += made
+        outputs.append(out)
+        for lin in run:
+            assert lin is not None
+            form = lin.form
+            how = f"{form.type_name}: MatMulNBits {form.bits}-bit block {form.block}" + (" + mins" if form.mins else "")
+            report.kept[lin.name] = how
+    if len(outputs) > 1:
+        nodes.append(ir.Node("", "Concat", outputs, attributes=[ir.AttrInt64("axis", -1)], name=f"{base}/concat"))
+    _replace(model, node, nodes)
+
+
+def keep_store(keep: list[GgufLinear | None], sources: list[str]) -> GgufStore:
+    """The store behind a node's members (every member comes from the same store)."""
+    for lin in keep:
+        if lin is not None:
+            return lin.store
+    raise AssertionError(f"no GGUF member among {sources}")
+
+
+class _Params:
+    """One run's scales and mins, decoded once when first written (codes stream separately)."""
+
+    def __init__(self, run: list[GgufLinear]) -> None:
+        self.run = run
+        self._scales: np.ndarray | None = None
+        self._mins: np.ndarray | None = None
+
+    def _decode(self) -> None:
+        scales, mins = [], []
+        for lin in self.run:
+            for a, b in row_blocks(lin.n, lin.k * 4):
+                _, s, m = lin.decoded(a, b)
+                scales.append(s)
+                mins.append(m)
+            lin.store.release(lin.name)
+        self._scales = np.concatenate(scales)
+        self._mins = np.concatenate(mins) if mins[0] is not None else None
+
+    def scales(self) -> np.ndarray:
+        if self._scales is None:
+            self._decode()
+        assert self._scales is not None
+        return self._scales
+
+    def mins(self) -> np.ndarray:
+        if self._scales is None:
+            self._decode()
+        assert self._mins is not None
+        return self._mins
+
+
+def _nbits(
+    model: ir.Model,
+    x: ir.Value,
+    run: list[GgufLinear],
+    plan: PrecisionPlan,
+    sums: dict[tuple[str, int], ir.Value],
+    tag: str,
+) -> tuple[list[ir.Node], ir.Value]:
+    """MatMulNBits over a run of members of one form, plus its min correction when the form has mins."""
+    graph, form = model.graph, run[0].form
+    n, k, bits, bs = sum(lin.n for lin in run), run[0].k, form.bits, form.block
+    kb, blob = k // bs, bs * bits // 8
+    dtype = NUMPY_DTYPES[plan.io_dtype]
+    params = _Params(run)
+
+    def codes() -> Iterator[np.ndarray]:
+        for lin in run:
+            for a, b in row_blocks(lin.n, lin.k):
+                q, _, _ = lin.decoded(a, b)
+                yield pack_fields(q, bits).reshape(b - a, kb, blob)
+            lin.store.release(lin.name)
+
+    scales = ir.LazyTensor(
+        lambda: ir.Tensor(params.scales().astype(dtype)), dtype=plan.io_dtype, shape=ir.Shape([n, kb])
+    )
+    inputs = [
+        _register(graph, f"{tag}.qweight", StreamedTensor(codes, ir.DataType.UINT8, (n, kb, blob))),
+        _register(graph, f"{tag}.scales", scales),
+    ]
+    if form.offset != 1 << (bits - 1):  # the op's default zero point is 2^(bits-1)
+        zp_cols = (kb * bits + 7) // 8
+
+        def zero_points() -> ir.TensorProtocol:
+            return ir.Tensor(np.ascontiguousarray(pack_fields(np.full((n, kb), form.offset, np.uint8), bits)))
+
+        zp = ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, zp_cols]))
+        inputs.append(_register(graph, f"{tag}.zero_points", zp))
+    attrs = ir.convenience.convert_attributes(
+        {"K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": plan.accuracy_level}
+    )
+    mm = ir.Node(MS, "MatMulNBits", [x, *inputs], attributes=attrs, name=f"{tag}/MatMulNBits", num_outputs=1)
+    if not form.mins:
+        return [mm], mm.outputs[0]
+    made: list[ir.Node] = [mm]
+    key = (str(x.name), bs)
+    summed = sums.get(key)
+    if summed is None:
+        made_sum, summed = _block_sums(graph, x, kb, bs, tag)
+        made += made_sum
+        sums[key] = summed
+    mins_t = ir.LazyTensor(
+        lambda: ir.Tensor(np.ascontiguousarray(params.mins().T.astype(dtype))),
+        dtype=plan.io_dtype,
+        shape=ir.Shape([kb, n]),
+    )
+    mins = _register(graph, f"{tag}.mins", mins_t)
+    correction = ir.Node("", "MatMul", [summed, mins], name=f"{tag}/mins", num_outputs=1)
+    out = ir.Node("", "Sub", [mm.outputs[0], correction.outputs[0]], name=f"{tag}/minus_mins", num_outputs=1)
+    return [*made, correction, out], out.outputs[0]
+
+
+def _block_sums(graph: ir.Graph, x: ir.Value, kb: int, bs: int, tag: str) -> tuple[list[ir.Node], ir.Value]:
+    """blocksum(x) [..., kb]: x [..., K] reshaped to [..., kb, bs] and summed over the block."""
+    lead = ir.Node("", "Shape", [x], attributes=[ir.AttrInt64("end", -1)], name=f"{tag}/lead", num_outputs=1)
+    tail = _register(graph, f"{tag}.block_shape", ir.Tensor(np.array([kb, bs], np.int64)))
+    shape = ir.Node("", "Concat", [lead.outputs[0], tail], attributes=[ir.AttrInt64("axis", 0)],
+                    name=f"{tag}/block_shape", num_outputs=1)  # fmt: skip
+    blocks = ir.Node("", "Reshape", [x, shape.outputs[0]], name=f"{tag}/blocks", num_outputs=1)
+    axes = _register(graph, f"{tag}.last_axis", ir.Tensor(np.array([-1], np.int64)))
+    summed = ir.Node("", "ReduceSum", [blocks.outputs[0], axes], attributes=[ir.AttrInt64("keepdims", 0)],
+                     name=f"{tag}/block_sums", num_outputs=1)  # fmt: skip
+    return [lead, shape, blocks, summed], summed.outputs[0]
