@@ -161,3 +161,141 @@ def _add(writer: Any, name: str, value: np.ndarray, kind: str) -> None:
     else:
         raw = quantize(value, kind)
         writer.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=GGMLQuantizationType[kind])
+
+
+def effective_weights(path: Path, hf_name: str, precision: str = "fp32") -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(what the package computes for `hf_name`, weight by weight, [N, K]; the `gguf` package's
+    dequantization of the same tensor in HF layout; the op types of the imported layer).
+
+    One linear layer x·Wᵀ is built over the GGUF weight, imported (quant/gguf_import.py), saved
+    and run by onnxruntime on the identity: row k of the output is column k of the weight the
+    nodes compute, whatever their form (MatMulNBits, min correction, concatenation)."""
+    import tempfile
+
+    import onnx_ir as ir
+    import onnxruntime as ort
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    from gqa_export.graph.params import Params
+    from gqa_export.package.writer import save_models
+    from gqa_export.quant.gguf_import import GgufReport, import_gguf
+    from gqa_export.quant.quantize import plan_precision
+    from gqa_export.source.gguf import GgufStore, open_gguf
+    from gqa_export.source.gguf.config import read_config
+
+    file = open_gguf(path)
+    store = GgufStore(file, read_config(file)).for_build(False)
+    from gqa_export.quant.options import QuantOptions
+
+    # accuracy level 0: the identity input itself must not be quantized (level 4 rounds it to int8)
+    plan = plan_precision("cpu", precision, None if precision.startswith("fp") else QuantOptions(accuracy_level=0))
+    k = store.info(hf_name).shape[1]
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape(["M", k]))
+    weight = Params(store, plan.io_dtype).matmul_weight([hf_name])
+    w = ir.Value(name=hf_name, type=ir.TensorType(weight.dtype), shape=ir.Shape(weight.shape), const_value=weight)
+    node = ir.Node("", "MatMul", [x, w], name="linear", num_outputs=1)
+    node.outputs[0].name, node.outputs[0].type = "y", ir.TensorType(ir.DataType.FLOAT)
+    graph = ir.Graph([x], node.outputs, nodes=[node], initializers=[w], opset_imports={"": 21, "com.microsoft": 1})
+    model = ir.Model(graph, ir_version=10)
+    import_gguf(model, store, plan, GgufReport())
+    ops = [n.op_type for n in model.graph]
+    with tempfile.TemporaryDirectory() as tmp:
+        save_models([("m.onnx", model)], Path(tmp), "m.onnx.data")
+        session = ort.InferenceSession(str(Path(tmp) / "m.onnx"), providers=["CPUExecutionProvider"])
+        got = session.run(None, {"x": np.eye(k, dtype=np.float32)})[0].T
+    m = store.mapped()[hf_name]
+    tensor = file.tensors[m.gguf]
+    kind = GGMLQuantizationType[tensor.type_name]
+    raw = np.asarray(tensor.data)
+    ref = raw.astype(np.float32) if tensor.type_name in ("F32", "F16") else dequantize(raw, kind)
+    if m.rows is not None:
+        ref = ref[m.rows]
+    return got, ref, ops
+
+
+# the tiny checkpoints GGUF tests write files from: K-quants need rows of whole 256-weight blocks,
+# and init 0.1 keeps the logits at the registry's scale (~6), where the fp32 bound 1e-4 applies
+_LLAMA256 = dict(
+    hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1
+)
+GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {"llama256": ("llama", _LLAMA256)}
+
+
+class GgufFiles:
+    """GGUF files (and their packages) made once per test session, by (checkpoint, types, arch)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._checkpoints: dict[str, Path] = {}
+        self._files: dict[tuple, Path] = {}
+        self._packages: dict[tuple, Path] = {}
+
+    def checkpoint(self, name: str) -> Path:
+        if name not in self._checkpoints:
+            from tiny_models import save_model
+
+            model_type, overrides = GGUF_CHECKPOINTS[name]
+            self._checkpoints[name] = save_model(self.root / "hf" / name, model_type, **overrides)
+        return self._checkpoints[name]
+
+    def get(self, name: str, types: str = "F32", arch: str = "llama", **kwargs: Any) -> Path:
+        """The GGUF of checkpoint `name` (a GGUF_CHECKPOINTS key or a folder) with 2-D weights in `types`."""
+        key = (name, types, arch, tuple(sorted(kwargs.items())))
+        if key not in self._files:
+            source = Path(name) if "/" in name else self.checkpoint(name)
+            folder = self.root / "gguf" / f"{Path(name).name}-{types}-{arch}-{len(self._files)}"
+            folder.mkdir(parents=True)
+            type_rule = TYPE_RULES[types] if types in TYPE_RULES else types
+            self._files[key] = write_gguf(source, folder / f"model-{types}.gguf", type_rule, arch, **kwargs)
+        return self._files[key]
+
+    def package(self, name: str, types: str = "F32", precision: str | None = "fp32", **kwargs: Any) -> Path:
+        key = (name, types, precision, tuple(sorted(kwargs.items())))
+        if key not in self._packages:
+            from gqa_export.pipeline import BuildOptions, build
+
+            out = self.root / "pkg" / f"{Path(name).name}-{types}-{precision}-{len(self._packages)}"
+            build(BuildOptions(str(self.get(name, types, **kwargs)), out, precision=precision, smoke=False))
+            self._packages[key] = out
+        return self._packages[key]
+
+
+def q4_k_m(name: str, shape: tuple[int, ...]) -> str:
+    """llama.cpp's Q4_K_M mix in miniature: v_proj, down_proj and the output in Q6_K, the rest Q4_K."""
+    if len(shape) < 2:
+        return "F32"
+    return (
+        "Q6_K"
+        if name in ("output.weight", "token_embd.weight") or ".attn_v." in name or ".ffn_down." in name
+        else "Q4_K"
+    )
+
+
+TYPE_RULES: dict[str, Callable[[str, tuple[int, ...]], str]] = {"Q4_K_M": q4_k_m}
+
+
+def hf_from_gguf(path: Path):
+    """transformers' own load of a GGUF (dequantized, fp32): the reference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+
+def package_eos(package: Path) -> list[int]:
+    """The end-of-generation ids the package stops at (genai suppresses all of them until min_length)."""
+    eos = json.loads((package / "genai_config.json").read_text())["model"]["eos_token_id"]
+    return eos if isinstance(eos, list) else [eos]
+
+
+def hf_generate_until(model: Any, prompt: list[int], new: int, eos: list[int]) -> list[int]:
+    """HF greedy generate with the same end-of-generation ids suppressed as the package's."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), max_new_tokens=new,
+            min_new_tokens=new, do_sample=False, eos_token_id=eos, pad_token_id=eos[0],
+        )  # fmt: skip
+    return out[0, len(prompt) :].tolist()

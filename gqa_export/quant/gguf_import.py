@@ -5,10 +5,10 @@ weights with an exact form (source/gguf/blocks.py) becomes MatMulNBits nodes hol
 codes and scales as they are; types with per-block mins (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) have no
 integer zero point, so their layer computes
 
-    y = MatMulNBits(x; q, s, zero point 0) - blocksum(x) · mᵀ
+    y = MatMulNBits(x; q, s, z) + blocksum(x) · rᵀ,   z = round(m / s),  r = s z - m
 
 where blocksum(x) sums x over each block of K and m [N, K / block] are the file's mins: the same
-weights, s * q - m, term by term (an identity input reproduces the dequantizer bit for bit). A
+weights, s (q - z) + r = s q - m, per block (`_Params`; docs/gguf.md §3.2). A
 packed projection whose members differ in type (Q4_K_M keeps v_proj in Q6_K) becomes one node
 per run of members of the same form, concatenated; a member without an exact form, or one that
 `--precision int4` must re-quantize (an 8-bit form), stays a float MatMul the precision stage then
@@ -100,7 +100,8 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
                 report.requantized[name] = lin.form.type_name
         if all(k is None for k in keep):
             continue
-        _split(model, node, sources, keep, plan, sums, report)
+        base = "lm_head" if node.op_type == "Gemm" else str(weight.name).removesuffix(".weight")
+        _split(model, node, base, sources, keep, plan, sums, report)
     for name in store.names():
         report.types[name] = store.type_of(name)
         if name not in report.kept and name not in report.requantized:
@@ -123,6 +124,7 @@ def _sources(node: ir.Node, weight: ir.Value, store: GgufStore) -> list[str]:
 def _split(
     model: ir.Model,
     node: ir.Node,
+    base: str,
     sources: list[str],
     keep: list[GgufLinear | None],
     plan: PrecisionPlan,
@@ -141,7 +143,6 @@ def _split(
             runs.append((key, [i]))
     nodes: list[ir.Node] = []
     outputs: list[ir.Value] = []
-    base = (node.name or sources[0]).replace("/", "_")
     for j, (key, members) in enumerate(runs):
         tag = f"{base}.gguf{j}" if len(runs) > 1 else f"{base}.gguf"
         if key is None:
@@ -175,12 +176,19 @@ def keep_store(keep: list[GgufLinear | None], sources: list[str]) -> GgufStore:
 
 
 class _Params:
-    """One run's scales and mins, decoded once when first written (codes stream separately)."""
+    """One run's scales, zero points and residual mins, decoded once when first written (codes
+    stream separately). A form with mins means w = s q - m per block; it is held as
+    w = s (q - z) + r with z = round(m / s) clipped to the codes' range (the op's integer zero
+    point) and r = s z - m: the MatMulNBits term carries nearly all of w, and the block-sum
+    correction only the residual |r| <= s / 2 (a correction carrying all of m cancels: summed
+    separately, s q and m are each larger than w, and the float error grows with them)."""
 
     def __init__(self, run: list[GgufLinear]) -> None:
         self.run = run
+        self.form = run[0].form
         self._scales: np.ndarray | None = None
-        self._mins: np.ndarray | None = None
+        self._zero_points: np.ndarray | None = None
+        self._residual: np.ndarray | None = None
 
     def _decode(self) -> None:
         scales, mins = [], []
@@ -190,8 +198,15 @@ class _Params:
                 scales.append(s)
                 mins.append(m)
             lin.store.release(lin.name)
-        self._scales = np.concatenate(scales)
-        self._mins = np.concatenate(mins) if mins[0] is not None else None
+        s = np.concatenate(scales)
+        self._scales = s
+        if mins[0] is None:
+            return
+        m = np.concatenate(mins)
+        top = (1 << self.form.bits) - 1
+        z = np.clip(np.rint(np.divide(m, s, out=np.zeros_like(m), where=s != 0)), 0, top)
+        self._zero_points = z.astype(np.uint8)
+        self._residual = s * z.astype(np.float32) - m
 
     def scales(self) -> np.ndarray:
         if self._scales is None:
@@ -199,11 +214,19 @@ class _Params:
         assert self._scales is not None
         return self._scales
 
-    def mins(self) -> np.ndarray:
+    def zero_points(self) -> np.ndarray:
+        """uint8 [N, K / block]: the form's offset, or per block round(m / s) for a form with mins."""
         if self._scales is None:
             self._decode()
-        assert self._mins is not None
-        return self._mins
+        if self._zero_points is None:
+            return np.full(self.scales().shape, self.form.offset, np.uint8)
+        return self._zero_points
+
+    def residual(self) -> np.ndarray:
+        if self._scales is None:
+            self._decode()
+        assert self._residual is not None
+        return self._residual
 
 
 def _nbits(
@@ -235,11 +258,11 @@ def _nbits(
         _register(graph, f"{tag}.qweight", StreamedTensor(codes, ir.DataType.UINT8, (n, kb, blob))),
         _register(graph, f"{tag}.scales", scales),
     ]
-    if form.offset != 1 << (bits - 1):  # the op's default zero point is 2^(bits-1)
+    if form.mins or form.offset != 1 << (bits - 1):  # the op's default zero point is 2^(bits-1)
         zp_cols = (kb * bits + 7) // 8
 
         def zero_points() -> ir.TensorProtocol:
-            return ir.Tensor(np.ascontiguousarray(pack_fields(np.full((n, kb), form.offset, np.uint8), bits)))
+            return ir.Tensor(np.ascontiguousarray(pack_fields(params.zero_points(), bits)))
 
         zp = ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=ir.Shape([n, zp_cols]))
         inputs.append(_register(graph, f"{tag}.zero_points", zp))
@@ -256,25 +279,25 @@ def _nbits(
         made_sum, summed = _block_sums(graph, x, kb, bs, tag)
         made += made_sum
         sums[key] = summed
-    mins_t = ir.LazyTensor(
-        lambda: ir.Tensor(np.ascontiguousarray(params.mins().T.astype(dtype))),
+    residual_t = ir.LazyTensor(
+        lambda: ir.Tensor(np.ascontiguousarray(params.residual().T.astype(dtype))),
         dtype=plan.io_dtype,
         shape=ir.Shape([kb, n]),
     )
-    mins = _register(graph, f"{tag}.mins", mins_t)
-    correction = ir.Node("", "MatMul", [summed, mins], name=f"{tag}/mins", num_outputs=1)
-    out = ir.Node("", "Sub", [mm.outputs[0], correction.outputs[0]], name=f"{tag}/minus_mins", num_outputs=1)
+    residual = _register(graph, f"{tag}.residual_mins", residual_t)
+    correction = ir.Node("", "MatMul", [summed, residual], name=f"{tag}/residual_mins", num_outputs=1)
+    out = ir.Node("", "Add", [mm.outputs[0], correction.outputs[0]], name=f"{tag}/plus_residual", num_outputs=1)
     return [*made, correction, out], out.outputs[0]
 
 
 def _block_sums(graph: ir.Graph, x: ir.Value, kb: int, bs: int, tag: str) -> tuple[list[ir.Node], ir.Value]:
     """blocksum(x) [..., kb]: x [..., K] reshaped to [..., kb, bs] and summed over the block."""
     lead = ir.Node("", "Shape", [x], attributes=[ir.AttrInt64("end", -1)], name=f"{tag}/lead", num_outputs=1)
-    tail = _register(graph, f"{tag}.block_shape", ir.Tensor(np.array([kb, bs], np.int64)))
+    tail = _register(graph, f"gguf.block_shape.{kb}x{bs}", ir.Tensor(np.array([kb, bs], np.int64)))
     shape = ir.Node("", "Concat", [lead.outputs[0], tail], attributes=[ir.AttrInt64("axis", 0)],
                     name=f"{tag}/block_shape", num_outputs=1)  # fmt: skip
     blocks = ir.Node("", "Reshape", [x, shape.outputs[0]], name=f"{tag}/blocks", num_outputs=1)
-    axes = _register(graph, f"{tag}.last_axis", ir.Tensor(np.array([-1], np.int64)))
+    axes = _register(graph, "gguf.last_axis", ir.Tensor(np.array([-1], np.int64)))
     summed = ir.Node("", "ReduceSum", [blocks.outputs[0], axes], attributes=[ir.AttrInt64("keepdims", 0)],
                      name=f"{tag}/block_sums", num_outputs=1)  # fmt: skip
     return [lead, shape, blocks, summed], summed.outputs[0]

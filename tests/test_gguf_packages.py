@@ -1,0 +1,73 @@
+"""Packages built from GGUF files against transformers loading the same file.
+
+Per GGML type (every one the `gguf` package's writer and tests/gguf_quants.py can write, and the
+Q4_K_M mix): the package's prompt and decode logits equal transformers' own GGUF load (dequantized,
+fp32) within the project's fp32 bound, and greedy tokens through onnxruntime-genai equal HF
+`generate` (the same end-of-generation ids suppressed). The manifest records each tensor's GGML
+type, bits and form. Planted bug: llama.cpp's q/k row permutation left in place.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from families import PROMPT
+from gguf_models import hf_from_gguf, hf_generate_until, package_eos
+from reference import assert_varied, genai_prompt_then_greedy, hf_logits, ort_prefill_and_decode
+
+from gqa_export.pipeline import BuildOptions, build
+from gqa_export.source.gguf import names
+
+BOUND = 1e-4
+TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M"]
+TRAINED = Path(__file__).parent / "data" / "tiny-trained"
+
+
+def parity(package: Path, gguf: Path) -> float:
+    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=6)
+    return float(np.abs(got - hf_logits(hf_from_gguf(gguf), tokens, len(PROMPT))).max())
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_package_logits_equal_transformers_on_the_same_gguf(ggufs, type_name):
+    package = ggufs.package("llama256", type_name)
+    assert parity(package, ggufs.get("llama256", type_name)) < BOUND
+    manifest = json.loads((package / "manifest.json").read_text())["options"]["gguf"]
+    q = manifest["tensors"]["model.layers.0.self_attn.q_proj.weight"]
+    expected = "Q4_K" if type_name == "Q4_K_M" else type_name
+    assert q["gguf"] == "blk.0.attn_q.weight" and q["type"] == expected
+    if type_name not in ("F32", "F16"):
+        assert q["as"].startswith(f"{expected}: MatMulNBits") and q["bits"] > 2
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "type_name"), [("llama256", "Q4_K_M"), ("llama256", "Q8_0"), ("trained", "Q4_0")]
+)
+def test_genai_greedy_tokens_equal_hf_generate(ggufs, checkpoint, type_name):
+    name = str(TRAINED) if checkpoint == "trained" else checkpoint
+    package, gguf = ggufs.package(name, type_name), ggufs.get(name, type_name)
+    _, tokens = genai_prompt_then_greedy(package, list(PROMPT), 12)
+    assert tokens == hf_generate_until(hf_from_gguf(gguf), list(PROMPT), 12, package_eos(package))
+    assert_varied([tokens])
+
+
+def test_q4_k_m_packs_each_run_of_one_form(ggufs):
+    """Q4_K_M keeps v_proj in Q6_K: the packed QKV is two MatMulNBits (q|k 4-bit, v 8-bit) concatenated."""
+    package = ggufs.package("llama256", "Q4_K_M")
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    nbits = [n for n in graph.node if n.op_type == "MatMulNBits" and "layers.0" in n.name and "attn" in n.name]
+    bits = sorted(next(a.i for a in n.attribute if a.name == "bits") for n in nbits)
+    assert bits == [4, 4, 8], [n.name for n in nbits]  # q|k, o_proj (4-bit), v (8-bit)
+    assert any(n.op_type == "Concat" and n.name == "model.layers.0.self_attn.qkv_proj/concat" for n in graph.node)
+
+
+def test_mutant_qk_permutation_left_in_place(ggufs, tmp_path, monkeypatch):
+    """llama.cpp permutes q/k rows per head for its rotary layout; read as they are, attention is wrong."""
+    monkeypatch.setattr(names, "PERMUTED_QK", frozenset())
+    gguf = ggufs.get("llama256", "Q8_0")
+    build(BuildOptions(str(gguf), tmp_path / "pkg", precision="fp32", smoke=False))
+    assert parity(tmp_path / "pkg", gguf) > 100 * BOUND
