@@ -65,7 +65,7 @@ from gqa_export.quant.quantize import (
     quantize,
 )
 from gqa_export.quant.report import build_report, logit_error, quantization_manifest
-from gqa_export.recipes import check_settings, load_recipe
+from gqa_export.recipes import Recipe, check_settings, load_recipe
 from gqa_export.runtime.run import GenerationResult
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, open_checkpoint, text_config_of
@@ -175,8 +175,18 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     check_settings(opts.settings)
     check_output(opts.output, opts.overwrite, _local_inputs(opts.model))
     user_recipe = load_recipe(opts.recipe, list(opts.settings)) if opts.recipe else None
+    if checkpoint is not None:
+        return _build(opts, reporter, checkpoint, user_recipe, started)
+    checkpoint = open_checkpoint(opts.model, opts.revision, reporter, opts.gguf_file)
+    try:
+        return _build(opts, reporter, checkpoint, user_recipe, started)
+    finally:
+        checkpoint.close()  # what reading it wrote (a GGUF's config/tokenizer folder), success or not
 
-    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter, opts.gguf_file)
+
+def _build(
+    opts: BuildOptions, reporter: Reporter, checkpoint: Checkpoint, user_recipe: Recipe | None, started: float
+) -> BuildResult:
     source = checkpoint.source
     check_outside(opts.output, source.model_dir)
     prequantized.check_config(checkpoint.raw_config, source.model_dir, opts.dequantize)

@@ -22,6 +22,8 @@ def quantize(x: np.ndarray, type_name: str) -> np.ndarray:
     from gguf.quants import quantize as gguf_quantize
 
     x = np.ascontiguousarray(x, dtype=np.float32)
+    if type_name == "IQ4_NL":
+        return iq4_nl(x).reshape(*x.shape[:-1], -1)
     if type_name in ENCODERS:
         rows = x.reshape(-1, QK)
         return ENCODERS[type_name](rows).reshape(*x.shape[:-1], -1)
@@ -125,6 +127,18 @@ def q3_k(x: np.ndarray) -> np.ndarray:
     low = (s[:, :8] & 0x0F) | ((s[:, 8:] & 0x0F) << 4)
     high = sum(((s[:, 4 * p : 4 * p + 4] >> 4) & 3) << (2 * p) for p in range(4)).astype(np.uint8)
     return np.concatenate([hmask, qs, low, high, d], axis=1).astype(np.uint8)
+
+
+IQ4_NL_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
+
+
+def iq4_nl(x: np.ndarray) -> np.ndarray:
+    """IQ4_NL (blocks of 32): [d f16][16 bytes], weight j the low nibble of byte j, j + 16 the high
+    one, each indexing a fixed non-uniform level table: w = d * level."""
+    b = x.reshape(-1, 32)
+    d, d_raw = _f16(np.abs(b).max(-1) / 127)
+    idx = np.abs(_safe_div(b, d[:, None])[..., None] - IQ4_NL_LEVELS).argmin(-1).astype(np.uint8)
+    return np.concatenate([d_raw.reshape(-1, 2), idx[:, :16] | (idx[:, 16:] << 4)], axis=1).astype(np.uint8)
 
 
 ENCODERS = {"Q2_K": q2_k, "Q3_K": q3_k, "Q4_K": q4_k, "Q5_K": q5_k, "Q6_K": q6_k}

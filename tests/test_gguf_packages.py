@@ -71,3 +71,38 @@ def test_mutant_qk_permutation_left_in_place(ggufs, tmp_path, monkeypatch):
     gguf = ggufs.get("llama256", "Q8_0")
     build(BuildOptions(str(gguf), tmp_path / "pkg", precision="fp32", smoke=False))
     assert parity(tmp_path / "pkg", gguf) > 100 * BOUND
+
+
+def test_split_gguf_and_folder_inputs_build_the_same_package(ggufs, tmp_path):
+    """A split GGUF (any part named), a folder holding the file, and the file itself: same weights."""
+    from gguf_models import write_gguf
+
+    single = ggufs.get("llama256", "Q4_K")
+    (tmp_path / "split").mkdir()
+    write_gguf(ggufs.checkpoint("llama256"), tmp_path / "split" / "m.gguf", "Q4_K", split_max_tensors=7)
+    parts = sorted((tmp_path / "split").glob("*.gguf"))
+    assert len(parts) == 3
+    made = {}
+    for name, model, extra in [("file", single, {}), ("folder", single.parent, {}), ("split", parts[1], {}),
+                               ("split-folder", tmp_path / "split", {"gguf_file": parts[0].name})]:  # fmt: skip
+        out = tmp_path / f"pkg-{name}"
+        build(BuildOptions(str(model), out, precision="fp32", smoke=False, **extra))
+        made[name] = (out / "model.onnx.data").read_bytes()
+    assert len(set(made.values())) == 1
+
+
+def test_iq4_nl_with_dequantize_is_exact_float_then_precision(ggufs, tmp_path):
+    """--dequantize reads IQ4_NL tensors as exact float (the gguf dequantizer's values) and keeps the
+    other tensors' blocks; logits equal transformers' load of the same file."""
+    from gguf_models import write_gguf
+
+    def iq4_nl_for_down(name: str, shape: tuple[int, ...]) -> str:
+        return "IQ4_NL" if name.endswith("ffn_down.weight") else ("F32" if len(shape) < 2 else "Q4_K")
+
+    (tmp_path / "in").mkdir()
+    gguf = write_gguf(ggufs.checkpoint("llama256"), tmp_path / "in" / "m.gguf", iq4_nl_for_down)
+    build(BuildOptions(str(gguf), tmp_path / "pkg", precision="fp32", smoke=False, dequantize=True))
+    assert parity(tmp_path / "pkg", gguf) < BOUND
+    tensors = json.loads((tmp_path / "pkg" / "manifest.json").read_text())["options"]["gguf"]["tensors"]
+    assert tensors["model.layers.0.mlp.down_proj.weight"]["type"] == "IQ4_NL"
+    assert tensors["model.layers.0.mlp.down_proj.weight"]["as"] == "float"

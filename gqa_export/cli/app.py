@@ -292,8 +292,19 @@ Dequantize = Annotated[
     bool,
     typer.Option(
         "--dequantize",
-        help="Read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint by dequantizing it exactly, then follow "
-        "--precision (int4/int8 re-quantize it); without it such checkpoints are refused (docs/prequantized.md).",
+        help="Read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint, or a GGUF's IQ*/TQ* tensors, by dequantizing it "
+        "exactly, then follow --precision (int4/int8 re-quantize it); without it such checkpoints are refused "
+        "(docs/prequantized.md, docs/gguf.md).",
+        rich_help_panel=TARGET,
+    ),
+]
+GgufFile = Annotated[
+    Optional[str],
+    typer.Option(
+        "--gguf-file",
+        metavar="NAME",
+        help="Which GGUF file of a folder or Hub repository to read (a split one by its first part); "
+        "MODEL may also be a .gguf file itself (docs/gguf.md).",
         rich_help_panel=TARGET,
     ),
 ]

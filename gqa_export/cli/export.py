@@ -27,6 +27,7 @@ from gqa_export.cli.app import (
     Dequantize,
     Ep,
     EpOption,
+    GgufFile,
     KeepFloat,
     KvCache,
     KvScales,
@@ -63,7 +64,9 @@ BUILD_EXAMPLES = """Examples:
 
 @command(epilog=BUILD_EXAMPLES, libraries=EXPORT_LIBRARIES)
 def build(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id or local model folder.")],
+    model: Annotated[
+        str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id, local model folder or .gguf file.")
+    ],
     output: Annotated[
         Path, typer.Option("-o", "--output", metavar="DIR", help="Package folder to create.", rich_help_panel=OUTPUT)
     ],
@@ -129,6 +132,7 @@ def build(
     activations: Activations = None,
     mixed_precision: MixedPrecision = None,
     dequantize: Dequantize = False,
+    gguf_file: GgufFile = None,
     prune_lm_head: Annotated[
         Optional[bool],
         typer.Option(
@@ -271,7 +275,7 @@ def build(
     opts = BuildOptions(
         model, output, str(value(ep)), value(precision), revision, max_length, overwrite, not no_smoke, recipe,
         tuple(settings or ()), value(attention), ids, quant, report, io, kv, text_only, parse_targets(lora_targets),
-        encoder_precision, dequantize,
+        encoder_precision, dequantize, gguf_file,
     )  # fmt: skip
     if (draft_tokens is not None or min_adaptive_k is not None or cooldown) and draft is None:
         raise InputError(
@@ -300,13 +304,15 @@ def fetch(
         Optional[str], typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit.")
     ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the folder.")] = False,
+    gguf_file: GgufFile = None,
 ) -> None:
-    """Download (or find in the HF cache) only the files an export needs; print the folder."""
+    """Download (or find in the HF cache) only the files an export needs; print the folder (with
+    --gguf-file: that GGUF file, checked, with the repository's config and tokenizer beside it)."""
     from gqa_export.source.fetch import resolve_source
 
     quiet_hub(quiet)
-    source = resolve_source(model, revision, RichReporter(quiet))
-    print(source.model_dir)
+    source = resolve_source(model, revision, RichReporter(quiet), gguf_file)
+    print(source.gguf.path if source.gguf is not None else source.model_dir)
 
 
 def quant_options(

@@ -198,3 +198,26 @@ def print_summary(
     for key, text in rows:
         table.add_row(key, escape(text))
     console.print(table)
+
+
+def gguf_report(console: Console, report: dict[str, Any]) -> None:
+    """`inspect model.gguf` (source/gguf/summary.py): what the file holds, what a build makes of it."""
+    family = report["family"] or "not imported"
+    console.print(f"[bold]{escape(report['file'])}[/bold] ({size(report['bytes'])}, {report['parts']} part(s))")
+    console.print(
+        f"architecture {report['architecture']} -> {family}; {report['layers']} layers, "
+        f"{report['parameters']:,} parameters, {report['bits_per_weight']:.2f} bits/weight"
+        + (f", file type {report['file_type']}" if report["file_type"] else "")
+    )
+    tok = report["tokenizer"]
+    console.print(
+        f"tokenizer {tok['model'] or 'none'} ({tok['pre'] or '-'}, {tok['tokens']} tokens), "
+        f"chat template {'yes' if tok['chat_template'] else 'no'}"
+    )
+    table = Table("type", "tensors", "parameters", "size", "bits/weight", "exported as", box=None)
+    for kind, entry in report["types"].items():
+        table.add_row(kind, str(entry["tensors"]), f"{entry['parameters']:,}", size(entry["bytes"]),
+                      f"{entry['bits_per_weight']:.2f}", entry["exported_as"])  # fmt: skip
+    console.print(table)
+    verdict = "exportable" if report["exportable"] else f"not exportable as it is: {report['why_not']}"
+    console.print(escape(verdict))

@@ -75,9 +75,25 @@ def release(
     started = time.perf_counter()
     local = Path(spec.source).expanduser()
     folders = [(spec.file.parent, SPEC_FOLDER), *([(local, "model folder")] if local.is_dir() else [])]
+    folders += [(local, "GGUF file")] if local.is_file() else []
     check_output(output, overwrite, folders)
     text = read_text(spec.eval.text) if spec.eval else None
-    checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
+    checkpoint = open_checkpoint(spec.source, spec.revision, reporter, spec.gguf_file)
+    try:
+        return _release(spec, output, overwrite, reporter, started, text, checkpoint)
+    finally:
+        checkpoint.close()  # what reading the source wrote (a GGUF's config/tokenizer folder)
+
+
+def _release(
+    spec: ReleaseSpec,
+    output: Path,
+    overwrite: bool,
+    reporter: Reporter,
+    started: float,
+    text: str | None,
+    checkpoint: Checkpoint,
+) -> ReleaseResult:
     source = checkpoint.source
     check_outside(output, source.model_dir)
     _check_eval_window(spec, source.model_dir)

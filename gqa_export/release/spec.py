@@ -80,6 +80,7 @@ _VARIANT = {
 SCHEMA = {
     "source!": str,
     "revision": str,
+    "gguf_file": str,  # which GGUF of the source folder or Hub repository (docs/gguf.md)
     "name": str,
     "repo": str,  # the Hub repository the release is uploaded to (the card's download command)
     "base_model": str,
@@ -126,6 +127,7 @@ class ReleaseSpec:
     source: str
     revision: str | None
     variants: tuple[Variant, ...]
+    gguf_file: str | None = None
     name: str | None = None
     repo: str | None = None
     base_model: str | None = None
@@ -148,6 +150,7 @@ def load_spec(path: Path) -> ReleaseSpec:
         output=Path("."),
         revision=data.get("revision"),
         smoke=data.get("smoke", True),
+        gguf_file=data.get("gguf_file"),
         recipe=base / data["recipe"] if "recipe" in data else None,
     )
     if data.get("revision") and shared.model != data["source"] and Path(shared.model).is_dir():
@@ -181,6 +184,7 @@ def load_spec(path: Path) -> ReleaseSpec:
         source=shared.model,
         revision=shared.revision,
         variants=tuple(variants),
+        gguf_file=shared.gguf_file,
         name=data.get("name"),
         repo=data.get("repo"),
         base_model=data.get("base_model"),
@@ -213,9 +217,9 @@ def _with_adapters(variant: Variant, item: dict, base: Path, where: str) -> Vari
 
 
 def _source(source: str, base: Path) -> str:
-    """A folder relative to the spec, or a Hub id as written."""
+    """A folder (or GGUF file) relative to the spec, or a Hub id as written."""
     local = (base / source).expanduser() if not Path(source).expanduser().is_absolute() else Path(source).expanduser()
-    if looks_like_path(source) or local.is_dir():
+    if looks_like_path(source) or local.is_dir() or local.is_file():
         return str(local)
     return source
 

@@ -44,6 +44,13 @@ class Checkpoint:
             return GgufStore(open_gguf(self.source.gguf.path), self.raw_config)
         return WeightStore.open(self.source.model_dir)
 
+    def close(self) -> None:
+        """Remove what reading the source wrote: a GGUF's config/tokenizer folder (never a user's folder)."""
+        if self.source.gguf is not None:
+            from gqa_export.source.gguf.folder import remove_made
+
+            remove_made(self.source.model_dir)
+
 
 def open_checkpoint(
     model: str, revision: str | None = None, reporter: Reporter | None = None, gguf_file: str | None = None

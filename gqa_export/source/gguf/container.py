@@ -103,7 +103,7 @@ def _open_reader(path: Path) -> Any:
         reader = GGUFReader(path)
     except ValueError as exc:  # an unknown tensor type is one: say which
         text = str(exc)
-        unknown = re.match(r"(\d+) is not a valid GGMLQuantizationType", text)
+        unknown = re.search(r"(\d+)\)? is not a valid GGMLQuantizationType", text)
         if unknown:
             raise InputError(
                 f"{path.name} has a tensor of GGML type {unknown.group(1)}, which the installed gguf package does not "

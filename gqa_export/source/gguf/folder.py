@@ -112,27 +112,65 @@ def _write(path: Path, value: dict[str, Any]) -> None:
 
 def write_tokenizer(file: GgufFile, folder: Path, context: int) -> None:
     """tokenizer.json / tokenizer_config.json / chat template from `tokenizer.ggml.*`, through
-    transformers' GGUF tokenizer conversion (checked against llama.cpp's tokens: docs/gguf.md §2)."""
+    transformers' GGUF tokenizer conversion fed from this reader's metadata (transformers' own GGUF
+    reader imports torch, which the CLI keeps out; tokens checked against llama.cpp's: docs/gguf.md §2)."""
     if not file.metadata.get("tokenizer.ggml.model"):
         raise InputError(
             f"{file.path.name} has no tokenizer (no tokenizer.ggml.model key); put the model's tokenizer.json "
             "beside the file (or in the folder / Hub repository you pass) and run again"
         )
-    from transformers import AutoTokenizer
+    from transformers import PreTrainedTokenizerFast
 
+    tokenizer_dict, tokenizer_config = _tokenizer_metadata(file)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(file.path.parent), gguf_file=file.path.name)
-    except (ValueError, KeyError, TypeError, OSError) as exc:
+        backend, extra = _convert_tokenizer(file.architecture, tokenizer_dict)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"cannot build a tokenizer from {file.path.name}'s metadata: {first}") from None
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, **{**tokenizer_config, **extra})
     tokenizer.model_max_length = context
     tokenizer.save_pretrained(str(folder))
     config_path = folder / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     for transient in ("is_local", "local_files_only"):
         config.pop(transient, None)
-    config["add_bos_token"] = bool(file.metadata.get("tokenizer.ggml.add_bos_token", False))
     _write(config_path, config)
+
+
+def _tokenizer_metadata(file: GgufFile) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tokenizer_dict, tokenizer_config) as transformers' GGUF tokenizer conversion takes them:
+    its key renames, llama.cpp's BOS default for sentencepiece vocabularies, special tokens by id."""
+    meta = file.metadata
+    renames = {"model": "tokenizer_type", "pre": "pre_tokenizer_type", "tokens": "tokens", "scores": "scores",
+               "token_type": "token_type", "merges": "merges", "precompiled_charsmap": "precompiled_charsmap",
+               "bos_token_id": "bos_token_id", "eos_token_id": "eos_token_id", "unknown_token_id": "unk_token_id",
+               "padding_token_id": "pad_token_id", "add_space_prefix": "add_prefix_space"}  # fmt: skip
+    tokenizer = {
+        name: meta[f"tokenizer.ggml.{key}"] for key, name in renames.items() if f"tokenizer.ggml.{key}" in meta
+    }
+    config: dict[str, Any] = {}
+    if meta.get("tokenizer.chat_template"):
+        config["chat_template"] = meta["tokenizer.chat_template"]
+    for key in ("add_bos_token", "add_eos_token"):
+        if f"tokenizer.ggml.{key}" in meta:
+            config[key] = bool(meta[f"tokenizer.ggml.{key}"])
+    if tokenizer.get("tokenizer_type") == "llama":  # llama.cpp adds BOS to a sentencepiece vocabulary by default
+        config.setdefault("add_bos_token", True)
+    tokens = tokenizer.get("tokens") or []
+    for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"), ("unk_token", "unk_token_id"),
+                      ("pad_token", "pad_token_id")):  # fmt: skip
+        index = tokenizer.get(key)
+        config[name] = tokens[int(index)] if index is not None and 0 <= int(index) < len(tokens) else None
+    return tokenizer, config
+
+
+def _convert_tokenizer(architecture: str, tokenizer_dict: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """transformers' GGUF tokenizer builder: its 5.x module, else the 4.x one (same call)."""
+    try:
+        from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
+    except ImportError:  # transformers 4.x
+        from transformers.integrations.ggml import convert_gguf_tokenizer  # type: ignore[attr-defined,no-redef]
+    return convert_gguf_tokenizer(architecture, tokenizer_dict)
 
 
 def _config_disagreements(file: GgufFile, ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
@@ -174,7 +212,14 @@ def _tokenizer_disagreements(file: GgufFile, folder: Path) -> list[str]:
     return [f"{where} has {size} tokens, its metadata {len(tokens)}: tokenizer.json is used"]
 
 
-@atexit.register
-def _remove_made() -> None:
-    for folder in _MADE:
+def remove_made(folder: Path) -> None:
+    """Remove a folder `materialize` wrote (and only such a folder)."""
+    if folder in _MADE:
+        _MADE.remove(folder)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@atexit.register
+def _remove_all_made() -> None:
+    for folder in list(_MADE):
+        remove_made(folder)
