@@ -22,6 +22,7 @@ from gguf_quants import quantize
 # GGUF architecture -> (writer of its metadata keys, whether q/k rows are permuted)
 PERMUTED_QK = {"llama"}
 NORM_PLUS_ONE = {"gemma2", "gemma3", "nemotron"}  # llama.cpp stores these norms as 1 + w
+NO_LM_HEAD = {"gemma2"}  # llama.cpp's converter skips a stored lm_head (the embedding is tied)
 
 
 def _hf_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
@@ -70,31 +71,93 @@ def _tokenizer(writer: Any, checkpoint: Path, config: dict[str, Any], pre: str) 
         writer.add_chat_template(chat)
 
 
-def _rope_theta(config: dict[str, Any]) -> float:
+def _rope_params(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(full-attention rope parameters, sliding-attention ones) in either transformers spelling."""
     params = config.get("rope_parameters") or {}
-    params = params.get("full_attention", params)
-    return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    if "full_attention" in params:
+        return params["full_attention"], params.get("sliding_attention", {})
+    full = dict(params) or {"rope_theta": config.get("rope_theta", 10000.0)}
+    sliding = {"rope_theta": config["rope_local_base_freq"]} if "rope_local_base_freq" in config else {}
+    return full, sliding
 
 
-def _llama_keys(writer: Any, config: dict[str, Any]) -> None:
+def _text_keys(writer: Any, config: dict[str, Any]) -> None:
+    """llama.cpp's TextModel.set_gguf_parameters: the keys every decoder gets."""
     heads = config["num_attention_heads"]
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    writer.add_block_count(config["num_hidden_layers"])
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
-    writer.add_block_count(config["num_hidden_layers"])
     writer.add_feed_forward_length(config["intermediate_size"])
     writer.add_head_count(heads)
     writer.add_head_count_kv(config.get("num_key_value_heads", heads))
-    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
-    writer.add_rope_freq_base(_rope_theta(config))
-    writer.add_vocab_size(config["vocab_size"])
-    writer.add_rope_dimension_count(head_dim)
+    full, sliding = _rope_params(config)
+    if full.get("rope_type") == "linear":
+        import gguf
+
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(full["factor"])
+    if full.get("rope_theta") is not None:
+        writer.add_rope_freq_base(full["rope_theta"])
+    if sliding.get("rope_theta") is not None:
+        writer.add_rope_freq_base_swa(sliding["rope_theta"])
+    for key in ("rms_norm_eps", "norm_eps"):
+        if config.get(key) is not None:
+            writer.add_layer_norm_rms_eps(config[key])
+            break
+    for key in ("layer_norm_eps", "layer_norm_epsilon", "norm_epsilon"):
+        if config.get(key) is not None:
+            writer.add_layer_norm_eps(config[key])
+            break
     if config.get("head_dim"):
-        writer.add_key_length(head_dim)
-        writer.add_value_length(head_dim)
+        writer.add_key_length(config["head_dim"])
+        writer.add_value_length(config["head_dim"])
 
 
-METADATA: dict[str, Callable[[Any, dict[str, Any]], None]] = {"llama": _llama_keys}
+def _head_dim(config: dict[str, Any]) -> int:
+    return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def _llama_keys(writer: Any, config: dict[str, Any]) -> None:
+    _text_keys(writer, config)
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_rope_dimension_count(_head_dim(config))
+
+
+def _gemma2_keys(writer: Any, config: dict[str, Any]) -> None:
+    _text_keys(writer, config)
+    writer.add_attn_logit_softcapping(config["attn_logit_softcapping"])
+    writer.add_final_logit_softcapping(config["final_logit_softcapping"])
+    writer.add_sliding_window(config["sliding_window"])
+
+
+def _gemma3_keys(writer: Any, config: dict[str, Any]) -> None:
+    _text_keys(writer, config)
+    if config.get("final_logit_softcapping"):
+        writer.add_final_logit_softcapping(config["final_logit_softcapping"])
+    writer.add_sliding_window(config["sliding_window"])
+
+
+def _partial_rope_keys(writer: Any, config: dict[str, Any]) -> None:
+    _text_keys(writer, config)
+    full, _ = _rope_params(config)
+    factor = full.get("partial_rotary_factor", config.get("partial_rotary_factor", 1.0))
+    writer.add_rope_dimension_count(int(factor * _head_dim(config)))
+    if config.get("use_parallel_residual") is not None:
+        writer.add_parallel_residual(config["use_parallel_residual"])
+    if config.get("sliding_window"):
+        writer.add_sliding_window(config["sliding_window"])
+
+
+METADATA: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "llama": _llama_keys,
+    "qwen2": _text_keys,
+    "qwen3": _text_keys,
+    "gemma2": _gemma2_keys,
+    "gemma3": _gemma3_keys,
+    "phi3": _partial_rope_keys,
+    "stablelm": _partial_rope_keys,
+    "starcoder2": _text_keys,
+}
 
 
 def default_type(name: str, shape: tuple[int, ...], base: str) -> str:
@@ -136,7 +199,7 @@ def write_gguf(
         if gguf_base is None:
             raise KeyError(f"no GGUF name for {hf_name}")
         name = f"{gguf_base}.{suffix}"
-        if any(d in name for d in drop):
+        if any(d in name for d in drop) or (arch in NO_LM_HEAD and name == "output.weight"):
             continue
         if arch in PERMUTED_QK and suffix == "weight" and gguf_base.endswith(("attn_q", "attn_k")):
             value = permute(value, heads if gguf_base.endswith("attn_q") else kv_heads)
@@ -219,7 +282,41 @@ def effective_weights(path: Path, hf_name: str, precision: str = "fp32") -> tupl
 _LLAMA256 = dict(
     hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1
 )
-GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {"llama256": ("llama", _LLAMA256)}
+_GEMMA = dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=8, tie_word_embeddings=True)
+GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama256": ("llama", _LLAMA256),
+    # family checkpoints (tiny_models.BASE shape: hidden 64, K a whole number of 32-blocks)
+    "qwen2": ("qwen2", {}),
+    "qwen3": ("qwen3", dict(head_dim=32)),
+    "mistral": ("mistral", {}),
+    # llama.cpp's converter drops Gemma-2's lm_head (always tied); small weights keep the tied tiny model
+    # from repeating its input token (greedy tokens of 48 steps vary)
+    "gemma2": (
+        "gemma2",
+        dict(
+            _GEMMA,
+            attn_logit_softcapping=20.0,
+            final_logit_softcapping=15.0,
+            num_hidden_layers=3,
+            initializer_range=0.05,
+        ),
+    ),
+    "gemma3": (
+        "gemma3_text",
+        dict(
+            _GEMMA,
+            num_hidden_layers=6,
+            tie_word_embeddings=False,
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+        ),
+    ),
+    "phi3": ("phi3", dict(partial_rotary_factor=0.5)),
+    "stablelm": ("stablelm", {}),
+    "starcoder2": ("starcoder2", {}),
+}
 
 
 class GgufFiles:
@@ -251,6 +348,7 @@ class GgufFiles:
         return self._files[key]
 
     def package(self, name: str, types: str = "F32", precision: str | None = "fp32", **kwargs: Any) -> Path:
+        """The package of `get(name, types, **kwargs)` (no smoke run)."""
         key = (name, types, precision, tuple(sorted(kwargs.items())))
         if key not in self._packages:
             from gqa_export.pipeline import BuildOptions, build
@@ -275,12 +373,17 @@ def q4_k_m(name: str, shape: tuple[int, ...]) -> str:
 TYPE_RULES: dict[str, Callable[[str, tuple[int, ...]], str]] = {"Q4_K_M": q4_k_m}
 
 
-def hf_from_gguf(path: Path):
-    """transformers' own load of a GGUF (dequantized, fp32): the reference."""
+def hf_from_gguf(path: Path, config_dir: Path | None = None):
+    """transformers' own load of a GGUF (its tensor mapping and dequantization, fp32): the
+    reference. `config_dir`: the config to use instead of transformers' reading of the metadata
+    (its mapping has gaps where llama.cpp's reading decides: docs/gguf.md §2)."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    extra = {"config": AutoConfig.from_pretrained(config_dir)} if config_dir is not None else {}
+    return AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32, **extra
+    ).eval()
 
 
 def package_eos(package: Path) -> list[int]:

@@ -120,10 +120,88 @@ def _qwen3(f: GgufFile, config: dict[str, Any]) -> None:
     config["attention_bias"] = _has(f, ".attn_q.bias")
 
 
+def _sliding(f: GgufFile, config: dict[str, Any], every: int, default_window: int | None) -> None:
+    """Gemma's local/global layers as llama.cpp lays them out (load_swa_pattern): every `every`-th
+    layer global, the others sliding, when a window is set."""
+    window = f.key("attention.sliding_window", default_window)
+    layers = config["num_hidden_layers"]
+    if not window:
+        config["layer_types"] = ["full_attention"] * layers
+        config["sliding_window"] = None
+        return
+    config["sliding_window"] = int(window)
+    config["layer_types"] = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+
+
+def _gemma_scalar(config: dict[str, Any], big_layers: int) -> None:
+    """llama.cpp scales queries by 1/sqrt(head_dim), except for the 27B shape (hidden / heads)."""
+    heads = config["num_attention_heads"]
+    big = config["num_hidden_layers"] == big_layers
+    config["query_pre_attn_scalar"] = config["hidden_size"] // heads if big else config["head_dim"]
+
+
+def _gemma2(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    config["attn_logit_softcapping"] = float(f.key("attn_logit_softcapping", 50.0)) or None
+    config["final_logit_softcapping"] = float(f.key("final_logit_softcapping", 30.0)) or None
+    _sliding(f, config, 2, 4096)
+    _gemma_scalar(config, 46)
+    config["hidden_activation"] = "gelu_pytorch_tanh"
+
+
+def _gemma3(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    softcap = f.key("final_logit_softcapping")
+    config["final_logit_softcapping"] = float(softcap) if softcap else None
+    _sliding(f, config, 6, None)
+    config["sliding_window_pattern"] = 6
+    config["rope_local_base_freq"] = float(f.key("rope.freq_base_swa", 10000.0))
+    _gemma_scalar(config, 62)
+    config["hidden_activation"] = "gelu_pytorch_tanh"
+    config.setdefault("rms_norm_eps", 1e-6)
+
+
+def _phi3(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    window = f.key("attention.sliding_window")
+    config["sliding_window"] = int(window) if window else None
+    if "rope_factors_long.weight" in f.tensors:
+        raise InputError(
+            f"{f.path.name}: Phi-3 LongRoPE factors (rope_factors_long) are not read by gqa-export's GGUF import yet; "
+            "export the model's safetensors checkpoint"
+        )
+
+
+def _layer_norm(f: GgufFile, config: dict[str, Any], key: str) -> None:
+    eps = f.key("attention.layer_norm_epsilon")
+    if eps is not None:
+        config[key] = float(eps)
+
+
+def _stablelm(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    _layer_norm(f, config, "layer_norm_eps")
+    config["use_qkv_bias"] = _has(f, ".attn_q.bias")
+    config["qk_layernorm"] = _has(f, ".attn_q_norm.weight")
+    config["use_parallel_residual"] = bool(f.key("use_parallel_residual", False))
+
+
+def _starcoder2(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    _layer_norm(f, config, "norm_epsilon")
+    config["use_bias"] = _has(f, ".attn_q.bias")
+    config["sliding_window"] = None  # llama.cpp runs Starcoder2 without one
+
+
 FAMILIES: dict[str, Family] = {
     "llama": Family("llama", "LlamaForCausalLM", _llama),
     "qwen2": Family("qwen2", "Qwen2ForCausalLM", _qwen2),
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", _qwen3),
+    "gemma2": Family("gemma2", "Gemma2ForCausalLM", _gemma2),
+    "gemma3": Family("gemma3_text", "Gemma3ForCausalLM", _gemma3),
+    "phi3": Family("phi3", "Phi3ForCausalLM", _phi3),
+    "stablelm": Family("stablelm", "StableLmForCausalLM", _stablelm),
+    "starcoder2": Family("starcoder2", "Starcoder2ForCausalLM", _starcoder2),
 }
 
 

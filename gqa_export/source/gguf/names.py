@@ -38,11 +38,38 @@ _QK_NORM = {
     "blk.{i}.attn_q_norm": "model.layers.{i}.self_attn.q_norm",
     "blk.{i}.attn_k_norm": "model.layers.{i}.self_attn.k_norm",
 }
+_GEMMA = {
+    **_LLAMA_LIKE,
+    "blk.{i}.post_attention_norm": "model.layers.{i}.post_attention_layernorm",
+    "blk.{i}.ffn_norm": "model.layers.{i}.pre_feedforward_layernorm",
+    "blk.{i}.post_ffw_norm": "model.layers.{i}.post_feedforward_layernorm",
+}
+_FUSED = {  # Phi-3: q|k|v and gate|up stored fused, as its checkpoints store them
+    **{k: v for k, v in _LLAMA_LIKE.items() if "attn_q" not in k and "attn_k" not in k and "attn_v" not in k},
+    "blk.{i}.attn_qkv": "model.layers.{i}.self_attn.qkv_proj",
+    "blk.{i}.ffn_up": "model.layers.{i}.mlp.gate_up_proj",
+}
+_PLAIN_MLP = {  # Starcoder2: c_fc / c_proj
+    **{k: v for k, v in _LLAMA_LIKE.items() if "ffn_" not in k or "norm" in k},
+    "blk.{i}.ffn_up": "model.layers.{i}.mlp.c_fc",
+    "blk.{i}.ffn_down": "model.layers.{i}.mlp.c_proj",
+}
 TABLES: dict[str, dict[str, str]] = {
     "llama": _LLAMA_LIKE,
     "qwen2": _LLAMA_LIKE,
     "qwen3": {**_LLAMA_LIKE, **_QK_NORM},
+    "gemma2": _GEMMA,
+    "gemma3": {**_GEMMA, **_QK_NORM},
+    "phi3": _FUSED,
+    "stablelm": {
+        **_LLAMA_LIKE,
+        "blk.{i}.attn_q_norm": "model.layers.{i}.self_attn.q_layernorm",
+        "blk.{i}.attn_k_norm": "model.layers.{i}.self_attn.k_layernorm",
+    },
+    "starcoder2": _PLAIN_MLP,
 }
+# architectures whose norm weights llama.cpp stores as 1 + w (HF: w, the model computes 1 + w)
+NORM_PLUS_ONE = frozenset({"gemma2", "gemma3"})
 # tensors llama.cpp's converter derives from the config (read into config.json, not weights)
 DERIVED = {"rope_freqs.weight"}
 # architectures whose q/k rows llama.cpp permutes (its LlamaModel.permute)
@@ -98,5 +125,6 @@ def map_tensors(arch: str, names: list[str], shapes: dict[str, tuple[int, ...]],
         rows = None
         if arch in PERMUTED_QK and (".attn_q." in name or ".attn_k." in name):
             rows = qk_rows(shapes[name][0], heads if ".attn_q." in name else kv_heads)
-        out[hf] = Mapped(name, hf, rows)
+        offset = 1.0 if arch in NORM_PLUS_ONE and name.endswith("norm.weight") else 0.0
+        out[hf] = Mapped(name, hf, rows, offset)
     return out
