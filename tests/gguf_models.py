@@ -12,6 +12,7 @@ llama.cpp keeps them. The integer blocks come from tests/gguf_quants.py.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,23 @@ NORM_PLUS_ONE = {"gemma2", "gemma3", "nemotron"}  # llama.cpp stores these norms
 NO_LM_HEAD = {"gemma2"}  # llama.cpp's converter skips a stored lm_head (the embedding is tied)
 
 
+EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(\w+)\.weight$")
+
+
 def _hf_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors in fp32, per-expert Linears stacked [E, N, K] as llama.cpp's
+    converter stacks them (`...mlp.experts.gate_proj.weight`)."""
     from safetensors.numpy import load_file
 
     tensors: dict[str, np.ndarray] = {}
     for shard in sorted(checkpoint.glob("*.safetensors")):
         tensors.update({k: v.astype(np.float32) for k, v in load_file(shard).items()})
+    experts: dict[str, dict[int, np.ndarray]] = {}
+    for name in [n for n in tensors if EXPERT.match(n)]:
+        prefix, e, proj = EXPERT.match(name).groups()  # type: ignore[union-attr]
+        experts.setdefault(f"{prefix}.{proj}.weight", {})[int(e)] = tensors.pop(name)
+    for name, by_index in experts.items():
+        tensors[name] = np.stack([by_index[e] for e in sorted(by_index)])
     return tensors
 
 
@@ -148,7 +160,18 @@ def _partial_rope_keys(writer: Any, config: dict[str, Any]) -> None:
         writer.add_sliding_window(config["sliding_window"])
 
 
+def _moe_keys(writer: Any, config: dict[str, Any]) -> None:
+    _text_keys(writer, config)
+    writer.add_expert_count(config.get("num_local_experts", config.get("num_experts")))
+    writer.add_expert_used_count(config["num_experts_per_tok"])
+    writer.add_expert_feed_forward_length(config["moe_intermediate_size"])
+    if config.get("shared_expert_intermediate_size"):
+        writer.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
+
+
 METADATA: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "qwen2moe": _moe_keys,
+    "qwen3moe": _moe_keys,
     "llama": _llama_keys,
     "qwen2": _text_keys,
     "qwen3": _text_keys,
@@ -164,8 +187,8 @@ def default_type(name: str, shape: tuple[int, ...], base: str) -> str:
     """llama.cpp's rule of thumb: 1-D tensors F32, 2-D ones the file type where K fits its blocks."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    if len(shape) < 2 or base in ("F32", "F16", "BF16"):
-        return "F32" if len(shape) < 2 else base
+    if len(shape) < 2 or base in ("F32", "F16", "BF16") or ".ffn_gate_inp" in name:  # routers stay F32
+        return "F32" if len(shape) < 2 or ".ffn_gate_inp" in name else base
     block = GGML_QUANT_SIZES[GGMLQuantizationType[base]][0]
     return base if shape[-1] % block == 0 else "Q8_0" if shape[-1] % 32 == 0 else "F16"
 
@@ -316,6 +339,9 @@ GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
     "phi3": ("phi3", dict(partial_rotary_factor=0.5)),
     "stablelm": ("stablelm", {}),
     "starcoder2": ("starcoder2", {}),
+    # every layer sparse (llama.cpp's qwen3moe has no dense layers) and llama.cpp's fixed top-k renormalization
+    "qwen3_moe": ("qwen3_moe", dict(mlp_only_layers=[], norm_topk_prob=True)),
+    "qwen2_moe": ("qwen2_moe", {}),
 }
 
 
@@ -333,7 +359,12 @@ class GgufFiles:
             from tiny_models import save_model
 
             model_type, overrides = GGUF_CHECKPOINTS[name]
-            self._checkpoints[name] = save_model(self.root / "hf" / name, model_type, **overrides)
+            if model_type.endswith("_moe"):
+                from moe_models import save_moe
+
+                self._checkpoints[name] = save_moe(self.root / "hf" / name, model_type, **overrides)
+            else:
+                self._checkpoints[name] = save_model(self.root / "hf" / name, model_type, **overrides)
         return self._checkpoints[name]
 
     def get(self, name: str, types: str = "F32", arch: str = "llama", **kwargs: Any) -> Path:
@@ -380,10 +411,30 @@ def hf_from_gguf(path: Path, config_dir: Path | None = None):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    extra = {"config": AutoConfig.from_pretrained(config_dir)} if config_dir is not None else {}
-    return AutoModelForCausalLM.from_pretrained(
+    extra: dict[str, Any] = {"config": AutoConfig.from_pretrained(config_dir)} if config_dir is not None else {}
+    if b"ffn_gate_inp_shexp" in path.read_bytes()[: 1 << 20]:  # the one mismatch _correct_loader_gaps repairs
+        extra["ignore_mismatched_sizes"] = True
+    model = AutoModelForCausalLM.from_pretrained(
         str(path.parent), gguf_file=path.name, dtype=torch.float32, **extra
     ).eval()
+    _correct_loader_gaps(model, path)
+    return model
+
+
+def _correct_loader_gaps(model: Any, path: Path) -> None:
+    """transformers 5.24's GGUF tensor loader reshapes Qwen2-MoE's shared-expert gate [1, H] to
+    [1, 1, H] and then drops it as a size mismatch (the layer keeps a random init): put the file's
+    values back, dequantized by the `gguf` package, as llama.cpp reads them."""
+    import torch
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    for tensor in GGUFReader(path).tensors:
+        if tensor.name.endswith("ffn_gate_inp_shexp.weight"):
+            layer = int(tensor.name.split(".")[1])
+            values = dequantize(np.asarray(tensor.data), tensor.tensor_type).reshape(1, -1)
+            with torch.no_grad():
+                model.model.layers[layer].mlp.shared_expert_gate.weight.copy_(torch.from_numpy(values.copy()))
 
 
 def package_eos(package: Path) -> list[int]:

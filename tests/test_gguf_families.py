@@ -13,6 +13,7 @@ converter's own files are compared in tests/test_gguf_llama_cpp.py where llama.c
 
 from __future__ import annotations
 
+import onnx
 import pytest
 from families import PROMPT, PROMPTS, TEXT_PROMPTS
 from gguf_models import GGUF_CHECKPOINTS, hf_from_gguf, hf_generate_until, package_eos
@@ -21,7 +22,8 @@ from reference import assert_varied, genai_prompt_then_greedy, hf_logits, hf_mod
 BOUND = 1e-4
 # family checkpoint -> GGUF architecture llama.cpp's converter writes it as
 ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama", "gemma2": "gemma2", "gemma3": "gemma3",
-        "phi3": "phi3", "stablelm": "stablelm", "starcoder2": "starcoder2"}  # fmt: skip
+        "phi3": "phi3", "stablelm": "stablelm", "starcoder2": "starcoder2", "qwen3_moe": "qwen3moe",
+        "qwen2_moe": "qwen2moe"}  # fmt: skip
 assert set(ARCH) < set(GGUF_CHECKPOINTS)
 
 
@@ -36,8 +38,16 @@ def test_f32_gguf_package_equals_the_checkpoint_it_was_written_from(ggufs, famil
     assert logits_error(package, hf_model(ggufs.checkpoint(family))) < BOUND
 
 
-@pytest.mark.parametrize("family", list(ARCH))
-@pytest.mark.parametrize("type_name", ["Q8_0", "Q4_1"])
+MOE = ("qwen3_moe", "qwen2_moe")
+# how a MoE layer's stacked experts come out, by type: QMoE (Q4_0: 4-bit block 32, exact on CPU), per-expert
+# MatMulNBits (Q8_0: QMoE's block-wise 8-bit runs on int8 activations), float experts (Q4_1: QMoE has no mins)
+EXPERT_FORM = {"Q4_0": "QMoE", "Q8_0": "MatMulNBits", "Q4_1": "MoE"}
+
+
+QUANTIZED = [(f, t) for f in ARCH for t in ("Q8_0", "Q4_1", *(("Q4_0",) if f in MOE else ()))]
+
+
+@pytest.mark.parametrize(("family", "type_name"), QUANTIZED)
 def test_quantized_gguf_package_equals_transformers_on_the_file(ggufs, family, type_name, tmp_path):
     gguf = ggufs.get(family, type_name, arch=ARCH[family])
     package = ggufs.package(family, type_name, arch=ARCH[family])
@@ -46,6 +56,9 @@ def test_quantized_gguf_package_equals_transformers_on_the_file(ggufs, family, t
     folder, _ = materialize(gguf)
     reference = hf_from_gguf(gguf, folder)
     assert logits_error(package, reference) < BOUND
+    if family in MOE:
+        ops = {n.op_type for n in onnx.load(str(package / "model.onnx"), load_external_data=False).graph.node}
+        assert EXPERT_FORM[type_name] in ops and not ({"QMoE", "MoE"} - {EXPERT_FORM[type_name]}) & ops, ops
     if type_name == "Q8_0":
         seen = []
         for prompt in (*PROMPTS, *TEXT_PROMPTS):  # the registry's prompts (random tiny models repeat themselves)

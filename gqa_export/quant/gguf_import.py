@@ -13,7 +13,10 @@ packed projection whose members differ in type (Q4_K_M keeps v_proj in Q6_K) bec
 per run of members of the same form, concatenated; a member without an exact form, or one that
 `--precision int4` must re-quantize (an 8-bit form), stays a float MatMul the precision stage then
 quantizes. The tied lm_head (Gemm on the embedding table) reads the table's blocks the same way;
-the embedding Gather itself reads the table dequantized to float (exact).
+the embedding Gather itself reads the table dequantized to float (exact). Stacked MoE experts of a
+form without mins go through the pre-quantized MoE import (QMoE where its CPU kernel is exact,
+else per-expert MatMulNBits: quant/imported_experts.py); experts with mins stay float, exactly
+dequantized (QMoE has no min term; docs/gguf.md §3.4).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.params import NUMPY_DTYPES, Params, StreamedTensor, row_blocks
+from gqa_export.quant.imported_experts import expert_linears, import_experts
 from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
 from gqa_export.source.gguf.blocks import BlockForm
 from gqa_export.source.gguf.store import GgufLinear, GgufStore
@@ -87,6 +91,11 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
     graph = model.graph
     sums: dict[tuple[str, int], ir.Value] = {}  # (activation value name, block) -> blocksum(x)
     for node in list(graph):
+        if node.op_type == "MoE" and node.domain == MS:  # stacked experts of a form without mins: QMoE or per expert
+            experts = expert_linears(store, node)  # type: ignore[arg-type]
+            if experts is not None and all(m.bits <= kept_bits(plan) for m in experts.all):
+                import_experts(model, node, experts, plan, report.kept)
+            continue
         weight = _linear_weight(node)
         if weight is None:
             continue

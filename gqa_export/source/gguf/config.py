@@ -193,8 +193,41 @@ def _starcoder2(f: GgufFile, config: dict[str, Any]) -> None:
     config["sliding_window"] = None  # llama.cpp runs Starcoder2 without one
 
 
+def _experts(f: GgufFile, config: dict[str, Any], normalize: bool) -> None:
+    """Stacked experts: the count, how many a token uses, their width (expert_feed_forward_length,
+    which llama.cpp reads and transformers 5.24's GGUF mapping ignores), and llama.cpp's top-k
+    normalization for the architecture (fixed in its graph code, not in the metadata)."""
+    gate = next((t for n, t in f.tensors.items() if n.endswith(".ffn_gate_exps.weight")), None)
+    width = f.key("expert_feed_forward_length") or (gate.shape[1] if gate is not None else None)
+    if width is None:
+        raise InputError(f"{f.path.name}: no expert_feed_forward_length and no ffn_gate_exps tensor to read it from")
+    config.update(
+        num_experts=int(f.key("expert_count")),
+        num_experts_per_tok=int(_one(f, "expert_used_count")),
+        moe_intermediate_size=int(_one(f, "expert_feed_forward_length", width)),
+        norm_topk_prob=normalize,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+    )
+
+
+def _qwen2moe(f: GgufFile, config: dict[str, Any]) -> None:
+    _qwen2(f, config)
+    _experts(f, config, normalize=False)
+    shared = f.key("expert_shared_feed_forward_length")
+    if shared is not None:
+        config["shared_expert_intermediate_size"] = int(shared)
+
+
+def _qwen3moe(f: GgufFile, config: dict[str, Any]) -> None:
+    _qwen3(f, config)
+    _experts(f, config, normalize=True)
+
+
 FAMILIES: dict[str, Family] = {
     "llama": Family("llama", "LlamaForCausalLM", _llama),
+    "qwen2moe": Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2moe),
+    "qwen3moe": Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3moe),
     "qwen2": Family("qwen2", "Qwen2ForCausalLM", _qwen2),
     "qwen3": Family("qwen3", "Qwen3ForCausalLM", _qwen3),
     "gemma2": Family("gemma2", "Gemma2ForCausalLM", _gemma2),

@@ -54,8 +54,22 @@ _PLAIN_MLP = {  # Starcoder2: c_fc / c_proj
     "blk.{i}.ffn_up": "model.layers.{i}.mlp.c_fc",
     "blk.{i}.ffn_down": "model.layers.{i}.mlp.c_proj",
 }
+_EXPERTS = {  # experts stored stacked [E, rows, K]: one HF Linear per expert ({e})
+    "blk.{i}.ffn_gate_inp": "model.layers.{i}.mlp.gate",
+    "blk.{i}.ffn_gate_exps": "model.layers.{i}.mlp.experts.{e}.gate_proj",
+    "blk.{i}.ffn_up_exps": "model.layers.{i}.mlp.experts.{e}.up_proj",
+    "blk.{i}.ffn_down_exps": "model.layers.{i}.mlp.experts.{e}.down_proj",
+}
+_SHARED_EXPERT = {
+    "blk.{i}.ffn_gate_shexp": "model.layers.{i}.mlp.shared_expert.gate_proj",
+    "blk.{i}.ffn_up_shexp": "model.layers.{i}.mlp.shared_expert.up_proj",
+    "blk.{i}.ffn_down_shexp": "model.layers.{i}.mlp.shared_expert.down_proj",
+    "blk.{i}.ffn_gate_inp_shexp": "model.layers.{i}.mlp.shared_expert_gate",
+}
 TABLES: dict[str, dict[str, str]] = {
     "llama": _LLAMA_LIKE,
+    "qwen2moe": {**_LLAMA_LIKE, **_EXPERTS, **_SHARED_EXPERT},
+    "qwen3moe": {**_LLAMA_LIKE, **_QK_NORM, **_EXPERTS},
     "qwen2": _LLAMA_LIKE,
     "qwen3": {**_LLAMA_LIKE, **_QK_NORM},
     "gemma2": _GEMMA,
@@ -85,10 +99,12 @@ class Mapped:
     hf: str
     rows: np.ndarray | None = None  # HF row r is GGUF row rows[r] (None: same order)
     offset: float = 0.0  # HF value = GGUF value - offset (stored 1 + w norms)
+    expert: int | None = None  # one expert of a stacked [E, rows, K] tensor
 
 
 def hf_name(arch: str, gguf_name: str) -> str | None:
-    """The HF name of a GGUF tensor (suffix kept), or None when the table has none."""
+    """The HF name of a GGUF tensor (suffix kept; `{e}` left in for stacked experts), or None
+    when the table has none."""
     base, dot, suffix = gguf_name.rpartition(".")
     if not dot or suffix not in ("weight", "bias"):
         base, suffix = gguf_name, ""
@@ -97,7 +113,7 @@ def hf_name(arch: str, gguf_name: str) -> str | None:
     hf = TABLES[arch].get(template)
     if hf is None:
         return None
-    hf = hf.format(i=block.group(1)) if block else hf
+    hf = hf.replace("{i}", block.group(1)) if block else hf
     return f"{hf}.{suffix}" if suffix else hf
 
 
@@ -126,5 +142,9 @@ def map_tensors(arch: str, names: list[str], shapes: dict[str, tuple[int, ...]],
         if arch in PERMUTED_QK and (".attn_q." in name or ".attn_k." in name):
             rows = qk_rows(shapes[name][0], heads if ".attn_q." in name else kv_heads)
         offset = 1.0 if arch in NORM_PLUS_ONE and name.endswith("norm.weight") else 0.0
+        if "{e}" in hf:  # stacked experts: one HF Linear per expert
+            for e in range(shapes[name][0]):
+                out[hf.replace("{e}", str(e))] = Mapped(name, hf.replace("{e}", str(e)), rows, offset, e)
+            continue
         out[hf] = Mapped(name, hf, rows, offset)
     return out

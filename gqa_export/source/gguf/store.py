@@ -30,8 +30,9 @@ from gqa_export.source.gguf.blocks import (
     dequantize_rows,
     type_sizes,
 )
-from gqa_export.source.gguf.container import GgufFile, GgufTensor
+from gqa_export.source.gguf.container import GgufFile
 from gqa_export.source.gguf.names import Mapped, map_tensors
+from gqa_export.source.native import NativeLinear
 from gqa_export.source.weights import TensorInfo, WeightStore
 
 
@@ -47,26 +48,58 @@ class GgufLinear:
     """One quantized 2-D weight [N, K] (HF layout) in its GGML blocks: the import step's view."""
 
     name: str  # the HF weight name
-    tensor: GgufTensor
+    type_name: str
+    data: np.ndarray  # uint8 [N, bytes per row]: the tensor's (or one expert's) blocks in the file
     form: BlockForm
     rows: np.ndarray | None  # HF row r is file row rows[r]
     store: GgufStore
+    k: int
 
     @property
     def n(self) -> int:
-        return self.tensor.shape[0]
-
-    @property
-    def k(self) -> int:
-        return self.tensor.shape[1]
+        return int(self.data.shape[0])
 
     def raw_rows(self, a: int, b: int) -> np.ndarray:
-        data = self.tensor.data
-        return np.asarray(data[a:b] if self.rows is None else data[self.rows[a:b]])
+        return np.asarray(self.data[a:b] if self.rows is None else self.data[self.rows[a:b]])
 
     def decoded(self, a: int, b: int) -> Decoded:
         """codes uint8 [b - a, K], scales float32 and mins (or None) [b - a, K / block] of HF rows a..b."""
         return decode_rows(self.form, self.raw_rows(a, b))
+
+
+class GgufExpertLinear(NativeLinear):
+    """A GGUF weight of a symmetric form (no mins) as the `NativeLinear` the pre-quantized MoE import
+    takes (quant/imported_experts.py: QMoE, or per-expert MatMulNBits): the same codes and scales."""
+
+    linear: GgufLinear
+
+    def __post_init__(self) -> None:  # symmetric is the form's (set by expert_linear), not decoded
+        pass
+
+    def codes(self, a: int, b: int) -> np.ndarray:
+        return self.linear.decoded(a, b)[0]
+
+
+def expert_linear(linear: GgufLinear) -> GgufExpertLinear:
+    form = linear.form
+    default = form.offset == 1 << (form.bits - 1)
+    cache: list[np.ndarray] = []
+
+    def params() -> tuple[np.ndarray, np.ndarray | None]:
+        if not cache:  # the scales of one expert matrix: small, asked for several times
+            cache.append(np.concatenate([linear.decoded(a, b)[1] for a, b in _row_blocks(linear.n, linear.k)]))
+        scales = cache[0]
+        return scales, None if default else np.full(scales.shape, form.offset, np.uint8)
+
+    made = GgufExpertLinear(linear.name, f"gguf {form.type_name}", linear.store, linear.name, linear.n, linear.k,
+                            form.bits, form.block, form.block, params, None, default)  # fmt: skip
+    made.linear = linear
+    return made
+
+
+def _row_blocks(rows: int, k: int) -> list[tuple[int, int]]:
+    step = max(1, (8 << 20) // max(1, 4 * k))
+    return [(a, min(rows, a + step)) for a in range(0, rows, step)]
 
 
 class GgufStore(WeightStore):
@@ -77,8 +110,7 @@ class GgufStore(WeightStore):
         shapes = {name: t.shape for name, t in file.tensors.items()}
         self._mapped: dict[str, Mapped] = map_tensors(file.architecture, list(file.tensors), shapes, config)
         infos = {
-            hf: TensorInfo(hf, file.tensors[m.gguf].file, "F32", file.tensors[m.gguf].shape)
-            for hf, m in self._mapped.items()
+            hf: TensorInfo(hf, file.tensors[m.gguf].file, "F32", self._part(m)[1]) for hf, m in self._mapped.items()
         }
         super().__init__(infos)
         self.dequantize = False
@@ -128,9 +160,25 @@ class GgufStore(WeightStore):
             return None
         tensor = self.file.tensors[m.gguf]
         form = FORMS.get(tensor.type_name)
-        if form is None or len(tensor.shape) != 2 or m.offset or tensor.shape[1] % form.block:
+        data, shape, _, _ = self._part(m)
+        if form is None or len(shape) != 2 or m.offset or shape[1] % form.block:
             return None
-        return GgufLinear(name, tensor, form, m.rows, self)
+        return GgufLinear(name, tensor.type_name, data, form, m.rows, self, shape[1])
+
+    def native(self, name: str) -> GgufExpertLinear | None:
+        """A weight of a symmetric form as the pre-quantized MoE import takes it (QMoE / per-expert
+        MatMulNBits hold no mins: a form with mins is read as float there, exactly)."""
+        linear = self.linear(name)
+        return expert_linear(linear) if linear is not None and not linear.form.mins else None
+
+    def _part(self, m: Mapped) -> tuple[np.ndarray, tuple[int, ...], int, int]:
+        """(raw data, HF shape, first byte in the file, bytes) of a mapped tensor: the whole tensor,
+        or one expert of a stacked one."""
+        tensor = self.file.tensors[m.gguf]
+        if m.expert is None:
+            return tensor.data, tensor.shape, tensor.offset, tensor.nbytes
+        per = tensor.nbytes // tensor.shape[0]
+        return tensor.data[m.expert], tensor.shape[1:], tensor.offset + m.expert * per, per
 
     # --- the WeightStore interface: float32 in HF layout ---------------------------------------------
     def view(self, name: str) -> np.ndarray:
@@ -138,58 +186,45 @@ class GgufStore(WeightStore):
 
     def read_slices(self, name: str, *index: slice | int) -> np.ndarray:
         self.reads += 1
-        info = self.info(name)
         m = self._mapped[name]
         tensor = self.file.tensors[m.gguf]
+        data, shape, _, _ = self._part(m)
         try:
-            if len(info.shape) == 2:
+            if len(shape) == 2 and not any(isinstance(i, int) for i in index[:2]):
                 rows = index[0] if index else slice(None)
                 cols = index[1] if len(index) > 1 else slice(None)
-                out = self._matrix(tensor, m, rows, cols)
+                out = self._matrix(tensor.type_name, data, shape, m, rows, cols)
             else:
-                out = self._whole(tensor, m)[index] if index else self._whole(tensor, m)
+                whole = self._whole(tensor.type_name, data, shape, m)
+                out = whole[index] if index else whole
         except OSError as exc:
             raise InputError(f"cannot read '{m.gguf}' from {tensor.file}: {exc}") from exc
         if not index:
             self.release(name)  # read whole: done with it
         return np.ascontiguousarray(out)
 
-    def _matrix(self, tensor: GgufTensor, m: Mapped, rows: slice | int, cols: slice | int) -> np.ndarray:
-        n, k = tensor.shape
-        if isinstance(rows, int) or isinstance(cols, int):
-            return self._whole(tensor, m)[rows, cols]
+    def _matrix(
+        self, kind: str, data: np.ndarray, shape: tuple[int, ...], m: Mapped, rows: slice, cols: slice
+    ) -> np.ndarray:
+        n, k = shape
         r0, r1, rs = rows.indices(n)
         c0, c1, cs = cols.indices(k)
         picked = np.arange(r0, r1, rs)
-        file_rows = picked if m.rows is None else m.rows[picked]
         contiguous = m.rows is None and rs == 1
-        data = tensor.data[r0:r1] if contiguous else tensor.data[file_rows]
-        out = self._dequantized(tensor, np.asarray(data), c0, c1)
+        raw = data[r0:r1] if contiguous else data[picked if m.rows is None else m.rows[picked]]
+        out = _dequantized(kind, np.asarray(raw), c0, c1)
         out = out[:, ::cs] if cs != 1 else out
         return out - np.float32(m.offset) if m.offset else out
 
-    def _dequantized(self, tensor: GgufTensor, data: np.ndarray, c0: int, c1: int) -> np.ndarray:
-        """Columns c0..c1 of rows `data` (file bytes) as float32, decoding only the blocks that cover them."""
-        kind = tensor.type_name
-        if kind in ("F32", "F16", "F64"):
-            return data[:, c0:c1].astype(np.float32)
+    def _whole(self, kind: str, data: np.ndarray, shape: tuple[int, ...], m: Mapped) -> np.ndarray:
+        raw = np.asarray(data)
         if kind == "BF16":
-            return data.view(ml_dtypes.bfloat16)[:, c0:c1].astype(np.float32)
-        per, size = type_sizes(kind)
-        b0, b1 = c0 // per, -(-c1 // per)
-        raw = data[:, b0 * size : b1 * size]
-        return dequantize_rows(kind, raw)[:, c0 - b0 * per : c1 - b0 * per]
-
-    def _whole(self, tensor: GgufTensor, m: Mapped) -> np.ndarray:
-        kind = tensor.type_name
-        data = np.asarray(tensor.data)
-        if kind == "BF16":
-            values = data.view(ml_dtypes.bfloat16).astype(np.float32)
+            values = raw.view(ml_dtypes.bfloat16).astype(np.float32)
         elif kind in ("F32", "F16", "F64"):
-            values = data.astype(np.float32)
+            values = raw.astype(np.float32)
         else:
-            values = dequantize_rows(kind, data.reshape(-1, data.shape[-1])).reshape(tensor.shape)
-        values = values.reshape(tensor.shape)
+            values = dequantize_rows(kind, raw.reshape(-1, raw.shape[-1]))
+        values = values.reshape(shape)
         if m.rows is not None:
             values = values[m.rows]
         return values - np.float32(m.offset) if m.offset else values
@@ -199,11 +234,22 @@ class GgufStore(WeightStore):
         m = self._mapped.get(name)
         if m is None:
             return
-        tensor = self.file.tensors[m.gguf]
-        mapped = self.file.maps.get(tensor.file)
-        if mapped is None or not hasattr(mapped, "madvise") or not tensor.nbytes:
+        _, _, offset, nbytes = self._part(m)
+        mapped = self.file.maps.get(self.file.tensors[m.gguf].file)
+        if mapped is None or not hasattr(mapped, "madvise") or not nbytes:
             return
-        begin = tensor.offset // mmap.PAGESIZE * mmap.PAGESIZE
-        end = min(len(mapped), -(-(tensor.offset + tensor.nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
+        begin = offset // mmap.PAGESIZE * mmap.PAGESIZE
+        end = min(len(mapped), -(-(offset + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
         if begin < end:
             mapped.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+
+
+def _dequantized(kind: str, data: np.ndarray, c0: int, c1: int) -> np.ndarray:
+    """Columns c0..c1 of rows `data` (file bytes) as float32, decoding only the blocks that cover them."""
+    if kind in ("F32", "F16", "F64"):
+        return data[:, c0:c1].astype(np.float32)
+    if kind == "BF16":
+        return data.view(ml_dtypes.bfloat16)[:, c0:c1].astype(np.float32)
+    per, size = type_sizes(kind)
+    b0, b1 = c0 // per, -(-c1 // per)
+    return dequantize_rows(kind, data[:, b0 * size : b1 * size])[:, c0 - b0 * per : c1 - b0 * per]
