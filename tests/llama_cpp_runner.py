@@ -1,7 +1,7 @@
 """Run by the python of a llama-cpp-python venv (never imported by the test process): one llama.cpp
 job per call, read from argv as JSON, answered on stdout as JSON.
 
-    {"job": "greedy", "model": PATH, "prompt": [ids], "new": N, "threads": T}
+    {"job": "greedy", "model": PATH, "prompt": [ids], "new": N, "threads": T, "suppress": [ids never chosen]}
         -> {"tokens": [...], "logits": [[...] per prompt position, then per generated token]}
     {"job": "tokenize", "model": PATH, "texts": [...]} -> {"ids": [[...], ...]}
     {"job": "quantize", "model": PATH, "out": PATH, "ftype": "Q4_K_M"} -> {"rc": 0}
@@ -58,8 +58,11 @@ def main() -> None:
     llm.reset()
     llm.eval(prompt)
     tokens = []
+    suppressed = list(job.get("suppress", []))  # the ids genai holds back until min_length (end of generation)
     for _ in range(new):
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        scores = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+        scores[suppressed] = -np.inf
+        token = int(np.argmax(scores))
         tokens.append(token)
         llm.eval([token])
     logits = np.asarray(llm.scores[: llm.n_tokens - 1], dtype=np.float32)

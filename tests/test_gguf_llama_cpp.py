@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from families import PROMPT
-from gguf_models import effective_weights, hf_from_gguf, write_gguf
+from gguf_models import effective_weights, hf_from_gguf, package_eos, write_gguf
 from llama_cpp_env import convert, run
 from reference import genai_prompt_then_greedy, hf_logits, hf_model, ort_prefill_and_decode
 
@@ -123,7 +123,8 @@ def test_greedy_tokens_equal_llama_cpp_or_the_first_difference_is_explained(llam
     build(BuildOptions(str(path), tmp_path / "pkg", precision="fp32", smoke=False))
     steps = 24
     _, ours = genai_prompt_then_greedy(tmp_path / "pkg", list(PROMPT), steps)
-    theirs = run({"job": "greedy", "model": str(path), "prompt": list(PROMPT), "new": steps})
+    theirs = run({"job": "greedy", "model": str(path), "prompt": list(PROMPT), "new": steps,
+                  "suppress": package_eos(tmp_path / "pkg")})  # fmt: skip
     tokens = list(PROMPT) + ours
     _, our_logits = ort_prefill_and_decode(tmp_path / "pkg", list(PROMPT), steps=0)
     full = np.concatenate([our_logits, _decode_logits(tmp_path / "pkg", tokens, len(PROMPT))])
@@ -139,3 +140,27 @@ def _decode_logits(package: Path, tokens: list[int], prompt: int) -> np.ndarray:
     stepper = OrtStepper(package)
     stepper.step(tokens[:prompt])
     return np.concatenate([stepper.step([t]) for t in tokens[prompt:-1]])
+
+
+FAMILIES = {"qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama", "gemma2": "gemma2", "gemma3": "gemma3",
+            "phi3": "phi3", "stablelm": "stablelm", "starcoder2": "starcoder2", "qwen3_moe": "qwen3moe",
+            "qwen2_moe": "qwen2moe"}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_reads_as_llama_cpp_reads_it(ggufs, family):
+    """The config gqa-export reads from the metadata is llama.cpp's: on each family's F32 file (no
+    activation quantization), greedy tokens equal llama.cpp's, or part only where llama.cpp's f16
+    KV cache moves its logits more than our two best candidates are apart."""
+    path = ggufs.get(family, "F32", arch=FAMILIES[family])
+    package = ggufs.package(family, "F32", arch=FAMILIES[family])
+    steps = 16
+    _, ours = genai_prompt_then_greedy(package, list(PROMPT), steps)
+    theirs = run({"job": "greedy", "model": str(path), "prompt": list(PROMPT), "new": steps,
+                  "suppress": package_eos(package)})  # fmt: skip
+    _, prompt_logits = ort_prefill_and_decode(package, list(PROMPT), steps=0)
+    full = np.concatenate([prompt_logits, _decode_logits(package, list(PROMPT) + ours, len(PROMPT))])
+    why = first_difference_explained(ours, theirs["tokens"], full, np.asarray(theirs["logits"], np.float32))
+    drift = float(np.abs(full[: len(PROMPT)] - np.asarray(theirs["logits"], np.float32)[: len(PROMPT)]).max())
+    assert drift < 5e-2, f"prompt logits differ from llama.cpp's by {drift}: not the same model"
+    print(json.dumps({"family": family, "equal": why == "", "why": why, "prompt_logit_drift": drift}))
