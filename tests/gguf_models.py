@@ -103,7 +103,9 @@ def _text_keys(writer: Any, config: dict[str, Any]) -> None:
     writer.add_head_count(heads)
     writer.add_head_count_kv(config.get("num_key_value_heads", heads))
     full, sliding = _rope_params(config)
-    if full.get("rope_type") == "linear":
+    if full.get("rope_type") == "llama3":  # stored as the rope_freqs tensor instead (write_gguf)
+        pass
+    elif full.get("rope_type") == "linear":
         import gguf
 
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
@@ -127,6 +129,34 @@ def _text_keys(writer: Any, config: dict[str, Any]) -> None:
 
 def _head_dim(config: dict[str, Any]) -> int:
     return config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+
+
+def llama3_rope_factors(config: dict[str, Any]) -> np.ndarray | None:
+    """llama.cpp's converter's rope_freqs for a llama3-scaled config (LlamaModel.generate_extra_tensors)."""
+    import math
+
+    params, _ = _rope_params(config)
+    if params.get("rope_type") != "llama3":
+        return None
+    base, dim = params.get("rope_theta", 10000.0), _head_dim(config)
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    factor, low, high = (
+        params.get("factor", 8.0),
+        params.get("low_freq_factor", 1.0),
+        params.get("high_freq_factor", 4.0),
+    )
+    old = params.get("original_max_position_embeddings", 8192)
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def _llama_keys(writer: Any, config: dict[str, Any]) -> None:
@@ -216,6 +246,9 @@ def write_gguf(
     if tokenizer:
         _tokenizer(writer, checkpoint, config, pre)
     heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    factors = llama3_rope_factors(config) if arch == "llama" else None
+    if factors is not None:
+        writer.add_tensor("rope_freqs.weight", factors)
     for hf_name, value in _hf_tensors(checkpoint).items():
         base, _, suffix = hf_name.rpartition(".")
         gguf_base = names.get_name(base)
@@ -306,8 +339,12 @@ _LLAMA256 = dict(
     hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2, initializer_range=0.1
 )
 _GEMMA = dict(head_dim=16, query_pre_attn_scalar=16, sliding_window=8, tie_word_embeddings=True)
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64, "rope_theta": 10000.0}  # fmt: skip
 GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
     "llama256": ("llama", _LLAMA256),
+    # Llama-3's scaling, which a GGUF holds as the rope_freqs tensor (64-wide heads: a smooth region)
+    "llama3_rope": ("llama", dict(_LLAMA256, rope_parameters=LLAMA3_ROPE)),
     # family checkpoints (tiny_models.BASE shape: hidden 64, K a whole number of 32-blocks)
     "qwen2": ("qwen2", {}),
     "qwen3": ("qwen3", dict(head_dim=32)),

@@ -23,7 +23,7 @@ BOUND = 1e-4
 # family checkpoint -> GGUF architecture llama.cpp's converter writes it as
 ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama", "gemma2": "gemma2", "gemma3": "gemma3",
         "phi3": "phi3", "stablelm": "stablelm", "starcoder2": "starcoder2", "qwen3_moe": "qwen3moe",
-        "qwen2_moe": "qwen2moe"}  # fmt: skip
+        "qwen2_moe": "qwen2moe", "llama3_rope": "llama"}  # fmt: skip
 assert set(ARCH) < set(GGUF_CHECKPOINTS)
 
 
@@ -66,3 +66,14 @@ def test_quantized_gguf_package_equals_transformers_on_the_file(ggufs, family, t
             assert tokens == hf_generate_until(reference, list(prompt), 48, package_eos(package)), prompt
             seen.append(tokens)
         assert_varied(seen)
+
+
+def test_mutant_rope_freqs_ignored(ggufs, tmp_path, monkeypatch):
+    """Llama-3's scaling lives in the rope_freqs tensor; a reader that drops it exports plain RoPE."""
+    from gqa_export.pipeline import BuildOptions, build
+    from gqa_export.source.gguf import rope_factors
+
+    monkeypatch.setattr(rope_factors, "llama3_scaling", lambda *args: {"rope_type": "default"})
+    gguf = ggufs.get("llama3_rope", "F32", arch="llama")
+    build(BuildOptions(str(gguf), tmp_path / "pkg", precision="fp32", smoke=False))
+    assert logits_error(tmp_path / "pkg", hf_model(ggufs.checkpoint("llama3_rope"))) > 100 * BOUND

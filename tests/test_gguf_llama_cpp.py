@@ -144,7 +144,7 @@ def _decode_logits(package: Path, tokens: list[int], prompt: int) -> np.ndarray:
 
 FAMILIES = {"qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama", "gemma2": "gemma2", "gemma3": "gemma3",
             "phi3": "phi3", "stablelm": "stablelm", "starcoder2": "starcoder2", "qwen3_moe": "qwen3moe",
-            "qwen2_moe": "qwen2moe"}  # fmt: skip
+            "qwen2_moe": "qwen2moe", "llama3_rope": "llama"}  # fmt: skip
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

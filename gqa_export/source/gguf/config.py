@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from gqa_export.errors import InputError
 from gqa_export.source.gguf.container import GgufFile
 
@@ -105,6 +107,13 @@ def _has(f: GgufFile, suffix: str) -> bool:
 
 def _llama(f: GgufFile, config: dict[str, Any]) -> None:
     _decoder(f, config)
+    factors = f.tensors.get("rope_freqs.weight")
+    if factors is not None:  # Llama-3.1/3.2: the scaling stored as per-frequency factors
+        from gqa_export.source.gguf.rope_factors import llama3_scaling
+
+        original = f.key("rope.scaling.original_context_length")
+        values = np.asarray(factors.data, dtype=np.float32)
+        config["rope_scaling"] = llama3_scaling(values, config["rope_theta"], config["head_dim"], original, f.path.name)
     config["attention_bias"] = _has(f, ".attn_q.bias")
     config["mlp_bias"] = _has(f, ".ffn_up.bias")
 

@@ -84,8 +84,9 @@ TABLES: dict[str, dict[str, str]] = {
 }
 # architectures whose norm weights llama.cpp stores as 1 + w (HF: w, the model computes 1 + w)
 NORM_PLUS_ONE = frozenset({"gemma2", "gemma3"})
-# tensors llama.cpp's converter derives from the config (read into config.json, not weights)
-DERIVED = {"rope_freqs.weight"}
+# tensors llama.cpp's converter derives from the config (read into config.json, not weights), and
+# the architectures whose config reading takes them (config.py); elsewhere they are refused
+DERIVED = {"rope_freqs.weight": frozenset({"llama"})}
 # architectures whose q/k rows llama.cpp permutes (its LlamaModel.permute)
 PERMUTED_QK = frozenset({"llama"})
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
@@ -131,6 +132,8 @@ def map_tensors(arch: str, names: list[str], shapes: dict[str, tuple[int, ...]],
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
     for name in names:
         if name in DERIVED:
+            if arch not in DERIVED[name]:
+                raise InputError(f"GGUF tensor '{name}' of architecture '{arch}' is not read by gqa-export's import")
             continue
         hf = hf_name(arch, name)
         if hf is None:
