@@ -106,3 +106,22 @@ def test_iq4_nl_with_dequantize_is_exact_float_then_precision(ggufs, tmp_path):
     tensors = json.loads((tmp_path / "pkg" / "manifest.json").read_text())["options"]["gguf"]["tensors"]
     assert tensors["model.layers.0.mlp.down_proj.weight"]["type"] == "IQ4_NL"
     assert tensors["model.layers.0.mlp.down_proj.weight"]["as"] == "float"
+
+
+@pytest.mark.parametrize(("checkpoint", "type_name"), [("trained", "Q4_1"), ("llama256", "Q4_K_M")])
+def test_embedding_reads_the_file_blocks(ggufs, checkpoint, type_name):
+    """The embedding stays in its blocks (GatherBlockQuantized): tied (the trained model, Q4_1), the
+    lm_head's MatMulNBits reads the same codes tensor and the mins' per-block residual rows are
+    gathered beside; untied (llama256's Q6_K table), no float copy either. Logits equal transformers'
+    (every prompt token's embedding row goes through it)."""
+    name = str(TRAINED) if checkpoint == "trained" else checkpoint
+    gguf, package = ggufs.get(name, type_name), ggufs.package(name, type_name)
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    gathers = [n for n in graph.node if n.op_type == "GatherBlockQuantized"]
+    assert len(gathers) == 1
+    readers = [n.op_type for n in graph.node if gathers[0].input[0] in n.input]
+    if checkpoint == "trained":
+        assert sorted(readers) == ["GatherBlockQuantized", "MatMulNBits"]
+        assert any(n.op_type == "Gather" and n.input[0].endswith("gather_residual") for n in graph.node)
+    assert not any(i.name == "model.embed_tokens.weight" for i in graph.initializer)  # no float copy
+    assert parity(package, gguf) < BOUND

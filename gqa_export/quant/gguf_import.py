@@ -96,6 +96,13 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
             if experts is not None and all(m.bits <= kept_bits(plan) for m in experts.all):
                 import_experts(model, node, experts, plan, report.kept)
             continue
+        table = _gathered_table(node, store)
+        if table is not None:  # the embedding: the same blocks through GatherBlockQuantized
+            lin = store.linear(table)
+            if lin is not None and lin.form.bits <= kept_bits(plan):
+                _gather(model, node, lin, plan, f"{table.removesuffix('.weight')}.gguf")
+                report.kept[table] = _how(lin.form) + " (and GatherBlockQuantized)"
+            continue
         weight = _linear_weight(node)
         if weight is None:
             continue
@@ -109,7 +116,7 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
                 report.requantized[name] = lin.form.type_name
         if all(k is None for k in keep):
             continue
-        base = "lm_head" if node.op_type == "Gemm" else str(weight.name).removesuffix(".weight")
+        base = str(weight.name).removesuffix(".weight")  # a tied lm_head shares the table's tensors
         _split(model, node, base, sources, keep, plan, sums, report)
     for name in store.names():
         report.types[name] = store.type_of(name)
@@ -168,9 +175,7 @@ def _split(
         outputs.append(out)
         for lin in run:
             assert lin is not None
-            form = lin.form
-            how = f"{form.type_name}: MatMulNBits {form.bits}-bit block {form.block}" + (" + mins" if form.mins else "")
-            report.kept[lin.name] = how
+            report.kept.setdefault(lin.name, _how(lin.form))
     if len(outputs) > 1:
         nodes.append(ir.Node("", "Concat", outputs, attributes=[ir.AttrInt64("axis", -1)], name=f"{base}/concat"))
     _replace(model, node, nodes)
@@ -238,6 +243,40 @@ class _Params:
         return self._residual
 
 
+def _how(form: BlockForm) -> str:
+    return f"{form.type_name}: MatMulNBits {form.bits}-bit block {form.block}" + (" + mins" if form.mins else "")
+
+
+def _gathered_table(node: ir.Node, store: GgufStore) -> str | None:
+    """The GGUF table behind an embedding Gather(E, ids), or None."""
+    if node.op_type != "Gather" or node.domain != "" or node.attributes.get_int("axis", 0) != 0:
+        return None
+    table = node.inputs[0]
+    return str(table.name) if table is not None and table.name in store else None
+
+
+def _blocks(graph: ir.Graph, run: list[GgufLinear], params: _Params, dtype: ir.DataType, tag: str) -> list[ir.Value]:
+    """The codes [N, K / block, block * bits / 8] and scales [N, K / block] of a run of one form,
+    registered once under `tag` (a tied table's Gather and lm_head read the same two tensors)."""
+    form = run[0].form
+    n, k, bits, bs = sum(lin.n for lin in run), run[0].k, form.bits, form.block
+    kb, blob = k // bs, bs * bits // 8
+    numpy_dtype = NUMPY_DTYPES[dtype]
+
+    def codes() -> Iterator[np.ndarray]:
+        for lin in run:
+            for a, b in row_blocks(lin.n, lin.k):
+                q, _, _ = lin.decoded(a, b)
+                yield pack_fields(q, bits).reshape(b - a, kb, blob)
+            lin.store.release(lin.name)
+
+    scales = ir.LazyTensor(lambda: ir.Tensor(params.scales().astype(numpy_dtype)), dtype=dtype, shape=ir.Shape([n, kb]))
+    return [
+        _register(graph, f"{tag}.qweight", StreamedTensor(codes, ir.DataType.UINT8, (n, kb, blob))),
+        _register(graph, f"{tag}.scales", scales),
+    ]
+
+
 def _nbits(
     model: ir.Model,
     x: ir.Value,
@@ -249,24 +288,10 @@ def _nbits(
     """MatMulNBits over a run of members of one form, plus its min correction when the form has mins."""
     graph, form = model.graph, run[0].form
     n, k, bits, bs = sum(lin.n for lin in run), run[0].k, form.bits, form.block
-    kb, blob = k // bs, bs * bits // 8
+    kb = k // bs
     dtype = NUMPY_DTYPES[plan.io_dtype]
     params = _Params(run)
-
-    def codes() -> Iterator[np.ndarray]:
-        for lin in run:
-            for a, b in row_blocks(lin.n, lin.k):
-                q, _, _ = lin.decoded(a, b)
-                yield pack_fields(q, bits).reshape(b - a, kb, blob)
-            lin.store.release(lin.name)
-
-    scales = ir.LazyTensor(
-        lambda: ir.Tensor(params.scales().astype(dtype)), dtype=plan.io_dtype, shape=ir.Shape([n, kb])
-    )
-    inputs = [
-        _register(graph, f"{tag}.qweight", StreamedTensor(codes, ir.DataType.UINT8, (n, kb, blob))),
-        _register(graph, f"{tag}.scales", scales),
-    ]
+    inputs = _blocks(graph, run, params, plan.io_dtype, tag)
     if form.mins or form.offset != 1 << (bits - 1):  # the op's default zero point is 2^(bits-1)
         zp_cols = (kb * bits + 7) // 8
 
@@ -297,6 +322,44 @@ def _nbits(
     correction = ir.Node("", "MatMul", [summed, residual], name=f"{tag}/residual_mins", num_outputs=1)
     out = ir.Node("", "Add", [mm.outputs[0], correction.outputs[0]], name=f"{tag}/plus_residual", num_outputs=1)
     return [*made, correction, out], out.outputs[0]
+
+
+def _gather(model: ir.Model, node: ir.Node, lin: GgufLinear, plan: PrecisionPlan, tag: str) -> None:
+    """Gather(E, ids) -> GatherBlockQuantized over E's blocks ([V, K / block, blob], quantize_axis
+    2), zero points unpacked one a block, plus Gather(r)[ids] per block for a form with mins: each
+    embedding element s (q - z) + r, as the lm_head computes it. Output reshaped to [..., K]."""
+    graph, form = model.graph, lin.form
+    n, k, bits, bs = lin.n, lin.k, form.bits, form.block
+    kb = k // bs
+    params = _Params([lin])
+    dtype = NUMPY_DTYPES[plan.io_dtype]
+    qweight, scales = _blocks(graph, [lin], params, plan.io_dtype, tag)
+    shape3 = _register(graph, f"{tag}.scales_shape3", ir.Tensor(np.array([n, kb, 1], np.int64)))
+    scales3 = ir.Node("", "Reshape", [scales, shape3], name=f"{tag}/scales3d", num_outputs=1)
+    ids = node.inputs[1]
+    assert ids is not None
+    inputs = [qweight, ids, scales3.outputs[0]]
+    if form.mins or form.offset != 1 << (bits - 1):
+        zp = ir.LazyTensor(lambda: ir.Tensor(np.ascontiguousarray(params.zero_points()[:, :, None])),
+                           dtype=ir.DataType.UINT8, shape=ir.Shape([n, kb, 1]))  # fmt: skip
+        inputs.append(_register(graph, f"{tag}.gather_zero_points", zp))
+    attrs = ir.convenience.convert_attributes({"gather_axis": 0, "quantize_axis": 2, "block_size": bs, "bits": bits})
+    gathered = ir.Node(MS, "GatherBlockQuantized", inputs, attributes=attrs, name=f"{tag}/Gather", num_outputs=1)
+    nodes = [scales3, gathered]
+    out = gathered.outputs[0]
+    if form.mins:
+        residual = ir.LazyTensor(lambda: ir.Tensor(np.ascontiguousarray(params.residual().astype(dtype))),
+                                 dtype=plan.io_dtype, shape=ir.Shape([n, kb]))  # fmt: skip
+        rows = ir.Node("", "Gather", [_register(graph, f"{tag}.gather_residual", residual), ids],
+                       name=f"{tag}/residual_rows", num_outputs=1)  # fmt: skip
+        axes = _register(graph, "gguf.last_axis", ir.Tensor(np.array([-1], np.int64)))
+        per_block = ir.Node("", "Unsqueeze", [rows.outputs[0], axes], name=f"{tag}/residual_blocks", num_outputs=1)
+        added = ir.Node("", "Add", [out, per_block.outputs[0]], name=f"{tag}/plus_residual_rows", num_outputs=1)
+        nodes += [rows, per_block, added]
+        out = added.outputs[0]
+    flat = _register(graph, f"{tag}.gather_shape", ir.Tensor(np.array([0, 0, k], np.int64)))
+    nodes.append(ir.Node("", "Reshape", [out, flat], name=f"{tag}/to_hidden", num_outputs=1))
+    _replace(model, node, nodes)
 
 
 def _block_sums(graph: ir.Graph, x: ir.Value, kb: int, bs: int, tag: str) -> tuple[list[ir.Node], ir.Value]:
