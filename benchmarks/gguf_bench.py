@@ -125,7 +125,7 @@ def main() -> None:
     lines.append(f"| llama1b-Q4_K_M.gguf | | transformers' dequantizing load (fp32) | {wall:.0f} | {rss:.0f} | | |")
     if not args.skip_builder:
         out = work / "builder-f16"
-        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-m", str(work.parent / "llama1b"),
+        cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-m", str(work / "llama1b"),
                "-i", str(work / "llama1b-F16.gguf"), "-o", str(out), "-p", "fp32", "-e", "cpu",
                "-c", str(work / "builder-cache")]  # fmt: skip
         subprocess.run(["rm", "-rf", str(out)], check=True)

@@ -24,6 +24,15 @@ def _by_precision(entry: dict[str, Any]) -> str:
     return f", {count} quantized by --precision {entry['precision']}" if count else ""
 
 
+def gguf_summary(entry: dict[str, Any]) -> str:
+    """A package built from a GGUF in one line: per GGML type, kept / float / re-quantized counts."""
+    parts = []
+    for kind, counts in sorted(entry["types"].items()):
+        shown = [f"{n} {what}" for what, n in counts.items() if n]
+        parts.append(f"{kind} {', '.join(shown)}")
+    return f"{entry['file']} ({entry['architecture']}): " + "; ".join(parts)
+
+
 def kv_cache_summary(entry: dict[str, Any]) -> str:
     """A quantized KV cache in one line: how it was calibrated and how far its logits drift from
     the float cache's (the manifest's options.kv_cache)."""
@@ -111,6 +120,7 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
             if s.get("imported_quantization")
             else []
         ),
+        *([("GGUF", gguf_summary(s["gguf"]))] if s.get("gguf") else []),
     ):
         head.add_row(f"[bold]{key}[/]", escape(str(value)))
     console.print(head)

@@ -46,5 +46,11 @@ def test_build_a_gguf_in_a_torch_free_process_then_fetch_prints_the_file(ggufs, 
     assert any("keep the file's integer blocks" in note for note in result["notes"])
     assert result["smoke"]["new_tokens"] > 0
     assert (tmp_path / "pkg" / "tokenizer.json").is_file()
+    shown = runner.invoke(app, ["inspect", str(tmp_path / "pkg"), "--json"])
+    assert shown.exit_code == 0, shown.output
+    gguf = json.loads(shown.stdout)["summary"]["gguf"]
+    assert gguf["file"] == path.name and gguf["architecture"] == "llama"
+    assert gguf["types"]["Q8_0"] == {"kept": 16, "float": 0, "requantized": 0}  # 14 linears, embedding, lm_head
+    assert gguf["types"]["F32"]["float"] == 5 and gguf["types"]["F32"]["kept"] == 0
     fetched = runner.invoke(app, ["fetch", str(path), "-q"])
     assert fetched.exit_code == 0 and fetched.stdout.strip() == str(path)
