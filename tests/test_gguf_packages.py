@@ -125,3 +125,36 @@ def test_embedding_reads_the_file_blocks(ggufs, checkpoint, type_name):
         assert any(n.op_type == "Gather" and n.input[0].endswith("gather_residual") for n in graph.node)
     assert not any(i.name == "model.embed_tokens.weight" for i in graph.initializer)  # no float copy
     assert parity(package, gguf) < BOUND
+
+
+def test_release_from_a_gguf_file(ggufs, tmp_path):
+    """`release` with a GGUF source (a path relative to the spec) and `gguf_file` for a folder:
+    one read of the file for every variant, the metadata's license on the card, verify passes, and
+    the config/tokenizer folder written for the read is gone afterwards."""
+    import tempfile
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    gguf = ggufs.get(str(TRAINED), "Q4_0")
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "tiny.gguf").write_bytes(gguf.read_bytes())
+    variants = [
+        {"ep": "cpu", "precision": "fp32", "path": "cpu-fp32"},
+        {"ep": "cpu", "precision": "int4", "path": "cpu-int4"},
+    ]
+    spec = tmp_path / "release.yaml"
+    spec.write_text(yaml.safe_dump({"source": "models", "gguf_file": "tiny.gguf", "license": "apache-2.0",
+                                    "smoke": False, "variants": variants}, sort_keys=False))  # fmt: skip
+    before = {p.name for p in Path(tempfile.gettempdir()).glob("gqa-export-gguf-*")}
+    runner = CliRunner()
+    result = runner.invoke(app, ["release", str(spec), "-o", str(tmp_path / "out"), "-q"])
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in Path(tempfile.gettempdir()).glob("gqa-export-gguf-*")} <= before
+    for variant in ("cpu-fp32", "cpu-int4"):
+        manifest = json.loads(next((tmp_path / "out").rglob(f"{variant}/manifest.json")).read_text())
+        assert manifest["options"]["gguf"]["file"] == "tiny.gguf"
+    assert runner.invoke(app, ["verify", str(tmp_path / "out")]).exit_code == 0

@@ -54,3 +54,26 @@ def test_build_a_gguf_in_a_torch_free_process_then_fetch_prints_the_file(ggufs, 
     assert gguf["types"]["F32"]["float"] == 5 and gguf["types"]["F32"]["kept"] == 0
     fetched = runner.invoke(app, ["fetch", str(path), "-q"])
     assert fetched.exit_code == 0 and fetched.stdout.strip() == str(path)
+
+
+def test_hub_fetch_of_one_gguf_downloads_that_file_and_the_repo_config(monkeypatch, tmp_path):
+    """`--gguf-file` with a Hub id: snapshot_download asked for that file (every part of a split one)
+    and the repository's config / tokenizer / card files, never the other GGUFs of the repository."""
+    import huggingface_hub
+
+    from gqa_export.source import fetch
+
+    asked: list[list[str]] = []
+
+    def snapshot(repo_id, revision=None, allow_patterns=(), **kwargs):
+        asked.append(list(allow_patterns))
+        raise huggingface_hub.errors.LocalEntryNotFoundError("no network in tests")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    for name in ("model.Q4_K_M.gguf", "model-Q8_0-00001-of-00003.gguf"):
+        result = runner.invoke(app, ["fetch", "org/model-GGUF", "--gguf-file", name])
+        assert result.exit_code == 2 and "is not in the local Hugging Face cache" in result.output
+    assert asked[0][0] == "model.Q4_K_M.gguf" and asked[1][0] == "model-Q8_0-*-of-00003.gguf"
+    for patterns in asked:
+        assert "config.json" in patterns and "tokenizer.json" in patterns and "*.gguf" not in patterns
+        assert fetch.ALLOW_PATTERNS[2] not in patterns  # no safetensors

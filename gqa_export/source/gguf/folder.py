@@ -28,6 +28,8 @@ TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
     "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json",
 )  # fmt: skip
+# the model card and license files a release carries over (source/fetch.py downloads the same)
+CARD_FILES = ("README.MD", "LICENSE", "LICENCE", "COPYING", "NOTICE", "USE_POLICY")
 # config keys compared between a config.json beside the file and the metadata
 COMPARED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
             "head_dim", "vocab_size", "rope_theta", "rms_norm_eps", "tie_word_embeddings")  # fmt: skip
@@ -93,6 +95,7 @@ def materialize(gguf_path: Path, beside: Path | None = None) -> tuple[Path, Gguf
             shutil.copy2(side_generation, folder / "generation_config.json")
         else:
             _write(folder / "generation_config.json", read_generation_config(file))
+        _card(file, beside, folder)
         if beside is not None and any((beside / n).is_file() for n in TOKENIZER_FILES[:2]):
             for name in TOKENIZER_FILES:
                 if (beside / name).is_file():
@@ -104,6 +107,21 @@ def materialize(gguf_path: Path, beside: Path | None = None) -> tuple[Path, Gguf
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return folder, GgufOrigin(tuple(file.paths), tuple(notes))
+
+
+def _card(file: GgufFile, beside: Path | None, folder: Path) -> None:
+    """The model card and license files a release carries: those beside the file, else a card
+    whose front matter holds the metadata's `general.license` (a release needs a license)."""
+    found = [
+        p
+        for p in (beside.iterdir() if beside is not None else [])
+        if p.is_file() and p.name.upper().startswith(CARD_FILES)
+    ]
+    for path in found:
+        shutil.copy2(path, folder / path.name)
+    license_name = file.metadata.get("general.license")
+    if not any(p.name == "README.md" for p in found) and isinstance(license_name, str) and license_name:
+        (folder / "README.md").write_text(f"---\nlicense: {license_name}\n---\n")
 
 
 def _write(path: Path, value: dict[str, Any]) -> None:
