@@ -158,3 +158,17 @@ def test_release_from_a_gguf_file(ggufs, tmp_path):
         manifest = json.loads(next((tmp_path / "out").rglob(f"{variant}/manifest.json")).read_text())
         assert manifest["options"]["gguf"]["file"] == "tiny.gguf"
     assert runner.invoke(app, ["verify", str(tmp_path / "out")]).exit_code == 0
+
+
+def test_int4_from_a_q8_0_file_requantizes_with_a_note(ggufs, tmp_path):
+    """--precision still applies: int4 from 8-bit blocks dequantizes them exactly and re-quantizes
+    (said in the build notes and per tensor in the manifest), except an untied embedding, whose
+    lookup keeps the file's blocks at any precision; int8 keeps them all as they are."""
+    gguf = ggufs.get("llama256", "Q8_0")
+    result = build(BuildOptions(str(gguf), tmp_path / "int4", precision="int4", smoke=False))
+    # 14 linears and the lm_head re-quantized; the untied embedding keeps its 8-bit blocks (a lookup)
+    assert any("1 weights keep" in note and "15 re-quantized by --precision int4" in note for note in result.notes)
+    tensors = json.loads((tmp_path / "int4" / "manifest.json").read_text())["options"]["gguf"]["tensors"]
+    assert tensors["model.layers.0.self_attn.q_proj.weight"]["as"].startswith("dequantized exactly, re-quantized")
+    result = build(BuildOptions(str(gguf), tmp_path / "int8", precision="int8", smoke=False))
+    assert any("16 weights keep the file's integer blocks" in note for note in result.notes), result.notes

@@ -99,9 +99,14 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
         table = _gathered_table(node, store)
         if table is not None:  # the embedding: the same blocks through GatherBlockQuantized
             lin = store.linear(table)
-            if lin is not None and lin.form.bits <= kept_bits(plan):
+            # an untied table keeps its blocks at any precision (a lookup: exact and smaller than float);
+            # a tied one follows the lm_head it shares them with
+            tied = any(use.node.op_type == "Gemm" for use in node.inputs[0].uses())  # type: ignore[union-attr]
+            if lin is not None and (not tied or lin.form.bits <= kept_bits(plan)):
                 _gather(model, node, lin, plan, f"{table.removesuffix('.weight')}.gguf")
                 report.kept[table] = _how(lin.form) + " (and GatherBlockQuantized)"
+            elif lin is not None:
+                report.requantized[table] = lin.form.type_name
             continue
         weight = _linear_weight(node)
         if weight is None:
