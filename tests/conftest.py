@@ -111,8 +111,8 @@ def trained_kv(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="session")
 def ggufs(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """GGUF files written from tiny checkpoints, and their packages, once per session (gguf_models.py)."""
-    from gguf_models import GgufFiles
+    """GGUF files written from tiny checkpoints, and their packages, once per session (gguf_reference.py)."""
+    from gguf_reference import GgufFiles
 
     return GgufFiles(tmp_path_factory.mktemp("gguf"))
 

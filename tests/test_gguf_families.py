@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx
 import pytest
 from families import PROMPT, PROMPTS, TEXT_PROMPTS
-from gguf_models import GGUF_CHECKPOINTS, hf_from_gguf, hf_generate_until, package_eos
+from gguf_reference import GGUF_CHECKPOINTS, hf_from_gguf, hf_generate_until, package_eos
 from reference import assert_varied, genai_prompt_then_greedy, hf_logits, hf_model, ort_prefill_and_decode
 
 BOUND = 1e-4

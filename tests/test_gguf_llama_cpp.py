@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from families import PROMPT
-from gguf_models import effective_weights, hf_from_gguf, package_eos, write_gguf
+from gguf_models import write_gguf
+from gguf_reference import effective_weights, hf_from_gguf, package_eos
 from llama_cpp_env import convert, run
 from reference import genai_prompt_then_greedy, hf_logits, hf_model, ort_prefill_and_decode
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import pytest
 from families import PROMPT
-from gguf_models import hf_from_gguf, hf_generate_until, package_eos
+from gguf_reference import hf_from_gguf, hf_generate_until, package_eos
 from reference import assert_varied, genai_prompt_then_greedy, hf_logits, ort_prefill_and_decode
 
 from gqa_export.pipeline import BuildOptions, build

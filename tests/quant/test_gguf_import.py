@@ -1,7 +1,7 @@
 """GGUF integer blocks in MatMulNBits (quant/gguf_import.py), checked weight by weight through onnxruntime.
 
 For each GGML type, one linear layer over a GGUF weight is imported, saved and run on the identity
-(gguf_models.effective_weights): what onnxruntime computes for every weight must equal, bit for
+(gguf_reference.effective_weights): what onnxruntime computes for every weight must equal, bit for
 bit, the `gguf` package's dequantization of the same bytes (q_proj: its rows un-permuted as
 well). The min-carrying types must go through their block-sum correction; a planted layout bug in
 the reader (a K-quant's sub-block scales exchanged, a min's sign flipped) must break the equality.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf_models import effective_weights
+from gguf_reference import effective_weights
 
 from gqa_export.source.gguf import blocks
 from gqa_export.source.gguf.blocks import FORMS
