@@ -30,8 +30,14 @@ def build(opts: BuildOptions, reporter: Reporter | None = None, checkpoint: Chec
     """Export one package. `checkpoint`: an already opened source (a release's), else `opts.model`."""
     reporter = reporter or NullReporter()
     started = time.perf_counter()
-    plan, checkpoint = resolve(opts, reporter, checkpoint)
-    return export(plan, checkpoint, reporter, started)
+    if checkpoint is not None:
+        return export(*resolve(opts, reporter, checkpoint), reporter, started)
+    request = resolve_request(opts, reporter.note)  # before the fetch
+    checkpoint = open_checkpoint(opts.model, opts.revision, reporter, opts.gguf_file)
+    try:
+        return export(resolve_model(request, checkpoint, reporter), checkpoint, reporter, started)
+    finally:
+        checkpoint.close()  # what reading it wrote (a GGUF's config/tokenizer folder), success or not
 
 
 def resolve(
@@ -39,7 +45,7 @@ def resolve(
 ) -> tuple[BuildPlan, Checkpoint]:
     """Both phases: the options alone, the fetch (unless `checkpoint` is given), the config."""
     request = resolve_request(opts, reporter.note, output)
-    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)
+    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter, opts.gguf_file)
     return resolve_model(request, checkpoint, reporter), checkpoint
 
 

@@ -54,32 +54,38 @@ def build_with_draft(
     reporter = reporter or NullReporter()
     opts = replace(opts, draft=draft or opts.draft, speculative=spec or opts.speculative)
     target_plan, draft_plan, checkpoints = resolved or resolve_pair(opts, reporter, checkpoint)
-    with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
-        reporter.stage(f"draft {opts.draft}")
-        draft_dir, target_dir = staged.path / "draft-build", staged.path / "target-build"
-        export(retarget(draft_plan, draft_dir), checkpoints[1], reporter)
-        _refuse(rewind_refusal(draft_dir, "draft"), str(opts.draft))  # the written packages, as a net
-        result = export(retarget(target_plan, target_dir), checkpoints[0], reporter, started)
-        _refuse(rewind_refusal(target_dir, "target"), str(opts.draft))
-        mismatch = tokenizer_mismatch(target_dir, draft_dir)
-        if mismatch:
-            raise InputError(f"--draft {opts.draft}: {mismatch}; the draft must share the target's tokenizer")
-        entry = attach_draft(target_dir, draft_dir, opts.speculative)
-        for item in target_dir.iterdir():
-            shutil.move(str(item), str(staged.path / item.name))
-        shutil.rmtree(target_dir)
-        shutil.rmtree(draft_dir)
-        manifest = read_json(staged.path / "manifest.json") or {}
-        manifest.pop("digest", None)
-        manifest["options"]["draft"] = entry
-        finalize(staged.path, manifest)
-        problems = draft_problems(staged.path)
-        if problems:  # a bug in gqa-export, never the input
-            raise PackageLintError(f"the draft pairing is inconsistent: {problems[0]}")
-        tokens = opts.speculative.max_draft_tokens
-        notes = [*result.notes, f"draft: {entry['layers']} layers from {opts.draft}, up to {tokens} tokens"]
-        smoke = _smoke(staged.path, opts, notes, reporter)
-        output = staged.commit()
+    # the draft is always ours to close (a release resolves it for this variant alone); the target only if opened here
+    opened = (checkpoints[1],) if resolved or checkpoint is not None else checkpoints
+    try:
+        with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
+            reporter.stage(f"draft {opts.draft}")
+            draft_dir, target_dir = staged.path / "draft-build", staged.path / "target-build"
+            export(retarget(draft_plan, draft_dir), checkpoints[1], reporter)
+            _refuse(rewind_refusal(draft_dir, "draft"), str(opts.draft))  # the written packages, as a net
+            result = export(retarget(target_plan, target_dir), checkpoints[0], reporter, started)
+            _refuse(rewind_refusal(target_dir, "target"), str(opts.draft))
+            mismatch = tokenizer_mismatch(target_dir, draft_dir)
+            if mismatch:
+                raise InputError(f"--draft {opts.draft}: {mismatch}; the draft must share the target's tokenizer")
+            entry = attach_draft(target_dir, draft_dir, opts.speculative)
+            for item in target_dir.iterdir():
+                shutil.move(str(item), str(staged.path / item.name))
+            shutil.rmtree(target_dir)
+            shutil.rmtree(draft_dir)
+            manifest = read_json(staged.path / "manifest.json") or {}
+            manifest.pop("digest", None)
+            manifest["options"]["draft"] = entry
+            finalize(staged.path, manifest)
+            problems = draft_problems(staged.path)
+            if problems:  # a bug in gqa-export, never the input
+                raise PackageLintError(f"the draft pairing is inconsistent: {problems[0]}")
+            tokens = opts.speculative.max_draft_tokens
+            notes = [*result.notes, f"draft: {entry['layers']} layers from {opts.draft}, up to {tokens} tokens"]
+            smoke = _smoke(staged.path, opts, notes, reporter)
+            output = staged.commit()
+    finally:
+        for each in opened:  # what reading them wrote (a GGUF's config/tokenizer folder)
+            each.close()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
     seconds = time.perf_counter() - started  # both exports, the pairing and the smoke run
     return replace(result, output=output, files=files, smoke=smoke, notes=notes, seconds=seconds)
@@ -93,13 +99,24 @@ def resolve_pair(
     each say "no effect" about a draft the user never asked them for)."""
     target_request = resolve_request(opts, reporter.note, output)  # the draft's option pairs included
     draft_checkpoint = open_checkpoint(str(opts.draft), None, reporter)
+    try:
+        return _resolve_pair(opts, target_request, draft_checkpoint, reporter, checkpoint)
+    except BaseException:
+        draft_checkpoint.close()
+        raise
+
+
+def _resolve_pair(
+    opts: BuildOptions, target_request: RequestPlan, draft_checkpoint: Checkpoint, reporter: Reporter,
+    checkpoint: Checkpoint | None,
+) -> Pair:  # fmt: skip
     raw = draft_checkpoint.raw_config
     draft_opts = replace(
         draft_request(opts, opts.output / "draft-build"), text_only="vision_config" in raw,
         dequantize=opts.dequantize and is_bitsandbytes(raw.get("quantization_config") or {}),
     )  # fmt: skip
     draft_plan = resolve_model(resolve_request(draft_opts, output=False), draft_checkpoint, reporter)
-    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter)
+    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter, opts.gguf_file)
     target_opts = _target(target_request, opts.output / "target-build")
     target_plan = resolve_model(target_opts, checkpoint, reporter)
     for plan, role in ((draft_plan, "draft"), (target_plan, "target")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -25,7 +25,9 @@ BUILD_EXAMPLES = """Examples:
 @command(epilog=BUILD_EXAMPLES, libraries=EXPORT_LIBRARIES)
 @declared("build")
 def build(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id or local model folder.")],
+    model: Annotated[
+        str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id, local model folder or .gguf file.")
+    ],
     output: Annotated[
         Path, typer.Option("-o", "--output", metavar="DIR", help="Package folder to create.", rich_help_panel=OUTPUT)
     ],
@@ -52,16 +54,17 @@ def build(
 
 
 @command(epilog="Example:\n\n  gqa-export build $(gqa-export fetch Qwen/Qwen3-0.6B -q) -o out")
+@declared("fetch")
 def fetch(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id.")],
-    revision: Annotated[
-        Optional[str], typer.Option("--revision", metavar="REV", help="Hub branch, tag or commit.")
-    ] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the folder.")] = False,
+    values: dict[str, Any] | None = None,
 ) -> None:
-    """Download (or find in the HF cache) only the files an export needs; print the folder."""
+    """Download (or find in the HF cache) only the files an export needs; print the folder (with
+    --gguf-file: that GGUF file, checked, with the repository's config and tokenizer beside it)."""
     from gqa_export.source.fetch import resolve_source
 
+    values = values or {}
     quiet_hub(quiet)
-    source = resolve_source(model, revision, RichReporter(quiet))
-    print(source.model_dir)
+    source = resolve_source(model, values["revision"], RichReporter(quiet), values["gguf_file"])
+    print(source.gguf.path if source.gguf is not None else source.model_dir)

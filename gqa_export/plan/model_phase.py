@@ -42,6 +42,7 @@ from gqa_export.recipes import Recipe, load_recipe
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, text_config_of
 from gqa_export.source.consistency import check_against_weights
+from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
 
 
@@ -57,9 +58,12 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     text_config = text_config_of(hf_config)
     outer = hf_config if text_config is not hf_config else None
     precision = plan.precision or plan_precision(ep.name, recipe.default_precision[ep.name], request.quant)
+    if source.gguf is not None and plan.precision is None:  # the file's integers at the EP's speed (docs/gguf.md §5)
+        precision = replace(precision, accuracy_level=ep.accuracy_level)
     dims = read_dims(text_config, get_spec(recipe.arch), generation, outer)
     imported = prequantized.imported_config(checkpoint.raw_config, request.dequantize)  # docs/prequantized.md
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
+    store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a

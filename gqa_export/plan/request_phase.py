@@ -11,6 +11,7 @@ EP or another option cannot take), the draft's options, the encoder precision. P
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import onnx_ir as ir
 
@@ -65,8 +66,9 @@ def resolve_request(request: BuildOptions, note: Callable[[str], None] = _silent
 def build_inputs(request: BuildOptions) -> list[tuple[object, str]]:
     """What -o must stay clear of, where it is known before the fetch: the source, the recipe, the
     KV text, the draft folder."""
+    source = "GGUF file" if Path(request.model).expanduser().is_file() else "model folder"  # -o may sit beside it
     return local_inputs(
-        (request.model, "model folder"), (request.recipe, "recipe"), (request.kv.calibration, "KV text file"),
+        (request.model, source), (request.recipe, "recipe"), (request.kv.calibration, "KV text file"),
         (request.draft, "draft model folder"),
     )  # fmt: skip
 

@@ -74,10 +74,12 @@ class ReleaseResult:
 
 def _inputs(spec: ReleaseSpec) -> list[tuple[Path, str]]:
     """Everything the spec names that -o must stay clear of: the source, recipe, eval text, drafts, adapters."""
-    named: list[tuple[str | Path | None, str]] = [(spec.source, "model folder")]
+    source = "GGUF file" if Path(spec.source).expanduser().is_file() else "model folder"
+    named: list[tuple[str | Path | None, str]] = [(spec.source, source)]
     named.append((spec.eval.text if spec.eval else None, "eval text"))
     for variant in spec.variants:
         named += [(variant.options.recipe, "recipe"), (variant.draft, "draft model folder")]
+        named += [(variant.options.kv.calibration, "KV text file")]
         named += [(folder, "PEFT adapter folder") for folder in variant.adapters]
     return local_inputs(*named)
 
@@ -89,7 +91,22 @@ def release(
     started = time.perf_counter()
     check_output(output, overwrite, [(spec.file.parent, SPEC_FOLDER), *_inputs(spec)], reporter.note)
     text = read_text(spec.eval.text) if spec.eval else None
-    checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
+    checkpoint = open_checkpoint(spec.source, spec.revision, reporter, spec.gguf_file)
+    try:
+        return _release(spec, output, overwrite, reporter, started, text, checkpoint)
+    finally:
+        checkpoint.close()  # what reading the source wrote (a GGUF's config/tokenizer folder)
+
+
+def _release(
+    spec: ReleaseSpec,
+    output: Path,
+    overwrite: bool,
+    reporter: Reporter,
+    started: float,
+    text: str | None,
+    checkpoint: Checkpoint,
+) -> ReleaseResult:
     source = checkpoint.source
     check_outside(output, source.model_dir)
     _check_lengths(spec, source.model_dir)

@@ -90,6 +90,7 @@ class ReleaseSpec:
     source: str
     revision: str | None
     variants: tuple[Variant, ...]
+    gguf_file: str | None = None
     name: str | None = None
     repo: str | None = None
     base_model: str | None = None
@@ -140,6 +141,7 @@ def load_spec(path: Path) -> ReleaseSpec:
         source=shared.model,
         revision=shared.revision,
         variants=tuple(variants),
+        gguf_file=shared.gguf_file,
         name=data.get("name"),
         repo=data.get("repo"),
         base_model=data.get("base_model"),
@@ -172,9 +174,9 @@ def _with_adapters(variant: Variant, item: dict, base: Path, where: str) -> Vari
 
 
 def _source(source: str, base: Path) -> str:
-    """A folder relative to the spec, or a Hub id as written."""
+    """A folder (or GGUF file) relative to the spec, or a Hub id as written."""
     local = (base / source).expanduser() if not Path(source).expanduser().is_absolute() else Path(source).expanduser()
-    if looks_like_path(source) or local.is_dir():
+    if looks_like_path(source) or local.is_dir() or local.is_file():
         return str(local)
     return source
 

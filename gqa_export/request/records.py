@@ -107,6 +107,7 @@ class BuildOptions:
     lora_targets: tuple[str, ...] = ()  # modules that get LoRA graph inputs (docs/lora.md)
     encoder_precision: str = "float"  # float | int8: a full package's vision linears (docs/multimodal.md §17)
     dequantize: bool = False  # a bitsandbytes checkpoint dequantized exactly, then --precision (docs/prequantized.md)
+    gguf_file: str | None = None  # which GGUF of a folder or Hub repository (docs/gguf.md)
     draft: str | None = None  # a draft model exported into the package (docs/speculative.md)
     speculative: SpeculativeOptions = field(default_factory=SpeculativeOptions)  # the draft's tuning
 

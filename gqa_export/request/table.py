@@ -15,7 +15,7 @@ from typing import Any
 from gqa_export import choices
 
 # the commands an option belongs to: a command line, or a release spec (variant / top-level key)
-BUILD, QUANTIZE, VARIANT, RELEASE = "build", "quantize", "variant", "release"
+BUILD, QUANTIZE, VARIANT, RELEASE, FETCH = "build", "quantize", "variant", "release", "fetch"
 # `--help` panels
 TARGET, ATTENTION, QUANT, PIPELINE, OUTPUT, RECIPE = (
     "Target", "Attention", "Quantization (int4/int8)", "Inputs and outputs", "Output", "Recipe"
@@ -80,17 +80,23 @@ OPTIONS: tuple[Option, ...] = (
              "on qnn, fp16 elsewhere). Valid pairs: "
              + "; ".join(f"{ep} {'/'.join(p)}" for ep, p in choices.SUPPORTED.items())
              + "; `quantize`: int4 (default) or int8"),
-    _opt("revision", "revision", ("--revision",), str, None, "Hub branch, tag or commit.", TARGET, (BUILD, RELEASE),
-         metavar="REV"),
+    _opt("revision", "revision", ("--revision",), str, None, "Hub branch, tag or commit.", TARGET,
+         (BUILD, FETCH, RELEASE), metavar="REV"),
     _opt("max_length", "max_length", ("--max-length",), int, None,
          "search.max_length: KV buffer size (default min(context, 4096)).", TARGET, _BV, metavar="N",
          doc="`search.max_length`, the size of the pre-allocated KV buffer; default min(context length, 4096)"),
     _opt("dequantize", "dequantize", ("--dequantize",), bool, False,
-         "Read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint by dequantizing it exactly, then follow --precision "
-         "(int4/int8 re-quantize it); without it such checkpoints are refused (docs/prequantized.md).", TARGET, _BV,
-         doc="read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint by dequantizing it exactly, then follow "
-             "`--precision`; without it such checkpoints are refused, see Pre-quantized checkpoints. On a checkpoint "
-             "without bitsandbytes weights it changes nothing and says so (`note: --dequantize has no effect: ...`)"),
+         "Read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint, or a GGUF's IQ*/TQ* tensors, by dequantizing it "
+         "exactly, then follow --precision (int4/int8 re-quantize it); without it such checkpoints are refused "
+         "(docs/prequantized.md, docs/gguf.md).", TARGET, _BV,
+         doc="read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint, or a GGUF's IQ*/TQ* tensors, by dequantizing it "
+             "exactly, then follow `--precision`; without it such checkpoints are refused, see Pre-quantized "
+             "checkpoints. On a checkpoint without such weights it changes nothing and says so (`note: --dequantize "
+             "has no effect: ...`)"),
+    _opt("gguf_file", "gguf_file", ("--gguf-file",), str, None,
+         "Which GGUF file of a folder or Hub repository to read (a split one by its first part); MODEL may also be "
+         "a .gguf file itself (docs/gguf.md).", TARGET, (BUILD, FETCH, RELEASE), metavar="NAME",
+         doc="which GGUF of a folder or Hub repository (MODEL may also be a `.gguf` file), see GGUF files"),
     _opt("kv_cache", "kv.dtype", ("--kv-cache",), tuple(choices.KV_CACHE_DTYPES), None,
          "Quantized KV cache (GQA k_scale/v_scale, scales calibrated on a text; lossy, the drift is measured and "
          "recorded): " + choices.described(choices.KV_CACHE_DTYPES) + ". Default: the recipe's, else float.",

@@ -77,7 +77,7 @@ def readme_table() -> str:
     """The README's options table: one row per option of `build`, `quantize` or a release spec."""
     rows = ["| option | release spec key | commands | meaning |", "|---|---|---|---|"]
     for option in OPTIONS:
-        commands = [c for c in ("build", "quantize") if c in option.commands]
+        commands = [c for c in ("build", "quantize", "fetch") if c in option.commands]
         if not commands:
             continue
         where = {(True, False): "", (False, True): " (top level)", (True, True): " (variant and top level)"}

@@ -16,9 +16,11 @@ from gqa_export.graph.static_decoder import build_static_decoder
 from gqa_export.package.multimodal import build_encoders
 from gqa_export.plan.records import BuildPlan
 from gqa_export.progress import Reporter
+from gqa_export.quant.gguf_import import GgufReport, import_gguf
 from gqa_export.quant.imported import ImportReport, import_native
 from gqa_export.quant.qdq import to_qdq
 from gqa_export.quant.quantize import PrecisionPlan, QuantizeReport, quantize
+from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
 
 
@@ -31,6 +33,7 @@ class Graphs:
     optimize: OptimizeReport
     quantize: QuantizeReport
     imported: ImportReport
+    gguf: GgufReport
     norms: int = 0  # norms written as primitive ops for the EP (docs/eps.md §2.8)
 
 
@@ -50,18 +53,18 @@ def build_graphs(plan: BuildPlan, reporter: Reporter) -> Graphs:
     norms = decompose_for(ep, models)  # RMSNorm as primitive ops where the EP lacks it (docs/eps.md §2.8)
     reporter.stage("quantize")
     quant_report = QuantizeReport(precision.name, measure_errors=plan.request.report)
-    import_report = ImportReport()
-    apply_precision(models, precision, ep, quant_report, store, import_report)
+    import_report, gguf_report = ImportReport(), GgufReport()
+    apply_precision(models, precision, ep, quant_report, store, import_report, gguf_report)
     mm = plan.multimodal
     encoders = build_encoders(mm, plan.dims, plan.spec, store, precision.io_dtype, plan.vision_weights) if mm else []
     norms += decompose_for(ep, [model for _, model in encoders])
     check_ep_graph(ep.name, [model for _, model in encoders])  # e.g. WebGPU's per-tensor limit
-    return Graphs(models, encoders, opt_reports[0], quant_report, import_report, norms)
+    return Graphs(models, encoders, opt_reports[0], quant_report, import_report, gguf_report, norms)
 
 
 def apply_precision(
     models: list[Any], precision: PrecisionPlan, ep: ExecutionProvider, report: QuantizeReport,
-    store: Any = None, imported: ImportReport | None = None,
+    store: Any = None, imported: ImportReport | None = None, gguf: GgufReport | None = None,
 ) -> None:  # fmt: skip
     """Stage 4 on graphs in memory (`build`'s and `quantize`'s): a pre-quantized checkpoint's own
     integers first (`store` an ImportedStore), the rest by the precision plan, in the EP's int4
@@ -69,6 +72,8 @@ def apply_precision(
     for model in models:
         if isinstance(store, ImportedStore) and imported is not None:
             import_native(model, store, precision, imported)
+        if isinstance(store, GgufStore) and gguf is not None:  # a GGUF's integer blocks likewise (docs/gguf.md §3)
+            import_gguf(model, store, precision, gguf)
         quantize(model, precision, report)
         if ep.int4_format == "qdq":  # TensorRT-RTX: DequantizeLinear + MatMul (docs/eps.md §2.6)
             to_qdq(model)

@@ -24,6 +24,7 @@ from gqa_export.progress import Reporter
 from gqa_export.quant.report import build_report, quantization_manifest
 from gqa_export.runtime.kv_calibration import quantize_kv_cache
 from gqa_export.runtime.logit_error import logit_error
+from gqa_export.source.gguf import GgufStore
 from gqa_export.stages.finish import seal_lint_smoke, stream_weights
 from gqa_export.stages.graphs import Graphs
 from gqa_export.stages.result import BuildResult
@@ -50,6 +51,8 @@ def write_package(
     if mm:
         add_config_sections(config, mm)
     notes: list[str] = [attention.reason, *plan.notes, *(mm.tower.notes(plan.hf_config, mm.preprocessor) if mm else [])]
+    if isinstance(plan.store, GgufStore):  # what was read from the file, and any disagreement beside it
+        notes += [*(plan.source.gguf.notes if plan.source.gguf else ()), graphs.gguf.note(plan.precision.name)]
     pad = apply_pad_id(config, dims, plan.source.model_dir, finite_rows(plan.store, plan.spec.tensor(plan.spec.embed)))
     notes += [pad.note] if pad.note else []  # an id prompts can hold (docs/ortgenai.md §5.4)
     forms = ep_forms(plan.precision, graphs.quantize, graphs.norms)
@@ -118,6 +121,8 @@ def _manifest(
     options.update({"ep_forms": forms} if forms else {})
     if graphs.imported.source_format:  # where each weight's quantization came from
         options["imported_quantization"] = graphs.imported.manifest()
+    if isinstance(plan.store, GgufStore):  # each tensor's GGML type and what it became
+        options["gguf"] = graphs.gguf.manifest(plan.store)
     options["kv_cache"] = kv_cache
     if request.lora_targets:
         options["lora_targets"] = list(request.lora_targets)

@@ -14,7 +14,7 @@ import typer
 from gqa_export.cli import app
 from gqa_export.release.spec import SCHEMA
 from gqa_export.request.records import BuildOptions
-from gqa_export.request.table import BUILD, OPTIONS, QUANTIZE, RELEASE, VARIANT, for_command
+from gqa_export.request.table import BUILD, FETCH, OPTIONS, QUANTIZE, RELEASE, VARIANT, for_command
 from gqa_export.request.values import README_BEGIN, README_END, readme_table, with_values
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -53,9 +53,9 @@ def _flags(command: str) -> set[str]:
     return {flag for p in click_command.params for flag in (*p.opts, *p.secondary_opts) if flag.startswith("-")}
 
 
-@pytest.mark.parametrize("command", [BUILD, QUANTIZE])
+@pytest.mark.parametrize("command", [BUILD, QUANTIZE, FETCH])
 def test_the_command_lines_are_the_declarations(command):
-    own = {"--help", "-o", "--output"}
+    own = {"--help", "-o", "--output"} if command != FETCH else {"--help", "-q", "--quiet"}
     declared = {flag for option in for_command(command) for spelled in option.flags for flag in spelled.split("/")}
     assert _flags(command) - own == declared
 
