@@ -57,7 +57,9 @@ def build(
 @declared("fetch")
 def fetch(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="Hugging Face Hub id.")],
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the folder.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="Print only the folder.", rich_help_panel=OUTPUT)
+    ] = False,
     values: dict[str, Any] | None = None,
 ) -> None:
     """Download (or find in the HF cache) only the files an export needs; print the folder (with
