@@ -60,7 +60,7 @@ def twin_logits(twin: Path, prompts: list[list[int]]) -> list[np.ndarray]:
 
 
 def main() -> None:
-    from gqa_export.quant.report import fixed_prompts, prompt_logits
+    from gqa_export.runtime.logit_error import fixed_prompts, prompt_logits
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="gptq-150m")

@@ -22,7 +22,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from gqa_export.quant.report import logit_error
+from gqa_export.runtime.logit_error import logit_error
 
 RESULTS = Path(__file__).parent / "results" / "quant_vs_builder.md"
 SPEED = r"""

@@ -166,6 +166,16 @@ def _split_setting(item: str) -> tuple[str, str]:
     return key, raw
 
 
+def setting_values(settings: Sequence[str]) -> dict[str, Any]:
+    """`--set` overrides as {key path: value}, read as YAML (call `check_settings` first): what a
+    build's options already say about the recipe before the recipe is known."""
+    out: dict[str, Any] = {}
+    for item in settings:
+        key, raw = _split_setting(item)
+        out[key] = yaml.safe_load(raw) if raw.strip() else None
+    return out
+
+
 def check_settings(settings: Sequence[str]) -> None:
     """Every `--set key.path=value` against the recipe schema before any work, the flag named in
     the error (a typo used to surface after the download, blamed on the installed recipe file)."""

@@ -1,9 +1,11 @@
 """`build --draft`: a target package that carries a draft model for speculative decoding.
 
-Runs the one-package pipeline twice (draft first: it is the small one), with full logits for
-both, refuses what onnxruntime-genai cannot rewind or verify, then moves the draft's graph into
-the target's staging folder, writes the `model.draft` / `speculative` blocks and re-seals the
-manifest before the smoke run (docs/speculative.md).
+Both models are resolved first (the target's options, the draft's fetch and config, the target's
+fetch and config) and their pairing is checked on the plans (plan/draft.py): nothing is exported
+before every refusal. Then the draft (the small one) and the target are exported with full logits
+into the pairing's staging folder, the draft's graph moves into the target's package, the
+`model.draft` / `speculative` blocks are written and the manifest re-sealed before the smoke run
+(docs/speculative.md).
 """
 
 from __future__ import annotations
@@ -11,118 +13,144 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import replace
+from pathlib import Path
 
-from gqa_export.eps import EPS
 from gqa_export.errors import InputError, PackageLintError
 from gqa_export.jsonio import read_json
-from gqa_export.package.draft import (
-    SpeculativeOptions,
-    attach_draft,
-    draft_problems,
-    rewind_refusal,
-    tokenizer_mismatch,
-)
+from gqa_export.package.draft import attach_draft, draft_problems, rewind_refusal, tokenizer_mismatch
 from gqa_export.package.manifest import finalize
-from gqa_export.package.ownership import local_inputs
-from gqa_export.package.staging import StagedPackage, check_output
-from gqa_export.pipeline import BuildOptions, BuildResult, build, build_inputs
+from gqa_export.package.staging import StagedPackage
+from gqa_export.pipeline import BuildOptions, BuildResult, export
+from gqa_export.plan.draft import draft_request, ids_mismatch, target_request
+from gqa_export.plan.draft import rewind_refusal as plan_rewind_refusal
+from gqa_export.plan.model_phase import resolve_model
+from gqa_export.plan.records import BuildPlan, RequestPlan
+from gqa_export.plan.request_phase import check_draft_options, resolve_request
 from gqa_export.progress import NullReporter, Reporter
-from gqa_export.runtime.run import runnable_ep, smoke_run
+from gqa_export.request.records import SpeculativeOptions
+from gqa_export.runtime.providers import runnable_ep
+from gqa_export.runtime.run import GenerationResult, smoke_run
 from gqa_export.source.bnb import is_bitsandbytes
 from gqa_export.source.checkpoint import Checkpoint, open_checkpoint
 
-_WINDOW_CACHE = "attention.sliding_window_cache=true"
-
-
-def check_draft_options(opts: BuildOptions) -> None:
-    """The option pairs refused before any export (docs/speculative.md §4)."""
-    if EPS[opts.ep].static_window:  # windows run one prompt per call: no multi-token verify step
-        raise InputError(f"--draft cannot pair with --ep {opts.ep}: its static-shape windows cannot verify drafts")
-    if opts.io.prune_lm_head:
-        raise InputError("--draft needs full logits to verify drafted tokens at once; drop --prune-lm-head")
-    if opts.attention == "split":
-        raise InputError("--draft cannot pair with a decoder pipeline (--attention split); use gqa or bias")
-    if any(s.replace(" ", "").lower() == _WINDOW_CACHE for s in opts.settings):
-        raise InputError("--draft cannot rewind window-sized KV caches; drop --set attention.sliding_window_cache=true")
-    if opts.lora_targets:
-        raise InputError("--draft with --lora-targets is not supported (not probed with a draft); drop one")
-    if opts.io.no_lm_head or opts.io.inputs_embeds:
-        raise InputError(
-            "--draft needs packages that read input_ids and give logits: drop --no-lm-head/--inputs-embeds"
-        )
-    if opts.encoder_precision != "float":  # a target with a draft is a text package (docs/speculative.md §4)
-        raise InputError("--draft pairs text packages: drop --encoder-precision")
+__all__ = ["Pair", "build_with_draft", "check_draft_options", "resolve_pair", "retarget"]
+# a resolved pairing: the target's plan, the draft's, and their opened checkpoints (target, draft)
+Pair = tuple[BuildPlan, BuildPlan, tuple[Checkpoint, Checkpoint]]
 
 
 def build_with_draft(
     opts: BuildOptions,
-    draft: str,
+    draft: str | None = None,
     spec: SpeculativeOptions | None = None,
     reporter: Reporter | None = None,
     checkpoint: Checkpoint | None = None,
+    resolved: Pair | None = None,
 ) -> BuildResult:
-    """Export `opts.model` with the draft checkpoint `draft` inside (same EP and precision policy);
-    `checkpoint`: the target already opened (a release's one fetch)."""
+    """Export `opts.model` with the draft checkpoint `opts.draft` (or `draft`) inside, same EP and
+    precision policy; `checkpoint`: the target already opened (a release's one fetch). Both models
+    are resolved (phase 1, fetch, phase 2) and their pairing checked before either is exported
+    (`resolved`: already done, by a release before its first variant)."""
     started = time.perf_counter()
     reporter = reporter or NullReporter()
-    spec = spec or SpeculativeOptions()
-    spec.check()
-    check_draft_options(opts)
-    inputs = [*build_inputs(opts), *local_inputs((draft, "draft model folder"))]
-    check_output(opts.output, opts.overwrite, inputs, reporter.note)
-    io = replace(opts.io, prune_lm_head=False)
-    with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
-        reporter.stage(f"draft {draft}")
-        draft_dir = staged.path / "draft-build"
-        # the draft is a text decoder; the target's per-layer quantization patterns name its own layers;
-        # an explicit --attention reaches it too, so a recipe that picks split (Gemma-3's image-token
-        # runs) can pair as single graphs (docs/speculative.md §4.1)
-        # --text-only and --dequantize reach the draft where it has what they act on (else they would
-        # each say "no effect" about a draft the user never asked them for)
-        draft_checkpoint = open_checkpoint(draft, None, reporter)
-        raw = draft_checkpoint.raw_config
-        draft_opts = replace(opts, model=draft, output=draft_dir, revision=None, smoke=False, report=False,
-                             io=io, recipe=None, settings=(), bidirectional_ids=None,
-                             text_only="vision_config" in raw,
-                             dequantize=opts.dequantize and is_bitsandbytes(raw.get("quantization_config") or {}),
-                             quant=replace(opts.quant, keep_float=(), mixed_precision=()))  # fmt: skip
-        build(draft_opts, reporter, draft_checkpoint)
-        _refuse(rewind_refusal(draft_dir, "draft"), draft)
-        target_dir = staged.path / "target-build"
-        target_opts = replace(opts, output=target_dir, overwrite=False, smoke=False, io=io)
-        result = build(target_opts, reporter, checkpoint)
-        _refuse(rewind_refusal(target_dir, "target"), draft)
-        mismatch = tokenizer_mismatch(target_dir, draft_dir)
-        if mismatch:
-            raise InputError(f"--draft {draft}: {mismatch}; the draft must share the target's tokenizer")
-        entry = attach_draft(target_dir, draft_dir, spec)
-        for item in target_dir.iterdir():
-            shutil.move(str(item), str(staged.path / item.name))
-        shutil.rmtree(target_dir)
-        shutil.rmtree(draft_dir)
-        manifest = read_json(staged.path / "manifest.json") or {}
-        manifest.pop("digest", None)
-        manifest["options"]["draft"] = entry
-        finalize(staged.path, manifest)
-        problems = draft_problems(staged.path)
-        if problems:  # a bug in gqa-export, never the input
-            raise PackageLintError(f"the draft pairing is inconsistent: {problems[0]}")
-        notes = [*result.notes, f"draft: {entry['layers']} layers from {draft}, up to {spec.max_draft_tokens} tokens"]
-        smoke = None
-        if opts.smoke:
-            ep, note = runnable_ep(staged.path)
-            if ep is not None and ep != opts.ep:  # genai 0.18 keeps the draft on its own EP (§4)
-                ep, note = None, f"no smoke run: a draft package runs only on {opts.ep}, not on {ep}"
-            if note is not None:
-                notes.append(note)
-                reporter.note(note)
-            if ep is not None:
-                reporter.stage(f"smoke-run on {ep} (speculative)")
-                smoke = smoke_run(staged.path, ep)
-        output = staged.commit()
+    opts = replace(opts, draft=draft or opts.draft, speculative=spec or opts.speculative)
+    target_plan, draft_plan, checkpoints = resolved or resolve_pair(opts, reporter, checkpoint)
+    # the draft is always ours to close (a release resolves it for this variant alone); the target only if opened here
+    opened = (checkpoints[1],) if resolved or checkpoint is not None else checkpoints
+    try:
+        with StagedPackage(opts.output, opts.overwrite, reporter.note) as staged:
+            reporter.stage(f"draft {opts.draft}")
+            draft_dir, target_dir = staged.path / "draft-build", staged.path / "target-build"
+            export(retarget(draft_plan, draft_dir), checkpoints[1], reporter)
+            _refuse(rewind_refusal(draft_dir, "draft"), str(opts.draft))  # the written packages, as a net
+            result = export(retarget(target_plan, target_dir), checkpoints[0], reporter, started)
+            _refuse(rewind_refusal(target_dir, "target"), str(opts.draft))
+            mismatch = tokenizer_mismatch(target_dir, draft_dir)
+            if mismatch:
+                raise InputError(f"--draft {opts.draft}: {mismatch}; the draft must share the target's tokenizer")
+            entry = attach_draft(target_dir, draft_dir, opts.speculative)
+            for item in target_dir.iterdir():
+                shutil.move(str(item), str(staged.path / item.name))
+            shutil.rmtree(target_dir)
+            shutil.rmtree(draft_dir)
+            manifest = read_json(staged.path / "manifest.json") or {}
+            manifest.pop("digest", None)
+            manifest["options"]["draft"] = entry
+            finalize(staged.path, manifest)
+            problems = draft_problems(staged.path)
+            if problems:  # a bug in gqa-export, never the input
+                raise PackageLintError(f"the draft pairing is inconsistent: {problems[0]}")
+            tokens = opts.speculative.max_draft_tokens
+            notes = [*result.notes, f"draft: {entry['layers']} layers from {opts.draft}, up to {tokens} tokens"]
+            smoke = _smoke(staged.path, opts, notes, reporter)
+            output = staged.commit()
+    finally:
+        for each in opened:  # what reading them wrote (a GGUF's config/tokenizer folder)
+            each.close()
     files = {p.name: p.stat().st_size for p in sorted(output.iterdir()) if p.is_file()}
     seconds = time.perf_counter() - started  # both exports, the pairing and the smoke run
     return replace(result, output=output, files=files, smoke=smoke, notes=notes, seconds=seconds)
+
+
+def resolve_pair(
+    opts: BuildOptions, reporter: Reporter, checkpoint: Checkpoint | None = None, output: bool = True
+) -> Pair:
+    """Target and draft through both phases, and their pairing: every refusal before any export.
+    --text-only and --dequantize reach the draft where it has what they act on (else they would
+    each say "no effect" about a draft the user never asked them for)."""
+    target_request = resolve_request(opts, reporter.note, output)  # the draft's option pairs included
+    draft_checkpoint = open_checkpoint(str(opts.draft), None, reporter)
+    try:
+        return _resolve_pair(opts, target_request, draft_checkpoint, reporter, checkpoint)
+    except BaseException:
+        draft_checkpoint.close()
+        raise
+
+
+def _resolve_pair(
+    opts: BuildOptions, target_request: RequestPlan, draft_checkpoint: Checkpoint, reporter: Reporter,
+    checkpoint: Checkpoint | None,
+) -> Pair:  # fmt: skip
+    raw = draft_checkpoint.raw_config
+    draft_opts = replace(
+        draft_request(opts, opts.output / "draft-build"), text_only="vision_config" in raw,
+        dequantize=opts.dequantize and is_bitsandbytes(raw.get("quantization_config") or {}),
+    )  # fmt: skip
+    draft_plan = resolve_model(resolve_request(draft_opts, output=False), draft_checkpoint, reporter)
+    checkpoint = checkpoint or open_checkpoint(opts.model, opts.revision, reporter, opts.gguf_file)
+    target_opts = _target(target_request, opts.output / "target-build")
+    target_plan = resolve_model(target_opts, checkpoint, reporter)
+    for plan, role in ((draft_plan, "draft"), (target_plan, "target")):
+        _refuse(plan_rewind_refusal(plan, role), str(opts.draft))
+    mismatch = ids_mismatch(target_plan, draft_plan)
+    if mismatch:
+        raise InputError(f"--draft {opts.draft}: {mismatch}; the draft must share the target's tokenizer")
+    return target_plan, draft_plan, (checkpoint, draft_checkpoint)
+
+
+def _target(plan: RequestPlan, output: Path) -> RequestPlan:
+    return replace(plan, request=target_request(plan.request, output))
+
+
+def retarget(plan: BuildPlan, output: Path) -> BuildPlan:
+    """The plan exporting into `output` (a folder inside the pairing's staging folder)."""
+    return replace(plan, request=replace(plan.request, output=output))
+
+
+def _smoke(folder: Path, opts: BuildOptions, notes: list[str], reporter: Reporter) -> GenerationResult | None:
+    """The pair's smoke run, on the package's own EP where this machine has it (genai 0.18 keeps the
+    draft on its own EP, docs/speculative.md §4)."""
+    if not opts.smoke:
+        return None
+    ep, note = runnable_ep(folder)
+    if ep is not None and ep != opts.ep:
+        ep, note = None, f"no smoke run: a draft package runs only on {opts.ep}, not on {ep}"
+    if note is not None:
+        notes.append(note)
+        reporter.note(note)
+    if ep is None:
+        return None
+    reporter.stage(f"smoke-run on {ep} (speculative)")
+    return smoke_run(folder, ep)
 
 
 def _refuse(reason: str | None, draft: str) -> None:

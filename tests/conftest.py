@@ -110,6 +110,14 @@ def trained_kv(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture(scope="session")
+def ggufs(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """GGUF files written from tiny checkpoints, and their packages, once per session (gguf_reference.py)."""
+    from gguf_reference import GgufFiles
+
+    return GgufFiles(tmp_path_factory.mktemp("gguf"))
+
+
+@pytest.fixture(scope="session")
 def gemma3_full_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny Gemma3ForConditionalGeneration genai can run with images (multimodal_models.py)."""
     return save_multimodal(tmp_path_factory.mktemp("ckpt") / "gemma3_full", "gemma3_full")

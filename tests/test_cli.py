@@ -176,11 +176,12 @@ def test_smoke_failure_exits_1_and_leaves_nothing(checkpoints, tmp_path):
 
 def test_interrupted_build_leaves_nothing(checkpoints, tmp_path, monkeypatch):
     import gqa_export.pipeline as pipeline
+    import gqa_export.stages.package as package_stage
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(pipeline, "write_json", interrupted)
+    monkeypatch.setattr(package_stage, "write_json", interrupted)
     out = tmp_path / "pkg"
     with pytest.raises(KeyboardInterrupt):
         pipeline.build(pipeline.BuildOptions(str(checkpoints.get("gqa")), out, smoke=False))

@@ -202,7 +202,7 @@ def test_quantize_command_keeps_the_fp32_router_of_an_fp16_package(builds, tmp_p
     gives: the fp32 router stays an fp32 MatMul (the in-memory mark build put on it is not saved
     with the package, so requantize sets it again), and the package runs."""
     from gqa_export.quant.quantize import QuantOptions
-    from gqa_export.quant.requantize import requantize
+    from gqa_export.requantize import requantize
 
     source = builds.package(FAMILY, ep="cuda", precision="fp16")
     out = tmp_path / "int4"

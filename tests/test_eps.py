@@ -227,7 +227,8 @@ def test_webgpu_refuses_a_tensor_over_its_buffer_limit(checkpoints, tmp_path, mo
 
 def test_packages_for_absent_eps_run_on_cpu_where_their_dtypes_allow(exports):
     """`run`/`verify` on a machine without the EP: the graph runs on CPU (fp16), bf16 cannot."""
-    from gqa_export.runtime.run import package_ep, runnable_ep, smoke_run
+    from gqa_export.runtime.providers import package_ep, runnable_ep
+    from gqa_export.runtime.run import smoke_run
 
     dml = exports.get("base", ep="dml", precision="fp16")
     assert package_ep(dml) == "dml"
@@ -281,7 +282,7 @@ def test_quantize_command_writes_each_eps_int4_form(exports, tmp_path):
     """`gqa-export quantize` of a float package follows the package's EP as build does: QDQ for
     TensorRT-RTX, MatMulNBits for DirectML."""
     from gqa_export.quant.options import QuantOptions as Q
-    from gqa_export.quant.requantize import requantize
+    from gqa_export.requantize import requantize
 
     for ep, want, absent in (
         ("trt-rtx", "DequantizeLinear", "MatMulNBits"),

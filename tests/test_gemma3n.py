@@ -75,7 +75,7 @@ def test_mutant_without_hard_token_embedders_fails_parity(builds, tmp_path, monk
 
 def test_per_layer_widths_are_checked_as_sizes():
     from gqa_export.errors import InputError
-    from gqa_export.graph.consistency import check_raw_config
+    from gqa_export.model.raw_config import check_raw_config
 
     sizes = dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, vocab_size=384)
     check_raw_config({**sizes, "intermediate_size": [96, 128]})

@@ -61,7 +61,7 @@ def _segment(values: np.ndarray, a: slice, b: slice) -> np.ndarray:
     return out
 
 
-FALCON_MUTANTS = {  # a multiplier const (graph/multipliers.py), a planted bug
+FALCON_MUTANTS = {  # a multiplier const (model/multipliers.py), a planted bug
     "dropped_ssm_out": ("*.out_proj.output_multiplier", np.ones_like),
     "dropped_ssm_in": ("*.in_proj.input_multiplier", np.ones_like),
     "swapped_ssm_z_x": ("*.in_proj.output_multiplier", lambda v: _segment(v, slice(0, 96), slice(96, 192))),

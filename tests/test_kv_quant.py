@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from gqa_export.cli import app
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.quant.kv_cache import DRIFT_STEPS, KvQuantOptions
+from gqa_export.quant.kv_cache import KvQuantOptions
+from gqa_export.runtime.kv_calibration import DRIFT_STEPS
 
 runner = CliRunner()
 

@@ -149,7 +149,7 @@ def test_v2_router_other_than_greedy_is_refused(builds, tmp_path):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_mutant_softmax_scale_times_1_5_fails_parity(builds, tmp_path, monkeypatch, family):
-    from gqa_export.graph import dims
+    from gqa_export.model import dims
 
     _registered(family)
     real = dims.latent_scale
@@ -159,7 +159,7 @@ def test_mutant_softmax_scale_times_1_5_fails_parity(builds, tmp_path, monkeypat
 
 def test_mutant_mscale_left_out_of_the_scale_fails_parity(builds, tmp_path, monkeypatch):
     """YaRN's mscale(factor, mscale_all_dim)^2 on the softmax scale (V3's tiny config: 1.089)."""
-    from gqa_export.graph import dims
+    from gqa_export.model import dims
 
     _registered(V3)
     monkeypatch.setattr(dims, "latent_scale", lambda config, lat: float(lat.head_dim) ** -0.5)
@@ -178,11 +178,11 @@ def test_mutant_rope_pairs_rotated_as_halves_fails_parity(builds, tmp_path, fami
 def test_mutant_expert_groups_ignored_fails_parity(builds, tmp_path, monkeypatch, family):
     """The top-k taken over every expert instead of within the topk_group best groups (V3's tiny
     config; V2's group-limited variant): measured 2.5 and 0.96."""
-    from gqa_export.graph import moe_dims
+    from gqa_export.model import moe
 
     _registered(family)
     checkpoint = builds.checkpoint(V3) if family == V3 else _v2_grouped(tmp_path / "ckpt")
-    monkeypatch.setattr(moe_dims, "expert_groups", lambda opt, spec, experts: (1, 1))
+    monkeypatch.setattr(moe, "expert_groups", lambda opt, spec, experts: (1, 1))
     assert parity_error(_package(checkpoint, tmp_path / "pkg"), checkpoint) > 1e-2
 
 
@@ -260,7 +260,7 @@ def _dims(checkpoint: Path):
     from transformers import AutoConfig
 
     from gqa_export.arch import get_spec
-    from gqa_export.graph.dims import read_dims
+    from gqa_export.model.dims import read_dims
 
     return read_dims(AutoConfig.from_pretrained(checkpoint), get_spec(V2), None)
 

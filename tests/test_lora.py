@@ -260,7 +260,7 @@ def test_fp16_base_takes_a_float16_adapter(lora, tmp_path):
 def test_requantized_base_keeps_float_lora_inputs(lora, tmp_path):
     """`gqa-export quantize` of a float multi-LoRA base leaves the LoRA inputs float and bindable."""
     from gqa_export.quant.quantize import QuantOptions
-    from gqa_export.quant.requantize import requantize
+    from gqa_export.requantize import requantize
 
     out = tmp_path / "rq4"
     requantize(lora["base"], out, "int4", QuantOptions(), False, False, False, None)

@@ -209,7 +209,7 @@ def test_quantize_keeps_the_vision_and_embedding_models(package, images, tmp_pat
     """`gqa-export quantize` of a full package: the decoder in MatMulNBits, vision.onnx and
     embedding.onnx copied as they are (float, as build writes them), and genai runs it with an image."""
     from gqa_export.quant.quantize import QuantOptions
-    from gqa_export.quant.requantize import requantize
+    from gqa_export.requantize import requantize
 
     out = tmp_path / "int4"
     said = Notes()
@@ -274,15 +274,15 @@ def test_mutant_int4_encoder_breaks_the_bound(package, checkpoint, tmp_path, mon
     """The same plan with 4-bit weights leaves the 2 % bound: it is one 8-bit weights keep."""
     import dataclasses
 
-    from gqa_export import pipeline
+    from gqa_export.plan import model_phase
 
-    plan = pipeline.encoder_plan
+    plan = model_phase.encoder_plan
 
     def four_bits(precision, ep, dtype):
         found = plan(precision, ep, dtype)
         return found and dataclasses.replace(found, nbits=dataclasses.replace(found.nbits, bits=4))
 
-    monkeypatch.setattr(pipeline, "encoder_plan", four_bits)
+    monkeypatch.setattr(model_phase, "encoder_plan", four_bits)
     assert _int8_error(checkpoint, package, tmp_path / "int4") > 2e-2
 
 

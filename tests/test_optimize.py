@@ -9,9 +9,9 @@ from transformers import AutoConfig
 
 from gqa_export.arch import get_spec
 from gqa_export.graph.decoder import GraphOptions, build_decoder
-from gqa_export.graph.dims import read_dims
 from gqa_export.graph.optimize import optimize, remove_dead_inputs
 from gqa_export.graph.params import Params
+from gqa_export.model.dims import read_dims
 from gqa_export.source.weights import WeightStore
 
 

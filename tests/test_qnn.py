@@ -228,7 +228,7 @@ def _dims(checkpoint: str):
     from transformers import AutoConfig
 
     from gqa_export.arch import get_spec
-    from gqa_export.graph.dims import read_dims
+    from gqa_export.model.dims import read_dims
 
     return read_dims(AutoConfig.from_pretrained(checkpoint), get_spec("llama"), None)
 

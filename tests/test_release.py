@@ -187,7 +187,7 @@ def test_eval_window_over_a_variant_max_length_fails_before_any_export(tmp_path,
     def no_export(*args, **kwargs):
         raise AssertionError("a variant was exported before the eval section was checked")
 
-    monkeypatch.setattr(assemble, "build", no_export)
+    monkeypatch.setattr(assemble, "export", no_export)
     variants = [FOUR[0], {"ep": "cpu", "precision": "int4", "max_length": 64}]
     fields: dict[str, object] = {}
     if custom:
@@ -211,7 +211,7 @@ def test_a_variant_max_length_is_refused_with_its_line(tmp_path, monkeypatch, ma
     it is named with the spec's line and the variant, before anything is exported (eval or not)."""
     from gqa_export.release import assemble
 
-    monkeypatch.setattr(assemble, "build", lambda *a, **k: pytest.fail("a variant was exported first"))
+    monkeypatch.setattr(assemble, "export", lambda *a, **k: pytest.fail("a variant was exported first"))
     spec = tmp_path / "release.yaml"
     variants = [FOUR[0], {"ep": "cpu", "precision": "int4", "max_length": max_length}]
     spec.write_text(yaml.safe_dump({"source": str(TRAINED), "license": "apache-2.0", "variants": variants}))
@@ -225,7 +225,7 @@ def test_a_variant_max_length_is_refused_with_its_line(tmp_path, monkeypatch, ma
 
 def test_a_failed_smoke_run_publishes_nothing(tmp_path, monkeypatch):
     from gqa_export.errors import SmokeRunError
-    from gqa_export.package import finish
+    from gqa_export.stages import finish
 
     real = finish.smoke_run
 

@@ -228,7 +228,7 @@ def test_speculative_option_ranges(sources, tmp_path, monkeypatch):
     import gqa_export.speculative as speculative
 
     seen = []
-    monkeypatch.setattr(speculative, "build_with_draft", lambda opts, draft, spec, reporter: seen.append(spec))
+    monkeypatch.setattr(speculative, "build_with_draft", lambda opts, **kwargs: seen.append(opts.speculative))
     flags = ("--draft", sources["draft"], "--draft-tokens", "6", "--min-adaptive-k", "2", "--cooldown", "-q")
     result = invoke("build", sources["target"], "-o", tmp_path / "x", *flags)
     assert seen == [SpeculativeOptions(6, 2, True)], result.output

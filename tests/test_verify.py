@@ -93,8 +93,8 @@ def test_resealed_but_broken_package_fails_its_lints(package):
 
 
 def test_strict_fails_on_warnings(package, monkeypatch):
-    from gqa_export.check import verify
     from gqa_export.check.findings import Finding
+    from gqa_export.runtime import verify
 
     warning = Finding("some-warning", "warning", "worth a look", "look")
     monkeypatch.setattr(verify, "lint", lambda pkg: [warning])

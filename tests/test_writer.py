@@ -10,8 +10,9 @@ import onnx_ir as ir
 import pytest
 from moe_models import save_moe
 
-from gqa_export.package import finish, writer
+from gqa_export.package import writer
 from gqa_export.pipeline import BuildOptions, build
+from gqa_export.stages import finish
 
 # mid-sized, so that the casts and transposes take the onnxruntime path (kernels.SMALL_ELEMENTS)
 MID = dict(hidden_size=256, intermediate_size=704, num_attention_heads=4, num_key_value_heads=2)

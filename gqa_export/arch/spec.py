@@ -163,7 +163,7 @@ class MoeSpec:
     "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops), "ungated" (down(act(up x)) with the
     config's hidden activation, a shared expert of the same form; plain ops, since no MoE kernel has
     squared ReLU: graph/ungated_experts.py). layer_type: the layer type whose layers are sparse (every
-    other layer has none); None: the config's sparse-step keys decide (graph/layer_kinds.py).
+    other layer has none); None: the config's sparse-step keys decide (model/layer_kinds.py).
     router_dtype: None (the router computes in the export dtype) or "float32" (the family's router
     computes its logits and its choice in fp32 whatever the model's dtype, its weight and selection
     bias kept fp32: an fp16 / bf16 package does the same and casts the routing weights back, since

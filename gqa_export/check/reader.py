@@ -19,13 +19,13 @@ import onnx_ir as ir
 from onnx import TensorProto, helper
 
 from gqa_export.check.external_data import external_data_problems
-from gqa_export.check.graph_facts import graph_facts
 from gqa_export.check.op_facts import ir_facts
-from gqa_export.check.paths import check_package_path, package_config
 from gqa_export.check.stages import decoder_stages, encoder_stages
 from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
+from gqa_export.package.graph_facts import graph_facts
+from gqa_export.package.paths import check_package_path, package_config
 
 ATTENTION_OPS = ("GroupQueryAttention", "Attention", "MultiHeadAttention", "PagedAttention", "SparseAttention")
 _LAYER = re.compile(r"(?:layers?|blocks?|h)[._/](\d+)")
@@ -256,7 +256,7 @@ def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: di
     decoder = ((config or {}).get("model") or {}).get("decoder") or {}
     past_dims = {int(m.group(1)): v["shape"] for v in info.inputs if (m := _PAST.match(v["name"]))}
     producers = {out: n for n in g.node for out in n.output}
-    # the facts genai_config is written from at build time, read the same way here (graph_facts.py)
+    # the facts genai_config is written from at build time, read the same way here (package/graph_facts.py)
     ir_model = ir.from_proto(model)
     info.kv_written_in_place = graph_facts(ir_model).kv_scattered
     info.op_facts = sorted(ir_facts(ir_model))

@@ -8,6 +8,7 @@ from typing import Any
 
 from gqa_export.check.lints import lint
 from gqa_export.check.reader import Package, load_package
+from gqa_export.source.formats import reported_as
 
 
 def inspect_package(path: Path, source: Path | None = None) -> dict[str, Any]:
@@ -50,6 +51,7 @@ def summary(pkg: Package) -> dict[str, Any]:
         "recurrent_state_bytes_per_row": pkg.state_bytes_per_row(),
         "io": _io(first, options),
         "imported_quantization": _imported(pkg),
+        "gguf": _gguf(pkg),
         "graphs": [
             {
                 "filename": g.filename,
@@ -99,9 +101,25 @@ def _imported(pkg: Package) -> dict[str, Any] | None:
     entry = ((pkg.manifest or {}).get("options") or {}).get("imported_quantization")
     if not entry:
         return None
+    docs = ", ".join(f.docs for f in reported_as(str(entry.get("source_format"))))  # source/formats.py
     return {"source_format": entry.get("source_format"), "imported": len(entry.get("imported") or {}),
             "dequantized": len(entry.get("dequantized") or []), "precision": entry.get("precision"),
-            "quantized_by_precision": len(entry.get("quantized_by_precision") or [])}  # fmt: skip
+            "quantized_by_precision": len(entry.get("quantized_by_precision") or []), "docs": docs}  # fmt: skip
+
+
+def _gguf(pkg: Package) -> dict[str, Any] | None:
+    """A package built from a GGUF: the file, and per GGML type how many tensors kept their integer
+    blocks, were read as float, or were re-quantized by --precision (docs/gguf.md §5)."""
+    entry = ((pkg.manifest or {}).get("options") or {}).get("gguf")
+    if not entry:
+        return None
+    types: dict[str, dict[str, int]] = {}
+    for tensor in (entry.get("tensors") or {}).values():
+        how = str(tensor.get("as", ""))
+        kind = "float" if how == "float" else "requantized" if "re-quantized" in how else "kept"
+        counts = types.setdefault(str(tensor.get("type")), {"kept": 0, "float": 0, "requantized": 0})
+        counts[kind] += 1
+    return {"file": entry.get("file"), "architecture": entry.get("architecture"), "types": types}
 
 
 def _io(graph: Any, provider_options: list[dict[str, Any]]) -> dict[str, Any]:

@@ -16,18 +16,19 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 from gqa_export import __version__, choices
-from gqa_export.choices import KV_CACHE_DTYPES, KV_SCALES
 from gqa_export.cli.helptext import Command, Group
 from gqa_export.errors import GqaExportError, RunError, from_os_error, interrupts_kept
 from gqa_export.package.swap import committed_outputs, forget_committed
 from gqa_export.progress import Advance
+from gqa_export.request.table import BY_KEY
+from gqa_export.request.table import OUTPUT as OUTPUT_PANEL
 
 try:  # typer >= 0.2x parses with its own copy of click, older ones with click itself
     from typer._click import exceptions as click_errors
@@ -281,106 +282,12 @@ def value(choice: enum.Enum | None) -> str | None:
     return None if choice is None else str(choice.value)
 
 
-Ep = choice_enum("Ep", choices.EPS)
-Precision = choice_enum("Precision", choices.PRECISIONS)
-IntPrecision = choice_enum("IntPrecision", ("int4", "int8"))
-Attention = choice_enum("Attention", choices.ATTENTION_MODES)
-Method = choice_enum("Method", choices.QUANT_METHODS)
-ActivationDtype = choice_enum("ActivationDtype", choices.ALL_ACTIVATIONS)
-KvCache = choice_enum("KvCache", KV_CACHE_DTYPES)
-KvScales = choice_enum("KvScales", KV_SCALES)
-EncoderPrecision = choice_enum("EncoderPrecision", choices.ENCODER_PRECISIONS)
-
-TARGET, ATTENTION, QUANT, OUTPUT, RECIPE = "Target", "Attention", "Quantization (int4/int8)", "Output", "Recipe"
-PIPELINE = "Inputs and outputs"
-
-EpOption = Annotated[Ep, typer.Option("--ep", help="Execution provider to export for.", rich_help_panel=TARGET)]
-BlockSize = Annotated[
-    int, typer.Option("--block-size", metavar="N", help="Quantization block size (16-256).", rich_help_panel=QUANT)
-]
-Asymmetric = Annotated[
-    Optional[bool],
-    typer.Option(
-        "--asymmetric/--symmetric",
-        help="Zero points per block, or none. Default: asymmetric for rtn and k_quant (measured better on "
-        "trained weights), symmetric for search.",
-        rich_help_panel=QUANT,
-    ),
-]
-QuantMethod = Annotated[
-    Method, typer.Option("--quant-method", help=choices.described(choices.QUANT_METHODS), rich_help_panel=QUANT)
-]
-AccuracyLevel = Annotated[
-    Optional[int],
-    typer.Option(
-        "--accuracy-level",
-        metavar="0-4",
-        help="MatMulNBits accuracy_level 0-4 (default 4 on cpu, 0 on cuda).",
-        rich_help_panel=QUANT,
-    ),
-]
-KeepFloat = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--keep-float",
-        metavar="PATTERN",
-        help="Keep weights matching this pattern float (e.g. lm_head*).",
-        rich_help_panel=QUANT,
-    ),
-]
-ReportFlag = Annotated[
-    bool, typer.Option("--report", help="Write quant_report.json (accuracy vs float).", rich_help_panel=QUANT)
-]
-Activations = Annotated[
-    Optional[ActivationDtype],
-    typer.Option(
-        "--activations",
-        help="Activation dtype: "
-        + "; ".join(f"{ep}: {' or '.join(dtypes)}" for ep, dtypes in choices.ACTIVATIONS.items())
-        + " (first is the default).",
-        rich_help_panel=QUANT,
-    ),
-]
-Dequantize = Annotated[
-    bool,
-    typer.Option(
-        "--dequantize",
-        help="Read a bitsandbytes (NF4/FP4/LLM.int8) checkpoint by dequantizing it exactly, then follow "
-        "--precision (int4/int8 re-quantize it); without it such checkpoints are refused (docs/prequantized.md).",
-        rich_help_panel=TARGET,
-    ),
-]
-MixedPrecision = Annotated[
-    Optional[list[str]],
-    typer.Option(
-        "--mixed-precision",
-        metavar="SELECTOR:BITS",
-        help="SELECTOR:int8|int4, repeatable; selectors: "
-        + choices.described(choices.MIXED_SELECTORS)
-        + "; or a weight-name pattern (e.g. '*.down_proj.weight:int8').",
-        rich_help_panel=QUANT,
-    ),
-]
-QuantEmbeddings = Annotated[
-    bool,
-    typer.Option(
-        "--quant-embeddings", help="Quantize an untied embedding too (tied ones always are).", rich_help_panel=QUANT
-    ),
-]
-Overwrite = Annotated[
-    bool,
-    typer.Option(
-        "--overwrite", help="Replace an existing output folder (kept intact until the new one is complete).",
-        rich_help_panel=OUTPUT,
-    ),
-]  # fmt: skip
-NoSmoke = Annotated[
-    bool, typer.Option("--no-smoke", help="Skip the onnxruntime-genai smoke run.", rich_help_panel=OUTPUT)
-]
-Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output on stderr.", rich_help_panel=OUTPUT)]
-AsJson = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object describing the result.", rich_help_panel=OUTPUT)
-]
+Ep = choice_enum("Ep", choices.EPS)  # run, eval, adapter: the EP to run on
+OUTPUT = OUTPUT_PANEL
+# `release`'s own flags, as `build` and `quantize` declare them (gqa_export/request/table.py)
+Overwrite = Annotated[bool, typer.Option("--overwrite", help=BY_KEY["overwrite"].help, rich_help_panel=OUTPUT)]
+Quiet = Annotated[bool, typer.Option("-q", "--quiet", help=BY_KEY["quiet"].help, rich_help_panel=OUTPUT)]
+AsJson = Annotated[bool, typer.Option("--json", help=BY_KEY["json"].help, rich_help_panel=OUTPUT)]
 
 
 def quiet_hub(quiet: bool) -> None:

@@ -23,7 +23,8 @@ from gqa_export.jsonio import read_json
 )
 def inspect_command(
     path: Annotated[
-        Path, typer.Argument(metavar="PACKAGE", help="Package folder, genai_config.json or a bare .onnx file.")
+        Path,
+        typer.Argument(metavar="PACKAGE", help="Package folder, genai_config.json, a bare .onnx or a .gguf file."),
     ],
     source: Annotated[
         Optional[Path],
@@ -32,8 +33,17 @@ def inspect_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object: summary, layers, findings.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Warnings fail too (exit 1).")] = False,
 ) -> None:
-    """Describe a package (I/O, attention per layer, KV layout) and lint it. Exit 1 on errors."""
+    """Describe a package (I/O, attention per layer, KV layout) and lint it. Exit 1 on errors. A
+    .gguf file: its architecture, tensor types and what a build would export them to."""
     from gqa_export.check.report import inspect_package
+
+    if path.is_file() and path.suffix.lower() == ".gguf":  # docs/gguf.md §7
+        from gqa_export.cli.render import gguf_report
+        from gqa_export.source.gguf.summary import summarize
+
+        summary = summarize(path)
+        print(json.dumps(summary)) if as_json else gguf_report(out, summary)
+        return
 
     report = inspect_package(path, source)
     if as_json:
@@ -113,7 +123,7 @@ def run_command(
     ] = False,
 ) -> None:
     """Generate from a package with onnxruntime-genai, streaming text as it comes."""
-    from gqa_export.check.paths import package_folder
+    from gqa_export.package.paths import package_folder
     from gqa_export.runtime.chat import Session
 
     if not interactive and prompt is None:

@@ -81,7 +81,7 @@ def verify_command(
     as_json: PlainJson = False,
 ) -> None:
     """Recompute every hash, look for missing or extra files, lint; exit 1 on any problem."""
-    from gqa_export.check.verify import failing, verify
+    from gqa_export.runtime.verify import failing, verify
 
     report = verify(path, smoke)
     if as_json:
@@ -144,7 +144,7 @@ def eval_command(
     quiet: PlainQuiet = False,
 ) -> None:
     """Perplexity and next-token accuracy of a package over a text, optionally against a reference."""
-    from gqa_export.check.paths import package_folder
+    from gqa_export.package.paths import package_folder
     from gqa_export.runtime.evaluate import evaluate, read_text
 
     path = package_folder(path)  # the folder, or its genai_config.json

@@ -34,6 +34,15 @@ def _ep_forms(forms: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def gguf_summary(entry: dict[str, Any]) -> str:
+    """A package built from a GGUF in one line: per GGML type, kept / float / re-quantized counts."""
+    parts = []
+    for kind, counts in sorted(entry["types"].items()):
+        shown = [f"{n} {what}" for what, n in counts.items() if n]
+        parts.append(f"{kind} {', '.join(shown)}")
+    return f"{entry['file']} ({entry['architecture']}): " + "; ".join(parts)
+
+
 def kv_cache_summary(entry: dict[str, Any]) -> str:
     """A quantized KV cache in one line: how it was calibrated and how far its logits drift from
     the float cache's (the manifest's options.kv_cache)."""
@@ -130,6 +139,7 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
             if s.get("imported_quantization")
             else []
         ),
+        *([("GGUF", gguf_summary(s["gguf"]))] if s.get("gguf") else []),
     ):
         head.add_row(f"[bold]{key}[/]", escape(str(value)))
     console.print(head)
@@ -217,3 +227,26 @@ def print_summary(
     for key, text in rows:
         table.add_row(key, escape(text))
     console.print(table)
+
+
+def gguf_report(console: Console, report: dict[str, Any]) -> None:
+    """`inspect model.gguf` (source/gguf/summary.py): what the file holds, what a build makes of it."""
+    family = report["family"] or "not imported"
+    console.print(f"[bold]{escape(report['file'])}[/bold] ({size(report['bytes'])}, {report['parts']} part(s))")
+    console.print(
+        f"architecture {report['architecture']} -> {family}; {report['layers']} layers, "
+        f"{report['parameters']:,} parameters, {report['bits_per_weight']:.2f} bits/weight"
+        + (f", file type {report['file_type']}" if report["file_type"] else "")
+    )
+    tok = report["tokenizer"]
+    console.print(
+        f"tokenizer {tok['model'] or 'none'} ({tok['pre'] or '-'}, {tok['tokens']} tokens), "
+        f"chat template {'yes' if tok['chat_template'] else 'no'}"
+    )
+    table = Table("type", "tensors", "parameters", "size", "bits/weight", "exported as", box=None)
+    for kind, entry in report["types"].items():
+        table.add_row(kind, str(entry["tensors"]), f"{entry['parameters']:,}", size(entry["bytes"]),
+                      f"{entry['bits_per_weight']:.2f}", entry["exported_as"])  # fmt: skip
+    console.print(table)
+    verdict = "exportable" if report["exportable"] else f"not exportable as it is: {report['why_not']}"
+    console.print(escape(verdict))

@@ -25,10 +25,10 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.per_layer import per_layer_term
 from gqa_export.graph.standard import LayerKV
+from gqa_export.model.dims import ModelDims
 
 B, S = "batch_size", "sequence_length"
 StreamLayer = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]

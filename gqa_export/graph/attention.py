@@ -24,7 +24,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.dims import LayerDims, ModelDims
+from gqa_export.model.dims import LayerDims, ModelDims
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.fused_qkv import selected_rows
 from gqa_export.graph.lora import LoraPlan, lora_branch
 from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
 from gqa_export.graph.sparse_activation import gaussian_top_k
+from gqa_export.model.dims import LayerDims, ModelDims
 
 B, S = "batch_size", "sequence_length"
 
@@ -63,7 +63,7 @@ class LayerContext:
 
 def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str | None, node: str) -> ir.Value:
     """x @ concat(W_m.T) (+ concat(b_m) when the checkpoint has the biases), with the spec's
-    multipliers of these modules' input and output (graph/multipliers.py) where the config sets them."""
+    multipliers of these modules' input and output (model/multipliers.py) where the config sets them."""
     b, params = lc.b, lc.params
     x = _input_multiplier(lc, x, modules, node)
     graph_name = lc.name(packed_name) if packed_name else lc.name(modules[0])

@@ -23,7 +23,6 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
-from gqa_export.graph.dims import LayerDims, ModelDims
 from gqa_export.graph.gated_deltanet import gated_deltanet
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
@@ -43,6 +42,7 @@ from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, sta
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.standard import LayerKV, standard_attention
+from gqa_export.model.dims import LayerDims, ModelDims
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
 # TensorScatter-24.

@@ -29,9 +29,9 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.layer_kinds import DeltaNetDims
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
+from gqa_export.model.layer_kinds import DeltaNetDims
 
 B, S = "batch_size", "sequence_length"
 L2_EPS = 1e-6  # HF's l2norm(eps=1e-6) of q and k (the official builder's LpNormalization has none, §6.4)

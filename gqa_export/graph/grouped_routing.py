@@ -17,8 +17,8 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext
-from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES
+from gqa_export.model.moe import MoeDims
 
 GROUPED_ROUTINGS = ("softmax_group_limited", "sigmoid_group_biased")
 

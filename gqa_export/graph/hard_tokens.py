@@ -13,8 +13,8 @@ import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.model.dims import ModelDims
 
 
 def embed_hard_tokens(

@@ -9,11 +9,11 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.blocks import normalize
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.hard_tokens import embed_hard_tokens
 from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import per_layer_inputs
 from gqa_export.graph.positions import add_absolute_positions
+from gqa_export.model.dims import ModelDims
 
 B, S = "batch_size", "sequence_length"
 

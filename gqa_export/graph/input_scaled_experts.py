@@ -19,8 +19,8 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, activation
 from gqa_export.graph.experts import ExpertWeights, stacked
-from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES
+from gqa_export.model.moe import MoeDims
 
 
 def top1_scaled_input(lc: LayerContext, x: ir.Value, logits: ir.Value) -> ir.Value:

@@ -27,19 +27,9 @@ from typing import Any
 
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
-from gqa_export.quant.kv_cache import KvQuantOptions
+from gqa_export.request.records import IoOptions, KvQuantOptions
 
 LOGITS_MODES = ("all", "last", "none")
-
-
-@dataclass(frozen=True)
-class IoOptions:
-    prune_lm_head: bool | None = None  # None: the recipe's build default, else full logits
-    inputs_embeds: bool = False
-    hidden_states: bool = False
-    no_lm_head: bool = False
-    cuda_graph: bool = False
-    mrope_positions: bool = False  # multimodal decoders: position_ids [3, B, S] (graph/mrope.py)
 
 
 @dataclass(frozen=True)

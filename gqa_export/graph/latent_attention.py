@@ -20,9 +20,9 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.blocks import LayerContext, linear
-from gqa_export.graph.dims import ModelDims
-from gqa_export.graph.latent_dims import LatentDims
 from gqa_export.graph.rotary import rotate
+from gqa_export.model.dims import ModelDims
+from gqa_export.model.latent import LatentDims
 
 LATENT_NORM_EPS = 1e-6  # DeepseekV2/V3RMSNorm(q_lora_rank / kv_lora_rank) keep their default eps
 

@@ -31,9 +31,9 @@ from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
-from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
 from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
+from gqa_export.model.moe import MoeDims
 
 B, S = "batch_size", "sequence_length"
 

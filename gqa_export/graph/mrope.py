@@ -24,7 +24,7 @@ import onnx_ir as ir
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.params import NUMPY_DTYPES
-from gqa_export.graph.rope import RopeConfig
+from gqa_export.model.rope import RopeConfig
 
 
 def mrope_rows(rope: RopeConfig) -> np.ndarray:

@@ -20,9 +20,9 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, float_scalar
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.params import Params
+from gqa_export.model.dims import ModelDims
 
 B, S = "batch_size", "sequence_length"
 

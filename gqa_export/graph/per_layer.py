@@ -21,8 +21,8 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.blocks import LayerContext, activation, linear, normalize
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.params import QUANTIZE_TABLE_META, Params
+from gqa_export.model.dims import ModelDims
 
 B, S = "batch_size", "sequence_length"
 

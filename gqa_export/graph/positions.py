@@ -14,9 +14,9 @@ import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.masks import token_positions
 from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.model.dims import ModelDims
 
 B, S = "batch_size", "sequence_length"
 

@@ -16,7 +16,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import ModelDims
+from gqa_export.model.dims import ModelDims
 
 B = "batch_size"
 PAST_CONV, PRESENT_CONV = "past.%d.conv", "present.%d.conv"

@@ -14,10 +14,10 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.params import Params
-from gqa_export.graph.rope import RopeConfig, cos_sin_tables, longrope_switch
+from gqa_export.model.dims import ModelDims
+from gqa_export.model.rope import RopeConfig, cos_sin_tables, longrope_switch
 
 
 def rope_tables(

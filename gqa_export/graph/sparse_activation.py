@@ -3,7 +3,7 @@
 HF keeps the gate activations above a cutoff that assumes they are normal over the channels:
 `cutoff = mean + std * icdf(target)` per token (std the biased one, over the last axis), then
 `relu(gate - cutoff)` before the activation. Plain ops compute it exactly; the quantile is a
-constant computed at export time (graph/stream_dims.py, sparsity_multiplier)."""
+constant computed at export time (model/stream.py, sparsity_multiplier)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.params import NUMPY_DTYPES
-from gqa_export.graph.stream_dims import sparsity_multiplier
+from gqa_export.model.stream import sparsity_multiplier
 
 
 def gaussian_top_k(b: GraphBuilder, gate: ir.Value, sparsity: float, dtype: ir.DataType) -> ir.Value:

@@ -24,14 +24,14 @@ from gqa_export.errors import InputError
 from gqa_export.graph.blocks import LayerContext, normalize
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, decoder_layer, layer_scalar
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, lm_head
 from gqa_export.graph.params import Params
-from gqa_export.graph.rope import longrope_switch
 from gqa_export.graph.rotary import rope_caches, rope_tables
 from gqa_export.graph.static_attention import static_attention, static_steps
+from gqa_export.model.dims import ModelDims
+from gqa_export.model.rope import longrope_switch
 
 OPSET = {"": 21, "com.microsoft": 1}
 PAST_LENGTH, TOTAL_LENGTH = "past_sequence_length", "total_sequence_length"

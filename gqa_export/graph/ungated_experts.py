@@ -28,9 +28,9 @@ from gqa_export.errors import InputError
 from gqa_export.graph import params as _params
 from gqa_export.graph.blocks import LayerContext, activation, linear
 from gqa_export.graph.experts import check_expert_shapes
-from gqa_export.graph.moe_dims import MoeDims
 from gqa_export.graph.params import F32, NUMPY_DTYPES, Params, StreamedTensor, row_blocks
 from gqa_export.kernels import convert
+from gqa_export.model.moe import MoeDims
 from gqa_export.source.weights import WeightStore
 
 

@@ -54,7 +54,7 @@ def base_lora_inputs(package: Path, named: str = "--base") -> dict[str, BaseInpu
     how the line names the base (`adapter --base`; `run` names the package itself)."""
     import onnx
 
-    from gqa_export.check.paths import CONFIG, package_config
+    from gqa_export.package.paths import CONFIG, package_config
 
     who = f"{named} {package}".strip()
     if (package / CONFIG).is_file():  # a package folder: a broken genai_config.json is said as such

@@ -7,9 +7,9 @@ from dataclasses import asdict
 from typing import Any
 
 from gqa_export.arch import ArchSpec
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.optimize import OptimizeReport
 from gqa_export.graph.plan import AttentionPlan
+from gqa_export.model.dims import ModelDims
 from gqa_export.package.manifest import created_at, environment_entry, recipe_entry, source_entry, tool_entry
 from gqa_export.quant.quantize import PrecisionPlan, QuantizeReport
 from gqa_export.quant.report import quantization_manifest

@@ -11,43 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
+from gqa_export.request.records import SpeculativeOptions
 
 DRAFT_GRAPH = "draft.onnx"
 DRAFT_DATA = "draft.onnx.data"
 # tokenizer.json parts that fix which id a text maps to (docs/speculative.md §3)
 _TOKENIZER_PARTS = ("model", "added_tokens", "normalizer", "pre_tokenizer")
-
-
-@dataclass(frozen=True)
-class SpeculativeOptions:
-    """The `speculative` block (docs/speculative.md §1), in the ranges genai 0.18 enforces (probed):
-    max_draft_tokens 1..16; min_adaptive_k, the floor adaptive k may fall to, 0..16, and kept
-    within max_draft_tokens here (genai takes a larger one and then drafts more than
-    max_draft_tokens, probed); cooldown a boolean (genai refuses a number)."""
-
-    max_draft_tokens: int = 4
-    min_adaptive_k: int = 0
-    cooldown: bool = False
-
-    def check(self) -> None:
-        if not isinstance(self.max_draft_tokens, int) or not 1 <= self.max_draft_tokens <= 16:
-            raise InputError(f"--draft-tokens (max_draft_tokens) must be between 1 and 16, got {self.max_draft_tokens}")
-        if not isinstance(self.min_adaptive_k, int) or not 0 <= self.min_adaptive_k <= self.max_draft_tokens:
-            raise InputError(
-                f"--min-adaptive-k (min_adaptive_k) must be between 0 and --draft-tokens ({self.max_draft_tokens}), "
-                f"got {self.min_adaptive_k}"
-            )
-        if not isinstance(self.cooldown, bool):
-            raise InputError(f"cooldown must be true or false, got {self.cooldown!r}")
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 Tuning = tuple[int | None, int | None, bool]  # run's --draft-tokens, --min-adaptive-k, --cooldown
@@ -92,7 +66,7 @@ def rewind_refusal(package: Path, role: str) -> str | None:
 
 
 def graph_refusal(facts: Any, role: str) -> str | None:
-    """rewind_refusal's graph part, from one graph's facts (check/graph_facts.py)."""
+    """rewind_refusal's graph part, from one graph's facts (package/graph_facts.py)."""
     if facts.conv_layers or facts.recurrent_layers:
         return f"the {role} carries recurrent/convolution state, which onnxruntime-genai cannot rewind"
     if facts.window_cache_layers:
@@ -116,7 +90,7 @@ def _vocab(facts: Any) -> Any:
 
 
 def _facts(path: Path) -> Any:
-    from gqa_export.check.graph_facts import graph_facts
+    from gqa_export.package.graph_facts import graph_facts
 
     return graph_facts(_load_graph(path))
 
@@ -134,7 +108,7 @@ def tokenizer_mismatch(target: Path, draft: Path) -> str | None:
     for key in ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id"):
         if t_model.get(key) != d_model.get(key):
             return f"{key} {d_model.get(key)} differs from the target's {t_model.get(key)}"
-    t_tok, d_tok = _tokenizer(target), _tokenizer(draft)
+    t_tok, d_tok = tokenizer_parts(target), tokenizer_parts(draft)
     if t_tok != d_tok:
         part = next((p for p in _TOKENIZER_PARTS if t_tok.get(p) != d_tok.get(p)), "tokenizer files")
         return f"its tokenizer ({part}) maps text to other token ids than the target's"
@@ -144,11 +118,11 @@ def tokenizer_mismatch(target: Path, draft: Path) -> str | None:
 def tokenizer_digest(package: Path) -> str:
     """sha256 of the id-defining tokenizer parts: the manifest keeps the draft's, so `inspect` can
     tell when the package's tokenizer is no longer the one the draft was paired with."""
-    text = json.dumps(_tokenizer(package), sort_keys=True, ensure_ascii=False)
+    text = json.dumps(tokenizer_parts(package), sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _tokenizer(package: Path) -> dict[str, Any]:
+def tokenizer_parts(package: Path) -> dict[str, Any]:
     """The id-defining parts of the package's tokenizer (tokenizer.json, else tokenizer.model's bytes)."""
     data = read_json(package / "tokenizer.json")
     if data is not None:

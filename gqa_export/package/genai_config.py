@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gqa_export.check.graph_facts import GraphFacts
 from gqa_export.eps import EPS
 from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.recurrent_state import PAST_CONV, PAST_RECURRENT, PRESENT_CONV, PRESENT_RECURRENT
+from gqa_export.model.dims import ModelDims
+from gqa_export.package.graph_facts import GraphFacts
 
 DEFAULT_MAX_LENGTH = 4096
 STATIC = ("past_sequence_length", "total_sequence_length")  # the static graphs' length inputs

@@ -19,11 +19,12 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.choices import ENCODER_PRECISIONS
 from gqa_export.errors import InputError
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import WIDER_THAN_IO_META, Params
+from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import AUDIO_PROCESSOR, feature_extractor
-from gqa_export.package.towers import TOWERS, AudioTower, VisionTower
+from gqa_export.package.multimodal_types import MULTIMODAL_TYPES
+from gqa_export.package.towers import AudioTower, VisionTower
 from gqa_export.quant.quantize import PrecisionPlan, plan_precision, quantize
 from gqa_export.source.weights import WeightStore
 
@@ -86,9 +87,10 @@ def plan_multimodal(
     model_type: str, hf_config: Any, dims: ModelDims, store: WeightStore, source: Path
 ) -> MultimodalPlan:
     """What the full package needs from the checkpoint, or InputError naming what it cannot run."""
-    tower = TOWERS.get(model_type)
-    if tower is None:
+    kind = MULTIMODAL_TYPES.get(model_type)
+    if kind is None:
         raise InputError(f"no vision tower is exported for genai model type {model_type}: export with --text-only")
+    tower = kind.tower()
     vision = tower.read_dims(hf_config, dims, store)
     if tower.mrope_positions:
         for rope in dims.ropes.values():

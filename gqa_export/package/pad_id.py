@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from gqa_export.graph.dims import ModelDims
 from gqa_export.jsonio import read_json
+from gqa_export.model.dims import ModelDims
 
 UNUSED_ROW = "unused-row"  # no tokenizer id: exact for every prompt
 FALLBACK = "eos-fallback"  # the first eos id: prompts ending with it differ

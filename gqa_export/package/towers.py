@@ -1,7 +1,8 @@
 """The vision (and audio) towers a full multimodal package can hold: one `VisionTower` row per
 onnxruntime-genai model type (docs/multimodal.md §1): how the tower's dims are read and what is
 refused, its graph builder, its processor_config.json writer, the genai_config keys it needs, and
-the audio encoder it carries where the checkpoint has one. Adding a model type is adding a row.
+the audio encoder it carries where the checkpoint has one. Each model type's record in
+package/multimodal_types.py names its row; adding a model type is a row here plus that record.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 import onnx_ir as ir
 
 from gqa_export.errors import InputError
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
 from gqa_export.graph.encoders.conformer import ConformerDims, build_conformer, conformer_dims
 from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, naflex_vit_dims
@@ -21,6 +21,7 @@ from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtra
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
 from gqa_export.graph.params import Params
+from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import log_mel_config, mel_bins
 from gqa_export.package.processor_config import (
     naflex_processor_config,
@@ -55,8 +56,9 @@ class AudioTower:
 
 @dataclass(frozen=True)
 class VisionTower:
-    """What differs per onnxruntime-genai multimodal model type: one row per type in TOWERS, read
-    by planning, graph building and packaging alike (docs/multimodal.md §1)."""
+    """What differs per onnxruntime-genai multimodal model type in a build: one row per tower, named
+    by the type's record (package/multimodal_types.py), read by planning, graph building and
+    packaging alike (docs/multimodal.md §1)."""
 
     # (hf_config, decoder dims, weights) -> the tower's dims, or InputError naming what it cannot run
     read_dims: Callable[[Any, ModelDims, WeightStore], Any]
@@ -190,44 +192,42 @@ def _lfm2_vl_tiling_note(_config: Any, pre: dict[str, Any]) -> list[str]:
     ]
 
 
-TOWERS: dict[str, VisionTower] = {
-    "gemma3": VisionTower(
-        _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
-    ),
-    "qwen2_5_vl": _qwen_row(interleaved=False),
-    **{kind: _qwen_row(interleaved=True) for kind in ("qwen3_vl", "qwen3_5", "qwen3_5_moe")},
-    # Pixtral + Mistral-3's patch merger (§12); genai's processor reads patch_size and
-    # spatial_merge_size to expand [IMG] into rows of [IMG] ... [IMG_BREAK]
-    "mistral3": VisionTower(
-        _mistral3_dims,
-        build_pixtral,
-        lambda vision, pre: pixtral_processor_config(vision.patch, vision.merge, pre),
-        vision_inputs=("pixel_values", "image_sizes"),
-        vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.merge},
-        image_runs_bidirectional=False,
-    ),
-    "gemma4": VisionTower(
-        _gemma4_dims,
-        build_axial_vit,
-        lambda vision, pre: patch_sequence_processor_config(vision.patch, vision.pool, pre),
-        vision_inputs=("pixel_values", "pixel_position_ids"),
-        # an MMM type: without this genai looks for audio_processor_config.json and fails to load
-        model_sections=(("speech", {"config_filename": ""}),),
-        audio=CONFORMER,
-    ),
-    # SigLIP2 NaFlex + pixel-unshuffle projector (§14); genai's lfm2_vl processor pads every image's
-    # patches to max_num_patches and expands <image> to <|image_start|> + n <image> + <|image_end|>
-    "lfm2_vl": VisionTower(
-        _lfm2_vl_dims,
-        build_naflex_vit,
-        _lfm2_vl_processor,
-        vision_inputs=("pixel_values", "attention_mask", "image_sizes"),
-        vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.factor},
-        preprocessor_keys=lambda vision, pre: {
-            "max_num_patches": int(pre.get("max_image_tokens", 256)) * vision.factor * vision.factor
-        },
-        image_runs_bidirectional=False,
-        notes=_lfm2_vl_tiling_note,
-        hf_tiling=_lfm2_vl_tiling,
-    ),
-}
+GEMMA3 = VisionTower(
+    _gemma3_dims, build_pooled_vit, lambda vision, pre: square_image_processor_config(vision.image_size, pre)
+)
+QWEN2_5_VL = _qwen_row(interleaved=False)
+QWEN3_VL = _qwen_row(interleaved=True)  # also Qwen3.5's (dense and MoE)
+# Pixtral + Mistral-3's patch merger (§12); genai's processor reads patch_size and
+# spatial_merge_size to expand [IMG] into rows of [IMG] ... [IMG_BREAK]
+MISTRAL3 = VisionTower(
+    _mistral3_dims,
+    build_pixtral,
+    lambda vision, pre: pixtral_processor_config(vision.patch, vision.merge, pre),
+    vision_inputs=("pixel_values", "image_sizes"),
+    vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.merge},
+    image_runs_bidirectional=False,
+)
+GEMMA4 = VisionTower(
+    _gemma4_dims,
+    build_axial_vit,
+    lambda vision, pre: patch_sequence_processor_config(vision.patch, vision.pool, pre),
+    vision_inputs=("pixel_values", "pixel_position_ids"),
+    # an MMM type: without this genai looks for audio_processor_config.json and fails to load
+    model_sections=(("speech", {"config_filename": ""}),),
+    audio=CONFORMER,
+)
+# SigLIP2 NaFlex + pixel-unshuffle projector (§14); genai's lfm2_vl processor pads every image's
+# patches to max_num_patches and expands <image> to <|image_start|> + n <image> + <|image_end|>
+LFM2_VL = VisionTower(
+    _lfm2_vl_dims,
+    build_naflex_vit,
+    _lfm2_vl_processor,
+    vision_inputs=("pixel_values", "attention_mask", "image_sizes"),
+    vision_keys=lambda vision: {"patch_size": vision.patch, "spatial_merge_size": vision.factor},
+    preprocessor_keys=lambda vision, pre: {
+        "max_num_patches": int(pre.get("max_image_tokens", 256)) * vision.factor * vision.factor
+    },
+    image_runs_bidirectional=False,
+    notes=_lfm2_vl_tiling_note,
+    hf_tiling=_lfm2_vl_tiling,
+)

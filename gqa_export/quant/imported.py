@@ -24,7 +24,7 @@ from gqa_export.errors import InputError
 from gqa_export.graph.params import NUMPY_DTYPES, StreamedTensor, row_blocks
 from gqa_export.quant.imported_experts import expert_linears, import_experts
 from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
-from gqa_export.source.imported import NAMES, ImportedStore
+from gqa_export.source.imported import ImportedStore
 from gqa_export.source.native import NativeLinear, pack_fields
 
 
@@ -60,7 +60,7 @@ class ImportReport:
 
 def import_native(model: ir.Model, store: ImportedStore, plan: PrecisionPlan, report: ImportReport) -> None:
     """Replace each pre-quantized linear (MatMul with a checkpoint-sourced weight) by MatMulNBits."""
-    report.source_format = NAMES[store.method]
+    report.source_format = store.format.reported
     dtype = NUMPY_DTYPES[plan.io_dtype]
     for node in list(model.graph):
         if node.op_type == "MoE" and node.domain == "com.microsoft":  # per-expert quantized linears

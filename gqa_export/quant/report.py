@@ -1,52 +1,17 @@
 """The accuracy report of a quantized package (`--report`, written as quant_report.json).
 
 Per weight: the relative L2 reconstruction error of the quantized matrix (measured while it was
-written). End to end, when a float package of the same model is at hand: the logits at every position of a
-fixed prompt set, from both through onnxruntime-genai (a `--prune-lm-head` package through its
-full-logits view, runtime/decode.py, so every position is scored either way), as relative L2
-error and next-token agreement.
+written). End to end, when a float package of the same model is at hand: the logits of a fixed
+prompt set against the float package's, measured by running both (runtime/logit_error.py).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gqa_export.quant.quantize import PrecisionPlan, QuantizeReport
-from gqa_export.runtime.decode import position_logits
-
-PROMPT_SEED = 1234
-PROMPTS = 4
-PROMPT_LENGTH = 48
-
-
-def fixed_prompts(vocab_size: int) -> list[list[int]]:
-    rng = np.random.default_rng(PROMPT_SEED)
-    upper = min(vocab_size, 32000)
-    return [rng.integers(0, upper, PROMPT_LENGTH).tolist() for _ in range(PROMPTS)]
-
-
-def prompt_logits(package: Path, prompts: list[list[int]]) -> list[np.ndarray]:
-    """Each prompt's logits at every position ([len(prompt), V]) on CPU."""
-    logits = position_logits(package, "cpu")
-    return [logits.at_positions(np.asarray(prompt), 0) for prompt in prompts]
-
-
-def logit_error(float_package: Path, quant_package: Path, vocab_size: int) -> dict[str, float]:
-    prompts = fixed_prompts(vocab_size)
-    ref, got = prompt_logits(float_package, prompts), prompt_logits(quant_package, prompts)
-    diff = sum(float(((g - r) ** 2).sum()) for g, r in zip(got, ref, strict=True))
-    norm = sum(float((r**2).sum()) for r in ref)
-    agree = np.mean([float((g.argmax(-1) == r.argmax(-1)).mean()) for g, r in zip(got, ref, strict=True)])
-    positions = sum(len(r) for r in ref)
-    return {
-        "relative_l2": float(np.sqrt(diff / norm)),
-        "next_token_agreement": float(agree),
-        "prompts": len(prompts),
-        "positions": positions,
-    }
 
 
 def build_report(

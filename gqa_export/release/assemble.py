@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gqa_export.check.verify import RELEASE
 from gqa_export.errors import GqaExportError, InputError
 from gqa_export.package.manifest import (
     MANIFEST,
@@ -32,15 +31,19 @@ from gqa_export.package.manifest import (
 )
 from gqa_export.package.ownership import local_inputs
 from gqa_export.package.staging import SPEC_FOLDER, StagedPackage, check_output, check_outside, file_digests
-from gqa_export.pipeline import BuildResult, build, planned_max_length
+from gqa_export.pipeline import BuildResult, export, planned_max_length, resolve
+from gqa_export.plan.records import BuildPlan
 from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
 from gqa_export.release.card import card_info, copy_license_files, write_card
 from gqa_export.release.spec import ReleaseSpec, Variant
 from gqa_export.runtime.evaluate import Scores, check_window, compare, read_text, score, tokenize
-from gqa_export.runtime.run import runnable_ep
+from gqa_export.runtime.providers import runnable_ep
+from gqa_export.runtime.verify import RELEASE
 from gqa_export.source.checkpoint import Checkpoint, open_checkpoint, source_dims
+from gqa_export.speculative import Pair, build_with_draft, resolve_pair, retarget
 
 FORMAT = "gqa-export-release/1"
+Resolved = BuildPlan | Pair  # a variant's plan, or a draft variant's pair
 SIGNIFICANT = 6  # digits of the perplexities in release.json: stable across reruns on one machine
 
 
@@ -71,10 +74,12 @@ class ReleaseResult:
 
 def _inputs(spec: ReleaseSpec) -> list[tuple[Path, str]]:
     """Everything the spec names that -o must stay clear of: the source, recipe, eval text, drafts, adapters."""
-    named: list[tuple[str | Path | None, str]] = [(spec.source, "model folder")]
+    source = "GGUF file" if Path(spec.source).expanduser().is_file() else "model folder"
+    named: list[tuple[str | Path | None, str]] = [(spec.source, source)]
     named.append((spec.eval.text if spec.eval else None, "eval text"))
     for variant in spec.variants:
         named += [(variant.options.recipe, "recipe"), (variant.draft, "draft model folder")]
+        named += [(variant.options.kv.calibration, "KV text file")]
         named += [(folder, "PEFT adapter folder") for folder in variant.adapters]
     return local_inputs(*named)
 
@@ -86,7 +91,22 @@ def release(
     started = time.perf_counter()
     check_output(output, overwrite, [(spec.file.parent, SPEC_FOLDER), *_inputs(spec)], reporter.note)
     text = read_text(spec.eval.text) if spec.eval else None
-    checkpoint = open_checkpoint(spec.source, spec.revision, reporter)
+    checkpoint = open_checkpoint(spec.source, spec.revision, reporter, spec.gguf_file)
+    try:
+        return _release(spec, output, overwrite, reporter, started, text, checkpoint)
+    finally:
+        checkpoint.close()  # what reading the source wrote (a GGUF's config/tokenizer folder)
+
+
+def _release(
+    spec: ReleaseSpec,
+    output: Path,
+    overwrite: bool,
+    reporter: Reporter,
+    started: float,
+    text: str | None,
+    checkpoint: Checkpoint,
+) -> ReleaseResult:
     source = checkpoint.source
     check_outside(output, source.model_dir)
     _check_lengths(spec, source.model_dir)
@@ -94,10 +114,14 @@ def release(
         source.model_dir, source.source_id, source.is_local, spec.license, spec.base_model, spec.name, spec.tags,
         spec.file, spec.repo,
     )  # fmt: skip
+    plans = [
+        _resolve(variant, i, len(spec.variants), checkpoint, reporter, output)
+        for i, variant in enumerate(spec.variants)
+    ]
     with StagedPackage(output, overwrite, reporter.note) as staged:
         builds = [
-            _build_variant(variant, i, len(spec.variants), staged.path, checkpoint, reporter, output)
-            for i, variant in enumerate(spec.variants)
+            _build_variant(variant, plan, i, len(spec.variants), staged.path, checkpoint, reporter, output)
+            for i, (variant, plan) in enumerate(zip(spec.variants, plans, strict=True))
         ]
         evals, measured = _evaluate(spec, text, staged.path, reporter, output) if text is not None else ({}, None)
         entries = [_entry(staged.path, v, b, evals.get(v.path)) for v, b in zip(spec.variants, builds, strict=True)]
@@ -122,22 +146,38 @@ def release(
     return ReleaseResult(committed, builds, entries, time.perf_counter() - started)
 
 
+def _resolve(
+    variant: Variant, index: int, total: int, checkpoint: Checkpoint, reporter: Reporter, output: Path
+) -> Resolved:
+    """Both phases of one variant (a draft variant: both models and their pairing) before any
+    variant is exported: a refusal names the variant and leaves nothing written."""
+    prefixed = PrefixedReporter(reporter, f"[{index + 1}/{total} {variant.path}]")
+    options = replace(variant.options, output=output / variant.path)
+    try:
+        if variant.draft:
+            options = replace(options, draft=variant.draft, speculative=variant.speculative)
+            return resolve_pair(options, prefixed, checkpoint, output=False)
+        return resolve(options, prefixed, checkpoint, output=False)[0]
+    except GqaExportError as exc:
+        raise InputError(f"variant {variant.path} failed: {exc} (nothing was written to {output})") from exc
+
+
 def _build_variant(
-    variant: Variant, index: int, total: int, root: Path, checkpoint: Checkpoint, reporter: Reporter, output: Path
-) -> BuildResult:
+    variant: Variant, plan: Resolved, index: int, total: int, root: Path, checkpoint: Checkpoint, reporter: Reporter,
+    output: Path,
+) -> BuildResult:  # fmt: skip
     prefixed = PrefixedReporter(reporter, f"[{index + 1}/{total} {variant.path}]")
     try:
-        options = replace(variant.options, output=root / variant.path)
-        if variant.draft:
-            from gqa_export.speculative import build_with_draft
-
-            return build_with_draft(options, variant.draft, variant.speculative, prefixed, checkpoint)
-        result = build(options, prefixed, checkpoint)
+        folder = root / variant.path
+        if isinstance(plan, tuple):  # a draft pair, resolved before any variant was exported
+            options = replace(variant.options, output=folder, draft=variant.draft, speculative=variant.speculative)
+            return build_with_draft(options, reporter=prefixed, checkpoint=checkpoint, resolved=plan)
+        result = export(retarget(plan, folder), checkpoint, prefixed)
         if variant.adapters:  # LoRA adapters beside their base, in its re-sealed manifest (docs/lora.md §8)
             from gqa_export.release.adapters import ship_adapters
 
             prefixed.stage(f"{len(variant.adapters)} LoRA adapter(s)")
-            ship_adapters(options.output, variant.adapters)
+            ship_adapters(folder, variant.adapters)
         return result
     except GqaExportError as exc:
         kind = InputError if isinstance(exc, InputError) else ReleaseError

@@ -23,55 +23,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
-import onnx_ir as ir
 import yaml
 
 from gqa_export import eps
-from gqa_export.choices import ALL_ACTIVATIONS, ENCODER_PRECISIONS, KV_CACHE_DTYPES, KV_SCALES, QUANT_METHODS
 from gqa_export.errors import InputError
-from gqa_export.graph.io_options import IoOptions
-from gqa_export.graph.lora import parse_targets
-from gqa_export.package.draft import SpeculativeOptions
-from gqa_export.package.multimodal import encoder_plan
-from gqa_export.pipeline import BuildOptions
-from gqa_export.quant.kv_cache import KvQuantOptions
-from gqa_export.quant.quantize import FLOAT_DTYPES, QuantOptions, plan_precision
-from gqa_export.recipes import ATTENTION_MODES, EPS, PRECISIONS
+from gqa_export.plan.request_phase import resolve_request
+from gqa_export.quant.quantize import FLOAT_DTYPES, QuantOptions
+from gqa_export.request.records import BuildOptions, SpeculativeOptions
+from gqa_export.request.table import BY_KEY, RELEASE, VARIANT
+from gqa_export.request.values import parse_command_line, spec_schema, with_values
 from gqa_export.source.fetch import looks_like_path
-from gqa_export.speculative import check_draft_options
 from gqa_export.yaml_schema import compose, read_yaml, validate
 
 _VARIANT = {
-    "ep!": EPS,
-    "precision!": PRECISIONS,
-    "attention": ATTENTION_MODES,
-    "max_length": int,
-    "block_size": int,
-    "asymmetric": bool,
-    "quant_method": tuple(QUANT_METHODS),
-    "accuracy_level": int,
-    "keep_float": [str],
-    "quant_embeddings": bool,
-    "activations": ALL_ACTIVATIONS,
-    "bidirectional_token_ids": [int],
-    "mixed_precision": [str],
-    "prune_lm_head": bool,
-    "inputs_embeds": bool,
-    "hidden_states": bool,
-    "no_lm_head": bool,
-    "cuda_graph": bool,
-    "kv_cache": tuple(KV_CACHE_DTYPES),
-    "kv_scales": tuple(KV_SCALES),
-    "lora_targets": [str],  # a multi-LoRA base (docs/lora.md)
+    **spec_schema(VARIANT),  # every build option a variant takes (request/table.py)
     "adapters": [str],  # PEFT LoRA folders shipped converted beside that base (docs/lora.md §8)
-    "text_only": bool,  # a multimodal source's text decoder alone (docs/multimodal.md §1)
-    "dequantize": bool,  # `build --dequantize`: a bitsandbytes source dequantized exactly (docs/prequantized.md)
-    "encoder_precision": tuple(ENCODER_PRECISIONS),  # its vision model float or int8 (docs/multimodal.md §17)
-    "draft": str,  # a draft model for speculative decoding: Hub id or folder (docs/speculative.md)
-    "draft_tokens": int,
-    "min_adaptive_k": int,
-    "cooldown": bool,
-    "set": [str],
     "path": str,
     # fail the release when this variant's perplexity exceeds the float variant's by more than
     # max_ppl_increase percent; `against` names another variant's path instead
@@ -79,15 +45,12 @@ _VARIANT = {
 }
 SCHEMA = {
     "source!": str,
-    "revision": str,
+    **spec_schema(RELEASE),  # the build options a whole release takes (request/table.py)
     "name": str,
     "repo": str,  # the Hub repository the release is uploaded to (the card's download command)
     "base_model": str,
     "license": str,
     "tags": [str],
-    "recipe": str,
-    "set": [str],
-    "smoke": bool,
     "eval": {"text!": str, "window": int, "stride": int, "max_tokens": int},
     "variants!": [_VARIANT],
 }
@@ -127,6 +90,7 @@ class ReleaseSpec:
     source: str
     revision: str | None
     variants: tuple[Variant, ...]
+    gguf_file: str | None = None
     name: str | None = None
     repo: str | None = None
     base_model: str | None = None
@@ -144,17 +108,12 @@ def load_spec(path: Path) -> ReleaseSpec:
     if not data["variants"]:
         raise InputError(f"{path}:{lines.get(-1, 1)}: variants: the list is empty; name at least one variant")
     base = path.resolve().parent
-    shared = BuildOptions(
-        model=_source(data["source"], base),
-        output=Path("."),
-        revision=data.get("revision"),
-        smoke=data.get("smoke", True),
-        recipe=base / data["recipe"] if "recipe" in data else None,
-    )
+    top = {key: value for key, value in data.items() if key in BY_KEY and key != "set"}  # revision, recipe, smoke
+    shared = with_values(BuildOptions(model=_source(data["source"], base), output=Path(".")), top, base)
     if data.get("revision") and shared.model != data["source"] and Path(shared.model).is_dir():
         raise InputError(f"{path}: revision applies to Hub ids, but source '{data['source']}' is a local folder")
     variants = [
-        _variant(item, shared, tuple(data.get("set", ())), f"{path}:{lines[i]}: variants[{i}]")
+        _variant(item, shared, tuple(data.get("set", ())), base, f"{path}:{lines[i]}: variants[{i}]")
         for i, item in enumerate(data["variants"])
     ]
     variants = [replace(v, draft=_source(v.draft, base)) if v.draft else v for v in variants]
@@ -182,6 +141,7 @@ def load_spec(path: Path) -> ReleaseSpec:
         source=shared.model,
         revision=shared.revision,
         variants=tuple(variants),
+        gguf_file=shared.gguf_file,
         name=data.get("name"),
         repo=data.get("repo"),
         base_model=data.get("base_model"),
@@ -214,58 +174,30 @@ def _with_adapters(variant: Variant, item: dict, base: Path, where: str) -> Vari
 
 
 def _source(source: str, base: Path) -> str:
-    """A folder relative to the spec, or a Hub id as written."""
+    """A folder (or GGUF file) relative to the spec, or a Hub id as written."""
     local = (base / source).expanduser() if not Path(source).expanduser().is_absolute() else Path(source).expanduser()
-    if looks_like_path(source) or local.is_dir():
+    if looks_like_path(source) or local.is_dir() or local.is_file():
         return str(local)
     return source
 
 
-def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], where: str) -> Variant:
-    quant = QuantOptions(
-        block_size=item.get("block_size", 32),
-        asymmetric=item.get("asymmetric"),
-        method=item.get("quant_method", "rtn"),
-        accuracy_level=item.get("accuracy_level"),
-        keep_float=tuple(item.get("keep_float", ())),
-        embeddings=item.get("quant_embeddings", False),
-        activations=item.get("activations"),
-        mixed_precision=tuple(item.get("mixed_precision", ())),
-    )
+def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], base: Path, where: str) -> Variant:
+    """One variant's request from its declared keys (request/table.py), checked as `build` checks
+    its options before the fetch (phase 1), each refusal naming the spec's line and variant."""
     ep, precision = item["ep"], item["precision"]
     quant_keys = [k for k in QUANT_KEYS if k in item]
     if precision in FLOAT_DTYPES and quant_keys:
         raise InputError(
             f"{where}: quantization options ({', '.join(quant_keys)}) apply to int4/int8 variants, not {precision}"
         )
-    try:
-        plan_precision(ep, precision, quant)
-    except InputError as exc:
-        raise InputError(f"{where}: {exc}") from None
-    ids = item.get("bidirectional_token_ids")
-    options = replace(
-        shared,
-        ep=ep,
-        precision=precision,
-        max_length=item.get("max_length"),
-        attention=item.get("attention"),
-        settings=(*common_set, *item.get("set", ())),
-        bidirectional_ids=tuple(ids) if ids is not None else None,
-        quant=quant,
-        io=IoOptions(
-            item.get("prune_lm_head"),
-            item.get("inputs_embeds", False),
-            item.get("hidden_states", False),
-            item.get("no_lm_head", False),
-            item.get("cuda_graph", False),
-        ),
-        kv=KvQuantOptions(item.get("kv_cache"), item.get("kv_scales", "per-channel")),
-        lora_targets=parse_targets(",".join(item.get("lora_targets", ()))),
-        text_only=item.get("text_only", False),
-        dequantize=item.get("dequantize", False),
-        encoder_precision=item.get("encoder_precision", "float"),
-    )
-    path = item.get("path") or folder_name(ep, precision, quant)
+    declared = {key: value for key, value in item.items() if key in BY_KEY}
+    declared["set"] = (*common_set, *item.get("set", ()))
+    options = with_values(shared, declared, base)
+    if "lora_targets" in item:
+        options = replace(
+            options, lora_targets=parse_command_line(BY_KEY["lora_targets"], ",".join(item["lora_targets"]))
+        )
+    path = item.get("path") or folder_name(ep, precision, options.quant)
     if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\" in path or not path.strip("/"):
         raise InputError(f"{where}: path '{path}' must be a relative folder inside the release")
     tuning = [key for key in ("draft_tokens", "min_adaptive_k", "cooldown") if key in item]
@@ -273,25 +205,15 @@ def _variant(item: dict, shared: BuildOptions, common_set: tuple[str, ...], wher
         raise InputError(f"{where}: {tuning[0]} needs a draft")
     if item.get("adapters") and "draft" in item:
         raise InputError(f"{where}: draft with adapters is not supported (not probed with a draft); drop one")
-    try:  # what `build --draft` and the encoder options refuse, before anything is fetched
-        if "draft" in item:
-            check_draft_options(options)
-        if options.encoder_precision != "float":
-            if options.text_only:
-                raise InputError("encoder_precision int8 is for a full multimodal package: drop it or text_only")
-            encoder_plan(options.encoder_precision, ep, ir.DataType.FLOAT)
-    except InputError as exc:
-        raise InputError(f"{where}: {exc}") from None
-    speculative = SpeculativeOptions(
-        item.get("draft_tokens", 4), item.get("min_adaptive_k", 0), item.get("cooldown", False)
-    )
-    try:
-        speculative.check()
-    except InputError as exc:
-        raise InputError(f"{where}: {exc}") from None
     if options.max_length is not None and options.max_length < 1:  # its upper bound: once the config is read
         raise InputError(f"{where}: max_length must be at least 1, got {options.max_length}")
-    return Variant(str(PurePosixPath(path)), options, draft=item.get("draft"), speculative=speculative, where=where)
+    try:  # what `build` (and `build --draft`) refuse on the options alone, before anything is fetched
+        resolve_request(options, output=False)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    draft, speculative = options.draft, options.speculative
+    options = replace(options, draft=None, speculative=SpeculativeOptions())  # the variant's runner pairs them
+    return Variant(str(PurePosixPath(path)), options, draft=draft, speculative=speculative, where=where)
 
 
 # the spec keys of the int4/int8 options (a float variant given one is refused, naming it)

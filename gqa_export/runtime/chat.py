@@ -15,14 +15,14 @@ from typing import IO, Any
 from rich.console import Console
 from rich.markup import escape
 
-from gqa_export.check.paths import check_package_path
 from gqa_export.errors import InputError
+from gqa_export.package.paths import check_package_path
+from gqa_export.runtime.providers import explain_load_failure
 from gqa_export.runtime.run import (
     GenerationResult,
     PromptTooLong,
     Sampling,
     check_prompt_fits,
-    explain_load_failure,
     load,
     load_adapters,
     prompt_slots,

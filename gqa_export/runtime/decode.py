@@ -3,7 +3,7 @@ and a prompt followed by decode steps.
 
 `eval` (perplexity over windows) and `--report` (quantized vs float logits) both need the logits
 that predict each position of a sequence, scored in one prompt pass; the KV-cache calibration
-(quant/kv_cache.py) needs what the prompt wrote into the cache and the logits of decode steps that
+(runtime/kv_calibration.py) needs what the prompt wrote into the cache and the logits of decode steps that
 read it back (`decode_steps`). A package built with
 `--prune-lm-head` returns the last position's logits only ([B,1,V], docs/ortgenai.md §5.1), so
 one pass would give one row; stepping one token at a time gives every row but costs a graph run

@@ -171,7 +171,7 @@ def _score_package(
     package: Path, tokens: list[int], window: int, stride: int, ep: str | None, reporter: Reporter
 ) -> Scores:
     from gqa_export.runtime.decode import position_logits
-    from gqa_export.runtime.run import explain_load_failure, runnable_ep
+    from gqa_export.runtime.providers import explain_load_failure, runnable_ep
     from gqa_export.runtime.standalone import check_generates
 
     check_generates(package)  # eval scores logits from input_ids: not a pipeline stage
@@ -191,7 +191,7 @@ def _score_package(
 
 
 def _package_vocabulary(package: Path) -> int:
-    from gqa_export.check.paths import package_config
+    from gqa_export.package.paths import package_config
 
     return int(package_config(package)["model"]["vocab_size"])
 
@@ -246,7 +246,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """`gqa-export eval` as data; `passed` is False when the gate is exceeded. `reporter` shows
     one progress task per scored source (a window per step)."""
-    from gqa_export.check.paths import check_package_path
+    from gqa_export.package.paths import check_package_path
 
     check_package_path(package, files=False)  # a folder with a readable genai_config.json
     if max_tokens is not None and max_tokens < 2:

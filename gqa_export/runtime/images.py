@@ -11,44 +11,34 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
+from gqa_export.package.multimodal_types import MULTIMODAL_TYPES, MultimodalType
 from gqa_export.runtime.image_tiling import tiling_note
 from gqa_export.runtime.media_files import check_image, processor_failure
-from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, explain_load_failure, load, stream
+from gqa_export.runtime.providers import explain_load_failure
+from gqa_export.runtime.run import GenerationResult, Sampling, adds_bos, load, stream
 from gqa_export.runtime.standalone import check_generates
 
-# genai model type -> the prompt marker its processor expands (docs/multimodal.md §2)
-QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
-QWEN_TYPES = ("qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
-IMAGE_MARKERS = {
-    "gemma3": "<start_of_image>",
-    "gemma4": "<|image|>",
-    "mistral3": "[IMG]",
-    "lfm2_vl": "<image>",
-    **dict.fromkeys(QWEN_TYPES, QWEN_MARKER),
-}
-# markers genai 0.18's processor merges when adjacent: the run takes the first image, the other
-# images' blocks go after the first [INST] or in front of the prompt (docs/multimodal.md §12)
-RUN_AS_ONE_IMAGE = frozenset({"[IMG]"})
-# genai model type -> prompt markers of an audio tower, refused where the package has no speech
-# model (docs/multimodal.md §13.5); the first is the one `run --audio` inserts (§16.4)
-UNEXPORTED_MARKERS = {"gemma4": ("<|audio|>", "<|audio>")}
-# genai model types whose vision step fails unless every image of a prompt resizes to the same
-# patch count (gemma4 in 0.18: a buffer sized for one image's tokens, docs/multimodal.md §13)
-ONE_IMAGE_SIZE = {"gemma4"}
+# genai model type -> the prompt markers of its audio tower (package/multimodal_types.py)
+UNEXPORTED_MARKERS = {kind.model_type: kind.audio_markers for kind in MULTIMODAL_TYPES.values() if kind.audio_markers}
 
 
-def image_marker(package: Path) -> str:
-    """The package's image marker, or InputError when it has no vision model genai can feed."""
-    model = ((read_json(package / "genai_config.json") or {}).get("model")) or {}
+def _model(package: Path) -> dict[str, Any]:
+    return ((read_json(package / "genai_config.json") or {}).get("model")) or {}
+
+
+def image_type(package: Path) -> MultimodalType:
+    """The package's multimodal type, or InputError when it has no vision model genai can feed."""
+    model = _model(package)
     if "vision" not in model:
         raise InputError(f"{package} has no vision model (a text-only package): rebuild it without --text-only")
-    marker = IMAGE_MARKERS.get(str(model.get("type")))
-    if marker is None:
+    kind = MULTIMODAL_TYPES.get(str(model.get("type")))
+    if kind is None:
         raise InputError(f"--image is not supported for model type '{model.get('type')}' yet")
-    return marker
+    return kind
 
 
 def bos_text(package: Path) -> str | None:
@@ -61,12 +51,14 @@ def bos_text(package: Path) -> str | None:
     return token if isinstance(token, str) else None
 
 
-def with_markers(prompt: str, marker: str, images: int) -> str:
-    """The prompt with one marker per image: as written when it has them, else prepended. Where
-    genai's processor reads a run of adjacent markers as one image (RUN_AS_ONE_IMAGE), prepended
-    markers are separated by a newline, and a written run of them is refused."""
+def with_markers(prompt: str, kind: MultimodalType, images: int) -> str:
+    """The prompt with one of the type's markers per image: as written when it has them, else
+    prepended. Where genai's processor reads a run of adjacent markers as one image
+    (`adjacent_markers_merge`), prepended markers are separated by a newline, and a written run of
+    them is refused."""
+    marker = kind.image_marker
     found = prompt.count(marker)
-    separate = marker in RUN_AS_ONE_IMAGE
+    separate = kind.adjacent_markers_merge
     if found == 0:
         return ("\n".join([marker] * images) + "\n" if separate and images > 1 else marker * images) + prompt
     if found != images:
@@ -82,7 +74,7 @@ def with_markers(prompt: str, marker: str, images: int) -> str:
 def check_unexported_markers(package: Path, prompt: str) -> None:
     """Refuse a prompt whose marker names a tower the package lacks: its placeholders would run
     without features (genai skips audio without a speech model; HF embeds them as pad)."""
-    model = ((read_json(package / "genai_config.json") or {}).get("model")) or {}
+    model = _model(package)
     if (model.get("speech") or {}).get("filename"):
         return
     for marker in UNEXPORTED_MARKERS.get(str(model.get("type")), ()):
@@ -93,7 +85,7 @@ def check_unexported_markers(package: Path, prompt: str) -> None:
 def audio_marker(package: Path, prompt: str, clips: int) -> str:
     """The prompt with the package's audio marker: as written when it has one, else put in
     front. genai 0.18 runs one clip per prompt (its gemma4 processor refuses more)."""
-    model = ((read_json(package / "genai_config.json") or {}).get("model")) or {}
+    model = _model(package)
     markers = UNEXPORTED_MARKERS.get(str(model.get("type")), ())
     if not (model.get("speech") or {}).get("filename") or not markers:
         raise InputError(
@@ -109,8 +101,9 @@ def audio_marker(package: Path, prompt: str, clips: int) -> str:
 
 def _check_image_sizes(package: Path, inputs: object, images: int) -> None:
     """Refuse, in one line, images onnxruntime-genai would fail on with a buffer-shape error."""
-    model_type = ((read_json(package / "genai_config.json") or {}).get("model") or {}).get("type")
-    if images < 2 or model_type not in ONE_IMAGE_SIZE:
+    model_type = _model(package).get("type")
+    kind = MULTIMODAL_TYPES.get(str(model_type))
+    if images < 2 or kind is None or not kind.one_image_size:
         return
     counts = sorted({int(n) for n in inputs["num_image_tokens"].as_numpy().reshape(-1)})  # type: ignore[index]
     if len(counts) > 1:
@@ -141,7 +134,7 @@ def generate_with_images(
         if not file.is_file():
             raise InputError(f"--audio {file}: no such file")
     text = audio_marker(package, prompt, len(audios)) if audios else prompt  # after the image markers
-    text = with_markers(text, image_marker(package), len(images)) if images else text
+    text = with_markers(text, image_type(package), len(images)) if images else text
     bos = bos_text(package)
     if bos and not text.startswith(bos):  # HF's processor tokenizes with the BOS; genai's never adds it
         text = bos + text

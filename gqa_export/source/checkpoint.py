@@ -15,9 +15,9 @@ from typing import Any
 
 from gqa_export.arch import get_spec
 from gqa_export.errors import InputError
-from gqa_export.graph.consistency import check_raw_config
-from gqa_export.graph.dims import ModelDims, read_dims
 from gqa_export.jsonio import read_json_object
+from gqa_export.model.dims import ModelDims, read_dims
+from gqa_export.model.raw_config import check_raw_config
 from gqa_export.progress import Reporter
 from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe, match_recipe
 from gqa_export.source.fetch import Source, resolve_source
@@ -53,11 +53,24 @@ class Checkpoint:
 
     @cached_property
     def store(self) -> WeightStore:
+        if self.source.gguf is not None:  # the GGUF's own tensors under their HF names (docs/gguf.md)
+            from gqa_export.source.gguf import GgufStore, open_gguf
+
+            return GgufStore(open_gguf(self.source.gguf.path), self.raw_config)
         return WeightStore.open(self.source.model_dir)
 
+    def close(self) -> None:
+        """Remove what reading the source wrote: a GGUF's config/tokenizer folder (never a user's folder)."""
+        if self.source.gguf is not None:
+            from gqa_export.source.gguf.folder import remove_made
 
-def open_checkpoint(model: str, revision: str | None = None, reporter: Reporter | None = None) -> Checkpoint:
-    return Checkpoint(resolve_source(model, revision, reporter))
+            remove_made(self.source.model_dir)
+
+
+def open_checkpoint(
+    model: str, revision: str | None = None, reporter: Reporter | None = None, gguf_file: str | None = None
+) -> Checkpoint:
+    return Checkpoint(resolve_source(model, revision, reporter, gguf_file))
 
 
 def read_configs(model_dir: Path, read_as: str | None = None) -> tuple[Any, dict[str, Any] | None]:

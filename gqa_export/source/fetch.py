@@ -17,9 +17,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gqa_export.errors import InputError, RunError
 from gqa_export.progress import NullReporter, Reporter
+
+if TYPE_CHECKING:
+    from gqa_export.source.gguf import GgufOrigin
 
 # The tokenizer files a package carries (package.copy_tokenizer copies these from the source).
 TOKENIZER_FILES = (
@@ -57,30 +61,77 @@ class Source:
     source_id: str
     revision: str | None  # the Hub commit hash; None for a local folder
     is_local: bool
+    # a GGUF model file: model_dir is the config/tokenizer folder written from its metadata
+    # (source/gguf/folder.py), the weights are the file's own (docs/gguf.md)
+    gguf: GgufOrigin | None = None
 
 
 def looks_like_path(model: str) -> bool:
     return model.startswith((".", "/", "~")) or model.count("/") > 1 or "\\" in model
 
 
-def resolve_source(model: str, revision: str | None = None, reporter: Reporter | None = None) -> Source:
-    """Return the folder holding `model`: a local folder as is, a Hub id downloaded (or cached)."""
+def resolve_source(
+    model: str, revision: str | None = None, reporter: Reporter | None = None, gguf_file: str | None = None
+) -> Source:
+    """Return the folder holding `model`: a local folder as is, a Hub id downloaded (or cached); a
+    GGUF file (or a folder holding one, or a Hub id with `gguf_file`) as the folder its metadata
+    means (docs/gguf.md)."""
     path = Path(model).expanduser()
     if path.is_dir():
         if revision:
             raise InputError(f"--revision applies to Hub ids, but '{model}' is a local folder")
+        found = _gguf_of_folder(path, gguf_file)
+        if found is not None:
+            return _gguf_source(found, str(found.resolve()), None, True, path)
         _require_config(path, model)
         return Source(path.resolve(), str(path.resolve()), None, True)
     if path.exists():
-        raise InputError(f"'{model}' is a file; pass a Hugging Face model folder or a Hub id")
+        from gqa_export.source.gguf import is_gguf
+
+        if is_gguf(path):
+            if revision or gguf_file:
+                raise InputError(f"'{model}' is a GGUF file: --revision and --gguf-file apply to Hub ids and folders")
+            return _gguf_source(path, str(path.resolve()), None, True, path.parent)
+        raise InputError(f"'{model}' is a file; pass a Hugging Face model folder, a GGUF file or a Hub id")
     if looks_like_path(model):
         raise InputError(f"local folder '{model}' does not exist")
-    folder = _download(model, revision, reporter or NullReporter())
+    folder = _download(model, revision, reporter or NullReporter(), gguf_file)
+    if gguf_file is not None:
+        found = _gguf_of_folder(folder, gguf_file)
+        assert found is not None
+        return _gguf_source(found, f"{model}:{gguf_file}", folder.name, False, folder)
     _require_config(folder, model)
     return Source(folder, model, folder.name, False)
 
 
-def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
+def _gguf_of_folder(folder: Path, gguf_file: str | None) -> Path | None:
+    """The GGUF a folder stands for: --gguf-file, or its only .gguf when it holds no safetensors."""
+    if gguf_file is None and (any(folder.glob("*.safetensors")) or not any(folder.glob("*.gguf"))):
+        return None
+    from gqa_export.source.gguf import gguf_in_folder
+
+    return gguf_in_folder(folder, gguf_file)
+
+
+def _gguf_source(path: Path, source_id: str, revision: str | None, is_local: bool, beside: Path) -> Source:
+    from gqa_export.source.gguf import materialize
+
+    folder, origin = materialize(path, beside)
+    return Source(folder, source_id, revision, is_local, origin)
+
+
+def gguf_patterns(gguf_file: str) -> list[str]:
+    """What a Hub fetch of one GGUF downloads: that file (every part of a split one) and the
+    repository's config and tokenizer files where it has them."""
+    from gqa_export.source.gguf.container import SPLIT_NAME
+
+    match = SPLIT_NAME.match(Path(gguf_file).name)
+    name = gguf_file if not match else gguf_file.replace(f"-{match.group('no')}-of-", "-*-of-")
+    return [name, "config.json", "generation_config.json", *TOKENIZER_FILES, "chat_template.jinja",
+            "chat_template.json", "README.md", "LICENSE*"]  # fmt: skip
+
+
+def _download(repo_id: str, revision: str | None, reporter: Reporter, gguf_file: str | None = None) -> Path:
     from huggingface_hub import errors as hf_errors
     from huggingface_hub import snapshot_download
 
@@ -88,7 +139,8 @@ def _download(repo_id: str, revision: str | None, reporter: Reporter) -> Path:
     try:
         bar = reporter.download_bar()
         extra = {"tqdm_class": bar} if bar is not None else {}
-        folder = snapshot_download(repo_id, revision=revision, allow_patterns=ALLOW_PATTERNS, **extra)
+        patterns = ALLOW_PATTERNS if gguf_file is None else gguf_patterns(gguf_file)
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=patterns, **extra)
     except hf_errors.RevisionNotFoundError:
         raise InputError(f"revision '{revision}' of '{repo_id}' was not found on the Hugging Face Hub") from None
     except hf_errors.GatedRepoError:

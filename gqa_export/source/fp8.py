@@ -67,6 +67,19 @@ def fp8_linear(base: WeightStore, name: str, block: list[int] | None) -> Fp8Line
     return Fp8Linear(name, base, scale_name, n, k, (bn, bk))
 
 
+def why_not_fp8(qc: dict[str, Any]) -> str | None:
+    """`quant_method: fp8`: block scales for a [rows, cols] `weight_block_size`, or one per tensor."""
+    block = qc.get("weight_block_size")
+    if block is not None and (not isinstance(block, list) or len(block) != 2):
+        return f"FP8 weight_block_size {block!r} (a [rows, cols] pair or none is imported)"
+    return None
+
+
+def why_not_compressed_float(qc: dict[str, Any]) -> str | None:
+    """compressed-tensors whose config groups are all float-quantized (source/formats.py tells it apart)."""
+    return why_not_float_quantized(qc["config_groups"])
+
+
 def why_not_float_quantized(groups: dict[str, Any]) -> str | None:
     """compressed-tensors float-quantized: one config group of symmetric FP8 weights, any strategy but
     tensor_group; FP8 (float) activations allowed and not reproduced, as `quant_method: fp8`'s."""
@@ -98,3 +111,12 @@ def float_quantized_block(groups: dict[str, Any], n: int, k: int) -> list[int] |
     if strategy == "block":
         return [int(v) for v in weights["block_structure"]]
     return None
+
+
+def read_compressed_float(base: WeightStore, prefix: str, qc: dict[str, Any]) -> Fp8Linear:
+    """One compressed-tensors float-quantized linear: FP8's read, its blocks from the strategy."""
+    block = float_quantized_block(qc["config_groups"], *base.info(f"{prefix}.weight").shape)
+    zero = f"{prefix}.weight_zero_point"
+    if zero in base and np.any(base.read(zero)):  # FP8 is symmetric: a stored zero point must be 0
+        raise InputError(f"{zero} is not zero; an asymmetric FP8 checkpoint is not imported")
+    return fp8_linear(base, f"{prefix}.weight", block)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,54 @@ from gqa_export.source.weights import WeightStore
 
 # AWQ GEMM packs column 8c + AWQ_ORDER[i] into nibble i of word c (docs/prequantized.md §3)
 AWQ_ORDER = np.array([0, 2, 4, 6, 1, 3, 5, 7])
+
+
+def why_not_gptq(qc: dict[str, Any]) -> str | None:
+    """None when the GPTQ config is imported as it is (docs/prequantized.md §1), else what is not."""
+    bits = qc.get("bits", 4)
+    if bits not in (2, 4, 8):
+        return f"{bits}-bit GPTQ (2, 4 and 8 bits are imported)"
+    if qc.get("dynamic"):
+        return "GPTQ with per-module `dynamic` overrides"
+    if str(qc.get("checkpoint_format") or qc.get("format") or "gptq") not in ("gptq", "gptq_v2"):
+        return f"GPTQ checkpoint_format {qc.get('checkpoint_format') or qc.get('format')!r}"
+    return None
+
+
+def why_not_awq(qc: dict[str, Any]) -> str | None:
+    """AWQ: only 4-bit GEMM with zero points."""
+    version = str(qc.get("version") or qc.get("format") or "gemm").lower()
+    if version != "gemm" or qc.get("bits", 4) != 4:
+        return f"AWQ {version} {qc.get('bits', 4)}-bit (only 4-bit GEMM is imported)"
+    if qc.get("zero_point") is False:
+        return "AWQ without zero points"
+    return None
+
+
+def why_not_pack_quantized(qc: dict[str, Any]) -> str | None:
+    """compressed-tensors: only `pack-quantized` int4/int8 weights, group or channel, weight-only
+    (a config whose groups are all float-quantized is the FP8 format: source/fp8.py)."""
+    groups = qc.get("config_groups") or {}
+    if not isinstance(groups, dict) or not groups:
+        return "compressed-tensors without config_groups"
+    bits = set()
+    for group in groups.values():
+        weights = (group or {}).get("weights") or {}
+        fmt = str((group or {}).get("format") or qc.get("format") or "")
+        if fmt != "pack-quantized":
+            return f"compressed-tensors format {fmt!r} (pack-quantized int4/int8 and float-quantized FP8 are imported)"
+        if weights.get("type", "int") != "int" or weights.get("num_bits") not in (4, 8):
+            return f"compressed-tensors {weights.get('type')} {weights.get('num_bits')}-bit weights"
+        if weights.get("strategy") not in ("group", "channel"):
+            return f"compressed-tensors strategy {weights.get('strategy')!r} (group and channel are imported)"
+        if weights.get("actorder") not in (None, "weight", "group"):
+            return f"compressed-tensors actorder {weights.get('actorder')!r}"
+        if (group or {}).get("input_activations"):
+            return "compressed-tensors with quantized activations (only weight-only W4A16/W8A16 is imported)"
+        bits.add(int(weights["num_bits"]))
+    if len(bits) > 1:
+        return "compressed-tensors with several weight bit widths"
+    return None
 
 
 def unpack_fields(u8: np.ndarray, bits: int) -> np.ndarray:
@@ -183,6 +232,12 @@ def gptq_linear(store: WeightStore, prefix: str, qc: dict, v1: bool) -> GptqLine
     )  # fmt: skip
 
 
+def read_gptq(store: WeightStore, prefix: str, qc: dict) -> GptqLinear:
+    """One GPTQ linear; `checkpoint_format` (or `format`) gptq is v1, gptq_v2 is v2."""
+    fmt = str(qc.get("checkpoint_format") or qc.get("format") or "gptq")
+    return gptq_linear(store, prefix, qc, v1=fmt == "gptq")
+
+
 def act_order_permutation(g_idx: np.ndarray | None, group: int, k: int, name: str) -> np.ndarray | None:
     """The input permutation that makes act-order groups contiguous (None when they already are):
     position t reads input row perm[t] (docs/prequantized.md §3.3)."""
@@ -230,6 +285,12 @@ def packed_linear(store: WeightStore, prefix: str, bits: int) -> PackedLinear:
         f"{prefix}.weight", "compressed-tensors pack-quantized", store, prefix, n, k, bits, group,
         matmul_block_size(group, k), params, act_order_permutation(g_idx, group, k, f"{prefix}.weight_g_idx"),
     )  # fmt: skip
+
+
+def read_pack_quantized(store: WeightStore, prefix: str, qc: dict) -> PackedLinear:
+    """One pack-quantized linear at the config's one bit width (why_not_pack_quantized allows one)."""
+    bits = next(iter(qc["config_groups"].values()))["weights"]["num_bits"]
+    return packed_linear(store, prefix, int(bits))
 
 
 def packed_zero_points(words: np.ndarray, bits: int, n: int) -> np.ndarray:

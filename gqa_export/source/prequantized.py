@@ -5,10 +5,10 @@ instead of, each linear's `weight`. Read as if it were float, it exports a packa
 generates garbage (an FP8 block-quantized checkpoint did exactly that: its `weight_scale_inv`
 tensors were ignored), or fails far from the cause ("q_proj.weight is missing" for GPTQ). So the
 config's `quantization_config` (also inside `text_config`, or the older side files AutoGPTQ and
-AutoAWQ write) and the tensor names are checked before anything is built. Imported: gpt-oss's
-MXFP4 experts, dequantized exactly while streaming (graph/experts.py); GPTQ / AWQ GEMM /
-compressed-tensors pack-quantized / Quark int4 linears, whose integers go into MatMulNBits as they are; FP8
-linears, dequantized exactly (source/imported.py, docs/prequantized.md).
+AutoAWQ write) and the tensor names are checked before anything is built. What each format is,
+how it is declared and which variants are imported: its record in source/formats.py
+(docs/prequantized.md §1); imported ones are read by source/imported.py, gpt-oss's MXFP4 experts
+by the family's graph (graph/experts.py).
 """
 
 from __future__ import annotations
@@ -18,67 +18,29 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import InputError
-from gqa_export.source.bnb import is_bitsandbytes, why_not_bitsandbytes
-from gqa_export.source.imported import is_imported, why_not_imported
+from gqa_export.source.formats import FORMATS, TENSOR_MARKS, declared
 
-IMPORTED = frozenset({"mxfp4"})
-# imported when the variant is (source/imported.py, docs/prequantized.md §1): the integers kept, or
-# FP8 dequantized exactly
-NATIVE = frozenset({"gptq", "awq", "compressed-tensors", "fp8", "quark"})
-# quant_method -> the format's name as its users know it
-FORMATS = {
-    "gptq": "GPTQ",
-    "awq": "AWQ",
-    "compressed-tensors": "compressed-tensors (llm-compressor)",
-    "quark": "Quark",
-    "fp8": "FP8 (block-quantized, weight_scale_inv)",
-    "fbgemm_fp8": "FBGEMM FP8",
-    "bitsandbytes": "bitsandbytes",
-    "hqq": "HQQ",
-    "olive": "Olive",
-    "modelopt": "ModelOpt",
-    "torchao": "torchao",
-    "eetq": "EETQ",
-    "aqlm": "AQLM",
-    "vptq": "VPTQ",
-    "bitnet": "BitNet",
-    "higgs": "HIGGS",
-    "spqr": "SpQR",
-    "fp_quant": "FP-Quant",
-    "gguf": "GGUF",
-}
-# files older quantizers write beside config.json instead of a quantization_config
-SIDE_FILES = {
-    "quantize_config.json": "GPTQ (AutoGPTQ quantize_config.json)",
-    "quant_config.json": "AWQ (quant_config.json)",
-}
-# tensor name endings that carry quantization codes, scales or zero points -> the format
-TENSOR_MARKS = (
-    (".qweight", "GPTQ or AWQ (qweight / qzeros / scales tensors)"),
-    (".qzeros", "GPTQ or AWQ (qweight / qzeros / scales tensors)"),
-    (".g_idx", "GPTQ (g_idx tensors)"),
-    (".weight_scale_inv", "FP8 (block-quantized, weight_scale_inv tensors)"),
-    (".weight_packed", "compressed-tensors pack-quantized (weight_packed tensors)"),
-    (".weight_scale", "FP8 or compressed-tensors (weight_scale tensors)"),
-    (".weight_zero_point", "compressed-tensors (weight_zero_point tensors)"),
-    (".input_scale", "FP8 (input_scale tensors)"),
-    (".absmax", "bitsandbytes 4-bit (absmax tensors)"),
-    (".quant_map", "bitsandbytes 4-bit (quant_map tensors)"),
-    (".SCB", "bitsandbytes 8-bit (SCB tensors)"),
-    (".quant_state", "bitsandbytes 4-bit (quant_state tensors)"),
-    (".W_q", "HQQ (W_q tensors)"),
-)
+# the refusal's evidence for a config of an imported variant found where it is not imported from
+NESTED = "a quantization_config inside text_config"
 
 
 def imported_config(raw: dict[str, Any], dequantize: bool = False) -> dict[str, Any] | None:
-    """The quantization_config of a checkpoint that is imported (GPTQ, AWQ GEMM, ..., bitsandbytes
-    with `dequantize`: build --dequantize), else None."""
+    """The quantization_config of a checkpoint that source/imported.py imports (GPTQ, AWQ GEMM, ...;
+    a format read only on request, bitsandbytes, with `dequantize`: build --dequantize), with its
+    quant_method spelled as the table does; else None."""
     qc = raw.get("quantization_config")  # a multimodal checkpoint's (in text_config) is not imported yet
-    if dequantize and isinstance(qc, dict) and is_bitsandbytes(qc) and why_not_bitsandbytes(qc) is None:
-        return {**qc, "quant_method": "bitsandbytes"}
-    if not isinstance(qc, dict) or str(qc.get("quant_method", "")).lower() not in NATIVE:
+    if not isinstance(qc, dict):
         return None
-    return qc if is_imported(qc) else None
+    fmt = declared(qc)
+    if fmt is None or fmt.why_not is None or fmt.reader is None or (fmt.dequantize and not dequantize):
+        return None
+    return {**qc, "quant_method": fmt.methods[0]} if fmt.why_not(qc) is None else None
+
+
+def dequantized_on_request(qc: dict[str, Any] | None) -> bool:
+    """Whether an imported config is a format only `build --dequantize` reads (bitsandbytes)."""
+    fmt = declared(qc) if qc is not None else None
+    return fmt is not None and fmt.dequantize
 
 
 def check_config(raw: dict[str, Any], model_dir: Path, dequantize: bool = False) -> None:
@@ -88,44 +50,44 @@ def check_config(raw: dict[str, Any], model_dir: Path, dequantize: bool = False)
     for config in (raw, raw.get("text_config")):
         if isinstance(config, dict) and config.get("quantization_config") is not None:
             _refuse_declared(config["quantization_config"], dequantize)
-    for name, fmt in SIDE_FILES.items():
-        if (model_dir / name).is_file():
-            _refuse(fmt, f"it has {name}")
+    for fmt in FORMATS:
+        for name, says in fmt.side_files:
+            if (model_dir / name).is_file():
+                _refuse(says, f"it has {name}")
 
 
 def check_tensors(names: Iterable[str]) -> None:
     """Refuse weights that carry quantization codes or scales, whatever config.json says."""
     for name in names:
-        for ending, fmt in TENSOR_MARKS:
-            if name.endswith(ending) or f"{ending}." in name:  # `.weight.quant_state.bitsandbytes__nf4`
-                _refuse(fmt, f"it stores {name}")
+        for mark in TENSOR_MARKS:
+            if mark.found_in(name):  # `.weight.quant_state.bitsandbytes__nf4`
+                _refuse(mark.says, f"it stores {name}")
 
 
 def _refuse_declared(quantization: Any, dequantize: bool = False) -> None:
     if not isinstance(quantization, dict):
         _refuse("an unknown format", f"config.json's quantization_config is {quantization!r}")
+    fmt = declared(quantization)
     method = quantization.get("quant_method")
-    if method is None and (quantization.get("load_in_4bit") or quantization.get("load_in_8bit")):
-        method = "bitsandbytes"
-    if method is None and quantization.get("quant_algo"):
-        method = "modelopt"
-    if method in IMPORTED:
+    if fmt is None:
+        _refuse(f"'{method}'", f"config.json's quantization_config says quant_method {method!r}")
+    method = fmt.methods[0] if method is None else method  # declared by its older keys
+    says = f"config.json's quantization_config says quant_method {method!r}"
+    if fmt.why_not is None:  # never imported
+        _refuse(fmt.refusal_name, says)
+    why = fmt.why_not(quantization)
+    if why is None and fmt.reader is None:  # the family's graph reads it wherever it is declared (MXFP4)
         return
-    fmt = FORMATS.get(str(method).lower(), f"'{method}'")
-    if method == "bitsandbytes":
-        declared = "config.json's quantization_config says quant_method 'bitsandbytes'"
-        why = why_not_bitsandbytes(quantization)
+    if fmt.dequantize:
         if dequantize:  # the flag was given: say what it does not read (here only a variant or a nested config)
-            _refuse(fmt, f"{why or 'a quantization_config inside text_config'}; --dequantize does not read it")
-        _refuse(fmt, why or declared, dequantizable=True)
-    if str(method).lower() in NATIVE:  # imported in general, not this variant
-        _refuse(fmt, f"{why_not_imported(quantization)}")
-    _refuse(fmt, f"config.json's quantization_config says quant_method {method!r}")
+            _refuse(fmt.refusal_name, f"{why or NESTED}; --dequantize does not read it")
+        _refuse(fmt.refusal_name, why or says, dequantizable=True)
+    _refuse(fmt.refusal_name, why or NESTED)  # imported in general, not this variant (or not there)
 
 
 def _refuse(fmt: str, evidence: str, dequantizable: bool = False) -> None:
-    """`dequantizable`: a declared bitsandbytes config, which `--dequantize` reads (docs/prequantized.md
-    §3.9; its exact onnxruntime forms are far slower on CPU)."""
+    """`dequantizable`: a declared config of a format `--dequantize` reads (docs/prequantized.md
+    §3.9; bitsandbytes' exact onnxruntime forms are far slower on CPU)."""
     if dequantizable:
         raise InputError(
             f"this is a pre-quantized {fmt} checkpoint ({evidence}), which gqa-export does not import as it is; "

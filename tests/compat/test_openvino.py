@@ -114,8 +114,8 @@ def test_openvino_tied_int4_reads_a_float_table(exports, checkpoints, openvino_p
     build(BuildOptions(str(save_untied_twin(checkpoints.get("mqa_tied"), tmp_path / "ck")), twin, ep="openvino",
                        precision="int4", smoke=False))  # fmt: skip
     monkeypatch.setattr(quantize, "float_gather", lambda *args: "")
-    monkeypatch.setattr("gqa_export.pipeline.check_ep_graph", lambda ep, models: None)
-    monkeypatch.setattr("gqa_export.package.finish.check_written", lambda *args, **kwargs: [])
+    monkeypatch.setattr("gqa_export.stages.graphs.check_ep_graph", lambda ep, models: None)
+    monkeypatch.setattr("gqa_export.stages.finish.check_written", lambda *args, **kwargs: [])
     planted = tmp_path / "planted"
     build(BuildOptions(str(checkpoints.get("mqa_tied")), planted, ep="openvino", precision="int4", smoke=False))
     found = _on_openvino(openvino_python, [tied, twin, planted])["packages"]

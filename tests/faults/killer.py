@@ -115,7 +115,7 @@ def serve(cases_file, results_file, workers, limit):
     app.hide_torch()
     importlib.import_module("gqa_export.cli")
     importlib.import_module("gqa_export.pipeline")
-    importlib.import_module("gqa_export.quant.requantize")
+    importlib.import_module("gqa_export.requantize")
     importlib.import_module("gqa_export.release.assemble")
     importlib.import_module("gqa_export.package.adapters")
     from transformers import AutoConfig  # noqa: F401
@@ -162,7 +162,8 @@ def library(spec, what, package):
     # the library's smoke run or CUDA probe alone (no CLI, Python's own SIGINT handler): what leaves it
     import pathlib
 
-    from gqa_export.runtime.run import cuda_device_available, smoke_run
+    from gqa_export.runtime.run import smoke_run
+    from gqa_export.runtime.providers import cuda_device_available
 
     install(spec)
     try:

@@ -131,7 +131,7 @@ def break_commit(monkeypatch, code):
 POINTS = {
     "weights": break_weights,
     "graph": break_graph,
-    "genai_config": break_json("gqa_export.pipeline", "genai_config.json"),
+    "genai_config": break_json("gqa_export.stages.package", "genai_config.json"),
     "manifest": break_json("gqa_export.package.manifest", "manifest.json"),
     "tokenizer": break_tokenizer,
     "staging-mkdir": break_staging,
@@ -218,17 +218,17 @@ def test_free_space_message_in_the_unit_that_fits(tiny, tmp_path, monkeypatch, f
     """A tiny package's sizes are not "0.00 GiB": each in the unit that fits, and the shortfall
     (never 0, where the two round alike)."""
     import gqa_export.package.staging
-    import gqa_export.pipeline
+    import gqa_export.stages.package
     from gqa_export.units import size
 
     total, asked = 10 << 30, []
-    real = gqa_export.pipeline.check_free_space
+    real = gqa_export.stages.package.check_free_space
 
     def check(out, needed):
         asked.append(needed)
         return real(out, needed)
 
-    monkeypatch.setattr(gqa_export.pipeline, "check_free_space", check)
+    monkeypatch.setattr(gqa_export.stages.package, "check_free_space", check)
     usage = shutil._ntuple_diskusage(total, total - free, free)
     monkeypatch.setattr(gqa_export.package.staging.shutil, "disk_usage", lambda path: usage)
     out = tmp_path / "out"

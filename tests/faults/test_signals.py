@@ -34,7 +34,7 @@ STAGES = {
     # the smoke run's first import of onnxruntime-genai: pybind11's init fails, the package retries
     # the import and reports 'type "GeneratorParams" is already registered' (was exit 1)
     "smoke-run-genai-init": ("init:onnxruntime_genai.onnxruntime_genai", []),
-    "float-reference": ("call:gqa_export.pipeline.logit_error", ["--no-smoke", "-p", "int4", "--report"]),
+    "float-reference": ("call:gqa_export.stages.package.logit_error", ["--no-smoke", "-p", "int4", "--report"]),
 }
 
 
@@ -62,8 +62,8 @@ CASES = [
 ]
 KILLS = {
     # the staging folder exists and holds the graph and weights when the tokenizer is copied
-    "package": "call:gqa_export.pipeline.copy_tokenizer",
-    "package-overwrite": "call:gqa_export.pipeline.copy_tokenizer",
+    "package": "call:gqa_export.stages.package.copy_tokenizer",
+    "package-overwrite": "call:gqa_export.stages.package.copy_tokenizer",
     "commit-overwrite": "step:aside",  # between the swap's two renames: -o moved aside, the new one not in
 }
 

@@ -123,15 +123,15 @@ def test_mutant_forgotten_norm_weight_fails_the_bound(checkpoints, tmp_path, mon
 def test_mutant_undecomposed_norm_is_refused_and_flagged(checkpoints, tmp_path, monkeypatch):
     """A norm left as the contrib op: the build refuses before writing; a package written anyway
     (the build's checks bypassed) is flagged by `inspect`."""
-    from gqa_export import pipeline
-    from gqa_export.package import finish
+    from gqa_export.stages import finish
+    from gqa_export.stages import graphs as graph_stage
 
-    monkeypatch.setattr(pipeline, "decompose_for", lambda ep, models: 0)
+    monkeypatch.setattr(graph_stage, "decompose_for", lambda ep, models: 0)
     options = BuildOptions(str(checkpoints.get("base")), tmp_path / "x", ep="trt-rtx", precision="fp16", smoke=False)
     with pytest.raises(InputError, match="SimplifiedLayerNormalization has no trt-rtx kernel"):
         build(options)
     assert not (tmp_path / "x").exists()
-    monkeypatch.setattr(pipeline, "check_ep_graph", lambda ep, models: None)
+    monkeypatch.setattr(graph_stage, "check_ep_graph", lambda ep, models: None)
     monkeypatch.setattr(finish, "check_written", lambda *args, **kwargs: [])
     build(options)
     found = [f["message"] for f in inspect_package(tmp_path / "x")["findings"] if f["id"] == "ep-unsupported-op"]

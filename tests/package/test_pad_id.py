@@ -150,7 +150,7 @@ def dims(spare):
     from transformers import AutoConfig
 
     from gqa_export.arch import get_spec
-    from gqa_export.graph.dims import read_dims
+    from gqa_export.model.dims import read_dims
 
     return read_dims(AutoConfig.from_pretrained(spare[0]), get_spec("llama"), None)
 

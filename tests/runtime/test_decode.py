@@ -13,9 +13,9 @@ from mutants import copy_package
 
 from gqa_export.graph.io_options import IoOptions
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.quant.report import PROMPT_LENGTH, PROMPTS, logit_error
 from gqa_export.runtime.decode import PositionLogits, full_logits_view, position_logits
 from gqa_export.runtime.evaluate import evaluate, read_text
+from gqa_export.runtime.logit_error import PROMPT_LENGTH, PROMPTS, logit_error
 from gqa_export.runtime.run import load
 
 DATA = Path(__file__).parent.parent / "data"

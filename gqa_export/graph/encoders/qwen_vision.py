@@ -161,7 +161,7 @@ def qwen_tower(hf_config: Any, text: Any, store: Any) -> QwenTower:
 
 
 def build_qwen_tower(tower: QwenTower, params: Params) -> ir.Model:
-    """The vision graph of a planned tower (the TOWERS rows' builder)."""
+    """The vision graph of a planned tower (the Qwen rows' builder, package/towers.py)."""
     return build_qwen_vision(tower.dims, params, tower.prefix, tower.deepstack)
 
 

@@ -20,8 +20,8 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.dims import ModelDims
 from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.model.dims import ModelDims
 
 OPSETS = {"": 21}
 B, S = "batch_size", "sequence_length"

@@ -19,9 +19,9 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.alibi import alibi_slopes
-from gqa_export.graph.latent_dims import LatentDims, latent_dims, latent_scale
-from gqa_export.graph.layer_kinds import (
+from gqa_export.model.alibi import alibi_slopes
+from gqa_export.model.latent import LatentDims, latent_dims, latent_scale
+from gqa_export.model.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
     MambaDims,
@@ -38,11 +38,11 @@ from gqa_export.graph.layer_kinds import (
     query_temperature,
     sparse_layer,
 )
-from gqa_export.graph.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
-from gqa_export.graph.moe_dims import MoeDims, read_moe
-from gqa_export.graph.multipliers import Resolved, resolve_multipliers
-from gqa_export.graph.rope import RopeConfig
-from gqa_export.graph.stream_dims import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
+from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
+from gqa_export.model.moe import MoeDims, read_moe
+from gqa_export.model.multipliers import Resolved, resolve_multipliers
+from gqa_export.model.rope import RopeConfig
+from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
 SLIDING = "sliding_attention"
 CHUNKED = "chunked_attention"  # Llama-4: attention within chunks of attention_chunk_size positions
@@ -121,7 +121,7 @@ class ModelDims:
     deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
-    # Linear inputs/outputs scaled by config constants: (module, side) -> segments (graph/multipliers.py)
+    # Linear inputs/outputs scaled by config constants: (module, side) -> segments (model/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
     alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias

@@ -18,7 +18,8 @@ from gqa_export.check.lints import check_written
 from gqa_export.package.manifest import finalize
 from gqa_export.package.writer import WrittenFile, external_values, save_models
 from gqa_export.progress import Reporter
-from gqa_export.runtime.run import GenerationResult, runnable_ep, smoke_run
+from gqa_export.runtime.providers import runnable_ep
+from gqa_export.runtime.run import GenerationResult, smoke_run
 
 
 def stream_weights(

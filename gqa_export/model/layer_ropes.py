@@ -1,5 +1,5 @@
 """Which rotary table each layer reads, and the position-dependent query scale's parameters, read
-from a config (graph/dims.py assembles them into ModelDims; docs/architecture.md §2)."""
+from a config (model/dims.py assembles them into ModelDims; docs/architecture.md §2)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any, Protocol
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.latent_dims import LatentDims
-from gqa_export.graph.rope import RopeConfig, read_rope, rope_params_by_type
+from gqa_export.model.latent import LatentDims
+from gqa_export.model.rope import RopeConfig, read_rope, rope_params_by_type
 
 
 class RopedLayer(Protocol):
-    """What a layer's rope choice needs (graph/dims.LayerDims has it)."""
+    """What a layer's rope choice needs (model/dims.LayerDims has it)."""
 
     @property
     def rope(self) -> str | None: ...

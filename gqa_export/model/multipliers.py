@@ -14,7 +14,7 @@ from typing import Any
 from gqa_export.arch.mixer_spec import Multiplier
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.layer_kinds import Mamba2Dims
+from gqa_export.model.layer_kinds import Mamba2Dims
 
 Segments = tuple[tuple[int, float], ...]
 Resolved = Mapping[tuple[str, str], Segments]  # (module, side) -> segments

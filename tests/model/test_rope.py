@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from variants import LLAMA3_ROPE
 
-from gqa_export.graph.rope import cos_sin_tables, read_rope
+from gqa_export.model.rope import cos_sin_tables, read_rope
 
 ROPES = {
     "default": {"rope_type": "default", "rope_theta": 10000.0},

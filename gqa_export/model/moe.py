@@ -1,4 +1,4 @@
-"""The sparse blocks' sizes and routing numerics, read from the config (graph/dims.py asks when some
+"""The sparse blocks' sizes and routing numerics, read from the config (model/dims.py asks when some
 layer is sparse): expert counts and widths, the shared expert's width, the routing constants."""
 
 from __future__ import annotations

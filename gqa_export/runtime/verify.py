@@ -18,7 +18,8 @@ from gqa_export.check.lints import lint
 from gqa_export.check.reader import load_package
 from gqa_export.errors import GqaExportError, InputError
 from gqa_export.package.manifest import MANIFEST, sealed_problems, sha256_file
-from gqa_export.runtime.run import runnable_ep, smoke_run
+from gqa_export.runtime.providers import runnable_ep
+from gqa_export.runtime.run import smoke_run
 
 RELEASE = "release.json"
 # What the Hub adds to a repository and `hf download --local-dir` writes next to the files: not

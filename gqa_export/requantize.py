@@ -16,28 +16,27 @@ from typing import Any
 
 import onnx_ir as ir
 
-from gqa_export.check.ep_lints import check_ep_graph
 from gqa_export.check.reader import load_package
 from gqa_export.choices import ACTIVATIONS
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.graph.params import WIDER_THAN_IO_META
 from gqa_export.jsonio import read_json, read_json_object, write_json
-from gqa_export.package.finish import seal_lint_smoke, stream_weights
 from gqa_export.package.manifest import DIGEST_KEY, created_at
 from gqa_export.package.staging import StagedPackage, check_output, check_outside
 from gqa_export.progress import NullReporter, Reporter
-from gqa_export.quant.qdq import to_qdq
 from gqa_export.quant.quantize import (
     FLOAT_DTYPES,
     INT_BITS,
     QuantizeReport,
     QuantOptions,
     plan_precision,
-    quantize,
 )
-from gqa_export.quant.report import build_report, logit_error, quantization_manifest
+from gqa_export.quant.report import build_report, quantization_manifest
+from gqa_export.runtime.logit_error import logit_error
 from gqa_export.runtime.run import GenerationResult
+from gqa_export.stages.finish import seal_lint_smoke, stream_weights
+from gqa_export.stages.graphs import apply_precision
 
 COPIED = ("genai_config.json",)
 
@@ -94,13 +93,9 @@ def requantize(
     for model in models:  # float32 routers of fp16/bf16 packages stay float32 (docs/moe.md §8.3)
         _mark_wider_than_io(model, plan.io_dtype)
     quant_report = QuantizeReport(plan.name, measure_errors=report)
-    for model in models:
-        if any(node.op_type == "MatMulNBits" for node in model.graph):
-            raise InputError(f"{package} already holds MatMulNBits weights")
-        quantize(model, plan, quant_report)
-        if EPS[ep].int4_format == "qdq":  # TensorRT-RTX's int4 form, as build writes it (docs/eps.md §2.6)
-            to_qdq(model)
-    check_ep_graph(ep, models)
+    if any(node.op_type == "MatMulNBits" for model in models for node in model.graph):
+        raise InputError(f"{package} already holds MatMulNBits weights")
+    apply_precision(models, plan, EPS[ep], quant_report)  # build's stage 4, the same bytes (stages/graphs.py)
     data_file = "model.onnx.data" if len(models) == 1 else "weights.onnx.data"
     reporter.stage("package")
     notes: list[str] = []

@@ -1,0 +1,53 @@
+"""config.json's size keys, read as written, before transformers reads the config.
+
+transformers fills a key missing from config.json with its class default (a Llama without
+`hidden_size` gets 4096), so neither a missing key nor a wrong value fails on reading. Here the
+keys that size the graph are checked for presence and type in the raw JSON, each problem one
+sentence naming the key; source/consistency.py then checks the sizes against the stored tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gqa_export.errors import InputError
+
+# keys that must be positive integers wherever config.json gives them (head_dim may be null)
+POSITIVE_INT_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "vocab_size",
+    "max_position_embeddings",
+    "head_dim",
+)
+REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+# per-layer patterns whose length transformers takes as the layer count (Nemotron-H's config class
+# derives num_hidden_layers from them and does not save it); the weights check the count
+LAYER_COUNT_PATTERNS = ("layers_block_type", "hybrid_override_pattern")
+# the older spellings configs still carry, which transformers maps through attribute_map (GPT-2,
+# GPT-J, Bloom, MPT, CodeGen)
+KEY_ALIASES = {
+    "hidden_size": ("n_embd", "d_model"),
+    "num_attention_heads": ("n_head", "n_heads"),
+    "num_hidden_layers": ("n_layer", "n_layers"),
+    "max_position_embeddings": ("n_positions",),
+}
+
+
+def check_raw_config(raw: dict[str, Any]) -> None:
+    """Types and presence of the size keys, in the decoder's own config (text_config if nested)."""
+    text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    for key in POSITIVE_INT_KEYS:
+        value = next((v for k in (key, *KEY_ALIASES.get(key, ())) if (v := text.get(k)) is not None), None)
+        counted = key == "num_hidden_layers" and any(text.get(k) for k in LAYER_COUNT_PATTERNS)
+        if value is None and (key not in REQUIRED_KEYS or counted):
+            continue
+        if value is None:
+            raise InputError(f"config.json has no '{key}'; add the model's {key} (it sizes the graph)")
+        if key == "intermediate_size" and isinstance(value, list) and value:  # one width per layer (Gemma-3n)
+            value = min(value) if all(isinstance(v, int) and not isinstance(v, bool) for v in value) else value
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InputError(f"config.json: '{key}' must be a positive integer, got {value!r}")

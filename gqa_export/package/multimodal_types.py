@@ -1,0 +1,64 @@
+"""The onnxruntime-genai model types a full multimodal package can be: one frozen record each.
+
+What differs per type, read by the build and by `run --image/--audio` alike: the tower row
+(package/towers.py: how the tower's dims are read, its graph builder, its processor_config.json
+writer, the genai_config keys, the audio encoder it carries), the prompt marker genai's processor
+expands into an image's block, whether it reads adjacent markers as one image, whether the images
+of one prompt must resize alike, and the markers of an audio tower (docs/multimodal.md §1, §2).
+package/multimodal.py plans a build by it, runtime/images.py prepares a prompt by it. This module
+imports nothing heavy: `run` reads it without the graph builders, which `tower()` imports only
+when a build asks. Adding a type is one record here plus its tower row (docs/architecture.md §3.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gqa_export.package.towers import VisionTower
+
+
+@dataclass(frozen=True)
+class MultimodalType:
+    model_type: str  # genai_config's model.type of the full package (a recipe's multimodal_model_type)
+    image_marker: str  # the prompt marker genai's processor expands into an image's block (§2)
+    # its row of package/towers.py, imported on first use (the graph builders come with it)
+    tower: Callable[[], VisionTower]
+    # genai 0.18's processor reads a run of adjacent markers as one image: `run --image` separates
+    # the markers it puts in front by newlines and refuses a written run (docs/multimodal.md §12)
+    adjacent_markers_merge: bool = False
+    # genai's vision step fails unless every image of a prompt resizes to the same patch count
+    # (gemma4 in 0.18: a buffer sized for one image's tokens, docs/multimodal.md §13)
+    one_image_size: bool = False
+    # the prompt markers of its audio tower (whose row has `audio`): refused where the package has
+    # no speech model (§13.5); the first is the one `run --audio` puts in front (§16.4)
+    audio_markers: tuple[str, ...] = ()
+
+
+def _towers() -> ModuleType:
+    """package/towers.py, imported when a build plans a tower (`run` never needs it)."""
+    from gqa_export.package import towers
+
+    return towers
+
+
+QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
+
+GEMMA3 = MultimodalType("gemma3", "<start_of_image>", lambda: _towers().GEMMA3)
+QWEN2_5_VL = MultimodalType("qwen2_5_vl", QWEN_MARKER, lambda: _towers().QWEN2_5_VL)
+# Qwen3-VL's tower row for all three: the tower's mechanisms are read from its tensors (§11.1)
+QWEN3_VL = MultimodalType("qwen3_vl", QWEN_MARKER, lambda: _towers().QWEN3_VL)
+QWEN3_5 = MultimodalType("qwen3_5", QWEN_MARKER, lambda: _towers().QWEN3_VL)
+QWEN3_5_MOE = MultimodalType("qwen3_5_moe", QWEN_MARKER, lambda: _towers().QWEN3_VL)
+MISTRAL3 = MultimodalType("mistral3", "[IMG]", lambda: _towers().MISTRAL3, adjacent_markers_merge=True)
+GEMMA4 = MultimodalType(
+    "gemma4", "<|image|>", lambda: _towers().GEMMA4, one_image_size=True, audio_markers=("<|audio|>", "<|audio>")
+)
+LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL)
+
+MULTIMODAL_TYPES: MappingProxyType[str, MultimodalType] = MappingProxyType(
+    {kind.model_type: kind for kind in (GEMMA3, QWEN2_5_VL, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, MISTRAL3, GEMMA4, LFM2_VL)}
+)

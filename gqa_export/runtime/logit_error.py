@@ -1,0 +1,45 @@
+"""The end-to-end part of `--report` (quant_report.json's `logits_vs_float`): the logits at every
+position of a fixed prompt set, from a float package and a quantized package of the same model,
+both through onnxruntime-genai (a `--prune-lm-head` package through its full-logits view,
+runtime/decode.py, so every position is scored either way), as relative L2 error and next-token
+agreement. The per-weight part of the report is quant/report.py's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gqa_export.runtime.decode import position_logits
+
+PROMPT_SEED = 1234
+PROMPTS = 4
+PROMPT_LENGTH = 48
+
+
+def fixed_prompts(vocab_size: int) -> list[list[int]]:
+    rng = np.random.default_rng(PROMPT_SEED)
+    upper = min(vocab_size, 32000)
+    return [rng.integers(0, upper, PROMPT_LENGTH).tolist() for _ in range(PROMPTS)]
+
+
+def prompt_logits(package: Path, prompts: list[list[int]]) -> list[np.ndarray]:
+    """Each prompt's logits at every position ([len(prompt), V]) on CPU."""
+    logits = position_logits(package, "cpu")
+    return [logits.at_positions(np.asarray(prompt), 0) for prompt in prompts]
+
+
+def logit_error(float_package: Path, quant_package: Path, vocab_size: int) -> dict[str, float]:
+    prompts = fixed_prompts(vocab_size)
+    ref, got = prompt_logits(float_package, prompts), prompt_logits(quant_package, prompts)
+    diff = sum(float(((g - r) ** 2).sum()) for g, r in zip(got, ref, strict=True))
+    norm = sum(float((r**2).sum()) for r in ref)
+    agree = np.mean([float((g.argmax(-1) == r.argmax(-1)).mean()) for g, r in zip(got, ref, strict=True)])
+    positions = sum(len(r) for r in ref)
+    return {
+        "relative_l2": float(np.sqrt(diff / norm)),
+        "next_token_agreement": float(agree),
+        "prompts": len(prompts),
+        "positions": positions,
+    }

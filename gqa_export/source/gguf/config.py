@@ -1,0 +1,309 @@
+"""A GGUF file's metadata read as the transformers config.json and generation_config.json it means.
+
+llama.cpp's reading of the metadata decides, not transformers' GGUF mapping (which has gaps:
+docs/gguf.md §2): the defaults are llama.cpp's (rope.freq_base 10000, key_length hidden/heads,
+head_count_kv = head_count), the keys it reads are read (Qwen3-MoE's expert_feed_forward_length,
+which transformers 5.24 ignores), tie_word_embeddings is whether `output.weight` is stored, biases
+are whether the tensors exist. One function per GGUF architecture fills the family's own keys on
+top of the keys every decoder has; an architecture without one is refused in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gqa_export.errors import InputError
+from gqa_export.source.gguf.container import GgufFile
+
+# llama.cpp's end-of-generation tokens found by their text (llama-vocab.cpp), besides eos/eot/eom ids
+EOG_TEXTS = frozenset({
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>", "<|endoftext|>",
+    "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+})  # fmt: skip
+# general.sampling.* -> generation_config keys (llama.cpp's defaults for the model)
+SAMPLING = {"temp": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one GGUF architecture becomes a transformers config."""
+
+    model_type: str
+    architecture: str
+    fill: Callable[[GgufFile, dict[str, Any]], None]
+
+
+def _rope(f: GgufFile, config: dict[str, Any]) -> None:
+    """rope_theta and rope_scaling as llama.cpp reads them (rope.freq_base default 10000)."""
+    config["rope_theta"] = float(f.key("rope.freq_base", 10000.0))
+    kind = f.key("rope.scaling.type")
+    factor = f.key("rope.scaling.factor")
+    if kind in (None, "none") or not factor or float(factor) == 1.0:
+        return
+    if kind == "linear":
+        config["rope_scaling"] = {"rope_type": "linear", "factor": float(factor)}
+        return
+    if kind == "yarn":
+        scaling: dict[str, Any] = {"rope_type": "yarn", "factor": float(factor)}
+        original = f.key("rope.scaling.original_context_length")
+        if original is not None:
+            scaling["original_max_position_embeddings"] = int(original)
+        for key, name in (("rope.scaling.yarn_beta_fast", "beta_fast"), ("rope.scaling.yarn_beta_slow", "beta_slow"),
+                          ("rope.scaling.attn_factor", "attention_factor")):  # fmt: skip
+            if f.key(key) is not None:
+                scaling[name] = float(f.key(key))
+        config["rope_scaling"] = scaling
+        return
+    raise InputError(f"{f.path.name}: rope scaling type {kind!r} is not read by gqa-export's GGUF import")
+
+
+def _one(f: GgufFile, key: str, default: Any = None) -> Any:
+    """A key llama.cpp reads per layer or once: one value for the whole model, else a refusal."""
+    value = f.key(key, default)
+    if isinstance(value, list):
+        if len(set(value)) != 1:
+            raise InputError(
+                f"{f.path.name}: {f.architecture}.{key} differs per layer ({sorted(set(value))}), which gqa-export's "
+                "GGUF import does not map for this architecture"
+            )
+        value = value[0]
+    return value
+
+
+def _decoder(f: GgufFile, config: dict[str, Any]) -> None:
+    """The keys every GQA decoder has, with llama.cpp's defaults."""
+    hidden = int(f.key("embedding_length"))
+    heads = int(_one(f, "attention.head_count"))
+    config.update(
+        hidden_size=hidden,
+        num_hidden_layers=int(f.key("block_count")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(_one(f, "attention.head_count_kv", heads)),
+        max_position_embeddings=int(f.key("context_length", 4096)),
+    )
+    if f.key("feed_forward_length") is not None:
+        config["intermediate_size"] = int(_one(f, "feed_forward_length"))
+    key_length = int(f.key("attention.key_length", hidden // heads))
+    value_length = int(f.key("attention.value_length", key_length))
+    if value_length != key_length:
+        raise InputError(f"{f.path.name}: key_length {key_length} != value_length {value_length} is not imported")
+    config["head_dim"] = key_length
+    rope_dims = f.key("rope.dimension_count")
+    if rope_dims is not None and int(rope_dims) != key_length:
+        config["partial_rotary_factor"] = int(rope_dims) / key_length
+    eps = f.key("attention.layer_norm_rms_epsilon")
+    if eps is not None:
+        config["rms_norm_eps"] = float(eps)
+    _rope(f, config)
+
+
+def _has(f: GgufFile, suffix: str) -> bool:
+    return any(name.endswith(suffix) for name in f.tensors)
+
+
+def _llama(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    factors = f.tensors.get("rope_freqs.weight")
+    if factors is not None:  # Llama-3.1/3.2: the scaling stored as per-frequency factors
+        from gqa_export.source.gguf.rope_factors import llama3_scaling
+
+        original = f.key("rope.scaling.original_context_length")
+        values = np.asarray(factors.data, dtype=np.float32)
+        config["rope_scaling"] = llama3_scaling(values, config["rope_theta"], config["head_dim"], original, f.path.name)
+    config["attention_bias"] = _has(f, ".attn_q.bias")
+    config["mlp_bias"] = _has(f, ".ffn_up.bias")
+
+
+def _qwen2(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    config.setdefault("rms_norm_eps", 1e-6)
+    config["use_sliding_window"] = False
+
+
+def _qwen3(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    config["attention_bias"] = _has(f, ".attn_q.bias")
+
+
+def _sliding(f: GgufFile, config: dict[str, Any], every: int, default_window: int | None) -> None:
+    """Gemma's local/global layers as llama.cpp lays them out (load_swa_pattern): every `every`-th
+    layer global, the others sliding, when a window is set."""
+    window = f.key("attention.sliding_window", default_window)
+    layers = config["num_hidden_layers"]
+    if not window:
+        config["layer_types"] = ["full_attention"] * layers
+        config["sliding_window"] = None
+        return
+    config["sliding_window"] = int(window)
+    config["layer_types"] = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+
+
+def _gemma_scalar(config: dict[str, Any], big_layers: int) -> None:
+    """llama.cpp scales queries by 1/sqrt(head_dim), except for the 27B shape (hidden / heads)."""
+    heads = config["num_attention_heads"]
+    big = config["num_hidden_layers"] == big_layers
+    config["query_pre_attn_scalar"] = config["hidden_size"] // heads if big else config["head_dim"]
+
+
+def _gemma2(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    config["attn_logit_softcapping"] = float(f.key("attn_logit_softcapping", 50.0)) or None
+    config["final_logit_softcapping"] = float(f.key("final_logit_softcapping", 30.0)) or None
+    _sliding(f, config, 2, 4096)
+    _gemma_scalar(config, 46)
+    config["hidden_activation"] = "gelu_pytorch_tanh"
+
+
+def _gemma3(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    softcap = f.key("final_logit_softcapping")
+    config["final_logit_softcapping"] = float(softcap) if softcap else None
+    _sliding(f, config, 6, None)
+    config["sliding_window_pattern"] = 6
+    config["rope_local_base_freq"] = float(f.key("rope.freq_base_swa", 10000.0))
+    _gemma_scalar(config, 62)
+    config["hidden_activation"] = "gelu_pytorch_tanh"
+    config.setdefault("rms_norm_eps", 1e-6)
+
+
+def _phi3(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    window = f.key("attention.sliding_window")
+    config["sliding_window"] = int(window) if window else None
+    if "rope_factors_long.weight" in f.tensors:
+        raise InputError(
+            f"{f.path.name}: Phi-3 LongRoPE factors (rope_factors_long) are not read by gqa-export's GGUF import yet; "
+            "export the model's safetensors checkpoint"
+        )
+
+
+def _layer_norm(f: GgufFile, config: dict[str, Any], key: str) -> None:
+    eps = f.key("attention.layer_norm_epsilon")
+    if eps is not None:
+        config[key] = float(eps)
+
+
+def _stablelm(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    _layer_norm(f, config, "layer_norm_eps")
+    config["use_qkv_bias"] = _has(f, ".attn_q.bias")
+    config["qk_layernorm"] = _has(f, ".attn_q_norm.weight")
+    config["use_parallel_residual"] = bool(f.key("use_parallel_residual", False))
+
+
+def _starcoder2(f: GgufFile, config: dict[str, Any]) -> None:
+    _decoder(f, config)
+    _layer_norm(f, config, "norm_epsilon")
+    config["use_bias"] = _has(f, ".attn_q.bias")
+    config["sliding_window"] = None  # llama.cpp runs Starcoder2 without one
+
+
+def _experts(f: GgufFile, config: dict[str, Any], normalize: bool) -> None:
+    """Stacked experts: the count, how many a token uses, their width (expert_feed_forward_length,
+    which llama.cpp reads and transformers 5.24's GGUF mapping ignores), and llama.cpp's top-k
+    normalization for the architecture (fixed in its graph code, not in the metadata)."""
+    gate = next((t for n, t in f.tensors.items() if n.endswith(".ffn_gate_exps.weight")), None)
+    width = f.key("expert_feed_forward_length") or (gate.shape[1] if gate is not None else None)
+    if width is None:
+        raise InputError(f"{f.path.name}: no expert_feed_forward_length and no ffn_gate_exps tensor to read it from")
+    config.update(
+        num_experts=int(f.key("expert_count")),
+        num_experts_per_tok=int(_one(f, "expert_used_count")),
+        moe_intermediate_size=int(_one(f, "expert_feed_forward_length", width)),
+        norm_topk_prob=normalize,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+    )
+
+
+def _qwen2moe(f: GgufFile, config: dict[str, Any]) -> None:
+    _qwen2(f, config)
+    _experts(f, config, normalize=False)
+    shared = f.key("expert_shared_feed_forward_length")
+    if shared is not None:
+        config["shared_expert_intermediate_size"] = int(shared)
+
+
+def _qwen3moe(f: GgufFile, config: dict[str, Any]) -> None:
+    _qwen3(f, config)
+    _experts(f, config, normalize=True)
+
+
+FAMILIES: dict[str, Family] = {
+    "llama": Family("llama", "LlamaForCausalLM", _llama),
+    "qwen2moe": Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2moe),
+    "qwen3moe": Family("qwen3_moe", "Qwen3MoeForCausalLM", _qwen3moe),
+    "qwen2": Family("qwen2", "Qwen2ForCausalLM", _qwen2),
+    "qwen3": Family("qwen3", "Qwen3ForCausalLM", _qwen3),
+    "gemma2": Family("gemma2", "Gemma2ForCausalLM", _gemma2),
+    "gemma3": Family("gemma3_text", "Gemma3ForCausalLM", _gemma3),
+    "phi3": Family("phi3", "Phi3ForCausalLM", _phi3),
+    "stablelm": Family("stablelm", "StableLmForCausalLM", _stablelm),
+    "starcoder2": Family("starcoder2", "Starcoder2ForCausalLM", _starcoder2),
+}
+
+
+def family_of(f: GgufFile) -> Family:
+    family = FAMILIES.get(f.architecture)
+    if family is None:
+        raise InputError(
+            f"{f.path.name} is a GGUF of architecture '{f.architecture}', which gqa-export does not import "
+            f"(imported: {', '.join(sorted(FAMILIES))}); export the model's safetensors checkpoint instead"
+        )
+    return family
+
+
+def read_config(f: GgufFile) -> dict[str, Any]:
+    """The config.json a transformers checkpoint of this model would have (module doc)."""
+    family = family_of(f)
+    config: dict[str, Any] = {"architectures": [family.architecture], "model_type": family.model_type}
+    family.fill(f, config)
+    vocab = f.tensors.get("token_embd.weight")
+    if vocab is None:
+        raise InputError(f"{f.path.name} has no token_embd.weight tensor; it is not a complete model file")
+    config["vocab_size"] = int(vocab.shape[0])
+    config["tie_word_embeddings"] = "output.weight" not in f.tensors
+    for key, name in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                      ("padding_token_id", "pad_token_id")):  # fmt: skip
+        value = f.metadata.get(f"tokenizer.ggml.{key}")
+        if value is not None:
+            config[name] = int(value)
+    config["torch_dtype"] = "float32"
+    return config
+
+
+def end_of_generation(f: GgufFile) -> list[int]:
+    """The ids llama.cpp stops at: eos, eot, eom, and tokens it recognizes by their text."""
+    ids = [f.metadata.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
+    tokens = f.metadata.get("tokenizer.ggml.tokens") or []
+    ids += [i for i, text in enumerate(tokens) if text in EOG_TEXTS]
+    out: list[int] = []
+    for i in ids:
+        if i is not None and int(i) not in out:
+            out.append(int(i))
+    return out
+
+
+def read_generation_config(f: GgufFile) -> dict[str, Any]:
+    """generation_config.json: bos, the end-of-generation ids, pad, and the file's sampling defaults."""
+    generation: dict[str, Any] = {}
+    bos = f.metadata.get("tokenizer.ggml.bos_token_id")
+    if bos is not None:
+        generation["bos_token_id"] = int(bos)
+    eog = end_of_generation(f)
+    if eog:
+        generation["eos_token_id"] = eog if len(eog) > 1 else eog[0]
+    pad = f.metadata.get("tokenizer.ggml.padding_token_id")
+    if pad is not None:
+        generation["pad_token_id"] = int(pad)
+    for key, name in SAMPLING.items():
+        value = f.metadata.get(f"general.sampling.{key}")
+        if value is not None:
+            generation[name] = value
+    if float(generation.get("temperature", 0)) > 0:
+        generation["do_sample"] = True
+    return generation

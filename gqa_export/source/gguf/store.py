@@ -1,0 +1,255 @@
+"""A GGUF file seen as the transformers checkpoint it was converted from, streamed from its map.
+
+`GgufStore` is a `WeightStore`: each tensor appears under its HF name and HF layout (names.py:
+row permutation and value offset undone) as float32, so every family's graph is built exactly as
+for a safetensors checkpoint. Reading a block dequantizes only the GGML blocks that cover it (a
+column slab of a K-quant matrix decodes the 256-weight blocks it touches, not the row) straight
+out of the memory map, so memory stays at one block, as for safetensors. The import step asks
+`linear(name)` for the file's own codes, scales and mins of a quantized matrix (blocks.py) and
+moves them into MatMulNBits unchanged (quant/gguf_import.py); `type_of(name)` is the tensor's GGML
+type for the manifest.
+"""
+
+from __future__ import annotations
+
+import copy
+import mmap
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from gqa_export.errors import InputError
+from gqa_export.source.gguf.blocks import (
+    EXACT_FLOAT_TYPES,
+    FLOAT_TYPES,
+    FORMS,
+    BlockForm,
+    Decoded,
+    decode_rows,
+    dequantize_rows,
+    type_sizes,
+)
+from gqa_export.source.gguf.container import GgufFile
+from gqa_export.source.gguf.names import Mapped, map_tensors
+from gqa_export.source.native import NativeLinear
+from gqa_export.source.weights import TensorInfo, WeightStore
+
+
+def _has_dequantizer(type_name: str) -> bool:
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import _type_traits
+
+    return GGMLQuantizationType[type_name] in _type_traits
+
+
+@dataclass
+class GgufLinear:
+    """One quantized 2-D weight [N, K] (HF layout) in its GGML blocks: the import step's view."""
+
+    name: str  # the HF weight name
+    type_name: str
+    data: np.ndarray  # uint8 [N, bytes per row]: the tensor's (or one expert's) blocks in the file
+    form: BlockForm
+    rows: np.ndarray | None  # HF row r is file row rows[r]
+    store: GgufStore
+    k: int
+
+    @property
+    def n(self) -> int:
+        return int(self.data.shape[0])
+
+    def raw_rows(self, a: int, b: int) -> np.ndarray:
+        return np.asarray(self.data[a:b] if self.rows is None else self.data[self.rows[a:b]])
+
+    def decoded(self, a: int, b: int) -> Decoded:
+        """codes uint8 [b - a, K], scales float32 and mins (or None) [b - a, K / block] of HF rows a..b."""
+        return decode_rows(self.form, self.raw_rows(a, b))
+
+
+class GgufExpertLinear(NativeLinear):
+    """A GGUF weight of a symmetric form (no mins) as the `NativeLinear` the pre-quantized MoE import
+    takes (quant/imported_experts.py: QMoE, or per-expert MatMulNBits): the same codes and scales."""
+
+    linear: GgufLinear
+
+    def __post_init__(self) -> None:  # symmetric is the form's (set by expert_linear), not decoded
+        pass
+
+    def codes(self, a: int, b: int) -> np.ndarray:
+        return self.linear.decoded(a, b)[0]
+
+
+def expert_linear(linear: GgufLinear) -> GgufExpertLinear:
+    form = linear.form
+    default = form.offset == 1 << (form.bits - 1)
+    cache: list[np.ndarray] = []
+
+    def params() -> tuple[np.ndarray, np.ndarray | None]:
+        if not cache:  # the scales of one expert matrix: small, asked for several times
+            cache.append(np.concatenate([linear.decoded(a, b)[1] for a, b in _row_blocks(linear.n, linear.k)]))
+        scales = cache[0]
+        return scales, None if default else np.full(scales.shape, form.offset, np.uint8)
+
+    made = GgufExpertLinear(linear.name, f"gguf {form.type_name}", linear.store, linear.name, linear.n, linear.k,
+                            form.bits, form.block, form.block, params, None, default)  # fmt: skip
+    made.linear = linear
+    return made
+
+
+def _row_blocks(rows: int, k: int) -> list[tuple[int, int]]:
+    step = max(1, (8 << 20) // max(1, 4 * k))
+    return [(a, min(rows, a + step)) for a in range(0, rows, step)]
+
+
+class GgufStore(WeightStore):
+    """Every tensor of a GGUF under its HF name (module doc)."""
+
+    def __init__(self, file: GgufFile, config: dict) -> None:
+        self.file = file
+        shapes = {name: t.shape for name, t in file.tensors.items()}
+        self._mapped: dict[str, Mapped] = map_tensors(file.architecture, list(file.tensors), shapes, config)
+        infos = {
+            hf: TensorInfo(hf, file.tensors[m.gguf].file, "F32", self._part(m)[1]) for hf, m in self._mapped.items()
+        }
+        super().__init__(infos)
+        self.dequantize = False
+
+    def for_build(self, dequantize: bool) -> GgufStore:
+        """This store for one build: with `dequantize`, every weight is read as float (exact) and
+        --precision decides; without it, IQ* / TQ* types (no exact integer form) are refused. A
+        type the `gguf` package cannot even dequantize is refused either way."""
+        built = copy.copy(self)
+        built.dequantize = dequantize
+        built.reads = 0
+        built._check_types()
+        return built
+
+    def _check_types(self) -> None:
+        odd: dict[str, str] = {}
+        for m in self._mapped.values():
+            kind = self.file.tensors[m.gguf].type_name
+            if kind in FLOAT_TYPES or kind in FORMS or kind in EXACT_FLOAT_TYPES:
+                continue
+            if not _has_dequantizer(kind):
+                raise InputError(
+                    f"{self.file.path.name}: tensor '{m.gguf}' is GGML type {kind}, which the installed gguf package "
+                    "cannot dequantize; upgrade gguf or re-quantize the model to a K-quant"
+                )
+            odd.setdefault(kind, m.gguf)
+        if odd and not self.dequantize:
+            kinds = ", ".join(sorted(odd))
+            raise InputError(
+                f"{self.file.path.name} holds {kinds} tensors (e.g. '{next(iter(odd.values()))}'), which MatMulNBits "
+                "cannot hold exactly; pass --dequantize to dequantize them exactly and follow --precision, or use a "
+                "Q4_K_M / Q8_0 file"
+            )
+
+    # --- what the import step and the manifest ask --------------------------------------------------
+    def type_of(self, name: str) -> str:
+        return self.file.tensors[self._mapped[name].gguf].type_name
+
+    def mapped(self) -> dict[str, Mapped]:
+        return dict(self._mapped)
+
+    def linear(self, name: str) -> GgufLinear | None:
+        """The file's blocks of a quantized 2-D weight that has an exact MatMulNBits form, else None
+        (a float tensor, a type without one, or any tensor when --dequantize was given)."""
+        m = self._mapped.get(name)
+        if m is None or self.dequantize:
+            return None
+        tensor = self.file.tensors[m.gguf]
+        form = FORMS.get(tensor.type_name)
+        data, shape, _, _ = self._part(m)
+        if form is None or len(shape) != 2 or m.offset or shape[1] % form.block:
+            return None
+        return GgufLinear(name, tensor.type_name, data, form, m.rows, self, shape[1])
+
+    def native(self, name: str) -> GgufExpertLinear | None:
+        """A weight of a symmetric form as the pre-quantized MoE import takes it (QMoE / per-expert
+        MatMulNBits hold no mins: a form with mins is read as float there, exactly)."""
+        linear = self.linear(name)
+        return expert_linear(linear) if linear is not None and not linear.form.mins else None
+
+    def _part(self, m: Mapped) -> tuple[np.ndarray, tuple[int, ...], int, int]:
+        """(raw data, HF shape, first byte in the file, bytes) of a mapped tensor: the whole tensor,
+        or one expert of a stacked one."""
+        tensor = self.file.tensors[m.gguf]
+        if m.expert is None:
+            return tensor.data, tensor.shape, tensor.offset, tensor.nbytes
+        per = tensor.nbytes // tensor.shape[0]
+        return tensor.data[m.expert], tensor.shape[1:], tensor.offset + m.expert * per, per
+
+    # --- the WeightStore interface: float32 in HF layout ---------------------------------------------
+    def view(self, name: str) -> np.ndarray:
+        return self.read_slices(name)
+
+    def read_slices(self, name: str, *index: slice | int) -> np.ndarray:
+        self.reads += 1
+        m = self._mapped[name]
+        tensor = self.file.tensors[m.gguf]
+        data, shape, _, _ = self._part(m)
+        try:
+            if len(shape) == 2 and not any(isinstance(i, int) for i in index[:2]):
+                rows = index[0] if index else slice(None)
+                cols = index[1] if len(index) > 1 else slice(None)
+                out = self._matrix(tensor.type_name, data, shape, m, rows, cols)
+            else:
+                whole = self._whole(tensor.type_name, data, shape, m)
+                out = whole[index] if index else whole
+        except OSError as exc:
+            raise InputError(f"cannot read '{m.gguf}' from {tensor.file}: {exc}") from exc
+        if not index:
+            self.release(name)  # read whole: done with it
+        return np.ascontiguousarray(out)
+
+    def _matrix(
+        self, kind: str, data: np.ndarray, shape: tuple[int, ...], m: Mapped, rows: slice, cols: slice
+    ) -> np.ndarray:
+        n, k = shape
+        r0, r1, rs = rows.indices(n)
+        c0, c1, cs = cols.indices(k)
+        picked = np.arange(r0, r1, rs)
+        contiguous = m.rows is None and rs == 1
+        raw = data[r0:r1] if contiguous else data[picked if m.rows is None else m.rows[picked]]
+        out = _dequantized(kind, np.asarray(raw), c0, c1)
+        out = out[:, ::cs] if cs != 1 else out
+        return out - np.float32(m.offset) if m.offset else out
+
+    def _whole(self, kind: str, data: np.ndarray, shape: tuple[int, ...], m: Mapped) -> np.ndarray:
+        raw = np.asarray(data)
+        if kind == "BF16":
+            values = raw.view(ml_dtypes.bfloat16).astype(np.float32)
+        elif kind in ("F32", "F16", "F64"):
+            values = raw.astype(np.float32)
+        else:
+            values = dequantize_rows(kind, raw.reshape(-1, raw.shape[-1]))
+        values = values.reshape(shape)
+        if m.rows is not None:
+            values = values[m.rows]
+        return values - np.float32(m.offset) if m.offset else values
+
+    def release(self, name: str) -> None:
+        """Drop the tensor's mapped pages from the process's RSS (the page cache keeps them)."""
+        m = self._mapped.get(name)
+        if m is None:
+            return
+        _, _, offset, nbytes = self._part(m)
+        mapped = self.file.maps.get(self.file.tensors[m.gguf].file)
+        if mapped is None or not hasattr(mapped, "madvise") or not nbytes:
+            return
+        begin = offset // mmap.PAGESIZE * mmap.PAGESIZE
+        end = min(len(mapped), -(-(offset + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
+        if begin < end:
+            mapped.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+
+
+def _dequantized(kind: str, data: np.ndarray, c0: int, c1: int) -> np.ndarray:
+    """Columns c0..c1 of rows `data` (file bytes) as float32, decoding only the blocks that cover them."""
+    if kind in ("F32", "F16", "F64"):
+        return data[:, c0:c1].astype(np.float32)
+    if kind == "BF16":
+        return data.view(ml_dtypes.bfloat16)[:, c0:c1].astype(np.float32)
+    per, size = type_sizes(kind)
+    b0, b1 = c0 // per, -(-c1 // per)
+    return dequantize_rows(kind, data[:, b0 * size : b1 * size])[:, c0 - b0 * per : c1 - b0 * per]
