@@ -27,21 +27,25 @@ REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "voc
 # per-layer patterns whose length transformers takes as the layer count (Nemotron-H's config class
 # derives num_hidden_layers from them and does not save it); the weights check the count
 LAYER_COUNT_PATTERNS = ("layers_block_type", "hybrid_override_pattern")
-# the older spellings configs still carry, which transformers maps through attribute_map (GPT-2,
-# GPT-J, Bloom, MPT, CodeGen)
+# the older spellings configs still carry, for a model_type transformers does not know (a known one
+# takes its config class's own: `spellings`)
 KEY_ALIASES = {
-    "hidden_size": ("n_embd", "d_model"),
+    "hidden_size": ("n_embd", "n_embed", "d_model"),
     "num_attention_heads": ("n_head", "n_heads"),
     "num_hidden_layers": ("n_layer", "n_layers"),
     "max_position_embeddings": ("n_positions",),
 }
+# spellings a config class reads in __init__ rather than through attribute_map: Bloom pops `n_embed`
+# into hidden_size (bigscience/bloom and bloomz-* spell their width so)
+INIT_ALIASES = {"bloom": {"hidden_size": ("n_embed",)}}
 
 
 def check_raw_config(raw: dict[str, Any]) -> None:
     """Types and presence of the size keys, in the decoder's own config (text_config if nested)."""
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    spelled = spellings(text.get("model_type"))
     for key in POSITIVE_INT_KEYS:
-        value = next((v for k in (key, *KEY_ALIASES.get(key, ())) if (v := text.get(k)) is not None), None)
+        value = next((v for k in spelled[key] if (v := text.get(k)) is not None), None)
         counted = key == "num_hidden_layers" and any(text.get(k) for k in LAYER_COUNT_PATTERNS)
         if value is None and (key not in REQUIRED_KEYS or counted):
             continue
@@ -51,3 +55,22 @@ def check_raw_config(raw: dict[str, Any]) -> None:
             value = min(value) if all(isinstance(v, int) and not isinstance(v, bool) for v in value) else value
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError(f"config.json: '{key}' must be a positive integer, got {value!r}")
+
+
+def spellings(model_type: Any) -> dict[str, tuple[str, ...]]:
+    """Every spelling of each size key a config of `model_type` may use, as its transformers config
+    class reads them: the key, the attribute `attribute_map` maps it to, the ones its __init__ reads
+    (INIT_ALIASES); for a model_type transformers does not know, the common aliases
+    (tests/model/test_raw_config.py checks each against the class itself)."""
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        attribute_map = getattr(CONFIG_MAPPING[model_type], "attribute_map", {})
+    except (KeyError, ImportError, ValueError, TypeError):  # unknown: the common aliases
+        return {key: (key, *KEY_ALIASES.get(key, ())) for key in POSITIVE_INT_KEYS}
+    own = INIT_ALIASES.get(str(model_type), {})
+    out = {key: (key, *own.get(key, ())) for key in POSITIVE_INT_KEYS}
+    for key, stored in attribute_map.items():
+        if key in out and isinstance(stored, str) and stored not in out[key]:
+            out[key] = (*out[key], stored)
+    return out
