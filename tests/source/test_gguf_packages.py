@@ -24,7 +24,7 @@ from gqa_export.source.gguf import names
 
 BOUND = 1e-4
 TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M"]
-TRAINED = Path(__file__).parent / "data" / "tiny-trained"
+TRAINED = Path(__file__).resolve().parents[1] / "data" / "tiny-trained"
 
 
 def parity(package: Path, gguf: Path) -> float:

@@ -11,8 +11,8 @@ import json
 import numpy as np
 import onnx
 import pytest
+from hybrid_checks import assert_variant_matches_hf, copy_tree
 from reference import hf_logits, hf_model, ort_prefill_and_decode, parity_error
-from test_hybrid import _copy, assert_variant_matches_hf
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -88,7 +88,7 @@ JAMBA_GRAPH_MUTANTS = {
 
 @pytest.mark.parametrize("edit", JAMBA_GRAPH_MUTANTS.values(), ids=JAMBA_GRAPH_MUTANTS.keys())
 def test_jamba_mutant_graph_fails_parity(builds, tmp_path, edit):
-    package = _copy(builds.package(JAMBA), tmp_path / "pkg")
+    package = copy_tree(builds.package(JAMBA), tmp_path / "pkg")
     model = onnx.load(str(package / "model.onnx"), load_external_data=False)
     edit(model)
     onnx.save(model, str(package / "model.onnx"))
@@ -110,7 +110,7 @@ def test_jamba_mutant_graph_fails_parity(builds, tmp_path, edit):
 def test_jamba_mutant_initializers_fail_parity(builds, tmp_path, pattern, change):
     from mutants import edit_initializers
 
-    package = _copy(builds.package(JAMBA), tmp_path / "pkg")
+    package = copy_tree(builds.package(JAMBA), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
     assert parity_error(package, builds.checkpoint(JAMBA)) > 1e-2
 

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from gqa_export.cli import app
 from gqa_export.runtime.run import generate_greedy, load
 
-CONFIGS = Path(__file__).parent / "data" / "real-configs"
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "real-configs"
 NAMES = sorted(p.stem for p in CONFIGS.glob("*.json"))
 PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13, 90, 91]  # twice the windows (8)
 # generation starts past Phi-3's longrope switch (original_max 32): HF generate re-runs the whole

@@ -11,8 +11,8 @@ import json
 import numpy as np
 import onnx
 import pytest
+from hybrid_checks import assert_variant_matches_hf, copy_tree
 from reference import hf_logits, hf_model, ort_prefill_and_decode, parity_error
-from test_hybrid import _copy, assert_variant_matches_hf
 
 from gqa_export.graph.gated_deltanet import grouped_rows
 from gqa_export.pipeline import BuildOptions, build
@@ -83,7 +83,7 @@ def test_qwen3_next_mutant_row_selection_fails_parity(builds, tmp_path, monkeypa
 def test_qwen3_next_mutant_renormalized_top_k_fails_parity(builds, tmp_path):
     """The tiny config says norm_topk_prob false: a package exported as if it were true (the top-k
     weights renormalized, as Qwen3.5-MoE always does) departs from HF on the same weights."""
-    checkpoint = _copy(builds.checkpoint(NEXT), tmp_path / "ckpt")
+    checkpoint = copy_tree(builds.checkpoint(NEXT), tmp_path / "ckpt")
     config = json.loads((checkpoint / "config.json").read_text())
     assert config["norm_topk_prob"] is False
     (checkpoint / "config.json").write_text(json.dumps({**config, "norm_topk_prob": True}))

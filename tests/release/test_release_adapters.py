@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 import yaml
-from lora_models import save_adapter
-from test_lora import BOUND, CHECKPOINT, genai, hf_reference, invoke, runner
+from cli_runner import invoke, runner
+from lora_models import BOUND, CHECKPOINT, genai, hf_reference, save_adapter
 
 from gqa_export.cli import app
 from gqa_export.errors import InputError

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from cli_runner import invoke
 from reference import assert_varied, hf_generate, hf_model
-from test_cli import invoke
 
 from gqa_export.errors import InputError
 from gqa_export.package.draft import DRAFT_GRAPH, SpeculativeOptions, draft_problems, rewind_refusal

@@ -35,7 +35,7 @@ def kv_packages(checkpoints, tmp_path_factory):
     return get
 
 
-TRAINED = Path(__file__).parent / "data" / "tiny-trained"
+TRAINED = Path(__file__).resolve().parents[1] / "data" / "tiny-trained"
 # drift bounds on the trained checkpoint (logits span about -10..18, top-1 margins ~8): the largest
 # and the mean |logit difference| against the float cache over DRIFT_PROMPT. Measured: int8
 # per-channel 0.14 / 0.019, per-tensor 0.24 / 0.024; int4 per-channel 2.3 / 0.31, per-tensor 4.9 /
@@ -54,7 +54,7 @@ def _trained_prompt() -> tuple[list[int], list[int]]:
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(TRAINED / "tokenizer.json"))
-    ids = tokenizer.encode((Path(__file__).parent / "data" / "tiny-text" / "eval.txt").read_text()[:600]).ids
+    ids = tokenizer.encode((TRAINED.parent / "tiny-text" / "eval.txt").read_text()[:600]).ids
     return ids[:48], ids[48:64]
 
 
@@ -224,7 +224,7 @@ def test_kv_cache_perplexity_bounds_and_a_mutant_cache_breaks_them(tmp_path):
 
     from gqa_export.runtime.evaluate import evaluate, read_text
 
-    data = Path(__file__).parent / "data"
+    data = Path(__file__).resolve().parents[1] / "data"
     text = read_text(data / "tiny-text" / "eval.txt")
     packages = {}
     for cache in ("float", "int8", "int4"):

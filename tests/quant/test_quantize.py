@@ -222,7 +222,7 @@ def test_asymmetric_int4_cuda_graph_is_fp16(checkpoints, tmp_path):
 def test_tied_embedding_and_lm_head_share_one_quantized_tensor(tmp_path, precision, asymmetric):
     from pathlib import Path
 
-    shipped = Path(__file__).parent / "data" / "tiny-llama"  # tie_word_embeddings: true
+    shipped = Path(__file__).resolve().parents[1] / "data" / "tiny-llama"  # tie_word_embeddings: true
     out = tmp_path / "tied"
     result = build(BuildOptions(str(shipped), out, precision=precision, quant=QuantOptions(asymmetric=asymmetric)))
     assert result.smoke is not None and len(result.smoke.tokens) == 16
@@ -277,7 +277,7 @@ def test_tied_table_is_quantized_when_blocks_do_not_divide_the_hidden_size(tmp_p
 
     from gqa_export.runtime.evaluate import evaluate, read_text
 
-    data = Path(__file__).parent / "data"
+    data = Path(__file__).resolve().parents[1] / "data"
     out, reference = tmp_path / "b64", tmp_path / "fp32"
     quant = QuantOptions(block_size=64)
     build(BuildOptions(str(data / "tiny-trained"), out, precision="int4", quant=quant, smoke=False))

@@ -12,8 +12,8 @@ import json
 import numpy as np
 import onnx
 import pytest
+from hybrid_checks import assert_variant_matches_hf, copy_tree
 from reference import hf_logits, hf_model, ort_prefill_and_decode, parity_error
-from test_hybrid import _copy, assert_variant_matches_hf
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -84,14 +84,14 @@ def test_falcon_h1_mutant_multipliers_fail_parity(builds, tmp_path, mutant):
     from mutants import edit_initializers
 
     pattern, change = FALCON_MUTANTS[mutant]
-    package = _copy(builds.package(FALCON), tmp_path / "pkg")
+    package = copy_tree(builds.package(FALCON), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
     assert parity_error(package, builds.checkpoint(FALCON)) > 1e-2
 
 
 def test_falcon_h1_mutant_with_the_other_norm_order_fails_parity(builds, tmp_path):
     """The gated norm's order flipped in the config (normalize y * silu(z), Granite's): a wrong model."""
-    checkpoint = _copy(builds.checkpoint(FALCON), tmp_path / "ckpt")
+    checkpoint = copy_tree(builds.checkpoint(FALCON), tmp_path / "ckpt")
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "mamba_norm_before_gate": False}))
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))

@@ -13,7 +13,7 @@ from gqa_export.package.staging import StagedPackage, copy_tokenizer
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.run import generate_greedy
 
-SHIPPED = Path(__file__).parent / "data" / "tiny-llama"
+SHIPPED = Path(__file__).resolve().parents[1] / "data" / "tiny-llama"
 
 
 def test_shipped_tiny_llama_exports_and_generates_like_hf(tmp_path):

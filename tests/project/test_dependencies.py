@@ -9,7 +9,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # modules the ORT GenAI runtime pair provides under either of its two distribution names
 RUNTIME_PAIR = {
     "onnxruntime": {"onnxruntime", "onnxruntime-gpu"},

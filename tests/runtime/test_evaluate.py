@@ -20,7 +20,7 @@ from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.evaluate import windows
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 TRAINED = DATA / "tiny-trained"
 EVAL_TEXT = DATA / "tiny-text" / "eval.txt"
 runner = CliRunner()

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli import invoke
+from cli_runner import invoke
 
 from gqa_export.package.draft import DRAFT_GRAPH, draft_problems
 from gqa_export.runtime.run import generate_greedy

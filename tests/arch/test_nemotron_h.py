@@ -14,9 +14,9 @@ import numpy as np
 import onnx
 import pytest
 from families import PROMPT
+from hybrid_checks import assert_variant_matches_hf
 from mutants import copy_package, edit_initializers, times
 from reference import hf_logits, hf_model, ort_prefill_and_decode, parity_error
-from test_hybrid import assert_variant_matches_hf
 from typer.testing import CliRunner
 
 from gqa_export.cli import app

@@ -8,16 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_runner import invoke
 
 from gqa_export import __version__
-from gqa_export.cli import app
-
-runner = CliRunner()
-
-
-def invoke(*args: str):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def leftovers(parent: Path) -> list[str]:

@@ -12,13 +12,13 @@ catch a config the runtime would misbind, and the standard-Attention modes are r
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from families import PROMPT
+from hybrid_checks import assert_variant_matches_hf, copy_tree
 from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode, parity_error
 from typer.testing import CliRunner
 
@@ -26,20 +26,6 @@ from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
 
 runner = CliRunner()
-
-
-def _copy(package: Path, to: Path) -> Path:
-    shutil.copytree(package, to)
-    return to
-
-
-def assert_variant_matches_hf(package: Path, checkpoint: Path) -> None:
-    """A config variant's checks: prompt and decode-step logits within 1e-4 of HF, and 20 greedy
-    onnxruntime-genai tokens on a 7-token prompt equal to HF generate, not one repeated id."""
-    assert parity_error(package, checkpoint) < 1e-4
-    prompt = [0, 17, 45, 99, 200, 3, 7]
-    _, tokens = genai_prompt_then_greedy(package, prompt, 20)
-    assert tokens == hf_generate(hf_model(checkpoint), prompt, 20) and len(set(tokens)) >= 4
 
 
 def test_genai_config_describes_the_state_as_the_runtime_binds_it(builds):
@@ -81,7 +67,7 @@ LINT_MUTANTS = [  # (family, a genai_config edit the runtime would misbind, the 
 
 @pytest.mark.parametrize(("family", "edit", "finding"), LINT_MUTANTS)
 def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, family, edit, finding):
-    package = _copy(builds.package(family), tmp_path / "pkg")
+    package = copy_tree(builds.package(family), tmp_path / "pkg")
     path = package / "genai_config.json"
     config = json.loads(path.read_text())
     edit(config["model"]["decoder"])
@@ -107,7 +93,7 @@ def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, family, edi
 def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, family, op):
     """A state (conv, recurrent or SSM) not read back, each step starting from zeros: the prompt's
     logits still match, the decode steps do not."""
-    package = _copy(builds.package(family), tmp_path / "pkg")
+    package = copy_tree(builds.package(family), tmp_path / "pkg")
     model = onnx.load(str(package / "model.onnx"), load_external_data=False)
     for node in list(model.graph.node):
         if node.op_type == op == "LinearAttention":
@@ -127,7 +113,7 @@ def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path
 
 def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
     """B and C of in_proj's split exchanged: a plausible layout bug, caught at the prompt."""
-    package = _copy(builds.package("lfm2"), tmp_path / "pkg")
+    package = copy_tree(builds.package("lfm2"), tmp_path / "pkg")
     model = onnx.load(str(package / "model.onnx"), load_external_data=False)
     for node in model.graph.node:
         if node.op_type == "Split" and node.name.endswith("split_bcx"):
@@ -195,7 +181,7 @@ def test_qwen3_5_inspect_counts_both_states(builds):
 @pytest.mark.parametrize("split", ["split_qkv", "q_gate_split"])
 def test_qwen3_5_mutant_graph_with_swapped_halves_fails_parity(builds, tmp_path, split):
     """q and k of the DeltaNet's conv output, or the attention's query and output gate, exchanged."""
-    package = _copy(builds.package(QWEN), tmp_path / "pkg")
+    package = copy_tree(builds.package(QWEN), tmp_path / "pkg")
     model = onnx.load(str(package / "model.onnx"), load_external_data=False)
     for node in model.graph.node:
         if node.op_type == "Split" and node.name.endswith(split):
@@ -250,7 +236,7 @@ def test_mutant_lfm2_moe_routing_fails_parity(builds, tmp_path, pattern, change)
 
     checkpoint = builds.checkpoint("lfm2_moe")
     assert parity_error(builds.package("lfm2_moe"), checkpoint) < 1e-4
-    package = _copy(builds.package("lfm2_moe"), tmp_path / "pkg")
+    package = copy_tree(builds.package("lfm2_moe"), tmp_path / "pkg")
     assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
     assert parity_error(package, checkpoint) > 1e-2
 
@@ -292,7 +278,7 @@ def test_granite_hybrid_inspect_counts_both_states(builds):
 
 def test_granite_hybrid_mutant_graph_with_swapped_b_and_c_fails_parity(builds, tmp_path):
     """B and C (the key and the query of the recurrence) exchanged after the conv."""
-    package = _copy(builds.package(GRANITE), tmp_path / "pkg")
+    package = copy_tree(builds.package(GRANITE), tmp_path / "pkg")
     model = onnx.load(str(package / "model.onnx"), load_external_data=False)
     for node in model.graph.node:
         if node.op_type == "Split" and node.name.endswith("split_x_b_c"):
@@ -306,7 +292,7 @@ def test_granite_hybrid_mutant_without_the_d_skip_fails_parity(builds, tmp_path)
     """D x, the skip around the recurrence, left out (D zeroed)."""
     from mutants import edit_initializers
 
-    package = _copy(builds.package(GRANITE), tmp_path / "pkg")
+    package = copy_tree(builds.package(GRANITE), tmp_path / "pkg")
     assert edit_initializers(package, "*mamba.D", lambda values: values * 0), "mamba.D matched nothing"
     assert parity_error(package, builds.checkpoint(GRANITE)) > 1e-2
 
@@ -360,7 +346,7 @@ def test_granite_hybrid_mutant_time_step_limit_fails_parity(granite_dt_limited, 
     """The limit ignored (either bound) breaks the prompt; applied to decode steps as well, the
     prompt still matches (it is HF's chunked form either way) and the decode steps break."""
     checkpoint, package = granite_dt_limited
-    package = _copy(package, tmp_path / "pkg")
+    package = copy_tree(package, tmp_path / "pkg")
     _where_edit(package, which, edit)
     prompt = [(7 * i + 3) % 380 for i in range(14)]
     tokens, got = ort_prefill_and_decode(package, prompt, steps=6)
@@ -373,7 +359,7 @@ def test_granite_hybrid_mutant_time_step_limit_fails_parity(granite_dt_limited, 
 
 
 def test_granite_hybrid_time_step_limit_not_a_range_is_refused_in_one_line(builds, tmp_path):
-    checkpoint = _copy(builds.checkpoint(GRANITE), tmp_path / "ckpt")
+    checkpoint = copy_tree(builds.checkpoint(GRANITE), tmp_path / "ckpt")
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "time_step_limit": [1.0, 0.4]}))
     result = runner.invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])

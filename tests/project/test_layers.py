@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LINT = (
     "import sys; from importlinter.cli import lint_imports; "
     "sys.exit(lint_imports('pyproject.toml', no_cache=True, no_logo=True))"

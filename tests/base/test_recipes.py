@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gqa_export.errors import InputError
 from gqa_export.recipes import builtin_recipes, load_recipe, match_recipe
+
+TRAINED = Path(__file__).resolve().parents[1] / "data" / "tiny-trained"
 
 GOOD = """\
 name: custom
@@ -199,7 +203,7 @@ def test_custom_model_type_builds_with_a_recipe(tmp_path):
     from gqa_export.cli import app
 
     runner = CliRunner()
-    checkpoint = Path(shutil.copytree(Path(__file__).parent / "data" / "tiny-trained", tmp_path / "my-llama"))
+    checkpoint = Path(shutil.copytree(TRAINED, tmp_path / "my-llama"))
     config = json.loads((checkpoint / "config.json").read_text())
     config.update(model_type="my-llama", architectures=["MyLlamaForCausalLM"])
     (checkpoint / "config.json").write_text(json.dumps(config))
@@ -248,7 +252,7 @@ def test_custom_model_type_recipe_errors_are_one_line(tmp_path, edit, message):
     from gqa_export.cli import app
 
     runner = CliRunner()
-    checkpoint = Path(shutil.copytree(Path(__file__).parent / "data" / "tiny-trained", tmp_path / "my-llama"))
+    checkpoint = Path(shutil.copytree(TRAINED, tmp_path / "my-llama"))
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "model_type": "my-llama"}))
     recipe = {**json.loads(runner.invoke(app, ["recipes", "show", "llama", "--json"]).stdout), **edit}

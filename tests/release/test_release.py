@@ -18,7 +18,7 @@ from gqa_export.quant.quantize import QuantOptions
 from gqa_export.release import folder_name, load_spec
 from gqa_export.release.card import front_matter
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 TRAINED = DATA / "tiny-trained"
 EVAL_TEXT = DATA / "tiny-text" / "eval.txt"
 FOUR = [

@@ -12,27 +12,16 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from lora_models import merged_model, save_adapter
-from reference import assert_varied, hf_generate, hf_model
-from typer.testing import CliRunner
+from cli_runner import invoke
+from lora_models import BOUND, CHECKPOINT, NEW, PROMPT, genai, hf_reference, merged_model, save_adapter
+from reference import assert_varied, hf_generate
 
 from gqa_export.check.report import inspect_package
-from gqa_export.cli import app
 from gqa_export.package import adapters as adapter_module
 from gqa_export.package.adapters import convert_adapter
 from gqa_export.pipeline import BuildOptions, build
-from gqa_export.runtime.run import load, load_adapters
 
-CHECKPOINT = Path(__file__).parent / "data" / "tiny-llama"
 TARGETS = ("q_proj", "v_proj", "o_proj", "down_proj", "gate_proj")
-PROMPT = [0, 20, 31, 44, 52, 67, 70, 83, 91, 120, 150, 200]
-NEW = 12
-BOUND = 1e-4
-runner = CliRunner()
-
-
-def invoke(*args: object):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")
@@ -57,35 +46,6 @@ def lora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         paths[f"peft_{name}"] = save_adapter(root / f"peft_{name}", CHECKPOINT, modules, r, alpha, seed, layers, rslora)
         paths[name] = convert_adapter(paths[f"peft_{name}"], paths["base"], root / f"{name}.onnx_adapter").output
     return paths
-
-
-def genai(package: Path, files: list[Path], prompts: list[list[int]] | None = None) -> tuple[np.ndarray, list]:
-    """onnxruntime-genai with `files` active together: (first row's prompt logits, greedy tokens per
-    row). Several prompts run as one batch, right-padded with the pad id 5 as genai expects."""
-    import onnxruntime_genai as og
-
-    prompts = prompts or [PROMPT]
-    model = load(package, "cpu")
-    active = load_adapters(model, files) if files else None
-    width = max(map(len, prompts))
-    params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, batch_size=len(prompts), max_length=width + NEW, min_length=width + NEW)
-    generator = og.Generator(model, params)
-    if active is not None:
-        for name in active[1]:
-            generator.set_active_adapter(active[0], name)
-    generator.append_tokens(np.array([p + [5] * (width - len(p)) for p in prompts], dtype=np.int32))
-    logits = np.asarray(generator.get_output("logits"))[0]
-    while not generator.is_done():
-        generator.generate_next_token()
-    return logits, [[int(t) for t in generator.get_sequence(r)][width:] for r in range(len(prompts))]
-
-
-def hf_reference(adapter_dirs: list[Path], prompt: list[int] = PROMPT) -> tuple[np.ndarray, list[int]]:
-    model = merged_model(CHECKPOINT, adapter_dirs) if adapter_dirs else hf_model(CHECKPOINT)
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt])).logits[0].numpy()
-    return logits, hf_generate(model, prompt, NEW)
 
 
 def error_against_merged(lora: dict[str, Path], package: str, names: list[str]) -> tuple[float, bool]:

@@ -26,7 +26,7 @@ from reference import genai_prompt_then_greedy, hf_logits, hf_model, ort_prefill
 
 from gqa_export.pipeline import BuildOptions, build
 
-TRAINED = Path(__file__).parent / "data" / "tiny-trained"
+TRAINED = Path(__file__).resolve().parents[1] / "data" / "tiny-trained"
 BOUND = 1e-4
 # model-defining keys compared between llama.cpp's converter and the test writer (general.* is naming)
 SKIPPED_KEYS = ("general.", "GGUF.", "tokenizer.ggml.add_sep_token")

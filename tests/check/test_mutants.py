@@ -25,8 +25,8 @@ from weight_layouts import INT4_MAX_ERROR, relative_errors
 from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
 
-TRAINED = Path(__file__).parent / "data" / "tiny-trained"
-EVAL_TEXT = Path(__file__).parent / "data" / "tiny-text" / "eval.txt"
+TRAINED = Path(__file__).resolve().parents[1] / "data" / "tiny-trained"
+EVAL_TEXT = Path(__file__).resolve().parents[1] / "data" / "tiny-text" / "eval.txt"
 PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13]  # longer than the window (8)
 
 
