@@ -265,7 +265,7 @@ def _closest(architecture: str | None, recipes: list[Recipe]) -> Recipe | None:
 def config_model_type(recipe: Recipe, recipes: list[Recipe] | None = None) -> str:
     """The transformers model_type whose config class reads a checkpoint under this recipe when
     transformers does not know the checkpoint's own model_type (a fine-tune's custom one): that
-    of the built-in recipe with the same arch (every spec has one, tests/test_recipes.py)."""
+    of the built-in recipe with the same arch (every spec has one, tests/base/test_recipes.py)."""
     for builtin in recipes if recipes is not None else builtin_recipes():
         if builtin.arch == recipe.arch:
             return builtin.model_types[0]

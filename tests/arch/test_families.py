@@ -1,8 +1,9 @@
 """The checks every registered family (tests/families.py) gets against the HF class itself: ORT
 logits for the prompt and decode steps, greedy onnxruntime-genai tokens in each of its attention
-modes, genai prompt logits in the standard-Attention graphs, int4/int8 packages weight by weight,
-the fp16 CUDA graph on CPU. Which of them apply to a family, and with which known differences,
-is its row in the registry; family-specific checks live in the family modules."""
+modes, genai prompt logits in the standard-Attention graphs, a ragged (right-padded) batch row by
+row through ORT and onnxruntime-genai, int4/int8 packages weight by weight, the fp16 CUDA graph on
+CPU. Which of them apply to a family, and with which known differences, is its row in the
+registry; family-specific checks live in the family modules (tests/arch/)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import onnx
 import pytest
 from dense_models import FAMILIES as DENSE_FAMILIES
 from dense_models import VARIANTS as DENSE_VARIANTS
-from families import BY_NAME, REGISTERED, skip_where_the_reference_differs, transformers_major
+from families import BY_NAME, RAGGED, RAGGED_NEW, REGISTERED, skip_where_the_reference_differs, transformers_major
 from moe_models import FAMILIES as MOE_FAMILIES
 from reference import (
     assert_varied,
+    genai_padded_batch_greedy,
     genai_prompt_then_greedy,
     genai_whole_prompt_greedy,
     hf_batch_generates_of,
@@ -25,6 +27,7 @@ from reference import (
     hf_model,
     hf_prompt_then_greedy_of,
     ort_prefill_and_decode,
+    ragged_logits_error,
 )
 from variants import FAMILY_VARIANTS, GEMMA4_VARIANTS, LLAMA_VARIANTS, MULTIMODAL_VARIANTS
 from weight_layouts import INT4_MAX_ERROR, INT8_MAX_ERROR, relative_errors
@@ -127,6 +130,31 @@ def test_standard_attention_matches_hf(builds, family, mode):
     ref_logits, ref_tokens = hf_prompt_then_greedy_of(builds.checkpoint(family.name), prompt, 16)
     np.testing.assert_allclose(logits, ref_logits, atol=1e-4, rtol=1e-4)
     assert tokens == ref_tokens
+
+
+@pytest.mark.parametrize(("family", "mode"), _each("ragged_logits_modes"))
+def test_ragged_batch_through_ort_equals_hf_row_by_row(builds, family, mode):
+    """Two prompts of different lengths right-padded as onnxruntime-genai feeds them (zeros in
+    attention_mask at the padding), then 4 decode steps: each row's prompt and decode-step logits
+    within 1e-4 of HF on the unpadded row. The short row's decode steps follow the zeros, so its
+    positions (RoPE, learned tables, ALiBi) must be counted from the mask, and a recurrent state must
+    stop at its last real token (HF's own right-padded run lets the padding into the states)."""
+    skip_where_the_reference_differs(family)
+    package, checkpoint = builds.package(family.name, mode), builds.checkpoint(family.name)
+    assert ragged_logits_error(package, hf_model(checkpoint)) < 1e-4
+
+
+@pytest.mark.parametrize(("family", "mode"), _each("ragged_generate_modes"))
+def test_ragged_batch_through_genai_equals_hf_generate_row_by_row(builds, family, mode):
+    """The same two prompts as one onnxruntime-genai batch, right-padded with the package's
+    pad_token_id as its batched append_tokens expects: each row's greedy tokens equal HF generate
+    on the row alone, and some row is varied (a model copying its last token passes any exporter)."""
+    skip_where_the_reference_differs(family, generation=True)
+    package, prompts = builds.package(family.name, mode), [list(p) for p in RAGGED]
+    pad = json.loads((package / "genai_config.json").read_text())["model"]["pad_token_id"]
+    got = genai_padded_batch_greedy(package, prompts, pad, RAGGED_NEW)
+    assert got == hf_generates_of(builds.checkpoint(family.name), prompts, RAGGED_NEW)  # HF's once per row
+    assert_varied(got)
 
 
 @pytest.mark.parametrize(("family", "precision"), _each("quantized"))

@@ -2,7 +2,7 @@
 embedded as pad, per-layer KV buffers as the runtime allocates them, per-layer GQA and KV sharing
 in the fp16 CUDA graph, and refusals. The checks every form gets (logits and greedy tokens against
 HF in every mode, int4/int8 packages, fp16 CUDA graphs close to HF) are its row in
-tests/families.py, run by tests/test_families.py."""
+tests/families.py, run by tests/arch/test_families.py."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_inspect_reports_per_layer_shapes_and_true_kv_bytes(builds):
 @pytest.mark.parametrize("variant", ["gemma4_causal", "gemma4_unified"])
 def test_fp16_cuda_graph_keeps_per_layer_kv(builds, variant):
     """CUDA fp16: GQA per layer with its own kv heads and scale 1, shared-KV nodes reading the
-    producer's present (its logits close to HF on CPU: tests/test_families.py)."""
+    producer's present (its logits close to HF on CPU: tests/arch/test_families.py)."""
     package = builds.package(variant, ep="cuda", precision="fp16")
     graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
     nodes = [n for n in graph.node if n.op_type == "GroupQueryAttention"]

@@ -1,9 +1,9 @@
 """Hybrid decoders, what only they have: short-convolution layers (LFM2) carry a fixed-size state
 (past.N.conv / present.N.conv) next to the GQA layers' KV cache, gated-DeltaNet layers (Qwen3.5) a
 conv and a recurrent state (past.N.conv, past.N.recurrent; Qwen3-Next's too, its projections
-fused per key head in the checkpoint, tests/test_hybrid_qwen3_next.py), and so do Mamba2 layers
+fused per key head in the checkpoint, tests/arch/test_hybrid_qwen3_next.py), and so do Mamba2 layers
 (Granite-4.0-H: its SSM state as past.N.recurrent; Falcon-H1, whose every layer has a KV cache too)
-and Mamba layers (Jamba, tests/test_hybrid_jamba.py). The checks every family gets (logits and
+and Mamba layers (Jamba, tests/arch/test_hybrid_jamba.py). The checks every family gets (logits and
 greedy tokens against HF, int4, fp16 CUDA) are their rows in tests/families.py; here:
 the state is really carried from step to step (a graph that drops it fails the decode steps),
 genai_config describes it the way onnxruntime-genai binds it, inspect accounts for it, the lints

@@ -1,5 +1,5 @@
 """Falcon-H1's parallel layers, what only they have (the checks every family gets are its row in
-tests/families.py, the state checks shared with the other hybrids are in tests/test_hybrid.py): a KV
+tests/families.py, the state checks shared with the other hybrids are in tests/arch/test_hybrid.py): a KV
 cache and both states on every layer, prompts shorter than the conv kernel, the µP multipliers (each
 dropped, the in_proj segments swapped, the dt segment scaled, either branch zeroed) and the gated
 norm's order as mutants that fail parity, and config variants, one with a time_step_limit that clamps

@@ -1,5 +1,5 @@
 """Jamba's Mamba (v1) layers, what only they have (the checks every family gets are its row in
-tests/families.py, the state checks shared with the other hybrids are in tests/test_hybrid.py): the
+tests/families.py, the state checks shared with the other hybrids are in tests/arch/test_hybrid.py): the
 state shapes and the expert grid in the graph, prompts shorter than the conv kernel, and mutants of
 the mechanisms the Mamba mixer adds (the per-channel, per-state decay, the dt/B/C norms, the D skip,
 the unnormalized top-k router) that fail parity (docs/hybrid-state.md §8.3)."""

@@ -1,5 +1,5 @@
 """Qwen3-Next's gated DeltaNet, what only it has (the checks every family gets are its row in
-tests/families.py, the state checks shared with the other hybrids are in tests/test_hybrid.py): the
+tests/families.py, the state checks shared with the other hybrids are in tests/arch/test_hybrid.py): the
 DeltaNet projections fused per key head in the checkpoint and selected row by row into the separate
 weights, the genai_config and graph that result, a 1-token prompt, a sparse-step variant, and
 mutants of the row selection and the router's normalization (docs/hybrid-state.md §8.5)."""

@@ -1,8 +1,8 @@
 """DeepSeek-V2 / V3's multi-head latent attention and grouped routers, what only they have (the
-checks every family gets are their rows in tests/families.py): the expanded-cache graph and
-genai_config, a 1-token prompt, right-padded batches, variants (V2 with q-LoRA and group-limited
-routing under YaRN, V3 with rotate-half rope), the refused router, and mutants of each mechanism
-(docs/latent-attention.md)."""
+checks every family gets, right-padded batches in every mode and in the latent cache included, are
+their rows in tests/families.py): the expanded-cache graph and genai_config, a 1-token prompt,
+variants (V2 with q-LoRA and group-limited routing under YaRN, V3 with rotate-half rope), the
+refused router, and mutants of each mechanism (docs/latent-attention.md)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,11 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 from families import BY_NAME, REGISTERED, skip_where_the_reference_differs
 from reference import (
-    assert_varied,
-    genai_padded_batch_greedy,
     hf_generates_of,
-    hf_model,
-    ort_padded_batch,
     parity_error,
 )
 
@@ -30,9 +25,6 @@ from gqa_export.pipeline import BuildOptions, build
 V2, V3 = "deepseek_v2", "deepseek_v3"
 FAMILIES = (V2, V3)
 PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13]
-# right-padded batch 2 (genai pads with pad_token_id 5; ORT runs pad with 9, see test_hybrid_padding.py)
-RAGGED = ([0, 45, 319, 81, 17], [(7 * i + 3) % 380 for i in range(13)])
-RAGGED_DECODE = ([17, 99, 3, 250], [64, 12, 200, 7])
 
 
 def _registered(family: str, generation: bool = False) -> None:
@@ -82,29 +74,6 @@ def test_expanded_cache_graph_and_genai_config(builds):
 def test_one_token_prompt_and_decode_steps_match_hf(builds, family):
     _registered(family)
     assert parity_error(builds.package(family), builds.checkpoint(family), [0]) < 1e-4
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("mode", ["gqa", "bias"])
-def test_ragged_batch_through_ort_equals_hf_row_by_row(builds, family, mode):
-    """Right-padded batch 2: each row's prompt and decode logits within 1e-4 of HF on the row alone."""
-    import torch
-
-    _registered(family)
-    got = ort_padded_batch(builds.package(family, mode), list(RAGGED), list(RAGGED_DECODE), 9)
-    model = hf_model(builds.checkpoint(family))
-    with torch.no_grad():
-        want = [model(torch.tensor([p + d])).logits[0].numpy() for p, d in zip(RAGGED, RAGGED_DECODE, strict=True)]
-    assert max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True)) < 1e-4
-
-
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("mode", ["gqa", "bias", "split"])
-def test_ragged_batch_through_genai_equals_hf_generate_row_by_row(builds, family, mode):
-    _registered(family, generation=True)
-    got = genai_padded_batch_greedy(builds.package(family, mode), list(RAGGED), 5, 20)
-    assert got == hf_generates_of(builds.checkpoint(family), RAGGED, 20)  # HF's once per family
-    assert_varied(got)
 
 
 def _v2_grouped(folder: Path) -> Path:
@@ -208,36 +177,22 @@ def test_mutant_routed_scaling_dropped_fails_parity(builds, tmp_path):
 LATENT_CACHE = ("attention.latent_cache=true",)
 
 
-@pytest.fixture(scope="module")
-def latent_packages(builds, tmp_path_factory):
-    done: dict[str, Path] = {}
-
-    def get(family: str) -> Path:
-        if family not in done:
-            out = tmp_path_factory.mktemp("latent") / family
-            done[family] = _package(builds.checkpoint(family), out, settings=LATENT_CACHE)
-        return done[family]
-
-    return get
-
-
 @pytest.mark.parametrize("family", FAMILIES)
-def test_latent_cache_matches_hf_and_generates_like_hf(builds, latent_packages, family):
+def test_latent_cache_matches_hf_and_generates_like_hf(builds, family):
     """Keys [RMSNorm(c) | k_rope] as one kv head of 32 + 8 = 40 (values = keys), kv_b absorbed into
     the query and the output: prompt and decode logits of 14- and 1-token prompts, greedy genai
-    tokens = HF generate, a right-padded batch."""
+    tokens = HF generate (a right-padded batch of it: the registry's "gqa_latent" form, tests/families.py)."""
     _registered(family, generation=True)
-    package, checkpoint = latent_packages(family), builds.checkpoint(family)
+    # mode gqa with LATENT_CACHE (tests/families.py MODE_SETTINGS), the build the registry's ragged batch reads
+    package, checkpoint = builds.package(family, "gqa_latent"), builds.checkpoint(family)
     decoder = json.loads((package / "genai_config.json").read_text())["model"]["decoder"]
     assert (decoder["head_size"], decoder["num_key_value_heads"]) == (40, 1)
     assert parity_error(package, checkpoint) < 1e-4  # measured 3.4e-6 (V2), 3.3e-6 (V3)
     assert parity_error(package, checkpoint, [0]) < 1e-4
-    # HF's tokens once per session (the registry's greedy check and the ragged test compare with the same)
+    # HF's tokens once per session (the registry's greedy check compares with the same)
     prompts = BY_NAME[family].prompts
     for prompt, want in zip(prompts, hf_generates_of(checkpoint, prompts, 40), strict=True):
         assert genai_greedy(package, list(prompt)) == want
-    got = genai_padded_batch_greedy(package, list(RAGGED), 5, 20)
-    assert got == hf_generates_of(checkpoint, RAGGED, 20)
 
 
 def genai_greedy(package: Path, prompt: list[int]) -> list[int]:

@@ -1,7 +1,7 @@
 """Mixtures of experts, what only they have: gpt-oss's attention sinks (GQA only) and its MXFP4
 checkpoints, inspect's account of the experts and the QMoE lint. The checks every MoE family gets
 (logits and greedy tokens against HF in its modes, int4/int8 QMoE packages, fp16 CUDA graphs) are
-its row in tests/families.py, run by tests/test_families.py."""
+its row in tests/families.py, run by tests/arch/test_families.py."""
 
 from __future__ import annotations
 

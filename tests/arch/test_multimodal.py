@@ -1,7 +1,7 @@
 """The text decoders of multimodal checkpoints (`…ForConditionalGeneration`), what only they
 have: Gemma-3's bidirectional image runs against HF's own token_type_ids mask and the package's
 account of what was exported. The checks every one gets (logits and greedy tokens against the HF
-class in every mode, int4 packages) are its row in tests/families.py, run by tests/test_families.py."""
+class in every mode, int4 packages) are its row in tests/families.py, run by tests/arch/test_families.py."""
 
 from __future__ import annotations
 

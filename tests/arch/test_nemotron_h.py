@@ -1,4 +1,4 @@
-"""Nemotron-H, what only it has among the hybrid decoders (tests/test_hybrid.py has the state checks
+"""Nemotron-H, what only it has among the hybrid decoders (tests/arch/test_hybrid.py has the state checks
 they share): each layer is one block behind one norm and residual, chosen by the config's pattern
 (a Mamba2 mixer, NoPE attention, a squared-ReLU MLP or a mixture of ungated squared-ReLU experts);
 HF floors Mamba2's dt at time_step_min in its chunked prompt form only; a pattern the weights do not

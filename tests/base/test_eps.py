@@ -1,7 +1,7 @@
 """The execution providers beyond CPU and CUDA (docs/eps.md): each package is built from its EP
 table record only. WebGPU, DirectML and TensorRT-RTX cannot run here, so their packages are checked
 for structure (ops, dtypes, the genai_config provider entry, the graph form the record asks for)
-and their graphs run on CPU against HF (QNN's static-shape packages: tests/test_qnn.py); the
+and their graphs run on CPU against HF (QNN's static-shape packages: tests/graph/test_qnn.py); the
 precision / mode pairs an EP cannot run are refused in one line; `inspect` flags an op or dtype
 the package's EP lacks. OpenVINO's own run is tests/compat/test_openvino.py.
 """
@@ -33,7 +33,7 @@ BUILT = [
     ("openvino", "fp32"), ("openvino", "fp16"), ("openvino", "int4"),
 ]  # fmt: skip
 REFUSED = [(ep.name, p) for ep in EPS.values() for p in ep.refused if ep.name not in ("cpu", "cuda")]
-FP16_BOUND = 3e-2  # relative to max |HF logit|, the fp16 CUDA graph's bound on CPU (tests/test_families.py)
+FP16_BOUND = 3e-2  # relative to max |HF logit|, the fp16 CUDA graph's bound on CPU (tests/arch/test_families.py)
 
 
 def _bound(precision: str, ref: np.ndarray) -> float:

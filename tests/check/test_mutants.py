@@ -4,8 +4,8 @@ package, must be flagged by the project's own checks. This is the proof that the
 Here: weight layouts (nibble order, scales, zero points, a transposed weight) against the
 independent dequantizer's bound, a dropped RoPE and a wrong window against HF parity and the
 `inspect` lints, and a broken int4 package against `eval`'s perplexity gate. Elsewhere, named
-`*mutant*` as well: KV-cache scales (tests/test_kv_quant.py), int4 perplexity
-(tests/test_evaluate.py), QMoE experts (tests/quant/), and pruned logits under the serving APIs
+`*mutant*` as well: KV-cache scales (tests/quant/test_kv_quant.py), int4 perplexity
+(tests/runtime/test_evaluate.py), QMoE experts (tests/quant/), and pruned logits under the serving APIs
 (tests/runtime/test_serving.py).
 """
 

@@ -254,7 +254,7 @@ def test_head_dim_gqa_cannot_take_falls_back_to_bias(checkpoints, tmp_path):
 def test_flags_without_effect_are_said(checkpoints, tmp_path):
     """#34 item 12: --text-only on a text checkpoint and --dequantize on one without bitsandbytes
     weights change nothing; each says so (stderr and --json's notes) instead of passing unsaid.
-    (A multimodal checkpoint's --text-only: tests/test_multimodal_commands.py, no such note.)"""
+    (A multimodal checkpoint's --text-only: tests/package/multimodal/test_multimodal_commands.py, no such note.)"""
     model = checkpoints.get("gqa")
     result = invoke("build", model, "-o", tmp_path / "pkg", "--text-only", "--dequantize", "--no-smoke", "--json")
     assert result.exit_code == 0, result.output

@@ -26,7 +26,8 @@ PRUNED = IoOptions(prune_lm_head=True)
 
 
 def _build(checkpoint, out, **kwargs):
-    """Text decoders: a multimodal checkpoint's full package is tests/test_multimodal_package.py's."""
+    """Text decoders: a multimodal checkpoint's full package is
+    tests/package/multimodal/test_multimodal_package.py's."""
     return build(BuildOptions(str(checkpoint), out, smoke=False, text_only=True, **kwargs))
 
 

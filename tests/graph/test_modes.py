@@ -2,7 +2,7 @@
 package's layout, bias's in-place scatter and growing cache, bidirectional prompt blocks equal to
 HF run with the equivalent 4D additive mask, rotary dims GQA's fused RoPE refuses. Each variant's
 greedy tokens in each mode against HF generate are rows of the family registry (tests/families.py
-LLAMA_MODES, tests/test_families.py); the packages are the registry's session builds."""
+LLAMA_MODES, tests/arch/test_families.py); the packages are the registry's session builds."""
 
 from __future__ import annotations
 

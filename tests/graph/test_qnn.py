@@ -177,7 +177,7 @@ def qnn_int4(qnn, tmp_path_factory) -> Path:
 
 def test_qnn_int4_is_qdq_and_fp16_runs_like_hf(qnn, qnn_int4, tmp_path):
     """int4: DequantizeLinear + MatMul (no MatMulNBits) with fp16 activations and cache. fp16: the
-    static graphs on CPU within the fp16 bound of the other structural EPs (tests/test_eps.py)."""
+    static graphs on CPU within the fp16 bound of the other structural EPs (tests/base/test_eps.py)."""
     checkpoint, _, model = qnn
     package = qnn_int4
     graph = onnx.load(str(package / "decode.onnx"), load_external_data=False).graph

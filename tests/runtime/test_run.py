@@ -1,6 +1,6 @@
 """The package's tokenizer encodes like HF's, generation stops at EOS, the smoke run reports its
 speed, a ragged batch equals HF per prompt. Each variant's greedy tokens against HF generate are
-rows of the family registry (tests/families.py, tests/test_families.py)."""
+rows of the family registry (tests/families.py, tests/arch/test_families.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _hf_tokenizer(path):
 def test_genai_tokenizer_encodes_like_hf(builds, variant):
     """The package's tokenizer: onnxruntime-genai 0.18's encode never adds BOS, and the text tokens
     must be HF's; with BOS they are the registry's TEXT_PROMPTS, whose greedy tokens the family
-    registry compares with HF generate (tests/test_families.py)."""
+    registry compares with HF generate (tests/arch/test_families.py)."""
     import onnxruntime_genai as og
 
     genai_tokenizer = og.Tokenizer(load(builds.package(variant), "cpu"))

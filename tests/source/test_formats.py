@@ -5,7 +5,7 @@ is the table's own rendering.
 Config-level checks run the real detection and refusal (source/prequantized.py) on each record's
 example and variants; the store-level check opens a one-linear checkpoint of each imported format
 (written here from the layouts of docs/prequantized.md §3) through source/imported.ImportedStore.
-The exact values each reader produces are proven against HF in tests/test_prequant_*.py.
+The exact values each reader produces are proven against HF in tests/source/test_prequant_*.py.
 """
 
 from __future__ import annotations

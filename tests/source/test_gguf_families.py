@@ -2,7 +2,7 @@
 
 Two checks per family, on tiny checkpoints written to GGUF the way llama.cpp's converter writes
 them (gguf_models.write_gguf; its output for llama is byte-identical to the converter's, and the
-converter's own files are compared in tests/test_gguf_llama_cpp.py where llama.cpp is installed):
+converter's own files are compared in tests/source/test_gguf_llama_cpp.py where llama.cpp is installed):
 - the F32 file's package equals the checkpoint it was written from (HF transformers on the
   safetensors) within the fp32 bound: the config read from the metadata, the tensor names and the
   transforms undone (Llama's q/k rows, Gemma's 1 + w norms) are right, whatever transformers' own

@@ -297,7 +297,7 @@ def test_packed_weights_stream_in_row_blocks(pairs, tmp_path, monkeypatch):
 
 
 def test_quantized_expert_stacks_are_refused(pairs, tmp_path):
-    """Per-expert quantized Linears are imported (tests/test_prequant_moe.py); a quantized tensor that is
+    """Per-expert quantized Linears are imported (tests/source/test_prequant_moe.py); a quantized tensor that is
     not a 2-D linear (a stacked [E, ...] expert tensor) is not: one line naming it."""
     import shutil
 

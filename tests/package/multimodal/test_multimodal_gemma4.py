@@ -3,7 +3,7 @@ gemma4_models.py form "full": patch 4, 3 x 3 pooling, 70 soft tokens at most, no
 as vision.onnx (axial-rotary ViT, position pooling, projector) + embedding.onnx + the gemma4
 decoder (inputs_embeds and input_ids), against the HF class: the vision features (and mutants of
 the tower), the decoder's logits, genai's processor + greedy generation = HF generate. The
-package files, `run --image` and the refusals are tests/test_multimodal_gemma4_commands.py's."""
+package files, `run --image` and the refusals are tests/package/multimodal/test_multimodal_gemma4_commands.py's."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Gemma-4 full packages, beside their numerics (tests/test_multimodal_gemma4.py): the package's
+"""Gemma-4 full packages, beside their numerics (test_multimodal_gemma4.py here): the package's
 genai_config and processor_config, `run --image`, the int4 and CUDA fp16 builds and the one-line
-refusals (docs/multimodal.md §13); a checkpoint with an audio tower is tests/test_multimodal_gemma4_audio.py's."""
+refusals (docs/multimodal.md §13); a checkpoint with an audio tower is test_multimodal_gemma4_audio.py's."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ against the HF class with images: the vision features, the decoder's logits with
 features (prompt and decode steps), genai's processor pixel_values and greedy generation through
 genai's MultiModalProcessor, text-only prompts and two images in one prompt. The fixtures
 (the gemma3_full checkpoint, its package, PNG images) are tests/conftest.py's; the commands and refusals are
-tests/test_multimodal_commands.py's."""
+tests/package/multimodal/test_multimodal_commands.py's."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ Qwen2.5-VL, deepstack-free Qwen3-VL, Qwen3.5 (DeltaNet state) and Qwen3.5-MoE ch
 (tests/qwen_vl_package.py KINDS) through onnxruntime-genai's MultiModalProcessor and greedy
 generation against HF generate with the same images; the M-RoPE and vision mutants; what is
 refused; `run --image`; an int4 decoder with an image. Qwen2.5-VL's pixels, window mutant and
-bias mode are tests/test_qwen_vl_package.py's."""
+bias mode are tests/package/multimodal/test_qwen_vl_package.py's."""
 
 from __future__ import annotations
 
