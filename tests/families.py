@@ -166,7 +166,7 @@ def classic_moe(name: str, **facts: Any) -> Family:
     """A Llama-shaped mixture of experts of tests/llama_like_models.py: every mode on logits, greedy
     tokens, int4 and int8 (QMoE) packages."""
     quantized = dict(quantized=("int4", "int8"), accuracy_level=0, int8_relative_l2=0.3)
-    return dense(name, generate_modes=("gqa",), experts="fused", **quantized, **facts)
+    return dense(name, **{"generate_modes": ("gqa",), "experts": "fused", **quantized, **facts})
 
 
 def gemma4(name: str, **facts: Any) -> Family:
@@ -250,6 +250,16 @@ FAMILIES: tuple[Family, ...] = (
     # non-gated squared-ReLU MLP with YaRN
     dense_family("seed_oss"),
     dense_family("arcee"),
+    # issue #39 item 3 (gqa_export/arch/derived_families.py): every mode on logits and greedy tokens, int4;
+    # marked from 5.x: the tiny configs are spelled for 5.x (EXAONE, InternLM3 and Solar-Open have no 4.x class)
+    dense_family("exaone", generate_modes=ALL_MODES, since_major=5),  # the hub's tensor names and config keys
+    dense_family("internlm3", generate_modes=ALL_MODES, since_major=5),
+    dense_family("helium", generate_modes=ALL_MODES, since_major=5),
+    dense_family("vaultgemma", generate_modes=ALL_MODES, gathered_tables=TIED, fp16_cuda=True, since_major=5),
+    dense_family("ministral", genai_type="mistral", generate_modes=ALL_MODES, since_major=5),
+    dense_family("glm", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5),
+    dense_family("cwm", generate_modes=ALL_MODES, since_major=5),
+    classic_moe("solar_open", generate_modes=ALL_MODES, since_major=5),
     # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
     # sigmoid choice with a selection bias (GLM-4-MoE)
     classic_moe("glm4_moe"),

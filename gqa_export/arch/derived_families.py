@@ -1,0 +1,57 @@
+"""Families whose layers are another family's with one or two mechanisms changed (issue #39 item 3),
+each read from its modeling code in transformers 5.24 and written as a `replace()` of the closest
+spec: what differs is named by what it does, never by the family.
+
+EXAONE-3.x and InternLM3 run transformers' LlamaForCausalLM under their own model_type; EXAONE's
+checkpoints keep their GPT-2-style tensor names (transformers renames them at load, and back at save).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gqa_export.arch.families import ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, LLAMA, MISTRAL
+from gqa_export.arch.spec import LayerNames
+
+# EXAONE-3.0/3.5: Llama's layers (llama3 RoPE, SwiGLU, RMSNorm) under transformer.wte / h.{i} / ln_f,
+# attention in attn.attention.{q,k,v,out}_proj and the MLP as c_fc_0 (gate), c_fc_1 (up), c_proj (down)
+EXAONE = replace(
+    LLAMA,
+    name="exaone",
+    embed="wte.weight",
+    final_norm="ln_f.weight",
+    layer_prefix="h.{i}.",
+    layer=LayerNames(
+        input_norm="ln_1",
+        post_attention_norm="ln_2",
+        q="attn.attention.q_proj",
+        k="attn.attention.k_proj",
+        v="attn.attention.v_proj",
+        o="attn.attention.out_proj",
+        gate="mlp.c_fc_0",
+        up="mlp.c_fc_1",
+        down="mlp.c_proj",
+    ),
+    decoder_prefixes=("transformer.",),
+)
+# InternLM3: LlamaForCausalLM; its qkv_bias / bias keys are Llama's attention_bias / mlp_bias (found
+# in the checkpoint)
+INTERNLM3 = replace(LLAMA, name="internlm3")
+# Helium: Llama's layers with GPT-J (interleaved) RoPE pairs, ERNIE-4.5's form
+HELIUM = replace(ERNIE4_5, name="helium")
+# VaultGemma: Gemma-2 (softcaps, query_pre_attn_scalar, (1 + w) norms, sqrt(hidden) embedding scale,
+# windows) with the post-attention and post-feedforward norms removed: pre-norm layers whose MLP
+# norm is pre_feedforward_layernorm
+VAULTGEMMA = replace(
+    GEMMA2, name="vaultgemma", norm_layout="pre", layer=LayerNames(post_attention_norm="pre_feedforward_layernorm")
+)
+# Ministral (8B) and CWM: Mistral's layers with a window per layer from layer_types
+MINISTRAL = replace(MISTRAL, name="ministral")
+CWM = replace(MISTRAL, name="cwm")
+# GLM (glm-4-9b, model_type glm): GLM-4's attention and fused gate_up with pre-norm layers (two norms)
+GLM = replace(GLM4, name="glm", norm_layout="pre", layer=LayerNames(gate_up="mlp.gate_up_proj"))
+# Solar-Open: GLM-4-MoE's grouped sigmoid routing and shared experts on every layer, Llama's
+# attention without q/k norms
+SOLAR_OPEN = replace(GLM4_MOE, name="solar_open", qk_norm=None, layer=LayerNames())
+
+DERIVED = (EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN)
