@@ -260,6 +260,7 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("glm", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5),
     dense_family("cwm", generate_modes=ALL_MODES, since_major=5),
     classic_moe("solar_open", generate_modes=ALL_MODES, since_major=5),
+    dense_family("nanochat", generate_modes=ALL_MODES, since_major=5),  # mutants: tests/arch/test_derived_mutants.py
     # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
     # sigmoid choice with a selection bias (GLM-4-MoE)
     classic_moe("glm4_moe"),

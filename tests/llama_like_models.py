@@ -201,5 +201,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         initializer_range=0.15,  # 0.2 and 0.25: one quantized smoke run ends at EOS, the other not
     ),
+    # NanoChat: weightless RMSNorms (the final one on the embeddings too), scaleless q/k norms after a
+    # reversed RoPE, squared-ReLU fc1 / fc2, a final logit softcap of 4 (the logits reach ~3)
+    "nanochat": dict(
+        head_dim=16,
+        hidden_act="relu2",
+        rms_norm_eps=1e-6,
+        final_logit_softcapping=4.0,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
 }
 FAMILIES = list(CONFIGS)

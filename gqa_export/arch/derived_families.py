@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, LLAMA, MISTRAL
+from gqa_export.arch.families import ARCEE, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, LLAMA, MISTRAL
 from gqa_export.arch.spec import LayerNames
 
 # EXAONE-3.0/3.5: Llama's layers (llama3 RoPE, SwiGLU, RMSNorm) under transformer.wte / h.{i} / ln_f,
@@ -54,4 +54,18 @@ GLM = replace(GLM4, name="glm", norm_layout="pre", layer=LayerNames(gate_up="mlp
 # attention without q/k norms
 SOLAR_OPEN = replace(GLM4_MOE, name="solar_open", qk_norm=None, layer=LayerNames())
 
-DERIVED = (EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN)
+# NanoChat: Arcee's non-gated squared-ReLU MLP (fc1 / fc2) in Llama layers whose every norm is an RMSNorm
+# without a weight, the final one also applied to the embeddings, scaleless q/k norms after a RoPE that
+# rotates by minus the angle, and Gemma-2's final logit softcap (NanoChatForCausalLM is Gemma-2's class)
+NANOCHAT = replace(
+    ARCEE,
+    name="nanochat",
+    norm="rms_free",
+    embedding_norm="norm.weight",  # the final norm's module (never read: the norm has no weight)
+    qk_norm="scaleless",
+    qk_norm_after_rope=True,
+    rope_reversed=True,
+    layer=LayerNames(up="mlp.fc1", down="mlp.fc2"),
+)
+
+DERIVED = (EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT)
