@@ -261,6 +261,13 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("cwm", generate_modes=ALL_MODES, since_major=5),
     classic_moe("solar_open", generate_modes=ALL_MODES, since_major=5),
     dense_family("nanochat", generate_modes=ALL_MODES, since_major=5),  # mutants: tests/arch/test_derived_mutants.py
+    # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
+    dense_family(
+        "gpt_bigcode", generate_modes=ALL_MODES, gathered_tables=frozenset({"transformer.wte.qweight"}), since_major=5
+    ),
+    dense("gpt_bigcode_mha", generate_modes=ALL_MODES, since_major=5),
+    dense_family("persimmon", generate_modes=ALL_MODES, smoke_meets_eos=frozenset({5}), since_major=5),
+    dense_family("biogpt", generate_modes=ALL_MODES, since_major=5),
     # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
     # sigmoid choice with a selection bias (GLM-4-MoE)
     classic_moe("glm4_moe"),

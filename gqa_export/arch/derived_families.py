@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gqa_export.arch.classic_families import GPT2, GPT_NEOX, OPT
 from gqa_export.arch.families import ARCEE, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, LLAMA, MISTRAL
-from gqa_export.arch.spec import LayerNames
+from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, LayerNames, Refusal, config_keys
 
 # EXAONE-3.0/3.5: Llama's layers (llama3 RoPE, SwiGLU, RMSNorm) under transformer.wte / h.{i} / ln_f,
 # attention in attn.attention.{q,k,v,out}_proj and the MLP as c_fc_0 (gate), c_fc_1 (up), c_proj (down)
@@ -68,4 +69,71 @@ NANOCHAT = replace(
     layer=LayerNames(up="mlp.fc1", down="mlp.fc2"),
 )
 
-DERIVED = (EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT)
+# GPT-BigCode (StarCoder, SantaCoder): GPT-2's layout (learned positions, LayerNorms with biases, tanh
+# GELU, tied) with nn.Linear weights, c_attn fused [q | k | v] with one kv head when multi_query (the
+# grouped layout with one group), per head [q k v] without it
+GPT_BIGCODE = replace(
+    GPT2, name="gpt_bigcode", linear_layout="out_in", qkv_layout="grouped", kv_heads_rule="multi_query_flags"
+)
+# Persimmon: GPT-NeoX's per-head fused query_key_value in sequential pre-norm LayerNorm layers, q/k
+# LayerNorms over head_dim (qk_layernorm, one [D] weight and bias shared by the heads) before a
+# partial rotate-half RoPE, a squared-ReLU MLP, an untied lm_head
+PERSIMMON = replace(
+    GPT_NEOX,
+    name="persimmon",
+    embed="embed_tokens.weight",
+    final_norm="final_layernorm.weight",
+    activations=("relu2",),
+    parallel_key=None,
+    qk_norm="head",
+    layer=LayerNames(
+        qkv="self_attn.query_key_value",
+        o="self_attn.dense",
+        up="mlp.dense_h_to_4h",
+        down="mlp.dense_4h_to_h",
+        q_norm="self_attn.q_layernorm",
+        k_norm="self_attn.k_layernorm",
+    ),
+    decoder_prefixes=DECODER_PREFIXES,
+    lm_head_names=LM_HEAD_NAMES,
+)
+# BioGPT: OPT's learned positions (offset 2, counted from the attention mask) and pre-norm LayerNorm
+# layers (nn.LayerNorm's eps 1e-5 whatever layer_norm_eps says) under biogpt., token embeddings scaled by
+# sqrt(hidden) (scale_embedding), hidden_act, a final layer_norm, output_projection as the lm_head
+BIOGPT = replace(
+    OPT,
+    name="biogpt",
+    final_norm="layer_norm.weight",
+    layer=LayerNames(
+        input_norm="self_attn_layer_norm",
+        post_attention_norm="final_layer_norm",
+        o="self_attn.out_proj",
+        up="fc1",
+        down="fc2",
+    ),
+    activations=("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"),
+    embedding_scale="sqrt_hidden",
+    config_keys=config_keys(),
+    decoder_prefixes=("biogpt.",),
+    lm_head_names=("output_projection.weight",),
+    refusals=(
+        Refusal(
+            "scale_embedding", "BioGPT without scale_embedding (unscaled token embeddings) is not supported", (False,)
+        ),
+    ),
+)
+
+DERIVED = (
+    EXAONE,
+    INTERNLM3,
+    HELIUM,
+    VAULTGEMMA,
+    MINISTRAL,
+    CWM,
+    GLM,
+    SOLAR_OPEN,
+    NANOCHAT,
+    GPT_BIGCODE,
+    PERSIMMON,
+    BIOGPT,
+)

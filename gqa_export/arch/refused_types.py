@@ -23,7 +23,6 @@ REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
     "afmoe": "Arcee Trinity's MoE (AfMoE) has no spec yet",
     "bamba": "Bamba's Mamba2 + attention hybrid has no spec yet (Granite-4.0-H's Mamba2 graph could serve)",
-    "biogpt": "BioGPT (learned positions offset by 2, embeddings scaled by sqrt(hidden)) has no spec yet",
     "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
     "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
     "cohere2_moe": "Cohere2's MoE variant has no spec yet",
@@ -35,7 +34,6 @@ REFUSED: dict[str, str] = {
     "would carry recurrent state only (docs/coverage.md)",
     "flex_olmo": "FlexOlmo's MoE has no spec yet",
     "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",
-    "gpt_bigcode": "GPT-BigCode (StarCoder/SantaCoder: multi-query fused c_attn, learned positions) has no spec yet",
     "gpt_neo": "GPT-Neo's local-attention layers with unscaled scores have no spec yet",
     "granitemoeshared": "GraniteMoE with a shared expert has no spec yet",
     "jetmoe": "JetMoE's mixture of attention heads (routed q/o projections) has no spec yet",
@@ -50,7 +48,6 @@ REFUSED: dict[str, str] = {
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "minimax_m2": "MiniMax-M2's MoE has no spec yet",
     "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",
-    "persimmon": "Persimmon (squared-ReLU MLP, per-head q/k LayerNorms, partial RoPE, fused qkv) has no spec yet",
     "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
     "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
     "token-shift state have no spec (docs/coverage.md)",
