@@ -268,6 +268,10 @@ FAMILIES: tuple[Family, ...] = (
     dense("gpt_bigcode_mha", generate_modes=ALL_MODES, since_major=5),
     dense_family("persimmon", generate_modes=ALL_MODES, smoke_meets_eos=frozenset({5}), since_major=5),
     dense_family("biogpt", generate_modes=ALL_MODES, since_major=5),
+    dense_family(
+        "gpt_neo", generate_modes=ALL_MODES, gathered_tables=frozenset({"transformer.wte.qweight"}), since_major=5
+    ),
+    dense_family("xglm", generate_modes=ALL_MODES, gathered_tables=TIED, since_major=5),
     # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
     # sigmoid choice with a selection bias (GLM-4-MoE)
     classic_moe("glm4_moe"),

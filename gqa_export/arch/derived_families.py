@@ -9,10 +9,18 @@ checkpoints keep their GPT-2-style tensor names (transformers renames them at lo
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from gqa_export.arch.classic_families import GPT2, GPT_NEOX, OPT
 from gqa_export.arch.families import ARCEE, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, LLAMA, MISTRAL
-from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, LayerNames, Refusal, config_keys
+from gqa_export.arch.spec import (
+    DECODER_PREFIXES,
+    LM_HEAD_NAMES,
+    AbsolutePositions,
+    LayerNames,
+    Refusal,
+    config_keys,
+)
 
 # EXAONE-3.0/3.5: Llama's layers (llama3 RoPE, SwiGLU, RMSNorm) under transformer.wte / h.{i} / ln_f,
 # attention in attn.attention.{q,k,v,out}_proj and the MLP as c_fc_0 (gate), c_fc_1 (up), c_proj (down)
@@ -123,17 +131,50 @@ BIOGPT = replace(
     ),
 )
 
-DERIVED = (
-    EXAONE,
-    INTERNLM3,
-    HELIUM,
-    VAULTGEMMA,
-    MINISTRAL,
-    CWM,
-    GLM,
-    SOLAR_OPEN,
-    NANOCHAT,
-    GPT_BIGCODE,
-    PERSIMMON,
-    BIOGPT,
+# GPT-Neo: GPT-2's layout with nn.Linear q/k/v (no bias) and out_proj under attn.attention., unscaled
+# scores, and local layers (attention_layers "local") that see the last window_size keys
+GPT_NEO = replace(
+    GPT2,
+    name="gpt_neo",
+    linear_layout="out_in",
+    unit_attention_scale=True,
+    layer=LayerNames(
+        input_norm="ln_1",
+        post_attention_norm="ln_2",
+        q="attn.attention.q_proj",
+        k="attn.attention.k_proj",
+        v="attn.attention.v_proj",
+        o="attn.attention.out_proj",
+        up="mlp.c_fc",
+        down="mlp.c_proj",
+    ),
+    config_keys=config_keys(
+        activation="activation_function",
+        norm_eps="layer_norm_epsilon",
+        layer_types="attention_layers",
+        sliding_window="window_size",
+    ),
+    layer_type_names=MappingProxyType({"local": "sliding_attention", "global": "full_attention"}),
+    refusals=(),
 )
+
+# XGLM: BioGPT's layers and scaled embeddings under model. with fairseq's sinusoidal positions (offset
+# 2, computed at export: a non-persistent buffer), activation_function, ffn_dim, a tied lm_head
+XGLM = replace(
+    BIOGPT,
+    name="xglm",
+    positions=AbsolutePositions("embed_positions.weights", offset=2, sinusoidal=True),
+    config_keys=config_keys(activation="activation_function", intermediate_size="ffn_dim"),
+    decoder_prefixes=DECODER_PREFIXES,
+    lm_head_names=LM_HEAD_NAMES,
+    refusals=(
+        Refusal(
+            "scale_embedding", "XGLM without scale_embedding (unscaled token embeddings) is not supported", (False,)
+        ),
+    ),
+)
+
+DERIVED = (
+    EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
+    GPT_NEO, XGLM,
+)  # fmt: skip

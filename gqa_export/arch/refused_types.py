@@ -34,7 +34,6 @@ REFUSED: dict[str, str] = {
     "would carry recurrent state only (docs/coverage.md)",
     "flex_olmo": "FlexOlmo's MoE has no spec yet",
     "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",
-    "gpt_neo": "GPT-Neo's local-attention layers with unscaled scores have no spec yet",
     "granitemoeshared": "GraniteMoE with a shared expert has no spec yet",
     "jetmoe": "JetMoE's mixture of attention heads (routed q/o projections) has no spec yet",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
@@ -53,7 +52,6 @@ REFUSED: dict[str, str] = {
     "token-shift state have no spec (docs/coverage.md)",
     "sarvam_mla": "Sarvam's latent attention has no spec yet",
     "sarvam_moe": "Sarvam's MoE has no spec yet",
-    "xglm": "XGLM (sinusoidal positions offset by 2, scaled embeddings) has no spec yet",
     "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
     "(docs/coverage.md)",
     "zamba": "Zamba's shared attention block reused across Mamba layers has no spec yet",

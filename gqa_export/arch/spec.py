@@ -215,6 +215,9 @@ class AbsolutePositions:
 
     table: str
     offset: int = 0
+    # computed at export instead of read: fairseq's sinusoids ([sin | cos] halves, the pad id's row
+    # zero), as XGLM's non-persistent buffer holds them (`table` then names no checkpoint tensor)
+    sinusoidal: bool = False
 
 
 QK_NORM_LAYERS = ("all", "rope")
@@ -349,6 +352,8 @@ class ArchSpec:
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # a config's own layer-type values -> transformers' (GPT-Neo's "local" is "sliding_attention")
+    layer_type_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     positions: AbsolutePositions | None = None  # learned absolute position embeddings (GPT-2, OPT)
     linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
     # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)

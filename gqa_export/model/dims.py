@@ -280,6 +280,8 @@ def _layers(
     n = int(config.num_hidden_layers)
     window = int(opt("sliding_window", 0) or 0)
     types = opt("layer_types")
+    if types and spec.layer_type_names:  # a family's own spellings of the layer types (GPT-Neo)
+        types = [spec.layer_type_names.get(t, t) for t in types]
     no_rope = opt("no_rope_layers")  # SmolLM3: 1 = this layer uses RoPE, 0 = NoPE
     shared = int(opt("num_kv_shared_layers", 0) or 0)
     k_eq_v = bool(opt("attention_k_eq_v", False))
