@@ -254,6 +254,7 @@ FAMILIES: tuple[Family, ...] = (
     # marked from 5.x: the tiny configs are spelled for 5.x (EXAONE, InternLM3 and Solar-Open have no 4.x class)
     dense_family("exaone", generate_modes=ALL_MODES, since_major=5),  # the hub's tensor names and config keys
     dense_family("internlm3", generate_modes=ALL_MODES, since_major=5),
+    dense_family("iquestcoder", generate_modes=ALL_MODES, since_major=5),
     dense_family("helium", generate_modes=ALL_MODES, since_major=5),
     dense_family("vaultgemma", generate_modes=ALL_MODES, gathered_tables=TIED, fp16_cuda=True, since_major=5),
     dense_family("ministral", genai_type="mistral", generate_modes=ALL_MODES, since_major=5),

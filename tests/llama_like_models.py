@@ -211,5 +211,12 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
+    # IQuest-Coder: LlamaForCausalLM under its own model_type, head_dim 32 (decoupled from hidden / heads)
+    "iquestcoder": dict(
+        head_dim=32,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    ),
 }
 FAMILIES = list(CONFIGS)

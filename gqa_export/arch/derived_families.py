@@ -46,6 +46,8 @@ EXAONE = replace(
 # InternLM3: LlamaForCausalLM; its qkv_bias / bias keys are Llama's attention_bias / mlp_bias (found
 # in the checkpoint)
 INTERNLM3 = replace(LLAMA, name="internlm3")
+# IQuest-Coder: LlamaForCausalLM under its own model_type (its config refuses clip_qkv and sliding windows)
+IQUESTCODER = replace(LLAMA, name="iquestcoder")
 # Helium: Llama's layers with GPT-J (interleaved) RoPE pairs, ERNIE-4.5's form
 HELIUM = replace(ERNIE4_5, name="helium")
 # VaultGemma: Gemma-2 (softcaps, query_pre_attn_scalar, (1 + w) norms, sqrt(hidden) embedding scale,
@@ -176,5 +178,5 @@ XGLM = replace(
 
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM,
+    GPT_NEO, XGLM, IQUESTCODER,
 )  # fmt: skip
