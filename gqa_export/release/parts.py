@@ -42,12 +42,13 @@ from gqa_export.runtime.verify import PART, listed_problems
 from gqa_export.source.fetch import Source
 
 PART_FORMAT = "gqa-export-release-part/1"
-SEPARATOR = "__"  # a variant's path as one folder or CI artifact name: cuda/cuda-fp16 -> cuda__cuda-fp16
+SEPARATOR = "__"  # a variant's path as one folder or CI artifact name: cuda/cuda-fp16 -> part-cuda__cuda-fp16
 
 
 def part_name(path: str) -> str:
-    """A variant's path as a folder or artifact name (GitHub artifact names cannot hold '/')."""
-    return path.replace("/", SEPARATOR)
+    """A variant's part as a folder or artifact name (GitHub artifact names cannot hold '/'): the
+    workflow uploads each part under it, so the assemble job's parts/ is the folder `--resume` fills."""
+    return "part-" + path.replace("/", SEPARATOR)
 
 
 def select(spec: ReleaseSpec, names: Sequence[str]) -> tuple[Variant, ...]:

@@ -2,11 +2,12 @@
 
 A variant counts as done when a part in PARTS holds it and that part verifies: sealed part.json,
 made from this spec by this gqa-export, from the same source (commit or content hash), every file
-as listed and nothing else. Every other variant is exported into its own part, `PARTS/<path with
-/ as __>` (the name `release --list` gives as `artifact`), one after another from one fetch; a part
-of ours that is there and does not verify is replaced, anything else there is refused. A job killed
-mid-way leaves only its staging folder, which the next run removes (package/swap.py), so rerunning
-the same command exports the variants that did not finish and nothing else.
+as listed and nothing else. Every other variant is exported into its own part, `PARTS/part-<path
+with / as __>` (the `artifact` name `release --list` gives, which the workflow uploads it under),
+one after another from one fetch; a part of ours that is there and does not verify is replaced,
+anything else there is refused. A job killed mid-way leaves only its staging folder, which the
+next run removes (package/swap.py), so rerunning the same command exports the variants that did
+not finish and nothing else.
 """
 
 from __future__ import annotations

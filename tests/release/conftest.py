@@ -137,8 +137,9 @@ def matrix_run(spec: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str
         log, _ = process.communicate()
         assert process.returncode == 0, f"part {artifact} failed:\n{log[-3000:]}"
     assemble = root / "assemble"
-    for artifact in jobs:  # upload-artifact `part-<artifact>` of part/, download-artifact pattern part-* into parts/
-        shutil.copytree(root / "jobs" / artifact / "part", assemble / "parts" / f"part-{artifact}")
+    for artifact in jobs:  # upload-artifact of part/ as `artifact`, download-artifact pattern part-* into parts/
+        assert artifact.startswith("part-")
+        shutil.copytree(root / "jobs" / artifact / "part", assemble / "parts" / artifact)
     flow.run("assemble", "assemble", assemble)
     verified = flow.run("assemble", "verify", assemble)
     return {"matrix": matrix, "parts": assemble / "parts", "release": assemble / "release", "verify": verified,

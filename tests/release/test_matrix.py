@@ -38,7 +38,7 @@ def test_each_job_made_a_part_of_its_variant(matrix_run):
         record, problems = sealed_problems(part / "part.json")
         assert record is not None and not problems
         (variant,) = record["variants"]
-        assert part.name == "part-" + variant["path"].replace("/", "__")
+        assert part.name == "part-" + variant["path"].replace("/", "__")  # the artifact --list named
         assert record["pin"]["content_sha256"] and record["pin"]["files"] > 3  # a local source: its content
         assert variant["eval"] is None and set(record["scores"]) == {variant["path"]}  # compared when assembled
         assert sorted(p.name for p in part.iterdir()) == [variant["path"].split("/")[0], "part.json"]
@@ -101,7 +101,7 @@ def test_workflow_wires_list_to_parts_to_assemble():
     assert jobs["part"]["runs-on"] == "${{ matrix.runner }}"
     upload = next(s for s in jobs["part"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
     download = next(s for s in jobs["assemble"]["steps"] if str(s.get("uses", "")).startswith("actions/download"))
-    assert upload["with"]["name"] == "part-${{ matrix.artifact }}" and upload["with"]["path"] == "part/"
+    assert upload["with"]["name"] == "${{ matrix.artifact }}" and upload["with"]["path"] == "part/"
     assert download["with"] == {"pattern": "part-*", "path": "parts"}
     assert "parts/*" in next(s for s in jobs["assemble"]["steps"] if s.get("id") == "assemble")["run"]
 
