@@ -2,7 +2,8 @@
 
 `--overwrite` replaces an existing `-o` only when it is an empty folder, a package this tool wrote
 (a `manifest.json` whose `tool` is gqa-export, and nothing in the folder that the manifest does
-not list) or a release it wrote (`release.json` likewise, with every variant's files). Anything
+not list) or a release it wrote (`release.json` likewise, with every variant's files; a part of a
+release, `part.json`, the same way). Anything
 else — a model folder, a documents folder, a repository, a package with a user's notes added — is
 refused before any work, so a wrong `-o` can never delete a user's files. `-o` must also stay
 clear of the inputs (the source, the input package, the release spec's folder) and of the current

@@ -43,7 +43,7 @@ def verify(path: Path, smoke: bool = False) -> dict[str, Any]:
     elif (path / MANIFEST).is_file():
         problems, folders, kind = [], [""], "package"
     else:
-        raise InputError(f"{path} holds neither {MANIFEST} (a package) nor {RELEASE} (a release)")
+        raise InputError(f"{path} holds no {MANIFEST} (a package), {RELEASE} (a release) or {PART} (a part of one)")
     packages = [_verify_package(path, rel, smoke, hashes) for rel in folders]
     problems = _attributed(problems, packages)
     failed = problems or any(p["problems"] or p["errors"] for p in packages)

@@ -44,6 +44,17 @@ def test_each_job_made_a_part_of_its_variant(matrix_run):
         assert sorted(p.name for p in part.iterdir()) == [variant["path"].split("/")[0], "part.json"]
 
 
+def test_verify_checks_a_part(matrix_run, tmp_path):
+    part = matrix_run["parts"] / ("part-" + FOLDERS[2].replace("/", "__"))
+    result = invoke("verify", part)
+    assert result.exit_code == 0 and f"ok: part {part} (1 package)" in result.output, result.output
+    copy = tmp_path / "part"
+    shutil.copytree(part, copy)
+    (copy / "notes.txt").write_text("x")
+    result = invoke("verify", copy)
+    assert result.exit_code == 1 and "notes.txt: not listed (an extra file)" in result.output
+
+
 def test_list_is_a_matrix_with_runner_labels(matrix_run):
     include = matrix_run["matrix"]["include"]
     assert [e["variant"] for e in include] == FOLDERS
