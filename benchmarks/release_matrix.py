@@ -95,6 +95,8 @@ def main() -> None:
             for group, part in zip(groups, parts, strict=True)
         ]
         parallel = timed(part_commands)
+        # each part alone, as on a runner of its own: the matrix's critical path is the slowest
+        alone = [timed([[*cmd[:-2], str(work / "alone" / f"p{i}"), "-q"]]) for i, cmd in enumerate(part_commands)]
         assemble = timed([[*CLI, "release", "assemble", str(spec), *map(str, parts), "-o", str(work / "two"), "-q"]])
         verify = subprocess.run([*CLI, "verify", str(work / "two")], env=ENV, capture_output=True, text=True)
         load_after = os.getloadavg()
@@ -113,10 +115,16 @@ def main() -> None:
         f"| one machine: `release SPEC -o one` (6 variants) | {one:.1f} s |",
         f"| {args.jobs} parts in parallel (`--variant` x2 each) | {parallel:.1f} s |",
         f"| `release assemble` (hash every part's files, link, write the root) | {assemble:.1f} s |",
-        f"| **matrix total** | **{matrix:.1f} s** |",
+        f"| **matrix total, parts sharing this machine** | **{matrix:.1f} s** |",
+        *(
+            f"| part p{i} alone ({', '.join(g)}) | {t:.1f} s |"
+            for i, (g, t) in enumerate(zip(groups, alone, strict=True))
+        ),
+        f"| **matrix on one runner per part: slowest part + assemble** | **{max(alone) + assemble:.1f} s** |",
         "",
-        f"- matrix / one machine: {matrix / one:.2f}x; assemble's share of the matrix: {assemble / matrix:.1%}; "
-        f"release size {size / 2**20:.0f} MiB",
+        f"- sharing this machine: matrix / one machine {matrix / one:.2f}x, assemble's share {assemble / matrix:.1%}; "
+        f"one runner per part: {(max(alone) + assemble) / one:.2f}x of one machine, assemble's share "
+        f"{assemble / (max(alone) + assemble):.1%}; release size {size / 2**20:.0f} MiB",
         f"- assembled release byte-identical to the one-machine release: {identical}; "
         f"verify: {'ok' if verify.returncode == 0 else 'FAILED'}",
         f"- each part's content hash of the local source (sha256 of every file): {pin:.2f} s",

@@ -109,7 +109,12 @@ class Workflow:
 
 @pytest.fixture(scope="session")
 def spec(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_spec(tmp_path_factory.mktemp("spec"))
+    """The 4-variant spec over the trained tiny checkpoint, given a LICENSE file (copied to the
+    release root, and so to every part: assembling needs no source)."""
+    folder = tmp_path_factory.mktemp("spec")
+    shutil.copytree(TRAINED, folder / "model")
+    (folder / "model" / "LICENSE").write_text("Apache License, Version 2.0 (the tiny test checkpoint's)\n")
+    return write_spec(folder, source=str(folder / "model"))
 
 
 @pytest.fixture(scope="session")

@@ -141,16 +141,16 @@ def test_output_inside_a_part(spec, parts):
 def twin_sources(tmp_path_factory) -> dict[str, Path]:
     """Two spec folders with the same spec bytes (a relative source); the second's checkpoint holds
     one more file. Variants: fp32, and int4 with a gate no quantization meets (checked across parts)."""
-    variants = [
-        {"ep": "cpu", "precision": "fp32"},
-        {"ep": "cpu", "precision": "int4", "gate": {"max_ppl_increase": 1e-6}},
-    ]
+    # fp32's max_length 96 sets every part's eval window (no eval.window): the int4 part, which
+    # does not hold it, must score over the same window or the parts disagree
+    fp32 = {"ep": "cpu", "precision": "fp32", "max_length": 96}
+    variants = [fp32, {"ep": "cpu", "precision": "int4", "gate": {"max_ppl_increase": 1e-6}}]
     specs = {}
     for name in ("a", "b"):
         folder = tmp_path_factory.mktemp(name)
         shutil.copytree(TRAINED, folder / "model")
         shutil.copyfile(EVAL_TEXT, folder / "eval.txt")
-        specs[name] = write_spec(folder, variants, source="model", eval={"text": "eval.txt", "window": 128})
+        specs[name] = write_spec(folder, variants, source="model", eval={"text": "eval.txt"})
     (specs["b"].parent / "model" / "NOTES.md").write_text("a file the other checkpoint lacks\n")
     assert specs["a"].read_bytes() == specs["b"].read_bytes()
     return specs
@@ -162,6 +162,8 @@ def test_a_gate_missed_across_parts_fails_the_assembly(twin_sources, tmp_path):
     for i, folder in enumerate(("cpu_and_mobile/cpu-fp32", "cpu_and_mobile/cpu-int4-rtn-block-32-acc-level-4")):
         result = invoke("release", spec, "--variant", folder, "-o", tmp_path / f"p{i}", "-q")
         assert result.exit_code == 0, result.output
+    window = [json.loads((tmp_path / p / "part.json").read_text())["eval"]["window"] for p in ("p0", "p1")]
+    assert window == [96, 96]  # the int4 part scored over the window fp32's max_length sets
     out = tmp_path / "release"
     line = refused(
         invoke("release", "assemble", spec, tmp_path / "p0", tmp_path / "p1", "-o", out), "exceeds its gate", out, 1

@@ -23,6 +23,7 @@ def test_matrix_release_is_the_one_machine_release(one_machine, matrix_run):
     assert sorted(ours) == sorted(theirs)
     assert [name for name in ours if ours[name] != theirs[name]] == []
     assert "ok: release" in matrix_run["verify"]
+    assert (assembled / "LICENSE").read_bytes() == (one_machine / "LICENSE").read_bytes()  # from a part
     document, problems = sealed_problems(assembled / "release.json")
     assert document is not None and not problems
     assert [v["path"] for v in document["variants"]] == FOLDERS
@@ -41,7 +42,7 @@ def test_each_job_made_a_part_of_its_variant(matrix_run):
         assert part.name == "part-" + variant["path"].replace("/", "__")  # the artifact --list named
         assert record["pin"]["content_sha256"] and record["pin"]["files"] > 3  # a local source: its content
         assert variant["eval"] is None and set(record["scores"]) == {variant["path"]}  # compared when assembled
-        assert sorted(p.name for p in part.iterdir()) == [variant["path"].split("/")[0], "part.json"]
+        assert sorted(p.name for p in part.iterdir()) == ["LICENSE", variant["path"].split("/")[0], "part.json"]
 
 
 def test_verify_checks_a_part(matrix_run, tmp_path):
