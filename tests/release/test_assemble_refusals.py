@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import EVAL_TEXT, FOLDERS, TRAINED, invoke, write_spec
+from parts_harness import EVAL_TEXT, FOLDERS, TRAINED, invoke, write_spec
 
 from gqa_export.package.manifest import write_sealed
 

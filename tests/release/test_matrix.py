@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import FOLDERS, WORKFLOW, files, invoke
+from parts_harness import FOLDERS, WORKFLOW, files, invoke
 
 from gqa_export.package.manifest import sealed_problems
 
@@ -73,7 +73,7 @@ def test_list_refuses_a_bad_runner_and_an_output(spec, tmp_path):
 
 def test_list_pins_a_hub_revision_once(tmp_path, monkeypatch):
     """A Hub source's branch is resolved to its commit, given to every entry; a commit is kept."""
-    from conftest import write_spec
+    from parts_harness import write_spec
 
     from gqa_export.release import load_spec
     from gqa_export.release import matrix as matrix_module

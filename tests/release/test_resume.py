@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import FOLDERS, cli_env, files, invoke
+from parts_harness import FOLDERS, cli_env, files, invoke
 
 
 def slot(folder: str) -> str:
