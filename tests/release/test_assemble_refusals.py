@@ -132,6 +132,13 @@ def test_parts_that_disagree(spec, parts, tmp_path, change, message):
     assert f"part {parts[2]}" in line and str(parts[0]) in line
 
 
+def test_a_variant_the_spec_does_not_list(spec, parts, tmp_path):
+    resealed(parts[3], lambda r: r["variants"][0].update(path="cuda/cuda-int4-rtn-block-64"))
+    out = tmp_path / "release"
+    line = refused(invoke("release", "assemble", spec, *parts, "-o", out), "which release.yaml does not list", out)
+    assert f"part {parts[3]} holds variant cuda/cuda-int4-rtn-block-64" in line
+
+
 def test_output_inside_a_part(spec, parts):
     out = parts[0] / "release"
     refused(invoke("release", "assemble", spec, *parts, "-o", out), "is inside the part", out)
