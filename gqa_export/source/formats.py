@@ -12,10 +12,12 @@ is one record here plus its reader (docs/architecture.md §3.2, docs/prequantize
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from pathlib import Path
+from types import MappingProxyType, ModuleType
 from typing import Any, Protocol
 
 import numpy as np
@@ -84,6 +86,39 @@ class Reader:
 
 
 @dataclass(frozen=True)
+class FileReader:
+    """A checkpoint *file* format (GGUF): the file itself is the checkpoint, recognized by its name
+    or its first bytes rather than by a quantization_config, and read by a source package of its
+    own. The package (imported on use, so its dependencies load only for such a file) offers
+    `in_folder(folder, name)` (the file a folder or a Hub download stands for), `materialize(path,
+    beside)` (the config/tokenizer folder its metadata means, and the origin a Source keeps),
+    `open_store(path, raw_config)` (its tensors under their HF names) and `remove_made(folder)`."""
+
+    suffixes: tuple[str, ...]  # lower case, with the dot
+    magic: bytes  # the first bytes of every such file
+    package: str  # the module that reads it
+
+    def matches(self, path: Path) -> bool:
+        """A file named with one of the suffixes, or any file that starts with the magic."""
+        if not path.is_file():
+            return False
+        if path.suffix.lower() in self.suffixes:
+            return True
+        try:
+            with path.open("rb") as f:
+                return f.read(len(self.magic)) == self.magic
+        except OSError:
+            return False
+
+    def in_folder(self, folder: Path) -> bool:
+        """Whether a folder holds files of this format (by name)."""
+        return any(any(folder.glob(f"*{suffix}")) for suffix in self.suffixes)
+
+    def module(self) -> ModuleType:
+        return importlib.import_module(self.package)
+
+
+@dataclass(frozen=True)
 class SourceFormat:
     name: str  # as the docs and the format's users say it (unique)
     methods: tuple[str, ...] = ()  # quantization_config `quant_method` values (compared in lower case)
@@ -102,6 +137,7 @@ class SourceFormat:
     example: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # a config it reads
     refuses: tuple[Refusal, ...] = ()
     docs: str = ""
+    file: FileReader | None = None  # a checkpoint file format: how a MODEL path is recognized and read
 
     @property
     def reported(self) -> str:
@@ -365,14 +401,19 @@ REFUSED = (
       ("HIGGS", "higgs"), ("SpQR", "spqr"), ("FP-Quant", "fp_quant"))),
     _refused("HQQ", "hqq", tensors=(TensorMark(".W_q", "HQQ (W_q tensors)"),)),
     _refused("ModelOpt", "modelopt", keys=("quant_algo",)),
-    # transformers' name for a model loaded from a GGUF file. GGUF files themselves are a checkpoint
-    # format, not a quantization_config: their reader (source/gguf/) detects them by file suffix and
-    # registers here as a record with that reader
-    _refused("GGUF", "gguf"),
+)  # fmt: skip
+# llama.cpp's files: the file is the checkpoint (`file`), read by source/gguf/ with its integer
+# blocks kept (docs/gguf.md). A config.json declaring `quant_method: gguf` (transformers' name for
+# a model it loaded from such a file and saved) holds no GGUF tensors: refused like any format
+# this tool does not import.
+GGUF = SourceFormat(
+    "GGUF", methods=("gguf",), read_in="source/gguf/", docs="docs/prequantized.md §1",
+    file=FileReader((".gguf",), b"GGUF", "gqa_export.source.gguf"),
 )  # fmt: skip
 FORMATS: tuple[SourceFormat, ...] = (
-    GPTQ, AWQ, COMPRESSED_TENSORS_INT, COMPRESSED_TENSORS_FLOAT, QUARK, FP8, BITSANDBYTES, MXFP4, *REFUSED
+    GPTQ, AWQ, COMPRESSED_TENSORS_INT, COMPRESSED_TENSORS_FLOAT, QUARK, FP8, BITSANDBYTES, MXFP4, *REFUSED, GGUF
 )  # fmt: skip
+FILE_FORMATS: tuple[SourceFormat, ...] = tuple(f for f in FORMATS if f.file is not None)
 
 
 def _marks() -> tuple[TensorMark, ...]:
@@ -396,6 +437,16 @@ def declared(qc: QuantizationConfig) -> SourceFormat | None:
         return next((f for f in FORMATS if any(qc.get(key) for key in f.keys)), None)
     method = str(method).lower()
     return next((f for f in FORMATS if method in f.methods and f.variant(qc)), None)
+
+
+def file_format(path: Path) -> SourceFormat | None:
+    """The checkpoint file format a MODEL file is (GGUF), or None."""
+    return next((f for f in FILE_FORMATS if f.file is not None and f.file.matches(path)), None)
+
+
+def folder_file_format(folder: Path) -> SourceFormat | None:
+    """The checkpoint file format whose files a folder holds, or None."""
+    return next((f for f in FILE_FORMATS if f.file is not None and f.file.in_folder(folder)), None)
 
 
 def reported_as(source_format: str) -> list[SourceFormat]:
