@@ -26,7 +26,9 @@ NORM_PLUS_ONE = {"gemma2", "gemma3", "nemotron"}  # llama.cpp stores these norms
 NO_LM_HEAD = {"gemma2"}  # llama.cpp's converter skips a stored lm_head (the embedding is tied)
 
 
-EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(\w+)\.weight$")
+EXPERT = re.compile(r"^(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight$")
+GROUPED_QKV = {"bloom", "falcon"}  # the converter regroups the fused qkv rows: all q, then k, then v
+TRANSPOSED = {"gpt2"}  # the converter transposes Conv1D weights [in, out] to [out, in]
 
 
 def _hf_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
@@ -49,6 +51,26 @@ def _hf_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
 def permute(w: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's LlamaModel.permute: per head, rows (pairs, half) -> (half, pairs)."""
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def regroup_qkv(w: np.ndarray, heads: int, kv_heads: int) -> np.ndarray:
+    """The converter's fused-qkv regrouping (BloomModel / FalconModel.modify_tensors): per kv group
+    [r queries, key, value] rows -> every query, then every key, then every value."""
+    r = heads // kv_heads
+    d = w.shape[0] // (heads + 2 * kv_heads)
+    groups = w.reshape(kv_heads, r + 2, d, *w.shape[1:])
+    q = groups[:, :r].reshape(heads * d, *w.shape[1:])
+    k = groups[:, r].reshape(kv_heads * d, *w.shape[1:])
+    v = groups[:, r + 1].reshape(kv_heads * d, *w.shape[1:])
+    return np.concatenate([q, k, v])
+
+
+def _kv_heads(config: dict[str, Any], heads: int) -> int:
+    if config.get("model_type") == "falcon":
+        return (
+            config["num_kv_heads"] if config.get("new_decoder_architecture") else 1 if config["multi_query"] else heads
+        )
+    return config.get("num_key_value_heads", heads)
 
 
 def _tokenizer(writer: Any, checkpoint: Path, config: dict[str, Any], pre: str) -> None:
@@ -199,7 +221,41 @@ def _moe_keys(writer: Any, config: dict[str, Any]) -> None:
         writer.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
 
 
+def _classic_keys(writer: Any, config: dict[str, Any]) -> None:
+    """BloomModel / FalconModel / GPT2Model.set_gguf_parameters: feed_forward_length 4 x hidden
+    whatever the MLP is (llama.cpp reads the width from the tensors), one LayerNorm epsilon."""
+    hidden = config.get("hidden_size") or config.get("n_embd") or config["n_embed"]
+    heads = config.get("num_attention_heads") or config["n_head"]
+    writer.add_block_count(config.get("num_hidden_layers") or config["n_layer"])
+    writer.add_context_length(config.get("n_positions") or config.get("max_position_embeddings") or 2048)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(4 * hidden)
+    writer.add_head_count(heads)
+    if config.get("model_type") != "gpt2":
+        writer.add_head_count_kv(_kv_heads(config, heads))
+    writer.add_layer_norm_eps(config["layer_norm_epsilon"])
+
+
+def _nemotron_keys(writer: Any, config: dict[str, Any]) -> None:
+    """NemotronModel.set_gguf_parameters: the LayerNorm epsilon, partial RoPE as rotary dims."""
+    _text_keys(writer, {k: v for k, v in config.items() if k != "norm_eps"})
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_layer_norm_eps(config["norm_eps"])
+    full, _ = _rope_params(config)
+    writer.add_rope_dimension_count(int(full.get("partial_rotary_factor", 1.0) * _head_dim(config)))
+
+
+def _mixtral_keys(writer: Any, config: dict[str, Any]) -> None:
+    _llama_keys(writer, config)
+    writer.add_expert_count(config["num_local_experts"])
+    writer.add_expert_used_count(config["num_experts_per_tok"])
+
+
 METADATA: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "bloom": _classic_keys,
+    "falcon": _classic_keys,
+    "gpt2": _classic_keys,
+    "nemotron": _nemotron_keys,
     "qwen2moe": _moe_keys,
     "qwen3moe": _moe_keys,
     "llama": _llama_keys,
@@ -232,26 +288,32 @@ def write_gguf(
     split_max_tensors: int = 0,
     drop: tuple[str, ...] = (),
     tokenizer: bool = True,
+    twin: Path | None = None,
 ) -> Path:
-    """Write `checkpoint` (a tiny HF folder) as a GGUF of architecture `arch` at `out`."""
+    """Write `checkpoint` (a tiny HF folder) as a GGUF of architecture `arch` at `out`. `twin`: also
+    save there the HF checkpoint whose weights are the file's, dequantized by the `gguf` package
+    (the reference where transformers cannot load the file itself)."""
     import gguf
 
     config = json.loads((checkpoint / "config.json").read_text())
-    layers = config["num_hidden_layers"]
+    layers = config.get("num_hidden_layers") or config["n_layer"]
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     names = gguf.get_tensor_name_map(arch_id, layers)
     writer = gguf.GGUFWriter(out, arch, split_max_tensors=split_max_tensors)
     writer.add_name(config.get("_name_or_path") or "tiny")
-    METADATA[arch](writer, config)
+    (_mixtral_keys if config.get("model_type") == "mixtral" else METADATA[arch])(writer, config)
     if tokenizer:
         _tokenizer(writer, checkpoint, config, pre)
-    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    heads = config.get("num_attention_heads") or config["n_head"]
+    kv_heads = _kv_heads(config, heads)
     factors = llama3_rope_factors(config) if arch == "llama" else None
     if factors is not None:
         writer.add_tensor("rope_freqs.weight", factors)
+    twin_tensors: dict[str, np.ndarray] = {}
     for hf_name, value in _hf_tensors(checkpoint).items():
+        hf_value, flipped = value, False
         base, _, suffix = hf_name.rpartition(".")
-        gguf_base = names.get_name(base)
+        gguf_base = names.get_name(base) or names.get_name(base.removeprefix("transformer."))
         if gguf_base is None:
             raise KeyError(f"no GGUF name for {hf_name}")
         name = f"{gguf_base}.{suffix}"
@@ -259,10 +321,23 @@ def write_gguf(
             continue
         if arch in PERMUTED_QK and suffix == "weight" and gguf_base.endswith(("attn_q", "attn_k")):
             value = permute(value, heads if gguf_base.endswith("attn_q") else kv_heads)
+        if arch in GROUPED_QKV and gguf_base.endswith("attn_qkv"):
+            value = regroup_qkv(value, heads, kv_heads)
+        if (
+            arch in TRANSPOSED
+            and value.ndim == 2
+            and gguf_base.endswith(("attn_qkv", "attn_output", "ffn_up", "ffn_down"))
+        ):
+            value, flipped = np.ascontiguousarray(value.T), True
         if arch in NORM_PLUS_ONE and "norm" in gguf_base and suffix == "weight":
             value = value + np.float32(1.0)
         kind = types(name, value.shape) if callable(types) else default_type(name, value.shape, types)
         _add(writer, name, value, kind)
+        if twin is not None:
+            offset = np.float32(1.0) if arch in NORM_PLUS_ONE and "norm" in gguf_base and suffix == "weight" else None
+            twin_tensors[hf_name] = _round_trip(hf_value, kind, flipped, offset)
+    if twin is not None:
+        _save_twin(checkpoint, twin, twin_tensors)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -280,3 +355,38 @@ def _add(writer: Any, name: str, value: np.ndarray, kind: str) -> None:
     else:
         raw = quantize(value, kind)
         writer.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=GGMLQuantizationType[kind])
+
+
+def _round_trip(value: np.ndarray, kind: str, transposed: bool, offset: np.float32 | None) -> np.ndarray:
+    """An HF tensor as the file holds it, read back: quantized and dequantized by the `gguf` package
+    along the file's rows (a row permutation commutes with it; a transposed weight does not)."""
+    if kind == "F32":
+        return (value + offset) - offset if offset is not None else value
+    if kind == "F16":
+        return value.astype(np.float16).astype(np.float32)
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    stored = np.ascontiguousarray(value.T) if transposed else value
+    back = dequantize(quantize(stored, kind), GGMLQuantizationType[kind]).reshape(stored.shape)
+    return np.ascontiguousarray(back.T) if transposed else back
+
+
+def _save_twin(checkpoint: Path, out: Path, tensors: dict[str, np.ndarray]) -> None:
+    """The checkpoint folder again with `tensors` (stacked experts split back per expert)."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    flat: dict[str, np.ndarray] = {}
+    for name, value in tensors.items():
+        stacked = re.match(r"^(.*\.experts)\.(\w+)\.weight$", name)
+        if stacked and value.ndim == 3:
+            flat.update({f"{stacked.group(1)}.{e}.{stacked.group(2)}.weight": value[e] for e in range(value.shape[0])})
+        else:
+            flat[name] = value
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in flat.items()}, str(out / "model.safetensors"))
+    for item in checkpoint.iterdir():
+        if item.is_file() and not item.name.endswith((".safetensors", ".index.json")):
+            shutil.copy(item, out / item.name)

@@ -111,10 +111,11 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
         weight = _linear_weight(node)
         if weight is None:
             continue
-        sources = _sources(node, weight, store)
-        if not sources:
+        found = _sources(node, weight, store)
+        if not found:
             continue
-        linears = [store.linear(s) for s in sources]
+        sources = [name for name, _ in found]
+        linears = [store.linear(name, selected) for name, selected in found]
         keep = [lin if lin is not None and lin.form.bits <= kept_bits(plan) else None for lin in linears]
         for name, lin, kept in zip(sources, linears, keep, strict=True):
             if kept is None and lin is not None:
@@ -132,13 +133,21 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
             del graph.initializers[name]
 
 
-def _sources(node: ir.Node, weight: ir.Value, store: GgufStore) -> list[str]:
-    """The HF weights behind a linear layer: a MatMul's streamed sources, or the table of a tied Gemm."""
+def _sources(node: ir.Node, weight: ir.Value, store: GgufStore) -> list[tuple[str, np.ndarray | None]]:
+    """The HF weights behind a linear layer, each with the HF rows it takes (None: all, in order): a
+    MatMul's streamed sources, one weight's selected rows (a fused qkv taken q | k | v) or one
+    weight stored [in, out] (GPT-2's Conv1D, whose file rows are MatMulNBits' [N, K] as they are),
+    or the table of a tied Gemm."""
     tensor = weight.const_value
-    if node.op_type == "MatMul" and isinstance(tensor, StreamedTensor) and tensor.sources:
-        return list(tensor.sources) if all(s in store for s in tensor.sources) else []
+    if node.op_type == "MatMul" and isinstance(tensor, StreamedTensor):
+        if tensor.sources:
+            return [(s, None) for s in tensor.sources] if all(s in store for s in tensor.sources) else []
+        if tensor.selected is not None and tensor.selected[0] in store:
+            return [tensor.selected]
+        if tensor.stored is not None and tensor.stored in store:
+            return [(tensor.stored, None)]
     if node.op_type == "Gemm" and weight.name in store:  # the tied lm_head: Gemm(x, E, transB=1)
-        return [str(weight.name)]
+        return [(str(weight.name), None)]
     return []
 
 

@@ -106,7 +106,15 @@ def _has(f: GgufFile, suffix: str) -> bool:
 
 
 def _llama(f: GgufFile, config: dict[str, Any]) -> None:
+    """Llama (and Mistral files); stacked experts make it Mixtral (llama.cpp's `llama` with
+    ffn_*_exps: softmax over the experts, top-k renormalized)."""
     _decoder(f, config)
+    if _has(f, ".ffn_gate_exps.weight"):
+        config.update(model_type="mixtral", architectures=["MixtralForCausalLM"], sliding_window=None)
+        config.update(
+            num_local_experts=int(f.key("expert_count")), num_experts_per_tok=int(_one(f, "expert_used_count"))
+        )
+        config["intermediate_size"] = _rows(f, ".ffn_gate_exps.weight", axis=1)
     factors = f.tensors.get("rope_freqs.weight")
     if factors is not None:  # Llama-3.1/3.2: the scaling stored as per-frequency factors
         from gqa_export.source.gguf.rope_factors import llama3_scaling
@@ -202,6 +210,67 @@ def _starcoder2(f: GgufFile, config: dict[str, Any]) -> None:
     config["sliding_window"] = None  # llama.cpp runs Starcoder2 without one
 
 
+def _rows(f: GgufFile, suffix: str, axis: int = 0) -> int:
+    """A width llama.cpp takes from a tensor's shape (the converter writes 4 x hidden as Bloom's,
+    Falcon's and GPT-2's feed_forward_length whatever the checkpoint's MLP is)."""
+    tensor = next((t for n, t in f.tensors.items() if n.endswith(suffix)), None)
+    if tensor is None:
+        raise InputError(f"{f.path.name} has no *{suffix} tensor; it is not a complete model file")
+    return int(tensor.shape[axis])
+
+
+def _classic(f: GgufFile, config: dict[str, Any]) -> tuple[int, int, int]:
+    """(hidden, heads, layers) of Bloom / Falcon / GPT-2 files, and their LayerNorm epsilon."""
+    hidden, heads = int(f.key("embedding_length")), int(_one(f, "attention.head_count"))
+    eps = f.key("attention.layer_norm_epsilon")
+    if eps is not None:
+        config["layer_norm_epsilon"] = float(eps)
+    return hidden, heads, int(f.key("block_count"))
+
+
+def _bloom(f: GgufFile, config: dict[str, Any]) -> None:
+    """ALiBi, no positions to read; the MLP is always 4 x hidden in BloomConfig."""
+    hidden, heads, layers = _classic(f, config)
+    if _rows(f, ".ffn_up.weight") != 4 * hidden:
+        raise InputError(f"{f.path.name}: a Bloom MLP of width {_rows(f, '.ffn_up.weight')} (not 4 x {hidden})")
+    config.update(hidden_size=hidden, n_head=heads, n_layer=layers, apply_residual_connection_post_layernorm=False)
+
+
+def _falcon(f: GgufFile, config: dict[str, Any]) -> None:
+    """llama.cpp's falcon: RoPE over the whole head, attention and MLP in parallel off the layer
+    input; one kv head (Falcon-7B's multi-query) or, with the second norm (attn_norm_2: ln_mlp),
+    Falcon-40B's grouped layout."""
+    hidden, heads, layers = _classic(f, config)
+    kv = int(_one(f, "attention.head_count_kv", 1))
+    grouped = _has(f, ".attn_norm_2.weight")
+    if not grouped and kv not in (1, heads):
+        raise InputError(f"{f.path.name}: a Falcon of {kv} kv heads without ln_mlp is not a Falcon layout")
+    config.update(
+        hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=layers, num_kv_heads=kv,
+        new_decoder_architecture=grouped, multi_query=kv == 1, parallel_attn=True, alibi=False,
+        bias=_has(f, ".attn_qkv.bias"), activation="gelu", ffn_hidden_size=_rows(f, ".ffn_up.weight"),
+        max_position_embeddings=int(f.key("context_length", 2048)),
+        rope_theta=float(f.key("rope.freq_base", 10000.0)),
+    )  # fmt: skip
+
+
+def _gpt2(f: GgufFile, config: dict[str, Any]) -> None:
+    hidden, heads, layers = _classic(f, config)
+    config.update(
+        n_embd=hidden, n_head=heads, n_layer=layers, n_positions=_rows(f, "position_embd.weight"),
+        n_inner=_rows(f, ".ffn_up.weight"), activation_function="gelu_new",
+    )  # fmt: skip
+
+
+def _nemotron(f: GgufFile, config: dict[str, Any]) -> None:
+    """LayerNorm1P (stored 1 + w), squared-ReLU MLP, partial RoPE."""
+    _decoder(f, config)
+    _layer_norm(f, config, "norm_eps")
+    config["hidden_act"] = "relu2"
+    config["attention_bias"] = _has(f, ".attn_q.bias")
+    config["mlp_bias"] = _has(f, ".ffn_up.bias")
+
+
 def _experts(f: GgufFile, config: dict[str, Any], normalize: bool) -> None:
     """Stacked experts: the count, how many a token uses, their width (expert_feed_forward_length,
     which llama.cpp reads and transformers 5.24's GGUF mapping ignores), and llama.cpp's top-k
@@ -244,6 +313,10 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family("phi3", "Phi3ForCausalLM", _phi3),
     "stablelm": Family("stablelm", "StableLmForCausalLM", _stablelm),
     "starcoder2": Family("starcoder2", "Starcoder2ForCausalLM", _starcoder2),
+    "bloom": Family("bloom", "BloomForCausalLM", _bloom),
+    "falcon": Family("falcon", "FalconForCausalLM", _falcon),
+    "gpt2": Family("gpt2", "GPT2LMHeadModel", _gpt2),
+    "nemotron": Family("nemotron", "NemotronForCausalLM", _nemotron),
 }
 
 

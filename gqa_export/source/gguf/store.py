@@ -51,13 +51,13 @@ class GgufLinear:
     type_name: str
     data: np.ndarray  # uint8 [N, bytes per row]: the tensor's (or one expert's) blocks in the file
     form: BlockForm
-    rows: np.ndarray | None  # HF row r is file row rows[r]
+    rows: np.ndarray | None  # HF row r is file row rows[r] (a selection may take fewer)
     store: GgufStore
     k: int
 
     @property
     def n(self) -> int:
-        return int(self.data.shape[0])
+        return int(self.data.shape[0] if self.rows is None else self.rows.size)
 
     def raw_rows(self, a: int, b: int) -> np.ndarray:
         return np.asarray(self.data[a:b] if self.rows is None else self.data[self.rows[a:b]])
@@ -110,7 +110,7 @@ class GgufStore(WeightStore):
         shapes = {name: t.shape for name, t in file.tensors.items()}
         self._mapped: dict[str, Mapped] = map_tensors(file.architecture, list(file.tensors), shapes, config)
         infos = {
-            hf: TensorInfo(hf, file.tensors[m.gguf].file, "F32", self._part(m)[1]) for hf, m in self._mapped.items()
+            hf: TensorInfo(hf, file.tensors[m.gguf].file, "F32", self._hf_shape(m)) for hf, m in self._mapped.items()
         }
         super().__init__(infos)
         self.dequantize = False
@@ -152,9 +152,12 @@ class GgufStore(WeightStore):
     def mapped(self) -> dict[str, Mapped]:
         return dict(self._mapped)
 
-    def linear(self, name: str) -> GgufLinear | None:
+    def linear(self, name: str, selected: np.ndarray | None = None) -> GgufLinear | None:
         """The file's blocks of a quantized 2-D weight that has an exact MatMulNBits form, else None
-        (a float tensor, a type without one, or any tensor when --dequantize was given)."""
+        (a float tensor, a type without one, or any tensor when --dequantize was given). Its rows are
+        the HF weight's [out, in] rows (a transposed HF tensor, GPT-2's Conv1D [in, out], gives the
+        file's rows as they are: MatMulNBits' layout); `selected`: only those HF rows, in that
+        order (a fused qkv taken q | k | v)."""
         m = self._mapped.get(name)
         if m is None or self.dequantize:
             return None
@@ -163,13 +166,22 @@ class GgufStore(WeightStore):
         data, shape, _, _ = self._part(m)
         if form is None or len(shape) != 2 or m.offset or shape[1] % form.block:
             return None
-        return GgufLinear(name, tensor.type_name, data, form, m.rows, self, shape[1])
+        rows = m.rows
+        if selected is not None:
+            rows = selected if rows is None else rows[selected]
+            if (rows == np.arange(shape[0])).all():
+                rows = None
+        return GgufLinear(name, tensor.type_name, data, form, rows, self, shape[1])
 
     def native(self, name: str) -> GgufExpertLinear | None:
         """A weight of a symmetric form as the pre-quantized MoE import takes it (QMoE / per-expert
         MatMulNBits hold no mins: a form with mins is read as float there, exactly)."""
         linear = self.linear(name)
         return expert_linear(linear) if linear is not None and not linear.form.mins else None
+
+    def _hf_shape(self, m: Mapped) -> tuple[int, ...]:
+        shape = self._part(m)[1]
+        return tuple(reversed(shape)) if m.transposed else shape
 
     def _part(self, m: Mapped) -> tuple[np.ndarray, tuple[int, ...], int, int]:
         """(raw data, HF shape, first byte in the file, bytes) of a mapped tensor: the whole tensor,
@@ -190,7 +202,14 @@ class GgufStore(WeightStore):
         tensor = self.file.tensors[m.gguf]
         data, shape, _, _ = self._part(m)
         try:
-            if len(shape) == 2 and not any(isinstance(i, int) for i in index[:2]):
+            if m.transposed:  # HF [in, out] of the file's [out, in]: read the file's block, transposed
+                rows = index[0] if index else slice(None)
+                cols = index[1] if len(index) > 1 else slice(None)
+                if isinstance(rows, int) or isinstance(cols, int) or len(index) > 2:
+                    out = self._whole(tensor.type_name, data, shape, m).T[index]
+                else:
+                    out = self._matrix(tensor.type_name, data, shape, m, cols, rows).T
+            elif len(shape) == 2 and not any(isinstance(i, int) for i in index[:2]):
                 rows = index[0] if index else slice(None)
                 cols = index[1] if len(index) > 1 else slice(None)
                 out = self._matrix(tensor.type_name, data, shape, m, rows, cols)
