@@ -13,10 +13,10 @@ packed projection whose members differ in type (Q4_K_M keeps v_proj in Q6_K) bec
 per run of members of the same form, concatenated; a member without an exact form, or one that
 `--precision int4` must re-quantize (an 8-bit form), stays a float MatMul the precision stage then
 quantizes. The tied lm_head (Gemm on the embedding table) reads the table's blocks the same way;
-the embedding Gather itself reads the table dequantized to float (exact). Stacked MoE experts of a
-form without mins go through the pre-quantized MoE import (QMoE where its CPU kernel is exact,
-else per-expert MatMulNBits: quant/imported_experts.py); experts with mins stay float, exactly
-dequantized (QMoE has no min term; docs/gguf.md §3.4).
+the embedding Gather itself reads the table dequantized to float (exact). Stacked MoE experts go
+through the pre-quantized MoE import (quant/imported_experts.py): QMoE where its CPU kernel is
+exact (a form without mins), else per-expert MatMulNBits, a form with mins with the same
+block-sum correction per expert (QMoE's integer zero points cannot hold r; docs/gguf.md §3.4).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import onnx_ir as ir
 from gqa_export.graph.params import NUMPY_DTYPES, Params, StreamedTensor, row_blocks
 from gqa_export.quant.imported_experts import expert_linears, import_experts
 from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
-from gqa_export.source.gguf.blocks import BlockForm
+from gqa_export.source.gguf.blocks import BlockForm, zero_points_and_residual
 from gqa_export.source.gguf.store import GgufLinear, GgufStore
 from gqa_export.source.native import pack_fields
 
@@ -230,11 +230,7 @@ class _Params:
         self._scales = s
         if mins[0] is None:
             return
-        m = np.concatenate(mins)
-        top = (1 << self.form.bits) - 1
-        z = np.clip(np.rint(np.divide(m, s, out=np.zeros_like(m), where=s != 0)), 0, top)
-        self._zero_points = z.astype(np.uint8)
-        self._residual = s * z.astype(np.float32) - m
+        self._zero_points, self._residual = zero_points_and_residual(self.form, s, np.concatenate(mins))
 
     def scales(self) -> np.ndarray:
         if self._scales is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -29,6 +30,7 @@ from gqa_export.source.gguf.blocks import (
     decode_rows,
     dequantize_rows,
     type_sizes,
+    zero_points_and_residual,
 )
 from gqa_export.source.gguf.container import GgufFile
 from gqa_export.source.gguf.names import Mapped, map_tensors
@@ -68,10 +70,12 @@ class GgufLinear:
 
 
 class GgufExpertLinear(NativeLinear):
-    """A GGUF weight of a symmetric form (no mins) as the `NativeLinear` the pre-quantized MoE import
-    takes (quant/imported_experts.py: QMoE, or per-expert MatMulNBits): the same codes and scales."""
+    """A GGUF weight as the `NativeLinear` the pre-quantized MoE import takes (quant/imported_experts.py:
+    QMoE, or per-expert MatMulNBits): the same codes and scales; a form with mins as zero points
+    round(m / s) and the residual s z - m per block (`block_residual`, blocks.zero_points_and_residual)."""
 
     linear: GgufLinear
+    residual: Callable[[], np.ndarray | None]
 
     def __post_init__(self) -> None:  # symmetric is the form's (set by expert_linear), not decoded
         pass
@@ -79,21 +83,33 @@ class GgufExpertLinear(NativeLinear):
     def codes(self, a: int, b: int) -> np.ndarray:
         return self.linear.decoded(a, b)[0]
 
+    def block_residual(self) -> np.ndarray | None:
+        return self.residual()
+
 
 def expert_linear(linear: GgufLinear) -> GgufExpertLinear:
     form = linear.form
-    default = form.offset == 1 << (form.bits - 1)
-    cache: list[np.ndarray] = []
+    default = form.offset == 1 << (form.bits - 1) and not form.mins
+    cache: list[np.ndarray] = []  # scales, and for a form with mins its zero points and residual
+
+    def decoded() -> list[np.ndarray]:
+        if not cache:  # one expert matrix's: small, asked for several times
+            parts = [linear.decoded(a, b) for a, b in _row_blocks(linear.n, linear.k)]
+            cache.append(np.concatenate([p[1] for p in parts]))
+            if form.mins:
+                cache.extend(zero_points_and_residual(form, cache[0], np.concatenate([p[2] for p in parts])))
+        return cache
 
     def params() -> tuple[np.ndarray, np.ndarray | None]:
-        if not cache:  # the scales of one expert matrix: small, asked for several times
-            cache.append(np.concatenate([linear.decoded(a, b)[1] for a, b in _row_blocks(linear.n, linear.k)]))
-        scales = cache[0]
+        scales = decoded()[0]
+        if form.mins:
+            return scales, decoded()[1]
         return scales, None if default else np.full(scales.shape, form.offset, np.uint8)
 
     made = GgufExpertLinear(linear.name, f"gguf {form.type_name}", linear.store, linear.name, linear.n, linear.k,
                             form.bits, form.block, form.block, params, None, default)  # fmt: skip
     made.linear = linear
+    made.residual = lambda: decoded()[2] if form.mins else None
     return made
 
 
@@ -174,10 +190,10 @@ class GgufStore(WeightStore):
         return GgufLinear(name, tensor.type_name, data, form, rows, self, shape[1])
 
     def native(self, name: str) -> GgufExpertLinear | None:
-        """A weight of a symmetric form as the pre-quantized MoE import takes it (QMoE / per-expert
-        MatMulNBits hold no mins: a form with mins is read as float there, exactly)."""
+        """A quantized weight as the pre-quantized MoE import takes it (QMoE for a form without mins,
+        else per-expert MatMulNBits with the block-sum correction of its mins)."""
         linear = self.linear(name)
-        return expert_linear(linear) if linear is not None and not linear.form.mins else None
+        return expert_linear(linear) if linear is not None else None
 
     def _hf_shape(self, m: Mapped) -> tuple[int, ...]:
         shape = self._part(m)[1]

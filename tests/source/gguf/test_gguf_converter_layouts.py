@@ -13,7 +13,8 @@ Per family, on tiny checkpoints written as the converter writes them (tests/gguf
   undoing the regrouping (logits 3.0 off), so there the reference is HF on the checkpoint holding
   the file's weights dequantized by the `gguf` package (GgufFiles.twin);
 - a planted bug per mapping fails: each transform left in place, the import taking the fused qkv's
-  blocks without the q | k | v selection, Falcon-40B's norms swapped, Mixtral's gate and up swapped.
+  blocks without the q | k | v selection, Falcon-40B's norms swapped, Mixtral's gate and up swapped,
+  and its Q4_1 experts (per-expert MatMulNBits, docs/gguf.md §3.4) without their mins' residual.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from reference import assert_varied, genai_prompt_then_greedy, hf_logits, hf_mod
 
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
+from gqa_export.quant import imported_experts
 from gqa_export.source.gguf import names
 from gqa_export.source.gguf.store import GgufStore
 
@@ -73,6 +75,9 @@ def test_q4_1_gguf_package_equals_the_file_and_generates_like_hf(ggufs, family):
     assert logits_error(package, model) < BOUND
     tensors = json.loads((package / "manifest.json").read_text())["options"]["gguf"]["tensors"]
     assert tensors[KEPT[family]]["as"] == "Q4_1: MatMulNBits 4-bit block 32 + mins"
+    if family == "mixtral":  # experts with mins: per-expert MatMulNBits plus their block-sum correction
+        expert = tensors["model.layers.0.mlp.experts.0.down_proj.weight"]["as"]
+        assert expert == "gguf Q4_1 4-bit group 32 (per-expert MatMulNBits)"
     seen = []
     for prompt in (*PROMPTS, *TEXT_PROMPTS):  # the registry's prompts (random tiny models repeat themselves)
         _, tokens = genai_prompt_then_greedy(package, list(prompt), 24)
@@ -100,6 +105,8 @@ MUTANTS = {
     "nemotron 1 + w norms kept": ("nemotron", "F32", lambda mp: mp.setattr(names, "NORM_PLUS_ONE", frozenset())),
     "falcon-40B norms swapped": ("falcon_grouped", "F32", lambda mp: mp.setattr(
         names, "_FALCON_40B", _swap(names._FALCON_40B, "blk.{i}.attn_norm", "blk.{i}.attn_norm_2"))),
+    "expert mins' residual dropped (zero points alone)": ("mixtral", "Q4_1", lambda mp: mp.setattr(
+        imported_experts, "_plus_residual", lambda b, x, y, *rest: y)),
     "mixtral gate and up experts swapped": ("mixtral", "F32", lambda mp: mp.setitem(
         names.TABLES, "llama", _swap(names.TABLES["llama"], "blk.{i}.ffn_gate_exps", "blk.{i}.ffn_up_exps"))),
 }  # fmt: skip
