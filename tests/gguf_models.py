@@ -27,6 +27,7 @@ NO_LM_HEAD = {"gemma2"}  # llama.cpp's converter skips a stored lm_head (the emb
 
 
 EXPERT = re.compile(r"^(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight$")
+PER_HEAD_NORM = re.compile(r"^(model\.layers\.\d+\.self_attn\.[qk]_layernorm)\.norms\.(\d+)\.weight$")
 GROUPED_QKV = {"bloom", "falcon"}  # the converter regroups the fused qkv rows: all q, then k, then v
 TRANSPOSED = {"gpt2"}  # the converter transposes Conv1D weights [in, out] to [out, in]
 
@@ -45,6 +46,12 @@ def _hf_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
         experts.setdefault(f"{prefix}.{proj}.weight", {})[int(e)] = tensors.pop(name)
     for name, by_index in experts.items():
         tensors[name] = np.stack([by_index[e] for e in sorted(by_index)])
+    heads: dict[str, dict[int, np.ndarray]] = {}  # StableLM's per-head q/k LayerNorms, stacked [heads, head_dim]
+    for name in [n for n in tensors if PER_HEAD_NORM.match(n)]:
+        prefix, h = PER_HEAD_NORM.match(name).groups()  # type: ignore[union-attr]
+        heads.setdefault(f"{prefix}.weight", {})[int(h)] = tensors.pop(name)
+    for name, by_index in heads.items():
+        tensors[name] = np.stack([by_index[h] for h in sorted(by_index)])
     return tensors
 
 
@@ -181,6 +188,21 @@ def llama3_rope_factors(config: dict[str, Any]) -> np.ndarray | None:
     return np.array(out, dtype=np.float32)
 
 
+def _longrope(writer: Any, config: dict[str, Any]) -> None:
+    """Phi3MiniModel's LongRoPE: the original context, the attention factor and the factor tensors."""
+    import math
+
+    params, _ = _rope_params(config)
+    if params.get("rope_type") != "longrope":
+        return
+    original = params.get("original_max_position_embeddings") or config["original_max_position_embeddings"]
+    scale = config["max_position_embeddings"] / original
+    writer.add_rope_scaling_orig_ctx_len(original)
+    writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0)
+    writer.add_tensor("rope_factors_long.weight", np.array(params["long_factor"], np.float32))
+    writer.add_tensor("rope_factors_short.weight", np.array(params["short_factor"], np.float32))
+
+
 def _llama_keys(writer: Any, config: dict[str, Any]) -> None:
     _text_keys(writer, config)
     writer.add_vocab_size(config["vocab_size"])
@@ -273,8 +295,8 @@ def default_type(name: str, shape: tuple[int, ...], base: str) -> str:
     """llama.cpp's rule of thumb: 1-D tensors F32, 2-D ones the file type where K fits its blocks."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    if len(shape) < 2 or base in ("F32", "F16", "BF16") or ".ffn_gate_inp" in name:  # routers stay F32
-        return "F32" if len(shape) < 2 or ".ffn_gate_inp" in name else base
+    if len(shape) < 2 or base in ("F32", "F16", "BF16") or ".ffn_gate_inp" in name or "_norm." in name:
+        return "F32" if len(shape) < 2 or ".ffn_gate_inp" in name or "_norm." in name else base  # routers, norms
     block = GGML_QUANT_SIZES[GGMLQuantizationType[base]][0]
     return base if shape[-1] % block == 0 else "Q8_0" if shape[-1] % 32 == 0 else "F16"
 
@@ -309,6 +331,8 @@ def write_gguf(
     factors = llama3_rope_factors(config) if arch == "llama" else None
     if factors is not None:
         writer.add_tensor("rope_freqs.weight", factors)
+    if arch == "phi3":
+        _longrope(writer, config)
     twin_tensors: dict[str, np.ndarray] = {}
     for hf_name, value in _hf_tensors(checkpoint).items():
         hf_value, flipped = value, False

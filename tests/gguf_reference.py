@@ -124,6 +124,19 @@ GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
     "nemotron": ("dense:nemotron", {}),
     # Mixtral: llama.cpp writes it as `llama` with stacked experts (and runs it without a sliding window)
     "mixtral": ("mixtral", dict(sliding_window=None)),
+    # Phi-3 LongRoPE (the factors as rope_factors_long / _short tensors) and StableLM's per-head q/k norms
+    "phi3_longrope": (
+        "phi3",
+        dict(
+            original_max_position_embeddings=32,
+            rope_scaling={
+                "type": "longrope",
+                "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5, 7.0, 9.0],
+            },
+        ),
+    ),
+    "stablelm_qk_norm": ("stablelm", dict(qk_layernorm=True, num_key_value_heads=4)),
 }
 
 

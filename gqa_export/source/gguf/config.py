@@ -10,6 +10,7 @@ top of the keys every decoder has; an architecture without one is refused in one
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -183,10 +184,35 @@ def _phi3(f: GgufFile, config: dict[str, Any]) -> None:
     window = f.key("attention.sliding_window")
     config["sliding_window"] = int(window) if window else None
     if "rope_factors_long.weight" in f.tensors:
+        config["rope_scaling"] = _longrope(f, config)
+        config["original_max_position_embeddings"] = config["rope_scaling"]["original_max_position_embeddings"]
+
+
+def _longrope(f: GgufFile, config: dict[str, Any]) -> dict[str, Any]:
+    """Phi-3's LongRoPE as llama.cpp's converter stores it: the long and short per-frequency factors
+    as the rope_factors_long / rope_factors_short tensors, the original context as
+    rope.scaling.original_context_length, and the attention factor (the longrope formula of the
+    context ratio) as rope.scaling.attn_factor, kept where it differs from that formula."""
+    short = f.tensors.get("rope_factors_short.weight")
+    original = f.key("rope.scaling.original_context_length")
+    if short is None or original is None:
         raise InputError(
-            f"{f.path.name}: Phi-3 LongRoPE factors (rope_factors_long) are not read by gqa-export's GGUF import yet; "
-            "export the model's safetensors checkpoint"
+            f"{f.path.name}: rope_factors_long without rope_factors_short or rope.scaling.original_context_length "
+            "is not a Phi-3 LongRoPE file llama.cpp's converter writes"
         )
+    long = np.asarray(f.tensors["rope_factors_long.weight"].data, np.float32)
+    scaling: dict[str, Any] = {
+        "rope_type": "longrope",
+        "long_factor": [float(v) for v in long],
+        "short_factor": [float(v) for v in np.asarray(short.data, np.float32)],
+        "original_max_position_embeddings": int(original),
+    }
+    scale = config["max_position_embeddings"] / int(original)
+    formula = math.sqrt(1 + math.log(scale) / math.log(int(original))) if scale > 1 else 1.0
+    stored = f.key("rope.scaling.attn_factor")
+    if stored is not None and abs(float(stored) - formula) > 1e-6 * formula:
+        scaling["attention_factor"] = float(stored)
+    return scaling
 
 
 def _layer_norm(f: GgufFile, config: dict[str, Any], key: str) -> None:

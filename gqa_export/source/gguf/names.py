@@ -112,10 +112,10 @@ TABLES: dict[str, dict[str, str]] = {
     "gemma2": _GEMMA,
     "gemma3": {**_GEMMA, **_QK_NORM},
     "phi3": _FUSED,
-    "stablelm": {
+    "stablelm": {  # per-head q/k LayerNorms, stacked [heads, head_dim] by the converter: one HF module per head
         **_LLAMA_LIKE,
-        "blk.{i}.attn_q_norm": "model.layers.{i}.self_attn.q_layernorm",
-        "blk.{i}.attn_k_norm": "model.layers.{i}.self_attn.k_layernorm",
+        "blk.{i}.attn_q_norm": "model.layers.{i}.self_attn.q_layernorm.norms.{e}",
+        "blk.{i}.attn_k_norm": "model.layers.{i}.self_attn.k_layernorm.norms.{e}",
     },
     "starcoder2": _PLAIN_MLP,
     "bloom": _BLOOM,
@@ -131,7 +131,11 @@ TRANSPOSED = {"gpt2": ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight",
 GROUPED_QKV = frozenset({"bloom", "falcon"})
 # tensors llama.cpp's converter derives from the config (read into config.json, not weights), and
 # the architectures whose config reading takes them (config.py); elsewhere they are refused
-DERIVED = {"rope_freqs.weight": frozenset({"llama"})}
+DERIVED = {
+    "rope_freqs.weight": frozenset({"llama"}),
+    "rope_factors_long.weight": frozenset({"phi3"}),
+    "rope_factors_short.weight": frozenset({"phi3"}),
+}
 # architectures whose q/k rows llama.cpp permutes (its LlamaModel.permute)
 PERMUTED_QK = frozenset({"llama"})
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
@@ -238,7 +242,7 @@ def map_tensors(arch: str, names: list[str], shapes: dict[str, tuple[int, ...]],
             )
         rows = _row_transform(arch, name, shapes[name], config)
         offset = 1.0 if arch in NORM_PLUS_ONE and name.endswith("norm.weight") else 0.0
-        if "{e}" in hf:  # stacked experts: one HF Linear per expert
+        if "{e}" in hf:  # stacked experts (or StableLM's per-head norms): one HF module per index
             for e in range(shapes[name][0]):
                 out[hf.replace("{e}", str(e))] = Mapped(name, hf.replace("{e}", str(e)), rows, offset, e)
             continue

@@ -15,6 +15,8 @@ Per family, on tiny checkpoints written as the converter writes them (tests/gguf
 - a planted bug per mapping fails: each transform left in place, the import taking the fused qkv's
   blocks without the q | k | v selection, Falcon-40B's norms swapped, Mixtral's gate and up swapped,
   and its Q4_1 experts (per-expert MatMulNBits, docs/gguf.md §3.4) without their mins' residual.
+Phi-3's LongRoPE factor tensors and StableLM's stacked per-head q/k norms: the F32 package equals the
+checkpoint, and swapped factors or norms fail.
 """
 
 from __future__ import annotations
@@ -124,3 +126,42 @@ def test_mutant_layout_bug_fails(ggufs, mutant, tmp_path, monkeypatch):
         return
     build(BuildOptions(str(gguf), tmp_path / "pkg", precision="fp32", smoke=False))
     assert logits_error(tmp_path / "pkg", model) > 100 * BOUND
+
+
+# --- tensors llama.cpp's converter adds or stacks: Phi-3's LongRoPE factors, StableLM's per-head q/k norms ---
+ROPE_AND_NORMS = {"phi3_longrope": ("phi3", TEXT_PROMPTS[2]), "stablelm_qk_norm": ("stablelm", PROMPT)}
+
+
+def _swapped_longrope(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gqa_export.source.gguf import config
+
+    longrope = config._longrope
+
+    def swapped(f, cfg):
+        made = longrope(f, cfg)
+        return {**made, "long_factor": made["short_factor"], "short_factor": made["long_factor"]}
+
+    monkeypatch.setattr(config, "_longrope", swapped)
+
+
+def _swapped_qk_norms(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = _swap(names.TABLES["stablelm"], "blk.{i}.attn_q_norm", "blk.{i}.attn_k_norm")
+    monkeypatch.setitem(names.TABLES, "stablelm", table)
+
+
+@pytest.mark.parametrize("family", list(ROPE_AND_NORMS))
+def test_rope_factor_and_per_head_norm_tensors(ggufs, family, tmp_path, monkeypatch):
+    """Phi-3 LongRoPE (rope_factors_long / _short, the original context; a 97-token prompt crosses
+    its switch at 32) and StableLM's per-head q/k LayerNorms (stacked [heads, head_dim]): the F32
+    file's package equals the checkpoint; with the factors or the q/k norms swapped it does not."""
+    arch, prompt = ROPE_AND_NORMS[family]
+    model = hf_model(ggufs.checkpoint(family))
+
+    def error(package) -> float:
+        tokens, got = ort_prefill_and_decode(package, list(prompt), steps=6)
+        return float(abs(got - hf_logits(model, tokens, len(prompt))).max())
+
+    assert error(ggufs.package(family, "F32", arch=arch)) < BOUND
+    (_swapped_longrope if family == "phi3_longrope" else _swapped_qk_norms)(monkeypatch)
+    build(BuildOptions(str(ggufs.get(family, "F32", arch=arch)), tmp_path / "pkg", precision="fp32", smoke=False))
+    assert error(tmp_path / "pkg") > 100 * BOUND
