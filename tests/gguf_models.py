@@ -273,7 +273,32 @@ def _mixtral_keys(writer: Any, config: dict[str, Any]) -> None:
     writer.add_expert_used_count(config["num_experts_per_tok"])
 
 
+def _lfm2_keys(writer: Any, config: dict[str, Any]) -> None:
+    """LFM2Model.set_gguf_parameters: kv heads per layer (0 for a conv layer), the conv cache, the
+    MLP width after block_auto_adjust_ff_dim."""
+    heads = config["num_attention_heads"]
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv([config["num_key_value_heads"] if t != "conv" else 0 for t in config["layer_types"]])
+    full, _ = _rope_params(config)
+    writer.add_rope_freq_base(full["rope_theta"])
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_shortconv_l_cache(config["conv_L_cache"])
+    writer.add_layer_norm_rms_eps(config["norm_eps"])
+    width = config.get("block_ff_dim") or config["intermediate_size"]
+    if config["block_auto_adjust_ff_dim"]:
+        width = int(2 * width / 3)
+        if config.get("block_ffn_dim_multiplier") is not None:
+            width = int(config["block_ffn_dim_multiplier"] * width)
+        multiple = config["block_multiple_of"]
+        width = multiple * ((width + multiple - 1) // multiple)
+    writer.add_feed_forward_length(width)
+
+
 METADATA: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "lfm2": _lfm2_keys,
     "bloom": _classic_keys,
     "falcon": _classic_keys,
     "gpt2": _classic_keys,
@@ -353,6 +378,8 @@ def write_gguf(
             and gguf_base.endswith(("attn_qkv", "attn_output", "ffn_up", "ffn_down"))
         ):
             value, flipped = np.ascontiguousarray(value.T), True
+        if arch == "lfm2" and gguf_base.endswith("shortconv.conv") and value.ndim == 3:
+            value = np.ascontiguousarray(value[:, 0])  # LFM2Model.modify_tensors: squeeze(1)
         if arch in NORM_PLUS_ONE and "norm" in gguf_base and suffix == "weight":
             value = value + np.float32(1.0)
         kind = types(name, value.shape) if callable(types) else default_type(name, value.shape, types)

@@ -136,6 +136,7 @@ GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
             },
         ),
     ),
+    "lfm2": ("dense:lfm2", {}),
     "stablelm_qk_norm": ("stablelm", dict(qk_layernorm=True, num_key_value_heads=4)),
 }
 

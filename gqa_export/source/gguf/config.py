@@ -297,6 +297,32 @@ def _nemotron(f: GgufFile, config: dict[str, Any]) -> None:
     config["mlp_bias"] = _has(f, ".ffn_up.bias")
 
 
+def _lfm2(f: GgufFile, config: dict[str, Any]) -> None:
+    """LFM2: head_count_kv per layer, 0 for a short-convolution layer (the layer types), the MLP
+    width as stored (llama.cpp's converter writes it already adjusted), the convolution's cache."""
+    hidden, heads, layers = (
+        int(f.key("embedding_length")),
+        int(f.key("attention.head_count")),
+        int(f.key("block_count")),
+    )
+    kv = f.key("attention.head_count_kv", heads)
+    per_layer = [int(v) for v in kv] if isinstance(kv, list) else [int(kv)] * layers
+    attention = sorted({v for v in per_layer if v})
+    if len(attention) != 1 or len(per_layer) != layers:
+        raise InputError(
+            f"{f.path.name}: lfm2.attention.head_count_kv {kv} is not one kv head count per attention layer"
+        )
+    width = _rows(f, ".ffn_gate.weight")
+    config.update(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=attention[0],
+        max_position_embeddings=int(f.key("context_length", 128000)), intermediate_size=width, block_ff_dim=width,
+        block_auto_adjust_ff_dim=False, layer_types=["full_attention" if v else "conv" for v in per_layer],
+        conv_L_cache=int(f.key("shortconv.l_cache", 3)), conv_bias=_has(f, ".shortconv.in_proj.bias"),
+        norm_eps=float(f.key("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(f.key("rope.freq_base", 1000000.0)),
+    )  # fmt: skip
+
+
 def _experts(f: GgufFile, config: dict[str, Any], normalize: bool) -> None:
     """Stacked experts: the count, how many a token uses, their width (expert_feed_forward_length,
     which llama.cpp reads and transformers 5.24's GGUF mapping ignores), and llama.cpp's top-k
@@ -343,6 +369,7 @@ FAMILIES: dict[str, Family] = {
     "falcon": Family("falcon", "FalconForCausalLM", _falcon),
     "gpt2": Family("gpt2", "GPT2LMHeadModel", _gpt2),
     "nemotron": Family("nemotron", "NemotronForCausalLM", _nemotron),
+    "lfm2": Family("lfm2", "Lfm2ForCausalLM", _lfm2),
 }
 
 

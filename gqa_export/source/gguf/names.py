@@ -4,12 +4,14 @@ llama.cpp's converter renames every tensor (`model.layers.3.self_attn.q_proj.wei
 `blk.3.attn_q.weight`) and, for some architectures, changes it on the way: the Llama architecture
 permutes the q and k rows within each head (its rotary embedding pairs adjacent channels where
 transformers pairs the two halves of a head), Bloom and Falcon regroup their fused qkv rows (all
-queries, then keys, then values), GPT-2's Conv1D weights are transposed to [out, in], and Gemma /
-Nemotron store norm weights as 1 + w. Each is undone here as transformers' GGUF loader undoes it
-(docs/gguf.md §4): a row permutation (HF row r is GGUF row perm[r]: moving whole rows, so integer
-blocks move unchanged), a value offset on float vectors, and a transpose (the file's [out, in] is
-MatMulNBits' own layout, so GPT-2's blocks are kept; only float reads transpose). Tables are per
-GGUF architecture; a tensor a table does not name is refused in one line, never dropped.
+queries, then keys, then values), GPT-2's Conv1D weights are transposed to [out, in], LFM2's
+convolution kernels squeezed to [C, L], StableLM's per-head norms and MoE experts stacked, and
+Gemma / Nemotron store norm weights as 1 + w. Each is undone here as transformers' GGUF loader
+undoes it (docs/gguf.md §4): a row permutation (HF row r is GGUF row perm[r]: moving whole rows,
+so integer blocks move unchanged), a value offset on float vectors, a reshape, one HF tensor per
+stacked index, and a transpose (the file's [out, in] is MatMulNBits' own layout, so GPT-2's blocks
+are kept; only float reads transpose). Tables are per GGUF architecture; a tensor a table does not
+name is refused in one line, never dropped.
 """
 
 from __future__ import annotations
@@ -103,6 +105,25 @@ _GPT2 = {
     "blk.{i}.ffn_down": "transformer.h.{i}.mlp.c_proj",
 }
 _UNGATED_MLP = {k: v for k, v in _LLAMA_LIKE.items() if "ffn_gate" not in k}  # Nemotron: up / down
+_SHORT_CONV = {  # LFM2: short-convolution layers beside GQA ones; its final norm is llama.cpp's token_embd_norm
+    "token_embd": "model.embed_tokens",
+    "token_embd_norm": "model.embedding_norm",
+    "output": "lm_head",
+    "blk.{i}.attn_norm": "model.layers.{i}.operator_norm",
+    "blk.{i}.ffn_norm": "model.layers.{i}.ffn_norm",
+    "blk.{i}.attn_q": "model.layers.{i}.self_attn.q_proj",
+    "blk.{i}.attn_k": "model.layers.{i}.self_attn.k_proj",
+    "blk.{i}.attn_v": "model.layers.{i}.self_attn.v_proj",
+    "blk.{i}.attn_output": "model.layers.{i}.self_attn.out_proj",
+    "blk.{i}.attn_q_norm": "model.layers.{i}.self_attn.q_layernorm",
+    "blk.{i}.attn_k_norm": "model.layers.{i}.self_attn.k_layernorm",
+    "blk.{i}.shortconv.in_proj": "model.layers.{i}.conv.in_proj",
+    "blk.{i}.shortconv.conv": "model.layers.{i}.conv.conv",
+    "blk.{i}.shortconv.out_proj": "model.layers.{i}.conv.out_proj",
+    "blk.{i}.ffn_gate": "model.layers.{i}.feed_forward.w1",
+    "blk.{i}.ffn_down": "model.layers.{i}.feed_forward.w2",
+    "blk.{i}.ffn_up": "model.layers.{i}.feed_forward.w3",
+}
 TABLES: dict[str, dict[str, str]] = {
     "llama": {**_LLAMA_LIKE, **_EXPERTS},  # Mixtral files are `llama` with stacked experts
     "qwen2moe": {**_LLAMA_LIKE, **_EXPERTS, **_SHARED_EXPERT},
@@ -122,11 +143,14 @@ TABLES: dict[str, dict[str, str]] = {
     "falcon": _CLASSIC,
     "gpt2": _GPT2,
     "nemotron": _UNGATED_MLP,
+    "lfm2": _SHORT_CONV,
 }
 # architectures whose norm weights llama.cpp stores as 1 + w (HF: w, the model computes 1 + w)
 NORM_PLUS_ONE = frozenset({"gemma2", "gemma3", "nemotron"})
 # GPT-2's Conv1D weights, stored [in, out] by HF: llama.cpp's converter transposes them to [out, in]
 TRANSPOSED = {"gpt2": ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")}
+# depthwise convolution kernels the converter squeezes: HF [C, 1, L], the file [C, L]
+SQUEEZED = {"lfm2": ".shortconv.conv.weight"}
 # architectures whose fused qkv rows the converter regroups: all queries, then keys, then values
 GROUPED_QKV = frozenset({"bloom", "falcon"})
 # tensors llama.cpp's converter derives from the config (read into config.json, not weights), and
@@ -151,6 +175,7 @@ class Mapped:
     offset: float = 0.0  # HF value = GGUF value - offset (stored 1 + w norms)
     expert: int | None = None  # one expert of a stacked [E, rows, K] tensor
     transposed: bool = False  # HF holds the file's [out, in] matrix as [in, out] (GPT-2's Conv1D)
+    shape: tuple[int, ...] | None = None  # HF's shape of the same values in the same order (LFM2's [C, 1, L])
 
 
 def table(arch: str, names: list[str]) -> dict[str, str]:
@@ -247,5 +272,7 @@ def map_tensors(arch: str, names: list[str], shapes: dict[str, tuple[int, ...]],
                 out[hf.replace("{e}", str(e))] = Mapped(name, hf.replace("{e}", str(e)), rows, offset, e)
             continue
         transposed = name.endswith(TRANSPOSED.get(arch, ())) and len(shapes[name]) == 2
-        out[hf] = Mapped(name, hf, rows, offset, transposed=transposed)
+        squeezed = arch in SQUEEZED and name.endswith(SQUEEZED[arch]) and len(shapes[name]) == 2
+        shape = (shapes[name][0], 1, shapes[name][1]) if squeezed else None
+        out[hf] = Mapped(name, hf, rows, offset, transposed=transposed, shape=shape)
     return out

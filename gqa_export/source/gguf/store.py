@@ -197,7 +197,7 @@ class GgufStore(WeightStore):
 
     def _hf_shape(self, m: Mapped) -> tuple[int, ...]:
         shape = self._part(m)[1]
-        return tuple(reversed(shape)) if m.transposed else shape
+        return tuple(reversed(shape)) if m.transposed else m.shape or shape
 
     def _part(self, m: Mapped) -> tuple[np.ndarray, tuple[int, ...], int, int]:
         """(raw data, HF shape, first byte in the file, bytes) of a mapped tensor: the whole tensor,
@@ -225,6 +225,9 @@ class GgufStore(WeightStore):
                     out = self._whole(tensor.type_name, data, shape, m).T[index]
                 else:
                     out = self._matrix(tensor.type_name, data, shape, m, cols, rows).T
+            elif m.shape is not None:  # the same values in HF's shape (LFM2's [C, 1, L] kernels)
+                whole = self._whole(tensor.type_name, data, shape, m).reshape(m.shape)
+                out = whole[index] if index else whole
             elif len(shape) == 2 and not any(isinstance(i, int) for i in index[:2]):
                 rows = index[0] if index else slice(None)
                 cols = index[1] if len(index) > 1 else slice(None)

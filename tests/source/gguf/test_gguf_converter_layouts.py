@@ -1,14 +1,15 @@
 """GGUF files of the families whose tensors llama.cpp's converter changes on the way (docs/gguf.md §4):
 Bloom and Falcon regroup their fused qkv rows (all queries, then keys, then values), GPT-2's Conv1D
-weights are transposed, Nemotron's LayerNorm1P weights stored as 1 + w, Falcon-40B's two norms
-named by what llama.cpp runs them on, and Mixtral written as `llama` with stacked experts.
+weights are transposed, LFM2's convolution kernels squeezed, Nemotron's LayerNorm1P weights stored
+as 1 + w, Falcon-40B's two norms named by what llama.cpp runs them on, and Mixtral written as
+`llama` with stacked experts.
 
 Per family, on tiny checkpoints written as the converter writes them (tests/gguf_models.py):
 - the F32 file's package equals the checkpoint it was written from (HF on the safetensors);
 - the Q4_1 file's package (integer blocks kept, the fused qkv and the transposed weights included:
   the manifest says so) equals the reference on that file, prompt and decode steps, and genai's
   greedy tokens equal HF generate on it. The reference is transformers' own load of the GGUF where
-  it reads the family right (Bloom, Falcon-7B, GPT-2, Nemotron); transformers 5.24 cannot load a
+  it reads the family right (Bloom, Falcon-7B, GPT-2, Nemotron, LFM2); transformers 5.24 cannot load a
   Mixtral-style `llama` file ("Unknown gguf model_type: mixtral") and loads Falcon-40B's without
   undoing the regrouping (logits 3.0 off), so there the reference is HF on the checkpoint holding
   the file's weights dequantized by the `gguf` package (GgufFiles.twin);
@@ -36,8 +37,8 @@ from gqa_export.source.gguf.store import GgufStore
 
 BOUND = 1e-4
 ARCH = {"bloom": "bloom", "falcon": "falcon", "falcon_grouped": "falcon", "gpt2": "gpt2", "nemotron": "nemotron",
-        "mixtral": "llama"}  # fmt: skip
-TRANSFORMERS_READS = {"bloom", "falcon", "gpt2", "nemotron"}
+        "mixtral": "llama", "lfm2": "lfm2"}  # fmt: skip
+TRANSFORMERS_READS = {"bloom", "falcon", "gpt2", "nemotron", "lfm2"}
 # a weight per family that keeps its blocks only through the new import paths (selection, transpose)
 KEPT = {
     "bloom": "transformer.h.0.self_attention.query_key_value.weight",
@@ -46,6 +47,7 @@ KEPT = {
     "gpt2": "transformer.h.0.attn.c_attn.weight",
     "nemotron": "model.layers.0.mlp.up_proj.weight",
     "mixtral": "model.layers.0.self_attn.q_proj.weight",
+    "lfm2": "model.layers.0.conv.in_proj.weight",
 }
 
 
@@ -104,6 +106,7 @@ MUTANTS = {
         "falcon_grouped", "F32", lambda mp: mp.setattr(names, "GROUPED_QKV", frozenset())),
     "fused qkv blocks imported without the q|k|v selection": ("bloom", "Q4_1", _drop_selection),
     "gpt2 transpose left in place": ("gpt2", "F32", lambda mp: mp.setattr(names, "TRANSPOSED", {})),
+    "lfm2 convolution kernels left squeezed": ("lfm2", "F32", lambda mp: mp.setattr(names, "SQUEEZED", {})),
     "nemotron 1 + w norms kept": ("nemotron", "F32", lambda mp: mp.setattr(names, "NORM_PLUS_ONE", frozenset())),
     "falcon-40B norms swapped": ("falcon_grouped", "F32", lambda mp: mp.setattr(
         names, "_FALCON_40B", _swap(names._FALCON_40B, "blk.{i}.attn_norm", "blk.{i}.attn_norm_2"))),
@@ -114,18 +117,30 @@ MUTANTS = {
 }  # fmt: skip
 
 
+# how a planted bug that does not change logits fails instead: a refusal, or a package onnxruntime will not load
+FAILS_OTHERWISE = {
+    "gpt2 transpose left in place": (InputError, "does not belong to these weights"),
+    "lfm2 convolution kernels left squeezed": (Exception, "weight must have rank"),
+}
+
+
 @pytest.mark.parametrize("mutant", list(MUTANTS))
 def test_mutant_layout_bug_fails(ggufs, mutant, tmp_path, monkeypatch):
     family, type_name, plant = MUTANTS[mutant]
     gguf = ggufs.get(family, type_name, arch=ARCH[family])
     model = hf_model(ggufs.checkpoint(family)) if type_name == "F32" else reference(ggufs, family, type_name)
     plant(monkeypatch)
-    if family == "gpt2":  # GPT-2's weights untransposed no longer fit its config: refused before any graph
-        with pytest.raises(InputError, match="does not belong to these weights"):
-            build(BuildOptions(str(gguf), tmp_path / "pkg", precision="fp32", smoke=False))
+
+    def error() -> float:
+        build(BuildOptions(str(gguf), tmp_path / "pkg", precision="fp32", smoke=False))
+        return logits_error(tmp_path / "pkg", model)
+
+    if mutant in FAILS_OTHERWISE:
+        kind, message = FAILS_OTHERWISE[mutant]
+        with pytest.raises(kind, match=message):
+            error()
         return
-    build(BuildOptions(str(gguf), tmp_path / "pkg", precision="fp32", smoke=False))
-    assert logits_error(tmp_path / "pkg", model) > 100 * BOUND
+    assert error() > 100 * BOUND
 
 
 # --- tensors llama.cpp's converter adds or stacks: Phi-3's LongRoPE factors, StableLM's per-head q/k norms ---
