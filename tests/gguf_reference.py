@@ -115,6 +115,11 @@ GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
     # every layer sparse (llama.cpp's qwen3moe has no dense layers) and llama.cpp's fixed top-k renormalization
     "qwen3_moe": ("qwen3_moe", dict(mlp_only_layers=[], norm_topk_prob=True)),
     "qwen2_moe": ("qwen2_moe", {}),
+    # K-quant experts need K a whole number of 256-weight blocks: hidden and expert width 256
+    "qwen3_moe256": (
+        "qwen3_moe",
+        dict(hidden_size=256, moe_intermediate_size=256, mlp_only_layers=[], norm_topk_prob=True, num_hidden_layers=2),
+    ),
     # the classic decoders and Nemotron (tests/dense_models.py shapes): Bloom (ALiBi, qkv per head),
     # Falcon-7B (multi-query) and Falcon-40B's grouped layout, GPT-2 (Conv1D), Nemotron (1 + w norms)
     "bloom": ("dense:bloom", {}),

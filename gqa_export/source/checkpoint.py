@@ -21,7 +21,8 @@ from gqa_export.model.raw_config import check_raw_config
 from gqa_export.progress import Reporter
 from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe, match_recipe
 from gqa_export.source.fetch import Source, resolve_source
-from gqa_export.source.formats import FileReader, file_format
+from gqa_export.source.file_reader import FileReader
+from gqa_export.source.formats import file_format
 from gqa_export.source.weights import WeightStore
 
 

@@ -12,17 +12,17 @@ is one record here plus its reader (docs/architecture.md §3.2, docs/prequantize
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy as np
 
 from gqa_export.source import bnb, fp8, native, quark
+from gqa_export.source.file_reader import FileReader
 from gqa_export.source.weights import WeightStore
 
 QuantizationConfig = dict[str, Any]
@@ -83,39 +83,6 @@ class Reader:
     read: Callable[[WeightStore, WeightStore, str, QuantizationConfig], Linear]
     required: tuple[str, ...] = ()  # P's tensors besides the codes that must be stored
     integers: bool = False  # MatMulNBits takes its integers as they are (quant/imported.py), else dequantized
-
-
-@dataclass(frozen=True)
-class FileReader:
-    """A checkpoint *file* format (GGUF): the file itself is the checkpoint, recognized by its name
-    or its first bytes rather than by a quantization_config, and read by a source package of its
-    own. The package (imported on use, so its dependencies load only for such a file) offers
-    `in_folder(folder, name)` (the file a folder or a Hub download stands for), `materialize(path,
-    beside)` (the config/tokenizer folder its metadata means, and the origin a Source keeps),
-    `open_store(path, raw_config)` (its tensors under their HF names) and `remove_made(folder)`."""
-
-    suffixes: tuple[str, ...]  # lower case, with the dot
-    magic: bytes  # the first bytes of every such file
-    package: str  # the module that reads it
-
-    def matches(self, path: Path) -> bool:
-        """A file named with one of the suffixes, or any file that starts with the magic."""
-        if not path.is_file():
-            return False
-        if path.suffix.lower() in self.suffixes:
-            return True
-        try:
-            with path.open("rb") as f:
-                return f.read(len(self.magic)) == self.magic
-        except OSError:
-            return False
-
-    def in_folder(self, folder: Path) -> bool:
-        """Whether a folder holds files of this format (by name)."""
-        return any(any(folder.glob(f"*{suffix}")) for suffix in self.suffixes)
-
-    def module(self) -> ModuleType:
-        return importlib.import_module(self.package)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from gqa_export.errors import InputError
+from gqa_export.source.gguf.classic_config import bloom, falcon, gpt2, lfm2, nemotron
 from gqa_export.source.gguf.container import GgufFile
+from gqa_export.source.gguf.decoder_keys import decoder as _decoder
+from gqa_export.source.gguf.decoder_keys import has as _has
+from gqa_export.source.gguf.decoder_keys import layer_norm as _layer_norm
+from gqa_export.source.gguf.decoder_keys import one as _one
+from gqa_export.source.gguf.decoder_keys import rows as _rows
 
 # llama.cpp's end-of-generation tokens found by their text (llama-vocab.cpp), besides eos/eot/eom ids
 EOG_TEXTS = frozenset({
@@ -36,74 +42,6 @@ class Family:
     model_type: str
     architecture: str
     fill: Callable[[GgufFile, dict[str, Any]], None]
-
-
-def _rope(f: GgufFile, config: dict[str, Any]) -> None:
-    """rope_theta and rope_scaling as llama.cpp reads them (rope.freq_base default 10000)."""
-    config["rope_theta"] = float(f.key("rope.freq_base", 10000.0))
-    kind = f.key("rope.scaling.type")
-    factor = f.key("rope.scaling.factor")
-    if kind in (None, "none") or not factor or float(factor) == 1.0:
-        return
-    if kind == "linear":
-        config["rope_scaling"] = {"rope_type": "linear", "factor": float(factor)}
-        return
-    if kind == "yarn":
-        scaling: dict[str, Any] = {"rope_type": "yarn", "factor": float(factor)}
-        original = f.key("rope.scaling.original_context_length")
-        if original is not None:
-            scaling["original_max_position_embeddings"] = int(original)
-        for key, name in (("rope.scaling.yarn_beta_fast", "beta_fast"), ("rope.scaling.yarn_beta_slow", "beta_slow"),
-                          ("rope.scaling.attn_factor", "attention_factor")):  # fmt: skip
-            if f.key(key) is not None:
-                scaling[name] = float(f.key(key))
-        config["rope_scaling"] = scaling
-        return
-    raise InputError(f"{f.path.name}: rope scaling type {kind!r} is not read by gqa-export's GGUF import")
-
-
-def _one(f: GgufFile, key: str, default: Any = None) -> Any:
-    """A key llama.cpp reads per layer or once: one value for the whole model, else a refusal."""
-    value = f.key(key, default)
-    if isinstance(value, list):
-        if len(set(value)) != 1:
-            raise InputError(
-                f"{f.path.name}: {f.architecture}.{key} differs per layer ({sorted(set(value))}), which gqa-export's "
-                "GGUF import does not map for this architecture"
-            )
-        value = value[0]
-    return value
-
-
-def _decoder(f: GgufFile, config: dict[str, Any]) -> None:
-    """The keys every GQA decoder has, with llama.cpp's defaults."""
-    hidden = int(f.key("embedding_length"))
-    heads = int(_one(f, "attention.head_count"))
-    config.update(
-        hidden_size=hidden,
-        num_hidden_layers=int(f.key("block_count")),
-        num_attention_heads=heads,
-        num_key_value_heads=int(_one(f, "attention.head_count_kv", heads)),
-        max_position_embeddings=int(f.key("context_length", 4096)),
-    )
-    if f.key("feed_forward_length") is not None:
-        config["intermediate_size"] = int(_one(f, "feed_forward_length"))
-    key_length = int(f.key("attention.key_length", hidden // heads))
-    value_length = int(f.key("attention.value_length", key_length))
-    if value_length != key_length:
-        raise InputError(f"{f.path.name}: key_length {key_length} != value_length {value_length} is not imported")
-    config["head_dim"] = key_length
-    rope_dims = f.key("rope.dimension_count")
-    if rope_dims is not None and int(rope_dims) != key_length:
-        config["partial_rotary_factor"] = int(rope_dims) / key_length
-    eps = f.key("attention.layer_norm_rms_epsilon")
-    if eps is not None:
-        config["rms_norm_eps"] = float(eps)
-    _rope(f, config)
-
-
-def _has(f: GgufFile, suffix: str) -> bool:
-    return any(name.endswith(suffix) for name in f.tensors)
 
 
 def _llama(f: GgufFile, config: dict[str, Any]) -> None:
@@ -215,12 +153,6 @@ def _longrope(f: GgufFile, config: dict[str, Any]) -> dict[str, Any]:
     return scaling
 
 
-def _layer_norm(f: GgufFile, config: dict[str, Any], key: str) -> None:
-    eps = f.key("attention.layer_norm_epsilon")
-    if eps is not None:
-        config[key] = float(eps)
-
-
 def _stablelm(f: GgufFile, config: dict[str, Any]) -> None:
     _decoder(f, config)
     _layer_norm(f, config, "layer_norm_eps")
@@ -234,93 +166,6 @@ def _starcoder2(f: GgufFile, config: dict[str, Any]) -> None:
     _layer_norm(f, config, "norm_epsilon")
     config["use_bias"] = _has(f, ".attn_q.bias")
     config["sliding_window"] = None  # llama.cpp runs Starcoder2 without one
-
-
-def _rows(f: GgufFile, suffix: str, axis: int = 0) -> int:
-    """A width llama.cpp takes from a tensor's shape (the converter writes 4 x hidden as Bloom's,
-    Falcon's and GPT-2's feed_forward_length whatever the checkpoint's MLP is)."""
-    tensor = next((t for n, t in f.tensors.items() if n.endswith(suffix)), None)
-    if tensor is None:
-        raise InputError(f"{f.path.name} has no *{suffix} tensor; it is not a complete model file")
-    return int(tensor.shape[axis])
-
-
-def _classic(f: GgufFile, config: dict[str, Any]) -> tuple[int, int, int]:
-    """(hidden, heads, layers) of Bloom / Falcon / GPT-2 files, and their LayerNorm epsilon."""
-    hidden, heads = int(f.key("embedding_length")), int(_one(f, "attention.head_count"))
-    eps = f.key("attention.layer_norm_epsilon")
-    if eps is not None:
-        config["layer_norm_epsilon"] = float(eps)
-    return hidden, heads, int(f.key("block_count"))
-
-
-def _bloom(f: GgufFile, config: dict[str, Any]) -> None:
-    """ALiBi, no positions to read; the MLP is always 4 x hidden in BloomConfig."""
-    hidden, heads, layers = _classic(f, config)
-    if _rows(f, ".ffn_up.weight") != 4 * hidden:
-        raise InputError(f"{f.path.name}: a Bloom MLP of width {_rows(f, '.ffn_up.weight')} (not 4 x {hidden})")
-    config.update(hidden_size=hidden, n_head=heads, n_layer=layers, apply_residual_connection_post_layernorm=False)
-
-
-def _falcon(f: GgufFile, config: dict[str, Any]) -> None:
-    """llama.cpp's falcon: RoPE over the whole head, attention and MLP in parallel off the layer
-    input; one kv head (Falcon-7B's multi-query) or, with the second norm (attn_norm_2: ln_mlp),
-    Falcon-40B's grouped layout."""
-    hidden, heads, layers = _classic(f, config)
-    kv = int(_one(f, "attention.head_count_kv", 1))
-    grouped = _has(f, ".attn_norm_2.weight")
-    if not grouped and kv not in (1, heads):
-        raise InputError(f"{f.path.name}: a Falcon of {kv} kv heads without ln_mlp is not a Falcon layout")
-    config.update(
-        hidden_size=hidden, num_attention_heads=heads, num_hidden_layers=layers, num_kv_heads=kv,
-        new_decoder_architecture=grouped, multi_query=kv == 1, parallel_attn=True, alibi=False,
-        bias=_has(f, ".attn_qkv.bias"), activation="gelu", ffn_hidden_size=_rows(f, ".ffn_up.weight"),
-        max_position_embeddings=int(f.key("context_length", 2048)),
-        rope_theta=float(f.key("rope.freq_base", 10000.0)),
-    )  # fmt: skip
-
-
-def _gpt2(f: GgufFile, config: dict[str, Any]) -> None:
-    hidden, heads, layers = _classic(f, config)
-    config.update(
-        n_embd=hidden, n_head=heads, n_layer=layers, n_positions=_rows(f, "position_embd.weight"),
-        n_inner=_rows(f, ".ffn_up.weight"), activation_function="gelu_new",
-    )  # fmt: skip
-
-
-def _nemotron(f: GgufFile, config: dict[str, Any]) -> None:
-    """LayerNorm1P (stored 1 + w), squared-ReLU MLP, partial RoPE."""
-    _decoder(f, config)
-    _layer_norm(f, config, "norm_eps")
-    config["hidden_act"] = "relu2"
-    config["attention_bias"] = _has(f, ".attn_q.bias")
-    config["mlp_bias"] = _has(f, ".ffn_up.bias")
-
-
-def _lfm2(f: GgufFile, config: dict[str, Any]) -> None:
-    """LFM2: head_count_kv per layer, 0 for a short-convolution layer (the layer types), the MLP
-    width as stored (llama.cpp's converter writes it already adjusted), the convolution's cache."""
-    hidden, heads, layers = (
-        int(f.key("embedding_length")),
-        int(f.key("attention.head_count")),
-        int(f.key("block_count")),
-    )
-    kv = f.key("attention.head_count_kv", heads)
-    per_layer = [int(v) for v in kv] if isinstance(kv, list) else [int(kv)] * layers
-    attention = sorted({v for v in per_layer if v})
-    if len(attention) != 1 or len(per_layer) != layers:
-        raise InputError(
-            f"{f.path.name}: lfm2.attention.head_count_kv {kv} is not one kv head count per attention layer"
-        )
-    width = _rows(f, ".ffn_gate.weight")
-    config.update(
-        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=attention[0],
-        max_position_embeddings=int(f.key("context_length", 128000)), intermediate_size=width, block_ff_dim=width,
-        block_auto_adjust_ff_dim=False, layer_types=["full_attention" if v else "conv" for v in per_layer],
-        conv_L_cache=int(f.key("shortconv.l_cache", 3)), conv_bias=_has(f, ".shortconv.in_proj.bias"),
-        norm_eps=float(f.key("attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=float(f.key("rope.freq_base", 1000000.0)),
-    )  # fmt: skip
 
 
 def _experts(f: GgufFile, config: dict[str, Any], normalize: bool) -> None:
@@ -365,11 +210,11 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family("phi3", "Phi3ForCausalLM", _phi3),
     "stablelm": Family("stablelm", "StableLmForCausalLM", _stablelm),
     "starcoder2": Family("starcoder2", "Starcoder2ForCausalLM", _starcoder2),
-    "bloom": Family("bloom", "BloomForCausalLM", _bloom),
-    "falcon": Family("falcon", "FalconForCausalLM", _falcon),
-    "gpt2": Family("gpt2", "GPT2LMHeadModel", _gpt2),
-    "nemotron": Family("nemotron", "NemotronForCausalLM", _nemotron),
-    "lfm2": Family("lfm2", "Lfm2ForCausalLM", _lfm2),
+    "bloom": Family("bloom", "BloomForCausalLM", bloom),
+    "falcon": Family("falcon", "FalconForCausalLM", falcon),
+    "gpt2": Family("gpt2", "GPT2LMHeadModel", gpt2),
+    "nemotron": Family("nemotron", "NemotronForCausalLM", nemotron),
+    "lfm2": Family("lfm2", "Lfm2ForCausalLM", lfm2),
 }
 
 

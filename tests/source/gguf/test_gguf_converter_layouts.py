@@ -180,3 +180,15 @@ def test_rope_factor_and_per_head_norm_tensors(ggufs, family, tmp_path, monkeypa
     (_swapped_longrope if family == "phi3_longrope" else _swapped_qk_norms)(monkeypatch)
     build(BuildOptions(str(ggufs.get(family, "F32", arch=arch)), tmp_path / "pkg", precision="fp32", smoke=False))
     assert error(tmp_path / "pkg") > 100 * BOUND
+
+
+def test_k_quant_experts_keep_their_blocks_exactly(ggufs):
+    """Q4_K experts (super-block scales and mins; K = 256 here) go to per-expert MatMulNBits with
+    their block-sum correction: logits equal HF on the file's dequantized weights."""
+    package = ggufs.package("qwen3_moe256", "Q4_K", arch="qwen3moe")
+    assert logits_error(package, hf_model(ggufs.twin("qwen3_moe256", "Q4_K", "qwen3moe"))) < BOUND
+    tensors = json.loads((package / "manifest.json").read_text())["options"]["gguf"]["tensors"]
+    assert (
+        tensors["model.layers.1.mlp.experts.7.up_proj.weight"]["as"]
+        == "gguf Q4_K 4-bit group 32 (per-expert MatMulNBits)"
+    )
