@@ -82,6 +82,9 @@ def test_q4_1_gguf_package_equals_the_file_and_generates_like_hf(ggufs, family):
     if family == "mixtral":  # experts with mins: per-expert MatMulNBits plus their block-sum correction
         expert = tensors["model.layers.0.mlp.experts.0.down_proj.weight"]["as"]
         assert expert == "gguf Q4_1 4-bit group 32 (per-expert MatMulNBits)"
+        from gqa_export.source.gguf.summary import summarize  # `inspect` names the family the file reads as
+
+        assert summarize(ggufs.get(family, "Q4_1", arch="llama"))["family"] == "mixtral"
     seen = []
     for prompt in (*PROMPTS, *TEXT_PROMPTS):  # the registry's prompts (random tiny models repeat themselves)
         _, tokens = genai_prompt_then_greedy(package, list(prompt), 24)
