@@ -22,6 +22,8 @@ from gqa_export.model.raw_config import check_raw_config
 from gqa_export.progress import Reporter
 from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe, match_recipe
 from gqa_export.source.fetch import Source, resolve_source
+from gqa_export.source.file_reader import FileReader
+from gqa_export.source.formats import file_format
 from gqa_export.source.weights import WeightStore
 
 
@@ -54,18 +56,21 @@ class Checkpoint:
 
     @cached_property
     def store(self) -> WeightStore:
-        if self.source.gguf is not None:  # the GGUF's own tensors under their HF names (docs/gguf.md)
-            from gqa_export.source.gguf import GgufStore, open_gguf
-
-            return GgufStore(open_gguf(self.source.gguf.path), self.raw_config)
+        if self.source.gguf is not None:  # the file's own tensors under their HF names (docs/gguf.md)
+            return _file_reader(self.source.gguf.path).module().open_store(self.source.gguf.path, self.raw_config)
         return WeightStore.open(self.source.model_dir)
 
     def close(self) -> None:
         """Remove what reading the source wrote: a GGUF's config/tokenizer folder (never a user's folder)."""
         if self.source.gguf is not None:
-            from gqa_export.source.gguf.folder import remove_made
+            _file_reader(self.source.gguf.path).module().remove_made(self.source.model_dir)
 
-            remove_made(self.source.model_dir)
+
+def _file_reader(path: Path) -> FileReader:
+    """The reader of the checkpoint file format (source/formats.py) a Source's file is."""
+    fmt = file_format(path)
+    assert fmt is not None and fmt.file is not None, path
+    return fmt.file
 
 
 def open_checkpoint(

@@ -1,6 +1,6 @@
 """Mutants of the mechanisms the issue #39 families brought (gqa_export/arch/derived_families.py):
 each planted into a copy of the correct registry package (tests/mutants.py) must break HF parity,
-the registry's check (tests/test_families.py), so a graph that dropped the mechanism fails it.
+the registry's check (tests/arch/test_families.py), so a graph that dropped the mechanism fails it.
 
 NanoChat: the RoPE rotating by minus the angle (its sin table negated: un-negated, the rotation
 goes the usual way), the weightless RMSNorm of the embeddings (a weight of 2 on it), the scaleless
