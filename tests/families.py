@@ -192,9 +192,9 @@ def moe_family(name: str, modes: tuple[str, ...] = ("gqa",), **facts: Any) -> Fa
 
 def classic_moe(name: str, **facts: Any) -> Family:
     """A Llama-shaped mixture of experts of tests/llama_like_models.py: every mode on logits, greedy
-    tokens, a ragged batch in every mode, int4 and int8 (QMoE) packages."""
+    tokens, int4 and int8 (QMoE) packages."""
     quantized = dict(quantized=("int4", "int8"), accuracy_level=0, int8_relative_l2=0.3)
-    return dense(name, generate_modes=("gqa",), experts="fused", **quantized, **RAGGED_EVERY_MODE, **facts)
+    return dense(name, **{"generate_modes": ("gqa",), "experts": "fused", **quantized, **facts})
 
 
 def gemma4(name: str, **facts: Any) -> Family:
@@ -286,13 +286,42 @@ FAMILIES: tuple[Family, ...] = (
     # non-gated squared-ReLU MLP with YaRN
     dense_family("seed_oss", **RAGGED_EVERY_MODE),
     dense_family("arcee", **RAGGED_EVERY_MODE),
+    # issue #39 item 3 (gqa_export/arch/derived_families.py): every mode on logits and greedy tokens, int4;
+    # marked from 5.x: the tiny configs are spelled for 5.x (EXAONE, InternLM3 and Solar-Open have no 4.x class)
+    dense_family("exaone", generate_modes=ALL_MODES, since_major=5),  # the hub's tensor names and config keys
+    dense_family("internlm3", generate_modes=ALL_MODES, since_major=5),
+    dense_family("iquestcoder", generate_modes=ALL_MODES, since_major=5),
+    dense_family("helium", generate_modes=ALL_MODES, since_major=5),
+    dense_family("vaultgemma", generate_modes=ALL_MODES, gathered_tables=TIED, fp16_cuda=True, since_major=5),
+    dense_family("ministral", genai_type="mistral", generate_modes=ALL_MODES, since_major=5),
+    dense_family("glm", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5),
+    dense_family("cwm", generate_modes=ALL_MODES, since_major=5),
+    classic_moe("solar_open", generate_modes=ALL_MODES, since_major=5),
+    dense_family("nanochat", generate_modes=ALL_MODES, since_major=5),  # mutants: tests/arch/test_derived_mutants.py
+    # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
+    dense_family(
+        "gpt_bigcode", generate_modes=ALL_MODES, gathered_tables=frozenset({"transformer.wte.qweight"}), since_major=5
+    ),
+    dense("gpt_bigcode_mha", generate_modes=ALL_MODES, since_major=5),
+    dense_family("persimmon", generate_modes=ALL_MODES, smoke_meets_eos=frozenset({5}), since_major=5),
+    dense_family("biogpt", generate_modes=ALL_MODES, since_major=5),
+    dense_family(
+        "gpt_neo", generate_modes=ALL_MODES, gathered_tables=frozenset({"transformer.wte.qweight"}), since_major=5
+    ),
+    dense_family("xglm", generate_modes=ALL_MODES, gathered_tables=TIED, since_major=5),
     # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
     # sigmoid choice with a selection bias (GLM-4-MoE)
-    classic_moe("glm4_moe"),
-    classic_moe("ernie4_5_moe", gathered_tables=TIED),  # softmax choice with a selection bias
-    classic_moe("hunyuan_v1_moe", gathered_tables=TIED),  # softmax top k beside a shared MLP
+    classic_moe("glm4_moe", **RAGGED_EVERY_MODE),
+    classic_moe("ernie4_5_moe", gathered_tables=TIED, **RAGGED_EVERY_MODE),  # softmax choice with a selection bias
+    classic_moe("hunyuan_v1_moe", gathered_tables=TIED, **RAGGED_EVERY_MODE),  # softmax top k beside a shared MLP
     # Qwen3 attention with sliding layers and GLM-4-MoE's routing (dots.llm1; tests/arch/test_dots1.py)
-    classic_moe("dots1", one_token_logits=True, fp16_cuda=True, fp16_differs_under_4x=DOTS1_FP16_UNDER_4X),
+    classic_moe(
+        "dots1",
+        one_token_logits=True,
+        fp16_cuda=True,
+        fp16_differs_under_4x=DOTS1_FP16_UNDER_4X,
+        **RAGGED_EVERY_MODE,
+    ),
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),

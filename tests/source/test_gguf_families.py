@@ -40,8 +40,9 @@ def test_f32_gguf_package_equals_the_checkpoint_it_was_written_from(ggufs, famil
 
 MOE = ("qwen3_moe", "qwen2_moe")
 # how a MoE layer's stacked experts come out, by type: QMoE (Q4_0: 4-bit block 32, exact on CPU), per-expert
-# MatMulNBits (Q8_0: QMoE's block-wise 8-bit runs on int8 activations), float experts (Q4_1: QMoE has no mins)
-EXPERT_FORM = {"Q4_0": "QMoE", "Q8_0": "MatMulNBits", "Q4_1": "MoE"}
+# MatMulNBits (Q8_0: QMoE's block-wise 8-bit runs on int8 activations; Q4_1: QMoE has no term for the mins'
+# residual, which each expert's MatMulNBits adds as a block-sum correction)
+EXPERT_FORM = {"Q4_0": "QMoE", "Q8_0": "MatMulNBits", "Q4_1": "MatMulNBits"}
 
 
 QUANTIZED = [(f, t) for f in ARCH for t in ("Q8_0", "Q4_1", *(("Q4_0",) if f in MOE else ()))]
