@@ -237,14 +237,14 @@ LATENT_RAGGED: dict[str, Any] = dict(
 
 FAMILIES: tuple[Family, ...] = (
     # the Llama spec's variants (tests/variants.py LLAMA_VARIANTS, then FAMILY_VARIANTS)
-    llama("gqa", "llama", LLAMA_MODES),
+    llama("gqa", "llama", LLAMA_MODES, ragged_generate_modes=LLAMA_MODES),
     llama("mha", "llama", ()),
     llama("mqa_tied", "llama"),
     llama("llama3_rope", "llama"),
     llama("linear_rope_bias", "llama", ()),
     llama("head_dim_32", "llama", ()),
     llama("bf16_sharded", "llama"),
-    llama("mistral_window", "mistral", LLAMA_MODES),
+    llama("mistral_window", "mistral", LLAMA_MODES, ragged_generate_modes=LLAMA_MODES),
     llama("qwen2_bias_window", "qwen2"),
     llama("qwen3_qk_norm", "qwen3"),
     llama("phi3_partial_rotary", "phi3"),
@@ -254,7 +254,7 @@ FAMILIES: tuple[Family, ...] = (
     # against HF's incremental forward in tests/graph/test_decoder.py
     llama("phi3_longrope", "phi3", prompts=TEXT_PROMPTS[2:]),
     llama("gemma_head_dim_32", "gemma"),
-    llama("gemma2_softcap_window", "gemma2", LLAMA_MODES),
+    llama("gemma2_softcap_window", "gemma2", LLAMA_MODES, ragged_generate_modes=LLAMA_MODES),
     llama("gemma3_local_global", "gemma3_text"),
     llama("smollm3_nope", "smollm3"),
     llama("granite_multipliers", "granite"),
