@@ -16,6 +16,7 @@ RELEASE_EACH_BLOCK.
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import struct
 import threading
@@ -235,14 +236,17 @@ def _read_header(shard: Path) -> list[TensorInfo]:
             continue
         try:
             dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-            if not all(isinstance(d, int) and d >= 0 for d in (*shape, begin, end)) or begin > end:
+            if not isinstance(dtype, str) or not all(isinstance(d, int) and d >= 0 for d in (*shape, begin, end)):
+                raise ValueError  # a dtype of any other JSON type (a list) is no key of DTYPES either
+            if begin > end:
                 raise ValueError
         except (KeyError, TypeError, ValueError):
             raise corrupt(f"tensor '{name}' has no valid dtype, shape and data_offsets") from None
         if data_start + end > size:
             raise corrupt(f"tensor '{name}' ends past the end of the file")
         itemsize = DTYPES[dtype].itemsize if dtype in DTYPES else None
-        if itemsize is not None and int(np.prod(shape, dtype=np.int64)) * itemsize != end - begin:
+        # math.prod on Python ints: a shape of 2**70 is a corrupt header, not an int64 overflow
+        if itemsize is not None and math.prod(shape) * itemsize != end - begin:
             raise corrupt(f"tensor '{name}' is {end - begin} bytes, its shape {list(shape)} {dtype} needs more")
         out.append(TensorInfo(str(name), shard, str(dtype), shape, data_start + begin, end - begin))
     return out

@@ -82,6 +82,16 @@ def shape_too_big(header, data):
     return header, data
 
 
+def dtype_a_list(header, data):
+    header[BIG]["dtype"] = []  # found by tests/fuzz: `dtype in DTYPES` raised TypeError (unhashable)
+    return header, data
+
+
+def shape_past_int64(header, data):
+    header[BIG]["shape"] = [2**70, 1]  # found by tests/fuzz: np.prod(int64) raised OverflowError
+    return header, data
+
+
 def entry_not_an_object(header, data):
     header[BIG] = 7
     return header, data
@@ -180,6 +190,8 @@ SHARD_FAULTS = {
     "offsets-negative": (rewrite(offsets_negative), f"tensor '{BIG}' has no valid dtype, shape and data_offsets"),
     "shape-bigger-than-bytes": (rewrite(shape_too_big), f"tensor '{BIG}'"),
     "entry-not-an-object": (rewrite(entry_not_an_object), f"tensor '{BIG}'"),
+    "dtype-a-list": (rewrite(dtype_a_list), f"tensor '{BIG}' has no valid dtype, shape and data_offsets"),
+    "shape-past-int64": (rewrite(shape_past_int64), f"tensor '{BIG}' is"),
     "header-not-json": (header_text(b"{not json!}     "), "its header is not JSON"),
     "header-not-utf8": (header_text(b'{"\xff\xfe": 1}  '), "its header is not JSON"),
     "header-a-list": (header_text(b"[1, 2, 3]       "), "its header is not a JSON object"),
