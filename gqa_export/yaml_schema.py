@@ -77,7 +77,8 @@ def _compose_slowly(text: str, path: Path, what: str) -> yaml.Node:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # a ReaderError's is 2 lines
+        raise InputError(f"{path}{where}: not valid YAML ({problem})") from None
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int], depth: int) -> int:
