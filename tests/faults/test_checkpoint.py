@@ -297,6 +297,15 @@ CONFIG_FAULTS = {
     "vocab_size-smaller-than-embedding": (put(vocab_size=100), r"vocab_size|config\.json"),
     "intermediate_size-wrong": (put(intermediate_size=96), r"intermediate_size|config\.json"),
     "hidden_size-wrong": (put(hidden_size=96), r"hidden_size|config\.json"),
+    # found by tests/fuzz (tracebacks before): transformers 5's strict-dataclass validation error,
+    # a C-long overflow on 2**64 layers, architectures not a list, a token id that is an object
+    "heads-not-dividing-hidden": (put(num_attention_heads=3), r"not a multiple of the number of attention heads"),
+    "num_hidden_layers-2**64": (put(num_hidden_layers=2**64), r"'num_hidden_layers' is 18446744073709551616"),
+    "architectures-a-number": (put(architectures=7), r"architectures is 7, not a list of class names"),
+    "generation-bos_token_id-an-object": (
+        lambda f: (f / "generation_config.json").write_text('{"bos_token_id": {"a": 1}}'),
+        r"a token id in config\.json or generation_config\.json is \{\"a\": 1\}, not an integer",
+    ),
 }
 
 
