@@ -7,7 +7,7 @@ outside the folder the test gives the parser as its output (`untouched` checks t
 
 Example counts are small in the suite (the whole tests/fuzz folder runs in well under a minute):
 `GQA_FUZZ_SCALE=N` multiplies every test's count for a long run by hand (docs/testing.md), and the
-count of inputs each parser saw is printed at the end of the session (`COUNTS`).
+count of inputs each parser was given is printed at the end of the session (`COUNTS`).
 """
 
 from __future__ import annotations
@@ -48,9 +48,14 @@ def examples(count: int) -> settings:
     )
 
 
-def outcome(parser: str, call: Callable[[], T]) -> T | GqaExportError:
-    """`call()`'s value, or the documented error it raised (checked: exit code, one line)."""
+def count(parser: str) -> None:
+    """One more input for `parser` (each test calls it once per generated example)."""
     COUNTS[parser] += 1
+
+
+def outcome(parser: str, call: Callable[[], T]) -> T | GqaExportError:
+    """`call()`'s value, or the documented error it raised (checked: exit code, one line);
+    `parser` names the input's kind in a failure."""
     try:
         return call()
     except GqaExportError as exc:
@@ -75,7 +80,6 @@ def untouched(folder: Path) -> Iterator[None]:
 def cli(parser: str, *args: object) -> Result:
     """The command in this process: a documented exit code, no traceback, an error as one stderr
     line (exit 1 may instead be a report on stdout: `verify`'s FAILED verdict)."""
-    COUNTS[parser] += 1
     result = CliRunner().invoke(app, [str(a) for a in args], env={"HF_HUB_OFFLINE": "1", "COLUMNS": "400"})
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         assert result.exc_info is not None

@@ -15,7 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
-from fuzzing import JSON_VALUES, cli, examples, mutated_json, outcome, untouched
+from fuzzing import JSON_VALUES, cli, count, examples, mutated_json, outcome, untouched
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -73,15 +73,17 @@ def _read(folder: Path) -> None:
         outcome("config.json", lambda: check_against_weights(dims, spec, WeightStore.open(folder)))
 
 
-@examples(30)
+@examples(20)
 @given(config=configs())
 def test_edited_configs_read_or_fail_in_one_line(tmp_path, config):
+    count("config.json")
     _read(_checkpoint(tmp_path, config))
 
 
-@examples(15)
+@examples(10)
 @given(generation=st.builds(json.dumps, st.just(GENERATION).flatmap(mutated_json)) | st.text(max_size=30))
 def test_edited_generation_configs_read_or_fail_in_one_line(tmp_path, generation):
+    count("generation_config.json")
     _read(_checkpoint(tmp_path, json.dumps(CONFIG), generation))
 
 
@@ -89,6 +91,7 @@ def test_edited_generation_configs_read_or_fail_in_one_line(tmp_path, generation
 @given(config=configs())
 def test_build_with_an_edited_config_exits_as_documented(tmp_path, config):
     """The command line: refused in one line, or a package (a config edit the export ignores)."""
+    count("config.json (build CLI)")
     folder = _checkpoint(tmp_path, config)
     out = tmp_path / f"out{next(_folders)}"
     with untouched(folder):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fuzzing import examples, flipped_bytes, outcome, untouched
+from fuzzing import count, examples, flipped_bytes, outcome, untouched
 from gguf_models import write_gguf
 from hypothesis import given
 from hypothesis import strategies as st
@@ -60,6 +60,7 @@ def _read(path: Path) -> None:
 @examples(40)
 @given(data=st.data())
 def test_flipped_header_bytes_open_or_fail_in_one_line(tiny_gguf, tmp_path, data):
+    count("GGUF header bytes")
     path = tmp_path / f"m{next(_files)}.gguf"
     path.write_bytes(data.draw(flipped_bytes(tiny_gguf, limit=8192)))
     _read(path)
@@ -78,6 +79,7 @@ VALUES = st.one_of(
 @examples(40)
 @given(edits=st.dictionaries(st.sampled_from(sorted(LLAMA_KEYS)), VALUES, min_size=1, max_size=3))
 def test_llama_keys_of_any_type_read_or_fail_in_one_line(tmp_path, edits):
+    count("GGUF keys")
     import gguf
 
     path = tmp_path / f"k{next(_files)}.gguf"

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fuzzing import cli, examples, mutated_json, outcome, untouched
+from fuzzing import cli, count, examples, mutated_json, outcome, untouched
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -65,9 +65,10 @@ def _copy(package: Path, tmp_path: Path, name: str, text: bytes) -> Path:
     return folder
 
 
-@examples(25)
+@examples(15)
 @given(data=st.data())
 def test_genai_config_inspect_and_verify(package, tmp_path, data):
+    count("genai_config.json")
     text = edited(data.draw, (package / "genai_config.json").read_bytes())
     folder = _copy(package, tmp_path, "genai_config.json", text)
     with untouched(folder):
@@ -75,9 +76,10 @@ def test_genai_config_inspect_and_verify(package, tmp_path, data):
         outcome("genai_config.json", lambda: verify(folder))
 
 
-@examples(25)
+@examples(15)
 @given(data=st.data())
 def test_manifest_verify_and_overwrite_guard(package, tmp_path, data):
+    count("manifest.json")
     text = edited(data.draw, (package / "manifest.json").read_bytes())
     folder = _copy(package, tmp_path, "manifest.json", text)
     with untouched(folder):
@@ -85,9 +87,10 @@ def test_manifest_verify_and_overwrite_guard(package, tmp_path, data):
         outcome("manifest.json", lambda: check_replaceable(folder))
 
 
-@examples(30)
+@examples(20)
 @given(data=st.data(), name=st.sampled_from(TOKENIZER_FILES))
 def test_tokenizer_files(package, tmp_path, data, name):
+    count("tokenizer files")
     text = edited(data.draw, (TINY / name).read_bytes(), name)
     folder = _copy(package, tmp_path, name, text)
     dims = source_dims(TINY)
@@ -102,6 +105,7 @@ def test_tokenizer_files(package, tmp_path, data, name):
 @examples(3)
 @given(data=st.data(), name=st.sampled_from(["genai_config.json", "manifest.json"]))
 def test_inspect_and_verify_commands(package, tmp_path, data, name):
+    count("inspect/verify CLI")
     folder = _copy(package, tmp_path, name, edited(data.draw, (package / name).read_bytes()))
     with untouched(folder):
         cli("package CLI", "inspect", folder)

@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
-from fuzzing import JSON_VALUES, examples, flipped_bytes, mutated_json, outcome, untouched
+from fuzzing import JSON_VALUES, count, examples, flipped_bytes, mutated_json, outcome, untouched
 from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.numpy import save
@@ -66,6 +66,7 @@ def headers(draw: st.DrawFn) -> dict:
 @examples(60)
 @given(header=headers(), pad=st.integers(0, 3))
 def test_edited_headers_open_or_fail_in_one_line(tmp_path, header, pad):
+    count("safetensors header")
     folder = _folder(tmp_path)
     text = (json.dumps(header) + " " * pad).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + DATA)
@@ -75,6 +76,7 @@ def test_edited_headers_open_or_fail_in_one_line(tmp_path, header, pad):
 @examples(60)
 @given(raw=flipped_bytes(SHARD, limit=200))
 def test_flipped_bytes_open_or_fail_in_one_line(tmp_path, raw):
+    count("safetensors bytes")
     folder = _folder(tmp_path)
     (folder / "model.safetensors").write_bytes(raw)
     _open_and_read(folder)
@@ -99,6 +101,7 @@ def indexes(draw: st.DrawFn) -> str:
 @examples(60)
 @given(index=indexes())
 def test_edited_index_files_open_or_fail_in_one_line(tmp_path, index):
+    count("safetensors index")
     folder = _folder(tmp_path)
     (folder / "model.safetensors").write_bytes(SHARD)
     (folder / INDEX_FILE).write_text(index)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fuzzing import JSON_VALUES, cli, examples, mutated_json, outcome, untouched
+from fuzzing import JSON_VALUES, cli, count, examples, mutated_json, outcome, untouched
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -61,6 +61,7 @@ def _write(folder: Path, text: str | bytes) -> Path:
 @examples(80)
 @given(text=documents(recipes.SCHEMA))
 def test_recipes_load_or_fail_in_one_line(tmp_path, text):
+    count("recipe")
     path = _write(tmp_path, text)
     with untouched(tmp_path):
         outcome("recipe", lambda: recipes.load_recipe(path))
@@ -69,17 +70,19 @@ def test_recipes_load_or_fail_in_one_line(tmp_path, text):
 @examples(80)
 @given(text=documents(release_spec.SCHEMA))
 def test_release_specs_load_or_fail_in_one_line(tmp_path, text):
+    count("release spec")
     (tmp_path / "t.txt").write_text("some text to evaluate on")
     path = _write(tmp_path, text)
     with untouched(tmp_path):
         outcome("release spec", lambda: release_spec.load_spec(path))
 
 
-@examples(15)
+@examples(8)
 @given(text=documents(release_spec.SCHEMA), raw=st.binary(max_size=40))
 def test_release_cli_refuses_in_one_line_and_writes_nothing(tmp_path, text, raw):
     """`release SPEC -o OUT` (offline): a spec that loads stops at its source (not a local model
     folder, no network), every other at the spec; nothing at -o, nothing beside the spec."""
+    count("release CLI")
     folder = tmp_path / f"r{next(_files)}"
     folder.mkdir()
     for spec in (_write(folder, text), _write(folder, raw)):
