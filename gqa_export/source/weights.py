@@ -156,9 +156,14 @@ def _shard_files(model_dir: Path) -> list[Path]:
     index = model_dir / INDEX_FILE
     if index.exists():
         files = sorted(set(_read_index(index).values()))
-        for name in files:
-            _check_inside(model_dir, name)
-        missing = [f for f in files if not (model_dir / f).is_file()]
+        try:
+            for name in files:
+                _check_inside(model_dir, name)
+            missing = [f for f in files if not (model_dir / f).is_file()]
+        except OSError as exc:  # a name the file system refuses (ENAMETOOLONG), checked before any read
+            raise InputError(
+                f"{INDEX_FILE} names a shard that cannot be looked up ({exc.strerror}); download the checkpoint again"
+            ) from None
         if missing:
             raise InputError(
                 f"weight shard '{missing[0]}' listed in {INDEX_FILE} is missing from {model_dir}"
@@ -203,7 +208,9 @@ def _read_index(index: Path) -> dict[str, str]:
         raise InputError(f"{index} is not a valid safetensors index ({exc}); download it again") from exc
     if not isinstance(weight_map, dict):
         raise InputError(f"{index} has no 'weight_map' object; download it again")
-    return {str(k): str(v) for k, v in weight_map.items()}
+    if not all(isinstance(v, str) for v in weight_map.values()):  # str() of an object is no shard name
+        raise InputError(f"{index} maps a tensor to something other than a shard file name; download it again")
+    return {str(k): v for k, v in weight_map.items()}
 
 
 def _read_header(shard: Path) -> list[TensorInfo]:

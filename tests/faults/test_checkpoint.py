@@ -202,6 +202,13 @@ SHARD_FAULTS = {
     "index-subfolder": (index_naming(lambda f: "sub/model.safetensors"), OUTSIDE),
     "index-symlink-out": (symlinked_shard, OUTSIDE),
     "index-not-json": (index_text("{nope"), "is not a valid safetensors index"),
+    # found by the long fuzz run: an object as a shard name (its str() 800 characters, ENAMETOOLONG)
+    # and a name too long for the file system raised OSError tracebacks
+    "index-shard-an-object": (index_text('{"weight_map": {"w": {"a": 1}}}'), "something other than a shard file name"),
+    "index-shard-name-too-long": (
+        index_text('{"weight_map": {"w": "' + "x" * 300 + '.safetensors"}}'),
+        "cannot be looked up",
+    ),
     "index-weight-map-a-list": (index_text('{"weight_map": ["model.safetensors"]}'), "weight_map"),
     "index-names-missing-shard": (
         index_text(json.dumps({"weight_map": {BIG: "model-00009-of-00009.safetensors"}})),
