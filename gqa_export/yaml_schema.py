@@ -110,9 +110,10 @@ def validate(node: yaml.Node, schema: Any, path: Path, key: str = "") -> Any:
         for key_node, value_node in node.value:
             name = key_node.value
             full = f"{key}.{name}" if key else name
-            if name not in allowed:
+            if name not in allowed:  # a key with a line break or a control character shown escaped: one line
+                shown = full if full.isprintable() else repr(full)[1:-1]
                 raise InputError(
-                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{full}' (allowed here: {', '.join(allowed)})"
+                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{shown}' (allowed here: {', '.join(allowed)})"
                 )
             if name in out:
                 raise InputError(f"{path}:{key_node.start_mark.line + 1}: key '{full}' is given twice")

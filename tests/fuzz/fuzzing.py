@@ -86,9 +86,11 @@ def cli(parser: str, *args: object) -> Result:
         raise AssertionError("".join(traceback.format_exception(*result.exc_info)))
     assert result.exit_code in {0} | EXIT_CODES, (result.exit_code, result.output)
     assert "Traceback" not in result.output, result.output
-    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [i for i, line in enumerate(lines) if line.startswith("error:")]
     if result.exit_code == 2 or errors:  # exit 1 may be a report on stdout (verify: FAILED ...)
-        assert len(errors) == 1 and errors[0].startswith("error:"), result.stderr
+        # progress lines (`> fetch ...`) may come first; the error is one line, and the last
+        assert len(errors) == 1 and errors[0] == len(lines) - 1, result.stderr
     return result
 
 

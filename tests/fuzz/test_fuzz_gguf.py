@@ -87,7 +87,8 @@ def test_llama_keys_of_any_type_read_or_fail_in_one_line(tmp_path, edits):
     for key, default in LLAMA_KEYS.items():
         kind, value = edits.get(key, ("float" if isinstance(default, float) else "int", default))
         if kind == "int":
-            vtype = gguf.GGUFValueType.INT64 if value < 0 or value >= 2**32 else gguf.GGUFValueType.UINT32
+            vtype = gguf.GGUFValueType.UINT32 if 0 <= value < 2**32 else gguf.GGUFValueType.INT64
+            vtype = gguf.GGUFValueType.UINT64 if value >= 2**63 else vtype  # what the writer can pack
             writer.add_key_value(key, value, vtype)
         elif kind == "float":
             writer.add_key_value(key, value, gguf.GGUFValueType.FLOAT32)
