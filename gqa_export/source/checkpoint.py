@@ -101,9 +101,10 @@ def read_configs(model_dir: Path, read_as: str | None = None) -> tuple[Any, dict
             config.model_type = str(own)
         else:
             config = AutoConfig.from_pretrained(model_dir)
-    except (ValueError, KeyError, OSError, TypeError, *_STRICT) as exc:
+    except (ValueError, KeyError, OSError, TypeError, AttributeError, *_STRICT) as exc:
         # transformers 5's configs are strict dataclasses: a key of the wrong type or sizes that
-        # contradict each other raise huggingface_hub's validation error, the reason in its cause
+        # contradict each other raise huggingface_hub's validation error, the reason in its cause; a
+        # key the class holds as a read-only property (Falcon's head_dim) raises AttributeError
         reason = exc.__cause__ if isinstance(exc, _STRICT) and exc.__cause__ is not None else exc
         first = str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__
         raise InputError(f"cannot read {model_dir / 'config.json'}: {_shortened(first)}") from None

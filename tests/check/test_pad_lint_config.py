@@ -23,3 +23,20 @@ def test_odd_values_are_read_as_absent(odd):
     model = {"pad_token_id": 1, "eos_token_id": 1, "decoder": {}, **odd}
     findings = pad_findings(_Package(model), 0)  # type: ignore[arg-type]
     assert [f.id for f in findings] == ["pad-id-eos"]  # pad 1 is the eos id; no window read from the odd values
+
+
+@pytest.mark.parametrize(
+    ("config", "manifest"),
+    [
+        ({"search": {"max_length": {"a": 1}}, "model": {}}, {"model": [1, 2]}),
+        ({"search": [], "model": {"context_length": "long"}}, {"model": {"attention_windows": [{"w": 1}]}}),
+    ],
+    ids=["max_length-an-object", "search-a-list"],
+)
+def test_the_package_summary_reads_odd_values_as_absent(tmp_path, config, manifest):
+    """`inspect`'s summary (check/reader.py) on a hand-edited genai_config / manifest: found by the
+    long fuzz run, int() of an object and .get of a list raised tracebacks."""
+    from gqa_export.check.reader import Package
+
+    package = Package(tmp_path, config, [], None, None, {}, [], manifest=manifest)
+    assert package.max_length is None and package.attention_windows is None

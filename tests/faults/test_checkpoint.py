@@ -309,6 +309,11 @@ CONFIG_FAULTS = {
     "heads-not-dividing-hidden": (put(num_attention_heads=3), r"not a multiple of the number of attention heads"),
     "num_hidden_layers-2**64": (put(num_hidden_layers=2**64), r"'num_hidden_layers' is 18446744073709551616"),
     "architectures-a-number": (put(architectures=7), r"architectures is 7, not a list of class names"),
+    # the long fuzz run: a Falcon config with head_dim, which FalconConfig holds as a read-only property
+    "falcon-with-head_dim": (
+        put(model_type="falcon", architectures=["FalconForCausalLM"]),
+        r"cannot read .*config\.json: property 'head_dim' of 'FalconConfig' object has no setter",
+    ),
     "generation-bos_token_id-an-object": (
         lambda f: (f / "generation_config.json").write_text('{"bos_token_id": {"a": 1}}'),
         r"a token id in config\.json or generation_config\.json is \{\"a\": 1\}, not an integer",
