@@ -168,7 +168,7 @@ def _peft(targets: list[str], r: int, alpha: float, seed: int, rslora: bool) -> 
 
 
 def _recipe(out: Path, need: Callable[[str], Path]) -> Path:
-    """A recipe file whose build defaults the command line does not override (tests/test_io_options.py)."""
+    """A recipe file whose build defaults the command line does not override (tests/graph/test_io_options.py)."""
     out.mkdir(parents=True)
     path = out / "mine.yaml"
     path.write_text(

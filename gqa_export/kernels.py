@@ -8,7 +8,7 @@ writer thread keeps writing meanwhile (measured in benchmarks/results/export_spe
 
 Semantics are numpy's, element for element: bf16 -> fp32 is exact, fp32 -> fp16 / bf16 rounds to
 nearest even; a cast between two 16-bit types goes through float32 and rounds once, as torch does
-(tests/test_kernels.py checks every path against numpy, NaN, infinities and subnormals included).
+(tests/base/test_kernels.py checks every path against numpy, NaN, infinities and subnormals included).
 Tiny arrays take the numpy path: a session call costs more than the copy.
 """
 

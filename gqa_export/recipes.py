@@ -255,17 +255,18 @@ def match_recipe(model_type: str, architecture: str | None, recipes: list[Recipe
 def _closest(architecture: str | None, recipes: list[Recipe]) -> Recipe | None:
     """The recipe whose architecture class the checkpoint's is or ends with (LlamaForCausalLM or
     MyLlamaForCausalLM -> llama), if any: a fine-tune that renamed its model_type. Names that are
-    merely alike (MambaForCausalLM, JambaForCausalLM) suggest nothing."""
+    merely alike (MambaForCausalLM, JambaForCausalLM) suggest nothing. A class several recipes list
+    (EXAONE-3 and InternLM3 run as LlamaForCausalLM) suggests the recipe that lists it first."""
     if not architecture:
         return None
-    owners = [(len(a), r) for r in recipes for a in r.architectures if architecture.endswith(a)]
+    owners = [((len(a), -i), r) for r in recipes for i, a in enumerate(r.architectures) if architecture.endswith(a)]
     return max(owners, key=lambda owner: owner[0])[1] if owners else None
 
 
 def config_model_type(recipe: Recipe, recipes: list[Recipe] | None = None) -> str:
     """The transformers model_type whose config class reads a checkpoint under this recipe when
     transformers does not know the checkpoint's own model_type (a fine-tune's custom one): that
-    of the built-in recipe with the same arch (every spec has one, tests/test_recipes.py)."""
+    of the built-in recipe with the same arch (every spec has one, tests/base/test_recipes.py)."""
     for builtin in recipes if recipes is not None else builtin_recipes():
         if builtin.arch == recipe.arch:
             return builtin.model_types[0]

@@ -10,7 +10,7 @@ checkpoints' do (Pythia: 0.25 of 64 / 128; GPT-J-6B: 64 of 256).
 
 from __future__ import annotations
 
-CLASSIC_FAMILIES = ("gpt2", "gpt_neox", "opt", "gptj")
+CLASSIC_FAMILIES = ("gpt2", "gpt_neox", "opt", "gptj", "gpt_bigcode", "persimmon", "biogpt", "gpt_neo", "xglm")
 _IDS = dict(vocab_size=384, bos_token_id=0, eos_token_id=1, pad_token_id=5)
 
 
@@ -37,5 +37,36 @@ def classic_config(model_type: str) -> dict:
         return dict(
             _IDS, n_embd=128, n_head=4, n_layer=3, n_inner=96, n_positions=256, rotary_dim=16,
             activation_function="gelu_new", layer_norm_epsilon=1e-5, initializer_range=0.1, tie_word_embeddings=False,
+        )  # fmt: skip
+    if model_type == "gpt_bigcode":  # SantaCoder's multi-query c_attn, learned positions, tanh GELU, tied
+        return dict(
+            _IDS, n_embd=64, n_head=4, n_layer=3, n_inner=96, n_positions=256, multi_query=True,
+            activation_function="gelu_pytorch_tanh", layer_norm_epsilon=1e-5, initializer_range=0.3,
+            tie_word_embeddings=True,
+        )  # fmt: skip
+    if model_type == "persimmon":  # per-head fused qkv, q/k LayerNorms, partial RoPE 0.5, relu^2, untied
+        return dict(
+            _IDS, hidden_size=128, num_attention_heads=4, num_hidden_layers=3, intermediate_size=96,
+            max_position_embeddings=256, hidden_act="relu2", layer_norm_eps=1e-5, qk_layernorm=True,
+            initializer_range=0.1, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 25000.0, "partial_rotary_factor": 0.5},
+        )  # fmt: skip
+    if model_type == "biogpt":  # OPT's positions (offset 2), scaled embeddings, gelu, output_projection
+        return dict(
+            _IDS, hidden_size=64, num_attention_heads=4, num_hidden_layers=3, intermediate_size=96,
+            max_position_embeddings=256, hidden_act="gelu", scale_embedding=True, initializer_range=0.1,
+            tie_word_embeddings=False,
+        )  # fmt: skip
+    if model_type == "gpt_neo":  # unscaled scores, a global layer then two local ones (window 8), gelu_new
+        return dict(
+            _IDS, hidden_size=64, num_heads=4, num_layers=3, intermediate_size=96, max_position_embeddings=256,
+            attention_types=[[["global", "local", "local"], 1]], window_size=8, activation_function="gelu_new",
+            layer_norm_epsilon=1e-5, initializer_range=0.1, tie_word_embeddings=True,
+        )  # fmt: skip
+    if model_type == "xglm":  # sinusoidal positions (offset 2; the pad id row zero), scaled embeddings, tied
+        # (init_std 0.3: at 0.1 the tied model repeats one id)
+        return dict(
+            _IDS, d_model=64, attention_heads=4, num_layers=3, ffn_dim=96, max_position_embeddings=256,
+            activation_function="gelu", scale_embedding=True, init_std=0.3, tie_word_embeddings=True,
         )  # fmt: skip
     raise ValueError(model_type)

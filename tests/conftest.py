@@ -172,7 +172,7 @@ def png_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def draft_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Speculative decoding's checkpoints: a 3-layer target, a 1-layer draft, a draft of another
-    vocabulary (tests/test_speculative.py, tests/test_draft_pairing.py)."""
+    vocabulary (tests/runtime/test_speculative.py, tests/check/test_draft_pairing.py)."""
     root = tmp_path_factory.mktemp("speculative-sources")
     return {
         "target": save_model(root / "target", "llama", seed=0, num_hidden_layers=3),
@@ -195,6 +195,13 @@ def draft_packages(draft_sources: dict[str, Path], tmp_path_factory: pytest.Temp
     build_with_draft(BuildOptions(str(draft_sources["target"]), out["paired"]), str(draft_sources["draft"]))
     build_with_draft(BuildOptions(str(draft_sources["target"]), out["self"], smoke=False), str(draft_sources["target"]))
     return out
+
+
+# registry checks the floor run leaves to 5.x for every row: a ragged batch compares with the same HF
+# generate and cached forward the kept checks call (batch 1, one row at a time), through the exporter's
+# own padding, which no transformers code computes
+LEFT_TO_5X_CHECKS = frozenset({"test_ragged_batch_through_ort_equals_hf_row_by_row",
+                               "test_ragged_batch_through_genai_equals_hf_generate_row_by_row"})  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -228,6 +235,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = item.originalname
         modes = first.get(name)  # a mode-parametrized test not listed here runs in every mode
         keep = family.name not in left_out and (modes is None or params.get("mode", None) in (*modes, None))
+        keep = keep and name not in LEFT_TO_5X_CHECKS
         keep = keep and (name != "test_quantized_package" or family.name in quantized)
         (kept if keep else dropped).append(item)
     if dropped:

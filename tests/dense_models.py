@@ -95,6 +95,8 @@ VARIANTS = {
     # 32 in 4 groups, the top 2 of the 2 best groups (sigmoid scores + e_score_correction_bias),
     # renormalized, x2.5; a 48-wide squared-ReLU shared expert
     "nemotron_h_moe": ("nemotron_h", NEMOTRON_H_MOE),
+    # GPT-BigCode without multi_query (c_attn per head [q k v], as many kv heads as heads)
+    "gpt_bigcode_mha": ("gpt_bigcode", dict(multi_query=False)),
 }
 
 COMMON = dict(

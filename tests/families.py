@@ -1,5 +1,5 @@
 """The registered families: one row per tiny checkpoint the common parity checks of
-tests/test_families.py run on (the test-side mirror of gqa_export/arch/families.py).
+tests/arch/test_families.py run on (the test-side mirror of gqa_export/arch/families.py).
 
 A row says how its checkpoint is made, which checks apply to it (attention modes, quantized
 precisions, the fp16 CUDA graph), what its package is expected to say (genai model type, how its
@@ -36,7 +36,7 @@ GEMMA4_PROMPTS = ((0,), (0, 17, 45, 99, 200, 3, 7), tuple((11 * i + 5) % 290 for
 MULTIMODAL_PROMPTS = ((0,), MULTIMODAL_PROMPT)
 # longer than the DeltaNet's conv kernel and than HF's 64-token chunks of the gated delta rule
 LONG_PROMPT = tuple((7 * i + 3) % 380 for i in range(70))
-# the three texts of tests/test_run.py as the tiny tokenizer encodes them (BOS first; that test
+# the three texts of tests/runtime/test_run.py as the tiny tokenizer encodes them (BOS first; that test
 # checks the package's tokenizer agrees): 8, 32 and 97 tokens
 TEXT_PROMPTS = (
     (0, 45, 319, 81, 84, 266, 265, 302),
@@ -49,10 +49,30 @@ ALL_MODES = ("gqa", "bias", "split")
 # the Llama variants' modes: bias also in CUDA's form (whole buffer, nonpad_kv_seqlen) run on CPU,
 # and with GroupQueryAttention taking the attention bias (CPU's single-graph alternative)
 LLAMA_MODES = ("gqa", "bias", "bias_nonpad", "bias_gqa", "split")
-MODE_SETTINGS = {"bias_nonpad": ("attention.bias_kv_read=nonpad",), "bias_gqa": ("attention.bias_op=gqa",)}
+# a mode's other forms: the mode before "_" built with these recipe settings (FamilyBuilds.package
+# keys a form by that mode and its settings, so ("bias_gqa") and ("bias", settings=(bias_op=gqa)) are one build)
+MODE_SETTINGS = {
+    "bias_nonpad": ("attention.bias_kv_read=nonpad",),
+    "bias_gqa": ("attention.bias_op=gqa",),
+    "bias_growing": ("attention.bias_cache=growing",),  # the concatenating cache: key positions from the mask
+    "gqa_latent": ("attention.latent_cache=true",),  # multi-head latent attention's latent cache
+}
 TIED = frozenset({"model.embed_tokens.qweight"})  # the tied table, shared with the lm_head
 CLASSIC_TIED = frozenset({"transformer.word_embeddings.qweight"})  # Falcon's, under `transformer.`
 STANDARD_MODES = ("bias", "split")  # the standard-Attention graphs (plain-op RoPE, the window as a mask)
+# A batch of two prompts of different lengths (tests/arch/test_families.py test_ragged_batch_*),
+# right-padded as onnxruntime-genai pads it (its pad_token_id, zeros in attention_mask): each row must
+# come out as HF on its own unpadded prompt. The short row is longer than every conv kernel (3 and 4),
+# the long one than the windows (8) and Llama-4's chunks (6); both end well past them while decoding.
+RAGGED = ((0, 45, 319, 81, 17), tuple((7 * i + 3) % 380 for i in range(13)))
+RAGGED_DECODE = ((17, 99, 3, 250), (64, 12, 200, 7))  # ORT's decode steps, one token per row each
+RAGGED_NEW = 20  # onnxruntime-genai's greedy tokens per row
+# ORT reads the padding from attention_mask alone: its runs pad with another id than the package's,
+# since HF zero-initialises pad_token_id's embedding row, which would zero the mixers' input at the
+# padding whatever the mask says (docs/hybrid-state.md §1.4)
+ORT_PAD = 9
+# every attention mode in a ragged batch: ORT logits row by row in gqa, genai's tokens in each mode
+RAGGED_EVERY_MODE: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=ALL_MODES)
 
 # transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
 # exact under 5.x, compared only there
@@ -117,6 +137,11 @@ class Family:
     fp16_differs_under_4x: str | None = None  # why the fp16 package is compared with 4.x's reference under 5.x only
     since_major: int = 4  # the first transformers major version that has the class (or the checkpoint's layout)
     logits_mode: str = "gqa"  # the single-graph package test_logits_match_hf builds (bias for ALiBi families)
+    # a right-padded batch of RAGGED: the single-graph modes whose ORT logits of each row equal HF on
+    # the row alone (prompt and decode steps), and the modes (MODE_SETTINGS forms too) whose greedy
+    # onnxruntime-genai tokens of each row equal HF generate on it
+    ragged_logits_modes: tuple[str, ...] = ()
+    ragged_generate_modes: tuple[str, ...] = ()
 
 
 def llama(name: str, genai_type: str, modes: tuple[str, ...] = ("gqa",), **facts: Any) -> Family:
@@ -137,8 +162,11 @@ def dense(name: str, **facts: Any) -> Family:
 
 def hybrid(name: str, **facts: Any) -> Family:
     """A hybrid decoder with recurrent state (tests/dense_models.py): its state layers run in the GQA
-    graph only (the standard-Attention modes are refused), so greedy tokens in gqa, no other mode."""
-    return dense(name, logits_modes=(), generate_modes=("gqa",), **facts)
+    graph only (the standard-Attention modes are refused), so greedy tokens in gqa, no other mode; a
+    ragged batch there, whose padding must leave each row's conv and recurrent state as they were at
+    its last real token (docs/hybrid-state.md §1.4)."""
+    ragged = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",))
+    return dense(name, logits_modes=(), generate_modes=("gqa",), **ragged, **facts)
 
 
 def dense_family(name: str, **facts: Any) -> Family:
@@ -166,7 +194,7 @@ def classic_moe(name: str, **facts: Any) -> Family:
     """A Llama-shaped mixture of experts of tests/llama_like_models.py: every mode on logits, greedy
     tokens, int4 and int8 (QMoE) packages."""
     quantized = dict(quantized=("int4", "int8"), accuracy_level=0, int8_relative_l2=0.3)
-    return dense(name, generate_modes=("gqa",), experts="fused", **quantized, **facts)
+    return dense(name, **{"generate_modes": ("gqa",), "experts": "fused", **quantized, **facts})
 
 
 def gemma4(name: str, **facts: Any) -> Family:
@@ -178,11 +206,12 @@ def gemma4(name: str, **facts: Any) -> Family:
 
 
 def gemma3n(name: str, form: str, **facts: Any) -> Family:
-    """A Gemma-3n checkpoint form (tests/gemma3n_models.py): every mode, a 1-token prompt too. Marked
-    from 5.x: the tiny configs are spelled for 5.x and were not checked under 4.57's gemma3n."""
+    """A Gemma-3n checkpoint form (tests/gemma3n_models.py): every mode, a 1-token prompt too, a
+    ragged batch through onnxruntime-genai in every mode. Marked from 5.x: the tiny configs are
+    spelled for 5.x and were not checked under 4.57's gemma3n."""
     return Family(
         name, "gemma3n", lambda folder: save_gemma3n(folder, form), generate_modes=ALL_MODES,
-        logits_modes=STANDARD_MODES, one_token_logits=True, since_major=5, **facts,
+        logits_modes=STANDARD_MODES, one_token_logits=True, since_major=5, ragged_generate_modes=ALL_MODES, **facts,
     )  # fmt: skip
 
 
@@ -198,17 +227,24 @@ def multimodal(name: str, **facts: Any) -> Family:
 # positions' fp16 hidden states cross a near-tie of the top-3-of-12 router (|fp16 - HF| 1.72 and
 # 1.37 there, <= 0.021 elsewhere; the fp32 package is within 1e-5 under 4.57 too)
 DOTS1_FP16_UNDER_4X = "fp16 routing near-ties on 4.57's random weights (two expert flips)"
+# the classic decoders' ragged batch: ORT logits in both single-graph modes too (positions from the mask)
+CLASSIC_RAGGED: dict[str, Any] = dict(ragged_logits_modes=("gqa", "bias"), ragged_generate_modes=ALL_MODES)
+# multi-head latent attention's ragged batch: ORT logits in both single-graph modes, genai's tokens in
+# every mode and in the latent cache (docs/latent-attention.md)
+LATENT_RAGGED: dict[str, Any] = dict(
+    ragged_logits_modes=("gqa", "bias"), ragged_generate_modes=(*ALL_MODES, "gqa_latent")
+)
 
 FAMILIES: tuple[Family, ...] = (
     # the Llama spec's variants (tests/variants.py LLAMA_VARIANTS, then FAMILY_VARIANTS)
-    llama("gqa", "llama", LLAMA_MODES),
+    llama("gqa", "llama", LLAMA_MODES, ragged_generate_modes=LLAMA_MODES),
     llama("mha", "llama", ()),
     llama("mqa_tied", "llama"),
     llama("llama3_rope", "llama"),
     llama("linear_rope_bias", "llama", ()),
     llama("head_dim_32", "llama", ()),
     llama("bf16_sharded", "llama"),
-    llama("mistral_window", "mistral", LLAMA_MODES),
+    llama("mistral_window", "mistral", LLAMA_MODES, ragged_generate_modes=LLAMA_MODES),
     llama("qwen2_bias_window", "qwen2"),
     llama("qwen3_qk_norm", "qwen3"),
     llama("phi3_partial_rotary", "phi3"),
@@ -218,7 +254,7 @@ FAMILIES: tuple[Family, ...] = (
     # against HF's incremental forward in tests/graph/test_decoder.py
     llama("phi3_longrope", "phi3", prompts=TEXT_PROMPTS[2:]),
     llama("gemma_head_dim_32", "gemma"),
-    llama("gemma2_softcap_window", "gemma2", LLAMA_MODES),
+    llama("gemma2_softcap_window", "gemma2", LLAMA_MODES, ragged_generate_modes=LLAMA_MODES),
     llama("gemma3_local_global", "gemma3_text"),
     llama("smollm3_nope", "smollm3"),
     llama("granite_multipliers", "granite"),
@@ -248,28 +284,58 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("apertus", fp16_cuda=True, differs_under_4x=XIELU_BF16_UNDER_4X),
     # Llama-shaped families (tests/llama_like_models.py): a decoupled head_dim with q/k/v biases, a
     # non-gated squared-ReLU MLP with YaRN
-    dense_family("seed_oss"),
-    dense_family("arcee"),
+    dense_family("seed_oss", **RAGGED_EVERY_MODE),
+    dense_family("arcee", **RAGGED_EVERY_MODE),
+    # issue #39 item 3 (gqa_export/arch/derived_families.py): every mode on logits and greedy tokens, int4;
+    # marked from 5.x: the tiny configs are spelled for 5.x (EXAONE, InternLM3 and Solar-Open have no 4.x class)
+    dense_family("exaone", generate_modes=ALL_MODES, since_major=5),  # the hub's tensor names and config keys
+    dense_family("internlm3", generate_modes=ALL_MODES, since_major=5),
+    dense_family("iquestcoder", generate_modes=ALL_MODES, since_major=5),
+    dense_family("helium", generate_modes=ALL_MODES, since_major=5),
+    dense_family("vaultgemma", generate_modes=ALL_MODES, gathered_tables=TIED, fp16_cuda=True, since_major=5),
+    dense_family("ministral", genai_type="mistral", generate_modes=ALL_MODES, since_major=5),
+    dense_family("glm", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5),
+    dense_family("cwm", generate_modes=ALL_MODES, since_major=5),
+    classic_moe("solar_open", generate_modes=ALL_MODES, since_major=5),
+    dense_family("nanochat", generate_modes=ALL_MODES, since_major=5),  # mutants: tests/arch/test_derived_mutants.py
+    # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
+    dense_family(
+        "gpt_bigcode", generate_modes=ALL_MODES, gathered_tables=frozenset({"transformer.wte.qweight"}), since_major=5
+    ),
+    dense("gpt_bigcode_mha", generate_modes=ALL_MODES, since_major=5),
+    dense_family("persimmon", generate_modes=ALL_MODES, smoke_meets_eos=frozenset({5}), since_major=5),
+    dense_family("biogpt", generate_modes=ALL_MODES, since_major=5),
+    dense_family(
+        "gpt_neo", generate_modes=ALL_MODES, gathered_tables=frozenset({"transformer.wte.qweight"}), since_major=5
+    ),
+    dense_family("xglm", generate_modes=ALL_MODES, gathered_tables=TIED, since_major=5),
     # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
     # sigmoid choice with a selection bias (GLM-4-MoE)
-    classic_moe("glm4_moe"),
-    classic_moe("ernie4_5_moe", gathered_tables=TIED),  # softmax choice with a selection bias
-    classic_moe("hunyuan_v1_moe", gathered_tables=TIED),  # softmax top k beside a shared MLP
-    # Qwen3 attention with sliding layers and GLM-4-MoE's routing (dots.llm1; tests/test_dots1.py)
-    classic_moe("dots1", one_token_logits=True, fp16_cuda=True, fp16_differs_under_4x=DOTS1_FP16_UNDER_4X),
+    classic_moe("glm4_moe", **RAGGED_EVERY_MODE),
+    classic_moe("ernie4_5_moe", gathered_tables=TIED, **RAGGED_EVERY_MODE),  # softmax choice with a selection bias
+    classic_moe("hunyuan_v1_moe", gathered_tables=TIED, **RAGGED_EVERY_MODE),  # softmax top k beside a shared MLP
+    # Qwen3 attention with sliding layers and GLM-4-MoE's routing (dots.llm1; tests/arch/test_dots1.py)
+    classic_moe(
+        "dots1",
+        one_token_logits=True,
+        fp16_cuda=True,
+        fp16_differs_under_4x=DOTS1_FP16_UNDER_4X,
+        **RAGGED_EVERY_MODE,
+    ),
     dense("phi_qkln", genai_type="phi"),
     dense("stablelm_par_qkln", differs_under_4x=PARALLEL_QK_LN_UNDER_4X),
     dense("cohere_qknorm"),
     dense("ernie4_5_bias", genai_type="ernie4_5"),
     dense("exaone4_nosliding"),
     dense("olmo_noclip", genai_type="olmo"),
-    # the classic decoders (tests/classic_models.py; their own checks in tests/test_classics.py): learned
+    # the classic decoders (tests/classic_models.py; their own checks in tests/arch/test_classics.py): learned
     # absolute positions and Conv1D weights (GPT-2), qkv stored per head and the parallel residual with
     # two norms (GPT-NeoX), positions offset by 2 and ReLU (OPT), partial interleaved RoPE (GPT-J)
-    dense_family("gpt2", gathered_tables=frozenset({"transformer.wte.qweight"})),
-    dense_family("gpt_neox"),
-    dense_family("opt", gathered_tables=frozenset({"model.decoder.embed_tokens.qweight"})),
-    dense_family("gptj"),
+    # (their positions counted from attention_mask: a ragged batch through ORT in both single-graph modes)
+    dense_family("gpt2", gathered_tables=frozenset({"transformer.wte.qweight"}), **CLASSIC_RAGGED),
+    dense_family("gpt_neox", **CLASSIC_RAGGED),
+    dense_family("opt", gathered_tables=frozenset({"model.decoder.embed_tokens.qweight"}), **CLASSIC_RAGGED),
+    dense_family("gptj", **CLASSIC_RAGGED),
     # hybrid decoders: short-convolution state + GQA layers (the state lives in the GQA graph only)
     # short-convolution state + GQA layers (LFM2), with sigmoid-routed experts (LFM2-MoE)
     hybrid(
@@ -356,14 +422,23 @@ FAMILIES: tuple[Family, ...] = (
     hybrid("nemotron_h_moe", quantized=("int4", "int8"), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
-    dense_family("falcon", gathered_tables=CLASSIC_TIED),
-    dense("falcon_grouped", generate_modes=("gqa",), quantized=("int4",), gathered_tables=CLASSIC_TIED),
+    dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),
+    dense(
+        "falcon_grouped",
+        generate_modes=("gqa",),
+        quantized=("int4",),
+        gathered_tables=CLASSIC_TIED,
+        ragged_generate_modes=("gqa", "split"),
+    ),
     dense("falcon_sequential"),
     # ALiBi (mode bias only: GroupQueryAttention takes no per-head bias; gqa and split are refused)
-    dense_family("bloom", **ALIBI),
-    dense_family("mpt", **ALIBI, gathered_tables=frozenset({"transformer.wte.qweight"})),
+    # (a ragged batch also in the concatenating cache: key positions from the mask's cumsum)
+    dense_family("bloom", **ALIBI, ragged_generate_modes=("bias", "bias_growing")),
+    dense_family(
+        "mpt", **ALIBI, gathered_tables=frozenset({"transformer.wte.qweight"}), ragged_generate_modes=("bias",)
+    ),
     # parallel block, qkv_proj as four q | v | k blocks, GPT-J RoPE on 8 of 16 channels, lm_head bias
-    dense_family("codegen"),
+    dense_family("codegen", ragged_generate_modes=("gqa", "split")),
     # mixtures of experts (tests/moe_models.py FAMILIES) in the hub layout (experts one by one) ...
     moe_family("qwen3_moe", fp16_cuda=True),
     moe_family("qwen2_moe", ALL_MODES),
@@ -378,10 +453,10 @@ FAMILIES: tuple[Family, ...] = (
     # (no q-LoRA, softmax greedy top-k) and V3 (q-LoRA, sigmoid grouped top-k with a selection bias,
     # YaRN mscale). genai 0.18 has no type of their own: the generic decoder. Compared under 5.x only:
     # the tiny configs are spelled for 5.x and were not checked under 4.57's classes
-    moe_family("deepseek_v2", ALL_MODES, since_major=5),
-    moe_family("deepseek_v3", ALL_MODES, since_major=5),
+    moe_family("deepseek_v2", ALL_MODES, since_major=5, **LATENT_RAGGED),
+    moe_family("deepseek_v3", ALL_MODES, since_major=5, **LATENT_RAGGED),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
-    # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/test_llama4.py).
+    # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).
     # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)
     Family(
         "llama4",
@@ -395,6 +470,9 @@ FAMILIES: tuple[Family, ...] = (
         int8_relative_l2=0.3,
         experts="fused",
         since_major=5,
+        # chunks and the NoPE layers' temperature counted from each row's own first token, in the
+        # three forms of mode bias that read the cache differently
+        ragged_generate_modes=("bias", "bias_gqa", "bias_growing"),
     ),
     # ... and transformers 5.x's own fused [E, 2I, H] layout
     moe("qwen3_moe_norm_v5", "qwen3_moe", hub_layout=False, overrides={"norm_topk_prob": True}, since_major=5),
@@ -502,16 +580,18 @@ class FamilyBuilds:
         settings: tuple[str, ...] = (),
         bidirectional_ids: tuple[int, ...] | None = None,
     ) -> Path:
-        """`mode`: an attention mode, or one of MODE_SETTINGS (a mode with its settings)."""
-        key = (name, mode, ep, precision, *settings, *(f"bidir{i}" for i in bidirectional_ids or ()))
+        """`mode`: an attention mode, or one of MODE_SETTINGS (a mode with its settings): keyed by the
+        attention mode and all its settings, so a form asked for either way is built once."""
+        attention, settings = mode.partition("_")[0], settings + MODE_SETTINGS.get(mode, ())
+        key = (name, attention, ep, precision, *settings, *(f"bidir{i}" for i in bidirectional_ids or ()))
         if key not in self._packages:
             from gqa_export.pipeline import BuildOptions, build
 
             out = self.root / "packages" / "-".join(key)
             build(
                 BuildOptions(
-                    str(self.checkpoint(name)), out, ep=ep, precision=precision, attention=mode.partition("_")[0],
-                    settings=settings + MODE_SETTINGS.get(mode, ()), bidirectional_ids=bidirectional_ids, smoke=False,
+                    str(self.checkpoint(name)), out, ep=ep, precision=precision, attention=attention,
+                    settings=settings, bidirectional_ids=bidirectional_ids, smoke=False,
                     text_only=True,  # the text decoders (full multimodal packages: test_multimodal_package.py)
                 )
             )  # fmt: skip

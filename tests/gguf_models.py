@@ -26,7 +26,10 @@ NORM_PLUS_ONE = {"gemma2", "gemma3", "nemotron"}  # llama.cpp stores these norms
 NO_LM_HEAD = {"gemma2"}  # llama.cpp's converter skips a stored lm_head (the embedding is tied)
 
 
-EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(\w+)\.weight$")
+EXPERT = re.compile(r"^(model\.layers\.\d+\.(?:mlp|block_sparse_moe)\.experts)\.(\d+)\.(\w+)\.weight$")
+PER_HEAD_NORM = re.compile(r"^(model\.layers\.\d+\.self_attn\.[qk]_layernorm)\.norms\.(\d+)\.weight$")
+GROUPED_QKV = {"bloom", "falcon"}  # the converter regroups the fused qkv rows: all q, then k, then v
+TRANSPOSED = {"gpt2"}  # the converter transposes Conv1D weights [in, out] to [out, in]
 
 
 def _hf_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
@@ -43,12 +46,38 @@ def _hf_tensors(checkpoint: Path) -> dict[str, np.ndarray]:
         experts.setdefault(f"{prefix}.{proj}.weight", {})[int(e)] = tensors.pop(name)
     for name, by_index in experts.items():
         tensors[name] = np.stack([by_index[e] for e in sorted(by_index)])
+    heads: dict[str, dict[int, np.ndarray]] = {}  # StableLM's per-head q/k LayerNorms, stacked [heads, head_dim]
+    for name in [n for n in tensors if PER_HEAD_NORM.match(n)]:
+        prefix, h = PER_HEAD_NORM.match(name).groups()  # type: ignore[union-attr]
+        heads.setdefault(f"{prefix}.weight", {})[int(h)] = tensors.pop(name)
+    for name, by_index in heads.items():
+        tensors[name] = np.stack([by_index[h] for h in sorted(by_index)])
     return tensors
 
 
 def permute(w: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's LlamaModel.permute: per head, rows (pairs, half) -> (half, pairs)."""
     return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def regroup_qkv(w: np.ndarray, heads: int, kv_heads: int) -> np.ndarray:
+    """The converter's fused-qkv regrouping (BloomModel / FalconModel.modify_tensors): per kv group
+    [r queries, key, value] rows -> every query, then every key, then every value."""
+    r = heads // kv_heads
+    d = w.shape[0] // (heads + 2 * kv_heads)
+    groups = w.reshape(kv_heads, r + 2, d, *w.shape[1:])
+    q = groups[:, :r].reshape(heads * d, *w.shape[1:])
+    k = groups[:, r].reshape(kv_heads * d, *w.shape[1:])
+    v = groups[:, r + 1].reshape(kv_heads * d, *w.shape[1:])
+    return np.concatenate([q, k, v])
+
+
+def _kv_heads(config: dict[str, Any], heads: int) -> int:
+    if config.get("model_type") == "falcon":
+        return (
+            config["num_kv_heads"] if config.get("new_decoder_architecture") else 1 if config["multi_query"] else heads
+        )
+    return config.get("num_key_value_heads", heads)
 
 
 def _tokenizer(writer: Any, checkpoint: Path, config: dict[str, Any], pre: str) -> None:
@@ -159,6 +188,21 @@ def llama3_rope_factors(config: dict[str, Any]) -> np.ndarray | None:
     return np.array(out, dtype=np.float32)
 
 
+def _longrope(writer: Any, config: dict[str, Any]) -> None:
+    """Phi3MiniModel's LongRoPE: the original context, the attention factor and the factor tensors."""
+    import math
+
+    params, _ = _rope_params(config)
+    if params.get("rope_type") != "longrope":
+        return
+    original = params.get("original_max_position_embeddings") or config["original_max_position_embeddings"]
+    scale = config["max_position_embeddings"] / original
+    writer.add_rope_scaling_orig_ctx_len(original)
+    writer.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0)
+    writer.add_tensor("rope_factors_long.weight", np.array(params["long_factor"], np.float32))
+    writer.add_tensor("rope_factors_short.weight", np.array(params["short_factor"], np.float32))
+
+
 def _llama_keys(writer: Any, config: dict[str, Any]) -> None:
     _text_keys(writer, config)
     writer.add_vocab_size(config["vocab_size"])
@@ -199,7 +243,66 @@ def _moe_keys(writer: Any, config: dict[str, Any]) -> None:
         writer.add_expert_shared_feed_forward_length(config["shared_expert_intermediate_size"])
 
 
+def _classic_keys(writer: Any, config: dict[str, Any]) -> None:
+    """BloomModel / FalconModel / GPT2Model.set_gguf_parameters: feed_forward_length 4 x hidden
+    whatever the MLP is (llama.cpp reads the width from the tensors), one LayerNorm epsilon."""
+    hidden = config.get("hidden_size") or config.get("n_embd") or config["n_embed"]
+    heads = config.get("num_attention_heads") or config["n_head"]
+    writer.add_block_count(config.get("num_hidden_layers") or config["n_layer"])
+    writer.add_context_length(config.get("n_positions") or config.get("max_position_embeddings") or 2048)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(4 * hidden)
+    writer.add_head_count(heads)
+    if config.get("model_type") != "gpt2":
+        writer.add_head_count_kv(_kv_heads(config, heads))
+    writer.add_layer_norm_eps(config["layer_norm_epsilon"])
+
+
+def _nemotron_keys(writer: Any, config: dict[str, Any]) -> None:
+    """NemotronModel.set_gguf_parameters: the LayerNorm epsilon, partial RoPE as rotary dims."""
+    _text_keys(writer, {k: v for k, v in config.items() if k != "norm_eps"})
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_layer_norm_eps(config["norm_eps"])
+    full, _ = _rope_params(config)
+    writer.add_rope_dimension_count(int(full.get("partial_rotary_factor", 1.0) * _head_dim(config)))
+
+
+def _mixtral_keys(writer: Any, config: dict[str, Any]) -> None:
+    _llama_keys(writer, config)
+    writer.add_expert_count(config["num_local_experts"])
+    writer.add_expert_used_count(config["num_experts_per_tok"])
+
+
+def _lfm2_keys(writer: Any, config: dict[str, Any]) -> None:
+    """LFM2Model.set_gguf_parameters: kv heads per layer (0 for a conv layer), the conv cache, the
+    MLP width after block_auto_adjust_ff_dim."""
+    heads = config["num_attention_heads"]
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv([config["num_key_value_heads"] if t != "conv" else 0 for t in config["layer_types"]])
+    full, _ = _rope_params(config)
+    writer.add_rope_freq_base(full["rope_theta"])
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_shortconv_l_cache(config["conv_L_cache"])
+    writer.add_layer_norm_rms_eps(config["norm_eps"])
+    width = config.get("block_ff_dim") or config["intermediate_size"]
+    if config["block_auto_adjust_ff_dim"]:
+        width = int(2 * width / 3)
+        if config.get("block_ffn_dim_multiplier") is not None:
+            width = int(config["block_ffn_dim_multiplier"] * width)
+        multiple = config["block_multiple_of"]
+        width = multiple * ((width + multiple - 1) // multiple)
+    writer.add_feed_forward_length(width)
+
+
 METADATA: dict[str, Callable[[Any, dict[str, Any]], None]] = {
+    "lfm2": _lfm2_keys,
+    "bloom": _classic_keys,
+    "falcon": _classic_keys,
+    "gpt2": _classic_keys,
+    "nemotron": _nemotron_keys,
     "qwen2moe": _moe_keys,
     "qwen3moe": _moe_keys,
     "llama": _llama_keys,
@@ -217,8 +320,8 @@ def default_type(name: str, shape: tuple[int, ...], base: str) -> str:
     """llama.cpp's rule of thumb: 1-D tensors F32, 2-D ones the file type where K fits its blocks."""
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    if len(shape) < 2 or base in ("F32", "F16", "BF16") or ".ffn_gate_inp" in name:  # routers stay F32
-        return "F32" if len(shape) < 2 or ".ffn_gate_inp" in name else base
+    if len(shape) < 2 or base in ("F32", "F16", "BF16") or ".ffn_gate_inp" in name or "_norm." in name:
+        return "F32" if len(shape) < 2 or ".ffn_gate_inp" in name or "_norm." in name else base  # routers, norms
     block = GGML_QUANT_SIZES[GGMLQuantizationType[base]][0]
     return base if shape[-1] % block == 0 else "Q8_0" if shape[-1] % 32 == 0 else "F16"
 
@@ -232,26 +335,34 @@ def write_gguf(
     split_max_tensors: int = 0,
     drop: tuple[str, ...] = (),
     tokenizer: bool = True,
+    twin: Path | None = None,
 ) -> Path:
-    """Write `checkpoint` (a tiny HF folder) as a GGUF of architecture `arch` at `out`."""
+    """Write `checkpoint` (a tiny HF folder) as a GGUF of architecture `arch` at `out`. `twin`: also
+    save there the HF checkpoint whose weights are the file's, dequantized by the `gguf` package
+    (the reference where transformers cannot load the file itself)."""
     import gguf
 
     config = json.loads((checkpoint / "config.json").read_text())
-    layers = config["num_hidden_layers"]
+    layers = config.get("num_hidden_layers") or config["n_layer"]
     arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
     names = gguf.get_tensor_name_map(arch_id, layers)
     writer = gguf.GGUFWriter(out, arch, split_max_tensors=split_max_tensors)
     writer.add_name(config.get("_name_or_path") or "tiny")
-    METADATA[arch](writer, config)
+    (_mixtral_keys if config.get("model_type") == "mixtral" else METADATA[arch])(writer, config)
     if tokenizer:
         _tokenizer(writer, checkpoint, config, pre)
-    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    heads = config.get("num_attention_heads") or config["n_head"]
+    kv_heads = _kv_heads(config, heads)
     factors = llama3_rope_factors(config) if arch == "llama" else None
     if factors is not None:
         writer.add_tensor("rope_freqs.weight", factors)
+    if arch == "phi3":
+        _longrope(writer, config)
+    twin_tensors: dict[str, np.ndarray] = {}
     for hf_name, value in _hf_tensors(checkpoint).items():
+        hf_value, flipped = value, False
         base, _, suffix = hf_name.rpartition(".")
-        gguf_base = names.get_name(base)
+        gguf_base = names.get_name(base) or names.get_name(base.removeprefix("transformer."))
         if gguf_base is None:
             raise KeyError(f"no GGUF name for {hf_name}")
         name = f"{gguf_base}.{suffix}"
@@ -259,10 +370,25 @@ def write_gguf(
             continue
         if arch in PERMUTED_QK and suffix == "weight" and gguf_base.endswith(("attn_q", "attn_k")):
             value = permute(value, heads if gguf_base.endswith("attn_q") else kv_heads)
+        if arch in GROUPED_QKV and gguf_base.endswith("attn_qkv"):
+            value = regroup_qkv(value, heads, kv_heads)
+        if (
+            arch in TRANSPOSED
+            and value.ndim == 2
+            and gguf_base.endswith(("attn_qkv", "attn_output", "ffn_up", "ffn_down"))
+        ):
+            value, flipped = np.ascontiguousarray(value.T), True
+        if arch == "lfm2" and gguf_base.endswith("shortconv.conv") and value.ndim == 3:
+            value = np.ascontiguousarray(value[:, 0])  # LFM2Model.modify_tensors: squeeze(1)
         if arch in NORM_PLUS_ONE and "norm" in gguf_base and suffix == "weight":
             value = value + np.float32(1.0)
         kind = types(name, value.shape) if callable(types) else default_type(name, value.shape, types)
         _add(writer, name, value, kind)
+        if twin is not None:
+            offset = np.float32(1.0) if arch in NORM_PLUS_ONE and "norm" in gguf_base and suffix == "weight" else None
+            twin_tensors[hf_name] = _round_trip(hf_value, kind, flipped, offset)
+    if twin is not None:
+        _save_twin(checkpoint, twin, twin_tensors)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -280,3 +406,38 @@ def _add(writer: Any, name: str, value: np.ndarray, kind: str) -> None:
     else:
         raw = quantize(value, kind)
         writer.add_tensor(name, raw, raw_shape=raw.shape, raw_dtype=GGMLQuantizationType[kind])
+
+
+def _round_trip(value: np.ndarray, kind: str, transposed: bool, offset: np.float32 | None) -> np.ndarray:
+    """An HF tensor as the file holds it, read back: quantized and dequantized by the `gguf` package
+    along the file's rows (a row permutation commutes with it; a transposed weight does not)."""
+    if kind == "F32":
+        return (value + offset) - offset if offset is not None else value
+    if kind == "F16":
+        return value.astype(np.float16).astype(np.float32)
+    from gguf.constants import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    stored = np.ascontiguousarray(value.T) if transposed else value
+    back = dequantize(quantize(stored, kind), GGMLQuantizationType[kind]).reshape(stored.shape)
+    return np.ascontiguousarray(back.T) if transposed else back
+
+
+def _save_twin(checkpoint: Path, out: Path, tensors: dict[str, np.ndarray]) -> None:
+    """The checkpoint folder again with `tensors` (stacked experts split back per expert)."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    flat: dict[str, np.ndarray] = {}
+    for name, value in tensors.items():
+        stacked = re.match(r"^(.*\.experts)\.(\w+)\.weight$", name)
+        if stacked and value.ndim == 3:
+            flat.update({f"{stacked.group(1)}.{e}.{stacked.group(2)}.weight": value[e] for e in range(value.shape[0])})
+        else:
+            flat[name] = value
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in flat.items()}, str(out / "model.safetensors"))
+    for item in checkpoint.iterdir():
+        if item.is_file() and not item.name.endswith((".safetensors", ".index.json")):
+            shutil.copy(item, out / item.name)

@@ -115,6 +115,34 @@ GGUF_CHECKPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
     # every layer sparse (llama.cpp's qwen3moe has no dense layers) and llama.cpp's fixed top-k renormalization
     "qwen3_moe": ("qwen3_moe", dict(mlp_only_layers=[], norm_topk_prob=True)),
     "qwen2_moe": ("qwen2_moe", {}),
+    # K-quant experts need K a whole number of 256-weight blocks: hidden and expert width 256
+    "qwen3_moe256": (
+        "qwen3_moe",
+        dict(hidden_size=256, moe_intermediate_size=256, mlp_only_layers=[], norm_topk_prob=True, num_hidden_layers=2),
+    ),
+    # the classic decoders and Nemotron (tests/dense_models.py shapes): Bloom (ALiBi, qkv per head),
+    # Falcon-7B (multi-query) and Falcon-40B's grouped layout, GPT-2 (Conv1D), Nemotron (1 + w norms)
+    "bloom": ("dense:bloom", {}),
+    "falcon": ("dense:falcon", {}),
+    "falcon_grouped": ("dense:falcon", dict(new_decoder_architecture=True, num_kv_heads=2, parallel_attn=True)),
+    "gpt2": ("dense:gpt2", {}),
+    "nemotron": ("dense:nemotron", {}),
+    # Mixtral: llama.cpp writes it as `llama` with stacked experts (and runs it without a sliding window)
+    "mixtral": ("mixtral", dict(sliding_window=None)),
+    # Phi-3 LongRoPE (the factors as rope_factors_long / _short tensors) and StableLM's per-head q/k norms
+    "phi3_longrope": (
+        "phi3",
+        dict(
+            original_max_position_embeddings=32,
+            rope_scaling={
+                "type": "longrope",
+                "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5, 7.0, 9.0],
+            },
+        ),
+    ),
+    "lfm2": ("dense:lfm2", {}),
+    "stablelm_qk_norm": ("stablelm", dict(qk_layernorm=True, num_key_value_heads=4)),
 }
 
 
@@ -132,7 +160,11 @@ class GgufFiles:
             from tiny_models import save_model
 
             model_type, overrides = GGUF_CHECKPOINTS[name]
-            if model_type.endswith("_moe"):
+            if model_type.startswith("dense:"):
+                from dense_models import save_dense
+
+                self._checkpoints[name] = save_dense(self.root / "hf" / name, model_type[6:], **overrides)
+            elif model_type.endswith("_moe") or model_type == "mixtral":
                 from moe_models import save_moe
 
                 self._checkpoints[name] = save_moe(self.root / "hf" / name, model_type, **overrides)
@@ -149,6 +181,15 @@ class GgufFiles:
             folder.mkdir(parents=True)
             type_rule = TYPE_RULES[types] if types in TYPE_RULES else types
             self._files[key] = write_gguf(source, folder / f"model-{types}.gguf", type_rule, arch, **kwargs)
+        return self._files[key]
+
+    def twin(self, name: str, types: str, arch: str) -> Path:
+        """The HF checkpoint holding the weights of `get(name, types, arch)` dequantized (gguf_models)."""
+        key = (name, types, arch, "twin")
+        if key not in self._files:
+            folder = self.root / "twin" / f"{name}-{types}-{arch}"
+            write_gguf(self.checkpoint(name), folder / "unused.gguf", types, arch, twin=folder / "hf")
+            self._files[key] = folder / "hf"
         return self._files[key]
 
     def package(self, name: str, types: str = "F32", precision: str | None = "fp32", **kwargs: Any) -> Path:

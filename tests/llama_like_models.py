@@ -103,5 +103,120 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=True,
         rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
     ),
+    # issue #39 item 3, dense families read from their modeling code (gqa_export/arch/derived_families.py).
+    # EXAONE-3.x: LlamaForCausalLM under its own model_type, the hub's key spellings (num_layers,
+    # layer_norm_epsilon, activation_function) and GPT-2-style tensor names (transformer.h.{i}.attn.attention.*)
+    "exaone": dict(
+        num_layers=3,
+        layer_norm_epsilon=1e-5,
+        activation_function="silu",
+        head_dim=16,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 1000000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
+    # InternLM3: LlamaForCausalLM, qkv_bias / bias spellings (one setting for q/k/v/o and the MLP), head_dim 32
+    "internlm3": dict(
+        head_dim=32,
+        qkv_bias=True,
+        bias=True,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 50000000.0, "factor": 6.0},
+    ),
+    # Helium: Llama with GPT-J (interleaved) RoPE pairs, no o_proj bias
+    "helium": dict(
+        head_dim=16,
+        rms_norm_eps=1e-8,
+        attention_bias=True,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+    ),
+    # VaultGemma: Gemma-2 without the post-attention / post-feedforward norms; softcaps, windows 3:1
+    "vaultgemma": dict(
+        head_dim=16,
+        hidden_activation="gelu_pytorch_tanh",
+        query_pre_attn_scalar=24,
+        attn_logit_softcapping=20.0,
+        final_logit_softcapping=10.0,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # Ministral (8B): Mistral/Qwen2 layers without q/k/v biases, windows per layer from layer_types
+    "ministral": dict(
+        head_dim=16,
+        sliding_window=8,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000000.0},
+    ),
+    # GLM (glm-4-9b, model_type glm): pre-norm Llama layers, Phi-3's fused gate_up, partial GPT-J RoPE, qkv bias
+    "glm": dict(
+        head_dim=16,
+        attention_bias=True,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+    ),
+    # CWM: Llama with llama3 RoPE and a full layer every 4th (window 8 elsewhere)
+    "cwm": dict(
+        head_dim=16,
+        num_hidden_layers=4,
+        sliding_window=8,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 1000000.0,
+            "factor": 16.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
+    # Solar-Open: Llama attention (full rotate-half RoPE, no q/k norms) with GLM-4-MoE's routing on
+    # every layer: 12 experts in 3 groups, the 2 best kept, top 3, 1 shared expert
+    "solar_open": dict(
+        head_dim=16,
+        n_routed_experts=12,
+        num_experts_per_tok=3,
+        n_group=3,
+        topk_group=2,
+        moe_intermediate_size=32,
+        n_shared_experts=1,
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        initializer_range=0.15,  # 0.2 and 0.25: one quantized smoke run ends at EOS, the other not
+    ),
+    # NanoChat: weightless RMSNorms (the final one on the embeddings too), scaleless q/k norms after a
+    # reversed RoPE, squared-ReLU fc1 / fc2, a final logit softcap of 4 (the logits reach ~3)
+    "nanochat": dict(
+        head_dim=16,
+        hidden_act="relu2",
+        rms_norm_eps=1e-6,
+        final_logit_softcapping=4.0,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # IQuest-Coder: LlamaForCausalLM under its own model_type, head_dim 32 (decoupled from hidden / heads)
+    "iquestcoder": dict(
+        head_dim=32,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    ),
 }
 FAMILIES = list(CONFIGS)

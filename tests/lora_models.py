@@ -14,7 +14,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from reference import hf_generate, hf_model
+
+from gqa_export.runtime.run import load, load_adapters
+
+# the shipped tiny Llama the LoRA tests build their bases from, the prompt they compare on, the
+# greedy tokens they generate, and the bound on |genai - HF merged| prompt logits (fp32)
+CHECKPOINT = Path(__file__).resolve().parent / "data" / "tiny-llama"
+PROMPT = [0, 20, 31, 44, 52, 67, 70, 83, 91, 120, 150, 200]
+NEW = 12
+BOUND = 1e-4
 
 
 def save_adapter(
@@ -30,7 +41,6 @@ def save_adapter(
     **config: Any,
 ) -> Path:
     """A random LoRA adapter on `targets` (module names) of the checkpoint's decoder layers."""
-    from reference import hf_model
     from safetensors.torch import save_file
 
     model = hf_model(checkpoint)
@@ -65,7 +75,6 @@ def save_adapter(
 
 def merged_model(checkpoint: Path, adapters: list[Path]) -> Any:
     """HF's model with every adapter merged: W += scaling * B @ A per module."""
-    from reference import hf_model
     from safetensors.torch import load_file
 
     model = hf_model(checkpoint)
@@ -83,3 +92,32 @@ def merged_model(checkpoint: Path, adapters: list[Path]) -> Any:
             with torch.no_grad():
                 modules[name].weight += scaling * (b @ a)
     return model
+
+
+def genai(package: Path, files: list[Path], prompts: list[list[int]] | None = None) -> tuple[np.ndarray, list]:
+    """onnxruntime-genai with `files` active together: (first row's prompt logits, greedy tokens per
+    row). Several prompts run as one batch, right-padded with the pad id 5 as genai expects."""
+    import onnxruntime_genai as og
+
+    prompts = prompts or [PROMPT]
+    model = load(package, "cpu")
+    active = load_adapters(model, files) if files else None
+    width = max(map(len, prompts))
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, batch_size=len(prompts), max_length=width + NEW, min_length=width + NEW)
+    generator = og.Generator(model, params)
+    if active is not None:
+        for name in active[1]:
+            generator.set_active_adapter(active[0], name)
+    generator.append_tokens(np.array([p + [5] * (width - len(p)) for p in prompts], dtype=np.int32))
+    logits = np.asarray(generator.get_output("logits"))[0]
+    while not generator.is_done():
+        generator.generate_next_token()
+    return logits, [[int(t) for t in generator.get_sequence(r)][width:] for r in range(len(prompts))]
+
+
+def hf_reference(adapter_dirs: list[Path], prompt: list[int] = PROMPT) -> tuple[np.ndarray, list[int]]:
+    model = merged_model(CHECKPOINT, adapter_dirs) if adapter_dirs else hf_model(CHECKPOINT)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0].numpy()
+    return logits, hf_generate(model, prompt, NEW)

@@ -95,7 +95,7 @@ TEXT_CONFIGS: dict[str, dict[str, Any]] = {
     ),
 }
 
-# Gemma-3 with a vision tower genai can run (tests/test_multimodal_package.py): prompts with two
+# Gemma-3 with a vision tower genai can run (tests/package/multimodal/test_multimodal_package.py): prompts with two
 # images of 256 tokens each need more positions than the text-decoder fixtures
 TEXT_CONFIGS["gemma3_full"] = {**TEXT_CONFIGS["gemma3"], "max_position_embeddings": 1024}
 TEXT_CONFIGS["mistral3_full"] = {**TEXT_CONFIGS["mistral"], "max_position_embeddings": 512}

@@ -329,6 +329,30 @@ def ort_padded_batch(
     return [np.concatenate([runs[0][r, real[r]], *(run[r] for run in runs[1:])]) for r in range(len(prompts))]
 
 
+def ragged_logits_error(package: Path, model, left: bool = False, cached: bool = True) -> float:
+    """Max |ORT - HF| over a ragged batch (families.RAGGED, padded with families.ORT_PAD as
+    `ort_padded_batch` pads it) at each row's real prompt positions and its decode steps, HF on the
+    row alone: its prompt in one forward, then its decode tokens one at a time through HF's cache, as
+    generation runs them (Nemotron-H's dt floor applies to prompts only, so an uncached forward over
+    prompt + decode tokens is not what HF generates from); `cached` False: one uncached forward over
+    both (an LFM2 without attention layers cannot use HF's cache, docs/hybrid-state.md §4). The number
+    the registry's ragged check bounds by 1e-4 and the padding mutants push past 1e-2."""
+    import torch
+    from families import ORT_PAD, RAGGED, RAGGED_DECODE
+
+    prompts, decode = [list(p) for p in RAGGED], [list(d) for d in RAGGED_DECODE]
+    got = ort_padded_batch(package, prompts, decode, ORT_PAD, left=left)
+    if cached:
+        want = [hf_logits(model, p + d, len(p)) for p, d in zip(prompts, decode, strict=True)]
+    else:
+        with torch.no_grad():
+            want = [
+                model(torch.tensor([p + d]), use_cache=False).logits[0].numpy()
+                for p, d in zip(prompts, decode, strict=True)
+            ]
+    return max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True))
+
+
 def genai_padded_batch_greedy(package: Path, prompts: list[list[int]], pad: int, new: int) -> list[list[int]]:
     """onnxruntime-genai's greedy `new` tokens per row of a batch of prompts of different lengths,
     right-padded with `pad` (the config's pad_token_id) as its batched append_tokens expects."""

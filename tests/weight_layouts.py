@@ -25,7 +25,7 @@ INT8_MAX_ERROR = 0.02  # int8 (correct: ~0.005)
 FUSED = {  # a packed weight's name -> the spellings of the checkpoint weights it concatenates
     "qkv_proj": (("q_proj", "k_proj", "v_proj"),),
     "qk_proj": (("q_proj", "k_proj"),),  # layers whose values are their keys (Gemma-4 attention_k_eq_v)
-    "gate_up_proj": (("gate_proj", "up_proj"), ("w1", "w3")),  # LFM2's feed_forward.w1 / w3
+    "gate_up_proj": (("gate_proj", "up_proj"), ("w1", "w3"), ("c_fc_0", "c_fc_1")),  # LFM2, EXAONE-3
 }
 CONV1D = ("c_attn", "c_proj", "c_fc")  # GPT-2's Conv1D modules
 
@@ -133,7 +133,7 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
         weight = tensors[f"{base}.weight"]
         if model_type == "gpt2" and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
             return weight.T
-        if model_type == "gpt_neox" and last == "query_key_value":  # rows per head [h: q k v], as HF's view
+        if model_type in ("gpt_neox", "persimmon") and last == "query_key_value":  # rows per head [h: q k v]
             heads = config["num_attention_heads"]  # type: ignore[index]
             return weight.reshape(heads, 3, -1, weight.shape[1]).transpose(1, 0, 2, 3).reshape(weight.shape)
         classic = classic_qkv_weight(weight, last, config) if config is not None else None

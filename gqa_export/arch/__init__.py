@@ -6,13 +6,16 @@ import difflib
 
 from gqa_export.arch.chunked_families import CHUNKED
 from gqa_export.arch.classic_families import CLASSICS
+from gqa_export.arch.derived_families import DERIVED
 from gqa_export.arch.families import ALL
 from gqa_export.arch.hybrid_families import HYBRIDS
 from gqa_export.arch.latent_families import LATENT_FAMILIES
 from gqa_export.arch.spec import ArchSpec, LayerNames
 from gqa_export.errors import InputError
 
-SPECS: dict[str, ArchSpec] = {spec.name: spec for spec in (*ALL, *HYBRIDS, *CLASSICS, *LATENT_FAMILIES, *CHUNKED)}
+SPECS: dict[str, ArchSpec] = {
+    spec.name: spec for spec in (*ALL, *HYBRIDS, *CLASSICS, *LATENT_FAMILIES, *CHUNKED, *DERIVED)
+}
 
 __all__ = ["SPECS", "ArchSpec", "LayerNames", "get_spec"]
 

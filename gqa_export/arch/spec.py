@@ -30,7 +30,7 @@ NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
 # already MatMul's layout); how a stored fused qkv orders its rows: "stacked" ([q | k | v]) or
 # "per_head" (GPT-NeoX: [h0: q k v | h1: q k v | ...], selected into [q | k | v] at export)
 LINEAR_LAYOUTS = ("out_in", "in_out")
-NORM_KINDS = ("rms", "layer", "layer_free")
+NORM_KINDS = ("rms", "layer", "layer_free", "rms_free")
 MLP_KINDS = ("gated", "plain")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 # Where the text decoder lives, in the order tried: text models, transformers 5.x multimodal
@@ -215,6 +215,9 @@ class AbsolutePositions:
 
     table: str
     offset: int = 0
+    # computed at export instead of read: fairseq's sinusoids ([sin | cos] halves, the pad id's row
+    # zero), as XGLM's non-persistent buffer holds them (`table` then names no checkpoint tensor)
+    sinusoidal: bool = False
 
 
 QK_NORM_LAYERS = ("all", "rope")
@@ -271,7 +274,8 @@ class ArchSpec:
     Cohere, Phi-2) or "full" (RMSNorm over all heads, OLMo-2/3). v_norm: a scaleless RMSNorm over
     head_dim on the values (Gemma-4). unit_attention_scale: scores are not scaled (Gemma-4's
     `scaling = 1.0`; its q/k norms carry the scale). qk_norm "scaleless": an RMSNorm over head_dim
-    without a weight (the L2 norm times sqrt(D), Llama-4) where the config's use_qk_norm says so;
+    without a weight (the L2 norm times sqrt(D), Llama-4, NanoChat) where the config's use_qk_norm says so (a
+    config without the key: always);
     qk_norm_layers "rope" puts the q/k norms on RoPE layers only (Llama-4's NoPE layers have none).
     nope_query_temperature: NoPE layers' queries are scaled by
     `1 + attn_scale * log(1 + floor((pos + 1) / floor_scale))` where the config's
@@ -312,12 +316,17 @@ class ArchSpec:
     query_position_scale: bool = False
     qk_norm_layers: str = "all"  # QK_NORM_LAYERS: every attention layer, or RoPE layers only
     nope_query_temperature: bool = False
-    norm: str = "rms"  # rms | layer (LayerNorm, bias where stored) | layer_free (no weights: OLMo)
+    # rms | layer (LayerNorm, bias where stored) | layer_free (no weights: OLMo) | rms_free (RMSNorm without a
+    # weight: NanoChat's F.rms_norm; the norm's tensor names are then never read)
+    norm: str = "rms"
     fixed_norm_eps: float | None = None  # an eps the modeling code hard-codes (OLMo: 1e-5)
     mlp: str = "gated"  # gated: down(act(gate) * up) | plain: down(act(up)) (Phi-2, StarCoder2, Nemotron)
     parallel_key: str | None = None  # a config flag that switches the block to the parallel layout (StableLM)
     qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE
     rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4, ERNIE-4.5)
+    # RoPE rotating by minus the angle: rotate_half gives [x2, -x1] instead of [-x2, x1] (NanoChat), the
+    # same as a sin table of the opposite sign, which GQA's fused RoPE and the plain ops both read
+    rope_reversed: bool = False
     # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
     # layer when position_embedding_type is "rope", none otherwise) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
@@ -343,6 +352,8 @@ class ArchSpec:
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # a config's own layer-type values -> transformers' (GPT-Neo's "local" is "sliding_attention")
+    layer_type_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     positions: AbsolutePositions | None = None  # learned absolute position embeddings (GPT-2, OPT)
     linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
     # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)

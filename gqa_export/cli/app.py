@@ -60,6 +60,13 @@ class OneLineUsageErrors(Group):
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)
 
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """`release assemble SPEC PART...` is its own command (registered as `release-assemble`):
+        `release` takes a SPEC, so it cannot be a group; its first word picks the assemble step."""
+        if args[:2] == ["release", "assemble"]:
+            return "release assemble", self.get_command(ctx, "release-assemble"), args[2:]
+        return super().resolve_command(ctx, args)
+
 
 def usage_line(exc: Exception) -> str:
     """click's message on one line (typer's pydantic coercion adds "Value error, "), then where the

@@ -291,7 +291,10 @@ recipes_app = typer.Typer(
     cls=Group,
     help="List the built-in recipes or show one.",
     invoke_without_command=True,
-    epilog="Examples:\n\n  gqa-export recipes --json\n\n  gqa-export recipes show gemma3 > my-gemma3.yaml",
+    epilog=(
+        "Examples:\n\n  gqa-export recipes --json\n\n  gqa-export recipes --coverage\n\n"
+        "  gqa-export recipes show gemma3 > my-gemma3.yaml"
+    ),
 )
 app.add_typer(recipes_app, name="recipes")
 
@@ -300,10 +303,21 @@ app.add_typer(recipes_app, name="recipes")
 def recipes_list(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the recipes as JSON.")] = False,
+    coverage: Annotated[
+        bool,
+        typer.Option(
+            "--coverage",
+            help="Every model type the installed transformers maps to a causal LM or an image-text-to-text model: "
+            "exported (recipe, attention modes, precisions), refused (why) or not applicable.",
+        ),
+    ] = False,
 ) -> None:
     """Table of recipes: name, model types, default attention, EPs and default precisions."""
     load_libraries(())  # the sub-app's commands are not wrapped by `command`: the collector back on
     if ctx.invoked_subcommand is not None:
+        return
+    if coverage:
+        _print_coverage(as_json)
         return
     from gqa_export.recipes import builtin_recipes
 
@@ -315,6 +329,19 @@ def recipes_list(
     for r in recipes:
         eps = ", ".join(f"{ep} ({prec})" for ep, prec in r.default_precision.items())
         table.add_row(r.name, ", ".join(r.model_types), r.attention.mode, eps)
+    out.print(table)
+
+
+def _print_coverage(as_json: bool) -> None:
+    from gqa_export.arch.coverage import coverage, table_rows
+
+    rows = coverage()
+    if as_json:
+        print(json.dumps([row.as_dict() for row in rows]))
+        return
+    table = Table("model type", "status", "recipe", "attention modes", "precisions", "package / reason")
+    for cells in table_rows(rows):
+        table.add_row(*cells)
     out.print(table)
 
 

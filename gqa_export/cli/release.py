@@ -30,31 +30,123 @@ PlainJson = Annotated[bool, typer.Option("--json", help="Print one JSON object d
 PlainQuiet = Annotated[bool, typer.Option("-q", "--quiet", help="No progress output.")]
 
 
-@command(
-    "release",
-    libraries=EXPORT_LIBRARIES,
-    epilog="Example:\n\n  gqa-export release release.yaml -o my-model-onnx && gqa-export verify my-model-onnx",
-)
+RELEASE_EPILOG = """Examples:
+
+  gqa-export release release.yaml -o my-model-onnx && gqa-export verify my-model-onnx
+
+On a CI matrix (docs/ci/github-release.yml): one part per job, then assemble:
+
+  gqa-export release release.yaml --list
+
+  gqa-export release release.yaml --variant cuda/cuda-fp16 -o part/
+
+  gqa-export release assemble release.yaml parts/* -o my-model-onnx"""
+MATRIX = "CI matrix"
+Variants = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--variant",
+        metavar="PATH",
+        help="Export only this variant (its release path; repeatable) into a part of the release, for "
+        "`release assemble`.",
+        rich_help_panel=MATRIX,
+    ),
+]
+
+
+@command("release", libraries=EXPORT_LIBRARIES, epilog=RELEASE_EPILOG)
 def release_command(
     spec: Annotated[
         Path, typer.Argument(metavar="SPEC", help="Release spec YAML: source, variants, eval text, gates.")
     ],
     output: Annotated[
-        Path,
+        Optional[Path],
         typer.Option(
-            "-o", "--output", metavar="DIR", help="Release folder to create (the repo root).", rich_help_panel=OUTPUT
+            "-o",
+            "--output",
+            metavar="DIR",
+            help="Release folder to create (the repo root); with --variant the "
+            "part, with --resume the folder of parts.",
+            rich_help_panel=OUTPUT,
         ),
-    ],
+    ] = None,
+    variant: Variants = None,
+    list_variants: Annotated[
+        bool,
+        typer.Option(
+            "--list",
+            help='Print the variants as a CI matrix and exit: {"include": [{variant, ep, runner, artifact, '
+            "revision}]} (the Hub revision resolved to its commit).",
+            rich_help_panel=MATRIX,
+        ),
+    ] = False,
+    runner: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--runner",
+            metavar="EP=LABEL",
+            help="With --list: the runner label of an EP's jobs (repeatable; default ubuntu-latest).",
+            rich_help_panel=MATRIX,
+        ),
+    ] = None,
+    revision: Annotated[
+        Optional[str],
+        typer.Option(
+            "--revision",
+            metavar="REV",
+            help="Hub commit to export, replacing the spec's revision (every job the same: --list gives it).",
+            rich_help_panel=MATRIX,
+        ),
+    ] = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="-o is a folder of parts: skip the variants whose part there verifies, export each other one "
+            "into its own part.",
+            rich_help_panel=MATRIX,
+        ),
+    ] = False,
     overwrite: Overwrite = False,
     as_json: AsJson = False,
     quiet: Quiet = False,
 ) -> None:
     """Export every variant of SPEC from one fetch into OUTPUT, all or nothing, with a model card."""
+    from gqa_export.errors import InputError
     from gqa_export.release import load_spec, release
+    from gqa_export.release.parts import select
 
     quiet_hub(quiet)
-    result = release(load_spec(spec), output, overwrite, RichReporter(quiet))
-    summary = result.as_json()
+    loaded = load_spec(spec)
+    if list_variants:
+        from gqa_export.release.matrix import matrix, runner_labels
+
+        if output is not None or variant or resume:
+            raise InputError("--list prints the matrix and exports nothing: drop -o, --variant and --resume")
+        print(json.dumps(matrix(loaded, runner_labels(runner or []), revision)))
+        return
+    if runner:
+        raise InputError("--runner applies to --list")
+    if output is None:
+        raise InputError("release needs -o DIR, the release folder (or --list to print the variants)")
+    only = select(loaded, variant) if variant else None
+    if resume:
+        from gqa_export.release.resume import resume as resume_parts
+
+        if overwrite:
+            raise InputError("--resume replaces only parts that do not verify; drop --overwrite")
+        result = resume_parts(loaded, output, only or loaded.variants, RichReporter(quiet), revision)
+        if as_json:
+            print(json.dumps(result.as_json()))
+        elif not quiet:
+            made = ", ".join(str(r.output) for r in result.made) or "none"
+            out.print(escape(f"{output}: {len(result.skipped)} variant(s) already done, made {made}"))
+        return
+    result = release(loaded, output, overwrite, RichReporter(quiet), only, revision)
+    _print_release(result.as_json(), as_json, quiet)
+
+
+def _print_release(summary: dict[str, Any], as_json: bool, quiet: bool) -> None:
     if as_json:
         print(json.dumps(summary))
         return
@@ -66,9 +158,41 @@ def release_command(
         ppl = f"{evaluation['perplexity']:.6g}" if "perplexity" in evaluation else "-"
         if "perplexity_increase_pct" in evaluation:
             ppl += f" ({evaluation['perplexity_increase_pct']:+.3f}%)"
-        table.add_row(v["path"], v["attention"], size(v["bytes"]), ppl, f"{v['seconds']:.1f} s")
+        table.add_row(
+            v["path"], v["attention"], size(v["bytes"]), ppl, f"{v['seconds']:.1f} s" if "seconds" in v else "-"
+        )
     out.print(table)
     out.print(escape(f"{summary['output']}: {size(summary['total_bytes'])} in {summary['seconds']:.1f} s"))
+
+
+@command(
+    "release-assemble",
+    hidden=True,
+    epilog="Example:\n\n  gqa-export release assemble release.yaml parts/* -o my-model-onnx && gqa-export verify "
+    "my-model-onnx",
+)
+def assemble_command(
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The release spec every part was made from.")],
+    parts: Annotated[
+        list[Path], typer.Argument(metavar="PART", help="The part folders (`release SPEC --variant ... -o PART`).")
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "-o", "--output", metavar="DIR", help="Release folder to create (the repo root).", rich_help_panel=OUTPUT
+        ),
+    ],
+    overwrite: Overwrite = False,
+    as_json: AsJson = False,
+    quiet: Quiet = False,
+) -> None:
+    """Check every part of SPEC's release and put them together in OUTPUT: the bytes one machine's
+    `release SPEC -o OUTPUT` writes."""
+    from gqa_export.release import load_spec
+    from gqa_export.release.combine import assemble_parts
+
+    result = assemble_parts(load_spec(spec), parts, output, overwrite, RichReporter(quiet))
+    _print_release(result.as_json(), as_json, quiet)
 
 
 @command("verify", epilog="Examples:\n\n  gqa-export verify out\n\n  gqa-export verify my-model-onnx --smoke --json")

@@ -146,9 +146,10 @@ def normalize(
 
     The spec's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm).
     """
-    if dims.norm_kind == "layer_free":  # OLMo: F.layer_norm without weight or bias
+    if dims.norm_kind in ("layer_free", "rms_free"):  # OLMo's F.layer_norm, NanoChat's F.rms_norm: no weight
         ones = b.const(np.ones(width or 1, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
-        out = b.op("LayerNormalization", x, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+        op = "LayerNormalization" if dims.norm_kind == "layer_free" else "SimplifiedLayerNormalization"
+        out = b.op(op, x, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
         return typed(out, params.dtype, [B, S, width]) if width else out
     w = b.initializer(weight_name, params.vector([weight_name], offset=dims.norm_offset))
     if dims.norm_kind == "layer":

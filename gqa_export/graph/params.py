@@ -43,7 +43,7 @@ WIDER_THAN_IO_META = "gqa_export.wider_than_io"
 class StreamedTensor(ir.LazyTensor):
     """A lazy tensor produced as blocks in row-major order; `tofile` writes block by block."""
 
-    __slots__ = ("_blocks", "experts", "release", "scatter", "source_rows", "sources")
+    __slots__ = ("_blocks", "experts", "release", "scatter", "selected", "source_rows", "sources", "stored")
 
     def __init__(self, blocks: Callable[[], Iterator[np.ndarray]], dtype: ir.DataType, shape: Sequence[int]) -> None:
         dims = tuple(int(d) for d in shape)
@@ -64,6 +64,11 @@ class StreamedTensor(ir.LazyTensor):
         # The HF Linear weights [out, in] this MatMul weight concatenates on `out` (matmul_weight):
         # a pre-quantized checkpoint's integers are imported by these names (quant/imported.py)
         self.sources: tuple[str, ...] = ()
+        # One HF Linear weight read otherwise (a GGUF's integer blocks are imported by these,
+        # quant/gguf_import.py): `selected` its output rows in this order (matmul_rows: a fused qkv taken
+        # q | k | v), `stored` a weight stored as MatMul's [in, out] already (matmul_stored: GPT-2's Conv1D)
+        self.selected: tuple[str, np.ndarray] | None = None
+        self.stored: str | None = None
         # For a stacked MoE expert tensor: the checkpoint layout it reads (graph/experts.ExpertLayout),
         # so that pre-quantized experts can be imported by their per-expert names (quant/imported_experts.py)
         self.experts: object | None = None
@@ -158,6 +163,7 @@ class Params:
         tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
         tensor.source_rows = source_rows
         tensor.release = lambda: self.store.release(name)
+        tensor.selected = (name, np.concatenate([np.arange(start, stop) for start, stop in runs]))
         return tensor
 
     def matmul_stored(self, name: str) -> StreamedTensor:
@@ -173,6 +179,7 @@ class Params:
         tensor = StreamedTensor(blocks, self.dtype, (in_dim, out_dim))
         tensor.source_rows = lambda a, b: np.ascontiguousarray(convert(self._columns(name, a, b), F32).T)
         tensor.release = lambda: self.store.release(name)
+        tensor.stored = name
         return tensor
 
     def _scatter(

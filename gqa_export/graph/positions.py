@@ -35,13 +35,32 @@ def add_absolute_positions(
     if spec.positions is None:
         return h
     name = spec.tensor(spec.positions.table)
-    table = b.initializer(name, params.matrix(name))
+    if spec.positions.sinusoidal:
+        rows = dims.max_position_embeddings + spec.positions.offset
+        table = b.initializer(name, params.table(sinusoidal_table(rows, dims.hidden_size, dims.pad_token_id)))
+    else:
+        table = b.initializer(name, params.matrix(name))
     with b.scope("embed_positions"):
         positions = token_positions(b, input_ids, attention_mask)
         if spec.positions.offset:
             positions = b.op("Add", positions, b.const(spec.positions.offset, "offset", "int64"))
         rows = typed(b.op("Gather", table, positions), params.dtype, [B, S, dims.hidden_size])
         return typed(b.op("Add", h, rows, name="add_positions"), params.dtype, [B, S, dims.hidden_size])
+
+
+def sinusoidal_table(rows: int, width: int, padding_row: int | None) -> np.ndarray:
+    """float32 [rows, width]: row p is [sin(p f_i) | cos(p f_i)], f_i = exp(-i log(10000) / (width/2 - 1)),
+    a zero column for an odd width, the padding row zero (XGLM's get_embedding, in its float32 steps)."""
+    half = width // 2
+    step = np.float32(np.log(10000.0) / (half - 1))
+    freqs = np.exp(np.arange(half, dtype=np.float32) * -step)
+    angles = np.arange(rows, dtype=np.float32)[:, None] * freqs[None, :]
+    table = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+    if width % 2:
+        table = np.concatenate([table, np.zeros((rows, 1), np.float32)], axis=1)
+    if padding_row is not None and 0 <= padding_row < rows:
+        table[padding_row] = 0.0
+    return table.astype(np.float32)
 
 
 def position_query_scale(

@@ -111,7 +111,7 @@ class ModelDims:
     placeholder_ids: tuple[int, ...] = ()  # multimodal placeholders embedded as pad_token_id (Gemma-4)
     query_scale: tuple[float, int] | None = None  # (beta, length): q *= 1 + beta*log(1 + floor(pos/length))
     moe: MoeDims | None = None
-    norm_kind: str = "rms"  # the spec's norm: rms | layer | layer_free
+    norm_kind: str = "rms"  # the spec's norm: rms | layer | layer_free | rms_free
     parallel: bool = False  # attention and MLP off one norm, both added (spec layout or its config flag)
     logits_multiplier: float = 1.0  # Cohere's logit_scale
     clip_qkv: float | None = None  # q, k, v clamped to +-clip after their norms (OLMoE)
@@ -250,7 +250,8 @@ def read_dims(
         altup=altup_dims(opt, spec),
         per_layer_vocab=int(opt("per_layer_vocab", 0) or 0) if ple else 0,
         hard_tokens=hard_token_ranges(outer, spec),
-        scaleless_qk_norm=spec.qk_norm == "scaleless" and bool(opt("qk_norm_flag", False)),
+        # where the config has no use_qk_norm the family always norms (NanoChat; Llama-4's config has the flag)
+        scaleless_qk_norm=spec.qk_norm == "scaleless" and bool(opt("qk_norm_flag", True)),
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
     )
 
@@ -280,6 +281,8 @@ def _layers(
     n = int(config.num_hidden_layers)
     window = int(opt("sliding_window", 0) or 0)
     types = opt("layer_types")
+    if types and spec.layer_type_names:  # a family's own spellings of the layer types (GPT-Neo)
+        types = [spec.layer_type_names.get(t, t) for t in types]
     no_rope = opt("no_rope_layers")  # SmolLM3: 1 = this layer uses RoPE, 0 = NoPE
     shared = int(opt("num_kv_shared_layers", 0) or 0)
     k_eq_v = bool(opt("attention_k_eq_v", False))

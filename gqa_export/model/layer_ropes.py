@@ -43,7 +43,8 @@ def layer_ropes(
         if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
             out[key] = replace(read_rope(config, latent.qk_rope, params), interleaved=latent.interleaved)
             continue
-        out[key] = replace(read_rope(config, head_dim, params), interleaved=spec.rope_interleaved)
+        rope = read_rope(config, head_dim, params)
+        out[key] = replace(rope, interleaved=spec.rope_interleaved, reversed=spec.rope_reversed)
     return out
 
 

@@ -29,6 +29,7 @@ class RopeConfig:
     rotary_dim: int
     params: dict[str, Any]  # the scaling parameters (factor, low_freq_factor, ...)
     interleaved: bool = False  # GPT-J style pairs (2i, 2i+1) instead of rotate-half (i, i + rotary/2)
+    reversed: bool = False  # rotation by minus the angle (ArchSpec.rope_reversed): the sin table negated
 
 
 def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) -> RopeConfig:
@@ -160,12 +161,12 @@ def _proportional(rope: RopeConfig) -> np.ndarray:
 def cos_sin_tables(
     rope: RopeConfig, rows: int, max_position_embeddings: int, long: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """float32 (rows, rotary_dim/2) tables: cos(pos * inv_freq) * attention scaling."""
+    """float32 (rows, rotary_dim/2) tables: cos(pos * inv_freq) * attention scaling (sin negated for a
+    reversed rotation)."""
     inv_freq, scale = inv_freq_and_scale(rope, max_position_embeddings, long)
     freqs = np.arange(rows, dtype=np.float32)[:, None] * inv_freq[None, :]
-    return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * np.float32(scale)).astype(
-        np.float32
-    )
+    sin_scale = np.float32(-scale if rope.reversed else scale)
+    return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * sin_scale).astype(np.float32)
 
 
 def longrope_switch(rope: RopeConfig) -> int | None:

@@ -2,7 +2,8 @@
 
 `--overwrite` replaces an existing `-o` only when it is an empty folder, a package this tool wrote
 (a `manifest.json` whose `tool` is gqa-export, and nothing in the folder that the manifest does
-not list) or a release it wrote (`release.json` likewise, with every variant's files). Anything
+not list) or a release it wrote (`release.json` likewise, with every variant's files; a part of a
+release, `part.json`, the same way). Anything
 else — a model folder, a documents folder, a repository, a package with a user's notes added — is
 refused before any work, so a wrong `-o` can never delete a user's files. `-o` must also stay
 clear of the inputs (the source, the input package, the release spec's folder) and of the current
@@ -28,6 +29,7 @@ from gqa_export.jsonio import read_json
 
 MANIFEST = "manifest.json"
 RELEASE = "release.json"
+PART = "part.json"  # a part of a release (release/parts.py): its variants' folders, listed like a release's
 TOOL = "gqa-export"
 _SHOWN = 3  # unknown entries named in the message
 
@@ -97,8 +99,9 @@ def check_replaceable(out_dir: Path) -> None:
 def listed_files(folder: Path) -> set[str] | None:
     """The files (relative paths) that the release.json or manifest.json of gqa-export in `folder`
     lists, itself included; None without one."""
-    if (folder / RELEASE).is_file():
-        return _release_files(folder / RELEASE)
+    for listing in (RELEASE, PART):
+        if (folder / listing).is_file():
+            return _release_files(folder / listing)
     if (folder / MANIFEST).is_file():
         return _package_files(folder / MANIFEST)
     return None
@@ -109,9 +112,10 @@ def _foreign(folder: Path) -> str | None:
     entries = _entries(folder)
     if not entries:
         return None
-    if (folder / RELEASE).is_file():
-        listed = _release_files(folder / RELEASE)
-        kind = RELEASE
+    listing = next((name for name in (RELEASE, PART) if (folder / name).is_file()), None)
+    if listing is not None:
+        listed = _release_files(folder / listing)
+        kind = listing
     elif (folder / MANIFEST).is_file():
         listed = _package_files(folder / MANIFEST)
         kind = MANIFEST
@@ -161,7 +165,7 @@ def _release_files(release: Path) -> set[str] | None:
     data = _load(release)
     if data is None or not isinstance(data.get("files"), dict) or not isinstance(data.get("variants"), list):
         return None
-    listed = {RELEASE, *map(str, data["files"])}
+    listed = {release.name, *map(str, data["files"])}
     for variant in data["variants"]:
         if not isinstance(variant, dict) or not isinstance(variant.get("files"), dict):
             return None

@@ -13,10 +13,10 @@ packed projection whose members differ in type (Q4_K_M keeps v_proj in Q6_K) bec
 per run of members of the same form, concatenated; a member without an exact form, or one that
 `--precision int4` must re-quantize (an 8-bit form), stays a float MatMul the precision stage then
 quantizes. The tied lm_head (Gemm on the embedding table) reads the table's blocks the same way;
-the embedding Gather itself reads the table dequantized to float (exact). Stacked MoE experts of a
-form without mins go through the pre-quantized MoE import (QMoE where its CPU kernel is exact,
-else per-expert MatMulNBits: quant/imported_experts.py); experts with mins stay float, exactly
-dequantized (QMoE has no min term; docs/gguf.md §3.4).
+the embedding Gather itself reads the table dequantized to float (exact). Stacked MoE experts go
+through the pre-quantized MoE import (quant/imported_experts.py): QMoE where its CPU kernel is
+exact (a form without mins), else per-expert MatMulNBits, a form with mins with the same
+block-sum correction per expert (QMoE's integer zero points cannot hold r; docs/gguf.md §3.4).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import onnx_ir as ir
 from gqa_export.graph.params import NUMPY_DTYPES, Params, StreamedTensor, row_blocks
 from gqa_export.quant.imported_experts import expert_linears, import_experts
 from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
-from gqa_export.source.gguf.blocks import BlockForm
+from gqa_export.source.gguf.blocks import BlockForm, zero_points_and_residual
 from gqa_export.source.gguf.store import GgufLinear, GgufStore
 from gqa_export.source.native import pack_fields
 
@@ -111,10 +111,11 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
         weight = _linear_weight(node)
         if weight is None:
             continue
-        sources = _sources(node, weight, store)
-        if not sources:
+        found = _sources(node, weight, store)
+        if not found:
             continue
-        linears = [store.linear(s) for s in sources]
+        sources = [name for name, _ in found]
+        linears = [store.linear(name, selected) for name, selected in found]
         keep = [lin if lin is not None and lin.form.bits <= kept_bits(plan) else None for lin in linears]
         for name, lin, kept in zip(sources, linears, keep, strict=True):
             if kept is None and lin is not None:
@@ -132,13 +133,21 @@ def import_gguf(model: ir.Model, store: GgufStore, plan: PrecisionPlan, report: 
             del graph.initializers[name]
 
 
-def _sources(node: ir.Node, weight: ir.Value, store: GgufStore) -> list[str]:
-    """The HF weights behind a linear layer: a MatMul's streamed sources, or the table of a tied Gemm."""
+def _sources(node: ir.Node, weight: ir.Value, store: GgufStore) -> list[tuple[str, np.ndarray | None]]:
+    """The HF weights behind a linear layer, each with the HF rows it takes (None: all, in order): a
+    MatMul's streamed sources, one weight's selected rows (a fused qkv taken q | k | v) or one
+    weight stored [in, out] (GPT-2's Conv1D, whose file rows are MatMulNBits' [N, K] as they are),
+    or the table of a tied Gemm."""
     tensor = weight.const_value
-    if node.op_type == "MatMul" and isinstance(tensor, StreamedTensor) and tensor.sources:
-        return list(tensor.sources) if all(s in store for s in tensor.sources) else []
+    if node.op_type == "MatMul" and isinstance(tensor, StreamedTensor):
+        if tensor.sources:
+            return [(s, None) for s in tensor.sources] if all(s in store for s in tensor.sources) else []
+        if tensor.selected is not None and tensor.selected[0] in store:
+            return [tensor.selected]
+        if tensor.stored is not None and tensor.stored in store:
+            return [(tensor.stored, None)]
     if node.op_type == "Gemm" and weight.name in store:  # the tied lm_head: Gemm(x, E, transB=1)
-        return [str(weight.name)]
+        return [(str(weight.name), None)]
     return []
 
 
@@ -221,11 +230,7 @@ class _Params:
         self._scales = s
         if mins[0] is None:
             return
-        m = np.concatenate(mins)
-        top = (1 << self.form.bits) - 1
-        z = np.clip(np.rint(np.divide(m, s, out=np.zeros_like(m), where=s != 0)), 0, top)
-        self._zero_points = z.astype(np.uint8)
-        self._residual = s * z.astype(np.float32) - m
+        self._zero_points, self._residual = zero_points_and_residual(self.form, s, np.concatenate(mins))
 
     def scales(self) -> np.ndarray:
         if self._scales is None:

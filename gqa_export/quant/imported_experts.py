@@ -68,6 +68,8 @@ def qmoe_block(experts: Experts) -> int | None:
     bits = members[0].bits
     if any(m.bits != bits for m in members) or any(m.perm is not None for m in [*experts.gate, *experts.up]):
         return None
+    if any(m.block_residual() is not None for m in members):  # a GGUF min's remainder: no QMoE term for it
+        return None
     if all(m.group == m.k for m in members):
         return 0
     if bits == 8:  # block-wise int8 runs on int8 activations: ~1 % off
@@ -252,8 +254,29 @@ def _matmul_nbits(
         inputs.append(_register(graph, f"{name}.zero_points", zp))
     if first.perm is not None and not permuted:
         x = _permuted_input(b, x, name, first.perm)
-    return b.op("MatMulNBits", x, *inputs, domain=MS, K=k, N=n, bits=bits, block_size=bs,
-                accuracy_level=plan.accuracy_level)  # fmt: skip
+    y = b.op("MatMulNBits", x, *inputs, domain=MS, K=k, N=n, bits=bits, block_size=bs,
+             accuracy_level=plan.accuracy_level)  # fmt: skip
+    if first.block_residual() is None:
+        return y
+
+    def residual() -> ir.TensorProtocol:  # r [N, K / block] in y's order, transposed: decoded when written
+        r = np.concatenate([ordered(m.block_residual()) for m in parts])
+        return ir.Tensor(np.ascontiguousarray(r.T.astype(b.dtype)))
+
+    lazy = ir.LazyTensor(residual, dtype=plan.io_dtype, shape=ir.Shape([kb, n]))
+    return _plus_residual(b, x, y, name, lazy, bs)
+
+
+def _plus_residual(b: _Nodes, x: ir.Value, y: ir.Value, name: str, residual: ir.LazyTensor, bs: int) -> ir.Value:
+    """y + blocksum(x) · rᵀ: a GGUF min's remainder r per block (docs/gguf.md §3.2). blocksum(x)
+    [M, K / bs] is x times a 0/1 block indicator [K, K / bs] (one per shape, shared): a Reshape +
+    ReduceSum would do, but onnxruntime 1.31's CPU ReduceSum returns an empty input unreduced,
+    and an expert no token chose has M = 0."""
+    kb = residual.shape[0]
+    indicator = (np.arange(kb * bs)[:, None] // bs == np.arange(kb)[None, :]).astype(b.dtype)
+    ones = _register(b.graph, f"gguf.block_indicator.{kb}x{bs}", ir.Tensor(indicator))
+    sums = b.op("MatMul", x, ones)
+    return b.op("Add", y, b.op("MatMul", sums, _register(b.graph, f"{name}.residual_mins", residual)))
 
 
 def _permuted_input(b: _Nodes, x: ir.Value, name: str, perm: np.ndarray) -> ir.Value:

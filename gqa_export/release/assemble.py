@@ -9,6 +9,11 @@ why weights are not held to fan them out to several variants at once.
 Everything is written into a hidden staging folder next to `-o` and renamed into place only when
 every variant exported, passed its lints and smoke run, and met its perplexity gate; any failure
 (or Ctrl-C) removes it, so the output root never holds half a release.
+
+`--variant` exports some of the variants into a part instead (release/parts.py): the same plans
+(every variant of the spec is resolved before the first export, so a part refuses what the whole
+release would), the same staging, and part.json instead of the model card and release.json;
+`release assemble` (release/combine.py) puts the parts together.
 """
 
 from __future__ import annotations
@@ -19,38 +24,24 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.errors import GqaExportError, InputError
-from gqa_export.package.manifest import (
-    MANIFEST,
-    created_at,
-    environment_entry,
-    sealed_problems,
-    sha256_file,
-    source_entry,
-    tool_entry,
-    write_sealed,
-)
+from gqa_export.package.manifest import MANIFEST, environment_entry, sealed_problems, sha256_file, source_entry
 from gqa_export.package.ownership import local_inputs
-from gqa_export.package.staging import SPEC_FOLDER, StagedPackage, check_output, check_outside, file_digests
+from gqa_export.package.staging import SPEC_FOLDER, StagedPackage, check_output, check_outside
 from gqa_export.pipeline import BuildResult, export, planned_max_length, resolve
 from gqa_export.plan.records import BuildPlan
 from gqa_export.progress import NullReporter, PrefixedReporter, Reporter
-from gqa_export.release.card import card_info, copy_license_files, write_card
+from gqa_export.release.card import card_info
+from gqa_export.release.evaluation import ReleaseError, judge, score_variants
+from gqa_export.release.parts import source_pin, write_part
+from gqa_export.release.root import write_root
 from gqa_export.release.spec import ReleaseSpec, Variant
-from gqa_export.runtime.evaluate import Scores, check_window, compare, read_text, score, tokenize
-from gqa_export.runtime.providers import runnable_ep
-from gqa_export.runtime.verify import RELEASE
+from gqa_export.runtime.evaluate import Scores, read_text
 from gqa_export.source.checkpoint import Checkpoint, open_checkpoint, source_dims
 from gqa_export.speculative import Pair, build_with_draft, resolve_pair, retarget
 
-FORMAT = "gqa-export-release/1"
 Resolved = BuildPlan | Pair  # a variant's plan, or a draft variant's pair
-SIGNIFICANT = 6  # digits of the perplexities in release.json: stable across reruns on one machine
 
-
-class ReleaseError(GqaExportError):
-    """A variant failed (export, lints, smoke run or gate): nothing was published."""
-
-    exit_code = 1
+__all__ = ["ReleaseError", "ReleaseResult", "release", "release_into", "spec_inputs"]
 
 
 @dataclass(frozen=True)
@@ -72,8 +63,9 @@ class ReleaseResult:
         }
 
 
-def _inputs(spec: ReleaseSpec) -> list[tuple[Path, str]]:
-    """Everything the spec names that -o must stay clear of: the source, recipe, eval text, drafts, adapters."""
+def spec_inputs(spec: ReleaseSpec) -> list[tuple[Path, str]]:
+    """Everything the spec names that -o must stay clear of: its folder, the source, recipe, eval
+    text, drafts, adapters."""
     source = "GGUF file" if Path(spec.source).expanduser().is_file() else "model folder"
     named: list[tuple[str | Path | None, str]] = [(spec.source, source)]
     named.append((spec.eval.text if spec.eval else None, "eval text"))
@@ -81,32 +73,45 @@ def _inputs(spec: ReleaseSpec) -> list[tuple[Path, str]]:
         named += [(variant.options.recipe, "recipe"), (variant.draft, "draft model folder")]
         named += [(variant.options.kv.calibration, "KV text file")]
         named += [(folder, "PEFT adapter folder") for folder in variant.adapters]
-    return local_inputs(*named)
+    return [(spec.file.parent, SPEC_FOLDER), *local_inputs(*named)]
 
 
 def release(
-    spec: ReleaseSpec, output: Path, overwrite: bool = False, reporter: Reporter | None = None
+    spec: ReleaseSpec,
+    output: Path,
+    overwrite: bool = False,
+    reporter: Reporter | None = None,
+    only: tuple[Variant, ...] | None = None,
+    revision: str | None = None,
 ) -> ReleaseResult:
+    """The release at `output`; with `only`, those variants as a part of it (part.json). `revision`
+    replaces the spec's (a CI matrix gives every job the commit its list job resolved)."""
     reporter = reporter or NullReporter()
     started = time.perf_counter()
-    check_output(output, overwrite, [(spec.file.parent, SPEC_FOLDER), *_inputs(spec)], reporter.note)
+    check_output(output, overwrite, spec_inputs(spec), reporter.note)
     text = read_text(spec.eval.text) if spec.eval else None
-    checkpoint = open_checkpoint(spec.source, spec.revision, reporter, spec.gguf_file)
+    checkpoint = open_checkpoint(spec.source, revision or spec.revision, reporter, spec.gguf_file)
     try:
-        return _release(spec, output, overwrite, reporter, started, text, checkpoint)
+        pin = source_pin(checkpoint.source) if only is not None else None
+        return release_into(spec, output, overwrite, reporter, text, checkpoint, only, pin, started)
     finally:
         checkpoint.close()  # what reading the source wrote (a GGUF's config/tokenizer folder)
 
 
-def _release(
+def release_into(
     spec: ReleaseSpec,
     output: Path,
     overwrite: bool,
     reporter: Reporter,
-    started: float,
     text: str | None,
     checkpoint: Checkpoint,
+    only: tuple[Variant, ...] | None = None,
+    pin: dict[str, Any] | None = None,
+    started: float | None = None,
 ) -> ReleaseResult:
+    """The release (or, with `only` and the source's `pin`, the part) at `output` from an open
+    checkpoint: -o was checked by the caller."""
+    started = time.perf_counter() if started is None else started
     source = checkpoint.source
     check_outside(output, source.model_dir)
     _check_lengths(spec, source.model_dir)
@@ -114,36 +119,48 @@ def _release(
         source.model_dir, source.source_id, source.is_local, spec.license, spec.base_model, spec.name, spec.tags,
         spec.file, spec.repo,
     )  # fmt: skip
-    plans = [
-        _resolve(variant, i, len(spec.variants), checkpoint, reporter, output)
+    plans = {
+        variant.path: _resolve(variant, i, len(spec.variants), checkpoint, reporter, output)
         for i, variant in enumerate(spec.variants)
-    ]
+    }  # every variant's, a part's too: it refuses what the whole release would, before any export
+    here = spec.variants if only is None else only
+    total = len(here)
     with StagedPackage(output, overwrite, reporter.note) as staged:
         builds = [
-            _build_variant(variant, plan, i, len(spec.variants), staged.path, checkpoint, reporter, output)
-            for i, (variant, plan) in enumerate(zip(spec.variants, plans, strict=True))
+            _build_variant(variant, plans[variant.path], i, total, staged.path, checkpoint, reporter, output)
+            for i, variant in enumerate(here)
         ]
-        evals, measured = _evaluate(spec, text, staged.path, reporter, output) if text is not None else ({}, None)
-        entries = [_entry(staged.path, v, b, evals.get(v.path)) for v, b in zip(spec.variants, builds, strict=True)]
-        reporter.stage("model card and release.json")
-        write_card(staged.path, info, entries, evaluated=spec.eval is not None)
-        copy_license_files(source.model_dir, staged.path)
-        document = {
-            "format": FORMAT,
-            "tool": tool_entry(),
-            "created": created_at(),
-            "source": source_entry(source),
-            "name": info.title,
-            "base_model": info.base_model,
-            "license": info.license,
-            "eval": measured,
-            "variants": entries,
-            "files": {name: entry for name, entry in file_digests(staged.path).items() if name != RELEASE},
-            **environment_entry(),
-        }
-        write_sealed(staged.path / RELEASE, document)
+        scores: dict[str, Scores] = {}
+        measured, evals = None, {}
+        if text is not None:
+            lengths = {path: _max_length(plan) for path, plan in plans.items()}
+            scores, measured = score_variants(spec, text, staged.path, here, lengths, reporter, output)
+            if only is None:
+                evals = judge(spec, scores, output)
+            else:  # the gates whose reference is here: the rest are checked when the parts are assembled
+                judge(_within(spec, here), scores, output)
+        entries = [_entry(staged.path, v, b, evals.get(v.path)) for v, b in zip(here, builds, strict=True)]
+        if only is None:
+            reporter.stage("model card and release.json")
+            write_root(staged.path, info, entries, spec.eval is not None, source.model_dir, source_entry(source),
+                       measured, environment_entry())  # fmt: skip
+        else:
+            assert pin is not None
+            reporter.stage("part.json")
+            write_part(staged.path, spec, source, pin, info, entries, scores, measured)
         committed = staged.commit()
     return ReleaseResult(committed, builds, entries, time.perf_counter() - started)
+
+
+def _within(spec: ReleaseSpec, here: tuple[Variant, ...]) -> ReleaseSpec:
+    """`spec` with only the variants here, and only the gates whose reference is here too."""
+    paths = {v.path for v in here}
+    kept = tuple(v if v.reference in paths else replace(v, gate=None, reference=None) for v in here)
+    return replace(spec, variants=kept)
+
+
+def _max_length(plan: Resolved) -> int:
+    return plan[0].max_length if isinstance(plan, tuple) else plan.max_length
 
 
 def _resolve(
@@ -206,62 +223,6 @@ def _check_lengths(spec: ReleaseSpec, model_dir: Path) -> None:
             )
 
 
-def _evaluate(
-    spec: ReleaseSpec, text: str, root: Path, reporter: Reporter, output: Path
-) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Perplexity of every variant that runs here, compared with its reference, gates checked;
-    and release.json's record of what was measured."""
-    assert spec.eval is not None
-    # one window for all: the smallest any variant's max_length allows
-    window = min(check_window(root / v.path, spec.eval.window, spec.eval.stride)[0] for v in spec.variants)
-    window, stride = check_window(root / spec.variants[0].path, window, spec.eval.stride)
-    tokens = tokenize(root / spec.variants[0].path, text, spec.eval.max_tokens)
-    scores: dict[str, Scores] = {}
-    results: dict[str, dict[str, Any]] = {}
-    for variant in spec.variants:
-        folder = root / variant.path
-        ep, why = runnable_ep(folder)
-        if ep is None:
-            if variant.gate is not None:
-                raise ReleaseError(f"variant {variant.path} has a gate but cannot run here: {why}")
-            reporter.note(f"{variant.path}: not evaluated ({why})")
-            continue
-        reporter.stage(f"eval {variant.path} on {ep}")
-        try:
-            scores[variant.path] = score(folder, tokens, window, stride, ep)
-        except InputError as exc:
-            raise ReleaseError(f"variant {variant.path}: {exc} (nothing was written to {output})") from None
-        summary = scores[variant.path].summary()
-        results[variant.path] = _rounded({k: v for k, v in summary.items() if k not in ("path", "kind")})
-    failed = []  # every gate is checked, so one run names every variant that misses its gate
-    for variant in spec.variants:
-        reference = scores.get(variant.reference) if variant.reference else None
-        if variant.path in scores and reference is not None:
-            delta = compare(scores[variant.path], reference)
-            results[variant.path].update(_rounded({**delta, "against": variant.reference}))
-        if variant.gate is None:
-            continue
-        if reference is None:
-            failed.append(f"variant {variant.path}: its gate's reference {variant.reference} cannot run here")
-            continue
-        increase = results[variant.path]["perplexity_increase_pct"]
-        if increase > variant.gate.max_ppl_increase:
-            failed.append(
-                f"variant {variant.path}: perplexity {increase:+.3f}% over {variant.reference} exceeds its gate "
-                f"of {variant.gate.max_ppl_increase:g}%"
-            )
-    if failed:
-        raise ReleaseError(f"{'; '.join(failed)} (nothing was written to {output})")
-    measured = {
-        "text": spec.eval.text.name,
-        "text_sha256": sha256_file(spec.eval.text),
-        "tokens": len(tokens),
-        "window": window,
-        "stride": stride,
-    }
-    return results, measured
-
-
 def _entry(root: Path, variant: Variant, result: BuildResult, evaluation: dict[str, Any] | None) -> dict[str, Any]:
     """release.json's record of one variant: its options and every file with its hash."""
     folder = root / variant.path
@@ -285,10 +246,6 @@ def _entry(root: Path, variant: Variant, result: BuildResult, evaluation: dict[s
         else {"max_ppl_increase_pct": variant.gate.max_ppl_increase, "against": variant.reference},
         **({"adapters": sorted(manifest["adapters"])} if manifest.get("adapters") else {}),
     }
-
-
-def _rounded(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: float(f"{v:.{SIGNIFICANT}g}") if isinstance(v, float) else v for k, v in values.items()}
 
 
 def _smoke(result: BuildResult) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from gqa_export.runtime.providers import runnable_ep
 from gqa_export.runtime.run import smoke_run
 
 RELEASE = "release.json"
+PART = "part.json"  # a part of a release made on a CI matrix (release/parts.py): listed like a release
 # What the Hub adds to a repository and `hf download --local-dir` writes next to the files: not
 # part of a release, so a downloaded release still verifies.
 HUB_EXTRAS = (".gitattributes", ".cache")
@@ -36,10 +37,13 @@ def verify(path: Path, smoke: bool = False) -> dict[str, Any]:
     if (path / RELEASE).is_file():
         problems, folders = _release_problems(path, hashes)
         kind = "release"
+    elif (path / PART).is_file():
+        problems, folders = _release_problems(path, hashes, PART)
+        kind = "part"
     elif (path / MANIFEST).is_file():
         problems, folders, kind = [], [""], "package"
     else:
-        raise InputError(f"{path} holds neither {MANIFEST} (a package) nor {RELEASE} (a release)")
+        raise InputError(f"{path} holds no {MANIFEST} (a package), {RELEASE} (a release) or {PART} (a part of one)")
     packages = [_verify_package(path, rel, smoke, hashes) for rel in folders]
     problems = _attributed(problems, packages)
     failed = problems or any(p["problems"] or p["errors"] for p in packages)
@@ -100,9 +104,15 @@ def _smoke(folder: Path, rel: str, problems: list[str]) -> dict[str, Any]:
     return {"ran": True, "ep": ep, "note": note, "new_tokens": len(result.tokens), "text": result.text}
 
 
-def _release_problems(root: Path, hashes: _Hashes) -> tuple[list[str], list[str]]:
-    """Problems with release.json and the files it lists; the variant folders to verify next."""
-    release, problems = sealed_problems(root / RELEASE)
+def listed_problems(root: Path, listing: str) -> list[str]:
+    """Problems with a release's (or a part's) listing file and every file under `root`: changed,
+    missing, unlisted (the hashes only: no lints, no smoke run)."""
+    return _release_problems(root, _Hashes(), listing)[0]
+
+
+def _release_problems(root: Path, hashes: _Hashes, listing: str = RELEASE) -> tuple[list[str], list[str]]:
+    """Problems with release.json (or part.json) and the files it lists; the variant folders to verify next."""
+    release, problems = sealed_problems(root / listing)
     if release is None:
         return problems, []
     expected: dict[str, dict[str, Any]] = {}
@@ -112,12 +122,12 @@ def _release_problems(root: Path, hashes: _Hashes) -> tuple[list[str], list[str]
     for variant in release.get("variants") or []:
         rel = str(variant.get("path", ""))
         if not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
-            problems.append(f"{RELEASE}: variant path {rel!r} is not a folder inside the release")
+            problems.append(f"{listing}: variant path {rel!r} is not a folder inside the release")
             continue
         folders.append(rel)
         for name, entry in (variant.get("files") or {}).items():
             expected[f"{rel}/{name}"] = entry
-    problems += _file_problems(root, "", expected, {RELEASE}, hashes, recursive=True)
+    problems += _file_problems(root, "", expected, {listing}, hashes, recursive=True)
     return problems, [f for f in folders if (root / f).is_dir()]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gqa_export.arch import get_spec
+from gqa_export.arch.refused_types import refusal_for
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json_object
 from gqa_export.model.dims import ModelDims, read_dims
@@ -22,6 +23,8 @@ from gqa_export.model.raw_config import check_raw_config
 from gqa_export.progress import Reporter
 from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe, match_recipe
 from gqa_export.source.fetch import Source, resolve_source
+from gqa_export.source.file_reader import FileReader
+from gqa_export.source.formats import file_format
 from gqa_export.source.weights import WeightStore
 
 
@@ -54,18 +57,21 @@ class Checkpoint:
 
     @cached_property
     def store(self) -> WeightStore:
-        if self.source.gguf is not None:  # the GGUF's own tensors under their HF names (docs/gguf.md)
-            from gqa_export.source.gguf import GgufStore, open_gguf
-
-            return GgufStore(open_gguf(self.source.gguf.path), self.raw_config)
+        if self.source.gguf is not None:  # the file's own tensors under their HF names (docs/gguf.md)
+            return _file_reader(self.source.gguf.path).module().open_store(self.source.gguf.path, self.raw_config)
         return WeightStore.open(self.source.model_dir)
 
     def close(self) -> None:
         """Remove what reading the source wrote: a GGUF's config/tokenizer folder (never a user's folder)."""
         if self.source.gguf is not None:
-            from gqa_export.source.gguf.folder import remove_made
+            _file_reader(self.source.gguf.path).module().remove_made(self.source.model_dir)
 
-            remove_made(self.source.model_dir)
+
+def _file_reader(path: Path) -> FileReader:
+    """The reader of the checkpoint file format (source/formats.py) a Source's file is."""
+    fmt = file_format(path)
+    assert fmt is not None and fmt.file is not None, path
+    return fmt.file
 
 
 def open_checkpoint(
@@ -141,22 +147,12 @@ def _shortened(message: str, limit: int = 300) -> str:
     return message[: cut + 1] if cut > 0 else message[:limit] + "..."
 
 
-# multimodal model types onnxruntime-genai runs whose towers gqa-export does not build: refused in
-# one line naming what is missing (docs/multimodal.md §15)
-UNEXPORTED_MULTIMODAL = {
-    "phi4_multimodal": (
-        "Phi-4-multimodal (model_type phi4_multimodal) is not exported: genai's phi4mm package needs its "
-        "HD-transform image tower (448-pixel crops plus a global view joined by learned separators), its "
-        "speech tower and the vision/speech LoRA adapters of its text decoder, none of which gqa-export builds"
-    ),
-}
-
-
 def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
     """The built-in recipe for a config.json. Multimodal checkpoints match on their text model's
     type (one recipe per decoder family) and the top-level architecture; a text_config without a
     model_type gets the one transformers fills in."""
-    refused = UNEXPORTED_MULTIMODAL.get(str(raw.get("model_type")))
+    outer = str(raw.get("model_type", "?"))
+    refused = refusal_for(outer)  # by name, before transformers is asked (arch/refused_types.py)
     if refused:
         raise InputError(refused)
     architectures = raw.get("architectures") or [None]
@@ -165,10 +161,16 @@ def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
         raise InputError(f"config.json's architectures is {shown}, not a list of class names; fix or remove it")
     architecture = architectures[0]
     text = raw.get("text_config")
-    model_type = str(raw.get("model_type", "?"))
+    model_type = outer
     if isinstance(text, dict):
         model_type = str(text.get("model_type") or text_config_of(read_configs(model_dir)[0]).model_type)
-    return match_recipe(model_type, architecture, builtin_recipes())
+    try:
+        return match_recipe(model_type, architecture, builtin_recipes())
+    except InputError:
+        refused = refusal_for(model_type)  # a refused text decoder under a class no recipe lists
+        if refused:
+            raise InputError(refused) from None
+        raise
 
 
 def source_dims(model_dir: Path, recipe_file: Path | None = None) -> ModelDims:

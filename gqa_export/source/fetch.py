@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from gqa_export.errors import InputError, RunError
 from gqa_export.progress import NullReporter, Reporter
+from gqa_export.source.formats import GGUF, SourceFormat, file_format, folder_file_format
 
 if TYPE_CHECKING:
     from gqa_export.source.gguf import GgufOrigin
@@ -80,43 +81,47 @@ def resolve_source(
     if path.is_dir():
         if revision:
             raise InputError(f"--revision applies to Hub ids, but '{model}' is a local folder")
-        found = _gguf_of_folder(path, gguf_file)
+        found = _file_of_folder(path, gguf_file)
         if found is not None:
-            return _gguf_source(found, str(found.resolve()), None, True, path)
+            return _file_source(*found, str(found[1].resolve()), None, True, path)
         _require_config(path, model)
         return Source(path.resolve(), str(path.resolve()), None, True)
     if path.exists():
-        from gqa_export.source.gguf import is_gguf
-
-        if is_gguf(path):
+        fmt = file_format(path)
+        if fmt is not None:  # a checkpoint file format (GGUF): source/formats.py
             if revision or gguf_file:
-                raise InputError(f"'{model}' is a GGUF file: --revision and --gguf-file apply to Hub ids and folders")
-            return _gguf_source(path, str(path.resolve()), None, True, path.parent)
+                raise InputError(
+                    f"'{model}' is a {fmt.name} file: --revision and --gguf-file apply to Hub ids and folders"
+                )
+            return _file_source(fmt, path, str(path.resolve()), None, True, path.parent)
         raise InputError(f"'{model}' is a file; pass a Hugging Face model folder, a GGUF file or a Hub id")
     if looks_like_path(model):
         raise InputError(f"local folder '{model}' does not exist")
     folder = _download(model, revision, reporter or NullReporter(), gguf_file)
     if gguf_file is not None:
-        found = _gguf_of_folder(folder, gguf_file)
+        found = _file_of_folder(folder, gguf_file)
         assert found is not None
-        return _gguf_source(found, f"{model}:{gguf_file}", folder.name, False, folder)
+        return _file_source(*found, f"{model}:{gguf_file}", folder.name, False, folder)
     _require_config(folder, model)
     return Source(folder, model, folder.name, False)
 
 
-def _gguf_of_folder(folder: Path, gguf_file: str | None) -> Path | None:
-    """The GGUF a folder stands for: --gguf-file, or its only .gguf when it holds no safetensors."""
-    if gguf_file is None and (any(folder.glob("*.safetensors")) or not any(folder.glob("*.gguf"))):
+def _file_of_folder(folder: Path, gguf_file: str | None) -> tuple[SourceFormat, Path] | None:
+    """The checkpoint file a folder stands for (a GGUF: source/formats.py): --gguf-file, or its only
+    such file when it holds no safetensors; None for a checkpoint folder."""
+    fmt = GGUF if gguf_file is not None else folder_file_format(folder)
+    if fmt is None or fmt.file is None or (gguf_file is None and any(folder.glob("*.safetensors"))):
         return None
-    from gqa_export.source.gguf import gguf_in_folder
+    found = fmt.file.module().in_folder(folder, gguf_file)
+    return (fmt, found) if found is not None else None
 
-    return gguf_in_folder(folder, gguf_file)
 
-
-def _gguf_source(path: Path, source_id: str, revision: str | None, is_local: bool, beside: Path) -> Source:
-    from gqa_export.source.gguf import materialize
-
-    folder, origin = materialize(path, beside)
+def _file_source(
+    fmt: SourceFormat, path: Path, source_id: str, revision: str | None, is_local: bool, beside: Path
+) -> Source:
+    """A checkpoint file as the folder its metadata means (written by its reader) and its origin."""
+    assert fmt.file is not None
+    folder, origin = fmt.file.module().materialize(path, beside)
     return Source(folder, source_id, revision, is_local, origin)
 
 

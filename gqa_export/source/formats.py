@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import numpy as np
 
 from gqa_export.source import bnb, fp8, native, quark
+from gqa_export.source.file_reader import FileReader
 from gqa_export.source.weights import WeightStore
 
 QuantizationConfig = dict[str, Any]
@@ -102,6 +104,7 @@ class SourceFormat:
     example: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))  # a config it reads
     refuses: tuple[Refusal, ...] = ()
     docs: str = ""
+    file: FileReader | None = None  # a checkpoint file format: how a MODEL path is recognized and read
 
     @property
     def reported(self) -> str:
@@ -365,14 +368,19 @@ REFUSED = (
       ("HIGGS", "higgs"), ("SpQR", "spqr"), ("FP-Quant", "fp_quant"))),
     _refused("HQQ", "hqq", tensors=(TensorMark(".W_q", "HQQ (W_q tensors)"),)),
     _refused("ModelOpt", "modelopt", keys=("quant_algo",)),
-    # transformers' name for a model loaded from a GGUF file. GGUF files themselves are a checkpoint
-    # format, not a quantization_config: their reader (source/gguf/) detects them by file suffix and
-    # registers here as a record with that reader
-    _refused("GGUF", "gguf"),
+)  # fmt: skip
+# llama.cpp's files: the file is the checkpoint (`file`), read by source/gguf/ with its integer
+# blocks kept (docs/gguf.md). A config.json declaring `quant_method: gguf` (transformers' name for
+# a model it loaded from such a file and saved) holds no GGUF tensors: refused like any format
+# this tool does not import.
+GGUF = SourceFormat(
+    "GGUF", methods=("gguf",), read_in="source/gguf/", docs="docs/prequantized.md §1",
+    file=FileReader((".gguf",), b"GGUF", "gqa_export.source.gguf"),
 )  # fmt: skip
 FORMATS: tuple[SourceFormat, ...] = (
-    GPTQ, AWQ, COMPRESSED_TENSORS_INT, COMPRESSED_TENSORS_FLOAT, QUARK, FP8, BITSANDBYTES, MXFP4, *REFUSED
+    GPTQ, AWQ, COMPRESSED_TENSORS_INT, COMPRESSED_TENSORS_FLOAT, QUARK, FP8, BITSANDBYTES, MXFP4, *REFUSED, GGUF
 )  # fmt: skip
+FILE_FORMATS: tuple[SourceFormat, ...] = tuple(f for f in FORMATS if f.file is not None)
 
 
 def _marks() -> tuple[TensorMark, ...]:
@@ -396,6 +404,16 @@ def declared(qc: QuantizationConfig) -> SourceFormat | None:
         return next((f for f in FORMATS if any(qc.get(key) for key in f.keys)), None)
     method = str(method).lower()
     return next((f for f in FORMATS if method in f.methods and f.variant(qc)), None)
+
+
+def file_format(path: Path) -> SourceFormat | None:
+    """The checkpoint file format a MODEL file is (GGUF), or None."""
+    return next((f for f in FILE_FORMATS if f.file is not None and f.file.matches(path)), None)
+
+
+def folder_file_format(folder: Path) -> SourceFormat | None:
+    """The checkpoint file format whose files a folder holds, or None."""
+    return next((f for f in FILE_FORMATS if f.file is not None and f.file.in_folder(folder)), None)
 
 
 def reported_as(source_format: str) -> list[SourceFormat]:

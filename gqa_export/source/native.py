@@ -166,6 +166,11 @@ class NativeLinear:
             return np.full((self.n, self.k_blocks), 1 << (self.bits - 1), np.uint8)
         return np.repeat(zero_points, self.repeat, axis=1)
 
+    def block_residual(self) -> np.ndarray | None:
+        """float32 [N, k_blocks] added to every weight of a block after (q - z) * s, or None (a GGUF
+        min's remainder: source/gguf/store.py; the checkpoint formats have none)."""
+        return None
+
     def dequantized_rows(self, a: int, b: int) -> np.ndarray:
         """W [b - a, K] float32 = (q - z) * s, each input row in its own group (what the checkpoint means)."""
         q = self.codes(a, b).astype(np.float32)

@@ -3,8 +3,8 @@ parity subset too: a virtualenv layered on top of the running interpreter's pack
 naming its site-packages, so it works from inside a virtualenv too, where `system_site_packages`
 would reach the base interpreter instead) gets transformers==FLOOR (and the huggingface-hub /
 tokenizers it needs) from the package registry, once per cache folder and parent interpreter,
-and runs the tokenizer / EOS / ragged-batch checks of tests/test_run.py, Phi-3 longrope's switch
-(tests/graph/test_decoder.py), the published 4.x configs of tests/test_real_configs.py, and the
+and runs the tokenizer / EOS / ragged-batch checks of tests/runtime/test_run.py, Phi-3 longrope's switch
+(tests/graph/test_decoder.py), the published 4.x configs of tests/model/test_real_configs.py, and the
 family registry (tests/families.py) on a representative subset of its rows, with checkpoints
 spelled and initialised the way 4.x writes them.
 
@@ -13,7 +13,7 @@ rope_parameters, torch_dtype, use_sliding_window, rope_local_base_freq, flat VL 
 how its classes compute the reference. So the floor keeps at least one registry row per arch spec (every
 family whose class 4.57 has: `since_major` marks the rest) and one per config spelling of a spec
 (each rope type, windows, sharded bf16, the hybrids' state layers, the MoE layouts, the multimodal
-classes' decoders, Falcon's three layouts); each gets every HF comparison of tests/test_families.py
+classes' decoders, Falcon's three layouts); each gets every HF comparison of tests/arch/test_families.py
 (prompt/decode logits, the 1-token prompt, greedy tokens against HF generate, the standard-Attention
 graph's logits and tokens, the fp16 CUDA graph) in its first greedy and first standard-Attention
 mode. Left to the 5.x run (every row, every mode): rows that differ from a kept row only in shapes
@@ -40,9 +40,9 @@ FLOOR = re.search(r'"transformers>=([0-9.]+)"', (ROOT / "pyproject.toml").read_t
 PIN = {"4.57": "4.57.6"}.get(FLOOR, FLOOR)  # the newest patch of the floor's minor
 SUBSET = [
     "tests/graph/test_decoder.py",
-    "tests/test_run.py",
-    "tests/test_families.py",  # all rows but LEFT_TO_5X, in their first modes (the docstring says why)
-    "tests/test_real_configs.py",
+    "tests/runtime/test_run.py",
+    "tests/arch/test_families.py",  # all rows but LEFT_TO_5X, in their first modes (the docstring says why)
+    "tests/model/test_real_configs.py",
 ]
 # registry rows the floor run leaves to the 5.x run: each differs from a row it keeps only in shapes or in
 # a bias / norm / window switch read from the same config keys (stablelm_par_qkln: 4.57 cannot build

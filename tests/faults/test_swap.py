@@ -1,10 +1,11 @@
 """Putting -o in place, stopped at every step by SIGINT, SIGTERM and SIGKILL in a real process.
 
-Every command that writes is stopped at every step of gqa_export/package/swap.py (killer.py: the
-process signals itself when `swap.step_reached` reports the step): build, quantize and release
-replacing an existing package with --overwrite (the journaled swap: journal, rename aside, rename
-in, journal `committed`, trash, removed), a build into a fresh -o and adapter replacing its file
-(one rename: ready, in).
+Every command that writes is stopped inside gqa_export/package/swap.py (killer.py: the process
+signals itself when `swap.step_reached` reports the step): build, quantize and release replacing an
+existing package with --overwrite (the journaled swap: journal, rename aside, rename in, journal
+`committed`, trash, removed), a build into a fresh -o and adapter replacing its file (one rename:
+ready, in). Build at every step (STEPS says which steps and signals each command gets: every step
+and every command at least once, each command at each outcome of the swap).
 
 SIGINT/SIGTERM: exit 130/143 and one line that tells the truth. A signal before the first rename
 leaves the old output ("no partial output was left behind"); a later one is delivered once the new
@@ -40,11 +41,23 @@ EPOCH = "1000000000"  # the new outputs' `created`, so they differ from the old 
 CREATED = "2001-09-09T01:46:40+00:00"
 SWAP_STEPS = ("swap-writing", "journal", "aside", "in", "committed-writing", "committed", "trash", "removed")
 RENAME_STEPS = ("ready", "in")
-STEPS = {"build": SWAP_STEPS, "quantize": SWAP_STEPS, "release": SWAP_STEPS, "adapter": RENAME_STEPS,
-         "fresh": RENAME_STEPS}  # fmt: skip
-SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL")
 ABANDONED = {"swap-writing", "journal", "ready"}  # SIGINT/SIGTERM there: -o keeps the old output
 NOT_IN_PLACE = {*ABANDONED, "aside"}  # SIGKILL there: the new output never reached -o
+# Which (step, signal) each command is stopped at. Every command runs the same swap (package/swap.py),
+# so build is stopped at every step by SIGTERM and SIGKILL (SIGINT takes SIGTERM's handler, another
+# exit code: one step where the swap is abandoned, one where the signal waits for the commit); the
+# other commands, at one step of each outcome: abandoned (journal), between the renames (aside: a
+# SIGTERM waits for the commit, a SIGKILL leaves the old output to restore), the new output in place
+# (in), and after the commit with the old one half deleted (trash), each by SIGTERM and SIGKILL, SIGINT once.
+EVERY_STEP = [(step, sig) for step in SWAP_STEPS for sig in ("SIGTERM", "SIGKILL")]
+EACH_OUTCOME = [(step, sig) for step in ("journal", "aside", "in", "trash") for sig in ("SIGTERM", "SIGKILL")]
+STEPS = {
+    "build": [*EVERY_STEP, ("journal", "SIGINT"), ("aside", "SIGINT")],
+    "quantize": [*EACH_OUTCOME, ("aside", "SIGINT")],
+    "release": [*EACH_OUTCOME, ("journal", "SIGINT")],
+    "adapter": [(step, sig) for step in RENAME_STEPS for sig in ("SIGTERM", "SIGKILL")] + [("ready", "SIGINT")],
+    "fresh": [(step, sig) for step in RENAME_STEPS for sig in ("SIGTERM", "SIGKILL")] + [("in", "SIGINT")],
+}
 # beside every -o: a user's files, and names that look like the swap's but are not a gone run's
 FOREIGN = ("notes.md", "pkg.bak/model.onnx", ".pkg.old-backup/x", ".pkg.partial-1-0123abcd/x",
            ".pkgx.swap-999999-0123abcd", ".pkg.swap-notes")  # fmt: skip
@@ -68,7 +81,7 @@ class Case:
         return "old" if self.step in ABANDONED else "new"
 
 
-CASES = [Case(command, step, sig) for command, steps in STEPS.items() for step in steps for sig in SIGNALS]
+CASES = [Case(command, step, sig) for command, cases in STEPS.items() for step, sig in cases]
 CAUGHT = [c for c in CASES if c.signal != "SIGKILL"]
 KILLED = [c for c in CASES if c.signal == "SIGKILL"]
 

@@ -1,6 +1,6 @@
 """Phi-3 longrope's table switch during decode against HF's incremental forward (fp32). Every
 variant's prompt + decode logits against HF are rows of the family registry (tests/families.py,
-tests/test_families.py)."""
+tests/arch/test_families.py)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from gqa_export.pipeline import BuildOptions, build
 
 TRT = EPS["trt-rtx"]
 PROMPT = [1, 17, 93, 5, 250, 41, 8, 77, 3, 120, 64, 9, 200, 31]
-FP16_BOUND = 3e-2  # relative to max |HF logit| (tests/test_eps.py)
+FP16_BOUND = 3e-2  # relative to max |HF logit| (tests/base/test_eps.py)
 NUMPY = {ir.DataType.FLOAT: np.float32, ir.DataType.FLOAT16: np.float16}
 
 

@@ -31,6 +31,8 @@ def _reads(model_type: str, spelling: str, key: str) -> bool:
     a default) comes back as the key."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    if CONFIG_MAPPING[model_type].attribute_map.get(key) == spelling:  # read through its attribute_map (GPT-Neo's
+        return True  # num_layers: its class cannot be built from that key alone, its attention_types must match)
     try:
         return getattr(CONFIG_MAPPING[model_type](**{spelling: 7919}), key, None) == 7919
     except Exception:  # a class that cannot build from this one key, or a per-layer key: not this size

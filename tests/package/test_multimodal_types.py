@@ -3,8 +3,8 @@ builds has one record, each record's tower row agrees with what `run` says about
 reads the table without the graph builders, and `run --image/--audio` prepares prompts by it.
 
 Whether each marker is the one genai's processor expands is proven with real packages against HF
-(tests/test_multimodal*.py, tests/test_qwen_*package.py, tests/test_lfm2_vl_package.py,
-tests/test_mistral3_package.py); these checks are the table's own consistency, fast.
+(tests/package/multimodal/: the Gemma-3, Gemma-4, Qwen, LFM2-VL and Mistral-3 packages); these
+checks are the table's own consistency, fast.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ number, bounded above; each planted layout bug (nibble order, scales x1.5, zero-
 must break the bound. What routing picks does not change this checkpoint's function (every expert
 is the same MLP up to a neuron permutation), so experts rolled by one or a broken router cannot
 show here: the per-expert layout test (tests/quant/test_layouts.py) and the float parity tests
-against HF (tests/test_moe.py) catch those.
+against HF (tests/arch/test_moe.py) catch those.
 """
 
 from __future__ import annotations

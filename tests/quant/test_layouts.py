@@ -8,7 +8,7 @@ is off by about 0.1 (relative L2), an int8 one by about 0.005; a layout bug (nib
 order, gate/up interleave, scales, zero points) by about 1. Each bound below was chosen from the
 measured values, and each is proven able to fail: the `mutant` tests plant one known bug into a copy
 of a correct package (tests/mutants.py) and assert that the check rejects it. The MatMulNBits layout
-has its own reader and mutants (tests/weight_layouts.py, tests/test_mutants.py).
+has its own reader and mutants (tests/weight_layouts.py, tests/check/test_mutants.py).
 
 Measured on these packages (onnxruntime 1.31.1, CPU), worst of a package / mildest planted bug:
 * QMoE (Qwen3-MoE per-expert tensors, Mixtral fused [gate; up] tensors), per expert and fc: int4

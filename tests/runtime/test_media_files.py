@@ -2,8 +2,8 @@
 runtime/media_files.py). genai 0.18 reads PNG and JPEG only; any other file ends the whole process
 in libjpeg ("Not a JPEG file: starts with 0x23 0x20", exit 1) and a JPEG cut inside its image data
 makes the decoder loop forever (probed), so every such file must be refused here, naming it.
-The command-level checks (the line, the exit code, audio) are in tests/test_multimodal_commands.py
-and tests/test_multimodal_gemma4_audio.py."""
+The command-level checks (the line, the exit code, audio) are in tests/package/multimodal/test_multimodal_commands.py
+and tests/package/multimodal/test_multimodal_gemma4_audio.py."""
 
 from __future__ import annotations
 

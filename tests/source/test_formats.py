@@ -5,7 +5,7 @@ is the table's own rendering.
 Config-level checks run the real detection and refusal (source/prequantized.py) on each record's
 example and variants; the store-level check opens a one-linear checkpoint of each imported format
 (written here from the layouts of docs/prequantized.md §3) through source/imported.ImportedStore.
-The exact values each reader produces are proven against HF in tests/test_prequant_*.py.
+The exact values each reader produces are proven against HF in tests/source/test_prequant_*.py.
 """
 
 from __future__ import annotations
@@ -315,3 +315,32 @@ def test_docs_table_is_the_records():
     assert found.group(0) == render(), (
         f"docs/prequantized.md's formats table differs from FORMATS; replace it by:\n{render()}"
     )
+
+
+# --- checkpoint file formats (GGUF): recognized by the file, read by their own package ---
+
+
+@pytest.mark.parametrize("fmt", formats.FILE_FORMATS, ids=[f.name for f in formats.FILE_FORMATS])
+def test_a_file_format_is_recognized_by_its_name_or_magic_and_names_its_reader(fmt: SourceFormat, tmp_path):
+    """A MODEL file is the format's by suffix (any case) or by its first bytes; a folder by the
+    files it holds; its reader package offers what source/fetch.py and source/checkpoint.py call.
+    A config.json declaring its quant_method is still refused (it holds no such file's tensors)."""
+    assert fmt.file is not None
+    named = tmp_path / f"m{fmt.file.suffixes[0].upper()}"
+    named.write_bytes(b"\0" * 8)
+    magic = tmp_path / "model.bin"
+    magic.write_bytes(fmt.file.magic + b"\0" * 8)
+    other = tmp_path / "model.safetensors"
+    other.write_bytes(b"\0" * 8)
+    assert formats.file_format(named) is fmt and formats.file_format(magic) is fmt
+    assert formats.file_format(other) is None and formats.file_format(tmp_path) is None
+    assert formats.folder_file_format(tmp_path) is None  # the suffix is matched case-sensitively in a folder
+    (tmp_path / f"m{fmt.file.suffixes[0]}").write_bytes(b"")
+    assert formats.folder_file_format(tmp_path) is fmt
+    reader = fmt.file.module()
+    assert all(callable(getattr(reader, f)) for f in ("in_folder", "materialize", "open_store", "remove_made"))
+    if fmt.methods:
+        assert not fmt.imported
+        assert refused({"quantization_config": fmt.declaration}, tmp_path) == refusal(
+            fmt.refusal_name, f"config.json's quantization_config says quant_method '{fmt.methods[0]}'"
+        )

@@ -4,7 +4,7 @@ The real Llama-3.1/3.2 parameters (and a few others) are written as factors the 
 converter does, fitted back, and must reproduce every factor; factors that follow no llama3
 curve (a planted bug: one factor off) are refused in one line, never silently approximated.
 The end-to-end check (a llama3-scaled checkpoint's F32 GGUF package equals the checkpoint, and
-greedy tokens equal llama.cpp's) is the `llama3_rope` family in tests/test_gguf_families.py.
+greedy tokens equal llama.cpp's) is the `llama3_rope` family in tests/source/test_gguf_families.py.
 """
 
 from __future__ import annotations

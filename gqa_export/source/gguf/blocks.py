@@ -227,3 +227,13 @@ def weights(form: BlockForm, decoded: Decoded) -> np.ndarray:
     if mins is not None:
         w = w - mins[..., None]
     return w.reshape(r, k)
+
+
+def zero_points_and_residual(form: BlockForm, scales: np.ndarray, mins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A form with mins (w = s q - m per block, offset 0) as w = s (q - z) + r: the integer zero
+    point z = round(m / s) clipped to the codes' range (uint8 [R, K / block]) and the residual
+    r = s z - m (float32, |r| <= s / 2 unless clipped) that a block-sum term adds (docs/gguf.md §3.2)."""
+    assert form.mins and form.offset == 0, form.type_name
+    top = (1 << form.bits) - 1
+    z = np.clip(np.rint(np.divide(mins, scales, out=np.zeros_like(mins), where=scales != 0)), 0, top)
+    return z.astype(np.uint8), scales * z.astype(np.float32) - mins

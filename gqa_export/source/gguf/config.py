@@ -10,6 +10,7 @@ top of the keys every decoder has; an architecture without one is refused in one
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from gqa_export.errors import InputError
+from gqa_export.source.gguf.classic_config import bloom, falcon, gpt2, lfm2, nemotron
 from gqa_export.source.gguf.container import GgufFile
+from gqa_export.source.gguf.decoder_keys import decoder as _decoder
+from gqa_export.source.gguf.decoder_keys import has as _has
+from gqa_export.source.gguf.decoder_keys import layer_norm as _layer_norm
+from gqa_export.source.gguf.decoder_keys import one as _one
+from gqa_export.source.gguf.decoder_keys import rows as _rows
 
 # llama.cpp's end-of-generation tokens found by their text (llama-vocab.cpp), besides eos/eot/eom ids
 EOG_TEXTS = frozenset({
@@ -37,76 +44,16 @@ class Family:
     fill: Callable[[GgufFile, dict[str, Any]], None]
 
 
-def _rope(f: GgufFile, config: dict[str, Any]) -> None:
-    """rope_theta and rope_scaling as llama.cpp reads them (rope.freq_base default 10000)."""
-    config["rope_theta"] = float(f.key("rope.freq_base", 10000.0))
-    kind = f.key("rope.scaling.type")
-    factor = f.key("rope.scaling.factor")
-    if kind in (None, "none") or not factor or float(factor) == 1.0:
-        return
-    if kind == "linear":
-        config["rope_scaling"] = {"rope_type": "linear", "factor": float(factor)}
-        return
-    if kind == "yarn":
-        scaling: dict[str, Any] = {"rope_type": "yarn", "factor": float(factor)}
-        original = f.key("rope.scaling.original_context_length")
-        if original is not None:
-            scaling["original_max_position_embeddings"] = int(original)
-        for key, name in (("rope.scaling.yarn_beta_fast", "beta_fast"), ("rope.scaling.yarn_beta_slow", "beta_slow"),
-                          ("rope.scaling.attn_factor", "attention_factor")):  # fmt: skip
-            if f.key(key) is not None:
-                scaling[name] = float(f.key(key))
-        config["rope_scaling"] = scaling
-        return
-    raise InputError(f"{f.path.name}: rope scaling type {kind!r} is not read by gqa-export's GGUF import")
-
-
-def _one(f: GgufFile, key: str, default: Any = None) -> Any:
-    """A key llama.cpp reads per layer or once: one value for the whole model, else a refusal."""
-    value = f.key(key, default)
-    if isinstance(value, list):
-        if len(set(value)) != 1:
-            raise InputError(
-                f"{f.path.name}: {f.architecture}.{key} differs per layer ({sorted(set(value))}), which gqa-export's "
-                "GGUF import does not map for this architecture"
-            )
-        value = value[0]
-    return value
-
-
-def _decoder(f: GgufFile, config: dict[str, Any]) -> None:
-    """The keys every GQA decoder has, with llama.cpp's defaults."""
-    hidden = int(f.key("embedding_length"))
-    heads = int(_one(f, "attention.head_count"))
-    config.update(
-        hidden_size=hidden,
-        num_hidden_layers=int(f.key("block_count")),
-        num_attention_heads=heads,
-        num_key_value_heads=int(_one(f, "attention.head_count_kv", heads)),
-        max_position_embeddings=int(f.key("context_length", 4096)),
-    )
-    if f.key("feed_forward_length") is not None:
-        config["intermediate_size"] = int(_one(f, "feed_forward_length"))
-    key_length = int(f.key("attention.key_length", hidden // heads))
-    value_length = int(f.key("attention.value_length", key_length))
-    if value_length != key_length:
-        raise InputError(f"{f.path.name}: key_length {key_length} != value_length {value_length} is not imported")
-    config["head_dim"] = key_length
-    rope_dims = f.key("rope.dimension_count")
-    if rope_dims is not None and int(rope_dims) != key_length:
-        config["partial_rotary_factor"] = int(rope_dims) / key_length
-    eps = f.key("attention.layer_norm_rms_epsilon")
-    if eps is not None:
-        config["rms_norm_eps"] = float(eps)
-    _rope(f, config)
-
-
-def _has(f: GgufFile, suffix: str) -> bool:
-    return any(name.endswith(suffix) for name in f.tensors)
-
-
 def _llama(f: GgufFile, config: dict[str, Any]) -> None:
+    """Llama (and Mistral files); stacked experts make it Mixtral (llama.cpp's `llama` with
+    ffn_*_exps: softmax over the experts, top-k renormalized)."""
     _decoder(f, config)
+    if _has(f, ".ffn_gate_exps.weight"):
+        config.update(model_type="mixtral", architectures=["MixtralForCausalLM"], sliding_window=None)
+        config.update(
+            num_local_experts=int(f.key("expert_count")), num_experts_per_tok=int(_one(f, "expert_used_count"))
+        )
+        config["intermediate_size"] = _rows(f, ".ffn_gate_exps.weight", axis=1)
     factors = f.tensors.get("rope_freqs.weight")
     if factors is not None:  # Llama-3.1/3.2: the scaling stored as per-frequency factors
         from gqa_export.source.gguf.rope_factors import llama3_scaling
@@ -175,16 +122,35 @@ def _phi3(f: GgufFile, config: dict[str, Any]) -> None:
     window = f.key("attention.sliding_window")
     config["sliding_window"] = int(window) if window else None
     if "rope_factors_long.weight" in f.tensors:
+        config["rope_scaling"] = _longrope(f, config)
+        config["original_max_position_embeddings"] = config["rope_scaling"]["original_max_position_embeddings"]
+
+
+def _longrope(f: GgufFile, config: dict[str, Any]) -> dict[str, Any]:
+    """Phi-3's LongRoPE as llama.cpp's converter stores it: the long and short per-frequency factors
+    as the rope_factors_long / rope_factors_short tensors, the original context as
+    rope.scaling.original_context_length, and the attention factor (the longrope formula of the
+    context ratio) as rope.scaling.attn_factor, kept where it differs from that formula."""
+    short = f.tensors.get("rope_factors_short.weight")
+    original = f.key("rope.scaling.original_context_length")
+    if short is None or original is None:
         raise InputError(
-            f"{f.path.name}: Phi-3 LongRoPE factors (rope_factors_long) are not read by gqa-export's GGUF import yet; "
-            "export the model's safetensors checkpoint"
+            f"{f.path.name}: rope_factors_long without rope_factors_short or rope.scaling.original_context_length "
+            "is not a Phi-3 LongRoPE file llama.cpp's converter writes"
         )
-
-
-def _layer_norm(f: GgufFile, config: dict[str, Any], key: str) -> None:
-    eps = f.key("attention.layer_norm_epsilon")
-    if eps is not None:
-        config[key] = float(eps)
+    long = np.asarray(f.tensors["rope_factors_long.weight"].data, np.float32)
+    scaling: dict[str, Any] = {
+        "rope_type": "longrope",
+        "long_factor": [float(v) for v in long],
+        "short_factor": [float(v) for v in np.asarray(short.data, np.float32)],
+        "original_max_position_embeddings": int(original),
+    }
+    scale = config["max_position_embeddings"] / int(original)
+    formula = math.sqrt(1 + math.log(scale) / math.log(int(original))) if scale > 1 else 1.0
+    stored = f.key("rope.scaling.attn_factor")
+    if stored is not None and abs(float(stored) - formula) > 1e-6 * formula:
+        scaling["attention_factor"] = float(stored)
+    return scaling
 
 
 def _stablelm(f: GgufFile, config: dict[str, Any]) -> None:
@@ -244,6 +210,11 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family("phi3", "Phi3ForCausalLM", _phi3),
     "stablelm": Family("stablelm", "StableLmForCausalLM", _stablelm),
     "starcoder2": Family("starcoder2", "Starcoder2ForCausalLM", _starcoder2),
+    "bloom": Family("bloom", "BloomForCausalLM", bloom),
+    "falcon": Family("falcon", "FalconForCausalLM", falcon),
+    "gpt2": Family("gpt2", "GPT2LMHeadModel", gpt2),
+    "nemotron": Family("nemotron", "NemotronForCausalLM", nemotron),
+    "lfm2": Family("lfm2", "Lfm2ForCausalLM", lfm2),
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -29,6 +30,7 @@ from gqa_export.source.gguf.blocks import (
     decode_rows,
     dequantize_rows,
     type_sizes,
+    zero_points_and_residual,
 )
 from gqa_export.source.gguf.container import GgufFile
 from gqa_export.source.gguf.names import Mapped, map_tensors
@@ -51,13 +53,13 @@ class GgufLinear:
     type_name: str
     data: np.ndarray  # uint8 [N, bytes per row]: the tensor's (or one expert's) blocks in the file
     form: BlockForm
-    rows: np.ndarray | None  # HF row r is file row rows[r]
+    rows: np.ndarray | None  # HF row r is file row rows[r] (a selection may take fewer)
     store: GgufStore
     k: int
 
     @property
     def n(self) -> int:
-        return int(self.data.shape[0])
+        return int(self.data.shape[0] if self.rows is None else self.rows.size)
 
     def raw_rows(self, a: int, b: int) -> np.ndarray:
         return np.asarray(self.data[a:b] if self.rows is None else self.data[self.rows[a:b]])
@@ -68,10 +70,12 @@ class GgufLinear:
 
 
 class GgufExpertLinear(NativeLinear):
-    """A GGUF weight of a symmetric form (no mins) as the `NativeLinear` the pre-quantized MoE import
-    takes (quant/imported_experts.py: QMoE, or per-expert MatMulNBits): the same codes and scales."""
+    """A GGUF weight as the `NativeLinear` the pre-quantized MoE import takes (quant/imported_experts.py:
+    QMoE, or per-expert MatMulNBits): the same codes and scales; a form with mins as zero points
+    round(m / s) and the residual s z - m per block (`block_residual`, blocks.zero_points_and_residual)."""
 
     linear: GgufLinear
+    residual: Callable[[], np.ndarray | None]
 
     def __post_init__(self) -> None:  # symmetric is the form's (set by expert_linear), not decoded
         pass
@@ -79,21 +83,33 @@ class GgufExpertLinear(NativeLinear):
     def codes(self, a: int, b: int) -> np.ndarray:
         return self.linear.decoded(a, b)[0]
 
+    def block_residual(self) -> np.ndarray | None:
+        return self.residual()
+
 
 def expert_linear(linear: GgufLinear) -> GgufExpertLinear:
     form = linear.form
-    default = form.offset == 1 << (form.bits - 1)
-    cache: list[np.ndarray] = []
+    default = form.offset == 1 << (form.bits - 1) and not form.mins
+    cache: list[np.ndarray] = []  # scales, and for a form with mins its zero points and residual
+
+    def decoded() -> list[np.ndarray]:
+        if not cache:  # one expert matrix's: small, asked for several times
+            parts = [linear.decoded(a, b) for a, b in _row_blocks(linear.n, linear.k)]
+            cache.append(np.concatenate([p[1] for p in parts]))
+            if form.mins:
+                cache.extend(zero_points_and_residual(form, cache[0], np.concatenate([p[2] for p in parts])))
+        return cache
 
     def params() -> tuple[np.ndarray, np.ndarray | None]:
-        if not cache:  # the scales of one expert matrix: small, asked for several times
-            cache.append(np.concatenate([linear.decoded(a, b)[1] for a, b in _row_blocks(linear.n, linear.k)]))
-        scales = cache[0]
+        scales = decoded()[0]
+        if form.mins:
+            return scales, decoded()[1]
         return scales, None if default else np.full(scales.shape, form.offset, np.uint8)
 
     made = GgufExpertLinear(linear.name, f"gguf {form.type_name}", linear.store, linear.name, linear.n, linear.k,
                             form.bits, form.block, form.block, params, None, default)  # fmt: skip
     made.linear = linear
+    made.residual = lambda: decoded()[2] if form.mins else None
     return made
 
 
@@ -110,7 +126,7 @@ class GgufStore(WeightStore):
         shapes = {name: t.shape for name, t in file.tensors.items()}
         self._mapped: dict[str, Mapped] = map_tensors(file.architecture, list(file.tensors), shapes, config)
         infos = {
-            hf: TensorInfo(hf, file.tensors[m.gguf].file, "F32", self._part(m)[1]) for hf, m in self._mapped.items()
+            hf: TensorInfo(hf, file.tensors[m.gguf].file, "F32", self._hf_shape(m)) for hf, m in self._mapped.items()
         }
         super().__init__(infos)
         self.dequantize = False
@@ -152,9 +168,12 @@ class GgufStore(WeightStore):
     def mapped(self) -> dict[str, Mapped]:
         return dict(self._mapped)
 
-    def linear(self, name: str) -> GgufLinear | None:
+    def linear(self, name: str, selected: np.ndarray | None = None) -> GgufLinear | None:
         """The file's blocks of a quantized 2-D weight that has an exact MatMulNBits form, else None
-        (a float tensor, a type without one, or any tensor when --dequantize was given)."""
+        (a float tensor, a type without one, or any tensor when --dequantize was given). Its rows are
+        the HF weight's [out, in] rows (a transposed HF tensor, GPT-2's Conv1D [in, out], gives the
+        file's rows as they are: MatMulNBits' layout); `selected`: only those HF rows, in that
+        order (a fused qkv taken q | k | v)."""
         m = self._mapped.get(name)
         if m is None or self.dequantize:
             return None
@@ -163,13 +182,22 @@ class GgufStore(WeightStore):
         data, shape, _, _ = self._part(m)
         if form is None or len(shape) != 2 or m.offset or shape[1] % form.block:
             return None
-        return GgufLinear(name, tensor.type_name, data, form, m.rows, self, shape[1])
+        rows = m.rows
+        if selected is not None:
+            rows = selected if rows is None else rows[selected]
+            if (rows == np.arange(shape[0])).all():
+                rows = None
+        return GgufLinear(name, tensor.type_name, data, form, rows, self, shape[1])
 
     def native(self, name: str) -> GgufExpertLinear | None:
-        """A weight of a symmetric form as the pre-quantized MoE import takes it (QMoE / per-expert
-        MatMulNBits hold no mins: a form with mins is read as float there, exactly)."""
+        """A quantized weight as the pre-quantized MoE import takes it (QMoE for a form without mins,
+        else per-expert MatMulNBits with the block-sum correction of its mins)."""
         linear = self.linear(name)
-        return expert_linear(linear) if linear is not None and not linear.form.mins else None
+        return expert_linear(linear) if linear is not None else None
+
+    def _hf_shape(self, m: Mapped) -> tuple[int, ...]:
+        shape = self._part(m)[1]
+        return tuple(reversed(shape)) if m.transposed else m.shape or shape
 
     def _part(self, m: Mapped) -> tuple[np.ndarray, tuple[int, ...], int, int]:
         """(raw data, HF shape, first byte in the file, bytes) of a mapped tensor: the whole tensor,
@@ -190,7 +218,17 @@ class GgufStore(WeightStore):
         tensor = self.file.tensors[m.gguf]
         data, shape, _, _ = self._part(m)
         try:
-            if len(shape) == 2 and not any(isinstance(i, int) for i in index[:2]):
+            if m.transposed:  # HF [in, out] of the file's [out, in]: read the file's block, transposed
+                rows = index[0] if index else slice(None)
+                cols = index[1] if len(index) > 1 else slice(None)
+                if isinstance(rows, int) or isinstance(cols, int) or len(index) > 2:
+                    out = self._whole(tensor.type_name, data, shape, m).T[index]
+                else:
+                    out = self._matrix(tensor.type_name, data, shape, m, cols, rows).T
+            elif m.shape is not None:  # the same values in HF's shape (LFM2's [C, 1, L] kernels)
+                whole = self._whole(tensor.type_name, data, shape, m).reshape(m.shape)
+                out = whole[index] if index else whole
+            elif len(shape) == 2 and not any(isinstance(i, int) for i in index[:2]):
                 rows = index[0] if index else slice(None)
                 cols = index[1] if len(index) > 1 else slice(None)
                 out = self._matrix(tensor.type_name, data, shape, m, rows, cols)

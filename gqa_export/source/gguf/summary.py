@@ -13,8 +13,8 @@ from typing import Any
 
 from gqa_export.errors import InputError
 from gqa_export.source.gguf.blocks import EXACT_FLOAT_TYPES, FLOAT_TYPES, FORMS
-from gqa_export.source.gguf.config import FAMILIES
-from gqa_export.source.gguf.container import open_gguf
+from gqa_export.source.gguf.config import FAMILIES, read_config
+from gqa_export.source.gguf.container import GgufFile, open_gguf
 
 # llama.cpp's general.file_type values (llama_ftype) for the names users know
 FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
@@ -64,7 +64,7 @@ def summarize(path: Path) -> dict[str, Any]:
         "bytes": f.file_bytes(),
         "architecture": arch,
         "name": f.metadata.get("general.name"),
-        "family": family.model_type if family else None,
+        "family": _model_type(f, family.model_type if family else None),
         "file_type": FILE_TYPES.get(int(file_type), str(file_type)) if file_type is not None else None,
         "tensors": len(f.tensors),
         "parameters": parameters,
@@ -81,6 +81,14 @@ def summarize(path: Path) -> dict[str, Any]:
     }
     report["exportable"], report["why_not"] = _exportable(path, arch, by_type)
     return report
+
+
+def _model_type(f: GgufFile, default: str | None) -> str | None:
+    """The model type the metadata reads as (a `llama` file with experts is Mixtral), else the family's."""
+    try:
+        return str(read_config(f)["model_type"])
+    except InputError:
+        return default
 
 
 def _exportable(path: Path, arch: str, by_type: dict[str, dict[str, Any]]) -> tuple[bool, str | None]:

@@ -1,0 +1,182 @@
+"""Families whose layers are another family's with one or two mechanisms changed (issue #39 item 3),
+each read from its modeling code in transformers 5.24 and written as a `replace()` of the closest
+spec: what differs is named by what it does, never by the family.
+
+EXAONE-3.x and InternLM3 run transformers' LlamaForCausalLM under their own model_type; EXAONE's
+checkpoints keep their GPT-2-style tensor names (transformers renames them at load, and back at save).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+from gqa_export.arch.classic_families import GPT2, GPT_NEOX, OPT
+from gqa_export.arch.families import ARCEE, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, LLAMA, MISTRAL
+from gqa_export.arch.spec import (
+    DECODER_PREFIXES,
+    LM_HEAD_NAMES,
+    AbsolutePositions,
+    LayerNames,
+    Refusal,
+    config_keys,
+)
+
+# EXAONE-3.0/3.5: Llama's layers (llama3 RoPE, SwiGLU, RMSNorm) under transformer.wte / h.{i} / ln_f,
+# attention in attn.attention.{q,k,v,out}_proj and the MLP as c_fc_0 (gate), c_fc_1 (up), c_proj (down)
+EXAONE = replace(
+    LLAMA,
+    name="exaone",
+    embed="wte.weight",
+    final_norm="ln_f.weight",
+    layer_prefix="h.{i}.",
+    layer=LayerNames(
+        input_norm="ln_1",
+        post_attention_norm="ln_2",
+        q="attn.attention.q_proj",
+        k="attn.attention.k_proj",
+        v="attn.attention.v_proj",
+        o="attn.attention.out_proj",
+        gate="mlp.c_fc_0",
+        up="mlp.c_fc_1",
+        down="mlp.c_proj",
+    ),
+    decoder_prefixes=("transformer.",),
+)
+# InternLM3: LlamaForCausalLM; its qkv_bias / bias keys are Llama's attention_bias / mlp_bias (found
+# in the checkpoint)
+INTERNLM3 = replace(LLAMA, name="internlm3")
+# IQuest-Coder: LlamaForCausalLM under its own model_type (its config refuses clip_qkv and sliding windows)
+IQUESTCODER = replace(LLAMA, name="iquestcoder")
+# Helium: Llama's layers with GPT-J (interleaved) RoPE pairs, ERNIE-4.5's form
+HELIUM = replace(ERNIE4_5, name="helium")
+# VaultGemma: Gemma-2 (softcaps, query_pre_attn_scalar, (1 + w) norms, sqrt(hidden) embedding scale,
+# windows) with the post-attention and post-feedforward norms removed: pre-norm layers whose MLP
+# norm is pre_feedforward_layernorm
+VAULTGEMMA = replace(
+    GEMMA2, name="vaultgemma", norm_layout="pre", layer=LayerNames(post_attention_norm="pre_feedforward_layernorm")
+)
+# Ministral (8B) and CWM: Mistral's layers with a window per layer from layer_types
+MINISTRAL = replace(MISTRAL, name="ministral")
+CWM = replace(MISTRAL, name="cwm")
+# GLM (glm-4-9b, model_type glm): GLM-4's attention and fused gate_up with pre-norm layers (two norms)
+GLM = replace(GLM4, name="glm", norm_layout="pre", layer=LayerNames(gate_up="mlp.gate_up_proj"))
+# Solar-Open: GLM-4-MoE's grouped sigmoid routing and shared experts on every layer, Llama's
+# attention without q/k norms
+SOLAR_OPEN = replace(GLM4_MOE, name="solar_open", qk_norm=None, layer=LayerNames())
+
+# NanoChat: Arcee's non-gated squared-ReLU MLP (fc1 / fc2) in Llama layers whose every norm is an RMSNorm
+# without a weight, the final one also applied to the embeddings, scaleless q/k norms after a RoPE that
+# rotates by minus the angle, and Gemma-2's final logit softcap (NanoChatForCausalLM is Gemma-2's class)
+NANOCHAT = replace(
+    ARCEE,
+    name="nanochat",
+    norm="rms_free",
+    embedding_norm="norm.weight",  # the final norm's module (never read: the norm has no weight)
+    qk_norm="scaleless",
+    qk_norm_after_rope=True,
+    rope_reversed=True,
+    layer=LayerNames(up="mlp.fc1", down="mlp.fc2"),
+)
+
+# GPT-BigCode (StarCoder, SantaCoder): GPT-2's layout (learned positions, LayerNorms with biases, tanh
+# GELU, tied) with nn.Linear weights, c_attn fused [q | k | v] with one kv head when multi_query (the
+# grouped layout with one group), per head [q k v] without it
+GPT_BIGCODE = replace(
+    GPT2, name="gpt_bigcode", linear_layout="out_in", qkv_layout="grouped", kv_heads_rule="multi_query_flags"
+)
+# Persimmon: GPT-NeoX's per-head fused query_key_value in sequential pre-norm LayerNorm layers, q/k
+# LayerNorms over head_dim (qk_layernorm, one [D] weight and bias shared by the heads) before a
+# partial rotate-half RoPE, a squared-ReLU MLP, an untied lm_head
+PERSIMMON = replace(
+    GPT_NEOX,
+    name="persimmon",
+    embed="embed_tokens.weight",
+    final_norm="final_layernorm.weight",
+    activations=("relu2",),
+    parallel_key=None,
+    qk_norm="head",
+    layer=LayerNames(
+        qkv="self_attn.query_key_value",
+        o="self_attn.dense",
+        up="mlp.dense_h_to_4h",
+        down="mlp.dense_4h_to_h",
+        q_norm="self_attn.q_layernorm",
+        k_norm="self_attn.k_layernorm",
+    ),
+    decoder_prefixes=DECODER_PREFIXES,
+    lm_head_names=LM_HEAD_NAMES,
+)
+# BioGPT: OPT's learned positions (offset 2, counted from the attention mask) and pre-norm LayerNorm
+# layers (nn.LayerNorm's eps 1e-5 whatever layer_norm_eps says) under biogpt., token embeddings scaled by
+# sqrt(hidden) (scale_embedding), hidden_act, a final layer_norm, output_projection as the lm_head
+BIOGPT = replace(
+    OPT,
+    name="biogpt",
+    final_norm="layer_norm.weight",
+    layer=LayerNames(
+        input_norm="self_attn_layer_norm",
+        post_attention_norm="final_layer_norm",
+        o="self_attn.out_proj",
+        up="fc1",
+        down="fc2",
+    ),
+    activations=("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"),
+    embedding_scale="sqrt_hidden",
+    config_keys=config_keys(),
+    decoder_prefixes=("biogpt.",),
+    lm_head_names=("output_projection.weight",),
+    refusals=(
+        Refusal(
+            "scale_embedding", "BioGPT without scale_embedding (unscaled token embeddings) is not supported", (False,)
+        ),
+    ),
+)
+
+# GPT-Neo: GPT-2's layout with nn.Linear q/k/v (no bias) and out_proj under attn.attention., unscaled
+# scores, and local layers (attention_layers "local") that see the last window_size keys
+GPT_NEO = replace(
+    GPT2,
+    name="gpt_neo",
+    linear_layout="out_in",
+    unit_attention_scale=True,
+    layer=LayerNames(
+        input_norm="ln_1",
+        post_attention_norm="ln_2",
+        q="attn.attention.q_proj",
+        k="attn.attention.k_proj",
+        v="attn.attention.v_proj",
+        o="attn.attention.out_proj",
+        up="mlp.c_fc",
+        down="mlp.c_proj",
+    ),
+    config_keys=config_keys(
+        activation="activation_function",
+        norm_eps="layer_norm_epsilon",
+        layer_types="attention_layers",
+        sliding_window="window_size",
+    ),
+    layer_type_names=MappingProxyType({"local": "sliding_attention", "global": "full_attention"}),
+    refusals=(),
+)
+
+# XGLM: BioGPT's layers and scaled embeddings under model. with fairseq's sinusoidal positions (offset
+# 2, computed at export: a non-persistent buffer), activation_function, ffn_dim, a tied lm_head
+XGLM = replace(
+    BIOGPT,
+    name="xglm",
+    positions=AbsolutePositions("embed_positions.weights", offset=2, sinusoidal=True),
+    config_keys=config_keys(activation="activation_function", intermediate_size="ffn_dim"),
+    decoder_prefixes=DECODER_PREFIXES,
+    lm_head_names=LM_HEAD_NAMES,
+    refusals=(
+        Refusal(
+            "scale_embedding", "XGLM without scale_embedding (unscaled token embeddings) is not supported", (False,)
+        ),
+    ),
+)
+
+DERIVED = (
+    EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
+    GPT_NEO, XGLM, IQUESTCODER,
+)  # fmt: skip

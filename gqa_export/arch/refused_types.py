@@ -1,0 +1,121 @@
+"""Model types the installed transformers maps to a causal LM or an image-text-to-text model that
+gqa-export does not export, each with the one line `build` says (exit 2, before any weight is read)
+and the coverage table prints (arch/coverage.py).
+
+REFUSED: decoders not exported (yet): what stands in the way, named by mechanism. NOT_APPLICABLE:
+types whose causal-LM class is not a decoder-only LM (an encoder's LM head run with is_decoder,
+the decoder half of an encoder-decoder). A type that transformers adds later and that is in
+neither, nor matched by a recipe, fails tests/arch/test_coverage.py until it gets an entry.
+docs/coverage.md says what the runtime would need for the mechanisms it cannot run.
+"""
+
+from __future__ import annotations
+
+_NO_SPEC = "no spec yet; its modeling code was not read in this round (issue #39)"
+_MULTIMODAL = "its vision tower and projector are not built, and no recipe exports its decoder under this class"
+
+
+def _each(reason: str, *model_types: str) -> dict[str, str]:
+    return dict.fromkeys(model_types, reason)
+
+
+REFUSED: dict[str, str] = {
+    # listed in issue #39 item 3, not built yet: what each needs
+    "afmoe": "Arcee Trinity's MoE (AfMoE) has no spec yet",
+    "bamba": "Bamba's Mamba2 + attention hybrid has no spec yet (Granite-4.0-H's Mamba2 graph could serve)",
+    "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
+    "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
+    "cohere2_moe": "Cohere2's MoE variant has no spec yet",
+    "dbrx": "DBRX's fused Wqkv clamped by clip_qkv with experts stored as one fused tensor per kind has no spec yet",
+    "deepseek_v32": "DeepSeek sparse attention (a lightning indexer choosing the top-k keys per query) has no spec "
+    "yet (docs/coverage.md)",
+    "exaone_moe": "EXAONE-MoE has no spec yet",
+    "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "
+    "would carry recurrent state only (docs/coverage.md)",
+    "flex_olmo": "FlexOlmo's MoE has no spec yet",
+    "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",
+    "granitemoeshared": "GraniteMoE with a shared expert has no spec yet",
+    "jetmoe": "JetMoE's mixture of attention heads (routed q/o projections) has no spec yet",
+    "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
+    "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
+    "mamba": "a pure Mamba stack (no attention layer) has no spec yet; the package would carry recurrent state "
+    "only (docs/coverage.md)",
+    "mamba2": "a pure Mamba2 stack (no attention layer) has no spec yet; the package would carry recurrent state "
+    "only (docs/coverage.md)",
+    "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
+    "minicpm3": "MiniCPM3's latent attention with its µP scales has no spec yet",
+    "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
+    "minimax_m2": "MiniMax-M2's MoE has no spec yet",
+    "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",
+    "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
+    "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
+    "token-shift state have no spec (docs/coverage.md)",
+    "sarvam_mla": "Sarvam's latent attention has no spec yet",
+    "sarvam_moe": "Sarvam's MoE has no spec yet",
+    "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
+    "(docs/coverage.md)",
+    "zamba": "Zamba's shared attention block reused across Mamba layers has no spec yet",
+    "zamba2": "Zamba2's shared attention blocks with per-use LoRA over Mamba2 layers have no spec yet",
+    "phi4_multimodal": "Phi-4-multimodal (genai's phi4mm package) needs its HD-transform image tower (448-pixel "
+    "crops plus a global view joined by learned separators), its speech tower and the vision/speech LoRA adapters of "
+    "its text decoder, none of which gqa-export builds",
+    "qwen2_vl": "Qwen2-VL's vision tower is not built (Qwen2.5-VL's is); export qwen2_5_vl checkpoints",
+    "qwen3_vl_moe": "Qwen3-VL-MoE's decoder (Qwen3-MoE with M-RoPE) has no recipe yet; Qwen3-VL dense is exported",
+    "mllama": "Llama-3.2-Vision's cross-attention layers read image states no onnxruntime-genai decoder type feeds",
+    "moshi": "Moshi's depth transformer over audio codebooks is not a text decoder onnxruntime-genai runs",
+    "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
+    **_each(
+        _NO_SPEC,
+        "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "ctrl", "deepseek_v4",
+        "diffllama", "doge", "dory", "dots3_note_text", "flint", "gemma4_assistant", "gemma4_unified_assistant",
+        "glm_moe_dsa", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text",
+        "hy_v3", "hy_v4", "hyperclovax", "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2",
+        "kolibri1", "laguna", "lara_mini", "lfm3", "mellum", "minimax_m3_vl_text", "modernbert-decoder",
+        "openai-gpt", "qwen4_exp_text", "youtu", "zaya", "apertus1p5_text", "aria_text",
+    ),
+    **_each(
+        _MULTIMODAL,
+        "apertus1p5", "aria", "aya_vision", "blip", "blip-2", "chameleon", "cohere2_vision", "cohere_compass",
+        "cosmos3_edge", "cosmos3_omni", "deepseek_ocr2", "deepseek_vl", "deepseek_vl_hybrid", "diffusion_gemma",
+        "dots3_note", "emu3", "ernie4_5_vl_moe", "evolla", "exaone4_5", "fast_vlm", "fuyu", "git", "glm46v", "glm4v",
+        "glm4v_moe", "glm5_next", "glm_ocr", "glmga", "got_ocr2", "granite4_vision", "granite_docling", "hunyuan_vl",
+        "hy_v4_vl", "hyperclovax_vision_v2", "idefics", "idefics2", "idefics3", "inkling2", "inkling2_loop",
+        "inkling_mm_model", "instructblip", "instructblipvideo", "internvl", "janus", "kimi_k25", "kosmos-2", "lfm3_vl",
+        "lighton_ocr", "llava", "llava_next", "llava_next_video", "llava_onevision", "minicpm_ocr", "minicpmv4_6",
+        "minicpmv4_7", "minimax_m3_vl", "mistral4", "mistral_large4", "molmo2", "muse_glimmer", "muse_spark",
+        "nemotron_h_omni", "ovis2", "paddleocr_vl", "paligemma", "perception_lm", "pi0", "pp_chart2table",
+        "pp_formulanet", "qianfan_ocr", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen4_exp", "smolvlm",
+        "step3p7", "unlimited_ocr", "video_llama_3", "video_llava", "vipllava",
+    ),
+    "gemma4_unified_text": "Gemma4UnifiedForCausalLM, the text class alone, has no recipe yet; the decoder of "
+    "Gemma4UnifiedForConditionalGeneration is exported (recipe gemma4_unified)",
+    "reformer": "Reformer's LSH and chunked local attention with reversible layers has no onnxruntime op",
+    "xlnet": "XLNet's two-stream relative-position permutation LM is not a left-to-right decoder with a KV cache",
+}  # fmt: skip
+
+_ENCODER = "an encoder (masked-LM family) whose causal-LM class runs its layers with is_decoder for an encoder-decoder"
+_ENCODER_DECODER = "the decoder half of an encoder-decoder model: it attends to an encoder's states"
+NOT_APPLICABLE: dict[str, str] = {
+    **_each(
+        _ENCODER,
+        "bert", "big_bird", "camembert", "data2vec-text", "electra", "ernie", "megatron-bert", "rembert", "roberta",
+        "roberta-prelayernorm", "roc_bert", "roformer", "xlm", "xlm-roberta", "xlm-roberta-xl", "xmod",
+    ),
+    **_each(
+        _ENCODER_DECODER,
+        "bart", "bert-generation", "bigbird_pegasus", "blenderbot", "blenderbot-small", "florence2", "kosmos-2.5",
+        "marian", "mbart", "musicgen", "musicgen_melody", "mvp", "pegasus", "pix2struct", "plbart", "prophetnet",
+        "t5gemma2", "trocr", "udop", "vision-encoder-decoder", "whisper",
+    ),
+}  # fmt: skip
+
+
+def refusal_for(*model_types: str) -> str | None:
+    """The one-line reason a checkpoint of one of these types (its own, its text decoder's) is not
+    exported, or None: what `build` says, exit 2, before any weight is read."""
+    for model_type in model_types:
+        if model_type in REFUSED:
+            return f"model_type '{model_type}' is not exported: {REFUSED[model_type]}"
+        if model_type in NOT_APPLICABLE:
+            return f"model_type '{model_type}' is not a decoder-only causal LM: {NOT_APPLICABLE[model_type]}"
+    return None

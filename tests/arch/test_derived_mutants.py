@@ -1,0 +1,83 @@
+"""Mutants of the mechanisms the issue #39 families brought (gqa_export/arch/derived_families.py):
+each planted into a copy of the correct registry package (tests/mutants.py) must break HF parity,
+the registry's check (tests/arch/test_families.py), so a graph that dropped the mechanism fails it.
+
+NanoChat: the RoPE rotating by minus the angle (its sin table negated: un-negated, the rotation
+goes the usual way), the weightless RMSNorm of the embeddings (a weight of 2 on it), the scaleless
+q/k norms after RoPE (a weight of 2: scores x4), and the final logit softcap (its cap doubled).
+GPT-Neo: its local layers' window (read from attention_layers' "local"; dropped) and its unscaled
+scores (GroupQueryAttention's scale set to 1/sqrt(head_dim)). XGLM: its sinusoidal position table
+computed at export (rows shifted by one: the offset wrong; the sin and cos halves swapped)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from families import PROMPT
+from mutants import copy_package, edit_initializers, times
+from reference import hf_logits, hf_model, ort_prefill_and_decode
+
+MUTANTS = {
+    "rope-not-reversed": ("sin_cache", times(-1.0)),
+    "embedding-norm-weighted": ("const.embedding_norm_ones", times(2.0)),
+    "qk-norms-weighted": ("const.[qk]_norm_unit_weight*", times(2.0)),
+    "softcap-doubled": ("const.final_softcap", times(2.0)),
+}
+
+
+def _parity(package, checkpoint) -> bool:
+    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=2)
+    return np.allclose(got, hf_logits(hf_model(checkpoint), tokens, len(PROMPT)), atol=1e-4, rtol=1e-4)
+
+
+def test_the_correct_nanochat_package_passes(builds):
+    assert _parity(builds.package("nanochat"), builds.checkpoint("nanochat"))
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_mutant_nanochat_mechanism_fails_hf_parity(builds, tmp_path, mutant):
+    pattern, change = MUTANTS[mutant]
+    broken = copy_package(builds.package("nanochat"), tmp_path / mutant)
+    assert edit_initializers(broken, pattern, change), pattern
+    assert not _parity(broken, builds.checkpoint("nanochat"))
+
+
+def _set_gqa_attribute(package, name: str, value: float | int) -> None:
+    path = package / "model.onnx"
+    model = onnx.load(str(path), load_external_data=False)
+    for node in model.graph.node:
+        for attr in node.attribute if node.op_type == "GroupQueryAttention" else ():
+            if attr.name == name:
+                setattr(attr, "f" if attr.type == onnx.AttributeProto.FLOAT else "i", value)
+    onnx.save(model, str(path))
+
+
+def test_the_correct_gpt_neo_package_passes(builds):
+    assert _parity(builds.package("gpt_neo"), builds.checkpoint("gpt_neo"))
+
+
+@pytest.mark.parametrize(
+    ("mutant", "attribute", "value"), [("window-dropped", "local_window_size", -1), ("scores-scaled", "scale", 0.25)]
+)
+def test_mutant_gpt_neo_attention_fails_hf_parity(builds, tmp_path, mutant, attribute, value):
+    broken = copy_package(builds.package("gpt_neo"), tmp_path / mutant)
+    _set_gqa_attribute(broken, attribute, value)
+    assert not _parity(broken, builds.checkpoint("gpt_neo"))
+
+
+XGLM_MUTANTS = {
+    "positions-shifted": lambda table: np.roll(table, 1, axis=0),
+    "sin-cos-swapped": lambda table: np.roll(table, table.shape[1] // 2, axis=1),
+}
+
+
+def test_the_correct_xglm_package_passes(builds):
+    assert _parity(builds.package("xglm"), builds.checkpoint("xglm"))
+
+
+@pytest.mark.parametrize("mutant", XGLM_MUTANTS)
+def test_mutant_xglm_positions_fail_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("xglm"), tmp_path / mutant)
+    assert edit_initializers(broken, "model.embed_positions.weights", XGLM_MUTANTS[mutant])
+    assert not _parity(broken, builds.checkpoint("xglm"))
