@@ -77,7 +77,8 @@ def _compose_slowly(text: str, path: Path, what: str) -> yaml.Node:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""
-        raise InputError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())  # a ReaderError's is 2 lines
+        raise InputError(f"{path}{where}: not valid YAML ({problem})") from None
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int], depth: int) -> int:
@@ -109,9 +110,10 @@ def validate(node: yaml.Node, schema: Any, path: Path, key: str = "") -> Any:
         for key_node, value_node in node.value:
             name = key_node.value
             full = f"{key}.{name}" if key else name
-            if name not in allowed:
+            if name not in allowed:  # a key with a line break or a control character shown escaped: one line
+                shown = full if full.isprintable() else repr(full)[1:-1]
                 raise InputError(
-                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{full}' (allowed here: {', '.join(allowed)})"
+                    f"{path}:{key_node.start_mark.line + 1}: unknown key '{shown}' (allowed here: {', '.join(allowed)})"
                 )
             if name in out:
                 raise InputError(f"{path}:{key_node.start_mark.line + 1}: key '{full}' is given twice")

@@ -35,8 +35,12 @@ def _nearest(x: np.ndarray, table: np.ndarray) -> np.ndarray:
     return np.abs(x[:, None] - table[None, :]).argmin(1).astype(np.uint8)
 
 
-def quantize_4bit(w: np.ndarray, kind: str, double: bool, blocksize: int, dtype: str) -> dict[str, np.ndarray]:
-    """W [N, K] -> the tensors of one bitsandbytes 4-bit Linear (names relative to `P.weight`)."""
+def quantize_4bit(
+    w: np.ndarray, kind: str, double: bool, blocksize: int, dtype: str, nested: int = 256
+) -> dict[str, np.ndarray]:
+    """W [N, K] -> the tensors of one bitsandbytes 4-bit Linear (names relative to `P.weight`);
+    `nested`: the double quantization's block of absmax values (bitsandbytes' 256; smaller ones
+    make a tiny weight span several, as a real one does)."""
     levels = np.array(NF4 if kind == "nf4" else FP4, np.float32)
     flat = w.reshape(-1).astype(np.float32)
     absmax = np.abs(flat.reshape(-1, blocksize)).max(1).astype(np.float32)
@@ -47,13 +51,13 @@ def quantize_4bit(w: np.ndarray, kind: str, double: bool, blocksize: int, dtype:
     if double:
         offset = np.float32(absmax.mean())
         centred = absmax - offset
-        blocks = -(-centred.size // 256)
-        padded = np.zeros(blocks * 256, np.float32)
+        blocks = -(-centred.size // nested)
+        padded = np.zeros(blocks * nested, np.float32)
         padded[: centred.size] = centred
-        outer = np.abs(padded.reshape(blocks, 256)).max(1).astype(np.float32)
-        out[".absmax"] = _nearest(centred / np.repeat(outer, 256)[: centred.size], NESTED_MAP)
+        outer = np.abs(padded.reshape(blocks, nested)).max(1).astype(np.float32)
+        out[".absmax"] = _nearest(centred / np.repeat(outer, nested)[: centred.size], NESTED_MAP)
         out[".nested_absmax"], out[".nested_quant_map"] = outer, NESTED_MAP
-        state.update(nested_blocksize=256, nested_dtype="float32", nested_offset=float(offset))
+        state.update(nested_blocksize=nested, nested_dtype="float32", nested_offset=float(offset))
     else:
         out[".absmax"] = absmax
     out[f".quant_state.bitsandbytes__{kind}"] = np.frombuffer(json.dumps(state).encode(), np.uint8).copy()
@@ -73,7 +77,8 @@ def dequantize(tensors: dict[str, np.ndarray], prefix: str) -> np.ndarray:
     absmax = tensors[f"{name}.absmax"]
     if "nested_offset" in state:
         nested = tensors[f"{name}.nested_quant_map"][absmax.astype(np.int64)]
-        absmax = nested * np.repeat(tensors[f"{name}.nested_absmax"], 256)[: absmax.size] + np.float32(
+        every = int(state["nested_blocksize"])
+        absmax = nested * np.repeat(tensors[f"{name}.nested_absmax"], every)[: absmax.size] + np.float32(
             state["nested_offset"]
         )
     n, k = state["shape"]
@@ -86,9 +91,9 @@ def dequantize(tensors: dict[str, np.ndarray], prefix: str) -> np.ndarray:
 
 
 def bnb_pair(
-    tmp: Path, kind: str = "nf4", double: bool = True, blocksize: int = 64, dtype: str = "bfloat16"
+    tmp: Path, kind: str = "nf4", double: bool = True, blocksize: int = 64, dtype: str = "bfloat16", nested: int = 256
 ) -> tuple[Path, Path]:
-    name = f"bnb-{kind}{'-dq' if double else ''}-b{blocksize}"
+    name = f"bnb-{kind}{'-dq' if double else ''}-b{blocksize}" + (f"-n{nested}" if nested != 256 else "")
     base = save_llama(tmp / f"{name}-float")
     tensors = load_file(base / "model.safetensors")
     quantized, twin = {}, dict(tensors)
@@ -103,7 +108,7 @@ def bnb_pair(
             # transformers saves the row layout's id beside each 8-bit weight (0 "row")
             mine = {key: codes, f"{prefix}.SCB": scb, f"{prefix}.weight_format": np.array(0, np.uint8)}
         else:
-            mine = {key + s: v for s, v in quantize_4bit(w, kind, double, blocksize, dtype).items()}
+            mine = {key + s: v for s, v in quantize_4bit(w, kind, double, blocksize, dtype, nested).items()}
         quantized.update(mine)
         twin[key] = dequantize(mine, prefix)
     if kind == "int8":

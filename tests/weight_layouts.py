@@ -187,3 +187,35 @@ def ungated_experts_weight(tensors: dict[str, np.ndarray], head: str, last: str)
     if last == "up_stacked":
         return stacked.reshape(-1, stacked.shape[-1])
     return stacked.transpose(1, 0, 2).reshape(stacked.shape[1], -1)
+
+
+def dequantized_twin(package: Path, float_package: Path, out: Path) -> set[str]:
+    """`float_package` (its graph proven against HF) copied to `out` with every weight that
+    `package` holds in MatMulNBits replaced by that weight dequantized: what the quantized package
+    must compute if its graph wires its weights as the float graph does. A tied table shares its
+    lm_head's bytes, so the embedding is replaced too. Returns the replaced weights' base names."""
+    import shutil
+
+    shutil.copytree(float_package, out)
+    model = onnx.load(str(out / "model.onnx"))
+    users: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            users.setdefault(name, set()).add("MatMul.B" if node.op_type == "MatMul" and i == 1 else node.op_type)
+    inits = {t.name: t for t in model.graph.initializer}
+    replaced = set()
+    for base, w in matmulnbits_weights(package).items():
+        tensor = inits.get(f"{base}.weight")
+        if tensor is None:
+            continue
+        kinds = users.get(tensor.name, set())
+        value = w.T if kinds == {"MatMul.B"} else w if "MatMul.B" not in kinds else None  # MatMul's B is [K, N]
+        if value is None or tuple(tensor.dims) != value.shape:
+            continue
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)
+        tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value).astype(dtype), tensor.name))
+        replaced.add(base)
+    for data in out.glob("*.onnx.data"):
+        data.unlink()
+    onnx.save(model, str(out / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+    return replaced

@@ -23,8 +23,11 @@ def pad_findings(pkg: Package, _: int) -> list[Finding]:
     pad = model.get("pad_token_id")
     if not isinstance(pad, int) or "decoder" not in model:
         return []
-    special = {*token_ids(model.get("eos_token_id")), model.get("bos_token_id")} - {None}
-    windowed = bool(((model.get("decoder") or {}).get("sliding_window") or {}).get("slide_inputs"))
+    bos = model.get("bos_token_id")  # a hand-edited config may hold a list or an object here
+    special = {*token_ids(model.get("eos_token_id")), *([bos] if isinstance(bos, int) else [])}
+    decoder = model.get("decoder") if isinstance(model.get("decoder"), dict) else {}
+    window = decoder.get("sliding_window") if isinstance(decoder.get("sliding_window"), dict) else {}
+    windowed = bool(window.get("slide_inputs"))
     if pad in special and windowed:
         return [
             Finding("windowed-pad-id", "warning",

@@ -121,8 +121,11 @@ class Package:
         the export's reading (transformers' config + the family's spec) resolves."""
         if self.source_windows is not None:
             return self.source_windows
-        windows = ((self.manifest or {}).get("model") or {}).get("attention_windows")
-        return [int(w) for w in windows] if isinstance(windows, list) else None
+        model = (self.manifest or {}).get("model")  # a hand-edited manifest may hold anything here
+        windows = model.get("attention_windows") if isinstance(model, dict) else None
+        if not isinstance(windows, list) or not all(isinstance(w, int) and not isinstance(w, bool) for w in windows):
+            return None
+        return [int(w) for w in windows]
 
     @property
     def decoder(self) -> dict[str, Any]:
@@ -132,8 +135,11 @@ class Package:
     def max_length(self) -> int | None:
         if not self.config:
             return None
-        search = self.config.get("search") or {}
-        return int(search.get("max_length") or self.config["model"].get("context_length") or 0) or None
+        search, model = self.config.get("search"), self.config.get("model")
+        value = (search.get("max_length") if isinstance(search, dict) else None) or (
+            model.get("context_length") if isinstance(model, dict) else None
+        )
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
     def kv_bytes_per_row(self) -> int | None:
         """KV cache bytes for one batch row at max_length, from the graph's past inputs."""

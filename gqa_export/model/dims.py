@@ -13,6 +13,7 @@ layers point at the layer whose cache they read.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -374,9 +375,12 @@ def token_ids(value: Any) -> list[int]:
     """Token ids as configs spell them: absent, one int, or a list."""
     if value is None:
         return []
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    return [int(value)]
+    try:
+        return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+    except (TypeError, ValueError, OverflowError):  # a dict, null in a list, NaN: a hand-edited config
+        raise InputError(
+            f"a token id in config.json or generation_config.json is {json.dumps(value)[:60]}, not an integer; fix it"
+        ) from None
 
 
 def _first(value: Any) -> int | None:

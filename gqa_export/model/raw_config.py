@@ -23,6 +23,8 @@ POSITIVE_INT_KEYS = (
     "max_position_embeddings",
     "head_dim",
 )
+# ONNX Runtime's shapes and the runtime's token positions are int32: no size key is larger
+MAX_SIZE = 2**31 - 1
 REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
 # per-layer patterns whose length transformers takes as the layer count (Nemotron-H's config class
 # derives num_hidden_layers from them and does not save it); the weights check the count
@@ -55,6 +57,8 @@ def check_raw_config(raw: dict[str, Any]) -> None:
             value = min(value) if all(isinstance(v, int) and not isinstance(v, bool) for v in value) else value
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise InputError(f"config.json: '{key}' must be a positive integer, got {value!r}")
+        if value > MAX_SIZE:  # a corrupt value: 2**64 layers overflowed a C long in the reading
+            raise InputError(f"config.json: '{key}' is {value}, past any model's (at most {MAX_SIZE})")
 
 
 def spellings(model_type: Any) -> dict[str, tuple[str, ...]]:

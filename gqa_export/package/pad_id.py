@@ -127,14 +127,18 @@ class _Tokenizer:
         self.config = read_json(model_dir / "tokenizer_config.json") or {}
         self.special_map = read_json(model_dir / "special_tokens_map.json") or {}
         self.template = _chat_templates(model_dir, self.config)
-        model = self.data.get("model") or {}
+        model = _object(self.data.get("model"))
         vocab = model.get("vocab")
         self.ids: dict[str, int] = {}
         if isinstance(vocab, dict):
-            self.ids = {str(k): int(v) for k, v in vocab.items() if isinstance(v, int)}
+            self.ids = {str(k): int(v) for k, v in vocab.items() if _is_id(v)}
         elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
             self.ids = {str(p[0]): i for i, p in enumerate(vocab) if isinstance(p, list) and p}
-        self.added = [t for t in self.data.get("added_tokens") or [] if isinstance(t, dict) and "id" in t]
+        added = self.data.get("added_tokens")
+        # an id that is not an integer (a hand-edited file) names no row: skipped, as in the vocabulary
+        self.added = (
+            [t for t in added if isinstance(t, dict) and _is_id(t.get("id"))] if isinstance(added, list) else []
+        )
         self.ids |= {str(t.get("content")): int(t["id"]) for t in self.added}
 
     def length(self) -> int | None:
@@ -163,13 +167,22 @@ class _Tokenizer:
 
     def unencodable_unk(self) -> int | None:
         """The unknown token of a model with byte fallback: text always encodes to bytes instead."""
-        model = self.data.get("model") or {}
+        model = _object(self.data.get("model"))
         if not model.get("byte_fallback"):
             return None
         unk = model.get("unk_token")
         if isinstance(unk, str):
             return self.ids.get(unk)
-        return int(model["unk_id"]) if isinstance(model.get("unk_id"), int) else None
+        return int(model["unk_id"]) if _is_id(model.get("unk_id")) else None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object where the tokenizer's format has one; anything else reads as empty."""
+    return value if isinstance(value, dict) else {}
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _chat_templates(model_dir: Path, config: dict[str, Any]) -> str:

@@ -243,11 +243,13 @@ def adds_bos(package: Path) -> bool:
     config = _json_or_empty(package / "tokenizer_config.json")
     if "add_bos_token" in config:
         return bool(config["add_bos_token"])
-    post = _json_or_empty(package / "tokenizer.json").get("post_processor") or {}
+    post = _json_or_empty(package / "tokenizer.json").get("post_processor")
+    post = post if isinstance(post, dict) else {}
     steps = post.get("processors", [post]) if post.get("type") == "Sequence" else [post]
-    for step in steps:
-        if step.get("type") == "TemplateProcessing" and step.get("single"):
-            return "SpecialToken" in step["single"][0]
+    for step in steps if isinstance(steps, list) else []:  # a hand-edited file may hold anything
+        single = step.get("single") if isinstance(step, dict) else None
+        if step.get("type") == "TemplateProcessing" and isinstance(single, list) and single:
+            return isinstance(single[0], (dict, str)) and "SpecialToken" in single[0]
     return False
 
 

@@ -8,6 +8,7 @@ same reading for checks that need a model's resolved shape without building it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -79,6 +80,18 @@ def open_checkpoint(
     return Checkpoint(resolve_source(model, revision, reporter, gguf_file))
 
 
+def _strict_errors() -> tuple[type[Exception], ...]:
+    """huggingface_hub's strict-dataclass error (>= 0.35; transformers 5 validates configs with it)."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:
+        return ()
+    return (StrictDataclassError,)
+
+
+_STRICT = _strict_errors()
+
+
 def read_configs(model_dir: Path, read_as: str | None = None) -> tuple[Any, dict[str, Any] | None]:
     """transformers' config and the generation config. `read_as`: a transformers model_type whose
     config class reads config.json when transformers does not know the checkpoint's own model_type
@@ -94,8 +107,12 @@ def read_configs(model_dir: Path, read_as: str | None = None) -> tuple[Any, dict
             config.model_type = str(own)
         else:
             config = AutoConfig.from_pretrained(model_dir)
-    except (ValueError, KeyError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except (ValueError, KeyError, OSError, TypeError, AttributeError, *_STRICT) as exc:
+        # transformers 5's configs are strict dataclasses: a key of the wrong type or sizes that
+        # contradict each other raise huggingface_hub's validation error, the reason in its cause; a
+        # key the class holds as a read-only property (Falcon's head_dim) raises AttributeError
+        reason = exc.__cause__ if isinstance(exc, _STRICT) and exc.__cause__ is not None else exc
+        first = str(reason).strip().splitlines()[0] if str(reason).strip() else type(reason).__name__
         raise InputError(f"cannot read {model_dir / 'config.json'}: {_shortened(first)}") from None
     gen_path = model_dir / "generation_config.json"
     return config, read_json_object(gen_path) if gen_path.is_file() else None
@@ -138,7 +155,11 @@ def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
     refused = refusal_for(outer)  # by name, before transformers is asked (arch/refused_types.py)
     if refused:
         raise InputError(refused)
-    architecture = (raw.get("architectures") or [None])[0]
+    architectures = raw.get("architectures") or [None]
+    if not isinstance(architectures, list) or not isinstance(architectures[0], (str, type(None))):
+        shown = json.dumps(architectures)[:80]
+        raise InputError(f"config.json's architectures is {shown}, not a list of class names; fix or remove it")
+    architecture = architectures[0]
     text = raw.get("text_config")
     model_type = outer
     if isinstance(text, dict):

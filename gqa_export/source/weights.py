@@ -16,6 +16,7 @@ RELEASE_EACH_BLOCK.
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import struct
 import threading
@@ -155,9 +156,14 @@ def _shard_files(model_dir: Path) -> list[Path]:
     index = model_dir / INDEX_FILE
     if index.exists():
         files = sorted(set(_read_index(index).values()))
-        for name in files:
-            _check_inside(model_dir, name)
-        missing = [f for f in files if not (model_dir / f).is_file()]
+        try:
+            for name in files:
+                _check_inside(model_dir, name)
+            missing = [f for f in files if not (model_dir / f).is_file()]
+        except OSError as exc:  # a name the file system refuses (ENAMETOOLONG), checked before any read
+            raise InputError(
+                f"{INDEX_FILE} names a shard that cannot be looked up ({exc.strerror}); download the checkpoint again"
+            ) from None
         if missing:
             raise InputError(
                 f"weight shard '{missing[0]}' listed in {INDEX_FILE} is missing from {model_dir}"
@@ -202,7 +208,9 @@ def _read_index(index: Path) -> dict[str, str]:
         raise InputError(f"{index} is not a valid safetensors index ({exc}); download it again") from exc
     if not isinstance(weight_map, dict):
         raise InputError(f"{index} has no 'weight_map' object; download it again")
-    return {str(k): str(v) for k, v in weight_map.items()}
+    if not all(isinstance(v, str) for v in weight_map.values()):  # str() of an object is no shard name
+        raise InputError(f"{index} maps a tensor to something other than a shard file name; download it again")
+    return {str(k): v for k, v in weight_map.items()}
 
 
 def _read_header(shard: Path) -> list[TensorInfo]:
@@ -235,14 +243,17 @@ def _read_header(shard: Path) -> list[TensorInfo]:
             continue
         try:
             dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-            if not all(isinstance(d, int) and d >= 0 for d in (*shape, begin, end)) or begin > end:
+            if not isinstance(dtype, str) or not all(isinstance(d, int) and d >= 0 for d in (*shape, begin, end)):
+                raise ValueError  # a dtype of any other JSON type (a list) is no key of DTYPES either
+            if begin > end:
                 raise ValueError
         except (KeyError, TypeError, ValueError):
             raise corrupt(f"tensor '{name}' has no valid dtype, shape and data_offsets") from None
         if data_start + end > size:
             raise corrupt(f"tensor '{name}' ends past the end of the file")
         itemsize = DTYPES[dtype].itemsize if dtype in DTYPES else None
-        if itemsize is not None and int(np.prod(shape, dtype=np.int64)) * itemsize != end - begin:
+        # math.prod on Python ints: a shape of 2**70 is a corrupt header, not an int64 overflow
+        if itemsize is not None and math.prod(shape) * itemsize != end - begin:
             raise corrupt(f"tensor '{name}' is {end - begin} bytes, its shape {list(shape)} {dtype} needs more")
         out.append(TensorInfo(str(name), shard, str(dtype), shape, data_start + begin, end - begin))
     return out

@@ -82,6 +82,16 @@ def shape_too_big(header, data):
     return header, data
 
 
+def dtype_a_list(header, data):
+    header[BIG]["dtype"] = []  # found by tests/fuzz: `dtype in DTYPES` raised TypeError (unhashable)
+    return header, data
+
+
+def shape_past_int64(header, data):
+    header[BIG]["shape"] = [2**70, 1]  # found by tests/fuzz: np.prod(int64) raised OverflowError
+    return header, data
+
+
 def entry_not_an_object(header, data):
     header[BIG] = 7
     return header, data
@@ -180,6 +190,8 @@ SHARD_FAULTS = {
     "offsets-negative": (rewrite(offsets_negative), f"tensor '{BIG}' has no valid dtype, shape and data_offsets"),
     "shape-bigger-than-bytes": (rewrite(shape_too_big), f"tensor '{BIG}'"),
     "entry-not-an-object": (rewrite(entry_not_an_object), f"tensor '{BIG}'"),
+    "dtype-a-list": (rewrite(dtype_a_list), f"tensor '{BIG}' has no valid dtype, shape and data_offsets"),
+    "shape-past-int64": (rewrite(shape_past_int64), f"tensor '{BIG}' is"),
     "header-not-json": (header_text(b"{not json!}     "), "its header is not JSON"),
     "header-not-utf8": (header_text(b'{"\xff\xfe": 1}  '), "its header is not JSON"),
     "header-a-list": (header_text(b"[1, 2, 3]       "), "its header is not a JSON object"),
@@ -190,6 +202,13 @@ SHARD_FAULTS = {
     "index-subfolder": (index_naming(lambda f: "sub/model.safetensors"), OUTSIDE),
     "index-symlink-out": (symlinked_shard, OUTSIDE),
     "index-not-json": (index_text("{nope"), "is not a valid safetensors index"),
+    # found by the long fuzz run: an object as a shard name (its str() 800 characters, ENAMETOOLONG)
+    # and a name too long for the file system raised OSError tracebacks
+    "index-shard-an-object": (index_text('{"weight_map": {"w": {"a": 1}}}'), "something other than a shard file name"),
+    "index-shard-name-too-long": (
+        index_text('{"weight_map": {"w": "' + "x" * 300 + '.safetensors"}}'),
+        "cannot be looked up",
+    ),
     "index-weight-map-a-list": (index_text('{"weight_map": ["model.safetensors"]}'), "weight_map"),
     "index-names-missing-shard": (
         index_text(json.dumps({"weight_map": {BIG: "model-00009-of-00009.safetensors"}})),
@@ -285,6 +304,20 @@ CONFIG_FAULTS = {
     "vocab_size-smaller-than-embedding": (put(vocab_size=100), r"vocab_size|config\.json"),
     "intermediate_size-wrong": (put(intermediate_size=96), r"intermediate_size|config\.json"),
     "hidden_size-wrong": (put(hidden_size=96), r"hidden_size|config\.json"),
+    # found by tests/fuzz (tracebacks before): transformers 5's strict-dataclass validation error,
+    # a C-long overflow on 2**64 layers, architectures not a list, a token id that is an object
+    "heads-not-dividing-hidden": (put(num_attention_heads=3), r"not a multiple of the number of attention heads"),
+    "num_hidden_layers-2**64": (put(num_hidden_layers=2**64), r"'num_hidden_layers' is 18446744073709551616"),
+    "architectures-a-number": (put(architectures=7), r"architectures is 7, not a list of class names"),
+    # the long fuzz run: a Falcon config with head_dim, which FalconConfig holds as a read-only property
+    "falcon-with-head_dim": (
+        put(model_type="falcon", architectures=["FalconForCausalLM"]),
+        r"cannot read .*config\.json: property 'head_dim' of 'FalconConfig' object has no setter",
+    ),
+    "generation-bos_token_id-an-object": (
+        lambda f: (f / "generation_config.json").write_text('{"bos_token_id": {"a": 1}}'),
+        r"a token id in config\.json or generation_config\.json is \{\"a\": 1\}, not an integer",
+    ),
 }
 
 

@@ -184,6 +184,10 @@ DOCUMENTS = {
     "deeply-nested": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nests deeper than 64 levels", None),
     "oversized": (oversized, f"at most {MAX_YAML_BYTES} bytes", None),
     "not-utf8": (b"name: caf\xe9\n", "is not UTF-8 text", None),
+    # found by tests/fuzz: PyYAML's reader error spans two lines ('\n  in "<unicode string>"')
+    "control-character": ("name: a\x1f\n", "special characters are not allowed in", None),
+    # found by the long fuzz run: an unknown key holding a line break was printed on two lines
+    "key-with-a-line-break": ('"a\\nb": 1\n', "unknown key 'a\\nb'", 1),
     "duplicate-top-key": (
         lambda kind, tiny: (
             yaml.safe_dump(KINDS[kind][1](tiny), sort_keys=False) + "license: twice\n"

@@ -14,6 +14,16 @@ ROPES = {
     "default": {"rope_type": "default", "rope_theta": 10000.0},
     "linear": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0},
     "llama3": LLAMA3_ROPE,
+    # YaRN's attention factor scales cos/sin: 0.1 ln(factor) + 1, or DeepSeek's mscale ratio
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "rope_theta": 10000.0},
+    "yarn_mscale": {
+        "rope_type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 128,
+        "rope_theta": 10000.0,
+        "mscale": 0.707,
+        "mscale_all_dim": 1.0,
+    },
 }
 
 

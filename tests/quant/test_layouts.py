@@ -474,6 +474,21 @@ def test_gather_block_quantized_tables_dequantize_to_the_checkpoint(table_packag
         np.testing.assert_allclose(got, table, rtol=1e-6, atol=1e-6)
 
 
+def test_a_tied_tables_zero_points_are_its_lm_heads(table_packages):
+    """A tied table's GatherBlockQuantized zero points (one a byte) are the lm_head MatMulNBits'
+    (two a byte, the low nibble first): one quantization read by both ops. Unpacking them in the
+    other nibble order (a planted source bug) exchanges adjacent blocks' zero points, which the
+    dequantization bound above does not see on a trained table (its zero points are alike)."""
+    package, _ = table_packages("tied-int4")
+    graph = onnx.load(str(package / "model.onnx"))
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.graph.initializer}
+    gathered, packed = inits["model.embed_tokens.gather_zero_points"], inits["model.embed_tokens.zero_points"]
+    rows, blocks = gathered.shape[:2]
+    unpacked = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(rows, -1)[:, :blocks]
+    np.testing.assert_array_equal(gathered[..., 0], unpacked)
+    assert (unpacked[:, 0::2] != unpacked[:, 1::2]).any()  # a swap would show
+
+
 TABLE_MUTANTS = {
     "tied-int4": {
         "nibbles-swapped": [("model.embed_tokens.qweight", swap_nibbles)],

@@ -294,6 +294,11 @@ def test_no_license_anywhere_is_refused(tmp_path, checkpoints):
         ),
         ("source: x\nvariants:\n  - {ep: cpu, precision: fp32, path: ../up}\n", "must be a relative folder"),
         (
+            "source: x\nvariants:\n  - {ep: cpu, precision: fp32, path: a}\n"
+            "  - {ep: cpu, precision: int4, path: a/b}\n",
+            ":4: variants[1] lands in a/b, nested with variants[0] (a)",
+        ),
+        (
             "source: x\nvariants:\n  - {ep: cpu, precision: fp32}\n"
             "  - {ep: cpu, precision: int4, gate: {max_ppl_increase: 1}}\n",
             "a variant has a gate but the spec has no eval.text",

@@ -13,7 +13,7 @@ from cli_runner import invoke
 from reference import assert_varied, hf_generate, hf_model
 
 from gqa_export.errors import InputError
-from gqa_export.package.draft import DRAFT_GRAPH, SpeculativeOptions, draft_problems, rewind_refusal
+from gqa_export.package.draft import DRAFT_GRAPH, SpeculativeOptions, draft_problems, ngram_options, rewind_refusal
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.runtime.run import Sampling, generate_greedy, load, stream
 from gqa_export.speculative import build_with_draft
@@ -123,7 +123,12 @@ def test_ngram_tokens_equal_plain(packages):
     ngram = stream(package, model, prompt, NEW, Sampling(), lambda _: None, speculative=tuned)
     assert ngram.tokens == plain.tokens and ngram.speculative is not None and ngram.speculative["effective_k"] <= 2
     result = invoke("run", package, "--prompt", "the cat the cat the cat", "--ngram", "2", "--json")
-    assert result.exit_code == 0 and json.loads(result.output)["speculative"] is not None
+    plain_run = invoke("run", package, "--prompt", "the cat the cat the cat", "--json")
+    assert result.exit_code == plain_run.exit_code == 0, result.output
+    ran = json.loads(result.output)  # the CLI's run: plain greedy's text, drafted by lookups of 2 tokens
+    assert ran["text"] == json.loads(plain_run.output)["text"] and ran["new_tokens"] > 0
+    assert ran["speculative"]["ngram_lookup_hits"] > 0 and ran["speculative"]["effective_k"] == 4
+    assert ngram_options(2, package) == {"ngram_size": 2}
     args = ("--ngram", "2", "--draft-tokens", "2", "--min-adaptive-k", "1", "--cooldown", "--json")
     result = invoke("run", package, "--prompt", "the cat the cat the cat", *args)
     assert result.exit_code == 0 and json.loads(result.output)["speculative"]["effective_k"] <= 2, result.output

@@ -232,7 +232,15 @@ def read_config(f: GgufFile) -> dict[str, Any]:
     """The config.json a transformers checkpoint of this model would have (module doc)."""
     family = family_of(f)
     config: dict[str, Any] = {"architectures": [family.architecture], "model_type": family.model_type}
-    family.fill(f, config)
+    try:
+        family.fill(f, config)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+        # the family's keys read as llama.cpp reads them (int(), a division by the head count): a
+        # key missing, of another GGUF type (a string layer count) or 0 is a malformed file
+        raise InputError(
+            f"{f.path.name}: its {f.architecture} metadata is missing a key or holds one of the wrong type or "
+            f"value ({type(exc).__name__}: {' '.join(str(exc).split())[:120]}); it is not a model file gqa-export reads"
+        ) from None
     vocab = f.tensors.get("token_embd.weight")
     if vocab is None:
         raise InputError(f"{f.path.name} has no token_embd.weight tensor; it is not a complete model file")
