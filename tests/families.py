@@ -73,6 +73,8 @@ RAGGED_NEW = 20  # onnxruntime-genai's greedy tokens per row
 ORT_PAD = 9
 # every attention mode in a ragged batch: ORT logits row by row in gqa, genai's tokens in each mode
 RAGGED_EVERY_MODE: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=ALL_MODES)
+# a ragged batch in the two modes that differ in where positions and masks come from
+RAGGED_TWO_MODES: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa", "bias"))
 
 # transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
 # exact under 5.x, compared only there
@@ -286,7 +288,8 @@ FAMILIES: tuple[Family, ...] = (
     # non-gated squared-ReLU MLP with YaRN
     dense_family("seed_oss", **RAGGED_EVERY_MODE),
     dense_family("arcee", **RAGGED_EVERY_MODE),
-    # issue #39 item 3 (gqa_export/arch/derived_families.py): every mode on logits and greedy tokens, int4;
+    # issue #39 item 3 (gqa_export/arch/derived_families.py): every mode on logits and greedy tokens, int4, a
+    # ragged batch where a row adds a position or attention mechanism (absolute positions, MQA, local windows);
     # marked from 5.x: the tiny configs are spelled for 5.x (EXAONE, InternLM3 and Solar-Open have no 4.x class)
     dense_family("exaone", generate_modes=ALL_MODES, since_major=5),  # the hub's tensor names and config keys
     dense_family("internlm3", generate_modes=ALL_MODES, since_major=5),
@@ -297,18 +300,28 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("glm", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5),
     dense_family("cwm", generate_modes=ALL_MODES, since_major=5),
     classic_moe("solar_open", generate_modes=ALL_MODES, since_major=5),
-    dense_family("nanochat", generate_modes=ALL_MODES, since_major=5),  # mutants: tests/arch/test_derived_mutants.py
+    dense_family(
+        "nanochat", generate_modes=ALL_MODES, since_major=5, **RAGGED_TWO_MODES
+    ),  # mutants: tests/arch/test_derived_mutants.py
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
-        "gpt_bigcode", generate_modes=ALL_MODES, gathered_tables=frozenset({"transformer.wte.qweight"}), since_major=5
+        "gpt_bigcode",
+        generate_modes=ALL_MODES,
+        gathered_tables=frozenset({"transformer.wte.qweight"}),
+        since_major=5,
+        **RAGGED_TWO_MODES,
     ),
     dense("gpt_bigcode_mha", generate_modes=ALL_MODES, since_major=5),
     dense_family("persimmon", generate_modes=ALL_MODES, smoke_meets_eos=frozenset({5}), since_major=5),
-    dense_family("biogpt", generate_modes=ALL_MODES, since_major=5),
+    dense_family("biogpt", generate_modes=ALL_MODES, since_major=5, **RAGGED_TWO_MODES),
     dense_family(
-        "gpt_neo", generate_modes=ALL_MODES, gathered_tables=frozenset({"transformer.wte.qweight"}), since_major=5
+        "gpt_neo",
+        generate_modes=ALL_MODES,
+        gathered_tables=frozenset({"transformer.wte.qweight"}),
+        since_major=5,
+        **RAGGED_TWO_MODES,
     ),
-    dense_family("xglm", generate_modes=ALL_MODES, gathered_tables=TIED, since_major=5),
+    dense_family("xglm", generate_modes=ALL_MODES, gathered_tables=TIED, since_major=5, **RAGGED_TWO_MODES),
     # their mixtures of experts, routers computed as dense weights for MoE / QMoE: group-limited
     # sigmoid choice with a selection bias (GLM-4-MoE)
     classic_moe("glm4_moe", **RAGGED_EVERY_MODE),

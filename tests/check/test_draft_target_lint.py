@@ -1,6 +1,6 @@
 """The draft-pairing lint flags a *target* with last-token logits too (issue #36).
 
-tests/test_draft_pairing.py plants each pairing break into the draft side only; an independent
+tests/check/test_draft_pairing.py plants each pairing break into the draft side only; an independent
 mutation check removed the target half of the pruned-logits lint (package/draft.py
 `pairing_problems`) and every test still passed. A target whose logits are pruned verifies the
 drafted tokens one at a time (docs/speculative.md §4), so `inspect` must report it as an error

@@ -40,10 +40,10 @@ def apply(mutant: Mutant, tree: Path) -> None:
 
 ROWS = "tests/source/test_row_blocks.py::test_every_linear_read_in_row_blocks_equals_the_twin"
 STREAMED = "tests/source/test_row_blocks.py::test_exports_streamed_in_small_row_blocks_equal_the_twin"
-FAMILY = "tests/test_families.py::test_logits_match_hf"
+FAMILY = "tests/arch/test_families.py::test_logits_match_hf"
 ROPE = "tests/model/test_rope.py::test_tables_match_hf_rotary_embedding"
 KV = "tests/quant/test_kv_scales.py::test_scales_are_the_calibrated_range"
-VERIFY = "tests/test_verify.py"
+VERIFY = "tests/runtime/test_verify.py"
 OVERWRITE = "tests/faults/test_overwrite.py"
 CHECKPOINT = "tests/faults/test_checkpoint.py::test_broken_weights"
 
@@ -123,20 +123,20 @@ MUTANTS: list[Mutant] = [
     M("search-keeps-worst", "quant", "gqa_export/quant/nbits.py",
       "best_err = np.full((n, blocks), np.inf, dtype=np.float32)",
       "best_err = np.full((n, blocks), 0.0, dtype=np.float32)",
-      ["tests/test_quantize.py::test_searches_beat_round_to_nearest_of_their_own_kind"]),
+      ["tests/quant/test_quantize.py::test_searches_beat_round_to_nearest_of_their_own_kind"]),
     M("search-floor-not-round", "quant", "gqa_export/quant/nbits.py",
       "q = (np.clip(np.round(x / safe), -mid, qmax) + mid).astype(np.uint8)",
       "q = (np.clip(np.floor(x / safe), -mid, qmax) + mid).astype(np.uint8)",
-      ["tests/test_quantize.py::test_layout_matches_float_reference",
-       "tests/test_quantize.py::test_search_never_worse_than_rtn"]),
+      ["tests/quant/test_quantize.py::test_layout_matches_float_reference",
+       "tests/quant/test_quantize.py::test_search_never_worse_than_rtn"]),
     M("k-quant-zero-point-unclipped", "quant", "gqa_export/quant/nbits.py",
       "q = np.clip(np.round(x / best_grid[..., None]) + best_zp[..., None], 0, qmax).astype(np.uint8)",
       "q = np.clip(np.round(x / best_grid[..., None]) + best_zp[..., None] + 1, 0, qmax).astype(np.uint8)",
-      ["tests/test_quantize.py::test_searches_beat_round_to_nearest_of_their_own_kind"]),
+      ["tests/quant/test_quantize.py::test_searches_beat_round_to_nearest_of_their_own_kind"]),
     M("gather-table-block-size", "quant", "gqa_export/quant/quantize.py",
       '{"gather_axis": 0, "quantize_axis": 2, "block_size": cfg.block_size, "bits": cfg.bits}',
       '{"gather_axis": 0, "quantize_axis": 2, "block_size": cfg.block_size // 2, "bits": cfg.bits}',
-      ["tests/test_quantize.py::test_quant_embeddings_flag_for_untied"]),
+      ["tests/quant/test_quantize.py::test_quant_embeddings_flag_for_untied"]),
     M("gather-table-block-size-x2", "quant", "gqa_export/quant/quantize.py",
       '{"gather_axis": 0, "quantize_axis": 2, "block_size": cfg.block_size, "bits": cfg.bits}',
       '{"gather_axis": 0, "quantize_axis": 2, "block_size": cfg.block_size * 2, "bits": cfg.bits}',
@@ -162,11 +162,11 @@ MUTANTS: list[Mutant] = [
     M("alibi-slope-base", "graph", "gqa_export/model/alibi.py",
       "base = np.float32(2 ** (-(2 ** -(math.log2(closest) - 3))))",
       "base = np.float32(2 ** (-(2 ** -(math.log2(closest) - 2))))",
-      ["tests/test_classics_alibi_fused_qkv.py::test_alibi_slopes_are_hf_own"]),
+      ["tests/arch/test_classics_alibi_fused_qkv.py::test_alibi_slopes_are_hf_own"]),
     M("sliding-window-off-by-one", "graph", "gqa_export/graph/masks.py",
       'allowed = b.op("And", allowed, b.op("Less", distance, window))',
       'allowed = b.op("And", allowed, b.op("LessOrEqual", distance, window))',
-      ["tests/test_families.py::test_standard_attention_matches_hf"]),
+      ["tests/arch/test_families.py::test_standard_attention_matches_hf"]),
     M("norm-without-sqrt", "graph", "gqa_export/graph/primitive_norms.py",
       'inverse = add("Div", constants["one"], add("Sqrt", add("Add", mean, constants["eps"])))',
       'inverse = add("Div", constants["one"], add("Add", mean, constants["eps"]))',
@@ -183,7 +183,7 @@ MUTANTS: list[Mutant] = [
     M("genai-eos-first-only", "package", "gqa_export/package/genai_config.py",
       '"eos_token_id": eos if len(eos) != 1 else eos[0],',
       '"eos_token_id": eos[0],',
-      ["tests/test_genai_config.py::test_eos_list_merges_config_and_generation_config"]),
+      ["tests/package/test_genai_config.py::test_eos_list_merges_config_and_generation_config"]),
     M("manifest-digest-trusts-size", "package", "gqa_export/package/staging.py",
       'if path.name in known and known[path.name]["bytes"] == path.stat().st_size:',
       "if path.name in known:",
@@ -192,7 +192,7 @@ MUTANTS: list[Mutant] = [
     M("staging-kept-on-failure", "guard", "gqa_export/package/staging.py",
       "shutil.rmtree(self.path, ignore_errors=True)",
       "pass",
-      ["tests/test_package.py::test_staging_is_removed_on_failure_and_renamed_on_commit"]),
+      ["tests/package/test_package.py::test_staging_is_removed_on_failure_and_renamed_on_commit"]),
     # --- verify
     M("verify-ignores-sha256", "verify", "gqa_export/runtime/verify.py",
       'elif not isinstance(entry, dict) or hashes.of(file) != entry.get("sha256"):',
@@ -210,15 +210,15 @@ MUTANTS: list[Mutant] = [
     M("release-path-dotdot", "release", "gqa_export/release/spec.py",
       'if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts or "\\\\" in path or not path.strip("/"):',  # noqa: E501
       'if PurePosixPath(path).is_absolute() or "\\\\" in path or not path.strip("/"):',
-      ["tests/test_release.py::test_spec_errors_name_file_line_and_key"]),
+      ["tests/release/test_release.py::test_spec_errors_name_file_line_and_key"]),
     M("release-nested-variants", "release", "gqa_export/release/spec.py",
       'if same or variant.path.startswith(other.path + "/") or other.path.startswith(variant.path + "/"):',
       "if same:",
-      ["tests/test_release.py::test_spec_errors_name_file_line_and_key"]),
-    M("release-gate-inverted", "release", "gqa_export/release/assemble.py",
+      ["tests/release/test_release.py::test_spec_errors_name_file_line_and_key"]),
+    M("release-gate-inverted", "release", "gqa_export/release/evaluation.py",
       "if increase > variant.gate.max_ppl_increase:",
       "if increase < variant.gate.max_ppl_increase:",
-      ["tests/test_release.py::test_a_tripped_gate_publishes_nothing_and_every_failing_gate_is_named"]),
+      ["tests/release/test_release.py::test_a_tripped_gate_publishes_nothing_and_every_failing_gate_is_named"]),
     # --- guard
     M("guard-output-contains-input", "guard", "gqa_export/package/ownership.py",
       "if out in other.parents:",
@@ -258,6 +258,6 @@ MUTANTS: list[Mutant] = [
     M("ngram-size-dropped", "runtime", "gqa_export/package/draft.py",
       'return {"ngram_size": ngram, **{k: v for k, v in given.items() if v is not None}}',
       'return {"ngram_size": ngram + 1, **{k: v for k, v in given.items() if v is not None}}',
-      ["tests/test_speculative.py::test_ngram_tokens_equal_plain"]),
+      ["tests/runtime/test_speculative.py::test_ngram_tokens_equal_plain"]),
 ]
 # fmt: on
