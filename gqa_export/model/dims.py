@@ -164,8 +164,23 @@ def read_dims(
     """Resolve a transformers text config into `ModelDims`, checking what the spec supports.
 
     `outer` is the multimodal config the text config came from (None for a text model): token ids
-    and architectures live there.
+    and architectures live there. A key the spec reads that the config class does not hold (a
+    config.json edited to another model_type drops the keys that class does not declare) is the
+    user's config, not our bug: one line naming the key.
     """
+    try:
+        return _read_dims(config, spec, generation, outer)
+    except AttributeError as error:
+        if error.obj is not config and error.obj is not outer:
+            raise
+        model_type = getattr(config, "model_type", "?")
+        raise InputError(
+            f"config.json (model_type '{model_type}') has no '{error.name}', which the {spec.name} spec reads; "
+            "fix the config's model_type or add the key"
+        ) from None
+
+
+def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, outer: Any | None) -> ModelDims:
     keys = spec.config_keys
 
     def opt(name: str, default: Any = None) -> Any:

@@ -314,6 +314,11 @@ CONFIG_FAULTS = {
         put(model_type="falcon", architectures=["FalconForCausalLM"]),
         r"cannot read .*config\.json: property 'head_dim' of 'FalconConfig' object has no setter",
     ),
+    # the post-fix fuzz run: a Llama config relabelled as another type whose class lacks a key the spec reads
+    "relabelled-qwen3_5_moe": (
+        put(model_type="qwen3_5_moe", architectures=[]),
+        r"config\.json \(model_type 'qwen3_5_moe(_text)?'\) has no 'intermediate_size', which the \S+ spec reads",
+    ),
     "generation-bos_token_id-an-object": (
         lambda f: (f / "generation_config.json").write_text('{"bos_token_id": {"a": 1}}'),
         r"a token id in config\.json or generation_config\.json is \{\"a\": 1\}, not an integer",
