@@ -18,12 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from derived_moe_models import CONFIGS as DERIVED_MOE_CONFIGS
+from derived_moe_models import FAMILIES as DERIVED_MOE_FAMILIES
 from tiny_models import save_tokenizer, spelled_for_installed_transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
 FAMILIES = [
     "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "olmoe", "granitemoe", "phimoe", "gemma4_text",
-    "deepseek_v2", "deepseek_v3",
+    "deepseek_v2", "deepseek_v3", *DERIVED_MOE_FAMILIES,
 ]  # fmt: skip
 
 # multi-head latent attention: a key of 16 no-rope + 8 rope dims (24, a multiple of 8 for GQA), values
@@ -52,6 +54,9 @@ COMMON = dict(
 
 def family_config(model_type: str) -> dict:
     c = dict(COMMON)
+    if model_type in DERIVED_MOE_CONFIGS:  # tests/derived_moe_models.py
+        overrides, dropped = DERIVED_MOE_CONFIGS[model_type]
+        return {**{k: v for k, v in c.items() if k not in dropped}, **overrides}
     if model_type == "qwen3_moe":
         c.update(
             num_experts=8,

@@ -7,6 +7,7 @@ import difflib
 from gqa_export.arch.chunked_families import CHUNKED
 from gqa_export.arch.classic_families import CLASSICS
 from gqa_export.arch.derived_families import DERIVED
+from gqa_export.arch.derived_moe_families import DERIVED_MOE
 from gqa_export.arch.families import ALL
 from gqa_export.arch.hybrid_families import HYBRIDS
 from gqa_export.arch.latent_families import LATENT_FAMILIES
@@ -14,7 +15,7 @@ from gqa_export.arch.spec import ArchSpec, LayerNames
 from gqa_export.errors import InputError
 
 SPECS: dict[str, ArchSpec] = {
-    spec.name: spec for spec in (*ALL, *HYBRIDS, *CLASSICS, *LATENT_FAMILIES, *CHUNKED, *DERIVED)
+    spec.name: spec for spec in (*ALL, *HYBRIDS, *CLASSICS, *LATENT_FAMILIES, *CHUNKED, *DERIVED, *DERIVED_MOE)
 }
 
 __all__ = ["SPECS", "ArchSpec", "LayerNames", "get_spec"]

@@ -66,7 +66,7 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
         shared = ungated_shared_expert if spec.activation == "ungated" else _shared_expert
         out = lc.b.op("Add", out, shared(lc, x, prefix), name="add_shared_expert")
-    if names.shared_mlp:  # Granite-4.0-H: an ungated dense MLP beside the experts
+    if names.shared_mlp and moe.shared_intermediate:  # Granite-4.0-H, GraniteMoE-Shared (none when 0 wide)
         gate_up, down = names.shared_mlp
         with lc.b.scope("shared_mlp"):
             out = lc.b.op("Add", out, gated_mlp(lc, x, gate_up, down, moe.shared_intermediate), name="add_shared_mlp")

@@ -1,0 +1,39 @@
+"""Mutants of the mechanisms the issue #39 mixtures of experts brought
+(gqa_export/arch/derived_moe_families.py): each planted into a copy of the correct registry package
+(tests/mutants.py) must break HF parity, the registry's check (tests/arch/test_families.py), so a
+graph that dropped or miswired the mechanism fails it.
+
+GraniteMoE-Shared: the shared MLP beside the experts (its output projection x1.5).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from families import PROMPT
+from mutants import copy_package, edit_initializers, times
+from reference import hf_logits, hf_model, ort_prefill_and_decode
+
+# family -> mutant -> (initializer pattern, change)
+MUTANTS = {
+    "granitemoeshared": {"shared-mlp-scaled": ("*.shared_mlp.output_linear.weight", times(1.5))},
+}
+CASES = [(family, mutant) for family, mutants in MUTANTS.items() for mutant in mutants]
+
+
+def _parity(package, checkpoint) -> bool:
+    tokens, got = ort_prefill_and_decode(package, list(PROMPT), steps=2)
+    return np.allclose(got, hf_logits(hf_model(checkpoint), tokens, len(PROMPT)), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("family", MUTANTS)
+def test_the_correct_package_passes(builds, family):
+    assert _parity(builds.package(family), builds.checkpoint(family))
+
+
+@pytest.mark.parametrize(("family", "mutant"), CASES)
+def test_mutant_moe_mechanism_fails_hf_parity(builds, tmp_path, family, mutant):
+    pattern, change = MUTANTS[family][mutant]
+    broken = copy_package(builds.package(family), tmp_path / mutant)
+    assert edit_initializers(broken, pattern, change), pattern
+    assert not _parity(broken, builds.checkpoint(family))

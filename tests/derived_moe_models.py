@@ -1,0 +1,31 @@
+"""Tiny configs of the mixtures of experts that are another family's layers with a mechanism changed
+(issue #39 item 3, gqa_export/arch/derived_moe_families.py), on tests/moe_models.py's common shape;
+moe_models.family_config reads them from here. Each config makes its mechanism matter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# model_type -> (config kwargs applied over moe_models.COMMON, COMMON keys the class does not take)
+CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    # GraniteMoE's tiny config (multipliers, tied, top 2 of 8) with a 48-wide gated shared MLP
+    "granitemoeshared": (
+        dict(
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            shared_intermediate_size=48,
+            tie_word_embeddings=True,
+            embedding_multiplier=12.0,
+            attention_multiplier=0.0625,
+            residual_multiplier=0.22,
+            logits_scaling=6.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6,
+            initializer_range=0.7,  # GraniteMoE's: tied, embedding x12, residual x0.22
+        ),
+        ("head_dim",),
+    ),
+}
+FAMILIES = list(CONFIGS)
