@@ -27,5 +27,17 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # FlexOlmo: OLMo-2's post-norm layers with OLMoE's router, the top 2 of 8 renormalized
+    "flex_olmo": (
+        dict(
+            num_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            norm_topk_prob=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+            rms_norm_eps=1e-6,
+        ),
+        ("head_dim",),
+    ),
 }
 FAMILIES = list(CONFIGS)

@@ -538,6 +538,7 @@ FAMILIES: tuple[Family, ...] = (
     # greedy tokens and a ragged batch, int4 and int8 (QMoE). Marked from 5.x: the tiny configs are
     # spelled for 5.x
     moe_family("granitemoeshared", ALL_MODES, gathered_tables=TIED, since_major=5, **RAGGED_EVERY_MODE),
+    moe_family("flex_olmo", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

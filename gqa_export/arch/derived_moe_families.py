@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import GRANITEMOE
+from gqa_export.arch.families import _MOE, GRANITEMOE, OLMO2
 from gqa_export.arch.spec import config_keys
 
 # GraniteMoE-Shared: GraniteMoE's multipliers and top-k-then-softmax router with a gated shared MLP
@@ -21,4 +21,9 @@ GRANITEMOESHARED = replace(
     config_keys=config_keys(shared_expert_intermediate_size="shared_intermediate_size"),
 )
 
-DERIVED_MOE = (GRANITEMOESHARED,)
+# FlexOlmo: OLMo-2's layers (no input norm: attention -> RMSNorm -> add, MLP -> RMSNorm -> add, q/k
+# RMSNorms over all heads) with OLMoE's sparse block in place of the MLP (mlp.gate: softmax over every
+# expert, the top k renormalized iff norm_topk_prob), no clip_qkv (OLMo-2's attention)
+FLEX_OLMO = replace(OLMO2, name="flex_olmo", moe=_MOE)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO)

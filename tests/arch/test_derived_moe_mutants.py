@@ -3,7 +3,9 @@
 (tests/mutants.py) must break HF parity, the registry's check (tests/arch/test_families.py), so a
 graph that dropped or miswired the mechanism fails it.
 
-GraniteMoE-Shared: the shared MLP beside the experts (its output projection x1.5).
+GraniteMoE-Shared: the shared MLP beside the experts (its output projection x1.5). FlexOlmo: the
+post-norm after the sparse block (its weight x1.5: a graph that normed before the experts, as
+OLMoE does, computes another function).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from reference import hf_logits, hf_model, ort_prefill_and_decode
 # family -> mutant -> (initializer pattern, change)
 MUTANTS = {
     "granitemoeshared": {"shared-mlp-scaled": ("*.shared_mlp.output_linear.weight", times(1.5))},
+    "flex_olmo": {"sparse-post-norm-scaled": ("*.post_feedforward_layernorm.weight", times(1.5))},
 }
 CASES = [(family, mutant) for family, mutants in MUTANTS.items() for mutant in mutants]
 
