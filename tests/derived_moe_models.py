@@ -39,5 +39,35 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # Cohere2-MoE: LayerNorms (no rms_norm_eps), layer 0 dense (a 96-wide MLP, full attention with RoPE:
+    # prefix_dense_sliding_window_pattern 1), then sliding / global (NoPE) / sliding sparse layers, the
+    # top 2 of 8 experts 32 wide averaged with a 32-wide shared expert
+    "cohere2_moe": (
+        dict(
+            num_hidden_layers=4,
+            first_k_dense_replace=1,
+            sliding_window=8,
+            sliding_window_pattern=2,
+            num_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            prefix_dense_intermediate_size=96,
+            num_shared_experts=1,
+            shared_expert_combination_strategy="average",
+            logit_scale=0.5,
+            layer_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_theta=10000.0,
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
+# Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern
+# is 2 (sliding, then a global layer without RoPE: no force_rope), then sliding / global sparse layers
+COHERE2_MOE_RMS = dict(
+    rms_norm_eps=1e-5,
+    shared_expert_combination_strategy="sum",
+    first_k_dense_replace=2,
+    prefix_dense_sliding_window_pattern=2,
+)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from dense_models import VARIANTS as DENSE_VARIANTS
 from dense_models import save_dense
+from derived_moe_models import COHERE2_MOE_RMS
 from gemma3n_models import save_gemma3n
 from llama4_models import save_llama4
 from moe_models import save_moe
@@ -539,6 +540,9 @@ FAMILIES: tuple[Family, ...] = (
     # spelled for 5.x
     moe_family("granitemoeshared", ALL_MODES, gathered_tables=TIED, since_major=5, **RAGGED_EVERY_MODE),
     moe_family("flex_olmo", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
+    moe_family("cohere2_moe", ALL_MODES, gathered_tables=TIED, since_major=5, **RAGGED_EVERY_MODE),
+    # RMSNorms (rms_norm_eps set), the shared expert summed, a dense global layer without RoPE
+    moe("cohere2_moe_rms", "cohere2_moe", overrides=COHERE2_MOE_RMS, generate_modes=("gqa",), since_major=5),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

@@ -57,6 +57,13 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "expert_groups": "n_group",  # grouped selection (routing "sigmoid_group_biased")
     "expert_groups_kept": "topk_group",
     "routing_norm_min": "moe_norm_min",  # ERNIE-4.5-MoE: the top-k sum's floor
+    # Cohere2-MoE / EXAONE-MoE: each layer's MLP by name ("dense" | "sparse"); the shared expert
+    # added to the routed output ("sum") or averaged with it ("average"); RMSNorms where rms_norm_eps
+    # is set; the dense prefix layers' window pattern (1: full attention, with RoPE)
+    "mlp_layer_types": "mlp_layer_types",
+    "shared_combination": "shared_expert_combination_strategy",
+    "rms_norm_switch": "rms_norm_eps",
+    "dense_prefix_window_pattern": "prefix_dense_sliding_window_pattern",
     # DeepSeek: grouped expert selection
     "expert_topk_method": "topk_method",
     # multi-head latent attention (DeepSeek-V2/V3)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import _MOE, GRANITEMOE, OLMO2
-from gqa_export.arch.spec import config_keys
+from gqa_export.arch.families import _MOE, COHERE2, GRANITEMOE, OLMO2
+from gqa_export.arch.spec import PER_EXPERT_PROJ, PER_EXPERT_W, MoeNames, MoeSpec, Refusal, config_keys
 
 # GraniteMoE-Shared: GraniteMoE's multipliers and top-k-then-softmax router with a gated shared MLP
 # beside the experts (shared_mlp.input_linear holds its gate | up halves, shared_intermediate_size
@@ -26,4 +26,33 @@ GRANITEMOESHARED = replace(
 # expert, the top k renormalized iff norm_topk_prob), no clip_qkv (OLMo-2's attention)
 FLEX_OLMO = replace(OLMO2, name="flex_olmo", moe=_MOE)
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO)
+# Cohere2-MoE: Cohere2's parallel layers (sliding layers with GPT-J RoPE, global ones without,
+# logit_scale) whose norms are RMSNorms where the config sets rms_norm_eps (LayerNorms otherwise);
+# Mixtral's experts intermediate_size wide on the "sparse" layers of mlp_layer_types, chosen as the
+# top k of the logits then softmaxed over them (= softmax top k renormalized), beside shared experts
+# num_shared_experts x intermediate_size wide, summed with the routed output or averaged with it
+# (shared_expert_combination_strategy); "dense" layers hold a prefix_dense_intermediate_size MLP
+# and, when prefix_dense_sliding_window_pattern is 1, RoPE on their full attention (force_rope)
+COHERE2_MOE = replace(
+    COHERE2,
+    name="cohere2_moe",
+    rms_when_configured=True,
+    rope_layers="sliding_or_dense_prefix",
+    moe=MoeSpec(
+        MoeNames(per_expert=(PER_EXPERT_PROJ, PER_EXPERT_W), shared_expert="shared_experts"),
+        normalize=True,
+        shared_width="per_expert",
+    ),
+    config_keys=config_keys(
+        intermediate_size="prefix_dense_intermediate_size|intermediate_size", shared_experts="num_shared_experts"
+    ),
+    refusals=(
+        Refusal(
+            "expert_selection_fn",
+            "Cohere2-MoE's sigmoid expert selection (sigmoid of the top-k logits) is not supported; softmax is",
+            ("sigmoid",),
+        ),
+    ),
+)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE)

@@ -319,6 +319,7 @@ class ArchSpec:
     # rms | layer (LayerNorm, bias where stored) | layer_free (no weights: OLMo) | rms_free (RMSNorm without a
     # weight: NanoChat's F.rms_norm; the norm's tensor names are then never read)
     norm: str = "rms"
+    rms_when_configured: bool = False  # RMSNorms instead where the config sets rms_norm_eps (Cohere2-MoE)
     fixed_norm_eps: float | None = None  # an eps the modeling code hard-codes (OLMo: 1e-5)
     mlp: str = "gated"  # gated: down(act(gate) * up) | plain: down(act(up)) (Phi-2, StarCoder2, Nemotron)
     parallel_key: str | None = None  # a config flag that switches the block to the parallel layout (StableLM)
@@ -327,7 +328,8 @@ class ArchSpec:
     # RoPE rotating by minus the angle: rotate_half gives [x2, -x1] instead of [-x2, x1] (NanoChat), the
     # same as a sin table of the opposite sign, which GQA's fused RoPE and the plain ops both read
     rope_reversed: bool = False
-    # all | sliding (Cohere2) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
+    # all | sliding (Cohere2) | sliding_or_dense_prefix (Cohere2-MoE: also the dense layers whose
+    # prefix_dense_sliding_window_pattern is 1) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
     # layer when position_embedding_type is "rope", none otherwise) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)

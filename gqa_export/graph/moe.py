@@ -66,6 +66,10 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
         shared = ungated_shared_expert if spec.activation == "ungated" else _shared_expert
         out = lc.b.op("Add", out, shared(lc, x, prefix), name="add_shared_expert")
+        if moe.shared_average:  # Cohere2-MoE's "average" combination
+            out = lc.b.op(
+                "Mul", out, lc.b.const(np.asarray(0.5, NUMPY_DTYPES[lc.params.dtype]), "half"), name="shared_average"
+            )
     if names.shared_mlp and moe.shared_intermediate:  # Granite-4.0-H, GraniteMoE-Shared (none when 0 wide)
         gate_up, down = names.shared_mlp
         with lc.b.scope("shared_mlp"):

@@ -252,7 +252,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         query_scale=position_query_scale_params(config) if spec.query_position_scale else None,
         moe=read_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
-        norm_kind=spec.norm,
+        norm_kind="rms" if spec.rms_when_configured and opt("rms_norm_switch") is not None else spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),
         logits_multiplier=float(opt("logit_scale", 1.0)),
         conv_kernel=conv_kernel(opt, spec, mixers := [layer.mixer for layer in layers]),
@@ -320,7 +320,7 @@ def _layers(
             head_dim = hidden // heads
         if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
             head_dim, kv_heads = latent.head_dim, heads
-        if nope_layer(opt, spec, sliding, window):
+        if nope_layer(opt, spec, sliding, window, dense=not sparse_layer(opt, spec, i, layer_type)):
             rope_key = None  # Cohere2 / EXAONE-4: global layers without RoPE; Granite-4.0-H: none has it
         source = i
         if shared and i >= first_shared:

@@ -35,6 +35,9 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
     listed = opt("sparse_layers")  # Llama-4's moe_layers: the sparse layers by index
     if listed is not None:
         return i in listed
+    kinds = opt("mlp_layer_types")  # Cohere2-MoE, EXAONE-MoE: "dense" | "sparse" per layer
+    if kinds is not None:
+        return kinds[i] == "sparse"
     if i < int(opt("first_dense_layers", 0) or 0):
         return False
     last = opt("last_sparse_layer")
@@ -44,13 +47,16 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
 
 
-def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
+def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int, dense: bool = False) -> bool:
     """Whether an attention layer goes without RoPE by the spec's rope_layers: Cohere2's global
     layers, EXAONE-4's when the model has a window, every layer of a Granite-4.0-H whose
-    position_embedding_type is not "rope", every layer of a family without RoPE (Jamba, Nemotron-H)."""
+    position_embedding_type is not "rope", every layer of a family without RoPE (Jamba, Nemotron-H);
+    Cohere2-MoE's global layers but its `dense` ones when prefix_dense_sliding_window_pattern is 1
+    (its attention's force_rope)."""
+    forced = spec.rope_layers == "sliding_or_dense_prefix" and dense and opt("dense_prefix_window_pattern", 1) == 1
     return (
         spec.rope_layers == "none"
-        or (spec.rope_layers == "sliding" and not sliding)
+        or (spec.rope_layers in ("sliding", "sliding_or_dense_prefix") and not sliding and not forced)
         or (spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding)
         or (spec.rope_layers == "if_configured" and opt("position_embedding_type") != "rope")
     )

@@ -26,6 +26,7 @@ class MoeDims:
     groups: int = 1  # grouped routers: n_group expert groups, topk_group of them kept (graph/grouped_routing.py)
     groups_kept: int = 1
     norm_min: float = 0.0  # the renormalizing sum's floor (ERNIE-4.5-MoE's moe_norm_min)
+    shared_average: bool = False  # (routed + shared) / 2 instead of their sum (Cohere2-MoE's "average")
 
 
 def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
@@ -47,6 +48,9 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         "per_expert": lambda: width * int(opt("shared_experts", 0) or 0),
         "dense": lambda: intermediate,
     }[spec.moe.shared_width]
+    combination = opt("shared_combination", "sum")
+    if combination not in ("sum", "average"):
+        raise InputError(f"shared_expert_combination_strategy '{combination}' is not 'sum' or 'average'")
     return MoeDims(
         experts=experts,
         top_k=top_k,
@@ -61,6 +65,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         groups=groups,
         groups_kept=kept,
         norm_min=float(opt("routing_norm_min", 0.0) or 0.0),
+        shared_average=combination == "average",
     )
 
 

@@ -5,10 +5,15 @@ graph that dropped or miswired the mechanism fails it.
 
 GraniteMoE-Shared: the shared MLP beside the experts (its output projection x1.5). FlexOlmo: the
 post-norm after the sparse block (its weight x1.5: a graph that normed before the experts, as
-OLMoE does, computes another function).
+OLMoE does, computes another function). Cohere2-MoE: the shared expert averaged with the routed
+output (the halving x2: their sum), and two mechanisms a spec mutant drops from the graph (built with
+the spec changed, the checkpoint as it is): RoPE forced on the dense prefix's full attention
+(force_rope), RMSNorms where rms_norm_eps is set (LayerNorms instead).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,10 +21,14 @@ from families import PROMPT
 from mutants import copy_package, edit_initializers, times
 from reference import hf_logits, hf_model, ort_prefill_and_decode
 
+from gqa_export import arch
+from gqa_export.pipeline import BuildOptions, build
+
 # family -> mutant -> (initializer pattern, change)
 MUTANTS = {
     "granitemoeshared": {"shared-mlp-scaled": ("*.shared_mlp.output_linear.weight", times(1.5))},
     "flex_olmo": {"sparse-post-norm-scaled": ("*.post_feedforward_layernorm.weight", times(1.5))},
+    "cohere2_moe": {"shared-average-dropped": ("const.half*", times(2.0))},
 }
 CASES = [(family, mutant) for family, mutants in MUTANTS.items() for mutant in mutants]
 
@@ -40,3 +49,21 @@ def test_mutant_moe_mechanism_fails_hf_parity(builds, tmp_path, family, mutant):
     broken = copy_package(builds.package(family), tmp_path / mutant)
     assert edit_initializers(broken, pattern, change), pattern
     assert not _parity(broken, builds.checkpoint(family))
+
+
+# registry row -> (spec, the mechanism dropped as a spec change)
+SPEC_MUTANTS = {
+    "dense-prefix-rope-dropped": ("cohere2_moe", dict(rope_layers="sliding")),
+    "rms-switch-dropped": ("cohere2_moe_rms", dict(rms_when_configured=False)),
+}
+
+
+@pytest.mark.parametrize("mutant", SPEC_MUTANTS)
+def test_spec_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
+    row, change = SPEC_MUTANTS[mutant]
+    assert _parity(builds.package(row), builds.checkpoint(row))
+    spec = arch.SPECS["cohere2_moe"]
+    monkeypatch.setitem(arch.SPECS, spec.name, replace(spec, **change))
+    out = tmp_path / mutant
+    build(BuildOptions(str(builds.checkpoint(row)), out, smoke=False, text_only=True))
+    assert not _parity(out, builds.checkpoint(row))
