@@ -61,6 +61,27 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # EXAONE-MoE: layer 0 dense (96 wide), then sliding / global (NoPE) / global layers (pattern 2, the last
+    # global); 12 experts in 3 groups, the 2 best kept, top 3 on sigmoid + selection bias, x2.5, a shared expert
+    "exaone_moe": (
+        dict(
+            num_hidden_layers=4,
+            first_k_dense_replace=1,
+            sliding_window=8,
+            sliding_window_pattern=2,
+            num_experts=12,
+            num_experts_per_tok=3,
+            n_group=3,
+            topk_group=2,
+            moe_intermediate_size=32,
+            num_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

@@ -543,6 +543,9 @@ FAMILIES: tuple[Family, ...] = (
     moe_family("cohere2_moe", ALL_MODES, gathered_tables=TIED, since_major=5, **RAGGED_EVERY_MODE),
     # RMSNorms (rms_norm_eps set), the shared expert summed, a dense global layer without RoPE
     moe("cohere2_moe_rms", "cohere2_moe", overrides=COHERE2_MOE_RMS, generate_modes=("gqa",), since_major=5),
+    moe_family("exaone_moe", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
+    # transformers 5.x's own layout: fused [E, 2I, H] experts, the selection bias under mlp.gate.
+    moe("exaone_moe_v5", "exaone_moe", hub_layout=False, since_major=5),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import _MOE, COHERE2, GRANITEMOE, OLMO2
+from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2
 from gqa_export.arch.spec import PER_EXPERT_PROJ, PER_EXPERT_W, MoeNames, MoeSpec, Refusal, config_keys
 
 # GraniteMoE-Shared: GraniteMoE's multipliers and top-k-then-softmax router with a gated shared MLP
@@ -55,4 +55,21 @@ COHERE2_MOE = replace(
     ),
 )
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE)
+# EXAONE-MoE (K-EXAONE): pre-norm layers (OLMoE's) with EXAONE-4's attention (per-head q/k RMSNorms
+# before RoPE, global layers NoPE when the model has a window) and DeepSeek-V3's mixture as GLM-4-MoE
+# runs it (sigmoid scores chosen within the best groups on scores + e_score_correction_bias, fp32,
+# times routed_scaling_factor, shared experts num_shared_experts x moe_intermediate_size wide) on the
+# "sparse" layers of mlp_layer_types; the hub keeps the selection bias at mlp.e_score_correction_bias
+_GLM4_MOE_NAMES = GLM4_MOE.moe.names  # type: ignore[union-attr]
+EXAONE_MOE = replace(
+    GLM4_MOE,
+    name="exaone_moe",
+    rope_layers="sliding_if_windowed",
+    moe=replace(
+        GLM4_MOE.moe,  # type: ignore[arg-type]
+        names=replace(_GLM4_MOE_NAMES, expert_bias="gate.e_score_correction_bias|e_score_correction_bias"),
+    ),
+    config_keys=config_keys(first_dense_layers="first_k_dense_replace", shared_experts="num_shared_experts"),
+)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE)

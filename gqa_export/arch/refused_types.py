@@ -28,7 +28,6 @@ REFUSED: dict[str, str] = {
     "dbrx": "DBRX's fused Wqkv clamped by clip_qkv with experts stored as one fused tensor per kind has no spec yet",
     "deepseek_v32": "DeepSeek sparse attention (a lightning indexer choosing the top-k keys per query) has no spec "
     "yet (docs/coverage.md)",
-    "exaone_moe": "EXAONE-MoE has no spec yet",
     "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "
     "would carry recurrent state only (docs/coverage.md)",
     "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",

@@ -37,8 +37,10 @@ def grouped_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDim
         scores = b.op("Sigmoid", logits, name="scores") if sigmoid else b.op("Softmax", logits, axis=-1, name="scores")
         choosing = scores
         names = lc.spec.moe.names  # type: ignore[union-attr]
-        bias_name = lc.name(f"{prefix}{names.expert_bias}", suffix="") if names.expert_bias else None
-        if bias_name is not None and bias_name in lc.params.store:
+        # "a|b": the spellings tried in order (EXAONE-MoE's hub mlp.e_score_correction_bias, 5.x's under gate.)
+        spellings = (lc.name(f"{prefix}{n}", suffix="") for n in (names.expert_bias or "").split("|") if n)
+        bias_name = next((n for n in spellings if n in lc.params.store), None)
+        if bias_name is not None:
             choosing = b.op("Add", scores, b.initializer(bias_name, lc.params.vector([bias_name])), name="biased")
         if moe.groups > 1:
             choosing = _keep_groups(lc, choosing, moe, sigmoid)

@@ -8,7 +8,9 @@ post-norm after the sparse block (its weight x1.5: a graph that normed before th
 OLMoE does, computes another function). Cohere2-MoE: the shared expert averaged with the routed
 output (the halving x2: their sum), and two mechanisms a spec mutant drops from the graph (built with
 the spec changed, the checkpoint as it is): RoPE forced on the dense prefix's full attention
-(force_rope), RMSNorms where rms_norm_eps is set (LayerNorms instead).
+(force_rope), RMSNorms where rms_norm_eps is set (LayerNorms instead). EXAONE-MoE: the selection
+bias the hub keeps at mlp.e_score_correction_bias (zeroed), and its global layers without RoPE
+(a spec with RoPE on every layer).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ MUTANTS = {
     "granitemoeshared": {"shared-mlp-scaled": ("*.shared_mlp.output_linear.weight", times(1.5))},
     "flex_olmo": {"sparse-post-norm-scaled": ("*.post_feedforward_layernorm.weight", times(1.5))},
     "cohere2_moe": {"shared-average-dropped": ("const.half*", times(2.0))},
+    "exaone_moe": {"selection-bias-zeroed": ("*.mlp.e_score_correction_bias", times(0.0))},
 }
 CASES = [(family, mutant) for family, mutants in MUTANTS.items() for mutant in mutants]
 
@@ -51,18 +54,19 @@ def test_mutant_moe_mechanism_fails_hf_parity(builds, tmp_path, family, mutant):
     assert not _parity(broken, builds.checkpoint(family))
 
 
-# registry row -> (spec, the mechanism dropped as a spec change)
+# mutant -> (registry row, its spec, the mechanism dropped as a spec change)
 SPEC_MUTANTS = {
-    "dense-prefix-rope-dropped": ("cohere2_moe", dict(rope_layers="sliding")),
-    "rms-switch-dropped": ("cohere2_moe_rms", dict(rms_when_configured=False)),
+    "dense-prefix-rope-dropped": ("cohere2_moe", "cohere2_moe", dict(rope_layers="sliding")),
+    "rms-switch-dropped": ("cohere2_moe_rms", "cohere2_moe", dict(rms_when_configured=False)),
+    "global-rope-kept": ("exaone_moe", "exaone_moe", dict(rope_layers="all")),
 }
 
 
 @pytest.mark.parametrize("mutant", SPEC_MUTANTS)
 def test_spec_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
-    row, change = SPEC_MUTANTS[mutant]
+    row, spec_name, change = SPEC_MUTANTS[mutant]
     assert _parity(builds.package(row), builds.checkpoint(row))
-    spec = arch.SPECS["cohere2_moe"]
+    spec = arch.SPECS[spec_name]
     monkeypatch.setitem(arch.SPECS, spec.name, replace(spec, **change))
     out = tmp_path / mutant
     build(BuildOptions(str(builds.checkpoint(row)), out, smoke=False, text_only=True))
