@@ -82,6 +82,27 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # DBRX: its own spellings (d_model, n_heads, n_layers, attn_config, ffn_config), 2 kv heads,
+    # clip_qkv 1.0 (clamps a share of the q/k/v entries here), the top 2 of 8 experts renormalized
+    "dbrx": (
+        dict(
+            d_model=64,
+            n_heads=4,
+            n_layers=3,
+            max_seq_len=256,
+            attn_config={"kv_n_heads": 2, "clip_qkv": 1.0, "rope_theta": 500000.0},
+            ffn_config={"ffn_hidden_size": 32, "moe_num_experts": 8, "moe_top_k": 2},
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        ),
+        (
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "num_hidden_layers",
+            "max_position_embeddings",
+        ),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

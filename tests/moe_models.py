@@ -220,9 +220,10 @@ def _randomize(model, model_type: str, g: torch.Generator):
         for name, p in model.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
             mod = name.rsplit(".", 1)[0]
-            if "norm" in mod and leaf == "weight":  # RMSNorm / LayerNorm weights, q/k norms
+            is_norm = "norm" in mod.rsplit(".", 1)[-1]  # the module's own name (DBRX's norm_attn_norm.attn is not)
+            if is_norm and leaf == "weight":  # RMSNorm / LayerNorm weights, q/k norms
                 p.copy_(rn(p, 0.3, 1.0))
-            elif "norm" in mod and leaf == "bias":  # phimoe LayerNorm bias
+            elif is_norm and leaf == "bias":  # phimoe LayerNorm bias
                 p.copy_(rn(p, 0.2))
             elif leaf == "bias" or leaf.endswith("_bias"):  # attn/lm_head/expert/router biases
                 p.copy_(rn(p, 0.5 if model_type == "gpt_oss" else 0.2))

@@ -8,7 +8,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2
-from gqa_export.arch.spec import PER_EXPERT_PROJ, PER_EXPERT_W, MoeNames, MoeSpec, Refusal, config_keys
+from gqa_export.arch.spec import (
+    PER_EXPERT_PROJ,
+    PER_EXPERT_W,
+    ArchSpec,
+    LayerNames,
+    MoeNames,
+    MoeSpec,
+    Refusal,
+    config_keys,
+)
 
 # GraniteMoE-Shared: GraniteMoE's multipliers and top-k-then-softmax router with a gated shared MLP
 # beside the experts (shared_mlp.input_linear holds its gate | up halves, shared_intermediate_size
@@ -72,4 +81,42 @@ EXAONE_MOE = replace(
     config_keys=config_keys(first_dense_layers="first_k_dense_replace", shared_experts="num_shared_experts"),
 )
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE)
+# DBRX: pre-norm layers of LayerNorms without bias (nn.LayerNorm's eps 1e-5, the config names none)
+# under transformer.wte / blocks.{i} / norm_f, a fused Wqkv [q | k | v] clamped to +-clip_qkv, and
+# experts stored as one [E*I, H] tensor per kind (w1 gate, v1 up, w2 down stored (in, out)) routed by
+# softmax over every expert, the top k divided by their p-norm (moe_normalize_expert_weights: 1 is
+# their sum, None none, others refused); the sizes and switches sit in attn_config / ffn_config
+DBRX = ArchSpec(
+    name="dbrx",
+    embed="wte.weight",
+    final_norm="norm_f.weight",
+    layer_prefix="blocks.{i}.",
+    layer=LayerNames(
+        input_norm="norm_attn_norm.norm_1",
+        post_attention_norm="norm_attn_norm.norm_2",
+        qkv="norm_attn_norm.attn.Wqkv",
+        o="norm_attn_norm.attn.out_proj",
+    ),
+    norm="layer",
+    fixed_norm_eps=1e-5,
+    moe=MoeSpec(
+        MoeNames(
+            blocks=("ffn.",),
+            routers=("router.layer",),
+            per_expert=(),
+            fused=(),
+            stacked_rows=("experts.mlp.w1", "experts.mlp.v1", "experts.mlp.w2"),
+        )
+    ),
+    config_keys=config_keys(
+        activation="ffn_config.ffn_act_fn.name",
+        num_experts="ffn_config.moe_num_experts",
+        experts_per_token="ffn_config.moe_top_k",
+        expert_intermediate_size="ffn_config.ffn_hidden_size",
+        norm_topk_prob="ffn_config.moe_normalize_expert_weights",
+        clip_qkv="attn_config.clip_qkv",
+    ),
+    decoder_prefixes=("transformer.",),
+)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX)

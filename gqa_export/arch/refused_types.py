@@ -25,7 +25,6 @@ REFUSED: dict[str, str] = {
     "bamba": "Bamba's Mamba2 + attention hybrid has no spec yet (Granite-4.0-H's Mamba2 graph could serve)",
     "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
     "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
-    "dbrx": "DBRX's fused Wqkv clamped by clip_qkv with experts stored as one fused tensor per kind has no spec yet",
     "deepseek_v32": "DeepSeek sparse attention (a lightning indexer choosing the top-k keys per query) has no spec "
     "yet (docs/coverage.md)",
     "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "

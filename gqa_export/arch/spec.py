@@ -102,6 +102,7 @@ class MoeNames:
     per_expert: tuple[tuple[str, str, str], ...] = (PER_EXPERT_PROJ,)
     fused: tuple[tuple[str, str], ...] = (FUSED_EXPERTS,)
     transposed: tuple[str, str] | None = None  # gpt-oss: gate_up [E, H, 2I] interleaved, down [E, I, H] (+ _bias)
+    stacked_rows: tuple[str, str, str] | None = None  # DBRX: gate, up, down each [E*I, H] (down stored (in, out))
     # how a transposed gate_up orders its 2I columns: "interleaved" (gpt-oss: gate_j, up_j pairs) or
     # "halves" ([gate | up], Llama-4's experts.gate_up_proj)
     transposed_order: str = "interleaved"

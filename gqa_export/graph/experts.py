@@ -10,6 +10,8 @@ layout by default and its fused one with `save_original_format=False`):
 - fused halves: `experts.gate_up_proj` [E, 2I, H] = [gate; up], `experts.down_proj` [E, H, I];
 - fused transposed halves (Llama-4): `experts.gate_up_proj` [E, H, 2I] = [gate | up] along the last
   axis, `experts.down_proj` [E, I, H];
+- stacked rows (DBRX): `experts.mlp.{w1,v1,w2}` each [E*I, H], expert e's rows e*I..(e+1)*I: gate
+  and up (out, in), down stored (in, out) (`x @ w2` in its modeling code);
 - fused transposed (gpt-oss): `experts.gate_up_proj` [E, H, 2I] already interleaved,
   `experts.down_proj` [E, I, H], with `_bias` tensors; or the same in MXFP4
   (`*_blocks` [E, N, K/32, 16] uint8 nibbles + `*_scales` [E, N, K/32] uint8 e8m0 exponents).
@@ -50,6 +52,7 @@ class ExpertLayout:
     mxfp4: bool = False  # transposed names hold `_blocks` / `_scales` instead of the tensors
     biases: tuple[str, str] | None = None  # fc1 bias [E,2I], fc2 bias [E,H] (gpt-oss; already interleaved)
     halves: bool = False  # a transposed gate_up holds [gate | up] halves, not interleaved pairs (Llama-4)
+    stacked_rows: tuple[str, str, str] | None = None  # gate, up, down [E*I, H] each; down (in, out) (DBRX)
 
 
 class ExpertWeights:
@@ -70,6 +73,10 @@ class ExpertWeights:
         elif L.per_expert:
             gate = self._read(L.per_expert[0].format(e=e), lo, hi)
             up = self._read(L.per_expert[1].format(e=e), lo, hi)
+        elif L.stacked_rows:  # expert e's rows of [E*I, H]
+            first = e * L.intermediate
+            gate = self._read(L.stacked_rows[0], first + lo, first + hi)
+            up = self._read(L.stacked_rows[1], first + lo, first + hi)
         else:
             assert L.fused
             gate = self._read3(L.fused[0], e, lo, hi)
@@ -84,6 +91,9 @@ class ExpertWeights:
             return self._transposed(L.transposed[1], e, a, b)
         if L.per_expert:
             return self._read(L.per_expert[2].format(e=e), a, b)
+        if L.stacked_rows:  # columns [a, b) of expert e's (in, out) block [I, H]
+            rows = slice(e * L.intermediate, (e + 1) * L.intermediate)
+            return convert(self.store.read_slices(L.stacked_rows[2], rows, slice(a, b)), F32, transpose=True)
         assert L.fused
         return self._read3(L.fused[1], e, a, b)
 
@@ -97,7 +107,7 @@ class ExpertWeights:
         """Drop every expert tensor's mapped pages (WeightStore.release) once a stack is written."""
         L = self.layout
         names = [t.format(e=e) for t in L.per_expert or () for e in range(L.count)]
-        names += list(L.fused or ())
+        names += list(L.fused or ()) + list(L.stacked_rows or ())
         names += [
             f"{t}{suffix}" for t in L.transposed or () for suffix in (("_blocks", "_scales") if L.mxfp4 else ("",))
         ]
@@ -169,6 +179,8 @@ def check_layout(store: WeightStore, layout: ExpertLayout, where: str) -> None:
             expected.update({gate: (I, H), up: (I, H), down: (H, I)})
     elif layout.fused:
         expected.update({layout.fused[0]: (E, 2 * I, H), layout.fused[1]: (E, H, I)})
+    elif layout.stacked_rows:
+        expected.update(dict.fromkeys(layout.stacked_rows, (E * I, H)))
     elif layout.transposed and not layout.mxfp4:
         expected.update({layout.transposed[0]: (E, H, 2 * I), layout.transposed[1]: (E, I, H)})
     elif layout.transposed:

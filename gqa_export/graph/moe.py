@@ -128,7 +128,10 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
     E, I, H = moe.experts, moe.intermediate, lc.dims.hidden_size  # noqa: E741
     layer = lc.spec.layer_tensor(lc.i, "", "")
     where = f"layer {lc.i}"
-    if names.transposed:
+    stacked_rows = tuple(f"{layer}{prefix}{n}" for n in names.stacked_rows or ())
+    if stacked_rows and stacked_rows[0] in lc.params.store:  # DBRX: [E*I, H] each
+        layout = ExpertLayout(E, I, H, stacked_rows=stacked_rows)  # type: ignore[arg-type]
+    elif names.transposed:
         gate_up, down = (f"{layer}{prefix}{n}" for n in names.transposed)
         mxfp4 = f"{gate_up}_blocks" in lc.params.store
         biases = (f"{gate_up}_bias", f"{down}_bias") if f"{gate_up}_bias" in lc.params.store else None

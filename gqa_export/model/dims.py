@@ -250,7 +250,9 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         per_layer_input_size=ple,
         placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
         query_scale=position_query_scale_params(config) if spec.query_position_scale else None,
-        moe=read_moe(opt, spec, int(config.intermediate_size)) if any(layer.sparse for layer in layers) else None,
+        moe=read_moe(opt, spec, int(_get(config, "intermediate_size") or 0))  # DBRX's config has none
+        if any(layer.sparse for layer in layers)
+        else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind="rms" if spec.rms_when_configured and opt("rms_norm_switch") is not None else spec.norm,
         parallel=spec.norm_layout == "parallel" or bool(spec.parallel_key and opt("parallel_residual", False)),

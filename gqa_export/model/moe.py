@@ -48,6 +48,9 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         "per_expert": lambda: width * int(opt("shared_experts", 0) or 0),
         "dense": lambda: intermediate,
     }[spec.moe.shared_width]
+    norm = opt("norm_topk_prob", False)
+    if norm not in (0, 1):  # DBRX's moe_normalize_expert_weights: the top-k weights over their p-norm
+        raise InputError(f"the top-k weights renormalized by their {norm}-norm are not supported (1: their sum)")
     combination = opt("shared_combination", "sum")
     if combination not in ("sum", "average"):
         raise InputError(f"shared_expert_combination_strategy '{combination}' is not 'sum' or 'average'")

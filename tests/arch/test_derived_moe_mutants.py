@@ -10,7 +10,8 @@ output (the halving x2: their sum), and two mechanisms a spec mutant drops from 
 the spec changed, the checkpoint as it is): RoPE forced on the dense prefix's full attention
 (force_rope), RMSNorms where rms_norm_eps is set (LayerNorms instead). EXAONE-MoE: the selection
 bias the hub keeps at mlp.e_score_correction_bias (zeroed), and its global layers without RoPE
-(a spec with RoPE on every layer).
+(a spec with RoPE on every layer). DBRX: clip_qkv (the clamp's bounds x2), and its down
+projections stored (in, out) (each expert's fc2 as if read (out, in): the layout bug).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ MUTANTS = {
     "flex_olmo": {"sparse-post-norm-scaled": ("*.post_feedforward_layernorm.weight", times(1.5))},
     "cohere2_moe": {"shared-average-dropped": ("const.half*", times(2.0))},
     "exaone_moe": {"selection-bias-zeroed": ("*.mlp.e_score_correction_bias", times(0.0))},
+    "dbrx": {
+        "clip-widened": ("const.clip_qkv*", times(2.0)),
+        "down-read-out-in": ("*moe.fc2", lambda v: v.reshape(v.shape[0], v.shape[2], v.shape[1]).transpose(0, 2, 1)),
+    },
 }
 CASES = [(family, mutant) for family, mutants in MUTANTS.items() for mutant in mutants]
 

@@ -30,6 +30,18 @@ REFUSED = {
         dict(shared_expert_combination_strategy="max"),
         "shared_expert_combination_strategy 'max'",
     ),
+    "dbrx_p_norm": (
+        "dbrx",
+        dict(
+            ffn_config={
+                "ffn_hidden_size": 32,
+                "moe_num_experts": 8,
+                "moe_top_k": 2,
+                "moe_normalize_expert_weights": 2.0,
+            }
+        ),
+        "2.0-norm",
+    ),
 }
 
 
