@@ -113,3 +113,5 @@ COHERE2_MOE_RMS = dict(
     first_k_dense_replace=2,
     prefix_dense_sliding_window_pattern=2,
 )
+# and its sigmoid selection: the top 2 weighted by their sigmoid, renormalized (norm_topk_prob)
+COHERE2_MOE_SIGMOID = dict(expert_selection_fn="sigmoid", norm_topk_prob=True)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from dense_models import VARIANTS as DENSE_VARIANTS
 from dense_models import save_dense
-from derived_moe_models import COHERE2_MOE_RMS
+from derived_moe_models import COHERE2_MOE_RMS, COHERE2_MOE_SIGMOID
 from gemma3n_models import save_gemma3n
 from llama4_models import save_llama4
 from moe_models import save_moe
@@ -543,6 +543,9 @@ FAMILIES: tuple[Family, ...] = (
     moe_family("cohere2_moe", ALL_MODES, gathered_tables=TIED, since_major=5, **RAGGED_EVERY_MODE),
     # RMSNorms (rms_norm_eps set), the shared expert summed, a dense global layer without RoPE
     moe("cohere2_moe_rms", "cohere2_moe", overrides=COHERE2_MOE_RMS, generate_modes=("gqa",), since_major=5),
+    moe_family(
+        "cohere2_moe_sigmoid", family="cohere2_moe", overrides=COHERE2_MOE_SIGMOID, gathered_tables=TIED, since_major=5
+    ),
     moe_family("exaone_moe", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
     # transformers 5.x's own layout: fused [E, 2I, H] experts, the selection bias under mlp.gate.
     moe("exaone_moe_v5", "exaone_moe", hub_layout=False, since_major=5),

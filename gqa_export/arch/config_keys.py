@@ -64,6 +64,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "shared_combination": "shared_expert_combination_strategy",
     "rms_norm_switch": "rms_norm_eps",
     "dense_prefix_window_pattern": "prefix_dense_sliding_window_pattern",
+    "expert_selection": "expert_selection_fn",
     # DeepSeek: grouped expert selection
     "expert_topk_method": "topk_method",
     # multi-head latent attention (DeepSeek-V2/V3)

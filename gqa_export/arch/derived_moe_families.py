@@ -6,6 +6,7 @@ closest spec: what differs is named by what it does, never by the family (docs/m
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2
 from gqa_export.arch.spec import (
@@ -15,7 +16,6 @@ from gqa_export.arch.spec import (
     LayerNames,
     MoeNames,
     MoeSpec,
-    Refusal,
     config_keys,
 )
 
@@ -38,10 +38,11 @@ FLEX_OLMO = replace(OLMO2, name="flex_olmo", moe=_MOE)
 # Cohere2-MoE: Cohere2's parallel layers (sliding layers with GPT-J RoPE, global ones without,
 # logit_scale) whose norms are RMSNorms where the config sets rms_norm_eps (LayerNorms otherwise);
 # Mixtral's experts intermediate_size wide on the "sparse" layers of mlp_layer_types, chosen as the
-# top k of the logits then softmaxed over them (= softmax top k renormalized), beside shared experts
-# num_shared_experts x intermediate_size wide, summed with the routed output or averaged with it
-# (shared_expert_combination_strategy); "dense" layers hold a prefix_dense_intermediate_size MLP
-# and, when prefix_dense_sliding_window_pattern is 1, RoPE on their full attention (force_rope)
+# top k of the logits and weighted by their softmax (= softmax top k renormalized) or, with
+# expert_selection_fn "sigmoid", by their sigmoid (renormalized iff norm_topk_prob); shared experts
+# num_shared_experts x intermediate_size wide summed with the routed output or averaged with it
+# (shared_expert_combination_strategy); "dense" layers hold a prefix_dense_intermediate_size MLP and,
+# when prefix_dense_sliding_window_pattern is 1, RoPE on their full attention (force_rope)
 COHERE2_MOE = replace(
     COHERE2,
     name="cohere2_moe",
@@ -51,16 +52,11 @@ COHERE2_MOE = replace(
         MoeNames(per_expert=(PER_EXPERT_PROJ, PER_EXPERT_W), shared_expert="shared_experts"),
         normalize=True,
         shared_width="per_expert",
+        # expert_selection_fn: softmax of the top-k logits, or their sigmoid renormalized iff norm_topk_prob
+        selections=MappingProxyType({"softmax": "softmax", "sigmoid": "sigmoid_topk"}),
     ),
     config_keys=config_keys(
         intermediate_size="prefix_dense_intermediate_size|intermediate_size", shared_experts="num_shared_experts"
-    ),
-    refusals=(
-        Refusal(
-            "expert_selection_fn",
-            "Cohere2-MoE's sigmoid expert selection (sigmoid of the top-k logits) is not supported; softmax is",
-            ("sigmoid",),
-        ),
     ),
 )
 

@@ -155,7 +155,9 @@ class MoeSpec:
     chosen on probs + expert_bias, weighted by the unbiased probs, always renormalized by max(sum,
     moe_norm_min)), "sigmoid_scaled_input" (Llama-4: the top k of the logits, each chosen expert's
     *input* scaled by sigmoid(its logit) and the expert outputs summed unweighted; through a
-    SiLU-gated expert that is not the output scaled, graph/input_scaled_experts.py). Routers other
+    SiLU-gated expert that is not the output scaled, graph/input_scaled_experts.py), "sigmoid_topk"
+    (Cohere2-MoE's sigmoid selection: the top k of the logits weighted by their sigmoid, renormalized
+    by the sum when norm_topk_prob). Routers other
     than softmax are computed as dense weights (graph/moe.py).
     shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
@@ -177,6 +179,8 @@ class MoeSpec:
     shared_width: str = "config"
     router_dtype: str | None = None
     layer_type: str | None = None
+    # the config's expert_selection_fn value -> the routing it selects (Cohere2-MoE); empty: `routing`
+    selections: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True)

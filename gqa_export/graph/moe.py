@@ -258,10 +258,10 @@ def _sparsemixer(b: GraphBuilder, logits: ir.Value, jitter: float, dtype: ir.Dat
 
 def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims) -> ir.Value | None:
     """Routing weights [B,S,E] for the routers the MoE op cannot express; None for the others."""
-    routing = lc.spec.moe.routing  # type: ignore[union-attr]
+    routing = moe.routing  # the spec's, or the one the config selects (Cohere2-MoE's expert_selection_fn)
     if routing == "sparsemixer":
         return _sparsemixer(lc.b, logits, moe.jitter, lc.params.dtype)
-    if routing in ("sigmoid_biased", "softmax_biased"):
+    if routing in ("sigmoid_biased", "softmax_biased", "sigmoid_topk"):
         return _biased_choice(lc, prefix, logits, moe, routing)
     if routing in GROUPED_ROUTINGS:
         return grouped_routing(lc, prefix, logits, moe)
@@ -270,7 +270,8 @@ def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
 
 def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims, routing: str) -> ir.Value:
     """Routers that choose on biased scores and weight by the unbiased ones, as dense weights [B,S,E].
-    s = sigmoid(logits) (sigmoid_biased: LFM2-MoE) or softmax(logits) (softmax_biased: ERNIE-4.5-MoE);
+    s = sigmoid(logits) (sigmoid_biased: LFM2-MoE; sigmoid_topk: Cohere2-MoE, no bias, renormalized by
+    the sum alone) or softmax(logits) (softmax_biased: ERNIE-4.5-MoE);
     the top k of s + expert_bias (when the checkpoint has the bias) are chosen, weighted by s,
     renormalized when norm_topk_prob (ERNIE always) by their sum + 1e-6 (LFM2-MoE) or
     max(sum, moe_norm_min) (ERNIE), times routed_scaling_factor. The group-limited routers
@@ -300,6 +301,8 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
             if routing == "softmax_biased":
                 floor = b.const(np.asarray(moe.norm_min, NUMPY_DTYPES[dtype]), "norm_min")
                 picked = b.op("Div", picked, b.op("Max", total, floor), name="renormalized")
+            elif routing == "sigmoid_topk":  # Cohere2-MoE: over their sum alone
+                picked = b.op("Div", picked, total, name="renormalized")
             else:
                 eps = b.const(np.asarray(1e-6, NUMPY_DTYPES[dtype]), "eps")
                 picked = b.op("Div", picked, b.op("Add", total, eps), name="renormalized")

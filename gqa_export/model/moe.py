@@ -27,6 +27,7 @@ class MoeDims:
     groups_kept: int = 1
     norm_min: float = 0.0  # the renormalizing sum's floor (ERNIE-4.5-MoE's moe_norm_min)
     shared_average: bool = False  # (routed + shared) / 2 instead of their sum (Cohere2-MoE's "average")
+    routing: str = "softmax"  # the spec's routing, or the one the config's expert_selection_fn selects
 
 
 def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
@@ -51,6 +52,13 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     norm = opt("norm_topk_prob", False)
     if norm not in (0, 1):  # DBRX's moe_normalize_expert_weights: the top-k weights over their p-norm
         raise InputError(f"the top-k weights renormalized by their {norm}-norm are not supported (1: their sum)")
+    routing, normalize = spec.moe.routing, spec.moe.normalize or bool(norm)
+    selection = opt("expert_selection")
+    if spec.moe.selections and selection is not None:  # Cohere2-MoE: softmax or sigmoid of the top-k logits
+        if selection not in spec.moe.selections:
+            raise InputError(f"expert_selection_fn '{selection}' is not one of {', '.join(spec.moe.selections)}")
+        routing = spec.moe.selections[selection]
+        normalize = normalize if routing == spec.moe.routing else bool(norm)  # sigmoid: only by norm_topk_prob
     combination = opt("shared_combination", "sum")
     if combination not in ("sum", "average"):
         raise InputError(f"shared_expert_combination_strategy '{combination}' is not 'sum' or 'average'")
@@ -59,7 +67,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         top_k=top_k,
         intermediate=width,
         # families that always renormalize say so in their spec; Qwen-MoE / OLMoE read norm_topk_prob
-        normalize=spec.moe.normalize or bool(opt("norm_topk_prob", False)),
+        normalize=normalize,
         shared_intermediate=shared() if spec.moe.names.shared_expert or spec.moe.names.shared_mlp else 0,
         alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
         limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
@@ -69,6 +77,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         groups_kept=kept,
         norm_min=float(opt("routing_norm_min", 0.0) or 0.0),
         shared_average=combination == "average",
+        routing=routing,
     )
 
 

@@ -8,7 +8,8 @@ post-norm after the sparse block (its weight x1.5: a graph that normed before th
 OLMoE does, computes another function). Cohere2-MoE: the shared expert averaged with the routed
 output (the halving x2: their sum), and two mechanisms a spec mutant drops from the graph (built with
 the spec changed, the checkpoint as it is): RoPE forced on the dense prefix's full attention
-(force_rope), RMSNorms where rms_norm_eps is set (LayerNorms instead). EXAONE-MoE: the selection
+(force_rope), RMSNorms where rms_norm_eps is set (LayerNorms instead), the sigmoid expert selection
+(softmax weights instead). EXAONE-MoE: the selection
 bias the hub keeps at mlp.e_score_correction_bias (zeroed), and its global layers without RoPE
 (a spec with RoPE on every layer). DBRX: clip_qkv (the clamp's bounds x2), and its down
 projections stored (in, out) (each expert's fc2 as if read (out, in): the layout bug).
@@ -64,6 +65,11 @@ SPEC_MUTANTS = {
     "dense-prefix-rope-dropped": ("cohere2_moe", "cohere2_moe", dict(rope_layers="sliding")),
     "rms-switch-dropped": ("cohere2_moe_rms", "cohere2_moe", dict(rms_when_configured=False)),
     "global-rope-kept": ("exaone_moe", "exaone_moe", dict(rope_layers="all")),
+    "sigmoid-selection-as-softmax": (
+        "cohere2_moe_sigmoid",
+        "cohere2_moe",
+        dict(moe=replace(arch.SPECS["cohere2_moe"].moe, selections={"softmax": "softmax", "sigmoid": "softmax"})),
+    ),
 }
 
 

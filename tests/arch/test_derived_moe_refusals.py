@@ -24,7 +24,7 @@ def _edited_checkpoint(checkpoint: Path, to: Path, **config) -> Path:
 
 # (registry row, config edit, what the line names)
 REFUSED = {
-    "cohere2_moe_sigmoid": ("cohere2_moe", dict(expert_selection_fn="sigmoid"), "expert_selection_fn='sigmoid'"),
+    "cohere2_moe_selection": ("cohere2_moe", dict(expert_selection_fn="relu"), "expert_selection_fn 'relu'"),
     "cohere2_moe_combination": (
         "cohere2_moe",
         dict(shared_expert_combination_strategy="max"),
@@ -55,7 +55,7 @@ def test_refused_in_one_line_nothing_written(builds, tmp_path, case):
 
 
 def test_refusal_exits_2_from_the_cli(builds, tmp_path):
-    row, edit, named = REFUSED["cohere2_moe_sigmoid"]
+    row, edit, named = REFUSED["cohere2_moe_selection"]
     checkpoint = _edited_checkpoint(builds.checkpoint(row), tmp_path / "ckpt", **edit)
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
     assert result.exit_code == 2 and named in result.output, result.output
