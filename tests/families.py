@@ -538,18 +538,18 @@ FAMILIES: tuple[Family, ...] = (
     # (tests/derived_moe_models.py; mutants: tests/arch/test_derived_moe_mutants.py): every mode on
     # greedy tokens and a ragged batch, int4 and int8 (QMoE). Marked from 5.x: the tiny configs are
     # spelled for 5.x
-    moe_family("granitemoeshared", ALL_MODES, gathered_tables=TIED, since_major=5, **RAGGED_EVERY_MODE),
-    moe_family("flex_olmo", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
-    moe_family("cohere2_moe", ALL_MODES, gathered_tables=TIED, since_major=5, **RAGGED_EVERY_MODE),
+    moe_family("granitemoeshared", ALL_MODES, gathered_tables=TIED, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
+    moe_family("flex_olmo", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
+    moe_family("cohere2_moe", ALL_MODES, gathered_tables=TIED, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     # RMSNorms (rms_norm_eps set), the shared expert summed, a dense global layer without RoPE
     moe("cohere2_moe_rms", "cohere2_moe", overrides=COHERE2_MOE_RMS, generate_modes=("gqa",), since_major=5),
     moe_family(
         "cohere2_moe_sigmoid", family="cohere2_moe", overrides=COHERE2_MOE_SIGMOID, gathered_tables=TIED, since_major=5
     ),
-    moe_family("exaone_moe", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
+    moe_family("exaone_moe", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     # transformers 5.x's own layout: fused [E, 2I, H] experts, the selection bias under mlp.gate.
     moe("exaone_moe_v5", "exaone_moe", hub_layout=False, since_major=5),
-    moe_family("dbrx", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
+    moe_family("dbrx", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"
