@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 # model_type -> (config kwargs applied over moe_models.COMMON, COMMON keys the class does not take)
 CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     # GraniteMoE's tiny config (multipliers, tied, top 2 of 8) with a 48-wide gated shared MLP
@@ -103,6 +105,20 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             "max_position_embeddings",
         ),
     ),
+    # JetMoE: 4 attention experts (2 kv heads of 16 each) and 4 MLP experts, the top 2 of each
+    "jetmoe": (
+        dict(
+            kv_channels=16,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            activation_function="silu",
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            initializer_range=0.2,  # at 0.1 the continuations repeat one or two ids
+        ),
+        ("head_dim", "num_attention_heads"),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern
@@ -115,3 +131,16 @@ COHERE2_MOE_RMS = dict(
 )
 # and its sigmoid selection: the top 2 weighted by their sigmoid, renormalized (norm_topk_prob)
 COHERE2_MOE_SIGMOID = dict(expert_selection_fn="sigmoid", norm_topk_prob=True)
+
+
+def finish(model: Any, model_type: str, g: torch.Generator) -> None:
+    """JetMoE: the pad id's embedding row drawn like the others. transformers zeroes it (padding_idx),
+    and a zero hidden state ties every attention expert's router logit exactly: the top k of equal
+    values is implementation-defined in torch (indices 2, 3 of 4 here) and the lowest indices in ORT's
+    TopK, and with zero queries each expert's output projection still reads the values, so the tie
+    decides the output. Trained checkpoints have no zero rows; the tiny model's pad id 5 is generated."""
+    if model_type == "jetmoe":
+        with torch.no_grad():
+            table = model.get_input_embeddings().weight
+            pad = model.config.pad_token_id
+            table[pad] = torch.randn(table.shape[1], generator=g) * float(table.std())

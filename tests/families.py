@@ -550,6 +550,7 @@ FAMILIES: tuple[Family, ...] = (
     # transformers 5.x's own layout: fused [E, 2I, H] experts, the selection bias under mlp.gate.
     moe("exaone_moe_v5", "exaone_moe", hub_layout=False, since_major=5),
     moe_family("dbrx", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
+    moe_family("jetmoe", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from derived_moe_models import CONFIGS as DERIVED_MOE_CONFIGS
 from derived_moe_models import FAMILIES as DERIVED_MOE_FAMILIES
+from derived_moe_models import finish as finish_derived
 from tiny_models import save_tokenizer, spelled_for_installed_transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -288,6 +289,7 @@ def build_model(model_type: str, seed: int = 0, **overrides):
     g = torch.Generator().manual_seed(seed + 1)
     _randomize(model, model_type, g)
     _decorrelate_routers(model, g)
+    finish_derived(model, model_type, g)
     return model
 
 

@@ -144,6 +144,8 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
             return grouped[last]
     if last in ("up_stacked", "down_side_by_side"):
         return ungated_experts_weight(tensors, head, last)
+    if model_type == "jetmoe" and last in ("qkv_proj", "o_proj"):
+        return expert_attention_weight(tensors, head, last, config)  # type: ignore[arg-type]
     for spelling in FUSED.get(last, ()):
         parts = [tensors.get(f"{head}.{p}.weight") for p in spelling]
         if all(p is not None for p in parts):
@@ -219,3 +221,17 @@ def dequantized_twin(package: Path, float_package: Path, out: Path) -> set[str]:
         data.unlink()
     onnx.save(model, str(out / "model.onnx"), save_as_external_data=True, location="model.onnx.data")
     return replaced
+
+
+def expert_attention_weight(tensors: dict[str, np.ndarray], head: str, last: str, config: dict) -> np.ndarray:
+    """JetMoE's mixture of attention heads as the export computes it densely (docs/coverage.md §5):
+    query head (h, e) is expert e's head h, kv-head-major, then kv_proj's [k | v]; the output
+    projection's columns in the same order. Built head by head here, from HF's per-expert tensors."""
+    queries = tensors[f"{head}.experts.input_linear.weight"]  # [E, kv_heads D, H]
+    outputs = tensors[f"{head}.experts.output_linear.weight"]  # [E, H, kv_heads D]
+    kv_heads, d = config["num_key_value_heads"], config["kv_channels"]
+    order = [(h, e) for h in range(kv_heads) for e in range(queries.shape[0])]
+    if last == "qkv_proj":
+        rows = [queries[e, h * d : (h + 1) * d] for h, e in order]
+        return np.concatenate([*rows, tensors[f"{head}.kv_proj.weight"]])
+    return np.concatenate([outputs[e][:, h * d : (h + 1) * d] for h, e in order], axis=1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from gqa_export.arch.expert_attention import AttentionExpertNames
 from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2
 from gqa_export.arch.spec import (
     PER_EXPERT_PROJ,
@@ -115,4 +116,27 @@ DBRX = ArchSpec(
     decoder_prefixes=("transformer.",),
 )
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX)
+# JetMoE: Llama's pre-norm RMSNorm layers (eps 1e-6: the layers' norms ignore rms_norm_eps)
+# with a mixture of attention heads (arch/expert_attention.py: the top k of E query / output
+# projection pairs over shared kv heads, computed densely, a bias after the output) and a mixture
+# of experts in the MLP (GraniteMoE's fused input_linear / output_linear, top k then softmax, a bias
+# after the experts), activation_function
+_JETMOE_EXPERTS = AttentionExpertNames()
+JETMOE = ArchSpec(
+    name="jetmoe",
+    layer=LayerNames(q="self_attention.q_proj", qkv=_JETMOE_EXPERTS.qkv, o=_JETMOE_EXPERTS.o),
+    attention_experts=_JETMOE_EXPERTS,
+    moe=MoeSpec(
+        MoeNames(
+            routers=("router.layer",),
+            per_expert=(),
+            fused=(("input_linear", "output_linear"),),
+            output_bias="bias",
+        ),
+        normalize=True,
+    ),
+    config_keys=config_keys(activation="activation_function"),
+    fixed_norm_eps=1e-6,  # the layers' norms; the final one reads rms_norm_eps (1e-6 in JetMoE's configs)
+)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE)

@@ -30,9 +30,6 @@ REFUSED: dict[str, str] = {
     "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "
     "would carry recurrent state only (docs/coverage.md)",
     "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",
-    "jetmoe": "JetMoE's mixture of attention heads (each token's query and output projections routed to its top k "
-    "of num_local_experts experts over shared key/value heads, a bias after the attention and the MLP experts) is "
-    "not built (docs/coverage.md §5 says how it could be exact)",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
     "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
     "mamba": "a pure Mamba stack (no attention layer) has no spec yet; the package would carry recurrent state "

@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any
 
 from gqa_export.arch.config_keys import DEFAULT_CONFIG_KEYS
+from gqa_export.arch.expert_attention import AttentionExpertNames
 from gqa_export.arch.mixer_spec import MixerSpec, Multiplier
 from gqa_export.arch.stream_spec import AlternatingUpdateNames, AugmentedResidualNames, HardTokenEmbedderNames
 from gqa_export.errors import InputError
@@ -112,6 +113,7 @@ class MoeNames:
     expert_bias: str | None = None
     # an ungated dense MLP at the layer run beside the experts: (packed gate | up, down) (Granite-4.0-H's shared_mlp)
     shared_mlp: tuple[str, str] | None = None
+    output_bias: str | None = None  # a bias [H] added to the block's output (JetMoE's mlp.bias)
     # ungated experts (MoeSpec activation "ungated"): (up, down) spellings tried in order, a per-expert
     # Linear template with {e} ([I, D] / [D, I]) or a stacked tensor ([E, I, D] / [E, D, I])
     ungated: tuple[tuple[str, str], ...] = ()
@@ -365,6 +367,9 @@ class ArchSpec:
     linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
     # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)
     latent_attention: LatentAttentionNames | None = None
+    attention_experts: AttentionExpertNames | None = (
+        None  # a mixture of attention heads (JetMoE; arch/expert_attention.py)
+    )
     qkv_layout: str = "stacked"  # QKV_LAYOUTS: the row order of a fused layer.qkv weight
     alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
     kv_heads_rule: str = "config"  # KV_HEAD_RULES

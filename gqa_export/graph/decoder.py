@@ -23,6 +23,7 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
+from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gated_deltanet import gated_deltanet
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
@@ -311,6 +312,8 @@ def decoder_layer(
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
             if lc.dims.latent is not None:  # latent attention: the padded value channels dropped
                 out = latent_output(lc, out)
+            if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate
+                out = gated_expert_heads(lc, x, out)
             attended = linear(lc, out, [L.o], None, "o_proj")
         y = attended if y is None else b.op("Add", y, attended, name="parallel_mixers")
     assert y is not None

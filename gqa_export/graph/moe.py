@@ -74,6 +74,9 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
         gate_up, down = names.shared_mlp
         with lc.b.scope("shared_mlp"):
             out = lc.b.op("Add", out, gated_mlp(lc, x, gate_up, down, moe.shared_intermediate), name="add_shared_mlp")
+    if names.output_bias:  # JetMoE: a bias after the experts
+        bias = lc.name(f"{prefix}{names.output_bias}", suffix="")
+        out = lc.b.op("Add", out, lc.b.initializer(bias, lc.params.vector([bias])), name="output_bias")
     return typed(out, lc.params.dtype, [B, S, lc.dims.hidden_size])
 
 

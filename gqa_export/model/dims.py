@@ -194,6 +194,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         if refusal.applies(value, _get(config, refusal.differs_from) if refusal.differs_from else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
     heads = int(config.num_attention_heads)
+    if spec.attention_experts is not None:  # JetMoE: every expert's queries (kv heads each) computed densely
+        heads = int(opt("num_experts")) * int(config.num_key_value_heads)
     hidden = int(config.hidden_size)
     act = str(opt("activation", spec.activations[0]))  # Bloom's and MPT's configs name none
     if act not in spec.activations:

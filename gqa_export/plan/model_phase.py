@@ -42,6 +42,7 @@ from gqa_export.recipes import Recipe, load_recipe
 from gqa_export.source import prequantized
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, text_config_of
 from gqa_export.source.consistency import check_against_weights
+from gqa_export.source.expert_views import attention_expert_views
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
 
@@ -66,6 +67,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
+    if spec.attention_experts is not None:  # JetMoE: its expert attention as one qkv and o (source/expert_views.py)
+        store = attention_expert_views(store, spec, text_config)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
     # stored lm_head that differs from the embedding is never tied, whatever the flag says).
     dims = replace(dims, tie_word_embeddings=spec.lm_head not in store)

@@ -12,7 +12,9 @@ the spec changed, the checkpoint as it is): RoPE forced on the dense prefix's fu
 (softmax weights instead). EXAONE-MoE: the selection
 bias the hub keeps at mlp.e_score_correction_bias (zeroed), and its global layers without RoPE
 (a spec with RoPE on every layer). DBRX: clip_qkv (the clamp's bounds x2), and its down
-projections stored (in, out) (each expert's fc2 as if read (out, in): the layout bug).
+projections stored (in, out) (each expert's fc2 as if read (out, in): the layout bug). JetMoE: the
+attention router's logits x3 (other gates), the query heads expert-major instead of kv-head-major
+(each expert's heads paired with the wrong kv heads), the attention and MLP output biases dropped.
 """
 
 from __future__ import annotations
@@ -34,11 +36,26 @@ MUTANTS = {
     "flex_olmo": {"sparse-post-norm-scaled": ("*.post_feedforward_layernorm.weight", times(1.5))},
     "cohere2_moe": {"shared-average-dropped": ("const.half*", times(2.0))},
     "exaone_moe": {"selection-bias-zeroed": ("*.mlp.e_score_correction_bias", times(0.0))},
+    "jetmoe": {
+        "attention-router-scaled": ("*.self_attention.experts.router.layer.weight", times(3.0)),
+        "query-heads-expert-major": ("*.self_attention.qkv_proj.weight", lambda v: _expert_major(v, 2, 4, 16)),
+        "attention-bias-dropped": ("*.self_attention.o_proj.bias", times(0.0)),
+        "mlp-bias-dropped": ("*.mlp.bias", times(0.0)),
+    },
     "dbrx": {
         "clip-widened": ("const.clip_qkv*", times(2.0)),
         "down-read-out-in": ("*moe.fc2", lambda v: v.reshape(v.shape[0], v.shape[2], v.shape[1]).transpose(0, 2, 1)),
     },
 }
+
+
+def _expert_major(qkv: np.ndarray, kv_heads: int, experts: int, head_dim: int) -> np.ndarray:
+    """A MatMul weight [H, q | k | v] whose query columns (h, e, d) are reordered (e, h, d)."""
+    width = kv_heads * experts * head_dim
+    q = qkv[:, :width].reshape(-1, kv_heads, experts, head_dim).transpose(0, 2, 1, 3).reshape(-1, width)
+    return np.concatenate([q, qkv[:, width:]], axis=1)
+
+
 CASES = [(family, mutant) for family, mutants in MUTANTS.items() for mutant in mutants]
 
 

@@ -59,15 +59,3 @@ def test_refusal_exits_2_from_the_cli(builds, tmp_path):
     checkpoint = _edited_checkpoint(builds.checkpoint(row), tmp_path / "ckpt", **edit)
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
     assert result.exit_code == 2 and named in result.output, result.output
-
-
-def test_jetmoe_is_refused_by_name_in_one_line(tmp_path):
-    """JetMoE's mixture of attention heads is refused before transformers reads the config (exit 2)."""
-    checkpoint = tmp_path / "jetmoe"
-    checkpoint.mkdir()
-    (checkpoint / "config.json").write_text(
-        json.dumps({"model_type": "jetmoe", "architectures": ["JetMoeForCausalLM"]})
-    )
-    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
-    assert result.exit_code == 2 and "mixture of attention heads" in result.output, result.output
-    assert not (tmp_path / "pkg").exists()
