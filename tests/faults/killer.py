@@ -117,6 +117,7 @@ def serve(cases_file, results_file, workers, limit):
     importlib.import_module("gqa_export.pipeline")
     importlib.import_module("gqa_export.requantize")
     importlib.import_module("gqa_export.release.assemble")
+    importlib.import_module("gqa_export.release.combine")
     importlib.import_module("gqa_export.package.adapters")
     from transformers import AutoConfig  # noqa: F401
 
