@@ -267,3 +267,20 @@ def test_an_up_tensor_without_its_gate_is_refused():
         gpt_oss.map_gpt_oss(list(shapes), shapes)
     with pytest.raises(InputError, match="has no gate tensor"):
         gpt_oss.map_gpt_oss(["blk.0.ffn_up_exps.weight"], shapes)
+
+
+def test_a_config_beside_the_file_is_compared_on_its_rope_base(files, tmp_path):
+    """gpt-oss's rope base lives in rope_parameters on both sides: a config.json beside the file that
+    disagrees with the metadata's rope.freq_base is named in the note (and used)."""
+    from gqa_export.source.gguf import materialize
+
+    beside = tmp_path / "side"
+    beside.mkdir()
+    config = json.loads((files.float / "config.json").read_text())
+    (beside / "config.json").write_text(json.dumps(config))
+    _, origin = materialize(files.gguf("F32"), beside)
+    assert not [n for n in origin.notes if "disagrees" in n]
+    config["rope_parameters"]["rope_theta"] = 10000.0
+    (beside / "config.json").write_text(json.dumps(config))
+    _, origin = materialize(files.gguf("F32"), beside)
+    assert any("rope_theta 150000.0 (GGUF) vs 10000.0 (config.json)" in n for n in origin.notes), origin.notes
