@@ -13,7 +13,8 @@ in the low nibble of byte j and value j + 16 in its high nibble, where the check
 2j / 2j + 1 in byte j) by the converter's own nibble transform, copied below. Metadata: the keys
 every decoder gets (tests/gguf_models.py), yarn's keys, the expert count, used count and width, the
 sliding window. `experts` picks the expert weights' GGML type: MXFP4 (from an MXFP4 checkpoint's
-blocks), or F32 / F16 / Q8_0 from a float checkpoint (the converter's non-MXFP4 branch).
+blocks), or F32 / F16 / Q8_0 from a float checkpoint (the converter's non-MXFP4 branch); `others`
+the other 2-D weights' (llama-quantize's MXFP4_MOE: Q8_0, the router ffn_gate_inp kept F32).
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ def _split_experts(name: str, value, experts: str) -> list[tuple[str, np.ndarray
     return [(f"{name}.weight", v.transpose(-1, -2).contiguous().numpy(), experts)]
 
 
-def write_gpt_oss_gguf(checkpoint: Path, out: Path, experts: str = "MXFP4", twin: Path | None = None) -> Path:
+def write_gpt_oss_gguf(
+    checkpoint: Path, out: Path, experts: str = "MXFP4", twin: Path | None = None, others: str = "F32"
+) -> Path:
     """Write the gpt-oss checkpoint `checkpoint` as llama.cpp's converter does (module doc). `twin`:
     also save there the float checkpoint holding the file's expert weights as the `gguf` package
     dequantizes them (the reference for Q8_0 / F16 experts)."""
@@ -125,7 +128,7 @@ def write_gpt_oss_gguf(checkpoint: Path, out: Path, experts: str = "MXFP4", twin
             written += _split_experts(name, value, experts)
             continue
         hf = f"{name}.weight" if name.endswith(".sinks") else name  # filter_tensors: sinks get a .weight
-        written.append((hf, value.float().numpy(), "F32"))
+        written.append((hf, value.float().numpy(), others if requantized(hf, value.dim()) else "F32"))
     for base, parts in pending.items():
         blocks, scales = parts["blocks"], parts["scales"]
         if base.endswith("gate_up_proj"):
@@ -150,6 +153,11 @@ def write_gpt_oss_gguf(checkpoint: Path, out: Path, experts: str = "MXFP4", twin
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def requantized(name: str, dims: int) -> bool:
+    """The tensors llama-quantize's MXFP4_MOE writes as Q8_0: 2-D weights but norms and the router."""
+    return dims == 2 and name.endswith(".weight") and "norm" not in name and ".mlp.router." not in name
 
 
 def _round_trip(value: np.ndarray, kind: str) -> np.ndarray:

@@ -36,7 +36,7 @@ from gqa_export.source.gguf import config as gguf_config
 from gqa_export.source.gguf import gpt_oss
 
 BOUND = 1e-4
-KINDS = ("F32", "MXFP4", "Q8_0")
+KINDS = ("F32", "MXFP4", "Q8_0", "MXFP4_MOE")  # MXFP4_MOE: MXFP4 experts, other 2-D weights Q8_0 (llama-quantize)
 
 
 class Files:
@@ -53,14 +53,16 @@ class Files:
         self.models: dict[str, object] = {}
 
     def checkpoint(self, kind: str) -> Path:
-        return self.mxfp4 if kind == "MXFP4" else self.float
+        return self.mxfp4 if kind.startswith("MXFP4") else self.float
 
     def gguf(self, kind: str) -> Path:
         if kind not in self.files:
             folder = self.root / "gguf" / kind
             folder.mkdir(parents=True)
             twin = folder / "twin" if kind == "Q8_0" else None
-            self.files[kind] = write_gpt_oss_gguf(self.checkpoint(kind), folder / f"gpt-oss-{kind}.gguf", kind, twin)
+            experts, others = ("MXFP4", "Q8_0") if kind == "MXFP4_MOE" else (kind, "F32")
+            path = folder / f"gpt-oss-{kind}.gguf"
+            self.files[kind] = write_gpt_oss_gguf(self.checkpoint(kind), path, experts, twin, others)
         return self.files[kind]
 
     def package(self, kind: str) -> Path:
@@ -81,13 +83,26 @@ class Files:
             config = json.loads((folder / "config.json").read_text())
             config["rope_parameters"]["truncate"] = truncate
             (folder / "config.json").write_text(json.dumps(config))
-            if kind == "MXFP4":
+            if kind.startswith("MXFP4"):
                 from moe_models import load_dequantized_reference
 
                 self.models[key] = load_dequantized_reference(folder)
+                if kind == "MXFP4_MOE":
+                    _q8_0_round_trip(self.models[key])
             else:
                 self.models[key] = hf_model(folder)
         return self.models[key]
+
+
+def _q8_0_round_trip(model) -> None:
+    """The non-expert 2-D weights as an MXFP4_MOE file holds them: Q8_0, dequantized by `gguf`."""
+    import torch
+    from gguf_gpt_oss import _round_trip, requantized
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".experts." not in name and requantized(name, p.dim()):
+                p.copy_(torch.from_numpy(_round_trip(p.detach().numpy(), "Q8_0")))
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +123,11 @@ def test_gpt_oss_gguf_package_equals_hf_and_generates_like_it(files, kind):
     tensors = json.loads((package / "manifest.json").read_text())["options"]["gguf"]["tensors"]
     gate_up = tensors["model.layers.0.mlp.experts.gate_up_proj"]
     assert gate_up["gguf"] == "blk.0.ffn_gate_exps.weight + blk.0.ffn_up_exps.weight"
-    assert gate_up["type"] == kind
-    assert gate_up["as"] == ("float (dequantized exactly)" if kind == "MXFP4" else "float")
+    assert gate_up["type"] == kind.removesuffix("_MOE")
+    assert gate_up["as"] == ("float (dequantized exactly)" if kind.startswith("MXFP4") else "float")
+    if kind == "MXFP4_MOE":  # the attention's and the lm_head's Q8_0 blocks kept as they are
+        for name in ("model.layers.1.self_attn.q_proj.weight", "lm_head.weight"):
+            assert tensors[name]["as"].startswith("Q8_0: MatMulNBits 8-bit block 32"), tensors[name]
     assert tensors["model.layers.2.self_attn.sinks"]["gguf"] == "blk.2.attn_sinks.weight"
     seen = []
     for prompt in (*PROMPTS, *TEXT_PROMPTS):
