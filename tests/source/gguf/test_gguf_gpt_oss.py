@@ -8,7 +8,7 @@ a float checkpoint, an MXFP4 file from an MXFP4 checkpoint's own blocks, a Q8_0-
 - the package equals HF on the checkpoint's weights (the MXFP4 ones dequantized by the test's own
   MXFP4 decoder; Q8_0: the file's weights dequantized by the `gguf` package), prompt and decode
   steps, with the config llama.cpp reads: YaRN's correction range truncated, as ggml computes it;
-- genai's greedy tokens equal HF generate;
+- a right-padded batch of ragged prompts equals HF row by row; genai's greedy tokens equal HF generate;
 - every expert weight in the package's MoE node equals the `gguf` package's dequantization of the
   file's gate / up / down tensors, re-interleaved, and the checkpoint's own MXFP4 values;
 - planted bugs fail: gate and up not re-interleaved, gate and up swapped, biases not
@@ -28,7 +28,14 @@ import pytest
 from families import PROMPT, PROMPTS, TEXT_PROMPTS
 from gguf_gpt_oss import write_gpt_oss_gguf
 from gguf_reference import hf_generate_until, package_eos
-from reference import assert_varied, genai_prompt_then_greedy, hf_logits, hf_model, ort_prefill_and_decode
+from reference import (
+    assert_varied,
+    genai_prompt_then_greedy,
+    hf_logits,
+    hf_model,
+    ort_prefill_and_decode,
+    ragged_logits_error,
+)
 
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
@@ -120,6 +127,7 @@ def test_gpt_oss_gguf_package_equals_hf_and_generates_like_it(files, kind):
     package = files.package(kind)
     model = files.model(kind)
     assert logits_error(package, model) < BOUND
+    assert ragged_logits_error(package, model) < BOUND  # a right-padded batch of ragged prompts, decode steps
     tensors = json.loads((package / "manifest.json").read_text())["options"]["gguf"]["tensors"]
     gate_up = tensors["model.layers.0.mlp.experts.gate_up_proj"]
     assert gate_up["gguf"] == "blk.0.ffn_gate_exps.weight + blk.0.ffn_up_exps.weight"
