@@ -17,6 +17,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "attention_multiplier": "attention_multiplier",
     "embedding_multiplier": "embedding_multiplier",
     "residual_multiplier": "residual_multiplier",
+    "depth_scale": "scale_depth",  # MiniCPM3: residual_scale "depth" (scale_depth / sqrt(layers))
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
     # Llama-4: chunked local attention of the "chunked_attention" layers, the scaleless q/k norm's

@@ -1,7 +1,10 @@
-"""Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3), kept apart from
-families.py so that neither module outgrows its budget; `families.ALL` lists them."""
+"""Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
+MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite), kept apart from families.py so that neither module outgrows
+its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from gqa_export.arch.spec import ArchSpec, LatentAttentionNames, MoeNames, MoeSpec, config_keys
 
@@ -34,4 +37,19 @@ DEEPSEEK_V3 = ArchSpec(
     ),
     config_keys=_DEEPSEEK_KEYS,
 )
-LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3)
+# MiniCPM3 (transformers 5.24 MiniCPM3ForCausalLM): DeepseekV2Attention's modules (q-LoRA, the latent
+# norms at eps 1e-6) with rotate-half RoPE on the rope dims (apply_rotary_pos_emb; the class reads no
+# rope_interleave) in Llama's dense layers, and three scales: the embedding times scale_emb (Gemma-3's
+# scaled table), each block's output times scale_depth / sqrt(num_hidden_layers), the final hidden
+# states divided by hidden_size / dim_model_base (the config's logits_scaling) before the lm_head
+MINICPM3 = replace(
+    DEEPSEEK_V2,
+    name="minicpm3",
+    rope_interleaved=False,
+    moe=None,
+    embedding_scale="config",
+    residual_scale="depth",
+    config_keys=config_keys(embedding_multiplier="scale_emb"),
+    ignore=("rope_interleave",),
+)
+LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3)

@@ -43,7 +43,6 @@ REFUSED: dict[str, str] = {
     "mamba2": "a pure Mamba2 stack (no attention layer) has no spec yet; the package would carry recurrent state "
     "only (docs/coverage.md)",
     "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
-    "minicpm3": "MiniCPM3's latent attention with its µP scales has no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "minimax_m2": "MiniMax-M2's MoE has no spec yet",
     "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",

@@ -41,7 +41,7 @@ from gqa_export.model.layer_kinds import (
 )
 from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
 from gqa_export.model.moe import MoeDims, read_moe
-from gqa_export.model.multipliers import Resolved, resolve_multipliers
+from gqa_export.model.multipliers import Resolved, residual_multiplier, resolve_multipliers
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
@@ -241,7 +241,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         final_softcap=float(opt("final_softcap", 0.0)),
         embedding_multiplier=embed_mult[spec.embedding_scale],
         embedding_scaled_in_table=spec.embedding_scale == "sqrt_hidden",
-        residual_multiplier=float(opt("residual_multiplier", 1.0)),
+        residual_multiplier=residual_multiplier(opt, spec, int(config.num_hidden_layers)),
         logits_divisor=float(opt("logits_scaling", 1.0)),
         norm_offset=spec.norm_offset,
         bos_token_id=_first(gen.get("bos_token_id", _get(config, "bos_token_id"))),
