@@ -480,6 +480,8 @@ FAMILIES: tuple[Family, ...] = (
     # batch's ORT logits in the latent cache too. MiniCPM3: dense layers, rotate-half rope, scaled
     # embeddings, residual branches and logits (tests/llama_like_models.py)
     dense_family("minicpm3", generate_modes=LATENT_MODES, since_major=5, **LATENT_EVERY_FORM),
+    # Sarvam-MLA: DeepseekV3ForCausalLM under its own model_type (no q-LoRA, one expert group, YaRN)
+    moe_family("sarvam_mla", LATENT_MODES, since_major=5, **LATENT_EVERY_FORM),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
     # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).
     # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)

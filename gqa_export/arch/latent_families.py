@@ -52,4 +52,9 @@ MINICPM3 = replace(
     config_keys=config_keys(embedding_multiplier="scale_emb"),
     ignore=("rope_interleave",),
 )
-LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3)
+# Sarvam-MLA (sarvam-105b): transformers 5.24 runs it as DeepseekV3ForCausalLM; only its config class
+# differs, translating the remote code's spellings at load (num_experts / num_shared_experts through
+# its attribute_map, rope_scaling type "deepseek_yarn" as YaRN, a head_dim of kv_lora_rank +
+# qk_rope_head_dim and q_head_dim dropped), so the export reads what DeepSeek-V3 reads
+SARVAM_MLA = replace(DEEPSEEK_V3, name="sarvam_mla")
+LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA)

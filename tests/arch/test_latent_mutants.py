@@ -6,7 +6,8 @@ registry's check (tests/arch/test_families.py), so a graph that dropped the mech
 MiniCPM3: the embedding scale (scale_emb 12 dropped), the residual branches' scale
 (scale_depth / sqrt(layers) = 0.808 dropped: Llama's plain residual), the logits divisor
 (hidden_size / dim_model_base = 3.2 dropped), and its rotate-half RoPE on the rope dims built as
-DeepSeek's GPT-J pairs."""
+DeepSeek's GPT-J pairs. Sarvam-MLA (DeepSeek-V3's graph under its own config class): its YaRN
+mscale left out of the softmax scale."""
 
 from __future__ import annotations
 
@@ -68,5 +69,17 @@ def test_mutant_minicpm3_rope_as_pairs_fails_hf_parity(builds, tmp_path, monkeyp
     _registered(MINICPM3)
     monkeypatch.setitem(SPECS, MINICPM3, replace(SPECS[MINICPM3], rope_interleaved=True))
     checkpoint = builds.checkpoint(MINICPM3)
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert parity_error(tmp_path / "pkg", checkpoint) > 1e-2
+
+
+def test_mutant_sarvam_mla_mscale_left_out_fails_hf_parity(builds, tmp_path, monkeypatch):
+    """Sarvam's YaRN (deepseek_yarn in its published config) puts mscale(factor, mscale_all_dim)^2 on
+    the softmax scale (1.297 for the tiny config's factor 4, mscale_all_dim 1): left out, parity breaks."""
+    from gqa_export.model import dims
+
+    _registered("sarvam_mla")
+    monkeypatch.setattr(dims, "latent_scale", lambda config, lat: float(lat.head_dim) ** -0.5)
+    checkpoint = builds.checkpoint("sarvam_mla")
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert parity_error(tmp_path / "pkg", checkpoint) > 1e-2

@@ -1,0 +1,112 @@
+"""What only the latent-attention families of issue #39 item 3 have (the checks every family gets,
+every mode and the latent cache included, are their rows in tests/families.py): the config
+spellings their published checkpoints use, which transformers' config classes translate at load.
+
+Each registry checkpoint's config.json is written back in that spelling (the remote-code era's:
+`rope_scaling` with a `type`, top-level `rope_theta`, an `auto_map`, the architecture class the hub
+names) and exported through the CLI with its defaults (smoke run included), then compared with
+transformers' own class read from the same file: prompt and decode logits, and greedy
+onnxruntime-genai tokens against HF generate. The spellings are the ones the config classes
+document and convert (SarvamMLAConfig's legacy keys, MiniCPM3's longrope `rope_scaling`); no
+published file is downloaded here (no hub access in the tests)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from families import BY_NAME, REGISTERED
+from reference import hf_generate, hf_logits, ort_prefill_and_decode
+from typer.testing import CliRunner
+
+from gqa_export.cli import app
+from gqa_export.runtime.run import generate_greedy
+
+PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13]
+LONG_PROMPT = [(11 * i + 5) % 380 for i in range(30)]
+NEW = 24
+
+
+def _respelled(checkpoint: Path, to: Path, drop: tuple[str, ...], **changes) -> Path:
+    shutil.copytree(checkpoint, to)
+    config = json.loads((to / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k not in drop}
+    (to / "config.json").write_text(json.dumps({**config, **changes}, indent=2))
+    return to
+
+
+def _exports_like_hf(checkpoint: Path, out: Path) -> float:
+    """Exported with the CLI's defaults; max |ORT - HF| over the prompt and 6 decode steps, after
+    checking greedy genai tokens against HF generate (the reference: AutoModelForCausalLM, as a
+    user loads the published file)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    hf = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    tokens, got = ort_prefill_and_decode(out, PROMPT, steps=6)
+    error = float(np.abs(got - hf_logits(hf, tokens, len(PROMPT))).max())
+    generated = generate_greedy(out, LONG_PROMPT, NEW, min_new_tokens=NEW).tokens
+    assert generated == hf_generate(hf, LONG_PROMPT, NEW)
+    assert len(set(generated)) > 3, f"degenerate generation {generated}: the comparison proves little"
+    return error
+
+
+def _registered(family: str) -> None:
+    if BY_NAME[family] not in REGISTERED:
+        pytest.skip(f"{family} needs a newer transformers")
+
+
+def test_sarvam_mla_in_the_remote_code_spelling(builds, tmp_path):
+    """sarvam-105b's config as its remote code wrote it: num_experts / num_shared_experts (the class's
+    attribute_map), a head_dim of kv_lora_rank + qk_rope_head_dim and q_head_dim (both dropped at
+    load), rope_scaling type "deepseek_yarn" (read as YaRN), SarvamMLAForCausalLM."""
+    _registered("sarvam_mla")
+    saved = json.loads((builds.checkpoint("sarvam_mla") / "config.json").read_text())
+    rope = {k: v for k, v in saved["rope_parameters"].items() if k not in ("rope_type", "rope_theta")}
+    checkpoint = _respelled(
+        builds.checkpoint("sarvam_mla"),
+        tmp_path / "ckpt",
+        drop=("n_routed_experts", "n_shared_experts", "rope_parameters", "qk_head_dim", "dtype"),
+        architectures=["SarvamMLAForCausalLM"],
+        auto_map={
+            "AutoConfig": "configuration_sarvam_mla.SarvamMLAConfig",
+            "AutoModelForCausalLM": "modeling_sarvam_mla.SarvamMLAForCausalLM",
+        },
+        num_experts=saved["n_routed_experts"],
+        num_shared_experts=saved["n_shared_experts"],
+        head_dim=saved["kv_lora_rank"] + saved["qk_rope_head_dim"],
+        q_head_dim=saved["qk_nope_head_dim"] + saved["qk_rope_head_dim"],
+        rope_theta=saved["rope_parameters"]["rope_theta"],
+        rope_scaling={"type": "deepseek_yarn", **rope},
+        torch_dtype="float32",
+    )
+    assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4  # measured 2.6e-6
+
+
+def test_minicpm3_in_the_remote_code_spelling(builds, tmp_path):
+    """MiniCPM3-4B's config as its remote code wrote it: rope_scaling type "longrope" with short and
+    long factors and top-level rope_theta, no head_dim / v_head_dim (v_head_dim from hidden / heads),
+    two eos ids, MiniCPM3ForCausalLM with an auto_map."""
+    _registered("minicpm3")
+    saved = json.loads((builds.checkpoint("minicpm3") / "config.json").read_text())
+    rope = {k: v for k, v in saved["rope_parameters"].items() if k not in ("rope_type", "rope_theta")}
+    assert saved["v_head_dim"] == saved["hidden_size"] // saved["num_attention_heads"]
+    checkpoint = _respelled(
+        builds.checkpoint("minicpm3"),
+        tmp_path / "ckpt",
+        drop=("rope_parameters", "head_dim", "qk_head_dim", "v_head_dim", "dtype"),
+        auto_map={
+            "AutoConfig": "configuration_minicpm.MiniCPM3Config",
+            "AutoModelForCausalLM": "modeling_minicpm.MiniCPM3ForCausalLM",
+        },
+        eos_token_id=[1, 2],
+        rope_theta=saved["rope_parameters"]["rope_theta"],
+        rope_scaling={"type": "longrope", **rope},
+        torch_dtype="float32",
+    )
+    assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4
