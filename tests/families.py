@@ -482,6 +482,9 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("minicpm3", generate_modes=LATENT_MODES, since_major=5, **LATENT_EVERY_FORM),
     # Sarvam-MLA: DeepseekV3ForCausalLM under its own model_type (no q-LoRA, one expert group, YaRN)
     moe_family("sarvam_mla", LATENT_MODES, since_major=5, **LATENT_EVERY_FORM),
+    # GLM-4-MoE-Lite: q-LoRA, values as wide as keys (no padding), grouped sigmoid routing (2 of 4 groups),
+    # experts on the layers mlp_layer_types marks sparse (sparse, dense, sparse)
+    moe_family("glm4_moe_lite", LATENT_MODES, since_major=5, **LATENT_EVERY_FORM),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
     # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).
     # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)

@@ -45,6 +45,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "expert_layer_offset": "expert_layer_offset",
     "mlp_only_layers": "mlp_only_layers",
     "sparse_layers": "moe_layers",  # an explicit list of the sparse layers (Llama-4)
+    "mlp_layer_types": "mlp_layer_types",  # "dense" / "sparse" per layer (GLM-4-MoE-Lite)
     "shared_expert_intermediate_size": "shared_expert_intermediate_size",
     "swiglu_limit": "swiglu_limit",
     "swiglu_alpha": "swiglu_alpha",

@@ -57,4 +57,9 @@ MINICPM3 = replace(
 # its attribute_map, rope_scaling type "deepseek_yarn" as YaRN, a head_dim of kv_lora_rank +
 # qk_rope_head_dim and q_head_dim dropped), so the export reads what DeepSeek-V3 reads
 SARVAM_MLA = replace(DEEPSEEK_V3, name="sarvam_mla")
-LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA)
+# GLM-4-MoE-Lite (GLM-4.7-Flash): DeepseekV3Attention (q-LoRA, pairs or halves per rope_interleave,
+# YaRN mscale) with GLM-4-MoE's router, which is DeepSeek-V3's (sigmoid scores, groups ranked by their
+# two best biased scores, fp32); the experts sit where the config's mlp_layer_types says "sparse" (its
+# class fills the list in, dense first, and reads no first_k_dense_replace)
+GLM4_MOE_LITE = replace(DEEPSEEK_V3, name="glm4_moe_lite", config_keys=config_keys(num_experts="n_routed_experts"))
+LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE)

@@ -33,7 +33,6 @@ REFUSED: dict[str, str] = {
     "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "
     "would carry recurrent state only (docs/coverage.md)",
     "flex_olmo": "FlexOlmo's MoE has no spec yet",
-    "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",
     "granitemoeshared": "GraniteMoE with a shared expert has no spec yet",
     "jetmoe": "JetMoE's mixture of attention heads (routed q/o projections) has no spec yet",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",

@@ -110,3 +110,40 @@ def test_minicpm3_in_the_remote_code_spelling(builds, tmp_path):
         torch_dtype="float32",
     )
     assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4
+
+
+def test_glm4_moe_lite_reads_mlp_layer_types_not_first_k_dense_replace(tmp_path):
+    """A config.json without mlp_layer_types (as published) and with DeepSeek's first_k_dense_replace
+    of 2: Glm4MoeLiteConfig fills the list in as dense then sparse (layer 1 has experts) and never
+    reads first_k_dense_replace; the export follows the class, not the key."""
+    from moe_models import save_moe
+
+    _registered("glm4_moe_lite")
+    saved = save_moe(tmp_path / "saved", "glm4_moe_lite", mlp_layer_types=None)
+    config = json.loads((saved / "config.json").read_text())
+    assert config["mlp_layer_types"] == ["dense", "sparse", "sparse"]
+    checkpoint = _respelled(
+        saved,
+        tmp_path / "ckpt",
+        drop=("mlp_layer_types", "rope_parameters", "qk_head_dim", "dtype"),
+        first_k_dense_replace=2,
+        rope_theta=config["rope_parameters"]["rope_theta"],
+        eos_token_id=[1, 2],
+        torch_dtype="float32",
+    )
+    assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4
+
+
+def test_unknown_mlp_layer_type_is_refused_in_one_line(builds, tmp_path):
+    """An entry other than "dense" / "sparse" (which HF's classes read differently: GLM-4-MoE-Lite
+    builds experts only on "sparse", Cohere2-MoE everywhere but "dense"): exit 2, one line, nothing
+    written."""
+    _registered("glm4_moe_lite")
+    checkpoint = _respelled(
+        builds.checkpoint("glm4_moe_lite"), tmp_path / "ckpt", drop=(), mlp_layer_types=["sparse", "moe", "sparse"]
+    )
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if "mlp_layer_types" in line]
+    assert len(lines) == 1 and "'moe'" in lines[0] and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "pkg").exists()

@@ -7,7 +7,8 @@ MiniCPM3: the embedding scale (scale_emb 12 dropped), the residual branches' sca
 (scale_depth / sqrt(layers) = 0.808 dropped: Llama's plain residual), the logits divisor
 (hidden_size / dim_model_base = 3.2 dropped), and its rotate-half RoPE on the rope dims built as
 DeepSeek's GPT-J pairs. Sarvam-MLA (DeepSeek-V3's graph under its own config class): its YaRN
-mscale left out of the softmax scale."""
+mscale left out of the softmax scale. GLM-4-MoE-Lite: its expert groups ignored; its mlp_layer_types
+ignored (the build stops: the checkpoint's tensors follow the list)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,31 @@ def test_mutant_sarvam_mla_mscale_left_out_fails_hf_parity(builds, tmp_path, mon
     checkpoint = builds.checkpoint("sarvam_mla")
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert parity_error(tmp_path / "pkg", checkpoint) > 1e-2
+
+
+def test_mutant_glm4_moe_lite_expert_groups_ignored_fails_hf_parity(builds, tmp_path, monkeypatch):
+    """The top-k taken over every expert instead of within the 2 best of 4 groups."""
+    from gqa_export.model import moe
+
+    _registered("glm4_moe_lite")
+    monkeypatch.setattr(moe, "expert_groups", lambda opt, spec, experts: (1, 1))
+    checkpoint = builds.checkpoint("glm4_moe_lite")
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert parity_error(tmp_path / "pkg", checkpoint) > 1e-2
+
+
+def test_mutant_glm4_moe_lite_mlp_layer_types_ignored_cannot_build(builds, tmp_path, monkeypatch):
+    """mlp_layer_types not read (DeepSeek's first_k_dense_replace rule: every layer sparse): the dense
+    middle layer has no experts to read, so the build stops in one line rather than export a wrong
+    graph (the list cannot be misread silently: the checkpoint's tensors follow it)."""
+    from gqa_export.arch import SPECS
+    from gqa_export.arch.spec import config_keys
+    from gqa_export.errors import InputError
+
+    _registered("glm4_moe_lite")
+    spec = SPECS["glm4_moe_lite"]
+    keys = config_keys(**{**spec.config_keys, "mlp_layer_types": "not_a_config_key"})
+    monkeypatch.setitem(SPECS, "glm4_moe_lite", replace(spec, config_keys=keys))
+    with pytest.raises(InputError) as raised:
+        build(BuildOptions(str(builds.checkpoint("glm4_moe_lite")), tmp_path / "pkg", smoke=False))
+    assert "layers.1" in str(raised.value) and "\n" not in str(raised.value)
