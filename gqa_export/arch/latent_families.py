@@ -47,7 +47,7 @@ MINICPM3 = replace(
     name="minicpm3",
     rope_interleaved=False,
     moe=None,
-    embedding_scale="config",
+    embedding_scale="config_in_table",  # inputs_embeds arrive scaled, as from Gemma's table
     residual_scale="depth",
     config_keys=config_keys(embedding_multiplier="scale_emb"),
     ignore=("rope_interleave",),

@@ -64,3 +64,13 @@ def residual_multiplier(opt: Callable[..., Any], spec: ArchSpec, num_layers: int
         depth = opt("depth_scale")
         return 1.0 if depth is None else float(depth) / math.sqrt(num_layers)
     return float(opt("residual_multiplier", 1.0))
+
+
+def embedding_multiplier(opt: Callable[..., Any], spec: ArchSpec, hidden: int) -> float:
+    """What the token embeddings are multiplied by (spec embedding_scale): sqrt(hidden_size) (Gemma),
+    the config's embedding_multiplier (Granite; MiniCPM3's scale_emb), or nothing."""
+    if spec.embedding_scale == "sqrt_hidden":
+        return math.sqrt(hidden)
+    if spec.embedding_scale in ("config", "config_in_table"):
+        return float(opt("embedding_multiplier", 1.0))
+    return 1.0

@@ -147,3 +147,34 @@ def test_unknown_mlp_layer_type_is_refused_in_one_line(builds, tmp_path):
     lines = [line for line in result.output.splitlines() if "mlp_layer_types" in line]
     assert len(lines) == 1 and "'moe'" in lines[0] and "Traceback" not in result.output, result.output
     assert not (tmp_path / "pkg").exists()
+
+
+def test_minicpm3_inputs_embeds_come_scaled(builds, tmp_path):
+    """MiniCPM3's scale_emb lives in its embedding module (Gemma-3's scaled table), so inputs_embeds
+    (a pipeline stage's input, --inputs-embeds) arrive scaled and the graph must not scale them again
+    (Granite, whose forward multiplies inputs_embeds, is the other case): logits and hidden states
+    against HF's forward(inputs_embeds=embed_tokens(ids))."""
+    import onnxruntime as ort
+    import torch
+
+    from gqa_export.graph.io_options import IoOptions
+    from gqa_export.pipeline import BuildOptions, build
+
+    _registered("minicpm3")
+    checkpoint, out = builds.checkpoint("minicpm3"), tmp_path / "pkg"
+    io = IoOptions(prune_lm_head=False, inputs_embeds=True, hidden_states=True)
+    build(BuildOptions(str(checkpoint), out, smoke=False, attention="gqa", io=io))
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        embeds = model.get_input_embeddings()(torch.tensor([PROMPT]))
+        want = model(inputs_embeds=embeds, output_hidden_states=True)
+    session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    feeds = {"inputs_embeds": embeds.numpy(), "attention_mask": np.ones((1, len(PROMPT)), np.int64)}
+    for value in session.get_inputs():
+        if value.name.startswith("past_key_values."):
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
+    logits, hidden = session.run(["logits", "hidden_states"], feeds)
+    np.testing.assert_allclose(logits[0], want.logits[0].numpy(), atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(hidden[0], want.hidden_states[-1][0].numpy(), atol=1e-4, rtol=1e-4)
