@@ -113,8 +113,9 @@ def test_minicpm3_in_the_remote_code_spelling(builds, tmp_path):
 
 
 def test_glm4_moe_lite_reads_mlp_layer_types_not_first_k_dense_replace(tmp_path):
-    """A config.json without mlp_layer_types (as published) and with DeepSeek's first_k_dense_replace
-    of 2: Glm4MoeLiteConfig fills the list in as dense then sparse (layer 1 has experts) and never
+    """A config.json in GLM-4.7-Flash's spelling (DeepSeek-V3's keys: topk_method, rope_theta at the top,
+    num_nextn_predict_layers, several eos ids), without mlp_layer_types and with a
+    first_k_dense_replace of 2: Glm4MoeLiteConfig fills the list in as dense then sparse (layer 1 has experts) and never
     reads first_k_dense_replace; the export follows the class, not the key."""
     from moe_models import save_moe
 
@@ -128,6 +129,10 @@ def test_glm4_moe_lite_reads_mlp_layer_types_not_first_k_dense_replace(tmp_path)
         drop=("mlp_layer_types", "rope_parameters", "qk_head_dim", "dtype"),
         first_k_dense_replace=2,
         rope_theta=config["rope_parameters"]["rope_theta"],
+        rope_scaling=None,
+        partial_rotary_factor=1.0,
+        topk_method="noaux_tc",  # DeepSeek-V3's name for this router; the class reads no such key
+        num_nextn_predict_layers=1,  # the multi-token-prediction layer, not in the causal LM
         eos_token_id=[1, 2],
         torch_dtype="float32",
     )
