@@ -183,3 +183,20 @@ def test_minicpm3_inputs_embeds_come_scaled(builds, tmp_path):
     logits, hidden = session.run(["logits", "hidden_states"], feeds)
     np.testing.assert_allclose(logits[0], want.logits[0].numpy(), atol=1e-4, rtol=1e-4)
     np.testing.assert_allclose(hidden[0], want.hidden_states[-1][0].numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_glm4_moe_lite_graph_has_no_value_padding_and_experts_by_the_list(builds):
+    """Values as wide as keys (16 + 8 = 24): the expanded cache needs no Pad and no output slice;
+    experts (MoE) on layers 0 and 2, the dense MLP of layer 1 between them, as mlp_layer_types says."""
+    import onnx
+
+    _registered("glm4_moe_lite")
+    package = builds.package("glm4_moe_lite")
+    decoder = json.loads((package / "genai_config.json").read_text())["model"]["decoder"]
+    assert (decoder["head_size"], decoder["num_key_value_heads"]) == (24, 4)
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("MoE") == 2 and "Pad" not in ops
+    names = {t.name for t in graph.initializer}
+    assert "model.layers.1.mlp.gate_up_proj.weight" in names and "model.layers.1.mlp.gate.weight" not in names
+    assert {"model.layers.0.mlp.gate.weight", "model.layers.2.mlp.gate.e_score_correction_bias"} <= names
