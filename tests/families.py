@@ -237,6 +237,13 @@ LATENT_RAGGED: dict[str, Any] = dict(
     ragged_logits_modes=("gqa", "bias"), ragged_generate_modes=(*ALL_MODES, "gqa_latent")
 )
 
+# the families built on DeepSeek's latent attention: every mode and the latent cache, greedy tokens
+# and the ragged batch (ORT logits row by row in both single-graph modes and in the latent cache)
+LATENT_MODES = (*ALL_MODES, "gqa_latent")
+LATENT_EVERY_FORM: dict[str, Any] = dict(
+    ragged_logits_modes=("gqa", "bias", "gqa_latent"), ragged_generate_modes=LATENT_MODES
+)
+
 FAMILIES: tuple[Family, ...] = (
     # the Llama spec's variants (tests/variants.py LLAMA_VARIANTS, then FAMILY_VARIANTS)
     llama("gqa", "llama", LLAMA_MODES, ragged_generate_modes=LLAMA_MODES),
@@ -468,6 +475,16 @@ FAMILIES: tuple[Family, ...] = (
     # the tiny configs are spelled for 5.x and were not checked under 4.57's classes
     moe_family("deepseek_v2", ALL_MODES, since_major=5, **LATENT_RAGGED),
     moe_family("deepseek_v3", ALL_MODES, since_major=5, **LATENT_RAGGED),
+    # issue #39 item 3, latent attention built on DeepSeek's (gqa_export/arch/latent_families.py; mutants:
+    # tests/arch/test_latent_mutants.py): greedy tokens in every mode and in the latent cache, the ragged
+    # batch's ORT logits in the latent cache too, the fp16 CUDA graph. MiniCPM3: dense layers, rotate-half rope, scaled
+    # embeddings, residual branches and logits (tests/llama_like_models.py)
+    dense_family("minicpm3", generate_modes=LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # Sarvam-MLA: DeepseekV3ForCausalLM under its own model_type (no q-LoRA, one expert group, YaRN)
+    moe_family("sarvam_mla", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # GLM-4-MoE-Lite: q-LoRA, values as wide as keys (no padding), grouped sigmoid routing (2 of 4 groups),
+    # experts on the layers mlp_layer_types marks sparse (sparse, dense, sparse)
+    moe_family("glm4_moe_lite", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
     # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).
     # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)

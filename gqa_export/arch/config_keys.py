@@ -17,6 +17,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "attention_multiplier": "attention_multiplier",
     "embedding_multiplier": "embedding_multiplier",
     "residual_multiplier": "residual_multiplier",
+    "depth_scale": "scale_depth",  # MiniCPM3: residual_scale "depth" (scale_depth / sqrt(layers))
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
     # Llama-4: chunked local attention of the "chunked_attention" layers, the scaleless q/k norm's
@@ -44,6 +45,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "expert_layer_offset": "expert_layer_offset",
     "mlp_only_layers": "mlp_only_layers",
     "sparse_layers": "moe_layers",  # an explicit list of the sparse layers (Llama-4)
+    "mlp_layer_types": "mlp_layer_types",  # "dense" / "sparse" per layer (GLM-4-MoE-Lite)
     "shared_expert_intermediate_size": "shared_expert_intermediate_size",
     "swiglu_limit": "swiglu_limit",
     "swiglu_alpha": "swiglu_alpha",

@@ -33,7 +33,6 @@ REFUSED: dict[str, str] = {
     "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "
     "would carry recurrent state only (docs/coverage.md)",
     "flex_olmo": "FlexOlmo's MoE has no spec yet",
-    "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",
     "granitemoeshared": "GraniteMoE with a shared expert has no spec yet",
     "jetmoe": "JetMoE's mixture of attention heads (routed q/o projections) has no spec yet",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
@@ -43,14 +42,12 @@ REFUSED: dict[str, str] = {
     "mamba2": "a pure Mamba2 stack (no attention layer) has no spec yet; the package would carry recurrent state "
     "only (docs/coverage.md)",
     "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
-    "minicpm3": "MiniCPM3's latent attention with its µP scales has no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "minimax_m2": "MiniMax-M2's MoE has no spec yet",
     "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",
     "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
     "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
     "token-shift state have no spec (docs/coverage.md)",
-    "sarvam_mla": "Sarvam's latent attention has no spec yet",
     "sarvam_moe": "Sarvam's MoE has no spec yet",
     "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
     "(docs/coverage.md)",

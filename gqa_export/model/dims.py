@@ -14,7 +14,6 @@ layers point at the layer whose cache they read.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +40,7 @@ from gqa_export.model.layer_kinds import (
 )
 from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
 from gqa_export.model.moe import MoeDims, read_moe
-from gqa_export.model.multipliers import Resolved, resolve_multipliers
+from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
@@ -213,7 +212,6 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         scale = 1.0
     if latent is not None:
         scale = latent_scale(config, latent)
-    embed_mult = {"none": 1.0, "sqrt_hidden": math.sqrt(hidden), "config": float(opt("embedding_multiplier", 1.0))}
     gen = generation or {}
     top = outer if outer is not None else config
     eos = token_ids(_get(config, "eos_token_id")) + token_ids(gen.get("eos_token_id"))
@@ -239,9 +237,9 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         attention_scale=scale,
         attn_softcap=float(opt("attn_softcap", 0.0)),
         final_softcap=float(opt("final_softcap", 0.0)),
-        embedding_multiplier=embed_mult[spec.embedding_scale],
-        embedding_scaled_in_table=spec.embedding_scale == "sqrt_hidden",
-        residual_multiplier=float(opt("residual_multiplier", 1.0)),
+        embedding_multiplier=embedding_multiplier(opt, spec, hidden),
+        embedding_scaled_in_table=spec.embedding_scale in ("sqrt_hidden", "config_in_table"),
+        residual_multiplier=residual_multiplier(opt, spec, int(config.num_hidden_layers)),
         logits_divisor=float(opt("logits_scaling", 1.0)),
         norm_offset=spec.norm_offset,
         bos_token_id=_first(gen.get("bos_token_id", _get(config, "bos_token_id"))),

@@ -22,13 +22,17 @@ Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config valu
 def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = None) -> bool:
     """Whether layer i's MLP is the sparse block: where its type is the spec's sparse layer type
     (Nemotron-H's "moe") when the spec names one, else on Jamba's grid where the config has one
-    (i % period == offset, and more than one expert), else not before the first `first_dense_layers`
+    (i % period == offset, and more than one expert), else by the config's mlp_layer_types list
+    where it has one, else not before the first `first_dense_layers`
     (LFM2-MoE's num_dense_layers), not after `last_sparse_layer`, not in mlp_only_layers, and on the
     decoder_sparse_step grid (Qwen-MoE)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return False
     if spec.moe.layer_type is not None:
         return layer_type == spec.moe.layer_type
+    kinds = opt("mlp_layer_types")  # one "dense" / "sparse" per layer, where the config class keeps the list
+    if kinds is not None:
+        return _listed_mlp_kind(kinds, i)
     period = int(opt("expert_layer_period", 0) or 0)
     if period:
         return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)
@@ -42,6 +46,16 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
         return False
     step = int(opt("decoder_sparse_step", 1) or 1)
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
+
+
+def _listed_mlp_kind(kinds: Any, i: int) -> bool:
+    """Layer i's entry of an mlp_layer_types list (GLM-4-MoE-Lite: the decoder layer builds the
+    experts where it says "sparse", the dense MLP where "dense"; its config class fills the list in
+    from the layer count, and ignores first_k_dense_replace)."""
+    if i >= len(kinds) or kinds[i] not in ("dense", "sparse"):
+        found = kinds[i] if i < len(kinds) else "nothing"
+        raise InputError(f"mlp_layer_types[{i}] is {found!r}; each layer is 'dense' or 'sparse'")
+    return kinds[i] == "sparse"
 
 
 def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int) -> bool:
