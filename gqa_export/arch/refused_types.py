@@ -22,7 +22,6 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
     "afmoe": "Arcee Trinity's MoE (AfMoE) has no spec yet",
-    "bamba": "Bamba's Mamba2 + attention hybrid has no spec yet (Granite-4.0-H's Mamba2 graph could serve)",
     "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
     "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
     "cohere2_moe": "Cohere2's MoE variant has no spec yet",
