@@ -451,6 +451,8 @@ FAMILIES: tuple[Family, ...] = (
     # state-space families (tests/state_space_models.py): Mamba2 layers between GQA layers with RoPE on half
     # of each head, a SwiGLU MLP on every layer (Bamba; genai 0.18 has no type of its own: the generic decoder)
     state_space("bamba", fp16_cuda=True),
+    # a Mamba2 mixer on every layer and no attention: recurrent state only, no KV cache (Mamba2)
+    state_space("mamba2", fp16_cuda=True),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),

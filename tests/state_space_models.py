@@ -40,10 +40,26 @@ def state_space_config(model_type: str) -> dict:
             tie_word_embeddings=False,
         )
         return c
+    if model_type == "mamba2":  # Mamba2 (conv + SSM state) on every layer, no attention
+        c = dict(_SSM_COMMON)
+        c.update(
+            num_hidden_layers=3,
+            num_heads=4,  # 4 heads of 32 = 2 * 64
+            head_dim=32,
+            expand=2,
+            n_groups=2,  # two consecutive heads per B/C group; the gated norm per group of 64
+            state_size=16,
+            conv_kernel=4,
+            chunk_size=16,  # the 70-token prompt spans several of HF's chunks
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.1,
+            tie_word_embeddings=False,
+        )
+        return c
     raise ValueError(model_type)
 
 
-FAMILIES = ["bamba"]
+FAMILIES = ["bamba", "mamba2"]
 # extra variants: tag -> (model_type, overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {}
 

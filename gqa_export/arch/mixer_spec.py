@@ -120,6 +120,9 @@ class MixerSpec:
     mamba: MambaNames = field(default_factory=MambaNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
+    # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention
+    # keys, and every layer type must map to a state mixer (docs/hybrid-state.md §8.10)
+    attention: bool = True
 
 
 MULTIPLIED_SIDES = ("input", "output")

@@ -39,8 +39,6 @@ REFUSED: dict[str, str] = {
     "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
     "mamba": "a pure Mamba stack (no attention layer) has no spec yet; the package would carry recurrent state "
     "only (docs/coverage.md)",
-    "mamba2": "a pure Mamba2 stack (no attention layer) has no spec yet; the package would carry recurrent state "
-    "only (docs/coverage.md)",
     "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
     "minicpm3": "MiniCPM3's latent attention with its µP scales has no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from gqa_export.arch.hybrid_families import JAMBA
+from gqa_export.arch.hybrid_families import JAMBA, NEMOTRON_H
 from gqa_export.arch.mixer_spec import MixerSpec
+from gqa_export.arch.spec import LayerNames, config_keys
 
 # Bamba: Jamba's layer layout (input_layernorm, pre_ff_layernorm, feed_forward.*, final_layernorm)
 # with Granite-4.0-H's Mamba2 mixer (mamba.*, the group-wise gated norm after the gate, dt clamped
@@ -27,4 +28,32 @@ BAMBA = replace(
     ignore=(),
 )
 
-STATE_SPACE = (BAMBA,)
+# Mamba2: Nemotron-H's one-block layers (backbone.embeddings, layers.N.norm, layers.N.mixer.*,
+# norm_f) with a Mamba2 mixer on every layer and no attention layer at all: the package carries conv
+# and SSM state and no KV cache (docs/hybrid-state.md §8.10). The config spells the mixer's sizes
+# num_heads / head_dim / n_groups / state_size / conv_kernel / expand, its conv's activation
+# hidden_act; HF clamps dt with time_step_limit in prompts only, as Granite-4.0-H's mixer does.
+_MAMBA2_KEYS = config_keys(
+    norm_eps="layer_norm_epsilon", mamba_heads="num_heads", mamba_head_dim="head_dim", mamba_groups="n_groups",
+    mamba_state="state_size", mamba_conv_kernel="conv_kernel", mamba_expand="expand", mamba_activation="hidden_act",
+)  # fmt: skip
+MAMBA2 = replace(
+    NEMOTRON_H,
+    name="mamba2",
+    decoder_prefixes=("backbone.",),
+    layer=LayerNames(input_norm="norm", post_attention_norm=None),
+    mlp="gated",
+    activations=("silu",),
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba2"}),
+        mamba2=NEMOTRON_H.mixers.mamba2,  # type: ignore[union-attr]
+        prompt_dt_limit="time_step_limit",
+        attention=False,
+    ),
+    layer_blocks=MappingProxyType({"linear_attention": "mixer"}),
+    moe=None,
+    config_keys=_MAMBA2_KEYS,
+    ignore=(),
+)
+
+STATE_SPACE = (BAMBA, MAMBA2)

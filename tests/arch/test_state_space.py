@@ -12,8 +12,12 @@ import onnx
 import pytest
 from hybrid_checks import assert_variant_matches_hf, copy_tree
 from reference import parity_error
+from typer.testing import CliRunner
 
+from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
+
+runner = CliRunner()
 
 # Bamba (tests/state_space_models.py bamba): Mamba2 at layers 0, 2 and 3 (4 heads of 32, 2 groups,
 # state 16, K 4 over 128 + 2 x 2 x 16 = 192 channels), GQA with RoPE on 8 of 16 channels at 1
@@ -78,6 +82,82 @@ def test_bamba_variants_match_hf(tmp_path, overrides):
     from state_space_models import save_state_space
 
     checkpoint = save_state_space(tmp_path / "ckpt", BAMBA, **overrides)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, smoke=False))  # genai runs it below
+    assert_variant_matches_hf(package, checkpoint)
+
+
+# Mamba2 (tests/state_space_models.py mamba2): a Mamba2 mixer on each of 3 layers (4 heads of 32, 2
+# groups, state 16, K 4 over 192 channels) and no attention: recurrent state only, no KV cache
+MAMBA2 = "mamba2"
+
+
+def test_mamba2_package_carries_state_only(builds):
+    """No past_key_values input at all: onnxruntime-genai 0.18 creates no KV cache for such a graph
+    and its RecurrentState binds both states of every layer, updated in place
+    (docs/hybrid-state.md §8.10)."""
+    package = builds.package(MAMBA2)
+    config = json.loads((package / "genai_config.json").read_text())
+    decoder = config["model"]["decoder"]
+    assert config["model"]["type"] == "decoder" and "layer_types" not in decoder
+    assert decoder["num_hidden_layers"] == 3 and decoder["inputs"]["past_recurrent_names"] == "past.%d.recurrent"
+    assert config["search"]["past_present_share_buffer"] is True
+    shapes = _shapes(onnx.load(str(package / "model.onnx"), load_external_data=False).graph)
+    assert not [n for n in shapes if n.startswith("past_key_values")]
+    assert [shapes[f"past.{i}.conv"] for i in range(3)] == [["batch_size", 3, 192]] * 3
+    assert [shapes[f"past.{i}.recurrent"] for i in range(3)] == [["batch_size", 4, 16, 32]] * 3
+    report = json.loads(runner.invoke(app, ["inspect", str(package), "--json"]).stdout)
+    assert report["summary"]["kv_cache_bytes_per_row"] == 0 and report["findings"] == []
+    assert report["summary"]["recurrent_state_bytes_per_row"] == 3 * (3 * 192 + 4 * 16 * 32) * 4
+
+
+def test_mamba2_generates_alike_with_the_states_swapped_instead_of_shared(builds, tmp_path):
+    """past_present_share_buffer false: the RecurrentState swaps past and present buffers instead of
+    updating one in place; the greedy tokens are HF's either way."""
+    from reference import genai_prompt_then_greedy, hf_generates_of
+
+    package = copy_tree(builds.package(MAMBA2), tmp_path / "pkg")
+    path = package / "genai_config.json"
+    config = json.loads(path.read_text())
+    config["search"]["past_present_share_buffer"] = False
+    path.write_text(json.dumps(config))
+    prompt = [0, 17, 45, 99, 200, 3, 7]
+    assert (
+        genai_prompt_then_greedy(package, prompt, 20)[1] == hf_generates_of(builds.checkpoint(MAMBA2), [prompt], 20)[0]
+    )
+
+
+MAMBA2_MUTANTS = {
+    "gated_norm_not_per_group": BAMBA_MUTANTS["gated_norm_not_per_group"],
+    "d_skip_dropped": (("*mixer.D", lambda d: d * 0),),
+    "decay_scaled": (("*mixer.decay_scale", lambda a: a * 1.5),),
+}
+
+
+@pytest.mark.parametrize("edits", MAMBA2_MUTANTS.values(), ids=MAMBA2_MUTANTS.keys())
+def test_mamba2_mutant_fails_parity(builds, tmp_path, edits):
+    from mutants import edit_initializers
+
+    package = copy_tree(builds.package(MAMBA2), tmp_path / "pkg")
+    for pattern, change in edits:
+        assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
+    assert parity_error(package, builds.checkpoint(MAMBA2)) > 1e-2
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # tied embeddings, in_proj / out_proj biases and no conv bias, one group
+        dict(tie_word_embeddings=True, use_bias=True, use_conv_bias=False, n_groups=1),
+        # dt clamped to [0.4, 1.0] in prompts only (docs/hybrid-state.md §8.2)
+        dict(time_step_limit=(0.4, 1.0)),
+    ],
+    ids=["tied_biases_one_group", "time_step_limit"],
+)
+def test_mamba2_variants_match_hf(tmp_path, overrides):
+    from state_space_models import save_state_space
+
+    checkpoint = save_state_space(tmp_path / "ckpt", MAMBA2, **overrides)
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, smoke=False))  # genai runs it below
     assert_variant_matches_hf(package, checkpoint)
