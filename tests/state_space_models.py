@@ -56,10 +56,25 @@ def state_space_config(model_type: str) -> dict:
             tie_word_embeddings=False,
         )
         return c
+    if model_type in ("mamba", "falcon_mamba"):  # Mamba (v1) on every layer, no attention; 128 channels
+        c = dict(_SSM_COMMON)
+        c.update(
+            num_hidden_layers=3,
+            state_size=16,
+            expand=2,
+            conv_kernel=4,
+            time_step_rank=8,
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.1,
+            tie_word_embeddings=True,  # the classes' default
+        )
+        if model_type == "falcon_mamba":
+            c.update(mixer_rms_eps=1e-3)  # away from the other norms' eps, so that mixing them up shows
+        return c
     raise ValueError(model_type)
 
 
-FAMILIES = ["bamba", "mamba2"]
+FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba"]
 # extra variants: tag -> (model_type, overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {}
 

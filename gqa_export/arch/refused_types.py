@@ -29,16 +29,12 @@ REFUSED: dict[str, str] = {
     "deepseek_v32": "DeepSeek sparse attention (a lightning indexer choosing the top-k keys per query) has no spec "
     "yet (docs/coverage.md)",
     "exaone_moe": "EXAONE-MoE has no spec yet",
-    "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "
-    "would carry recurrent state only (docs/coverage.md)",
     "flex_olmo": "FlexOlmo's MoE has no spec yet",
     "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",
     "granitemoeshared": "GraniteMoE with a shared expert has no spec yet",
     "jetmoe": "JetMoE's mixture of attention heads (routed q/o projections) has no spec yet",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
     "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
-    "mamba": "a pure Mamba stack (no attention layer) has no spec yet; the package would carry recurrent state "
-    "only (docs/coverage.md)",
     "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
     "minicpm3": "MiniCPM3's latent attention with its µP scales has no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",

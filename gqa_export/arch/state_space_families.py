@@ -9,7 +9,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.hybrid_families import JAMBA, NEMOTRON_H
-from gqa_export.arch.mixer_spec import MixerSpec
+from gqa_export.arch.mixer_spec import MambaNames, MixerSpec
 from gqa_export.arch.spec import LayerNames, config_keys
 
 # Bamba: Jamba's layer layout (input_layernorm, pre_ff_layernorm, feed_forward.*, final_layernorm)
@@ -56,4 +56,32 @@ MAMBA2 = replace(
     ignore=(),
 )
 
-STATE_SPACE = (BAMBA, MAMBA2)
+# Mamba (v1): Mamba2's stack with Jamba's Mamba mixer (in_proj x | z, conv, x_proj dt | B | C,
+# dt_proj, A_log [I, N], D) under mixer.* and no dt/B/C norms; the config spells state_size,
+# conv_kernel, expand and time_step_rank ("auto": ceil(hidden / 16), resolved by the class); tied
+# embeddings by default (docs/hybrid-state.md §8.11)
+_MAMBA_MIXER = MambaNames(**{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(MambaNames()).items()})
+_MAMBA_KEYS = config_keys(
+    norm_eps="layer_norm_epsilon", mamba_state="state_size", mamba_conv_kernel="conv_kernel", mamba_expand="expand",
+    mamba_dt_rank="time_step_rank",
+)  # fmt: skip
+MAMBA = replace(
+    MAMBA2,
+    name="mamba",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba"}),
+        mamba=_MAMBA_MIXER,
+        attention=False,
+        mamba_dt_bc_norm="none",
+    ),
+    config_keys=_MAMBA_KEYS,
+)
+# Falcon-Mamba: Mamba's layers with RMSNorms on dt, B and C that have no weight (F.rms_norm at
+# mixer_rms_eps; the class's unit weights are non-persistent buffers, never stored)
+FALCON_MAMBA = replace(
+    MAMBA,
+    name="falcon_mamba",
+    mixers=replace(MAMBA.mixers, mamba_dt_bc_norm="unit"),  # type: ignore[type-var]
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA)

@@ -281,6 +281,8 @@ class MambaDims:
     inner: int
     state: int
     dt_rank: int
+    dt_bc_norm: str = "weighted"  # MixerSpec.mamba_dt_bc_norm: the norms on dt, B and C
+    dt_bc_norm_eps: float = 0.0  # their eps where it is the mixer's own ("unit": mixer_rms_eps)
 
 
 def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> MambaDims | None:
@@ -290,11 +292,14 @@ def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> M
         return None
     rank = opt("mamba_dt_rank", "auto")
     rank = -(-hidden // 16) if rank in (None, "auto") else int(rank)
+    norm = spec.mixers.mamba_dt_bc_norm if spec.mixers is not None else "weighted"
     dims = MambaDims(
         int(opt("mamba_conv_kernel", 0) or 0),
         int(opt("mamba_expand", 0) or 0) * hidden,
         int(opt("mamba_state", 0) or 0),
         rank,
+        norm,
+        float(opt("mamba_norm_eps", 1e-6)) if norm == "unit" else 0.0,
     )
     if min(dims.kernel, dims.inner, dims.state, dims.dt_rank) < 1:
         raise InputError(

@@ -161,3 +161,111 @@ def test_mamba2_variants_match_hf(tmp_path, overrides):
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, smoke=False))  # genai runs it below
     assert_variant_matches_hf(package, checkpoint)
+
+
+# Mamba and Falcon-Mamba (tests/state_space_models.py): Jamba's Mamba (v1) mixer on each of 3 layers
+# (128 channels, state 16, K 4, dt rank 8) and no attention, tied embeddings; Falcon-Mamba's dt, B and
+# C RMSNorms without weight at mixer_rms_eps 1e-3 (the blocks' norms at 1e-5)
+MAMBA, FALCON_MAMBA = "mamba", "falcon_mamba"
+
+
+@pytest.mark.parametrize(("family", "norms"), [(MAMBA, 0), (FALCON_MAMBA, 3)])
+def test_mamba_package_carries_state_only(builds, family, norms):
+    package = builds.package(family)
+    config = json.loads((package / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True and "layer_types" not in config["model"]["decoder"]
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    shapes = _shapes(graph)
+    assert not [n for n in shapes if n.startswith("past_key_values")]
+    assert [shapes[f"past.{i}.conv"] for i in range(3)] == [["batch_size", 3, 128]] * 3
+    assert [shapes[f"past.{i}.recurrent"] for i in range(3)] == [["batch_size", 128, 16, 1]] * 3
+    ssm = [n for n in graph.node if n.op_type == "LinearAttention"]
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in ssm[0].attribute}
+    assert len(ssm) == 3 and (attributes["q_num_heads"], attributes["kv_num_heads"]) == (1, 128)
+    dt_bc = [n for n in graph.node if n.name.endswith(("dt_layernorm", "b_layernorm", "c_layernorm"))]
+    assert len(dt_bc) == 3 * norms
+    assert all(onnx.helper.get_attribute_value(a) == pytest.approx(1e-3) for n in dt_bc for a in n.attribute
+               if a.name == "epsilon")  # fmt: skip
+
+
+def _bypass(*suffixes: str):
+    """A graph edit: the nodes named ...suffix left out (their consumers read their first input)."""
+
+    def edit(model: onnx.ModelProto) -> None:
+        for node in [n for n in model.graph.node if n.name.endswith(suffixes)]:
+            for other in model.graph.node:
+                other.input[:] = [node.input[0] if i == node.output[0] else i for i in other.input]
+
+    return edit
+
+
+def _model_eps(model: onnx.ModelProto) -> None:
+    """Falcon-Mamba's dt/B/C norms at the blocks' eps (1e-5) instead of mixer_rms_eps."""
+    for node in [n for n in model.graph.node if n.name.endswith(("dt_layernorm", "b_layernorm", "c_layernorm"))]:
+        next(a for a in node.attribute if a.name == "epsilon").f = 1e-5
+
+
+STATE_ONLY_GRAPH_MUTANTS = {
+    "falcon_mamba-dt_bc_norms_dropped": (FALCON_MAMBA, _bypass("dt_layernorm", "b_layernorm", "c_layernorm")),
+    "falcon_mamba-dt_bc_norms_at_the_model_eps": (FALCON_MAMBA, _model_eps),
+    "mamba-x_and_z_swapped": (MAMBA, lambda m: _swap_outputs(m, "split_x_z", 0, 1)),
+}
+
+
+def _swap_outputs(model: onnx.ModelProto, suffix: str, a: int, b: int) -> None:
+    for node in [n for n in model.graph.node if n.name.endswith(suffix)]:
+        node.output[a], node.output[b] = node.output[b], node.output[a]
+
+
+@pytest.mark.parametrize(("family", "edit"), STATE_ONLY_GRAPH_MUTANTS.values(), ids=STATE_ONLY_GRAPH_MUTANTS.keys())
+def test_mamba_mutant_graph_fails_parity(builds, tmp_path, family, edit):
+    package = copy_tree(builds.package(family), tmp_path / "pkg")
+    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    edit(model)
+    onnx.save(model, str(package / "model.onnx"))
+    assert parity_error(package, builds.checkpoint(family)) > 1e-2
+
+
+MAMBA_WEIGHT_MUTANTS = {
+    "decay_shared_across_the_state": ("*mixer.decay_scale", lambda a: np.repeat(a[:, :1], a.shape[1], axis=1)),
+    "d_skip_dropped": ("*mixer.D", lambda d: d * 0),
+}
+
+
+@pytest.mark.parametrize(("pattern", "change"), MAMBA_WEIGHT_MUTANTS.values(), ids=MAMBA_WEIGHT_MUTANTS.keys())
+def test_mamba_mutant_initializers_fail_parity(builds, tmp_path, pattern, change):
+    from mutants import edit_initializers
+
+    package = copy_tree(builds.package(MAMBA), tmp_path / "pkg")
+    assert edit_initializers(package, pattern, change), f"{pattern} matched nothing"
+    assert parity_error(package, builds.checkpoint(MAMBA)) > 1e-2
+
+
+def test_mamba_mutant_spec_with_falcon_mamba_norms_fails_parity(builds, tmp_path, monkeypatch):
+    """Mamba exported as if it had Falcon-Mamba's weightless dt/B/C norms (a spec that plants them)."""
+    from dataclasses import replace
+
+    from gqa_export.arch import SPECS
+
+    spec = SPECS[MAMBA]
+    monkeypatch.setitem(SPECS, MAMBA, replace(spec, mixers=replace(spec.mixers, mamba_dt_bc_norm="unit")))
+    build(BuildOptions(str(builds.checkpoint(MAMBA)), tmp_path / "pkg", smoke=False))
+    assert parity_error(tmp_path / "pkg", builds.checkpoint(MAMBA)) > 1e-2
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides"),
+    [
+        # untied, in_proj / out_proj biases and no conv bias, dt rank "auto" (ceil(64 / 16) = 4)
+        (MAMBA, dict(tie_word_embeddings=False, use_bias=True, use_conv_bias=False, time_step_rank="auto")),
+        (FALCON_MAMBA, dict(mixer_rms_eps=1e-6)),  # the class's default eps
+    ],
+    ids=["mamba-untied_biases_auto_rank", "falcon_mamba-default_eps"],
+)
+def test_mamba_variants_match_hf(tmp_path, family, overrides):
+    from state_space_models import save_state_space
+
+    checkpoint = save_state_space(tmp_path / "ckpt", family, **overrides)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, smoke=False))  # genai runs it below
+    assert_variant_matches_hf(package, checkpoint)
