@@ -122,7 +122,7 @@ class MixerSpec:
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
     # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention
-    # keys, and every layer type must map to a state mixer (docs/hybrid-state.md §8.10)
+    # keys, and each layer is one block, the `every_layer` mixer behind its norm (docs/hybrid-state.md §8.10)
     attention: bool = True
     # the Mamba (v1) mixer's RMSNorms on dt, B and C (MAMBA_DT_BC_NORMS): "weighted" (Jamba: stored
     # weights, the model's eps), "unit" (Falcon-Mamba: no weight, eps from config key mixer_rms_eps),

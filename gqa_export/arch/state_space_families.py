@@ -45,12 +45,13 @@ MAMBA2 = replace(
     mlp="gated",
     activations=("silu",),
     mixers=MixerSpec(
-        kinds=MappingProxyType({"linear_attention": "mamba2"}),
+        kinds=MappingProxyType({}),
+        every_layer="mamba2",  # 5.x's layer_types says so; 4.x's config has none
         mamba2=NEMOTRON_H.mixers.mamba2,  # type: ignore[union-attr]
         prompt_dt_limit="time_step_limit",
         attention=False,
     ),
-    layer_blocks=MappingProxyType({"linear_attention": "mixer"}),
+    layer_blocks=MappingProxyType({}),
     moe=None,
     config_keys=_MAMBA2_KEYS,
     ignore=(),
@@ -58,21 +59,18 @@ MAMBA2 = replace(
 
 # Mamba (v1): Mamba2's stack with Jamba's Mamba mixer (in_proj x | z, conv, x_proj dt | B | C,
 # dt_proj, A_log [I, N], D) under mixer.* and no dt/B/C norms; the config spells state_size,
-# conv_kernel, expand and time_step_rank ("auto": ceil(hidden / 16), resolved by the class); tied
-# embeddings by default (docs/hybrid-state.md §8.11)
+# conv_kernel and time_step_rank ("auto": ceil(hidden / 16), resolved by the class), the inner width
+# intermediate_size (expand * hidden unless given); tied embeddings by default (docs/hybrid-state.md §8.11)
 _MAMBA_MIXER = MambaNames(**{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(MambaNames()).items()})
 _MAMBA_KEYS = config_keys(
     norm_eps="layer_norm_epsilon", mamba_state="state_size", mamba_conv_kernel="conv_kernel", mamba_expand="expand",
-    mamba_dt_rank="time_step_rank",
+    mamba_dt_rank="time_step_rank", mamba_inner="intermediate_size",
 )  # fmt: skip
 MAMBA = replace(
     MAMBA2,
     name="mamba",
     mixers=MixerSpec(
-        kinds=MappingProxyType({"linear_attention": "mamba"}),
-        mamba=_MAMBA_MIXER,
-        attention=False,
-        mamba_dt_bc_norm="none",
+        kinds=MappingProxyType({}), every_layer="mamba", mamba=_MAMBA_MIXER, attention=False, mamba_dt_bc_norm="none"
     ),
     config_keys=_MAMBA_KEYS,
 )

@@ -259,8 +259,11 @@ def test_mamba_mutant_spec_with_falcon_mamba_norms_fails_parity(builds, tmp_path
         # untied, in_proj / out_proj biases and no conv bias, dt rank "auto" (ceil(64 / 16) = 4)
         (MAMBA, dict(tie_word_embeddings=False, use_bias=True, use_conv_bias=False, time_step_rank="auto")),
         (FALCON_MAMBA, dict(mixer_rms_eps=1e-6)),  # the class's default eps
+        # tiiuae/falcon-mamba-7b's spelling: expand 16 beside intermediate_size 2 * hidden (the class
+        # takes intermediate_size; expand * hidden would be 8 times too wide), eos = pad = 11
+        (FALCON_MAMBA, dict(expand=16, intermediate_size=128, eos_token_id=11, pad_token_id=11)),
     ],
-    ids=["mamba-untied_biases_auto_rank", "falcon_mamba-default_eps"],
+    ids=["mamba-untied_biases_auto_rank", "falcon_mamba-default_eps", "falcon_mamba-published_expand"],
 )
 def test_mamba_variants_match_hf(tmp_path, family, overrides):
     from state_space_models import save_state_space
