@@ -39,6 +39,9 @@ def test_bamba_graph_carries_both_states_beside_one_kv_cache(builds):
     assert sorted(n for n in shapes if n.startswith("past_key_values")) == [
         "past_key_values.1.key", "past_key_values.1.value"
     ]  # fmt: skip
+    report = json.loads(runner.invoke(app, ["inspect", str(builds.package(BAMBA)), "--json"]).stdout)
+    assert report["summary"]["recurrent_state_bytes_per_row"] == 3 * (3 * 192 + 4 * 16 * 32) * 4
+    assert report["findings"] == []
 
 
 def _rope_dropped(values: np.ndarray) -> np.ndarray:
@@ -125,6 +128,30 @@ def test_mamba2_generates_alike_with_the_states_swapped_instead_of_shared(builds
     assert (
         genai_prompt_then_greedy(package, prompt, 20)[1] == hf_generates_of(builds.checkpoint(MAMBA2), [prompt], 20)[0]
     )
+
+
+NOT_A_RANGE = "must be a range 0 <= min <= max; fix config.json"
+
+
+@pytest.mark.parametrize(
+    ("edit", "line"),
+    [
+        ({"hidden_act": "gelu"}, "activation 'gelu' is not supported for mamba2 (supported: silu)"),
+        ({"n_groups": 3}, "mamba2: 4 Mamba2 heads do not divide among 3 groups"),
+        ({"time_step_limit": [1.0, 0.4]}, f"mamba2: time_step_limit (1.0, 0.4) {NOT_A_RANGE}"),
+    ],
+    ids=["activation", "groups", "time_step_limit"],
+)  # fmt: skip
+def test_mamba2_config_it_cannot_export_is_refused_in_one_line(builds, tmp_path, edit, line):
+    """A conv activation the graph does not apply, heads that do not divide among the groups, a dt
+    limit that is no range: one line, exit 2, nothing written."""
+    checkpoint = copy_tree(builds.checkpoint(MAMBA2), tmp_path / "ckpt")
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, **edit}))
+    result = runner.invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    assert [x for x in result.output.splitlines() if x.startswith("error:")] == [f"error: {line}"]
+    assert not (tmp_path / "p").exists()
 
 
 MAMBA2_MUTANTS = {
