@@ -456,7 +456,7 @@ FAMILIES: tuple[Family, ...] = (
     # Jamba's Mamba (v1) mixer on every layer and no attention, tied embeddings (Mamba); with weightless
     # RMSNorms on dt, B and C at their own eps (Falcon-Mamba)
     state_space("mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
-    state_space("falcon_mamba", gathered_tables=frozenset({"backbone.embeddings.qweight"})),
+    state_space("falcon_mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),
