@@ -1,6 +1,8 @@
 """State-space families (issue #39 item 3): decoders whose layers are Mamba2 or Mamba mixers, beside
 attention layers or with none at all, each read from its modeling code in transformers 5.24 and
-written as a `replace()` of the closest hybrid spec (docs/hybrid-state.md §8.9, docs/coverage.md §4).
+written as a `replace()` of the closest hybrid spec (docs/hybrid-state.md §8.9-§8.11, docs/coverage.md
+§4). A stack without attention (MixerSpec.attention False) reads no attention keys, and its package
+carries recurrent state only, no KV cache, which onnxruntime-genai 0.18 runs (§8.10).
 """
 
 from __future__ import annotations
