@@ -24,6 +24,8 @@ from dense_models import save_dense
 from gemma3n_models import save_gemma3n
 from llama4_models import save_llama4
 from moe_models import save_moe
+from state_space_models import VARIANTS as STATE_SPACE_VARIANTS
+from state_space_models import save_state_space
 from tiny_models import save_model
 
 # the logits prompt: longer than every window (Gemma-4's 4 and 6, the others' 8)
@@ -169,6 +171,19 @@ def hybrid(name: str, **facts: Any) -> Family:
     its last real token (docs/hybrid-state.md §1.4)."""
     ragged = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",))
     return dense(name, logits_modes=(), generate_modes=("gqa",), **ragged, **facts)
+
+
+def state_space(name: str, **facts: Any) -> Family:
+    """A state-space checkpoint of tests/state_space_models.py (Mamba2 / Mamba layers, with attention
+    layers or none): checked as a hybrid row is (greedy tokens and a ragged batch in gqa, the
+    standard-Attention modes refused), on the 70-token prompt, int4, from 5.x (the tiny configs were
+    not checked under 4.57's classes)."""
+    model_type, overrides = STATE_SPACE_VARIANTS.get(name, (name, {}))
+    facts = {"prompt": LONG_PROMPT, "quantized": ("int4",), "since_major": 5, **facts}
+    return Family(
+        name, "state_space", lambda folder: save_state_space(folder, model_type, **overrides), signal=0.5,
+        generate_modes=("gqa",), ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",), **facts,
+    )  # fmt: skip
 
 
 def dense_family(name: str, **facts: Any) -> Family:
@@ -440,6 +455,15 @@ FAMILIES: tuple[Family, ...] = (
     # every expert (MatMulNBits in int4 and int8) under a grouped biased-sigmoid router, a shared expert;
     # the fp16 CUDA graph too
     hybrid("nemotron_h_moe", quantized=("int4", "int8"), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
+    # state-space families (tests/state_space_models.py): Mamba2 layers between GQA layers with RoPE on half
+    # of each head, a SwiGLU MLP on every layer (Bamba; genai 0.18 has no type of its own: the generic decoder)
+    state_space("bamba", fp16_cuda=True),
+    # a Mamba2 mixer on every layer and no attention: recurrent state only, no KV cache (Mamba2)
+    state_space("mamba2", fp16_cuda=True),
+    # Jamba's Mamba (v1) mixer on every layer and no attention, tied embeddings (Mamba); with weightless
+    # RMSNorms on dt, B and C at their own eps (Falcon-Mamba)
+    state_space("mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
+    state_space("falcon_mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),

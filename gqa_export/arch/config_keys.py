@@ -92,6 +92,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "mamba_expand": "mamba_expand",
     "mamba_dt_limit": "time_step_limit",
     "mamba_dt_rank": "mamba_dt_rank",  # Mamba (v1, Jamba): dt's low-rank width R
+    "mamba_norm_eps": "mixer_rms_eps",  # Mamba (v1): the eps of Falcon-Mamba's weightless dt/B/C norms
+    "mamba_inner": "mamba_intermediate_size",  # Mamba (v1): a config's own inner width (else expand * hidden)
     "mamba_norm_before_gate": "mamba_norm_before_gate",  # Falcon-H1's gated-norm order
     "mamba_activation": "mamba_hidden_act",
     "position_embedding_type": "position_embedding_type",

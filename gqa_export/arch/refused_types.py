@@ -22,7 +22,6 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
     "afmoe": "Arcee Trinity's MoE (AfMoE) has no spec yet",
-    "bamba": "Bamba's Mamba2 + attention hybrid has no spec yet (Granite-4.0-H's Mamba2 graph could serve)",
     "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
     "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
     "cohere2_moe": "Cohere2's MoE variant has no spec yet",
@@ -30,17 +29,11 @@ REFUSED: dict[str, str] = {
     "deepseek_v32": "DeepSeek sparse attention (a lightning indexer choosing the top-k keys per query) has no spec "
     "yet (docs/coverage.md)",
     "exaone_moe": "EXAONE-MoE has no spec yet",
-    "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "
-    "would carry recurrent state only (docs/coverage.md)",
     "flex_olmo": "FlexOlmo's MoE has no spec yet",
     "granitemoeshared": "GraniteMoE with a shared expert has no spec yet",
     "jetmoe": "JetMoE's mixture of attention heads (routed q/o projections) has no spec yet",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
     "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
-    "mamba": "a pure Mamba stack (no attention layer) has no spec yet; the package would carry recurrent state "
-    "only (docs/coverage.md)",
-    "mamba2": "a pure Mamba2 stack (no attention layer) has no spec yet; the package would carry recurrent state "
-    "only (docs/coverage.md)",
     "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "minimax_m2": "MiniMax-M2's MoE has no spec yet",

@@ -192,7 +192,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         value = _get(config, refusal.config_key)
         if refusal.applies(value, _get(config, refusal.differs_from) if refusal.differs_from else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
-    heads = int(config.num_attention_heads)
+    heads = int(config.num_attention_heads) if spec.mixers is None or spec.mixers.attention else 0  # 0: no attention
     hidden = int(config.hidden_size)
     act = str(opt("activation", spec.activations[0]))  # Bloom's and MPT's configs name none
     if act not in spec.activations:
@@ -360,7 +360,9 @@ def _layers(
 
 def _attention_shape(config: Any, i: int, layer_type: str | None, opt: Any, heads: int, hidden: int) -> tuple[int, int]:
     """(head_dim, num_kv_heads) of layer i: per-layer config views first (transformers >= 5.2x),
-    else the global-layer keys older Gemma-4 configs carry, else the global values."""
+    else the global-layer keys older Gemma-4 configs carry, else the global values; (0, 0) without attention."""
+    if not heads:
+        return 0, 0
     layer = _layer_config(config, i)
     head_dim = int(_get(layer, "head_dim") or hidden // heads)
     kv_heads = int(_get(layer, "num_key_value_heads") or heads)

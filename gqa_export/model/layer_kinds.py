@@ -83,7 +83,10 @@ def query_temperature(opt: Option) -> tuple[float, int] | None:
 
 def blocks_of(spec: ArchSpec, layer_type: str | None) -> str:
     """What a layer holds (arch.mixer_spec.LAYER_BLOCKS): a mixer and an MLP unless the family's spec
-    says its type holds one of them alone (Nemotron-H)."""
+    says its type holds one of them alone (Nemotron-H); the mixer alone in a stack without attention
+    (MixerSpec.attention False: Mamba, Mamba2), whatever its config names its layers."""
+    if spec.mixers is not None and not spec.mixers.attention:
+        return "mixer"
     if layer_type is None:
         return "mixer_and_mlp"
     return spec.layer_blocks.get(layer_type, "mixer_and_mlp")
@@ -295,6 +298,8 @@ class MambaDims:
     inner: int
     state: int
     dt_rank: int
+    dt_bc_norm: str = "weighted"  # MixerSpec.mamba_dt_bc_norm: the norms on dt, B and C
+    dt_bc_norm_eps: float = 0.0  # their eps where it is the mixer's own ("unit": mixer_rms_eps)
 
 
 def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> MambaDims | None:
@@ -304,11 +309,17 @@ def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> M
         return None
     rank = opt("mamba_dt_rank", "auto")
     rank = -(-hidden // 16) if rank in (None, "auto") else int(rank)
+    norm = spec.mixers.mamba_dt_bc_norm if spec.mixers is not None else "weighted"
+    # Mamba / Falcon-Mamba: the class's intermediate_size (expand * hidden unless config.json gives it:
+    # falcon-mamba-7b spells expand 16 beside intermediate_size 2 * hidden, and the class takes the latter)
+    inner = int(opt("mamba_inner", 0) or 0) or int(opt("mamba_expand", 0) or 0) * hidden
     dims = MambaDims(
         int(opt("mamba_conv_kernel", 0) or 0),
-        int(opt("mamba_expand", 0) or 0) * hidden,
+        inner,
         int(opt("mamba_state", 0) or 0),
         rank,
+        norm,
+        float(opt("mamba_norm_eps", 1e-6)) if norm == "unit" else 0.0,
     )
     if min(dims.kernel, dims.inner, dims.state, dims.dt_rank) < 1:
         raise InputError(
