@@ -39,6 +39,14 @@ for package in sorted(p for p in out.iterdir() if p.name.startswith("cuda-")):
         print(f"| {package.name} | error | {str(exc).splitlines()[0][:60]} | - |")
 PY
 
+# Speed beside the official builder's packages on CUDA (issue #40): fp16 and int4, a 150M random
+# Llama, prompts of 64/512/2048 tokens then 64 greedy steps, 3 alternating runs (about 3 minutes).
+# SPEED=0 skips it.
+if [ "${SPEED:-1}" != 0 ]; then
+  python benchmarks/speed_vs_builder.py --ep cuda --shape 150m --cases fp16,int4 --lengths 64,512,2048 \
+    --threads 1 --reps 3 --profile --keep "$out/speed" --results "$out/speed_vs_builder.md" || echo "speed section failed"
+fi
+
 # ---------------------------------------------------------------------------------------------
 # Other execution providers (docs/eps.md §6): one section each, for the day a machine with that
 # device is lent. Each is opt-in (EPS="openvino webgpu dml trt-rtx qnn" bash benchmarks/device_check.sh),

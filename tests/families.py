@@ -25,6 +25,8 @@ from derived_moe_models import COHERE2_MOE_RMS, COHERE2_MOE_SIGMOID
 from gemma3n_models import save_gemma3n
 from llama4_models import save_llama4
 from moe_models import save_moe
+from state_space_models import VARIANTS as STATE_SPACE_VARIANTS
+from state_space_models import save_state_space
 from tiny_models import save_model
 
 # the logits prompt: longer than every window (Gemma-4's 4 and 6, the others' 8)
@@ -172,6 +174,19 @@ def hybrid(name: str, **facts: Any) -> Family:
     return dense(name, logits_modes=(), generate_modes=("gqa",), **ragged, **facts)
 
 
+def state_space(name: str, **facts: Any) -> Family:
+    """A state-space checkpoint of tests/state_space_models.py (Mamba2 / Mamba layers, with attention
+    layers or none): checked as a hybrid row is (greedy tokens and a ragged batch in gqa, the
+    standard-Attention modes refused), on the 70-token prompt, int4, from 5.x (the tiny configs were
+    not checked under 4.57's classes)."""
+    model_type, overrides = STATE_SPACE_VARIANTS.get(name, (name, {}))
+    facts = {"prompt": LONG_PROMPT, "quantized": ("int4",), "since_major": 5, **facts}
+    return Family(
+        name, "state_space", lambda folder: save_state_space(folder, model_type, **overrides), signal=0.5,
+        generate_modes=("gqa",), ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",), **facts,
+    )  # fmt: skip
+
+
 def dense_family(name: str, **facts: Any) -> Family:
     """A dense family's own checkpoint: every mode on logits, greedy tokens, int4."""
     return dense(name, **{"generate_modes": ("gqa",), "quantized": ("int4",), **facts})
@@ -236,6 +251,13 @@ CLASSIC_RAGGED: dict[str, Any] = dict(ragged_logits_modes=("gqa", "bias"), ragge
 # every mode and in the latent cache (docs/latent-attention.md)
 LATENT_RAGGED: dict[str, Any] = dict(
     ragged_logits_modes=("gqa", "bias"), ragged_generate_modes=(*ALL_MODES, "gqa_latent")
+)
+
+# the families built on DeepSeek's latent attention: every mode and the latent cache, greedy tokens
+# and the ragged batch (ORT logits row by row in both single-graph modes and in the latent cache)
+LATENT_MODES = (*ALL_MODES, "gqa_latent")
+LATENT_EVERY_FORM: dict[str, Any] = dict(
+    ragged_logits_modes=("gqa", "bias", "gqa_latent"), ragged_generate_modes=LATENT_MODES
 )
 
 FAMILIES: tuple[Family, ...] = (
@@ -434,6 +456,15 @@ FAMILIES: tuple[Family, ...] = (
     # every expert (MatMulNBits in int4 and int8) under a grouped biased-sigmoid router, a shared expert;
     # the fp16 CUDA graph too
     hybrid("nemotron_h_moe", quantized=("int4", "int8"), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
+    # state-space families (tests/state_space_models.py): Mamba2 layers between GQA layers with RoPE on half
+    # of each head, a SwiGLU MLP on every layer (Bamba; genai 0.18 has no type of its own: the generic decoder)
+    state_space("bamba", fp16_cuda=True),
+    # a Mamba2 mixer on every layer and no attention: recurrent state only, no KV cache (Mamba2)
+    state_space("mamba2", fp16_cuda=True),
+    # Jamba's Mamba (v1) mixer on every layer and no attention, tied embeddings (Mamba); with weightless
+    # RMSNorms on dt, B and C at their own eps (Falcon-Mamba)
+    state_space("mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
+    state_space("falcon_mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),
@@ -469,6 +500,16 @@ FAMILIES: tuple[Family, ...] = (
     # the tiny configs are spelled for 5.x and were not checked under 4.57's classes
     moe_family("deepseek_v2", ALL_MODES, since_major=5, **LATENT_RAGGED),
     moe_family("deepseek_v3", ALL_MODES, since_major=5, **LATENT_RAGGED),
+    # issue #39 item 3, latent attention built on DeepSeek's (gqa_export/arch/latent_families.py; mutants:
+    # tests/arch/test_latent_mutants.py): greedy tokens in every mode and in the latent cache, the ragged
+    # batch's ORT logits in the latent cache too, the fp16 CUDA graph. MiniCPM3: dense layers, rotate-half rope, scaled
+    # embeddings, residual branches and logits (tests/llama_like_models.py)
+    dense_family("minicpm3", generate_modes=LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # Sarvam-MLA: DeepseekV3ForCausalLM under its own model_type (no q-LoRA, one expert group, YaRN)
+    moe_family("sarvam_mla", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # GLM-4-MoE-Lite: q-LoRA, values as wide as keys (no padding), grouped sigmoid routing (2 of 4 groups),
+    # experts on the layers mlp_layer_types marks sparse (sparse, dense, sparse)
+    moe_family("glm4_moe_lite", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
     # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).
     # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)

@@ -218,5 +218,29 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
     ),
+    # MiniCPM3: multi-head latent attention (q-LoRA 32, a 32-wide latent, keys of 16 no-rope + 8 rope dims,
+    # values of 16 padded to 24 in the cache; one kv head per query head, as HF expands) with rotate-half
+    # RoPE under the published longrope (short factors: the original length is the whole context), and
+    # the three scales: embeddings x 12, residual branches x 1.4 / sqrt(3), logits / (64 / 20)
+    "minicpm3": dict(
+        num_key_value_heads=4,
+        q_lora_rank=32,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        scale_emb=12,
+        scale_depth=1.4,
+        dim_model_base=20,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,  # tied, the random model repeats its last token
+        rope_parameters={
+            "rope_type": "longrope",
+            "rope_theta": 10000.0,
+            "short_factor": [1.0, 1.2, 1.5, 2.0],
+            "long_factor": [1.0, 2.0, 4.0, 8.0],
+            "original_max_position_embeddings": 256,
+        },
+    ),
 }
 FAMILIES = list(CONFIGS)

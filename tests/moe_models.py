@@ -26,7 +26,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 FAMILIES = [
     "qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "olmoe", "granitemoe", "phimoe", "gemma4_text",
-    "deepseek_v2", "deepseek_v3", *DERIVED_MOE_FAMILIES,
+    "deepseek_v2", "deepseek_v3", "sarvam_mla", "glm4_moe_lite", *DERIVED_MOE_FAMILIES,
 ]  # fmt: skip
 
 # multi-head latent attention: a key of 16 no-rope + 8 rope dims (24, a multiple of 8 for GQA), values
@@ -205,6 +205,33 @@ def family_config(model_type: str) -> dict:
                 "mscale": 1.0, "mscale_all_dim": 0.8, "beta_fast": 32.0, "beta_slow": 1.0,
             },
         )  # fmt: skip
+    elif model_type == "sarvam_mla":  # sarvam-105b's shape: no q-LoRA, one expert group, YaRN (deepseek_yarn)
+        c.pop("head_dim")
+        c.update(
+            _LATENT,
+            q_lora_rank=None,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rope_parameters={
+                "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+                "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0,
+            },
+        )  # fmt: skip
+    elif model_type == "glm4_moe_lite":  # GLM-4.7-Flash's form: values as wide as keys, experts by mlp_layer_types
+        c.pop("head_dim")
+        c.update({k: v for k, v in _LATENT.items() if k != "first_k_dense_replace"})  # its class has no such key
+        c.update(
+            q_lora_rank=32,
+            v_head_dim=24,  # = qk_nope + qk_rope, as GLM-4.7-Flash's 256 = 192 + 64: no value padding
+            mlp_layer_types=["sparse", "dense", "sparse"],  # no first-k rule makes this pattern
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=1.8,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
     else:
         raise ValueError(model_type)
     return c

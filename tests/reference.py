@@ -33,6 +33,14 @@ def hf_model(model_dir: Path):
     return getattr(transformers, architecture).from_pretrained(model_dir, dtype=torch.float32, **eager).eval()
 
 
+# classes whose forward numbers a call's positions from 0 when not given position_ids, whatever the
+# cache holds (BambaModel: torch.arange(seq_len)); generate() passes them, so a decode step here does
+POSITIONS_NOT_FROM_CACHE = frozenset({"bamba"})
+# classes whose forward takes its cache only as `cache` (and returns it so): the alias they still
+# accept is cache_params, so a past_key_values argument would be dropped into **kwargs unread
+CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba"})
+
+
 def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.ndarray:
     """Logits for every position: the first `prompt_len` tokens in one forward (all of them when
     None), then one token at a time through HF's KV cache, as generation runs them. Incremental
@@ -44,14 +52,19 @@ def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.nda
     # transformers 4.x's Qwen3-VL places a decode step at position 0 unless told its cache position
     # (generate() always tells it); every 4.x class takes the argument
     told = int(transformers.__version__.split(".")[0]) < 5
+    model_type = getattr(model.config, "model_type", None)
+    positioned = model_type in POSITIONS_NOT_FROM_CACHE
+    keyword = "cache" if model_type in CACHE_KEYWORD else "past_key_values"
     with torch.no_grad():
         out = model(torch.tensor([tokens[:n]]), use_cache=True)
-        logits, past = [out.logits[0]], out.past_key_values
+        logits, past = [out.logits[0]], getattr(out, keyword)
         for i, t in enumerate(tokens[n:], start=n):
             where = {"cache_position": torch.tensor([i])} if told else {}
-            out = model(torch.tensor([[t]]), past_key_values=past, use_cache=True, **where)
+            if positioned:
+                where["position_ids"] = torch.tensor([[i]])
+            out = model(torch.tensor([[t]]), use_cache=True, **{keyword: past}, **where)
             logits.append(out.logits[0])
-            past = out.past_key_values
+            past = getattr(out, keyword)
     return torch.cat(logits).float().numpy()
 
 

@@ -12,10 +12,12 @@ from gqa_export.arch.families import ALL
 from gqa_export.arch.hybrid_families import HYBRIDS
 from gqa_export.arch.latent_families import LATENT_FAMILIES
 from gqa_export.arch.spec import ArchSpec, LayerNames
+from gqa_export.arch.state_space_families import STATE_SPACE
 from gqa_export.errors import InputError
 
 SPECS: dict[str, ArchSpec] = {
-    spec.name: spec for spec in (*ALL, *HYBRIDS, *CLASSICS, *LATENT_FAMILIES, *CHUNKED, *DERIVED, *DERIVED_MOE)
+    spec.name: spec
+    for spec in (*ALL, *HYBRIDS, *CLASSICS, *LATENT_FAMILIES, *CHUNKED, *DERIVED, *STATE_SPACE, *DERIVED_MOE)
 }
 
 __all__ = ["SPECS", "ArchSpec", "LayerNames", "get_spec"]

@@ -17,6 +17,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "attention_multiplier": "attention_multiplier",
     "embedding_multiplier": "embedding_multiplier",
     "residual_multiplier": "residual_multiplier",
+    "depth_scale": "scale_depth",  # MiniCPM3: residual_scale "depth" (scale_depth / sqrt(layers))
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
     # Llama-4: chunked local attention of the "chunked_attention" layers, the scaleless q/k norm's
@@ -44,6 +45,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "expert_layer_offset": "expert_layer_offset",
     "mlp_only_layers": "mlp_only_layers",
     "sparse_layers": "moe_layers",  # an explicit list of the sparse layers (Llama-4)
+    "mlp_layer_types": "mlp_layer_types",  # "dense" / "sparse" per layer (GLM-4-MoE-Lite)
     "shared_expert_intermediate_size": "shared_expert_intermediate_size",
     "swiglu_limit": "swiglu_limit",
     "swiglu_alpha": "swiglu_alpha",
@@ -57,10 +59,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "expert_groups": "n_group",  # grouped selection (routing "sigmoid_group_biased")
     "expert_groups_kept": "topk_group",
     "routing_norm_min": "moe_norm_min",  # ERNIE-4.5-MoE: the top-k sum's floor
-    # Cohere2-MoE / EXAONE-MoE: each layer's MLP by name ("dense" | "sparse"); the shared expert
+    # Cohere2-MoE / EXAONE-MoE (their mlp_layer_types: above): the shared expert
     # added to the routed output ("sum") or averaged with it ("average"); RMSNorms where rms_norm_eps
     # is set; the dense prefix layers' window pattern (1: full attention, with RoPE)
-    "mlp_layer_types": "mlp_layer_types",
     "shared_combination": "shared_expert_combination_strategy",
     "rms_norm_switch": "rms_norm_eps",
     "dense_prefix_window_pattern": "prefix_dense_sliding_window_pattern",
@@ -98,6 +99,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "mamba_expand": "mamba_expand",
     "mamba_dt_limit": "time_step_limit",
     "mamba_dt_rank": "mamba_dt_rank",  # Mamba (v1, Jamba): dt's low-rank width R
+    "mamba_norm_eps": "mixer_rms_eps",  # Mamba (v1): the eps of Falcon-Mamba's weightless dt/B/C norms
+    "mamba_inner": "mamba_intermediate_size",  # Mamba (v1): a config's own inner width (else expand * hidden)
     "mamba_norm_before_gate": "mamba_norm_before_gate",  # Falcon-H1's gated-norm order
     "mamba_activation": "mamba_hidden_act",
     "position_embedding_type": "position_embedding_type",

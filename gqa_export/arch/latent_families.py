@@ -1,7 +1,10 @@
-"""Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3), kept apart from
-families.py so that neither module outgrows its budget; `families.ALL` lists them."""
+"""Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
+MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite), kept apart from families.py so that neither module outgrows
+its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from gqa_export.arch.spec import ArchSpec, LatentAttentionNames, MoeNames, MoeSpec, config_keys
 
@@ -34,4 +37,29 @@ DEEPSEEK_V3 = ArchSpec(
     ),
     config_keys=_DEEPSEEK_KEYS,
 )
-LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3)
+# MiniCPM3 (transformers 5.24 MiniCPM3ForCausalLM): DeepseekV2Attention's modules (q-LoRA, the latent
+# norms at eps 1e-6) with rotate-half RoPE on the rope dims (apply_rotary_pos_emb; the class reads no
+# rope_interleave) in Llama's dense layers, and three scales: the embedding times scale_emb (Gemma-3's
+# scaled table), each block's output times scale_depth / sqrt(num_hidden_layers), the final hidden
+# states divided by hidden_size / dim_model_base (the config's logits_scaling) before the lm_head
+MINICPM3 = replace(
+    DEEPSEEK_V2,
+    name="minicpm3",
+    rope_interleaved=False,
+    moe=None,
+    embedding_scale="config_in_table",  # inputs_embeds arrive scaled, as from Gemma's table
+    residual_scale="depth",
+    config_keys=config_keys(embedding_multiplier="scale_emb"),
+    ignore=("rope_interleave",),
+)
+# Sarvam-MLA (sarvam-105b): transformers 5.24 runs it as DeepseekV3ForCausalLM; only its config class
+# differs, translating the remote code's spellings at load (num_experts / num_shared_experts through
+# its attribute_map, rope_scaling type "deepseek_yarn" as YaRN, a head_dim of kv_lora_rank +
+# qk_rope_head_dim and q_head_dim dropped), so the export reads what DeepSeek-V3 reads
+SARVAM_MLA = replace(DEEPSEEK_V3, name="sarvam_mla")
+# GLM-4-MoE-Lite (GLM-4.7-Flash): DeepseekV3Attention (q-LoRA, pairs or halves per rope_interleave,
+# YaRN mscale) with GLM-4-MoE's router, which is DeepSeek-V3's (sigmoid scores, groups ranked by their
+# two best biased scores, fp32); the experts sit where the config's mlp_layer_types says "sparse" (its
+# class fills the list in, dense first, and reads no first_k_dense_replace)
+GLM4_MOE_LITE = replace(DEEPSEEK_V3, name="glm4_moe_lite", config_keys=config_keys(num_experts="n_routed_experts"))
+LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE)

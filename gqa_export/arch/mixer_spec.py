@@ -81,6 +81,7 @@ class MambaNames:
     out_proj: str = "mamba.out_proj"
 
 
+MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
 MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "none")
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
@@ -120,6 +121,13 @@ class MixerSpec:
     mamba: MambaNames = field(default_factory=MambaNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
+    # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention
+    # keys, and each layer is one block, the `every_layer` mixer behind its norm (docs/hybrid-state.md §8.10)
+    attention: bool = True
+    # the Mamba (v1) mixer's RMSNorms on dt, B and C (MAMBA_DT_BC_NORMS): "weighted" (Jamba: stored
+    # weights, the model's eps), "unit" (Falcon-Mamba: no weight, eps from config key mixer_rms_eps),
+    # "none" (Mamba) (docs/hybrid-state.md §8.3, §8.11)
+    mamba_dt_bc_norm: str = "weighted"
 
 
 MULTIPLIED_SIDES = ("input", "output")

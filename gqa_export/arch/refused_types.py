@@ -22,29 +22,19 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
     "afmoe": "Arcee Trinity's MoE (AfMoE) has no spec yet",
-    "bamba": "Bamba's Mamba2 + attention hybrid has no spec yet (Granite-4.0-H's Mamba2 graph could serve)",
     "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
     "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
     "deepseek_v32": "DeepSeek sparse attention (a lightning indexer choosing the top-k keys per query) has no spec "
     "yet (docs/coverage.md)",
-    "falcon_mamba": "a pure Mamba stack (no attention layer, RMSNorms on dt/B/C) has no spec yet; the package "
-    "would carry recurrent state only (docs/coverage.md)",
-    "glm4_moe_lite": "GLM-4-MoE-Lite's latent attention with grouped routing has no spec yet",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
     "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
-    "mamba": "a pure Mamba stack (no attention layer) has no spec yet; the package would carry recurrent state "
-    "only (docs/coverage.md)",
-    "mamba2": "a pure Mamba2 stack (no attention layer) has no spec yet; the package would carry recurrent state "
-    "only (docs/coverage.md)",
     "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
-    "minicpm3": "MiniCPM3's latent attention with its µP scales has no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "minimax_m2": "MiniMax-M2's MoE has no spec yet",
     "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",
     "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
     "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
     "token-shift state have no spec (docs/coverage.md)",
-    "sarvam_mla": "Sarvam's latent attention has no spec yet",
     "sarvam_moe": "Sarvam's MoE has no spec yet",
     "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
     "(docs/coverage.md)",

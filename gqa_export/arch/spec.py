@@ -244,7 +244,10 @@ ALIBI_SLOPES = ("geometric", "bias_max")
 KV_HEAD_RULES = ("config", "multi_query_flags")
 
 
-EMBEDDING_SCALES = ("none", "sqrt_hidden", "config")
+EMBEDDING_SCALES = ("none", "sqrt_hidden", "config", "config_in_table")
+# what each block's output is multiplied by before the residual add: "config" (the config's
+# residual_multiplier, Granite; none: 1) or "depth" (scale_depth / sqrt(num_hidden_layers), MiniCPM3)
+RESIDUAL_SCALES = ("config", "depth")
 BIDIRECTIONAL_LAYERS = ("all", "sliding")
 BIDIRECTIONAL_WINDOWS = ("bounded", "unbounded")
 
@@ -293,7 +296,10 @@ class ArchSpec:
     norm_offset: the stored norm weight w acts as (offset + w) (Gemma's and Nemotron's 1 + w).
     embedding_scale: the embedding output is multiplied by "sqrt_hidden" (Gemma: inside the table's
     module, so inputs_embeds arrive scaled) or by the config's embedding_multiplier ("config",
-    Granite: applied by the graph). mixers: layers whose token mixer is a recurrent-state block
+    Granite: by the graph, inputs_embeds too; "config_in_table": in the table, MiniCPM3's scale_emb).
+    residual_scale: block outputs times the config's residual_multiplier ("config", Granite) or
+    scale_depth / sqrt(num_hidden_layers) ("depth", MiniCPM3). mixers: layers whose token mixer is a
+    recurrent-state block
     (LFM2's short convolutions, Qwen3.5's gated DeltaNet, Granite-4.0-H's Mamba2, Jamba's Mamba). ffn_size:
     "config" (intermediate_size), "two_thirds_rounded" (LFM2's block_auto_adjust_ff_dim: 2/3 of it,
     times block_ffn_dim_multiplier, rounded up to block_multiple_of) or "shared" (Granite-4.0-H:
@@ -352,6 +358,7 @@ class ArchSpec:
     refusals: tuple[Refusal, ...] = ()
     norm_offset: float = 0.0
     embedding_scale: str = "none"
+    residual_scale: str = "config"  # RESIDUAL_SCALES
     config_keys: Mapping[str, str] = field(default_factory=config_keys)
     ignore: tuple[str, ...] = ()  # options this class never applies though its config may set them
     placeholder_keys: tuple[str, ...] = ()  # top-level keys of placeholder ids embedded as pad_token_id

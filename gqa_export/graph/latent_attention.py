@@ -111,7 +111,10 @@ def latent_output(lc: LayerContext, y: ir.Value) -> ir.Value:
 def latent_cache_dims(dims: ModelDims) -> ModelDims:
     """`dims` with the latent cache: one kv head of kv_lora_rank + qk_rope_head_dim per layer."""
     if dims.latent is None:
-        raise InputError("attention.latent_cache is for multi-head latent attention (DeepSeek-V2/V3) only")
+        raise InputError(
+            "attention.latent_cache is for multi-head latent attention only "
+            "(DeepSeek-V2/V3, MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite)"
+        )
     lat = replace(dims.latent, cached=True)
     width = lat.kv_lora_rank + lat.qk_rope
     layers = tuple(replace(layer, head_dim=width, num_kv_heads=1) for layer in dims.layers)

@@ -1,9 +1,10 @@
-"""A Mamba (v1) layer: the token mixer of Jamba's mamba layers, with two fixed-size states instead
-of a KV cache (docs/hybrid-state.md §8.3).
+"""A Mamba (v1) layer: the token mixer of Jamba's mamba layers and of every layer of Mamba and
+Falcon-Mamba, with two fixed-size states instead of a KV cache (docs/hybrid-state.md §8.3, §8.11).
 
     x | z        = in_proj(h)
     x            = silu(causal_conv(x) + conv bias)              conv state: the last K - 1 inputs
-    dt | B | C   = x_proj(x);  each through its own RMSNorm     (dt_layernorm, b_layernorm, c_layernorm)
+    dt | B | C   = x_proj(x);  each through its own RMSNorm     (Jamba's dt/b/c_layernorm; Falcon-Mamba's
+                                                                 have no weight; Mamba has none)
     dt           = softplus(dt_proj(dt)),  A = -exp(A_log)      dt per channel [I], A per channel and state [I, N]
     h_c          = exp(dt_c A_c) * h_c + B dt_c x_c;  y_c = C . h_c + D_c x_c     per channel c, state [I, N]
     out          = out_proj(y * silu(z))
@@ -26,6 +27,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear, normalize
 from gqa_export.graph.builder import typed
+from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
 
 B, S = "batch_size", "sequence_length"
@@ -49,9 +51,9 @@ def mamba(
     selective = linear(lc, convolved, [names.x_proj], None, "x_proj")
     sizes = b.const([m.dt_rank, m.state, m.state], "x_proj_split", "int64")
     dt, keys, queries = b.op_multi("Split", selective, sizes, axis=-1, outputs=3, name="split_dt_b_c")
-    dt = normalize(b, dt, lc.name(names.dt_norm), params, dims, "dt_layernorm", m.dt_rank)
-    keys = normalize(b, keys, lc.name(names.b_norm), params, dims, "b_layernorm", m.state)
-    queries = normalize(b, queries, lc.name(names.c_norm), params, dims, "c_layernorm", m.state)
+    dt = _dt_bc_norm(lc, dt, names.dt_norm, "dt_layernorm", m.dt_rank)
+    keys = _dt_bc_norm(lc, keys, names.b_norm, "b_layernorm", m.state)
+    queries = _dt_bc_norm(lc, queries, names.c_norm, "c_layernorm", m.state)
     # [B, S, I], zero at padding: the state decays by exp(0) and gains nothing there (§1.5)
     dt = without_padding(lc, b.op("Softplus", linear(lc, dt, [names.dt_proj], None, "dt_proj")), name="dt")
 
@@ -78,3 +80,18 @@ def mamba(
     gated = b.op("Mul", y, b.op("Mul", z, b.op("Sigmoid", z)), name="silu_gate")
     y = typed(linear(lc, gated, [names.out_proj], None, "out_proj"), dtype, [B, S, dims.hidden_size])
     return y, present_conv, present_ssm
+
+
+def _dt_bc_norm(lc: LayerContext, x: ir.Value, module: str, name: str, width: int) -> ir.Value:
+    """The RMSNorm on dt, B or C by the spec's MixerSpec.mamba_dt_bc_norm: Jamba's stored weight
+    (the model's norm and eps), Falcon-Mamba's without weight at the mixer's own eps (F.rms_norm's
+    x * rsqrt(mean(x^2) + eps), computed in fp32), or none (Mamba)."""
+    b, m = lc.b, lc.dims.mamba
+    assert m is not None
+    if m.dt_bc_norm == "none":
+        return x
+    if m.dt_bc_norm == "weighted":
+        return normalize(b, x, lc.name(module), lc.params, lc.dims, name, width)
+    ones = b.const(np.ones(width, NUMPY_DTYPES[lc.params.dtype]), f"{name}_ones")
+    out = b.op("SimplifiedLayerNormalization", x, ones, axis=-1, epsilon=m.dt_bc_norm_eps, stash_type=1, name=name)
+    return typed(out, lc.params.dtype, [B, S, width])

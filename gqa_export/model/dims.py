@@ -14,7 +14,6 @@ layers point at the layer whose cache they read.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +40,7 @@ from gqa_export.model.layer_kinds import (
 )
 from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
 from gqa_export.model.moe import MoeDims, read_moe
-from gqa_export.model.multipliers import Resolved, resolve_multipliers
+from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
@@ -193,7 +192,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         value = _get(config, refusal.config_key)
         if refusal.applies(value, _get(config, refusal.differs_from) if refusal.differs_from else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
-    heads = int(config.num_attention_heads)
+    heads = int(config.num_attention_heads) if spec.mixers is None or spec.mixers.attention else 0  # 0: no attention
     if spec.attention_experts is not None:  # JetMoE: every expert's queries (kv heads each) computed densely
         heads = int(opt("num_experts")) * int(config.num_key_value_heads)
     hidden = int(config.hidden_size)
@@ -215,7 +214,6 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         scale = 1.0
     if latent is not None:
         scale = latent_scale(config, latent)
-    embed_mult = {"none": 1.0, "sqrt_hidden": math.sqrt(hidden), "config": float(opt("embedding_multiplier", 1.0))}
     gen = generation or {}
     top = outer if outer is not None else config
     eos = token_ids(_get(config, "eos_token_id")) + token_ids(gen.get("eos_token_id"))
@@ -241,9 +239,9 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         attention_scale=scale,
         attn_softcap=float(opt("attn_softcap", 0.0)),
         final_softcap=float(opt("final_softcap", 0.0)),
-        embedding_multiplier=embed_mult[spec.embedding_scale],
-        embedding_scaled_in_table=spec.embedding_scale == "sqrt_hidden",
-        residual_multiplier=float(opt("residual_multiplier", 1.0)),
+        embedding_multiplier=embedding_multiplier(opt, spec, hidden),
+        embedding_scaled_in_table=spec.embedding_scale in ("sqrt_hidden", "config_in_table"),
+        residual_multiplier=residual_multiplier(opt, spec, int(config.num_hidden_layers)),
         logits_divisor=float(opt("logits_scaling", 1.0)),
         norm_offset=spec.norm_offset,
         bos_token_id=_first(gen.get("bos_token_id", _get(config, "bos_token_id"))),
@@ -366,7 +364,9 @@ def _layers(
 
 def _attention_shape(config: Any, i: int, layer_type: str | None, opt: Any, heads: int, hidden: int) -> tuple[int, int]:
     """(head_dim, num_kv_heads) of layer i: per-layer config views first (transformers >= 5.2x),
-    else the global-layer keys older Gemma-4 configs carry, else the global values."""
+    else the global-layer keys older Gemma-4 configs carry, else the global values; (0, 0) without attention."""
+    if not heads:
+        return 0, 0
     layer = _layer_config(config, i)
     head_dim = int(_get(layer, "head_dim") or hidden // heads)
     kv_heads = int(_get(layer, "num_key_value_heads") or heads)

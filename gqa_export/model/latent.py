@@ -51,7 +51,9 @@ def latent_dims(opt: Any, spec: ArchSpec) -> LatentDims | None:
         qk_nope=int(opt("qk_nope_head_dim")),
         qk_rope=int(opt("qk_rope_head_dim")),
         v_head=int(opt("v_head_dim")),
-        interleaved=bool(opt("rope_interleave", True)),
+        # the config's rope_interleave (DeepSeek-V3), else the spec's pair layout (V2: pairs; MiniCPM3, whose
+        # class reads no rope_interleave: rotate-half)
+        interleaved=bool(opt("rope_interleave", spec.rope_interleaved)),
     )
     if lat.v_head > lat.head_dim:
         raise InputError(

@@ -22,22 +22,23 @@ Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config valu
 def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = None) -> bool:
     """Whether layer i's MLP is the sparse block: where its type is the spec's sparse layer type
     (Nemotron-H's "moe") when the spec names one, else on Jamba's grid where the config has one
-    (i % period == offset, and more than one expert), else not before the first `first_dense_layers`
+    (i % period == offset, and more than one expert), else by the config's mlp_layer_types list
+    where it has one, else not before the first `first_dense_layers`
     (LFM2-MoE's num_dense_layers), not after `last_sparse_layer`, not in mlp_only_layers, and on the
     decoder_sparse_step grid (Qwen-MoE)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return False
     if spec.moe.layer_type is not None:
         return layer_type == spec.moe.layer_type
+    kinds = opt("mlp_layer_types")  # one "dense" / "sparse" per layer, where the config class keeps the list
+    if kinds is not None:
+        return _listed_mlp_kind(kinds, i)
     period = int(opt("expert_layer_period", 0) or 0)
     if period:
         return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)
     listed = opt("sparse_layers")  # Llama-4's moe_layers: the sparse layers by index
     if listed is not None:
         return i in listed
-    kinds = opt("mlp_layer_types")  # Cohere2-MoE, EXAONE-MoE: "dense" | "sparse" per layer
-    if kinds is not None:
-        return kinds[i] == "sparse"
     if i < int(opt("first_dense_layers", 0) or 0):
         return False
     last = opt("last_sparse_layer")
@@ -45,6 +46,16 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
         return False
     step = int(opt("decoder_sparse_step", 1) or 1)
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
+
+
+def _listed_mlp_kind(kinds: Any, i: int) -> bool:
+    """Layer i's entry of an mlp_layer_types list (GLM-4-MoE-Lite: the decoder layer builds the
+    experts where it says "sparse", the dense MLP where "dense"; its config class fills the list in
+    from the layer count, and ignores first_k_dense_replace)."""
+    if i >= len(kinds) or kinds[i] not in ("dense", "sparse"):
+        found = kinds[i] if i < len(kinds) else "nothing"
+        raise InputError(f"mlp_layer_types[{i}] is {found!r}; each layer is 'dense' or 'sparse'")
+    return kinds[i] == "sparse"
 
 
 def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int, dense: bool = False) -> bool:
@@ -75,7 +86,10 @@ def query_temperature(opt: Option) -> tuple[float, int] | None:
 
 def blocks_of(spec: ArchSpec, layer_type: str | None) -> str:
     """What a layer holds (arch.mixer_spec.LAYER_BLOCKS): a mixer and an MLP unless the family's spec
-    says its type holds one of them alone (Nemotron-H)."""
+    says its type holds one of them alone (Nemotron-H); the mixer alone in a stack without attention
+    (MixerSpec.attention False: Mamba, Mamba2), whatever its config names its layers."""
+    if spec.mixers is not None and not spec.mixers.attention:
+        return "mixer"
     if layer_type is None:
         return "mixer_and_mlp"
     return spec.layer_blocks.get(layer_type, "mixer_and_mlp")
@@ -287,6 +301,8 @@ class MambaDims:
     inner: int
     state: int
     dt_rank: int
+    dt_bc_norm: str = "weighted"  # MixerSpec.mamba_dt_bc_norm: the norms on dt, B and C
+    dt_bc_norm_eps: float = 0.0  # their eps where it is the mixer's own ("unit": mixer_rms_eps)
 
 
 def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> MambaDims | None:
@@ -296,11 +312,17 @@ def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> M
         return None
     rank = opt("mamba_dt_rank", "auto")
     rank = -(-hidden // 16) if rank in (None, "auto") else int(rank)
+    norm = spec.mixers.mamba_dt_bc_norm if spec.mixers is not None else "weighted"
+    # Mamba / Falcon-Mamba: the class's intermediate_size (expand * hidden unless config.json gives it:
+    # falcon-mamba-7b spells expand 16 beside intermediate_size 2 * hidden, and the class takes the latter)
+    inner = int(opt("mamba_inner", 0) or 0) or int(opt("mamba_expand", 0) or 0) * hidden
     dims = MambaDims(
         int(opt("mamba_conv_kernel", 0) or 0),
-        int(opt("mamba_expand", 0) or 0) * hidden,
+        inner,
         int(opt("mamba_state", 0) or 0),
         rank,
+        norm,
+        float(opt("mamba_norm_eps", 1e-6)) if norm == "unit" else 0.0,
     )
     if min(dims.kernel, dims.inner, dims.state, dims.dt_rank) < 1:
         raise InputError(

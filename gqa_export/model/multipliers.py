@@ -8,6 +8,7 @@ width 0 means every channel (one scalar). Input multipliers are always one scala
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,3 +54,23 @@ def _mamba2_widths(m: Mamba2Dims | None) -> tuple[int, ...]:
 
 
 _SEGMENT_WIDTHS: dict[str, Callable[[Mamba2Dims | None], tuple[int, ...]]] = {"mamba2": _mamba2_widths}
+
+
+def residual_multiplier(opt: Callable[..., Any], spec: ArchSpec, num_layers: int) -> float:
+    """What each block's output is multiplied by before the residual add (spec residual_scale):
+    Granite's residual_multiplier, or MiniCPM3's scale_depth / sqrt(num_hidden_layers), which its
+    decoder layer computes once in double precision (a config without scale_depth: 1)."""
+    if spec.residual_scale == "depth":
+        depth = opt("depth_scale")
+        return 1.0 if depth is None else float(depth) / math.sqrt(num_layers)
+    return float(opt("residual_multiplier", 1.0))
+
+
+def embedding_multiplier(opt: Callable[..., Any], spec: ArchSpec, hidden: int) -> float:
+    """What the token embeddings are multiplied by (spec embedding_scale): sqrt(hidden_size) (Gemma),
+    the config's embedding_multiplier (Granite; MiniCPM3's scale_emb), or nothing."""
+    if spec.embedding_scale == "sqrt_hidden":
+        return math.sqrt(hidden)
+    if spec.embedding_scale in ("config", "config_in_table"):
+        return float(opt("embedding_multiplier", 1.0))
+    return 1.0

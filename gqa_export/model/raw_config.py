@@ -46,10 +46,12 @@ def check_raw_config(raw: dict[str, Any]) -> None:
     """Types and presence of the size keys, in the decoder's own config (text_config if nested)."""
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
     spelled = spellings(text.get("model_type"))
+    attention_free = without_attention(text.get("model_type"))
     for key in POSITIVE_INT_KEYS:
         value = next((v for k in spelled[key] if (v := text.get(k)) is not None), None)
         counted = key == "num_hidden_layers" and any(text.get(k) for k in LAYER_COUNT_PATTERNS)
-        if value is None and (key not in REQUIRED_KEYS or counted):
+        headless = key == "num_attention_heads" and attention_free
+        if value is None and (key not in REQUIRED_KEYS or counted or headless):
             continue
         if value is None:
             raise InputError(f"config.json has no '{key}'; add the model's {key} (it sizes the graph)")
@@ -78,3 +80,18 @@ def spellings(model_type: Any) -> dict[str, tuple[str, ...]]:
         if key in out and isinstance(stored, str) and stored not in out[key]:
             out[key] = (*out[key], stored)
     return out
+
+
+def without_attention(model_type: Any) -> bool:
+    """Whether transformers' config class for `model_type` has no attention heads at all, neither as
+    a field nor through attribute_map: a stack of state mixers only (Mamba, Mamba2), whose config.json
+    has no num_attention_heads to require (docs/hybrid-state.md §8.10)."""
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        cls = CONFIG_MAPPING[model_type]
+    except (KeyError, ImportError, ValueError, TypeError):  # unknown: heads required
+        return False
+    if getattr(cls, "sub_configs", None):  # a multimodal config: its text_config has the heads
+        return False
+    return not hasattr(cls, "num_attention_heads") and "num_attention_heads" not in getattr(cls, "attribute_map", {})

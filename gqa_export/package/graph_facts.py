@@ -69,6 +69,10 @@ class GraphFacts:
     def share_buffer_ok(self) -> bool:
         if self.kv_scattered:
             return True
+        if not self.attention and not self.kv_layers and self.recurrent_layers:
+            # state only (Mamba, Mamba2): the RecurrentState updates each state in place, which the
+            # mixers allow as the hybrids' do (docs/hybrid-state.md §1.3, §8.10)
+            return True
         return bool(self.attention) and all(a.op_type in SHARE_CAPABLE for a in self.attention)
 
 

@@ -55,21 +55,22 @@ class GgufReport:
         )
 
     def manifest(self, store: GgufStore) -> dict[str, object]:
-        from gqa_export.source.gguf.blocks import FORMS
+        from gqa_export.source.gguf.blocks import EXACT_FLOAT_TYPES, FORMS
 
         tensors = {}
         for hf, m in sorted(store.mapped().items()):
             kind = self.types.get(hf, store.type_of(hf))
             form = FORMS.get(kind)
-            entry: dict[str, object] = {"gguf": m.gguf, "type": kind}
+            gguf = m.gguf if m.interleaved is None else f"{m.gguf} + {m.interleaved}"  # gpt-oss's gate + up
+            entry: dict[str, object] = {"gguf": gguf, "type": kind}
             if form is not None:
                 entry["bits"] = form.source_bits
             if hf in self.kept:
                 entry["as"] = self.kept[hf]
             elif hf in self.requantized:
                 entry["as"] = f"dequantized exactly, re-quantized by --precision ({self.requantized[hf]})"
-            else:
-                entry["as"] = "float"
+            else:  # MXFP4 (gpt-oss's experts): the values exactly, then --precision, as from its safetensors
+                entry["as"] = "float (dequantized exactly)" if kind in EXACT_FLOAT_TYPES else "float"
             tensors[hf] = entry
         return {"source_format": "GGUF", "file": self.file, "architecture": store.file.architecture,
                 "tensors": tensors}  # fmt: skip

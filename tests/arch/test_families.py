@@ -29,6 +29,8 @@ from reference import (
     ort_prefill_and_decode,
     ragged_logits_error,
 )
+from state_space_models import FAMILIES as STATE_SPACE_FAMILIES
+from state_space_models import VARIANTS as STATE_SPACE_VARIANTS
 from variants import FAMILY_VARIANTS, GEMMA4_VARIANTS, LLAMA_VARIANTS, MULTIMODAL_VARIANTS
 from weight_layouts import INT4_MAX_ERROR, INT8_MAX_ERROR, dequantized_twin, relative_errors
 
@@ -251,5 +253,5 @@ def test_fp16_cuda_graph(builds, family):
 def test_every_tiny_checkpoint_is_registered():
     """A checkpoint added to a maker's list without a registry row would be checked by nothing."""
     made = {*LLAMA_VARIANTS, *FAMILY_VARIANTS, *DENSE_FAMILIES, *DENSE_VARIANTS, *MOE_FAMILIES, *GEMMA4_VARIANTS}
-    made |= set(MULTIMODAL_VARIANTS)
+    made |= set(MULTIMODAL_VARIANTS) | set(STATE_SPACE_FAMILIES) | set(STATE_SPACE_VARIANTS)
     assert made - set(BY_NAME) == set()

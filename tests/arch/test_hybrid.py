@@ -88,6 +88,12 @@ def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, family, edi
         ("jamba", "CausalConvWithState"),
         ("falcon_h1", "LinearAttention"),
         ("falcon_h1", "CausalConvWithState"),
+        ("bamba", "LinearAttention"),
+        ("bamba", "CausalConvWithState"),
+        ("mamba2", "LinearAttention"),
+        ("mamba2", "CausalConvWithState"),
+        ("mamba", "LinearAttention"),
+        ("mamba", "CausalConvWithState"),
     ],
 )
 def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, family, op):
@@ -132,6 +138,9 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("granitemoehybrid", "granitemoehybrid's Mamba2"),
         ("jamba", "jamba's Mamba"),
         ("falcon_h1", "falcon_h1's Mamba2"),
+        ("bamba", "bamba's Mamba2"),
+        ("mamba2", "mamba2's Mamba2"),
+        ("mamba", "mamba's Mamba"),
     ],
 )
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):

@@ -78,7 +78,9 @@ def install(spec):
     elif kind == "init":  # inside the init of the C extension module `target`, as a real Ctrl-C can land
         import _imp, ctypes, itertools, operator
 
-        exec_dynamic, kill, fired = _imp.exec_dynamic, ctypes.CDLL(None).kill, []
+        # raise(3) signals the calling thread, the one running the init (kill(2) of the pid may land on
+        # another thread of the process, whose handler then runs after the init on a loaded machine)
+        exec_dynamic, raise_signal, fired = _imp.exec_dynamic, getattr(ctypes.CDLL(None), "raise"), []
 
         def hooked(module):
             if module.__name__ != target or fired:
@@ -88,7 +90,7 @@ def install(spec):
             sys.stderr.flush()
             # the signal, then the init, with no bytecode between them: the handler runs inside the init
             # (pybind11's first PyObject_Repr checks for signals), not in this function
-            calls = [(kill, os.getpid(), sig), (exec_dynamic, module)]
+            calls = [(raise_signal, sig), (exec_dynamic, module)]
             return list(itertools.starmap(operator.call, calls))[1]
 
         _imp.exec_dynamic = hooked
@@ -117,6 +119,7 @@ def serve(cases_file, results_file, workers, limit):
     importlib.import_module("gqa_export.pipeline")
     importlib.import_module("gqa_export.requantize")
     importlib.import_module("gqa_export.release.assemble")
+    importlib.import_module("gqa_export.release.combine")
     importlib.import_module("gqa_export.package.adapters")
     from transformers import AutoConfig  # noqa: F401
 
@@ -165,6 +168,9 @@ def library(spec, what, package):
     from gqa_export.runtime.run import smoke_run
     from gqa_export.runtime.providers import cuda_device_available
 
+    # Python's own handler even where this process inherited SIGINT ignored (a test run started in the
+    # background by a non-interactive shell): Python then keeps it ignored and no Ctrl-C can land
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     install(spec)
     try:
         smoke_run(pathlib.Path(package), "cpu") if what == "smoke_run" else cuda_device_available()

@@ -1,8 +1,8 @@
 """Putting -o in place, stopped at every step by SIGINT, SIGTERM and SIGKILL in a real process.
 
 Every command that writes is stopped inside gqa_export/package/swap.py (killer.py: the process
-signals itself when `swap.step_reached` reports the step): build, quantize and release replacing an
-existing package with --overwrite (the journaled swap: journal, rename aside, rename in, journal
+signals itself when `swap.step_reached` reports the step): build, quantize, release and `release
+assemble` replacing an existing package with --overwrite (the journaled swap: journal, rename aside, rename in, journal
 `committed`, trash, removed), a build into a fresh -o and adapter replacing its file (one rename:
 ready, in). Build at every step (STEPS says which steps and signals each command gets: every step
 and every command at least once, each command at each outcome of the swap).
@@ -43,6 +43,7 @@ SWAP_STEPS = ("swap-writing", "journal", "aside", "in", "committed-writing", "co
 RENAME_STEPS = ("ready", "in")
 ABANDONED = {"swap-writing", "journal", "ready"}  # SIGINT/SIGTERM there: -o keeps the old output
 NOT_IN_PLACE = {*ABANDONED, "aside"}  # SIGKILL there: the new output never reached -o
+RELEASES = {"release", "assemble"}  # the commands whose output is a release (release.json, not a manifest)
 # Which (step, signal) each command is stopped at. Every command runs the same swap (package/swap.py),
 # so build is stopped at every step by SIGTERM and SIGKILL (SIGINT takes SIGTERM's handler, another
 # exit code: one step where the swap is abandoned, one where the signal waits for the commit); the
@@ -55,6 +56,7 @@ STEPS = {
     "build": [*EVERY_STEP, ("journal", "SIGINT"), ("aside", "SIGINT")],
     "quantize": [*EACH_OUTCOME, ("aside", "SIGINT")],
     "release": [*EACH_OUTCOME, ("journal", "SIGINT")],
+    "assemble": [*EACH_OUTCOME, ("in", "SIGINT")],  # `release assemble` of a part the fixture made
     "adapter": [(step, sig) for step in RENAME_STEPS for sig in ("SIGTERM", "SIGKILL")] + [("ready", "SIGINT")],
     "fresh": [(step, sig) for step in RENAME_STEPS for sig in ("SIGTERM", "SIGKILL")] + [("in", "SIGINT")],
 }
@@ -65,7 +67,7 @@ FOREIGN = ("notes.md", "pkg.bak/model.onnx", ".pkg.old-backup/x", ".pkg.partial-
 
 @dataclass(frozen=True)
 class Case:
-    command: str  # build, quantize, release, adapter, or fresh (a build into an -o not there yet)
+    command: str  # build, quantize, release, assemble, adapter, or fresh (a build into an -o not there yet)
     step: str
     signal: str
 
@@ -143,11 +145,16 @@ def runs(tiny, built, lora, tmp_path_factory) -> dict[str, Run]:
     spec = root / "spec" / "release.yaml"
     spec.parent.mkdir()
     spec.write_text(f"source: {tiny}\nlicense: apache-2.0\nsmoke: false\nvariants:\n  - {{ep: cpu, precision: fp32}}\n")
+    part = root / "part"  # the one variant exported alone, as a CI job would: what `release assemble` reads
+    variant = ("--variant", "cpu_and_mobile/cpu-fp32")
+    made_part = invoke("release", spec, *variant, "-o", part, env={"SOURCE_DATE_EPOCH": EPOCH})
+    assert made_part.exit_code == 0, made_part.output[-3000:]
     commands = {
         "build": ["build", str(tiny), "--no-smoke"],
         "fresh": ["build", str(tiny), "--no-smoke"],
         "quantize": ["quantize", str(built), "-p", "int8", "--no-smoke"],
         "release": ["release", str(spec)],
+        "assemble": ["release", "assemble", str(spec), str(part)],
         "adapter": ["adapter", str(lora["peft_new"]), "--base", str(lora["base"])],
     }
     made, served = {}, []
@@ -191,7 +198,7 @@ def assert_kept(run: Run, kept: str) -> None:
         assert tree(out) == run.old, f"{out} is not the old package"
         return
     assert tree(out) != run.old, f"{out} is still the old package"
-    record = json.loads((out / ("release.json" if run.case.command == "release" else "manifest.json")).read_text())
+    record = json.loads((out / ("release.json" if run.case.command in RELEASES else "manifest.json")).read_text())
     assert record["created"] == CREATED, f"{out} is not the output this run wrote: {record['created']}"
     verified = invoke("verify", out)
     assert verified.exit_code == 0, verified.output[-2000:]
@@ -235,7 +242,7 @@ def test_sigkill_at_every_step_is_finished_or_undone_by_the_next_run(runs, case)
         said = (
             "the previous package"
             if case.kept == "old"
-            else f"the new {'release' if case.command == 'release' else 'package'}"
+            else f"the new {'release' if case.command in RELEASES else 'package'}"
         )
         assert said in recovered[0], recovered[0]
     assert_kept(run, case.kept)

@@ -259,5 +259,22 @@ MUTANTS: list[Mutant] = [
       'return {"ngram_size": ngram, **{k: v for k, v in given.items() if v is not None}}',
       'return {"ngram_size": ngram + 1, **{k: v for k, v in given.items() if v is not None}}',
       ["tests/runtime/test_speculative.py::test_ngram_tokens_equal_plain"]),
+    # --- graph: the latent-attention families of issue #39 item 3 (MiniCPM3, GLM-4-MoE-Lite)
+    M("minicpm3-residual-depth-scale-dropped", "graph", "gqa_export/model/multipliers.py",
+      "return 1.0 if depth is None else float(depth) / math.sqrt(num_layers)",
+      "return 1.0",
+      [f"{FAMILY}[minicpm3]"]),
+    M("minicpm3-inputs-embeds-scaled-twice", "graph", "gqa_export/model/dims.py",
+      'embedding_scaled_in_table=spec.embedding_scale in ("sqrt_hidden", "config_in_table"),',
+      'embedding_scaled_in_table=spec.embedding_scale == "sqrt_hidden",',
+      ["tests/arch/test_latent_families.py::test_minicpm3_inputs_embeds_come_scaled"]),
+    M("latent-rope-pairs-by-default", "graph", "gqa_export/model/latent.py",
+      'interleaved=bool(opt("rope_interleave", spec.rope_interleaved)),',
+      'interleaved=bool(opt("rope_interleave", True)),',
+      [f"{FAMILY}[minicpm3]"]),
+    M("mlp-layer-types-ignored", "graph", "gqa_export/model/layer_kinds.py",
+      "if kinds is not None:",
+      "if False:",
+      [f"{FAMILY}[glm4_moe_lite]"]),
 ]
 # fmt: on

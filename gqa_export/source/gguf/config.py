@@ -199,6 +199,50 @@ def _qwen3moe(f: GgufFile, config: dict[str, Any]) -> None:
     _experts(f, config, normalize=True)
 
 
+def _gpt_oss(f: GgufFile, config: dict[str, Any]) -> None:
+    """gpt-oss as llama.cpp's openai-moe reads it: the expert count, used count and width, the
+    sliding window (a required key) on every other layer from the first (load_swa_pattern's default
+    2, else the file's pattern), the clamped SwiGLU's constants (fixed in llama.cpp's graph: alpha
+    1.702, limit 7), top-k softmax routing (the spec's own), and YaRN as ggml computes it: the
+    correction range floored and ceiled (transformers' `truncate`; gpt-oss's config says false,
+    llama.cpp truncates whatever it says) and an attention factor of 0.1 ln(factor) + 1 times the
+    file's rope.scaling.attn_factor (docs/gguf.md §2)."""
+    _decoder(f, config)
+    if "partial_rotary_factor" in config:
+        raise InputError(f"{f.path.name}: a gpt-oss rope.dimension_count other than key_length is not imported")
+    width = f.key("expert_feed_forward_length") or _rows(f, ".ffn_gate_exps.weight", axis=1)
+    layers = config["num_hidden_layers"]
+    window = int(f.key("attention.sliding_window"))
+    pattern = f.key("attention.sliding_window_pattern", 2)
+    if isinstance(pattern, list):
+        swa = [bool(v) for v in pattern]
+    else:
+        n = int(pattern)
+        swa = [n == 0 or i % n < n - 1 for i in range(layers)]
+    if len(swa) != layers:
+        raise InputError(f"{f.path.name}: sliding_window_pattern has {len(swa)} entries for {layers} layers")
+    config.update(
+        num_local_experts=int(f.key("expert_count")),
+        num_experts_per_tok=int(_one(f, "expert_used_count")),
+        intermediate_size=int(_one(f, "expert_feed_forward_length", width)),
+        sliding_window=window or None,
+        layer_types=["sliding_attention" if s and window else "full_attention" for s in swa],
+        attention_bias=_has(f, ".attn_q.bias"),
+        swiglu_alpha=1.702,
+        swiglu_limit=7.0,
+    )
+    theta = config.pop("rope_theta")
+    scaling = config.pop("rope_scaling", None)
+    params: dict[str, Any] = {"rope_type": "default"} if scaling is None else dict(scaling)
+    params["rope_theta"] = theta
+    if params["rope_type"] == "yarn":
+        params["truncate"] = True
+        params.setdefault("original_max_position_embeddings", config["max_position_embeddings"])
+        mscale = 0.1 * math.log(params["factor"]) + 1.0 if params["factor"] > 1 else 1.0
+        params["attention_factor"] = mscale * params.get("attention_factor", 1.0)
+    config["rope_parameters"] = params
+
+
 FAMILIES: dict[str, Family] = {
     "llama": Family("llama", "LlamaForCausalLM", _llama),
     "qwen2moe": Family("qwen2_moe", "Qwen2MoeForCausalLM", _qwen2moe),
@@ -215,6 +259,7 @@ FAMILIES: dict[str, Family] = {
     "gpt2": Family("gpt2", "GPT2LMHeadModel", gpt2),
     "nemotron": Family("nemotron", "NemotronForCausalLM", nemotron),
     "lfm2": Family("lfm2", "Lfm2ForCausalLM", lfm2),
+    "gpt-oss": Family("gpt_oss", "GptOssForCausalLM", _gpt_oss),
 }
 
 

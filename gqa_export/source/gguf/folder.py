@@ -194,9 +194,10 @@ def _convert_tokenizer(architecture: str, tokenizer_dict: dict[str, Any]) -> tup
 def _config_disagreements(file: GgufFile, ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
     text = theirs.get("text_config") if isinstance(theirs.get("text_config"), dict) else theirs
     params = text.get("rope_parameters") if isinstance(text.get("rope_parameters"), dict) else {}
+    own_params = ours.get("rope_parameters") if isinstance(ours.get("rope_parameters"), dict) else {}  # gpt-oss
     differ = []
     for key in COMPARED:
-        mine = ours.get(key)
+        mine = ours.get(key, own_params.get(key) if key == "rope_theta" else None)
         given = text.get(key, params.get(key) if key == "rope_theta" else None)
         if mine is None or given is None:
             continue

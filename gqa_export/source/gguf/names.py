@@ -11,7 +11,8 @@ undoes it (docs/gguf.md §4): a row permutation (HF row r is GGUF row perm[r]: m
 so integer blocks move unchanged), a value offset on float vectors, a reshape, one HF tensor per
 stacked index, and a transpose (the file's [out, in] is MatMulNBits' own layout, so GPT-2's blocks
 are kept; only float reads transpose). Tables are per GGUF architecture; a tensor a table does not
-name is refused in one line, never dropped.
+name is refused in one line, never dropped. gpt-oss's split experts, which become one HF tensor
+built from two file tensors, are mapped in gpt_oss.py (store.map_file picks the mapping).
 """
 
 from __future__ import annotations
@@ -176,6 +177,7 @@ class Mapped:
     expert: int | None = None  # one expert of a stacked [E, rows, K] tensor
     transposed: bool = False  # HF holds the file's [out, in] matrix as [in, out] (GPT-2's Conv1D)
     shape: tuple[int, ...] | None = None  # HF's shape of the same values in the same order (LFM2's [C, 1, L])
+    interleaved: str | None = None  # gpt-oss: the up tensor whose rows alternate with this gate tensor's (gpt_oss.py)
 
 
 def table(arch: str, names: list[str]) -> dict[str, str]:

@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 from gqa_export.errors import InputError
+from gqa_export.source.gguf import gpt_oss
 from gqa_export.source.gguf.blocks import (
     EXACT_FLOAT_TYPES,
     FLOAT_TYPES,
@@ -113,6 +114,14 @@ def expert_linear(linear: GgufLinear) -> GgufExpertLinear:
     return made
 
 
+def map_file(arch: str, names: list[str], shapes: dict[str, tuple[int, ...]], config: dict) -> dict[str, Mapped]:
+    """HF name -> Mapped for every tensor of a file: gpt-oss's split experts rebuilt (gpt_oss.py), every
+    other architecture through the name tables (names.py)."""
+    if arch == "gpt-oss":
+        return gpt_oss.map_gpt_oss(names, shapes)
+    return map_tensors(arch, names, shapes, config)
+
+
 def _row_blocks(rows: int, k: int) -> list[tuple[int, int]]:
     step = max(1, (8 << 20) // max(1, 4 * k))
     return [(a, min(rows, a + step)) for a in range(0, rows, step)]
@@ -124,7 +133,7 @@ class GgufStore(WeightStore):
     def __init__(self, file: GgufFile, config: dict) -> None:
         self.file = file
         shapes = {name: t.shape for name, t in file.tensors.items()}
-        self._mapped: dict[str, Mapped] = map_tensors(file.architecture, list(file.tensors), shapes, config)
+        self._mapped: dict[str, Mapped] = map_file(file.architecture, list(file.tensors), shapes, config)
         infos = {
             hf: TensorInfo(hf, file.tensors[m.gguf].file, "F32", self._hf_shape(m)) for hf, m in self._mapped.items()
         }
@@ -143,16 +152,16 @@ class GgufStore(WeightStore):
 
     def _check_types(self) -> None:
         odd: dict[str, str] = {}
-        for m in self._mapped.values():
-            kind = self.file.tensors[m.gguf].type_name
+        for name in (n for m in self._mapped.values() for n in (m.gguf, m.interleaved) if n is not None):
+            kind = self.file.tensors[name].type_name
             if kind in FLOAT_TYPES or kind in FORMS or kind in EXACT_FLOAT_TYPES:
                 continue
             if not _has_dequantizer(kind):
                 raise InputError(
-                    f"{self.file.path.name}: tensor '{m.gguf}' is GGML type {kind}, which the installed gguf package "
+                    f"{self.file.path.name}: tensor '{name}' is GGML type {kind}, which the installed gguf package "
                     "cannot dequantize; upgrade gguf or re-quantize the model to a K-quant"
                 )
-            odd.setdefault(kind, m.gguf)
+            odd.setdefault(kind, name)
         if odd and not self.dequantize:
             kinds = ", ".join(sorted(odd))
             raise InputError(
@@ -163,7 +172,9 @@ class GgufStore(WeightStore):
 
     # --- what the import step and the manifest ask --------------------------------------------------
     def type_of(self, name: str) -> str:
-        return self.file.tensors[self._mapped[name].gguf].type_name
+        m = self._mapped[name]
+        kinds = [self.file.tensors[n].type_name for n in (m.gguf, m.interleaved) if n is not None]
+        return kinds[0] if len(set(kinds)) == 1 else " + ".join(kinds)
 
     def mapped(self) -> dict[str, Mapped]:
         return dict(self._mapped)
@@ -180,7 +191,7 @@ class GgufStore(WeightStore):
         tensor = self.file.tensors[m.gguf]
         form = FORMS.get(tensor.type_name)
         data, shape, _, _ = self._part(m)
-        if form is None or len(shape) != 2 or m.offset or shape[1] % form.block:
+        if form is None or len(shape) != 2 or m.offset or shape[1] % form.block or m.interleaved:
             return None
         rows = m.rows
         if selected is not None:
@@ -197,6 +208,8 @@ class GgufStore(WeightStore):
 
     def _hf_shape(self, m: Mapped) -> tuple[int, ...]:
         shape = self._part(m)[1]
+        if gpt_oss.is_composite(m, shape):
+            return gpt_oss.hf_shape(m, shape)
         return tuple(reversed(shape)) if m.transposed else m.shape or shape
 
     def _part(self, m: Mapped) -> tuple[np.ndarray, tuple[int, ...], int, int]:
@@ -218,7 +231,9 @@ class GgufStore(WeightStore):
         tensor = self.file.tensors[m.gguf]
         data, shape, _, _ = self._part(m)
         try:
-            if m.transposed:  # HF [in, out] of the file's [out, in]: read the file's block, transposed
+            if gpt_oss.is_composite(m, shape):  # gpt-oss's split experts and biases, rebuilt
+                out = gpt_oss.read(m, shape, index, self._file_rows)
+            elif m.transposed:  # HF [in, out] of the file's [out, in]: read the file's block, transposed
                 rows = index[0] if index else slice(None)
                 cols = index[1] if len(index) > 1 else slice(None)
                 if isinstance(rows, int) or isinstance(cols, int) or len(index) > 2:
@@ -240,6 +255,13 @@ class GgufStore(WeightStore):
         if not index:
             self.release(name)  # read whole: done with it
         return np.ascontiguousarray(out)
+
+    def _file_rows(self, gguf: str, expert: int | None, r0: int, r1: int, c0: int, c1: int) -> np.ndarray:
+        """Rows [r0, r1) x columns [c0, c1) of a file tensor [N, K] (or of its expert `expert` of
+        [E, N, K]) as float32, decoding only the blocks that cover them."""
+        tensor = self.file.tensors[gguf]
+        data = tensor.data if expert is None else tensor.data[expert]
+        return _dequantized(tensor.type_name, np.asarray(data[r0:r1]), c0, c1)
 
     def _matrix(
         self, kind: str, data: np.ndarray, shape: tuple[int, ...], m: Mapped, rows: slice, cols: slice
@@ -272,14 +294,18 @@ class GgufStore(WeightStore):
         m = self._mapped.get(name)
         if m is None:
             return
-        _, _, offset, nbytes = self._part(m)
-        mapped = self.file.maps.get(self.file.tensors[m.gguf].file)
-        if mapped is None or not hasattr(mapped, "madvise") or not nbytes:
-            return
-        begin = offset // mmap.PAGESIZE * mmap.PAGESIZE
-        end = min(len(mapped), -(-(offset + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
-        if begin < end:
-            mapped.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+        parts = [(self.file.tensors[m.gguf].file, *self._part(m)[2:])]
+        if m.interleaved is not None:  # gpt-oss: the up tensor read with the gate tensor
+            up = self.file.tensors[m.interleaved]
+            parts.append((up.file, up.offset, up.nbytes))
+        for file, offset, nbytes in parts:
+            mapped = self.file.maps.get(file)
+            if mapped is None or not hasattr(mapped, "madvise"):
+                continue
+            begin = offset // mmap.PAGESIZE * mmap.PAGESIZE
+            end = min(len(mapped), -(-(offset + nbytes) // mmap.PAGESIZE) * mmap.PAGESIZE)
+            if nbytes and begin < end:
+                mapped.madvise(mmap.MADV_DONTNEED, begin, end - begin)
 
 
 def _dequantized(kind: str, data: np.ndarray, c0: int, c1: int) -> np.ndarray:

@@ -93,13 +93,13 @@ def _model_type(f: GgufFile, default: str | None) -> str | None:
 
 def _exportable(path: Path, arch: str, by_type: dict[str, dict[str, Any]]) -> tuple[bool, str | None]:
     from gqa_export.source.gguf.config import family_of, read_config
-    from gqa_export.source.gguf.names import map_tensors
+    from gqa_export.source.gguf.store import map_file
 
     f = open_gguf(path)
     try:
         family_of(f)
         config = read_config(f)
-        map_tensors(arch, list(f.tensors), {n: t.shape for n, t in f.tensors.items()}, config)
+        map_file(arch, list(f.tensors), {n: t.shape for n, t in f.tensors.items()}, config)
     except InputError as exc:
         return False, str(exc)
     odd = [k for k in by_type if k not in FORMS and k not in FLOAT_TYPES and k not in EXACT_FLOAT_TYPES]

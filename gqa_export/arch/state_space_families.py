@@ -1,0 +1,87 @@
+"""State-space families (issue #39 item 3): decoders whose layers are Mamba2 or Mamba mixers, beside
+attention layers or with none at all, each read from its modeling code in transformers 5.24 and
+written as a `replace()` of the closest hybrid spec (docs/hybrid-state.md §8.9-§8.11, docs/coverage.md
+§4). A stack without attention (MixerSpec.attention False) reads no attention keys, and its package
+carries recurrent state only, no KV cache, which onnxruntime-genai 0.18 runs (§8.10).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+from gqa_export.arch.hybrid_families import JAMBA, NEMOTRON_H
+from gqa_export.arch.mixer_spec import MambaNames, MixerSpec
+from gqa_export.arch.spec import LayerNames, config_keys
+
+# Bamba: Jamba's layer layout (input_layernorm, pre_ff_layernorm, feed_forward.*, final_layernorm)
+# with Granite-4.0-H's Mamba2 mixer (mamba.*, the group-wise gated norm after the gate, dt clamped
+# by time_step_limit in prompts only) and Llama attention layers (attn_layer_indices) with RoPE on
+# the first half of each head (the config class fixes partial_rotary_factor at 0.5); a dense SwiGLU
+# MLP on every layer, no experts, no multipliers (docs/hybrid-state.md §8.9).
+BAMBA = replace(
+    JAMBA,
+    name="bamba",
+    moe=None,
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2"}), prompt_dt_limit="time_step_limit"
+    ),
+    rope_layers="all",
+    ignore=(),
+)
+
+# Mamba2: Nemotron-H's one-block layers (backbone.embeddings, layers.N.norm, layers.N.mixer.*,
+# norm_f) with a Mamba2 mixer on every layer and no attention layer at all: the package carries conv
+# and SSM state and no KV cache (docs/hybrid-state.md §8.10). The config spells the mixer's sizes
+# num_heads / head_dim / n_groups / state_size / conv_kernel / expand, its conv's activation
+# hidden_act; HF clamps dt with time_step_limit in prompts only, as Granite-4.0-H's mixer does.
+_MAMBA2_KEYS = config_keys(
+    norm_eps="layer_norm_epsilon", mamba_heads="num_heads", mamba_head_dim="head_dim", mamba_groups="n_groups",
+    mamba_state="state_size", mamba_conv_kernel="conv_kernel", mamba_expand="expand", mamba_activation="hidden_act",
+)  # fmt: skip
+MAMBA2 = replace(
+    NEMOTRON_H,
+    name="mamba2",
+    decoder_prefixes=("backbone.",),
+    layer=LayerNames(input_norm="norm", post_attention_norm=None),
+    mlp="gated",
+    activations=("silu",),
+    mixers=MixerSpec(
+        kinds=MappingProxyType({}),
+        every_layer="mamba2",  # 5.x's layer_types says so; 4.x's config has none
+        mamba2=NEMOTRON_H.mixers.mamba2,  # type: ignore[union-attr]
+        prompt_dt_limit="time_step_limit",
+        attention=False,
+    ),
+    layer_blocks=MappingProxyType({}),
+    moe=None,
+    config_keys=_MAMBA2_KEYS,
+    ignore=(),
+)
+
+# Mamba (v1): Mamba2's stack with Jamba's Mamba mixer (in_proj x | z, conv, x_proj dt | B | C,
+# dt_proj, A_log [I, N], D) under mixer.* and no dt/B/C norms; the config spells state_size,
+# conv_kernel and time_step_rank ("auto": ceil(hidden / 16), resolved by the class), the inner width
+# intermediate_size (expand * hidden unless given); tied embeddings by default (docs/hybrid-state.md §8.11)
+_MAMBA_MIXER = MambaNames(**{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(MambaNames()).items()})
+_MAMBA_KEYS = config_keys(
+    norm_eps="layer_norm_epsilon", mamba_state="state_size", mamba_conv_kernel="conv_kernel", mamba_expand="expand",
+    mamba_dt_rank="time_step_rank", mamba_inner="intermediate_size",
+)  # fmt: skip
+MAMBA = replace(
+    MAMBA2,
+    name="mamba",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({}), every_layer="mamba", mamba=_MAMBA_MIXER, attention=False, mamba_dt_bc_norm="none"
+    ),
+    config_keys=_MAMBA_KEYS,
+)
+# Falcon-Mamba: Mamba's layers with RMSNorms on dt, B and C that have no weight (F.rms_norm at
+# mixer_rms_eps; the class's unit weights are non-persistent buffers, never stored)
+FALCON_MAMBA = replace(
+    MAMBA,
+    name="falcon_mamba",
+    mixers=replace(MAMBA.mixers, mamba_dt_bc_norm="unit"),  # type: ignore[type-var]
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA)

@@ -1,0 +1,99 @@
+"""Tiny random state-space checkpoints (issue #39 item 3; transformers 5.24, CPU, fp32), with the tiny
+tokenizer: Bamba (Mamba2 + attention), Mamba2, Mamba and Falcon-Mamba (state layers only).
+
+    from state_space_models import save_state_space
+    p = save_state_space("/tmp/x/bamba", "bamba")
+    p = save_state_space("/tmp/x/mamba2_tied", "mamba2", tie_word_embeddings=True)
+
+Shapes as tests/dense_models.py's (hidden 64, vocab 384, bos 0 / eos 1 / pad 5), weights drawn by its
+`_randomize` (norm weights 1 + 0.3 N, biases 0.2 N, depthwise kernels 0.5 N, D 1 + 0.5 N, A_log
+-2 + 0.5 N, dt_bias 0.3 N); `**overrides` are config kwargs applied last. Same seed -> same checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from dense_models import COMMON, _randomize
+from tiny_models import save_tokenizer
+from transformers import AutoConfig, AutoModelForCausalLM
+
+# the configs' own spellings: Mamba's and Mamba2's classes name no attention keys
+_SSM_COMMON = {k: COMMON[k] for k in ("vocab_size", "hidden_size", "bos_token_id", "eos_token_id", "pad_token_id")}
+
+
+def state_space_config(model_type: str) -> dict:
+    if model_type == "bamba":  # Mamba2 (conv + SSM state) at 0, 2, 3; Llama GQA with half-head RoPE at 1
+        c = dict(COMMON)
+        c.update(
+            num_hidden_layers=4,
+            attn_layer_indices=[1],
+            mamba_n_heads=4,  # head dim 2 * 64 / 4 = 32
+            mamba_n_groups=2,  # two consecutive heads per B/C group; the gated norm per group of 64
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_chunk_size=16,  # the 70-token prompt spans several of HF's chunks
+            mamba_conv_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+        )
+        return c
+    if model_type == "mamba2":  # Mamba2 (conv + SSM state) on every layer, no attention
+        c = dict(_SSM_COMMON)
+        c.update(
+            num_hidden_layers=3,
+            num_heads=4,  # 4 heads of 32 = 2 * 64
+            head_dim=32,
+            expand=2,
+            n_groups=2,  # two consecutive heads per B/C group; the gated norm per group of 64
+            state_size=16,
+            conv_kernel=4,
+            chunk_size=16,  # the 70-token prompt spans several of HF's chunks
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.1,
+            tie_word_embeddings=False,
+        )
+        return c
+    if model_type in ("mamba", "falcon_mamba"):  # Mamba (v1) on every layer, no attention; 128 channels
+        c = dict(_SSM_COMMON)
+        c.update(
+            num_hidden_layers=3,
+            state_size=16,
+            expand=2,
+            conv_kernel=4,
+            time_step_rank=8,
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.1,
+            tie_word_embeddings=True,  # the classes' default
+        )
+        if model_type == "falcon_mamba":
+            c.update(mixer_rms_eps=1e-3)  # away from the other norms' eps, so that mixing them up shows
+        return c
+    raise ValueError(model_type)
+
+
+FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba"]
+# extra variants: tag -> (model_type, overrides)
+VARIANTS: dict[str, tuple[str, dict]] = {}
+
+
+def build_state_space(model_type: str, seed: int = 0, **overrides):
+    kwargs = state_space_config(model_type)
+    kwargs.update(overrides)
+    config = AutoConfig.for_model(model_type, **kwargs)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.eval()
+    _randomize(model, model_type, torch.Generator().manual_seed(seed + 1))
+    return model
+
+
+def save_state_space(out_dir, model_type: str, seed: int = 0, **overrides) -> Path:
+    """Build the tiny random model (see module doc) and save_pretrained it (safetensors) to out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    build_state_space(model_type, seed, **overrides).save_pretrained(out)
+    save_tokenizer(out, vocab_size=384)
+    return out
