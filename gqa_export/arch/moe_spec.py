@@ -1,0 +1,88 @@
+"""The sparse block half of an architecture spec: where a mixture of experts' tensors live
+(`MoeNames`, the spellings tried in order) and how its router computes (`MoeSpec`). An `ArchSpec`
+(arch/spec.py) carries one as its `moe`; graph/moe.py and model/moe.py read it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+PER_EXPERT_PROJ = ("experts.{e}.gate_proj", "experts.{e}.up_proj", "experts.{e}.down_proj")
+PER_EXPERT_W = ("experts.{e}.w1", "experts.{e}.w3", "experts.{e}.w2")  # Mixtral / PhiMoE hub names: gate, up, down
+FUSED_EXPERTS = ("experts.gate_up_proj", "experts.down_proj")  # transformers 5.x: [E, 2I, H] halves, [E, H, I]
+
+
+@dataclass(frozen=True)
+class MoeNames:
+    """Where a sparse block's tensors live, relative to the layer; each tuple lists the spellings
+    tried in order (the hub's per-expert names and transformers 5.x's fused ones both occur)."""
+
+    blocks: tuple[str, ...] = ("mlp.",)  # module prefixes of the sparse block
+    routers: tuple[str, ...] = ("gate",)  # the router Linear [E, H] (+ bias) inside the block
+    per_expert: tuple[tuple[str, str, str], ...] = (PER_EXPERT_PROJ,)
+    fused: tuple[tuple[str, str], ...] = (FUSED_EXPERTS,)
+    transposed: tuple[str, str] | None = None  # gpt-oss: gate_up [E, H, 2I] interleaved, down [E, I, H] (+ _bias)
+    stacked_rows: tuple[str, str, str] | None = None  # DBRX: gate, up, down each [E*I, H] (down stored (in, out))
+    # how a transposed gate_up orders its 2I columns: "interleaved" (gpt-oss: gate_j, up_j pairs) or
+    # "halves" ([gate | up], Llama-4's experts.gate_up_proj)
+    transposed_order: str = "interleaved"
+    shared_expert: str | None = None  # a dense gated MLP run for every token (Qwen2-MoE)
+    shared_gate: str | None = None  # its sigmoid gate Linear [1, H]
+    # a per-expert bias added to the scores only to select (LFM2-MoE); "a|b": the spellings tried in order
+    expert_bias: str | None = None
+    # an ungated dense MLP at the layer run beside the experts: (packed gate | up, down) (Granite-4.0-H's shared_mlp)
+    shared_mlp: tuple[str, str] | None = None
+    output_bias: str | None = None  # a bias [H] added to the block's output (JetMoE's mlp.bias)
+    # ungated experts (MoeSpec activation "ungated"): (up, down) spellings tried in order, a per-expert
+    # Linear template with {e} ([I, D] / [D, I]) or a stacked tensor ([E, I, D] / [E, D, I])
+    ungated: tuple[tuple[str, str], ...] = ()
+    # projections into and out of a narrower width D the experts run in (in, out), where the checkpoint has them
+    latent: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    """A family's sparse block.
+
+    routing: "softmax" (softmax over all experts, top-k, renormalized when `normalize` or the
+    config's norm_topk_prob says so; top-k-then-softmax routers are this with normalize),
+    "sparsemixer" (PhiMoE's top-2 in eval mode), "normed_residual" (Gemma-4: scaleless RMSNorm of the residual,
+    scale, softmax, top-k renormalized, per-expert scales), "sigmoid_biased" (LFM2-MoE: sigmoid scores,
+    the top k chosen on scores + expert_bias, weighted by the unbiased scores, renormalized when
+    norm_topk_prob, times routed_scaling_factor), "softmax_group_limited" (softmax over every expert;
+    with topk_method group_limited_greedy only the topk_group groups of the highest per-group maximum
+    keep their scores; the top k of those, never renormalized, times routed_scaling_factor),
+    "sigmoid_group_biased" (DeepSeek-V3, GLM-4-MoE: sigmoid scores; groups ranked by the sum of their
+    two best biased scores, the top k of the biased scores within the topk_group best groups,
+    weighted by the unbiased scores, renormalized (+1e-20) when norm_topk_prob, times
+    routed_scaling_factor), "softmax_biased" (ERNIE-4.5-MoE: softmax over all experts, the top k
+    chosen on probs + expert_bias, weighted by the unbiased probs, always renormalized by max(sum,
+    moe_norm_min)), "sigmoid_scaled_input" (Llama-4: the top k of the logits, each chosen expert's
+    *input* scaled by sigmoid(its logit) and the expert outputs summed unweighted; through a
+    SiLU-gated expert that is not the output scaled, graph/input_scaled_experts.py), "sigmoid_topk"
+    (Cohere2-MoE's sigmoid selection: the top k of the logits weighted by their sigmoid, renormalized
+    by the sum when norm_topk_prob). Routers other
+    than softmax are computed as dense weights (graph/moe.py).
+    shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
+    (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
+    or "dense" (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
+    "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
+    "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops), "ungated" (down(act(up x)) with the
+    config's hidden activation, a shared expert of the same form; plain ops, since no MoE kernel has
+    squared ReLU: graph/ungated_experts.py). layer_type: the layer type whose layers are sparse (every
+    other layer has none); None: the config's sparse-step keys decide (model/layer_kinds.py).
+    router_dtype: None (the router computes in the export dtype) or "float32" (the family's router
+    computes its logits and its choice in fp32 whatever the model's dtype, its weight and selection
+    bias kept fp32: an fp16 / bf16 package does the same and casts the routing weights back, since
+    fp16 rounding of near-tied scores changes which experts are chosen, docs/moe.md §8.3)."""
+
+    names: MoeNames = field(default_factory=MoeNames)
+    routing: str = "softmax"
+    normalize: bool = False
+    activation: str = "swiglu"
+    shared_width: str = "config"
+    router_dtype: str | None = None
+    layer_type: str | None = None
+    # the config's expert_selection_fn value -> the routing it selects (Cohere2-MoE); empty: `routing`
+    selections: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
