@@ -119,6 +119,27 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim", "num_attention_heads"),
     ),
+    # Sarvam-MoE: GLM-4-MoE's routing (12 experts in 3 groups, the 2 best kept, top 3 on sigmoid +
+    # selection bias, x2.5, a shared expert), a dense layer 0, RoPE over the whole head (the class's
+    # default), q/k/v biases in the fused query_key_value, per-head q/k norms
+    "sarvam_moe": (
+        dict(
+            first_k_dense_replace=1,
+            n_routed_experts=12,
+            num_experts_per_tok=3,
+            n_group=3,
+            topk_group=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            attention_bias=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

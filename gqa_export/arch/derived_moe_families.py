@@ -139,4 +139,27 @@ JETMOE = ArchSpec(
     fixed_norm_eps=1e-6,  # the layers' norms; the final one reads rms_norm_eps (1e-6 in JetMoE's configs)
 )
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE)
+# Sarvam-MoE (sarvam-30b): transformers 5.24 runs it as Glm4MoeForCausalLM (per-head q/k RMSNorms
+# before RoPE, dense first first_k_dense_replace layers, sigmoid scores chosen within the best groups on
+# scores + the selection bias, fp32, times routed_scaling_factor, shared experts); only its config
+# class (RoPE over the whole head by default: partial_rotary_factor 1.0; num_experts /
+# num_shared_experts / use_qkv_bias through attribute_map) and the hub's tensor names differ: the
+# Bailing layout, one stacked [q | k | v] query_key_value, attention.dense, query_layernorm /
+# key_layernorm, word_embeddings, the selection bias at mlp.gate.expert_bias
+SARVAM_MOE = replace(
+    GLM4_MOE,
+    name="sarvam_moe",
+    embed="word_embeddings.weight",
+    layer=LayerNames(
+        qkv="attention.query_key_value",
+        o="attention.dense",
+        q_norm="attention.query_layernorm",
+        k_norm="attention.key_layernorm",
+    ),
+    moe=replace(
+        GLM4_MOE.moe,  # type: ignore[arg-type]
+        names=replace(_GLM4_MOE_NAMES, expert_bias="gate.expert_bias|gate.e_score_correction_bias"),
+    ),
+)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE)

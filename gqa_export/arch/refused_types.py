@@ -35,7 +35,6 @@ REFUSED: dict[str, str] = {
     "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
     "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
     "token-shift state have no spec (docs/coverage.md)",
-    "sarvam_moe": "Sarvam's MoE has no spec yet",
     "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
     "(docs/coverage.md)",
     "zamba": "Zamba's shared attention block reused across Mamba layers has no spec yet",

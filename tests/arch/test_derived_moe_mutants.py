@@ -15,6 +15,8 @@ bias the hub keeps at mlp.e_score_correction_bias (zeroed), and its global layer
 projections stored (in, out) (each expert's fc2 as if read (out, in): the layout bug). JetMoE: the
 attention router's logits x3 (other gates), the query heads expert-major instead of kv-head-major
 (each expert's heads paired with the wrong kv heads), the attention and MLP output biases dropped.
+Sarvam-MoE: the selection bias the hub keeps at mlp.gate.expert_bias (zeroed) and the biases of
+the stacked query_key_value (dropped).
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ MUTANTS = {
     "dbrx": {
         "clip-widened": ("const.clip_qkv*", times(2.0)),
         "down-read-out-in": ("*moe.fc2", lambda v: v.reshape(v.shape[0], v.shape[2], v.shape[1]).transpose(0, 2, 1)),
+    },
+    "sarvam_moe": {
+        "selection-bias-zeroed": ("*.mlp.gate.expert_bias", times(0.0)),
+        "qkv-bias-dropped": ("*.attention.query_key_value.bias", times(0.0)),
     },
 }
 
