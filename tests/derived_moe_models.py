@@ -140,6 +140,19 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # MiniMax-M2: full-width q/k norms, RoPE on half of each head, the top 2 of 8 experts on sigmoid +
+    # selection bias, renormalized
+    "minimax_m2": (
+        dict(
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.5},
+            initializer_range=0.2,  # at 0.1 the continuations hold 3 distinct ids
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

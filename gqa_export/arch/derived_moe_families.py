@@ -9,7 +9,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.expert_attention import AttentionExpertNames
-from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2
+from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2, OLMOE
 from gqa_export.arch.spec import (
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
@@ -17,6 +17,7 @@ from gqa_export.arch.spec import (
     LayerNames,
     MoeNames,
     MoeSpec,
+    Refusal,
     config_keys,
 )
 
@@ -162,4 +163,33 @@ SARVAM_MOE = replace(
     ),
 )
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE)
+# MiniMax-M2: OLMoE's pre-norm layers (q/k RMSNorms over all heads, before RoPE) with RoPE on the
+# first partial_rotary_factor of each head (the hub's rotary_dim, converted by the config class) and
+# Mixtral's experts (the hub's block_sparse_moe.experts.{e}.w1/w2/w3, transformers 5.x's fused mlp.experts)
+# chosen as the top k of sigmoid(logits) + e_score_correction_bias, weighted by the unbiased sigmoid
+# renormalized by their sum (always; no routed_scaling_factor, whatever the config says). A config
+# sliding_window is refused: the class attends to the whole prompt, but transformers' cache built from
+# that config keeps only the last sliding_window keys when decoding, so no one function is HF's
+MINIMAX_M2 = replace(
+    OLMOE,
+    name="minimax_m2",
+    moe=MoeSpec(
+        MoeNames(
+            blocks=("block_sparse_moe.", "mlp."),
+            per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ),
+            expert_bias="e_score_correction_bias",
+        ),
+        routing="sigmoid_topk",
+        normalize=True,
+    ),
+    refusals=(
+        Refusal(
+            "sliding_window",
+            "MiniMax-M2 with a sliding_window is not supported: its attention reads the whole prompt while "
+            "transformers' cache keeps only the last sliding_window keys when decoding; set it to null",
+        ),
+    ),
+    ignore=("routed_scaling",),  # its router has no routed scaling
+)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, MINIMAX_M2)

@@ -16,7 +16,9 @@ projections stored (in, out) (each expert's fc2 as if read (out, in): the layout
 attention router's logits x3 (other gates), the query heads expert-major instead of kv-head-major
 (each expert's heads paired with the wrong kv heads), the attention and MLP output biases dropped.
 Sarvam-MoE: the selection bias the hub keeps at mlp.gate.expert_bias (zeroed) and the biases of
-the stacked query_key_value (dropped).
+the stacked query_key_value (dropped). MiniMax-M2: its selection bias at
+block_sparse_moe.e_score_correction_bias (zeroed) and its sigmoid scores (a spec with softmax
+routing).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ MUTANTS = {
         "selection-bias-zeroed": ("*.mlp.gate.expert_bias", times(0.0)),
         "qkv-bias-dropped": ("*.attention.query_key_value.bias", times(0.0)),
     },
+    "minimax_m2": {"selection-bias-zeroed": ("*.block_sparse_moe.e_score_correction_bias", times(0.0))},
 }
 
 
@@ -92,6 +95,11 @@ SPEC_MUTANTS = {
         "cohere2_moe_sigmoid",
         "cohere2_moe",
         dict(moe=replace(arch.SPECS["cohere2_moe"].moe, selections={"softmax": "softmax", "sigmoid": "softmax"})),
+    ),
+    "minimax-sigmoid-as-softmax": (
+        "minimax_m2",
+        "minimax_m2",
+        dict(moe=replace(arch.SPECS["minimax_m2"].moe, routing="softmax")),
     ),
 }
 

@@ -109,3 +109,23 @@ def test_sarvam_moe_rope_over_half_the_head_fails_hf_parity(builds, tmp_path):
     tokens, got = ort_prefill_and_decode(tmp_path / "pkg", PROMPT, steps=2)
     expected = hf_logits(hf_model(builds.checkpoint("sarvam_moe")), tokens, len(PROMPT))
     assert not np.allclose(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_minimax_m2_in_the_hub_spelling(builds, tmp_path):
+    """MiniMax-M2's config as published: partial RoPE as rotary_dim (the config class converts it),
+    top-level rope_theta, a null sliding_window, and a key MiniMaxM2 never reads that other families
+    do: routed_scaling_factor (its router scales nothing)."""
+    _registered("minimax_m2")
+    saved = json.loads((builds.checkpoint("minimax_m2") / "config.json").read_text())
+    rope = saved["rope_parameters"]
+    checkpoint = _respelled(
+        builds.checkpoint("minimax_m2"),
+        tmp_path / "ckpt",
+        drop=("rope_parameters", "dtype"),
+        rotary_dim=int(rope["partial_rotary_factor"] * saved["head_dim"]),
+        rope_theta=rope["rope_theta"],
+        sliding_window=None,
+        routed_scaling_factor=2.0,
+        torch_dtype="float32",
+    )
+    assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4
