@@ -153,6 +153,28 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # AFMoE: layer 0 dense (96 wide), then sliding / global (NoPE) / ... (every 2nd global), window 8; the
+    # top 2 of 8 experts on sigmoid + selection bias, renormalized, x2, a 32-wide shared expert; the
+    # attention output gated, the embeddings x8 (mup_enabled)
+    "afmoe": (
+        dict(
+            num_hidden_layers=4,
+            num_dense_layers=1,
+            global_attn_every_n_layers=2,
+            sliding_window=8,
+            num_experts=8,
+            num_experts_per_tok=2,
+            num_shared_experts=1,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            route_scale=2.0,
+            mup_enabled=True,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            initializer_range=0.2,  # at 0.1 the int4 package's smoke run ends at EOS after 7 tokens
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

@@ -600,6 +600,9 @@ FAMILIES: tuple[Family, ...] = (
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
     moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate
+    # sandwich norms, the gated attention output, NoPE full layers, muP embedding scale, route_scale
+    moe_family("afmoe", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
+    moe("afmoe_v5", "afmoe", hub_layout=False, since_major=5),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

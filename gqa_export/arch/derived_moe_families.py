@@ -192,4 +192,33 @@ MINIMAX_M2 = replace(
     ignore=("routed_scaling",),  # its router has no routed scaling
 )
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, MINIMAX_M2)
+# AFMoE (Arcee Trinity): Gemma-2's sandwich of RMSNorms around attention and around the MLP, per-head
+# q/k RMSNorms before RoPE, RoPE on the sliding layers only (the full ones NoPE: layer_types from
+# global_attn_every_n_layers), the attention output times sigmoid(self_attn.gate_proj(x)) before
+# o_proj, the embeddings times sqrt(hidden_size) when mup_enabled; dense first num_dense_layers
+# layers, then experts (mlp.router.gate) chosen as the top k of sigmoid(logits) + mlp.expert_bias,
+# weighted by the unbiased sigmoid over their sum (+1e-20, nothing in fp32) times route_scale, beside
+# shared experts num_shared_experts x moe_intermediate_size wide
+AFMOE = ArchSpec(
+    name="afmoe",
+    norm_layout="sandwich",
+    qk_norm="head",
+    rope_layers="sliding",
+    embedding_scale="sqrt_hidden_if_configured",
+    layer=LayerNames(
+        pre_feedforward_norm="pre_mlp_layernorm",
+        post_feedforward_norm="post_mlp_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        output_gate="self_attn.gate_proj",
+    ),
+    moe=MoeSpec(
+        MoeNames(routers=("router.gate",), shared_expert="shared_experts", expert_bias="expert_bias"),
+        routing="sigmoid_topk",
+        normalize=True,
+        shared_width="per_expert",
+    ),
+    config_keys=config_keys(routed_scaling="route_scale", shared_experts="num_shared_experts"),
+)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, MINIMAX_M2, AFMOE)

@@ -18,7 +18,9 @@ attention router's logits x3 (other gates), the query heads expert-major instead
 Sarvam-MoE: the selection bias the hub keeps at mlp.gate.expert_bias (zeroed) and the biases of
 the stacked query_key_value (dropped). MiniMax-M2: its selection bias at
 block_sparse_moe.e_score_correction_bias (zeroed) and its sigmoid scores (a spec with softmax
-routing).
+routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the norm after the MLP
+(x1.5), and as spec mutants the attention output gate (dropped), RoPE on the full layers (kept)
+and the mup_enabled embedding scale (dropped).
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ MUTANTS = {
         "qkv-bias-dropped": ("*.attention.query_key_value.bias", times(0.0)),
     },
     "minimax_m2": {"selection-bias-zeroed": ("*.block_sparse_moe.e_score_correction_bias", times(0.0))},
+    "afmoe": {
+        "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
+        "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
+        "sandwich-post-mlp-norm-scaled": ("*.post_mlp_layernorm.weight", times(1.5)),
+    },
 }
 
 
@@ -101,6 +108,13 @@ SPEC_MUTANTS = {
         "minimax_m2",
         dict(moe=replace(arch.SPECS["minimax_m2"].moe, routing="softmax")),
     ),
+    "afmoe-output-gate-dropped": (
+        "afmoe",
+        "afmoe",
+        dict(layer=replace(arch.SPECS["afmoe"].layer, output_gate=None)),
+    ),
+    "afmoe-global-rope-kept": ("afmoe", "afmoe", dict(rope_layers="all")),
+    "afmoe-mup-scale-dropped": ("afmoe", "afmoe", dict(embedding_scale="none")),
 }
 
 

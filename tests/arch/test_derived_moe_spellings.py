@@ -129,3 +129,11 @@ def test_minimax_m2_in_the_hub_spelling(builds, tmp_path):
         torch_dtype="float32",
     )
     assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4
+
+
+def test_afmoe_without_mup(builds, tmp_path):
+    """An AFMoE config with mup_enabled false: no embedding scale (the registry row has it on), and
+    layer_types left to the class (global_attn_every_n_layers)."""
+    _registered("afmoe")
+    checkpoint = _respelled(builds.checkpoint("afmoe"), tmp_path / "ckpt", drop=("layer_types",), mup_enabled=False)
+    assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4
