@@ -119,6 +119,62 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim", "num_attention_heads"),
     ),
+    # Sarvam-MoE: GLM-4-MoE's routing (12 experts in 3 groups, the 2 best kept, top 3 on sigmoid +
+    # selection bias, x2.5, a shared expert), a dense layer 0, RoPE over the whole head (the class's
+    # default), q/k/v biases in the fused query_key_value, per-head q/k norms
+    "sarvam_moe": (
+        dict(
+            first_k_dense_replace=1,
+            n_routed_experts=12,
+            num_experts_per_tok=3,
+            n_group=3,
+            topk_group=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            attention_bias=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
+    # MiniMax-M2: full-width q/k norms, RoPE on half of each head, the top 2 of 8 experts on sigmoid +
+    # selection bias, renormalized
+    "minimax_m2": (
+        dict(
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.5},
+            initializer_range=0.2,  # at 0.1 the continuations hold 3 distinct ids
+        ),
+        (),
+    ),
+    # AFMoE: layer 0 dense (96 wide), then sliding / global (NoPE) / ... (every 2nd global), window 8; the
+    # top 2 of 8 experts on sigmoid + selection bias, renormalized, x2, a 32-wide shared expert; the
+    # attention output gated, the embeddings x8 (mup_enabled)
+    "afmoe": (
+        dict(
+            num_hidden_layers=4,
+            num_dense_layers=1,
+            global_attn_every_n_layers=2,
+            sliding_window=8,
+            num_experts=8,
+            num_experts_per_tok=2,
+            num_shared_experts=1,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            route_scale=2.0,
+            mup_enabled=True,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            initializer_range=0.2,  # at 0.1 the int4 package's smoke run ends at EOS after 7 tokens
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

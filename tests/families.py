@@ -592,6 +592,17 @@ FAMILIES: tuple[Family, ...] = (
     moe("exaone_moe_v5", "exaone_moe", hub_layout=False, since_major=5),
     moe_family("dbrx", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe_family("jetmoe", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
+    # GLM-4-MoE's layers in the hub's Bailing names (a stacked query_key_value with biases), full RoPE.
+    # Seed 0's fp16 hidden states cross a near-tie of its top-3-of-12 router at 2 of 17 positions
+    # (0.28 / 0.47 off there; docs/coverage.md §5): the fp16 CUDA graph is checked on seed 1's weights
+    moe_family("sarvam_moe", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
+    moe("sarvam_moe_seed1", "sarvam_moe", overrides={"seed": 1}, fp16_cuda=True, since_major=5),
+    # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
+    moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
+    moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate
+    # sandwich norms, the gated attention output, NoPE full layers, muP embedding scale, route_scale
+    moe_family("afmoe", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
+    moe("afmoe_v5", "afmoe", hub_layout=False, since_major=5),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

@@ -237,7 +237,8 @@ def family_config(model_type: str) -> dict:
     return c
 
 
-ROUTER_LINEAR_SUFFIXES = ("mlp.gate", "mlp.router", "block_sparse_moe.router", "router.proj")
+# AFMoE's router Linear is mlp.router.gate (its class initialises it to zeros)
+ROUTER_LINEAR_SUFFIXES = ("mlp.gate", "mlp.router", "block_sparse_moe.router", "router.proj", "router.gate")
 
 
 def _randomize(model, model_type: str, g: torch.Generator):
@@ -257,9 +258,7 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5 if model_type == "gpt_oss" else 0.2))
             elif leaf == "sinks":
                 p.copy_(rn(p, 1.0))
-            elif (
-                mod.endswith(("mlp.gate", "mlp.router", "block_sparse_moe.router", "router.proj")) and leaf == "weight"
-            ):
+            elif mod.endswith(ROUTER_LINEAR_SUFFIXES) and leaf == "weight":
                 p.copy_(rn(p, 0.5))  # router: logits std ~4 -> varied routing
             elif mod.endswith("router") and leaf == "scale":  # gemma4 router.scale [H]
                 p.copy_(rn(p, 0.3, 1.0))

@@ -16,6 +16,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "query_pre_attn_scalar": "query_pre_attn_scalar",
     "attention_multiplier": "attention_multiplier",
     "embedding_multiplier": "embedding_multiplier",
+    "embedding_sqrt_switch": "mup_enabled",  # embedding_scale "sqrt_hidden_if_configured" (AFMoE)
     "residual_multiplier": "residual_multiplier",
     "depth_scale": "scale_depth",  # MiniCPM3: residual_scale "depth" (scale_depth / sqrt(layers))
     "logits_scaling": "logits_scaling",

@@ -9,7 +9,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.expert_attention import AttentionExpertNames
-from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2
+from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2, OLMOE
 from gqa_export.arch.spec import (
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
@@ -17,6 +17,7 @@ from gqa_export.arch.spec import (
     LayerNames,
     MoeNames,
     MoeSpec,
+    Refusal,
     config_keys,
 )
 
@@ -139,4 +140,85 @@ JETMOE = ArchSpec(
     fixed_norm_eps=1e-6,  # the layers' norms; the final one reads rms_norm_eps (1e-6 in JetMoE's configs)
 )
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE)
+# Sarvam-MoE (sarvam-30b): transformers 5.24 runs it as Glm4MoeForCausalLM (per-head q/k RMSNorms
+# before RoPE, dense first first_k_dense_replace layers, sigmoid scores chosen within the best groups on
+# scores + the selection bias, fp32, times routed_scaling_factor, shared experts); only its config
+# class (RoPE over the whole head by default: partial_rotary_factor 1.0; num_experts /
+# num_shared_experts / use_qkv_bias through attribute_map) and the hub's tensor names differ: the
+# Bailing layout, one stacked [q | k | v] query_key_value, attention.dense, query_layernorm /
+# key_layernorm, word_embeddings, the selection bias at mlp.gate.expert_bias
+SARVAM_MOE = replace(
+    GLM4_MOE,
+    name="sarvam_moe",
+    embed="word_embeddings.weight",
+    layer=LayerNames(
+        qkv="attention.query_key_value",
+        o="attention.dense",
+        q_norm="attention.query_layernorm",
+        k_norm="attention.key_layernorm",
+    ),
+    moe=replace(
+        GLM4_MOE.moe,  # type: ignore[arg-type]
+        names=replace(_GLM4_MOE_NAMES, expert_bias="gate.expert_bias|gate.e_score_correction_bias"),
+    ),
+)
+
+# MiniMax-M2: OLMoE's pre-norm layers (q/k RMSNorms over all heads, before RoPE) with RoPE on the
+# first partial_rotary_factor of each head (the hub's rotary_dim, converted by the config class) and
+# Mixtral's experts (the hub's block_sparse_moe.experts.{e}.w1/w2/w3, transformers 5.x's fused mlp.experts)
+# chosen as the top k of sigmoid(logits) + e_score_correction_bias, weighted by the unbiased sigmoid
+# renormalized by their sum (always; no routed_scaling_factor, whatever the config says). A config
+# sliding_window is refused: the class attends to the whole prompt, but transformers' cache built from
+# that config keeps only the last sliding_window keys when decoding, so no one function is HF's
+MINIMAX_M2 = replace(
+    OLMOE,
+    name="minimax_m2",
+    moe=MoeSpec(
+        MoeNames(
+            blocks=("block_sparse_moe.", "mlp."),
+            per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ),
+            expert_bias="e_score_correction_bias",
+        ),
+        routing="sigmoid_topk",
+        normalize=True,
+    ),
+    refusals=(
+        Refusal(
+            "sliding_window",
+            "MiniMax-M2 with a sliding_window is not supported: its attention reads the whole prompt while "
+            "transformers' cache keeps only the last sliding_window keys when decoding; set it to null",
+        ),
+    ),
+    ignore=("routed_scaling",),  # its router has no routed scaling
+)
+
+# AFMoE (Arcee Trinity): Gemma-2's sandwich of RMSNorms around attention and around the MLP, per-head
+# q/k RMSNorms before RoPE, RoPE on the sliding layers only (the full ones NoPE: layer_types from
+# global_attn_every_n_layers), the attention output times sigmoid(self_attn.gate_proj(x)) before
+# o_proj, the embeddings times sqrt(hidden_size) when mup_enabled; dense first num_dense_layers
+# layers, then experts (mlp.router.gate) chosen as the top k of sigmoid(logits) + mlp.expert_bias,
+# weighted by the unbiased sigmoid over their sum (+1e-20, nothing in fp32) times route_scale, beside
+# shared experts num_shared_experts x moe_intermediate_size wide
+AFMOE = ArchSpec(
+    name="afmoe",
+    norm_layout="sandwich",
+    qk_norm="head",
+    rope_layers="sliding",
+    embedding_scale="sqrt_hidden_if_configured",
+    layer=LayerNames(
+        pre_feedforward_norm="pre_mlp_layernorm",
+        post_feedforward_norm="post_mlp_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        output_gate="self_attn.gate_proj",
+    ),
+    moe=MoeSpec(
+        MoeNames(routers=("router.gate",), shared_expert="shared_experts", expert_bias="expert_bias"),
+        routing="sigmoid_topk",
+        normalize=True,
+        shared_width="per_expert",
+    ),
+    config_keys=config_keys(routed_scaling="route_scale", shared_experts="num_shared_experts"),
+)
+
+DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, MINIMAX_M2, AFMOE)

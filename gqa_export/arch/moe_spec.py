@@ -62,7 +62,8 @@ class MoeSpec:
     *input* scaled by sigmoid(its logit) and the expert outputs summed unweighted; through a
     SiLU-gated expert that is not the output scaled, graph/input_scaled_experts.py), "sigmoid_topk"
     (Cohere2-MoE's sigmoid selection: the top k of the logits weighted by their sigmoid, renormalized
-    by the sum when norm_topk_prob). Routers other
+    by the sum alone when normalized; MiniMax-M2 and AFMoE choose on sigmoid + the selection bias their
+    checkpoints hold, `expert_bias`). Routers other
     than softmax are computed as dense weights (graph/moe.py).
     shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)

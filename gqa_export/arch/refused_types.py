@@ -21,7 +21,6 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
-    "afmoe": "Arcee Trinity's MoE (AfMoE) has no spec yet",
     "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
     "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
     "deepseek_v32": "DeepSeek sparse attention (a lightning indexer choosing the top-k keys per query) has no spec "
@@ -30,12 +29,10 @@ REFUSED: dict[str, str] = {
     "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
     "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
-    "minimax_m2": "MiniMax-M2's MoE has no spec yet",
     "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",
     "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
     "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
     "token-shift state have no spec (docs/coverage.md)",
-    "sarvam_moe": "Sarvam's MoE has no spec yet",
     "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
     "(docs/coverage.md)",
     "zamba": "Zamba's shared attention block reused across Mamba layers has no spec yet",

@@ -82,6 +82,9 @@ class LayerNames:
     # a parallel layer's own norms of the residual for attention and for the MLP, used instead of
     # input_norm where the checkpoint holds them (Falcon-40B's ln_attn / ln_mlp; Falcon-7B has one)
     parallel_norms: tuple[str, str] | None = None
+    # a Linear [Nq*D, H] of the layer's normed input whose sigmoid gates the attention output before
+    # o_proj, where the checkpoint holds it (AFMoE's self_attn.gate_proj; Qwen3.5's gate sits in q_proj)
+    output_gate: str | None = None
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,9 @@ ALIBI_SLOPES = ("geometric", "bias_max")
 KV_HEAD_RULES = ("config", "multi_query_flags")
 
 
-EMBEDDING_SCALES = ("none", "sqrt_hidden", "config", "config_in_table")
+# "sqrt_hidden_if_configured": sqrt(hidden_size) where the config's switch (AFMoE's mup_enabled) is set, by
+# the graph after the table (inputs_embeds too)
+EMBEDDING_SCALES = ("none", "sqrt_hidden", "config", "config_in_table", "sqrt_hidden_if_configured")
 # what each block's output is multiplied by before the residual add: "config" (the config's
 # residual_multiplier, Granite; none: 1) or "depth" (scale_depth / sqrt(num_hidden_layers), MiniCPM3)
 RESIDUAL_SCALES = ("config", "depth")

@@ -308,6 +308,8 @@ def decoder_layer(
         with b.scope("attn"):
             out, kv = attention(lc, x)
             gate = lc.output_gate.get("gate")
+            if gate is None and L.output_gate is not None and lc.has(L.output_gate):  # AFMoE's own gate_proj
+                gate = linear(lc, x, [L.output_gate], None, "gate_proj")
             if gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
             if lc.dims.latent is not None:  # latent attention: the padded value channels dropped

@@ -273,8 +273,8 @@ def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
 
 def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims, routing: str) -> ir.Value:
     """Routers that choose on biased scores and weight by the unbiased ones, as dense weights [B,S,E].
-    s = sigmoid(logits) (sigmoid_biased: LFM2-MoE; sigmoid_topk: Cohere2-MoE, no bias, renormalized by
-    the sum alone) or softmax(logits) (softmax_biased: ERNIE-4.5-MoE);
+    s = sigmoid(logits) (sigmoid_biased: LFM2-MoE; sigmoid_topk: Cohere2-MoE without a bias, MiniMax-M2
+    and AFMoE with one, renormalized by the sum alone) or softmax(logits) (softmax_biased: ERNIE-4.5-MoE);
     the top k of s + expert_bias (when the checkpoint has the bias) are chosen, weighted by s,
     renormalized when norm_topk_prob (ERNIE always) by their sum + 1e-6 (LFM2-MoE) or
     max(sum, moe_norm_min) (ERNIE), times routed_scaling_factor. The group-limited routers

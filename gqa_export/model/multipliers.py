@@ -68,9 +68,12 @@ def residual_multiplier(opt: Callable[..., Any], spec: ArchSpec, num_layers: int
 
 def embedding_multiplier(opt: Callable[..., Any], spec: ArchSpec, hidden: int) -> float:
     """What the token embeddings are multiplied by (spec embedding_scale): sqrt(hidden_size) (Gemma),
-    the config's embedding_multiplier (Granite; MiniCPM3's scale_emb), or nothing."""
+    the config's embedding_multiplier (Granite; MiniCPM3's scale_emb), sqrt(hidden_size) where the
+    config switches it on (AFMoE's mup_enabled), or nothing."""
     if spec.embedding_scale == "sqrt_hidden":
         return math.sqrt(hidden)
+    if spec.embedding_scale == "sqrt_hidden_if_configured":  # AFMoE: muP's input scaling when mup_enabled
+        return math.sqrt(hidden) if opt("embedding_sqrt_switch", False) else 1.0
     if spec.embedding_scale in ("config", "config_in_table"):
         return float(opt("embedding_multiplier", 1.0))
     return 1.0

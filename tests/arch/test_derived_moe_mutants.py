@@ -15,6 +15,12 @@ bias the hub keeps at mlp.e_score_correction_bias (zeroed), and its global layer
 projections stored (in, out) (each expert's fc2 as if read (out, in): the layout bug). JetMoE: the
 attention router's logits x3 (other gates), the query heads expert-major instead of kv-head-major
 (each expert's heads paired with the wrong kv heads), the attention and MLP output biases dropped.
+Sarvam-MoE: the selection bias the hub keeps at mlp.gate.expert_bias (zeroed) and the biases of
+the stacked query_key_value (dropped). MiniMax-M2: its selection bias at
+block_sparse_moe.e_score_correction_bias (zeroed) and its sigmoid scores (a spec with softmax
+routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the norm after the MLP
+(x1.5), and as spec mutants the attention output gate (dropped), RoPE on the full layers (kept)
+and the mup_enabled embedding scale (dropped).
 """
 
 from __future__ import annotations
@@ -45,6 +51,16 @@ MUTANTS = {
     "dbrx": {
         "clip-widened": ("const.clip_qkv*", times(2.0)),
         "down-read-out-in": ("*moe.fc2", lambda v: v.reshape(v.shape[0], v.shape[2], v.shape[1]).transpose(0, 2, 1)),
+    },
+    "sarvam_moe": {
+        "selection-bias-zeroed": ("*.mlp.gate.expert_bias", times(0.0)),
+        "qkv-bias-dropped": ("*.attention.query_key_value.bias", times(0.0)),
+    },
+    "minimax_m2": {"selection-bias-zeroed": ("*.block_sparse_moe.e_score_correction_bias", times(0.0))},
+    "afmoe": {
+        "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
+        "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
+        "sandwich-post-mlp-norm-scaled": ("*.post_mlp_layernorm.weight", times(1.5)),
     },
 }
 
@@ -87,6 +103,18 @@ SPEC_MUTANTS = {
         "cohere2_moe",
         dict(moe=replace(arch.SPECS["cohere2_moe"].moe, selections={"softmax": "softmax", "sigmoid": "softmax"})),
     ),
+    "minimax-sigmoid-as-softmax": (
+        "minimax_m2",
+        "minimax_m2",
+        dict(moe=replace(arch.SPECS["minimax_m2"].moe, routing="softmax")),
+    ),
+    "afmoe-output-gate-dropped": (
+        "afmoe",
+        "afmoe",
+        dict(layer=replace(arch.SPECS["afmoe"].layer, output_gate=None)),
+    ),
+    "afmoe-global-rope-kept": ("afmoe", "afmoe", dict(rope_layers="all")),
+    "afmoe-mup-scale-dropped": ("afmoe", "afmoe", dict(embedding_scale="none")),
 }
 
 

@@ -42,6 +42,8 @@ REFUSED = {
         ),
         "2.0-norm",
     ),
+    # transformers' cache would window the decode steps (not the prompt) by it
+    "minimax_m2_window": ("minimax_m2", dict(sliding_window=4), "sliding_window=4"),
 }
 
 
