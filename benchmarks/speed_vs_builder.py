@@ -7,10 +7,11 @@
 Both exporters read the same random-weight checkpoint (benchmarks/random_llama.py, random_moe.py:
 gpt-oss-shaped MXFP4 experts, random_hybrid.py: Qwen3.5's DeltaNet hybrid). Each of our layouts is
 measured beside the builder's package of the same precision: `int4` (our default: asymmetric,
-packed qkv and gate/up), `int4-sym` (--symmetric: no zero points, as the builder writes),
-`int4-qkv` (--set attention.packed_qkv=false: q, k, v as three MatMulNBits, as the builder writes
-them), `int4-pruned` (--prune-lm-head: last-position logits, as the builder's package returns),
-`int8`, `fp32`; on CUDA `fp16` and `int4`.
+packed qkv and gate/up + Split; the builder 0.18 packs qkv too but keeps gate and up apart),
+`int4-sym` (--symmetric: no zero points, as the builder writes), `int4-qkv` (--set
+attention.packed_qkv=false: q, k, v as three MatMulNBits), `int4-pruned` (--prune-lm-head:
+last-position logits only; the builder's package returns every position's), `int8`, `fp32`; on
+CUDA `fp16` and `int4`.
 
 A run is one fresh process per (package, threads, prompt length): the model is loaded with
 intra_op_num_threads = threads, one short warm-up generation runs, then the prompt is appended
@@ -96,7 +97,8 @@ print(json.dumps({"prefill": prefill, "decode": decode}))
 def run(cmd: list[str], cwd: Path | None = None) -> str:
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:6])} ...: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        last = (done.stderr or done.stdout).strip().splitlines() or ["(no output)"]
+        raise RuntimeError(f"{' '.join(cmd[:6])} ...: {last[-1]}")
     return done.stdout
 
 
@@ -211,7 +213,9 @@ def main() -> None:
     print(text)
 
 
-def profile_cell(case: str, ours: Path, builder: Path, threads: int, length: int, args, root: Path) -> str:
+def profile_cell(
+    case: str, ours: Path, builder: Path, threads: int, length: int, args: argparse.Namespace, root: Path
+) -> str:
     """One profiled run of each package: milliseconds per op type, the largest differences first."""
     traces = root / "profiles"
     traces.mkdir(exist_ok=True)
