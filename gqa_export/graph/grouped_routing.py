@@ -26,7 +26,7 @@ GROUPED_ROUTINGS = ("softmax_group_limited", "sigmoid_group_biased")
 def grouped_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims) -> ir.Value:
     """The dense routing weights of the spec's grouped router."""
     b, dtype = lc.b, lc.params.dtype
-    routing = lc.spec.moe.routing  # type: ignore[union-attr]
+    routing = moe.routing  # the resolved routing (model/moe.py read_moe), as _dense_routing dispatches on it
     sigmoid = routing == "sigmoid_group_biased"
 
     def scalar(value: float, name: str) -> ir.Value:
