@@ -20,6 +20,7 @@ from gqa_export.quant.gguf_import import GgufReport, import_gguf
 from gqa_export.quant.imported import ImportReport, import_native
 from gqa_export.quant.qdq import to_qdq
 from gqa_export.quant.quantize import PrecisionPlan, QuantizeReport, quantize
+from gqa_export.quant.unflatten import unflatten_matmul_nbits
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
 
@@ -77,4 +78,5 @@ def apply_precision(
         quantize(model, precision, report)
         if ep.int4_format == "qdq":  # TensorRT-RTX: DequantizeLinear + MatMul (docs/eps.md §2.6)
             to_qdq(model)
+        unflatten_matmul_nbits(model)  # a quantized tied lm_head reads [B, S, H] itself
     check_ep_graph(ep.name, models)
