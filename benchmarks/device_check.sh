@@ -43,7 +43,7 @@ PY
 # Llama, prompts of 64/512/2048 tokens then 64 greedy steps, 3 alternating runs (about 3 minutes).
 # SPEED=0 skips it.
 if [ "${SPEED:-1}" != 0 ]; then
-  python benchmarks/speed_vs_builder.py --ep cuda --shape 150m --cases fp16,int4 --lengths 64,512,2048 \
+  python benchmarks/speed_vs_builder.py --ep cuda --shape 150m --cases fp16,int4,int4-gu,int4-sym-gu --lengths 64,512,2048 \
     --threads 1 --reps 3 --profile --keep "$out/speed" --results "$out/speed_vs_builder.md" || echo "speed section failed"
 fi
 

@@ -9,7 +9,8 @@ gpt-oss-shaped MXFP4 experts, random_hybrid.py: Qwen3.5's DeltaNet hybrid). Each
 measured beside the builder's package of the same precision: `int4` (our default: asymmetric,
 packed qkv and gate/up + Split; the builder 0.18 packs qkv too but keeps gate and up apart),
 `int4-sym` (--symmetric: no zero points, as the builder writes), `int4-qkv` (--set
-attention.packed_qkv=false: q, k, v as three MatMulNBits), `int4-pruned` (--prune-lm-head:
+attention.packed_qkv=false: q, k, v as three MatMulNBits), `int4-gu` (--set mlp.packed_gate_up=false:
+gate and up as two MatMulNBits, no Split), `int4-sym-gu` (both: the builder's layout), `int4-pruned` (--prune-lm-head:
 last-position logits only; the builder's package returns every position's), `int8`, `fp32`; on
 CUDA `fp16` and `int4`.
 
@@ -52,6 +53,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "int4": (["-p", "int4"], "int4"),
     "int4-sym": (["-p", "int4", "--symmetric"], "int4"),
     "int4-qkv": (["-p", "int4", "--set", "attention.packed_qkv=false"], "int4"),
+    "int4-gu": (["-p", "int4", "--set", "mlp.packed_gate_up=false"], "int4"),
+    "int4-sym-gu": (["-p", "int4", "--symmetric", "--set", "mlp.packed_gate_up=false"], "int4"),
     "int4-pruned": (["-p", "int4", "--prune-lm-head"], "int4"),
     "int8": (["-p", "int8"], "int8"),
     "fp32": (["-p", "fp32"], "fp32"),

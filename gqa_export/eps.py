@@ -52,6 +52,7 @@ class ExecutionProvider:
     gqa_dtypes: tuple[str, ...] = ("float", "float16", "bfloat16")  # GroupQueryAttention's kernels
     fused_rope: bool = True  # RoPE inside GQA (do_rotary=1); False: plain ops before it
     packed_qkv: bool = True  # one QKV MatMul feeding GQA's packed query
+    packed_gate_up: bool = True  # one gate|up MatMul + Split (recipe mlp.packed_gate_up), docs/eps.md §1
     skip_norm_fusion: bool = True  # Add + SimplifiedLayerNormalization -> SkipSimplifiedLayerNormalization
     nbits_bits: tuple[int, ...] = (4, 8)  # MatMulNBits bit widths with kernels
     missing_ops: frozenset[str] = frozenset()  # ops with no kernel here: a package holding one is refused

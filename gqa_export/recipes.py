@@ -51,6 +51,12 @@ _ATTENTION = {
     # weight-absorbed form, mode gqa only) instead of expanded per-head K/V (docs/latent-attention.md)
     "latent_cache": bool,
 }
+# How the dense MLP's gate and up projections run (graph/blocks.py mlp_block)
+_MLP = {
+    # one [gate | up] MatMul split after (True), or two MatMuls (False); a checkpoint's stored
+    # gate_up stays one either way. The EP table's packed_gate_up can turn it off per EP.
+    "packed_gate_up": bool,
+}
 # Schema nodes: see yaml_schema.py.
 SCHEMA: dict[str, Any] = {
     "name!": str,
@@ -62,8 +68,9 @@ SCHEMA: dict[str, Any] = {
     # decoder alone under genai_model_type), docs/multimodal.md §1
     "multimodal_model_type": str,
     "attention": _ATTENTION,
+    "mlp": _MLP,
     "precision": {ep: PRECISIONS for ep in EPS},
-    "overrides": {ep: {"attention": _ATTENTION} for ep in EPS},
+    "overrides": {ep: {"attention": _ATTENTION, "mlp": _MLP} for ep in EPS},
     # build options this model should get unless the command line says otherwise (io_options.py)
     "build": {"prune_lm_head": bool, "kv_cache": tuple(KV_CACHE_DTYPES), "kv_scales": tuple(KV_SCALES)},
 }
@@ -84,6 +91,11 @@ class AttentionRecipe:
 
 
 @dataclass(frozen=True)
+class MlpRecipe:
+    packed_gate_up: bool = True
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A validated recipe with its defaults resolved."""
 
@@ -99,11 +111,14 @@ class Recipe:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     build_defaults: dict[str, Any] = field(default_factory=dict)
     multimodal_model_type: str | None = None
+    mlp: MlpRecipe = MlpRecipe()
 
     def for_ep(self, ep: str) -> Recipe:
         """The recipe with its per-EP overrides applied."""
-        attention = _tuples(self.overrides.get(ep, {}).get("attention") or {})
-        return replace(self, attention=replace(self.attention, **attention)) if attention else self
+        override = self.overrides.get(ep, {})
+        attention = _tuples(override.get("attention") or {})
+        mlp = override.get("mlp") or {}
+        return replace(self, attention=replace(self.attention, **attention), mlp=replace(self.mlp, **mlp))
 
     def as_dict(self) -> dict[str, Any]:
         """The recipe with every default resolved, as a document `load_recipe` accepts: what
@@ -118,6 +133,7 @@ class Recipe:
                 **vars(self.attention),
                 "bidirectional_token_ids": list(self.attention.bidirectional_token_ids),
             },
+            "mlp": vars(self.mlp),
             "precision": dict(self.default_precision),
             "overrides": self.overrides,
             "build": dict(self.build_defaults),
@@ -155,6 +171,7 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         overrides=data.get("overrides", {}),
         build_defaults=data.get("build", {}),
         multimodal_model_type=data.get("multimodal_model_type"),
+        mlp=MlpRecipe(**data.get("mlp", {})),
     )
 
 

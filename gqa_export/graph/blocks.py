@@ -14,6 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.graph.activations import activation
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.fused_qkv import selected_rows
 from gqa_export.graph.lora import LoraPlan, lora_branch
@@ -45,6 +46,7 @@ class LayerContext:
     # token, or no past); set where a Mamba2 mixer has a prompt-only dt floor (Nemotron-H)
     prompt_step: ir.Value | None = None
     lora: LoraPlan | None = None  # the modules that get a LoRA branch (graph/lora.py)
+    packed_gate_up: bool = True  # gate and up as one MatMul + Split (GraphOptions.packed_gate_up)
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)
@@ -325,19 +327,23 @@ def rotated_heads(
 
 
 def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
-    """down(act(gate(x)) * up(x)); gate and up run as one MatMul and are split after. A plain MLP
+    """down(act(gate(x)) * up(x)); gate and up run as one MatMul split after, or as two where the
+    graph options say so (a checkpoint's stored gate_up stays one). A plain MLP
     (spec mlp "plain": Phi-2, StarCoder2, Nemotron, Apertus) is down(act(up(x)))."""
     L, b = lc.spec.layer, lc.b
     if lc.spec.mlp == "plain":
         return linear(lc, activation(lc, linear(lc, x, [L.up], None, "up_proj")), [L.down], None, "down_proj")
-    if L.gate_up:
-        gate_up = linear(lc, x, [L.gate_up], None, "gate_up_proj")
-    else:
-        packed = f"{L.gate.rpartition('.')[0]}.gate_up_proj"  # named in the MLP's own module
-        gate_up = linear(lc, x, [L.gate, L.up], packed, "gate_up_proj")
-    width = lc.layer.intermediate_size
-    split = b.const([width, width], "split", "int64")
-    gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
+    if L.gate_up or lc.packed_gate_up:
+        if L.gate_up:
+            gate_up = linear(lc, x, [L.gate_up], None, "gate_up_proj")
+        else:
+            packed = f"{L.gate.rpartition('.')[0]}.gate_up_proj"  # named in the MLP's own module
+            gate_up = linear(lc, x, [L.gate, L.up], packed, "gate_up_proj")
+        width = lc.layer.intermediate_size
+        split = b.const([width, width], "split", "int64")
+        gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
+    else:  # two MatMuls and no Split (GraphOptions.packed_gate_up)
+        gate, up = linear(lc, x, [L.gate], None, "gate_proj"), linear(lc, x, [L.up], None, "up_proj")
     if lc.layer.activation_sparsity:  # Gemma-3n: only the gate's channels above a gaussian cutoff
         gate = gaussian_top_k(b, gate, lc.layer.activation_sparsity, lc.params.dtype)
     return linear(lc, b.op("Mul", activation(lc, gate), up), [L.down], None, "down_proj")
@@ -355,48 +361,3 @@ def gated_mlp(lc: LayerContext, x: ir.Value, gate_up: str, down: str, width: int
         outputs=2,
     )
     return linear(lc, b.op("Mul", activation(lc, gate), up), [down], None, "down")
-
-
-def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
-    """The config's hidden activation: SiLU, the exact GELU, ReLU, the tanh-approximated GELU
-    (gelu_pytorch_tanh, gelu_new; ONNX Gelu-20), squared ReLU (Nemotron) or xIELU (Apertus, its
-    parameters per layer)."""
-    b, act = lc.b, lc.dims.hidden_act
-    if act == "gelu":  # the exact (erf) GELU: GPT-NeoX / Pythia
-        return b.op("Gelu", x)
-    if act == "relu":  # OPT
-        return b.op("Relu", x)
-    if act == "silu":
-        return b.op("Mul", x, b.op("Sigmoid", x), name="silu")
-    if act == "relu2":
-        relu = b.op("Relu", x)
-        return b.op("Mul", relu, relu, name="relu2")
-    if act == "xielu":
-        return _xielu(lc, x)
-    if act == "gelu":  # the exact erf GELU (Falcon, MPT)
-        return b.op("Gelu", x)
-    return b.op("Gelu", x, approximate="tanh")
-
-
-def _xielu(lc: LayerContext, x: ir.Value) -> ir.Value:
-    """xIELU (transformers' XIELUActivation): ap = softplus(alpha_p), an = beta + softplus(alpha_n);
-    x > 0: ap * x^2 + beta * x, else an * (expm1(min(x, eps)) - x) + beta * x. alpha_p / alpha_n are
-    stored before the softplus; beta and eps are stored buffers."""
-    b, params = lc.b, lc.params
-    module = lc.spec.layer.act_params
-
-    def stored(name: str) -> ir.Value:
-        full = lc.name(f"{module}.{name}", "")
-        return b.initializer(full, params.flat([full]))
-
-    with b.scope("xielu"):
-        beta, eps = stored("beta"), stored("eps")
-        ap = b.op("Softplus", stored("alpha_p"))
-        an = b.op("Add", beta, b.op("Softplus", stored("alpha_n")))
-        linear_part = b.op("Mul", beta, x)
-        positive = b.op("Add", b.op("Mul", ap, b.op("Mul", x, x)), linear_part)
-        one = b.const(np.asarray(1, NUMPY_DTYPES[params.dtype]), "one")
-        expm1 = b.op("Sub", b.op("Exp", b.op("Min", x, eps)), one)
-        negative = b.op("Add", b.op("Mul", an, b.op("Sub", expm1, x)), linear_part)
-        zero = b.const(np.asarray(0, NUMPY_DTYPES[params.dtype]), "zero")
-        return b.op("Where", b.op("Greater", x, zero), positive, negative, name="xielu")

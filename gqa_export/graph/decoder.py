@@ -113,7 +113,19 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         with b.scope(f"layers.{i}"):
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora)
+            lc = LayerContext(
+                b,
+                i,
+                dims,
+                spec,
+                params,
+                opts.packed_qkv,
+                scale,
+                padding,
+                prompt_step=prompt,
+                lora=lora,
+                packed_gate_up=opts.packed_gate_up,
+            )
             state = attention = None
             if layer.mixer in STATE_MIXERS:
                 state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)

@@ -17,6 +17,7 @@ class GraphOptions:
     logits_dtype: ir.DataType
     rope_rows: int  # cos/sin rows: must cover search.max_length
     packed_qkv: bool = True
+    packed_gate_up: bool = True  # gate and up as one MatMul + Split; False: two MatMuls
     # gqa | gqa_bias (GQA + attention_bias where a layer needs it, CPU) | scatter (standard Attention
     # on the shared buffer) | concat (standard Attention, growing past)
     mode: str = "gqa"

@@ -195,24 +195,31 @@ def test_user_recipe_for_custom_model_type(checkpoints, tmp_path):
     assert json.loads((tmp_path / "b" / "genai_config.json").read_text())["model"]["type"] == "decoder"
 
 
-def test_set_unpacked_qkv_stays_exact(checkpoints, tmp_path):
+UNPACKED = {  # --set -> (a tensor the package holds apart, the packed tensor it must not hold, manifest keys)
+    "attention.packed_qkv=false": ("model.layers.0.self_attn.q_proj.weight", "qkv_proj", ("attention", "packed_qkv")),
+    "mlp.packed_gate_up=false": ("model.layers.0.mlp.gate_proj.weight", "gate_up_proj", ("mlp", "packed_gate_up")),
+}
+
+
+@pytest.mark.parametrize("setting", UNPACKED)
+def test_set_unpacked_projections_stay_exact(checkpoints, tmp_path, setting):
+    """q/k/v (or gate/up) as separate MatMuls: the same logits as HF, prompt and decode."""
     import numpy as np
     import onnx
     from reference import hf_logits, hf_model, ort_prefill_and_decode
 
+    apart, packed, (section, key) = UNPACKED[setting]
     out = tmp_path / "pkg"
-    result = invoke(
-        "build", checkpoints.get("qwen3_qk_norm"), "-o", out, "--no-smoke", "--set", "attention.packed_qkv=false"
-    )
+    result = invoke("build", checkpoints.get("qwen3_qk_norm"), "-o", out, "--no-smoke", "--set", setting)
     assert result.exit_code == 0, result.output
     names = {t.name for t in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.initializer}
-    assert "model.layers.0.self_attn.q_proj.weight" in names and not any("qkv_proj" in n for n in names)
+    assert apart in names and not any(packed in n for n in names)
     tokens, got = ort_prefill_and_decode(out, [0, 5, 9, 13, 17], steps=3)
     np.testing.assert_allclose(
         got, hf_logits(hf_model(checkpoints.get("qwen3_qk_norm")), tokens, 5), atol=1e-4, rtol=1e-4
     )
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["recipe"]["attention"]["packed_qkv"] is False
+    assert manifest["recipe"][section][key] is False
 
 
 @pytest.mark.parametrize(
