@@ -510,6 +510,9 @@ FAMILIES: tuple[Family, ...] = (
     # GLM-4-MoE-Lite: q-LoRA, values as wide as keys (no padding), grouped sigmoid routing (2 of 4 groups),
     # experts on the layers mlp_layer_types marks sparse (sparse, dense, sparse)
     moe_family("glm4_moe_lite", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # DeepSeek-V3.2: V3's tiny shape with a lightning indexer keeping 128 keys, past every context here (the
+    # package's max_length is capped at 128: tests/arch/test_latent_families.py), so HF runs plain MLA
+    moe_family("deepseek_v32", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
     # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).
     # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)

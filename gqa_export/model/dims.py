@@ -150,6 +150,13 @@ class ModelDims:
         """Layers whose cache other layers read."""
         return frozenset(layer.kv_source for layer in self.layers if layer.shares_kv)
 
+    @property
+    def context_length(self) -> int:
+        """The longest context the package computes exactly: the model's, capped at DeepSeek sparse
+        attention's index_topk (model/latent.py)."""
+        cap = self.latent.index_topk if self.latent is not None else 0
+        return min(self.max_position_embeddings, cap or self.max_position_embeddings)
+
     def scale(self, layer: LayerDims) -> float:
         return self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** -0.5
 
