@@ -213,6 +213,33 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
+    # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
+    # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups
+    "mimo_v2_flash": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            sliding_window=8,
+            num_key_value_heads=1,
+            head_dim=24,
+            v_head_dim=16,
+            attention_value_scale=0.707,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-5,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.334},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.334},
+            },
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

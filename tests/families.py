@@ -606,6 +606,13 @@ FAMILIES: tuple[Family, ...] = (
     # sandwich norms, the gated attention output, NoPE full layers, muP embedding scale, route_scale
     moe_family("afmoe", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("afmoe_v5", "afmoe", hub_layout=False, since_major=5),
+    # sliding layers with twice the kv heads and sinks (hub: attention_sink_bias), values narrower than keys
+    # (x0.707), partial RoPE with a theta per layer type, sigmoid grouped experts without shared ones. The
+    # sinks need GroupQueryAttention: gqa only (bias and split refused in one line)
+    moe_family(
+        "mimo_v2_flash", since_major=5, fp16_cuda=True, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)
+    ),
+    moe("mimo_v2_flash_v5", "mimo_v2_flash", hub_layout=False, since_major=5),  # 5.x's names: self_attn.sinks
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"
