@@ -236,6 +236,7 @@ MIMO_V2_FLASH = replace(
     layer=LayerNames(),
     attention_sinks="self_attn.sinks|self_attn.attention_sink_bias",
     attention_sink_layers="sliding",
+    rope_partial_default=0.334,  # compute_default_rope_parameters' .get("partial_rotary_factor", 0.334)
     kv_heads_rule="doubled_on_sliding",
     multipliers=(Multiplier("self_attn.v_proj", "attention_value_scale"),),
     moe=replace(GLM4_MOE.moe, names=replace(_GLM4_MOE_NAMES, shared_expert=None)),  # type: ignore[arg-type]

@@ -281,6 +281,9 @@ class ArchSpec:
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
     # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters
     sliding_rope: str | None = None
+    # the rotated share of a layer type's rope whose rope_parameters name none (MiMo-V2-Flash's class
+    # reads 0.334 there, never the config's top-level partial_rotary_factor); None: the top-level key or 1
+    rope_partial_default: float | None = None
     moe: MoeSpec | None = None
     # a per-head sink logit tensor of the attention module (gpt-oss; "a|b": the first the checkpoint
     # holds), on every attention layer ("all") or on the sliding ones only ("sliding": MiMo-V2-Flash)

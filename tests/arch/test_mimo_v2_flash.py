@@ -69,6 +69,25 @@ def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode
     assert not out.exists()
 
 
+@pytest.mark.parametrize("spec_default", [0.334, None], ids=["spec", "mutant-top-level-or-1"])
+def test_rope_share_the_per_type_parameters_leave_out(spec_default, monkeypatch):
+    """rope_parameters by layer type without partial_rotary_factor: HF's class rotates
+    int(head_dim * 0.334) channels there (never the top-level key); the export's rotary width must be
+    the inv_freq HF builds. The mutant (the spec's default dropped: the top-level key or 1) differs."""
+    from transformers import AutoConfig
+    from transformers.models.mimo_v2_flash.modeling_mimo_v2_flash import MiMoV2FlashRotaryEmbedding
+
+    from gqa_export.arch import SPECS
+    from gqa_export.model.dims import read_dims
+
+    ropes = {t: {"rope_type": "default", "rope_theta": 1e4} for t in ("full_attention", "sliding_attention")}
+    config = AutoConfig.for_model(FAMILY, head_dim=24, v_head_dim=16, partial_rotary_factor=0.5, rope_parameters=ropes)
+    hf = {t: 2 * len(getattr(MiMoV2FlashRotaryEmbedding(config), f"{t}_inv_freq")) for t in ropes}
+    monkeypatch.setitem(SPECS, FAMILY, replace(SPECS[FAMILY], rope_partial_default=spec_default))
+    got = {key: rope.rotary_dim for key, rope in read_dims(config, SPECS[FAMILY], None).ropes.items()}
+    assert (got == hf) == (spec_default is not None), (got, hf)  # HF: 8 of 24
+
+
 def test_the_correct_package_passes(builds):
     assert parity_error(builds.package(FAMILY), builds.checkpoint(FAMILY)) < 1e-4  # measured 2.1e-6
 
