@@ -175,6 +175,71 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # DeepSeek-V3.2: DeepSeek-V3's tiny shape (moe_models' _LATENT: q-LoRA, 2 of 4 groups, YaRN mscale, a
+    # dense layer 0) and an indexer of 4 heads x 16 keeping 128 keys per query: every key of the registry's
+    # contexts (the package's max_length is capped there, below max_position_embeddings 256)
+    "deepseek_v32": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            q_lora_rank=32,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            index_topk=128,
+            index_n_heads=4,
+            index_head_dim=16,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+            },
+        ),
+        ("head_dim",),
+    ),
+    # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
+    # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
+    # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups
+    "mimo_v2_flash": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            sliding_window=8,
+            num_key_value_heads=1,
+            head_dim=24,
+            v_head_dim=16,
+            attention_value_scale=0.707,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-5,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.334},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.334},
+            },
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

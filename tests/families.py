@@ -510,6 +510,9 @@ FAMILIES: tuple[Family, ...] = (
     # GLM-4-MoE-Lite: q-LoRA, values as wide as keys (no padding), grouped sigmoid routing (2 of 4 groups),
     # experts on the layers mlp_layer_types marks sparse (sparse, dense, sparse)
     moe_family("glm4_moe_lite", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # DeepSeek-V3.2: V3's tiny shape with a lightning indexer keeping 128 keys, past every context here (the
+    # package's max_length is capped at 128: tests/arch/test_latent_families.py), so HF runs plain MLA
+    moe_family("deepseek_v32", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
     # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).
     # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)
@@ -603,6 +606,13 @@ FAMILIES: tuple[Family, ...] = (
     # sandwich norms, the gated attention output, NoPE full layers, muP embedding scale, route_scale
     moe_family("afmoe", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("afmoe_v5", "afmoe", hub_layout=False, since_major=5),
+    # sliding layers with twice the kv heads and sinks (hub: attention_sink_bias), values narrower than keys
+    # (x0.707), partial RoPE with a theta per layer type, sigmoid grouped experts without shared ones. The
+    # sinks need GroupQueryAttention: gqa only (bias and split refused in one line)
+    moe_family(
+        "mimo_v2_flash", since_major=5, fp16_cuda=True, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)
+    ),
+    moe("mimo_v2_flash_v5", "mimo_v2_flash", hub_layout=False, since_major=5),  # 5.x's names: self_attn.sinks
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

@@ -76,6 +76,10 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "qk_rope_head_dim": "qk_rope_head_dim",
     "v_head_dim": "v_head_dim",
     "rope_interleave": "rope_interleave",
+    # values narrower than keys in ordinary attention (MiMo-V2-Flash's v_head_dim; no default spelling)
+    "value_head_dim": "value_head_dim",
+    # DeepSeek sparse attention (DeepSeek-V3.2): the keys its indexer keeps per query
+    "index_topk": "index_topk",
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",

@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 from gqa_export.arch.expert_attention import AttentionExpertNames
 from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2, OLMOE
+from gqa_export.arch.mixer_spec import Multiplier
 from gqa_export.arch.spec import (
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
@@ -221,4 +222,27 @@ AFMOE = ArchSpec(
     config_keys=config_keys(routed_scaling="route_scale", shared_experts="num_shared_experts"),
 )
 
-DERIVED_MOE = (GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, MINIMAX_M2, AFMOE)
+# MiMo-V2-Flash: Llama's pre-norm layers (no q/k norms) whose attention differs by layer type: sliding
+# layers (layer_types, sliding_window keys) have twice num_key_value_heads and a per-head sink logit
+# (self_attn.sinks; attention_sink_bias on the hub), full ones neither; values v_head_dim wide beside
+# head_dim-wide queries and keys (zero-padded in the cache), times attention_value_scale; RoPE on the
+# first int(head_dim * partial_rotary_factor) channels of each head with a theta per layer type
+# (rope_parameters by type); DeepSeek-V3's sigmoid grouped router as GLM-4-MoE runs it without shared
+# experts, on the "sparse" layers of mlp_layer_types (the config fills it: dense first)
+MIMO_V2_FLASH = replace(
+    GLM4_MOE,
+    name="mimo_v2_flash",
+    qk_norm=None,
+    layer=LayerNames(),
+    attention_sinks="self_attn.sinks|self_attn.attention_sink_bias",
+    attention_sink_layers="sliding",
+    rope_partial_default=0.334,  # compute_default_rope_parameters' .get("partial_rotary_factor", 0.334)
+    kv_heads_rule="doubled_on_sliding",
+    multipliers=(Multiplier("self_attn.v_proj", "attention_value_scale"),),
+    moe=replace(GLM4_MOE.moe, names=replace(_GLM4_MOE_NAMES, shared_expert=None)),  # type: ignore[arg-type]
+    config_keys=config_keys(num_experts="n_routed_experts", value_head_dim="v_head_dim"),
+)
+
+DERIVED_MOE = (
+    GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH,
+)  # fmt: skip

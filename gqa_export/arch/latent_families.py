@@ -1,5 +1,5 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
-MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite), kept apart from families.py so that neither module outgrows
+MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2), kept apart from families.py so that neither module outgrows
 its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
@@ -62,4 +62,10 @@ SARVAM_MLA = replace(DEEPSEEK_V3, name="sarvam_mla")
 # two best biased scores, fp32); the experts sit where the config's mlp_layer_types says "sparse" (its
 # class fills the list in, dense first, and reads no first_k_dense_replace)
 GLM4_MOE_LITE = replace(DEEPSEEK_V3, name="glm4_moe_lite", config_keys=config_keys(num_experts="n_routed_experts"))
-LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE)
+# DeepSeek-V3.2 (DeepseekV32ForCausalLM): DeepSeek-V3's latent attention (q-LoRA always, rope pairs
+# always: its config has no rope_interleave) and router, experts by mlp_layer_types (its config fills
+# the list from first_k_dense_replace), plus a lightning indexer keeping the top index_topk keys per
+# query; within index_topk keys it keeps all of them, the layer is plain MLA and the indexer's weights
+# are not read: the package's context is capped there (model/latent.py, docs/latent-attention.md)
+DEEPSEEK_V32 = replace(GLM4_MOE_LITE, name="deepseek_v32", ignore=("rope_interleave",))
+LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32)

@@ -169,7 +169,8 @@ ALIBI_SLOPES = ("geometric", "bias_max")
 # how the kv heads are read: "config" (the kv-heads key, else every head) or "multi_query_flags"
 # (one kv head when the multi_query flag is set, the kv-heads key when the grouped_kv flag is,
 # else every head: Falcon)
-KV_HEAD_RULES = ("config", "multi_query_flags")
+# "doubled_on_sliding": the config's kv heads on full layers, twice that on sliding ones (MiMo-V2-Flash)
+KV_HEAD_RULES = ("config", "multi_query_flags", "doubled_on_sliding")
 
 
 # "sqrt_hidden_if_configured": sqrt(hidden_size) where the config's switch (AFMoE's mup_enabled) is set, by
@@ -280,8 +281,14 @@ class ArchSpec:
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
     # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters
     sliding_rope: str | None = None
+    # the rotated share of a layer type's rope whose rope_parameters name none (MiMo-V2-Flash's class
+    # reads 0.334 there, never the config's top-level partial_rotary_factor); None: the top-level key or 1
+    rope_partial_default: float | None = None
     moe: MoeSpec | None = None
-    attention_sinks: str | None = None  # a per-head sink logit tensor of the attention module (gpt-oss)
+    # a per-head sink logit tensor of the attention module (gpt-oss; "a|b": the first the checkpoint
+    # holds), on every attention layer ("all") or on the sliding ones only ("sliding": MiMo-V2-Flash)
+    attention_sinks: str | None = None
+    attention_sink_layers: str = "all"
     per_layer_inputs: PerLayerInputNames | None = None
     activations: tuple[str, ...] = ("silu",)
     rope_types: tuple[str, ...] = ROPE_TYPES

@@ -22,6 +22,7 @@ from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
 from gqa_export.graph.sparse_activation import gaussian_top_k
+from gqa_export.graph.value_heads import padded_values
 from gqa_export.model.dims import LayerDims, ModelDims
 
 B, S = "batch_size", "sequence_length"
@@ -176,6 +177,7 @@ def qkv_projection(
     L, dims, layer = lc.spec.layer, lc.dims, lc.layer
     gated = lc.spec.attention_output_gate  # q_proj is twice as wide: [query | gate] per head
     q_width, kv_width = dims.num_heads * layer.head_dim * (2 if gated else 1), layer.num_kv_heads * layer.head_dim
+    v_width = layer.num_kv_heads * (dims.value_head_dim or layer.head_dim)  # narrower values: padded below
     # q/k norms where the spec has them and the checkpoint holds them (optional in Phi-2, StableLM, Cohere)
     qk_norm = lc.spec.qk_norm is not None and qk_norms and lc.has_norm(L.q_norm)
     attention = L.q.rpartition(".")[0]  # packed projections are named in the attention module (self_attn, mixer)
@@ -184,7 +186,7 @@ def qkv_projection(
         return _scale_query(lc, _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads) if qk_norm else q), None, None
     split = (
         gated or qk_norm or separate or layer.k_eq_v or lc.spec.v_norm or lc.query_scale is not None or dims.clip_qkv
-    )
+    ) or v_width != kv_width
     attention = L.q.rpartition(".")[0]  # packed weights are named in the attention's own module
     if L.qkv:  # a checkpoint that stores the fused projection (Phi-3; in its own row order: spec qkv_layout)
         packed = linear(lc, x, [L.qkv], None, "qkv_proj")
@@ -194,16 +196,21 @@ def qkv_projection(
         packed = linear(lc, x, [L.q, L.k, L.v], f"{attention}.qkv_proj", "qkv_proj")
     else:
         q, k, v = (linear(lc, x, [m], None, n) for m, n in ((L.q, "q_proj"), (L.k, "k_proj"), (L.v, "v_proj")))
-        return _qkv_norms(lc, q, k, v, qk_norm)
+        return _qkv_norms(lc, q, k, _padded(lc, v), qk_norm)
     if not split:
         return packed, None, None
     if layer.k_eq_v:
         sizes = lc.b.const([q_width, kv_width], "qk_split", "int64")
         q, k = lc.b.op_multi("Split", packed, sizes, axis=-1, outputs=2, name="qk_split")
         return _qkv_norms(lc, q, k, k, qk_norm)
-    sizes = lc.b.const([q_width, kv_width, kv_width], "qkv_split", "int64")
+    sizes = lc.b.const([q_width, kv_width, v_width], "qkv_split", "int64")
     q, k, v = lc.b.op_multi("Split", packed, sizes, axis=-1, outputs=3, name="qkv_split")
-    return _qkv_norms(lc, q, k, v, qk_norm)
+    return _qkv_norms(lc, q, k, _padded(lc, v), qk_norm)
+
+
+def _padded(lc: LayerContext, v: ir.Value) -> ir.Value:
+    """Values narrower than head_dim zero-padded to it (graph/value_heads.py)."""
+    return padded_values(lc.b, v, lc.layer.num_kv_heads, lc.dims.value_head_dim, lc.layer.head_dim)
 
 
 def _qkv_norms(

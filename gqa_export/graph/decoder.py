@@ -43,6 +43,7 @@ from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, sta
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.standard import LayerKV, standard_attention
+from gqa_export.graph.value_heads import narrowed_output
 from gqa_export.model.dims import LayerDims, ModelDims
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
@@ -326,6 +327,8 @@ def decoder_layer(
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
             if lc.dims.latent is not None:  # latent attention: the padded value channels dropped
                 out = latent_output(lc, out)
+            else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
+                out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
             if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate
                 out = gated_expert_heads(lc, x, out)
             attended = linear(lc, out, [L.o], None, "o_proj")
@@ -372,11 +375,13 @@ def _rotated_qkv(
 
 
 def _sinks(lc: LayerContext) -> ir.Value | None:
-    """gpt-oss's per-head attention sink logits, when the spec names them."""
+    """The per-head attention sink logits where the spec has them (gpt-oss: every layer; MiMo-V2-Flash:
+    the sliding ones), stored under the first of its spellings the checkpoint holds."""
     module = lc.spec.attention_sinks
-    if module is None:
+    if module is None or (lc.spec.attention_sink_layers == "sliding" and lc.layer.window <= 0):
         return None
-    name = lc.name(module, suffix="")
+    names = [lc.name(m, suffix="") for m in module.split("|")]
+    name = next((n for n in names if n in lc.params.store), names[0])  # none: the read names the first
     return lc.b.initializer(name, lc.params.vector([name]))
 
 

@@ -37,6 +37,7 @@ from gqa_export.model.layer_kinds import (
     parallel_attention,
     query_temperature,
     sparse_layer,
+    value_head_width,
 )
 from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
 from gqa_export.model.moe import MoeDims, read_moe
@@ -130,6 +131,7 @@ class ModelDims:
     hard_tokens: tuple[HardTokenRange, ...] = ()  # special-id ranges with their own embedders
     scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
     nope_query_scale: tuple[float, int] | None = None  # (beta, length) of query_scale at pos + 1, NoPE layers
+    value_head_dim: int = 0  # values narrower than head_dim, zero-padded in the cache (MiMo-V2-Flash); 0: as wide
 
     @property
     def head_dim(self) -> int:
@@ -149,6 +151,13 @@ class ModelDims:
     def kv_producers(self) -> frozenset[int]:
         """Layers whose cache other layers read."""
         return frozenset(layer.kv_source for layer in self.layers if layer.shares_kv)
+
+    @property
+    def context_length(self) -> int:
+        """The longest context the package computes exactly: the model's, capped at DeepSeek sparse
+        attention's index_topk (model/latent.py)."""
+        cap = self.latent.index_topk if self.latent is not None else 0
+        return min(self.max_position_embeddings, cap or self.max_position_embeddings)
 
     def scale(self, layer: LayerDims) -> float:
         return self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** -0.5
@@ -270,6 +279,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         # where the config has no use_qk_norm the family always norms (NanoChat; Llama-4's config has the flag)
         scaleless_qk_norm=spec.qk_norm == "scaleless" and bool(opt("qk_norm_flag", True)),
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
+        value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
     )
 
 
@@ -317,7 +327,7 @@ def _layers(
         if no_rope is not None and not no_rope[i]:
             rope_key = None
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
-        kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads)
+        kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
         if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head

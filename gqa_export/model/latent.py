@@ -29,6 +29,9 @@ class LatentDims:
     v_head: int
     interleaved: bool  # the rope dims rotate in GPT-J pairs (2i, 2i+1); else rotate-half
     cached: bool = False  # the cache holds [latent | rope key] as one kv head (recipe latent_cache)
+    # DeepSeek sparse attention's indexer keeps this many keys per query (0: no indexer); within it
+    # every key is kept and the layer is plain MLA, beyond it a per-query selection the graph lacks
+    index_topk: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -54,6 +57,7 @@ def latent_dims(opt: Any, spec: ArchSpec) -> LatentDims | None:
         # the config's rope_interleave (DeepSeek-V3), else the spec's pair layout (V2: pairs; MiniCPM3, whose
         # class reads no rope_interleave: rotate-half)
         interleaved=bool(opt("rope_interleave", spec.rope_interleaved)),
+        index_topk=int(opt("index_topk", 0) or 0),
     )
     if lat.v_head > lat.head_dim:
         raise InputError(

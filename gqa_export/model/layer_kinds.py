@@ -136,15 +136,28 @@ def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int | tuple[i
     return size
 
 
-def flagged_kv_heads(opt: Option, spec: ArchSpec, heads: int, kv_heads: int) -> int:
-    """The kv heads by the spec's kv_heads_rule: the config's kv-heads key ("config"), or Falcon's
-    flags ("multi_query_flags"): grouped_kv (new_decoder_architecture) reads num_kv_heads, else
+def flagged_kv_heads(opt: Option, spec: ArchSpec, heads: int, kv_heads: int, sliding: bool = False) -> int:
+    """The kv heads by the spec's kv_heads_rule: the config's kv-heads key ("config"), twice that
+    on a sliding layer ("doubled_on_sliding": MiMo-V2-Flash's attention), or Falcon's flags
+    ("multi_query_flags"): grouped_kv (new_decoder_architecture) reads num_kv_heads, else
     multi_query means one kv head, else every head has its own."""
     if spec.kv_heads_rule == "config":
         return kv_heads
+    if spec.kv_heads_rule == "doubled_on_sliding":
+        return 2 * kv_heads if sliding else kv_heads
     if opt("grouped_kv", False):
         return int(opt("kv_heads") or heads)
     return 1 if opt("multi_query", False) else heads
+
+
+def value_head_width(opt: Option, head_dims: list[int]) -> int:
+    """The values' width per head where the spec reads one apart from head_dim (MiMo-V2-Flash's
+    v_head_dim), 0 otherwise: the cache has one head size, so values are zero-padded to the key's
+    width and the padded channels dropped before o_proj; a wider value cannot be padded."""
+    width = int(opt("value_head_dim", 0) or 0)
+    if width and any(width > d for d in head_dims):
+        raise InputError(f"v_head_dim {width} is wider than head_dim {min(head_dims)}; the cache cannot hold it")
+    return width
 
 
 def conv_kernel(opt: Option, spec: ArchSpec, mixers: list[str]) -> int:

@@ -40,6 +40,8 @@ def layer_ropes(
             raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
         head_dim = dims.pop()
         params = per_type.get(key) if key != "default" and per_type else None
+        if params is not None and spec.rope_partial_default is not None:
+            params = {"partial_rotary_factor": spec.rope_partial_default, **params}
         if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
             out[key] = replace(read_rope(config, latent.qk_rope, params), interleaved=latent.interleaved)
             continue

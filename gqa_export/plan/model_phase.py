@@ -75,13 +75,14 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     check_against_weights(dims, spec, store)
     if recipe.attention.latent_cache:  # MLA's latent as one kv head (docs/latent-attention.md)
         dims = latent_cache_dims(dims)
+    notes = context_cap_notes(dims)  # said in the build output and kept in the package's notes
     max_length = planned_max_length(request.max_length, dims)
     # the recipe's full package is for its checkpoints with a vision tower (docs/multimodal.md §1)
     full = bool(recipe.multimodal_model_type) and getattr(hf_config, "vision_config", None) is not None
     mm = None
     if full and not request.text_only:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
-    notes = _no_effect(request.model, request.text_only and not full, request.dequantize, imported)
+    notes += _no_effect(request.model, request.text_only and not full, request.dequantize, imported)
     for line in notes:  # said, never silently accepted
         note(line)
     vision_weights = encoder_plan(request.encoder_precision, ep.name, precision.io_dtype)
@@ -205,11 +206,27 @@ def _kv_read(requested: str, ep_default: str) -> str:
     return ep_default if requested == "auto" else requested
 
 
+def context_cap_notes(dims: ModelDims) -> list[str]:
+    """The line saying the package's context is capped below the model's, where it is."""
+    if dims.context_length == dims.max_position_embeddings:
+        return []
+    return [
+        f"context capped at index_topk {dims.context_length} (max_position_embeddings "
+        f"{dims.max_position_embeddings}): DeepSeek sparse attention keeps every key only within its indexer's "
+        "top-k, so the package (plain MLA, no indexer) is exact up to there (docs/latent-attention.md)"
+    ]
+
+
 def planned_max_length(requested: int | None, dims: ModelDims) -> int:
     """The package's max_length: `--max-length` within the context length, else the default."""
-    context = dims.max_position_embeddings
+    context = dims.context_length
     if requested is None:
         return default_max_length(context)
+    if requested > context and context < dims.max_position_embeddings:
+        raise InputError(
+            f"--max-length {requested} is past index_topk {context}: beyond it DeepSeek sparse attention's indexer "
+            f"drops keys, which the package does not compute; use --max-length {context} or less"
+        )
     if requested < 1 or requested > context:
         raise InputError(f"--max-length must be between 1 and the model's context length {context}, got {requested}")
     return requested

@@ -211,7 +211,7 @@ def _check_lengths(spec: ReleaseSpec, model_dir: Path) -> None:
         try:
             limit = planned_max_length(variant.options.max_length, dims[variant.options.recipe])
         except InputError:  # its sentence names --max-length, the build's option
-            context = dims[variant.options.recipe].max_position_embeddings
+            context = dims[variant.options.recipe].context_length
             raise InputError(
                 f"{variant.where}: max_length {variant.options.max_length} exceeds the model's context length "
                 f"{context}; lower it to {context} or less"

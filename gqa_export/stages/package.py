@@ -44,7 +44,7 @@ def write_package(
         for g, m in zip(attention.graphs, graphs.models, strict=True)
     ]
     options = ConfigOptions(
-        plan.recipe.genai_model_type, ep.name, plan.max_length, dims.max_position_embeddings, plan.io.cuda_graph,
+        plan.recipe.genai_model_type, ep.name, plan.max_length, dims.context_length, plan.io.cuda_graph,
         static_window=ep.static_window, num_heads=dims.num_heads,
     )  # fmt: skip
     config = make_genai_config(stages, dims, options, plan.generation)
