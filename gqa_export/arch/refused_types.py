@@ -26,7 +26,6 @@ REFUSED: dict[str, str] = {
     "deepseek_v32": "DeepSeek sparse attention (a lightning indexer choosing the top-k keys per query) has no spec "
     "yet (docs/coverage.md)",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
-    "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
     "mimo_v2_flash": "MiMo-V2-Flash's hybrid attention and MoE have no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",

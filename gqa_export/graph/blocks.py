@@ -45,6 +45,8 @@ class LayerContext:
     # token, or no past); set where a Mamba2 mixer has a prompt-only dt floor (Nemotron-H)
     prompt_step: ir.Value | None = None
     lora: LoraPlan | None = None  # the modules that get a LoRA branch (graph/lora.py)
+    # sparse outputs waiting for a later layer's residual, by that layer's index (graph/shortcut_moe.py)
+    shortcut: dict[int, ir.Value] | None = None
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)
