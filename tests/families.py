@@ -512,7 +512,7 @@ FAMILIES: tuple[Family, ...] = (
     moe_family("glm4_moe_lite", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
     # LongCat-Flash: two MLA sublayers per layer (4 KV caches for 2 layers; lora-scaled query and latent),
     # a shortcut MoE added a sublayer later, 4 zero (identity) experts beside 8 real ones, softmax routing
-    # with a selection bias, not renormalized (mutants: tests/arch/test_latent_mutants.py)
+    # with a selection bias, not renormalized (mutants: tests/arch/test_longcat_flash.py)
     moe_family("longcat_flash", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
     # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).

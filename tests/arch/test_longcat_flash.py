@@ -125,3 +125,29 @@ def test_mutant_selection_bias_ignored_fails_hf_parity(builds, tmp_path, monkeyp
     moe = replace(spec.moe, names=replace(spec.moe.names, expert_bias=None))
     monkeypatch.setitem(SPECS, FAMILY, replace(spec, moe=moe))
     assert _broken_build(builds, tmp_path) > 1e-2
+
+
+# config edits the export refuses (one line naming the key, nothing written): the classifier bias HF's
+# router never adds, rope tables of another width than the rope channels, no query LoRA (transformers
+# 5.24's strict config class refuses a null q_lora_rank first; the spec's own check stands behind it)
+REFUSED = {
+    "router_bias": (dict(router_bias=True), "router_bias=True"),
+    "head_dim": (dict(head_dim=16), "head_dim=16"),
+    "q_lora_rank": (dict(q_lora_rank=None), "q_lora_rank"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_refused_in_one_line_nothing_written(builds, tmp_path, case):
+    import shutil
+
+    from gqa_export.errors import InputError
+
+    edit, named = REFUSED[case]
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(builds.checkpoint(FAMILY), checkpoint)
+    data = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**data, **edit}))
+    with pytest.raises(InputError, match=named) as raised:
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert "\n" not in str(raised.value) and not (tmp_path / "pkg").exists()
