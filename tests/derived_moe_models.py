@@ -29,6 +29,30 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # LongCat-Flash: 2 layers of two MLA sublayers each (4 KV caches; q-LoRA, rope head_dim = qk_rope 8,
+    # values 16 padded to 24), a 96-wide dense MLP per sublayer, a shortcut MoE of 8 real experts 32 wide
+    # and 4 zero experts, the top 3 of 12 times 2.5 (not renormalized)
+    "longcat_flash": (
+        dict(
+            num_layers=2,
+            num_key_value_heads=4,
+            head_dim=8,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            ffn_hidden_size=96,
+            expert_ffn_hidden_size=32,
+            n_routed_experts=8,
+            zero_expert_num=4,
+            moe_topk=3,
+            routed_scaling_factor=2.5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-5,
+        ),
+        ("num_hidden_layers", "head_dim"),
+    ),
     # FlexOlmo: OLMo-2's post-norm layers with OLMoE's router, the top 2 of 8 renormalized
     "flex_olmo": (
         dict(
@@ -259,9 +283,40 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
     and a zero hidden state ties every attention expert's router logit exactly: the top k of equal
     values is implementation-defined in torch (indices 2, 3 of 4 here) and the lowest indices in ORT's
     TopK, and with zero queries each expert's output projection still reads the values, so the tie
-    decides the output. Trained checkpoints have no zero rows; the tiny model's pad id 5 is generated."""
+    decides the output. Trained checkpoints have no zero rows; the tiny model's pad id 5 is generated.
+    LongCat-Flash: its sublayer norms (`input_layernorm.0`, moe_models skips modules named by an
+    index) drawn as the others, and its routers (`_longcat_routers`)."""
+    if model_type == "longcat_flash":
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if ("layernorm.0." in name or "layernorm.1." in name) and name.endswith("weight"):
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 1.0)
+        _longcat_routers(model, g)
     if model_type == "jetmoe":
         with torch.no_grad():
             table = model.get_input_embeddings().weight
             pad = model.config.pad_token_id
             table[pad] = torch.randn(table.shape[1], generator=g) * float(table.std())
+
+
+def _longcat_routers(model: Any, g: torch.Generator) -> None:
+    """LongCat-Flash's routers read `router.classifier.weight` through F.linear (the classifier module
+    never runs, so moe_models' router randomization and decorrelation miss it): each drawn like the
+    other routers (std 0.5), its input's mean direction removed layer by layer, and the selection
+    bias drawn at std 0.05, the size of the softmax probabilities' spread it shifts (at moe_models'
+    0.2 the bias alone would choose)."""
+    ids = torch.randint(6, model.config.vocab_size, (2, 32), generator=g)
+    for layer in model.model.layers:
+        router = layer.mlp.router
+        cap: dict = {}
+        hook = router.register_forward_pre_hook(lambda _m, args, cap=cap: cap.setdefault("x", args[0].detach()))
+        with torch.no_grad():
+            weight = router.classifier.weight
+            weight.copy_(torch.randn(weight.shape, generator=g) * 0.5)
+            model(ids)
+            hook.remove()
+            mean = cap["x"].reshape(-1, cap["x"].shape[-1]).float().mean(0)
+            u = mean / mean.norm()
+            weight.copy_(weight - (weight @ u)[:, None] * u[None])
+            bias = router.e_score_correction_bias
+            bias.copy_(torch.randn(bias.shape, generator=g) * 0.05)

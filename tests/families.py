@@ -513,6 +513,13 @@ FAMILIES: tuple[Family, ...] = (
     # DeepSeek-V3.2: V3's tiny shape with a lightning indexer keeping 128 keys, past every context here (the
     # package's max_length is capped at 128: tests/arch/test_latent_families.py), so HF runs plain MLA
     moe_family("deepseek_v32", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # LongCat-Flash: two MLA sublayers per layer (4 KV caches for 2 layers; lora-scaled query and latent),
+    # a shortcut MoE added a sublayer later, 4 zero (identity) experts beside 8 real ones, softmax routing
+    # with a selection bias, not renormalized (mutants: tests/arch/test_longcat_flash.py)
+    moe_family("longcat_flash", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # transformers 5.x's own layout: fused experts whose gate_up_proj has a row per zero expert too
+    # ([E + Z, 2I, H]; no expert reads them) and down_proj E rows
+    moe("longcat_flash_v5", "longcat_flash", hub_layout=False, since_major=5),
     # chunked local attention on RoPE layers, NoPE layers with temperature tuning, scaleless q/k norms,
     # top-1 sigmoid experts scaling their input beside dense layers (Llama-4; tests/arch/test_llama4.py).
     # GroupQueryAttention cannot mask chunks: mode bias only (gqa and split refused)

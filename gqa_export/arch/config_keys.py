@@ -55,6 +55,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "clip_qkv": "clip_qkv",
     "first_dense_layers": "num_dense_layers",
     "routed_scaling": "routed_scaling_factor",
+    "zero_experts": "zero_expert_num",  # experts that return their input (LongCat-Flash)
     "last_sparse_layer": "moe_layer_end_index",  # ERNIE-4.5-MoE: no experts after it (-1: none)
     "shared_experts": "n_shared_experts",  # the shared expert's width in experts (shared_width "per_expert")
     "expert_groups": "n_group",  # grouped selection (routing "sigmoid_group_biased")

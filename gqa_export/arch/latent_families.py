@@ -1,12 +1,20 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
-MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2), kept apart from families.py so that neither module outgrows
-its budget; `families.ALL` lists them."""
+MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash), kept apart from families.py so
+that neither module outgrows its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.spec import ArchSpec, LatentAttentionNames, MoeNames, MoeSpec, config_keys
+from gqa_export.arch.spec import (
+    ArchSpec,
+    LatentAttentionNames,
+    LayerNames,
+    MoeNames,
+    MoeSpec,
+    Refusal,
+    config_keys,
+)
 
 # the config spellings both DeepSeek generations share: dense layers before first_k_dense_replace,
 # n_shared_experts shared experts as one MLP of that many times moe_intermediate_size
@@ -68,4 +76,52 @@ GLM4_MOE_LITE = replace(DEEPSEEK_V3, name="glm4_moe_lite", config_keys=config_ke
 # query; within index_topk keys it keeps all of them, the layer is plain MLA and the indexer's weights
 # are not read: the package's context is capped there (model/latent.py, docs/latent-attention.md)
 DEEPSEEK_V32 = replace(GLM4_MOE_LITE, name="deepseek_v32", ignore=("rope_interleave",))
-LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32)
+# LongCat-Flash (transformers 5.24 LongcatFlashForCausalLM, docs/latent-attention.md): each stored layer
+# is two sublayers (graph layers 2i, 2i + 1, one KV cache each) of DeepSeek-V3's MLA (q-LoRA always,
+# rope pairs, the query and the normed latent times sqrt(hidden / rank)) and a dense SwiGLU MLP, plus
+# one shortcut MoE: on the first sublayer's post-attention normed input, added after the second's
+# MLP. Its router: softmax over the real and the zero (identity) experts in fp32, the top k of the
+# probabilities plus e_score_correction_bias, weighted by the probabilities, not renormalized, times
+# routed_scaling_factor. HF's router never adds the classifier's bias; its rope tables are head_dim wide
+_SUB = "self_attn.{s}."
+LONGCAT_FLASH = replace(
+    DEEPSEEK_V3,
+    name="longcat_flash",
+    layer=LayerNames(
+        input_norm="input_layernorm.{s}",
+        post_attention_norm="post_attention_layernorm.{s}",
+        o=f"{_SUB}o_proj",
+        gate="mlps.{s}.gate_proj",
+        up="mlps.{s}.up_proj",
+        down="mlps.{s}.down_proj",
+    ),
+    latent_attention=LatentAttentionNames(
+        q=f"{_SUB}q_proj",
+        q_a=f"{_SUB}q_a_proj",
+        q_a_norm=f"{_SUB}q_a_layernorm",
+        q_b=f"{_SUB}q_b_proj",
+        kv_a=f"{_SUB}kv_a_proj_with_mqa",
+        kv_a_norm=f"{_SUB}kv_a_layernorm",
+        kv_b=f"{_SUB}kv_b_proj",
+    ),
+    latent_lora_scale=True,
+    sublayers=2,
+    moe=MoeSpec(
+        MoeNames(routers=("router.classifier",), expert_bias="router.e_score_correction_bias"),
+        routing="softmax_biased",
+        router_dtype="float32",  # F.linear(x.float(), W.float()) and the choice in fp32
+        shortcut=True,
+    ),
+    config_keys=config_keys(),
+    ignore=("rope_interleave", "norm_topk_prob"),  # the class always rotates pairs, never renormalizes
+    refusals=(
+        Refusal("router_bias", "LongCat-Flash's router bias is a tensor HF's router never adds; export without it"),
+        Refusal(
+            "head_dim",
+            "LongCat-Flash's rope tables are head_dim wide and turn the qk_rope_head_dim channels: "
+            "transformers runs only equal values",
+            differs_from="qk_rope_head_dim",
+        ),
+    ),
+)
+LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH)

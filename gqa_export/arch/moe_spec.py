@@ -85,5 +85,9 @@ class MoeSpec:
     shared_width: str = "config"
     router_dtype: str | None = None
     layer_type: str | None = None
+    # a shortcut-connected block (LongCat-Flash, with ArchSpec.sublayers 2): the first sublayer of a
+    # pair runs it on its post-attention normed input beside the dense MLP, and its output is added to
+    # the residual at the end of the second sublayer (graph/shortcut_moe.py)
+    shortcut: bool = False
     # the config's expert_selection_fn value -> the routing it selects (Cohere2-MoE); empty: `routing`
     selections: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

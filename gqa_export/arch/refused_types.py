@@ -24,7 +24,6 @@ REFUSED: dict[str, str] = {
     "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
     "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
-    "longcat_flash": "LongCat-Flash's zero-computation experts and shortcut-connected MoE have no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",
     "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",

@@ -311,6 +311,13 @@ class ArchSpec:
     linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
     # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)
     latent_attention: LatentAttentionNames | None = None
+    # LongCat-Flash's MLA: the query times sqrt(hidden / q_lora_rank) and the normed latent times
+    # sqrt(hidden / kv_lora_rank) (model/latent.py)
+    latent_lora_scale: bool = False
+    # graph layers per stored decoder layer: LongCat-Flash's layer i holds two attention + MLP
+    # sublayers, graph layers 2i and 2i + 1, each with its own KV cache; "{s}" in a module name is
+    # the sublayer's index (`self_attn.{s}.q_a_proj`), the other modules are the stored layer's
+    sublayers: int = 1
     attention_experts: AttentionExpertNames | None = (
         None  # a mixture of attention heads (JetMoE; arch/expert_attention.py)
     )
@@ -336,6 +343,8 @@ class ArchSpec:
         return f"{self.prefix}{name}"
 
     def layer_tensor(self, i: int, module: str, suffix: str = "weight") -> str:
+        if self.sublayers > 1:  # graph layer i is sublayer i % n of stored layer i // n
+            i, module = i // self.sublayers, module.replace("{s}", str(i % self.sublayers))
         name = f"{self.prefix}{self.layer_prefix.format(i=i)}{module}"
         return f"{name}.{suffix}" if suffix else name
 

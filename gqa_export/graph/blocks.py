@@ -48,6 +48,8 @@ class LayerContext:
     prompt_step: ir.Value | None = None
     lora: LoraPlan | None = None  # the modules that get a LoRA branch (graph/lora.py)
     packed_gate_up: bool = True  # gate and up as one MatMul + Split (GraphOptions.packed_gate_up)
+    # sparse outputs waiting for a later layer's residual, by that layer's index (graph/shortcut_moe.py)
+    shortcut: dict[int, ir.Value] | None = None
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)

@@ -42,6 +42,7 @@ from gqa_export.graph.positions import position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.short_conv import short_conv
+from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
 from gqa_export.graph.standard import LayerKV, standard_attention
 from gqa_export.graph.value_heads import narrowed_output
 from gqa_export.model.dims import LayerDims, ModelDims
@@ -109,24 +110,16 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     prompt = prompt_step(b, input_ids, attention_mask) if clamped else None
     kv: dict[int, LayerKV | None] = {}
     lora = LoraPlan(opts.lora_targets) if opts.lora_targets else None
+    shortcut = {} if spec.moe is not None and spec.moe.shortcut else None  # LongCat-Flash's pending sparse outputs
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
             lc = LayerContext(
-                b,
-                i,
-                dims,
-                spec,
-                params,
-                opts.packed_qkv,
-                scale,
-                padding,
-                prompt_step=prompt,
-                lora=lora,
-                packed_gate_up=opts.packed_gate_up,
-            )
+                b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora,
+                shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
+            )  # fmt: skip
             state = attention = None
             if layer.mixer in STATE_MIXERS:
                 state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
@@ -138,6 +131,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
                 continue
             h, kv[i] = decoder_layer(lc, h, attention, state)
+            h = add_shortcut(lc, h)
             if per_layer is not None:
                 h = add_per_layer_input(lc, h, per_layer)
             h = layer_scalar(lc, h)
@@ -389,6 +383,8 @@ def _mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
     """The layer's MLP: dense, sparse (mixture of experts), or Gemma-4's dense + experts pair."""
     if not lc.layer.sparse:
         return mlp_block(lc, x)
+    if lc.shortcut is not None:  # LongCat-Flash: the sparse block's output is added a sublayer later
+        return shortcut_mlp(lc, x)
     if lc.spec.moe is not None and lc.spec.moe.routing == "normed_residual":
         return dense_and_sparse_mlp(lc, x, residual, _norm)
     return sparse_mlp(lc, x)

@@ -53,6 +53,9 @@ class ExpertLayout:
     biases: tuple[str, str] | None = None  # fc1 bias [E,2I], fc2 bias [E,H] (gpt-oss; already interleaved)
     halves: bool = False  # a transposed gate_up holds [gate | up] halves, not interleaved pairs (Llama-4)
     stacked_rows: tuple[str, str, str] | None = None  # gate, up, down [E*I, H] each; down (in, out) (DBRX)
+    # rows past the E experts in a fused gate_up that no expert reads (LongCat-Flash's zero experts get
+    # gate_up rows, [E + Z, 2I, H], and no down_proj)
+    spare: int = 0
 
 
 class ExpertWeights:
@@ -178,7 +181,7 @@ def check_layout(store: WeightStore, layout: ExpertLayout, where: str) -> None:
             gate, up, down = (t.format(e=e) for t in layout.per_expert)
             expected.update({gate: (I, H), up: (I, H), down: (H, I)})
     elif layout.fused:
-        expected.update({layout.fused[0]: (E, 2 * I, H), layout.fused[1]: (E, H, I)})
+        expected.update({layout.fused[0]: (E + layout.spare, 2 * I, H), layout.fused[1]: (E, H, I)})
     elif layout.stacked_rows:
         expected.update(dict.fromkeys(layout.stacked_rows, (E * I, H)))
     elif layout.transposed and not layout.mxfp4:

@@ -20,6 +20,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.blocks import LayerContext, linear
+from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.rotary import rotate
 from gqa_export.model.dims import ModelDims
 from gqa_export.model.latent import LatentDims
@@ -37,6 +38,15 @@ def _norm(lc: LayerContext, x: ir.Value, module: str, name: str) -> ir.Value:
     return lc.b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=LATENT_NORM_EPS, stash_type=1, name=name)
 
 
+def _scaled(lc: LayerContext, x: ir.Value, scale: float, name: str) -> ir.Value:
+    """x times a LongCat-Flash lora scale (LatentDims q_scale / kv_scale), as HF multiplies after the
+    projection / norm; nothing where the scale is 1 (every other family)."""
+    if scale == 1.0:
+        return x
+    value = lc.b.const(np.asarray(scale, dtype=NUMPY_DTYPES[lc.params.dtype]), name)
+    return lc.b.op("Mul", x, value, name=name)
+
+
 def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None) -> dict[str, ir.Value]:
     """q, k, v shaped [B,S,N,D] with D = qk_nope + qk_rope (v zero-padded to D), RoPE applied to
     the rope channels by `table` (cos, sin rows of this step's positions)."""
@@ -45,7 +55,7 @@ def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value]
     assert names is not None
     if lat.q_lora_rank:
         q = _norm(lc, linear(lc, x, [names.q_a], None, "q_a_proj"), names.q_a_norm, "q_a_layernorm")
-        q = linear(lc, q, [names.q_b], None, "q_b_proj")
+        q = _scaled(lc, linear(lc, q, [names.q_b], None, "q_b_proj"), lat.q_scale, "q_lora_scale")
     else:
         q = linear(lc, x, [names.q], None, "q_proj")
     q = b.op("Reshape", q, b.const([0, 0, heads, lat.head_dim], "q_heads", "int64"))
@@ -54,7 +64,8 @@ def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value]
     compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
     latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
     c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
-    kv = linear(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), [names.kv_b], None, "kv_b_proj")
+    c = _scaled(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), lat.kv_scale, "kv_lora_scale")
+    kv = linear(lc, c, [names.kv_b], None, "kv_b_proj")
     kv = b.op("Reshape", kv, b.const([0, 0, heads, lat.qk_nope + lat.v_head], "kv_heads", "int64"))
     nope_v = b.const([lat.qk_nope, lat.v_head], "nope_v_split", "int64")
     k_nope, v = b.op_multi("Split", kv, nope_v, axis=-1, outputs=2, name="kv_split")
@@ -113,7 +124,7 @@ def latent_cache_dims(dims: ModelDims) -> ModelDims:
     if dims.latent is None:
         raise InputError(
             "attention.latent_cache is for multi-head latent attention only "
-            "(DeepSeek-V2/V3, MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite)"
+            "(DeepSeek-V2/V3, MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, LongCat-Flash)"
         )
     lat = replace(dims.latent, cached=True)
     width = lat.kv_lora_rank + lat.qk_rope
@@ -143,7 +154,7 @@ def latent_mqa(
     assert names is not None
     if lat.q_lora_rank:
         q = _norm(lc, linear(lc, x, [names.q_a], None, "q_a_proj"), names.q_a_norm, "q_a_layernorm")
-        q = linear(lc, q, [names.q_b], None, "q_b_proj")
+        q = _scaled(lc, linear(lc, q, [names.q_b], None, "q_b_proj"), lat.q_scale, "q_lora_scale")
     else:
         q = linear(lc, x, [names.q], None, "q_proj")
     q = b.op("Reshape", q, b.const([0, 0, heads, 1, lat.head_dim], "q_heads_row", "int64"))
@@ -155,7 +166,8 @@ def latent_mqa(
     compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
     latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
     c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
-    c = b.op("Unsqueeze", _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), b.const([2], "head_axis", "int64"))
+    c = _scaled(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), lat.kv_scale, "kv_lora_scale")
+    c = b.op("Unsqueeze", c, b.const([2], "head_axis", "int64"))
     k_rope = b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64"))
     if table is not None:
         rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]

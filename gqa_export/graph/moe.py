@@ -33,6 +33,7 @@ from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
 from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
+from gqa_export.graph.zero_experts import all_zero_guard, zero_experts
 from gqa_export.model.moe import MoeDims
 
 B, S = "batch_size", "sequence_length"
@@ -152,7 +153,7 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
             full = tuple(f"{layer}{prefix}{t}" for t in pair)
             for candidate in (full, tuple(f"{n}.weight" for n in full)):
                 if candidate[0] in lc.params.store:
-                    layout = ExpertLayout(E, I, H, fused=candidate)  # type: ignore[arg-type]
+                    layout = ExpertLayout(E, I, H, fused=candidate, spare=moe.zero_experts)  # type: ignore[arg-type]
                     break
             if layout is not None:
                 break
@@ -209,9 +210,11 @@ def _experts_op(
         dense = b.op("Cast", dense, to=params.dtype, name="routing_weights")
     elif routing_lc is not lc:  # the op's own softmax routing on the logits
         router = b.op("Cast", router, to=params.dtype, name="router_logits")
-    probs, post_scale = router, None
+    probs, post_scale, identity = router, None, None
+    if dense is not None and moe.zero_experts:  # LongCat-Flash: x times the zero experts' weights
+        dense, identity = zero_experts(lc, x, dense, moe)
     if dense is not None:
-        probs = b.op("Log", dense, name="log_weights")
+        probs = b.op("Log", dense if identity is None else all_zero_guard(lc, dense), name="log_weights")
         post_scale = b.op("ReduceSum", dense, b.const([-1], "last", "int64"), keepdims=1, name="weights_sum")
     # the op takes tokens as rows: x [B*S, H], router_probs [B*S, E]
     rows_h = b.const([-1, lc.dims.hidden_size], "rows_hidden", "int64")
@@ -231,7 +234,8 @@ def _experts_op(
         name="MoE",
     )  # fmt: skip
     out = b.op("Reshape", out, shape, name="tokens_back")
-    return out if post_scale is None else b.op("Mul", out, post_scale, name="sparsemixer_scale")
+    out = out if post_scale is None else b.op("Mul", out, post_scale, name="sparsemixer_scale")
+    return out if identity is None else b.op("Add", out, identity, name="add_zero_experts")
 
 
 def _sparsemixer(b: GraphBuilder, logits: ir.Value, jitter: float, dtype: ir.DataType) -> ir.Value:

@@ -210,7 +210,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
         )
-    latent = latent_dims(opt, spec)
+    latent = latent_dims(opt, spec, hidden)
     layers = _layers(config, opt, heads, hidden, spec, latent)
     ropes = layer_ropes(config, layers, spec, latent)
     for rope in ropes.values():

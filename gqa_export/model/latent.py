@@ -11,7 +11,7 @@ is; the latent form (kv_lora_rank + qk_rope_head_dim numbers per token and layer
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
@@ -32,6 +32,10 @@ class LatentDims:
     # DeepSeek sparse attention's indexer keeps this many keys per query (0: no indexer); within it
     # every key is kept and the layer is plain MLA, beyond it a per-query selection the graph lacks
     index_topk: int = 0
+    # LongCat-Flash (spec latent_lora_scale): the query times sqrt(hidden / q_lora_rank) after q_b_proj,
+    # the normed latent times sqrt(hidden / kv_lora_rank) before kv_b_proj (and before the latent cache)
+    q_scale: float = 1.0
+    kv_scale: float = 1.0
 
     @property
     def head_dim(self) -> int:
@@ -44,8 +48,9 @@ class LatentDims:
         return 2 * heads * self.head_dim * itemsize, (self.kv_lora_rank + self.qk_rope) * itemsize
 
 
-def latent_dims(opt: Any, spec: ArchSpec) -> LatentDims | None:
-    """The config's latent-attention widths, for a spec with latent attention."""
+def latent_dims(opt: Any, spec: ArchSpec, hidden: int = 0) -> LatentDims | None:
+    """The config's latent-attention widths, for a spec with latent attention (`hidden`: the model's
+    width, which LongCat-Flash's lora scales read)."""
     if spec.latent_attention is None:
         return None
     lat = LatentDims(
@@ -59,6 +64,10 @@ def latent_dims(opt: Any, spec: ArchSpec) -> LatentDims | None:
         interleaved=bool(opt("rope_interleave", spec.rope_interleaved)),
         index_topk=int(opt("index_topk", 0) or 0),
     )
+    if spec.latent_lora_scale:  # LongCat-Flash's mla_scale_q_lora / mla_scale_kv_lora
+        if not lat.q_lora_rank:
+            raise InputError(f"{spec.name}'s attention always has a query LoRA: set q_lora_rank in config.json")
+        lat = replace(lat, q_scale=(hidden / lat.q_lora_rank) ** 0.5, kv_scale=(hidden / lat.kv_lora_rank) ** 0.5)
     if lat.v_head > lat.head_dim:
         raise InputError(
             f"v_head_dim {lat.v_head} is wider than the key (qk_nope_head_dim + qk_rope_head_dim = {lat.head_dim}); "

@@ -21,7 +21,8 @@ Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config valu
 
 def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = None) -> bool:
     """Whether layer i's MLP is the sparse block: where its type is the spec's sparse layer type
-    (Nemotron-H's "moe") when the spec names one, else on Jamba's grid where the config has one
+    (Nemotron-H's "moe") when the spec names one, else the first sublayer of each pair for a shortcut
+    block (LongCat-Flash), else on Jamba's grid where the config has one
     (i % period == offset, and more than one expert), else by the config's mlp_layer_types list
     where it has one, else not before the first `first_dense_layers`
     (LFM2-MoE's num_dense_layers), not after `last_sparse_layer`, not in mlp_only_layers, and on the
@@ -30,6 +31,8 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
         return False
     if spec.moe.layer_type is not None:
         return layer_type == spec.moe.layer_type
+    if spec.moe.shortcut:  # LongCat-Flash: the first sublayer of each pair runs the shortcut block
+        return i % spec.sublayers == 0
     kinds = opt("mlp_layer_types")  # one "dense" / "sparse" per layer, where the config class keeps the list
     if kinds is not None:
         return _listed_mlp_kind(kinds, i)

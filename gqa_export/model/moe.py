@@ -28,6 +28,9 @@ class MoeDims:
     norm_min: float = 0.0  # the renormalizing sum's floor (ERNIE-4.5-MoE's moe_norm_min)
     shared_average: bool = False  # (routed + shared) / 2 instead of their sum (Cohere2-MoE's "average")
     routing: str = "softmax"  # the spec's routing, or the one the config's expert_selection_fn selects
+    # experts that return their input (LongCat-Flash's zero-computation experts): router columns
+    # experts .. experts + zero_experts - 1, chosen beside the real ones (graph/zero_experts.py)
+    zero_experts: int = 0
 
 
 def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
@@ -39,7 +42,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     experts, top_k = int(opt("num_experts")), _uniform("num_experts_per_tok", opt("experts_per_token", 1))
     if spec.moe.routing == "sparsemixer":
         top_k = 2  # PhiMoE's sparsemixer routes two experts whatever num_experts_per_tok says
-    if not 1 <= top_k <= experts:
+    if not 1 <= top_k <= experts + int(opt("zero_experts", 0) or 0):  # zero experts are chosen too
         raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
     limit = opt("swiglu_limit")
     width = int(opt("expert_intermediate_size") or intermediate)
@@ -78,6 +81,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         norm_min=float(opt("routing_norm_min", 0.0) or 0.0),
         shared_average=combination == "average",
         routing=routing,
+        zero_experts=int(opt("zero_experts", 0) or 0),
     )
 
 

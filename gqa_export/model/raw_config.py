@@ -29,6 +29,9 @@ REQUIRED_KEYS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "voc
 # per-layer patterns whose length transformers takes as the layer count (Nemotron-H's config class
 # derives num_hidden_layers from them and does not save it); the weights check the count
 LAYER_COUNT_PATTERNS = ("layers_block_type", "hybrid_override_pattern")
+# a key a config class derives num_hidden_layers from, by model_type: LongCat-Flash saves num_layers, its
+# decoder layers, and num_hidden_layers (two attention sublayers each) is a property it does not save
+DERIVED_LAYER_COUNT = {"longcat_flash": "num_layers"}
 # the older spellings configs still carry, for a model_type transformers does not know (a known one
 # takes its config class's own: `spellings`)
 KEY_ALIASES = {
@@ -49,7 +52,8 @@ def check_raw_config(raw: dict[str, Any]) -> None:
     attention_free = without_attention(text.get("model_type"))
     for key in POSITIVE_INT_KEYS:
         value = next((v for k in spelled[key] if (v := text.get(k)) is not None), None)
-        counted = key == "num_hidden_layers" and any(text.get(k) for k in LAYER_COUNT_PATTERNS)
+        derived = text.get(DERIVED_LAYER_COUNT.get(str(text.get("model_type")), "")) is not None
+        counted = key == "num_hidden_layers" and (derived or any(text.get(k) for k in LAYER_COUNT_PATTERNS))
         headless = key == "num_attention_heads" and attention_free
         if value is None and (key not in REQUIRED_KEYS or counted or headless):
             continue

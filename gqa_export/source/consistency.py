@@ -24,10 +24,11 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -
         _same("hidden_size", dims.hidden_size, cols, embed, (rows, cols))
         _same("vocab_size", dims.vocab_size, rows, embed, (rows, cols))
     stored_layers = _stored_layers(spec, store)
-    if stored_layers and max(stored_layers) + 1 != dims.num_layers:
+    # a stored layer of `sublayers` graph layers each (LongCat-Flash: two)
+    if stored_layers and (max(stored_layers) + 1) * spec.sublayers != dims.num_layers:
         raise InputError(
             f"config.json says num_hidden_layers {dims.num_layers} but the checkpoint holds "
-            f"{max(stored_layers) + 1} layers; the config does not belong to these weights"
+            f"{(max(stored_layers) + 1) * spec.sublayers} layers; the config does not belong to these weights"
         )
     for i, layer in enumerate(dims.layers):
         prefix = f"{spec.prefix}{spec.layer_prefix.format(i=i)}"

@@ -186,7 +186,15 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="KEY=INT",
+        help="override one size of CONFIG (e.g. --config hidden_size=192): a larger model, same text and tokenizer",
+    )  # fmt: skip
     args = parser.parse_args()
+    sizes = {key: int(value) for key, _, value in (item.partition("=") for item in args.config)}
+    unknown = sorted(set(sizes) - set(CONFIG))
+    if unknown:
+        parser.error(f"--config: unknown key(s) {unknown}; known: {', '.join(CONFIG)}")
 
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -200,7 +208,7 @@ def main() -> None:
     print(f"train.txt: {len(train_text):,} chars -> {len(ids):,} tokens, {len(firsts)} stories")
 
     config = LlamaConfig(
-        **CONFIG,
+        **{**CONFIG, **sizes},
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -252,7 +260,8 @@ def main() -> None:
     )
     model.eval().save_pretrained(args.out, safe_serialization=True)
     tokenizer.save_pretrained(args.out)
-    (args.out / "README.md").write_text(model_card(args.steps, seconds, smooth, ppl, ppl_random))
+    if not sizes:  # the card describes the fixture's own shape
+        (args.out / "README.md").write_text(model_card(args.steps, seconds, smooth, ppl, ppl_random))
     print(f"saved {args.out} in {seconds:.0f} s of training")
 
 

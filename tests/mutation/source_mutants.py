@@ -276,5 +276,22 @@ MUTANTS: list[Mutant] = [
       "if kinds is not None:",
       "if False:",
       [f"{FAMILY}[glm4_moe_lite]"]),
+    # --- graph: LongCat-Flash's sublayers, shortcut MoE, zero experts and MLA lora scales
+    M("zero-experts-term-dropped", "graph", "gqa_export/graph/moe.py",
+      'return out if identity is None else b.op("Add", out, identity, name="add_zero_experts")',
+      "return out",
+      [f"{FAMILY}[longcat_flash]"]),
+    M("shortcut-moe-added-a-sublayer-early", "graph", "gqa_export/graph/shortcut_moe.py",
+      "lc.shortcut[lc.i + lc.spec.sublayers - 1] = sparse_mlp(lc, x)",
+      "lc.shortcut[lc.i] = sparse_mlp(lc, x)",
+      [f"{FAMILY}[longcat_flash]"]),
+    M("longcat-lora-scales-dropped", "graph", "gqa_export/model/latent.py",
+      "lat = replace(lat, q_scale=(hidden / lat.q_lora_rank) ** 0.5, kv_scale=(hidden / lat.kv_lora_rank) ** 0.5)",
+      "lat = replace(lat, q_scale=1.0, kv_scale=1.0)",
+      [f"{FAMILY}[longcat_flash]"]),
+    M("sublayers-read-the-first-sublayer", "graph", "gqa_export/arch/spec.py",
+      'i, module = i // self.sublayers, module.replace("{s}", str(i % self.sublayers))',
+      'i, module = i // self.sublayers, module.replace("{s}", "0")',
+      [f"{FAMILY}[longcat_flash]"]),
 ]
 # fmt: on
