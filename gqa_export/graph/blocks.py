@@ -340,7 +340,10 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
     gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
     if lc.layer.activation_sparsity:  # Gemma-3n: only the gate's channels above a gaussian cutoff
         gate = gaussian_top_k(b, gate, lc.layer.activation_sparsity, lc.params.dtype)
-    return linear(lc, b.op("Mul", activation(lc, gate), up), [L.down], None, "down_proj")
+    inner = b.op("Mul", activation(lc, gate), up)
+    if L.mlp_inner_norm is not None:  # BitNet: a norm over act(gate) * up before down_proj
+        inner = normalize(b, inner, lc.name(L.mlp_inner_norm), lc.params, lc.dims, "sub_norm", width)
+    return linear(lc, inner, [L.down], None, "down_proj")
 
 
 def gated_mlp(lc: LayerContext, x: ir.Value, gate_up: str, down: str, width: int) -> ir.Value:
