@@ -156,3 +156,22 @@ def test_mutant_packed_bitnet_fails_hf_parity(made, tmp_path, mutant):
     else:
         assert _without_activation_quantization(broken) == 12
     assert parity_error(broken, checkpoint) > 10 * BOUND
+
+
+def test_packed_bitnet_other_attention_modes(made, tmp_path):
+    """bias (standard Attention) equals HF like gqa; split builds and its smoke run generates."""
+    checkpoint, _ = made["bitlinear"]
+    bias = tmp_path / "bias"
+    build(BuildOptions(str(checkpoint), bias, precision="fp32", attention="bias", smoke=False))
+    assert parity_error(bias, checkpoint) < BOUND
+    build(BuildOptions(str(checkpoint), tmp_path / "split", precision="fp32", attention="split", smoke=True))
+
+
+def test_packed_bitnet_for_cuda_is_refused_in_one_line(made, tmp_path):
+    """onnxruntime's CUDA EP has no 2-bit MatMulNBits kernel (docs/eps.md §2): nothing is written."""
+    from gqa_export.errors import InputError
+
+    checkpoint, _ = made["bitlinear"]
+    with pytest.raises(InputError, match="2-bit MatMulNBits has no cuda kernel"):
+        build(BuildOptions(str(checkpoint), tmp_path / "cuda", ep="cuda", precision="fp16", smoke=False))
+    assert not (tmp_path / "cuda").exists()
