@@ -111,13 +111,24 @@ def _to_matmul_nbits(
                 "export the model's float checkpoint instead"
             )
     n, k, bits, bs = sum(m.n for m in members), first.k, first.bits, first.block_size
+    # BitNet's ternary codes at --precision int4: written as 4-bit codes q - z + 8 (the op's default zero
+    # point, no zero-point input), the same weights on the CPU kernel that is fast at level 0 (§3.10)
+    widened = bool(first.activation_bits) and bits == 2 and plan.nbits is not None and plan.nbits.bits == 4
+    bits = 4 if widened else bits
     kb, blob = k // bs, bs * bits // 8
     graph, base = model.graph, (weight.name or "w").removesuffix(".weight")
+
+    def rows(m: NativeLinear, a: int, b: int) -> np.ndarray:
+        if not widened:
+            return m.packed_rows(a, b)
+        zero = np.repeat(m.block_zero_points()[a:b], bs, axis=1).astype(np.int16)
+        codes = m.codes(a, b).astype(np.int16) - zero + (1 << (bits - 1))
+        return pack_fields(codes, bits).reshape(b - a, kb, blob)
 
     def blocks() -> Iterator[np.ndarray]:
         for m in members:
             for a, b in row_blocks(m.n, k):
-                yield m.packed_rows(a, b)
+                yield rows(m, a, b)
             m.store.release(m.name)
 
     def scales() -> ir.TensorProtocol:  # read when written: one weight's scales in memory at a time
@@ -132,7 +143,7 @@ def _to_matmul_nbits(
         _register(graph, f"{base}.qweight", packed),
         _register(graph, f"{base}.scales", ir.LazyTensor(scales, dtype=plan.io_dtype, shape=ir.Shape([n, kb]))),
     ]
-    if not all(m.symmetric for m in members):
+    if not widened and not all(m.symmetric for m in members):
         zp_shape = ir.Shape([n, (kb * bits + 7) // 8])
         inputs.append(
             _register(graph, f"{base}.zero_points", ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=zp_shape))
@@ -158,7 +169,7 @@ def _to_matmul_nbits(
                          name=(node.name or base) + "NBits", num_outputs=1))  # fmt: skip
     _replace(model, node, nodes)
     for m in members:
-        how = f"{m.fmt} {bits}-bit group {m.group} (block {bs})"
+        how = f"{m.fmt} {m.bits}-bit group {m.group} (block {bs})" + (" as 4-bit codes" if widened else "")
         how += " act-order" if m.perm is not None else ""
         how += " symmetric" if m.symmetric else ""
         how += f" int{m.activation_bits} activations per token" if m.activation_bits else ""

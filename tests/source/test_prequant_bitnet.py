@@ -96,14 +96,28 @@ def test_packed_bitnet_genai_greedy_tokens_equal_hf(made):
     assert_varied([tokens])
 
 
-def test_packed_bitnet_int4_keeps_the_ternary_codes(made, tmp_path):
-    """--precision int4 quantizes what the checkpoint left float (the lm_head); the ternary linears
-    stay 2-bit at accuracy level 0, which keeps their int8 activations exact (level 4 would
-    quantize them again per block); the smoke run generates."""
+def test_packed_bitnet_int4_writes_the_ternary_codes_as_4_bit(made, tmp_path):
+    """--precision int4: the ternary codes become 4-bit codes (t + 8, the op's default zero point: no
+    zero-point input), still at accuracy level 0 (level 4 would quantize the rounded activations
+    again per block), the same weights on the fast 4-bit kernel: with the lm_head kept float the
+    package still equals HF; by default the lm_head is int4 too and the smoke run generates."""
+    from gqa_export.request.records import QuantOptions
+
     checkpoint, _ = made["bitlinear"]
+    kept = tmp_path / "kept"
+    build(BuildOptions(str(checkpoint), kept, precision="int4", quant=QuantOptions(keep_float=("lm_head.weight",)),
+                       smoke=False))  # fmt: skip
+    nodes = nbits_nodes(kept)
+    assert [(attributes(n)["bits"], attributes(n)["accuracy_level"], len(n.input)) for n in nodes] == [(4, 0, 3)] * 12
+    assert parity_error(kept, checkpoint) < BOUND
+    imported = json.loads((kept / "manifest.json").read_text())["options"]["imported_quantization"]["imported"]
+    assert all("2-bit" in v and "as 4-bit codes" in v for v in imported.values()) and len(imported) == LINEARS
+    broken = copy_package(kept, tmp_path / "mutant")  # every 4-bit code + 1: the offset 8 taken as 9
+    assert edit_initializers(broken, "*.qweight", lambda q: q + np.uint8(0x11))
+    assert parity_error(broken, checkpoint) > 10 * BOUND
     package = export(checkpoint, tmp_path / "pkg", precision="int4", smoke=True)
     bits = sorted((attributes(n)["bits"], attributes(n)["accuracy_level"]) for n in nbits_nodes(package))
-    assert bits == [(2, 0)] * 12 + [(4, 4)]
+    assert bits == [(4, 0)] * 12 + [(4, 4)]
 
 
 def test_reader_rows_across_the_packed_shifts(tmp_path):
