@@ -37,7 +37,10 @@ def save_bitnet_packed(out_dir: Path, linear_class: str = "bitlinear", seed: int
     out.mkdir(parents=True, exist_ok=True)
     model = build_model("bitnet", seed, **overrides)
     tensors = {}
+    tied = model.config.tie_word_embeddings  # the table is stored once, as save_pretrained does
     for name, value in model.state_dict().items():
+        if tied and name == "lm_head.weight":
+            continue
         module = name.removesuffix(".weight")
         if name.endswith(".weight") and module.rsplit(".", 1)[-1] in LINEARS:
             codes, scale = ternary(value.float())

@@ -29,17 +29,22 @@ from gqa_export.source import bitnet
 from gqa_export.source.weights import WeightStore
 
 BOUND = 1e-4
-CLASSES = ("bitlinear", "autobitlinear")
+# name -> (linear_class, config overrides); the hub's 2B-4T is AutoBitLinear with a tied table
+VARIANTS = {
+    "bitlinear": ("bitlinear", {}),
+    "autobitlinear": ("autobitlinear", {}),
+    "autobitlinear_tied": ("autobitlinear", {"tie_word_embeddings": True}),
+}
 LINEARS = 21  # 3 layers x q, k, v, o, gate, up, down
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     out: dict[str, tuple[Path, Path]] = {}
-    for linear_class in CLASSES:
-        tmp = tmp_path_factory.mktemp(linear_class)
-        checkpoint = save_bitnet_packed(tmp / "ckpt", linear_class)
-        out[linear_class] = (checkpoint, export(checkpoint, tmp / "pkg"))
+    for name, (linear_class, overrides) in VARIANTS.items():
+        tmp = tmp_path_factory.mktemp(name)
+        checkpoint = save_bitnet_packed(tmp / "ckpt", linear_class, **overrides)
+        out[name] = (checkpoint, export(checkpoint, tmp / "pkg"))
     return out
 
 
@@ -57,9 +62,10 @@ def attributes(node: onnx.NodeProto) -> dict[str, int]:
     return {a.name: a.i for a in node.attribute}
 
 
-@pytest.mark.parametrize("linear_class", CLASSES)
-def test_packed_bitnet_equals_hf(made, linear_class):
-    checkpoint, package = made[linear_class]
+@pytest.mark.parametrize("name", VARIANTS)
+def test_packed_bitnet_equals_hf(made, name):
+    checkpoint, package = made[name]
+    linear_class = VARIANTS[name][0]
     assert parity_error(package, checkpoint) < BOUND
     assert parity_error(package, checkpoint, [0]) < BOUND  # a 1-token prompt
     nodes = nbits_nodes(package)
