@@ -326,6 +326,9 @@ FAMILIES: tuple[Family, ...] = (
     dense_family(
         "nanochat", generate_modes=ALL_MODES, since_major=5, **RAGGED_TWO_MODES
     ),  # mutants: tests/arch/test_derived_mutants.py
+    # BitNet b1.58's float checkpoint (the packed ternary one: tests/source/test_prequant_bitnet.py);
+    # mutants: tests/arch/test_derived_mutants.py
+    dense_family("bitnet", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5, **RAGGED_TWO_MODES),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

@@ -211,6 +211,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
+    # BitNet b1.58's float checkpoint: Llama layers, relu2 gated MLP, RMSNorms before o_proj and down_proj
+    # (their weights drawn away from 1 by dense_models' randomization); 2 kv heads of 4
+    "bitnet": dict(
+        hidden_act="relu2",
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+    ),
     # IQuest-Coder: LlamaForCausalLM under its own model_type, head_dim 32 (decoupled from hidden / heads)
     "iquestcoder": dict(
         head_dim=32,

@@ -176,7 +176,18 @@ XGLM = replace(
     ),
 )
 
+# BitNet b1.58: Llama's layers with a squared-ReLU gated MLP and two more RMSNorms inside the blocks,
+# over the attention output before o_proj and over relu2(gate) * up before down_proj. Its float
+# ("-bf16") checkpoint is this spec as stored; the packed ternary one (quantization_config
+# quant_method "bitnet") is read by source/bitnet.py into 2-bit MatMulNBits (docs/prequantized.md §3.10)
+BITNET = replace(
+    LLAMA,
+    name="bitnet",
+    activations=("relu2",),
+    layer=LayerNames(attention_output_norm="self_attn.attn_sub_norm", mlp_inner_norm="mlp.ffn_sub_norm"),
+)
+
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM, IQUESTCODER,
+    GPT_NEO, XGLM, IQUESTCODER, BITNET,
 )  # fmt: skip

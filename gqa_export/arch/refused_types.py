@@ -21,8 +21,6 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
-    "bitnet": "BitNet b1.58's ternary weights with per-tensor scales and its sub-norms inside attention and MLP "
-    "have no spec yet (2-bit MatMulNBits could hold the weights exactly)",
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "olmo_hybrid": "OLMo-Hybrid's recurrent layers have no spec yet",

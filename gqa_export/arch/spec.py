@@ -85,6 +85,11 @@ class LayerNames:
     # a Linear [Nq*D, H] of the layer's normed input whose sigmoid gates the attention output before
     # o_proj, where the checkpoint holds it (AFMoE's self_attn.gate_proj; Qwen3.5's gate sits in q_proj)
     output_gate: str | None = None
+    # norms inside the blocks, applied where the spec names them (the checkpoint must hold them): one
+    # over the attention output before o_proj, one over act(gate) * up before down_proj (BitNet's
+    # self_attn.attn_sub_norm and mlp.ffn_sub_norm)
+    attention_output_norm: str | None = None
+    mlp_inner_norm: str | None = None
 
 
 @dataclass(frozen=True)

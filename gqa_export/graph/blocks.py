@@ -341,7 +341,7 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
     (spec mlp "plain": Phi-2, StarCoder2, Nemotron, Apertus) is down(act(up(x)))."""
     L, b = lc.spec.layer, lc.b
     if lc.spec.mlp == "plain":
-        return linear(lc, activation(lc, linear(lc, x, [L.up], None, "up_proj")), [L.down], None, "down_proj")
+        return _down(lc, activation(lc, linear(lc, x, [L.up], None, "up_proj")))
     if L.gate_up or lc.packed_gate_up:
         if L.gate_up:
             gate_up = linear(lc, x, [L.gate_up], None, "gate_up_proj")
@@ -355,7 +355,16 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
         gate, up = linear(lc, x, [L.gate], None, "gate_proj"), linear(lc, x, [L.up], None, "up_proj")
     if lc.layer.activation_sparsity:  # Gemma-3n: only the gate's channels above a gaussian cutoff
         gate = gaussian_top_k(b, gate, lc.layer.activation_sparsity, lc.params.dtype)
-    return linear(lc, b.op("Mul", activation(lc, gate), up), [L.down], None, "down_proj")
+    return _down(lc, b.op("Mul", activation(lc, gate), up))
+
+
+def _down(lc: LayerContext, inner: ir.Value) -> ir.Value:
+    """down_proj, after the spec's norm over its input where it names one (BitNet's ffn_sub_norm)."""
+    module = lc.spec.layer.mlp_inner_norm
+    if module is not None:
+        width = lc.layer.intermediate_size
+        inner = normalize(lc.b, inner, lc.name(module), lc.params, lc.dims, "sub_norm", width)
+    return linear(lc, inner, [lc.spec.layer.down], None, "down_proj")
 
 
 def gated_mlp(lc: LayerContext, x: ir.Value, gate_up: str, down: str, width: int) -> ir.Value:

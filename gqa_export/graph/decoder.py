@@ -325,6 +325,9 @@ def decoder_layer(
                 out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
             if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate
                 out = gated_expert_heads(lc, x, out)
+            if L.attention_output_norm is not None:  # BitNet: a norm over the heads' output before o_proj
+                width = lc.dims.num_heads * lc.layer.head_dim
+                out = normalize(b, out, lc.name(L.attention_output_norm), lc.params, lc.dims, "sub_norm", width)
             attended = linear(lc, out, [L.o], None, "o_proj")
         y = attended if y is None else b.op("Add", y, attended, name="parallel_mixers")
     assert y is not None

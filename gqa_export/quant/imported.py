@@ -22,6 +22,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.params import NUMPY_DTYPES, StreamedTensor, row_blocks
+from gqa_export.quant.activation_quant import absmax_per_token
 from gqa_export.quant.imported_experts import expert_linears, import_experts
 from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
 from gqa_export.source.imported import ImportedStore
@@ -76,6 +77,13 @@ def import_native(model: ir.Model, store: ImportedStore, plan: PrecisionPlan, re
             continue
         _to_matmul_nbits(model, node, weight, [m for m in members if m is not None], dtype, plan, report)
     report.dequantized = sorted(name for name in store.virtual() if name not in report.weights)
+    lost = [name for name in report.dequantized if (linear := store.native(name)) and linear.activation_bits]
+    if lost:  # read as float, the Linear would skip its activation quantization: another model
+        raise InputError(
+            f"{lost[0]} quantizes its input to int8 per token (BitNet), which gqa-export keeps only where its "
+            "ternary codes become MatMulNBits, and this build reads it as a float weight; export without the "
+            "option that needs the float weight (docs/prequantized.md §3.10)"
+        )
     for name, value in list(model.graph.initializers.items()):
         if not value.uses() and value not in model.graph.outputs:
             del model.graph.initializers[name]
@@ -95,20 +103,32 @@ def _to_matmul_nbits(
         same_perm = (first.perm is None) == (other.perm is None) and (
             first.perm is None or np.array_equal(first.perm, other.perm)
         )
-        if (other.bits, other.block_size, other.k) != (first.bits, first.block_size, first.k) or not same_perm:
+        same = (other.bits, other.block_size, other.k, other.activation_bits)
+        if same != (first.bits, first.block_size, first.k, first.activation_bits) or not same_perm:
             raise InputError(
                 f"{first.prefix} and {other.prefix} are packed into one MatMul but were quantized differently "
                 "(bits, group size or act-order permutation); gqa-export cannot import them packed yet: "
                 "export the model's float checkpoint instead"
             )
     n, k, bits, bs = sum(m.n for m in members), first.k, first.bits, first.block_size
+    # BitNet's ternary codes at --precision int4: written as 4-bit codes q - z + 8 (the op's default zero
+    # point, no zero-point input), the same weights on the CPU kernel that is fast at level 0 (§3.10)
+    widened = bool(first.activation_bits) and bits == 2 and plan.nbits is not None and plan.nbits.bits == 4
+    bits = 4 if widened else bits
     kb, blob = k // bs, bs * bits // 8
     graph, base = model.graph, (weight.name or "w").removesuffix(".weight")
+
+    def rows(m: NativeLinear, a: int, b: int) -> np.ndarray:
+        if not widened:
+            return m.packed_rows(a, b)
+        zero = np.repeat(m.block_zero_points()[a:b], bs, axis=1).astype(np.int16)
+        codes = m.codes(a, b).astype(np.int16) - zero + (1 << (bits - 1))
+        return pack_fields(codes, bits).reshape(b - a, kb, blob)
 
     def blocks() -> Iterator[np.ndarray]:
         for m in members:
             for a, b in row_blocks(m.n, k):
-                yield m.packed_rows(a, b)
+                yield rows(m, a, b)
             m.store.release(m.name)
 
     def scales() -> ir.TensorProtocol:  # read when written: one weight's scales in memory at a time
@@ -123,7 +143,7 @@ def _to_matmul_nbits(
         _register(graph, f"{base}.qweight", packed),
         _register(graph, f"{base}.scales", ir.LazyTensor(scales, dtype=plan.io_dtype, shape=ir.Shape([n, kb]))),
     ]
-    if not all(m.symmetric for m in members):
+    if not widened and not all(m.symmetric for m in members):
         zp_shape = ir.Shape([n, (kb * bits + 7) // 8])
         inputs.append(
             _register(graph, f"{base}.zero_points", ir.LazyTensor(zero_points, dtype=ir.DataType.UINT8, shape=zp_shape))
@@ -137,14 +157,20 @@ def _to_matmul_nbits(
                          name=f"{node.name or base}/act_order", num_outputs=1)  # fmt: skip
         nodes.append(gather)
         activations = gather.outputs[0]
-    attrs = ir.convenience.convert_attributes(
-        {"K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": plan.accuracy_level}
-    )
+    level = plan.accuracy_level
+    if first.activation_bits:  # BitNet: the input quantized per token first (docs/prequantized.md §3.10)
+        quantized, activations = absmax_per_token(
+            graph, activations, first.activation_bits, plan.io_dtype, f"{node.name or base}/activation_int8"
+        )
+        nodes.extend(quantized)
+        level = 0  # level 4 would quantize those activations again, per block (§4)
+    attrs = ir.convenience.convert_attributes({"K": k, "N": n, "bits": bits, "block_size": bs, "accuracy_level": level})
     nodes.append(ir.Node("com.microsoft", "MatMulNBits", [activations, *inputs], attributes=attrs,
                          name=(node.name or base) + "NBits", num_outputs=1))  # fmt: skip
     _replace(model, node, nodes)
     for m in members:
-        how = f"{m.fmt} {bits}-bit group {m.group} (block {bs})"
+        how = f"{m.fmt} {m.bits}-bit group {m.group} (block {bs})" + (" as 4-bit codes" if widened else "")
         how += " act-order" if m.perm is not None else ""
         how += " symmetric" if m.symmetric else ""
+        how += f" int{m.activation_bits} activations per token" if m.activation_bits else ""
         report.weights[m.name] = how

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gqa_export.source import bnb, fp8, native, quark
+from gqa_export.source import bitnet, bnb, fp8, native, quark
 from gqa_export.source.file_reader import FileReader
 from gqa_export.source.weights import WeightStore
 
@@ -149,7 +149,7 @@ def _float_quantized(qc: QuantizationConfig) -> bool:
 _frozen = MappingProxyType  # the example configs: read, never written
 _QWEIGHT = TensorMark(".qweight", "GPTQ or AWQ (qweight / qzeros / scales tensors)")
 _QZEROS = TensorMark(".qzeros", "GPTQ or AWQ (qweight / qzeros / scales tensors)")
-_WEIGHT_SCALE = TensorMark(".weight_scale", "FP8 or compressed-tensors (weight_scale tensors)")
+_WEIGHT_SCALE = TensorMark(".weight_scale", "FP8, compressed-tensors or BitNet (weight_scale tensors)")
 _WEIGHT_ZERO_POINT = TensorMark(".weight_zero_point", "compressed-tensors (weight_zero_point tensors)")
 _INPUT_SCALE = TensorMark(".input_scale", "FP8 (input_scale tensors)")
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
@@ -348,6 +348,27 @@ BITSANDBYTES = SourceFormat(
     ),
     docs="docs/prequantized.md §3.9",
 )  # fmt: skip
+BITNET = SourceFormat(
+    "BitNet",
+    methods=("bitnet",),
+    tensors=(_WEIGHT_SCALE,),
+    why_not=bitnet.why_not_bitnet,
+    # the packed codes keep `P.weight` (uint8, told from float weights by its dtype), `P.weight_scale` beside
+    reader=Reader(
+        _stored_as(("U8",)), ".weight", (".weight_scale",),
+        lambda store, base, prefix, qc: bitnet.bitnet_linear(base, prefix, qc),
+        required=(".weight_scale",), integers=True,
+    ),
+    read_in="source/bitnet.py",
+    example=_frozen({"quant_method": "bitnet", "linear_class": "bitlinear", "quantization_mode": "offline"}),
+    refuses=(
+        Refusal({"linear_class": "autobitlinear", "quantization_mode": "online"},
+                "BitNet quantization_mode 'online' (float weights ternarized at every forward; offline is "
+                "imported)"),
+        Refusal({"use_rms_norm": True}, "BitNet use_rms_norm (an RMSNorm inside every quantized Linear)"),
+    ),
+    docs="docs/prequantized.md §3.10",
+)  # fmt: skip
 # gpt-oss's experts: `*_blocks` / `*_scales` read by the family's graph (graph/moe.py finds them),
 # dequantized exactly while streaming; its config needs nothing else
 MXFP4 = SourceFormat(
@@ -364,8 +385,8 @@ def _refused(
 
 REFUSED = (
     *(_refused(name, method) for name, method in (("FBGEMM FP8", "fbgemm_fp8"), ("Olive", "olive"),
-      ("torchao", "torchao"), ("EETQ", "eetq"), ("AQLM", "aqlm"), ("VPTQ", "vptq"), ("BitNet", "bitnet"),
-      ("HIGGS", "higgs"), ("SpQR", "spqr"), ("FP-Quant", "fp_quant"))),
+      ("torchao", "torchao"), ("EETQ", "eetq"), ("AQLM", "aqlm"), ("VPTQ", "vptq"), ("HIGGS", "higgs"),
+      ("SpQR", "spqr"), ("FP-Quant", "fp_quant"))),
     _refused("HQQ", "hqq", tensors=(TensorMark(".W_q", "HQQ (W_q tensors)"),)),
     _refused("ModelOpt", "modelopt", keys=("quant_algo",)),
 )  # fmt: skip
@@ -378,7 +399,8 @@ GGUF = SourceFormat(
     file=FileReader((".gguf",), b"GGUF", "gqa_export.source.gguf"),
 )  # fmt: skip
 FORMATS: tuple[SourceFormat, ...] = (
-    GPTQ, AWQ, COMPRESSED_TENSORS_INT, COMPRESSED_TENSORS_FLOAT, QUARK, FP8, BITSANDBYTES, MXFP4, *REFUSED, GGUF
+    GPTQ, AWQ, COMPRESSED_TENSORS_INT, COMPRESSED_TENSORS_FLOAT, QUARK, FP8, BITSANDBYTES, BITNET, MXFP4, *REFUSED,
+    GGUF,
 )  # fmt: skip
 FILE_FORMATS: tuple[SourceFormat, ...] = tuple(f for f in FORMATS if f.file is not None)
 

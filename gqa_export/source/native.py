@@ -132,6 +132,8 @@ class NativeLinear:
     params: Callable[[], tuple[np.ndarray, np.ndarray | None]]
     perm: np.ndarray | None  # int64 [K]: position t of the node's input is original row perm[t]
     symmetric: bool = False  # no zero-point input (every zero point is the default)
+    # its input quantized per token to int<bits> absmax before the product (BitNet), 0: float input
+    activation_bits: int = 0
 
     def __post_init__(self) -> None:
         self.symmetric = self.params()[1] is None

@@ -7,7 +7,10 @@ goes the usual way), the weightless RMSNorm of the embeddings (a weight of 2 on 
 q/k norms after RoPE (a weight of 2: scores x4), and the final logit softcap (its cap doubled).
 GPT-Neo: its local layers' window (read from attention_layers' "local"; dropped) and its unscaled
 scores (GroupQueryAttention's scale set to 1/sqrt(head_dim)). XGLM: its sinusoidal position table
-computed at export (rows shifted by one: the offset wrong; the sin and cos halves swapped)."""
+computed at export (rows shifted by one: the offset wrong; the sin and cos halves swapped).
+BitNet (float checkpoint): either sub-norm left out (before o_proj, before down_proj), and its
+squared ReLU as a plain ReLU; the packed ternary checkpoint's mutants are in
+tests/source/test_prequant_bitnet.py."""
 
 from __future__ import annotations
 
@@ -81,3 +84,32 @@ def test_mutant_xglm_positions_fail_hf_parity(builds, tmp_path, mutant):
     broken = copy_package(builds.package("xglm"), tmp_path / mutant)
     assert edit_initializers(broken, "model.embed_positions.weights", XGLM_MUTANTS[mutant])
     assert not _parity(broken, builds.checkpoint("xglm"))
+
+
+def _bypass(model: onnx.ModelProto, node_suffix: str) -> int:
+    """The nodes named ...node_suffix left out: their consumers read their first input instead."""
+    nodes = [n for n in model.graph.node if n.name.endswith(node_suffix)]
+    for node in nodes:
+        for other in model.graph.node:
+            other.input[:] = [node.input[0] if i == node.output[0] else i for i in other.input]
+    return len(nodes)
+
+
+BITNET_MUTANTS = {
+    "attention-sub-norm-dropped": "attn/sub_norm",
+    "mlp-sub-norm-dropped": "mlp/sub_norm",
+    "relu2-as-relu": "mlp/relu2",  # the Mul squaring the Relu left out
+}
+
+
+def test_the_correct_bitnet_package_passes(builds):
+    assert _parity(builds.package("bitnet"), builds.checkpoint("bitnet"))
+
+
+@pytest.mark.parametrize("mutant", BITNET_MUTANTS)
+def test_mutant_bitnet_mechanism_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("bitnet"), tmp_path / mutant)
+    model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+    assert _bypass(model, BITNET_MUTANTS[mutant]) == 3, "one node per layer"
+    onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("bitnet"))

@@ -103,7 +103,7 @@ def test_autogptq_side_file(model, tmp_path):
     ("tensor", "dtype", "fmt"),
     [
         ("model.layers.0.self_attn.q_proj.weight_scale_inv", "F32", "FP8"),
-        ("model.layers.0.self_attn.q_proj.weight_scale", "F32", "FP8 or compressed-tensors"),
+        ("model.layers.0.self_attn.q_proj.weight_scale", "F32", "FP8, compressed-tensors or BitNet"),
         ("model.layers.0.mlp.down_proj.qweight", "F32", "GPTQ or AWQ"),
         ("model.layers.0.mlp.down_proj.weight.absmax", "F32", "bitsandbytes 4-bit"),
         ("model.layers.0.mlp.down_proj.weight.quant_state.bitsandbytes__nf4", "U8", "bitsandbytes 4-bit"),

@@ -191,6 +191,11 @@ TENSORS: dict[str, dict[str, Any]] = {
         ".weight.quant_map": np.linspace(-1, 1, 16, dtype=np.float32),
         ".weight.quant_state.bitsandbytes__nf4": _bnb_state(),
     },
+    # four output rows a byte (codes + 1 in {0, 1, 2}), one per-tensor scale
+    "BitNet": {
+        ".weight": _RNG.integers(0, 3, (N // 4, K)).astype(np.uint8) * 0x15,
+        ".weight_scale": np.array([2.0], np.float32),
+    },
 }
 STORED = [f for f in FORMATS if f.reader is not None]
 DTYPES = {np.dtype(np.int32): "I32", np.dtype(np.int64): "I64", np.dtype(np.uint8): "U8",
