@@ -465,6 +465,9 @@ FAMILIES: tuple[Family, ...] = (
     # RMSNorms on dt, B and C at their own eps (Falcon-Mamba)
     state_space("mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
     state_space("falcon_mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
+    # Mamba2 on every layer, and at the "hybrid" layers two shared attention + MLP blocks (alternating)
+    # on [hidden | embeddings] with per-use adapters, each use its own KV cache (Zamba2)
+    state_space("zamba2", fp16_cuda=True, gathered_tables=TIED),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),

@@ -128,6 +128,8 @@ class MixerSpec:
     # weights, the model's eps), "unit" (Falcon-Mamba: no weight, eps from config key mixer_rms_eps),
     # "none" (Mamba) (docs/hybrid-state.md §8.3, §8.11)
     mamba_dt_bc_norm: str = "weighted"
+    # the Mamba2 gated norm's eps where the modeling code hard-codes it (Zamba2: 1e-5); None: the model's
+    mamba2_norm_eps: float | None = None
 
 
 MULTIPLIED_SIDES = ("input", "output")

@@ -12,7 +12,8 @@ from types import MappingProxyType
 
 from gqa_export.arch.hybrid_families import JAMBA, NEMOTRON_H
 from gqa_export.arch.mixer_spec import MambaNames, MixerSpec
-from gqa_export.arch.spec import LayerNames, config_keys
+from gqa_export.arch.shared_block_spec import SharedBlockNames
+from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
 
 # Bamba: Jamba's layer layout (input_layernorm, pre_ff_layernorm, feed_forward.*, final_layernorm)
 # with Granite-4.0-H's Mamba2 mixer (mamba.*, the group-wise gated norm after the gate, dt clamped
@@ -84,4 +85,29 @@ FALCON_MAMBA = replace(
     mixers=replace(MAMBA.mixers, mamba_dt_bc_norm="unit"),  # type: ignore[type-var]
 )
 
-STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA)
+# Zamba2: a Mamba2 mixer behind one RMSNorm on every layer (mamba.*; Bamba's mixer with silu, a conv
+# bias always, the gated norm at eps 1e-5 whatever rms_norm_eps says, dt floored at time_step_min in
+# prompts only); the "hybrid" layers first run one of num_mem_blocks shared attention + MLP blocks on
+# [hidden | embeddings] (heads of 2 H / heads, scores scaled by (head_dim / 2) ** -0.5, RoPE where
+# use_mem_rope, per-use adapters, a KV cache per use), project its output by their own `linear` and
+# add it to the mixer's input, not to the residual (docs/hybrid-state.md §8.12)
+_ZAMBA2_KEYS = config_keys(mamba_heads="n_mamba_heads", mamba_groups="mamba_ngroups", mamba_head_dim="mamba_headdim")
+_ONE_BLOCK = MappingProxyType({"linear_attention": "mixer", "mamba": "mixer", "hybrid": "mixer"})
+ZAMBA2 = ArchSpec(
+    name="zamba2",
+    final_norm="final_layernorm.weight",
+    layer=LayerNames(post_attention_norm=None, gate_up="feed_forward.gate_up_proj", down="feed_forward.down_proj"),
+    activations=("gelu", "gelu_pytorch_tanh", "gelu_new", "silu"),
+    half_head_dim_scale=True,
+    rope_layers="if_flag",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2", "hybrid": "mamba2"}),
+        prompt_dt_floor="time_step_min",
+        mamba2_norm_eps=1e-5,
+    ),
+    layer_blocks=_ONE_BLOCK,
+    shared_block=SharedBlockNames(),
+    config_keys=_ZAMBA2_KEYS,
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2)

@@ -70,6 +70,7 @@ def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int, dense: b
         or (spec.rope_layers in ("sliding", "sliding_or_dense_prefix") and not sliding and not forced)
         or (spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding)
         or (spec.rope_layers == "if_configured" and opt("position_embedding_type") != "rope")
+        or (spec.rope_layers == "if_flag" and not opt("rope_flag", False))
     )
 
 
@@ -217,6 +218,7 @@ class Mamba2Dims:
     # and prompt_dt_limit); 0 and inf: no clamp
     prompt_dt_floor: float = 0.0
     prompt_dt_ceiling: float = float("inf")
+    norm_eps: float | None = None  # the gated norm's own eps (MixerSpec.mamba2_norm_eps); None: the model's
 
     @property
     def prompt_clamped(self) -> bool:
@@ -261,6 +263,7 @@ def mamba2_dims(config: Any, opt: Option, spec: ArchSpec, mixers: list[str]) -> 
         norm_before_gate=bool(opt("mamba_norm_before_gate", False)),
         prompt_dt_floor=floor,
         prompt_dt_ceiling=ceiling,
+        norm_eps=spec.mixers.mamba2_norm_eps if spec.mixers is not None else None,
     )
     if min(dims.kernel, dims.heads, dims.head_dim, dims.state) < 1:
         raise InputError(
