@@ -235,6 +235,7 @@ INPUTS: dict[str, Maker] = {
     "lfm2": _dense("lfm2"),  # hybrid: short-conv state layers + GQA layers
     "qwen3_5": _dense("qwen3_5_text"),  # hybrid: gated DeltaNet + gated GQA layers
     "mamba2": _state_space("mamba2"),  # Mamba2 layers only: recurrent state, no KV cache
+    "mamba": _state_space("mamba"),  # Mamba (v1) layers only, tied
     "bamba": _state_space("bamba"),  # Mamba2 + GQA layers with partial RoPE
     "nemotron_h": _dense("nemotron_h"),  # one block per layer: Mamba2, NoPE GQA or a squared-ReLU MLP
     "qwen3_moe": _moe("qwen3_moe"),
@@ -297,6 +298,7 @@ CASES: tuple[Case, ...] = (
     built("lfm2-int4", "lfm2", "-p", "int4"),
     built("qwen3.5-cuda-fp16", "qwen3_5", "--ep", "cuda", "-p", "fp16"),
     built("mamba2-int4", "mamba2", "-p", "int4"),
+    built("mamba-int4", "mamba", "-p", "int4"),
     built("bamba-fp32", "bamba"),
     built("nemotron-h-cuda-fp16", "nemotron_h", "--ep", "cuda", "-p", "fp16"),
     built("gemma4-split-int4", "gemma4_causal", "--attention", "split", "--precision", "int4"),

@@ -93,10 +93,25 @@ def state_space_config(model_type: str) -> dict:
             hidden_act="gelu",
         )
         return c
+    if model_type == "zamba":  # Mamba (v1) in 2 heads on every layer; one shared block ahead of 1, 3 and 4
+        c = dict(COMMON)
+        c.update(
+            num_hidden_layers=5,
+            layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+            num_key_value_heads=2,  # GQA 4/2 with heads of 2 * 64 / 4 = 32
+            n_mamba_heads=2,  # 128 channels: 2 heads of 64, each its own x_proj, dt_proj, B and C
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_dt_rank=8,
+            mamba_conv_bias=True,
+            rms_norm_eps=1e-6,
+            hidden_act="gelu",
+        )
+        return c
     raise ValueError(model_type)
 
 
-FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba", "zamba2"]
+FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba", "zamba2", "zamba"]
 # extra variants: tag -> (model_type, overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {}
 

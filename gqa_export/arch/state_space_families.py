@@ -64,7 +64,9 @@ MAMBA2 = replace(
 # dt_proj, A_log [I, N], D) under mixer.* and no dt/B/C norms; the config spells state_size,
 # conv_kernel and time_step_rank ("auto": ceil(hidden / 16), resolved by the class), the inner width
 # intermediate_size (expand * hidden unless given); tied embeddings by default (docs/hybrid-state.md §8.11)
-_MAMBA_MIXER = MambaNames(**{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(MambaNames()).items()})
+_MAMBA_MIXER = MambaNames(
+    **{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(MambaNames()).items() if isinstance(v, str)}
+)
 _MAMBA_KEYS = config_keys(
     norm_eps="layer_norm_epsilon", mamba_state="state_size", mamba_conv_kernel="conv_kernel", mamba_expand="expand",
     mamba_dt_rank="time_step_rank", mamba_inner="intermediate_size",
@@ -110,4 +112,32 @@ ZAMBA2 = ArchSpec(
     config_keys=_ZAMBA2_KEYS,
 )
 
-STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2)
+# Zamba: Zamba2's layout with Mamba (v1) mixers in heads (each head its own x_proj and dt_proj, stored
+# as stacked parameters; in_proj's x and z rows interleaved per channel), no dt/B/C norms, and one
+# shared block (shared_transf.*, every hybrid layer's use) without adapters, RoPE or a fused gate_up
+# (docs/hybrid-state.md §8.13)
+_ZAMBA_MIXER = MambaNames(
+    x_proj="mamba.x_proj_weight", dt_proj="mamba.dt_proj_weight", dt_bias="mamba.dt_proj_bias", per_head=True
+)
+_ZAMBA_LAYER = LayerNames(
+    post_attention_norm=None, gate="feed_forward.gate_proj", up="feed_forward.up_proj", down="feed_forward.down_proj"
+)
+_ZAMBA_KEYS = config_keys(
+    mamba_heads="n_mamba_heads", mamba_state="mamba_d_state", mamba_conv_kernel="mamba_d_conv",
+    mamba_expand="mamba_expand", mamba_dt_rank="mamba_dt_rank", mamba_activation="hidden_mamba_act",
+)  # fmt: skip
+ZAMBA = replace(
+    ZAMBA2,
+    name="zamba",
+    layer=_ZAMBA_LAYER,
+    rope_layers="none",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba", "mamba": "mamba", "hybrid": "mamba"}),
+        mamba=_ZAMBA_MIXER,
+        mamba_dt_bc_norm="none",
+    ),
+    shared_block=SharedBlockNames(block="shared_transf.", adapters=MappingProxyType({})),
+    config_keys=_ZAMBA_KEYS,
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA)

@@ -306,6 +306,7 @@ class MambaDims:
     dt_rank: int
     dt_bc_norm: str = "weighted"  # MixerSpec.mamba_dt_bc_norm: the norms on dt, B and C
     dt_bc_norm_eps: float = 0.0  # their eps where it is the mixer's own ("unit": mixer_rms_eps)
+    heads: int = 1  # Zamba: heads with their own B and C (MambaNames.per_head)
 
 
 def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> MambaDims | None:
@@ -313,6 +314,9 @@ def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> M
     ceil(hidden / 16), as the config class resolves it."""
     if "mamba" not in mixers:
         return None
+    activation = opt("mamba_activation", "silu")
+    if activation != "silu":  # the conv's and the gate's: the graph applies SiLU
+        raise InputError(f"{spec.name}: Mamba activation '{activation}' is not exported (only silu)")
     rank = opt("mamba_dt_rank", "auto")
     rank = -(-hidden // 16) if rank in (None, "auto") else int(rank)
     norm = spec.mixers.mamba_dt_bc_norm if spec.mixers is not None else "weighted"
@@ -326,10 +330,13 @@ def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> M
         rank,
         norm,
         float(opt("mamba_norm_eps", 1e-6)) if norm == "unit" else 0.0,
+        int(opt("mamba_heads", 1) or 1) if spec.mixers is not None and spec.mixers.mamba.per_head else 1,
     )
     if min(dims.kernel, dims.inner, dims.state, dims.dt_rank) < 1:
         raise InputError(
             f"{spec.name} has Mamba layers but its config gives no mamba_d_state/mamba_d_conv/mamba_expand/"
             "mamba_dt_rank"
         )
+    if dims.inner % dims.heads:
+        raise InputError(f"{spec.name}: {dims.inner} Mamba channels do not divide among {dims.heads} heads")
     return dims

@@ -6,19 +6,23 @@ twice), the per-use adapters dropped, the blocks not alternating (use 2 running 
 two uses sharing one KV cache (use 2 attending over use 0's past), and the scores scaled by
 head_dim ** -0.5 instead of (head_dim / 2) ** -0.5. And the Mamba2 mixer's two Zamba2 numerics: the
 gated norm at the model's rms_norm_eps (1e-6) instead of its hard-coded 1e-5, and the prompt-only dt
-floor at time_step_min (0.3 in the tiny config) dropped."""
+floor at time_step_min (0.3 in the tiny config) dropped. Zamba (the same layer layout, one block, Mamba
+(v1) in two heads): the embeddings, the shared cache and the score scale as Zamba2's, and its mixer's
+in_proj read in halves instead of de-interleaved, head 1 given head 0's x_proj (one B and C for
+both), and the dt bias dropped."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from mutants import copy_package, edit_initializers, times
 from reference import parity_error
 
-ZAMBA2 = "zamba2"
+ZAMBA2, ZAMBA = "zamba2", "zamba"
 LAST_USE = "/model/layers.4/"  # use 2: block 0 again, its own cache past_key_values.4.*
 
 
@@ -95,6 +99,45 @@ def test_zamba2_mutant_graph_fails_parity(builds, tmp_path, mutant):
     broken = copy_package(builds.package(ZAMBA2), tmp_path / mutant)
     _rewire(broken, REWIRED[mutant])
     assert parity_error(broken, builds.checkpoint(ZAMBA2)) > 1e-2
+
+
+def _halves(weight: np.ndarray) -> np.ndarray:
+    """in_proj's MatMul weight [H, 2I] as if the stored rows were [x | z] halves, not x_c, z_c pairs."""
+    inner = weight.shape[1] // 2
+    order = np.array([2 * c for c in range(inner)] + [2 * c + 1 for c in range(inner)])
+    return weight[:, np.argsort(order)]
+
+
+def _one_head(weight: np.ndarray) -> np.ndarray:
+    return np.repeat(weight[:1], weight.shape[0], axis=0)  # every head with head 0's x_proj
+
+
+ZAMBA_REWIRED = {name: REWIRED[name] for name in ("embeddings-not-concatenated", "uses-share-one-cache",
+                                                  "scores-by-full-head-dim")}  # fmt: skip
+ZAMBA_EDITED = {
+    "in-proj-in-halves": ("*.mamba.in_proj.weight", _halves),
+    "one-x-proj-for-every-head": ("*.mamba.x_proj_weight", _one_head),
+    "dt-bias-dropped": ("*.mamba.dt_proj_bias", times(0.0)),
+}
+
+
+def test_the_correct_zamba_package_passes(builds):
+    assert parity_error(builds.package(ZAMBA), builds.checkpoint(ZAMBA)) < 1e-4
+
+
+@pytest.mark.parametrize("mutant", ZAMBA_REWIRED)
+def test_zamba_mutant_graph_fails_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package(ZAMBA), tmp_path / mutant)
+    _rewire(broken, ZAMBA_REWIRED[mutant])
+    assert parity_error(broken, builds.checkpoint(ZAMBA)) > 1e-2
+
+
+@pytest.mark.parametrize("mutant", ZAMBA_EDITED)
+def test_zamba_mutant_weights_fail_parity(builds, tmp_path, mutant):
+    pattern, change = ZAMBA_EDITED[mutant]
+    broken = copy_package(builds.package(ZAMBA), tmp_path / mutant)
+    assert edit_initializers(broken, pattern, change), pattern
+    assert parity_error(broken, builds.checkpoint(ZAMBA)) > 1e-2
 
 
 @pytest.mark.parametrize("mutant", EDITED)

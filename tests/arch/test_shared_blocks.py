@@ -1,7 +1,7 @@
-"""Zamba2's own checks (tests/state_space_models.py zamba2; the checks every family gets are its row in
+"""Zamba2's and Zamba's own checks (tests/state_space_models.py zamba2; the checks every family gets are its row in
 tests/families.py, its mutants tests/arch/test_shared_block_mutants.py): each use of a shared block
 has its own KV cache while the block's weights are written once, config variants against HF, and
-what is refused (docs/hybrid-state.md §8.12; the standard-Attention modes: tests/arch/test_hybrid.py)."""
+what is refused (docs/hybrid-state.md §8.12, §8.13; the standard-Attention modes: tests/arch/test_hybrid.py)."""
 
 from __future__ import annotations
 
@@ -89,3 +89,22 @@ def test_attention_adapters_over_grouped_kv_heads_are_refused(builds, tmp_path):
     with pytest.raises(InputError, match="use_shared_attention_adapter") as raised:
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert "\n" not in str(raised.value) and not (tmp_path / "pkg").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # 4 Mamba heads of 32, in_proj / out_proj biases, no conv bias, every head its kv head, untied
+        # (transformers 5.24 then ties no block: every hybrid layer runs its own copy)
+        dict(n_mamba_heads=4, mamba_proj_bias=True, mamba_conv_bias=False, num_key_value_heads=4,
+             tie_word_embeddings=False),
+    ],
+    ids=["four_heads_biases_untied"],
+)  # fmt: skip
+def test_zamba_variants_match_hf(tmp_path, overrides):
+    from state_space_models import save_state_space
+
+    checkpoint = save_state_space(tmp_path / "ckpt", "zamba", **overrides)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, smoke=False))  # genai runs it below
+    assert_variant_matches_hf(package, checkpoint)
