@@ -108,3 +108,13 @@ def test_zamba_variants_match_hf(tmp_path, overrides):
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, smoke=False))  # genai runs it below
     assert_variant_matches_hf(package, checkpoint)
+
+
+def test_multi_lora_targets_are_refused_for_shared_blocks(builds, tmp_path):
+    """One LoRA input per shared weight would feed every use of the block: refused in one line, exit 2."""
+    out = tmp_path / "pkg"
+    args = ["build", str(builds.checkpoint(ZAMBA2)), "-o", str(out), "--lora-targets", "q_proj"]
+    result = runner.invoke(app, args)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "shared blocks" in errors[0], result.output
+    assert not out.exists()
