@@ -93,6 +93,15 @@ def _dense(model_type: str) -> Maker:
     return make
 
 
+def _state_space(model_type: str) -> Maker:
+    def make(out: Path, need: Callable[[str], Path]) -> Path:
+        from state_space_models import save_state_space
+
+        return save_state_space(out, model_type)
+
+    return make
+
+
 def _gemma4(form: str, **overrides: object) -> Maker:
     def make(out: Path, need: Callable[[str], Path]) -> Path:
         from gemma4_models import save_gemma4
@@ -225,6 +234,10 @@ INPUTS: dict[str, Maker] = {
     "phi": _dense("phi"),
     "lfm2": _dense("lfm2"),  # hybrid: short-conv state layers + GQA layers
     "qwen3_5": _dense("qwen3_5_text"),  # hybrid: gated DeltaNet + gated GQA layers
+    "mamba2": _state_space("mamba2"),  # Mamba2 layers only: recurrent state, no KV cache
+    "mamba": _state_space("mamba"),  # Mamba (v1) layers only, tied
+    "bamba": _state_space("bamba"),  # Mamba2 + GQA layers with partial RoPE
+    "nemotron_h": _dense("nemotron_h"),  # one block per layer: Mamba2, NoPE GQA or a squared-ReLU MLP
     "qwen3_moe": _moe("qwen3_moe"),
     "mixtral": _moe("mixtral"),
     "deepseek_v3": _moe("deepseek_v3"),  # MLA, q-LoRA, grouped sigmoid routing, shared expert
@@ -284,6 +297,10 @@ CASES: tuple[Case, ...] = (
     built("deepseek-v3-latent-cache", "deepseek_v3", "--set", "attention.latent_cache=true"),
     built("lfm2-int4", "lfm2", "-p", "int4"),
     built("qwen3.5-cuda-fp16", "qwen3_5", "--ep", "cuda", "-p", "fp16"),
+    built("mamba2-int4", "mamba2", "-p", "int4"),
+    built("mamba-int4", "mamba", "-p", "int4"),
+    built("bamba-fp32", "bamba"),
+    built("nemotron-h-cuda-fp16", "nemotron_h", "--ep", "cuda", "-p", "fp16"),
     built("gemma4-split-int4", "gemma4_causal", "--attention", "split", "--precision", "int4"),
     # multimodal: full packages (vision, embedding, decoder, processor config) and a text decoder
     built("gemma3-full", "gemma3_full"),

@@ -132,6 +132,8 @@ class Family:
     accuracy_level: int | None = None  # MatMulNBits' accuracy level for those; None: the build's default
     int8_relative_l2: float | None = None  # quant report: int8 prompt logits within this of the fp32 export's
     experts: str | None = None  # "fused": MoE / QMoE ops; "plain": plain ops (float in int4/int8 packages)
+    # MatMuls over 3-D weights that int4/int8 keep float (MatMulNBits takes 2-D): Zamba's per-head x_proj / dt_proj
+    float_matmuls: bool = False
     gathered_tables: frozenset[str] = frozenset()  # embedding tables GatherBlockQuantized reads (int4/int8)
     # the transformers majors under which the quantized smoke run ends at EOS before its 16 tokens
     # (the random weights are drawn by the installed transformers' initializers)
@@ -468,6 +470,11 @@ FAMILIES: tuple[Family, ...] = (
     # RMSNorms on dt, B and C at their own eps (Falcon-Mamba)
     state_space("mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
     state_space("falcon_mamba", fp16_cuda=True, gathered_tables=frozenset({"backbone.embeddings.qweight"})),
+    # Mamba2 on every layer, and at the "hybrid" layers two shared attention + MLP blocks (alternating)
+    # on [hidden | embeddings] with per-use adapters, each use its own KV cache (Zamba2)
+    state_space("zamba2", fp16_cuda=True, gathered_tables=TIED),
+    # Mamba (v1) in heads (each its own x_proj, dt_proj, B and C) and one shared block, no adapters (Zamba)
+    state_space("zamba", fp16_cuda=True, gathered_tables=TIED, float_matmuls=True),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),

@@ -71,10 +71,47 @@ def state_space_config(model_type: str) -> dict:
         if model_type == "falcon_mamba":
             c.update(mixer_rms_eps=1e-3)  # away from the other norms' eps, so that mixing them up shows
         return c
+    if model_type == "zamba2":  # Mamba2 on every layer; shared blocks ahead of layers 1, 3 and 4
+        c = dict(COMMON)
+        c.update(
+            num_hidden_layers=5,
+            # block 0 at uses 0 and 2 (layers 1 and 4), block 1 at use 1 (layer 3)
+            layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+            num_mem_blocks=2,
+            num_key_value_heads=4,  # the q/k/v adapters are 2 H wide: every head has its kv head
+            use_shared_attention_adapter=True,
+            adapter_rank=8,
+            use_mem_rope=True,  # RoPE over the whole head of 2 * 64 / 4 = 32
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            n_mamba_heads=4,  # head dim 2 * 64 / 4 = 32
+            mamba_ngroups=2,  # two consecutive heads per B/C group; the gated norm per group of 64
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            chunk_size=16,  # the 70-token prompt spans several of HF's chunks
+            time_step_min=0.3,  # the prompt-only dt floor bites on a share of dt's values
+            rms_norm_eps=1e-6,  # away from the gated norm's fixed 1e-5
+            hidden_act="gelu",
+        )
+        return c
+    if model_type == "zamba":  # Mamba (v1) in 2 heads on every layer; one shared block ahead of 1, 3 and 4
+        c = dict(COMMON)
+        c.update(
+            num_hidden_layers=5,
+            layers_block_type=["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+            num_key_value_heads=2,  # GQA 4/2 with heads of 2 * 64 / 4 = 32
+            n_mamba_heads=2,  # 128 channels: 2 heads of 64, each its own x_proj, dt_proj, B and C
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_dt_rank=8,
+            mamba_conv_bias=True,
+            rms_norm_eps=1e-6,
+            hidden_act="gelu",
+        )
+        return c
     raise ValueError(model_type)
 
 
-FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba"]
+FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba", "zamba2", "zamba"]
 # extra variants: tag -> (model_type, overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {}
 

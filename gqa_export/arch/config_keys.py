@@ -110,6 +110,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "mamba_norm_before_gate": "mamba_norm_before_gate",  # Falcon-H1's gated-norm order
     "mamba_activation": "mamba_hidden_act",
     "position_embedding_type": "position_embedding_type",
+    "rope_flag": "use_mem_rope",  # rope_layers "if_flag" (Zamba2's shared attention)
     # the classic decoders (arch/classic_families.py): kv heads and the flags that set them (Falcon),
     # the MLP width (or its ratio to hidden_size), a rotary width in channels, ALiBi's slope range
     "kv_heads": "num_key_value_heads",

@@ -79,6 +79,11 @@ class MambaNames:
     a_log: str = "mamba.A_log"
     d: str = "mamba.D"
     out_proj: str = "mamba.out_proj"
+    # Zamba: h heads, each with its own stacked x_proj [h, R + 2N, P] and dt_proj [h, P, R] parameters
+    # (x_proj / dt_proj then name parameters, dt_bias the [h, P] bias), A_log [h, P, N], D [h, P], and
+    # in_proj's rows interleaved x_c, z_c per channel (docs/hybrid-state.md §8.13)
+    per_head: bool = False
+    dt_bias: str | None = None
 
 
 MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
@@ -128,6 +133,8 @@ class MixerSpec:
     # weights, the model's eps), "unit" (Falcon-Mamba: no weight, eps from config key mixer_rms_eps),
     # "none" (Mamba) (docs/hybrid-state.md §8.3, §8.11)
     mamba_dt_bc_norm: str = "weighted"
+    # the Mamba2 gated norm's eps where the modeling code hard-codes it (Zamba2: 1e-5); None: the model's
+    mamba2_norm_eps: float | None = None
 
 
 MULTIPLIED_SIDES = ("input", "output")

@@ -29,8 +29,6 @@ REFUSED: dict[str, str] = {
     "token-shift state have no spec (docs/coverage.md)",
     "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
     "(docs/coverage.md)",
-    "zamba": "Zamba's shared attention block reused across Mamba layers has no spec yet",
-    "zamba2": "Zamba2's shared attention blocks with per-use LoRA over Mamba2 layers have no spec yet",
     "phi4_multimodal": "Phi-4-multimodal (genai's phi4mm package) needs its HD-transform image tower (448-pixel "
     "crops plus a global view joined by learned separators), its speech tower and the vision/speech LoRA adapters of "
     "its text decoder, none of which gqa-export builds",

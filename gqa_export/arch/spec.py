@@ -28,6 +28,7 @@ from gqa_export.arch.moe_spec import PER_EXPERT_PROJ as PER_EXPERT_PROJ
 from gqa_export.arch.moe_spec import PER_EXPERT_W as PER_EXPERT_W
 from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
+from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.stream_spec import AlternatingUpdateNames, AugmentedResidualNames, HardTokenEmbedderNames
 from gqa_export.errors import InputError
 
@@ -262,6 +263,8 @@ class ArchSpec:
     qk_norm: str | None = None
     v_norm: bool = False
     unit_attention_scale: bool = False
+    # scores scaled by (head_dim / 2) ** -0.5: Zamba's attention, whose heads see [hidden | embeddings]
+    half_head_dim_scale: bool = False
     query_position_scale: bool = False
     qk_norm_layers: str = "all"  # QK_NORM_LAYERS: every attention layer, or RoPE layers only
     nope_query_temperature: bool = False
@@ -279,7 +282,8 @@ class ArchSpec:
     rope_reversed: bool = False
     # all | sliding (Cohere2) | sliding_or_dense_prefix (Cohere2-MoE: also the dense layers whose
     # prefix_dense_sliding_window_pattern is 1) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
-    # layer when position_embedding_type is "rope", none otherwise) | none (Jamba, Nemotron-H): others are NoPE
+    # layer when position_embedding_type is "rope", none otherwise) | if_flag (Zamba2: every layer where the
+    # config's rope_flag, use_mem_rope, is set) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
@@ -337,6 +341,8 @@ class ArchSpec:
     augmented_residual: AugmentedResidualNames | None = None
     activation_sparsity: bool = False
     hard_token_embedders: tuple[HardTokenEmbedderNames, ...] = ()
+    # shared transformer blocks run ahead of the mixer of the layers of one type (Zamba2)
+    shared_block: SharedBlockNames | None = None
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

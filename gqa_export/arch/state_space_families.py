@@ -12,7 +12,8 @@ from types import MappingProxyType
 
 from gqa_export.arch.hybrid_families import JAMBA, NEMOTRON_H
 from gqa_export.arch.mixer_spec import MambaNames, MixerSpec
-from gqa_export.arch.spec import LayerNames, config_keys
+from gqa_export.arch.shared_block_spec import SharedBlockNames
+from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
 
 # Bamba: Jamba's layer layout (input_layernorm, pre_ff_layernorm, feed_forward.*, final_layernorm)
 # with Granite-4.0-H's Mamba2 mixer (mamba.*, the group-wise gated norm after the gate, dt clamped
@@ -63,7 +64,9 @@ MAMBA2 = replace(
 # dt_proj, A_log [I, N], D) under mixer.* and no dt/B/C norms; the config spells state_size,
 # conv_kernel and time_step_rank ("auto": ceil(hidden / 16), resolved by the class), the inner width
 # intermediate_size (expand * hidden unless given); tied embeddings by default (docs/hybrid-state.md §8.11)
-_MAMBA_MIXER = MambaNames(**{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(MambaNames()).items()})
+_MAMBA_MIXER = MambaNames(
+    **{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(MambaNames()).items() if isinstance(v, str)}
+)
 _MAMBA_KEYS = config_keys(
     norm_eps="layer_norm_epsilon", mamba_state="state_size", mamba_conv_kernel="conv_kernel", mamba_expand="expand",
     mamba_dt_rank="time_step_rank", mamba_inner="intermediate_size",
@@ -84,4 +87,57 @@ FALCON_MAMBA = replace(
     mixers=replace(MAMBA.mixers, mamba_dt_bc_norm="unit"),  # type: ignore[type-var]
 )
 
-STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA)
+# Zamba2: a Mamba2 mixer behind one RMSNorm on every layer (mamba.*; Bamba's mixer with silu, a conv
+# bias always, the gated norm at eps 1e-5 whatever rms_norm_eps says, dt floored at time_step_min in
+# prompts only); the "hybrid" layers first run one of num_mem_blocks shared attention + MLP blocks on
+# [hidden | embeddings] (heads of 2 H / heads, scores scaled by (head_dim / 2) ** -0.5, RoPE where
+# use_mem_rope, per-use adapters, a KV cache per use), project its output by their own `linear` and
+# add it to the mixer's input, not to the residual (docs/hybrid-state.md §8.12)
+_ZAMBA2_KEYS = config_keys(mamba_heads="n_mamba_heads", mamba_groups="mamba_ngroups", mamba_head_dim="mamba_headdim")
+_ONE_BLOCK = MappingProxyType({"linear_attention": "mixer", "mamba": "mixer", "hybrid": "mixer"})
+ZAMBA2 = ArchSpec(
+    name="zamba2",
+    final_norm="final_layernorm.weight",
+    layer=LayerNames(post_attention_norm=None, gate_up="feed_forward.gate_up_proj", down="feed_forward.down_proj"),
+    activations=("gelu", "gelu_pytorch_tanh", "gelu_new", "silu"),
+    half_head_dim_scale=True,
+    rope_layers="if_flag",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba2", "mamba": "mamba2", "hybrid": "mamba2"}),
+        prompt_dt_floor="time_step_min",
+        mamba2_norm_eps=1e-5,
+    ),
+    layer_blocks=_ONE_BLOCK,
+    shared_block=SharedBlockNames(),
+    config_keys=_ZAMBA2_KEYS,
+)
+
+# Zamba: Zamba2's layout with Mamba (v1) mixers in heads (each head its own x_proj and dt_proj, stored
+# as stacked parameters; in_proj's x and z rows interleaved per channel), no dt/B/C norms, and one
+# shared block (shared_transf.*, every hybrid layer's use) without adapters, RoPE or a fused gate_up
+# (docs/hybrid-state.md §8.13)
+_ZAMBA_MIXER = MambaNames(
+    x_proj="mamba.x_proj_weight", dt_proj="mamba.dt_proj_weight", dt_bias="mamba.dt_proj_bias", per_head=True
+)
+_ZAMBA_LAYER = LayerNames(
+    post_attention_norm=None, gate="feed_forward.gate_proj", up="feed_forward.up_proj", down="feed_forward.down_proj"
+)
+_ZAMBA_KEYS = config_keys(
+    mamba_heads="n_mamba_heads", mamba_state="mamba_d_state", mamba_conv_kernel="mamba_d_conv",
+    mamba_expand="mamba_expand", mamba_dt_rank="mamba_dt_rank", mamba_activation="hidden_mamba_act",
+)  # fmt: skip
+ZAMBA = replace(
+    ZAMBA2,
+    name="zamba",
+    layer=_ZAMBA_LAYER,
+    rope_layers="none",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "mamba", "mamba": "mamba", "hybrid": "mamba"}),
+        mamba=_ZAMBA_MIXER,
+        mamba_dt_bc_norm="none",
+    ),
+    shared_block=SharedBlockNames(block="shared_transf.", adapters=MappingProxyType({})),
+    config_keys=_ZAMBA_KEYS,
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA)

@@ -8,6 +8,7 @@ attention_bias, ...), so no config flag can make the graph disagree with the wei
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,7 @@ import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.activations import activation
+from gqa_export.graph.adapters import low_rank_sum
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.fused_qkv import selected_rows
 from gqa_export.graph.lora import LoraPlan, lora_branch
@@ -50,6 +52,9 @@ class LayerContext:
     packed_gate_up: bool = True  # gate and up as one MatMul + Split (GraphOptions.packed_gate_up)
     # sparse outputs waiting for a later layer's residual, by that layer's index (graph/shortcut_moe.py)
     shortcut: dict[int, ir.Value] | None = None
+    # a Linear -> the full name of its stored adapter pair's module, always added (Zamba2's per-use
+    # adapters, graph/adapters.py)
+    adapters: Mapping[str, str] = field(default_factory=dict)
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)
@@ -90,6 +95,10 @@ def linear(lc: LayerContext, x: ir.Value, modules: list[str], packed_name: str |
         biases = [lc.name(m, "bias") for m in modules]
         bias_tensor = params.vector(biases) if rows is None else params.vector_rows(biases[0], rows)
         y = b.op("Add", y, b.initializer(bias_name, bias_tensor), name=f"{node}/Add")
+    if any(m in lc.adapters for m in modules):  # after the bias: HF adds adapter(x) to the Linear's output
+        assert all(m in lc.adapters for m in modules), f"{modules} are packed but not all have adapters"
+        pairs = [(f"{lc.adapters[m]}.0.weight", f"{lc.adapters[m]}.1.weight") for m in modules]
+        y = b.op("Add", y, low_rank_sum(b, x, pairs, params, node), name=f"{node}/adapted")
     return _output_multiplier(lc, y, modules, node)
 
 

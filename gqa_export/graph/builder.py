@@ -23,6 +23,7 @@ class GraphBuilder:
         self.graph = ir.Graph([], [], nodes=[], opset_imports=opsets, name=name)
         self._scope: list[str] = ["model"]
         self._used: dict[str, int] = {}
+        self._reusing = False
 
     # --- scopes and names --------------------------------------------------------------------
     @contextmanager
@@ -49,7 +50,20 @@ class GraphBuilder:
         typed(value, dtype, shape)
         self.graph.outputs.append(value)
 
+    @contextmanager
+    def reusing_initializers(self) -> Iterator[None]:
+        """Inside: an initializer asked for again by name is the one already registered (weights a
+        family reuses in several places, Zamba2's shared blocks: written once, read by every use).
+        Outside, a second registration under one name is an error, as onnx-ir makes it."""
+        self._reusing = True
+        try:
+            yield
+        finally:
+            self._reusing = False
+
     def initializer(self, name: str, tensor: ir.TensorProtocol) -> ir.Value:
+        if self._reusing and name in self.graph.initializers:
+            return self.graph.initializers[name]
         tensor.name = name
         value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(tensor.shape), const_value=tensor)
         self.graph.register_initializer(value)

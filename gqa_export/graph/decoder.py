@@ -41,6 +41,7 @@ from gqa_export.graph.per_layer import add_per_layer_input
 from gqa_export.graph.positions import position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
+from gqa_export.graph.shared_block import shared_block_layer
 from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
 from gqa_export.graph.standard import LayerKV, standard_attention
@@ -99,6 +100,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     if embeds is not None and opts.layer_feature_slices:  # docs/multimodal.md §11.5
         embeds, features = split_layer_features(b, embeds, dims.hidden_size, opts.layer_feature_slices, opts.io_dtype)
     h, embed, per_layer = embed_input(b, embeds, input_ids, attention_mask, dims, spec, params, opts.io_dtype)
+    embeddings = h  # the token embeddings, which Zamba2's shared blocks read beside each layer's input
 
     query_scale = position_query_scale(b, dims.query_scale, input_ids, attention_mask, opts.io_dtype)
     # Llama-4's attention temperature tuning: NoPE layers' queries, at positions counted from 1
@@ -126,6 +128,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             if layer.attends:
                 source = kv[layer.kv_source] if layer.shares_kv else None
                 attention = partial(attend, past=pasts.get(i), source=source)
+            if layer.shared_use >= 0:  # Zamba2: a shared transformer block ahead of the mixer
+                assert attention is not None and state is not None
+                h, kv[i] = shared_block_layer(lc, h, embeddings, attention, state)  # type: ignore[assignment]
+                continue
             if dims.altup:  # the layer computes the active stream; the per-layer input goes to the others
                 layer_fn = partial(decoder_layer, attention=attention, state=state)
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)

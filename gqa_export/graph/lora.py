@@ -98,8 +98,12 @@ def _input(b: GraphBuilder, name: str, dtype: ir.DataType, empty: tuple[int, int
     return value
 
 
-def check_lora_options(targets: tuple[str, ...], graphs: int, multimodal: bool) -> None:
-    """LoRA inputs go into one decoder graph, which onnxruntime-genai binds adapters to."""
+def check_lora_options(targets: tuple[str, ...], graphs: int, multimodal: bool, shared_blocks: bool = False) -> None:
+    """LoRA inputs go into one decoder graph, which onnxruntime-genai binds adapters to. A shared
+    block's Linears (Zamba2) are one weight read by several layers: one LoRA input per weight would
+    feed every use, which no adapter file of ours describes, so they are refused."""
+    if targets and shared_blocks:
+        raise InputError("--lora-targets is not built for models whose shared blocks several layers reuse (Zamba)")
     if targets and graphs > 1:
         raise InputError("--lora-targets needs a single decoder graph: export with --attention gqa (not split)")
     if targets and multimodal:

@@ -27,6 +27,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear, normalize
 from gqa_export.graph.builder import typed
+from gqa_export.graph.mamba_heads import mamba_heads
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
 
@@ -41,6 +42,8 @@ def mamba(
     m = dims.mamba
     assert m is not None and lc.spec.mixers is not None
     names = lc.spec.mixers.mamba
+    if names.per_head:  # Zamba: heads with their own x_proj and dt_proj (graph/mamba_heads.py)
+        return mamba_heads(lc, x, past_conv, past_ssm)
 
     projected = linear(lc, without_padding(lc, x), [names.in_proj], None, "in_proj")
     halves = b.const([m.inner, m.inner], "in_proj_split", "int64")

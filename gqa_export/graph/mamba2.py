@@ -112,8 +112,9 @@ def _group_norm(lc: LayerContext, x: ir.Value, flat: ir.Value) -> ir.Value:
     group_size = m.inner // m.groups
     per_group = b.op("Reshape", x, b.const([0, 0, m.groups, group_size], "groups", "int64"))
     ones = b.const(np.ones(group_size, NUMPY_DTYPES[dtype]), "unit_weight")
+    eps = m.norm_eps if m.norm_eps is not None else lc.dims.rms_eps
     normed = b.op(
-        "SimplifiedLayerNormalization", per_group, ones, axis=-1, epsilon=lc.dims.rms_eps, stash_type=1,
+        "SimplifiedLayerNormalization", per_group, ones, axis=-1, epsilon=eps, stash_type=1,
         name="gated_norm",
     )  # fmt: skip
     norm_name = lc.name(lc.spec.mixers.mamba2.norm)

@@ -43,6 +43,7 @@ from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_param
 from gqa_export.model.moe import MoeDims, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rope import RopeConfig
+from gqa_export.model.shared_blocks import shared_uses
 from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
 SLIDING = "sliding_attention"
@@ -72,6 +73,9 @@ class LayerDims:
     blocks: str = "mixer_and_mlp"  # arch.mixer_spec.LAYER_BLOCKS: both, the mixer alone, or the MLP alone
     activation_sparsity: float = 0.0  # the MLP gate's gaussian top-k target sparsity (0: dense)
     chunk: int = 0  # attends only to earlier keys of its own chunk of this many positions (Llama-4); 0: none
+    # Zamba2: this layer's use of the shared transformer blocks (-1: none) and the layer holding its weights
+    shared_use: int = -1
+    shared_source: int = -1
 
     @property
     def shares_kv(self) -> bool:
@@ -80,7 +84,7 @@ class LayerDims:
     @property
     def attends(self) -> bool:
         """Whether the layer has attention (and so a KV cache unless it shares one)."""
-        return self.mixer == "attention" or self.parallel_attention
+        return self.mixer == "attention" or self.parallel_attention or self.shared_use >= 0
 
 
 @dataclass(frozen=True)
@@ -221,6 +225,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     scale = float(opt("attention_multiplier", 0.0)) or (float(query_scalar) ** -0.5 if query_scalar else None)
     if spec.unit_attention_scale:
         scale = 1.0
+    if spec.half_head_dim_scale and heads:  # Zamba: (head_dim / 2) ** -0.5
+        scale = (layers[0].head_dim / 2) ** -0.5
     if latent is not None:
         scale = latent_scale(config, latent)
     gen = generation or {}
@@ -318,6 +324,7 @@ def _layers(
     sparsity = sparsity_pattern(opt, spec, n)
     configured_ropes = rope_keys(config, spec)
     first_shared = n - shared
+    uses = shared_uses(config, spec, types)
     out: list[LayerDims] = []
     for i in range(n):
         layer_type = types[i] if types else None
@@ -360,6 +367,8 @@ def _layers(
                 blocks=blocks_of(spec, layer_type),
                 activation_sparsity=sparsity[i],
                 chunk=int(opt("attention_chunk", 0) or 0) if layer_type == CHUNKED else 0,
+                shared_use=uses.get(i, (-1, -1))[0],
+                shared_source=uses.get(i, (-1, -1))[1],
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

@@ -73,6 +73,7 @@ def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int, dense: b
         or (spec.rope_layers in ("sliding", "sliding_or_dense_prefix") and not sliding and not forced)
         or (spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding)
         or (spec.rope_layers == "if_configured" and opt("position_embedding_type") != "rope")
+        or (spec.rope_layers == "if_flag" and not opt("rope_flag", False))
     )
 
 
@@ -233,6 +234,7 @@ class Mamba2Dims:
     # and prompt_dt_limit); 0 and inf: no clamp
     prompt_dt_floor: float = 0.0
     prompt_dt_ceiling: float = float("inf")
+    norm_eps: float | None = None  # the gated norm's own eps (MixerSpec.mamba2_norm_eps); None: the model's
 
     @property
     def prompt_clamped(self) -> bool:
@@ -277,6 +279,7 @@ def mamba2_dims(config: Any, opt: Option, spec: ArchSpec, mixers: list[str]) -> 
         norm_before_gate=bool(opt("mamba_norm_before_gate", False)),
         prompt_dt_floor=floor,
         prompt_dt_ceiling=ceiling,
+        norm_eps=spec.mixers.mamba2_norm_eps if spec.mixers is not None else None,
     )
     if min(dims.kernel, dims.heads, dims.head_dim, dims.state) < 1:
         raise InputError(
@@ -319,6 +322,7 @@ class MambaDims:
     dt_rank: int
     dt_bc_norm: str = "weighted"  # MixerSpec.mamba_dt_bc_norm: the norms on dt, B and C
     dt_bc_norm_eps: float = 0.0  # their eps where it is the mixer's own ("unit": mixer_rms_eps)
+    heads: int = 1  # Zamba: heads with their own B and C (MambaNames.per_head)
 
 
 def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> MambaDims | None:
@@ -326,6 +330,9 @@ def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> M
     ceil(hidden / 16), as the config class resolves it."""
     if "mamba" not in mixers:
         return None
+    activation = opt("mamba_activation", "silu")
+    if activation != "silu":  # the conv's and the gate's: the graph applies SiLU
+        raise InputError(f"{spec.name}: Mamba activation '{activation}' is not exported (only silu)")
     rank = opt("mamba_dt_rank", "auto")
     rank = -(-hidden // 16) if rank in (None, "auto") else int(rank)
     norm = spec.mixers.mamba_dt_bc_norm if spec.mixers is not None else "weighted"
@@ -339,10 +346,13 @@ def mamba_dims(opt: Option, spec: ArchSpec, mixers: list[str], hidden: int) -> M
         rank,
         norm,
         float(opt("mamba_norm_eps", 1e-6)) if norm == "unit" else 0.0,
+        int(opt("mamba_heads", 1) or 1) if spec.mixers is not None and spec.mixers.mamba.per_head else 1,
     )
     if min(dims.kernel, dims.inner, dims.state, dims.dt_rank) < 1:
         raise InputError(
             f"{spec.name} has Mamba layers but its config gives no mamba_d_state/mamba_d_conv/mamba_expand/"
             "mamba_dt_rank"
         )
+    if dims.inner % dims.heads:
+        raise InputError(f"{spec.name}: {dims.inner} Mamba channels do not divide among {dims.heads} heads")
     return dims

@@ -96,7 +96,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
             io_opts.no_lm_head, io_opts.inputs_embeds, kv.quantized, request.report and bool(precision.nbits)
         )
     check_kv_options(kv, ep.name, attention.mode, precision.io_dtype.name)
-    check_lora_options(request.lora_targets, len(attention.graphs), mm is not None)
+    shared = any(layer.shared_use >= 0 for layer in dims.layers)
+    check_lora_options(request.lora_targets, len(attention.graphs), mm is not None, shared)
     graphs = graph_options(plan, recipe, precision, dims, attention, io, mm, max_length)
     return BuildPlan(
         request, ep, source, recipe, precision, dims, spec, store, hf_config, text_config, generation, imported,

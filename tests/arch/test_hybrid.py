@@ -94,6 +94,10 @@ def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, family, edi
         ("mamba2", "CausalConvWithState"),
         ("mamba", "LinearAttention"),
         ("mamba", "CausalConvWithState"),
+        ("zamba2", "LinearAttention"),
+        ("zamba2", "CausalConvWithState"),
+        ("zamba", "LinearAttention"),
+        ("zamba", "CausalConvWithState"),
     ],
 )
 def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, family, op):
@@ -141,6 +145,8 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("bamba", "bamba's Mamba2"),
         ("mamba2", "mamba2's Mamba2"),
         ("mamba", "mamba's Mamba"),
+        ("zamba2", "zamba2's Mamba2"),
+        ("zamba", "zamba's Mamba"),
     ],
 )
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):
