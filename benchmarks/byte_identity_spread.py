@@ -225,6 +225,7 @@ INPUTS: dict[str, Maker] = {
     "phi": _dense("phi"),
     "lfm2": _dense("lfm2"),  # hybrid: short-conv state layers + GQA layers
     "qwen3_5": _dense("qwen3_5_text"),  # hybrid: gated DeltaNet + gated GQA layers
+    "olmo3": _dense("olmo3"),  # post-norms, full-width q/k norms, sliding layers
     "qwen3_moe": _moe("qwen3_moe"),
     "mixtral": _moe("mixtral"),
     "deepseek_v3": _moe("deepseek_v3"),  # MLA, q-LoRA, grouped sigmoid routing, shared expert
@@ -284,6 +285,7 @@ CASES: tuple[Case, ...] = (
     built("deepseek-v3-latent-cache", "deepseek_v3", "--set", "attention.latent_cache=true"),
     built("lfm2-int4", "lfm2", "-p", "int4"),
     built("qwen3.5-cuda-fp16", "qwen3_5", "--ep", "cuda", "-p", "fp16"),
+    built("olmo3-int4", "olmo3", "-p", "int4"),
     built("gemma4-split-int4", "gemma4_causal", "--attention", "split", "--precision", "int4"),
     # multimodal: full packages (vision, embedding, decoder, processor config) and a text decoder
     built("gemma3-full", "gemma3_full"),
