@@ -238,6 +238,7 @@ INPUTS: dict[str, Maker] = {
     "mamba": _state_space("mamba"),  # Mamba (v1) layers only, tied
     "bamba": _state_space("bamba"),  # Mamba2 + GQA layers with partial RoPE
     "nemotron_h": _dense("nemotron_h"),  # one block per layer: Mamba2, NoPE GQA or a squared-ReLU MLP
+    "olmo3": _dense("olmo3"),  # post-norms, full-width q/k norms, sliding layers
     "qwen3_moe": _moe("qwen3_moe"),
     "mixtral": _moe("mixtral"),
     "deepseek_v3": _moe("deepseek_v3"),  # MLA, q-LoRA, grouped sigmoid routing, shared expert
@@ -301,6 +302,7 @@ CASES: tuple[Case, ...] = (
     built("mamba-int4", "mamba", "-p", "int4"),
     built("bamba-fp32", "bamba"),
     built("nemotron-h-cuda-fp16", "nemotron_h", "--ep", "cuda", "-p", "fp16"),
+    built("olmo3-int4", "olmo3", "-p", "int4"),
     built("gemma4-split-int4", "gemma4_causal", "--attention", "split", "--precision", "int4"),
     # multimodal: full packages (vision, embedding, decoder, processor config) and a text decoder
     built("gemma3-full", "gemma3_full"),

@@ -45,6 +45,7 @@ FAMILIES = [
     "lfm2_moe",
     "qwen3_5_moe_text",
     "qwen3_next",
+    "olmo_hybrid",
     "granitemoehybrid",
     "jamba",
     "falcon_h1",
@@ -95,6 +96,11 @@ VARIANTS = {
     # 32 in 4 groups, the top 2 of the 2 best groups (sigmoid scores + e_score_correction_bias),
     # renormalized, x2.5; a 48-wide squared-ReLU shared expert
     "nemotron_h_moe": ("nemotron_h", NEMOTRON_H_MOE),
+    # OLMo-Hybrid as released: NoPE (rope_parameters without a rope_theta), beta = sigmoid(b)
+    "olmo_hybrid_nope": (
+        "olmo_hybrid",
+        dict(rope_parameters={"rope_type": "default", "rope_theta": None}, linear_allow_neg_eigval=False),
+    ),
     # GPT-BigCode without multi_query (c_attn per head [q k v], as many kv heads as heads)
     "gpt_bigcode_mha": ("gpt_bigcode", dict(multi_query=False)),
 }
@@ -319,6 +325,20 @@ def family_config(model_type: str) -> dict:
             mlp_only_layers=[2],  # a dense MLP (intermediate_size) on a DeltaNet layer
             norm_topk_prob=False,  # the top-k weights as the softmax gave them (the config decides)
             rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        )
+    elif model_type == "olmo_hybrid":  # OLMo-3 post-norm attention + pre-norm gated-DeltaNet layers
+        c.update(
+            num_hidden_layers=4,
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+            linear_conv_kernel_dim=4,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,  # two value heads per key head
+            linear_key_head_dim=16,
+            linear_value_head_dim=32,
+            linear_allow_neg_eigval=True,  # beta = 2 sigmoid(b)
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         )
     elif model_type == "granitemoehybrid":  # Mamba2 (conv + SSM state) + NoPE GQA layers, experts + shared MLP
         c.update(

@@ -429,6 +429,11 @@ FAMILIES: tuple[Family, ...] = (
         prompt=LONG_PROMPT,
         since_major=5,
     ),
+    # OLMo-3's post-norm attention layers + pre-norm gated-DeltaNet layers with separate q/k/v
+    # projections and beta = 2 sigmoid(b) (OLMo-Hybrid; genai 0.18 has no type of its own: the
+    # generic decoder), and as released: NoPE, beta = sigmoid(b)
+    hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
+    hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
     # Mamba2 (conv + SSM state) + NoPE GQA layers, top-k experts with a shared MLP (Granite-4.0-H)
     hybrid(
         "granitemoehybrid",

@@ -96,6 +96,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "linear_value_heads": "linear_num_value_heads",
     "linear_key_head_dim": "linear_key_head_dim",
     "linear_value_head_dim": "linear_value_head_dim",
+    "linear_neg_eigval": "linear_allow_neg_eigval",  # OLMo-Hybrid: beta = 2 sigmoid(b) (MixerSpec.neg_eigval)
     # hybrid decoders (Granite-4.0-H): Mamba2 shapes, and whether the attention layers use RoPE
     "mamba_heads": "mamba_n_heads",
     "mamba_groups": "mamba_n_groups",
@@ -111,6 +112,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "mamba_activation": "mamba_hidden_act",
     "position_embedding_type": "position_embedding_type",
     "rope_flag": "use_mem_rope",  # rope_layers "if_flag" (Zamba2's shared attention)
+    "rope_theta": "rope_parameters.rope_theta|rope_theta",  # rope_layers "if_theta" (OLMo-Hybrid: NoPE without one)
     # the classic decoders (arch/classic_families.py): kv heads and the flags that set them (Falcon),
     # the MLP width (or its ratio to hidden_size), a rotary width in channels, ALiBi's slope range
     "kv_heads": "num_key_value_heads",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from gqa_export.arch.families import GRANITEMOE
+from gqa_export.arch.families import GRANITEMOE, OLMO2
 from gqa_export.arch.mixer_spec import GatedDeltaNetNames, Mamba2Names, MixerSpec, Multiplier
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,
@@ -85,6 +85,36 @@ QWEN3_NEXT = replace(
         gated_deltanet=GatedDeltaNetNames(qkvz="linear_attn.in_proj_qkvz", ba="linear_attn.in_proj_ba"),
     ),
     moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate")),
+)
+# OLMo-Hybrid: OLMo-3's post-norm attention layers (full-width q/k norms, no window) between
+# Llama-style pre-norm layers whose mixer is Qwen3.5's gated DeltaNet with separate q/k/v
+# projections, a g_proj output gate, beta = 2 sigmoid(b) when linear_allow_neg_eigval, and an
+# o_norm of eps 1e-5; RoPE only where rope_parameters hold a rope_theta (the released checkpoints
+# have none: NoPE). Names as the hub (and save_pretrained) spell them: the DeltaNet layers' input
+# norm attention_layer_norm, every post-attention norm feedforward_layer_norm, the conv kernel
+# per q / k / v (docs/hybrid-state.md §8.14)
+_OLMO_HYBRID_DELTANET = GatedDeltaNetNames(
+    qkv="linear_attn.qkv_proj",  # the graph's name for the concatenated q | k | v weight
+    qkv_parts=("linear_attn.q_proj", "linear_attn.k_proj", "linear_attn.v_proj"),
+    conv_parts=("linear_attn.q_conv1d", "linear_attn.k_conv1d", "linear_attn.v_conv1d"),
+    z="linear_attn.g_proj",
+    b="linear_attn.b_proj",
+    a="linear_attn.a_proj",
+    norm="linear_attn.o_norm",
+    out_proj="linear_attn.o_proj",
+    norm_eps=1e-5,
+)
+OLMO_HYBRID = replace(
+    OLMO2,
+    name="olmo_hybrid",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "gated_deltanet"}),
+        gated_deltanet=_OLMO_HYBRID_DELTANET,
+        neg_eigval=True,
+        state_input_norm="attention_layer_norm",
+    ),
+    layer=replace(OLMO2.layer, post_attention_norm="feedforward_layer_norm"),
+    rope_layers="if_theta",
 )
 # Granite-4.0-H: Mamba2 layers (conv + SSM state) between Granite attention layers (NoPE unless
 # position_embedding_type is "rope"), Granite's multipliers, GraniteMoE's top-k router with an
@@ -203,5 +233,5 @@ NEMOTRON_H = ArchSpec(
     ignore=("mamba_dt_limit",),  # HF's mixer uses (time_step_min, inf) whatever time_step_limit says
 )
 HYBRIDS = (
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, GRANITEMOEHYBRID, JAMBA, FALCON_H1, NEMOTRON_H,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, GRANITEMOEHYBRID, JAMBA, FALCON_H1, NEMOTRON_H,
 )  # fmt: skip

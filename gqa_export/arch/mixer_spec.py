@@ -30,7 +30,13 @@ class GatedDeltaNetNames:
     qkvz [Hk (2 dk + 2 r dv), H] holds, for each key head in turn, its q (dk) | k (dk) | v (r dv) |
     z (r dv) rows, and ba [2 Hv, H] its b (r) | a (r) rows, with r = Hv / Hk value heads per key
     head. The graph then takes the q | k | v, z, b and a rows out of them (a row selection of each
-    weight, read as it is written) and names the results after qkv, z, b and a."""
+    weight, read as it is written) and names the results after qkv, z, b and a.
+
+    qkv_parts names separate q, k and v projections that stand for in_proj_qkv, concatenated on the
+    output (OLMo-Hybrid's q_proj | k_proj | v_proj), conv_parts their separate depthwise kernels that
+    stand for conv1d, concatenated on the channels (its q/k/v_conv1d on the hub). norm_eps: the
+    gated norm's own epsilon where it is not the model's (OLMo-Hybrid's o_norm: 1e-5, FLA's
+    default); None: the model's."""
 
     qkv: str = "linear_attn.in_proj_qkv"
     z: str = "linear_attn.in_proj_z"
@@ -43,6 +49,9 @@ class GatedDeltaNetNames:
     out_proj: str = "linear_attn.out_proj"
     qkvz: str | None = None
     ba: str | None = None
+    qkv_parts: tuple[str, ...] | None = None
+    conv_parts: tuple[str, ...] | None = None
+    norm_eps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,12 @@ class MixerSpec:
     mamba_dt_bc_norm: str = "weighted"
     # the Mamba2 gated norm's eps where the modeling code hard-codes it (Zamba2: 1e-5); None: the model's
     mamba2_norm_eps: float | None = None
+    # OLMo-Hybrid: beta = 2 sigmoid(b) where the config's linear_allow_neg_eigval says so
+    neg_eigval: bool = False
+    # a recurrent-state layer's own input norm, making it a pre-norm layer (norm -> mixer -> add,
+    # post_attention_norm -> MLP -> add) in a post-norm family (OLMo-Hybrid: Llama layers around its
+    # gated DeltaNets, OLMo-3 attention layers); None: the family's layout everywhere
+    state_input_norm: str | None = None
 
 
 MULTIPLIED_SIDES = ("input", "output")

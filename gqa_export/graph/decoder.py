@@ -309,7 +309,7 @@ def decoder_layer(
     if _own_norms(lc):  # a parallel layer with a norm for each branch (Falcon-40B)
         x, x_mlp = (_norm(lc, h, n, n) for n in L.parallel_norms or ())
     else:
-        x = x_mlp = _norm(lc, h, L.input_norm, "input_layernorm")
+        x = x_mlp = _norm(lc, h, _state_input_norm(lc, state, attention) or L.input_norm, "input_layernorm")
     if lc.layer.blocks == "mlp":
         with b.scope("mlp"):
             return _residual(lc, h, _mlp(lc, x, h), "residual_mlp"), None
@@ -346,7 +346,7 @@ def decoder_layer(
         with b.scope("mlp"):
             mlp = _mlp(lc, x_mlp, h)
         return _residual(lc, h, b.op("Add", y, mlp, name="parallel_sum"), "residual"), kv
-    if lc.spec.norm_layout == "pre":
+    if lc.spec.norm_layout == "pre" or _state_input_norm(lc, state, attention):
         h = _residual(lc, h, y, "residual_attn")
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
         with b.scope("mlp"):
@@ -357,6 +357,13 @@ def decoder_layer(
     with b.scope("mlp"):
         y = _mlp(lc, x, h)
     return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), kv
+
+
+def _state_input_norm(lc: LayerContext, state: Mixer | None, attention: Mixer | None) -> str | None:
+    """The input norm of a recurrent-state layer laid out pre-norm in a post-norm family
+    (MixerSpec.state_input_norm, OLMo-Hybrid), None for every other layer."""
+    mixers = lc.spec.mixers
+    return mixers.state_input_norm if mixers is not None and state is not None and attention is None else None
 
 
 def _own_norms(lc: LayerContext) -> bool:

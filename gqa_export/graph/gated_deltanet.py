@@ -3,7 +3,7 @@ fixed-size states instead of a KV cache (docs/hybrid-state.md §5).
 
     q | k | v = silu(causal_conv(in_proj_qkv(h)))     conv state: the last K - 1 projections
     q, k      = l2norm per key head (q also * dk^-0.5)
-    beta      = sigmoid(in_proj_b(h)),  g = -exp(A_log) * softplus(in_proj_a(h) + dt_bias)
+    beta      = sigmoid(in_proj_b(h)) (x 2 for OLMo-Hybrid),  g = -exp(A_log) * softplus(in_proj_a(h) + dt_bias)
     S         = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q     recurrent state [Hv, dk, dv]
     out       = out_proj(rms(o) * norm.weight * silu(in_proj_z(h)))   per value head
 
@@ -52,13 +52,15 @@ def gated_deltanet(
 
     projection = _grouped_projection if names.qkvz else _projection
     mixed = projection(lc, x, "qkv")
-    convolved, present_conv = causal_conv(lc, mixed, names.conv, past_conv, "silu", "gated_deltanet")
+    convolved, present_conv = causal_conv(lc, mixed, names.conv, past_conv, "silu", "gated_deltanet", names.conv_parts)
     sizes = b.const([key_width, key_width, value_width], "qkv_split", "int64")
     q, k, v = b.op_multi("Split", convolved, sizes, axis=-1, outputs=3, name="split_qkv")
     q = _l2_norm(b, q, d.key_heads, d.key_dim, float(d.key_dim) ** -0.5, dtype, "q")  # l2norm, then * dk^-0.5
     k = _l2_norm(b, k, d.key_heads, d.key_dim, 1.0, dtype, "k")
 
     beta = b.op("Sigmoid", projection(lc, x, "b"))
+    if d.beta_scale != 1.0:  # OLMo-Hybrid's allow_neg_eigval: beta in [0, 2]
+        beta = b.op("Mul", beta, b.const(np.array(d.beta_scale, NUMPY_DTYPES[dtype]), "beta_scale"), name="beta_scaled")
     a = projection(lc, x, "a")
     dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
     a_log = lc.name(names.a_log, "")  # decay_scale = -exp(A_log), as HF computes it, in fp32
@@ -88,7 +90,7 @@ def gated_deltanet(
     norm_weight = b.initializer(norm_name, lc.params.vector([norm_name]))
     normed = b.op(
         "SimplifiedLayerNormalization", b.op("Reshape", core, heads), norm_weight,
-        axis=-1, epsilon=dims.rms_eps, stash_type=1, name="gated_norm",
+        axis=-1, epsilon=dims.rms_eps if names.norm_eps is None else names.norm_eps, stash_type=1, name="gated_norm",
     )  # fmt: skip
     gated = b.op("Mul", normed, b.op("Mul", z, b.op("Sigmoid", z)), name="silu_gate")
     flat = b.op("Reshape", gated, b.const([0, 0, value_width], "value_flat", "int64"))
@@ -97,9 +99,13 @@ def gated_deltanet(
 
 
 def _projection(lc: LayerContext, x: ir.Value, part: str) -> ir.Value:
-    """in_proj_{part}(x) from its own checkpoint weight (Qwen3.5)."""
+    """in_proj_{part}(x) from its own checkpoint weight (Qwen3.5), or qkv from the separate q, k and
+    v weights concatenated (OLMo-Hybrid)."""
     assert lc.spec.mixers is not None
-    return linear(lc, x, [getattr(lc.spec.mixers.gated_deltanet, part)], None, f"in_proj_{part}")
+    names = lc.spec.mixers.gated_deltanet
+    if part == "qkv" and names.qkv_parts:  # one MatMul named after names.qkv
+        return linear(lc, x, list(names.qkv_parts), names.qkv, "in_proj_qkv")
+    return linear(lc, x, [getattr(names, part)], None, f"in_proj_{part}")
 
 
 def grouped_rows(d: DeltaNetDims, part: str) -> list[tuple[int, int]]:

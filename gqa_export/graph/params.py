@@ -264,6 +264,13 @@ class Params:
         """One tensor as stored, in its own shape (a depthwise convolution's [C, 1, K] kernel)."""
         return self._lazy(tuple(self.store.info(name).shape), lambda: self.store.read(name))
 
+    def stacked(self, names: Sequence[str]) -> ir.LazyTensor:
+        """Tensors as stored, concatenated on their first axis: depthwise kernels [C_i, 1, K] that
+        one convolution over the concatenated channels stands for (OLMo-Hybrid's q/k/v_conv1d)."""
+        infos = [self.store.info(n).shape for n in names]
+        shape = (sum(int(s[0]) for s in infos), *(int(d) for d in infos[0][1:]))
+        return self._lazy(shape, lambda: np.concatenate([self.store.read(n) for n in names], axis=0))
+
     def flat(self, names: Sequence[str]) -> ir.LazyTensor:
         """Tensors of any shape, flattened and concatenated (per-head norm weights)."""
         length = sum(int(np.prod(self.store.info(n).shape)) for n in names)

@@ -11,6 +11,8 @@ order listed here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import onnx_ir as ir
 
@@ -93,12 +95,19 @@ def without_padding(lc: LayerContext, x: ir.Value, name: str = "keep_tokens") ->
 
 
 def causal_conv(
-    lc: LayerContext, x: ir.Value, module: str, past: ir.Value, activation: str, mixer: str
+    lc: LayerContext,
+    x: ir.Value,
+    module: str,
+    past: ir.Value,
+    activation: str,
+    mixer: str,
+    parts: Sequence[str] | None = None,
 ) -> tuple[ir.Value, ir.Value]:
     """The depthwise causal convolution every state mixer starts with: com.microsoft.CausalConvWithState,
     channels-last, over x [B, S, C] with the checkpoint's kernel [C, 1, K] (and its bias where the
     checkpoint stores one), convolving concat(past, x) (docs/hybrid-state.md §2). Returns (the
-    output [B, S, C], the new conv state, typed as the mixer's first state).
+    output [B, S, C], the new conv state, typed as the mixer's first state). `parts`: kernels
+    stored per channel group (OLMo-Hybrid's q/k/v_conv1d), concatenated into the one `module` names.
 
     The new state is the K - 1 inputs that end at the run's last real token, gathered per row from
     concat(past, x): the op's own present (the last K - 1 columns) would hold a right-padded row's
@@ -108,7 +117,8 @@ def causal_conv(
     b = lc.b
     assert lc.padding is not None
     weight_name = lc.name(module)
-    weight = b.initializer(weight_name, lc.params.tensor(weight_name))
+    kernel = lc.params.stacked([lc.name(p) for p in parts]) if parts else lc.params.tensor(weight_name)
+    weight = b.initializer(weight_name, kernel)
     bias = None
     if lc.has(module, "bias"):
         bias_name = lc.name(module, "bias")

@@ -64,7 +64,8 @@ def _listed_mlp_kind(kinds: Any, i: int) -> bool:
 def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int, dense: bool = False) -> bool:
     """Whether an attention layer goes without RoPE by the spec's rope_layers: Cohere2's global
     layers, EXAONE-4's when the model has a window, every layer of a Granite-4.0-H whose
-    position_embedding_type is not "rope", every layer of a family without RoPE (Jamba, Nemotron-H);
+    position_embedding_type is not "rope", every layer of an OLMo-Hybrid whose rope_parameters hold no
+    rope_theta (the released checkpoints'), every layer of a family without RoPE (Jamba, Nemotron-H);
     Cohere2-MoE's global layers but its `dense` ones when prefix_dense_sliding_window_pattern is 1
     (its attention's force_rope)."""
     forced = spec.rope_layers == "sliding_or_dense_prefix" and dense and opt("dense_prefix_window_pattern", 1) == 1
@@ -74,6 +75,7 @@ def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int, dense: b
         or (spec.rope_layers == "sliding_if_windowed" and window > 0 and not sliding)
         or (spec.rope_layers == "if_configured" and opt("position_embedding_type") != "rope")
         or (spec.rope_layers == "if_flag" and not opt("rope_flag", False))
+        or (spec.rope_layers == "if_theta" and opt("rope_theta") is None)
     )
 
 
@@ -185,6 +187,7 @@ class DeltaNetDims:
     value_heads: int
     key_dim: int
     value_dim: int
+    beta_scale: float = 1.0  # 2 where the family lets beta reach 2 (MixerSpec.neg_eigval, OLMo-Hybrid)
 
     @property
     def conv_channels(self) -> int:
@@ -208,7 +211,8 @@ def deltanet_dims(opt: Option, spec: ArchSpec, mixers: list[str]) -> DeltaNetDim
     missing = [spec.config_keys[key] for key, value in values.items() if value < 1]
     if missing:
         raise InputError(f"{spec.name} has gated-DeltaNet layers but its config gives no {', '.join(missing)}")
-    dims = DeltaNetDims(*values.values())
+    doubled = spec.mixers is not None and spec.mixers.neg_eigval and bool(opt("linear_neg_eigval", False))
+    dims = DeltaNetDims(*values.values(), beta_scale=2.0 if doubled else 1.0)
     if dims.value_heads % dims.key_heads:
         raise InputError(
             f"{spec.name}: {dims.value_heads} DeltaNet value heads do not divide among {dims.key_heads} key heads"
