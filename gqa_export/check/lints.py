@@ -23,7 +23,7 @@ from gqa_export.check.processor_lints import processor_findings
 from gqa_export.check.reader import Package, load_package
 from gqa_export.check.state_lints import state_findings
 from gqa_export.errors import PackageLintError
-from gqa_export.model.dims import token_ids
+from gqa_export.model.config_reads import token_ids
 from gqa_export.package.genai_schema import unknown_keys
 
 KV_WARN_BYTES = 4 << 30  # a KV buffer above this per batch row is worth a second look

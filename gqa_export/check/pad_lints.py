@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gqa_export.check.findings import Finding
 from gqa_export.check.reader import Package
-from gqa_export.model.dims import token_ids
+from gqa_export.model.config_reads import token_ids
 
 FIX = (
     "rebuild with gqa-export, which pads with an unused embedding row or the model's pad token where the "

@@ -21,10 +21,11 @@ from gqa_export.graph.alibi import alibi_bias
 from gqa_export.graph.alternating_updates import alternating_layer, merge_streams, spread_streams
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
 from gqa_export.graph.augmented_residual import augmented_residual
-from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection, rotated_heads
+from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gated_deltanet import gated_deltanet
+from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
@@ -203,12 +204,12 @@ def _attention_fn(
             # A window-sized buffer only where no other layer reads this cache (docs/gemma4.md §3.3).
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
             bias = biases.get(mask_kind(opts, layer))
-            sinks = _sinks(lc)
+            sinks = attention_sinks(lc)
             if dims.latent is not None:
                 latent = latent_mqa if dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif layer.rope in tables:
-                qkv = _rotated_qkv(lc, x, tables[layer.rope])
+                qkv = rotated_qkv(lc, x, tables[layer.rope])
             else:
                 qkv = qkv_projection(lc, x)
             fused = layer.rope not in tables
@@ -370,29 +371,6 @@ def _own_norms(lc: LayerContext) -> bool:
     """Whether a parallel layer has its own attention and MLP norms (LayerNames.parallel_norms) in the checkpoint."""
     norms = lc.spec.layer.parallel_norms
     return lc.dims.parallel and norms is not None and lc.has(norms[0])
-
-
-def _rotated_qkv(
-    lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value]
-) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
-    """q, k with RoPE applied by plain ops (for GQA with do_rotary=0) and flattened back to
-    [B,S,N*D], v as projected (blocks.rotated_heads, the one rotation path)."""
-    b = lc.b
-    shaped = rotated_heads(lc, x, table, reshape_v=False)
-    flat = b.const([0, 0, -1], "heads_flat", "int64")
-    k4 = shaped.get("k")
-    return b.op("Reshape", shaped["q"], flat), None if k4 is None else b.op("Reshape", k4, flat), shaped.get("v")
-
-
-def _sinks(lc: LayerContext) -> ir.Value | None:
-    """The per-head attention sink logits where the spec has them (gpt-oss: every layer; MiMo-V2-Flash:
-    the sliding ones), stored under the first of its spellings the checkpoint holds."""
-    module = lc.spec.attention_sinks
-    if module is None or (lc.spec.attention_sink_layers == "sliding" and lc.layer.window <= 0):
-        return None
-    names = [lc.name(m, suffix="") for m in module.split("|")]
-    name = next((n for n in names if n in lc.params.store), names[0])  # none: the read names the first
-    return lc.b.initializer(name, lc.params.vector([name]))
 
 
 def _mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:

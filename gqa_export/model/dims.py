@@ -13,13 +13,13 @@ layers point at the layer whose cache they read.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model.alibi import alibi_slopes
+from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
 from gqa_export.model.latent import LatentDims, latent_dims, latent_scale
 from gqa_export.model.layer_kinds import (
     DeltaNetDims,
@@ -198,12 +198,12 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     def opt(name: str, default: Any = None) -> Any:
         if name in spec.ignore:
             return default
-        value = next((v for k in keys[name].split("|") if (v := _get(config, k)) is not None), None)
+        value = next((v for k in keys[name].split("|") if (v := config_get(config, k)) is not None), None)
         return default if value is None else value
 
     for refusal in spec.refusals:
-        value = _get(config, refusal.config_key)
-        if refusal.applies(value, _get(config, refusal.differs_from) if refusal.differs_from else None):
+        value = config_get(config, refusal.config_key)
+        if refusal.applies(value, config_get(config, refusal.differs_from) if refusal.differs_from else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
     heads = int(config.num_attention_heads) if spec.mixers is None or spec.mixers.attention else 0  # 0: no attention
     if spec.attention_experts is not None:  # JetMoE: every expert's queries (kv heads each) computed densely
@@ -231,12 +231,12 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         scale = latent_scale(config, latent)
     gen = generation or {}
     top = outer if outer is not None else config
-    eos = token_ids(_get(config, "eos_token_id")) + token_ids(gen.get("eos_token_id"))
+    eos = token_ids(config_get(config, "eos_token_id")) + token_ids(gen.get("eos_token_id"))
     if outer is not None:
-        eos = token_ids(_get(outer, "eos_token_id")) + eos
-    architectures = _get(top, "architectures") or ["?"]
+        eos = token_ids(config_get(outer, "eos_token_id")) + eos
+    architectures = config_get(top, "architectures") or ["?"]
     ple = int(opt("per_layer_input_size", 0) or 0)
-    pad = _first(gen.get("pad_token_id", _get(config, "pad_token_id")))
+    pad = first_id(gen.get("pad_token_id", config_get(config, "pad_token_id")))
     mamba2 = mamba2_dims(config, opt, spec, [layer.mixer for layer in layers])
     return ModelDims(
         model_type=str(top.model_type),
@@ -246,8 +246,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         num_heads=heads,
         vocab_size=int(config.vocab_size),
         rms_eps=spec.fixed_norm_eps or float(opt("norm_eps", 1e-6)),
-        max_position_embeddings=int(_get(config, "max_position_embeddings") or 2048),
-        tie_word_embeddings=bool(_get(top, "tie_word_embeddings")),
+        max_position_embeddings=int(config_get(config, "max_position_embeddings") or 2048),
+        tie_word_embeddings=bool(config_get(top, "tie_word_embeddings")),
         hidden_act=act,
         ropes=ropes,
         layers=layers,
@@ -259,13 +259,13 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         residual_multiplier=residual_multiplier(opt, spec, int(config.num_hidden_layers)),
         logits_divisor=float(opt("logits_scaling", 1.0)),
         norm_offset=spec.norm_offset,
-        bos_token_id=_first(gen.get("bos_token_id", _get(config, "bos_token_id"))),
+        bos_token_id=first_id(gen.get("bos_token_id", config_get(config, "bos_token_id"))),
         eos_token_ids=tuple(dict.fromkeys(eos)),
         pad_token_id=pad,
         per_layer_input_size=ple,
-        placeholder_ids=_placeholder_ids(outer, spec.placeholder_keys),
+        placeholder_ids=placeholder_ids(outer, spec.placeholder_keys),
         query_scale=position_query_scale_params(config) if spec.query_position_scale else None,
-        moe=read_moe(opt, spec, int(_get(config, "intermediate_size") or 0))  # DBRX's config has none
+        moe=read_moe(opt, spec, int(config_get(config, "intermediate_size") or 0))  # DBRX's config has none
         if any(layer.sparse for layer in layers)
         else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
@@ -287,25 +287,6 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
     )
-
-
-def _get(config: Any, name: str) -> Any:
-    """A config attribute, or None when absent. Heterogeneous (per-layer) attributes of a
-    transformers >= 5.2x config raise on global access; those are read per layer instead."""
-    try:
-        for part in name.split("."):  # "attn_config.clip_qkv": a nested config's (MPT)
-            config = config.get(part) if isinstance(config, dict) else getattr(config, part, None)
-        return config
-    except RuntimeError:  # AmbiguousGlobalPerLayerAttributeError
-        return None
-
-
-def _layer_config(config: Any, i: int) -> Any:
-    """Layer i's view of the config: per-layer overrides applied where the config has them
-    (Gemma-4's head_dim / num_key_value_heads of full-attention layers)."""
-    if _get(config, "is_heterogeneous"):
-        return config.per_layer_config[i]
-    return config
 
 
 def _layers(
@@ -386,9 +367,9 @@ def _attention_shape(config: Any, i: int, layer_type: str | None, opt: Any, head
     else the global-layer keys older Gemma-4 configs carry, else the global values; (0, 0) without attention."""
     if not heads:
         return 0, 0
-    layer = _layer_config(config, i)
-    head_dim = int(_get(layer, "head_dim") or hidden // heads)
-    kv_heads = int(_get(layer, "num_key_value_heads") or heads)
+    layer = layer_config(config, i)
+    head_dim = int(config_get(layer, "head_dim") or hidden // heads)
+    kv_heads = int(config_get(layer, "num_key_value_heads") or heads)
     if layer is config and layer_type not in (None, SLIDING):
         global_dim = opt("global_head_dim")
         if global_dim:
@@ -399,28 +380,3 @@ def _attention_shape(config: Any, i: int, layer_type: str | None, opt: Any, head
     if heads % kv_heads:
         raise InputError(f"layer {i}: num_attention_heads {heads} is not a multiple of its {kv_heads} kv heads")
     return head_dim, kv_heads
-
-
-def _placeholder_ids(outer: Any | None, keys: tuple[str, ...]) -> tuple[int, ...]:
-    """The multimodal placeholder ids (image/video/audio) a multimodal class embeds as
-    pad_token_id when no pixels replace them (Gemma-4's conditional classes); none for a text model."""
-    if outer is None:
-        return ()
-    return tuple(int(v) for v in (_get(outer, key) for key in keys) if v is not None)
-
-
-def token_ids(value: Any) -> list[int]:
-    """Token ids as configs spell them: absent, one int, or a list."""
-    if value is None:
-        return []
-    try:
-        return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
-    except (TypeError, ValueError, OverflowError):  # a dict, null in a list, NaN: a hand-edited config
-        raise InputError(
-            f"a token id in config.json or generation_config.json is {json.dumps(value)[:60]}, not an integer; fix it"
-        ) from None
-
-
-def _first(value: Any) -> int | None:
-    ids = token_ids(value)
-    return ids[0] if ids else None

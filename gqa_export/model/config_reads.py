@@ -1,0 +1,53 @@
+"""Reading values out of a transformers config: attributes that may be absent, nested or per layer,
+and token ids in every spelling configs use. Apart from model/dims.py, which reads the shapes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gqa_export.errors import InputError
+
+
+def config_get(config: Any, name: str) -> Any:
+    """A config attribute, or None when absent. Heterogeneous (per-layer) attributes of a
+    transformers >= 5.2x config raise on global access; those are read per layer instead."""
+    try:
+        for part in name.split("."):  # "attn_config.clip_qkv": a nested config's (MPT)
+            config = config.get(part) if isinstance(config, dict) else getattr(config, part, None)
+        return config
+    except RuntimeError:  # AmbiguousGlobalPerLayerAttributeError
+        return None
+
+
+def layer_config(config: Any, i: int) -> Any:
+    """Layer i's view of the config: per-layer overrides applied where the config has them
+    (Gemma-4's head_dim / num_key_value_heads of full-attention layers)."""
+    if config_get(config, "is_heterogeneous"):
+        return config.per_layer_config[i]
+    return config
+
+
+def placeholder_ids(outer: Any | None, keys: tuple[str, ...]) -> tuple[int, ...]:
+    """The multimodal placeholder ids (image/video/audio) a multimodal class embeds as
+    pad_token_id when no pixels replace them (Gemma-4's conditional classes); none for a text model."""
+    if outer is None:
+        return ()
+    return tuple(int(v) for v in (config_get(outer, key) for key in keys) if v is not None)
+
+
+def token_ids(value: Any) -> list[int]:
+    """Token ids as configs spell them: absent, one int, or a list."""
+    if value is None:
+        return []
+    try:
+        return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+    except (TypeError, ValueError, OverflowError):  # a dict, null in a list, NaN: a hand-edited config
+        raise InputError(
+            f"a token id in config.json or generation_config.json is {json.dumps(value)[:60]}, not an integer; fix it"
+        ) from None
+
+
+def first_id(value: Any) -> int | None:
+    ids = token_ids(value)
+    return ids[0] if ids else None
