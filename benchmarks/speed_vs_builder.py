@@ -1,16 +1,19 @@
 """Prefill and decode speed of our packages beside the official ORT GenAI model builder's (issue #40).
 
-    python benchmarks/speed_vs_builder.py [--shape 150m|1b|moe|hybrid] [--lengths 64,512,2048]
+    python benchmarks/speed_vs_builder.py [--shape 150m|1b|moe|hybrid|lfm2] [--lengths 64,512,2048]
         [--threads 1,2] [--new-tokens 64] [--reps 3] [--cases int4,int4-sym,...] [--ep cpu|cuda]
         [--profile] [--keep DIR] [--results FILE]
 
 Both exporters read the same random-weight checkpoint (benchmarks/random_llama.py, random_moe.py:
-gpt-oss-shaped MXFP4 experts, random_hybrid.py: Qwen3.5's DeltaNet hybrid). Each of our layouts is
+gpt-oss-shaped MXFP4 experts, random_hybrid.py: Qwen3.5's DeltaNet hybrid, which the builder 0.18 does
+not export, and LFM2's short-convolution hybrid, which it does). Each of our layouts is
 measured beside the builder's package of the same precision: `int4` (our default: asymmetric,
 packed qkv and gate/up + Split; the builder 0.18 packs qkv too but keeps gate and up apart),
 `int4-sym` (--symmetric: no zero points, as the builder writes), `int4-qkv` (--set
 attention.packed_qkv=false: q, k, v as three MatMulNBits), `int4-gu` (--set mlp.packed_gate_up=false:
-gate and up as two MatMulNBits, no Split), `int4-sym-gu` (both: the builder's layout), `int4-pruned` (--prune-lm-head:
+gate and up as two MatMulNBits, no Split), `int4-sym-gu` (both: the builder's layout), `int4-window`
+(--set attention.sliding_window_cache=true: window-sized KV buffers on sliding layers, as the
+builder's gpt-oss package has), `int4-pruned` (--prune-lm-head:
 last-position logits only; the builder's package returns every position's), `int8`, `fp32`; on
 CUDA `fp16` and `int4`.
 
@@ -46,7 +49,8 @@ CHECKPOINTS = {  # shape -> (writer script, its --shape, builder-visible name)
     "150m": ("random_llama.py", "150m"),
     "1b": ("random_llama.py", "1b"),
     "moe": ("random_moe.py", "gpt-oss-2g"),
-    "hybrid": ("random_hybrid.py", "qwen3_5-230m"),
+    "hybrid": ("random_hybrid.py", "qwen3_5-230m"),  # the builder 0.18 refuses Qwen3.5
+    "lfm2": ("random_hybrid.py", "lfm2-350m"),
 }
 # our layout -> (gqa-export build flags, the builder precision it is measured beside)
 CASES: dict[str, tuple[list[str], str]] = {
@@ -56,6 +60,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "int4-gu": (["-p", "int4", "--set", "mlp.packed_gate_up=false"], "int4"),
     "int4-sym-gu": (["-p", "int4", "--symmetric", "--set", "mlp.packed_gate_up=false"], "int4"),
     "int4-pruned": (["-p", "int4", "--prune-lm-head"], "int4"),
+    "int4-window": (["-p", "int4", "--set", "attention.sliding_window_cache=true"], "int4"),
     "int8": (["-p", "int8"], "int8"),
     "fp32": (["-p", "fp32"], "fp32"),
     "fp16": (["-p", "fp16"], "fp16"),
@@ -81,7 +86,9 @@ prompt = [(37 * i + 11) % (vocab - 10) + 5 for i in range(length)]
 
 def generate(tokens, steps):
     params = og.GeneratorParams(model)
-    params.set_search_options(do_sample=False, max_length=len(tokens) + steps, min_length=len(tokens) + steps)
+    # one max_length for the warm-up and the run: a package with window-sized KV buffers (the
+    # builder's gpt-oss) refuses a max_length below its window
+    params.set_search_options(do_sample=False, max_length=length + new, min_length=length + new)
     gen = og.Generator(model, params)
     start = time.perf_counter()
     gen.append_tokens(tokens)
