@@ -33,7 +33,7 @@ def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
     (gelu_pytorch_tanh, gelu_new; ONNX Gelu-20), squared ReLU (Nemotron) or xIELU (Apertus, its
     parameters per layer)."""
     b, act = lc.b, lc.dims.hidden_act
-    if act == "gelu":  # the exact (erf) GELU: GPT-NeoX / Pythia
+    if act == "gelu":  # the exact (erf) GELU: GPT-NeoX / Pythia, Falcon, MPT
         return b.op("Gelu", x)
     if act == "relu":  # OPT
         return b.op("Relu", x)
@@ -44,8 +44,6 @@ def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
         return b.op("Mul", relu, relu, name="relu2")
     if act == "xielu":
         return _xielu(lc, x)
-    if act == "gelu":  # the exact erf GELU (Falcon, MPT)
-        return b.op("Gelu", x)
     return b.op("Gelu", x, approximate="tanh")
 
 

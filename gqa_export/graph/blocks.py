@@ -351,17 +351,14 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
     L, b = lc.spec.layer, lc.b
     if lc.spec.mlp == "plain":
         return _down(lc, activation(lc, linear(lc, x, [L.up], None, "up_proj")))
-    if L.gate_up or lc.packed_gate_up:
-        if L.gate_up:
-            gate_up = linear(lc, x, [L.gate_up], None, "gate_up_proj")
-        else:
-            packed = f"{L.gate.rpartition('.')[0]}.gate_up_proj"  # named in the MLP's own module
-            gate_up = linear(lc, x, [L.gate, L.up], packed, "gate_up_proj")
+    if not L.gate_up and not lc.packed_gate_up:  # two MatMuls and no Split (GraphOptions.packed_gate_up)
+        gate, up = linear(lc, x, [L.gate], None, "gate_proj"), linear(lc, x, [L.up], None, "up_proj")
+    else:  # the stored gate_up, or gate and up packed (named in the MLP's own module)
+        packed = None if L.gate_up else f"{L.gate.rpartition('.')[0]}.gate_up_proj"
+        gate_up = linear(lc, x, [L.gate_up] if L.gate_up else [L.gate, L.up], packed, "gate_up_proj")
         width = lc.layer.intermediate_size
         split = b.const([width, width], "split", "int64")
         gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
-    else:  # two MatMuls and no Split (GraphOptions.packed_gate_up)
-        gate, up = linear(lc, x, [L.gate], None, "gate_proj"), linear(lc, x, [L.up], None, "up_proj")
     if lc.layer.activation_sparsity:  # Gemma-3n: only the gate's channels above a gaussian cutoff
         gate = gaussian_top_k(b, gate, lc.layer.activation_sparsity, lc.params.dtype)
     return _down(lc, b.op("Mul", activation(lc, gate), up))
