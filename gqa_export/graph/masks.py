@@ -14,7 +14,7 @@ row with nothing allowed - a padding query - gives a uniform softmax instead of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
@@ -56,6 +56,28 @@ class StatePadding:
 
     keep: ir.Value  # [B,S,1] float: attention_mask's last S columns (1 a token, 0 padding)
     end: ir.Value  # [B,1] int64: 1 + the run index of the last token (S when nothing trails it)
+    _indices: dict[tuple[int, int | None], ir.Value] = field(default_factory=dict, compare=False, repr=False)
+
+    def conv_state_index(self, b: GraphBuilder, width: int, channels: int | None = None) -> ir.Value:
+        """Where a conv state's `width` (K - 1) inputs sit in concat(past, run): steps end + j,
+        j < width, the inputs up to each row's last real token. As GatherND rows [B, width, 1] for
+        a channels-last concatenation (`channels` None), or as GatherElements indices
+        [B, channels, width] for a channels-first one. Built once per graph, at the first conv
+        layer, and read by every other (a decode step runs them once, not once per layer)."""
+        key = (width, channels)
+        if key not in self._indices:
+            with b.graph_scope("state_padding"):
+                offsets = b.const(np.arange(width, dtype=np.int64).reshape(1, width), "state_offsets")
+                steps = b.op("Add", self.end, offsets, name="state_steps")  # [B, width]
+                if channels is None:
+                    index = b.op("Unsqueeze", steps, _i64(b, [2], "state_axis"), name="state_rows")
+                else:
+                    index = b.op(
+                        "Expand", b.op("Unsqueeze", steps, _i64(b, [1], "channel_axis")),
+                        _i64(b, [1, channels, 1], "state_index_shape"), name="state_columns",
+                    )  # fmt: skip
+            self._indices[key] = index
+        return self._indices[key]
 
 
 def _i64(b: GraphBuilder, values: list[int], name: str) -> ir.Value:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext
@@ -46,11 +45,12 @@ def state_layers(dims: ModelDims) -> dict[int, str]:
 
 
 def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
-    """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last), then
+    """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last; LFM2's
+    short conv [B, channels, K - 1], channels-first as its convolution runs), then
     the recurrent state (DeltaNet [B, Hv, dk, dv], Mamba2 [B, heads, state, head_dim], Mamba
     [B, channels, state, 1]: one LinearAttention head per channel, docs/hybrid-state.md §8.3)."""
     if mixer == "short_conv":
-        return ([B, dims.conv_kernel - 1, dims.hidden_size],)
+        return ([B, dims.hidden_size, dims.conv_kernel - 1],)
     if mixer == "gated_deltanet":
         d = dims.deltanet
         assert d is not None
@@ -102,12 +102,18 @@ def causal_conv(
     activation: str,
     mixer: str,
     parts: Sequence[str] | None = None,
+    channels_first: bool = False,
 ) -> tuple[ir.Value, ir.Value]:
-    """The depthwise causal convolution every state mixer starts with: com.microsoft.CausalConvWithState,
-    channels-last, over x [B, S, C] with the checkpoint's kernel [C, 1, K] (and its bias where the
-    checkpoint stores one), convolving concat(past, x) (docs/hybrid-state.md §2). Returns (the
-    output [B, S, C], the new conv state, typed as the mixer's first state). `parts`: kernels
+    """The depthwise causal convolution every state mixer starts with: com.microsoft.CausalConvWithState
+    over x [B, S, C] (channels-last) or, with `channels_first`, x [B, C, S], with the checkpoint's
+    kernel [C, 1, K] (and its bias where the checkpoint stores one), convolving concat(past, x)
+    (docs/hybrid-state.md §2). Returns (the output and the new conv state, both laid out as x: the
+    state is [B, K - 1, C] or [B, C, K - 1], typed as the mixer's first state). `parts`: kernels
     stored per channel group (OLMo-Hybrid's q/k/v_conv1d), concatenated into the one `module` names.
+
+    Channels-first is the op's fast layout on CPU (3-6x the channels-last kernel's speed,
+    docs/hybrid-state.md §2.1): a mixer whose projection splits cheaper channels-first takes it
+    (LFM2's short conv).
 
     The new state is the K - 1 inputs that end at the run's last real token, gathered per row from
     concat(past, x): the op's own present (the last K - 1 columns) would hold a right-padded row's
@@ -124,25 +130,28 @@ def causal_conv(
         bias_name = lc.name(module, "bias")
         bias = b.initializer(bias_name, lc.params.vector([bias_name]))
     state_shape = state_shapes(lc.dims, mixer)[0]
-    width = int(state_shape[1])  # K - 1
-    history = b.op("Concat", past, x, axis=1, name="past_and_run")  # [B, K - 1 + S, C]
+    time_axis = 2 if channels_first else 1
+    width = int(state_shape[time_axis])  # K - 1
+    history = b.op("Concat", past, x, axis=time_axis, name="past_and_run")  # K - 1 + S steps
     convolved, _ = b.op_multi(
         "CausalConvWithState",
         history, weight, bias,
         domain="com.microsoft",
         outputs=2,
         ndim=1,
-        channels_last=1,
+        channels_last=0 if channels_first else 1,
         activation=activation,
         name="causal_conv",
     )  # fmt: skip
     convolved = b.op(
         "Slice", convolved, b.const([width], "conv_start", "int64"), b.const([2**62], "conv_stop", "int64"),
-        b.const([1], "conv_axis", "int64"), name="run_outputs",
+        b.const([time_axis], "conv_axis", "int64"), name="run_outputs",
     )  # fmt: skip
-    # rows end + j of the concatenation, j < K - 1: the K - 1 inputs up to the last real token
-    offsets = b.const(np.arange(width, dtype=np.int64).reshape(1, width), "state_offsets")
-    rows = b.op("Unsqueeze", b.op("Add", lc.padding.end, offsets), b.const([2], "state_axis", "int64"))
-    present = b.op("GatherND", history, rows, batch_dims=1, name="conv_state")  # [B, K - 1, C]
+    if channels_first:
+        index = lc.padding.conv_state_index(b, width, int(state_shape[1]))
+        present = b.op("GatherElements", history, index, axis=2, name="conv_state")  # [B, C, K - 1]
+    else:
+        index = lc.padding.conv_state_index(b, width)
+        present = b.op("GatherND", history, index, batch_dims=1, name="conv_state")  # [B, K - 1, C]
     typed(present, lc.params.dtype, state_shape)
     return convolved, present
