@@ -600,6 +600,18 @@ FAMILIES: tuple[Family, ...] = (
         quantized=("int4",),
         gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
     ),
+    # Qwen3-VL-MoE's decoder in the hub's transposed expert layout (its full package with images:
+    # tests/package/multimodal/test_qwen_full_package.py)
+    multimodal(
+        "qwen3_vl_moe",
+        genai_type="decoder",
+        experts="fused",
+        quantized=("int4",),
+        gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
+        since_major=5,
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+    ),
     # issue #39 item 3, mixtures of experts as another family's layers with a mechanism changed
     # (tests/derived_moe_models.py; mutants: tests/arch/test_derived_moe_mutants.py): every mode on
     # greedy tokens and a ragged batch, int4 and int8 (QMoE). Marked from 5.x: the tiny configs are
