@@ -594,6 +594,8 @@ FAMILIES: tuple[Family, ...] = (
     multimodal("mistral3_vision_v5", genai_type="mistral"),
     multimodal("qwen2_5_vl", genai_type="qwen2"),
     multimodal("qwen2_5_vl_flat", genai_type="qwen2"),
+    # Qwen2-VL's decoder as the released configs are written (its full package: test_qwen_full_package.py)
+    multimodal("qwen2_vl_flat", genai_type="qwen2"),
     multimodal(
         "qwen3_vl_v5",
         genai_type="qwen3",

@@ -27,6 +27,7 @@ SPECIAL_IDS: dict[str, dict[str, int]] = {
     "qwen2_5_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
     "qwen3_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
     "qwen3_vl_moe": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
+    "qwen2_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
 }
 _TEXT = {k: BASE[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
                               "num_key_value_heads", "max_position_embeddings", "bos_token_id", "eos_token_id",
@@ -95,6 +96,7 @@ TEXT_CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=True,
     ),
 }
+TEXT_CONFIGS["qwen2_vl"] = {**TEXT_CONFIGS["qwen2_5_vl"], "model_type": "qwen2_vl_text"}
 # Qwen3-VL-MoE: Qwen3-VL's text config with 4 experts (top 2, always renormalized), layer 1 dense
 TEXT_CONFIGS["qwen3_vl_moe"] = {**TEXT_CONFIGS["qwen3_vl"], "model_type": "qwen3_vl_moe_text", "num_experts": 4,
                                 "num_experts_per_tok": 2, "moe_intermediate_size": 48,
@@ -138,6 +140,10 @@ def _config(arch: str, text: dict[str, Any]) -> Any:
         depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=text["hidden_size"],
         spatial_merge_size=2, temporal_patch_size=2,
     )  # fmt: skip
+    if arch == "qwen2_vl":  # its tower's width is embed_dim, its merger's output hidden_size
+        vision = dict(depth=1, embed_dim=16, hidden_size=text["hidden_size"], mlp_ratio=2, num_heads=2,
+                      spatial_merge_size=2, temporal_patch_size=2, patch_size=14)  # fmt: skip
+        return tf.Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **SPECIAL_IDS[arch])
     if arch == "qwen2_5_vl":
         vision.update(model_type="qwen2_5_vl_vision", fullatt_block_indexes=[0], patch_size=14, window_size=56)
         return tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **SPECIAL_IDS[arch])
@@ -157,6 +163,7 @@ _CLASSES = {
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
     "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
 }
 
 

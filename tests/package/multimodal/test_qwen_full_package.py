@@ -314,6 +314,16 @@ def test_mutant_deepstack_add_fails(kinds, tmp_path, monkeypatch, mutant):
     assert error > 1e-3, error
 
 
+@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen3_vl_moe"])
+def test_bias_mode_equals_hf(kinds, kind, tmp_path):
+    """The one standard-Attention graph (`--attention bias`) of the new kinds: two images, prompt
+    logits within 1e-4 and genai greedy = HF generate (auto is gqa, tested above; split is refused)."""
+    made = kinds.get(kind)
+    error, tokens, ref_tokens = _compare(made, "two", assemble(made["checkpoint"], tmp_path / "bias", "bias"))
+    assert error < 1e-4, error
+    assert tokens == ref_tokens
+
+
 def _tower_norms_as_rms(monkeypatch: pytest.MonkeyPatch) -> None:
     from gqa_export.graph.encoders import qwen_vision
 
