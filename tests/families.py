@@ -611,6 +611,7 @@ FAMILIES: tuple[Family, ...] = (
         quantized=("int4",),
         gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
         since_major=5,
+        fp16_cuda=True,
         ragged_logits_modes=("gqa",),
         ragged_generate_modes=("gqa",),
     ),
