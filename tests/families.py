@@ -594,11 +594,26 @@ FAMILIES: tuple[Family, ...] = (
     multimodal("mistral3_vision_v5", genai_type="mistral"),
     multimodal("qwen2_5_vl", genai_type="qwen2"),
     multimodal("qwen2_5_vl_flat", genai_type="qwen2"),
+    # Qwen2-VL's decoder as the released configs are written (its full package: test_qwen_full_package.py)
+    multimodal("qwen2_vl_flat", genai_type="qwen2"),
     multimodal(
         "qwen3_vl_v5",
         genai_type="qwen3",
         quantized=("int4",),
         gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
+    ),
+    # Qwen3-VL-MoE's decoder in the hub's transposed expert layout (its full package with images:
+    # tests/package/multimodal/test_qwen_full_package.py)
+    multimodal(
+        "qwen3_vl_moe",
+        genai_type="decoder",
+        experts="fused",
+        quantized=("int4",),
+        gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
+        since_major=5,
+        fp16_cuda=True,
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
     ),
     # issue #39 item 3, mixtures of experts as another family's layers with a mechanism changed
     # (tests/derived_moe_models.py; mutants: tests/arch/test_derived_moe_mutants.py): every mode on
