@@ -102,17 +102,22 @@ def test_mutant_initializers_fail_parity(builds, tmp_path, pattern, change, boun
 
 
 def test_variant_matches_hf(tmp_path):
-    """Attention first (block_types repeat: attention, recurrent, attention), every head its kv head,
-    q/k/v biases, a conv of width 3, a window of 4."""
+    """The 2B checkpoint's attention path: heads of 32 with RoPE on 16 channels, which GQA's fused RoPE
+    takes (do_rotary; the registry row's 8 of 16 go through plain ops). Also attention first
+    (block_types repeat: attention, recurrent, attention), every head its kv head, q/k/v biases, a
+    conv of width 3, a window of 4, gate blocks of 32."""
     from state_space_models import save_state_space
 
     overrides = dict(
-        block_types=["attention", "recurrent"], num_key_value_heads=3, attention_bias=True, conv1d_width=3,
-        attention_window_size=4,
+        block_types=["attention", "recurrent"], hidden_size=64, lru_width=64, num_attention_heads=2,
+        num_key_value_heads=2, attention_bias=True, conv1d_width=3, attention_window_size=4,
     )  # fmt: skip
     checkpoint = save_state_space(tmp_path / "ckpt", FAMILY, **overrides)
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, smoke=False))  # genai runs it below
+    gqa = [n for n in onnx.load(str(package / "model.onnx"), load_external_data=False).graph.node
+           if n.op_type == "GroupQueryAttention"]  # fmt: skip
+    assert [a.i for n in gqa for a in n.attribute if a.name == "do_rotary"] == [1, 1]
     assert_variant_matches_hf(package, checkpoint)
 
 
