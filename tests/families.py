@@ -480,6 +480,9 @@ FAMILIES: tuple[Family, ...] = (
     state_space("zamba2", fp16_cuda=True, gathered_tables=TIED),
     # Mamba (v1) in heads (each its own x_proj, dt_proj, B and C) and one shared block, no adapters (Zamba)
     state_space("zamba", fp16_cuda=True, gathered_tables=TIED, float_matmuls=True),
+    # RG-LRU blocks (conv + a scalar state per channel) beside local MQA (window 8 < the 70-token prompt)
+    # with RoPE on half of each head; the gates' 3-D block-diagonal weights stay float (RecurrentGemma)
+    state_space("recurrent_gemma", fp16_cuda=True, gathered_tables=TIED, float_matmuls=True, one_token_logits=True),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),

@@ -35,10 +35,13 @@ def hf_model(model_dir: Path):
 
 # classes whose forward numbers a call's positions from 0 when not given position_ids, whatever the
 # cache holds (BambaModel: torch.arange(seq_len)); generate() passes them, so a decode step here does
-POSITIONS_NOT_FROM_CACHE = frozenset({"bamba"})
+POSITIONS_NOT_FROM_CACHE = frozenset({"bamba", "recurrent_gemma"})
 # classes whose forward takes its cache only as `cache` (and returns it so): the alias they still
 # accept is cache_params, so a past_key_values argument would be dropped into **kwargs unread
-CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba"})
+CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma"})
+# classes that keep their recurrent state in their modules and return no cache (RecurrentGemma): the
+# states are reset and the attention cache made here, then passed to every call
+STATEFUL = frozenset({"recurrent_gemma"})
 
 
 def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.ndarray:
@@ -55,16 +58,20 @@ def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.nda
     model_type = getattr(model.config, "model_type", None)
     positioned = model_type in POSITIONS_NOT_FROM_CACHE
     keyword = "cache" if model_type in CACHE_KEYWORD else "past_key_values"
+    given: dict = {}
+    if model_type in STATEFUL:  # a 1-token prompt runs HF's decode path, which reads the stored conv state
+        model._setup_cache(model.config, 1, "cpu", torch.float32)
+        given = {"cache": transformers.DynamicCache(config=model.config), "position_ids": torch.arange(n)[None]}
     with torch.no_grad():
-        out = model(torch.tensor([tokens[:n]]), use_cache=True)
-        logits, past = [out.logits[0]], getattr(out, keyword)
+        out = model(torch.tensor([tokens[:n]]), use_cache=True, **given)
+        logits, past = [out.logits[0]], given["cache"] if given else getattr(out, keyword)
         for i, t in enumerate(tokens[n:], start=n):
             where = {"cache_position": torch.tensor([i])} if told else {}
             if positioned:
                 where["position_ids"] = torch.tensor([[i]])
             out = model(torch.tensor([[t]]), use_cache=True, **{keyword: past}, **where)
             logits.append(out.logits[0])
-            past = getattr(out, keyword)
+            past = given["cache"] if given else getattr(out, keyword)
     return torch.cat(logits).float().numpy()
 
 

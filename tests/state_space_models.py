@@ -1,5 +1,6 @@
 """Tiny random state-space checkpoints (issue #39 item 3; transformers 5.24, CPU, fp32), with the tiny
-tokenizer: Bamba (Mamba2 + attention), Mamba2, Mamba and Falcon-Mamba (state layers only).
+tokenizer: Bamba (Mamba2 + attention), Mamba2, Mamba and Falcon-Mamba (state layers only), Zamba2, Zamba and
+RecurrentGemma (RG-LRU + local attention).
 
     from state_space_models import save_state_space
     p = save_state_space("/tmp/x/bamba", "bamba")
@@ -108,10 +109,26 @@ def state_space_config(model_type: str) -> dict:
             hidden_act="gelu",
         )
         return c
+    if model_type == "recurrent_gemma":  # RG-LRU at 0 and 2, local attention (MQA, window 8) at 1
+        c = dict(_SSM_COMMON)
+        c.update(
+            hidden_size=48,  # sqrt(48) rounds to bfloat16 6.9375 (sqrt(64) = 8 would not show the rounding)
+            num_hidden_layers=3,
+            block_types=["recurrent", "attention", "recurrent"],
+            num_attention_heads=3,  # heads of 16, RoPE on 8 channels; RG-LRU gate blocks of 16
+            num_key_value_heads=1,
+            intermediate_size=192,  # the MLP is 96 wide (intermediate_size // 2)
+            lru_width=48,  # = hidden: HF's 1-token prompt reads a conv state of hidden_size channels
+            attention_window_size=8,  # shorter than the 14- and 70-token prompts
+            conv1d_width=4,
+            logits_soft_cap=2.0,  # low enough to bend the tiny model's logits (30 in the 2B checkpoint)
+            rms_norm_eps=1e-6,
+        )
+        return c
     raise ValueError(model_type)
 
 
-FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba", "zamba2", "zamba"]
+FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma"]
 # extra variants: tag -> (model_type, overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {}
 
@@ -124,7 +141,31 @@ def build_state_space(model_type: str, seed: int = 0, **overrides):
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.eval()
     _randomize(model, model_type, torch.Generator().manual_seed(seed + 1))
+    if model_type == "recurrent_gemma":
+        _randomize_rglru(model, torch.Generator().manual_seed(seed + 2))
     return model
+
+
+def _randomize_rglru(model, g: torch.Generator) -> None:
+    """RecurrentGemma's own parameters: Linear weights 1.5 N / sqrt(fan_in) and the (tied) embedding
+    0.1 N (its init of std 0.05 leaves greedy decoding one repeated id), (1 + w) norms around 1
+    (w = 0.3 N), block-diagonal gates with logits of order 1, recurrent_param ~ -2 + 0.5 N so that
+    a = exp(-8 r softplus(c)) spreads over ~0.3-0.9 (sqrt(1 - a^2) far from 1 and from 0), depthwise
+    kernels 0.5 N."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            elif p.dim() == 2:
+                p.copy_(torch.randn(p.shape, generator=g) * 1.5 / p.shape[1] ** 0.5)
+            elif name.endswith("norm.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            elif name.endswith("gate_weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            elif name.endswith("recurrent_param"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5 - 2.0)
+            elif name.endswith("conv_1d.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
 
 
 def save_state_space(out_dir, model_type: str, seed: int = 0, **overrides) -> Path:

@@ -1,5 +1,5 @@
 """The token-mixer half of an architecture spec: which recurrent-state mixer each layer type gets
-(short convolution, gated DeltaNet, Mamba2, Mamba), the mixers' tensor names as data, how a layer
+(short convolution, gated DeltaNet, Mamba2, Mamba, RG-LRU), the mixers' tensor names as data, how a layer
 holds its blocks, and the config multipliers around Linear layers (docs/hybrid-state.md). An
 `ArchSpec` (arch/spec.py) carries these as its `mixers`, `layer_blocks` and `multipliers`."""
 
@@ -95,9 +95,26 @@ class MambaNames:
     dt_bias: str | None = None
 
 
+@dataclass(frozen=True)
+class RgLruNames:
+    """A RecurrentGemma recurrent block's tensors, relative to the layer: linear_x and linear_y
+    [W, H] (+ biases; the recurrence's input and its gelu gate), the depthwise conv_1d [W, 1, K]
+    (+ bias), the RG-LRU's recurrent_param [W] and its input and recurrent gates, each block-diagonal
+    over the attention heads as `<gate>_weight` [h, W / h, W / h] and `<gate>_bias` [h, W / h]
+    (stored without a .weight suffix), and linear_out [H, W] (+ bias) (docs/hybrid-state.md §8.15)."""
+
+    linear_x: str = "temporal_block.linear_x"
+    linear_y: str = "temporal_block.linear_y"
+    conv: str = "temporal_block.conv_1d"
+    recurrent_param: str = "temporal_block.rg_lru.recurrent_param"
+    input_gate: str = "temporal_block.rg_lru.input_gate"
+    recurrent_gate: str = "temporal_block.rg_lru.recurrent_gate"
+    out_proj: str = "temporal_block.linear_out"
+
+
 MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "none")
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "none")
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
@@ -117,7 +134,8 @@ class MixerSpec:
     its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
     and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
     a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
-    [I, N, 1] SSM state (§8.3). mixing (MIXINGS): whether such a layer has the mixer instead of
+    [I, N, 1] SSM state (§8.3); an RG-LRU layer (RecurrentGemma) a conv state and a [W, 1, 1]
+    state, one LinearAttention head per channel (§8.15). mixing (MIXINGS): whether such a layer has the mixer instead of
     attention or beside it (§8.4).
 
     prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
@@ -133,6 +151,7 @@ class MixerSpec:
     gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
     mamba: MambaNames = field(default_factory=MambaNames)
+    rglru: RgLruNames = field(default_factory=RgLruNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
     # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention

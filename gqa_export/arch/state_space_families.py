@@ -1,6 +1,6 @@
-"""State-space families (issue #39 item 3): decoders whose layers are Mamba2 or Mamba mixers, beside
-attention layers or with none at all, each read from its modeling code in transformers 5.24 and
-written as a `replace()` of the closest hybrid spec (docs/hybrid-state.md §8.9-§8.11, docs/coverage.md
+"""State-space families (issue #39 item 3): decoders whose layers are Mamba2, Mamba or RG-LRU mixers,
+beside attention layers or with none at all, each read from its modeling code in transformers 5.24 and
+written as a `replace()` of the closest hybrid spec (docs/hybrid-state.md §8.9-§8.15, docs/coverage.md
 §4). A stack without attention (MixerSpec.attention False) reads no attention keys, and its package
 carries recurrent state only, no KV cache, which onnxruntime-genai 0.18 runs (§8.10).
 """
@@ -11,7 +11,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.hybrid_families import JAMBA, NEMOTRON_H
-from gqa_export.arch.mixer_spec import MambaNames, MixerSpec
+from gqa_export.arch.mixer_spec import MambaNames, MixerSpec, RgLruNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
 
@@ -140,4 +140,28 @@ ZAMBA = replace(
     config_keys=_ZAMBA_KEYS,
 )
 
-STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA)
+# RecurrentGemma (Griffin): pre-norm layers (temporal_pre_norm -> temporal block -> add, channel_pre_norm
+# -> MLP -> add) whose temporal block is, by block_types (layer_types "linear_attention" /
+# "sliding_attention"), the RG-LRU recurrent block (conv + a scalar state per channel) or local
+# attention within attention_window_size (MQA/GQA, RoPE on the first half of each head, an o_proj
+# bias); Gemma's (1 + w) RMSNorms, the embeddings times sqrt(hidden) rounded to bfloat16, a
+# gelu-tanh MLP of intermediate_size // 2 with biases, logits soft-capped at logits_soft_cap, the
+# lm_head tied (docs/hybrid-state.md §8.15)
+_RECURRENT_GEMMA_LAYER = LayerNames(
+    input_norm="temporal_pre_norm", post_attention_norm="channel_pre_norm", q="temporal_block.q_proj",
+    k="temporal_block.k_proj", v="temporal_block.v_proj", o="temporal_block.o_proj", gate="mlp_block.gate_proj",
+    up="mlp_block.up_proj", down="mlp_block.down_proj",
+)  # fmt: skip
+RECURRENT_GEMMA = ArchSpec(
+    name="recurrent_gemma",
+    final_norm="final_norm.weight",
+    layer=_RECURRENT_GEMMA_LAYER,
+    norm_offset=1.0,
+    embedding_scale="sqrt_hidden_bf16",
+    activations=("gelu_pytorch_tanh", "gelu_tanh", "gelu_new"),
+    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "rglru"}), rglru=RgLruNames()),
+    ffn_size="half",
+    config_keys=config_keys(activation="hidden_activation", final_softcap="logits_soft_cap"),
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA, RECURRENT_GEMMA)

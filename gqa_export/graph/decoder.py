@@ -41,6 +41,7 @@ from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
 from gqa_export.graph.positions import position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
+from gqa_export.graph.rglru import rglru
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.shared_block import shared_block_layer
 from gqa_export.graph.short_conv import short_conv
@@ -108,7 +109,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     nope_scale = position_query_scale(
         b, dims.nope_query_scale, input_ids, attention_mask, opts.io_dtype, offset=1, scope="nope_query_scale"
     )
-    padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
+    # the RG-LRU's reset reads where each row's position 0 falls
+    first = dims.rglru is not None
+    padding = state_padding(b, input_ids, attention_mask, opts.io_dtype, first) if state_pasts else None
     clamped = dims.mamba2 is not None and dims.mamba2.prompt_clamped  # Mamba2's prompt-only dt clamp
     prompt = prompt_step(b, input_ids, attention_mask) if clamped else None
     kv: dict[int, LayerKV | None] = {}
@@ -279,6 +282,7 @@ STATE_MIXERS: dict[str, Callable[..., tuple[ir.Value, ...]]] = {
     "gated_deltanet": gated_deltanet,
     "mamba2": mamba2,
     "mamba": mamba,
+    "rglru": rglru,
 }
 
 

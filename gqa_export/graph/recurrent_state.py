@@ -5,8 +5,8 @@ layer. onnxruntime-genai allocates it from the input's static dims (every axis b
 starts it at zeros and swaps it each step (docs/hybrid-state.md §1.3); it finds short-convolution
 layers through `decoder.layer_types` and the layers with a conv and a recurrent state under one
 index through `past_recurrent_names` (§1.1, §1.2). The mixers themselves (graph/short_conv.py,
-graph/gated_deltanet.py, graph/mamba2.py, graph/mamba.py) take their pasts and return their presents in the
-order listed here.
+graph/gated_deltanet.py, graph/mamba2.py, graph/mamba.py, graph/rglru.py) take their pasts and
+return their presents in the order listed here.
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "gated_deltanet": (CONV, RECURRENT),  # Qwen3.5: the conv inputs, then the delta rule's state
     "mamba2": (CONV, RECURRENT),  # Mamba2: the conv inputs, then the SSM state
     "mamba": (CONV, RECURRENT),  # Mamba (v1): the conv inputs, then the SSM state
+    "rglru": (CONV, RECURRENT),  # RG-LRU: the conv inputs, then the per-channel recurrence's state
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
     "gated_deltanet": "gated-DeltaNet",
     "mamba2": "Mamba2",
     "mamba": "Mamba",
+    "rglru": "RG-LRU",
 }
 
 Shape = list[int | str]
@@ -48,7 +50,8 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last; LFM2's
     short conv [B, channels, K - 1], channels-first as its convolution runs), then
     the recurrent state (DeltaNet [B, Hv, dk, dv], Mamba2 [B, heads, state, head_dim], Mamba
-    [B, channels, state, 1]: one LinearAttention head per channel, docs/hybrid-state.md §8.3)."""
+    [B, channels, state, 1]: one LinearAttention head per channel, docs/hybrid-state.md §8.3; RG-LRU
+    [B, channels, 1, 1]: a scalar state per channel, §8.15)."""
     if mixer == "short_conv":
         return ([B, dims.hidden_size, dims.conv_kernel - 1],)
     if mixer == "gated_deltanet":
@@ -59,6 +62,10 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
         v = dims.mamba
         assert v is not None
         return [B, v.kernel - 1, v.inner], [B, v.inner, v.state, 1]
+    if mixer == "rglru":
+        r = dims.rglru
+        assert r is not None
+        return [B, r.kernel - 1, r.width], [B, r.width, 1, 1]
     m = dims.mamba2
     assert mixer == "mamba2" and m is not None
     return [B, m.kernel - 1, m.conv_channels], [B, m.heads, m.state, m.head_dim]

@@ -120,7 +120,8 @@ def parallel_attention(spec: ArchSpec, mixer: str) -> bool:
 
 
 def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int | tuple[int, ...]:
-    """The dense MLP's width: intermediate_size, Granite-4.0-H's shared_intermediate_size, or LFM2's
+    """The dense MLP's width: intermediate_size (or half of it: RecurrentGemma), Granite-4.0-H's
+    shared_intermediate_size, or LFM2's
     adjusted width (2/3 of it, times the optional multiplier, rounded up to a multiple) when its
     config asks for the adjustment."""
     if spec.ffn_size == "shared":  # Granite-4.0-H: the layer's dense MLP is its shared_mlp
@@ -128,6 +129,8 @@ def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int | tuple[i
     if spec.ffn_size == "hidden_ratio":  # Bloom (4), MPT (expansion_ratio): a multiple of hidden_size
         return int(float(opt("ffn_ratio", 4)) * int(config.hidden_size))
     configured = opt("intermediate_size")
+    if spec.ffn_size == "half":  # RecurrentGemma's MLP: intermediate_size // 2 wide
+        return int(configured) // 2
     if isinstance(configured, (list, tuple)):  # one width per layer (Gemma-3n)
         return tuple(int(v) for v in configured)
     size = int(configured) if configured is not None else 4 * int(config.hidden_size)  # GPT-2's n_inner None: 4 H

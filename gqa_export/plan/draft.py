@@ -13,7 +13,7 @@ from gqa_export.package.pad_id import choose_pad_id
 from gqa_export.plan.records import BuildPlan
 from gqa_export.request.records import BuildOptions, SpeculativeOptions
 
-STATE_MIXERS = ("short_conv", "mamba", "mamba2", "deltanet")  # layers with recurrent/conv state
+STATE_MIXERS = ("short_conv", "mamba", "mamba2", "deltanet", "rglru")  # layers with recurrent/conv state
 
 
 def draft_request(request: BuildOptions, output: Path) -> BuildOptions:
