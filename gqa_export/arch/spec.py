@@ -29,7 +29,12 @@ from gqa_export.arch.moe_spec import PER_EXPERT_W as PER_EXPERT_W
 from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
 from gqa_export.arch.shared_block_spec import SharedBlockNames
-from gqa_export.arch.stream_spec import AlternatingUpdateNames, AugmentedResidualNames, HardTokenEmbedderNames
+from gqa_export.arch.stream_spec import (
+    AlternatingUpdateNames,
+    AugmentedResidualNames,
+    HardTokenEmbedderNames,
+    NormedResidualKeys,
+)
 from gqa_export.errors import InputError
 
 NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
@@ -341,6 +346,8 @@ class ArchSpec:
     alternating_updates: AlternatingUpdateNames | None = None
     augmented_residual: AugmentedResidualNames | None = None
     activation_sparsity: bool = False
+    # pre-norm layers whose residual is the block's normed input, both scaled (MiniMax); None: the stream
+    normed_residual: NormedResidualKeys | None = None
     hard_token_embedders: tuple[HardTokenEmbedderNames, ...] = ()
     # shared transformer blocks run ahead of the mixer of the layers of one type (Zamba2)
     shared_block: SharedBlockNames | None = None

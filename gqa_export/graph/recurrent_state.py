@@ -5,8 +5,8 @@ layer. onnxruntime-genai allocates it from the input's static dims (every axis b
 starts it at zeros and swaps it each step (docs/hybrid-state.md §1.3); it finds short-convolution
 layers through `decoder.layer_types` and the layers with a conv and a recurrent state under one
 index through `past_recurrent_names` (§1.1, §1.2). The mixers themselves (graph/short_conv.py,
-graph/gated_deltanet.py, graph/mamba2.py, graph/mamba.py) take their pasts and return their presents in the
-order listed here.
+graph/gated_deltanet.py, graph/mamba2.py, graph/mamba.py, graph/lightning.py) take their pasts and
+return their presents in the order listed here.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "gated_deltanet": (CONV, RECURRENT),  # Qwen3.5: the conv inputs, then the delta rule's state
     "mamba2": (CONV, RECURRENT),  # Mamba2: the conv inputs, then the SSM state
     "mamba": (CONV, RECURRENT),  # Mamba (v1): the conv inputs, then the SSM state
+    "lightning": (CONV, RECURRENT),  # lightning attention: a placeholder the runtime binds, then its state
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
     "gated_deltanet": "gated-DeltaNet",
     "mamba2": "Mamba2",
     "mamba": "Mamba",
+    "lightning": "lightning-attention",
 }
 
 Shape = list[int | str]
@@ -48,13 +50,18 @@ def state_layers(dims: ModelDims) -> dict[int, str]:
 def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last), then
     the recurrent state (DeltaNet [B, Hv, dk, dv], Mamba2 [B, heads, state, head_dim], Mamba
-    [B, channels, state, 1]: one LinearAttention head per channel, docs/hybrid-state.md §8.3)."""
+    [B, channels, state, 1]: one LinearAttention head per channel, docs/hybrid-state.md §8.3).
+    Lightning attention has no convolution: its first state is a one-element placeholder that
+    genai's RecurrentState binds beside every recurrent state (§1.1, §8.15), then [B, H, d, d]."""
     if mixer == "short_conv":
         return ([B, dims.conv_kernel - 1, dims.hidden_size],)
     if mixer == "gated_deltanet":
         d = dims.deltanet
         assert d is not None
         return [B, d.kernel - 1, d.conv_channels], [B, d.value_heads, d.key_dim, d.value_dim]
+    if mixer == "lightning":
+        d = next(layer.head_dim for layer in dims.layers if layer.mixer == "lightning")
+        return [B, 1, 1], [B, dims.num_heads, d, d]
     if mixer == "mamba":
         v = dims.mamba
         assert v is not None
