@@ -10,7 +10,8 @@ factor dropped), the output gate dropped (the normed output straight into out_pr
 exchanged (the lightning block, the full-attention block, the MLP), and the residual taken from the
 stream before the norm instead of the normed input. The computed slopes equal the buffers HF saves,
 and a variant (transformers' default layer pattern, the released checkpoints' factors, no decay
-buffers) matches HF.
+buffers) matches HF. A config's rotary_dim is rotated as the released model was trained, which
+transformers 5.24's minimax ignores: checked against HF with that partial RoPE patched in.
 """
 
 from __future__ import annotations
@@ -135,3 +136,42 @@ def test_minimax_variant_matches_hf(tmp_path):
     model = onnx.load(str(package / "model.onnx"), load_external_data=False)
     assert not [n for n in model.graph.node if n.name.endswith("_beta")]  # every beta is 1
     assert parity_error(package, checkpoint) < 1e-4
+
+
+def _released_rope(model, rotary: int, theta: float, monkeypatch) -> None:
+    """HF's MiniMax with the released model's partial RoPE: the first `rotary` channels of each
+    head rotated (rotate-half within them, frequencies over `rotary`), the rest passed through, as
+    the original code and transformers' MiniMax-M2 fix compute it; transformers 5.24's minimax
+    ignores rotary_dim and rotates every channel."""
+    import torch
+    from transformers.models.minimax import modeling_minimax as hf
+
+    def apply(q, k, cos, sin, unsqueeze_dim=1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+
+        def turn(x):
+            rotated, passed = x[..., :rotary], x[..., rotary:]
+            return torch.cat([rotated * cos + hf.rotate_half(rotated) * sin, passed], -1)
+
+        return turn(q), turn(k)
+
+    monkeypatch.setattr(hf, "apply_rotary_pos_emb", apply)
+    model.model.rotary_emb.inv_freq = 1.0 / theta ** (torch.arange(0, rotary, 2, dtype=torch.float) / rotary)
+
+
+def test_rotary_dim_rotates_as_the_released_model(tmp_path, monkeypatch):
+    """The released configs' rotary_dim (64 of head_dim 128) is rotated as the model was trained:
+    within 1e-4 of HF with that partial RoPE, and off the installed HF, which rotates every channel
+    (docs/hybrid-state.md §8.15)."""
+    from dense_models import save_dense
+
+    checkpoint = save_dense(tmp_path / "ckpt", FAMILY, rotary_dim=8)  # of head_dim 16
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, smoke=False))
+    prompt = list(LONG_PROMPT[:20])
+    tokens, got = ort_prefill_and_decode(package, prompt, steps=2)
+    as_installed = hf_logits(hf_model(checkpoint), tokens, len(prompt))
+    model = hf_model(checkpoint)
+    _released_rope(model, 8, 10000.0, monkeypatch)
+    assert np.abs(got - hf_logits(model, tokens, len(prompt))).max() < 1e-4  # measured 1.6e-6
+    assert np.abs(got - as_installed).max() > 1e-2  # measured 0.61
