@@ -129,6 +129,7 @@ MINIMAX = replace(
     name="minimax",
     mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "lightning"})),
     normed_residual=NormedResidualKeys(),
+    hf_rotates_full_head=True,  # its config keeps the released rotary_dim as an opaque attribute
     refusals=(
         Refusal(
             "sliding_window",

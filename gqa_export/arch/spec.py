@@ -292,6 +292,9 @@ class ArchSpec:
     # hold a rope_theta, none otherwise) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
+    # transformers' class rotates every channel whatever rotary_dim says (MiniMax): a narrower rope
+    # is rotated as configured, and the build says it differs from the installed class there
+    hf_rotates_full_head: bool = False
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
     # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters

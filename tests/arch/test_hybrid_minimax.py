@@ -167,7 +167,8 @@ def test_rotary_dim_rotates_as_the_released_model(tmp_path, monkeypatch):
 
     checkpoint = save_dense(tmp_path / "ckpt", FAMILY, rotary_dim=8)  # of head_dim 16
     package = tmp_path / "pkg"
-    build(BuildOptions(str(checkpoint), package, smoke=False))
+    result = build(BuildOptions(str(checkpoint), package, smoke=False))
+    assert any(n.startswith("RoPE on 8 of 16 channels per head") for n in result.notes), result.notes
     prompt = list(LONG_PROMPT[:20])
     tokens, got = ort_prefill_and_decode(package, prompt, steps=2)
     as_installed = hf_logits(hf_model(checkpoint), tokens, len(prompt))
