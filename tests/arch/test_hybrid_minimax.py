@@ -17,6 +17,7 @@ transformers 5.24's minimax ignores: checked against HF with that partial RoPE p
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import onnx
@@ -176,3 +177,22 @@ def test_rotary_dim_rotates_as_the_released_model(tmp_path, monkeypatch):
     _released_rope(model, 8, 10000.0, monkeypatch)
     assert np.abs(got - hf_logits(model, tokens, len(prompt))).max() < 1e-4  # measured 1.6e-6
     assert np.abs(got - as_installed).max() > 1e-2  # measured 0.61
+
+
+def test_sliding_window_is_refused_in_one_line(builds, tmp_path):
+    """transformers slides every full-attention layer by config.sliding_window while layer_types
+    marks them full_attention: refused before any weight is read, exit 2, nothing written."""
+    from cli_runner import invoke
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(builds.checkpoint(FAMILY), checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "sliding_window": 8}))
+    result = invoke("build", checkpoint, "-o", tmp_path / "p")
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: MiniMax with a sliding_window is not exported: its attention layers would slide while "
+        "layer_types marks them full_attention (sliding_window=8)"
+    ]
+    assert not (tmp_path / "p").exists()
