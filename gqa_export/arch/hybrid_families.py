@@ -1,6 +1,7 @@
 """One spec per hybrid family: decoders whose layers carry a fixed-size recurrent state (a short
-convolution, gated DeltaNet, Mamba2, Mamba or lightning attention) beside or instead of attention's KV cache
-(docs/hybrid-state.md). Only what differs from the Llama defaults is written down."""
+convolution, gated DeltaNet, Mamba2, Mamba or lightning attention) beside or instead of
+attention's KV cache (docs/hybrid-state.md). Only what differs from the Llama defaults is written
+down."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The token-mixer half of an architecture spec: which recurrent-state mixer each layer type gets
-(short convolution, gated DeltaNet, Mamba2, Mamba, lightning attention), the mixers' tensor names as data, how a layer
-holds its blocks, and the config multipliers around Linear layers (docs/hybrid-state.md). An
-`ArchSpec` (arch/spec.py) carries these as its `mixers`, `layer_blocks` and `multipliers`."""
+(short convolution, gated DeltaNet, Mamba2, Mamba, lightning attention), the mixers' tensor names
+as data, how a layer holds its blocks, and the config multipliers around Linear layers
+(docs/hybrid-state.md). An `ArchSpec` (arch/spec.py) carries these as its `mixers`, `layer_blocks`
+and `multipliers`."""
 
 from __future__ import annotations
 
@@ -128,20 +129,20 @@ LAYER_BLOCKS = ("mixer_and_mlp", "mixer", "mlp")
 class MixerSpec:
     """Layers whose token mixer is not attention (hybrid decoders with recurrent state).
 
-        kinds maps a value of the config's `layer_types` to a mixer kind (MIXER_KINDS); values not
-        listed are attention. A short-conv layer carries a fixed-size state (the last K-1 inputs of
-        its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
-        and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
-        a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
-        [I, N, 1] SSM state (§8.3); a lightning-attention layer (MiniMax) a [H, d, d] state decayed by a
+    kinds maps a value of the config's `layer_types` to a mixer kind (MIXER_KINDS); values not
+    listed are attention. A short-conv layer carries a fixed-size state (the last K-1 inputs of
+    its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
+    and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
+    a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
+    [I, N, 1] SSM state (§8.3); a lightning-attention layer (MiniMax) a [H, d, d] state decayed by a
     fixed rate per head (§8.15). mixing (MIXINGS): whether such a layer has the mixer instead of
-        attention or beside it (§8.4).
+    attention or beside it (§8.4).
 
-        prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
-        (prompt) form only, never in its single-token step (Nemotron-H: time_step_min, §8.6); None: no
-        such clamp. prompt_dt_limit names a config key holding a (min, max) pair that clamps dt the same
-        way, prompts only (Granite-4.0-H, Falcon-H1: time_step_limit, §8.2); None: a limit other than (0, inf) is
-        refused."""
+    prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
+    (prompt) form only, never in its single-token step (Nemotron-H: time_step_min, §8.6); None: no
+    such clamp. prompt_dt_limit names a config key holding a (min, max) pair that clamps dt the same
+    way, prompts only (Granite-4.0-H, Falcon-H1: time_step_limit, §8.2); None: a limit other than (0, inf) is
+    refused."""
 
     kinds: Mapping[str, str]
     mixing: str = "replace"
