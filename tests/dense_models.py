@@ -46,6 +46,7 @@ FAMILIES = [
     "qwen3_5_moe_text",
     "qwen3_next",
     "olmo_hybrid",
+    "minimax",
     "granitemoehybrid",
     "jamba",
     "falcon_h1",
@@ -339,6 +340,28 @@ def family_config(model_type: str) -> dict:
             rms_norm_eps=1e-6,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+        )
+    elif model_type == "minimax":  # lightning-attention + GQA layers, experts on every layer, scaled normed residuals
+        c.update(
+            num_hidden_layers=4,
+            # lightning first, as the released checkpoints; its decay is steep at layer 0, a third of
+            # that at layer 2 and nearly none at the last
+            layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+            head_dim=16,
+            intermediate_size=32,  # each expert's width
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            block_size=16,  # HF's prompt blocks: the 70-token prompt spans five, the last partial
+            # each block kind's alpha / beta away from 1 and from the others (a swap moves the logits)
+            full_attn_alpha_factor=1.4,
+            full_attn_beta_factor=0.9,
+            linear_attn_alpha_factor=1.6,
+            linear_attn_beta_factor=0.8,
+            mlp_alpha_factor=1.2,
+            mlp_beta_factor=0.6,
+            rms_norm_eps=1e-5,  # the lightning norm's own eps is 1e-6
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     elif model_type == "granitemoehybrid":  # Mamba2 (conv + SSM state) + NoPE GQA layers, experts + shared MLP
         c.update(

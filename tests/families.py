@@ -434,6 +434,20 @@ FAMILIES: tuple[Family, ...] = (
     # generic decoder), and as released: NoPE, beta = sigmoid(b)
     hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
+    # lightning attention (linear attention with a fixed decay per head and layer: one recurrent
+    # state and the runtime's one-element conv placeholder) + GQA layers, Mixtral's experts on every
+    # layer, each block added to its normed input with alpha / beta (MiniMax; genai 0.18 has no type
+    # of its own: the generic decoder). Marked from 5.x: the tiny config is spelled for 5.x
+    hybrid(
+        "minimax",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        prompt=LONG_PROMPT,
+        one_token_logits=True,
+        fp16_cuda=True,
+        since_major=5,
+    ),
     # Mamba2 (conv + SSM state) + NoPE GQA layers, top-k experts with a shared MLP (Granite-4.0-H)
     hybrid(
         "granitemoehybrid",

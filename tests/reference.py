@@ -34,11 +34,12 @@ def hf_model(model_dir: Path):
 
 
 # classes whose forward numbers a call's positions from 0 when not given position_ids, whatever the
-# cache holds (BambaModel: torch.arange(seq_len)); generate() passes them, so a decode step here does
-POSITIONS_NOT_FROM_CACHE = frozenset({"bamba", "recurrent_gemma"})
+# cache holds (BambaModel: torch.arange(seq_len); MiniMaxModel counts the past from layer 0's KV
+# cache, empty when layer 0 is lightning attention); generate() passes them, so a decode step here does
+POSITIONS_NOT_FROM_CACHE = frozenset({"bamba", "recurrent_gemma", "minimax"})
 # classes whose forward takes its cache only as `cache` (and returns it so): the alias they still
 # accept is cache_params, so a past_key_values argument would be dropped into **kwargs unread
-CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma"})
+CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma", "minimax"})
 # classes that keep their recurrent state in their modules and return no cache (RecurrentGemma): the
 # states are reset and the attention cache made here, then passed to every call
 STATEFUL = frozenset({"recurrent_gemma"})

@@ -1,13 +1,14 @@
 """One spec per hybrid family: decoders whose layers carry a fixed-size recurrent state (a short
-convolution, gated DeltaNet, Mamba2 or Mamba) beside or instead of attention's KV cache
-(docs/hybrid-state.md). Only what differs from the Llama defaults is written down."""
+convolution, gated DeltaNet, Mamba2, Mamba or lightning attention) beside or instead of
+attention's KV cache (docs/hybrid-state.md). Only what differs from the Llama defaults is written
+down."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
 
-from gqa_export.arch.families import GRANITEMOE, OLMO2
+from gqa_export.arch.families import GRANITEMOE, MIXTRAL, OLMO2
 from gqa_export.arch.mixer_spec import GatedDeltaNetNames, Mamba2Names, MixerSpec, Multiplier
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,
@@ -17,8 +18,10 @@ from gqa_export.arch.spec import (
     LayerNames,
     MoeNames,
     MoeSpec,
+    Refusal,
     config_keys,
 )
+from gqa_export.arch.stream_spec import NormedResidualKeys
 
 # LFM2: gated short-convolution layers (conv state instead of a KV cache) between GQA layers with
 # per-head q/k RMSNorm before RoPE; the final norm is stored as `embedding_norm`; the MLP width
@@ -115,6 +118,26 @@ OLMO_HYBRID = replace(
     ),
     layer=replace(OLMO2.layer, post_attention_norm="feedforward_layer_norm"),
     rope_layers="if_theta",
+)
+# MiniMax (MiniMax-Text-01, MiniMax-M1): lightning-attention layers (linear attention whose
+# [H, d, d] state decays by a fixed rate per head and layer, an output gate and an RMSNorm over
+# all heads) between GQA layers with RoPE, Mixtral's experts on every layer; each block adds to
+# its own normed input, both scaled by the config's alpha / beta of its kind (docs/hybrid-state.md
+# §8.16). transformers numbers a full-attention layer's window from config.sliding_window, which
+# the layer types do not mark: refused
+MINIMAX = replace(
+    MIXTRAL,
+    name="minimax",
+    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "lightning"})),
+    normed_residual=NormedResidualKeys(),
+    hf_rotates_full_head=True,  # its config keeps the released rotary_dim as an opaque attribute
+    refusals=(
+        Refusal(
+            "sliding_window",
+            "MiniMax with a sliding_window is not exported: its attention layers would slide while "
+            "layer_types marks them full_attention",
+        ),
+    ),
 )
 # Granite-4.0-H: Mamba2 layers (conv + SSM state) between Granite attention layers (NoPE unless
 # position_embedding_type is "rope"), Granite's multipliers, GraniteMoE's top-k router with an
@@ -233,5 +256,6 @@ NEMOTRON_H = ArchSpec(
     ignore=("mamba_dt_limit",),  # HF's mixer uses (time_step_min, inf) whatever time_step_limit says
 )
 HYBRIDS = (
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, GRANITEMOEHYBRID, JAMBA, FALCON_H1, NEMOTRON_H,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, GRANITEMOEHYBRID, JAMBA, FALCON_H1,
+    NEMOTRON_H,
 )  # fmt: skip

@@ -1,7 +1,8 @@
 """The token-mixer half of an architecture spec: which recurrent-state mixer each layer type gets
-(short convolution, gated DeltaNet, Mamba2, Mamba, RG-LRU), the mixers' tensor names as data, how a layer
-holds its blocks, and the config multipliers around Linear layers (docs/hybrid-state.md). An
-`ArchSpec` (arch/spec.py) carries these as its `mixers`, `layer_blocks` and `multipliers`."""
+(short convolution, gated DeltaNet, Mamba2, Mamba, RG-LRU, lightning attention), the mixers'
+tensor names as data, how a layer holds its blocks, and the config multipliers around Linear layers
+(docs/hybrid-state.md). An `ArchSpec` (arch/spec.py) carries these as its `mixers`, `layer_blocks`
+and `multipliers`."""
 
 from __future__ import annotations
 
@@ -112,9 +113,25 @@ class RgLruNames:
     out_proj: str = "temporal_block.linear_out"
 
 
+@dataclass(frozen=True)
+class LightningNames:
+    """A lightning-attention mixer's tensors (MiniMax's linear_attention layers), relative to the
+    layer: qkv_proj [3 H d, H] (q | k | v of each head in turn), output_gate and out_proj [H d, H]
+    / [H, H d], the RMSNorm over all heads' channels [H d] at its own eps (the module's default,
+    not rms_norm_eps), and the per-head decay rate slope_rate [H, 1, 1], a buffer the checkpoint may
+    hold (docs/hybrid-state.md §8.16)."""
+
+    qkv: str = "self_attn.qkv_proj"
+    output_gate: str = "self_attn.output_gate"
+    norm: str = "self_attn.norm"
+    out_proj: str = "self_attn.out_proj"
+    slope: str = "self_attn.slope_rate"
+    norm_eps: float = 1e-6
+
+
 MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "none")
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "lightning", "none")
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
@@ -135,7 +152,9 @@ class MixerSpec:
     and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
     a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
     [I, N, 1] SSM state (§8.3); an RG-LRU layer (RecurrentGemma) a conv state and a [W, 1, 1]
-    state, one LinearAttention head per channel (§8.15). mixing (MIXINGS): whether such a layer has the mixer instead of
+    state, one LinearAttention head per channel (§8.15); a lightning-attention layer (MiniMax) a
+    [H, d, d] state decayed by a fixed rate per head (§8.16). mixing (MIXINGS): whether such a
+    layer has the mixer instead of
     attention or beside it (§8.4).
 
     prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
@@ -152,6 +171,7 @@ class MixerSpec:
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
     mamba: MambaNames = field(default_factory=MambaNames)
     rglru: RgLruNames = field(default_factory=RgLruNames)
+    lightning: LightningNames = field(default_factory=LightningNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
     # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention

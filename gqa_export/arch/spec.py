@@ -29,7 +29,12 @@ from gqa_export.arch.moe_spec import PER_EXPERT_W as PER_EXPERT_W
 from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
 from gqa_export.arch.shared_block_spec import SharedBlockNames
-from gqa_export.arch.stream_spec import AlternatingUpdateNames, AugmentedResidualNames, HardTokenEmbedderNames
+from gqa_export.arch.stream_spec import (
+    AlternatingUpdateNames,
+    AugmentedResidualNames,
+    HardTokenEmbedderNames,
+    NormedResidualKeys,
+)
 from gqa_export.errors import InputError
 
 NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
@@ -293,6 +298,9 @@ class ArchSpec:
     # hold a rope_theta, none otherwise) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
+    # transformers' class rotates every channel whatever rotary_dim says (MiniMax): a narrower rope
+    # is rotated as configured, and the build says it differs from the installed class there
+    hf_rotates_full_head: bool = False
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
     # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters
@@ -347,6 +355,8 @@ class ArchSpec:
     alternating_updates: AlternatingUpdateNames | None = None
     augmented_residual: AugmentedResidualNames | None = None
     activation_sparsity: bool = False
+    # pre-norm layers whose residual is the block's normed input, both scaled (MiniMax); None: the stream
+    normed_residual: NormedResidualKeys | None = None
     hard_token_embedders: tuple[HardTokenEmbedderNames, ...] = ()
     # shared transformer blocks run ahead of the mixer of the layers of one type (Zamba2)
     shared_block: SharedBlockNames | None = None

@@ -29,12 +29,14 @@ from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
+from gqa_export.graph.lightning import lightning
 from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2, prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
+from gqa_export.graph.normed_residual import normed_residual_layer
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
@@ -283,6 +285,7 @@ STATE_MIXERS: dict[str, Callable[..., tuple[ir.Value, ...]]] = {
     "mamba2": mamba2,
     "mamba": mamba,
     "rglru": rglru,
+    "lightning": lightning,
 }
 
 
@@ -351,6 +354,8 @@ def decoder_layer(
         with b.scope("mlp"):
             mlp = _mlp(lc, x_mlp, h)
         return _residual(lc, h, b.op("Add", y, mlp, name="parallel_sum"), "residual"), kv
+    if lc.dims.residual_factors is not None:  # MiniMax: each block adds to its normed input, both scaled
+        return normed_residual_layer(lc, x, y, "attention" if state is None else "state", _norm, _mlp), kv
     if lc.spec.norm_layout == "pre" or _state_input_norm(lc, state, attention):
         h = _residual(lc, h, y, "residual_attn")
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")

@@ -5,7 +5,8 @@ layer. onnxruntime-genai allocates it from the input's static dims (every axis b
 starts it at zeros and swaps it each step (docs/hybrid-state.md §1.3); it finds short-convolution
 layers through `decoder.layer_types` and the layers with a conv and a recurrent state under one
 index through `past_recurrent_names` (§1.1, §1.2). The mixers themselves (graph/short_conv.py,
-graph/gated_deltanet.py, graph/mamba2.py, graph/mamba.py, graph/rglru.py) take their pasts and
+graph/gated_deltanet.py, graph/mamba2.py, graph/mamba.py, graph/rglru.py, graph/lightning.py) take
+their pasts and
 return their presents in the order listed here.
 """
 
@@ -29,6 +30,7 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "mamba2": (CONV, RECURRENT),  # Mamba2: the conv inputs, then the SSM state
     "mamba": (CONV, RECURRENT),  # Mamba (v1): the conv inputs, then the SSM state
     "rglru": (CONV, RECURRENT),  # RG-LRU: the conv inputs, then the per-channel recurrence's state
+    "lightning": (CONV, RECURRENT),  # lightning attention: a placeholder the runtime binds, then its state
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
@@ -36,6 +38,7 @@ MIXER_NAMES = {
     "mamba2": "Mamba2",
     "mamba": "Mamba",
     "rglru": "RG-LRU",
+    "lightning": "lightning-attention",
 }
 
 Shape = list[int | str]
@@ -51,13 +54,18 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     short conv [B, channels, K - 1], channels-first as its convolution runs), then
     the recurrent state (DeltaNet [B, Hv, dk, dv], Mamba2 [B, heads, state, head_dim], Mamba
     [B, channels, state, 1]: one LinearAttention head per channel, docs/hybrid-state.md §8.3; RG-LRU
-    [B, channels, 1, 1]: a scalar state per channel, §8.15)."""
+    [B, channels, 1, 1]: a scalar state per channel, §8.15). Lightning attention has no
+    convolution: its first state is a one-element placeholder that genai's RecurrentState binds
+    beside every recurrent state (§1.1, §8.16), then [B, H, d, d]."""
     if mixer == "short_conv":
         return ([B, dims.hidden_size, dims.conv_kernel - 1],)
     if mixer == "gated_deltanet":
         d = dims.deltanet
         assert d is not None
         return [B, d.kernel - 1, d.conv_channels], [B, d.value_heads, d.key_dim, d.value_dim]
+    if mixer == "lightning":
+        d = next(layer.head_dim for layer in dims.layers if layer.mixer == "lightning")
+        return [B, 1, 1], [B, dims.num_heads, d, d]
     if mixer == "mamba":
         v = dims.mamba
         assert v is not None

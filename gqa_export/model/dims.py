@@ -45,7 +45,14 @@ from gqa_export.model.multipliers import Resolved, embedding_multiplier, residua
 from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.shared_blocks import shared_uses
-from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
+from gqa_export.model.stream import (
+    AltUpDims,
+    HardTokenRange,
+    altup_dims,
+    hard_token_ranges,
+    normed_residual_factors,
+    sparsity_pattern,
+)
 
 SLIDING = "sliding_attention"
 CHUNKED = "chunked_attention"  # Llama-4: attention within chunks of attention_chunk_size positions
@@ -138,6 +145,8 @@ class ModelDims:
     scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
     nope_query_scale: tuple[float, int] | None = None  # (beta, length) of query_scale at pos + 1, NoPE layers
     value_head_dim: int = 0  # values narrower than head_dim, zero-padded in the cache (MiMo-V2-Flash); 0: as wide
+    # (alpha, beta) per block kind where each block adds to its normed input, alpha * x + beta * block(x) (MiniMax)
+    residual_factors: dict[str, tuple[float, float]] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -289,6 +298,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         scaleless_qk_norm=spec.qk_norm == "scaleless" and bool(opt("qk_norm_flag", True)),
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
+        residual_factors=normed_residual_factors(config, spec),
     )
 
 

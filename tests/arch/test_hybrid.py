@@ -100,6 +100,7 @@ def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, family, edi
         ("zamba", "CausalConvWithState"),
         ("recurrent_gemma", "LinearAttention"),
         ("recurrent_gemma", "CausalConvWithState"),
+        ("minimax", "LinearAttention"),
     ],
 )
 def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, family, op):
@@ -151,6 +152,7 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("zamba2", "zamba2's Mamba2"),
         ("zamba", "zamba's Mamba"),
         ("recurrent_gemma", "recurrent_gemma's RG-LRU"),
+        ("minimax", "minimax's lightning-attention"),
     ],
 )
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):

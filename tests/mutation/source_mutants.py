@@ -293,5 +293,18 @@ MUTANTS: list[Mutant] = [
       'i, module = i // self.sublayers, module.replace("{s}", str(i % self.sublayers))',
       'i, module = i // self.sublayers, module.replace("{s}", "0")',
       [f"{FAMILY}[longcat_flash]"]),
+    # --- graph: MiniMax's lightning attention and scaled normed residual
+    M("lightning-pad-decays-the-state", "graph", "gqa_export/graph/lightning.py",
+      'decay = b.op("Mul", lc.padding.keep, rates, name="decay")',
+      'decay = b.op("Mul", b.op("Exp", b.op("Sub", lc.padding.keep, lc.padding.keep)), rates, name="decay")',
+      ["tests/arch/test_families.py::test_ragged_batch_through_ort_equals_hf_row_by_row[minimax-gqa]"]),
+    M("lightning-layer-factor-dropped", "graph", "gqa_export/graph/lightning.py",
+      "factor = np.float32(1 - layer / (layers - 1 + 1e-5) + 1e-5)",
+      "factor = np.float32(1.0)",
+      ["tests/arch/test_hybrid_minimax.py::test_computed_slopes_equal_the_buffers_hf_saves"]),
+    M("normed-residual-from-the-stream", "graph", "gqa_export/graph/decoder.py",
+      'return normed_residual_layer(lc, x, y, "attention" if state is None else "state", _norm, _mlp), kv',
+      'return normed_residual_layer(lc, h, y, "attention" if state is None else "state", _norm, _mlp), kv',
+      [f"{FAMILY}[minimax]"]),
 ]
 # fmt: on
