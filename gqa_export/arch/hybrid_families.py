@@ -156,6 +156,12 @@ KIMI_LINEAR = replace(
             expert_bias="gate.e_score_correction_bias",
         ),
     ),
+    # transformers 5.x's own layout nests the forget gate; its save_pretrained puts the dense MLP beside the
+    # experts (the conv kernel stored whole there is read as such, graph/recurrent_state.py)
+    tensor_aliases=(
+        *((f"self_attn.{m}", f"self_attn.forget_gate.{m}") for m in ("f_a_proj", "f_b_proj", "A_log", "dt_bias")),
+        *((f"mlp.{m}", f"block_sparse_moe.{m}") for m in ("gate_proj", "up_proj", "down_proj")),
+    ),
     config_keys=config_keys(
         linear_key_heads="linear_num_heads",
         linear_value_heads="linear_num_heads",

@@ -107,7 +107,8 @@ def causal_conv(
     channels-last, over x [B, S, C] with the checkpoint's kernel [C, 1, K] (and its bias where the
     checkpoint stores one), convolving concat(past, x) (docs/hybrid-state.md §2). Returns (the
     output [B, S, C], the new conv state, typed as the mixer's first state). `parts`: kernels
-    stored per channel group (OLMo-Hybrid's q/k/v_conv1d), concatenated into the one `module` names.
+    stored per channel group (OLMo-Hybrid's q/k/v_conv1d), concatenated into the one `module` names
+    where the checkpoint does not store that one (transformers 5.x's own layout of Kimi-Linear does).
 
     The new state is the K - 1 inputs that end at the run's last real token, gathered per row from
     concat(past, x): the op's own present (the last K - 1 columns) would hold a right-padded row's
@@ -117,7 +118,8 @@ def causal_conv(
     b = lc.b
     assert lc.padding is not None
     weight_name = lc.name(module)
-    kernel = lc.params.stacked([lc.name(p) for p in parts]) if parts else lc.params.tensor(weight_name)
+    stacked = bool(parts) and weight_name not in lc.params.store  # the one kernel where the checkpoint stores it (5.x)
+    kernel = lc.params.stacked([lc.name(p) for p in parts]) if stacked else lc.params.tensor(weight_name)
     weight = b.initializer(weight_name, kernel)
     bias = None
     if lc.has(module, "bias"):

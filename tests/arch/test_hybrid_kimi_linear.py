@@ -11,12 +11,18 @@ initializer to plant into: the graph holds no rope table at all, and a rotated k
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import numpy as np
 import onnx
 import pytest
 from families import PROMPT
+from kimi_models import save_kimi_linear
 from mutants import copy_package, edit_initializers
 from reference import hf_logits, hf_model, ort_prefill_and_decode
+
+from gqa_export.pipeline import BuildOptions, build
 
 HEADS, DIM = 2, 16  # tests/dense_models.py kimi_linear: 2 KDA heads of 16
 KDA = "model.layers.[02].self_attn."  # the KDA layers 0 and 2
@@ -91,3 +97,52 @@ def test_mutant_kda_graph_fails_hf_parity(builds, tmp_path, mutant, edit):
     broken = copy_package(builds.package("kimi_linear"), tmp_path / mutant)
     assert _edit_graph(broken, edit) == 2  # both KDA layers
     assert not _parity(broken, builds.checkpoint("kimi_linear"))
+
+
+def _export(checkpoint, out):
+    build(BuildOptions(str(checkpoint), out, smoke=False, text_only=True))
+    return out
+
+
+def test_the_saved_layout_exports_the_hub_layouts_package(builds, tmp_path):
+    """transformers' save_pretrained layout (the dense MLP under block_sparse_moe) exports the hub
+    layout's graph and weights byte for byte (the same weights: tests/kimi_models.py), so the registry
+    row's checks hold for it too."""
+    out = _export(save_kimi_linear(tmp_path / "ckpt", "saved"), tmp_path / "pkg")
+    hub = builds.package("kimi_linear")
+    for name in ("model.onnx", "model.onnx.data", "genai_config.json"):
+        assert (out / name).read_bytes() == (hub / name).read_bytes(), name
+
+
+def test_the_v5_layout_matches_hf(tmp_path):
+    """transformers 5.x's own names (self_attn.forget_gate.*, one conv1d kernel, fused experts and the
+    dense MLP under mlp): the experts' initializers are named after the fused tensors, the rest as the
+    hub's; HF parity on the prompt and two decode steps."""
+    checkpoint = save_kimi_linear(tmp_path / "ckpt", "v5")
+    assert _parity(_export(checkpoint, tmp_path / "pkg"), checkpoint)
+
+
+# config.json as moonshotai's releases spell it: the layer pattern and the KDA shapes in linear_attn_config
+# (1-indexed layers), the dense layers by first_k_dense_replace, and the remote code's switches transformers'
+# class does not read (it always runs NoPE latent attention and the grouped sigmoid router)
+HUB_CONFIG = dict(
+    linear_attn_config={
+        "full_attn_layers": [2], "kda_layers": [1, 3], "num_heads": 2, "head_dim": 16, "short_conv_kernel_size": 4,
+    },
+    first_k_dense_replace=1, mla_use_nope=True, rope_theta=10000.0, moe_layer_freq=1,
+    use_grouped_topk=True, moe_router_activation_func="sigmoid", num_nextn_predict_layers=0,
+)  # fmt: skip
+SAVED_ONLY = ("layer_types", "mlp_layer_types", "linear_num_heads", "linear_head_dim", "linear_conv_kernel_dim")
+
+
+def test_the_hub_config_spelling_exports_the_same_package(builds, tmp_path):
+    """The registry checkpoint under a config.json spelled as the hub's (HUB_CONFIG) exports its package
+    byte for byte: transformers' config class reads the same layers and shapes from it."""
+    checkpoint = shutil.copytree(builds.checkpoint("kimi_linear"), tmp_path / "ckpt")
+    config = json.loads((checkpoint / "config.json").read_text())
+    config = {k: v for k, v in config.items() if k not in SAVED_ONLY} | HUB_CONFIG
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    out = _export(checkpoint, tmp_path / "pkg")
+    hub = builds.package("kimi_linear")
+    for name in ("model.onnx", "model.onnx.data", "genai_config.json"):
+        assert (out / name).read_bytes() == (hub / name).read_bytes(), name
