@@ -118,7 +118,7 @@ def causal_conv(
     b = lc.b
     assert lc.padding is not None
     weight_name = lc.name(module)
-    stacked = bool(parts) and weight_name not in lc.params.store  # the one kernel where the checkpoint stores it (5.x)
+    stacked = bool(parts) and weight_name not in lc.params.store  # else the whole kernel (5.x)
     kernel = lc.params.stacked([lc.name(p) for p in parts]) if stacked else lc.params.tensor(weight_name)
     weight = b.initializer(weight_name, kernel)
     bias = None

@@ -114,6 +114,13 @@ def test_the_saved_layout_exports_the_hub_layouts_package(builds, tmp_path):
         assert (out / name).read_bytes() == (hub / name).read_bytes(), name
 
 
+def test_query_lora_and_attention_biases_match_hf(tmp_path):
+    """The latent attention's other form (q_a_proj / q_a_layernorm / q_b_proj with a q_lora_rank) with
+    attention_bias (q_a_proj, kv_a_proj_with_mqa and o_proj biases), on MLA's layers only."""
+    checkpoint = save_kimi_linear(tmp_path / "ckpt", q_lora_rank=16, attention_bias=True)
+    assert _parity(_export(checkpoint, tmp_path / "pkg"), checkpoint)
+
+
 def test_the_v5_layout_matches_hf(tmp_path):
     """transformers 5.x's own names (self_attn.forget_gate.*, one conv1d kernel, fused experts and the
     dense MLP under mlp): the experts' initializers are named after the fused tensors, the rest as the
