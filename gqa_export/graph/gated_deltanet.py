@@ -6,7 +6,7 @@ fixed-size states instead of a KV cache (docs/hybrid-state.md §5).
     beta      = sigmoid(in_proj_b(h)) (x 2 for OLMo-Hybrid),  g = -exp(A_log) * softplus(in_proj_a(h) + dt_bias)
                 (per value head; per key channel for Kimi's KDA, graph/kda_gates.py)
     S         = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q     recurrent state [Hv, dk, dv]
-    out       = out_proj(rms(o) * norm.weight * silu(in_proj_z(h)))   per value head
+    out       = out_proj(rms(o) * norm.weight * silu(in_proj_z(h)))   per value head (sigmoid for Kimi's KDA)
 
 The convolution is com.microsoft.CausalConvWithState with its silu, channels-last (state
 [B, K - 1, conv_dim]; docs/hybrid-state.md §2); the recurrence is com.microsoft.LinearAttention

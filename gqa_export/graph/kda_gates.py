@@ -9,8 +9,8 @@ calls where the spec asks for it:
 The per-channel decay is the form com.microsoft.LinearAttention takes as `decay` [B, T, Hkv dk] (one
 log-decay per key dimension of each state head, docs/hybrid-state.md §3): the state S [dk, dv] of a head
 is scaled row by row, exp(g_c) S[c, :], which is HF's `state * g.exp()[..., None]`. A_log [1, 1, Hv, 1]
-is shared by a head's dk channels: -exp(A_log) is written repeated dk times, an fp32 initializer, as
-HF computes it in fp32."""
+is shared by a head's dk channels: -exp(A_log) is computed in fp32 at export, as HF computes it, and
+written repeated dk times."""
 
 from __future__ import annotations
 
