@@ -7,12 +7,13 @@ The decay per key channel (f_b_proj's columns and dt_bias averaged over each hea
 -exp(A_log) tiled over the channels instead of repeated per head), the short convolution on q/k/v (its
 kernel an identity: only silu left), beta (the delta rule's step taken whole: beta 1), and the
 output norm's sigmoid gate (a silu in its place, Qwen3.5's). The latent attention layers' NoPE has no
-initializer to plant into: the graph holds no rope table at all, and a rotated key would break parity."""
+initializer to plant into (the graph holds no rope table): a spec with RoPE on them is the mutant."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -153,3 +154,12 @@ def test_the_hub_config_spelling_exports_the_same_package(builds, tmp_path):
     hub = builds.package("kimi_linear")
     for name in ("model.onnx", "model.onnx.data", "genai_config.json"):
         assert (out / name).read_bytes() == (hub / name).read_bytes(), name
+
+
+def test_mutant_rope_on_the_latent_attention_layers_fails_hf_parity(builds, tmp_path, monkeypatch):
+    """transformers' KimiLinearAttention rotates nothing: RoPE (the default theta) on k_rope and q_rope
+    breaks parity (measured 1.2)."""
+    from gqa_export.arch import SPECS
+
+    monkeypatch.setitem(SPECS, "kimi_linear", replace(SPECS["kimi_linear"], rope_layers="all"))
+    assert not _parity(_export(builds.checkpoint("kimi_linear"), tmp_path / "pkg"), builds.checkpoint("kimi_linear"))
