@@ -97,7 +97,7 @@ done
 # HYBRIDS="minimax qwen3_5_text" bash benchmarks/device_check.sh (needs torch: the tiny checkpoints of
 # tests/dense_models.py). Each is built as CPU fp32 and CUDA fp16 / int4 packages; the table gives how
 # many of the 48 greedy CUDA tokens agree with the CPU fp32 package's before the first difference
-# (fp16 on a random tiny model may part at a near tie; docs/hybrid-state.md §8.15 for MiniMax).
+# (fp16 on a random tiny model may part at a near tie; docs/hybrid-state.md §8.16 for MiniMax).
 for family in ${HYBRIDS:-}; do
   PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" python -c "import sys; from dense_models import save_dense; save_dense(sys.argv[1], sys.argv[2])" \
     "$out/ckpt-$family" "$family"

@@ -23,6 +23,7 @@ from dense_models import VARIANTS as DENSE_VARIANTS
 from dense_models import save_dense
 from derived_moe_models import COHERE2_MOE_RMS, COHERE2_MOE_SIGMOID
 from gemma3n_models import save_gemma3n
+from kimi_models import save_kimi_linear
 from llama4_models import save_llama4
 from moe_models import save_moe
 from state_space_models import VARIANTS as STATE_SPACE_VARIANTS
@@ -445,6 +446,25 @@ FAMILIES: tuple[Family, ...] = (
         experts="fused",
         prompt=LONG_PROMPT,
         one_token_logits=True,
+        fp16_cuda=True,
+        since_major=5,
+    ),
+    # KDA layers (Kimi Delta Attention: per-channel decay, q/k/v convs, sigmoid-gated norm) + NoPE latent
+    # attention layers, a dense MLP then DeepSeek-V3's grouped biased-sigmoid experts (Kimi-Linear, in the
+    # hub's layout: tests/kimi_models.py; genai 0.18 has no type of its own: the generic decoder; mutants:
+    # tests/arch/test_hybrid_kimi_linear.py)
+    Family(
+        "kimi_linear",
+        "dense",
+        save_kimi_linear,
+        signal=0.5,
+        prompt=LONG_PROMPT,
+        generate_modes=("gqa", "gqa_latent"),
+        ragged_logits_modes=("gqa", "gqa_latent"),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
         fp16_cuda=True,
         since_major=5,
     ),

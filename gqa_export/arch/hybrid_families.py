@@ -9,6 +9,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.families import GRANITEMOE, MIXTRAL, OLMO2
+from gqa_export.arch.latent_families import DEEPSEEK_V3
 from gqa_export.arch.mixer_spec import GatedDeltaNetNames, Mamba2Names, MixerSpec, Multiplier
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,
@@ -139,6 +140,58 @@ MINIMAX = replace(
         ),
     ),
 )
+# Kimi-Linear: KDA layers (Kimi Delta Attention: the gated DeltaNet with separate q/k/v projections and
+# conv kernels, its decay per key channel from a low-rank f_a/f_b pair, A_log per head, a sigmoid-gated
+# o_norm behind a low-rank g_a/g_b gate) between DeepSeek-V3's latent attention layers without any RoPE
+# (transformers' KimiLinearAttention: NoPE, scale (qk_nope + qk_rope)^-0.5), dense MLPs where
+# mlp_layer_types says "dense", else DeepSeek-V3's grouped biased-sigmoid router, shared experts. Names as
+# the hub spells them: the mixers under self_attn, the sparse block block_sparse_moe with per-expert
+# w1/w3/w2, the dense MLP mlp (docs/hybrid-state.md §8.17)
+_KDA = GatedDeltaNetNames(
+    qkv="self_attn.qkv_proj",  # the graph's name for the concatenated q | k | v weight
+    qkv_parts=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    conv="self_attn.conv1d",
+    conv_parts=("self_attn.q_conv1d", "self_attn.k_conv1d", "self_attn.v_conv1d"),
+    z="self_attn.g_proj",  # the graph's names for the low-rank products
+    z_parts=("self_attn.g_a_proj", "self_attn.g_b_proj"),
+    a="self_attn.f_proj",
+    a_parts=("self_attn.f_a_proj", "self_attn.f_b_proj"),
+    b="self_attn.b_proj",
+    a_log="self_attn.A_log",
+    dt_bias="self_attn.dt_bias",
+    norm="self_attn.o_norm",
+    out_proj="self_attn.o_proj",
+    decay="per_channel",
+    gate="sigmoid",
+)
+KIMI_LINEAR = replace(
+    DEEPSEEK_V3,
+    name="kimi_linear",
+    rope_interleaved=False,
+    rope_layers="none",
+    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "gated_deltanet"}), gated_deltanet=_KDA),
+    moe=replace(
+        DEEPSEEK_V3.moe,  # type: ignore[arg-type]
+        names=MoeNames(
+            blocks=("block_sparse_moe.", "mlp."),
+            per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ),
+            shared_expert="shared_experts",
+            expert_bias="gate.e_score_correction_bias",
+        ),
+    ),
+    # transformers 5.x's own layout nests the forget gate; its save_pretrained puts the dense MLP beside the
+    # experts (the conv kernel stored whole there is read as such, graph/recurrent_state.py)
+    tensor_aliases=(
+        *((f"self_attn.{m}", f"self_attn.forget_gate.{m}") for m in ("f_a_proj", "f_b_proj", "A_log", "dt_bias")),
+        *((f"mlp.{m}", f"block_sparse_moe.{m}") for m in ("gate_proj", "up_proj", "down_proj")),
+    ),
+    config_keys=config_keys(
+        linear_key_heads="linear_num_heads",
+        linear_value_heads="linear_num_heads",
+        linear_key_head_dim="linear_head_dim",
+        linear_value_head_dim="linear_head_dim",
+    ),
+)
 # Granite-4.0-H: Mamba2 layers (conv + SSM state) between Granite attention layers (NoPE unless
 # position_embedding_type is "rope"), Granite's multipliers, GraniteMoE's top-k router with an
 # ungated shared MLP beside the experts, or that MLP alone when num_local_experts is 0
@@ -256,6 +309,7 @@ NEMOTRON_H = ArchSpec(
     ignore=("mamba_dt_limit",),  # HF's mixer uses (time_step_min, inf) whatever time_step_limit says
 )
 HYBRIDS = (
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, GRANITEMOEHYBRID, JAMBA, FALCON_H1,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, GRANITEMOEHYBRID, JAMBA,
+    FALCON_H1,
     NEMOTRON_H,
 )  # fmt: skip

@@ -37,7 +37,13 @@ class GatedDeltaNetNames:
     output (OLMo-Hybrid's q_proj | k_proj | v_proj), conv_parts their separate depthwise kernels that
     stand for conv1d, concatenated on the channels (its q/k/v_conv1d on the hub). norm_eps: the
     gated norm's own epsilon where it is not the model's (OLMo-Hybrid's o_norm: 1e-5, FLA's
-    default); None: the model's."""
+    default); None: the model's.
+
+    Kimi-Linear's KDA (docs/hybrid-state.md §8.17) departs in three named ways: a_parts / z_parts name
+    low-rank pairs of Linears (f_a then f_b, g_a then g_b) that stand for in_proj_a / in_proj_z;
+    decay (DELTANET_DECAYS) "per_channel" gives each key channel its own decay, a and dt_bias
+    [Hv dk] wide and A_log [Hv] shared by a head's dk channels, where "per_head" (Qwen3.5) gives
+    one per value head; gate (DELTANET_GATES) the gated norm's gate activation, sigmoid for KDA."""
 
     qkv: str = "linear_attn.in_proj_qkv"
     z: str = "linear_attn.in_proj_z"
@@ -53,6 +59,14 @@ class GatedDeltaNetNames:
     qkv_parts: tuple[str, ...] | None = None
     conv_parts: tuple[str, ...] | None = None
     norm_eps: float | None = None
+    a_parts: tuple[str, str] | None = None
+    z_parts: tuple[str, str] | None = None
+    decay: str = "per_head"
+    gate: str = "silu"
+
+
+DELTANET_DECAYS = ("per_head", "per_channel")
+DELTANET_GATES = ("silu", "sigmoid")
 
 
 @dataclass(frozen=True)

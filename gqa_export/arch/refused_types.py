@@ -21,7 +21,6 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
-    "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
     "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
     "token-shift state have no spec (docs/coverage.md)",
     "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "

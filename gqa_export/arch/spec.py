@@ -360,6 +360,9 @@ class ArchSpec:
     hard_token_embedders: tuple[HardTokenEmbedderNames, ...] = ()
     # shared transformer blocks run ahead of the mixer of the layers of one type (Zamba2)
     shared_block: SharedBlockNames | None = None
+    # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
+    # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
+    tensor_aliases: tuple[tuple[str, str], ...] = ()
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

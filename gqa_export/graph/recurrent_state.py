@@ -124,7 +124,8 @@ def causal_conv(
     kernel [C, 1, K] (and its bias where the checkpoint stores one), convolving concat(past, x)
     (docs/hybrid-state.md §2). Returns (the output and the new conv state, both laid out as x: the
     state is [B, K - 1, C] or [B, C, K - 1], typed as the mixer's first state). `parts`: kernels
-    stored per channel group (OLMo-Hybrid's q/k/v_conv1d), concatenated into the one `module` names.
+    stored per channel group (OLMo-Hybrid's q/k/v_conv1d), concatenated into the one `module` names
+    where the checkpoint does not store that one (transformers 5.x's own layout of Kimi-Linear does).
 
     Channels-first is the op's fast layout on CPU (3-6x the channels-last kernel's speed,
     docs/hybrid-state.md §2.1): a mixer whose projection splits cheaper channels-first takes it
@@ -138,7 +139,8 @@ def causal_conv(
     b = lc.b
     assert lc.padding is not None
     weight_name = lc.name(module)
-    kernel = lc.params.stacked([lc.name(p) for p in parts]) if parts else lc.params.tensor(weight_name)
+    stacked = bool(parts) and weight_name not in lc.params.store  # else the whole kernel (5.x)
+    kernel = lc.params.stacked([lc.name(p) for p in parts]) if stacked else lc.params.tensor(weight_name)
     weight = b.initializer(weight_name, kernel)
     bias = None
     if lc.has(module, "bias"):

@@ -40,6 +40,7 @@ from gqa_export.quant.kv_cache import check_kv_options
 from gqa_export.quant.quantize import plan_precision
 from gqa_export.recipes import Recipe, load_recipe
 from gqa_export.source import prequantized
+from gqa_export.source.aliases import aliased_views
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, text_config_of
 from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.expert_views import attention_expert_views
@@ -67,6 +68,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
+    if spec.tensor_aliases:  # a layer's modules spelled another way (source/aliases.py)
+        store = aliased_views(store, spec, dims.num_layers)
     if spec.attention_experts is not None:  # JetMoE: its expert attention as one qkv and o (source/expert_views.py)
         store = attention_expert_views(store, spec, text_config)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a

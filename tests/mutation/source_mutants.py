@@ -306,5 +306,22 @@ MUTANTS: list[Mutant] = [
       'return normed_residual_layer(lc, x, y, "attention" if state is None else "state", _norm, _mlp), kv',
       'return normed_residual_layer(lc, h, y, "attention" if state is None else "state", _norm, _mlp), kv',
       [f"{FAMILY}[minimax]"]),
+    # --- graph: Kimi-Linear's KDA (graph/kda_gates.py) and its checkpoint layouts (source/aliases.py)
+    M("kda-decay-scale-tiled", "graph", "gqa_export/graph/kda_gates.py",
+      "return np.repeat(-np.exp(v.reshape(-1)), d.key_dim).astype(np.float32)",
+      "return np.tile(-np.exp(v.reshape(-1)), d.key_dim).astype(np.float32)",
+      [f"{FAMILY}[kimi_linear]"]),
+    M("kda-gate-silu", "graph", "gqa_export/graph/gated_deltanet.py",
+      'if names.gate == "sigmoid":  # Kimi\'s KDA',
+      "if False:",
+      [f"{FAMILY}[kimi_linear]"]),
+    M("conv-parts-over-the-whole-kernel", "graph", "gqa_export/graph/recurrent_state.py",
+      "stacked = bool(parts) and weight_name not in lc.params.store  # else the whole kernel (5.x)",
+      "stacked = bool(parts)",
+      ["tests/arch/test_hybrid_kimi_linear.py::test_the_v5_layout_matches_hf"]),
+    M("tensor-aliases-ignored", "import", "gqa_export/plan/model_phase.py",
+      "if spec.tensor_aliases:  # a layer's modules spelled another way (source/aliases.py)",
+      "if False:",
+      ["tests/arch/test_hybrid_kimi_linear.py::test_the_saved_layout_exports_the_hub_layouts_package"]),
 ]
 # fmt: on
