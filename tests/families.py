@@ -139,6 +139,8 @@ class Family:
     # (the random weights are drawn by the installed transformers' initializers)
     smoke_meets_eos: frozenset[int] = frozenset()
     fp16_cuda: bool = False  # the fp16 CUDA package runs on CPU close to HF
+    # a recurrent state HF keeps in float32 in a half-precision model stays so in the fp16 graph (RWKV's WKV state)
+    fp32_recurrent_state: bool = False
     differs_under_4x: str | None = None  # why transformers 4.x's reference differs (compared under 5.x only)
     generate_differs_under_4x: str | None = None  # why 4.x's generate() differs (its greedy tokens compared under 5.x)
     fp16_differs_under_4x: str | None = None  # why the fp16 package is compared with 4.x's reference under 5.x only
@@ -480,6 +482,9 @@ FAMILIES: tuple[Family, ...] = (
     state_space("zamba2", fp16_cuda=True, gathered_tables=TIED),
     # Mamba (v1) in heads (each its own x_proj, dt_proj, B and C) and one shared block, no adapters (Zamba)
     state_space("zamba", fp16_cuda=True, gathered_tables=TIED, float_matmuls=True),
+    # RWKV-4 blocks (token shift, the WKV recurrence as an exact Scan, the squared-ReLU channel mix), no
+    # attention, rescaled every 2 blocks: recurrent state only, a float32 WKV state in the fp16 graph too
+    state_space("rwkv", fp16_cuda=True, fp32_recurrent_state=True),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),

@@ -95,9 +95,34 @@ class MambaNames:
     dt_bias: str | None = None
 
 
+@dataclass(frozen=True)
+class RwkvNames:
+    """An RWKV-4 block's modules (RwkvBlock), relative to the layer: the time mix (`attention.*`:
+    time_decay and time_first [C], the token-shift mixes time_mix_key/value/receptance [1, 1, H],
+    key/value/receptance [C, H], output [H, C]) and the channel mix (`feed_forward.*`: time_mix_key
+    and time_mix_receptance, key [F, H], receptance [H, H], value [H, F]); the layer norms are the
+    spec's input_norm (ln1) and post_attention_norm (ln2) (docs/hybrid-state.md §8.15)."""
+
+    time_decay: str = "attention.time_decay"
+    time_first: str = "attention.time_first"
+    att_mix_key: str = "attention.time_mix_key"
+    att_mix_value: str = "attention.time_mix_value"
+    att_mix_receptance: str = "attention.time_mix_receptance"
+    att_key: str = "attention.key"
+    att_value: str = "attention.value"
+    att_receptance: str = "attention.receptance"
+    att_output: str = "attention.output"
+    ffn_mix_key: str = "feed_forward.time_mix_key"
+    ffn_mix_receptance: str = "feed_forward.time_mix_receptance"
+    ffn_key: str = "feed_forward.key"
+    ffn_receptance: str = "feed_forward.receptance"
+    ffn_value: str = "feed_forward.value"
+
+
 MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "none")
+# "rwkv": the whole RWKV-4 block (time mix and channel mix, each with its token shift) is the layer
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rwkv", "none")
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
@@ -133,6 +158,7 @@ class MixerSpec:
     gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
     mamba: MambaNames = field(default_factory=MambaNames)
+    rwkv: RwkvNames = field(default_factory=RwkvNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
     # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention

@@ -24,8 +24,6 @@ REFUSED: dict[str, str] = {
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
-    "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
-    "token-shift state have no spec (docs/coverage.md)",
     "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
     "(docs/coverage.md)",
     "phi4_multimodal": "Phi-4-multimodal (genai's phi4mm package) needs its HD-transform image tower (448-pixel "

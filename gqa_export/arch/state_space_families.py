@@ -140,4 +140,25 @@ ZAMBA = replace(
     config_keys=_ZAMBA_KEYS,
 )
 
-STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA)
+# RWKV-4: one RwkvBlock per layer under rwkv.blocks.N (ln1 -> time mix -> add, ln2 -> channel mix ->
+# add), a LayerNorm of the embeddings stored as blocks.0.pre_ln, ln_out, an untied `head`; LayerNorms
+# with biases at layer_norm_epsilon (ln_out at nn.LayerNorm's 1e-5). No attention: each layer carries
+# its two token-shift inputs and its WKV numerator, denominator and running max (docs/hybrid-state.md §8.15)
+_RWKV_KEYS = config_keys(
+    norm_eps="layer_norm_epsilon", rwkv_channels="attention_hidden_size", rwkv_rescale="rescale_every"
+)
+RWKV = ArchSpec(
+    name="rwkv",
+    embed="embeddings.weight",
+    final_norm="ln_out.weight",
+    layer_prefix="blocks.{i}.",
+    layer=LayerNames(input_norm="ln1", post_attention_norm="ln2"),
+    norm="layer",
+    embedding_norm="blocks.0.pre_ln.weight",
+    mixers=MixerSpec(kinds=MappingProxyType({}), every_layer="rwkv", attention=False),
+    config_keys=_RWKV_KEYS,
+    decoder_prefixes=("rwkv.",),
+    lm_head_names=("head.weight",),
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA, RWKV)

@@ -42,6 +42,7 @@ from gqa_export.graph.per_layer import add_per_layer_input
 from gqa_export.graph.positions import position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
+from gqa_export.graph.rwkv import rwkv_block
 from gqa_export.graph.shared_block import shared_block_layer
 from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
@@ -123,6 +124,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora,
                 shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
             )  # fmt: skip
+            if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
+                h, shift, wkv_state = rwkv_block(lc, h, *state_pasts[i])
+                state_presents[i] = (shift, wkv_state)
+                continue
             state = attention = None
             if layer.mixer in STATE_MIXERS:
                 state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)

@@ -29,12 +29,15 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "gated_deltanet": (CONV, RECURRENT),  # Qwen3.5: the conv inputs, then the delta rule's state
     "mamba2": (CONV, RECURRENT),  # Mamba2: the conv inputs, then the SSM state
     "mamba": (CONV, RECURRENT),  # Mamba (v1): the conv inputs, then the SSM state
+    # RWKV-4: the two token-shift inputs (time mix, channel mix), then the WKV state (num, den, max)
+    "rwkv": (CONV, RECURRENT),
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
     "gated_deltanet": "gated-DeltaNet",
     "mamba2": "Mamba2",
     "mamba": "Mamba",
+    "rwkv": "RWKV",
 }
 
 Shape = list[int | str]
@@ -55,6 +58,10 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
         d = dims.deltanet
         assert d is not None
         return [B, d.kernel - 1, d.conv_channels], [B, d.value_heads, d.key_dim, d.value_dim]
+    if mixer == "rwkv":  # [B, 2, H]: the last time-mix and channel-mix inputs; [B, 3, C]: num, den, max
+        r = dims.rwkv
+        assert r is not None
+        return [B, 2, dims.hidden_size], [B, 3, r.channels]
     if mixer == "mamba":
         v = dims.mamba
         assert v is not None
@@ -64,12 +71,22 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     return [B, m.kernel - 1, m.conv_channels], [B, m.heads, m.state, m.head_dim]
 
 
+def state_dtypes(mixer: str, dtype: ir.DataType) -> tuple[ir.DataType, ...]:
+    """Each state's dtype, in STATE_NAMES order: the graph's, except RWKV's WKV state, which HF keeps
+    in float32 in a half-precision model (its num/den/max state tensors), as the graph does."""
+    if mixer == "rwkv":
+        return dtype, ir.DataType.FLOAT
+    return tuple(dtype for _ in STATE_NAMES[mixer])
+
+
 def state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[int, tuple[ir.Value, ...]]:
     """Each state layer's past inputs, layer by layer."""
     return {
         i: tuple(
-            b.input(past % i, dtype, shape)
-            for (past, _), shape in zip(STATE_NAMES[mixer], state_shapes(dims, mixer), strict=True)
+            b.input(past % i, state_dtype, shape)
+            for (past, _), shape, state_dtype in zip(
+                STATE_NAMES[mixer], state_shapes(dims, mixer), state_dtypes(mixer, dtype), strict=True
+            )
         )
         for i, mixer in state_layers(dims).items()
     }
@@ -81,9 +98,9 @@ def add_state_outputs(
     """present.N.* for every state layer, shaped as its inputs."""
     kinds = state_layers(dims)
     for i, values in sorted(presents.items()):
-        names, shapes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i])
-        for (_, present), shape, value in zip(names, shapes, values, strict=True):
-            b.output(value, present % i, dtype, shape)
+        names, shapes, dtypes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i]), state_dtypes(kinds[i], dtype)
+        for (_, present), shape, value, state_dtype in zip(names, shapes, values, dtypes, strict=True):
+            b.output(value, present % i, state_dtype, shape)
 
 
 def without_padding(lc: LayerContext, x: ir.Value, name: str = "keep_tokens") -> ir.Value:

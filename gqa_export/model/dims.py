@@ -43,6 +43,7 @@ from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_param
 from gqa_export.model.moe import MoeDims, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rope import RopeConfig
+from gqa_export.model.rwkv import RwkvDims, rwkv_dims
 from gqa_export.model.shared_blocks import shared_uses
 from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
 
@@ -126,6 +127,7 @@ class ModelDims:
     deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
+    rwkv: RwkvDims | None = None  # RWKV-4 blocks' time-mix width and rescaling (model/rwkv.py)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (model/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
@@ -276,6 +278,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         deltanet=deltanet_dims(opt, spec, mixers),
         mamba2=mamba2,
         mamba=mamba_dims(opt, spec, mixers, hidden),
+        rwkv=rwkv_dims(opt, spec, mixers, hidden),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
