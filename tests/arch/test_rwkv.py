@@ -103,3 +103,31 @@ def test_rwkv_variant_tied_without_rescaling_matches_hf(tmp_path):
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, smoke=False))
     assert_variant_matches_hf(package, checkpoint)
+
+
+def test_rwkv_fresh_state_starts_at_hfs_running_max(tmp_path):
+    """onnxruntime-genai starts the WKV state at zeros, HF its running max at -1e30. With block 0's
+    keys 60 times larger (down to about -100) a zero max underflows exp(k - max) and the first
+    token's output is 0 / 0; the graph starts a state that has seen nothing (den 0) at HF's max and
+    stays exact, and the mutant without that start does not (docs/hybrid-state.md §8.15)."""
+    import torch
+    from state_space_models import build_state_space
+    from tiny_models import save_tokenizer
+
+    model = build_state_space(RWKV)
+    with torch.no_grad():
+        model.rwkv.blocks[0].attention.key.weight.mul_(60)
+    checkpoint = tmp_path / "ckpt"
+    model.save_pretrained(checkpoint)
+    save_tokenizer(checkpoint, vocab_size=384)
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, smoke=False))
+    assert parity_error(package, checkpoint) < 1e-4
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    starts = [n for n in graph.graph.node if n.name.endswith("/initial_max")]
+    assert len(starts) == 3
+    for start in starts:  # the past max as it comes: zeros from the runtime
+        for other in graph.graph.node:
+            other.input[:] = [start.input[2] if i == start.output[0] else i for i in other.input]
+    onnx.save(graph, str(package / "model.onnx"))
+    assert not parity_error(package, checkpoint) < 1e-2  # NaN: 0 / 0 at the first token
