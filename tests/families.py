@@ -485,6 +485,9 @@ FAMILIES: tuple[Family, ...] = (
     # RWKV-4 blocks (token shift, the WKV recurrence as an exact Scan, the squared-ReLU channel mix), no
     # attention, rescaled every 2 blocks: recurrent state only, a float32 WKV state in the fp16 graph too
     state_space("rwkv", fp16_cuda=True, fp32_recurrent_state=True),
+    # xLSTM blocks: an mLSTM (matrix memory, exponential input gate, max stabilizer, as an exact Scan) and a
+    # SwiGLU MLP, no attention; the prompt against HF's chunkwise kernel (chunks of 16, then single steps)
+    state_space("xlstm", fp16_cuda=True),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),

@@ -38,7 +38,7 @@ def hf_model(model_dir: Path):
 POSITIONS_NOT_FROM_CACHE = frozenset({"bamba"})
 # classes whose forward takes its cache only as `cache` (and returns it so): the alias they still
 # accept is cache_params, so a past_key_values argument would be dropped into **kwargs unread
-CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba"})
+CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "xlstm"})
 # classes whose forward takes and returns their recurrent state as `state` (RWKV's five tensors)
 STATE_KEYWORD = frozenset({"rwkv"})
 

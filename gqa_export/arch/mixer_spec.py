@@ -119,10 +119,27 @@ class RwkvNames:
     ffn_value: str = "feed_forward.value"
 
 
+@dataclass(frozen=True)
+class MlstmNames:
+    """An xLSTM block's mLSTM layer (`mlstm_layer.*`, weight_mode "single"), relative to the layer:
+    q and k [NH dqk, H], v and ogate_preact [NH dv, H], igate_preact and fgate_preact [NH, H] with
+    biases, the multi-head LayerNorm's weight [NH dv] and out_proj [H, NH dv] (docs/hybrid-state.md §8.16)."""
+
+    q: str = "mlstm_layer.q"
+    k: str = "mlstm_layer.k"
+    v: str = "mlstm_layer.v"
+    o: str = "mlstm_layer.ogate_preact"
+    i: str = "mlstm_layer.igate_preact"
+    f: str = "mlstm_layer.fgate_preact"
+    norm: str = "mlstm_layer.multihead_norm"
+    out_proj: str = "mlstm_layer.out_proj"
+
+
 MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
 # "rwkv": the whole RWKV-4 block (time mix and channel mix, each with its token shift) is the layer
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rwkv", "none")
+# "mlstm": xLSTM's matrix-memory LSTM with exponential gating (a state mixer beside a SwiGLU MLP)
+MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rwkv", "mlstm", "none")
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
@@ -159,11 +176,15 @@ class MixerSpec:
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
     mamba: MambaNames = field(default_factory=MambaNames)
     rwkv: RwkvNames = field(default_factory=RwkvNames)
+    mlstm: MlstmNames = field(default_factory=MlstmNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
     # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention
     # keys, and each layer is one block, the `every_layer` mixer behind its norm (docs/hybrid-state.md §8.10)
     attention: bool = True
+    # what each layer of a stack without attention holds (LAYER_BLOCKS): the mixer alone (Mamba, Mamba2)
+    # or the mixer and then an MLP, each behind its norm (xLSTM's mLSTM and SwiGLU)
+    state_only_blocks: str = "mixer"
     # the Mamba (v1) mixer's RMSNorms on dt, B and C (MAMBA_DT_BC_NORMS): "weighted" (Jamba: stored
     # weights, the model's eps), "unit" (Falcon-Mamba: no weight, eps from config key mixer_rms_eps),
     # "none" (Mamba) (docs/hybrid-state.md §8.3, §8.11)

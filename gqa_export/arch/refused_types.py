@@ -24,8 +24,6 @@ REFUSED: dict[str, str] = {
     "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
     "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
     "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
-    "xlstm": "xLSTM's mLSTM (exponential input gate with a normalizer and max-stabilizer state, a matrix "
-    "memory per head) has no spec or graph yet; HF's prompt pass is a chunkwise kernel (docs/coverage.md)",
     "phi4_multimodal": "Phi-4-multimodal (genai's phi4mm package) needs its HD-transform image tower (448-pixel "
     "crops plus a global view joined by learned separators), its speech tower and the vision/speech LoRA adapters of "
     "its text decoder, none of which gqa-export builds",

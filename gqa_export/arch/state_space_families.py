@@ -161,4 +161,32 @@ RWKV = ArchSpec(
     lm_head_names=("head.weight",),
 )
 
-STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA, RWKV)
+# xLSTM (xLSTMForCausalLM, the 7B's "xLSTM-large" blocks): backbone.blocks.N with norm_mlstm -> mLSTM ->
+# add, norm_ffn -> SwiGLU (proj_up_gate, proj_up, proj_down) -> add; RMSNorms at norm_eps, out_norm, an
+# untied lm_head whose logits are soft-capped at output_logit_soft_cap (docs/hybrid-state.md §8.16)
+_XLSTM_KEYS = config_keys(
+    norm_eps="norm_eps", final_softcap="output_logit_soft_cap", ffn_ratio="ffn_proj_factor",
+    ffn_multiple_of="ffn_round_up_to_multiple_of",
+)  # fmt: skip
+XLSTM = ArchSpec(
+    name="xlstm",
+    embed="embeddings.weight",
+    final_norm="out_norm.weight",
+    layer_prefix="blocks.{i}.",
+    layer=LayerNames(
+        input_norm="norm_mlstm",
+        post_attention_norm="norm_ffn",
+        gate="ffn.proj_up_gate",
+        up="ffn.proj_up",
+        down="ffn.proj_down",
+    ),
+    ffn_size="rounded_ratio",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({}), every_layer="mlstm", attention=False, state_only_blocks="mixer_and_mlp"
+    ),
+    layer_blocks=MappingProxyType({}),
+    config_keys=_XLSTM_KEYS,
+    decoder_prefixes=("backbone.",),
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA, RWKV, XLSTM)

@@ -33,6 +33,7 @@ from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2, prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
+from gqa_export.graph.mlstm import mlstm
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
 from gqa_export.graph.options import GraphOptions
@@ -125,8 +126,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
             )  # fmt: skip
             if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
-                h, shift, wkv_state = rwkv_block(lc, h, *state_pasts[i])
-                state_presents[i] = (shift, wkv_state)
+                h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
                 continue
             state = attention = None
             if layer.mixer in STATE_MIXERS:
@@ -284,6 +284,7 @@ STATE_MIXERS: dict[str, Callable[..., tuple[ir.Value, ...]]] = {
     "gated_deltanet": gated_deltanet,
     "mamba2": mamba2,
     "mamba": mamba,
+    "mlstm": mlstm,
 }
 
 

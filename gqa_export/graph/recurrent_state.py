@@ -31,6 +31,8 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "mamba": (CONV, RECURRENT),  # Mamba (v1): the conv inputs, then the SSM state
     # RWKV-4: the two token-shift inputs (time mix, channel mix), then the WKV state (num, den, max)
     "rwkv": (CONV, RECURRENT),
+    # xLSTM's mLSTM: the normalizer and max stabilizer (n | m), then the matrix memory C
+    "mlstm": (CONV, RECURRENT),
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
@@ -38,6 +40,7 @@ MIXER_NAMES = {
     "mamba2": "Mamba2",
     "mamba": "Mamba",
     "rwkv": "RWKV",
+    "mlstm": "mLSTM",
 }
 
 Shape = list[int | str]
@@ -62,6 +65,10 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
         r = dims.rwkv
         assert r is not None
         return [B, 2, dims.hidden_size], [B, 3, r.channels]
+    if mixer == "mlstm":  # [B, NH, dqk + 1]: n | m; [B, NH, dqk, dv]: C
+        x = dims.mlstm
+        assert x is not None
+        return [B, x.heads, x.qk_head + 1], [B, x.heads, x.qk_head, x.v_head]
     if mixer == "mamba":
         v = dims.mamba
         assert v is not None

@@ -28,8 +28,10 @@ from gqa_export.graph.wkv import wkv
 B, S = "batch_size", "sequence_length"
 
 
-def rwkv_block(lc: LayerContext, h: ir.Value, past_shift: ir.Value, past_wkv: ir.Value) -> tuple[ir.Value, ...]:
-    """(the layer's output [B, S, H], the new shift state [B, 2, H], the new WKV state [B, 3, C])."""
+def rwkv_block(
+    lc: LayerContext, h: ir.Value, past_shift: ir.Value, past_wkv: ir.Value
+) -> tuple[ir.Value, tuple[ir.Value, ir.Value]]:
+    """(the layer's output [B, S, H], (the new shift state [B, 2, H], the new WKV state [B, 3, C]))."""
     b, dims, params = lc.b, lc.dims, lc.params
     r, names, layer = dims.rwkv, lc.spec.mixers.rwkv, lc.spec.layer  # type: ignore[union-attr]
     assert r is not None and lc.padding is not None
@@ -66,7 +68,7 @@ def rwkv_block(lc: LayerContext, h: ir.Value, past_shift: ir.Value, past_wkv: ir
         )
     shift = b.op("Concat", att_state, ffn_state, axis=1, name="shift_state")
     typed(shift, params.dtype, state_shapes(dims, "rwkv")[0])
-    return h, shift, wkv_state
+    return h, (shift, wkv_state)
 
 
 def token_shift(lc: LayerContext, x: ir.Value, past: ir.Value) -> tuple[ir.Value, ir.Value]:

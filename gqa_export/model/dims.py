@@ -46,6 +46,7 @@ from gqa_export.model.rope import RopeConfig
 from gqa_export.model.rwkv import RwkvDims, rwkv_dims
 from gqa_export.model.shared_blocks import shared_uses
 from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
+from gqa_export.model.xlstm import MlstmDims, mlstm_dims
 
 SLIDING = "sliding_attention"
 CHUNKED = "chunked_attention"  # Llama-4: attention within chunks of attention_chunk_size positions
@@ -128,6 +129,7 @@ class ModelDims:
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
     rwkv: RwkvDims | None = None  # RWKV-4 blocks' time-mix width and rescaling (model/rwkv.py)
+    mlstm: MlstmDims | None = None  # xLSTM's mLSTM heads and gates (model/xlstm.py)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (model/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
@@ -279,6 +281,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         mamba2=mamba2,
         mamba=mamba_dims(opt, spec, mixers, hidden),
         rwkv=rwkv_dims(opt, spec, mixers, hidden),
+        mlstm=mlstm_dims(config, opt, spec, mixers),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),

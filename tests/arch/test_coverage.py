@@ -97,10 +97,10 @@ def test_recipes_coverage_prints_the_table():
     assert result.exit_code == 0, result.output
     rows = {row["model_type"]: row for row in json.loads(result.stdout)}
     assert rows["llama"]["status"] == "exported" and rows["llama"]["recipe"] == "llama"
-    assert rows["xlstm"]["status"] == "refused" and "mLSTM" in rows["xlstm"]["reason"]
+    assert rows["minimax"]["status"] == "refused" and "lightning" in rows["minimax"]["reason"]
     assert rows["bert"]["status"] == "not applicable"
     table = CliRunner().invoke(app, ["recipes", "--coverage"], env={"COLUMNS": "300"})
-    assert table.exit_code == 0 and re.search(r"xlstm\s+│ refused", table.output), table.output
+    assert table.exit_code == 0 and re.search(r"minimax\s+│ refused", table.output), table.output
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def no_weight_read(monkeypatch):
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
-        (dict(model_type="xlstm", architectures=["xLSTMForCausalLM"]), REFUSED["xlstm"]),
+        (dict(model_type="minimax", architectures=["MiniMaxForCausalLM"]), REFUSED["minimax"]),
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # a multimodal class whose text decoder is a supported family: refused by its own type
         (dict(model_type="llava", architectures=["LlavaForConditionalGeneration"]), REFUSED["llava"]),

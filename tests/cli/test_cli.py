@@ -104,8 +104,8 @@ def _truncate_shard(folder: Path) -> None:
     [
         (
             # a type transformers maps but gqa-export refuses by name: the coverage table's one line
-            _set_config(model_type="xlstm", architectures=["xLSTMForCausalLM"]),
-            r"model_type 'xlstm' is not exported: xLSTM's mLSTM .*\(docs/coverage.md\)",
+            _set_config(model_type="minimax", architectures=["MiniMaxForCausalLM"]),
+            r"model_type 'minimax' is not exported: MiniMax's lightning .*\(docs/coverage.md\)",
         ),
         (
             _set_config(model_type="brand_new", architectures=["BrandNewForCausalLM"]),
