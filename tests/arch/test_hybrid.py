@@ -148,6 +148,8 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("mamba", "mamba's Mamba"),
         ("zamba2", "zamba2's Mamba2"),
         ("zamba", "zamba's Mamba"),
+        ("rwkv", "rwkv's RWKV"),
+        ("xlstm", "xlstm's mLSTM"),
     ],
 )
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):
