@@ -131,3 +131,32 @@ def test_rwkv_fresh_state_starts_at_hfs_running_max(tmp_path):
             other.input[:] = [start.input[2] if i == start.output[0] else i for i in other.input]
     onnx.save(graph, str(package / "model.onnx"))
     assert not parity_error(package, checkpoint) < 1e-2  # NaN: 0 / 0 at the first token
+
+
+def _ignore_keep_in_steps(model: onnx.ModelProto, suffixes: tuple[str, ...]) -> int:
+    """Every Scan body's state outputs Where(keep, new, old) replaced by `new`: padding advances the state."""
+    count = 0
+    for node in (n for n in model.graph.node if n.op_type == "Scan"):
+        body = next(a.g for a in node.attribute if a.name == "body")
+        wheres = {n.output[0]: n.input[1] for n in body.node if n.op_type == "Where" and n.name.endswith(suffixes)}
+        for output in body.output:
+            if output.name in wheres:
+                output.name, count = wheres[output.name], count + 1
+    return count
+
+
+@pytest.mark.parametrize(
+    ("family", "suffixes"),
+    [("rwkv", ("/num_out", "/den_out", "/max_out")), ("xlstm", ("/c_out", "/n_out", "/m_out"))],
+    ids=["rwkv", "xlstm"],
+)
+def test_padding_mutant_fails_the_ragged_batch(builds, tmp_path, family, suffixes):
+    """The recurrence run over a right-padded row's trailing padding (the keep mask ignored inside the
+    Scan): that row's decode steps leave HF's on its unpadded prompt (docs/hybrid-state.md §1.5)."""
+    from reference import hf_model, ragged_logits_error
+
+    package = copy_tree(builds.package(family), tmp_path / "pkg")
+    model = onnx.load(str(package / "model.onnx"), load_external_data=False)
+    assert _ignore_keep_in_steps(model, suffixes) == 3 * len([n for n in model.graph.node if n.op_type == "Scan"])
+    onnx.save(model, str(package / "model.onnx"))
+    assert ragged_logits_error(package, hf_model(builds.checkpoint(family))) > 1e-2
