@@ -140,6 +140,8 @@ class Family:
     # (the random weights are drawn by the installed transformers' initializers)
     smoke_meets_eos: frozenset[int] = frozenset()
     fp16_cuda: bool = False  # the fp16 CUDA package runs on CPU close to HF
+    # a recurrent state HF keeps in float32 in a half-precision model stays so in the fp16 graph (RWKV's WKV state)
+    fp32_recurrent_state: bool = False
     differs_under_4x: str | None = None  # why transformers 4.x's reference differs (compared under 5.x only)
     generate_differs_under_4x: str | None = None  # why 4.x's generate() differs (its greedy tokens compared under 5.x)
     fp16_differs_under_4x: str | None = None  # why the fp16 package is compared with 4.x's reference under 5.x only
@@ -517,6 +519,12 @@ FAMILIES: tuple[Family, ...] = (
     # RG-LRU blocks (conv + a scalar state per channel) beside local MQA (window 8 < the 70-token prompt)
     # with RoPE on half of each head; the gates' 3-D block-diagonal weights stay float (RecurrentGemma)
     state_space("recurrent_gemma", fp16_cuda=True, gathered_tables=TIED, float_matmuls=True, one_token_logits=True),
+    # RWKV-4 blocks (token shift, the WKV recurrence as an exact Scan, the squared-ReLU channel mix), no
+    # attention, rescaled every 2 blocks: recurrent state only, a float32 WKV state in the fp16 graph too
+    state_space("rwkv", fp16_cuda=True, fp32_recurrent_state=True),
+    # xLSTM blocks: an mLSTM (matrix memory, exponential input gate, max stabilizer, as an exact Scan) and a
+    # SwiGLU MLP, no attention; the prompt against HF's chunkwise kernel (chunks of 16, then single steps)
+    state_space("xlstm", fp16_cuda=True),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),

@@ -125,10 +125,68 @@ def state_space_config(model_type: str) -> dict:
             rms_norm_eps=1e-6,
         )
         return c
+    if model_type == "rwkv":  # RWKV-4 blocks, no attention; 3 blocks rescaled after the second
+        c = dict(_SSM_COMMON)
+        c.update(
+            num_hidden_layers=3,
+            attention_hidden_size=64,  # HF's state is hidden_size wide: another width cannot use its cache
+            intermediate_size=128,
+            context_length=256,
+            rescale_every=2,  # block 2's output weights / 2, the stream halved after block 1 (eval mode)
+            tie_word_embeddings=False,  # the class's default
+        )
+        return c
+    if model_type == "xlstm":  # mLSTM + SwiGLU blocks, no attention; 2 heads of q/k 32, v 64
+        c = {k: v for k, v in _SSM_COMMON.items() if k != "hidden_size"}
+        c.update(
+            hidden_size=128,  # q/k width 64 and value width 128: multiples of 64, as HF's cache needs
+            num_hidden_layers=2,
+            num_heads=2,
+            chunk_size=16,  # the 70-token prompt spans HF's chunkwise kernel (64, then 4 single steps)
+            norm_eps=1e-5,
+        )
+        return c
     raise ValueError(model_type)
 
 
-FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma"]
+def _randomize_xlstm(model, g: torch.Generator) -> None:
+    """Gates that matter: input-gate biases N(-2, 1.5) (the normalizer's floor e^(-m) and the
+    query scale it brings in bind at some positions, |q . n| at others) and forget-gate biases
+    N(2, 1) (the state outlives a few tokens), norm weights 1 + 0.3 N, Linears N(0, 0.15)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("igate_preact.bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 1.5 - 2.0)
+            elif name.endswith("fgate_preact.bias"):
+                p.copy_(torch.randn(p.shape, generator=g) + 2.0)
+            elif "norm" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 1.0)
+            elif "embeddings" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.15)
+
+
+def _randomize_rwkv(model, g: torch.Generator) -> None:
+    """RWKV's own parameters away from HF's schedules: decays exp(N(0, 1)) per channel, a time_first
+    bonus N(0, 1), token-shift mixes U(0, 1), LayerNorm weights 1 + 0.3 N and biases 0.2 N, unit
+    embeddings (HF's 1e-4-gain table would vanish in pre_ln's eps), Linears N(0, 0.25)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf in ("time_decay", "time_first"):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif leaf.startswith("time_mix_"):
+                p.copy_(torch.rand(p.shape, generator=g))
+            elif ".ln" in name or "pre_ln" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if leaf == "weight" else 0.2) + (leaf == "weight"))
+            elif "embeddings" in name:
+                p.copy_(torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.25)
+
+
+FAMILIES = ["bamba", "mamba2", "mamba", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma", "rwkv", "xlstm"]
 # extra variants: tag -> (model_type, overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {}
 
@@ -139,8 +197,11 @@ def build_state_space(model_type: str, seed: int = 0, **overrides):
     config = AutoConfig.for_model(model_type, **kwargs)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.eval()
-    _randomize(model, model_type, torch.Generator().manual_seed(seed + 1))
+    model.eval()  # (no forward here: an RWKV forward in eval mode would rescale the weights it saves)
+    if model_type in ("rwkv", "xlstm"):
+        (_randomize_rwkv if model_type == "rwkv" else _randomize_xlstm)(model, torch.Generator().manual_seed(seed + 1))
+    else:
+        _randomize(model, model_type, torch.Generator().manual_seed(seed + 1))
     if model_type == "recurrent_gemma":
         _randomize_rglru(model, torch.Generator().manual_seed(seed + 2))
     return model

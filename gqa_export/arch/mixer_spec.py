@@ -143,9 +143,53 @@ class LightningNames:
     norm_eps: float = 1e-6
 
 
+@dataclass(frozen=True)
+class RwkvNames:
+    """An RWKV-4 block's modules (RwkvBlock), relative to the layer: the time mix (`attention.*`:
+    time_decay and time_first [C], the token-shift mixes time_mix_key/value/receptance [1, 1, H],
+    key/value/receptance [C, H], output [H, C]) and the channel mix (`feed_forward.*`: time_mix_key
+    and time_mix_receptance, key [F, H], receptance [H, H], value [H, F]); the layer norms are the
+    spec's input_norm (ln1) and post_attention_norm (ln2) (docs/hybrid-state.md §8.18)."""
+
+    time_decay: str = "attention.time_decay"
+    time_first: str = "attention.time_first"
+    att_mix_key: str = "attention.time_mix_key"
+    att_mix_value: str = "attention.time_mix_value"
+    att_mix_receptance: str = "attention.time_mix_receptance"
+    att_key: str = "attention.key"
+    att_value: str = "attention.value"
+    att_receptance: str = "attention.receptance"
+    att_output: str = "attention.output"
+    ffn_mix_key: str = "feed_forward.time_mix_key"
+    ffn_mix_receptance: str = "feed_forward.time_mix_receptance"
+    ffn_key: str = "feed_forward.key"
+    ffn_receptance: str = "feed_forward.receptance"
+    ffn_value: str = "feed_forward.value"
+
+
+@dataclass(frozen=True)
+class MlstmNames:
+    """An xLSTM block's mLSTM layer (`mlstm_layer.*`, weight_mode "single"), relative to the layer:
+    q and k [NH dqk, H], v and ogate_preact [NH dv, H], igate_preact and fgate_preact [NH, H] with
+    biases, the multi-head LayerNorm's weight [NH dv] and out_proj [H, NH dv] (docs/hybrid-state.md §8.19)."""
+
+    q: str = "mlstm_layer.q"
+    k: str = "mlstm_layer.k"
+    v: str = "mlstm_layer.v"
+    o: str = "mlstm_layer.ogate_preact"
+    i: str = "mlstm_layer.igate_preact"
+    f: str = "mlstm_layer.fgate_preact"
+    norm: str = "mlstm_layer.multihead_norm"
+    out_proj: str = "mlstm_layer.out_proj"
+
+
 MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "lightning", "none")
+# "rwkv": the whole RWKV-4 block (time mix and channel mix, each with its token shift) is the layer
+# "mlstm": xLSTM's matrix-memory LSTM with exponential gating (a state mixer beside a SwiGLU MLP)
+MIXER_KINDS = (
+    "attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "lightning", "rwkv", "mlstm", "none",
+)  # fmt: skip
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
@@ -186,11 +230,16 @@ class MixerSpec:
     mamba: MambaNames = field(default_factory=MambaNames)
     rglru: RgLruNames = field(default_factory=RgLruNames)
     lightning: LightningNames = field(default_factory=LightningNames)
+    rwkv: RwkvNames = field(default_factory=RwkvNames)
+    mlstm: MlstmNames = field(default_factory=MlstmNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
     # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention
     # keys, and each layer is one block, the `every_layer` mixer behind its norm (docs/hybrid-state.md §8.10)
     attention: bool = True
+    # what each layer of a stack without attention holds (LAYER_BLOCKS): the mixer alone (Mamba, Mamba2)
+    # or the mixer and then an MLP, each behind its norm (xLSTM's mLSTM and SwiGLU)
+    state_only_blocks: str = "mixer"
     # the Mamba (v1) mixer's RMSNorms on dt, B and C (MAMBA_DT_BC_NORMS): "weighted" (Jamba: stored
     # weights, the model's eps), "unit" (Falcon-Mamba: no weight, eps from config key mixer_rms_eps),
     # "none" (Mamba) (docs/hybrid-state.md §8.3, §8.11)

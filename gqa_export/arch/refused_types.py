@@ -21,10 +21,6 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
-    "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
-    "token-shift state have no spec (docs/coverage.md)",
-    "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
-    "(docs/coverage.md)",
     "phi4_multimodal": "Phi-4-multimodal (genai's phi4mm package) needs its HD-transform image tower (448-pixel "
     "crops plus a global view joined by learned separators), its speech tower and the vision/speech LoRA adapters of "
     "its text decoder, none of which gqa-export builds",

@@ -168,7 +168,7 @@ class AbsolutePositions:
 
 QK_NORM_LAYERS = ("all", "rope")
 # "half": intermediate_size // 2 (RecurrentGemma's MLP halves the configured width)
-FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio", "half")
+FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio", "half", "rounded_ratio")
 # how a fused query_key_value weight orders its rows (docs/architecture.md §2.3): "stacked" (all q,
 # then k, then v: Phi-3), "grouped" (per kv head: its r = heads / kv_heads query heads, its key, its
 # value; one kv head is multi-query, kv_heads = heads is GPT-NeoX's and Bloom's per-head q | k | v),

@@ -164,4 +164,54 @@ RECURRENT_GEMMA = ArchSpec(
     config_keys=config_keys(activation="hidden_activation", final_softcap="logits_soft_cap"),
 )
 
-STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA, RECURRENT_GEMMA)
+
+# RWKV-4: one RwkvBlock per layer under rwkv.blocks.N (ln1 -> time mix -> add, ln2 -> channel mix ->
+# add), a LayerNorm of the embeddings stored as blocks.0.pre_ln, ln_out, an untied `head`; LayerNorms
+# with biases at layer_norm_epsilon (ln_out at nn.LayerNorm's 1e-5). No attention: each layer carries
+# its two token-shift inputs and its WKV numerator, denominator and running max (docs/hybrid-state.md §8.18)
+_RWKV_KEYS = config_keys(
+    norm_eps="layer_norm_epsilon", rwkv_channels="attention_hidden_size", rwkv_rescale="rescale_every"
+)
+RWKV = ArchSpec(
+    name="rwkv",
+    embed="embeddings.weight",
+    final_norm="ln_out.weight",
+    layer_prefix="blocks.{i}.",
+    layer=LayerNames(input_norm="ln1", post_attention_norm="ln2"),
+    norm="layer",
+    embedding_norm="blocks.0.pre_ln.weight",
+    mixers=MixerSpec(kinds=MappingProxyType({}), every_layer="rwkv", attention=False),
+    config_keys=_RWKV_KEYS,
+    decoder_prefixes=("rwkv.",),
+    lm_head_names=("head.weight",),
+)
+
+# xLSTM (xLSTMForCausalLM, the 7B's "xLSTM-large" blocks): backbone.blocks.N with norm_mlstm -> mLSTM ->
+# add, norm_ffn -> SwiGLU (proj_up_gate, proj_up, proj_down) -> add; RMSNorms at norm_eps, out_norm, an
+# untied lm_head whose logits are soft-capped at output_logit_soft_cap (docs/hybrid-state.md §8.19)
+_XLSTM_KEYS = config_keys(
+    norm_eps="norm_eps", final_softcap="output_logit_soft_cap", ffn_ratio="ffn_proj_factor",
+    ffn_multiple_of="ffn_round_up_to_multiple_of",
+)  # fmt: skip
+XLSTM = ArchSpec(
+    name="xlstm",
+    embed="embeddings.weight",
+    final_norm="out_norm.weight",
+    layer_prefix="blocks.{i}.",
+    layer=LayerNames(
+        input_norm="norm_mlstm",
+        post_attention_norm="norm_ffn",
+        gate="ffn.proj_up_gate",
+        up="ffn.proj_up",
+        down="ffn.proj_down",
+    ),
+    ffn_size="rounded_ratio",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({}), every_layer="mlstm", attention=False, state_only_blocks="mixer_and_mlp"
+    ),
+    layer_blocks=MappingProxyType({}),
+    config_keys=_XLSTM_KEYS,
+    decoder_prefixes=("backbone.",),
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA, RECURRENT_GEMMA, RWKV, XLSTM)

@@ -34,6 +34,7 @@ from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba import mamba
 from gqa_export.graph.mamba2 import mamba2, prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
+from gqa_export.graph.mlstm import mlstm
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
 from gqa_export.graph.normed_residual import normed_residual_layer
@@ -45,6 +46,7 @@ from gqa_export.graph.positions import position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rglru import rglru
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
+from gqa_export.graph.rwkv import rwkv_block
 from gqa_export.graph.shared_block import shared_block_layer
 from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
@@ -128,6 +130,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora,
                 shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
             )  # fmt: skip
+            if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
+                h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
+                continue
             state = attention = None
             if layer.mixer in STATE_MIXERS:
                 state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
@@ -286,6 +291,7 @@ STATE_MIXERS: dict[str, Callable[..., tuple[ir.Value, ...]]] = {
     "mamba": mamba,
     "rglru": rglru,
     "lightning": lightning,
+    "mlstm": mlstm,
 }
 
 

@@ -31,6 +31,10 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "mamba": (CONV, RECURRENT),  # Mamba (v1): the conv inputs, then the SSM state
     "rglru": (CONV, RECURRENT),  # RG-LRU: the conv inputs, then the per-channel recurrence's state
     "lightning": (CONV, RECURRENT),  # lightning attention: a placeholder the runtime binds, then its state
+    # RWKV-4: the two token-shift inputs (time mix, channel mix), then the WKV state (num, den, max)
+    "rwkv": (CONV, RECURRENT),
+    # xLSTM's mLSTM: the normalizer and max stabilizer (n | m), then the matrix memory C
+    "mlstm": (CONV, RECURRENT),
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
@@ -39,6 +43,8 @@ MIXER_NAMES = {
     "mamba": "Mamba",
     "rglru": "RG-LRU",
     "lightning": "lightning-attention",
+    "rwkv": "RWKV",
+    "mlstm": "mLSTM",
 }
 
 Shape = list[int | str]
@@ -66,6 +72,14 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     if mixer == "lightning":
         d = next(layer.head_dim for layer in dims.layers if layer.mixer == "lightning")
         return [B, 1, 1], [B, dims.num_heads, d, d]
+    if mixer == "rwkv":  # [B, 2, H]: the last time-mix and channel-mix inputs; [B, 3, C]: num, den, max
+        r = dims.rwkv
+        assert r is not None
+        return [B, 2, dims.hidden_size], [B, 3, r.channels]
+    if mixer == "mlstm":  # [B, NH, dqk + 1]: n | m; [B, NH, dqk, dv]: C
+        x = dims.mlstm
+        assert x is not None
+        return [B, x.heads, x.qk_head + 1], [B, x.heads, x.qk_head, x.v_head]
     if mixer == "mamba":
         v = dims.mamba
         assert v is not None
@@ -79,12 +93,22 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     return [B, m.kernel - 1, m.conv_channels], [B, m.heads, m.state, m.head_dim]
 
 
+def state_dtypes(mixer: str, dtype: ir.DataType) -> tuple[ir.DataType, ...]:
+    """Each state's dtype, in STATE_NAMES order: the graph's, except RWKV's WKV state, which HF keeps
+    in float32 in a half-precision model (its num/den/max state tensors), as the graph does."""
+    if mixer == "rwkv":
+        return dtype, ir.DataType.FLOAT
+    return tuple(dtype for _ in STATE_NAMES[mixer])
+
+
 def state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[int, tuple[ir.Value, ...]]:
     """Each state layer's past inputs, layer by layer."""
     return {
         i: tuple(
-            b.input(past % i, dtype, shape)
-            for (past, _), shape in zip(STATE_NAMES[mixer], state_shapes(dims, mixer), strict=True)
+            b.input(past % i, state_dtype, shape)
+            for (past, _), shape, state_dtype in zip(
+                STATE_NAMES[mixer], state_shapes(dims, mixer), state_dtypes(mixer, dtype), strict=True
+            )
         )
         for i, mixer in state_layers(dims).items()
     }
@@ -96,9 +120,9 @@ def add_state_outputs(
     """present.N.* for every state layer, shaped as its inputs."""
     kinds = state_layers(dims)
     for i, values in sorted(presents.items()):
-        names, shapes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i])
-        for (_, present), shape, value in zip(names, shapes, values, strict=True):
-            b.output(value, present % i, dtype, shape)
+        names, shapes, dtypes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i]), state_dtypes(kinds[i], dtype)
+        for (_, present), shape, value, state_dtype in zip(names, shapes, values, dtypes, strict=True):
+            b.output(value, present % i, state_dtype, shape)
 
 
 def without_padding(lc: LayerContext, x: ir.Value, name: str = "keep_tokens") -> ir.Value:

@@ -44,6 +44,7 @@ from gqa_export.model.moe import MoeDims, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
+from gqa_export.model.rwkv import RwkvDims, rwkv_dims
 from gqa_export.model.shared_blocks import shared_uses
 from gqa_export.model.stream import (
     AltUpDims,
@@ -53,6 +54,7 @@ from gqa_export.model.stream import (
     normed_residual_factors,
     sparsity_pattern,
 )
+from gqa_export.model.xlstm import MlstmDims, mlstm_dims
 
 SLIDING = "sliding_attention"
 CHUNKED = "chunked_attention"  # Llama-4: attention within chunks of attention_chunk_size positions
@@ -135,6 +137,8 @@ class ModelDims:
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
     rglru: RgLruDims | None = None  # RG-LRU layers' shapes (RecurrentGemma)
+    rwkv: RwkvDims | None = None  # RWKV-4 blocks' time-mix width and rescaling (model/rwkv.py)
+    mlstm: MlstmDims | None = None  # xLSTM's mLSTM heads and gates (model/xlstm.py)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (model/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
@@ -288,6 +292,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         mamba2=mamba2,
         mamba=mamba_dims(opt, spec, mixers, hidden),
         rglru=rglru_dims(opt, spec, mixers, hidden, heads),
+        rwkv=rwkv_dims(opt, spec, mixers, hidden),
+        mlstm=mlstm_dims(config, opt, spec, mixers),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),

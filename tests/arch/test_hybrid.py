@@ -154,6 +154,8 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("zamba", "zamba's Mamba"),
         ("recurrent_gemma", "recurrent_gemma's RG-LRU"),
         ("minimax", "minimax's lightning-attention"),
+        ("rwkv", "rwkv's RWKV"),
+        ("xlstm", "xlstm's mLSTM"),
     ],
 )
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):
