@@ -24,17 +24,13 @@ from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.expert_attention import gated_expert_heads
-from gqa_export.graph.gated_deltanet import gated_deltanet
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
-from gqa_export.graph.lightning import lightning
 from gqa_export.graph.lora import LoraPlan, check_matched
-from gqa_export.graph.mamba import mamba
-from gqa_export.graph.mamba2 import mamba2, prompt_step
+from gqa_export.graph.mamba2 import prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
-from gqa_export.graph.mlstm import mlstm
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
 from gqa_export.graph.normed_residual import normed_residual_layer
@@ -44,13 +40,12 @@ from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
 from gqa_export.graph.positions import position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
-from gqa_export.graph.rglru import rglru
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.rwkv import rwkv_block
 from gqa_export.graph.shared_block import shared_block_layer
-from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
 from gqa_export.graph.standard import LayerKV, standard_attention
+from gqa_export.graph.state_mixers import STATE_MIXERS, state_mixer
 from gqa_export.graph.value_heads import narrowed_output
 from gqa_export.model.dims import LayerDims, ModelDims
 
@@ -135,7 +130,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 continue
             state = attention = None
             if layer.mixer in STATE_MIXERS:
-                state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
+                state = partial(state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
             if layer.attends:
                 source = kv[layer.kv_source] if layer.shares_kv else None
                 attention = partial(attend, past=pasts.get(i), source=source)
@@ -281,31 +276,6 @@ def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Va
     if module is None:
         return x
     return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
-
-
-# the blocks of the mixers with recurrent state: (lc, x, *pasts) -> (output after out_proj, *presents)
-STATE_MIXERS: dict[str, Callable[..., tuple[ir.Value, ...]]] = {
-    "short_conv": short_conv,
-    "gated_deltanet": gated_deltanet,
-    "mamba2": mamba2,
-    "mamba": mamba,
-    "rglru": rglru,
-    "lightning": lightning,
-    "mlstm": mlstm,
-}
-
-
-def _state_mixer(
-    block: Callable[..., tuple[ir.Value, ...]],
-    lc: LayerContext,
-    x: ir.Value,
-    pasts: tuple[ir.Value, ...],
-    presents: dict[int, tuple[ir.Value, ...]],
-) -> tuple[ir.Value, None]:
-    """A recurrent-state layer's mixer (output projection included); its new states go to `presents`."""
-    y, *new = block(lc, x, *pasts)
-    presents[lc.i] = tuple(new)
-    return y, None
 
 
 Mixer = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
