@@ -63,6 +63,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "int4-window": (["-p", "int4", "--set", "attention.sliding_window_cache=true"], "int4"),
     "int8": (["-p", "int8"], "int8"),
     "fp32": (["-p", "fp32"], "fp32"),
+    "fp32-gu": (["-p", "fp32", "--set", "mlp.packed_gate_up=false"], "fp32"),
     "fp16": (["-p", "fp16"], "fp16"),
 }
 # One measured run, in a process of its own (argv: package, threads, prompt length, new tokens,

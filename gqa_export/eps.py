@@ -100,6 +100,10 @@ CPU = ExecutionProvider(
     # fp16 CPU kernels (probed: the trained tiny model's int4 perplexity 1.90046 vs 1.90044 with fp32)
     quantized_activations=("fp32", "fp16"),
     accuracy_level=4,
+    # gate and up as two MatMuls: the packed MatMul's Split costs more than it saves on CPU (150M at
+    # 2048 tokens: fp32 0.95-0.98x the builder packed, 1.00x unpacked; LFM2's Split -222 ms against
+    # MatMulNBits +57 ms; 1B int4 the same either way: benchmarks/results/speed_vs_builder.md)
+    packed_gate_up=False,
     nbits_bits=(2, 4, 8),  # 2-bit runs exactly with packed or no zero points (docs/eps.md §5, probed)
     standard_attention_kv_read="slice",
     window_slack=16,
