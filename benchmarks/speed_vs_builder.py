@@ -8,7 +8,8 @@ Both exporters read the same random-weight checkpoint (benchmarks/random_llama.p
 gpt-oss-shaped MXFP4 experts, random_hybrid.py: Qwen3.5's DeltaNet hybrid, which the builder 0.18 does
 not export, and LFM2's short-convolution hybrid, which it does). Each of our layouts is
 measured beside the builder's package of the same precision: `int4` (our default: asymmetric,
-packed qkv and gate/up + Split; the builder 0.18 packs qkv too but keeps gate and up apart),
+packed qkv; gate and up packed + Split on CUDA, apart on CPU since round 3; the builder 0.18 packs
+qkv too but keeps gate and up apart), `int4-packed` (--set mlp.packed_gate_up=true),
 `int4-sym` (--symmetric: no zero points, as the builder writes), `int4-qkv` (--set
 attention.packed_qkv=false: q, k, v as three MatMulNBits), `int4-gu` (--set mlp.packed_gate_up=false:
 gate and up as two MatMulNBits, no Split), `int4-sym-gu` (both: the builder's layout), `int4-window`
@@ -58,6 +59,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "int4-sym": (["-p", "int4", "--symmetric"], "int4"),
     "int4-qkv": (["-p", "int4", "--set", "attention.packed_qkv=false"], "int4"),
     "int4-gu": (["-p", "int4", "--set", "mlp.packed_gate_up=false"], "int4"),
+    "int4-packed": (["-p", "int4", "--set", "mlp.packed_gate_up=true"], "int4"),  # the CPU default before round 3
     "int4-sym-gu": (["-p", "int4", "--symmetric", "--set", "mlp.packed_gate_up=false"], "int4"),
     "int4-pruned": (["-p", "int4", "--prune-lm-head"], "int4"),
     "int4-window": (["-p", "int4", "--set", "attention.sliding_window_cache=true"], "int4"),

@@ -53,8 +53,8 @@ _ATTENTION = {
 }
 # How the dense MLP's gate and up projections run (graph/blocks.py mlp_block)
 _MLP = {
-    # one [gate | up] MatMul split after (True), or two MatMuls (False); a checkpoint's stored
-    # gate_up stays one either way. The EP table's packed_gate_up can turn it off per EP.
+    # one [gate | up] MatMul split after (True), or two MatMuls (False); unset: the EP table's
+    # packed_gate_up (measured per EP: two MatMuls on CPU). A checkpoint's stored gate_up stays one.
     "packed_gate_up": bool,
 }
 # Schema nodes: see yaml_schema.py.
@@ -92,7 +92,7 @@ class AttentionRecipe:
 
 @dataclass(frozen=True)
 class MlpRecipe:
-    packed_gate_up: bool = True
+    packed_gate_up: bool | None = None  # None: the EP record's choice (eps.py packed_gate_up)
 
 
 @dataclass(frozen=True)

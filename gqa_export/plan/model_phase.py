@@ -191,7 +191,7 @@ def graph_options(
             layer_feature_slices=mm.feature_slices if mm else 0,
             lora_targets=request.lora_targets,
             packed_qkv=recipe.attention.packed_qkv and ep.packed_qkv,
-            packed_gate_up=recipe.mlp.packed_gate_up and ep.packed_gate_up,
+            packed_gate_up=ep.packed_gate_up if recipe.mlp.packed_gate_up is None else recipe.mlp.packed_gate_up,
             mode=graph.mode,
             bidirectional_ids=attention.bidirectional_ids,
             bidirectional_layers=runs.layers if runs else "all",

@@ -195,20 +195,28 @@ def test_user_recipe_for_custom_model_type(checkpoints, tmp_path):
     assert json.loads((tmp_path / "b" / "genai_config.json").read_text())["model"]["type"] == "decoder"
 
 
-UNPACKED = {  # --set -> (a tensor the package holds apart, the packed tensor it must not hold, manifest keys)
-    "attention.packed_qkv=false": ("model.layers.0.self_attn.q_proj.weight", "qkv_proj", ("attention", "packed_qkv")),
-    "mlp.packed_gate_up=false": ("model.layers.0.mlp.gate_proj.weight", "gate_up_proj", ("mlp", "packed_gate_up")),
-}
+# --set -> (a tensor the package holds, a tensor it must not hold, manifest keys, the value recorded)
+PROJECTION_LAYOUTS = {
+    "attention.packed_qkv=false": (
+        "model.layers.0.self_attn.q_proj.weight", "qkv_proj", ("attention", "packed_qkv"), False
+    ),
+    "mlp.packed_gate_up=false": (
+        "model.layers.0.mlp.gate_proj.weight", "gate_up_proj", ("mlp", "packed_gate_up"), False
+    ),
+    # packed on CPU, whose EP record unpacks gate/up by default: the recipe's explicit value wins
+    "mlp.packed_gate_up=true": ("model.layers.0.mlp.gate_up_proj.weight", "gate_proj", ("mlp", "packed_gate_up"), True),
+}  # fmt: skip
 
 
-@pytest.mark.parametrize("setting", UNPACKED)
-def test_set_unpacked_projections_stay_exact(checkpoints, tmp_path, setting):
-    """q/k/v (or gate/up) as separate MatMuls: the same logits as HF, prompt and decode."""
+@pytest.mark.parametrize("setting", PROJECTION_LAYOUTS)
+def test_set_projection_layouts_stay_exact(checkpoints, tmp_path, setting):
+    """q/k/v (or gate/up) as separate MatMuls, or gate/up packed where the EP unpacks it: the same
+    logits as HF, prompt and decode."""
     import numpy as np
     import onnx
     from reference import hf_logits, hf_model, ort_prefill_and_decode
 
-    apart, packed, (section, key) = UNPACKED[setting]
+    apart, packed, (section, key), recorded = PROJECTION_LAYOUTS[setting]
     out = tmp_path / "pkg"
     result = invoke("build", checkpoints.get("qwen3_qk_norm"), "-o", out, "--no-smoke", "--set", setting)
     assert result.exit_code == 0, result.output
@@ -219,7 +227,7 @@ def test_set_unpacked_projections_stay_exact(checkpoints, tmp_path, setting):
         got, hf_logits(hf_model(checkpoints.get("qwen3_qk_norm")), tokens, 5), atol=1e-4, rtol=1e-4
     )
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["recipe"][section][key] is False
+    assert manifest["recipe"][section][key] is recorded
 
 
 @pytest.mark.parametrize(
