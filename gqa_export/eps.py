@@ -151,6 +151,7 @@ OPENVINO = ExecutionProvider(
     default_precision="fp32",
     quantized_activations=("fp32",),
     accuracy_level=4,
+    packed_gate_up=False,  # the CPU package's graph (docs/eps.md §3), whose gate and up are apart
     provider_options=(_frozen({"OpenVINO": _frozen({"device_type": "CPU"})}),),
     window_slack=16,
     kv_cache_dtypes=(),

@@ -133,7 +133,8 @@ class Recipe:
                 **vars(self.attention),
                 "bidirectional_token_ids": list(self.attention.bidirectional_token_ids),
             },
-            "mlp": vars(self.mlp),
+            # an unset key is the EP's choice (packed_gate_up), left out rather than written as null
+            "mlp": {k: v for k, v in vars(self.mlp).items() if v is not None},
             "precision": dict(self.default_precision),
             "overrides": self.overrides,
             "build": dict(self.build_defaults),

@@ -70,7 +70,7 @@ FALCON_MUTANTS = {  # a multiplier const (model/multipliers.py), a planted bug
     "dropped_attention_in": ("*.qkv_proj.input_multiplier", np.ones_like),
     "dropped_key": ("*.qkv_proj.output_multiplier", np.ones_like),
     "dropped_attention_out": ("*.o_proj.output_multiplier", np.ones_like),
-    "dropped_mlp_gate": ("*.gate_up_proj.output_multiplier", np.ones_like),
+    "dropped_mlp_gate": ("*.gate_proj.output_multiplier", np.ones_like),  # gate and up apart on CPU
     "dropped_mlp_down": ("*.down_proj.output_multiplier", np.ones_like),
     "dropped_embedding": ("const.scale", np.ones_like),
     "dropped_lm_head": ("const.logit_scale", np.ones_like),

@@ -198,5 +198,6 @@ def test_glm4_moe_lite_graph_has_no_value_padding_and_experts_by_the_list(builds
     ops = [n.op_type for n in graph.node]
     assert ops.count("MoE") == 2 and "Pad" not in ops
     names = {t.name for t in graph.initializer}
-    assert "model.layers.1.mlp.gate_up_proj.weight" in names and "model.layers.1.mlp.gate.weight" not in names
+    # layer 1 is dense: its MLP (gate and up apart on CPU), no router
+    assert "model.layers.1.mlp.gate_proj.weight" in names and "model.layers.1.mlp.gate.weight" not in names
     assert {"model.layers.0.mlp.gate.weight", "model.layers.2.mlp.gate.e_score_correction_bias"} <= names
