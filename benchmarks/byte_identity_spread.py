@@ -234,6 +234,8 @@ INPUTS: dict[str, Maker] = {
     "phi": _dense("phi"),
     "lfm2": _dense("lfm2"),  # hybrid: short-conv state layers + GQA layers
     "qwen3_5": _dense("qwen3_5_text"),  # hybrid: gated DeltaNet + gated GQA layers
+    "qwen3_next": _dense("qwen3_next"),  # gated DeltaNet with projections fused per key head, experts
+    "olmo_hybrid": _dense("olmo_hybrid"),  # gated DeltaNet with separate q/k/v and conv kernels, beta x2
     "mamba2": _state_space("mamba2"),  # Mamba2 layers only: recurrent state, no KV cache
     "mamba": _state_space("mamba"),  # Mamba (v1) layers only, tied
     "bamba": _state_space("bamba"),  # Mamba2 + GQA layers with partial RoPE
@@ -298,6 +300,8 @@ CASES: tuple[Case, ...] = (
     built("deepseek-v3-latent-cache", "deepseek_v3", "--set", "attention.latent_cache=true"),
     built("lfm2-int4", "lfm2", "-p", "int4"),
     built("qwen3.5-cuda-fp16", "qwen3_5", "--ep", "cuda", "-p", "fp16"),
+    built("qwen3-next-int4", "qwen3_next", "-p", "int4"),
+    built("olmo-hybrid-fp32", "olmo_hybrid"),
     built("mamba2-int4", "mamba2", "-p", "int4"),
     built("mamba-int4", "mamba", "-p", "int4"),
     built("bamba-fp32", "bamba"),

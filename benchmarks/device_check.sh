@@ -92,3 +92,35 @@ for package in sorted(p for p in out.iterdir() if p.is_dir() and p.name.startswi
         print(f"| {package.name} | error | {str(exc).splitlines()[0][:60]} | - |")
 PY
 done
+# ---------------------------------------------------------------------------------------------
+# Hybrid decoders' recurrent state on CUDA (LinearAttention, CausalConvWithState): opt-in,
+# HYBRIDS="minimax qwen3_5_text" bash benchmarks/device_check.sh (needs torch: the tiny checkpoints of
+# tests/dense_models.py). Each is built as CPU fp32 and CUDA fp16 / int4 packages; the table gives how
+# many of the 48 greedy CUDA tokens agree with the CPU fp32 package's before the first difference
+# (fp16 on a random tiny model may part at a near tie; docs/hybrid-state.md §8.16 for MiniMax).
+for family in ${HYBRIDS:-}; do
+  PYTHONPATH="tests${PYTHONPATH:+:$PYTHONPATH}" python -c "import sys; from dense_models import save_dense; save_dense(sys.argv[1], sys.argv[2])" \
+    "$out/ckpt-$family" "$family"
+  gqa-export build "$out/ckpt-$family" -o "$out/hybrid-$family-cpu-fp32" --ep cpu -p fp32 --no-smoke -q --overwrite
+  for precision in fp16 int4; do
+    gqa-export build "$out/ckpt-$family" -o "$out/hybrid-$family-cuda-$precision" --ep cuda -p "$precision" \
+      --no-smoke -q --overwrite
+  done
+  python - "$out" "$family" <<'PY' | tee "$out/table-hybrid-$family.md"
+import sys
+from pathlib import Path
+from gqa_export.runtime.run import generate_greedy
+out, family = Path(sys.argv[1]), sys.argv[2]
+prompt = [0, 45, 319, 81, 84, 266, 265, 302]
+reference = generate_greedy(out / f"hybrid-{family}-cpu-fp32", prompt, 48, min_new_tokens=48).tokens
+print("| package | decode tok/s | prefill ms | leading tokens equal cpu fp32 (of 48) |\n|---|---|---|---|")
+for precision in ("fp16", "int4"):
+    package = out / f"hybrid-{family}-cuda-{precision}"
+    try:
+        r = generate_greedy(package, prompt, 48, ep="cuda", min_new_tokens=48)
+        same = next((i for i, (a, b) in enumerate(zip(r.tokens, reference)) if a != b), len(reference))
+        print(f"| {package.name} | {r.decode_tokens_per_s:.0f} | {r.prefill_ms:.2f} | {same} |")
+    except Exception as exc:  # report and go on
+        print(f"| {package.name} | error | {str(exc).splitlines()[0][:60]} | - |")
+PY
+done

@@ -46,6 +46,7 @@ FAMILIES = [
     "qwen3_5_moe_text",
     "qwen3_next",
     "olmo_hybrid",
+    "minimax",
     "granitemoehybrid",
     "jamba",
     "falcon_h1",
@@ -340,6 +341,51 @@ def family_config(model_type: str) -> dict:
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         )
+    elif model_type == "minimax":  # lightning-attention + GQA layers, experts on every layer, scaled normed residuals
+        c.update(
+            num_hidden_layers=4,
+            # lightning first, as the released checkpoints; its decay is steep at layer 0, a third of
+            # that at layer 2 and nearly none at the last
+            layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+            head_dim=16,
+            intermediate_size=32,  # each expert's width
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            block_size=16,  # HF's prompt blocks: the 70-token prompt spans five, the last partial
+            # each block kind's alpha / beta away from 1 and from the others (a swap moves the logits)
+            full_attn_alpha_factor=1.4,
+            full_attn_beta_factor=0.9,
+            linear_attn_alpha_factor=1.6,
+            linear_attn_beta_factor=0.8,
+            mlp_alpha_factor=1.2,
+            mlp_beta_factor=0.6,
+            rms_norm_eps=1e-5,  # the lightning norm's own eps is 1e-6
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+    elif model_type == "kimi_linear":  # KDA + NoPE latent attention, a dense MLP then experts (tests/kimi_models.py)
+        c.update(
+            num_key_value_heads=4,  # MLA: one kv head per query head
+            layer_types=["linear_attention", "full_attention", "linear_attention"],
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            linear_num_heads=2,
+            linear_head_dim=16,
+            linear_conv_kernel_dim=4,
+            q_lora_rank=None,  # Kimi-Linear-48B's: q_proj, no query LoRA
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,  # a key of 24 (a multiple of 8 for GQA), values of 16 padded to it
+            v_head_dim=16,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+        )
     elif model_type == "granitemoehybrid":  # Mamba2 (conv + SSM state) + NoPE GQA layers, experts + shared MLP
         c.update(
             num_hidden_layers=4,
@@ -503,7 +549,9 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.2))
             elif name.endswith("conv.conv.weight"):  # LFM2's depthwise kernel: large enough to matter
                 p.copy_(rn(p, 0.5))
-            elif name.endswith(("linear_attn.conv1d.weight", "mamba.conv1d.weight", "mixer.conv1d.weight")):
+            elif name.endswith(
+                ("linear_attn.conv1d.weight", "mamba.conv1d.weight", "mixer.conv1d.weight", "self_attn.conv1d.weight")
+            ):
                 p.copy_(rn(p, 0.5))  # Qwen3.5's and Mamba2's depthwise kernels
             elif leaf == "D":  # Mamba2's skip: away from its init of ones
                 p.copy_(rn(p, 0.5, 1.0))

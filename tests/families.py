@@ -23,6 +23,7 @@ from dense_models import VARIANTS as DENSE_VARIANTS
 from dense_models import save_dense
 from derived_moe_models import COHERE2_MOE_RMS, COHERE2_MOE_SIGMOID
 from gemma3n_models import save_gemma3n
+from kimi_models import save_kimi_linear
 from llama4_models import save_llama4
 from moe_models import save_moe
 from state_space_models import VARIANTS as STATE_SPACE_VARIANTS
@@ -139,6 +140,8 @@ class Family:
     # (the random weights are drawn by the installed transformers' initializers)
     smoke_meets_eos: frozenset[int] = frozenset()
     fp16_cuda: bool = False  # the fp16 CUDA package runs on CPU close to HF
+    # a recurrent state HF keeps in float32 in a half-precision model stays so in the fp16 graph (RWKV's WKV state)
+    fp32_recurrent_state: bool = False
     differs_under_4x: str | None = None  # why transformers 4.x's reference differs (compared under 5.x only)
     generate_differs_under_4x: str | None = None  # why 4.x's generate() differs (its greedy tokens compared under 5.x)
     fp16_differs_under_4x: str | None = None  # why the fp16 package is compared with 4.x's reference under 5.x only
@@ -435,6 +438,39 @@ FAMILIES: tuple[Family, ...] = (
     # generic decoder), and as released: NoPE, beta = sigmoid(b)
     hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
+    # lightning attention (linear attention with a fixed decay per head and layer: one recurrent
+    # state and the runtime's one-element conv placeholder) + GQA layers, Mixtral's experts on every
+    # layer, each block added to its normed input with alpha / beta (MiniMax; genai 0.18 has no type
+    # of its own: the generic decoder). Marked from 5.x: the tiny config is spelled for 5.x
+    hybrid(
+        "minimax",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        prompt=LONG_PROMPT,
+        one_token_logits=True,
+        fp16_cuda=True,
+        since_major=5,
+    ),
+    # KDA layers (Kimi Delta Attention: per-channel decay, q/k/v convs, sigmoid-gated norm) + NoPE latent
+    # attention layers, a dense MLP then DeepSeek-V3's grouped biased-sigmoid experts (Kimi-Linear, in the
+    # hub's layout: tests/kimi_models.py; genai 0.18 has no type of its own: the generic decoder; mutants:
+    # tests/arch/test_hybrid_kimi_linear.py)
+    Family(
+        "kimi_linear",
+        "dense",
+        save_kimi_linear,
+        signal=0.5,
+        prompt=LONG_PROMPT,
+        generate_modes=("gqa", "gqa_latent"),
+        ragged_logits_modes=("gqa", "gqa_latent"),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        fp16_cuda=True,
+        since_major=5,
+    ),
     # Mamba2 (conv + SSM state) + NoPE GQA layers, top-k experts with a shared MLP (Granite-4.0-H)
     hybrid(
         "granitemoehybrid",
@@ -481,6 +517,15 @@ FAMILIES: tuple[Family, ...] = (
     state_space("zamba2", fp16_cuda=True, gathered_tables=TIED),
     # Mamba (v1) in heads (each its own x_proj, dt_proj, B and C) and one shared block, no adapters (Zamba)
     state_space("zamba", fp16_cuda=True, gathered_tables=TIED, float_matmuls=True),
+    # RG-LRU blocks (conv + a scalar state per channel) beside local MQA (window 8 < the 70-token prompt)
+    # with RoPE on half of each head; the gates' 3-D block-diagonal weights stay float (RecurrentGemma)
+    state_space("recurrent_gemma", fp16_cuda=True, gathered_tables=TIED, float_matmuls=True, one_token_logits=True),
+    # RWKV-4 blocks (token shift, the WKV recurrence as an exact Scan, the squared-ReLU channel mix), no
+    # attention, rescaled every 2 blocks: recurrent state only, a float32 WKV state in the fp16 graph too
+    state_space("rwkv", fp16_cuda=True, fp32_recurrent_state=True),
+    # xLSTM blocks: an mLSTM (matrix memory, exponential input gate, max stabilizer, as an exact Scan) and a
+    # SwiGLU MLP, no attention; the prompt against HF's chunkwise kernel (chunks of 16, then single steps)
+    state_space("xlstm", fp16_cuda=True),
     # the classic decoders (issue #24): fused query_key_value weights taken apart as data. Falcon-7B
     # (multi-query, parallel, tied), the 40B layout (kv groups, two norms, biases), a sequential one
     dense_family("falcon", gathered_tables=CLASSIC_TIED, ragged_generate_modes=("gqa", "bias")),
@@ -595,11 +640,26 @@ FAMILIES: tuple[Family, ...] = (
     multimodal("mistral3_vision_v5", genai_type="mistral"),
     multimodal("qwen2_5_vl", genai_type="qwen2"),
     multimodal("qwen2_5_vl_flat", genai_type="qwen2"),
+    # Qwen2-VL's decoder as the released configs are written (its full package: test_qwen_full_package.py)
+    multimodal("qwen2_vl_flat", genai_type="qwen2"),
     multimodal(
         "qwen3_vl_v5",
         genai_type="qwen3",
         quantized=("int4",),
         gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
+    ),
+    # Qwen3-VL-MoE's decoder in the hub's transposed expert layout (its full package with images:
+    # tests/package/multimodal/test_qwen_full_package.py)
+    multimodal(
+        "qwen3_vl_moe",
+        genai_type="decoder",
+        experts="fused",
+        quantized=("int4",),
+        gathered_tables=frozenset({"model.language_model.embed_tokens.qweight"}),
+        since_major=5,
+        fp16_cuda=True,
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
     ),
     # issue #39 item 3, mixtures of experts as another family's layers with a mechanism changed
     # (tests/derived_moe_models.py; mutants: tests/arch/test_derived_moe_mutants.py): every mode on

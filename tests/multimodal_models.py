@@ -26,6 +26,8 @@ SPECIAL_IDS: dict[str, dict[str, int]] = {
     "mistral3_full": {"image_token_index": 6},
     "qwen2_5_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
     "qwen3_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
+    "qwen3_vl_moe": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
+    "qwen2_vl": {"image_token_id": IMAGE_ID, "video_token_id": 301, "vision_start_token_id": 302},
 }
 _TEXT = {k: BASE[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads",
                               "num_key_value_heads", "max_position_embeddings", "bos_token_id", "eos_token_id",
@@ -94,6 +96,11 @@ TEXT_CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=True,
     ),
 }
+TEXT_CONFIGS["qwen2_vl"] = {**TEXT_CONFIGS["qwen2_5_vl"], "model_type": "qwen2_vl_text"}
+# Qwen3-VL-MoE: Qwen3-VL's text config with 4 experts (top 2, always renormalized), layer 1 dense
+TEXT_CONFIGS["qwen3_vl_moe"] = {**TEXT_CONFIGS["qwen3_vl"], "model_type": "qwen3_vl_moe_text", "num_experts": 4,
+                                "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+                                "mlp_only_layers": [1]}  # fmt: skip
 
 # Gemma-3 with a vision tower genai can run (tests/package/multimodal/test_multimodal_package.py): prompts with two
 # images of 256 tokens each need more positions than the text-decoder fixtures
@@ -133,10 +140,17 @@ def _config(arch: str, text: dict[str, Any]) -> Any:
         depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=text["hidden_size"],
         spatial_merge_size=2, temporal_patch_size=2,
     )  # fmt: skip
+    if arch == "qwen2_vl":  # its tower's width is embed_dim, its merger's output hidden_size
+        vision = dict(depth=1, embed_dim=16, hidden_size=text["hidden_size"], mlp_ratio=2, num_heads=2,
+                      spatial_merge_size=2, temporal_patch_size=2, patch_size=14)  # fmt: skip
+        return tf.Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **SPECIAL_IDS[arch])
     if arch == "qwen2_5_vl":
         vision.update(model_type="qwen2_5_vl_vision", fullatt_block_indexes=[0], patch_size=14, window_size=56)
         return tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **SPECIAL_IDS[arch])
     vision.update(model_type="qwen3_vl_vision", patch_size=16, num_position_embeddings=16, deepstack_visual_indexes=[0])
+    if arch == "qwen3_vl_moe":
+        vision["model_type"] = "qwen3_vl_moe_vision"
+        return tf.Qwen3VLMoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **SPECIAL_IDS[arch])
     return tf.Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=tie, **SPECIAL_IDS[arch])
 
 
@@ -148,6 +162,8 @@ _CLASSES = {
     "mistral3_full": "Mistral3ForConditionalGeneration",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
+    "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
 }
 
 
@@ -182,6 +198,8 @@ def save_multimodal(
     model.save_pretrained(out_dir, save_original_format=hub_layout)
     if not hub_layout and int(tf.__version__.split(".")[0]) < 5:
         _rename_to_loaded_names(out_dir, model._checkpoint_conversion_mapping)
+    if hub_layout and arch == "qwen3_vl_moe":
+        transpose_experts(out_dir)
     specials = {"gemma3_full": GEMMA3_IMAGE_TOKENS, "mistral3_full": MISTRAL3_IMAGE_TOKENS}.get(arch, ())
     save_tokenizer(out_dir, vocab_size=text["vocab_size"], extra_specials=specials)
     if arch == "mistral3_full":  # PixtralImageProcessor's keys: a 64-pixel longest edge, 4-pixel patches
@@ -195,6 +213,18 @@ def save_multimodal(
     if flat_config:
         _flatten_config(out_dir / "config.json")
     return out_dir
+
+
+def transpose_experts(out_dir: Path) -> None:
+    """Qwen3-VL-MoE's fused experts as the hub stores them: gate_up_proj [E, H, 2I] and down_proj
+    [E, I, H] (transformers 5.x saves [E, 2I, H] / [E, H, I], and transposes the hub's on load)."""
+    from safetensors.torch import load_file, save_file
+
+    for path in out_dir.glob("*.safetensors"):
+        tensors = load_file(path)
+        for name in [n for n in tensors if n.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+            tensors[name] = tensors[name].transpose(1, 2).contiguous()
+        save_file(tensors, path, metadata={"format": "pt"})
 
 
 def _rename_to_loaded_names(out_dir: Path, conversion: dict[str, str]) -> None:

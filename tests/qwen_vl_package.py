@@ -31,6 +31,10 @@ PREPROCESSOR = {
 MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
+# Qwen2-VL's tower: Qwen2.5-VL's patch 14 without windows, LayerNorms and a QuickGELU fc1/fc2 MLP;
+# its width is `embed_dim`, its merger's output `hidden_size`
+VISION2 = dict(depth=2, embed_dim=32, hidden_size=64, mlp_ratio=2, num_heads=2, spatial_merge_size=2,
+               temporal_patch_size=2, patch_size=14, initializer_range=0.1)  # fmt: skip
 # Qwen3-VL / Qwen3.5 towers: patch 16, a 4 x 4 learned position table, LayerNorms, gelu-tanh MLP
 VISION3 = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64, patch_size=16,
                spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
@@ -42,6 +46,9 @@ PREPROCESSOR3 = {"size": {"shortest_edge": 1024, "longest_edge": 16777216}, "pat
                  "image_processor_type": "Qwen2VLImageProcessor"}  # fmt: skip
 INTERLEAVED = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [6, 5, 5], "mrope_interleaved": True}
 TEXT3 = {**TEXT, "head_dim": 32, "rope_parameters": INTERLEAVED}
+# Qwen3-VL-MoE: 4 experts, top 2 (always renormalized), layer 1 dense (mlp_only_layers)
+TEXT3_MOE = {**TEXT3, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+             "mlp_only_layers": [1]}  # fmt: skip
 
 
 def _qwen3_5_text(moe: bool) -> dict[str, Any]:
@@ -55,12 +62,16 @@ def _qwen3_5_text(moe: bool) -> dict[str, Any]:
 # kind -> (config class, model class, text_config, vision_config, preprocessor_config.json)
 KINDS: dict[str, tuple[str, str, Any, dict[str, Any], dict[str, Any]]] = {
     "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration", lambda: TEXT, VISION, PREPROCESSOR),
+    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration", lambda: TEXT, VISION2, PREPROCESSOR),
     # deepstack-free: no deepstack mergers
     "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", lambda: TEXT3,
                  {**VISION3, "deepstack_visual_indexes": []}, PREPROCESSOR3),
     # as published: deepstack mergers after both tower blocks, added after both decoder layers (§11.5)
     "qwen3_vl_deepstack": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration", lambda: TEXT3,
                            {**VISION3, "deepstack_visual_indexes": [0, 1]}, PREPROCESSOR3),
+    # the MoE decoder under a deepstack tower, as published
+    "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration", lambda: TEXT3_MOE,
+                     {**VISION3, "deepstack_visual_indexes": [0, 1]}, PREPROCESSOR3),
     "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration", lambda: _qwen3_5_text(False), VISION3,
                 PREPROCESSOR3),
     "qwen3_5_moe": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration", lambda: _qwen3_5_text(True), VISION3,

@@ -34,11 +34,29 @@ def hf_model(model_dir: Path):
 
 
 # classes whose forward numbers a call's positions from 0 when not given position_ids, whatever the
-# cache holds (BambaModel: torch.arange(seq_len)); generate() passes them, so a decode step here does
-POSITIONS_NOT_FROM_CACHE = frozenset({"bamba"})
+# cache holds (BambaModel: torch.arange(seq_len); MiniMaxModel counts the past from layer 0's KV
+# cache, empty when layer 0 is lightning attention); generate() passes them, so a decode step here does
+POSITIONS_NOT_FROM_CACHE = frozenset({"bamba", "recurrent_gemma", "minimax"})
 # classes whose forward takes its cache only as `cache` (and returns it so): the alias they still
 # accept is cache_params, so a past_key_values argument would be dropped into **kwargs unread
-CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba"})
+CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma", "minimax", "xlstm"})
+# classes that keep their recurrent state in their modules and return no cache (RecurrentGemma): the
+# states are reset and the attention cache made here, then passed to every call
+STATEFUL = frozenset({"recurrent_gemma"})
+# classes whose forward takes and returns their recurrent state as `state` (RWKV's five tensors)
+STATE_KEYWORD = frozenset({"rwkv"})
+
+
+# classes whose batched decode step is not each row's own: transformers 5.24's RWKV token shift adds
+# the [B, H] shift state to the [B, 1, H] step input, which broadcasts to [B, B, H] when B > 1
+# (docs/hybrid-state.md §8.18), so their references are generated one prompt at a time
+ROW_BY_ROW = frozenset({"rwkv"})
+
+
+def cache_keyword(model) -> str:
+    """The keyword a class's forward takes its cache under, and the output attribute it returns it as."""
+    model_type = getattr(model.config, "model_type", None)
+    return "cache" if model_type in CACHE_KEYWORD else "state" if model_type in STATE_KEYWORD else "past_key_values"
 
 
 def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.ndarray:
@@ -54,17 +72,21 @@ def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.nda
     told = int(transformers.__version__.split(".")[0]) < 5
     model_type = getattr(model.config, "model_type", None)
     positioned = model_type in POSITIONS_NOT_FROM_CACHE
-    keyword = "cache" if model_type in CACHE_KEYWORD else "past_key_values"
+    keyword = cache_keyword(model)
+    given: dict = {}
+    if model_type in STATEFUL:  # a 1-token prompt runs HF's decode path, which reads the stored conv state
+        model._setup_cache(model.config, 1, "cpu", torch.float32)
+        given = {"cache": transformers.DynamicCache(config=model.config), "position_ids": torch.arange(n)[None]}
     with torch.no_grad():
-        out = model(torch.tensor([tokens[:n]]), use_cache=True)
-        logits, past = [out.logits[0]], getattr(out, keyword)
+        out = model(torch.tensor([tokens[:n]]), use_cache=True, **given)
+        logits, past = [out.logits[0]], given["cache"] if given else getattr(out, keyword)
         for i, t in enumerate(tokens[n:], start=n):
             where = {"cache_position": torch.tensor([i])} if told else {}
             if positioned:
                 where["position_ids"] = torch.tensor([[i]])
             out = model(torch.tensor([[t]]), use_cache=True, **{keyword: past}, **where)
             logits.append(out.logits[0])
-            past = getattr(out, keyword)
+            past = given["cache"] if given else getattr(out, keyword)
     return torch.cat(logits).float().numpy()
 
 
@@ -116,6 +138,8 @@ def hf_batch_generates_of(checkpoint: Path, prompts: Sequence[Sequence[int]], ne
 
     key = _checkpoint_key(checkpoint)
     missing = [p for p in prompts if ("generate", key, tuple(p), new_tokens) not in _SESSION_REFERENCES]
+    if missing and json.loads((Path(checkpoint) / "config.json").read_text()).get("model_type") in ROW_BY_ROW:
+        return hf_generates_of(checkpoint, prompts, new_tokens)
     if missing:
         assert len({len(p) for p in missing}) == 1, "a batch without padding needs prompts of one length"
         model = hf_model(Path(checkpoint))

@@ -107,6 +107,8 @@ MULTIMODAL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen2_5_vl": ("qwen2_5_vl", {}),
     "qwen2_5_vl_flat": ("qwen2_5_vl", {"flat_config": True}),  # as the released configs are written
     "qwen3_vl_v5": ("qwen3_vl", {}),
+    "qwen3_vl_moe": ("qwen3_vl_moe", {}),  # experts transposed, as the hub stores them
+    "qwen2_vl_flat": ("qwen2_vl", {"flat_config": True}),  # as the released configs are written
 }
 # name -> (form, text overrides): Gemma-4 checkpoints (gemma4_models.py turns every feature on by default)
 GEMMA4_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -25,7 +25,8 @@ INT8_MAX_ERROR = 0.02  # int8 (correct: ~0.005)
 FUSED = {  # a packed weight's name -> the spellings of the checkpoint weights it concatenates
     "qkv_proj": (("q_proj", "k_proj", "v_proj"),),
     "qk_proj": (("q_proj", "k_proj"),),  # layers whose values are their keys (Gemma-4 attention_k_eq_v)
-    "gate_up_proj": (("gate_proj", "up_proj"), ("w1", "w3"), ("c_fc_0", "c_fc_1")),  # LFM2, EXAONE-3
+    # LFM2, EXAONE-3, xLSTM (proj_up_gate, proj_up)
+    "gate_up_proj": (("gate_proj", "up_proj"), ("w1", "w3"), ("c_fc_0", "c_fc_1"), ("proj_up_gate", "proj_up")),
 }
 CONV1D = ("c_attn", "c_proj", "c_fc")  # GPT-2's Conv1D modules
 

@@ -110,6 +110,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "mamba_inner": "mamba_intermediate_size",  # Mamba (v1): a config's own inner width (else expand * hidden)
     "mamba_norm_before_gate": "mamba_norm_before_gate",  # Falcon-H1's gated-norm order
     "mamba_activation": "mamba_hidden_act",
+    # RG-LRU (RecurrentGemma): the recurrence's width (None: hidden_size) and its conv's kernel
+    "rglru_width": "lru_width",
+    "rglru_conv_kernel": "conv1d_width",
     "position_embedding_type": "position_embedding_type",
     "rope_flag": "use_mem_rope",  # rope_layers "if_flag" (Zamba2's shared attention)
     "rope_theta": "rope_parameters.rope_theta|rope_theta",  # rope_layers "if_theta" (OLMo-Hybrid: NoPE without one)

@@ -9,9 +9,10 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.expert_attention import AttentionExpertNames
-from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2, OLMOE
+from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2, OLMOE, QWEN3_MOE
 from gqa_export.arch.mixer_spec import Multiplier
 from gqa_export.arch.spec import (
+    FUSED_EXPERTS,
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
     ArchSpec,
@@ -254,7 +255,24 @@ MIMO_V2_FLASH = replace(
     config_keys=config_keys(num_experts="n_routed_experts", value_head_dim="v_head_dim"),
 )
 
+# Qwen3-VL-MoE's text decoder (Qwen3-VL-30B-A3B, 235B-A22B): Qwen3-MoE's layers whose router always
+# renormalizes its top k (Qwen3VLMoeTextTopKRouter has no norm_topk_prob) and whose experts the hub
+# stores fused and transposed, experts.gate_up_proj [E, H, 2I] = [gate | up] along the last axis and
+# experts.down_proj [E, I, H] (Llama-4's layout), while transformers 5.x transposes both on load and
+# saves them as it holds them ([E, 2I, H], [E, H, I]): the shape tells which. M-RoPE (interleaved)
+# and the deepstack adds come from the multimodal plan, as for Qwen3-VL's decoder
+# (docs/multimodal.md §11.3, §11.5)
+QWEN3_VL_MOE = replace(
+    QWEN3_MOE,
+    name="qwen3_vl_moe",
+    moe=replace(
+        _MOE,
+        names=replace(_MOE.names, per_expert=(), fused=(FUSED_EXPERTS,), fused_or_transposed=True),
+        normalize=True,
+    ),
+)
+
 DERIVED_MOE = (
     GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE, MINICPM5_MOE,
-    MINIMAX_M2, AFMOE, MIMO_V2_FLASH,
+    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE,
 )  # fmt: skip

@@ -1,13 +1,15 @@
 """One spec per hybrid family: decoders whose layers carry a fixed-size recurrent state (a short
-convolution, gated DeltaNet, Mamba2 or Mamba) beside or instead of attention's KV cache
-(docs/hybrid-state.md). Only what differs from the Llama defaults is written down."""
+convolution, gated DeltaNet, Mamba2, Mamba or lightning attention) beside or instead of
+attention's KV cache (docs/hybrid-state.md). Only what differs from the Llama defaults is written
+down."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
 
-from gqa_export.arch.families import GRANITEMOE, OLMO2
+from gqa_export.arch.families import GRANITEMOE, MIXTRAL, OLMO2
+from gqa_export.arch.latent_families import DEEPSEEK_V3
 from gqa_export.arch.mixer_spec import GatedDeltaNetNames, Mamba2Names, MixerSpec, Multiplier
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,
@@ -17,8 +19,10 @@ from gqa_export.arch.spec import (
     LayerNames,
     MoeNames,
     MoeSpec,
+    Refusal,
     config_keys,
 )
+from gqa_export.arch.stream_spec import NormedResidualKeys
 
 # LFM2: gated short-convolution layers (conv state instead of a KV cache) between GQA layers with
 # per-head q/k RMSNorm before RoPE; the final norm is stored as `embedding_norm`; the MLP width
@@ -115,6 +119,78 @@ OLMO_HYBRID = replace(
     ),
     layer=replace(OLMO2.layer, post_attention_norm="feedforward_layer_norm"),
     rope_layers="if_theta",
+)
+# MiniMax (MiniMax-Text-01, MiniMax-M1): lightning-attention layers (linear attention whose
+# [H, d, d] state decays by a fixed rate per head and layer, an output gate and an RMSNorm over
+# all heads) between GQA layers with RoPE, Mixtral's experts on every layer; each block adds to
+# its own normed input, both scaled by the config's alpha / beta of its kind (docs/hybrid-state.md
+# §8.16). transformers numbers a full-attention layer's window from config.sliding_window, which
+# the layer types do not mark: refused
+MINIMAX = replace(
+    MIXTRAL,
+    name="minimax",
+    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "lightning"})),
+    normed_residual=NormedResidualKeys(),
+    hf_rotates_full_head=True,  # its config keeps the released rotary_dim as an opaque attribute
+    refusals=(
+        Refusal(
+            "sliding_window",
+            "MiniMax with a sliding_window is not exported: its attention layers would slide while "
+            "layer_types marks them full_attention",
+        ),
+    ),
+)
+# Kimi-Linear: KDA layers (Kimi Delta Attention: the gated DeltaNet with separate q/k/v projections and
+# conv kernels, its decay per key channel from a low-rank f_a/f_b pair, A_log per head, a sigmoid-gated
+# o_norm behind a low-rank g_a/g_b gate) between DeepSeek-V3's latent attention layers without any RoPE
+# (transformers' KimiLinearAttention: NoPE, scale (qk_nope + qk_rope)^-0.5), dense MLPs where
+# mlp_layer_types says "dense", else DeepSeek-V3's grouped biased-sigmoid router, shared experts. Names as
+# the hub spells them: the mixers under self_attn, the sparse block block_sparse_moe with per-expert
+# w1/w3/w2, the dense MLP mlp (docs/hybrid-state.md §8.17)
+_KDA = GatedDeltaNetNames(
+    qkv="self_attn.qkv_proj",  # the graph's name for the concatenated q | k | v weight
+    qkv_parts=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    conv="self_attn.conv1d",
+    conv_parts=("self_attn.q_conv1d", "self_attn.k_conv1d", "self_attn.v_conv1d"),
+    z="self_attn.g_proj",  # the graph's names for the low-rank products
+    z_parts=("self_attn.g_a_proj", "self_attn.g_b_proj"),
+    a="self_attn.f_proj",
+    a_parts=("self_attn.f_a_proj", "self_attn.f_b_proj"),
+    b="self_attn.b_proj",
+    a_log="self_attn.A_log",
+    dt_bias="self_attn.dt_bias",
+    norm="self_attn.o_norm",
+    out_proj="self_attn.o_proj",
+    decay="per_channel",
+    gate="sigmoid",
+)
+KIMI_LINEAR = replace(
+    DEEPSEEK_V3,
+    name="kimi_linear",
+    rope_interleaved=False,
+    rope_layers="none",
+    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "gated_deltanet"}), gated_deltanet=_KDA),
+    moe=replace(
+        DEEPSEEK_V3.moe,  # type: ignore[arg-type]
+        names=MoeNames(
+            blocks=("block_sparse_moe.", "mlp."),
+            per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ),
+            shared_expert="shared_experts",
+            expert_bias="gate.e_score_correction_bias",
+        ),
+    ),
+    # transformers 5.x's own layout nests the forget gate; its save_pretrained puts the dense MLP beside the
+    # experts (the conv kernel stored whole there is read as such, graph/recurrent_state.py)
+    tensor_aliases=(
+        *((f"self_attn.{m}", f"self_attn.forget_gate.{m}") for m in ("f_a_proj", "f_b_proj", "A_log", "dt_bias")),
+        *((f"mlp.{m}", f"block_sparse_moe.{m}") for m in ("gate_proj", "up_proj", "down_proj")),
+    ),
+    config_keys=config_keys(
+        linear_key_heads="linear_num_heads",
+        linear_value_heads="linear_num_heads",
+        linear_key_head_dim="linear_head_dim",
+        linear_value_head_dim="linear_head_dim",
+    ),
 )
 # Granite-4.0-H: Mamba2 layers (conv + SSM state) between Granite attention layers (NoPE unless
 # position_embedding_type is "rope"), Granite's multipliers, GraniteMoE's top-k router with an
@@ -235,5 +311,7 @@ NEMOTRON_H = ArchSpec(
     config_keys=_NEMOTRON_H_KEYS,
 )
 HYBRIDS = (
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, GRANITEMOEHYBRID, JAMBA, FALCON_H1, NEMOTRON_H,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, GRANITEMOEHYBRID, JAMBA,
+    FALCON_H1,
+    NEMOTRON_H,
 )  # fmt: skip

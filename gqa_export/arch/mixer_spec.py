@@ -1,7 +1,8 @@
 """The token-mixer half of an architecture spec: which recurrent-state mixer each layer type gets
-(short convolution, gated DeltaNet, Mamba2, Mamba), the mixers' tensor names as data, how a layer
-holds its blocks, and the config multipliers around Linear layers (docs/hybrid-state.md). An
-`ArchSpec` (arch/spec.py) carries these as its `mixers`, `layer_blocks` and `multipliers`."""
+(short convolution, gated DeltaNet, Mamba2, Mamba, RG-LRU, lightning attention), the mixers'
+tensor names as data, how a layer holds its blocks, and the config multipliers around Linear layers
+(docs/hybrid-state.md). An `ArchSpec` (arch/spec.py) carries these as its `mixers`, `layer_blocks`
+and `multipliers`."""
 
 from __future__ import annotations
 
@@ -36,7 +37,13 @@ class GatedDeltaNetNames:
     output (OLMo-Hybrid's q_proj | k_proj | v_proj), conv_parts their separate depthwise kernels that
     stand for conv1d, concatenated on the channels (its q/k/v_conv1d on the hub). norm_eps: the
     gated norm's own epsilon where it is not the model's (OLMo-Hybrid's o_norm: 1e-5, FLA's
-    default); None: the model's."""
+    default); None: the model's.
+
+    Kimi-Linear's KDA (docs/hybrid-state.md §8.17) departs in three named ways: a_parts / z_parts name
+    low-rank pairs of Linears (f_a then f_b, g_a then g_b) that stand for in_proj_a / in_proj_z;
+    decay (DELTANET_DECAYS) "per_channel" gives each key channel its own decay, a and dt_bias
+    [Hv dk] wide and A_log [Hv] shared by a head's dk channels, where "per_head" (Qwen3.5) gives
+    one per value head; gate (DELTANET_GATES) the gated norm's gate activation, sigmoid for KDA."""
 
     qkv: str = "linear_attn.in_proj_qkv"
     z: str = "linear_attn.in_proj_z"
@@ -52,6 +59,14 @@ class GatedDeltaNetNames:
     qkv_parts: tuple[str, ...] | None = None
     conv_parts: tuple[str, ...] | None = None
     norm_eps: float | None = None
+    a_parts: tuple[str, str] | None = None
+    z_parts: tuple[str, str] | None = None
+    decay: str = "per_head"
+    gate: str = "silu"
+
+
+DELTANET_DECAYS = ("per_head", "per_channel")
+DELTANET_GATES = ("silu", "sigmoid")
 
 
 @dataclass(frozen=True)
@@ -95,9 +110,86 @@ class MambaNames:
     dt_bias: str | None = None
 
 
+@dataclass(frozen=True)
+class RgLruNames:
+    """A RecurrentGemma recurrent block's tensors, relative to the layer: linear_x and linear_y
+    [W, H] (+ biases; the recurrence's input and its gelu gate), the depthwise conv_1d [W, 1, K]
+    (+ bias), the RG-LRU's recurrent_param [W] and its input and recurrent gates, each block-diagonal
+    over the attention heads as `<gate>_weight` [h, W / h, W / h] and `<gate>_bias` [h, W / h]
+    (stored without a .weight suffix), and linear_out [H, W] (+ bias) (docs/hybrid-state.md §8.15)."""
+
+    linear_x: str = "temporal_block.linear_x"
+    linear_y: str = "temporal_block.linear_y"
+    conv: str = "temporal_block.conv_1d"
+    recurrent_param: str = "temporal_block.rg_lru.recurrent_param"
+    input_gate: str = "temporal_block.rg_lru.input_gate"
+    recurrent_gate: str = "temporal_block.rg_lru.recurrent_gate"
+    out_proj: str = "temporal_block.linear_out"
+
+
+@dataclass(frozen=True)
+class LightningNames:
+    """A lightning-attention mixer's tensors (MiniMax's linear_attention layers), relative to the
+    layer: qkv_proj [3 H d, H] (q | k | v of each head in turn), output_gate and out_proj [H d, H]
+    / [H, H d], the RMSNorm over all heads' channels [H d] at its own eps (the module's default,
+    not rms_norm_eps), and the per-head decay rate slope_rate [H, 1, 1], a buffer the checkpoint may
+    hold (docs/hybrid-state.md §8.16)."""
+
+    qkv: str = "self_attn.qkv_proj"
+    output_gate: str = "self_attn.output_gate"
+    norm: str = "self_attn.norm"
+    out_proj: str = "self_attn.out_proj"
+    slope: str = "self_attn.slope_rate"
+    norm_eps: float = 1e-6
+
+
+@dataclass(frozen=True)
+class RwkvNames:
+    """An RWKV-4 block's modules (RwkvBlock), relative to the layer: the time mix (`attention.*`:
+    time_decay and time_first [C], the token-shift mixes time_mix_key/value/receptance [1, 1, H],
+    key/value/receptance [C, H], output [H, C]) and the channel mix (`feed_forward.*`: time_mix_key
+    and time_mix_receptance, key [F, H], receptance [H, H], value [H, F]); the layer norms are the
+    spec's input_norm (ln1) and post_attention_norm (ln2) (docs/hybrid-state.md §8.18)."""
+
+    time_decay: str = "attention.time_decay"
+    time_first: str = "attention.time_first"
+    att_mix_key: str = "attention.time_mix_key"
+    att_mix_value: str = "attention.time_mix_value"
+    att_mix_receptance: str = "attention.time_mix_receptance"
+    att_key: str = "attention.key"
+    att_value: str = "attention.value"
+    att_receptance: str = "attention.receptance"
+    att_output: str = "attention.output"
+    ffn_mix_key: str = "feed_forward.time_mix_key"
+    ffn_mix_receptance: str = "feed_forward.time_mix_receptance"
+    ffn_key: str = "feed_forward.key"
+    ffn_receptance: str = "feed_forward.receptance"
+    ffn_value: str = "feed_forward.value"
+
+
+@dataclass(frozen=True)
+class MlstmNames:
+    """An xLSTM block's mLSTM layer (`mlstm_layer.*`, weight_mode "single"), relative to the layer:
+    q and k [NH dqk, H], v and ogate_preact [NH dv, H], igate_preact and fgate_preact [NH, H] with
+    biases, the multi-head LayerNorm's weight [NH dv] and out_proj [H, NH dv] (docs/hybrid-state.md §8.19)."""
+
+    q: str = "mlstm_layer.q"
+    k: str = "mlstm_layer.k"
+    v: str = "mlstm_layer.v"
+    o: str = "mlstm_layer.ogate_preact"
+    i: str = "mlstm_layer.igate_preact"
+    f: str = "mlstm_layer.fgate_preact"
+    norm: str = "mlstm_layer.multihead_norm"
+    out_proj: str = "mlstm_layer.out_proj"
+
+
 MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "none": the layer has no token mixer, only its feed-forward block (LAYER_BLOCKS "mlp")
-MIXER_KINDS = ("attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "none")
+# "rwkv": the whole RWKV-4 block (time mix and channel mix, each with its token shift) is the layer
+# "mlstm": xLSTM's matrix-memory LSTM with exponential gating (a state mixer beside a SwiGLU MLP)
+MIXER_KINDS = (
+    "attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "lightning", "rwkv", "mlstm", "none",
+)  # fmt: skip
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
@@ -117,7 +209,10 @@ class MixerSpec:
     its convolution) instead of a KV cache; a gated-DeltaNet layer (Qwen3.5) carries a conv state
     and a [Hv, dk, dv] recurrent state (docs/hybrid-state.md §1, §5); a Mamba2 layer (Granite-4.0-H)
     a conv state and a [Hm, N, P] SSM state (§8.2); a Mamba (v1) layer (Jamba) a conv state and an
-    [I, N, 1] SSM state (§8.3). mixing (MIXINGS): whether such a layer has the mixer instead of
+    [I, N, 1] SSM state (§8.3); an RG-LRU layer (RecurrentGemma) a conv state and a [W, 1, 1]
+    state, one LinearAttention head per channel (§8.15); a lightning-attention layer (MiniMax) a
+    [H, d, d] state decayed by a fixed rate per head (§8.16). mixing (MIXINGS): whether such a
+    layer has the mixer instead of
     attention or beside it (§8.4).
 
     prompt_dt_floor names a config key whose value clamps Mamba2's dt from below in HF's chunked
@@ -135,12 +230,19 @@ class MixerSpec:
     gated_deltanet: GatedDeltaNetNames = field(default_factory=GatedDeltaNetNames)
     mamba2: Mamba2Names = field(default_factory=Mamba2Names)
     mamba: MambaNames = field(default_factory=MambaNames)
+    rglru: RgLruNames = field(default_factory=RgLruNames)
+    lightning: LightningNames = field(default_factory=LightningNames)
+    rwkv: RwkvNames = field(default_factory=RwkvNames)
+    mlstm: MlstmNames = field(default_factory=MlstmNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
     prompt_dt_floor_until: tuple[int, int] | None = None
     # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention
     # keys, and each layer is one block, the `every_layer` mixer behind its norm (docs/hybrid-state.md §8.10)
     attention: bool = True
+    # what each layer of a stack without attention holds (LAYER_BLOCKS): the mixer alone (Mamba, Mamba2)
+    # or the mixer and then an MLP, each behind its norm (xLSTM's mLSTM and SwiGLU)
+    state_only_blocks: str = "mixer"
     # the Mamba (v1) mixer's RMSNorms on dt, B and C (MAMBA_DT_BC_NORMS): "weighted" (Jamba: stored
     # weights, the model's eps), "unit" (Falcon-Mamba: no weight, eps from config key mixer_rms_eps),
     # "none" (Mamba) (docs/hybrid-state.md §8.3, §8.11)

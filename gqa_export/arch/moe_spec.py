@@ -27,6 +27,10 @@ class MoeNames:
     # how a transposed gate_up orders its 2I columns: "interleaved" (gpt-oss: gate_j, up_j pairs) or
     # "halves" ([gate | up], Llama-4's experts.gate_up_proj)
     transposed_order: str = "interleaved"
+    # the fused names hold either [E, 2I, H] / [E, H, I] or, transposed, [E, H, 2I] [gate | up] halves /
+    # [E, I, H], and the stored shape says which, as transformers' loader decides (Qwen3-VL-MoE: the hub
+    # stores them transposed, transformers 5.x saves them untransposed)
+    fused_or_transposed: bool = False
     shared_expert: str | None = None  # a dense gated MLP run for every token (Qwen2-MoE)
     shared_gate: str | None = None  # its sigmoid gate Linear [1, H]
     # a per-expert bias added to the scores only to select (LFM2-MoE); "a|b": the spellings tried in order

@@ -21,18 +21,9 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
-    "kimi_linear": "Kimi-Linear's KDA (gated delta rule with per-channel decay) + MLA hybrid has no spec yet",
-    "minimax": "MiniMax's lightning (linear) attention layers have no spec yet (docs/coverage.md)",
-    "recurrent_gemma": "RecurrentGemma's RG-LRU recurrence beside local attention has no spec yet (docs/coverage.md)",
-    "rwkv": "RWKV's WKV time-mix recurrence (a per-channel decay and a bonus for the current token) and its "
-    "token-shift state have no spec (docs/coverage.md)",
-    "xlstm": "xLSTM's mLSTM (exponential gating with a normalizer state) and sLSTM recurrences have no spec "
-    "(docs/coverage.md)",
     "phi4_multimodal": "Phi-4-multimodal (genai's phi4mm package) needs its HD-transform image tower (448-pixel "
     "crops plus a global view joined by learned separators), its speech tower and the vision/speech LoRA adapters of "
     "its text decoder, none of which gqa-export builds",
-    "qwen2_vl": "Qwen2-VL's vision tower is not built (Qwen2.5-VL's is); export qwen2_5_vl checkpoints",
-    "qwen3_vl_moe": "Qwen3-VL-MoE's decoder (Qwen3-MoE with M-RoPE) has no recipe yet; Qwen3-VL dense is exported",
     "mllama": "Llama-3.2-Vision's cross-attention layers read image states no onnxruntime-genai decoder type feeds",
     "moshi": "Moshi's depth transformer over audio codebooks is not a text decoder onnxruntime-genai runs",
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",

@@ -29,7 +29,12 @@ from gqa_export.arch.moe_spec import PER_EXPERT_W as PER_EXPERT_W
 from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
 from gqa_export.arch.shared_block_spec import SharedBlockNames
-from gqa_export.arch.stream_spec import AlternatingUpdateNames, AugmentedResidualNames, HardTokenEmbedderNames
+from gqa_export.arch.stream_spec import (
+    AlternatingUpdateNames,
+    AugmentedResidualNames,
+    HardTokenEmbedderNames,
+    NormedResidualKeys,
+)
 from gqa_export.errors import InputError
 
 NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
@@ -162,7 +167,8 @@ class AbsolutePositions:
 
 
 QK_NORM_LAYERS = ("all", "rope")
-FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio")
+# "half": intermediate_size // 2 (RecurrentGemma's MLP halves the configured width)
+FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio", "half", "rounded_ratio")
 # how a fused query_key_value weight orders its rows (docs/architecture.md §2.3): "stacked" (all q,
 # then k, then v: Phi-3), "grouped" (per kv head: its r = heads / kv_heads query heads, its key, its
 # value; one kv head is multi-query, kv_heads = heads is GPT-NeoX's and Bloom's per-head q | k | v),
@@ -180,8 +186,11 @@ KV_HEAD_RULES = ("config", "multi_query_flags", "doubled_on_sliding")
 
 
 # "sqrt_hidden_if_configured": sqrt(hidden_size) where the config's switch (AFMoE's mup_enabled) is set, by
-# the graph after the table (inputs_embeds too)
-EMBEDDING_SCALES = ("none", "sqrt_hidden", "config", "config_in_table", "sqrt_hidden_if_configured")
+# the graph after the table (inputs_embeds too); "sqrt_hidden_bf16": sqrt(hidden_size) rounded to bfloat16, by the
+# graph after the table (RecurrentGemma's normalizer buffer is a bfloat16 tensor whatever the model's dtype)
+EMBEDDING_SCALES = (
+    "none", "sqrt_hidden", "config", "config_in_table", "sqrt_hidden_if_configured", "sqrt_hidden_bf16",
+)  # fmt: skip
 # what each block's output is multiplied by before the residual add: "config" (the config's
 # residual_multiplier, Granite; none: 1) or "depth" (scale_depth / sqrt(num_hidden_layers), MiniCPM3)
 RESIDUAL_SCALES = ("config", "depth")
@@ -233,14 +242,16 @@ class ArchSpec:
     norm_offset: the stored norm weight w acts as (offset + w) (Gemma's and Nemotron's 1 + w).
     embedding_scale: the embedding output is multiplied by "sqrt_hidden" (Gemma: inside the table's
     module, so inputs_embeds arrive scaled) or by the config's embedding_multiplier ("config",
-    Granite: by the graph, inputs_embeds too; "config_in_table": in the table, MiniCPM3's scale_emb).
+    Granite: by the graph, inputs_embeds too; "config_in_table": in the table, MiniCPM3's scale_emb;
+    "sqrt_hidden_bf16": sqrt(hidden) rounded to bfloat16, by the graph, RecurrentGemma).
     residual_scale: block outputs times the config's residual_multiplier ("config", Granite) or
     scale_depth / sqrt(num_hidden_layers) ("depth", MiniCPM3). mixers: layers whose token mixer is a
     recurrent-state block
-    (LFM2's short convolutions, Qwen3.5's gated DeltaNet, Granite-4.0-H's Mamba2, Jamba's Mamba). ffn_size:
+    (LFM2's short convolutions, Qwen3.5's gated DeltaNet, Granite-4.0-H's Mamba2, Jamba's Mamba,
+    RecurrentGemma's RG-LRU). ffn_size:
     "config" (intermediate_size), "two_thirds_rounded" (LFM2's block_auto_adjust_ff_dim: 2/3 of it,
     times block_ffn_dim_multiplier, rounded up to block_multiple_of) or "shared" (Granite-4.0-H:
-    the shared MLP's shared_intermediate_size).
+    the shared MLP's shared_intermediate_size) or "half" (RecurrentGemma: intermediate_size // 2).
     attention_output_gate: q_proj is twice as wide, each head's rows a query and then a gate, and
     the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     multipliers: config constants that scale a Linear's input or output (`Multiplier`, Falcon-H1's
@@ -287,6 +298,9 @@ class ArchSpec:
     # hold a rope_theta, none otherwise) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
+    # transformers' class rotates every channel whatever rotary_dim says (MiniMax): a narrower rope
+    # is rotated as configured, and the build says it differs from the installed class there
+    hf_rotates_full_head: bool = False
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
     # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters
@@ -341,9 +355,14 @@ class ArchSpec:
     alternating_updates: AlternatingUpdateNames | None = None
     augmented_residual: AugmentedResidualNames | None = None
     activation_sparsity: bool = False
+    # pre-norm layers whose residual is the block's normed input, both scaled (MiniMax); None: the stream
+    normed_residual: NormedResidualKeys | None = None
     hard_token_embedders: tuple[HardTokenEmbedderNames, ...] = ()
     # shared transformer blocks run ahead of the mixer of the layers of one type (Zamba2)
     shared_block: SharedBlockNames | None = None
+    # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
+    # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
+    tensor_aliases: tuple[tuple[str, str], ...] = ()
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

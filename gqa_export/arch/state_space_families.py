@@ -1,6 +1,6 @@
-"""State-space families (issue #39 item 3): decoders whose layers are Mamba2 or Mamba mixers, beside
-attention layers or with none at all, each read from its modeling code in transformers 5.24 and
-written as a `replace()` of the closest hybrid spec (docs/hybrid-state.md §8.9-§8.11, docs/coverage.md
+"""State-space families (issue #39 item 3): decoders whose layers are Mamba2, Mamba or RG-LRU mixers,
+beside attention layers or with none at all, each read from its modeling code in transformers 5.24 and
+written as a `replace()` of the closest hybrid spec (docs/hybrid-state.md §8.9-§8.15, docs/coverage.md
 §4). A stack without attention (MixerSpec.attention False) reads no attention keys, and its package
 carries recurrent state only, no KV cache, which onnxruntime-genai 0.18 runs (§8.10).
 """
@@ -11,7 +11,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.hybrid_families import JAMBA, NEMOTRON_H
-from gqa_export.arch.mixer_spec import MambaNames, MixerSpec
+from gqa_export.arch.mixer_spec import MambaNames, MixerSpec, RgLruNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
 
@@ -140,4 +140,78 @@ ZAMBA = replace(
     config_keys=_ZAMBA_KEYS,
 )
 
-STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA)
+# RecurrentGemma (Griffin): pre-norm layers (temporal_pre_norm -> temporal block -> add, channel_pre_norm
+# -> MLP -> add) whose temporal block is, by block_types (layer_types "linear_attention" /
+# "sliding_attention"), the RG-LRU recurrent block (conv + a scalar state per channel) or local
+# attention within attention_window_size (MQA/GQA, RoPE on the first half of each head, an o_proj
+# bias); Gemma's (1 + w) RMSNorms, the embeddings times sqrt(hidden) rounded to bfloat16, a
+# gelu-tanh MLP of intermediate_size // 2 with biases, logits soft-capped at logits_soft_cap, the
+# lm_head tied (docs/hybrid-state.md §8.15)
+_RECURRENT_GEMMA_LAYER = LayerNames(
+    input_norm="temporal_pre_norm", post_attention_norm="channel_pre_norm", q="temporal_block.q_proj",
+    k="temporal_block.k_proj", v="temporal_block.v_proj", o="temporal_block.o_proj", gate="mlp_block.gate_proj",
+    up="mlp_block.up_proj", down="mlp_block.down_proj",
+)  # fmt: skip
+RECURRENT_GEMMA = ArchSpec(
+    name="recurrent_gemma",
+    final_norm="final_norm.weight",
+    layer=_RECURRENT_GEMMA_LAYER,
+    norm_offset=1.0,
+    embedding_scale="sqrt_hidden_bf16",
+    activations=("gelu_pytorch_tanh", "gelu_tanh", "gelu_new"),
+    mixers=MixerSpec(kinds=MappingProxyType({"linear_attention": "rglru"}), rglru=RgLruNames()),
+    ffn_size="half",
+    config_keys=config_keys(activation="hidden_activation", final_softcap="logits_soft_cap"),
+)
+
+
+# RWKV-4: one RwkvBlock per layer under rwkv.blocks.N (ln1 -> time mix -> add, ln2 -> channel mix ->
+# add), a LayerNorm of the embeddings stored as blocks.0.pre_ln, ln_out, an untied `head`; LayerNorms
+# with biases at layer_norm_epsilon (ln_out at nn.LayerNorm's 1e-5). No attention: each layer carries
+# its two token-shift inputs and its WKV numerator, denominator and running max (docs/hybrid-state.md §8.18)
+_RWKV_KEYS = config_keys(
+    norm_eps="layer_norm_epsilon", rwkv_channels="attention_hidden_size", rwkv_rescale="rescale_every"
+)
+RWKV = ArchSpec(
+    name="rwkv",
+    embed="embeddings.weight",
+    final_norm="ln_out.weight",
+    layer_prefix="blocks.{i}.",
+    layer=LayerNames(input_norm="ln1", post_attention_norm="ln2"),
+    norm="layer",
+    embedding_norm="blocks.0.pre_ln.weight",
+    mixers=MixerSpec(kinds=MappingProxyType({}), every_layer="rwkv", attention=False),
+    config_keys=_RWKV_KEYS,
+    decoder_prefixes=("rwkv.",),
+    lm_head_names=("head.weight",),
+)
+
+# xLSTM (xLSTMForCausalLM, the 7B's "xLSTM-large" blocks): backbone.blocks.N with norm_mlstm -> mLSTM ->
+# add, norm_ffn -> SwiGLU (proj_up_gate, proj_up, proj_down) -> add; RMSNorms at norm_eps, out_norm, an
+# untied lm_head whose logits are soft-capped at output_logit_soft_cap (docs/hybrid-state.md §8.19)
+_XLSTM_KEYS = config_keys(
+    norm_eps="norm_eps", final_softcap="output_logit_soft_cap", ffn_ratio="ffn_proj_factor",
+    ffn_multiple_of="ffn_round_up_to_multiple_of",
+)  # fmt: skip
+XLSTM = ArchSpec(
+    name="xlstm",
+    embed="embeddings.weight",
+    final_norm="out_norm.weight",
+    layer_prefix="blocks.{i}.",
+    layer=LayerNames(
+        input_norm="norm_mlstm",
+        post_attention_norm="norm_ffn",
+        gate="ffn.proj_up_gate",
+        up="ffn.proj_up",
+        down="ffn.proj_down",
+    ),
+    ffn_size="rounded_ratio",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({}), every_layer="mlstm", attention=False, state_only_blocks="mixer_and_mlp"
+    ),
+    layer_blocks=MappingProxyType({}),
+    config_keys=_XLSTM_KEYS,
+    decoder_prefixes=("backbone.",),
+)
+
+STATE_SPACE = (BAMBA, MAMBA2, MAMBA, FALCON_MAMBA, ZAMBA2, ZAMBA, RECURRENT_GEMMA, RWKV, XLSTM)

@@ -2,7 +2,8 @@
 (several parallel hidden streams, one of which a layer computes while a learned map predicts and
 corrects the others), a learned low-rank augmented residual beside attention, and hard-token
 embedders that embed a range of special ids through their own small table (a multimodal
-checkpoint's vision/audio control tokens). Names are relative to the decoder root (model level) or
+checkpoint's vision/audio control tokens); and the config keys of a fourth, the scaled residual
+taken after the norm (MiniMax). Names are relative to the decoder root (model level) or
 to a layer, as `ArchSpec.tensor` / `ArchSpec.layer_tensor` resolve them."""
 
 from __future__ import annotations
@@ -47,3 +48,15 @@ class HardTokenEmbedderNames:
     table: str = "embedding.weight"
     norm: str = "hard_embedding_norm.weight"
     projection: str = "embedding_projection.weight"
+
+
+@dataclass(frozen=True)
+class NormedResidualKeys:
+    """Each block adds to its own normed input instead of the stream before the norm, both sides
+    scaled by config constants: h = alpha * norm(h) + beta * block(norm(h)) (MiniMax's layers,
+    docs/hybrid-state.md §8.16). The (alpha, beta) config keys of the full-attention block, of the
+    recurrent-state mixer and of the MLP; a key the config lacks means 1."""
+
+    attention: tuple[str, str] = ("full_attn_alpha_factor", "full_attn_beta_factor")
+    state: tuple[str, str] = ("linear_attn_alpha_factor", "linear_attn_beta_factor")
+    mlp: tuple[str, str] = ("mlp_alpha_factor", "mlp_beta_factor")

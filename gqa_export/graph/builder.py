@@ -34,6 +34,17 @@ class GraphBuilder:
         finally:
             self._scope.pop()
 
+    @contextmanager
+    def graph_scope(self, name: str) -> Iterator[None]:
+        """Name nodes as the graph's own (`/model/<name>/...`) from inside a layer's scope: values
+        built once, at their first use, and read by every layer."""
+        saved = self._scope
+        self._scope = ["model", name]
+        try:
+            yield
+        finally:
+            self._scope = saved
+
     def _unique(self, base: str) -> str:
         n = self._used.get(base, 0)
         self._used[base] = n + 1

@@ -24,17 +24,16 @@ from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.expert_attention import gated_expert_heads
-from gqa_export.graph.gated_deltanet import gated_deltanet
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
 from gqa_export.graph.lora import LoraPlan, check_matched
-from gqa_export.graph.mamba import mamba
-from gqa_export.graph.mamba2 import mamba2, prompt_step
+from gqa_export.graph.mamba2 import prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
+from gqa_export.graph.normed_residual import normed_residual_layer
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
@@ -42,10 +41,11 @@ from gqa_export.graph.per_layer import add_per_layer_input
 from gqa_export.graph.positions import position_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
+from gqa_export.graph.rwkv import rwkv_block
 from gqa_export.graph.shared_block import shared_block_layer
-from gqa_export.graph.short_conv import short_conv
 from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
 from gqa_export.graph.standard import LayerKV, standard_attention
+from gqa_export.graph.state_mixers import STATE_MIXERS, state_mixer
 from gqa_export.graph.value_heads import narrowed_output
 from gqa_export.model.dims import LayerDims, ModelDims
 
@@ -108,7 +108,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     nope_scale = position_query_scale(
         b, dims.nope_query_scale, input_ids, attention_mask, opts.io_dtype, offset=1, scope="nope_query_scale"
     )
-    padding = state_padding(b, input_ids, attention_mask, opts.io_dtype) if state_pasts else None
+    # the RG-LRU's reset reads where each row's position 0 falls
+    first = dims.rglru is not None
+    padding = state_padding(b, input_ids, attention_mask, opts.io_dtype, first) if state_pasts else None
     clamped = dims.mamba2 is not None and dims.mamba2.prompt_clamped  # Mamba2's prompt-only dt clamp
     prompt = prompt_step(b, input_ids, attention_mask) if clamped else None
     kv: dict[int, LayerKV | None] = {}
@@ -123,9 +125,12 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora,
                 shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
             )  # fmt: skip
+            if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
+                h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
+                continue
             state = attention = None
             if layer.mixer in STATE_MIXERS:
-                state = partial(_state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
+                state = partial(state_mixer, STATE_MIXERS[layer.mixer], pasts=state_pasts[i], presents=state_presents)
             if layer.attends:
                 source = kv[layer.kv_source] if layer.shares_kv else None
                 attention = partial(attend, past=pasts.get(i), source=source)
@@ -273,28 +278,6 @@ def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Va
     return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
 
 
-# the blocks of the mixers with recurrent state: (lc, x, *pasts) -> (output after out_proj, *presents)
-STATE_MIXERS: dict[str, Callable[..., tuple[ir.Value, ...]]] = {
-    "short_conv": short_conv,
-    "gated_deltanet": gated_deltanet,
-    "mamba2": mamba2,
-    "mamba": mamba,
-}
-
-
-def _state_mixer(
-    block: Callable[..., tuple[ir.Value, ...]],
-    lc: LayerContext,
-    x: ir.Value,
-    pasts: tuple[ir.Value, ...],
-    presents: dict[int, tuple[ir.Value, ...]],
-) -> tuple[ir.Value, None]:
-    """A recurrent-state layer's mixer (output projection included); its new states go to `presents`."""
-    y, *new = block(lc, x, *pasts)
-    presents[lc.i] = tuple(new)
-    return y, None
-
-
 Mixer = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
 
 
@@ -347,6 +330,8 @@ def decoder_layer(
         with b.scope("mlp"):
             mlp = _mlp(lc, x_mlp, h)
         return _residual(lc, h, b.op("Add", y, mlp, name="parallel_sum"), "residual"), kv
+    if lc.dims.residual_factors is not None:  # MiniMax: each block adds to its normed input, both scaled
+        return normed_residual_layer(lc, x, y, "attention" if state is None else "state", _norm, _mlp), kv
     if lc.spec.norm_layout == "pre" or _state_input_norm(lc, state, attention):
         h = _residual(lc, h, y, "residual_attn")
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")

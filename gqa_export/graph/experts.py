@@ -192,6 +192,23 @@ def check_layout(store: WeightStore, layout: ExpertLayout, where: str) -> None:
     check_expert_shapes(store, expected, where, f"{E} experts, intermediate {I}, hidden {H}")
 
 
+def fused_or_transposed(store: WeightStore, layout: ExpertLayout, where: str) -> ExpertLayout:
+    """A fused layout whose names may hold the transposed [gate | up] halves instead (MoeNames
+    fused_or_transposed): transformers keeps a tensor of the class's shape ([E, 2I, H], [E, H, I]) and
+    transposes any other, so the stored shapes decide. A square gate_up ([E, H, H]) beside a transposed
+    down_proj cannot be told apart (transformers would read that gate_up untransposed): refused."""
+    E, I, H = layout.count, layout.intermediate, layout.hidden  # noqa: E741
+    gate_up, down = layout.fused  # type: ignore[misc]
+    if tuple(store.info(gate_up).shape) == (E, 2 * I, H) and tuple(store.info(down).shape) == (E, H, I):
+        return layout
+    if 2 * I == H and tuple(store.info(down).shape) == (E, I, H):
+        raise InputError(
+            f"{where}: '{gate_up}' is square ({E} x {H} x {H}) beside a transposed '{down}': whether it is stored "
+            "transposed cannot be told from its shape"
+        )
+    return ExpertLayout(E, I, H, transposed=(gate_up, down), halves=True)
+
+
 def check_expert_shapes(store: WeightStore, expected: dict[str, tuple[int, ...]], where: str, sizes: str) -> None:
     """InputError naming the first expert tensor whose stored shape is not the config's (`sizes`
     says which config values the shapes came from)."""

@@ -4,8 +4,9 @@ fixed-size states instead of a KV cache (docs/hybrid-state.md §5).
     q | k | v = silu(causal_conv(in_proj_qkv(h)))     conv state: the last K - 1 projections
     q, k      = l2norm per key head (q also * dk^-0.5)
     beta      = sigmoid(in_proj_b(h)) (x 2 for OLMo-Hybrid),  g = -exp(A_log) * softplus(in_proj_a(h) + dt_bias)
+                (per value head; per key channel for Kimi's KDA, graph/kda_gates.py)
     S         = exp(g) S;  S += k (beta (v - S^T k))^T;  o = S^T q     recurrent state [Hv, dk, dv]
-    out       = out_proj(rms(o) * norm.weight * silu(in_proj_z(h)))   per value head
+    out       = out_proj(rms(o) * norm.weight * silu(in_proj_z(h)))   per value head (sigmoid for Kimi's KDA)
 
 The convolution is com.microsoft.CausalConvWithState with its silu, channels-last (state
 [B, K - 1, conv_dim]; docs/hybrid-state.md §2); the recurrence is com.microsoft.LinearAttention
@@ -29,6 +30,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.kda_gates import channel_decay, low_rank
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.recurrent_state import causal_conv, state_shapes, without_padding
 from gqa_export.model.layer_kinds import DeltaNetDims
@@ -62,11 +64,14 @@ def gated_deltanet(
     if d.beta_scale != 1.0:  # OLMo-Hybrid's allow_neg_eigval: beta in [0, 2]
         beta = b.op("Mul", beta, b.const(np.array(d.beta_scale, NUMPY_DTYPES[dtype]), "beta_scale"), name="beta_scaled")
     a = projection(lc, x, "a")
-    dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
-    a_log = lc.name(names.a_log, "")  # decay_scale = -exp(A_log), as HF computes it, in fp32
-    scale = lc.params.derived(a_log, lambda v: -np.exp(v))
-    decay_scale = b.initializer(f"{a_log.rpartition('.')[0]}.decay_scale", scale)
-    decay = b.op("Mul", decay_scale, b.op("Softplus", b.op("Add", a, dt_bias)))  # log-space g
+    if names.decay == "per_channel":  # Kimi's KDA: one decay per key channel (graph/kda_gates.py)
+        decay = channel_decay(lc, a)
+    else:
+        dt_bias = b.initializer(lc.name(names.dt_bias, ""), lc.params.vector([lc.name(names.dt_bias, "")]))
+        a_log = lc.name(names.a_log, "")  # decay_scale = -exp(A_log), as HF computes it, in fp32
+        scale = lc.params.derived(a_log, lambda v: -np.exp(v))
+        decay_scale = b.initializer(f"{a_log.rpartition('.')[0]}.decay_scale", scale)
+        decay = b.op("Mul", decay_scale, b.op("Softplus", b.op("Add", a, dt_bias)))  # log-space g
     # a pad position leaves the state as it is: decay exp(0) = 1 and no delta update (beta 0)
     beta = b.op("Mul", beta, lc.padding.keep, name="beta")
     decay = b.op("Mul", decay, lc.padding.keep, name="decay")
@@ -92,19 +97,25 @@ def gated_deltanet(
         "SimplifiedLayerNormalization", b.op("Reshape", core, heads), norm_weight,
         axis=-1, epsilon=dims.rms_eps if names.norm_eps is None else names.norm_eps, stash_type=1, name="gated_norm",
     )  # fmt: skip
-    gated = b.op("Mul", normed, b.op("Mul", z, b.op("Sigmoid", z)), name="silu_gate")
+    if names.gate == "sigmoid":  # Kimi's KDA
+        gated = b.op("Mul", normed, b.op("Sigmoid", z), name="sigmoid_gate")
+    else:
+        gated = b.op("Mul", normed, b.op("Mul", z, b.op("Sigmoid", z)), name="silu_gate")
     flat = b.op("Reshape", gated, b.const([0, 0, value_width], "value_flat", "int64"))
     y = typed(linear(lc, flat, [names.out_proj], None, "out_proj"), dtype, [B, S, dims.hidden_size])
     return y, present_conv, present_recurrent
 
 
 def _projection(lc: LayerContext, x: ir.Value, part: str) -> ir.Value:
-    """in_proj_{part}(x) from its own checkpoint weight (Qwen3.5), or qkv from the separate q, k and
-    v weights concatenated (OLMo-Hybrid)."""
+    """in_proj_{part}(x) from its own checkpoint weight (Qwen3.5), qkv from the separate q, k and
+    v weights concatenated (OLMo-Hybrid), a or z through a low-rank pair (Kimi's KDA)."""
     assert lc.spec.mixers is not None
     names = lc.spec.mixers.gated_deltanet
     if part == "qkv" and names.qkv_parts:  # one MatMul named after names.qkv
         return linear(lc, x, list(names.qkv_parts), names.qkv, "in_proj_qkv")
+    parts = {"a": names.a_parts, "z": names.z_parts}.get(part)
+    if parts is not None:  # Kimi's KDA: a low-rank pair of Linears (graph/kda_gates.py)
+        return low_rank(lc, x, parts, f"in_proj_{part}")
     return linear(lc, x, [getattr(names, part)], None, f"in_proj_{part}")
 
 

@@ -14,7 +14,7 @@ row with nothing allowed - a padding query - gives a uniform softmax instead of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
@@ -56,6 +56,31 @@ class StatePadding:
 
     keep: ir.Value  # [B,S,1] float: attention_mask's last S columns (1 a token, 0 padding)
     end: ir.Value  # [B,1] int64: 1 + the run index of the last token (S when nothing trails it)
+    # [B,S,1] float: 1 at the row's first token (position 0), where RecurrentGemma's RG-LRU resets;
+    # built only where a mixer reads it (state_padding's `first`)
+    first: ir.Value | None = None
+    _indices: dict[tuple[int, int | None], ir.Value] = field(default_factory=dict, compare=False, repr=False)
+
+    def conv_state_index(self, b: GraphBuilder, width: int, channels: int | None = None) -> ir.Value:
+        """Where a conv state's `width` (K - 1) inputs sit in concat(past, run): steps end + j,
+        j < width, the inputs up to each row's last real token. As GatherND rows [B, width, 1] for
+        a channels-last concatenation (`channels` None), or as GatherElements indices
+        [B, channels, width] for a channels-first one. Built once per graph, at the first conv
+        layer, and read by every other (a decode step runs them once, not once per layer)."""
+        key = (width, channels)
+        if key not in self._indices:
+            with b.graph_scope("state_padding"):
+                offsets = b.const(np.arange(width, dtype=np.int64).reshape(1, width), "state_offsets")
+                steps = b.op("Add", self.end, offsets, name="state_steps")  # [B, width]
+                if channels is None:
+                    index = b.op("Unsqueeze", steps, _i64(b, [2], "state_axis"), name="state_rows")
+                else:
+                    index = b.op(
+                        "Expand", b.op("Unsqueeze", steps, _i64(b, [1], "channel_axis")),
+                        _i64(b, [1, channels, 1], "state_index_shape"), name="state_columns",
+                    )  # fmt: skip
+            self._indices[key] = index
+        return self._indices[key]
 
 
 def _i64(b: GraphBuilder, values: list[int], name: str) -> ir.Value:
@@ -144,8 +169,12 @@ def _same_chunk(b: GraphBuilder, q: ir.Value, key_positions: ir.Value, chunk: in
     return b.op("Equal", b.op("Div", q, size), b.op("Div", key_positions, size), name=f"same_chunk{chunk}")
 
 
-def state_padding(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType) -> StatePadding:
-    """The padding of this run's S tokens, read from attention_mask's last S columns."""
+def state_padding(
+    b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType, first: bool = False
+) -> StatePadding:
+    """The padding of this run's S tokens, read from attention_mask's last S columns; with `first`,
+    also where a row's position 0 falls in the run: a real token with one 1 in the mask up to it
+    (cumsum(attention_mask) = 1, as HF generate numbers positions from the mask)."""
     with b.scope("state_padding"):
         zero, one = _i64(b, [0], "zero"), _i64(b, [1], "one")
         total = b.op("Shape", attention_mask, start=1, end=2)
@@ -155,7 +184,12 @@ def state_padding(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value
         unit = _i64(b, 1, "unit")  # a scalar 1
         steps = b.op("Range", unit, b.op("Add", b.op("Squeeze", chunk, zero), unit), unit)  # [S]: 1..S
         end = b.op("ReduceMax", b.op("Mul", chunk_mask, steps), one, keepdims=1, name="end")  # [B,1]
-    return StatePadding(keep, end)
+        at_zero = None
+        if first:  # the mask's count up to each token of the run is 1 at position 0 (and at pads trailing it)
+            counts = b.op("Slice", b.op("CumSum", attention_mask, one), b.op("Sub", total, chunk), total, one)
+            real_first = b.op("And", b.op("Equal", counts, one), b.op("Cast", chunk_mask, to=ir.DataType.BOOL))
+            at_zero = b.op("Unsqueeze", b.op("Cast", real_first, to=dtype), _i64(b, [2], "two"), name="first")
+    return StatePadding(keep, end, at_zero)
 
 
 def token_positions(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value) -> ir.Value:

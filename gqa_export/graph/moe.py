@@ -28,7 +28,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, stacked
+from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, fused_or_transposed, stacked
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
@@ -158,6 +158,8 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
                     rows = lc.params.store.info(candidate[0]).shape[0]
                     spare = moe.zero_experts if rows == E + moe.zero_experts else 0
                     layout = ExpertLayout(E, I, H, fused=candidate, spare=spare)  # type: ignore[arg-type]
+                    if names.fused_or_transposed:
+                        layout = fused_or_transposed(lc.params.store, layout, where)
                     break
             if layout is not None:
                 break

@@ -5,15 +5,15 @@ layer. onnxruntime-genai allocates it from the input's static dims (every axis b
 starts it at zeros and swaps it each step (docs/hybrid-state.md §1.3); it finds short-convolution
 layers through `decoder.layer_types` and the layers with a conv and a recurrent state under one
 index through `past_recurrent_names` (§1.1, §1.2). The mixers themselves (graph/short_conv.py,
-graph/gated_deltanet.py, graph/mamba2.py, graph/mamba.py) take their pasts and return their presents in the
-order listed here.
+graph/gated_deltanet.py, graph/mamba2.py, graph/mamba.py, graph/rglru.py, graph/lightning.py) take
+their pasts and
+return their presents in the order listed here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext
@@ -29,12 +29,22 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "gated_deltanet": (CONV, RECURRENT),  # Qwen3.5: the conv inputs, then the delta rule's state
     "mamba2": (CONV, RECURRENT),  # Mamba2: the conv inputs, then the SSM state
     "mamba": (CONV, RECURRENT),  # Mamba (v1): the conv inputs, then the SSM state
+    "rglru": (CONV, RECURRENT),  # RG-LRU: the conv inputs, then the per-channel recurrence's state
+    "lightning": (CONV, RECURRENT),  # lightning attention: a placeholder the runtime binds, then its state
+    # RWKV-4: the two token-shift inputs (time mix, channel mix), then the WKV state (num, den, max)
+    "rwkv": (CONV, RECURRENT),
+    # xLSTM's mLSTM: the normalizer and max stabilizer (n | m), then the matrix memory C
+    "mlstm": (CONV, RECURRENT),
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
     "gated_deltanet": "gated-DeltaNet",
     "mamba2": "Mamba2",
     "mamba": "Mamba",
+    "rglru": "RG-LRU",
+    "lightning": "lightning-attention",
+    "rwkv": "RWKV",
+    "mlstm": "mLSTM",
 }
 
 Shape = list[int | str]
@@ -46,30 +56,59 @@ def state_layers(dims: ModelDims) -> dict[int, str]:
 
 
 def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
-    """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last), then
+    """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last; LFM2's
+    short conv [B, channels, K - 1], channels-first as its convolution runs), then
     the recurrent state (DeltaNet [B, Hv, dk, dv], Mamba2 [B, heads, state, head_dim], Mamba
-    [B, channels, state, 1]: one LinearAttention head per channel, docs/hybrid-state.md §8.3)."""
+    [B, channels, state, 1]: one LinearAttention head per channel, docs/hybrid-state.md §8.3; RG-LRU
+    [B, channels, 1, 1]: a scalar state per channel, §8.15). Lightning attention has no
+    convolution: its first state is a one-element placeholder that genai's RecurrentState binds
+    beside every recurrent state (§1.1, §8.16), then [B, H, d, d]."""
     if mixer == "short_conv":
-        return ([B, dims.conv_kernel - 1, dims.hidden_size],)
+        return ([B, dims.hidden_size, dims.conv_kernel - 1],)
     if mixer == "gated_deltanet":
         d = dims.deltanet
         assert d is not None
         return [B, d.kernel - 1, d.conv_channels], [B, d.value_heads, d.key_dim, d.value_dim]
+    if mixer == "lightning":
+        d = next(layer.head_dim for layer in dims.layers if layer.mixer == "lightning")
+        return [B, 1, 1], [B, dims.num_heads, d, d]
+    if mixer == "rwkv":  # [B, 2, H]: the last time-mix and channel-mix inputs; [B, 3, C]: num, den, max
+        r = dims.rwkv
+        assert r is not None
+        return [B, 2, dims.hidden_size], [B, 3, r.channels]
+    if mixer == "mlstm":  # [B, NH, dqk + 1]: n | m; [B, NH, dqk, dv]: C
+        x = dims.mlstm
+        assert x is not None
+        return [B, x.heads, x.qk_head + 1], [B, x.heads, x.qk_head, x.v_head]
     if mixer == "mamba":
         v = dims.mamba
         assert v is not None
         return [B, v.kernel - 1, v.inner], [B, v.inner, v.state, 1]
+    if mixer == "rglru":
+        r = dims.rglru
+        assert r is not None
+        return [B, r.kernel - 1, r.width], [B, r.width, 1, 1]
     m = dims.mamba2
     assert mixer == "mamba2" and m is not None
     return [B, m.kernel - 1, m.conv_channels], [B, m.heads, m.state, m.head_dim]
+
+
+def state_dtypes(mixer: str, dtype: ir.DataType) -> tuple[ir.DataType, ...]:
+    """Each state's dtype, in STATE_NAMES order: the graph's, except RWKV's WKV state, which HF keeps
+    in float32 in a half-precision model (its num/den/max state tensors), as the graph does."""
+    if mixer == "rwkv":
+        return dtype, ir.DataType.FLOAT
+    return tuple(dtype for _ in STATE_NAMES[mixer])
 
 
 def state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[int, tuple[ir.Value, ...]]:
     """Each state layer's past inputs, layer by layer."""
     return {
         i: tuple(
-            b.input(past % i, dtype, shape)
-            for (past, _), shape in zip(STATE_NAMES[mixer], state_shapes(dims, mixer), strict=True)
+            b.input(past % i, state_dtype, shape)
+            for (past, _), shape, state_dtype in zip(
+                STATE_NAMES[mixer], state_shapes(dims, mixer), state_dtypes(mixer, dtype), strict=True
+            )
         )
         for i, mixer in state_layers(dims).items()
     }
@@ -81,9 +120,9 @@ def add_state_outputs(
     """present.N.* for every state layer, shaped as its inputs."""
     kinds = state_layers(dims)
     for i, values in sorted(presents.items()):
-        names, shapes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i])
-        for (_, present), shape, value in zip(names, shapes, values, strict=True):
-            b.output(value, present % i, dtype, shape)
+        names, shapes, dtypes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i]), state_dtypes(kinds[i], dtype)
+        for (_, present), shape, value, state_dtype in zip(names, shapes, values, dtypes, strict=True):
+            b.output(value, present % i, state_dtype, shape)
 
 
 def without_padding(lc: LayerContext, x: ir.Value, name: str = "keep_tokens") -> ir.Value:
@@ -102,12 +141,19 @@ def causal_conv(
     activation: str,
     mixer: str,
     parts: Sequence[str] | None = None,
+    channels_first: bool = False,
 ) -> tuple[ir.Value, ir.Value]:
-    """The depthwise causal convolution every state mixer starts with: com.microsoft.CausalConvWithState,
-    channels-last, over x [B, S, C] with the checkpoint's kernel [C, 1, K] (and its bias where the
-    checkpoint stores one), convolving concat(past, x) (docs/hybrid-state.md §2). Returns (the
-    output [B, S, C], the new conv state, typed as the mixer's first state). `parts`: kernels
-    stored per channel group (OLMo-Hybrid's q/k/v_conv1d), concatenated into the one `module` names.
+    """The depthwise causal convolution every state mixer starts with: com.microsoft.CausalConvWithState
+    over x [B, S, C] (channels-last) or, with `channels_first`, x [B, C, S], with the checkpoint's
+    kernel [C, 1, K] (and its bias where the checkpoint stores one), convolving concat(past, x)
+    (docs/hybrid-state.md §2). Returns (the output and the new conv state, both laid out as x: the
+    state is [B, K - 1, C] or [B, C, K - 1], typed as the mixer's first state). `parts`: kernels
+    stored per channel group (OLMo-Hybrid's q/k/v_conv1d), concatenated into the one `module` names
+    where the checkpoint does not store that one (transformers 5.x's own layout of Kimi-Linear does).
+
+    Channels-first is the op's fast layout on CPU (3-6x the channels-last kernel's speed,
+    docs/hybrid-state.md §2.1): a mixer whose projection splits cheaper channels-first takes it
+    (LFM2's short conv).
 
     The new state is the K - 1 inputs that end at the run's last real token, gathered per row from
     concat(past, x): the op's own present (the last K - 1 columns) would hold a right-padded row's
@@ -117,32 +163,36 @@ def causal_conv(
     b = lc.b
     assert lc.padding is not None
     weight_name = lc.name(module)
-    kernel = lc.params.stacked([lc.name(p) for p in parts]) if parts else lc.params.tensor(weight_name)
+    stacked = bool(parts) and weight_name not in lc.params.store  # else the whole kernel (5.x)
+    kernel = lc.params.stacked([lc.name(p) for p in parts]) if stacked else lc.params.tensor(weight_name)
     weight = b.initializer(weight_name, kernel)
     bias = None
     if lc.has(module, "bias"):
         bias_name = lc.name(module, "bias")
         bias = b.initializer(bias_name, lc.params.vector([bias_name]))
     state_shape = state_shapes(lc.dims, mixer)[0]
-    width = int(state_shape[1])  # K - 1
-    history = b.op("Concat", past, x, axis=1, name="past_and_run")  # [B, K - 1 + S, C]
+    time_axis = 2 if channels_first else 1
+    width = int(state_shape[time_axis])  # K - 1
+    history = b.op("Concat", past, x, axis=time_axis, name="past_and_run")  # K - 1 + S steps
     convolved, _ = b.op_multi(
         "CausalConvWithState",
         history, weight, bias,
         domain="com.microsoft",
         outputs=2,
         ndim=1,
-        channels_last=1,
+        channels_last=0 if channels_first else 1,
         activation=activation,
         name="causal_conv",
     )  # fmt: skip
     convolved = b.op(
         "Slice", convolved, b.const([width], "conv_start", "int64"), b.const([2**62], "conv_stop", "int64"),
-        b.const([1], "conv_axis", "int64"), name="run_outputs",
+        b.const([time_axis], "conv_axis", "int64"), name="run_outputs",
     )  # fmt: skip
-    # rows end + j of the concatenation, j < K - 1: the K - 1 inputs up to the last real token
-    offsets = b.const(np.arange(width, dtype=np.int64).reshape(1, width), "state_offsets")
-    rows = b.op("Unsqueeze", b.op("Add", lc.padding.end, offsets), b.const([2], "state_axis", "int64"))
-    present = b.op("GatherND", history, rows, batch_dims=1, name="conv_state")  # [B, K - 1, C]
+    if channels_first:
+        index = lc.padding.conv_state_index(b, width, int(state_shape[1]))
+        present = b.op("GatherElements", history, index, axis=2, name="conv_state")  # [B, C, K - 1]
+    else:
+        index = lc.padding.conv_state_index(b, width)
+        present = b.op("GatherND", history, index, batch_dims=1, name="conv_state")  # [B, K - 1, C]
     typed(present, lc.params.dtype, state_shape)
     return convolved, present

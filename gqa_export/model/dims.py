@@ -42,9 +42,19 @@ from gqa_export.model.layer_kinds import (
 from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
 from gqa_export.model.moe import MoeDims, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
+from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
+from gqa_export.model.rwkv import RwkvDims, rwkv_dims
 from gqa_export.model.shared_blocks import shared_uses
-from gqa_export.model.stream import AltUpDims, HardTokenRange, altup_dims, hard_token_ranges, sparsity_pattern
+from gqa_export.model.stream import (
+    AltUpDims,
+    HardTokenRange,
+    altup_dims,
+    hard_token_ranges,
+    normed_residual_factors,
+    sparsity_pattern,
+)
+from gqa_export.model.xlstm import MlstmDims, mlstm_dims
 
 SLIDING = "sliding_attention"
 CHUNKED = "chunked_attention"  # Llama-4: attention within chunks of attention_chunk_size positions
@@ -126,6 +136,9 @@ class ModelDims:
     deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
     mamba: MambaDims | None = None  # Mamba (v1) layers' shapes (Jamba)
+    rglru: RgLruDims | None = None  # RG-LRU layers' shapes (RecurrentGemma)
+    rwkv: RwkvDims | None = None  # RWKV-4 blocks' time-mix width and rescaling (model/rwkv.py)
+    mlstm: MlstmDims | None = None  # xLSTM's mLSTM heads and gates (model/xlstm.py)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (model/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
@@ -136,6 +149,8 @@ class ModelDims:
     scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
     nope_query_scale: tuple[float, int] | None = None  # (beta, length) of query_scale at pos + 1, NoPE layers
     value_head_dim: int = 0  # values narrower than head_dim, zero-padded in the cache (MiMo-V2-Flash); 0: as wide
+    # (alpha, beta) per block kind where each block adds to its normed input, alpha * x + beta * block(x) (MiniMax)
+    residual_factors: dict[str, tuple[float, float]] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -276,6 +291,9 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         deltanet=deltanet_dims(opt, spec, mixers),
         mamba2=mamba2,
         mamba=mamba_dims(opt, spec, mixers, hidden),
+        rglru=rglru_dims(opt, spec, mixers, hidden, heads),
+        rwkv=rwkv_dims(opt, spec, mixers, hidden),
+        mlstm=mlstm_dims(config, opt, spec, mixers),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
@@ -286,6 +304,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         scaleless_qk_norm=spec.qk_norm == "scaleless" and bool(opt("qk_norm_flag", True)),
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
+        residual_factors=normed_residual_factors(config, spec),
     )
 
 

@@ -96,7 +96,7 @@ def blocks_of(spec: ArchSpec, layer_type: str | None) -> str:
     says its type holds one of them alone (Nemotron-H); the mixer alone in a stack without attention
     (MixerSpec.attention False: Mamba, Mamba2), whatever its config names its layers."""
     if spec.mixers is not None and not spec.mixers.attention:
-        return "mixer"
+        return spec.mixers.state_only_blocks
     if layer_type is None:
         return "mixer_and_mlp"
     return spec.layer_blocks.get(layer_type, "mixer_and_mlp")
@@ -121,14 +121,20 @@ def parallel_attention(spec: ArchSpec, mixer: str) -> bool:
 
 
 def feed_forward_size(config: Any, opt: Option, spec: ArchSpec) -> int | tuple[int, ...]:
-    """The dense MLP's width: intermediate_size, Granite-4.0-H's shared_intermediate_size, or LFM2's
+    """The dense MLP's width: intermediate_size (or half of it: RecurrentGemma), Granite-4.0-H's
+    shared_intermediate_size, or LFM2's
     adjusted width (2/3 of it, times the optional multiplier, rounded up to a multiple) when its
     config asks for the adjustment."""
     if spec.ffn_size == "shared":  # Granite-4.0-H: the layer's dense MLP is its shared_mlp
         return int(opt("shared_expert_intermediate_size"))
+    if spec.ffn_size == "rounded_ratio":  # xLSTM: hidden * ffn_proj_factor rounded up to a multiple, as its class does
+        multiple = int(opt("ffn_multiple_of", 64))
+        return int(((int(config.hidden_size) * float(opt("ffn_ratio")) + multiple - 1) // multiple) * multiple)
     if spec.ffn_size == "hidden_ratio":  # Bloom (4), MPT (expansion_ratio): a multiple of hidden_size
         return int(float(opt("ffn_ratio", 4)) * int(config.hidden_size))
     configured = opt("intermediate_size")
+    if spec.ffn_size == "half":  # RecurrentGemma's MLP: intermediate_size // 2 wide
+        return int(configured) // 2
     if isinstance(configured, (list, tuple)):  # one width per layer (Gemma-3n)
         return tuple(int(v) for v in configured)
     size = int(configured) if configured is not None else 4 * int(config.hidden_size)  # GPT-2's n_inner None: 4 H

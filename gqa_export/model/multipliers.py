@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from gqa_export.arch.mixer_spec import Multiplier
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
@@ -69,11 +71,22 @@ def residual_multiplier(opt: Callable[..., Any], spec: ArchSpec, num_layers: int
 def embedding_multiplier(opt: Callable[..., Any], spec: ArchSpec, hidden: int) -> float:
     """What the token embeddings are multiplied by (spec embedding_scale): sqrt(hidden_size) (Gemma),
     the config's embedding_multiplier (Granite; MiniCPM3's scale_emb), sqrt(hidden_size) where the
-    config switches it on (AFMoE's mup_enabled), or nothing."""
+    config switches it on (AFMoE's mup_enabled), sqrt(hidden_size) rounded to bfloat16
+    (RecurrentGemma), or nothing."""
     if spec.embedding_scale == "sqrt_hidden":
         return math.sqrt(hidden)
+    if spec.embedding_scale == "sqrt_hidden_bf16":  # RecurrentGemma: its normalizer is a bfloat16 buffer
+        return bfloat16(math.sqrt(hidden))
     if spec.embedding_scale == "sqrt_hidden_if_configured":  # AFMoE: muP's input scaling when mup_enabled
         return math.sqrt(hidden) if opt("embedding_sqrt_switch", False) else 1.0
     if spec.embedding_scale in ("config", "config_in_table"):
         return float(opt("embedding_multiplier", 1.0))
     return 1.0
+
+
+def bfloat16(value: float) -> float:
+    """value rounded to the nearest bfloat16 (ties to even), as torch.tensor(value, dtype=torch.bfloat16)
+    rounds it: float32's upper 16 bits after rounding the lower 16."""
+    bits = int(np.asarray(value, dtype=np.float32).view(np.uint32))
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return float(np.asarray(bits, dtype=np.uint32).view(np.float32))

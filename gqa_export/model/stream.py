@@ -1,5 +1,6 @@
 """Config facts of the residual-stream mechanisms (arch/stream_spec.py; docs/gemma3n.md §1):
-alternating updates, gaussian top-k activation sparsity per layer, hard-token embedder ranges."""
+alternating updates, gaussian top-k activation sparsity per layer, hard-token embedder ranges, the
+scaled residual after the norm (MiniMax, docs/hybrid-state.md §8.16)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.arch.stream_spec import HardTokenEmbedderNames
 from gqa_export.errors import InputError
+from gqa_export.model.config_reads import config_get
 
 Option = Callable[..., Any]
 
@@ -80,3 +82,19 @@ def hard_token_ranges(outer: Any | None, spec: ArchSpec) -> tuple[HardTokenRange
             continue
         out.append(HardTokenRange(names, int(offset), int(size), float(get("rms_norm_eps") or 1e-6)))
     return tuple(out)
+
+
+def normed_residual_factors(config: Any, spec: ArchSpec) -> dict[str, tuple[float, float]] | None:
+    """(alpha, beta) of each block kind ("attention", "state", "mlp") where the spec adds a block
+    to its normed input (NormedResidualKeys); a key the config lacks is 1, as the config class
+    defaults it. None for every other spec: the residual is the stream itself."""
+    keys = spec.normed_residual
+    if keys is None:
+        return None
+    pairs = {"attention": keys.attention, "state": keys.state, "mlp": keys.mlp}
+    return {kind: (_factor(config, alpha), _factor(config, beta)) for kind, (alpha, beta) in pairs.items()}
+
+
+def _factor(config: Any, key: str) -> float:
+    value = config_get(config, key)
+    return 1.0 if value is None else float(value)

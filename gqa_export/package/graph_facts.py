@@ -48,11 +48,13 @@ class GraphFacts:
 
     @property
     def conv_state_size(self) -> int:
-        """The conv state's length (the kernel less one): the static axis of past.N.conv that is not the width."""
+        """The conv state's length (the kernel less one). past.N.conv is [B, K - 1, C] (channels-last)
+        or [B, C, K - 1] (LFM2's channels-first short conv): the shorter static axis, since a
+        kernel is a few taps and a conv spans at least a head's channels."""
         if not self.conv_layers:
             return 0
-        shape = self.inputs[f"past.{self.conv_layers[0]}.conv"][1]
-        return int(shape[1]) if isinstance(shape[1], int) else 0
+        static = [d for d in self.inputs[f"past.{self.conv_layers[0]}.conv"][1][1:] if isinstance(d, int)]
+        return min(static, default=0)
 
     @property
     def window_cache_layers(self) -> dict[int, int]:

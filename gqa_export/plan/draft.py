@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from gqa_export.arch.mixer_spec import MIXER_KINDS
 from gqa_export.package.draft import tokenizer_parts
 from gqa_export.package.pad_id import choose_pad_id
 from gqa_export.plan.records import BuildPlan
 from gqa_export.request.records import BuildOptions, SpeculativeOptions
 
-STATE_MIXERS = ("short_conv", "mamba", "mamba2", "deltanet")  # layers with recurrent/conv state
+# layers with recurrent/conv state: every mixer kind but attention (and a layer without a mixer)
+STATE_MIXERS = frozenset(MIXER_KINDS) - {"attention", "none"}
 
 
 def draft_request(request: BuildOptions, output: Path) -> BuildOptions:

@@ -40,6 +40,7 @@ from gqa_export.quant.kv_cache import check_kv_options
 from gqa_export.quant.quantize import plan_precision
 from gqa_export.recipes import Recipe, load_recipe
 from gqa_export.source import prequantized
+from gqa_export.source.aliases import aliased_views
 from gqa_export.source.checkpoint import Checkpoint, match_builtin, text_config_of
 from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.expert_views import attention_expert_views
@@ -67,6 +68,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
+    if spec.tensor_aliases:  # a layer's modules spelled another way (source/aliases.py)
+        store = aliased_views(store, spec, dims.num_layers)
     if spec.attention_experts is not None:  # JetMoE: its expert attention as one qkv and o (source/expert_views.py)
         store = attention_expert_views(store, spec, text_config)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
@@ -75,7 +78,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     check_against_weights(dims, spec, store)
     if recipe.attention.latent_cache:  # MLA's latent as one kv head (docs/latent-attention.md)
         dims = latent_cache_dims(dims)
-    notes = context_cap_notes(dims)  # said in the build output and kept in the package's notes
+    # said in the build output and kept in the package's notes
+    notes = context_cap_notes(dims) + rope_width_notes(dims, get_spec(recipe.arch).hf_rotates_full_head)
     max_length = planned_max_length(request.max_length, dims)
     # the recipe's full package is for its checkpoints with a vision tower (docs/multimodal.md §1)
     full = bool(recipe.multimodal_model_type) and getattr(hf_config, "vision_config", None) is not None
@@ -215,6 +219,21 @@ def context_cap_notes(dims: ModelDims) -> list[str]:
         f"context capped at index_topk {dims.context_length} (max_position_embeddings "
         f"{dims.max_position_embeddings}): DeepSeek sparse attention keeps every key only within its indexer's "
         "top-k, so the package (plain MLA, no indexer) is exact up to there (docs/latent-attention.md)"
+    ]
+
+
+def rope_width_notes(dims: ModelDims, hf_rotates_full_head: bool) -> list[str]:
+    """The line saying a rope narrower than the head is rotated as configured where the family's
+    transformers class rotates every channel instead (ArchSpec.hf_rotates_full_head: MiniMax)."""
+    widths = {(dims.ropes[layer.rope].rotary_dim, layer.head_dim) for layer in dims.layers if layer.rope}
+    narrow = sorted((r, d) for r, d in widths if r < d)
+    if not hf_rotates_full_head or not narrow:
+        return []
+    rotary, head_dim = narrow[0]
+    return [
+        f"RoPE on {rotary} of {head_dim} channels per head, as the config's rotary_dim says and the released "
+        "model was trained; the installed transformers class rotates all of them, so its logits differ from the "
+        "package's (docs/hybrid-state.md §8.16)"
     ]
 
 

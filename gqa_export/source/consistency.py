@@ -34,7 +34,8 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -
         prefix = f"{spec.prefix}{spec.layer_prefix.format(i=i)}"
         names = spec.layer
         q = f"{prefix}{names.q}.weight"
-        if names.qkv is None and q in store and not layer.shares_kv:
+        # a recurrent-state layer's own q_proj (Kimi's KDA under self_attn) is not attention's
+        if names.qkv is None and q in store and not layer.shares_kv and layer.attends:
             shape = store.info(q).shape
             gate = 2 if spec.attention_output_gate else 1  # Qwen3.5: each head's query and output gate
             _same("num_attention_heads / head_dim", gate * dims.num_heads * layer.head_dim, shape[0], q, shape)

@@ -63,13 +63,16 @@ def attention_expert_views(store: WeightStore, spec: ArchSpec, config: Any) -> W
             return store.read(out).reshape(e, h, kv_heads, head_dim).transpose(1, 2, 0, 3).reshape(h, -1)
 
         kv_rows = store.info(kv).shape[0]
-        views[spec.layer_tensor(i, names.qkv)] = (_info(q_info, (width + kv_rows, hidden)), qkv)
-        views[spec.layer_tensor(i, names.o)] = (_info(o_info, (hidden, width)), o)
+        views[spec.layer_tensor(i, names.qkv)] = (view_info(q_info, (width + kv_rows, hidden)), qkv)
+        views[spec.layer_tensor(i, names.o)] = (view_info(o_info, (hidden, width)), o)
         bias_info = store.info(bias)
-        views[spec.layer_tensor(i, names.o, "bias")] = (_info(bias_info, bias_info.shape), lambda b=bias: store.read(b))
+        views[spec.layer_tensor(i, names.o, "bias")] = (
+            view_info(bias_info, bias_info.shape),
+            lambda b=bias: store.read(b),
+        )
     return ViewStore(store, views)
 
 
-def _info(source: TensorInfo, shape: tuple[int, ...]) -> TensorInfo:
+def view_info(source: TensorInfo, shape: tuple[int, ...]) -> TensorInfo:
     """A computed tensor's entry: the source's dtype, no bytes in any shard (never released)."""
     return TensorInfo(name="<computed>", shard=Path(source.shard), dtype=source.dtype, shape=tuple(shape))

@@ -97,10 +97,10 @@ def test_recipes_coverage_prints_the_table():
     assert result.exit_code == 0, result.output
     rows = {row["model_type"]: row for row in json.loads(result.stdout)}
     assert rows["llama"]["status"] == "exported" and rows["llama"]["recipe"] == "llama"
-    assert rows["rwkv"]["status"] == "refused" and "WKV" in rows["rwkv"]["reason"]
+    assert rows["reformer"]["status"] == "refused" and "LSH" in rows["reformer"]["reason"]
     assert rows["bert"]["status"] == "not applicable"
     table = CliRunner().invoke(app, ["recipes", "--coverage"], env={"COLUMNS": "300"})
-    assert table.exit_code == 0 and re.search(r"rwkv\s+│ refused", table.output), table.output
+    assert table.exit_code == 0 and re.search(r"reformer\s+│ refused", table.output), table.output
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def no_weight_read(monkeypatch):
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
-        (dict(model_type="rwkv", architectures=["RwkvForCausalLM"]), REFUSED["rwkv"]),
+        (dict(model_type="reformer", architectures=["ReformerModelWithLMHead"]), REFUSED["reformer"]),
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # a multimodal class whose text decoder is a supported family: refused by its own type
         (dict(model_type="llava", architectures=["LlavaForConditionalGeneration"]), REFUSED["llava"]),

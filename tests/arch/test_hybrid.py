@@ -98,6 +98,9 @@ def test_mutant_genai_config_fails_the_state_lints(builds, tmp_path, family, edi
         ("zamba2", "CausalConvWithState"),
         ("zamba", "LinearAttention"),
         ("zamba", "CausalConvWithState"),
+        ("recurrent_gemma", "LinearAttention"),
+        ("recurrent_gemma", "CausalConvWithState"),
+        ("minimax", "LinearAttention"),
     ],
 )
 def test_mutant_graph_that_drops_a_state_fails_the_decode_steps(builds, tmp_path, family, op):
@@ -140,6 +143,7 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("lfm2", "lfm2's short-convolution"),
         ("qwen3_5_text", "qwen3_5's gated-DeltaNet"),
         ("olmo_hybrid", "olmo_hybrid's gated-DeltaNet"),
+        ("kimi_linear", "kimi_linear's gated-DeltaNet"),
         ("granitemoehybrid", "granitemoehybrid's Mamba2"),
         ("jamba", "jamba's Mamba"),
         ("falcon_h1", "falcon_h1's Mamba2"),
@@ -148,6 +152,10 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("mamba", "mamba's Mamba"),
         ("zamba2", "zamba2's Mamba2"),
         ("zamba", "zamba's Mamba"),
+        ("recurrent_gemma", "recurrent_gemma's RG-LRU"),
+        ("minimax", "minimax's lightning-attention"),
+        ("rwkv", "rwkv's RWKV"),
+        ("xlstm", "xlstm's mLSTM"),
     ],
 )
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode, family, mixer):

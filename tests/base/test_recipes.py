@@ -65,7 +65,7 @@ def test_config_without_architectures_matches_by_model_type():
 @pytest.mark.parametrize(
     ("model_type", "architecture", "start"),
     [
-        ("rwkv", "RwkvForCausalLM", "NAME"),  # no alike name: nothing suggested
+        ("reformer", "ReformerModelWithLMHead", "NAME"),  # no alike name: nothing suggested
         ("my-llama", "MyLlamaForCausalLM", "llama"),  # a renamed fine-tune: the class it ends with
         ("my-qwen", "Qwen3ForCausalLM", "qwen3"),  # a custom model_type with the family's own class
     ],

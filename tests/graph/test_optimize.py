@@ -34,6 +34,20 @@ def test_skip_norm_fusion_without_reading_weights(checkpoints):
     assert report.nodes_after < report.nodes_before
 
 
+def test_skip_norms_leave_their_unread_statistics_unnamed(checkpoints):
+    """Outputs 1 and 2 (mean, inverse deviation) named make ORT write them every step; the
+    residual sum (output 3) stays named wherever the next layer reads it, not after the last."""
+    model, _ = _built(checkpoints.get("head_dim_32"))
+    optimize(model)
+    norms = [n for n in model.graph if n.op_type == "SkipSimplifiedLayerNormalization"]
+    assert norms and all(o.name == "" for n in norms for o in n.outputs[1:3])
+    proto = ir.serde.serialize_model(model)
+    fused = [n for n in proto.graph.node if n.op_type == "SkipSimplifiedLayerNormalization"]
+    outputs = [[*n.output, "", "", ""][:4] for n in fused]  # trailing omitted outputs are not written
+    assert all(o[1:3] == ["", ""] and o[0] for o in outputs)
+    assert [bool(o[3]) for o in outputs] == [True] * (len(fused) - 1) + [False]
+
+
 def test_dead_inputs_are_removed_but_kv_and_mask_kept(checkpoints):
     model, _ = _built(checkpoints.get("gqa"))
     dead = ir.Value(

@@ -199,14 +199,25 @@ def test_option_refusals(sources, tmp_path, args, message):
     assert len(result.output.strip().splitlines()) == 1
 
 
-def test_hybrid_draft_refused(sources, tmp_path):
-    """A recurrent-state draft (LFM2's conv state) cannot be rewound: one line, exit 2, no package."""
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_next"])  # a conv state; a conv + a gated-DeltaNet state
+def test_hybrid_draft_refused(sources, tmp_path, family):
+    """A recurrent-state draft cannot be rewound: one line, exit 2, no package."""
     from dense_models import save_dense
 
-    hybrid = save_dense(tmp_path / "lfm2", "lfm2")
+    hybrid = save_dense(tmp_path / family, family)
     result = invoke("build", sources["target"], "-o", tmp_path / "x", "--draft", hybrid, "--no-smoke")
     assert result.exit_code == 2 and "recurrent/convolution state" in result.output, result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_plan_knows_every_state_mixer():
+    """The plan refuses a state-carrying draft before the export by its layers' mixer kinds: the
+    kinds it knows are the ones the graph carries state for (a misspelt kind would leave the refusal
+    to the written package's check, after both exports)."""
+    from gqa_export.graph.recurrent_state import STATE_NAMES
+    from gqa_export.plan.draft import STATE_MIXERS
+
+    assert set(STATE_NAMES) == STATE_MIXERS
 
 
 def test_built_packages_that_cannot_rewind(checkpoints, tmp_path):

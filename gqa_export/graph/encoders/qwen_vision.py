@@ -1,5 +1,5 @@
-"""The Qwen-VL vision towers (Qwen2.5-VL's window-attention ViT; Qwen3.5's and deepstack-free
-Qwen3-VL's full-attention ViT with learned positions) with their patch merger, as an onnx-ir graph.
+"""The Qwen-VL vision towers (Qwen2.5-VL's window-attention ViT; Qwen2-VL's, Qwen3.5's and
+Qwen3-VL's full-attention ViTs) with their patch merger, as an onnx-ir graph.
 
 `pixel_values [P, C·T·p·p]` (the processor's packed patches, docs/multimodal.md) and
 `image_grid_thw [N, 3]` int64 in, `image_features [P / merge², out_hidden]` out, for any number of
@@ -17,6 +17,8 @@ images of any grid (docs/multimodal.md §11):
 - RMSNorm + gated MLP blocks, then the merger: RMSNorm, each merge block's merge² consecutive rows
   as one row, Linear -> GELU -> Linear.
 
+Qwen2-VL's tower is Qwen2.5-VL's without windows (no window_size: every block attends within its
+frame), with LayerNorms (its norms and merger ln_q have biases) and an fc1 -> QuickGELU -> fc2 MLP.
 The Qwen3 towers differ in mechanisms the checkpoint's tensors name, and the graph follows them:
 a patch-embedding bias, a learned position table resampled to each grid
 (graph/encoders/position_table.py, `pos_embed.weight`), LayerNorms (norms with a bias), a plain
@@ -68,10 +70,12 @@ class QwenVisionDims:
 
     @classmethod
     def from_config(cls, vision: dict[str, Any]) -> QwenVisionDims:
-        """From config.json's `vision_config` (transformers 4.x and 5.x spellings)."""
+        """From config.json's `vision_config` (transformers 4.x and 5.x spellings). Qwen2-VL's
+        names its width `embed_dim` and the merger's output `hidden_size` (no out_hidden_size)."""
         rope = vision.get("rope_parameters") or {}
+        qwen2_vl = "embed_dim" in vision and "out_hidden_size" not in vision
         dims = cls(
-            hidden_size=vision["hidden_size"],
+            hidden_size=vision["embed_dim" if qwen2_vl else "hidden_size"],
             num_heads=vision["num_heads"],
             depth=vision["depth"],
             patch_size=vision.get("patch_size", 14),
@@ -80,9 +84,10 @@ class QwenVisionDims:
             spatial_merge_size=vision.get("spatial_merge_size", 2),
             window_size=vision.get("window_size", 0),
             fullatt_block_indexes=tuple(vision.get("fullatt_block_indexes", ())),
-            out_hidden_size=vision["out_hidden_size"],
+            out_hidden_size=vision["hidden_size" if qwen2_vl else "out_hidden_size"],
             rope_theta=float(rope.get("rope_theta", 10000.0)),
-            hidden_act=vision.get("hidden_act", "silu"),
+            # the published Qwen2-VL configs name no hidden_act: its config class's default is QuickGELU
+            hidden_act=vision.get("hidden_act", "quick_gelu" if qwen2_vl else "silu"),
         )
         if dims.hidden_act not in ACTIVATIONS:
             raise InputError(f"vision_config.hidden_act '{dims.hidden_act}' is not supported by the Qwen vision tower")
@@ -278,8 +283,9 @@ class _Tower:
         if self.has(f"{module}.mlp.gate_proj.weight"):  # SwiGLU (Qwen2.5-VL)
             gate = self.activation(self.linear(z, f"{module}.mlp.gate_proj"))
             z = self.linear(b.op("Mul", gate, self.linear(z, f"{module}.mlp.up_proj")), f"{module}.mlp.down_proj")
-        else:  # fc1 -> act -> fc2 (Qwen3 towers)
-            z = self.linear(self.activation(self.linear(z, f"{module}.mlp.linear_fc1")), f"{module}.mlp.linear_fc2")
+        else:  # fc1 -> act -> fc2 (Qwen3 towers: linear_fc1/2; Qwen2-VL: fc1/2 with QuickGELU)
+            fc = "fc" if self.has(f"{module}.mlp.fc1.weight") else "linear_fc"
+            z = self.linear(self.activation(self.linear(z, f"{module}.mlp.{fc}1")), f"{module}.mlp.{fc}2")
         return typed(b.op("Add", x, z, name="mlp_residual"), self.params.dtype, hidden)
 
     def activation(self, x: ir.Value) -> ir.Value:

@@ -246,3 +246,15 @@ def test_deepstack_tower_widens_its_rows_like_hf(tmp_path):
     assert np.abs(main - out.pooler_output.numpy()).max() < 1e-4
     late = run_graph(tmp_path, pixels, thw, model=build_qwen_vision(dims, params, prefix, (1,)))
     assert np.abs(late - ref).max() > 1e-2  # mutant: the merger reads the block after its own
+
+
+def test_published_qwen2_vl_vision_config_reads():
+    """Qwen2-VL-7B's published vision_config (no hidden_act, in_chans, embed_dim the width and
+    hidden_size the merger's output): QuickGELU, its config class's default; no windows."""
+    published = {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_chans": 3,
+                 "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14,
+                 "temporal_patch_size": 2}  # fmt: skip
+    dims = QwenVisionDims.from_config(published)
+    assert (dims.hidden_size, dims.out_hidden_size, dims.hidden_act) == (1280, 3584, "quick_gelu")
+    assert dims.window_blocks == 0
+    assert (dims.head_dim, dims.patch_dim) == (80, 3 * 2 * 14 * 14)

@@ -1,8 +1,10 @@
 """Full Qwen multimodal packages from `gqa-export build` (docs/multimodal.md §11.4): tiny
-Qwen2.5-VL, deepstack-free Qwen3-VL, Qwen3.5 (DeltaNet state) and Qwen3.5-MoE checkpoints
-(tests/qwen_vl_package.py KINDS) through onnxruntime-genai's MultiModalProcessor and greedy
+Qwen2.5-VL, deepstack-free Qwen3-VL, Qwen3.5 (DeltaNet state), Qwen3.5-MoE, Qwen2-VL (LayerNorm /
+QuickGELU tower, run as genai's qwen2_5_vl) and Qwen3-VL-MoE (experts under a deepstack tower, run as
+qwen3_vl) checkpoints (tests/qwen_vl_package.py KINDS) through onnxruntime-genai's MultiModalProcessor and greedy
 generation against HF generate with the same images; the M-RoPE and vision mutants; what is
-refused; `run --image`; an int4 decoder with an image. Qwen2.5-VL's pixels, window mutant and
+refused; `run --image`; an int4 decoder with an image; the tower and expert mutants of Qwen2-VL and
+Qwen3-VL-MoE and the hub's transposed expert layout. Qwen2.5-VL's pixels, window mutant and
 bias mode are tests/package/multimodal/test_qwen_vl_package.py's."""
 
 from __future__ import annotations
@@ -72,7 +74,9 @@ def _compare(made: dict[str, Any], case: str, package: Path | None = None) -> tu
     return float(np.abs(logits - ref_logits).max()), tokens, ref_tokens
 
 
-FULL = ["qwen3_vl", "qwen3_5", "qwen3_5_moe"]
+FULL = ["qwen3_vl", "qwen3_5", "qwen3_5_moe", "qwen2_vl", "qwen3_vl_moe"]
+# the genai type of each kind's package: genai has no qwen2_vl nor qwen3_vl_moe type (§11.6)
+GENAI_TYPE = {"qwen2_vl": "qwen2_5_vl", "qwen3_vl_moe": "qwen3_vl"}
 
 
 @pytest.mark.parametrize("kind", ["qwen2_5_vl", *FULL])
@@ -83,7 +87,7 @@ def test_package_files_and_config(kinds, kind):
     package = kinds.get(kind)["package"]
     assert {"vision.onnx.data", "embedding.onnx.data", "processor_config.json"} <= {p.name for p in package.iterdir()}
     model = json.loads((package / "genai_config.json").read_text())["model"]
-    assert model["type"] == kind
+    assert model["type"] == GENAI_TYPE.get(kind, kind)
     assert (model["image_token_id"], model["video_token_id"], model["vision_start_token_id"]) == (
         IMAGE, VIDEO, VISION_START
     )  # fmt: skip
@@ -111,7 +115,7 @@ def test_genai_greedy_equals_hf_generate(kinds, kind, case):
     """genai's processor + 20 greedy tokens = HF generate on the same ids and PNGs, prompt logits
     within 1e-4: an image that needs no resize, one that does, two images, text only."""
     error, tokens, ref_tokens = _compare(kinds.get(kind), case)
-    assert error < 1e-4, error  # measured <= 2.3e-5 (Qwen3.5's DeltaNet layers)
+    assert error < 1e-4, error  # measured <= 2.3e-5 (Qwen3.5's DeltaNet layers), Qwen2-VL 1.7e-5, Qwen3-VL-MoE 9.6e-6
     assert_varied([ref_tokens])
     assert tokens == ref_tokens
 
@@ -158,14 +162,15 @@ def _edit_initializer(graph: Path, suffix: str, change: Any) -> None:
     onnx.save(model, str(graph), save_as_external_data=True, location=graph.name + ".data")
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_5"])
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_5", "qwen3_vl_moe"])
 def test_int4_decoder_runs_with_an_image(kinds, kind, tmp_path):
-    """An int4 build (the decoder in MatMulNBits, the towers float) generates with an image."""
+    """An int4 build (the decoder in MatMulNBits, Qwen3-VL-MoE's experts in QMoE, the towers float)
+    generates with an image."""
     made = kinds.get(kind)
     out = tmp_path / "int4"
     build(BuildOptions(str(made["checkpoint"]), out, smoke=False, precision="int4"))
     ops = {n.op_type for n in onnx.load(str(out / "model.onnx"), load_external_data=False).graph.node}
-    assert "MatMulNBits" in ops
+    assert "MatMulNBits" in ops and ("QMoE" in ops) is (kind == "qwen3_vl_moe")
     prompt, names = CASES["two"]
     _, logits, tokens = genai_greedy(out, prompt, [made["images"][n] for n in names], NEW)
     assert len(tokens) == NEW and np.isfinite(logits).all()
@@ -260,15 +265,16 @@ def test_deepstack_package_equals_hf(kinds):
         assert tokens == ref_tokens, case
 
 
-def test_deepstack_decode_steps_equal_hf(kinds):
+@pytest.mark.parametrize("kind", [DEEPSTACK, "qwen3_vl_moe"])
+def test_deepstack_decode_steps_equal_hf(kinds, kind):
     """Decode-step logits (6 steps, where the widened inputs_embeds carry zeros past the prompt)
     within 1e-4 of HF generate's, after an image prompt and after a 1-token prompt (measured
-    1.4e-5 / 4.3e-6; EOS left out: genai's min_length masks it)."""
+    1.4e-5 / 4.3e-6; EOS left out: genai's min_length masks it); Qwen3-VL-MoE's experts too."""
     import onnxruntime_genai as og
     import torch
     from qwen_vl_package import genai_inputs, hf_pixels
 
-    made = kinds.get(DEEPSTACK)
+    made = kinds.get(kind)
     for prompt, names in (CASES["fits"], ("q", [])):
         model, inputs = genai_inputs(made["package"], prompt, [made["images"][n] for n in names])
         ids = np.asarray(inputs["input_ids"].as_numpy()).astype(np.int64).reshape(1, -1)
@@ -306,3 +312,88 @@ def test_mutant_deepstack_add_fails(kinds, tmp_path, monkeypatch, mutant):
     made = kinds.get(DEEPSTACK)
     error, _, _ = _compare(made, "fits", assemble(made["checkpoint"], tmp_path / "mutant"))
     assert error > 1e-3, error
+
+
+@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen3_vl_moe"])
+def test_bias_mode_equals_hf(kinds, kind, tmp_path):
+    """The one standard-Attention graph (`--attention bias`) of the new kinds: two images, prompt
+    logits within 1e-4 and genai greedy = HF generate (auto is gqa, tested above; split is refused)."""
+    made = kinds.get(kind)
+    error, tokens, ref_tokens = _compare(made, "two", assemble(made["checkpoint"], tmp_path / "bias", "bias"))
+    assert error < 1e-4, error
+    assert tokens == ref_tokens
+
+
+def _tower_norms_as_rms(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gqa_export.graph.encoders import qwen_vision
+
+    has = qwen_vision._Tower.has
+    norm_biases = ("norm1.bias", "norm2.bias", "ln_q.bias")
+    monkeypatch.setattr(qwen_vision._Tower, "has", lambda self, n: not n.endswith(norm_biases) and has(self, n))
+
+
+def _router_not_renormalized(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from gqa_export import arch
+
+    spec = arch.SPECS["qwen3_vl_moe"]
+    monkeypatch.setitem(arch.SPECS, spec.name, replace(spec, moe=replace(spec.moe, normalize=False)))
+
+
+@pytest.mark.parametrize(
+    ("kind", "mutant"),
+    [
+        ("qwen2_vl", "tower-norms-as-rmsnorm"),
+        ("qwen2_vl", "tower-quick-gelu-as-gelu"),
+        ("qwen3_vl_moe", "experts-rolled"),
+        ("qwen3_vl_moe", "router-not-renormalized"),
+    ],
+)
+def test_mutant_qwen2_vl_tower_or_qwen3_vl_moe_experts_fail(kinds, tmp_path, monkeypatch, kind, mutant):
+    """Qwen2-VL's tower LayerNorms built as RMSNorms (their biases ignored) or its QuickGELU as exact
+    GELU; Qwen3-VL-MoE's experts rolled by one (each chosen expert computes with another's weights) or
+    its router's top k left unnormalized (Qwen3-MoE without norm_topk_prob): the image prompt's logits
+    leave the bound (measured 4.3, 0.029, 5.1, 1.6)."""
+    from mutants import edit_initializers
+
+    made = kinds.get(kind)
+    if mutant == "tower-norms-as-rmsnorm":
+        _tower_norms_as_rms(monkeypatch)
+    if mutant == "router-not-renormalized":
+        _router_not_renormalized(monkeypatch)
+    package = assemble(made["checkpoint"], tmp_path / "mutant", **({"hidden_act": "gelu"} if "gelu" in mutant else {}))
+    if mutant == "experts-rolled":
+        assert edit_initializers(package, "*.moe.fc[12]", lambda v: np.roll(v, 1, axis=0))
+    error, _, _ = _compare(made, "fits", package)
+    assert error > 1e-3, error
+
+
+def test_hub_expert_layout_builds_the_same_decoder(kinds, tmp_path):
+    """Qwen3-VL-MoE's experts as the hub stores them (gate_up [E, H, 2I] halves, down [E, I, H];
+    transformers 5.x saves them untransposed): the same decoder, byte for byte."""
+    import shutil
+
+    from multimodal_models import transpose_experts
+
+    made = kinds.get("qwen3_vl_moe")
+    hub = tmp_path / "hub"
+    shutil.copytree(made["checkpoint"], hub)
+    transpose_experts(hub)
+    build(BuildOptions(str(hub), tmp_path / "p", smoke=False))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "p" / name).read_bytes() == (made["package"] / name).read_bytes(), name
+
+
+def test_square_gate_up_beside_transposed_down_is_refused():
+    """gate_up [E, H, H] (2I = H) cannot say whether it is transposed; with a transposed down_proj
+    it is refused in one line (transformers would read it untransposed, the hub's transposed)."""
+    from types import SimpleNamespace
+
+    from gqa_export.errors import InputError
+    from gqa_export.graph.experts import ExpertLayout, fused_or_transposed
+
+    shapes = {"e.gate_up_proj": (4, 64, 64), "e.down_proj": (4, 32, 64)}
+    store = SimpleNamespace(info=lambda name: SimpleNamespace(shape=shapes[name]))
+    with pytest.raises(InputError, match="cannot be told"):
+        fused_or_transposed(store, ExpertLayout(4, 32, 64, fused=("e.gate_up_proj", "e.down_proj")), "layer 0")  # type: ignore[arg-type]
