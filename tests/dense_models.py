@@ -462,7 +462,10 @@ def family_config(model_type: str) -> dict:
             ssm_state_size=16,
             conv_kernel=4,
             chunk_size=16,  # the 70-token prompt spans several of HF's chunks
-            time_step_min=0.5,  # HF floors dt at it in prompts only: here about a third of the dt values
+            # HF floors dt at 0.5 in prompts only (about a third of the dt values): transformers < 5.25 at
+            # time_step_min, >= 5.25 at time_step_limit's min; both given, the row is the same in either
+            time_step_min=0.5,
+            time_step_limit=(0.5, float("inf")),
             layer_norm_epsilon=1e-5,
         )
         del c["num_hidden_layers"]  # the pattern's length

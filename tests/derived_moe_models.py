@@ -164,6 +164,47 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Param2-MoE (transformers 5.25): Sarvam-MoE's tiny config under its own config class, with that
+    # class's defaults where they differ: tied embeddings (tie_word_embeddings dropped from the common
+    # keys), RoPE base 500000 (no rope_parameters given)
+    "param2moe": (
+        dict(
+            first_k_dense_replace=1,
+            n_routed_experts=12,
+            num_experts_per_tok=3,
+            n_group=3,
+            topk_group=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            attention_bias=True,
+            rms_norm_eps=1e-6,
+        ),
+        ("tie_word_embeddings",),
+    ),
+    # MiniCPM5-MoE (transformers 5.25): the output gate in q_proj, no q/k norms, full RoPE; layer 0 dense
+    # (mlp_layer_types), then 12 experts in 3 groups (2 kept), top 3 on sigmoid + selection bias, x2.5,
+    # a shared expert
+    "minicpm5_moe": (
+        dict(
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            n_routed_experts=12,
+            num_experts_per_tok=3,
+            n_group=3,
+            topk_group=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            initializer_range=0.2,  # at 0.1 the int8 package's smoke run ends at EOS
+        ),
+        (),
+    ),
     # MiniMax-M2: full-width q/k norms, RoPE on half of each head, the top 2 of 8 experts on sigmoid +
     # selection bias, renormalized
     "minimax_m2": (

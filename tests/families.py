@@ -146,6 +146,7 @@ class Family:
     generate_differs_under_4x: str | None = None  # why 4.x's generate() differs (its greedy tokens compared under 5.x)
     fp16_differs_under_4x: str | None = None  # why the fp16 package is compared with 4.x's reference under 5.x only
     since_major: int = 4  # the first transformers major version that has the class (or the checkpoint's layout)
+    since: tuple[int, int] = (4, 0)  # the first (major, minor) that has it, for a class a minor release added
     logits_mode: str = "gqa"  # the single-graph package test_logits_match_hf builds (bias for ALiBi families)
     # a right-padded batch of RAGGED: the single-graph modes whose ORT logits of each row equal HF on
     # the row alone (prompt and decode steps), and the modes (MODE_SETTINGS forms too) whose greedy
@@ -682,6 +683,16 @@ FAMILIES: tuple[Family, ...] = (
     # (0.28 / 0.47 off there; docs/coverage.md §5): the fp16 CUDA graph is checked on seed 1's weights
     moe_family("sarvam_moe", ALL_MODES, since_major=5, **RAGGED_EVERY_MODE),
     moe("sarvam_moe_seed1", "sarvam_moe", overrides={"seed": 1}, fp16_cuda=True, since_major=5),
+    # Sarvam-MoE's spec under Param2-MoE's config class (tied, RoPE base 500000): gqa, int4 / int8 (5.25's class)
+    moe_family(
+        "param2moe",
+        since_major=5,
+        since=(5, 25),
+        gathered_tables=frozenset({"model.word_embeddings.qweight"}),
+        ragged_logits_modes=("gqa",),
+    ),
+    # GLM-4-MoE's experts with Qwen3.5's output gate in q_proj, no q/k norms, full RoPE (5.25's class)
+    moe_family("minicpm5_moe", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_EVERY_MODE),
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
     moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate
@@ -706,9 +717,18 @@ def transformers_major() -> int:
     return int(transformers.__version__.split(".")[0])
 
 
+def transformers_minor() -> tuple[int, int]:
+    import transformers
+
+    major, minor = transformers.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
 # what this run checks: every family whose class the installed transformers has (the floor run of
 # tests/compat, transformers 4.57, included)
-REGISTERED = tuple(family for family in FAMILIES if family.since_major <= transformers_major())
+REGISTERED = tuple(
+    family for family in FAMILIES if family.since_major <= transformers_major() and family.since <= transformers_minor()
+)
 
 
 def skip_where_the_reference_differs(family: Family, generation: bool = False, fp16: bool = False) -> None:

@@ -165,6 +165,17 @@ SARVAM_MOE = replace(
     ),
 )
 
+# Param2-MoE (transformers 5.25): Sarvam-MoE's config class under another model_type (other defaults:
+# tied embeddings, RoPE base 500000), run as Glm4MoeForCausalLM; transformers converts its hub tensors
+# with Sarvam-MoE's mapping (conversion_mapping.py), so the hub's names are the Bailing layout too
+PARAM2MOE = replace(SARVAM_MOE, name="param2moe")
+
+# MiniCPM5-MoE (transformers 5.25): Llama's attention without q/k norms whose q_proj (the hub's name;
+# transformers renames it q_gate_proj at load) holds each head's query and then its output gate, the
+# attention output times sigmoid(gate) before o_proj (Qwen3.5's gate); RoPE over the whole head; DeepSeek-V3's
+# grouped sigmoid router in fp32 (GLM-4-MoE's) with shared experts on the "sparse" layers of mlp_layer_types
+MINICPM5_MOE = replace(GLM4_MOE, name="minicpm5_moe", qk_norm=None, layer=LayerNames(), attention_output_gate=True)
+
 # MiniMax-M2: OLMoE's pre-norm layers (q/k RMSNorms over all heads, before RoPE) with RoPE on the
 # first partial_rotary_factor of each head (the hub's rotary_dim, converted by the config class) and
 # Mixtral's experts (the hub's block_sparse_moe.experts.{e}.w1/w2/w3, transformers 5.x's fused mlp.experts)
@@ -262,6 +273,6 @@ QWEN3_VL_MOE = replace(
 )
 
 DERIVED_MOE = (
-    GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH,
-    QWEN3_VL_MOE,
+    GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE, MINICPM5_MOE,
+    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE,
 )  # fmt: skip

@@ -261,7 +261,8 @@ FALCON_H1 = ArchSpec(
 )
 # Nemotron-H: each layer is ONE block behind one RMSNorm and residual, chosen by its pattern entry
 # (layers_block_type, read as layer_types; hybrid_override_pattern M / * / - / E on disk): a Mamba2
-# mixer whose dt HF floors at time_step_min in prompts only, NoPE attention, a squared-ReLU MLP, or
+# mixer whose dt HF clamps in prompts only (before transformers 5.25 floored at time_step_min, from
+# 5.25 with time_step_limit, as Granite-4.0-H's), NoPE attention, a squared-ReLU MLP, or
 # a mixture of ungated squared-ReLU experts under DeepSeek-V3's grouped biased-sigmoid router with
 # an ungated shared expert, optionally between latent projections (docs/hybrid-state.md §8.6, §8.7).
 _NEMOTRON_H_MOE = MoeSpec(
@@ -302,11 +303,12 @@ NEMOTRON_H = ArchSpec(
         kinds=MappingProxyType({"linear_attention": "mamba2"}),
         mamba2=Mamba2Names(**{k: v.replace("mamba.", "mixer.", 1) for k, v in vars(Mamba2Names()).items()}),
         prompt_dt_floor="time_step_min",
+        prompt_dt_limit="time_step_limit",
+        prompt_dt_floor_until=(5, 25),
     ),
     layer_blocks=MappingProxyType({"linear_attention": "mixer", "full_attention": "mixer", "mlp": "mlp", "moe": "mlp"}),
     moe=_NEMOTRON_H_MOE,
     config_keys=_NEMOTRON_H_KEYS,
-    ignore=("mamba_dt_limit",),  # HF's mixer uses (time_step_min, inf) whatever time_step_limit says
 )
 HYBRIDS = (
     LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, GRANITEMOEHYBRID, JAMBA,

@@ -219,7 +219,9 @@ class MixerSpec:
     (prompt) form only, never in its single-token step (Nemotron-H: time_step_min, §8.6); None: no
     such clamp. prompt_dt_limit names a config key holding a (min, max) pair that clamps dt the same
     way, prompts only (Granite-4.0-H, Falcon-H1: time_step_limit, §8.2); None: a limit other than (0, inf) is
-    refused."""
+    refused. prompt_dt_floor_until: the transformers (major, minor) whose mixer stops applying the
+    floor and clamps with prompt_dt_limit instead (Nemotron-H: 5.25); before it the limit is not
+    read. The export follows the installed transformers (§8.6)."""
 
     kinds: Mapping[str, str]
     mixing: str = "replace"
@@ -234,6 +236,7 @@ class MixerSpec:
     mlstm: MlstmNames = field(default_factory=MlstmNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
+    prompt_dt_floor_until: tuple[int, int] | None = None
     # False: the family has no attention layer at all (Mamba, Mamba2): its config has no attention
     # keys, and each layer is one block, the `every_layer` mixer behind its norm (docs/hybrid-state.md §8.10)
     attention: bool = True

@@ -50,6 +50,20 @@ REFUSED: dict[str, str] = {
         "pp_formulanet", "qianfan_ocr", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen4_exp", "smolvlm",
         "step3p7", "unlimited_ocr", "video_llama_3", "video_llava", "vipllava",
     ),
+    # new in transformers 5.25 (read from its modeling code)
+    "ergo": "Ergo's experts each end in their own learned RMSNorm (mlp.experts.post_expert_norm, [E, H]) applied "
+    "before the weighted sum, which neither the MoE op nor the plain-expert graph computes, and its layers add "
+    "each branch through a learned per-channel residual gate (sigmoid(w) x branch + sqrt(1 + sigmoid(w)) "
+    "exp(-softplus(w)/2) x residual); no spec",
+    "kolibri1_1": "Kolibri-1.1's indexed attention layers keep, per query, a weightless indexer's top index_topk keys "
+    "of a pooled candidate set plus sink and local tokens (a per-query mask GroupQueryAttention cannot take), with "
+    "keys and values rounded to NVFP4 there, and layers that read another layer's keys and values; no spec",
+    "llava_onevision1_5": "LLaVA-OneVision-1.5's RICE vision tower and patch-merger projector are not built, and no "
+    "recipe exports its Qwen3 decoder under this class",
+    "ovis2_5": "Ovis2.5's visual tokenizer (a NaViT tower whose patch probabilities weight a visual embedding table) "
+    "is not built, and no recipe exports its Qwen3 decoder under this class",
+    "pi05": "pi0.5 is a robot action policy (a flow-matching action expert beside PaliGemma's prefix), not a text "
+    "decoder onnxruntime-genai runs",
     "gemma4_unified_text": "Gemma4UnifiedForCausalLM, the text class alone, has no recipe yet; the decoder of "
     "Gemma4UnifiedForConditionalGeneration is exported (recipe gemma4_unified)",
     "reformer": "Reformer's LSH and chunked local attention with reversible layers has no onnxruntime op",

@@ -54,7 +54,7 @@ class ExpertLayout:
     halves: bool = False  # a transposed gate_up holds [gate | up] halves, not interleaved pairs (Llama-4)
     stacked_rows: tuple[str, str, str] | None = None  # gate, up, down [E*I, H] each; down (in, out) (DBRX)
     # rows past the E experts in a fused gate_up that no expert reads (LongCat-Flash's zero experts get
-    # gate_up rows, [E + Z, 2I, H], and no down_proj)
+    # gate_up rows, [E + Z, 2I, H], and no down_proj, in transformers < 5.25's save; 5.25's has none)
     spare: int = 0
 
 

@@ -153,7 +153,11 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
             full = tuple(f"{layer}{prefix}{t}" for t in pair)
             for candidate in (full, tuple(f"{n}.weight" for n in full)):
                 if candidate[0] in lc.params.store:
-                    layout = ExpertLayout(E, I, H, fused=candidate, spare=moe.zero_experts)  # type: ignore[arg-type]
+                    # LongCat-Flash's zero experts: gate_up rows in transformers < 5.25's save ([E + Z, 2I, H],
+                    # read by no expert), none from 5.25 ([E, 2I, H]); both are read
+                    rows = lc.params.store.info(candidate[0]).shape[0]
+                    spare = moe.zero_experts if rows == E + moe.zero_experts else 0
+                    layout = ExpertLayout(E, I, H, fused=candidate, spare=spare)  # type: ignore[arg-type]
                     if names.fused_or_transposed:
                         layout = fused_or_transposed(lc.params.store, layout, where)
                     break

@@ -4,6 +4,9 @@ and token ids in every spelling configs use. Apart from model/dims.py, which rea
 from __future__ import annotations
 
 import json
+import re
+from functools import cache
+from importlib.metadata import version
 from typing import Any
 
 from gqa_export.errors import InputError
@@ -51,3 +54,12 @@ def token_ids(value: Any) -> list[int]:
 def first_id(value: Any) -> int | None:
     ids = token_ids(value)
     return ids[0] if ids else None
+
+
+@cache
+def transformers_version() -> tuple[int, int]:
+    """The installed transformers' (major, minor). Where a release changes what a family computes
+    from the same config and weights (Nemotron-H's dt clamp in 5.25), the export follows the
+    installed transformers, the one its config was read with (docs/hybrid-state.md §8.6)."""
+    found = re.match(r"(\d+)\.(\d+)", version("transformers"))
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)

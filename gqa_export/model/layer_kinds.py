@@ -15,6 +15,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.model.config_reads import transformers_version
 
 Option = Callable[..., Any]  # dims.read_dims' opt(name, default): a config value by its spec key
 
@@ -302,11 +303,18 @@ def mamba2_dims(config: Any, opt: Option, spec: ArchSpec, mixers: list[str]) -> 
 
 def _prompt_dt_clamp(config: Any, opt: Option, spec: ArchSpec) -> tuple[float, float]:
     """(floor, ceiling) of the prompt-only dt clamp: the spec's floor key and (min, max) limit key,
-    as HF's mixer reads them; a time_step_limit the spec does not apply is refused when it clamps."""
+    as HF's mixer reads them; a time_step_limit the spec does not apply is refused when it clamps.
+    Where the installed transformers changed which of the two its mixer reads
+    (`prompt_dt_floor_until`, Nemotron-H), the one it reads (§8.6)."""
     mixers = spec.mixers
     floor_key = mixers.prompt_dt_floor if mixers is not None else None
-    floor = float(getattr(config, floor_key, None) or 0.0) if floor_key else 0.0
     limit_key = mixers.prompt_dt_limit if mixers is not None else None
+    until = mixers.prompt_dt_floor_until if mixers is not None else None
+    if until is not None and transformers_version() >= until:
+        floor_key = None  # the mixer clamps with the limit now, the floor key is not read
+    floor = float(getattr(config, floor_key, None) or 0.0) if floor_key else 0.0
+    if until is not None and floor_key is not None:
+        return floor, float("inf")  # before `until` the mixer never reads the limit
     limit = getattr(config, limit_key, None) if limit_key else opt("mamba_dt_limit")
     if limit is None or (float(limit[0]) == 0.0 and float(limit[1]) == float("inf")):
         return floor, float("inf")

@@ -20,7 +20,8 @@ the stacked query_key_value (dropped). MiniMax-M2: its selection bias at
 block_sparse_moe.e_score_correction_bias (zeroed) and its sigmoid scores (a spec with softmax
 routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the norm after the MLP
 (x1.5), and as spec mutants the attention output gate (dropped), RoPE on the full layers (kept)
-and the mup_enabled embedding scale (dropped).
+and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias (zeroed), and each
+head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ MUTANTS = {
         "qkv-bias-dropped": ("*.attention.query_key_value.bias", times(0.0)),
     },
     "minimax_m2": {"selection-bias-zeroed": ("*.block_sparse_moe.e_score_correction_bias", times(0.0))},
+    "minicpm5_moe": {"selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0))},
     "afmoe": {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
@@ -127,3 +129,19 @@ def test_spec_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     out = tmp_path / mutant
     build(BuildOptions(str(builds.checkpoint(row)), out, smoke=False, text_only=True))
     assert not _parity(out, builds.checkpoint(row))
+
+
+def test_minicpm5_moe_query_and_gate_exchanged_fails_hf_parity(builds, tmp_path):
+    """q_proj's heads are [query | gate]: a graph that takes the gate half as the query (and the query
+    half as the gate) computes another function."""
+    import onnx
+
+    broken = copy_package(builds.package("minicpm5_moe"), tmp_path / "pkg")
+    model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+    splits = [node for node in model.graph.node if node.op_type == "Split" and node.name.endswith("q_gate_split")]
+    assert splits
+    for node in splits:
+        outputs = list(node.output)
+        node.output[:2] = [outputs[1], outputs[0]]
+    onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("minicpm5_moe"))

@@ -77,13 +77,15 @@ def test_mutant_zero_experts_dropped_fails_hf_parity(builds, tmp_path, monkeypat
     assert _broken_build(builds, tmp_path) > 1e-2
 
 
-def test_the_prompt_routes_tokens_to_zero_experts_only(builds):
-    """The registry's prompt exercises the case graph/zero_experts.py guards: in layer 0, 9 of its 14
-    tokens choose zero experts only (HF's router, measured). onnxruntime 1.31.1's CPU MoE returns
+def test_the_registry_prompts_route_tokens_to_zero_experts_only(builds):
+    """The registry's prompts exercise the case graph/zero_experts.py guards: a token whose k choices
+    are all zero experts (HF's router, measured: under transformers 5.24, 9 of the 14 tokens of the
+    parity prompt in layer 0; under 5.25, whose experts hold no zero-expert rows, so the tiny model's
+    initial draws differ, 1 token of the 30-token greedy prompt). onnxruntime 1.31.1's CPU MoE returns
     finite rows even for an all -inf router input (parity holds with the guard removed), so the guard
     has no failing mutant on CPU; it keeps log(0) out of the op for kernels that would not."""
     import torch
-    from families import PROMPT
+    from families import PROMPT, PROMPTS
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(builds.checkpoint(FAMILY), dtype=torch.float32)
@@ -93,12 +95,13 @@ def test_the_prompt_routes_tokens_to_zero_experts_only(builds):
         for layer in model.model.layers
     ]
     with torch.no_grad():
-        model(torch.tensor([PROMPT]))
+        for prompt in (PROMPT, *PROMPTS):
+            model(torch.tensor([list(prompt)]))
     for hook in hooks:
         hook.remove()
     real = model.config.n_routed_experts
-    assert int((chosen[0] >= real).all(-1).sum()) > 0
-    assert int((chosen[0] < real).any(-1).sum()) > 0
+    assert sum(int((c >= real).all(-1).sum()) for c in chosen) > 0
+    assert sum(int((c < real).any(-1).sum()) for c in chosen) > 0
 
 
 def test_mutant_shortcut_added_a_sublayer_early_fails_hf_parity(builds, tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """Nemotron-H, what only it has among the hybrid decoders (tests/arch/test_hybrid.py has the state checks
 they share): each layer is one block behind one norm and residual, chosen by the config's pattern
 (a Mamba2 mixer, NoPE attention, a squared-ReLU MLP or a mixture of ungated squared-ReLU experts);
-HF floors Mamba2's dt at time_step_min in its chunked prompt form only; a pattern the weights do not
+HF clamps Mamba2's dt in its chunked prompt form only (transformers < 5.25: floored at time_step_min,
+>= 5.25: with time_step_limit; the export follows the installed one); a pattern the weights do not
 fit is refused. The checks every family gets are its rows in tests/families.py (nemotron_h,
 nemotron_h_moe)."""
 
@@ -145,6 +146,36 @@ def test_nemotron_h_variants_match_hf(tmp_path, overrides, edit):
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, smoke=False))  # genai runs it below
     assert_variant_matches_hf(package, checkpoint)
+
+
+@pytest.fixture(scope="module")
+def disagreeing_clamp(tmp_path_factory) -> Path:
+    """time_step_min 0.5 beside time_step_limit (0.2, 0.35): transformers < 5.25 floors dt at 0.5,
+    >= 5.25 clamps it into [0.2, 0.35], so HF's logits depend on the installed release."""
+    from dense_models import save_dense
+
+    return save_dense(tmp_path_factory.mktemp("clamp") / "ckpt", NEMOTRON_H, time_step_limit=(0.2, 0.35))
+
+
+@pytest.mark.parametrize("era", ["installed", "other"])
+def test_nemotron_h_dt_clamp_follows_the_installed_transformers(disagreeing_clamp, tmp_path, monkeypatch, era):
+    """transformers 5.25 rewrote Nemotron-H's mixer: its prompt clamp is time_step_limit, no longer
+    (time_step_min, inf). The export reads the clamp the installed transformers applies and matches
+    its HF; built as the other release computes it, the same checkpoint fails parity."""
+    from gqa_export.model import layer_kinds
+
+    installed = layer_kinds.transformers_version()
+    if era == "other":  # the other side of 5.25
+        monkeypatch.setattr(layer_kinds, "transformers_version", lambda: (5, 24) if installed >= (5, 25) else (5, 25))
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(disagreeing_clamp), package, smoke=False))
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    ceilings = [n for n in graph.node if n.name.endswith("prompt_dt_ceiling")]
+    if era == "installed":
+        assert bool(ceilings) == (installed >= (5, 25))
+        assert_variant_matches_hf(package, disagreeing_clamp)
+    else:
+        assert parity_error(package, disagreeing_clamp) > 1e-2
 
 
 # Nemotron-H with experts (tests/dense_models.py NEMOTRON_H_MOE): pattern M * E - M E; at 2 and 5, 8 ungated
