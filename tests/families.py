@@ -693,6 +693,10 @@ FAMILIES: tuple[Family, ...] = (
     ),
     # GLM-4-MoE's experts with Qwen3.5's output gate in q_proj, no q/k norms, full RoPE (5.25's class)
     moe_family("minicpm5_moe", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_EVERY_MODE),
+    # Llama's layers, a bare router weight, transposed [gate | up] SiLU experts, two shared experts (5.25's class);
+    # the hub's experts.fc1/fc2 and transformers' own gate_up_proj/down_proj
+    moe_family("aria_text", since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)),
+    moe("aria_text_v5", "aria_text", hub_layout=False, since_major=5, since=(5, 25)),
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
     moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate
