@@ -245,7 +245,9 @@ def family_config(model_type: str) -> dict:
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
         )
-    elif model_type == "apertus":  # xIELU up/down MLP, per-head q/k RMSNorm, llama3 RoPE
+    elif model_type in ("apertus", "apertus1p5_text"):  # xIELU up/down MLP, per-head q/k RMSNorm, llama3 RoPE
+        if model_type == "apertus1p5_text":  # Apertus-1.5: the lm_head pruned to the first 320 of 384 ids
+            c.update(output_vocab_size=320)
         c.update(
             head_dim=16,
             rms_norm_eps=1e-5,

@@ -313,6 +313,8 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("ernie4_5", genai_type="ernie4_5", gathered_tables=TIED),
     dense_family("hunyuan_v1_dense", genai_type="hunyuandensev1", gathered_tables=TIED, fp16_cuda=True),
     dense_family("apertus", fp16_cuda=True, differs_under_4x=XIELU_BF16_UNDER_4X),
+    # Apertus-1.5's text decoder (5.25's class): Apertus with its lm_head pruned to the first ids (320 of 384)
+    dense_family("apertus1p5_text", logits_modes=(), since_major=5, since=(5, 25)),
     # Llama-shaped families (tests/llama_like_models.py): a decoupled head_dim with q/k/v biases, a
     # non-gated squared-ReLU MLP with YaRN
     dense_family("seed_oss", **RAGGED_EVERY_MODE),

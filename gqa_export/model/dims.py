@@ -18,6 +18,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.model import config_reads
 from gqa_export.model.alibi import alibi_slopes
 from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
 from gqa_export.model.latent import LatentDims, latent_dims, latent_scale
@@ -151,6 +152,12 @@ class ModelDims:
     value_head_dim: int = 0  # values narrower than head_dim, zero-padded in the cache (MiMo-V2-Flash); 0: as wide
     # (alpha, beta) per block kind where each block adds to its normed input, alpha * x + beta * block(x) (MiniMax)
     residual_factors: dict[str, tuple[float, float]] | None = None
+    logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
+
+    @property
+    def logits_width(self) -> int:
+        """The logits' last axis: the lm_head's rows, the vocabulary unless the head was pruned."""
+        return self.logits_vocab or self.vocab_size
 
     @property
     def head_dim(self) -> int:
@@ -250,6 +257,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     if outer is not None:
         eos = token_ids(config_get(outer, "eos_token_id")) + eos
     architectures = config_get(top, "architectures") or ["?"]
+    tied = bool(config_get(top, "tie_word_embeddings"))
     ple = int(opt("per_layer_input_size", 0) or 0)
     pad = first_id(gen.get("pad_token_id", config_get(config, "pad_token_id")))
     mamba2 = mamba2_dims(config, opt, spec, [layer.mixer for layer in layers])
@@ -260,9 +268,10 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         num_layers=len(layers),
         num_heads=heads,
         vocab_size=int(config.vocab_size),
+        logits_vocab=config_reads.pruned_head_rows(opt, int(config.vocab_size), tied),
         rms_eps=spec.fixed_norm_eps or float(opt("norm_eps", 1e-6)),
         max_position_embeddings=int(config_get(config, "max_position_embeddings") or 2048),
-        tie_word_embeddings=bool(config_get(top, "tie_word_embeddings")),
+        tie_word_embeddings=tied,
         hidden_act=act,
         ropes=ropes,
         layers=layers,
