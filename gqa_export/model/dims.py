@@ -40,7 +40,7 @@ from gqa_export.model.layer_kinds import (
     sparse_layer,
     value_head_width,
 )
-from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
+from gqa_export.model.layer_ropes import layer_ropes, nope_types, position_query_scale_params, rope_keys
 from gqa_export.model.moe import MoeDims, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rglru import RgLruDims, rglru_dims
@@ -331,7 +331,7 @@ def _layers(
     double_wide = bool(opt("double_wide_mlp", False))
     intermediate = feed_forward_size(config, opt, spec)  # one width, or one per layer
     sparsity = sparsity_pattern(opt, spec, n)
-    configured_ropes = rope_keys(config, spec)
+    configured_ropes, nopes = rope_keys(config, spec), nope_types(config, spec)
     first_shared = n - shared
     uses = shared_uses(config, spec, types)
     out: list[LayerDims] = []
@@ -340,7 +340,7 @@ def _layers(
         sliding = layer_type == SLIDING if types else True
         windowed = window > 0 and sliding
         rope_key = layer_type if layer_type in configured_ropes else "default"
-        if no_rope is not None and not no_rope[i]:
+        if (no_rope is not None and not no_rope[i]) or layer_type in nopes:
             rope_key = None
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)

@@ -11,7 +11,9 @@ computed at export (rows shifted by one: the offset wrong; the sin and cos halve
 BitNet (float checkpoint): either sub-norm left out (before o_proj, before down_proj), and its
 squared ReLU as a plain ReLU; the packed ternary checkpoint's mutants are in
 tests/source/test_prequant_bitnet.py. Apertus-1.5: its pruned lm_head's width stated as the vocabulary's in
-genai_config (genai fails at its first step), and the pruned heads its class cannot hold (refused)."""
+genai_config (genai fails at its first step), and the pruned heads its class cannot hold (refused).
+Cohere-Compass (spec mutants): its rotate-half pairs read as Cohere2's GPT-J pairs, and RoPE on the full
+layers whose rope_parameters entry is null."""
 
 from __future__ import annotations
 
@@ -145,3 +147,24 @@ def test_a_pruned_head_the_class_cannot_hold_is_refused(rows, tied, says):
     with pytest.raises(InputError, match=says):
         pruned_head_rows(lambda name: rows if name == "output_vocab_size" else None, 384, tied)
     assert pruned_head_rows(lambda name: 384, 384, False) == 0  # a full-width head is no pruned one
+
+
+# Cohere-Compass: the mechanism dropped as a spec change (the checkpoint as it is): Cohere2's GPT-J pairs
+# instead of rotate-half, RoPE on the full layers whose rope_parameters entry is null
+COMPASS_SPEC_MUTANTS = {"rope-pairs-interleaved": dict(rope_interleaved=True), "null-rope-type-rotated": {}}
+
+
+@pytest.mark.parametrize("mutant", COMPASS_SPEC_MUTANTS)
+def test_cohere_compass_spec_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
+    from dataclasses import replace
+
+    from gqa_export import arch
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = builds.checkpoint("cohere_compass_text")
+    assert _parity(builds.package("cohere_compass_text"), checkpoint)
+    spec = arch.SPECS["cohere_compass_text"]
+    change = COMPASS_SPEC_MUTANTS[mutant] or dict(rope_layers="all")
+    monkeypatch.setitem(arch.SPECS, spec.name, replace(spec, **change))
+    build(BuildOptions(str(checkpoint), tmp_path / mutant, smoke=False, text_only=True))
+    assert not _parity(tmp_path / mutant, checkpoint)
