@@ -314,9 +314,7 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("cohere2", gathered_tables=TIED, fp16_cuda=True),
     # Cohere-Compass's text decoder (5.25's class): Cohere2's parallel layers with rotate-half RoPE by layer type
     # (the full layers' rope_parameters null: NoPE there)
-    dense_family(
-        "cohere_compass_text", gathered_tables=TIED, logits_modes=(), since_major=5, since=(5, 25), **SHORT_GENERATE
-    ),
+    dense_family("cohere_compass_text", gathered_tables=TIED, since_major=5, since=(5, 25), **SHORT_GENERATE),
     dense_family("glm4", fp16_cuda=True),
     dense_family("exaone4"),
     dense_family("ernie4_5", genai_type="ernie4_5", gathered_tables=TIED),
