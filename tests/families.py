@@ -706,6 +706,12 @@ FAMILIES: tuple[Family, ...] = (
         "mimo_v2_flash", since_major=5, fp16_cuda=True, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)
     ),
     moe("mimo_v2_flash_v5", "mimo_v2_flash", hub_layout=False, since_major=5),  # 5.x's names: self_attn.sinks
+    # issue #39, transformers 5.25's new types. Laguna: the attention output times softplus(g_proj) per head,
+    # query heads per layer (4, 2, 6, 4), partial RoPE at a theta per layer type, sliding layers, sigmoid
+    # experts on softcapped logits with a selection bias beside a shared expert; 5.x's own names with the
+    # gate per channel (gating "per-element")
+    moe_family("laguna", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_EVERY_MODE),
+    moe("laguna_v5", "laguna", hub_layout=False, overrides={"gating": "per-element"}, since_major=5, since=(5, 25)),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

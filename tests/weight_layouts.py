@@ -130,6 +130,9 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
     out of Qwen3-Next's per-key-head projections), or None."""
     head, _, last = base.rpartition(".")
     model_type = (config or {}).get("model_type")
+    aliased = _aliased(tensors, base, model_type)
+    if aliased is not None:  # the package names a tensor the checkpoint spells another way (spec tensor_aliases)
+        return reference_weight(tensors, aliased, config)
     if f"{base}.weight" in tensors:
         weight = tensors[f"{base}.weight"]
         if model_type == "gpt2" and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
@@ -153,6 +156,23 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
         parts = [tensors.get(f"{head}.{p}.weight") for p in spelling]
         if all(p is not None for p in parts):
             return np.concatenate(parts)  # type: ignore[arg-type]
+    return None
+
+
+def _aliased(tensors: dict[str, np.ndarray], base: str, model_type: str | None) -> str | None:
+    """`base` in the checkpoint's spelling where its spec lists one and the checkpoint has no tensor
+    under `base` itself (Laguna's hub files: mlp.shared_expert for the spec's mlp.shared_experts)."""
+    from gqa_export import arch
+
+    spec = arch.SPECS.get(model_type or "")
+    module = base.rpartition(".")[0]  # a fused name (gate_up_proj) has no tensor of its own: its module's
+    if spec is None or any(name.startswith(f"{module}.") for name in tensors):
+        return None
+    for canonical, alias in spec.tensor_aliases:
+        if f".{canonical}" in base:
+            other = base.replace(f".{canonical}", f".{alias}", 1)
+            if any(name.startswith(f"{other.rpartition('.')[0]}.") for name in tensors):
+                return other
     return None
 
 

@@ -63,3 +63,15 @@ def transformers_version() -> tuple[int, int]:
     installed transformers, the one its config was read with (docs/hybrid-state.md §8.6)."""
     found = re.match(r"(\d+)\.(\d+)", version("transformers"))
     return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def layer_heads(opt: Any, i: int, heads: int) -> int:
+    """Layer i's own query heads where the config lists them per layer and they differ from the
+    model's (Laguna's num_attention_heads_per_layer; the kv heads stay one count), else 0."""
+    per_layer = opt("per_layer_heads")
+    if not per_layer or not heads:
+        return 0
+    if len(per_layer) <= i:
+        raise InputError(f"num_attention_heads_per_layer has {len(per_layer)} entries, fewer than the layers")
+    own = int(per_layer[i])
+    return 0 if own == heads else own

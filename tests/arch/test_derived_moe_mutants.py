@@ -21,7 +21,9 @@ block_sparse_moe.e_score_correction_bias (zeroed) and its sigmoid scores (a spec
 routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the norm after the MLP
 (x1.5), and as spec mutants the attention output gate (dropped), RoPE on the full layers (kept)
 and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias (zeroed), and each
-head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split).
+head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). Laguna: its selection
+bias at the hub's mlp.experts.e_score_correction_bias (zeroed), the router logits' softcap (x1000: none), and as a
+spec mutant the softplus of its output gate (a sigmoid instead).
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ MUTANTS = {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
         "sandwich-post-mlp-norm-scaled": ("*.post_mlp_layernorm.weight", times(1.5)),
+    },
+    "laguna": {
+        "selection-bias-zeroed": ("*.mlp.experts.e_score_correction_bias", times(0.0)),
+        "router-softcap-dropped": ("const.router_softcap*", times(1000.0)),
     },
 }
 
@@ -117,6 +123,7 @@ SPEC_MUTANTS = {
     ),
     "afmoe-global-rope-kept": ("afmoe", "afmoe", dict(rope_layers="all")),
     "afmoe-mup-scale-dropped": ("afmoe", "afmoe", dict(embedding_scale="none")),
+    "laguna-softplus-gate-as-sigmoid": ("laguna", "laguna", dict(output_gate_activation="sigmoid")),
 }
 
 
