@@ -332,6 +332,27 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Mellum (transformers 5.25): Qwen3-MoE's layers; sliding / full / sliding layers (window 8), RoPE at
+    # theta 10000 on sliding layers and 500000 on the full one; layer 1 dense (mlp_layer_types, 96 wide), the
+    # top 2 of 8 experts renormalized
+    "mellum": (
+        dict(
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            sliding_window=8,
+            mlp_layer_types=["sparse", "dense", "sparse"],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

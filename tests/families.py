@@ -712,6 +712,9 @@ FAMILIES: tuple[Family, ...] = (
     # gate per channel (gating "per-element")
     moe_family("laguna", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_EVERY_MODE),
     moe("laguna_v5", "laguna", hub_layout=False, overrides={"gating": "per-element"}, since_major=5, since=(5, 25)),
+    # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
+    # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
+    moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

@@ -299,7 +299,14 @@ LAGUNA = ArchSpec(
     config_keys=config_keys(routed_scaling="moe_routed_scaling_factor"),
 )
 
+# Mellum (transformers 5.25): Qwen3-MoE's layers (per-head q/k RMSNorms before RoPE, softmax over every
+# expert, the top k renormalized iff norm_topk_prob) with Laguna's model around them: windows on the
+# "sliding_attention" layers of layer_types, RoPE with a theta (and a rotated share) per layer type, the
+# "dense" layers of mlp_layer_types an intermediate_size MLP; its multi-token-prediction layer (mtp.*) is
+# not read, as transformers' class ignores it
+MELLUM = replace(QWEN3_MOE, name="mellum")
+
 DERIVED_MOE = (
     GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE, MINICPM5_MOE,
-    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, LAGUNA,
+    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, LAGUNA, MELLUM,
 )  # fmt: skip
