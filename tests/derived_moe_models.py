@@ -353,6 +353,26 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Flint (transformers 5.25): sliding / full / sliding / full layers (window 8), RoPE on the sliding ones
+    # only, a sink logit per head; layer 0 dense (mlp_only_layers, 96 wide), then the top 2 of 8 experts on
+    # sigmoid(logits), renormalized, beside a 32-wide shared expert summed without a gate
+    "flint": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            sliding_window=8,
+            mlp_only_layers=[0],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            shared_expert_intermediate_size=32,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

@@ -715,6 +715,11 @@ FAMILIES: tuple[Family, ...] = (
     # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
     # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
     moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)),
+    # Flint: a sink logit per head (the hub's softmax_offset), RoPE on sliding layers only, sigmoid experts (fp32
+    # router, no selection bias) beside an ungated-sum shared expert. The sinks need GroupQueryAttention: gqa
+    # only; 5.x's own names (self_attn.sinks, fused experts) on logits
+    moe_family("flint", since_major=5, since=(5, 25), ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)),
+    moe("flint_v5", "flint", hub_layout=False, since_major=5, since=(5, 25)),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

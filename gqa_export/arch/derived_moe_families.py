@@ -306,7 +306,21 @@ LAGUNA = ArchSpec(
 # not read, as transformers' class ignores it
 MELLUM = replace(QWEN3_MOE, name="mellum")
 
+# Flint (transformers 5.25): Qwen3-MoE's attention (per-head q/k RMSNorms before RoPE) with gpt-oss's
+# per-head sink logit (self_attn.sinks; the hub's self_attn.softmax_offset) and RoPE on the
+# "sliding_attention" layers only (the full ones NoPE); experts chosen as the top k of sigmoid(logits), no
+# selection bias, renormalized iff norm_topk_prob, the router in fp32 (its weight kept fp32), beside a
+# shared expert shared_expert_intermediate_size wide summed without a gate (the hub's mlp.shared_expert);
+# mlp_only_layers / decoder_sparse_step dense layers as Qwen-MoE's. The sinks need GroupQueryAttention
+FLINT = replace(
+    QWEN3_MOE,
+    name="flint",
+    rope_layers="sliding",
+    attention_sinks="self_attn.sinks|self_attn.softmax_offset",
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert"), routing="sigmoid_topk", router_dtype="float32"),
+)
+
 DERIVED_MOE = (
     GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE, MINICPM5_MOE,
-    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, LAGUNA, MELLUM,
+    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, LAGUNA, MELLUM, FLINT,
 )  # fmt: skip

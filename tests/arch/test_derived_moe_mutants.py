@@ -23,7 +23,8 @@ routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the nor
 and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias (zeroed), and each
 head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). Laguna: its selection
 bias at the hub's mlp.experts.e_score_correction_bias (zeroed), the router logits' softcap (x1000: none), and as a
-spec mutant the softplus of its output gate (a sigmoid instead).
+spec mutant the softplus of its output gate (a sigmoid instead). Flint: a spec with RoPE on its full
+layers too.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ SPEC_MUTANTS = {
     "afmoe-global-rope-kept": ("afmoe", "afmoe", dict(rope_layers="all")),
     "afmoe-mup-scale-dropped": ("afmoe", "afmoe", dict(embedding_scale="none")),
     "laguna-softplus-gate-as-sigmoid": ("laguna", "laguna", dict(output_gate_activation="sigmoid")),
+    "flint-full-layer-rope-kept": ("flint", "flint", dict(rope_layers="all")),
 }
 
 
