@@ -436,6 +436,19 @@ FAMILIES: tuple[Family, ...] = (
     # OLMo-3's post-norm attention layers + pre-norm gated-DeltaNet layers with separate q/k/v
     # projections and beta = 2 sigmoid(b) (OLMo-Hybrid; genai 0.18 has no type of its own: the
     # generic decoder), and as released: NoPE, beta = sigmoid(b)
+    # Qwen3.5's DeltaNet layers (the hub's stacked in_proj) between ungated GQA layers, sliding with RoPE and
+    # full without, plain RMSNorms, experts on every layer beside an ungated shared expert (Lara-Mini, 5.25;
+    # tests/arch/test_hybrid_lara_mini.py)
+    hybrid(
+        "lara_mini",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        gathered_tables=TIED,
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+    ),
     hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
     # lightning attention (linear attention with a fixed decay per head and layer: one recurrent

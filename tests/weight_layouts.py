@@ -92,6 +92,12 @@ def grouped_deltanet_weights(tensors: dict[str, np.ndarray], head: str, config: 
     the projections fused per key head (in_proj_qkvz, in_proj_ba under `head`), by reshapes: each key
     head's rows are q | k | v | z (dk, dk, r dv, r dv), and b | a (r, r), r = Hv / Hk."""
     qkvz, ba = tensors.get(f"{head}.in_proj_qkvz.weight"), tensors.get(f"{head}.in_proj_ba.weight")
+    stacked = tensors.get(f"{head}.in_proj.weight")
+    if stacked is not None:  # Lara-Mini's hub in_proj: rows q | k | v | z | b | a, as transformers' Split(dim=0)
+        hk, hv = config["linear_num_key_heads"], config["linear_num_value_heads"]
+        qkv = 2 * hk * config["linear_key_head_dim"] + hv * config["linear_value_head_dim"]
+        parts = np.split(stacked, [qkv, qkv + hv * config["linear_value_head_dim"], stacked.shape[0] - hv])
+        return dict(zip(("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), parts, strict=True))
     if qkvz is None or ba is None:
         return {}
     hk, hv = config["linear_num_key_heads"], config["linear_num_value_heads"]
