@@ -345,6 +345,74 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Laguna (transformers 5.25): full / sliding / sliding / full layers (window 8) with 4, 2, 6, 4 query
+    # heads over 2 kv heads, the attention output times softplus(g_proj) per head, RoPE on half of each
+    # head at theta 500000 on full layers and on all of it at 10000 on sliding ones; layer 0 dense (96
+    # wide), then the top 2 of 8 experts on sigmoid(tanh(logits)) + selection bias, renormalized,
+    # x2, beside a 32-wide shared expert
+    "laguna": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            sliding_window=8,
+            num_attention_heads_per_layer=[4, 2, 6, 4],
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            shared_expert_intermediate_size=32,
+            moe_routed_scaling_factor=2.0,
+            moe_router_logit_softcapping=1.0,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        ),
+        (),
+    ),
+    # Mellum (transformers 5.25): Qwen3-MoE's layers; sliding / full / sliding layers (window 8), RoPE at
+    # theta 10000 on sliding layers and 500000 on the full one; layer 1 dense (mlp_layer_types, 96 wide), the
+    # top 2 of 8 experts renormalized
+    "mellum": (
+        dict(
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            sliding_window=8,
+            mlp_layer_types=["sparse", "dense", "sparse"],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        ),
+        (),
+    ),
+    # Flint (transformers 5.25): sliding / full / sliding / full layers (window 8), RoPE on the sliding ones
+    # only, a sink logit per head; layer 0 dense (mlp_only_layers, 96 wide), then the top 2 of 8 experts on
+    # sigmoid(logits), renormalized, beside a 32-wide shared expert summed without a gate
+    "flint": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            sliding_window=8,
+            mlp_only_layers=[0],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            shared_expert_intermediate_size=32,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

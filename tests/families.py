@@ -180,8 +180,8 @@ def hybrid(name: str, **facts: Any) -> Family:
     graph only (the standard-Attention modes are refused), so greedy tokens in gqa, no other mode; a
     ragged batch there, whose padding must leave each row's conv and recurrent state as they were at
     its last real token (docs/hybrid-state.md §1.4)."""
-    ragged = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",))
-    return dense(name, logits_modes=(), generate_modes=("gqa",), **ragged, **facts)
+    facts = {"ragged_logits_modes": ("gqa",), "ragged_generate_modes": ("gqa",), **facts}
+    return dense(name, logits_modes=(), generate_modes=("gqa",), **facts)
 
 
 def state_space(name: str, **facts: Any) -> Family:
@@ -445,6 +445,22 @@ FAMILIES: tuple[Family, ...] = (
     # OLMo-3's post-norm attention layers + pre-norm gated-DeltaNet layers with separate q/k/v
     # projections and beta = 2 sigmoid(b) (OLMo-Hybrid; genai 0.18 has no type of its own: the
     # generic decoder), and as released: NoPE, beta = sigmoid(b)
+    # Qwen3.5's DeltaNet layers (the hub's stacked in_proj) between ungated GQA layers, sliding with RoPE and
+    # full without, plain RMSNorms, experts on every layer beside an ungated shared expert (Lara-Mini, 5.25;
+    # tests/arch/test_hybrid_lara_mini.py)
+    hybrid(
+        "lara_mini",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        gathered_tables=TIED,
+        prompt=LONG_PROMPT,
+        prompts=PROMPTS[:2],  # 1 and 7 tokens, 20 greedy each: past its window of 8 (its logits: the 70-token prompt)
+        new_tokens=20,
+        ragged_generate_modes=(),  # HF's generate of its DeltaNet on the ragged rows is slow; ORT's logits check them
+        since_major=5,
+        since=(5, 25),
+    ),
     hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
     # lightning attention (linear attention with a fixed decay per head and layer: one recurrent
@@ -724,6 +740,28 @@ FAMILIES: tuple[Family, ...] = (
         "mimo_v2_flash", since_major=5, fp16_cuda=True, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)
     ),
     moe("mimo_v2_flash_v5", "mimo_v2_flash", hub_layout=False, since_major=5),  # 5.x's names: self_attn.sinks
+    # issue #39, transformers 5.25's new types. Laguna: the attention output times softplus(g_proj) per head,
+    # query heads per layer (4, 2, 6, 4), partial RoPE at a theta per layer type, sliding layers, sigmoid
+    # experts on softcapped logits with a selection bias beside a shared expert; 5.x's own names with the
+    # gate per channel (gating "per-element")
+    moe_family("laguna", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, **RAGGED_EVERY_MODE),
+    moe("laguna_v5", "laguna", hub_layout=False, overrides={"gating": "per-element"}, since_major=5, since=(5, 25)),
+    # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
+    # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
+    moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, ragged_logits_modes=("gqa",)),
+    # Flint: a sink logit per head (the hub's softmax_offset), RoPE on sliding layers only, sigmoid experts (fp32
+    # router, no selection bias) beside an ungated-sum shared expert. The sinks need GroupQueryAttention: gqa
+    # only; 5.x's own names (self_attn.sinks, fused experts) on logits. Laguna, Mellum, Flint, Lara-Mini: 20
+    # greedy tokens per prompt (the suite's time budget)
+    moe_family(
+        "flint",
+        since_major=5,
+        since=(5, 25),
+        new_tokens=20,
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+    ),
+    moe("flint_v5", "flint", hub_layout=False, since_major=5, since=(5, 25)),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

@@ -92,6 +92,12 @@ def grouped_deltanet_weights(tensors: dict[str, np.ndarray], head: str, config: 
     the projections fused per key head (in_proj_qkvz, in_proj_ba under `head`), by reshapes: each key
     head's rows are q | k | v | z (dk, dk, r dv, r dv), and b | a (r, r), r = Hv / Hk."""
     qkvz, ba = tensors.get(f"{head}.in_proj_qkvz.weight"), tensors.get(f"{head}.in_proj_ba.weight")
+    stacked = tensors.get(f"{head}.in_proj.weight")
+    if stacked is not None:  # Lara-Mini's hub in_proj: rows q | k | v | z | b | a, as transformers' Split(dim=0)
+        hk, hv = config["linear_num_key_heads"], config["linear_num_value_heads"]
+        qkv = 2 * hk * config["linear_key_head_dim"] + hv * config["linear_value_head_dim"]
+        parts = np.split(stacked, [qkv, qkv + hv * config["linear_value_head_dim"], stacked.shape[0] - hv])
+        return dict(zip(("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), parts, strict=True))
     if qkvz is None or ba is None:
         return {}
     hk, hv = config["linear_num_key_heads"], config["linear_num_value_heads"]
@@ -130,6 +136,9 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
     out of Qwen3-Next's per-key-head projections), or None."""
     head, _, last = base.rpartition(".")
     model_type = (config or {}).get("model_type")
+    aliased = _aliased(tensors, base, model_type)
+    if aliased is not None:  # the package names a tensor the checkpoint spells another way (spec tensor_aliases)
+        return reference_weight(tensors, aliased, config)
     if f"{base}.weight" in tensors:
         weight = tensors[f"{base}.weight"]
         if model_type == "gpt2" and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
@@ -153,6 +162,23 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
         parts = [tensors.get(f"{head}.{p}.weight") for p in spelling]
         if all(p is not None for p in parts):
             return np.concatenate(parts)  # type: ignore[arg-type]
+    return None
+
+
+def _aliased(tensors: dict[str, np.ndarray], base: str, model_type: str | None) -> str | None:
+    """`base` in the checkpoint's spelling where its spec lists one and the checkpoint has no tensor
+    under `base` itself (Laguna's hub files: mlp.shared_expert for the spec's mlp.shared_experts)."""
+    from gqa_export import arch
+
+    spec = arch.SPECS.get(model_type or "")
+    module = base.rpartition(".")[0]  # a fused name (gate_up_proj) has no tensor of its own: its module's
+    if spec is None or any(name.startswith(f"{module}.") for name in tensors):
+        return None
+    for canonical, alias in spec.tensor_aliases:
+        if f".{canonical}" in base:
+            other = base.replace(f".{canonical}", f".{alias}", 1)
+            if any(name.startswith(f"{other.rpartition('.')[0]}.") for name in tensors):
+                return other
     return None
 
 

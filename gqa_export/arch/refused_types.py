@@ -40,10 +40,9 @@ REFUSED: dict[str, str] = {
     **_each(
         _NO_SPEC,
         "axk1", "axk2", "bailing_hybrid", "beam", "cpmant", "ctrl", "diffllama", "doge", "dory",
-        "flint", "glm_moe_dsa", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text",
-        "hy_v3", "hyperclovax", "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2",
-        "kolibri1", "laguna", "lara_mini", "lfm3", "mellum", "modernbert-decoder", "openai-gpt",
-        "qwen4_exp_text", "youtu", "zaya",
+        "glm_moe_dsa", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text", "hy_v3",
+        "hyperclovax", "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2", "kolibri1",
+        "lfm3", "modernbert-decoder", "openai-gpt", "qwen4_exp_text", "youtu", "zaya",
     ),
     **_each(
         _MULTIMODAL,

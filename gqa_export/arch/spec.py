@@ -331,6 +331,7 @@ class ArchSpec:
     mixers: MixerSpec | None = None
     ffn_size: str = "config"
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
+    output_gate_activation: str = "sigmoid"  # of the output gate (graph/output_gate.py): sigmoid | softplus (Laguna)
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # a config's own layer-type values -> transformers' (GPT-Neo's "local" is "sliding_attention")

@@ -35,6 +35,7 @@ from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
 from gqa_export.graph.normed_residual import normed_residual_layer
 from gqa_export.graph.options import GraphOptions
+from gqa_export.graph.output_gate import gated_output
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
@@ -122,8 +123,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
             lc = LayerContext(
-                b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora,
-                shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
+                b, i, dims.of_layer(layer), spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt,
+                lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
             )  # fmt: skip
             if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
                 h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
@@ -218,7 +219,7 @@ def _attention_fn(
             else:
                 qkv = qkv_projection(lc, x)
             fused = layer.rope not in tables
-            out, key, value = gqa(b, qkv, past, ctx, dims, layer, window_cache, bias, sinks, fused)
+            out, key, value = gqa(b, qkv, past, ctx, lc.dims, layer, window_cache, bias, sinks, fused)
             if source is not None:
                 return out, source
             assert key is not None and value is not None
@@ -304,11 +305,7 @@ def decoder_layer(
     if attention is not None:
         with b.scope("attn"):
             out, kv = attention(lc, x)
-            gate = lc.output_gate.get("gate")
-            if gate is None and L.output_gate is not None and lc.has(L.output_gate):  # AFMoE's own gate_proj
-                gate = linear(lc, x, [L.output_gate], None, "gate_proj")
-            if gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
-                out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
+            out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's and Laguna's own Linear
             if lc.dims.latent is not None:  # latent attention: the padded value channels dropped
                 out = latent_output(lc, out)
             else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped

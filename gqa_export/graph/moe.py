@@ -296,6 +296,9 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
         if routing == "softmax_biased":
             scores = b.op("Softmax", logits, axis=-1, name="scores")
         else:
+            if moe.router_softcap:  # Laguna: c tanh(logits / c) before the sigmoid
+                cap = b.const(np.asarray(moe.router_softcap, NUMPY_DTYPES[dtype]), "router_softcap")
+                logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="capped_logits")
             scores = b.op("Sigmoid", logits, name="scores")
         choosing = scores
         spellings = (lc.name(f"{prefix}{n}", suffix="") for n in (names.expert_bias or "").split("|") if n)

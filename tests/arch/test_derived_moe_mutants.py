@@ -24,8 +24,11 @@ and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias 
 head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). MiniMax-M3: the
 clamped SwiGLU of its dense MLPs and shared expert (the limit x100: unclamped; the experts' op keeps its
 own), routed_scaling_factor (halved to 1), its selection bias at mlp.gate.e_score_correction_bias (zeroed).
-head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). Aria: its experts'
-[gate | up] halves (read as interleaved pairs) and its top-k softmax (not renormalized), spec mutants.
+Aria: its experts' [gate | up] halves (read as interleaved pairs) and its top-k softmax (not
+renormalized), spec mutants. Laguna: its selection
+bias at the hub's mlp.experts.e_score_correction_bias (zeroed), the router logits' softcap (x1000: none), and as a
+spec mutant the softplus of its output gate (a sigmoid instead). Flint: a spec with RoPE on its full
+layers too.
 """
 
 from __future__ import annotations
@@ -72,6 +75,10 @@ MUTANTS = {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
         "sandwich-post-mlp-norm-scaled": ("*.post_mlp_layernorm.weight", times(1.5)),
+    },
+    "laguna": {
+        "selection-bias-zeroed": ("*.mlp.experts.e_score_correction_bias", times(0.0)),
+        "router-softcap-dropped": ("const.router_softcap*", times(1000.0)),
     },
 }
 
@@ -142,6 +149,8 @@ SPEC_MUTANTS = {
         "aria_text",
         dict(moe=replace(arch.SPECS["aria_text"].moe, normalize=False)),
     ),
+    "laguna-softplus-gate-as-sigmoid": ("laguna", "laguna", dict(output_gate_activation="sigmoid")),
+    "flint-full-layer-rope-kept": ("flint", "flint", dict(rope_layers="all")),
 }
 
 
