@@ -578,6 +578,11 @@ FAMILIES: tuple[Family, ...] = (
     # a shortcut MoE added a sublayer later, 4 zero (identity) experts beside 8 real ones, softmax routing
     # with a selection bias, not renormalized (mutants: tests/arch/test_longcat_flash.py)
     moe_family("longcat_flash", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # Youtu-LLM (5.25's class): DeepSeek-V3's latent attention (q-LoRA, rope pairs, YaRN mscale) in dense Llama
+    # layers; a cheap row (V3's attention and MiniCPM3's dense layers are checked in every form above)
+    dense_family(
+        "youtu", generate_modes=("gqa", "gqa_latent"), since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)
+    ),
     # transformers 5.x's own layout: fused experts whose gate_up_proj has a row per zero expert too
     # ([E + Z, 2I, H]; no expert reads them) and down_proj E rows
     moe("longcat_flash_v5", "longcat_flash", hub_layout=False, since_major=5),

@@ -1,5 +1,5 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
-MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash), kept apart from families.py so
+MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash, Youtu), kept apart from families.py so
 that neither module outgrows its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
@@ -124,4 +124,10 @@ LONGCAT_FLASH = replace(
         ),
     ),
 )
-LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH)
+# Youtu-LLM (transformers 5.25 YoutuForCausalLM): DeepseekV3Attention unchanged (q-LoRA optional, latent
+# norms at eps 1e-6, pairs or halves per rope_interleave, YaRN mscale) in Llama's pre-norm layers with
+# Qwen3's dense SwiGLU MLP, no experts (its config class removes every MoE key); tied embeddings by default
+YOUTU = replace(DEEPSEEK_V3, name="youtu", moe=None, config_keys=config_keys())
+LATENT_FAMILIES = (
+    DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH, YOUTU,
+)  # fmt: skip
