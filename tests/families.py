@@ -583,6 +583,10 @@ FAMILIES: tuple[Family, ...] = (
     dense_family(
         "youtu", generate_modes=("gqa", "gqa_latent"), since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)
     ),
+    # A.X-K1 (5.25's class): DeepSeek-V3 with an RMSNorm over the sparse block's output (hub: post_mlp_layernorm at
+    # the layer; transformers 5.x saves it under mlp.); mutant: tests/arch/test_latent_mutants.py
+    moe_family("axk1", since_major=5, since=(5, 25), logits_modes=STANDARD_MODES, ragged_logits_modes=("gqa",)),
+    moe("axk1_v5", "axk1", hub_layout=False, since_major=5, since=(5, 25)),
     # transformers 5.x's own layout: fused experts whose gate_up_proj has a row per zero expert too
     # ([E + Z, 2I, H]; no expert reads them) and down_proj E rows
     moe("longcat_flash_v5", "longcat_flash", hub_layout=False, since_major=5),

@@ -43,6 +43,10 @@ class MoeNames:
     ungated: tuple[tuple[str, str], ...] = ()
     # projections into and out of a narrower width D the experts run in (in, out), where the checkpoint has them
     latent: tuple[str, str] | None = None
+    # a norm over the block's whole output (routed + shared experts) before the residual add, on sparse layers only
+    # (A.X-K1's post_mlp_layernorm, stored at the layer on the hub and under mlp. by transformers); "a|b": the
+    # spellings tried in order, relative to the layer
+    output_norm: str | None = None
 
 
 @dataclass(frozen=True)
