@@ -313,6 +313,22 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # HY-V3 (Hy3): Qwen3's attention (per-head q/k norms before RoPE, 2 kv heads), layer 0 dense (the class's
+    # default mlp_layer_types), then the top 3 of 8 sigmoid experts chosen with the selection bias, renormalized,
+    # times router_scaling_factor 2.5, beside 2 shared experts' width
+    "hy_v3": (
+        dict(
+            num_experts=8,
+            num_experts_per_tok=3,
+            num_shared_experts=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            router_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
     # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
     # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
     # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups

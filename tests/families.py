@@ -702,6 +702,10 @@ FAMILIES: tuple[Family, ...] = (
     ),
     # GLM-4-MoE's experts with Qwen3.5's output gate in q_proj, no q/k norms, full RoPE (5.25's class)
     moe_family("minicpm5_moe", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_EVERY_MODE),
+    # HY-V3 (5.25's class): Qwen3's attention, sigmoid experts with a selection bias renormalized x scaling
+    # in fp32, shared experts; the hub's names (mlp.router.gate, mlp.expert_bias, mlp.shared_mlp) and transformers'
+    moe_family("hy_v3", since_major=5, since=(5, 25), logits_modes=STANDARD_MODES, ragged_logits_modes=("gqa",)),
+    moe("hy_v3_v5", "hy_v3", hub_layout=False, since_major=5, since=(5, 25)),
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
     moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate

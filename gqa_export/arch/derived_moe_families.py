@@ -272,7 +272,33 @@ QWEN3_VL_MOE = replace(
     ),
 )
 
+# HY-V3 (Hy3, transformers 5.25): Qwen3's attention (per-head q/k RMSNorms before RoPE, Apertus' class),
+# Llama's pre-norm layers with a dense SwiGLU MLP where mlp_layer_types says "dense" (the class fills the
+# list: layer 0 dense), and experts chosen as the top k of sigmoid(logits) + the selection bias, weighted by
+# the unbiased sigmoid over their sum (+1e-20, always), times router_scaling_factor; the router's weight and
+# logits in fp32; shared experts num_shared_experts x moe_intermediate_size wide added to the routed sum (in
+# fp32 where enable_moe_fp32_combine: the same in an fp32 package). The hub names: mlp.router.gate,
+# mlp.expert_bias, mlp.shared_mlp (transformers renames them mlp.gate, mlp.e_score_correction_bias,
+# mlp.shared_experts at load); its multi-token-prediction layer past num_hidden_layers is not read
+HY_V3 = replace(
+    QWEN3_MOE,
+    name="hy_v3",
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_experts", expert_bias="e_score_correction_bias"),
+        routing="sigmoid_topk",
+        normalize=True,
+        shared_width="per_expert",
+        router_dtype="float32",
+    ),
+    tensor_aliases=(
+        ("mlp.gate.", "mlp.router.gate."),
+        ("mlp.e_score_correction_bias", "mlp.expert_bias"),
+        ("mlp.shared_experts.", "mlp.shared_mlp."),
+    ),
+    config_keys=config_keys(routed_scaling="router_scaling_factor", shared_experts="num_shared_experts"),
+)
+
 DERIVED_MOE = (
     GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE, MINICPM5_MOE,
-    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE,
+    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, HY_V3,
 )  # fmt: skip

@@ -21,7 +21,8 @@ block_sparse_moe.e_score_correction_bias (zeroed) and its sigmoid scores (a spec
 routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the norm after the MLP
 (x1.5), and as spec mutants the attention output gate (dropped), RoPE on the full layers (kept)
 and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias (zeroed), and each
-head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split).
+head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). HY-V3: its selection
+bias (the hub's mlp.expert_bias, zeroed) and router_scaling_factor (dropped).
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ MUTANTS = {
     },
     "minimax_m2": {"selection-bias-zeroed": ("*.block_sparse_moe.e_score_correction_bias", times(0.0))},
     "minicpm5_moe": {"selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0))},
+    # the hub's mlp.expert_bias, read under the spec's name; router_scaling_factor 2.5 dropped
+    "hy_v3": {
+        "selection-bias-zeroed": ("*.mlp.e_score_correction_bias", times(0.0)),
+        "router-scaling-dropped": ("const.routed_scaling*", times(0.4)),
+    },
     "afmoe": {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
