@@ -79,6 +79,8 @@ ORT_PAD = 9
 RAGGED_EVERY_MODE: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=ALL_MODES)
 # a ragged batch in the two modes that differ in where positions and masks come from
 RAGGED_TWO_MODES: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa", "bias"))
+# a ragged batch in gqa alone: ORT logits and genai's tokens
+RAGGED_GQA: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",))
 
 # transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
 # exact under 5.x, compared only there
@@ -706,6 +708,10 @@ FAMILIES: tuple[Family, ...] = (
     # in fp32, shared experts; the hub's names (mlp.router.gate, mlp.expert_bias, mlp.shared_mlp) and transformers'
     moe_family("hy_v3", since_major=5, since=(5, 25), logits_modes=STANDARD_MODES, ragged_logits_modes=("gqa",)),
     moe("hy_v3_v5", "hy_v3", hub_layout=False, since_major=5, since=(5, 25)),
+    # Kolibri-1 (5.25's class): EXAONE-4's attention (sliding RoPE layers, a NoPE full one) in GLM-4's sandwich norms,
+    # experts chosen on logits + the selection bias, sigmoid-weighted, a shared expert; hub names and transformers'
+    moe_family("kolibri1", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_GQA),
+    moe("kolibri1_v5", "kolibri1", hub_layout=False, since_major=5, since=(5, 25)),
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
     moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate

@@ -298,7 +298,38 @@ HY_V3 = replace(
     config_keys=config_keys(routed_scaling="router_scaling_factor", shared_experts="num_shared_experts"),
 )
 
+# Kolibri-1 (transformers 5.25): EXAONE-4's attention (per-head q/k RMSNorms before rotate-half RoPE,
+# RoPE on the sliding layers only when the model has a window, the full ones NoPE; layer_types: every fifth
+# full) in GLM-4's sandwich of four RMSNorms, and on every layer Qwen3-MoE's experts beside a shared
+# expert shared_expert_intermediate_size wide (DeepseekV3MoE's sum), routed by the top k of the fp32
+# logits + e_score_correction_bias, weighted by the sigmoid of their logits, renormalized iff
+# norm_topk_prob, no scaling. The hub spells post_attn_norm, post_ffn_norm and moe.router.expert_bias
+# (transformers renames them at load)
+KOLIBRI1 = ArchSpec(
+    name="kolibri1",
+    norm_layout="sandwich",
+    qk_norm="head",
+    rope_layers="sliding_if_windowed",
+    layer=LayerNames(
+        post_attention_norm="post_self_attn_layernorm",
+        pre_feedforward_norm="post_attention_layernorm",
+        post_feedforward_norm="post_mlp_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+    ),
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_experts", expert_bias="gate.e_score_correction_bias"),
+        routing="sigmoid_logits_biased",
+        router_dtype="float32",
+    ),
+    tensor_aliases=(
+        ("post_self_attn_layernorm.", "post_attn_norm."),
+        ("post_mlp_layernorm.", "post_ffn_norm."),
+        ("mlp.gate.e_score_correction_bias", "moe.router.expert_bias"),
+    ),
+)
+
 DERIVED_MOE = (
     GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE, MINICPM5_MOE,
-    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, HY_V3,
+    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, HY_V3, KOLIBRI1,
 )  # fmt: skip

@@ -22,7 +22,9 @@ routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the nor
 (x1.5), and as spec mutants the attention output gate (dropped), RoPE on the full layers (kept)
 and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias (zeroed), and each
 head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). HY-V3: its selection
-bias (the hub's mlp.expert_bias, zeroed) and router_scaling_factor (dropped).
+bias (the hub's mlp.expert_bias, zeroed) and router_scaling_factor (dropped). Kolibri-1: its selection
+bias (the hub's moe.router.expert_bias, zeroed), and as spec mutants the choice made on sigmoid + bias
+(MiniMax-M2's) instead of logits + bias, and RoPE on its full layer.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ MUTANTS = {
         "selection-bias-zeroed": ("*.mlp.e_score_correction_bias", times(0.0)),
         "router-scaling-dropped": ("const.routed_scaling*", times(0.4)),
     },
+    "kolibri1": {"selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0))},
     "afmoe": {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
@@ -116,6 +119,12 @@ SPEC_MUTANTS = {
         "minimax_m2",
         dict(moe=replace(arch.SPECS["minimax_m2"].moe, routing="softmax")),
     ),
+    "kolibri1-choice-on-sigmoid": (
+        "kolibri1",
+        "kolibri1",
+        dict(moe=replace(arch.SPECS["kolibri1"].moe, routing="sigmoid_topk")),
+    ),
+    "kolibri1-global-rope-kept": ("kolibri1", "kolibri1", dict(rope_layers="all")),
     "afmoe-output-gate-dropped": (
         "afmoe",
         "afmoe",
