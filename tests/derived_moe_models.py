@@ -346,6 +346,35 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # GLM-MoE-DSA: DeepSeek-V3.2's tiny shape with GLM-5's one expert group, the indexer on layers 0 and 2 and
+    # layer 1 reusing layer 0's top 128 keys (every key of the registry's contexts: the package's cap)
+    "glm_moe_dsa": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            q_lora_rank=32,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            index_topk=128,
+            index_n_heads=4,
+            index_head_dim=16,
+            indexer_types=["full", "shared", "full"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        ("head_dim",),
+    ),
     # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
     # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
     # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups

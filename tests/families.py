@@ -576,6 +576,8 @@ FAMILIES: tuple[Family, ...] = (
     # DeepSeek-V3.2: V3's tiny shape with a lightning indexer keeping 128 keys, past every context here (the
     # package's max_length is capped at 128: tests/arch/test_latent_families.py), so HF runs plain MLA
     moe_family("deepseek_v32", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # GLM-MoE-DSA (5.25's class): V3.2's cap at index_topk 128, an indexer-sharing layer, one expert group
+    moe_family("glm_moe_dsa", since_major=5, since=(5, 25), logits_modes=STANDARD_MODES, ragged_logits_modes=("gqa",)),
     # LongCat-Flash: two MLA sublayers per layer (4 KV caches for 2 layers; lora-scaled query and latent),
     # a shortcut MoE added a sublayer later, 4 zero (identity) experts beside 8 real ones, softmax routing
     # with a selection bias, not renormalized (mutants: tests/arch/test_longcat_flash.py)

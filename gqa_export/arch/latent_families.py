@@ -1,5 +1,6 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
-MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash, Youtu, A.X-K1), kept apart from families.py so
+MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash, Youtu, A.X-K1,
+GLM-MoE-DSA), kept apart from families.py so
 that neither module outgrows its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
@@ -144,6 +145,13 @@ AXK1 = replace(
         names=replace(_GLM4_MOE_LITE_MOE.names, output_norm="post_mlp_layernorm|mlp.post_mlp_layernorm"),
     ),
 )
+# GLM-MoE-DSA (GLM-5, transformers 5.25 GlmMoeDsaForCausalLM): DeepSeek-V3.2 whose attention is A.X-K1's
+# (q-LoRA always, rope pairs always: no rope_interleave) and whose indexer (pairs too) runs on the "full"
+# layers of indexer_types while the "shared" ones reuse the previous full layer's top-k; within
+# index_topk keys every selection keeps every visible key, so V3.2's policy holds: plain MLA, the
+# indexers' weights not read, the package's context capped at index_topk (model/latent.py)
+GLM_MOE_DSA = replace(DEEPSEEK_V32, name="glm_moe_dsa")
 LATENT_FAMILIES = (
     DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH, YOUTU, AXK1,
+    GLM_MOE_DSA,
 )  # fmt: skip
