@@ -318,6 +318,103 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # A.X-K1: DeepSeek-V3's tiny shape (q-LoRA, 2 of 4 groups, YaRN mscale), the dense layer 0 given in
+    # the hub's legacy key (the config class turns first_k_dense_replace into mlp_layer_types), and the
+    # RMSNorm over the sparse block's output
+    "axk1": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            q_lora_rank=32,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+            },
+        ),
+        ("head_dim",),
+    ),
+    # HY-V3 (Hy3): Qwen3's attention (per-head q/k norms before RoPE, 2 kv heads), layer 0 dense (the class's
+    # default mlp_layer_types), then the top 3 of 8 sigmoid experts chosen with the selection bias, renormalized,
+    # times router_scaling_factor 2.5, beside 2 shared experts' width
+    "hy_v3": (
+        dict(
+            num_experts=8,
+            num_experts_per_tok=3,
+            num_shared_experts=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            router_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
+    # Kolibri-1: sliding / full / sliding layers (window 8; RoPE on the sliding ones only), sandwich norms,
+    # the top 2 of 8 experts chosen on logits + the selection bias, sigmoid-weighted and renormalized, beside a
+    # 48-wide shared expert on every layer
+    "kolibri1": (
+        dict(
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            sliding_window=8,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
+    # GLM-MoE-DSA: DeepSeek-V3.2's tiny shape with GLM-5's one expert group, the indexer on layers 0 and 2 and
+    # layer 1 reusing layer 0's top 128 keys (every key of the registry's contexts: the package's cap)
+    "glm_moe_dsa": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            q_lora_rank=32,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            index_topk=128,
+            index_n_heads=4,
+            index_head_dim=16,
+            indexer_types=["full", "shared", "full"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        ("head_dim",),
+    ),
     # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
     # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
     # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups

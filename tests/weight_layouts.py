@@ -182,12 +182,26 @@ def _aliased(tensors: dict[str, np.ndarray], base: str, model_type: str | None) 
     return None
 
 
+def _under_spec_spellings(tensors: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors, plus each stored under one of its spec's aliases (ArchSpec.tensor_aliases:
+    HY-V3's hub mlp.router.gate, ...) also under the spec's spelling, which the package's weights are named by."""
+    from gqa_export.arch import SPECS
+
+    spec = SPECS.get(str(config.get("model_type")))
+    extra: dict[str, np.ndarray] = {}
+    for name, tensor in tensors.items():
+        for canonical, alias in spec.tensor_aliases if spec is not None else ():
+            if f".{alias}" in name:
+                extra.setdefault(name.replace(f".{alias}", f".{canonical}", 1), tensor)
+    return {**extra, **tensors}
+
+
 def relative_errors(package: Path, checkpoint: Path, graph_file: str = "model.onnx") -> dict[str, float]:
     """Relative L2 error of every dequantized MatMulNBits weight against the checkpoint's; every
     weight must be found in the checkpoint (a check that skips weights proves less than it says)."""
-    tensors = checkpoint_tensors(checkpoint)
     config = json.loads((checkpoint / "config.json").read_text())
     config = config.get("text_config", config)
+    tensors = _under_spec_spellings(checkpoint_tensors(checkpoint), config)
     errors, unknown = {}, []
     for base, w in matmulnbits_weights(package, graph_file).items():
         ref = reference_weight(tensors, base, config)

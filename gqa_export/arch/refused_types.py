@@ -39,10 +39,10 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "axk1", "axk2", "bailing_hybrid", "beam", "cpmant", "ctrl", "diffllama", "doge", "dory",
-        "glm_moe_dsa", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text", "hy_v3",
-        "hyperclovax", "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2", "kolibri1",
-        "lfm3", "modernbert-decoder", "openai-gpt", "qwen4_exp_text", "youtu", "zaya",
+        "axk2", "bailing_hybrid", "beam", "cpmant", "ctrl", "diffllama", "doge", "dory",
+        "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text", "hyperclovax",
+        "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2", "lfm3", "modernbert-decoder",
+        "openai-gpt", "qwen4_exp_text", "zaya",
     ),
     **_each(
         _MULTIMODAL,

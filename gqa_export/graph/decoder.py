@@ -363,7 +363,12 @@ def _mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
         return shortcut_mlp(lc, x)
     if lc.spec.moe is not None and lc.spec.moe.routing == "normed_residual":
         return dense_and_sparse_mlp(lc, x, residual, _norm)
-    return sparse_mlp(lc, x)
+    out = sparse_mlp(lc, x)
+    spellings = [m for m in (lc.spec.moe.names.output_norm or "").split("|") if m]  # type: ignore[union-attr]
+    if not spellings:
+        return out
+    # A.X-K1: the block's output normed before the residual add (the first spelling the checkpoint holds)
+    return _norm(lc, out, next((m for m in spellings if lc.has(m)), spellings[0]), "sparse_output_norm")
 
 
 def layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:

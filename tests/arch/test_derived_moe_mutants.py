@@ -28,7 +28,10 @@ Aria: its experts' [gate | up] halves (read as interleaved pairs) and its top-k 
 renormalized), spec mutants. Laguna: its selection
 bias at the hub's mlp.experts.e_score_correction_bias (zeroed), the router logits' softcap (x1000: none), and as a
 spec mutant the softplus of its output gate (a sigmoid instead). Flint: a spec with RoPE on its full
-layers too.
+layers too. HY-V3: its selection
+bias (the hub's mlp.expert_bias, zeroed) and router_scaling_factor (dropped). Kolibri-1: its selection
+bias (the hub's moe.router.expert_bias, zeroed), and as spec mutants the choice made on sigmoid + bias
+(MiniMax-M2's) instead of logits + bias, and RoPE on its full layer.
 """
 
 from __future__ import annotations
@@ -71,6 +74,12 @@ MUTANTS = {
         "routed-scaling-dropped": ("const.routed_scaling*", times(0.5)),
         "selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0)),
     },
+    # the hub's mlp.expert_bias, read under the spec's name; router_scaling_factor 2.5 dropped
+    "hy_v3": {
+        "selection-bias-zeroed": ("*.mlp.e_score_correction_bias", times(0.0)),
+        "router-scaling-dropped": ("const.routed_scaling*", times(0.4)),
+    },
+    "kolibri1": {"selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0))},
     "afmoe": {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
@@ -126,6 +135,12 @@ SPEC_MUTANTS = {
         "minimax_m2",
         dict(moe=replace(arch.SPECS["minimax_m2"].moe, routing="softmax")),
     ),
+    "kolibri1-choice-on-sigmoid": (
+        "kolibri1",
+        "kolibri1",
+        dict(moe=replace(arch.SPECS["kolibri1"].moe, routing="sigmoid_topk")),
+    ),
+    "kolibri1-global-rope-kept": ("kolibri1", "kolibri1", dict(rope_layers="all")),
     "afmoe-output-gate-dropped": (
         "afmoe",
         "afmoe",
