@@ -117,10 +117,12 @@ def no_weight_read(monkeypatch):
     [
         (dict(model_type="reformer", architectures=["ReformerModelWithLMHead"]), REFUSED["reformer"]),
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
+        # read, not built: its line names the mechanisms (arch/refused_types.py)
+        (dict(model_type="inkling_text", architectures=["InklingForCausalLM"]), REFUSED["inkling_text"]),
         # a multimodal class whose text decoder is a supported family: refused by its own type
         (dict(model_type="llava", architectures=["LlavaForConditionalGeneration"]), REFUSED["llava"]),
     ],
-    ids=["refused", "not-applicable", "multimodal"],
+    ids=["refused", "not-applicable", "read-not-built", "multimodal"],
 )
 def test_a_refused_type_exits_2_in_one_line_before_any_weight_read(
     checkpoints, no_weight_read, tmp_path, changes, says
