@@ -76,3 +76,28 @@ def test_mutant_limit_before_the_activation_fails_hf_parity(builds, tmp_path, mo
     monkeypatch.setattr(limited, "op_limit", lambda limit: (limit, 1.0))
     checkpoint = builds.checkpoint(FAMILY)
     assert _parity(_export(checkpoint, tmp_path / "pkg"), checkpoint) > 1e-3
+
+
+def test_a_stored_mtp_layer_is_not_read(builds, tmp_path):
+    """The hub's checkpoints store num_nextn_predict_layers multi-token-prediction layers after the decoder's
+    (transformers ignores them on load): the package is the registry's byte for byte. With the config saying
+    there are none, a layer past num_hidden_layers is still refused (exit 2, one line)."""
+    from safetensors.torch import load_file, save_file
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    checkpoint = shutil.copytree(builds.checkpoint(FAMILY), tmp_path / "ckpt")
+    tensors = load_file(checkpoint / "model.safetensors")
+    layers = json.loads((checkpoint / "config.json").read_text())["num_hidden_layers"]
+    for name in [n for n in tensors if n.startswith("model.layers.0.")]:  # an MTP layer's worth of tensors
+        tensors[name.replace("model.layers.0.", f"model.layers.{layers}.", 1)] = tensors[name].clone()
+    save_file(tensors, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    out = _export(checkpoint, tmp_path / "pkg")
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (out / name).read_bytes() == (builds.package(FAMILY) / name).read_bytes(), name
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 0}))
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "refused")])
+    assert result.exit_code == 2 and "checkpoint holds 4 layers" in result.output, result.output
+    assert not (tmp_path / "refused").exists()
