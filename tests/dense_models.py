@@ -388,9 +388,10 @@ def family_config(model_type: str) -> dict:
         )
     elif model_type == "bailing_hybrid":  # bounded KDA + gated MLA with RoPE pairs, clipped experts (Ling 3)
         c.update(
+            num_hidden_layers=2,  # HF's reference KDA and experts are python loops: two layers keep it quick
             num_key_value_heads=4,  # MLA: one kv head per query head
-            layer_types=["linear_attention", "full_attention", "linear_attention"],
-            mlp_layer_types=["dense", "sparse", "sparse"],
+            layer_types=["linear_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse"],
             head_dim=16,  # the KDA heads' width (linear_head_dim); the class then sets head_dim to qk_rope_head_dim
             short_conv_kernel_size=4,
             kda_lower_bound=-1.0,  # a decay of about exp(-0.5) a token: the state outlives a few tokens
@@ -407,8 +408,8 @@ def family_config(model_type: str) -> dict:
             topk_group=2,
             routed_scaling_factor=2.5,
             # limits that clip a share of the tiny activations (layer 0 is dense: never clipped)
-            expert_swiglu_limit_list=[0.0, 0.05, 0.0],
-            share_expert_swiglu_limit_list=[0.0, 0.0, 0.05],
+            expert_swiglu_limit_list=[0.0, 0.05],
+            share_expert_swiglu_limit_list=[0.0, 0.05],
             rms_norm_eps=1e-5,
             tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},

@@ -99,5 +99,14 @@ def test_a_stored_mtp_layer_is_not_read(builds, tmp_path):
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "num_nextn_predict_layers": 0}))
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "refused")])
-    assert result.exit_code == 2 and "checkpoint holds 4 layers" in result.output, result.output
+    assert result.exit_code == 2 and "checkpoint holds 3 layers" in result.output, result.output
     assert not (tmp_path / "refused").exists()
+
+
+def test_the_unbounded_forget_gate_matches_hf(tmp_path):
+    """kda_safe_gate false: Kimi's -exp(A_log) softplus(f + dt_bias), read from the config (the registry
+    row has the bounded default; its softplus mutant above is this graph against the bounded HF)."""
+    from dense_models import save_dense
+
+    checkpoint = save_dense(tmp_path / "ckpt", FAMILY, kda_safe_gate=False)
+    assert _parity(_export(checkpoint, tmp_path / "pkg"), checkpoint) < 1e-4
