@@ -8,6 +8,7 @@ from __future__ import annotations
 
 DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "activation": "hidden_act",
+    "output_vocab_size": "output_vocab_size",  # an lm_head pruned to the first ids (Apertus-1.5)
     "intermediate_size": "intermediate_size",
     "sliding_window": "sliding_window",
     "layer_types": "layer_types",
@@ -84,6 +85,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "value_head_dim": "value_head_dim",
     # DeepSeek sparse attention (DeepSeek-V3.2): the keys its indexer keeps per query
     "index_topk": "index_topk",
+    # MiniMax-M3's block-sparse indexer: the key blocks it keeps per query and their size
+    "index_topk_blocks": "index_topk_blocks",
+    "index_block_size": "index_block_size",
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",

@@ -15,6 +15,16 @@ _NO_SPEC = "no spec yet; its modeling code was not read in this round (issue #39
 _MULTIMODAL = "its vision tower and projector are not built, and no recipe exports its decoder under this class"
 
 
+# Gemma4AssistantForCausalLM (and its Gemma4Unified subclass): a drafter for HF's assisted generation
+_GEMMA4_ASSISTANT = (
+    "Gemma-4's assistant is a multi-token-prediction drafter, not a decoder: each step reads [the target's "
+    "embedding of the token | the target's last hidden state], and every layer attends to the target's own KV "
+    "cache (its last full and last sliding layer: num_kv_shared_layers is every layer); onnxruntime-genai 0.18's "
+    "draft model runs on its own input_ids and KV cache, its MTP head (model.mtp) on one layer with its own cache, "
+    "and neither can be fed the target's keys and values"
+)
+
+
 def _each(reason: str, *model_types: str) -> dict[str, str]:
     return dict.fromkeys(model_types, reason)
 
@@ -29,12 +39,11 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "axk1", "axk2", "beam", "blt", "cohere_compass_text", "cpmant", "ctrl", "deepseek_v4",
-        "diffllama", "doge", "dory", "dots3_note_text", "flint", "gemma4_assistant", "gemma4_unified_assistant",
-        "glm_moe_dsa", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text",
-        "hy_v3", "hy_v4", "hyperclovax", "jais2",
-        "kolibri1", "laguna", "lara_mini", "lfm3", "mellum", "minimax_m3_vl_text", "modernbert-decoder",
-        "openai-gpt", "youtu", "zaya", "apertus1p5_text", "aria_text",
+        "axk1", "axk2", "beam", "cpmant", "ctrl", "diffllama", "doge", "dory",
+        "flint", "glm_moe_dsa", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text",
+        "hy_v3", "hyperclovax", "jais2",
+        "kolibri1", "laguna", "lara_mini", "lfm3", "mellum", "modernbert-decoder", "openai-gpt",
+        "youtu", "zaya",
     ),
     **_each(
         _MULTIMODAL,
@@ -50,24 +59,29 @@ REFUSED: dict[str, str] = {
         "pp_formulanet", "qianfan_ocr", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen4_exp", "smolvlm",
         "step3p7", "unlimited_ocr", "video_llama_3", "video_llava", "vipllava",
     ),
-    # read in issue #39 (modeling code of transformers 5.25), not built: what each needs (docs/coverage.md §3)
-    "qwen4_exp_text": "Qwen4-Exp runs its layers on hc_count residual streams joined by learned hyper-connections, "
-    "its attention layers behind a QSA indexer keeping each query's top indexer_budget tokens of mean-pooled key "
-    "blocks (a per-query mask past the budget), and its PLE layers add hashed n-gram embeddings (int64 "
-    "multiply-xor hashes of the last ngram_size token ids) through a dilated convolution, two states more per "
-    "layer (a token-id history and that convolution's) than the gated DeltaNet's two; no spec",
-    "inkling_text": "Inkling's attention adds a relative position bias computed per query and head from its hidden "
-    "state (r_proj states times a learned bank of per-distance profiles), convolves keys and values over the last "
-    "tokens before the cache, and each layer carries four short-convolution states beside its KV cache; its router "
-    "scores the shared experts in the same softmax (a sink); no spec",
-    "inkling2_text": "Inkling2 adds to Inkling's per-query relative position bias and short convolutions: a "
-    "per-token attention sink logit per head, L2-clipped keys, queries and relative states (these two scaled), "
-    "per-token convolution taps on the full layers' keys and values, block attention residuals (each layer's input "
-    "attends over earlier blocks' outputs) and experts whose SwiGLU soft-caps gate and up with tanh; no spec",
-    "inkling2_loop_text": "Inkling2-Loop runs Inkling2's layers (per-query relative position bias, per-token "
-    "attention sinks, block attention residuals, soft-capped experts) and passes its loop layers loop_num_passes "
-    "times, each pass with its own KV cache and convolution states, mixing the previous pass's messages in "
-    "through tanh gates; no spec",
+    # read in issue #39's next round: buildable, not built yet (docs/coverage.md §7 says what each needs)
+    "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
+    "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
+    "experts, which gqa-export does not build yet (docs/coverage.md §7)",
+    "hy_v4": "no spec yet: HunYuan-V4 needs DeepSeek-V4's hyper-connection residual streams and attention sinks on "
+    "its sparse MLA, which gqa-export does not build yet (docs/coverage.md §7)",
+    "dots3_note_text": "no spec yet: dots3-note's MLA has other attention shapes on its sliding layers "
+    "(per_layer_config), a per-layer latent shape gqa-export does not build yet (docs/coverage.md §7)",
+    # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §9 says what each needs)
+    "qwen4_exp_text": "no spec yet: Qwen4-Exp needs hyper-connection residual streams, a QSA indexer (each query's "
+    "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "
+    "multiply-xor hashes of the last token ids) through a dilated convolution, two more states per layer, which "
+    "gqa-export does not build yet (docs/coverage.md §9)",
+    "inkling_text": "no spec yet: Inkling needs a relative position bias computed per query and head from its hidden "
+    "state, short convolutions on keys and values before the cache and on each block's output (four states per "
+    "layer beside its KV cache) and a router normalizing routed and shared experts together, which gqa-export does "
+    "not build yet (docs/coverage.md §9)",
+    "inkling2_text": "no spec yet: Inkling2 needs Inkling's per-query relative position bias and short convolutions, "
+    "per-token attention sinks, L2-clipped queries, keys and relative states, per-token convolution taps, block "
+    "attention residuals and tanh-soft-capped experts, which gqa-export does not build yet (docs/coverage.md §9)",
+    "inkling2_loop_text": "no spec yet: Inkling2-Loop needs Inkling2's mechanisms and its loop layers run "
+    "loop_num_passes times, each pass with its own KV cache and convolution states and gated messages from the "
+    "previous pass, which gqa-export does not build yet (docs/coverage.md §9)",
     # new in transformers 5.25 (read from its modeling code)
     "ergo": "Ergo's experts each end in their own learned RMSNorm (mlp.experts.post_expert_norm, [E, H]) applied "
     "before the weighted sum, which neither the MoE op nor the plain-expert graph computes, and its layers add "
@@ -84,6 +98,16 @@ REFUSED: dict[str, str] = {
     "decoder onnxruntime-genai runs",
     "gemma4_unified_text": "Gemma4UnifiedForCausalLM, the text class alone, has no recipe yet; the decoder of "
     "Gemma4UnifiedForConditionalGeneration is exported (recipe gemma4_unified)",
+    # read from their modeling code in transformers 5.25 (issue #39): what genai cannot be fed
+    **_each(
+        _GEMMA4_ASSISTANT,
+        "gemma4_assistant",
+        "gemma4_unified_assistant",
+    ),
+    "blt": "BLT's global transformer runs over byte patches whose boundaries a second model (its entropy patcher) "
+    "draws from the input, recomputed every forward without a KV cache, and its byte decoder cross-attends to the "
+    "patch states; onnxruntime-genai's KV cache grows one position per token, never per patch, and it feeds no "
+    "cross-attention states",
     "reformer": "Reformer's LSH and chunked local attention with reversible layers has no onnxruntime op",
     "xlnet": "XLNet's two-stream relative-position permutation LM is not a left-to-right decoder with a KV cache",
 }  # fmt: skip

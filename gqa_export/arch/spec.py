@@ -298,12 +298,16 @@ class ArchSpec:
     # prefix_dense_sliding_window_pattern is 1) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
     # layer when position_embedding_type is "rope", none otherwise) | if_flag (Zamba2: every layer where the
     # config's rope_flag, use_mem_rope, is set) | if_theta (OLMo-Hybrid: every layer when rope_parameters
-    # hold a rope_theta, none otherwise) | none (Jamba, Nemotron-H): others are NoPE
+    # hold a rope_theta, none otherwise) | typed (Cohere-Compass: every layer but those of a type whose
+    # rope_parameters entry is null) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
     # transformers' class rotates every channel whatever rotary_dim says (MiniMax): a narrower rope
     # is rotated as configured, and the build says it differs from the installed class there
     hf_rotates_full_head: bool = False
+    # the layer type whose layers keep only the top blocks of keys (MiniMax-M3's block-sparse indexer):
+    # where some layer has it, the package's context is capped where every key is kept (model/sparse_cap.py)
+    block_sparse_type: str | None = None
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
     # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters

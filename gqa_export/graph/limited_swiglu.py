@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext
+from gqa_export.graph.blocks import LayerContext, activation, gated
 from gqa_export.graph.params import NUMPY_DTYPES
 
 Rows = Callable[[int, int, int], np.ndarray]  # (expert, first row, end row) -> the rows, float32
@@ -78,10 +78,14 @@ def unscaled(lc: LayerContext, out: ir.Value, scale: float) -> ir.Value:
     return lc.b.op("Mul", out, inverse, name="limit_unscaled")
 
 
-def clipped(lc: LayerContext, gate: ir.Value, up: ir.Value, limit: float) -> tuple[ir.Value, ir.Value]:
-    """(min(act_gate, limit), clip(up, -limit, limit)): the shared expert's clipping after its activation."""
+def shared_gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
+    """The shared expert's min(act(gate), l) * clip(up, -l, l) at this layer's shared limit l, as HF
+    computes it (Min and Clip after the activation); without one, the family's own gated product
+    (graph/activations.gated)."""
+    limit = layer_limit(lc, shared=True)
     if not limit:
-        return gate, up
+        return gated(lc, gate, up)
     b, dtype = lc.b, NUMPY_DTYPES[lc.params.dtype]
     high, low = b.const(np.asarray(limit, dtype), "limit_high"), b.const(np.asarray(-limit, dtype), "limit_low")
-    return b.op("Min", gate, high, name="gate_limited"), b.op("Clip", up, low, high, name="up_limited")
+    limited = b.op("Min", activation(lc, gate), high, name="gate_limited")
+    return b.op("Mul", limited, b.op("Clip", up, low, high, name="up_limited"), name="limited_swiglu")

@@ -18,6 +18,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.model import config_reads
 from gqa_export.model.alibi import alibi_slopes
 from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
 from gqa_export.model.latent import LatentDims, latent_dims, latent_scale
@@ -39,13 +40,14 @@ from gqa_export.model.layer_kinds import (
     sparse_layer,
     value_head_width,
 )
-from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
-from gqa_export.model.moe import MoeDims, read_moe
+from gqa_export.model.layer_ropes import layer_ropes, nope_types, position_query_scale_params, rope_keys
+from gqa_export.model.moe import MoeDims, clamped_swiglu, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.rwkv import RwkvDims, rwkv_dims
 from gqa_export.model.shared_blocks import shared_uses
+from gqa_export.model.sparse_cap import block_sparse_cap
 from gqa_export.model.stream import (
     AltUpDims,
     HardTokenRange,
@@ -151,6 +153,13 @@ class ModelDims:
     value_head_dim: int = 0  # values narrower than head_dim, zero-padded in the cache (MiMo-V2-Flash); 0: as wide
     # (alpha, beta) per block kind where each block adds to its normed input, alpha * x + beta * block(x) (MiniMax)
     residual_factors: dict[str, tuple[float, float]] | None = None
+    block_sparse_cap: int = 0  # keys MiniMax-M3's block-sparse indexer keeps in full (model/sparse_cap.py)
+    logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
+
+    @property
+    def logits_width(self) -> int:
+        """The logits' last axis: the lm_head's rows, the vocabulary unless the head was pruned."""
+        return self.logits_vocab or self.vocab_size
 
     @property
     def head_dim(self) -> int:
@@ -173,9 +182,9 @@ class ModelDims:
 
     @property
     def context_length(self) -> int:
-        """The longest context the package computes exactly: the model's, capped at DeepSeek sparse
-        attention's index_topk (model/latent.py)."""
-        cap = self.latent.index_topk if self.latent is not None else 0
+        """The longest context the package computes exactly: the model's, capped where a sparse
+        attention's indexer stops keeping every key (model/sparse_cap.py)."""
+        cap = self.latent.index_topk if self.latent is not None else self.block_sparse_cap
         return min(self.max_position_embeddings, cap or self.max_position_embeddings)
 
     def scale(self, layer: LayerDims) -> float:
@@ -250,6 +259,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     if outer is not None:
         eos = token_ids(config_get(outer, "eos_token_id")) + eos
     architectures = config_get(top, "architectures") or ["?"]
+    tied = bool(config_get(top, "tie_word_embeddings"))
     ple = int(opt("per_layer_input_size", 0) or 0)
     pad = first_id(gen.get("pad_token_id", config_get(config, "pad_token_id")))
     mamba2 = mamba2_dims(config, opt, spec, [layer.mixer for layer in layers])
@@ -260,9 +270,10 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         num_layers=len(layers),
         num_heads=heads,
         vocab_size=int(config.vocab_size),
+        logits_vocab=config_reads.pruned_head_rows(opt, int(config.vocab_size), tied),
         rms_eps=spec.fixed_norm_eps or float(opt("norm_eps", 1e-6)),
         max_position_embeddings=int(config_get(config, "max_position_embeddings") or 2048),
-        tie_word_embeddings=bool(config_get(top, "tie_word_embeddings")),
+        tie_word_embeddings=tied,
         hidden_act=act,
         ropes=ropes,
         layers=layers,
@@ -281,7 +292,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         placeholder_ids=placeholder_ids(outer, spec.placeholder_keys),
         query_scale=position_query_scale_params(config) if spec.query_position_scale else None,
         moe=read_moe(opt, spec, int(config_get(config, "intermediate_size") or 0))  # DBRX's config has none
-        if any(layer.sparse for layer in layers)
+        if any(layer.sparse for layer in layers) or clamped_swiglu(spec)  # (its dense MLPs read the clamp too)
         else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind="rms" if spec.rms_when_configured and opt("rms_norm_switch") is not None else spec.norm,
@@ -305,6 +316,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
         residual_factors=normed_residual_factors(config, spec),
+        block_sparse_cap=block_sparse_cap(opt, spec, opt("layer_types")),
     )
 
 
@@ -322,7 +334,7 @@ def _layers(
     double_wide = bool(opt("double_wide_mlp", False))
     intermediate = feed_forward_size(config, opt, spec)  # one width, or one per layer
     sparsity = sparsity_pattern(opt, spec, n)
-    configured_ropes = rope_keys(config, spec)
+    configured_ropes, nopes = rope_keys(config, spec), nope_types(config, spec)
     first_shared = n - shared
     uses = shared_uses(config, spec, types)
     out: list[LayerDims] = []
@@ -331,7 +343,7 @@ def _layers(
         sliding = layer_type == SLIDING if types else True
         windowed = window > 0 and sliding
         rope_key = layer_type if layer_type in configured_ropes else "default"
-        if no_rope is not None and not no_rope[i]:
+        if (no_rope is not None and not no_rope[i]) or layer_type in nopes:
             rope_key = None
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)

@@ -21,7 +21,11 @@ block_sparse_moe.e_score_correction_bias (zeroed) and its sigmoid scores (a spec
 routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the norm after the MLP
 (x1.5), and as spec mutants the attention output gate (dropped), RoPE on the full layers (kept)
 and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias (zeroed), and each
-head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split).
+head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). MiniMax-M3: the
+clamped SwiGLU of its dense MLPs and shared expert (the limit x100: unclamped; the experts' op keeps its
+own), routed_scaling_factor (halved to 1), its selection bias at mlp.gate.e_score_correction_bias (zeroed).
+head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). Aria: its experts'
+[gate | up] halves (read as interleaved pairs) and its top-k softmax (not renormalized), spec mutants.
 """
 
 from __future__ import annotations
@@ -59,6 +63,11 @@ MUTANTS = {
     },
     "minimax_m2": {"selection-bias-zeroed": ("*.block_sparse_moe.e_score_correction_bias", times(0.0))},
     "minicpm5_moe": {"selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0))},
+    "minimax_m3_vl_text": {
+        "dense-clamp-widened": ("const.swiglu_limit*", times(100.0)),
+        "routed-scaling-dropped": ("const.routed_scaling*", times(0.5)),
+        "selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0)),
+    },
     "afmoe": {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
@@ -117,6 +126,22 @@ SPEC_MUTANTS = {
     ),
     "afmoe-global-rope-kept": ("afmoe", "afmoe", dict(rope_layers="all")),
     "afmoe-mup-scale-dropped": ("afmoe", "afmoe", dict(embedding_scale="none")),
+    # Aria: the experts' [gate | up] halves read as gpt-oss's interleaved pairs; the top-k softmax not renormalized
+    "aria-halves-as-interleaved": (
+        "aria_text",
+        "aria_text",
+        dict(
+            moe=replace(
+                arch.SPECS["aria_text"].moe,
+                names=replace(arch.SPECS["aria_text"].moe.names, transposed_order="interleaved"),
+            )
+        ),
+    ),
+    "aria-top-k-not-renormalized": (
+        "aria_text",
+        "aria_text",
+        dict(moe=replace(arch.SPECS["aria_text"].moe, normalize=False)),
+    ),
 }
 
 
