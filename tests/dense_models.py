@@ -418,6 +418,34 @@ def family_config(model_type: str) -> dict:
             rms_norm_eps=1e-5,
             tie_word_embeddings=False,
         )
+    elif model_type == "bailing_hybrid":  # bounded KDA + gated MLA with RoPE pairs, clipped experts (Ling 3)
+        c.update(
+            num_hidden_layers=2,  # HF's reference KDA and experts are python loops: two layers keep it quick
+            num_key_value_heads=4,  # MLA: one kv head per query head
+            layer_types=["linear_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse"],
+            head_dim=16,  # the KDA heads' width (linear_head_dim); the class then sets head_dim to qk_rope_head_dim
+            short_conv_kernel_size=4,
+            kda_lower_bound=-1.0,  # a decay of about exp(-0.5) a token: the state outlives a few tokens
+            q_lora_rank=16,  # the query LoRA too (its norm at eps 1e-6)
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            # limits that clip a share of the tiny activations (layer 0 is dense: never clipped)
+            expert_swiglu_limit_list=[0.0, 0.05],
+            share_expert_swiglu_limit_list=[0.0, 0.05],
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
     elif model_type == "granitemoehybrid":  # Mamba2 (conv + SSM state) + NoPE GQA layers, experts + shared MLP
         c.update(
             num_hidden_layers=4,

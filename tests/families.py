@@ -502,6 +502,24 @@ FAMILIES: tuple[Family, ...] = (
         fp16_cuda=True,
         since_major=5,
     ),
+    # Ling 3: KDA layers with a bounded forget gate and full-rank f/g projections + latent attention with RoPE
+    # pairs and a sigmoid gate per head, a dense MLP then DeepSeek-V3's grouped experts whose SwiGLU (routed,
+    # shared) is clipped after the activation at per-layer limits, in the hub's names (bailing_hybrid; genai
+    # 0.18 has no type of its own: the generic decoder; mutants: tests/arch/test_hybrid_bailing.py)
+    dense(
+        "bailing_hybrid",
+        prompt=LONG_PROMPT,
+        new_tokens=16,  # HF's reference KDA and experts run as python loops
+        fp16_cuda=True,
+        logits_modes=(),
+        generate_modes=("gqa", "gqa_latent"),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        since_major=5,
+    ),
     # Mamba2 (conv + SSM state) + NoPE GQA layers, top-k experts with a shared MLP (Granite-4.0-H)
     hybrid(
         "granitemoehybrid",

@@ -51,6 +51,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "shared_expert_intermediate_size": "shared_expert_intermediate_size",
     "swiglu_limit": "swiglu_limit",
     "swiglu_alpha": "swiglu_alpha",
+    # per-layer limits of a SwiGLU clipped after its activation (MoeSpec activation "swiglu_limited", Ling 3)
+    "expert_swiglu_limits": "swiglu_limits",
+    "shared_swiglu_limits": "swiglu_limits_shared",
     "router_jitter": "router_jitter_noise",
     "enable_moe": "enable_moe_block",
     "clip_qkv": "clip_qkv",
@@ -101,6 +104,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "linear_value_heads": "linear_num_value_heads",
     "linear_key_head_dim": "linear_key_head_dim",
     "linear_value_head_dim": "linear_value_head_dim",
+    "linear_bounded_decay": "kda_safe_gate",  # Ling 3: the bounded KDA forget gate (MixerSpec.bounded_decay)
+    "linear_decay_bound": "kda_lower_bound",
     "linear_neg_eigval": "linear_allow_neg_eigval",  # OLMo-Hybrid: beta = 2 sigmoid(b) (MixerSpec.neg_eigval)
     # hybrid decoders (Granite-4.0-H): Mamba2 shapes, and whether the attention layers use RoPE
     "mamba_heads": "mamba_n_heads",

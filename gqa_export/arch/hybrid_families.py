@@ -16,6 +16,7 @@ from gqa_export.arch.spec import (
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
     ArchSpec,
+    LatentAttentionNames,
     LayerNames,
     MoeNames,
     MoeSpec,
@@ -211,6 +212,55 @@ KIMI_LINEAR = replace(
         linear_value_head_dim="linear_head_dim",
     ),
 )
+# Ling 3 (bailing_hybrid): Kimi-Linear's layout with KDA layers whose projections are all full rank
+# (f_proj, g_proj) and whose forget gate is bounded where kda_safe_gate says so (kda_lower_bound *
+# sigmoid(exp(A_log) (f + dt_bias)), MixerSpec.bounded_decay), DeepSeek-V3's latent attention with RoPE
+# pairs on the rope dims and a sigmoid gate per head (g_proj [Nq, H]) before o_proj, its router, experts and
+# shared experts whose SwiGLU is clipped after the activation at a limit per layer (min(silu(g), l) *
+# clip(u, -l, l); 0: none), the dense MLPs unclipped. Names as the hub (and transformers' save_pretrained)
+# spell them: word_embeddings, every mixer under attention (o_proj: dense), the KDA's q/k/v_conv1d and
+# forget gate tensors directly there, the router's expert_bias (docs/hybrid-state.md §8.20)
+_BAILING_KDA = GatedDeltaNetNames(
+    qkv="attention.qkv_proj",  # the graph's name for the concatenated q | k | v weight
+    qkv_parts=("attention.q_proj", "attention.k_proj", "attention.v_proj"),
+    conv="attention.conv1d",
+    conv_parts=("attention.q_conv1d", "attention.k_conv1d", "attention.v_conv1d"),
+    z="attention.g_proj",
+    a="attention.f_proj",
+    b="attention.b_proj",
+    a_log="attention.A_log",
+    dt_bias="attention.dt_bias",
+    norm="attention.o_norm",
+    out_proj="attention.dense",
+    decay="per_channel",
+    gate="sigmoid",
+)
+_BAILING_MLA = LatentAttentionNames(
+    **{k: v.replace("self_attn.", "attention.", 1) for k, v in vars(LatentAttentionNames()).items()}
+)
+BAILING_HYBRID = replace(
+    DEEPSEEK_V3,
+    name="bailing_hybrid",
+    embed="word_embeddings.weight",
+    layer=LayerNames(o="attention.dense", head_gate="attention.g_proj"),
+    latent_attention=_BAILING_MLA,
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "gated_deltanet"}), gated_deltanet=_BAILING_KDA, bounded_decay=True
+    ),
+    moe=replace(
+        DEEPSEEK_V3.moe,  # type: ignore[arg-type]
+        names=MoeNames(shared_expert="shared_experts", expert_bias="gate.expert_bias|gate.e_score_correction_bias"),
+        activation="swiglu_limited",
+    ),
+    config_keys=config_keys(
+        first_dense_layers="first_k_dense_replace",
+        linear_key_heads="linear_num_heads",
+        linear_value_heads="linear_num_heads",
+        linear_key_head_dim="linear_head_dim",
+        linear_value_head_dim="linear_head_dim",
+    ),
+    ignore=("rope_interleave",),  # the class always rotates pairs
+)
 # Granite-4.0-H: Mamba2 layers (conv + SSM state) between Granite attention layers (NoPE unless
 # position_embedding_type is "rope"), Granite's multipliers, GraniteMoE's top-k router with an
 # ungated shared MLP beside the experts, or that MLP alone when num_local_experts is 0
@@ -330,7 +380,7 @@ NEMOTRON_H = ArchSpec(
     config_keys=_NEMOTRON_H_KEYS,
 )
 HYBRIDS = (
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, GRANITEMOEHYBRID, JAMBA,
-    FALCON_H1, LARA_MINI,
+    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, BAILING_HYBRID,
+    GRANITEMOEHYBRID, JAMBA, FALCON_H1, LARA_MINI,
     NEMOTRON_H,
 )  # fmt: skip

@@ -254,6 +254,9 @@ class MixerSpec:
     mamba2_norm_eps: float | None = None
     # OLMo-Hybrid: beta = 2 sigmoid(b) where the config's linear_allow_neg_eigval says so
     neg_eigval: bool = False
+    # Ling 3's KDA forget gate: g = kda_lower_bound * sigmoid(exp(A_log) (a + dt_bias)), bounded in
+    # (lower_bound, 0), where the config's kda_safe_gate says so; else Kimi's -exp(A_log) softplus(a + dt_bias)
+    bounded_decay: bool = False
     # a recurrent-state layer's own input norm, making it a pre-norm layer (norm -> mixer -> add,
     # post_attention_norm -> MLP -> add) in a post-norm family (OLMo-Hybrid: Llama layers around its
     # gated DeltaNets, OLMo-3 attention layers); None: the family's layout everywhere

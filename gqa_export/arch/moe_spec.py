@@ -79,6 +79,8 @@ class MoeSpec:
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
     or "dense" (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
+    "swiglu_limited" (Ling 3: min(silu(gate), l) * clip(up, -l, l), l the layer's entry of the config's
+    per-layer limits for routed and for shared experts, 0: none; graph/limited_swiglu.py),
     "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops), "ungated" (down(act(up x)) with the
     config's hidden activation, a shared expert of the same form; plain ops, since no MoE kernel has
     squared ReLU: graph/ungated_experts.py). layer_type: the layer type whose layers are sparse (every

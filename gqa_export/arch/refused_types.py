@@ -39,10 +39,9 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "axk2", "bailing_hybrid", "beam", "cpmant", "ctrl", "diffllama", "doge", "dory",
-        "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text", "hyperclovax",
-        "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2", "lfm3", "modernbert-decoder",
-        "openai-gpt", "qwen4_exp_text", "zaya",
+        "axk2", "beam", "cpmant", "ctrl", "diffllama", "doge", "dory", "gpt_neox_japanese",
+        "granite_swa", "granitemoe_swa", "hrm_text", "hyperclovax", "jais2", "lfm3",
+        "modernbert-decoder", "openai-gpt", "zaya",
     ),
     **_each(
         _MULTIMODAL,
@@ -66,6 +65,21 @@ REFUSED: dict[str, str] = {
     "its sparse MLA, which gqa-export does not build yet (docs/coverage.md §7)",
     "dots3_note_text": "no spec yet: dots3-note's MLA has other attention shapes on its sliding layers "
     "(per_layer_config), a per-layer latent shape gqa-export does not build yet (docs/coverage.md §7)",
+    # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
+    "qwen4_exp_text": "no spec yet: Qwen4-Exp needs hyper-connection residual streams, a QSA indexer (each query's "
+    "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "
+    "multiply-xor hashes of the last token ids) through a dilated convolution, two more states per layer, which "
+    "gqa-export does not build yet (docs/coverage.md §11)",
+    "inkling_text": "no spec yet: Inkling needs a relative position bias computed per query and head from its hidden "
+    "state, short convolutions on keys and values before the cache and on each block's output (four states per "
+    "layer beside its KV cache) and a router normalizing routed and shared experts together, which gqa-export does "
+    "not build yet (docs/coverage.md §11)",
+    "inkling2_text": "no spec yet: Inkling2 needs Inkling's per-query relative position bias and short convolutions, "
+    "per-token attention sinks, L2-clipped queries, keys and relative states, per-token convolution taps, block "
+    "attention residuals and tanh-soft-capped experts, which gqa-export does not build yet (docs/coverage.md §11)",
+    "inkling2_loop_text": "no spec yet: Inkling2-Loop needs Inkling2's mechanisms and its loop layers run "
+    "loop_num_passes times, each pass with its own KV cache and convolution states and gated messages from the "
+    "previous pass, which gqa-export does not build yet (docs/coverage.md §11)",
     # new in transformers 5.25 (read from its modeling code)
     "ergo": "Ergo's experts each end in their own learned RMSNorm (mlp.experts.post_expert_norm, [E, H]) applied "
     "before the weighted sum, which neither the MoE op nor the plain-expert graph computes, and its layers add "

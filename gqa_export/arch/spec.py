@@ -91,6 +91,9 @@ class LayerNames:
     # a Linear [Nq*D, H] of the layer's normed input whose sigmoid gates the attention output before
     # o_proj, where the checkpoint holds it (AFMoE's self_attn.gate_proj; Qwen3.5's gate sits in q_proj)
     output_gate: str | None = None
+    # a Linear [Nq, H] of the normed input whose sigmoid scales each head's whole attention output before
+    # o_proj, where the checkpoint holds it (Ling 3's latent attention g_proj)
+    head_gate: str | None = None
     # norms inside the blocks, applied where the spec names them (the checkpoint must hold them): one
     # over the attention output before o_proj, one over act(gate) * up before down_proj (BitNet's
     # self_attn.attn_sub_norm and mlp.ffn_sub_norm)

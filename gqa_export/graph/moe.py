@@ -26,11 +26,12 @@ from dataclasses import replace
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, gated, gated_mlp, linear, mlp_block
+from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, fused_or_transposed, stacked
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
+from gqa_export.graph.limited_swiglu import limited_rows, shared_gated, unscaled
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
 from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
 from gqa_export.graph.zero_experts import all_zero_guard, zero_experts
@@ -202,8 +203,9 @@ def _experts_op(
     b, params = lc.b, lc.params
     I, H = moe.intermediate, lc.dims.hidden_size  # noqa: E741
     base = lc.spec.layer_tensor(lc.i, "moe", "")
-    cast = params.cast
-    fc1 = b.initializer(f"{base}.fc1", stacked(weights, weights.fc1_rows, 2 * I, H, cast, params.dtype))
+    cast = params.cast  # swiglu_limited: the op's limit moved past the activation (graph/limited_swiglu.py)
+    fc1_rows, limit, up_scale = limited_rows(lc, weights.fc1_rows, moe.limit)
+    fc1 = b.initializer(f"{base}.fc1", stacked(weights, fc1_rows, 2 * I, H, cast, params.dtype))
     fc2 = b.initializer(f"{base}.fc2", stacked(weights, weights.fc2_rows, H, I, cast, params.dtype))
     biases = [weights.bias(0), weights.bias(1)]
     fc1_bias, fc2_bias = (
@@ -236,10 +238,11 @@ def _experts_op(
         normalize_routing_weights=int(moe.normalize and post_scale is None),
         activation_alpha=moe.alpha if clamped else 1.0,
         activation_beta=1.0 if clamped else 0.0,
-        swiglu_limit=moe.limit,
+        swiglu_limit=limit,
         name="MoE",
     )  # fmt: skip
     out = b.op("Reshape", out, shape, name="tokens_back")
+    out = out if up_scale == 1.0 else unscaled(lc, out, up_scale)
     out = out if post_scale is None else b.op("Mul", out, post_scale, name="sparsemixer_scale")
     return out if identity is None else b.op("Add", out, identity, name="add_zero_experts")
 
@@ -341,7 +344,7 @@ def _shared_expert(lc: LayerContext, x: ir.Value, prefix: str) -> ir.Value:
         gate_up = linear(lc, x, modules, None if packed else f"{module}.gate_up_proj", "gate_up")
         width = lc.dims.moe.shared_intermediate  # type: ignore[union-attr]
         gate, up = b.op_multi("Split", gate_up, b.const([width, width], "split", "int64"), axis=-1, outputs=2)
-        y = linear(lc, gated(lc, gate, up), [f"{module}.down_proj"], None, "down")
+        y = linear(lc, shared_gated(lc, gate, up), [f"{module}.down_proj"], None, "down")  # Ling 3's limits too
         if names.shared_gate:
             scale = b.op("Sigmoid", linear(lc, x, [f"{prefix}{names.shared_gate}"], None, "gate"))
             y = b.op("Mul", y, scale, name="gated")

@@ -195,6 +195,8 @@ class DeltaNetDims:
     key_dim: int
     value_dim: int
     beta_scale: float = 1.0  # 2 where the family lets beta reach 2 (MixerSpec.neg_eigval, OLMo-Hybrid)
+    # the bounded forget gate's lower bound (MixerSpec.bounded_decay, Ling 3): g = bound * sigmoid(...)
+    decay_bound: float | None = None
 
     @property
     def conv_channels(self) -> int:
@@ -219,7 +221,9 @@ def deltanet_dims(opt: Option, spec: ArchSpec, mixers: list[str]) -> DeltaNetDim
     if missing:
         raise InputError(f"{spec.name} has gated-DeltaNet layers but its config gives no {', '.join(missing)}")
     doubled = spec.mixers is not None and spec.mixers.neg_eigval and bool(opt("linear_neg_eigval", False))
-    dims = DeltaNetDims(*values.values(), beta_scale=2.0 if doubled else 1.0)
+    bounded = spec.mixers is not None and spec.mixers.bounded_decay and bool(opt("linear_bounded_decay", True))
+    bound = float(opt("linear_decay_bound", -5.0)) if bounded else None
+    dims = DeltaNetDims(*values.values(), beta_scale=2.0 if doubled else 1.0, decay_bound=bound)
     if dims.value_heads % dims.key_heads:
         raise InputError(
             f"{spec.name}: {dims.value_heads} DeltaNet value heads do not divide among {dims.key_heads} key heads"

@@ -21,6 +21,10 @@ class MoeDims:
     shared_intermediate: int = 0  # an always-on shared expert (Qwen2-MoE)
     alpha: float = 1.0  # gpt-oss clamped SwiGLU: gate * sigmoid(alpha * gate) * (up + 1)
     limit: float | None = None
+    # activation "swiglu_limited" (Ling 3): each layer's limit for its routed / shared experts, by layer
+    # index (0: none; graph/limited_swiglu.py)
+    limits: tuple[float, ...] = ()
+    shared_limits: tuple[float, ...] = ()
     jitter: float = 0.0  # PhiMoE sparsemixer threshold (router_jitter_noise, used in eval)
     routed_scaling: float = 1.0  # the routing weights' multiplier (routed_scaling_factor)
     groups: int = 1  # grouped routers: n_group expert groups, topk_group of them kept (graph/grouped_routing.py)
@@ -84,7 +88,19 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         routing=routing,
         zero_experts=int(opt("zero_experts", 0) or 0),
         router_softcap=_router_softcap(opt, routing),
+        limits=_limits(opt, spec, "expert_swiglu_limits"),
+        shared_limits=_limits(opt, spec, "shared_swiglu_limits"),
     )
+
+
+def _limits(opt: Any, spec: ArchSpec, key: str) -> tuple[float, ...]:
+    """A per-layer list of SwiGLU limits (activation "swiglu_limited"; 0 or none: no clipping)."""
+    if spec.moe is None or spec.moe.activation != "swiglu_limited":
+        return ()
+    values = opt(key) or ()
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 for v in values):
+        raise InputError(f"{spec.config_keys[key]} must hold one limit >= 0 per layer, got {list(values)}")
+    return tuple(float(v) for v in values)
 
 
 def clamped_swiglu(spec: ArchSpec) -> bool:

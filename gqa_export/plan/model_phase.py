@@ -76,7 +76,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     # A stored lm_head is used as is, else the embedding is tied, as transformers loads it (a
     # stored lm_head that differs from the embedding is never tied, whatever the flag says).
     dims = replace(dims, tie_word_embeddings=spec.lm_head not in store)
-    check_against_weights(dims, spec, store)
+    # the multi-token-prediction layers a checkpoint stores past the decoder's are not read
+    check_against_weights(dims, spec, store, int(getattr(text_config, "num_nextn_predict_layers", 0) or 0))
     if recipe.attention.latent_cache:  # MLA's latent as one kv head (docs/latent-attention.md)
         dims = latent_cache_dims(dims)
     # said in the build output and kept in the package's notes

@@ -16,8 +16,10 @@ from gqa_export.model.dims import ModelDims
 from gqa_export.source.weights import WeightStore
 
 
-def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -> None:
-    """The config's sizes against the embedding, the layer count and each layer's projections."""
+def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore, trailing: int = 0) -> None:
+    """The config's sizes against the embedding, the layer count and each layer's projections.
+    `trailing`: layers a checkpoint may store after the decoder's, never read (the multi-token-prediction
+    layers of DeepSeek-V3 and Ling 3, the config's num_nextn_predict_layers)."""
     embed = spec.tensor(spec.embed)
     if embed in store:
         rows, cols = store.info(embed).shape[:2]
@@ -28,10 +30,11 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -
         _same("output_vocab_size", dims.logits_vocab, rows, spec.lm_head, (rows,))
     stored_layers = _stored_layers(spec, store)
     # a stored layer of `sublayers` graph layers each (LongCat-Flash: two)
-    if stored_layers and (max(stored_layers) + 1) * spec.sublayers != dims.num_layers:
+    stored = (max(stored_layers) + 1) * spec.sublayers if stored_layers else 0
+    if stored and stored not in (dims.num_layers, dims.num_layers + trailing * spec.sublayers):
         raise InputError(
             f"config.json says num_hidden_layers {dims.num_layers} but the checkpoint holds "
-            f"{(max(stored_layers) + 1) * spec.sublayers} layers; the config does not belong to these weights"
+            f"{stored} layers; the config does not belong to these weights"
         )
     for i, layer in enumerate(dims.layers):
         prefix = f"{spec.prefix}{spec.layer_prefix.format(i=i)}"

@@ -117,6 +117,8 @@ def no_weight_read(monkeypatch):
     [
         (dict(model_type="reformer", architectures=["ReformerModelWithLMHead"]), REFUSED["reformer"]),
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
+        # read, not built: its line names the mechanisms (arch/refused_types.py)
+        (dict(model_type="inkling_text", architectures=["InklingForCausalLM"]), REFUSED["inkling_text"]),
         # a multimodal class whose text decoder is a supported family: refused by its own type
         (dict(model_type="llava", architectures=["LlavaForConditionalGeneration"]), REFUSED["llava"]),
         # refused by mechanism (transformers 5.25): a drafter fed the target's KV cache, byte patches
@@ -127,7 +129,15 @@ def no_weight_read(monkeypatch):
         ),
         (dict(model_type="blt", architectures=["BltForCausalLM"]), "entropy patcher"),
     ],
-    ids=["refused", "not-applicable", "multimodal", "gemma4-assistant", "gemma4-unified-assistant", "blt"],
+    ids=[
+        "refused",
+        "not-applicable",
+        "read-not-built",
+        "multimodal",
+        "gemma4-assistant",
+        "gemma4-unified-assistant",
+        "blt",
+    ],
 )
 def test_a_refused_type_exits_2_in_one_line_before_any_weight_read(
     checkpoints, no_weight_read, tmp_path, changes, says

@@ -144,6 +144,7 @@ def test_mutant_graph_with_swapped_gates_fails_parity(builds, tmp_path):
         ("qwen3_5_text", "qwen3_5's gated-DeltaNet"),
         ("olmo_hybrid", "olmo_hybrid's gated-DeltaNet"),
         ("kimi_linear", "kimi_linear's gated-DeltaNet"),
+        ("bailing_hybrid", "bailing_hybrid's gated-DeltaNet"),
         ("granitemoehybrid", "granitemoehybrid's Mamba2"),
         ("jamba", "jamba's Mamba"),
         ("falcon_h1", "falcon_h1's Mamba2"),
