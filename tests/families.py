@@ -335,6 +335,10 @@ FAMILIES: tuple[Family, ...] = (
     # BitNet b1.58's float checkpoint (the packed ternary one: tests/source/test_prequant_bitnet.py);
     # mutants: tests/arch/test_derived_mutants.py
     dense_family("bitnet", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5, **RAGGED_TWO_MODES),
+    # issue #39's classic-lineage families (gqa_export/arch/classic_derived_families.py; mutants in
+    # tests/arch/test_classic_derived.py)
+    # (cheap rows: greedy tokens for the long prompt, 24 tokens)
+    dense_family("jais2", prompts=PROMPTS[2:], new_tokens=24, since_major=5, since=(5, 25)),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

@@ -1,0 +1,32 @@
+"""Mutants of what issue #39's classic-lineage families (gqa_export/arch/classic_derived_families.py)
+changed from the spec each is a `replace()` of: with the change undone the package must lose HF
+parity, the registry's check (tests/arch/test_families.py rows), so a graph that dropped the
+mechanism fails it. The bounds are well under what each mutant measured (in the ids) and well over
+the rows' 1e-4."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from reference import parity_error
+
+from gqa_export import arch
+from gqa_export.pipeline import BuildOptions, build
+
+
+def _mutant_error(builds, tmp_path, monkeypatch, family: str, **changes) -> float:
+    monkeypatch.setitem(arch.SPECS, family, replace(arch.SPECS[family], **changes))
+    build(BuildOptions(str(builds.checkpoint(family)), tmp_path / "pkg", smoke=False))
+    return parity_error(tmp_path / "pkg", builds.checkpoint(family))
+
+
+@pytest.mark.parametrize(
+    ("family", "changes"),
+    [  # measured: 5.7
+        # Jais-2's LayerNorms read as Nemotron's LayerNorm1P (1 + w)
+        pytest.param("jais2", dict(norm_offset=1.0), id="jais2_norm_plus_one"),
+    ],
+)
+def test_mutant_classic_derived_mechanism_fails_parity(builds, tmp_path, monkeypatch, family, changes):
+    assert _mutant_error(builds, tmp_path, monkeypatch, family, **changes) > 1e-2
