@@ -10,7 +10,9 @@ checkpoints' do (Pythia: 0.25 of 64 / 128; GPT-J-6B: 64 of 256).
 
 from __future__ import annotations
 
-CLASSIC_FAMILIES = ("gpt2", "gpt_neox", "opt", "gptj", "gpt_bigcode", "persimmon", "biogpt", "gpt_neo", "xglm")
+CLASSIC_FAMILIES = (
+    "gpt2", "gpt_neox", "opt", "gptj", "gpt_bigcode", "persimmon", "biogpt", "gpt_neo", "xglm", "gpt_neox_japanese",
+)  # fmt: skip
 _IDS = dict(vocab_size=384, bos_token_id=0, eos_token_id=1, pad_token_id=5)
 
 
@@ -68,5 +70,12 @@ def classic_config(model_type: str) -> dict:
         return dict(
             _IDS, d_model=64, attention_heads=4, num_layers=3, ffn_dim=96, max_position_embeddings=256,
             activation_function="gelu", scale_embedding=True, init_std=0.3, tie_word_embeddings=True,
+        )  # fmt: skip
+    if model_type == "gpt_neox_japanese":  # GPT-NeoX's qkv per head in sequential layers, MLP 2 x hidden, tied
+        return dict(
+            _IDS, hidden_size=128, num_attention_heads=4, num_hidden_layers=3, intermediate_multiple_size=2,
+            max_position_embeddings=256, hidden_act="gelu", layer_norm_eps=1e-5, initializer_range=0.1,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
         )  # fmt: skip
     raise ValueError(model_type)

@@ -339,6 +339,13 @@ FAMILIES: tuple[Family, ...] = (
     # tests/arch/test_classic_derived.py)
     # (cheap rows: greedy tokens for the long prompt, 24 tokens)
     dense_family("jais2", prompts=PROMPTS[2:], new_tokens=24, since_major=5, since=(5, 25)),
+    dense_family(
+        "gpt_neox_japanese",
+        prompts=PROMPTS[2:],
+        new_tokens=24,
+        gathered_tables=frozenset({"gpt_neox_japanese.embed_in.qweight"}),
+        since_major=5,
+    ),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

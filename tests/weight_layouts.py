@@ -136,7 +136,9 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
             return weight.T
         if model_type == "zamba" and last == "in_proj":  # rows x_c, z_c per channel, read as [x | z]
             return np.concatenate([weight[0::2], weight[1::2]])
-        if model_type in ("gpt_neox", "persimmon") and last == "query_key_value":  # rows per head [h: q k v]
+        if (
+            model_type in ("gpt_neox", "persimmon", "gpt_neox_japanese") and last == "query_key_value"
+        ):  # rows per head [h: q k v]
             heads = config["num_attention_heads"]  # type: ignore[index]
             return weight.reshape(heads, 3, -1, weight.shape[1]).transpose(1, 0, 2, 3).reshape(weight.shape)
         classic = classic_qkv_weight(weight, last, config) if config is not None else None

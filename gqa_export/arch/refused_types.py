@@ -31,7 +31,7 @@ REFUSED: dict[str, str] = {
         _NO_SPEC,
         "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "ctrl", "deepseek_v4",
         "diffllama", "doge", "dory", "dots3_note_text", "flint", "gemma4_assistant", "gemma4_unified_assistant",
-        "glm_moe_dsa", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "hrm_text",
+        "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hrm_text",
         "hy_v3", "hy_v4", "hyperclovax", "inkling2_loop_text", "inkling2_text", "inkling_text",
         "kolibri1", "laguna", "lara_mini", "lfm3", "mellum", "minimax_m3_vl_text", "modernbert-decoder",
         "openai-gpt", "qwen4_exp_text", "youtu", "zaya", "apertus1p5_text", "aria_text",
