@@ -12,6 +12,7 @@ from __future__ import annotations
 
 CLASSIC_FAMILIES = (
     "gpt2", "gpt_neox", "opt", "gptj", "gpt_bigcode", "persimmon", "biogpt", "gpt_neo", "xglm", "gpt_neox_japanese",
+    "ctrl",
 )  # fmt: skip
 _IDS = dict(vocab_size=384, bos_token_id=0, eos_token_id=1, pad_token_id=5)
 
@@ -77,5 +78,12 @@ def classic_config(model_type: str) -> dict:
             max_position_embeddings=256, hidden_act="gelu", layer_norm_eps=1e-5, initializer_range=0.1,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        )  # fmt: skip
+    # sinusoidal positions, sqrt(64)-scaled embeddings, ReLU, an lm_head bias; untied: tied, the random model
+    # repeats one id at init 0.1 and 0.3 (at 0.6 its logits reach 20 and ORT's 1e-4 off)
+    if model_type == "ctrl":
+        return dict(
+            _IDS, n_embd=64, n_head=4, n_layer=3, dff=96, n_positions=256, layer_norm_epsilon=1e-6,
+            initializer_range=0.1, tie_word_embeddings=False,
         )  # fmt: skip
     raise ValueError(model_type)

@@ -337,7 +337,8 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("bitnet", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5, **RAGGED_TWO_MODES),
     # issue #39's classic-lineage families (gqa_export/arch/classic_derived_families.py; mutants in
     # tests/arch/test_classic_derived.py)
-    # (cheap rows: greedy tokens for the long prompt, 24 tokens)
+    # (cheap rows: greedy tokens for the long prompt, or the 7- and 30-token ones where positions come from the
+    # mask, 24 tokens each; CTRL's sinusoids: a ragged batch in both single-graph modes)
     dense_family("jais2", prompts=PROMPTS[2:], new_tokens=24, since_major=5, since=(5, 25)),
     dense_family(
         "gpt_neox_japanese",
@@ -345,6 +346,9 @@ FAMILIES: tuple[Family, ...] = (
         new_tokens=24,
         gathered_tables=frozenset({"gpt_neox_japanese.embed_in.qweight"}),
         since_major=5,
+    ),
+    dense_family(
+        "ctrl", prompts=PROMPTS[1:], new_tokens=24, generate_modes=ALL_MODES, since_major=5, **RAGGED_TWO_MODES
     ),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(

@@ -23,7 +23,7 @@ from onnx import numpy_helper
 INT4_MAX_ERROR = 0.2  # relative L2 of one dequantized int4 block-32 weight (correct: ~0.08)
 INT8_MAX_ERROR = 0.02  # int8 (correct: ~0.005)
 FUSED = {  # a packed weight's name -> the spellings of the checkpoint weights it concatenates
-    "qkv_proj": (("q_proj", "k_proj", "v_proj"),),
+    "qkv_proj": (("q_proj", "k_proj", "v_proj"), ("Wq", "Wk", "Wv")),  # CTRL's Wq / Wk / Wv
     "qk_proj": (("q_proj", "k_proj"),),  # layers whose values are their keys (Gemma-4 attention_k_eq_v)
     # LFM2, EXAONE-3, xLSTM (proj_up_gate, proj_up)
     "gate_up_proj": (("gate_proj", "up_proj"), ("w1", "w3"), ("c_fc_0", "c_fc_1"), ("proj_up_gate", "proj_up")),

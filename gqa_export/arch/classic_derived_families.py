@@ -6,15 +6,18 @@ biases) with plain LayerNorms where Nemotron's act as 1 + w, full-width RoPE.
 GPT-NeoX-Japanese: GPT-NeoX's per-head fused qkv and partial rotate-half RoPE in sequential pre-norm
 layers without biases, but the last layer's attention output bias (a separate `dense_bias`
 parameter), an MLP of intermediate_multiple_size x hidden.
+CTRL: GPT-2's sequential pre-norm LayerNorm layers (eps 1e-6 hard-coded) with nn.Linear q/k/v,
+token embeddings scaled by sqrt(hidden), the original Transformer's sinusoidal positions (a
+non-persistent buffer: computed at export), a ReLU MLP, a tied lm_head with its own bias.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.classic_families import GPT_NEOX
+from gqa_export.arch.classic_families import GPT2, GPT_NEOX
 from gqa_export.arch.families import NEMOTRON
-from gqa_export.arch.spec import config_keys
+from gqa_export.arch.spec import AbsolutePositions, LayerNames, config_keys
 
 # Jais-2: LlamaModel with nn.LayerNorm(layer_norm_eps) norms and NemotronMLP (up -> relu2 -> down)
 JAIS2 = replace(NEMOTRON, name="jais2", norm_offset=0.0)
@@ -32,4 +35,29 @@ GPT_NEOX_JAPANESE = replace(
     decoder_prefixes=("gpt_neox_japanese.",),
 )
 
-CLASSIC_DERIVED = (JAIS2, GPT_NEOX_JAPANESE)
+# CTRL (Salesforce): transformer.w / h.{i} / layernorm; sinusoids from n_positions rows
+CTRL = replace(
+    GPT2,
+    name="ctrl",
+    embed="w.weight",
+    final_norm="layernorm.weight",
+    layer=LayerNames(
+        input_norm="layernorm1",
+        post_attention_norm="layernorm2",
+        q="multi_head_attention.Wq",
+        k="multi_head_attention.Wk",
+        v="multi_head_attention.Wv",
+        o="multi_head_attention.dense",
+        up="ffn.0",
+        down="ffn.2",
+    ),
+    activations=("relu",),  # point_wise_feed_forward_network's nn.ReLU; the config names none
+    linear_layout="out_in",
+    fixed_norm_eps=1e-6,  # the layers' LayerNorms hard-code it; layer_norm_epsilon (1e-6 in every CTRL) the final's
+    embedding_scale="sqrt_hidden",
+    positions=AbsolutePositions("pos_encoding", sinusoidal=True, sinusoid_rates="transformer"),
+    config_keys=config_keys(intermediate_size="dff"),
+    refusals=(),
+)
+
+CLASSIC_DERIVED = (JAIS2, GPT_NEOX_JAPANESE, CTRL)

@@ -29,7 +29,7 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "ctrl", "deepseek_v4",
+        "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "deepseek_v4",
         "diffllama", "doge", "dory", "dots3_note_text", "flint", "gemma4_assistant", "gemma4_unified_assistant",
         "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hrm_text",
         "hy_v3", "hy_v4", "hyperclovax", "inkling2_loop_text", "inkling2_text", "inkling_text",

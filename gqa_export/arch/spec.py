@@ -164,8 +164,12 @@ class AbsolutePositions:
     # computed at export instead of read: fairseq's sinusoids ([sin | cos] halves, the pad id's row
     # zero), as XGLM's non-persistent buffer holds them (`table` then names no checkpoint tensor)
     sinusoidal: bool = False
+    # the sinusoids' frequencies (SINUSOID_RATES): "fairseq" (10000^(-i / (W/2 - 1)), the pad row zero:
+    # XGLM) or "transformer" (10000^(-2i / W), no zero row: CTRL's positional_encoding)
+    sinusoid_rates: str = "fairseq"
 
 
+SINUSOID_RATES = ("fairseq", "transformer")
 QK_NORM_LAYERS = ("all", "rope")
 # "half": intermediate_size // 2 (RecurrentGemma's MLP halves the configured width)
 FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio", "half", "rounded_ratio")

@@ -12,6 +12,7 @@ import pytest
 from reference import parity_error
 
 from gqa_export import arch
+from gqa_export.arch.spec import AbsolutePositions
 from gqa_export.pipeline import BuildOptions, build
 
 
@@ -23,11 +24,16 @@ def _mutant_error(builds, tmp_path, monkeypatch, family: str, **changes) -> floa
 
 @pytest.mark.parametrize(
     ("family", "changes"),
-    [  # measured: 5.7, 0.38
+    [  # measured: 5.7, 0.38, 0.95, 2.3
         # Jais-2's LayerNorms read as Nemotron's LayerNorm1P (1 + w)
         pytest.param("jais2", dict(norm_offset=1.0), id="jais2_norm_plus_one"),
         # GPT-NeoX-Japanese's last attention bias (dense_bias) left out
         pytest.param("gpt_neox_japanese", dict(tensor_aliases=()), id="neox_japanese_no_dense_bias"),
+        # CTRL's sinusoids with fairseq's rates and zero pad row (XGLM's), its embeddings unscaled
+        pytest.param(
+            "ctrl", dict(positions=AbsolutePositions("pos_encoding", sinusoidal=True)), id="ctrl_fairseq_sinusoids"
+        ),
+        pytest.param("ctrl", dict(embedding_scale="none"), id="ctrl_unscaled_embeddings"),
     ],
 )
 def test_mutant_classic_derived_mechanism_fails_parity(builds, tmp_path, monkeypatch, family, changes):
