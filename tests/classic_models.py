@@ -12,7 +12,7 @@ from __future__ import annotations
 
 CLASSIC_FAMILIES = (
     "gpt2", "gpt_neox", "opt", "gptj", "gpt_bigcode", "persimmon", "biogpt", "gpt_neo", "xglm", "gpt_neox_japanese",
-    "ctrl",
+    "ctrl", "openai-gpt",
 )  # fmt: skip
 _IDS = dict(vocab_size=384, bos_token_id=0, eos_token_id=1, pad_token_id=5)
 
@@ -84,6 +84,13 @@ def classic_config(model_type: str) -> dict:
     if model_type == "ctrl":
         return dict(
             _IDS, n_embd=64, n_head=4, n_layer=3, dff=96, n_positions=256, layer_norm_epsilon=1e-6,
+            initializer_range=0.1, tie_word_embeddings=False,
+        )  # fmt: skip
+    # post-LN layers, learned positions, Conv1D, tanh GELU (afn "gelu"); untied: tied, its normed last hidden
+    # state points back at the current token's row and every continuation repeats it (init 0.1 to 1.0)
+    if model_type == "openai-gpt":
+        return dict(
+            _IDS, n_embd=64, n_head=4, n_layer=3, n_positions=256, afn="gelu", layer_norm_epsilon=1e-5,
             initializer_range=0.1, tie_word_embeddings=False,
         )  # fmt: skip
     raise ValueError(model_type)

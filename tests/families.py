@@ -338,7 +338,8 @@ FAMILIES: tuple[Family, ...] = (
     # issue #39's classic-lineage families (gqa_export/arch/classic_derived_families.py; mutants in
     # tests/arch/test_classic_derived.py)
     # (cheap rows: greedy tokens for the long prompt, or the 7- and 30-token ones where positions come from the
-    # mask, 24 tokens each; CTRL's sinusoids: a ragged batch in both single-graph modes)
+    # mask, 24 tokens each; CTRL's sinusoids and GPT-1's table: a ragged batch in both single-graph modes, GPT-1's
+    # through ORT only, as its HF class has no cache and re-runs every sequence whole)
     dense_family("jais2", prompts=PROMPTS[2:], new_tokens=24, since_major=5, since=(5, 25)),
     dense_family(
         "gpt_neox_japanese",
@@ -349,6 +350,14 @@ FAMILIES: tuple[Family, ...] = (
     ),
     dense_family(
         "ctrl", prompts=PROMPTS[1:], new_tokens=24, generate_modes=ALL_MODES, since_major=5, **RAGGED_TWO_MODES
+    ),
+    dense_family(
+        "openai-gpt",
+        prompts=PROMPTS[1:],
+        new_tokens=24,
+        generate_modes=ALL_MODES,
+        since_major=5,
+        ragged_logits_modes=("gqa", "bias"),
     ),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(

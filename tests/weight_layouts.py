@@ -132,7 +132,7 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
     model_type = (config or {}).get("model_type")
     if f"{base}.weight" in tensors:
         weight = tensors[f"{base}.weight"]
-        if model_type == "gpt2" and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
+        if model_type in ("gpt2", "openai-gpt") and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
             return weight.T
         if model_type == "zamba" and last == "in_proj":  # rows x_c, z_c per channel, read as [x | z]
             return np.concatenate([weight[0::2], weight[1::2]])

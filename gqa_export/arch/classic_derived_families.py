@@ -9,11 +9,14 @@ parameter), an MLP of intermediate_multiple_size x hidden.
 CTRL: GPT-2's sequential pre-norm LayerNorm layers (eps 1e-6 hard-coded) with nn.Linear q/k/v,
 token embeddings scaled by sqrt(hidden), the original Transformer's sinusoidal positions (a
 non-persistent buffer: computed at export), a ReLU MLP, a tied lm_head with its own bias.
+GPT-1 (openai-gpt): GPT-2's Conv1D weights and learned positions in post-LN layers (the residual
+sum normed after each block, no final norm), afn "gelu" meaning the tanh GELU.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from gqa_export.arch.classic_families import GPT2, GPT_NEOX
 from gqa_export.arch.families import NEMOTRON
@@ -60,4 +63,27 @@ CTRL = replace(
     refusals=(),
 )
 
-CLASSIC_DERIVED = (JAIS2, GPT_NEOX_JAPANESE, CTRL)
+# GPT-1: tokens_embed + positions_embed, h.{i}: attn -> add -> ln_1 -> mlp -> add -> ln_2
+OPENAI_GPT = replace(
+    GPT2,
+    name="openai-gpt",
+    embed="tokens_embed.weight",
+    final_norm=None,
+    norm_layout="post_residual",
+    layer=LayerNames(
+        input_norm=None,
+        post_attention_norm="ln_1",
+        post_feedforward_norm="ln_2",
+        qkv="attn.c_attn",
+        o="attn.c_proj",
+        up="mlp.c_fc",
+        down="mlp.c_proj",
+    ),
+    positions=AbsolutePositions("positions_embed.weight"),
+    activations=("gelu_new", "relu", "silu"),
+    activation_names=MappingProxyType({"gelu": "gelu_new", "swish": "silu"}),  # its ACT_FNS
+    config_keys=config_keys(activation="afn", norm_eps="layer_norm_epsilon"),
+    refusals=(),
+)
+
+CLASSIC_DERIVED = (JAIS2, GPT_NEOX_JAPANESE, CTRL, OPENAI_GPT)

@@ -37,7 +37,7 @@ from gqa_export.arch.stream_spec import (
 )
 from gqa_export.errors import InputError
 
-NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
+NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel", "post_residual")
 # how a Linear's weight is stored: "out_in" (nn.Linear [out, in]) or "in_out" (GPT-2's Conv1D [in, out],
 # already MatMul's layout); how a stored fused qkv orders its rows: "stacked" ([q | k | v]) or
 # "per_head" (GPT-NeoX: [h0: q k v | h1: q k v | ...], selected into [q | k | v] at export)
@@ -229,7 +229,8 @@ class ArchSpec:
 
     norm_layout: "pre" (Llama: norm -> block -> add), "sandwich" (Gemma-2/3/4, GLM-4: norms
     before and after each block), "post" (OLMo-2/3, EXAONE-4: block -> norm -> add), "parallel"
-    (Phi-2, Cohere: attention and MLP off one norm, both added). qk_norm: "head" (the family's
+    (Phi-2, Cohere: attention and MLP off one norm, both added), "post_residual" (GPT-1: block ->
+    add -> norm, the residual stream itself normed after each add). qk_norm: "head" (the family's
     norm over head_dim: RMSNorm for Qwen3/Gemma-3, LayerNorm with per-head weights for StableLM,
     Cohere, Phi-2) or "full" (RMSNorm over all heads, OLMo-2/3). v_norm: a scaleless RMSNorm over
     head_dim on the values (Gemma-4). unit_attention_scale: scores are not scaled (Gemma-4's
@@ -271,7 +272,7 @@ class ArchSpec:
 
     name: str
     embed: str = "embed_tokens.weight"
-    final_norm: str = "norm.weight"
+    final_norm: str | None = "norm.weight"  # None: the last layer's output goes to the lm_head as is (GPT-1)
     layer_prefix: str = "layers.{i}."
     layer: LayerNames = field(default_factory=LayerNames)
     norm_layout: str = "pre"
@@ -319,6 +320,8 @@ class ArchSpec:
     attention_sink_layers: str = "all"
     per_layer_inputs: PerLayerInputNames | None = None
     activations: tuple[str, ...] = ("silu",)
+    # a config's own activation names -> transformers' (GPT-1's afn "gelu" is its tanh gelu_new)
+    activation_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     rope_types: tuple[str, ...] = ROPE_TYPES
     refusals: tuple[Refusal, ...] = ()
     norm_offset: float = 0.0

@@ -225,6 +225,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         heads = int(opt("num_experts")) * int(config.num_key_value_heads)
     hidden = int(config.hidden_size)
     act = str(opt("activation", spec.activations[0]))  # Bloom's and MPT's configs name none
+    act = spec.activation_names.get(act, act)
     if act not in spec.activations:
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
