@@ -29,7 +29,7 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "deepseek_v4",
+        "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "deepseek_v4",
         "diffllama", "doge", "dory", "dots3_note_text", "flint", "gemma4_assistant", "gemma4_unified_assistant",
         "glm_moe_dsa", "granite_swa", "granitemoe_swa", "hrm_text",
         "hy_v3", "hy_v4", "hyperclovax", "inkling2_loop_text", "inkling2_text", "inkling_text",
@@ -50,6 +50,11 @@ REFUSED: dict[str, str] = {
         "pp_formulanet", "qianfan_ocr", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen4_exp", "smolvlm",
         "step3p7", "unlimited_ocr", "video_llama_3", "video_llava", "vipllava",
     ),
+    # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
+    "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
+    "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "
+    "over the whole prompt, and its tokenizer cuts text with jieba before WordPiece, which onnxruntime-genai's "
+    "tokenizer cannot",
     # new in transformers 5.25 (read from its modeling code)
     "ergo": "Ergo's experts each end in their own learned RMSNorm (mlp.experts.post_expert_norm, [E, H]) applied "
     "before the weighted sum, which neither the MoE op nor the plain-expert graph computes, and its layers add "

@@ -119,8 +119,10 @@ def no_weight_read(monkeypatch):
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # a multimodal class whose text decoder is a supported family: refused by its own type
         (dict(model_type="llava", architectures=["LlavaForConditionalGeneration"]), REFUSED["llava"]),
+        # a prompt prefix inside the model, bidirectional prompt attention, a jieba tokenizer (issue #39)
+        (dict(model_type="cpmant", architectures=["CpmAntForCausalLM"]), REFUSED["cpmant"]),
     ],
-    ids=["refused", "not-applicable", "multimodal"],
+    ids=["refused", "not-applicable", "multimodal", "cpmant"],
 )
 def test_a_refused_type_exits_2_in_one_line_before_any_weight_read(
     checkpoints, no_weight_read, tmp_path, changes, says
