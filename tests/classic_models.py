@@ -12,7 +12,7 @@ from __future__ import annotations
 
 CLASSIC_FAMILIES = (
     "gpt2", "gpt_neox", "opt", "gptj", "gpt_bigcode", "persimmon", "biogpt", "gpt_neo", "xglm", "gpt_neox_japanese",
-    "ctrl", "openai-gpt",
+    "ctrl", "openai-gpt", "modernbert-decoder",
 )  # fmt: skip
 _IDS = dict(vocab_size=384, bos_token_id=0, eos_token_id=1, pad_token_id=5)
 
@@ -92,5 +92,13 @@ def classic_config(model_type: str) -> dict:
         return dict(
             _IDS, n_embd=64, n_head=4, n_layer=3, n_positions=256, afn="gelu", layer_norm_epsilon=1e-5,
             initializer_range=0.1, tie_word_embeddings=False,
+        )  # fmt: skip
+    # layer 0 full (RoPE base 160000) without its attention norm, 1-2 sliding (window 16 // 2, base 10000),
+    # LayerNorms without bias, the prediction head (exact GELU, LayerNorm) before the tied decoder with its bias
+    if model_type == "modernbert-decoder":
+        return dict(
+            _IDS, hidden_size=64, num_attention_heads=4, num_hidden_layers=3, intermediate_size=96,
+            max_position_embeddings=256, hidden_activation="gelu", local_attention=16, norm_eps=1e-5,
+            cls_token_id=0, sep_token_id=1, initializer_range=0.1, tie_word_embeddings=True,
         )  # fmt: skip
     raise ValueError(model_type)

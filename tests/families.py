@@ -359,6 +359,13 @@ FAMILIES: tuple[Family, ...] = (
         since_major=5,
         ragged_logits_modes=("gqa", "bias"),
     ),
+    dense_family(
+        "modernbert-decoder",
+        prompts=PROMPTS[2:],
+        new_tokens=24,
+        gathered_tables=frozenset({"model.embeddings.tok_embeddings.qweight"}),
+        since_major=5,
+    ),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

@@ -11,6 +11,9 @@ token embeddings scaled by sqrt(hidden), the original Transformer's sinusoidal p
 non-persistent buffer: computed at export), a ReLU MLP, a tied lm_head with its own bias.
 GPT-1 (openai-gpt): GPT-2's Conv1D weights and learned positions in post-LN layers (the residual
 sum normed after each block, no final norm), afn "gelu" meaning the tanh GELU.
+ModernBERT-decoder: Llama-like pre-norm layers (bias-free LayerNorms, the first without its attention
+norm), an embedding LayerNorm, a fused GeGLU, local/global RoPE layers, and BERT's prediction head
+before the tied lm_head.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from types import MappingProxyType
 
 from gqa_export.arch.classic_families import GPT2, GPT_NEOX
 from gqa_export.arch.families import NEMOTRON
-from gqa_export.arch.spec import AbsolutePositions, LayerNames, config_keys
+from gqa_export.arch.spec import AbsolutePositions, ArchSpec, LayerNames, config_keys
 
 # Jais-2: LlamaModel with nn.LayerNorm(layer_norm_eps) norms and NemotronMLP (up -> relu2 -> down)
 JAIS2 = replace(NEMOTRON, name="jais2", norm_offset=0.0)
@@ -86,4 +89,31 @@ OPENAI_GPT = replace(
     refusals=(),
 )
 
-CLASSIC_DERIVED = (JAIS2, GPT_NEOX_JAPANESE, CTRL, OPENAI_GPT)
+# ModernBERT-decoder: pre-norm LayerNorm layers (bias per norm_bias) whose first has no attention norm
+# (nn.Identity), an embedding LayerNorm, Wi fused [input | gate] with act on the first half (Phi-3's
+# gate_up), full and sliding layers by layer_types with a RoPE base each, and BERT's prediction head
+# (dense -> classifier_activation -> LayerNorm) before the tied `decoder` with its bias
+MODERNBERT_DECODER = ArchSpec(
+    name="modernbert-decoder",
+    embed="embeddings.tok_embeddings.weight",
+    final_norm="final_norm.weight",
+    layer=LayerNames(
+        input_norm="attn_norm",
+        post_attention_norm="mlp_norm",
+        q="attn.q_proj",
+        k="attn.k_proj",
+        v="attn.v_proj",
+        o="attn.Wo",
+        gate_up="mlp.Wi",
+        down="mlp.Wo",
+    ),
+    norm="layer",
+    activations=("gelu", "gelu_new", "gelu_pytorch_tanh", "silu", "relu"),
+    embedding_norm="embeddings.norm.weight",
+    norms_where_stored=True,
+    head_transform=("lm_head.dense", "lm_head.norm"),
+    lm_head_names=("decoder.weight",),
+    config_keys=config_keys(activation="hidden_activation"),
+)
+
+CLASSIC_DERIVED = (JAIS2, GPT_NEOX_JAPANESE, CTRL, OPENAI_GPT, MODERNBERT_DECODER)

@@ -356,6 +356,9 @@ class ArchSpec:
     alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
     kv_heads_rule: str = "config"  # KV_HEAD_RULES
     embedding_norm: str | None = None  # a LayerNorm right after the embedding (Bloom)
+    norms_where_stored: bool = False  # a layer norm the checkpoint lacks is skipped (ModernBERT's layer 0: Identity)
+    # (dense, norm) checkpoint modules of a head before the lm_head: norm(act(dense(x))) (ModernBERT-decoder)
+    head_transform: tuple[str, str] | None = None
     # residual-stream mechanisms (arch/stream_spec.py): alternating updates over parallel streams, a
     # low-rank augmented residual, per-layer gaussian top-k sparsity of the MLP gate
     # (activation_sparsity_pattern), special-id ranges embedded by their own small tables

@@ -280,7 +280,7 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
 
 
 def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Value:
-    if module is None:
+    if module is None or (lc.spec.norms_where_stored and not lc.has(module)):  # ModernBERT's Identity at layer 0
         return x
     return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
 

@@ -25,7 +25,7 @@ def _mutant_error(builds, tmp_path, monkeypatch, family: str, **changes) -> floa
 
 @pytest.mark.parametrize(
     ("family", "changes"),
-    [  # measured: 5.7, 0.38, 0.95, 2.3, 5.3
+    [  # measured: 5.7, 0.38, 0.95, 2.3, 5.3, 6.2
         # Jais-2's LayerNorms read as Nemotron's LayerNorm1P (1 + w)
         pytest.param("jais2", dict(norm_offset=1.0), id="jais2_norm_plus_one"),
         # GPT-NeoX-Japanese's last attention bias (dense_bias) left out
@@ -37,6 +37,8 @@ def _mutant_error(builds, tmp_path, monkeypatch, family: str, **changes) -> floa
         pytest.param("ctrl", dict(embedding_scale="none"), id="ctrl_unscaled_embeddings"),
         # GPT-1's post-LN read as OLMo-2's post-norm (the block's output normed before the add)
         pytest.param("openai-gpt", dict(norm_layout="post"), id="gpt1_norm_before_add"),
+        # ModernBERT-decoder's prediction head (dense -> GELU -> LayerNorm) before the lm_head left out
+        pytest.param("modernbert-decoder", dict(head_transform=None), id="modernbert_no_head"),
     ],
 )
 def test_mutant_classic_derived_mechanism_fails_parity(builds, tmp_path, monkeypatch, family, changes):
@@ -55,3 +57,12 @@ def test_gpt1_afn_gelu_is_the_tanh_gelu(builds):
         if node.op_type in ("Gelu", "FastGelu")
     ]
     assert len(approximations) == 3 and set(approximations) == {"tanh"}, approximations  # one per layer
+
+
+def test_modernbert_first_layer_without_its_norm_is_read_only_where_the_spec_says(builds, tmp_path, monkeypatch):
+    """Layer 0's attention norm is nn.Identity (not stored): skipped under norms_where_stored, a missing tensor
+    otherwise, never a norm made up."""
+    spec = arch.SPECS["modernbert-decoder"]
+    monkeypatch.setitem(arch.SPECS, "modernbert-decoder", replace(spec, norms_where_stored=False))
+    with pytest.raises(Exception, match=r"layers\.0\.attn_norm"):
+        build(BuildOptions(str(builds.checkpoint("modernbert-decoder")), tmp_path / "pkg", smoke=False))
