@@ -338,15 +338,19 @@ FAMILIES: tuple[Family, ...] = (
     # issue #39's classic-lineage families (gqa_export/arch/classic_derived_families.py; mutants in
     # tests/arch/test_classic_derived.py)
     # (cheap rows: greedy tokens for the long prompt, or the 7- and 30-token ones where positions come from the
-    # mask, 24 tokens each; CTRL's sinusoids and GPT-1's table: a ragged batch in both single-graph modes, GPT-1's
-    # through ORT only, as its HF class has no cache and re-runs every sequence whole)
-    dense_family("jais2", prompts=PROMPTS[2:], new_tokens=24, since_major=5, since=(5, 25)),
+    # mask, 24 tokens each; a ragged batch through ORT in gqa, and where positions come from the mask (CTRL's
+    # sinusoids, GPT-1's table) in both single-graph modes, with genai's tokens for CTRL (GPT-1's HF class has
+    # no cache and re-runs every sequence whole))
+    dense_family(
+        "jais2", prompts=PROMPTS[2:], new_tokens=24, since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)
+    ),
     dense_family(
         "gpt_neox_japanese",
         prompts=PROMPTS[2:],
         new_tokens=24,
         gathered_tables=frozenset({"gpt_neox_japanese.embed_in.qweight"}),
         since_major=5,
+        ragged_logits_modes=("gqa",),
     ),
     dense_family(
         "ctrl", prompts=PROMPTS[1:], new_tokens=24, generate_modes=ALL_MODES, since_major=5, **RAGGED_TWO_MODES
@@ -365,6 +369,7 @@ FAMILIES: tuple[Family, ...] = (
         new_tokens=24,
         gathered_tables=frozenset({"model.embeddings.tok_embeddings.qweight"}),
         since_major=5,
+        ragged_logits_modes=("gqa",),
     ),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
