@@ -605,7 +605,7 @@ def _randomize(model, model_type: str, g: torch.Generator):
                     p.copy_(rn(p, 0.3))  # LayerNorm1P, Qwen3.5's zero-centred RMSNorm: effective weight = stored + 1
                 else:
                     p.copy_(rn(p, 0.3, 1.0))
-            elif leaf == "bias":  # LayerNorm biases and Linear biases
+            elif leaf in ("bias", "dense_bias"):  # LayerNorm and Linear biases, GPT-NeoX-Japanese's last attention's
                 p.copy_(rn(p, 0.2))
             elif name.endswith("conv.conv.weight"):  # LFM2's depthwise kernel: large enough to matter
                 p.copy_(rn(p, 0.5))

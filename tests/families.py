@@ -350,6 +350,42 @@ FAMILIES: tuple[Family, ...] = (
     # BitNet b1.58's float checkpoint (the packed ternary one: tests/source/test_prequant_bitnet.py);
     # mutants: tests/arch/test_derived_mutants.py
     dense_family("bitnet", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5, **RAGGED_TWO_MODES),
+    # issue #39's classic-lineage families (gqa_export/arch/classic_derived_families.py; mutants in
+    # tests/arch/test_classic_derived.py)
+    # (cheap rows: greedy tokens for the long prompt, or the 7- and 30-token ones where positions come from the
+    # mask, 24 tokens each; a ragged batch through ORT in gqa, and where positions come from the mask (CTRL's
+    # sinusoids, GPT-1's table) in both single-graph modes, with genai's tokens for CTRL (GPT-1's HF class has
+    # no cache and re-runs every sequence whole))
+    dense_family(
+        "jais2", prompts=PROMPTS[2:], new_tokens=24, since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)
+    ),
+    dense_family(
+        "gpt_neox_japanese",
+        prompts=PROMPTS[2:],
+        new_tokens=24,
+        gathered_tables=frozenset({"gpt_neox_japanese.embed_in.qweight"}),
+        since_major=5,
+        ragged_logits_modes=("gqa",),
+    ),
+    dense_family(
+        "ctrl", prompts=PROMPTS[1:], new_tokens=24, generate_modes=ALL_MODES, since_major=5, **RAGGED_TWO_MODES
+    ),
+    dense_family(
+        "openai-gpt",
+        prompts=PROMPTS[1:],
+        new_tokens=24,
+        generate_modes=ALL_MODES,
+        since_major=5,
+        ragged_logits_modes=("gqa", "bias"),
+    ),
+    dense_family(
+        "modernbert-decoder",
+        prompts=PROMPTS[2:],
+        new_tokens=24,
+        gathered_tables=frozenset({"model.embeddings.tok_embeddings.qweight"}),
+        since_major=5,
+        ragged_logits_modes=("gqa",),
+    ),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

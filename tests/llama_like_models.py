@@ -226,6 +226,17 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
     ),
+    # Jais-2: Nemotron's relu2 plain MLP and biases in Llama layers with plain LayerNorms (weights drawn
+    # around 1 by dense_models' randomization: read as Nemotron's 1 + w they would be off by one)
+    "jais2": dict(
+        head_dim=16,
+        hidden_act="relu2",
+        layer_norm_eps=1e-5,
+        attention_bias=True,
+        mlp_bias=True,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
     # MiniCPM3: multi-head latent attention (q-LoRA 32, a 32-wide latent, keys of 16 no-rope + 8 rope dims,
     # values of 16 padded to 24 in the cache; one kv head per query head, as HF expands) with rotate-half
     # RoPE under the published longrope (short factors: the original length is the whole context), and

@@ -45,6 +45,9 @@ CACHE_KEYWORD = frozenset({"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba",
 STATEFUL = frozenset({"recurrent_gemma"})
 # classes whose forward takes and returns their recurrent state as `state` (RWKV's five tensors)
 STATE_KEYWORD = frozenset({"rwkv"})
+# classes with no KV cache (GPT-1): generate() runs the whole sequence at every step, and so do the
+# decode steps here (each step's logits are the last position's of one forward over every token so far)
+UNCACHED = frozenset({"openai-gpt"})
 
 
 # classes whose batched decode step is not each row's own: transformers 5.24's RWKV token shift adds
@@ -77,6 +80,10 @@ def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.nda
     if model_type in STATEFUL:  # a 1-token prompt runs HF's decode path, which reads the stored conv state
         model._setup_cache(model.config, 1, "cpu", torch.float32)
         given = {"cache": transformers.DynamicCache(config=model.config), "position_ids": torch.arange(n)[None]}
+    if model_type in UNCACHED:
+        with torch.no_grad():
+            whole = model(torch.tensor([tokens])).logits[0]
+        return whole.float().numpy()
     with torch.no_grad():
         out = model(torch.tensor([tokens[:n]]), use_cache=True, **given)
         logits, past = [out.logits[0]], given["cache"] if given else getattr(out, keyword)
@@ -175,16 +182,31 @@ def hf_prompt_then_greedy(model, prompt: list[int], new: int, **prompt_inputs) -
 
     with torch.no_grad():
         out = model(torch.tensor([prompt]), use_cache=True, **prompt_inputs)
-        logits, past, tokens = [out.logits[0].float().numpy()], out.past_key_values, []
+        logits, past, tokens = [out.logits[0].float().numpy()], _cache_of(model, out), []
         eos = model.generation_config.eos_token_id
         for _ in range(new):
             scores = logits[-1][-1].copy()
             scores[eos] = -np.inf
             tokens.append(int(scores.argmax()))
-            out = model(torch.tensor([[tokens[-1]]]), past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            logits.append(out.logits[0].float().numpy())
+            step, past = _decode_step(model, past, prompt + tokens)
+            logits.append(step)
     return logits[0], tokens
+
+
+def _cache_of(model, out) -> Any:
+    """The cache a forward returned, None for a class without one (UNCACHED)."""
+    return None if getattr(model.config, "model_type", None) in UNCACHED else out.past_key_values
+
+
+def _decode_step(model, past: Any, sequence: list[int]) -> tuple[np.ndarray, Any]:
+    """The logits [1, V] of the sequence's last token and the cache after it: that token through HF's
+    cache, or the whole sequence in one forward for a class without a cache (UNCACHED, past None)."""
+    import torch
+
+    if past is None:
+        return model(torch.tensor([sequence])).logits[0, -1:].float().numpy(), None
+    out = model(torch.tensor([sequence[-1:]]), past_key_values=past, use_cache=True)
+    return out.logits[0].float().numpy(), out.past_key_values
 
 
 def hf_prompt_then_steps(model, prompt: list[int], tokens: list[int], **prompt_inputs) -> np.ndarray:
@@ -194,11 +216,10 @@ def hf_prompt_then_steps(model, prompt: list[int], tokens: list[int], **prompt_i
 
     with torch.no_grad():
         out = model(torch.tensor([prompt]), use_cache=True, **prompt_inputs)
-        logits, past = [out.logits[0].float().numpy()], out.past_key_values
-        for token in tokens:
-            out = model(torch.tensor([[token]]), past_key_values=past, use_cache=True)
-            logits.append(out.logits[0].float().numpy())
-            past = out.past_key_values
+        logits, past = [out.logits[0].float().numpy()], _cache_of(model, out)
+        for i in range(len(tokens)):
+            step, past = _decode_step(model, past, prompt + tokens[: i + 1])
+            logits.append(step)
     return np.concatenate(logits)
 
 

@@ -23,7 +23,7 @@ from onnx import numpy_helper
 INT4_MAX_ERROR = 0.2  # relative L2 of one dequantized int4 block-32 weight (correct: ~0.08)
 INT8_MAX_ERROR = 0.02  # int8 (correct: ~0.005)
 FUSED = {  # a packed weight's name -> the spellings of the checkpoint weights it concatenates
-    "qkv_proj": (("q_proj", "k_proj", "v_proj"),),
+    "qkv_proj": (("q_proj", "k_proj", "v_proj"), ("Wq", "Wk", "Wv")),  # CTRL's Wq / Wk / Wv
     "qk_proj": (("q_proj", "k_proj"),),  # layers whose values are their keys (Gemma-4 attention_k_eq_v)
     # LFM2, EXAONE-3, xLSTM (proj_up_gate, proj_up)
     "gate_up_proj": (("gate_proj", "up_proj"), ("w1", "w3"), ("c_fc_0", "c_fc_1"), ("proj_up_gate", "proj_up")),
@@ -141,11 +141,13 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
         return reference_weight(tensors, aliased, config)
     if f"{base}.weight" in tensors:
         weight = tensors[f"{base}.weight"]
-        if model_type == "gpt2" and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
+        if model_type in ("gpt2", "openai-gpt") and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
             return weight.T
         if model_type == "zamba" and last == "in_proj":  # rows x_c, z_c per channel, read as [x | z]
             return np.concatenate([weight[0::2], weight[1::2]])
-        if model_type in ("gpt_neox", "persimmon") and last == "query_key_value":  # rows per head [h: q k v]
+        if (
+            model_type in ("gpt_neox", "persimmon", "gpt_neox_japanese") and last == "query_key_value"
+        ):  # rows per head [h: q k v]
             heads = config["num_attention_heads"]  # type: ignore[index]
             return weight.reshape(heads, 3, -1, weight.shape[1]).transpose(1, 0, 2, 3).reshape(weight.shape)
         classic = classic_qkv_weight(weight, last, config) if config is not None else None

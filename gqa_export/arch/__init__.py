@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 
 from gqa_export.arch.chunked_families import CHUNKED
+from gqa_export.arch.classic_derived_families import CLASSIC_DERIVED
 from gqa_export.arch.classic_families import CLASSICS
 from gqa_export.arch.derived_families import DERIVED
 from gqa_export.arch.derived_moe_families import DERIVED_MOE
@@ -17,7 +18,17 @@ from gqa_export.errors import InputError
 
 SPECS: dict[str, ArchSpec] = {
     spec.name: spec
-    for spec in (*ALL, *HYBRIDS, *CLASSICS, *LATENT_FAMILIES, *CHUNKED, *DERIVED, *STATE_SPACE, *DERIVED_MOE)
+    for spec in (
+        *ALL,
+        *HYBRIDS,
+        *CLASSICS,
+        *LATENT_FAMILIES,
+        *CHUNKED,
+        *DERIVED,
+        *STATE_SPACE,
+        *DERIVED_MOE,
+        *CLASSIC_DERIVED,
+    )
 }
 
 __all__ = ["SPECS", "ArchSpec", "LayerNames", "get_spec"]

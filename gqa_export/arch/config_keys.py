@@ -134,6 +134,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "grouped_kv": "new_decoder_architecture",
     "ffn_ratio": "expansion_ratio",
     "alibi_bias_max": "alibi_bias_max",
+    "head_activation": "classifier_activation",  # ArchSpec.head_transform's activation (ModernBERT)
     # residual-stream mechanisms (arch/stream_spec.py): alternating updates, activation sparsity,
     # the per-layer embedding table's id range
     "altup_streams": "altup_num_inputs",

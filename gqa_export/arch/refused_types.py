@@ -39,9 +39,8 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "axk2", "beam", "cpmant", "ctrl", "diffllama", "doge", "dory", "gpt_neox_japanese",
-        "granite_swa", "granitemoe_swa", "hrm_text", "hyperclovax", "jais2", "lfm3",
-        "modernbert-decoder", "openai-gpt", "zaya",
+        "axk2", "beam", "diffllama", "doge", "dory", "granite_swa", "granitemoe_swa", "hrm_text",
+        "hyperclovax", "lfm3", "zaya",
     ),
     **_each(
         _MULTIMODAL,
@@ -80,6 +79,11 @@ REFUSED: dict[str, str] = {
     "inkling2_loop_text": "no spec yet: Inkling2-Loop needs Inkling2's mechanisms and its loop layers run "
     "loop_num_passes times, each pass with its own KV cache and convolution states and gated messages from the "
     "previous pass, which gqa-export does not build yet (docs/coverage.md §11)",
+    # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
+    "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
+    "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "
+    "over the whole prompt, and its tokenizer cuts text with jieba before WordPiece, which onnxruntime-genai's "
+    "tokenizer cannot",
     # new in transformers 5.25 (read from its modeling code)
     "ergo": "Ergo's experts each end in their own learned RMSNorm (mlp.experts.post_expert_norm, [E, H]) applied "
     "before the weighted sum, which neither the MoE op nor the plain-expert graph computes, and its layers add "

@@ -37,7 +37,7 @@ from gqa_export.arch.stream_spec import (
 )
 from gqa_export.errors import InputError
 
-NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel")
+NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel", "post_residual")
 # how a Linear's weight is stored: "out_in" (nn.Linear [out, in]) or "in_out" (GPT-2's Conv1D [in, out],
 # already MatMul's layout); how a stored fused qkv orders its rows: "stacked" ([q | k | v]) or
 # "per_head" (GPT-NeoX: [h0: q k v | h1: q k v | ...], selected into [q | k | v] at export)
@@ -167,8 +167,12 @@ class AbsolutePositions:
     # computed at export instead of read: fairseq's sinusoids ([sin | cos] halves, the pad id's row
     # zero), as XGLM's non-persistent buffer holds them (`table` then names no checkpoint tensor)
     sinusoidal: bool = False
+    # the sinusoids' frequencies (SINUSOID_RATES): "fairseq" (10000^(-i / (W/2 - 1)), the pad row zero:
+    # XGLM) or "transformer" (10000^(-2i / W), no zero row: CTRL's positional_encoding)
+    sinusoid_rates: str = "fairseq"
 
 
+SINUSOID_RATES = ("fairseq", "transformer")
 QK_NORM_LAYERS = ("all", "rope")
 # "half": intermediate_size // 2 (RecurrentGemma's MLP halves the configured width)
 FFN_SIZES = ("config", "two_thirds_rounded", "shared", "hidden_ratio", "half", "rounded_ratio")
@@ -228,7 +232,8 @@ class ArchSpec:
 
     norm_layout: "pre" (Llama: norm -> block -> add), "sandwich" (Gemma-2/3/4, GLM-4: norms
     before and after each block), "post" (OLMo-2/3, EXAONE-4: block -> norm -> add), "parallel"
-    (Phi-2, Cohere: attention and MLP off one norm, both added). qk_norm: "head" (the family's
+    (Phi-2, Cohere: attention and MLP off one norm, both added), "post_residual" (GPT-1: block ->
+    add -> norm, the residual stream itself normed after each add). qk_norm: "head" (the family's
     norm over head_dim: RMSNorm for Qwen3/Gemma-3, LayerNorm with per-head weights for StableLM,
     Cohere, Phi-2) or "full" (RMSNorm over all heads, OLMo-2/3). v_norm: a scaleless RMSNorm over
     head_dim on the values (Gemma-4). unit_attention_scale: scores are not scaled (Gemma-4's
@@ -270,7 +275,7 @@ class ArchSpec:
 
     name: str
     embed: str = "embed_tokens.weight"
-    final_norm: str = "norm.weight"
+    final_norm: str | None = "norm.weight"  # None: the last layer's output goes to the lm_head as is (GPT-1)
     layer_prefix: str = "layers.{i}."
     layer: LayerNames = field(default_factory=LayerNames)
     norm_layout: str = "pre"
@@ -322,6 +327,8 @@ class ArchSpec:
     attention_sink_layers: str = "all"
     per_layer_inputs: PerLayerInputNames | None = None
     activations: tuple[str, ...] = ("silu",)
+    # a config's own activation names -> transformers' (GPT-1's afn "gelu" is its tanh gelu_new)
+    activation_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     rope_types: tuple[str, ...] = ROPE_TYPES
     refusals: tuple[Refusal, ...] = ()
     norm_offset: float = 0.0
@@ -357,6 +364,9 @@ class ArchSpec:
     alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
     kv_heads_rule: str = "config"  # KV_HEAD_RULES
     embedding_norm: str | None = None  # a LayerNorm right after the embedding (Bloom)
+    norms_where_stored: bool = False  # a layer norm the checkpoint lacks is skipped (ModernBERT's layer 0: Identity)
+    # (dense, norm) checkpoint modules of a head before the lm_head: norm(act(dense(x))) (ModernBERT-decoder)
+    head_transform: tuple[str, str] | None = None
     # residual-stream mechanisms (arch/stream_spec.py): alternating updates over parallel streams, a
     # low-rank augmented residual, per-layer gaussian top-k sparsity of the MLP gate
     # (activation_sparsity_pattern), special-id ranges embedded by their own small tables

@@ -152,7 +152,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
 
     check_matched(lora)
     h = merge_streams(b, h, dims, spec, params) if dims.altup else h
-    x = normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
+    x = final_norm(b, h, spec, params, dims)
     add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))
     for i in dims.cache_layers:
         layer, layer_kv = dims.layers[i], kv[i]
@@ -256,6 +256,13 @@ def _attention_fn(
     return attend_standard
 
 
+def final_norm(b: GraphBuilder, h: ir.Value, spec: ArchSpec, params: Params, dims: ModelDims) -> ir.Value:
+    """The final norm, where the family has one (GPT-1's last layer ends in its own LayerNorm)."""
+    if spec.final_norm is None:
+        return h
+    return normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
+
+
 def _windows(dims: ModelDims) -> set[int]:
     return {layer.window for layer in dims.layers}
 
@@ -274,7 +281,7 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
 
 
 def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Value:
-    if module is None:
+    if module is None or (lc.spec.norms_where_stored and not lc.has(module)):  # ModernBERT's Identity at layer 0
         return x
     return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
 
@@ -331,6 +338,11 @@ def decoder_layer(
         return _residual(lc, h, b.op("Add", y, mlp, name="parallel_sum"), "residual"), kv
     if lc.dims.residual_factors is not None:  # MiniMax: each block adds to its normed input, both scaled
         return normed_residual_layer(lc, x, y, "attention" if state is None else "state", _norm, _mlp), kv
+    if lc.spec.norm_layout == "post_residual":  # GPT-1: each residual sum normed, LN(h + block(h))
+        h = _norm(lc, _residual(lc, h, y, "residual_attn"), L.post_attention_norm, "post_attention_layernorm")
+        with b.scope("mlp"):
+            y = _mlp(lc, h, h)
+        return _norm(lc, _residual(lc, h, y, "residual_mlp"), L.post_feedforward_norm, "post_feedforward_norm"), kv
     if lc.spec.norm_layout == "pre" or _state_input_norm(lc, state, attention):
         h = _residual(lc, h, y, "residual_attn")
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")

@@ -20,6 +20,7 @@ import onnx_ir as ir
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, float_scalar
+from gqa_export.graph.head_transform import head_transform
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.params import Params
 from gqa_export.model.dims import ModelDims
@@ -80,6 +81,7 @@ def last_real_position(b: GraphBuilder, x: ir.Value, attention_mask: ir.Value, t
 
 def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputContext) -> ir.Value:
     dims, spec, params, opts = oc.dims, oc.spec, oc.params, oc.opts
+    x = head_transform(b, x, spec, params, dims)  # ModernBERT-decoder's prediction head, where the spec has one
     with b.scope("lm_head"):
         if dims.tie_word_embeddings:
             if embed is None:  # inputs_embeds: the tied lm_head still reads the table

@@ -37,7 +37,11 @@ def add_absolute_positions(
     name = spec.tensor(spec.positions.table)
     if spec.positions.sinusoidal:
         rows = dims.max_position_embeddings + spec.positions.offset
-        table = b.initializer(name, params.table(sinusoidal_table(rows, dims.hidden_size, dims.pad_token_id)))
+        if spec.positions.sinusoid_rates == "transformer":  # CTRL: no padding row
+            values = transformer_sinusoids(rows, dims.hidden_size)
+        else:
+            values = sinusoidal_table(rows, dims.hidden_size, dims.pad_token_id)
+        table = b.initializer(name, params.table(values))
     else:
         table = b.initializer(name, params.matrix(name))
     with b.scope("embed_positions"):
@@ -61,6 +65,17 @@ def sinusoidal_table(rows: int, width: int, padding_row: int | None) -> np.ndarr
     if padding_row is not None and 0 <= padding_row < rows:
         table[padding_row] = 0.0
     return table.astype(np.float32)
+
+
+def transformer_sinusoids(rows: int, width: int) -> np.ndarray:
+    """float32 [rows, width]: row p is [sin(p f_0), sin(p f_1), ... | cos(p f_0), ...], f_i = 1 / 10000^(2i / width),
+    the original Transformer's rates laid out in halves (CTRL's positional_encoding, in its float32 steps:
+    the sines of the even channels' angles, then the cosines of the odd ones', which have the same rates)."""
+    channels = np.arange(width, dtype=np.float32)
+    # torch's float32 pow is the correctly rounded one: the float64 power rounded (numpy's float32 pow is an ulp off)
+    powers = np.power(10000.0, ((2 * (channels // 2)) / np.float32(width)).astype(np.float64)).astype(np.float32)
+    angles = np.arange(rows, dtype=np.float32)[:, None] * (np.float32(1.0) / powers)[None, :]
+    return np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1).astype(np.float32)
 
 
 def position_query_scale(

@@ -21,9 +21,17 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.blocks import LayerContext, normalize
+from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, decoder_layer, layer_scalar
+from gqa_export.graph.decoder import (
+    PAST_KEY,
+    PAST_VALUE,
+    PRESENT_KEY,
+    PRESENT_VALUE,
+    decoder_layer,
+    final_norm,
+    layer_scalar,
+)
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, lm_head
@@ -96,7 +104,7 @@ def build_static_decoder(
             attention = partial(static_attention, past=pasts[i], steps=steps, rope=rope)
             h, kv[i] = decoder_layer(lc, h, attention, None)
             h = layer_scalar(lc, h)
-    x = normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
+    x = final_norm(b, h, spec, params, dims)
     logits = lm_head(b, x, embed, OutputContext(dims, spec, params, opts))
     _fold_shapes(b, [1, step, dims.logits_width])
     b.output(logits, "logits", opts.logits_dtype, [1, step, dims.logits_width])

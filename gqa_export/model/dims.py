@@ -135,6 +135,7 @@ class ModelDims:
     # the embedding multiplier belongs to the embedding module (transformers 5.x Gemma's
     # ScaledWordEmbedding), so inputs_embeds arrive scaled; else (Granite) the model scales them
     embedding_scaled_in_table: bool = False
+    head_act: str | None = None  # the activation of ArchSpec.head_transform
     conv_kernel: int = 0  # short-conv layers' kernel K (their state keeps the last K - 1 inputs)
     deltanet: DeltaNetDims | None = None  # gated-DeltaNet layers' shapes (Qwen3.5)
     mamba2: Mamba2Dims | None = None  # Mamba2 layers' shapes (Granite-4.0-H)
@@ -239,6 +240,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         heads = int(opt("num_experts")) * int(config.num_key_value_heads)
     hidden = int(config.hidden_size)
     act = str(opt("activation", spec.activations[0]))  # Bloom's and MPT's configs name none
+    act = spec.activation_names.get(act, act)
     if act not in spec.activations:
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
@@ -287,6 +289,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         final_softcap=float(opt("final_softcap", 0.0)),
         embedding_multiplier=embedding_multiplier(opt, spec, hidden),
         embedding_scaled_in_table=spec.embedding_scale in ("sqrt_hidden", "config_in_table"),
+        head_act=str(opt("head_activation", "gelu")) if spec.head_transform else None,
         residual_multiplier=residual_multiplier(opt, spec, int(config.num_hidden_layers)),
         logits_divisor=float(opt("logits_scaling", 1.0)),
         norm_offset=spec.norm_offset,

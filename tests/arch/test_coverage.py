@@ -128,6 +128,8 @@ def no_weight_read(monkeypatch):
             "multi-token-prediction drafter",
         ),
         (dict(model_type="blt", architectures=["BltForCausalLM"]), "entropy patcher"),
+        # a prompt prefix inside the model, bidirectional prompt attention, a jieba tokenizer (issue #39)
+        (dict(model_type="cpmant", architectures=["CpmAntForCausalLM"]), REFUSED["cpmant"]),
     ],
     ids=[
         "refused",
@@ -137,6 +139,7 @@ def no_weight_read(monkeypatch):
         "gemma4-assistant",
         "gemma4-unified-assistant",
         "blt",
+        "cpmant",
     ],
 )
 def test_a_refused_type_exits_2_in_one_line_before_any_weight_read(
