@@ -82,6 +82,8 @@ VARIANTS = {
         dict(sliding_window=None, layer_types=["full_attention"] * 3),
     ),  # EXAONE-4.0-1.2B style
     "olmo_noclip": ("olmo", dict(clip_qkv=None)),
+    # HyperCLOVAX without its peri-layer norms (use_post_norm false: Granite's pre-norm layers)
+    "hyperclovax_no_post_norm": ("hyperclovax", dict(use_post_norm=False)),
     # Falcon-40B/180B's layout: 2 kv groups of 2 query heads, ln_attn + ln_mlp, every bias (seed 8: with
     # these biases seeds 0-7 repeat a few tokens under 5.24 or 4.57)
     "falcon_grouped": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True, seed=8)),
@@ -557,6 +559,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5, 1.0))
             elif leaf == "A_log":  # decay rates exp(A_log) ~ 0.05-0.5: the state outlives a few tokens
                 p.copy_(rn(p, 0.5, -2.0))
+            elif leaf == "sinks":  # GraniteSWA's per-head sink logits (zeros at init)
+                p.copy_(rn(p, 1.0))
             elif leaf == "dt_bias":
                 p.copy_(rn(p, 0.3))
             elif leaf == "e_score_correction_bias":  # ERNIE-4.5-MoE's (a parameter): probs are ~1/E

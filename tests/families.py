@@ -335,6 +335,20 @@ FAMILIES: tuple[Family, ...] = (
     # BitNet b1.58's float checkpoint (the packed ternary one: tests/source/test_prequant_bitnet.py);
     # mutants: tests/arch/test_derived_mutants.py
     dense_family("bitnet", generate_modes=ALL_MODES, fp16_cuda=True, since_major=5, **RAGGED_TWO_MODES),
+    # Granite's multipliers with sinks, sliding layers and a RoPE base per layer (one NoPE): the sinks need
+    # GroupQueryAttention (bias and split refused in one line), so gqa only; mutants: test_derived_mutants.py
+    dense_family(
+        "granite_swa",
+        logits_modes=(),
+        since_major=5,
+        since=(5, 25),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+    ),
+    # Granite's multipliers with each block's output normed before the add and the logits multiplied by
+    # logits_scaling; and without those norms (use_post_norm false); mutants: test_derived_mutants.py
+    dense_family("hyperclovax", generate_modes=ALL_MODES, since_major=5, since=(5, 25), **RAGGED_TWO_MODES),
+    dense("hyperclovax_no_post_norm", logits_modes=(), since_major=5, since=(5, 25)),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",
@@ -691,6 +705,9 @@ FAMILIES: tuple[Family, ...] = (
         gathered_tables=frozenset({"model.word_embeddings.qweight"}),
         ragged_logits_modes=("gqa",),
     ),
+    # GraniteMoE's experts without the shared MLP, with GraniteSWA's sinks, sliding layers and RoPE base per
+    # layer (one NoPE): gqa only, like granite_swa, whose row checks the rest (5.25's class)
+    moe("granitemoe_swa", generate_modes=("gqa",), since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)),
     # GLM-4-MoE's experts with Qwen3.5's output gate in q_proj, no q/k norms, full RoPE (5.25's class)
     moe_family("minicpm5_moe", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_EVERY_MODE),
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)

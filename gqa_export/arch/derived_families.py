@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.classic_families import GPT2, GPT_NEOX, OPT
-from gqa_export.arch.families import ARCEE, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, LLAMA, MISTRAL
+from gqa_export.arch.families import ARCEE, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, GRANITE, LLAMA, MISTRAL
 from gqa_export.arch.spec import (
     DECODER_PREFIXES,
     LM_HEAD_NAMES,
@@ -187,7 +187,30 @@ BITNET = replace(
     layer=LayerNames(attention_output_norm="self_attn.attn_sub_norm", mlp_inner_norm="mlp.ffn_sub_norm"),
 )
 
+# GraniteSWA: Granite's layers and multipliers with a learned per-head sink logit on every attention layer
+# (its sigmoid(logsumexp(scores) - sink) output scale is the softmax with exp(sink) added to the
+# denominator, GroupQueryAttention's head_sink), sliding layers from layer_types, and each layer's own
+# RoPE base from layer_rope_theta (0: that layer without RoPE; model/layer_ropes.py)
+GRANITE_SWA = replace(GRANITE, name="granite_swa", attention_sinks="self_attn.sinks")
+
+# HyperCLOVAX: Granite's layers and multipliers with peri-layer norms: each block's output RMSNormed
+# (post_norm1, post_norm2) before the residual multiplier and the add, where use_post_norm says so (off:
+# Granite's pre-norm layers), and the logits multiplied by logits_scaling (Granite divides by it)
+HYPERCLOVAX = replace(
+    GRANITE,
+    name="hyperclovax",
+    norm_layout="sandwich",
+    post_norms_switch=True,
+    layer=LayerNames(
+        post_attention_norm="post_norm1",
+        pre_feedforward_norm="post_attention_layernorm",
+        post_feedforward_norm="post_norm2",
+    ),
+    config_keys=config_keys(logit_scale="logits_scaling"),
+    ignore=("logits_scaling",),
+)
+
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM, IQUESTCODER, BITNET,
+    GPT_NEO, XGLM, IQUESTCODER, BITNET, GRANITE_SWA, HYPERCLOVAX,
 )  # fmt: skip

@@ -327,6 +327,9 @@ class ArchSpec:
     mixers: MixerSpec | None = None
     ffn_size: str = "config"
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
+    # a sandwich layout whose post-block norms (post_attention_norm, post_feedforward_norm) exist only where
+    # the config's switch (option "post_norms": HyperCLOVAX's use_post_norm) is on; off, the layers are pre-norm
+    post_norms_switch: bool = False
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # a config's own layer-type values -> transformers' (GPT-Neo's "local" is "sliding_attention")

@@ -337,12 +337,15 @@ def decoder_layer(
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
         with b.scope("mlp"):
             return _residual(lc, h, _mlp(lc, x, h), "residual_mlp"), kv
-    h = _residual(lc, h, _norm(lc, y, L.post_attention_norm, "post_attention_layernorm"), "residual_attn")
+    post = lc.dims.post_block_norms  # off: the sandwich's post-block norms do not exist (HyperCLOVAX's switch)
+    y = _norm(lc, y, L.post_attention_norm if post else None, "post_attention_layernorm")
+    h = _residual(lc, h, y, "residual_attn")
     h = augmented_residual(lc, h, x) if lc.spec.augmented_residual else h  # LAuReL (Gemma-3n)
     x = _norm(lc, h, L.pre_feedforward_norm, "pre_feedforward_layernorm")
     with b.scope("mlp"):
         y = _mlp(lc, x, h)
-    return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), kv
+    y = _norm(lc, y, L.post_feedforward_norm if post else None, "post_feedforward_layernorm")
+    return _residual(lc, h, y, "residual_mlp"), kv
 
 
 def _state_input_norm(lc: LayerContext, state: Mixer | None, attention: Mixer | None) -> str | None:

@@ -39,7 +39,7 @@ from gqa_export.model.layer_kinds import (
     sparse_layer,
     value_head_width,
 )
-from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys
+from gqa_export.model.layer_ropes import layer_ropes, position_query_scale_params, rope_keys, theta_rope_key
 from gqa_export.model.moe import MoeDims, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rglru import RgLruDims, rglru_dims
@@ -151,6 +151,7 @@ class ModelDims:
     value_head_dim: int = 0  # values narrower than head_dim, zero-padded in the cache (MiMo-V2-Flash); 0: as wide
     # (alpha, beta) per block kind where each block adds to its normed input, alpha * x + beta * block(x) (MiniMax)
     residual_factors: dict[str, tuple[float, float]] | None = None
+    post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
 
     @property
     def head_dim(self) -> int:
@@ -305,6 +306,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
         residual_factors=normed_residual_factors(config, spec),
+        post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
     )
 
 
@@ -317,6 +319,9 @@ def _layers(
     if types and spec.layer_type_names:  # a family's own spellings of the layer types (GPT-Neo)
         types = [spec.layer_type_names.get(t, t) for t in types]
     no_rope = opt("no_rope_layers")  # SmolLM3: 1 = this layer uses RoPE, 0 = NoPE
+    thetas = opt("layer_rope_theta")  # GraniteSWA: each layer's RoPE base, 0 = NoPE
+    if thetas is not None and len(thetas) != n:
+        raise InputError(f"layer_rope_theta has {len(thetas)} entries for {n} layers; give one per layer")
     shared = int(opt("num_kv_shared_layers", 0) or 0)
     k_eq_v = bool(opt("attention_k_eq_v", False))
     double_wide = bool(opt("double_wide_mlp", False))
@@ -333,6 +338,8 @@ def _layers(
         rope_key = layer_type if layer_type in configured_ropes else "default"
         if no_rope is not None and not no_rope[i]:
             rope_key = None
+        if thetas is not None and rope_key is not None:
+            rope_key = theta_rope_key(config, float(thetas[i]))
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim

@@ -23,6 +23,22 @@ class RopedLayer(Protocol):
     def head_dim(self) -> int: ...
 
 
+# a layer's own RoPE base (the config's layer_rope_theta): the key of its table, the base's repr after it
+_THETA_KEY = "rope_theta_"
+
+
+def theta_rope_key(config: Any, theta: float) -> str | None:
+    """The rope key of a layer whose config gives it its own RoPE base (GraniteSWA's layer_rope_theta):
+    None for 0 (the layer runs without RoPE), "default" for the global rope_theta, else a key of its
+    own whose table is the global rope with that base."""
+    if not theta:
+        return None
+    params = getattr(config, "rope_parameters", None) or {}
+    if float(params.get("rope_theta", getattr(config, "rope_theta", None) or 10000.0)) == theta:
+        return "default"
+    return f"{_THETA_KEY}{float(theta)!r}"
+
+
 def rope_keys(config: Any, spec: ArchSpec) -> set[str]:
     per_type = rope_params_by_type(config, spec.sliding_rope)
     return set(per_type) if per_type else {"default"}
@@ -40,6 +56,9 @@ def layer_ropes(
             raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
         head_dim = dims.pop()
         params = per_type.get(key) if key != "default" and per_type else None
+        if key.startswith(_THETA_KEY):  # the global rope at the layer's own base
+            base = getattr(config, "rope_parameters", None) or {}
+            params = {**base, "rope_theta": float(key[len(_THETA_KEY) :])}
         if params is not None and spec.rope_partial_default is not None:
             params = {"partial_rotary_factor": spec.rope_partial_default, **params}
         if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout

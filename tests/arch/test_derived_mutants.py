@@ -10,7 +10,9 @@ scores (GroupQueryAttention's scale set to 1/sqrt(head_dim)). XGLM: its sinusoid
 computed at export (rows shifted by one: the offset wrong; the sin and cos halves swapped).
 BitNet (float checkpoint): either sub-norm left out (before o_proj, before down_proj), and its
 squared ReLU as a plain ReLU; the packed ternary checkpoint's mutants are in
-tests/source/test_prequant_bitnet.py."""
+tests/source/test_prequant_bitnet.py. GraniteSWA: the layer with its own RoPE base rotated by the global
+table, the sinks zeroed. HyperCLOVAX: its peri-layer norms left out, its logits divided by logits_scaling
+(Granite's way) instead of multiplied."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import onnx
 import pytest
 from families import PROMPT
 from mutants import copy_package, edit_initializers, times
+from onnx import numpy_helper
 from reference import hf_logits, hf_model, ort_prefill_and_decode
 
 MUTANTS = {
@@ -113,3 +116,40 @@ def test_mutant_bitnet_mechanism_fails_hf_parity(builds, tmp_path, mutant):
     assert _bypass(model, BITNET_MUTANTS[mutant]) == 3, "one node per layer"
     onnx.save(model, str(broken / "model.onnx"))
     assert not _parity(broken, builds.checkpoint("bitnet"))
+
+
+def _initializer(package, name: str) -> np.ndarray:
+    model = onnx.load(str(package / "model.onnx"))
+    return next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == name)
+
+
+def test_the_correct_granite_swa_package_passes(builds):
+    assert _parity(builds.package("granite_swa"), builds.checkpoint("granite_swa"))
+
+
+@pytest.mark.parametrize("mutant", ["layer-theta-as-global", "sinks-zeroed"])
+def test_mutant_granite_swa_attention_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("granite_swa"), tmp_path / mutant)
+    if mutant == "sinks-zeroed":
+        assert edit_initializers(broken, "model.layers.*.self_attn.sinks", times(0.0))
+    else:  # layer 2's base (500000) rotated with the global table (10000)
+        for table in ("cos", "sin"):
+            values = _initializer(broken, f"{table}_cache")
+            assert edit_initializers(broken, f"rope_theta_500000.0.{table}_cache", lambda _, v=values: v)
+    assert not _parity(broken, builds.checkpoint("granite_swa"))
+
+
+def test_the_correct_hyperclovax_package_passes(builds):
+    assert _parity(builds.package("hyperclovax"), builds.checkpoint("hyperclovax"))
+
+
+@pytest.mark.parametrize("mutant", ["post-norms-dropped", "logits-divided"])
+def test_mutant_hyperclovax_mechanism_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("hyperclovax"), tmp_path / mutant)
+    if mutant == "logits-divided":
+        assert edit_initializers(broken, "const.logit_scale", lambda scale: 1.0 / scale)
+    else:
+        model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+        assert _bypass(model, "/post_attention_layernorm") + _bypass(model, "/post_feedforward_layernorm") == 6
+        onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("hyperclovax"))
