@@ -41,6 +41,7 @@ FAMILIES = [
     "hunyuan_v1_dense",
     "apertus",
     "lfm2",
+    "lfm3",
     "qwen3_5_text",
     "lfm2_moe",
     "qwen3_5_moe_text",
@@ -95,6 +96,8 @@ VARIANTS = {
         "lfm2",
         dict(conv_bias=True, conv_L_cache=4, layer_types=None, full_attn_idxs=[0, 3], block_auto_adjust_ff_dim=False),
     ),
+    # LFM3 without its sandwich norms and head gates (use_sandwich_norm, use_attention_gate false)
+    "lfm3_plain": ("lfm3", dict(use_sandwich_norm=False, use_attention_gate=False)),
     # Nemotron-H with mixture-of-experts layers: pattern M * E - M E; 8 ungated squared-ReLU experts of
     # 32 in 4 groups, the top 2 of the 2 best groups (sigmoid scores + e_score_correction_bias),
     # renormalized, x2.5; a 48-wide squared-ReLU shared expert
@@ -291,6 +294,20 @@ def family_config(model_type: str) -> dict:
             routed_scaling_factor=1.5,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    elif model_type == "lfm3":  # LFM2's conv layers, sliding and full gated attention layers, sandwich norms
+        c.update(
+            num_hidden_layers=4,
+            layer_types=["conv", "sliding_attention", "conv", "full_attention"],
+            head_dim=16,
+            sliding_window=8,
+            conv_L_cache=3,
+            norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+            },
         )
     elif model_type == "qwen3_5_text":  # gated DeltaNet (conv + recurrent state) + gated GQA layers
         c.update(

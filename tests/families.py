@@ -416,6 +416,11 @@ FAMILIES: tuple[Family, ...] = (
         gathered_tables=TIED,
         since_major=5,
     ),
+    # LFM2's conv layers with sliding and full GQA layers, a sigmoid gate per head, sandwich norms, a
+    # proportional partial rope on the full layers; and without the norms and gates (5.25's class;
+    # mutants: tests/arch/test_derived_mutants.py)
+    hybrid("lfm3", genai_type="lfm2", quantized=("int4",), gathered_tables=TIED, since_major=5, since=(5, 25)),
+    dense("lfm3_plain", genai_type="lfm2", logits_modes=(), since_major=5, since=(5, 25)),
     # gated-DeltaNet (conv + recurrent state) + gated GQA layers, and with experts (Qwen3.5, -MoE)
     hybrid(
         "qwen3_5_text",

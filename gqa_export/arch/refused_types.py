@@ -33,7 +33,7 @@ REFUSED: dict[str, str] = {
         "diffllama", "doge", "dory", "dots3_note_text", "flint", "gemma4_assistant", "gemma4_unified_assistant",
         "glm_moe_dsa", "gpt_neox_japanese", "hrm_text",
         "hy_v3", "hy_v4", "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2",
-        "kolibri1", "laguna", "lara_mini", "lfm3", "mellum", "minimax_m3_vl_text", "modernbert-decoder",
+        "kolibri1", "laguna", "lara_mini", "mellum", "minimax_m3_vl_text", "modernbert-decoder",
         "openai-gpt", "qwen4_exp_text", "youtu", "zaya", "apertus1p5_text", "aria_text",
     ),
     **_each(

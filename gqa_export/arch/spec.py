@@ -90,7 +90,7 @@ class LayerNames:
     parallel_norms: tuple[str, str] | None = None
     # a Linear [Nq*D, H] of the layer's normed input whose sigmoid gates the attention output before
     # o_proj, where the checkpoint holds it (AFMoE's self_attn.gate_proj; Qwen3.5's gate sits in q_proj)
-    output_gate: str | None = None
+    output_gate: str | None = None  # [Nq, H] instead where the spec's output_gate_per_head says so (LFM3's g_proj)
     # norms inside the blocks, applied where the spec names them (the checkpoint must hold them): one
     # over the attention output before o_proj, one over act(gate) * up before down_proj (BitNet's
     # self_attn.attn_sub_norm and mlp.ffn_sub_norm)
@@ -330,6 +330,8 @@ class ArchSpec:
     # a sandwich layout whose post-block norms (post_attention_norm, post_feedforward_norm) exist only where
     # the config's switch (option "post_norms": HyperCLOVAX's use_post_norm) is on; off, the layers are pre-norm
     post_norms_switch: bool = False
+    # the output gate (LayerNames.output_gate) gives one value per head, [Nq, H], that scales the head's channels
+    output_gate_per_head: bool = False
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # a config's own layer-type values -> transformers' (GPT-Neo's "local" is "sliding_attention")

@@ -46,7 +46,7 @@ from gqa_export.graph.shared_block import shared_block_layer
 from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
 from gqa_export.graph.standard import LayerKV, standard_attention
 from gqa_export.graph.state_mixers import STATE_MIXERS, state_mixer
-from gqa_export.graph.value_heads import narrowed_output
+from gqa_export.graph.value_heads import head_gated_output, narrowed_output
 from gqa_export.model.dims import LayerDims, ModelDims
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
@@ -307,7 +307,9 @@ def decoder_layer(
             gate = lc.output_gate.get("gate")
             if gate is None and L.output_gate is not None and lc.has(L.output_gate):  # AFMoE's own gate_proj
                 gate = linear(lc, x, [L.output_gate], None, "gate_proj")
-            if gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
+            if gate is not None and lc.spec.output_gate_per_head:  # LFM3: one gate value per head
+                out = head_gated_output(b, out, gate, lc.dims.num_heads, lc.layer.head_dim)
+            elif gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
             if lc.dims.latent is not None:  # latent attention: the padded value channels dropped
                 out = latent_output(lc, out)

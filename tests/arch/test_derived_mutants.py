@@ -12,7 +12,7 @@ BitNet (float checkpoint): either sub-norm left out (before o_proj, before down_
 squared ReLU as a plain ReLU; the packed ternary checkpoint's mutants are in
 tests/source/test_prequant_bitnet.py. GraniteSWA: the layer with its own RoPE base rotated by the global
 table, the sinks zeroed. HyperCLOVAX: its peri-layer norms left out, its logits divided by logits_scaling
-(Granite's way) instead of multiplied."""
+(Granite's way) instead of multiplied. LFM3: its per-head output gates left out, its sandwich norms left out."""
 
 from __future__ import annotations
 
@@ -153,3 +153,18 @@ def test_mutant_hyperclovax_mechanism_fails_hf_parity(builds, tmp_path, mutant):
         assert _bypass(model, "/post_attention_layernorm") + _bypass(model, "/post_feedforward_layernorm") == 6
         onnx.save(model, str(broken / "model.onnx"))
     assert not _parity(broken, builds.checkpoint("hyperclovax"))
+
+
+@pytest.mark.parametrize(
+    ("mutant", "nodes"),
+    [
+        ("head-gates-dropped", ("/head_output_gate",)),
+        ("post-norms-dropped", ("/post_attention_layernorm", "/post_feedforward_layernorm")),
+    ],
+)
+def test_mutant_lfm3_mechanism_fails_hf_parity(builds, tmp_path, mutant, nodes):
+    broken = copy_package(builds.package("lfm3"), tmp_path / mutant)
+    model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+    assert sum(_bypass(model, node) for node in nodes) == (2 if mutant == "head-gates-dropped" else 8)
+    onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("lfm3"))
