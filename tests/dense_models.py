@@ -576,6 +576,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5, 1.0))
             elif leaf == "A_log":  # decay rates exp(A_log) ~ 0.05-0.5: the state outlives a few tokens
                 p.copy_(rn(p, 0.5, -2.0))
+            elif leaf.startswith("lambda_"):  # DiffLlama's lambda vectors: lambda about 0.5 + lambda_init
+                p.copy_(rn(p, 0.2))
             elif leaf == "sinks":  # GraniteSWA's per-head sink logits (zeros at init)
                 p.copy_(rn(p, 1.0))
             elif leaf == "dt_bias":

@@ -349,6 +349,11 @@ FAMILIES: tuple[Family, ...] = (
     # logits_scaling; and without those norms (use_post_norm false); mutants: test_derived_mutants.py
     dense_family("hyperclovax", generate_modes=ALL_MODES, since_major=5, since=(5, 25), **RAGGED_TWO_MODES),
     dense("hyperclovax_no_post_norm", logits_modes=(), since_major=5, since=(5, 25)),
+    # differential attention on one GQA with 2D-wide heads: gqa only (bias and split refused in one line);
+    # mutants: test_derived_mutants.py
+    dense_family(
+        "diffllama", logits_modes=(), since_major=5, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)
+    ),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

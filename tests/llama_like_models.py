@@ -250,6 +250,14 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
+    # DiffLlama: differential attention over 4 heads of 16 (2 head pairs), 2 kv heads (one per value half),
+    # lambdas drawn by dense_models' randomization; caches 32 wide
+    "diffllama": dict(
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
     # MiniCPM3: multi-head latent attention (q-LoRA 32, a 32-wide latent, keys of 16 no-rope + 8 rope dims,
     # values of 16 padded to 24 in the cache; one kv head per query head, as HF expands) with rotate-half
     # RoPE under the published longrope (short factors: the original length is the whole context), and

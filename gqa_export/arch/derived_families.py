@@ -210,7 +210,13 @@ HYPERCLOVAX = replace(
     ignore=("logits_scaling",),
 )
 
+# DiffLlama: Llama's layers (Mistral's MLP, Gemma's causal-LM class without softcaps) with differential
+# attention: two softmaxes over shared q and k, one per half of the value heads, the second's output
+# times a learned per-layer lambda subtracted per query-head pair, a weightless RMSNorm over both halves,
+# times (1 - lambda_init) (graph/differential.py); scores scaled by the projection head_dim ** -0.5
+DIFFLLAMA = replace(LLAMA, name="diffllama", differential_attention="self_attn", half_head_dim_scale=True)
+
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM, IQUESTCODER, BITNET, GRANITE_SWA, HYPERCLOVAX,
+    GPT_NEO, XGLM, IQUESTCODER, BITNET, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA,
 )  # fmt: skip

@@ -332,6 +332,9 @@ class ArchSpec:
     post_norms_switch: bool = False
     # the output gate (LayerNames.output_gate) gives one value per head, [Nq, H], that scales the head's channels
     output_gate_per_head: bool = False
+    # differential attention: the module holding lambda_q1/k1/q2/k2 (DiffLlama's self_attn; graph/differential.py);
+    # its cache heads are twice head_dim wide
+    differential_attention: str | None = None
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # a config's own layer-type values -> transformers' (GPT-Neo's "local" is "sliding_attention")

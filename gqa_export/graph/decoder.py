@@ -23,6 +23,7 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
+from gqa_export.graph.differential import differential_output, differential_qkv
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
@@ -69,6 +70,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     elif state_layers(dims):
         kind = MIXER_NAMES[next(iter(state_layers(dims).values()))]
         raise InputError(f"{spec.name}'s {kind} layers keep their state in the GQA graph only: use --attention gqa")
+    elif spec.differential_attention:
+        raise InputError(f"{spec.name}'s differential attention is built in the GQA graph only: use --attention gqa")
     elif spec.attention_sinks:
         raise InputError(
             f"{spec.name}'s attention sinks need GroupQueryAttention (its head_sink input): export with --attention gqa"
@@ -213,6 +216,8 @@ def _attention_fn(
             if dims.latent is not None:
                 latent = latent_mqa if dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
+            elif spec.differential_attention:  # DiffLlama: 2D-wide heads (graph/differential.py)
+                qkv = differential_qkv(lc, x)
             elif layer.rope in tables:
                 qkv = rotated_qkv(lc, x, tables[layer.rope])
             else:
@@ -311,7 +316,9 @@ def decoder_layer(
                 out = head_gated_output(b, out, gate, lc.dims.num_heads, lc.layer.head_dim)
             elif gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
-            if lc.dims.latent is not None:  # latent attention: the padded value channels dropped
+            if lc.spec.differential_attention:  # DiffLlama: head pairs differenced, normed, scaled
+                out = differential_output(lc, out)
+            elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
                 out = latent_output(lc, out)
             else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
                 out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)

@@ -344,6 +344,8 @@ def _layers(
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
+        if spec.differential_attention:  # DiffLlama: each cache head holds [q k | 0] keys and [V1 | V2] values
+            head_dim *= 2
         if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
             head_dim, kv_heads = latent.head_dim, heads
         if nope_layer(opt, spec, sliding, window, dense=not sparse_layer(opt, spec, i, layer_type)):

@@ -54,7 +54,7 @@ def layer_ropes(
         dims = {layer.head_dim for layer in layers if layer.rope == key}
         if len(dims) > 1:
             raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
-        head_dim = dims.pop()
+        head_dim = dims.pop() // (2 if spec.differential_attention else 1)  # DiffLlama: RoPE on the D of 2D
         params = per_type.get(key) if key != "default" and per_type else None
         if key.startswith(_THETA_KEY):  # the global rope at the layer's own base
             base = getattr(config, "rope_parameters", None) or {}

@@ -12,7 +12,9 @@ BitNet (float checkpoint): either sub-norm left out (before o_proj, before down_
 squared ReLU as a plain ReLU; the packed ternary checkpoint's mutants are in
 tests/source/test_prequant_bitnet.py. GraniteSWA: the layer with its own RoPE base rotated by the global
 table, the sinks zeroed. HyperCLOVAX: its peri-layer norms left out, its logits divided by logits_scaling
-(Granite's way) instead of multiplied. LFM3: its per-head output gates left out, its sandwich norms left out."""
+(Granite's way) instead of multiplied. LFM3: its per-head output gates left out, its sandwich norms left
+out. DiffLlama: lambda zeroed (no difference), the weightless norm over each head pair left out; its
+standard-Attention modes refused."""
 
 from __future__ import annotations
 
@@ -168,3 +170,28 @@ def test_mutant_lfm3_mechanism_fails_hf_parity(builds, tmp_path, mutant, nodes):
     assert sum(_bypass(model, node) for node in nodes) == (2 if mutant == "head-gates-dropped" else 8)
     onnx.save(model, str(broken / "model.onnx"))
     assert not _parity(broken, builds.checkpoint("lfm3"))
+
+
+def test_the_correct_diffllama_package_passes(builds):
+    assert _parity(builds.package("diffllama"), builds.checkpoint("diffllama"))
+
+
+@pytest.mark.parametrize("mutant", ["lambda-zeroed", "pair-norm-dropped"])
+def test_mutant_diffllama_attention_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("diffllama"), tmp_path / mutant)
+    if mutant == "lambda-zeroed":
+        assert len(edit_initializers(broken, "const.diff_lambda*", times(0.0))) == 3
+    else:
+        model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+        assert _bypass(model, "/diff_norm") == 3
+        onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("diffllama"))
+
+
+def test_diffllama_standard_attention_is_refused(builds, tmp_path):
+    from gqa_export.errors import InputError
+    from gqa_export.pipeline import BuildOptions, build
+
+    with pytest.raises(InputError, match="differential attention is built in the GQA graph only"):
+        build(BuildOptions(str(builds.checkpoint("diffllama")), tmp_path / "out", attention="bias", smoke=False))
+    assert not (tmp_path / "out").exists()
