@@ -578,6 +578,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5, -2.0))
             elif leaf.startswith("lambda_"):  # DiffLlama's lambda vectors: lambda about 0.5 + lambda_init
                 p.copy_(rn(p, 0.2))
+            elif leaf == "A" or leaf.endswith("_residual"):  # Doge's dt scale (zeros) and residual vectors (ones)
+                p.copy_(rn(p, 0.5, 1.0 if leaf.endswith("_residual") else 0.0))
             elif leaf == "sinks":  # GraniteSWA's per-head sink logits (zeros at init)
                 p.copy_(rn(p, 1.0))
             elif leaf == "dt_bias":

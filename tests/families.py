@@ -354,6 +354,9 @@ FAMILIES: tuple[Family, ...] = (
     dense_family(
         "diffllama", logits_modes=(), since_major=5, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)
     ),
+    # dynamic mask attention (each key's bias carried in its cached value), residual vectors: gqa only
+    # (bias and split refused in one line); context capped at keep_window_size; mutants: test_derived_mutants.py
+    dense_family("doge", logits_modes=(), since_major=5, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

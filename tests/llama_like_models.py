@@ -258,6 +258,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
+    # Doge: dynamic mask attention (A and dt_proj drawn by dense_models' randomization), q/k norms, residual
+    # vectors; keep_window_size 96 (the package's context, past every prompt and its tokens), windows of 8
+    "doge": dict(
+        head_dim=16,
+        sliding_window=8,
+        keep_window_size=96,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
     # MiniCPM3: multi-head latent attention (q-LoRA 32, a 32-wide latent, keys of 16 no-rope + 8 rope dims,
     # values of 16 padded to 24 in the cache; one kv head per query head, as HF expands) with rotate-half
     # RoPE under the published longrope (short factors: the original length is the whole context), and

@@ -83,6 +83,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "value_head_dim": "value_head_dim",
     # DeepSeek sparse attention (DeepSeek-V3.2): the keys its indexer keeps per query
     "index_topk": "index_topk",
+    "dynamic_keep_window": "keep_window_size",  # Doge: the dynamic mask's top-k keys (the context cap)
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",

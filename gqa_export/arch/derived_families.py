@@ -216,7 +216,30 @@ HYPERCLOVAX = replace(
 # times (1 - lambda_init) (graph/differential.py); scores scaled by the projection head_dim ** -0.5
 DIFFLLAMA = replace(LLAMA, name="diffllama", differential_attention="self_attn", half_head_dim_scale=True)
 
+# Doge: Llama's layers with per-head q/k RMSNorms before RoPE, dynamic mask attention (each key's scores plus
+# exp(A softplus(dt_proj(its value))) per kv head, carried in the cached value: graph/dynamic_mask.py) and
+# the residual times a learned vector before each add; its cross-domain MoE (is_moe) is refused
+DOGE = replace(
+    LLAMA,
+    name="doge",
+    qk_norm="head",
+    dynamic_key_bias="self_attn",
+    layer=LayerNames(
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        residual_scales=("input_residual", "post_attention_residual"),
+    ),
+    refusals=(
+        Refusal(
+            "is_moe",
+            "Doge's cross-domain MoE (is_moe) reshapes its router logits across the batch and the sequence "
+            "(view(2, batch * length, -1)), so a prompt token's experts depend on the other tokens and on "
+            "padding, which no causal decoder graph reproduces",
+        ),
+    ),
+)
+
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM, IQUESTCODER, BITNET, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA,
+    GPT_NEO, XGLM, IQUESTCODER, BITNET, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA, DOGE,
 )  # fmt: skip

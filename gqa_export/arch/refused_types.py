@@ -30,7 +30,7 @@ REFUSED: dict[str, str] = {
     **_each(
         _NO_SPEC,
         "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "ctrl", "deepseek_v4",
-        "doge", "dory", "dots3_note_text", "flint", "gemma4_assistant", "gemma4_unified_assistant",
+        "dory", "dots3_note_text", "flint", "gemma4_assistant", "gemma4_unified_assistant",
         "glm_moe_dsa", "gpt_neox_japanese", "hrm_text",
         "hy_v3", "hy_v4", "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2",
         "kolibri1", "laguna", "lara_mini", "mellum", "minimax_m3_vl_text", "modernbert-decoder",

@@ -96,6 +96,9 @@ class LayerNames:
     # self_attn.attn_sub_norm and mlp.ffn_sub_norm)
     attention_output_norm: str | None = None
     mlp_inner_norm: str | None = None
+    # per-channel weights multiplying the residual stream before the attention's and the MLP's add (Doge's
+    # input_residual, post_attention_residual)
+    residual_scales: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -327,14 +330,14 @@ class ArchSpec:
     mixers: MixerSpec | None = None
     ffn_size: str = "config"
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
-    # a sandwich layout whose post-block norms (post_attention_norm, post_feedforward_norm) exist only where
-    # the config's switch (option "post_norms": HyperCLOVAX's use_post_norm) is on; off, the layers are pre-norm
+    # the sandwich's post-block norms exist only where the config's "post_norms" switch is on (HyperCLOVAX)
     post_norms_switch: bool = False
-    # the output gate (LayerNames.output_gate) gives one value per head, [Nq, H], that scales the head's channels
-    output_gate_per_head: bool = False
-    # differential attention: the module holding lambda_q1/k1/q2/k2 (DiffLlama's self_attn; graph/differential.py);
-    # its cache heads are twice head_dim wide
+    output_gate_per_head: bool = False  # LayerNames.output_gate is [Nq, H]: one gate per head (LFM3)
+    # modules holding DiffLlama's lambdas (graph/differential.py: cache heads 2 x head_dim) and Doge's A and
+    # dt_proj (graph/dynamic_mask.py: head_dim + 16); model/layer_ropes.projected_head_dim
     differential_attention: str | None = None
+    dynamic_key_bias: str | None = None
+
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # a config's own layer-type values -> transformers' (GPT-Neo's "local" is "sliding_attention")

@@ -23,7 +23,6 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
-from gqa_export.graph.differential import differential_output, differential_qkv
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
@@ -48,6 +47,7 @@ from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
 from gqa_export.graph.standard import LayerKV, standard_attention
 from gqa_export.graph.state_mixers import STATE_MIXERS, state_mixer
 from gqa_export.graph.value_heads import head_gated_output, narrowed_output
+from gqa_export.graph.widened_heads import widened, widened_output, widened_qkv
 from gqa_export.model.dims import LayerDims, ModelDims
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
@@ -70,8 +70,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     elif state_layers(dims):
         kind = MIXER_NAMES[next(iter(state_layers(dims).values()))]
         raise InputError(f"{spec.name}'s {kind} layers keep their state in the GQA graph only: use --attention gqa")
-    elif spec.differential_attention:
-        raise InputError(f"{spec.name}'s differential attention is built in the GQA graph only: use --attention gqa")
+    elif spec.differential_attention or spec.dynamic_key_bias:
+        kind = "differential" if spec.differential_attention else "dynamic mask"
+        raise InputError(f"{spec.name}'s {kind} attention is built in the GQA graph only: use --attention gqa")
     elif spec.attention_sinks:
         raise InputError(
             f"{spec.name}'s attention sinks need GroupQueryAttention (its head_sink input): export with --attention gqa"
@@ -216,8 +217,8 @@ def _attention_fn(
             if dims.latent is not None:
                 latent = latent_mqa if dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
-            elif spec.differential_attention:  # DiffLlama: 2D-wide heads (graph/differential.py)
-                qkv = differential_qkv(lc, x)
+            elif widened(lc):  # DiffLlama, Doge: cache heads wider than the projections' (graph/widened_heads.py)
+                qkv = widened_qkv(lc, x)
             elif layer.rope in tables:
                 qkv = rotated_qkv(lc, x, tables[layer.rope])
             else:
@@ -274,6 +275,9 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
     shape = [B, S, dims.hidden_size]
     if dims.residual_multiplier != 1.0:  # Granite
         y = b.op("Mul", y, float_scalar(b, dims.residual_multiplier, lc.params.dtype))
+    if (scales := lc.spec.layer.residual_scales) is not None:  # Doge: the residual times a vector before each add
+        module = lc.name(scales[0] if name == "residual_attn" else scales[1], suffix="")
+        h = b.op("Mul", h, b.initializer(module, lc.params.vector([module])), name=f"{name}_scale")
     return typed(b.op("Add", h, typed(y, lc.params.dtype, shape), name=name), lc.params.dtype, shape)
 
 
@@ -316,8 +320,8 @@ def decoder_layer(
                 out = head_gated_output(b, out, gate, lc.dims.num_heads, lc.layer.head_dim)
             elif gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
-            if lc.spec.differential_attention:  # DiffLlama: head pairs differenced, normed, scaled
-                out = differential_output(lc, out)
+            if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
+                out = widened_output(lc, out)
             elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
                 out = latent_output(lc, out)
             else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped

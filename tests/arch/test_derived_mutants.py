@@ -14,9 +14,12 @@ tests/source/test_prequant_bitnet.py. GraniteSWA: the layer with its own RoPE ba
 table, the sinks zeroed. HyperCLOVAX: its peri-layer norms left out, its logits divided by logits_scaling
 (Granite's way) instead of multiplied. LFM3: its per-head output gates left out, its sandwich norms left
 out. DiffLlama: lambda zeroed (no difference), the weightless norm over each head pair left out; its
-standard-Attention modes refused."""
+standard-Attention modes refused. Doge: the keys' dynamic bias left out of the values, the residual vectors
+as ones; its MoE refused before anything is read."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import onnx
@@ -194,4 +197,33 @@ def test_diffllama_standard_attention_is_refused(builds, tmp_path):
 
     with pytest.raises(InputError, match="differential attention is built in the GQA graph only"):
         build(BuildOptions(str(builds.checkpoint("diffllama")), tmp_path / "out", attention="bias", smoke=False))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_correct_doge_package_passes(builds):
+    assert _parity(builds.package("doge"), builds.checkpoint("doge"))
+    assert json.loads((builds.package("doge") / "genai_config.json").read_text())["model"]["context_length"] == 96
+
+
+@pytest.mark.parametrize("mutant", ["key-bias-dropped", "residual-vectors-ones"])
+def test_mutant_doge_mechanism_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("doge"), tmp_path / mutant)
+    if mutant == "residual-vectors-ones":
+        assert len(edit_initializers(broken, "model.layers.*_residual", np.ones_like)) == 6
+    else:
+        model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+        assert _bypass(model, "/v_key_factor") == 3
+        onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("doge"))
+
+
+def test_doge_moe_is_refused_before_anything_is_written(tmp_path):
+    from dense_models import save_dense
+
+    from gqa_export.errors import InputError
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = save_dense(tmp_path / "doge_moe", "doge", is_moe=True, num_experts=16, num_experts_per_tok=2)
+    with pytest.raises(InputError, match=r"Doge's cross-domain MoE \(is_moe\) reshapes its router logits"):
+        build(BuildOptions(str(checkpoint), tmp_path / "out", smoke=False))
     assert not (tmp_path / "out").exists()
