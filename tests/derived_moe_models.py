@@ -225,6 +225,33 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # MiniMax-M3's text decoder: Gemma norms, per-head q/k norms, layer 0 dense (96 wide), then the top 2 of
+    # 8 experts (32 wide) on sigmoid + selection bias, renormalized, x2, beside a 24-wide shared expert, all
+    # with the clamped SwiGLU at limit 1.5 (many pre-activations past it); layer 1 block-sparse, 16 blocks
+    # of 8 keys kept: every key of the registry's contexts (the package's max_length is capped at 128).
+    # rotary_dim = head_dim: the class rotates every channel whatever rotary_dim says (docs/moe.md)
+    "minimax_m3_vl_text": (
+        dict(
+            layer_types=["full_attention", "minimax_m3_sparse", "full_attention"],
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            shared_intermediate_size=24,
+            dense_intermediate_size=96,
+            routed_scaling_factor=2.0,
+            swiglu_limit=1.5,
+            rotary_dim=16,
+            index_n_heads=2,
+            index_head_dim=16,
+            index_block_size=8,
+            index_topk_blocks=16,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            initializer_range=0.2,
+        ),
+        (),
+    ),
     # MiniMax-M2: full-width q/k norms, RoPE on half of each head, the top 2 of 8 experts on sigmoid +
     # selection bias, renormalized
     "minimax_m2": (

@@ -726,6 +726,11 @@ FAMILIES: tuple[Family, ...] = (
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
     moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate
+    # Gemma norms, per-head q/k norms, dense / sparse layers, clamped-SwiGLU experts x2 with a shared expert, a
+    # block-sparse layer within its cap (5.25's class; transformers' own names: the hub ships only the VL model)
+    moe_family(
+        "minimax_m3_vl_text", ALL_MODES, since_major=5, since=(5, 25), hub_layout=False, ragged_logits_modes=("gqa",)
+    ),
     # sandwich norms, the gated attention output, NoPE full layers, muP embedding scale, route_scale
     moe_family("afmoe", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("afmoe_v5", "afmoe", hub_layout=False, since_major=5),

@@ -83,6 +83,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "value_head_dim": "value_head_dim",
     # DeepSeek sparse attention (DeepSeek-V3.2): the keys its indexer keeps per query
     "index_topk": "index_topk",
+    # MiniMax-M3's block-sparse indexer: the key blocks it keeps per query and their size
+    "index_topk_blocks": "index_topk_blocks",
+    "index_block_size": "index_block_size",
     "dynamic_keep_window": "keep_window_size",  # Doge: the dynamic mask's top-k keys (the context cap)
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",

@@ -277,7 +277,43 @@ QWEN3_VL_MOE = replace(
     ),
 )
 
+# MiniMax-M3's text decoder (minimax_m3_vl_text, transformers 5.25): Qwen3-MoE's pre-norm layers with
+# Gemma's RMSNorms (weight + 1) everywhere, per-head q/k norms before RoPE, RoPE on rotary_dim channels
+# of each head (the class rotates all of them: hf_rotates_full_head, as MiniMax); dense layers where
+# mlp_layer_types says "dense" (a packed mlp.gate_up_proj, dense_intermediate_size wide), experts
+# elsewhere: MiniMax-M2's router (the top k of sigmoid + e_score_correction_bias, weighted by the unbiased
+# sigmoid over their sum) times routed_scaling_factor, beside a shared expert; experts, shared expert and
+# dense MLPs all compute gpt-oss's clamped SwiGLU (gate * sigmoid(alpha gate) * (up + 1)) on [gate | up]
+# halves. Its "minimax_m3_sparse" layers add a block-sparse indexer that keeps every key while the keys
+# fit in index_topk_blocks blocks of index_block_size: the package is plain attention, its context capped
+# there (model/sparse_cap.py; the indexer's weights are not read)
+MINIMAX_M3 = ArchSpec(
+    name="minimax_m3_vl_text",
+    qk_norm="head",
+    norm_offset=1.0,
+    hf_rotates_full_head=True,
+    layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm", gate_up="mlp.gate_up_proj"),
+    layer_type_names=MappingProxyType({"minimax_m3_sparse": "full_attention"}),
+    block_sparse_type="minimax_m3_sparse",
+    moe=MoeSpec(
+        MoeNames(
+            blocks=("mlp.", "block_sparse_moe."),
+            per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ),
+            shared_expert="shared_experts",
+            expert_bias="gate.e_score_correction_bias|e_score_correction_bias",
+        ),
+        routing="sigmoid_topk",
+        normalize=True,
+        activation="swiglu_clamped",
+    ),
+    config_keys=config_keys(
+        intermediate_size="dense_intermediate_size",
+        expert_intermediate_size="intermediate_size",
+        shared_expert_intermediate_size="shared_intermediate_size",
+    ),
+)
+
 DERIVED_MOE = (
     GRANITEMOESHARED, GRANITEMOE_SWA, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE,
-    MINICPM5_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE,
+    MINICPM5_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, MINIMAX_M3,
 )  # fmt: skip

@@ -47,6 +47,23 @@ def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
     return b.op("Gelu", x, approximate="tanh")
 
 
+def gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
+    """A gated MLP's act(gate) * up, or gpt-oss's clamped SwiGLU where the family's experts compute it
+    (MiniMax-M3's dense MLPs and shared expert do too): gate clamped above at the limit, up within
+    +-limit, gate * sigmoid(alpha * gate) * (up + 1)."""
+    b, moe = lc.b, lc.dims.moe
+    if lc.spec.moe is None or lc.spec.moe.activation != "swiglu_clamped" or moe is None:
+        return b.op("Mul", activation(lc, gate), up)
+    dtype = NUMPY_DTYPES[lc.params.dtype]
+    if moe.limit is not None:
+        limit = b.const(np.asarray(moe.limit, dtype), "swiglu_limit")
+        gate = b.op("Min", gate, limit, name="gate_clamped")
+        up = b.op("Max", b.op("Min", up, limit), b.op("Neg", limit), name="up_clamped")
+    alpha = b.const(np.asarray(moe.alpha, dtype), "swiglu_alpha")
+    glu = b.op("Mul", gate, b.op("Sigmoid", b.op("Mul", gate, alpha)), name="glu")
+    return b.op("Mul", b.op("Add", up, b.const(np.asarray(1.0, dtype), "one")), glu, name="clamped_swiglu")
+
+
 def _xielu(lc: LayerContext, x: ir.Value) -> ir.Value:
     """xIELU (transformers' XIELUActivation): ap = softplus(alpha_p), an = beta + softplus(alpha_n);
     x > 0: ap * x^2 + beta * x, else an * (expm1(min(x, eps)) - x) + beta * x. alpha_p / alpha_n are

@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.graph.activations import activation
+from gqa_export.graph.activations import activation, gated
 from gqa_export.graph.adapters import low_rank_sum
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.fused_qkv import selected_rows
@@ -361,7 +361,7 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
         gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
     if lc.layer.activation_sparsity:  # Gemma-3n: only the gate's channels above a gaussian cutoff
         gate = gaussian_top_k(b, gate, lc.layer.activation_sparsity, lc.params.dtype)
-    return _down(lc, b.op("Mul", activation(lc, gate), up))
+    return _down(lc, gated(lc, gate, up))
 
 
 def _down(lc: LayerContext, inner: ir.Value) -> ir.Value:

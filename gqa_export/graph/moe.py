@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, activation, gated_mlp, linear, mlp_block
+from gqa_export.graph.blocks import LayerContext, gated, gated_mlp, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, fused_or_transposed, stacked
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
@@ -332,10 +332,12 @@ def _shared_expert(lc: LayerContext, x: ir.Value, prefix: str) -> ir.Value:
     b = lc.b
     with b.scope("shared_expert"):
         module = f"{prefix}{names.shared_expert}"
-        gate_up = linear(lc, x, [f"{module}.gate_proj", f"{module}.up_proj"], f"{module}.gate_up_proj", "gate_up")
+        packed = lc.has(f"{module}.gate_up_proj")  # stored packed [gate | up] (MiniMax-M3)
+        modules = [f"{module}.gate_up_proj"] if packed else [f"{module}.gate_proj", f"{module}.up_proj"]
+        gate_up = linear(lc, x, modules, None if packed else f"{module}.gate_up_proj", "gate_up")
         width = lc.dims.moe.shared_intermediate  # type: ignore[union-attr]
         gate, up = b.op_multi("Split", gate_up, b.const([width, width], "split", "int64"), axis=-1, outputs=2)
-        y = linear(lc, b.op("Mul", activation(lc, gate), up), [f"{module}.down_proj"], None, "down")
+        y = linear(lc, gated(lc, gate, up), [f"{module}.down_proj"], None, "down")
         if names.shared_gate:
             scale = b.op("Sigmoid", linear(lc, x, [f"{prefix}{names.shared_gate}"], None, "gate"))
             y = b.op("Mul", y, scale, name="gated")

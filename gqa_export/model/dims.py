@@ -48,12 +48,13 @@ from gqa_export.model.layer_ropes import (
     rope_keys,
     theta_rope_key,
 )
-from gqa_export.model.moe import MoeDims, read_moe
+from gqa_export.model.moe import MoeDims, clamped_swiglu, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.rwkv import RwkvDims, rwkv_dims
 from gqa_export.model.shared_blocks import shared_uses
+from gqa_export.model.sparse_cap import block_sparse_cap
 from gqa_export.model.stream import (
     AltUpDims,
     HardTokenRange,
@@ -159,6 +160,7 @@ class ModelDims:
     value_head_dim: int = 0  # values narrower than head_dim, zero-padded in the cache (MiMo-V2-Flash); 0: as wide
     # (alpha, beta) per block kind where each block adds to its normed input, alpha * x + beta * block(x) (MiniMax)
     residual_factors: dict[str, tuple[float, float]] | None = None
+    block_sparse_cap: int = 0  # keys MiniMax-M3's block-sparse indexer keeps in full (model/sparse_cap.py)
     key_window: int = 0  # Doge: keys kept by the dynamic mask's top-k (keep_window_size); 0: every key
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
 
@@ -183,9 +185,9 @@ class ModelDims:
 
     @property
     def context_length(self) -> int:
-        """The longest context the package computes exactly: the model's, capped at DeepSeek sparse
-        attention's index_topk (model/latent.py)."""
-        cap = self.latent.index_topk if self.latent is not None else self.key_window
+        """The longest context the package computes exactly: the model's, capped where a sparse
+        attention's indexer (model/sparse_cap.py) or Doge's dynamic mask stops keeping every key."""
+        cap = self.latent.index_topk if self.latent is not None else (self.block_sparse_cap or self.key_window)
         return min(self.max_position_embeddings, cap or self.max_position_embeddings)
 
     def scale(self, layer: LayerDims) -> float:
@@ -293,7 +295,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         placeholder_ids=placeholder_ids(outer, spec.placeholder_keys),
         query_scale=position_query_scale_params(config) if spec.query_position_scale else None,
         moe=read_moe(opt, spec, int(config_get(config, "intermediate_size") or 0))  # DBRX's config has none
-        if any(layer.sparse for layer in layers)
+        if any(layer.sparse for layer in layers) or clamped_swiglu(spec)  # (its dense MLPs read the clamp too)
         else None,
         clip_qkv=float(opt("clip_qkv")) if opt("clip_qkv") else None,
         norm_kind="rms" if spec.rms_when_configured and opt("rms_norm_switch") is not None else spec.norm,
@@ -317,6 +319,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
         residual_factors=normed_residual_factors(config, spec),
+        block_sparse_cap=block_sparse_cap(opt, spec, opt("layer_types")),
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
     )

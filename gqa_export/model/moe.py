@@ -85,6 +85,12 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     )
 
 
+def clamped_swiglu(spec: ArchSpec) -> bool:
+    """The family's experts compute gpt-oss's clamped SwiGLU: its constants are read even where no layer is
+    sparse, since MiniMax-M3's dense MLPs compute it too (graph/activations.gated)."""
+    return spec.moe is not None and spec.moe.activation == "swiglu_clamped"
+
+
 def _uniform(key: str, value: Any) -> int:
     """A per-layer list (HunYuan-MoE's moe_topk) that holds one value, as that value; a list that
     varies is refused: every sparse layer of the graph shares one top k."""

@@ -25,6 +25,7 @@ from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention, static_max_length, static_plan
 from gqa_export.model.dims import ModelDims, read_dims
 from gqa_export.model.raw_config import check_raw_config
+from gqa_export.model.sparse_cap import cap_wording
 from gqa_export.package.genai_config import default_max_length
 from gqa_export.package.multimodal import (
     MultimodalPlan,
@@ -215,6 +216,13 @@ def context_cap_notes(dims: ModelDims) -> list[str]:
     """The line saying the package's context is capped below the model's, where it is."""
     if dims.context_length == dims.max_position_embeddings:
         return []
+    if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask (model/sparse_cap.py)
+        what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
+        return [
+            f"context capped at {what} {dims.context_length} (max_position_embeddings "
+            f"{dims.max_position_embeddings}): {why}, so the package (plain attention, no indexer) is exact up "
+            "to there (docs/moe.md, docs/coverage.md)"
+        ]
     return [
         f"context capped at index_topk {dims.context_length} (max_position_embeddings "
         f"{dims.max_position_embeddings}): DeepSeek sparse attention keeps every key only within its indexer's "
@@ -243,6 +251,12 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
     if requested is None:
         return default_max_length(context)
     if requested > context and context < dims.max_position_embeddings:
+        if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask
+            what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
+            raise InputError(
+                f"--max-length {requested} is past {what} {context}: {why}, and beyond it drops keys, which the "
+                f"package does not compute; use --max-length {context} or less"
+            )
         raise InputError(
             f"--max-length {requested} is past index_topk {context}: beyond it DeepSeek sparse attention's indexer "
             f"drops keys, which the package does not compute; use --max-length {context} or less"

@@ -21,7 +21,9 @@ block_sparse_moe.e_score_correction_bias (zeroed) and its sigmoid scores (a spec
 routing). AFMoE: the selection bias (zeroed), route_scale (halved to 1), the norm after the MLP
 (x1.5), and as spec mutants the attention output gate (dropped), RoPE on the full layers (kept)
 and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias (zeroed), and each
-head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split).
+head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). MiniMax-M3: the
+clamped SwiGLU of its dense MLPs and shared expert (the limit x100: unclamped; the experts' op keeps its
+own), routed_scaling_factor (halved to 1), its selection bias at mlp.gate.e_score_correction_bias (zeroed).
 """
 
 from __future__ import annotations
@@ -59,6 +61,11 @@ MUTANTS = {
     },
     "minimax_m2": {"selection-bias-zeroed": ("*.block_sparse_moe.e_score_correction_bias", times(0.0))},
     "minicpm5_moe": {"selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0))},
+    "minimax_m3_vl_text": {
+        "dense-clamp-widened": ("const.swiglu_limit*", times(100.0)),
+        "routed-scaling-dropped": ("const.routed_scaling*", times(0.5)),
+        "selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0)),
+    },
     "afmoe": {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
