@@ -209,6 +209,20 @@ def family_config(model_type: str) -> dict:
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 50000.0},
         )
+    elif model_type == "cohere_compass_text":  # Cohere2's layers, rotate-half M-RoPE on sliding layers only
+        c.update(
+            head_dim=16,
+            layer_norm_eps=1e-5,
+            logit_scale=0.25,
+            sliding_window=8,
+            layer_types=SWA3,
+            tie_word_embeddings=True,
+            # the full layers' entry null: NoPE there; text positions are one axis, M-RoPE's three equal
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 50000.0, "mrope_section": [2, 3, 3]},
+                "full_attention": None,
+            },
+        )
     elif model_type == "glm4":  # sandwich RMSNorms, fused gate_up, qkv bias, partial interleaved RoPE
         c.update(
             head_dim=16,
@@ -250,7 +264,9 @@ def family_config(model_type: str) -> dict:
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
         )
-    elif model_type == "apertus":  # xIELU up/down MLP, per-head q/k RMSNorm, llama3 RoPE
+    elif model_type in ("apertus", "apertus1p5_text"):  # xIELU up/down MLP, per-head q/k RMSNorm, llama3 RoPE
+        if model_type == "apertus1p5_text":  # Apertus-1.5: the lm_head pruned to the first 320 of 384 ids
+            c.update(output_vocab_size=320)
         c.update(
             head_dim=16,
             rms_norm_eps=1e-5,

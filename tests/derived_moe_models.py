@@ -252,6 +252,19 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Aria's text decoder (transformers 5.25): the top 2 of 8 SiLU experts by the softmax of their logits,
+    # two shared experts (2 x 32 wide) beside them
+    "aria_text": (
+        dict(
+            moe_num_experts=8,
+            moe_topk=2,
+            moe_num_shared_experts=2,
+            intermediate_size=32,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
     # MiniMax-M2: full-width q/k norms, RoPE on half of each head, the top 2 of 8 experts on sigmoid +
     # selection bias, renormalized
     "minimax_m2": (

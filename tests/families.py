@@ -109,6 +109,10 @@ PARALLEL_QK_LN_UNDER_4X = (
     "(AttributeError in its weight init)"
 )
 
+# a cheap row's greedy check (a family that is another's layers with a mechanism changed, no window or state
+# its prompts' lengths matter to): the 1- and 7-token prompts, 24 tokens each
+SHORT_GENERATE: dict[str, Any] = dict(prompts=PROMPTS[:2], new_tokens=24)
+
 # ALiBi families run in mode bias only: their prompt/decode logits, genai logits and greedy tokens there
 ALIBI: dict[str, Any] = dict(logits_mode="bias", logits_modes=("bias",), generate_modes=("bias",))
 
@@ -308,11 +312,16 @@ FAMILIES: tuple[Family, ...] = (
     dense_family("starcoder2", gathered_tables=TIED),
     dense_family("cohere", gathered_tables=TIED),
     dense_family("cohere2", gathered_tables=TIED, fp16_cuda=True),
+    # Cohere-Compass's text decoder (5.25's class): Cohere2's parallel layers with rotate-half RoPE by layer type
+    # (the full layers' rope_parameters null: NoPE there)
+    dense_family("cohere_compass_text", gathered_tables=TIED, since_major=5, since=(5, 25), **SHORT_GENERATE),
     dense_family("glm4", fp16_cuda=True),
     dense_family("exaone4"),
     dense_family("ernie4_5", genai_type="ernie4_5", gathered_tables=TIED),
     dense_family("hunyuan_v1_dense", genai_type="hunyuandensev1", gathered_tables=TIED, fp16_cuda=True),
     dense_family("apertus", fp16_cuda=True, differs_under_4x=XIELU_BF16_UNDER_4X),
+    # Apertus-1.5's text decoder (5.25's class): Apertus with its lm_head pruned to the first ids (320 of 384)
+    dense_family("apertus1p5_text", logits_modes=(), since_major=5, since=(5, 25), **SHORT_GENERATE),
     # Llama-shaped families (tests/llama_like_models.py): a decoupled head_dim with q/k/v biases, a
     # non-gated squared-ReLU MLP with YaRN
     dense_family("seed_oss", **RAGGED_EVERY_MODE),
@@ -723,6 +732,10 @@ FAMILIES: tuple[Family, ...] = (
     moe("granitemoe_swa", generate_modes=("gqa",), since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)),
     # GLM-4-MoE's experts with Qwen3.5's output gate in q_proj, no q/k norms, full RoPE (5.25's class)
     moe_family("minicpm5_moe", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_EVERY_MODE),
+    # Llama's layers, a bare router weight, transposed [gate | up] SiLU experts, two shared experts (5.25's class);
+    # the hub's experts.fc1/fc2 and transformers' own gate_up_proj/down_proj
+    moe_family("aria_text", since_major=5, since=(5, 25), **SHORT_GENERATE),
+    moe("aria_text_v5", "aria_text", hub_layout=False, since_major=5, since=(5, 25)),
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
     moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "activation": "hidden_act",
+    "output_vocab_size": "output_vocab_size",  # an lm_head pruned to the first ids (Apertus-1.5)
     "intermediate_size": "intermediate_size",
     "sliding_window": "sliding_window",
     "layer_types": "layer_types",

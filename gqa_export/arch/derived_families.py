@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.classic_families import GPT2, GPT_NEOX, OPT
-from gqa_export.arch.families import ARCEE, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, GRANITE, LLAMA, MISTRAL
+from gqa_export.arch.families import APERTUS, ARCEE, COHERE2, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, GRANITE, LLAMA, MISTRAL
 from gqa_export.arch.spec import (
     DECODER_PREFIXES,
     LM_HEAD_NAMES,
@@ -187,6 +187,19 @@ BITNET = replace(
     layer=LayerNames(attention_output_norm="self_attn.attn_sub_norm", mlp_inner_norm="mlp.ffn_sub_norm"),
 )
 
+# Apertus-1.5's text decoder (apertus1p5_text, transformers 5.25): ApertusForCausalLM whose lm_head may keep
+# only the vocabulary's first output_vocab_size ids (the visual and audio code ids are input-only): the
+# logits are that wide (ModelDims.logits_width, genai_config's vocab_size), the embedding table whole. Its
+# multimodal checkpoint's model.language_model. root is one of the decoder prefixes
+APERTUS1P5_TEXT = replace(APERTUS, name="apertus1p5_text")
+
+# Cohere-Compass's text decoder (cohere_compass_text, transformers 5.25; North-Micro-Vision's LM): Cohere2's
+# parallel layers (one bias-free LayerNorm, sliding layers windowed, logit_scale, tied) whose attention applies
+# Qwen3's rotate-half RoPE wherever its layer type's rope_parameters are set (a null entry: NoPE), with that
+# type's own theta. The rotary embedding is M-RoPE (Qwen3-VL's interleaved sections): a text-only prompt's
+# three axes carry the same positions, so it is plain RoPE; the deepstack visual adds come with images only
+COHERE_COMPASS_TEXT = replace(COHERE2, name="cohere_compass_text", rope_interleaved=False, rope_layers="typed")
+
 # GraniteSWA: Granite's layers and multipliers with a learned per-head sink logit on every attention layer
 # (its sigmoid(logsumexp(scores) - sink) output scale is the softmax with exp(sink) added to the
 # denominator, GroupQueryAttention's head_sink), sliding layers from layer_types, and each layer's own
@@ -241,5 +254,6 @@ DOGE = replace(
 
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM, IQUESTCODER, BITNET, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA, DOGE,
+    GPT_NEO, XGLM, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA,
+    DOGE,
 )  # fmt: skip

@@ -313,7 +313,37 @@ MINIMAX_M3 = ArchSpec(
     ),
 )
 
+# Aria's text decoder (aria_text, transformers 5.25): Llama's layers whose MLP is a mixture. The router
+# mlp.router is a bare [E, H] weight; the top k of its logits are weighted by their softmax (= the softmax
+# over every expert, top k renormalized); the experts are stored as the layout grouped_mm takes,
+# [gate | up] halves [E, H, 2I] and down [E, I, H] (Llama-4's), as experts.fc1/fc2.weight by the hub and
+# transformers' default save and as experts.gate_up_proj/down_proj by its own layout, always SiLU-gated;
+# shared experts moe_num_shared_experts x intermediate_size wide (Llama's MLP, the config's hidden_act) added
+# to every token's routed output
+ARIA_TEXT = ArchSpec(
+    name="aria_text",
+    moe=MoeSpec(
+        MoeNames(
+            routers=("router",),
+            per_expert=(),
+            fused=(),
+            transposed=("experts.gate_up_proj", "experts.down_proj"),
+            transposed_order="halves",
+            shared_expert="shared_experts",
+        ),
+        normalize=True,
+        shared_width="per_expert",
+    ),
+    tensor_aliases=(
+        ("mlp.experts.gate_up_proj", "mlp.experts.fc1.weight"),
+        ("mlp.experts.down_proj", "mlp.experts.fc2.weight"),
+    ),
+    config_keys=config_keys(
+        num_experts="moe_num_experts", experts_per_token="moe_topk", shared_experts="moe_num_shared_experts"
+    ),
+)
+
 DERIVED_MOE = (
     GRANITEMOESHARED, GRANITEMOE_SWA, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE,
-    MINICPM5_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, MINIMAX_M3,
+    MINICPM5_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, MINIMAX_M3, ARIA_TEXT,
 )  # fmt: skip

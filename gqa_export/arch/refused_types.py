@@ -15,6 +15,16 @@ _NO_SPEC = "no spec yet; its modeling code was not read in this round (issue #39
 _MULTIMODAL = "its vision tower and projector are not built, and no recipe exports its decoder under this class"
 
 
+# Gemma4AssistantForCausalLM (and its Gemma4Unified subclass): a drafter for HF's assisted generation
+_GEMMA4_ASSISTANT = (
+    "Gemma-4's assistant is a multi-token-prediction drafter, not a decoder: each step reads [the target's "
+    "embedding of the token | the target's last hidden state], and every layer attends to the target's own KV "
+    "cache (its last full and last sliding layer: num_kv_shared_layers is every layer); onnxruntime-genai 0.18's "
+    "draft model runs on its own input_ids and KV cache, its MTP head (model.mtp) on one layer with its own cache, "
+    "and neither can be fed the target's keys and values"
+)
+
+
 def _each(reason: str, *model_types: str) -> dict[str, str]:
     return dict.fromkeys(model_types, reason)
 
@@ -29,12 +39,11 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "ctrl",
-        "dory", "flint", "gemma4_assistant", "gemma4_unified_assistant",
-        "glm_moe_dsa", "gpt_neox_japanese", "hrm_text",
+        "axk1", "axk2", "bailing_hybrid", "beam", "cpmant", "ctrl", "dory",
+        "flint", "glm_moe_dsa", "gpt_neox_japanese", "hrm_text",
         "hy_v3", "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2",
-        "kolibri1", "laguna", "lara_mini", "mellum", "modernbert-decoder",
-        "openai-gpt", "qwen4_exp_text", "youtu", "zaya", "apertus1p5_text", "aria_text",
+        "kolibri1", "laguna", "lara_mini", "mellum", "modernbert-decoder", "openai-gpt",
+        "qwen4_exp_text", "youtu", "zaya",
     ),
     **_each(
         _MULTIMODAL,
@@ -74,6 +83,16 @@ REFUSED: dict[str, str] = {
     "decoder onnxruntime-genai runs",
     "gemma4_unified_text": "Gemma4UnifiedForCausalLM, the text class alone, has no recipe yet; the decoder of "
     "Gemma4UnifiedForConditionalGeneration is exported (recipe gemma4_unified)",
+    # read from their modeling code in transformers 5.25 (issue #39): what genai cannot be fed
+    **_each(
+        _GEMMA4_ASSISTANT,
+        "gemma4_assistant",
+        "gemma4_unified_assistant",
+    ),
+    "blt": "BLT's global transformer runs over byte patches whose boundaries a second model (its entropy patcher) "
+    "draws from the input, recomputed every forward without a KV cache, and its byte decoder cross-attends to the "
+    "patch states; onnxruntime-genai's KV cache grows one position per token, never per patch, and it feeds no "
+    "cross-attention states",
     "reformer": "Reformer's LSH and chunked local attention with reversible layers has no onnxruntime op",
     "xlnet": "XLNet's two-stream relative-position permutation LM is not a left-to-right decoder with a KV cache",
 }  # fmt: skip

@@ -298,7 +298,8 @@ class ArchSpec:
     # prefix_dense_sliding_window_pattern is 1) | sliding_if_windowed (EXAONE-4) | if_configured (Granite-4.0-H: every
     # layer when position_embedding_type is "rope", none otherwise) | if_flag (Zamba2: every layer where the
     # config's rope_flag, use_mem_rope, is set) | if_theta (OLMo-Hybrid: every layer when rope_parameters
-    # hold a rope_theta, none otherwise) | none (Jamba, Nemotron-H): others are NoPE
+    # hold a rope_theta, none otherwise) | typed (Cohere-Compass: every layer but those of a type whose
+    # rope_parameters entry is null) | none (Jamba, Nemotron-H): others are NoPE
     rope_layers: str = "all"
     head_dim_from_hidden: bool = False  # hidden / heads whatever config.head_dim says (StableLM)
     # transformers' class rotates every channel whatever rotary_dim says (MiniMax): a narrower rope

@@ -60,7 +60,7 @@ def add_outputs(
     if opts.logits == "last":
         x = last_real_position(b, x, attention_mask, tokens)
     b.output(
-        lm_head(b, x, embed, oc), "logits", opts.logits_dtype, [B, 1 if opts.logits == "last" else S, dims.vocab_size]
+        lm_head(b, x, embed, oc), "logits", opts.logits_dtype, [B, 1 if opts.logits == "last" else S, dims.logits_width]
     )
 
 
@@ -88,7 +88,7 @@ def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputCont
             # session holds a transposed copy (a MatMul on Transpose(E) would be folded into one).
             flat = b.op("Reshape", x, b.const([-1, dims.hidden_size], "flat", "int64"))
             logits2d = b.op("Gemm", flat, embed, transB=1)
-            out_shape = b.op("Concat", b.op("Shape", x, end=2), b.const([dims.vocab_size], "vocab", "int64"), axis=0)
+            out_shape = b.op("Concat", b.op("Shape", x, end=2), b.const([dims.logits_width], "vocab", "int64"), axis=0)
             logits = b.op("Reshape", logits2d, out_shape)
         else:
             logits = b.op("MatMul", x, b.initializer(spec.lm_head, params.matmul_weight([spec.lm_head])))

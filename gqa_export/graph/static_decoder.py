@@ -98,8 +98,8 @@ def build_static_decoder(
             h = layer_scalar(lc, h)
     x = normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
     logits = lm_head(b, x, embed, OutputContext(dims, spec, params, opts))
-    _fold_shapes(b, [1, step, dims.vocab_size])
-    b.output(logits, "logits", opts.logits_dtype, [1, step, dims.vocab_size])
+    _fold_shapes(b, [1, step, dims.logits_width])
+    b.output(logits, "logits", opts.logits_dtype, [1, step, dims.logits_width])
     for i in range(dims.num_layers):
         layer, layer_kv = dims.layers[i], kv[i]
         shape = [1, layer.num_kv_heads, context, layer.head_dim]

@@ -63,3 +63,19 @@ def transformers_version() -> tuple[int, int]:
     installed transformers, the one its config was read with (docs/hybrid-state.md §8.6)."""
     found = re.match(r"(\d+)\.(\d+)", version("transformers"))
     return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def pruned_head_rows(opt: Any, vocab_size: int, tied: bool) -> int:
+    """The lm_head's rows where the config prunes it to the vocabulary's first `output_vocab_size` ids
+    (Apertus-1.5: the multimodal code ids are input-only), else 0; a pruned head tied to the full
+    embedding table is refused, as its class cannot be one either."""
+    rows = opt("output_vocab_size")
+    if rows is None or int(rows) == vocab_size:
+        return 0
+    if not 1 <= int(rows) <= vocab_size:
+        raise InputError(f"output_vocab_size {rows} must be between 1 and vocab_size {vocab_size}")
+    if tied:
+        raise InputError(
+            f"a pruned lm_head (output_vocab_size {rows} of {vocab_size}) tied to the embeddings is not supported"
+        )
+    return int(rows)

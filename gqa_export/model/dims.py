@@ -18,6 +18,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.model import config_reads
 from gqa_export.model.alibi import alibi_slopes
 from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
 from gqa_export.model.latent import LatentDims, latent_dims, latent_scale
@@ -43,6 +44,7 @@ from gqa_export.model.layer_ropes import (
     cache_head_dim,
     layer_ropes,
     layer_thetas,
+    nope_types,
     position_query_scale_params,
     projected_head_dim,
     rope_keys,
@@ -163,6 +165,12 @@ class ModelDims:
     block_sparse_cap: int = 0  # keys MiniMax-M3's block-sparse indexer keeps in full (model/sparse_cap.py)
     key_window: int = 0  # Doge: keys kept by the dynamic mask's top-k (keep_window_size); 0: every key
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
+    logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
+
+    @property
+    def logits_width(self) -> int:
+        """The logits' last axis: the lm_head's rows, the vocabulary unless the head was pruned."""
+        return self.logits_vocab or self.vocab_size
 
     @property
     def head_dim(self) -> int:
@@ -264,6 +272,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     if outer is not None:
         eos = token_ids(config_get(outer, "eos_token_id")) + eos
     architectures = config_get(top, "architectures") or ["?"]
+    tied = bool(config_get(top, "tie_word_embeddings"))
     ple = int(opt("per_layer_input_size", 0) or 0)
     pad = first_id(gen.get("pad_token_id", config_get(config, "pad_token_id")))
     mamba2 = mamba2_dims(config, opt, spec, [layer.mixer for layer in layers])
@@ -274,9 +283,10 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         num_layers=len(layers),
         num_heads=heads,
         vocab_size=int(config.vocab_size),
+        logits_vocab=config_reads.pruned_head_rows(opt, int(config.vocab_size), tied),
         rms_eps=spec.fixed_norm_eps or float(opt("norm_eps", 1e-6)),
         max_position_embeddings=int(config_get(config, "max_position_embeddings") or 2048),
-        tie_word_embeddings=bool(config_get(top, "tie_word_embeddings")),
+        tie_word_embeddings=tied,
         hidden_act=act,
         ropes=ropes,
         layers=layers,
@@ -340,7 +350,7 @@ def _layers(
     double_wide = bool(opt("double_wide_mlp", False))
     intermediate = feed_forward_size(config, opt, spec)  # one width, or one per layer
     sparsity = sparsity_pattern(opt, spec, n)
-    configured_ropes = rope_keys(config, spec)
+    configured_ropes, nopes = rope_keys(config, spec), nope_types(config, spec)
     first_shared = n - shared
     uses = shared_uses(config, spec, types)
     out: list[LayerDims] = []
@@ -349,7 +359,7 @@ def _layers(
         sliding = layer_type == SLIDING if types else True
         windowed = window > 0 and sliding
         rope_key = layer_type if layer_type in configured_ropes else "default"
-        if no_rope is not None and not no_rope[i]:
+        if (no_rope is not None and not no_rope[i]) or layer_type in nopes:
             rope_key = None
         if thetas is not None and rope_key is not None:
             rope_key = theta_rope_key(config, float(thetas[i]))

@@ -68,6 +68,13 @@ def rope_keys(config: Any, spec: ArchSpec) -> set[str]:
     return set(per_type) if per_type else {"default"}
 
 
+def nope_types(config: Any, spec: ArchSpec) -> set[str]:
+    """Layer types whose rope_parameters entry is null, which then go without RoPE (spec rope_layers
+    "typed": Cohere-Compass's rotary embedding skips a type without parameters)."""
+    per_type = rope_params_by_type(config, spec.sliding_rope) if spec.rope_layers == "typed" else None
+    return {layer_type for layer_type, params in (per_type or {}).items() if params is None}
+
+
 def layer_ropes(
     config: Any, layers: Sequence[RopedLayer], spec: ArchSpec, latent: LatentDims | None = None
 ) -> dict[str, RopeConfig]:

@@ -185,7 +185,8 @@ def rope_params_by_type(config: Any, sliding_rope: str | None) -> dict[str, dict
     modeling code derives the sliding layers' rope (`ArchSpec.sliding_rope`): Gemma-3 runs
     them unscaled at `rope_local_base_freq`, OLMo-3 unscaled at `rope_theta` (4.57's modeling code)."""
     params = _attr(config, "rope_parameters")
-    if params and all(isinstance(v, dict) for v in params.values()):
+    # a null entry: that layer type has no RoPE where the family says so (spec rope_layers "typed")
+    if params and all(isinstance(v, dict) or v is None for v in params.values()) and any(params.values()):
         return params
     types = _attr(config, "layer_types") or ()
     if params or sliding_rope is None or _SLIDING not in types:

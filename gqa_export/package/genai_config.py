@@ -59,7 +59,7 @@ def make_genai_config(
     model: dict[str, Any] = {
         "type": opts.model_type if len(stages) == 1 else "decoder-pipeline",
         "context_length": opts.context_length,
-        "vocab_size": dims.vocab_size,
+        "vocab_size": dims.logits_width,  # the logits' width (a pruned lm_head's rows)
         "eos_token_id": eos if len(eos) != 1 else eos[0],
         "pad_token_id": dims.pad_token_id if dims.pad_token_id is not None else (eos[0] if eos else 0),
         "decoder": {

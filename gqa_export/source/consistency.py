@@ -24,6 +24,9 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -
         rows, cols = store.info(embed).shape[:2]
         _same("hidden_size", dims.hidden_size, cols, embed, (rows, cols))
         _same("vocab_size", dims.vocab_size, rows, embed, (rows, cols))
+    if dims.logits_vocab and spec.lm_head in store:  # a pruned head (Apertus-1.5): output_vocab_size rows
+        rows = store.info(spec.lm_head).shape[0]
+        _same("output_vocab_size", dims.logits_vocab, rows, spec.lm_head, (rows,))
     stored_layers = _stored_layers(spec, store)
     # a stored layer of `sublayers` graph layers each (LongCat-Flash: two)
     if stored_layers and (max(stored_layers) + 1) * spec.sublayers != dims.num_layers:

@@ -119,8 +119,15 @@ def no_weight_read(monkeypatch):
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # a multimodal class whose text decoder is a supported family: refused by its own type
         (dict(model_type="llava", architectures=["LlavaForConditionalGeneration"]), REFUSED["llava"]),
+        # refused by mechanism (transformers 5.25): a drafter fed the target's KV cache, byte patches
+        (dict(model_type="gemma4_assistant", architectures=["Gemma4AssistantForCausalLM"]), "target's own KV cache"),
+        (
+            dict(model_type="gemma4_unified_assistant", architectures=["Gemma4UnifiedAssistantForCausalLM"]),
+            "multi-token-prediction drafter",
+        ),
+        (dict(model_type="blt", architectures=["BltForCausalLM"]), "entropy patcher"),
     ],
-    ids=["refused", "not-applicable", "multimodal"],
+    ids=["refused", "not-applicable", "multimodal", "gemma4-assistant", "gemma4-unified-assistant", "blt"],
 )
 def test_a_refused_type_exits_2_in_one_line_before_any_weight_read(
     checkpoints, no_weight_read, tmp_path, changes, says

@@ -24,6 +24,8 @@ and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias 
 head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). MiniMax-M3: the
 clamped SwiGLU of its dense MLPs and shared expert (the limit x100: unclamped; the experts' op keeps its
 own), routed_scaling_factor (halved to 1), its selection bias at mlp.gate.e_score_correction_bias (zeroed).
+head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). Aria: its experts'
+[gate | up] halves (read as interleaved pairs) and its top-k softmax (not renormalized), spec mutants.
 """
 
 from __future__ import annotations
@@ -124,6 +126,22 @@ SPEC_MUTANTS = {
     ),
     "afmoe-global-rope-kept": ("afmoe", "afmoe", dict(rope_layers="all")),
     "afmoe-mup-scale-dropped": ("afmoe", "afmoe", dict(embedding_scale="none")),
+    # Aria: the experts' [gate | up] halves read as gpt-oss's interleaved pairs; the top-k softmax not renormalized
+    "aria-halves-as-interleaved": (
+        "aria_text",
+        "aria_text",
+        dict(
+            moe=replace(
+                arch.SPECS["aria_text"].moe,
+                names=replace(arch.SPECS["aria_text"].moe.names, transposed_order="interleaved"),
+            )
+        ),
+    ),
+    "aria-top-k-not-renormalized": (
+        "aria_text",
+        "aria_text",
+        dict(moe=replace(arch.SPECS["aria_text"].moe, normalize=False)),
+    ),
 }
 
 

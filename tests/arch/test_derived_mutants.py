@@ -10,7 +10,10 @@ scores (GroupQueryAttention's scale set to 1/sqrt(head_dim)). XGLM: its sinusoid
 computed at export (rows shifted by one: the offset wrong; the sin and cos halves swapped).
 BitNet (float checkpoint): either sub-norm left out (before o_proj, before down_proj), and its
 squared ReLU as a plain ReLU; the packed ternary checkpoint's mutants are in
-tests/source/test_prequant_bitnet.py. GraniteSWA: the layer with its own RoPE base rotated by the global
+tests/source/test_prequant_bitnet.py. Apertus-1.5: its pruned lm_head's width stated as the vocabulary's in
+genai_config (genai fails at its first step), and the pruned heads its class cannot hold (refused).
+Cohere-Compass (spec mutants): its rotate-half pairs read as Cohere2's GPT-J pairs, and RoPE on the full
+layers whose rope_parameters entry is null. GraniteSWA: the layer with its own RoPE base rotated by the global
 table, the sinks zeroed. HyperCLOVAX: its peri-layer norms left out, its logits divided by logits_scaling
 (Granite's way) instead of multiplied. LFM3: its per-head output gates left out, its sandwich norms left
 out. DiffLlama: lambda zeroed (no difference), the weightless norm over each head pair left out; its
@@ -121,6 +124,58 @@ def test_mutant_bitnet_mechanism_fails_hf_parity(builds, tmp_path, mutant):
     assert _bypass(model, BITNET_MUTANTS[mutant]) == 3, "one node per layer"
     onnx.save(model, str(broken / "model.onnx"))
     assert not _parity(broken, builds.checkpoint("bitnet"))
+
+
+def test_apertus1p5_pruned_head_read_as_the_vocabulary_fails(builds, tmp_path):
+    """Apertus-1.5's lm_head pruned to output_vocab_size ids: the package's logits are that wide and so is
+    genai_config's vocab_size; a package stating the embedding's width (the vocabulary) instead fails at
+    genai's first step, whose logits buffer is vocab_size wide."""
+    import json
+
+    from gqa_export.runtime.run import generate_greedy
+
+    package = builds.package("apertus1p5_text")
+    assert json.loads((package / "genai_config.json").read_text())["model"]["vocab_size"] == 320
+    broken = copy_package(package, tmp_path / "vocab")
+    config = json.loads((broken / "genai_config.json").read_text())
+    config["model"]["vocab_size"] = 384
+    (broken / "genai_config.json").write_text(json.dumps(config))
+    with pytest.raises(Exception, match="logits"):
+        generate_greedy(broken, [0, 17, 45], 4)
+
+
+@pytest.mark.parametrize(
+    ("rows", "tied", "says"),
+    [(400, False, "must be between 1 and vocab_size 384"), (320, True, "tied to the embeddings is not supported")],
+)
+def test_a_pruned_head_the_class_cannot_hold_is_refused(rows, tied, says):
+    from gqa_export.errors import InputError
+    from gqa_export.model.config_reads import pruned_head_rows
+
+    with pytest.raises(InputError, match=says):
+        pruned_head_rows(lambda name: rows if name == "output_vocab_size" else None, 384, tied)
+    assert pruned_head_rows(lambda name: 384, 384, False) == 0  # a full-width head is no pruned one
+
+
+# Cohere-Compass: the mechanism dropped as a spec change (the checkpoint as it is): Cohere2's GPT-J pairs
+# instead of rotate-half, RoPE on the full layers whose rope_parameters entry is null
+COMPASS_SPEC_MUTANTS = {"rope-pairs-interleaved": dict(rope_interleaved=True), "null-rope-type-rotated": {}}
+
+
+@pytest.mark.parametrize("mutant", COMPASS_SPEC_MUTANTS)
+def test_cohere_compass_spec_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
+    from dataclasses import replace
+
+    from gqa_export import arch
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = builds.checkpoint("cohere_compass_text")
+    assert _parity(builds.package("cohere_compass_text"), checkpoint)
+    spec = arch.SPECS["cohere_compass_text"]
+    change = COMPASS_SPEC_MUTANTS[mutant] or dict(rope_layers="all")
+    monkeypatch.setitem(arch.SPECS, spec.name, replace(spec, **change))
+    build(BuildOptions(str(checkpoint), tmp_path / mutant, smoke=False, text_only=True))
+    assert not _parity(tmp_path / mutant, checkpoint)
 
 
 def _initializer(package, name: str) -> np.ndarray:
