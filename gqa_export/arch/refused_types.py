@@ -40,7 +40,7 @@ REFUSED: dict[str, str] = {
     **_each(
         _NO_SPEC,
         "axk1", "axk2", "bailing_hybrid", "beam", "cpmant", "ctrl", "dory",
-        "flint", "glm_moe_dsa", "gpt_neox_japanese", "hrm_text",
+        "flint", "glm_moe_dsa", "gpt_neox_japanese",
         "hy_v3", "inkling2_loop_text", "inkling2_text", "inkling_text", "jais2",
         "kolibri1", "laguna", "lara_mini", "mellum", "modernbert-decoder", "openai-gpt",
         "qwen4_exp_text", "youtu", "zaya",
@@ -65,6 +65,9 @@ REFUSED: dict[str, str] = {
     "experts, which gqa-export does not build yet (docs/coverage.md §7)",
     "hy_v4": "no spec yet: HunYuan-V4 needs DeepSeek-V4's hyper-connection residual streams and attention sinks on "
     "its sparse MLA, which gqa-export does not build yet (docs/coverage.md §7)",
+    "hrm_text": "no spec yet: HRM-Text runs two weight-shared layer stacks H_cycles x (L_cycles + 1) times over two "
+    "residual streams (each invocation its own KV cache), an unrolled decoder gqa-export does not build yet "
+    "(docs/coverage.md §9)",
     "dots3_note_text": "no spec yet: dots3-note's MLA has other attention shapes on its sliding layers "
     "(per_layer_config), a per-layer latent shape gqa-export does not build yet (docs/coverage.md §7)",
     # new in transformers 5.25 (read from its modeling code)
