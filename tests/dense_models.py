@@ -46,6 +46,7 @@ FAMILIES = [
     "lfm2_moe",
     "qwen3_5_moe_text",
     "qwen3_next",
+    "lara_mini",
     "olmo_hybrid",
     "minimax",
     "granitemoehybrid",
@@ -361,6 +362,21 @@ def family_config(model_type: str) -> dict:
             mlp_only_layers=[2],  # a dense MLP (intermediate_size) on a DeltaNet layer
             norm_topk_prob=False,  # the top-k weights as the softmax gave them (the config decides)
             rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        )
+    elif model_type == "lara_mini":  # DeltaNet / sliding (RoPE) / DeltaNet / full (NoPE), experts on every layer
+        c = family_config("qwen3_5_text")
+        c.update(
+            layer_types=["linear_attention", "sliding_attention", "linear_attention", "full_attention"],
+            sliding_window=8,
+            head_dim=16,
+            linear_value_head_dim=32,  # dv != dk: the stacked in_proj's pieces differ in width
+            num_experts=6,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=True,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
     elif model_type == "olmo_hybrid":  # OLMo-3 post-norm attention + pre-norm gated-DeltaNet layers
         c.update(

@@ -338,6 +338,103 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # A.X-K1: DeepSeek-V3's tiny shape (q-LoRA, 2 of 4 groups, YaRN mscale), the dense layer 0 given in
+    # the hub's legacy key (the config class turns first_k_dense_replace into mlp_layer_types), and the
+    # RMSNorm over the sparse block's output
+    "axk1": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            q_lora_rank=32,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+            },
+        ),
+        ("head_dim",),
+    ),
+    # HY-V3 (Hy3): Qwen3's attention (per-head q/k norms before RoPE, 2 kv heads), layer 0 dense (the class's
+    # default mlp_layer_types), then the top 3 of 8 sigmoid experts chosen with the selection bias, renormalized,
+    # times router_scaling_factor 2.5, beside 2 shared experts' width
+    "hy_v3": (
+        dict(
+            num_experts=8,
+            num_experts_per_tok=3,
+            num_shared_experts=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            router_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
+    # Kolibri-1: sliding / full / sliding layers (window 8; RoPE on the sliding ones only), sandwich norms,
+    # the top 2 of 8 experts chosen on logits + the selection bias, sigmoid-weighted and renormalized, beside a
+    # 48-wide shared expert on every layer
+    "kolibri1": (
+        dict(
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            sliding_window=8,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        (),
+    ),
+    # GLM-MoE-DSA: DeepSeek-V3.2's tiny shape with GLM-5's one expert group, the indexer on layers 0 and 2 and
+    # layer 1 reusing layer 0's top 128 keys (every key of the registry's contexts: the package's cap)
+    "glm_moe_dsa": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            q_lora_rank=32,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            index_topk=128,
+            index_n_heads=4,
+            index_head_dim=16,
+            indexer_types=["full", "shared", "full"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        ("head_dim",),
+    ),
     # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
     # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
     # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups
@@ -362,6 +459,74 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
                 "full_attention": {"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.334},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.334},
             },
+        ),
+        (),
+    ),
+    # Laguna (transformers 5.25): full / sliding / sliding / full layers (window 8) with 4, 2, 6, 4 query
+    # heads over 2 kv heads, the attention output times softplus(g_proj) per head, RoPE on half of each
+    # head at theta 500000 on full layers and on all of it at 10000 on sliding ones; layer 0 dense (96
+    # wide), then the top 2 of 8 experts on sigmoid(tanh(logits)) + selection bias, renormalized,
+    # x2, beside a 32-wide shared expert
+    "laguna": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+            sliding_window=8,
+            num_attention_heads_per_layer=[4, 2, 6, 4],
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            shared_expert_intermediate_size=32,
+            moe_routed_scaling_factor=2.0,
+            moe_router_logit_softcapping=1.0,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        ),
+        (),
+    ),
+    # Mellum (transformers 5.25): Qwen3-MoE's layers; sliding / full / sliding layers (window 8), RoPE at
+    # theta 10000 on sliding layers and 500000 on the full one; layer 1 dense (mlp_layer_types, 96 wide), the
+    # top 2 of 8 experts renormalized
+    "mellum": (
+        dict(
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            sliding_window=8,
+            mlp_layer_types=["sparse", "dense", "sparse"],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+        ),
+        (),
+    ),
+    # Flint (transformers 5.25): sliding / full / sliding / full layers (window 8), RoPE on the sliding ones
+    # only, a sink logit per head; layer 0 dense (mlp_only_layers, 96 wide), then the top 2 of 8 experts on
+    # sigmoid(logits), renormalized, beside a 32-wide shared expert summed without a gate
+    "flint": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            sliding_window=8,
+            mlp_only_layers=[0],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            shared_expert_intermediate_size=32,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         ),
         (),
     ),

@@ -79,6 +79,12 @@ ORT_PAD = 9
 RAGGED_EVERY_MODE: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=ALL_MODES)
 # a ragged batch in the two modes that differ in where positions and masks come from
 RAGGED_TWO_MODES: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa", "bias"))
+# greedy tokens for one prompt, the longest (30 tokens) + 24: the rows of issue #39's later types whose
+# mechanisms other rows check on every prompt (the suite's time: HF generate dominates a tiny MoE row)
+ONE_PROMPT: dict[str, Any] = dict(prompts=PROMPTS[2:], new_tokens=24)
+# a ragged batch in gqa alone: ORT logits and genai's tokens
+RAGGED_GQA: dict[str, Any] = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",))
+RAGGED_LOGITS: dict[str, Any] = dict(ragged_logits_modes=("gqa",))  # ORT logits only
 
 # transformers 4.x computes these differently from 5.x itself (the reference is the installed HF);
 # exact under 5.x, compared only there
@@ -180,8 +186,8 @@ def hybrid(name: str, **facts: Any) -> Family:
     graph only (the standard-Attention modes are refused), so greedy tokens in gqa, no other mode; a
     ragged batch there, whose padding must leave each row's conv and recurrent state as they were at
     its last real token (docs/hybrid-state.md §1.4)."""
-    ragged = dict(ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",))
-    return dense(name, logits_modes=(), generate_modes=("gqa",), **ragged, **facts)
+    facts = {"ragged_logits_modes": ("gqa",), "ragged_generate_modes": ("gqa",), **facts}
+    return dense(name, logits_modes=(), generate_modes=("gqa",), **facts)
 
 
 def state_space(name: str, **facts: Any) -> Family:
@@ -472,6 +478,22 @@ FAMILIES: tuple[Family, ...] = (
     # OLMo-3's post-norm attention layers + pre-norm gated-DeltaNet layers with separate q/k/v
     # projections and beta = 2 sigmoid(b) (OLMo-Hybrid; genai 0.18 has no type of its own: the
     # generic decoder), and as released: NoPE, beta = sigmoid(b)
+    # Qwen3.5's DeltaNet layers (the hub's stacked in_proj) between ungated GQA layers, sliding with RoPE and
+    # full without, plain RMSNorms, experts on every layer beside an ungated shared expert (Lara-Mini, 5.25;
+    # tests/arch/test_hybrid_lara_mini.py)
+    hybrid(
+        "lara_mini",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        gathered_tables=TIED,
+        prompt=LONG_PROMPT,
+        prompts=PROMPTS[:2],  # 1 and 7 tokens, 20 greedy each: past its window of 8 (its logits: the 70-token prompt)
+        new_tokens=20,
+        ragged_generate_modes=(),  # HF's generate of its DeltaNet on the ragged rows is slow; ORT's logits check them
+        since_major=5,
+        since=(5, 25),
+    ),
     hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
     # lightning attention (linear attention with a fixed decay per head and layer: one recurrent
@@ -610,10 +632,21 @@ FAMILIES: tuple[Family, ...] = (
     # DeepSeek-V3.2: V3's tiny shape with a lightning indexer keeping 128 keys, past every context here (the
     # package's max_length is capped at 128: tests/arch/test_latent_families.py), so HF runs plain MLA
     moe_family("deepseek_v32", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # GLM-MoE-DSA (5.25's class): V3.2's cap at index_topk 128, an indexer-sharing layer, one expert group
+    moe_family("glm_moe_dsa", since_major=5, since=(5, 25), logits_modes=("bias",), **ONE_PROMPT, **RAGGED_LOGITS),
     # LongCat-Flash: two MLA sublayers per layer (4 KV caches for 2 layers; lora-scaled query and latent),
     # a shortcut MoE added a sublayer later, 4 zero (identity) experts beside 8 real ones, softmax routing
     # with a selection bias, not renormalized (mutants: tests/arch/test_longcat_flash.py)
     moe_family("longcat_flash", LATENT_MODES, fp16_cuda=True, since_major=5, **LATENT_EVERY_FORM),
+    # Youtu-LLM (5.25's class): DeepSeek-V3's latent attention (q-LoRA, rope pairs, YaRN mscale) in dense Llama
+    # layers; a cheap row (V3's attention and MiniCPM3's dense layers are checked in every form above)
+    dense_family(
+        "youtu", generate_modes=("gqa", "gqa_latent"), since_major=5, since=(5, 25), **ONE_PROMPT, **RAGGED_LOGITS
+    ),
+    # A.X-K1 (5.25's class): DeepSeek-V3 with an RMSNorm over the sparse block's output (hub: post_mlp_layernorm at
+    # the layer; transformers 5.x saves it under mlp.); mutant: tests/arch/test_latent_mutants.py
+    moe_family("axk1", since_major=5, since=(5, 25), logits_modes=("bias",), **ONE_PROMPT, **RAGGED_LOGITS),
+    moe("axk1_v5", "axk1", hub_layout=False, since_major=5, since=(5, 25)),
     # transformers 5.x's own layout: fused experts whose gate_up_proj has a row per zero expert too
     # ([E + Z, 2I, H]; no expert reads them) and down_proj E rows
     moe("longcat_flash_v5", "longcat_flash", hub_layout=False, since_major=5),
@@ -736,6 +769,14 @@ FAMILIES: tuple[Family, ...] = (
     # the hub's experts.fc1/fc2 and transformers' own gate_up_proj/down_proj
     moe_family("aria_text", since_major=5, since=(5, 25), **SHORT_GENERATE),
     moe("aria_text_v5", "aria_text", hub_layout=False, since_major=5, since=(5, 25)),
+    # HY-V3 (5.25's class): Qwen3's attention, sigmoid experts with a selection bias renormalized x scaling
+    # in fp32, shared experts; the hub's names (mlp.router.gate, mlp.expert_bias, mlp.shared_mlp) and transformers'
+    moe_family("hy_v3", since_major=5, since=(5, 25), logits_modes=("bias",), **ONE_PROMPT, **RAGGED_LOGITS),
+    moe("hy_v3_v5", "hy_v3", hub_layout=False, since_major=5, since=(5, 25)),
+    # Kolibri-1 (5.25's class): EXAONE-4's attention (sliding RoPE layers, a NoPE full one) in GLM-4's sandwich norms,
+    # experts chosen on logits + the selection bias, sigmoid-weighted, a shared expert; hub names and transformers'
+    moe_family("kolibri1", ALL_MODES, since_major=5, since=(5, 25), **ONE_PROMPT, **RAGGED_GQA),
+    moe("kolibri1_v5", "kolibri1", hub_layout=False, since_major=5, since=(5, 25)),
     # OLMoE's full-width q/k norms, partial RoPE, sigmoid experts with a selection bias (hub names: block_sparse_moe)
     moe_family("minimax_m2", ALL_MODES, since_major=5, fp16_cuda=True, **RAGGED_EVERY_MODE),
     moe("minimax_m2_v5", "minimax_m2", hub_layout=False, since_major=5),  # mlp.experts fused, mlp.gate
@@ -754,6 +795,28 @@ FAMILIES: tuple[Family, ...] = (
         "mimo_v2_flash", since_major=5, fp16_cuda=True, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)
     ),
     moe("mimo_v2_flash_v5", "mimo_v2_flash", hub_layout=False, since_major=5),  # 5.x's names: self_attn.sinks
+    # issue #39, transformers 5.25's new types. Laguna: the attention output times softplus(g_proj) per head,
+    # query heads per layer (4, 2, 6, 4), partial RoPE at a theta per layer type, sliding layers, sigmoid
+    # experts on softcapped logits with a selection bias beside a shared expert; 5.x's own names with the
+    # gate per channel (gating "per-element")
+    moe_family("laguna", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, **RAGGED_EVERY_MODE),
+    moe("laguna_v5", "laguna", hub_layout=False, overrides={"gating": "per-element"}, since_major=5, since=(5, 25)),
+    # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
+    # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
+    moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, ragged_logits_modes=("gqa",)),
+    # Flint: a sink logit per head (the hub's softmax_offset), RoPE on sliding layers only, sigmoid experts (fp32
+    # router, no selection bias) beside an ungated-sum shared expert. The sinks need GroupQueryAttention: gqa
+    # only; 5.x's own names (self_attn.sinks, fused experts) on logits. Laguna, Mellum, Flint, Lara-Mini: 20
+    # greedy tokens per prompt (the suite's time budget)
+    moe_family(
+        "flint",
+        since_major=5,
+        since=(5, 25),
+        new_tokens=20,
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+    ),
+    moe("flint_v5", "flint", hub_layout=False, since_major=5, since=(5, 25)),
 )
 BY_NAME = {family.name: family for family in FAMILIES}
 assert len(BY_NAME) == len(FAMILIES), "a family name is registered twice"

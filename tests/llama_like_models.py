@@ -292,5 +292,28 @@ CONFIGS: dict[str, dict[str, Any]] = {
             "original_max_position_embeddings": 256,
         },
     ),
+    # Youtu-LLM: DeepSeek-V3's latent attention (q-LoRA 32, latent 32, keys 16 no-rope + 8 rope dims in
+    # pairs, values 16 padded to 24, YaRN with mscale_all_dim) in dense Llama layers; untied (tied as
+    # released, the random model repeats one id: the tied table is DeepSeek's and MiniCPM3's code path)
+    "youtu": dict(
+        num_key_value_heads=4,
+        q_lora_rank=32,
+        kv_lora_rank=32,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.8,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+        },
+    ),
 }
 FAMILIES = list(CONFIGS)

@@ -92,6 +92,12 @@ def grouped_deltanet_weights(tensors: dict[str, np.ndarray], head: str, config: 
     the projections fused per key head (in_proj_qkvz, in_proj_ba under `head`), by reshapes: each key
     head's rows are q | k | v | z (dk, dk, r dv, r dv), and b | a (r, r), r = Hv / Hk."""
     qkvz, ba = tensors.get(f"{head}.in_proj_qkvz.weight"), tensors.get(f"{head}.in_proj_ba.weight")
+    stacked = tensors.get(f"{head}.in_proj.weight")
+    if stacked is not None:  # Lara-Mini's hub in_proj: rows q | k | v | z | b | a, as transformers' Split(dim=0)
+        hk, hv = config["linear_num_key_heads"], config["linear_num_value_heads"]
+        qkv = 2 * hk * config["linear_key_head_dim"] + hv * config["linear_value_head_dim"]
+        parts = np.split(stacked, [qkv, qkv + hv * config["linear_value_head_dim"], stacked.shape[0] - hv])
+        return dict(zip(("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"), parts, strict=True))
     if qkvz is None or ba is None:
         return {}
     hk, hv = config["linear_num_key_heads"], config["linear_num_value_heads"]
@@ -130,6 +136,9 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
     out of Qwen3-Next's per-key-head projections), or None."""
     head, _, last = base.rpartition(".")
     model_type = (config or {}).get("model_type")
+    aliased = _aliased(tensors, base, model_type)
+    if aliased is not None:  # the package names a tensor the checkpoint spells another way (spec tensor_aliases)
+        return reference_weight(tensors, aliased, config)
     if f"{base}.weight" in tensors:
         weight = tensors[f"{base}.weight"]
         if model_type == "gpt2" and last in CONV1D:  # stored [in, out]: HF's Conv1D computes x @ W + b
@@ -156,12 +165,43 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
     return None
 
 
+def _aliased(tensors: dict[str, np.ndarray], base: str, model_type: str | None) -> str | None:
+    """`base` in the checkpoint's spelling where its spec lists one and the checkpoint has no tensor
+    under `base` itself (Laguna's hub files: mlp.shared_expert for the spec's mlp.shared_experts)."""
+    from gqa_export import arch
+
+    spec = arch.SPECS.get(model_type or "")
+    module = base.rpartition(".")[0]  # a fused name (gate_up_proj) has no tensor of its own: its module's
+    if spec is None or any(name.startswith(f"{module}.") for name in tensors):
+        return None
+    for canonical, alias in spec.tensor_aliases:
+        if f".{canonical}" in base:
+            other = base.replace(f".{canonical}", f".{alias}", 1)
+            if any(name.startswith(f"{other.rpartition('.')[0]}.") for name in tensors):
+                return other
+    return None
+
+
+def _under_spec_spellings(tensors: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
+    """The checkpoint's tensors, plus each stored under one of its spec's aliases (ArchSpec.tensor_aliases:
+    HY-V3's hub mlp.router.gate, ...) also under the spec's spelling, which the package's weights are named by."""
+    from gqa_export.arch import SPECS
+
+    spec = SPECS.get(str(config.get("model_type")))
+    extra: dict[str, np.ndarray] = {}
+    for name, tensor in tensors.items():
+        for canonical, alias in spec.tensor_aliases if spec is not None else ():
+            if f".{alias}" in name:
+                extra.setdefault(name.replace(f".{alias}", f".{canonical}", 1), tensor)
+    return {**extra, **tensors}
+
+
 def relative_errors(package: Path, checkpoint: Path, graph_file: str = "model.onnx") -> dict[str, float]:
     """Relative L2 error of every dequantized MatMulNBits weight against the checkpoint's; every
     weight must be found in the checkpoint (a check that skips weights proves less than it says)."""
-    tensors = checkpoint_tensors(checkpoint)
     config = json.loads((checkpoint / "config.json").read_text())
     config = config.get("text_config", config)
+    tensors = _under_spec_spellings(checkpoint_tensors(checkpoint), config)
     errors, unknown = {}, []
     for base, w in matmulnbits_weights(package, graph_file).items():
         ref = reference_weight(tensors, base, config)

@@ -58,6 +58,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "clip_qkv": "clip_qkv",
     "first_dense_layers": "num_dense_layers",
     "routed_scaling": "routed_scaling_factor",
+    "router_softcap": "moe_router_logit_softcapping",  # tanh softcap of the router logits (Laguna)
     "zero_experts": "zero_expert_num",  # experts that return their input (LongCat-Flash)
     "last_sparse_layer": "moe_layer_end_index",  # ERNIE-4.5-MoE: no experts after it (-1: none)
     "shared_experts": "n_shared_experts",  # the shared expert's width in experts (shared_width "per_expert")
@@ -126,6 +127,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     # the classic decoders (arch/classic_families.py): kv heads and the flags that set them (Falcon),
     # the MLP width (or its ratio to hidden_size), a rotary width in channels, ALiBi's slope range
     "kv_heads": "num_key_value_heads",
+    "per_layer_heads": "num_attention_heads_per_layer",  # each layer's query heads (Laguna)
     "multi_query": "multi_query",
     "grouped_kv": "new_decoder_architecture",
     "ffn_ratio": "expansion_ratio",

@@ -343,7 +343,113 @@ ARIA_TEXT = ArchSpec(
     ),
 )
 
+# Laguna (transformers 5.25): Llama's pre-norm layers with AFMoE's attention (per-head q/k RMSNorms
+# before RoPE, windows on the "sliding_attention" layers) whose output is gated by softplus(self_attn.g_proj(x))
+# instead of a sigmoid, one gate per head (gating true / "per-head": g_proj [Nq, H]) or per channel
+# ("per-element": [Nq*D, H]); each layer's query heads from num_attention_heads_per_layer (one kv-head
+# count); RoPE with a theta and a rotated share per layer type (rope_parameters by type). "dense" layers of
+# mlp_layer_types hold an intermediate_size MLP, "sparse" ones experts chosen as the top k of
+# sigmoid(logits) + mlp.gate.e_score_correction_bias (the hub's mlp.experts.e_score_correction_bias),
+# weighted by the unbiased sigmoid over their sum, times moe_routed_scaling_factor, the logits first
+# softcapped (c tanh(logits / c)) where moe_router_logit_softcapping is set, beside an ungated-sum shared
+# expert shared_expert_intermediate_size wide (the hub's mlp.shared_expert, 5.x's mlp.shared_experts)
+LAGUNA = ArchSpec(
+    name="laguna",
+    qk_norm="head",
+    layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm", output_gate="self_attn.g_proj"),
+    output_gate_activation="softplus",
+    moe=MoeSpec(
+        MoeNames(
+            shared_expert="shared_experts",
+            expert_bias="gate.e_score_correction_bias|experts.e_score_correction_bias",
+        ),
+        routing="sigmoid_topk",
+        normalize=True,
+    ),
+    tensor_aliases=(("mlp.shared_experts.", "mlp.shared_expert."),),
+    config_keys=config_keys(routed_scaling="moe_routed_scaling_factor"),
+)
+
+# Mellum (transformers 5.25): Qwen3-MoE's layers (per-head q/k RMSNorms before RoPE, softmax over every
+# expert, the top k renormalized iff norm_topk_prob) with Laguna's model around them: windows on the
+# "sliding_attention" layers of layer_types, RoPE with a theta (and a rotated share) per layer type, the
+# "dense" layers of mlp_layer_types an intermediate_size MLP; its multi-token-prediction layer (mtp.*) is
+# not read, as transformers' class ignores it
+MELLUM = replace(QWEN3_MOE, name="mellum")
+
+# Flint (transformers 5.25): Qwen3-MoE's attention (per-head q/k RMSNorms before RoPE) with gpt-oss's
+# per-head sink logit (self_attn.sinks; the hub's self_attn.softmax_offset) and RoPE on the
+# "sliding_attention" layers only (the full ones NoPE); experts chosen as the top k of sigmoid(logits), no
+# selection bias, renormalized iff norm_topk_prob, the router in fp32 (its weight kept fp32), beside a
+# shared expert shared_expert_intermediate_size wide summed without a gate (the hub's mlp.shared_expert);
+# mlp_only_layers / decoder_sparse_step dense layers as Qwen-MoE's. The sinks need GroupQueryAttention
+FLINT = replace(
+    QWEN3_MOE,
+    name="flint",
+    rope_layers="sliding",
+    attention_sinks="self_attn.sinks|self_attn.softmax_offset",
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert"), routing="sigmoid_topk", router_dtype="float32"),
+)
+
+# HY-V3 (Hy3, transformers 5.25): Qwen3's attention (per-head q/k RMSNorms before RoPE, Apertus' class),
+# Llama's pre-norm layers with a dense SwiGLU MLP where mlp_layer_types says "dense" (the class fills the
+# list: layer 0 dense), and experts chosen as the top k of sigmoid(logits) + the selection bias, weighted by
+# the unbiased sigmoid over their sum (+1e-20, always), times router_scaling_factor; the router's weight and
+# logits in fp32; shared experts num_shared_experts x moe_intermediate_size wide added to the routed sum (in
+# fp32 where enable_moe_fp32_combine: the same in an fp32 package). The hub names: mlp.router.gate,
+# mlp.expert_bias, mlp.shared_mlp (transformers renames them mlp.gate, mlp.e_score_correction_bias,
+# mlp.shared_experts at load); its multi-token-prediction layer past num_hidden_layers is not read
+HY_V3 = replace(
+    QWEN3_MOE,
+    name="hy_v3",
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_experts", expert_bias="e_score_correction_bias"),
+        routing="sigmoid_topk",
+        normalize=True,
+        shared_width="per_expert",
+        router_dtype="float32",
+    ),
+    tensor_aliases=(
+        ("mlp.gate.", "mlp.router.gate."),
+        ("mlp.e_score_correction_bias", "mlp.expert_bias"),
+        ("mlp.shared_experts.", "mlp.shared_mlp."),
+    ),
+    config_keys=config_keys(routed_scaling="router_scaling_factor", shared_experts="num_shared_experts"),
+)
+
+# Kolibri-1 (transformers 5.25): EXAONE-4's attention (per-head q/k RMSNorms before rotate-half RoPE,
+# RoPE on the sliding layers only when the model has a window, the full ones NoPE; layer_types: every fifth
+# full) in GLM-4's sandwich of four RMSNorms, and on every layer Qwen3-MoE's experts beside a shared
+# expert shared_expert_intermediate_size wide (DeepseekV3MoE's sum), routed by the top k of the fp32
+# logits + e_score_correction_bias, weighted by the sigmoid of their logits, renormalized iff
+# norm_topk_prob, no scaling. The hub spells post_attn_norm, post_ffn_norm and moe.router.expert_bias
+# (transformers renames them at load)
+KOLIBRI1 = ArchSpec(
+    name="kolibri1",
+    norm_layout="sandwich",
+    qk_norm="head",
+    rope_layers="sliding_if_windowed",
+    layer=LayerNames(
+        post_attention_norm="post_self_attn_layernorm",
+        pre_feedforward_norm="post_attention_layernorm",
+        post_feedforward_norm="post_mlp_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+    ),
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_experts", expert_bias="gate.e_score_correction_bias"),
+        routing="sigmoid_logits_biased",
+        router_dtype="float32",
+    ),
+    tensor_aliases=(
+        ("post_self_attn_layernorm.", "post_attn_norm."),
+        ("post_mlp_layernorm.", "post_ffn_norm."),
+        ("mlp.gate.e_score_correction_bias", "moe.router.expert_bias"),
+    ),
+)
+
 DERIVED_MOE = (
     GRANITEMOESHARED, GRANITEMOE_SWA, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE,
-    MINICPM5_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, MINIMAX_M3, ARIA_TEXT,
+    MINICPM5_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, MINIMAX_M3, ARIA_TEXT, LAGUNA, MELLUM, FLINT, HY_V3,
+    KOLIBRI1,
 )  # fmt: skip

@@ -54,7 +54,6 @@ LFM3 = replace(
     name="lfm3",
     norm_layout="sandwich",
     post_norms_switch=True,
-    output_gate_per_head=True,
     layer=LayerNames(
         input_norm="operator_norm",
         post_attention_norm="post_operator_norm",
@@ -116,6 +115,25 @@ QWEN3_NEXT = replace(
         gated_deltanet=GatedDeltaNetNames(qkvz="linear_attn.in_proj_qkvz", ba="linear_attn.in_proj_ba"),
     ),
     moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate")),
+)
+# Lara-Mini (transformers 5.25): Qwen3.5's layers (gated-DeltaNet "linear_attention" layers between
+# attention ones) with plain w * rms(x) RMSNorms (Helium's, no 1 + w), Qwen3's attention without an output
+# gate (per-head q/k norms, windows on the "sliding_attention" layers) and RoPE over the whole head on the
+# sliding layers only (full ones NoPE); softmax experts on every layer (fp32 router, top k renormalized iff
+# norm_topk_prob) beside a shared expert summed without a gate. The hub stacks the DeltaNet's input
+# projections into one in_proj (rows q | k | v | z | b | a) and names its gated norm out_norm
+LARA_MINI = replace(
+    QWEN3_5,
+    name="lara_mini",
+    norm_offset=0.0,
+    attention_output_gate=False,
+    rope_layers="sliding",
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "gated_deltanet"}),
+        gated_deltanet=GatedDeltaNetNames(stacked="linear_attn.in_proj"),
+    ),
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert"), router_dtype="float32"),
+    tensor_aliases=(("linear_attn.norm.", "linear_attn.out_norm."),),
 )
 # OLMo-Hybrid: OLMo-3's post-norm attention layers (full-width q/k norms, no window) between
 # Llama-style pre-norm layers whose mixer is Qwen3.5's gated DeltaNet with separate q/k/v
@@ -338,7 +356,7 @@ NEMOTRON_H = ArchSpec(
     config_keys=_NEMOTRON_H_KEYS,
 )
 HYBRIDS = (
-    LFM2, LFM2_MOE, LFM3, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, GRANITEMOEHYBRID, JAMBA,
-    FALCON_H1,
+    LFM2, LFM2_MOE, LFM3, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, GRANITEMOEHYBRID,
+    JAMBA, FALCON_H1, LARA_MINI,
     NEMOTRON_H,
 )  # fmt: skip

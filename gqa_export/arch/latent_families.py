@@ -1,5 +1,6 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
-MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash), kept apart from families.py so
+MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash, Youtu, A.X-K1,
+GLM-MoE-DSA), kept apart from families.py so
 that neither module outgrows its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
@@ -124,4 +125,33 @@ LONGCAT_FLASH = replace(
         ),
     ),
 )
-LATENT_FAMILIES = (DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH)
+# Youtu-LLM (transformers 5.25 YoutuForCausalLM): DeepseekV3Attention unchanged (q-LoRA optional, latent
+# norms at eps 1e-6, pairs or halves per rope_interleave, YaRN mscale) in Llama's pre-norm layers with
+# Qwen3's dense SwiGLU MLP, no experts (its config class removes every MoE key); tied embeddings by default
+YOUTU = replace(DEEPSEEK_V3, name="youtu", moe=None, config_keys=config_keys())
+# A.X-K1 (transformers 5.25 AXK1ForCausalLM): DeepSeek-V3's latent attention with q-LoRA always, rope
+# pairs or halves per rope_interleave, V3's grouped sigmoid router in fp32 and shared experts on the
+# "sparse" layers of mlp_layer_types (its config fills the list from first_k_dense_replace /
+# moe_layer_freq), and one change: the sparse block's output (routed + shared) goes through an RMSNorm
+# (post_mlp_layernorm, rms_norm_eps) before the residual add. The hub stores that norm at the layer
+# (dense layers hold one too, which the class never reads); transformers renames it under mlp. at load
+_GLM4_MOE_LITE_MOE = GLM4_MOE_LITE.moe
+assert _GLM4_MOE_LITE_MOE is not None
+AXK1 = replace(
+    GLM4_MOE_LITE,
+    name="axk1",
+    moe=replace(
+        _GLM4_MOE_LITE_MOE,
+        names=replace(_GLM4_MOE_LITE_MOE.names, output_norm="post_mlp_layernorm|mlp.post_mlp_layernorm"),
+    ),
+)
+# GLM-MoE-DSA (GLM-5, transformers 5.25 GlmMoeDsaForCausalLM): DeepSeek-V3.2 whose attention is A.X-K1's
+# (q-LoRA always, rope pairs always: no rope_interleave) and whose indexer (pairs too) runs on the "full"
+# layers of indexer_types while the "shared" ones reuse the previous full layer's top-k; within
+# index_topk keys every selection keeps every visible key, so V3.2's policy holds: plain MLA, the
+# indexers' weights not read, the package's context capped at index_topk (model/latent.py)
+GLM_MOE_DSA = replace(DEEPSEEK_V32, name="glm_moe_dsa")
+LATENT_FAMILIES = (
+    DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH, YOUTU, AXK1,
+    GLM_MOE_DSA,
+)  # fmt: skip

@@ -63,6 +63,9 @@ class GatedDeltaNetNames:
     z_parts: tuple[str, str] | None = None
     decay: str = "per_head"
     gate: str = "silu"
+    # one in_proj whose rows stack q | k | v | z | b | a (Lara's hub files; transformers splits it at load
+    # into the four above), read where the checkpoint holds it
+    stacked: str | None = None
 
 
 DELTANET_DECAYS = ("per_head", "per_channel")

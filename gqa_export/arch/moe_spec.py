@@ -43,6 +43,10 @@ class MoeNames:
     ungated: tuple[tuple[str, str], ...] = ()
     # projections into and out of a narrower width D the experts run in (in, out), where the checkpoint has them
     latent: tuple[str, str] | None = None
+    # a norm over the block's whole output (routed + shared experts) before the residual add, on sparse layers only
+    # (A.X-K1's post_mlp_layernorm, stored at the layer on the hub and under mlp. by transformers); "a|b": the
+    # spellings tried in order, relative to the layer
+    output_norm: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,9 @@ class MoeSpec:
     SiLU-gated expert that is not the output scaled, graph/input_scaled_experts.py), "sigmoid_topk"
     (Cohere2-MoE's sigmoid selection: the top k of the logits weighted by their sigmoid, renormalized
     by the sum alone when normalized; MiniMax-M2 and AFMoE choose on sigmoid + the selection bias their
-    checkpoints hold, `expert_bias`). Routers other
+    checkpoints hold, `expert_bias`), "sigmoid_logits_biased" (Kolibri-1: the top k of the logits + the
+    selection bias, weighted by the sigmoid of their logits, renormalized by their sum when
+    norm_topk_prob). Routers other
     than softmax are computed as dense weights (graph/moe.py).
     shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)

@@ -90,7 +90,7 @@ class LayerNames:
     parallel_norms: tuple[str, str] | None = None
     # a Linear [Nq*D, H] of the layer's normed input whose sigmoid gates the attention output before
     # o_proj, where the checkpoint holds it (AFMoE's self_attn.gate_proj; Qwen3.5's gate sits in q_proj)
-    output_gate: str | None = None  # [Nq, H] instead where the spec's output_gate_per_head says so (LFM3's g_proj)
+    output_gate: str | None = None
     # norms inside the blocks, applied where the spec names them (the checkpoint must hold them): one
     # over the attention output before o_proj, one over act(gate) * up before down_proj (BitNet's
     # self_attn.attn_sub_norm and mlp.ffn_sub_norm)
@@ -336,12 +336,12 @@ class ArchSpec:
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
     # the sandwich's post-block norms exist only where the config's "post_norms" switch is on (HyperCLOVAX)
     post_norms_switch: bool = False
-    output_gate_per_head: bool = False  # LayerNames.output_gate is [Nq, H]: one gate per head (LFM3)
     # modules holding DiffLlama's lambdas (graph/differential.py: cache heads 2 x head_dim) and Doge's A and
     # dt_proj (graph/dynamic_mask.py: head_dim + 16); model/layer_ropes.projected_head_dim
     differential_attention: str | None = None
     dynamic_key_bias: str | None = None
 
+    output_gate_activation: str = "sigmoid"  # of the output gate (graph/output_gate.py): sigmoid | softplus (Laguna)
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # a config's own layer-type values -> transformers' (GPT-Neo's "local" is "sliding_attention")

@@ -35,6 +35,7 @@ from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
 from gqa_export.graph.normed_residual import normed_residual_layer
 from gqa_export.graph.options import GraphOptions
+from gqa_export.graph.output_gate import gated_output
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
@@ -46,7 +47,7 @@ from gqa_export.graph.shared_block import shared_block_layer
 from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
 from gqa_export.graph.standard import LayerKV, standard_attention
 from gqa_export.graph.state_mixers import STATE_MIXERS, state_mixer
-from gqa_export.graph.value_heads import head_gated_output, narrowed_output
+from gqa_export.graph.value_heads import narrowed_output
 from gqa_export.graph.widened_heads import widened, widened_output, widened_qkv
 from gqa_export.model.dims import LayerDims, ModelDims
 
@@ -126,8 +127,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
             lc = LayerContext(
-                b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora,
-                shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
+                b, i, dims.of_layer(layer), spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt,
+                lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
             )  # fmt: skip
             if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
                 h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
@@ -224,7 +225,7 @@ def _attention_fn(
             else:
                 qkv = qkv_projection(lc, x)
             fused = layer.rope not in tables
-            out, key, value = gqa(b, qkv, past, ctx, dims, layer, window_cache, bias, sinks, fused)
+            out, key, value = gqa(b, qkv, past, ctx, lc.dims, layer, window_cache, bias, sinks, fused)
             if source is not None:
                 return out, source
             assert key is not None and value is not None
@@ -313,13 +314,7 @@ def decoder_layer(
     if attention is not None:
         with b.scope("attn"):
             out, kv = attention(lc, x)
-            gate = lc.output_gate.get("gate")
-            if gate is None and L.output_gate is not None and lc.has(L.output_gate):  # AFMoE's own gate_proj
-                gate = linear(lc, x, [L.output_gate], None, "gate_proj")
-            if gate is not None and lc.spec.output_gate_per_head:  # LFM3: one gate value per head
-                out = head_gated_output(b, out, gate, lc.dims.num_heads, lc.layer.head_dim)
-            elif gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
-                out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
+            out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's and LFM3's own Linear
             if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
                 out = widened_output(lc, out)
             elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
@@ -382,7 +377,12 @@ def _mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
         return shortcut_mlp(lc, x)
     if lc.spec.moe is not None and lc.spec.moe.routing == "normed_residual":
         return dense_and_sparse_mlp(lc, x, residual, _norm)
-    return sparse_mlp(lc, x)
+    out = sparse_mlp(lc, x)
+    spellings = [m for m in (lc.spec.moe.names.output_norm or "").split("|") if m]  # type: ignore[union-attr]
+    if not spellings:
+        return out
+    # A.X-K1: the block's output normed before the residual add (the first spelling the checkpoint holds)
+    return _norm(lc, out, next((m for m in spellings if lc.has(m)), spellings[0]), "sparse_output_norm")
 
 
 def layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:

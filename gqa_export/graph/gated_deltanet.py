@@ -111,12 +111,25 @@ def _projection(lc: LayerContext, x: ir.Value, part: str) -> ir.Value:
     v weights concatenated (OLMo-Hybrid), a or z through a low-rank pair (Kimi's KDA)."""
     assert lc.spec.mixers is not None
     names = lc.spec.mixers.gated_deltanet
+    if names.stacked is not None and lc.has(names.stacked):  # Lara: rows of one stacked in_proj
+        assert lc.dims.deltanet is not None
+        weight = lc.params.matmul_rows(lc.name(names.stacked), [stacked_rows(lc.dims.deltanet, part)])
+        graph_weight = lc.b.initializer(lc.name(getattr(names, part)), weight)
+        return lc.b.op("MatMul", x, graph_weight, name=f"in_proj_{part}/MatMul")
     if part == "qkv" and names.qkv_parts:  # one MatMul named after names.qkv
         return linear(lc, x, list(names.qkv_parts), names.qkv, "in_proj_qkv")
     parts = {"a": names.a_parts, "z": names.z_parts}.get(part)
     if parts is not None:  # Kimi's KDA: a low-rank pair of Linears (graph/kda_gates.py)
         return low_rank(lc, x, parts, f"in_proj_{part}")
     return linear(lc, x, [getattr(names, part)], None, f"in_proj_{part}")
+
+
+def stacked_rows(d: DeltaNetDims, part: str) -> tuple[int, int]:
+    """The row range of `part` (qkv, z, b or a) in one in_proj stacking q | k | v | z | b | a
+    (GatedDeltaNetNames.stacked: Lara's hub files), as transformers' Split(dim=0) cuts it."""
+    qkv = 2 * d.key_heads * d.key_dim + d.value_heads * d.value_dim
+    z, hv = qkv + d.value_heads * d.value_dim, d.value_heads
+    return {"qkv": (0, qkv), "z": (qkv, z), "b": (z, z + hv), "a": (z + hv, z + 2 * hv)}[part]
 
 
 def grouped_rows(d: DeltaNetDims, part: str) -> list[tuple[int, int]]:

@@ -274,7 +274,7 @@ def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
     routing = moe.routing  # the spec's, or the one the config selects (Cohere2-MoE's expert_selection_fn)
     if routing == "sparsemixer":
         return _sparsemixer(lc.b, logits, moe.jitter, lc.params.dtype)
-    if routing in ("sigmoid_biased", "softmax_biased", "sigmoid_topk"):
+    if routing in ("sigmoid_biased", "softmax_biased", "sigmoid_topk", "sigmoid_logits_biased"):
         return _biased_choice(lc, prefix, logits, moe, routing)
     if routing in GROUPED_ROUTINGS:
         return grouped_routing(lc, prefix, logits, moe)
@@ -285,7 +285,8 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
     """Routers that choose on biased scores and weight by the unbiased ones, as dense weights [B,S,E].
     s = sigmoid(logits) (sigmoid_biased: LFM2-MoE; sigmoid_topk: Cohere2-MoE without a bias, MiniMax-M2
     and AFMoE with one, renormalized by the sum alone) or softmax(logits) (softmax_biased: ERNIE-4.5-MoE);
-    the top k of s + expert_bias (when the checkpoint has the bias) are chosen, weighted by s,
+    the top k of s + expert_bias (when the checkpoint has the bias) are chosen (of logits + expert_bias:
+    sigmoid_logits_biased, Kolibri-1, renormalized as sigmoid_topk), weighted by s,
     renormalized when norm_topk_prob (ERNIE always) by their sum + 1e-6 (LFM2-MoE) or
     max(sum, moe_norm_min) (ERNIE), times routed_scaling_factor. The group-limited routers
     (DeepSeek, GLM-4-MoE) are graph/grouped_routing.py's."""
@@ -296,8 +297,11 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
         if routing == "softmax_biased":
             scores = b.op("Softmax", logits, axis=-1, name="scores")
         else:
+            if moe.router_softcap:  # Laguna: c tanh(logits / c) before the sigmoid
+                cap = b.const(np.asarray(moe.router_softcap, NUMPY_DTYPES[dtype]), "router_softcap")
+                logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="capped_logits")
             scores = b.op("Sigmoid", logits, name="scores")
-        choosing = scores
+        choosing = logits if routing == "sigmoid_logits_biased" else scores
         spellings = (lc.name(f"{prefix}{n}", suffix="") for n in (names.expert_bias or "").split("|") if n)
         bias_name = next((n for n in spellings if n in lc.params.store), None)
         if bias_name is not None:
@@ -306,7 +310,7 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
                 bias = b.initializer(bias_name, flat)
             else:
                 bias = b.initializer(bias_name, lc.params.vector([bias_name]))
-            choosing = b.op("Add", scores, bias, name="biased")
+            choosing = b.op("Add", choosing, bias, name="biased")
         _, chosen = b.op_multi("TopK", choosing, b.const([moe.top_k], "k", "int64"), axis=-1, outputs=2, name="topk")
         picked = b.op("GatherElements", scores, chosen, axis=-1, name="picked")
         if moe.normalize:
@@ -314,7 +318,7 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
             if routing == "softmax_biased":
                 floor = b.const(np.asarray(moe.norm_min, NUMPY_DTYPES[dtype]), "norm_min")
                 picked = b.op("Div", picked, b.op("Max", total, floor), name="renormalized")
-            elif routing == "sigmoid_topk":  # Cohere2-MoE: over their sum alone
+            elif routing in ("sigmoid_topk", "sigmoid_logits_biased"):  # Cohere2-MoE: over their sum alone
                 picked = b.op("Div", picked, total, name="renormalized")
             else:
                 eps = b.const(np.asarray(1e-6, NUMPY_DTYPES[dtype]), "eps")

@@ -35,12 +35,3 @@ def narrowed_output(b: GraphBuilder, y: ir.Value, heads: int, width: int, head_d
         b.const([-1], "last_axis", "int64"), name="drop_v_padding",
     )  # fmt: skip
     return b.op("Reshape", kept, b.const([0, 0, heads * width], "out_flat", "int64"))
-
-
-def head_gated_output(b: GraphBuilder, y: ir.Value, gate: ir.Value, heads: int, head_dim: int) -> ir.Value:
-    """The attention output [B,S,heads*head_dim] with each head's channels times sigmoid of its one gate
-    value ([B,S,heads]: LFM3's g_proj, ArchSpec.output_gate_per_head)."""
-    per_head = b.op("Reshape", y, b.const([0, 0, heads, head_dim], "gated_heads", "int64"))
-    scale = b.op("Unsqueeze", b.op("Sigmoid", gate), b.const([-1], "gate_axis", "int64"))
-    gated = b.op("Mul", per_head, scale, name="head_output_gate")
-    return b.op("Reshape", gated, b.const([0, 0, heads * head_dim], "gated_flat", "int64"))

@@ -79,3 +79,15 @@ def pruned_head_rows(opt: Any, vocab_size: int, tied: bool) -> int:
             f"a pruned lm_head (output_vocab_size {rows} of {vocab_size}) tied to the embeddings is not supported"
         )
     return int(rows)
+
+
+def layer_heads(opt: Any, i: int, heads: int) -> int:
+    """Layer i's own query heads where the config lists them per layer and they differ from the
+    model's (Laguna's num_attention_heads_per_layer; the kv heads stay one count), else 0."""
+    per_layer = opt("per_layer_heads")
+    if not per_layer or not heads:
+        return 0
+    if len(per_layer) <= i:
+        raise InputError(f"num_attention_heads_per_layer has {len(per_layer)} entries, fewer than the layers")
+    own = int(per_layer[i])
+    return 0 if own == heads else own

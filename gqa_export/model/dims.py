@@ -13,14 +13,14 @@ layers point at the layer whose cache they read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model import config_reads
 from gqa_export.model.alibi import alibi_slopes
-from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
+from gqa_export.model.config_reads import config_get, first_id, layer_config, layer_heads, placeholder_ids, token_ids
 from gqa_export.model.latent import LatentDims, latent_dims, latent_scale
 from gqa_export.model.layer_kinds import (
     DeltaNetDims,
@@ -97,6 +97,7 @@ class LayerDims:
     # Zamba2: this layer's use of the shared transformer blocks (-1: none) and the layer holding its weights
     shared_use: int = -1
     shared_source: int = -1
+    num_heads: int = 0  # query heads where a layer has its own (Laguna's num_attention_heads_per_layer); 0: the model's
 
     @property
     def shares_kv(self) -> bool:
@@ -200,6 +201,10 @@ class ModelDims:
 
     def scale(self, layer: LayerDims) -> float:
         return self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** -0.5
+
+    def of_layer(self, layer: LayerDims) -> ModelDims:
+        """These dims as one layer's attention reads them: its own query heads where it has them."""
+        return self if not layer.num_heads else replace(self, num_heads=layer.num_heads)
 
 
 def read_dims(
@@ -363,7 +368,8 @@ def _layers(
             rope_key = None
         if thetas is not None and rope_key is not None:
             rope_key = theta_rope_key(config, float(thetas[i]))
-        head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, heads, hidden)
+        own_heads = layer_heads(opt, i, heads)
+        head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, own_heads or heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
@@ -400,6 +406,7 @@ def _layers(
                 chunk=int(opt("attention_chunk", 0) or 0) if layer_type == CHUNKED else 0,
                 shared_use=uses.get(i, (-1, -1))[0],
                 shared_source=uses.get(i, (-1, -1))[1],
+                num_heads=own_heads,
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

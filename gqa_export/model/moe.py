@@ -31,6 +31,7 @@ class MoeDims:
     # experts that return their input (LongCat-Flash's zero-computation experts): router columns
     # experts .. experts + zero_experts - 1, chosen beside the real ones (graph/zero_experts.py)
     zero_experts: int = 0
+    router_softcap: float = 0.0  # logits -> c tanh(logits / c) before the sigmoid (Laguna); 0: none
 
 
 def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
@@ -82,6 +83,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         shared_average=combination == "average",
         routing=routing,
         zero_experts=int(opt("zero_experts", 0) or 0),
+        router_softcap=_router_softcap(opt, routing),
     )
 
 
@@ -89,6 +91,15 @@ def clamped_swiglu(spec: ArchSpec) -> bool:
     """The family's experts compute gpt-oss's clamped SwiGLU: its constants are read even where no layer is
     sparse, since MiniMax-M3's dense MLPs compute it too (graph/activations.gated)."""
     return spec.moe is not None and spec.moe.activation == "swiglu_clamped"
+
+
+def _router_softcap(opt: Any, routing: str) -> float:
+    """The router logits' tanh softcap; computed for the routers chosen on sigmoid scores in the graph
+    (graph/moe.py), refused for the others rather than dropped."""
+    cap = float(opt("router_softcap", 0.0) or 0.0)
+    if cap and routing not in ("sigmoid_topk", "sigmoid_biased"):
+        raise InputError(f"a router logit softcap ({cap}) is not supported with {routing} routing")
+    return cap
 
 
 def _uniform(key: str, value: Any) -> int:

@@ -42,8 +42,10 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore) -
         if names.qkv is None and q in store and not layer.shares_kv and layer.attends:
             shape = store.info(q).shape
             gate = 2 if spec.attention_output_gate else 1  # Qwen3.5: each head's query and output gate
-            width = projected_head_dim(spec, layer.head_dim)  # DiffLlama, Doge: wider cache heads
-            _same("num_attention_heads / head_dim", gate * dims.num_heads * width, shape[0], q, shape)
+            width = (
+                gate * dims.of_layer(layer).num_heads * projected_head_dim(spec, layer.head_dim)
+            )  # Laguna, DiffLlama, Doge
+            _same("num_attention_heads / head_dim", width, shape[0], q, shape)
             _same("hidden_size", dims.hidden_size, shape[1], q, shape)
         down = f"{prefix}{names.down}.weight"
         dense_only = spec.moe is None or (spec.moe.layer_type is not None and not layer.sparse)

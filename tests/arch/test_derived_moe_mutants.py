@@ -24,8 +24,14 @@ and the mup_enabled embedding scale (dropped). MiniCPM5-MoE: its selection bias 
 head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). MiniMax-M3: the
 clamped SwiGLU of its dense MLPs and shared expert (the limit x100: unclamped; the experts' op keeps its
 own), routed_scaling_factor (halved to 1), its selection bias at mlp.gate.e_score_correction_bias (zeroed).
-head's query and output gate of q_proj exchanged in the graph (Qwen3.5's split). Aria: its experts'
-[gate | up] halves (read as interleaved pairs) and its top-k softmax (not renormalized), spec mutants.
+Aria: its experts' [gate | up] halves (read as interleaved pairs) and its top-k softmax (not
+renormalized), spec mutants. Laguna: its selection
+bias at the hub's mlp.experts.e_score_correction_bias (zeroed), the router logits' softcap (x1000: none), and as a
+spec mutant the softplus of its output gate (a sigmoid instead). Flint: a spec with RoPE on its full
+layers too. HY-V3: its selection
+bias (the hub's mlp.expert_bias, zeroed) and router_scaling_factor (dropped). Kolibri-1: its selection
+bias (the hub's moe.router.expert_bias, zeroed), and as spec mutants the choice made on sigmoid + bias
+(MiniMax-M2's) instead of logits + bias, and RoPE on its full layer.
 """
 
 from __future__ import annotations
@@ -68,10 +74,20 @@ MUTANTS = {
         "routed-scaling-dropped": ("const.routed_scaling*", times(0.5)),
         "selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0)),
     },
+    # the hub's mlp.expert_bias, read under the spec's name; router_scaling_factor 2.5 dropped
+    "hy_v3": {
+        "selection-bias-zeroed": ("*.mlp.e_score_correction_bias", times(0.0)),
+        "router-scaling-dropped": ("const.routed_scaling*", times(0.4)),
+    },
+    "kolibri1": {"selection-bias-zeroed": ("*.mlp.gate.e_score_correction_bias", times(0.0))},
     "afmoe": {
         "selection-bias-zeroed": ("*.mlp.expert_bias", times(0.0)),
         "route-scale-dropped": ("const.routed_scaling*", times(0.5)),
         "sandwich-post-mlp-norm-scaled": ("*.post_mlp_layernorm.weight", times(1.5)),
+    },
+    "laguna": {
+        "selection-bias-zeroed": ("*.mlp.experts.e_score_correction_bias", times(0.0)),
+        "router-softcap-dropped": ("const.router_softcap*", times(1000.0)),
     },
 }
 
@@ -119,6 +135,12 @@ SPEC_MUTANTS = {
         "minimax_m2",
         dict(moe=replace(arch.SPECS["minimax_m2"].moe, routing="softmax")),
     ),
+    "kolibri1-choice-on-sigmoid": (
+        "kolibri1",
+        "kolibri1",
+        dict(moe=replace(arch.SPECS["kolibri1"].moe, routing="sigmoid_topk")),
+    ),
+    "kolibri1-global-rope-kept": ("kolibri1", "kolibri1", dict(rope_layers="all")),
     "afmoe-output-gate-dropped": (
         "afmoe",
         "afmoe",
@@ -142,6 +164,8 @@ SPEC_MUTANTS = {
         "aria_text",
         dict(moe=replace(arch.SPECS["aria_text"].moe, normalize=False)),
     ),
+    "laguna-softplus-gate-as-sigmoid": ("laguna", "laguna", dict(output_gate_activation="sigmoid")),
+    "flint-full-layer-rope-kept": ("flint", "flint", dict(rope_layers="all")),
 }
 
 

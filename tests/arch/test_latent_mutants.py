@@ -112,3 +112,18 @@ def test_mutant_glm4_moe_lite_mlp_layer_types_ignored_cannot_build(builds, tmp_p
     with pytest.raises(InputError) as raised:
         build(BuildOptions(str(builds.checkpoint("glm4_moe_lite")), tmp_path / "pkg", smoke=False))
     assert "layers.1" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_mutant_axk1_expert_output_norm_dropped_fails_hf_parity(builds, tmp_path, monkeypatch):
+    """A.X-K1's RMSNorm over the sparse block's output (post_mlp_layernorm) left out: the routed + shared
+    sum is added to the residual unnormed, as DeepSeek-V3 adds it."""
+    from gqa_export.arch import SPECS
+
+    _registered("axk1")
+    spec = SPECS["axk1"]
+    assert spec.moe is not None
+    unnormed = replace(spec.moe, names=replace(spec.moe.names, output_norm=None))
+    monkeypatch.setitem(SPECS, "axk1", replace(spec, moe=unnormed))
+    checkpoint = builds.checkpoint("axk1")
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert parity_error(tmp_path / "pkg", checkpoint) > 1e-2

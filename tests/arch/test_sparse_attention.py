@@ -5,8 +5,8 @@ The package is DeepSeek-V3's latent attention with the lightning indexer left ou
 query sees at most index_topk keys (the indexer then keeps them all). These checks: the package's
 context is capped at index_topk (genai_config's context_length and search.max_length, a note in the
 build output), a longer --max-length is refused in one line (exit 2, nothing written), HF past
-index_topk indeed differs from plain MLA (so the cap is needed), and the mutants: the cap dropped,
-and a config.json's rope_interleave read (the class always rotates pairs)."""
+index_topk indeed differs from plain MLA (so the cap is needed; both for GLM-MoE-DSA too), and the
+mutants: the cap dropped, and a config.json's rope_interleave read (the class always rotates pairs)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
 
 FAMILY = "deepseek_v32"
+# the families under the same policy: GLM-MoE-DSA's indexers too keep every key within index_topk (its
+# "shared" layers reuse the previous full layer's choice), so its package is capped the same way
+CAPPED = (FAMILY, "glm_moe_dsa")
 INDEX_TOPK = 128  # the tiny config's (tests/derived_moe_models.py), below max_position_embeddings 256
 
 
@@ -40,12 +43,15 @@ def _context(package: Path) -> tuple[int, int]:
     return config["model"]["context_length"], config["search"]["max_length"]
 
 
-def test_package_context_is_capped_at_index_topk(builds, tmp_path):
+@pytest.mark.parametrize("family", CAPPED)
+def test_package_context_is_capped_at_index_topk(builds, tmp_path, family):
     """The registry's package and a CLI build: context_length and max_length are index_topk, not the
     model's 256, and the build says so in one line."""
-    assert _context(builds.package(FAMILY)) == (INDEX_TOPK, INDEX_TOPK)
+    if BY_NAME[family] not in REGISTERED:
+        pytest.skip(f"{family} needs a newer transformers")
+    assert _context(builds.package(family)) == (INDEX_TOPK, INDEX_TOPK)
     out = tmp_path / "pkg"
-    result = CliRunner().invoke(app, ["build", str(builds.checkpoint(FAMILY)), "-o", str(out), "--no-smoke"])
+    result = CliRunner().invoke(app, ["build", str(builds.checkpoint(family)), "-o", str(out), "--no-smoke"])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if "index_topk" in line]
     assert len(lines) == 1 and f"index_topk {INDEX_TOPK}" in lines[0], result.output
@@ -62,22 +68,27 @@ def test_max_length_past_index_topk_is_refused_in_one_line(builds, tmp_path):
     assert not out.exists()
 
 
-def test_hf_past_index_topk_is_not_plain_mla(builds):
+@pytest.mark.parametrize("family", CAPPED)
+def test_hf_past_index_topk_is_not_plain_mla(builds, family):
     """HF itself with index_topk 4 on the 14-token prompt: the first 4 positions (at most 4 keys each)
     are those of index_topk 128, later ones differ by far more than any parity bound here, so past
-    index_topk the package (plain MLA) would be wrong: hence the cap."""
+    index_topk the package (plain MLA) would be wrong: hence the cap. (GLM-MoE-DSA's "shared" layer
+    has no indexer of its own: it reuses layer 0's choice.)"""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(builds.checkpoint(FAMILY), dtype=torch.float32).eval()
+    if BY_NAME[family] not in REGISTERED:
+        pytest.skip(f"{family} needs a newer transformers")
+    model = AutoModelForCausalLM.from_pretrained(builds.checkpoint(family), dtype=torch.float32).eval()
     ids = torch.tensor([PROMPT])
     with torch.no_grad():
         dense = model(ids).logits[0].numpy()
         for layer in model.model.layers:
-            layer.self_attn.indexer.index_topk = 4
+            if layer.self_attn.indexer is not None:
+                layer.self_attn.indexer.index_topk = 4
         sparse = model(ids).logits[0].numpy()
     within, past = np.abs(dense - sparse)[:4].max(), np.abs(dense - sparse)[4:].max()
-    assert within < 1e-5 and past > 0.1, (within, past)  # measured 4.8e-7 and 4.3
+    assert within < 1e-5 and past > 0.1, (within, past)  # measured 4.8e-7 and 4.3 (glm_moe_dsa: 0 and 3.7)
 
 
 def test_mutant_cap_dropped_is_caught(builds, tmp_path, monkeypatch):
