@@ -41,6 +41,7 @@ FAMILIES = [
     "hunyuan_v1_dense",
     "apertus",
     "lfm2",
+    "lfm3",
     "qwen3_5_text",
     "lfm2_moe",
     "qwen3_5_moe_text",
@@ -83,6 +84,8 @@ VARIANTS = {
         dict(sliding_window=None, layer_types=["full_attention"] * 3),
     ),  # EXAONE-4.0-1.2B style
     "olmo_noclip": ("olmo", dict(clip_qkv=None)),
+    # HyperCLOVAX without its peri-layer norms (use_post_norm false: Granite's pre-norm layers)
+    "hyperclovax_no_post_norm": ("hyperclovax", dict(use_post_norm=False)),
     # Falcon-40B/180B's layout: 2 kv groups of 2 query heads, ln_attn + ln_mlp, every bias (seed 8: with
     # these biases seeds 0-7 repeat a few tokens under 5.24 or 4.57)
     "falcon_grouped": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True, seed=8)),
@@ -94,6 +97,8 @@ VARIANTS = {
         "lfm2",
         dict(conv_bias=True, conv_L_cache=4, layer_types=None, full_attn_idxs=[0, 3], block_auto_adjust_ff_dim=False),
     ),
+    # LFM3 without its sandwich norms and head gates (use_sandwich_norm, use_attention_gate false)
+    "lfm3_plain": ("lfm3", dict(use_sandwich_norm=False, use_attention_gate=False)),
     # Nemotron-H with mixture-of-experts layers: pattern M * E - M E; 8 ungated squared-ReLU experts of
     # 32 in 4 groups, the top 2 of the 2 best groups (sigmoid scores + e_score_correction_bias),
     # renormalized, x2.5; a 48-wide squared-ReLU shared expert
@@ -306,6 +311,20 @@ def family_config(model_type: str) -> dict:
             routed_scaling_factor=1.5,
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )
+    elif model_type == "lfm3":  # LFM2's conv layers, sliding and full gated attention layers, sandwich norms
+        c.update(
+            num_hidden_layers=4,
+            layer_types=["conv", "sliding_attention", "conv", "full_attention"],
+            head_dim=16,
+            sliding_window=8,
+            conv_L_cache=3,
+            norm_eps=1e-5,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+            },
         )
     elif model_type == "qwen3_5_text":  # gated DeltaNet (conv + recurrent state) + gated GQA layers
         c.update(
@@ -617,6 +636,12 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5, 1.0))
             elif leaf == "A_log":  # decay rates exp(A_log) ~ 0.05-0.5: the state outlives a few tokens
                 p.copy_(rn(p, 0.5, -2.0))
+            elif leaf.startswith("lambda_"):  # DiffLlama's lambda vectors: lambda about 0.5 + lambda_init
+                p.copy_(rn(p, 0.2))
+            elif leaf == "A" or leaf.endswith("_residual"):  # Doge's dt scale (zeros) and residual vectors (ones)
+                p.copy_(rn(p, 0.5, 1.0 if leaf.endswith("_residual") else 0.0))
+            elif leaf == "sinks":  # GraniteSWA's per-head sink logits (zeros at init)
+                p.copy_(rn(p, 1.0))
             elif leaf == "dt_bias":
                 p.copy_(rn(p, 0.3))
             elif leaf == "e_score_correction_bias":  # ERNIE-4.5-MoE's (a parameter): probs are ~1/E

@@ -29,6 +29,26 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # GraniteMoE-SWA: GraniteMoE's multipliers and top 2 of 8 without the shared MLP (the class's
+    # shared_intermediate_size 0), sinks on every layer, layer 0 full, 1-2 sliding (window 8), a RoPE
+    # base per layer: the global one, none (NoPE), another
+    "granitemoe_swa": (
+        dict(
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            sliding_window=8,
+            layer_rope_theta=[10000.0, 0, 500000.0],
+            embedding_multiplier=6.0,
+            attention_multiplier=0.125,
+            residual_multiplier=0.5,
+            logits_scaling=2.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-6,
+            initializer_range=0.3,
+        ),
+        ("head_dim",),
+    ),
     # LongCat-Flash: 2 layers of two MLA sublayers each (4 KV caches; q-LoRA, rope head_dim = qk_rope 8,
     # values 16 padded to 24), a 96-wide dense MLP per sublayer, a shortcut MoE of 8 real experts 32 wide
     # and 4 zero experts, the top 3 of 12 times 2.5 (not renormalized)

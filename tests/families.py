@@ -386,6 +386,28 @@ FAMILIES: tuple[Family, ...] = (
         since_major=5,
         ragged_logits_modes=("gqa",),
     ),
+    # Granite's multipliers with sinks, sliding layers and a RoPE base per layer (one NoPE): the sinks need
+    # GroupQueryAttention (bias and split refused in one line), so gqa only; mutants: test_derived_mutants.py
+    dense_family(
+        "granite_swa",
+        logits_modes=(),
+        since_major=5,
+        since=(5, 25),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+    ),
+    # Granite's multipliers with each block's output normed before the add and the logits multiplied by
+    # logits_scaling; and without those norms (use_post_norm false); mutants: test_derived_mutants.py
+    dense_family("hyperclovax", generate_modes=ALL_MODES, since_major=5, since=(5, 25), **RAGGED_TWO_MODES),
+    dense("hyperclovax_no_post_norm", logits_modes=(), since_major=5, since=(5, 25)),
+    # differential attention on one GQA with 2D-wide heads: gqa only (bias and split refused in one line);
+    # mutants: test_derived_mutants.py
+    dense_family(
+        "diffllama", logits_modes=(), since_major=5, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)
+    ),
+    # dynamic mask attention (each key's bias carried in its cached value), residual vectors: gqa only
+    # (bias and split refused in one line); context capped at keep_window_size; mutants: test_derived_mutants.py
+    dense_family("doge", logits_modes=(), since_major=5, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",
@@ -453,6 +475,11 @@ FAMILIES: tuple[Family, ...] = (
         gathered_tables=TIED,
         since_major=5,
     ),
+    # LFM2's conv layers with sliding and full GQA layers, a sigmoid gate per head, sandwich norms, a
+    # proportional partial rope on the full layers; and without the norms and gates (5.25's class;
+    # mutants: tests/arch/test_derived_mutants.py)
+    hybrid("lfm3", genai_type="lfm2", quantized=("int4",), gathered_tables=TIED, since_major=5, since=(5, 25)),
+    dense("lfm3_plain", genai_type="lfm2", logits_modes=(), since_major=5, since=(5, 25)),
     # gated-DeltaNet (conv + recurrent state) + gated GQA layers, and with experts (Qwen3.5, -MoE)
     hybrid(
         "qwen3_5_text",
@@ -787,6 +814,9 @@ FAMILIES: tuple[Family, ...] = (
         gathered_tables=frozenset({"model.word_embeddings.qweight"}),
         ragged_logits_modes=("gqa",),
     ),
+    # GraniteMoE's experts without the shared MLP, with GraniteSWA's sinks, sliding layers and RoPE base per
+    # layer (one NoPE): gqa only, like granite_swa, whose row checks the rest (5.25's class)
+    moe("granitemoe_swa", generate_modes=("gqa",), since_major=5, since=(5, 25), ragged_logits_modes=("gqa",)),
     # GLM-4-MoE's experts with Qwen3.5's output gate in q_proj, no q/k norms, full RoPE (5.25's class)
     moe_family("minicpm5_moe", ALL_MODES, since_major=5, since=(5, 25), **RAGGED_EVERY_MODE),
     # Llama's layers, a bare router weight, transposed [gate | up] SiLU experts, two shared experts (5.25's class);

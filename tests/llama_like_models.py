@@ -237,6 +237,48 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
+    # GraniteSWA: Granite's multipliers, sinks on every layer (drawn by dense_models' randomization),
+    # layer 0 full, 1-2 sliding (window 8), a RoPE base per layer: the global one, none (NoPE), another
+    "granite_swa": dict(
+        sliding_window=8,
+        layer_rope_theta=[10000.0, 0, 500000.0],
+        embedding_multiplier=6.0,
+        attention_multiplier=0.125,
+        residual_multiplier=0.5,
+        logits_scaling=2.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # HyperCLOVAX: Granite's multipliers, each block's output RMSNormed before the add (use_post_norm),
+    # the logits multiplied by logits_scaling (2.5: Granite would divide), head_dim 16
+    "hyperclovax": dict(
+        embedding_multiplier=6.0,
+        attention_multiplier=0.125,
+        residual_multiplier=0.5,
+        logits_scaling=2.5,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # DiffLlama: differential attention over 4 heads of 16 (2 head pairs), 2 kv heads (one per value half),
+    # lambdas drawn by dense_models' randomization; caches 32 wide
+    "diffllama": dict(
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # Doge: dynamic mask attention (A and dt_proj drawn by dense_models' randomization), q/k norms, residual
+    # vectors; keep_window_size 96 (the package's context, past every prompt and its tokens), windows of 8
+    "doge": dict(
+        head_dim=16,
+        sliding_window=8,
+        keep_window_size=96,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
     # MiniCPM3: multi-head latent attention (q-LoRA 32, a 32-wide latent, keys of 16 no-rope + 8 rope dims,
     # values of 16 padded to 24 in the cache; one kv head per query head, as HF expands) with rotate-half
     # RoPE under the published longrope (short factors: the original length is the whole context), and

@@ -22,6 +22,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "depth_scale": "scale_depth",  # MiniCPM3: residual_scale "depth" (scale_depth / sqrt(layers))
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
+    "post_norms": "use_post_norm",  # ArchSpec.post_norms_switch: the sandwich's post-block norms exist
+    "layer_rope_theta": "layer_rope_theta",  # one RoPE base per layer, 0 = NoPE (GraniteSWA)
     # Llama-4: chunked local attention of the "chunked_attention" layers, the scaleless q/k norm's
     # switch, NoPE layers' attention temperature tuning
     "attention_chunk": "attention_chunk_size",
@@ -89,6 +91,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     # MiniMax-M3's block-sparse indexer: the key blocks it keeps per query and their size
     "index_topk_blocks": "index_topk_blocks",
     "index_block_size": "index_block_size",
+    "dynamic_keep_window": "keep_window_size",  # Doge: the dynamic mask's top-k keys (the context cap)
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",

@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.classic_families import GPT2, GPT_NEOX, OPT
-from gqa_export.arch.families import APERTUS, ARCEE, COHERE2, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, LLAMA, MISTRAL
+from gqa_export.arch.families import APERTUS, ARCEE, COHERE2, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, GRANITE, LLAMA, MISTRAL
 from gqa_export.arch.spec import (
     DECODER_PREFIXES,
     LM_HEAD_NAMES,
@@ -200,7 +200,60 @@ APERTUS1P5_TEXT = replace(APERTUS, name="apertus1p5_text")
 # three axes carry the same positions, so it is plain RoPE; the deepstack visual adds come with images only
 COHERE_COMPASS_TEXT = replace(COHERE2, name="cohere_compass_text", rope_interleaved=False, rope_layers="typed")
 
+# GraniteSWA: Granite's layers and multipliers with a learned per-head sink logit on every attention layer
+# (its sigmoid(logsumexp(scores) - sink) output scale is the softmax with exp(sink) added to the
+# denominator, GroupQueryAttention's head_sink), sliding layers from layer_types, and each layer's own
+# RoPE base from layer_rope_theta (0: that layer without RoPE; model/layer_ropes.py)
+GRANITE_SWA = replace(GRANITE, name="granite_swa", attention_sinks="self_attn.sinks")
+
+# HyperCLOVAX: Granite's layers and multipliers with peri-layer norms: each block's output RMSNormed
+# (post_norm1, post_norm2) before the residual multiplier and the add, where use_post_norm says so (off:
+# Granite's pre-norm layers), and the logits multiplied by logits_scaling (Granite divides by it)
+HYPERCLOVAX = replace(
+    GRANITE,
+    name="hyperclovax",
+    norm_layout="sandwich",
+    post_norms_switch=True,
+    layer=LayerNames(
+        post_attention_norm="post_norm1",
+        pre_feedforward_norm="post_attention_layernorm",
+        post_feedforward_norm="post_norm2",
+    ),
+    config_keys=config_keys(logit_scale="logits_scaling"),
+    ignore=("logits_scaling",),
+)
+
+# DiffLlama: Llama's layers (Mistral's MLP, Gemma's causal-LM class without softcaps) with differential
+# attention: two softmaxes over shared q and k, one per half of the value heads, the second's output
+# times a learned per-layer lambda subtracted per query-head pair, a weightless RMSNorm over both halves,
+# times (1 - lambda_init) (graph/differential.py); scores scaled by the projection head_dim ** -0.5
+DIFFLLAMA = replace(LLAMA, name="diffllama", differential_attention="self_attn", half_head_dim_scale=True)
+
+# Doge: Llama's layers with per-head q/k RMSNorms before RoPE, dynamic mask attention (each key's scores plus
+# exp(A softplus(dt_proj(its value))) per kv head, carried in the cached value: graph/dynamic_mask.py) and
+# the residual times a learned vector before each add; its cross-domain MoE (is_moe) is refused
+DOGE = replace(
+    LLAMA,
+    name="doge",
+    qk_norm="head",
+    dynamic_key_bias="self_attn",
+    layer=LayerNames(
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        residual_scales=("input_residual", "post_attention_residual"),
+    ),
+    refusals=(
+        Refusal(
+            "is_moe",
+            "Doge's cross-domain MoE (is_moe) reshapes its router logits across the batch and the sequence "
+            "(view(2, batch * length, -1)), so a prompt token's experts depend on the other tokens and on "
+            "padding, which no causal decoder graph reproduces",
+        ),
+    ),
+)
+
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT,
+    GPT_NEO, XGLM, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA,
+    DOGE,
 )  # fmt: skip

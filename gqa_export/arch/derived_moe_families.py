@@ -34,6 +34,11 @@ GRANITEMOESHARED = replace(
     config_keys=config_keys(shared_expert_intermediate_size="shared_intermediate_size"),
 )
 
+# GraniteMoE-SWA: GraniteMoE-Shared's layers (its shared MLP off where shared_intermediate_size is 0,
+# the class's default) with GraniteSWA's attention: a per-head sink logit on every layer (GQA's head_sink),
+# sliding layers from layer_types, a RoPE base per layer from layer_rope_theta (0: NoPE)
+GRANITEMOE_SWA = replace(GRANITEMOESHARED, name="granitemoe_swa", attention_sinks="self_attn.sinks")
+
 # FlexOlmo: OLMo-2's layers (no input norm: attention -> RMSNorm -> add, MLP -> RMSNorm -> add, q/k
 # RMSNorms over all heads) with OLMoE's sparse block in place of the MLP (mlp.gate: softmax over every
 # expert, the top k renormalized iff norm_topk_prob), no clip_qkv (OLMo-2's attention)
@@ -444,6 +449,7 @@ KOLIBRI1 = ArchSpec(
 )
 
 DERIVED_MOE = (
-    GRANITEMOESHARED, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE, MINICPM5_MOE,
-    MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, MINIMAX_M3, ARIA_TEXT, LAGUNA, MELLUM, FLINT, HY_V3, KOLIBRI1,
+    GRANITEMOESHARED, GRANITEMOE_SWA, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE,
+    MINICPM5_MOE, MINIMAX_M2, AFMOE, MIMO_V2_FLASH, QWEN3_VL_MOE, MINIMAX_M3, ARIA_TEXT, LAGUNA, MELLUM, FLINT, HY_V3,
+    KOLIBRI1,
 )  # fmt: skip

@@ -45,6 +45,32 @@ LFM2 = ArchSpec(
     mixers=MixerSpec(kinds=MappingProxyType({"conv": "short_conv"})),
     ffn_size="two_thirds_rounded",
 )
+# LFM3: LFM2's short-convolution layers between Qwen3-style attention layers (q_proj ... o_proj, per-head
+# q/k RMSNorms q_norm / k_norm before RoPE), full and sliding ones by layer_types with a rope per layer type
+# (full: proportional, partial), an RMSNorm on each block's output before the add where use_sandwich_norm
+# says so, each head's output times sigmoid of its own gate value (self_attn.gate_proj [Nq, H] on the hub,
+# g_proj in transformers 5.x) where use_attention_gate built one, the MLP intermediate_size wide
+LFM3 = replace(
+    LFM2,
+    name="lfm3",
+    norm_layout="sandwich",
+    post_norms_switch=True,
+    layer=LayerNames(
+        input_norm="operator_norm",
+        post_attention_norm="post_operator_norm",
+        pre_feedforward_norm="ffn_norm",
+        post_feedforward_norm="post_ffn_norm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        gate="feed_forward.w1",
+        up="feed_forward.w3",
+        down="feed_forward.w2",
+        output_gate="self_attn.gate_proj",
+    ),
+    tensor_aliases=(("self_attn.gate_proj", "self_attn.g_proj"),),
+    ffn_size="config",
+    config_keys=config_keys(post_norms="use_sandwich_norm"),
+)
 # Qwen3.5: gated-DeltaNet layers (conv + recurrent state) between gated GQA layers (q_proj holds
 # a sigmoid output gate per head, per-head q/k norms, partial RoPE); every RMSNorm but the
 # DeltaNet's gated one is (1 + w) (docs/hybrid-state.md §5).
@@ -380,7 +406,7 @@ NEMOTRON_H = ArchSpec(
     config_keys=_NEMOTRON_H_KEYS,
 )
 HYBRIDS = (
-    LFM2, LFM2_MOE, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, BAILING_HYBRID,
+    LFM2, LFM2_MOE, LFM3, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, BAILING_HYBRID,
     GRANITEMOEHYBRID, JAMBA, FALCON_H1, LARA_MINI,
     NEMOTRON_H,
 )  # fmt: skip

@@ -39,8 +39,7 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "axk2", "beam", "diffllama", "doge", "dory", "granite_swa", "granitemoe_swa", "hrm_text",
-        "hyperclovax", "lfm3", "zaya",
+        "axk2", "beam", "dory", "zaya",
     ),
     **_each(
         _MULTIMODAL,
@@ -62,6 +61,9 @@ REFUSED: dict[str, str] = {
     "experts, which gqa-export does not build yet (docs/coverage.md §7)",
     "hy_v4": "no spec yet: HunYuan-V4 needs DeepSeek-V4's hyper-connection residual streams and attention sinks on "
     "its sparse MLA, which gqa-export does not build yet (docs/coverage.md §7)",
+    "hrm_text": "no spec yet: HRM-Text runs two weight-shared layer stacks H_cycles x (L_cycles + 1) times over two "
+    "residual streams (each invocation its own KV cache), an unrolled decoder gqa-export does not build yet "
+    "(docs/coverage.md §13)",
     "dots3_note_text": "no spec yet: dots3-note's MLA has other attention shapes on its sliding layers "
     "(per_layer_config), a per-layer latent shape gqa-export does not build yet (docs/coverage.md §7)",
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)

@@ -99,6 +99,9 @@ class LayerNames:
     # self_attn.attn_sub_norm and mlp.ffn_sub_norm)
     attention_output_norm: str | None = None
     mlp_inner_norm: str | None = None
+    # per-channel weights multiplying the residual stream before the attention's and the MLP's add (Doge's
+    # input_residual, post_attention_residual)
+    residual_scales: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -341,6 +344,13 @@ class ArchSpec:
     mixers: MixerSpec | None = None
     ffn_size: str = "config"
     attention_output_gate: bool = False  # q_proj holds [query | gate] per head; out *= sigmoid(gate) (Qwen3.5)
+    # the sandwich's post-block norms exist only where the config's "post_norms" switch is on (HyperCLOVAX)
+    post_norms_switch: bool = False
+    # modules holding DiffLlama's lambdas (graph/differential.py: cache heads 2 x head_dim) and Doge's A and
+    # dt_proj (graph/dynamic_mask.py: head_dim + 16); model/layer_ropes.projected_head_dim
+    differential_attention: str | None = None
+    dynamic_key_bias: str | None = None
+
     output_gate_activation: str = "sigmoid"  # of the output gate (graph/output_gate.py): sigmoid | softplus (Laguna)
     multipliers: tuple[Multiplier, ...] = ()
     layer_blocks: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))

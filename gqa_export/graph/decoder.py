@@ -48,6 +48,7 @@ from gqa_export.graph.shortcut_moe import add_shortcut, shortcut_mlp
 from gqa_export.graph.standard import LayerKV, standard_attention
 from gqa_export.graph.state_mixers import STATE_MIXERS, state_mixer
 from gqa_export.graph.value_heads import narrowed_output
+from gqa_export.graph.widened_heads import widened, widened_output, widened_qkv
 from gqa_export.model.dims import LayerDims, ModelDims
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
@@ -70,6 +71,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     elif state_layers(dims):
         kind = MIXER_NAMES[next(iter(state_layers(dims).values()))]
         raise InputError(f"{spec.name}'s {kind} layers keep their state in the GQA graph only: use --attention gqa")
+    elif spec.differential_attention or spec.dynamic_key_bias:
+        kind = "differential" if spec.differential_attention else "dynamic mask"
+        raise InputError(f"{spec.name}'s {kind} attention is built in the GQA graph only: use --attention gqa")
     elif spec.attention_sinks:
         raise InputError(
             f"{spec.name}'s attention sinks need GroupQueryAttention (its head_sink input): export with --attention gqa"
@@ -214,6 +218,8 @@ def _attention_fn(
             if dims.latent is not None:
                 latent = latent_mqa if dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
+            elif widened(lc):  # DiffLlama, Doge: cache heads wider than the projections' (graph/widened_heads.py)
+                qkv = widened_qkv(lc, x)
             elif layer.rope in tables:
                 qkv = rotated_qkv(lc, x, tables[layer.rope])
             else:
@@ -277,6 +283,9 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
     shape = [B, S, dims.hidden_size]
     if dims.residual_multiplier != 1.0:  # Granite
         y = b.op("Mul", y, float_scalar(b, dims.residual_multiplier, lc.params.dtype))
+    if (scales := lc.spec.layer.residual_scales) is not None:  # Doge: the residual times a vector before each add
+        module = lc.name(scales[0] if name == "residual_attn" else scales[1], suffix="")
+        h = b.op("Mul", h, b.initializer(module, lc.params.vector([module])), name=f"{name}_scale")
     return typed(b.op("Add", h, typed(y, lc.params.dtype, shape), name=name), lc.params.dtype, shape)
 
 
@@ -312,8 +321,10 @@ def decoder_layer(
     if attention is not None:
         with b.scope("attn"):
             out, kv = attention(lc, x)
-            out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's and Laguna's own Linear
-            if lc.dims.latent is not None:  # latent attention: the padded value channels dropped
+            out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's and LFM3's own Linear
+            if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
+                out = widened_output(lc, out)
+            elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
                 out = latent_output(lc, out)
             else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
                 out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
@@ -348,12 +359,15 @@ def decoder_layer(
         x = _norm(lc, h, L.post_attention_norm, "post_attention_layernorm")
         with b.scope("mlp"):
             return _residual(lc, h, _mlp(lc, x, h), "residual_mlp"), kv
-    h = _residual(lc, h, _norm(lc, y, L.post_attention_norm, "post_attention_layernorm"), "residual_attn")
+    post = lc.dims.post_block_norms  # off: the sandwich's post-block norms do not exist (HyperCLOVAX's switch)
+    y = _norm(lc, y, L.post_attention_norm if post else None, "post_attention_layernorm")
+    h = _residual(lc, h, y, "residual_attn")
     h = augmented_residual(lc, h, x) if lc.spec.augmented_residual else h  # LAuReL (Gemma-3n)
     x = _norm(lc, h, L.pre_feedforward_norm, "pre_feedforward_layernorm")
     with b.scope("mlp"):
         y = _mlp(lc, x, h)
-    return _residual(lc, h, _norm(lc, y, L.post_feedforward_norm, "post_feedforward_layernorm"), "residual_mlp"), kv
+    y = _norm(lc, y, L.post_feedforward_norm if post else None, "post_feedforward_layernorm")
+    return _residual(lc, h, y, "residual_mlp"), kv
 
 
 def _state_input_norm(lc: LayerContext, state: Mixer | None, attention: Mixer | None) -> str | None:

@@ -40,7 +40,16 @@ from gqa_export.model.layer_kinds import (
     sparse_layer,
     value_head_width,
 )
-from gqa_export.model.layer_ropes import layer_ropes, nope_types, position_query_scale_params, rope_keys
+from gqa_export.model.layer_ropes import (
+    cache_head_dim,
+    layer_ropes,
+    layer_thetas,
+    nope_types,
+    position_query_scale_params,
+    projected_head_dim,
+    rope_keys,
+    theta_rope_key,
+)
 from gqa_export.model.moe import MoeDims, clamped_swiglu, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.rglru import RgLruDims, rglru_dims
@@ -156,6 +165,8 @@ class ModelDims:
     # (alpha, beta) per block kind where each block adds to its normed input, alpha * x + beta * block(x) (MiniMax)
     residual_factors: dict[str, tuple[float, float]] | None = None
     block_sparse_cap: int = 0  # keys MiniMax-M3's block-sparse indexer keeps in full (model/sparse_cap.py)
+    key_window: int = 0  # Doge: keys kept by the dynamic mask's top-k (keep_window_size); 0: every key
+    post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
     logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
 
     @property
@@ -185,8 +196,8 @@ class ModelDims:
     @property
     def context_length(self) -> int:
         """The longest context the package computes exactly: the model's, capped where a sparse
-        attention's indexer stops keeping every key (model/sparse_cap.py)."""
-        cap = self.latent.index_topk if self.latent is not None else self.block_sparse_cap
+        attention's indexer (model/sparse_cap.py) or Doge's dynamic mask stops keeping every key."""
+        cap = self.latent.index_topk if self.latent is not None else (self.block_sparse_cap or self.key_window)
         return min(self.max_position_embeddings, cap or self.max_position_embeddings)
 
     def scale(self, layer: LayerDims) -> float:
@@ -260,6 +271,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         scale = (layers[0].head_dim / 2) ** -0.5
     if latent is not None:
         scale = latent_scale(config, latent)
+    if spec.dynamic_key_bias and heads:  # Doge: the projections' head_dim, not the cache's
+        scale = projected_head_dim(spec, layers[0].head_dim) ** -0.5
     gen = generation or {}
     top = outer if outer is not None else config
     eos = token_ids(config_get(config, "eos_token_id")) + token_ids(gen.get("eos_token_id"))
@@ -325,6 +338,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
         residual_factors=normed_residual_factors(config, spec),
         block_sparse_cap=block_sparse_cap(opt, spec, opt("layer_types")),
+        key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
+        post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
     )
 
 
@@ -337,6 +352,7 @@ def _layers(
     if types and spec.layer_type_names:  # a family's own spellings of the layer types (GPT-Neo)
         types = [spec.layer_type_names.get(t, t) for t in types]
     no_rope = opt("no_rope_layers")  # SmolLM3: 1 = this layer uses RoPE, 0 = NoPE
+    thetas = layer_thetas(opt("layer_rope_theta"), n)  # GraniteSWA: each layer's RoPE base, 0 = NoPE
     shared = int(opt("num_kv_shared_layers", 0) or 0)
     k_eq_v = bool(opt("attention_k_eq_v", False))
     double_wide = bool(opt("double_wide_mlp", False))
@@ -353,11 +369,14 @@ def _layers(
         rope_key = layer_type if layer_type in configured_ropes else "default"
         if (no_rope is not None and not no_rope[i]) or layer_type in nopes:
             rope_key = None
+        if thetas is not None and rope_key is not None:
+            rope_key = theta_rope_key(config, float(thetas[i]))
         own_heads = layer_heads(opt, i, heads)
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, own_heads or heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
+        head_dim = cache_head_dim(spec, head_dim)  # DiffLlama's and Doge's cache heads are wider
         if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
             head_dim, kv_heads = latent.head_dim, heads
         if nope_layer(opt, spec, sliding, window, dense=not sparse_layer(opt, spec, i, layer_type)):

@@ -23,6 +23,46 @@ class RopedLayer(Protocol):
     def head_dim(self) -> int: ...
 
 
+# a layer's own RoPE base (the config's layer_rope_theta): the key of its table, the base's repr after it
+_THETA_KEY = "rope_theta_"
+
+
+def theta_rope_key(config: Any, theta: float) -> str | None:
+    """The rope key of a layer whose config gives it its own RoPE base (GraniteSWA's layer_rope_theta):
+    None for 0 (the layer runs without RoPE), "default" for the global rope_theta, else a key of its
+    own whose table is the global rope with that base."""
+    if not theta:
+        return None
+    params = getattr(config, "rope_parameters", None) or {}
+    if float(params.get("rope_theta", getattr(config, "rope_theta", None) or 10000.0)) == theta:
+        return "default"
+    return f"{_THETA_KEY}{float(theta)!r}"
+
+
+def projected_head_dim(spec: ArchSpec, cache_head_dim: int) -> int:
+    """The q/k/v projections' head_dim of a layer whose cache heads are `cache_head_dim` wide: the same,
+    but half for differential attention and 16 less for dynamic mask attention (graph/differential.py,
+    graph/dynamic_mask.py)."""
+    if spec.differential_attention:
+        return cache_head_dim // 2
+    return cache_head_dim - 16 if spec.dynamic_key_bias else cache_head_dim
+
+
+def cache_head_dim(spec: ArchSpec, head_dim: int) -> int:
+    """The cache heads' width of a layer whose projections have `head_dim`: DiffLlama's [q k | 0] keys and
+    [V1 | V2] values are twice as wide, Doge's exp(dt) [v | 1 | 0] 16 wider (the inverse of the above)."""
+    if spec.differential_attention:
+        return 2 * head_dim
+    return head_dim + 16 if spec.dynamic_key_bias else head_dim
+
+
+def layer_thetas(thetas: Sequence[float] | None, layers: int) -> Sequence[float] | None:
+    """The config's layer_rope_theta (one RoPE base per layer, GraniteSWA), checked to have one per layer."""
+    if thetas is not None and len(thetas) != layers:
+        raise InputError(f"layer_rope_theta has {len(thetas)} entries for {layers} layers; give one per layer")
+    return thetas
+
+
 def rope_keys(config: Any, spec: ArchSpec) -> set[str]:
     per_type = rope_params_by_type(config, spec.sliding_rope)
     return set(per_type) if per_type else {"default"}
@@ -45,8 +85,11 @@ def layer_ropes(
         dims = {layer.head_dim for layer in layers if layer.rope == key}
         if len(dims) > 1:
             raise InputError(f"layers with rope '{key}' have different head dims {sorted(dims)}; not supported")
-        head_dim = dims.pop()
+        head_dim = projected_head_dim(spec, dims.pop())  # DiffLlama / Doge: RoPE on the projections' D
         params = per_type.get(key) if key != "default" and per_type else None
+        if key.startswith(_THETA_KEY):  # the global rope at the layer's own base
+            base = getattr(config, "rope_parameters", None) or {}
+            params = {**base, "rope_theta": float(key[len(_THETA_KEY) :])}
         if params is not None and spec.rope_partial_default is not None:
             params = {"partial_rotary_factor": spec.rope_partial_default, **params}
         if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout

@@ -25,9 +25,12 @@ def block_sparse_cap(opt: Any, spec: ArchSpec, layer_types: list[str] | None) ->
     return blocks * size
 
 
-def cap_wording() -> tuple[str, str]:
-    """(what the block-sparse cap is called, why it exists), for the build note and the --max-length refusal
-    (DeepSeek-V3.2's index_topk keeps its own wording in plan/model_phase.py)."""
+def cap_wording(key_window: bool = False) -> tuple[str, str]:
+    """(what the cap is called, why it exists), for the build note and the --max-length refusal: MiniMax-M3's
+    block-sparse cap, or Doge's keep_window_size (`key_window`; ModelDims.key_window). DeepSeek-V3.2's
+    index_topk keeps its own wording in plan/model_phase.py."""
+    if key_window:
+        return "keep_window_size", "Doge's dynamic mask keeps every key only within its top keep_window_size"
     return (
         "index_topk_blocks x index_block_size",
         "MiniMax-M3's block-sparse indexer keeps every key only within its top blocks",

@@ -217,12 +217,12 @@ def context_cap_notes(dims: ModelDims) -> list[str]:
     """The line saying the package's context is capped below the model's, where it is."""
     if dims.context_length == dims.max_position_embeddings:
         return []
-    if dims.latent is None:  # MiniMax-M3's block-sparse indexer (model/sparse_cap.py)
-        what, why = cap_wording()
+    if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask (model/sparse_cap.py)
+        what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
         return [
             f"context capped at {what} {dims.context_length} (max_position_embeddings "
             f"{dims.max_position_embeddings}): {why}, so the package (plain attention, no indexer) is exact up "
-            "to there (docs/moe.md)"
+            "to there (docs/moe.md, docs/coverage.md)"
         ]
     return [
         f"context capped at index_topk {dims.context_length} (max_position_embeddings "
@@ -252,11 +252,11 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
     if requested is None:
         return default_max_length(context)
     if requested > context and context < dims.max_position_embeddings:
-        if dims.latent is None:  # MiniMax-M3's block-sparse indexer
+        if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask
+            what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
             raise InputError(
-                f"--max-length {requested} is past {cap_wording()[0]} {context}: beyond it MiniMax-M3's "
-                f"block-sparse indexer drops keys, which the package does not compute; use --max-length {context} "
-                "or less"
+                f"--max-length {requested} is past {what} {context}: {why}, and beyond it drops keys, which the "
+                f"package does not compute; use --max-length {context} or less"
             )
         raise InputError(
             f"--max-length {requested} is past index_topk {context}: beyond it DeepSeek sparse attention's indexer "

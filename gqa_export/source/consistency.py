@@ -13,6 +13,7 @@ from __future__ import annotations
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model.dims import ModelDims
+from gqa_export.model.layer_ropes import projected_head_dim
 from gqa_export.source.weights import WeightStore
 
 
@@ -44,7 +45,9 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore, t
         if names.qkv is None and q in store and not layer.shares_kv and layer.attends:
             shape = store.info(q).shape
             gate = 2 if spec.attention_output_gate else 1  # Qwen3.5: each head's query and output gate
-            width = gate * dims.of_layer(layer).num_heads * layer.head_dim  # the layer's own heads (Laguna)
+            width = (
+                gate * dims.of_layer(layer).num_heads * projected_head_dim(spec, layer.head_dim)
+            )  # Laguna, DiffLlama, Doge
             _same("num_attention_heads / head_dim", width, shape[0], q, shape)
             _same("hidden_size", dims.hidden_size, shape[1], q, shape)
         down = f"{prefix}{names.down}.weight"

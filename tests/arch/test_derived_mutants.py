@@ -13,15 +13,23 @@ squared ReLU as a plain ReLU; the packed ternary checkpoint's mutants are in
 tests/source/test_prequant_bitnet.py. Apertus-1.5: its pruned lm_head's width stated as the vocabulary's in
 genai_config (genai fails at its first step), and the pruned heads its class cannot hold (refused).
 Cohere-Compass (spec mutants): its rotate-half pairs read as Cohere2's GPT-J pairs, and RoPE on the full
-layers whose rope_parameters entry is null."""
+layers whose rope_parameters entry is null. GraniteSWA: the layer with its own RoPE base rotated by the global
+table, the sinks zeroed. HyperCLOVAX: its peri-layer norms left out, its logits divided by logits_scaling
+(Granite's way) instead of multiplied. LFM3: its per-head output gates constant (weights zeroed), its sandwich norms
+left out. DiffLlama: lambda zeroed (no difference), the weightless norm over each head pair left out; its
+standard-Attention modes refused. Doge: the keys' dynamic bias left out of the values, the residual vectors
+as ones; its MoE refused before anything is read."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import onnx
 import pytest
 from families import PROMPT
 from mutants import copy_package, edit_initializers, times
+from onnx import numpy_helper
 from reference import hf_logits, hf_model, ort_prefill_and_decode
 
 MUTANTS = {
@@ -168,3 +176,106 @@ def test_cohere_compass_spec_mutant_fails_hf_parity(builds, tmp_path, monkeypatc
     monkeypatch.setitem(arch.SPECS, spec.name, replace(spec, **change))
     build(BuildOptions(str(checkpoint), tmp_path / mutant, smoke=False, text_only=True))
     assert not _parity(tmp_path / mutant, checkpoint)
+
+
+def _initializer(package, name: str) -> np.ndarray:
+    model = onnx.load(str(package / "model.onnx"))
+    return next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == name)
+
+
+def test_the_correct_granite_swa_package_passes(builds):
+    assert _parity(builds.package("granite_swa"), builds.checkpoint("granite_swa"))
+
+
+@pytest.mark.parametrize("mutant", ["layer-theta-as-global", "sinks-zeroed"])
+def test_mutant_granite_swa_attention_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("granite_swa"), tmp_path / mutant)
+    if mutant == "sinks-zeroed":
+        assert edit_initializers(broken, "model.layers.*.self_attn.sinks", times(0.0))
+    else:  # layer 2's base (500000) rotated with the global table (10000)
+        for table in ("cos", "sin"):
+            values = _initializer(broken, f"{table}_cache")
+            assert edit_initializers(broken, f"rope_theta_500000.0.{table}_cache", lambda _, v=values: v)
+    assert not _parity(broken, builds.checkpoint("granite_swa"))
+
+
+def test_the_correct_hyperclovax_package_passes(builds):
+    assert _parity(builds.package("hyperclovax"), builds.checkpoint("hyperclovax"))
+
+
+@pytest.mark.parametrize("mutant", ["post-norms-dropped", "logits-divided"])
+def test_mutant_hyperclovax_mechanism_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("hyperclovax"), tmp_path / mutant)
+    if mutant == "logits-divided":
+        assert edit_initializers(broken, "const.logit_scale", lambda scale: 1.0 / scale)
+    else:
+        model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+        assert _bypass(model, "/post_attention_layernorm") + _bypass(model, "/post_feedforward_layernorm") == 6
+        onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("hyperclovax"))
+
+
+@pytest.mark.parametrize("mutant", ["head-gates-constant", "post-norms-dropped"])
+def test_mutant_lfm3_mechanism_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("lfm3"), tmp_path / mutant)
+    if mutant == "head-gates-constant":  # every head's gate sigmoid(0) = 0.5
+        assert len(edit_initializers(broken, "model.layers.*.self_attn.gate_proj.weight", times(0.0))) == 2
+    else:
+        model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+        assert _bypass(model, "/post_attention_layernorm") + _bypass(model, "/post_feedforward_layernorm") == 8
+        onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("lfm3"))
+
+
+def test_the_correct_diffllama_package_passes(builds):
+    assert _parity(builds.package("diffllama"), builds.checkpoint("diffllama"))
+
+
+@pytest.mark.parametrize("mutant", ["lambda-zeroed", "pair-norm-dropped"])
+def test_mutant_diffllama_attention_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("diffllama"), tmp_path / mutant)
+    if mutant == "lambda-zeroed":
+        assert len(edit_initializers(broken, "const.diff_lambda*", times(0.0))) == 3
+    else:
+        model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+        assert _bypass(model, "/diff_norm") == 3
+        onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("diffllama"))
+
+
+def test_diffllama_standard_attention_is_refused(builds, tmp_path):
+    from gqa_export.errors import InputError
+    from gqa_export.pipeline import BuildOptions, build
+
+    with pytest.raises(InputError, match="differential attention is built in the GQA graph only"):
+        build(BuildOptions(str(builds.checkpoint("diffllama")), tmp_path / "out", attention="bias", smoke=False))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_correct_doge_package_passes(builds):
+    assert _parity(builds.package("doge"), builds.checkpoint("doge"))
+    assert json.loads((builds.package("doge") / "genai_config.json").read_text())["model"]["context_length"] == 96
+
+
+@pytest.mark.parametrize("mutant", ["key-bias-dropped", "residual-vectors-ones"])
+def test_mutant_doge_mechanism_fails_hf_parity(builds, tmp_path, mutant):
+    broken = copy_package(builds.package("doge"), tmp_path / mutant)
+    if mutant == "residual-vectors-ones":
+        assert len(edit_initializers(broken, "model.layers.*_residual", np.ones_like)) == 6
+    else:
+        model = onnx.load(str(broken / "model.onnx"), load_external_data=False)
+        assert _bypass(model, "/v_key_factor") == 3
+        onnx.save(model, str(broken / "model.onnx"))
+    assert not _parity(broken, builds.checkpoint("doge"))
+
+
+def test_doge_moe_is_refused_before_anything_is_written(tmp_path):
+    from dense_models import save_dense
+
+    from gqa_export.errors import InputError
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = save_dense(tmp_path / "doge_moe", "doge", is_moe=True, num_experts=16, num_experts_per_tok=2)
+    with pytest.raises(InputError, match=r"Doge's cross-domain MoE \(is_moe\) reshapes its router logits"):
+        build(BuildOptions(str(checkpoint), tmp_path / "out", smoke=False))
+    assert not (tmp_path / "out").exists()
