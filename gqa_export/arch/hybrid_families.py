@@ -127,6 +127,7 @@ LARA_MINI = replace(
     QWEN3_5,
     name="lara_mini",
     norm_offset=0.0,
+    default_rope_whole_head=True,
     attention_output_gate=False,
     rope_layers="sliding",
     mixers=MixerSpec(

@@ -323,6 +323,9 @@ class ArchSpec:
     # the rotated share of a layer type's rope whose rope_parameters name none (MiMo-V2-Flash's class
     # reads 0.334 there, never the config's top-level partial_rotary_factor); None: the top-level key or 1
     rope_partial_default: float | None = None
+    # the class's default rope rotates the whole head: a config's partial_rotary_factor (which a
+    # Qwen3.5-derived config may still carry) is not read for rope_type default (Lara-Mini)
+    default_rope_whole_head: bool = False
     moe: MoeSpec | None = None
     # a per-head sink logit tensor of the attention module (gpt-oss; "a|b": the first the checkpoint
     # holds), on every attention layer ("all") or on the sliding ones only ("sliding": MiMo-V2-Flash)

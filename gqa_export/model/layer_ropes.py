@@ -92,6 +92,8 @@ def layer_ropes(
             params = {**base, "rope_theta": float(key[len(_THETA_KEY) :])}
         if params is not None and spec.rope_partial_default is not None:
             params = {"partial_rotary_factor": spec.rope_partial_default, **params}
+        if spec.default_rope_whole_head:
+            params = _whole_head_if_default(config, params)
         if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
             out[key] = replace(read_rope(config, latent.qk_rope, params), interleaved=latent.interleaved)
             continue
@@ -111,3 +113,12 @@ def position_query_scale_params(config: Any) -> tuple[float, int]:
             "which this architecture's query scaling needs"
         )
     return float(beta), int(length)
+
+
+def _whole_head_if_default(config: Any, params: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The rope parameters with the whole head rotated where the rope type is the default one, whose
+    init function in the class ignores partial_rotary_factor (ArchSpec.default_rope_whole_head)."""
+    base = params if params is not None else getattr(config, "rope_parameters", None)
+    if not base or str(base.get("rope_type", base.get("type", "default"))) != "default":
+        return params
+    return {**base, "partial_rotary_factor": 1.0}

@@ -53,3 +53,20 @@ def test_lara_mini_spec_mutant_fails_parity(builds, tmp_path, monkeypatch, chang
     package = tmp_path / "pkg"
     build(BuildOptions(str(builds.checkpoint(LARA)), package, smoke=False))
     assert parity_error(package, builds.checkpoint(LARA)) > 1e-2
+
+
+def test_lara_mini_ignores_a_partial_rotary_factor_its_class_ignores(builds, tmp_path):
+    """A config carrying Qwen3.5's partial_rotary_factor (0.25): LaraMini's default rope rotates the
+    whole head whatever it says, and so does the package (ArchSpec.default_rope_whole_head)."""
+    import json
+    import shutil
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(builds.checkpoint(LARA), checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["partial_rotary_factor"] = 0.25
+    config["rope_parameters"] = {**config["rope_parameters"], "partial_rotary_factor": 0.25}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package, smoke=False))
+    assert parity_error(package, checkpoint) < 1e-4
