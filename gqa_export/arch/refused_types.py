@@ -56,8 +56,6 @@ REFUSED: dict[str, str] = {
     "experts, which gqa-export does not build yet (docs/coverage.md §7)",
     "hy_v4": "no spec yet: HunYuan-V4 needs DeepSeek-V4's hyper-connection residual streams and attention sinks on "
     "its sparse MLA, which gqa-export does not build yet (docs/coverage.md §7)",
-    "dots3_note_text": "no spec yet: dots3-note's MLA has other attention shapes on its sliding layers "
-    "(per_layer_config), a per-layer latent shape gqa-export does not build yet (docs/coverage.md §7)",
     # new in transformers 5.25 (read from its modeling code)
     "ergo": "Ergo's experts each end in their own learned RMSNorm (mlp.experts.post_expert_norm, [E, H]) applied "
     "before the weighted sum, which neither the MoE op nor the plain-expert graph computes, and its layers add "

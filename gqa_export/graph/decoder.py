@@ -26,7 +26,7 @@ from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
-from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
+from gqa_export.graph.latent_attention import latent_flat, latent_head_gate, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
 from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba2 import prompt_step
@@ -48,6 +48,7 @@ from gqa_export.graph.standard import LayerKV, standard_attention
 from gqa_export.graph.state_mixers import STATE_MIXERS, state_mixer
 from gqa_export.graph.value_heads import narrowed_output
 from gqa_export.model.dims import LayerDims, ModelDims
+from gqa_export.model.latent import layer_view
 
 # GQA graphs need nothing newer than opset 21; the standard-Attention graphs use Attention-24 and
 # TensorScatter-24.
@@ -122,8 +123,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
             lc = LayerContext(
-                b, i, dims, spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt, lora=lora,
-                shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
+                b, i, layer_view(dims, layer), spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt,
+                lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
             )  # fmt: skip
             if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
                 h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
@@ -210,15 +211,15 @@ def _attention_fn(
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
             bias = biases.get(mask_kind(opts, layer))
             sinks = attention_sinks(lc)
-            if dims.latent is not None:
-                latent = latent_mqa if dims.latent.cached else latent_flat
+            if lc.dims.latent is not None:
+                latent = latent_mqa if lc.dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif layer.rope in tables:
                 qkv = rotated_qkv(lc, x, tables[layer.rope])
             else:
                 qkv = qkv_projection(lc, x)
             fused = layer.rope not in tables
-            out, key, value = gqa(b, qkv, past, ctx, dims, layer, window_cache, bias, sinks, fused)
+            out, key, value = gqa(b, qkv, past, ctx, lc.dims, layer, window_cache, bias, sinks, fused)
             if source is not None:
                 return out, source
             assert key is not None and value is not None
@@ -310,7 +311,7 @@ def decoder_layer(
             if gate is not None:  # Qwen3.5: the attention output times sigmoid(the q_proj gate)
                 out = b.op("Mul", out, b.op("Sigmoid", gate), name="output_gate")
             if lc.dims.latent is not None:  # latent attention: the padded value channels dropped
-                out = latent_output(lc, out)
+                out = latent_head_gate(lc, x, latent_output(lc, out))
             else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
                 out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
             if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate

@@ -31,6 +31,7 @@ from gqa_export.graph.params import Params
 from gqa_export.graph.rotary import rope_caches, rope_tables
 from gqa_export.graph.static_attention import static_attention, static_steps
 from gqa_export.model.dims import ModelDims
+from gqa_export.model.latent import layer_view
 from gqa_export.model.rope import longrope_switch
 
 OPSET = {"": 21, "com.microsoft": 1}
@@ -92,7 +93,8 @@ def build_static_decoder(
     kv = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, packed_gate_up=opts.packed_gate_up)
+            view = layer_view(dims, dims.layers[i])
+            lc = LayerContext(b, i, view, spec, params, opts.packed_qkv, packed_gate_up=opts.packed_gate_up)
             attention = partial(static_attention, past=pasts[i], steps=steps, rope=rope)
             h, kv[i] = decoder_layer(lc, h, attention, None)
             h = layer_scalar(lc, h)

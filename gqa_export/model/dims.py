@@ -20,7 +20,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model.alibi import alibi_slopes
 from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
-from gqa_export.model.latent import LatentDims, latent_dims, latent_scale
+from gqa_export.model.latent import LatentDims, LayerAttention, latent_scale, model_latent
 from gqa_export.model.layer_kinds import (
     DeltaNetDims,
     Mamba2Dims,
@@ -87,6 +87,8 @@ class LayerDims:
     # Zamba2: this layer's use of the shared transformer blocks (-1: none) and the layer holding its weights
     shared_use: int = -1
     shared_source: int = -1
+    # a latent-attention layer with its own heads and widths (dots3-note's per_layer_config); None: the model's
+    attention: LayerAttention | None = None
 
     @property
     def shares_kv(self) -> bool:
@@ -209,7 +211,8 @@ def read_dims(
         ) from None
 
 
-def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, outer: Any | None) -> ModelDims:
+def _opt_for(config: Any, spec: ArchSpec) -> Any:
+    """The spec's reader of `config` (the model's, or one layer's view): a key by its spellings, else default."""
     keys = spec.config_keys
 
     def opt(name: str, default: Any = None) -> Any:
@@ -218,11 +221,21 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         value = next((v for k in keys[name].split("|") if (v := config_get(config, k)) is not None), None)
         return default if value is None else value
 
+    return opt
+
+
+def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, outer: Any | None) -> ModelDims:
+    opt = _opt_for(config, spec)
+
     for refusal in spec.refusals:
         value = config_get(config, refusal.config_key)
         if refusal.applies(value, config_get(config, refusal.differs_from) if refusal.differs_from else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
-    heads = int(config.num_attention_heads) if spec.mixers is None or spec.mixers.attention else 0  # 0: no attention
+    attends = spec.mixers is None or spec.mixers.attention
+    # dots3-note's heads are per layer (per_layer_config): the model's are its first layer's
+    heads = 0  # 0: no attention
+    if attends:
+        heads = int(config_get(config, "num_attention_heads") or layer_config(config, 0).num_attention_heads)
     if spec.attention_experts is not None:  # JetMoE: every expert's queries (kv heads each) computed densely
         heads = int(opt("num_experts")) * int(config.num_key_value_heads)
     hidden = int(config.hidden_size)
@@ -231,8 +244,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
         )
-    latent = latent_dims(opt, spec, hidden)
-    layers = _layers(config, opt, heads, hidden, spec, latent)
+    latent, overrides = model_latent(config, spec, hidden, opt, lambda view: _opt_for(view, spec))
+    layers = _layers(config, opt, heads, hidden, spec, latent, overrides)
     ropes = layer_ropes(config, layers, spec, latent)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:
@@ -312,7 +325,13 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
 
 
 def _layers(
-    config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec, latent: LatentDims | None = None
+    config: Any,
+    opt: Any,
+    heads: int,
+    hidden: int,
+    spec: ArchSpec,
+    latent: LatentDims | None = None,
+    overrides: dict[int, LayerAttention] | None = None,
 ) -> tuple[LayerDims, ...]:
     n = int(config.num_hidden_layers)
     window = int(opt("sliding_window", 0) or 0)
@@ -340,7 +359,10 @@ def _layers(
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
-        if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
+        own = (overrides or {}).get(i)
+        if own is not None:  # a layer with its own latent shapes (dots3-note's sliding layers)
+            head_dim, kv_heads = own.latent.head_dim, own.num_heads
+        elif latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
             head_dim, kv_heads = latent.head_dim, heads
         if nope_layer(opt, spec, sliding, window, dense=not sparse_layer(opt, spec, i, layer_type)):
             rope_key = None  # Cohere2 / EXAONE-4: global layers without RoPE; Granite-4.0-H: none has it
@@ -372,6 +394,7 @@ def _layers(
                 chunk=int(opt("attention_chunk", 0) or 0) if layer_type == CHUNKED else 0,
                 shared_use=uses.get(i, (-1, -1))[0],
                 shared_source=uses.get(i, (-1, -1))[1],
+                attention=own,
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree
