@@ -265,6 +265,55 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # dots3-note's decoder: indexed (dense) / sliding (sparse, window 8) / indexed (sparse) layers; the indexed
+    # ones DeepSeek-V3.2's MLA (4 heads, q-LoRA 32, latent 32, nope 16, rope 8, values 16 padded to 24) with an
+    # indexer keeping 128 keys (every key here; max_length capped at 128), the sliding one its own shapes
+    # (per_layer_config: 2 heads, q-LoRA 24, latent 16, nope 24, rope 16, values 20 padded to 40) and rope theta;
+    # the top 2 of 8 experts within the best of 2 groups beside a 24-wide shared expert
+    "dots3_note_text": (
+        dict(
+            num_key_value_heads=4,
+            head_dim=24,
+            q_lora_rank=32,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            layer_types=["indexed_attention", "sliding_attention", "indexed_attention"],
+            sliding_window=8,
+            per_layer_config={
+                1: dict(
+                    num_attention_heads=2,
+                    num_key_value_heads=2,
+                    q_lora_rank=24,
+                    kv_lora_rank=16,
+                    head_dim=40,
+                    qk_nope_head_dim=24,
+                    qk_rope_head_dim=16,
+                    v_head_dim=20,
+                )
+            },
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            shared_experts_intermediate_size=24,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.0,
+            index_topk=128,
+            index_n_heads=2,
+            index_head_dim=16,
+            rms_norm_eps=1e-5,
+            rope_parameters={
+                "indexed_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
+            },
+        ),
+        (),
+    ),
     # MiniMax-M2: full-width q/k norms, RoPE on half of each head, the top 2 of 8 experts on sigmoid +
     # selection bias, renormalized
     "minimax_m2": (

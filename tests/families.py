@@ -701,6 +701,18 @@ FAMILIES: tuple[Family, ...] = (
     # the layer; transformers 5.x saves it under mlp.); mutant: tests/arch/test_latent_mutants.py
     moe_family("axk1", since_major=5, since=(5, 25), logits_modes=("bias",), **ONE_PROMPT, **RAGGED_LOGITS),
     moe("axk1_v5", "axk1", hub_layout=False, since_major=5, since=(5, 25)),
+    # dots3-note's decoder: DeepSeek-V3.2's MLA with its own shapes on the sliding layer (per_layer_config: a KV
+    # cache of its own shape), lora scales, a normed rope key, a per-head output gate (mutants:
+    # tests/arch/test_dots3_note.py); transformers' own fused expert layout
+    moe_family(
+        "dots3_note_text",
+        LATENT_MODES,
+        since_major=5,
+        since=(5, 25),
+        hub_layout=False,
+        ragged_logits_modes=("gqa",),
+        new_tokens=24,  # suite time: HF generate runs the indexer eagerly
+    ),
     # transformers 5.x's own layout: fused experts whose gate_up_proj has a row per zero expert too
     # ([E + Z, 2I, H]; no expert reads them) and down_proj E rows
     moe("longcat_flash_v5", "longcat_flash", hub_layout=False, since_major=5),

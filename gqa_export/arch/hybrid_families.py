@@ -263,7 +263,11 @@ _BAILING_KDA = GatedDeltaNetNames(
     gate="sigmoid",
 )
 _BAILING_MLA = LatentAttentionNames(
-    **{k: v.replace("self_attn.", "attention.", 1) for k, v in vars(LatentAttentionNames()).items()}
+    **{
+        k: v.replace("self_attn.", "attention.", 1)
+        for k, v in vars(LatentAttentionNames()).items()
+        if isinstance(v, str)
+    }
 )
 BAILING_HYBRID = replace(
     DEEPSEEK_V3,

@@ -151,7 +151,26 @@ AXK1 = replace(
 # index_topk keys every selection keeps every visible key, so V3.2's policy holds: plain MLA, the
 # indexers' weights not read, the package's context capped at index_topk (model/latent.py)
 GLM_MOE_DSA = replace(DEEPSEEK_V32, name="glm_moe_dsa")
+
+# dots3-note's decoder (transformers 5.25 Dots3NoteForCausalLM, docs/latent-attention.md): DeepSeek-V3.2's MLA
+# (rope pairs always, GLM-MoE-DSA's indexer on the indexed_attention layers, the same index_topk cap) whose
+# sliding_attention layers (a window) have their own heads and widths (per_layer_config: LayerDims.attention),
+# LongCat-Flash's lora scales (HF scales the normed query latent before q_b_proj: the same product), every latent
+# norm at rms_norm_eps, an RMSNorm on the shared rope key before RoPE, each head's output times
+# sigmoid(g_proj(x)) before o_proj, and the softmax scale (qk_nope + qk_rope) ** -0.5 per layer (no mscale
+# read: its rope parameters are per layer type); the shared expert shared_experts_intermediate_size x n_shared
+DOTS3_NOTE_TEXT = replace(
+    DEEPSEEK_V32,
+    name="dots3_note_text",
+    latent_attention=LatentAttentionNames(rope_key_norm="self_attn.k_rope_only_layernorm", config_norm_eps=True),
+    layer=replace(DEEPSEEK_V32.layer, head_gate="self_attn.g_proj"),
+    latent_lora_scale=True,
+    moe=replace(DEEPSEEK_V32.moe, shared_width="config_per_count"),  # type: ignore[arg-type]
+    config_keys=config_keys(
+        num_experts="n_routed_experts", shared_expert_intermediate_size="shared_experts_intermediate_size"
+    ),
+)
 LATENT_FAMILIES = (
     DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH, YOUTU, AXK1,
-    GLM_MOE_DSA,
+    GLM_MOE_DSA, DOTS3_NOTE_TEXT,
 )  # fmt: skip

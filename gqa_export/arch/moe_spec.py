@@ -77,6 +77,7 @@ class MoeSpec:
     than softmax are computed as dense weights (graph/moe.py).
     shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
+    "config_per_count" (shared_expert_intermediate_size times the shared-expert count: dots3-note)
     or "dense" (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
     "swiglu_limited" (Ling 3: min(silu(gate), l) * clip(up, -l, l), l the layer's entry of the config's

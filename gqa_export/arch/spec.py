@@ -128,6 +128,11 @@ class LatentAttentionNames:
     kv_a: str = "self_attn.kv_a_proj_with_mqa"
     kv_a_norm: str = "self_attn.kv_a_layernorm"
     kv_b: str = "self_attn.kv_b_proj"
+    # dots3-note: an RMSNorm on the shared rope key before RoPE; None: none (every other family). Its
+    # per-head output gate is LayerNames.head_gate, as Ling 3's
+    rope_key_norm: str | None = None
+    # the latent norms at the config's rms_norm_eps (dots3-note), else their module default 1e-6
+    config_norm_eps: bool = False
 
 
 @dataclass(frozen=True)

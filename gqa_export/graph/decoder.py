@@ -215,8 +215,8 @@ def _attention_fn(
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
             bias = biases.get(mask_kind(opts, layer))
             sinks = attention_sinks(lc)
-            if dims.latent is not None:
-                latent = latent_mqa if dims.latent.cached else latent_flat
+            if lc.dims.latent is not None:
+                latent = latent_mqa if lc.dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif widened(lc):  # DiffLlama, Doge: cache heads wider than the projections' (graph/widened_heads.py)
                 qkv = widened_qkv(lc, x)

@@ -22,7 +22,7 @@ from gqa_export.errors import InputError
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.rotary import rotate
-from gqa_export.model.dims import ModelDims
+from gqa_export.model.dims import LayerDims, ModelDims
 from gqa_export.model.latent import LatentDims
 
 LATENT_NORM_EPS = 1e-6  # DeepseekV2/V3RMSNorm(q_lora_rank / kv_lora_rank) keep their default eps
@@ -35,7 +35,17 @@ def _latent(lc: LayerContext) -> LatentDims:
 
 def _norm(lc: LayerContext, x: ir.Value, module: str, name: str) -> ir.Value:
     w = lc.b.initializer(lc.name(module), lc.params.vector([lc.name(module)]))
-    return lc.b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=LATENT_NORM_EPS, stash_type=1, name=name)
+    names = lc.spec.latent_attention
+    eps = lc.dims.rms_eps if names is not None and names.config_norm_eps else LATENT_NORM_EPS
+    return lc.b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=eps, stash_type=1, name=name)
+
+
+def _rope_key(lc: LayerContext, k_rope: ir.Value) -> ir.Value:
+    """The shared rope key [B,S,1,qk_rope], RMSNormed before RoPE where the spec has that norm (dots3-note)."""
+    names = lc.spec.latent_attention
+    if names is None or names.rope_key_norm is None:
+        return k_rope
+    return _norm(lc, k_rope, names.rope_key_norm, "k_rope_layernorm")
 
 
 def _scaled(lc: LayerContext, x: ir.Value, scale: float, name: str) -> ir.Value:
@@ -69,7 +79,7 @@ def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value]
     kv = b.op("Reshape", kv, b.const([0, 0, heads, lat.qk_nope + lat.v_head], "kv_heads", "int64"))
     nope_v = b.const([lat.qk_nope, lat.v_head], "nope_v_split", "int64")
     k_nope, v = b.op_multi("Split", kv, nope_v, axis=-1, outputs=2, name="kv_split")
-    k_rope = b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64"))
+    k_rope = _rope_key(lc, b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64")))
     if table is not None:
         rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
         q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")
@@ -139,9 +149,14 @@ def latent_cache_dims(dims: ModelDims) -> ModelDims:
             "(DeepSeek-V2/V3, MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, LongCat-Flash)"
         )
     lat = replace(dims.latent, cached=True)
-    width = lat.kv_lora_rank + lat.qk_rope
-    layers = tuple(replace(layer, head_dim=width, num_kv_heads=1) for layer in dims.layers)
-    return replace(dims, latent=lat, layers=layers)
+
+    def cached(layer: LayerDims) -> LayerDims:  # a layer with its own widths (dots3-note) caches its own latent
+        own = layer.attention
+        mine = lat if own is None else replace(own.latent, cached=True)
+        attention = None if own is None else replace(own, latent=mine)
+        return replace(layer, head_dim=mine.kv_lora_rank + mine.qk_rope, num_kv_heads=1, attention=attention)
+
+    return replace(dims, latent=lat, layers=tuple(cached(layer) for layer in dims.layers))
 
 
 def _absorbed(lc: LayerContext, part: str) -> ir.Value:
@@ -180,7 +195,7 @@ def latent_mqa(
     c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
     c = _scaled(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), lat.kv_scale, "kv_lora_scale")
     c = b.op("Unsqueeze", c, b.const([2], "head_axis", "int64"))
-    k_rope = b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64"))
+    k_rope = _rope_key(lc, b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64")))
     if table is not None:
         rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
         q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")

@@ -100,7 +100,8 @@ def build_static_decoder(
     kv = {}
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"):
-            lc = LayerContext(b, i, dims, spec, params, opts.packed_qkv, packed_gate_up=opts.packed_gate_up)
+            view = dims.of_layer(dims.layers[i])
+            lc = LayerContext(b, i, view, spec, params, opts.packed_qkv, packed_gate_up=opts.packed_gate_up)
             attention = partial(static_attention, past=pasts[i], steps=steps, rope=rope)
             h, kv[i] = decoder_layer(lc, h, attention, None)
             h = layer_scalar(lc, h)

@@ -20,8 +20,8 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model import config_reads
 from gqa_export.model.alibi import alibi_slopes
-from gqa_export.model.config_reads import config_get, first_id, placeholder_ids, token_ids
-from gqa_export.model.latent import LatentDims, latent_dims, latent_scale
+from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
+from gqa_export.model.latent import LatentDims, latent_scale, model_latent
 from gqa_export.model.layer_dims import LayerDims, read_layers
 from gqa_export.model.layer_kinds import (
     DeltaNetDims,
@@ -150,7 +150,12 @@ class ModelDims:
         return self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** -0.5
 
     def of_layer(self, layer: LayerDims) -> ModelDims:
-        """These dims as one layer's attention reads them: its own query heads where it has them."""
+        """These dims as one layer's attention reads them, the graph building each layer with these: its
+        own heads, latent widths and softmax scale where it has them (dots3-note's LayerDims.attention),
+        its own query heads (Laguna's num_heads), else the model's."""
+        own = layer.attention
+        if own is not None:
+            return replace(self, num_heads=own.num_heads, latent=own.latent, attention_scale=own.scale)
         return self if not layer.num_heads else replace(self, num_heads=layer.num_heads)
 
 
@@ -179,7 +184,8 @@ def read_dims(
         ) from None
 
 
-def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, outer: Any | None) -> ModelDims:
+def _opt_for(config: Any, spec: ArchSpec) -> Any:
+    """The spec's reader of `config` (the model's, or one layer's view): a key by its spellings, else default."""
     keys = spec.config_keys
 
     def opt(name: str, default: Any = None) -> Any:
@@ -188,11 +194,21 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         value = next((v for k in keys[name].split("|") if (v := config_get(config, k)) is not None), None)
         return default if value is None else value
 
+    return opt
+
+
+def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, outer: Any | None) -> ModelDims:
+    opt = _opt_for(config, spec)
+
     for refusal in spec.refusals:
         value = config_get(config, refusal.config_key)
         if refusal.applies(value, config_get(config, refusal.differs_from) if refusal.differs_from else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
-    heads = int(config.num_attention_heads) if spec.mixers is None or spec.mixers.attention else 0  # 0: no attention
+    attends = spec.mixers is None or spec.mixers.attention
+    # dots3-note's heads are per layer (per_layer_config): the model's are its first layer's
+    heads = 0  # 0: no attention
+    if attends:
+        heads = int(config_get(config, "num_attention_heads") or layer_config(config, 0).num_attention_heads)
     if spec.attention_experts is not None:  # JetMoE: every expert's queries (kv heads each) computed densely
         heads = int(opt("num_experts")) * int(config.num_key_value_heads)
     hidden = int(config.hidden_size)
@@ -202,8 +218,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         raise InputError(
             f"activation '{act}' is not supported for {spec.name} (supported: {', '.join(spec.activations)})"
         )
-    latent = latent_dims(opt, spec, hidden)
-    layers = read_layers(config, opt, heads, hidden, spec, latent)
+    latent, overrides = model_latent(config, spec, hidden, opt, lambda view: _opt_for(view, spec))
+    layers = read_layers(config, opt, heads, hidden, spec, latent, overrides)
     ropes = layer_ropes(config, layers, spec, latent)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:

@@ -11,11 +11,13 @@ is; the latent form (kv_lora_rank + qk_rope_head_dim numbers per token and layer
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.model.config_reads import config_get, layer_config
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,38 @@ class LatentDims:
         """(expanded, latent) cache bytes per token and layer: what the GQA layout stores (keys and
         padded values of every head) against the compressed latent plus the shared rope key."""
         return 2 * heads * self.head_dim * itemsize, (self.kv_lora_rank + self.qk_rope) * itemsize
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """A layer whose latent attention has other shapes than the model's first layer (dots3-note's sliding
+    layers, `per_layer_config`): its heads, widths and softmax scale; the graph builds that layer with them
+    and its KV cache takes its own shape (concrete per-layer dims, docs/gemma4.md §4)."""
+
+    num_heads: int
+    latent: LatentDims
+    scale: float
+
+
+def model_latent(
+    config: Any, spec: ArchSpec, hidden: int, opt: Any, opt_for: Callable[[Any], Any]
+) -> tuple[LatentDims | None, dict[int, LayerAttention]]:
+    """The model's latent widths (its first layer's) and, per layer that differs from them, its own. A
+    heterogeneous config (transformers >= 5.25, dots3-note's per_layer_config) refuses global access to
+    per-layer keys, so each layer is read from its own view (`opt_for(view)`: the spec's reader of it)."""
+    if spec.latent_attention is None or not config_get(config, "is_heterogeneous"):
+        return latent_dims(opt, spec, hidden), {}
+    views = [layer_config(config, i) for i in range(int(config.num_hidden_layers))]
+    first = latent_dims(opt_for(views[0]), spec, hidden)
+    assert first is not None
+    heads = [int(view.num_attention_heads) for view in views]
+    out = {}
+    for i, view in enumerate(views[1:], 1):
+        lat = latent_dims(opt_for(view), spec, hidden)
+        assert lat is not None
+        if lat != first or heads[i] != heads[0]:
+            out[i] = LayerAttention(heads[i], lat, latent_scale(view, lat))
+    return first, out
 
 
 def latent_dims(opt: Any, spec: ArchSpec, hidden: int = 0) -> LatentDims | None:

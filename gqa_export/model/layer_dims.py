@@ -14,7 +14,7 @@ from typing import Any
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model.config_reads import config_get, layer_config, layer_heads
-from gqa_export.model.latent import LatentDims
+from gqa_export.model.latent import LatentDims, LayerAttention
 from gqa_export.model.layer_kinds import (
     blocks_of,
     feed_forward_size,
@@ -67,6 +67,8 @@ class LayerDims:
     shared_use: int = -1
     shared_source: int = -1
     num_heads: int = 0  # query heads where a layer has its own (Laguna's num_attention_heads_per_layer); 0: the model's
+    # a latent-attention layer with its own heads and widths (dots3-note's per_layer_config); None: the model's
+    attention: LayerAttention | None = None
 
     @property
     def shares_kv(self) -> bool:
@@ -79,7 +81,13 @@ class LayerDims:
 
 
 def read_layers(
-    config: Any, opt: Any, heads: int, hidden: int, spec: ArchSpec, latent: LatentDims | None = None
+    config: Any,
+    opt: Any,
+    heads: int,
+    hidden: int,
+    spec: ArchSpec,
+    latent: LatentDims | None = None,
+    overrides: dict[int, LayerAttention] | None = None,
 ) -> tuple[LayerDims, ...]:
     n = int(config.num_hidden_layers)
     window = int(opt("sliding_window", 0) or 0)
@@ -112,7 +120,10 @@ def read_layers(
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
         head_dim = cache_head_dim(spec, head_dim)  # DiffLlama's and Doge's cache heads are wider
-        if latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
+        own = (overrides or {}).get(i)
+        if own is not None:  # a layer with its own latent shapes (dots3-note's sliding layers)
+            head_dim, kv_heads = own.latent.head_dim, own.num_heads
+        elif latent is not None:  # the expanded cache: a [k_nope | k_rope] key per query head
             head_dim, kv_heads = latent.head_dim, heads
         if nope_layer(opt, spec, sliding, window, dense=not sparse_layer(opt, spec, i, layer_type)):
             rope_key = None  # Cohere2 / EXAONE-4: global layers without RoPE; Granite-4.0-H: none has it
@@ -145,6 +156,7 @@ def read_layers(
                 shared_use=uses.get(i, (-1, -1))[0],
                 shared_source=uses.get(i, (-1, -1))[1],
                 num_heads=own_heads,
+                attention=own,
             )
         )
     for layer in out:  # a KV-shared layer attends over its source's cache: the shapes must agree

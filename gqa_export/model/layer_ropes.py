@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.model.latent import LatentDims
+from gqa_export.model.latent import LatentDims, LayerAttention
 from gqa_export.model.rope import RopeConfig, read_rope, rope_params_by_type
 
 
@@ -21,6 +21,9 @@ class RopedLayer(Protocol):
 
     @property
     def head_dim(self) -> int: ...
+
+    @property
+    def attention(self) -> LayerAttention | None: ...
 
 
 # a layer's own RoPE base (the config's layer_rope_theta): the key of its table, the base's repr after it
@@ -95,7 +98,11 @@ def layer_ropes(
         if spec.default_rope_whole_head:
             params = _whole_head_if_default(config, params)
         if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
-            out[key] = replace(read_rope(config, latent.qk_rope, params), interleaved=latent.interleaved)
+            own = {own.latent.qk_rope for layer in layers if layer.rope == key and (own := layer.attention)}
+            rope_dim = own.pop() if own else latent.qk_rope  # dots3-note's sliding layers: their own widths
+            if params is not None:  # dots3-note: partial_rotary_factor = qk_rope / head_dim, i.e. rope_dim
+                params = {k: v for k, v in params.items() if k != "partial_rotary_factor"}
+            out[key] = replace(read_rope(config, rope_dim, params), interleaved=latent.interleaved)
             continue
         rope = read_rope(config, head_dim, params)
         out[key] = replace(rope, interleaved=spec.rope_interleaved, reversed=spec.rope_reversed)

@@ -55,6 +55,9 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     shared = {
         "config": lambda: int(opt("shared_expert_intermediate_size", 0) or 0),
         "per_expert": lambda: width * int(opt("shared_experts", 0) or 0),
+        "config_per_count": lambda: (
+            int(opt("shared_expert_intermediate_size", 0) or 0) * int(opt("shared_experts", 0) or 0)
+        ),
         "dense": lambda: intermediate,
     }[spec.moe.shared_width]
     norm = opt("norm_topk_prob", False)
