@@ -273,7 +273,7 @@ BAILING_HYBRID = replace(
     DEEPSEEK_V3,
     name="bailing_hybrid",
     embed="word_embeddings.weight",
-    layer=LayerNames(o="attention.dense", head_gate="attention.g_proj"),
+    layer=LayerNames(o="attention.dense", output_gate="attention.g_proj"),
     latent_attention=_BAILING_MLA,
     mixers=MixerSpec(
         kinds=MappingProxyType({"linear_attention": "gated_deltanet"}), gated_deltanet=_BAILING_KDA, bounded_decay=True

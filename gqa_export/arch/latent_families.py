@@ -163,7 +163,7 @@ DOTS3_NOTE_TEXT = replace(
     DEEPSEEK_V32,
     name="dots3_note_text",
     latent_attention=LatentAttentionNames(rope_key_norm="self_attn.k_rope_only_layernorm", config_norm_eps=True),
-    layer=replace(DEEPSEEK_V32.layer, head_gate="self_attn.g_proj"),
+    layer=replace(DEEPSEEK_V32.layer, output_gate="self_attn.g_proj"),
     latent_lora_scale=True,
     moe=replace(DEEPSEEK_V32.moe, shared_width="config_per_count"),  # type: ignore[arg-type]
     config_keys=config_keys(

@@ -88,12 +88,10 @@ class LayerNames:
     # a parallel layer's own norms of the residual for attention and for the MLP, used instead of
     # input_norm where the checkpoint holds them (Falcon-40B's ln_attn / ln_mlp; Falcon-7B has one)
     parallel_norms: tuple[str, str] | None = None
-    # a Linear [Nq*D, H] of the layer's normed input whose sigmoid gates the attention output before
-    # o_proj, where the checkpoint holds it (AFMoE's self_attn.gate_proj; Qwen3.5's gate sits in q_proj)
+    # a Linear of the layer's normed input whose activation gates the attention output before o_proj,
+    # where the checkpoint holds it: [Nq*D, H] per channel (AFMoE's self_attn.gate_proj; Qwen3.5's gate
+    # sits in q_proj) or [Nq, H] per head (Laguna's, LFM3's, Ling 3's and dots3-note's g_proj)
     output_gate: str | None = None
-    # a Linear [Nq, H] of the normed input whose sigmoid scales each head's whole attention output before
-    # o_proj, where the checkpoint holds it (Ling 3's latent attention g_proj)
-    head_gate: str | None = None
     # norms inside the blocks, applied where the spec names them (the checkpoint must hold them): one
     # over the attention output before o_proj, one over act(gate) * up before down_proj (BitNet's
     # self_attn.attn_sub_norm and mlp.ffn_sub_norm)
@@ -129,7 +127,7 @@ class LatentAttentionNames:
     kv_a_norm: str = "self_attn.kv_a_layernorm"
     kv_b: str = "self_attn.kv_b_proj"
     # dots3-note: an RMSNorm on the shared rope key before RoPE; None: none (every other family). Its
-    # per-head output gate is LayerNames.head_gate, as Ling 3's
+    # per-head output gate is LayerNames.output_gate, as Ling 3's
     rope_key_norm: str | None = None
     # the latent norms at the config's rms_norm_eps (dots3-note), else their module default 1e-6
     config_norm_eps: bool = False

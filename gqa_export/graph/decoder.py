@@ -26,7 +26,7 @@ from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
-from gqa_export.graph.latent_attention import head_gated, latent_flat, latent_mqa, latent_output
+from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
 from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba2 import prompt_step
@@ -321,15 +321,13 @@ def decoder_layer(
     if attention is not None:
         with b.scope("attn"):
             out, kv = attention(lc, x)
-            out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's and LFM3's own Linear
+            out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's, LFM3's, Ling 3's own Linear
             if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
                 out = widened_output(lc, out)
             elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
                 out = latent_output(lc, out)
             else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
                 out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
-            if L.head_gate is not None and lc.has(L.head_gate):  # Ling 3: one sigmoid gate per head
-                out = head_gated(lc, x, out)
             if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate
                 out = gated_expert_heads(lc, x, out)
             if L.attention_output_norm is not None:  # BitNet: a norm over the heads' output before o_proj

@@ -120,18 +120,6 @@ def latent_output(lc: LayerContext, y: ir.Value) -> ir.Value:
     return b.op("Reshape", kept, b.const([0, 0, heads * lat.v_head], "out_flat", "int64"))
 
 
-def head_gated(lc: LayerContext, x: ir.Value, y: ir.Value) -> ir.Value:
-    """y [B,S,heads*width] (the attention output, padding dropped) with each head's channels times
-    sigmoid(head_gate(x)) [B,S,heads]: one gate per head from a Linear [Nq, H] of the layer's normed
-    input (LayerNames.head_gate, Ling 3's latent attention), applied before o_proj as HF does."""
-    b, heads = lc.b, lc.dims.num_heads
-    assert lc.spec.layer.head_gate is not None
-    gate = b.op("Sigmoid", linear(lc, x, [lc.spec.layer.head_gate], None, "head_gate"), name="head_gate_sigmoid")
-    per_head = b.op("Reshape", y, b.const([0, 0, heads, -1], "gated_heads", "int64"))
-    gated = b.op("Mul", per_head, b.op("Unsqueeze", gate, b.const([-1], "gate_axis", "int64")), name="head_gate")
-    return b.op("Reshape", gated, b.const([0, 0, -1], "gated_flat", "int64"))
-
-
 # ---- the latent cache (recipe attention.latent_cache): multi-query attention over [c | k_rope] ----
 # q_nope_h . k_nope_h = q_nope_h . (W_k_h c) = (q_nope_h W_k_h) . c, and sum_t p_t v_h,t = W_v_h (sum_t p_t c_t),
 # with W_k_h [nope, r] and W_v_h [v, r] head h's rows of kv_b_proj. So GQA with ONE kv head of width

@@ -2,8 +2,10 @@
 
 The gate is Qwen3.5's half of q_proj (graph/blocks.py leaves it in LayerContext.output_gate) or a
 Linear of the layer's normed input the checkpoint holds (LayerNames.output_gate: AFMoE's gate_proj,
-Laguna's g_proj). act is the spec's output_gate_activation: sigmoid (Qwen3.5, AFMoE) or softplus
-(Laguna). A gate Linear with one row per query head (Laguna's gating "per-head") scales each head's
+Laguna's, LFM3's, Ling 3's and dots3-note's g_proj). act is the spec's output_gate_activation: sigmoid
+(Qwen3.5, AFMoE, Ling 3) or softplus (Laguna). A gate Linear with one row per query head (Laguna's
+gating "per-head"; Ling 3's and dots3-note's, before the latent output drops the padded value channels,
+which the per-head factor leaves zero) scales each head's
 D channels by one value; one with a row per channel scales each channel (docs/coverage.md §9).
 """
 

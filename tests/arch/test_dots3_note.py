@@ -64,8 +64,8 @@ def test_sliding_layer_with_the_model_scales_fails_hf_parity(builds, tmp_path):
 @pytest.mark.parametrize("mechanism", ["rope_key_norm", "head_gate"])
 def test_spec_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mechanism):
     spec = arch.SPECS[FAMILY]
-    if mechanism == "head_gate":  # LayerNames.head_gate, Ling 3's gate
-        mutant = replace(spec, layer=replace(spec.layer, head_gate=None))
+    if mechanism == "head_gate":  # LayerNames.output_gate, one row per head (Ling 3's and Laguna's gate)
+        mutant = replace(spec, layer=replace(spec.layer, output_gate=None))
     else:
         mutant = replace(spec, latent_attention=replace(spec.latent_attention, **{mechanism: None}))
     monkeypatch.setitem(arch.SPECS, FAMILY, mutant)

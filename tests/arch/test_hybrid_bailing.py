@@ -44,7 +44,7 @@ def _spec_mutants() -> dict:
     spec = SPECS[FAMILY]
     return {
         "softplus-decay": replace(spec, mixers=replace(spec.mixers, bounded_decay=False)),
-        "head-gate-dropped": replace(spec, layer=replace(spec.layer, head_gate=None)),
+        "head-gate-dropped": replace(spec, layer=replace(spec.layer, output_gate=None)),
     }
 
 
