@@ -25,7 +25,8 @@ gqa-export build "$model" -o "$out/cuda-fp16-draft" --ep cuda -p fp16 --draft "$
 python - "$out" <<'PY' | tee "$out/table.md"
 import sys
 from pathlib import Path
-from gqa_export.runtime.run import generate_greedy, cuda_device_available
+from gqa_export.runtime.run import generate_greedy
+from gqa_export.runtime.providers import cuda_device_available
 out = Path(sys.argv[1])
 prompt = [0, 45, 319, 81, 84, 266, 265, 302]
 reference = generate_greedy(out / "cpu-fp32", prompt, 48, min_new_tokens=48).tokens
