@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from gqa_export.arch.hybrid_families import JAMBA, NEMOTRON_H
+from gqa_export.arch.mamba_hybrid_families import JAMBA, NEMOTRON_H
 from gqa_export.arch.mixer_spec import MambaNames, MixerSpec, RgLruNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys

@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 from gqa_export.check.external_data import external_data_problems
 from gqa_export.check.op_facts import ir_facts
 from gqa_export.check.stages import decoder_stages, encoder_stages
+from gqa_export.check.weight_census import weight_census
 from gqa_export.eps import by_genai_provider
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json
@@ -33,7 +34,6 @@ _GQA_BIAS_INPUT = 10  # GroupQueryAttention's optional attention_bias input
 _PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)$")
 _PAST_STATE = re.compile(r"past\.(\d+)\.(conv|recurrent)$")
 _CACHE = re.compile(r"(?:past_key_values|present)\.(\d+)\.key$")
-_ROPE_TABLE = re.compile(r"(?:^|[._/])(?:cos|sin)_cache$")  # graph/rotary.py names them, as the official builder
 BYTES = {
     TensorProto.FLOAT: 4,
     TensorProto.FLOAT16: 2,
@@ -258,7 +258,7 @@ def _graph_info(file: Path, role: str, on_prompt: bool, on_gen: bool, config: di
     }
     info.unused_inputs = [v.name for v in g.input if v.name not in used]
     inits = {t.name: t for t in g.initializer}
-    info.weights, info.parameters = _weights(g, inits)
+    info.weights, info.parameters = weight_census(g, inits)
     decoder = ((config or {}).get("model") or {}).get("decoder") or {}
     past_dims = {int(m.group(1)): v["shape"] for v in info.inputs if (m := _PAST.match(v["name"]))}
     producers = {out: n for n in g.node for out in n.output}
@@ -313,56 +313,6 @@ def _kv_source(node: onnx.NodeProto, producers: dict[str, onnx.NodeProto]) -> in
             else:
                 name = producer.input[0]
     return None
-
-
-def _weights(g: onnx.GraphProto, inits: dict[str, TensorProto]) -> tuple[dict[str, str], int]:
-    kinds: dict[str, set[str]] = {}
-    params = 0
-    for node in g.node:
-        for pos, name in enumerate(node.input):
-            t = inits.get(name)
-            if t is None:
-                continue
-            dtype = TensorProto.DataType.Name(t.data_type).lower()
-            count = 1
-            for d in t.dims:
-                count *= d
-            if node.op_type in ("MoE", "QMoE") and pos in (2, 4):
-                bits = next(
-                    (helper.get_attribute_value(x) for x in node.attribute if x.name == "expert_weight_bits"), 4
-                )
-                quantized = node.op_type == "QMoE"
-                kinds.setdefault("experts", set()).add(f"int{bits}" if quantized else dtype)
-                params += count * 8 // bits if quantized else count
-            elif (node.op_type, pos) in (("MatMulNBits", 1), ("GatherBlockQuantized", 0)):
-                a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
-                bits = a.get("bits", 4)
-                kind = "linear" if node.op_type == "MatMulNBits" else "embedding"
-                kinds.setdefault(kind, set()).add(f"int{bits} (block {a.get('block_size', '?')})")
-                params += count * 8 // bits
-            elif node.op_type == "Gather" and pos == 0 and _ROPE_TABLE.search(name):
-                continue  # RoPE's cos/sin tables read per position (RoPE outside GQA): constants, not weights
-            elif (pos == 0 and node.op_type == "Gather") or (
-                node.op_type == "Gemm" and pos == 1 and name in _gather_tables(g)
-            ):
-                kinds.setdefault("embedding", set()).add(dtype)
-                params += count
-            elif node.op_type == "MatMul" and ".lora_" in name:  # a LoRA input's empty default (docs/lora.md)
-                kinds.setdefault("lora", set()).add(dtype)
-            elif node.op_type in ("MatMul", "Gemm") and pos == 1:
-                kinds.setdefault("linear", set()).add(dtype)
-                params += count
-            elif "LayerNormalization" in node.op_type and pos in (1, 2):
-                kinds.setdefault("norm", set()).add(dtype)
-                params += count
-            elif node.op_type == "Add" and len(t.dims) == 1:
-                kinds.setdefault("bias", set()).add(dtype)
-                params += count
-    return {k: ", ".join(sorted(v)) for k, v in kinds.items()}, params
-
-
-def _gather_tables(g: onnx.GraphProto) -> set[str]:
-    return {n.input[0] for n in g.node if n.op_type == "Gather"}
 
 
 def _attention(

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from gqa_export.errors import InputError, RunError
 from gqa_export.progress import NullReporter, Reporter
-from gqa_export.source.formats import GGUF, SourceFormat, file_format, folder_file_format
+from gqa_export.source.format_records import SourceFormat
+from gqa_export.source.formats import GGUF, file_format, folder_file_format
 
 if TYPE_CHECKING:
     from gqa_export.source.gguf import GgufOrigin

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from gqa_export.errors import InputError
-from gqa_export.source.formats import Linear, SourceFormat, declared
+from gqa_export.source.format_records import Linear, SourceFormat
+from gqa_export.source.formats import declared
 from gqa_export.source.native import NativeLinear
 from gqa_export.source.weights import TensorInfo, WeightStore
 

@@ -22,7 +22,8 @@ import pytest
 
 from gqa_export.errors import InputError
 from gqa_export.source import formats, prequantized
-from gqa_export.source.formats import FORMATS, SourceFormat
+from gqa_export.source.format_records import SourceFormat
+from gqa_export.source.formats import FORMATS
 from gqa_export.source.imported import ImportedStore
 from gqa_export.source.weights import WeightStore
 
