@@ -28,6 +28,12 @@ class LayerContext(Protocol):
     def name(self, module: str, suffix: str = "weight") -> str: ...
 
 
+def soft_cap(b: GraphBuilder, x: ir.Value, cap: ir.Value, name: str | None = None) -> ir.Value:
+    """cap · tanh(x / cap): Gemma-2's attention scores and logits, a router's logits, xLSTM's gates. One
+    definition, so that every cap reads the same three ops (`name` names the final Mul)."""
+    return b.op("Mul", b.op("Tanh", b.op("Div", x, cap)), cap, name=name)
+
+
 def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
     """The config's hidden activation: SiLU, the exact GELU, ReLU, the tanh-approximated GELU
     (gelu_pytorch_tanh, gelu_new; ONNX Gelu-20), squared ReLU (Nemotron) or xIELU (Apertus, its

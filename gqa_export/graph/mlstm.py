@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.graph.activations import soft_cap
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.params import NUMPY_DTYPES
@@ -73,7 +74,7 @@ def _soft_cap(lc: LayerContext, x: ir.Value, name: str) -> ir.Value:
     if not cap:
         return x
     c = float_scalar(lc.b, cap, lc.params.dtype, "gate_cap")
-    return lc.b.op("Mul", lc.b.op("Tanh", lc.b.op("Div", x, c)), c, name=f"{name}_soft_cap")
+    return soft_cap(lc.b, x, c, f"{name}_soft_cap")
 
 
 def _step_body(lc: LayerContext, nh: int, dqk: int, dv: int) -> ir.Graph:

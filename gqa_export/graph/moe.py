@@ -26,6 +26,7 @@ from dataclasses import replace
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.graph.activations import soft_cap
 from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, mlp_block
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, fused_or_transposed, stacked
@@ -302,7 +303,7 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
         else:
             if moe.router_softcap:  # Laguna: c tanh(logits / c) before the sigmoid
                 cap = b.const(np.asarray(moe.router_softcap, NUMPY_DTYPES[dtype]), "router_softcap")
-                logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="capped_logits")
+                logits = soft_cap(b, logits, cap, "capped_logits")
             scores = b.op("Sigmoid", logits, name="scores")
         choosing = logits if routing == "sigmoid_logits_biased" else scores
         spellings = (lc.name(f"{prefix}{n}", suffix="") for n in (names.expert_bias or "").split("|") if n)

@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.activations import soft_cap
 from gqa_export.graph.builder import GraphBuilder, float_scalar
 from gqa_export.graph.head_transform import head_transform
 from gqa_export.graph.options import GraphOptions
@@ -106,5 +107,5 @@ def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputCont
             logits = b.op("Div", logits, float_scalar(b, dims.logits_divisor, opts.logits_dtype, "logits_scaling"))
         if dims.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
             cap = float_scalar(b, dims.final_softcap, opts.logits_dtype, "final_softcap")
-            logits = b.op("Mul", b.op("Tanh", b.op("Div", logits, cap)), cap, name="final_softcap")
+            logits = soft_cap(b, logits, cap, "final_softcap")
     return logits

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.graph.activations import soft_cap
 from gqa_export.graph.blocks import LayerContext, rotated_heads
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.params import NUMPY_DTYPES
@@ -119,7 +120,7 @@ def static_attention(
     scores = b.op("Mul", b.op("MatMul", q, b.op("Transpose", keys, perm=[0, 1, 3, 2])), scale, name="scores")
     if dims.attn_softcap:  # Gemma-2: cap * tanh(scores / cap) before the mask
         cap = b.const(np.array(dims.attn_softcap, NUMPY_DTYPES[dtype]), "softcap")
-        scores = b.op("Mul", b.op("Tanh", b.op("Div", scores, cap)), cap, name="softcapped")
+        scores = soft_cap(b, scores, cap, "softcapped")
     probs = b.op("Softmax", b.op("Add", scores, steps.biases[layer.window]), axis=-1)
     y = b.op("Transpose", b.op("MatMul", probs, values), perm=[0, 2, 1, 3], name="y_bsnh")
     y = b.op("Reshape", y, b.const([0, 0, dims.num_heads * layer.head_dim], "y_flat", "int64"))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.graph.activations import soft_cap
 from gqa_export.graph.builder import GraphBuilder
 
 I64 = "int64"
@@ -122,7 +123,7 @@ def chunked_attention(
     bd = b.op("Reshape", bd, b.const([0, nh, -1, c, ctx], "shift_back", I64))
     scores = b.op("Add", scores, bd)
     cap = b.const(np.float32(shape.logit_cap), "softcap")
-    scores = b.op("Mul", b.op("Tanh", b.op("Div", scores, cap)), cap)
+    scores = soft_cap(b, scores, cap)
     scores = b.op("Where", allowed, scores, b.const(np.float32(shape.invalid), "invalid_logit"))
     probs = b.op("Softmax", scores, axis=-1)
     out = b.op("MatMul", probs, b.op("Transpose", values, perm=[0, 3, 1, 2, 4]))  # [B, nh, blocks, c, hd]
