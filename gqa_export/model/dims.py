@@ -98,6 +98,8 @@ class ModelDims:
     rglru: RgLruDims | None = None  # RG-LRU layers' shapes (RecurrentGemma)
     rwkv: RwkvDims | None = None  # RWKV-4 blocks' time-mix width and rescaling (model/rwkv.py)
     mlstm: MlstmDims | None = None  # xLSTM's mLSTM heads and gates (model/xlstm.py)
+    # compressed convolutional attention's two q|k kernels (cca_time0 depthwise, cca_time1 grouped); (0, 0): none
+    cca_kernels: tuple[int, int] = (0, 0)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (model/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
@@ -288,6 +290,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         rglru=rglru_dims(opt, spec, mixers, hidden, heads),
         rwkv=rwkv_dims(opt, spec, mixers, hidden),
         mlstm=mlstm_dims(config, opt, spec, mixers),
+        cca_kernels=(int(config_get(config, "cca_time0")), int(config_get(config, "cca_time1"))) if "cca" in mixers else (0, 0),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
