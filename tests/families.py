@@ -867,6 +867,16 @@ FAMILIES: tuple[Family, ...] = (
     # gate per channel (gating "per-element")
     moe_family("laguna", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, **RAGGED_EVERY_MODE),
     moe("laguna_v5", "laguna", hub_layout=False, overrides={"gating": "per-element"}, since_major=5, since=(5, 25)),
+    # ZAYA1 (transformers 5.25): compressed convolutional attention (a conv state of q|k projections and a
+    # delayed-value state beside each layer's KV cache, q/k L2-normed with a key temperature), affine residual
+    # maps, the top 1 of 6 experts or a skip class under an MLP router over a stream carried across layers.
+    # The states run in the GQA graph only: greedy tokens and a ragged batch in gqa, the other modes refused
+    # (mutants: tests/arch/test_zaya.py)
+    moe(
+        "zaya", generate_modes=("gqa",), ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",),
+        quantized=("int4",), accuracy_level=0, experts="fused", prompt=LONG_PROMPT, since_major=5, since=(5, 25),
+        gathered_tables=frozenset({"model.embed_tokens.qweight"}),
+    ),  # fmt: skip
     # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
     # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
     moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, ragged_logits_modes=("gqa",)),

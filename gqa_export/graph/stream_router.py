@@ -6,7 +6,9 @@ layer to layer, choosing among the experts and one "skip" class.
   from layer to layer in the graph).
 - The logits: out_proj(gelu(fc2(gelu(fc1(rmsnorm(r_i)))))) over num_experts + 1 classes (exact GELU).
 - The choice: softmax, the top k of probs + balancing_biases (a float32 buffer), weighted by the
-  unbiased probs, never renormalized. The last class is the skip expert, which computes nothing:
+  unbiased probs, never renormalized. transformers 5.25 sets the skip class's bias to -1 whenever it
+  loads a checkpoint (ZayaPreTrainedModel._init_weights assigns it outside the loaded-tensor guard),
+  whatever the checkpoint stores: the graph reads it so too. The last class is the skip expert, which computes nothing:
   its weight is dropped with its column, so a token that chose it gets an all-zero row, which
   graph/moe.py turns into a zero output (graph/zero_experts.all_zero_guard), exactly HF's masked weight.
 """
@@ -50,7 +52,8 @@ def skip_expert_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: Mo
     bias_name = lc.name(f"{prefix}gate.balancing_biases", suffix="")
     with b.scope("skip_router"):
         probs = b.op("Softmax", logits, axis=-1, name="probs")
-        bias = b.initializer(bias_name, params.vector([bias_name]))
+        # transformers' _init_weights sets the skip class's entry to -1 on every load, over the stored value
+        bias = b.initializer(bias_name, params.derived(bias_name, _skip_at_minus_one))
         choosing = b.op("Add", probs, bias, name="balanced")
         k = b.const([moe.top_k], "k", "int64")
         _, chosen = b.op_multi("TopK", choosing, k, axis=-1, outputs=2, name="topk")
@@ -59,3 +62,8 @@ def skip_expert_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: Mo
         dense = b.op("ScatterElements", zeros, chosen, picked, axis=-1, name="dense_with_skip")
         start, stop = b.const([0], "real_start", "int64"), b.const([moe.experts], "real_stop", "int64")
         return b.op("Slice", dense, start, stop, b.const([-1], "last", "int64"), name="skip_dropped")
+
+
+def _skip_at_minus_one(biases: np.ndarray) -> np.ndarray:
+    """The balancing biases as transformers holds them after loading: the last (skip) entry -1."""
+    return np.concatenate([biases[:-1], np.full(1, -1.0, biases.dtype)])
