@@ -141,8 +141,8 @@ def qk_l2_norm(
             y = b.op("Mul", per_head, b.op("Div", scale, b.op("Max", norm, eps)), name=f"{tag}_normed")
             if tag == "k":
                 temp_name = lc.name(names.temperature, suffix="")
-                temp = b.initializer(temp_name, params.vector([temp_name]))
-                temp = b.op("Reshape", temp, b.const([heads, 1], "temp_shape", "int64"))
+                temps = params.derived(temp_name, lambda t: t.reshape(-1, 1), shape=(heads, 1))  # [Nkv, 1]
+                temp = b.initializer(temp_name, temps)
                 y = b.op("Mul", y, temp, name="k_temperature")
             if table is not None:
                 rope = lc.dims.ropes[layer.rope]  # type: ignore[index]
