@@ -873,10 +873,18 @@ FAMILIES: tuple[Family, ...] = (
     # The states run in the GQA graph only: greedy tokens and a ragged batch in gqa, the other modes refused
     # (mutants: tests/arch/test_zaya.py)
     moe(
-        "zaya", generate_modes=("gqa",), ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",),
-        quantized=("int4",), accuracy_level=0, experts="fused", prompt=LONG_PROMPT, since_major=5, since=(5, 25),
+        "zaya",
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
         gathered_tables=frozenset({"model.embed_tokens.qweight"}),
-    ),  # fmt: skip
+    ),
     # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
     # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
     moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, ragged_logits_modes=("gqa",)),

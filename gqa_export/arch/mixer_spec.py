@@ -198,6 +198,8 @@ MIXER_KINDS = (
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
 MIXINGS = ("replace", "parallel")
+
+
 @dataclass(frozen=True)
 class CcaNames:
     """Compressed convolutional attention's modules (ZAYA1, graph/cca.py): q and k projections mixed by

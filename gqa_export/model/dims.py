@@ -290,7 +290,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         rglru=rglru_dims(opt, spec, mixers, hidden, heads),
         rwkv=rwkv_dims(opt, spec, mixers, hidden),
         mlstm=mlstm_dims(config, opt, spec, mixers),
-        cca_kernels=(int(config_get(config, "cca_time0")), int(config_get(config, "cca_time1"))) if "cca" in mixers else (0, 0),
+        cca_kernels=_cca_kernels(config, mixers),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
@@ -306,3 +306,14 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
     )
+
+
+def _cca_kernels(config: Any, mixers: list[str]) -> tuple[int, int]:
+    """Compressed convolutional attention's (depthwise, grouped) q|k kernels (ZAYA's cca_time0 /
+    cca_time1); (0, 0) without such layers. Both 1 would leave no conv state, which genai cannot size."""
+    if "cca" not in mixers:
+        return 0, 0
+    kernels = int(config_get(config, "cca_time0")), int(config_get(config, "cca_time1"))
+    if kernels[0] + kernels[1] <= 2:
+        raise InputError(f"cca_time0 / cca_time1 {kernels} leave no convolution state; both 1 is not supported")
+    return kernels
