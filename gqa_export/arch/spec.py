@@ -100,6 +100,10 @@ class LayerNames:
     # per-channel weights multiplying the residual stream before the attention's and the MLP's add (Doge's
     # input_residual, post_attention_residual)
     residual_scales: tuple[str, str] | None = None
+    # norms with a low-rank input-dependent gate, where the checkpoint holds them: (inner, down, up) relative
+    # to the norm, y * sigmoid(up(silu(down(y)))) with y = the RMSNorm "{norm}.{inner}" (A.X-K2's
+    # GatedRMSNorm, graph/gated_norm.py); a norm stored plain is read plain
+    gated_norms: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,12 @@ class LatentAttentionNames:
     rope_key_norm: str | None = None
     # the latent norms at the config's rms_norm_eps (dots3-note), else their module default 1e-6
     config_norm_eps: bool = False
+    # what q_b reads, concatenated in this order: "normed" q_a_norm(q_a) (every family) and "raw" q_a (A.X-K2,
+    # whose q_b is 2 x q_lora_rank wide)
+    q_b_input: tuple[str, ...] = ("normed",)
+    # q_b yields per head [query | gate (v_head_dim)], the gate's activation (output_gate_activation) scaling each
+    # value channel of the attention output before o_proj (A.X-K2; graph/latent_attention.latent_output)
+    value_gate: bool = False
 
 
 @dataclass(frozen=True)

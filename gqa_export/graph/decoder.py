@@ -24,6 +24,7 @@ from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.expert_attention import gated_expert_heads
+from gqa_export.graph.gated_norm import gated_norm, is_gated
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
@@ -292,6 +293,8 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
 def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Value:
     if module is None or (lc.spec.norms_where_stored and not lc.has(module)):  # ModernBERT's Identity at layer 0
         return x
+    if is_gated(lc, module):  # A.X-K2: the RMSNorm times a low-rank sigmoid gate
+        return gated_norm(lc, x, module, name)
     return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
 
 
