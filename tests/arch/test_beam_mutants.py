@@ -10,7 +10,8 @@ residual * sqrt((k - 1) / k) makes the stream after the k-th add the plain sum o
 following RMSNorm cancels up to its eps, so dropping both factors moves the logits by ~1e-6 only
 (docs/coverage.md, Beam); a graph that gets the form wrong does not cancel: the residual kept whole,
 the two factors exchanged, and each add's factors those of the add before (k - 1), all fail.
-A spec mutant keeps RoPE on the full layers.
+A spec mutant keeps RoPE on the full layers. The query factor itself is compared with HF's
+compute_attention_scaling on a right-padded batch and on decode steps 3000 positions out.
 """
 
 from __future__ import annotations
@@ -92,3 +93,45 @@ def test_full_layer_rope_kept_fails_hf_parity(builds, tmp_path, monkeypatch):
     out = tmp_path / "rope-kept"
     build(BuildOptions(str(builds.checkpoint("beam")), out, smoke=False, text_only=True))
     assert parity_error(out, builds.checkpoint("beam")) > FAR
+
+
+def _graph_factors(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """The [B,S] query factors graph/positions.power_query_scale computes (in an fp32 graph of its own)."""
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from gqa_export.graph.builder import GraphBuilder
+    from gqa_export.graph.positions import power_query_scale
+
+    b = GraphBuilder("power_query_scale", {"": 21})
+    ids = b.input("input_ids", ir.DataType.INT64, ["B", "S"])
+    mask = b.input("attention_mask", ir.DataType.INT64, ["B", "T"])
+    factor = power_query_scale(b, arch.SPECS["beam"].nope_query_power, ids, mask, ir.DataType.FLOAT)
+    assert factor is not None
+    b.output(factor, "factor", ir.DataType.FLOAT, ["B", "S", 1])
+    session = ort.InferenceSession(ir.to_proto(ir.Model(b.graph, ir_version=10)).SerializeToString())
+    return session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})[0][..., 0]
+
+
+def test_query_power_reads_each_rows_positions():
+    """The factor at each real token equals HF's compute_attention_scaling at the position HF gives it on the
+    row alone: a right-padded prompt (5 and 13 tokens), then decode steps far out (the masks grown to 3000
+    columns), where a factor from the buffer's column instead of the row's position is off by 2e-5 to 5e-5
+    per padded slot; the graph agrees to float32 rounding."""
+    import torch
+    from transformers.models.beam.modeling_beam import compute_attention_scaling
+
+    def hf(positions: list[int]) -> np.ndarray:
+        return compute_attention_scaling(torch.tensor([positions]))[0, 0, :, 0].numpy()
+
+    lengths, width = (5, 13), 13
+    mask = np.array([[1] * n + [0] * (width - n) for n in lengths], np.int64)
+    got = _graph_factors(np.zeros((2, width), np.int64), mask)
+    for row, n in enumerate(lengths):
+        np.testing.assert_allclose(got[row, :n], hf(list(range(n))), rtol=3e-7, atol=0)
+    steps = 3000 - width
+    grown = np.concatenate([mask, np.ones((2, steps), np.int64)], axis=1)
+    got = _graph_factors(np.zeros((2, 1), np.int64), grown)[:, 0]
+    want = np.array([hf([n + steps - 1])[0] for n in lengths])
+    np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)
+    assert abs(float(want[0]) - float(hf([width + steps - 1])[0])) > 1e-4  # the column's factor would differ
