@@ -619,6 +619,33 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Beam-1.0 (transformers 5.25): sliding / full / sliding / full layers (window 8), RoPE on the sliding ones,
+    # the full ones NoPE with their position query scale; the output gate's per-head bias; layer 0 dense (80
+    # wide), then the top 2 of 8 experts within the best of 2 groups on sigmoid + selection bias, renormalized,
+    # x2.5 after the sum; logits soft-capped at 4 (the tiny model's reach about that)
+    "beam": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+            sliding_window=8,
+            num_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            moe_intermediate_size=32,  # QMoE's int4 blocks: the experts' inner width a multiple of 32
+            intermediate_size=80,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            final_logit_softcapping=4.0,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": None,
+            },
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern

@@ -882,6 +882,20 @@ FAMILIES: tuple[Family, ...] = (
     # gate per channel (gating "per-element")
     moe_family("laguna", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, **RAGGED_EVERY_MODE),
     moe("laguna_v5", "laguna", hub_layout=False, overrides={"gating": "per-element"}, since_major=5, since=(5, 25)),
+    # Beam-1.0: the NoPE layers' position query scale read from the positions the graph has (decode steps, right
+    # padding: a ragged batch in every mode), the gate's per-head bias, depth-scaled adds, grouped sigmoid router
+    # (its int4 and int8 smoke runs end at EOS before 16 tokens; no initializer range of 0.05-0.4 keeps both going)
+    moe_family(
+        "beam",
+        ALL_MODES,
+        since_major=5,
+        since=(5, 25),
+        smoke_meets_eos=frozenset({5}),
+        fp16_cuda=True,
+        **ONE_PROMPT,
+        **RAGGED_EVERY_MODE,
+    ),
+    moe("beam_v5", "beam", hub_layout=False, since_major=5, since=(5, 25)),
     # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
     # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
     moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, ragged_logits_modes=("gqa",)),

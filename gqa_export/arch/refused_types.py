@@ -39,7 +39,7 @@ REFUSED: dict[str, str] = {
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
         _NO_SPEC,
-        "beam", "dory", "zaya",
+        "dory", "zaya",
     ),
     **_each(
         _MULTIMODAL,
