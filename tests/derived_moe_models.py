@@ -484,6 +484,46 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # A.X-K2: GLM-MoE-DSA's tiny shape (index_topk 128, past every context here) with values narrower than the
+    # key (padded in the expanded cache), the query up-projection reading [normed | raw] q latent and yielding a
+    # per-channel output gate, the gated RMSNorms (rank 5), routing without groups (n_group null), YaRN mscale,
+    # the dense layer 0 from the hub's legacy key
+    "axk2": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            q_lora_rank=24,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=None,
+            topk_group=None,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            index_topk=128,
+            index_n_heads=4,
+            index_head_dim=16,
+            gated_norm_rank=5,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.8,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+            },
+        ),
+        ("head_dim",),
+    ),
     # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
     # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
     # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups
@@ -595,6 +635,33 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             cca_time1=3,
             rms_norm_eps=1e-5,
             tie_word_embeddings=True,
+        ),
+        (),
+    ),
+    # Beam-1.0 (transformers 5.25): sliding / full / sliding / full layers (window 8), RoPE on the sliding ones,
+    # the full ones NoPE with their position query scale; the output gate's per-head bias; layer 0 dense (80
+    # wide), then the top 2 of 8 experts within the best of 2 groups on sigmoid + selection bias, renormalized,
+    # x2.5 after the sum; logits soft-capped at 4 (the tiny model's reach about that)
+    "beam": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+            sliding_window=8,
+            num_experts=8,
+            num_experts_per_tok=2,
+            n_group=2,
+            topk_group=1,
+            moe_intermediate_size=32,  # QMoE's int4 blocks: the experts' inner width a multiple of 32
+            intermediate_size=80,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            final_logit_softcapping=4.0,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": None,
+            },
         ),
         (),
     ),

@@ -701,6 +701,21 @@ FAMILIES: tuple[Family, ...] = (
     # the layer; transformers 5.x saves it under mlp.); mutant: tests/arch/test_latent_mutants.py
     moe_family("axk1", since_major=5, since=(5, 25), logits_modes=("bias",), **ONE_PROMPT, **RAGGED_LOGITS),
     moe("axk1_v5", "axk1", hub_layout=False, since_major=5, since=(5, 25)),
+    # A.X-K2 (5.25's class): V3.2's cap at index_topk 128 with q_b reading [normed | raw] q latent and yielding a
+    # value gate, GatedRMSNorms, ungrouped sigmoid routing (hub: q_b_proj, W_down / W_up, per-expert tensors;
+    # transformers 5.x: q_gate_proj, mlp.fc1 / fc2, fused experts); mutants: tests/arch/test_axk2.py
+    moe_family(
+        "axk2",
+        ("gqa", "gqa_latent"),
+        since_major=5,
+        since=(5, 25),
+        logits_modes=STANDARD_MODES,
+        ragged_logits_modes=("gqa", "gqa_latent"),
+        **ONE_PROMPT,
+    ),
+    moe("axk2_v5", "axk2", hub_layout=False, since_major=5, since=(5, 25)),
+    # the larger releases' grouped routing (n_group / topk_group set: DeepSeek-V3's group scores)
+    moe("axk2_grouped", "axk2", overrides={"n_group": 4, "topk_group": 2}, since_major=5, since=(5, 25)),
     # dots3-note's decoder: DeepSeek-V3.2's MLA with its own shapes on the sliding layer (per_layer_config: a KV
     # cache of its own shape), lora scales, a normed rope key, a per-head output gate (mutants:
     # tests/arch/test_dots3_note.py); transformers' own fused expert layout
@@ -885,6 +900,20 @@ FAMILIES: tuple[Family, ...] = (
         since=(5, 25),
         gathered_tables=frozenset({"model.embed_tokens.qweight"}),
     ),
+    # Beam-1.0: the NoPE layers' position query scale read from the positions the graph has (decode steps, right
+    # padding: a ragged batch in every mode), the gate's per-head bias, depth-scaled adds, grouped sigmoid router
+    # (its int4 and int8 smoke runs end at EOS before 16 tokens; no initializer range of 0.05-0.4 keeps both going)
+    moe_family(
+        "beam",
+        ALL_MODES,
+        since_major=5,
+        since=(5, 25),
+        smoke_meets_eos=frozenset({5}),
+        fp16_cuda=True,
+        **ONE_PROMPT,
+        **RAGGED_EVERY_MODE,
+    ),
+    moe("beam_v5", "beam", hub_layout=False, since_major=5, since=(5, 25)),
     # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
     # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
     moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, ragged_logits_modes=("gqa",)),

@@ -258,6 +258,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5 if model_type == "gpt_oss" else 0.2))
             elif leaf == "sinks":
                 p.copy_(rn(p, 1.0))
+            elif "layernorm.mlp.fc" in mod and leaf == "weight":  # A.X-K2's gated norms: a gate that varies by token
+                p.copy_(rn(p, 0.5))
             elif mod.endswith(ROUTER_LINEAR_SUFFIXES) and leaf == "weight":
                 p.copy_(rn(p, 0.5))  # router: logits std ~4 -> varied routing
             elif mod.endswith("router") and leaf == "scale":  # gemma4 router.scale [H]

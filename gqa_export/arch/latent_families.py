@@ -1,6 +1,6 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
 MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash, Youtu, A.X-K1,
-GLM-MoE-DSA), kept apart from families.py so
+GLM-MoE-DSA, dots3-note, A.X-K2), kept apart from families.py so
 that neither module outgrows its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
@@ -170,7 +170,26 @@ DOTS3_NOTE_TEXT = replace(
         num_experts="n_routed_experts", shared_expert_intermediate_size="shared_experts_intermediate_size"
     ),
 )
+# A.X-K2 (transformers 5.25 AXK2ForCausalLM, docs/coverage.md): DeepSeek-V3.2 (rope pairs always, V3's sigmoid
+# router, here with n_group null: one group, the biased choice over every expert; the indexer on every
+# indexed_attention layer, under V3.2's index_topk cap) with three changes. q_b (the hub's q_b_proj,
+# transformers' q_gate_proj) reads [q_a_layernorm(q_a) | q_a] and yields per head [query | gate], the gate's
+# sigmoid scaling each value channel of the attention output before o_proj; input_layernorm on every layer and
+# post_attention_layernorm on the sparse ones are GatedRMSNorms, y * sigmoid(W_up(silu(W_down(y)))) with
+# y = RMSNorm(x) (transformers: mlp.fc1 / mlp.fc2), the dense layers' post_attention_layernorm plain
+_GATED_NORM_ALIASES = tuple(
+    (f"{norm}.{hub}.", f"{norm}.mlp.{v5}.")
+    for norm in ("input_layernorm", "post_attention_layernorm")
+    for hub, v5 in (("W_down", "fc1"), ("W_up", "fc2"))
+)
+AXK2 = replace(
+    DEEPSEEK_V32,
+    name="axk2",
+    latent_attention=LatentAttentionNames(q_b_input=("normed", "raw"), value_gate=True),
+    layer=replace(DEEPSEEK_V32.layer, gated_norms=("norm", "W_down", "W_up")),
+    tensor_aliases=(("self_attn.q_b_proj.", "self_attn.q_gate_proj."), *_GATED_NORM_ALIASES),
+)
 LATENT_FAMILIES = (
     DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH, YOUTU, AXK1,
-    GLM_MOE_DSA, DOTS3_NOTE_TEXT,
+    GLM_MOE_DSA, DOTS3_NOTE_TEXT, AXK2,
 )  # fmt: skip

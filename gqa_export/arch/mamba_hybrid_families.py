@@ -29,18 +29,20 @@ GRANITEMOEHYBRID = replace(
     ffn_size="shared",
     config_keys=config_keys(shared_expert_intermediate_size="shared_intermediate_size"),
 )
+# Jamba's and Falcon-H1's layer names: the MLP under `feed_forward.`, its norm `pre_ff_layernorm`
+_FEED_FORWARD_LAYER = LayerNames(
+    post_attention_norm="pre_ff_layernorm",
+    gate="feed_forward.gate_proj",
+    up="feed_forward.up_proj",
+    down="feed_forward.down_proj",
+)
 # Jamba: Mamba (v1) layers (conv + a per-channel SSM state, dt/B/C RMSNorms) between NoPE GQA
 # layers (attn_layer_period/offset), experts on expert_layer_period/offset (softmax over every
 # expert, the top k kept unnormalized), a dense MLP elsewhere (docs/hybrid-state.md §8.3)
 JAMBA = ArchSpec(
     name="jamba",
     final_norm="final_layernorm.weight",
-    layer=LayerNames(
-        post_attention_norm="pre_ff_layernorm",
-        gate="feed_forward.gate_proj",
-        up="feed_forward.up_proj",
-        down="feed_forward.down_proj",
-    ),
+    layer=_FEED_FORWARD_LAYER,
     moe=MoeSpec(MoeNames(blocks=("feed_forward.",), routers=("router",))),
     mixers=MixerSpec(kinds=MappingProxyType({"mamba": "mamba"})),
     rope_layers="none",
@@ -56,12 +58,7 @@ JAMBA = ArchSpec(
 FALCON_H1 = ArchSpec(
     name="falcon_h1",
     final_norm="final_layernorm.weight",
-    layer=LayerNames(
-        post_attention_norm="pre_ff_layernorm",
-        gate="feed_forward.gate_proj",
-        up="feed_forward.up_proj",
-        down="feed_forward.down_proj",
-    ),
+    layer=_FEED_FORWARD_LAYER,
     mixers=MixerSpec(
         kinds=MappingProxyType({}), mixing="parallel", every_layer="mamba2", prompt_dt_limit="time_step_limit"
     ),

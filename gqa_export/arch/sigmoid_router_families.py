@@ -1,5 +1,5 @@
 """Mixtures of experts whose router chooses on sigmoid scores (plus a selection bias where the
-family has one) rather than a softmax: MiniMax-M2 and -M3, AFMoE, Laguna, Flint, HY-V3, Kolibri-1.
+family has one) rather than a softmax: MiniMax-M2 and -M3, AFMoE, Laguna, Flint, HY-V3, Kolibri-1, Beam.
 Each is a `replace()` of its closest spec or a spec of its own; the routing mechanisms are named in
 `MoeSpec.routing` (docs/moe.md).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from gqa_export.arch.families import OLMOE, QWEN3_MOE
+from gqa_export.arch.families import GLM4_MOE, OLMOE, QWEN3_MOE
 from gqa_export.arch.spec import (
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
@@ -213,4 +213,30 @@ KOLIBRI1 = ArchSpec(
     ),
 )
 
-SIGMOID_ROUTED = (MINIMAX_M2, AFMOE, MINIMAX_M3, LAGUNA, FLINT, HY_V3, KOLIBRI1)
+# Beam-1.0 (transformers 5.25): AFMoE's attention and sandwich (Gemma's four RMSNorms, weight w, per-head q/k
+# RMSNorms before RoPE, the output times sigmoid(self_attn.gate_proj(x) + self_attn.gate_bias), one gate per
+# channel and one bias per head) with RoPE on the layer types whose rope_parameters entry is not null (the
+# sliding ones) and the others NoPE, their queries times (1 + (pos + 1) / 2048) ** 0.1 after the q norm
+# (a scalable softmax); each add depth-scaled (block / sqrt(k) + residual * sqrt((k - 1) / k), k = 2(i + 1)
+# after attention, + 1 after the MLP); the "dense" layers of mlp_layer_types a SwiGLU MLP, the others
+# DeepSeek-V3's grouped sigmoid router in fp32 (GLM-4-MoE's, no shared experts), times
+# routed_scaling_factor after the expert sum (the same sum); SwiGLU products in fp32 (the same in an fp32
+# package); the final logits soft-capped (final_logit_softcapping)
+BEAM = replace(
+    AFMOE,
+    name="beam",
+    rope_layers="typed",
+    embedding_scale="none",
+    nope_query_power=(0.1, 2048),
+    residual_scale="add_index",
+    layer=replace(
+        AFMOE.layer,
+        pre_feedforward_norm="pre_feedforward_layernorm",
+        post_feedforward_norm="post_feedforward_layernorm",
+        output_gate_bias="self_attn.gate_bias",
+    ),
+    moe=replace(GLM4_MOE.moe, names=replace(GLM4_MOE.moe.names, shared_expert=None)),  # type: ignore[union-attr]
+    config_keys=config_keys(),
+)
+
+SIGMOID_ROUTED = (MINIMAX_M2, AFMOE, MINIMAX_M3, LAGUNA, FLINT, HY_V3, KOLIBRI1, BEAM)

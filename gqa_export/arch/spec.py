@@ -92,6 +92,9 @@ class LayerNames:
     # where the checkpoint holds it: [Nq*D, H] per channel (AFMoE's self_attn.gate_proj; Qwen3.5's gate
     # sits in q_proj) or [Nq, H] per head (Laguna's, LFM3's, Ling 3's and dots3-note's g_proj)
     output_gate: str | None = None
+    # a per-head bias [Nq] added to a per-channel output gate before its activation, broadcast over each
+    # head's D channels, where the checkpoint holds it (Beam's self_attn.gate_bias)
+    output_gate_bias: str | None = None
     # norms inside the blocks, applied where the spec names them (the checkpoint must hold them): one
     # over the attention output before o_proj, one over act(gate) * up before down_proj (BitNet's
     # self_attn.attn_sub_norm and mlp.ffn_sub_norm)
@@ -103,6 +106,10 @@ class LayerNames:
     # an affine map on each residual add, (block + b) * s + (residual + b') * s' (ZAYA's
     # post_attention_residual_scale, post_mlp_residual_scale; graph/affine_residual.py)
     affine_residuals: tuple[str, str] | None = None
+    # norms with a low-rank input-dependent gate, where the checkpoint holds them: (inner, down, up) relative
+    # to the norm, y * sigmoid(up(silu(down(y)))) with y = the RMSNorm "{norm}.{inner}" (A.X-K2's
+    # GatedRMSNorm, graph/gated_norm.py); a norm stored plain is read plain
+    gated_norms: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,12 @@ class LatentAttentionNames:
     rope_key_norm: str | None = None
     # the latent norms at the config's rms_norm_eps (dots3-note), else their module default 1e-6
     config_norm_eps: bool = False
+    # what q_b reads, concatenated in this order: "normed" q_a_norm(q_a) (every family) and "raw" q_a (A.X-K2,
+    # whose q_b is 2 x q_lora_rank wide)
+    q_b_input: tuple[str, ...] = ("normed",)
+    # q_b yields per head [query | gate (v_head_dim)], the gate's activation (output_gate_activation) scaling each
+    # value channel of the attention output before o_proj (A.X-K2; graph/latent_attention.latent_output)
+    value_gate: bool = False
 
 
 @dataclass(frozen=True)
@@ -208,8 +221,10 @@ EMBEDDING_SCALES = (
     "none", "sqrt_hidden", "config", "config_in_table", "sqrt_hidden_if_configured", "sqrt_hidden_bf16",
 )  # fmt: skip
 # what each block's output is multiplied by before the residual add: "config" (the config's
-# residual_multiplier, Granite; none: 1) or "depth" (scale_depth / sqrt(num_hidden_layers), MiniCPM3)
-RESIDUAL_SCALES = ("config", "depth")
+# residual_multiplier, Granite; none: 1) or "depth" (scale_depth / sqrt(num_hidden_layers), MiniCPM3);
+# "add_index": the k-th add of the stream (the embedding the first, layer i's attention add k = 2(i + 1),
+# its MLP add k + 1) sums block / sqrt(k) + residual * sqrt((k - 1) / k), the stream's variance kept (Beam)
+RESIDUAL_SCALES = ("config", "depth", "add_index")
 BIDIRECTIONAL_LAYERS = ("all", "sliding")
 BIDIRECTIONAL_WINDOWS = ("bounded", "unbounded")
 
@@ -250,6 +265,8 @@ class ArchSpec:
     without a weight (the L2 norm times sqrt(D), Llama-4, NanoChat) where the config's use_qk_norm says so (a
     config without the key: always);
     qk_norm_layers "rope" puts the q/k norms on RoPE layers only (Llama-4's NoPE layers have none).
+    nope_query_power: NoPE layers' queries are scaled by `(1 + (pos + 1) / length) ** exponent`
+    (Beam's scalable softmax, graph/positions.py).
     nope_query_temperature: NoPE layers' queries are scaled by
     `1 + attn_scale * log(1 + floor((pos + 1) / floor_scale))` where the config's
     attn_temperature_tuning says so (Llama-4's attention temperature tuning).
@@ -294,6 +311,9 @@ class ArchSpec:
     # scores scaled by (head_dim / 2) ** -0.5: Zamba's attention, whose heads see [hidden | embeddings]
     half_head_dim_scale: bool = False
     query_position_scale: bool = False
+    # (exponent, length): NoPE layers' queries times (1 + (pos + 1) / length) ** exponent, a scalable
+    # softmax whose constants the modeling code hard-codes (Beam: (0.1, 2048)); None: no such scale
+    nope_query_power: tuple[float, int] | None = None
     qk_norm_layers: str = "all"  # QK_NORM_LAYERS: every attention layer, or RoPE layers only
     nope_query_temperature: bool = False
     # rms | layer (LayerNorm, bias where stored) | layer_free (no weights: OLMo) | rms_free (RMSNorm without a

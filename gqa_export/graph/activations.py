@@ -15,6 +15,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.model.dims import ModelDims
+from gqa_export.model.moe import clamped_swiglu
 
 
 class LayerContext(Protocol):
@@ -58,7 +59,7 @@ def gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     (MiniMax-M3's dense MLPs and shared expert do too): gate clamped above at the limit, up within
     +-limit, gate * sigmoid(alpha * gate) * (up + 1)."""
     b, moe = lc.b, lc.dims.moe
-    if lc.spec.moe is None or lc.spec.moe.activation != "swiglu_clamped" or moe is None:
+    if not clamped_swiglu(lc.spec) or moe is None:
         return b.op("Mul", activation(lc, gate), up)
     dtype = NUMPY_DTYPES[lc.params.dtype]
     if moe.limit is not None:

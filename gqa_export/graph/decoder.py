@@ -25,7 +25,9 @@ from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.cca import cca_qkv
+from gqa_export.graph.depth_scaled_residual import depth_scaled_terms
 from gqa_export.graph.expert_attention import gated_expert_heads
+from gqa_export.graph.gated_norm import gated_norm, is_gated
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
@@ -41,7 +43,7 @@ from gqa_export.graph.output_gate import gated_output
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
-from gqa_export.graph.positions import position_query_scale
+from gqa_export.graph.positions import position_query_scale, power_query_scale
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.rwkv import rwkv_block
@@ -115,7 +117,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     # Llama-4's attention temperature tuning: NoPE layers' queries, at positions counted from 1
     nope_scale = position_query_scale(
         b, dims.nope_query_scale, input_ids, attention_mask, opts.io_dtype, offset=1, scope="nope_query_scale"
-    )
+    ) or power_query_scale(b, dims.nope_query_power, input_ids, attention_mask, opts.io_dtype)  # Beam's
     # the RG-LRU's reset reads where each row's position 0 falls
     first = dims.rglru is not None
     padding = state_padding(b, input_ids, attention_mask, opts.io_dtype, first) if state_pasts else None
@@ -292,6 +294,8 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
         return affine_residual(lc, affine[0] if name == "residual_attn" else affine[1], h, y, name)
     if dims.residual_multiplier != 1.0:  # Granite
         y = b.op("Mul", y, float_scalar(b, dims.residual_multiplier, lc.params.dtype))
+    if lc.spec.residual_scale == "add_index":  # Beam: block / sqrt(k) + residual * sqrt((k - 1) / k)
+        h, y = depth_scaled_terms(lc, h, y, name)
     if (scales := lc.spec.layer.residual_scales) is not None:  # Doge: the residual times a vector before each add
         module = lc.name(scales[0] if name == "residual_attn" else scales[1], suffix="")
         h = b.op("Mul", h, b.initializer(module, lc.params.vector([module])), name=f"{name}_scale")
@@ -301,6 +305,8 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
 def _norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Value:
     if module is None or (lc.spec.norms_where_stored and not lc.has(module)):  # ModernBERT's Identity at layer 0
         return x
+    if is_gated(lc, module):  # A.X-K2: the RMSNorm times a low-rank sigmoid gate
+        return gated_norm(lc, x, module, name)
     return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
 
 

@@ -9,6 +9,10 @@ Here the expanded K/V go to the ordinary attention ops (every mode's cache layou
 per query head, the value zero-padded to the key's width (the cache has one head size); the
 padded channels of the output are dropped before o_proj (`latent_output`). The latent RMSNorms
 are modules built with their default eps (1e-6), not rms_norm_eps.
+
+A.X-K2 (docs/coverage.md): q_b reads [q_a_norm(q_a) | q_a] and yields per head [query | gate]; the
+gate's sigmoid scales each value channel of the output, applied by `latent_output` after the padding
+is dropped (or the latent output absorbed), so both caches carry it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.blocks import LayerContext, linear
+from gqa_export.graph.output_gate import ACTIVATIONS
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.rotary import rotate
 from gqa_export.model.dims import LayerDims, ModelDims
@@ -57,17 +62,40 @@ def _scaled(lc: LayerContext, x: ir.Value, scale: float, name: str) -> ir.Value:
     return lc.b.op("Mul", x, value, name=name)
 
 
+def _query(lc: LayerContext, x: ir.Value) -> ir.Value:
+    """The heads' queries [B,S,N*(qk_nope + qk_rope)]: q_proj(x), or q_b of the q_a latent (normed, and raw
+    too where the spec's q_b reads both: A.X-K2). Where q_b also yields a value gate per head (spec
+    value_gate), the gate [B,S,N*v_head] is left in lc.output_gate for `latent_output`."""
+    lat, names = _latent(lc), lc.spec.latent_attention
+    assert names is not None
+    if not lat.q_lora_rank:
+        return linear(lc, x, [names.q], None, "q_proj")
+    q_a = linear(lc, x, [names.q_a], None, "q_a_proj")
+    q = _norm(lc, q_a, names.q_a_norm, "q_a_layernorm")
+    if names.q_b_input != ("normed",):  # A.X-K2: [q_a_norm(q_a) | q_a]
+        q = lc.b.op("Concat", *({"normed": q, "raw": q_a}[part] for part in names.q_b_input), axis=-1, name="q_b_in")
+    q = _scaled(lc, linear(lc, q, [names.q_b], None, "q_b_proj"), lat.q_scale, "q_lora_scale")
+    return _value_gate_split(lc, q) if names.value_gate else q
+
+
+def _value_gate_split(lc: LayerContext, q: ir.Value) -> ir.Value:
+    """q_b's per-head [query | gate] rows apart: the queries [B,S,N*head_dim] returned, the gate kept."""
+    b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
+    rows = b.op("Reshape", q, b.const([0, 0, heads, lat.head_dim + lat.v_head], "q_gate_heads", "int64"))
+    query_gate = b.const([lat.head_dim, lat.v_head], "query_gate_split", "int64")
+    query, gate = b.op_multi("Split", rows, query_gate, axis=-1, outputs=2, name="q_gate_split")
+    flat = b.const([0, 0, -1], "q_gate_flat", "int64")
+    lc.output_gate["value_gate"] = b.op("Reshape", gate, flat, name="value_gate_flat")
+    return b.op("Reshape", query, flat, name="q_ungated_flat")
+
+
 def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None) -> dict[str, ir.Value]:
     """q, k, v shaped [B,S,N,D] with D = qk_nope + qk_rope (v zero-padded to D), RoPE applied to
     the rope channels by `table` (cos, sin rows of this step's positions)."""
     b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
     names = lc.spec.latent_attention
     assert names is not None
-    if lat.q_lora_rank:
-        q = _norm(lc, linear(lc, x, [names.q_a], None, "q_a_proj"), names.q_a_norm, "q_a_layernorm")
-        q = _scaled(lc, linear(lc, q, [names.q_b], None, "q_b_proj"), lat.q_scale, "q_lora_scale")
-    else:
-        q = linear(lc, x, [names.q], None, "q_proj")
+    q = _query(lc, x)
     q = b.op("Reshape", q, b.const([0, 0, heads, lat.head_dim], "q_heads", "int64"))
     nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
     q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")
@@ -106,7 +134,18 @@ def latent_flat(
 
 
 def latent_output(lc: LayerContext, y: ir.Value) -> ir.Value:
-    """The attention output [B,S,N*D] without the padded value channels: [B,S,N*v_head_dim]."""
+    """The attention output [B,S,N*D] without the padded value channels: [B,S,N*v_head_dim], each channel
+    times the activated value gate where q_b yields one (A.X-K2: after the padding is dropped, since the
+    gate has a value per value channel)."""
+    out = _unpadded_output(lc, y)
+    gate = lc.output_gate.get("value_gate")
+    if gate is None:
+        return out
+    activated = lc.b.op(ACTIVATIONS[lc.spec.output_gate_activation], gate)
+    return lc.b.op("Mul", out, activated, name="value_gate")
+
+
+def _unpadded_output(lc: LayerContext, y: ir.Value) -> ir.Value:
     b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
     if lat.cached:
         return _latent_cache_output(lc, y)
@@ -167,11 +206,7 @@ def latent_mqa(
     b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
     names = lc.spec.latent_attention
     assert names is not None
-    if lat.q_lora_rank:
-        q = _norm(lc, linear(lc, x, [names.q_a], None, "q_a_proj"), names.q_a_norm, "q_a_layernorm")
-        q = _scaled(lc, linear(lc, q, [names.q_b], None, "q_b_proj"), lat.q_scale, "q_lora_scale")
-    else:
-        q = linear(lc, x, [names.q], None, "q_proj")
+    q = _query(lc, x)
     q = b.op("Reshape", q, b.const([0, 0, heads, 1, lat.head_dim], "q_heads_row", "int64"))
     nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
     q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")

@@ -1,5 +1,6 @@
 """Learned absolute position embeddings (GPT-2's wpe, OPT's embed_positions), and the queries'
-position-dependent scales (Ministral-3's llama-4 scaling, Llama-4's attention temperature tuning).
+position-dependent scales (Ministral-3's llama-4 scaling, Llama-4's attention temperature tuning,
+Beam's scalable softmax).
 
 The table's row for each token's position is added to its embedding before the first layer. The
 position is counted from attention_mask as HF generate counts it (cumsum(mask) - 1 over this step's
@@ -102,4 +103,29 @@ def position_query_scale(
         one = b.const(np.asarray(1.0, np.float32).astype(NUMPY_DTYPES[dtype]), "one")
         beta_value = b.const(np.asarray(beta, np.float32).astype(NUMPY_DTYPES[dtype]), "beta")
         factor = b.op("Add", one, b.op("Mul", beta_value, b.op("Log", b.op("Add", one, blocks))))
+        return b.op("Unsqueeze", factor, b.const([-1], "last", "int64"))
+
+
+def power_query_scale(
+    b: GraphBuilder,
+    power: tuple[float, int] | None,
+    input_ids: ir.Value,
+    attention_mask: ir.Value,
+    dtype: ir.DataType,
+) -> ir.Value | None:
+    """[B,S,1]: (1 + (pos + 1) / length) ** exponent for this step's tokens, as exp(exponent *
+    log(1 + x)) the way the modeling code computes it (Beam's scalable softmax on its NoPE layers'
+    queries), pos = cumsum(attention_mask) - 1 as HF generate's position_ids: a decode step reads its
+    own position, a right-padded row the positions of its unpadded tokens."""
+    if power is None:
+        return None
+    exponent, length = power
+    with b.scope("nope_query_power"):
+        positions = b.op("Add", token_positions(b, input_ids, attention_mask), b.const(1, "offset", "int64"))
+        np_dtype = NUMPY_DTYPES[dtype]
+        length_value = b.const(np.asarray(length, np.float32).astype(np_dtype), "length")
+        ratio = b.op("Div", b.op("Cast", positions, to=dtype), length_value)
+        one = b.const(np.asarray(1.0, np.float32).astype(np_dtype), "one")
+        exponent_value = b.const(np.asarray(exponent, np.float32).astype(np_dtype), "exponent")
+        factor = b.op("Exp", b.op("Mul", exponent_value, b.op("Log", b.op("Add", one, ratio))))
         return b.op("Unsqueeze", factor, b.const([-1], "last", "int64"))

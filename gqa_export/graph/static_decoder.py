@@ -57,7 +57,9 @@ def static_refusal(dims: ModelDims, spec: ArchSpec, opts: GraphOptions) -> str |
         "ALiBi": bool(dims.alibi),
         "attention sinks": spec.attention_sinks is not None,
         "per-layer inputs": bool(dims.per_layer_input_size) or dims.altup is not None,
-        "position-dependent query scales": dims.query_scale is not None or dims.nope_query_scale is not None,
+        "position-dependent query scales": any(
+            scale is not None for scale in (dims.query_scale, dims.nope_query_scale, dims.nope_query_power)
+        ),
         "absolute position embeddings": spec.positions is not None,
         "an attention output gate": spec.attention_output_gate or spec.layer.output_gate is not None,
         "bidirectional token blocks": bool(opts.bidirectional_ids),

@@ -109,6 +109,7 @@ class ModelDims:
     hard_tokens: tuple[HardTokenRange, ...] = ()  # special-id ranges with their own embedders
     scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
     nope_query_scale: tuple[float, int] | None = None  # (beta, length) of query_scale at pos + 1, NoPE layers
+    nope_query_power: tuple[float, int] | None = None  # (exponent, length): NoPE q *= (1 + (pos+1)/length)**exponent
     value_head_dim: int = 0  # values narrower than head_dim, zero-padded in the cache (MiMo-V2-Flash); 0: as wide
     # (alpha, beta) per block kind where each block adds to its normed input, alpha * x + beta * block(x) (MiniMax)
     residual_factors: dict[str, tuple[float, float]] | None = None
@@ -300,6 +301,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         # where the config has no use_qk_norm the family always norms (NanoChat; Llama-4's config has the flag)
         scaleless_qk_norm=spec.qk_norm == "scaleless" and bool(opt("qk_norm_flag", True)),
         nope_query_scale=query_temperature(opt) if spec.nope_query_temperature else None,
+        nope_query_power=spec.nope_query_power,
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
         residual_factors=normed_residual_factors(config, spec),
         block_sparse_cap=block_sparse_cap(opt, spec, opt("layer_types")),
