@@ -264,11 +264,15 @@ HRM_TEXT = replace(
     final_norm=None,
     embedding_scale="config",
     config_keys=config_keys(embedding_multiplier="embedding_scale"),
-    # stored as the hub layout: attn.gqkv_proj [gate | q | k | v], mlp.gate_up_proj [gate | up], attn.o_proj
-    layer=LayerNames(o="attn.o_proj", gate_up="mlp.gate_up_proj", output_gate="self_attn.gate_proj"),
+    # named as transformers' own layout (save_original_format=False); the hub layout (what save_pretrained
+    # writes by default) fuses attn.gqkv_proj [gate | q | k | v] and mlp.gate_up_proj [gate | up], read as their
+    # parts, and names attn.o_proj: either checkpoint gives the same package
+    layer=LayerNames(output_gate="self_attn.gate_proj"),
     split_projections=(
         ("attn.gqkv_proj", ("self_attn.gate_proj", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+        ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
     ),
+    tensor_aliases=(("self_attn.o_proj", "attn.o_proj"),),
     recurrent_stacks=RecurrentStackNames(),
 )
 

@@ -7,7 +7,9 @@ dropped (1 instead of embedding_scale), the output gate constant (gate_proj zero
 and two invocations of one stored layer sharing a KV cache slot (graph layer 2, the second low-stack call's
 first layer, reading layer 0's past: the prompt is unchanged, the decode steps are not). Schedule mutant: the
 stream order swapped (each high cycle running the H stack before its L_cycles L calls, so the lm_head reads
-the low stream), built through the pipeline with the schedule changed."""
+the low stream), built through the pipeline with the schedule changed. Also: each stored layer's matrices
+written once, one cache per graph layer, and transformers' own checkpoint layout giving the same package as
+the hub's fused gqkv_proj / gate_up_proj."""
 
 from __future__ import annotations
 
@@ -34,10 +36,30 @@ def test_the_correct_hrm_text_package_passes(builds):
 def test_each_stored_layer_is_written_once(builds):
     model = onnx.load(str(builds.package("hrm_text") / "model.onnx"), load_external_data=False)
     matrices = [t.name for t in model.graph.initializer if t.name.endswith("proj.weight")]
-    # 2 stacks x 2 stored layers x (qkv, gate, o, gate_up, down), for 12 graph layers
-    assert len(matrices) == len(set(matrices)) == 20
+    # 2 stacks x 2 stored layers, each matrix once, for 12 graph layers
+    layers = [name.rsplit(".", 3)[0] for name in matrices]
+    stored = {f"model.{s}_module.layers.{i}" for s in "LH" for i in range(2)}
+    assert len(matrices) == len(set(matrices)) and set(layers) == stored
+    assert all(layers.count(layer) == len(matrices) // 4 for layer in stored)
     gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
     assert len(gqa) == 12 and {n.input[3] for n in gqa} == {f"past_key_values.{i}.key" for i in range(12)}
+
+
+def test_transformers_own_layout_gives_the_same_package(builds, tmp_path):
+    """save_original_format=False keeps gate/q/k/v, gate/up and self_attn.o_proj apart: the same package."""
+    from dense_models import build_model
+    from tiny_models import save_tokenizer
+
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = tmp_path / "own_layout"
+    build_model("hrm_text").save_pretrained(checkpoint, save_original_format=False)
+    save_tokenizer(checkpoint, vocab_size=384)
+    header = (checkpoint / "model.safetensors").read_bytes()[:8192].decode("latin-1")
+    assert "L_module.layers.0.self_attn.q_proj.weight" in header and "gqkv_proj" not in header
+    build(BuildOptions(str(checkpoint), tmp_path / "package", smoke=False, text_only=True))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "package" / name).read_bytes() == (builds.package("hrm_text") / name).read_bytes(), name
 
 
 def _share_cache_slot(package, layer: int, source: int) -> None:
