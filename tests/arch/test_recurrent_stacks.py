@@ -118,3 +118,23 @@ def test_each_graph_layer_reads_its_invocations_stored_layer():
     assert stack_layer_prefixes(spec.recurrent_stacks, stacks) == tuple(2 * (low + low + high))
     with pytest.raises(InputError, match="num_layers_per_stack 2"):  # a config not rewritten by its class
         recurrent_stack_dims(values.get, spec, 2)
+
+
+def test_a_config_holding_the_per_stack_count_exports_the_same_model(builds, tmp_path):
+    """A config.json as first written (num_hidden_layers the per-stack count, no num_layers_per_stack, no
+    embedding_scale: 1 / initializer_range) is read through the class, which rewrites both."""
+    import json
+    import shutil
+
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = shutil.copytree(builds.checkpoint("hrm_text"), tmp_path / "first_written")
+    config = json.loads((checkpoint / "config.json").read_text())
+    del config["num_layers_per_stack"], config["embedding_scale"]
+    (checkpoint / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
+    build(BuildOptions(str(checkpoint), tmp_path / "package", smoke=False, text_only=True))
+    assert (
+        json.loads((tmp_path / "package" / "genai_config.json").read_text())["model"]["decoder"]["num_hidden_layers"]
+        == 12
+    )
+    assert _max_error(tmp_path / "package", checkpoint) < TOLERANCE
