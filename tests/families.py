@@ -408,6 +408,10 @@ FAMILIES: tuple[Family, ...] = (
     # dynamic mask attention (each key's bias carried in its cached value), residual vectors: gqa only
     # (bias and split refused in one line); context capped at keep_window_size; mutants: test_derived_mutants.py
     dense_family("doge", logits_modes=(), since_major=5, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)),
+    # two weight-shared stacks of 2 layers run H_cycles 2 x (L_cycles 2 + 1) times over two streams, unrolled into
+    # 12 graph layers (one KV cache each, the shared weights written once), MHA with a per-channel sigmoid output
+    # gate, weightless norms, embeddings x embedding_scale; every mode; mutants: test_recurrent_stacks.py
+    dense_family("hrm_text", generate_modes=ALL_MODES, since_major=5, since=(5, 25), **RAGGED_TWO_MODES),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

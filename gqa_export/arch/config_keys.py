@@ -145,4 +145,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "altup_correct_scale": "altup_correct_scale",
     "activation_sparsity": "activation_sparsity_pattern",
     "per_layer_vocab": "vocab_size_per_layer_input",
+    # weight-shared layer stacks run in cycles (ArchSpec.recurrent_stacks, HRM-Text)
+    "layers_per_stack": "num_layers_per_stack",
+    "high_cycles": "H_cycles",
+    "low_cycles": "L_cycles",
 }

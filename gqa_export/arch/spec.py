@@ -34,6 +34,7 @@ from gqa_export.arch.stream_spec import (
     AugmentedResidualNames,
     HardTokenEmbedderNames,
     NormedResidualKeys,
+    RecurrentStackNames,
 )
 from gqa_export.errors import InputError
 
@@ -419,6 +420,13 @@ class ArchSpec:
     hard_token_embedders: tuple[HardTokenEmbedderNames, ...] = ()
     # shared transformer blocks run ahead of the mixer of the layers of one type (Zamba2)
     shared_block: SharedBlockNames | None = None
+    # two weight-shared layer stacks run in cycles over two streams (HRM-Text); `layer_prefixes`, resolved
+    # from the config (model/stream.stack_layer_prefixes), is each graph layer's stored layer
+    recurrent_stacks: RecurrentStackNames | None = None
+    layer_prefixes: tuple[str, ...] = ()
+    # (a stored fused layer module, the modules its equal row blocks are, in order): read as those
+    # (source/split_projections.py; HRM-Text's attn.gqkv_proj)
+    split_projections: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
     tensor_aliases: tuple[tuple[str, str], ...] = ()
@@ -435,7 +443,8 @@ class ArchSpec:
     def layer_tensor(self, i: int, module: str, suffix: str = "weight") -> str:
         if self.sublayers > 1:  # graph layer i is sublayer i % n of stored layer i // n
             i, module = i // self.sublayers, module.replace("{s}", str(i % self.sublayers))
-        name = f"{self.prefix}{self.layer_prefix.format(i=i)}{module}"
+        layer_prefix = self.layer_prefixes[i] if self.layer_prefixes else self.layer_prefix.format(i=i)
+        name = f"{self.prefix}{layer_prefix}{module}"
         return f"{name}.{suffix}" if suffix else name
 
     def bind(self, names: Container[str]) -> ArchSpec:

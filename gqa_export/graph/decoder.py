@@ -44,6 +44,7 @@ from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
 from gqa_export.graph.positions import position_query_scale, power_query_scale
+from gqa_export.graph.recurrent_stacks import shared_weights, stack_streams
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.rwkv import rwkv_block
@@ -128,8 +129,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     shortcut = {} if spec.moe is not None and spec.moe.shortcut else None  # LongCat-Flash's pending sparse outputs
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     carried: dict[str, ir.Value] = {}  # values one layer hands the next (ZAYA's router stream)
+    streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
     for i in range(dims.num_layers):
-        with b.scope(f"layers.{i}"):
+        with b.scope(f"layers.{i}"), shared_weights(b, streams):
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
             lc = LayerContext(
@@ -154,7 +156,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 layer_fn = partial(decoder_layer, attention=attention, state=state)
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
                 continue
+            h = streams.enter(i, h) if streams is not None else h
             h, kv[i] = decoder_layer(lc, h, attention, state)
+            h = streams.leave(i, h) if streams is not None else h
             h = add_shortcut(lc, h)
             if per_layer is not None:
                 h = add_per_layer_input(lc, h, per_layer)

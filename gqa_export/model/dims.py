@@ -48,9 +48,11 @@ from gqa_export.model.sparse_cap import block_sparse_cap
 from gqa_export.model.stream import (
     AltUpDims,
     HardTokenRange,
+    RecurrentStackDims,
     altup_dims,
     hard_token_ranges,
     normed_residual_factors,
+    recurrent_stack_dims,
 )
 from gqa_export.model.xlstm import MlstmDims, mlstm_dims
 
@@ -117,6 +119,7 @@ class ModelDims:
     key_window: int = 0  # Doge: keys kept by the dynamic mask's top-k (keep_window_size); 0: every key
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
     logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
+    recurrent_stacks: RecurrentStackDims | None = None  # weight-shared stacks run in cycles (HRM-Text)
 
     @property
     def logits_width(self) -> int:
@@ -307,6 +310,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         block_sparse_cap=block_sparse_cap(opt, spec, opt("layer_types")),
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
+        recurrent_stacks=recurrent_stack_dims(opt, spec, len(layers)),
     )
 
 
