@@ -904,6 +904,18 @@ FAMILIES: tuple[Family, ...] = (
         since=(5, 25),
         gathered_tables=frozenset({"model.embed_tokens.qweight"}),
     ),
+    # its heads 32 wide: RoPE on 16 channels, rotated by GroupQueryAttention's fused RoPE (ZAYA1-8B's 64 of 128)
+    # instead of plain ops before it
+    moe(
+        "zaya_fused_rope",
+        "zaya",
+        overrides={"head_dim": 32},
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+    ),
     # Beam-1.0: the NoPE layers' position query scale read from the positions the graph has (decode steps, right
     # padding: a ragged batch in every mode), the gate's per-head bias, depth-scaled adds, grouped sigmoid router
     # (its int4 and int8 smoke runs end at EOS before 16 tokens; no initializer range of 0.05-0.4 keeps both going)
