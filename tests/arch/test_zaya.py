@@ -137,3 +137,14 @@ def test_graph_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     out = tmp_path / mutant
     build(BuildOptions(str(builds.checkpoint(ZAYA)), out, smoke=False))
     assert _error(out, builds.checkpoint(ZAYA)) > 1e-2
+
+
+def test_a_delayed_value_bias_is_refused_in_one_sentence(tmp_path):
+    """With attention_bias HF's first delayed value is v_proj_delayed's bias; the state starts at zeros."""
+    from moe_models import save_moe
+
+    from gqa_export.errors import InputError
+
+    checkpoint = save_moe(tmp_path / "biased", ZAYA, attention_bias=True)
+    with pytest.raises(InputError, match="v_proj_delayed has a bias"):
+        build(BuildOptions(str(checkpoint), tmp_path / "out", smoke=False))
