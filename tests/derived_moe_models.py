@@ -9,6 +9,18 @@ from typing import Any
 
 import torch
 
+# DeepSeek-V3's tiny YaRN (factor 4 past 64 positions, mscale_all_dim 0.8), shared by the latent-attention rows
+YARN_MSCALE = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 64,
+    "mscale": 1.0,
+    "mscale_all_dim": 0.8,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+}
+
 # model_type -> (config kwargs applied over moe_models.COMMON, COMMON keys the class does not take)
 CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     # GraniteMoE's tiny config (multipliers, tied, top 2 of 8) with a 48-wide gated shared MLP
@@ -374,16 +386,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             index_topk=128,
             index_n_heads=4,
             index_head_dim=16,
-            rope_parameters={
-                "rope_type": "yarn",
-                "rope_theta": 10000.0,
-                "factor": 4.0,
-                "original_max_position_embeddings": 64,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.8,
-                "beta_fast": 32.0,
-                "beta_slow": 1.0,
-            },
+            rope_parameters=dict(YARN_MSCALE),
         ),
         ("head_dim",),
     ),
@@ -409,16 +412,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             norm_topk_prob=True,
             routed_scaling_factor=2.5,
             rms_norm_eps=1e-5,
-            rope_parameters={
-                "rope_type": "yarn",
-                "rope_theta": 10000.0,
-                "factor": 4.0,
-                "original_max_position_embeddings": 64,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.8,
-                "beta_fast": 32.0,
-                "beta_slow": 1.0,
-            },
+            rope_parameters=dict(YARN_MSCALE),
         ),
         ("head_dim",),
     ),
@@ -511,16 +505,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             index_n_heads=4,
             index_head_dim=16,
             gated_norm_rank=5,
-            rope_parameters={
-                "rope_type": "yarn",
-                "rope_theta": 10000.0,
-                "factor": 4.0,
-                "original_max_position_embeddings": 64,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.8,
-                "beta_fast": 32.0,
-                "beta_slow": 1.0,
-            },
+            rope_parameters=dict(YARN_MSCALE),
         ),
         ("head_dim",),
     ),
