@@ -104,6 +104,9 @@ class LayerNames:
     # per-channel weights multiplying the residual stream before the attention's and the MLP's add (Doge's
     # input_residual, post_attention_residual)
     residual_scales: tuple[str, str] | None = None
+    # an affine map on each residual add, (block + b) * s + (residual + b') * s' (ZAYA's
+    # post_attention_residual_scale, post_mlp_residual_scale; graph/affine_residual.py)
+    affine_residuals: tuple[str, str] | None = None
     # norms with a low-rank input-dependent gate, where the checkpoint holds them: (inner, down, up) relative
     # to the norm, y * sigmoid(up(silu(down(y)))) with y = the RMSNorm "{norm}.{inner}" (A.X-K2's
     # GatedRMSNorm, graph/gated_norm.py); a norm stored plain is read plain
@@ -401,6 +404,8 @@ class ArchSpec:
     alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
     kv_heads_rule: str = "config"  # KV_HEAD_RULES
     embedding_norm: str | None = None  # a LayerNorm right after the embedding (Bloom)
+    # (bias, scale) at the decoder root: the embedding becomes (e + bias) * scale (ZAYA, graph/affine_residual.py)
+    input_affine: tuple[str, str] | None = None
     norms_where_stored: bool = False  # a layer norm the checkpoint lacks is skipped (ModernBERT's layer 0: Identity)
     # (dense, norm) checkpoint modules of a head before the lm_head: norm(act(dense(x))) (ModernBERT-decoder)
     head_transform: tuple[str, str] | None = None
