@@ -11,7 +11,6 @@ docs/coverage.md says what the runtime would need for the mechanisms it cannot r
 
 from __future__ import annotations
 
-_NO_SPEC = "no spec yet; its modeling code was not read in this round (issue #39)"
 _MULTIMODAL = "its vision tower and projector are not built, and no recipe exports its decoder under this class"
 
 
@@ -37,7 +36,6 @@ REFUSED: dict[str, str] = {
     "mllama": "Llama-3.2-Vision's cross-attention layers read image states no onnxruntime-genai decoder type feeds",
     "moshi": "Moshi's depth transformer over audio codebooks is not a text decoder onnxruntime-genai runs",
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
-    **_each(_NO_SPEC),  # every type issue #39 listed has been read: none left
     **_each(
         _MULTIMODAL,
         "apertus1p5", "aria", "aya_vision", "blip", "blip-2", "chameleon", "cohere2_vision", "cohere_compass",
