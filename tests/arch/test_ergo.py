@@ -112,3 +112,25 @@ def test_gate_factors_are_the_modeling_codes():
     assert np.abs(r.astype(np.float32) - r_hf).max() < 1e-6
     inner = np.abs(w) <= 15  # beyond, 1 - a^2 cancels in float64
     assert np.allclose(r[inner], np.sqrt(1.0 - a[inner] ** 2), rtol=1e-6, atol=0.0)
+
+
+def test_a_config_as_published_exports_the_same_package(builds, tmp_path):
+    """The published config.json spells the window local_attention_window, gives rope_parameters flat (the
+    class keys them by layer type, full layers None) and neither layer_types nor mlp_layer_types (the class
+    derives them from global_attention_every_n_layers and num_dense_blocks): the same package byte for byte."""
+    import json
+    import shutil
+
+    published = shutil.copytree(builds.checkpoint("ergo"), tmp_path / "published")
+    config = json.loads((published / "config.json").read_text())
+    for key in ("layer_types", "mlp_layer_types"):
+        config.pop(key)
+    config.update(global_attention_every_n_layers=2, num_dense_blocks=1)
+    config["local_attention_window"] = config.pop("sliding_window")
+    config["rope_parameters"] = config["rope_parameters"]["sliding_attention"]
+    (published / "config.json").write_text(json.dumps(config))
+    packages = [tmp_path / "as_saved", tmp_path / "as_published"]
+    for checkpoint, out in zip((builds.checkpoint("ergo"), published), packages, strict=True):
+        build(BuildOptions(str(checkpoint), out, smoke=False, text_only=True))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (packages[0] / name).read_bytes() == (packages[1] / name).read_bytes(), name
