@@ -939,6 +939,7 @@ FAMILIES: tuple[Family, ...] = (
         ALL_MODES,
         experts="plain",
         float_matmuls=True,
+        fp16_cuda=True,
         since_major=5,
         since=(5, 25),
         **ONE_PROMPT,
