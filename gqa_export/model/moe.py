@@ -38,6 +38,11 @@ class MoeDims:
     router_softcap: float = 0.0  # logits -> c tanh(logits / c) before the sigmoid (Laguna); 0: none
 
 
+# the routed experts' SwiGLU with its halves clamped at swiglu_limit before the activation, as the MoE op clips:
+# gpt-oss's (swiglu_clamped) and HunYuan-V4's plain silu(min(g, l)) * clip(u, -l, l) (swiglu_clipped)
+LIMITED_BEFORE_ACTIVATION = ("swiglu_clamped", "swiglu_clipped")
+
+
 def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     """The config's expert counts and routing numerics, for a family whose spec has experts and a
     config that turns them on (Gemma-4's enable_moe_block); read_dims asks only when some layer is
@@ -81,7 +86,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         normalize=normalize,
         shared_intermediate=shared() if spec.moe.names.shared_expert or spec.moe.names.shared_mlp else 0,
         alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
-        limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
+        limit=float(limit) if limit is not None and spec.moe.activation in LIMITED_BEFORE_ACTIVATION else None,
         jitter=float(opt("router_jitter", 0.0) or 0.0),
         routed_scaling=float(opt("routed_scaling", 1.0) or 1.0),
         groups=groups,
