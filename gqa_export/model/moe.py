@@ -55,6 +55,11 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     if not 1 <= top_k <= experts + int(opt("zero_experts", 0) or 0):  # zero experts are chosen too
         raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
     limit = opt("swiglu_limit")
+    if spec.moe.activation == "swiglu_clipped" and limit is not None and float(limit) <= 0:
+        raise InputError(
+            f"swiglu_limit {limit} <= 0: the class still clips the experts' SwiGLU at it (its config calls such a "
+            "value no clip); export with a positive limit"
+        )
     width = int(opt("expert_intermediate_size") or intermediate)
     groups, kept = expert_groups(opt, spec, experts)
     shared = {

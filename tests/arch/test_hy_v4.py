@@ -1,7 +1,7 @@
 """Mutants of HunYuan-V4's mechanisms (gqa_export/arch/latent_families.HY_V4, docs/coverage.md): each planted into
 the spec, the config reader or the graph builder the registry's package is built from (tests/families.py row
 `hy_v4`), or into a copy of that package, must move the logits far past the registry's bound (1e-4; the
-package: ~1.3e-5).
+package: ~1.3e-5), and the refusals: the standard-Attention modes, a swiglu_limit <= 0.
 
 The hyper-connection streams (graph/hyper_connections.py): collapsed to one plain residual stream, the pre and
 post weights exchanged, hc_magnitude dropped (post weights at most 1). The sink logit per head zeroed. The value
@@ -16,11 +16,14 @@ from typing import Any
 
 import pytest
 from families import BY_NAME, REGISTERED
+from moe_models import save_moe
 from mutants import copy_package, edit_initializers, times
 from reference import parity_error
+from typer.testing import CliRunner
 
 from gqa_export.arch import SPECS
 from gqa_export.arch.spec import LatentAttentionNames
+from gqa_export.cli import app
 from gqa_export.graph import hyper_connections
 from gqa_export.model import dims
 from gqa_export.pipeline import BuildOptions, build
@@ -97,10 +100,6 @@ def test_mutant_sink_zeroed_fails_hf_parity(builds, tmp_path):
 
 def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path):
     """The sinks need GroupQueryAttention's head_sink: --attention bias / split exit 2 with one line."""
-    from typer.testing import CliRunner
-
-    from gqa_export.cli import app
-
     for mode in ("bias", "split"):
         out = tmp_path / mode
         args = ["build", str(builds.checkpoint(ROW)), "-o", str(out), "--no-smoke", "--attention", mode]
@@ -108,3 +107,12 @@ def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path):
         assert result.exit_code == 2, result.output
         lines = [line for line in result.output.splitlines() if "head_sink" in line]
         assert len(lines) == 1 and "Traceback" not in result.output, result.output
+
+
+def test_non_positive_swiglu_limit_is_refused_in_one_line(tmp_path):
+    """HF's experts clip at swiglu_limit whatever its sign while its config calls <= 0 "no clip": not guessed."""
+    checkpoint = save_moe(tmp_path / "ckpt", ROW, hub_layout=False, swiglu_limit=0.0)
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if "swiglu_limit" in line]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
