@@ -550,6 +550,8 @@ def family_config(model_type: str) -> dict:
         del c["num_hidden_layers"]  # the pattern's length
     elif model_type in LLAMA_LIKE_CONFIGS:
         c.update(LLAMA_LIKE_CONFIGS[model_type])
+        if model_type == "hrm_text":  # multi-head attention: its config class has no num_key_value_heads
+            del c["num_key_value_heads"]
     elif model_type == "falcon":  # Falcon-7B: multi-query, parallel attention + MLP off one LayerNorm, tied
         for key in ("num_key_value_heads", "intermediate_size"):
             c.pop(key)
@@ -640,6 +642,8 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.2))
             elif leaf == "A" or leaf.endswith("_residual"):  # Doge's dt scale (zeros) and residual vectors (ones)
                 p.copy_(rn(p, 0.5, 1.0 if leaf.endswith("_residual") else 0.0))
+            elif leaf == "z_L_init":  # HRM-Text's low stream's start (zeros at init)
+                p.copy_(rn(p, 1.0))
             elif leaf == "sinks":  # GraniteSWA's per-head sink logits (zeros at init)
                 p.copy_(rn(p, 1.0))
             elif leaf == "dt_bias":

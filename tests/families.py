@@ -408,6 +408,10 @@ FAMILIES: tuple[Family, ...] = (
     # dynamic mask attention (each key's bias carried in its cached value), residual vectors: gqa only
     # (bias and split refused in one line); context capped at keep_window_size; mutants: test_derived_mutants.py
     dense_family("doge", logits_modes=(), since_major=5, ragged_logits_modes=("gqa",), ragged_generate_modes=("gqa",)),
+    # two weight-shared stacks of 2 layers run H_cycles 2 x (L_cycles 2 + 1) times over two streams, unrolled into
+    # 12 graph layers (one KV cache each, the shared weights written once), MHA with a per-channel sigmoid output
+    # gate, weightless norms, embeddings x embedding_scale; every mode; mutants: test_recurrent_stacks.py
+    dense_family("hrm_text", generate_modes=ALL_MODES, since_major=5, since=(5, 25), **RAGGED_TWO_MODES),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",
@@ -897,6 +901,36 @@ FAMILIES: tuple[Family, ...] = (
     # gate per channel (gating "per-element")
     moe_family("laguna", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, **RAGGED_EVERY_MODE),
     moe("laguna_v5", "laguna", hub_layout=False, overrides={"gating": "per-element"}, since_major=5, since=(5, 25)),
+    # ZAYA1 (transformers 5.25): compressed convolutional attention (a conv state of q|k projections and a
+    # delayed-value state beside each layer's KV cache, q/k L2-normed with a key temperature), affine residual
+    # maps, the top 1 of 6 experts or a skip class under an MLP router over a stream carried across layers.
+    # The states run in the GQA graph only: greedy tokens and a ragged batch in gqa, the other modes refused
+    # (mutants: tests/arch/test_zaya.py)
+    moe(
+        "zaya",
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+        gathered_tables=frozenset({"model.embed_tokens.qweight"}),
+    ),
+    # its heads 32 wide: RoPE on 16 channels, rotated by GroupQueryAttention's fused RoPE (ZAYA1-8B's 64 of 128)
+    # instead of plain ops before it
+    moe(
+        "zaya_fused_rope",
+        "zaya",
+        overrides={"head_dim": 32},
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+    ),
     # Beam-1.0: the NoPE layers' position query scale read from the positions the graph has (decode steps, right
     # padding: a ragged batch in every mode), the gate's per-head bias, depth-scaled adds, grouped sigmoid router
     # (its int4 and int8 smoke runs end at EOS before 16 tokens; no initializer range of 0.05-0.4 keeps both going)

@@ -279,6 +279,21 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
+    # HRM-Text: 2 layers per stack run H_cycles 2 x (L_cycles 2 + 1) times (12 graph layers, 12 KV caches), MHA
+    # (the config has no num_key_value_heads) with a per-channel sigmoid output gate, weightless RMSNorms,
+    # embeddings x 7.5 (embedding_scale), z_L_init drawn by dense_models' randomization (zeros at init);
+    # prefix_lm on, as published: without token_type_ids the model is causal
+    "hrm_text": dict(
+        num_hidden_layers=2,
+        H_cycles=2,
+        L_cycles=2,
+        head_dim=16,
+        embedding_scale=7.5,
+        prefix_lm=True,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
     # MiniCPM3: multi-head latent attention (q-LoRA 32, a 32-wide latent, keys of 16 no-rope + 8 rope dims,
     # values of 16 padded to 24 in the cache; one kv head per query head, as HF expands) with rotate-half
     # RoPE under the published longrope (short factors: the original length is the whole context), and

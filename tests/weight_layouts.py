@@ -186,7 +186,8 @@ def _aliased(tensors: dict[str, np.ndarray], base: str, model_type: str | None) 
 
 def _under_spec_spellings(tensors: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
     """The checkpoint's tensors, plus each stored under one of its spec's aliases (ArchSpec.tensor_aliases:
-    HY-V3's hub mlp.router.gate, ...) also under the spec's spelling, which the package's weights are named by."""
+    HY-V3's hub mlp.router.gate, ...) also under the spec's spelling, which the package's weights are named by,
+    and each fused projection of its split_projections (HRM-Text's gqkv_proj) also as its parts."""
     from gqa_export.arch import SPECS
 
     spec = SPECS.get(str(config.get("model_type")))
@@ -195,6 +196,10 @@ def _under_spec_spellings(tensors: dict[str, np.ndarray], config: dict) -> dict[
         for canonical, alias in spec.tensor_aliases if spec is not None else ():
             if f".{alias}" in name:
                 extra.setdefault(name.replace(f".{alias}", f".{canonical}", 1), tensor)
+        for fused, parts in spec.split_projections if spec is not None else ():  # HRM-Text's gqkv_proj: its row blocks
+            if f".{fused}." in name:
+                for part, block in zip(parts, np.split(tensor, len(parts)), strict=True):
+                    extra.setdefault(name.replace(f".{fused}.", f".{part}.", 1), block)
     return {**extra, **tensors}
 
 

@@ -148,4 +148,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "hc_magnitude": "hc_magnitude",
     "hc_eps": "hc_eps",
     "per_layer_vocab": "vocab_size_per_layer_input",
+    # weight-shared layer stacks run in cycles (ArchSpec.recurrent_stacks, HRM-Text)
+    "layers_per_stack": "num_layers_per_stack",
+    "high_cycles": "H_cycles",
+    "low_cycles": "L_cycles",
 }

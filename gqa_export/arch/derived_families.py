@@ -21,6 +21,7 @@ from gqa_export.arch.spec import (
     Refusal,
     config_keys,
 )
+from gqa_export.arch.stream_spec import RecurrentStackNames
 
 # EXAONE-3.0/3.5: Llama's layers (llama3 RoPE, SwiGLU, RMSNorm) under transformer.wte / h.{i} / ln_f,
 # attention in attn.attention.{q,k,v,out}_proj and the MLP as c_fc_0 (gate), c_fc_1 (up), c_proj (down)
@@ -252,8 +253,31 @@ DOGE = replace(
     ),
 )
 
+# HRM-Text: an L and an H stack of Llama-shaped layers (MHA, a per-channel sigmoid gate from gate_proj on
+# the heads' output, weightless RMSNorms, each stack ending in one) run H_cycles x (L_cycles + 1) times over
+# two streams, unrolled with one KV cache per invocation (graph/recurrent_stacks.py); embeddings times
+# embedding_scale; the H stream's final norm feeds the lm_head (no other final norm)
+HRM_TEXT = replace(
+    LLAMA,
+    name="hrm_text",
+    norm="rms_free",
+    final_norm=None,
+    embedding_scale="config",
+    config_keys=config_keys(embedding_multiplier="embedding_scale"),
+    # named as transformers' own layout (save_original_format=False); the hub layout (what save_pretrained
+    # writes by default) fuses attn.gqkv_proj [gate | q | k | v] and mlp.gate_up_proj [gate | up], read as their
+    # parts, and names attn.o_proj: either checkpoint gives the same package
+    layer=LayerNames(output_gate="self_attn.gate_proj"),
+    split_projections=(
+        ("attn.gqkv_proj", ("self_attn.gate_proj", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+        ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")),
+    ),
+    tensor_aliases=(("self_attn.o_proj", "attn.o_proj"),),
+    recurrent_stacks=RecurrentStackNames(),
+)
+
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
     GPT_NEO, XGLM, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA,
-    DOGE,
+    DOGE, HRM_TEXT,
 )  # fmt: skip

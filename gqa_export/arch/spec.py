@@ -35,6 +35,7 @@ from gqa_export.arch.stream_spec import (
     HardTokenEmbedderNames,
     HyperConnectionNames,
     NormedResidualKeys,
+    RecurrentStackNames,
 )
 from gqa_export.errors import InputError
 
@@ -104,6 +105,9 @@ class LayerNames:
     # per-channel weights multiplying the residual stream before the attention's and the MLP's add (Doge's
     # input_residual, post_attention_residual)
     residual_scales: tuple[str, str] | None = None
+    # an affine map on each residual add, (block + b) * s + (residual + b') * s' (ZAYA's
+    # post_attention_residual_scale, post_mlp_residual_scale; graph/affine_residual.py)
+    affine_residuals: tuple[str, str] | None = None
     # norms with a low-rank input-dependent gate, where the checkpoint holds them: (inner, down, up) relative
     # to the norm, y * sigmoid(up(silu(down(y)))) with y = the RMSNorm "{norm}.{inner}" (A.X-K2's
     # GatedRMSNorm, graph/gated_norm.py); a norm stored plain is read plain
@@ -404,6 +408,8 @@ class ArchSpec:
     alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
     kv_heads_rule: str = "config"  # KV_HEAD_RULES
     embedding_norm: str | None = None  # a LayerNorm right after the embedding (Bloom)
+    # (bias, scale) at the decoder root: the embedding becomes (e + bias) * scale (ZAYA, graph/affine_residual.py)
+    input_affine: tuple[str, str] | None = None
     norms_where_stored: bool = False  # a layer norm the checkpoint lacks is skipped (ModernBERT's layer 0: Identity)
     # (dense, norm) checkpoint modules of a head before the lm_head: norm(act(dense(x))) (ModernBERT-decoder)
     head_transform: tuple[str, str] | None = None
@@ -420,6 +426,13 @@ class ArchSpec:
     hard_token_embedders: tuple[HardTokenEmbedderNames, ...] = ()
     # shared transformer blocks run ahead of the mixer of the layers of one type (Zamba2)
     shared_block: SharedBlockNames | None = None
+    # two weight-shared layer stacks run in cycles over two streams (HRM-Text); `layer_prefixes`, resolved
+    # from the config (model/stream.stack_layer_prefixes), is each graph layer's stored layer
+    recurrent_stacks: RecurrentStackNames | None = None
+    layer_prefixes: tuple[str, ...] = ()
+    # (a stored fused layer module, the modules its equal row blocks are, in order): read as those
+    # (source/split_projections.py; HRM-Text's attn.gqkv_proj)
+    split_projections: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
     tensor_aliases: tuple[tuple[str, str], ...] = ()
@@ -436,7 +449,8 @@ class ArchSpec:
     def layer_tensor(self, i: int, module: str, suffix: str = "weight") -> str:
         if self.sublayers > 1:  # graph layer i is sublayer i % n of stored layer i // n
             i, module = i // self.sublayers, module.replace("{s}", str(i % self.sublayers))
-        name = f"{self.prefix}{self.layer_prefix.format(i=i)}{module}"
+        layer_prefix = self.layer_prefixes[i] if self.layer_prefixes else self.layer_prefix.format(i=i)
+        name = f"{self.prefix}{layer_prefix}{module}"
         return f"{name}.{suffix}" if suffix else name
 
     def bind(self, names: Container[str]) -> ArchSpec:

@@ -1,10 +1,11 @@
-"""Module names of three residual-stream mechanisms (docs/gemma3n.md §1): alternating updates
+"""Module names of four residual-stream mechanisms (docs/gemma3n.md §1): alternating updates
 (several parallel hidden streams, one of which a layer computes while a learned map predicts and
-corrects the others), a learned low-rank augmented residual beside attention, and hard-token
+corrects the others), a learned low-rank augmented residual beside attention, hard-token
 embedders that embed a range of special ids through their own small table (a multimodal
-checkpoint's vision/audio control tokens); and the config keys of a fourth, the scaled residual
-taken after the norm (MiniMax). Names are relative to the decoder root (model level) or
-to a layer, as `ArchSpec.tensor` / `ArchSpec.layer_tensor` resolve them."""
+checkpoint's vision/audio control tokens), and two weight-shared layer stacks run in cycles over two
+streams (HRM-Text); and the config keys of a fifth, the scaled residual taken after the norm
+(MiniMax). Names are relative to the decoder root (model level) or to a layer, as `ArchSpec.tensor` /
+`ArchSpec.layer_tensor` resolve them."""
 
 from __future__ import annotations
 
@@ -74,3 +75,17 @@ class NormedResidualKeys:
     attention: tuple[str, str] = ("full_attn_alpha_factor", "full_attn_beta_factor")
     state: tuple[str, str] = ("linear_attn_alpha_factor", "linear_attn_beta_factor")
     mlp: tuple[str, str] = ("mlp_alpha_factor", "mlp_beta_factor")
+
+
+@dataclass(frozen=True)
+class RecurrentStackNames:
+    """Two weight-shared stacks of `num_layers_per_stack` layers, a low (L) and a high (H) one, run
+    H_cycles x (L_cycles + 1) times over two streams (graph/recurrent_stacks.py): per high cycle
+    z_L = L(z_L + z_H) L_cycles times, then z_H = H(z_H + z_L); z_L starts from the stored `low_init`
+    vector, z_H from the scaled embeddings, and z_H feeds the lm_head. Each invocation of a stored layer
+    is its own graph layer with its own KV cache (the config counts them in num_hidden_layers); the
+    layer prefixes name the stored layers of each stack (`{i}`: the index inside the stack)."""
+
+    low: str = "L_module.layers.{i}."
+    high: str = "H_module.layers.{i}."
+    low_init: str = "z_L_init"

@@ -17,12 +17,14 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.affine_residual import affine_residual, input_affine
 from gqa_export.graph.alibi import alibi_bias
 from gqa_export.graph.alternating_updates import alternating_layer, merge_streams, spread_streams
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
 from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
+from gqa_export.graph.cca import cca_qkv
 from gqa_export.graph.depth_scaled_residual import depth_scaled_terms
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gated_norm import gated_norm, is_gated
@@ -43,6 +45,7 @@ from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
 from gqa_export.graph.positions import position_query_scale, power_query_scale
+from gqa_export.graph.recurrent_stacks import shared_weights, stack_streams
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.rwkv import rwkv_block
@@ -109,6 +112,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     if embeds is not None and opts.layer_feature_slices:  # docs/multimodal.md §11.5
         embeds, features = split_layer_features(b, embeds, dims.hidden_size, opts.layer_feature_slices, opts.io_dtype)
     h, embed, per_layer = embed_input(b, embeds, input_ids, attention_mask, dims, spec, params, opts.io_dtype)
+    h = input_affine(b, h, spec, params, dims.hidden_size)  # ZAYA: (e + bias) * scale
     embeddings = h  # the token embeddings, which Zamba2's shared blocks read beside each layer's input
 
     query_scale = position_query_scale(b, dims.query_scale, input_ids, attention_mask, opts.io_dtype)
@@ -126,13 +130,16 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     shortcut = {} if spec.moe is not None and spec.moe.shortcut else None  # LongCat-Flash's pending sparse outputs
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     h = expand_streams(b, h, dims) if dims.hyper else h  # hyper-connections: [B, S, K, H] copies
+    carried: dict[str, ir.Value] = {}  # values one layer hands the next (ZAYA's router stream)
+    streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
     for i in range(dims.num_layers):
-        with b.scope(f"layers.{i}"):
+        with b.scope(f"layers.{i}"), shared_weights(b, streams):
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
             lc = LayerContext(
                 b, i, dims.of_layer(layer), spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt,
-                lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
+                lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up, carried=carried,
+                state_io=(state_pasts[i], state_presents) if layer.mixer == "cca" else None,
             )  # fmt: skip
             if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
                 h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
@@ -155,7 +162,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 assert attention is not None and state is None
                 h, kv[i] = hyper_layer(lc, h, partial(attention_block, attention=attention), _mlp, _norm)
                 continue
+            h = streams.enter(i, h) if streams is not None else h
             h, kv[i] = decoder_layer(lc, h, attention, state)
+            h = streams.leave(i, h) if streams is not None else h
             h = add_shortcut(lc, h)
             if per_layer is not None:
                 h = add_per_layer_input(lc, h, per_layer)
@@ -227,6 +236,8 @@ def _attention_fn(
             if lc.dims.latent is not None:
                 latent = latent_mqa if lc.dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
+            elif lc.state_io is not None:  # ZAYA: q|k convolved, a delayed value, q/k L2-normed (graph/cca.py)
+                qkv = cca_qkv(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif widened(lc):  # DiffLlama, Doge: cache heads wider than the projections' (graph/widened_heads.py)
                 qkv = widened_qkv(lc, x)
             elif layer.rope in tables:
@@ -290,6 +301,8 @@ def mask_kind(opts: GraphOptions, layer: LayerDims) -> MaskKind:
 def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value:
     b, dims = lc.b, lc.dims
     shape = [B, S, dims.hidden_size]
+    if (affine := lc.spec.layer.affine_residuals) is not None:  # ZAYA: both sides of the add scaled and shifted
+        return affine_residual(lc, affine[0] if name == "residual_attn" else affine[1], h, y, name)
     if dims.residual_multiplier != 1.0:  # Granite
         y = b.op("Mul", y, float_scalar(b, dims.residual_multiplier, lc.params.dtype))
     if lc.spec.residual_scale == "add_index":  # Beam: block / sqrt(k) + residual * sqrt((k - 1) / k)

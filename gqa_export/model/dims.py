@@ -49,10 +49,12 @@ from gqa_export.model.stream import (
     AltUpDims,
     HardTokenRange,
     HyperDims,
+    RecurrentStackDims,
     altup_dims,
     hard_token_ranges,
     hyper_dims,
     normed_residual_factors,
+    recurrent_stack_dims,
 )
 from gqa_export.model.xlstm import MlstmDims, mlstm_dims
 
@@ -100,6 +102,8 @@ class ModelDims:
     rglru: RgLruDims | None = None  # RG-LRU layers' shapes (RecurrentGemma)
     rwkv: RwkvDims | None = None  # RWKV-4 blocks' time-mix width and rescaling (model/rwkv.py)
     mlstm: MlstmDims | None = None  # xLSTM's mLSTM heads and gates (model/xlstm.py)
+    # compressed convolutional attention's two q|k kernels (cca_time0 depthwise, cca_time1 grouped); (0, 0): none
+    cca_kernels: tuple[int, int] = (0, 0)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (model/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
@@ -118,6 +122,7 @@ class ModelDims:
     key_window: int = 0  # Doge: keys kept by the dynamic mask's top-k (keep_window_size); 0: every key
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
     logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
+    recurrent_stacks: RecurrentStackDims | None = None  # weight-shared stacks run in cycles (HRM-Text)
 
     @property
     def logits_width(self) -> int:
@@ -292,6 +297,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         rglru=rglru_dims(opt, spec, mixers, hidden, heads),
         rwkv=rwkv_dims(opt, spec, mixers, hidden),
         mlstm=mlstm_dims(config, opt, spec, mixers),
+        cca_kernels=_cca_kernels(config, mixers),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
@@ -308,4 +314,16 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         block_sparse_cap=block_sparse_cap(opt, spec, opt("layer_types")),
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
+        recurrent_stacks=recurrent_stack_dims(opt, spec, len(layers)),
     )
+
+
+def _cca_kernels(config: Any, mixers: list[str]) -> tuple[int, int]:
+    """Compressed convolutional attention's (depthwise, grouped) q|k kernels (ZAYA's cca_time0 /
+    cca_time1); (0, 0) without such layers. Both 1 would leave no conv state, which genai cannot size."""
+    if "cca" not in mixers:
+        return 0, 0
+    kernels = int(config_get(config, "cca_time0")), int(config_get(config, "cca_time1"))
+    if kernels[0] + kernels[1] <= 2:
+        raise InputError(f"cca_time0 / cca_time1 {kernels} leave no convolution state; both 1 is not supported")
+    return kernels

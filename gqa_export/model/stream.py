@@ -1,6 +1,7 @@
 """Config facts of the residual-stream mechanisms (arch/stream_spec.py; docs/gemma3n.md §1):
 alternating updates, hyper-connection streams, gaussian top-k activation sparsity per layer, hard-token
-embedder ranges, the scaled residual after the norm (MiniMax, docs/hybrid-state.md §8.16)."""
+embedder ranges, the scaled residual after the norm (MiniMax, docs/hybrid-state.md §8.16), the weight-shared
+stacks run in cycles (HRM-Text)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.arch.stream_spec import HardTokenEmbedderNames
+from gqa_export.arch.stream_spec import HardTokenEmbedderNames, RecurrentStackNames
 from gqa_export.errors import InputError
 from gqa_export.model.config_reads import config_get
 
@@ -56,6 +57,44 @@ def hyper_dims(opt: Option, spec: ArchSpec) -> HyperDims | None:
     if streams < 1:
         raise InputError(f"hc_mult {streams} must be at least 1")
     return HyperDims(streams, float(opt("hc_magnitude", 2.0)), float(opt("hc_eps", 1e-6)))
+
+
+@dataclass(frozen=True)
+class RecurrentStackDims:
+    """HRM-Text's schedule: `per_stack` layers in each stack, `high_cycles` x (`low_cycles` + 1)
+    invocations (low_cycles of the low stack, then one of the high stack, per high cycle)."""
+
+    per_stack: int
+    high_cycles: int
+    low_cycles: int
+
+    @property
+    def invocations(self) -> int:
+        return self.high_cycles * (self.low_cycles + 1)
+
+    def is_high(self, layer: int) -> bool:
+        """Graph layer `layer` belongs to an invocation of the high stack."""
+        return (layer // self.per_stack) % (self.low_cycles + 1) == self.low_cycles
+
+
+def recurrent_stack_dims(opt: Option, spec: ArchSpec, num_layers: int) -> RecurrentStackDims | None:
+    """The schedule, checked against num_hidden_layers (which the config rewrites to count every
+    invocation's layers: one KV cache each)."""
+    if spec.recurrent_stacks is None:
+        return None
+    stacks = RecurrentStackDims(int(opt("layers_per_stack")), int(opt("high_cycles")), int(opt("low_cycles")))
+    if stacks.per_stack * stacks.invocations != num_layers:
+        raise InputError(
+            f"num_hidden_layers {num_layers} is not num_layers_per_stack {stacks.per_stack} x H_cycles "
+            f"{stacks.high_cycles} x (L_cycles {stacks.low_cycles} + 1): the config was not written by its class"
+        )
+    return stacks
+
+
+def stack_layer_prefixes(names: RecurrentStackNames, stacks: RecurrentStackDims) -> tuple[str, ...]:
+    """Each graph layer's stored layer: layer i % per_stack of the stack its invocation runs."""
+    layers = range(stacks.per_stack * stacks.invocations)
+    return tuple((names.high if stacks.is_high(i) else names.low).format(i=i % stacks.per_stack) for i in layers)
 
 
 def altup_dims(opt: Option, spec: ArchSpec) -> AltUpDims | None:

@@ -26,6 +26,7 @@ from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attenti
 from gqa_export.model.dims import ModelDims, read_dims
 from gqa_export.model.raw_config import check_raw_config
 from gqa_export.model.sparse_cap import cap_wording
+from gqa_export.model.stream import stack_layer_prefixes
 from gqa_export.package.genai_config import default_max_length
 from gqa_export.package.multimodal import (
     MultimodalPlan,
@@ -47,6 +48,7 @@ from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.expert_views import attention_expert_views
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
+from gqa_export.source.split_projections import split_projection_views
 
 
 def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter) -> BuildPlan:
@@ -69,6 +71,10 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
     spec = get_spec(recipe.arch).bind(store)
+    if spec.recurrent_stacks is not None and dims.recurrent_stacks is not None:  # each graph layer's stored layer
+        spec = replace(spec, layer_prefixes=stack_layer_prefixes(spec.recurrent_stacks, dims.recurrent_stacks))
+    if spec.split_projections:  # a fused projection read as its parts (source/split_projections.py)
+        store = split_projection_views(store, spec, dims.num_layers)
     if spec.tensor_aliases:  # a layer's modules spelled another way (source/aliases.py)
         store = aliased_views(store, spec, dims.num_layers)
     if spec.attention_experts is not None:  # JetMoE: its expert attention as one qkv and o (source/expert_views.py)

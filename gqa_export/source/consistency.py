@@ -38,7 +38,8 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore, t
             f"{stored} layers; the config does not belong to these weights"
         )
     for i, layer in enumerate(dims.layers):
-        prefix = f"{spec.prefix}{spec.layer_prefix.format(i=i)}"
+        # a graph layer's stored layer where several read one (HRM-Text's stacks: ArchSpec.layer_prefixes)
+        prefix = f"{spec.prefix}{spec.layer_prefixes[i] if spec.layer_prefixes else spec.layer_prefix.format(i=i)}"
         names = spec.layer
         q = f"{prefix}{names.q}.weight"
         # a recurrent-state layer's own q_proj (Kimi's KDA under self_attn) is not attention's

@@ -365,5 +365,22 @@ MUTANTS: list[Mutant] = [
       "if stored and stored not in (dims.num_layers, dims.num_layers + trailing * spec.sublayers):",
       "if stored and stored != dims.num_layers:",
       ["tests/arch/test_hybrid_bailing.py::test_a_stored_mtp_layer_is_not_read"]),
+    # --- graph: HRM-Text's weight-shared stacks run in cycles (graph/recurrent_stacks.py, source/split_projections.py)
+    M("stack-input-without-the-high-stream", "graph", "gqa_export/graph/recurrent_stacks.py",
+      'return self.b.op("Add", self.low, self.high, name="stack_input")',
+      "return self.low",
+      [f"{FAMILY}[hrm_text]"]),
+    M("stack-final-norm-dropped", "graph", "gqa_export/graph/recurrent_stacks.py",
+      'out = normalize(self.b, h, "", self.params, self.dims, "stack_norm", self.dims.hidden_size)',
+      "out = h",
+      [f"{FAMILY}[hrm_text]"]),
+    M("stack-schedule-high-first", "graph", "gqa_export/model/stream.py",
+      "return (layer // self.per_stack) % (self.low_cycles + 1) == self.low_cycles",
+      "return (layer // self.per_stack) % (self.low_cycles + 1) == 0",
+      [f"{FAMILY}[hrm_text]"]),
+    M("fused-projection-parts-reversed", "import", "gqa_export/source/split_projections.py",
+      "block = (k * rows, (k + 1) * rows)",
+      "block = ((len(parts) - 1 - k) * rows, (len(parts) - k) * rows)",
+      [f"{FAMILY}[hrm_text]"]),
 ]
 # fmt: on
