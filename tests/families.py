@@ -730,6 +730,7 @@ FAMILIES: tuple[Family, ...] = (
         since_major=5,
         since=(5, 25),
         ragged_logits_modes=("gqa", "gqa_latent"),
+        ragged_generate_modes=("gqa", "gqa_latent"),
         float_matmuls=True,  # the stream maps stay float32 MatMuls in int4 / int8 packages, as HF keeps them
         fp16_cuda=True,
         **ONE_PROMPT,

@@ -4,7 +4,8 @@ the spec, the config reader or the graph builder the registry's package is built
 package: ~1.3e-5), and the refusals: the standard-Attention modes, a swiglu_limit <= 0.
 
 The hyper-connection streams (graph/hyper_connections.py): collapsed to one plain residual stream, the pre and
-post weights exchanged, hc_magnitude dropped (post weights at most 1). The sink logit per head zeroed. The value
+post weights exchanged, hc_magnitude dropped (post weights at most 1), the head's weighted sum replaced by the
+first copy. The sink logit per head zeroed. The value
 gate (sigmoid(gate_proj(x)) per value channel) dropped. The routed experts' SwiGLU clip at swiglu_limit dropped."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typer.testing import CliRunner
 from gqa_export.arch import SPECS
 from gqa_export.arch.spec import LatentAttentionNames
 from gqa_export.cli import app
-from gqa_export.graph import hyper_connections
+from gqa_export.graph import decoder, hyper_connections
 from gqa_export.model import dims
 from gqa_export.pipeline import BuildOptions, build
 
@@ -53,6 +54,16 @@ def _magnitude_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dims, "hyper_dims", unscaled)
 
 
+def _head_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copies collapsed as copy 0 alone, without the head's sigmoid weights."""
+
+    def first_copy(b: Any, streams: Any, dims: Any, spec: Any, params: Any) -> Any:
+        first = b.op("Gather", streams, b.const(0, "first_copy", "int64"), axis=2)
+        return first if params.dtype == first.dtype else b.op("Cast", first, to=params.dtype)
+
+    monkeypatch.setattr(decoder, "collapse_streams", first_copy)
+
+
 def _moe_activation(activation: str) -> dict[str, Any]:
     moe = SPECS[ROW].moe
     assert moe is not None
@@ -64,6 +75,7 @@ MUTANTS: dict[str, dict[str, Any] | Callable[[pytest.MonkeyPatch], None]] = {
     "streams-collapsed-to-one": dict(hyper_connections=None),
     "pre-post-swapped": _pre_post_swapped,
     "hc-magnitude-dropped": _magnitude_dropped,
+    "hc-head-dropped": _head_dropped,
     "value-gate-dropped": dict(latent_attention=LatentAttentionNames()),
     "swiglu-clip-dropped": _moe_activation("swiglu"),
 }
