@@ -509,6 +509,41 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # HunYuan-V4: GLM-MoE-DSA's tiny shape (index_topk 128, past every context here; the indexer on layers 0 and 2,
+    # layer 1 reusing layer 0's choice) with values narrower than the key, 3 hyper-connection copies (hc_magnitude
+    # 1.7), a sink per head, the value gate, dense / sparse / sparse, the routed SwiGLU clamped at 0.6 (the tiny
+    # experts' pre-activations reach past it); the stream maps drawn in `finish` so that pre / post vary by token
+    "hy_v4": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            q_lora_rank=24,
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            index_topk=128,
+            index_n_heads=4,
+            index_head_dim=16,
+            indexer_types=["full", "shared", "full"],
+            hc_mult=3,
+            hc_magnitude=1.7,
+            hc_eps=1e-6,
+            swiglu_limit=0.6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+        ("head_dim",),
+    ),
     # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
     # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
     # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups
@@ -702,6 +737,8 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
                 if ("layernorm.0." in name or "layernorm.1." in name) and name.endswith("weight"):
                     p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 1.0)
         _longcat_routers(model, g)
+    if model_type == "hy_v4":
+        _hyper_connections(model, g)
     if model_type == "zaya":
         _zaya(model, g)
     if model_type == "ergo":  # the residual gates (zeros at init: a = 1/2 on every channel) drawn per channel
@@ -714,6 +751,20 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
             table = model.get_input_embeddings().weight
             pad = model.config.pad_token_id
             table[pad] = torch.randn(table.shape[1], generator=g) * float(table.std())
+
+
+def _hyper_connections(model: Any, g: torch.Generator) -> None:
+    """HunYuan-V4's stream maps: HF's init (scale 0.01) leaves pre / post at sigmoid(base) for every token, so the
+    maps, their scales and biases are drawn so that the weights vary by token and copy (gates spread over (0, 1))."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf in ("fn", "hc_fn"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif leaf in ("scale", "hc_scale") and "hc" in name:
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif leaf in ("base", "hc_base"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
 
 
 def _longcat_routers(model: Any, g: torch.Generator) -> None:

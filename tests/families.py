@@ -720,6 +720,22 @@ FAMILIES: tuple[Family, ...] = (
     moe("axk2_v5", "axk2", hub_layout=False, since_major=5, since=(5, 25)),
     # the larger releases' grouped routing (n_group / topk_group set: DeepSeek-V3's group scores)
     moe("axk2_grouped", "axk2", overrides={"n_group": 4, "topk_group": 2}, since_major=5, since=(5, 25)),
+    # HunYuan-V4 (5.25's class): V3.2's cap at index_topk 128 (a shared indexer layer) with a sink per head (gqa
+    # and the latent cache; the standard-Attention modes refused), a value gate from gate_proj, the routed SwiGLU
+    # clamped, 3 hyper-connection copies (hub: learnable_sink_param, linear_gate, hc_pre.hc_*_layer.hc_*;
+    # transformers 5.x: sinks, gate_proj, attn_hc / ffn_hc); mutants: tests/arch/test_hy_v4.py
+    moe_family(
+        "hy_v4",
+        ("gqa", "gqa_latent"),
+        since_major=5,
+        since=(5, 25),
+        ragged_logits_modes=("gqa", "gqa_latent"),
+        ragged_generate_modes=("gqa", "gqa_latent"),
+        float_matmuls=True,  # the stream maps stay float32 MatMuls in int4 / int8 packages, as HF keeps them
+        fp16_cuda=True,
+        **ONE_PROMPT,
+    ),
+    moe("hy_v4_v5", "hy_v4", hub_layout=False, since_major=5, since=(5, 25)),
     # dots3-note's decoder: DeepSeek-V3.2's MLA with its own shapes on the sliding layer (per_layer_config: a KV
     # cache of its own shape), lora scales, a normed rope key, a per-head output gate (mutants:
     # tests/arch/test_dots3_note.py); transformers' own fused expert layout

@@ -54,8 +54,6 @@ REFUSED: dict[str, str] = {
     "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
     "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
     "experts, which gqa-export does not build yet (docs/coverage.md §7)",
-    "hy_v4": "no spec yet: HunYuan-V4 needs DeepSeek-V4's hyper-connection residual streams and attention sinks on "
-    "its sparse MLA, which gqa-export does not build yet (docs/coverage.md §7)",
     "dory": "no spec yet: Dory runs its middle layers n_recurrent_loops times with shared weights (each pass its "
     "own KV cache, or the last pass's alone) over nGPT layers (L2 norms, per-channel residual interpolation, scaled "
     "q/k, gate and MLP); the unrolled stacks exist (HRM-Text's), the loop schedule and the nGPT arithmetic do not "

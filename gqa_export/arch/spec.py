@@ -33,6 +33,7 @@ from gqa_export.arch.stream_spec import (
     AlternatingUpdateNames,
     AugmentedResidualNames,
     HardTokenEmbedderNames,
+    HyperConnectionNames,
     NormedResidualKeys,
     RecurrentStackNames,
 )
@@ -151,6 +152,9 @@ class LatentAttentionNames:
     # q_b yields per head [query | gate (v_head_dim)], the gate's activation (output_gate_activation) scaling each
     # value channel of the attention output before o_proj (A.X-K2; graph/latent_attention.latent_output)
     value_gate: bool = False
+    # the same per-value-channel gate from a Linear of the layer's normed input [N*v_head_dim] (HunYuan-V4's
+    # self_attn.gate_proj) instead of from q_b
+    value_gate_proj: str | None = None
 
 
 @dataclass(frozen=True)
@@ -416,6 +420,8 @@ class ArchSpec:
     # low-rank augmented residual, per-layer gaussian top-k sparsity of the MLP gate
     # (activation_sparsity_pattern), special-id ranges embedded by their own small tables
     alternating_updates: AlternatingUpdateNames | None = None
+    # hc_mult copies of the residual mixed in and out of each block by learned weights (HunYuan-V4)
+    hyper_connections: HyperConnectionNames | None = None
     augmented_residual: AugmentedResidualNames | None = None
     activation_sparsity: bool = False
     # pre-norm layers whose residual is the block's normed input, both scaled (MiniMax); None: the stream

@@ -29,6 +29,7 @@ from gqa_export.graph.depth_scaled_residual import depth_scaled_terms
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gated_norm import gated_norm, is_gated
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
+from gqa_export.graph.hyper_connections import collapse_streams, expand_streams, hyper_layer
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
@@ -129,6 +130,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     lora = LoraPlan(opts.lora_targets) if opts.lora_targets else None
     shortcut = {} if spec.moe is not None and spec.moe.shortcut else None  # LongCat-Flash's pending sparse outputs
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
+    h = expand_streams(b, h, dims) if dims.hyper else h  # hyper-connections: [B, S, K, H] copies
     carried: dict[str, ir.Value] = {}  # values one layer hands the next (ZAYA's router stream)
     streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
     for i in range(dims.num_layers):
@@ -157,6 +159,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 layer_fn = partial(decoder_layer, attention=attention, state=state)
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
                 continue
+            if dims.hyper:  # each block reads a weighted sum of the copies and is spread back over them
+                assert attention is not None and state is None
+                h, kv[i] = hyper_layer(lc, h, partial(attention_block, attention=attention), _mlp, _norm)
+                continue
             h = streams.enter(i, h) if streams is not None else h
             h, kv[i] = decoder_layer(lc, h, attention, state)
             h = streams.leave(i, h) if streams is not None else h
@@ -168,6 +174,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
 
     check_matched(lora)
     h = merge_streams(b, h, dims, spec, params) if dims.altup else h
+    h = collapse_streams(b, h, dims, spec, params) if dims.hyper else h
     x = final_norm(b, h, spec, params, dims)
     add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))
     for i in dims.cache_layers:
@@ -341,21 +348,7 @@ def decoder_layer(
         with b.scope(lc.layer.mixer):
             y, _ = state(lc, x)
     if attention is not None:
-        with b.scope("attn"):
-            out, kv = attention(lc, x)
-            out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's, LFM3's, Ling 3's own Linear
-            if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
-                out = widened_output(lc, out)
-            elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
-                out = latent_output(lc, out)
-            else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
-                out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
-            if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate
-                out = gated_expert_heads(lc, x, out)
-            if L.attention_output_norm is not None:  # BitNet: a norm over the heads' output before o_proj
-                width = lc.dims.num_heads * lc.layer.head_dim
-                out = normalize(b, out, lc.name(L.attention_output_norm), lc.params, lc.dims, "sub_norm", width)
-            attended = linear(lc, out, [L.o], None, "o_proj")
+        attended, kv = attention_block(lc, x, attention)
         y = attended if y is None else b.op("Add", y, attended, name="parallel_mixers")
     assert y is not None
     if lc.layer.blocks == "mixer":
@@ -388,6 +381,26 @@ def decoder_layer(
         y = _mlp(lc, x, h)
     y = _norm(lc, y, L.post_feedforward_norm if post else None, "post_feedforward_layernorm")
     return _residual(lc, h, y, "residual_mlp"), kv
+
+
+def attention_block(lc: LayerContext, x: ir.Value, attention: Mixer) -> tuple[ir.Value, LayerKV | None]:
+    """The attention on the normed input `x` through o_proj, with the heads' output gates and norms."""
+    L, b = lc.spec.layer, lc.b
+    with b.scope("attn"):
+        out, kv = attention(lc, x)
+        out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's, LFM3's, Ling 3's own Linear
+        if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
+            out = widened_output(lc, out)
+        elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
+            out = latent_output(lc, out)
+        else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
+            out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
+        if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate
+            out = gated_expert_heads(lc, x, out)
+        if L.attention_output_norm is not None:  # BitNet: a norm over the heads' output before o_proj
+            width = lc.dims.num_heads * lc.layer.head_dim
+            out = normalize(b, out, lc.name(L.attention_output_norm), lc.params, lc.dims, "sub_norm", width)
+        return linear(lc, out, [L.o], None, "o_proj"), kv
 
 
 def _state_input_norm(lc: LayerContext, state: Mixer | None, attention: Mixer | None) -> str | None:

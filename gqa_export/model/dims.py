@@ -48,9 +48,11 @@ from gqa_export.model.sparse_cap import block_sparse_cap
 from gqa_export.model.stream import (
     AltUpDims,
     HardTokenRange,
+    HyperDims,
     RecurrentStackDims,
     altup_dims,
     hard_token_ranges,
+    hyper_dims,
     normed_residual_factors,
     recurrent_stack_dims,
 )
@@ -107,6 +109,7 @@ class ModelDims:
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
     alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias
     altup: AltUpDims | None = None  # alternating updates over parallel streams (graph/altup.py)
+    hyper: HyperDims | None = None  # hyper-connection residual copies (graph/hyper_connections.py)
     per_layer_vocab: int = 0  # the per-layer table's rows; ids past it read row 0
     hard_tokens: tuple[HardTokenRange, ...] = ()  # special-id ranges with their own embedders
     scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
@@ -302,6 +305,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
         altup=altup_dims(opt, spec),
+        hyper=hyper_dims(opt, spec),
         per_layer_vocab=int(opt("per_layer_vocab", 0) or 0) if ple else 0,
         hard_tokens=hard_token_ranges(outer, spec),
         # where the config has no use_qk_norm the family always norms (NanoChat; Llama-4's config has the flag)
