@@ -685,6 +685,30 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Ergo (transformers 5.25): sliding / full / sliding / full layers (window 8), interleaved RoPE on the sliding
+    # ones, the full ones NoPE; a fused qkv_proj; layer 0 a dense squared-ReLU MLP (80 wide), then the top 2 of 8
+    # ungated squared-ReLU experts on sigmoid + selection bias, renormalized, x2.5, each expert's output through
+    # its own RMSNorm, beside a 48-wide shared expert with its own norm; learned residual gates (drawn, finish)
+    "ergo": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+            sliding_window=8,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            first_dense_intermediate_size=80,
+            shared_intermediate_size=48,
+            moe_routed_scaling_factor=2.5,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": None,
+            },
+        ),
+        ("head_dim",),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern
@@ -717,6 +741,11 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
         _hyper_connections(model, g)
     if model_type == "zaya":
         _zaya(model, g)
+    if model_type == "ergo":  # the residual gates (zeros at init: a = 1/2 on every channel) drawn per channel
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "residual_gate" in name:
+                    p.copy_(torch.randn(p.shape, generator=g))
     if model_type == "jetmoe":
         with torch.no_grad():
             table = model.get_input_embeddings().weight

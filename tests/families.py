@@ -946,6 +946,35 @@ FAMILIES: tuple[Family, ...] = (
         **RAGGED_EVERY_MODE,
     ),
     moe("beam_v5", "beam", hub_layout=False, since_major=5, since=(5, 25)),
+    # Ergo: learned per-channel residual gates on every add, an RMSNorm per routed expert before the weighted sum
+    # (every expert on every token, plain ops over 3-D weights that int4 / int8 keep float), a shared expert with
+    # its own norm, interleaved RoPE on the sliding layers; the hub's serving layout (tok_embeddings,
+    # attention.wqkv, a router gate_kernel [H, E]) read through transformers' renames, and transformers' own
+    moe_family(
+        "ergo",
+        ALL_MODES,
+        experts="plain",
+        float_matmuls=True,
+        fp16_cuda=True,
+        since_major=5,
+        since=(5, 25),
+        **ONE_PROMPT,
+        **RAGGED_EVERY_MODE,
+    ),
+    moe("ergo_v5", "ergo", hub_layout=False, since_major=5, since=(5, 25)),
+    # the full layers' logits times global_attention_scale (queries and keys each times its square root in HF; the
+    # softmax scale of those layers here), in every mode
+    moe(
+        "ergo_scaled",
+        "ergo",
+        hub_layout=False,
+        overrides={"global_attention_scale": 1.7},
+        generate_modes=ALL_MODES,
+        ragged_logits_modes=("gqa",),
+        since_major=5,
+        since=(5, 25),
+        **ONE_PROMPT,
+    ),
     # Mellum: Qwen3-MoE's layers with windows, RoPE at a theta per layer type and dense layers by mlp_layer_types
     # (mechanisms other rows prove): every mode's greedy tokens, a ragged batch in gqa, int4 / int8
     moe_family("mellum", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, ragged_logits_modes=("gqa",)),

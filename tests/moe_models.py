@@ -238,7 +238,9 @@ def family_config(model_type: str) -> dict:
 
 
 # AFMoE's router Linear is mlp.router.gate (its class initialises it to zeros)
-ROUTER_LINEAR_SUFFIXES = ("mlp.gate", "mlp.router", "block_sparse_moe.router", "router.proj", "router.gate")
+ROUTER_LINEAR_SUFFIXES = (
+    "mlp.gate", "mlp.router", "block_sparse_moe.router", "router.proj", "router.gate", "mlp.gate.linear",
+)  # fmt: skip
 
 
 def _randomize(model, model_type: str, g: torch.Generator):

@@ -187,12 +187,17 @@ def _aliased(tensors: dict[str, np.ndarray], base: str, model_type: str | None) 
 def _under_spec_spellings(tensors: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
     """The checkpoint's tensors, plus each stored under one of its spec's aliases (ArchSpec.tensor_aliases:
     HY-V3's hub mlp.router.gate, ...) also under the spec's spelling, which the package's weights are named by,
-    and each fused projection of its split_projections (HRM-Text's gqkv_proj) also as its parts."""
+    each fused projection of its split_projections (HRM-Text's gqkv_proj) also as its parts, and each stored
+    name its checkpoint_renames rewrite (Ergo's serving layout) also under transformers' name."""
     from gqa_export.arch import SPECS
+    from gqa_export.source.renamed_checkpoint import renamed
 
     spec = SPECS.get(str(config.get("model_type")))
     extra: dict[str, np.ndarray] = {}
     for name, tensor in tensors.items():
+        if spec is not None and spec.checkpoint_renames:  # Ergo's serving layout under transformers' names
+            new, transposed = renamed(name, spec.checkpoint_renames)
+            extra.setdefault(new, tensor.T if transposed else tensor)
         for canonical, alias in spec.tensor_aliases if spec is not None else ():
             if f".{alias}" in name:
                 extra.setdefault(name.replace(f".{alias}", f".{canonical}", 1), tensor)

@@ -47,6 +47,11 @@ class MoeNames:
     # (A.X-K1's post_mlp_layernorm, stored at the layer on the hub and under mlp. by transformers); "a|b": the
     # spellings tried in order, relative to the layer
     output_norm: str | None = None
+    # a learned RMSNorm per routed expert on its output before the weighted sum, [E, H] relative to the block
+    # (Ergo's experts.post_expert_norm; graph/normed_experts.py), and the shared expert's own RMSNorm on its
+    # output, relative to the shared expert (Ergo's shared_experts.norm)
+    expert_norm: str | None = None
+    shared_expert_norm: str | None = None
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,6 @@ REFUSED: dict[str, str] = {
     "over the whole prompt, and its tokenizer cuts text with jieba before WordPiece, which onnxruntime-genai's "
     "tokenizer cannot",
     # new in transformers 5.25 (read from its modeling code)
-    "ergo": "Ergo's experts each end in their own learned RMSNorm (mlp.experts.post_expert_norm, [E, H]) applied "
-    "before the weighted sum, which neither the MoE op nor the plain-expert graph computes, and its layers add "
-    "each branch through a learned per-channel residual gate (sigmoid(w) x branch + sqrt(1 + sigmoid(w)) "
-    "exp(-softplus(w)/2) x residual); no spec",
     "kolibri1_1": "Kolibri-1.1's indexed attention layers keep, per query, a weightless indexer's top index_topk keys "
     "of a pooled candidate set plus sink and local tokens (a per-query mask GroupQueryAttention cannot take), with "
     "keys and values rounded to NVFP4 there, and layers that read another layer's keys and values; no spec",

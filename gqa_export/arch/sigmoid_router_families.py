@@ -239,4 +239,84 @@ BEAM = replace(
     config_keys=config_keys(),
 )
 
-SIGMOID_ROUTED = (MINIMAX_M2, AFMOE, MINIMAX_M3, LAGUNA, FLINT, HY_V3, KOLIBRI1, BEAM)
+# Ergo (transformers 5.25): Gemma's sandwich of four RMSNorms (weight w, fp32), a fused self_attn.qkv_proj
+# ([q | k | v] heads), per-head q/k RMSNorms before GPT-J's interleaved RoPE on the layer types whose
+# rope_parameters entry is not null (the sliding ones) and the others NoPE, their logits times
+# global_attention_scale where set (queries and keys each times its square root); each residual add through a
+# learned per-channel gate, sigmoid(w) x block + sqrt(1 + sigmoid(w)) exp(-softplus(w) / 2) x residual
+# (graph/learned_residual_gate.py); the "dense" layers of mlp_layer_types an ungated squared-ReLU MLP
+# first_dense_intermediate_size wide, the others ungated squared-ReLU experts chosen as the top k of
+# sigmoid(logits) + the selection bias (router in fp32, its weight mlp.gate.linear), weighted by the unbiased
+# sigmoid over their sum (+1e-20) times moe_routed_scaling_factor, each expert's output through its own
+# learned RMSNorm before the weighted sum (graph/normed_experts.py), beside a shared expert whose output
+# passes its own RMSNorm. Transformers' save layout, or the hub's serving layout (tok_embeddings,
+# attention.wqkv, a router gate_kernel [H, E]) read through transformers' renames (source/renamed_checkpoint.py)
+_ERGO_SERVING_LAYOUT = (  # transformers' conversion mapping for ergo, in its order
+    (r"^tok_embeddings\.", "model.embed_tokens.", False),
+    (r"^norm\.", "model.norm.", False),
+    (r"^output\.", "lm_head.", False),
+    (r"^layers\.", "model.layers.", False),
+    (r"\.attention_norm\.", ".input_layernorm.", False),
+    (r"\.post_attention_norm\.", ".post_attention_layernorm.", False),
+    (r"\.ffn_norm\.", ".pre_feedforward_layernorm.", False),
+    (r"\.post_ffn_norm\.", ".post_feedforward_layernorm.", False),
+    (r"\.post_attention_residual\.scale", ".attention_residual_gate.weight", False),
+    (r"\.post_ffn_residual\.scale", ".feedforward_residual_gate.weight", False),
+    (r"\.attention\.wqkv\.", ".self_attn.qkv_proj.", False),
+    (r"\.attention\.wo\.", ".self_attn.o_proj.", False),
+    (r"\.attention\.q_norm\.", ".self_attn.q_norm.", False),
+    (r"\.attention\.k_norm\.", ".self_attn.k_norm.", False),
+    (r"\.feed_forward\.up\.", ".mlp.up_proj.", False),
+    (r"\.feed_forward\.down\.", ".mlp.down_proj.", False),
+    (r"\.feed_forward\.gate_kernel$", ".mlp.gate.linear.weight", True),  # stored [H, E]
+    (r"\.feed_forward\.router_bias$", ".mlp.gate.e_score_correction_bias", False),
+    (r"\.feed_forward\.up_proj$", ".mlp.experts.up_proj", False),
+    (r"\.feed_forward\.down_proj$", ".mlp.experts.down_proj", False),
+    (r"\.feed_forward\.expert_output_norm\.scale$", ".mlp.experts.post_expert_norm.weight", False),
+    (r"\.feed_forward\.shared_up_proj$", ".mlp.shared_experts.up_proj.weight", True),  # stored (in, out)
+    (r"\.feed_forward\.shared_down_proj$", ".mlp.shared_experts.down_proj.weight", True),
+    (r"\.feed_forward\.shared_expert_output_norm\.scale$", ".mlp.shared_experts.norm.weight", False),
+)
+ERGO = ArchSpec(
+    name="ergo",
+    norm_layout="sandwich",
+    qk_norm="head",
+    rope_layers="typed",
+    rope_interleaved=True,
+    mlp="plain",
+    activations=("relu2",),
+    layer=LayerNames(
+        qkv="self_attn.qkv_proj",
+        pre_feedforward_norm="pre_feedforward_layernorm",
+        post_feedforward_norm="post_feedforward_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        residual_gates=("attention_residual_gate", "feedforward_residual_gate"),
+    ),
+    moe=MoeSpec(
+        MoeNames(
+            routers=("gate.linear",),
+            per_expert=(),
+            fused=(),
+            ungated=(("experts.up_proj", "experts.down_proj"),),
+            shared_expert="shared_experts",
+            expert_bias="gate.e_score_correction_bias",
+            expert_norm="experts.post_expert_norm",
+            shared_expert_norm="norm",
+        ),
+        routing="sigmoid_topk",
+        normalize=True,
+        activation="ungated",
+        router_dtype="float32",
+    ),
+    checkpoint_renames=_ERGO_SERVING_LAYOUT,
+    full_layer_score_scale="global_attention_scale",
+    config_keys=config_keys(
+        routed_scaling="moe_routed_scaling_factor",
+        intermediate_size="first_dense_intermediate_size",
+        shared_expert_intermediate_size="shared_intermediate_size",
+        sliding_window="sliding_window|local_attention_window",
+    ),
+)
+
+SIGMOID_ROUTED = (MINIMAX_M2, AFMOE, MINIMAX_M3, LAGUNA, FLINT, HY_V3, KOLIBRI1, BEAM, ERGO)

@@ -108,6 +108,9 @@ class LayerNames:
     # an affine map on each residual add, (block + b) * s + (residual + b') * s' (ZAYA's
     # post_attention_residual_scale, post_mlp_residual_scale; graph/affine_residual.py)
     affine_residuals: tuple[str, str] | None = None
+    # a learned per-channel gate on each residual add, sigmoid(w) x block + sqrt(1 - sigmoid(w)^2) x residual
+    # (Ergo's attention_residual_gate, feedforward_residual_gate; graph/learned_residual_gate.py)
+    residual_gates: tuple[str, str] | None = None
     # norms with a low-rank input-dependent gate, where the checkpoint holds them: (inner, down, up) relative
     # to the norm, y * sigmoid(up(silu(down(y)))) with y = the RMSNorm "{norm}.{inner}" (A.X-K2's
     # GatedRMSNorm, graph/gated_norm.py); a norm stored plain is read plain
@@ -436,6 +439,13 @@ class ArchSpec:
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
     tensor_aliases: tuple[tuple[str, str], ...] = ()
+    # a checkpoint layout whose every name transformers' loader rewrites (regex, replacement, transposed: the
+    # tensor stored (in, out)), applied in order to each stored name: a checkpoint without the spec's names is
+    # read through them (source/renamed_checkpoint.py; Ergo's serving layout: tok_embeddings, attention.wqkv)
+    checkpoint_renames: tuple[tuple[str, str, bool], ...] = ()
+    # a config key whose value, where set, multiplies the full-attention layers' logits (Ergo's
+    # global_attention_scale: queries and keys each times its square root; model/dims LayerDims.score_factor)
+    full_layer_score_scale: str | None = None
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

@@ -33,6 +33,7 @@ from gqa_export.graph.hyper_connections import collapse_streams, expand_streams,
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
+from gqa_export.graph.learned_residual_gate import gated_terms
 from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba2 import prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
@@ -307,6 +308,8 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
         y = b.op("Mul", y, float_scalar(b, dims.residual_multiplier, lc.params.dtype))
     if lc.spec.residual_scale == "add_index":  # Beam: block / sqrt(k) + residual * sqrt((k - 1) / k)
         h, y = depth_scaled_terms(lc, h, y, name)
+    if (gates := lc.spec.layer.residual_gates) is not None:  # Ergo: a x block + sqrt(1 - a^2) x residual
+        h, y = gated_terms(lc, gates[0] if name == "residual_attn" else gates[1], h, y, name)
     if (scales := lc.spec.layer.residual_scales) is not None:  # Doge: the residual times a vector before each add
         module = lc.name(scales[0] if name == "residual_attn" else scales[1], suffix="")
         h = b.op("Mul", h, b.initializer(module, lc.params.vector([module])), name=f"{name}_scale")

@@ -26,8 +26,9 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph import params as _params
-from gqa_export.graph.blocks import LayerContext, activation, linear
+from gqa_export.graph.blocks import LayerContext, activation, linear, normalize
 from gqa_export.graph.experts import check_expert_shapes
+from gqa_export.graph.normed_experts import normed_experts
 from gqa_export.graph.params import F32, NUMPY_DTYPES, Params, StreamedTensor, row_blocks
 from gqa_export.kernels import convert
 from gqa_export.model.moe import MoeDims
@@ -164,6 +165,8 @@ def ungated_experts(lc: LayerContext, x: ir.Value, weights_dense: ir.Value, moe:
     """The routed experts' sum [B,S,H] for x [B,S,H] and dense routing weights [B,S,E]."""
     b, params = lc.b, lc.params
     names = lc.spec.moe.names  # type: ignore[union-attr]
+    if names.expert_norm is not None:  # Ergo: a norm per expert before the sum, which this form folds away
+        return normed_experts(lc, x, weights_dense, moe, prefix)
     latent = names.latent if names.latent and lc.has(f"{prefix}{names.latent[0]}") else None
     with b.scope("experts"):
         if latent is not None:
@@ -184,8 +187,14 @@ def ungated_experts(lc: LayerContext, x: ir.Value, weights_dense: ir.Value, moe:
 
 
 def ungated_shared_expert(lc: LayerContext, x: ir.Value, prefix: str) -> ir.Value:
-    """The always-on shared expert of an ungated block: down(act(up x)) (+ biases where stored)."""
-    module = f"{prefix}{lc.spec.moe.names.shared_expert}"  # type: ignore[union-attr]
+    """The always-on shared expert of an ungated block: down(act(up x)) (+ biases where stored), then its
+    own RMSNorm where the spec names one (Ergo's shared_experts.norm)."""
+    names = lc.spec.moe.names  # type: ignore[union-attr]
+    module = f"{prefix}{names.shared_expert}"
     with lc.b.scope("shared_expert"):
         h = activation(lc, linear(lc, x, [f"{module}.up_proj"], None, "up"))
-        return linear(lc, h, [f"{module}.down_proj"], None, "down")
+        y = linear(lc, h, [f"{module}.down_proj"], None, "down")
+        if names.shared_expert_norm is None:
+            return y
+        norm = lc.name(f"{module}.{names.shared_expert_norm}")
+        return normalize(lc.b, y, norm, lc.params, lc.dims, "shared_expert_norm", lc.dims.hidden_size)

@@ -156,7 +156,8 @@ class ModelDims:
         return min(self.max_position_embeddings, cap or self.max_position_embeddings)
 
     def scale(self, layer: LayerDims) -> float:
-        return self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** -0.5
+        base = self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** -0.5
+        return base * layer.score_factor if layer.score_factor != 1.0 else base
 
     def of_layer(self, layer: LayerDims) -> ModelDims:
         """These dims as one layer's attention reads them, the graph building each layer with these: its
@@ -229,6 +230,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         )
     latent, overrides = model_latent(config, spec, hidden, opt, lambda view: _opt_for(view, spec))
     layers = read_layers(config, opt, heads, hidden, spec, latent, overrides)
+    if spec.full_layer_score_scale and (factor := config_get(config, spec.full_layer_score_scale)) is not None:
+        layers = type(layers)(replace(x, score_factor=float(factor)) if x.window <= 0 else x for x in layers)
     ropes = layer_ropes(config, layers, spec, latent)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:

@@ -69,6 +69,9 @@ class LayerDims:
     num_heads: int = 0  # query heads where a layer has its own (Laguna's num_attention_heads_per_layer); 0: the model's
     # a latent-attention layer with its own heads and widths (dots3-note's per_layer_config); None: the model's
     attention: LayerAttention | None = None
+    # the layer's attention logits times this on top of the softmax scale (Ergo's full layers: queries and keys
+    # each times sqrt(global_attention_scale)); 1.0: none
+    score_factor: float = 1.0
 
     @property
     def shares_kv(self) -> bool:

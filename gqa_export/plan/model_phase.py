@@ -48,6 +48,7 @@ from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.expert_views import attention_expert_views
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
+from gqa_export.source.renamed_checkpoint import renamed_views
 from gqa_export.source.split_projections import split_projection_views
 
 
@@ -70,6 +71,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
+    store = renamed_views(store, get_spec(recipe.arch))  # a serving layout read under transformers' names
     spec = get_spec(recipe.arch).bind(store)
     if spec.recurrent_stacks is not None and dims.recurrent_stacks is not None:  # each graph layer's stored layer
         spec = replace(spec, layer_prefixes=stack_layer_prefixes(spec.recurrent_stacks, dims.recurrent_stacks))
