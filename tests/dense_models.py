@@ -638,6 +638,12 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5, 1.0))
             elif leaf == "A_log":  # decay rates exp(A_log) ~ 0.05-0.5: the state outlives a few tokens
                 p.copy_(rn(p, 0.5, -2.0))
+            elif model_type == "dory" and leaf.startswith("lambda_"):  # nGPT's interpolation rates: |lambda| / 2
+                p.copy_(rn(p, 0.3, 0.5))
+            elif model_type == "dory" and leaf in ("sqk", "s_gate", "suv_gate", "suv_up", "logit_scale"):
+                # nGPT's per-channel scales (init: initializer_range, ones): every channel its own, the logits x ~20
+                mean = {"suv_gate": 1.0, "suv_up": 1.0, "logit_scale": 2.0}.get(leaf, 0.1)
+                p.copy_(rn(p, 0.3 * mean, mean))
             elif leaf.startswith("lambda_"):  # DiffLlama's lambda vectors: lambda about 0.5 + lambda_init
                 p.copy_(rn(p, 0.2))
             elif leaf == "A" or leaf.endswith("_residual"):  # Doge's dt scale (zeros) and residual vectors (ones)
