@@ -189,3 +189,18 @@ def test_the_last_loop_cache_mode_is_refused_in_one_line(builds, tmp_path):
     with pytest.raises(InputError, match="recurrent_kv_cache_mode 'last_loop' is not supported") as refused:
         build(BuildOptions(str(checkpoint), tmp_path / "package", smoke=False, text_only=True))
     assert "\n" not in str(refused.value)
+
+
+def test_rope_runs_before_gqa_and_the_static_graphs_refuse_the_loop(builds, tmp_path):
+    """The query scale follows RoPE and differs within a rotation pair: every GroupQueryAttention gets
+    rotated q / k (do_rotary 0). The static-shape (QNN) pair is refused in one line (it names the output
+    gate, the first of its reasons; the loop is another)."""
+    from gqa_export.errors import InputError
+    from gqa_export.pipeline import BuildOptions, build
+
+    model = onnx.load(str(builds.package("dory") / "model.onnx"), load_external_data=False)
+    gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert all({a.name: a.i for a in n.attribute}.get("do_rotary", 0) == 0 for n in gqa)
+    with pytest.raises(InputError, match=r"static-shape \(QNN\) graph cannot hold") as refused:
+        build(BuildOptions(str(builds.checkpoint("dory")), tmp_path / "qnn", ep="qnn", smoke=False, text_only=True))
+    assert "\n" not in str(refused.value)
