@@ -86,6 +86,8 @@ VARIANTS = {
     "olmo_noclip": ("olmo", dict(clip_qkv=None)),
     # HyperCLOVAX without its peri-layer norms (use_post_norm false: Granite's pre-norm layers)
     "hyperclovax_no_post_norm": ("hyperclovax", dict(use_post_norm=False)),
+    # Dory's last_loop caches: one per stored layer, written by the last pass, read by the earlier ones
+    "dory_last_loop": ("dory", dict(recurrent_kv_cache_mode="last_loop")),
     # Falcon-40B/180B's layout: 2 kv groups of 2 query heads, ln_attn + ln_mlp, every bias (seed 8: with
     # these biases seeds 0-7 repeat a few tokens under 5.24 or 4.57)
     "falcon_grouped": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True, seed=8)),

@@ -278,8 +278,9 @@ HRM_TEXT = replace(
 )
 
 # Dory (NVIDIA Nemotron-Labs Dory, transformers 5.25): n_input_layers layers once, the next n_recurrent_layers
-# n_recurrent_loops times with shared weights (the stream reset to l2(h) + l2(h_in) before each pass, each pass its
-# own KV caches, HF's "per_loop" order), n_output_layers once, unrolled (graph/recurrent_loop.py); nGPT layers
+# n_recurrent_loops times with shared weights (the stream reset to l2(h) + l2(h_in) before each pass; "per_loop":
+# each pass its own KV caches in HF's order, "last_loop": the earlier passes read the last pass's cache without
+# writing it), n_output_layers once, unrolled (graph/recurrent_loop.py); nGPT layers
 # (graph/ngpt.py, graph/ngpt_scales.py): weightless L2 norms everywhere (eps 1e-6, hard-coded), Gemma-2's
 # sandwich whose adds interpolate from the normed input, AFMoE's attention with L2-normed q/k per head before
 # RoPE, the query times (sqk c) ** 2 after it, the per-channel gate sigmoid(gate_proj(x) (s_gate c) ** 2), an

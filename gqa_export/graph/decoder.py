@@ -107,6 +107,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             b.input(PAST_KEY % slot, opts.io_dtype, kv_shape),
             b.input(PAST_VALUE % slot, opts.io_dtype, kv_shape),
         )
+    pasts |= {i: pasts[owner] for i, owner in dims.cache_readers.items()}  # read, never written (Dory's last_loop)
     state_pasts = state_inputs(b, dims, opts.io_dtype)  # layers with recurrent state instead of a KV cache
     state_presents: dict[int, tuple[ir.Value, ...]] = {}
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask, position_ids)

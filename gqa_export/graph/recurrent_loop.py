@@ -3,7 +3,8 @@ Dory; docs/coverage.md §16; model/recurrent_loop.py has the schedule).
 
 transformers' DoryModel runs the input layers, keeps h_in = l2(h), then before each pass through the
 recurrent layers resets the stream to l2(h) + h_in, and runs the output layers after the last pass. The
-graph unrolls the passes into graph layers of their own (their own KV caches, named in HF's cache order);
+graph unrolls the passes into graph layers of their own (their own KV caches, named in HF's cache order; in
+the last_loop mode the earlier passes read the last pass's cache without writing it, graph/decoder.py);
 every pass reads the stored layers' initializers (GraphBuilder.reusing_initializers): written once."""
 
 from __future__ import annotations

@@ -140,12 +140,20 @@ class ModelDims:
     @property
     def cache_layers(self) -> tuple[int, ...]:
         """Layers that own a KV cache (graph inputs past_key_values.N.*)."""
-        return tuple(layer.index for layer in self.layers if not layer.shares_kv and layer.attends)
+        return tuple(
+            layer.index for layer in self.layers if not layer.shares_kv and not layer.reads_past_only and layer.attends
+        )
 
     def cache_slot(self, i: int) -> int:
         """Graph layer i's cache index (past_key_values.N): i, except in an unrolled loop, where the
         caches follow HF's order (model/stream.RecurrentLoopDims.cache_slot)."""
         return i if self.recurrent_loop is None else self.recurrent_loop.cache_slot(i)
+
+    @property
+    def cache_readers(self) -> dict[int, int]:
+        """Layers that read another's cache slot without writing it (LayerDims.reads_past_only) -> that layer."""
+        owners = {self.cache_slot(i): i for i in self.cache_layers}
+        return {layer.index: owners[self.cache_slot(layer.index)] for layer in self.layers if layer.reads_past_only}
 
     @property
     def kv_producers(self) -> frozenset[int]:

@@ -69,6 +69,9 @@ class LayerDims:
     num_heads: int = 0  # query heads where a layer has its own (Laguna's num_attention_heads_per_layer); 0: the model's
     # a latent-attention layer with its own heads and widths (dots3-note's per_layer_config); None: the model's
     attention: LayerAttention | None = None
+    # attends over another graph layer's cache slot (ModelDims.cache_slot) and its own tokens without writing
+    # it: no cache of its own (Dory's last_loop mode, the passes before the last)
+    reads_past_only: bool = False
 
     @property
     def shares_kv(self) -> bool:

@@ -19,12 +19,15 @@ class RecurrentLoopDims:
     """Dory's schedule: `inputs` stored layers once, the next `recurrent` ones `loops` times (the stream
     reset to l2(h) + l2(h_in) before each pass), the last `outputs` once. Graph layers follow the execution
     (inputs, pass 0, pass 1, ..., outputs); caches follow HF's index order: the stored layers' first
-    (pass 0 in the recurrent ones), then passes 1.. appended, `recurrent` each."""
+    (pass 0 in the recurrent ones), then passes 1.. appended, `recurrent` each. `last_only` (HF's "last_loop"
+    mode): one cache per stored layer, written by the last pass; the earlier passes read it (the past plus
+    their own tokens) and write nothing."""
 
     inputs: int
     recurrent: int
     outputs: int
     loops: int
+    last_only: bool = False
 
     @property
     def stored(self) -> int:
@@ -43,13 +46,20 @@ class RecurrentLoopDims:
         return g - (self.loops - 1) * self.recurrent
 
     def cache_slot(self, g: int) -> int:
-        """Graph layer `g`'s index in HF's cache (its past_key_values.N)."""
+        """Graph layer `g`'s index in HF's cache (its past_key_values.N; the one it reads, for a pass that
+        only reads)."""
+        if self.last_only:
+            return self.stored_layer(g)
         passes = g - self.inputs
         if g < self.inputs or passes < self.recurrent:
             return g
         if passes < self.loops * self.recurrent:
             return self.stored + passes - self.recurrent
         return self.stored_layer(g)
+
+    def reads_only(self, g: int) -> bool:
+        """Graph layer `g` attends over its cache slot's past without writing it (last_loop, earlier passes)."""
+        return self.last_only and 0 <= g - self.inputs < (self.loops - 1) * self.recurrent
 
     def pass_start(self, g: int) -> int | None:
         """The pass graph layer `g` starts (its stream reset first), else None."""
@@ -61,19 +71,16 @@ class RecurrentLoopDims:
 
 def recurrent_loop_dims(opt: Option, spec: ArchSpec, num_layers: int) -> RecurrentLoopDims | None:
     """The loop schedule from the config (its class halves the counts of a config.json that lists attention
-    and MLP blocks apart, so `num_layers` is the stored layers'); the last_loop cache mode is refused."""
+    and MLP blocks apart, so `num_layers` is the stored layers')."""
     if not spec.recurrent_loop:
         return None
     inputs, outputs, loops = int(opt("loop_input_layers")), int(opt("loop_output_layers")), int(opt("loop_count"))
     recurrent = opt("loop_layers")
     recurrent = num_layers - inputs - outputs if recurrent is None else int(recurrent)
     mode = str(opt("loop_cache_mode", "per_loop"))
-    if mode != "per_loop":
-        raise InputError(
-            f"{spec.name} with recurrent_kv_cache_mode {mode!r} is not supported: its earlier passes read the last "
-            'pass\'s cache without writing it, which gqa-export does not build; export with "per_loop"'
-        )
-    loop = RecurrentLoopDims(inputs, recurrent, outputs, loops)
+    if mode not in ("per_loop", "last_loop"):
+        raise InputError(f'{spec.name}: recurrent_kv_cache_mode {mode!r} is neither "per_loop" nor "last_loop"')
+    loop = RecurrentLoopDims(inputs, recurrent, outputs, loops, mode == "last_loop")
     if loop.stored != num_layers or recurrent < 1 or loops < 1:
         raise InputError(
             f"{spec.name}: n_input_layers {inputs} + n_recurrent_layers {recurrent} + n_output_layers {outputs} must "
@@ -83,8 +90,12 @@ def recurrent_loop_dims(opt: Option, spec: ArchSpec, num_layers: int) -> Recurre
 
 
 def unrolled_layers(layers: Sequence[LayerDims], loop: RecurrentLoopDims) -> tuple[LayerDims, ...]:
-    """One graph layer per execution of a stored layer, each its own cache (its index, its kv source)."""
-    return tuple(replace(layers[loop.stored_layer(g)], index=g, kv_source=g) for g in range(loop.graph_layers))
+    """One graph layer per execution of a stored layer, each its own cache (its index, its kv source), or
+    reading the last pass's without writing it (`LayerDims.reads_past_only`)."""
+    return tuple(
+        replace(layers[loop.stored_layer(g)], index=g, kv_source=g, reads_past_only=loop.reads_only(g))
+        for g in range(loop.graph_layers)
+    )
 
 
 def loop_layer_prefixes(layer_prefix: str, loop: RecurrentLoopDims) -> tuple[str, ...]:

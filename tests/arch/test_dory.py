@@ -11,7 +11,9 @@ the decode steps are not). Build mutants: the loop run once more or once less th
 config edited, HF's reference from the original), and the stream reset before each pass dropped. Also:
 each cache holds what HF's cache holds at the same index (HF's per_loop order), the shared weights are
 written once, the released checkpoint layout (attention / MLP blocks as layers 2i / 2i + 1) and a config.json
-without the "mlp" entries give the same package, and the last_loop cache mode is refused in one line."""
+without the "mlp" entries give the same package. The last_loop cache mode (row dory_last_loop): its caches are
+HF's, only the last pass writes them; mutants: exported as per_loop, an earlier pass reading another layer's
+cache."""
 
 from __future__ import annotations
 
@@ -181,14 +183,54 @@ def test_the_released_layer_pair_layout_gives_the_same_package(builds, tmp_path)
     _same_package(builds, tmp_path, checkpoint)
 
 
-def test_the_last_loop_cache_mode_is_refused_in_one_line(builds, tmp_path):
-    from gqa_export.errors import InputError
+def test_last_loop_caches_are_hfs_and_only_the_last_pass_writes(builds):
+    """last_loop: one cache per stored layer (HF's cache.layers[0:4]; its readers appended after them hold
+    nothing of their own), equal to HF's after the prompt; the earlier passes' attentions read slots 1 and 2
+    and their presents are not outputs."""
+    import torch
+
+    model = hf_model(builds.checkpoint("dory_last_loop"))
+    with torch.no_grad():
+        cache = model(torch.tensor([list(PROMPT)]), use_cache=True).cache
+    package = builds.package("dory_last_loop")
+    graph = onnx.load(str(package / "model.onnx"), load_external_data=False).graph
+    assert sorted(i.name for i in graph.input if i.name.endswith(".key")) == [
+        f"past_key_values.{s}.key" for s in range(4)
+    ]
+    gqa = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
+    assert [n.input[3] for n in gqa] == [f"past_key_values.{s}.key" for s in (0, 1, 2, 1, 2, 1, 2, 3)]
+    outputs = {o.name for o in graph.output}
+    assert [n.output[1] in outputs for n in gqa] == [True, False, False, False, False, True, True, True]
+    stepper = OrtStepper(package)
+    stepper.step(list(PROMPT))
+    n = len(PROMPT)
+    for slot in range(STORED):
+        layer = cache.layers[slot]
+        for part, hf in (("key", layer.keys), ("value", layer.values)):
+            ours = stepper.kv[f"past_key_values.{slot}.{part}"].numpy()[:, :, :n]
+            np.testing.assert_allclose(ours[:, :, n - hf.shape[2] :], hf.numpy(), atol=1e-5, err_msg=f"{slot}.{part}")
+
+
+def test_mutant_last_loop_exported_as_per_loop_fails_hf_parity(builds, tmp_path):
+    """The earlier passes writing caches of their own (per_loop) where HF's last_loop has them read the last
+    pass's: the prompt agrees, the decode steps do not."""
     from gqa_export.pipeline import BuildOptions, build
 
-    checkpoint = _with_config(builds, tmp_path, "last_loop", recurrent_kv_cache_mode="last_loop")
-    with pytest.raises(InputError, match="recurrent_kv_cache_mode 'last_loop' is not supported") as refused:
-        build(BuildOptions(str(checkpoint), tmp_path / "package", smoke=False, text_only=True))
-    assert "\n" not in str(refused.value)
+    checkpoint = shutil.copytree(builds.checkpoint("dory_last_loop"), tmp_path / "per_loop")
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "recurrent_kv_cache_mode": "per_loop"}))
+    build(BuildOptions(str(checkpoint), tmp_path / "package", smoke=False, text_only=True))
+    assert _max_error(tmp_path / "package", builds.checkpoint("dory_last_loop")) > FAR
+
+
+def test_mutant_last_loop_earlier_pass_reading_another_layers_cache_fails_hf_parity(builds, tmp_path):
+    package = copy_package(builds.package("dory_last_loop"), tmp_path / "rewired")
+    path = package / "model.onnx"
+    model = onnx.load(str(path), load_external_data=False)
+    first = next(n for n in model.graph.node if n.op_type == "GroupQueryAttention" and n.input[3].endswith(".1.key"))
+    first.input[3], first.input[4] = "past_key_values.2.key", "past_key_values.2.value"
+    onnx.save(model, str(path))
+    assert _max_error(package, builds.checkpoint("dory_last_loop")) > FAR
 
 
 def test_rope_runs_before_gqa_and_the_static_graphs_refuse_the_loop(builds, tmp_path):
