@@ -9,6 +9,18 @@ from typing import Any
 
 import torch
 
+# DeepSeek-V3's tiny YaRN (factor 4 past 64 positions, mscale_all_dim 0.8), shared by the latent-attention rows
+YARN_MSCALE = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 64,
+    "mscale": 1.0,
+    "mscale_all_dim": 0.8,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+}
+
 # model_type -> (config kwargs applied over moe_models.COMMON, COMMON keys the class does not take)
 CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     # GraniteMoE's tiny config (multipliers, tied, top 2 of 8) with a 48-wide gated shared MLP
@@ -374,16 +386,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             index_topk=128,
             index_n_heads=4,
             index_head_dim=16,
-            rope_parameters={
-                "rope_type": "yarn",
-                "rope_theta": 10000.0,
-                "factor": 4.0,
-                "original_max_position_embeddings": 64,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.8,
-                "beta_fast": 32.0,
-                "beta_slow": 1.0,
-            },
+            rope_parameters=dict(YARN_MSCALE),
         ),
         ("head_dim",),
     ),
@@ -409,16 +412,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             norm_topk_prob=True,
             routed_scaling_factor=2.5,
             rms_norm_eps=1e-5,
-            rope_parameters={
-                "rope_type": "yarn",
-                "rope_theta": 10000.0,
-                "factor": 4.0,
-                "original_max_position_embeddings": 64,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.8,
-                "beta_fast": 32.0,
-                "beta_slow": 1.0,
-            },
+            rope_parameters=dict(YARN_MSCALE),
         ),
         ("head_dim",),
     ),
@@ -511,16 +505,42 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
             index_n_heads=4,
             index_head_dim=16,
             gated_norm_rank=5,
-            rope_parameters={
-                "rope_type": "yarn",
-                "rope_theta": 10000.0,
-                "factor": 4.0,
-                "original_max_position_embeddings": 64,
-                "mscale": 1.0,
-                "mscale_all_dim": 0.8,
-                "beta_fast": 32.0,
-                "beta_slow": 1.0,
-            },
+            rope_parameters=dict(YARN_MSCALE),
+        ),
+        ("head_dim",),
+    ),
+    # HunYuan-V4: GLM-MoE-DSA's tiny shape (index_topk 128, past every context here; the indexer on layers 0 and 2,
+    # layer 1 reusing layer 0's choice) with values narrower than the key, 3 hyper-connection copies (hc_magnitude
+    # 1.7), a sink per head, the value gate, dense / sparse / sparse, the routed SwiGLU clamped at 0.6 (the tiny
+    # experts' pre-activations reach past it); the stream maps drawn in `finish` so that pre / post vary by token
+    "hy_v4": (
+        dict(
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            q_lora_rank=24,
+            mlp_layer_types=["dense", "sparse", "sparse"],
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            rms_norm_eps=1e-5,
+            index_topk=128,
+            index_n_heads=4,
+            index_head_dim=16,
+            indexer_types=["full", "shared", "full"],
+            hc_mult=3,
+            hc_magnitude=1.7,
+            hc_eps=1e-6,
+            swiglu_limit=0.6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         ),
         ("head_dim",),
     ),
@@ -619,6 +639,25 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # ZAYA1 (transformers 5.25): compressed convolutional attention on every layer (q|k through a
+    # depthwise kernel 2 and a grouped kernel 3 conv: a 3-step conv state, 96 channels; a value half
+    # delayed by a token), layer 1 sliding (window 8), RoPE on half of each head per layer type; the top
+    # 1 of 6 experts or the skip class under an MLP router over a 24-wide stream carried across layers
+    "zaya": (
+        dict(
+            num_experts=6,
+            num_experts_per_tok=1,
+            moe_intermediate_size=32,
+            router_hidden_size=24,
+            layer_types=["hybrid", "hybrid_sliding", "hybrid"],
+            sliding_window=8,
+            cca_time0=2,
+            cca_time1=3,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+        ),
+        (),
+    ),
     # Beam-1.0 (transformers 5.25): sliding / full / sliding / full layers (window 8), RoPE on the sliding ones,
     # the full ones NoPE with their position query scale; the output gate's per-head bias; layer 0 dense (80
     # wide), then the top 2 of 8 experts within the best of 2 groups on sigmoid + selection bias, renormalized,
@@ -674,11 +713,29 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
                 if ("layernorm.0." in name or "layernorm.1." in name) and name.endswith("weight"):
                     p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 1.0)
         _longcat_routers(model, g)
+    if model_type == "hy_v4":
+        _hyper_connections(model, g)
+    if model_type == "zaya":
+        _zaya(model, g)
     if model_type == "jetmoe":
         with torch.no_grad():
             table = model.get_input_embeddings().weight
             pad = model.config.pad_token_id
             table[pad] = torch.randn(table.shape[1], generator=g) * float(table.std())
+
+
+def _hyper_connections(model: Any, g: torch.Generator) -> None:
+    """HunYuan-V4's stream maps: HF's init (scale 0.01) leaves pre / post at sigmoid(base) for every token, so the
+    maps, their scales and biases are drawn so that the weights vary by token and copy (gates spread over (0, 1))."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf in ("fn", "hc_fn"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif leaf in ("scale", "hc_scale") and "hc" in name:
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif leaf in ("base", "hc_base"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
 
 
 def _longcat_routers(model: Any, g: torch.Generator) -> None:
@@ -702,3 +759,37 @@ def _longcat_routers(model: Any, g: torch.Generator) -> None:
             weight.copy_(weight - (weight @ u)[:, None] * u[None])
             bias = router.e_score_correction_bias
             bias.copy_(torch.randn(bias.shape, generator=g) * 0.05)
+
+
+def _zaya(model: Any, g: torch.Generator) -> None:
+    """ZAYA1's parameters HF initializes to constants, drawn so each mechanism matters: the keys'
+    temperature (zeros: every score 0), the affine residual maps' and the router stream's scales
+    (ones), the real experts' balancing biases around -1 (transformers sets the skip class's to -1
+    on load, whatever is stored: the skip expert competes only against biases near it), so some
+    tokens choose it; the router's output drawn wide, without its input's mean direction (the GELU
+    MLP's output has a large token-independent part that would pick one expert for every token)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("qk_norm.temp"):
+                p.copy_(torch.rand(p.shape, generator=g) * 1.5 + 1.0)
+            elif name.endswith("_scale"):  # hidden_states / residual / input / router_states scales
+                p.copy_(torch.rand(p.shape, generator=g) * 0.8 + 0.6)
+            elif name.endswith(("hidden_states_bias", "residual_bias")):  # small: a shared offset makes one argmax
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+            elif name.endswith("router_mlp.out_proj.weight"):
+                p.copy_(torch.randn(p.shape, generator=g) * 3.0)
+        for layer in model.model.layers:
+            biases = layer.mlp.gate.balancing_biases
+            biases.copy_(torch.randn(biases.shape, generator=g) * 0.005 - 1.0)
+            biases[-1] = -1.0
+    ids = torch.randint(6, model.config.vocab_size, (2, 32), generator=g)
+    for layer in model.model.layers:  # each router's output weight without its input's mean direction
+        out_proj, cap = layer.mlp.gate.router_mlp.out_proj, {}
+        hook = out_proj.register_forward_pre_hook(lambda _m, args, cap=cap: cap.setdefault("x", args[0]))
+        with torch.no_grad():
+            model(ids)
+        hook.remove()
+        mean = cap["x"].reshape(-1, cap["x"].shape[-1]).mean(0)
+        u = mean / mean.norm()
+        with torch.no_grad():
+            out_proj.weight.sub_(torch.outer(out_proj.weight @ u, u))

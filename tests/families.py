@@ -728,6 +728,22 @@ FAMILIES: tuple[Family, ...] = (
     moe("axk2_v5", "axk2", hub_layout=False, since_major=5, since=(5, 25)),
     # the larger releases' grouped routing (n_group / topk_group set: DeepSeek-V3's group scores)
     moe("axk2_grouped", "axk2", overrides={"n_group": 4, "topk_group": 2}, since_major=5, since=(5, 25)),
+    # HunYuan-V4 (5.25's class): V3.2's cap at index_topk 128 (a shared indexer layer) with a sink per head (gqa
+    # and the latent cache; the standard-Attention modes refused), a value gate from gate_proj, the routed SwiGLU
+    # clamped, 3 hyper-connection copies (hub: learnable_sink_param, linear_gate, hc_pre.hc_*_layer.hc_*;
+    # transformers 5.x: sinks, gate_proj, attn_hc / ffn_hc); mutants: tests/arch/test_hy_v4.py
+    moe_family(
+        "hy_v4",
+        ("gqa", "gqa_latent"),
+        since_major=5,
+        since=(5, 25),
+        ragged_logits_modes=("gqa", "gqa_latent"),
+        ragged_generate_modes=("gqa", "gqa_latent"),
+        float_matmuls=True,  # the stream maps stay float32 MatMuls in int4 / int8 packages, as HF keeps them
+        fp16_cuda=True,
+        **ONE_PROMPT,
+    ),
+    moe("hy_v4_v5", "hy_v4", hub_layout=False, since_major=5, since=(5, 25)),
     # dots3-note's decoder: DeepSeek-V3.2's MLA with its own shapes on the sliding layer (per_layer_config: a KV
     # cache of its own shape), lora scales, a normed rope key, a per-head output gate (mutants:
     # tests/arch/test_dots3_note.py); transformers' own fused expert layout
@@ -894,6 +910,36 @@ FAMILIES: tuple[Family, ...] = (
     # gate per channel (gating "per-element")
     moe_family("laguna", ALL_MODES, since_major=5, since=(5, 25), new_tokens=20, **RAGGED_EVERY_MODE),
     moe("laguna_v5", "laguna", hub_layout=False, overrides={"gating": "per-element"}, since_major=5, since=(5, 25)),
+    # ZAYA1 (transformers 5.25): compressed convolutional attention (a conv state of q|k projections and a
+    # delayed-value state beside each layer's KV cache, q/k L2-normed with a key temperature), affine residual
+    # maps, the top 1 of 6 experts or a skip class under an MLP router over a stream carried across layers.
+    # The states run in the GQA graph only: greedy tokens and a ragged batch in gqa, the other modes refused
+    # (mutants: tests/arch/test_zaya.py)
+    moe(
+        "zaya",
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+        gathered_tables=frozenset({"model.embed_tokens.qweight"}),
+    ),
+    # its heads 32 wide: RoPE on 16 channels, rotated by GroupQueryAttention's fused RoPE (ZAYA1-8B's 64 of 128)
+    # instead of plain ops before it
+    moe(
+        "zaya_fused_rope",
+        "zaya",
+        overrides={"head_dim": 32},
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+    ),
     # Beam-1.0: the NoPE layers' position query scale read from the positions the graph has (decode steps, right
     # padding: a ragged batch in every mode), the gate's per-head bias, depth-scaled adds, grouped sigmoid router
     # (its int4 and int8 smoke runs end at EOS before 16 tokens; no initializer range of 0.05-0.4 keeps both going)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 
+from gqa_export.arch.cca_families import CCA_FAMILIES
 from gqa_export.arch.chunked_families import CHUNKED
 from gqa_export.arch.classic_derived_families import CLASSIC_DERIVED
 from gqa_export.arch.classic_families import CLASSICS
@@ -30,6 +31,7 @@ SPECS: dict[str, ArchSpec] = {
         *DERIVED_MOE,
         *SIGMOID_ROUTED,
         *CLASSIC_DERIVED,
+        *CCA_FAMILIES,
     )
 }
 

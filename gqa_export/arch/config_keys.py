@@ -144,6 +144,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "altup_active": "altup_active_idx",
     "altup_correct_scale": "altup_correct_scale",
     "activation_sparsity": "activation_sparsity_pattern",
+    "hc_streams": "hc_mult",  # hyper-connection residual copies, their post scale and gate epsilon
+    "hc_magnitude": "hc_magnitude",
+    "hc_eps": "hc_eps",
     "per_layer_vocab": "vocab_size_per_layer_input",
     # weight-shared layer stacks run in cycles (ArchSpec.recurrent_stacks, HRM-Text)
     "layers_per_stack": "num_layers_per_stack",

@@ -1,6 +1,6 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
 MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash, Youtu, A.X-K1,
-GLM-MoE-DSA, dots3-note, A.X-K2), kept apart from families.py so
+GLM-MoE-DSA, dots3-note, A.X-K2, HunYuan-V4), kept apart from families.py so
 that neither module outgrows its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from gqa_export.arch.spec import (
     Refusal,
     config_keys,
 )
+from gqa_export.arch.stream_spec import HyperConnectionNames
 
 # the config spellings both DeepSeek generations share: dense layers before first_k_dense_replace,
 # n_shared_experts shared experts as one MLP of that many times moe_intermediate_size
@@ -189,7 +190,29 @@ AXK2 = replace(
     layer=replace(DEEPSEEK_V32.layer, gated_norms=("norm", "W_down", "W_up")),
     tensor_aliases=(("self_attn.q_b_proj.", "self_attn.q_gate_proj."), *_GATED_NORM_ALIASES),
 )
+# HunYuan-V4 (transformers 5.25 HYV4ForCausalLM, docs/coverage.md): GLM-MoE-DSA's MLA (rope pairs, the indexer on
+# the "full" layers of indexer_types, the "shared" ones reusing the previous choice: V3.2's index_topk cap) and
+# router (sigmoid + selection bias, one group), with a learned sink logit per head (eager softmax over [scores |
+# sink]), each value channel of the attention output times sigmoid(gate_proj(x)) of the normed input, routed
+# experts' SwiGLU clamped at swiglu_limit (gate above, up both ways: MoE's own clip), and hyper-connection
+# residual copies without comb (graph/hyper_connections.py). The hub spells the sink learnable_sink_param, every
+# gate_proj linear_gate and the stream maps hc_pre.hc_attn_layer.hc_* / hc_pre.hc_mlp_layer.hc_*
+HY_V4 = replace(
+    GLM_MOE_DSA,
+    name="hy_v4",
+    latent_attention=LatentAttentionNames(value_gate_proj="self_attn.gate_proj"),
+    attention_sinks="self_attn.sinks|self_attn.learnable_sink_param",
+    hyper_connections=HyperConnectionNames(),
+    moe=replace(_GLM4_MOE_LITE_MOE, activation="swiglu_clipped"),
+    tensor_aliases=(
+        ("self_attn.gate_proj.", "self_attn.linear_gate."),
+        ("mlp.gate_proj.", "mlp.linear_gate."),
+        ("mlp.shared_experts.gate_proj.", "mlp.shared_experts.linear_gate."),
+        ("attn_hc.", "hc_pre.hc_attn_layer.hc_"),
+        ("ffn_hc.", "hc_pre.hc_mlp_layer.hc_"),
+    ),
+)
 LATENT_FAMILIES = (
     DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH, YOUTU, AXK1,
-    GLM_MOE_DSA, DOTS3_NOTE_TEXT, AXK2,
+    GLM_MOE_DSA, DOTS3_NOTE_TEXT, AXK2, HY_V4,
 )  # fmt: skip

@@ -191,12 +191,30 @@ MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "rwkv": the whole RWKV-4 block (time mix and channel mix, each with its token shift) is the layer
 # "mlstm": xLSTM's matrix-memory LSTM with exponential gating (a state mixer beside a SwiGLU MLP)
 MIXER_KINDS = (
-    "attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "lightning", "rwkv", "mlstm", "none",
+    "attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "lightning", "rwkv", "mlstm", "cca",
+    "none",
 )  # fmt: skip
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same
 # normed input and adds their outputs: Falcon-H1), so the layer carries a KV cache and the state
 MIXINGS = ("replace", "parallel")
+
+
+@dataclass(frozen=True)
+class CcaNames:
+    """Compressed convolutional attention's modules (ZAYA1, graph/cca.py): q and k projections mixed by
+    a depthwise then a grouped Conv1d (each with a bias), the value's current and delayed halves, and
+    the keys' per-kv-head temperature (a parameter, stored without a .weight suffix)."""
+
+    q: str = "self_attn.qkv_proj.q_proj"
+    k: str = "self_attn.qkv_proj.k_proj"
+    value_current: str = "self_attn.qkv_proj.v_proj_current"
+    value_delayed: str = "self_attn.qkv_proj.v_proj_delayed"
+    depthwise: str = "self_attn.qkv_proj.conv_qk_depthwise"
+    grouped: str = "self_attn.qkv_proj.conv_qk_grouped"
+    temperature: str = "self_attn.qk_norm.temp"
+
+
 # What one decoder layer holds (ArchSpec.layer_blocks): "mixer_and_mlp", a token mixer then a
 # feed-forward block, each behind its own norm and residual (every family but Nemotron-H); "mixer",
 # the token mixer alone behind one norm and residual; "mlp", the feed-forward block alone.
@@ -237,6 +255,7 @@ class MixerSpec:
     lightning: LightningNames = field(default_factory=LightningNames)
     rwkv: RwkvNames = field(default_factory=RwkvNames)
     mlstm: MlstmNames = field(default_factory=MlstmNames)
+    cca: CcaNames = field(default_factory=CcaNames)
     prompt_dt_floor: str | None = None
     prompt_dt_limit: str | None = None
     prompt_dt_floor_until: tuple[int, int] | None = None

@@ -80,6 +80,8 @@ class MoeSpec:
     "config_per_count" (shared_expert_intermediate_size times the shared-expert count: dots3-note)
     or "dense" (intermediate_size: HunYuan-MoE's shared_mlp). activation: "swiglu" (silu(gate) * up),
     "swiglu_clamped" (gpt-oss: gate * sigmoid(alpha gate) * (up + 1), clamped at the limit),
+    "swiglu_clipped" (HunYuan-V4's routed experts: silu(min(gate, l)) * clip(up, -l, l), l the config's
+    swiglu_limit: the MoE op's own clip; its shared expert and dense MLPs plain SwiGLU),
     "swiglu_limited" (Ling 3: min(silu(gate), l) * clip(up, -l, l), l the layer's entry of the config's
     per-layer limits for routed and for shared experts, 0: none; graph/limited_swiglu.py),
     "geglu" (gelu_tanh(gate) * up; no fused CPU kernel: plain ops), "ungated" (down(act(up x)) with the

@@ -11,7 +11,6 @@ docs/coverage.md says what the runtime would need for the mechanisms it cannot r
 
 from __future__ import annotations
 
-_NO_SPEC = "no spec yet; its modeling code was not read in this round (issue #39)"
 _MULTIMODAL = "its vision tower and projector are not built, and no recipe exports its decoder under this class"
 
 
@@ -38,10 +37,6 @@ REFUSED: dict[str, str] = {
     "moshi": "Moshi's depth transformer over audio codebooks is not a text decoder onnxruntime-genai runs",
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
     **_each(
-        _NO_SPEC,
-        "zaya",
-    ),
-    **_each(
         _MULTIMODAL,
         "apertus1p5", "aria", "aya_vision", "blip", "blip-2", "chameleon", "cohere2_vision", "cohere_compass",
         "cosmos3_edge", "cosmos3_omni", "deepseek_ocr2", "deepseek_vl", "deepseek_vl_hybrid", "diffusion_gemma",
@@ -59,8 +54,6 @@ REFUSED: dict[str, str] = {
     "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
     "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
     "experts, which gqa-export does not build yet (docs/coverage.md §7)",
-    "hy_v4": "no spec yet: HunYuan-V4 needs DeepSeek-V4's hyper-connection residual streams and attention sinks on "
-    "its sparse MLA, which gqa-export does not build yet (docs/coverage.md §7)",
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
     "qwen4_exp_text": "no spec yet: Qwen4-Exp needs hyper-connection residual streams, a QSA indexer (each query's "
     "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "

@@ -34,6 +34,7 @@ from gqa_export.arch.stream_spec import (
     AlternatingUpdateNames,
     AugmentedResidualNames,
     HardTokenEmbedderNames,
+    HyperConnectionNames,
     NormedResidualKeys,
     RecurrentStackNames,
 )
@@ -105,6 +106,9 @@ class LayerNames:
     # per-channel weights multiplying the residual stream before the attention's and the MLP's add (Doge's
     # input_residual, post_attention_residual)
     residual_scales: tuple[str, str] | None = None
+    # an affine map on each residual add, (block + b) * s + (residual + b') * s' (ZAYA's
+    # post_attention_residual_scale, post_mlp_residual_scale; graph/affine_residual.py)
+    affine_residuals: tuple[str, str] | None = None
     # norms with a low-rank input-dependent gate, where the checkpoint holds them: (inner, down, up) relative
     # to the norm, y * sigmoid(up(silu(down(y)))) with y = the RMSNorm "{norm}.{inner}" (A.X-K2's
     # GatedRMSNorm, graph/gated_norm.py); a norm stored plain is read plain
@@ -146,6 +150,9 @@ class LatentAttentionNames:
     # q_b yields per head [query | gate (v_head_dim)], the gate's activation (output_gate_activation) scaling each
     # value channel of the attention output before o_proj (A.X-K2; graph/latent_attention.latent_output)
     value_gate: bool = False
+    # the same per-value-channel gate from a Linear of the layer's normed input [N*v_head_dim] (HunYuan-V4's
+    # self_attn.gate_proj) instead of from q_b
+    value_gate_proj: str | None = None
 
 
 @dataclass(frozen=True)
@@ -403,6 +410,8 @@ class ArchSpec:
     alibi: str | None = None  # ALIBI_SLOPES: the attention scores get an ALiBi bias (no RoPE)
     kv_heads_rule: str = "config"  # KV_HEAD_RULES
     embedding_norm: str | None = None  # a LayerNorm right after the embedding (Bloom)
+    # (bias, scale) at the decoder root: the embedding becomes (e + bias) * scale (ZAYA, graph/affine_residual.py)
+    input_affine: tuple[str, str] | None = None
     norms_where_stored: bool = False  # a layer norm the checkpoint lacks is skipped (ModernBERT's layer 0: Identity)
     # (dense, norm) checkpoint modules of a head before the lm_head: norm(act(dense(x))) (ModernBERT-decoder)
     head_transform: tuple[str, str] | None = None
@@ -410,6 +419,8 @@ class ArchSpec:
     # low-rank augmented residual, per-layer gaussian top-k sparsity of the MLP gate
     # (activation_sparsity_pattern), special-id ranges embedded by their own small tables
     alternating_updates: AlternatingUpdateNames | None = None
+    # hc_mult copies of the residual mixed in and out of each block by learned weights (HunYuan-V4)
+    hyper_connections: HyperConnectionNames | None = None
     augmented_residual: AugmentedResidualNames | None = None
     activation_sparsity: bool = False
     # pre-norm layers whose residual is the block's normed input, both scaled (MiniMax); None: the stream

@@ -29,6 +29,20 @@ class AlternatingUpdateNames:
 
 
 @dataclass(frozen=True)
+class HyperConnectionNames:
+    """Hyper-connection residual streams without DeepSeek-V4's Sinkhorn mixing (HunYuan-V4; graph/hyper_connections.py):
+    the residual is hc_mult copies [B, S, K, H]. Before each block a map of the flattened copies (`fn` [2K, K*H],
+    times their inverse RMS) gives K `pre` weights (the block input, their weighted sum) and K `post` weights
+    (the block output spread over the copies); `head` collapses the copies before the final norm. Layer modules
+    `attention` / `mlp` hold `fn`, `scale` [2], `base` [2K] (stored without a suffix); the head,
+    model level, holds `hc_fn`, `hc_scale` [1], `hc_base` [K]: `head` spellings, the first the checkpoint holds."""
+
+    attention: str = "attn_hc"
+    mlp: str = "ffn_hc"
+    head: tuple[str, ...] = ("hc_head.hc_{leaf}", "hc_pre.hc_head.hc_head_{leaf}")
+
+
+@dataclass(frozen=True)
 class AugmentedResidualNames:
     """LAuReL: h_attn' = (h_attn + x + norm(right(left(x)))) / sqrt(2), x the layer's normed input."""
 

@@ -56,6 +56,11 @@ class LayerContext:
     # a Linear -> the full name of its stored adapter pair's module, always added (Zamba2's per-use
     # adapters, graph/adapters.py)
     adapters: Mapping[str, str] = field(default_factory=dict)
+    # a layer whose attention projections carry state (compressed convolutional attention, graph/cca.py):
+    # its past states, and the dict its presents go to by layer
+    state_io: tuple[tuple[ir.Value, ...], dict[int, tuple[ir.Value, ...]]] | None = None
+    # values carried from one layer's block to the next layer's (ZAYA's router stream, graph/stream_router.py)
+    carried: dict[str, ir.Value] | None = None
 
     def name(self, module: str, suffix: str = "weight") -> str:
         return self.spec.layer_tensor(self.i, module, suffix)

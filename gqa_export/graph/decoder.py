@@ -17,16 +17,19 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
+from gqa_export.graph.affine_residual import affine_residual, input_affine
 from gqa_export.graph.alibi import alibi_bias
 from gqa_export.graph.alternating_updates import alternating_layer, merge_streams, spread_streams
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
 from gqa_export.graph.augmented_residual import augmented_residual
 from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
+from gqa_export.graph.cca import cca_qkv
 from gqa_export.graph.depth_scaled_residual import depth_scaled_terms
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gated_norm import gated_norm, is_gated
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
+from gqa_export.graph.hyper_connections import collapse_streams, expand_streams, hyper_layer
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa, latent_output
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
@@ -116,6 +119,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     if embeds is not None and opts.layer_feature_slices:  # docs/multimodal.md §11.5
         embeds, features = split_layer_features(b, embeds, dims.hidden_size, opts.layer_feature_slices, opts.io_dtype)
     h, embed, per_layer = embed_input(b, embeds, input_ids, attention_mask, dims, spec, params, opts.io_dtype)
+    h = input_affine(b, h, spec, params, dims.hidden_size)  # ZAYA: (e + bias) * scale
     embeddings = h  # the token embeddings, which Zamba2's shared blocks read beside each layer's input
 
     query_scale = position_query_scale(b, dims.query_scale, input_ids, attention_mask, opts.io_dtype)
@@ -132,6 +136,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     lora = LoraPlan(opts.lora_targets) if opts.lora_targets else None
     shortcut = {} if spec.moe is not None and spec.moe.shortcut else None  # LongCat-Flash's pending sparse outputs
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
+    h = expand_streams(b, h, dims) if dims.hyper else h  # hyper-connections: [B, S, K, H] copies
+    carried: dict[str, ir.Value] = {}  # values one layer hands the next (ZAYA's router stream)
     streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
     loop = loop_stream(b, dims, params)  # Dory: the middle layers run in a loop
     for i in range(dims.num_layers):
@@ -140,7 +146,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
             lc = LayerContext(
                 b, i, dims.of_layer(layer), spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt,
-                lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up,
+                lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up, carried=carried,
+                state_io=(state_pasts[i], state_presents) if layer.mixer == "cca" else None,
             )  # fmt: skip
             if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
                 h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
@@ -159,6 +166,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 layer_fn = partial(decoder_layer, attention=attention, state=state)
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
                 continue
+            if dims.hyper:  # each block reads a weighted sum of the copies and is spread back over them
+                assert attention is not None and state is None
+                h, kv[i] = hyper_layer(lc, h, partial(attention_block, attention=attention), _mlp, _norm)
+                continue
             h = streams.enter(i, h) if streams is not None else h
             h = loop.enter(i, h) if loop is not None else h
             h, kv[i] = decoder_layer(lc, h, attention, state)
@@ -171,6 +182,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
 
     check_matched(lora)
     h = merge_streams(b, h, dims, spec, params) if dims.altup else h
+    h = collapse_streams(b, h, dims, spec, params) if dims.hyper else h
     x = final_norm(b, h, spec, params, dims)
     add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))
     for i in dims.cache_layers:
@@ -235,6 +247,8 @@ def _attention_fn(
             if lc.dims.latent is not None:
                 latent = latent_mqa if lc.dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
+            elif lc.state_io is not None:  # ZAYA: q|k convolved, a delayed value, q/k L2-normed (graph/cca.py)
+                qkv = cca_qkv(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif widened(lc):  # DiffLlama, Doge: cache heads wider than the projections' (graph/widened_heads.py)
                 qkv = widened_qkv(lc, x)
             elif layer.rope in tables:
@@ -298,6 +312,8 @@ def mask_kind(opts: GraphOptions, layer: LayerDims) -> MaskKind:
 def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value:
     b, dims = lc.b, lc.dims
     shape = [B, S, dims.hidden_size]
+    if (affine := lc.spec.layer.affine_residuals) is not None:  # ZAYA: both sides of the add scaled and shifted
+        return affine_residual(lc, affine[0] if name == "residual_attn" else affine[1], h, y, name)
     if dims.residual_multiplier != 1.0:  # Granite
         y = b.op("Mul", y, float_scalar(b, dims.residual_multiplier, lc.params.dtype))
     if lc.spec.residual_scale == "add_index":  # Beam: block / sqrt(k) + residual * sqrt((k - 1) / k)
@@ -340,21 +356,7 @@ def decoder_layer(
         with b.scope(lc.layer.mixer):
             y, _ = state(lc, x)
     if attention is not None:
-        with b.scope("attn"):
-            out, kv = attention(lc, x)
-            out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's, LFM3's, Ling 3's own Linear
-            if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
-                out = widened_output(lc, out)
-            elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
-                out = latent_output(lc, out)
-            else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
-                out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
-            if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate
-                out = gated_expert_heads(lc, x, out)
-            if L.attention_output_norm is not None:  # BitNet: a norm over the heads' output before o_proj
-                width = lc.dims.num_heads * lc.layer.head_dim
-                out = normalize(b, out, lc.name(L.attention_output_norm), lc.params, lc.dims, "sub_norm", width)
-            attended = linear(lc, out, [L.o], None, "o_proj")
+        attended, kv = attention_block(lc, x, attention)
         y = attended if y is None else b.op("Add", y, attended, name="parallel_mixers")
     assert y is not None
     if lc.layer.blocks == "mixer":
@@ -389,6 +391,26 @@ def decoder_layer(
         y = _mlp(lc, x, h)
     y = _norm(lc, y, L.post_feedforward_norm if post else None, "post_feedforward_layernorm")
     return _residual(lc, h, y, "residual_mlp"), kv
+
+
+def attention_block(lc: LayerContext, x: ir.Value, attention: Mixer) -> tuple[ir.Value, LayerKV | None]:
+    """The attention on the normed input `x` through o_proj, with the heads' output gates and norms."""
+    L, b = lc.spec.layer, lc.b
+    with b.scope("attn"):
+        out, kv = attention(lc, x)
+        out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's, LFM3's, Ling 3's own Linear
+        if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
+            out = widened_output(lc, out)
+        elif lc.dims.latent is not None:  # latent attention: the padded value channels dropped
+            out = latent_output(lc, out)
+        else:  # values narrower than keys (MiMo-V2-Flash): the padded channels dropped
+            out = narrowed_output(b, out, lc.dims.num_heads, lc.dims.value_head_dim, lc.layer.head_dim)
+        if lc.spec.attention_experts is not None:  # JetMoE: each expert's heads times its gate
+            out = gated_expert_heads(lc, x, out)
+        if L.attention_output_norm is not None:  # BitNet: a norm over the heads' output before o_proj
+            width = lc.dims.num_heads * lc.layer.head_dim
+            out = normalize(b, out, lc.name(L.attention_output_norm), lc.params, lc.dims, "sub_norm", width)
+        return linear(lc, out, [L.o], None, "o_proj"), kv
 
 
 def _state_input_norm(lc: LayerContext, state: Mixer | None, attention: Mixer | None) -> str | None:

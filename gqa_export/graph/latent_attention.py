@@ -68,6 +68,8 @@ def _query(lc: LayerContext, x: ir.Value) -> ir.Value:
     value_gate), the gate [B,S,N*v_head] is left in lc.output_gate for `latent_output`."""
     lat, names = _latent(lc), lc.spec.latent_attention
     assert names is not None
+    if names.value_gate_proj is not None:  # HunYuan-V4: the value gate is a Linear of the normed input
+        lc.output_gate["value_gate"] = linear(lc, x, [names.value_gate_proj], None, "gate_proj")
     if not lat.q_lora_rank:
         return linear(lc, x, [names.q], None, "q_proj")
     q_a = linear(lc, x, [names.q_a], None, "q_a_proj")

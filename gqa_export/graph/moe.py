@@ -34,6 +34,7 @@ from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
 from gqa_export.graph.limited_swiglu import limited_rows, shared_gated, unscaled
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
+from gqa_export.graph.stream_router import skip_expert_routing, stream_router_logits
 from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
 from gqa_export.graph.zero_experts import all_zero_guard, zero_experts
 from gqa_export.model.moe import MoeDims
@@ -113,6 +114,8 @@ def _router(lc: LayerContext, prefix: str, x: ir.Value, moe: MoeDims) -> ir.Valu
     module = next((f"{prefix}{r}" for r in names.routers if lc.has(f"{prefix}{r}")), f"{prefix}{names.routers[0]}")
     if lc.spec.moe.routing == "normed_residual":  # type: ignore[union-attr]
         return _normed_residual_router(lc, x, module, moe)
+    if lc.spec.moe.routing == "skip_stream":  # type: ignore[union-attr]  # ZAYA: an MLP over a carried stream
+        return stream_router_logits(lc, x, prefix)
     with lc.b.scope("router"):
         return linear(lc, x, [module], None, "logits")
 
@@ -222,8 +225,9 @@ def _experts_op(
     probs, post_scale, identity = router, None, None
     if dense is not None and moe.zero_experts:  # LongCat-Flash: x times the zero experts' weights
         dense, identity = zero_experts(lc, x, dense, moe)
-    if dense is not None:
-        probs = b.op("Log", dense if identity is None else all_zero_guard(lc, dense), name="log_weights")
+    if dense is not None:  # rows of no real expert (zero experts' or the skip expert's choice): guarded
+        guard = identity is not None or moe.routing == "skip_stream"
+        probs = b.op("Log", all_zero_guard(lc, dense) if guard else dense, name="log_weights")
         post_scale = b.op("ReduceSum", dense, b.const([-1], "last", "int64"), keepdims=1, name="weights_sum")
     # the op takes tokens as rows: x [B*S, H], router_probs [B*S, E]
     rows_h = b.const([-1, lc.dims.hidden_size], "rows_hidden", "int64")
@@ -282,6 +286,8 @@ def _dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
         return _biased_choice(lc, prefix, logits, moe, routing)
     if routing in GROUPED_ROUTINGS:
         return grouped_routing(lc, prefix, logits, moe)
+    if routing == "skip_stream":
+        return skip_expert_routing(lc, prefix, logits, moe)
     return None
 
 

@@ -35,6 +35,9 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     "rwkv": (CONV, RECURRENT),
     # xLSTM's mLSTM: the normalizer and max stabilizer (n | m), then the matrix memory C
     "mlstm": (CONV, RECURRENT),
+    # compressed convolutional attention: the last (k0 - 1) + (k1 - 1) q|k projections, then the
+    # previous token's delayed value projection (beside the layer's KV cache)
+    "cca": (CONV, RECURRENT),
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
@@ -45,6 +48,7 @@ MIXER_NAMES = {
     "lightning": "lightning-attention",
     "rwkv": "RWKV",
     "mlstm": "mLSTM",
+    "cca": "compressed convolutional attention",
 }
 
 Shape = list[int | str]
@@ -80,6 +84,11 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
         x = dims.mlstm
         assert x is not None
         return [B, x.heads, x.qk_head + 1], [B, x.heads, x.qk_head, x.v_head]
+    if mixer == "cca":  # [B, (Nq + Nkv) D, K]: q|k projections, channels-first; [B, 1, Nkv D / 2]: delayed value
+        layer = next(layer for layer in dims.layers if layer.mixer == "cca")
+        k0, k1 = dims.cca_kernels
+        qk = (dims.num_heads + layer.num_kv_heads) * layer.head_dim
+        return [B, qk, (k0 - 1) + (k1 - 1)], [B, 1, layer.num_kv_heads * layer.head_dim // 2]
     if mixer == "mamba":
         v = dims.mamba
         assert v is not None

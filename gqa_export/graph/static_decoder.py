@@ -57,6 +57,7 @@ def static_refusal(dims: ModelDims, spec: ArchSpec, opts: GraphOptions) -> str |
         "ALiBi": bool(dims.alibi),
         "attention sinks": spec.attention_sinks is not None,
         "per-layer inputs": bool(dims.per_layer_input_size) or dims.altup is not None,
+        "hyper-connection residual streams": dims.hyper is not None,
         "position-dependent query scales": any(
             scale is not None for scale in (dims.query_scale, dims.nope_query_scale, dims.nope_query_power)
         ),

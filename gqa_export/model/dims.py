@@ -50,9 +50,11 @@ from gqa_export.model.sparse_cap import block_sparse_cap
 from gqa_export.model.stream import (
     AltUpDims,
     HardTokenRange,
+    HyperDims,
     RecurrentStackDims,
     altup_dims,
     hard_token_ranges,
+    hyper_dims,
     normed_residual_factors,
     recurrent_stack_dims,
 )
@@ -102,11 +104,14 @@ class ModelDims:
     rglru: RgLruDims | None = None  # RG-LRU layers' shapes (RecurrentGemma)
     rwkv: RwkvDims | None = None  # RWKV-4 blocks' time-mix width and rescaling (model/rwkv.py)
     mlstm: MlstmDims | None = None  # xLSTM's mLSTM heads and gates (model/xlstm.py)
+    # compressed convolutional attention's two q|k kernels (cca_time0 depthwise, cca_time1 grouped); (0, 0): none
+    cca_kernels: tuple[int, int] = (0, 0)
     # Linear inputs/outputs scaled by config constants: (module, side) -> segments (model/multipliers.py)
     multipliers: Resolved = field(default_factory=dict)
     latent: LatentDims | None = None  # multi-head latent attention (DeepSeek-V2/V3)
     alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias
     altup: AltUpDims | None = None  # alternating updates over parallel streams (graph/altup.py)
+    hyper: HyperDims | None = None  # hyper-connection residual copies (graph/hyper_connections.py)
     per_layer_vocab: int = 0  # the per-layer table's rows; ids past it read row 0
     hard_tokens: tuple[HardTokenRange, ...] = ()  # special-id ranges with their own embedders
     scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
@@ -311,10 +316,12 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         rglru=rglru_dims(opt, spec, mixers, hidden, heads),
         rwkv=rwkv_dims(opt, spec, mixers, hidden),
         mlstm=mlstm_dims(config, opt, spec, mixers),
+        cca_kernels=_cca_kernels(config, mixers),
         multipliers=resolve_multipliers(config, spec, mamba2),
         latent=latent,
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
         altup=altup_dims(opt, spec),
+        hyper=hyper_dims(opt, spec),
         per_layer_vocab=int(opt("per_layer_vocab", 0) or 0) if ple else 0,
         hard_tokens=hard_token_ranges(outer, spec),
         # where the config has no use_qk_norm the family always norms (NanoChat; Llama-4's config has the flag)
@@ -330,3 +337,14 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         recurrent_loop=loop,
         ngpt=ngpt_dims(opt, spec),
     )
+
+
+def _cca_kernels(config: Any, mixers: list[str]) -> tuple[int, int]:
+    """Compressed convolutional attention's (depthwise, grouped) q|k kernels (ZAYA's cca_time0 /
+    cca_time1); (0, 0) without such layers. Both 1 would leave no conv state, which genai cannot size."""
+    if "cca" not in mixers:
+        return 0, 0
+    kernels = int(config_get(config, "cca_time0")), int(config_get(config, "cca_time1"))
+    if kernels[0] + kernels[1] <= 2:
+        raise InputError(f"cca_time0 / cca_time1 {kernels} leave no convolution state; both 1 is not supported")
+    return kernels

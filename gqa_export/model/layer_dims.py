@@ -95,6 +95,7 @@ def read_layers(
     n = int(config.num_hidden_layers)
     window = int(opt("sliding_window", 0) or 0)
     types = opt("layer_types")
+    raw_types = types
     if types and spec.layer_type_names:  # a family's own spellings of the layer types (GPT-Neo)
         types = [spec.layer_type_names.get(t, t) for t in types]
     no_rope = opt("no_rope_layers")  # SmolLM3: 1 = this layer uses RoPE, 0 = NoPE
@@ -113,6 +114,8 @@ def read_layers(
         sliding = layer_type == SLIDING if types else True
         windowed = window > 0 and sliding
         rope_key = layer_type if layer_type in configured_ropes else "default"
+        if rope_key == "default" and raw_types and raw_types[i] in configured_ropes:  # ZAYA: keyed by its own names
+            rope_key = raw_types[i]
         if (no_rope is not None and not no_rope[i]) or layer_type in nopes:
             rope_key = None
         if thetas is not None and rope_key is not None:

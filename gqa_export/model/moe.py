@@ -38,6 +38,11 @@ class MoeDims:
     router_softcap: float = 0.0  # logits -> c tanh(logits / c) before the sigmoid (Laguna); 0: none
 
 
+# the routed experts' SwiGLU with its halves clamped at swiglu_limit before the activation, as the MoE op clips:
+# gpt-oss's (swiglu_clamped) and HunYuan-V4's plain silu(min(g, l)) * clip(u, -l, l) (swiglu_clipped)
+LIMITED_BEFORE_ACTIVATION = ("swiglu_clamped", "swiglu_clipped")
+
+
 def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     """The config's expert counts and routing numerics, for a family whose spec has experts and a
     config that turns them on (Gemma-4's enable_moe_block); read_dims asks only when some layer is
@@ -50,6 +55,11 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
     if not 1 <= top_k <= experts + int(opt("zero_experts", 0) or 0):  # zero experts are chosen too
         raise InputError(f"num_experts_per_tok {top_k} must be between 1 and num_experts {experts}")
     limit = opt("swiglu_limit")
+    if spec.moe.activation == "swiglu_clipped" and limit is not None and float(limit) <= 0:
+        raise InputError(
+            f"swiglu_limit {limit} <= 0: the class still clips the experts' SwiGLU at it (its config calls such a "
+            "value no clip); export with a positive limit"
+        )
     width = int(opt("expert_intermediate_size") or intermediate)
     groups, kept = expert_groups(opt, spec, experts)
     shared = {
@@ -81,7 +91,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         normalize=normalize,
         shared_intermediate=shared() if spec.moe.names.shared_expert or spec.moe.names.shared_mlp else 0,
         alpha=float(opt("swiglu_alpha", 1.702 if spec.moe.activation == "swiglu_clamped" else 1.0)),
-        limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,
+        limit=float(limit) if limit is not None and spec.moe.activation in LIMITED_BEFORE_ACTIVATION else None,
         jitter=float(opt("router_jitter", 0.0) or 0.0),
         routed_scaling=float(opt("routed_scaling", 1.0) or 1.0),
         groups=groups,

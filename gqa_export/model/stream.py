@@ -1,7 +1,7 @@
 """Config facts of the residual-stream mechanisms (arch/stream_spec.py; docs/gemma3n.md §1):
-alternating updates, gaussian top-k activation sparsity per layer, hard-token embedder ranges, the
-scaled residual after the norm (MiniMax, docs/hybrid-state.md §8.16), the weight-shared stacks run
-in cycles (HRM-Text)."""
+alternating updates, hyper-connection streams, gaussian top-k activation sparsity per layer, hard-token
+embedder ranges, the scaled residual after the norm (MiniMax, docs/hybrid-state.md §8.16), the weight-shared
+stacks run in cycles (HRM-Text)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,25 @@ class HardTokenRange:
     offset: int
     size: int
     eps: float
+
+
+@dataclass(frozen=True)
+class HyperDims:
+    """Hyper-connection residual streams (graph/hyper_connections.py): `streams` copies, the post
+    weights' scale (hc_magnitude) and the epsilon added to every sigmoid weight (hc_eps)."""
+
+    streams: int
+    magnitude: float
+    eps: float
+
+
+def hyper_dims(opt: Option, spec: ArchSpec) -> HyperDims | None:
+    if spec.hyper_connections is None:
+        return None
+    streams = int(opt("hc_streams", 4))
+    if streams < 1:
+        raise InputError(f"hc_mult {streams} must be at least 1")
+    return HyperDims(streams, float(opt("hc_magnitude", 2.0)), float(opt("hc_eps", 1e-6)))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from gqa_export.pipeline import BuildOptions, build
 FAMILY = "deepseek_v32"
 # the families under the same policy: GLM-MoE-DSA's indexers too keep every key within index_topk (its
 # "shared" layers reuse the previous full layer's choice), so its package is capped the same way; so do A.X-K2's
-CAPPED = (FAMILY, "glm_moe_dsa", "axk2")
+CAPPED = (FAMILY, "glm_moe_dsa", "axk2", "hy_v4")
 INDEX_TOPK = 128  # the tiny config's (tests/derived_moe_models.py), below max_position_embeddings 256
 
 

@@ -222,6 +222,11 @@ def test_qnn_refusals_are_one_line(checkpoints, qnn, tmp_path):
     moe = replace(dims, layers=tuple(replace(layer, sparse=True) for layer in dims.layers))
     with pytest.raises(InputError, match="cannot hold mixture-of-experts layers"):
         static_decoder.build_static_decoder(moe, spec, None, opts, W, CONTEXT)  # type: ignore[arg-type]
+    from gqa_export.model.stream import HyperDims
+
+    hyper = replace(dims, hyper=HyperDims(3, 2.0, 1e-6))  # HunYuan-V4's copies of the residual
+    with pytest.raises(InputError, match="cannot hold hyper-connection residual streams"):
+        static_decoder.build_static_decoder(hyper, spec, None, opts, W, CONTEXT)  # type: ignore[arg-type]
 
 
 def _dims(checkpoint: str):

@@ -382,5 +382,22 @@ MUTANTS: list[Mutant] = [
       "block = (k * rows, (k + 1) * rows)",
       "block = ((len(parts) - 1 - k) * rows, (len(parts) - k) * rows)",
       [f"{FAMILY}[hrm_text]"]),
+    # --- graph: HunYuan-V4's hyper-connection copies, value gate Linear, clipped SwiGLU (docs/coverage.md)
+    M("hc-post-weights-dropped", "graph", "gqa_export/graph/hyper_connections.py",
+      'spread = b.op("Mul", post, b.op("Unsqueeze", y, b.const([2], "stream_axis", "int64")))',
+      'spread = b.op("Unsqueeze", y, b.const([2], "stream_axis", "int64"))',
+      [f"{FAMILY}[hy_v4]"]),
+    M("hc-magnitude-and-eps-dropped", "graph", "gqa_export/graph/hyper_connections.py",
+      'weights = b.op("Add", b.op("Mul", gates, factors), _f32_const(b, hyper.eps, "hc_eps"), name="weights")',
+      "weights = gates",
+      [f"{FAMILY}[hy_v4]"]),
+    M("latent-value-gate-linear-skipped", "graph", "gqa_export/graph/latent_attention.py",
+      'lc.output_gate["value_gate"] = linear(lc, x, [names.value_gate_proj], None, "gate_proj")',
+      "pass",
+      [f"{FAMILY}[hy_v4]"]),
+    M("clipped-swiglu-limit-unread", "graph", "gqa_export/model/moe.py",
+      "limit=float(limit) if limit is not None and spec.moe.activation in LIMITED_BEFORE_ACTIVATION else None,",
+      'limit=float(limit) if limit is not None and spec.moe.activation == "swiglu_clamped" else None,',
+      [f"{FAMILY}[hy_v4]"]),
 ]
 # fmt: on

@@ -1,0 +1,140 @@
+"""Hyper-connection residual streams without DeepSeek-V4's Sinkhorn mixing (HunYuan-V4, docs/coverage.md).
+
+The residual is K = hc_mult copies of the hidden state, kept here as one [B, S, K, H] tensor, all in fp32
+(HF computes every stream weight in fp32 whatever the model's dtype, its parameters kept fp32):
+- expand (after the embedding): K equal copies of the embedding;
+- before each block (attention, then MLP), with flat = the copies flattened [B, S, K*H],
+  `mixes = (flat @ fn.T) * rsqrt(mean(flat^2) + rms_norm_eps)` [B, S, 2K] (the weightless RMS of all copies),
+  `pre = sigmoid(mixes[:K] * scale[0] + base[:K]) + hc_eps`,
+  `post = hc_magnitude * sigmoid(mixes[K:] * scale[1] + base[K:]) + hc_eps`;
+  the block reads `sum_k pre_k copy_k` (through its own input norm) and the copies become
+  `copy_k + post_k * block_output` (no comb: the copies are not mixed with each other);
+- collapse (before the final norm): `pre = sigmoid(mixes * hc_scale + hc_base) + hc_eps` with the head's
+  own map [K, K*H], and the hidden state `sum_k pre_k copy_k`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from gqa_export.arch.spec import ArchSpec
+from gqa_export.graph.blocks import LayerContext
+from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.params import WIDER_THAN_IO_META, Params
+from gqa_export.graph.standard import LayerKV
+from gqa_export.model.dims import ModelDims
+
+B, S = "batch_size", "sequence_length"
+F32 = ir.DataType.FLOAT
+Block = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
+Norm = Callable[[LayerContext, ir.Value, str | None, str], ir.Value]
+Mlp = Callable[[LayerContext, ir.Value, ir.Value], ir.Value]
+
+
+def _f32(b: GraphBuilder, params: Params, name: str, make: Callable[[np.ndarray], np.ndarray]) -> ir.Value:
+    """A stored stream parameter through `make`, kept float32 in every package (the quantizers skip it)."""
+    stored = np.asarray(params.store.read(name), dtype=np.float32)
+    array = np.ascontiguousarray(make(stored), dtype=np.float32)
+    value = b.initializer(name, ir.Tensor(array))
+    value.meta[WIDER_THAN_IO_META] = True
+    return value
+
+
+def _f32_const(b: GraphBuilder, value: float | np.ndarray, name: str) -> ir.Value:
+    """A float32 constant of the stream arithmetic, float32 in every package."""
+    const = b.const(np.asarray(value, np.float32), name)
+    const.meta[WIDER_THAN_IO_META] = True
+    return const
+
+
+def _mixes(b: GraphBuilder, streams: ir.Value, fn: ir.Value, dims: ModelDims) -> ir.Value:
+    """(flat @ fn.T) * rsqrt(mean(flat^2) + eps) over the flattened copies [B, S, rows]."""
+    assert dims.hyper is not None
+    flat = b.op("Reshape", streams, b.const([0, 0, dims.hyper.streams * dims.hidden_size], "hc_flat", "int64"))
+    mean = b.op("ReduceMean", b.op("Mul", flat, flat), b.const([-1], "channel_axis", "int64"), keepdims=1)
+    inverse = b.op("Reciprocal", b.op("Sqrt", b.op("Add", mean, _f32_const(b, dims.rms_eps, "hc_norm_eps"))))
+    return b.op("Mul", b.op("MatMul", flat, fn), inverse, name="mixes")
+
+
+def _weighted_sum(b: GraphBuilder, streams: ir.Value, weights: ir.Value, dtype: ir.DataType, width: int) -> ir.Value:
+    """sum_k weights_k copy_k [B, S, H], cast to the graph's dtype."""
+    summed = b.op("Einsum", weights, streams, equation="bsk,bskh->bsh", name="weighted_copies")
+    out = summed if dtype == F32 else b.op("Cast", summed, to=dtype)
+    return typed(out, dtype, [B, S, width])
+
+
+def expand_streams(b: GraphBuilder, h: ir.Value, dims: ModelDims) -> ir.Value:
+    """[B, S, K, H] fp32: K copies of the embedding."""
+    assert dims.hyper is not None
+    with b.scope("hc_expand"):
+        h = h if h.dtype == F32 else b.op("Cast", h, to=F32)
+        copies = b.op("Unsqueeze", h, b.const([2], "stream_axis", "int64"))
+        return b.op("Tile", copies, b.const([1, 1, dims.hyper.streams, 1], "hc_copies", "int64"), name="streams")
+
+
+def pre_post_split(b: GraphBuilder, weights: ir.Value, k: int) -> tuple[ir.Value, ir.Value]:
+    """(pre, post) [B, S, K] each: the first K weights mix the copies in, the last K spread the output."""
+    pre, post = b.op_multi("Split", weights, b.const([k, k], "pre_post_split", "int64"), axis=-1, outputs=2)
+    return pre, post
+
+
+def _pre_post(lc: LayerContext, streams: ir.Value, module: str) -> tuple[ir.Value, ir.Value]:
+    """The block's input [B, S, H] (export dtype) and its post weights [B, S, K, 1] (fp32)."""
+    b, dims, params = lc.b, lc.dims, lc.params
+    hyper = dims.hyper
+    assert hyper is not None
+    k = hyper.streams
+    fn = _f32(b, params, lc.name(f"{module}.fn", ""), lambda w: w.T)
+    scale = _f32(b, params, lc.name(f"{module}.scale", ""), lambda s: np.repeat(s, k))  # [2K]
+    base = _f32(b, params, lc.name(f"{module}.base", ""), lambda v: v)
+    gates = b.op("Sigmoid", b.op("Add", b.op("Mul", _mixes(b, streams, fn, dims), scale), base))
+    factors = _f32_const(b, np.array([1.0] * k + [hyper.magnitude] * k), "hc_post_magnitude")
+    weights = b.op("Add", b.op("Mul", gates, factors), _f32_const(b, hyper.eps, "hc_eps"), name="weights")
+    pre, post = pre_post_split(b, weights, k)
+    x = _weighted_sum(b, streams, pre, params.dtype, dims.hidden_size)
+    return x, b.op("Unsqueeze", post, b.const([-1], "last_axis", "int64"), name="post")
+
+
+def _spread(lc: LayerContext, streams: ir.Value, post: ir.Value, y: ir.Value, name: str) -> ir.Value:
+    """copy_k + post_k * y, in fp32."""
+    b = lc.b
+    y = y if lc.params.dtype == F32 else b.op("Cast", y, to=F32)
+    spread = b.op("Mul", post, b.op("Unsqueeze", y, b.const([2], "stream_axis", "int64")))
+    return b.op("Add", streams, spread, name=name)
+
+
+def hyper_layer(
+    lc: LayerContext, streams: ir.Value, block: Block, mlp: Mlp, norm: Norm
+) -> tuple[ir.Value, LayerKV | None]:
+    """A pre-norm layer on the copies: each block's input is the `pre`-weighted sum through the block's
+    own norm, its output spread back by `post`. `block` is the token mixer (o_proj included)."""
+    names, L = lc.spec.hyper_connections, lc.spec.layer
+    assert names is not None
+    with lc.b.scope("hc_attn"):
+        x, post = _pre_post(lc, streams, names.attention)
+    y, kv = block(lc, norm(lc, x, L.input_norm, "input_layernorm"))
+    streams = _spread(lc, streams, post, y, "hc_residual_attn")
+    with lc.b.scope("hc_mlp"):
+        x, post = _pre_post(lc, streams, names.mlp)
+    x = norm(lc, x, L.post_attention_norm, "post_attention_layernorm")
+    with lc.b.scope("mlp"):
+        y = mlp(lc, x, x)
+    return _spread(lc, streams, post, y, "hc_residual_mlp"), kv
+
+
+def collapse_streams(b: GraphBuilder, streams: ir.Value, dims: ModelDims, spec: ArchSpec, params: Params) -> ir.Value:
+    """[B, S, H]: the head's sigmoid-weighted sum of the copies (before the final norm)."""
+    names, hyper = spec.hyper_connections, dims.hyper
+    assert names is not None and hyper is not None
+    spellings = [tuple(spec.tensor(head.format(leaf=leaf)) for leaf in ("fn", "scale", "base")) for head in names.head]
+    fn_name, scale_name, base_name = next((s for s in spellings if s[0] in params.store), spellings[0])
+    with b.scope("hc_head"):
+        fn = _f32(b, params, fn_name, lambda w: w.T)
+        scale = _f32(b, params, scale_name, lambda s: s)
+        base = _f32(b, params, base_name, lambda v: v)
+        gates = b.op("Sigmoid", b.op("Add", b.op("Mul", _mixes(b, streams, fn, dims), scale), base))
+        pre = b.op("Add", gates, _f32_const(b, hyper.eps, "hc_eps"), name="pre")
+        return _weighted_sum(b, streams, pre, params.dtype, dims.hidden_size)
