@@ -86,6 +86,8 @@ VARIANTS = {
     "olmo_noclip": ("olmo", dict(clip_qkv=None)),
     # HyperCLOVAX without its peri-layer norms (use_post_norm false: Granite's pre-norm layers)
     "hyperclovax_no_post_norm": ("hyperclovax", dict(use_post_norm=False)),
+    # Dory's last_loop caches: one per stored layer, written by the last pass, read by the earlier ones
+    "dory_last_loop": ("dory", dict(recurrent_kv_cache_mode="last_loop")),
     # Falcon-40B/180B's layout: 2 kv groups of 2 query heads, ln_attn + ln_mlp, every bias (seed 8: with
     # these biases seeds 0-7 repeat a few tokens under 5.24 or 4.57)
     "falcon_grouped": ("falcon", dict(new_decoder_architecture=True, num_kv_heads=2, bias=True, seed=8)),
@@ -638,6 +640,12 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 p.copy_(rn(p, 0.5, 1.0))
             elif leaf == "A_log":  # decay rates exp(A_log) ~ 0.05-0.5: the state outlives a few tokens
                 p.copy_(rn(p, 0.5, -2.0))
+            elif model_type == "dory" and leaf.startswith("lambda_"):  # nGPT's interpolation rates: |lambda| / 2
+                p.copy_(rn(p, 0.3, 0.5))
+            elif model_type == "dory" and leaf in ("sqk", "s_gate", "suv_gate", "suv_up", "logit_scale"):
+                # nGPT's per-channel scales (init: initializer_range, ones): every channel its own, the logits x ~20
+                mean = {"suv_gate": 1.0, "suv_up": 1.0, "logit_scale": 2.0}.get(leaf, 0.1)
+                p.copy_(rn(p, 0.3 * mean, mean))
             elif leaf.startswith("lambda_"):  # DiffLlama's lambda vectors: lambda about 0.5 + lambda_init
                 p.copy_(rn(p, 0.2))
             elif leaf == "A" or leaf.endswith("_residual"):  # Doge's dt scale (zeros) and residual vectors (ones)

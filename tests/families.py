@@ -412,6 +412,14 @@ FAMILIES: tuple[Family, ...] = (
     # 12 graph layers (one KV cache each, the shared weights written once), MHA with a per-channel sigmoid output
     # gate, weightless norms, embeddings x embedding_scale; every mode; mutants: test_recurrent_stacks.py
     dense_family("hrm_text", generate_modes=ALL_MODES, since_major=5, since=(5, 25), **RAGGED_TWO_MODES),
+    # nGPT layers (weightless L2 norms, interpolated residuals, per-channel query / gate / MLP / logit scales) and
+    # a middle stack of 2 layers run 3 times, unrolled into 8 graph layers (one KV cache per pass, HF's per_loop
+    # order, the shared weights written once); the released config.json spelling (attention and mlp blocks in
+    # layer_types, the counts doubled) and the hub's tensor names; every mode; mutants: test_dory.py
+    dense_family("dory", generate_modes=ALL_MODES, since_major=5, since=(5, 25), **RAGGED_TWO_MODES),
+    # the last_loop cache mode: 4 caches (one per stored layer), the earlier passes reading the last pass's
+    # without writing it (a GroupQueryAttention whose present is not an output); every mode
+    dense("dory_last_loop", generate_modes=ALL_MODES, since_major=5, since=(5, 25), **RAGGED_TWO_MODES),
     # classics (tests/classic_models.py): multi-query GPT-2 layout, per-head qkv with q/k LayerNorms, OPT positions
     dense_family(
         "gpt_bigcode",

@@ -294,6 +294,27 @@ CONFIGS: dict[str, dict[str, Any]] = {
         tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     ),
+    # Dory: 4 stored layers, 1 input, 2 recurrent run 3 times (the stream reset to l2(h) + l2(h_in) before each
+    # pass), 1 output: 8 graph layers and KV caches in HF's "per_loop" order; sliding (window 8) and full layers
+    # with their own RoPE thetas, both in the loop; nGPT scale vectors drawn by dense_models' randomization.
+    # save_pretrained writes layer_types with an "mlp" entry after each layer and the counts doubled, as the
+    # released config.json does
+    "dory": dict(
+        num_hidden_layers=4,
+        n_input_layers=1,
+        n_recurrent_layers=2,
+        n_output_layers=1,
+        n_recurrent_loops=3,
+        head_dim=16,
+        sliding_window=8,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "full_attention"],
+        ngpt_alpha_init=0.05,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+        },
+    ),
     # MiniCPM3: multi-head latent attention (q-LoRA 32, a 32-wide latent, keys of 16 no-rope + 8 rope dims,
     # values of 16 padded to 24 in the cache; one kv head per query head, as HF expands) with rotate-half
     # RoPE under the published longrope (short factors: the original length is the whole context), and

@@ -40,7 +40,7 @@ POSITIONS_NOT_FROM_CACHE = frozenset({"bamba", "recurrent_gemma", "minimax"})
 # classes whose forward takes its cache only as `cache` (and returns it so): the alias they still
 # accept is cache_params, so a past_key_values argument would be dropped into **kwargs unread
 CACHE_KEYWORD = frozenset(
-    {"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma", "minimax", "xlstm", "ergo"}
+    {"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma", "minimax", "xlstm", "ergo", "dory"}
 )
 # classes that keep their recurrent state in their modules and return no cache (RecurrentGemma): the
 # states are reset and the attention cache made here, then passed to every call
@@ -197,7 +197,9 @@ def hf_prompt_then_greedy(model, prompt: list[int], new: int, **prompt_inputs) -
 
 def _cache_of(model, out) -> Any:
     """The cache a forward returned, None for a class without one (UNCACHED)."""
-    return None if getattr(model.config, "model_type", None) in UNCACHED else out.past_key_values
+    if getattr(model.config, "model_type", None) in UNCACHED:
+        return None
+    return out.cache if cache_keyword(model) == "cache" else out.past_key_values
 
 
 def _decode_step(model, past: Any, sequence: list[int]) -> tuple[np.ndarray, Any]:
@@ -207,8 +209,8 @@ def _decode_step(model, past: Any, sequence: list[int]) -> tuple[np.ndarray, Any
 
     if past is None:
         return model(torch.tensor([sequence])).logits[0, -1:].float().numpy(), None
-    out = model(torch.tensor([sequence[-1:]]), past_key_values=past, use_cache=True)
-    return out.logits[0].float().numpy(), out.past_key_values
+    out = model(torch.tensor([sequence[-1:]]), **{cache_keyword(model): past}, use_cache=True)
+    return out.logits[0].float().numpy(), _cache_of(model, out)
 
 
 def hf_prompt_then_steps(model, prompt: list[int], tokens: list[int], **prompt_inputs) -> np.ndarray:

@@ -194,6 +194,10 @@ def _under_spec_spellings(tensors: dict[str, np.ndarray], config: dict) -> dict[
 
     spec = SPECS.get(str(config.get("model_type")))
     extra: dict[str, np.ndarray] = {}
+    if spec is not None and spec.stored_renames:  # Dory's hub names: read under its class's (source/stored_renames.py)
+        from gqa_export.source.stored_renames import renamed
+
+        tensors = {**{renamed(spec, name): tensor for name, tensor in tensors.items()}, **tensors}
     for name, tensor in tensors.items():
         if spec is not None and spec.checkpoint_renames:  # Ergo's serving layout under transformers' names
             new, transposed = renamed(name, spec.checkpoint_renames)

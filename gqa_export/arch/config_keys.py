@@ -152,4 +152,13 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "layers_per_stack": "num_layers_per_stack",
     "high_cycles": "H_cycles",
     "low_cycles": "L_cycles",
+    # the middle layers run in a loop (ArchSpec.recurrent_loop, Dory)
+    "loop_input_layers": "n_input_layers",
+    "loop_layers": "n_recurrent_layers",
+    "loop_output_layers": "n_output_layers",
+    "loop_count": "n_recurrent_loops",
+    "loop_cache_mode": "recurrent_kv_cache_mode",
+    # nGPT's scale constants (ArchSpec.ngpt, Dory)
+    "initializer_range": "initializer_range",
+    "ngpt_alpha_init": "ngpt_alpha_init",
 }

@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 from gqa_export.arch.classic_families import GPT2, GPT_NEOX, OPT
 from gqa_export.arch.families import APERTUS, ARCEE, COHERE2, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, GRANITE, LLAMA, MISTRAL
+from gqa_export.arch.ngpt_spec import NgptNames
 from gqa_export.arch.spec import (
     DECODER_PREFIXES,
     LM_HEAD_NAMES,
@@ -276,8 +277,46 @@ HRM_TEXT = replace(
     recurrent_stacks=RecurrentStackNames(),
 )
 
+# Dory (NVIDIA Nemotron-Labs Dory, transformers 5.25): n_input_layers layers once, the next n_recurrent_layers
+# n_recurrent_loops times with shared weights (the stream reset to l2(h) + l2(h_in) before each pass; "per_loop":
+# each pass its own KV caches in HF's order, "last_loop": the earlier passes read the last pass's cache without
+# writing it), n_output_layers once, unrolled (graph/recurrent_loop.py); nGPT layers
+# (graph/ngpt.py, graph/ngpt_scales.py): weightless L2 norms everywhere (eps 1e-6, hard-coded), Gemma-2's
+# sandwich whose adds interpolate from the normed input, AFMoE's attention with L2-normed q/k per head before
+# RoPE, the query times (sqk c) ** 2 after it, the per-channel gate sigmoid(gate_proj(x) (s_gate c) ** 2), an
+# L2 norm before o_proj; gate / up times suv sqrt(hidden), an L2 norm before down_proj; logits times
+# logit_scale / initializer_range; each layer type its own RoPE theta (rope_parameters per type)
+DORY = replace(
+    LLAMA,
+    name="dory",
+    norm="l2",
+    fixed_norm_eps=1e-6,
+    norm_layout="sandwich",
+    qk_norm="head",
+    rope_layers="typed",
+    layer=LayerNames(
+        pre_feedforward_norm="pre_feedforward_layernorm",
+        post_feedforward_norm="post_feedforward_layernorm",
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        output_gate="self_attn.gate_proj",
+        attention_output_norm="self_attn.attn_sub_norm",
+        mlp_inner_norm="mlp.ffn_sub_norm",
+    ),
+    recurrent_loop=True,
+    ngpt=NgptNames(),
+    # the hub's names (transformers' conversion mapping): backbone., embeddings, g_proj, and the released
+    # checkpoints' attention / MLP blocks as layers 2i / 2i + 1 (source/stored_renames.py)
+    stored_renames=(
+        (r"\.self_attn\.g_proj\.", ".self_attn.gate_proj."),
+        (r"^backbone\.", "model."),
+        (r"\.embeddings\.", ".embed_tokens."),
+    ),
+    collapsed_layer_pairs=True,
+)
+
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
     GPT_NEO, XGLM, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA,
-    DOGE, HRM_TEXT,
+    DOGE, HRM_TEXT, DORY,
 )  # fmt: skip

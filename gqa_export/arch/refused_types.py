@@ -54,10 +54,6 @@ REFUSED: dict[str, str] = {
     "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
     "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
     "experts, which gqa-export does not build yet (docs/coverage.md §7)",
-    "dory": "no spec yet: Dory runs its middle layers n_recurrent_loops times with shared weights (each pass its "
-    "own KV cache, or the last pass's alone) over nGPT layers (L2 norms, per-channel residual interpolation, scaled "
-    "q/k, gate and MLP); the unrolled stacks exist (HRM-Text's), the loop schedule and the nGPT arithmetic do not "
-    "yet (docs/coverage.md §16)",
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
     "qwen4_exp_text": "no spec yet: Qwen4-Exp needs hyper-connection residual streams, a QSA indexer (each query's "
     "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "

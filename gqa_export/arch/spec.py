@@ -28,6 +28,7 @@ from gqa_export.arch.moe_spec import PER_EXPERT_PROJ as PER_EXPERT_PROJ
 from gqa_export.arch.moe_spec import PER_EXPERT_W as PER_EXPERT_W
 from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
+from gqa_export.arch.ngpt_spec import NgptNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.stream_spec import (
     AlternatingUpdateNames,
@@ -44,7 +45,7 @@ NORM_LAYOUTS = ("pre", "sandwich", "post", "parallel", "post_residual")
 # already MatMul's layout); how a stored fused qkv orders its rows: "stacked" ([q | k | v]) or
 # "per_head" (GPT-NeoX: [h0: q k v | h1: q k v | ...], selected into [q | k | v] at export)
 LINEAR_LAYOUTS = ("out_in", "in_out")
-NORM_KINDS = ("rms", "layer", "layer_free", "rms_free")
+NORM_KINDS = ("rms", "layer", "layer_free", "rms_free", "l2")
 MLP_KINDS = ("gated", "plain")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 # Where the text decoder lives, in the order tried: text models, transformers 5.x multimodal
@@ -325,7 +326,8 @@ class ArchSpec:
     qk_norm_layers: str = "all"  # QK_NORM_LAYERS: every attention layer, or RoPE layers only
     nope_query_temperature: bool = False
     # rms | layer (LayerNorm, bias where stored) | layer_free (no weights: OLMo) | rms_free (RMSNorm without a
-    # weight: NanoChat's F.rms_norm; the norm's tensor names are then never read)
+    # weight: NanoChat's F.rms_norm; the norm's tensor names are then never read) | l2 (x * rsqrt(sum x^2 + eps),
+    # no weight: nGPT's; RMSNorm at eps / d times 1 / sqrt(d), graph/blocks.normalize)
     norm: str = "rms"
     rms_when_configured: bool = False  # RMSNorms instead where the config sets rms_norm_eps (Cohere2-MoE)
     fixed_norm_eps: float | None = None  # an eps the modeling code hard-codes (OLMo: 1e-5)
@@ -433,9 +435,19 @@ class ArchSpec:
     # from the config (model/stream.stack_layer_prefixes), is each graph layer's stored layer
     recurrent_stacks: RecurrentStackNames | None = None
     layer_prefixes: tuple[str, ...] = ()
+    # the middle layers run n_recurrent_loops times with shared weights, each pass its own KV caches
+    # (Dory; model/stream.RecurrentLoopDims, graph/recurrent_loop.py); `layer_prefixes` resolved as above
+    recurrent_loop: bool = False
+    # nGPT layers (Dory; arch/ngpt_spec.py, graph/ngpt.py): interpolated residuals over l2 norms, scaled
+    # query, gate, MLP and logits
+    ngpt: NgptNames | None = None
     # (a stored fused layer module, the modules its equal row blocks are, in order): read as those
     # (source/split_projections.py; HRM-Text's attn.gqkv_proj)
     split_projections: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # (regex, replacement) renames of stored tensor names into the class's, in order, after the layer-pair
+    # collapse where `collapsed_layer_pairs` (source/stored_renames.py; Dory's backbone., g_proj, mixer blocks)
+    stored_renames: tuple[tuple[str, str], ...] = ()
+    collapsed_layer_pairs: bool = False
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
     tensor_aliases: tuple[tuple[str, str], ...] = ()

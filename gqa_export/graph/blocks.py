@@ -21,6 +21,7 @@ from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.fused_qkv import selected_rows
 from gqa_export.graph.lora import LoraPlan, lora_branch
 from gqa_export.graph.masks import StatePadding
+from gqa_export.graph.ngpt_scales import l2_norm, squared, stored_scaled, times
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
 from gqa_export.graph.sparse_activation import gaussian_top_k
@@ -68,7 +69,10 @@ class LayerContext:
         return self.name(module, suffix) in self.params.store
 
     def has_norm(self, module: str | None) -> bool:
-        """A norm the checkpoint holds: its weight, or one weight per head (`{module}.norms.0`)."""
+        """A norm the checkpoint holds: its weight, or one weight per head (`{module}.norms.0`); every
+        norm the spec names where they are weightless L2 norms (nGPT), which hold no tensor."""
+        if module is not None and self.dims.norm_kind == "l2":
+            return True
         return module is not None and (self.has(module) or self.has(f"{module}.norms.0"))
 
     @property
@@ -165,6 +169,9 @@ def normalize(
 
     The spec's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm).
     """
+    if dims.norm_kind == "l2":  # nGPT's weightless L2 norm (graph/ngpt_scales.py)
+        out = l2_norm(b, x, width, params, dims.rms_eps, name)
+        return typed(out, params.dtype, [B, S, width])
     if dims.norm_kind in ("layer_free", "rms_free"):  # OLMo's F.layer_norm, NanoChat's F.rms_norm: no weight
         ones = b.const(np.ones(width or 1, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
         op = "LayerNormalization" if dims.norm_kind == "layer_free" else "SimplifiedLayerNormalization"
@@ -284,6 +291,8 @@ def head_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, head
     of three ways: one [D] shared by the heads (+ bias, Phi-2), [heads, D] (Cohere), or one module
     per head `{module}.norms.{h}` (StableLM)."""
     b, d, params, dims = lc.b, lc.layer.head_dim, lc.params, lc.dims
+    if dims.norm_kind == "l2":  # nGPT: each head's q / k on the unit sphere
+        return l2_norm(b, x, d, params, dims.rms_eps, name)
     if module is None:
         weight = b.const(np.ones(d, NUMPY_DTYPES[params.dtype]), f"{name}_unit_weight")
         return b.op("SimplifiedLayerNormalization", x, weight, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
@@ -346,6 +355,12 @@ def rotated_heads(
         shaped["q"], key = qk_norms_after_rope(lc, shaped["q"], shaped.get("k"))
         if key is not None:
             shaped["k"] = key
+    if lc.spec.ngpt is not None and lc.dims.ngpt is not None:  # nGPT: the query times (sqk x c) ** 2 after RoPE
+        tensor, shape = lc.name(lc.spec.ngpt.query_scale, suffix=""), (dims.num_heads, layer.head_dim)
+        factor = lc.dims.ngpt.query_scale(layer.head_dim)
+        shaped["q"] = stored_scaled(
+            b, shaped["q"], lc.params, tensor, lambda v: squared(factor)(v).reshape(shape), "sqk", shape
+        )
     return shaped
 
 
@@ -364,6 +379,10 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
         width = lc.layer.intermediate_size
         split = b.const([width, width], "split", "int64")
         gate, up = b.op_multi("Split", gate_up, split, axis=-1, outputs=2)
+    if lc.spec.ngpt is not None and lc.dims.ngpt is not None:  # nGPT: gate and up times suv x sqrt(hidden)
+        factor = lc.dims.hidden_size**0.5
+        gate = stored_scaled(b, gate, lc.params, lc.name(lc.spec.ngpt.mlp_gate_scale, ""), times(factor), "suv_gate")
+        up = stored_scaled(b, up, lc.params, lc.name(lc.spec.ngpt.mlp_up_scale, ""), times(factor), "suv_up")
     if lc.layer.activation_sparsity:  # Gemma-3n: only the gate's channels above a gaussian cutoff
         gate = gaussian_top_k(b, gate, lc.layer.activation_sparsity, lc.params.dtype)
     return _down(lc, gated(lc, gate, up))

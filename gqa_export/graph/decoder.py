@@ -39,6 +39,7 @@ from gqa_export.graph.mamba2 import prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.mrope import mrope_tables
+from gqa_export.graph.ngpt import interpolated_layer
 from gqa_export.graph.normed_residual import normed_residual_layer
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.output_gate import gated_output
@@ -46,6 +47,7 @@ from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
 from gqa_export.graph.positions import position_query_scale, power_query_scale
+from gqa_export.graph.recurrent_loop import loop_stream
 from gqa_export.graph.recurrent_stacks import shared_weights, stack_streams
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
@@ -104,7 +106,12 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     for i in dims.cache_layers:
         layer = dims.layers[i]
         kv_shape = [B, layer.num_kv_heads, PAST, layer.head_dim]
-        pasts[i] = (b.input(PAST_KEY % i, opts.io_dtype, kv_shape), b.input(PAST_VALUE % i, opts.io_dtype, kv_shape))
+        slot = dims.cache_slot(i)  # i, except in an unrolled loop (HF's cache order)
+        pasts[i] = (
+            b.input(PAST_KEY % slot, opts.io_dtype, kv_shape),
+            b.input(PAST_VALUE % slot, opts.io_dtype, kv_shape),
+        )
+    pasts |= {i: pasts[owner] for i, owner in dims.cache_readers.items()}  # read, never written (Dory's last_loop)
     state_pasts = state_inputs(b, dims, opts.io_dtype)  # layers with recurrent state instead of a KV cache
     state_presents: dict[int, tuple[ir.Value, ...]] = {}
     attend = _attention_fn(b, dims, spec, params, opts, input_ids, attention_mask, position_ids)
@@ -133,8 +140,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     h = expand_streams(b, h, dims) if dims.hyper else h  # hyper-connections: [B, S, K, H] copies
     carried: dict[str, ir.Value] = {}  # values one layer hands the next (ZAYA's router stream)
     streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
+    loop = loop_stream(b, dims, params)  # Dory: the middle layers run in a loop
     for i in range(dims.num_layers):
-        with b.scope(f"layers.{i}"), shared_weights(b, streams):
+        with b.scope(f"layers.{i}"), shared_weights(b, streams is not None or loop is not None):
             layer = dims.layers[i]
             scale = nope_scale if layer.rope is None and nope_scale is not None else query_scale
             lc = LayerContext(
@@ -164,6 +172,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 h, kv[i] = hyper_layer(lc, h, partial(attention_block, attention=attention), _mlp, _norm)
                 continue
             h = streams.enter(i, h) if streams is not None else h
+            h = loop.enter(i, h) if loop is not None else h
             h, kv[i] = decoder_layer(lc, h, attention, state)
             h = streams.leave(i, h) if streams is not None else h
             h = add_shortcut(lc, h)
@@ -181,8 +190,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         layer, layer_kv = dims.layers[i], kv[i]
         present_shape = [B, layer.num_kv_heads, PRESENT, layer.head_dim]
         assert layer_kv is not None and layer_kv.present_key is not None and layer_kv.present_value is not None
-        b.output(layer_kv.present_key, PRESENT_KEY % i, opts.io_dtype, present_shape)
-        b.output(layer_kv.present_value, PRESENT_VALUE % i, opts.io_dtype, present_shape)
+        slot = dims.cache_slot(i)
+        b.output(layer_kv.present_key, PRESENT_KEY % slot, opts.io_dtype, present_shape)
+        b.output(layer_kv.present_value, PRESENT_VALUE % slot, opts.io_dtype, present_shape)
     add_state_outputs(b, dims, state_presents, opts.io_dtype)
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
@@ -205,7 +215,8 @@ def _attention_fn(
         # ropes GQA's fused RoPE cannot compute exactly are applied with plain ops before it
         head_dims = {layer.rope: layer.head_dim for layer in dims.layers if layer.rope is not None}
         # norms after RoPE, or rope on part of a latent-attention head: RoPE before GQA
-        fused_ok = opts.fused_rope and not spec.qk_norm_after_rope and dims.latent is None
+        # nGPT's query scale after RoPE (graph/ngpt_scales.py): RoPE before GQA too
+        fused_ok = opts.fused_rope and not spec.qk_norm_after_rope and dims.latent is None and spec.ngpt is None
         plain = {k for k, d in head_dims.items() if not (fused_ok and fused_rope_ok(dims.ropes[k], d))}
         tables = {}
         if position_ids is not None:
@@ -360,6 +371,8 @@ def decoder_layer(
         with b.scope("mlp"):
             mlp = _mlp(lc, x_mlp, h)
         return _residual(lc, h, b.op("Add", y, mlp, name="parallel_sum"), "residual"), kv
+    if lc.spec.ngpt is not None:  # nGPT: the normed input moved towards each normed block output (graph/ngpt.py)
+        return interpolated_layer(lc, x, y, _norm, _mlp), kv
     if lc.dims.residual_factors is not None:  # MiniMax: each block adds to its normed input, both scaled
         return normed_residual_layer(lc, x, y, "attention" if state is None else "state", _norm, _mlp), kv
     if lc.spec.norm_layout == "post_residual":  # GPT-1: each residual sum normed, LN(h + block(h))

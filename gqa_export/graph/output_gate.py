@@ -16,6 +16,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
+from gqa_export.graph.ngpt_scales import squared, stored_scaled
 
 ACTIVATIONS = {"sigmoid": "Sigmoid", "softplus": "Softplus"}
 
@@ -27,6 +28,9 @@ def gated_output(lc: LayerContext, x: ir.Value, out: ir.Value) -> ir.Value:
     own = gate is None and module is not None and lc.has(module)
     if own:  # the layer's own gate Linear
         gate = linear(lc, x, [module], None, "gate_proj")  # type: ignore[list-item]
+        if lc.spec.ngpt is not None and lc.dims.ngpt is not None:  # nGPT: times (s_gate x c) ** 2
+            factor = lc.dims.ngpt.gate_scale(lc.dims.hidden_size)
+            gate = stored_scaled(lc.b, gate, lc.params, lc.name(lc.spec.ngpt.gate_scale, ""), squared(factor), "s_gate")
     if gate is None:
         return out
     heads, d = lc.dims.num_heads, lc.layer.head_dim

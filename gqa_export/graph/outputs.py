@@ -22,6 +22,7 @@ from gqa_export.errors import InputError
 from gqa_export.graph.activations import soft_cap
 from gqa_export.graph.builder import GraphBuilder, float_scalar
 from gqa_export.graph.head_transform import head_transform
+from gqa_export.graph.ngpt_scales import logit_scaled
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.params import Params
 from gqa_export.model.dims import ModelDims
@@ -101,6 +102,9 @@ def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputCont
         if opts.logits_dtype != opts.io_dtype:
             logits = b.op("Cast", logits, to=opts.logits_dtype)
 
+        if spec.ngpt is not None and dims.ngpt is not None:  # nGPT: times logit_scale / initializer_range, fp32
+            tensor = spec.lm_head.removesuffix("weight") + spec.ngpt.logit_scale.rpartition(".")[2]
+            logits = logit_scaled(b, logits, params, tensor, dims.ngpt.logit_scale(), opts.logits_dtype)
         if dims.logits_multiplier != 1.0:  # Cohere's logit_scale
             logits = b.op("Mul", logits, float_scalar(b, dims.logits_multiplier, opts.logits_dtype, "logit_scale"))
         if dims.logits_divisor != 1.0:  # Granite's logits_scaling

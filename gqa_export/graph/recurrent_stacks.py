@@ -63,6 +63,7 @@ def stack_streams(
     return StackStreams(b, embeddings, dims, spec, params) if dims.recurrent_stacks is not None else None
 
 
-def shared_weights(b: GraphBuilder, streams: StackStreams | None) -> AbstractContextManager[None]:
-    """Layer weights registered once and read by every invocation of their stored layer."""
-    return b.reusing_initializers() if streams is not None else nullcontext()
+def shared_weights(b: GraphBuilder, shared: bool) -> AbstractContextManager[None]:
+    """Layer weights registered once and read by every invocation of their stored layer (weight-shared
+    stacks, Dory's loop)."""
+    return b.reusing_initializers() if shared else nullcontext()

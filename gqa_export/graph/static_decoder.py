@@ -64,6 +64,7 @@ def static_refusal(dims: ModelDims, spec: ArchSpec, opts: GraphOptions) -> str |
         "absolute position embeddings": spec.positions is not None,
         "an attention output gate": spec.attention_output_gate or spec.layer.output_gate is not None,
         "weight-shared layer stacks run in cycles": dims.recurrent_stacks is not None,
+        "weight-shared layers run in a loop": dims.recurrent_loop is not None,
         "bidirectional token blocks": bool(opts.bidirectional_ids),
         "M-RoPE positions, inputs_embeds or pipeline outputs": opts.mrope_positions
         or opts.inputs_embeds

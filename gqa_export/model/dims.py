@@ -41,6 +41,8 @@ from gqa_export.model.layer_ropes import (
 )
 from gqa_export.model.moe import MoeDims, clamped_swiglu, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
+from gqa_export.model.ngpt import NgptDims, ngpt_dims
+from gqa_export.model.recurrent_loop import RecurrentLoopDims, recurrent_loop_dims, unrolled_layers
 from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.rwkv import RwkvDims, rwkv_dims
@@ -123,6 +125,8 @@ class ModelDims:
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
     logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
     recurrent_stacks: RecurrentStackDims | None = None  # weight-shared stacks run in cycles (HRM-Text)
+    recurrent_loop: RecurrentLoopDims | None = None  # the middle layers run in a loop, unrolled (Dory)
+    ngpt: NgptDims | None = None  # the nGPT layer's scale constants (Dory)
 
     @property
     def logits_width(self) -> int:
@@ -141,7 +145,20 @@ class ModelDims:
     @property
     def cache_layers(self) -> tuple[int, ...]:
         """Layers that own a KV cache (graph inputs past_key_values.N.*)."""
-        return tuple(layer.index for layer in self.layers if not layer.shares_kv and layer.attends)
+        return tuple(
+            layer.index for layer in self.layers if not layer.shares_kv and not layer.reads_past_only and layer.attends
+        )
+
+    def cache_slot(self, i: int) -> int:
+        """Graph layer i's cache index (past_key_values.N): i, except in an unrolled loop, where the
+        caches follow HF's order (model/stream.RecurrentLoopDims.cache_slot)."""
+        return i if self.recurrent_loop is None else self.recurrent_loop.cache_slot(i)
+
+    @property
+    def cache_readers(self) -> dict[int, int]:
+        """Layers that read another's cache slot without writing it (LayerDims.reads_past_only) -> that layer."""
+        owners = {self.cache_slot(i): i for i in self.cache_layers}
+        return {layer.index: owners[self.cache_slot(layer.index)] for layer in self.layers if layer.reads_past_only}
 
     @property
     def kv_producers(self) -> frozenset[int]:
@@ -232,6 +249,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     layers = read_layers(config, opt, heads, hidden, spec, latent, overrides)
     if spec.full_layer_score_scale and (factor := config_get(config, spec.full_layer_score_scale)) is not None:
         layers = type(layers)(replace(x, score_factor=float(factor)) if x.window <= 0 else x for x in layers)
+    loop = recurrent_loop_dims(opt, spec, len(layers))
+    layers = unrolled_layers(layers, loop) if loop is not None else layers  # Dory: one graph layer per pass
     ropes = layer_ropes(config, layers, spec, latent)
     for rope in ropes.values():
         if rope.rope_type not in spec.rope_types:
@@ -318,6 +337,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
         recurrent_stacks=recurrent_stack_dims(opt, spec, len(layers)),
+        recurrent_loop=loop,
+        ngpt=ngpt_dims(opt, spec),
     )
 
 

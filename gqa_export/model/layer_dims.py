@@ -72,6 +72,9 @@ class LayerDims:
     # the layer's attention logits times this on top of the softmax scale (Ergo's full layers: queries and keys
     # each times sqrt(global_attention_scale)); 1.0: none
     score_factor: float = 1.0
+    # attends over another graph layer's cache slot (ModelDims.cache_slot) and its own tokens without writing
+    # it: no cache of its own (Dory's last_loop mode, the passes before the last)
+    reads_past_only: bool = False
 
     @property
     def shares_kv(self) -> bool:

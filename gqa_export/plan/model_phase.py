@@ -25,6 +25,7 @@ from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention, static_max_length, static_plan
 from gqa_export.model.dims import ModelDims, read_dims
 from gqa_export.model.raw_config import check_raw_config
+from gqa_export.model.recurrent_loop import loop_layer_prefixes
 from gqa_export.model.sparse_cap import cap_wording
 from gqa_export.model.stream import stack_layer_prefixes
 from gqa_export.package.genai_config import default_max_length
@@ -48,8 +49,9 @@ from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.expert_views import attention_expert_views
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
-from gqa_export.source.renamed_checkpoint import renamed_views
+from gqa_export.source.renamed_checkpoint import renamed_views as serving_layout_views
 from gqa_export.source.split_projections import split_projection_views
+from gqa_export.source.stored_renames import renamed_views as class_name_views
 
 
 def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter) -> BuildPlan:
@@ -71,10 +73,14 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
-    store = renamed_views(store, get_spec(recipe.arch))  # a serving layout read under transformers' names
+    store = serving_layout_views(store, get_spec(recipe.arch))  # a serving layout read under transformers' names
+    if get_spec(recipe.arch).stored_renames:  # tensors read under their class's names (source/stored_renames.py)
+        store = class_name_views(store, get_spec(recipe.arch))
     spec = get_spec(recipe.arch).bind(store)
     if spec.recurrent_stacks is not None and dims.recurrent_stacks is not None:  # each graph layer's stored layer
         spec = replace(spec, layer_prefixes=stack_layer_prefixes(spec.recurrent_stacks, dims.recurrent_stacks))
+    if spec.recurrent_loop and dims.recurrent_loop is not None:  # Dory: each pass's layers read the stored ones
+        spec = replace(spec, layer_prefixes=loop_layer_prefixes(spec.layer_prefix, dims.recurrent_loop))
     if spec.split_projections:  # a fused projection read as its parts (source/split_projections.py)
         store = split_projection_views(store, spec, dims.num_layers)
     if spec.tensor_aliases:  # a layer's modules spelled another way (source/aliases.py)

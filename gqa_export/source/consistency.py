@@ -32,9 +32,11 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore, t
     stored_layers = _stored_layers(spec, store)
     # a stored layer of `sublayers` graph layers each (LongCat-Flash: two)
     stored = (max(stored_layers) + 1) * spec.sublayers if stored_layers else 0
-    if stored and stored not in (dims.num_layers, dims.num_layers + trailing * spec.sublayers):
+    # a loop's graph layers run fewer stored ones (Dory: the recurrent ones once per pass)
+    layers = dims.recurrent_loop.stored if dims.recurrent_loop is not None else dims.num_layers
+    if stored and stored not in (layers, layers + trailing * spec.sublayers):
         raise InputError(
-            f"config.json says num_hidden_layers {dims.num_layers} but the checkpoint holds "
+            f"config.json says num_hidden_layers {layers} but the checkpoint holds "
             f"{stored} layers; the config does not belong to these weights"
         )
     for i, layer in enumerate(dims.layers):

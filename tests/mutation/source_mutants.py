@@ -362,8 +362,8 @@ MUTANTS: list[Mutant] = [
       "if True:",
       [f"{FAMILY}[bailing_hybrid]"]),
     M("mtp-layers-counted", "import", "gqa_export/source/consistency.py",
-      "if stored and stored not in (dims.num_layers, dims.num_layers + trailing * spec.sublayers):",
-      "if stored and stored != dims.num_layers:",
+      "if stored and stored not in (layers, layers + trailing * spec.sublayers):",
+      "if stored and stored != layers:",
       ["tests/arch/test_hybrid_bailing.py::test_a_stored_mtp_layer_is_not_read"]),
     # --- graph: HRM-Text's weight-shared stacks run in cycles (graph/recurrent_stacks.py, source/split_projections.py)
     M("stack-input-without-the-high-stream", "graph", "gqa_export/graph/recurrent_stacks.py",
