@@ -188,19 +188,15 @@ def _under_spec_spellings(tensors: dict[str, np.ndarray], config: dict) -> dict[
     """The checkpoint's tensors, plus each stored under one of its spec's aliases (ArchSpec.tensor_aliases:
     HY-V3's hub mlp.router.gate, ...) also under the spec's spelling, which the package's weights are named by,
     each fused projection of its split_projections (HRM-Text's gqkv_proj) also as its parts, and each stored
-    name its checkpoint_renames rewrite (Ergo's serving layout) also under transformers' name."""
+    name its stored_renames rewrite (Ergo's serving layout, Dory's hub names) also under its class's name."""
     from gqa_export.arch import SPECS
-    from gqa_export.source.renamed_checkpoint import renamed
+    from gqa_export.source.stored_renames import renamed
 
     spec = SPECS.get(str(config.get("model_type")))
     extra: dict[str, np.ndarray] = {}
-    if spec is not None and spec.stored_renames:  # Dory's hub names: read under its class's (source/stored_renames.py)
-        from gqa_export.source.stored_renames import renamed
-
-        tensors = {**{renamed(spec, name): tensor for name, tensor in tensors.items()}, **tensors}
     for name, tensor in tensors.items():
-        if spec is not None and spec.checkpoint_renames:  # Ergo's serving layout under transformers' names
-            new, transposed = renamed(name, spec.checkpoint_renames)
+        if spec is not None and (spec.stored_renames or spec.collapsed_layer_pairs):  # under its class's names
+            new, transposed = renamed(spec, name)
             extra.setdefault(new, tensor.T if transposed else tensor)
         for canonical, alias in spec.tensor_aliases if spec is not None else ():
             if f".{alias}" in name:

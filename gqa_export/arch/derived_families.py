@@ -308,9 +308,9 @@ DORY = replace(
     # the hub's names (transformers' conversion mapping): backbone., embeddings, g_proj, and the released
     # checkpoints' attention / MLP blocks as layers 2i / 2i + 1 (source/stored_renames.py)
     stored_renames=(
-        (r"\.self_attn\.g_proj\.", ".self_attn.gate_proj."),
-        (r"^backbone\.", "model."),
-        (r"\.embeddings\.", ".embed_tokens."),
+        (r"\.self_attn\.g_proj\.", ".self_attn.gate_proj.", False),
+        (r"^backbone\.", "model.", False),
+        (r"\.embeddings\.", ".embed_tokens.", False),
     ),
     collapsed_layer_pairs=True,
 )

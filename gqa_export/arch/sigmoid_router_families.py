@@ -250,7 +250,7 @@ BEAM = replace(
 # sigmoid over their sum (+1e-20) times moe_routed_scaling_factor, each expert's output through its own
 # learned RMSNorm before the weighted sum (graph/normed_experts.py), beside a shared expert whose output
 # passes its own RMSNorm. Transformers' save layout, or the hub's serving layout (tok_embeddings,
-# attention.wqkv, a router gate_kernel [H, E]) read through transformers' renames (source/renamed_checkpoint.py)
+# attention.wqkv, a router gate_kernel [H, E]) read through transformers' renames (source/stored_renames.py)
 _ERGO_SERVING_LAYOUT = (  # transformers' conversion mapping for ergo, in its order
     (r"^tok_embeddings\.", "model.embed_tokens.", False),
     (r"^norm\.", "model.norm.", False),
@@ -309,7 +309,7 @@ ERGO = ArchSpec(
         activation="ungated",
         router_dtype="float32",
     ),
-    checkpoint_renames=_ERGO_SERVING_LAYOUT,
+    stored_renames=_ERGO_SERVING_LAYOUT,
     full_layer_score_scale="global_attention_scale",
     config_keys=config_keys(
         routed_scaling="moe_routed_scaling_factor",

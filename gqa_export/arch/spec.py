@@ -444,17 +444,14 @@ class ArchSpec:
     # (a stored fused layer module, the modules its equal row blocks are, in order): read as those
     # (source/split_projections.py; HRM-Text's attn.gqkv_proj)
     split_projections: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    # (regex, replacement) renames of stored tensor names into the class's, in order, after the layer-pair
-    # collapse where `collapsed_layer_pairs` (source/stored_renames.py; Dory's backbone., g_proj, mixer blocks)
-    stored_renames: tuple[tuple[str, str], ...] = ()
+    # a checkpoint layout transformers' loader rewrites: (regex, replacement, transposed: the tensor stored
+    # (in, out)) renames of stored names into the class's, in order, after the layer-pair collapse where
+    # `collapsed_layer_pairs` (source/stored_renames.py; Ergo's serving layout, Dory's backbone. and mixer blocks)
+    stored_renames: tuple[tuple[str, str, bool], ...] = ()
     collapsed_layer_pairs: bool = False
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
     tensor_aliases: tuple[tuple[str, str], ...] = ()
-    # a checkpoint layout whose every name transformers' loader rewrites (regex, replacement, transposed: the
-    # tensor stored (in, out)), applied in order to each stored name: a checkpoint without the spec's names is
-    # read through them (source/renamed_checkpoint.py; Ergo's serving layout: tok_embeddings, attention.wqkv)
-    checkpoint_renames: tuple[tuple[str, str, bool], ...] = ()
     # a config key whose value, where set, multiplies the full-attention layers' logits (Ergo's
     # global_attention_scale: queries and keys each times its square root; model/dims LayerDims.score_factor)
     full_layer_score_scale: str | None = None

@@ -49,9 +49,8 @@ from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.expert_views import attention_expert_views
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
-from gqa_export.source.renamed_checkpoint import renamed_views as serving_layout_views
 from gqa_export.source.split_projections import split_projection_views
-from gqa_export.source.stored_renames import renamed_views as class_name_views
+from gqa_export.source.stored_renames import renamed_views
 
 
 def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter) -> BuildPlan:
@@ -73,9 +72,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
-    store = serving_layout_views(store, get_spec(recipe.arch))  # a serving layout read under transformers' names
-    if get_spec(recipe.arch).stored_renames:  # tensors read under their class's names (source/stored_renames.py)
-        store = class_name_views(store, get_spec(recipe.arch))
+    store = renamed_views(store, get_spec(recipe.arch))  # a stored layout read under its class's names
     spec = get_spec(recipe.arch).bind(store)
     if spec.recurrent_stacks is not None and dims.recurrent_stacks is not None:  # each graph layer's stored layer
         spec = replace(spec, layer_prefixes=stack_layer_prefixes(spec.recurrent_stacks, dims.recurrent_stacks))

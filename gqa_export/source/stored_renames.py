@@ -1,13 +1,18 @@
-"""A checkpoint's tensors under the names transformers' class gives them at load (its conversion mapping),
-read under those names.
+"""A checkpoint's tensors under the names transformers' class gives them at load, read under those names.
 
-Dory's hub files (and what save_pretrained writes by default) keep the decoder under `backbone.`, the
-embedding as `embeddings`, the output gate as `self_attn.g_proj`; the released checkpoints also store each
-decoder layer as two: an attention block `layers.{2i}.mixer.*` (+ `attn_alpha`) and an MLP block
-`layers.{2i+1}.mixer.*` (+ `mlp_alpha`), which transformers' LayerPairCollapse reads as `layers.{i}.self_attn.*`,
-`layers.{i}.mlp.*`, `lambda_1`, `lambda_2`. `ArchSpec.stored_renames` lists the regex renames (applied in order,
-after the pair collapse where `ArchSpec.collapsed_layer_pairs`); each tensor whose renamed name is not stored
-gets a view under it, reading the stored tensor unchanged, so every layout gives the same package."""
+Some families publish checkpoints in a layout that transformers' loader rewrites through its conversion
+mapping (and partly transposes). Ergo's hub files are its training framework's serving layout
+(`tok_embeddings`, `layers.{i}.attention.wqkv`, a router `feed_forward.gate_kernel` [H, E], ...); Dory's
+keep the decoder under `backbone.`, the embedding as `embeddings`, the output gate as `self_attn.g_proj`,
+and its released checkpoints store each decoder layer as two blocks, an attention block
+`layers.{2i}.mixer.*` (+ `attn_alpha`) and an MLP block `layers.{2i+1}.mixer.*` (+ `mlp_alpha`), which
+transformers' LayerPairCollapse reads as `layers.{i}.self_attn.*`, `layers.{i}.mlp.*`, `lambda_1`,
+`lambda_2`. `ArchSpec.stored_renames` lists the rewrites in order (each a regex on the whole stored name,
+its replacement, and whether the tensor is stored (in, out) and read transposed), applied after the pair
+collapse where `ArchSpec.collapsed_layer_pairs`. Each stored name they change gets a view under the new
+name, reading the stored tensor, so the graph and its initializer names are the same whichever layout
+the checkpoint has. A checkpoint that already holds the spec's embedding is read as it is.
+"""
 
 from __future__ import annotations
 
@@ -30,20 +35,32 @@ def collapsed_pair(name: str) -> str:
     return f"{name[: match.start()]}layers.{index // 2}.{module}{name[match.end() :]}"
 
 
+def renamed(spec: ArchSpec, name: str) -> tuple[str, bool]:
+    """A stored tensor's name as its class reads it, and whether a rewrite that changed it transposes it."""
+    name = collapsed_pair(name) if spec.collapsed_layer_pairs else name
+    transposed = False
+    for pattern, replacement, transposes in spec.stored_renames:
+        new = re.sub(pattern, replacement, name)
+        transposed |= transposes and new != name
+        name = new
+    return name, transposed
+
+
 def renamed_views(store: WeightStore, spec: ArchSpec) -> WeightStore:
-    """`store` with a view under its class's name of each tensor stored under another."""
+    """`store` with a view under its class's name of each tensor stored under another, where the checkpoint
+    does not hold the spec's names already (its embedding under one of the decoder prefixes)."""
+    if not (spec.stored_renames or spec.collapsed_layer_pairs):
+        return store
+    if any(f"{prefix}{spec.embed}" in store for prefix in spec.decoder_prefixes):
+        return store
     views: dict[str, tuple[TensorInfo, Compute]] = {}
     for name in store.names():
-        new = renamed(spec, name)
-        if new != name and new not in store:
-            info = store.info(name)
+        new, transposed = renamed(spec, name)
+        if new == name or new in store:
+            continue
+        info = store.info(name)
+        if transposed:
+            views[new] = (view_info(info, tuple(reversed(info.shape))), lambda n=name: store.read(n).T)
+        else:
             views[new] = (view_info(info, info.shape), lambda n=name: store.read(n))
     return ViewStore(store, views) if views else store
-
-
-def renamed(spec: ArchSpec, name: str) -> str:
-    """A stored tensor's name as its class reads it."""
-    name = collapsed_pair(name) if spec.collapsed_layer_pairs else name
-    for pattern, replacement in spec.stored_renames:
-        name = re.sub(pattern, replacement, name)
-    return name

@@ -416,7 +416,7 @@ MUTANTS: list[Mutant] = [
       "return base * layer.score_factor if layer.score_factor != 1.0 else base",
       "return base",
       [f"{FAMILY}[ergo_scaled]"]),
-    M("renamed-view-never-transposed", "import", "gqa_export/source/renamed_checkpoint.py",
+    M("renamed-view-never-transposed", "import", "gqa_export/source/stored_renames.py",
       "transposed |= transposes and new != name",
       "transposed |= False",
       [f"{FAMILY}[ergo]"]),
