@@ -8,7 +8,7 @@ the graph has both; the second bounds the write slots), `past_key_values.%d.key/
 No `attention_mask` and no `position_ids`: with the runtime's end padding the windowed mask and
 positions it would feed are not the ones a token needs (§7.1), so both come from the length.
 
-The layers are the dynamic graph's (`decoder.decoder_layer`); only attention differs
+The layers are the dynamic graph's (`decoder_layer.decoder_layer`); only attention differs
 (`static_attention`). What a static graph cannot hold is refused in one line before building.
 """
 
@@ -23,15 +23,8 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.decoder import (
-    PAST_KEY,
-    PAST_VALUE,
-    PRESENT_KEY,
-    PRESENT_VALUE,
-    decoder_layer,
-    final_norm,
-    layer_scalar,
-)
+from gqa_export.graph.decoder import PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, final_norm
+from gqa_export.graph.decoder_layer import decoder_layer, layer_scalar
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, lm_head

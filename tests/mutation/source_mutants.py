@@ -302,9 +302,9 @@ MUTANTS: list[Mutant] = [
       "factor = np.float32(1 - layer / (layers - 1 + 1e-5) + 1e-5)",
       "factor = np.float32(1.0)",
       ["tests/arch/test_hybrid_minimax.py::test_computed_slopes_equal_the_buffers_hf_saves"]),
-    M("normed-residual-from-the-stream", "graph", "gqa_export/graph/decoder.py",
-      'return normed_residual_layer(lc, x, y, "attention" if state is None else "state", _norm, _mlp), kv',
-      'return normed_residual_layer(lc, h, y, "attention" if state is None else "state", _norm, _mlp), kv',
+    M("normed-residual-from-the-stream", "graph", "gqa_export/graph/decoder_layer.py",
+      'return normed_residual_layer(lc, x, y, "attention" if state is None else "state", block_norm, layer_mlp), kv',
+      'return normed_residual_layer(lc, h, y, "attention" if state is None else "state", block_norm, layer_mlp), kv',
       [f"{FAMILY}[minimax]"]),
     # --- graph: Kimi-Linear's KDA (graph/kda_gates.py) and its checkpoint layouts (source/aliases.py)
     M("kda-decay-scale-tiled", "graph", "gqa_export/graph/kda_gates.py",
