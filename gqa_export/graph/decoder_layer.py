@@ -10,13 +10,14 @@ import onnx_ir as ir
 
 from gqa_export.graph.affine_residual import affine_residual
 from gqa_export.graph.augmented_residual import augmented_residual
-from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize
+from gqa_export.graph.blocks import LayerContext, linear, normalize
 from gqa_export.graph.builder import float_scalar, typed
 from gqa_export.graph.depth_scaled_residual import depth_scaled_terms
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gated_norm import gated_norm, is_gated
 from gqa_export.graph.latent_attention import latent_output
 from gqa_export.graph.learned_residual_gate import gated_terms
+from gqa_export.graph.mlp import mlp_block
 from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.ngpt import interpolated_layer
 from gqa_export.graph.normed_residual import normed_residual_layer

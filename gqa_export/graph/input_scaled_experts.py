@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, activation
+from gqa_export.graph.activations import activation
+from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.experts import ExpertWeights, stacked
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.model.moe import MoeDims

@@ -19,7 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, activation, gated
+from gqa_export.graph.activations import activation, gated
+from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.params import NUMPY_DTYPES
 
 Rows = Callable[[int, int, int], np.ndarray]  # (expert, first row, end row) -> the rows, float32

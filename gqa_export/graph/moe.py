@@ -26,12 +26,13 @@ from dataclasses import replace
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, gated_mlp, linear, mlp_block
+from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
 from gqa_export.graph.dense_routing import dense_routing
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, fused_or_transposed, stacked
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
 from gqa_export.graph.limited_swiglu import limited_rows, shared_gated, unscaled
+from gqa_export.graph.mlp import gated_mlp, mlp_block
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
 from gqa_export.graph.stream_router import stream_router_logits
 from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert

@@ -18,7 +18,8 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.errors import InputError
-from gqa_export.graph.blocks import LayerContext, activation
+from gqa_export.graph.activations import activation
+from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.builder import typed
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.model.moe import MoeDims

@@ -19,7 +19,8 @@ import math
 import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.graph.blocks import LayerContext, activation, linear, normalize
+from gqa_export.graph.activations import activation
+from gqa_export.graph.blocks import LayerContext, linear, normalize
 from gqa_export.graph.builder import GraphBuilder, float_scalar, typed
 from gqa_export.graph.params import QUANTIZE_TABLE_META, Params
 from gqa_export.model.dims import ModelDims

@@ -21,8 +21,9 @@ import onnx_ir as ir
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.graph.blocks import LayerContext, linear, mlp_block, normalize
+from gqa_export.graph.blocks import LayerContext, linear, normalize
 from gqa_export.graph.builder import typed
+from gqa_export.graph.mlp import mlp_block
 
 B, S = "batch_size", "sequence_length"
 Mixer = Callable[[LayerContext, ir.Value], tuple[ir.Value, object]]

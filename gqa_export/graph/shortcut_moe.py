@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext, mlp_block
+from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.builder import typed
+from gqa_export.graph.mlp import mlp_block
 from gqa_export.graph.moe import sparse_mlp
 
 B, S = "batch_size", "sequence_length"

@@ -26,7 +26,8 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph import params as _params
-from gqa_export.graph.blocks import LayerContext, activation, linear, normalize
+from gqa_export.graph.activations import activation
+from gqa_export.graph.blocks import LayerContext, linear, normalize
 from gqa_export.graph.experts import check_expert_shapes
 from gqa_export.graph.normed_experts import normed_experts
 from gqa_export.graph.params import F32, NUMPY_DTYPES, Params, StreamedTensor, row_blocks
