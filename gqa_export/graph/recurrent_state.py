@@ -166,9 +166,13 @@ def causal_conv(
 
     The new state is the K - 1 inputs that end at the run's last real token, gathered per row from
     concat(past, x): the op's own present (the last K - 1 columns) would hold a right-padded row's
-    pad positions (docs/hybrid-state.md §1.5). The op convolves the concatenation without a past,
-    so nothing reads `past` after the state is written (the runtime may bind both to one buffer,
-    §1.3); the first K - 1 outputs, which only the zeros before `past` reach, are sliced off."""
+    pad positions (docs/hybrid-state.md §1.5). Channels-last (the mixers whose states genai keeps in
+    a RecurrentState, which may bind past and present to one buffer, §1.3): the op convolves the
+    concatenation without a past, so nothing reads `past` after the state is written, and the first
+    K - 1 outputs, which only the zeros before `past` reach, are sliced off. Channels-first (LFM2's
+    short conv, whose conv cache genai swaps into a fresh present each step): the op is fed `past`
+    itself and returns the run's outputs, one Slice fewer per layer and step (2% of LFM2's decode,
+    benchmarks/results/speed_vs_builder.md "Fifth round"; bit-identical outputs)."""
     b = lc.b
     assert lc.padding is not None
     weight_name = lc.name(module)
@@ -183,20 +187,20 @@ def causal_conv(
     time_axis = 2 if channels_first else 1
     width = int(state_shape[time_axis])  # K - 1
     history = b.op("Concat", past, x, axis=time_axis, name="past_and_run")  # K - 1 + S steps
-    convolved, _ = b.op_multi(
-        "CausalConvWithState",
-        history, weight, bias,
-        domain="com.microsoft",
-        outputs=2,
-        ndim=1,
-        channels_last=0 if channels_first else 1,
-        activation=activation,
-        name="causal_conv",
-    )  # fmt: skip
-    convolved = b.op(
-        "Slice", convolved, b.const([width], "conv_start", "int64"), b.const([2**62], "conv_stop", "int64"),
-        b.const([time_axis], "conv_axis", "int64"), name="run_outputs",
-    )  # fmt: skip
+    if channels_first:  # the op reads the past itself: its outputs are the run's, no Slice (a conv cache only)
+        convolved, _ = b.op_multi(
+            "CausalConvWithState", x, weight, bias, past, domain="com.microsoft", outputs=2, ndim=1,
+            channels_last=0, activation=activation, name="causal_conv",
+        )  # fmt: skip
+    else:
+        convolved, _ = b.op_multi(
+            "CausalConvWithState", history, weight, bias, domain="com.microsoft", outputs=2, ndim=1,
+            channels_last=1, activation=activation, name="causal_conv",
+        )  # fmt: skip
+        convolved = b.op(
+            "Slice", convolved, b.const([width], "conv_start", "int64"), b.const([2**62], "conv_stop", "int64"),
+            b.const([time_axis], "conv_axis", "int64"), name="run_outputs",
+        )  # fmt: skip
     if channels_first:
         index = lc.padding.conv_state_index(b, width, int(state_shape[1]))
         present = b.op("GatherElements", history, index, axis=2, name="conv_state")  # [B, C, K - 1]

@@ -365,6 +365,12 @@ MUTANTS: list[Mutant] = [
       "if stored and stored not in (layers, layers + trailing * spec.sublayers):",
       "if stored and stored != layers:",
       ["tests/arch/test_hybrid_bailing.py::test_a_stored_mtp_layer_is_not_read"]),
+    # --- graph: LFM2's short-conv state at each row's last real token, not the op's own present (last K - 1 columns)
+    M("conv-state-last-columns", "graph", "gqa_export/graph/recurrent_state.py",
+      'present = b.op("GatherElements", history, index, axis=2, name="conv_state")  # [B, C, K - 1]',
+      'present = b.op("Slice", history, b.const([-width], "s", "int64"), '
+      'b.const([2**62], "e", "int64"), b.const([2], "a", "int64"))',
+      ["tests/arch/test_families.py::test_ragged_batch_through_ort_equals_hf_row_by_row[lfm2-gqa]"]),
     # --- graph: HRM-Text's weight-shared stacks run in cycles (graph/recurrent_stacks.py, source/split_projections.py)
     M("stack-input-without-the-high-stream", "graph", "gqa_export/graph/recurrent_stacks.py",
       'return self.b.op("Add", self.low, self.high, name="stack_input")',
