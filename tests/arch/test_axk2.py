@@ -20,7 +20,7 @@ from mutants import copy_package, edit_initializers, times
 from reference import parity_error
 
 from gqa_export.arch import SPECS
-from gqa_export.graph import decoder, gated_norm, latent_attention
+from gqa_export.graph import decoder_layer, gated_norm, latent_attention
 from gqa_export.graph.blocks import normalize
 from gqa_export.pipeline import BuildOptions, build
 
@@ -59,7 +59,7 @@ def _norm_gate_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
         inner = f"{module}.{lc.spec.layer.gated_norms[0]}"
         return normalize(lc.b, x, lc.name(inner), lc.params, lc.dims, name, lc.dims.hidden_size)
 
-    monkeypatch.setattr(decoder, "gated_norm", plain)
+    monkeypatch.setattr(decoder_layer, "gated_norm", plain)
 
 
 def _norm_silu_dropped(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 from reference import parity_error
 
-from gqa_export.graph import alternating_updates, decoder, input_embedding
+from gqa_export.graph import alternating_updates, decoder, decoder_layer, input_embedding
 from gqa_export.pipeline import BuildOptions, build
 
 # vision (352..367) and audio (368..383) control ids of the conditional form, past the per-layer
@@ -37,7 +37,7 @@ def test_mutant_without_altup_correction_fails_parity(builds, tmp_path, monkeypa
 
 
 def test_mutant_without_laurel_fails_parity(builds, tmp_path, monkeypatch):
-    monkeypatch.setattr(decoder, "augmented_residual", lambda lc, h, x: h)
+    monkeypatch.setattr(decoder_layer, "augmented_residual", lambda lc, h, x: h)
     assert _mutant_error(builds, tmp_path) > 1e-2
 
 

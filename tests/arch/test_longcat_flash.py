@@ -114,9 +114,9 @@ def test_mutant_shortcut_added_a_sublayer_early_fails_hf_parity(builds, tmp_path
         lc.shortcut[lc.i] = sparse(lc, x)
         return shortcut_moe.mlp_block(lc, x)
 
-    from gqa_export.graph import decoder
+    from gqa_export.graph import decoder_layer
 
-    monkeypatch.setattr(decoder, "shortcut_mlp", early)
+    monkeypatch.setattr(decoder_layer, "shortcut_mlp", early)
     assert _broken_build(builds, tmp_path) > 1e-2
 
 

@@ -130,10 +130,10 @@ GRAPH_MUTANTS = {
 def test_graph_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     module, name, plant = GRAPH_MUTANTS[mutant]
     monkeypatch.setattr(module, name, plant(getattr(module, name)))
-    if module is stream_router:  # graph/moe.py imported the name
-        from gqa_export.graph import moe
+    if module is stream_router:  # graph/dense_routing.py imported the name
+        from gqa_export.graph import dense_routing
 
-        monkeypatch.setattr(moe, name, getattr(module, name))
+        monkeypatch.setattr(dense_routing, name, getattr(module, name))
     out = tmp_path / mutant
     build(BuildOptions(str(builds.checkpoint(ZAYA)), out, smoke=False))
     assert _error(out, builds.checkpoint(ZAYA)) > 1e-2
