@@ -52,6 +52,8 @@ class MoeNames:
     # output, relative to the shared expert (Ergo's shared_experts.norm)
     expert_norm: str | None = None
     shared_expert_norm: str | None = None
+    # a learned scalar multiplying every routing weight (Inkling's gate.global_scale, routing "sigmoid_shared_sink")
+    router_scale: str | None = None
 
 
 @dataclass(frozen=True)

@@ -59,10 +59,6 @@ REFUSED: dict[str, str] = {
     "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "
     "multiply-xor hashes of the last token ids) through a dilated convolution, two more states per layer, which "
     "gqa-export does not build yet (docs/coverage.md §11)",
-    "inkling_text": "no spec yet: Inkling needs a relative position bias computed per query and head from its hidden "
-    "state, short convolutions on keys and values before the cache and on each block's output (four states per "
-    "layer beside its KV cache) and a router normalizing routed and shared experts together, which gqa-export does "
-    "not build yet (docs/coverage.md §11)",
     "inkling2_text": "no spec yet: Inkling2 needs Inkling's per-query relative position bias and short convolutions, "
     "per-token attention sinks, L2-clipped queries, keys and relative states, per-token convolution taps, block "
     "attention residuals and tanh-soft-capped experts, which gqa-export does not build yet (docs/coverage.md §11)",

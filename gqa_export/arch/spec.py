@@ -32,6 +32,7 @@ from gqa_export.arch.moe_spec import PER_EXPERT_W as PER_EXPERT_W
 from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
 from gqa_export.arch.ngpt_spec import NgptNames
+from gqa_export.arch.relative_bias_spec import RelativeBiasNames, ResidualConvNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.stream_spec import (
     AlternatingUpdateNames,
@@ -354,6 +355,14 @@ class ArchSpec:
     # a config key whose value, where set, multiplies the full-attention layers' logits (Ergo's
     # global_attention_scale: queries and keys each times its square root; model/dims LayerDims.score_factor)
     full_layer_score_scale: str | None = None
+    # a relative position bias per query and head, and residual short convolutions whose states ride beside the
+    # KV cache (Inkling; arch/relative_bias_spec.py, graph/relative_bias.py, graph/residual_convs.py)
+    relative_bias: RelativeBiasNames | None = None
+    residual_convs: ResidualConvNames | None = None
+    # the config keys of the sliding layers' own (query heads, kv heads, head_dim) (Inkling's swa_*); None: the model's
+    sliding_shape_keys: tuple[str, str, str] | None = None
+    # scores times 1 / head_dim, not head_dim ** -0.5 (Inkling: its per-head q/k RMSNorms carry the rest)
+    inverse_head_dim_scale: bool = False
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

@@ -42,6 +42,7 @@ from gqa_export.graph.positions import position_query_scale, power_query_scale
 from gqa_export.graph.recurrent_loop import loop_stream
 from gqa_export.graph.recurrent_stacks import shared_weights, stack_streams
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
+from gqa_export.graph.relative_bias import relative_attention_inputs, relative_distances
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.rwkv import rwkv_block
 from gqa_export.graph.shared_block import shared_block_layer
@@ -139,7 +140,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             lc = LayerContext(
                 b, i, dims.of_layer(layer), spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt,
                 lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up, carried=carried,
-                state_io=(state_pasts[i], state_presents) if layer.mixer == "cca" else None,
+                state_io=(state_pasts[i], state_presents) if layer.mixer in ("cca", "residual_convs") else None,
             )  # fmt: skip
             if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
                 h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
@@ -216,6 +217,8 @@ def _attention_fn(
             positions = token_positions(b, input_ids, attention_mask)
             tables = rope_tables(b, positions, {k: ctx.rope_caches[k] for k in sorted(plain)})
         biases: dict[MaskKind, ir.Value] = {}
+        # Inkling: a relative position bias per query and head, its distances built once (graph/relative_bias.py)
+        distances = relative_distances(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.relative else None
         if opts.mode == "gqa_bias":  # a bias only where a layer needs more than GQA's own masking
             kinds = {mask_kind(opts, layer) for layer in dims.layers} - {MaskKind(w, False) for w in _windows(dims)}
             masks = mask_values(
@@ -236,6 +239,11 @@ def _attention_fn(
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
             bias = biases.get(mask_kind(opts, layer))
             sinks = attention_sinks(lc)
+            if distances is not None:  # the bias goes in as a score bias; keys slotted by position (no window cache)
+                qkv, relative = relative_attention_inputs(lc, x, distances)
+                out, key, value = gqa(b, qkv, past, ctx, lc.dims, layer, False, relative, sinks, additive=True)
+                assert key is not None and value is not None
+                return out, LayerKV(key, value, key, value)
             if lc.dims.latent is not None:
                 latent = latent_mqa if lc.dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]

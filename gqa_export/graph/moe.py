@@ -34,6 +34,7 @@ from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_sca
 from gqa_export.graph.limited_swiglu import limited_rows, shared_gated, unscaled
 from gqa_export.graph.mlp import gated_mlp, mlp_block
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
+from gqa_export.graph.shared_sink_routing import sink_shared_experts
 from gqa_export.graph.stream_router import stream_router_logits
 from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
 from gqa_export.graph.zero_experts import all_zero_guard, zero_experts
@@ -69,6 +70,8 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
                 value.meta[WIDER_THAN_IO_META] = True
     if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
         shared = ungated_shared_expert if spec.activation == "ungated" else _shared_expert
+        if spec.routing == "sigmoid_shared_sink":  # Inkling: each shared expert times its routing weight
+            shared = sink_shared_experts
         out = lc.b.op("Add", out, shared(lc, x, prefix), name="add_shared_expert")
         if moe.shared_average:  # Cohere2-MoE's "average" combination
             out = lc.b.op(

@@ -38,6 +38,9 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     # compressed convolutional attention: the last (k0 - 1) + (k1 - 1) q|k projections, then the
     # previous token's delayed value projection (beside the layer's KV cache)
     "cca": (CONV, RECURRENT),
+    # residual short convolutions (Inkling): the keys' and values' last K - 1 projections, then the attention
+    # output's and the MLP output's (four convolutions' states in genai's two per layer, beside the KV cache)
+    "residual_convs": (CONV, RECURRENT),
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
@@ -49,6 +52,7 @@ MIXER_NAMES = {
     "rwkv": "RWKV",
     "mlstm": "mLSTM",
     "cca": "compressed convolutional attention",
+    "residual_convs": "residual short-convolution",
 }
 
 Shape = list[int | str]
@@ -59,7 +63,7 @@ def state_layers(dims: ModelDims) -> dict[int, str]:
     return {layer.index: layer.mixer for layer in dims.layers if layer.mixer in STATE_NAMES}
 
 
-def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
+def state_shapes(dims: ModelDims, mixer: str, index: int | None = None) -> tuple[Shape, ...]:
     """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last; LFM2's
     short conv [B, channels, K - 1], channels-first as its convolution runs), then
     the recurrent state (DeltaNet [B, Hv, dk, dv], Mamba2 [B, heads, state, head_dim], Mamba
@@ -69,6 +73,9 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     beside every recurrent state (§1.1, §8.16), then [B, H, d, d]."""
     if mixer == "short_conv":
         return ([B, dims.hidden_size, dims.conv_kernel - 1],)
+    if mixer == "residual_convs":  # [B, 2 Nkv D, K - 1] k | v (the widest layer's), [B, 2 H, K - 1] attn | mlp
+        kv = max(2 * layer.num_kv_heads * layer.head_dim for layer in dims.layers if layer.mixer == mixer)
+        return [B, kv, dims.conv_kernel - 1], [B, 2 * dims.hidden_size, dims.conv_kernel - 1]
     if mixer == "gated_deltanet":
         d = dims.deltanet
         assert d is not None
@@ -116,7 +123,7 @@ def state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[i
         i: tuple(
             b.input(past % i, state_dtype, shape)
             for (past, _), shape, state_dtype in zip(
-                STATE_NAMES[mixer], state_shapes(dims, mixer), state_dtypes(mixer, dtype), strict=True
+                STATE_NAMES[mixer], state_shapes(dims, mixer, i), state_dtypes(mixer, dtype), strict=True
             )
         )
         for i, mixer in state_layers(dims).items()
@@ -129,7 +136,7 @@ def add_state_outputs(
     """present.N.* for every state layer, shaped as its inputs."""
     kinds = state_layers(dims)
     for i, values in sorted(presents.items()):
-        names, shapes, dtypes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i]), state_dtypes(kinds[i], dtype)
+        names, shapes, dtypes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i], i), state_dtypes(kinds[i], dtype)
         for (_, present), shape, value, state_dtype in zip(names, shapes, values, dtypes, strict=True):
             b.output(value, present % i, state_dtype, shape)
 

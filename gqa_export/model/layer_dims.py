@@ -126,6 +126,8 @@ def read_layers(
         own_heads = layer_heads(opt, i, heads)
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, own_heads or heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
+        if spec.sliding_shape_keys and types and sliding:  # Inkling: the sliding layers' own heads and width
+            own_heads, kv_heads, head_dim = (int(config_get(config, key)) for key in spec.sliding_shape_keys)
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
         head_dim = cache_head_dim(spec, head_dim)  # DiffLlama's and Doge's cache heads are wider

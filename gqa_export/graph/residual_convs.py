@@ -1,0 +1,102 @@
+"""Residual short convolutions (Inkling, docs/coverage.md's Inkling section): y = x + conv(x), a causal
+depthwise convolution of kernel K added to its own input, on the keys and values (before the key norm
+and the cache), on the attention output after o_proj and on the MLP output, each before its residual add.
+
+HF keeps one conv state per convolution, four per layer beside the KV cache; onnxruntime-genai 0.18 binds
+two per layer beside a KV cache (its RecurrentState: `past.N.conv` and `past.N.recurrent`, found through
+`past_recurrent_names`, docs/hybrid-state.md §1.1), so the four share them: the keys and values are
+convolved together (their kernels concatenated on the channels) and keep the conv state [B, 2 Nkv D, K - 1],
+the attention output and the MLP output keep the two halves of the recurrent state [B, 2 H, K - 1]. genai
+sizes every layer's states from the first layer's inputs (RecurrentState's one conv and one recurrent shape),
+so the conv state is as wide as the widest layer's keys and values (Inkling's sliding and full layers differ):
+a narrower layer reads its first channels and writes zeros past them.
+
+As HF does, a convolution's input is zeroed at padding and its residual is not; the graph convolves
+concat(past, run) channels-first with ONNX Conv (no past input to an op: the RecurrentState may bind past
+and present to one buffer, docs/hybrid-state.md §1.3, so `past` is read only through that concatenation),
+and gathers each new state at the row's last real token (graph/recurrent_state.causal_conv's rule,
+docs/hybrid-state.md §1.5). The layer's present states are complete once its MLP output is convolved:
+`lc.state_io`'s presents hold the keys' state alone until then."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from gqa_export.graph.blocks import LayerContext
+from gqa_export.graph.builder import typed
+from gqa_export.graph.recurrent_state import state_shapes, without_padding
+
+B, S = "batch_size", "sequence_length"
+
+
+def _convolved(
+    lc: LayerContext, x: ir.Value, modules: list[str], past: ir.Value, name: str
+) -> tuple[ir.Value, ir.Value]:
+    """x [B,S,C] + the causal depthwise convolution of its unpadded positions over concat(past, run), and the
+    new state [B, C, K - 1] at each row's last real token. `modules`: kernels [C_i, 1, K] concatenated on C."""
+    b, params = lc.b, lc.params
+    assert lc.padding is not None
+    weight_names = [lc.name(m) for m in modules]
+    kernel = params.stacked(weight_names) if len(modules) > 1 else params.tensor(weight_names[0])
+    graph_name = weight_names[0] if len(modules) == 1 else lc.name(f"{name}.conv1d")
+    channels, width = int(kernel.shape[0]), int(kernel.shape[2]) - 1
+    with b.scope(name):
+        masked = b.op("Transpose", without_padding(lc, x), perm=[0, 2, 1], name="channels_first")
+        history = b.op("Concat", past, masked, axis=2, name="past_and_run")  # [B, C, K - 1 + S]
+        conv = b.op("Conv", history, b.initializer(graph_name, kernel), group=channels, name="conv")
+        y = b.op("Add", x, b.op("Transpose", conv, perm=[0, 2, 1], name="channels_last"), name="residual")
+        index = lc.padding.conv_state_index(b, width, channels)
+        state = b.op("GatherElements", history, index, axis=2, name="conv_state")
+    return typed(y, params.dtype, [B, S, channels]), typed(state, params.dtype, [B, channels, width])
+
+
+def convolved_keys_values(lc: LayerContext, k: ir.Value, v: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The key and value projections [B,S,Nkv*D] each plus its convolution (one Conv over k | v); their state
+    becomes the layer's conv state."""
+    assert lc.state_io is not None and lc.spec.residual_convs is not None
+    names, b = lc.spec.residual_convs, lc.b
+    (past_conv, _), presents = lc.state_io
+    width = lc.layer.num_kv_heads * lc.layer.head_dim
+    shared = int(state_shapes(lc.dims, "residual_convs")[0][1])  # the widest layer's 2 Nkv D
+    if shared > 2 * width:  # this layer's channels are the state's first 2 Nkv D
+        past_conv = b.op(
+            "Slice", past_conv, b.const([0], "kv_state_start", "int64"), b.const([2 * width], "kv_state_stop", "int64"),
+            b.const([1], "channel_axis", "int64"), name="kv_past",
+        )  # fmt: skip
+    kv = b.op("Concat", k, v, axis=-1, name="kv_projections")
+    out, state = _convolved(lc, kv, [names.key, names.value], past_conv, "self_attn.kv_sconv")
+    if shared > 2 * width:  # zeros past them, the state's shape every layer shares
+        pads = b.const([0, 0, 0, 0, shared - 2 * width, 0], "kv_state_pads", "int64")
+        state = typed(
+            b.op("Pad", state, pads, name="kv_state_padded"),
+            lc.params.dtype,
+            [B, shared, int(state_shapes(lc.dims, "residual_convs")[0][2])],
+        )
+    presents[lc.i] = (state,)
+    k, v = b.op_multi("Split", out, b.const([width, width], "kv_split", "int64"), axis=-1, outputs=2, name="kv_split")
+    return k, v
+
+
+def convolved_output(lc: LayerContext, y: ir.Value, block: str) -> ir.Value:
+    """A block's output [B,S,H] plus its convolution, `block` "attention" or "mlp" (a layer without residual
+    convolutions: y as it is). The attention output's state waits for the MLP's; the MLP's completes the
+    layer's presents: (k | v state, attention | MLP state)."""
+    if lc.state_io is None or lc.spec.residual_convs is None or lc.layer.mixer != "residual_convs":
+        return y
+    names, b, hidden = lc.spec.residual_convs, lc.b, lc.dims.hidden_size
+    (_, past), presents = lc.state_io
+    start = 0 if block == "attention" else hidden
+    half = b.op(
+        "Slice", past, b.const([start], f"{block}_state_start", "int64"),
+        b.const([start + hidden], f"{block}_state_stop", "int64"), b.const([1], "channel_axis", "int64"),
+        name=f"{block}_past",
+    )  # fmt: skip
+    module = names.attention if block == "attention" else names.mlp
+    out, state = _convolved(lc, y, [module], half, module.removesuffix(".conv1d"))
+    presents[lc.i] = (*presents[lc.i], state)
+    if block == "mlp":
+        kv_state, attention_state, mlp_state = presents[lc.i]
+        shape = state_shapes(lc.dims, "residual_convs", lc.i)[1]
+        both = typed(b.op("Concat", attention_state, mlp_state, axis=1, name="output_states"), lc.params.dtype, shape)
+        presents[lc.i] = (kv_state, both)
+    return out
