@@ -37,8 +37,9 @@ def shared_sink_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: Mo
         )
         scores = b.op("Sigmoid", routed, name="scores")
         choosing = scores
-        bias_name = lc.name(f"{prefix}{names.expert_bias}", suffix="") if names.expert_bias else None
-        if bias_name is not None and bias_name in lc.params.store:
+        bias_module = lc.held_spelling(names.expert_bias, prefix, suffix="")
+        if bias_module is not None:
+            bias_name = lc.name(bias_module, suffix="")
             choosing = b.op("Add", scores, b.initializer(bias_name, lc.params.vector([bias_name])), name="biased")
         _, chosen = b.op_multi("TopK", choosing, b.const([moe.top_k], "k", "int64"), axis=-1, outputs=2, name="topk")
         picked = b.op("Concat", b.op("GatherElements", scores, chosen, axis=-1), b.op("Sigmoid", shared), axis=-1)

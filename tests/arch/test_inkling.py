@@ -18,11 +18,10 @@ import numpy as np
 import onnx
 import pytest
 from families import LONG_PROMPT
-from mutants import copy_package, edit_initializers, times
+from mutants import build_planted, copy_package, edit_initializers, times
 from reference import hf_logits, hf_model, ort_prefill_and_decode, ragged_logits_error
 from typer.testing import CliRunner
 
-from gqa_export.arch import SPECS
 from gqa_export.cli import app
 from gqa_export.graph import decoder, moe, residual_convs, shared_sink_routing
 from gqa_export.graph.masks import StatePadding
@@ -146,10 +145,13 @@ GRAPH_MUTANTS = {
 @pytest.mark.parametrize("mutant", GRAPH_MUTANTS)
 def test_graph_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     module, name, plant = GRAPH_MUTANTS[mutant]
-    monkeypatch.setattr(module, name, plant(getattr(module, name)))
-    out = tmp_path / mutant
-    build(BuildOptions(str(builds.checkpoint(INKLING)), out, smoke=False))
-    assert _error(out, builds.checkpoint(INKLING)) > 1e-2
+    broken = build_planted(
+        builds.checkpoint(INKLING),
+        tmp_path / mutant,
+        monkeypatch,
+        lambda m: m.setattr(module, name, plant(getattr(module, name))),
+    )
+    assert _error(broken, builds.checkpoint(INKLING)) > 1e-2
 
 
 # mutant -> the spec with one mechanism taken out
@@ -161,10 +163,8 @@ SPEC_MUTANTS = {
 
 @pytest.mark.parametrize("mutant", SPEC_MUTANTS)
 def test_spec_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
-    monkeypatch.setitem(SPECS, "inkling", replace(SPECS["inkling"], **SPEC_MUTANTS[mutant]))
-    out = tmp_path / mutant
-    build(BuildOptions(str(builds.checkpoint(INKLING)), out, smoke=False))
-    assert _error(out, builds.checkpoint(INKLING)) > 1e-2
+    broken = build_planted(builds.checkpoint(INKLING), tmp_path / mutant, monkeypatch, SPEC_MUTANTS[mutant], "inkling")
+    assert _error(broken, builds.checkpoint(INKLING)) > 1e-2
 
 
 def _state_at_the_run_end(original):
