@@ -34,6 +34,7 @@ INKLING = ArchSpec(
     layer_type_names=MappingProxyType({"hybrid": "full_attention", "hybrid_sliding": "sliding_attention"}),
     sliding_shape_keys=("swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim"),
     mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="residual_convs"),
+    head_rows_dropped=True,
     relative_bias=RelativeBiasNames(),
     residual_convs=ResidualConvNames(),
     moe=MoeSpec(

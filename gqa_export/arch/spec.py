@@ -363,6 +363,9 @@ class ArchSpec:
     sliding_shape_keys: tuple[str, str, str] | None = None
     # scores times 1 / head_dim, not head_dim ** -0.5 (Inkling: its per-head q/k RMSNorms carry the rest)
     inverse_head_dim_scale: bool = False
+    # output_vocab_size drops the logits past it from a head of vocab_size rows too (Inkling's unpadded_vocab_size;
+    # Apertus-1.5's head is stored with those rows only)
+    head_rows_dropped: bool = False
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

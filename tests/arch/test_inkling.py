@@ -201,3 +201,15 @@ def test_a_bank_of_another_extent_is_refused_in_one_sentence(tmp_path):
     (checkpoint / "config.json").write_text(json.dumps({**config, "rel_extent": 10}))
     with pytest.raises(InputError, match=r"rel_logits_proj.proj is \[3, 12\], the config gives \[3, 10\]"):
         build(BuildOptions(str(checkpoint), tmp_path / "out", smoke=False))
+
+
+def test_an_unpadded_head_keeps_its_first_rows(tmp_path):
+    """unpadded_vocab_size: HF drops the logits past it; the package's lm_head keeps only those rows."""
+    from moe_models import save_moe
+
+    checkpoint = save_moe(tmp_path / "ck", INKLING, hub_layout=False, unpadded_vocab_size=380)
+    out = tmp_path / "out"
+    build(BuildOptions(str(checkpoint), out, smoke=False))
+    tokens, got = ort_prefill_and_decode(out, list(LONG_PROMPT), steps=2)
+    assert got.shape[-1] == 380
+    assert float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(LONG_PROMPT))).max()) < 1e-4
