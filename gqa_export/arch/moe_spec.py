@@ -80,7 +80,10 @@ class MoeSpec:
     by the sum alone when normalized; MiniMax-M2 and AFMoE choose on sigmoid + the selection bias their
     checkpoints hold, `expert_bias`), "sigmoid_logits_biased" (Kolibri-1: the top k of the logits + the
     selection bias, weighted by the sigmoid of their logits, renormalized by their sum when
-    norm_topk_prob). Routers other
+    norm_topk_prob), "sigmoid_shared_sink" (Inkling: the router's last Ns rows score the shared experts;
+    the top k routed of sigmoid + the selection bias and the Ns shared experts weighted together, each
+    sigmoid over their sum, times routed_scaling_factor and `router_scale`; graph/shared_sink_routing.py).
+    Routers other
     than softmax are computed as dense weights (graph/moe.py).
     shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
