@@ -955,6 +955,7 @@ FAMILIES: tuple[Family, ...] = (
         accuracy_level=0,
         experts="fused",
         float_matmuls=True,  # the relative banks [1, d_rel, E]
+        fp16_cuda=True,
         prompt=LONG_PROMPT,
         since_major=5,
         since=(5, 25),

@@ -21,6 +21,7 @@ import onnx_ir as ir
 from gqa_export.graph.blocks import LayerContext, head_norm, linear
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.masks import token_positions
+from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META
 from gqa_export.graph.residual_convs import convolved_keys_values
 from gqa_export.model.dims import ModelDims
 
@@ -56,13 +57,19 @@ def relative_distances(
             out.outside[extent] = b.op("Or", b.op("Less", distance, zero), beyond, name=f"outside{extent}")
         if relative.log_floor:  # 1 + alpha log(max((p + 1) / floor, 1)), float32 as HF
             count = b.op("Cast", b.op("Add", positions, b.const([1], "one", "int64")), to=ir.DataType.FLOAT)
-            ratio = b.op("Div", count, b.const(np.asarray(relative.log_floor, np.float32), "floor"))
-            log = b.op("Log", b.op("Max", ratio, b.const(np.asarray(1.0, np.float32), "unit")))
-            alpha = b.const(np.asarray(relative.log_alpha, np.float32), "alpha")
-            tau = b.op("Add", b.op("Mul", log, alpha), b.const(np.asarray(1.0, np.float32), "one_f"))
+            ratio = b.op("Div", count, _float32(b, relative.log_floor, "floor"))
+            log = b.op("Log", b.op("Max", ratio, _float32(b, 1.0, "unit")))
+            tau = b.op("Add", b.op("Mul", log, _float32(b, relative.log_alpha, "alpha")), _float32(b, 1.0, "one_f"))
             tau = b.op("Unsqueeze", tau, b.const([2], "last_axis", "int64"))  # [B,S,1]
             out = RelativeDistances(out.index, out.outside, b.op("Cast", tau, to=dtype, name="log_scale"))
     return out
+
+
+def _float32(b: GraphBuilder, value: float, name: str) -> ir.Value:
+    """A float32 scalar of the log scale, which HF computes in float32 whatever the model's dtype."""
+    const = b.const(np.asarray(value, np.float32), name)
+    const.meta[WIDER_THAN_IO_META] = True
+    return const
 
 
 def relative_attention_inputs(
@@ -116,7 +123,7 @@ def _bias(lc: LayerContext, x: ir.Value, distances: RelativeDistances, scale: ir
         logits = b.op("Transpose", logits, perm=[0, 2, 1, 3], name="per_head")  # [B,Nq,S,E]
         index = b.op("Expand", distances.index[extent], b.const([1, heads, 1, 1], "head_expand", "int64"))
         bias = b.op("GatherElements", logits, index, axis=3, name="at_distance")
-        zero = b.op("CastLike", b.const(np.asarray(0.0, np.float32), "zero"), bias)
+        zero = b.const(np.asarray(0.0, NUMPY_DTYPES[params.dtype]), "zero")
         bias = b.op("Where", distances.outside[extent], zero, bias, name="within_extent")
         if scale is not None:  # [B,S,1] -> [B,1,S,1]
             bias = b.op("Mul", bias, b.op("Unsqueeze", scale, b.const([1], "head_axis", "int64")), name="log_scaled")

@@ -65,8 +65,8 @@ def sink_shared_experts(lc: LayerContext, x: ir.Value, prefix: str) -> ir.Value:
     names = lc.spec.moe.names  # type: ignore[union-attr]
     assert moe is not None and lc.carried is not None and names.shared_expert is not None
     gammas = lc.carried.pop(GAMMAS)
-    if gammas.type is not None and gammas.dtype != params.dtype:  # routed in float32 (spec router_dtype)
-        gammas = b.op("Cast", gammas, to=params.dtype, name="shared_gammas")
+    if lc.spec.moe.router_dtype == "float32" and params.dtype != ir.DataType.FLOAT:  # type: ignore[union-attr]
+        gammas = b.op("Cast", gammas, to=params.dtype, name="shared_gammas")  # routed in float32, weighted in ours
     width, count = moe.intermediate, moe.shared_intermediate // moe.intermediate
     module = f"{prefix}{names.shared_expert}"
     hidden = lc.dims.hidden_size
