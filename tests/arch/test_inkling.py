@@ -213,3 +213,14 @@ def test_an_unpadded_head_keeps_its_first_rows(tmp_path):
     tokens, got = ort_prefill_and_decode(out, list(LONG_PROMPT), steps=2)
     assert got.shape[-1] == 380
     assert float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(LONG_PROMPT))).max()) < 1e-4
+
+
+def test_a_quantized_kv_cache_is_refused_in_one_line(builds, tmp_path):
+    """The quantized-cache GQA path takes no attention_bias, which carries the relative bias."""
+    args = ["build", str(builds.checkpoint(INKLING)), "-o", str(tmp_path / "p"), "--kv-cache", "int8", "--no-smoke"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert [line for line in result.output.splitlines() if line.startswith("error:")] == [
+        "error: --kv-cache cannot be combined with GQA's attention bias (attention.bias_op gqa, or the relative "
+        "position bias of a family such as Inkling)"
+    ]
