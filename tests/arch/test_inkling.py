@@ -224,3 +224,31 @@ def test_a_quantized_kv_cache_is_refused_in_one_line(builds, tmp_path):
         "error: --kv-cache cannot be combined with GQA's attention bias (attention.bias_op gqa, or the relative "
         "position bias of a family such as Inkling)"
     ]
+
+
+def test_a_config_with_local_layer_ids_exports_the_same_package(builds, tmp_path):
+    """A config that spells the layer kinds as local_layer_ids and the dense prefix as dense_mlp_idx (no layer_types /
+    mlp_layer_types; the class derives them) gives the registry package byte for byte."""
+    import shutil
+
+    checkpoint = tmp_path / "ck"
+    shutil.copytree(builds.checkpoint(INKLING), checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    assert config.pop("layer_types") == ["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"]
+    assert config.pop("mlp_layer_types") == ["dense", "sparse", "sparse", "sparse"]
+    (checkpoint / "config.json").write_text(json.dumps({**config, "local_layer_ids": [0, 2], "dense_mlp_idx": 1}))
+    build(BuildOptions(str(checkpoint), tmp_path / "out", smoke=False))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "out" / name).read_bytes() == (builds.package(INKLING) / name).read_bytes(), name
+
+
+def test_without_log_scaling_matches_hf(tmp_path):
+    """log_scaling_n_floor unset (the class's default): no log scale in the graph, still HF's logits."""
+    from moe_models import save_moe
+
+    checkpoint = save_moe(tmp_path / "ck", INKLING, hub_layout=False, log_scaling_n_floor=None)
+    out = tmp_path / "out"
+    build(BuildOptions(str(checkpoint), out, smoke=False))
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    assert not any("log_scale" in n.name for n in graph.node)
+    assert _error(out, checkpoint) < 1e-4
