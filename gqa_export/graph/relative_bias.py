@@ -28,8 +28,9 @@ from gqa_export.model.dims import ModelDims
 
 @dataclass(frozen=True)
 class RelativeDistances:
-    """Graph-wide values every layer's bias reads: per extent E, the gather index clamp(p - t, 0, E - 1) and
-    where p - t falls outside [0, E), both [B, 1, S, T]; the full layers' log scale [B, S, 1] (None: none)."""
+    """Graph-wide values every layer's bias reads: per extent E, the gather index clamp(p - t, 0, E - 1) [B, S, T, 1]
+    (GatherND's rows, shared by the heads) and where p - t falls outside [0, E) [B, 1, S, T]; the full layers' log
+    scale [B, S, 1] (None: none)."""
 
     index: dict[int, ir.Value] = field(default_factory=dict)
     outside: dict[int, ir.Value] = field(default_factory=dict)
@@ -52,7 +53,8 @@ def relative_distances(
         zero = b.const([0], "zero", "int64")
         for extent in sorted(set(relative.extents)):
             last = b.const([extent - 1], f"last{extent}", "int64")
-            out.index[extent] = b.op("Min", b.op("Max", distance, zero), last, name=f"index{extent}")
+            clamped = b.op("Min", b.op("Max", distance, zero), last, name=f"clamped{extent}")
+            out.index[extent] = b.op("Transpose", clamped, perm=[0, 2, 3, 1], name=f"index{extent}")  # [B,S,T,1]
             beyond = b.op("Greater", distance, last, name=f"beyond{extent}")
             out.outside[extent] = b.op("Or", b.op("Less", distance, zero), beyond, name=f"outside{extent}")
         if relative.log_floor:  # 1 + alpha log(max((p + 1) / floor, 1)), float32 as HF
@@ -119,10 +121,11 @@ def _bias(lc: LayerContext, x: ir.Value, distances: RelativeDistances, scale: ir
         states = b.op("Reshape", states, b.const([0, 0, heads, width], "relative_heads", "int64"))  # [B,S,Nq,dr]
         # [1, d_rel, E]: a 3-D MatMul weight, which int4 / int8 keep float (d_rel rows are fewer than a block)
         bank = params.derived(bank_name, lambda w: w[None], shape=(1, width, extent))
-        logits = b.op("MatMul", states, b.initializer(bank_name, bank), name="bank")
-        logits = b.op("Transpose", logits, perm=[0, 2, 1, 3], name="per_head")  # [B,Nq,S,E]
-        index = b.op("Expand", distances.index[extent], b.const([1, heads, 1, 1], "head_expand", "int64"))
-        bias = b.op("GatherElements", logits, index, axis=3, name="at_distance")
+        logits = b.op("MatMul", states, b.initializer(bank_name, bank), name="bank")  # [B,S,Nq,E]
+        # each query's row of distances gathers every head's logit at once: an index [B,S,T,1], not one per head
+        logits = b.op("Transpose", logits, perm=[0, 1, 3, 2], name="by_distance")  # [B,S,E,Nq]
+        bias = b.op("GatherND", logits, distances.index[extent], batch_dims=2, name="at_distance")  # [B,S,T,Nq]
+        bias = b.op("Transpose", bias, perm=[0, 3, 1, 2], name="per_head")  # [B,Nq,S,T]
         zero = b.const(np.asarray(0.0, NUMPY_DTYPES[params.dtype]), "zero")
         bias = b.op("Where", distances.outside[extent], zero, bias, name="within_extent")
         if scale is not None:  # [B,S,1] -> [B,1,S,1]
