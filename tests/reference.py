@@ -42,7 +42,7 @@ POSITIONS_NOT_FROM_CACHE = frozenset({"bamba", "recurrent_gemma", "minimax"})
 CACHE_KEYWORD = frozenset(
     {
         "mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma", "minimax", "xlstm", "ergo", "dory",
-        "inkling_text",
+        "inkling_text", "inkling2_text",
     }
 )  # fmt: skip
 # classes that keep their recurrent state in their modules and return no cache (RecurrentGemma): the

@@ -59,13 +59,6 @@ REFUSED: dict[str, str] = {
     "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "
     "multiply-xor hashes of the last token ids) through a dilated convolution, two more states per layer, which "
     "gqa-export does not build yet (docs/coverage.md §11)",
-    "inkling2_text": "no spec yet: Inkling2 has Inkling's relative position bias and residual convolutions (built for "
-    "inkling_text) but also needs block attention residuals (each layer's attention and MLP inputs and the final "
-    "norm's an attention of learned queries over the normed outputs of earlier blocks of layers, the full layers' "
-    "queries, keys and values from three of them), per-token convolution taps on the full layers' keys and values, "
-    "L2 clips with learned scales on queries, keys and relative states, a sigmoid gate before o_proj and experts "
-    "whose SwiGLU tanh-caps gate and up, which gqa-export does not build yet; its per-token sinks fit "
-    "GroupQueryAttention as the bias minus the sink with a zero head_sink (docs/coverage.md §21)",
     "inkling2_loop_text": "no spec yet: Inkling2-Loop needs Inkling2's mechanisms and its loop layers run "
     "loop_num_passes times, each pass with its own KV cache and convolution states and gated messages from the "
     "previous pass, which gqa-export does not build yet (docs/coverage.md §11)",

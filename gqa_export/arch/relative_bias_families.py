@@ -6,7 +6,12 @@ from types import MappingProxyType
 
 from gqa_export.arch.mixer_spec import MixerSpec
 from gqa_export.arch.moe_spec import MoeNames, MoeSpec
-from gqa_export.arch.relative_bias_spec import RelativeBiasNames, ResidualConvNames
+from gqa_export.arch.relative_bias_spec import (
+    BlockResidualNames,
+    ClippedAttentionNames,
+    RelativeBiasNames,
+    ResidualConvNames,
+)
 from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
 
 # Inkling (transformers 5.25, `inkling_text`): pre-norm layers, every one attention without RoPE ("hybrid" full,
@@ -54,4 +59,54 @@ INKLING = ArchSpec(
     ),
 )
 
-RELATIVE_BIAS_FAMILIES = (INKLING,)
+# Inkling2 (transformers 5.25, `inkling2_text`): Inkling's layers and their relative bias and residual convolutions
+# (outputs over sqrt(K + 1)), with each layer's attention, MLP and final-norm inputs attended over stacked block
+# states (graph/block_residuals.py); learned-scale L2 clips on queries and relative states, keys clipped, values
+# RMS-normed without a weight, a sink logit per token and head, the full layers' keys and values convolved with
+# per-token taps (graph/clipped_attention.py), a sigmoid gate of the layer input before o_proj, scores times
+# head_dim ** -0.5; every layer's MLP experts whose SwiGLU soft-caps the gate's linear factor and up (plain ops)
+# under a sigmoid router renormalized; logits soft-capped, the lm_head stored unpadded_vocab_size rows
+INKLING2 = ArchSpec(
+    name="inkling2",
+    rope_layers="none",
+    embedding_norm="embed_tokens.embed_norm.weight",
+    layer=LayerNames(
+        q="self_attn.q_proj.linear",
+        k="self_attn.k_proj.linear",
+        v="self_attn.v_proj.linear",
+        o="self_attn.o_proj.linear",
+        output_gate="self_attn.o_proj.gate_proj",
+    ),
+    layer_type_names=MappingProxyType({"hybrid": "full_attention", "hybrid_sliding": "sliding_attention"}),
+    sliding_shape_keys=("swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim"),
+    mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="residual_convs"),
+    relative_bias=RelativeBiasNames(
+        r_proj="self_attn.relative_position_bias.linear",
+        bank="self_attn.relative_position_bias.proj",
+        clipped=ClippedAttentionNames(),
+    ),
+    residual_convs=ResidualConvNames(
+        key="self_attn.k_proj.sconv.conv1d",
+        value="self_attn.v_proj.sconv.conv1d",
+        attention="post_attention_convolution.conv1d",
+        mlp="post_mlp_convolution.conv1d",
+        scaled=True,
+    ),
+    block_residuals=BlockResidualNames(),
+    moe=MoeSpec(
+        MoeNames(expert_bias="gate.e_score_correction_bias"),
+        routing="sigmoid_topk",
+        normalize=True,
+        activation="swiglu_softcapped",
+        router_dtype="float32",
+    ),
+    config_keys=config_keys(
+        sliding_window="sliding_window_size|sliding_window",
+        routed_scaling="route_scale",
+        output_vocab_size="unpadded_vocab_size",
+        conv_kernel="conv_kernel_size|sconv_kernel_size",
+        expert_intermediate_size="moe_intermediate_size",
+    ),
+)
+
+RELATIVE_BIAS_FAMILIES = (INKLING, INKLING2)

@@ -23,6 +23,39 @@ class RelativeBiasNames:
     extent: str = "rel_extent"
     log_floor: str = "log_scaling_n_floor"
     log_alpha: str = "log_scaling_alpha"
+    # Inkling2's clipped attention (graph/clipped_attention.py); None: Inkling's q/k RMSNorms, no sinks
+    clipped: ClippedAttentionNames | None = None
+
+
+@dataclass(frozen=True)
+class ClippedAttentionNames:
+    """Inkling2's attention inputs: queries times a learned [Nq, D] scale, keys as they are and the relative states
+    times a learned [Nq, d_rel] scale, each head vector L2-clipped (scaled down to the config's threshold where
+    longer; the full layers' queries and relative states then log-scaled), values RMS-normed without a weight; a
+    sink logit per token and head (`sink`, zero value); the full layers' keys and values convolved with taps
+    `static_weight` [K, C] plus `weight_proj`(their input) [Nkv K] per token (`key_taps`, `value_taps`)."""
+
+    query_scale: str = "self_attn.q_proj.norm.scale"
+    relative_scale: str = "self_attn.relative_position_bias.norm.scale"
+    clip: str = "qk_l2_clip_threshold"
+    relative_clip: str = "rel_l2_clip_threshold"
+    sink: str = "self_attn.sink_proj"
+    key_taps: str = "self_attn.k_proj.sconv"
+    value_taps: str = "self_attn.v_proj.sconv"
+
+
+@dataclass(frozen=True)
+class BlockResidualNames:
+    """Inkling2's block attention residuals (graph/block_residuals.py): every `block_size` layers the layer input
+    joins a stack of block states; each layer's attention input (a full layer's three: queries', keys' and values',
+    each then normed by its own `input_norms`), its MLP input and the final norm's input are an attention of learned
+    queries over the weightless-RMS-normed stack and the running partial sum."""
+
+    attention: str = "attention_input.query"
+    mlp: str = "mlp_input.query"
+    final: str = "final_input.query"
+    input_norms: tuple[str, str, str] = ("q_input_layernorm", "k_input_layernorm", "v_input_layernorm")
+    block_size: str = "n_layers_per_attn_res_block"
 
 
 @dataclass(frozen=True)
@@ -37,3 +70,4 @@ class ResidualConvNames:
     value: str = "self_attn.v_sconv.conv1d"
     attention: str = "attn_sconv.conv1d"
     mlp: str = "mlp_sconv.conv1d"
+    scaled: bool = False  # Inkling2: the sum over sqrt(K + 1) (per-token taps: sqrt(2K + 1))

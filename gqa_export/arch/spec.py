@@ -32,7 +32,7 @@ from gqa_export.arch.moe_spec import PER_EXPERT_W as PER_EXPERT_W
 from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
 from gqa_export.arch.ngpt_spec import NgptNames
-from gqa_export.arch.relative_bias_spec import RelativeBiasNames, ResidualConvNames
+from gqa_export.arch.relative_bias_spec import BlockResidualNames, RelativeBiasNames, ResidualConvNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.stream_spec import (
     AlternatingUpdateNames,
@@ -359,6 +359,7 @@ class ArchSpec:
     # KV cache (Inkling; arch/relative_bias_spec.py, graph/relative_bias.py, graph/residual_convs.py)
     relative_bias: RelativeBiasNames | None = None
     residual_convs: ResidualConvNames | None = None
+    block_residuals: BlockResidualNames | None = None  # Inkling2: inputs attended over stacked block states
     # the config keys of the sliding layers' own (query heads, kv heads, head_dim) (Inkling's swa_*); None: the model's
     sliding_shape_keys: tuple[str, str, str] | None = None
     # scores times 1 / head_dim, not head_dim ** -0.5 (Inkling: its per-head q/k RMSNorms carry the rest)

@@ -21,9 +21,11 @@ from gqa_export.graph.affine_residual import input_affine
 from gqa_export.graph.alibi import alibi_bias
 from gqa_export.graph.alternating_updates import alternating_layer, merge_streams, spread_streams
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
+from gqa_export.graph.block_residuals import block_attention, block_residual_layer
 from gqa_export.graph.blocks import LayerContext, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.cca import cca_qkv
+from gqa_export.graph.clipped_attention import clipped_attention_inputs
 from gqa_export.graph.decoder_layer import attention_block, block_norm, decoder_layer, layer_mlp, layer_scalar
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.hyper_connections import collapse_streams, expand_streams, hyper_layer
@@ -133,6 +135,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     carried: dict[str, ir.Value] = {}  # values one layer hands the next (ZAYA's router stream)
     streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
     loop = loop_stream(b, dims, params)  # Dory: the middle layers run in a loop
+    blocks: list[ir.Value] | None = [] if spec.block_residuals is not None else None  # Inkling2's block states
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"), shared_weights(b, streams is not None or loop is not None):
             layer = dims.layers[i]
@@ -159,6 +162,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 layer_fn = partial(decoder_layer, attention=attention, state=state)
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
                 continue
+            if blocks is not None:  # Inkling2: its inputs attended over the stacked block states
+                assert attention is not None
+                h, kv[i] = block_residual_layer(lc, h, blocks, attention)
+                continue
             if dims.hyper:  # each block reads a weighted sum of the copies and is spread back over them
                 assert attention is not None and state is None
                 h, kv[i] = hyper_layer(lc, h, partial(attention_block, attention=attention), layer_mlp, block_norm)
@@ -176,6 +183,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     check_matched(lora)
     h = merge_streams(b, h, dims, spec, params) if dims.altup else h
     h = collapse_streams(b, h, dims, spec, params) if dims.hyper else h
+    if blocks is not None and spec.block_residuals is not None:  # the final norm's input attended over the blocks
+        with b.scope("final_input"):
+            h = block_attention(b, params, spec.tensor(spec.block_residuals.final), blocks, h, dims.hidden_size)[0]
     x = final_norm(b, h, spec, params, dims)
     add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))
     for i in dims.cache_layers:
@@ -240,8 +250,10 @@ def _attention_fn(
             bias = biases.get(mask_kind(opts, layer))
             sinks = attention_sinks(lc)
             if distances is not None:  # the bias goes in as a score bias; keys slotted by position (no window cache)
-                qkv, relative = relative_attention_inputs(lc, x, distances)
-                out, key, value = gqa(b, qkv, past, ctx, lc.dims, layer, False, relative, sinks, additive=True)
+                clipped = spec.relative_bias is not None and spec.relative_bias.clipped is not None
+                inputs = clipped_attention_inputs if clipped else relative_attention_inputs  # Inkling2's / Inkling's
+                qkv, relative, head_sink = inputs(lc, x, distances)  # type: ignore[operator]
+                out, key, value = gqa(b, qkv, past, ctx, lc.dims, layer, False, relative, head_sink, additive=True)
                 assert key is not None and value is not None
                 return out, LayerKV(key, value, key, value)
             if lc.dims.latent is not None:

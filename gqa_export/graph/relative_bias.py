@@ -13,6 +13,7 @@ config sets log_scaling_n_floor (HF's log scaling, computed in float32 as HF doe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,10 +77,10 @@ def _float32(b: GraphBuilder, value: float, name: str) -> ir.Value:
 
 def relative_attention_inputs(
     lc: LayerContext, x: ir.Value, distances: RelativeDistances
-) -> tuple[tuple[ir.Value, ir.Value, ir.Value], ir.Value]:
-    """((query, key, value) [B,S,heads*D] for GroupQueryAttention, its attention_bias [B,Nq,S,T]): the keys
-    and values through their residual convolution before the per-head q/k RMSNorms (graph/residual_convs.py),
-    the full layers' queries log-scaled."""
+) -> tuple[tuple[ir.Value, ir.Value, ir.Value], ir.Value, None]:
+    """((query, key, value) [B,S,heads*D] for GroupQueryAttention, its attention_bias [B,Nq,S,T], no head_sink):
+    the keys and values through their residual convolution before the per-head q/k RMSNorms
+    (graph/residual_convs.py), the full layers' queries log-scaled."""
     L, b, layer = lc.spec.layer, lc.b, lc.layer
     heads, kv_heads, d = lc.dims.num_heads, layer.num_kv_heads, layer.head_dim
     attention = L.q.rpartition(".")[0]
@@ -95,7 +96,7 @@ def relative_attention_inputs(
     scale = distances.log_scale if layer.window <= 0 else None
     if scale is not None:
         q = b.op("Mul", q, scale, name="query_log_scale")
-    return (q, k, v), _bias(lc, x, distances, scale)
+    return (q, k, v), relative_bias(lc, x, distances, scale), None
 
 
 def _normed_heads(lc: LayerContext, x: ir.Value, module: str | None, heads: int, tag: str) -> ir.Value:
@@ -105,8 +106,16 @@ def _normed_heads(lc: LayerContext, x: ir.Value, module: str | None, heads: int,
     return b.op("Reshape", y, b.const([0, 0, heads * d], f"{tag}_flat", "int64"))
 
 
-def _bias(lc: LayerContext, x: ir.Value, distances: RelativeDistances, scale: ir.Value | None) -> ir.Value:
-    """[B,Nq,S,T]: each query's relative logits at its distance to each key slot, zero outside [0, E)."""
+def relative_bias(
+    lc: LayerContext,
+    x: ir.Value,
+    distances: RelativeDistances,
+    scale: ir.Value | None,
+    transform: Callable[[ir.Value], ir.Value] | None = None,
+) -> ir.Value:
+    """[B,Nq,S,T]: each query's relative logits at its distance to each key slot, zero outside [0, E), times the
+    log `scale` where given. `transform`: applied to the relative states [B,S,Nq,d_rel] before the bank (Inkling2's
+    learned-scale L2 clip)."""
     names, b, params, heads = lc.spec.relative_bias, lc.b, lc.params, lc.dims.num_heads
     assert names is not None and lc.dims.relative is not None
     extent, width = lc.dims.relative.extents[lc.i], lc.dims.relative.width
@@ -119,6 +128,7 @@ def _bias(lc: LayerContext, x: ir.Value, distances: RelativeDistances, scale: ir
     with b.scope("relative_bias"):
         states = linear(lc, x, [names.r_proj], None, "r_proj")
         states = b.op("Reshape", states, b.const([0, 0, heads, width], "relative_heads", "int64"))  # [B,S,Nq,dr]
+        states = transform(states) if transform is not None else states
         # [1, d_rel, E]: a 3-D MatMul weight, which int4 / int8 keep float (d_rel rows are fewer than a block)
         bank = params.derived(bank_name, lambda w: w[None], shape=(1, width, extent))
         logits = b.op("MatMul", states, b.initializer(bank_name, bank), name="bank")  # [B,S,Nq,E]

@@ -20,10 +20,12 @@ docs/hybrid-state.md §1.5). The layer's present states are complete once its ML
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.blocks import LayerContext
+from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
+from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.graph.recurrent_state import state_shapes, without_padding
 
 B, S = "batch_size", "sequence_length"
@@ -45,14 +47,65 @@ def _convolved(
         history = b.op("Concat", past, masked, axis=2, name="past_and_run")  # [B, C, K - 1 + S]
         conv = b.op("Conv", history, b.initializer(graph_name, kernel), group=channels, name="conv")
         y = b.op("Add", x, b.op("Transpose", conv, perm=[0, 2, 1], name="channels_last"), name="residual")
+        y = _scaled(lc, y, width + 2)  # Inkling2: over sqrt(K + 1)
         index = lc.padding.conv_state_index(b, width, channels)
         state = b.op("GatherElements", history, index, axis=2, name="conv_state")
     return typed(y, params.dtype, [B, S, channels]), typed(state, params.dtype, [B, channels, width])
 
 
-def convolved_keys_values(lc: LayerContext, k: ir.Value, v: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """The key and value projections [B,S,Nkv*D] each plus its convolution (one Conv over k | v); their state
-    becomes the layer's conv state."""
+def _scaled(lc: LayerContext, y: ir.Value, terms: int) -> ir.Value:
+    """y / sqrt(terms) where the spec scales its convolutions' sums (Inkling2), else y."""
+    names = lc.spec.residual_convs
+    if names is None or not names.scaled:
+        return y
+    root = lc.b.const(np.asarray(np.sqrt(terms), NUMPY_DTYPES[lc.params.dtype]), f"sqrt{terms}")
+    return lc.b.op("Div", y, root, name="scaled_sum")
+
+
+def _tapped(
+    lc: LayerContext, x: ir.Value, taps: str, dynamic_input: ir.Value, past: ir.Value, name: str
+) -> tuple[ir.Value, ir.Value]:
+    """Inkling2's per-token taps: x [B,S,C] + sum over lags j < K of (static_weight[j] + weight_proj(input)[j] of
+    the channel's kv head) x the input j steps back, over sqrt(2K + 1); the new state as `_convolved`'s."""
+    b, params = lc.b, lc.params
+    assert lc.padding is not None
+    static_name = lc.name(f"{taps}.static_weight", suffix="")
+    kernel, channels = (int(d) for d in params.store.info(static_name).shape)
+    heads, width = lc.layer.num_kv_heads, kernel - 1
+    with b.scope(name):
+        masked = b.op("Transpose", without_padding(lc, x), perm=[0, 2, 1], name="channels_first")
+        history = b.op("Concat", past, masked, axis=2, name="past_and_run")  # [B, C, K - 1 + S]
+        steps = b.op("Transpose", history, perm=[0, 2, 1], name="steps")  # [B, K - 1 + S, C]
+        axis = b.const([1], "time_axis", "int64")
+        tap_axis = b.const([3], "tap_axis", "int64")
+        lags = []  # lag j: the inputs j steps back of each run position, [B, S, C, 1]
+        for j in range(kernel):
+            stop = b.const([-j if j else 2**62], f"stop{j}", "int64")
+            lag = b.op("Slice", steps, b.const([width - j], f"start{j}", "int64"), stop, axis, name=f"lag{j}")
+            lags.append(b.op("Unsqueeze", lag, tap_axis))
+        windows = b.op(
+            "Reshape", b.op("Concat", *lags, axis=3), b.const([0, 0, heads, -1, kernel], "per_head", "int64")
+        )
+        dynamic = linear(lc, dynamic_input, [f"{taps}.weight_proj"], None, "weight_proj")  # [B, S, Nkv K]
+        dynamic = b.op("Reshape", dynamic, b.const([0, 0, heads, 1, kernel], "taps_shape", "int64"))
+        static = params.derived(
+            static_name, lambda w: w.T.reshape(heads, -1, kernel), shape=(heads, channels // heads, kernel)
+        )
+        weights = b.op("Add", b.initializer(static_name, static), dynamic, name="taps")  # [B, S, Nkv, D, K]
+        summed = b.op("ReduceSum", b.op("Mul", windows, weights), b.const([-1], "last", "int64"), keepdims=0)
+        y = b.op("Add", x, b.op("Reshape", summed, b.const([0, 0, channels], "flat", "int64")), name="residual")
+        y = _scaled(lc, y, 2 * kernel + 1)
+        index = lc.padding.conv_state_index(b, width, channels)
+        state = b.op("GatherElements", history, index, axis=2, name="conv_state")
+    return typed(y, params.dtype, [B, S, channels]), typed(state, params.dtype, [B, channels, width])
+
+
+def convolved_keys_values(
+    lc: LayerContext, k: ir.Value, v: ir.Value, inputs: tuple[ir.Value, ir.Value] | None = None
+) -> tuple[ir.Value, ir.Value]:
+    """The key and value projections [B,S,Nkv*D] each plus its convolution (one Conv over k | v; Inkling2's full
+    layers: per-token taps from `inputs`, the keys' and values' own layer inputs); their state becomes the layer's
+    conv state."""
     assert lc.state_io is not None and lc.spec.residual_convs is not None
     names, b = lc.spec.residual_convs, lc.b
     (past_conv, _), presents = lc.state_io
@@ -63,8 +116,20 @@ def convolved_keys_values(lc: LayerContext, k: ir.Value, v: ir.Value) -> tuple[i
             "Slice", past_conv, b.const([0], "kv_state_start", "int64"), b.const([2 * width], "kv_state_stop", "int64"),
             b.const([1], "channel_axis", "int64"), name="kv_past",
         )  # fmt: skip
-    kv = b.op("Concat", k, v, axis=-1, name="kv_projections")
-    out, state = _convolved(lc, kv, [names.key, names.value], past_conv, "self_attn.kv_sconv")
+    clipped = lc.spec.relative_bias.clipped if lc.spec.relative_bias is not None else None
+    if clipped is not None and lc.layer.window <= 0:  # Inkling2's full layers: per-token taps, k and v apart
+        assert inputs is not None
+        halves = [
+            b.op("Slice", past_conv, b.const([start], f"{tag}_state_start", "int64"),
+                 b.const([start + width], f"{tag}_state_stop", "int64"), b.const([1], "channel_axis", "int64"))
+            for start, tag in ((0, "k"), (width, "v"))
+        ]  # fmt: skip
+        k, k_state = _tapped(lc, k, clipped.key_taps, inputs[0], halves[0], "self_attn.k_proj.sconv")
+        v, v_state = _tapped(lc, v, clipped.value_taps, inputs[1], halves[1], "self_attn.v_proj.sconv")
+        out, state = None, b.op("Concat", k_state, v_state, axis=1, name="kv_state")
+    else:
+        kv = b.op("Concat", k, v, axis=-1, name="kv_projections")
+        out, state = _convolved(lc, kv, [names.key, names.value], past_conv, "self_attn.kv_sconv")
     if shared > 2 * width:  # zeros past them, the state's shape every layer shares
         pads = b.const([0, 0, 0, 0, shared - 2 * width, 0], "kv_state_pads", "int64")
         state = typed(
@@ -73,6 +138,8 @@ def convolved_keys_values(lc: LayerContext, k: ir.Value, v: ir.Value) -> tuple[i
             [B, shared, int(state_shapes(lc.dims, "residual_convs")[0][2])],
         )
     presents[lc.i] = (state,)
+    if out is None:
+        return k, v
     k, v = b.op_multi("Split", out, b.const([width, width], "kv_split", "int64"), axis=-1, outputs=2, name="kv_split")
     return k, v
 

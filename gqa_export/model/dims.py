@@ -130,6 +130,7 @@ class ModelDims:
     ngpt: NgptDims | None = None  # the nGPT layer's scale constants (Dory)
     inverse_head_dim_scale: bool = False  # scores times 1 / head_dim (ArchSpec.inverse_head_dim_scale)
     relative: RelativeBiasDims | None = None  # the relative position bias's widths and log scaling (Inkling)
+    block_size: int = 0  # layers per block of the block attention residuals (Inkling2); 0: none
 
     @property
     def logits_width(self) -> int:
@@ -345,6 +346,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         ngpt=ngpt_dims(opt, spec),
         inverse_head_dim_scale=spec.inverse_head_dim_scale,
         relative=relative_bias_dims(config, spec, layers),
+        block_size=int(config_get(config, spec.block_residuals.block_size)) if spec.block_residuals else 0,
     )
 
 

@@ -22,6 +22,7 @@ class RelativeBiasDims:
     extents: tuple[int, ...]
     log_floor: int = 0
     log_alpha: float = 0.0
+    clips: tuple[float, float] = (0.0, 0.0)  # Inkling2's L2-clip thresholds: (queries and keys, relative states)
 
 
 def relative_bias_dims(config: Any, spec: ArchSpec, layers: Sequence[LayerDims]) -> RelativeBiasDims | None:
@@ -39,4 +40,7 @@ def relative_bias_dims(config: Any, spec: ArchSpec, layers: Sequence[LayerDims])
         extents=extents,
         log_floor=int(floor) if floor else 0,
         log_alpha=float(config_get(config, names.log_alpha) or 0.0),
+        clips=(float(config_get(config, names.clipped.clip)), float(config_get(config, names.clipped.relative_clip)))
+        if names.clipped is not None
+        else (0.0, 0.0),
     )

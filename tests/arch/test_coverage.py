@@ -118,7 +118,10 @@ def no_weight_read(monkeypatch):
         (dict(model_type="reformer", architectures=["ReformerModelWithLMHead"]), REFUSED["reformer"]),
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # read, not built: its line names the mechanisms (arch/refused_types.py)
-        (dict(model_type="inkling2_text", architectures=["Inkling2ForCausalLM"]), REFUSED["inkling2_text"]),
+        (
+            dict(model_type="inkling2_loop_text", architectures=["Inkling2LoopForCausalLM"]),
+            REFUSED["inkling2_loop_text"],
+        ),
         # a multimodal class whose text decoder is a supported family: refused by its own type
         (dict(model_type="llava", architectures=["LlavaForConditionalGeneration"]), REFUSED["llava"]),
         # refused by mechanism (transformers 5.25): a drafter fed the target's KV cache, byte patches
