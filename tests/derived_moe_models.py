@@ -544,6 +544,32 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # DeepSeek-V4: sliding_attention layers only (window 8; the compressed-KV ones are refused), one KV head of 40
+    # that is key and value, RoPE on its trailing 8 channels, q-LoRA 24, the output in 2 groups of rank 12, a sink per
+    # head; layer 0 hash-routed (tid2eid drawn in `finish`), then the top 2 of 8 on sqrt(softplus) + selection bias,
+    # x2.5, routed and shared SwiGLU clipped at 0.6; 3 hyper-connection copies with Sinkhorn comb (maps drawn)
+    "deepseek_v4": (
+        dict(
+            num_key_value_heads=1,
+            head_dim=40,
+            partial_rotary_factor=0.2,
+            q_lora_rank=24,
+            o_groups=2,
+            o_lora_rank=12,
+            layer_types=["sliding_attention"] * 3,
+            mlp_layer_types=["hash_moe", "moe", "moe"],
+            sliding_window=8,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            routed_scaling_factor=2.5,
+            swiglu_limit=0.6,
+            hc_mult=3,
+            hc_sinkhorn_iters=20,
+            rms_norm_eps=1e-6,
+        ),
+        (),
+    ),
     # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
     # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
     # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups
@@ -737,8 +763,10 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
                 if ("layernorm.0." in name or "layernorm.1." in name) and name.endswith("weight"):
                     p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 1.0)
         _longcat_routers(model, g)
-    if model_type == "hy_v4":
+    if model_type in ("hy_v4", "deepseek_v4"):
         _hyper_connections(model, g)
+    if model_type == "deepseek_v4":
+        _hash_table(model, g)
     if model_type == "zaya":
         _zaya(model, g)
     if model_type == "ergo":  # the residual gates (zeros at init: a = 1/2 on every channel) drawn per channel
@@ -765,6 +793,16 @@ def _hyper_connections(model: Any, g: torch.Generator) -> None:
                 p.copy_(torch.rand(p.shape, generator=g) + 0.5)
             elif leaf in ("base", "hc_base"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+
+
+def _hash_table(model: Any, g: torch.Generator) -> None:
+    """DeepSeek-V4's token id -> experts tables (zeros at init: every token on expert 0 twice): k distinct experts
+    per id, drawn."""
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("tid2eid"):
+                rows = [torch.randperm(model.config.n_routed_experts, generator=g)[: buffer.shape[1]] for _ in buffer]
+                buffer.copy_(torch.stack(rows))
 
 
 def _longcat_routers(model: Any, g: torch.Generator) -> None:

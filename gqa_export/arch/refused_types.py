@@ -50,10 +50,6 @@ REFUSED: dict[str, str] = {
         "pp_formulanet", "qianfan_ocr", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen4_exp", "smolvlm",
         "step3p7", "unlimited_ocr", "video_llama_3", "video_llava", "vipllava",
     ),
-    # read in issue #39's next round: buildable, not built yet (docs/coverage.md §7 says what each needs)
-    "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
-    "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
-    "experts, which gqa-export does not build yet (docs/coverage.md §7)",
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
     "qwen4_exp_text": "no spec yet: Qwen4-Exp needs hyper-connection residual streams, a QSA indexer (each query's "
     "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "

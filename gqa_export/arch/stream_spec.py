@@ -40,6 +40,10 @@ class HyperConnectionNames:
     attention: str = "attn_hc"
     mlp: str = "ffn_hc"
     head: tuple[str, ...] = ("hc_head.hc_{leaf}", "hc_pre.hc_head.hc_head_{leaf}")
+    # DeepSeek-V4's manifold-constrained form: the map also gives K x K `comb` weights (softmax + eps, then
+    # hc_sinkhorn_iters alternating column / row normalizations) and the copies become comb^T copies + post * y;
+    # its post weights carry no eps (`fn` [(2 + K) K, K*H], `scale` [3], `base` [(2 + K) K])
+    sinkhorn: bool = False
 
 
 @dataclass(frozen=True)

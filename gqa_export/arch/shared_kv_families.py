@@ -1,0 +1,51 @@
+"""Families whose attention reads one KV head that is both key and value (graph/shared_kv_attention.py)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from gqa_export.arch.moe_spec import MoeNames, MoeSpec
+from gqa_export.arch.spec import ArchSpec, LayerNames, Refusal, SharedKvAttentionNames, config_keys
+from gqa_export.arch.stream_spec import HyperConnectionNames
+
+_COMPRESSED = ("compressed_sparse_attention", "heavily_compressed_attention")
+
+# DeepSeek-V4 (transformers 5.25 DeepseekV4ForCausalLM; docs/coverage.md, section "deepseek_v4"): pre-norm layers
+# on hyper-connection copies mixed by Sinkhorn-normalized comb weights; attention with one KV head that is key and
+# value (kv_proj, its RMSNorm), q-LoRA with a weightless RMSNorm per head, interleaved RoPE on each head's trailing
+# channels at the "main" rope on sliding layers, the output rotated back, a sink per head, a sliding window on every
+# layer and a grouped low-rank output projection; every layer's MLP experts on sqrt(softplus) scores (the first
+# mlp_layer_types "hash_moe" layers choose by a token id -> experts table), their SwiGLU and the shared expert's
+# clipped at swiglu_limit. The compressed-KV layers (CSA / HCA) are not built: refused in one line.
+DEEPSEEK_V4 = ArchSpec(
+    name="deepseek_v4",
+    layer=LayerNames(o="self_attn.o_b_proj"),
+    shared_kv_attention=SharedKvAttentionNames(),
+    rope_interleaved=True,
+    layer_rope_keys=MappingProxyType({"sliding_attention": "main"}),
+    attention_sinks="self_attn.sinks",
+    hyper_connections=HyperConnectionNames(sinkhorn=True),
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_experts", expert_bias="gate.e_score_correction_bias", hash_table="gate.tid2eid"),
+        routing="sqrtsoftplus_biased",
+        normalize=True,  # the class always renormalizes (norm_topk_prob is not read)
+        activation="swiglu_clipped",
+        shared_width="dense",  # intermediate_size, which the config class maps to moe_intermediate_size
+        sparse_kinds=("moe", "hash_moe"),
+        hashed_kind="hash_moe",
+        shared_clipped=True,
+    ),
+    refusals=(
+        Refusal(
+            "layer_types",
+            "DeepSeek-V4's compressed-KV layers (compressed_sparse_attention / heavily_compressed_attention: keys "
+            "pooled from windows of compress_rate tokens by gated softmax, CSA's lightning indexer) are not built; "
+            "only checkpoints whose layer_types are all sliding_attention are exported",
+            values=_COMPRESSED,
+        ),
+    ),
+    config_keys=config_keys(num_experts="n_routed_experts"),
+    ignore=("norm_topk_prob",),
+)
+
+SHARED_KV_FAMILIES = (DEEPSEEK_V4,)
