@@ -4,11 +4,35 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from gqa_export.arch.moe_spec import MoeNames, MoeSpec
-from gqa_export.arch.spec import ArchSpec, LayerNames, Refusal, SharedKvAttentionNames, config_keys
+from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, PER_EXPERT_W, MoeNames, MoeSpec
+from gqa_export.arch.spec import LM_HEAD_NAMES, ArchSpec, LayerNames, Refusal, SharedKvAttentionNames, config_keys
 from gqa_export.arch.stream_spec import HyperConnectionNames
 
 _COMPRESSED = ("compressed_sparse_attention", "heavily_compressed_attention")
+# transformers' save_pretrained (save_original_format, its default) writes the reference layout's names, which its
+# conversion_mapping renames back at load: (transformers' spelling, the saved one), each layer tensor read as the
+# former; the routed experts are saved one by one (ffn.experts.{e}.w1 / w3 / w2: gate, up, down)
+_SAVED_SPELLINGS = (
+    ("self_attn.q_a_proj.", "attn.wq_a."),
+    ("self_attn.q_a_norm.", "attn.q_norm."),
+    ("self_attn.q_b_proj.", "attn.wq_b."),
+    ("self_attn.kv_proj.", "attn.wkv."),
+    ("self_attn.kv_norm.", "attn.norm."),
+    ("self_attn.o_a_proj.", "attn.wo_a."),
+    ("self_attn.o_b_proj.", "attn.wo_b."),
+    ("self_attn.sinks", "attn.attn_sink"),
+    ("input_layernorm.", "attn_norm."),
+    ("post_attention_layernorm.", "ffn_norm."),
+    ("attn_hc.", "hc_attn_"),
+    ("ffn_hc.", "hc_ffn_"),
+    ("mlp.gate.weight", "ffn.gate.weight"),
+    ("mlp.gate.e_score_correction_bias", "ffn.gate.bias"),
+    ("mlp.gate.tid2eid", "ffn.gate.tid2eid"),
+    ("mlp.experts.", "ffn.experts."),
+    ("mlp.shared_experts.gate_proj.", "ffn.shared_experts.w1."),
+    ("mlp.shared_experts.up_proj.", "ffn.shared_experts.w3."),
+    ("mlp.shared_experts.down_proj.", "ffn.shared_experts.w2."),
+)
 
 # DeepSeek-V4 (transformers 5.25 DeepseekV4ForCausalLM; docs/coverage.md, section "deepseek_v4"): pre-norm layers
 # on hyper-connection copies mixed by Sinkhorn-normalized comb weights; attention with one KV head that is key and
@@ -26,7 +50,12 @@ DEEPSEEK_V4 = ArchSpec(
     attention_sinks="self_attn.sinks",
     hyper_connections=HyperConnectionNames(sinkhorn=True),
     moe=MoeSpec(
-        MoeNames(shared_expert="shared_experts", expert_bias="gate.e_score_correction_bias", hash_table="gate.tid2eid"),
+        MoeNames(
+            per_expert=(PER_EXPERT_PROJ, PER_EXPERT_W),
+            shared_expert="shared_experts",
+            expert_bias="gate.e_score_correction_bias",
+            hash_table="gate.tid2eid",
+        ),
         routing="sqrtsoftplus_biased",
         normalize=True,  # the class always renormalizes (norm_topk_prob is not read)
         activation="swiglu_clipped",
@@ -45,6 +74,8 @@ DEEPSEEK_V4 = ArchSpec(
         ),
     ),
     config_keys=config_keys(num_experts="n_routed_experts"),
+    tensor_aliases=_SAVED_SPELLINGS,
+    lm_head_names=(*LM_HEAD_NAMES, "head.weight"),
     ignore=("norm_topk_prob",),
 )
 
