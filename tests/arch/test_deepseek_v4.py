@@ -12,6 +12,8 @@ by sigmoid, the routed clip dropped, the shared expert's clip dropped."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -164,6 +166,19 @@ def test_compressed_kv_layers_are_refused_in_one_line(tmp_path, layer_type):
     types = ["sliding_attention", layer_type, "sliding_attention"]
     checkpoint = save_moe(tmp_path / "ckpt", ROW, hub_layout=False, layer_types=types, compress_rates={
         "compressed_sparse_attention": 4, "heavily_compressed_attention": 8})  # fmt: skip
+    _one_line_exit_2(["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"], "compressed-KV layers")
+
+
+@pytest.mark.parametrize("form", ["legacy_compress_ratios", "no_layer_types"])
+def test_compressed_kv_layers_of_other_config_forms_are_refused(builds, tmp_path, form):
+    """The config class folds the reference's compress_ratios into layer_types, and without either defaults to
+    HCA / CSA layers: both refused (a package of sliding layers would not be the model)."""
+    checkpoint = shutil.copytree(builds.checkpoint(ROW), tmp_path / "ckpt")
+    config = json.loads((checkpoint / "config.json").read_text())
+    del config["layer_types"]
+    if form == "legacy_compress_ratios":
+        config["compress_ratios"] = [0, 4, 0]
+    (checkpoint / "config.json").write_text(json.dumps(config))
     _one_line_exit_2(["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"], "compressed-KV layers")
 
 
