@@ -744,11 +744,12 @@ FAMILIES: tuple[Family, ...] = (
         **ONE_PROMPT,
     ),
     moe("hy_v4_v5", "hy_v4", hub_layout=False, since_major=5, since=(5, 25)),
-    # DeepSeek-V4 with sliding_attention layers only (the compressed-KV ones refused): one KV head as key and value,
-    # trailing RoPE rotated back on the output, sinks (GroupQueryAttention's head_sink: gqa only), a grouped
-    # low-rank output projection, Sinkhorn-mixed hyper-connection copies, a hash-routed layer (tid2eid on the input
-    # ids) and sqrt(softplus) experts, routed and shared SwiGLU clipped; save_pretrained's default layout (the
-    # reference names: attn.wq_a, ffn.experts.{e}.w1, hc_attn_fn, head) and transformers' own (_v5)
+    # DeepSeek-V4: a sliding, a CSA and an HCA layer (the compressed keys recomputed each step from cached rows, plain
+    # ops; the context capped at index_topk x 4), one KV head as key and value, trailing RoPE rotated back on the
+    # output, sinks (gqa only), a grouped low-rank output projection, Sinkhorn-mixed hyper-connection copies, a
+    # hash-routed layer (tid2eid on the input ids) and sqrt(softplus) experts, routed and shared SwiGLU clipped;
+    # save_pretrained's default layout (the reference names: attn.wq_a, ffn.experts.{e}.w1, hc_attn_fn, head) and
+    # transformers' own (_v5)
     moe_family(
         "deepseek_v4",
         ("gqa",),

@@ -126,3 +126,6 @@ class SharedKvAttentionNames:
     kv_norm: str = "self_attn.kv_norm"
     o_a: str = "self_attn.o_a_proj"
     o_b: str = "self_attn.o_b_proj"
+    # the compressed-KV layers' compressor: kv_proj / gate_proj (width head_dim, or 2 x head_dim for two window
+    # series), position_bias [compress_rate, width], kv_norm (graph/compressed_kv.py)
+    compressor: str = "self_attn.compressor"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, PER_EXPERT_W, MoeNames, MoeSpec
-from gqa_export.arch.spec import LM_HEAD_NAMES, ArchSpec, LayerNames, Refusal, SharedKvAttentionNames, config_keys
+from gqa_export.arch.spec import LM_HEAD_NAMES, ArchSpec, LayerNames, SharedKvAttentionNames, config_keys
 from gqa_export.arch.stream_spec import HyperConnectionNames
 
 _COMPRESSED = ("compressed_sparse_attention", "heavily_compressed_attention")
@@ -21,6 +21,10 @@ _SAVED_SPELLINGS = (
     ("self_attn.o_a_proj.", "attn.wo_a."),
     ("self_attn.o_b_proj.", "attn.wo_b."),
     ("self_attn.sinks", "attn.attn_sink"),
+    ("self_attn.compressor.kv_proj.", "attn.compressor.wkv."),
+    ("self_attn.compressor.gate_proj.", "attn.compressor.wgate."),
+    ("self_attn.compressor.position_bias", "attn.compressor.ape"),
+    ("self_attn.compressor.kv_norm.", "attn.compressor.norm."),
     ("input_layernorm.", "attn_norm."),
     ("post_attention_layernorm.", "ffn_norm."),
     ("attn_hc.", "hc_attn_"),
@@ -46,7 +50,7 @@ DEEPSEEK_V4 = ArchSpec(
     layer=LayerNames(o="self_attn.o_b_proj"),
     shared_kv_attention=SharedKvAttentionNames(),
     rope_interleaved=True,
-    layer_rope_keys=MappingProxyType({"sliding_attention": "main"}),
+    layer_rope_keys=MappingProxyType({"sliding_attention": "main", **dict.fromkeys(_COMPRESSED, "compress")}),
     attention_sinks="self_attn.sinks",
     hyper_connections=HyperConnectionNames(sinkhorn=True),
     moe=MoeSpec(
@@ -63,15 +67,6 @@ DEEPSEEK_V4 = ArchSpec(
         sparse_kinds=("moe", "hash_moe"),
         hashed_kind="hash_moe",
         shared_clipped=True,
-    ),
-    refusals=(
-        Refusal(
-            "layer_types",
-            "DeepSeek-V4's compressed-KV layers (compressed_sparse_attention / heavily_compressed_attention: keys "
-            "pooled from windows of compress_rate tokens by gated softmax, CSA's lightning indexer) are not built; "
-            "only checkpoints whose layer_types are all sliding_attention are exported",
-            values=_COMPRESSED,
-        ),
     ),
     config_keys=config_keys(num_experts="n_routed_experts"),
     tensor_aliases=_SAVED_SPELLINGS,

@@ -24,6 +24,7 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.blocks import LayerContext, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.cca import cca_qkv
+from gqa_export.graph.compressed_kv import compressed_attention, compressed_masks, is_compressed
 from gqa_export.graph.decoder_layer import attention_block, block_norm, decoder_layer, layer_mlp, layer_scalar
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.hyper_connections import collapse_streams, expand_streams, hyper_layer
@@ -230,6 +231,7 @@ def _attention_fn(
                 opts.bidirectional_window_bounded,
             )  # fmt: skip
             biases = masks.biases
+        compact = compressed_masks(b, dims, input_ids, attention_mask, opts.io_dtype)  # DeepSeek-V4's CSA / HCA
 
         def attend_gqa(
             lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value] | None, source: LayerKV | None
@@ -241,6 +243,10 @@ def _attention_fn(
             assert past is not None
             # A window-sized buffer only where no other layer reads this cache (docs/gemma4.md §3.3).
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
+            if compact is not None and is_compressed(lc):  # plain ops over [sliding | pooled keys]
+                table, window = tables[layer.rope], compact.biases[MaskKind(layer.window, False)]  # type: ignore[index]
+                out, kv = compressed_attention(lc, x, past, table, ctx.rope_caches[layer.rope], compact, window)  # type: ignore[index]
+                return rotated_back(lc, out, table), kv
             bias = biases.get(mask_kind(opts, layer))
             sinks = attention_sinks(lc)
             if lc.dims.latent is not None:

@@ -30,7 +30,7 @@ B, S = "batch_size", "sequence_length"
 Table = tuple[ir.Value, ir.Value]
 
 
-def _rotate_trailing(lc: LayerContext, x: ir.Value, table: Table, name: str, inverse: bool = False) -> ir.Value:
+def rotate_trailing(lc: LayerContext, x: ir.Value, table: Table, name: str, inverse: bool = False) -> ir.Value:
     """RoPE on the last rotary_dim channels of x [B, S, N, D] (by minus the angle where `inverse`)."""
     b, layer = lc.b, lc.layer
     assert layer.rope is not None
@@ -62,18 +62,18 @@ def shared_kv_qkv(lc: LayerContext, x: ir.Value, table: Table) -> tuple[ir.Value
         q = _heads(lc, linear(lc, latent, [names.q_b], None, "q_b_proj"), dims.num_heads)
         ones = b.const(np.ones(lc.layer.head_dim, NUMPY_DTYPES[params.dtype]), "head_norm_ones")
         q = b.op("SimplifiedLayerNormalization", q, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name="q_b_norm")
-        q = b.op("Reshape", _rotate_trailing(lc, q, table, "q_rope"), flat, name="q_flat")
+        q = b.op("Reshape", rotate_trailing(lc, q, table, "q_rope"), flat, name="q_flat")
     with b.scope("kv"):
         kv = linear(lc, x, [names.kv], None, "kv_proj")
         kv = _heads(lc, normalize(b, kv, lc.name(names.kv_norm), params, dims, "kv_norm", lc.layer.head_dim), 1)
-        kv = b.op("Reshape", _rotate_trailing(lc, kv, table, "kv_rope"), flat, name="kv_flat")
+        kv = b.op("Reshape", rotate_trailing(lc, kv, table, "kv_rope"), flat, name="kv_flat")
     return q, kv, kv
 
 
 def rotated_back(lc: LayerContext, y: ir.Value, table: Table) -> ir.Value:
     """The attention output [B, S, N*D] with each head's trailing channels rotated by minus the query's angle."""
     flat = lc.b.const([0, 0, -1], "heads_flat", "int64")
-    y = _rotate_trailing(lc, _heads(lc, y, lc.dims.num_heads), table, "out_rope", inverse=True)
+    y = rotate_trailing(lc, _heads(lc, y, lc.dims.num_heads), table, "out_rope", inverse=True)
     return lc.b.op("Reshape", y, flat, name="out_rotated_back")
 
 

@@ -172,6 +172,7 @@ class ModelDims:
         """The longest context the package computes exactly: the model's, capped where a sparse
         attention's indexer (model/sparse_cap.py) or Doge's dynamic mask stops keeping every key."""
         cap = self.latent.index_topk if self.latent is not None else (self.block_sparse_cap or self.key_window)
+        cap = cap or (self.shared_kv.context_cap if self.shared_kv is not None else 0)  # DeepSeek-V4's CSA indexer
         return min(self.max_position_embeddings, cap or self.max_position_embeddings)
 
     def scale(self, layer: LayerDims) -> float:
@@ -249,8 +250,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         )
     latent, overrides = model_latent(config, spec, hidden, opt, lambda view: _opt_for(view, spec))
     layers = read_layers(config, opt, heads, hidden, spec, latent, overrides)
-    if spec.shared_kv_attention is not None:  # DeepSeek-V4: kv_proj yields one head whatever the config says
-        layers = tuple(replace(x, num_kv_heads=1) for x in layers)
+    shared_kv, layers = shared_kv_dims(opt, spec, heads, layers)  # DeepSeek-V4: one KV head, windows, compressed
     if spec.full_layer_score_scale and (factor := config_get(config, spec.full_layer_score_scale)) is not None:
         layers = type(layers)(replace(x, score_factor=float(factor)) if x.window <= 0 else x for x in layers)
     loop = recurrent_loop_dims(opt, spec, len(layers))
@@ -329,7 +329,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
         altup=altup_dims(opt, spec),
         hyper=hyper_dims(opt, spec),
-        shared_kv=shared_kv_dims(opt, spec, heads),
+        shared_kv=shared_kv,
         per_layer_vocab=int(opt("per_layer_vocab", 0) or 0) if ple else 0,
         hard_tokens=hard_token_ranges(outer, spec),
         # where the config has no use_qk_norm the family always norms (NanoChat; Llama-4's config has the flag)

@@ -25,10 +25,15 @@ def block_sparse_cap(opt: Any, spec: ArchSpec, layer_types: list[str] | None) ->
     return blocks * size
 
 
-def cap_wording(key_window: bool = False) -> tuple[str, str]:
+def cap_wording(key_window: bool = False, compressed: bool = False) -> tuple[str, str]:
     """(what the cap is called, why it exists), for the build note and the --max-length refusal: MiniMax-M3's
-    block-sparse cap, or Doge's keep_window_size (`key_window`; ModelDims.key_window). DeepSeek-V3.2's
-    index_topk keeps its own wording in plan/model_phase.py."""
+    block-sparse cap, Doge's keep_window_size (`key_window`; ModelDims.key_window) or DeepSeek-V4's CSA indexer
+    (`compressed`; model/shared_kv.py). DeepSeek-V3.2's index_topk keeps its own wording in plan/model_phase.py."""
+    if compressed:
+        return (
+            "index_topk x compress_rate",
+            "DeepSeek-V4's CSA indexer keeps every compressed key only within its top index_topk",
+        )
     if key_window:
         return "keep_window_size", "Doge's dynamic mask keeps every key only within its top keep_window_size"
     return (

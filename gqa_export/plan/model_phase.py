@@ -229,7 +229,7 @@ def context_cap_notes(dims: ModelDims) -> list[str]:
     if dims.context_length == dims.max_position_embeddings:
         return []
     if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask (model/sparse_cap.py)
-        what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
+        what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap, dims.shared_kv is not None)
         return [
             f"context capped at {what} {dims.context_length} (max_position_embeddings "
             f"{dims.max_position_embeddings}): {why}, so the package (plain attention, no indexer) is exact up "
@@ -264,7 +264,7 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
         return default_max_length(context)
     if requested > context and context < dims.max_position_embeddings:
         if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask
-            what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
+            what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap, dims.shared_kv is not None)
             raise InputError(
                 f"--max-length {requested} is past {what} {context}: {why}, and beyond it drops keys, which the "
                 f"package does not compute; use --max-length {context} or less"
