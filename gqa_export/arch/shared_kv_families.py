@@ -41,10 +41,12 @@ _SAVED_SPELLINGS = (
 # DeepSeek-V4 (transformers 5.25 DeepseekV4ForCausalLM; docs/coverage.md, section "deepseek_v4"): pre-norm layers
 # on hyper-connection copies mixed by Sinkhorn-normalized comb weights; attention with one KV head that is key and
 # value (kv_proj, its RMSNorm), q-LoRA with a weightless RMSNorm per head, interleaved RoPE on each head's trailing
-# channels at the "main" rope on sliding layers, the output rotated back, a sink per head, a sliding window on every
-# layer and a grouped low-rank output projection; every layer's MLP experts on sqrt(softplus) scores (the first
+# channels ("main" rope on sliding layers, "compress" on CSA / HCA ones), the output rotated back, a sink per head, a
+# sliding window on every layer and a grouped low-rank output projection; the CSA / HCA layers' compressed keys
+# recomputed each step from cached per-token rows (graph/compressed_kv.py; the context capped at index_topk x the CSA
+# rate, within which the lightning indexer keeps every key); every layer's MLP experts on sqrt(softplus) scores (the
 # mlp_layer_types "hash_moe" layers choose by a token id -> experts table), their SwiGLU and the shared expert's
-# clipped at swiglu_limit. The compressed-KV layers (CSA / HCA) are not built: refused in one line.
+# clipped at swiglu_limit.
 DEEPSEEK_V4 = ArchSpec(
     name="deepseek_v4",
     layer=LayerNames(o="self_attn.o_b_proj"),

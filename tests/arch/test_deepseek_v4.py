@@ -231,3 +231,23 @@ def test_inputs_embeds_and_standard_attention_are_refused_in_one_line(builds, tm
     for mode in ("bias", "split"):
         args = ["build", checkpoint, "-o", str(tmp_path / mode), "--no-smoke", "--attention", mode]
         _one_line_exit_2(args, "head_sink")
+
+
+def test_the_indexer_keeps_every_key_within_the_cap():
+    """The cap's premise, on HF itself: the same model with CSA's index_topk at 2 instead of 32 gives the same logits
+    while a query has at most 2 complete windows of 4 (positions 0..10), and others past it (measured 0.66-1.47)."""
+    import numpy as np
+    import torch
+    from moe_models import build_model
+
+    model = build_model(ROW)
+    prompt = torch.tensor([list(range(6, 30))])
+    with torch.no_grad():
+        full = model(prompt).logits[0].numpy()
+        for layer in model.model.layers:
+            indexer = getattr(layer.self_attn.compressor, "indexer", None)
+            if indexer is not None:
+                indexer.index_topk = 2
+        capped = model(prompt).logits[0].numpy()
+    error = np.abs(full - capped).max(-1)
+    assert error[:11].max() < 1e-6 and error[11:].min() > 1e-2, error
