@@ -42,7 +42,7 @@ REFUSED: dict[str, str] = {
     "bidirectional), so no causal decoder matches it",
     **_each(
         _MULTIMODAL,
-        "apertus1p5", "aria", "blip", "blip-2", "chameleon", "cohere2_vision", "cohere_compass", "cosmos3_edge",
+        "apertus1p5", "aria", "blip", "blip-2", "chameleon", "cohere_compass", "cosmos3_edge",
         "cosmos3_omni", "deepseek_ocr2", "diffusion_gemma", "dots3_note", "emu3", "ernie4_5_vl_moe", "evolla",
         "fast_vlm", "fuyu", "git", "glm46v", "glm4v", "glm4v_moe", "glm5_next", "glm_ocr", "glmga", "granite4_vision",
         "granite_docling", "hunyuan_vl", "hy_v4_vl", "hyperclovax_vision_v2", "idefics", "inkling2", "inkling2_loop",

@@ -13,6 +13,8 @@ images a user brought the checkpoint for would be the wrong package.
 
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
+A class whose logits differ from its decoder family's has a recipe of its own that names it
+(Cohere2-Vision: no logit_scale); the --text-only gate holds for it all the same.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gqa_export.recipes import Recipe
 WRAPPED_DECODERS = MappingProxyType(
     {
         "AyaVisionForConditionalGeneration": "aya_vision",
+        "Cohere2VisionForConditionalGeneration": "cohere2_vision",  # its own recipe: no logit_scale
         "DeepseekVLForConditionalGeneration": "deepseek_vl",
         "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",

@@ -56,6 +56,15 @@ def test_a_scaled_final_norm_fails_the_bound(tmp_path):
     assert _error(broken, checkpoint) > 1e-2
 
 
+def test_cohere2_vision_logits_without_logit_scale(tmp_path, monkeypatch):
+    """Mutant: Cohere2-Vision read with Cohere2's logit_scale (0.5 in the tiny config) fails the bound."""
+    from mutants import build_planted
+
+    checkpoint = _checkpoint(tmp_path, "cohere2_vision", "cohere2")
+    out = build_planted(checkpoint, tmp_path / "scaled", monkeypatch, {"ignore": ()}, "cohere2_vision_text")
+    assert _error(out, checkpoint) > 1e-2
+
+
 def test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_read(tmp_path, monkeypatch):
     from gqa_export.source.weights import WeightStore
 
