@@ -28,6 +28,9 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     # three layers, the last global: the windowed layers and the full one both run
     "cohere2": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3, "logit_scale": 0.5},
     "exaone4": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3},
+    "persimmon": {"num_key_value_heads": 4, "partial_rotary_factor": 0.5},  # multi-head: no kv heads of its own
+    "aria_text": {"moe_num_experts": 4, "moe_topk": 2, "moe_num_shared_experts": 1},
+    "minimax_m3_vl_text": {"rotary_dim": 16},  # the class rotates every channel whatever it says (docs/moe.md)
 }
 # sub-config sizes a tower or projector reads (whichever keys its config has)
 _SHRUNK = dict(

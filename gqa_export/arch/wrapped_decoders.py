@@ -27,11 +27,13 @@ from gqa_export.recipes import Recipe
 # class -> its model_type (the name the refusal and the coverage table use)
 WRAPPED_DECODERS = MappingProxyType(
     {
+        "AriaForConditionalGeneration": "aria",
         "AyaVisionForConditionalGeneration": "aya_vision",
         "Cohere2VisionForConditionalGeneration": "cohere2_vision",  # its own recipe: no logit_scale
         "DeepseekVLForConditionalGeneration": "deepseek_vl",
         "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",
+        "FuyuForCausalLM": "fuyu",
         "GotOcr2ForConditionalGeneration": "got_ocr2",
         "Idefics2ForConditionalGeneration": "idefics2",
         "Idefics3ForConditionalGeneration": "idefics3",
@@ -42,6 +44,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "LlavaNextForConditionalGeneration": "llava_next",
         "LlavaNextVideoForConditionalGeneration": "llava_next_video",
         "LlavaOnevisionForConditionalGeneration": "llava_onevision",
+        "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
         "Ovis2ForConditionalGeneration": "ovis2",
         "QianfanOCRForConditionalGeneration": "qianfan_ocr",
         "SmolVLMForConditionalGeneration": "smolvlm",
