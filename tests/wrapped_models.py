@@ -37,25 +37,46 @@ _SHRUNK = dict(
     hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
     depth=1, embed_dim=16, num_heads=2, image_size=28, patch_size=14, projection_dim=16,
 )  # fmt: skip
+# classes whose top-level ids must fit the tiny vocabulary: Apertus-1.5's image and audio codebooks are
+# token ranges of it (image ids from 320, audio ids from 352, to 384; its head keeps the first 320)
+_CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
+    "apertus1p5": (
+        {"image_token_offset": 320, "audio_token_offset": 352},
+        {"vision_config": {"codebook_size": 32}, "audio_config": {"codebook_size": 32}},
+    ),
+}
 _PLACEHOLDERS = {"image_token_id": 300, "image_token_index": 300, "video_token_id": 301, "video_token_index": 301}
 _DROPPED = ("layer_types", "mlp_layer_types", "architectures", "transformers_version", "_name_or_path")
 
 
 def _shrunk(sub: dict[str, Any]) -> dict[str, Any]:
-    return {k: (_SHRUNK[k] if k in _SHRUNK and isinstance(v, int) and not isinstance(v, bool) else v)
-            for k, v in sub.items()}  # fmt: skip
+    """A tower's config at the smallest sizes; a per-layer pattern dropped (its class fills one for one
+    layer), an audio codebook as wide as the shrunk hidden size (WavTokenizer checks it)."""
+    small = {k: (_SHRUNK[k] if k in _SHRUNK and isinstance(v, int) and not isinstance(v, bool) else v)
+             for k, v in sub.items() if k != "layer_types"}  # fmt: skip
+    if "codebook_dim" in small:
+        small["codebook_dim"] = _SHRUNK["hidden_size"]
+    return small
 
 
 def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
     from transformers import AutoConfig
 
     default = AutoConfig.for_model(model_type)
-    text = {**AutoConfig.for_model(text_type).to_dict(), **TEXT, **FAMILY_TEXT[text_type], **overrides}
-    text = {k: v for k, v in text.items() if k not in _DROPPED}
+    if text_type in FAMILY_TEXT:
+        text = {**AutoConfig.for_model(text_type).to_dict(), **TEXT, **FAMILY_TEXT[text_type], **overrides}
+        text = {k: v for k, v in text.items() if k not in _DROPPED}
+    else:  # a family with its own tiny config in the registry (dense_models.py): that one, exact there
+        from dense_models import family_config
+
+        text = {**family_config(text_type), "model_type": text_type, **overrides}
     subs = {key: _shrunk(value.to_dict()) for key, value in vars(default).items()
             if key.endswith("_config") and key != "text_config" and hasattr(value, "to_dict")}  # fmt: skip
     ids = {k: v for k, v in _PLACEHOLDERS.items() if getattr(default, k, None) is not None}
-    config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids)
+    top, sub_keys = _CLASS_KEYS.get(model_type, ({}, {}))
+    for key, values in sub_keys.items():
+        subs[key].update(values)
+    config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids, **top)
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(config, key, TEXT[key])
     return config
