@@ -55,10 +55,6 @@ REFUSED: dict[str, str] = {
     "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
     "experts, which gqa-export does not build yet (docs/coverage.md §7)",
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
-    "qwen4_exp_text": "no spec yet: Qwen4-Exp needs hyper-connection residual streams, a QSA indexer (each query's "
-    "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "
-    "multiply-xor hashes of the last token ids) through a dilated convolution, two more states per layer, which "
-    "gqa-export does not build yet (docs/coverage.md §11)",
     "inkling_text": "no spec yet: Inkling needs a relative position bias computed per query and head from its hidden "
     "state, short convolutions on keys and values before the cache and on each block's output (four states per "
     "layer beside its KV cache) and a router normalizing routed and shared experts together, which gqa-export does "
