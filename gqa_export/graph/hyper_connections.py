@@ -114,6 +114,25 @@ def _spread(lc: LayerContext, streams: ir.Value, post: ir.Value, y: ir.Value, na
     return b.op("Add", streams, spread, name=name)
 
 
+INJECT_SCALE = 2.0  # Qwen4-Exp's injection weights are 2 sigmoid(...): a copy takes up to twice the block output
+
+
+def copy_rms(b: GraphBuilder, streams: ir.Value, eps: float) -> ir.Value:
+    """Each copy RMS-normed on its own, weightless [B, S, K, H] (Qwen4-Exp's group-wise RMSNorm, groups of H)."""
+    mean = b.op("ReduceMean", b.op("Mul", streams, streams), b.const([-1], "channel_axis", "int64"), keepdims=1)
+    inverse = b.op("Reciprocal", b.op("Sqrt", b.op("Add", mean, _f32_const(b, eps, "hc_norm_eps"))))
+    return b.op("Mul", streams, inverse, name="copy_rms")
+
+
+def mix_weights(b: GraphBuilder, flat: ir.Value, down: ir.Value, up: ir.Value, k: int, width: int) -> ir.Value:
+    """sigmoid(up(silu(down(flat) / K))) as [B, S, K, H]: the low-rank map's weight of each copy's channels."""
+    copies = _f32_const(b, float(k), "hc_count")
+    low = b.op("Div", b.op("MatMul", flat, down), copies)
+    hidden = b.op("Mul", low, b.op("Sigmoid", low), name="mix_silu")
+    mix = b.op("Sigmoid", b.op("MatMul", hidden, up))
+    return b.op("Reshape", mix, b.const([0, 0, k, width], "hc_copies_shape", "int64"), name="mix")
+
+
 def _gated_mix(
     b: GraphBuilder, streams: ir.Value, name: Callable[[str], str], dims: ModelDims, params: Params, inject: bool
 ) -> tuple[ir.Value, ir.Value | None]:
@@ -123,22 +142,18 @@ def _gated_mix(
     assert hyper is not None
     k, width = hyper.streams, dims.hidden_size
     norm_weight = _f32(b, params, name("hc_norm"), lambda w: (1.0 + w).reshape(k, width))
-    mean = b.op("ReduceMean", b.op("Mul", streams, streams), b.const([-1], "channel_axis", "int64"), keepdims=1)
-    inverse = b.op("Reciprocal", b.op("Sqrt", b.op("Add", mean, _f32_const(b, dims.rms_eps, "hc_norm_eps"))))
-    normed = b.op("Mul", b.op("Mul", streams, inverse), norm_weight, name="hc_norm")  # [B, S, K, H]
+    normed = b.op("Mul", copy_rms(b, streams, dims.rms_eps), norm_weight, name="hc_norm")  # [B, S, K, H]
     flat = b.op("Reshape", normed, b.const([0, 0, k * width], "hc_flat", "int64"))
-    copies = _f32_const(b, float(k), "hc_count")
-    down = b.op("Div", b.op("MatMul", flat, _f32(b, params, name("input_mix_weight_down"), lambda w: w.T)), copies)
-    hidden = b.op("Mul", down, b.op("Sigmoid", down), name="mix_silu")
-    up = b.op("MatMul", hidden, _f32(b, params, name("input_mix_weight_up"), lambda w: w.T))
-    mix = b.op("Reshape", b.op("Sigmoid", up), b.const([0, 0, k, width], "hc_copies_shape", "int64"))
+    down = _f32(b, params, name("input_mix_weight_down"), lambda w: w.T)
+    up = _f32(b, params, name("input_mix_weight_up"), lambda w: w.T)
+    mix = mix_weights(b, flat, down, up, k, width)
     mixed = b.op("ReduceMean", b.op("Mul", mix, normed), b.const([2], "stream_axis", "int64"), keepdims=0)
     x = typed(mixed if params.dtype == F32 else b.op("Cast", mixed, to=params.dtype), params.dtype, [B, S, width])
     if not inject:
         return x, None
     logits = b.op("MatMul", flat, _f32(b, params, name("block_inject_weight"), lambda w: w.T))
-    gates = b.op("Sigmoid", b.op("Div", logits, copies))
-    weights = b.op("Mul", gates, _f32_const(b, 2.0, "hc_inject_scale"), name="inject")
+    gates = b.op("Sigmoid", b.op("Div", logits, _f32_const(b, float(k), "hc_count")))
+    weights = b.op("Mul", gates, _f32_const(b, INJECT_SCALE, "hc_inject_scale"), name="inject")
     return x, b.op("Unsqueeze", weights, b.const([-1], "last_axis", "int64"), name="post")
 
 
