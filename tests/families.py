@@ -552,12 +552,11 @@ FAMILIES: tuple[Family, ...] = (
         experts="fused",
         float_matmuls=True,  # the stream maps stay float32 MatMuls in int4 packages
         prompt=LONG_PROMPT,
-        prompts=PROMPTS[:2],  # 1 and 7 tokens, 20 greedy each (its logits: the 70-token prompt)
-        new_tokens=20,
-        ragged_generate_modes=(),  # HF's generate of its DeltaNet on the ragged rows is slow; ORT's logits check them
+        one_token_logits=True,
         fp16_cuda=True,
         since_major=5,
         since=(5, 25),
+        **ONE_PROMPT,  # the 30-token prompt + 24 greedy tokens (54: within the cap)
     ),
     hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
