@@ -299,7 +299,8 @@ BAILING_HYBRID = replace(
 # which stand for the layers' input norms and, at the end, the final norm. A QSA indexer on every attention layer
 # ("indexed_attention"): within indexer_budget + indexer_compress_ratio - 1 keys it keeps them all, so the package
 # is plain gated GQA, the indexer's weights not read, its context capped there (model/sparse_cap.py). PLE layers
-# (hashed n-gram tables, two more states per layer) are refused; the DeltaNet's gate is output_gate_type's
+# (hashed n-gram tables, two more states per layer) are refused; the DeltaNet's gate is output_gate_type's, the
+# top-k weights renormalized iff norm_topk_prob (Qwen3-Next's router)
 QWEN4_EXP = replace(
     QWEN3_5_MOE,
     name="qwen4_exp",
@@ -314,6 +315,7 @@ QWEN4_EXP = replace(
     hyper_connections=HyperConnectionNames(
         attention="attn_hyper_connection", mlp="mlp_hyper_connection", head=("hyper_connection_mixer",), form="gated"
     ),
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate")),  # norm_topk_prob's
     config_keys=config_keys(hc_streams="hc_count"),
     refusals=(
         Refusal(

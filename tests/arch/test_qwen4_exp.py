@@ -113,6 +113,21 @@ def _tiny(folder: Path, **overrides: Any) -> Path:
     return save_dense(folder, ROW, **overrides)
 
 
+def test_top_k_weights_as_the_softmax_gave_them_match_hf(tmp_path, monkeypatch):
+    """norm_topk_prob false: the top-k weights not renormalized (Qwen3-Next's router reads it; Qwen3.5-MoE's spec
+    always renormalizes); renormalized anyway, far off."""
+    checkpoint = _tiny(tmp_path / "ckpt", norm_topk_prob=False)
+    error = parity_error(_build(checkpoint, tmp_path / "pkg"), checkpoint, LONG_PROMPT)
+    print(f"norm_topk_prob false: {error:.3g}")
+    assert error < 1e-4
+    moe = SPECS[SPEC].moe
+    assert moe is not None
+    monkeypatch.setitem(SPECS, SPEC, replace(SPECS[SPEC], moe=replace(moe, normalize=True)))
+    wrong = parity_error(_build(checkpoint, tmp_path / "normalized"), checkpoint, LONG_PROMPT)
+    print(f"norm_topk_prob false exported renormalized: {wrong:.3g}")
+    assert wrong > BOUND
+
+
 def test_sigmoid_output_gate_matches_hf_and_silu_does_not(tmp_path, monkeypatch):
     """output_gate_type "sigmoid": the DeltaNet's gated norm times sigmoid(z) (GatedDeltaNetNames.gate "config");
     the same package built with silu is far off."""
