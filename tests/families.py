@@ -810,6 +810,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     gemma4("gemma4_conditional"),
     gemma4("gemma4_unified", fp16_cuda=True),
+    gemma4("gemma4_unified_text"),
     gemma4("gemma4_mix_bf16"),
     # Gemma-3n: alternating updates, LAuReL, gate sparsity, KV sharing, per-layer embeddings; the
     # conditional form's vision/audio control ids through their own embedders (genai: decoder)

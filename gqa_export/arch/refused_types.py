@@ -80,8 +80,6 @@ REFUSED: dict[str, str] = {
     "is not built, and no recipe exports its Qwen3 decoder under this class",
     "pi05": "pi0.5 is a robot action policy (a flow-matching action expert beside PaliGemma's prefix), not a text "
     "decoder onnxruntime-genai runs",
-    "gemma4_unified_text": "Gemma4UnifiedForCausalLM, the text class alone, has no recipe yet; the decoder of "
-    "Gemma4UnifiedForConditionalGeneration is exported (recipe gemma4_unified)",
     # read from their modeling code in transformers 5.25 (issue #39): what genai cannot be fed
     **_each(
         _GEMMA4_ASSISTANT,

@@ -166,11 +166,12 @@ def layer_mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
     if lc.spec.moe is not None and lc.spec.moe.routing == "normed_residual":
         return dense_and_sparse_mlp(lc, x, residual, block_norm)
     out = sparse_mlp(lc, x)
-    spellings = [m for m in (lc.spec.moe.names.output_norm or "").split("|") if m]  # type: ignore[union-attr]
+    spellings = lc.spec.moe.names.output_norm  # type: ignore[union-attr]
     if not spellings:
         return out
-    # A.X-K1: the block's output normed before the residual add (the first spelling the checkpoint holds)
-    return block_norm(lc, out, next((m for m in spellings if lc.has(m)), spellings[0]), "sparse_output_norm")
+    # A.X-K1: the block's output normed before the residual add (none held: the read names the first)
+    module = lc.held_spelling(spellings) or spellings.split("|")[0]
+    return block_norm(lc, out, module, "sparse_output_norm")
 
 
 def layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:
