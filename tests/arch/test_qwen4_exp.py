@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 from families import BY_NAME, LONG_PROMPT, REGISTERED
-from mutants import copy_package, edit_initializers
+from mutants import build_planted, copy_package, edit_initializers
 from reference import parity_error
 
 from gqa_export.arch import SPECS
@@ -88,12 +88,8 @@ def test_the_correct_package_passes(builds):
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     checkpoint = builds.checkpoint(ROW)
-    plant = MUTANTS[mutant]
-    if callable(plant):
-        plant(monkeypatch)
-    else:
-        monkeypatch.setitem(SPECS, SPEC, replace(SPECS[SPEC], **plant))
-    error = parity_error(_build(checkpoint, tmp_path / mutant), checkpoint, LONG_PROMPT)
+    package = build_planted(checkpoint, tmp_path / mutant, monkeypatch, MUTANTS[mutant], SPEC)
+    error = parity_error(package, checkpoint, LONG_PROMPT)
     print(f"{mutant}: {error:.3g}")
     assert error > BOUND, (mutant, error)
 
