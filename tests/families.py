@@ -29,6 +29,7 @@ from moe_models import save_moe
 from state_space_models import VARIANTS as STATE_SPACE_VARIANTS
 from state_space_models import save_state_space
 from tiny_models import save_model
+from wrapped_models import save_wrapped
 
 # the logits prompt: longer than every window (Gemma-4's 4 and 6, the others' 8)
 PROMPT = (0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13)
@@ -246,6 +247,20 @@ def gemma3n(name: str, form: str, **facts: Any) -> Family:
     return Family(
         name, "gemma3n", lambda folder: save_gemma3n(folder, form), generate_modes=ALL_MODES,
         logits_modes=STANDARD_MODES, one_token_logits=True, since_major=5, ragged_generate_modes=ALL_MODES, **facts,
+    )  # fmt: skip
+
+
+# prompts holding the wrapped classes' placeholder ids (300 / 301): embedded as the decoder's own rows
+WRAPPED_PROMPTS = ((0,), (0, 17, 45, 300, 300, 99, 200, 301, 3, 7))
+
+
+def wrapped(name: str, model_type: str, text_type: str, genai_type: str, **facts: Any) -> Family:
+    """A multimodal class around an exported decoder (tests/wrapped_models.py), built --text-only
+    (the registry's packages always are): greedy genai tokens = HF generate through the class."""
+    return Family(
+        name, "wrapped", lambda folder: save_wrapped(folder, model_type, text_type), genai_type=genai_type,
+        prompt=WRAPPED_PROMPTS[1], prompts=WRAPPED_PROMPTS, new_tokens=24, generate_modes=("gqa",), since_major=5,
+        **facts,
     )  # fmt: skip
 
 
@@ -823,6 +838,11 @@ FAMILIES: tuple[Family, ...] = (
     ),
     gemma3n("gemma3n_conditional", "conditional"),
     # the text decoders of multimodal checkpoints
+    # classes around an exported decoder whose towers are not built (arch/wrapped_decoders.py; every
+    # listed class against HF: tests/arch/test_wrapped_decoders.py)
+    wrapped("llava_text_only", "llava", "llama", "llama"),
+    wrapped("internvl_text_only", "internvl", "qwen2", "qwen2"),
+    wrapped("aya_vision_text_only", "aya_vision", "cohere2", "decoder", signal=0.5),  # logit_scale 0.5
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

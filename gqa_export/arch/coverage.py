@@ -19,6 +19,7 @@ from typing import Any
 from gqa_export.arch import get_spec
 from gqa_export.arch.refused_types import NOT_APPLICABLE, REFUSED
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.arch.wrapped_decoders import wrapped_decoder_recipe
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
@@ -120,7 +121,9 @@ def text_model_type(model_type: str) -> str:
     return str(getattr(text, "model_type", None) or model_type)
 
 
-def _exported_row(model_type: str, mappings: tuple[str, ...], architecture: str, recipe: Recipe) -> CoverageRow:
+def _exported_row(
+    model_type: str, mappings: tuple[str, ...], architecture: str, recipe: Recipe, wrapped: bool = False
+) -> CoverageRow:
     modes = spec_attention_modes(get_spec(recipe.arch))
     precisions = {}
     for ep in EPS.values():
@@ -132,6 +135,8 @@ def _exported_row(model_type: str, mappings: tuple[str, ...], architecture: str,
     if "image-text-to-text" in mappings:
         full = recipe.multimodal_model_type
         package = f"full multimodal ({full})" if full else "text decoder (its towers are not exported)"
+    if wrapped:  # arch/wrapped_decoders.py
+        package = "text decoder with --text-only (its towers are not built; genai runs no package for them)"
     return CoverageRow(
         model_type, mappings, architecture, "exported", recipe.name, modes, mode, precisions, package=package
     )
@@ -161,6 +166,9 @@ def _row(
             return _exported_row(model_type, mappings, architecture, match_recipe(text_type, cls, recipes))
         except InputError:
             continue
+    wrapped = wrapped_decoder_recipe(text_type, architecture, recipes)
+    if wrapped is not None:
+        return _exported_row(model_type, mappings, architecture, wrapped, wrapped=True)
     return CoverageRow(model_type, mappings, architecture, "missing")
 
 

@@ -1,0 +1,81 @@
+"""Tiny random checkpoints of multimodal classes that wrap an exported decoder (gqa_export/arch/wrapped_decoders.py).
+
+Each is the class's own config with a tiny text_config of the named decoder family (every other
+sub-config, the vision tower's, shrunk to one narrow layer: the export never reads it, but it is in
+the checkpoint like in a real one) and its placeholder ids inside the vocabulary (300 / 301), so a
+prompt holding them proves they are embedded as the decoder's own rows. `hub_layout` writes the
+names the class's published checkpoints use (`save_original_format`); False: transformers 5.x's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tiny_models import randomize_norms, save_tokenizer
+
+# a text decoder of each family, small: sizes every family reads, plus what gives it its character
+TEXT: dict[str, Any] = dict(
+    vocab_size=384, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, max_position_embeddings=512, bos_token_id=0, eos_token_id=1, pad_token_id=5,
+)  # fmt: skip
+FAMILY_TEXT: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "mistral": {"sliding_window": None},
+    "qwen2": {"use_sliding_window": False},
+    "qwen3": {},
+    "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
+    # three layers, the last global: the windowed layers and the full one both run
+    "cohere2": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3, "logit_scale": 0.5},
+    "exaone4": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3},
+}
+# sub-config sizes a tower or projector reads (whichever keys its config has)
+_SHRUNK = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+    depth=1, embed_dim=16, num_heads=2, image_size=28, patch_size=14, projection_dim=16,
+)  # fmt: skip
+_PLACEHOLDERS = {"image_token_id": 300, "image_token_index": 300, "video_token_id": 301, "video_token_index": 301}
+_DROPPED = ("layer_types", "mlp_layer_types", "architectures", "transformers_version", "_name_or_path")
+
+
+def _shrunk(sub: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_SHRUNK[k] if k in _SHRUNK and isinstance(v, int) and not isinstance(v, bool) else v)
+            for k, v in sub.items()}  # fmt: skip
+
+
+def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    default = AutoConfig.for_model(model_type)
+    text = {**AutoConfig.for_model(text_type).to_dict(), **TEXT, **FAMILY_TEXT[text_type], **overrides}
+    text = {k: v for k, v in text.items() if k not in _DROPPED}
+    subs = {key: _shrunk(value.to_dict()) for key, value in vars(default).items()
+            if key.endswith("_config") and key != "text_config" and hasattr(value, "to_dict")}  # fmt: skip
+    ids = {k: v for k, v in _PLACEHOLDERS.items() if getattr(default, k, None) is not None}
+    config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids)
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(config, key, TEXT[key])
+    return config
+
+
+def save_wrapped(
+    out_dir: Path, model_type: str, text_type: str, hub_layout: bool = True, **text_overrides: Any
+) -> Path:
+    """Save a tiny random `model_type` multimodal checkpoint whose decoder is a `text_type` one, plus
+    the tiny tokenizer. Matrices drawn at 0.06 (initializer_range's 0.02 leaves logits near 0)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    config = _config(model_type, text_type, text_overrides)
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2:
+                param.normal_(0.0, 0.06)
+    randomize_norms(model, biases=True)
+    generation = model.generation_config
+    generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
+    model.save_pretrained(out_dir, save_original_format=hub_layout)
+    save_tokenizer(out_dir, vocab_size=TEXT["vocab_size"])
+    return out_dir
