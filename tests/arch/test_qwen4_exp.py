@@ -217,3 +217,18 @@ def test_hub_spelling_full_attention_gives_the_same_package(builds, tmp_path):
     reference = builds.package(ROW)
     for name in ("model.onnx", "model.onnx.data"):
         assert (package / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+def test_transformers_own_layout_gives_the_same_package(builds, tmp_path):
+    """save_pretrained(save_original_format=False): the experts fused (gate_up_proj [E, 2I, H], down_proj) where
+    the hub's files hold them one by one; the package is the same byte for byte."""
+    from dense_models import build_model
+    from tiny_models import save_tokenizer
+
+    checkpoint = tmp_path / "ckpt"
+    build_model(ROW).save_pretrained(checkpoint, save_original_format=False)
+    save_tokenizer(checkpoint, vocab_size=384)
+    package = _build(checkpoint, tmp_path / "pkg")
+    reference = builds.package(ROW)
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (package / name).read_bytes() == (reference / name).read_bytes(), name
