@@ -161,14 +161,16 @@ def _row(
     if model_type in NOT_APPLICABLE:
         return CoverageRow(model_type, mappings, architecture, "not applicable", reason=NOT_APPLICABLE[model_type])
     text_type = text_model_type(model_type)
+    # a listed wrapper first: its checkpoints export with --text-only alone, even where the decoder's recipe also
+    # names the type's causal-LM class (Qwen4-Exp's Qwen4ExpForCausalLM)
+    wrapped = wrapped_decoder_recipe(text_type, architecture, recipes)
+    if wrapped is not None:
+        return _exported_row(model_type, mappings, architecture, wrapped, wrapped=True)
     for cls in dict.fromkeys(classes.values()):  # the multimodal class first, then the causal-LM one
         try:
             return _exported_row(model_type, mappings, architecture, match_recipe(text_type, cls, recipes))
         except InputError:
             continue
-    wrapped = wrapped_decoder_recipe(text_type, architecture, recipes)
-    if wrapped is not None:
-        return _exported_row(model_type, mappings, architecture, wrapped, wrapped=True)
     return CoverageRow(model_type, mappings, architecture, "missing")
 
 

@@ -49,7 +49,7 @@ REFUSED: dict[str, str] = {
         "inkling_mm_model", "instructblip", "instructblipvideo", "kimi_k25", "kosmos-2", "lfm3_vl", "minicpm_ocr",
         "minicpmv4_6", "minicpmv4_7", "minimax_m3_vl", "mistral4", "mistral_large4", "molmo2", "muse_glimmer",
         "muse_spark", "nemotron_h_omni", "paddleocr_vl", "perception_lm", "pi0", "pp_formulanet",
-        "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen4_exp", "step3p7", "unlimited_ocr",
+        "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "step3p7", "unlimited_ocr",
     ),
     # read in issue #39's next round: buildable, not built yet (docs/coverage.md §7 says what each needs)
     "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "

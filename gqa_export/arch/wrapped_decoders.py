@@ -41,6 +41,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "LlavaOnevisionForConditionalGeneration": "llava_onevision",
         "Ovis2ForConditionalGeneration": "ovis2",
         "QianfanOCRForConditionalGeneration": "qianfan_ocr",
+        "Qwen4ExpForConditionalGeneration": "qwen4_exp",
         "SmolVLMForConditionalGeneration": "smolvlm",
         "VideoLlama3ForConditionalGeneration": "video_llama_3",
         "VideoLlavaForConditionalGeneration": "video_llava",
