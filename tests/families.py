@@ -557,6 +557,22 @@ FAMILIES: tuple[Family, ...] = (
         since_major=5,
         since=(5, 25),
     ),
+    # Qwen4-Exp's text decoder (5.25): Qwen3.5-MoE's layers on 3 hyper-connection copies in the gated form (no
+    # input or final norms), the QSA indexer's cap at 124 (budget 120, blocks of 5), no PLE layers (refused);
+    # mutants and the cap: tests/arch/test_qwen4_exp.py
+    hybrid(
+        "qwen4_exp_text",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        float_matmuls=True,  # the stream maps stay float32 MatMuls in int4 packages
+        prompt=LONG_PROMPT,
+        one_token_logits=True,
+        fp16_cuda=True,
+        since_major=5,
+        since=(5, 25),
+        **ONE_PROMPT,  # the 30-token prompt + 24 greedy tokens (54: within the cap)
+    ),
     hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
     # lightning attention (linear attention with a fixed decay per head and layer: one recurrent

@@ -31,6 +31,33 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "persimmon": {"num_key_value_heads": 4, "partial_rotary_factor": 0.5},  # multi-head: no kv heads of its own
     "aria_text": {"moe_num_experts": 4, "moe_topk": 2, "moe_num_shared_experts": 1},
     "minimax_m3_vl_text": {"rotary_dim": 16},  # the class rotates every channel whatever it says (docs/moe.md)
+    # Qwen4-Exp: a DeltaNet layer and an indexed one (QSA cap 63), 3 hyper-connection copies, 4 experts top 2, no PLE
+    "qwen4_exp_text": {
+        "full_attention_interval": 2,
+        "head_dim": 32,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "hc_count": 3,
+        "hc_lowrank": 10,
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": 16,
+        "indexer_budget": 60,
+        "indexer_compress_ratio": 4,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1e6,
+            "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+        },
+    },
 }
 # sub-config sizes a tower or projector reads (whichever keys its config has)
 _SHRUNK = dict(

@@ -47,17 +47,13 @@ REFUSED: dict[str, str] = {
         "glmga", "granite4_vision", "granite_docling", "hunyuan_vl", "hy_v4_vl", "hyperclovax_vision_v2", "idefics",
         "inkling2", "inkling2_loop", "inkling_mm_model", "instructblip", "instructblipvideo", "kimi_k25", "kosmos-2",
         "mistral4", "mistral_large4", "molmo2", "muse_glimmer", "muse_spark", "paddleocr_vl", "perception_lm", "pi0",
-        "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen4_exp", "step3p7", "unlimited_ocr",
+        "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "step3p7", "unlimited_ocr",
     ),
     # read in issue #39's next round: buildable, not built yet (docs/coverage.md §7 says what each needs)
     "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
     "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
     "experts, which gqa-export does not build yet (docs/coverage.md §7)",
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
-    "qwen4_exp_text": "no spec yet: Qwen4-Exp needs hyper-connection residual streams, a QSA indexer (each query's "
-    "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "
-    "multiply-xor hashes of the last token ids) through a dilated convolution, two more states per layer, which "
-    "gqa-export does not build yet (docs/coverage.md §11)",
     "inkling_text": "no spec yet: Inkling needs a relative position bias computed per query and head from its hidden "
     "state, short convolutions on keys and values before the cache and on each block's output (four states per "
     "layer beside its KV cache) and a router normalizing routed and shared experts together, which gqa-export does "

@@ -54,6 +54,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "MiniCPMV4_7ForConditionalGeneration": "minicpmv4_7",
         "NemotronH_Omni_Reasoning_V3": "nemotron_h_omni",
         "QianfanOCRForConditionalGeneration": "qianfan_ocr",
+        "Qwen4ExpForConditionalGeneration": "qwen4_exp",
         "SmolVLMForConditionalGeneration": "smolvlm",
         "VideoLlama3ForConditionalGeneration": "video_llama_3",
         "VideoLlavaForConditionalGeneration": "video_llava",

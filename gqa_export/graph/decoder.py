@@ -24,7 +24,14 @@ from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gq
 from gqa_export.graph.blocks import LayerContext, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.cca import cca_qkv
-from gqa_export.graph.decoder_layer import attention_block, block_norm, decoder_layer, layer_mlp, layer_scalar
+from gqa_export.graph.decoder_layer import (
+    attention_block,
+    block_norm,
+    decoder_layer,
+    layer_mlp,
+    layer_scalar,
+    state_block,
+)
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.hyper_connections import collapse_streams, expand_streams, hyper_layer
 from gqa_export.graph.input_embedding import embed_input
@@ -159,8 +166,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
                 continue
             if dims.hyper:  # each block reads a weighted sum of the copies and is spread back over them
-                assert attention is not None and state is None
-                h, kv[i] = hyper_layer(lc, h, partial(attention_block, attention=attention), layer_mlp, block_norm)
+                mixer = partial(attention_block, attention=attention) if state is None else partial(state_block, state)
+                h, kv[i] = hyper_layer(lc, h, mixer, layer_mlp, block_norm)
                 continue
             h = streams.enter(i, h) if streams is not None else h
             h = loop.enter(i, h) if loop is not None else h

@@ -235,8 +235,8 @@ def context_cap_notes(dims: ModelDims) -> list[str]:
     """The line saying the package's context is capped below the model's, where it is."""
     if dims.context_length == dims.max_position_embeddings:
         return []
-    if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask (model/sparse_cap.py)
-        what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
+    if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Qwen4-Exp's QSA, Doge's mask (model/sparse_cap.py)
+        what, why = cap_wording(dims.cap_kind)
         return [
             f"context capped at {what} {dims.context_length} (max_position_embeddings "
             f"{dims.max_position_embeddings}): {why}, so the package (plain attention, no indexer) is exact up "
@@ -270,8 +270,8 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
     if requested is None:
         return default_max_length(context)
     if requested > context and context < dims.max_position_embeddings:
-        if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask
-            what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
+        if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Qwen4-Exp's QSA, Doge's dynamic mask
+            what, why = cap_wording(dims.cap_kind)
             raise InputError(
                 f"--max-length {requested} is past {what} {context}: {why}, and beyond it drops keys, which the "
                 f"package does not compute; use --max-length {context} or less"
