@@ -3,7 +3,8 @@
 - "causal": Gemma4ForCausalLM (gemma4_text), decoder under `model.`;
 - "conditional": Gemma4ForConditionalGeneration (gemma4), decoder under `model.language_model.`,
   with tiny vision and audio towers;
-- "unified": Gemma4UnifiedForConditionalGeneration (gemma4_unified; no per-layer embeddings).
+- "unified": Gemma4UnifiedForConditionalGeneration (gemma4_unified; no per-layer embeddings);
+- "unified_causal": Gemma4UnifiedForCausalLM (gemma4_unified_text), the text class alone, under `model.`.
 
 Defaults turn every text feature on: 8 layers S S F S S F S F (sliding head_dim 16 with 2 kv heads,
 global head_dim 32 with 1 kv head through k = v), the last 4 layers KV-shared (layers 4, 6 read
@@ -30,6 +31,7 @@ CLASSES = {
     "conditional": "Gemma4ForConditionalGeneration",
     "full": "Gemma4ForConditionalGeneration",
     "unified": "Gemma4UnifiedForConditionalGeneration",
+    "unified_causal": "Gemma4UnifiedForCausalLM",
 }
 
 
@@ -68,7 +70,7 @@ def _text(form: str, overrides: dict[str, Any]) -> dict[str, Any]:
         tie_word_embeddings=True, bos_token_id=0, eos_token_id=1, pad_token_id=5, rms_norm_eps=1e-6,
         hidden_activation="gelu_pytorch_tanh", use_bidirectional_attention=None if form == "causal" else "vision",
     )  # fmt: skip
-    if form != "unified":  # per-layer embeddings exist in gemma4 / gemma4_text only
+    if not form.startswith("unified"):  # per-layer embeddings exist in gemma4 / gemma4_text only
         text.update(hidden_size_per_layer_input=8, vocab_size_per_layer_input=384)
     text.update(overrides)
     n = text["num_hidden_layers"]
@@ -94,6 +96,8 @@ def _config(form: str, overrides: dict[str, Any]) -> Any:
     text = _text(form, overrides)
     if form == "causal":
         return tf.Gemma4TextConfig(**text)
+    if form == "unified_causal":
+        return tf.Gemma4UnifiedTextConfig(**text)
     ids = {**TOKEN_IDS, **top}
     if form == "full":  # a tower genai runs (docs/multimodal.md §13): no audio, the tokenizer's image ids
         vision = tf.Gemma4VisionConfig(**FULL_VISION, use_clipped_linears=clipped, standardize=standardize)

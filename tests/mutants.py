@@ -10,14 +10,38 @@ from __future__ import annotations
 
 import fnmatch
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+import pytest
 from onnx import numpy_helper
 
 Change = Callable[[np.ndarray], np.ndarray]
+# a bug planted in the export itself: a patch of the graph builder (applied through monkeypatch, so
+# undone after the test) or fields of the family's ArchSpec replaced
+Plant = Callable[[pytest.MonkeyPatch], None] | Mapping[str, Any]
+
+
+def build_planted(
+    checkpoint: Path, out: Path, monkeypatch: pytest.MonkeyPatch, plant: Plant, spec: str | None = None
+) -> Path:
+    """Build `checkpoint` into `out` (text decoder, no smoke run) with `plant` in place: a callable
+    patches the builder; a mapping replaces fields of the ArchSpec named `spec`. Returns `out`, for
+    the caller to hold against HF (a mutant must fail the parity bound the registry row passes)."""
+    from gqa_export.arch import SPECS
+    from gqa_export.pipeline import BuildOptions, build
+
+    if callable(plant):
+        plant(monkeypatch)
+    else:
+        assert spec is not None, "a spec mutant names the spec it changes"
+        monkeypatch.setitem(SPECS, spec, replace(SPECS[spec], **plant))
+    build(BuildOptions(str(checkpoint), out, smoke=False, text_only=True))
+    return out
 
 
 def copy_package(package: Path, dest: Path) -> Path:

@@ -115,6 +115,19 @@ GEMMA4_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma4_causal": ("causal", {}),
     "gemma4_conditional": ("conditional", {}),
     "gemma4_unified": ("unified", {}),
+    # the text class alone (Gemma4UnifiedForCausalLM): plain causal / sliding masks (the class never
+    # builds vision runs, though its config says use_bidirectional_attention "vision"); another mix:
+    # 7 layers (S S F S S F F), 3 KV-shared, no k = v, window 5, untied lm_head
+    "gemma4_unified_text": (
+        "unified_causal",
+        {
+            "num_hidden_layers": 7,
+            "num_kv_shared_layers": 3,
+            "attention_k_eq_v": False,
+            "sliding_window": 5,
+            "tie_word_embeddings": False,
+        },
+    ),
     # another mix: 6 layers (S S F S S F), 2 KV-shared, no k = v (global layers keep 2 kv heads),
     # global head_dim 64 (heads x head_dim > hidden), half-rotary proportional RoPE, window 6,
     # untied lm_head, no softcap, single-wide MLPs, PLE width 16, a bf16 checkpoint in shards

@@ -92,6 +92,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "index_topk_blocks": "index_topk_blocks",
     "index_block_size": "index_block_size",
     "dynamic_keep_window": "keep_window_size",  # Doge: the dynamic mask's top-k keys (the context cap)
+    # Qwen4-Exp's QSA indexer: the tokens of complete key blocks it keeps per query and the block size
+    "qsa_budget": "indexer_budget",
+    "qsa_block": "indexer_compress_ratio",
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",
@@ -110,6 +113,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "linear_bounded_decay": "kda_safe_gate",  # Ling 3: the bounded KDA forget gate (MixerSpec.bounded_decay)
     "linear_decay_bound": "kda_lower_bound",
     "linear_neg_eigval": "linear_allow_neg_eigval",  # OLMo-Hybrid: beta = 2 sigmoid(b) (MixerSpec.neg_eigval)
+    # the gated norm's gate activation where the config picks it (GatedDeltaNetNames.gate "config", Qwen4-Exp)
+    "linear_output_gate": "output_gate_type|hidden_act",
     # hybrid decoders (Granite-4.0-H): Mamba2 shapes, and whether the attention layers use RoPE
     "mamba_heads": "mamba_n_heads",
     "mamba_groups": "mamba_n_groups",

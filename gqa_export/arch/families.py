@@ -34,7 +34,15 @@ PHI3 = ArchSpec(name="phi3", layer=LayerNames(qkv="self_attn.qkv_proj", gate_up=
 # Gemma's RMSNorm computes (1 + w) and its embedding module multiplies by sqrt(hidden)
 _GEMMA_NUMERICS: dict = dict(norm_offset=1.0, embedding_scale="sqrt_hidden")
 _HIDDEN_ACTIVATION = config_keys(activation="hidden_activation")
-GEMMA = ArchSpec(name="gemma", activations=GELU_TANH, **_GEMMA_NUMERICS)
+_ENCODER_ONLY = Refusal(
+    "use_bidirectional_attention",
+    "use_bidirectional_attention makes every layer bidirectional (an embedding encoder such as EmbeddingGemma), "
+    "not a causal LM; export a generative checkpoint",
+    (True, "all"),
+)
+# transformers 5.x's Gemma reads use_bidirectional_attention too (is_causal False; Gemma-2 runs eager
+# only, on the causal masks it builds, so there the flag changes nothing)
+GEMMA = ArchSpec(name="gemma", activations=GELU_TANH, refusals=(_ENCODER_ONLY,), **_GEMMA_NUMERICS)
 _SANDWICH = LayerNames(
     pre_feedforward_norm="pre_feedforward_layernorm", post_feedforward_norm="post_feedforward_layernorm"
 )
@@ -45,12 +53,6 @@ GEMMA2 = ArchSpec(
     layer=_SANDWICH,
     config_keys=_HIDDEN_ACTIVATION,
     **_GEMMA_NUMERICS,
-)
-_ENCODER_ONLY = Refusal(
-    "use_bidirectional_attention",
-    "use_bidirectional_attention makes every layer bidirectional (an embedding encoder such as EmbeddingGemma), "
-    "not a causal LM; export a generative checkpoint",
-    (True, "all"),
 )
 GEMMA3 = ArchSpec(
     name="gemma3",

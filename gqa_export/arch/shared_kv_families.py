@@ -54,7 +54,7 @@ DEEPSEEK_V4 = ArchSpec(
     rope_interleaved=True,
     layer_rope_keys=MappingProxyType({"sliding_attention": "main", **dict.fromkeys(_COMPRESSED, "compress")}),
     attention_sinks="self_attn.sinks",
-    hyper_connections=HyperConnectionNames(sinkhorn=True),
+    hyper_connections=HyperConnectionNames(form="sinkhorn"),
     moe=MoeSpec(
         MoeNames(
             per_expert=(PER_EXPERT_PROJ, PER_EXPERT_W),

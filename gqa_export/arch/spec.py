@@ -252,6 +252,9 @@ class ArchSpec:
     # the layer type whose layers keep only the top blocks of keys (MiniMax-M3's block-sparse indexer):
     # where some layer has it, the package's context is capped where every key is kept (model/sparse_cap.py)
     block_sparse_type: str | None = None
+    # the layer type whose layers keep the top blocks of a QSA indexer (Qwen4-Exp): the same cap, at
+    # indexer_budget + indexer_compress_ratio - 1 keys (model/sparse_cap.py)
+    qsa_type: str | None = None
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
     # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters

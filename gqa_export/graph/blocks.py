@@ -66,6 +66,12 @@ class LayerContext:
     def has(self, module: str, suffix: str = "weight") -> bool:
         return self.name(module, suffix) in self.params.store
 
+    def held_spelling(self, modules: str | None, prefix: str = "", suffix: str = "weight") -> str | None:
+        """The first of a module's spellings ("a|b", tried in order: a hub's name and transformers'
+        rename of it) whose tensor the checkpoint holds, with `prefix`; None where it holds none."""
+        spellings = (f"{prefix}{m}" for m in (modules or "").split("|") if m)
+        return next((m for m in spellings if self.has(m, suffix)), None)
+
     def has_norm(self, module: str | None) -> bool:
         """A norm the checkpoint holds: its weight, or one weight per head (`{module}.norms.0`); every
         norm the spec names where they are weightless L2 norms (nGPT), which hold no tensor."""

@@ -25,7 +25,14 @@ from gqa_export.graph.blocks import LayerContext, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.cca import cca_qkv
 from gqa_export.graph.compressed_kv import compressed_attention, compressed_masks, is_compressed
-from gqa_export.graph.decoder_layer import attention_block, block_norm, decoder_layer, layer_mlp, layer_scalar
+from gqa_export.graph.decoder_layer import (
+    attention_block,
+    block_norm,
+    decoder_layer,
+    layer_mlp,
+    layer_scalar,
+    state_block,
+)
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.hyper_connections import collapse_streams, expand_streams, hyper_layer
 from gqa_export.graph.input_embedding import embed_input
@@ -165,9 +172,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
                 continue
             if dims.hyper:  # each block reads a weighted sum of the copies and is spread back over them
-                assert attention is not None and state is None
-                block = shared_kv_block if spec.shared_kv_attention is not None else attention_block
-                h, kv[i] = hyper_layer(lc, h, partial(block, attention=attention), layer_mlp, block_norm)
+                attend_block = shared_kv_block if spec.shared_kv_attention is not None else attention_block
+                mixer = partial(attend_block, attention=attention) if state is None else partial(state_block, state)
+                h, kv[i] = hyper_layer(lc, h, mixer, layer_mlp, block_norm)
                 continue
             h = streams.enter(i, h) if streams is not None else h
             h = loop.enter(i, h) if loop is not None else h

@@ -116,6 +116,14 @@ def decoder_layer(
     return _residual(lc, h, y, "residual_mlp"), kv
 
 
+def state_block(state: Mixer, lc: LayerContext, x: ir.Value) -> tuple[ir.Value, None]:
+    """A recurrent-state mixer on the normed input `x` (it projects its own output and writes its states);
+    no KV cache. The hyper-connection layers' token mixer where the layer is not attention (Qwen4-Exp)."""
+    with lc.b.scope(lc.layer.mixer):
+        y, _ = state(lc, x)
+    return y, None
+
+
 def attention_block(lc: LayerContext, x: ir.Value, attention: Mixer) -> tuple[ir.Value, LayerKV | None]:
     """The attention on the normed input `x` through o_proj, with the heads' output gates and norms."""
     L, b = lc.spec.layer, lc.b
@@ -158,11 +166,12 @@ def layer_mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
     if lc.spec.moe is not None and lc.spec.moe.routing == "normed_residual":
         return dense_and_sparse_mlp(lc, x, residual, block_norm)
     out = sparse_mlp(lc, x)
-    spellings = [m for m in (lc.spec.moe.names.output_norm or "").split("|") if m]  # type: ignore[union-attr]
+    spellings = lc.spec.moe.names.output_norm  # type: ignore[union-attr]
     if not spellings:
         return out
-    # A.X-K1: the block's output normed before the residual add (the first spelling the checkpoint holds)
-    return block_norm(lc, out, next((m for m in spellings if lc.has(m)), spellings[0]), "sparse_output_norm")
+    # A.X-K1: the block's output normed before the residual add (none held: the read names the first)
+    module = lc.held_spelling(spellings) or spellings.split("|")[0]
+    return block_norm(lc, out, module, "sparse_output_norm")
 
 
 def layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:

@@ -79,9 +79,9 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
                 logits = soft_cap(b, logits, cap, "capped_logits")
             scores = b.op("Sigmoid", logits, name="scores")
         choosing = logits if routing == "sigmoid_logits_biased" else scores
-        spellings = (lc.name(f"{prefix}{n}", suffix="") for n in (names.expert_bias or "").split("|") if n)
-        bias_name = next((n for n in spellings if n in lc.params.store), None)
-        if bias_name is not None:
+        bias_module = lc.held_spelling(names.expert_bias, prefix, suffix="")
+        if bias_module is not None:
+            bias_name = lc.name(bias_module, suffix="")
             if len(lc.params.store.info(bias_name).shape) > 1:  # ERNIE stores it [1, E]
                 flat = lc.params.derived(bias_name, lambda a: a.reshape(-1), shape=(moe.experts,))
                 bias = b.initializer(bias_name, flat)

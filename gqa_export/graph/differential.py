@@ -21,14 +21,13 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import NUMPY_DTYPES, GraphBuilder, float_scalar
+from gqa_export.graph.value_heads import zero_padded_heads
 
 
 def _padded_heads(b: GraphBuilder, x: ir.Value, heads: int, width: int, tag: str) -> ir.Value:
     """x [B,S,heads*width] -> [B,S,heads*2*width], each head's second half zero."""
     per_head = b.op("Reshape", x, b.const([0, 0, heads, width], f"{tag}_diff_heads", "int64"))
-    pads = b.const([0, 0, 0, 0, 0, 0, 0, width], "diff_pads", "int64")
-    padded = b.op("Pad", per_head, pads, name=f"{tag}_diff_pad")
-    return b.op("Reshape", padded, b.const([0, 0, heads * 2 * width], f"{tag}_diff_flat", "int64"))
+    return zero_padded_heads(b, per_head, heads, width, width, tag, "diff")
 
 
 def differential_qkv(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:

@@ -18,18 +18,13 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, head_norm, linear
 from gqa_export.graph.builder import NUMPY_DTYPES, GraphBuilder
+from gqa_export.graph.value_heads import zero_padded_heads
 
 EXTRA = 16  # the value's ones channel and its zero padding: GQA head sizes with rotary are multiples of 16
 
 
 def _heads(b: GraphBuilder, x: ir.Value, heads: int, width: int, tag: str) -> ir.Value:
     return b.op("Reshape", x, b.const([0, 0, heads, width], f"{tag}_dyn_heads", "int64"))
-
-
-def _padded_flat(b: GraphBuilder, per_head: ir.Value, heads: int, width: int, tag: str) -> ir.Value:
-    pads = b.const([0, 0, 0, 0, 0, 0, 0, EXTRA], "dyn_pads", "int64")
-    padded = b.op("Pad", per_head, pads, name=f"{tag}_dyn_pad")
-    return b.op("Reshape", padded, b.const([0, 0, heads * (width + EXTRA)], f"{tag}_dyn_flat", "int64"))
 
 
 def dynamic_qkv(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
@@ -50,7 +45,8 @@ def dynamic_qkv(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.V
     ones = b.op("Add", padded, b.const(one, "dyn_ones_channel"), name="v_ones")
     values = b.op("Mul", ones, factor, name="v_key_factor")
     flat_v = b.op("Reshape", values, b.const([0, 0, kv_heads * (width + EXTRA)], "v_dyn_flat", "int64"))
-    return _padded_flat(b, q, dims.num_heads, width, "q"), _padded_flat(b, k, kv_heads, width, "k"), flat_v
+    q = zero_padded_heads(b, q, dims.num_heads, width, EXTRA, "q", "dyn")
+    return q, zero_padded_heads(b, k, kv_heads, width, EXTRA, "k", "dyn"), flat_v
 
 
 def dynamic_output(lc: LayerContext, out: ir.Value) -> ir.Value:

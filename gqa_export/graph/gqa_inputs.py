@@ -26,6 +26,6 @@ def attention_sinks(lc: LayerContext) -> ir.Value | None:
     module = lc.spec.attention_sinks
     if module is None or (lc.spec.attention_sink_layers == "sliding" and lc.layer.window <= 0):
         return None
-    names = [lc.name(m, suffix="") for m in module.split("|")]
-    name = next((n for n in names if n in lc.params.store), names[0])  # none: the read names the first
+    held = lc.held_spelling(module, suffix="") or module.split("|")[0]  # none held: the read names the first
+    name = lc.name(held, suffix="")
     return lc.b.initializer(name, lc.params.vector([name]))

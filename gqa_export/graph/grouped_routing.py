@@ -38,9 +38,9 @@ def grouped_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDim
         choosing = scores
         names = lc.spec.moe.names  # type: ignore[union-attr]
         # "a|b": the spellings tried in order (EXAONE-MoE's hub mlp.e_score_correction_bias, 5.x's under gate.)
-        spellings = (lc.name(f"{prefix}{n}", suffix="") for n in (names.expert_bias or "").split("|") if n)
-        bias_name = next((n for n in spellings if n in lc.params.store), None)
-        if bias_name is not None:
+        bias_module = lc.held_spelling(names.expert_bias, prefix, suffix="")
+        if bias_module is not None:
+            bias_name = lc.name(bias_module, suffix="")
             choosing = b.op("Add", scores, b.initializer(bias_name, lc.params.vector([bias_name])), name="biased")
         if moe.groups > 1:
             choosing = _keep_groups(lc, choosing, moe, sigmoid)

@@ -1,5 +1,5 @@
 """Hyper-connection residual streams, without DeepSeek-V4's Sinkhorn mixing (HunYuan-V4) or with it
-(DeepSeek-V4's manifold-constrained form, `HyperConnectionNames.sinkhorn`; docs/coverage.md).
+(DeepSeek-V4's manifold-constrained form, `HyperConnectionNames.form` "sinkhorn"; docs/coverage.md).
 
 The residual is K = hc_mult copies of the hidden state, kept here as one [B, S, K, H] tensor, all in fp32
 (HF computes every stream weight in fp32 whatever the model's dtype, its parameters kept fp32):
@@ -13,8 +13,17 @@ The residual is K = hc_mult copies of the hidden state, kept here as one [B, S, 
 - collapse (before the final norm): `pre = sigmoid(mixes * hc_scale + hc_base) + hc_eps` with the head's
   own map [K, K*H], and the hidden state `sum_k pre_k copy_k`.
 
-The Sinkhorn form's map gives (2 + K) K mixes: pre as above, `post = hc_magnitude * sigmoid(.)` (no eps, the
-magnitude 2 the class hard-codes and the config's default) and `comb` [K, K] = softmax over each row of
+Qwen4-Exp's gated form (HyperConnectionNames.form "gated", docs/coverage.md) keeps the copies and the spread but
+computes the weights otherwise, per module (attention, MLP, the model's final mixer):
+- normed = each copy RMS-normed on its own (rms_norm_eps) times (1 + hc_norm.weight) [K*H], flat = normed [K*H];
+- the block reads `mean_k(mix_k * normed_k)`, mix = sigmoid(up(silu(down(flat) / K))) [K, H] (a low-rank map per
+  channel and copy), with no norm of its own (the layers have none);
+- each copy adds `2 sigmoid(inject(flat) / K)_k * block_output` (inject [K, K*H]);
+- the final mixer's block input (no inject) goes to the lm_head as it is (the model has no final norm).
+
+DeepSeek-V4's Sinkhorn form (HyperConnectionNames.form "sinkhorn"): the map gives (2 + K) K mixes: pre as above,
+`post = hc_magnitude * sigmoid(.)` (no eps, the magnitude 2 the class hard-codes and the config's default) and
+`comb` [K, K] = softmax over each row of
 `mixes * scale[2] + base` + hc_eps, its columns then divided by their sum + hc_eps, then hc_sinkhorn_iters - 1
 times the rows and the columns in turn (unrolled: one ReduceSum and one Div each, in fp32 as HF). The copies
 become `sum_j comb[j, k] copy_j + post_k * block_output` (comb^T, the order HF reads it in).
@@ -159,6 +168,56 @@ def _spread(
     return b.op("Add", streams, spread, name=name)
 
 
+INJECT_SCALE = 2.0  # Qwen4-Exp's injection weights are 2 sigmoid(...): a copy takes up to twice the block output
+
+
+def copy_rms(b: GraphBuilder, streams: ir.Value, eps: float) -> ir.Value:
+    """Each copy RMS-normed on its own, weightless [B, S, K, H] (Qwen4-Exp's group-wise RMSNorm, groups of H)."""
+    mean = b.op("ReduceMean", b.op("Mul", streams, streams), b.const([-1], "channel_axis", "int64"), keepdims=1)
+    inverse = b.op("Reciprocal", b.op("Sqrt", b.op("Add", mean, _f32_const(b, eps, "hc_norm_eps"))))
+    return b.op("Mul", streams, inverse, name="copy_rms")
+
+
+def mix_weights(b: GraphBuilder, flat: ir.Value, down: ir.Value, up: ir.Value, k: int, width: int) -> ir.Value:
+    """sigmoid(up(silu(down(flat) / K))) as [B, S, K, H]: the low-rank map's weight of each copy's channels."""
+    copies = _f32_const(b, float(k), "hc_count")
+    low = b.op("Div", b.op("MatMul", flat, down), copies)
+    hidden = b.op("Mul", low, b.op("Sigmoid", low), name="mix_silu")
+    mix = b.op("Sigmoid", b.op("MatMul", hidden, up))
+    return b.op("Reshape", mix, b.const([0, 0, k, width], "hc_copies_shape", "int64"), name="mix")
+
+
+def _gated_mix(
+    b: GraphBuilder, streams: ir.Value, name: Callable[[str], str], dims: ModelDims, params: Params, inject: bool
+) -> tuple[ir.Value, ir.Value | None]:
+    """Qwen4-Exp's block input [B, S, H] (export dtype) and, with `inject`, its injection weights [B, S, K, 1]
+    (fp32); `name` maps a leaf module to its stored tensor."""
+    hyper = dims.hyper
+    assert hyper is not None
+    k, width = hyper.streams, dims.hidden_size
+    norm_weight = _f32(b, params, name("hc_norm"), lambda w: (1.0 + w).reshape(k, width))
+    normed = b.op("Mul", copy_rms(b, streams, dims.rms_eps), norm_weight, name="hc_norm")  # [B, S, K, H]
+    flat = b.op("Reshape", normed, b.const([0, 0, k * width], "hc_flat", "int64"))
+    down = _f32(b, params, name("input_mix_weight_down"), lambda w: w.T)
+    up = _f32(b, params, name("input_mix_weight_up"), lambda w: w.T)
+    mix = mix_weights(b, flat, down, up, k, width)
+    mixed = b.op("ReduceMean", b.op("Mul", mix, normed), b.const([2], "stream_axis", "int64"), keepdims=0)
+    x = typed(mixed if params.dtype == F32 else b.op("Cast", mixed, to=params.dtype), params.dtype, [B, S, width])
+    if not inject:
+        return x, None
+    logits = b.op("MatMul", flat, _f32(b, params, name("block_inject_weight"), lambda w: w.T))
+    gates = b.op("Sigmoid", b.op("Div", logits, _f32_const(b, float(k), "hc_count")))
+    weights = b.op("Mul", gates, _f32_const(b, INJECT_SCALE, "hc_inject_scale"), name="inject")
+    return x, b.op("Unsqueeze", weights, b.const([-1], "last_axis", "int64"), name="post")
+
+
+def _gated_pre_post(lc: LayerContext, streams: ir.Value, module: str) -> tuple[ir.Value, ir.Value, None]:
+    """The gated form's block input and injection weights, as `_pre_post` returns its own (no comb)."""
+    x, post = _gated_mix(lc.b, streams, lambda leaf: lc.name(f"{module}.{leaf}"), lc.dims, lc.params, inject=True)
+    assert post is not None
+    return x, post, None
+
+
 def hyper_layer(
     lc: LayerContext, streams: ir.Value, block: Block, mlp: Mlp, norm: Norm
 ) -> tuple[ir.Value, LayerKV | None]:
@@ -167,12 +226,13 @@ def hyper_layer(
     (its output projection included)."""
     names, L = lc.spec.hyper_connections, lc.spec.layer
     assert names is not None
+    pre_post = _gated_pre_post if names.form == "gated" else _pre_post
     with lc.b.scope("hc_attn"):
-        x, post, comb = _pre_post(lc, streams, names.attention)
+        x, post, comb = pre_post(lc, streams, names.attention)
     y, kv = block(lc, norm(lc, x, L.input_norm, "input_layernorm"))
     streams = _spread(lc, streams, post, comb, y, "hc_residual_attn")
     with lc.b.scope("hc_mlp"):
-        x, post, comb = _pre_post(lc, streams, names.mlp)
+        x, post, comb = pre_post(lc, streams, names.mlp)
     x = norm(lc, x, L.post_attention_norm, "post_attention_layernorm")
     with lc.b.scope("mlp"):
         y = mlp(lc, x, x)
@@ -183,6 +243,10 @@ def collapse_streams(b: GraphBuilder, streams: ir.Value, dims: ModelDims, spec: 
     """[B, S, H]: the head's sigmoid-weighted sum of the copies (before the final norm)."""
     names, hyper = spec.hyper_connections, dims.hyper
     assert names is not None and hyper is not None
+    if names.form == "gated":  # Qwen4-Exp's final mixer: the block input of its gated form
+        with b.scope("hc_head"):
+            head = names.head[0]
+            return _gated_mix(b, streams, lambda leaf: spec.tensor(f"{head}.{leaf}.weight"), dims, params, False)[0]
     spellings = [tuple(spec.tensor(head.format(leaf=leaf)) for leaf in ("fn", "scale", "base")) for head in names.head]
     fn_name, scale_name, base_name = next((s for s in spellings if s[0] in params.store), spellings[0])
     with b.scope("hc_head"):

@@ -25,6 +25,18 @@ def padded_values(b: GraphBuilder, v: ir.Value, kv_heads: int, width: int, head_
     return b.op("Reshape", padded, b.const([0, 0, kv_heads * head_dim], "v_padded_flat", "int64"))
 
 
+def zero_padded_heads(
+    b: GraphBuilder, per_head: ir.Value, heads: int, width: int, extra: int, tag: str, kind: str
+) -> ir.Value:
+    """per_head [B,S,heads,width] -> [B,S,heads*(width+extra)], each head followed by `extra` zero
+    channels: the one head size GroupQueryAttention takes, for mechanisms that widen q and k
+    (differential attention's second half, the dynamic mask's key-bias channels). Nodes named
+    `{tag}_{kind}_pad` / `{tag}_{kind}_flat`."""
+    pads = b.const([0, 0, 0, 0, 0, 0, 0, extra], f"{kind}_pads", "int64")
+    padded = b.op("Pad", per_head, pads, name=f"{tag}_{kind}_pad")
+    return b.op("Reshape", padded, b.const([0, 0, heads * (width + extra)], f"{tag}_{kind}_flat", "int64"))
+
+
 def narrowed_output(b: GraphBuilder, y: ir.Value, heads: int, width: int, head_dim: int) -> ir.Value:
     """The attention output [B,S,heads*head_dim] without the padded channels: [B,S,heads*width]."""
     if not width or width == head_dim:

@@ -200,6 +200,7 @@ class DeltaNetDims:
     beta_scale: float = 1.0  # 2 where the family lets beta reach 2 (MixerSpec.neg_eigval, OLMo-Hybrid)
     # the bounded forget gate's lower bound (MixerSpec.bounded_decay, Ling 3): g = bound * sigmoid(...)
     decay_bound: float | None = None
+    gate: str = "silu"  # the gated norm's gate activation: silu or sigmoid (GatedDeltaNetNames.gate, resolved)
 
     @property
     def conv_channels(self) -> int:
@@ -226,7 +227,12 @@ def deltanet_dims(opt: Option, spec: ArchSpec, mixers: list[str]) -> DeltaNetDim
     doubled = spec.mixers is not None and spec.mixers.neg_eigval and bool(opt("linear_neg_eigval", False))
     bounded = spec.mixers is not None and spec.mixers.bounded_decay and bool(opt("linear_bounded_decay", True))
     bound = float(opt("linear_decay_bound", -5.0)) if bounded else None
-    dims = DeltaNetDims(*values.values(), beta_scale=2.0 if doubled else 1.0, decay_bound=bound)
+    gate = spec.mixers.gated_deltanet.gate if spec.mixers is not None else "silu"
+    if gate == "config":  # Qwen4-Exp: output_gate_type, else hidden_act, as its class reads them
+        gate = str(opt("linear_output_gate", "silu"))
+        if gate not in ("silu", "sigmoid"):
+            raise InputError(f"{spec.name}'s gated-DeltaNet output gate '{gate}' is not silu or sigmoid")
+    dims = DeltaNetDims(*values.values(), beta_scale=2.0 if doubled else 1.0, decay_bound=bound, gate=gate)
     if dims.value_heads % dims.key_heads:
         raise InputError(
             f"{spec.name}: {dims.value_heads} DeltaNet value heads do not divide among {dims.key_heads} key heads"

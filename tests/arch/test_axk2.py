@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 from families import BY_NAME, REGISTERED
-from mutants import copy_package, edit_initializers, times
+from mutants import build_planted, copy_package, edit_initializers, times
 from reference import parity_error
 
 from gqa_export.arch import SPECS
 from gqa_export.graph import decoder_layer, gated_norm, latent_attention
 from gqa_export.graph.blocks import normalize
-from gqa_export.pipeline import BuildOptions, build
 
 ROW = "axk2"
 BOUND = 1e-2  # every mutant must be off by more; measured in docs/coverage.md
@@ -84,14 +82,7 @@ def test_the_correct_package_passes(builds):
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     checkpoint = builds.checkpoint(ROW)
-    plant = MUTANTS[mutant]
-    if callable(plant):
-        plant(monkeypatch)
-    else:
-        monkeypatch.setitem(SPECS, ROW, replace(SPECS[ROW], **plant))
-    out = tmp_path / mutant
-    build(BuildOptions(str(checkpoint), out, smoke=False))
-    error = parity_error(out, Path(checkpoint))
+    error = parity_error(build_planted(checkpoint, tmp_path / mutant, monkeypatch, MUTANTS[mutant], ROW), checkpoint)
     print(f"{mutant}: {error:.3g}")
     assert error > BOUND, (mutant, error)
 

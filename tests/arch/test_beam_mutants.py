@@ -16,16 +16,13 @@ compute_attention_scaling on a right-padded batch and on decode steps 3000 posit
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 from families import LONG_PROMPT
-from mutants import copy_package, edit_initializers, times
+from mutants import build_planted, copy_package, edit_initializers, times
 from reference import parity_error
 
 from gqa_export import arch
-from gqa_export.pipeline import BuildOptions, build
 
 BOUND = 1e-4  # the registry's parity bound
 FAR = 10 * BOUND  # a mutant must move the logits at least this far
@@ -89,10 +86,9 @@ def test_depth_scales_dropped_cancel_in_the_norms(builds, tmp_path):
 
 
 def test_full_layer_rope_kept_fails_hf_parity(builds, tmp_path, monkeypatch):
-    monkeypatch.setitem(arch.SPECS, "beam", replace(arch.SPECS["beam"], rope_layers="all"))
-    out = tmp_path / "rope-kept"
-    build(BuildOptions(str(builds.checkpoint("beam")), out, smoke=False, text_only=True))
-    assert parity_error(out, builds.checkpoint("beam")) > FAR
+    checkpoint = builds.checkpoint("beam")
+    out = build_planted(checkpoint, tmp_path / "rope-kept", monkeypatch, {"rope_layers": "all"}, "beam")
+    assert parity_error(out, checkpoint) > FAR
 
 
 def _graph_factors(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

@@ -13,16 +13,13 @@ sqrt(1 + sigmoid(w)) dropped). The full layers' global_attention_scale (row ergo
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 import torch
 from families import LONG_PROMPT
-from mutants import copy_package, edit_initializers, times
+from mutants import build_planted, copy_package, edit_initializers, times
 from reference import parity_error
 
-from gqa_export import arch
 from gqa_export.graph import normed_experts
 from gqa_export.graph.learned_residual_gate import gate_factors
 from gqa_export.pipeline import BuildOptions, build
@@ -78,20 +75,24 @@ def test_mutant_fails_hf_parity(builds, tmp_path, mutant):
     assert parity_error(broken, builds.checkpoint("ergo")) > FAR
 
 
+def _expert_norm_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(normed_experts, "expert_rms", lambda lc, y: y)
+
+
 def test_expert_norm_dropped_fails_hf_parity(builds, tmp_path, monkeypatch):
     """The graph without the per-expert RMSNorm (each expert's raw output times its norm weight, weighted)."""
-    monkeypatch.setattr(normed_experts, "expert_rms", lambda lc, y: y)
-    out = tmp_path / "expert-norm-dropped"
-    build(BuildOptions(str(builds.checkpoint("ergo")), out, smoke=False, text_only=True))
-    assert parity_error(out, builds.checkpoint("ergo")) > FAR
+    checkpoint = builds.checkpoint("ergo")
+    out = build_planted(checkpoint, tmp_path / "expert-norm-dropped", monkeypatch, _expert_norm_dropped)
+    assert parity_error(out, checkpoint) > FAR
 
 
 def test_full_layer_score_scale_dropped_fails_hf_parity(builds, tmp_path, monkeypatch):
     """global_attention_scale 1.7 (row ergo_scaled) not applied: the full layers' logits at the plain softmax scale."""
-    monkeypatch.setitem(arch.SPECS, "ergo", replace(arch.SPECS["ergo"], full_layer_score_scale=None))
-    out = tmp_path / "score-scale-dropped"
-    build(BuildOptions(str(builds.checkpoint("ergo_scaled")), out, smoke=False, text_only=True))
-    assert parity_error(out, builds.checkpoint("ergo_scaled")) > FAR
+    checkpoint = builds.checkpoint("ergo_scaled")
+    out = build_planted(
+        checkpoint, tmp_path / "score-scale-dropped", monkeypatch, {"full_layer_score_scale": None}, "ergo"
+    )
+    assert parity_error(out, checkpoint) > FAR
 
 
 def test_gate_factors_are_the_modeling_codes():

@@ -52,6 +52,26 @@ def test_vision_runs_match_hf_mask(builds, variant, mode):
     assert tokens == ref_tokens
 
 
+def test_unified_text_class_stays_causal_like_hf(builds):
+    """Gemma4UnifiedForCausalLM (gemma4_unified_text) never builds vision runs: its config says
+    use_bidirectional_attention "vision" but holds no placeholder ids, so the package has no
+    bidirectional ids and ids 300-302 are plain tokens (not pad), attention causal and windowed as
+    HF's over a prompt whose runs outlast the window. Mutant: the same package with the runs made
+    bidirectional moves the logits far past the bound."""
+    package = builds.package("gemma4_unified_text")
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["options"]["attention"] == "gqa"
+    assert manifest["options"]["bidirectional_token_ids"] == []
+    hf = hf_model(builds.checkpoint("gemma4_unified_text"))
+    tokens, got = ort_prefill_and_decode(package, VISION_PROMPT, steps=3)
+    ref = hf_logits(hf, tokens, len(VISION_PROMPT))
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+    _, bidirectional = ort_prefill_and_decode(
+        builds.package("gemma4_unified_text", "bias", bidirectional_ids=(300, 301)), VISION_PROMPT, steps=0
+    )
+    assert np.abs(bidirectional - ref[: len(VISION_PROMPT)]).max() > 0.05
+
+
 def test_gqa_embeds_placeholders_as_pad_like_hf(builds):
     """Text-only use (gqa): image/video/audio ids are embedded as pad_token_id, like the HF class
     fed input_ids alone; attention stays causal."""

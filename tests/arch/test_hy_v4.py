@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 from families import BY_NAME, REGISTERED
 from moe_models import save_moe
-from mutants import copy_package, edit_initializers, times
+from mutants import build_planted, copy_package, edit_initializers, times
 from reference import parity_error
 from typer.testing import CliRunner
 
@@ -27,7 +26,6 @@ from gqa_export.arch.spec import LatentAttentionNames
 from gqa_export.cli import app
 from gqa_export.graph import decoder, hyper_connections
 from gqa_export.model import dims
-from gqa_export.pipeline import BuildOptions, build
 
 ROW = "hy_v4"
 BOUND = 1e-2  # every mutant must be off by more; measured in docs/coverage.md
@@ -88,14 +86,7 @@ def test_the_correct_package_passes(builds):
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     checkpoint = builds.checkpoint(ROW)
-    plant = MUTANTS[mutant]
-    if callable(plant):
-        plant(monkeypatch)
-    else:
-        monkeypatch.setitem(SPECS, ROW, replace(SPECS[ROW], **plant))
-    out = tmp_path / mutant
-    build(BuildOptions(str(checkpoint), out, smoke=False))
-    error = parity_error(out, Path(checkpoint))
+    error = parity_error(build_planted(checkpoint, tmp_path / mutant, monkeypatch, MUTANTS[mutant], ROW), checkpoint)
     print(f"{mutant}: {error:.3g}")
     assert error > BOUND, (mutant, error)
 

@@ -212,3 +212,27 @@ def test_unsupported_configs_are_refused_in_one_line(tmp_path, case):
     with pytest.raises(InputError, match=message) as refused:
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", ep="cpu", precision="fp32", smoke=False))
     assert "\n" not in str(refused.value)
+
+
+def test_bidirectional_gemma_is_refused_not_exported_causal(tmp_path):
+    """transformers 5.x's Gemma reads use_bidirectional_attention (is_causal False: where the class
+    leaves the mask to sdpa, every prompt token sees the whole prompt). A causal package would be
+    silently wrong (HF's logits move far from the causal model's), so the build refuses it in one
+    line. Gemma-2 runs eager only, on the causal masks it builds: the flag changes nothing there."""
+    import transformers
+    from tiny_models import save_model
+
+    from gqa_export.errors import InputError
+    from gqa_export.pipeline import BuildOptions, build
+
+    if _transformers_major() < 5:
+        pytest.skip("transformers 4.x's Gemma has no use_bidirectional_attention")
+    checkpoint = save_model(tmp_path / "ckpt", "gemma", use_bidirectional_attention=True)
+    as_saved, causal = (
+        transformers.GemmaForCausalLM.from_pretrained(checkpoint, use_bidirectional_attention=flag).eval()
+        for flag in (True, False)
+    )
+    assert np.abs(hf_logits(as_saved, list(PROMPT)) - hf_logits(causal, list(PROMPT))).max() > 1e-2
+    with pytest.raises(InputError, match="makes every layer bidirectional") as refused:
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert "\n" not in str(refused.value) and not (tmp_path / "pkg").exists()
