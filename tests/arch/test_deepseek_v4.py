@@ -19,13 +19,12 @@ import json
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from families import BY_NAME, REGISTERED
-from mutants import copy_package, edit_initializers, times
+from mutants import build_planted, copy_package, edit_initializers, times
 from reference import parity_error
 from typer.testing import CliRunner
 
@@ -163,14 +162,7 @@ def test_the_correct_package_passes(builds):
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     checkpoint = builds.checkpoint(ROW)
-    plant = MUTANTS[mutant]
-    if callable(plant):
-        plant(monkeypatch)
-    else:
-        monkeypatch.setitem(SPECS, ROW, replace(SPECS[ROW], **plant))
-    out = tmp_path / mutant
-    build(BuildOptions(str(checkpoint), out, smoke=False))
-    error = parity_error(out, Path(checkpoint))
+    error = parity_error(build_planted(checkpoint, tmp_path / mutant, monkeypatch, MUTANTS[mutant], ROW), checkpoint)
     print(f"{mutant}: {error:.3g}")
     assert error > BOUND, (mutant, error)
 
