@@ -4,8 +4,9 @@ What the modeling code does, and the package with it:
 - query: q_b(RMSNorm(q_a(x))) split into heads, each head through a weightless RMSNorm (eps rms_norm_eps);
 - key = value: RMSNorm(kv(x)), one [head_dim] head;
 - RoPE (interleaved pairs) on the *trailing* rotary_dim channels of each query head and of the key, so the cached
-  value carries the key's rotation; GroupQueryAttention gets the rotated key as both key and value (its two caches
-  hold the same rows), its head_sink the per-head sinks, its local_window_size the sliding window;
+  value carries the key's rotation; on sliding layers GroupQueryAttention gets the rotated key as both key and value
+  (its two caches hold the same rows), its head_sink the per-head sinks, its local_window_size the sliding window
+  (the compressed-KV layers attend with plain ops instead: graph/compressed_kv.py);
 - the output's trailing channels rotated back by the query's angle (cos, -sin), which leaves each value's
   contribution a function of its distance to the query;
 - a grouped low-rank output projection: the heads' outputs in o_groups groups, each group through its own block of

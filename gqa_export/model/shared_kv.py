@@ -63,6 +63,8 @@ def shared_kv_dims(
         tuple(COMPRESSED_TYPES.get(t, False) for t in types),
         int(opt("index_topk", 0) or 0),
     )
+    if any(dims.overlapping) and dims.index_topk < 1:
+        raise InputError(f"index_topk {dims.index_topk}: CSA layers need a positive one (it sets the context)")
     if dims.groups < 1 or heads % dims.groups:
         raise InputError(f"o_groups {dims.groups} does not divide the {heads} attention heads into equal groups")
     window = int(opt("sliding_window", 0) or 0)
