@@ -775,6 +775,24 @@ FAMILIES: tuple[Family, ...] = (
         **ONE_PROMPT,
     ),
     moe("hy_v4_v5", "hy_v4", hub_layout=False, since_major=5, since=(5, 25)),
+    # DeepSeek-V4: a sliding, a CSA and an HCA layer (the compressed keys recomputed each step from cached rows, plain
+    # ops; the context capped at index_topk x 4), one KV head as key and value, trailing RoPE rotated back on the
+    # output, sinks (gqa only), a grouped low-rank output projection, Sinkhorn-mixed hyper-connection copies, a
+    # hash-routed layer (tid2eid on the input ids) and sqrt(softplus) experts, routed and shared SwiGLU clipped;
+    # save_pretrained's default layout (the reference names: attn.wq_a, ffn.experts.{e}.w1, hc_attn_fn, head) and
+    # transformers' own (_v5)
+    moe_family(
+        "deepseek_v4",
+        ("gqa",),
+        since_major=5,
+        since=(5, 25),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        float_matmuls=True,  # the stream maps stay float32 MatMuls in int4 / int8 packages, as HF keeps them
+        fp16_cuda=True,
+        **ONE_PROMPT,
+    ),
+    moe("deepseek_v4_v5", "deepseek_v4", hub_layout=False, since_major=5, since=(5, 25)),
     # dots3-note's decoder: DeepSeek-V3.2's MLA with its own shapes on the sliding layer (per_layer_config: a KV
     # cache of its own shape), lora scales, a normed rope key, a per-head output gate (mutants:
     # tests/arch/test_dots3_note.py); transformers' own fused expert layout

@@ -152,6 +152,10 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "hc_streams": "hc_mult",  # hyper-connection residual copies, their post scale and gate epsilon
     "hc_magnitude": "hc_magnitude",
     "hc_eps": "hc_eps",
+    "hc_sinkhorn_iters": "hc_sinkhorn_iters",  # DeepSeek-V4's comb normalizations
+    "output_groups": "o_groups",  # DeepSeek-V4's grouped low-rank output projection: groups, rank per group
+    "output_group_rank": "o_lora_rank",
+    "compress_rates": "compress_rates",  # DeepSeek-V4: each compressed layer type's rate
     "per_layer_vocab": "vocab_size_per_layer_input",
     # weight-shared layer stacks run in cycles (ArchSpec.recurrent_stacks, HRM-Text)
     "layers_per_stack": "num_layers_per_stack",

@@ -49,10 +49,6 @@ REFUSED: dict[str, str] = {
         "mistral4", "mistral_large4", "molmo2", "muse_glimmer", "muse_spark", "paddleocr_vl", "perception_lm", "pi0",
         "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "step3p7", "unlimited_ocr",
     ),
-    # read in issue #39's next round: buildable, not built yet (docs/coverage.md §7 says what each needs)
-    "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
-    "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
-    "experts, which gqa-export does not build yet (docs/coverage.md §7)",
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
     "inkling_text": "no spec yet: Inkling needs a relative position bias computed per query and head from its hidden "
     "state, short convolutions on keys and values before the cache and on each block's output (four states per "

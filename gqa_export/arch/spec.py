@@ -25,6 +25,7 @@ from gqa_export.arch.expert_attention import AttentionExpertNames
 from gqa_export.arch.layer_names import LatentAttentionNames as LatentAttentionNames  # re-exported
 from gqa_export.arch.layer_names import LayerNames as LayerNames
 from gqa_export.arch.layer_names import PerLayerInputNames as PerLayerInputNames
+from gqa_export.arch.layer_names import SharedKvAttentionNames as SharedKvAttentionNames
 from gqa_export.arch.mixer_spec import MixerSpec, Multiplier
 from gqa_export.arch.moe_spec import FUSED_EXPERTS as FUSED_EXPERTS  # re-exported: the families import them here
 from gqa_export.arch.moe_spec import PER_EXPERT_PROJ as PER_EXPERT_PROJ
@@ -301,6 +302,12 @@ class ArchSpec:
     linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
     # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)
     latent_attention: LatentAttentionNames | None = None
+    # one KV head that is key and value, q-LoRA, RoPE on the trailing channels rotated back on the output, a grouped
+    # low-rank output projection (DeepSeek-V4; graph/shared_kv_attention.py)
+    shared_kv_attention: SharedKvAttentionNames | None = None
+    # a layer type -> the rope_parameters entry its layers read, where the entries are not keyed by layer type
+    # (DeepSeek-V4's "main" / "compress")
+    layer_rope_keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # LongCat-Flash's MLA: the query times sqrt(hidden / q_lora_rank) and the normed latent times
     # sqrt(hidden / kv_lora_rank) (model/latent.py)
     latent_lora_scale: bool = False

@@ -46,7 +46,11 @@ class HyperConnectionNames:
     attention: str = "attn_hc"
     mlp: str = "ffn_hc"
     head: tuple[str, ...] = ("hc_head.hc_{leaf}", "hc_pre.hc_head.hc_head_{leaf}")
-    form: str = "mapped"  # mapped (HunYuan-V4's fn / scale / base maps) | gated (Qwen4-Exp's low-rank mixer)
+    # mapped (HunYuan-V4's fn / scale / base maps) | gated (Qwen4-Exp's low-rank mixer) | sinkhorn (DeepSeek-V4's
+    # manifold-constrained maps: fn [(2 + K) K, K*H], scale [3], base [(2 + K) K] also give K x K `comb` weights,
+    # softmax + eps then hc_sinkhorn_iters alternating column / row normalizations, and the copies become
+    # comb^T copies + post * y; its post weights carry no eps)
+    form: str = "mapped"
 
 
 @dataclass(frozen=True)

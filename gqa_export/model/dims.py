@@ -46,6 +46,7 @@ from gqa_export.model.recurrent_loop import RecurrentLoopDims, recurrent_loop_di
 from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.rwkv import RwkvDims, rwkv_dims
+from gqa_export.model.shared_kv import SharedKvDims, shared_kv_dims
 from gqa_export.model.sparse_cap import block_sparse_cap, qsa_cap
 from gqa_export.model.stream import (
     AltUpDims,
@@ -112,6 +113,7 @@ class ModelDims:
     alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias
     altup: AltUpDims | None = None  # alternating updates over parallel streams (graph/altup.py)
     hyper: HyperDims | None = None  # hyper-connection residual copies (graph/hyper_connections.py)
+    shared_kv: SharedKvDims | None = None  # one KV head as key and value, grouped output (graph/shared_kv_attention.py)
     per_layer_vocab: int = 0  # the per-layer table's rows; ids past it read row 0
     hard_tokens: tuple[HardTokenRange, ...] = ()  # special-id ranges with their own embedders
     scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
@@ -175,13 +177,16 @@ class ModelDims:
 
     @property
     def _sparse_cap(self) -> int:
-        return self.block_sparse_cap or self.qsa_cap or self.key_window
+        compressed = self.shared_kv.context_cap if self.shared_kv is not None else 0  # DeepSeek-V4's CSA indexer
+        return self.block_sparse_cap or self.qsa_cap or compressed or self.key_window
 
     @property
     def cap_kind(self) -> str:
         """Which indexer or mask caps the context where no latent index_topk does (model/sparse_cap.cap_wording)."""
         if self.block_sparse_cap:
             return "block_sparse"
+        if self.shared_kv is not None and self.shared_kv.context_cap:
+            return "compressed"
         return "qsa" if self.qsa_cap else "key_window"
 
     def scale(self, layer: LayerDims) -> float:
@@ -259,6 +264,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         )
     latent, overrides = model_latent(config, spec, hidden, opt, lambda view: _opt_for(view, spec))
     layers = read_layers(config, opt, heads, hidden, spec, latent, overrides)
+    shared_kv, layers = shared_kv_dims(opt, spec, heads, layers)  # DeepSeek-V4: one KV head, windows, compressed
     if spec.full_layer_score_scale and (factor := config_get(config, spec.full_layer_score_scale)) is not None:
         layers = type(layers)(replace(x, score_factor=float(factor)) if x.window <= 0 else x for x in layers)
     loop = recurrent_loop_dims(opt, spec, len(layers))
@@ -337,6 +343,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
         altup=altup_dims(opt, spec),
         hyper=hyper_dims(opt, spec),
+        shared_kv=shared_kv,
         per_layer_vocab=int(opt("per_layer_vocab", 0) or 0) if ple else 0,
         hard_tokens=hard_token_ranges(outer, spec),
         # where the config has no use_qk_norm the family always norms (NanoChat; Llama-4's config has the flag)

@@ -119,6 +119,8 @@ def read_layers(
         rope_key = layer_type if layer_type in configured_ropes else "default"
         if rope_key == "default" and raw_types and raw_types[i] in configured_ropes:  # ZAYA: keyed by its own names
             rope_key = raw_types[i]
+        if spec.layer_rope_keys.get(layer_type or "") in configured_ropes:  # DeepSeek-V4: "main" / "compress"
+            rope_key = spec.layer_rope_keys[layer_type or ""]
         if (no_rope is not None and not no_rope[i]) or layer_type in nopes:
             rope_key = None
         if thetas is not None and rope_key is not None:

@@ -36,7 +36,7 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
         return i % spec.sublayers == 0
     kinds = opt("mlp_layer_types")  # one "dense" / "sparse" per layer, where the config class keeps the list
     if kinds is not None:
-        return _listed_mlp_kind(kinds, i)
+        return _listed_mlp_kind(kinds, i, spec.moe.sparse_kinds)
     period = int(opt("expert_layer_period", 0) or 0)
     if period:
         return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)
@@ -52,14 +52,17 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
 
 
-def _listed_mlp_kind(kinds: Any, i: int) -> bool:
+def _listed_mlp_kind(kinds: Any, i: int, sparse_kinds: tuple[str, ...] = ()) -> bool:
     """Layer i's entry of an mlp_layer_types list (GLM-4-MoE-Lite: the decoder layer builds the
     experts where it says "sparse", the dense MLP where "dense"; its config class fills the list in
-    from the layer count, and ignores first_k_dense_replace)."""
-    if i >= len(kinds) or kinds[i] not in ("dense", "sparse"):
+    from the layer count, and ignores first_k_dense_replace). `sparse_kinds`: the family's own sparse
+    values (DeepSeek-V4's "moe" / "hash_moe")."""
+    sparse = ("sparse", *sparse_kinds)
+    if i >= len(kinds) or kinds[i] not in ("dense", *sparse):
         found = kinds[i] if i < len(kinds) else "nothing"
-        raise InputError(f"mlp_layer_types[{i}] is {found!r}; each layer is 'dense' or 'sparse'")
-    return kinds[i] == "sparse"
+        allowed = ", ".join(repr(k) for k in ("dense", *sparse))
+        raise InputError(f"mlp_layer_types[{i}] is {found!r}; each layer is one of {allowed}")
+    return kinds[i] in sparse
 
 
 def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int, dense: bool = False) -> bool:

@@ -36,6 +36,8 @@ class MoeDims:
     # experts .. experts + zero_experts - 1, chosen beside the real ones (graph/zero_experts.py)
     zero_experts: int = 0
     router_softcap: float = 0.0  # logits -> c tanh(logits / c) before the sigmoid (Laguna); 0: none
+    # the layers whose experts are the hash table's row of the token id (MoeSpec.hashed_kind, DeepSeek-V4)
+    hashed: tuple[int, ...] = ()
 
 
 # the routed experts' SwiGLU with its halves clamped at swiglu_limit before the activation, as the MoE op clips:
@@ -103,7 +105,15 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         router_softcap=_router_softcap(opt, routing),
         limits=_limits(opt, spec, "expert_swiglu_limits"),
         shared_limits=_limits(opt, spec, "shared_swiglu_limits"),
+        hashed=_hashed_layers(opt, spec),
     )
+
+
+def _hashed_layers(opt: Any, spec: ArchSpec) -> tuple[int, ...]:
+    """The layers whose mlp_layer_types entry is the spec's hashed kind (DeepSeek-V4's "hash_moe")."""
+    if spec.moe is None or spec.moe.hashed_kind is None:
+        return ()
+    return tuple(i for i, kind in enumerate(opt("mlp_layer_types") or ()) if kind == spec.moe.hashed_kind)
 
 
 def _limits(opt: Any, spec: ArchSpec, key: str) -> tuple[float, ...]:

@@ -45,8 +45,14 @@ def qsa_cap(opt: Any, spec: ArchSpec, layer_types: list[str] | None) -> int:
 
 def cap_wording(kind: str = "block_sparse") -> tuple[str, str]:
     """(what the cap is called, why it exists), for the build note and the --max-length refusal: MiniMax-M3's
-    block-sparse cap, Qwen4-Exp's QSA cap ("qsa") or Doge's keep_window_size ("key_window";
-    ModelDims.cap_kind). DeepSeek-V3.2's index_topk keeps its own wording in plan/model_phase.py."""
+    block-sparse cap, Qwen4-Exp's QSA cap ("qsa"), DeepSeek-V4's CSA indexer ("compressed"; model/shared_kv.py) or
+    Doge's keep_window_size ("key_window"; ModelDims.cap_kind). DeepSeek-V3.2's index_topk keeps its own wording in
+    plan/model_phase.py."""
+    if kind == "compressed":
+        return (
+            "index_topk x compress_rate",
+            "DeepSeek-V4's CSA indexer keeps every compressed key only within its top index_topk",
+        )
     if kind == "key_window":
         return "keep_window_size", "Doge's dynamic mask keeps every key only within its top keep_window_size"
     if kind == "qsa":
