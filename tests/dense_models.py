@@ -47,6 +47,7 @@ FAMILIES = [
     "qwen3_5_moe_text",
     "qwen3_next",
     "lara_mini",
+    "qwen4_exp_text",
     "olmo_hybrid",
     "minimax",
     "granitemoehybrid",
@@ -380,6 +381,25 @@ def family_config(model_type: str) -> dict:
             tie_word_embeddings=True,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
+    elif model_type == "qwen4_exp_text":  # Qwen3.5-MoE's layers on 3 hyper-connection copies, QSA, no PLE
+        # (head_dim 64 as Qwen3.5's: 16 rotary dims, within the indexer's head of 16 as its config requires)
+        c = family_config("qwen3_5_moe_text")
+        c.update(
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],  # as the hub
+            linear_value_head_dim=24,  # dv != dk
+            num_experts=7,
+            norm_topk_prob=True,
+            hc_count=3,
+            hc_lowrank=10,
+            ple_layer_ids=[],
+            # QSA: 24 blocks of 5 keys, so every key of up to 124 visible ones is kept (the package's context,
+            # past every prompt + decode here; tests/arch/test_qwen4_exp.py checks a cap of 11)
+            indexer_n_heads=3,
+            indexer_kv_heads=1,
+            indexer_head_dim=16,
+            indexer_budget=120,
+            indexer_compress_ratio=5,
+        )
     elif model_type == "olmo_hybrid":  # OLMo-3 post-norm attention + pre-norm gated-DeltaNet layers
         c.update(
             num_hidden_layers=4,
@@ -609,6 +629,10 @@ def family_config(model_type: str) -> dict:
     return c
 
 
+# Qwen3.5's (1 + w) RMSNorms (the DeltaNet's gated norm aside): the stored weight is drawn around 0
+QWEN_ZERO_CENTRED = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next", "qwen4_exp_text")
+
+
 def _randomize(model, model_type: str, g: torch.Generator):
     def rn(t, std, mean=0.0):
         return (torch.randn(t.shape, generator=g) * std + mean).to(t.dtype)
@@ -621,13 +645,13 @@ def _randomize(model, model_type: str, g: torch.Generator):
                 "norm" in leaf_module or ".norms." in mod or mod.endswith("layernorm") or leaf_module.startswith("ln_")
             )
             if is_norm and leaf == "weight":
-                zero_centred = model_type in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next") and not mod.endswith(
-                    "linear_attn.norm"
-                )
+                zero_centred = model_type in QWEN_ZERO_CENTRED and not mod.endswith("linear_attn.norm")
                 if model_type == "nemotron" or zero_centred:
                     p.copy_(rn(p, 0.3))  # LayerNorm1P, Qwen3.5's zero-centred RMSNorm: effective weight = stored + 1
                 else:
                     p.copy_(rn(p, 0.3, 1.0))
+            elif mod.endswith(("input_mix_weight_down", "input_mix_weight_up")):  # Qwen4-Exp's low-rank stream mixer:
+                p.copy_(rn(p, 0.3 if mod.endswith("down") else 1.0))  # its sigmoid weights spread over (0, 1) by token
             elif leaf in ("bias", "dense_bias"):  # LayerNorm and Linear biases, GPT-NeoX-Japanese's last attention's
                 p.copy_(rn(p, 0.2))
             elif name.endswith("conv.conv.weight"):  # LFM2's depthwise kernel: large enough to matter

@@ -544,6 +544,45 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # DeepSeek-V4: a sliding, a CSA and an HCA layer (window 8; compressed keys every 4 tokens over two overlapping
+    # series, every 8 tokens; index_topk 32: the context capped at 128), one KV head of 40 that is key and value, RoPE
+    # on its trailing 8 channels (the compressed layers' "compress" rope YaRN-scaled, attention_factor 1), q-LoRA 24,
+    # the output in 2 groups of rank 12, a sink per head; layer 0 hash-routed (tid2eid drawn in `finish`), then the
+    # top 2 of 8 on sqrt(softplus) + selection bias, x2.5, routed and shared SwiGLU clipped at 0.6; 3
+    # hyper-connection copies with Sinkhorn comb (maps drawn)
+    "deepseek_v4": (
+        dict(
+            num_key_value_heads=1,
+            head_dim=40,
+            partial_rotary_factor=0.2,
+            q_lora_rank=24,
+            o_groups=2,
+            o_lora_rank=12,
+            layer_types=["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+            compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 8},
+            index_topk=32,
+            index_n_heads=2,
+            index_head_dim=16,
+            mlp_layer_types=["hash_moe", "moe", "moe"],
+            sliding_window=8,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            routed_scaling_factor=2.5,
+            swiglu_limit=0.6,
+            hc_mult=3,
+            hc_sinkhorn_iters=20,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 64,
+                "beta_fast": 32,
+                "beta_slow": 1,
+            },
+        ),
+        (),
+    ),
     # MiMo-V2-Flash: full / sliding / sliding / full layers (window 8); sliding ones with 2 kv heads and
     # sinks, full ones 1 kv head; heads of 24 with values of 16 (x0.707), RoPE on 8 of 24 channels at a
     # theta per layer type; layer 0 dense, then the top 2 of 8 experts within the best of 2 groups
@@ -801,8 +840,10 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
                 if ("layernorm.0." in name or "layernorm.1." in name) and name.endswith("weight"):
                     p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 1.0)
         _longcat_routers(model, g)
-    if model_type == "hy_v4":
-        _hyper_connections(model, g)
+    if model_type in ("hy_v4", "deepseek_v4"):
+        _hyper_connections(model, g, 0.5 if model_type == "hy_v4" else 0.2)
+    if model_type == "deepseek_v4":
+        _hash_table(model, g)
     if model_type == "zaya":
         _zaya(model, g)
     if model_type == "ergo":  # the residual gates (zeros at init: a = 1/2 on every channel) drawn per channel
@@ -819,18 +860,30 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
             table[pad] = torch.randn(table.shape[1], generator=g) * float(table.std())
 
 
-def _hyper_connections(model: Any, g: torch.Generator) -> None:
-    """HunYuan-V4's stream maps: HF's init (scale 0.01) leaves pre / post at sigmoid(base) for every token, so the
-    maps, their scales and biases are drawn so that the weights vary by token and copy (gates spread over (0, 1))."""
+def _hyper_connections(model: Any, g: torch.Generator, spread: float = 0.5) -> None:
+    """HunYuan-V4's and DeepSeek-V4's stream maps: HF's init (scale 0.01) leaves pre / post at sigmoid(base) for every
+    token, so the maps (std `spread`), their scales and biases are drawn so that the weights vary by token and copy
+    (gates spread over (0, 1); DeepSeek-V4's wider map, (2 + K) K rows, at 0.2: at 0.5 some tokens' pre weights all
+    fall below 1e-6, where the block norm's eps decides its output)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
             if leaf in ("fn", "hc_fn"):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+                p.copy_(torch.randn(p.shape, generator=g) * spread)
             elif leaf in ("scale", "hc_scale") and "hc" in name:
                 p.copy_(torch.rand(p.shape, generator=g) + 0.5)
             elif leaf in ("base", "hc_base"):
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+
+
+def _hash_table(model: Any, g: torch.Generator) -> None:
+    """DeepSeek-V4's token id -> experts tables (zeros at init: every token on expert 0 twice): k distinct experts
+    per id, drawn."""
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("tid2eid"):
+                rows = [torch.randperm(model.config.n_routed_experts, generator=g)[: buffer.shape[1]] for _ in buffer]
+                buffer.copy_(torch.stack(rows))
 
 
 def _longcat_routers(model: Any, g: torch.Generator) -> None:

@@ -29,6 +29,7 @@ from moe_models import save_moe
 from state_space_models import VARIANTS as STATE_SPACE_VARIANTS
 from state_space_models import save_state_space
 from tiny_models import save_model
+from wrapped_models import save_wrapped
 
 # the logits prompt: longer than every window (Gemma-4's 4 and 6, the others' 8)
 PROMPT = (0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13)
@@ -246,6 +247,20 @@ def gemma3n(name: str, form: str, **facts: Any) -> Family:
     return Family(
         name, "gemma3n", lambda folder: save_gemma3n(folder, form), generate_modes=ALL_MODES,
         logits_modes=STANDARD_MODES, one_token_logits=True, since_major=5, ragged_generate_modes=ALL_MODES, **facts,
+    )  # fmt: skip
+
+
+# prompts holding the wrapped classes' placeholder ids (300 / 301): embedded as the decoder's own rows
+WRAPPED_PROMPTS = ((0,), (0, 17, 45, 300, 300, 99, 200, 301, 3, 7))
+
+
+def wrapped(name: str, model_type: str, text_type: str, genai_type: str, **facts: Any) -> Family:
+    """A multimodal class around an exported decoder (tests/wrapped_models.py), built --text-only
+    (the registry's packages always are): greedy genai tokens = HF generate through the class."""
+    return Family(
+        name, "wrapped", lambda folder: save_wrapped(folder, model_type, text_type), genai_type=genai_type,
+        prompt=WRAPPED_PROMPTS[1], prompts=WRAPPED_PROMPTS, new_tokens=24, generate_modes=("gqa",), since_major=5,
+        **facts,
     )  # fmt: skip
 
 
@@ -542,6 +557,22 @@ FAMILIES: tuple[Family, ...] = (
         since_major=5,
         since=(5, 25),
     ),
+    # Qwen4-Exp's text decoder (5.25): Qwen3.5-MoE's layers on 3 hyper-connection copies in the gated form (no
+    # input or final norms), the QSA indexer's cap at 124 (budget 120, blocks of 5), no PLE layers (refused);
+    # mutants and the cap: tests/arch/test_qwen4_exp.py
+    hybrid(
+        "qwen4_exp_text",
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        float_matmuls=True,  # the stream maps stay float32 MatMuls in int4 packages
+        prompt=LONG_PROMPT,
+        one_token_logits=True,
+        fp16_cuda=True,
+        since_major=5,
+        since=(5, 25),
+        **ONE_PROMPT,  # the 30-token prompt + 24 greedy tokens (54: within the cap)
+    ),
     hybrid("olmo_hybrid", quantized=("int4",), prompt=LONG_PROMPT, fp16_cuda=True, since_major=5),
     hybrid("olmo_hybrid_nope", prompt=LONG_PROMPT, since_major=5),
     # lightning attention (linear attention with a fixed decay per head and layer: one recurrent
@@ -744,6 +775,24 @@ FAMILIES: tuple[Family, ...] = (
         **ONE_PROMPT,
     ),
     moe("hy_v4_v5", "hy_v4", hub_layout=False, since_major=5, since=(5, 25)),
+    # DeepSeek-V4: a sliding, a CSA and an HCA layer (the compressed keys recomputed each step from cached rows, plain
+    # ops; the context capped at index_topk x 4), one KV head as key and value, trailing RoPE rotated back on the
+    # output, sinks (gqa only), a grouped low-rank output projection, Sinkhorn-mixed hyper-connection copies, a
+    # hash-routed layer (tid2eid on the input ids) and sqrt(softplus) experts, routed and shared SwiGLU clipped;
+    # save_pretrained's default layout (the reference names: attn.wq_a, ffn.experts.{e}.w1, hc_attn_fn, head) and
+    # transformers' own (_v5)
+    moe_family(
+        "deepseek_v4",
+        ("gqa",),
+        since_major=5,
+        since=(5, 25),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        float_matmuls=True,  # the stream maps stay float32 MatMuls in int4 / int8 packages, as HF keeps them
+        fp16_cuda=True,
+        **ONE_PROMPT,
+    ),
+    moe("deepseek_v4_v5", "deepseek_v4", hub_layout=False, since_major=5, since=(5, 25)),
     # dots3-note's decoder: DeepSeek-V3.2's MLA with its own shapes on the sliding layer (per_layer_config: a KV
     # cache of its own shape), lora scales, a normed rope key, a per-head output gate (mutants:
     # tests/arch/test_dots3_note.py); transformers' own fused expert layout
@@ -807,6 +856,11 @@ FAMILIES: tuple[Family, ...] = (
     ),
     gemma3n("gemma3n_conditional", "conditional"),
     # the text decoders of multimodal checkpoints
+    # classes around an exported decoder whose towers are not built (arch/wrapped_decoders.py; every
+    # listed class against HF: tests/arch/test_wrapped_decoders.py)
+    wrapped("llava_text_only", "llava", "llama", "llama"),
+    wrapped("internvl_text_only", "internvl", "qwen2", "qwen2"),
+    wrapped("aya_vision_text_only", "aya_vision", "cohere2", "decoder", signal=0.5),  # logit_scale 0.5
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

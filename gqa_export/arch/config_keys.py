@@ -62,6 +62,10 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "first_dense_layers": "num_dense_layers",
     "routed_scaling": "routed_scaling_factor",
     "router_softcap": "moe_router_logit_softcapping",  # tanh softcap of the router logits (Laguna)
+    # the sliding layers' own query heads, kv heads and head_dim, where the config has them (Inkling's swa_*)
+    "sliding_heads": "swa_num_attention_heads",
+    "sliding_kv_heads": "swa_num_key_value_heads",
+    "sliding_head_dim": "swa_head_dim",
     "expert_gate_softcap": "mlp_gate_softcap",  # MoeSpec activation "swiglu_softcapped" (Inkling2)
     "expert_up_softcap": "mlp_up_softcap",
     "zero_experts": "zero_expert_num",  # experts that return their input (LongCat-Flash)
@@ -94,6 +98,9 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "index_topk_blocks": "index_topk_blocks",
     "index_block_size": "index_block_size",
     "dynamic_keep_window": "keep_window_size",  # Doge: the dynamic mask's top-k keys (the context cap)
+    # Qwen4-Exp's QSA indexer: the tokens of complete key blocks it keeps per query and the block size
+    "qsa_budget": "indexer_budget",
+    "qsa_block": "indexer_compress_ratio",
     # second-wave dense families
     "norm_eps": "rms_norm_eps|layer_norm_eps|norm_epsilon|norm_eps",
     "logit_scale": "logit_scale",
@@ -112,6 +119,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "linear_bounded_decay": "kda_safe_gate",  # Ling 3: the bounded KDA forget gate (MixerSpec.bounded_decay)
     "linear_decay_bound": "kda_lower_bound",
     "linear_neg_eigval": "linear_allow_neg_eigval",  # OLMo-Hybrid: beta = 2 sigmoid(b) (MixerSpec.neg_eigval)
+    # the gated norm's gate activation where the config picks it (GatedDeltaNetNames.gate "config", Qwen4-Exp)
+    "linear_output_gate": "output_gate_type|hidden_act",
     # hybrid decoders (Granite-4.0-H): Mamba2 shapes, and whether the attention layers use RoPE
     "mamba_heads": "mamba_n_heads",
     "mamba_groups": "mamba_n_groups",
@@ -149,6 +158,10 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "hc_streams": "hc_mult",  # hyper-connection residual copies, their post scale and gate epsilon
     "hc_magnitude": "hc_magnitude",
     "hc_eps": "hc_eps",
+    "hc_sinkhorn_iters": "hc_sinkhorn_iters",  # DeepSeek-V4's comb normalizations
+    "output_groups": "o_groups",  # DeepSeek-V4's grouped low-rank output projection: groups, rank per group
+    "output_group_rank": "o_lora_rank",
+    "compress_rates": "compress_rates",  # DeepSeek-V4: each compressed layer type's rate
     "per_layer_vocab": "vocab_size_per_layer_input",
     # weight-shared layer stacks run in cycles (ArchSpec.recurrent_stacks, HRM-Text)
     "layers_per_stack": "num_layers_per_stack",

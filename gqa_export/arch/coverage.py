@@ -19,6 +19,7 @@ from typing import Any
 from gqa_export.arch import get_spec
 from gqa_export.arch.refused_types import NOT_APPLICABLE, REFUSED
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, wrapped_decoder_recipe
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
@@ -120,7 +121,9 @@ def text_model_type(model_type: str) -> str:
     return str(getattr(text, "model_type", None) or model_type)
 
 
-def _exported_row(model_type: str, mappings: tuple[str, ...], architecture: str, recipe: Recipe) -> CoverageRow:
+def _exported_row(
+    model_type: str, mappings: tuple[str, ...], architecture: str, recipe: Recipe, wrapped: bool = False
+) -> CoverageRow:
     modes = spec_attention_modes(get_spec(recipe.arch))
     precisions = {}
     for ep in EPS.values():
@@ -132,6 +135,8 @@ def _exported_row(model_type: str, mappings: tuple[str, ...], architecture: str,
     if "image-text-to-text" in mappings:
         full = recipe.multimodal_model_type
         package = f"full multimodal ({full})" if full else "text decoder (its towers are not exported)"
+    if wrapped:  # arch/wrapped_decoders.py
+        package = "text decoder with --text-only (its towers are not built; genai runs no package for them)"
     return CoverageRow(
         model_type, mappings, architecture, "exported", recipe.name, modes, mode, precisions, package=package
     )
@@ -156,6 +161,16 @@ def _row(
     if model_type in NOT_APPLICABLE:
         return CoverageRow(model_type, mappings, architecture, "not applicable", reason=NOT_APPLICABLE[model_type])
     text_type = text_model_type(model_type)
+    # a listed wrapper first: its checkpoints export with --text-only alone, even where the decoder's recipe also
+    # names the type's causal-LM class (Qwen4-Exp's Qwen4ExpForCausalLM); a recipe naming the class itself wins
+    # over the decoder family's (Cohere2-Vision's, without logit_scale), as the build's matching has it
+    if architecture in WRAPPED_DECODERS:
+        try:
+            wrapped: Recipe | None = match_recipe(text_type, architecture, recipes)
+        except InputError:
+            wrapped = wrapped_decoder_recipe(text_type, architecture, recipes)
+        if wrapped is not None:
+            return _exported_row(model_type, mappings, architecture, wrapped, wrapped=True)
     for cls in dict.fromkeys(classes.values()):  # the multimodal class first, then the causal-LM one
         try:
             return _exported_row(model_type, mappings, architecture, match_recipe(text_type, cls, recipes))

@@ -202,6 +202,10 @@ APERTUS1P5_TEXT = replace(APERTUS, name="apertus1p5_text")
 # three axes carry the same positions, so it is plain RoPE; the deepstack visual adds come with images only
 COHERE_COMPASS_TEXT = replace(COHERE2, name="cohere_compass_text", rope_interleaved=False, rope_layers="typed")
 
+# Cohere2-Vision's decoder (Cohere2VisionForConditionalGeneration, Command-A Vision): Cohere2, but the class
+# applies its lm_head alone, never the text config's logit_scale (which Cohere2ForCausalLM and Aya-Vision apply)
+COHERE2_VISION_TEXT = replace(COHERE2, name="cohere2_vision_text", ignore=("logit_scale",))
+
 # GraniteSWA: Granite's layers and multipliers with a learned per-head sink logit on every attention layer
 # (its sigmoid(logsumexp(scores) - sink) output scale is the softmax with exp(sink) added to the
 # denominator, GroupQueryAttention's head_sink), sliding layers from layer_types, and each layer's own
@@ -317,6 +321,6 @@ DORY = replace(
 
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT, GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA,
-    DOGE, HRM_TEXT, DORY,
+    GPT_NEO, XGLM, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT, COHERE2_VISION_TEXT, GRANITE_SWA,
+    HYPERCLOVAX, DIFFLLAMA, DOGE, HRM_TEXT, DORY,
 )  # fmt: skip

@@ -24,7 +24,7 @@ from gqa_export.arch.spec import (
     Refusal,
     config_keys,
 )
-from gqa_export.arch.stream_spec import NormedResidualKeys
+from gqa_export.arch.stream_spec import HyperConnectionNames, NormedResidualKeys
 
 # LFM2: gated short-convolution layers (conv state instead of a KV cache) between GQA layers with
 # per-head q/k RMSNorm before RoPE; the final norm is stored as `embedding_norm`; the MLP width
@@ -293,8 +293,41 @@ BAILING_HYBRID = replace(
     ),
     ignore=("rope_interleave",),  # the class always rotates pairs
 )
+# Qwen4-Exp's text decoder (transformers 5.25, docs/coverage.md): Qwen3.5-MoE's gated DeltaNet, gated GQA and
+# experts with three additions. Hyper-connection residual copies in the gated form (graph/hyper_connections.py:
+# per-copy (1 + w) RMSNorms, a low-rank silu / sigmoid mixer into each block, 2 sigmoid injections out of it),
+# which stand for the layers' input norms and, at the end, the final norm. A QSA indexer on every attention layer
+# ("indexed_attention"): within indexer_budget + indexer_compress_ratio - 1 keys it keeps them all, so the package
+# is plain gated GQA, the indexer's weights not read, its context capped there (model/sparse_cap.py). PLE layers
+# (hashed n-gram tables, two more states per layer) are refused; the DeltaNet's gate is output_gate_type's, the
+# top-k weights renormalized iff norm_topk_prob (Qwen3-Next's router)
+QWEN4_EXP = replace(
+    QWEN3_5_MOE,
+    name="qwen4_exp",
+    final_norm=None,
+    layer=LayerNames(input_norm=None, post_attention_norm=None, q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
+    mixers=MixerSpec(
+        kinds=MappingProxyType({"linear_attention": "gated_deltanet"}),
+        gated_deltanet=GatedDeltaNetNames(gate="config"),
+    ),
+    layer_type_names=MappingProxyType({"indexed_attention": "full_attention"}),
+    qsa_type="indexed_attention",
+    hyper_connections=HyperConnectionNames(
+        attention="attn_hyper_connection", mlp="mlp_hyper_connection", head=("hyper_connection_mixer",), form="gated"
+    ),
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate")),  # norm_topk_prob's
+    config_keys=config_keys(hc_streams="hc_count"),
+    refusals=(
+        Refusal(
+            "ple_layer_ids",
+            "Qwen4-Exp's PLE layers are not supported: each carries a token-id history for its hashed n-gram tables "
+            "and a dilated convolution window beside the DeltaNet's conv and recurrent states, and onnxruntime-genai "
+            "0.18 binds two recurrent states per layer (docs/coverage.md); export a config without ple_layer_ids",
+        ),
+    ),
+)
 HYBRIDS = (
     LFM2, LFM2_MOE, LFM3, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, BAILING_HYBRID,
-    GRANITEMOEHYBRID, JAMBA, FALCON_H1, LARA_MINI,
+    GRANITEMOEHYBRID, JAMBA, FALCON_H1, LARA_MINI, QWEN4_EXP,
     NEMOTRON_H,
 )  # fmt: skip

@@ -111,3 +111,23 @@ class LatentAttentionNames:
     # the same per-value-channel gate from a Linear of the layer's normed input [N*v_head_dim] (HunYuan-V4's
     # self_attn.gate_proj) instead of from q_b
     value_gate_proj: str | None = None
+
+
+@dataclass(frozen=True)
+class SharedKvAttentionNames:
+    """An attention block whose one KV head is both key and value (DeepSeek-V4; graph/shared_kv_attention.py),
+    relative to the layer: the query through a low-rank pair q_a (+ its RMSNorm) then q_b, a weightless
+    RMSNorm per head; kv (+ its RMSNorm) the single [head_dim] key = value; RoPE on each head's trailing
+    channels and the output's rotated back; the output projected per head group (o_a, block-diagonal,
+    [groups * o_lora_rank, heads * head_dim / groups]) then mixed by o_b."""
+
+    q_a: str = "self_attn.q_a_proj"
+    q_a_norm: str = "self_attn.q_a_norm"
+    q_b: str = "self_attn.q_b_proj"
+    kv: str = "self_attn.kv_proj"
+    kv_norm: str = "self_attn.kv_norm"
+    o_a: str = "self_attn.o_a_proj"
+    o_b: str = "self_attn.o_b_proj"
+    # the compressed-KV layers' compressor: kv_proj / gate_proj (width head_dim, or 2 x head_dim for two window
+    # series), position_bias [compress_rate, width], kv_norm (graph/compressed_kv.py)
+    compressor: str = "self_attn.compressor"

@@ -108,7 +108,9 @@ _NEMOTRON_H_KEYS = config_keys(
 )  # fmt: skip
 NEMOTRON_H = ArchSpec(
     name="nemotron_h",
-    decoder_prefixes=("backbone.", "model."),  # the hub's and transformers' save spell the root backbone.
+    # the hub's and transformers' save spell the root backbone.; the omni class's decoder sits under
+    # language_model.backbone. (its hub layout) or language_model.model. (transformers 5.x's)
+    decoder_prefixes=("backbone.", "model.", "language_model.backbone.", "language_model.model."),
     embed="embeddings.weight",
     final_norm="norm_f.weight",
     layer=_NEMOTRON_H_LAYER,

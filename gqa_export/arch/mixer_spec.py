@@ -43,7 +43,8 @@ class GatedDeltaNetNames:
     low-rank pairs of Linears (f_a then f_b, g_a then g_b) that stand for in_proj_a / in_proj_z;
     decay (DELTANET_DECAYS) "per_channel" gives each key channel its own decay, a and dt_bias
     [Hv dk] wide and A_log [Hv] shared by a head's dk channels, where "per_head" (Qwen3.5) gives
-    one per value head; gate (DELTANET_GATES) the gated norm's gate activation, sigmoid for KDA."""
+    one per value head; gate (DELTANET_GATES) the gated norm's gate activation, sigmoid for KDA, "config"
+    where the config picks silu or sigmoid (Qwen4-Exp's output_gate_type, else hidden_act)."""
 
     qkv: str = "linear_attn.in_proj_qkv"
     z: str = "linear_attn.in_proj_z"
@@ -69,7 +70,7 @@ class GatedDeltaNetNames:
 
 
 DELTANET_DECAYS = ("per_head", "per_channel")
-DELTANET_GATES = ("silu", "sigmoid")
+DELTANET_GATES = ("silu", "sigmoid", "config")
 
 
 @dataclass(frozen=True)

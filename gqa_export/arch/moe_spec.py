@@ -54,6 +54,9 @@ class MoeNames:
     shared_expert_norm: str | None = None
     # a learned scalar multiplying every routing weight (Inkling's gate.global_scale, routing "sigmoid_shared_sink")
     router_scale: str | None = None
+    # a frozen token id -> expert ids table [vocab, k] relative to the block (DeepSeek-V4's gate.tid2eid): on the
+    # layers MoeSpec.hashed_kind marks, the experts are its row of the token's id, not the top k of the scores
+    hash_table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,10 @@ class MoeSpec:
     selection bias, weighted by the sigmoid of their logits, renormalized by their sum when
     norm_topk_prob), "sigmoid_shared_sink" (Inkling: the router's last Ns rows score the shared experts;
     the top k routed of sigmoid + the selection bias and the Ns shared experts weighted together, each
-    sigmoid over their sum, times routed_scaling_factor and `router_scale`; graph/shared_sink_routing.py).
-    Routers other
+    sigmoid over their sum, times routed_scaling_factor and `router_scale`; graph/shared_sink_routing.py),
+    "sqrtsoftplus_biased" (DeepSeek-V4: scores sqrt(softplus(logits)), the top k of
+    scores + the selection bias, or the hash table's row on hashed layers, weighted by the scores over
+    their sum + 1e-20, times routed_scaling_factor). Routers other
     than softmax are computed as dense weights (graph/moe.py).
     shared_width: the shared expert's width, "config" (shared_expert_intermediate_size), "per_expert"
     (the experts' width times the config's shared-expert count: DeepSeek, GLM-4-MoE, ERNIE-4.5-MoE)
@@ -116,3 +121,9 @@ class MoeSpec:
     shortcut: bool = False
     # the config's expert_selection_fn value -> the routing it selects (Cohere2-MoE); empty: `routing`
     selections: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # mlp_layer_types values besides "sparse" that mark a sparse layer (DeepSeek-V4's "moe" / "hash_moe"), and the
+    # one whose layers choose their experts by the token id (MoeNames.hash_table)
+    sparse_kinds: tuple[str, ...] = ()
+    hashed_kind: str | None = None
+    # the shared expert's SwiGLU clipped as the routed one's: silu(min(g, l)) * clip(u, -l, l) (DeepSeek-V4)
+    shared_clipped: bool = False

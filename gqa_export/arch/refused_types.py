@@ -36,29 +36,20 @@ REFUSED: dict[str, str] = {
     "mllama": "Llama-3.2-Vision's cross-attention layers read image states no onnxruntime-genai decoder type feeds",
     "moshi": "Moshi's depth transformer over audio codebooks is not a text decoder onnxruntime-genai runs",
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",
+    "paligemma": "PaliGemma's decoder attends bidirectionally over its prefix (the image and the prompt, "
+    "use_bidirectional_attention set by its config class) and causally after it, which no onnxruntime-genai type "
+    "feeds; on a text prompt alone transformers' result depends on the attention kernel (sdpa: the whole prompt "
+    "bidirectional), so no causal decoder matches it",
     **_each(
         _MULTIMODAL,
-        "apertus1p5", "aria", "aya_vision", "blip", "blip-2", "chameleon", "cohere2_vision", "cohere_compass",
-        "cosmos3_edge", "cosmos3_omni", "deepseek_ocr2", "deepseek_vl", "deepseek_vl_hybrid", "diffusion_gemma",
-        "dots3_note", "emu3", "ernie4_5_vl_moe", "evolla", "exaone4_5", "fast_vlm", "fuyu", "git", "glm46v", "glm4v",
-        "glm4v_moe", "glm5_next", "glm_ocr", "glmga", "got_ocr2", "granite4_vision", "granite_docling", "hunyuan_vl",
-        "hy_v4_vl", "hyperclovax_vision_v2", "idefics", "idefics2", "idefics3", "inkling2", "inkling2_loop",
-        "inkling_mm_model", "instructblip", "instructblipvideo", "internvl", "janus", "kimi_k25", "kosmos-2", "lfm3_vl",
-        "lighton_ocr", "llava", "llava_next", "llava_next_video", "llava_onevision", "minicpm_ocr", "minicpmv4_6",
-        "minicpmv4_7", "minimax_m3_vl", "mistral4", "mistral_large4", "molmo2", "muse_glimmer", "muse_spark",
-        "nemotron_h_omni", "ovis2", "paddleocr_vl", "paligemma", "perception_lm", "pi0", "pp_chart2table",
-        "pp_formulanet", "qianfan_ocr", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen4_exp", "smolvlm",
-        "step3p7", "unlimited_ocr", "video_llama_3", "video_llava", "vipllava",
+        "blip", "blip-2", "chameleon", "cosmos3_edge", "cosmos3_omni", "deepseek_ocr2", "diffusion_gemma", "dots3_note",
+        "emu3", "ernie4_5_vl_moe", "evolla", "fast_vlm", "git", "glm46v", "glm4v", "glm4v_moe", "glm5_next", "glm_ocr",
+        "glmga", "granite4_vision", "granite_docling", "hunyuan_vl", "hy_v4_vl", "hyperclovax_vision_v2", "idefics",
+        "inkling2", "inkling2_loop", "inkling_mm_model", "instructblip", "instructblipvideo", "kimi_k25", "kosmos-2",
+        "mistral4", "mistral_large4", "molmo2", "muse_glimmer", "muse_spark", "paddleocr_vl", "perception_lm", "pi0",
+        "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "step3p7", "unlimited_ocr",
     ),
-    # read in issue #39's next round: buildable, not built yet (docs/coverage.md §7 says what each needs)
-    "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
-    "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
-    "experts, which gqa-export does not build yet (docs/coverage.md §7)",
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
-    "qwen4_exp_text": "no spec yet: Qwen4-Exp needs hyper-connection residual streams, a QSA indexer (each query's "
-    "top indexer_budget tokens of mean-pooled key blocks) and PLE layers of hashed n-gram embeddings (int64 "
-    "multiply-xor hashes of the last token ids) through a dilated convolution, two more states per layer, which "
-    "gqa-export does not build yet (docs/coverage.md §11)",
     "inkling2_loop_text": "no spec yet: Inkling2-Loop needs Inkling2's mechanisms and its loop layers run "
     "loop_num_passes times, each pass with its own KV cache and convolution states and gated messages from the "
     "previous pass, which gqa-export does not build yet (docs/coverage.md §11)",

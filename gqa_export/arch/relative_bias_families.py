@@ -37,7 +37,6 @@ INKLING = ArchSpec(
         mlp_output_scale="mlp.global_scale",
     ),
     layer_type_names=MappingProxyType({"hybrid": "full_attention", "hybrid_sliding": "sliding_attention"}),
-    sliding_shape_keys=("swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim"),
     mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="residual_convs"),
     head_rows_dropped=True,
     relative_bias=RelativeBiasNames(),
@@ -78,7 +77,6 @@ INKLING2 = ArchSpec(
         output_gate="self_attn.o_proj.gate_proj",
     ),
     layer_type_names=MappingProxyType({"hybrid": "full_attention", "hybrid_sliding": "sliding_attention"}),
-    sliding_shape_keys=("swa_num_attention_heads", "swa_num_key_value_heads", "swa_head_dim"),
     mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="residual_convs"),
     relative_bias=RelativeBiasNames(
         r_proj="self_attn.relative_position_bias.linear",

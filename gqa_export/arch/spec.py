@@ -25,6 +25,7 @@ from gqa_export.arch.expert_attention import AttentionExpertNames
 from gqa_export.arch.layer_names import LatentAttentionNames as LatentAttentionNames  # re-exported
 from gqa_export.arch.layer_names import LayerNames as LayerNames
 from gqa_export.arch.layer_names import PerLayerInputNames as PerLayerInputNames
+from gqa_export.arch.layer_names import SharedKvAttentionNames as SharedKvAttentionNames
 from gqa_export.arch.mixer_spec import MixerSpec, Multiplier
 from gqa_export.arch.moe_spec import FUSED_EXPERTS as FUSED_EXPERTS  # re-exported: the families import them here
 from gqa_export.arch.moe_spec import PER_EXPERT_PROJ as PER_EXPERT_PROJ
@@ -252,6 +253,9 @@ class ArchSpec:
     # the layer type whose layers keep only the top blocks of keys (MiniMax-M3's block-sparse indexer):
     # where some layer has it, the package's context is capped where every key is kept (model/sparse_cap.py)
     block_sparse_type: str | None = None
+    # the layer type whose layers keep the top blocks of a QSA indexer (Qwen4-Exp): the same cap, at
+    # indexer_budget + indexer_compress_ratio - 1 keys (model/sparse_cap.py)
+    qsa_type: str | None = None
     # transformers 4.x configs (one rope_theta/rope_scaling): the sliding layers' rope, which the
     # modeling code derives -- "local_base" (Gemma-3: unscaled, rope_local_base_freq) or "unscaled"
     # (OLMo-3: unscaled, rope_theta); 5.x configs spell it per layer type in rope_parameters
@@ -299,6 +303,12 @@ class ArchSpec:
     linear_layout: str = "out_in"  # LINEAR_LAYOUTS: "in_out" for Conv1D checkpoints (GPT-2)
     # multi-head latent attention instead of q/k/v projections (DeepSeek-V2/V3)
     latent_attention: LatentAttentionNames | None = None
+    # one KV head that is key and value, q-LoRA, RoPE on the trailing channels rotated back on the output, a grouped
+    # low-rank output projection (DeepSeek-V4; graph/shared_kv_attention.py)
+    shared_kv_attention: SharedKvAttentionNames | None = None
+    # a layer type -> the rope_parameters entry its layers read, where the entries are not keyed by layer type
+    # (DeepSeek-V4's "main" / "compress")
+    layer_rope_keys: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # LongCat-Flash's MLA: the query times sqrt(hidden / q_lora_rank) and the normed latent times
     # sqrt(hidden / kv_lora_rank) (model/latent.py)
     latent_lora_scale: bool = False
@@ -355,18 +365,11 @@ class ArchSpec:
     # a config key whose value, where set, multiplies the full-attention layers' logits (Ergo's
     # global_attention_scale: queries and keys each times its square root; model/dims LayerDims.score_factor)
     full_layer_score_scale: str | None = None
-    # a relative position bias per query and head, and residual short convolutions whose states ride beside the
-    # KV cache (Inkling; arch/relative_bias_spec.py, graph/relative_bias.py, graph/residual_convs.py)
-    relative_bias: RelativeBiasNames | None = None
+    relative_bias: RelativeBiasNames | None = None  # arch/relative_bias_spec.py (Inkling, Inkling2)
     residual_convs: ResidualConvNames | None = None
-    block_residuals: BlockResidualNames | None = None  # Inkling2: inputs attended over stacked block states
-    # the config keys of the sliding layers' own (query heads, kv heads, head_dim) (Inkling's swa_*); None: the model's
-    sliding_shape_keys: tuple[str, str, str] | None = None
-    # scores times 1 / head_dim, not head_dim ** -0.5 (Inkling: its per-head q/k RMSNorms carry the rest)
-    inverse_head_dim_scale: bool = False
-    # output_vocab_size drops the logits past it from a head of vocab_size rows too (Inkling's unpadded_vocab_size;
-    # Apertus-1.5's head is stored with those rows only)
-    head_rows_dropped: bool = False
+    block_residuals: BlockResidualNames | None = None
+    inverse_head_dim_scale: bool = False  # scores x 1 / head_dim, not head_dim ** -0.5 (Inkling)
+    head_rows_dropped: bool = False  # output_vocab_size keeps the first rows of a vocab_size-row head (Inkling)
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

@@ -35,11 +35,22 @@ class HyperConnectionNames:
     times their inverse RMS) gives K `pre` weights (the block input, their weighted sum) and K `post` weights
     (the block output spread over the copies); `head` collapses the copies before the final norm. Layer modules
     `attention` / `mlp` hold `fn`, `scale` [2], `base` [2K] (stored without a suffix); the head,
-    model level, holds `hc_fn`, `hc_scale` [1], `hc_base` [K]: `head` spellings, the first the checkpoint holds."""
+    model level, holds `hc_fn`, `hc_scale` [1], `hc_base` [K]: `head` spellings, the first the checkpoint holds.
+
+    `form` "gated" is Qwen4-Exp's instead (graph/gated_hyper_connections.py): each module (`attention`, `mlp`, the
+    single `head` spelling, model level) holds `hc_norm` [K*H] (a (1 + w) RMSNorm of each copy),
+    `input_mix_weight_down` [r, K*H] and `input_mix_weight_up` [K*H, r] (the block input: the mean over copies of
+    sigmoid(up(silu(down(normed) / K))) * normed) and, but the head, `block_inject_weight` [K, K*H] (each copy
+    adds the block output times 2 sigmoid(inject(normed) / K))."""
 
     attention: str = "attn_hc"
     mlp: str = "ffn_hc"
     head: tuple[str, ...] = ("hc_head.hc_{leaf}", "hc_pre.hc_head.hc_head_{leaf}")
+    # mapped (HunYuan-V4's fn / scale / base maps) | gated (Qwen4-Exp's low-rank mixer) | sinkhorn (DeepSeek-V4's
+    # manifold-constrained maps: fn [(2 + K) K, K*H], scale [3], base [(2 + K) K] also give K x K `comb` weights,
+    # softmax + eps then hc_sinkhorn_iters alternating column / row normalizations, and the copies become
+    # comb^T copies + post * y; its post weights carry no eps)
+    form: str = "mapped"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,15 @@ from gqa_export.graph.blocks import LayerContext, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.cca import cca_qkv
 from gqa_export.graph.clipped_attention import clipped_attention_inputs
-from gqa_export.graph.decoder_layer import attention_block, block_norm, decoder_layer, layer_mlp, layer_scalar
+from gqa_export.graph.compressed_kv import compressed_attention, compressed_masks, is_compressed
+from gqa_export.graph.decoder_layer import (
+    attention_block,
+    block_norm,
+    decoder_layer,
+    layer_mlp,
+    layer_scalar,
+    state_block,
+)
 from gqa_export.graph.gqa_inputs import attention_sinks, rotated_qkv
 from gqa_export.graph.hyper_connections import collapse_streams, expand_streams, hyper_layer
 from gqa_export.graph.input_embedding import embed_input
@@ -48,6 +56,7 @@ from gqa_export.graph.relative_bias import relative_attention_inputs, relative_d
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.rwkv import rwkv_block
 from gqa_export.graph.shared_block import shared_block_layer
+from gqa_export.graph.shared_kv_attention import rotated_back, shared_kv_block, shared_kv_qkv
 from gqa_export.graph.shortcut_moe import add_shortcut
 from gqa_export.graph.standard import LayerKV, standard_attention
 from gqa_export.graph.state_mixers import STATE_MIXERS, state_mixer
@@ -133,6 +142,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     h = expand_streams(b, h, dims) if dims.hyper else h  # hyper-connections: [B, S, K, H] copies
     carried: dict[str, ir.Value] = {}  # values one layer hands the next (ZAYA's router stream)
+    if dims.moe is not None and dims.moe.hashed:  # DeepSeek-V4's hash layers choose experts by the token id
+        if input_ids is embeds:
+            raise InputError(f"{spec.name}'s hash-routed layers read the input ids: --inputs-embeds is not supported")
+        carried["input_ids"] = input_ids
     streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
     loop = loop_stream(b, dims, params)  # Dory: the middle layers run in a loop
     blocks: list[ir.Value] | None = [] if spec.block_residuals is not None else None  # Inkling2's block states
@@ -167,8 +180,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 h, kv[i] = block_residual_layer(lc, h, blocks, attention)
                 continue
             if dims.hyper:  # each block reads a weighted sum of the copies and is spread back over them
-                assert attention is not None and state is None
-                h, kv[i] = hyper_layer(lc, h, partial(attention_block, attention=attention), layer_mlp, block_norm)
+                attend_block = shared_kv_block if spec.shared_kv_attention is not None else attention_block
+                mixer = partial(attend_block, attention=attention) if state is None else partial(state_block, state)
+                h, kv[i] = hyper_layer(lc, h, mixer, layer_mlp, block_norm)
                 continue
             h = streams.enter(i, h) if streams is not None else h
             h = loop.enter(i, h) if loop is not None else h
@@ -219,6 +233,7 @@ def _attention_fn(
         # norms after RoPE, or rope on part of a latent-attention head: RoPE before GQA
         # nGPT's query scale after RoPE (graph/ngpt_scales.py): RoPE before GQA too
         fused_ok = opts.fused_rope and not spec.qk_norm_after_rope and dims.latent is None and spec.ngpt is None
+        fused_ok = fused_ok and spec.shared_kv_attention is None  # DeepSeek-V4: the trailing channels rotate
         plain = {k for k, d in head_dims.items() if not (fused_ok and fused_rope_ok(dims.ropes[k], d))}
         tables = {}
         if position_ids is not None:
@@ -236,6 +251,7 @@ def _attention_fn(
                 opts.bidirectional_window_bounded,
             )  # fmt: skip
             biases = masks.biases
+        compact = compressed_masks(b, dims, input_ids, attention_mask, opts.io_dtype)  # DeepSeek-V4's CSA / HCA
 
         def attend_gqa(
             lc: LayerContext, x: ir.Value, past: tuple[ir.Value, ir.Value] | None, source: LayerKV | None
@@ -247,6 +263,10 @@ def _attention_fn(
             assert past is not None
             # A window-sized buffer only where no other layer reads this cache (docs/gemma4.md §3.3).
             window_cache = opts.sliding_window_cache and not layer.shares_kv and lc.i not in dims.kv_producers
+            if compact is not None and is_compressed(lc):  # plain ops over [sliding | pooled keys]
+                table, window = tables[layer.rope], compact.biases[MaskKind(layer.window, False)]  # type: ignore[index]
+                out, kv = compressed_attention(lc, x, past, table, ctx.rope_caches[layer.rope], compact, window)  # type: ignore[index]
+                return rotated_back(lc, out, table), kv
             bias = biases.get(mask_kind(opts, layer))
             sinks = attention_sinks(lc)
             if distances is not None:  # the bias goes in as a score bias; keys slotted by position (no window cache)
@@ -259,6 +279,8 @@ def _attention_fn(
             if lc.dims.latent is not None:
                 latent = latent_mqa if lc.dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
+            elif lc.spec.shared_kv_attention is not None:  # DeepSeek-V4: one head as key and value
+                qkv = shared_kv_qkv(lc, x, tables[layer.rope])  # type: ignore[index]
             elif lc.state_io is not None:  # ZAYA: q|k convolved, a delayed value, q/k L2-normed (graph/cca.py)
                 qkv = cca_qkv(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif widened(lc):  # DiffLlama, Doge: cache heads wider than the projections' (graph/widened_heads.py)
@@ -269,6 +291,8 @@ def _attention_fn(
                 qkv = qkv_projection(lc, x)
             fused = layer.rope not in tables
             out, key, value = gqa(b, qkv, past, ctx, lc.dims, layer, window_cache, bias, sinks, fused)
+            if lc.spec.shared_kv_attention is not None:  # the values' rotation undone at the query's angle
+                out = rotated_back(lc, out, tables[layer.rope])  # type: ignore[index]
             if source is not None:
                 return out, source
             assert key is not None and value is not None

@@ -117,6 +117,14 @@ def decoder_layer(
     return _residual(lc, h, y, "residual_mlp"), kv
 
 
+def state_block(state: Mixer, lc: LayerContext, x: ir.Value) -> tuple[ir.Value, None]:
+    """A recurrent-state mixer on the normed input `x` (it projects its own output and writes its states);
+    no KV cache. The hyper-connection layers' token mixer where the layer is not attention (Qwen4-Exp)."""
+    with lc.b.scope(lc.layer.mixer):
+        y, _ = state(lc, x)
+    return y, None
+
+
 def attention_block(lc: LayerContext, x: ir.Value, attention: Mixer) -> tuple[ir.Value, LayerKV | None]:
     """The attention on the normed input `x` through o_proj, with the heads' output gates and norms."""
     L, b = lc.spec.layer, lc.b

@@ -48,7 +48,7 @@ def dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims)
     routing = moe.routing  # the spec's, or the one the config selects (Cohere2-MoE's expert_selection_fn)
     if routing == "sparsemixer":
         return _sparsemixer(lc.b, logits, moe.jitter, lc.params.dtype)
-    if routing in ("sigmoid_biased", "softmax_biased", "sigmoid_topk", "sigmoid_logits_biased"):
+    if routing in ("sigmoid_biased", "softmax_biased", "sigmoid_topk", "sigmoid_logits_biased", "sqrtsoftplus_biased"):
         return _biased_choice(lc, prefix, logits, moe, routing)
     if routing in GROUPED_ROUTINGS:
         return grouped_routing(lc, prefix, logits, moe)
@@ -70,10 +70,12 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
     (DeepSeek, GLM-4-MoE) are graph/grouped_routing.py's."""
     b, dtype = lc.b, lc.params.dtype
     names = lc.spec.moe.names  # type: ignore[union-attr]
-    scope = "softmax_router" if routing == "softmax_biased" else "sigmoid_router"
-    with b.scope(scope):
+    scope = {"softmax_biased": "softmax_router", "sqrtsoftplus_biased": "sqrtsoftplus_router"}.get(routing)
+    with b.scope(scope or "sigmoid_router"):
         if routing == "softmax_biased":
             scores = b.op("Softmax", logits, axis=-1, name="scores")
+        elif routing == "sqrtsoftplus_biased":  # DeepSeek-V4
+            scores = b.op("Sqrt", b.op("Softplus", logits), name="scores")
         else:
             if moe.router_softcap:  # Laguna: c tanh(logits / c) before the sigmoid
                 cap = b.const(np.asarray(moe.router_softcap, NUMPY_DTYPES[dtype]), "router_softcap")
@@ -89,7 +91,11 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
             else:
                 bias = b.initializer(bias_name, lc.params.vector([bias_name]))
             choosing = b.op("Add", choosing, bias, name="biased")
-        _, chosen = b.op_multi("TopK", choosing, b.const([moe.top_k], "k", "int64"), axis=-1, outputs=2, name="topk")
+        if lc.i in moe.hashed:  # DeepSeek-V4's hash layers: the experts are the table's row of the token id
+            chosen = _hashed_choice(lc, prefix)
+        else:
+            k = b.const([moe.top_k], "k", "int64")
+            _, chosen = b.op_multi("TopK", choosing, k, axis=-1, outputs=2, name="topk")
         picked = b.op("GatherElements", scores, chosen, axis=-1, name="picked")
         if moe.normalize:
             total = b.op("ReduceSum", picked, b.const([-1], "last", "int64"), keepdims=1, name="picked_sum")
@@ -98,6 +104,9 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
                 picked = b.op("Div", picked, b.op("Max", total, floor), name="renormalized")
             elif routing in ("sigmoid_topk", "sigmoid_logits_biased"):  # Cohere2-MoE: over their sum alone
                 picked = b.op("Div", picked, total, name="renormalized")
+            elif routing == "sqrtsoftplus_biased":  # DeepSeek-V4: over their sum + 1e-20
+                eps = b.const(np.asarray(1e-20, NUMPY_DTYPES[dtype]), "eps")
+                picked = b.op("Div", picked, b.op("Add", total, eps), name="renormalized")
             else:
                 eps = b.const(np.asarray(1e-6, NUMPY_DTYPES[dtype]), "eps")
                 picked = b.op("Div", picked, b.op("Add", total, eps), name="renormalized")
@@ -106,3 +115,13 @@ def _biased_choice(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims
             picked = b.op("Mul", picked, factor, name="scaled")
         zeros = b.op("Mul", scores, b.const(np.asarray(0, NUMPY_DTYPES[dtype]), "zero"))
         return b.op("ScatterElements", zeros, chosen, picked, axis=-1, name="dense_weights")
+
+
+def _hashed_choice(lc: LayerContext, prefix: str) -> ir.Value:
+    """[B, S, k] int64: the stored token id -> expert ids table's rows of this run's input ids (a Gather on the
+    graph's `input_ids`, which the decoder carries here: MoeNames.hash_table)."""
+    names = lc.spec.moe.names  # type: ignore[union-attr]
+    assert names.hash_table is not None and lc.carried is not None and "input_ids" in lc.carried
+    name = lc.name(f"{prefix}{names.hash_table}", suffix="")
+    table = np.ascontiguousarray(lc.params.store.read(name), dtype=np.int64)
+    return lc.b.op("Gather", lc.b.initializer(name, ir.Tensor(table)), lc.carried["input_ids"], axis=0, name="hashed")

@@ -97,7 +97,7 @@ def gated_deltanet(
         "SimplifiedLayerNormalization", b.op("Reshape", core, heads), norm_weight,
         axis=-1, epsilon=dims.rms_eps if names.norm_eps is None else names.norm_eps, stash_type=1, name="gated_norm",
     )  # fmt: skip
-    if names.gate == "sigmoid":  # Kimi's KDA
+    if d.gate == "sigmoid":  # Kimi's KDA, Qwen4-Exp's output_gate_type sigmoid
         gated = b.op("Mul", normed, b.op("Sigmoid", z), name="sigmoid_gate")
     else:
         gated = b.op("Mul", normed, b.op("Mul", z, b.op("Sigmoid", z)), name="silu_gate")

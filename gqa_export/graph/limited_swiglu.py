@@ -83,6 +83,9 @@ def shared_gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     """The shared expert's min(act(gate), l) * clip(up, -l, l) at this layer's shared limit l, as HF
     computes it (Min and Clip after the activation); without one, the family's own gated product
     (graph/activations.gated)."""
+    moe, spec = lc.dims.moe, lc.spec.moe
+    if spec is not None and spec.shared_clipped and moe is not None and moe.limit is not None:
+        return _clipped(lc, gate, up, moe.limit)  # DeepSeek-V4: clipped before the activation, as its routed ones
     limit = layer_limit(lc, shared=True)
     if not limit:
         return gated(lc, gate, up)
@@ -90,3 +93,11 @@ def shared_gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     high, low = b.const(np.asarray(limit, dtype), "limit_high"), b.const(np.asarray(-limit, dtype), "limit_low")
     limited = b.op("Min", activation(lc, gate), high, name="gate_limited")
     return b.op("Mul", limited, b.op("Clip", up, low, high, name="up_limited"), name="limited_swiglu")
+
+
+def _clipped(lc: LayerContext, gate: ir.Value, up: ir.Value, limit: float) -> ir.Value:
+    """act(min(gate, l)) * clip(up, -l, l): the routed experts' clip (the MoE op's) as plain ops."""
+    b, dtype = lc.b, NUMPY_DTYPES[lc.params.dtype]
+    high, low = b.const(np.asarray(limit, dtype), "limit_high"), b.const(np.asarray(-limit, dtype), "limit_low")
+    gate = b.op("Min", gate, high, name="gate_clipped")
+    return b.op("Mul", activation(lc, gate), b.op("Clip", up, low, high, name="up_clipped"), name="clipped_swiglu")

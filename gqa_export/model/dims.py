@@ -47,7 +47,8 @@ from gqa_export.model.relative_bias import RelativeBiasDims, relative_bias_dims
 from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.rwkv import RwkvDims, rwkv_dims
-from gqa_export.model.sparse_cap import block_sparse_cap
+from gqa_export.model.shared_kv import SharedKvDims, shared_kv_dims
+from gqa_export.model.sparse_cap import block_sparse_cap, qsa_cap
 from gqa_export.model.stream import (
     AltUpDims,
     HardTokenRange,
@@ -113,6 +114,7 @@ class ModelDims:
     alibi: tuple[float, ...] = ()  # ALiBi slopes per query head (Bloom, MPT): standard Attention adds the bias
     altup: AltUpDims | None = None  # alternating updates over parallel streams (graph/altup.py)
     hyper: HyperDims | None = None  # hyper-connection residual copies (graph/hyper_connections.py)
+    shared_kv: SharedKvDims | None = None  # one KV head as key and value, grouped output (graph/shared_kv_attention.py)
     per_layer_vocab: int = 0  # the per-layer table's rows; ids past it read row 0
     hard_tokens: tuple[HardTokenRange, ...] = ()  # special-id ranges with their own embedders
     scaleless_qk_norm: bool = False  # q/k RMSNorm without weight over head_dim (spec qk_norm "scaleless")
@@ -123,6 +125,7 @@ class ModelDims:
     residual_factors: dict[str, tuple[float, float]] | None = None
     block_sparse_cap: int = 0  # keys MiniMax-M3's block-sparse indexer keeps in full (model/sparse_cap.py)
     key_window: int = 0  # Doge: keys kept by the dynamic mask's top-k (keep_window_size); 0: every key
+    qsa_cap: int = 0  # keys Qwen4-Exp's QSA indexer keeps in full (model/sparse_cap.py)
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
     logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
     recurrent_stacks: RecurrentStackDims | None = None  # weight-shared stacks run in cycles (HRM-Text)
@@ -173,8 +176,22 @@ class ModelDims:
     def context_length(self) -> int:
         """The longest context the package computes exactly: the model's, capped where a sparse
         attention's indexer (model/sparse_cap.py) or Doge's dynamic mask stops keeping every key."""
-        cap = self.latent.index_topk if self.latent is not None else (self.block_sparse_cap or self.key_window)
+        cap = self.latent.index_topk if self.latent is not None else self._sparse_cap
         return min(self.max_position_embeddings, cap or self.max_position_embeddings)
+
+    @property
+    def _sparse_cap(self) -> int:
+        compressed = self.shared_kv.context_cap if self.shared_kv is not None else 0  # DeepSeek-V4's CSA indexer
+        return self.block_sparse_cap or self.qsa_cap or compressed or self.key_window
+
+    @property
+    def cap_kind(self) -> str:
+        """Which indexer or mask caps the context where no latent index_topk does (model/sparse_cap.cap_wording)."""
+        if self.block_sparse_cap:
+            return "block_sparse"
+        if self.shared_kv is not None and self.shared_kv.context_cap:
+            return "compressed"
+        return "qsa" if self.qsa_cap else "key_window"
 
     def scale(self, layer: LayerDims) -> float:
         power = -1.0 if self.inverse_head_dim_scale else -0.5  # Inkling: 1 / head_dim
@@ -252,6 +269,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         )
     latent, overrides = model_latent(config, spec, hidden, opt, lambda view: _opt_for(view, spec))
     layers = read_layers(config, opt, heads, hidden, spec, latent, overrides)
+    shared_kv, layers = shared_kv_dims(opt, spec, heads, layers)  # DeepSeek-V4: one KV head, windows, compressed
     if spec.full_layer_score_scale and (factor := config_get(config, spec.full_layer_score_scale)) is not None:
         layers = type(layers)(replace(x, score_factor=float(factor)) if x.window <= 0 else x for x in layers)
     loop = recurrent_loop_dims(opt, spec, len(layers))
@@ -330,6 +348,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         alibi=alibi_slopes(spec.alibi, heads, opt("alibi_bias_max", 8)) if spec.alibi else (),
         altup=altup_dims(opt, spec),
         hyper=hyper_dims(opt, spec),
+        shared_kv=shared_kv,
         per_layer_vocab=int(opt("per_layer_vocab", 0) or 0) if ple else 0,
         hard_tokens=hard_token_ranges(outer, spec),
         # where the config has no use_qk_norm the family always norms (NanoChat; Llama-4's config has the flag)
@@ -339,6 +358,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         value_head_dim=value_head_width(opt, [layer.head_dim for layer in layers if layer.attends]),
         residual_factors=normed_residual_factors(config, spec),
         block_sparse_cap=block_sparse_cap(opt, spec, opt("layer_types")),
+        qsa_cap=qsa_cap(opt, spec, opt("layer_types")),
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
         recurrent_stacks=recurrent_stack_dims(opt, spec, len(layers)),

@@ -119,6 +119,8 @@ def read_layers(
         rope_key = layer_type if layer_type in configured_ropes else "default"
         if rope_key == "default" and raw_types and raw_types[i] in configured_ropes:  # ZAYA: keyed by its own names
             rope_key = raw_types[i]
+        if spec.layer_rope_keys.get(layer_type or "") in configured_ropes:  # DeepSeek-V4: "main" / "compress"
+            rope_key = spec.layer_rope_keys[layer_type or ""]
         if (no_rope is not None and not no_rope[i]) or layer_type in nopes:
             rope_key = None
         if thetas is not None and rope_key is not None:
@@ -126,8 +128,10 @@ def read_layers(
         own_heads = layer_heads(opt, i, heads)
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, own_heads or heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
-        if spec.sliding_shape_keys and types and sliding:  # Inkling: the sliding layers' own heads and width
-            own_heads, kv_heads, head_dim = (int(config_get(config, key)) for key in spec.sliding_shape_keys)
+        if types and sliding and opt("sliding_heads") is not None:  # Inkling: the sliding layers' own heads, width
+            own_heads, kv_heads, head_dim = (
+                int(opt(k)) for k in ("sliding_heads", "sliding_kv_heads", "sliding_head_dim")
+            )
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
         head_dim = cache_head_dim(spec, head_dim)  # DiffLlama's and Doge's cache heads are wider

@@ -36,7 +36,7 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
         return i % spec.sublayers == 0
     kinds = opt("mlp_layer_types")  # one "dense" / "sparse" per layer, where the config class keeps the list
     if kinds is not None:
-        return _listed_mlp_kind(kinds, i)
+        return _listed_mlp_kind(kinds, i, spec.moe.sparse_kinds)
     period = int(opt("expert_layer_period", 0) or 0)
     if period:
         return int(opt("num_experts")) > 1 and i % period == int(opt("expert_layer_offset", 0) or 0)
@@ -52,14 +52,17 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
 
 
-def _listed_mlp_kind(kinds: Any, i: int) -> bool:
+def _listed_mlp_kind(kinds: Any, i: int, sparse_kinds: tuple[str, ...] = ()) -> bool:
     """Layer i's entry of an mlp_layer_types list (GLM-4-MoE-Lite: the decoder layer builds the
     experts where it says "sparse", the dense MLP where "dense"; its config class fills the list in
-    from the layer count, and ignores first_k_dense_replace)."""
-    if i >= len(kinds) or kinds[i] not in ("dense", "sparse"):
+    from the layer count, and ignores first_k_dense_replace). `sparse_kinds`: the family's own sparse
+    values (DeepSeek-V4's "moe" / "hash_moe")."""
+    sparse = ("sparse", *sparse_kinds)
+    if i >= len(kinds) or kinds[i] not in ("dense", *sparse):
         found = kinds[i] if i < len(kinds) else "nothing"
-        raise InputError(f"mlp_layer_types[{i}] is {found!r}; each layer is 'dense' or 'sparse'")
-    return kinds[i] == "sparse"
+        allowed = ", ".join(repr(k) for k in ("dense", *sparse))
+        raise InputError(f"mlp_layer_types[{i}] is {found!r}; each layer is one of {allowed}")
+    return kinds[i] in sparse
 
 
 def nope_layer(opt: Option, spec: ArchSpec, sliding: bool, window: int, dense: bool = False) -> bool:
@@ -197,6 +200,7 @@ class DeltaNetDims:
     beta_scale: float = 1.0  # 2 where the family lets beta reach 2 (MixerSpec.neg_eigval, OLMo-Hybrid)
     # the bounded forget gate's lower bound (MixerSpec.bounded_decay, Ling 3): g = bound * sigmoid(...)
     decay_bound: float | None = None
+    gate: str = "silu"  # the gated norm's gate activation: silu or sigmoid (GatedDeltaNetNames.gate, resolved)
 
     @property
     def conv_channels(self) -> int:
@@ -223,7 +227,12 @@ def deltanet_dims(opt: Option, spec: ArchSpec, mixers: list[str]) -> DeltaNetDim
     doubled = spec.mixers is not None and spec.mixers.neg_eigval and bool(opt("linear_neg_eigval", False))
     bounded = spec.mixers is not None and spec.mixers.bounded_decay and bool(opt("linear_bounded_decay", True))
     bound = float(opt("linear_decay_bound", -5.0)) if bounded else None
-    dims = DeltaNetDims(*values.values(), beta_scale=2.0 if doubled else 1.0, decay_bound=bound)
+    gate = spec.mixers.gated_deltanet.gate if spec.mixers is not None else "silu"
+    if gate == "config":  # Qwen4-Exp: output_gate_type, else hidden_act, as its class reads them
+        gate = str(opt("linear_output_gate", "silu"))
+        if gate not in ("silu", "sigmoid"):
+            raise InputError(f"{spec.name}'s gated-DeltaNet output gate '{gate}' is not silu or sigmoid")
+    dims = DeltaNetDims(*values.values(), beta_scale=2.0 if doubled else 1.0, decay_bound=bound, gate=gate)
     if dims.value_heads % dims.key_heads:
         raise InputError(
             f"{spec.name}: {dims.value_heads} DeltaNet value heads do not divide among {dims.key_heads} key heads"

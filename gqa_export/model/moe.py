@@ -38,6 +38,8 @@ class MoeDims:
     router_softcap: float = 0.0  # logits -> c tanh(logits / c) before the sigmoid (Laguna); 0: none
     # activation "swiglu_softcapped" (Inkling2): softcap(gate, c_g) sigmoid(gate) softcap(up, c_u), (c_g, c_u)
     softcaps: tuple[float, float] = (0.0, 0.0)
+    # the layers whose experts are the hash table's row of the token id (MoeSpec.hashed_kind, DeepSeek-V4)
+    hashed: tuple[int, ...] = ()
 
 
 # the routed experts' SwiGLU with its halves clamped at swiglu_limit before the activation, as the MoE op clips:
@@ -108,7 +110,15 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         softcaps=(float(opt("expert_gate_softcap")), float(opt("expert_up_softcap")))
         if spec.moe.activation == "swiglu_softcapped"
         else (0.0, 0.0),
+        hashed=_hashed_layers(opt, spec),
     )
+
+
+def _hashed_layers(opt: Any, spec: ArchSpec) -> tuple[int, ...]:
+    """The layers whose mlp_layer_types entry is the spec's hashed kind (DeepSeek-V4's "hash_moe")."""
+    if spec.moe is None or spec.moe.hashed_kind is None:
+        return ()
+    return tuple(i for i, kind in enumerate(opt("mlp_layer_types") or ()) if kind == spec.moe.hashed_kind)
 
 
 def _limits(opt: Any, spec: ArchSpec, key: str) -> tuple[float, ...]:

@@ -51,7 +51,13 @@ def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) 
     if rope_type == "proportional":  # Gemma-4: a full-width table whose tail frequencies are 0
         return RopeConfig(rope_type, theta, head_dim, {**params, "partial_rotary_factor": partial})
     rotary_dim = getattr(config, "rotary_dim", None)  # GPT-J spells the rotated width itself (None: all of it)
-    return RopeConfig(rope_type, theta, int(rotary_dim) if rotary_dim else int(head_dim * partial), params)
+    width = int(rotary_dim) if rotary_dim else int(head_dim * partial)
+    if width > head_dim:  # an invalid graph otherwise (a Split of more channels than the head has)
+        raise InputError(
+            f"the config rotates {width} channels of each head (rotary_dim / partial_rotary_factor) but head_dim "
+            f"is {head_dim}; fix rotary_dim or head_dim"
+        )
+    return RopeConfig(rope_type, theta, width, params)
 
 
 def _base_inv_freq(rope: RopeConfig) -> np.ndarray:

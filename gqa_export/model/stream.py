@@ -48,6 +48,7 @@ class HyperDims:
     streams: int
     magnitude: float
     eps: float
+    sinkhorn_iters: int = 0  # the comb weights' Sinkhorn iterations (HyperConnectionNames.form "sinkhorn"); 0: no comb
 
 
 def hyper_dims(opt: Option, spec: ArchSpec) -> HyperDims | None:
@@ -56,7 +57,11 @@ def hyper_dims(opt: Option, spec: ArchSpec) -> HyperDims | None:
     streams = int(opt("hc_streams", 4))
     if streams < 1:
         raise InputError(f"hc_mult {streams} must be at least 1")
-    return HyperDims(streams, float(opt("hc_magnitude", 2.0)), float(opt("hc_eps", 1e-6)))
+    sinkhorn = spec.hyper_connections.form == "sinkhorn"
+    iters = int(opt("hc_sinkhorn_iters", 20)) if sinkhorn else 0
+    if sinkhorn and iters < 1:
+        raise InputError(f"hc_sinkhorn_iters {iters} must be at least 1 (the class normalizes the columns once first)")
+    return HyperDims(streams, float(opt("hc_magnitude", 2.0)), float(opt("hc_eps", 1e-6)), iters)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from gqa_export.arch import get_spec
+from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, towers_refusal
 from gqa_export.check.ep_lints import check_ep_mode
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import gqa_refusal
@@ -99,7 +100,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     mm = None
     if full and not request.text_only:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
-    notes += _no_effect(request.model, request.text_only and not full, request.dequantize, imported)
+    wrapped = (checkpoint.raw_config.get("architectures") or [None])[0] in WRAPPED_DECODERS
+    notes += _no_effect(request.model, request.text_only and not full and not wrapped, request.dequantize, imported)
     for line in notes:  # said, never silently accepted
         note(line)
     vision_weights = encoder_plan(request.encoder_precision, ep.name, precision.io_dtype)
@@ -130,6 +132,11 @@ def _recipe(plan: RequestPlan, checkpoint: Checkpoint, note: Callable[[str], Non
     if plan.user_recipe is not None and (said := checkpoint.read_for(plan.user_recipe)) is not None:
         note(said)
     recipe = plan.user_recipe or match_builtin(checkpoint.raw_config, checkpoint.source.model_dir)
+    architecture = (checkpoint.raw_config.get("architectures") or [None])[0]
+    if plan.user_recipe is None and architecture in WRAPPED_DECODERS and not request.text_only:
+        raise InputError(
+            towers_refusal(architecture, recipe.arch)
+        )  # its towers are not built (arch/wrapped_decoders.py)
     check_raw_config(checkpoint.raw_config)
     if request.settings and plan.user_recipe is None:
         recipe = load_recipe(recipe.path, list(request.settings))
@@ -228,8 +235,8 @@ def context_cap_notes(dims: ModelDims) -> list[str]:
     """The line saying the package's context is capped below the model's, where it is."""
     if dims.context_length == dims.max_position_embeddings:
         return []
-    if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask (model/sparse_cap.py)
-        what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
+    if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Qwen4-Exp's QSA, Doge's mask (model/sparse_cap.py)
+        what, why = cap_wording(dims.cap_kind)
         return [
             f"context capped at {what} {dims.context_length} (max_position_embeddings "
             f"{dims.max_position_embeddings}): {why}, so the package (plain attention, no indexer) is exact up "
@@ -263,8 +270,8 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
     if requested is None:
         return default_max_length(context)
     if requested > context and context < dims.max_position_embeddings:
-        if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Doge's dynamic mask
-            what, why = cap_wording(bool(dims.key_window) and not dims.block_sparse_cap)
+        if dims.latent is None:  # MiniMax-M3's block-sparse indexer, Qwen4-Exp's QSA, Doge's dynamic mask
+            what, why = cap_wording(dims.cap_kind)
             raise InputError(
                 f"--max-length {requested} is past {what} {context}: {why}, and beyond it drops keys, which the "
                 f"package does not compute; use --max-length {context} or less"

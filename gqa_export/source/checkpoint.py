@@ -16,6 +16,7 @@ from typing import Any
 
 from gqa_export.arch import get_spec
 from gqa_export.arch.refused_types import refusal_for
+from gqa_export.arch.wrapped_decoders import wrapped_decoder_recipe
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json_object
 from gqa_export.model.dims import ModelDims, read_dims
@@ -167,6 +168,9 @@ def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
     try:
         return match_recipe(model_type, architecture, builtin_recipes())
     except InputError:
+        wrapped = wrapped_decoder_recipe(model_type, architecture, builtin_recipes())
+        if wrapped is not None:  # a multimodal class around an exported decoder: --text-only (plan/model_phase.py)
+            return wrapped
         refused = refusal_for(model_type)  # a refused text decoder under a class no recipe lists
         if refused:
             raise InputError(refused) from None

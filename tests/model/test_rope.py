@@ -50,3 +50,15 @@ def test_v4_rope_scaling_spelling_is_read():
     v4_config = SimpleNamespace(rope_scaling={"type": "linear", "factor": 2.0}, rope_theta=5e5)
     rope = read_rope(v4_config, 64)
     assert (rope.rope_type, rope.theta, rope.params) == ("linear", 5e5, {"factor": 2.0})
+
+
+@pytest.mark.parametrize("spelled", [{"rotary_dim": 64}, {"partial_rotary_factor": 2.0}])
+def test_more_rotated_channels_than_the_head_has_are_refused_in_one_line(spelled):
+    """A rotated width past head_dim would write a graph onnxruntime cannot load (a Split of more
+    channels than the head holds): refused before any graph is built."""
+    from gqa_export.errors import InputError
+
+    config = SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1e4}, **spelled)
+    with pytest.raises(InputError, match=r"rotates 64 channels of each head .* but head_dim is 32") as refused:
+        read_rope(config, head_dim=32)
+    assert "\n" not in str(refused.value)

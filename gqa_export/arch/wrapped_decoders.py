@@ -1,0 +1,86 @@
+"""Multimodal classes that wrap an exported family's text decoder, read only with --text-only.
+
+Each class here runs its `language_model` (or `text_model`) unchanged on a prompt of token ids
+alone: its placeholder ids are rows of the decoder's own embedding table and its mask is causal,
+so the decoder's package computes the class's logits exactly (checked per class against HF,
+docs/coverage.md §21 "Decoders inside multimodal classes"). Their towers
+(a CLIP / SigLIP / InternViT / Idefics3 encoder and a projector) are not built, and onnxruntime-genai
+0.18 runs none of these as a multimodal package (its vision types: fara, gemma3, mistral3, phi3v,
+qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_5_moe, videochat_flash_qwen; gemma4 and phi4mm with speech).
+So `build` exports the decoder only when asked (`--text-only`), under the decoder family's own
+recipe, and otherwise refuses in one line that says so: a package that silently dropped the
+images a user brought the checkpoint for would be the wrong package.
+
+A class is listed only when its text-only forward was checked against the decoder's; the family
+of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
+A class whose logits differ from its decoder family's has a recipe of its own that names it
+(Cohere2-Vision: no logit_scale); the --text-only gate holds for it all the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import MappingProxyType
+
+from gqa_export.recipes import Recipe
+
+# class -> its model_type (the name the refusal and the coverage table use)
+WRAPPED_DECODERS = MappingProxyType(
+    {
+        "AriaForConditionalGeneration": "aria",
+        "AyaVisionForConditionalGeneration": "aya_vision",
+        "Cohere2VisionForConditionalGeneration": "cohere2_vision",  # its own recipe: no logit_scale
+        "DeepseekVLForConditionalGeneration": "deepseek_vl",
+        "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
+        "Exaone4_5_ForConditionalGeneration": "exaone4_5",
+        "FuyuForCausalLM": "fuyu",
+        "GotOcr2ForConditionalGeneration": "got_ocr2",
+        "Idefics2ForConditionalGeneration": "idefics2",
+        "Idefics3ForConditionalGeneration": "idefics3",
+        "InternVLForConditionalGeneration": "internvl",
+        "JanusForConditionalGeneration": "janus",
+        "LightOnOcrForConditionalGeneration": "lighton_ocr",
+        "LlavaForConditionalGeneration": "llava",
+        "LlavaNextForConditionalGeneration": "llava_next",
+        "LlavaNextVideoForConditionalGeneration": "llava_next_video",
+        "LlavaOnevisionForConditionalGeneration": "llava_onevision",
+        "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
+        "Ovis2ForConditionalGeneration": "ovis2",
+        "CohereCompassForConditionalGeneration": "cohere_compass",
+        "Apertus1p5ForConditionalGeneration": "apertus1p5",
+        "Lfm3VlForConditionalGeneration": "lfm3_vl",
+        "MiniCPMOcrForConditionalGeneration": "minicpm_ocr",
+        "MiniCPMV4_6ForConditionalGeneration": "minicpmv4_6",
+        "MiniCPMV4_7ForConditionalGeneration": "minicpmv4_7",
+        "NemotronH_Omni_Reasoning_V3": "nemotron_h_omni",
+        "QianfanOCRForConditionalGeneration": "qianfan_ocr",
+        "Qwen4ExpForConditionalGeneration": "qwen4_exp",
+        "SmolVLMForConditionalGeneration": "smolvlm",
+        "VideoLlama3ForConditionalGeneration": "video_llama_3",
+        "VideoLlavaForConditionalGeneration": "video_llava",
+        "VipLlavaForConditionalGeneration": "vipllava",
+    }
+)
+
+
+def wrapped_decoder_recipe(text_model_type: str, architecture: str | None, recipes: Sequence[Recipe]) -> Recipe | None:
+    """The recipe of the decoder family inside a listed multimodal class: the one that lists the
+    text model_type with a `…ForCausalLM` class (Qwen2's also lists Qwen2.5-VL, whose full package
+    --text-only leaves out). None: the class is not listed, or its decoder is not an exported family's."""
+    if architecture not in WRAPPED_DECODERS:
+        return None
+    own = (
+        r
+        for r in recipes
+        if text_model_type in r.model_types and any(a.endswith("ForCausalLM") for a in r.architectures)
+    )
+    return next(own, None)
+
+
+def towers_refusal(architecture: str, text_model_type: str) -> str:
+    """What `build` says for a listed class without --text-only (exit 2)."""
+    return (
+        f"{architecture}'s vision tower and projector are not built and onnxruntime-genai 0.18 runs no "
+        f"{WRAPPED_DECODERS[architecture]} package; pass --text-only to export its {text_model_type} text decoder "
+        "alone (it computes the class's logits on text prompts)"
+    )

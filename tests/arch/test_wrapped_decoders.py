@@ -1,0 +1,93 @@
+"""Multimodal classes around an exported decoder (gqa_export/arch/wrapped_decoders.py): every listed
+class, with a decoder of the family its default config names (and the other families users bring),
+exported --text-only and held against the class itself; without --text-only, one line, exit 2.
+Greedy genai tokens through three of them: the registry rows `*_text_only` (tests/families.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mutants import copy_package, edit_initializers, times
+from reference import hf_logits, hf_model, ort_prefill_and_decode
+from typer.testing import CliRunner
+from wrapped_models import save_wrapped
+
+from gqa_export.arch.coverage import text_model_type
+from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS
+from gqa_export.cli import app
+from gqa_export.pipeline import BuildOptions, build
+
+PROMPT = [0, 17, 45, 300, 300, 99, 200, 301, 3, 7, 11, 12]
+# the decoder each class holds by default, then families its released checkpoints also use
+CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
+    ("llava_next", "mistral"),  # LLaVA-NeXT on Mistral-7B
+    ("internvl", "qwen3"),  # InternVL3.5
+]
+# transformers 5.25 writes Qianfan-OCR's "original format" with its vision rename reversed onto the
+# decoder too (language_model.model.encoder.layers): the released layout is 5.x's prefix read back
+HUB_LAYOUT_BROKEN = frozenset({"qianfan_ocr"})
+
+
+def _checkpoint(tmp_path, model_type: str, text_type: str):
+    hub = model_type not in HUB_LAYOUT_BROKEN
+    return save_wrapped(tmp_path / f"{model_type}-{text_type}", model_type, text_type, hub_layout=hub)
+
+
+def _error(package, checkpoint) -> float:
+    tokens, got = ort_prefill_and_decode(package, PROMPT, steps=3)
+    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(PROMPT))).max())
+
+
+@pytest.mark.parametrize(("model_type", "text_type"), CASES, ids=[f"{m}-{t}" for m, t in CASES])
+def test_listed_class_matches_hf_on_text(tmp_path, model_type, text_type):
+    """The decoder's package computes the class's own logits on a prompt holding its placeholder
+    ids (prompt and 3 decode steps); measured 2.4e-7 to 4.0e-6 (docs/coverage.md §21)."""
+    checkpoint = _checkpoint(tmp_path, model_type, text_type)
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
+
+
+def test_a_scaled_final_norm_fails_the_bound(tmp_path):
+    """Mutant: the decoder's final norm x 1.5 in the package moves the logits far past the bound."""
+    checkpoint = _checkpoint(tmp_path, "llava", "llama")
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    broken = copy_package(tmp_path / "pkg", tmp_path / "broken")
+    assert edit_initializers(broken, "*model.norm.weight", times(1.5))
+    assert _error(broken, checkpoint) > 1e-2
+
+
+def test_cohere2_vision_logits_without_logit_scale(tmp_path, monkeypatch):
+    """Mutant: Cohere2-Vision read with Cohere2's logit_scale (0.5 in the tiny config) fails the bound."""
+    from mutants import build_planted
+
+    checkpoint = _checkpoint(tmp_path, "cohere2_vision", "cohere2")
+    out = build_planted(checkpoint, tmp_path / "scaled", monkeypatch, {"ignore": ()}, "cohere2_vision_text")
+    assert _error(out, checkpoint) > 1e-2
+
+
+def test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_read(tmp_path, monkeypatch):
+    from gqa_export.source.weights import WeightStore
+
+    checkpoint = _checkpoint(tmp_path, "llava", "llama")
+
+    def read(*args, **kwargs):
+        raise AssertionError("a weight was read before the refusal")
+
+    monkeypatch.setattr(WeightStore, "view", read)
+    monkeypatch.setattr(WeightStore, "read_slices", read)
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "LlavaForConditionalGeneration's vision tower and projector are not built" in said
+    assert "pass --text-only to export its llama text decoder alone" in said
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_text_only_is_not_called_without_effect(tmp_path):
+    """--text-only is what exports these: the build does not note it as a flag without effect."""
+    checkpoint = _checkpoint(tmp_path, "llava", "llama")
+    result = CliRunner().invoke(
+        app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke", "--text-only"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "no effect" not in result.output

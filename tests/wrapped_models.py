@@ -1,0 +1,132 @@
+"""Tiny random checkpoints of multimodal classes that wrap an exported decoder (gqa_export/arch/wrapped_decoders.py).
+
+Each is the class's own config with a tiny text_config of the named decoder family (every other
+sub-config, the vision tower's, shrunk to one narrow layer: the export never reads it, but it is in
+the checkpoint like in a real one) and its placeholder ids inside the vocabulary (300 / 301), so a
+prompt holding them proves they are embedded as the decoder's own rows. `hub_layout` writes the
+names the class's published checkpoints use (`save_original_format`); False: transformers 5.x's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tiny_models import randomize_norms, save_tokenizer
+
+# a text decoder of each family, small: sizes every family reads, plus what gives it its character
+TEXT: dict[str, Any] = dict(
+    vocab_size=384, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, max_position_embeddings=512, bos_token_id=0, eos_token_id=1, pad_token_id=5,
+)  # fmt: skip
+FAMILY_TEXT: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "mistral": {"sliding_window": None},
+    "qwen2": {"use_sliding_window": False},
+    "qwen3": {},
+    "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
+    # three layers, the last global: the windowed layers and the full one both run
+    "cohere2": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3, "logit_scale": 0.5},
+    "exaone4": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3},
+    "persimmon": {"num_key_value_heads": 4, "partial_rotary_factor": 0.5},  # multi-head: no kv heads of its own
+    "aria_text": {"moe_num_experts": 4, "moe_topk": 2, "moe_num_shared_experts": 1},
+    "minimax_m3_vl_text": {"rotary_dim": 16},  # the class rotates every channel whatever it says (docs/moe.md)
+    # Qwen4-Exp: a DeltaNet layer and an indexed one (QSA cap 63), 3 hyper-connection copies, 4 experts top 2, no PLE
+    "qwen4_exp_text": {
+        "full_attention_interval": 2,
+        "head_dim": 32,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "hc_count": 3,
+        "hc_lowrank": 10,
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": 16,
+        "indexer_budget": 60,
+        "indexer_compress_ratio": 4,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1e6,
+            "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+        },
+    },
+}
+# sub-config sizes a tower or projector reads (whichever keys its config has)
+_SHRUNK = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+    depth=1, embed_dim=16, num_heads=2, image_size=28, patch_size=14, projection_dim=16,
+)  # fmt: skip
+# classes whose top-level ids must fit the tiny vocabulary: Apertus-1.5's image and audio codebooks are
+# token ranges of it (image ids from 320, audio ids from 352, to 384; its head keeps the first 320)
+_CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
+    "apertus1p5": (
+        {"image_token_offset": 320, "audio_token_offset": 352},
+        {"vision_config": {"codebook_size": 32}, "audio_config": {"codebook_size": 32}},
+    ),
+}
+_PLACEHOLDERS = {"image_token_id": 300, "image_token_index": 300, "video_token_id": 301, "video_token_index": 301}
+_DROPPED = ("layer_types", "mlp_layer_types", "architectures", "transformers_version", "_name_or_path")
+
+
+def _shrunk(sub: dict[str, Any]) -> dict[str, Any]:
+    """A tower's config at the smallest sizes; a per-layer pattern dropped (its class fills one for one
+    layer), an audio codebook as wide as the shrunk hidden size (WavTokenizer checks it)."""
+    small = {k: (_SHRUNK[k] if k in _SHRUNK and isinstance(v, int) and not isinstance(v, bool) else v)
+             for k, v in sub.items() if k != "layer_types"}  # fmt: skip
+    if "codebook_dim" in small:
+        small["codebook_dim"] = _SHRUNK["hidden_size"]
+    return small
+
+
+def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    default = AutoConfig.for_model(model_type)
+    if text_type in FAMILY_TEXT:
+        text = {**AutoConfig.for_model(text_type).to_dict(), **TEXT, **FAMILY_TEXT[text_type], **overrides}
+        text = {k: v for k, v in text.items() if k not in _DROPPED}
+    else:  # a family with its own tiny config in the registry (dense_models.py): that one, exact there
+        from dense_models import family_config
+
+        text = {**family_config(text_type), "model_type": text_type, **overrides}
+    subs = {key: _shrunk(value.to_dict()) for key, value in vars(default).items()
+            if key.endswith("_config") and key != "text_config" and hasattr(value, "to_dict")}  # fmt: skip
+    ids = {k: v for k, v in _PLACEHOLDERS.items() if getattr(default, k, None) is not None}
+    top, sub_keys = _CLASS_KEYS.get(model_type, ({}, {}))
+    for key, values in sub_keys.items():
+        subs[key].update(values)
+    config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids, **top)
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        setattr(config, key, TEXT[key])
+    return config
+
+
+def save_wrapped(
+    out_dir: Path, model_type: str, text_type: str, hub_layout: bool = True, **text_overrides: Any
+) -> Path:
+    """Save a tiny random `model_type` multimodal checkpoint whose decoder is a `text_type` one, plus
+    the tiny tokenizer. Matrices drawn at 0.06 (initializer_range's 0.02 leaves logits near 0)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    config = _config(model_type, text_type, text_overrides)
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2:
+                param.normal_(0.0, 0.06)
+    randomize_norms(model, biases=True)
+    generation = model.generation_config
+    generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
+    model.save_pretrained(out_dir, save_original_format=hub_layout)
+    save_tokenizer(out_dir, vocab_size=TEXT["vocab_size"])
+    return out_dir
