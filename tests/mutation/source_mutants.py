@@ -489,5 +489,14 @@ MUTANTS: list[Mutant] = [
       "log_alpha=float(config_get(config, names.log_alpha) or 0.0),",
       "log_alpha=0.0,",
       [f"{FAMILY}[inkling_text]"]),
+    # --- graph: Inkling2's block attention residuals (docs/coverage.md §24)
+    M("block-boundary-keeps-the-residual", "graph", "gqa_export/graph/block_residuals.py",
+      "residual = out",
+      'residual = b.op("Add", h, out, name="residual_attn")',
+      [f"{FAMILY}[inkling2_text]"]),
+    M("block-boundary-input-not-stacked", "graph", "gqa_export/graph/block_residuals.py",
+      "blocks.append(h)",
+      "pass",
+      [f"{FAMILY}[inkling2_text]"]),
 ]
 # fmt: on
