@@ -468,5 +468,22 @@ MUTANTS: list[Mutant] = [
       'if gate == "config":  # Qwen4-Exp: output_gate_type, else hidden_act, as its class reads them',
       "if False:",
       ["tests/arch/test_qwen4_exp.py::test_sigmoid_output_gate_matches_hf_and_silu_does_not"]),
+    M("wrapped-text-only-gate-dropped", "guard", "gqa_export/plan/model_phase.py",
+      "if plan.user_recipe is None and architecture in WRAPPED_DECODERS and not request.text_only:",
+      "if False:",
+      ["tests/arch/test_wrapped_decoders.py::"
+       "test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_read"]),
+    M("rotary-width-past-head-unchecked", "guard", "gqa_export/model/rope.py",
+      "if width > head_dim:  # an invalid graph otherwise (a Split of more channels than the head has)",
+      "if False:",
+      ["tests/model/test_rope.py::test_more_rotated_channels_than_the_head_has_are_refused_in_one_line"]),
+    M("gemma-bidirectional-unrefused", "guard", "gqa_export/arch/families.py",
+      'GEMMA = ArchSpec(name="gemma", activations=GELU_TANH, refusals=(_ENCODER_ONLY,), **_GEMMA_NUMERICS)',
+      'GEMMA = ArchSpec(name="gemma", activations=GELU_TANH, **_GEMMA_NUMERICS)',
+      ["tests/arch/test_llama_likes.py::test_bidirectional_gemma_is_refused_not_exported_causal"]),
+    M("cohere2-vision-logit-scale-read", "graph", "gqa_export/arch/derived_families.py",
+      'COHERE2_VISION_TEXT = replace(COHERE2, name="cohere2_vision_text", ignore=("logit_scale",))',
+      'COHERE2_VISION_TEXT = replace(COHERE2, name="cohere2_vision_text")',
+      ["tests/arch/test_wrapped_decoders.py::test_listed_class_matches_hf_on_text[cohere2_vision-cohere2]"]),
 ]
 # fmt: on
