@@ -63,7 +63,7 @@ def state_layers(dims: ModelDims) -> dict[int, str]:
     return {layer.index: layer.mixer for layer in dims.layers if layer.mixer in STATE_NAMES}
 
 
-def state_shapes(dims: ModelDims, mixer: str, index: int | None = None) -> tuple[Shape, ...]:
+def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     """The mixer's states, in STATE_NAMES order: conv [B, K - 1, channels] (channels-last; LFM2's
     short conv [B, channels, K - 1], channels-first as its convolution runs), then
     the recurrent state (DeltaNet [B, Hv, dk, dv], Mamba2 [B, heads, state, head_dim], Mamba
@@ -123,7 +123,7 @@ def state_inputs(b: GraphBuilder, dims: ModelDims, dtype: ir.DataType) -> dict[i
         i: tuple(
             b.input(past % i, state_dtype, shape)
             for (past, _), shape, state_dtype in zip(
-                STATE_NAMES[mixer], state_shapes(dims, mixer, i), state_dtypes(mixer, dtype), strict=True
+                STATE_NAMES[mixer], state_shapes(dims, mixer), state_dtypes(mixer, dtype), strict=True
             )
         )
         for i, mixer in state_layers(dims).items()
@@ -136,7 +136,7 @@ def add_state_outputs(
     """present.N.* for every state layer, shaped as its inputs."""
     kinds = state_layers(dims)
     for i, values in sorted(presents.items()):
-        names, shapes, dtypes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i], i), state_dtypes(kinds[i], dtype)
+        names, shapes, dtypes = STATE_NAMES[kinds[i]], state_shapes(dims, kinds[i]), state_dtypes(kinds[i], dtype)
         for (_, present), shape, value, state_dtype in zip(names, shapes, values, dtypes, strict=True):
             b.output(value, present % i, state_dtype, shape)
 

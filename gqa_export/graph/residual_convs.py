@@ -16,7 +16,11 @@ concat(past, run) channels-first with ONNX Conv (no past input to an op: the Rec
 and present to one buffer, docs/hybrid-state.md §1.3, so `past` is read only through that concatenation),
 and gathers each new state at the row's last real token (graph/recurrent_state.causal_conv's rule,
 docs/hybrid-state.md §1.5). The layer's present states are complete once its MLP output is convolved:
-`lc.state_io`'s presents hold the keys' state alone until then."""
+`lc.state_io`'s presents hold the keys' state alone until then.
+
+Inkling2 divides each sum by sqrt(K + 1) (ResidualConvNames.scaled), and convolves its full layers' keys and values
+with per-token taps (`_tapped`: static taps plus a projection of the key's / value's own input, per kv head, the sum
+over sqrt(2K + 1)), whose states are kept the same way."""
 
 from __future__ import annotations
 
@@ -163,7 +167,7 @@ def convolved_output(lc: LayerContext, y: ir.Value, block: str) -> ir.Value:
     presents[lc.i] = (*presents[lc.i], state)
     if block == "mlp":
         kv_state, attention_state, mlp_state = presents[lc.i]
-        shape = state_shapes(lc.dims, "residual_convs", lc.i)[1]
+        shape = state_shapes(lc.dims, "residual_convs")[1]
         both = typed(b.op("Concat", attention_state, mlp_state, axis=1, name="output_states"), lc.params.dtype, shape)
         presents[lc.i] = (kv_state, both)
     return out
