@@ -748,6 +748,70 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # Inkling (transformers 5.25): sliding / full / sliding / full layers (window 8; the sliding ones 6 query heads
+    # of 8 over 3 kv heads, the full ones 4 of 16 over 2), no RoPE, a relative position bias (d_rel 3, the full
+    # layers' extent 12: the prompts reach past both extents), the full layers' queries and bias log-scaled from
+    # position 4 on; residual convolutions of kernel 4; layer 0 a dense SwiGLU MLP (80 wide), then the top 2 of 8
+    # experts on sigmoid + selection bias weighted beside 2 shared experts, x2.5; logits over 2 (drawn, finish)
+    "inkling_text": (
+        dict(
+            num_hidden_layers=4,
+            local_layer_ids=[0, 2],
+            swa_num_attention_heads=6,
+            swa_num_key_value_heads=3,
+            swa_head_dim=8,
+            sliding_window_size=8,
+            d_rel=3,
+            rel_extent=12,
+            log_scaling_n_floor=4,
+            log_scaling_alpha=0.3,
+            conv_kernel_size=4,
+            mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+            intermediate_size=80,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_shared_experts=2,
+            route_scale=2.5,
+            logits_mup_width_multiplier=2.0,
+            rms_norm_eps=1e-6,
+            initializer_range=0.15,
+        ),
+        (),
+    ),
+    # Inkling2 (transformers 5.25): Inkling's tiny layers (sliding / full / sliding / full, the sliding ones 6 heads of
+    # 8 over 3, the full ones 4 of 16 over 2, window 8, d_rel 3, full extent 12, log scaling from position 4) with
+    # blocks of 2 layers for the block attention residuals, clip thresholds the drawn heads reach, experts soft-capped
+    # at 1 (gate) and 1.5 (up), the top 2 of 8 on every layer, logits capped at 3, the head 380 of 384 rows (finish)
+    "inkling2_text": (
+        dict(
+            num_hidden_layers=4,
+            layer_types=["hybrid_sliding", "hybrid", "hybrid_sliding", "hybrid"],
+            swa_num_attention_heads=6,
+            swa_num_key_value_heads=3,
+            swa_head_dim=8,
+            sliding_window_size=8,
+            d_rel=3,
+            rel_extent=12,
+            log_scaling_n_floor=4,
+            log_scaling_alpha=0.3,
+            qk_l2_clip_threshold=3.0,
+            rel_l2_clip_threshold=1.0,
+            n_layers_per_attn_res_block=2,
+            mlp_gate_softcap=1.0,
+            mlp_up_softcap=1.5,
+            final_logit_softcapping=3.0,
+            conv_kernel_size=4,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            route_scale=2.5,
+            unpadded_vocab_size=380,
+            rms_norm_eps=1e-6,
+            initializer_range=0.15,
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern
@@ -787,6 +851,8 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
             for name, p in model.named_parameters():
                 if "residual_gate" in name:
                     p.copy_(torch.randn(p.shape, generator=g))
+    if model_type in ("inkling_text", "inkling2_text"):
+        _inkling(model, g)
     if model_type == "jetmoe":
         with torch.no_grad():
             table = model.get_input_embeddings().weight
@@ -875,3 +941,19 @@ def _zaya(model: Any, g: torch.Generator) -> None:
         u = mean / mean.norm()
         with torch.no_grad():
             out_proj.weight.sub_(torch.outer(out_proj.weight @ u, u))
+
+
+def _inkling(model: Any, g: torch.Generator) -> None:
+    """Inkling's parameters HF initializes small or constant, drawn so each mechanism moves the logits: the
+    relative banks (std 0.1 at init: a bias of ~0.1) at std 1, the residual convolutions' kernels at std 0.5,
+    the dense MLPs' and routers' learned scalars (ones) in [0.5, 1.5)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("rel_logits_proj.proj", "relative_position_bias.proj")):
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif name.endswith(("conv1d.weight", "sconv.static_weight")):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+            elif name.endswith("global_scale") or name.endswith("norm.scale"):  # Inkling2's clip scales (ones)
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif name.endswith("input.query"):  # Inkling2's block-attention queries (zeros: uniform weights)
+                p.copy_(torch.randn(p.shape, generator=g))

@@ -995,6 +995,43 @@ FAMILIES: tuple[Family, ...] = (
         since_major=5,
         since=(5, 25),
     ),
+    # Inkling: a relative position bias per query and head (GroupQueryAttention's attention_bias under its causal mask
+    # and window), residual short convolutions on keys / values and both blocks' outputs (four conv states in genai's
+    # two per layer beside the KV cache), sliding layers with their own heads, the full layers' queries and bias
+    # log-scaled, a sigmoid router weighting the shared experts beside the chosen ones. The states run in the GQA
+    # graph only: greedy tokens and a ragged batch in gqa, the other modes refused (mutants: tests/arch/test_inkling.py)
+    moe(
+        "inkling_text",
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="fused",
+        float_matmuls=True,  # the relative banks [1, d_rel, E]
+        fp16_cuda=True,
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+    ),
+    # Inkling2: Inkling's relative bias and residual convolutions (outputs scaled) with block attention residuals (each
+    # layer's inputs attended over stacked block states), L2-clipped heads, a sink logit per token (the bias minus it,
+    # a zero head_sink), per-token conv taps on the full layers' keys and values, a gated o_proj, soft-capped SwiGLU
+    # experts as plain ops, capped logits of a 380-row head; transformers' layout (the hub's serving layout, model.llm.*
+    # with stacked block queries and interleaved experts, is not read). gqa only (mutants: tests/arch/test_inkling2.py)
+    moe(
+        "inkling2_text",
+        hub_layout=False,
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="plain",
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+    ),
     # Beam-1.0: the NoPE layers' position query scale read from the positions the graph has (decode steps, right
     # padding: a ragged batch in every mode), the gate's per-head bias, depth-scaled adds, grouped sigmoid router
     # (its int4 and int8 smoke runs end at EOS before 16 tokens; no initializer range of 0.05-0.4 keeps both going)

@@ -40,8 +40,11 @@ POSITIONS_NOT_FROM_CACHE = frozenset({"bamba", "recurrent_gemma", "minimax"})
 # classes whose forward takes its cache only as `cache` (and returns it so): the alias they still
 # accept is cache_params, so a past_key_values argument would be dropped into **kwargs unread
 CACHE_KEYWORD = frozenset(
-    {"mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma", "minimax", "xlstm", "ergo", "dory"}
-)
+    {
+        "mamba", "mamba2", "falcon_mamba", "zamba2", "zamba", "recurrent_gemma", "minimax", "xlstm", "ergo", "dory",
+        "inkling_text", "inkling2_text",
+    }
+)  # fmt: skip
 # classes that keep their recurrent state in their modules and return no cache (RecurrentGemma): the
 # states are reset and the attention cache made here, then passed to every call
 STATEFUL = frozenset({"recurrent_gemma"})

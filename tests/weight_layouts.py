@@ -158,6 +158,11 @@ def reference_weight(tensors: dict[str, np.ndarray], base: str, config: dict | N
             return grouped[last]
     if last in ("up_stacked", "down_side_by_side"):
         return ungated_experts_weight(tensors, head, last)
+    stacked = tensors.get(base)  # Inkling's shared experts, stored [Ns, I, H] / [Ns, H, I]: one MatMul each
+    if stacked is not None and stacked.ndim == 3 and last in ("gate_proj", "up_proj", "down_proj"):
+        if last == "down_proj":  # every expert's columns side by side [H, Ns I]
+            return stacked.transpose(1, 0, 2).reshape(stacked.shape[1], -1)
+        return stacked.reshape(-1, stacked.shape[-1])  # every expert's rows stacked [Ns I, H]
     if model_type == "jetmoe" and last in ("qkv_proj", "o_proj"):
         return expert_attention_weight(tensors, head, last, config)  # type: ignore[arg-type]
     for spelling in FUSED.get(last, ()):

@@ -13,6 +13,7 @@ from gqa_export.arch.derived_moe_families import DERIVED_MOE
 from gqa_export.arch.families import ALL
 from gqa_export.arch.hybrid_families import HYBRIDS
 from gqa_export.arch.latent_families import LATENT_FAMILIES
+from gqa_export.arch.relative_bias_families import RELATIVE_BIAS_FAMILIES
 from gqa_export.arch.shared_kv_families import SHARED_KV_FAMILIES
 from gqa_export.arch.sigmoid_router_families import SIGMOID_ROUTED
 from gqa_export.arch.spec import ArchSpec, LayerNames
@@ -33,6 +34,7 @@ SPECS: dict[str, ArchSpec] = {
         *SIGMOID_ROUTED,
         *CLASSIC_DERIVED,
         *CCA_FAMILIES,
+        *RELATIVE_BIAS_FAMILIES,
         *SHARED_KV_FAMILIES,
     )
 }

@@ -62,6 +62,12 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "first_dense_layers": "num_dense_layers",
     "routed_scaling": "routed_scaling_factor",
     "router_softcap": "moe_router_logit_softcapping",  # tanh softcap of the router logits (Laguna)
+    # the sliding layers' own query heads, kv heads and head_dim, where the config has them (Inkling's swa_*)
+    "sliding_heads": "swa_num_attention_heads",
+    "sliding_kv_heads": "swa_num_key_value_heads",
+    "sliding_head_dim": "swa_head_dim",
+    "expert_gate_softcap": "mlp_gate_softcap",  # MoeSpec activation "swiglu_softcapped" (Inkling2)
+    "expert_up_softcap": "mlp_up_softcap",
     "zero_experts": "zero_expert_num",  # experts that return their input (LongCat-Flash)
     "last_sparse_layer": "moe_layer_end_index",  # ERNIE-4.5-MoE: no experts after it (-1: none)
     "shared_experts": "n_shared_experts",  # the shared expert's width in experts (shared_width "per_expert")

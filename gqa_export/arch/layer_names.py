@@ -69,6 +69,8 @@ class LayerNames:
     # to the norm, y * sigmoid(up(silu(down(y)))) with y = the RMSNorm "{norm}.{inner}" (A.X-K2's
     # GatedRMSNorm, graph/gated_norm.py); a norm stored plain is read plain
     gated_norms: tuple[str, str, str] | None = None
+    # a stored scalar multiplying the dense MLP's output, where the checkpoint holds it (Inkling's mlp.global_scale)
+    mlp_output_scale: str | None = None
 
 
 @dataclass(frozen=True)

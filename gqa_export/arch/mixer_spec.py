@@ -193,7 +193,7 @@ MAMBA_DT_BC_NORMS = ("weighted", "unit", "none")
 # "mlstm": xLSTM's matrix-memory LSTM with exponential gating (a state mixer beside a SwiGLU MLP)
 MIXER_KINDS = (
     "attention", "short_conv", "gated_deltanet", "mamba2", "mamba", "rglru", "lightning", "rwkv", "mlstm", "cca",
-    "none",
+    "residual_convs", "none",
 )  # fmt: skip
 # how a layer's recurrent-state mixer relates to attention: "replace" (the layer has the mixer
 # instead of attention: LFM2, Qwen3.5, Granite-4.0-H) or "parallel" (the layer runs both on the same

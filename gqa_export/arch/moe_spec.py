@@ -52,6 +52,8 @@ class MoeNames:
     # output, relative to the shared expert (Ergo's shared_experts.norm)
     expert_norm: str | None = None
     shared_expert_norm: str | None = None
+    # a learned scalar multiplying every routing weight (Inkling's gate.global_scale, routing "sigmoid_shared_sink")
+    router_scale: str | None = None
     # a frozen token id -> expert ids table [vocab, k] relative to the block (DeepSeek-V4's gate.tid2eid): on the
     # layers MoeSpec.hashed_kind marks, the experts are its row of the token's id, not the top k of the scores
     hash_table: str | None = None
@@ -81,7 +83,10 @@ class MoeSpec:
     by the sum alone when normalized; MiniMax-M2 and AFMoE choose on sigmoid + the selection bias their
     checkpoints hold, `expert_bias`), "sigmoid_logits_biased" (Kolibri-1: the top k of the logits + the
     selection bias, weighted by the sigmoid of their logits, renormalized by their sum when
-    norm_topk_prob), "sqrtsoftplus_biased" (DeepSeek-V4: scores sqrt(softplus(logits)), the top k of
+    norm_topk_prob), "sigmoid_shared_sink" (Inkling: the router's last Ns rows score the shared experts;
+    the top k routed of sigmoid + the selection bias and the Ns shared experts weighted together, each
+    sigmoid over their sum, times routed_scaling_factor and `router_scale`; graph/shared_sink_routing.py),
+    "sqrtsoftplus_biased" (DeepSeek-V4: scores sqrt(softplus(logits)), the top k of
     scores + the selection bias, or the hash table's row on hashed layers, weighted by the scores over
     their sum + 1e-20, times routed_scaling_factor). Routers other
     than softmax are computed as dense weights (graph/moe.py).

@@ -50,13 +50,6 @@ REFUSED: dict[str, str] = {
         "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "step3p7", "unlimited_ocr",
     ),
     # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
-    "inkling_text": "no spec yet: Inkling needs a relative position bias computed per query and head from its hidden "
-    "state, short convolutions on keys and values before the cache and on each block's output (four states per "
-    "layer beside its KV cache) and a router normalizing routed and shared experts together, which gqa-export does "
-    "not build yet (docs/coverage.md §11)",
-    "inkling2_text": "no spec yet: Inkling2 needs Inkling's per-query relative position bias and short convolutions, "
-    "per-token attention sinks, L2-clipped queries, keys and relative states, per-token convolution taps, block "
-    "attention residuals and tanh-soft-capped experts, which gqa-export does not build yet (docs/coverage.md §11)",
     "inkling2_loop_text": "no spec yet: Inkling2-Loop needs Inkling2's mechanisms and its loop layers run "
     "loop_num_passes times, each pass with its own KV cache and convolution states and gated messages from the "
     "previous pass, which gqa-export does not build yet (docs/coverage.md §11)",

@@ -33,6 +33,7 @@ from gqa_export.arch.moe_spec import PER_EXPERT_W as PER_EXPERT_W
 from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
 from gqa_export.arch.ngpt_spec import NgptNames
+from gqa_export.arch.relative_bias_spec import BlockResidualNames, RelativeBiasNames, ResidualConvNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.stream_spec import (
     AlternatingUpdateNames,
@@ -364,6 +365,11 @@ class ArchSpec:
     # a config key whose value, where set, multiplies the full-attention layers' logits (Ergo's
     # global_attention_scale: queries and keys each times its square root; model/dims LayerDims.score_factor)
     full_layer_score_scale: str | None = None
+    relative_bias: RelativeBiasNames | None = None  # arch/relative_bias_spec.py (Inkling, Inkling2)
+    residual_convs: ResidualConvNames | None = None
+    block_residuals: BlockResidualNames | None = None
+    inverse_head_dim_scale: bool = False  # scores x 1 / head_dim, not head_dim ** -0.5 (Inkling)
+    head_rows_dropped: bool = False  # output_vocab_size keeps the first rows of a vocab_size-row head (Inkling)
     decoder_prefixes: tuple[str, ...] = DECODER_PREFIXES
     lm_head_names: tuple[str, ...] = LM_HEAD_NAMES
     # Resolved by `bind` against a checkpoint: the decoder root and the lm_head tensor.

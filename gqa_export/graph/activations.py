@@ -35,6 +35,19 @@ def soft_cap(b: GraphBuilder, x: ir.Value, cap: ir.Value, name: str | None = Non
     return b.op("Mul", b.op("Tanh", b.op("Div", x, cap)), cap, name=name)
 
 
+def softcapped_swiglu(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
+    """Inkling2's experts (MoeSpec activation "swiglu_softcapped"): softcap(gate, c_g) sigmoid(gate) softcap(up, c_u),
+    the sigmoid seeing the raw gate (MoeDims.softcaps)."""
+    b, moe = lc.b, lc.dims.moe
+    assert moe is not None
+    dtype = NUMPY_DTYPES[lc.params.dtype]
+    gate_cap, up_cap = (
+        b.const(np.asarray(c, dtype), f"{n}_softcap") for c, n in zip(moe.softcaps, ("gate", "up"), strict=True)
+    )
+    linear_gate = soft_cap(b, gate, gate_cap, "gate_capped")
+    return b.op("Mul", b.op("Mul", linear_gate, b.op("Sigmoid", gate)), soft_cap(b, up, up_cap, "up_capped"))
+
+
 def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
     """The config's hidden activation: SiLU, the exact GELU, ReLU, the tanh-approximated GELU
     (gelu_pytorch_tanh, gelu_new; ONNX Gelu-20), squared ReLU (Nemotron) or xIELU (Apertus, its

@@ -91,6 +91,7 @@ def gqa(
     bias: ir.Value | None = None,
     sinks: ir.Value | None = None,
     fused_rope: bool = True,
+    additive: bool = False,
 ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
     """One GroupQueryAttention node; returns (output [B,S,Nq*D], present_key, present_value).
 
@@ -106,6 +107,9 @@ def gqa(
     kernel) that carries causality, padding, the window and bidirectional runs: `causal=0` so that
     it can unmask later keys of a run, and local_window_size -1 (the schema requires it with
     causal=0), the window being in the bias (docs/gemma4.md §2.3).
+
+    additive: the bias is a score bias only (Inkling's relative position bias, [B,Nq,S,T]): the op keeps
+    causal=1 and its window, which mask on top of it (docs/ort-ops.md §1.9).
 
     sinks: per-head sink logits [Nq] (gpt-oss), GQA's `head_sink` input: each head's softmax gets
     exp(sink) added to its denominator (docs/ort-ops.md §1.1, §1.9)."""
@@ -127,8 +131,8 @@ def gqa(
         scale=dims.scale(layer),
         do_rotary=int(rotary),
         rotary_interleaved=int(rotary and dims.ropes[layer.rope].interleaved),
-        local_window_size=layer.window if bias is None else -1,
-        causal=None if bias is None else 0,
+        local_window_size=layer.window if bias is None or additive else -1,
+        causal=None if bias is None or additive else 0,
         softcap=dims.attn_softcap,
         sliding_window_cache=1 if window_cache and layer.window > 0 else None,
     )  # fmt: skip

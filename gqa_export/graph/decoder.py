@@ -21,9 +21,11 @@ from gqa_export.graph.affine_residual import input_affine
 from gqa_export.graph.alibi import alibi_bias
 from gqa_export.graph.alternating_updates import alternating_layer, merge_streams, spread_streams
 from gqa_export.graph.attention import AttentionContext, check_gqa_dims, gqa, gqa_mask_values
+from gqa_export.graph.block_residuals import block_attention, block_residual_layer
 from gqa_export.graph.blocks import LayerContext, normalize, qkv_projection
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.cca import cca_qkv
+from gqa_export.graph.clipped_attention import clipped_attention_inputs
 from gqa_export.graph.compressed_kv import compressed_attention, compressed_masks, is_compressed
 from gqa_export.graph.decoder_layer import (
     attention_block,
@@ -50,6 +52,7 @@ from gqa_export.graph.positions import position_query_scale, power_query_scale
 from gqa_export.graph.recurrent_loop import loop_stream
 from gqa_export.graph.recurrent_stacks import shared_weights, stack_streams
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
+from gqa_export.graph.relative_bias import relative_attention_inputs, relative_distances
 from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
 from gqa_export.graph.rwkv import rwkv_block
 from gqa_export.graph.shared_block import shared_block_layer
@@ -145,6 +148,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
         carried["input_ids"] = input_ids
     streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
     loop = loop_stream(b, dims, params)  # Dory: the middle layers run in a loop
+    blocks: list[ir.Value] | None = [] if spec.block_residuals is not None else None  # Inkling2's block states
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"), shared_weights(b, streams is not None or loop is not None):
             layer = dims.layers[i]
@@ -152,7 +156,7 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             lc = LayerContext(
                 b, i, dims.of_layer(layer), spec, params, opts.packed_qkv, scale, padding, prompt_step=prompt,
                 lora=lora, shortcut=shortcut, packed_gate_up=opts.packed_gate_up, carried=carried,
-                state_io=(state_pasts[i], state_presents) if layer.mixer == "cca" else None,
+                state_io=(state_pasts[i], state_presents) if layer.mixer in ("cca", "residual_convs") else None,
             )  # fmt: skip
             if layer.mixer == "rwkv":  # the whole block carries state: both its halves shift tokens
                 h, state_presents[i] = rwkv_block(lc, h, *state_pasts[i])
@@ -170,6 +174,10 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
             if dims.altup:  # the layer computes the active stream; the per-layer input goes to the others
                 layer_fn = partial(decoder_layer, attention=attention, state=state)
                 h, kv[i] = alternating_layer(lc, h, layer_fn, per_layer)
+                continue
+            if blocks is not None:  # Inkling2: its inputs attended over the stacked block states
+                assert attention is not None
+                h, kv[i] = block_residual_layer(lc, h, blocks, attention)
                 continue
             if dims.hyper:  # each block reads a weighted sum of the copies and is spread back over them
                 attend_block = shared_kv_block if spec.shared_kv_attention is not None else attention_block
@@ -189,6 +197,9 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     check_matched(lora)
     h = merge_streams(b, h, dims, spec, params) if dims.altup else h
     h = collapse_streams(b, h, dims, spec, params) if dims.hyper else h
+    if blocks is not None and spec.block_residuals is not None:  # the final norm's input attended over the blocks
+        with b.scope("final_input"):
+            h = block_attention(b, params, spec.tensor(spec.block_residuals.final), blocks, h, dims.hidden_size)[0]
     x = final_norm(b, h, spec, params, dims)
     add_outputs(b, x, embed, attention_mask, input_ids, OutputContext(dims, spec, params, opts))
     for i in dims.cache_layers:
@@ -231,6 +242,8 @@ def _attention_fn(
             positions = token_positions(b, input_ids, attention_mask)
             tables = rope_tables(b, positions, {k: ctx.rope_caches[k] for k in sorted(plain)})
         biases: dict[MaskKind, ir.Value] = {}
+        # Inkling: a relative position bias per query and head, its distances built once (graph/relative_bias.py)
+        distances = relative_distances(b, dims, input_ids, attention_mask, opts.io_dtype) if dims.relative else None
         if opts.mode == "gqa_bias":  # a bias only where a layer needs more than GQA's own masking
             kinds = {mask_kind(opts, layer) for layer in dims.layers} - {MaskKind(w, False) for w in _windows(dims)}
             masks = mask_values(
@@ -256,6 +269,13 @@ def _attention_fn(
                 return rotated_back(lc, out, table), kv
             bias = biases.get(mask_kind(opts, layer))
             sinks = attention_sinks(lc)
+            if distances is not None:  # the bias goes in as a score bias; keys slotted by position (no window cache)
+                clipped = spec.relative_bias is not None and spec.relative_bias.clipped is not None
+                inputs = clipped_attention_inputs if clipped else relative_attention_inputs  # Inkling2's / Inkling's
+                qkv, relative, head_sink = inputs(lc, x, distances)  # type: ignore[operator]
+                out, key, value = gqa(b, qkv, past, ctx, lc.dims, layer, False, relative, head_sink, additive=True)
+                assert key is not None and value is not None
+                return out, LayerKV(key, value, key, value)
             if lc.dims.latent is not None:
                 latent = latent_mqa if lc.dims.latent.cached else latent_flat
                 qkv = latent(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]

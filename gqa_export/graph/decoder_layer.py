@@ -22,6 +22,7 @@ from gqa_export.graph.moe import dense_and_sparse_mlp, sparse_mlp
 from gqa_export.graph.ngpt import interpolated_layer
 from gqa_export.graph.normed_residual import normed_residual_layer
 from gqa_export.graph.output_gate import gated_output
+from gqa_export.graph.residual_convs import convolved_output
 from gqa_export.graph.shortcut_moe import shortcut_mlp
 from gqa_export.graph.standard import LayerKV
 from gqa_export.graph.value_heads import narrowed_output
@@ -141,7 +142,7 @@ def attention_block(lc: LayerContext, x: ir.Value, attention: Mixer) -> tuple[ir
         if L.attention_output_norm is not None:  # BitNet: a norm over the heads' output before o_proj
             width = lc.dims.num_heads * lc.layer.head_dim
             out = normalize(b, out, lc.name(L.attention_output_norm), lc.params, lc.dims, "sub_norm", width)
-        return linear(lc, out, [L.o], None, "o_proj"), kv
+        return convolved_output(lc, linear(lc, out, [L.o], None, "o_proj"), "attention"), kv
 
 
 def _state_input_norm(lc: LayerContext, state: Mixer | None, attention: Mixer | None) -> str | None:
@@ -158,9 +159,14 @@ def _own_norms(lc: LayerContext) -> bool:
 
 
 def layer_mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
-    """The layer's MLP: dense, sparse (mixture of experts), or Gemma-4's dense + experts pair."""
+    """The layer's MLP: dense, sparse (mixture of experts), or Gemma-4's dense + experts pair; then its
+    residual convolution where the layer has one (Inkling, graph/residual_convs.py)."""
+    return convolved_output(lc, _layer_mlp(lc, x, residual), "mlp")
+
+
+def _layer_mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
     if not lc.layer.sparse:
-        return mlp_block(lc, x)
+        return scaled_mlp_output(lc, mlp_block(lc, x))
     if lc.shortcut is not None:  # LongCat-Flash: the sparse block's output is added a sublayer later
         return shortcut_mlp(lc, x)
     if lc.spec.moe is not None and lc.spec.moe.routing == "normed_residual":
@@ -172,6 +178,15 @@ def layer_mlp(lc: LayerContext, x: ir.Value, residual: ir.Value) -> ir.Value:
     # A.X-K1: the block's output normed before the residual add (none held: the read names the first)
     module = lc.held_spelling(spellings) or spellings.split("|")[0]
     return block_norm(lc, out, module, "sparse_output_norm")
+
+
+def scaled_mlp_output(lc: LayerContext, y: ir.Value) -> ir.Value:
+    """The dense MLP's output times its stored scalar where the checkpoint holds one (Inkling's mlp.global_scale)."""
+    module = lc.spec.layer.mlp_output_scale
+    if module is None or not lc.has(module, suffix=""):
+        return y
+    name = lc.name(module, suffix="")
+    return lc.b.op("Mul", y, lc.b.initializer(name, lc.params.vector([name])), name="mlp_output_scale")
 
 
 def layer_scalar(lc: LayerContext, h: ir.Value) -> ir.Value:

@@ -13,6 +13,7 @@ from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.grouped_routing import GROUPED_ROUTINGS, grouped_routing
 from gqa_export.graph.params import NUMPY_DTYPES
+from gqa_export.graph.shared_sink_routing import shared_sink_routing
 from gqa_export.graph.stream_router import skip_expert_routing
 from gqa_export.model.moe import MoeDims
 
@@ -53,6 +54,8 @@ def dense_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims)
         return grouped_routing(lc, prefix, logits, moe)
     if routing == "skip_stream":
         return skip_expert_routing(lc, prefix, logits, moe)
+    if routing == "sigmoid_shared_sink":  # Inkling: the shared experts weighted beside the chosen ones
+        return shared_sink_routing(lc, prefix, logits, moe)
     return None
 
 

@@ -26,6 +26,7 @@ from dataclasses import replace
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.graph.activations import softcapped_swiglu
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
 from gqa_export.graph.dense_routing import dense_routing
@@ -34,6 +35,7 @@ from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_sca
 from gqa_export.graph.limited_swiglu import limited_rows, shared_gated, unscaled
 from gqa_export.graph.mlp import gated_mlp, mlp_block
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
+from gqa_export.graph.shared_sink_routing import sink_shared_experts
 from gqa_export.graph.stream_router import stream_router_logits
 from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
 from gqa_export.graph.zero_experts import all_zero_guard, zero_experts
@@ -69,6 +71,8 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
                 value.meta[WIDER_THAN_IO_META] = True
     if names.shared_expert and moe.shared_intermediate:  # GLM-4-MoE / ERNIE-4.5-MoE may have none
         shared = ungated_shared_expert if spec.activation == "ungated" else _shared_expert
+        if spec.routing == "sigmoid_shared_sink":  # Inkling: each shared expert times its routing weight
+            shared = sink_shared_experts
         out = lc.b.op("Add", out, shared(lc, x, prefix), name="add_shared_expert")
         if moe.shared_average:  # Cohere2-MoE's "average" combination
             out = lc.b.op(
@@ -97,6 +101,12 @@ def _routed_experts(
         return _experts_op(lc, top1_scaled_input(lc, x, router), router, weights, moe, prefix, routing_lc)
     if spec.activation == "geglu":
         return _experts_with_ops(lc, x, router, weights, moe)
+    if spec.activation == "swiglu_softcapped":  # Inkling2: no kernel soft-caps gate and up, plain ops
+        dense = dense_routing(routing_lc, prefix, router, moe)
+        assert dense is not None, f"{spec.routing}: soft-capped experts take a router computed as dense weights"
+        if routing_lc is not lc:
+            dense = lc.b.op("Cast", dense, to=lc.params.dtype, name="routing_weights")
+        return _experts_with_ops(lc, x, dense, weights, moe)
     return _experts_op(lc, x, router, weights, moe, prefix, routing_lc)
 
 
@@ -308,7 +318,11 @@ def _experts_with_ops(
         h = b.op("MatMul", fc1, column, name="fc1")  # [E,2I,H] @ [B,S,1,H,1] -> [B,S,E,2I,1]
         h = b.op("Reshape", h, b.const([0, 0, E, I, 2], "pairs", "int64"))  # interleaved gate/up rows
         gate, up = b.op_multi("Split", h, b.const([1, 1], "halves", "int64"), axis=-1, outputs=2)
-        act = b.op("Mul", b.op("Gelu", gate, approximate="tanh"), up)  # [B,S,E,I,1]
+        act = (
+            softcapped_swiglu(lc, gate, up)
+            if moe.softcaps[0]
+            else b.op("Mul", b.op("Gelu", gate, approximate="tanh"), up)
+        )
         y = b.op("MatMul", fc2, act, name="fc2")  # [E,H,I] @ [B,S,E,I,1] -> [B,S,E,H,1]
         y = b.op("Squeeze", y, b.const([-1], "last", "int64"))  # [B,S,E,H]
         weighted = b.op("Mul", y, b.op("Unsqueeze", weights_dense, b.const([-1], "lastb", "int64")))

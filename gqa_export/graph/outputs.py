@@ -95,7 +95,12 @@ def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputCont
             out_shape = b.op("Concat", b.op("Shape", x, end=2), b.const([dims.logits_width], "vocab", "int64"), axis=0)
             logits = b.op("Reshape", logits2d, out_shape)
         else:
-            logits = b.op("MatMul", x, b.initializer(spec.lm_head, params.matmul_weight([spec.lm_head])))
+            rows = params.store.info(spec.lm_head).shape[0]
+            if dims.logits_vocab and rows > dims.logits_vocab:  # a full head whose logits past them are dropped
+                weight = params.matmul_rows(spec.lm_head, [(0, dims.logits_vocab)])
+            else:
+                weight = params.matmul_weight([spec.lm_head])
+            logits = b.op("MatMul", x, b.initializer(spec.lm_head, weight))
         bias_name = spec.lm_head.removesuffix("weight") + "bias"
         if bias_name in params.store:  # PhiMoE's lm_head bias; ERNIE-4.5-MoE's use_bias, tied or not
             logits = b.op("Add", logits, b.initializer(bias_name, params.vector([bias_name])))

@@ -38,6 +38,9 @@ STATE_NAMES: dict[str, tuple[tuple[str, str], ...]] = {
     # compressed convolutional attention: the last (k0 - 1) + (k1 - 1) q|k projections, then the
     # previous token's delayed value projection (beside the layer's KV cache)
     "cca": (CONV, RECURRENT),
+    # residual short convolutions (Inkling): the keys' and values' last K - 1 projections, then the attention
+    # output's and the MLP output's (four convolutions' states in genai's two per layer, beside the KV cache)
+    "residual_convs": (CONV, RECURRENT),
 }
 MIXER_NAMES = {
     "short_conv": "short-convolution",
@@ -49,6 +52,7 @@ MIXER_NAMES = {
     "rwkv": "RWKV",
     "mlstm": "mLSTM",
     "cca": "compressed convolutional attention",
+    "residual_convs": "residual short-convolution",
 }
 
 Shape = list[int | str]
@@ -69,6 +73,9 @@ def state_shapes(dims: ModelDims, mixer: str) -> tuple[Shape, ...]:
     beside every recurrent state (§1.1, §8.16), then [B, H, d, d]."""
     if mixer == "short_conv":
         return ([B, dims.hidden_size, dims.conv_kernel - 1],)
+    if mixer == "residual_convs":  # [B, 2 Nkv D, K - 1] k | v (the widest layer's), [B, 2 H, K - 1] attn | mlp
+        kv = max(2 * layer.num_kv_heads * layer.head_dim for layer in dims.layers if layer.mixer == mixer)
+        return [B, kv, dims.conv_kernel - 1], [B, 2 * dims.hidden_size, dims.conv_kernel - 1]
     if mixer == "gated_deltanet":
         d = dims.deltanet
         assert d is not None

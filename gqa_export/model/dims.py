@@ -43,6 +43,7 @@ from gqa_export.model.moe import MoeDims, clamped_swiglu, read_moe
 from gqa_export.model.multipliers import Resolved, embedding_multiplier, residual_multiplier, resolve_multipliers
 from gqa_export.model.ngpt import NgptDims, ngpt_dims
 from gqa_export.model.recurrent_loop import RecurrentLoopDims, recurrent_loop_dims, unrolled_layers
+from gqa_export.model.relative_bias import RelativeBiasDims, relative_bias_dims
 from gqa_export.model.rglru import RgLruDims, rglru_dims
 from gqa_export.model.rope import RopeConfig
 from gqa_export.model.rwkv import RwkvDims, rwkv_dims
@@ -130,6 +131,9 @@ class ModelDims:
     recurrent_stacks: RecurrentStackDims | None = None  # weight-shared stacks run in cycles (HRM-Text)
     recurrent_loop: RecurrentLoopDims | None = None  # the middle layers run in a loop, unrolled (Dory)
     ngpt: NgptDims | None = None  # the nGPT layer's scale constants (Dory)
+    inverse_head_dim_scale: bool = False  # scores times 1 / head_dim (ArchSpec.inverse_head_dim_scale)
+    relative: RelativeBiasDims | None = None  # the relative position bias's widths and log scaling (Inkling)
+    block_size: int = 0  # layers per block of the block attention residuals (Inkling2); 0: none
 
     @property
     def logits_width(self) -> int:
@@ -190,7 +194,8 @@ class ModelDims:
         return "qsa" if self.qsa_cap else "key_window"
 
     def scale(self, layer: LayerDims) -> float:
-        base = self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** -0.5
+        power = -1.0 if self.inverse_head_dim_scale else -0.5  # Inkling: 1 / head_dim
+        base = self.attention_scale if self.attention_scale is not None else float(layer.head_dim) ** power
         return base * layer.score_factor if layer.score_factor != 1.0 else base
 
     def of_layer(self, layer: LayerDims) -> ModelDims:
@@ -359,6 +364,9 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         recurrent_stacks=recurrent_stack_dims(opt, spec, len(layers)),
         recurrent_loop=loop,
         ngpt=ngpt_dims(opt, spec),
+        inverse_head_dim_scale=spec.inverse_head_dim_scale,
+        relative=relative_bias_dims(config, spec, layers),
+        block_size=int(config_get(config, spec.block_residuals.block_size)) if spec.block_residuals else 0,
     )
 
 

@@ -128,6 +128,10 @@ def read_layers(
         own_heads = layer_heads(opt, i, heads)
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, own_heads or heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
+        if types and sliding and opt("sliding_heads") is not None:  # Inkling: the sliding layers' own heads, width
+            own_heads, kv_heads, head_dim = (
+                int(opt(k)) for k in ("sliding_heads", "sliding_kv_heads", "sliding_head_dim")
+            )
         if spec.head_dim_from_hidden:  # StableLM's attention ignores config.head_dim
             head_dim = hidden // heads
         head_dim = cache_head_dim(spec, head_dim)  # DiffLlama's and Doge's cache heads are wider

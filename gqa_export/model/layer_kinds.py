@@ -177,8 +177,8 @@ def value_head_width(opt: Option, head_dims: list[int]) -> int:
 
 
 def conv_kernel(opt: Option, spec: ArchSpec, mixers: list[str]) -> int:
-    """The short convolutions' kernel size K (0 when the model has none)."""
-    if "short_conv" not in mixers:
+    """The short convolutions' kernel size K (LFM2's, Inkling's residual ones'; 0 when the model has none)."""
+    if "short_conv" not in mixers and "residual_convs" not in mixers:
         return 0
     kernel = int(opt("conv_kernel", 0) or 0)
     if kernel < 1:

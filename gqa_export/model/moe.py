@@ -36,6 +36,8 @@ class MoeDims:
     # experts .. experts + zero_experts - 1, chosen beside the real ones (graph/zero_experts.py)
     zero_experts: int = 0
     router_softcap: float = 0.0  # logits -> c tanh(logits / c) before the sigmoid (Laguna); 0: none
+    # activation "swiglu_softcapped" (Inkling2): softcap(gate, c_g) sigmoid(gate) softcap(up, c_u), (c_g, c_u)
+    softcaps: tuple[float, float] = (0.0, 0.0)
     # the layers whose experts are the hash table's row of the token id (MoeSpec.hashed_kind, DeepSeek-V4)
     hashed: tuple[int, ...] = ()
 
@@ -105,6 +107,9 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         router_softcap=_router_softcap(opt, routing),
         limits=_limits(opt, spec, "expert_swiglu_limits"),
         shared_limits=_limits(opt, spec, "shared_swiglu_limits"),
+        softcaps=(float(opt("expert_gate_softcap")), float(opt("expert_up_softcap")))
+        if spec.moe.activation == "swiglu_softcapped"
+        else (0.0, 0.0),
         hashed=_hashed_layers(opt, spec),
     )
 

@@ -97,7 +97,10 @@ def gqa_nodes(model: Any) -> dict[int, Any]:
                 "--kv-cache cannot be combined with window-sized KV buffers (attention.sliding_window_cache)"
             )
         if len(node.input) > 10 and node.input[10]:
-            raise InputError("--kv-cache cannot be combined with GQA's attention bias (attention.bias_op gqa)")
+            raise InputError(
+                "--kv-cache cannot be combined with GQA's attention bias (attention.bias_op gqa, or the relative "
+                "position bias of a family such as Inkling)"
+            )
         nodes[int(past.split(".")[1])] = node
     if not nodes:
         raise InputError("--kv-cache needs GroupQueryAttention nodes; this graph has none")

@@ -1,0 +1,110 @@
+"""Families whose attention adds a relative position bias computed per query and head (Inkling)."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+from gqa_export.arch.mixer_spec import MixerSpec
+from gqa_export.arch.moe_spec import MoeNames, MoeSpec
+from gqa_export.arch.relative_bias_spec import (
+    BlockResidualNames,
+    ClippedAttentionNames,
+    RelativeBiasNames,
+    ResidualConvNames,
+)
+from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
+
+# Inkling (transformers 5.25, `inkling_text`): pre-norm layers, every one attention without RoPE ("hybrid" full,
+# "hybrid_sliding" windowed, each kind with its own query / kv heads and head_dim), per-head q/k RMSNorms and
+# scores times 1 / head_dim; a relative position bias per query and head (r_proj(x) times a learned bank, zero
+# past rel_extent, a sliding layer's extent its window; graph/relative_bias.py), the full layers' queries and
+# bias log-scaled past log_scaling_n_floor; residual short convolutions (kernel conv_kernel_size, float32) on
+# the keys and values before the key norm and the cache, on the attention output and on the MLP output, four
+# states per layer carried in genai's RecurrentState pair beside the KV cache (graph/residual_convs.py); the
+# embedding RMSNormed; dense layers a SwiGLU MLP times a stored scalar, sparse ones the top k of sigmoid +
+# selection bias among the routed experts, weighted together with the shared experts by their sigmoids
+# normalized over both, times route_scale and a learned scalar (graph/shared_sink_routing.py); logits over
+# logits_mup_width_multiplier, the lm_head's first unpadded_vocab_size rows where set
+INKLING = ArchSpec(
+    name="inkling",
+    qk_norm="head",
+    rope_layers="none",
+    inverse_head_dim_scale=True,
+    embedding_norm="embed_tokens.embed_norm.weight",
+    layer=LayerNames(
+        q_norm="self_attn.q_norm",
+        k_norm="self_attn.k_norm",
+        mlp_output_scale="mlp.global_scale",
+    ),
+    layer_type_names=MappingProxyType({"hybrid": "full_attention", "hybrid_sliding": "sliding_attention"}),
+    mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="residual_convs"),
+    head_rows_dropped=True,
+    relative_bias=RelativeBiasNames(),
+    residual_convs=ResidualConvNames(),
+    moe=MoeSpec(
+        MoeNames(
+            shared_expert="shared_experts", expert_bias="gate.e_score_correction_bias", router_scale="gate.global_scale"
+        ),
+        routing="sigmoid_shared_sink",
+        shared_width="per_expert",
+        router_dtype="float32",
+    ),
+    config_keys=config_keys(
+        sliding_window="sliding_window_size|sliding_window",
+        routed_scaling="route_scale",
+        logits_scaling="logits_mup_width_multiplier",
+        output_vocab_size="unpadded_vocab_size",
+        conv_kernel="conv_kernel_size|sconv_kernel_size",
+    ),
+)
+
+# Inkling2 (transformers 5.25, `inkling2_text`): Inkling's layers and their relative bias and residual convolutions
+# (outputs over sqrt(K + 1)), with each layer's attention, MLP and final-norm inputs attended over stacked block
+# states (graph/block_residuals.py); learned-scale L2 clips on queries and relative states, keys clipped, values
+# RMS-normed without a weight, a sink logit per token and head, the full layers' keys and values convolved with
+# per-token taps (graph/clipped_attention.py), a sigmoid gate of the layer input before o_proj, scores times
+# head_dim ** -0.5; every layer's MLP experts whose SwiGLU soft-caps the gate's linear factor and up (plain ops)
+# under a sigmoid router renormalized; logits soft-capped, the lm_head stored unpadded_vocab_size rows
+INKLING2 = ArchSpec(
+    name="inkling2",
+    rope_layers="none",
+    embedding_norm="embed_tokens.embed_norm.weight",
+    layer=LayerNames(
+        q="self_attn.q_proj.linear",
+        k="self_attn.k_proj.linear",
+        v="self_attn.v_proj.linear",
+        o="self_attn.o_proj.linear",
+        output_gate="self_attn.o_proj.gate_proj",
+    ),
+    layer_type_names=MappingProxyType({"hybrid": "full_attention", "hybrid_sliding": "sliding_attention"}),
+    mixers=MixerSpec(kinds=MappingProxyType({}), mixing="parallel", every_layer="residual_convs"),
+    relative_bias=RelativeBiasNames(
+        r_proj="self_attn.relative_position_bias.linear",
+        bank="self_attn.relative_position_bias.proj",
+        clipped=ClippedAttentionNames(),
+    ),
+    residual_convs=ResidualConvNames(
+        key="self_attn.k_proj.sconv.conv1d",
+        value="self_attn.v_proj.sconv.conv1d",
+        attention="post_attention_convolution.conv1d",
+        mlp="post_mlp_convolution.conv1d",
+        scaled=True,
+    ),
+    block_residuals=BlockResidualNames(),
+    moe=MoeSpec(
+        MoeNames(expert_bias="gate.e_score_correction_bias"),
+        routing="sigmoid_topk",
+        normalize=True,
+        activation="swiglu_softcapped",
+        router_dtype="float32",
+    ),
+    config_keys=config_keys(
+        sliding_window="sliding_window_size|sliding_window",
+        routed_scaling="route_scale",
+        output_vocab_size="unpadded_vocab_size",
+        conv_kernel="conv_kernel_size|sconv_kernel_size",
+        expert_intermediate_size="moe_intermediate_size",
+    ),
+)
+
+RELATIVE_BIAS_FAMILIES = (INKLING, INKLING2)

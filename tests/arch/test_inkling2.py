@@ -1,0 +1,131 @@
+"""Inkling2 (`inkling2_text`, transformers 5.25), what only it has beyond Inkling (tests/arch/test_inkling.py; the
+checks every family gets are its row in tests/families.py): prompts shorter than the convolutions' state, the
+standard-Attention modes refused in one line, and a planted bug per mechanism that must break HF parity
+(docs/coverage.md's Inkling section, Inkling2): block attention residuals, L2 clips and their scales, per-token
+sinks, the output gate, per-token convolution taps, scaled convolution sums, soft-capped experts.
+
+Tiny config (tests/derived_moe_models.py inkling2_text): Inkling's tiny layers (sliding / full / sliding / full), blocks
+of 2 layers, clip thresholds 3 (queries, keys) and 1 (relative states), experts soft-capped at 1 and 1.5, logits at 3,
+a 380-row head."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from families import LONG_PROMPT
+from mutants import build_planted, copy_package, edit_initializers, times
+from reference import hf_logits, hf_model, ort_prefill_and_decode
+from typer.testing import CliRunner
+
+from gqa_export.arch import SPECS
+from gqa_export.cli import app
+from gqa_export.graph import clipped_attention, decoder, moe, residual_convs
+
+INKLING2 = "inkling2_text"
+runner = CliRunner()
+
+
+def _error(package, checkpoint, prompt=LONG_PROMPT, steps: int = 4) -> float:
+    tokens, got = ort_prefill_and_decode(package, list(prompt), steps=steps)
+    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(prompt))).max())
+
+
+def test_the_correct_package_matches_hf(builds):
+    assert _error(builds.package(INKLING2), builds.checkpoint(INKLING2)) < 1e-4
+
+
+@pytest.mark.parametrize("prompt", [(0,), (0, 17)], ids=["one_token", "two_tokens"])
+def test_prompts_shorter_than_the_conv_state_match_hf(builds, prompt):
+    assert _error(builds.package(INKLING2), builds.checkpoint(INKLING2), prompt, steps=6) < 1e-4
+
+
+@pytest.mark.parametrize("mode", ["bias", "split"])
+def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode):
+    args = ["build", str(builds.checkpoint(INKLING2)), "-o", str(tmp_path / "p"), "--attention", mode]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == [
+        "error: inkling2's residual short-convolution layers keep their state in the GQA graph only: "
+        "use --attention gqa"
+    ]
+
+
+# mutant -> (initializer pattern, planted bug) on a copy of the registry package
+INITIALIZER_MUTANTS = {
+    "attention-block-queries-zeroed": ("*.attention_input.query", times(0.0)),
+    "mlp-block-queries-zeroed": ("*.mlp_input.query", times(0.0)),
+    "final-block-query-zeroed": ("model.final_input.query", times(0.0)),
+    "query-clip-scale-at-one": ("*.q_proj.norm.scale", np.ones_like),
+    "relative-clip-scale-at-one": ("*.relative_position_bias.norm.scale", np.ones_like),
+    "static-taps-zeroed": ("*.sconv.static_weight", times(0.0)),
+    "dynamic-taps-dropped": ("*.sconv.weight_proj.weight", times(0.0)),
+    "sinks-dropped": ("*.sink_proj.weight", times(0.0)),
+    "output-gate-dropped": ("*.o_proj.gate_proj.weight", times(0.0)),
+    "relative-bank-zeroed": ("*.relative_position_bias.proj", times(0.0)),
+}
+
+
+@pytest.mark.parametrize("mutant", INITIALIZER_MUTANTS)
+def test_initializer_mutant_fails_hf_parity(builds, tmp_path, mutant):
+    pattern, change = INITIALIZER_MUTANTS[mutant]
+    broken = copy_package(builds.package(INKLING2), tmp_path / mutant)
+    assert edit_initializers(broken, pattern, change), pattern
+    assert _error(broken, builds.checkpoint(INKLING2)) > 1e-2
+
+
+def _unclipped(original):
+    """The L2 clips never binding (a threshold no head reaches)."""
+    return lambda lc, x, threshold, tag, scale=None: original(lc, x, 1e9, tag, scale)
+
+
+def _tap_states_dropped(original):
+    """The per-token taps' past read as zeros: the full layers' key and value states not carried."""
+
+    def wrapped(lc, x, taps, dynamic_input, past, name):
+        zero = lc.b.const(np.zeros((), np.float32), "zero_state")
+        return original(lc, x, taps, dynamic_input, lc.b.op("Mul", past, zero, name="state_dropped"), name)
+
+    return wrapped
+
+
+def _plain_swiglu(lc, gate, up):
+    """The experts' SwiGLU without its softcaps."""
+    b = lc.b
+    return b.op("Mul", b.op("Mul", gate, b.op("Sigmoid", gate)), up)
+
+
+def _without_log_scale(original):
+    return lambda *args: replace(original(*args), log_scale=None)
+
+
+# mutant -> (module, function, planted bug): the graph built with the function replaced
+GRAPH_MUTANTS = {
+    "clips-never-bind": (clipped_attention, "_clipped", _unclipped),
+    "tap-states-not-carried": (residual_convs, "_tapped", _tap_states_dropped),
+    "expert-softcaps-dropped": (moe, "softcapped_swiglu", lambda _f: _plain_swiglu),
+    "log-scale-dropped": (decoder, "relative_distances", _without_log_scale),
+}
+
+
+@pytest.mark.parametrize("mutant", GRAPH_MUTANTS)
+def test_graph_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
+    module, name, plant = GRAPH_MUTANTS[mutant]
+    broken = build_planted(
+        builds.checkpoint(INKLING2),
+        tmp_path / mutant,
+        monkeypatch,
+        lambda m: m.setattr(module, name, plant(getattr(module, name))),
+    )
+    assert _error(broken, builds.checkpoint(INKLING2)) > 1e-2
+
+
+def test_unscaled_convolution_sums_fail_hf_parity(builds, tmp_path, monkeypatch):
+    """The convolutions' sums not divided by sqrt(K + 1) (sqrt(2K + 1) for the per-token taps)."""
+    convs = replace(SPECS["inkling2"].residual_convs, scaled=False)
+    broken = build_planted(
+        builds.checkpoint(INKLING2), tmp_path / "unscaled", monkeypatch, {"residual_convs": convs}, "inkling2"
+    )
+    assert _error(broken, builds.checkpoint(INKLING2)) > 1e-2
