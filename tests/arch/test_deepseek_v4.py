@@ -243,3 +243,71 @@ def test_the_indexer_keeps_every_key_within_the_cap():
         capped = model(prompt).logits[0].numpy()
     error = np.abs(full - capped).max(-1)
     assert error[:11].max() < 1e-6 and error[11:].min() > 1e-2, error
+
+
+def _published_name(name: str) -> str:
+    """A name of save_pretrained's layout (the row's checkpoint) as deepseek-ai's release spells it: no base-model
+    prefix, the embedding `embed`, the head's maps `hc_head_fn` / `_base` / `_scale`, the attention's KV norm
+    `attn.kv_norm` (save_pretrained writes `attn.norm`; the mapping reads both)."""
+    import re
+
+    name = re.sub(r"^model\.", "", name)
+    name = re.sub(r"^embed_tokens\.weight$", "embed.weight", name)
+    name = re.sub(r"^hc_head\.hc_(fn|base|scale)$", r"hc_head_\1", name)
+    return re.sub(r"\.attn\.norm\.", ".attn.kv_norm.", name)
+
+
+def test_the_published_names_read_as_transformers_mapping_reads_them(builds):
+    """Every name of the release's layout (the row's checkpoint renamed, plus the mapping's other spellings: the
+    indexer's, save_pretrained's attn.norm) read by ArchSpec.stored_renames under the name transformers' conversion
+    mapping for deepseek_v4 gives it (its renamings, then the base model's `model.`), but for head.weight (read under
+    its own name) and the routed experts (its converter stacks them; here each is read as stored)."""
+    from safetensors import safe_open
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming, apply_renamings
+
+    from gqa_export.source.stored_renames import renamed
+
+    renamings = [t for t in get_checkpoint_conversion_mapping(ROW) if isinstance(t, WeightRenaming)]
+    with safe_open(builds.checkpoint(ROW) / "model.safetensors", "np") as stored:
+        names = {_published_name(name) for name in stored.keys()} | {"layers.1.attn.norm.weight"}
+    assert {"layers.1.attn.indexer.wq_b.weight", "layers.1.attn.indexer.weights_proj.weight"} <= names
+    for name in sorted(names):
+        ours, transposed = renamed(SPECS[ROW], name)
+        theirs = apply_renamings(name, renamings)
+        if name == "head.weight":
+            assert (ours, theirs) == ("head.weight", "lm_head.weight")
+        else:
+            assert ours == (theirs if theirs.startswith("lm_head") else f"model.{theirs}"), name
+        assert not transposed
+
+
+def test_the_published_layout_gives_the_same_package(builds, tmp_path):
+    """The released checkpoints' names (root-level embed / head / norm / hc_head_fn, layers.{i}.attn.wq_a, .ffn.*,
+    .hc_attn_fn, .attn_sink, .attn.compressor.ape, ..., and mtp.* layers past the decoder), read through
+    ArchSpec.stored_renames: transformers loads the folder to the row's logits (so the names are the release's as its
+    conversion mapping reads them), and the package is the row's byte for byte."""
+    import torch
+    from reference import hf_model
+    from safetensors.numpy import load_file, save_file
+
+    checkpoint = shutil.copytree(builds.checkpoint(ROW), tmp_path / "published")
+    tensors = load_file(checkpoint / "model.safetensors")
+    published = {_published_name(name): tensor for name, tensor in tensors.items()}
+    published["mtp.0.attn.wq_a.weight"] = tensors["model.layers.1.attn.wq_a.weight"]  # unread, as transformers'
+    published["mtp.0.ffn_norm.weight"] = tensors["model.layers.1.ffn_norm.weight"]
+    seen = ("embed.weight", "head.weight", "norm.weight", "hc_head_fn", "layers.1.attn.kv_norm.weight")
+    seen += ("layers.1.attn.compressor.ape", "layers.1.attn.indexer.compressor.wkv.weight", "layers.0.ffn.gate.tid2eid")
+    assert {*seen, "layers.1.ffn.experts.7.w2.weight", "layers.2.hc_ffn_scale"} <= published.keys()
+    assert not any(name.startswith("model.") for name in published)
+    save_file(published, checkpoint / "model.safetensors", metadata={"format": "pt"})
+
+    prompt = torch.tensor([list(range(6, 30))])
+    with torch.no_grad():
+        expected = hf_model(builds.checkpoint(ROW))(prompt).logits
+        loaded = hf_model(checkpoint)(prompt).logits
+    assert torch.equal(expected, loaded)
+
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "pkg" / name).read_bytes() == (builds.package(ROW) / name).read_bytes(), name
