@@ -38,6 +38,42 @@ _SAVED_SPELLINGS = (
     ("mlp.shared_experts.down_proj.", "ffn.shared_experts.w2."),
 )
 
+# the published checkpoints' names (deepseek-ai's release: root-level embed / head / norm / hc_head_fn,
+# layers.{i}.attn.wq_a, .attn.wkv, .attn.kv_norm, .attn_sink, .attn.compressor.ape / .norm, .attn.indexer.*,
+# .ffn.gate.bias, .ffn.experts.{e}.w1, .hc_attn_fn, .attn_norm, ...): transformers' conversion mapping for
+# deepseek_v4, in its order (each of its patterns ending in a letter ends on a name boundary, here `$` or the next
+# dot), then its base-model prefix; `head.weight` is read under its own name (lm_head_names, as save_pretrained's
+# layout is, so the package's initializer names are the same whichever layout), the routed experts one by one
+# (experts.{e}.w1 / w3 / w2, read per expert), the mtp.* layers past the decoder not at all
+_PUBLISHED_LAYOUT = (
+    (r"\.attn\.", ".self_attn.", False),
+    (r"\.ffn\.", ".mlp.", False),
+    (r"\.indexer\.compressor\.", ".compressor.indexer.", False),
+    (r"^embed\.weight$", "embed_tokens.weight", False),
+    (r"^hc_head_(fn|base|scale)$", r"hc_head.hc_\1", False),
+    (r"\.attn_norm\.", ".input_layernorm.", False),
+    (r"\.ffn_norm\.", ".post_attention_layernorm.", False),
+    (r"\.hc_attn_(fn|base|scale)$", r".attn_hc.\1", False),
+    (r"\.hc_ffn_(fn|base|scale)$", r".ffn_hc.\1", False),
+    (r"\.attn_sink$", ".sinks", False),
+    (r"\.indexer\.weights_proj\.", ".compressor.indexer.scorer.weights_proj.", False),
+    (r"\.indexer\.wq_b\.", ".compressor.indexer.q_b_proj.", False),
+    (r"\.norm\.", ".kv_norm.", False),
+    (r"\.ape$", ".position_bias", False),
+    (r"\.wq_a\.", ".q_a_proj.", False),
+    (r"\.self_attn\.wq_b\.", ".self_attn.q_b_proj.", False),
+    (r"\.wkv\.", ".kv_proj.", False),
+    (r"\.wgate\.", ".gate_proj.", False),
+    (r"\.wo_a\.", ".o_a_proj.", False),
+    (r"\.wo_b\.", ".o_b_proj.", False),
+    (r"\.q_norm\.", ".q_a_norm.", False),
+    (r"\.gate\.bias$", ".gate.e_score_correction_bias", False),
+    (r"\.shared_experts\.w1\.", ".shared_experts.gate_proj.", False),
+    (r"\.shared_experts\.w2\.", ".shared_experts.down_proj.", False),
+    (r"\.shared_experts\.w3\.", ".shared_experts.up_proj.", False),
+    (r"^(embed_tokens|norm|hc_head|layers)\.", r"model.\1.", False),  # DeepseekV4ForCausalLM's base model
+)
+
 # DeepSeek-V4 (transformers 5.25 DeepseekV4ForCausalLM; docs/coverage.md, section "deepseek_v4"): pre-norm layers
 # on hyper-connection copies mixed by Sinkhorn-normalized comb weights; attention with one KV head that is key and
 # value (kv_proj, its RMSNorm), q-LoRA with a weightless RMSNorm per head, interleaved RoPE on each head's trailing
@@ -72,6 +108,7 @@ DEEPSEEK_V4 = ArchSpec(
     ),
     config_keys=config_keys(num_experts="n_routed_experts"),
     tensor_aliases=_SAVED_SPELLINGS,
+    stored_renames=_PUBLISHED_LAYOUT,  # read where the checkpoint has no model.embed_tokens
     lm_head_names=(*LM_HEAD_NAMES, "head.weight"),
     ignore=("norm_topk_prob",),
 )

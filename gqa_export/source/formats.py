@@ -217,6 +217,7 @@ FP8 = SourceFormat(
     example=_frozen({"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}),
     refuses=(
         Refusal({"weight_block_size": [128]}, "FP8 weight_block_size [128] (a [rows, cols] pair or none is imported)"),
+        Refusal({"expert_dtype": "fp4"}, fp8.FP4_EXPERTS),
     ),
     docs="docs/prequantized.md §3.6",
 )  # fmt: skip

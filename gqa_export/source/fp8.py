@@ -51,6 +51,12 @@ def fp8_linear(base: WeightStore, name: str, block: list[int] | None) -> Fp8Line
     prefix = name.removesuffix(".weight")
     n, k = base.info(name).shape
     scale_name = next((prefix + s for s in SCALE_NAMES if prefix + s in base), None)
+    if scale_name is None and f"{prefix}.scale" in base:  # DeepSeek-V4's spelling, float8 e8m0
+        raise InputError(
+            f"{name} is float8 with its block scales as {prefix}.scale (DeepSeek-V4's release, float8 e8m0), which "
+            "gqa-export does not read yet (FP8 scales are read as weight_scale_inv / weight_scale); export the "
+            "model's float (fp16/bf16/fp32) checkpoint instead"
+        )
     if scale_name is None:
         raise InputError(f"{name} is float8 but has no weight_scale_inv / weight_scale; the checkpoint is broken")
     shape = tuple(base.info(scale_name).shape)
@@ -67,8 +73,18 @@ def fp8_linear(base: WeightStore, name: str, block: list[int] | None) -> Fp8Line
     return Fp8Linear(name, base, scale_name, n, k, (bn, bk))
 
 
+# DeepSeek-V4's release (`expert_dtype: fp4`, source/prequantized.declared_quantization): what no reader here takes
+FP4_EXPERTS = (
+    "FP8 with expert_dtype 'fp4': DeepSeek-V4's release, its routed experts FP4 (e2m1 pairs packed in int8, a float8 "
+    "e8m0 scale per 32 inputs) and its block scales `<linear>.scale` in float8 e8m0, neither read here (FP8 scales "
+    "are read as weight_scale_inv / weight_scale)"
+)
+
+
 def why_not_fp8(qc: dict[str, Any]) -> str | None:
-    """`quant_method: fp8`: block scales for a [rows, cols] `weight_block_size`, or one per tensor."""
+    """`quant_method: fp8`: block scales for a [rows, cols] `weight_block_size`, or one per tensor; FP8 experts."""
+    if qc.get("expert_dtype", "fp8") != "fp8":
+        return FP4_EXPERTS
     block = qc.get("weight_block_size")
     if block is not None and (not isinstance(block, list) or len(block) != 2):
         return f"FP8 weight_block_size {block!r} (a [rows, cols] pair or none is imported)"

@@ -28,13 +28,22 @@ def imported_config(raw: dict[str, Any], dequantize: bool = False) -> dict[str, 
     """The quantization_config of a checkpoint that source/imported.py imports (GPTQ, AWQ GEMM, ...;
     a format read only on request, bitsandbytes, with `dequantize`: build --dequantize), with its
     quant_method spelled as the table does; else None."""
-    qc = raw.get("quantization_config")  # a multimodal checkpoint's (in text_config) is not imported yet
+    qc = declared_quantization(raw)  # a multimodal checkpoint's (in text_config) is not imported yet
     if not isinstance(qc, dict):
         return None
     fmt = declared(qc)
     if fmt is None or fmt.why_not is None or fmt.reader is None or (fmt.dequantize and not dequantize):
         return None
     return {**qc, "quant_method": fmt.methods[0]} if fmt.why_not(qc) is None else None
+
+
+def declared_quantization(config: dict[str, Any]) -> Any:
+    """config.json's quantization_config, a top-level `expert_dtype` folded in where it has none, as transformers'
+    DeepSeek-V4 config folds it (that release ships `expert_dtype: fp4` beside its FP8 quantization_config)."""
+    qc = config.get("quantization_config")
+    if isinstance(qc, dict) and "expert_dtype" in config and "expert_dtype" not in qc:
+        return {**qc, "expert_dtype": config["expert_dtype"]}
+    return qc
 
 
 def dequantized_on_request(qc: dict[str, Any] | None) -> bool:
@@ -49,7 +58,7 @@ def check_config(raw: dict[str, Any], model_dir: Path, dequantize: bool = False)
         return
     for config in (raw, raw.get("text_config")):
         if isinstance(config, dict) and config.get("quantization_config") is not None:
-            _refuse_declared(config["quantization_config"], dequantize)
+            _refuse_declared(declared_quantization(config), dequantize)
     for fmt in FORMATS:
         for name, says in fmt.side_files:
             if (model_dir / name).is_file():

@@ -7,9 +7,10 @@ keep the decoder under `backbone.`, the embedding as `embeddings`, the output ga
 and its released checkpoints store each decoder layer as two blocks, an attention block
 `layers.{2i}.mixer.*` (+ `attn_alpha`) and an MLP block `layers.{2i+1}.mixer.*` (+ `mlp_alpha`), which
 transformers' LayerPairCollapse reads as `layers.{i}.self_attn.*`, `layers.{i}.mlp.*`, `lambda_1`,
-`lambda_2`. `ArchSpec.stored_renames` lists the rewrites in order (each a regex on the whole stored name,
-its replacement, and whether the tensor is stored (in, out) and read transposed), applied after the pair
-collapse where `ArchSpec.collapsed_layer_pairs`. Each stored name they change gets a view under the new
+`lambda_2`. DeepSeek-V4's release keeps its reference names at the root (`embed.weight`, `layers.{i}.attn.wq_a`,
+`hc_attn_fn`, `ffn.experts.{e}.w1`, ...). `ArchSpec.stored_renames` lists the rewrites in order (each a regex on
+the whole stored name, its replacement, and whether the tensor is stored (in, out) and read transposed), applied
+after the pair collapse where `ArchSpec.collapsed_layer_pairs`. Each stored name they change gets a view under the new
 name, reading the stored tensor, so the graph and its initializer names are the same whichever layout
 the checkpoint has. A checkpoint that already holds the spec's embedding is read as it is.
 """

@@ -11,7 +11,8 @@ output's rotation back dropped, rotated forward instead, the per-head query norm
 output groups' o_a blocks exchanged. Compressed keys (graph/compressed_kv.py): never visible, visible one token
 early, CSA's first series dropped, their rotation dropped, the position bias zeroed. Experts: hash routing dropped
 (top k instead), sqrt(softplus) scores replaced by sigmoid, the routed clip dropped, the shared expert's clip
-dropped."""
+dropped. The release's layout (root-level names, ArchSpec.stored_renames): renamed as transformers renames it, the
+row's package byte for byte; the release's FP8 + FP4 weights refused in one line naming what is not read."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import json
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -243,3 +245,117 @@ def test_the_indexer_keeps_every_key_within_the_cap():
         capped = model(prompt).logits[0].numpy()
     error = np.abs(full - capped).max(-1)
     assert error[:11].max() < 1e-6 and error[11:].min() > 1e-2, error
+
+
+def _published_name(name: str) -> str:
+    """A name of save_pretrained's layout (the row's checkpoint) as deepseek-ai's release spells it: no base-model
+    prefix, the embedding `embed`, the head's maps `hc_head_fn` / `_base` / `_scale`, the attention's KV norm
+    `attn.kv_norm` (save_pretrained writes `attn.norm`; the mapping reads both)."""
+    import re
+
+    name = re.sub(r"^model\.", "", name)
+    name = re.sub(r"^embed_tokens\.weight$", "embed.weight", name)
+    name = re.sub(r"^hc_head\.hc_(fn|base|scale)$", r"hc_head_\1", name)
+    return re.sub(r"\.attn\.norm\.", ".attn.kv_norm.", name)
+
+
+def _published(builds, tmp_path, fp8: bool = False) -> Path:
+    """The row's checkpoint under the release's names (and two mtp.* tensors past the decoder, unread); `fp8`: the
+    first layer's wq_a stored as the release stores its linears, float8 e4m3 with a float8 e8m0 `.scale`."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    checkpoint = shutil.copytree(builds.checkpoint(ROW), tmp_path / "published")
+    tensors = load_file(checkpoint / "model.safetensors")
+    published = {_published_name(name): tensor for name, tensor in tensors.items()}
+    published["mtp.0.attn.wq_a.weight"] = tensors["model.layers.1.attn.wq_a.weight"].clone()  # unread, as transformers'
+    published["mtp.0.ffn_norm.weight"] = tensors["model.layers.1.ffn_norm.weight"].clone()
+    seen = ("embed.weight", "head.weight", "norm.weight", "hc_head_fn", "layers.1.attn.kv_norm.weight")
+    seen += ("layers.1.attn.compressor.ape", "layers.1.attn.indexer.compressor.wkv.weight", "layers.0.ffn.gate.tid2eid")
+    assert {*seen, "layers.1.ffn.experts.7.w2.weight", "layers.2.hc_ffn_scale"} <= published.keys()
+    assert not any(name.startswith("model.") for name in published)
+    if fp8:
+        published["layers.0.attn.wq_a.weight"] = published["layers.0.attn.wq_a.weight"].to(torch.float8_e4m3fn)
+        published["layers.0.attn.wq_a.scale"] = torch.ones(1, 1).to(torch.float8_e8m0fnu)
+    save_file(published, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    return checkpoint
+
+
+def test_the_published_names_read_as_transformers_mapping_reads_them(builds):
+    """Every name of the release's layout (the row's checkpoint renamed, plus the mapping's other spellings: the
+    indexer's, save_pretrained's attn.norm) read by ArchSpec.stored_renames under the name transformers' conversion
+    mapping for deepseek_v4 gives it (its renamings, then the base model's `model.`), but for head.weight (read under
+    its own name) and the routed experts (its converter stacks them; here each is read as stored)."""
+    from safetensors import safe_open
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming, apply_renamings
+
+    from gqa_export.source.stored_renames import renamed
+
+    renamings = [t for t in get_checkpoint_conversion_mapping(ROW) if isinstance(t, WeightRenaming)]
+    with safe_open(builds.checkpoint(ROW) / "model.safetensors", "np") as stored:
+        names = {_published_name(name) for name in stored.keys()} | {"layers.1.attn.norm.weight"}
+    assert {"layers.1.attn.indexer.wq_b.weight", "layers.1.attn.indexer.weights_proj.weight"} <= names
+    for name in sorted(names):
+        ours, transposed = renamed(SPECS[ROW], name)
+        theirs = apply_renamings(name, renamings)
+        if name == "head.weight":
+            assert (ours, theirs) == ("head.weight", "lm_head.weight")
+        else:
+            assert ours == (theirs if theirs.startswith("lm_head") else f"model.{theirs}"), name
+        assert not transposed
+
+
+def test_the_published_layout_gives_the_same_package(builds, tmp_path):
+    """The released checkpoints' names (root-level embed / head / norm / hc_head_fn, layers.{i}.attn.wq_a, .ffn.*,
+    .hc_attn_fn, .attn_sink, .attn.compressor.ape, ..., and mtp.* layers past the decoder), read through
+    ArchSpec.stored_renames: transformers loads the folder to the row's logits (so the names are the release's as its
+    conversion mapping reads them), and the package is the row's byte for byte."""
+    import torch
+    from reference import hf_model
+
+    checkpoint = _published(builds, tmp_path)
+
+    prompt = torch.tensor([list(range(6, 30))])
+    with torch.no_grad():
+        expected = hf_model(builds.checkpoint(ROW))(prompt).logits
+        loaded = hf_model(checkpoint)(prompt).logits
+    assert torch.equal(expected, loaded)
+
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "pkg" / name).read_bytes() == (builds.package(ROW) / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("expert_dtype", ["fp4", None])
+def test_the_release_fp8_layout_is_refused_in_one_line_naming_what_is_missing(builds, tmp_path, expert_dtype):
+    """The release's config (quant_method fp8 with ue8m0 block scales, expert_dtype fp4 beside it, as transformers'
+    config class folds it in) and, without expert_dtype, its linears' `.scale` tensors: each refused in one line
+    (exit 2) that names what no reader takes."""
+    checkpoint = _published(builds, tmp_path, fp8=True)
+    config = json.loads((checkpoint / "config.json").read_text())
+    qc = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0", "activation_scheme": "dynamic"}
+    config["quantization_config"] = {**qc, "weight_block_size": [128, 128]}
+    if expert_dtype is not None:
+        config["expert_dtype"] = expert_dtype
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    args = ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"]
+    _one_line_exit_2(args, "expert_dtype 'fp4'" if expert_dtype else "layers.0.attn.wq_a.scale (DeepSeek-V4's")
+
+
+def test_the_release_config_spellings_give_the_same_package(builds, tmp_path):
+    """The release's config.json keys (as transformers' config class folds them): per-layer `compress_ratios`
+    (0 / 4 / 128, one more for the MTP layer), `num_hash_layers`, `qk_rope_head_dim` and a flat YaRN `rope_scaling`
+    with `rope_theta` / `compress_rope_theta` instead of layer_types, mlp_layer_types, partial_rotary_factor and the
+    main / compress rope_parameters: with the release's tensor names, the row's package byte for byte."""
+    checkpoint = _published(builds, tmp_path)
+    config = json.loads((checkpoint / "config.json").read_text())
+    for key in ("layer_types", "mlp_layer_types", "partial_rotary_factor", "rope_parameters"):
+        del config[key]
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1}
+    config.update(compress_ratios=[0, 4, 128, 0], num_hash_layers=1, qk_rope_head_dim=8, rope_scaling=yarn)
+    assert config["num_nextn_predict_layers"] == 1 and config["compress_rope_theta"] == 160000.0
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "pkg" / name).read_bytes() == (builds.package(ROW) / name).read_bytes(), name
