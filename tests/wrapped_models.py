@@ -25,6 +25,15 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "qwen2": {"use_sliding_window": False},
     "qwen3": {},
     "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
+    # Qwen3-VL's decoder: M-RoPE sections over head_dim 16's 8 frequencies, interleaved as its class does
+    "qwen3_vl_text": {
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 5e6,
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+        }
+    },
     # three layers, the last global: the windowed layers and the full one both run
     "cohere2": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3, "logit_scale": 0.5},
     "exaone4": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3},
@@ -59,6 +68,19 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
         },
     },
 }
+# a class's own text type that is an exported family's decoder under another name: that family's
+# registry config (model_type the class's), plus what the class's config adds
+REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
+    # HY-V4-VL: HY-V4's, every norm at eps 0.1 (its latent norms read it, HY-V4's stay at 1e-6: a difference
+    # the logits show), Qwen3-VL's M-RoPE sections over the rope slice's 4 frequencies
+    "hy_v4_vl_text": (
+        "hy_v4",
+        {
+            "rms_norm_eps": 0.1,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
+        },
+    ),
+}
 # sub-config sizes a tower or projector reads (whichever keys its config has)
 _SHRUNK = dict(
     hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
@@ -66,7 +88,21 @@ _SHRUNK = dict(
 )  # fmt: skip
 # classes whose top-level ids must fit the tiny vocabulary: Apertus-1.5's image and audio codebooks are
 # token ranges of it (image ids from 320, audio ids from 352, to 384; its head keeps the first 320)
+# dots3-note's towers feed the decoder's width and its vision tower's layers are MoE ones per layer (one dense)
+_DOTS3_TOWER = {"adapter_out_dim": 64}
 _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
+    "dots3_note": (
+        {},
+        {
+            "vision_config": {
+                **_DOTS3_TOWER,
+                "adapter_in_dim": 16,
+                "mlp_layer_types": ["dense"],
+                "per_layer_config": {},
+            },
+            "audio_config": {**_DOTS3_TOWER, "adapter_input_size": 16},
+        },
+    ),
     "apertus1p5": (
         {"image_token_offset": 320, "audio_token_offset": 352},
         {"vision_config": {"codebook_size": 32}, "audio_config": {"codebook_size": 32}},
@@ -86,6 +122,20 @@ def _shrunk(sub: dict[str, Any]) -> dict[str, Any]:
     return small
 
 
+def _registry_config(text_type: str) -> dict[str, Any]:
+    """The registry's tiny config of the decoder family (tests/dense_models.py, tests/moe_models.py),
+    or of the family a class's own text type borrows it from (REGISTRY_TEXT), with that one's extras."""
+    import dense_models
+    import moe_models
+
+    family, extra = REGISTRY_TEXT.get(text_type, (text_type, {}))
+    try:
+        base = dense_models.family_config(family)
+    except ValueError:
+        base = moe_models.family_config(family)
+    return {**base, **extra}
+
+
 def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
     from transformers import AutoConfig
 
@@ -93,10 +143,8 @@ def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
     if text_type in FAMILY_TEXT:
         text = {**AutoConfig.for_model(text_type).to_dict(), **TEXT, **FAMILY_TEXT[text_type], **overrides}
         text = {k: v for k, v in text.items() if k not in _DROPPED}
-    else:  # a family with its own tiny config in the registry (dense_models.py): that one, exact there
-        from dense_models import family_config
-
-        text = {**family_config(text_type), "model_type": text_type, **overrides}
+    else:  # a family with its own tiny config in the registry (dense / MoE models): that one, exact there
+        text = {**_registry_config(text_type), "model_type": text_type, **overrides}
     subs = {key: _shrunk(value.to_dict()) for key, value in vars(default).items()
             if key.endswith("_config") and key != "text_config" and hasattr(value, "to_dict")}  # fmt: skip
     ids = {k: v for k, v in _PLACEHOLDERS.items() if getattr(default, k, None) is not None}

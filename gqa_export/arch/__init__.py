@@ -16,6 +16,7 @@ from gqa_export.arch.latent_families import LATENT_FAMILIES
 from gqa_export.arch.sigmoid_router_families import SIGMOID_ROUTED
 from gqa_export.arch.spec import ArchSpec, LayerNames
 from gqa_export.arch.state_space_families import STATE_SPACE
+from gqa_export.arch.wrapped_families import WRAPPED_FAMILIES
 from gqa_export.errors import InputError
 
 SPECS: dict[str, ArchSpec] = {
@@ -32,6 +33,7 @@ SPECS: dict[str, ArchSpec] = {
         *SIGMOID_ROUTED,
         *CLASSIC_DERIVED,
         *CCA_FAMILIES,
+        *WRAPPED_FAMILIES,
     )
 }
 

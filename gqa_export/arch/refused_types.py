@@ -42,10 +42,10 @@ REFUSED: dict[str, str] = {
     "bidirectional), so no causal decoder matches it",
     **_each(
         _MULTIMODAL,
-        "blip", "blip-2", "chameleon", "cosmos3_edge", "cosmos3_omni", "deepseek_ocr2", "diffusion_gemma", "dots3_note",
+        "blip", "blip-2", "chameleon", "cosmos3_edge", "deepseek_ocr2", "diffusion_gemma",
         "emu3", "ernie4_5_vl_moe", "evolla", "fast_vlm", "git", "glm46v", "glm4v", "glm4v_moe", "glm5_next", "glm_ocr",
-        "glmga", "granite4_vision", "granite_docling", "hunyuan_vl", "hy_v4_vl", "hyperclovax_vision_v2", "idefics",
-        "inkling2", "inkling2_loop", "inkling_mm_model", "instructblip", "instructblipvideo", "kimi_k25", "kosmos-2",
+        "glmga", "granite4_vision", "granite_docling", "hunyuan_vl", "idefics",
+        "inkling2", "inkling2_loop", "inkling_mm_model", "instructblip", "instructblipvideo", "kosmos-2",
         "mistral4", "mistral_large4", "molmo2", "muse_glimmer", "muse_spark", "paddleocr_vl", "perception_lm", "pi0",
         "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "step3p7", "unlimited_ocr",
     ),

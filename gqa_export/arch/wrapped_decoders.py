@@ -32,6 +32,11 @@ WRAPPED_DECODERS = MappingProxyType(
         "Cohere2VisionForConditionalGeneration": "cohere2_vision",  # its own recipe: no logit_scale
         "DeepseekVLForConditionalGeneration": "deepseek_vl",
         "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
+        "Dots3NoteForConditionalGeneration": "dots3_note",
+        "HYV4VLForConditionalGeneration": "hy_v4_vl",  # its own recipe: latent norms at rms_norm_eps
+        "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
+        "Kimi_K25ForConditionalGeneration": "kimi_k25",
+        "Cosmos3OmniForConditionalGeneration": "cosmos3_omni",  # its own recipe: the hub's root-level names
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",
         "FuyuForCausalLM": "fuyu",
         "GotOcr2ForConditionalGeneration": "got_ocr2",

@@ -1,0 +1,43 @@
+"""Decoders of multimodal classes (arch/wrapped_decoders.py) that are an exported family's decoder but
+published under names of their own: the family's spec with the stored names transformers' loader
+rewrites (source/stored_renames.py), so the graph is the family's own.
+
+Cosmos3-Omni (Cosmos3OmniForConditionalGeneration, transformers 5.25) is Qwen3-VL's class: its decoder
+is Qwen3's (q/k RMSNorm per head) under M-RoPE, whose three axes carry the same positions on a text-only
+prompt (plain RoPE; the deepstack visual adds come with images only). Its unified checkpoints store the
+decoder at the root (`layers.*`, `embed_tokens`, `norm`; the tower as `blocks.*`, `merger.*`) with
+Diffusers-style attention names (`to_q` / `to_k` / `to_v` / `to_out`, `norm_q` / `norm_k`), which
+transformers' conversion mapping rewrites to Qwen3-VL's at load.
+
+HY-V4-VL (HYV4VLForConditionalGeneration) runs HunYuan-V4's decoder (hy_v4_vl_text, its hub names HY-V4's)
+with two changes: every latent norm (q_a_layernorm, kv_a_layernorm) at the config's rms_norm_eps (HY-V4's at
+1e-6), and Qwen3-VL's interleaved M-RoPE over the rope slice, plain RoPE on a text-only prompt (its three
+axes the same arange; the newline-per-row image positions come with images only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gqa_export.arch.families import QWEN3
+from gqa_export.arch.latent_families import HY_V4
+from gqa_export.arch.spec import ArchSpec
+
+# transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
+_COSMOS3_OMNI_LAYOUT = (
+    (r"^(layers\.|embed_tokens\.|norm\.)", r"model.language_model.\1", False),
+    (r"\.self_attn\.to_q\.", ".self_attn.q_proj.", False),
+    (r"\.self_attn\.to_k\.", ".self_attn.k_proj.", False),
+    (r"\.self_attn\.to_v\.", ".self_attn.v_proj.", False),
+    (r"\.self_attn\.to_out\.", ".self_attn.o_proj.", False),
+    (r"\.self_attn\.norm_q\.", ".self_attn.q_norm.", False),
+    (r"\.self_attn\.norm_k\.", ".self_attn.k_norm.", False),
+)
+COSMOS3_OMNI_TEXT = replace(QWEN3, name="cosmos3_omni_text", stored_renames=_COSMOS3_OMNI_LAYOUT)
+
+# HY-V4-VL's decoder: HY-V4 with its latent norms at rms_norm_eps (LatentAttentionNames.config_norm_eps)
+HY_V4_VL_TEXT = replace(
+    HY_V4, name="hy_v4_vl_text", latent_attention=replace(HY_V4.latent_attention, config_norm_eps=True)
+)
+
+WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT)
