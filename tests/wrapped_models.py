@@ -25,6 +25,16 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "qwen2": {"use_sliding_window": False},
     "qwen3": {},
     "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
+    # Cosmos3-Edge's decoder: Llama's with a relu2 fc1 / fc2 MLP, M-RoPE (interleaved) sections over 8 frequencies
+    "cosmos3_edge_text": {
+        "hidden_act": "relu2",
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1e8,
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+        },
+    },
     # Qwen3-VL's decoder: M-RoPE sections over head_dim 16's 8 frequencies, interleaved as its class does
     "qwen3_vl_text": {
         "rope_parameters": {

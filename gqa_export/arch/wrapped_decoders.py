@@ -35,7 +35,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "Dots3NoteForConditionalGeneration": "dots3_note",
         "HYV4VLForConditionalGeneration": "hy_v4_vl",  # its own recipe: latent norms at rms_norm_eps
         "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
-        "Kimi_K25ForConditionalGeneration": "kimi_k25",
+        "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",  # its own recipe: relu2 fc1 / fc2, hub names
         "Cosmos3OmniForConditionalGeneration": "cosmos3_omni",  # its own recipe: the hub's root-level names
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",
         "FuyuForCausalLM": "fuyu",

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import QWEN3
+from gqa_export.arch.families import LLAMA, QWEN3
 from gqa_export.arch.latent_families import HY_V4
-from gqa_export.arch.spec import ArchSpec
+from gqa_export.arch.spec import ArchSpec, LayerNames
 
 # transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
 _COSMOS3_OMNI_LAYOUT = (
@@ -40,4 +40,22 @@ HY_V4_VL_TEXT = replace(
     HY_V4, name="hy_v4_vl_text", latent_attention=replace(HY_V4.latent_attention, config_norm_eps=True)
 )
 
-WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT)
+# Cosmos3-Edge's decoder (cosmos3_edge_text): Llama's attention and norms with a plain two-projection MLP
+# (fc1 -> relu2 -> fc2, no gate), its M-RoPE plain RoPE on a text prompt; the hub keeps it at the root with
+# Diffusers-style attention names and the MLP as up_proj / down_proj (transformers' "cosmos3_edge" mapping).
+# The generator branch's tensors (action / time embedders, *_moe_gen layers) are not read.
+_COSMOS3_EDGE_LAYOUT = (
+    *_COSMOS3_OMNI_LAYOUT[:5],
+    (r"\.mlp\.up_proj\.", ".mlp.fc1.", False),
+    (r"\.mlp\.down_proj\.", ".mlp.fc2.", False),
+)
+COSMOS3_EDGE_TEXT = replace(
+    LLAMA,
+    name="cosmos3_edge_text",
+    mlp="plain",
+    activations=("relu2",),
+    layer=LayerNames(up="mlp.fc1", down="mlp.fc2"),
+    stored_renames=_COSMOS3_EDGE_LAYOUT,
+)
+
+WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT)
