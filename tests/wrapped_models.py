@@ -25,6 +25,16 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "qwen2": {"use_sliding_window": False},
     "qwen3": {},
     "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
+    # Granite's multipliers, each away from 1, under Granite-4-Vision's and Granite-Docling's own text types
+    **{
+        text: {
+            "embedding_multiplier": 2.0,
+            "residual_multiplier": 0.5,
+            "attention_multiplier": 0.2,
+            "logits_scaling": 4.0,
+        }
+        for text in ("granite4_vision_text", "granite_docling_text")
+    },
     # Cosmos3-Edge's decoder: Llama's with a relu2 fc1 / fc2 MLP, M-RoPE (interleaved) sections over 8 frequencies
     "cosmos3_edge_text": {
         "hidden_act": "relu2",
@@ -80,7 +90,11 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
 }
 # a class's own text type that is an exported family's decoder under another name: that family's
 # registry config (model_type the class's), plus what the class's config adds
+_GLM4V_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}
 REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
+    # GLM-4V's decoders (GLM-4.1V / 4.6V, GLM-OCR): GLM-4's, M-RoPE sections over the rotated half's 4 frequencies
+    **dict.fromkeys(("glm4v_text", "glm_ocr_text"), ("glm4", {"rope_parameters": _GLM4V_ROPE})),
+    "glm4v_moe_text": ("glm4_moe", {"rope_parameters": _GLM4V_ROPE}),  # GLM-4.5V's: GLM-4-MoE's
     # HY-V4-VL: HY-V4's, every norm at eps 0.1 (its latent norms read it, HY-V4's stay at 1e-6: a difference
     # the logits show), Qwen3-VL's M-RoPE sections over the rope slice's 4 frequencies
     "hy_v4_vl_text": (
@@ -100,7 +114,20 @@ _SHRUNK = dict(
 # token ranges of it (image ids from 320, audio ids from 352, to 384; its head keeps the first 320)
 # dots3-note's towers feed the decoder's width and its vision tower's layers are MoE ones per layer (one dense)
 _DOTS3_TOWER = {"adapter_out_dim": 64}
+# Granite-4-Vision's default config names no deepstack layers (its class needs them): one, and the spatial
+# groups, on the tiny tower's one layer and the decoder's two; Granite-Docling's tower feeds the decoder's width
 _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
+    "granite4_vision": (
+        {
+            "deepstack_layer_map": [[0, 1]],
+            "spatial_target_layers": [0, 1, 0, 1],
+            "downsample_rate": "1/2",
+            "vision_feature_layer": -1,
+            "spatial_vision_layer": -1,
+        },
+        {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
+    ),
+    "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
     "dots3_note": (
         {},
         {

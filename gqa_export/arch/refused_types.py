@@ -43,8 +43,8 @@ REFUSED: dict[str, str] = {
     **_each(
         _MULTIMODAL,
         "blip", "chameleon", "deepseek_ocr2", "diffusion_gemma",
-        "emu3", "ernie4_5_vl_moe", "evolla", "git", "glm46v", "glm4v", "glm4v_moe", "glm5_next", "glm_ocr",
-        "glmga", "granite4_vision", "granite_docling", "hunyuan_vl", "idefics",
+        "emu3", "ernie4_5_vl_moe", "evolla", "git", "glm5_next",
+        "hunyuan_vl", "idefics",
         "inkling2", "inkling2_loop", "inkling_mm_model", "kosmos-2",
         "molmo2", "muse_glimmer", "muse_spark", "paddleocr_vl", "pi0",
         "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "unlimited_ocr",

@@ -33,12 +33,18 @@ WRAPPED_DECODERS = MappingProxyType(
         "DeepseekVLForConditionalGeneration": "deepseek_vl",
         "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
         "Dots3NoteForConditionalGeneration": "dots3_note",
+        "Granite4VisionForConditionalGeneration": "granite4_vision",
+        "GraniteDoclingForConditionalGeneration": "granite_docling",
         "HYV4VLForConditionalGeneration": "hy_v4_vl",  # its own recipe: latent norms at rms_norm_eps
         "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
         "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",  # its own recipe: relu2 fc1 / fc2, hub names
         "Cosmos3OmniForConditionalGeneration": "cosmos3_omni",  # its own recipe: the hub's root-level names
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",
         "FuyuForCausalLM": "fuyu",
+        "Glm4vForConditionalGeneration": "glm4v",
+        "Glm46VForConditionalGeneration": "glm46v",
+        "Glm4vMoeForConditionalGeneration": "glm4v_moe",
+        "GlmOcrForConditionalGeneration": "glm_ocr",
         "GotOcr2ForConditionalGeneration": "got_ocr2",
         "Idefics2ForConditionalGeneration": "idefics2",
         "Idefics3ForConditionalGeneration": "idefics3",
