@@ -25,6 +25,9 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "qwen2": {"use_sliding_window": False},
     "qwen3": {},
     "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
+    "emu3_text_model": {},  # Emu3's: Llama's
+    # Qwen2.5-Omni's thinker: Qwen2's under Qwen2.5-VL's M-RoPE (sections over 8 frequencies)
+    "qwen2_5_omni_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}},
     # Granite's multipliers, each away from 1, under Granite-4-Vision's and Granite-Docling's own text types
     **{
         text: {
@@ -95,6 +98,34 @@ REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
     # GLM-4V's decoders (GLM-4.1V / 4.6V, GLM-OCR): GLM-4's, M-RoPE sections over the rotated half's 4 frequencies
     **dict.fromkeys(("glm4v_text", "glm_ocr_text"), ("glm4", {"rope_parameters": _GLM4V_ROPE})),
     "glm4v_moe_text": ("glm4_moe", {"rope_parameters": _GLM4V_ROPE}),  # GLM-4.5V's: GLM-4-MoE's
+    # Qwen3-Omni-MoE's thinker: Qwen3-MoE's, M-RoPE (interleaved) sections over 8 frequencies
+    "qwen3_omni_moe_text": (
+        "qwen3_moe",
+        {
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 1e6,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            }
+        },
+    ),
+    "hunyuan_vl_text": (
+        "hunyuan_v1_dense",
+        {
+            "rope_parameters": {
+                "rope_type": "dynamic",
+                "rope_theta": 10000.0,
+                "alpha": 1000.0,
+                "factor": 1.0,
+                "mrope_section": [2, 2, 2, 2],
+            }
+        },
+    ),
+    "paddleocr_vl_text": (
+        "ernie4_5",
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [2, 3, 3]}},
+    ),
     # HY-V4-VL: HY-V4's, every norm at eps 0.1 (its latent norms read it, HY-V4's stay at 1e-6: a difference
     # the logits show), Qwen3-VL's M-RoPE sections over the rope slice's 4 frequencies
     "hy_v4_vl_text": (
@@ -128,6 +159,8 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
     ),
     "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
+    # Emu3's image vocabulary: its placeholder and end-of-line ids (no visual tokens in the tiny vocabulary)
+    "emu3": ({"vocabulary_map": {"<image>": 300, "<|extra_200|>": 301}}, {}),
     "dots3_note": (
         {},
         {

@@ -43,11 +43,11 @@ REFUSED: dict[str, str] = {
     **_each(
         _MULTIMODAL,
         "blip", "chameleon", "deepseek_ocr2", "diffusion_gemma",
-        "emu3", "ernie4_5_vl_moe", "evolla", "git", "glm5_next",
-        "hunyuan_vl", "idefics",
+        "ernie4_5_vl_moe", "evolla", "git", "glm5_next",
+        "idefics",
         "inkling2", "inkling2_loop", "inkling_mm_model", "kosmos-2",
-        "molmo2", "muse_glimmer", "muse_spark", "paddleocr_vl", "pi0",
-        "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "unlimited_ocr",
+        "molmo2", "muse_glimmer", "muse_spark", "pi0",
+        "pp_formulanet", "unlimited_ocr",
     ),
     # read for the wrapped decoders (docs/coverage.md §21): why each class is not one of them
     "kimi_k25": "Kimi-K2.5's class embeds its image and video placeholder ids as token 0's row (it zeroes them "

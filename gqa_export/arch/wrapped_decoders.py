@@ -35,10 +35,13 @@ WRAPPED_DECODERS = MappingProxyType(
         "Dots3NoteForConditionalGeneration": "dots3_note",
         "Granite4VisionForConditionalGeneration": "granite4_vision",
         "GraniteDoclingForConditionalGeneration": "granite_docling",
+        "HunYuanVLForConditionalGeneration": "hunyuan_vl",
+        "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",  # its own recipe: rotate-half RoPE
         "HYV4VLForConditionalGeneration": "hy_v4_vl",  # its own recipe: latent norms at rms_norm_eps
         "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
         "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",  # its own recipe: relu2 fc1 / fc2, hub names
         "Cosmos3OmniForConditionalGeneration": "cosmos3_omni",  # its own recipe: the hub's root-level names
+        "Emu3ForConditionalGeneration": "emu3",  # its own recipe: the release's text_model.model. root
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",
         "FuyuForCausalLM": "fuyu",
         "Glm4vForConditionalGeneration": "glm4v",
@@ -64,6 +67,8 @@ WRAPPED_DECODERS = MappingProxyType(
         "MiniCPMV4_6ForConditionalGeneration": "minicpmv4_6",
         "MiniCPMV4_7ForConditionalGeneration": "minicpmv4_7",
         "NemotronH_Omni_Reasoning_V3": "nemotron_h_omni",
+        "Qwen2_5OmniThinkerForConditionalGeneration": "qwen2_5_omni_thinker",
+        "Qwen3OmniMoeThinkerForConditionalGeneration": "qwen3_omni_moe_thinker",
         "QianfanOCRForConditionalGeneration": "qianfan_ocr",
         "Qwen4ExpForConditionalGeneration": "qwen4_exp",
         "SmolVLMForConditionalGeneration": "smolvlm",

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import LLAMA, QWEN3
+from gqa_export.arch.families import ERNIE4_5, LLAMA, QWEN3
 from gqa_export.arch.latent_families import HY_V4
-from gqa_export.arch.spec import ArchSpec, LayerNames
+from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, LayerNames
 
 # transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
 _COSMOS3_OMNI_LAYOUT = (
@@ -58,4 +58,20 @@ COSMOS3_EDGE_TEXT = replace(
     stored_renames=_COSMOS3_EDGE_LAYOUT,
 )
 
-WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT)
+# PaddleOCR-VL's decoder (paddleocr_vl_text): ERNIE-4.5's layers under Qwen2.5-Omni's attention, whose
+# M-RoPE rotates halves (apply_multimodal_rotary_pos_emb), where ERNIE-4.5 rotates GPT-J pairs; plain
+# rotate-half RoPE on a text prompt (the three axes carry the same positions)
+PADDLEOCR_VL_TEXT = replace(ERNIE4_5, name="paddleocr_vl_text", rope_interleaved=False)
+
+# Emu3's decoder (emu3_text_model): Llama's, stored under text_model.model. with its head text_model.lm_head
+# in the released layout (transformers' "emu3" mapping moves them under model.text_model. and lm_head)
+EMU3_TEXT = replace(
+    LLAMA,
+    name="emu3_text",
+    decoder_prefixes=(*DECODER_PREFIXES, "text_model.model."),
+    lm_head_names=(*LM_HEAD_NAMES, "text_model.lm_head.weight"),
+)
+
+WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
+    COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT,
+)  # fmt: skip

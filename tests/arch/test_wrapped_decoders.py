@@ -96,6 +96,15 @@ def test_cosmos3_omni_query_and_key_norms_not_swapped(tmp_path, monkeypatch):
     assert _error(out, checkpoint) > 1e-2
 
 
+def test_paddleocr_vl_rotates_halves(tmp_path, monkeypatch):
+    """Mutant: PaddleOCR-VL read with ERNIE-4.5's GPT-J pairs fails the bound."""
+    from mutants import build_planted
+
+    checkpoint = _checkpoint(tmp_path, "paddleocr_vl", "paddleocr_vl_text")
+    out = build_planted(checkpoint, tmp_path / "pairs", monkeypatch, {"rope_interleaved": True}, "paddleocr_vl_text")
+    assert _error(out, checkpoint) > 1e-2
+
+
 def test_dots3_note_with_its_text_config_at_the_top_level(tmp_path):
     """dots3-note's releases store the text config's keys at the top of config.json (its config class
     builds text_config from them): the decoder is found and exported as with a nested text_config."""
