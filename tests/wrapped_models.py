@@ -145,6 +145,7 @@ _SHRUNK = dict(
 # token ranges of it (image ids from 320, audio ids from 352, to 384; its head keeps the first 320)
 # dots3-note's towers feed the decoder's width and its vision tower's layers are MoE ones per layer (one dense)
 _DOTS3_TOWER = {"adapter_out_dim": 64}
+_AUDIO = {"encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 32, "d_model": 16, "output_dim": 64}
 # Granite-4-Vision's default config names no deepstack layers (its class needs them): one, and the spatial
 # groups, on the tiny tower's one layer and the decoder's two; Granite-Docling's tower feeds the decoder's width
 _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
@@ -159,8 +160,16 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
     ),
     "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
-    # Emu3's image vocabulary: its placeholder and end-of-line ids (no visual tokens in the tiny vocabulary)
-    "emu3": ({"vocabulary_map": {"<image>": 300, "<|extra_200|>": 301}}, {}),
+    # Emu3's image vocabulary: its placeholder and end-of-line ids (no visual tokens in the tiny vocabulary);
+    # its VQ-VAE and the Omni thinkers' audio towers at their smallest (their defaults take seconds to build)
+    "emu3": (
+        {"vocabulary_map": {"<image>": 300, "<|extra_200|>": 301}},
+        {"vq_config": {"codebook_size": 32, "base_channels": 32, "channel_multiplier": [1], "num_res_blocks": 1}},
+    ),
+    **{
+        thinker: ({}, {"audio_config": _AUDIO, "vision_config": {"depth": 1, "out_hidden_size": 64}})
+        for thinker in ("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")
+    },
     "dots3_note": (
         {},
         {
