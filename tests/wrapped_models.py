@@ -110,6 +110,11 @@ REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
             }
         },
     ),
+    # DeepSeek-OCR-2's: DeepSeek-V2's experts (dense / sparse / sparse) under Llama's attention (heads of 16)
+    **{
+        text: ("deepseek_v2", {"head_dim": 16, "mlp_layer_types": ["dense", "sparse", "sparse"]})
+        for text in ("deepseek_ocr2_text", "unlimited_ocr_text")
+    },
     "hunyuan_vl_text": (
         "hunyuan_v1_dense",
         {
@@ -160,6 +165,59 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
     ),
     "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
+    # DeepSeek-OCR-2's encoders nest in its vision config (a SAM ViT-B and a 7B Qwen2 by default): both tiny
+    "deepseek_ocr2": (
+        {},
+        {
+            "vision_config": {
+                "sam_config": {
+                    "hidden_size": 16,
+                    "output_channels": 16,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "image_size": 64,
+                    "mlp_dim": 32,
+                    "global_attn_indexes": [0],
+                    "downsample_channels": [16, 16],
+                },
+                "encoder_config": {
+                    "vocab_size": 16,
+                    "hidden_size": 16,
+                    "intermediate_size": 32,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "num_key_value_heads": 2,
+                    "max_window_layers": 1,
+                },
+            }
+        },
+    ),
+    # Unlimited-OCR's: a GOT-OCR2 SAM and a CLIP ViT-L by default, both tiny
+    "unlimited_ocr": (
+        {},
+        {
+            "vision_config": {
+                "sam_config": {
+                    "hidden_size": 16,
+                    "output_channels": 16,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "image_size": 64,
+                    "mlp_dim": 32,
+                    "global_attn_indexes": [0],
+                    "downsample_channels": [16, 16],
+                },
+                "encoder_config": {
+                    "hidden_size": 16,
+                    "intermediate_size": 32,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "image_size": 28,
+                    "patch_size": 14,
+                },
+            }
+        },
+    ),
     # Emu3's image vocabulary: its placeholder and end-of-line ids (no visual tokens in the tiny vocabulary);
     # its VQ-VAE and the Omni thinkers' audio towers at their smallest (their defaults take seconds to build)
     "emu3": (

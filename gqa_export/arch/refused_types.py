@@ -42,12 +42,12 @@ REFUSED: dict[str, str] = {
     "bidirectional), so no causal decoder matches it",
     **_each(
         _MULTIMODAL,
-        "blip", "chameleon", "deepseek_ocr2", "diffusion_gemma",
+        "blip", "chameleon", "diffusion_gemma",
         "ernie4_5_vl_moe", "evolla", "git", "glm5_next",
         "idefics",
         "inkling2", "inkling2_loop", "inkling_mm_model", "kosmos-2",
         "molmo2", "muse_glimmer", "muse_spark", "pi0",
-        "pp_formulanet", "unlimited_ocr",
+        "pp_formulanet",
     ),
     # read for the wrapped decoders (docs/coverage.md §21): why each class is not one of them
     "kimi_k25": "Kimi-K2.5's class embeds its image and video placeholder ids as token 0's row (it zeroes them "

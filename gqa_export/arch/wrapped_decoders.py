@@ -30,6 +30,8 @@ WRAPPED_DECODERS = MappingProxyType(
         "AriaForConditionalGeneration": "aria",
         "AyaVisionForConditionalGeneration": "aya_vision",
         "Cohere2VisionForConditionalGeneration": "cohere2_vision",  # its own recipe: no logit_scale
+        "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2",  # its own recipe: V2's experts, Llama's attention
+        "UnlimitedOcrForConditionalGeneration": "unlimited_ocr",  # DeepSeek-OCR-2's recipe
         "DeepseekVLForConditionalGeneration": "deepseek_vl",
         "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
         "Dots3NoteForConditionalGeneration": "dots3_note",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gqa_export.arch.families import ERNIE4_5, LLAMA, QWEN3
-from gqa_export.arch.latent_families import HY_V4
+from gqa_export.arch.latent_families import DEEPSEEK_V2, HY_V4
 from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, LayerNames
 
 # transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
@@ -72,6 +72,11 @@ EMU3_TEXT = replace(
     lm_head_names=(*LM_HEAD_NAMES, "text_model.lm_head.weight"),
 )
 
+# DeepSeek-OCR-2's decoder (deepseek_ocr2_text; Unlimited-OCR's too): DeepSeek-V2's experts (softmax router,
+# greedy or group-limited top-k, shared experts, dense layers by mlp_layer_types) under Llama's attention
+# (plain q/k/v/o heads, rotate-half RoPE) in place of latent attention
+DEEPSEEK_OCR2_TEXT = replace(DEEPSEEK_V2, name="deepseek_ocr2_text", latent_attention=None, rope_interleaved=False)
+
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
-    COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT,
+    COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
 )  # fmt: skip

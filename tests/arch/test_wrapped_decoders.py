@@ -96,12 +96,20 @@ def test_cosmos3_omni_query_and_key_norms_not_swapped(tmp_path, monkeypatch):
     assert _error(out, checkpoint) > 1e-2
 
 
-def test_paddleocr_vl_rotates_halves(tmp_path, monkeypatch):
-    """Mutant: PaddleOCR-VL read with ERNIE-4.5's GPT-J pairs fails the bound."""
+@pytest.mark.parametrize(
+    ("model_type", "text_type", "spec"),
+    [
+        ("paddleocr_vl", "paddleocr_vl_text", "paddleocr_vl_text"),
+        ("deepseek_ocr2", "deepseek_ocr2_text", "deepseek_ocr2_text"),
+    ],
+)
+def test_rotate_half_decoders_fail_with_pairs(tmp_path, monkeypatch, model_type, text_type, spec):
+    """Mutant: PaddleOCR-VL (ERNIE-4.5's layers) and DeepSeek-OCR-2 (DeepSeek-V2's experts) read with their
+    base family's GPT-J pairs fail the bound: their attention rotates halves."""
     from mutants import build_planted
 
-    checkpoint = _checkpoint(tmp_path, "paddleocr_vl", "paddleocr_vl_text")
-    out = build_planted(checkpoint, tmp_path / "pairs", monkeypatch, {"rope_interleaved": True}, "paddleocr_vl_text")
+    checkpoint = _checkpoint(tmp_path, model_type, text_type)
+    out = build_planted(checkpoint, tmp_path / "pairs", monkeypatch, {"rope_interleaved": True}, spec)
     assert _error(out, checkpoint) > 1e-2
 
 
