@@ -42,11 +42,11 @@ REFUSED: dict[str, str] = {
     "bidirectional), so no causal decoder matches it",
     **_each(
         _MULTIMODAL,
-        "blip", "chameleon", "diffusion_gemma",
-        "ernie4_5_vl_moe", "evolla", "git", "glm5_next",
+        "blip", "diffusion_gemma",
+        "evolla", "git",
         "idefics",
-        "inkling2", "inkling2_loop", "inkling_mm_model", "kosmos-2",
-        "molmo2", "muse_glimmer", "muse_spark", "pi0",
+        "kosmos-2",
+        "muse_glimmer", "muse_spark", "pi0",
         "pp_formulanet",
     ),
     # read for the wrapped decoders (docs/coverage.md §21): why each class is not one of them
@@ -69,6 +69,24 @@ REFUSED: dict[str, str] = {
     "layers that attend to an earlier layer's latent KV cache (kv_source_layers), which gqa-export does not build",
     "step3p7": "no spec yet: Step3p7's decoder (step3p5: MiniMax-M3-VL's text config run by Laguna's attention and "
     "decoder layers in a Gemma-3-style text model) is no exported family's; the vision tower is not built",
+    "molmo2": "no spec yet: Molmo2's decoder chooses by config between Qwen3's per-head and OLMo's full-width q/k "
+    "norms (qk_norm_type), pre- and post-norm layers (norm_after) and RoPE scaling on listed layers only "
+    "(rope_scaling_layers), over an embedding of vocab_size + additional_vocab_size rows; no exported family reads "
+    "those keys, and its vision tower and adapter are not built",
+    "ernie4_5_vl_moe": "no spec yet: ERNIE-4.5-VL's decoder layers hold text and vision expert sets side by side "
+    "(mlp.text_moe / mlp.vision_moe, one moe_statics bias row per modality, moe_intermediate_size a pair), which "
+    "ERNIE-4.5-MoE's spec does not read; its vision tower and resampler are not built",
+    "glm5_next": "no spec yet: GLM-5-Next's decoder interleaves Kimi-style KDA linear-attention layers (short "
+    "convolutions, gated delta rule) with GLM-MoE-DSA's latent-attention layers, which no one spec builds; its "
+    "vision tower is not built",
+    "chameleon": "no spec yet: Chameleon's decoder LayerNorms queries and keys over each head with that head's own "
+    "weight and bias (a [heads, head_dim] table), optionally norms after each sublayer (swin_norm), and its class "
+    "masks the image-token logits; its VQ-VAE image tokenizer is not built",
+    **_each(
+        "its Inkling decoder (inkling_text / inkling2_text / inkling2_loop_text) has no spec yet (docs/coverage.md "
+        "§11), and its vision tower is not built",
+        "inkling_mm_model", "inkling2", "inkling2_loop",
+    ),
     # read in issue #39's next round: buildable, not built yet (docs/coverage.md §7 says what each needs)
     "deepseek_v4": "no spec yet: DeepSeek-V4 needs hyper-connection residual streams (Sinkhorn-mixed), compressed KV "
     "keys recomputed each step from per-token caches beside a K = V sliding window with sinks, and hash-routed "
