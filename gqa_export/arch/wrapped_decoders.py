@@ -14,7 +14,11 @@ images a user brought the checkpoint for would be the wrong package.
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
 A class whose logits differ from its decoder family's has a recipe of its own that names it
-(Cohere2-Vision: no logit_scale); the --text-only gate holds for it all the same.
+(Cohere2-Vision: no logit_scale), and so does a class whose decoder is a family's under its own
+text type or hub names (GLM-4V, Granite vision, the Omni thinkers; Cosmos3, HY-V4-VL, PaddleOCR-VL,
+Emu3 and DeepSeek-OCR-2 with specs of their own, arch/wrapped_families.py), so that no family
+recipe's match list, which its packages' manifests record, changes; the --text-only gate holds for
+them all the same.
 """
 
 from __future__ import annotations

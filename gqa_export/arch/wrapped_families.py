@@ -1,6 +1,9 @@
-"""Decoders of multimodal classes (arch/wrapped_decoders.py) that are an exported family's decoder but
-published under names of their own: the family's spec with the stored names transformers' loader
-rewrites (source/stored_renames.py), so the graph is the family's own.
+"""Decoders of multimodal classes (arch/wrapped_decoders.py) that are an exported family's decoder with
+one difference: published under names of their own (the family's spec with the stored names
+transformers' loader rewrites, source/stored_renames.py, or another decoder root), or one mechanism
+swapped for another the project already builds (latent norms' eps, rope halves for pairs, plain
+attention for latent attention, a plain relu2 MLP). Each is read from its modeling code in
+transformers 5.25 and held against its class (docs/coverage.md §21).
 
 Cosmos3-Omni (Cosmos3OmniForConditionalGeneration, transformers 5.25) is Qwen3-VL's class: its decoder
 is Qwen3's (q/k RMSNorm per head) under M-RoPE, whose three axes carry the same positions on a text-only
