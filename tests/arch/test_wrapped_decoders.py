@@ -22,6 +22,7 @@ PROMPT = [0, 17, 45, 300, 300, 99, 200, 301, 3, 7, 11, 12]
 CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
     ("llava_next", "mistral"),  # LLaVA-NeXT on Mistral-7B
     ("internvl", "qwen3"),  # InternVL3.5
+    ("glmga", "glm4v_text"),  # a second model type of GLM-4.6V's class
 ]
 # transformers 5.25 writes Qianfan-OCR's "original format" with its vision rename reversed onto the
 # decoder too (language_model.model.encoder.layers): the released layout is 5.x's prefix read back; its
