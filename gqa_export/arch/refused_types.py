@@ -64,9 +64,6 @@ REFUSED: dict[str, str] = {
     "pp_formulanet": "PP-FormulaNet's text model is an MBart decoder that cross-attends to its vision encoder: the "
     "decoder half of an encoder-decoder, which no onnxruntime-genai decoder type feeds",
     # read for the wrapped decoders (docs/coverage.md §21): why each class is not one of them
-    "kimi_k25": "Kimi-K2.5's class embeds its image and video placeholder ids as token 0's row (it zeroes them "
-    "before the lookup), so on a prompt holding them its logits are not its DeepSeek-V3 decoder's (measured 1.5 on "
-    "a tiny class); the vision tower and projector are not built",
     **_each(
         "its forward requires pixel_values (the Q-Former's query tokens always precede the prompt), so the OPT "
         "decoder alone never computes its logits; the vision tower and Q-Former are not built",

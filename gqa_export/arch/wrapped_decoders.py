@@ -59,6 +59,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "Idefics3ForConditionalGeneration": "idefics3",
         "InternVLForConditionalGeneration": "internvl",
         "JanusForConditionalGeneration": "janus",
+        "Kimi_K25ForConditionalGeneration": "kimi_k25",  # its own recipe: placeholders embedded as id 0
         "LightOnOcrForConditionalGeneration": "lighton_ocr",
         "LlavaForConditionalGeneration": "llava",
         "LlavaNextForConditionalGeneration": "llava_next",

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gqa_export.arch.families import ERNIE4_5, LLAMA, QWEN3
-from gqa_export.arch.latent_families import DEEPSEEK_V2, HY_V4
+from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
 from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, LayerNames
 
 # transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
@@ -80,6 +80,13 @@ EMU3_TEXT = replace(
 # (plain q/k/v/o heads, rotate-half RoPE) in place of latent attention
 DEEPSEEK_OCR2_TEXT = replace(DEEPSEEK_V2, name="deepseek_ocr2_text", latent_attention=None, rope_interleaved=False)
 
+# Kimi-K2.5's decoder: DeepSeek-V3's, but its class replaces the image and video placeholder ids by id 0 before
+# the embedding lookup (Kimi_K25Model.forward), so a prompt holding them embeds row 0 there (the package too)
+KIMI_K25_TEXT = replace(
+    DEEPSEEK_V3, name="kimi_k25_text", placeholder_keys=("image_token_id", "video_token_id"), placeholder_row=0
+)
+
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
     COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
+    KIMI_K25_TEXT,
 )  # fmt: skip

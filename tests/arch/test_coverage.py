@@ -119,9 +119,12 @@ def no_weight_read(monkeypatch):
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # read, not built: its line names the mechanisms (arch/refused_types.py)
         (dict(model_type="inkling_text", architectures=["InklingForCausalLM"]), REFUSED["inkling_text"]),
-        # a multimodal class around a supported family's decoder (DeepSeek-V3) that is not checked against it:
-        # refused by its own type (the classes that are: arch/wrapped_decoders.py, with --text-only)
-        (dict(model_type="kimi_k25", architectures=["Kimi_K25ForConditionalGeneration"]), REFUSED["kimi_k25"]),
+        # a multimodal class whose text-only logits are not its decoder's (placeholders embedded as id 0 around a
+        # Gemma-2-style decoder): refused by its own type (the classes that are: arch/wrapped_decoders.py)
+        (
+            dict(model_type="muse_glimmer", architectures=["MuseGlimmerForConditionalGeneration"]),
+            REFUSED["muse_glimmer"],
+        ),
         # refused by mechanism (transformers 5.25): a drafter fed the target's KV cache, byte patches
         (dict(model_type="gemma4_assistant", architectures=["Gemma4AssistantForCausalLM"]), "target's own KV cache"),
         (

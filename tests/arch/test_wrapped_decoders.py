@@ -28,7 +28,9 @@ CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
 # decoder too (language_model.model.encoder.layers): the released layout is 5.x's prefix read back; its
 # HY-V4-VL save puts HY-V4's hub head names under 5.x's module (hc_head.hc_pre.hc_head_fn), which the
 # release (HY-V4's names, the conversion mapping says) does not
-HUB_LAYOUT_BROKEN = frozenset({"qianfan_ocr", "hy_v4_vl"})
+# Kimi-K2.5's save reverses its tower's `encoder.blocks` renames onto the decoder's layers (blocks.N), which the
+# release (language_model.model.layers.N) does not
+HUB_LAYOUT_BROKEN = frozenset({"qianfan_ocr", "hy_v4_vl", "kimi_k25"})
 
 
 def _checkpoint(tmp_path, model_type: str, text_type: str):
@@ -111,6 +113,16 @@ def test_rotate_half_decoders_fail_with_pairs(tmp_path, monkeypatch, model_type,
 
     checkpoint = _checkpoint(tmp_path, model_type, text_type)
     out = build_planted(checkpoint, tmp_path / "pairs", monkeypatch, {"rope_interleaved": True}, spec)
+    assert _error(out, checkpoint) > 1e-2
+
+
+def test_kimi_k25_placeholders_embedded_as_id_0(tmp_path, monkeypatch):
+    """Mutant: Kimi-K2.5 read with its placeholders embedded as their own rows (DeepSeek-V3's package) fails
+    the bound on the prompt holding them."""
+    from mutants import build_planted
+
+    checkpoint = _checkpoint(tmp_path, "kimi_k25", "deepseek_v3")
+    out = build_planted(checkpoint, tmp_path / "own", monkeypatch, {"placeholder_keys": ()}, "kimi_k25_text")
     assert _error(out, checkpoint) > 1e-2
 
 
