@@ -55,8 +55,9 @@ REFUSED: dict[str, str] = {
     "kosmos-2": "Kosmos-2's text decoder (sinusoidal positions, a LayerNorm inside each attention before its output "
     "projection) is no exported family's, and its vision tower and connector are not built",
     **_each(
-        "its class embeds its image placeholder ids as token 0's row (Kimi-K2.5's forward, read from its modeling "
-        "code), so on a prompt holding them its logits are not its Gemma-2-style decoder's; the towers are not built",
+        "no spec yet: its decoder (muse_glimmer_text: Gemma-2's layers with AFMoE's gated attention, centered "
+        "RMSNorms and a normed embedding table, read from its modular code) is no exported family's, and its class "
+        "embeds its placeholder ids as id 0 (Kimi-K2.5's forward); the towers are not built",
         "muse_glimmer", "muse_spark",
     ),
     "pi0": "pi0 is a robot action policy (a flow-matching action expert beside PaliGemma's prefix), not a text "

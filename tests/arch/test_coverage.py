@@ -119,8 +119,8 @@ def no_weight_read(monkeypatch):
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # read, not built: its line names the mechanisms (arch/refused_types.py)
         (dict(model_type="inkling_text", architectures=["InklingForCausalLM"]), REFUSED["inkling_text"]),
-        # a multimodal class whose text-only logits are not its decoder's (placeholders embedded as id 0 around a
-        # Gemma-2-style decoder): refused by its own type (the classes that are: arch/wrapped_decoders.py)
+        # a multimodal class around a decoder no family exports (Muse-Glimmer's): refused by its own type (the
+        # classes around an exported decoder: arch/wrapped_decoders.py, with --text-only)
         (
             dict(model_type="muse_glimmer", architectures=["MuseGlimmerForConditionalGeneration"]),
             REFUSED["muse_glimmer"],
