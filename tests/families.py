@@ -861,6 +861,8 @@ FAMILIES: tuple[Family, ...] = (
     wrapped("llava_text_only", "llava", "llama", "llama"),
     wrapped("internvl_text_only", "internvl", "qwen2", "qwen2"),
     wrapped("aya_vision_text_only", "aya_vision", "cohere2", "decoder", signal=0.5),  # logit_scale 0.5
+    # a spec of its own (arch/wrapped_families.py): Llama's attention, a relu2 fc1 / fc2 MLP, the hub's names
+    wrapped("cosmos3_edge_text_only", "cosmos3_edge", "cosmos3_edge_text", "decoder"),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

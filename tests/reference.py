@@ -51,8 +51,10 @@ STATEFUL = frozenset({"recurrent_gemma"})
 # classes whose forward takes and returns their recurrent state as `state` (RWKV's five tensors)
 STATE_KEYWORD = frozenset({"rwkv"})
 # classes with no KV cache (GPT-1): generate() runs the whole sequence at every step, and so do the
-# decode steps here (each step's logits are the last position's of one forward over every token so far)
-UNCACHED = frozenset({"openai-gpt"})
+# decode steps here (each step's logits are the last position's of one forward over every token so far);
+# Granite-4-Vision's text model makes no cache when it is given none (generate() always passes one), so a
+# step run with use_cache alone would see no history: it is read over the whole sequence too
+UNCACHED = frozenset({"openai-gpt", "granite4_vision"})
 
 
 # classes whose batched decode step is not each row's own: transformers 5.24's RWKV token shift adds

@@ -25,6 +25,38 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "qwen2": {"use_sliding_window": False},
     "qwen3": {},
     "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
+    "emu3_text_model": {},  # Emu3's: Llama's
+    # Qwen2.5-Omni's thinker: Qwen2's under Qwen2.5-VL's M-RoPE (sections over 8 frequencies)
+    "qwen2_5_omni_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}},
+    # Granite's multipliers, each away from 1, under Granite-4-Vision's and Granite-Docling's own text types
+    **{
+        text: {
+            "embedding_multiplier": 2.0,
+            "residual_multiplier": 0.5,
+            "attention_multiplier": 0.2,
+            "logits_scaling": 4.0,
+        }
+        for text in ("granite4_vision_text", "granite_docling_text")
+    },
+    # Cosmos3-Edge's decoder: Llama's with a relu2 fc1 / fc2 MLP, M-RoPE (interleaved) sections over 8 frequencies
+    "cosmos3_edge_text": {
+        "hidden_act": "relu2",
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1e8,
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+        },
+    },
+    # Qwen3-VL's decoder: M-RoPE sections over head_dim 16's 8 frequencies, interleaved as its class does
+    "qwen3_vl_text": {
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 5e6,
+            "mrope_section": [2, 3, 3],
+            "mrope_interleaved": True,
+        }
+    },
     # three layers, the last global: the windowed layers and the full one both run
     "cohere2": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3, "logit_scale": 0.5},
     "exaone4": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3},
@@ -59,6 +91,56 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
         },
     },
 }
+# a class's own text type that is an exported family's decoder under another name: that family's
+# registry config (model_type the class's), plus what the class's config adds
+_GLM4V_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}
+REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
+    # GLM-4V's decoders (GLM-4.1V / 4.6V, GLM-OCR): GLM-4's, M-RoPE sections over the rotated half's 4 frequencies
+    **dict.fromkeys(("glm4v_text", "glm_ocr_text"), ("glm4", {"rope_parameters": _GLM4V_ROPE})),
+    "glm4v_moe_text": ("glm4_moe", {"rope_parameters": _GLM4V_ROPE}),  # GLM-4.5V's: GLM-4-MoE's
+    # Qwen3-Omni-MoE's thinker: Qwen3-MoE's, M-RoPE (interleaved) sections over 8 frequencies
+    "qwen3_omni_moe_text": (
+        "qwen3_moe",
+        {
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 1e6,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            }
+        },
+    ),
+    # DeepSeek-OCR-2's: DeepSeek-V2's experts (dense / sparse / sparse) under Llama's attention (heads of 16)
+    **{
+        text: ("deepseek_v2", {"head_dim": 16, "mlp_layer_types": ["dense", "sparse", "sparse"]})
+        for text in ("deepseek_ocr2_text", "unlimited_ocr_text")
+    },
+    "hunyuan_vl_text": (
+        "hunyuan_v1_dense",
+        {
+            "rope_parameters": {
+                "rope_type": "dynamic",
+                "rope_theta": 10000.0,
+                "alpha": 1000.0,
+                "factor": 1.0,
+                "mrope_section": [2, 2, 2, 2],
+            }
+        },
+    ),
+    "paddleocr_vl_text": (
+        "ernie4_5",
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [2, 3, 3]}},
+    ),
+    # HY-V4-VL: HY-V4's, every norm at eps 0.1 (its latent norms read it, HY-V4's stay at 1e-6: a difference
+    # the logits show), Qwen3-VL's M-RoPE sections over the rope slice's 4 frequencies
+    "hy_v4_vl_text": (
+        "hy_v4",
+        {
+            "rms_norm_eps": 0.1,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]},
+        },
+    ),
+}
 # sub-config sizes a tower or projector reads (whichever keys its config has)
 _SHRUNK = dict(
     hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
@@ -66,7 +148,98 @@ _SHRUNK = dict(
 )  # fmt: skip
 # classes whose top-level ids must fit the tiny vocabulary: Apertus-1.5's image and audio codebooks are
 # token ranges of it (image ids from 320, audio ids from 352, to 384; its head keeps the first 320)
+# dots3-note's towers feed the decoder's width and its vision tower's layers are MoE ones per layer (one dense)
+_DOTS3_TOWER = {"adapter_out_dim": 64}
+_AUDIO = {"encoder_layers": 1, "encoder_attention_heads": 2, "encoder_ffn_dim": 32, "d_model": 16, "output_dim": 64}
+# Granite-4-Vision's default config names no deepstack layers (its class needs them): one, and the spatial
+# groups, on the tiny tower's one layer and the decoder's two; Granite-Docling's tower feeds the decoder's width
 _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
+    "granite4_vision": (
+        {
+            "deepstack_layer_map": [[0, 1]],
+            "spatial_target_layers": [0, 1, 0, 1],
+            "downsample_rate": "1/2",
+            "vision_feature_layer": -1,
+            "spatial_vision_layer": -1,
+        },
+        {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
+    ),
+    "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
+    # DeepSeek-OCR-2's encoders nest in its vision config (a SAM ViT-B and a 7B Qwen2 by default): both tiny
+    "deepseek_ocr2": (
+        {},
+        {
+            "vision_config": {
+                "sam_config": {
+                    "hidden_size": 16,
+                    "output_channels": 16,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "image_size": 64,
+                    "mlp_dim": 32,
+                    "global_attn_indexes": [0],
+                    "downsample_channels": [16, 16],
+                },
+                "encoder_config": {
+                    "vocab_size": 16,
+                    "hidden_size": 16,
+                    "intermediate_size": 32,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "num_key_value_heads": 2,
+                    "max_window_layers": 1,
+                },
+            }
+        },
+    ),
+    # Unlimited-OCR's: a GOT-OCR2 SAM and a CLIP ViT-L by default, both tiny
+    "unlimited_ocr": (
+        {},
+        {
+            "vision_config": {
+                "sam_config": {
+                    "hidden_size": 16,
+                    "output_channels": 16,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "image_size": 64,
+                    "mlp_dim": 32,
+                    "global_attn_indexes": [0],
+                    "downsample_channels": [16, 16],
+                },
+                "encoder_config": {
+                    "hidden_size": 16,
+                    "intermediate_size": 32,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "image_size": 28,
+                    "patch_size": 14,
+                },
+            }
+        },
+    ),
+    # Emu3's image vocabulary: its placeholder and end-of-line ids (no visual tokens in the tiny vocabulary);
+    # its VQ-VAE and the Omni thinkers' audio towers at their smallest (their defaults take seconds to build)
+    "emu3": (
+        {"vocabulary_map": {"<image>": 300, "<|extra_200|>": 301}},
+        {"vq_config": {"codebook_size": 32, "base_channels": 32, "channel_multiplier": [1], "num_res_blocks": 1}},
+    ),
+    **{
+        thinker: ({}, {"audio_config": _AUDIO, "vision_config": {"depth": 1, "out_hidden_size": 64}})
+        for thinker in ("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")
+    },
+    "dots3_note": (
+        {},
+        {
+            "vision_config": {
+                **_DOTS3_TOWER,
+                "adapter_in_dim": 16,
+                "mlp_layer_types": ["dense"],
+                "per_layer_config": {},
+            },
+            "audio_config": {**_DOTS3_TOWER, "adapter_input_size": 16},
+        },
+    ),
     "apertus1p5": (
         {"image_token_offset": 320, "audio_token_offset": 352},
         {"vision_config": {"codebook_size": 32}, "audio_config": {"codebook_size": 32}},
@@ -86,6 +259,20 @@ def _shrunk(sub: dict[str, Any]) -> dict[str, Any]:
     return small
 
 
+def _registry_config(text_type: str) -> dict[str, Any]:
+    """The registry's tiny config of the decoder family (tests/dense_models.py, tests/moe_models.py),
+    or of the family a class's own text type borrows it from (REGISTRY_TEXT), with that one's extras."""
+    import dense_models
+    import moe_models
+
+    family, extra = REGISTRY_TEXT.get(text_type, (text_type, {}))
+    try:
+        base = dense_models.family_config(family)
+    except ValueError:
+        base = moe_models.family_config(family)
+    return {**base, **extra}
+
+
 def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
     from transformers import AutoConfig
 
@@ -93,10 +280,8 @@ def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
     if text_type in FAMILY_TEXT:
         text = {**AutoConfig.for_model(text_type).to_dict(), **TEXT, **FAMILY_TEXT[text_type], **overrides}
         text = {k: v for k, v in text.items() if k not in _DROPPED}
-    else:  # a family with its own tiny config in the registry (dense_models.py): that one, exact there
-        from dense_models import family_config
-
-        text = {**family_config(text_type), "model_type": text_type, **overrides}
+    else:  # a family with its own tiny config in the registry (dense / MoE models): that one, exact there
+        text = {**_registry_config(text_type), "model_type": text_type, **overrides}
     subs = {key: _shrunk(value.to_dict()) for key, value in vars(default).items()
             if key.endswith("_config") and key != "text_config" and hasattr(value, "to_dict")}  # fmt: skip
     ids = {k: v for k, v in _PLACEHOLDERS.items() if getattr(default, k, None) is not None}

@@ -18,6 +18,7 @@ from gqa_export.arch.shared_kv_families import SHARED_KV_FAMILIES
 from gqa_export.arch.sigmoid_router_families import SIGMOID_ROUTED
 from gqa_export.arch.spec import ArchSpec, LayerNames
 from gqa_export.arch.state_space_families import STATE_SPACE
+from gqa_export.arch.wrapped_families import WRAPPED_FAMILIES
 from gqa_export.errors import InputError
 
 SPECS: dict[str, ArchSpec] = {
@@ -36,6 +37,7 @@ SPECS: dict[str, ArchSpec] = {
         *CCA_FAMILIES,
         *RELATIVE_BIAS_FAMILIES,
         *SHARED_KV_FAMILIES,
+        *WRAPPED_FAMILIES,
     )
 }
 

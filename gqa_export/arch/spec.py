@@ -283,6 +283,7 @@ class ArchSpec:
     config_keys: Mapping[str, str] = field(default_factory=config_keys)
     ignore: tuple[str, ...] = ()  # options this class never applies though its config may set them
     placeholder_keys: tuple[str, ...] = ()  # top-level keys of placeholder ids embedded as pad_token_id
+    placeholder_row: int | None = None  # the id those placeholders embed as instead (Kimi-K2.5: 0); None: pad
     bidirectional: BidirectionalRuns | None = None
     mixers: MixerSpec | None = None
     ffn_size: str = "config"

@@ -14,7 +14,11 @@ images a user brought the checkpoint for would be the wrong package.
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
 A class whose logits differ from its decoder family's has a recipe of its own that names it
-(Cohere2-Vision: no logit_scale); the --text-only gate holds for it all the same.
+(Cohere2-Vision: no logit_scale), and so does a class whose decoder is a family's under its own
+text type or hub names (GLM-4V, Granite vision, the Omni thinkers; Cosmos3, HY-V4-VL, PaddleOCR-VL,
+Emu3 and DeepSeek-OCR-2 with specs of their own, arch/wrapped_families.py), so that no family
+recipe's match list, which its packages' manifests record, changes; the --text-only gate holds for
+them all the same.
 """
 
 from __future__ import annotations
@@ -30,15 +34,32 @@ WRAPPED_DECODERS = MappingProxyType(
         "AriaForConditionalGeneration": "aria",
         "AyaVisionForConditionalGeneration": "aya_vision",
         "Cohere2VisionForConditionalGeneration": "cohere2_vision",  # its own recipe: no logit_scale
+        "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2",  # its own recipe: V2's experts, Llama's attention
+        "UnlimitedOcrForConditionalGeneration": "unlimited_ocr",  # DeepSeek-OCR-2's recipe
         "DeepseekVLForConditionalGeneration": "deepseek_vl",
         "DeepseekVLHybridForConditionalGeneration": "deepseek_vl_hybrid",
+        "Dots3NoteForConditionalGeneration": "dots3_note",
+        "Granite4VisionForConditionalGeneration": "granite4_vision",
+        "GraniteDoclingForConditionalGeneration": "granite_docling",
+        "HunYuanVLForConditionalGeneration": "hunyuan_vl",
+        "PaddleOCRVLForConditionalGeneration": "paddleocr_vl",  # its own recipe: rotate-half RoPE
+        "HYV4VLForConditionalGeneration": "hy_v4_vl",  # its own recipe: latent norms at rms_norm_eps
+        "HyperCLOVAXVisionV2ForConditionalGeneration": "hyperclovax_vision_v2",
+        "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",  # its own recipe: relu2 fc1 / fc2, hub names
+        "Cosmos3OmniForConditionalGeneration": "cosmos3_omni",  # its own recipe: the hub's root-level names
+        "Emu3ForConditionalGeneration": "emu3",  # its own recipe: the release's text_model.model. root
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",
         "FuyuForCausalLM": "fuyu",
+        "Glm4vForConditionalGeneration": "glm4v",
+        "Glm46VForConditionalGeneration": "glm46v",
+        "Glm4vMoeForConditionalGeneration": "glm4v_moe",
+        "GlmOcrForConditionalGeneration": "glm_ocr",
         "GotOcr2ForConditionalGeneration": "got_ocr2",
         "Idefics2ForConditionalGeneration": "idefics2",
         "Idefics3ForConditionalGeneration": "idefics3",
         "InternVLForConditionalGeneration": "internvl",
         "JanusForConditionalGeneration": "janus",
+        "Kimi_K25ForConditionalGeneration": "kimi_k25",  # its own recipe: placeholders embedded as id 0
         "LightOnOcrForConditionalGeneration": "lighton_ocr",
         "LlavaForConditionalGeneration": "llava",
         "LlavaNextForConditionalGeneration": "llava_next",
@@ -53,6 +74,8 @@ WRAPPED_DECODERS = MappingProxyType(
         "MiniCPMV4_6ForConditionalGeneration": "minicpmv4_6",
         "MiniCPMV4_7ForConditionalGeneration": "minicpmv4_7",
         "NemotronH_Omni_Reasoning_V3": "nemotron_h_omni",
+        "Qwen2_5OmniThinkerForConditionalGeneration": "qwen2_5_omni_thinker",
+        "Qwen3OmniMoeThinkerForConditionalGeneration": "qwen3_omni_moe_thinker",
         "QianfanOCRForConditionalGeneration": "qianfan_ocr",
         "Qwen4ExpForConditionalGeneration": "qwen4_exp",
         "SmolVLMForConditionalGeneration": "smolvlm",

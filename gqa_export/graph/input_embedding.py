@@ -55,10 +55,11 @@ def embed_input(
 
 def placeholders_as_pad(b: GraphBuilder, input_ids: ir.Value, dims: ModelDims) -> ir.Value:
     """Gemma-4's multimodal classes embed image/video/audio placeholders as pad_token_id when no
-    pixels replace them (modeling_gemma4.py, Gemma4Model.forward); a text-only package does the same."""
-    if not dims.placeholder_ids or dims.pad_token_id is None:
+    pixels replace them (modeling_gemma4.py, Gemma4Model.forward), Kimi-K2.5's as id 0
+    (dims.placeholder_row); a text-only package does the same."""
+    if not dims.placeholder_ids or dims.placeholder_row is None:
         return input_ids
-    pad = b.const(dims.pad_token_id, "pad_id", "int64")
+    pad = b.const(dims.placeholder_row, "pad_id", "int64")
     ids = input_ids
     for token in dims.placeholder_ids:
         ids = b.op("Where", b.op("Equal", ids, b.const(token, f"placeholder{token}", "int64")), pad, ids)

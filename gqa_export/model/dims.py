@@ -89,6 +89,7 @@ class ModelDims:
     pad_token_id: int | None
     per_layer_input_size: int = 0  # Gemma-4 PLE width per layer (0: no per-layer inputs)
     placeholder_ids: tuple[int, ...] = ()  # multimodal placeholders embedded as pad_token_id (Gemma-4)
+    placeholder_row: int | None = None  # the id they embed as: pad_token_id, or the spec's (Kimi-K2.5: 0)
     query_scale: tuple[float, int] | None = None  # (beta, length): q *= 1 + beta*log(1 + floor(pos/length))
     moe: MoeDims | None = None
     norm_kind: str = "rms"  # the spec's norm: rms | layer | layer_free | rms_free
@@ -327,6 +328,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         pad_token_id=pad,
         per_layer_input_size=ple,
         placeholder_ids=placeholder_ids(outer, spec.placeholder_keys),
+        placeholder_row=pad if spec.placeholder_row is None else spec.placeholder_row,
         query_scale=position_query_scale_params(config) if spec.query_position_scale else None,
         moe=read_moe(opt, spec, int(config_get(config, "intermediate_size") or 0))  # DBRX's config has none
         if any(layer.sparse for layer in layers) or clamped_swiglu(spec)  # (its dense MLPs read the clamp too)

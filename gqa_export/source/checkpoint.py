@@ -16,7 +16,7 @@ from typing import Any
 
 from gqa_export.arch import get_spec
 from gqa_export.arch.refused_types import refusal_for
-from gqa_export.arch.wrapped_decoders import wrapped_decoder_recipe
+from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, wrapped_decoder_recipe
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json_object
 from gqa_export.model.dims import ModelDims, read_dims
@@ -165,6 +165,8 @@ def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
     model_type = outer
     if isinstance(text, dict):
         model_type = str(text.get("model_type") or text_config_of(read_configs(model_dir)[0]).model_type)
+    elif architecture in WRAPPED_DECODERS:  # its text config at the top level (dots3-note's releases)
+        model_type = str(text_config_of(read_configs(model_dir)[0]).model_type)
     try:
         return match_recipe(model_type, architecture, builtin_recipes())
     except InputError:

@@ -22,10 +22,15 @@ PROMPT = [0, 17, 45, 300, 300, 99, 200, 301, 3, 7, 11, 12]
 CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
     ("llava_next", "mistral"),  # LLaVA-NeXT on Mistral-7B
     ("internvl", "qwen3"),  # InternVL3.5
+    ("glmga", "glm4v_text"),  # a second model type of GLM-4.6V's class
 ]
 # transformers 5.25 writes Qianfan-OCR's "original format" with its vision rename reversed onto the
-# decoder too (language_model.model.encoder.layers): the released layout is 5.x's prefix read back
-HUB_LAYOUT_BROKEN = frozenset({"qianfan_ocr"})
+# decoder too (language_model.model.encoder.layers): the released layout is 5.x's prefix read back; its
+# HY-V4-VL save puts HY-V4's hub head names under 5.x's module (hc_head.hc_pre.hc_head_fn), which the
+# release (HY-V4's names, the conversion mapping says) does not
+# Kimi-K2.5's save reverses its tower's `encoder.blocks` renames onto the decoder's layers (blocks.N), which the
+# release (language_model.model.layers.N) does not
+HUB_LAYOUT_BROKEN = frozenset({"qianfan_ocr", "hy_v4_vl", "kimi_k25"})
 
 
 def _checkpoint(tmp_path, model_type: str, text_type: str):
@@ -41,7 +46,7 @@ def _error(package, checkpoint) -> float:
 @pytest.mark.parametrize(("model_type", "text_type"), CASES, ids=[f"{m}-{t}" for m, t in CASES])
 def test_listed_class_matches_hf_on_text(tmp_path, model_type, text_type):
     """The decoder's package computes the class's own logits on a prompt holding its placeholder
-    ids (prompt and 3 decode steps); measured 2.4e-7 to 4.0e-6 (docs/coverage.md §21)."""
+    ids (prompt and 3 decode steps); measured 1.5e-7 to 4.0e-6 (docs/coverage.md §21)."""
     checkpoint = _checkpoint(tmp_path, model_type, text_type)
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
     assert _error(tmp_path / "pkg", checkpoint) < 1e-4
@@ -63,6 +68,76 @@ def test_cohere2_vision_logits_without_logit_scale(tmp_path, monkeypatch):
     checkpoint = _checkpoint(tmp_path, "cohere2_vision", "cohere2")
     out = build_planted(checkpoint, tmp_path / "scaled", monkeypatch, {"ignore": ()}, "cohere2_vision_text")
     assert _error(out, checkpoint) > 1e-2
+
+
+def test_hy_v4_vl_latent_norms_at_rms_norm_eps(tmp_path, monkeypatch):
+    """Mutant: HY-V4-VL read with HY-V4's latent norms (eps 1e-6, not the config's 0.1) fails the bound."""
+    from dataclasses import replace
+
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = _checkpoint(tmp_path, "hy_v4_vl", "hy_v4_vl_text")
+    latent = replace(SPECS["hy_v4_vl_text"].latent_attention, config_norm_eps=False)
+    out = build_planted(checkpoint, tmp_path / "eps", monkeypatch, {"latent_attention": latent}, "hy_v4_vl_text")
+    assert _error(out, checkpoint) > 1e-2
+
+
+def test_cosmos3_omni_query_and_key_norms_not_swapped(tmp_path, monkeypatch):
+    """Mutant: Cosmos3-Omni's hub names read with norm_q / norm_k crossed fails the bound."""
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = _checkpoint(tmp_path, "cosmos3_omni", "qwen3_vl_text")
+    swapped = tuple(
+        (pattern, replacement.replace("q_norm", "@").replace("k_norm", "q_norm").replace("@", "k_norm"), t)
+        for pattern, replacement, t in SPECS["cosmos3_omni_text"].stored_renames
+    )
+    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"stored_renames": swapped}, "cosmos3_omni_text")
+    assert _error(out, checkpoint) > 1e-2
+
+
+@pytest.mark.parametrize(
+    ("model_type", "text_type", "spec"),
+    [
+        ("paddleocr_vl", "paddleocr_vl_text", "paddleocr_vl_text"),
+        ("deepseek_ocr2", "deepseek_ocr2_text", "deepseek_ocr2_text"),
+    ],
+)
+def test_rotate_half_decoders_fail_with_pairs(tmp_path, monkeypatch, model_type, text_type, spec):
+    """Mutant: PaddleOCR-VL (ERNIE-4.5's layers) and DeepSeek-OCR-2 (DeepSeek-V2's experts) read with their
+    base family's GPT-J pairs fail the bound: their attention rotates halves."""
+    from mutants import build_planted
+
+    checkpoint = _checkpoint(tmp_path, model_type, text_type)
+    out = build_planted(checkpoint, tmp_path / "pairs", monkeypatch, {"rope_interleaved": True}, spec)
+    assert _error(out, checkpoint) > 1e-2
+
+
+def test_kimi_k25_placeholders_embedded_as_id_0(tmp_path, monkeypatch):
+    """Mutant: Kimi-K2.5 read with its placeholders embedded as their own rows (DeepSeek-V3's package) fails
+    the bound on the prompt holding them."""
+    from mutants import build_planted
+
+    checkpoint = _checkpoint(tmp_path, "kimi_k25", "deepseek_v3")
+    out = build_planted(checkpoint, tmp_path / "own", monkeypatch, {"placeholder_keys": ()}, "kimi_k25_text")
+    assert _error(out, checkpoint) > 1e-2
+
+
+def test_dots3_note_with_its_text_config_at_the_top_level(tmp_path):
+    """dots3-note's releases store the text config's keys at the top of config.json (its config class
+    builds text_config from them): the decoder is found and exported as with a nested text_config."""
+    import json
+
+    checkpoint = _checkpoint(tmp_path, "dots3_note", "dots3_note_text")
+    config = json.loads((checkpoint / "config.json").read_text())
+    text = config.pop("text_config")
+    text.pop("model_type")
+    (checkpoint / "config.json").write_text(json.dumps({**text, **config}))
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
 def test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_read(tmp_path, monkeypatch):

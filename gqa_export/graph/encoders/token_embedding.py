@@ -104,10 +104,11 @@ def _merge(
 
 def placeholders_as_pad(b: GraphBuilder, input_ids: ir.Value, dims: ModelDims) -> ir.Value:
     """Gemma-4 embeds its image/video/audio placeholders as pad_token_id wherever no feature row
-    replaces them (docs/gemma4.md §1.2); other families (no placeholder ids) embed every id as is."""
-    if not dims.placeholder_ids or dims.pad_token_id is None:
+    replaces them (docs/gemma4.md §1.2), Kimi-K2.5 as id 0 (dims.placeholder_row); other families
+    (no placeholder ids) embed every id as is."""
+    if not dims.placeholder_ids or dims.placeholder_row is None:
         return input_ids
-    pad, ids = b.const(dims.pad_token_id, "pad_id", "int64"), input_ids
+    pad, ids = b.const(dims.placeholder_row, "pad_id", "int64"), input_ids
     for token in dims.placeholder_ids:
         ids = b.op("Where", b.op("Equal", ids, b.const(token, f"placeholder{token}", "int64")), pad, ids)
     return ids

@@ -1,0 +1,92 @@
+"""Decoders of multimodal classes (arch/wrapped_decoders.py) that are an exported family's decoder with
+one difference: published under names of their own (the family's spec with the stored names
+transformers' loader rewrites, source/stored_renames.py, or another decoder root), or one mechanism
+swapped for another the project already builds (latent norms' eps, rope halves for pairs, plain
+attention for latent attention, a plain relu2 MLP). Each is read from its modeling code in
+transformers 5.25 and held against its class (docs/coverage.md §21).
+
+Cosmos3-Omni (Cosmos3OmniForConditionalGeneration, transformers 5.25) is Qwen3-VL's class: its decoder
+is Qwen3's (q/k RMSNorm per head) under M-RoPE, whose three axes carry the same positions on a text-only
+prompt (plain RoPE; the deepstack visual adds come with images only). Its unified checkpoints store the
+decoder at the root (`layers.*`, `embed_tokens`, `norm`; the tower as `blocks.*`, `merger.*`) with
+Diffusers-style attention names (`to_q` / `to_k` / `to_v` / `to_out`, `norm_q` / `norm_k`), which
+transformers' conversion mapping rewrites to Qwen3-VL's at load.
+
+HY-V4-VL (HYV4VLForConditionalGeneration) runs HunYuan-V4's decoder (hy_v4_vl_text, its hub names HY-V4's)
+with two changes: every latent norm (q_a_layernorm, kv_a_layernorm) at the config's rms_norm_eps (HY-V4's at
+1e-6), and Qwen3-VL's interleaved M-RoPE over the rope slice, plain RoPE on a text-only prompt (its three
+axes the same arange; the newline-per-row image positions come with images only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gqa_export.arch.families import ERNIE4_5, LLAMA, QWEN3
+from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
+from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, LayerNames
+
+# transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
+_COSMOS3_OMNI_LAYOUT = (
+    (r"^(layers\.|embed_tokens\.|norm\.)", r"model.language_model.\1", False),
+    (r"\.self_attn\.to_q\.", ".self_attn.q_proj.", False),
+    (r"\.self_attn\.to_k\.", ".self_attn.k_proj.", False),
+    (r"\.self_attn\.to_v\.", ".self_attn.v_proj.", False),
+    (r"\.self_attn\.to_out\.", ".self_attn.o_proj.", False),
+    (r"\.self_attn\.norm_q\.", ".self_attn.q_norm.", False),
+    (r"\.self_attn\.norm_k\.", ".self_attn.k_norm.", False),
+)
+COSMOS3_OMNI_TEXT = replace(QWEN3, name="cosmos3_omni_text", stored_renames=_COSMOS3_OMNI_LAYOUT)
+
+# HY-V4-VL's decoder: HY-V4 with its latent norms at rms_norm_eps (LatentAttentionNames.config_norm_eps)
+HY_V4_VL_TEXT = replace(
+    HY_V4, name="hy_v4_vl_text", latent_attention=replace(HY_V4.latent_attention, config_norm_eps=True)
+)
+
+# Cosmos3-Edge's decoder (cosmos3_edge_text): Llama's attention and norms with a plain two-projection MLP
+# (fc1 -> relu2 -> fc2, no gate), its M-RoPE plain RoPE on a text prompt; the hub keeps it at the root with
+# Diffusers-style attention names and the MLP as up_proj / down_proj (transformers' "cosmos3_edge" mapping).
+# The generator branch's tensors (action / time embedders, *_moe_gen layers) are not read.
+_COSMOS3_EDGE_LAYOUT = (
+    *_COSMOS3_OMNI_LAYOUT[:5],
+    (r"\.mlp\.up_proj\.", ".mlp.fc1.", False),
+    (r"\.mlp\.down_proj\.", ".mlp.fc2.", False),
+)
+COSMOS3_EDGE_TEXT = replace(
+    LLAMA,
+    name="cosmos3_edge_text",
+    mlp="plain",
+    activations=("relu2",),
+    layer=LayerNames(up="mlp.fc1", down="mlp.fc2"),
+    stored_renames=_COSMOS3_EDGE_LAYOUT,
+)
+
+# PaddleOCR-VL's decoder (paddleocr_vl_text): ERNIE-4.5's layers under Qwen2.5-Omni's attention, whose
+# M-RoPE rotates halves (apply_multimodal_rotary_pos_emb), where ERNIE-4.5 rotates GPT-J pairs; plain
+# rotate-half RoPE on a text prompt (the three axes carry the same positions)
+PADDLEOCR_VL_TEXT = replace(ERNIE4_5, name="paddleocr_vl_text", rope_interleaved=False)
+
+# Emu3's decoder (emu3_text_model): Llama's, stored under text_model.model. with its head text_model.lm_head
+# in the released layout (transformers' "emu3" mapping moves them under model.text_model. and lm_head)
+EMU3_TEXT = replace(
+    LLAMA,
+    name="emu3_text",
+    decoder_prefixes=(*DECODER_PREFIXES, "text_model.model."),
+    lm_head_names=(*LM_HEAD_NAMES, "text_model.lm_head.weight"),
+)
+
+# DeepSeek-OCR-2's decoder (deepseek_ocr2_text; Unlimited-OCR's too): DeepSeek-V2's experts (softmax router,
+# greedy or group-limited top-k, shared experts, dense layers by mlp_layer_types) under Llama's attention
+# (plain q/k/v/o heads, rotate-half RoPE) in place of latent attention
+DEEPSEEK_OCR2_TEXT = replace(DEEPSEEK_V2, name="deepseek_ocr2_text", latent_attention=None, rope_interleaved=False)
+
+# Kimi-K2.5's decoder: DeepSeek-V3's, but its class replaces the image and video placeholder ids by id 0 before
+# the embedding lookup (Kimi_K25Model.forward), so a prompt holding them embeds row 0 there (the package too)
+KIMI_K25_TEXT = replace(
+    DEEPSEEK_V3, name="kimi_k25_text", placeholder_keys=("image_token_id", "video_token_id"), placeholder_row=0
+)
+
+WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
+    COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
+    KIMI_K25_TEXT,
+)  # fmt: skip
