@@ -186,16 +186,26 @@ def test_experts_read_interleaved_fail_hf_parity(builds, tmp_path, monkeypatch):
     assert _error(broken, checkpoint) > 1e-2
 
 
-def test_the_mxfp8_release_is_refused_in_one_line(tmp_path):
-    """The published checkpoints are MXFP8 (quant_method mxfp8): refused naming the scales no reader here takes."""
+# quant_method -> what its refusal must name (the releases' formats: Inkling-2's MXFP8, Inkling2-Loop's NVFP4)
+RELEASE_FORMATS = {
+    "mxfp8": (
+        "MXFP8 (float8 e4m3 weights, each 32 inputs scaled by a uint8 e8m0",
+        "w13_weight_scale / w2_weight_scale",
+    ),
+    "nvfp4": ("NVFP4 (e2m1 codes two per byte, a float8 e4m3 scale per 16 inputs", "_outer_scale_denominator"),
+}
+
+
+@pytest.mark.parametrize("method", RELEASE_FORMATS)
+def test_the_released_formats_are_refused_in_one_line(tmp_path, method):
+    """The published checkpoints' formats: refused naming the codes and scales no reader here takes."""
     import json
 
     checkpoint = _serving_layout(tmp_path)
     config = json.loads((checkpoint / "config.json").read_text())
-    config["quantization_config"] = {"quant_method": "mxfp8", "weight_block_size": [1, 32], "scale_fmt": "ue8m0"}
+    config["quantization_config"] = {"quant_method": method}
     (checkpoint / "config.json").write_text(json.dumps(config))
     result = runner.invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "MXFP8 (float8 e4m3 weights, each 32 inputs scaled by a uint8 e8m0" in errors[0]
-    assert "w13_weight_scale / w2_weight_scale" in errors[0]
+    assert len(errors) == 1 and all(part in errors[0] for part in RELEASE_FORMATS[method]), errors
