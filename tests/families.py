@@ -1020,7 +1020,8 @@ FAMILIES: tuple[Family, ...] = (
     # layer's inputs attended over stacked block states), L2-clipped heads, a sink logit per token (the bias minus it,
     # a zero head_sink), per-token conv taps on the full layers' keys and values, a gated o_proj, soft-capped SwiGLU
     # experts as plain ops, capped logits of a 380-row head; transformers' layout (the hub's serving layout, model.llm.*
-    # with stacked block queries and interleaved experts, is not read). gqa only (mutants: tests/arch/test_inkling2.py)
+    # with stacked block queries and interleaved experts, gives this package: tests/arch/test_inkling2.py). gqa only
+    # (mutants: tests/arch/test_inkling2.py)
     moe(
         "inkling2_text",
         hub_layout=False,

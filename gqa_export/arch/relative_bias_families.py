@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from types import MappingProxyType
 
 from gqa_export.arch.mixer_spec import MixerSpec
@@ -58,6 +60,50 @@ INKLING = ArchSpec(
     ),
 )
 
+
+def _next_layer_query(match: re.Match[str]) -> str:
+    """The serving layout's attn_res.attn_queries.{i}: layer i + 1's attention-input query (layer 0 has none)."""
+    return f"layers.{int(match[1]) + 1}.attention_input.query"
+
+
+# Inkling2's serving layout (the hub's `model.llm.*`), renamed as transformers 5.25's conversion mapping for
+# inkling2_text renames it, in its order (source/stored_renames.py): the padded unembed is the lm_head (its first
+# unpadded_vocab_size rows read, head_rows_dropped), the experts' interleaved w13 read apart (stored_interleaved)
+_INKLING2_SERVING_LAYOUT: tuple[tuple[str, str | Callable[[re.Match[str]], str], bool], ...] = (
+    (r"^model\.llm\.unembed\.", "lm_head.", False),
+    (r"^model\.llm\.", "model.", False),
+    (r"\.embed\.weight$", ".embed_tokens.weight", False),
+    (r"\.embed_norm\.", ".embed_tokens.embed_norm.", False),
+    (r"\.mlp\.experts\.w13_weight$", ".mlp.experts.gate_up_proj", False),
+    (r"\.mlp\.experts\.w2_weight$", ".mlp.experts.down_proj", False),
+    (r"\.mlp\.gate\.bias$", ".mlp.gate.e_score_correction_bias", False),
+    (r"\.attn\.", ".self_attn.", False),
+    (r"\.self_attn\.wq_du\.", ".self_attn.q_proj.linear.", False),
+    (r"\.self_attn\.wk_dv\.", ".self_attn.k_proj.linear.", False),
+    (r"\.self_attn\.wv_dv\.", ".self_attn.v_proj.linear.", False),
+    (r"\.self_attn\.k_sconv\.", ".self_attn.k_proj.sconv.", False),
+    (r"\.self_attn\.v_sconv\.", ".self_attn.v_proj.sconv.", False),
+    (r"\.self_attn\.rel_logits_proj\.", ".self_attn.relative_position_bias.", False),
+    (r"\.self_attn\.wr_du\.", ".self_attn.relative_position_bias.linear.", False),
+    (r"\.self_attn\.q_l2_clip\.", ".self_attn.q_proj.norm.", False),
+    (r"\.self_attn\.rel_l2_clip\.", ".self_attn.relative_position_bias.norm.", False),
+    (r"\.self_attn\.wo_ud\.", ".self_attn.o_proj.linear.", False),
+    (r"\.self_attn\.gate_attn\.", ".self_attn.o_proj.gate_proj.", False),
+    (r"\.self_attn\.attn_sink_proj\.", ".self_attn.sink_proj.", False),
+    (r"\.attn_sconv\.", ".post_attention_convolution.", False),
+    (r"\.mlp_sconv\.", ".post_mlp_convolution.", False),
+    (r"(convolution|sconv)\.weight$", r"\1.conv1d.weight", False),
+    (r"(convolution|sconv)\.static_w$", r"\1.static_weight", False),
+    (r"(convolution|sconv)\.weight_proj$", r"\1.weight_proj.weight", False),
+    (r"\.mlp_norm\.", ".post_attention_layernorm.", False),
+    (r"\.attn_norm\.", ".input_layernorm.", False),
+    (r"\.(q|k|v)_input_norm\.", r".\1_input_layernorm.", False),
+    (r"attn_res\.attn_queries\.(\d+)$", _next_layer_query, False),
+    (r"attn_res\.mlp_queries\.(\d+)$", r"layers.\1.mlp_input.query", False),
+    (r"attn_res\.output_query$", "final_input.query", False),
+)
+
+
 # Inkling2 (transformers 5.25, `inkling2_text`): Inkling's layers and their relative bias and residual convolutions
 # (outputs over sqrt(K + 1)), with each layer's attention, MLP and final-norm inputs attended over stacked block
 # states (graph/block_residuals.py); learned-scale L2 clips on queries and relative states, keys clipped, values
@@ -105,6 +151,9 @@ INKLING2 = ArchSpec(
         conv_kernel="conv_kernel_size|sconv_kernel_size",
         expert_intermediate_size="moe_intermediate_size",
     ),
+    stored_renames=_INKLING2_SERVING_LAYOUT,  # read where the checkpoint has no model.embed_tokens
+    stored_interleaved=r"\.mlp\.experts\.gate_up_proj$",
+    head_rows_dropped=True,
 )
 
 RELATIVE_BIAS_FAMILIES = (INKLING, INKLING2)

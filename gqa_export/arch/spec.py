@@ -15,7 +15,8 @@ checkpoint; the vision/audio towers are never read.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+import re
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -357,8 +358,12 @@ class ArchSpec:
     split_projections: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # a checkpoint layout transformers' loader rewrites: (regex, replacement, transposed: the tensor stored
     # (in, out)) renames of stored names into the class's, in order, after the layer-pair collapse where
-    # `collapsed_layer_pairs` (source/stored_renames.py; Ergo's serving layout, Dory's backbone. and mixer blocks)
-    stored_renames: tuple[tuple[str, str, bool], ...] = ()
+    # `collapsed_layer_pairs` (source/stored_renames.py; Ergo's serving layout, Dory's backbone. and mixer blocks);
+    # a replacement may be a function of the match (Inkling2's block queries: stored index i is layer i + 1)
+    stored_renames: tuple[tuple[str, str | Callable[[re.Match[str]], str], bool], ...] = ()
+    # a regex on the class's name of a renamed tensor whose stored dim-1 rows alternate its two halves (gate 0, up 0,
+    # gate 1, ...: Inkling2's serving-layout w13 experts): read with the halves apart (source/stored_renames.py)
+    stored_interleaved: str | None = None
     collapsed_layer_pairs: bool = False
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)

@@ -287,6 +287,18 @@ REFUSED = (
       ("SpQR", "spqr"), ("FP-Quant", "fp_quant"))),
     _refused("HQQ", "hqq", tensors=(TensorMark(".W_q", "HQQ (W_q tensors)"),)),
     _refused("ModelOpt", "modelopt", keys=("quant_algo",)),
+    # the Inkling releases' formats (docs/coverage.md's Inkling section): what no reader here takes
+    SourceFormat(
+        "NVFP4", methods=("nvfp4",), docs="docs/prequantized.md §1",
+        refused_as="NVFP4 (e2m1 codes two per byte, a float8 e4m3 scale per 16 inputs and a global factor per "
+        "tensor, Inkling2-Loop's experts' `_amax` / `_outer_scale_denominator`; none of them read here)",
+    ),
+    SourceFormat(
+        "MXFP8", methods=("mxfp8",), docs="docs/prequantized.md §1",
+        refused_as="MXFP8 (float8 e4m3 weights, each 32 inputs scaled by a uint8 e8m0 exponent stored as "
+        "`<weight>_scale`: Inkling2's routed experts' w13_weight_scale / w2_weight_scale; FP8 scales are read as "
+        "weight_scale_inv / weight_scale only)",
+    ),
 )  # fmt: skip
 # llama.cpp's files: the file is the checkpoint (`file`), read by source/gguf/ with its integer
 # blocks kept (docs/gguf.md). A config.json declaring `quant_method: gguf` (transformers' name for

@@ -12,12 +12,17 @@ transformers' LayerPairCollapse reads as `layers.{i}.self_attn.*`, `layers.{i}.m
 the whole stored name, its replacement, and whether the tensor is stored (in, out) and read transposed), applied
 after the pair collapse where `ArchSpec.collapsed_layer_pairs`. Each stored name they change gets a view under the new
 name, reading the stored tensor, so the graph and its initializer names are the same whichever layout
-the checkpoint has. A checkpoint that already holds the spec's embedding is read as it is.
+the checkpoint has. A checkpoint that already holds the spec's embedding is read as it is. Inkling2's serving layout
+(`model.llm.*`) stores its block queries as `attn_res.attn_queries.{i}` for layer i + 1 (a replacement that is a
+function of the match) and its experts' gate and up rows interleaved (`w13_weight`, row 2j gate j, 2j + 1 up j), which
+transformers' Interleave(dim=1) puts apart: `ArchSpec.stored_interleaved` names the renamed tensors read so.
 """
 
 from __future__ import annotations
 
 import re
+
+import numpy as np
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.source.expert_views import Compute, ViewStore, view_info
@@ -62,6 +67,15 @@ def renamed_views(store: WeightStore, spec: ArchSpec) -> WeightStore:
         info = store.info(name)
         if transposed:
             views[new] = (view_info(info, tuple(reversed(info.shape))), lambda n=name: store.read(n).T)
+        elif spec.stored_interleaved is not None and re.search(spec.stored_interleaved, new):
+            views[new] = (view_info(info, info.shape), lambda n=name: deinterleaved(store.read(n)))
         else:
             views[new] = (view_info(info, info.shape), lambda n=name: store.read(n))
     return ViewStore(store, views) if views else store
+
+
+def deinterleaved(stored: np.ndarray) -> np.ndarray:
+    """Rows 0, 2, 4, ... then rows 1, 3, 5, ... along dim 1 (transformers' Interleave(dim=1) on load): a stacked
+    [E, 2I, H] gate | up whose stored rows alternate gate j, up j."""
+    shape = stored.shape
+    return stored.reshape(shape[0], shape[1] // 2, 2, *shape[2:]).swapaxes(1, 2).reshape(shape)

@@ -129,3 +129,83 @@ def test_unscaled_convolution_sums_fail_hf_parity(builds, tmp_path, monkeypatch)
         builds.checkpoint(INKLING2), tmp_path / "unscaled", monkeypatch, {"residual_convs": convs}, "inkling2"
     )
     assert _error(broken, builds.checkpoint(INKLING2)) > 1e-2
+
+
+def _serving_layout(tmp_path):
+    """The registry row's model (same config, seed and drawn weights) saved in the hub's serving layout by
+    transformers itself (save_pretrained with save_original_format, the conversion mapping reversed: model.llm.*,
+    attn_res.attn_queries.{i} for layer i + 1, interleaved w13 experts, a 384-row unembed padded with zeros)."""
+    from moe_models import save_moe
+
+    return save_moe(tmp_path / "serving", INKLING2, hub_layout=True)
+
+
+def test_the_serving_names_read_as_transformers_mapping_reads_them(tmp_path):
+    """Every name of the serving layout renamed by ArchSpec.stored_renames as transformers' inkling2_text mapping
+    renames it (its renamings in order, then at most one converter), none transposed."""
+    from safetensors import safe_open
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, rename_source_key
+
+    from gqa_export.source.stored_renames import renamed
+
+    mapping = get_checkpoint_conversion_mapping(INKLING2)
+    converters = [t for t in mapping if isinstance(t, WeightConverter)]
+    renamings = [t for t in mapping if not isinstance(t, WeightConverter)]
+    with safe_open(_serving_layout(tmp_path) / "model.safetensors", "np") as stored:
+        names = sorted(stored.keys())
+    seen = {"model.llm.unembed.weight", "model.llm.attn_res.attn_queries.2", "model.llm.layers.1.q_input_norm.weight"}
+    seen |= {"model.llm.layers.3.attn.v_sconv.weight_proj", "model.llm.layers.0.mlp.experts.w13_weight"}
+    assert seen <= {*names}
+    for name in names:
+        theirs, _ = rename_source_key(name, renamings, converters)
+        assert renamed(SPECS["inkling2"], name) == (theirs, False), name
+
+
+def test_the_serving_layout_gives_the_same_package(builds, tmp_path):
+    """transformers loads the serving-layout folder to the row's logits, and the package built from it is the
+    row's byte for byte (the renamed names, the experts' gate and up rows put apart, the head's first 380 rows)."""
+    import torch
+
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = _serving_layout(tmp_path)
+    prompt = torch.tensor([list(range(6, 40))])
+    with torch.no_grad():
+        assert torch.equal(hf_model(builds.checkpoint(INKLING2))(prompt).logits, hf_model(checkpoint)(prompt).logits)
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "pkg" / name).read_bytes() == (builds.package(INKLING2) / name).read_bytes(), name
+    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
+
+
+def test_experts_read_interleaved_fail_hf_parity(builds, tmp_path, monkeypatch):
+    """The serving layout's w13 experts read as stored (gate and up rows not put apart)."""
+    checkpoint = _serving_layout(tmp_path)
+    broken = build_planted(checkpoint, tmp_path / "interleaved", monkeypatch, {"stored_interleaved": None}, "inkling2")
+    assert _error(broken, checkpoint) > 1e-2
+
+
+# quant_method -> what its refusal must name (the releases' formats: Inkling-2's MXFP8, Inkling2-Loop's NVFP4)
+RELEASE_FORMATS = {
+    "mxfp8": (
+        "MXFP8 (float8 e4m3 weights, each 32 inputs scaled by a uint8 e8m0",
+        "w13_weight_scale / w2_weight_scale",
+    ),
+    "nvfp4": ("NVFP4 (e2m1 codes two per byte, a float8 e4m3 scale per 16 inputs", "_outer_scale_denominator"),
+}
+
+
+@pytest.mark.parametrize("method", RELEASE_FORMATS)
+def test_the_released_formats_are_refused_in_one_line(tmp_path, method):
+    """The published checkpoints' formats: refused naming the codes and scales no reader here takes."""
+    import json
+
+    checkpoint = _serving_layout(tmp_path)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": method}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    result = runner.invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and all(part in errors[0] for part in RELEASE_FORMATS[method]), errors
