@@ -146,6 +146,11 @@ _SHRUNK = dict(
     hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
     depth=1, embed_dim=16, num_heads=2, image_size=28, patch_size=14, projection_dim=16,
 )  # fmt: skip
+# the SAM ViT-B that DeepSeek-OCR-2's and Unlimited-OCR's vision configs nest, at one narrow layer
+_TINY_SAM: dict[str, Any] = dict(
+    hidden_size=16, output_channels=16, num_hidden_layers=1, num_attention_heads=2, image_size=64, mlp_dim=32,
+    global_attn_indexes=[0], downsample_channels=[16, 16],
+)  # fmt: skip
 # classes whose top-level ids must fit the tiny vocabulary: Apertus-1.5's image and audio codebooks are
 # token ranges of it (image ids from 320, audio ids from 352, to 384; its head keeps the first 320)
 # dots3-note's towers feed the decoder's width and its vision tower's layers are MoE ones per layer (one dense)
@@ -170,16 +175,7 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {},
         {
             "vision_config": {
-                "sam_config": {
-                    "hidden_size": 16,
-                    "output_channels": 16,
-                    "num_hidden_layers": 1,
-                    "num_attention_heads": 2,
-                    "image_size": 64,
-                    "mlp_dim": 32,
-                    "global_attn_indexes": [0],
-                    "downsample_channels": [16, 16],
-                },
+                "sam_config": dict(_TINY_SAM),
                 "encoder_config": {
                     "vocab_size": 16,
                     "hidden_size": 16,
@@ -197,16 +193,7 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {},
         {
             "vision_config": {
-                "sam_config": {
-                    "hidden_size": 16,
-                    "output_channels": 16,
-                    "num_hidden_layers": 1,
-                    "num_attention_heads": 2,
-                    "image_size": 64,
-                    "mlp_dim": 32,
-                    "global_attn_indexes": [0],
-                    "downsample_channels": [16, 16],
-                },
+                "sam_config": dict(_TINY_SAM),
                 "encoder_config": {
                     "hidden_size": 16,
                     "intermediate_size": 32,
