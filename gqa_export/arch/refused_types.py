@@ -49,10 +49,6 @@ REFUSED: dict[str, str] = {
         "mistral4", "mistral_large4", "molmo2", "muse_glimmer", "muse_spark", "paddleocr_vl", "perception_lm", "pi0",
         "pp_formulanet", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "step3p7", "unlimited_ocr",
     ),
-    # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
-    "inkling2_loop_text": "no spec yet: Inkling2-Loop needs Inkling2's mechanisms and its loop layers run "
-    "loop_num_passes times, each pass with its own KV cache and convolution states and gated messages from the "
-    "previous pass, which gqa-export does not build yet (docs/coverage.md §11)",
     # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
     "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
     "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "

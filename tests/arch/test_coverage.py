@@ -117,11 +117,6 @@ def no_weight_read(monkeypatch):
     [
         (dict(model_type="reformer", architectures=["ReformerModelWithLMHead"]), REFUSED["reformer"]),
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
-        # read, not built: its line names the mechanisms (arch/refused_types.py)
-        (
-            dict(model_type="inkling2_loop_text", architectures=["Inkling2LoopForCausalLM"]),
-            REFUSED["inkling2_loop_text"],
-        ),
         # a multimodal class around a supported family's decoder (DeepSeek-V3) that is not checked against it:
         # refused by its own type (the classes that are: arch/wrapped_decoders.py, with --text-only)
         (dict(model_type="kimi_k25", architectures=["Kimi_K25ForConditionalGeneration"]), REFUSED["kimi_k25"]),
@@ -138,7 +133,6 @@ def no_weight_read(monkeypatch):
     ids=[
         "refused",
         "not-applicable",
-        "read-not-built",
         "multimodal",
         "gemma4-assistant",
         "gemma4-unified-assistant",
