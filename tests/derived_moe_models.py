@@ -812,6 +812,44 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Inkling2-Loop (transformers 5.25): Inkling2's tiny layers, eight of them (sliding / full alternating), layers 2
+    # to 5 (two blocks, so a later pass's messages read a block state beside the previous pass's output) run 3 times,
+    # the message gates of rank 5, eps 1e-5 (the gates' norms read the config's, the block attentions' a fixed 1e-6);
+    # weights at std 0.08: at Inkling2's 0.15 the 16 graph layers amplify fp32 rounding so that HF's own cached and
+    # uncached logits part by 2e-4, past the registry's 1e-4
+    "inkling2_loop_text": (
+        dict(
+            num_hidden_layers=8,
+            layer_types=["hybrid_sliding", "hybrid"] * 4,
+            swa_num_attention_heads=6,
+            swa_num_key_value_heads=3,
+            swa_head_dim=8,
+            sliding_window_size=8,
+            d_rel=3,
+            rel_extent=12,
+            log_scaling_n_floor=4,
+            log_scaling_alpha=0.3,
+            qk_l2_clip_threshold=3.0,
+            rel_l2_clip_threshold=1.0,
+            n_layers_per_attn_res_block=2,
+            mlp_gate_softcap=1.0,
+            mlp_up_softcap=1.5,
+            final_logit_softcapping=3.0,
+            conv_kernel_size=4,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            route_scale=2.5,
+            unpadded_vocab_size=380,
+            rms_norm_eps=1e-5,
+            initializer_range=0.08,
+            loop_layer_index_start=2,
+            loop_layer_index_end=6,
+            loop_num_passes=3,
+            loop_gate_rank=5,
+        ),
+        (),
+    ),
 }
 FAMILIES = list(CONFIGS)
 # Cohere2-MoE's other forms: RMSNorms, the shared expert summed, two dense layers whose window pattern
@@ -851,7 +889,7 @@ def finish(model: Any, model_type: str, g: torch.Generator) -> None:
             for name, p in model.named_parameters():
                 if "residual_gate" in name:
                     p.copy_(torch.randn(p.shape, generator=g))
-    if model_type in ("inkling_text", "inkling2_text"):
+    if model_type in ("inkling_text", "inkling2_text", "inkling2_loop_text"):
         _inkling(model, g)
     if model_type == "jetmoe":
         with torch.no_grad():

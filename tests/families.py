@@ -1035,6 +1035,22 @@ FAMILIES: tuple[Family, ...] = (
         since_major=5,
         since=(5, 25),
     ),
+    # Inkling2-Loop: Inkling2 whose layers 2 and 3 run 3 times unrolled (each pass its own KV caches and convolution
+    # states, in HF's cache order), the later passes gating the previous pass's messages into their query, key, value
+    # and MLP inputs. gqa only (mutants: tests/arch/test_inkling2_loop.py)
+    moe(
+        "inkling2_loop_text",
+        hub_layout=False,
+        generate_modes=("gqa",),
+        ragged_logits_modes=("gqa",),
+        ragged_generate_modes=("gqa",),
+        quantized=("int4",),
+        accuracy_level=0,
+        experts="plain",
+        prompt=LONG_PROMPT,
+        since_major=5,
+        since=(5, 25),
+    ),
     # Beam-1.0: the NoPE layers' position query scale read from the positions the graph has (decode steps, right
     # padding: a ragged batch in every mode), the gate's per-head bias, depth-scaled adds, grouped sigmoid router
     # (its int4 and int8 smoke runs end at EOS before 16 tokens; no initializer range of 0.05-0.4 keeps both going)

@@ -173,6 +173,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "loop_output_layers": "n_output_layers",
     "loop_count": "n_recurrent_loops",
     "loop_cache_mode": "recurrent_kv_cache_mode",
+    "loop_end": "loop_end",  # the loop's end layer (exclusive) where a family names it (Inkling2-Loop)
     # nGPT's scale constants (ArchSpec.ngpt, Dory)
     "initializer_range": "initializer_range",
     "ngpt_alpha_init": "ngpt_alpha_init",

@@ -99,12 +99,8 @@ REFUSED: dict[str, str] = {
     "checked against that decoder's, and its vision and audio towers are not built (docs/coverage.md §24)",
     "inkling2": "its decoder is exported as inkling2_text (the hub's model.llm.* layout read there), but this class's "
     "text-only forward is not checked against it and its vision tower is not built (docs/coverage.md §24)",
-    "inkling2_loop": "its Inkling decoder (inkling2_loop_text) has no spec yet (docs/coverage.md §11), and its vision "
-    "tower is not built",
-    # read in issue #39 (hybrid3): buildable, not built yet (docs/coverage.md §11 says what each needs)
-    "inkling2_loop_text": "no spec yet: Inkling2-Loop needs Inkling2's mechanisms and its loop layers run "
-    "loop_num_passes times, each pass with its own KV cache and convolution states and gated messages from the "
-    "previous pass, which gqa-export does not build yet (docs/coverage.md §11)",
+    "inkling2_loop": "its decoder is exported as inkling2_loop_text, but this class's text-only forward is not "
+    "checked against it and its vision tower is not built (docs/coverage.md §24)",
     # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
     "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
     "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from types import MappingProxyType
 
 from gqa_export.arch.mixer_spec import MixerSpec
@@ -11,6 +12,7 @@ from gqa_export.arch.moe_spec import MoeNames, MoeSpec
 from gqa_export.arch.relative_bias_spec import (
     BlockResidualNames,
     ClippedAttentionNames,
+    LoopMessageNames,
     RelativeBiasNames,
     ResidualConvNames,
 )
@@ -156,4 +158,24 @@ INKLING2 = ArchSpec(
     head_rows_dropped=True,
 )
 
-RELATIVE_BIAS_FAMILIES = (INKLING, INKLING2)
+# Inkling2-Loop (transformers 5.25, `inkling2_loop_text`): Inkling2 whose layers loop_layer_index_start ..
+# loop_layer_index_end - 1 run loop_num_passes times with shared weights, each pass from the loop's input (stream and
+# block stack) with its own KV caches and convolution states, unrolled (model/recurrent_loop.py); each later pass's
+# layers gate into their query, key, value and MLP inputs messages that learned queries attend over the previous
+# pass's block states and output (graph/loop_messages.py, graph/message_gates.py)
+INKLING2_LOOP = replace(
+    INKLING2,
+    name="inkling2_loop",
+    recurrent_loop=True,
+    block_residuals=BlockResidualNames(messages=LoopMessageNames()),
+    config_keys=MappingProxyType(
+        {
+            **INKLING2.config_keys,
+            "loop_input_layers": "loop_layer_index_start",
+            "loop_end": "loop_layer_index_end",
+            "loop_count": "loop_num_passes",
+        }
+    ),
+)
+
+RELATIVE_BIAS_FAMILIES = (INKLING, INKLING2, INKLING2_LOOP)

@@ -56,6 +56,23 @@ class BlockResidualNames:
     final: str = "final_input.query"
     input_norms: tuple[str, str, str] = ("q_input_layernorm", "k_input_layernorm", "v_input_layernorm")
     block_size: str = "n_layers_per_attn_res_block"
+    # Inkling2-Loop's messages between loop passes (graph/loop_messages.py); None: no loop messages
+    messages: LoopMessageNames | None = None
+
+
+@dataclass(frozen=True)
+class LoopMessageNames:
+    """Inkling2-Loop's messages: each pass after the first reads, per loop layer, four messages (its queries', keys',
+    values' and MLP inputs') attended by learned queries `query` [loop layers, 4, H] (model-level) over the previous
+    pass's block states and its output; each joins its input through a gate (`gates`, per layer): `down`
+    [r, 2H] of the weightless-RMS-normed input and message, then (1 - tanh(`forget` .)) input + tanh(`message` .)
+    message, in float32."""
+
+    query: str = "message_input.query"
+    gates: tuple[str, str, str, str] = ("q_message_gate", "k_message_gate", "v_message_gate", "mlp_message_gate")
+    down: str = "down_proj"
+    forget: str = "forget_gate_proj"
+    message: str = "message_gate_proj"
 
 
 @dataclass(frozen=True)

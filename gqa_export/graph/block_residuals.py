@@ -18,6 +18,7 @@ import onnx_ir as ir
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.decoder_layer import Mixer, block_norm, layer_mlp
+from gqa_export.graph.message_gates import message_gate
 from gqa_export.graph.output_gate import gated_output
 from gqa_export.graph.params import WIDER_THAN_IO_META, Params
 from gqa_export.graph.residual_convs import convolved_output
@@ -54,9 +55,11 @@ def block_attention(
 
 
 def block_residual_layer(
-    lc: LayerContext, h: ir.Value, blocks: list[ir.Value], attention: Mixer
+    lc: LayerContext, h: ir.Value, blocks: list[ir.Value], attention: Mixer, messages: list[ir.Value] | None = None
 ) -> tuple[ir.Value, LayerKV | None]:
-    """One Inkling2 layer on its input h; a block boundary appends h to `blocks` (the model's stack)."""
+    """One Inkling2 layer on its input h; a block boundary appends h to `blocks` (the model's stack). `messages`:
+    the query, key, value and MLP messages a later loop pass's layer gates into its inputs (graph/loop_messages.py;
+    a sliding layer's one attention input then becomes three)."""
     names, L, b, hidden = lc.spec.block_residuals, lc.spec.layer, lc.b, lc.dims.hidden_size
     assert names is not None and lc.dims.block_size > 0
     full = lc.layer.window <= 0
@@ -65,10 +68,16 @@ def block_residual_layer(
         inputs = (
             [h] * count if lc.i == 0 else block_attention(b, lc.params, lc.name(names.attention, ""), blocks, h, hidden)
         )
-    if full:  # queries', keys' and values' inputs, each through its own norm
-        x: ir.Value | tuple[ir.Value, ...] = tuple(
-            block_norm(lc, t, n, n) for t, n in zip(inputs, names.input_norms, strict=True)
-        )
+    gates = names.messages
+    x: ir.Value | tuple[ir.Value, ...]
+    if messages is not None:  # Inkling2-Loop: each input gated with its message before its norm
+        assert gates is not None
+        inputs = [message_gate(lc, gates, inputs[n % len(inputs)], messages[n], n) for n in range(3)]
+        norms = names.input_norms if full else (L.input_norm,) * 3
+        x = tuple(block_norm(lc, t, n, f"{tag}_input") for t, n, tag in zip(inputs, norms, "qkv", strict=True))
+        query_input = x[0]
+    elif full:  # queries', keys' and values' inputs, each through its own norm
+        x = tuple(block_norm(lc, t, n, n) for t, n in zip(inputs, names.input_norms, strict=True))
         query_input = x[0]
     else:
         x = query_input = block_norm(lc, inputs[0], L.input_norm, "input_layernorm")
@@ -83,6 +92,8 @@ def block_residual_layer(
         residual = b.op("Add", h, out, name="residual_attn")
     with b.scope("mlp_input"):
         mlp_input = block_attention(b, lc.params, lc.name(names.mlp, ""), blocks, residual, hidden)[0]
+    if messages is not None and gates is not None:
+        mlp_input = message_gate(lc, gates, mlp_input, messages[3], 3)
     x_mlp = block_norm(lc, mlp_input, L.post_attention_norm, "post_attention_layernorm")
     with b.scope("mlp"):
         return b.op("Add", residual, layer_mlp(lc, x_mlp, residual), name="residual_mlp"), kv

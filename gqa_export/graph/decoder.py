@@ -40,6 +40,7 @@ from gqa_export.graph.hyper_connections import collapse_streams, expand_streams,
 from gqa_export.graph.input_embedding import embed_input
 from gqa_export.graph.latent_attention import latent_flat, latent_mqa
 from gqa_export.graph.layer_features import add_layer_features, split_layer_features
+from gqa_export.graph.loop_messages import loop_messages
 from gqa_export.graph.lora import LoraPlan, check_matched
 from gqa_export.graph.mamba2 import prompt_step
 from gqa_export.graph.masks import MaskKind, mask_values, state_padding, token_positions
@@ -149,6 +150,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     streams = stack_streams(b, h, dims, spec, params)  # HRM-Text: stacks run in cycles over two streams
     loop = loop_stream(b, dims, params)  # Dory: the middle layers run in a loop
     blocks: list[ir.Value] | None = [] if spec.block_residuals is not None else None  # Inkling2's block states
+    gates = spec.block_residuals.messages if spec.block_residuals is not None else None  # Inkling2-Loop's
+    passes = loop_messages(b, dims, params, spec.tensor(gates.query) if gates is not None else None)
     for i in range(dims.num_layers):
         with b.scope(f"layers.{i}"), shared_weights(b, streams is not None or loop is not None):
             layer = dims.layers[i]
@@ -177,7 +180,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
                 continue
             if blocks is not None:  # Inkling2: its inputs attended over the stacked block states
                 assert attention is not None
-                h, kv[i] = block_residual_layer(lc, h, blocks, attention)
+                h, messages = passes.enter(i, h, blocks) if passes is not None else (h, None)
+                h, kv[i] = block_residual_layer(lc, h, blocks, attention, messages)
                 continue
             if dims.hyper:  # each block reads a weighted sum of the copies and is spread back over them
                 attend_block = shared_kv_block if spec.shared_kv_attention is not None else attention_block

@@ -74,9 +74,12 @@ def recurrent_loop_dims(opt: Option, spec: ArchSpec, num_layers: int) -> Recurre
     and MLP blocks apart, so `num_layers` is the stored layers')."""
     if not spec.recurrent_loop:
         return None
-    inputs, outputs, loops = int(opt("loop_input_layers")), int(opt("loop_output_layers")), int(opt("loop_count"))
-    recurrent = opt("loop_layers")
-    recurrent = num_layers - inputs - outputs if recurrent is None else int(recurrent)
+    inputs, loops, end = int(opt("loop_input_layers")), int(opt("loop_count")), opt("loop_end")
+    if end is not None:  # Inkling2-Loop names the loop's end layer (exclusive)
+        recurrent, outputs = int(end) - inputs, num_layers - int(end)
+    else:
+        outputs, recurrent = int(opt("loop_output_layers")), opt("loop_layers")
+        recurrent = num_layers - inputs - outputs if recurrent is None else int(recurrent)
     mode = str(opt("loop_cache_mode", "per_loop"))
     if mode not in ("per_loop", "last_loop"):
         raise InputError(f'{spec.name}: recurrent_kv_cache_mode {mode!r} is neither "per_loop" nor "last_loop"')
