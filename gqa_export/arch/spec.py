@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
 
 from gqa_export.arch.config_keys import DEFAULT_CONFIG_KEYS
 from gqa_export.arch.expert_attention import AttentionExpertNames
@@ -36,6 +35,9 @@ from gqa_export.arch.moe_spec import MoeSpec
 from gqa_export.arch.ngpt_spec import NgptNames
 from gqa_export.arch.relative_bias_spec import BlockResidualNames, RelativeBiasNames, ResidualConvNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
+from gqa_export.arch.spec_records import AbsolutePositions as AbsolutePositions  # re-exported
+from gqa_export.arch.spec_records import BidirectionalRuns as BidirectionalRuns
+from gqa_export.arch.spec_records import Refusal as Refusal
 from gqa_export.arch.stream_spec import (
     AlternatingUpdateNames,
     AugmentedResidualNames,
@@ -58,51 +60,6 @@ ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "pro
 # classes, transformers 4.x multimodal checkpoints (Gemma-3, Mistral-3, Qwen2.5-VL as published).
 DECODER_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "model.text_model.")
 LM_HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A config value the graph builder does not implement: refused with `message`.
-
-    `values` lists the refused values; empty means any truthy value. A list-valued key (a
-    per-layer pattern such as `layer_types`) is refused when any of its entries is."""
-
-    config_key: str
-    message: str
-    values: tuple[Any, ...] = ()
-    differs_from: str | None = None  # refused when the value differs from this config key's (OPT's projections)
-
-    def applies(self, value: Any, other: Any = None) -> bool:
-        if self.differs_from is not None:
-            return value is not None and value != other
-        if self.values and isinstance(value, (list, tuple)):
-            return any(v in self.values for v in value)
-        return value in self.values if self.values else bool(value)
-
-    def where(self, value: Any) -> str:
-        """The refused value as the message ends with it: `key=value`, or for a list the first
-        refused entry and its index (a 52-layer pattern would not fit on the line)."""
-        if self.values and isinstance(value, (list, tuple)):
-            hits = [i for i, v in enumerate(value) if v in self.values]
-            more = f" and {len(hits) - 1} more" if len(hits) > 1 else ""
-            return f"{self.config_key}[{hits[0]}]={value[hits[0]]!r}{more}"
-        return f"{self.config_key}={value!r}"
-
-
-@dataclass(frozen=True)
-class AbsolutePositions:
-    """A learned absolute position table (GPT-2's wpe, OPT's embed_positions), relative to the
-    decoder root: row `position + offset` is added to each token's embedding, the position counted
-    from attention_mask as HF generate counts it (OPT's table starts `offset` 2 rows in)."""
-
-    table: str
-    offset: int = 0
-    # computed at export instead of read: fairseq's sinusoids ([sin | cos] halves, the pad id's row
-    # zero), as XGLM's non-persistent buffer holds them (`table` then names no checkpoint tensor)
-    sinusoidal: bool = False
-    # the sinusoids' frequencies (SINUSOID_RATES): "fairseq" (10000^(-i / (W/2 - 1)), the pad row zero:
-    # XGLM) or "transformer" (10000^(-2i / W), no zero row: CTRL's positional_encoding)
-    sinusoid_rates: str = "fairseq"
 
 
 SINUSOID_RATES = ("fairseq", "transformer")
@@ -138,22 +95,6 @@ EMBEDDING_SCALES = (
 RESIDUAL_SCALES = ("config", "depth", "add_index")
 BIDIRECTIONAL_LAYERS = ("all", "sliding")
 BIDIRECTIONAL_WINDOWS = ("bounded", "unbounded")
-
-
-@dataclass(frozen=True)
-class BidirectionalRuns:
-    """Multimodal placeholder runs (an image's tokens) that attend to each other in both directions.
-
-    The ids are read from the top-level config under `token_id_keys` (image_token_id, ...), only
-    when `condition` ("key=value" on the text config, else the top level) holds. `layers`: every
-    layer or only the sliding ones get the bidirectional bias; `window`: "bounded" when the sliding
-    window still bounds a run's keys on the left (Gemma-3/4 vision masks), "unbounded" when the run
-    overrides it (transformers' generic block mask)."""
-
-    token_id_keys: tuple[str, ...]
-    condition: str | None = None
-    layers: str = "all"
-    window: str = "unbounded"
 
 
 def config_keys(**renamed: str) -> Mapping[str, str]:

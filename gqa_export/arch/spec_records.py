@@ -1,0 +1,69 @@
+"""Small frozen records an `ArchSpec` holds (arch/spec.py re-exports them, where the families import them):
+a config value refused with its line, a learned or sinusoidal absolute position table, and multimodal
+placeholder runs that attend both ways."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A config value the graph builder does not implement: refused with `message`.
+
+    `values` lists the refused values; empty means any truthy value. A list-valued key (a
+    per-layer pattern such as `layer_types`) is refused when any of its entries is."""
+
+    config_key: str
+    message: str
+    values: tuple[Any, ...] = ()
+    differs_from: str | None = None  # refused when the value differs from this config key's (OPT's projections)
+
+    def applies(self, value: Any, other: Any = None) -> bool:
+        if self.differs_from is not None:
+            return value is not None and value != other
+        if self.values and isinstance(value, (list, tuple)):
+            return any(v in self.values for v in value)
+        return value in self.values if self.values else bool(value)
+
+    def where(self, value: Any) -> str:
+        """The refused value as the message ends with it: `key=value`, or for a list the first
+        refused entry and its index (a 52-layer pattern would not fit on the line)."""
+        if self.values and isinstance(value, (list, tuple)):
+            hits = [i for i, v in enumerate(value) if v in self.values]
+            more = f" and {len(hits) - 1} more" if len(hits) > 1 else ""
+            return f"{self.config_key}[{hits[0]}]={value[hits[0]]!r}{more}"
+        return f"{self.config_key}={value!r}"
+
+
+@dataclass(frozen=True)
+class AbsolutePositions:
+    """A learned absolute position table (GPT-2's wpe, OPT's embed_positions), relative to the
+    decoder root: row `position + offset` is added to each token's embedding, the position counted
+    from attention_mask as HF generate counts it (OPT's table starts `offset` 2 rows in)."""
+
+    table: str
+    offset: int = 0
+    # computed at export instead of read: fairseq's sinusoids ([sin | cos] halves, the pad id's row
+    # zero), as XGLM's non-persistent buffer holds them (`table` then names no checkpoint tensor)
+    sinusoidal: bool = False
+    # the sinusoids' frequencies (SINUSOID_RATES): "fairseq" (10000^(-i / (W/2 - 1)), the pad row zero:
+    # XGLM) or "transformer" (10000^(-2i / W), no zero row: CTRL's positional_encoding)
+    sinusoid_rates: str = "fairseq"
+
+
+@dataclass(frozen=True)
+class BidirectionalRuns:
+    """Multimodal placeholder runs (an image's tokens) that attend to each other in both directions.
+
+    The ids are read from the top-level config under `token_id_keys` (image_token_id, ...), only
+    when `condition` ("key=value" on the text config, else the top level) holds. `layers`: every
+    layer or only the sliding ones get the bidirectional bias; `window`: "bounded" when the sliding
+    window still bounds a run's keys on the left (Gemma-3/4 vision masks), "unbounded" when the run
+    overrides it (transformers' generic block mask)."""
+
+    token_id_keys: tuple[str, ...]
+    condition: str | None = None
+    layers: str = "all"
+    window: str = "unbounded"
