@@ -229,7 +229,28 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
     ),
     "apertus1p5": (
         {"image_token_offset": 320, "audio_token_offset": 352},
-        {"vision_config": {"codebook_size": 32}, "audio_config": {"codebook_size": 32}},
+        # its image and audio tokenizers (a VQ conv net, WavTokenizer's 12-layer decoder) at one narrow level each
+        {
+            "vision_config": {
+                "codebook_size": 32,
+                "base_channels": 32,
+                "latent_channels": 32,
+                "embed_dim": 32,
+                "num_res_blocks": 1,
+                "channel_multiplier": [1, 2],
+                "attn_resolutions": [],
+                "resolution": 32,
+            },
+            "audio_config": {
+                "codebook_size": 32,
+                "num_filters": 4,
+                "num_lstm_layers": 1,
+                "decoder_hidden_size": 16,
+                "decoder_intermediate_size": 32,
+                "decoder_num_layers": 1,
+                "decoder_attention_num_groups": 4,
+            },
+        },
     ),
 }
 _PLACEHOLDERS = {"image_token_id": 300, "image_token_index": 300, "video_token_id": 301, "video_token_index": 301}
