@@ -19,7 +19,7 @@ from typing import Any
 from gqa_export.arch import get_spec
 from gqa_export.arch.refused_types import NOT_APPLICABLE, REFUSED
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, wrapped_decoder_recipe
+from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, class_recipe
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
@@ -166,11 +166,11 @@ def _row(
     # over the decoder family's (Cohere2-Vision's, without logit_scale), as the build's matching has it
     if architecture in WRAPPED_DECODERS:
         try:
-            wrapped: Recipe | None = match_recipe(text_type, architecture, recipes)
+            return _exported_row(
+                model_type, mappings, architecture, class_recipe(text_type, architecture, recipes), True
+            )
         except InputError:
-            wrapped = wrapped_decoder_recipe(text_type, architecture, recipes)
-        if wrapped is not None:
-            return _exported_row(model_type, mappings, architecture, wrapped, wrapped=True)
+            pass
     for cls in dict.fromkeys(classes.values()):  # the multimodal class first, then the causal-LM one
         try:
             return _exported_row(model_type, mappings, architecture, match_recipe(text_type, cls, recipes))

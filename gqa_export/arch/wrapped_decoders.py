@@ -23,10 +23,12 @@ them all the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
+from typing import Any
 
-from gqa_export.recipes import Recipe
+from gqa_export.errors import InputError
+from gqa_export.recipes import Recipe, match_recipe
 
 # class -> its model_type (the name the refusal and the coverage table use)
 WRAPPED_DECODERS = MappingProxyType(
@@ -98,6 +100,27 @@ def wrapped_decoder_recipe(text_model_type: str, architecture: str | None, recip
         if text_model_type in r.model_types and any(a.endswith("ForCausalLM") for a in r.architectures)
     )
     return next(own, None)
+
+
+def class_recipe(text_model_type: str, architecture: str | None, recipes: Sequence[Recipe]) -> Recipe:
+    """The recipe a checkpoint of `architecture` builds with: one naming the class (Cohere2-Vision's), else
+    for a listed class its decoder family's; `match_recipe`'s one line where neither matches. The build
+    (source/checkpoint.match_builtin) and the coverage table (arch/coverage.py) both match through it."""
+    try:
+        return match_recipe(text_model_type, architecture, list(recipes))
+    except InputError:
+        wrapped = wrapped_decoder_recipe(text_model_type, architecture, recipes)
+        if wrapped is None:
+            raise
+        return wrapped
+
+
+def listed_class(raw_config: Mapping[str, Any]) -> str | None:
+    """The config's architecture where it is a listed class, else None (a malformed `architectures`,
+    which match_builtin refuses in its own line, is none)."""
+    architectures = raw_config.get("architectures")
+    first = architectures[0] if isinstance(architectures, list) and architectures else None
+    return first if isinstance(first, str) and first in WRAPPED_DECODERS else None
 
 
 def towers_refusal(architecture: str, text_model_type: str) -> str:

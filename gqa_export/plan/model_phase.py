@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from gqa_export.arch import get_spec
-from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, towers_refusal
+from gqa_export.arch.wrapped_decoders import listed_class, towers_refusal
 from gqa_export.check.ep_lints import check_ep_mode
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import gqa_refusal
@@ -61,7 +61,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     check_outside(request.output, source.model_dir)
     prequantized.check_config(checkpoint.raw_config, source.model_dir, request.dequantize)
     reporter.stage("build")
-    recipe = _recipe(plan, checkpoint, note)
+    wrapped = listed_class(checkpoint.raw_config)  # a multimodal class around a decoder (arch/wrapped_decoders.py)
+    recipe = _recipe(plan, checkpoint, note, wrapped)
     hf_config, generation = checkpoint.configs
     text_config = text_config_of(hf_config)
     outer = hf_config if text_config is not hf_config else None
@@ -100,7 +101,6 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     mm = None
     if full and not request.text_only:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
-    wrapped = (checkpoint.raw_config.get("architectures") or [None])[0] in WRAPPED_DECODERS
     notes += _no_effect(request.model, request.text_only and not full and not wrapped, request.dequantize, imported)
     for line in notes:  # said, never silently accepted
         note(line)
@@ -124,19 +124,16 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     )  # fmt: skip
 
 
-def _recipe(plan: RequestPlan, checkpoint: Checkpoint, note: Callable[[str], None]) -> Recipe:
+def _recipe(plan: RequestPlan, checkpoint: Checkpoint, note: Callable[[str], None], wrapped: str | None) -> Recipe:
     """The user's recipe (its config class where transformers does not know the model_type) or the
     built-in match, with --set and the EP's overrides applied. An unknown architecture is named
-    before transformers is asked about it."""
+    before transformers is asked about it; `wrapped` (a listed multimodal class) needs --text-only."""
     request = plan.request
     if plan.user_recipe is not None and (said := checkpoint.read_for(plan.user_recipe)) is not None:
         note(said)
     recipe = plan.user_recipe or match_builtin(checkpoint.raw_config, checkpoint.source.model_dir)
-    architecture = (checkpoint.raw_config.get("architectures") or [None])[0]
-    if plan.user_recipe is None and architecture in WRAPPED_DECODERS and not request.text_only:
-        raise InputError(
-            towers_refusal(architecture, recipe.arch)
-        )  # its towers are not built (arch/wrapped_decoders.py)
+    if plan.user_recipe is None and wrapped is not None and not request.text_only:  # its towers are not built
+        raise InputError(towers_refusal(wrapped, recipe.arch))
     check_raw_config(checkpoint.raw_config)
     if request.settings and plan.user_recipe is None:
         recipe = load_recipe(recipe.path, list(request.settings))

@@ -16,13 +16,13 @@ from typing import Any
 
 from gqa_export.arch import get_spec
 from gqa_export.arch.refused_types import refusal_for
-from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, wrapped_decoder_recipe
+from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, class_recipe
 from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json_object
 from gqa_export.model.dims import ModelDims, read_dims
 from gqa_export.model.raw_config import check_raw_config
 from gqa_export.progress import Reporter
-from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe, match_recipe
+from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe
 from gqa_export.source.fetch import Source, resolve_source
 from gqa_export.source.file_reader import FileReader
 from gqa_export.source.formats import file_format
@@ -167,12 +167,9 @@ def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
         model_type = str(text.get("model_type") or text_config_of(read_configs(model_dir)[0]).model_type)
     elif architecture in WRAPPED_DECODERS:  # its text config at the top level (dots3-note's releases)
         model_type = str(text_config_of(read_configs(model_dir)[0]).model_type)
-    try:
-        return match_recipe(model_type, architecture, builtin_recipes())
+    try:  # a multimodal class around an exported decoder matches its family's: --text-only (plan/model_phase.py)
+        return class_recipe(model_type, architecture, builtin_recipes())
     except InputError:
-        wrapped = wrapped_decoder_recipe(model_type, architecture, builtin_recipes())
-        if wrapped is not None:  # a multimodal class around an exported decoder: --text-only (plan/model_phase.py)
-            return wrapped
         refused = refusal_for(model_type)  # a refused text decoder under a class no recipe lists
         if refused:
             raise InputError(refused) from None
