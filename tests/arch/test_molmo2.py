@@ -6,6 +6,7 @@ YaRN on layer 1 only) are tests/wrapped_models.py's; test_wrapped_decoders.py ho
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -55,8 +56,10 @@ def test_each_choice_matches_hf(tmp_path, choices, hub):
 
 
 def test_released_layout_matches_hf(tmp_path, released):
+    """Also: genai reads logits as wide as the head (vocab_size 384), not the embedding's 400 rows."""
     build(BuildOptions(str(released), tmp_path / "pkg", smoke=False, text_only=True))
     assert _error(tmp_path / "pkg", released) < BOUND
+    assert json.loads((tmp_path / "pkg" / "genai_config.json").read_text())["model"]["vocab_size"] == 384
 
 
 _CHOICES = {c.config_key: c for c in SPEC.config_choices}
