@@ -1,4 +1,4 @@
-"""Molmo2's decoder (arch/wrapped_families.MOLMO2_TEXT, docs/coverage.md §23): each choice its config makes
+"""Molmo2's decoder (arch/wrapped_families.MOLMO2_TEXT, docs/coverage.md §26): each choice its config makes
 (qk_norm_type, norm_after, rope_scaling_layers, additional_vocab_size) held against Molmo2ForConditionalGeneration
 on a prompt holding its additional vocabulary's ids, in the release's layout and transformers 5.x's, with a
 planted mutant of each mechanism. The tiny class's choices off their defaults (OLMo's q/k norms, post-norm,
@@ -40,17 +40,11 @@ def released(tmp_path_factory):
     return save_wrapped(tmp_path_factory.mktemp("molmo2") / "released", "molmo2", "molmo2_text")
 
 
-@pytest.mark.parametrize(
-    ("choices", "hub"),
-    [
-        ({"qk_norm_type": "qwen3", "norm_after": False, "rope_scaling_layers": [0, 1]}, False),  # the defaults
-        ({"qk_norm_type": "olmo", "norm_after": False, "rope_scaling_layers": [0]}, True),
-        ({"qk_norm_type": "qwen3", "norm_after": True, "rope_scaling_layers": []}, True),
-    ],
-    ids=["defaults-v5", "olmo-pre-layer0", "qwen3-post-none"],
-)
-def test_each_choice_matches_hf(tmp_path, choices, hub):
-    checkpoint = save_wrapped(tmp_path / "ckpt", "molmo2", "molmo2_text", hub_layout=hub, **choices)
+def test_the_default_choices_match_hf(tmp_path):
+    """Qwen3's per-head q/k norms, pre-norm layers, YaRN on every layer, in transformers 5.x's layout (the tiny
+    class's own choices, OLMo's norms, post-norm, YaRN on layer 1 only, in the release's layout: below)."""
+    choices = {"qk_norm_type": "qwen3", "norm_after": False, "rope_scaling_layers": [0, 1]}
+    checkpoint = save_wrapped(tmp_path / "ckpt", "molmo2", "molmo2_text", hub_layout=False, **choices)
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
     assert _error(tmp_path / "pkg", checkpoint) < BOUND
 
@@ -106,3 +100,18 @@ def test_a_choice_the_spec_does_not_build_is_refused_in_one_line():
         chosen_spec(SPEC, config)
     said = "qk_norm_type='layer' is not one the molmo2_text spec builds (it builds 'qwen3', 'olmo')"
     assert str(refused.value) == said
+
+
+def test_a_checkpoint_without_its_head_is_refused(tmp_path, released):
+    """Molmo2's class never ties its lm_head to the embedding (vocab_size rows against 400): a checkpoint without
+    lm_head.weight is refused in one line, not scored by the embedding's rows."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    checkpoint = tmp_path / "headless"
+    shutil.copytree(released, checkpoint)
+    tensors = load_file(checkpoint / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if k != "lm_head.weight"}, checkpoint / "model.safetensors")
+    with pytest.raises(InputError, match=r"no lm_head\.weight for the 384 logits, and the embedding's 400 rows"):
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
