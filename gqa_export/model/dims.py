@@ -307,8 +307,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         hidden_size=hidden,
         num_layers=len(layers),
         num_heads=heads,
-        vocab_size=int(config.vocab_size) + extra_rows,  # the embedding's rows
-        logits_vocab=int(config.vocab_size) if extra_rows else config_reads.pruned_head_rows(opt, vocab, tied),
+        vocab_size=vocab + extra_rows,  # the embedding's rows
+        logits_vocab=vocab if extra_rows else config_reads.pruned_head_rows(opt, vocab, tied),
         rms_eps=spec.fixed_norm_eps or float(opt("norm_eps", 1e-6)),
         max_position_embeddings=int(config_get(config, "max_position_embeddings") or 2048),
         tie_word_embeddings=tied,

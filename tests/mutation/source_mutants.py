@@ -403,7 +403,7 @@ MUTANTS: list[Mutant] = [
       "params = None",
       [f"{MOLMO2}::test_released_layout_matches_hf"]),
     M("additional-rows-scored", "graph", "gqa_export/model/dims.py",
-      "logits_vocab=int(config.vocab_size) if extra_rows else config_reads.pruned_head_rows(opt, vocab, tied),",
+      "logits_vocab=vocab if extra_rows else config_reads.pruned_head_rows(opt, vocab, tied),",
       "logits_vocab=config_reads.pruned_head_rows(opt, vocab, tied),",
       [f"{MOLMO2}::test_released_layout_matches_hf"]),
     M("embedding-tables-reversed", "import", "gqa_export/source/stored_renames.py",
