@@ -1,4 +1,4 @@
-"""Molmo2's decoder (arch/wrapped_families.MOLMO2_TEXT, docs/coverage.md §26): each choice its config makes
+"""Molmo2's decoder (arch/wrapped_families.MOLMO2_TEXT, docs/coverage.md §27): each choice its config makes
 (qk_norm_type, norm_after, rope_scaling_layers, additional_vocab_size) held against Molmo2ForConditionalGeneration
 on a prompt holding its additional vocabulary's ids, in the release's layout and transformers 5.x's, with a
 planted mutant of each mechanism. The tiny class's choices off their defaults (OLMo's q/k norms, post-norm,

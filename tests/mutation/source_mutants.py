@@ -389,7 +389,7 @@ MUTANTS: list[Mutant] = [
       "for part, size in zip(parts, sizes, strict=True):",
       "for part, size in zip(reversed(parts), sizes, strict=True):",
       [f"{FAMILY}[hrm_text]", f"{MOLMO2}::test_released_layout_matches_hf"]),
-    # --- import / graph: Molmo2's config choices, unscaled rope layers, additional rows (docs/coverage.md §26)
+    # --- import / graph: Molmo2's config choices, unscaled rope layers, additional rows (docs/coverage.md §27)
     M("config-choice-not-applied", "graph", "gqa_export/model/spec_choices.py",
       "spec = replace(spec, **fields)",
       "spec = spec",
