@@ -12,10 +12,12 @@ see the factors 1, 1 + 0.5 log 2 and 1 + 0.5 log 3, and routes the top 2 of 8 ex
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 from families import BY_NAME, REGISTERED
+from multimodal_models import IMAGE_ID
 from mutants import build_planted
 from reference import parity_error
 
@@ -67,3 +69,50 @@ def test_mutant_mistral4_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     checkpoint = _checkpoint(builds)
     package = build_planted(checkpoint, tmp_path / "pkg", monkeypatch, MUTANTS[mutant], spec=MISTRAL4)
     assert parity_error(package, checkpoint) > 1e-2  # measured 0.70, 0.33, 1.20, 0.30 (correct: 2.1e-6)
+
+
+@pytest.fixture(scope="module")
+def small4(tmp_path_factory: pytest.TempPathFactory):
+    """Mistral-Small-4's published form: Mistral3ForConditionalGeneration (a Pixtral tower, patch 14, merged 2 x 2)
+    whose nested text_config is the row's mistral4 decoder (recipe mistral4_vision)."""
+    from multimodal_models import save_multimodal
+
+    if BY_NAME[MISTRAL4] not in REGISTERED:
+        pytest.skip("mistral4 needs transformers 5.25")
+    return save_multimodal(tmp_path_factory.mktemp("ckpt") / "small4", "mistral4")
+
+
+def test_mistral3_class_around_mistral4_full_package_matches_hf(small4, tmp_path):
+    """The full package (vision.onnx + embedding.onnx + model.onnx, genai type mistral3): one image's features as
+    HF's, then the prompt holding them + 6 decode steps (19 positions: the query scale's two steps) as the class;
+    onnxruntime-genai's greedy tokens on a text prompt (10 tokens + 24) as HF generate."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+    from mistral3_full import NEW, hf_generate, hf_image_features
+    from reference import genai_media_greedy, hf_model, hf_prompt_then_steps, ort_embedded_greedy
+
+    from gqa_export.pipeline import BuildOptions, build
+
+    build(BuildOptions(str(small4), tmp_path / "full", smoke=False))
+    assert json.loads((tmp_path / "full" / "genai_config.json").read_text())["model"]["type"] == "mistral3"
+    hf = hf_model(small4)
+    pixels = np.random.default_rng(1).uniform(-1, 1, (1, 3, 28, 56)).astype(np.float32)
+    sizes = np.array([[28, 56]], np.int64)
+    vision = ort.InferenceSession(str(tmp_path / "full" / "vision.onnx"), providers=["CPUExecutionProvider"])
+    features = vision.run(None, {"pixel_values": pixels, "image_sizes": sizes})[0]
+    np.testing.assert_allclose(features, hf_image_features(hf, pixels, sizes), atol=1e-4, rtol=1e-4)  # 4.8e-6
+    prompt = [0, 17, 45, *[IMAGE_ID] * len(features), 99, 200, 3, 7, 64, 12, 13, 14]
+    got, tokens = ort_embedded_greedy(tmp_path / "full", prompt, {"image_features": features}, 6)
+    image = {"pixel_values": torch.from_numpy(pixels), "image_sizes": torch.from_numpy(sizes)}
+    np.testing.assert_allclose(got, hf_prompt_then_steps(hf, prompt, tokens, **image), atol=1e-4, rtol=1e-4)  # 1.2e-5
+    arrays, greedy = genai_media_greedy(tmp_path / "full", "hello world this is", NEW, ())
+    assert greedy == hf_generate(hf, arrays)
+
+
+def test_mistral3_class_around_mistral4_text_only_matches_hf(small4, tmp_path):
+    """--text-only: the decoder alone, read from the nested text_config and the class's language_model tensors."""
+    from gqa_export.pipeline import BuildOptions, build
+
+    build(BuildOptions(str(small4), tmp_path / "text", smoke=False, text_only=True))
+    assert parity_error(tmp_path / "text", small4) < 1e-4  # measured 6.4e-6
