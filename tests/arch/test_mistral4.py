@@ -16,7 +16,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from families import BY_NAME, REGISTERED
+from families import require_registered
 from multimodal_models import IMAGE_ID
 from mutants import build_planted
 from reference import parity_error
@@ -25,8 +25,7 @@ MISTRAL4 = "mistral4"
 
 
 def _checkpoint(builds):
-    if BY_NAME[MISTRAL4] not in REGISTERED:
-        pytest.skip("mistral4 needs transformers 5.25")
+    require_registered(MISTRAL4)
     return builds.checkpoint(MISTRAL4)
 
 
@@ -77,8 +76,7 @@ def small4(tmp_path_factory: pytest.TempPathFactory):
     whose nested text_config is the row's mistral4 decoder (recipe mistral4_vision)."""
     from multimodal_models import save_multimodal
 
-    if BY_NAME[MISTRAL4] not in REGISTERED:
-        pytest.skip("mistral4 needs transformers 5.25")
+    require_registered(MISTRAL4)
     return save_multimodal(tmp_path_factory.mktemp("ckpt") / "small4", "mistral4")
 
 
