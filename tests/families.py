@@ -863,6 +863,8 @@ FAMILIES: tuple[Family, ...] = (
     wrapped("aya_vision_text_only", "aya_vision", "cohere2", "decoder", signal=0.5),  # logit_scale 0.5
     # a spec of its own (arch/wrapped_families.py): Llama's attention, a relu2 fc1 / fc2 MLP, the hub's names
     wrapped("cosmos3_edge_text_only", "cosmos3_edge", "cosmos3_edge_text", "decoder"),
+    # Chameleon's decoder: per-head q/k LayerNorms, its image tokens' logits masked (greedy tokens differ unmasked)
+    wrapped("chameleon_text_only", "chameleon", "chameleon", "decoder", quantized=("int4",)),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

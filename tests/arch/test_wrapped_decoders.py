@@ -166,3 +166,65 @@ def test_text_only_is_not_called_without_effect(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "no effect" not in result.output
+
+
+@pytest.fixture(scope="module")
+def chameleon_swin(tmp_path_factory):
+    """Chameleon with swin_norm set (its norms after their blocks) and its exported package."""
+    root = tmp_path_factory.mktemp("chameleon_swin")
+    checkpoint = save_wrapped(root / "checkpoint", "chameleon", "chameleon", swin_norm=True)
+    build(BuildOptions(str(checkpoint), root / "pkg", smoke=False, text_only=True))
+    return checkpoint, root / "pkg"
+
+
+def test_chameleon_swin_norm_matches_hf(chameleon_swin):
+    """Chameleon's swin layers (attention -> input_layernorm -> add, MLP -> post_attention_layernorm -> add)
+    against its class; measured 8.9e-8 (the plain layers: the listed case, 1.5e-7)."""
+    checkpoint, package = chameleon_swin
+    assert _error(package, checkpoint) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        {"swin_norm_switch": False},  # swin_norm read as the pre-norm layer
+        {"qk_norm_eps": None},  # the q/k LayerNorms at the config's rms_norm_eps (0.1), not their module's 1e-5
+        {"masked_logits": None},  # the image tokens' logits left as the lm_head computes them
+    ],
+    ids=["pre_norm_layers", "qk_norms_at_config_eps", "image_logits_unmasked"],
+)
+def test_chameleon_mutants_fail_the_bound(tmp_path, monkeypatch, chameleon_swin, plant):
+    """Mutants of Chameleon's spec: each mechanism read another way fails the bound (measured 0.18, 0.021 and
+    3.4e38 off; the tiny model's logits reach 0.5)."""
+    from mutants import build_planted
+
+    checkpoint, _ = chameleon_swin
+    out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, plant, "chameleon")
+    assert _error(out, checkpoint) > 5e-3
+
+
+def test_chameleon_qk_norm_bias_dropped_fails_the_bound(tmp_path, monkeypatch, chameleon_swin):
+    """Mutant: the per-head q/k LayerNorms without their [heads, D] bias tables (Cohere's weight-only form);
+    measured 0.015 off."""
+    from mutants import build_planted
+
+    from gqa_export.graph import head_layer_norm
+
+    checkpoint, _ = chameleon_swin
+
+    def no_bias(patch):
+        patch.setattr(head_layer_norm, "stored_bias", lambda *args: None)
+
+    out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, no_bias)
+    assert _error(out, checkpoint) > 5e-3
+
+
+def test_chameleon_qk_norm_weight_shared_by_heads_fails_the_bound(tmp_path, chameleon_swin):
+    """Mutant: every head's q/k norm weight its first head's (one [D] weight shared by the heads, Phi-2's form);
+    measured 0.040 off."""
+    checkpoint, package = chameleon_swin
+    broken = copy_package(package, tmp_path / "broken")
+    head_dim = 16
+    first = lambda v: np.tile(v.reshape(-1, head_dim)[:1], (v.size // head_dim, 1)).reshape(v.shape)  # noqa: E731
+    assert edit_initializers(broken, "*_norm.weight", first)
+    assert _error(broken, checkpoint) > 5e-3
