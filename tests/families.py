@@ -744,6 +744,18 @@ FAMILIES: tuple[Family, ...] = (
     # the layer; transformers 5.x saves it under mlp.); mutant: tests/arch/test_latent_mutants.py
     moe_family("axk1", since_major=5, since=(5, 25), logits_modes=("bias",), **ONE_PROMPT, **RAGGED_LOGITS),
     moe("axk1_v5", "axk1", hub_layout=False, since_major=5, since=(5, 25)),
+    # Mistral-4 (5.25's class): DeepSeek-V3's latent attention with Ministral-3's per-position query scale, stepping
+    # every 8 positions (inside the prompt, its decode steps, the ragged rows), on the expanded and the latent
+    # cache's absorbed queries; V3's grouped choice on softmax probabilities (mutants: tests/arch/test_mistral4.py)
+    moe_family(
+        "mistral4",
+        ("gqa", "gqa_latent"),
+        since_major=5,
+        since=(5, 25),
+        logits_modes=("bias",),
+        **ONE_PROMPT,
+        **RAGGED_LOGITS,
+    ),
     # A.X-K2 (5.25's class): V3.2's cap at index_topk 128 with q_b reading [normed | raw] q latent and yielding a
     # value gate, GatedRMSNorms, ungrouped sigmoid routing (hub: q_b_proj, W_down / W_up, per-expert tensors;
     # transformers 5.x: q_gate_proj, mlp.fc1 / fc2, fused experts); mutants: tests/arch/test_axk2.py
@@ -1135,6 +1147,15 @@ def transformers_minor() -> tuple[int, int]:
 REGISTERED = tuple(
     family for family in FAMILIES if family.since_major <= transformers_major() and family.since <= transformers_minor()
 )
+
+
+def require_registered(name: str) -> None:
+    """Skip a family module's check where the installed transformers has no class for the row
+    (REGISTERED holds the rows it builds: the floor run's transformers lacks the newer ones)."""
+    import transformers
+
+    if BY_NAME[name] not in REGISTERED:
+        pytest.skip(f"{name} needs a newer transformers than {transformers.__version__}")
 
 
 def skip_where_the_reference_differs(family: Family, generation: bool = False, fp16: bool = False) -> None:

@@ -75,8 +75,6 @@ REFUSED: dict[str, str] = {
         "(TimmWrapperModel) and timm is not installed with gqa-export; the tower and projector are not built",
         "fast_vlm", "perception_lm",
     ),
-    "mistral4": "no spec yet: Mistral-4's decoder is DeepSeek-V3's latent attention and experts with every query "
-    "scaled by Llama-4's per-position attention scale (llama_4_scaling_beta), which no latent-attention spec reads",
     "mistral_large4": "no spec yet: Mistral-Large-4's decoder is GLM-MoE-DSA's with NoPE layers (no_rope_layers) and "
     "layers that attend to an earlier layer's latent KV cache (kv_source_layers), which gqa-export does not build",
     "step3p7": "no spec yet: Step3p7's decoder (step3p5: MiniMax-M3-VL's text config run by Laguna's attention and "
