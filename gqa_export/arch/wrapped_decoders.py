@@ -124,10 +124,15 @@ def listed_class(raw_config: Mapping[str, Any]) -> str | None:
     return first if isinstance(first, str) and first in WRAPPED_DECODERS else None
 
 
+# the classes whose images come as tokens of a VQ-VAE tokenizer, not a vision tower's features
+_IMAGE_TOKENIZERS = frozenset({"ChameleonForConditionalGeneration", "Emu3ForConditionalGeneration"})
+
+
 def towers_refusal(architecture: str, text_model_type: str) -> str:
     """What `build` says for a listed class without --text-only (exit 2)."""
+    towers = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
     return (
-        f"{architecture}'s vision tower and projector are not built and onnxruntime-genai 0.18 runs no "
+        f"{architecture}'s {towers} not built and onnxruntime-genai 0.18 runs no "
         f"{WRAPPED_DECODERS[architecture]} package; pass --text-only to export its {text_model_type} text decoder "
         "alone (it computes the class's logits on text prompts)"
     )

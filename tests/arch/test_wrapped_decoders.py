@@ -158,6 +158,15 @@ def test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_re
     assert not (tmp_path / "pkg").exists()
 
 
+def test_chameleon_without_text_only_names_its_image_tokenizer(tmp_path):
+    checkpoint = _checkpoint(tmp_path, "chameleon", "chameleon")
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "ChameleonForConditionalGeneration's VQ-VAE image tokenizer is not built" in said
+    assert "pass --text-only to export its chameleon text decoder alone" in said
+
+
 def test_text_only_is_not_called_without_effect(tmp_path):
     """--text-only is what exports these: the build does not note it as a flag without effect."""
     checkpoint = _checkpoint(tmp_path, "llava", "llama")
@@ -168,20 +177,8 @@ def test_text_only_is_not_called_without_effect(tmp_path):
     assert "no effect" not in result.output
 
 
-@pytest.fixture(scope="module")
-def chameleon_swin(tmp_path_factory):
-    """Chameleon with swin_norm set (its norms after their blocks) and its exported package."""
-    root = tmp_path_factory.mktemp("chameleon_swin")
-    checkpoint = save_wrapped(root / "checkpoint", "chameleon", "chameleon", swin_norm=True)
-    build(BuildOptions(str(checkpoint), root / "pkg", smoke=False, text_only=True))
-    return checkpoint, root / "pkg"
-
-
-def test_chameleon_swin_norm_matches_hf(chameleon_swin):
-    """Chameleon's swin layers (attention -> input_layernorm -> add, MLP -> post_attention_layernorm -> add)
-    against its class; measured 8.9e-8 (the plain layers: the listed case, 1.5e-7)."""
-    checkpoint, package = chameleon_swin
-    assert _error(package, checkpoint) < 1e-4
+# Chameleon with swin_norm set (its norms after their blocks): the registry row, exact there (tests/families.py)
+CHAMELEON = "chameleon_text_only"
 
 
 @pytest.mark.parametrize(
@@ -193,24 +190,24 @@ def test_chameleon_swin_norm_matches_hf(chameleon_swin):
     ],
     ids=["pre_norm_layers", "qk_norms_at_config_eps", "image_logits_unmasked"],
 )
-def test_chameleon_mutants_fail_the_bound(tmp_path, monkeypatch, chameleon_swin, plant):
+def test_chameleon_mutants_fail_the_bound(tmp_path, monkeypatch, builds, plant):
     """Mutants of Chameleon's spec: each mechanism read another way fails the bound (measured 0.18, 0.021 and
     3.4e38 off; the tiny model's logits reach 0.5)."""
     from mutants import build_planted
 
-    checkpoint, _ = chameleon_swin
+    checkpoint = builds.checkpoint(CHAMELEON)
     out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, plant, "chameleon")
     assert _error(out, checkpoint) > 5e-3
 
 
-def test_chameleon_qk_norm_bias_dropped_fails_the_bound(tmp_path, monkeypatch, chameleon_swin):
+def test_chameleon_qk_norm_bias_dropped_fails_the_bound(tmp_path, monkeypatch, builds):
     """Mutant: the per-head q/k LayerNorms without their [heads, D] bias tables (Cohere's weight-only form);
     measured 0.015 off."""
     from mutants import build_planted
 
     from gqa_export.graph import head_layer_norm
 
-    checkpoint, _ = chameleon_swin
+    checkpoint = builds.checkpoint(CHAMELEON)
 
     def no_bias(patch):
         patch.setattr(head_layer_norm, "stored_bias", lambda *args: None)
@@ -219,11 +216,11 @@ def test_chameleon_qk_norm_bias_dropped_fails_the_bound(tmp_path, monkeypatch, c
     assert _error(out, checkpoint) > 5e-3
 
 
-def test_chameleon_qk_norm_weight_shared_by_heads_fails_the_bound(tmp_path, chameleon_swin):
+def test_chameleon_qk_norm_weight_shared_by_heads_fails_the_bound(tmp_path, builds):
     """Mutant: every head's q/k norm weight its first head's (one [D] weight shared by the heads, Phi-2's form);
     measured 0.040 off."""
-    checkpoint, package = chameleon_swin
-    broken = copy_package(package, tmp_path / "broken")
+    checkpoint = builds.checkpoint(CHAMELEON)
+    broken = copy_package(builds.package(CHAMELEON), tmp_path / "broken")
     head_dim = 16
     first = lambda v: np.tile(v.reshape(-1, head_dim)[:1], (v.size // head_dim, 1)).reshape(v.shape)  # noqa: E731
     assert edit_initializers(broken, "*_norm.weight", first)
