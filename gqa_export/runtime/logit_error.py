@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 from gqa_export.runtime.decode import position_logits
@@ -35,7 +36,7 @@ def logit_error(float_package: Path, quant_package: Path, vocab_size: int) -> di
     ref, got = prompt_logits(float_package, prompts), prompt_logits(quant_package, prompts)
     # logits a class masks to the dtype's lowest value (Chameleon's image tokens) are the same constant in both
     # packages: left out, their squares would overflow the norm and hide every other error
-    kept = [r > np.finfo(r.dtype).min for r in ref]
+    kept = [r > ml_dtypes.finfo(r.dtype).min for r in ref]
     diff = sum(float(((g[k] - r[k]).astype(np.float64) ** 2).sum()) for g, r, k in zip(got, ref, kept, strict=True))
     norm = sum(float((r[k].astype(np.float64) ** 2).sum()) for r, k in zip(ref, kept, strict=True))
     agree = np.mean([float((g.argmax(-1) == r.argmax(-1)).mean()) for g, r in zip(got, ref, strict=True)])

@@ -158,6 +158,19 @@ def test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_re
     assert not (tmp_path / "pkg").exists()
 
 
+def test_chameleon_masks_the_ids_of_its_image_token_names_inside_the_vocabulary():
+    """The masked ids are those of vocabulary_map's "IMGIMG" names (not <image>, not the image break); one past
+    the logits is refused in one line."""
+    from gqa_export.errors import InputError
+    from gqa_export.model.config_reads import masked_logit_ids
+
+    config = {"vocabulary_map": {"<image>": 3, "IMGIMGBAZ": 7, "IMGIMGAZ": 5, "<racm3:break>": 6}}
+    assert masked_logit_ids(config, ("vocabulary_map", "IMGIMG"), 8) == (5, 7)
+    assert masked_logit_ids({}, ("vocabulary_map", "IMGIMG"), 8) == ()
+    with pytest.raises(InputError, match="outside the vocabulary of 7"):
+        masked_logit_ids(config, ("vocabulary_map", "IMGIMG"), 7)
+
+
 def test_chameleon_without_text_only_names_its_image_tokenizer(tmp_path):
     checkpoint = _checkpoint(tmp_path, "chameleon", "chameleon")
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
