@@ -254,11 +254,14 @@ def gemma3n(name: str, form: str, **facts: Any) -> Family:
 WRAPPED_PROMPTS = ((0,), (0, 17, 45, 300, 300, 99, 200, 301, 3, 7))
 
 
-def wrapped(name: str, model_type: str, text_type: str, genai_type: str, **facts: Any) -> Family:
-    """A multimodal class around an exported decoder (tests/wrapped_models.py), built --text-only
-    (the registry's packages always are): greedy genai tokens = HF generate through the class."""
+def wrapped(
+    name: str, model_type: str, text_type: str, genai_type: str, overrides: dict[str, Any] | None = None, **facts: Any
+) -> Family:
+    """A multimodal class around an exported decoder (tests/wrapped_models.py; `overrides` of its text config),
+    built --text-only (the registry's packages always are): greedy genai tokens = HF generate through the class."""
+    make = lambda folder: save_wrapped(folder, model_type, text_type, **(overrides or {}))  # noqa: E731
     return Family(
-        name, "wrapped", lambda folder: save_wrapped(folder, model_type, text_type), genai_type=genai_type,
+        name, "wrapped", make, genai_type=genai_type,
         prompt=WRAPPED_PROMPTS[1], prompts=WRAPPED_PROMPTS, new_tokens=24, generate_modes=("gqa",), since_major=5,
         **facts,
     )  # fmt: skip
@@ -875,6 +878,9 @@ FAMILIES: tuple[Family, ...] = (
     wrapped("aya_vision_text_only", "aya_vision", "cohere2", "decoder", signal=0.5),  # logit_scale 0.5
     # a spec of its own (arch/wrapped_families.py): Llama's attention, a relu2 fc1 / fc2 MLP, the hub's names
     wrapped("cosmos3_edge_text_only", "cosmos3_edge", "cosmos3_edge_text", "decoder"),
+    # Chameleon's decoder with swin_norm (its norms after their blocks): per-head q/k LayerNorms, its image tokens'
+    # logits masked (greedy tokens differ unmasked); its mutants: tests/arch/test_wrapped_decoders.py
+    wrapped("chameleon_text_only", "chameleon", "chameleon", "decoder", {"swin_norm": True}, quantized=("int4",)),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

@@ -26,6 +26,9 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "qwen3": {},
     "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
     "emu3_text_model": {},  # Emu3's: Llama's
+    # Chameleon's (a flat config, no text_config): its RMSNorms at eps 0.1, so that q/k norms read at it (not at
+    # their module's 1e-5) show; swin_norm is a case of its own (tests/arch/test_wrapped_decoders.py)
+    "chameleon": {"rms_norm_eps": 0.1},
     # Qwen2.5-Omni's thinker: Qwen2's under Qwen2.5-VL's M-RoPE (sections over 8 frequencies)
     "qwen2_5_omni_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}},
     # Granite's multipliers, each away from 1, under Granite-4-Vision's and Granite-Docling's own text types
@@ -141,6 +144,13 @@ REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
 }
+
+
+def _image_token(code: int) -> str:
+    """Chameleon's name of VQ code `code` in its vocabulary (ChameleonImageVocabularyMapping reads it back)."""
+    return "IMGIMG" + "".join(chr(ord("A") + int(c)) for c in str(code)) + "Z"
+
+
 # sub-config sizes a tower or projector reads (whichever keys its config has)
 _SHRUNK = dict(
     hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
@@ -210,6 +220,21 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
     "emu3": (
         {"vocabulary_map": {"<image>": 300, "<|extra_200|>": 301}},
         {"vq_config": {"codebook_size": 32, "base_channels": 32, "channel_multiplier": [1], "num_res_blocks": 1}},
+    ),
+    # Chameleon's image vocabulary: the <image> placeholder, then 48 image tokens ("IMGIMG" + the code's digits
+    # as letters A-J + "Z") whose logits its class masks; its VQ-VAE at one narrow level
+    "chameleon": (
+        {"vocabulary_map": {"<image>": 300, **{_image_token(i): 320 + i for i in range(48)}}},
+        {
+            "vq_config": {
+                "num_embeddings": 48,
+                "base_channels": 32,
+                "latent_channels": 16,
+                "channel_multiplier": [1],
+                "num_res_blocks": 1,
+                "resolution": 32,
+            }
+        },
     ),
     **{
         thinker: ({}, {"audio_config": _AUDIO, "vision_config": {"depth": 1, "out_hidden_size": 64}})
@@ -296,7 +321,11 @@ def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
     top, sub_keys = _CLASS_KEYS.get(model_type, ({}, {}))
     for key, values in sub_keys.items():
         subs[key].update(values)
-    config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids, **top)
+    if "text_config" in vars(default):
+        config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids, **top)
+    else:  # a class whose config is its decoder's, flat (Chameleon)
+        flat = {**text, **subs, **top}
+        config = AutoConfig.for_model(model_type, **{k: v for k, v in flat.items() if k != "model_type"})
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(config, key, TEXT[key])
     return config

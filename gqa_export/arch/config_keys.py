@@ -23,6 +23,7 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
     "post_norms": "use_post_norm",  # ArchSpec.post_norms_switch: the sandwich's post-block norms exist
+    "swin_norm": "swin_norm",  # ArchSpec.swin_norm_switch: the norms after their blocks (Chameleon)
     "layer_rope_theta": "layer_rope_theta",  # one RoPE base per layer, 0 = NoPE (GraniteSWA)
     # Llama-4: chunked local attention of the "chunked_attention" layers, the scaleless q/k norm's
     # switch, NoPE layers' attention temperature tuning

@@ -89,9 +89,6 @@ REFUSED: dict[str, str] = {
     "glm5_next": "no spec yet: GLM-5-Next's decoder interleaves Kimi-style KDA linear-attention layers (short "
     "convolutions, gated delta rule) with GLM-MoE-DSA's latent-attention layers, which no one spec builds; its "
     "vision tower is not built",
-    "chameleon": "no spec yet: Chameleon's decoder LayerNorms queries and keys over each head with that head's own "
-    "weight and bias (a [heads, head_dim] table), optionally norms after each sublayer (swin_norm), and its class "
-    "masks the image-token logits; its VQ-VAE image tokenizer is not built",
     "inkling_mm_model": "its decoder is exported as inkling_text (save_pretrained's names), but this class's layout "
     "(model.llm.*, the shared and dense MLPs' interleaved w13 split in two) is not read, its text-only forward is not "
     "checked against that decoder's, and its vision and audio towers are not built (docs/coverage.md §24)",

@@ -118,7 +118,7 @@ def no_weight_read(monkeypatch):
         (dict(model_type="reformer", architectures=["ReformerModelWithLMHead"]), REFUSED["reformer"]),
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # read, not built: its line names the mechanisms (arch/refused_types.py)
-        (dict(model_type="chameleon", architectures=["ChameleonForConditionalGeneration"]), REFUSED["chameleon"]),
+        (dict(model_type="molmo2", architectures=["Molmo2ForConditionalGeneration"]), REFUSED["molmo2"]),
         # a multimodal class around a decoder no family exports (Muse-Glimmer's): refused by its own type (the
         # classes around an exported decoder: arch/wrapped_decoders.py, with --text-only)
         (
