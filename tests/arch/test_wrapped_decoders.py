@@ -126,6 +126,36 @@ def test_kimi_k25_placeholders_embedded_as_id_0(tmp_path, monkeypatch):
     assert _error(out, checkpoint) > 1e-2
 
 
+def test_inkling2_loop_message_queries_merged_in_order(tmp_path, monkeypatch):
+    """Mutant: Inkling2-Loop's serving layout read with its two message-query tensors crossed (the key and value
+    queries taken as the query and MLP ones) fails the bound."""
+    from dataclasses import replace
+
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = _checkpoint(tmp_path, "inkling2_loop", "inkling2_loop_text")
+    residuals = SPECS["inkling2_loop"].block_residuals
+    first, second = residuals.messages.stored_queries
+    crossed = replace(residuals, messages=replace(residuals.messages, stored_queries=(second, first)))
+    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"block_residuals": crossed}, "inkling2_loop")
+    assert _error(out, checkpoint) > 1e-2
+
+
+def test_inkling_w13_halves_read_in_order(tmp_path, monkeypatch):
+    """Mutant: Inkling's serving layout read with its dense MLPs' and shared experts' interleaved w13 rows split
+    crossed (the odd rows as the gate) fails the bound."""
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = _checkpoint(tmp_path, "inkling_mm_model", "inkling_text")
+    crossed = tuple((pattern, up, gate) for pattern, gate, up in SPECS["inkling"].stored_split)
+    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"stored_split": crossed}, "inkling")
+    assert _error(out, checkpoint) > 1e-2
+
+
 def test_dots3_note_with_its_text_config_at_the_top_level(tmp_path):
     """dots3-note's releases store the text config's keys at the top of config.json (its config class
     builds text_config from them): the decoder is found and exported as with a nested text_config."""
