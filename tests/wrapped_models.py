@@ -135,8 +135,18 @@ REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
         "ernie4_5",
         {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [2, 3, 3]}},
     ),
-    # Inkling2-Loop's registry layers cut to four in blocks of one, layers 1 and 2 run twice: 6 graph layers, not 16,
-    # and a later pass's messages attend over a block state beside the previous pass's output (the queries matter)
+    # the Inkling decoders' registry layers cut (HF's forward over them, ~0.25 s a call, is most of a check's time):
+    # Inkling's to a dense sliding layer and a sparse full one; Inkling2's to a sliding and a full layer in blocks of
+    # one; Inkling2-Loop's to four in blocks of one, layers 1 and 2 run twice (6 graph layers, not 16), so that a
+    # later pass's messages attend over a block state beside the previous pass's output (the queries matter)
+    "inkling_text": (
+        "inkling_text",
+        {"num_hidden_layers": 2, "local_layer_ids": [0], "mlp_layer_types": ["dense", "sparse"]},
+    ),
+    "inkling2_text": (
+        "inkling2_text",
+        {"num_hidden_layers": 2, "layer_types": ["hybrid_sliding", "hybrid"], "n_layers_per_attn_res_block": 1},
+    ),
     "inkling2_loop_text": ("inkling2_loop_text", _INKLING2_LOOP_CUT),
     # HY-V4-VL: HY-V4's, every norm at eps 0.1 (its latent norms read it, HY-V4's stay at 1e-6: a difference
     # the logits show), Qwen3-VL's M-RoPE sections over the rope slice's 4 frequencies
