@@ -97,6 +97,10 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
 # a class's own text type that is an exported family's decoder under another name: that family's
 # registry config (model_type the class's), plus what the class's config adds
 _GLM4V_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}
+_INKLING2_LOOP_CUT = dict(
+    num_hidden_layers=4, layer_types=["hybrid_sliding", "hybrid"] * 2, n_layers_per_attn_res_block=1,
+    loop_layer_index_start=1, loop_layer_index_end=3, loop_num_passes=2,
+)  # fmt: skip
 REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
     # GLM-4V's decoders (GLM-4.1V / 4.6V, GLM-OCR): GLM-4's, M-RoPE sections over the rotated half's 4 frequencies
     **dict.fromkeys(("glm4v_text", "glm_ocr_text"), ("glm4", {"rope_parameters": _GLM4V_ROPE})),
@@ -134,6 +138,19 @@ REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
         "ernie4_5",
         {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [2, 3, 3]}},
     ),
+    # the Inkling decoders' registry layers cut (HF's forward over them, ~0.25 s a call, is most of a check's time):
+    # Inkling's to a dense sliding layer and a sparse full one; Inkling2's to a sliding and a full layer in blocks of
+    # one; Inkling2-Loop's to four in blocks of one, layers 1 and 2 run twice (6 graph layers, not 16), so that a
+    # later pass's messages attend over a block state beside the previous pass's output (the queries matter)
+    "inkling_text": (
+        "inkling_text",
+        {"num_hidden_layers": 2, "local_layer_ids": [0], "mlp_layer_types": ["dense", "sparse"]},
+    ),
+    "inkling2_text": (
+        "inkling2_text",
+        {"num_hidden_layers": 2, "layer_types": ["hybrid_sliding", "hybrid"], "n_layers_per_attn_res_block": 1},
+    ),
+    "inkling2_loop_text": ("inkling2_loop_text", _INKLING2_LOOP_CUT),
     # HY-V4-VL: HY-V4's, every norm at eps 0.1 (its latent norms read it, HY-V4's stay at 1e-6: a difference
     # the logits show), Qwen3-VL's M-RoPE sections over the rope slice's 4 frequencies
     "hy_v4_vl_text": (
@@ -252,6 +269,22 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
             "audio_config": {**_DOTS3_TOWER, "adapter_input_size": 16},
         },
     ),
+    # Inkling2's and Inkling2-Loop's tower projects to the decoder's width (the config checks it), through a narrow MLP
+    **{
+        inkling: ({}, {"vision_config": {"text_hidden_size": 64, "projection_hidden_dim": 16, "posemb_grid_size": 2}})
+        for inkling in ("inkling2", "inkling2_loop")
+    },
+    # Inkling's vision HMLP: its config's `n_layers` (not num_hidden_layers, so not shrunk above) folds a 40-pixel,
+    # 2-frame patch in 24 layers whose temporal widths are 64 times what they mean to be (plan_out_scales: 614400
+    # channels): the build runs out of memory. Three layers over 2-pixel, 2-frame patches (no scipy needed: n_layers
+    # >= its 3 scales); its audio codebooks 4 x 8; its audio placeholder inside the vocabulary
+    "inkling_mm_model": (
+        {"audio_token_id": 301},
+        {
+            "vision_config": {"n_layers": 3, "patch_size": 2, "temporal_patch_size": 2},
+            "audio_config": {"n_mel_bins": 4, "mel_vocab_size": 8},
+        },
+    ),
     "apertus1p5": (
         {"image_token_offset": 320, "audio_token_offset": 352},
         # its image and audio tokenizers (a VQ conv net, WavTokenizer's 12-layer decoder) at one narrow level each
@@ -278,6 +311,7 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         },
     ),
 }
+INKLING_TEXT = ("inkling_text", "inkling2_text", "inkling2_loop_text")
 _PLACEHOLDERS = {"image_token_id": 300, "image_token_index": 300, "video_token_id": 301, "video_token_index": 301}
 _DROPPED = ("layer_types", "mlp_layer_types", "architectures", "transformers_version", "_name_or_path")
 
@@ -347,6 +381,10 @@ def save_wrapped(
             if param.ndim >= 2:
                 param.normal_(0.0, 0.06)
     randomize_norms(model, biases=True)
+    if text_type in INKLING_TEXT:  # its block queries (zeros), clip scales, banks and taps drawn as its registry row's
+        from derived_moe_models import finish
+
+        finish(model, text_type, torch.Generator().manual_seed(0))
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, save_original_format=hub_layout)

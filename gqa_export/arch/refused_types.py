@@ -89,13 +89,6 @@ REFUSED: dict[str, str] = {
     "glm5_next": "no spec yet: GLM-5-Next's decoder interleaves Kimi-style KDA linear-attention layers (short "
     "convolutions, gated delta rule) with GLM-MoE-DSA's latent-attention layers, which no one spec builds; its "
     "vision tower is not built",
-    "inkling_mm_model": "its decoder is exported as inkling_text (save_pretrained's names), but this class's layout "
-    "(model.llm.*, the shared and dense MLPs' interleaved w13 split in two) is not read, its text-only forward is not "
-    "checked against that decoder's, and its vision and audio towers are not built (docs/coverage.md §24)",
-    "inkling2": "its decoder is exported as inkling2_text (the hub's model.llm.* layout read there), but this class's "
-    "text-only forward is not checked against it and its vision tower is not built (docs/coverage.md §24)",
-    "inkling2_loop": "its decoder is exported as inkling2_loop_text, but this class's text-only forward is not "
-    "checked against it and its vision tower is not built (docs/coverage.md §24)",
     # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
     "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
     "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "

@@ -313,6 +313,9 @@ class ArchSpec:
     # a regex on the class's name of a renamed tensor whose stored dim-1 rows alternate its two halves (gate 0, up 0,
     # gate 1, ...: Inkling2's serving-layout w13 experts): read with the halves apart (source/stored_renames.py)
     stored_interleaved: str | None = None
+    # (regex on a renamed name, its gate's replacement, its up's): a tensor whose rows (dim -2) alternate gate j, up j,
+    # read as two tensors, even rows and odd (Inkling's serving-layout w13 dense MLPs and shared experts)
+    stored_split: tuple[tuple[str, str, str], ...] = ()
     collapsed_layer_pairs: bool = False
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)

@@ -60,6 +60,9 @@ WRAPPED_DECODERS = MappingProxyType(
         "GotOcr2ForConditionalGeneration": "got_ocr2",
         "Idefics2ForConditionalGeneration": "idefics2",
         "Idefics3ForConditionalGeneration": "idefics3",
+        "Inkling2ForConditionalGeneration": "inkling2",  # the hub's model.llm.* read by its decoder's spec
+        "Inkling2LoopForConditionalGeneration": "inkling2_loop",  # and its merged message queries
+        "InklingForConditionalGeneration": "inkling_mm_model",  # the hub layout read by its decoder's spec
         "InternVLForConditionalGeneration": "internvl",
         "JanusForConditionalGeneration": "janus",
         "Kimi_K25ForConditionalGeneration": "kimi_k25",  # its own recipe: placeholders embedded as id 0

@@ -38,8 +38,8 @@ def _checkpoint(tmp_path, model_type: str, text_type: str):
     return save_wrapped(tmp_path / f"{model_type}-{text_type}", model_type, text_type, hub_layout=hub)
 
 
-def _error(package, checkpoint) -> float:
-    tokens, got = ort_prefill_and_decode(package, PROMPT, steps=3)
+def _error(package, checkpoint, steps: int = 3) -> float:
+    tokens, got = ort_prefill_and_decode(package, PROMPT, steps=steps)
     return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(PROMPT))).max())
 
 
@@ -124,6 +124,37 @@ def test_kimi_k25_placeholders_embedded_as_id_0(tmp_path, monkeypatch):
     checkpoint = _checkpoint(tmp_path, "kimi_k25", "deepseek_v3")
     out = build_planted(checkpoint, tmp_path / "own", monkeypatch, {"placeholder_keys": ()}, "kimi_k25_text")
     assert _error(out, checkpoint) > 1e-2
+
+
+def test_inkling2_loop_message_queries_merged_in_order(tmp_path, monkeypatch):
+    """Mutant: Inkling2-Loop's serving layout read with its two message-query tensors crossed (the key and value
+    queries taken as the query and MLP ones) fails the bound on the prompt (0.83; HF's decode steps, the bulk of a
+    check's time for these classes, add nothing to a mutant)."""
+    from dataclasses import replace
+
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = _checkpoint(tmp_path, "inkling2_loop", "inkling2_loop_text")
+    residuals = SPECS["inkling2_loop"].block_residuals
+    first, second = residuals.messages.stored_queries
+    crossed = replace(residuals, messages=replace(residuals.messages, stored_queries=(second, first)))
+    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"block_residuals": crossed}, "inkling2_loop")
+    assert _error(out, checkpoint, steps=0) > 1e-2
+
+
+def test_inkling_w13_halves_read_in_order(tmp_path, monkeypatch):
+    """Mutant: Inkling's serving layout read with its dense MLPs' and shared experts' interleaved w13 rows split
+    crossed (the odd rows as the gate) fails the bound on the prompt (0.091)."""
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = _checkpoint(tmp_path, "inkling_mm_model", "inkling_text")
+    crossed = tuple((pattern, up, gate) for pattern, gate, up in SPECS["inkling"].stored_split)
+    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"stored_split": crossed}, "inkling")
+    assert _error(out, checkpoint, steps=0) > 1e-2
 
 
 def test_dots3_note_with_its_text_config_at_the_top_level(tmp_path):
