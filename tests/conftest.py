@@ -205,6 +205,26 @@ LEFT_TO_5X_CHECKS = frozenset({"test_ragged_batch_through_ort_equals_hf_row_by_r
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _select_floor_subset(config, items)
+    _group_for_workers(items)
+
+
+def _group_for_workers(items: list[pytest.Item]) -> None:
+    """The suite runs on every core (pyproject: pytest-xdist, `--dist loadgroup`): a registered
+    family's cases, in whichever module, go to one worker, which builds its checkpoint, packages and
+    HF references once (the session fixtures are per worker); every other case goes with its
+    module, whose module- and session-scoped fixtures it shares."""
+    from families import BY_NAME
+
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        names = [getattr(value, "name", value) for value in params.values()]
+        family = next((name for name in names if isinstance(name, str) and name in BY_NAME), None)
+        group = f"family-{family}" if family else item.nodeid.partition("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _select_floor_subset(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under the transformers floor run (tests/compat/test_transformers_floor.py sets
     GQA_EXPORT_FLOOR_LEFT_OUT), keep the family registry's cases of every row it does not name, each in the
     row's first greedy mode and first standard-Attention mode, and its quantized packages only for

@@ -416,6 +416,47 @@ CONFIGS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
         ),
         ("head_dim",),
     ),
+    # Mistral-4: DeepSeek-V3's tiny latent shape (q-LoRA, rope pairs, a dense layer 0) with its published rope
+    # spelling (both type keys, yarn, mscale = mscale_all_dim = 1) where the query scale steps every 8 positions
+    # (original_max_position_embeddings 8: the 14-token prompt crosses 8, its decode steps 16), beta 0.5 so
+    # a skipped scale shows; the top 2 of 8 softmax experts within the best of 2 groups (each scored by its two best:
+    # the group's choice matters to every token), renormalized, times 1.5; two layers (dense, sparse)
+    "mistral4": (
+        dict(
+            num_hidden_layers=2,
+            num_key_value_heads=4,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            q_lora_rank=32,
+            first_k_dense_replace=1,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            intermediate_size=96,
+            n_shared_experts=1,
+            n_group=2,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=1.5,
+            rms_norm_eps=1e-5,
+            rope_interleave=True,
+            rope_parameters={
+                "rope_type": "yarn",
+                "type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 4.0,
+                "original_max_position_embeddings": 8,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.5,
+            },
+        ),
+        ("head_dim",),
+    ),
     # HY-V3 (Hy3): Qwen3's attention (per-head q/k norms before RoPE, 2 kv heads), layer 0 dense (the class's
     # default mlp_layer_types), then the top 3 of 8 sigmoid experts chosen with the selection bias, renormalized,
     # times router_scaling_factor 2.5, beside 2 shared experts' width

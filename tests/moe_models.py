@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import transformers
 from derived_moe_models import CONFIGS as DERIVED_MOE_CONFIGS
 from derived_moe_models import FAMILIES as DERIVED_MOE_FAMILIES
 from derived_moe_models import finish as finish_derived
@@ -308,13 +309,20 @@ def _decorrelate_routers(model, g: torch.Generator):
             mod.weight.copy_((W - (W @ u)[:, None] * u[None]).to(mod.weight.dtype))
 
 
+# causal LMs transformers 5.25 leaves out of AutoModelForCausalLM (Mistral-4: image-text-to-text's mapping only)
+NOT_AUTO_CAUSAL = {"mistral4": "Mistral4ForCausalLM"}
+
+
 def build_model(model_type: str, seed: int = 0, **overrides):
     cfg_kw = family_config(model_type)
     cfg_kw.update(overrides)
     # under transformers 4.x, written the way 4.x writes real checkpoints (tiny_models.py)
     config = AutoConfig.for_model(model_type, **spelled_for_installed_transformers(cfg_kw, model_type))
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if model_type in NOT_AUTO_CAUSAL:
+        model = getattr(transformers, NOT_AUTO_CAUSAL[model_type])._from_config(config, dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.eval()
     g = torch.Generator().manual_seed(seed + 1)
     _randomize(model, model_type, g)

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from derived_moe_models import CONFIGS as DERIVED_MOE_CONFIGS
 from tiny_models import BASE, randomize_norms, save_tokenizer, spelled_for_installed_transformers
 
 IMAGE_ID = 300
@@ -97,6 +98,13 @@ TEXT_CONFIGS: dict[str, dict[str, Any]] = {
     ),
 }
 TEXT_CONFIGS["qwen2_vl"] = {**TEXT_CONFIGS["qwen2_5_vl"], "model_type": "qwen2_vl_text"}
+# Mistral-Small-4's form: Mistral3ForConditionalGeneration around a mistral4 text_config (tests/derived_moe_models.py's,
+# whose query scale steps every 8 positions)
+TEXT_CONFIGS["mistral4"] = {
+    **DERIVED_MOE_CONFIGS["mistral4"][0],
+    "model_type": "mistral4",
+    "tie_word_embeddings": False,
+}
 # Qwen3-VL-MoE: Qwen3-VL's text config with 4 experts (top 2, always renormalized), layer 1 dense
 TEXT_CONFIGS["qwen3_vl_moe"] = {**TEXT_CONFIGS["qwen3_vl"], "model_type": "qwen3_vl_moe_text", "num_experts": 4,
                                 "num_experts_per_tok": 2, "moe_intermediate_size": 48,
@@ -131,7 +139,7 @@ def _config(arch: str, text: dict[str, Any]) -> Any:
                       initializer_range=0.2)  # fmt: skip
         return tf.Mistral3Config(text_config=text, vision_config=vision, spatial_merge_size=2,
                                  tie_word_embeddings=tie, **SPECIAL_IDS[arch])  # fmt: skip
-    if arch in ("ministral3", "mistral"):
+    if arch in ("ministral3", "mistral", "mistral4"):
         vision = dict(model_type="pixtral", hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                       num_attention_heads=2, image_size=28, patch_size=14)  # fmt: skip
         return tf.Mistral3Config(text_config=text, vision_config=vision, spatial_merge_size=2,
@@ -159,6 +167,7 @@ _CLASSES = {
     "gemma3_full": "Gemma3ForConditionalGeneration",
     "ministral3": "Mistral3ForConditionalGeneration",
     "mistral": "Mistral3ForConditionalGeneration",
+    "mistral4": "Mistral3ForConditionalGeneration",
     "mistral3_full": "Mistral3ForConditionalGeneration",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",

@@ -26,6 +26,9 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "qwen3": {},
     "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
     "emu3_text_model": {},  # Emu3's: Llama's
+    # Chameleon's (a flat config, no text_config): its RMSNorms at eps 0.1, so that q/k norms read at it (not at
+    # their module's 1e-5) show; swin_norm is a case of its own (tests/arch/test_wrapped_decoders.py)
+    "chameleon": {"rms_norm_eps": 0.1},
     # Qwen2.5-Omni's thinker: Qwen2's under Qwen2.5-VL's M-RoPE (sections over 8 frequencies)
     "qwen2_5_omni_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}},
     # Granite's multipliers, each away from 1, under Granite-4-Vision's and Granite-Docling's own text types
@@ -108,6 +111,10 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
 # a class's own text type that is an exported family's decoder under another name: that family's
 # registry config (model_type the class's), plus what the class's config adds
 _GLM4V_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]}
+_INKLING2_LOOP_CUT = dict(
+    num_hidden_layers=4, layer_types=["hybrid_sliding", "hybrid"] * 2, n_layers_per_attn_res_block=1,
+    loop_layer_index_start=1, loop_layer_index_end=3, loop_num_passes=2,
+)  # fmt: skip
 REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
     # GLM-4V's decoders (GLM-4.1V / 4.6V, GLM-OCR): GLM-4's, M-RoPE sections over the rotated half's 4 frequencies
     **dict.fromkeys(("glm4v_text", "glm_ocr_text"), ("glm4", {"rope_parameters": _GLM4V_ROPE})),
@@ -145,6 +152,19 @@ REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
         "ernie4_5",
         {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [2, 3, 3]}},
     ),
+    # the Inkling decoders' registry layers cut (HF's forward over them, ~0.25 s a call, is most of a check's time):
+    # Inkling's to a dense sliding layer and a sparse full one; Inkling2's to a sliding and a full layer in blocks of
+    # one; Inkling2-Loop's to four in blocks of one, layers 1 and 2 run twice (6 graph layers, not 16), so that a
+    # later pass's messages attend over a block state beside the previous pass's output (the queries matter)
+    "inkling_text": (
+        "inkling_text",
+        {"num_hidden_layers": 2, "local_layer_ids": [0], "mlp_layer_types": ["dense", "sparse"]},
+    ),
+    "inkling2_text": (
+        "inkling2_text",
+        {"num_hidden_layers": 2, "layer_types": ["hybrid_sliding", "hybrid"], "n_layers_per_attn_res_block": 1},
+    ),
+    "inkling2_loop_text": ("inkling2_loop_text", _INKLING2_LOOP_CUT),
     # HY-V4-VL: HY-V4's, every norm at eps 0.1 (its latent norms read it, HY-V4's stay at 1e-6: a difference
     # the logits show), Qwen3-VL's M-RoPE sections over the rope slice's 4 frequencies
     "hy_v4_vl_text": (
@@ -155,6 +175,13 @@ REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
 }
+
+
+def _image_token(code: int) -> str:
+    """Chameleon's name of VQ code `code` in its vocabulary (ChameleonImageVocabularyMapping reads it back)."""
+    return "IMGIMG" + "".join(chr(ord("A") + int(c)) for c in str(code)) + "Z"
+
+
 # sub-config sizes a tower or projector reads (whichever keys its config has)
 _SHRUNK = dict(
     hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
@@ -240,6 +267,21 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {"vocabulary_map": {"<image>": 300, "<|extra_200|>": 301}},
         {"vq_config": {"codebook_size": 32, "base_channels": 32, "channel_multiplier": [1], "num_res_blocks": 1}},
     ),
+    # Chameleon's image vocabulary: the <image> placeholder, then 48 image tokens ("IMGIMG" + the code's digits
+    # as letters A-J + "Z") whose logits its class masks; its VQ-VAE at one narrow level
+    "chameleon": (
+        {"vocabulary_map": {"<image>": 300, **{_image_token(i): 320 + i for i in range(48)}}},
+        {
+            "vq_config": {
+                "num_embeddings": 48,
+                "base_channels": 32,
+                "latent_channels": 16,
+                "channel_multiplier": [1],
+                "num_res_blocks": 1,
+                "resolution": 32,
+            }
+        },
+    ),
     **{
         thinker: ({}, {"audio_config": _AUDIO, "vision_config": {"depth": 1, "out_hidden_size": 64}})
         for thinker in ("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")
@@ -254,6 +296,22 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
                 "per_layer_config": {},
             },
             "audio_config": {**_DOTS3_TOWER, "adapter_input_size": 16},
+        },
+    ),
+    # Inkling2's and Inkling2-Loop's tower projects to the decoder's width (the config checks it), through a narrow MLP
+    **{
+        inkling: ({}, {"vision_config": {"text_hidden_size": 64, "projection_hidden_dim": 16, "posemb_grid_size": 2}})
+        for inkling in ("inkling2", "inkling2_loop")
+    },
+    # Inkling's vision HMLP: its config's `n_layers` (not num_hidden_layers, so not shrunk above) folds a 40-pixel,
+    # 2-frame patch in 24 layers whose temporal widths are 64 times what they mean to be (plan_out_scales: 614400
+    # channels): the build runs out of memory. Three layers over 2-pixel, 2-frame patches (no scipy needed: n_layers
+    # >= its 3 scales); its audio codebooks 4 x 8; its audio placeholder inside the vocabulary
+    "inkling_mm_model": (
+        {"audio_token_id": 301},
+        {
+            "vision_config": {"n_layers": 3, "patch_size": 2, "temporal_patch_size": 2},
+            "audio_config": {"n_mel_bins": 4, "mel_vocab_size": 8},
         },
     ),
     "apertus1p5": (
@@ -282,6 +340,7 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         },
     ),
 }
+INKLING_TEXT = ("inkling_text", "inkling2_text", "inkling2_loop_text")
 _PLACEHOLDERS = {"image_token_id": 300, "image_token_index": 300, "video_token_id": 301, "video_token_index": 301}
 _DROPPED = ("layer_types", "mlp_layer_types", "architectures", "transformers_version", "_name_or_path")
 
@@ -325,7 +384,11 @@ def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
     top, sub_keys = _CLASS_KEYS.get(model_type, ({}, {}))
     for key, values in sub_keys.items():
         subs[key].update(values)
-    config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids, **top)
+    if "text_config" in vars(default):
+        config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids, **top)
+    else:  # a class whose config is its decoder's, flat (Chameleon)
+        flat = {**text, **subs, **top}
+        config = AutoConfig.for_model(model_type, **{k: v for k, v in flat.items() if k != "model_type"})
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(config, key, TEXT[key])
     return config
@@ -347,6 +410,10 @@ def save_wrapped(
             if param.ndim >= 2:
                 param.normal_(0.0, 0.06)
     randomize_norms(model, biases=True)
+    if text_type in INKLING_TEXT:  # its block queries (zeros), clip scales, banks and taps drawn as its registry row's
+        from derived_moe_models import finish
+
+        finish(model, text_type, torch.Generator().manual_seed(0))
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, save_original_format=hub_layout)

@@ -1,6 +1,6 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
 MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash, Youtu, A.X-K1,
-GLM-MoE-DSA, dots3-note, A.X-K2, HunYuan-V4), kept apart from families.py so
+GLM-MoE-DSA, dots3-note, A.X-K2, HunYuan-V4, Mistral-4), kept apart from families.py so
 that neither module outgrows its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
@@ -212,7 +212,18 @@ HY_V4 = replace(
         ("ffn_hc.", "hc_pre.hc_mlp_layer.hc_"),
     ),
 )
+# Mistral-4 (Mistral-Small-4, transformers 5.25 Mistral4ForCausalLM, docs/coverage.md "mistral4"): DeepSeek-V3's
+# latent attention (q-LoRA optional, pairs or halves per rope_interleave, YaRN mscale) with every query (nope and
+# rope channels) times Ministral-3's 1 + llama_4_scaling_beta * log(1 + floor(pos / original_max_position_embeddings))
+# (spec query_position_scale), and a router that is V3's group choice on softmax probabilities without a selection
+# bias, in the model's dtype (routing softmax_grouped); shared experts, dense first_k_dense_replace layers
+MISTRAL4 = replace(
+    DEEPSEEK_V3,
+    name="mistral4",
+    query_position_scale=True,
+    moe=MoeSpec(_SHARED, routing="softmax_grouped", shared_width="per_expert"),
+)
 LATENT_FAMILIES = (
     DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH, YOUTU, AXK1,
-    GLM_MOE_DSA, DOTS3_NOTE_TEXT, AXK2, HY_V4,
+    GLM_MOE_DSA, DOTS3_NOTE_TEXT, AXK2, HY_V4, MISTRAL4,
 )  # fmt: skip

@@ -74,6 +74,8 @@ class MoeSpec:
     "sigmoid_group_biased" (DeepSeek-V3, GLM-4-MoE: sigmoid scores; groups ranked by the sum of their
     two best biased scores, the top k of the biased scores within the topk_group best groups,
     weighted by the unbiased scores, renormalized (+1e-20) when norm_topk_prob, times
+    routed_scaling_factor), "softmax_grouped" (Mistral-4: that group choice on softmax probabilities without a
+    bias, the outside groups' probabilities set to 0, renormalized (+1e-20) when norm_topk_prob, times
     routed_scaling_factor), "softmax_biased" (ERNIE-4.5-MoE: softmax over all experts, the top k
     chosen on probs + expert_bias, weighted by the unbiased probs, always renormalized by max(sum,
     moe_norm_min)), "sigmoid_scaled_input" (Llama-4: the top k of the logits, each chosen expert's

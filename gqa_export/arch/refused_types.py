@@ -75,8 +75,6 @@ REFUSED: dict[str, str] = {
         "(TimmWrapperModel) and timm is not installed with gqa-export; the tower and projector are not built",
         "fast_vlm", "perception_lm",
     ),
-    "mistral4": "no spec yet: Mistral-4's decoder is DeepSeek-V3's latent attention and experts with every query "
-    "scaled by Llama-4's per-position attention scale (llama_4_scaling_beta), which no latent-attention spec reads",
     "mistral_large4": "no spec yet: Mistral-Large-4's decoder is GLM-MoE-DSA's with NoPE layers (no_rope_layers) and "
     "layers that attend to an earlier layer's latent KV cache (kv_source_layers), which gqa-export does not build",
     "step3p7": "no spec yet: Step3p7's decoder (step3p5: MiniMax-M3-VL's text config run by Laguna's attention and "
@@ -87,16 +85,6 @@ REFUSED: dict[str, str] = {
     "glm5_next": "no spec yet: GLM-5-Next's decoder interleaves Kimi-style KDA linear-attention layers (short "
     "convolutions, gated delta rule) with GLM-MoE-DSA's latent-attention layers, which no one spec builds; its "
     "vision tower is not built",
-    "chameleon": "no spec yet: Chameleon's decoder LayerNorms queries and keys over each head with that head's own "
-    "weight and bias (a [heads, head_dim] table), optionally norms after each sublayer (swin_norm), and its class "
-    "masks the image-token logits; its VQ-VAE image tokenizer is not built",
-    "inkling_mm_model": "its decoder is exported as inkling_text (save_pretrained's names), but this class's layout "
-    "(model.llm.*, the shared and dense MLPs' interleaved w13 split in two) is not read, its text-only forward is not "
-    "checked against that decoder's, and its vision and audio towers are not built (docs/coverage.md §24)",
-    "inkling2": "its decoder is exported as inkling2_text (the hub's model.llm.* layout read there), but this class's "
-    "text-only forward is not checked against it and its vision tower is not built (docs/coverage.md §24)",
-    "inkling2_loop": "its decoder is exported as inkling2_loop_text, but this class's text-only forward is not "
-    "checked against it and its vision tower is not built (docs/coverage.md §24)",
     # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
     "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
     "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "

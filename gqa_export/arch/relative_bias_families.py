@@ -18,6 +18,31 @@ from gqa_export.arch.relative_bias_spec import (
 )
 from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
 
+# Inkling's serving layout (the hub's `model.llm.*`, its multimodal class's), renamed as transformers 5.25's conversion
+# mapping for inkling_mm_model renames it (source/stored_renames.py): the experts' interleaved w13 read apart, the dense
+# MLPs' and shared experts' split into gate and up (`stored_split`)
+_INKLING_SERVING_LAYOUT: tuple[tuple[str, str, bool], ...] = (
+    (r"^model\.llm\.unembed\.", "lm_head.", False),
+    (r"^model\.llm\.", "model.", False),
+    (r"\.embed\.weight$", ".embed_tokens.weight", False),
+    (r"\.embed_norm\.", ".embed_tokens.embed_norm.", False),
+    (r"\.mlp\.experts\.w13_weight$", ".mlp.experts.gate_up_proj", False),
+    (r"\.mlp\.experts\.w2_weight$", ".mlp.experts.down_proj", False),
+    (r"\.shared_experts\.shared_w2_weight$", ".shared_experts.down_proj", False),
+    (r"\.mlp\.w2_md\.", ".mlp.down_proj.", False),
+    (r"\.mlp\.gate\.bias$", ".mlp.gate.e_score_correction_bias", False),
+    (r"\.attn\.wq_du\.", ".self_attn.q_proj.", False),
+    (r"\.attn\.wk_dv\.", ".self_attn.k_proj.", False),
+    (r"\.attn\.wv_dv\.", ".self_attn.v_proj.", False),
+    (r"\.attn\.wr_du\.", ".self_attn.r_proj.", False),
+    (r"\.attn\.wo_ud\.", ".self_attn.o_proj.", False),
+    (r"\.attn\.(q_norm|k_norm|rel_logits_proj)\.", r".self_attn.\1.", False),
+    (r"\.attn\.(k|v)_sconv\.", r".self_attn.\1_sconv.conv1d.", False),
+    (r"\.(attn|mlp)_sconv\.weight$", r".\1_sconv.conv1d.weight", False),
+    (r"\.mlp_norm\.", ".post_attention_layernorm.", False),
+    (r"\.attn_norm\.", ".input_layernorm.", False),
+)
+
 # Inkling (transformers 5.25, `inkling_text`): pre-norm layers, every one attention without RoPE ("hybrid" full,
 # "hybrid_sliding" windowed, each kind with its own query / kv heads and head_dim), per-head q/k RMSNorms and
 # scores times 1 / head_dim; a relative position bias per query and head (r_proj(x) times a learned bank, zero
@@ -59,6 +84,12 @@ INKLING = ArchSpec(
         logits_scaling="logits_mup_width_multiplier",
         output_vocab_size="unpadded_vocab_size",
         conv_kernel="conv_kernel_size|sconv_kernel_size",
+    ),
+    stored_renames=_INKLING_SERVING_LAYOUT,  # read where the checkpoint has no model.embed_tokens
+    stored_interleaved=r"\.mlp\.experts\.gate_up_proj$",
+    stored_split=(
+        (r"\.mlp\.w13_dn\.weight$", ".mlp.gate_proj.weight", ".mlp.up_proj.weight"),
+        (r"\.shared_experts\.shared_w13_weight$", ".shared_experts.gate_proj", ".shared_experts.up_proj"),
     ),
 )
 
@@ -158,6 +189,18 @@ INKLING2 = ArchSpec(
     head_rows_dropped=True,
 )
 
+# Inkling2-Loop's serving layout: Inkling2's, its message gates under `controllers.{attn,k,v,mlp}` renamed first (as
+# transformers 5.25's inkling2_loop_text mapping does, before Inkling2's `.attn.` rename); the two stored message-query
+# tensors merged into one (LoopMessageNames.stored_queries, source/stored_renames.py)
+_INKLING2_LOOP_SERVING_LAYOUT: tuple[tuple[str, str | Callable[[re.Match[str]], str], bool], ...] = (
+    (r"\.controllers\.attn\.", ".q_message_gate.", False),
+    (r"\.controllers\.(k|v|mlp)\.", r".\1_message_gate.", False),
+    (r"_message_gate\.down_weight$", "_message_gate.down_proj.weight", False),
+    (r"_message_gate\.gain_weight$", "_message_gate.message_gate_proj.weight", False),
+    (r"_message_gate\.forget_weight$", "_message_gate.forget_gate_proj.weight", False),
+    *_INKLING2_SERVING_LAYOUT,
+)
+
 # Inkling2-Loop (transformers 5.25, `inkling2_loop_text`): Inkling2 whose layers loop_layer_index_start ..
 # loop_layer_index_end - 1 run loop_num_passes times with shared weights, each pass from the loop's input (stream and
 # block stack) with its own KV caches and convolution states, unrolled (model/recurrent_loop.py); each later pass's
@@ -168,6 +211,7 @@ INKLING2_LOOP = replace(
     name="inkling2_loop",
     recurrent_loop=True,
     block_residuals=BlockResidualNames(messages=LoopMessageNames()),
+    stored_renames=_INKLING2_LOOP_SERVING_LAYOUT,
     config_keys=MappingProxyType(
         {
             **INKLING2.config_keys,

@@ -66,9 +66,12 @@ class LoopMessageNames:
     values' and MLP inputs') attended by learned queries `query` [loop layers, 4, H] (model-level) over the previous
     pass's block states and its output; each joins its input through a gate (`gates`, per layer): `down`
     [r, 2H] of the weightless-RMS-normed input and message, then (1 - tanh(`forget` .)) input + tanh(`message` .)
-    message, in float32."""
+    message, in float32. `stored_queries`: the serving layout's two [2 loop layers, H] tensors the queries are read
+    from where the checkpoint holds them (model-level: each loop layer's query and MLP queries, then its key and value
+    queries; source/stored_renames.py merges them as transformers' Inkling2LoopMergeMessageQueries does)."""
 
     query: str = "message_input.query"
+    stored_queries: tuple[str, str] = ("middle_cycle_cross_pass_queries", "middle_cycle_cross_pass_kv_queries")
     gates: tuple[str, str, str, str] = ("q_message_gate", "k_message_gate", "v_message_gate", "mlp_message_gate")
     down: str = "down_proj"
     forget: str = "forget_gate_proj"

@@ -112,7 +112,9 @@ class ArchSpec:
     (Phi-2, Cohere: attention and MLP off one norm, both added), "post_residual" (GPT-1: block ->
     add -> norm, the residual stream itself normed after each add). qk_norm: "head" (the family's
     norm over head_dim: RMSNorm for Qwen3/Gemma-3, LayerNorm with per-head weights for StableLM,
-    Cohere, Phi-2) or "full" (RMSNorm over all heads, OLMo-2/3). v_norm: a scaleless RMSNorm over
+    Cohere, Phi-2), "head_layer" (a LayerNorm over head_dim with each head's own weight and bias, [heads, D]
+    tables, whatever the family's norm: Chameleon, graph/head_layer_norm.py) or "full" (RMSNorm over all
+    heads, OLMo-2/3). v_norm: a scaleless RMSNorm over
     head_dim on the values (Gemma-4). unit_attention_scale: scores are not scaled (Gemma-4's
     `scaling = 1.0`; its q/k norms carry the scale). qk_norm "scaleless": an RMSNorm over head_dim
     without a weight (the L2 norm times sqrt(D), Llama-4, NanoChat) where the config's use_qk_norm says so (a
@@ -178,6 +180,12 @@ class ArchSpec:
     mlp: str = "gated"  # gated: down(act(gate) * up) | plain: down(act(up)) (Phi-2, StarCoder2, Nemotron)
     parallel_key: str | None = None  # a config flag that switches the block to the parallel layout (StableLM)
     qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE
+    qk_norm_eps: float | None = None  # an eps the modeling code hard-codes for the q/k norms (Chameleon: 1e-5)
+    # the config's swin_norm flag moves each layer's two norms after their blocks (graph/swin_norm.py, Chameleon)
+    swin_norm_switch: bool = False
+    # (config key of a name -> id map, name prefix): the class sets the logits of the ids whose names start
+    # so to the dtype's lowest value (graph/masked_logits.py; Chameleon's image tokens, "IMGIMG" in vocabulary_map)
+    masked_logits: tuple[str, str] | None = None
     rope_interleaved: bool = False  # GPT-J style RoPE pairs (Cohere, GLM-4, ERNIE-4.5)
     # RoPE rotating by minus the angle: rotate_half gives [x2, -x1] instead of [-x2, x1] (NanoChat), the
     # same as a sin table of the opposite sign, which GQA's fused RoPE and the plain ops both read
@@ -314,6 +322,9 @@ class ArchSpec:
     # a regex on the class's name of a renamed tensor whose stored dim-1 rows alternate its two halves (gate 0, up 0,
     # gate 1, ...: Inkling2's serving-layout w13 experts): read with the halves apart (source/stored_renames.py)
     stored_interleaved: str | None = None
+    # (regex on a renamed name, its gate's replacement, its up's): a tensor whose rows (dim -2) alternate gate j, up j,
+    # read as two tensors, even rows and odd (Inkling's serving-layout w13 dense MLPs and shared experts)
+    stored_split: tuple[tuple[str, str, str], ...] = ()
     collapsed_layer_pairs: bool = False
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)

@@ -16,7 +16,7 @@ of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 o
 A class whose logits differ from its decoder family's has a recipe of its own that names it
 (Cohere2-Vision: no logit_scale), and so does a class whose decoder is a family's under its own
 text type or hub names (GLM-4V, Granite vision, the Omni thinkers; Cosmos3, HY-V4-VL, PaddleOCR-VL,
-Emu3 and DeepSeek-OCR-2 with specs of their own, arch/wrapped_families.py), so that no family
+Emu3, DeepSeek-OCR-2 and Chameleon with specs of their own, arch/wrapped_families.py), so that no family
 recipe's match list, which its packages' manifests record, changes; the --text-only gate holds for
 them all the same.
 """
@@ -35,6 +35,7 @@ WRAPPED_DECODERS = MappingProxyType(
     {
         "AriaForConditionalGeneration": "aria",
         "AyaVisionForConditionalGeneration": "aya_vision",
+        "ChameleonForConditionalGeneration": "chameleon",  # its own recipe: per-head q/k LayerNorms, masked logits
         "Cohere2VisionForConditionalGeneration": "cohere2_vision",  # its own recipe: no logit_scale
         "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2",  # its own recipe: V2's experts, Llama's attention
         "UnlimitedOcrForConditionalGeneration": "unlimited_ocr",  # DeepSeek-OCR-2's recipe
@@ -59,6 +60,9 @@ WRAPPED_DECODERS = MappingProxyType(
         "GotOcr2ForConditionalGeneration": "got_ocr2",
         "Idefics2ForConditionalGeneration": "idefics2",
         "Idefics3ForConditionalGeneration": "idefics3",
+        "Inkling2ForConditionalGeneration": "inkling2",  # the hub's model.llm.* read by its decoder's spec
+        "Inkling2LoopForConditionalGeneration": "inkling2_loop",  # and its merged message queries
+        "InklingForConditionalGeneration": "inkling_mm_model",  # the hub layout read by its decoder's spec
         "InternVLForConditionalGeneration": "internvl",
         "JanusForConditionalGeneration": "janus",
         "Kimi_K25ForConditionalGeneration": "kimi_k25",  # its own recipe: placeholders embedded as id 0
@@ -124,10 +128,15 @@ def listed_class(raw_config: Mapping[str, Any]) -> str | None:
     return first if isinstance(first, str) and first in WRAPPED_DECODERS else None
 
 
+# the classes whose images come as tokens of a VQ-VAE tokenizer, not a vision tower's features
+_IMAGE_TOKENIZERS = frozenset({"ChameleonForConditionalGeneration", "Emu3ForConditionalGeneration"})
+
+
 def towers_refusal(architecture: str, text_model_type: str) -> str:
     """What `build` says for a listed class without --text-only (exit 2)."""
+    towers = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
     return (
-        f"{architecture}'s vision tower and projector are not built and onnxruntime-genai 0.18 runs no "
+        f"{architecture}'s {towers} not built and onnxruntime-genai 0.18 runs no "
         f"{WRAPPED_DECODERS[architecture]} package; pass --text-only to export its {text_model_type} text decoder "
         "alone (it computes the class's logits on text prompts)"
     )

@@ -128,7 +128,21 @@ MOLMO2_TEXT = replace(
     ),
 )
 
+# Chameleon's decoder (ChameleonForConditionalGeneration, the type's only class): Llama's layers with q/k
+# LayerNorms per head ([heads, D] weight and bias tables, statistics over head_dim at the module's own 1e-5),
+# the norms after their blocks where the config sets swin_norm, and the image tokens' logits masked
+CHAMELEON = replace(
+    LLAMA,
+    name="chameleon",
+    qk_norm="head_layer",
+    qk_norm_eps=1e-5,
+    swin_norm_switch=True,
+    masked_logits=("vocabulary_map", "IMGIMG"),
+    head_dim_from_hidden=True,
+    layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
+)
+
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
     COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
-    KIMI_K25_TEXT, MOLMO2_TEXT,
+    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT,
 )  # fmt: skip

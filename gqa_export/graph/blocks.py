@@ -18,6 +18,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.adapters import low_rank_sum
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.fused_qkv import selected_rows
+from gqa_export.graph.head_layer_norm import head_layer_norm
 from gqa_export.graph.lora import LoraPlan, lora_branch
 from gqa_export.graph.masks import StatePadding
 from gqa_export.graph.ngpt_scales import l2_norm, squared, stored_scaled
@@ -251,7 +252,7 @@ def _qkv_norms(
         assert L.q_norm and L.k_norm
         q = normalize(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * layer.head_dim)
         k = normalize(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", layer.num_kv_heads * layer.head_dim)
-    elif qk_norm and lc.spec.qk_norm == "head":
+    elif qk_norm and lc.spec.qk_norm in ("head", "head_layer"):
         assert L.q_norm and L.k_norm
         q = _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads)
         k = _head_norm(lc, k, L.k_norm, "k_norm", layer.num_kv_heads)
@@ -297,6 +298,9 @@ def head_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, head
     b, d, params, dims = lc.b, lc.layer.head_dim, lc.params, lc.dims
     if dims.norm_kind == "l2":  # nGPT: each head's q / k on the unit sphere
         return l2_norm(b, x, d, params, dims.rms_eps, name)
+    if module is not None and lc.spec.qk_norm == "head_layer":  # Chameleon: [heads, D] weight and bias tables
+        eps = dims.rms_eps if lc.spec.qk_norm_eps is None else lc.spec.qk_norm_eps
+        return head_layer_norm(b, x, lc.name(module), params, eps, name)
     if module is None:
         weight = b.const(np.ones(d, NUMPY_DTYPES[params.dtype]), f"{name}_unit_weight")
         return b.op("SimplifiedLayerNormalization", x, weight, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)

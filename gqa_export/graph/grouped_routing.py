@@ -9,6 +9,9 @@ The experts form n_group equal groups; only the topk_group best groups compete f
   a group's score is the sum of its two highest c; c outside the kept groups becomes -inf; the top k
   of c are chosen and weighted by s, divided by (their sum + 1e-20) when norm_topk_prob, times
   routed_scaling_factor.
+- "softmax_grouped" (Mistral4TopkRouter): V3's choice on p = softmax(logits) without a bias: a group's
+  score is the sum of its two highest p; p outside the kept groups becomes 0 (masked_fill 0.0); the top
+  k of p, divided by (their sum + 1e-20) when norm_topk_prob, times routed_scaling_factor.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.model.moe import MoeDims
 
-GROUPED_ROUTINGS = ("softmax_group_limited", "sigmoid_group_biased")
+GROUPED_ROUTINGS = ("softmax_group_limited", "sigmoid_group_biased", "softmax_grouped")
 
 
 def grouped_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDims) -> ir.Value:
@@ -28,6 +31,7 @@ def grouped_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDim
     b, dtype = lc.b, lc.params.dtype
     routing = moe.routing  # the resolved routing (model/moe.py read_moe), as _dense_routing dispatches on it
     sigmoid = routing == "sigmoid_group_biased"
+    limited = routing == "softmax_group_limited"  # DeepSeek-V2: groups by their best score, never renormalized
 
     def scalar(value: float, name: str) -> ir.Value:
         return b.const(np.asarray(value, NUMPY_DTYPES[dtype]), name)
@@ -43,11 +47,11 @@ def grouped_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDim
             bias_name = lc.name(bias_module, suffix="")
             choosing = b.op("Add", scores, b.initializer(bias_name, lc.params.vector([bias_name])), name="biased")
         if moe.groups > 1:
-            choosing = _keep_groups(lc, choosing, moe, sigmoid)
+            choosing = _keep_groups(lc, choosing, moe, sigmoid, top2=not limited)
         values, chosen = b.op_multi("TopK", choosing, b.const([moe.top_k], "k", "int64"), axis=-1, outputs=2,
                                     name="topk")  # fmt: skip
         picked = b.op("GatherElements", scores, chosen, axis=-1, name="picked") if sigmoid else values
-        if sigmoid and moe.normalize:
+        if not limited and moe.normalize:
             total = b.op("ReduceSum", picked, last, keepdims=1, name="picked_sum")
             picked = b.op("Div", picked, b.op("Add", total, scalar(1e-20, "eps")), name="renormalized")
         if moe.routed_scaling != 1.0:
@@ -56,14 +60,15 @@ def grouped_routing(lc: LayerContext, prefix: str, logits: ir.Value, moe: MoeDim
         return b.op("ScatterElements", zeros, chosen, picked, axis=-1, name="dense_weights")
 
 
-def _keep_groups(lc: LayerContext, choosing: ir.Value, moe: MoeDims, sigmoid: bool) -> ir.Value:
+def _keep_groups(lc: LayerContext, choosing: ir.Value, moe: MoeDims, sigmoid: bool, top2: bool) -> ir.Value:
     """`choosing` [B,S,E] with the experts outside the topk_group best groups masked: to 0 (softmax
-    scores, V2's masked_fill 0.0) or -inf (biased sigmoid scores, V3's masked_fill -inf)."""
+    scores, V2's and Mistral-4's masked_fill 0.0) or -inf (biased sigmoid scores, V3's masked_fill -inf);
+    groups ranked by their best score (V2) or by the sum of their two best (`top2`: V3, Mistral-4)."""
     b, dtype = lc.b, lc.params.dtype
     per_group = moe.experts // moe.groups
     grouped = b.op("Reshape", choosing, b.const([0, 0, moe.groups, per_group], "expert_groups", "int64"))
     last = b.const([-1], "last", "int64")
-    if sigmoid:  # the sum of each group's two best scores
+    if top2:  # the sum of each group's two best scores
         best2, _ = b.op_multi("TopK", grouped, b.const([2], "two", "int64"), axis=-1, outputs=2, name="group_top2")
         group_scores = b.op("ReduceSum", best2, last, keepdims=0, name="group_scores")
     else:

@@ -65,19 +65,26 @@ def _scaled(lc: LayerContext, x: ir.Value, scale: float, name: str) -> ir.Value:
 def _query(lc: LayerContext, x: ir.Value) -> ir.Value:
     """The heads' queries [B,S,N*(qk_nope + qk_rope)]: q_proj(x), or q_b of the q_a latent (normed, and raw
     too where the spec's q_b reads both: A.X-K2). Where q_b also yields a value gate per head (spec
-    value_gate), the gate [B,S,N*v_head] is left in lc.output_gate for `latent_output`."""
+    value_gate), the gate [B,S,N*v_head] is left in lc.output_gate for `latent_output`. Times the
+    per-token query scale where the spec has one (Mistral-4: HF scales [q_nope | q_rope] after RoPE,
+    which is linear, so scaling before it is the same; the latent cache's absorbed query too)."""
     lat, names = _latent(lc), lc.spec.latent_attention
     assert names is not None
     if names.value_gate_proj is not None:  # HunYuan-V4: the value gate is a Linear of the normed input
         lc.output_gate["value_gate"] = linear(lc, x, [names.value_gate_proj], None, "gate_proj")
     if not lat.q_lora_rank:
-        return linear(lc, x, [names.q], None, "q_proj")
+        return _position_scaled(lc, linear(lc, x, [names.q], None, "q_proj"))
     q_a = linear(lc, x, [names.q_a], None, "q_a_proj")
     q = _norm(lc, q_a, names.q_a_norm, "q_a_layernorm")
     if names.q_b_input != ("normed",):  # A.X-K2: [q_a_norm(q_a) | q_a]
         q = lc.b.op("Concat", *({"normed": q, "raw": q_a}[part] for part in names.q_b_input), axis=-1, name="q_b_in")
     q = _scaled(lc, linear(lc, q, [names.q_b], None, "q_b_proj"), lat.q_scale, "q_lora_scale")
-    return _value_gate_split(lc, q) if names.value_gate else q
+    return _position_scaled(lc, _value_gate_split(lc, q) if names.value_gate else q)
+
+
+def _position_scaled(lc: LayerContext, q: ir.Value) -> ir.Value:
+    """q [B,S,N*D] times the [B,S,1] per-token scale where the spec has one (graph/positions.py)."""
+    return q if lc.query_scale is None else lc.b.op("Mul", q, lc.query_scale, name="query_scale")
 
 
 def _value_gate_split(lc: LayerContext, q: ir.Value) -> ir.Value:

@@ -22,6 +22,7 @@ from gqa_export.errors import InputError
 from gqa_export.graph.activations import soft_cap
 from gqa_export.graph.builder import GraphBuilder, float_scalar
 from gqa_export.graph.head_transform import head_transform
+from gqa_export.graph.masked_logits import masked_logits
 from gqa_export.graph.ngpt_scales import logit_scaled
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.params import Params
@@ -117,4 +118,6 @@ def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputCont
         if dims.final_softcap:  # Gemma-2: cap * tanh(logits / cap)
             cap = float_scalar(b, dims.final_softcap, opts.logits_dtype, "final_softcap")
             logits = soft_cap(b, logits, cap, "final_softcap")
+        # Chameleon: its image tokens' logits at the lowest value
+        logits = masked_logits(b, logits, dims.masked_logit_ids, dims.logits_width, opts.logits_dtype)
     return logits

@@ -39,6 +39,19 @@ def placeholder_ids(outer: Any | None, keys: tuple[str, ...]) -> tuple[int, ...]
     return tuple(int(v) for v in (config_get(outer, key) for key in keys) if v is not None)
 
 
+def masked_logit_ids(config: Any, masked: tuple[str, str] | None, vocab_size: int) -> tuple[int, ...]:
+    """The ids whose logits the class sets to the lowest value (ArchSpec.masked_logits): those of the names
+    in the config's name -> id map that start with the prefix (Chameleon's "IMGIMG" image tokens), sorted."""
+    if masked is None:
+        return ()
+    key, prefix = masked
+    names = config_get(config, key) or {}
+    ids = sorted(int(i) for name, i in names.items() if str(name).startswith(prefix))
+    if ids and not 0 <= ids[0] <= ids[-1] < vocab_size:
+        raise InputError(f"{key} names {prefix}* ids outside the vocabulary of {vocab_size}: fix config.json")
+    return tuple(ids)
+
+
 def token_ids(value: Any) -> list[int]:
     """Token ids as configs spell them: absent, one int, or a list."""
     if value is None:

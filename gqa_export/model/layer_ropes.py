@@ -105,7 +105,11 @@ def layer_ropes(
         if latent is not None:  # only the decoupled rope dims rotate, in the config's pair layout
             own = {own.latent.qk_rope for layer in layers if layer.rope == key and (own := layer.attention)}
             rope_dim = own.pop() if own else latent.qk_rope  # dots3-note's sliding layers: their own widths
-            if params is not None:  # dots3-note: partial_rotary_factor = qk_rope / head_dim, i.e. rope_dim
+            # dots3-note's per-type and Mistral-4's global rope parameters hold partial_rotary_factor = qk_rope /
+            # head_dim, i.e. rope_dim itself (Mistral4Config sets it when the config lacks it)
+            if params is None and "partial_rotary_factor" in (getattr(config, "rope_parameters", None) or {}):
+                params = dict(config.rope_parameters)
+            if params is not None:
                 params = {k: v for k, v in params.items() if k != "partial_rotary_factor"}
             out[key] = replace(read_rope(config, rope_dim, params), interleaved=latent.interleaved)
             continue

@@ -172,11 +172,11 @@ def expert_groups(opt: Any, spec: ArchSpec, experts: int) -> tuple[int, int]:
             )
         if method == "greedy":
             return 1, 1
-    elif routing != "sigmoid_group_biased":
+    elif routing not in ("sigmoid_group_biased", "softmax_grouped"):
         return 1, 1
     groups, kept = int(opt("expert_groups", 1) or 1), int(opt("expert_groups_kept", 1) or 1)
-    # the biased sigmoid router scores a group by its two best experts (transformers fails too)
-    least = 2 if routing == "sigmoid_group_biased" else 1
+    # V3's and Mistral-4's routers score a group by its two best experts (transformers fails too)
+    least = 1 if routing == "softmax_group_limited" else 2
     if experts % groups or experts // groups < least or not 1 <= kept <= groups:
         raise InputError(
             f"n_group {groups} / topk_group {kept} do not split {experts} experts into groups of at least "

@@ -16,6 +16,9 @@ the checkpoint has. A checkpoint that already holds the spec's embedding is read
 (`model.llm.*`) stores its block queries as `attn_res.attn_queries.{i}` for layer i + 1 (a replacement that is a
 function of the match) and its experts' gate and up rows interleaved (`w13_weight`, row 2j gate j, 2j + 1 up j), which
 transformers' Interleave(dim=1) puts apart: `ArchSpec.stored_interleaved` names the renamed tensors read so.
+Inkling's keeps its dense MLPs' and shared experts' gate and up in one tensor, rows alternating
+(`ArchSpec.stored_split`, read as two); Inkling2-Loop's keeps its message queries in two tensors
+(`LoopMessageNames.stored_queries`), read as the one its class holds (`merged_message_queries`).
 Molmo2's release stores its embedding as two tables, the vocabulary's rows and the additional ones
 (`transformer.wte.embedding`, `transformer.wte.new_embedding`), which its class concatenates at load:
 `ArchSpec.stored_concatenations`.
@@ -69,13 +72,51 @@ def renamed_views(store: WeightStore, spec: ArchSpec) -> WeightStore:
         if new == name or new in store:
             continue
         info = store.info(name)
-        if transposed:
+        halves = split_names(spec, new)
+        if halves is not None:  # Inkling's w13: rows 0, 2, ... the gate, 1, 3, ... the up
+            shape = (*info.shape[:-2], info.shape[-2] // 2, info.shape[-1])
+            for start, half in enumerate(halves):
+                views[half] = (view_info(info, shape), lambda n=name, s=start: store.read(n)[..., s::2, :])
+        elif transposed:
             views[new] = (view_info(info, tuple(reversed(info.shape))), lambda n=name: store.read(n).T)
         elif spec.stored_interleaved is not None and re.search(spec.stored_interleaved, new):
             views[new] = (view_info(info, info.shape), lambda n=name: deinterleaved(store.read(n)))
         else:
             views[new] = (view_info(info, info.shape), lambda n=name: store.read(n))
+    views.update(merged_message_queries(store, spec))
     return ViewStore(store, views) if views else store
+
+
+def split_names(spec: ArchSpec, name: str) -> tuple[str, str] | None:
+    """The gate's and up's names of a renamed tensor `ArchSpec.stored_split` names, else None."""
+    rule = next((rule for rule in spec.stored_split if re.search(rule[0], name)), None)
+    return None if rule is None else (re.sub(rule[0], rule[1], name), re.sub(rule[0], rule[2], name))
+
+
+def merged_message_queries(store: WeightStore, spec: ArchSpec) -> dict[str, tuple[TensorInfo, Compute]]:
+    """Inkling2-Loop's message queries [L, 4, H] (query, key, value, MLP of each loop layer) from the serving layout's
+    [2L, H] pair (query | MLP per layer, key | value per layer), as transformers' Inkling2LoopMergeMessageQueries
+    reads them; none where the checkpoint does not hold the pair."""
+    messages = spec.block_residuals.messages if spec.block_residuals is not None else None
+    if messages is None:
+        return {}
+    first, second = messages.stored_queries
+    views: dict[str, tuple[TensorInfo, Compute]] = {}
+    for name in store.names():
+        other = name[: -len(first)] + second
+        if not name.endswith(first) or other not in store:
+            continue
+        target = renamed(spec, name)[0][: -len(first)] + messages.query
+        info = store.info(name)
+        shape = (info.shape[0] // 2, 4, info.shape[1])
+        views[target] = (view_info(info, shape), lambda a=name, b=other: _merged(store.read(a), store.read(b)))
+    return views
+
+
+def _merged(queries: np.ndarray, kv_queries: np.ndarray) -> np.ndarray:
+    """[L, 4, H]: each layer's query, key, value and MLP queries, from its [query, MLP] and [key, value] rows."""
+    pairs, kv = queries.reshape(-1, 2, queries.shape[-1]), kv_queries.reshape(-1, 2, kv_queries.shape[-1])
+    return np.concatenate([pairs[:, :1], kv, pairs[:, 1:]], axis=1)
 
 
 def concatenated_views(store: WeightStore, spec: ArchSpec) -> dict[str, tuple[TensorInfo, Compute]]:

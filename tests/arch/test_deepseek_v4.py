@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from families import BY_NAME, REGISTERED
+from families import require_registered
 from mutants import build_planted, copy_package, edit_initializers, times
 from reference import parity_error
 from typer.testing import CliRunner
@@ -43,8 +43,7 @@ BOUND = 1e-2  # every mutant must be off by more; measured in docs/coverage.md
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[ROW] not in REGISTERED:
-        pytest.skip(f"{ROW} needs a newer transformers")
+    require_registered(ROW)
 
 
 def _comb_dropped(monkeypatch: pytest.MonkeyPatch) -> None:

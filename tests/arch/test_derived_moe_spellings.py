@@ -17,8 +17,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pytest
-from families import BY_NAME, REGISTERED
+from families import require_registered
 from reference import hf_generate, hf_logits, hf_model, ort_prefill_and_decode
 from typer.testing import CliRunner
 
@@ -32,8 +31,7 @@ NEW = 24
 
 
 def _registered(family: str) -> None:
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
 
 
 def _respelled(checkpoint: Path, to: Path, drop: tuple[str, ...] = (), **changes) -> Path:

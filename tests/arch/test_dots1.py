@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from families import BY_NAME, REGISTERED, FamilyBuilds
+from families import FamilyBuilds, require_registered
 from mutants import edit_initializers
 from reference import (
     ort_prefill_and_decode,
@@ -25,8 +25,7 @@ FAMILY = "dots1"
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[FAMILY] not in REGISTERED:
-        pytest.skip(f"{FAMILY} needs a newer transformers")
+    require_registered(FAMILY)
 
 
 def test_layers_windows_and_experts_sit_where_configured(builds):
@@ -132,8 +131,7 @@ def test_fp16_package_routes_in_fp32_where_hf_does(builds, family):
     selection bias kept fp32; HunYuan-MoE's gate.wg declared fp32) are an fp32 MatMul and fp32
     routing; the experts stay fp16. Qwen3-MoE's router runs in the model's dtype in HF, so in fp16
     here too."""
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
     routers, biases, experts = _router_dtypes(builds.package(family, ep="cuda", precision="fp16"))
     wide = family in FP32_ROUTERS
     assert routers and set(routers) == {FLOAT if wide else FLOAT16}

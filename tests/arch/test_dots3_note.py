@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import onnx
 import pytest
-from families import BY_NAME, PROMPT, REGISTERED
+from families import PROMPT, require_registered
 from mutants import copy_package, edit_initializers, times
 from reference import hf_logits, hf_model, ort_prefill_and_decode
 
@@ -29,8 +29,7 @@ CAP = 128  # the tiny config's index_topk (tests/derived_moe_models.py), below m
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[FAMILY] not in REGISTERED:
-        pytest.skip(f"{FAMILY} needs transformers >= 5.25")
+    require_registered(FAMILY)
 
 
 def _parity(package, checkpoint) -> bool:

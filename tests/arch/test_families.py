@@ -208,7 +208,8 @@ def dequantized_twin_error(builds, family, package, tmp_path) -> float:
     assert replaced, "no weight of the quantized package found in the float package"
     prompt = list(family.prompt)
     got, ref = ort_prefill_and_decode(package, prompt, 0)[1], ort_prefill_and_decode(twin, prompt, 0)[1]
-    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+    kept = ref > np.finfo(ref.dtype).min  # logits a class masks to the lowest value (Chameleon's image tokens)
+    return float(np.linalg.norm(got[kept] - ref[kept]) / np.linalg.norm(ref[kept]))
 
 
 @pytest.mark.parametrize("name", ["phi", "gpt2"])

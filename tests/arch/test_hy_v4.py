@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from families import BY_NAME, REGISTERED
+from families import require_registered
 from moe_models import save_moe
 from mutants import build_planted, copy_package, edit_initializers, times
 from reference import parity_error
@@ -33,8 +33,7 @@ BOUND = 1e-2  # every mutant must be off by more; measured in docs/coverage.md
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[ROW] not in REGISTERED:
-        pytest.skip(f"{ROW} needs a newer transformers")
+    require_registered(ROW)
 
 
 def _pre_post_swapped(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from families import BY_NAME, ORT_PAD, RAGGED, RAGGED_DECODE, REGISTERED, skip_where_the_reference_differs
+from families import (
+    BY_NAME,
+    ORT_PAD,
+    RAGGED,
+    RAGGED_DECODE,
+    require_registered,
+    skip_where_the_reference_differs,
+)
 from reference import hf_model, ort_padded_batch, ragged_logits_error
 
 from gqa_export.pipeline import BuildOptions, build
@@ -31,8 +38,7 @@ def _copy(package: Path, to: Path) -> Path:
 
 
 def _registered(family: str) -> None:
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
     skip_where_the_reference_differs(BY_NAME[family])
 
 

@@ -163,16 +163,18 @@ def test_the_serving_names_read_as_transformers_mapping_reads_them(tmp_path):
 
 
 def test_the_serving_layout_gives_the_same_package(builds, tmp_path):
-    """transformers loads the serving-layout folder to the row's logits, and the package built from it is the
-    row's byte for byte (the renamed names, the experts' gate and up rows put apart, the head's first 380 rows)."""
+    """transformers loads the serving-layout folder to the row's weights, tensor for tensor, and the package built
+    from it is the row's byte for byte (the renamed names, the experts' gate and up rows put apart, the head's
+    first 380 rows). The weights, not the logits, are compared exactly: the loaded experts are strided views whose
+    matmuls may take another kernel (last-bit differences on some CPUs)."""
     import torch
 
     from gqa_export.pipeline import BuildOptions, build
 
     checkpoint = _serving_layout(tmp_path)
-    prompt = torch.tensor([list(range(6, 40))])
-    with torch.no_grad():
-        assert torch.equal(hf_model(builds.checkpoint(INKLING2))(prompt).logits, hf_model(checkpoint)(prompt).logits)
+    ours, theirs = hf_model(builds.checkpoint(INKLING2)).state_dict(), hf_model(checkpoint).state_dict()
+    assert ours.keys() == theirs.keys()
+    assert not [name for name in ours if not torch.equal(ours[name], theirs[name])]
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
     for name in ("model.onnx", "model.onnx.data"):
         assert (tmp_path / "pkg" / name).read_bytes() == (builds.package(INKLING2) / name).read_bytes(), name

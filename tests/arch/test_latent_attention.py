@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from families import BY_NAME, REGISTERED, skip_where_the_reference_differs
+from families import BY_NAME, require_registered, skip_where_the_reference_differs
 from reference import (
     hf_generates_of,
     parity_error,
@@ -28,8 +28,7 @@ PROMPT = [0, 17, 45, 99, 200, 3, 7, 120, 64, 33, 250, 11, 12, 13]
 
 
 def _registered(family: str, generation: bool = False) -> None:
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
     skip_where_the_reference_differs(BY_NAME[family], generation)
 
 

@@ -17,8 +17,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import pytest
-from families import BY_NAME, REGISTERED
+from families import require_registered
 from reference import hf_generate, hf_logits, ort_prefill_and_decode
 from typer.testing import CliRunner
 
@@ -57,8 +56,7 @@ def _exports_like_hf(checkpoint: Path, out: Path) -> float:
 
 
 def _registered(family: str) -> None:
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
 
 
 def test_sarvam_mla_in_the_remote_code_spelling(builds, tmp_path):

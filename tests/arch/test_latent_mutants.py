@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from families import BY_NAME, REGISTERED
+from families import require_registered
 from mutants import copy_package, edit_initializers
 from reference import parity_error
 
@@ -33,8 +33,7 @@ MINICPM3_SCALES = {
 
 
 def _registered(family: str) -> None:
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
 
 
 def _set_to_one(value: float):

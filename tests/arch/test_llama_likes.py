@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from families import BY_NAME, PROMPT, REGISTERED, FamilyBuilds
+from families import PROMPT, FamilyBuilds, require_registered
 from mutants import edit_initializers
 from reference import (
     hf_logits,
@@ -24,8 +24,7 @@ CLASSIC = ("seed_oss", "arcee", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe")
 
 
 def _registered(family: str) -> None:
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
 
 
 def _mutated(builds: FamilyBuilds, family: str, tmp_path: Path) -> tuple[Path, onnx.ModelProto]:

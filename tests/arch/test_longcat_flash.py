@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from families import BY_NAME, REGISTERED
+from families import require_registered
 from mutants import copy_package, edit_initializers
 from reference import parity_error
 
@@ -29,8 +29,7 @@ CONSTANTS = {
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[FAMILY] not in REGISTERED:
-        pytest.skip(f"{FAMILY} needs a newer transformers")
+    require_registered(FAMILY)
 
 
 def _set_to_one(value: float):

@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import onnx
 import pytest
-from families import BY_NAME, REGISTERED
+from families import require_registered
 from mutants import copy_package, edit_initializers
 from reference import parity_error
 from typer.testing import CliRunner
@@ -29,8 +29,7 @@ SLIDING = (1, 2)  # the tiny config's layer_types: full, sliding, sliding, full
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[FAMILY] not in REGISTERED:
-        pytest.skip(f"{FAMILY} needs a newer transformers")
+    require_registered(FAMILY)
 
 
 def _attention_nodes(package) -> list[dict]:

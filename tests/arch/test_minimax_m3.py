@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from families import BY_NAME, PROMPT, REGISTERED
+from families import PROMPT, require_registered
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -25,8 +25,7 @@ CAP = 128  # the tiny config's 16 blocks of 8 keys (tests/derived_moe_models.py)
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[FAMILY] not in REGISTERED:
-        pytest.skip(f"{FAMILY} needs a newer transformers")
+    require_registered(FAMILY)
 
 
 def _context(package: Path) -> tuple[int, int]:

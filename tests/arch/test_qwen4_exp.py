@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from families import BY_NAME, LONG_PROMPT, REGISTERED
+from families import LONG_PROMPT, require_registered
 from mutants import build_planted, copy_package, edit_initializers
 from reference import parity_error
 
@@ -34,8 +34,7 @@ BOUND = 1e-2  # every mutant must be off by more; measured in docs/coverage.md
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[ROW] not in REGISTERED:
-        pytest.skip(f"{ROW} needs transformers 5.25")
+    require_registered(ROW)
 
 
 def _norm_over_all_copies(monkeypatch: pytest.MonkeyPatch) -> None:

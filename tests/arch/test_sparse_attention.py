@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from families import BY_NAME, PROMPT, REGISTERED
+from families import PROMPT, require_registered
 from reference import parity_error
 from typer.testing import CliRunner
 
@@ -33,8 +33,7 @@ INDEX_TOPK = 128  # the tiny config's (tests/derived_moe_models.py), below max_p
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    if BY_NAME[FAMILY] not in REGISTERED:
-        pytest.skip(f"{FAMILY} needs a newer transformers")
+    require_registered(FAMILY)
 
 
 def _context(package: Path) -> tuple[int, int]:
@@ -47,8 +46,7 @@ def _context(package: Path) -> tuple[int, int]:
 def test_package_context_is_capped_at_index_topk(builds, tmp_path, family):
     """The registry's package and a CLI build: context_length and max_length are index_topk, not the
     model's 256, and the build says so in one line."""
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
     assert _context(builds.package(family)) == (INDEX_TOPK, INDEX_TOPK)
     out = tmp_path / "pkg"
     result = CliRunner().invoke(app, ["build", str(builds.checkpoint(family)), "-o", str(out), "--no-smoke"])
@@ -77,8 +75,7 @@ def test_hf_past_index_topk_is_not_plain_mla(builds, family):
     import torch
     from transformers import AutoModelForCausalLM
 
-    if BY_NAME[family] not in REGISTERED:
-        pytest.skip(f"{family} needs a newer transformers")
+    require_registered(family)
     model = AutoModelForCausalLM.from_pretrained(builds.checkpoint(family), dtype=torch.float32).eval()
     ids = torch.tensor([PROMPT])
     with torch.no_grad():

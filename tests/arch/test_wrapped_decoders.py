@@ -38,8 +38,8 @@ def _checkpoint(tmp_path, model_type: str, text_type: str):
     return save_wrapped(tmp_path / f"{model_type}-{text_type}", model_type, text_type, hub_layout=hub)
 
 
-def _error(package, checkpoint) -> float:
-    tokens, got = ort_prefill_and_decode(package, PROMPT, steps=3)
+def _error(package, checkpoint, steps: int = 3) -> float:
+    tokens, got = ort_prefill_and_decode(package, PROMPT, steps=steps)
     return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(PROMPT))).max())
 
 
@@ -126,6 +126,37 @@ def test_kimi_k25_placeholders_embedded_as_id_0(tmp_path, monkeypatch):
     assert _error(out, checkpoint) > 1e-2
 
 
+def test_inkling2_loop_message_queries_merged_in_order(tmp_path, monkeypatch):
+    """Mutant: Inkling2-Loop's serving layout read with its two message-query tensors crossed (the key and value
+    queries taken as the query and MLP ones) fails the bound on the prompt (0.83; HF's decode steps, the bulk of a
+    check's time for these classes, add nothing to a mutant)."""
+    from dataclasses import replace
+
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = _checkpoint(tmp_path, "inkling2_loop", "inkling2_loop_text")
+    residuals = SPECS["inkling2_loop"].block_residuals
+    first, second = residuals.messages.stored_queries
+    crossed = replace(residuals, messages=replace(residuals.messages, stored_queries=(second, first)))
+    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"block_residuals": crossed}, "inkling2_loop")
+    assert _error(out, checkpoint, steps=0) > 1e-2
+
+
+def test_inkling_w13_halves_read_in_order(tmp_path, monkeypatch):
+    """Mutant: Inkling's serving layout read with its dense MLPs' and shared experts' interleaved w13 rows split
+    crossed (the odd rows as the gate) fails the bound on the prompt (0.091)."""
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = _checkpoint(tmp_path, "inkling_mm_model", "inkling_text")
+    crossed = tuple((pattern, up, gate) for pattern, gate, up in SPECS["inkling"].stored_split)
+    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"stored_split": crossed}, "inkling")
+    assert _error(out, checkpoint, steps=0) > 1e-2
+
+
 def test_dots3_note_with_its_text_config_at_the_top_level(tmp_path):
     """dots3-note's releases store the text config's keys at the top of config.json (its config class
     builds text_config from them): the decoder is found and exported as with a nested text_config."""
@@ -158,6 +189,28 @@ def test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_re
     assert not (tmp_path / "pkg").exists()
 
 
+def test_chameleon_masks_the_ids_of_its_image_token_names_inside_the_vocabulary():
+    """The masked ids are those of vocabulary_map's "IMGIMG" names (not <image>, not the image break); one past
+    the logits is refused in one line."""
+    from gqa_export.errors import InputError
+    from gqa_export.model.config_reads import masked_logit_ids
+
+    config = {"vocabulary_map": {"<image>": 3, "IMGIMGBAZ": 7, "IMGIMGAZ": 5, "<racm3:break>": 6}}
+    assert masked_logit_ids(config, ("vocabulary_map", "IMGIMG"), 8) == (5, 7)
+    assert masked_logit_ids({}, ("vocabulary_map", "IMGIMG"), 8) == ()
+    with pytest.raises(InputError, match="outside the vocabulary of 7"):
+        masked_logit_ids(config, ("vocabulary_map", "IMGIMG"), 7)
+
+
+def test_chameleon_without_text_only_names_its_image_tokenizer(tmp_path):
+    checkpoint = _checkpoint(tmp_path, "chameleon", "chameleon")
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "ChameleonForConditionalGeneration's VQ-VAE image tokenizer is not built" in said
+    assert "pass --text-only to export its chameleon text decoder alone" in said
+
+
 def test_text_only_is_not_called_without_effect(tmp_path):
     """--text-only is what exports these: the build does not note it as a flag without effect."""
     checkpoint = _checkpoint(tmp_path, "llava", "llama")
@@ -166,3 +219,53 @@ def test_text_only_is_not_called_without_effect(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "no effect" not in result.output
+
+
+# Chameleon with swin_norm set (its norms after their blocks): the registry row, exact there (tests/families.py)
+CHAMELEON = "chameleon_text_only"
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        {"swin_norm_switch": False},  # swin_norm read as the pre-norm layer
+        {"qk_norm_eps": None},  # the q/k LayerNorms at the config's rms_norm_eps (0.1), not their module's 1e-5
+        {"masked_logits": None},  # the image tokens' logits left as the lm_head computes them
+    ],
+    ids=["pre_norm_layers", "qk_norms_at_config_eps", "image_logits_unmasked"],
+)
+def test_chameleon_mutants_fail_the_bound(tmp_path, monkeypatch, builds, plant):
+    """Mutants of Chameleon's spec: each mechanism read another way fails the bound (measured 0.18, 0.021 and
+    3.4e38 off; the tiny model's logits reach 0.5)."""
+    from mutants import build_planted
+
+    checkpoint = builds.checkpoint(CHAMELEON)
+    out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, plant, "chameleon")
+    assert _error(out, checkpoint) > 5e-3
+
+
+def test_chameleon_qk_norm_bias_dropped_fails_the_bound(tmp_path, monkeypatch, builds):
+    """Mutant: the per-head q/k LayerNorms without their [heads, D] bias tables (Cohere's weight-only form);
+    measured 0.015 off."""
+    from mutants import build_planted
+
+    from gqa_export.graph import head_layer_norm
+
+    checkpoint = builds.checkpoint(CHAMELEON)
+
+    def no_bias(patch):
+        patch.setattr(head_layer_norm, "stored_bias", lambda *args: None)
+
+    out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, no_bias)
+    assert _error(out, checkpoint) > 5e-3
+
+
+def test_chameleon_qk_norm_weight_shared_by_heads_fails_the_bound(tmp_path, builds):
+    """Mutant: every head's q/k norm weight its first head's (one [D] weight shared by the heads, Phi-2's form);
+    measured 0.040 off."""
+    checkpoint = builds.checkpoint(CHAMELEON)
+    broken = copy_package(builds.package(CHAMELEON), tmp_path / "broken")
+    head_dim = 16
+    first = lambda v: np.tile(v.reshape(-1, head_dim)[:1], (v.size // head_dim, 1)).reshape(v.shape)  # noqa: E731
+    assert edit_initializers(broken, "*_norm.weight", first)
+    assert _error(broken, checkpoint) > 5e-3

@@ -48,6 +48,19 @@ def test_known_answer(monkeypatch):
     assert measured["prompts"] == PROMPTS and measured["positions"] == PROMPTS * PROMPT_LENGTH
 
 
+def test_logits_masked_to_the_lowest_value_are_left_out(monkeypatch):
+    """Logits a class masks to the dtype's lowest value (Chameleon's image tokens) in both packages: the
+    answer is the one without them (their squares would overflow the norm and report 0)."""
+    vocab, low = 10, np.finfo(np.float32).min
+    ref = [np.full((PROMPT_LENGTH, vocab), 2.0, np.float32) for _ in range(PROMPTS)]
+    got = [r + 1.0 for r in ref]
+    for g, r in zip(got, ref, strict=True):
+        g[:, 8:] = r[:, 8:] = low
+    calls = iter([ref, got])
+    monkeypatch.setattr(module, "prompt_logits", lambda package, prompts: next(calls))
+    assert logit_error(Path("float"), Path("quantized"), vocab)["relative_l2"] == pytest.approx(0.5, rel=1e-12)
+
+
 def test_fixed_prompts_are_fixed_and_inside_the_vocabulary():
     prompts = fixed_prompts(300)
     assert prompts == fixed_prompts(300) and len(prompts) == PROMPTS
