@@ -881,6 +881,8 @@ FAMILIES: tuple[Family, ...] = (
     # Chameleon's decoder with swin_norm (its norms after their blocks): per-head q/k LayerNorms, its image tokens'
     # logits masked (greedy tokens differ unmasked); its mutants: tests/arch/test_wrapped_decoders.py
     wrapped("chameleon_text_only", "chameleon", "chameleon", "decoder", {"swin_norm": True}, quantized=("int4",)),
+    # Molmo2's choices off their defaults (OLMo's q/k norms, post-norm, YaRN on layer 1 only), its release's layout
+    wrapped("molmo2_text_only", "molmo2", "molmo2_text", "decoder"),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

@@ -51,6 +51,20 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
             "mrope_interleaved": True,
         },
     },
+    # Molmo2's decoder, each config choice off its default: OLMo's full-width q/k norms, post-norm layers, YaRN on
+    # layer 1 only (layer 0 unscaled), 16 embedding rows past the head's 384 (ids 384-399: the class's markers)
+    "molmo2_text": {
+        "qk_norm_type": "olmo",
+        "norm_after": True,
+        "rope_scaling_layers": [1],
+        "additional_vocab_size": 16,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 10000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 128,
+        },
+    },
     # Qwen3-VL's decoder: M-RoPE sections over head_dim 16's 8 frequencies, interleaved as its class does
     "qwen3_vl_text": {
         "rope_parameters": {
@@ -197,6 +211,21 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
     ),
     "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
+    # Molmo2's adapter reads the tiny ViT's one layer and feeds the decoder's width; its image and frame
+    # markers are rows of the additional vocabulary (past the head's 384), as the release's are
+    "molmo2": (
+        {
+            "image_start_token_id": 384,
+            "image_end_token_id": 385,
+            "low_res_image_start_token_id": 388,
+            "frame_start_token_id": 391,
+            "frame_end_token_id": 392,
+        },
+        {
+            "vision_config": {"head_dim": 8, "image_size": [28, 28], "num_position_embeddings": 4},
+            "adapter_config": {"vision_feature_layer": [-1], "head_dim": 8, "text_hidden_size": 64},
+        },
+    ),
     # DeepSeek-OCR-2's encoders nest in its vision config (a SAM ViT-B and a 7B Qwen2 by default): both tiny
     "deepseek_ocr2": (
         {},
@@ -388,5 +417,7 @@ def save_wrapped(
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir, save_original_format=hub_layout)
-    save_tokenizer(out_dir, vocab_size=TEXT["vocab_size"])
+    # a release's tokenizer spells its additional rows' ids too (Molmo2's image and frame markers)
+    extra = int(getattr(config.get_text_config(), "additional_vocab_size", 0) or 0)
+    save_tokenizer(out_dir, vocab_size=TEXT["vocab_size"] + extra)
     return out_dir

@@ -25,6 +25,10 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "post_norms": "use_post_norm",  # ArchSpec.post_norms_switch: the sandwich's post-block norms exist
     "swin_norm": "swin_norm",  # ArchSpec.swin_norm_switch: the norms after their blocks (Chameleon)
     "layer_rope_theta": "layer_rope_theta",  # one RoPE base per layer, 0 = NoPE (GraniteSWA)
+    # the layers whose RoPE applies rope_parameters' scaling, the others unscaled at its theta (Molmo2)
+    "scaled_rope_layers": "rope_scaling_layers",
+    # embedding rows past vocab_size, input-only ids the lm_head has no row for (Molmo2's additional vocabulary)
+    "extra_vocab_rows": "additional_vocab_size",
     # Llama-4: chunked local attention of the "chunked_attention" layers, the scaleless q/k norm's
     # switch, NoPE layers' attention temperature tuning
     "attention_chunk": "attention_chunk_size",

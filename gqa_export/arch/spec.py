@@ -37,6 +37,7 @@ from gqa_export.arch.relative_bias_spec import BlockResidualNames, RelativeBiasN
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.spec_records import AbsolutePositions as AbsolutePositions  # re-exported
 from gqa_export.arch.spec_records import BidirectionalRuns as BidirectionalRuns
+from gqa_export.arch.spec_records import ConfigChoice as ConfigChoice
 from gqa_export.arch.spec_records import Refusal as Refusal
 from gqa_export.arch.stream_spec import (
     AlternatingUpdateNames,
@@ -227,6 +228,8 @@ class ArchSpec:
     activation_names: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     rope_types: tuple[str, ...] = ROPE_TYPES
     refusals: tuple[Refusal, ...] = ()
+    # fields a config key sets by its value (Molmo2's qk_norm_type, norm_after; model/spec_choices.py)
+    config_choices: tuple[ConfigChoice, ...] = ()
     norm_offset: float = 0.0
     embedding_scale: str = "none"
     residual_scale: str = "config"  # RESIDUAL_SCALES
@@ -305,6 +308,12 @@ class ArchSpec:
     # (a stored fused layer module, the modules its equal row blocks are, in order): read as those
     # (source/split_projections.py; HRM-Text's attn.gqkv_proj)
     split_projections: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # a stored fused [q | k | v] module read as layer.q / k / v at the config's heads x head_dim, kv heads x
+    # head_dim twice (source/split_projections.py; Molmo2's released self_attn.att_proj)
+    stored_qkv: str | None = None
+    # (stored tensors, the name their rows concatenated are read as): transformers' Concatenate on load
+    # (source/stored_renames.py; Molmo2's wte.embedding and wte.new_embedding, its additional vocabulary's rows)
+    stored_concatenations: tuple[tuple[tuple[str, ...], str], ...] = ()
     # a checkpoint layout transformers' loader rewrites: (regex, replacement, transposed: the tensor stored
     # (in, out)) renames of stored names into the class's, in order, after the layer-pair collapse where
     # `collapsed_layer_pairs` (source/stored_renames.py; Ergo's serving layout, Dory's backbone. and mixer blocks);

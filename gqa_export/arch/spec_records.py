@@ -1,9 +1,10 @@
 """Small frozen records an `ArchSpec` holds (arch/spec.py re-exports them, where the families import them):
-a config value refused with its line, a learned or sinusoidal absolute position table, and multimodal
-placeholder runs that attend both ways."""
+a config value refused with its line, spec fields a config key chooses, a learned or sinusoidal absolute
+position table, and multimodal placeholder runs that attend both ways."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,17 @@ class Refusal:
             more = f" and {len(hits) - 1} more" if len(hits) > 1 else ""
             return f"{self.config_key}[{hits[0]}]={value[hits[0]]!r}{more}"
         return f"{self.config_key}={value!r}"
+
+
+@dataclass(frozen=True)
+class ConfigChoice:
+    """Spec fields a config key chooses between, for a class whose modeling code branches on it
+    (Molmo2's qk_norm_type picks Qwen3's per-head or OLMo's full-width q/k norms, its norm_after the
+    pre- or post-norm layer): `options` maps each value the class accepts to the ArchSpec fields it sets
+    (model/spec_choices.chosen_spec); a value not listed is refused in one line naming the key."""
+
+    config_key: str
+    options: Mapping[Any, Mapping[str, Any]]
 
 
 @dataclass(frozen=True)

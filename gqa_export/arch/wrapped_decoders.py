@@ -72,6 +72,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "LlavaNextVideoForConditionalGeneration": "llava_next_video",
         "LlavaOnevisionForConditionalGeneration": "llava_onevision",
         "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
+        "Molmo2ForConditionalGeneration": "molmo2",  # its own recipe: q/k norms and layout by config
         "Ovis2ForConditionalGeneration": "ovis2",
         "CohereCompassForConditionalGeneration": "cohere_compass",
         "Apertus1p5ForConditionalGeneration": "apertus1p5",

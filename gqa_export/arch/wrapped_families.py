@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from gqa_export.arch.families import ERNIE4_5, LLAMA, QWEN3
 from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
-from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, LayerNames
+from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, ConfigChoice, LayerNames
 
 # transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
 _COSMOS3_OMNI_LAYOUT = (
@@ -86,6 +86,48 @@ KIMI_K25_TEXT = replace(
     DEEPSEEK_V3, name="kimi_k25_text", placeholder_keys=("image_token_id", "video_token_id"), placeholder_row=0
 )
 
+# Molmo2's decoder (molmo2_text): Qwen3's layers whose config chooses the q/k norms (qk_norm_type "qwen3": per head,
+# "olmo": over all heads' channels, OLMo-2's) and the layer's norms (norm_after: OLMo-2's post-norm layout, the
+# attention's output normed by input_layernorm and the MLP's by post_attention_layernorm); the layers outside
+# rope_scaling_layers run the rope unscaled (config key scaled_rope_layers), the embedding holds
+# additional_vocab_size rows past the lm_head's vocab_size (extra_vocab_rows), and its default rope rotates
+# the whole head
+_MOLMO2_POST = replace(
+    QWEN3.layer,
+    input_norm=None,
+    post_attention_norm="input_layernorm",
+    post_feedforward_norm="post_attention_layernorm",
+)
+# Its releases keep the decoder under `model.transformer.` with the OLMo-style names (blocks, attn_norm / ff_norm,
+# att_proj = [q | k | v], attn_out, ff_proj = [up | gate], ff_out, ln_f) and the embedding as two tables, the
+# vocabulary's and the additional rows (transformers' "molmo2" and "Molmo2TextModel" conversion mappings)
+_MOLMO2_LAYOUT = (
+    (r"^model\.transformer\.blocks\.", "model.language_model.layers.", False),
+    (r"^model\.transformer\.ln_f\.", "model.language_model.norm.", False),
+    (r"\.attn_norm\.", ".input_layernorm.", False),
+    (r"\.ff_norm\.", ".post_attention_layernorm.", False),
+    (r"\.self_attn\.attn_out\.", ".self_attn.o_proj.", False),
+    (r"\.mlp\.ff_out\.", ".mlp.down_proj.", False),
+)
+MOLMO2_TEXT = replace(
+    QWEN3,
+    name="molmo2_text",
+    default_rope_whole_head=True,
+    stored_renames=_MOLMO2_LAYOUT,
+    stored_qkv="self_attn.att_proj",
+    split_projections=(("mlp.ff_proj", ("mlp.up_proj", "mlp.gate_proj")),),
+    stored_concatenations=(
+        (
+            ("model.transformer.wte.embedding", "model.transformer.wte.new_embedding"),
+            "model.language_model.embed_tokens.weight",
+        ),
+    ),
+    config_choices=(
+        ConfigChoice("qk_norm_type", {"qwen3": {"qk_norm": "head"}, "olmo": {"qk_norm": "full"}}),
+        ConfigChoice("norm_after", {False: {}, True: {"norm_layout": "post", "layer": _MOLMO2_POST}}),
+    ),
+)
+
 # Chameleon's decoder (ChameleonForConditionalGeneration, the type's only class): Llama's layers with q/k
 # LayerNorms per head ([heads, D] weight and bias tables, statistics over head_dim at the module's own 1e-5),
 # the norms after their blocks where the config sets swin_norm, and the image tokens' logits masked
@@ -102,5 +144,5 @@ CHAMELEON = replace(
 
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
     COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
-    KIMI_K25_TEXT, CHAMELEON,
+    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT,
 )  # fmt: skip

@@ -94,6 +94,15 @@ def pruned_head_rows(opt: Any, vocab_size: int, tied: bool) -> int:
     return int(rows)
 
 
+def extra_vocab_rows(opt: Any) -> int:
+    """Embedding rows past vocab_size, ids a prompt may hold but the lm_head (vocab_size rows) never scores
+    (Molmo2's additional_vocab_size: its image and frame markers); 0 without."""
+    rows = int(opt("extra_vocab_rows", 0) or 0)
+    if rows < 0:
+        raise InputError(f"additional_vocab_size must be >= 0, not {rows}")
+    return rows
+
+
 def layer_heads(opt: Any, i: int, heads: int) -> int:
     """Layer i's own query heads where the config lists them per layer and they differ from the
     model's (Laguna's num_attention_heads_per_layer; the kv heads stay one count), else 0."""

@@ -302,14 +302,15 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     ple = int(opt("per_layer_input_size", 0) or 0)
     pad = first_id(gen.get("pad_token_id", config_get(config, "pad_token_id")))
     mamba2 = mamba2_dims(config, opt, spec, [layer.mixer for layer in layers])
+    vocab, extra_rows = int(config.vocab_size), config_reads.extra_vocab_rows(opt)
     return ModelDims(
         model_type=str(top.model_type),
         architecture=str(architectures[0]),
         hidden_size=hidden,
         num_layers=len(layers),
         num_heads=heads,
-        vocab_size=int(config.vocab_size),
-        logits_vocab=config_reads.pruned_head_rows(opt, int(config.vocab_size), tied),
+        vocab_size=vocab + extra_rows,  # the embedding's rows
+        logits_vocab=vocab if extra_rows else config_reads.pruned_head_rows(opt, vocab, tied),
         rms_eps=spec.fixed_norm_eps or float(opt("norm_eps", 1e-6)),
         max_position_embeddings=int(config_get(config, "max_position_embeddings") or 2048),
         tie_word_embeddings=tied,

@@ -25,6 +25,7 @@ from gqa_export.model.layer_kinds import (
     sparse_layer,
 )
 from gqa_export.model.layer_ropes import (
+    UNSCALED,
     cache_head_dim,
     layer_thetas,
     nope_types,
@@ -103,6 +104,7 @@ def read_layers(
         types = [spec.layer_type_names.get(t, t) for t in types]
     no_rope = opt("no_rope_layers")  # SmolLM3: 1 = this layer uses RoPE, 0 = NoPE
     thetas = layer_thetas(opt("layer_rope_theta"), n)  # GraniteSWA: each layer's RoPE base, 0 = NoPE
+    scaled = opt("scaled_rope_layers")  # Molmo2: the layers listed run the scaled rope, the others unscaled
     shared = int(opt("num_kv_shared_layers", 0) or 0)
     k_eq_v = bool(opt("attention_k_eq_v", False))
     double_wide = bool(opt("double_wide_mlp", False))
@@ -125,6 +127,8 @@ def read_layers(
             rope_key = None
         if thetas is not None and rope_key is not None:
             rope_key = theta_rope_key(config, float(thetas[i]))
+        if scaled is not None and rope_key == "default" and i not in scaled:
+            rope_key = UNSCALED
         own_heads = layer_heads(opt, i, heads)
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, own_heads or heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)

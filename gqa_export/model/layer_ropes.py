@@ -28,6 +28,9 @@ class RopedLayer(Protocol):
 
 # a layer's own RoPE base (the config's layer_rope_theta): the key of its table, the base's repr after it
 _THETA_KEY = "rope_theta_"
+# the table of the layers a config's rope_scaling_layers leaves out: the default rope at rope_parameters'
+# theta, without its scaling (Molmo2's rotary_emb_unscaled)
+UNSCALED = "unscaled"
 
 
 def theta_rope_key(config: Any, theta: float) -> str | None:
@@ -93,6 +96,8 @@ def layer_ropes(
         if key.startswith(_THETA_KEY):  # the global rope at the layer's own base
             base = getattr(config, "rope_parameters", None) or {}
             params = {**base, "rope_theta": float(key[len(_THETA_KEY) :])}
+        if key == UNSCALED:
+            params = unscaled_params(config)
         if params is not None and spec.rope_partial_default is not None:
             params = {"partial_rotary_factor": spec.rope_partial_default, **params}
         if spec.default_rope_whole_head:
@@ -111,6 +116,15 @@ def layer_ropes(
         rope = read_rope(config, head_dim, params)
         out[key] = replace(rope, interleaved=spec.rope_interleaved, reversed=spec.rope_reversed)
     return out
+
+
+def unscaled_params(config: Any) -> dict[str, Any]:
+    """The rope parameters of a layer outside rope_scaling_layers: the default rope at the config's theta
+    (and rotated share), none of its scaling's keys (Molmo2's `Molmo2RotaryEmbedding(scaled=False)`)."""
+    base = getattr(config, "rope_parameters", None) or {}
+    theta = base.get("rope_theta", getattr(config, "rope_theta", None) or 10000.0)
+    kept = {k: base[k] for k in ("partial_rotary_factor",) if k in base}
+    return {"rope_type": "default", "rope_theta": float(theta), **kept}
 
 
 def position_query_scale_params(config: Any) -> tuple[float, int]:

@@ -28,6 +28,7 @@ from gqa_export.model.dims import ModelDims, read_dims
 from gqa_export.model.raw_config import check_raw_config
 from gqa_export.model.recurrent_loop import loop_layer_prefixes
 from gqa_export.model.sparse_cap import cap_wording
+from gqa_export.model.spec_choices import chosen_spec
 from gqa_export.model.stream import stack_layer_prefixes
 from gqa_export.package.genai_config import default_max_length
 from gqa_export.package.multimodal import (
@@ -69,19 +70,20 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     precision = plan.precision or plan_precision(ep.name, recipe.default_precision[ep.name], request.quant)
     if source.gguf is not None and plan.precision is None:  # the file's integers at the EP's speed (docs/gguf.md §5)
         precision = replace(precision, accuracy_level=ep.accuracy_level)
-    dims = read_dims(text_config, get_spec(recipe.arch), generation, outer)
+    arch = chosen_spec(get_spec(recipe.arch), text_config)  # the fields its config chooses (Molmo2's q/k norms)
+    dims = read_dims(text_config, arch, generation, outer)
     imported = prequantized.imported_config(checkpoint.raw_config, request.dequantize)  # docs/prequantized.md
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
-    store = renamed_views(store, get_spec(recipe.arch))  # a stored layout read under its class's names
-    spec = get_spec(recipe.arch).bind(store)
+    store = renamed_views(store, arch)  # a stored layout read under its class's names
+    spec = arch.bind(store)
     if spec.recurrent_stacks is not None and dims.recurrent_stacks is not None:  # each graph layer's stored layer
         spec = replace(spec, layer_prefixes=stack_layer_prefixes(spec.recurrent_stacks, dims.recurrent_stacks))
     if spec.recurrent_loop and dims.recurrent_loop is not None:  # Dory: each pass's layers read the stored ones
         spec = replace(spec, layer_prefixes=loop_layer_prefixes(spec.layer_prefix, dims.recurrent_loop))
-    if spec.split_projections:  # a fused projection read as its parts (source/split_projections.py)
-        store = split_projection_views(store, spec, dims.num_layers)
+    if spec.split_projections or spec.stored_qkv:  # a fused projection read as its parts (source/split_projections.py)
+        store = split_projection_views(store, spec, dims)
     if spec.tensor_aliases:  # a layer's modules spelled another way (source/aliases.py)
         store = aliased_views(store, spec, dims.num_layers)
     if spec.attention_experts is not None:  # JetMoE: its expert attention as one qkv and o (source/expert_views.py)
@@ -94,7 +96,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     if recipe.attention.latent_cache:  # MLA's latent as one kv head (docs/latent-attention.md)
         dims = latent_cache_dims(dims)
     # said in the build output and kept in the package's notes
-    notes = context_cap_notes(dims) + rope_width_notes(dims, get_spec(recipe.arch).hf_rotates_full_head)
+    notes = context_cap_notes(dims) + rope_width_notes(dims, arch.hf_rotates_full_head)
     max_length = planned_max_length(request.max_length, dims)
     # the recipe's full package is for its checkpoints with a vision tower (docs/multimodal.md §1)
     full = bool(recipe.multimodal_model_type) and getattr(hf_config, "vision_config", None) is not None

@@ -21,6 +21,7 @@ from gqa_export.errors import InputError
 from gqa_export.jsonio import read_json_object
 from gqa_export.model.dims import ModelDims, read_dims
 from gqa_export.model.raw_config import check_raw_config
+from gqa_export.model.spec_choices import chosen_spec
 from gqa_export.progress import Reporter
 from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_recipe
 from gqa_export.source.fetch import Source, resolve_source
@@ -186,7 +187,7 @@ def source_dims(model_dir: Path, recipe_file: Path | None = None) -> ModelDims:
     hf_config, generation = read_configs(model_dir, config_model_type(recipe) if recipe_file is not None else None)
     text_config = text_config_of(hf_config)
     outer = hf_config if text_config is not hf_config else None
-    return read_dims(text_config, get_spec(recipe.arch), generation, outer)
+    return read_dims(text_config, chosen_spec(get_spec(recipe.arch), text_config), generation, outer)
 
 
 def text_config_of(config: Any) -> Any:

@@ -26,6 +26,11 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore, t
         rows, cols = store.info(embed).shape[:2]
         _same("hidden_size", dims.hidden_size, cols, embed, (rows, cols))
         _same("vocab_size", dims.vocab_size, rows, embed, (rows, cols))
+    if dims.tie_word_embeddings and 0 < dims.logits_vocab < dims.vocab_size:  # its class never ties (Molmo2)
+        raise InputError(
+            f"the checkpoint has no {spec.lm_head} for the {dims.logits_vocab} logits, and the embedding's "
+            f"{dims.vocab_size} rows are not that head; the checkpoint is incomplete"
+        )
     if dims.logits_vocab and spec.lm_head in store:  # a pruned head (Apertus-1.5): output_vocab_size rows
         rows = store.info(spec.lm_head).shape[0]
         if not (spec.head_rows_dropped and rows == dims.vocab_size):  # else its first rows are read (Inkling)

@@ -19,6 +19,9 @@ transformers' Interleave(dim=1) puts apart: `ArchSpec.stored_interleaved` names 
 Inkling's keeps its dense MLPs' and shared experts' gate and up in one tensor, rows alternating
 (`ArchSpec.stored_split`, read as two); Inkling2-Loop's keeps its message queries in two tensors
 (`LoopMessageNames.stored_queries`), read as the one its class holds (`merged_message_queries`).
+Molmo2's release stores its embedding as two tables, the vocabulary's rows and the additional ones
+(`transformer.wte.embedding`, `transformer.wte.new_embedding`), which its class concatenates at load:
+`ArchSpec.stored_concatenations`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import re
 import numpy as np
 
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.errors import InputError
 from gqa_export.source.expert_views import Compute, ViewStore, view_info
 from gqa_export.source.weights import TensorInfo, WeightStore
 
@@ -58,11 +62,11 @@ def renamed(spec: ArchSpec, name: str) -> tuple[str, bool]:
 def renamed_views(store: WeightStore, spec: ArchSpec) -> WeightStore:
     """`store` with a view under its class's name of each tensor stored under another, where the checkpoint
     does not hold the spec's names already (its embedding under one of the decoder prefixes)."""
-    if not (spec.stored_renames or spec.collapsed_layer_pairs):
+    if not (spec.stored_renames or spec.collapsed_layer_pairs or spec.stored_concatenations):
         return store
     if any(f"{prefix}{spec.embed}" in store for prefix in spec.decoder_prefixes):
         return store
-    views: dict[str, tuple[TensorInfo, Compute]] = {}
+    views = concatenated_views(store, spec)
     for name in store.names():
         new, transposed = renamed(spec, name)
         if new == name or new in store:
@@ -113,6 +117,22 @@ def _merged(queries: np.ndarray, kv_queries: np.ndarray) -> np.ndarray:
     """[L, 4, H]: each layer's query, key, value and MLP queries, from its [query, MLP] and [key, value] rows."""
     pairs, kv = queries.reshape(-1, 2, queries.shape[-1]), kv_queries.reshape(-1, 2, kv_queries.shape[-1])
     return np.concatenate([pairs[:, :1], kv, pairs[:, 1:]], axis=1)
+
+
+def concatenated_views(store: WeightStore, spec: ArchSpec) -> dict[str, tuple[TensorInfo, Compute]]:
+    """A view of each of the spec's stored_concatenations the checkpoint holds every part of: their rows one
+    after another under the class's name (Molmo2's vocabulary, then its additional rows, as embed_tokens)."""
+    views: dict[str, tuple[TensorInfo, Compute]] = {}
+    for parts, target in spec.stored_concatenations:
+        if target in store or not all(part in store for part in parts):
+            continue
+        infos = [store.info(part) for part in parts]
+        if len({(info.shape[1:], info.dtype) for info in infos}) > 1:
+            held = ", ".join(f"{part} {list(info.shape)} {info.dtype}" for part, info in zip(parts, infos, strict=True))
+            raise InputError(f"{held}: their rows cannot be concatenated into {target}")
+        shape = (sum(info.shape[0] for info in infos), *infos[0].shape[1:])
+        views[target] = (view_info(infos[0], shape), lambda p=parts: np.concatenate([store.read(n) for n in p]))
+    return views
 
 
 def deinterleaved(stored: np.ndarray) -> np.ndarray:

@@ -46,6 +46,7 @@ KV = "tests/quant/test_kv_scales.py::test_scales_are_the_calibrated_range"
 VERIFY = "tests/runtime/test_verify.py"
 OVERWRITE = "tests/faults/test_overwrite.py"
 CHECKPOINT = "tests/faults/test_checkpoint.py::test_broken_weights"
+MOLMO2 = "tests/arch/test_molmo2.py"
 
 M = Mutant
 # fmt: off
@@ -385,9 +386,30 @@ MUTANTS: list[Mutant] = [
       "return (layer // self.per_stack) % (self.low_cycles + 1) == 0",
       [f"{FAMILY}[hrm_text]"]),
     M("fused-projection-parts-reversed", "import", "gqa_export/source/split_projections.py",
-      "block = (k * rows, (k + 1) * rows)",
-      "block = ((len(parts) - 1 - k) * rows, (len(parts) - k) * rows)",
-      [f"{FAMILY}[hrm_text]"]),
+      "for part, size in zip(parts, sizes, strict=True):",
+      "for part, size in zip(reversed(parts), sizes, strict=True):",
+      [f"{FAMILY}[hrm_text]", f"{MOLMO2}::test_released_layout_matches_hf"]),
+    # --- import / graph: Molmo2's config choices, unscaled rope layers, additional rows (docs/coverage.md §27)
+    M("config-choice-not-applied", "graph", "gqa_export/model/spec_choices.py",
+      "spec = replace(spec, **fields)",
+      "spec = spec",
+      [f"{MOLMO2}::test_released_layout_matches_hf"]),
+    M("unlisted-rope-layers-scaled", "graph", "gqa_export/model/layer_dims.py",
+      "rope_key = UNSCALED",
+      'rope_key = "default"',
+      [f"{MOLMO2}::test_released_layout_matches_hf"]),
+    M("unscaled-rope-keeps-the-scaling", "graph", "gqa_export/model/layer_ropes.py",
+      "params = unscaled_params(config)",
+      "params = None",
+      [f"{MOLMO2}::test_released_layout_matches_hf"]),
+    M("additional-rows-scored", "graph", "gqa_export/model/dims.py",
+      "logits_vocab=vocab if extra_rows else config_reads.pruned_head_rows(opt, vocab, tied),",
+      "logits_vocab=config_reads.pruned_head_rows(opt, vocab, tied),",
+      [f"{MOLMO2}::test_released_layout_matches_hf"]),
+    M("embedding-tables-reversed", "import", "gqa_export/source/stored_renames.py",
+      "views[target] = (view_info(infos[0], shape), lambda p=parts: np.concatenate([store.read(n) for n in p]))",
+      "views[target] = (view_info(infos[0], shape), lambda p=parts: np.concatenate([store.read(n) for n in p[::-1]]))",
+      [f"{MOLMO2}::test_released_layout_matches_hf"]),
     # --- graph: HunYuan-V4's hyper-connection copies, value gate Linear, clipped SwiGLU (docs/coverage.md)
     M("hc-post-weights-dropped", "graph", "gqa_export/graph/hyper_connections.py",
       'spread = b.op("Mul", post, b.op("Unsqueeze", y, b.const([2], "stream_axis", "int64")))',
