@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,13 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# An xdist worker starts with COLUMNS=80 in its environment where the main process has none, and
+# rich fixes the CLI's console width from it when gqa_export.cli.app is imported: the worker's
+# output would fold at 80 columns where a piped `gqa-export` prints each line whole (cli/app.py
+# _Console). Tests that need a width pass COLUMNS to the command they invoke.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
 
 from gemma4_models import save_gemma4
 from multimodal_models import save_multimodal
@@ -230,7 +238,6 @@ def _select_floor_subset(config: pytest.Config, items: list[pytest.Item]) -> Non
     row's first greedy mode and first standard-Attention mode, and its quantized packages only for
     the rows GQA_EXPORT_FLOOR_QUANTIZED names: the attention modes and the quantization are the
     exporter's own (no transformers in them), checked for every row under the installed 5.x."""
-    import os
 
     if "GQA_EXPORT_FLOOR_LEFT_OUT" not in os.environ:
         return
