@@ -69,6 +69,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "LlavaOnevisionForConditionalGeneration": "llava_onevision",
         "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
         "Ovis2ForConditionalGeneration": "ovis2",
+        "Phi4MultimodalForCausalLM": "phi4_multimodal",  # its own recipe: the config is the decoder's (Phi-3's)
         "CohereCompassForConditionalGeneration": "cohere_compass",
         "Apertus1p5ForConditionalGeneration": "apertus1p5",
         "Lfm3VlForConditionalGeneration": "lfm3_vl",
@@ -123,10 +124,29 @@ def listed_class(raw_config: Mapping[str, Any]) -> str | None:
     return first if isinstance(first, str) and first in WRAPPED_DECODERS else None
 
 
+# a class whose full package genai runs but gqa-export does not build: what is missing (docs/multimodal.md §15)
+_NOT_BUILT = MappingProxyType(
+    {
+        "Phi4MultimodalForCausalLM": "HD-transform image tower, speech conformer and its decoder's vision / speech "
+        "LoRA adapters (onnxruntime-genai's phi4mm package) are not built",
+    }
+)
+
+
+def text_only_package(architecture: str) -> str:
+    """What the coverage table says a listed class exports."""
+    if architecture in _NOT_BUILT:  # genai runs its full package, which gqa-export does not build
+        return "text decoder with --text-only (its towers and LoRA adapters are not built; docs/multimodal.md §15)"
+    return "text decoder with --text-only (its towers are not built; genai runs no package for them)"
+
+
 def towers_refusal(architecture: str, text_model_type: str) -> str:
     """What `build` says for a listed class without --text-only (exit 2)."""
+    missing = _NOT_BUILT.get(architecture) or (
+        f"vision tower and projector are not built and onnxruntime-genai 0.18 runs no "
+        f"{WRAPPED_DECODERS[architecture]} package"
+    )
     return (
-        f"{architecture}'s vision tower and projector are not built and onnxruntime-genai 0.18 runs no "
-        f"{WRAPPED_DECODERS[architecture]} package; pass --text-only to export its {text_model_type} text decoder "
+        f"{architecture}'s {missing}; pass --text-only to export its {text_model_type} text decoder "
         "alone (it computes the class's logits on text prompts)"
     )
