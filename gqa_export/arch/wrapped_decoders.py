@@ -11,6 +11,9 @@ So `build` exports the decoder only when asked (`--text-only`), under the decode
 recipe, and otherwise refuses in one line that says so: a package that silently dropped the
 images a user brought the checkpoint for would be the wrong package.
 
+Phi-4-multimodal is the one listed class whose full package genai does run (phi4mm): gqa-export does not
+build its towers or its decoder's LoRA adapters, and its refusal says so (`_NOT_BUILT`).
+
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
 A class whose logits differ from its decoder family's has a recipe of its own that names it
