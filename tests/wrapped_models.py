@@ -79,7 +79,19 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "exaone4": {"num_hidden_layers": 3, "sliding_window": 4, "sliding_window_pattern": 3},
     "persimmon": {"num_key_value_heads": 4, "partial_rotary_factor": 0.5},  # multi-head: no kv heads of its own
     "aria_text": {"moe_num_experts": 4, "moe_topk": 2, "moe_num_shared_experts": 1},
-    "minimax_m3_vl_text": {"rotary_dim": 16},  # the class rotates every channel whatever it says (docs/moe.md)
+    "minimax_m3_vl_text": {"rotary_dim": 16},
+    # Phi-4-multimodal's decoder (its config is the class's, no text_config): Phi-4-mini's partial rotary 0.75 (12
+    # of 16 dims) under longrope, 32 original positions (the prompt and decode steps run on the short factors)
+    "phi4_multimodal": {
+        "original_max_position_embeddings": 32,
+        "rope_parameters": {
+            "rope_type": "longrope",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.75,
+            "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5],
+            "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5],
+        },
+    },  # the class rotates every channel whatever it says (docs/moe.md)
     # Qwen4-Exp: a DeltaNet layer and an indexed one (QSA cap 63), 3 hyper-connection copies, 4 experts top 2, no PLE
     "qwen4_exp_text": {
         "full_attention_interval": 2,
@@ -314,6 +326,21 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
             "audio_config": {"n_mel_bins": 4, "mel_vocab_size": 8},
         },
     ),
+    # Phi-4-multimodal: its placeholders live in the sub-configs (image 300, audio 301); the conformer and its
+    # convolutions at 16 channels, one block
+    "phi4_multimodal": (
+        {},
+        {
+            "vision_config": {"image_token_id": 300},
+            "audio_config": {
+                "audio_token_id": 301,
+                "num_blocks": 1,
+                "ext_pw_out_channel": 16,
+                "depthwise_separable_out_channel": 16,
+                "nemo_conv_channels": 16,
+            },
+        },
+    ),
     "apertus1p5": (
         {"image_token_offset": 320, "audio_token_offset": 352},
         # its image and audio tokenizers (a VQ conv net, WavTokenizer's 12-layer decoder) at one narrow level each
@@ -386,8 +413,8 @@ def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
         subs[key].update(values)
     if "text_config" in vars(default):
         config = AutoConfig.for_model(model_type, text_config=text, **subs, **ids, **top)
-    else:  # a class whose config is its decoder's, flat (Chameleon)
-        flat = {**text, **subs, **top}
+    else:  # a class whose config is its decoder's, flat (Chameleon, Phi-4-multimodal: placeholders in sub-configs)
+        flat = {**text, **subs, **ids, **top}
         config = AutoConfig.for_model(model_type, **{k: v for k, v in flat.items() if k != "model_type"})
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(config, key, TEXT[key])
@@ -400,11 +427,16 @@ def save_wrapped(
     """Save a tiny random `model_type` multimodal checkpoint whose decoder is a `text_type` one, plus
     the tiny tokenizer. Matrices drawn at 0.06 (initializer_range's 0.02 leaves logits near 0)."""
     import torch
-    from transformers import AutoModelForImageTextToText
+    import transformers
 
     config = _config(model_type, text_type, text_overrides)
     torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_config(config).eval()
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    # Phi-4-multimodal's class is a causal LM's in transformers' mappings, not an image-text-to-text one's
+    image_text = model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    auto = transformers.AutoModelForImageTextToText if image_text else transformers.AutoModelForCausalLM
+    model = auto.from_config(config).eval()
     with torch.no_grad():
         for param in model.parameters():
             if param.ndim >= 2:

@@ -19,7 +19,7 @@ from typing import Any
 from gqa_export.arch import get_spec
 from gqa_export.arch.refused_types import NOT_APPLICABLE, REFUSED
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, class_recipe
+from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, class_recipe, text_only_package
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
@@ -136,7 +136,7 @@ def _exported_row(
         full = recipe.multimodal_model_type
         package = f"full multimodal ({full})" if full else "text decoder (its towers are not exported)"
     if wrapped:  # arch/wrapped_decoders.py
-        package = "text decoder with --text-only (its towers are not built; genai runs no package for them)"
+        package = text_only_package(architecture)
     return CoverageRow(
         model_type, mappings, architecture, "exported", recipe.name, modes, mode, precisions, package=package
     )

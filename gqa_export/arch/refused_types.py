@@ -32,9 +32,6 @@ def _each(reason: str, *model_types: str) -> dict[str, str]:
 
 REFUSED: dict[str, str] = {
     # listed in issue #39 item 3, not built yet: what each needs
-    "phi4_multimodal": "Phi-4-multimodal (genai's phi4mm package) needs its HD-transform image tower (448-pixel "
-    "crops plus a global view joined by learned separators), its speech tower and the vision/speech LoRA adapters of "
-    "its text decoder, none of which gqa-export builds",
     "mllama": "Llama-3.2-Vision's cross-attention layers read image states no onnxruntime-genai decoder type feeds",
     "moshi": "Moshi's depth transformer over audio codebooks is not a text decoder onnxruntime-genai runs",
     "moss_transcribe_diarize": "a speech model whose decoder needs its audio encoder; not built",

@@ -11,6 +11,9 @@ So `build` exports the decoder only when asked (`--text-only`), under the decode
 recipe, and otherwise refuses in one line that says so: a package that silently dropped the
 images a user brought the checkpoint for would be the wrong package.
 
+Phi-4-multimodal is the one listed class whose full package genai does run (phi4mm): gqa-export does not
+build its towers or its decoder's LoRA adapters, and its refusal says so (`_NOT_BUILT`).
+
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
 A class whose logits differ from its decoder family's has a recipe of its own that names it
@@ -74,6 +77,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
         "Molmo2ForConditionalGeneration": "molmo2",  # its own recipe: q/k norms and layout by config
         "Ovis2ForConditionalGeneration": "ovis2",
+        "Phi4MultimodalForCausalLM": "phi4_multimodal",  # its own recipe: the config is the decoder's (Phi-3's)
         "CohereCompassForConditionalGeneration": "cohere_compass",
         "Apertus1p5ForConditionalGeneration": "apertus1p5",
         "Lfm3VlForConditionalGeneration": "lfm3_vl",
@@ -131,12 +135,30 @@ def listed_class(raw_config: Mapping[str, Any]) -> str | None:
 # the classes whose images come as tokens of a VQ-VAE tokenizer, not a vision tower's features
 _IMAGE_TOKENIZERS = frozenset({"ChameleonForConditionalGeneration", "Emu3ForConditionalGeneration"})
 
+# a class whose full package genai runs but gqa-export does not build: what is missing (docs/multimodal.md §15)
+_NOT_BUILT = MappingProxyType(
+    {
+        "Phi4MultimodalForCausalLM": "HD-transform image tower, speech conformer and its decoder's vision / speech "
+        "LoRA adapters (onnxruntime-genai's phi4mm package) are not built",
+    }
+)
+
+
+def text_only_package(architecture: str) -> str:
+    """What the coverage table says a listed class exports."""
+    if architecture in _NOT_BUILT:  # genai runs its full package, which gqa-export does not build
+        return "text decoder with --text-only (its towers and LoRA adapters are not built; docs/multimodal.md §15)"
+    return "text decoder with --text-only (its towers are not built; genai runs no package for them)"
+
 
 def towers_refusal(architecture: str, text_model_type: str) -> str:
     """What `build` says for a listed class without --text-only (exit 2)."""
-    towers = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
+    if architecture in _NOT_BUILT:
+        missing = _NOT_BUILT[architecture]
+    else:
+        towers = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
+        missing = f"{towers} not built and onnxruntime-genai 0.18 runs no {WRAPPED_DECODERS[architecture]} package"
     return (
-        f"{architecture}'s {towers} not built and onnxruntime-genai 0.18 runs no "
-        f"{WRAPPED_DECODERS[architecture]} package; pass --text-only to export its {text_model_type} text decoder "
+        f"{architecture}'s {missing}; pass --text-only to export its {text_model_type} text decoder "
         "alone (it computes the class's logits on text prompts)"
     )

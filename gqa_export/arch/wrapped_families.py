@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import ERNIE4_5, LLAMA, QWEN3
+from gqa_export.arch.families import ERNIE4_5, LLAMA, PHI3, QWEN3
 from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
 from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, ConfigChoice, LayerNames
 
@@ -142,7 +142,21 @@ CHAMELEON = replace(
     layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
 )
 
+# Phi-4-multimodal's decoder (phi4_multimodal, its config the class's): Phi-3's. Its remote-code release
+# (model_type phi4mm, Phi4MMForCausalLM) stores each LoRA-wrapped projection's weight as `<proj>.base_layer.weight`
+# beside its vision / speech adapters (`<proj>.lora_A.vision.weight`, ...); its forward unsets both adapters on a
+# text-only prompt (InputMode.LANGUAGE), so the base weights are read and the adapters are not
+# (transformers' convert_phi4_multimodal_weights_to_hf.py drops them and `base_layer.` the same way)
+PHI4_MULTIMODAL_TEXT = replace(
+    PHI3,
+    name="phi4_multimodal_text",
+    tensor_aliases=tuple(
+        (f"{proj}.", f"{proj}.base_layer.")
+        for proj in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+    ),
+)
+
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
     COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
-    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT,
+    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT, PHI4_MULTIMODAL_TEXT,
 )  # fmt: skip

@@ -5,6 +5,8 @@ Greedy genai tokens through three of them: the registry rows `*_text_only` (test
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from mutants import copy_package, edit_initializers, times
@@ -124,6 +126,80 @@ def test_kimi_k25_placeholders_embedded_as_id_0(tmp_path, monkeypatch):
     checkpoint = _checkpoint(tmp_path, "kimi_k25", "deepseek_v3")
     out = build_planted(checkpoint, tmp_path / "own", monkeypatch, {"placeholder_keys": ()}, "kimi_k25_text")
     assert _error(out, checkpoint) > 1e-2
+
+
+def test_phi4_multimodal_longrope_is_read(tmp_path, monkeypatch):
+    """Mutant: Phi-4-multimodal's decoder read with its config's longrope (short factors, the attention scale of
+    512 over 32 original positions) as plain RoPE over the same 12 of 16 dims fails the bound."""
+    from dataclasses import replace
+
+    from mutants import build_planted
+
+    from gqa_export.model import layer_ropes
+
+    read = layer_ropes.read_rope
+
+    def plain(monkeypatch):
+        monkeypatch.setattr(layer_ropes, "read_rope", lambda *a: replace(read(*a), rope_type="default", params={}))
+
+    checkpoint = _checkpoint(tmp_path, "phi4_multimodal", "phi4_multimodal")
+    assert _error(build_planted(checkpoint, tmp_path / "plain", monkeypatch, plain), checkpoint) > 1e-2
+
+
+def test_phi4_multimodal_remote_code_layout_reads_the_base_weights(tmp_path):
+    """The remote-code release (model_type phi4mm, Phi4MMForCausalLM; transformers 5.25 has no config class for it,
+    so --recipe names it) stores each projection as `base_layer` beside its vision / speech LoRA tensors, which a
+    text prompt does not run: its package computes the transformers class's logits on the same base weights."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    checkpoint = _checkpoint(tmp_path, "phi4_multimodal", "phi4_multimodal")
+    remote = shutil.copytree(checkpoint, tmp_path / "remote")
+    config = json.loads((remote / "config.json").read_text())
+    rope = config.pop("rope_parameters")
+    config.update(
+        model_type="phi4mm", architectures=["Phi4MMForCausalLM"], vision_lora={"r": 4}, speech_lora={"r": 4},
+        partial_rotary_factor=rope.pop("partial_rotary_factor"), rope_theta=rope.pop("rope_theta"),
+        rope_scaling={**rope, "type": rope.pop("rope_type")},
+    )  # fmt: skip
+    (remote / "config.json").write_text(json.dumps(config))
+    rng = np.random.default_rng(0)
+    for shard in remote.glob("*.safetensors"):
+        stored = {}
+        for name, tensor in load_file(shard).items():
+            if not name.startswith("model.layers.") or not name.endswith("proj.weight"):
+                stored[name] = tensor
+                continue
+            stem = name[: -len("weight")]
+            stored[f"{stem}base_layer.weight"] = tensor
+            for adapter in ("vision", "speech"):  # ones far from 0: read, they would move the logits
+                stored[f"{stem}lora_A.{adapter}.weight"] = rng.normal(0, 1, (4, tensor.shape[1])).astype(np.float32)
+                stored[f"{stem}lora_B.{adapter}.weight"] = rng.normal(0, 1, (tensor.shape[0], 4)).astype(np.float32)
+        save_file(stored, shard, metadata={"format": "pt"})
+    recipe = tmp_path / "phi4mm.yaml"
+    text = (Path(__file__).parents[2] / "recipes" / "phi4_multimodal.yaml").read_text()
+    text = text.replace("[phi4_multimodal]", "[phi4mm]").replace("[Phi4MultimodalForCausalLM]", "[Phi4MMForCausalLM]")
+    recipe.write_text(text)
+    build(BuildOptions(str(remote), tmp_path / "pkg", smoke=False, recipe=recipe))
+    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
+
+
+def test_phi4_multimodal_without_text_only_names_what_is_not_built(tmp_path):
+    """Phi-4-multimodal (genai type phi4mm) without --text-only: one line, exit 2, naming its towers and LoRA
+    adapters (docs/multimodal.md §15); a config without any weight file is enough to be refused."""
+    import transformers as tf
+
+    tf.Phi4MultimodalConfig(architectures=["Phi4MultimodalForCausalLM"]).save_pretrained(tmp_path / "phi4mm")
+    result = CliRunner().invoke(app, ["build", str(tmp_path / "phi4mm"), "-o", str(tmp_path / "out"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if "Phi4MultimodalForCausalLM" in line]
+    said = " ".join(result.output.split())
+    assert len(lines) == 1 and "HD-transform image tower, speech conformer" in said, result.output
+    assert "vision / speech LoRA adapters" in said
+    assert "pass --text-only to export its phi4_multimodal_text text decoder alone" in said
+    assert not (tmp_path / "out").exists()
 
 
 def test_inkling2_loop_message_queries_merged_in_order(tmp_path, monkeypatch):

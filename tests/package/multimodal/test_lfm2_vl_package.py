@@ -279,22 +279,6 @@ def test_run_inserts_the_marker(package, hf, images):
     assert len(result.tokens) == 8
 
 
-def test_phi4_multimodal_is_refused_in_one_line(tmp_path):
-    """Phi-4-multimodal (genai type phi4mm): no tower of it is built, so `build` exits 2 with one
-    line naming what is missing (§15), before any weight is read."""
-    import transformers as tf
-    from typer.testing import CliRunner
-
-    from gqa_export.cli import app
-
-    tf.Phi4MultimodalConfig().save_pretrained(tmp_path / "phi4mm")
-    result = CliRunner().invoke(app, ["build", str(tmp_path / "phi4mm"), "-o", str(tmp_path / "out")])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if "phi4_multimodal" in line]
-    assert len(lines) == 1 and "HD-transform image tower" in lines[0] and "speech tower" in lines[0]
-    assert not (tmp_path / "out").exists()
-
-
 def test_combined_processor_config_and_tiling_note(checkpoint, tmp_path):
     """transformers 5.x saves the image processor inside processor_config.json: its values are
     read from there; with do_image_splitting (the published default) the build notes that genai
