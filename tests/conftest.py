@@ -11,13 +11,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-# An xdist worker starts with COLUMNS=80 in its environment where the main process has none, and
-# rich fixes the CLI's console width from it when gqa_export.cli.app is imported: the worker's
-# output would fold at 80 columns where a piped `gqa-export` prints each line whole (cli/app.py
-# _Console). Tests that need a width pass COLUMNS to the command they invoke.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.pop("COLUMNS", None)
-
 from gemma4_models import save_gemma4
 from multimodal_models import save_multimodal
 from tiny_models import save_model
@@ -214,22 +207,6 @@ LEFT_TO_5X_CHECKS = frozenset({"test_ragged_batch_through_ort_equals_hf_row_by_r
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _select_floor_subset(config, items)
-    _group_for_workers(items)
-
-
-def _group_for_workers(items: list[pytest.Item]) -> None:
-    """The suite runs on every core (pyproject: pytest-xdist, `--dist loadgroup`): a registered
-    family's cases, in whichever module, go to one worker, which builds its checkpoint, packages and
-    HF references once (the session fixtures are per worker); every other case goes with its
-    module, whose module- and session-scoped fixtures it shares."""
-    from families import BY_NAME
-
-    for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        names = [getattr(value, "name", value) for value in params.values()]
-        family = next((name for name in names if isinstance(name, str) and name in BY_NAME), None)
-        group = f"family-{family}" if family else item.nodeid.partition("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _select_floor_subset(config: pytest.Config, items: list[pytest.Item]) -> None:
