@@ -23,7 +23,6 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "logits_scaling": "logits_scaling",
     "no_rope_layers": "no_rope_layers",
     "post_norms": "use_post_norm",  # ArchSpec.post_norms_switch: the sandwich's post-block norms exist
-    "swin_norm": "swin_norm",  # ArchSpec.swin_norm_switch: the norms after their blocks (Chameleon)
     "layer_rope_theta": "layer_rope_theta",  # one RoPE base per layer, 0 = NoPE (GraniteSWA)
     # the layers whose RoPE applies rope_parameters' scaling, the others unscaled at its theta (Molmo2)
     "scaled_rope_layers": "rope_scaling_layers",

@@ -181,8 +181,6 @@ class ArchSpec:
     parallel_key: str | None = None  # a config flag that switches the block to the parallel layout (StableLM)
     qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE
     qk_norm_eps: float | None = None  # an eps the modeling code hard-codes for the q/k norms (Chameleon: 1e-5)
-    # the config's swin_norm flag moves each layer's two norms after their blocks (graph/swin_norm.py, Chameleon)
-    swin_norm_switch: bool = False
     # (config key of a name -> id map, name prefix): the class sets the logits of the ids whose names start
     # so to the dtype's lowest value (graph/masked_logits.py; Chameleon's image tokens, "IMGIMG" in vocabulary_map)
     masked_logits: tuple[str, str] | None = None

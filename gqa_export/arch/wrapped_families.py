@@ -130,16 +130,26 @@ MOLMO2_TEXT = replace(
 
 # Chameleon's decoder (ChameleonForConditionalGeneration, the type's only class): Llama's layers with q/k
 # LayerNorms per head ([heads, D] weight and bias tables, statistics over head_dim at the module's own 1e-5),
-# the norms after their blocks where the config sets swin_norm, and the image tokens' logits masked
+# the image tokens' logits masked, and where the config sets swin_norm (ChameleonSwinDecoderLayer) the layer's two
+# norms after their blocks: h + input_layernorm(attention(h)), then h + post_attention_layernorm(mlp(h)), the
+# "post" layout (a config choice, as Molmo2's norm_after)
+_CHAMELEON_LAYER = LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm")
+_CHAMELEON_SWIN = replace(
+    _CHAMELEON_LAYER,
+    input_norm=None,
+    post_attention_norm=_CHAMELEON_LAYER.input_norm,
+    pre_feedforward_norm=None,
+    post_feedforward_norm=_CHAMELEON_LAYER.post_attention_norm,
+)
 CHAMELEON = replace(
     LLAMA,
     name="chameleon",
     qk_norm="head_layer",
     qk_norm_eps=1e-5,
-    swin_norm_switch=True,
     masked_logits=("vocabulary_map", "IMGIMG"),
     head_dim_from_hidden=True,
-    layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
+    layer=_CHAMELEON_LAYER,
+    config_choices=(ConfigChoice("swin_norm", {False: {}, True: {"norm_layout": "post", "layer": _CHAMELEON_SWIN}}),),
 )
 
 # Phi-4-multimodal's decoder (phi4_multimodal, its config the class's): Phi-3's. Its remote-code release

@@ -25,7 +25,6 @@ from gqa_export.graph.output_gate import gated_output
 from gqa_export.graph.residual_convs import convolved_output
 from gqa_export.graph.shortcut_moe import shortcut_mlp
 from gqa_export.graph.standard import LayerKV
-from gqa_export.graph.swin_norm import swin_context
 from gqa_export.graph.value_heads import narrowed_output
 from gqa_export.graph.widened_heads import widened, widened_output
 
@@ -68,7 +67,6 @@ def decoder_layer(
     the same normed input with their outputs added (MixerSpec mixing "parallel": Falcon-H1). A
     layer that holds one block (LayerDims.blocks "mixer" or "mlp", Nemotron-H) is that block behind
     the input norm, added to the residual once."""
-    lc = swin_context(lc)  # Chameleon's swin_norm: each norm after its block
     L, b = lc.spec.layer, lc.b
     if _own_norms(lc):  # a parallel layer with a norm for each branch (Falcon-40B)
         x, x_mlp = (block_norm(lc, h, n, n) for n in L.parallel_norms or ())

@@ -128,7 +128,6 @@ class ModelDims:
     key_window: int = 0  # Doge: keys kept by the dynamic mask's top-k (keep_window_size); 0: every key
     qsa_cap: int = 0  # keys Qwen4-Exp's QSA indexer keeps in full (model/sparse_cap.py)
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
-    swin_norm: bool = False  # each layer's two norms after their blocks (ArchSpec.swin_norm_switch, Chameleon)
     masked_logit_ids: tuple[int, ...] = ()  # logits set to the dtype's lowest value (ArchSpec.masked_logits)
     logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
     recurrent_stacks: RecurrentStackDims | None = None  # weight-shared stacks run in cycles (HRM-Text)
@@ -366,7 +365,6 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         qsa_cap=qsa_cap(opt, spec, opt("layer_types")),
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
-        swin_norm=spec.swin_norm_switch and bool(opt("swin_norm", False)),
         masked_logit_ids=config_reads.masked_logit_ids(top, spec.masked_logits, int(config.vocab_size)),
         recurrent_stacks=recurrent_stack_dims(opt, spec, len(layers)),
         recurrent_loop=loop,

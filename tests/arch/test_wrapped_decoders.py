@@ -304,7 +304,7 @@ CHAMELEON = "chameleon_text_only"
 @pytest.mark.parametrize(
     "plant",
     [
-        {"swin_norm_switch": False},  # swin_norm read as the pre-norm layer
+        {"config_choices": ()},  # swin_norm read as the pre-norm layer
         {"qk_norm_eps": None},  # the q/k LayerNorms at the config's rms_norm_eps (0.1), not their module's 1e-5
         {"masked_logits": None},  # the image tokens' logits left as the lm_head computes them
     ],
