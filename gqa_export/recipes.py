@@ -7,6 +7,7 @@ Every key is checked against `SCHEMA`; an error names the file, the line and the
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -239,6 +240,11 @@ def builtin_recipes() -> list[Recipe]:
 
 
 def find_recipe(name: str) -> Recipe:
+    """The built-in recipe named `name`: its own file (recipes are named after it) read alone, else
+    all of them searched, so that a miss can suggest the closest name."""
+    own = recipes_dir() / f"{name}.yaml"
+    if re.fullmatch(r"[\w-]+", name) and own.is_file() and (recipe := load_recipe(own)).name == name:
+        return recipe
     recipes = builtin_recipes()
     for recipe in recipes:
         if recipe.name == name:

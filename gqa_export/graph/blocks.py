@@ -184,8 +184,8 @@ def normalize(
         return typed(out, params.dtype, [B, S, width]) if width else out
     w = b.initializer(weight_name, params.vector([weight_name], offset=dims.norm_offset))
     if dims.norm_kind == "layer":
-        bias_name = weight_name.removesuffix("weight") + "bias"
-        bias = b.initializer(bias_name, params.vector([bias_name])) if bias_name in params.store else None
+        bias_name = params.held_bias(weight_name)
+        bias = b.initializer(bias_name, params.vector([bias_name])) if bias_name is not None else None
         out = b.op("LayerNormalization", x, w, bias, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
     else:
         out = b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)

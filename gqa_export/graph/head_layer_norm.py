@@ -23,13 +23,7 @@ def head_layer_norm(b: GraphBuilder, x: ir.Value, weight_name: str, params: Para
     ones = b.const(np.ones(d, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
     y = b.op("LayerNormalization", x, ones, axis=-1, epsilon=eps, stash_type=1, name=name)
     y = b.op("Mul", y, b.initializer(weight_name, params.tensor(weight_name)), name=f"{name}_scale")
-    bias_name = stored_bias(weight_name, params)
+    bias_name = params.held_bias(weight_name)
     if bias_name is None:
         return y
     return b.op("Add", y, b.initializer(bias_name, params.tensor(bias_name)), name=f"{name}_shift")
-
-
-def stored_bias(weight_name: str, params: Params) -> str | None:
-    """The norm's bias tensor where the checkpoint holds one."""
-    bias_name = weight_name.removesuffix("weight") + "bias"
-    return bias_name if bias_name in params.store else None

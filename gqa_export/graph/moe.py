@@ -161,7 +161,7 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
         for triple in names.per_expert:
             full = tuple(f"{layer}{prefix}{t}.weight" for t in triple)
             if full[0].format(e=0) in lc.params.store:
-                _refuse_expert_biases(lc.params.store, full[0].format(e=0), where)
+                _refuse_expert_biases(lc.params, full[0].format(e=0), where)
                 layout = ExpertLayout(E, I, H, per_expert=full)  # type: ignore[arg-type]
                 break
         for pair in names.fused if layout is None else ():
@@ -189,11 +189,11 @@ def _layout(lc: LayerContext, prefix: str, moe: MoeDims) -> ExpertLayout:
     return layout
 
 
-def _refuse_expert_biases(store: object, weight: str, where: str) -> None:
+def _refuse_expert_biases(params: Params, weight: str, where: str) -> None:
     """Per-expert Linear biases (an ERNIE-4.5-MoE saved by transformers 4.x with use_bias): 4.x adds
     them, 5.x's fused experts have none and drop them, so no one graph matches both."""
-    bias = weight.removesuffix("weight") + "bias"
-    if bias in store:  # type: ignore[operator]
+    bias = params.held_bias(weight)
+    if bias is not None:
         from gqa_export.errors import InputError
 
         raise InputError(

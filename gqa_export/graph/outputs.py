@@ -102,8 +102,8 @@ def lm_head(b: GraphBuilder, x: ir.Value, embed: ir.Value | None, oc: OutputCont
             else:
                 weight = params.matmul_weight([spec.lm_head])
             logits = b.op("MatMul", x, b.initializer(spec.lm_head, weight))
-        bias_name = spec.lm_head.removesuffix("weight") + "bias"
-        if bias_name in params.store:  # PhiMoE's lm_head bias; ERNIE-4.5-MoE's use_bias, tied or not
+        bias_name = params.held_bias(spec.lm_head)
+        if bias_name is not None:  # PhiMoE's lm_head bias; ERNIE-4.5-MoE's use_bias, tied or not
             logits = b.op("Add", logits, b.initializer(bias_name, params.vector([bias_name])))
         if opts.logits_dtype != opts.io_dtype:
             logits = b.op("Cast", logits, to=opts.logits_dtype)

@@ -106,6 +106,12 @@ class Params:
 
         return ir.LazyTensor(evaluate, dtype=self.dtype, shape=ir.Shape(shape))
 
+    def held_bias(self, weight_name: str) -> str | None:
+        """The bias stored beside `weight_name` (`<module>.bias` for `<module>.weight`) where the
+        checkpoint holds one: LayerNorm and Linear modules built with or without bias by a flag."""
+        bias_name = weight_name.removesuffix("weight") + "bias"
+        return bias_name if bias_name in self.store else None
+
     def computed(self, shape: Sequence[int], make: Callable[[], np.ndarray]) -> ir.LazyTensor:
         """A tensor computed from stored ones only when it is written (multi-head latent
         attention's per-head blocks of kv_b_proj), in the target dtype."""

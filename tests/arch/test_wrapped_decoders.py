@@ -325,12 +325,13 @@ def test_chameleon_qk_norm_bias_dropped_fails_the_bound(tmp_path, monkeypatch, b
     measured 0.015 off."""
     from mutants import build_planted
 
-    from gqa_export.graph import head_layer_norm
+    from gqa_export.graph.params import Params
 
     checkpoint = builds.checkpoint(CHAMELEON)
+    held_bias = Params.held_bias
 
-    def no_bias(patch):
-        patch.setattr(head_layer_norm, "stored_bias", lambda *args: None)
+    def no_bias(patch):  # only the q/k norms' tables go missing
+        patch.setattr(Params, "held_bias", lambda self, w: None if "_norm." in w else held_bias(self, w))
 
     out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, no_bias)
     assert _error(out, checkpoint) > 5e-3

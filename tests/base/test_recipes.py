@@ -154,6 +154,7 @@ def test_what_recipes_show_prints_is_a_valid_recipe(tmp_path, as_json):
 
     runner = CliRunner()
     for recipe in builtin_recipes():
+        assert recipe.path.stem == recipe.name, "find_recipe reads a recipe from the file named after it"
         shown = runner.invoke(app, ["recipes", "show", recipe.name, *(["--json"] if as_json else [])])
         assert shown.exit_code == 0, shown.output
         path = tmp_path / f"{recipe.name}.yaml"
