@@ -883,6 +883,10 @@ FAMILIES: tuple[Family, ...] = (
     wrapped("chameleon_text_only", "chameleon", "chameleon", "decoder", {"swin_norm": True}, quantized=("int4",)),
     # Molmo2's choices off their defaults (OLMo's q/k norms, post-norm, YaRN on layer 1 only), its release's layout
     wrapped("molmo2_text_only", "molmo2", "molmo2_text", "decoder"),
+    # Mistral-Large-4's decoder (its own spec, latent_families.py) under the hub's Mistral-native names: a NoPE layer,
+    # a layer reading an earlier one's latent cache, LeRoPE, per-head log-position query scales, logits capped at 3
+    # (mutants: tests/arch/test_mistral_large4.py)
+    wrapped("mistral_large4_text_only", "mistral_large4", "mistral_large4_text", "decoder", signal=0.5),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",
