@@ -96,3 +96,14 @@ def test_kv_sharing_in_the_expanded_cache_is_refused(builds, tmp_path):
     )  # fmt: skip
     with pytest.raises(InputError, match=r"layer 3 attends over layer 1's latent KV cache \(kv_source_layers\)"):
         build(options)
+
+
+def test_a_kv_source_transformers_would_not_read_is_refused():
+    """HF hands a sharing layer the last earlier producer of its rope kind (KVSharingDict keyed "rope" / "nope"):
+    layer 3 naming layer 0 while layer 1, a later rope producer, is shared too would run on layer 1's cache."""
+    from gqa_export.model.latent import latent_kv_sources
+
+    config = {"kv_source_layers": [0, 1, 1, 0], "no_rope_layers": [1, 1, 1, 1]}
+    with pytest.raises(InputError, match=r"kv_source_layers\[3\] is 0, but transformers hands layer 3 the cache of "):
+        latent_kv_sources(lambda key, default=None: config.get(key, default), 4)
+    assert latent_kv_sources(lambda key, default=None: {"kv_source_layers": [0, 1, 2, 1]}.get(key, default), 4)
