@@ -10,8 +10,9 @@ no-op inits.
 - LeRoPE's learned frequency scale skipped (the config's YaRN frequencies as they are);
 - the per-head query scale scale_h * log(pos + 1) + bias_h skipped.
 
-And the refusal: a KV-sharing layer in the expanded cache (attention.latent_cache=false), which holds the source
-layer's expanded keys, not the latent this layer expands with its own kv_b_proj.
+And the refusals: a KV-sharing layer in the expanded cache (attention.latent_cache=false), which holds the source
+layer's expanded keys, not the latent this layer expands with its own kv_b_proj; a kv_source_layers entry other than
+the producer transformers hands the layer.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ MUTANTS = {
 def test_mutant_mistral_large4_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     checkpoint = _checkpoint(builds)
     package = build_planted(checkpoint, tmp_path / "pkg", monkeypatch, MUTANTS[mutant])
-    assert parity_error(package, checkpoint) > 1e-2  # measured (correct: 1.8e-7)
+    assert parity_error(package, checkpoint) > 1e-2  # measured 0.70, 1.30, 0.88, 1.06 (correct: 1.4e-6)
 
 
 def test_kv_sharing_in_the_expanded_cache_is_refused(builds, tmp_path):
