@@ -260,10 +260,10 @@ def wrapped(
     """A multimodal class around an exported decoder (tests/wrapped_models.py; `overrides` of its text config),
     built --text-only (the registry's packages always are): greedy genai tokens = HF generate through the class."""
     make = lambda folder: save_wrapped(folder, model_type, text_type, **(overrides or {}))  # noqa: E731
+    facts = {"new_tokens": 24, **facts}
     return Family(
         name, "wrapped", make, genai_type=genai_type,
-        prompt=WRAPPED_PROMPTS[1], prompts=WRAPPED_PROMPTS, new_tokens=24, generate_modes=("gqa",), since_major=5,
-        **facts,
+        prompt=WRAPPED_PROMPTS[1], prompts=WRAPPED_PROMPTS, generate_modes=("gqa",), since_major=5, **facts,
     )  # fmt: skip
 
 
@@ -883,6 +883,11 @@ FAMILIES: tuple[Family, ...] = (
     wrapped("chameleon_text_only", "chameleon", "chameleon", "decoder", {"swin_norm": True}, quantized=("int4",)),
     # Molmo2's choices off their defaults (OLMo's q/k norms, post-norm, YaRN on layer 1 only), its release's layout
     wrapped("molmo2_text_only", "molmo2", "molmo2_text", "decoder"),
+    # Mistral-Large-4's decoder (its own spec, latent_families.py) under the hub's Mistral-native names: a NoPE layer,
+    # a layer reading an earlier one's latent cache, LeRoPE, per-head log-position query scales, logits capped at 3
+    # (mutants: tests/arch/test_mistral_large4.py)
+    # (12 new tokens: HF's generate through the class, 4 MLA + MoE layers, is the row's cost)
+    wrapped("mistral_large4_text_only", "mistral_large4", "mistral_large4_text", "decoder", signal=0.5, new_tokens=12),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

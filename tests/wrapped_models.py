@@ -65,6 +65,22 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
             "original_max_position_embeddings": 128,
         },
     },
+    # Mistral-Large-4's decoder: 4 layers, layer 2 NoPE, layer 3 reading layer 1's latent cache (0-1 dense, 2-3 the
+    # top 2 of 8 softmax experts within the best of 2 groups); YaRN over 128 original positions, logits capped at 3
+    # (LeRoPE's alpha and the per-head query scales drawn in save_wrapped; index_topk its default 2048, past the 512
+    # positions)
+    "mistral_large4_text": {
+        **dict(num_hidden_layers=4, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8),
+        **dict(v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1),
+        **dict(moe_intermediate_size=32, routed_scaling_factor=1.5, index_head_dim=16, index_n_heads=2),
+        **dict(final_logit_softcapping=3.0, no_rope_layers=[1, 1, 0, 1], kv_source_layers=[0, 1, 2, 1]),
+        "indexer_types": ["full", "shared", "shared", "shared"],  # one indexer (unread): HF's generate runs it
+        "first_k_dense_replace": 2,
+        "rope_parameters": {
+            **dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=128),
+            **dict(beta_fast=32.0, beta_slow=1.0, attention_factor=1.0),
+        },
+    },
     # Qwen3-VL's decoder: M-RoPE sections over head_dim 16's 8 frequencies, interleaved as its class does
     "qwen3_vl_text": {
         "rope_parameters": {
@@ -442,6 +458,11 @@ def save_wrapped(
             if param.ndim >= 2:
                 param.normal_(0.0, 0.06)
     randomize_norms(model, biases=True)
+    if text_type == "mistral_large4_text":  # LeRoPE's alpha (init 0) and the per-head query scales (0 and 1) drawn
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith(("rotary_emb.alpha", "softmax_scaling.scale", "softmax_scaling.bias")):
+                    param.add_(torch.randn_like(param))
     if text_type in INKLING_TEXT:  # its block queries (zeros), clip scales, banks and taps drawn as its registry row's
         from derived_moe_models import finish
 

@@ -38,6 +38,8 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     # Gemma-4: KV-shared layers, k = v on full layers, double-wide MLPs of shared layers, per-layer
     # embeddings, and the global-layer shapes of configs without per-layer views.
     "num_kv_shared_layers": "num_kv_shared_layers",
+    # Mistral-Large-4: the layer whose latent KV cache each layer attends over (itself: its own)
+    "kv_source_layers": "kv_source_layers",
     "attention_k_eq_v": "attention_k_eq_v",
     "double_wide_mlp": "use_double_wide_mlp",
     "per_layer_input_size": "hidden_size_per_layer_input",

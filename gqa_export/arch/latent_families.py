@@ -1,6 +1,6 @@
 """Families with multi-head latent attention (DeepSeek-V2, -V2-Lite, -V3, and those built on them:
 MiniCPM3, Sarvam-MLA, GLM-4-MoE-Lite, DeepSeek-V3.2, LongCat-Flash, Youtu, A.X-K1,
-GLM-MoE-DSA, dots3-note, A.X-K2, HunYuan-V4, Mistral-4), kept apart from families.py so
+GLM-MoE-DSA, dots3-note, A.X-K2, HunYuan-V4, Mistral-4, Mistral-Large-4), kept apart from families.py so
 that neither module outgrows its budget; `families.ALL` lists them."""
 
 from __future__ import annotations
@@ -223,7 +223,55 @@ MISTRAL4 = replace(
     query_position_scale=True,
     moe=MoeSpec(_SHARED, routing="softmax_grouped", shared_width="per_expert"),
 )
+# Mistral-Large-4's decoder (transformers 5.25 MistralLarge4TextModel inside MistralLarge4ForConditionalGeneration, read
+# --text-only; docs/coverage.md "mistral_large4"): GLM-MoE-DSA's MLA without q-LoRA (q_proj; latent norm at
+# rms_norm_eps; rope pairs; V3.2's index_topk cap, the indexers unread) plus: NoPE layers (no_rope_layers 0) whose
+# rope channels fold into the nope ones (model/latent.py); LeRoPE, the inverse frequencies times exp(rotary_emb.alpha);
+# each head's query times scale_h * log(pos + 1) + bias_h; layers that attend over an earlier layer's latent cache
+# (kv_source_layers: the latent cache's GQA shared-KV read, as Gemma-4's shared layers); Mistral-4's router in fp32,
+# always renormalized; the final logits soft-capped (final_logit_softcapping)
+# transformers' "mistral_large4" and "mistral_large4_text" conversion mappings, the decoder's part, in their order: the
+# hub's Mistral-native names (tok_embeddings, layers.{i}.attention.wq, experts.{e}.w1, ssmax_scaling.s, lerope.alpha)
+_MISTRAL_LARGE4_LAYOUT = (
+    (r"^tok_embeddings\.", "model.language_model.embed_tokens.", False),
+    (r"^lerope\.alpha$", "model.language_model.rotary_emb.alpha", False),
+    (r"^layers\.", "model.language_model.layers.", False),
+    (r"^norm\.", "model.language_model.norm.", False),
+    (r"^output\.", "lm_head.", False),
+    (r"\.wo\.", ".o_proj.", False),
+    (r"\.(feed_forward|shared_experts)\.w1\.", r".\1.gate_proj.", False),
+    (r"\.(feed_forward|shared_experts)\.w2\.", r".\1.down_proj.", False),
+    (r"\.(feed_forward|shared_experts)\.w3\.", r".\1.up_proj.", False),
+    (r"\.attention\.", ".self_attn.", False),
+    (r"\.wq\.", ".q_proj.", False),
+    (r"\.wkv_a_with_mqa\.", ".kv_a_proj_with_mqa.", False),
+    (r"\.wkv_b\.", ".kv_b_proj.", False),
+    (r"\.attention_norm\.", ".input_layernorm.", False),
+    (r"\.ffn_norm\.", ".post_attention_layernorm.", False),
+    (r"\.kv_a_norm\.", ".kv_a_layernorm.", False),
+    (r"\.feed_forward\.", ".mlp.", False),
+    (r"\.gate\.", ".mlp.gate.", False),
+    (r"\.experts\.", ".mlp.experts.", False),
+    (r"\.shared_experts\.", ".mlp.shared_experts.", False),
+    (r"\.ssmax_scaling\.s$", ".softmax_scaling.scale", False),
+    (r"\.ssmax_scaling\.b$", ".softmax_scaling.bias", False),
+    # the routed experts' w1 / w3 / w2, which transformers merges into gate_up_proj / down_proj
+    (r"\.experts\.(\d+)\.w1\.", r".experts.\1.gate_proj.", False),
+    (r"\.experts\.(\d+)\.w3\.", r".experts.\1.up_proj.", False),
+    (r"\.experts\.(\d+)\.w2\.", r".experts.\1.down_proj.", False),
+)
+MISTRAL_LARGE4_TEXT = replace(
+    GLM_MOE_DSA,
+    name="mistral_large4_text",
+    latent_attention=LatentAttentionNames(
+        config_norm_eps=True,
+        query_log_scale="self_attn.softmax_scaling",
+        rope_frequency_scale="rotary_emb.alpha",
+    ),
+    moe=MoeSpec(_SHARED, routing="softmax_grouped", shared_width="per_expert", router_dtype="float32", normalize=True),
+    stored_renames=_MISTRAL_LARGE4_LAYOUT,  # read where the checkpoint has no model.language_model.embed_tokens
+)
 LATENT_FAMILIES = (
     DEEPSEEK_V2, DEEPSEEK_V3, MINICPM3, SARVAM_MLA, GLM4_MOE_LITE, DEEPSEEK_V32, LONGCAT_FLASH, YOUTU, AXK1,
-    GLM_MOE_DSA, DOTS3_NOTE_TEXT, AXK2, HY_V4, MISTRAL4,
+    GLM_MOE_DSA, DOTS3_NOTE_TEXT, AXK2, HY_V4, MISTRAL4, MISTRAL_LARGE4_TEXT,
 )  # fmt: skip

@@ -111,6 +111,12 @@ class LatentAttentionNames:
     # the same per-value-channel gate from a Linear of the layer's normed input [N*v_head_dim] (HunYuan-V4's
     # self_attn.gate_proj) instead of from q_b
     value_gate_proj: str | None = None
+    # Mistral-Large-4: each head's query (after RoPE) times scale_h * log(pos + 1) + bias_h, the module's per-head
+    # `scale` and `bias` (MistralLarge4TextSoftmaxScaling); None: none
+    query_log_scale: str | None = None
+    # Mistral-Large-4: the inverse rope frequencies times exp(alpha) of this decoder-level tensor (LeRoPE's learned
+    # per-frequency scale, rotary_emb.alpha); None: the config's frequencies as they are
+    rope_frequency_scale: str | None = None
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,6 @@ REFUSED: dict[str, str] = {
         "(TimmWrapperModel) and timm is not installed with gqa-export; the tower and projector are not built",
         "fast_vlm", "perception_lm",
     ),
-    "mistral_large4": "no spec yet: Mistral-Large-4's decoder is GLM-MoE-DSA's with NoPE layers (no_rope_layers) and "
-    "layers that attend to an earlier layer's latent KV cache (kv_source_layers), which gqa-export does not build",
     "step3p7": "no spec yet: Step3p7's decoder (step3p5: MiniMax-M3-VL's text config run by Laguna's attention and "
     "decoder layers in a Gemma-3-style text model) is no exported family's; the vision tower is not built",
     "ernie4_5_vl_moe": "no spec yet: ERNIE-4.5-VL's decoder layers hold text and vision expert sets side by side "

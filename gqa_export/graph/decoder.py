@@ -49,12 +49,12 @@ from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.outputs import OutputContext, add_outputs, check_io
 from gqa_export.graph.params import Params
 from gqa_export.graph.per_layer import add_per_layer_input
-from gqa_export.graph.positions import position_query_scale, power_query_scale
+from gqa_export.graph.positions import log_positions, position_query_scale, power_query_scale
 from gqa_export.graph.recurrent_loop import loop_stream
 from gqa_export.graph.recurrent_stacks import shared_weights, stack_streams
 from gqa_export.graph.recurrent_state import MIXER_NAMES, add_state_outputs, state_inputs, state_layers
 from gqa_export.graph.relative_bias import relative_attention_inputs, relative_distances
-from gqa_export.graph.rotary import fused_rope_ok, rope_caches, rope_tables
+from gqa_export.graph.rotary import fused_rope_ok, learned_frequency_scale, rope_caches, rope_tables
 from gqa_export.graph.rwkv import rwkv_block
 from gqa_export.graph.shared_block import shared_block_layer
 from gqa_export.graph.shared_kv_attention import rotated_back, shared_kv_block, shared_kv_qkv
@@ -143,6 +143,8 @@ def build_decoder(dims: ModelDims, spec: ArchSpec, params: Params, opts: GraphOp
     h = spread_streams(b, h, dims, spec, params) if dims.altup else h  # AltUp: [B, S, K, H] streams
     h = expand_streams(b, h, dims) if dims.hyper else h  # hyper-connections: [B, S, K, H] copies
     carried: dict[str, ir.Value] = {}  # values one layer hands the next (ZAYA's router stream)
+    if spec.latent_attention is not None and spec.latent_attention.query_log_scale:  # Mistral-Large-4's
+        carried["log_positions"] = log_positions(b, input_ids, attention_mask, opts.io_dtype)
     if dims.moe is not None and dims.moe.hashed:  # DeepSeek-V4's hash layers choose experts by the token id
         if input_ids is embeds:
             raise InputError(f"{spec.name}'s hash-routed layers read the input ids: --inputs-embeds is not supported")
@@ -231,7 +233,8 @@ def _attention_fn(
     With `position_ids` [3, B, S] every rope is M-RoPE, applied with plain ops (graph/mrope.py)."""
     if opts.mode in ("gqa", "gqa_bias"):
         seqlens, total = gqa_mask_values(b, attention_mask)
-        ctx = AttentionContext(seqlens, total, rope_caches(b, dims, params, opts, total))
+        learned = learned_frequency_scale(spec, params)  # Mistral-Large-4's LeRoPE
+        ctx = AttentionContext(seqlens, total, rope_caches(b, dims, params, opts, total, learned))
         # ropes GQA's fused RoPE cannot compute exactly are applied with plain ops before it
         head_dims = {layer.rope: layer.head_dim for layer in dims.layers if layer.rope is not None}
         # norms after RoPE, or rope on part of a latent-attention head: RoPE before GQA
@@ -314,7 +317,7 @@ def _attention_fn(
         opts.bidirectional_ids, opts.io_dtype, opts.bidirectional_window_bounded, key_length,
     )  # fmt: skip
     total = b.op("Cast", b.op("Squeeze", masks.total_length), to=ir.DataType.INT32, name="total_length_int32")
-    caches = rope_caches(b, dims, params, opts, total)
+    caches = rope_caches(b, dims, params, opts, total, learned_frequency_scale(spec, params))
     rope = (
         rope_tables(b, masks.positions, caches) if position_ids is None
         else mrope_tables(b, position_ids, caches, dims.ropes, opts.io_dtype)

@@ -83,8 +83,24 @@ def _query(lc: LayerContext, x: ir.Value) -> ir.Value:
 
 
 def _position_scaled(lc: LayerContext, q: ir.Value) -> ir.Value:
-    """q [B,S,N*D] times the [B,S,1] per-token scale where the spec has one (graph/positions.py)."""
+    """q [B,S,N*D] times the [B,S,1] per-token scale where the spec has one (graph/positions.py), or times each
+    head's scale_h * log(pos + 1) + bias_h (Mistral-Large-4: HF scales [q_nope | q_rope] after RoPE; linear too)."""
+    names = lc.spec.latent_attention
+    if names is not None and names.query_log_scale:
+        return _log_position_scaled(lc, q, names.query_log_scale)
     return q if lc.query_scale is None else lc.b.op("Mul", q, lc.query_scale, name="query_scale")
+
+
+def _log_position_scaled(lc: LayerContext, q: ir.Value, module: str) -> ir.Value:
+    b, heads = lc.b, lc.dims.num_heads
+    assert lc.carried is not None
+    scale, bias = (
+        b.initializer(lc.name(module, part), lc.params.vector([lc.name(module, part)])) for part in ("scale", "bias")
+    )
+    factor = b.op("Add", b.op("Mul", lc.carried["log_positions"], scale), bias, name="log_position_factor")  # [B,S,N]
+    rows = b.op("Reshape", q, b.const([0, 0, heads, -1], "q_scaled_heads", "int64"))
+    scaled = b.op("Mul", rows, b.op("Unsqueeze", factor, b.const([-1], "factor_last", "int64")), name="query_log_scale")
+    return b.op("Reshape", scaled, b.const([0, 0, -1], "q_scaled_flat", "int64"))
 
 
 def _value_gate_split(lc: LayerContext, q: ir.Value) -> ir.Value:
@@ -98,35 +114,68 @@ def _value_gate_split(lc: LayerContext, q: ir.Value) -> ir.Value:
     return b.op("Reshape", query, flat, name="q_ungated_flat")
 
 
+def _rope_part(lc: LayerContext, t: ir.Value, first: int, name: str) -> tuple[ir.Value, ir.Value | None]:
+    """t split on its last axis into [first | qk_rope]; (t, None) on a layer without rope channels
+    (Mistral-Large-4's NoPE layers: qk_rope 0, no rope key)."""
+    lat = _latent(lc)
+    if not lat.qk_rope:
+        return t, None
+    sizes = lc.b.const([first, lat.qk_rope], f"{name}_sizes", "int64")
+    first_part, rope = lc.b.op_multi("Split", t, sizes, axis=-1, outputs=2, name=name)
+    return first_part, rope
+
+
+def _then(lc: LayerContext, a: ir.Value, rope: ir.Value | None, name: str) -> ir.Value:
+    """[a | rope] on the last axis, or a alone where the layer has no rope channels."""
+    return a if rope is None else lc.b.op("Concat", a, rope, axis=-1, name=name)
+
+
+def _latent_key(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value | None]:
+    """kv_a(x) as the normed (and lora-scaled) latent c [B,S,r] and the shared rope key [B,S,1,qk_rope] (None
+    without rope channels), before RoPE."""
+    b, lat, names = lc.b, _latent(lc), lc.spec.latent_attention
+    assert names is not None
+    compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
+    c, k_rope = _rope_part(lc, compressed, lat.kv_lora_rank, "latent_split")
+    c = _scaled(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), lat.kv_scale, "kv_lora_scale")
+    if k_rope is not None:
+        k_rope = _rope_key(lc, b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64")))
+    return c, k_rope
+
+
+def _rotated(
+    lc: LayerContext, t: ir.Value | None, table: tuple[ir.Value, ir.Value] | None, name: str
+) -> ir.Value | None:
+    """t's rope channels turned by `table`; t as it is on a NoPE layer (no table) or without rope channels."""
+    if t is None or table is None:
+        return t
+    return rotate(lc.b, t, table[0], table[1], lc.dims.ropes[lc.layer.rope], _latent(lc).qk_rope, name)  # type: ignore[index]
+
+
 def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None) -> dict[str, ir.Value]:
     """q, k, v shaped [B,S,N,D] with D = qk_nope + qk_rope (v zero-padded to D), RoPE applied to
     the rope channels by `table` (cos, sin rows of this step's positions)."""
     b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
     names = lc.spec.latent_attention
     assert names is not None
+    if lc.layer.shares_kv:  # Mistral-Large-4's kv_source_layers: only the latent cache holds what it reads
+        raise InputError(
+            f"layer {lc.i} attends over layer {lc.layer.kv_source}'s latent KV cache (kv_source_layers), which the "
+            "expanded cache does not hold (its keys are that layer's kv_b_proj expansion, not this one's): "
+            "export with the latent cache (recipe attention.latent_cache: true)"
+        )
     q = _query(lc, x)
     q = b.op("Reshape", q, b.const([0, 0, heads, lat.head_dim], "q_heads", "int64"))
-    nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
-    q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")
-    compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
-    latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
-    c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
-    c = _scaled(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), lat.kv_scale, "kv_lora_scale")
+    q_nope, q_rope = _rope_part(lc, q, lat.qk_nope, "q_split")
+    c, k_rope = _latent_key(lc, x)
     kv = linear(lc, c, [names.kv_b], None, "kv_b_proj")
     kv = b.op("Reshape", kv, b.const([0, 0, heads, lat.qk_nope + lat.v_head], "kv_heads", "int64"))
     nope_v = b.const([lat.qk_nope, lat.v_head], "nope_v_split", "int64")
     k_nope, v = b.op_multi("Split", kv, nope_v, axis=-1, outputs=2, name="kv_split")
-    k_rope = _rope_key(lc, b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64")))
-    if table is not None:
-        rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
-        q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")
-        k_rope = rotate(b, k_rope, table[0], table[1], rope, lat.qk_rope, "k_rope")
-    k_rope = b.op("Expand", k_rope, b.op("Shape", q_rope), name="k_rope_every_head")
-    out = {
-        "q": b.op("Concat", q_nope, q_rope, axis=-1, name="q_concat"),
-        "k": b.op("Concat", k_nope, k_rope, axis=-1, name="k_concat"),
-        "v": v,
-    }
+    q_rope, k_rope = _rotated(lc, q_rope, table, "q_rope"), _rotated(lc, k_rope, table, "k_rope")
+    if k_rope is not None:
+        k_rope = b.op("Expand", k_rope, b.op("Shape", q_rope), name="k_rope_every_head")
+    out = {"q": _then(lc, q_nope, q_rope, "q_concat"), "k": _then(lc, k_nope, k_rope, "k_concat"), "v": v}
     if lat.v_head < lat.head_dim:  # the cache has one head size: values padded with zeros
         pads = b.const([0, 0, 0, 0, 0, 0, 0, lat.head_dim - lat.v_head], "v_pads", "int64")
         out["v"] = b.op("Pad", v, pads, name="v_pad")
@@ -211,30 +260,24 @@ def _absorbed(lc: LayerContext, part: str) -> ir.Value:
 def latent_mqa(
     lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None
 ) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """GQA's query [B,S,N*(r+rope)] and its one-head key = value [B,S,r+rope] (RoPE applied)."""
+    """GQA's query [B,S,N*(r+rope)] and its one-head key = value [B,S,r+rope] (RoPE applied). A layer that reads an
+    earlier layer's latent cache (Mistral-Large-4's kv_source_layers: GQA's shared-KV mode over the source's present
+    outputs, graph/attention.py) has no kv_a: its query only, its own kv_b absorbed, the cached keys rotated already."""
     b, lat, heads = lc.b, _latent(lc), lc.dims.num_heads
-    names = lc.spec.latent_attention
-    assert names is not None
     q = _query(lc, x)
     q = b.op("Reshape", q, b.const([0, 0, heads, 1, lat.head_dim], "q_heads_row", "int64"))
-    nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
-    q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")
+    q_nope, q_rope = _rope_part(lc, q, lat.qk_nope, "q_split")
     q_latent = b.op("MatMul", q_nope, _absorbed(lc, "k"), name="q_absorbed")  # [B,S,N,1,r]
     per_head = b.const([0, 0, heads, -1], "per_head", "int64")
-    q_latent, q_rope = (b.op("Reshape", t, per_head) for t in (q_latent, q_rope))
-    compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
-    latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
-    c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
-    c = _scaled(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), lat.kv_scale, "kv_lora_scale")
-    c = b.op("Unsqueeze", c, b.const([2], "head_axis", "int64"))
-    k_rope = _rope_key(lc, b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64")))
-    if table is not None:
-        rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
-        q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")
-        k_rope = rotate(b, k_rope, table[0], table[1], rope, lat.qk_rope, "k_rope")
+    q_latent = b.op("Reshape", q_latent, per_head)
+    q_rope = _rotated(lc, None if q_rope is None else b.op("Reshape", q_rope, per_head), table, "q_rope")
     flat = b.const([0, 0, -1], "heads_flat", "int64")
-    q = b.op("Reshape", b.op("Concat", q_latent, q_rope, axis=-1), flat, name="q_flat")
-    k = b.op("Reshape", b.op("Concat", c, k_rope, axis=-1), flat, name="k_flat")
+    q = b.op("Reshape", _then(lc, q_latent, q_rope, "q_concat"), flat, name="q_flat")
+    if lc.layer.shares_kv:
+        return q, q, q
+    c, k_rope = _latent_key(lc, x)
+    c = b.op("Unsqueeze", c, b.const([2], "head_axis", "int64"))
+    k = b.op("Reshape", _then(lc, c, _rotated(lc, k_rope, table, "k_rope"), "k_concat"), flat, name="k_flat")
     return q, k, k
 
 

@@ -129,3 +129,12 @@ def power_query_scale(
         exponent_value = b.const(np.asarray(exponent, np.float32).astype(np_dtype), "exponent")
         factor = b.op("Exp", b.op("Mul", exponent_value, b.op("Log", b.op("Add", one, ratio))))
         return b.op("Unsqueeze", factor, b.const([-1], "last", "int64"))
+
+
+def log_positions(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """[B,S,1]: log(pos + 1) for this step's tokens in the graph's dtype (Mistral-Large-4's per-head query scale
+    scale_h * log(pos + 1) + bias_h, graph/latent_attention.py), pos = cumsum(attention_mask) - 1."""
+    with b.scope("log_positions"):
+        positions = b.op("Add", token_positions(b, input_ids, attention_mask), b.const(1, "offset", "int64"))
+        logs = b.op("Cast", b.op("Log", b.op("Cast", positions, to=ir.DataType.FLOAT)), to=dtype)
+        return b.op("Unsqueeze", logs, b.const([-1], "last", "int64"))

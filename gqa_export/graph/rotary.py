@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.params import Params
@@ -76,17 +77,32 @@ def fused_rope_ok(rope: RopeConfig, head_dim: int) -> bool:
     )
 
 
+def learned_frequency_scale(spec: ArchSpec, params: Params) -> np.ndarray | None:
+    """exp(alpha) of the spec's learned per-frequency rope scale (Mistral-Large-4's LeRoPE, rotary_emb.alpha:
+    HF's inv_freq * alpha.float().exp(), in float32), else None."""
+    names = spec.latent_attention
+    if names is None or names.rope_frequency_scale is None:
+        return None
+    return np.exp(params.store.read(spec.tensor(names.rope_frequency_scale)).astype(np.float32)).astype(np.float32)
+
+
 def rope_caches(
-    b: GraphBuilder, dims: ModelDims, params: Params, opts: GraphOptions, total: ir.Value
+    b: GraphBuilder,
+    dims: ModelDims,
+    params: Params,
+    opts: GraphOptions,
+    total: ir.Value,
+    frequency_scale: np.ndarray | None = None,
 ) -> dict[str, tuple[ir.Value, ir.Value]]:
     """cos/sin initializers per rope key; for longrope an If picks the long table past the switch,
-    or (`rope_switch="offset"`, the EPs without an If kernel) an offset into one table."""
+    or (`rope_switch="offset"`, the EPs without an If kernel) an offset into one table.
+    `frequency_scale`: a learned factor per inverse frequency (`learned_frequency_scale`)."""
     caches = {}
     used = {layer.rope for layer in dims.layers if layer.rope is not None}
     for key in sorted(used):
         rope = dims.ropes[key]
         prefix = "" if key == "default" else f"{key}."
-        tables = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings)
+        tables = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings, frequency_scale=frequency_scale)
         switch = longrope_switch(rope)
         if switch is not None and opts.rope_switch == "offset":
             long = cos_sin_tables(rope, opts.rope_rows, dims.max_position_embeddings, long=True)

@@ -68,7 +68,8 @@ def model_latent(
     heterogeneous config (transformers >= 5.25, dots3-note's per_layer_config) refuses global access to
     per-layer keys, so each layer is read from its own view (`opt_for(view)`: the spec's reader of it)."""
     if spec.latent_attention is None or not config_get(config, "is_heterogeneous"):
-        return latent_dims(opt, spec, hidden), {}
+        lat = latent_dims(opt, spec, hidden)
+        return lat, _nope_layers(config, opt, lat)
     views = [layer_config(config, i) for i in range(int(config.num_hidden_layers))]
     first = latent_dims(opt_for(views[0]), spec, hidden)
     assert first is not None
@@ -122,3 +123,34 @@ def latent_scale(config: Any, lat: LatentDims) -> float:
         m = 1.0 if factor <= 1 else 0.1 * float(m_all) * math.log(factor) + 1.0
         scale = scale * m * m
     return scale
+
+
+def _nope_layers(config: Any, opt: Any, lat: LatentDims | None) -> dict[int, LayerAttention]:
+    """The latent layers without RoPE (no_rope_layers 0, Mistral-Large-4): the rope channels folded into the nope
+    ones, qk_nope + qk_rope wide with no rope key (kv_a yields the latent alone); the heads and scale unchanged."""
+    flags = opt("no_rope_layers")
+    if lat is None or not flags:
+        return {}
+    nope = LayerAttention(
+        int(config.num_attention_heads), replace(lat, qk_nope=lat.head_dim, qk_rope=0), latent_scale(config, lat)
+    )
+    return {i: nope for i, uses_rope in enumerate(flags) if not uses_rope}
+
+
+def latent_kv_sources(opt: Any, n: int) -> list[int] | None:
+    """Each layer's latent KV source (Mistral-Large-4's kv_source_layers), None without the key. HF hands a sharing
+    layer the cache of the LAST earlier producer of its rope kind (KVSharingDict keyed "rope" / "nope"); a config
+    naming another source runs differently from what it says, and is refused."""
+    sources = opt("kv_source_layers")
+    if not sources:
+        return None
+    flags = opt("no_rope_layers") or [1] * n
+    producers = {int(s) for i, s in enumerate(sources) if int(s) != i}
+    for i, source in enumerate(sources):
+        same_kind = [j for j in sorted(producers) if j < i and bool(flags[j]) == bool(flags[i])]
+        if int(source) != i and (not same_kind or same_kind[-1] != int(source)):
+            raise InputError(
+                f"kv_source_layers[{i}] is {source}, but transformers hands layer {i} the cache of the last earlier "
+                f"producer of its rope kind ({same_kind[-1] if same_kind else 'none'}): fix kv_source_layers"
+            )
+    return [int(s) for s in sources]

@@ -14,7 +14,7 @@ from typing import Any
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model.config_reads import config_get, layer_config, layer_heads
-from gqa_export.model.latent import LatentDims, LayerAttention
+from gqa_export.model.latent import LatentDims, LayerAttention, latent_kv_sources
 from gqa_export.model.layer_kinds import (
     blocks_of,
     feed_forward_size,
@@ -113,6 +113,7 @@ def read_layers(
     configured_ropes, nopes = rope_keys(config, spec), nope_types(config, spec)
     first_shared = n - shared
     uses = shared_uses(config, spec, types)
+    latent_sources = latent_kv_sources(opt, n) if latent is not None else None  # Mistral-Large-4
     out: list[LayerDims] = []
     for i in range(n):
         layer_type = types[i] if types else None
@@ -155,6 +156,8 @@ def read_layers(
                     f"first {first_shared} layers has that type; check num_kv_shared_layers and layer_types"
                 )
             source = same_type[-1]
+        if latent_sources is not None:
+            source = latent_sources[i]
         out.append(
             LayerDims(
                 index=i,

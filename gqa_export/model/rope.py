@@ -165,11 +165,21 @@ def _proportional(rope: RopeConfig) -> np.ndarray:
 
 
 def cos_sin_tables(
-    rope: RopeConfig, rows: int, max_position_embeddings: int, long: bool = False
+    rope: RopeConfig,
+    rows: int,
+    max_position_embeddings: int,
+    long: bool = False,
+    frequency_scale: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """float32 (rows, rotary_dim/2) tables: cos(pos * inv_freq) * attention scaling (sin negated for a
-    reversed rotation)."""
+    reversed rotation); inv_freq times `frequency_scale` where a model learns one (Mistral-Large-4's LeRoPE)."""
     inv_freq, scale = inv_freq_and_scale(rope, max_position_embeddings, long)
+    if frequency_scale is not None:
+        if frequency_scale.shape != inv_freq.shape:
+            raise InputError(
+                f"the learned rope frequency scale has {frequency_scale.size} values for {inv_freq.size} frequencies"
+            )
+        inv_freq = (inv_freq * frequency_scale).astype(np.float32)
     freqs = np.arange(rows, dtype=np.float32)[:, None] * inv_freq[None, :]
     sin_scale = np.float32(-scale if rope.reversed else scale)
     return (np.cos(freqs) * np.float32(scale)).astype(np.float32), (np.sin(freqs) * sin_scale).astype(np.float32)
