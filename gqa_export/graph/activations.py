@@ -70,11 +70,18 @@ def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
 def gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     """A gated MLP's act(gate) * up, or gpt-oss's clamped SwiGLU where the family's experts compute it
     (MiniMax-M3's dense MLPs and shared expert do too): gate clamped above at the limit, up within
-    +-limit, gate * sigmoid(alpha * gate) * (up + 1)."""
+    +-limit, gate * sigmoid(alpha * gate) * (up + 1); where the family's every SwiGLU clips as its
+    routed experts' (MoeSpec.shared_clipped: DeepSeek-V4's shared expert, GLM-5-Next's dense MLPs too)
+    act(min(gate, l)) * clip(up, -l, l)."""
     b, moe = lc.b, lc.dims.moe
+    dtype = NUMPY_DTYPES[lc.params.dtype]
+    if lc.spec.moe is not None and lc.spec.moe.shared_clipped and moe is not None and moe.limit is not None:
+        # GLM-5-Next's dense MLPs clip as its experts do: act(min(gate, l)) * clip(up, -l, l)
+        high, low = b.const(np.asarray(moe.limit, dtype), "limit_high"), b.const(np.asarray(-moe.limit, dtype), "limit_low")
+        gate = b.op("Min", gate, high, name="gate_clipped")
+        return b.op("Mul", activation(lc, gate), b.op("Clip", up, low, high, name="up_clipped"), name="clipped_swiglu")
     if not clamped_swiglu(lc.spec) or moe is None:
         return b.op("Mul", activation(lc, gate), up)
-    dtype = NUMPY_DTYPES[lc.params.dtype]
     if moe.limit is not None:
         limit = b.const(np.asarray(moe.limit, dtype), "swiglu_limit")
         gate = b.op("Min", gate, limit, name="gate_clamped")

@@ -98,6 +98,21 @@ def _value_gate_split(lc: LayerContext, q: ir.Value) -> ir.Value:
     return b.op("Reshape", query, flat, name="q_ungated_flat")
 
 
+def _rope_parts(
+    lc: LayerContext, q: ir.Value, compressed: ir.Value
+) -> tuple[ir.Value, ir.Value, ir.Value | None, ir.Value | None]:
+    """(q_nope, the latent c, q_rope, k_rope): the query heads and kv_a's output split at the rope channels;
+    with qk_rope_head_dim 0 nothing is split (ONNX Reshape reads a 0 in a shape as "copy that axis")."""
+    b, lat = lc.b, _latent(lc)
+    if not lat.qk_rope:
+        return q, compressed, None, None
+    nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
+    q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")
+    latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
+    c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
+    return q_nope, c, q_rope, k_rope
+
+
 def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None) -> dict[str, ir.Value]:
     """q, k, v shaped [B,S,N,D] with D = qk_nope + qk_rope (v zero-padded to D), RoPE applied to
     the rope channels by `table` (cos, sin rows of this step's positions)."""
@@ -106,27 +121,27 @@ def latent_heads(lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value]
     assert names is not None
     q = _query(lc, x)
     q = b.op("Reshape", q, b.const([0, 0, heads, lat.head_dim], "q_heads", "int64"))
-    nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
-    q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")
     compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
-    latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
-    c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
+    q_nope, c, q_rope, k_rope = _rope_parts(lc, q, compressed)
     c = _scaled(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), lat.kv_scale, "kv_lora_scale")
     kv = linear(lc, c, [names.kv_b], None, "kv_b_proj")
     kv = b.op("Reshape", kv, b.const([0, 0, heads, lat.qk_nope + lat.v_head], "kv_heads", "int64"))
     nope_v = b.const([lat.qk_nope, lat.v_head], "nope_v_split", "int64")
     k_nope, v = b.op_multi("Split", kv, nope_v, axis=-1, outputs=2, name="kv_split")
-    k_rope = _rope_key(lc, b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64")))
-    if table is not None:
-        rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
-        q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")
-        k_rope = rotate(b, k_rope, table[0], table[1], rope, lat.qk_rope, "k_rope")
-    k_rope = b.op("Expand", k_rope, b.op("Shape", q_rope), name="k_rope_every_head")
-    out = {
-        "q": b.op("Concat", q_nope, q_rope, axis=-1, name="q_concat"),
-        "k": b.op("Concat", k_nope, k_rope, axis=-1, name="k_concat"),
-        "v": v,
-    }
+    if q_rope is None or k_rope is None:  # no rope channels (GLM-5-Next's NoPE): the heads are their nope parts
+        out = {"q": q_nope, "k": k_nope, "v": v}
+    else:
+        k_rope = _rope_key(lc, b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64")))
+        if table is not None:
+            rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
+            q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")
+            k_rope = rotate(b, k_rope, table[0], table[1], rope, lat.qk_rope, "k_rope")
+        k_rope = b.op("Expand", k_rope, b.op("Shape", q_rope), name="k_rope_every_head")
+        out = {
+            "q": b.op("Concat", q_nope, q_rope, axis=-1, name="q_concat"),
+            "k": b.op("Concat", k_nope, k_rope, axis=-1, name="k_concat"),
+            "v": v,
+        }
     if lat.v_head < lat.head_dim:  # the cache has one head size: values padded with zeros
         pads = b.const([0, 0, 0, 0, 0, 0, 0, lat.head_dim - lat.v_head], "v_pads", "int64")
         out["v"] = b.op("Pad", v, pads, name="v_pad")
@@ -217,22 +232,22 @@ def latent_mqa(
     assert names is not None
     q = _query(lc, x)
     q = b.op("Reshape", q, b.const([0, 0, heads, 1, lat.head_dim], "q_heads_row", "int64"))
-    nope_rope = b.const([lat.qk_nope, lat.qk_rope], "nope_rope_split", "int64")
-    q_nope, q_rope = b.op_multi("Split", q, nope_rope, axis=-1, outputs=2, name="q_split")
+    compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
+    q_nope, c, q_rope, k_rope = _rope_parts(lc, q, compressed)
     q_latent = b.op("MatMul", q_nope, _absorbed(lc, "k"), name="q_absorbed")  # [B,S,N,1,r]
     per_head = b.const([0, 0, heads, -1], "per_head", "int64")
-    q_latent, q_rope = (b.op("Reshape", t, per_head) for t in (q_latent, q_rope))
-    compressed = linear(lc, x, [names.kv_a], None, "kv_a_proj_with_mqa")
-    latent_rope = b.const([lat.kv_lora_rank, lat.qk_rope], "latent_rope_split", "int64")
-    c, k_rope = b.op_multi("Split", compressed, latent_rope, axis=-1, outputs=2, name="latent_split")
+    q_latent = b.op("Reshape", q_latent, per_head)
     c = _scaled(lc, _norm(lc, c, names.kv_a_norm, "kv_a_layernorm"), lat.kv_scale, "kv_lora_scale")
     c = b.op("Unsqueeze", c, b.const([2], "head_axis", "int64"))
+    flat = b.const([0, 0, -1], "heads_flat", "int64")
+    if q_rope is None or k_rope is None:  # no rope channels: the query latent and c alone
+        return b.op("Reshape", q_latent, flat, name="q_flat"), *(2 * (b.op("Reshape", c, flat, name="k_flat"),))
+    q_rope = b.op("Reshape", q_rope, per_head)
     k_rope = _rope_key(lc, b.op("Reshape", k_rope, b.const([0, 0, 1, lat.qk_rope], "k_rope_head", "int64")))
     if table is not None:
         rope = lc.dims.ropes[lc.layer.rope]  # type: ignore[index]
         q_rope = rotate(b, q_rope, table[0], table[1], rope, lat.qk_rope, "q_rope")
         k_rope = rotate(b, k_rope, table[0], table[1], rope, lat.qk_rope, "k_rope")
-    flat = b.const([0, 0, -1], "heads_flat", "int64")
     q = b.op("Reshape", b.op("Concat", q_latent, q_rope, axis=-1), flat, name="q_flat")
     k = b.op("Reshape", b.op("Concat", c, k_rope, axis=-1), flat, name="k_flat")
     return q, k, k
