@@ -120,8 +120,9 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
         },
     },
     # GLM-5-Next: a KDA layer with a dense MLP, then a NoPE latent-attention layer (indexer cap 64, pools of 4) with
-    # 4 experts top 2 and a shared one, on 3 Sinkhorn hyper-connection copies; swiglu_limit 0.5 and the KDA's bound
-    # -2 (not the defaults 10 and -5), so that every clip and the bound move the logits
+    # 4 experts top 2 and a shared one, on 3 Sinkhorn hyper-connection copies; swiglu_limit 0.5, the KDA's bound -30
+    # and rms_norm_eps 0.01 (not 10, -5 and 1e-5), so that every clip, the bound and the latent norms' eps (1e-6 in
+    # DeepSeek-V3's) move the logits
     "glm5_next_text": {
         "num_key_value_heads": 4,
         "layer_types": ["linear_attention", "indexed_attention"],
@@ -143,7 +144,8 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
         "hc_mult": 3,
         "hc_sinkhorn_iters": 4,
         "swiglu_limit": 0.5,
-        "linear_lower_bound": -2.0,
+        "linear_lower_bound": -30.0,
+        "rms_norm_eps": 0.01,
     },
 }
 # a class's own text type that is an exported family's decoder under another name: that family's

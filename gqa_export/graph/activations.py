@@ -74,14 +74,11 @@ def gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     routed experts' (MoeSpec.shared_clipped: DeepSeek-V4's shared expert, GLM-5-Next's dense MLPs too)
     act(min(gate, l)) * clip(up, -l, l)."""
     b, moe = lc.b, lc.dims.moe
-    dtype = NUMPY_DTYPES[lc.params.dtype]
     if lc.spec.moe is not None and lc.spec.moe.shared_clipped and moe is not None and moe.limit is not None:
-        # GLM-5-Next's dense MLPs clip as its experts do: act(min(gate, l)) * clip(up, -l, l)
-        high, low = b.const(np.asarray(moe.limit, dtype), "limit_high"), b.const(np.asarray(-moe.limit, dtype), "limit_low")
-        gate = b.op("Min", gate, high, name="gate_clipped")
-        return b.op("Mul", activation(lc, gate), b.op("Clip", up, low, high, name="up_clipped"), name="clipped_swiglu")
+        return clipped_swiglu(lc, gate, up, moe.limit)  # GLM-5-Next's dense MLPs clip as its experts do
     if not clamped_swiglu(lc.spec) or moe is None:
         return b.op("Mul", activation(lc, gate), up)
+    dtype = NUMPY_DTYPES[lc.params.dtype]
     if moe.limit is not None:
         limit = b.const(np.asarray(moe.limit, dtype), "swiglu_limit")
         gate = b.op("Min", gate, limit, name="gate_clamped")
@@ -89,6 +86,14 @@ def gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     alpha = b.const(np.asarray(moe.alpha, dtype), "swiglu_alpha")
     glu = b.op("Mul", gate, b.op("Sigmoid", b.op("Mul", gate, alpha)), name="glu")
     return b.op("Mul", b.op("Add", up, b.const(np.asarray(1.0, dtype), "one")), glu, name="clamped_swiglu")
+
+
+def clipped_swiglu(lc: LayerContext, gate: ir.Value, up: ir.Value, limit: float) -> ir.Value:
+    """act(min(gate, l)) * clip(up, -l, l): the routed experts' clip (the MoE op's) as plain ops."""
+    b, dtype = lc.b, NUMPY_DTYPES[lc.params.dtype]
+    high, low = b.const(np.asarray(limit, dtype), "limit_high"), b.const(np.asarray(-limit, dtype), "limit_low")
+    gate = b.op("Min", gate, high, name="gate_clipped")
+    return b.op("Mul", activation(lc, gate), b.op("Clip", up, low, high, name="up_clipped"), name="clipped_swiglu")
 
 
 def _xielu(lc: LayerContext, x: ir.Value) -> ir.Value:
