@@ -329,7 +329,7 @@ QWEN4_EXP = replace(
 # GLM-5-Next's text decoder (glm5_next_text, run only inside Glm5NextForConditionalGeneration: --text-only;
 # transformers 5.25, docs/coverage.md "glm5_next"): Kimi-Linear's layout (KDA layers on linear_attention, q/k/v
 # under one conv, NoPE latent attention on indexed_attention, dense MLPs where mlp_layer_types says "dense", else
-# DeepSeek-V3's grouped biased-sigmoid experts and shared ones) with four mechanisms other specs build: Ling 3's
+# DeepSeek-V3's grouped biased-sigmoid experts and shared ones) with five mechanisms other specs build: Ling 3's
 # bounded KDA forget gate (linear_lower_bound * sigmoid(exp(A_log) (f + dt_bias))), every latent norm at
 # rms_norm_eps, GLM-MoE-DSA's indexer within index_topk (every visible key kept: complete pools plus the tail),
 # so its weights are not read and the context is capped there, DeepSeek-V4's Sinkhorn hyper-connection copies

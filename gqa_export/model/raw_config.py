@@ -34,7 +34,7 @@ LAYER_COUNT_PATTERNS = ("layers_block_type", "hybrid_override_pattern")
 DERIVED_LAYER_COUNT = {"longcat_flash": "num_layers"}
 # a model_type whose config class sets head_dim to its latent attention's rope width, 0 under NoPE (GLM-5-Next:
 # the latent widths size its heads), and saves it so
-ZERO_HEAD_DIM = frozenset({"glm5_next_text"})
+ZERO_HEAD_DIM = frozenset({"glm5_next_text", "glm5_next"})
 # the older spellings configs still carry, for a model_type transformers does not know (a known one
 # takes its config class's own: `spellings`)
 KEY_ALIASES = {
