@@ -85,6 +85,18 @@ def test_mutant_fails_hf_parity(builds, reference, tmp_path, monkeypatch, mutant
     assert error > BOUND, (mutant, error)
 
 
+def test_layer_kinds_swapped_builds_no_package(builds, tmp_path, monkeypatch):
+    """Mutant: the KDA mixer on the indexed_attention layers and attention on the linear_attention ones: the weights
+    refuse it before any graph (layer 0's q_proj is the KDA's [32, 64], not the latent query's)."""
+    from types import MappingProxyType
+
+    from gqa_export.errors import InputError
+
+    swapped = dict(mixers=replace(_S.mixers, kinds=MappingProxyType({"full_attention": "gated_deltanet"})))
+    with pytest.raises(InputError, match="q_proj"):
+        build_planted(builds.checkpoint(ROW), tmp_path / "swapped", monkeypatch, swapped, SPEC)
+
+
 def _refused(args: list[str], word: str) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
