@@ -252,6 +252,7 @@ def gemma3n(name: str, form: str, **facts: Any) -> Family:
 
 # prompts holding the wrapped classes' placeholder ids (300 / 301): embedded as the decoder's own rows
 WRAPPED_PROMPTS = ((0,), (0, 17, 45, 300, 300, 99, 200, 301, 3, 7))
+ONE_WRAPPED_PROMPT: dict[str, Any] = dict(prompts=WRAPPED_PROMPTS[1:], new_tokens=16)
 
 
 def wrapped(
@@ -260,11 +261,8 @@ def wrapped(
     """A multimodal class around an exported decoder (tests/wrapped_models.py; `overrides` of its text config),
     built --text-only (the registry's packages always are): greedy genai tokens = HF generate through the class."""
     make = lambda folder: save_wrapped(folder, model_type, text_type, **(overrides or {}))  # noqa: E731
-    facts = {"new_tokens": 24, **facts}
-    return Family(
-        name, "wrapped", make, genai_type=genai_type,
-        prompt=WRAPPED_PROMPTS[1], prompts=WRAPPED_PROMPTS, generate_modes=("gqa",), since_major=5, **facts,
-    )  # fmt: skip
+    facts = {"prompt": WRAPPED_PROMPTS[1], "prompts": WRAPPED_PROMPTS, "new_tokens": 24, **facts}
+    return Family(name, "wrapped", make, genai_type=genai_type, generate_modes=("gqa",), since_major=5, **facts)
 
 
 def multimodal(name: str, **facts: Any) -> Family:
@@ -888,6 +886,10 @@ FAMILIES: tuple[Family, ...] = (
     # (mutants: tests/arch/test_mistral_large4.py)
     # (12 new tokens: HF's generate through the class, 4 MLA + MoE layers, is the row's cost)
     wrapped("mistral_large4_text_only", "mistral_large4", "mistral_large4_text", "decoder", signal=0.5, new_tokens=12),
+    # GLM-5-Next's decoder (no causal-LM class of its own): a KDA layer and a NoPE latent one on Sinkhorn
+    # hyper-connection copies, every SwiGLU clipped; its mutants, cap and refusals: tests/arch/test_glm5_next.py
+    # (one prompt's 16 greedy tokens: HF's generate over its reference KDA kernels is the row's slowest check)
+    wrapped("glm5_next_text_only", "glm5_next", "glm5_next_text", "decoder", since=(5, 25), **ONE_WRAPPED_PROMPT),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

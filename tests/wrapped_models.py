@@ -135,6 +135,34 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
             "mrope_interleaved": True,
         },
     },
+    # GLM-5-Next: a KDA layer with a dense MLP, then a NoPE latent-attention layer (indexer cap 64, pools of 4) with
+    # 4 experts top 2 and a shared one, on 3 Sinkhorn hyper-connection copies; swiglu_limit 0.5, the KDA's bound -30
+    # and rms_norm_eps 0.01 (not 10, -5 and 1e-5), so that every clip, the bound and the latent norms' eps (1e-6 in
+    # DeepSeek-V3's) move the logits
+    "glm5_next_text": {
+        "num_key_value_heads": 4,
+        "layer_types": ["linear_attention", "indexed_attention"],
+        "indexer_types": ["full", "full"],
+        "mlp_layer_types": ["dense", "sparse"],
+        "q_lora_rank": 32,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 16,
+        "linear_num_heads": 2,
+        "linear_head_dim": 16,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "index_topk": 64,
+        "index_kpool": 4,
+        "index_head_dim": 16,
+        "index_n_heads": 2,
+        "hc_mult": 3,
+        "hc_sinkhorn_iters": 4,
+        "swiglu_limit": 0.5,
+        "linear_lower_bound": -30.0,
+        "rms_norm_eps": 0.01,
+    },
 }
 # a class's own text type that is an exported family's decoder under another name: that family's
 # registry config (model_type the class's), plus what the class's config adds
@@ -239,6 +267,8 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
     ),
     "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
+    # GLM-5-Next's patch merger: 1536 -> 10240 by default (47M parameters), narrow
+    "glm5_next": ({}, {"vision_config": {"out_hidden_size": 64, "projection_intermediate_size": 32}}),
     # Molmo2's adapter reads the tiny ViT's one layer and feeds the decoder's width; its image and frame
     # markers are rows of the additional vocabulary (past the head's 384), as the release's are
     "molmo2": (
@@ -417,8 +447,8 @@ def _config(model_type: str, text_type: str, overrides: dict[str, Any]) -> Any:
 
     default = AutoConfig.for_model(model_type)
     if text_type in FAMILY_TEXT:
-        text = {**AutoConfig.for_model(text_type).to_dict(), **TEXT, **FAMILY_TEXT[text_type], **overrides}
-        text = {k: v for k, v in text.items() if k not in _DROPPED}
+        defaults = {k: v for k, v in AutoConfig.for_model(text_type).to_dict().items() if k not in _DROPPED}
+        text = {**defaults, **TEXT, **FAMILY_TEXT[text_type], **overrides}  # a family's own layer patterns kept
     else:  # a family with its own tiny config in the registry (dense / MoE models): that one, exact there
         text = {**_registry_config(text_type), "model_type": text_type, **overrides}
     subs = {key: _shrunk(value.to_dict()) for key, value in vars(default).items()

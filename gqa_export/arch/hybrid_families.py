@@ -326,8 +326,47 @@ QWEN4_EXP = replace(
         ),
     ),
 )
+# GLM-5-Next's text decoder (glm5_next_text, run only inside Glm5NextForConditionalGeneration: --text-only;
+# transformers 5.25, docs/coverage.md "glm5_next"): Kimi-Linear's layout (KDA layers on linear_attention, q/k/v
+# under one conv, NoPE latent attention on indexed_attention, dense MLPs where mlp_layer_types says "dense", else
+# DeepSeek-V3's grouped biased-sigmoid experts and shared ones) with five mechanisms other specs build: Ling 3's
+# bounded KDA forget gate (linear_lower_bound * sigmoid(exp(A_log) (f + dt_bias))), every latent norm at
+# rms_norm_eps, GLM-MoE-DSA's indexer within index_topk (every visible key kept: complete pools plus the tail),
+# so its weights are not read and the context is capped there, DeepSeek-V4's Sinkhorn hyper-connection copies
+# (the head their plain mean, no stored map) and its SwiGLU clipped at swiglu_limit in every MLP (routed, shared,
+# dense). The hub keeps the forget gate's and the streams' tensors at the layer (hc_attn_fn, ...)
+_KIMI_MIXERS = KIMI_LINEAR.mixers
+assert _KIMI_MIXERS is not None
+GLM5_NEXT_TEXT = replace(
+    KIMI_LINEAR,
+    name="glm5_next_text",
+    latent_attention=LatentAttentionNames(config_norm_eps=True),
+    mixers=replace(_KIMI_MIXERS, bounded_decay=True),
+    layer_type_names=MappingProxyType({"indexed_attention": "full_attention"}),
+    hyper_connections=HyperConnectionNames(head=(), form="sinkhorn"),
+    moe=replace(DEEPSEEK_V3.moe, activation="swiglu_clipped", shared_clipped=True),  # type: ignore[arg-type]
+    tensor_aliases=(
+        *KIMI_LINEAR.tensor_aliases[:4],  # the forget gate's tensors, nested in transformers 5.x's modules
+        *((f"{hc}.", f"hc_{short}_") for hc, short in (("attn_hc", "attn"), ("ffn_hc", "ffn"))),
+    ),
+    config_keys=config_keys(
+        linear_key_heads="linear_num_heads",
+        linear_value_heads="linear_num_heads",
+        linear_key_head_dim="linear_head_dim",
+        linear_value_head_dim="linear_head_dim",
+        num_experts="n_routed_experts",
+        linear_decay_bound="linear_lower_bound",
+    ),
+    refusals=(
+        Refusal(
+            "linear_lower_bound",
+            "GLM-5-Next without linear_lower_bound (its KDA's softplus forget gate) is not exported: set the bound",
+            values=(None,),
+        ),
+    ),
+)
 HYBRIDS = (
     LFM2, LFM2_MOE, LFM3, QWEN3_5, QWEN3_5_MOE, QWEN3_NEXT, OLMO_HYBRID, MINIMAX, KIMI_LINEAR, BAILING_HYBRID,
-    GRANITEMOEHYBRID, JAMBA, FALCON_H1, LARA_MINI, QWEN4_EXP,
+    GRANITEMOEHYBRID, JAMBA, FALCON_H1, LARA_MINI, QWEN4_EXP, GLM5_NEXT_TEXT,
     NEMOTRON_H,
 )  # fmt: skip

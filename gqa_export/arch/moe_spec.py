@@ -127,5 +127,6 @@ class MoeSpec:
     # one whose layers choose their experts by the token id (MoeNames.hash_table)
     sparse_kinds: tuple[str, ...] = ()
     hashed_kind: str | None = None
-    # the shared expert's SwiGLU clipped as the routed one's: silu(min(g, l)) * clip(u, -l, l) (DeepSeek-V4)
+    # the shared expert's SwiGLU (and any dense MLP's) clipped as the routed one's: silu(min(g, l)) * clip(u, -l, l)
+    # (DeepSeek-V4, whose layers are all sparse; GLM-5-Next's dense layers too)
     shared_clipped: bool = False

@@ -77,9 +77,6 @@ REFUSED: dict[str, str] = {
     "ernie4_5_vl_moe": "no spec yet: ERNIE-4.5-VL's decoder layers hold text and vision expert sets side by side "
     "(mlp.text_moe / mlp.vision_moe, one moe_statics bias row per modality, moe_intermediate_size a pair), which "
     "ERNIE-4.5-MoE's spec does not read; its vision tower and resampler are not built",
-    "glm5_next": "no spec yet: GLM-5-Next's decoder interleaves Kimi-style KDA linear-attention layers (short "
-    "convolutions, gated delta rule) with GLM-MoE-DSA's latent-attention layers, which no one spec builds; its "
-    "vision tower is not built",
     # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
     "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
     "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "

@@ -35,7 +35,8 @@ class HyperConnectionNames:
     times their inverse RMS) gives K `pre` weights (the block input, their weighted sum) and K `post` weights
     (the block output spread over the copies); `head` collapses the copies before the final norm. Layer modules
     `attention` / `mlp` hold `fn`, `scale` [2], `base` [2K] (stored without a suffix); the head,
-    model level, holds `hc_fn`, `hc_scale` [1], `hc_base` [K]: `head` spellings, the first the checkpoint holds.
+    model level, holds `hc_fn`, `hc_scale` [1], `hc_base` [K]: `head` spellings, the first the checkpoint holds;
+    no spelling (GLM-5-Next): the head is the copies' unweighted mean, no stored map.
 
     `form` "gated" is Qwen4-Exp's instead (graph/gated_hyper_connections.py): each module (`attention`, `mlp`, the
     single `head` spelling, model level) holds `hc_norm` [K*H] (a (1 + w) RMSNorm of each copy),

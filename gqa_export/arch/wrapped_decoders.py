@@ -57,6 +57,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",
         "FuyuForCausalLM": "fuyu",
         "Glm4vForConditionalGeneration": "glm4v",
+        "Glm5NextForConditionalGeneration": "glm5_next",  # its own recipe: no ForCausalLM class runs its decoder
         "Glm46VForConditionalGeneration": "glm46v",
         "Glm4vMoeForConditionalGeneration": "glm4v_moe",
         "GlmOcrForConditionalGeneration": "glm_ocr",

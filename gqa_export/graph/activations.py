@@ -70,8 +70,12 @@ def activation(lc: LayerContext, x: ir.Value) -> ir.Value:
 def gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     """A gated MLP's act(gate) * up, or gpt-oss's clamped SwiGLU where the family's experts compute it
     (MiniMax-M3's dense MLPs and shared expert do too): gate clamped above at the limit, up within
-    +-limit, gate * sigmoid(alpha * gate) * (up + 1)."""
+    +-limit, gate * sigmoid(alpha * gate) * (up + 1); where the family's every SwiGLU clips as its
+    routed experts' (MoeSpec.shared_clipped: DeepSeek-V4's shared expert, GLM-5-Next's dense MLPs too)
+    act(min(gate, l)) * clip(up, -l, l)."""
     b, moe = lc.b, lc.dims.moe
+    if lc.spec.moe is not None and lc.spec.moe.shared_clipped and moe is not None and moe.limit is not None:
+        return clipped_swiglu(lc, gate, up, moe.limit)  # GLM-5-Next's dense MLPs clip as its experts do
     if not clamped_swiglu(lc.spec) or moe is None:
         return b.op("Mul", activation(lc, gate), up)
     dtype = NUMPY_DTYPES[lc.params.dtype]
@@ -82,6 +86,14 @@ def gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     alpha = b.const(np.asarray(moe.alpha, dtype), "swiglu_alpha")
     glu = b.op("Mul", gate, b.op("Sigmoid", b.op("Mul", gate, alpha)), name="glu")
     return b.op("Mul", b.op("Add", up, b.const(np.asarray(1.0, dtype), "one")), glu, name="clamped_swiglu")
+
+
+def clipped_swiglu(lc: LayerContext, gate: ir.Value, up: ir.Value, limit: float) -> ir.Value:
+    """act(min(gate, l)) * clip(up, -l, l): the routed experts' clip (the MoE op's) as plain ops."""
+    b, dtype = lc.b, NUMPY_DTYPES[lc.params.dtype]
+    high, low = b.const(np.asarray(limit, dtype), "limit_high"), b.const(np.asarray(-limit, dtype), "limit_low")
+    gate = b.op("Min", gate, high, name="gate_clipped")
+    return b.op("Mul", activation(lc, gate), b.op("Clip", up, low, high, name="up_clipped"), name="clipped_swiglu")
 
 
 def _xielu(lc: LayerContext, x: ir.Value) -> ir.Value:

@@ -11,7 +11,8 @@ The residual is K = hc_mult copies of the hidden state, kept here as one [B, S, 
   the block reads `sum_k pre_k copy_k` (through its own input norm) and the copies become
   `copy_k + post_k * block_output` (no comb: the copies are not mixed with each other);
 - collapse (before the final norm): `pre = sigmoid(mixes * hc_scale + hc_base) + hc_eps` with the head's
-  own map [K, K*H], and the hidden state `sum_k pre_k copy_k`.
+  own map [K, K*H], and the hidden state `sum_k pre_k copy_k`; a spec naming no head (GLM-5-Next) takes
+  the copies' unweighted mean instead.
 
 Qwen4-Exp's gated form (HyperConnectionNames.form "gated", docs/coverage.md) keeps the copies and the spread but
 computes the weights otherwise, per module (attention, MLP, the model's final mixer):
@@ -240,13 +241,19 @@ def hyper_layer(
 
 
 def collapse_streams(b: GraphBuilder, streams: ir.Value, dims: ModelDims, spec: ArchSpec, params: Params) -> ir.Value:
-    """[B, S, H]: the head's sigmoid-weighted sum of the copies (before the final norm)."""
+    """[B, S, H]: the head's sigmoid-weighted sum of the copies (before the final norm); without a head
+    (HyperConnectionNames.head empty) their plain mean."""
     names, hyper = spec.hyper_connections, dims.hyper
     assert names is not None and hyper is not None
     if names.form == "gated":  # Qwen4-Exp's final mixer: the block input of its gated form
         with b.scope("hc_head"):
             head = names.head[0]
             return _gated_mix(b, streams, lambda leaf: spec.tensor(f"{head}.{leaf}.weight"), dims, params, False)[0]
+    if not names.head:  # GLM-5-Next's head: the unweighted mean of the copies (no stored map)
+        with b.scope("hc_head"):
+            mean = b.op("ReduceMean", streams, b.const([2], "stream_axis", "int64"), keepdims=0, name="mean_copies")
+            out = mean if params.dtype == F32 else b.op("Cast", mean, to=params.dtype)
+            return typed(out, params.dtype, [B, S, dims.hidden_size])
     spellings = [tuple(spec.tensor(head.format(leaf=leaf)) for leaf in ("fn", "scale", "base")) for head in names.head]
     fn_name, scale_name, base_name = next((s for s in spellings if s[0] in params.store), spellings[0])
     with b.scope("hc_head"):

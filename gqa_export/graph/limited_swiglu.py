@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from gqa_export.graph.activations import activation, gated
+from gqa_export.graph.activations import activation, clipped_swiglu, gated
 from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.params import NUMPY_DTYPES
 
@@ -85,7 +85,7 @@ def shared_gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     (graph/activations.gated)."""
     moe, spec = lc.dims.moe, lc.spec.moe
     if spec is not None and spec.shared_clipped and moe is not None and moe.limit is not None:
-        return _clipped(lc, gate, up, moe.limit)  # DeepSeek-V4: clipped before the activation, as its routed ones
+        return clipped_swiglu(lc, gate, up, moe.limit)  # DeepSeek-V4: clipped before the activation, as its routed ones
     limit = layer_limit(lc, shared=True)
     if not limit:
         return gated(lc, gate, up)
@@ -93,11 +93,3 @@ def shared_gated(lc: LayerContext, gate: ir.Value, up: ir.Value) -> ir.Value:
     high, low = b.const(np.asarray(limit, dtype), "limit_high"), b.const(np.asarray(-limit, dtype), "limit_low")
     limited = b.op("Min", activation(lc, gate), high, name="gate_limited")
     return b.op("Mul", limited, b.op("Clip", up, low, high, name="up_limited"), name="limited_swiglu")
-
-
-def _clipped(lc: LayerContext, gate: ir.Value, up: ir.Value, limit: float) -> ir.Value:
-    """act(min(gate, l)) * clip(up, -l, l): the routed experts' clip (the MoE op's) as plain ops."""
-    b, dtype = lc.b, NUMPY_DTYPES[lc.params.dtype]
-    high, low = b.const(np.asarray(limit, dtype), "limit_high"), b.const(np.asarray(-limit, dtype), "limit_low")
-    gate = b.op("Min", gate, high, name="gate_clipped")
-    return b.op("Mul", activation(lc, gate), b.op("Clip", up, low, high, name="up_clipped"), name="clipped_swiglu")

@@ -32,6 +32,9 @@ LAYER_COUNT_PATTERNS = ("layers_block_type", "hybrid_override_pattern")
 # a key a config class derives num_hidden_layers from, by model_type: LongCat-Flash saves num_layers, its
 # decoder layers, and num_hidden_layers (two attention sublayers each) is a property it does not save
 DERIVED_LAYER_COUNT = {"longcat_flash": "num_layers"}
+# a model_type whose config class sets head_dim to its latent attention's rope width, 0 under NoPE (GLM-5-Next:
+# the latent widths size its heads), and saves it so
+ZERO_HEAD_DIM = frozenset({"glm5_next_text", "glm5_next"})
 # the older spellings configs still carry, for a model_type transformers does not know (a known one
 # takes its config class's own: `spellings`)
 KEY_ALIASES = {
@@ -55,7 +58,8 @@ def check_raw_config(raw: dict[str, Any]) -> None:
         derived = text.get(DERIVED_LAYER_COUNT.get(str(text.get("model_type")), "")) is not None
         counted = key == "num_hidden_layers" and (derived or any(text.get(k) for k in LAYER_COUNT_PATTERNS))
         headless = key == "num_attention_heads" and attention_free
-        if value is None and (key not in REQUIRED_KEYS or counted or headless):
+        latent = key == "head_dim" and value == 0 and text.get("model_type") in ZERO_HEAD_DIM
+        if (value is None and (key not in REQUIRED_KEYS or counted or headless)) or latent:
             continue
         if value is None:
             raise InputError(f"config.json has no '{key}'; add the model's {key} (it sizes the graph)")
