@@ -76,9 +76,6 @@ REFUSED: dict[str, str] = {
     "layers that attend to an earlier layer's latent KV cache (kv_source_layers), which gqa-export does not build",
     "step3p7": "no spec yet: Step3p7's decoder (step3p5: MiniMax-M3-VL's text config run by Laguna's attention and "
     "decoder layers in a Gemma-3-style text model) is no exported family's; the vision tower is not built",
-    "ernie4_5_vl_moe": "no spec yet: ERNIE-4.5-VL's decoder layers hold text and vision expert sets side by side "
-    "(mlp.text_moe / mlp.vision_moe, one moe_statics bias row per modality, moe_intermediate_size a pair), which "
-    "ERNIE-4.5-MoE's spec does not read; its vision tower and resampler are not built",
     "glm5_next": "no spec yet: GLM-5-Next's decoder interleaves Kimi-style KDA linear-attention layers (short "
     "convolutions, gated delta rule) with GLM-MoE-DSA's latent-attention layers, which no one spec builds; its "
     "vision tower is not built",
