@@ -19,7 +19,7 @@ of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 o
 A class whose logits differ from its decoder family's has a recipe of its own that names it
 (Cohere2-Vision: no logit_scale), and so does a class whose decoder is a family's under its own
 text type or hub names (GLM-4V, Granite vision, the Omni thinkers; Cosmos3, HY-V4-VL, PaddleOCR-VL,
-Emu3, DeepSeek-OCR-2 and Chameleon with specs of their own, arch/wrapped_families.py), so that no family
+Emu3, DeepSeek-OCR-2, Chameleon and ERNIE-4.5-VL with specs of their own, arch/wrapped_families.py), so that no family
 recipe's match list, which its packages' manifests record, changes; the --text-only gate holds for
 them all the same.
 """

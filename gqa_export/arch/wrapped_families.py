@@ -16,6 +16,10 @@ HY-V4-VL (HYV4VLForConditionalGeneration) runs HunYuan-V4's decoder (hy_v4_vl_te
 with two changes: every latent norm (q_a_layernorm, kv_a_layernorm) at the config's rms_norm_eps (HY-V4's at
 1e-6), and Qwen3-VL's interleaved M-RoPE over the rope slice, plain RoPE on a text-only prompt (its three
 axes the same arange; the newline-per-row image positions come with images only).
+
+ERNIE-4.5-VL (Ernie4_5_VLMoeForConditionalGeneration) runs ERNIE-4.5-MoE's decoder whose sparse layers hold a text and
+a vision expert set: a text prompt runs the text set only, read as data (its names, the hub's router and bias rows
+through stored_chunks, its width out of a [text, vision] pair), docs/coverage.md §28.
 """
 
 from __future__ import annotations
