@@ -883,6 +883,8 @@ FAMILIES: tuple[Family, ...] = (
     wrapped("chameleon_text_only", "chameleon", "chameleon", "decoder", {"swin_norm": True}, quantized=("int4",)),
     # Molmo2's choices off their defaults (OLMo's q/k norms, post-norm, YaRN on layer 1 only), its release's layout
     wrapped("molmo2_text_only", "molmo2", "molmo2_text", "decoder"),
+    # ERNIE-4.5-VL's text expert set (dense, then 2 sparse layers of 2 sets 32 / 16 wide) in the hub's layout
+    wrapped("ernie4_5_vl_text_only", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "decoder"),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",
