@@ -890,6 +890,8 @@ FAMILIES: tuple[Family, ...] = (
     # hyper-connection copies, every SwiGLU clipped; its mutants, cap and refusals: tests/arch/test_glm5_next.py
     # (one prompt's 16 greedy tokens: HF's generate over its reference KDA kernels is the row's slowest check)
     wrapped("glm5_next_text_only", "glm5_next", "glm5_next_text", "decoder", since=(5, 25), **ONE_WRAPPED_PROMPT),
+    # ERNIE-4.5-VL's text expert set (dense, then 2 sparse layers of 2 sets 32 / 16 wide) in the hub's layout
+    wrapped("ernie4_5_vl_text_only", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "decoder"),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

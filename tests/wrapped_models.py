@@ -204,6 +204,18 @@ REGISTRY_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
             }
         },
     ),
+    # ERNIE-4.5-VL's decoder: ERNIE-4.5-MoE's layers (dense, then experts) with a text and a vision expert set per
+    # sparse layer, each top 2 of 6 on its own router and moe_statics row, the sets of different widths; its 3D
+    # RoPE's sections over head_dim 16's 8 frequencies (h and w equal, as the class pairs them)
+    "ernie4_5_vl_moe_text": (
+        "ernie4_5_moe",
+        {
+            "num_hidden_layers": 3,
+            "mlp_layer_types": ["dense", "sparse", "sparse"],
+            "moe_intermediate_size": [32, 16],
+            "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [3, 3, 2]},
+        },
+    ),
     "paddleocr_vl_text": (
         "ernie4_5",
         {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [2, 3, 3]}},

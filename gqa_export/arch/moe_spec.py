@@ -130,3 +130,6 @@ class MoeSpec:
     # the shared expert's SwiGLU (and any dense MLP's) clipped as the routed one's: silu(min(g, l)) * clip(u, -l, l)
     # (DeepSeek-V4, whose layers are all sparse; GLM-5-Next's dense layers too)
     shared_clipped: bool = False
+    # where the config's expert width is a list, one per expert set of each sparse layer (ERNIE-4.5-VL's
+    # moe_intermediate_size [text, vision]): the entry of the set the spec's names read (None: a list is refused)
+    expert_set: int | None = None

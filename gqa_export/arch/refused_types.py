@@ -74,9 +74,6 @@ REFUSED: dict[str, str] = {
     ),
     "step3p7": "no spec yet: Step3p7's decoder (step3p5: MiniMax-M3-VL's text config run by Laguna's attention and "
     "decoder layers in a Gemma-3-style text model) is no exported family's; the vision tower is not built",
-    "ernie4_5_vl_moe": "no spec yet: ERNIE-4.5-VL's decoder layers hold text and vision expert sets side by side "
-    "(mlp.text_moe / mlp.vision_moe, one moe_statics bias row per modality, moe_intermediate_size a pair), which "
-    "ERNIE-4.5-MoE's spec does not read; its vision tower and resampler are not built",
     # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
     "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
     "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "

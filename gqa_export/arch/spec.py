@@ -323,6 +323,10 @@ class ArchSpec:
     # (regex on a renamed name, its gate's replacement, its up's): a tensor whose rows (dim -2) alternate gate j, up j,
     # read as two tensors, even rows and odd (Inkling's serving-layout w13 dense MLPs and shared experts)
     stored_split: tuple[tuple[str, str, str], ...] = ()
+    # (regex on a stored name, the names its equal dim-0 chunks are read as, transposed first): transformers' Chunk /
+    # Transpose on load, applied whatever layout the rest of the checkpoint has (source/stored_renames.py;
+    # ERNIE-4.5-VL's hub router [H, E] per modality and its moe_statics rows [text | vision])
+    stored_chunks: tuple[tuple[str, tuple[str, ...], bool], ...] = ()
     collapsed_layer_pairs: bool = False
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)

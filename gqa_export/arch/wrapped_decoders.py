@@ -19,7 +19,7 @@ of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 o
 A class whose logits differ from its decoder family's has a recipe of its own that names it
 (Cohere2-Vision: no logit_scale), and so does a class whose decoder is a family's under its own
 text type or hub names (GLM-4V, Granite vision, the Omni thinkers; Cosmos3, HY-V4-VL, PaddleOCR-VL,
-Emu3, DeepSeek-OCR-2 and Chameleon with specs of their own, arch/wrapped_families.py), so that no family
+Emu3, DeepSeek-OCR-2, Chameleon and ERNIE-4.5-VL with specs of their own, arch/wrapped_families.py), so that no family
 recipe's match list, which its packages' manifests record, changes; the --text-only gate holds for
 them all the same.
 """
@@ -54,6 +54,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "Cosmos3EdgeForConditionalGeneration": "cosmos3_edge",  # its own recipe: relu2 fc1 / fc2, hub names
         "Cosmos3OmniForConditionalGeneration": "cosmos3_omni",  # its own recipe: the hub's root-level names
         "Emu3ForConditionalGeneration": "emu3",  # its own recipe: the release's text_model.model. root
+        "Ernie4_5_VLMoeForConditionalGeneration": "ernie4_5_vl_moe",  # its own recipe: the text expert set
         "Exaone4_5_ForConditionalGeneration": "exaone4_5",
         "FuyuForCausalLM": "fuyu",
         "Glm4vForConditionalGeneration": "glm4v",
@@ -137,6 +138,11 @@ def listed_class(raw_config: Mapping[str, Any]) -> str | None:
 # the classes whose images come as tokens of a VQ-VAE tokenizer, not a vision tower's features
 _IMAGE_TOKENIZERS = frozenset({"ChameleonForConditionalGeneration", "Emu3ForConditionalGeneration"})
 
+# a class whose tower feeds the decoder through another module than a projector: what it is
+_TOWERS = MappingProxyType(
+    {"Ernie4_5_VLMoeForConditionalGeneration": "vision tower and variable-resolution resampler are"}
+)
+
 # a class whose full package genai runs but gqa-export does not build: what is missing (docs/multimodal.md §15)
 _NOT_BUILT = MappingProxyType(
     {
@@ -159,6 +165,7 @@ def towers_refusal(architecture: str, text_model_type: str) -> str:
         missing = _NOT_BUILT[architecture]
     else:
         towers = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
+        towers = _TOWERS.get(architecture, towers)
         missing = f"{towers} not built and onnxruntime-genai 0.18 runs no {WRAPPED_DECODERS[architecture]} package"
     return (
         f"{architecture}'s {missing}; pass --text-only to export its {text_model_type} text decoder "

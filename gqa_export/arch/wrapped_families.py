@@ -16,14 +16,19 @@ HY-V4-VL (HYV4VLForConditionalGeneration) runs HunYuan-V4's decoder (hy_v4_vl_te
 with two changes: every latent norm (q_a_layernorm, kv_a_layernorm) at the config's rms_norm_eps (HY-V4's at
 1e-6), and Qwen3-VL's interleaved M-RoPE over the rope slice, plain RoPE on a text-only prompt (its three
 axes the same arange; the newline-per-row image positions come with images only).
+
+ERNIE-4.5-VL (Ernie4_5_VLMoeForConditionalGeneration) runs ERNIE-4.5-MoE's decoder whose sparse layers hold a text and
+a vision expert set: a text prompt runs the text set only, read as data (its names, the hub's router and bias rows
+through stored_chunks, its width out of a [text, vision] pair), docs/coverage.md §28.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import ERNIE4_5, LLAMA, PHI3, QWEN3
+from gqa_export.arch.families import ERNIE4_5, ERNIE4_5_MOE, LLAMA, PHI3, QWEN3
 from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
+from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, MoeNames
 from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, ConfigChoice, LayerNames
 
 # transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
@@ -166,7 +171,46 @@ PHI4_MULTIMODAL_TEXT = replace(
     ),
 )
 
+# ERNIE-4.5-VL's decoder (ernie4_5_vl_moe_text): ERNIE-4.5-MoE's layers (softmax router choosing on probs + the
+# moe_statics bias, renormalized over max(sum, moe_norm_min), shared experts, GPT-J RoPE) whose sparse layers hold a
+# text and a vision expert set side by side, each with its own router and bias row; a prompt without
+# moe_mm_token_type_ids (a text prompt) runs every token through the text set (Ernie4_5_VLMoeMoeBlock), the shared
+# experts moe_intermediate_size[0] x moe_num_shared_experts wide. Its 3D RoPE is GPT-J RoPE on a text prompt (the
+# three axes the same arange: the pre-rotated h / w frequencies recomposed interleave back to inv_freq's order).
+# transformers 5.x names the text set mlp.text_moe.* ([E, 2I, H] / [E, H, I] experts, its router [E, H], its bias
+# [1, E]); the hub keeps the 2E experts per expert (text first: mlp.experts.0 .. E-1), the routers transposed
+# ([H, E]: mlp.gate.weight the text one, mlp.gate.weight_1 the vision one) and one moe_statics bias [2, E] whose
+# rows are the text set's and the vision set's (transformers' "ernie4_5_vl_moe" conversion mapping)
+_ERNIE_VL_TEXT_SET = "text_moe."
+ERNIE4_5_VL_TEXT = replace(
+    ERNIE4_5_MOE,
+    name="ernie4_5_vl_moe_text",
+    moe=replace(
+        ERNIE4_5_MOE.moe,
+        names=MoeNames(
+            routers=(f"{_ERNIE_VL_TEXT_SET}gate",),
+            per_expert=(PER_EXPERT_PROJ,),  # the hub's experts 0 .. E-1: the text set
+            fused=((f"{_ERNIE_VL_TEXT_SET}experts.gate_up_proj", f"{_ERNIE_VL_TEXT_SET}experts.down_proj"),),
+            shared_expert="shared_experts",
+            expert_bias=f"{_ERNIE_VL_TEXT_SET}gate.moe_statics.e_score_correction_bias",
+        ),
+        expert_set=0,  # moe_intermediate_size [text, vision]
+    ),
+    stored_chunks=(
+        (r"\.mlp\.gate\.weight$", (".mlp.text_moe.gate.weight",), True),
+        (r"\.mlp\.gate\.weight_1$", (".mlp.vision_moe.gate.weight",), True),
+        (
+            r"\.mlp\.moe_statics\.e_score_correction_bias$",
+            (
+                ".mlp.text_moe.gate.moe_statics.e_score_correction_bias",
+                ".mlp.vision_moe.gate.moe_statics.e_score_correction_bias",
+            ),
+            False,
+        ),
+    ),
+)
+
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
     COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
-    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT, PHI4_MULTIMODAL_TEXT,
+    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT, PHI4_MULTIMODAL_TEXT, ERNIE4_5_VL_TEXT,
 )  # fmt: skip

@@ -64,7 +64,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
             f"swiglu_limit {limit} <= 0: the class still clips the experts' SwiGLU at it (its config calls such a "
             "value no clip); export with a positive limit"
         )
-    width = int(opt("expert_intermediate_size") or intermediate)
+    width = int(_set_width(opt("expert_intermediate_size"), spec.moe.expert_set) or intermediate)
     groups, kept = expert_groups(opt, spec, experts)
     shared = {
         "config": lambda: int(opt("shared_expert_intermediate_size", 0) or 0),
@@ -112,6 +112,19 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         else (0.0, 0.0),
         hashed=_hashed_layers(opt, spec),
     )
+
+
+def _set_width(width: Any, expert_set: int | None) -> Any:
+    """The expert width of the set the spec reads, where the config lists one per set (ERNIE-4.5-VL's
+    moe_intermediate_size [text, vision]: the text experts' and, times the shared-expert count, the shared
+    experts' width, as its MoE block builds them)."""
+    if not isinstance(width, (list, tuple)):
+        return width
+    if expert_set is None or expert_set >= len(width):
+        raise InputError(
+            f"moe_intermediate_size {list(width)}: one width per expert set, which this family does not read"
+        )
+    return width[expert_set]
 
 
 def _hashed_layers(opt: Any, spec: ArchSpec) -> tuple[int, ...]:

@@ -52,7 +52,7 @@ from gqa_export.source.expert_views import attention_expert_views
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
 from gqa_export.source.split_projections import split_projection_views
-from gqa_export.source.stored_renames import renamed_views
+from gqa_export.source.stored_renames import chunked_views, renamed_views
 
 
 def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter) -> BuildPlan:
@@ -77,6 +77,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
     store = renamed_views(store, arch)  # a stored layout read under its class's names
+    if arch.stored_chunks:  # stored tensors read as their chunks (source/stored_renames.py; ERNIE-4.5-VL's hub)
+        store = chunked_views(store, arch)
     spec = arch.bind(store)
     if spec.recurrent_stacks is not None and dims.recurrent_stacks is not None:  # each graph layer's stored layer
         spec = replace(spec, layer_prefixes=stack_layer_prefixes(spec.recurrent_stacks, dims.recurrent_stacks))

@@ -87,6 +87,37 @@ def renamed_views(store: WeightStore, spec: ArchSpec) -> WeightStore:
     return ViewStore(store, views) if views else store
 
 
+def chunked_views(store: WeightStore, spec: ArchSpec) -> WeightStore:
+    """`store` with a view of each equal dim-0 chunk of a stored tensor `ArchSpec.stored_chunks` matches (transposed
+    first where its rule says so) under the name its rule gives that chunk, where the checkpoint does not hold that
+    name already (ERNIE-4.5-VL's hub `mlp.moe_statics.e_score_correction_bias` [2, E]: row 0 the text experts', row 1
+    the vision experts', as transformers' Chunk(dim=0) reads them; its `mlp.gate.weight` [H, E] transposed)."""
+    views: dict[str, tuple[TensorInfo, Compute]] = {}
+    for name in store.names():
+        rule = next((rule for rule in spec.stored_chunks if re.search(rule[0], name)), None)
+        if rule is None:
+            continue
+        pattern, targets, transposed = rule
+        info = store.info(name)
+        shape = tuple(reversed(info.shape)) if transposed else tuple(info.shape)
+        if not shape or shape[0] % len(targets):
+            raise InputError(f"{name} {list(shape)}: its first dimension does not split into {len(targets)} chunks")
+        rows = shape[0] // len(targets)
+        for k, target in enumerate(targets):
+            new = re.sub(pattern, target, name)
+            if new not in store:
+                views[new] = (
+                    view_info(info, (rows, *shape[1:])),
+                    lambda n=name, k=k, r=rows, t=transposed: _chunk(store, n, k, r, t),
+                )
+    return ViewStore(store, views) if views else store
+
+
+def _chunk(store: WeightStore, name: str, k: int, rows: int, transposed: bool) -> np.ndarray:
+    stored = store.read(name)
+    return (stored.T if transposed else stored)[k * rows : (k + 1) * rows]
+
+
 def split_names(spec: ArchSpec, name: str) -> tuple[str, str] | None:
     """The gate's and up's names of a renamed tensor `ArchSpec.stored_split` names, else None."""
     rule = next((rule for rule in spec.stored_split if re.search(rule[0], name)), None)

@@ -119,8 +119,8 @@ def no_weight_read(monkeypatch):
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # read, not built: its line names the mechanisms (arch/refused_types.py)
         (
-            dict(model_type="ernie4_5_vl_moe", architectures=["Ernie4_5_VLMoeForConditionalGeneration"]),
-            REFUSED["ernie4_5_vl_moe"],
+            dict(model_type="step3p7", architectures=["Step3p7ForConditionalGeneration"]),
+            REFUSED["step3p7"],
         ),
         # a multimodal class around a decoder no family exports (Muse-Glimmer's): refused by its own type (the
         # classes around an exported decoder: arch/wrapped_decoders.py, with --text-only)

@@ -233,6 +233,91 @@ def test_inkling_w13_halves_read_in_order(tmp_path, monkeypatch):
     assert _error(out, checkpoint, steps=0) > 1e-2
 
 
+@pytest.fixture(scope="module")
+def ernie_vl(tmp_path_factory):
+    """ERNIE-4.5-VL in the hub's layout (expert sets 32 and 16 wide, CASES' checkpoint) and in transformers 5.x's
+    (both 32 wide, so that the vision set reads where the text set does: a mutant reading it is no shape error)."""
+    root = tmp_path_factory.mktemp("ernie_vl")
+    text = "ernie4_5_vl_moe_text"
+    hub = save_wrapped(root / "hub", "ernie4_5_vl_moe", text)
+    v5 = save_wrapped(root / "v5", "ernie4_5_vl_moe", text, hub_layout=False, moe_intermediate_size=[32, 32])
+    return {"hub": hub, "v5": v5}
+
+
+def _vision_set(spec):
+    """ERNIE-4.5-VL's spec reading the vision expert set (router, bias row and experts) in place of the text set."""
+    from dataclasses import replace
+
+    names = spec.moe.names
+    swap = lambda name: name.replace("text_moe.", "vision_moe.")  # noqa: E731
+    names = replace(
+        names,
+        routers=tuple(map(swap, names.routers)),
+        fused=tuple(tuple(map(swap, pair)) for pair in names.fused),
+        expert_bias=swap(names.expert_bias),
+    )
+    return {"moe": replace(spec.moe, names=names)}
+
+
+def _crossed_rows(spec):
+    """The hub's stored_chunks with moe_statics' two rows crossed: the vision row biasing the text router."""
+    return {"stored_chunks": tuple((p, t[::-1], transposed) for p, t, transposed in spec.stored_chunks)}
+
+
+@pytest.mark.parametrize(
+    ("layout", "plant"),
+    [
+        ("v5", _vision_set),
+        ("hub", _crossed_rows),
+        ("hub", lambda spec: {"rope_interleaved": False}),  # its 3D RoPE on a text prompt read as rotate-half
+    ],
+    ids=["vision_expert_set", "vision_moe_statics_row", "rotate_half_rope"],
+)
+def test_ernie4_5_vl_mutants_fail_the_bound(tmp_path, monkeypatch, ernie_vl, layout, plant):
+    """Mutants of ERNIE-4.5-VL's decoder: the vision expert set read in 5.x's layout (its router, bias and experts),
+    the hub's moe_statics rows crossed (the vision row biasing the text router) and its 3D RoPE read as rotate-half
+    each fail the bound on the prompt (measured 0.38, 0.30, 0.33; the logits reach 2); 5.x's layout itself is exact
+    (1.2e-6)."""
+    from mutants import build_planted
+
+    from gqa_export.arch import SPECS
+
+    checkpoint = ernie_vl[layout]
+    if layout == "v5":  # the CASES row is the hub's layout; 5.x's names held against the class once
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+        assert _error(tmp_path / "pkg", checkpoint, steps=0) < 1e-4
+    spec = "ernie4_5_vl_moe_text"
+    out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, plant(SPECS[spec]), spec)
+    assert _error(out, checkpoint, steps=0) > 1e-2
+
+
+def test_an_expert_width_per_set_is_read_only_by_a_family_that_names_its_set():
+    """moe_intermediate_size as a list (ERNIE-4.5-VL's [text, vision]) is read at the spec's expert set, and refused in
+    one line by a family whose spec names none (ERNIE-4.5-MoE's)."""
+    from gqa_export.arch import SPECS
+    from gqa_export.errors import InputError
+    from gqa_export.model.moe import read_moe
+
+    config = {"num_experts": 6, "experts_per_token": 2, "expert_intermediate_size": [32, 16], "shared_experts": 1}
+    opt = lambda key, default=None: config.get(key, default)  # noqa: E731
+    moe = read_moe(opt, SPECS["ernie4_5_vl_moe_text"], 96)
+    assert (moe.intermediate, moe.shared_intermediate) == (32, 32)
+    with pytest.raises(InputError, match=r"moe_intermediate_size \[32, 16\]: one width per expert set"):
+        read_moe(opt, SPECS["ernie4_5_moe"], 96)
+
+
+def test_ernie4_5_vl_without_text_only_names_its_resampler(tmp_path, ernie_vl):
+    """ERNIE-4.5-VL without --text-only: one line, exit 2, naming its vision tower and resampler."""
+    arch = "Ernie4_5_VLMoeForConditionalGeneration"
+    result = CliRunner().invoke(app, ["build", str(ernie_vl["hub"]), "-o", str(tmp_path / "out"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert len([line for line in result.output.splitlines() if arch in line]) == 1, result.output
+    assert f"{arch}'s vision tower and variable-resolution resampler are not built" in said
+    assert "pass --text-only to export its ernie4_5_vl_moe_text text decoder alone" in said
+    assert not (tmp_path / "out").exists()
+
+
 def test_dots3_note_with_its_text_config_at_the_top_level(tmp_path):
     """dots3-note's releases store the text config's keys at the top of config.json (its config class
     builds text_config from them): the decoder is found and exported as with a nested text_config."""

@@ -47,6 +47,8 @@ VERIFY = "tests/runtime/test_verify.py"
 OVERWRITE = "tests/faults/test_overwrite.py"
 CHECKPOINT = "tests/faults/test_checkpoint.py::test_broken_weights"
 MOLMO2 = "tests/arch/test_molmo2.py"
+WRAPPED = "tests/arch/test_wrapped_decoders.py::test_listed_class_matches_hf_on_text"
+ERNIE_VL = f"{WRAPPED}[ernie4_5_vl_moe-ernie4_5_vl_moe_text]"
 
 M = Mutant
 # fmt: off
@@ -410,6 +412,15 @@ MUTANTS: list[Mutant] = [
       "views[target] = (view_info(infos[0], shape), lambda p=parts: np.concatenate([store.read(n) for n in p]))",
       "views[target] = (view_info(infos[0], shape), lambda p=parts: np.concatenate([store.read(n) for n in p[::-1]]))",
       [f"{MOLMO2}::test_released_layout_matches_hf"]),
+    # --- import: ERNIE-4.5-VL's hub router and moe_statics rows read as chunks, its expert width per set (§28)
+    M("stored-chunks-from-the-end", "import", "gqa_export/source/stored_renames.py",
+      "return (stored.T if transposed else stored)[k * rows : (k + 1) * rows]",
+      "return (stored.T if transposed else stored)[::-1][k * rows : (k + 1) * rows]",
+      [ERNIE_VL]),
+    M("expert-set-width-last", "import", "gqa_export/model/moe.py",
+      "return width[expert_set]",
+      "return width[-1]",
+      [ERNIE_VL]),
     # --- graph: HunYuan-V4's hyper-connection copies, value gate Linear, clipped SwiGLU (docs/coverage.md)
     M("hc-post-weights-dropped", "graph", "gqa_export/graph/hyper_connections.py",
       'spread = b.op("Mul", post, b.op("Unsqueeze", y, b.const([2], "stream_axis", "int64")))',
