@@ -24,6 +24,9 @@ EVAL_TEXT = Path(__file__).resolve().parents[1] / "data" / "tiny-text" / "eval.t
 # % perplexity increase over the float export (window 256, 2048 tokens); measured int4 +1.47,
 # int8 -0.007
 BOUNDS = {"int4": 3.0, "int8": 0.5}
+# the mutants are scored on the text's first 512 tokens: each still breaks its bound 20x and more (measured
+# +67 % to +2.8e5 %, against +76 % to +2.4e5 % on 2048 tokens)
+MUTANT_TOKENS = 512
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +40,8 @@ def moe(tmp_path_factory) -> dict[str, Path]:
     return packages
 
 
-def increase(package: Path, reference: Path) -> float:
-    report = evaluate(package, read_text(EVAL_TEXT), reference, window=256, stride=128, max_tokens=2048)
+def increase(package: Path, reference: Path, max_tokens: int = 2048) -> float:
+    report = evaluate(package, read_text(EVAL_TEXT), reference, window=256, stride=128, max_tokens=max_tokens)
     return float(report["delta"]["perplexity_increase_pct"])
 
 
@@ -67,4 +70,4 @@ def test_quantized_experts_perplexity_bound(moe, precision):
 def test_mutant_experts_break_the_perplexity_bound(moe, tmp_path, precision, mutant, pattern, change):
     broken = copy_package(moe[precision], tmp_path / mutant)
     assert edit_initializers(broken, pattern, change), f"{pattern} matched nothing"
-    assert increase(broken, moe["fp32"]) > BOUNDS[precision]
+    assert increase(broken, moe["fp32"], MUTANT_TOKENS) > BOUNDS[precision]
