@@ -883,6 +883,10 @@ FAMILIES: tuple[Family, ...] = (
     wrapped("chameleon_text_only", "chameleon", "chameleon", "decoder", {"swin_norm": True}, quantized=("int4",)),
     # Molmo2's choices off their defaults (OLMo's q/k norms, post-norm, YaRN on layer 1 only), its release's layout
     wrapped("molmo2_text_only", "molmo2", "molmo2_text", "decoder"),
+    # Muse-Glimmer's decoder (a spec of its own): Gemma-2's layers, AFMoE's gate, scaleless q/k norms times
+    # qk_scale_factor, a NoPE full layer, a normed embedding table, placeholders as id 0; its mutants:
+    # tests/arch/test_wrapped_decoders.py
+    wrapped("muse_glimmer_text_only", "muse_glimmer", "muse_glimmer_text", "decoder"),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

@@ -75,6 +75,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "LlavaNextVideoForConditionalGeneration": "llava_next_video",
         "LlavaOnevisionForConditionalGeneration": "llava_onevision",
         "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
+        "MuseGlimmerForConditionalGeneration": "muse_glimmer",  # its own recipe: Gemma-2 layers, gated attention
         "Molmo2ForConditionalGeneration": "molmo2",  # its own recipe: q/k norms and layout by config
         "Ovis2ForConditionalGeneration": "ovis2",
         "Phi4MultimodalForCausalLM": "phi4_multimodal",  # its own recipe: the config is the decoder's (Phi-3's)
