@@ -892,6 +892,10 @@ FAMILIES: tuple[Family, ...] = (
     wrapped("glm5_next_text_only", "glm5_next", "glm5_next_text", "decoder", since=(5, 25), **ONE_WRAPPED_PROMPT),
     # ERNIE-4.5-VL's text expert set (dense, then 2 sparse layers of 2 sets 32 / 16 wide) in the hub's layout
     wrapped("ernie4_5_vl_text_only", "ernie4_5_vl_moe", "ernie4_5_vl_moe_text", "decoder"),
+    # Muse-Glimmer's decoder (a spec of its own): Gemma-2's layers, AFMoE's gate, scaleless q/k norms times
+    # qk_scale_factor, a NoPE full layer, a normed embedding table, placeholders as id 0; its mutants:
+    # tests/arch/test_wrapped_decoders.py
+    wrapped("muse_glimmer_text_only", "muse_glimmer", "muse_glimmer_text", "decoder"),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

@@ -96,6 +96,19 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "persimmon": {"num_key_value_heads": 4, "partial_rotary_factor": 0.5},  # multi-head: no kv heads of its own
     "aria_text": {"moe_num_experts": 4, "moe_topk": 2, "moe_num_shared_experts": 1},
     "minimax_m3_vl_text": {"rotary_dim": 16},
+    # Muse-Glimmer's decoder: a sliding layer (window 4) and a NoPE full one, the q/k scale, logit multiplier and
+    # post-block eps each far from their neighbours' (a norm at the wrong eps shows), a softcap the logits reach
+    "muse_glimmer_text": {
+        "hidden_activation": "silu",
+        "sliding_window": 4,
+        "qk_scale_factor": 2.5,
+        "output_multiplier": 0.6,
+        "final_logit_softcapping": 3.0,
+        "rms_norm_eps": 1e-5,
+        "post_norm_eps": 0.5,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "layer_rope_theta": None,  # the default config's 52 entries dropped: the class derives [theta, 0]
+    },
     # Phi-4-multimodal's decoder (its config is the class's, no text_config): Phi-4-mini's partial rotary 0.75 (12
     # of 16 dims) under longrope, 32 original positions (the prompt and decode steps run on the short factors)
     "phi4_multimodal": {

@@ -51,12 +51,10 @@ REFUSED: dict[str, str] = {
     "which no onnxruntime-genai decoder type feeds",
     "kosmos-2": "Kosmos-2's text decoder (sinusoidal positions, a LayerNorm inside each attention before its output "
     "projection) is no exported family's, and its vision tower and connector are not built",
-    **_each(
-        "no spec yet: its decoder (muse_glimmer_text: Gemma-2's layers with AFMoE's gated attention, centered "
-        "RMSNorms and a normed embedding table, read from its modular code) is no exported family's, and its class "
-        "embeds its placeholder ids as id 0 (Kimi-K2.5's forward); the towers are not built",
-        "muse_glimmer", "muse_spark",
-    ),
+    "muse_spark": "no spec yet: its decoder (muse_spark_text) is Muse-Glimmer's with a scaleless RMSNorm on the "
+    "heads' output before the gate, a weightless post-attention norm, a post-feedforward norm that scales before "
+    "it normalizes, a learned sigmoid gate on each residual add (residual_gate_temperature), and experts run at "
+    "moe_hidden_size between a pooling and an unpooling projection, each expert's output normed; not built",
     "pi0": "pi0 is a robot action policy (a flow-matching action expert beside PaliGemma's prefix), not a text "
     "decoder onnxruntime-genai runs",
     "pp_formulanet": "PP-FormulaNet's text model is an MBart decoder that cross-attends to its vision encoder: the "

@@ -310,7 +310,8 @@ ERGO = ArchSpec(
         router_dtype="float32",
     ),
     stored_renames=_ERGO_SERVING_LAYOUT,
-    full_layer_score_scale="global_attention_scale",
+    score_scale="global_attention_scale",
+    score_scale_layers="full",
     config_keys=config_keys(
         routed_scaling="moe_routed_scaling_factor",
         intermediate_size="first_dense_intermediate_size",

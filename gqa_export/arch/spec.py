@@ -331,9 +331,18 @@ class ArchSpec:
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
     tensor_aliases: tuple[tuple[str, str], ...] = ()
-    # a config key whose value, where set, multiplies the full-attention layers' logits (Ergo's
-    # global_attention_scale: queries and keys each times its square root; model/dims LayerDims.score_factor)
-    full_layer_score_scale: str | None = None
+    # a config key whose value, where set, multiplies the attention logits of every layer ("all": Muse-Glimmer's
+    # qk_scale_factor, the query times it after its scaleless norm) or of the full-attention ones ("full": Ergo's
+    # global_attention_scale, queries and keys each times its square root); model/dims LayerDims.score_factor
+    score_scale: str | None = None
+    score_scale_layers: str = "all"
+    # a config key holding the sandwich's post-block norms' own eps (Muse-Glimmer's post_norm_eps); None: the norms'
+    post_norm_eps: str | None = None
+    # the final norm's own offset where it is not norm_offset's (Muse-Glimmer: w, its layers' norms 1 + w)
+    final_norm_offset: float | None = None
+    # a weightless RMSNorm inside the embedding module (Muse-Glimmer's embed_tokens.embed_norm): on the table's rows,
+    # at the config's norm eps, so inputs_embeds arrive normed (graph/input_embedding.py)
+    embedding_table_norm: bool = False
     relative_bias: RelativeBiasNames | None = None  # arch/relative_bias_spec.py (Inkling, Inkling2)
     residual_convs: ResidualConvNames | None = None
     block_residuals: BlockResidualNames | None = None

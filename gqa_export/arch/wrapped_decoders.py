@@ -78,6 +78,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "LlavaOnevisionForConditionalGeneration": "llava_onevision",
         "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
         "MistralLarge4ForConditionalGeneration": "mistral_large4",  # its own recipe: the latent cache by default
+        "MuseGlimmerForConditionalGeneration": "muse_glimmer",  # its own recipe: Gemma-2 layers, gated attention
         "Molmo2ForConditionalGeneration": "molmo2",  # its own recipe: q/k norms and layout by config
         "Ovis2ForConditionalGeneration": "ovis2",
         "Phi4MultimodalForCausalLM": "phi4_multimodal",  # its own recipe: the config is the decoder's (Phi-3's)

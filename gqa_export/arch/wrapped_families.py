@@ -19,17 +19,17 @@ axes the same arange; the newline-per-row image positions come with images only)
 
 ERNIE-4.5-VL (Ernie4_5_VLMoeForConditionalGeneration) runs ERNIE-4.5-MoE's decoder whose sparse layers hold a text and
 a vision expert set: a text prompt runs the text set only, read as data (its names, the hub's router and bias rows
-through stored_chunks, its width out of a [text, vision] pair), docs/coverage.md §28.
+through stored_chunks, its width out of a [text, vision] pair), docs/coverage.md §30.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import ERNIE4_5, ERNIE4_5_MOE, LLAMA, PHI3, QWEN3
+from gqa_export.arch.families import ERNIE4_5, ERNIE4_5_MOE, GEMMA2, LLAMA, PHI3, QWEN3
 from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
 from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, MoeNames
-from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, ConfigChoice, LayerNames
+from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, ConfigChoice, LayerNames, config_keys
 
 # transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
 _COSMOS3_OMNI_LAYOUT = (
@@ -210,7 +210,31 @@ ERNIE4_5_VL_TEXT = replace(
     ),
 )
 
+# Muse-Glimmer's decoder (muse_glimmer_text, MuseGlimmerForConditionalGeneration; its text type has no causal-LM
+# class): Gemma-2's sandwich layers, every layer norm (1 + w) ("centered"), the post-block ones at post_norm_eps,
+# with AFMoE's per-channel output gate (sigmoid(self_attn.gate_proj(x)) on the heads before o_proj), scaleless
+# q/k RMSNorms over head_dim and the query times qk_scale_factor (a score factor on top of head_dim ** -0.5), a
+# SwiGLU MLP (hidden_activation), NoPE where layer_rope_theta is 0 (the others at the global theta); the
+# embedding table's rows through a weightless RMSNorm (no sqrt(hidden) scale), the final norm a plain w, the
+# logits times output_multiplier before Gemma-2's final softcap. Its class embeds the image and video placeholder
+# ids as id 0 (MuseGlimmerModel.forward), as Kimi-K2.5's does
+MUSE_GLIMMER_TEXT = replace(
+    GEMMA2,
+    name="muse_glimmer_text",
+    activations=("silu",),
+    embedding_scale="none",
+    embedding_table_norm=True,
+    qk_norm="scaleless",
+    score_scale="qk_scale_factor",
+    post_norm_eps="post_norm_eps",
+    final_norm_offset=0.0,
+    layer=replace(GEMMA2.layer, output_gate="self_attn.gate_proj"),
+    config_keys=config_keys(activation="hidden_activation", logit_scale="output_multiplier"),
+    placeholder_keys=KIMI_K25_TEXT.placeholder_keys,
+    placeholder_row=KIMI_K25_TEXT.placeholder_row,
+)
+
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
     COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
-    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT, PHI4_MULTIMODAL_TEXT, ERNIE4_5_VL_TEXT,
+    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT, PHI4_MULTIMODAL_TEXT, ERNIE4_5_VL_TEXT, MUSE_GLIMMER_TEXT,
 )  # fmt: skip

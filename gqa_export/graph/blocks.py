@@ -166,29 +166,44 @@ def _in_dtype(lc: LayerContext, value: float) -> np.ndarray:
 
 
 def normalize(
-    b: GraphBuilder, x: ir.Value, weight_name: str, params: Params, dims: ModelDims, name: str, width: int
+    b: GraphBuilder,
+    x: ir.Value,
+    weight_name: str,
+    params: Params,
+    dims: ModelDims,
+    name: str,
+    width: int,
+    *,
+    kind: str | None = None,
+    eps: float | None = None,
+    offset: float | None = None,
 ) -> ir.Value:
     """The family's norm over the last axis, fp32 inside (stash_type=1): ORT's
     SimplifiedLayerNormalization (RMSNorm), or LayerNormalization with the checkpoint's bias when
     the spec says `layer` (PhiMoE).
 
-    The spec's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm).
+    The spec's norm_offset turns the stored weight w into (offset + w) (Gemma's RMSNorm). `kind`, `eps`
+    and `offset` stand for the family's where one norm differs from its others (Muse-Glimmer's weightless
+    embedding norm, its post-block norms' eps, its final norm's plain w).
     """
-    if dims.norm_kind == "l2":  # nGPT's weightless L2 norm (graph/ngpt_scales.py)
-        out = l2_norm(b, x, width, params, dims.rms_eps, name)
+    kind = kind or dims.norm_kind
+    eps = dims.rms_eps if eps is None else eps
+    if kind == "l2":  # nGPT's weightless L2 norm (graph/ngpt_scales.py)
+        out = l2_norm(b, x, width, params, eps, name)
         return typed(out, params.dtype, [B, S, width])
-    if dims.norm_kind in ("layer_free", "rms_free"):  # OLMo's F.layer_norm, NanoChat's F.rms_norm: no weight
+    if kind in ("layer_free", "rms_free"):  # OLMo's F.layer_norm, NanoChat's F.rms_norm: no weight
         ones = b.const(np.ones(width or 1, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
-        op = "LayerNormalization" if dims.norm_kind == "layer_free" else "SimplifiedLayerNormalization"
-        out = b.op(op, x, ones, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+        op = "LayerNormalization" if kind == "layer_free" else "SimplifiedLayerNormalization"
+        out = b.op(op, x, ones, axis=-1, epsilon=eps, stash_type=1, name=name)
         return typed(out, params.dtype, [B, S, width]) if width else out
-    w = b.initializer(weight_name, params.vector([weight_name], offset=dims.norm_offset))
-    if dims.norm_kind == "layer":
+    offset = dims.norm_offset if offset is None else offset
+    w = b.initializer(weight_name, params.vector([weight_name], offset=offset))
+    if kind == "layer":
         bias_name = params.held_bias(weight_name)
         bias = b.initializer(bias_name, params.vector([bias_name])) if bias_name is not None else None
-        out = b.op("LayerNormalization", x, w, bias, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+        out = b.op("LayerNormalization", x, w, bias, axis=-1, epsilon=eps, stash_type=1, name=name)
     else:
-        out = b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=dims.rms_eps, stash_type=1, name=name)
+        out = b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=eps, stash_type=1, name=name)
     return typed(out, params.dtype, [B, S, width]) if width else out
 
 
@@ -207,7 +222,9 @@ def qkv_projection(
     q_width, kv_width = dims.num_heads * layer.head_dim * (2 if gated else 1), layer.num_kv_heads * layer.head_dim
     v_width = layer.num_kv_heads * (dims.value_head_dim or layer.head_dim)  # narrower values: padded below
     # q/k norms where the spec has them and the checkpoint holds them (optional in Phi-2, StableLM, Cohere)
-    qk_norm = lc.spec.qk_norm is not None and qk_norms and lc.has_norm(L.q_norm)
+    # scaleless ones (no tensor) before RoPE where the spec does not put them after it (Muse-Glimmer)
+    scaleless = dims.scaleless_qk_norm and not lc.spec.qk_norm_after_rope
+    qk_norm = lc.spec.qk_norm is not None and qk_norms and (lc.has_norm(L.q_norm) or scaleless)
     attention = L.q.rpartition(".")[0]  # packed projections are named in the attention module (self_attn, mixer)
     if layer.shares_kv:
         q = _split_output_gate(lc, linear(lc, x, [L.q], None, "q_proj"))
@@ -252,6 +269,9 @@ def _qkv_norms(
         assert L.q_norm and L.k_norm
         q = normalize(b, q, lc.name(L.q_norm), lc.params, dims, "q_norm", dims.num_heads * layer.head_dim)
         k = normalize(b, k, lc.name(L.k_norm), lc.params, dims, "k_norm", layer.num_kv_heads * layer.head_dim)
+    elif qk_norm and lc.spec.qk_norm == "scaleless":  # Muse-Glimmer: weightless RMSNorms over head_dim, before RoPE
+        q = _head_norm(lc, q, None, "q_norm", dims.num_heads)
+        k = _head_norm(lc, k, None, "k_norm", layer.num_kv_heads)
     elif qk_norm and lc.spec.qk_norm in ("head", "head_layer"):
         assert L.q_norm and L.k_norm
         q = _head_norm(lc, q, L.q_norm, "q_norm", dims.num_heads)

@@ -340,7 +340,8 @@ def final_norm(b: GraphBuilder, h: ir.Value, spec: ArchSpec, params: Params, dim
     """The final norm, where the family has one (GPT-1's last layer ends in its own LayerNorm)."""
     if spec.final_norm is None:
         return h
-    return normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size)
+    offset = spec.final_norm_offset  # Muse-Glimmer's plain w beside its layers' 1 + w; None: the family's
+    return normalize(b, h, spec.tensor(spec.final_norm), params, dims, "norm", dims.hidden_size, offset=offset)
 
 
 def _windows(dims: ModelDims) -> set[int]:

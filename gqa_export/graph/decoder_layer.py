@@ -48,12 +48,12 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
     return typed(b.op("Add", h, typed(y, lc.params.dtype, shape), name=name), lc.params.dtype, shape)
 
 
-def block_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str) -> ir.Value:
+def block_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, eps: float | None = None) -> ir.Value:
     if module is None or (lc.spec.norms_where_stored and not lc.has(module)):  # ModernBERT's Identity at layer 0
         return x
     if is_gated(lc, module):  # A.X-K2: the RMSNorm times a low-rank sigmoid gate
         return gated_norm(lc, x, module, name)
-    return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size)
+    return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size, eps=eps)
 
 
 Mixer = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
@@ -107,13 +107,14 @@ def decoder_layer(
         with b.scope("mlp"):
             return _residual(lc, h, layer_mlp(lc, x, h), "residual_mlp"), kv
     post = lc.dims.post_block_norms  # off: the sandwich's post-block norms do not exist (HyperCLOVAX's switch)
-    y = block_norm(lc, y, L.post_attention_norm if post else None, "post_attention_layernorm")
+    post_eps = lc.dims.post_block_eps  # their own eps (Muse-Glimmer's post_norm_eps); None: the layer's
+    y = block_norm(lc, y, L.post_attention_norm if post else None, "post_attention_layernorm", post_eps)
     h = _residual(lc, h, y, "residual_attn")
     h = augmented_residual(lc, h, x) if lc.spec.augmented_residual else h  # LAuReL (Gemma-3n)
     x = block_norm(lc, h, L.pre_feedforward_norm, "pre_feedforward_layernorm")
     with b.scope("mlp"):
         y = layer_mlp(lc, x, h)
-    y = block_norm(lc, y, L.post_feedforward_norm if post else None, "post_feedforward_layernorm")
+    y = block_norm(lc, y, L.post_feedforward_norm if post else None, "post_feedforward_layernorm", post_eps)
     return _residual(lc, h, y, "residual_mlp"), kv
 
 

@@ -128,6 +128,7 @@ class ModelDims:
     key_window: int = 0  # Doge: keys kept by the dynamic mask's top-k (keep_window_size); 0: every key
     qsa_cap: int = 0  # keys Qwen4-Exp's QSA indexer keeps in full (model/sparse_cap.py)
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
+    post_block_eps: float | None = None  # the sandwich's post-block norms' own eps (ArchSpec.post_norm_eps)
     masked_logit_ids: tuple[int, ...] = ()  # logits set to the dtype's lowest value (ArchSpec.masked_logits)
     logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
     recurrent_stacks: RecurrentStackDims | None = None  # weight-shared stacks run in cycles (HRM-Text)
@@ -272,8 +273,10 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     latent, overrides = model_latent(config, spec, hidden, opt, lambda view: _opt_for(view, spec))
     layers = read_layers(config, opt, heads, hidden, spec, latent, overrides)
     shared_kv, layers = shared_kv_dims(opt, spec, heads, layers)  # DeepSeek-V4: one KV head, windows, compressed
-    if spec.full_layer_score_scale and (factor := config_get(config, spec.full_layer_score_scale)) is not None:
-        layers = type(layers)(replace(x, score_factor=float(factor)) if x.window <= 0 else x for x in layers)
+    if spec.score_scale and (factor := config_get(config, spec.score_scale)) is not None:
+        full_only = spec.score_scale_layers == "full"  # Ergo: the full-attention layers only
+        scaled = (x if full_only and x.window > 0 else replace(x, score_factor=float(factor)) for x in layers)
+        layers = type(layers)(scaled)
     loop = recurrent_loop_dims(opt, spec, len(layers))
     layers = unrolled_layers(layers, loop) if loop is not None else layers  # Dory: one graph layer per pass
     ropes = layer_ropes(config, layers, spec, latent)
@@ -365,6 +368,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         qsa_cap=qsa_cap(opt, spec, opt("layer_types")),
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
+        post_block_eps=float(config_get(config, spec.post_norm_eps)) if spec.post_norm_eps else None,
         masked_logit_ids=config_reads.masked_logit_ids(top, spec.masked_logits, int(config.vocab_size)),
         recurrent_stacks=recurrent_stack_dims(opt, spec, len(layers)),
         recurrent_loop=loop,

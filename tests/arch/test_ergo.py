@@ -89,9 +89,7 @@ def test_expert_norm_dropped_fails_hf_parity(builds, tmp_path, monkeypatch):
 def test_full_layer_score_scale_dropped_fails_hf_parity(builds, tmp_path, monkeypatch):
     """global_attention_scale 1.7 (row ergo_scaled) not applied: the full layers' logits at the plain softmax scale."""
     checkpoint = builds.checkpoint("ergo_scaled")
-    out = build_planted(
-        checkpoint, tmp_path / "score-scale-dropped", monkeypatch, {"full_layer_score_scale": None}, "ergo"
-    )
+    out = build_planted(checkpoint, tmp_path / "score-scale-dropped", monkeypatch, {"score_scale": None}, "ergo")
     assert parity_error(out, checkpoint) > FAR
 
 

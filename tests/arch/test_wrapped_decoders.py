@@ -431,3 +431,55 @@ def test_chameleon_qk_norm_weight_shared_by_heads_fails_the_bound(tmp_path, buil
     first = lambda v: np.tile(v.reshape(-1, head_dim)[:1], (v.size // head_dim, 1)).reshape(v.shape)  # noqa: E731
     assert edit_initializers(broken, "*_norm.weight", first)
     assert _error(broken, checkpoint) > 5e-3
+
+
+@pytest.fixture(scope="module")
+def muse_glimmer(builds):
+    """Muse-Glimmer's registry checkpoint (tests/families.py muse_glimmer_text_only) and HF's logits on the prompt
+    holding its placeholders (the mutants below run no decode step)."""
+    checkpoint = builds.checkpoint("muse_glimmer_text_only")
+    return checkpoint, hf_logits(hf_model(checkpoint), PROMPT)
+
+
+def _muse_mutants() -> dict[str, dict]:
+    from dataclasses import replace
+
+    from gqa_export.arch import SPECS
+
+    spec = SPECS["muse_glimmer_text"]
+    return {
+        "plain-layer-norms": {"norm_offset": 0.0},  # w where its layers' centered norms are 1 + w
+        "centered-final-norm": {"final_norm_offset": None},  # 1 + w where its final norm is w
+        "post-norms-at-rms-eps": {"post_norm_eps": None},
+        "embedding-norm-skipped": {"embedding_table_norm": False},
+        "gate-skipped": {"layer": replace(spec.layer, output_gate=None)},
+        "qk-norms-skipped": {"qk_norm": None},
+        "qk-scale-skipped": {"score_scale": None},
+    }
+
+
+@pytest.mark.parametrize("mutant", list(_muse_mutants()))
+def test_muse_glimmer_mutants_fail_the_bound(tmp_path, monkeypatch, muse_glimmer, mutant):
+    """Mutants of Muse-Glimmer's decoder (arch/wrapped_families.py), each one mechanism undone: its layers' norms
+    plain w, its final norm 1 + w, the post-block norms at rms_norm_eps, no embedding norm, no output gate, no
+    scaleless q/k norms, no qk_scale_factor; each fails the bound on the prompt (docs/coverage.md §21)."""
+    from mutants import build_planted
+
+    checkpoint, reference = muse_glimmer
+    out = build_planted(checkpoint, tmp_path / mutant, monkeypatch, _muse_mutants()[mutant], "muse_glimmer_text")
+    _, got = ort_prefill_and_decode(out, PROMPT, steps=0)
+    assert float(np.abs(got - reference).max()) > 1e-2
+
+
+def test_muse_glimmer_without_text_only_names_its_towers(tmp_path):
+    """Muse-Glimmer without --text-only: one line, exit 2, naming its vision tower and projector; a config without
+    any weight file is enough to be refused."""
+    import transformers as tf
+
+    tf.MuseGlimmerConfig(architectures=["MuseGlimmerForConditionalGeneration"]).save_pretrained(tmp_path / "muse")
+    result = CliRunner().invoke(app, ["build", str(tmp_path / "muse"), "-o", str(tmp_path / "out"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "MuseGlimmerForConditionalGeneration's vision tower and projector are not built" in said
+    assert "pass --text-only to export its muse_glimmer_text text decoder alone" in said
+    assert not (tmp_path / "out").exists()

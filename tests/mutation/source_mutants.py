@@ -412,7 +412,7 @@ MUTANTS: list[Mutant] = [
       "views[target] = (view_info(infos[0], shape), lambda p=parts: np.concatenate([store.read(n) for n in p]))",
       "views[target] = (view_info(infos[0], shape), lambda p=parts: np.concatenate([store.read(n) for n in p[::-1]]))",
       [f"{MOLMO2}::test_released_layout_matches_hf"]),
-    # --- import: ERNIE-4.5-VL's hub router and moe_statics rows read as chunks, its expert width per set (§28)
+    # --- import: ERNIE-4.5-VL's hub router and moe_statics rows read as chunks, its expert width per set (§30)
     M("stored-chunks-from-the-end", "import", "gqa_export/source/stored_renames.py",
       "return (stored.T if transposed else stored)[k * rows : (k + 1) * rows]",
       "return (stored.T if transposed else stored)[::-1][k * rows : (k + 1) * rows]",
