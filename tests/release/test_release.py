@@ -153,15 +153,9 @@ def test_hub_download_extras_are_ignored(released, tmp_path):
     assert result.exit_code == 1 and "cuda/stray.bin: not listed" in result.output
 
 
-def test_rerun_gives_identical_bytes(released, tmp_path):
-    root, _, spec = released
-    again = tmp_path / "again"
-    result = invoke("release", spec, "-o", again, "-q", env={"SOURCE_DATE_EPOCH": "1700000000"})
-    assert result.exit_code == 0, result.output
-    files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
-    for rel in files:
-        assert (root / rel).read_bytes() == (again / rel).read_bytes(), f"{rel} differs"
+# a rerun's identical bytes: tests/release/test_matrix.py compares two independent releases of one spec byte for
+# byte (one machine in this process, the workflow's parts in subprocesses with other hash seeds and folders), which
+# a second one-machine release in this process would only repeat
 
 
 def test_a_tripped_gate_publishes_nothing_and_every_failing_gate_is_named(tmp_path):
