@@ -899,7 +899,9 @@ FAMILIES: tuple[Family, ...] = (
     # Step3p7's decoder (step3p5, a spec of its own) in transformers' names (the release's: test_wrapped_decoders):
     # Laguna's layers with Gemma norms, a sigmoid gate, sliding layers' own heads, every SwiGLU clipped; its
     # mutants: tests/arch/test_step3p7.py
-    wrapped("step3p7_text_only", "step3p7", "step3p5", "decoder", {"hub_layout": False}, since=(5, 25)),
+    wrapped(
+        "step3p7_text_only", "step3p7", "step3p5", "decoder", {"hub_layout": False}, since=(5, 25), **ONE_WRAPPED_PROMPT
+    ),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",
