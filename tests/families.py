@@ -896,6 +896,12 @@ FAMILIES: tuple[Family, ...] = (
     # qk_scale_factor, a NoPE full layer, a normed embedding table, placeholders as id 0; its mutants:
     # tests/arch/test_wrapped_decoders.py
     wrapped("muse_glimmer_text_only", "muse_glimmer", "muse_glimmer_text", "decoder"),
+    # Step3p7's decoder (step3p5, a spec of its own) in transformers' names (the release's: test_wrapped_decoders):
+    # Laguna's layers with Gemma norms, a sigmoid gate, sliding layers' own heads, every SwiGLU clipped; its
+    # mutants: tests/arch/test_step3p7.py
+    wrapped(
+        "step3p7_text_only", "step3p7", "step3p5", "decoder", {"hub_layout": False}, since=(5, 25), **ONE_WRAPPED_PROMPT
+    ),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

@@ -109,6 +109,29 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
         "layer_rope_theta": None,  # the default config's 52 entries dropped: the class derives [theta, 0]
     },
+    # Step3p7's decoder (step3p5): a full dense layer and a sliding sparse one (window 4) with 6 query heads to the full
+    # layer's 4, RoPE on half of the full layer's head at one theta and all of the sliding one's at another, scores
+    # at 24 ** -0.5 (not head_dim 16's); 4 experts top 2 x 1.5 beside a 48-wide shared expert; every SwiGLU clipped
+    # where it bites (the dense MLP at 0.4, the routed experts at 0.3, the shared one at 0.5)
+    "step3p5": {
+        "layer_types": ["full_attention", "sliding_attention"],
+        "mlp_layer_types": ["dense", "sparse"],
+        "sliding_window": 4,
+        "num_sliding_attention_heads": 6,
+        "per_layer_config": {1: {"num_attention_heads": 6}},
+        "query_pre_attn_scalar": 24,
+        "rope_parameters": None,
+        "rope_theta": [10000.0, 500.0],
+        "partial_rotary_factors": [0.5, 1.0],
+        "n_routed_experts": 4,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "share_expert_dim": 48,
+        "moe_router_scaling_factor": 1.5,
+        "swiglu_limits": [0.0, 0.3],
+        "swiglu_limits_shared": [0.4, 0.5],
+    },
     # Phi-4-multimodal's decoder (its config is the class's, no text_config): Phi-4-mini's partial rotary 0.75 (12
     # of 16 dims) under longrope, 32 original positions (the prompt and decode steps run on the short factors)
     "phi4_multimodal": {
@@ -518,6 +541,11 @@ def save_wrapped(
             for name, param in model.named_parameters():
                 if name.endswith(("rotary_emb.alpha", "softmax_scaling.scale", "softmax_scaling.bias")):
                     param.add_(torch.randn_like(param))
+    if text_type == "step3p5":  # its selection bias (a zero buffer) drawn, so that it moves the experts chosen
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                if name.endswith("e_score_correction_bias"):
+                    buffer.add_(torch.randn_like(buffer) * 0.2)
     if text_type in INKLING_TEXT:  # its block queries (zeros), clip scales, banks and taps drawn as its registry row's
         from derived_moe_models import finish
 

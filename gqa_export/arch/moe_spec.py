@@ -130,6 +130,10 @@ class MoeSpec:
     # the shared expert's SwiGLU (and any dense MLP's) clipped as the routed one's: silu(min(g, l)) * clip(u, -l, l)
     # (DeepSeek-V4, whose layers are all sparse; GLM-5-Next's dense layers too)
     shared_clipped: bool = False
+    # the dense MLPs' SwiGLU clipped at their layer's shared-expert limit, as activation "swiglu_limited" clips the
+    # shared expert's: min(silu(g), l) * clip(u, -l, l) (Step3p7's MLP class, dense or shared; Ling 3's dense
+    # MLPs are unclipped)
+    dense_limited: bool = False
     # where the config's expert width is a list, one per expert set of each sparse layer (ERNIE-4.5-VL's
     # moe_intermediate_size [text, vision]): the entry of the set the spec's names read (None: a list is refused)
     expert_set: int | None = None

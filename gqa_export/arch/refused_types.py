@@ -70,8 +70,6 @@ REFUSED: dict[str, str] = {
         "(TimmWrapperModel) and timm is not installed with gqa-export; the tower and projector are not built",
         "fast_vlm", "perception_lm",
     ),
-    "step3p7": "no spec yet: Step3p7's decoder (step3p5: MiniMax-M3-VL's text config run by Laguna's attention and "
-    "decoder layers in a Gemma-3-style text model) is no exported family's; the vision tower is not built",
     # issue #39, read from its modeling code (docs/coverage.md: what the runtime would need)
     "cpmant": "CPM-Ant's forward prepends prompt_length learned prompt tokens to every sequence (its KV cache runs "
     "that many positions ahead of the tokens onnxruntime-genai counts in attention_mask), attends bidirectionally "

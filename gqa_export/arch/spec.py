@@ -331,6 +331,10 @@ class ArchSpec:
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
     tensor_aliases: tuple[tuple[str, str], ...] = ()
+    # (the spec's name of a layer tensor, the stored layer tensors it is, in order): one held only as those parts is
+    # read as their concatenation along dim -2, each expert's rows (source/aliases.py; Step3p7's release keeps
+    # moe.gate_proj and moe.up_proj [E, I, H], transformers' Concatenate(dim=1) into mlp.experts.gate_up_proj)
+    tensor_joins: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # a config key whose value, where set, multiplies the attention logits of every layer ("all": Muse-Glimmer's
     # qk_scale_factor, the query times it after its scaleless norm) or of the full-attention ones ("full": Ergo's
     # global_attention_scale, queries and keys each times its square root); model/dims LayerDims.score_factor

@@ -94,6 +94,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "QianfanOCRForConditionalGeneration": "qianfan_ocr",
         "Qwen4ExpForConditionalGeneration": "qwen4_exp",
         "SmolVLMForConditionalGeneration": "smolvlm",
+        "Step3p7ForConditionalGeneration": "step3p7",  # its own recipe: Laguna's layers, Gemma norms, clipped experts
         "VideoLlama3ForConditionalGeneration": "video_llama_3",
         "VideoLlavaForConditionalGeneration": "video_llava",
         "VipLlavaForConditionalGeneration": "vipllava",

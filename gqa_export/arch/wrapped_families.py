@@ -29,6 +29,7 @@ from dataclasses import replace
 from gqa_export.arch.families import ERNIE4_5, ERNIE4_5_MOE, GEMMA2, LLAMA, PHI3, QWEN3
 from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
 from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, MoeNames
+from gqa_export.arch.sigmoid_router_families import LAGUNA
 from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, ConfigChoice, LayerNames, config_keys
 
 # transformers' "cosmos3_omni" conversion mapping, the decoder's part (in, out, transposed)
@@ -234,7 +235,37 @@ MUSE_GLIMMER_TEXT = replace(
     placeholder_row=KIMI_K25_TEXT.placeholder_row,
 )
 
+# Step3p7's decoder (step3p5, Step3p7ForConditionalGeneration; its text type has no causal-LM class): Laguna's layers
+# (per-head q/k RMSNorms before partial RoPE with a theta and a rotated share per layer type, windows on the
+# "sliding_attention" layers, one output gate per head) with these changes read from its modeling code: every RMSNorm
+# Gemma's (1 + w: input, post-attention, final, q/k), the gate a sigmoid (Laguna's softplus), the sliding layers' own
+# query heads (num_sliding_attention_heads, a per_layer_config override the layer's config view holds:
+# model/config_reads.view_heads), the scores at query_pre_attn_scalar ** -0.5; and Ling 3's SwiGLU clipped after the
+# activation at a limit per layer (swiglu_limits for the routed experts, swiglu_limits_shared for the shared expert
+# and, unlike Ling 3, the dense MLPs: MoeSpec.dense_limited), the routed sum times moe_router_scaling_factor, the
+# shared expert share_expert_dim wide. Transformers' own names, or the release's (moe.gate_proj / up_proj / down_proj
+# stacked, moe.gate, moe.router_bias, share_expert) read through tensor_aliases and tensor_joins
+STEP3P5 = replace(
+    LAGUNA,
+    name="step3p5",
+    norm_offset=1.0,
+    output_gate_activation="sigmoid",
+    moe=replace(LAGUNA.moe, activation="swiglu_limited", dense_limited=True),  # type: ignore[arg-type]
+    tensor_aliases=(  # the release's names (transformers' step3p7 conversion mapping)
+        ("mlp.gate.weight", "moe.gate.weight"),
+        ("mlp.gate.e_score_correction_bias", "moe.router_bias"),
+        ("mlp.experts.down_proj", "moe.down_proj.weight"),
+        ("mlp.shared_experts.", "share_expert."),
+    ),
+    tensor_joins=(("mlp.experts.gate_up_proj", ("moe.gate_proj.weight", "moe.up_proj.weight")),),
+    config_keys=config_keys(
+        routed_scaling="moe_router_scaling_factor",
+        shared_expert_intermediate_size="share_expert_dim",
+    ),
+)
+
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
     COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
     KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT, PHI4_MULTIMODAL_TEXT, ERNIE4_5_VL_TEXT, MUSE_GLIMMER_TEXT,
+    STEP3P5,
 )  # fmt: skip

@@ -7,6 +7,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.activations import activation, gated
 from gqa_export.graph.blocks import LayerContext, linear, normalize
+from gqa_export.graph.limited_swiglu import shared_gated
 from gqa_export.graph.ngpt_scales import stored_scaled, times
 from gqa_export.graph.sparse_activation import gaussian_top_k
 
@@ -32,6 +33,8 @@ def mlp_block(lc: LayerContext, x: ir.Value) -> ir.Value:
         up = stored_scaled(b, up, lc.params, lc.name(lc.spec.ngpt.mlp_up_scale, ""), times(factor), "suv_up")
     if lc.layer.activation_sparsity:  # Gemma-3n: only the gate's channels above a gaussian cutoff
         gate = gaussian_top_k(b, gate, lc.layer.activation_sparsity, lc.params.dtype)
+    if lc.spec.moe is not None and lc.spec.moe.dense_limited:  # Step3p7: clipped at the layer's shared limit
+        return _down(lc, shared_gated(lc, gate, up))
     return _down(lc, gated(lc, gate, up))
 
 

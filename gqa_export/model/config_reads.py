@@ -113,3 +113,12 @@ def layer_heads(opt: Any, i: int, heads: int) -> int:
         raise InputError(f"num_attention_heads_per_layer has {len(per_layer)} entries, fewer than the layers")
     own = int(per_layer[i])
     return 0 if own == heads else own
+
+
+def view_heads(config: Any, i: int, heads: int) -> int:
+    """Layer i's own query heads where a heterogeneous config overrides num_attention_heads for it (Step3p7's
+    sliding layers: its per_layer_config, whose global value then raises on access), else 0."""
+    if not heads or not config_get(config, "is_heterogeneous"):
+        return 0
+    own = config_get(layer_config(config, i), "num_attention_heads")
+    return 0 if own is None or int(own) == heads else int(own)

@@ -13,7 +13,7 @@ from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
-from gqa_export.model.config_reads import config_get, layer_config, layer_heads
+from gqa_export.model.config_reads import config_get, layer_config, layer_heads, view_heads
 from gqa_export.model.latent import LatentDims, LayerAttention, latent_kv_sources
 from gqa_export.model.layer_kinds import (
     blocks_of,
@@ -130,7 +130,7 @@ def read_layers(
             rope_key = theta_rope_key(config, float(thetas[i]))
         if scaled is not None and rope_key == "default" and i not in scaled:
             rope_key = UNSCALED
-        own_heads = layer_heads(opt, i, heads)
+        own_heads = layer_heads(opt, i, heads) or (view_heads(config, i, heads) if latent is None else 0)
         head_dim, kv_heads = _attention_shape(config, i, layer_type, opt, own_heads or heads, hidden)
         kv_heads = flagged_kv_heads(opt, spec, heads, kv_heads, bool(types) and sliding)
         if types and sliding and opt("sliding_heads") is not None:  # Inkling: the sliding layers' own heads, width

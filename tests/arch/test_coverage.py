@@ -119,8 +119,8 @@ def no_weight_read(monkeypatch):
         (dict(model_type="bert", architectures=["BertLMHeadModel"]), NOT_APPLICABLE["bert"]),
         # read, not built: its line names the mechanisms (arch/refused_types.py)
         (
-            dict(model_type="step3p7", architectures=["Step3p7ForConditionalGeneration"]),
-            REFUSED["step3p7"],
+            dict(model_type="kolibri1_1", architectures=["Kolibri1_1ForCausalLM"]),
+            REFUSED["kolibri1_1"],
         ),
         # a multimodal class around a decoder no family exports (Muse-Spark's): refused by its own type (the
         # classes around an exported decoder: arch/wrapped_decoders.py, with --text-only)
