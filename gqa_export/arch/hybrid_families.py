@@ -349,13 +349,8 @@ GLM5_NEXT_TEXT = replace(
         *KIMI_LINEAR.tensor_aliases[:4],  # the forget gate's tensors, nested in transformers 5.x's modules
         *((f"{hc}.", f"hc_{short}_") for hc, short in (("attn_hc", "attn"), ("ffn_hc", "ffn"))),
     ),
-    config_keys=config_keys(
-        linear_key_heads="linear_num_heads",
-        linear_value_heads="linear_num_heads",
-        linear_key_head_dim="linear_head_dim",
-        linear_value_head_dim="linear_head_dim",
-        num_experts="n_routed_experts",
-        linear_decay_bound="linear_lower_bound",
+    config_keys=MappingProxyType(
+        {**KIMI_LINEAR.config_keys, "num_experts": "n_routed_experts", "linear_decay_bound": "linear_lower_bound"}
     ),
     refusals=(
         Refusal(
