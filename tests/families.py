@@ -896,6 +896,10 @@ FAMILIES: tuple[Family, ...] = (
     # qk_scale_factor, a NoPE full layer, a normed embedding table, placeholders as id 0; its mutants:
     # tests/arch/test_wrapped_decoders.py
     wrapped("muse_glimmer_text_only", "muse_glimmer", "muse_glimmer_text", "decoder"),
+    # Muse-Spark's decoder (a replace() of Muse-Glimmer's): head output norms, input-scaled post-feedforward norms,
+    # residual gates with a temperature and a floor, a dense layer and a sparse one of pooled normed experts; its
+    # mutants: tests/arch/test_wrapped_decoders.py
+    wrapped("muse_spark_text_only", "muse_spark", "muse_spark_text", "decoder", since=(5, 25)),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",
