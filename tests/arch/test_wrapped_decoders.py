@@ -549,15 +549,20 @@ def test_muse_spark_residual_gate_factors_are_the_modeling_codes():
     assert np.abs(gate_factors(w, 0.3)[1] - residual_hf).max() > 1e-2  # the floor holds on the last two channels
 
 
-def test_muse_glimmer_without_text_only_names_its_towers(tmp_path):
-    """Muse-Glimmer without --text-only: one line, exit 2, naming its vision tower and projector; a config without
+@pytest.mark.parametrize(
+    ("name", "towers"),
+    [("MuseGlimmer", "vision tower and projector are"), ("MuseSpark", "vision tower and audio tower are")],
+)
+def test_muse_without_text_only_names_its_towers(tmp_path, name, towers):
+    """Muse-Glimmer and Muse-Spark without --text-only: one line, exit 2, naming their towers; a config without
     any weight file is enough to be refused."""
     import transformers as tf
 
-    tf.MuseGlimmerConfig(architectures=["MuseGlimmerForConditionalGeneration"]).save_pretrained(tmp_path / "muse")
+    architecture = f"{name}ForConditionalGeneration"
+    getattr(tf, f"{name}Config")(architectures=[architecture]).save_pretrained(tmp_path / "muse")
     result = CliRunner().invoke(app, ["build", str(tmp_path / "muse"), "-o", str(tmp_path / "out"), "--no-smoke"])
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
-    assert "MuseGlimmerForConditionalGeneration's vision tower and projector are not built" in said
-    assert "pass --text-only to export its muse_glimmer_text text decoder alone" in said
+    assert f"{architecture}'s {towers} not built" in said
+    assert f"pass --text-only to export its {WRAPPED_DECODERS[architecture]}_text text decoder alone" in said
     assert not (tmp_path / "out").exists()
