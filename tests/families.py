@@ -902,6 +902,10 @@ FAMILIES: tuple[Family, ...] = (
     wrapped(
         "step3p7_text_only", "step3p7", "step3p5", "decoder", {"hub_layout": False}, since=(5, 25), **ONE_WRAPPED_PROMPT
     ),
+    # Muse-Spark's decoder (a replace() of Muse-Glimmer's): head output norms, input-scaled post-feedforward norms,
+    # residual gates with a temperature and a floor, a dense layer and a sparse one of pooled normed experts; its
+    # mutants: tests/arch/test_wrapped_decoders.py
+    wrapped("muse_spark_text_only", "muse_spark", "muse_spark_text", "decoder", since=(5, 25)),
     multimodal(
         "gemma3_vision",
         genai_type="gemma3_text",

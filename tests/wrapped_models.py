@@ -132,6 +132,23 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
         "swiglu_limits": [0.0, 0.3],
         "swiglu_limits_shared": [0.4, 0.5],
     },
+    # Muse-Spark's decoder: Muse-Glimmer's sizes, a dense layer then a sparse one (the top 2 of 4 experts pooled to
+    # 32, 16 inside), the routed scale and gate temperature off 1 (its gates, router and selection bias drawn in
+    # save_wrapped)
+    "muse_spark_text": {
+        "hidden_act": "silu",
+        "sliding_window": 4,
+        "qk_scale_factor": 2.5,
+        "output_multiplier": 0.6,
+        "final_logit_softcapping": 3.0,
+        "rms_norm_eps": 1e-5,
+        "post_norm_eps": 1e-4,  # below the blocks' mean squares: the post-feedforward norm's order shows
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+        "layer_rope_theta": None,
+        "mlp_layer_types": ["dense", "sparse"],
+        **dict(num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, moe_hidden_size=32),
+        **dict(routed_scaling_factor=1.5, residual_gate_temperature=0.3),
+    },
     # Phi-4-multimodal's decoder (its config is the class's, no text_config): Phi-4-mini's partial rotary 0.75 (12
     # of 16 dims) under longrope, 32 original positions (the prompt and decode steps run on the short factors)
     "phi4_multimodal": {
@@ -315,6 +332,12 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
     ),
     "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
+    # Muse-Spark's audio tower feeds the decoder's width (the config checks it), one narrow stage; its audio
+    # placeholder inside the vocabulary
+    "muse_spark": (
+        {"audio_token_id": 302},
+        {"audio_config": dict(patch_sizes=[4], hidden_sizes=[16], depths=[1], num_hidden_layers=1, out_hidden_size=64)},
+    ),
     # GLM-5-Next's patch merger: 1536 -> 10240 by default (47M parameters), narrow
     "glm5_next": ({}, {"vision_config": {"out_hidden_size": 64, "projection_intermediate_size": 32}}),
     # Molmo2's adapter reads the tiny ViT's one layer and feeds the decoder's width; its image and frame
@@ -546,6 +569,15 @@ def save_wrapped(
             for name, buffer in model.named_buffers():
                 if name.endswith("e_score_correction_bias"):
                     buffer.add_(torch.randn_like(buffer) * 0.2)
+    if text_type == "muse_spark_text":  # residual gates (init near 0), the router and its selection bias (zeros) drawn
+        with torch.no_grad():
+            for name, tensor in (*model.named_parameters(), *model.named_buffers()):
+                if name.endswith("residual_gate.gate"):  # T 0.3: w / T spread over the sigmoid, 4 channels floored
+                    tensor.normal_(0.0, 1.0)[:4] = 4.0
+                elif name.endswith("mlp.gate.weight"):
+                    tensor.normal_(0.0, 0.3)
+                elif name.endswith("e_score_correction_bias"):
+                    tensor.normal_(0.0, 0.3)
     if text_type in INKLING_TEXT:  # its block queries (zeros), clip scales, banks and taps drawn as its registry row's
         from derived_moe_models import finish
 

@@ -67,6 +67,10 @@ DEFAULT_CONFIG_KEYS: dict[str, str] = {
     "clip_qkv": "clip_qkv",
     "first_dense_layers": "num_dense_layers",
     "routed_scaling": "routed_scaling_factor",
+    # a multiplier of the router logits before their scores (Muse-Spark's output_multiplier); no config has the default
+    "router_logit_scale": "router_logit_multiplier",
+    # the learned residual gates' logits over it (Muse-Spark; Ergo's have none: 1)
+    "residual_gate_temperature": "residual_gate_temperature",
     "router_softcap": "moe_router_logit_softcapping",  # tanh softcap of the router logits (Laguna)
     # the sliding layers' own query heads, kv heads and head_dim, where the config has them (Inkling's swa_*)
     "sliding_heads": "swa_num_attention_heads",

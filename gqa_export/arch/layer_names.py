@@ -63,7 +63,8 @@ class LayerNames:
     # post_attention_residual_scale, post_mlp_residual_scale; graph/affine_residual.py)
     affine_residuals: tuple[str, str] | None = None
     # a learned per-channel gate on each residual add, sigmoid(w) x block + sqrt(1 - sigmoid(w)^2) x residual
-    # (Ergo's attention_residual_gate, feedforward_residual_gate; graph/learned_residual_gate.py)
+    # (Ergo's attention_residual_gate, feedforward_residual_gate; Muse-Spark's on w / T with a floor, their module's
+    # tensor `gate`; graph/learned_residual_gate.py)
     residual_gates: tuple[str, str] | None = None
     # norms with a low-rank input-dependent gate, where the checkpoint holds them: (inner, down, up) relative
     # to the norm, y * sigmoid(up(silu(down(y)))) with y = the RMSNorm "{norm}.{inner}" (A.X-K2's

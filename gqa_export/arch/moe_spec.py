@@ -43,6 +43,9 @@ class MoeNames:
     ungated: tuple[tuple[str, str], ...] = ()
     # projections into and out of a narrower width D the experts run in (in, out), where the checkpoint has them
     latent: tuple[str, str] | None = None
+    # a norm of the family's kind on the pooled input (after latent[0]), at the config's norm eps (Muse-Spark's
+    # pre_expert_norm; graph/pooled_experts.py)
+    latent_norm: str | None = None
     # a norm over the block's whole output (routed + shared experts) before the residual add, on sparse layers only
     # (A.X-K1's post_mlp_layernorm, stored at the layer on the hub and under mlp. by transformers); "a|b": the
     # spellings tried in order, relative to the layer
@@ -137,3 +140,7 @@ class MoeSpec:
     # where the config's expert width is a list, one per expert set of each sparse layer (ERNIE-4.5-VL's
     # moe_intermediate_size [text, vision]): the entry of the set the spec's names read (None: a list is refused)
     expert_set: int | None = None
+    # how MoeNames.expert_norm is held and applied: "per_expert" (a learned RMSNorm per expert [E, H], Ergo's,
+    # graph/normed_experts.py) or "shared_input_scaled" (one [D] weight for every expert: each expert's output times
+    # (norm_offset + w), then a weightless RMSNorm at the post-block norms' eps; Muse-Spark's, graph/pooled_experts.py)
+    expert_norm_form: str = "per_expert"

@@ -51,10 +51,6 @@ REFUSED: dict[str, str] = {
     "which no onnxruntime-genai decoder type feeds",
     "kosmos-2": "Kosmos-2's text decoder (sinusoidal positions, a LayerNorm inside each attention before its output "
     "projection) is no exported family's, and its vision tower and connector are not built",
-    "muse_spark": "no spec yet: its decoder (muse_spark_text) is Muse-Glimmer's with a scaleless RMSNorm on the "
-    "heads' output before the gate, a weightless post-attention norm, a post-feedforward norm that scales before "
-    "it normalizes, a learned sigmoid gate on each residual add (residual_gate_temperature), and experts run at "
-    "moe_hidden_size between a pooling and an unpooling projection, each expert's output normed; not built",
     "pi0": "pi0 is a robot action policy (a flow-matching action expert beside PaliGemma's prefix), not a text "
     "decoder onnxruntime-genai runs",
     "pp_formulanet": "PP-FormulaNet's text model is an MBart decoder that cross-attends to its vision encoder: the "

@@ -347,6 +347,16 @@ class ArchSpec:
     # a weightless RMSNorm inside the embedding module (Muse-Glimmer's embed_tokens.embed_norm): on the table's rows,
     # at the config's norm eps, so inputs_embeds arrive normed (graph/input_embedding.py)
     embedding_table_norm: bool = False
+    # a weightless RMSNorm over each head's attention output before the output gate, at the config's norm eps
+    # (Muse-Spark's self_attn.o_norm; graph/head_output_norm.py)
+    head_output_norm: bool = False
+    # the sandwich's (post-attention, post-feedforward) norms' own kinds where they are not the layers': "rms_free"
+    # (weightless), "rms" (the layers' weighted one), "input_scaled" (the input times (norm_offset + w), then a
+    # weightless RMSNorm: Muse-Spark's post-feedforward norm; graph/input_scaled_norm.py); None: the layers'
+    post_norm_kinds: tuple[str, str] | None = None
+    # the residual gates' residual factor floored at the square root of this (Muse-Spark's clamp at 1e-3 before its
+    # sqrt); their logits over the config's residual_gate_temperature (graph/learned_residual_gate.py)
+    residual_gate_floor: float = 0.0
     relative_bias: RelativeBiasNames | None = None  # arch/relative_bias_spec.py (Inkling, Inkling2)
     residual_convs: ResidualConvNames | None = None
     block_residuals: BlockResidualNames | None = None

@@ -79,6 +79,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
         "MistralLarge4ForConditionalGeneration": "mistral_large4",  # its own recipe: the latent cache by default
         "MuseGlimmerForConditionalGeneration": "muse_glimmer",  # its own recipe: Gemma-2 layers, gated attention
+        "MuseSparkForConditionalGeneration": "muse_spark",  # its own recipe: gated residuals, pooled normed experts
         "Molmo2ForConditionalGeneration": "molmo2",  # its own recipe: q/k norms and layout by config
         "Ovis2ForConditionalGeneration": "ovis2",
         "Phi4MultimodalForCausalLM": "phi4_multimodal",  # its own recipe: the config is the decoder's (Phi-3's)
@@ -142,7 +143,10 @@ _IMAGE_TOKENIZERS = frozenset({"ChameleonForConditionalGeneration", "Emu3ForCond
 
 # a class whose tower feeds the decoder through another module than a projector: what it is
 _TOWERS = MappingProxyType(
-    {"Ernie4_5_VLMoeForConditionalGeneration": "vision tower and variable-resolution resampler are"}
+    {
+        "Ernie4_5_VLMoeForConditionalGeneration": "vision tower and variable-resolution resampler are",
+        "MuseSparkForConditionalGeneration": "vision tower and audio tower are",
+    }
 )
 
 # a class whose full package genai runs but gqa-export does not build: what is missing (docs/multimodal.md §15)

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from gqa_export.arch.families import ERNIE4_5, ERNIE4_5_MOE, GEMMA2, LLAMA, PHI3, QWEN3
 from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
-from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, MoeNames
+from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, MoeNames, MoeSpec
 from gqa_export.arch.sigmoid_router_families import LAGUNA
 from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, ConfigChoice, LayerNames, config_keys
 
@@ -264,8 +264,45 @@ STEP3P5 = replace(
     ),
 )
 
+# Muse-Spark's decoder (muse_spark_text, MuseSparkForConditionalGeneration): Muse-Glimmer's with a weightless
+# RMSNorm on each head's attention output before the gate (o_norm), a weightless post-attention norm and a
+# post-feedforward one that scales by (1 + w) before it normalizes (both at post_norm_eps), each residual add
+# through a learned gate (sigmoid(w / T) x block + sqrt(max(sigmoid(-w / T) (1 + sigmoid(w / T)), 1e-3)) x residual,
+# T residual_gate_temperature), a SwiGLU of hidden_act on the "dense" layers of mlp_layer_types, and on the others
+# MuseSparkMoE: an fp32 router, its logits times output_multiplier, the top k of sigmoid + the selection bias
+# weighted by the unbiased sigmoid over their sum (+1e-15, below fp32's resolution of any sum of k sigmoids the
+# router reaches) times routed_scaling_factor; the input pooled to moe_hidden_size (pre_expert_proj) and normed
+# (1 + w), each fused SwiGLU expert's output through one shared input-scaled norm, the weighted sum unpooled
+# (post_expert_proj; graph/pooled_experts.py). Its class embeds the image, video and audio placeholders as id 0
+MUSE_SPARK_TEXT = replace(
+    MUSE_GLIMMER_TEXT,
+    name="muse_spark_text",
+    head_output_norm=True,
+    post_norm_kinds=("rms_free", "input_scaled"),
+    residual_gate_floor=1e-3,  # MuseSparkResidualGate's residual_gate_eps
+    layer=replace(
+        MUSE_GLIMMER_TEXT.layer, residual_gates=("post_attention_residual_gate", "post_feedforward_residual_gate")
+    ),
+    moe=MoeSpec(
+        MoeNames(
+            per_expert=(),
+            shared_expert=None,
+            expert_bias="gate.e_score_correction_bias",
+            latent=("pre_expert_proj", "post_expert_proj"),
+            latent_norm="pre_expert_norm",
+            expert_norm="experts.post_expert_norm",
+        ),
+        routing="sigmoid_topk",
+        normalize=True,
+        router_dtype="float32",
+        expert_norm_form="shared_input_scaled",
+    ),
+    config_keys=config_keys(logit_scale="output_multiplier", router_logit_scale="output_multiplier"),
+    placeholder_keys=("image_token_id", "video_token_id", "audio_token_id"),
+)
+
 WRAPPED_FAMILIES: tuple[ArchSpec, ...] = (
     COSMOS3_OMNI_TEXT, HY_V4_VL_TEXT, COSMOS3_EDGE_TEXT, PADDLEOCR_VL_TEXT, EMU3_TEXT, DEEPSEEK_OCR2_TEXT,
-    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT, PHI4_MULTIMODAL_TEXT, ERNIE4_5_VL_TEXT, MUSE_GLIMMER_TEXT,
+    KIMI_K25_TEXT, CHAMELEON, MOLMO2_TEXT, PHI4_MULTIMODAL_TEXT, ERNIE4_5_VL_TEXT, MUSE_GLIMMER_TEXT, MUSE_SPARK_TEXT,
     STEP3P5,
 )  # fmt: skip

@@ -15,6 +15,8 @@ from gqa_export.graph.builder import float_scalar, typed
 from gqa_export.graph.depth_scaled_residual import depth_scaled_terms
 from gqa_export.graph.expert_attention import gated_expert_heads
 from gqa_export.graph.gated_norm import gated_norm, is_gated
+from gqa_export.graph.head_output_norm import head_output_norm
+from gqa_export.graph.input_scaled_norm import input_scaled_norm
 from gqa_export.graph.latent_attention import latent_output
 from gqa_export.graph.learned_residual_gate import gated_terms
 from gqa_export.graph.mlp import mlp_block
@@ -48,12 +50,18 @@ def _residual(lc: LayerContext, h: ir.Value, y: ir.Value, name: str) -> ir.Value
     return typed(b.op("Add", h, typed(y, lc.params.dtype, shape), name=name), lc.params.dtype, shape)
 
 
-def block_norm(lc: LayerContext, x: ir.Value, module: str | None, name: str, eps: float | None = None) -> ir.Value:
+def block_norm(
+    lc: LayerContext, x: ir.Value, module: str | None, name: str, eps: float | None = None, kind: str | None = None
+) -> ir.Value:
     if module is None or (lc.spec.norms_where_stored and not lc.has(module)):  # ModernBERT's Identity at layer 0
         return x
     if is_gated(lc, module):  # A.X-K2: the RMSNorm times a low-rank sigmoid gate
         return gated_norm(lc, x, module, name)
-    return normalize(lc.b, x, lc.name(module), lc.params, lc.dims, name, lc.dims.hidden_size, eps=eps)
+    dims = lc.dims
+    if kind == "input_scaled":  # Muse-Spark's post-feedforward norm: the input times (1 + w), then normed
+        eps = dims.rms_eps if eps is None else eps
+        return input_scaled_norm(lc.b, x, lc.name(module), lc.params, eps, dims.norm_offset, name, dims.hidden_size)
+    return normalize(lc.b, x, lc.name(module), lc.params, dims, name, dims.hidden_size, eps=eps, kind=kind)
 
 
 Mixer = Callable[[LayerContext, ir.Value], tuple[ir.Value, LayerKV | None]]
@@ -108,13 +116,14 @@ def decoder_layer(
             return _residual(lc, h, layer_mlp(lc, x, h), "residual_mlp"), kv
     post = lc.dims.post_block_norms  # off: the sandwich's post-block norms do not exist (HyperCLOVAX's switch)
     post_eps = lc.dims.post_block_eps  # their own eps (Muse-Glimmer's post_norm_eps); None: the layer's
-    y = block_norm(lc, y, L.post_attention_norm if post else None, "post_attention_layernorm", post_eps)
+    kinds = lc.spec.post_norm_kinds or (None, None)  # their own kinds (Muse-Spark's); None: the layer's
+    y = block_norm(lc, y, L.post_attention_norm if post else None, "post_attention_layernorm", post_eps, kinds[0])
     h = _residual(lc, h, y, "residual_attn")
     h = augmented_residual(lc, h, x) if lc.spec.augmented_residual else h  # LAuReL (Gemma-3n)
     x = block_norm(lc, h, L.pre_feedforward_norm, "pre_feedforward_layernorm")
     with b.scope("mlp"):
         y = layer_mlp(lc, x, h)
-    y = block_norm(lc, y, L.post_feedforward_norm if post else None, "post_feedforward_layernorm", post_eps)
+    y = block_norm(lc, y, L.post_feedforward_norm if post else None, "post_feedforward_layernorm", post_eps, kinds[1])
     return _residual(lc, h, y, "residual_mlp"), kv
 
 
@@ -131,6 +140,8 @@ def attention_block(lc: LayerContext, x: ir.Value, attention: Mixer) -> tuple[ir
     L, b = lc.spec.layer, lc.b
     with b.scope("attn"):
         out, kv = attention(lc, x)
+        if lc.spec.head_output_norm:  # Muse-Spark's o_norm: each head's output normed, weightless, before the gate
+            out = head_output_norm(lc, out)
         out = gated_output(lc, x, out)  # Qwen3.5's q_proj gate, AFMoE's, Laguna's, LFM3's, Ling 3's own Linear
         if widened(lc):  # DiffLlama's head pairs differenced, Doge's values over their weight
             out = widened_output(lc, out)

@@ -28,13 +28,14 @@ import onnx_ir as ir
 
 from gqa_export.graph.activations import softcapped_swiglu
 from gqa_export.graph.blocks import LayerContext, linear
-from gqa_export.graph.builder import typed
+from gqa_export.graph.builder import float_scalar, typed
 from gqa_export.graph.dense_routing import dense_routing
 from gqa_export.graph.experts import ExpertLayout, ExpertWeights, check_layout, fused_or_transposed, stacked
 from gqa_export.graph.input_scaled_experts import input_scaled_experts, top1_scaled_input
 from gqa_export.graph.limited_swiglu import limited_rows, shared_gated, unscaled
 from gqa_export.graph.mlp import gated_mlp, mlp_block
 from gqa_export.graph.params import NUMPY_DTYPES, WIDER_THAN_IO_META, Params
+from gqa_export.graph.pooled_experts import pooled_experts
 from gqa_export.graph.shared_sink_routing import sink_shared_experts
 from gqa_export.graph.stream_router import stream_router_logits
 from gqa_export.graph.ungated_experts import ungated_experts, ungated_shared_expert
@@ -56,12 +57,14 @@ def sparse_mlp(lc: LayerContext, x: ir.Value, router_input: ir.Value | None = No
     if routing_lc is not lc:
         router_x = lc.b.op("Cast", router_x, to=ir.DataType.FLOAT, name="router_input")
     router = _router(routing_lc, prefix, router_x, moe)
-    if spec.activation == "ungated":  # no MoE kernel has squared ReLU: plain ops on dense routing weights
+    # no MoE kernel has squared ReLU, nor a norm on each expert's output (Muse-Spark's pooled experts): plain ops on
+    # dense routing weights
+    if spec.activation == "ungated" or names.latent is not None:
         dense = dense_routing(routing_lc, prefix, router, moe)
-        assert dense is not None, f"{spec.routing}: ungated experts take a router computed as dense weights"
+        assert dense is not None, f"{spec.routing}: plain-op experts take a router computed as dense weights"
         if routing_lc is not lc:  # chosen in fp32 (spec router_dtype), weighted in the export dtype
             dense = lc.b.op("Cast", dense, to=lc.params.dtype, name="routing_weights")
-        out = ungated_experts(lc, x, dense, moe, prefix)
+        out = (ungated_experts if spec.activation == "ungated" else pooled_experts)(lc, x, dense, moe, prefix)
     else:
         out = _routed_experts(lc, x, router, moe, prefix, routing_lc)
     if routing_lc is not lc:  # the router's float32 weights and constants, kept so on purpose
@@ -127,7 +130,11 @@ def _router(lc: LayerContext, prefix: str, x: ir.Value, moe: MoeDims) -> ir.Valu
     if lc.spec.moe.routing == "skip_stream":  # type: ignore[union-attr]  # ZAYA: an MLP over a carried stream
         return stream_router_logits(lc, x, prefix)
     with lc.b.scope("router"):
-        return linear(lc, x, [module], None, "logits")
+        logits = linear(lc, x, [module], None, "logits")
+        if moe.logit_scale != 1.0:  # Muse-Spark: the logits times output_multiplier before their scores
+            scale = float_scalar(lc.b, moe.logit_scale, lc.params.dtype, "router_logit_scale")
+            logits = lc.b.op("Mul", logits, scale, name="scaled_logits")
+        return logits
 
 
 def _routing_context(lc: LayerContext) -> LayerContext:

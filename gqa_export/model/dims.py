@@ -129,6 +129,7 @@ class ModelDims:
     qsa_cap: int = 0  # keys Qwen4-Exp's QSA indexer keeps in full (model/sparse_cap.py)
     post_block_norms: bool = True  # a sandwich layout's post-block norms exist (ArchSpec.post_norms_switch)
     post_block_eps: float | None = None  # the sandwich's post-block norms' own eps (ArchSpec.post_norm_eps)
+    residual_gate_temperature: float = 1.0  # the learned residual gates' logits over it (Muse-Spark)
     masked_logit_ids: tuple[int, ...] = ()  # logits set to the dtype's lowest value (ArchSpec.masked_logits)
     logits_vocab: int = 0  # a pruned lm_head's rows, fewer than the embedding's (Apertus-1.5); 0: vocab_size
     recurrent_stacks: RecurrentStackDims | None = None  # weight-shared stacks run in cycles (HRM-Text)
@@ -369,6 +370,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         key_window=int(opt("dynamic_keep_window", 0) or 0) if spec.dynamic_key_bias else 0,
         post_block_norms=not spec.post_norms_switch or bool(opt("post_norms", True)),
         post_block_eps=float(config_get(config, spec.post_norm_eps)) if spec.post_norm_eps else None,
+        residual_gate_temperature=float(opt("residual_gate_temperature", 1.0)),
         masked_logit_ids=config_reads.masked_logit_ids(top, spec.masked_logits, int(config.vocab_size)),
         recurrent_stacks=recurrent_stack_dims(opt, spec, len(layers)),
         recurrent_loop=loop,

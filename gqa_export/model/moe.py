@@ -40,6 +40,7 @@ class MoeDims:
     softcaps: tuple[float, float] = (0.0, 0.0)
     # the layers whose experts are the hash table's row of the token id (MoeSpec.hashed_kind, DeepSeek-V4)
     hashed: tuple[int, ...] = ()
+    logit_scale: float = 1.0  # the router logits' multiplier (MoeSpec's config key router_logit_scale); 1: none
 
 
 # the routed experts' SwiGLU with its halves clamped at swiglu_limit before the activation, as the MoE op clips:
@@ -111,6 +112,7 @@ def read_moe(opt: Any, spec: ArchSpec, intermediate: int) -> MoeDims | None:
         if spec.moe.activation == "swiglu_softcapped"
         else (0.0, 0.0),
         hashed=_hashed_layers(opt, spec),
+        logit_scale=float(opt("router_logit_scale", 1.0)),
     )
 
 

@@ -20,6 +20,7 @@ from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
 
 PROMPT = [0, 17, 45, 300, 300, 99, 200, 301, 3, 7, 11, 12]
+SPARK_PROMPT = [0, 17, 45, 300, 302, 99, 200, 301, 3, 7, 302, 12]  # Muse-Spark's audio placeholder (302) too
 # the decoder each class holds by default, then families its released checkpoints also use
 CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
     ("llava_next", "mistral"),  # LLaVA-NeXT on Mistral-7B
@@ -471,15 +472,97 @@ def test_muse_glimmer_mutants_fail_the_bound(tmp_path, monkeypatch, muse_glimmer
     assert float(np.abs(got - reference).max()) > 1e-2
 
 
-def test_muse_glimmer_without_text_only_names_its_towers(tmp_path):
-    """Muse-Glimmer without --text-only: one line, exit 2, naming its vision tower and projector; a config without
+@pytest.fixture(scope="module")
+def muse_spark(builds):
+    """Muse-Spark's registry checkpoint (tests/families.py muse_spark_text_only) and HF's logits on a prompt holding
+    its image, audio (302) and video placeholders (the mutants below run no decode step)."""
+    checkpoint = builds.checkpoint("muse_spark_text_only")
+    return checkpoint, hf_logits(hf_model(checkpoint), SPARK_PROMPT)
+
+
+def _spark_mutants() -> dict[str, dict]:
+    from dataclasses import replace
+
+    from gqa_export.arch import SPECS
+    from gqa_export.arch.spec import config_keys
+
+    spec = SPECS["muse_spark_text"]
+    moe, names = spec.moe, spec.moe.names  # type: ignore[union-attr]
+    unscaled_router = config_keys(logit_scale="output_multiplier")  # the router's logits not times the multiplier
+    return {
+        "head-output-norm-skipped": {"head_output_norm": False},
+        "post-attention-norm-skipped": {"layer": replace(spec.layer, post_attention_norm=None)},
+        "post-ff-norm-scaled-after": {"post_norm_kinds": ("rms_free", "rms")},  # rms(x) (1 + w), not rms(x (1 + w))
+        "residual-gates-skipped": {"layer": replace(spec.layer, residual_gates=None)},
+        "gate-temperature-ignored": {"ignore": ("residual_gate_temperature",)},  # T 1
+        "gate-floor-dropped": {"residual_gate_floor": 0.0},  # the residual factor of 4 channels near 0, not sqrt(1e-3)
+        "router-logits-unscaled": {"config_keys": unscaled_router},
+        "selection-bias-ignored": {"moe": replace(moe, names=replace(names, expert_bias=None))},
+        "pool-norm-skipped": {"moe": replace(moe, names=replace(names, latent_norm=None))},
+        "expert-norm-skipped": {"moe": replace(moe, names=replace(names, expert_norm=None))},
+    }
+
+
+@pytest.mark.parametrize("mutant", list(_spark_mutants()))
+def test_muse_spark_mutants_fail_the_bound(tmp_path, monkeypatch, muse_spark, mutant):
+    """Mutants of Muse-Spark's decoder (arch/wrapped_families.py), each one of its mechanisms over Muse-Glimmer's
+    undone: no head output norm, no post-attention norm, the post-feedforward norm's scale after it normalizes, no
+    residual gates, their temperature 1, their residual factor unfloored, the router logits not times
+    output_multiplier, no selection bias, no norm on the pooled input, none on each expert's output; each fails the
+    bound on the prompt (docs/coverage.md §33).
+    The chosen weights' renormalization is no mutant here: the post-feedforward RMSNorm divides out any factor the
+    routing weights share (it shows only through post_norm_eps)."""
+    from mutants import build_planted
+
+    checkpoint, reference = muse_spark
+    out = build_planted(checkpoint, tmp_path / mutant, monkeypatch, _spark_mutants()[mutant], "muse_spark_text")
+    _, got = ort_prefill_and_decode(out, SPARK_PROMPT, steps=0)
+    assert float(np.abs(got - reference).max()) > 1e-2
+
+
+def test_muse_spark_placeholders_embed_as_id_0(tmp_path, builds, muse_spark):
+    """Its package on the prompt holding the image, audio and video placeholders equals HF (each embedded as id 0,
+    as MuseSparkModel.forward does); the registry row's prompts hold no audio one."""
+    _, reference = muse_spark
+    _, got = ort_prefill_and_decode(builds.package("muse_spark_text_only"), SPARK_PROMPT, steps=0)
+    assert float(np.abs(got - reference).max()) < 1e-4
+
+
+def test_muse_spark_residual_gate_factors_are_the_modeling_codes():
+    """The residual gate's two factors (graph/learned_residual_gate.py) at temperature 0.3 and the 1e-3 floor equal
+    MuseSparkResidualGate's on weights whose residual factor is floored and not; without the floor they do not."""
+    import torch
+    from transformers.models.muse_spark.modeling_muse_spark import MuseSparkResidualGate, MuseSparkTextConfig
+
+    from gqa_export.graph.learned_residual_gate import gate_factors
+
+    config = MuseSparkTextConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, head_dim=4)
+    gate = MuseSparkResidualGate(config)  # temperature 0.3, its default
+    w = np.array([-6.0, -1.0, -0.1, 0.0, 0.4, 1.5, 2.5, 4.0], np.float32)
+    with torch.no_grad():
+        gate.gate.copy_(torch.from_numpy(w))
+        ones, zeros = torch.ones(8), torch.zeros(8)
+        branch_hf, residual_hf = gate(zeros, ones).numpy(), gate(ones, zeros).numpy()
+    branch, residual = gate_factors(w, 0.3, 1e-3)
+    np.testing.assert_allclose(branch, branch_hf, rtol=1e-6)
+    np.testing.assert_allclose(residual, residual_hf, rtol=1e-6)
+    assert np.abs(gate_factors(w, 0.3)[1] - residual_hf).max() > 1e-2  # the floor holds on the last two channels
+
+
+@pytest.mark.parametrize(
+    ("name", "towers"),
+    [("MuseGlimmer", "vision tower and projector are"), ("MuseSpark", "vision tower and audio tower are")],
+)
+def test_muse_without_text_only_names_its_towers(tmp_path, name, towers):
+    """Muse-Glimmer and Muse-Spark without --text-only: one line, exit 2, naming their towers; a config without
     any weight file is enough to be refused."""
     import transformers as tf
 
-    tf.MuseGlimmerConfig(architectures=["MuseGlimmerForConditionalGeneration"]).save_pretrained(tmp_path / "muse")
+    architecture = f"{name}ForConditionalGeneration"
+    getattr(tf, f"{name}Config")(architectures=[architecture]).save_pretrained(tmp_path / "muse")
     result = CliRunner().invoke(app, ["build", str(tmp_path / "muse"), "-o", str(tmp_path / "out"), "--no-smoke"])
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
-    assert "MuseGlimmerForConditionalGeneration's vision tower and projector are not built" in said
-    assert "pass --text-only to export its muse_glimmer_text text decoder alone" in said
+    assert f"{architecture}'s {towers} not built" in said
+    assert f"pass --text-only to export its {WRAPPED_DECODERS[architecture]}_text text decoder alone" in said
     assert not (tmp_path / "out").exists()
