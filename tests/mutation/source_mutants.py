@@ -323,7 +323,7 @@ MUTANTS: list[Mutant] = [
       "stacked = bool(parts)",
       ["tests/arch/test_hybrid_kimi_linear.py::test_the_v5_layout_matches_hf"]),
     M("tensor-aliases-ignored", "import", "gqa_export/plan/model_phase.py",
-      "if spec.tensor_aliases:  # a layer's modules spelled another way (source/aliases.py)",
+      "if spec.tensor_aliases or spec.tensor_joins:  # a layer's modules spelled another way (source/aliases.py)",
       "if False:",
       ["tests/arch/test_hybrid_kimi_linear.py::test_the_saved_layout_exports_the_hub_layouts_package"]),
     # --- graph: Ling 3's bounded KDA gate, gate per head, limited SwiGLU (docs/hybrid-state.md §8.20)
