@@ -20,7 +20,7 @@ import onnx_ir as ir
 from gqa_export.errors import InputError
 from gqa_export.graph.activations import activation
 from gqa_export.graph.blocks import LayerContext
-from gqa_export.graph.builder import typed
+from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.params import NUMPY_DTYPES
 from gqa_export.model.moe import MoeDims
 
@@ -57,9 +57,14 @@ def normed_experts(lc: LayerContext, x: ir.Value, weights_dense: ir.Value, moe: 
         y = b.op("MatMul", activation(lc, h), b.initializer(down, params.tensor(down)), name="down_each")
         y = b.op("Squeeze", y, b.const([3], "row_axis", "int64"))  # [B,S,E,H]
         y = b.op("Mul", expert_rms(lc, y), b.initializer(norm, params.tensor(norm)), name="expert_norm")  # [E,H]
-        weighted = b.op("Mul", y, b.op("Unsqueeze", weights_dense, b.const([-1], "last", "int64")), name="weighted")
-        out = b.op("ReduceSum", weighted, b.const([2], "expert_axis", "int64"), keepdims=0, name="expert_sum")
-        return typed(out, params.dtype, [B, S, H])
+        return typed(routed_sum(b, y, weights_dense), params.dtype, [B, S, H])
+
+
+def routed_sum(b: GraphBuilder, y: ir.Value, weights_dense: ir.Value) -> ir.Value:
+    """sum_e w_e * y_e [B,S,W] of every expert's output y [B,S,E,W] under the dense routing weights [B,S,E] (zero off
+    the chosen experts): the plain-op experts' last step, after a per-expert op no fused kernel applies."""
+    weighted = b.op("Mul", y, b.op("Unsqueeze", weights_dense, b.const([-1], "last", "int64")), name="weighted")
+    return b.op("ReduceSum", weighted, b.const([2], "expert_axis", "int64"), keepdims=0, name="expert_sum")
 
 
 def expert_rms(lc: LayerContext, y: ir.Value) -> ir.Value:

@@ -25,6 +25,7 @@ from gqa_export.graph.blocks import LayerContext, linear, normalize
 from gqa_export.graph.builder import typed
 from gqa_export.graph.experts import check_expert_shapes
 from gqa_export.graph.input_scaled_norm import input_scaled_norm
+from gqa_export.graph.normed_experts import routed_sum
 from gqa_export.model.moe import MoeDims
 
 B, S = "batch_size", "sequence_length"
@@ -70,7 +71,6 @@ def pooled_experts(lc: LayerContext, x: ir.Value, weights_dense: ir.Value, moe: 
             eps = dims.rms_eps if dims.post_block_eps is None else dims.post_block_eps
             norm = lc.name(f"{prefix}{names.expert_norm}")
             y = input_scaled_norm(b, y, norm, params, eps, dims.norm_offset, "post_expert_norm", width)
-        weighted = b.op("Mul", y, b.op("Unsqueeze", weights_dense, b.const([-1], "last", "int64")), name="weighted")
-        pooled = b.op("ReduceSum", weighted, b.const([2], "expert_axis", "int64"), keepdims=0, name="expert_sum")
-        out = linear(lc, typed(pooled, params.dtype, [B, S, width]), [unpool], None, "post_expert_proj")
+        pooled = typed(routed_sum(b, y, weights_dense), params.dtype, [B, S, width])
+        out = linear(lc, pooled, [unpool], None, "post_expert_proj")
         return typed(out, params.dtype, [B, S, dims.hidden_size])
