@@ -341,7 +341,7 @@ def _print_coverage(as_json: bool) -> None:
         return
     table = Table("model type", "status", "recipe", "attention modes", "precisions", "package / reason")
     for cells in table_rows(rows):
-        table.add_row(*cells)
+        table.add_row(*(escape(cell) for cell in cells))  # reasons quote [a | b] forms: not rich markup
     out.print(table)
 
 

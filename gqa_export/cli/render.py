@@ -186,12 +186,17 @@ def inspect_report(console: Console, report: dict[str, Any]) -> None:
                 "yes" if e["normalize"] else "no",
             )  # fmt: skip
         console.print(table)
-    findings = report["findings"]
+    print_findings(console, report["findings"])
+
+
+def print_findings(console: Console, findings: list[dict[str, Any]]) -> None:
+    """inspect's findings, one per line with its fix; a message's brackets (shapes such as
+    [batch, seq]) are text, never rich markup."""
     if not findings:
         console.print("[green]no findings[/]")
     for f in findings:
-        style = SEVERITY_STYLE[f["severity"]]
-        console.print(f"[{style}]{f['severity']}[/] {f['id']}: {f['message']}\n  fix: {f['fix']}", soft_wrap=False)
+        line = escape(f"{f['id']}: {f['message']}\n  fix: {f['fix']}")
+        console.print(f"[{SEVERITY_STYLE[f['severity']]}]{f['severity']}[/] {line}", soft_wrap=False)
 
 
 def print_build(console: Console, result: BuildResult) -> None:

@@ -101,6 +101,8 @@ def test_recipes_coverage_prints_the_table():
     assert rows["bert"]["status"] == "not applicable"
     table = CliRunner().invoke(app, ["recipes", "--coverage"], env={"COLUMNS": "300"})
     assert table.exit_code == 0 and re.search(r"reformer\s+│ refused", table.output), table.output
+    # a reason's bracketed text is printed, not read as rich markup (it vanished once)
+    assert "reads [the target's" in table.output
 
 
 @pytest.fixture

@@ -183,3 +183,17 @@ def test_build_report_is_data(checkpoints, tmp_path):
     report = json.loads(result.stdout)
     assert report["report"] == json.loads((tmp_path / "p" / "quant_report.json").read_text())
     assert not any("logits vs float" in note for note in report["notes"])
+
+
+def test_findings_print_their_brackets():
+    """A finding's message quoting a shape keeps it: rich would read `[batch, seq]` as markup."""
+    import io
+
+    from rich.console import Console
+
+    from gqa_export.cli.render import print_findings
+
+    stream = io.StringIO()
+    finding = {"id": "io-shape", "severity": "warning", "message": "input_ids is [batch, seq]", "fix": "use [a | b]"}
+    print_findings(Console(file=stream, width=200), [finding])
+    assert "input_ids is [batch, seq]" in stream.getvalue() and "use [a | b]" in stream.getvalue()
