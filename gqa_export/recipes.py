@@ -68,6 +68,9 @@ SCHEMA: dict[str, Any] = {
     # the genai type of the full multimodal package (vision + embedding + decoder; --text-only: the
     # decoder alone under genai_model_type), docs/multimodal.md §1
     "multimodal_model_type": str,
+    # the LoRA adapter the checkpoint carries that the decoder's weights take merged (source/merged_adapter.py):
+    # "auto" (vision in a full multimodal package, where stored), "none", or the adapter's name
+    "merged_adapter": str,
     "attention": _ATTENTION,
     "mlp": _MLP,
     "precision": {ep: PRECISIONS for ep in EPS},
@@ -113,6 +116,7 @@ class Recipe:
     build_defaults: dict[str, Any] = field(default_factory=dict)
     multimodal_model_type: str | None = None
     mlp: MlpRecipe = MlpRecipe()
+    merged_adapter: str = "auto"
 
     def for_ep(self, ep: str) -> Recipe:
         """The recipe with its per-EP overrides applied."""
@@ -130,6 +134,8 @@ class Recipe:
             "arch": self.arch,
             "genai_model_type": self.genai_model_type,
             **({"multimodal_model_type": self.multimodal_model_type} if self.multimodal_model_type else {}),
+            # written where it is not the default, so that no recipe's resolved form (nor a manifest) changes
+            **({"merged_adapter": self.merged_adapter} if self.merged_adapter != "auto" else {}),
             "attention": {
                 **vars(self.attention),
                 "bidirectional_token_ids": list(self.attention.bidirectional_token_ids),
@@ -174,6 +180,7 @@ def load_recipe(path: Path, settings: list[str] | None = None) -> Recipe:
         build_defaults=data.get("build", {}),
         multimodal_model_type=data.get("multimodal_model_type"),
         mlp=MlpRecipe(**data.get("mlp", {})),
+        merged_adapter=data.get("merged_adapter", "auto"),
     )
 
 

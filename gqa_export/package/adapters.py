@@ -12,8 +12,6 @@ package/adapter_file.py's.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from gqa_export.graph.lora import LORA_A, LORA_B
 from gqa_export.kernels import convert
 from gqa_export.package.adapter_file import check_adapter_output, write_adapter
 from gqa_export.package.ownership import check_file_clear_of
+from gqa_export.source.peft import module_scaling, read_peft_config
 
 PEFT_PREFIX = "base_model.model."
 ONNX_FLOAT, ONNX_FLOAT16, ONNX_BFLOAT16 = 1, 10, 16
@@ -76,44 +75,6 @@ def base_lora_inputs(package: Path, named: str = "--base") -> dict[str, BaseInpu
     if not found:
         raise InputError(f"{who} has no LoRA inputs: rebuild it with `gqa-export build --lora-targets ...`")
     return found
-
-
-def read_peft_config(peft_dir: Path) -> dict[str, Any]:
-    """adapter_config.json, refused where the adapter is not plain LoRA the base can take."""
-    path = peft_dir / "adapter_config.json"
-    if not path.is_file():
-        raise InputError(f"{peft_dir} has no adapter_config.json: give a PEFT LoRA adapter folder")
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not readable JSON ({exc})") from None
-    kind = str(config.get("peft_type", "LORA")).upper()
-    if kind != "LORA":
-        raise InputError(f"{peft_dir}: peft_type {kind} is not LoRA; only LoRA adapters convert")
-    if config.get("use_dora"):
-        raise InputError(f"{peft_dir}: DoRA (use_dora) rescales each merged column; a LoRA base cannot add that")
-    if config.get("bias", "none") != "none":
-        raise InputError(f"{peft_dir}: LoRA biases (bias={config['bias']}) are not supported; train with bias='none'")
-    if config.get("modules_to_save"):
-        raise InputError(f"{peft_dir}: modules_to_save {config['modules_to_save']} replace base weights; merge instead")
-    return config
-
-
-def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
-    """PEFT's rank_pattern / alpha_pattern: the first key that matches the module name's tail."""
-    for key, value in patterns.items():
-        if re.fullmatch(rf"(.*\.)?{key}", module):
-            return value
-    return default
-
-
-def module_scaling(config: dict[str, Any], module: str, rank: int) -> float:
-    """alpha / r, or alpha / √r with rsLoRA; per module where rank_pattern / alpha_pattern apply."""
-    r = int(_pattern_value(config.get("rank_pattern") or {}, module, config.get("r", rank)))
-    if r != rank:
-        raise InputError(f"adapter module {module}: rank {rank} in the weights, {r} in adapter_config.json")
-    alpha = float(_pattern_value(config.get("alpha_pattern") or {}, module, config.get("lora_alpha", r)))
-    return alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
 
 
 def convert_adapter(

@@ -51,8 +51,10 @@ from gqa_export.source.consistency import check_against_weights
 from gqa_export.source.expert_views import attention_expert_views
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
+from gqa_export.source.merged_adapter import choose_adapter, merged_adapter_views, stored_adapters
 from gqa_export.source.split_projections import split_projection_views
 from gqa_export.source.stored_renames import chunked_views, renamed_views
+from gqa_export.source.weights import WeightStore
 
 
 def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter) -> BuildPlan:
@@ -105,6 +107,9 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     mm = None
     if full and not request.text_only:
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
+    if recipe.merged_adapter != "none":  # a LoRA adapter the checkpoint carries (source/merged_adapter.py)
+        store, merged = _merged_adapter(store, checkpoint, recipe.merged_adapter, mm is not None)
+        notes += merged
     notes += _no_effect(request.model, request.text_only and not full and not wrapped, request.dequantize, imported)
     for line in notes:  # said, never silently accepted
         note(line)
@@ -284,3 +289,21 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
     if requested < 1 or requested > context:
         raise InputError(f"--max-length must be between 1 and the model's context length {context}, got {requested}")
     return requested
+
+
+def _merged_adapter(
+    store: WeightStore, checkpoint: Checkpoint, setting: str, full: bool
+) -> tuple[WeightStore, list[str]]:
+    """The decoder's weights with the chosen stored adapter merged, and what the build says of it."""
+    if setting == "auto" and not full:
+        return store, []
+    adapter = choose_adapter(setting, full, stored_adapters(store, checkpoint.source.model_dir, checkpoint.raw_config))
+    if adapter is None:
+        return store, []
+    said = [f"the decoder's weights carry the checkpoint's {adapter.name} LoRA adapter, merged"]
+    if full:
+        said[0] += (
+            ": onnxruntime-genai runs one decoder for every prompt, so prompts without an image run it too "
+            "(--set merged_adapter=none or another adapter's name chooses otherwise; docs/lora.md §9)"
+        )
+    return merged_adapter_views(store, adapter), said

@@ -1,0 +1,135 @@
+"""A LoRA adapter the checkpoint carries, merged into the decoder (gqa_export/source/merged_adapter.py):
+Phi-4-multimodal's vision adapter, stored beside the base weights (the remote-code release) or as a PEFT
+folder (transformers' layout), held against transformers' class with the adapter merged by hand; the
+scaling and the choice of adapter are mutants; a missing adapter or scale is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from reference import hf_logits, hf_model, ort_prefill_and_decode
+from wrapped_models import save_wrapped
+
+from gqa_export.errors import InputError
+from gqa_export.pipeline import BuildOptions, build
+from gqa_export.source import merged_adapter
+
+PROMPT = [0, 17, 45, 300, 300, 99, 200, 301, 3, 7, 11, 12]
+RANK, ALPHA = {"vision": 4, "speech": 2}, {"vision": 8.0, "speech": 6.0}
+RECIPE = Path(__file__).parents[2] / "recipes" / "phi4_multimodal.yaml"
+
+
+def _lora(rng: np.random.Generator, weight: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """A [r, in] and B [out, r] whose product moves the logits well past the bounds below."""
+    a = rng.normal(0, 0.5, (rank, weight.shape[1])).astype(np.float32)
+    return a, rng.normal(0, 0.5, (weight.shape[0], rank)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory) -> dict[str, Path]:
+    """One tiny Phi-4-multimodal checkpoint in transformers' layout with `vision-lora/` and `speech-lora/`
+    PEFT folders, the same weights and adapters in the remote-code layout, and the adapters' deltas."""
+    from safetensors.numpy import load_file, save_file
+
+    root = tmp_path_factory.mktemp("merged")
+    checkpoint = save_wrapped(root / "hf", "phi4_multimodal", "phi4_multimodal", hub_layout=True)
+    remote = shutil.copytree(checkpoint, root / "remote")
+    config = json.loads((remote / "config.json").read_text())
+    rope = config.pop("rope_parameters")
+    config.update(
+        model_type="phi4mm", architectures=["Phi4MMForCausalLM"],
+        **{f"{name}_lora": {"r": RANK[name], "lora_alpha": ALPHA[name]} for name in RANK},
+        partial_rotary_factor=rope.pop("partial_rotary_factor"), rope_theta=rope.pop("rope_theta"),
+        rope_scaling={**rope, "type": rope.pop("rope_type")},
+    )  # fmt: skip
+    (remote / "config.json").write_text(json.dumps(config))
+    rng = np.random.default_rng(0)
+    peft: dict[str, dict[str, np.ndarray]] = {name: {} for name in RANK}
+    for shard in remote.glob("*.safetensors"):
+        stored = {}
+        for name, tensor in load_file(shard).items():
+            if not name.startswith("model.layers.") or not name.endswith("proj.weight"):
+                stored[name] = tensor
+                continue
+            stem = name[: -len("weight")]
+            stored[f"{stem}base_layer.weight"] = tensor
+            for adapter, rank in RANK.items():
+                a, b = _lora(rng, tensor, rank)
+                stored[f"{stem}lora_A.{adapter}.weight"], stored[f"{stem}lora_B.{adapter}.weight"] = a, b
+                peft[adapter][f"base_model.model.{stem}lora_A.weight"] = a
+                peft[adapter][f"base_model.model.{stem}lora_B.weight"] = b
+        save_file(stored, shard, metadata={"format": "pt"})
+    for adapter, tensors in peft.items():
+        folder = checkpoint / f"{adapter}-lora"
+        folder.mkdir()
+        save_file(tensors, folder / "adapter_model.safetensors", metadata={"format": "pt"})
+        settings = {"peft_type": "LORA", "r": RANK[adapter], "lora_alpha": ALPHA[adapter], "bias": "none"}
+        (folder / "adapter_config.json").write_text(json.dumps(settings))
+    recipe = root / "phi4mm.yaml"
+    text = RECIPE.read_text().replace("[phi4_multimodal]", "[phi4mm]")
+    recipe.write_text(text.replace("[Phi4MultimodalForCausalLM]", "[Phi4MMForCausalLM]"))
+    return {"hf": checkpoint, "remote": remote, "recipe": recipe}
+
+
+def _merged_logits(checkpoint: Path, adapter: str | None, tokens: list[int]) -> np.ndarray:
+    """transformers' class with `adapter`'s W + alpha / r * B @ A written into its projections, as PEFT merges."""
+    import torch
+    from safetensors.numpy import load_file
+
+    model = hf_model(checkpoint)
+    if adapter is not None:
+        deltas = load_file(checkpoint / f"{adapter}-lora" / "adapter_model.safetensors")
+        with torch.no_grad():
+            for name, module in model.named_modules():
+                a = deltas.get(f"base_model.model.{name}.lora_A.weight")
+                if a is not None:
+                    b = deltas[f"base_model.model.{name}.lora_B.weight"]
+                    module.weight += torch.from_numpy(b @ a) * (ALPHA[adapter] / RANK[adapter])
+    return hf_logits(model, tokens, len(PROMPT))
+
+
+def _error(package: Path, checkpoint: Path, adapter: str | None) -> float:
+    tokens, got = ort_prefill_and_decode(package, PROMPT, steps=3)
+    return float(np.abs(got - _merged_logits(checkpoint, adapter, tokens)).max())
+
+
+@pytest.mark.parametrize("layout", ["hf", "remote"])
+def test_the_chosen_adapter_is_merged(layouts, tmp_path, layout):
+    """--set merged_adapter=vision: the package computes the class's logits with the vision adapter merged
+    (prompt + 3 decode steps), from its PEFT folder or from the tensors stored beside the base weights;
+    the base weights alone, or the speech adapter, are far off (each adapter moves the logits by > 0.1)."""
+    recipe = {"recipe": layouts["recipe"]} if layout == "remote" else {}
+    options = BuildOptions(str(layouts[layout]), tmp_path / "pkg", smoke=False, text_only=True, **recipe)
+    build(replace(options, settings=("merged_adapter=vision",)))
+    assert _error(tmp_path / "pkg", layouts["hf"], "vision") < 1e-4
+    assert _error(tmp_path / "pkg", layouts["hf"], None) > 0.1
+    assert _error(tmp_path / "pkg", layouts["hf"], "speech") > 0.1
+
+
+def test_a_mis_scaled_merge_fails_the_bound(layouts, tmp_path, monkeypatch):
+    """Mutant: the delta scaled by alpha (no / r) instead of alpha / r."""
+    scaled = merged_adapter.module_scaling
+    monkeypatch.setattr(merged_adapter, "module_scaling", lambda *a: scaled(*a) * RANK["vision"])
+    options = BuildOptions(str(layouts["hf"]), tmp_path / "pkg", smoke=False, text_only=True)
+    build(replace(options, settings=("merged_adapter=vision",)))
+    assert _error(tmp_path / "pkg", layouts["hf"], "vision") > 1e-2
+
+
+def test_an_adapter_the_checkpoint_lacks_is_refused(layouts, tmp_path):
+    """A name no adapter has, and a stored adapter without its config scale: one line each, nothing written."""
+    options = BuildOptions(str(layouts["hf"]), tmp_path / "pkg", smoke=False, text_only=True)
+    with pytest.raises(InputError, match=r"no LoRA adapter named audio \(it has: speech, vision\)"):
+        build(replace(options, settings=("merged_adapter=audio",)))
+    remote = shutil.copytree(layouts["remote"], tmp_path / "remote")
+    config = json.loads((remote / "config.json").read_text())
+    del config["vision_lora"]["lora_alpha"]
+    (remote / "config.json").write_text(json.dumps(config))
+    options = BuildOptions(str(remote), tmp_path / "pkg2", smoke=False, text_only=True, recipe=layouts["recipe"])
+    with pytest.raises(InputError, match=r"config\.json has no vision_lora\.lora_alpha"):
+        build(replace(options, settings=("merged_adapter=vision",)))
+    assert not (tmp_path / "pkg").exists() and not (tmp_path / "pkg2").exists()
