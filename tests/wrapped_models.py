@@ -332,6 +332,7 @@ _CLASS_KEYS: dict[str, tuple[dict[str, Any], dict[str, dict[str, Any]]]] = {
         {"vision_config": {"hidden_size": 64}},  # its Q-Former runs hidden_size // 64 heads
     ),
     "granite_docling": ({}, {"vision_config": {"out_hidden_size": 64}}),
+    "llava_onevision1_5": ({}, {"vision_config": {"out_hidden_size": 64}}),  # its RICE tower feeds the decoder's width
     # Muse-Spark's audio tower feeds the decoder's width (the config checks it), one narrow stage; its audio
     # placeholder inside the vocabulary
     "muse_spark": (

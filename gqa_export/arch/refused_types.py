@@ -75,10 +75,6 @@ REFUSED: dict[str, str] = {
     "kolibri1_1": "Kolibri-1.1's indexed attention layers keep, per query, a weightless indexer's top index_topk keys "
     "of a pooled candidate set plus sink and local tokens (a per-query mask GroupQueryAttention cannot take), with "
     "keys and values rounded to NVFP4 there, and layers that read another layer's keys and values; no spec",
-    "llava_onevision1_5": "LLaVA-OneVision-1.5's RICE vision tower and patch-merger projector are not built, and no "
-    "recipe exports its Qwen3 decoder under this class",
-    "ovis2_5": "Ovis2.5's visual tokenizer (a NaViT tower whose patch probabilities weight a visual embedding table) "
-    "is not built, and no recipe exports its Qwen3 decoder under this class",
     "pi05": "pi0.5 is a robot action policy (a flow-matching action expert beside PaliGemma's prefix), not a text "
     "decoder onnxruntime-genai runs",
     # read from their modeling code in transformers 5.25 (issue #39): what genai cannot be fed

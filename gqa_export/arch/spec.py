@@ -59,8 +59,10 @@ MLP_KINDS = ("gated", "plain")
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 # Where the text decoder lives, in the order tried: text models, transformers 5.x multimodal
 # classes, transformers 4.x multimodal checkpoints (Gemma-3, Mistral-3, Qwen2.5-VL as published).
-DECODER_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "model.text_model.")
-LM_HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
+# the decoder's root in a checkpoint: a causal LM's, transformers 5.x's multimodal classes', their hub layouts'
+# (`llm.model.`: Ovis2.5's release)
+DECODER_PREFIXES = ("model.", "model.language_model.", "language_model.model.", "model.text_model.", "llm.model.")
+LM_HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight", "llm.lm_head.weight")
 
 
 SINUSOID_RATES = ("fairseq", "transformer")

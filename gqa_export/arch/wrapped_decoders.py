@@ -76,12 +76,14 @@ WRAPPED_DECODERS = MappingProxyType(
         "LlavaNextForConditionalGeneration": "llava_next",
         "LlavaNextVideoForConditionalGeneration": "llava_next_video",
         "LlavaOnevisionForConditionalGeneration": "llava_onevision",
+        "LlavaOnevision15ForConditionalGeneration": "llava_onevision1_5",
         "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl",
         "MistralLarge4ForConditionalGeneration": "mistral_large4",  # its own recipe: the latent cache by default
         "MuseGlimmerForConditionalGeneration": "muse_glimmer",  # its own recipe: Gemma-2 layers, gated attention
         "MuseSparkForConditionalGeneration": "muse_spark",  # its own recipe: gated residuals, pooled normed experts
         "Molmo2ForConditionalGeneration": "molmo2",  # its own recipe: q/k norms and layout by config
         "Ovis2ForConditionalGeneration": "ovis2",
+        "Ovis2_5ForConditionalGeneration": "ovis2_5",
         "Phi4MultimodalForCausalLM": "phi4_multimodal",  # its own recipe: the config is the decoder's (Phi-3's)
         "CohereCompassForConditionalGeneration": "cohere_compass",
         "Apertus1p5ForConditionalGeneration": "apertus1p5",

@@ -33,7 +33,9 @@ CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
 # release (HY-V4's names, the conversion mapping says) does not
 # Kimi-K2.5's save reverses its tower's `encoder.blocks` renames onto the decoder's layers (blocks.N), which the
 # release (language_model.model.layers.N) does not
-HUB_LAYOUT_BROKEN = frozenset({"qianfan_ocr", "hy_v4_vl", "kimi_k25"})
+# LLaVA-OneVision-1.5's save reverses Qwen2-VL's rename and its model's own onto the decoder (model.model.layers); the
+# release keeps Qwen2-VL's (model.layers, visual.*), the causal LM's prefix
+HUB_LAYOUT_BROKEN = frozenset({"qianfan_ocr", "hy_v4_vl", "kimi_k25", "llava_onevision1_5"})
 
 
 def _checkpoint(tmp_path, model_type: str, text_type: str):
