@@ -879,6 +879,9 @@ FAMILIES: tuple[Family, ...] = (
     # Chameleon's decoder with swin_norm (its norms after their blocks): per-head q/k LayerNorms, its image tokens'
     # logits masked (greedy tokens differ unmasked); its mutants: tests/arch/test_wrapped_decoders.py
     wrapped("chameleon_text_only", "chameleon", "chameleon", "decoder", {"swin_norm": True}, quantized=("int4",)),
+    # Kosmos-2's decoder (a spec of its own, XGLM's layers with two sub-LayerNorms, positions from pad_token_id + 1);
+    # HF's generate through the class runs its text model on ids alone; its mutants: tests/arch/test_kosmos2.py
+    wrapped("kosmos2_text_only", "kosmos-2", "kosmos_2_text_model", "decoder"),
     # Molmo2's choices off their defaults (OLMo's q/k norms, post-norm, YaRN on layer 1 only), its release's layout
     wrapped("molmo2_text_only", "molmo2", "molmo2_text", "decoder"),
     # Mistral-Large-4's decoder (its own spec, latent_families.py) under the hub's Mistral-native names: a NoPE layer,

@@ -30,7 +30,14 @@ def hf_model(model_dir: Path):
     # transformers 4.x defaults to sdpa, which silently drops Gemma-2's attn_logit_softcapping (5.x
     # refuses sdpa for it): the reference is the eager path there
     eager = {"attn_implementation": "eager"} if int(transformers.__version__.split(".")[0]) < 5 else {}
-    return getattr(transformers, architecture).from_pretrained(model_dir, dtype=torch.float32, **eager).eval()
+    model = getattr(transformers, architecture).from_pretrained(model_dir, dtype=torch.float32, **eager).eval()
+    # Kosmos-2's forward requires pixel values or image embeddings; its generate() runs its text model alone on a
+    # prompt without an image, so that is the reference (Kosmos2TextForCausalLM, the class's own module)
+    return model.text_model if architecture in TEXT_MODEL_GENERATES else model
+
+
+# classes whose generate() on ids alone runs their `text_model` (the reference of a text prompt)
+TEXT_MODEL_GENERATES = frozenset({"Kosmos2ForConditionalGeneration"})
 
 
 # classes whose forward numbers a call's positions from 0 when not given position_ids, whatever the
@@ -89,16 +96,16 @@ def hf_logits(model, tokens: list[int], prompt_len: int | None = None) -> np.nda
         given = {"cache": transformers.DynamicCache(config=model.config), "position_ids": torch.arange(n)[None]}
     if model_type in UNCACHED:
         with torch.no_grad():
-            whole = model(torch.tensor([tokens])).logits[0]
+            whole = model(input_ids=torch.tensor([tokens])).logits[0]
         return whole.float().numpy()
     with torch.no_grad():
-        out = model(torch.tensor([tokens[:n]]), use_cache=True, **given)
+        out = model(input_ids=torch.tensor([tokens[:n]]), use_cache=True, **given)
         logits, past = [out.logits[0]], given["cache"] if given else getattr(out, keyword)
         for i, t in enumerate(tokens[n:], start=n):
             where = {"cache_position": torch.tensor([i])} if told else {}
             if positioned:
                 where["position_ids"] = torch.tensor([[i]])
-            out = model(torch.tensor([[t]]), use_cache=True, **{keyword: past}, **where)
+            out = model(input_ids=torch.tensor([[t]]), use_cache=True, **{keyword: past}, **where)
             logits.append(out.logits[0])
             past = given["cache"] if given else getattr(out, keyword)
     return torch.cat(logits).float().numpy()

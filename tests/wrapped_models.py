@@ -26,6 +26,14 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "qwen3": {},
     "gemma": {"hidden_activation": "gelu_pytorch_tanh"},
     "emu3_text_model": {},  # Emu3's: Llama's
+    # Kosmos-2's: XGLM's layers (its own key spellings; every head its own keys and values) with two sub-LayerNorms;
+    # pad id 5 moves its positions' first row to 6 (XGLM's offset is 2), so that a fixed offset shows
+    "kosmos_2_text_model": {
+        "ffn_dim": 96,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 3,
+        "activation_function": "gelu",
+    },
     # Chameleon's (a flat config, no text_config): its RMSNorms at eps 0.1, so that q/k norms read at it (not at
     # their module's 1e-5) show; swin_norm is a case of its own (tests/arch/test_wrapped_decoders.py)
     "chameleon": {"rms_norm_eps": 0.1},
@@ -565,6 +573,11 @@ def save_wrapped(
             for name, param in model.named_parameters():
                 if name.endswith(("rotary_emb.alpha", "softmax_scaling.scale", "softmax_scaling.bias")):
                     param.add_(torch.randn_like(param))
+    if text_type == "kosmos_2_text_model":  # its layers at 0.3, the tied table at 0.06: else greedy repeats one id
+        with torch.no_grad():
+            for param in model.text_model.model.layers.parameters():
+                if param.ndim >= 2:
+                    param.normal_(0.0, 0.3)
     if text_type == "step3p5":  # its selection bias (a zero buffer) drawn, so that it moves the experts chosen
         with torch.no_grad():
             for name, buffer in model.named_buffers():

@@ -178,6 +178,33 @@ XGLM = replace(
     ),
 )
 
+# Kosmos-2's text decoder (kosmos_2_text_model, under Kosmos2ForConditionalGeneration's text_model.): XGLM's layers
+# with a LayerNorm over the attention output before out_proj (inner_attn_ln) and one over the activated fc1 before
+# fc2 (ffn_layernorm), at the config's layer_norm_eps; positions from pad_token_id + 1 (M2M100's sinusoids), tied
+KOSMOS2_TEXT = replace(
+    XGLM,
+    name="kosmos2_text",
+    layer=replace(
+        XGLM.layer,
+        up="ffn.fc1",
+        down="ffn.fc2",
+        attention_output_norm="self_attn.inner_attn_ln",
+        mlp_inner_norm="ffn.ffn_layernorm",
+    ),
+    fixed_norm_eps=None,
+    positions=AbsolutePositions("embed_positions.weights", sinusoidal=True, offset_after_pad=True),
+    decoder_prefixes=("text_model.model.",),
+    lm_head_names=("text_model.lm_head.weight",),
+    refusals=(
+        Refusal(
+            "scale_embedding", "Kosmos-2 without scale_embedding (unscaled token embeddings) is not supported", (False,)
+        ),
+        Refusal(
+            "pad_token_id", "Kosmos-2 without a pad_token_id (its positions count from it) is not supported", (None,)
+        ),
+    ),
+)
+
 # BitNet b1.58: Llama's layers with a squared-ReLU gated MLP and two more RMSNorms inside the blocks,
 # over the attention output before o_proj and over relu2(gate) * up before down_proj. Its float
 # ("-bf16") checkpoint is this spec as stored; the packed ternary one (quantization_config
@@ -321,6 +348,6 @@ DORY = replace(
 
 DERIVED = (
     EXAONE, INTERNLM3, HELIUM, VAULTGEMMA, MINISTRAL, CWM, GLM, SOLAR_OPEN, NANOCHAT, GPT_BIGCODE, PERSIMMON, BIOGPT,
-    GPT_NEO, XGLM, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT, COHERE2_VISION_TEXT, GRANITE_SWA,
-    HYPERCLOVAX, DIFFLLAMA, DOGE, HRM_TEXT, DORY,
+    GPT_NEO, XGLM, KOSMOS2_TEXT, IQUESTCODER, BITNET, APERTUS1P5_TEXT, COHERE_COMPASS_TEXT, COHERE2_VISION_TEXT,
+    GRANITE_SWA, HYPERCLOVAX, DIFFLLAMA, DOGE, HRM_TEXT, DORY,
 )  # fmt: skip

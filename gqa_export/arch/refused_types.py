@@ -49,8 +49,6 @@ REFUSED: dict[str, str] = {
     "which attend to one another as a block, and the causal text after them; no exported family is it",
     "idefics": "IDEFICS' decoder interleaves gated cross-attention layers that read the perceiver's image states, "
     "which no onnxruntime-genai decoder type feeds",
-    "kosmos-2": "Kosmos-2's text decoder (sinusoidal positions, a LayerNorm inside each attention before its output "
-    "projection) is no exported family's, and its vision tower and connector are not built",
     "pi0": "pi0 is a robot action policy (a flow-matching action expert beside PaliGemma's prefix), not a text "
     "decoder onnxruntime-genai runs",
     "pp_formulanet": "PP-FormulaNet's text model is an MBart decoder that cross-attends to its vision encoder: the "

@@ -63,6 +63,9 @@ class AbsolutePositions:
     # the sinusoids' frequencies (SINUSOID_RATES): "fairseq" (10000^(-i / (W/2 - 1)), the pad row zero:
     # XGLM) or "transformer" (10000^(-2i / W), no zero row: CTRL's positional_encoding)
     sinusoid_rates: str = "fairseq"
+    # fairseq's make_positions: the first token's row is pad_token_id + 1 (M2M100's embedding under Kosmos-2),
+    # in place of a fixed `offset`; pad_token_id 1 gives OPT's and XGLM's offset 2
+    offset_after_pad: bool = False
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ WRAPPED_DECODERS = MappingProxyType(
         "InklingForConditionalGeneration": "inkling_mm_model",  # the hub layout read by its decoder's spec
         "InternVLForConditionalGeneration": "internvl",
         "JanusForConditionalGeneration": "janus",
+        "Kosmos2ForConditionalGeneration": "kosmos-2",  # its own recipe: XGLM's layers with two more LayerNorms
         "Kimi_K25ForConditionalGeneration": "kimi_k25",  # its own recipe: placeholders embedded as id 0
         "LightOnOcrForConditionalGeneration": "lighton_ocr",
         "LlavaForConditionalGeneration": "llava",

@@ -48,7 +48,7 @@ def embed_input(
             h = embed_hard_tokens(b, input_ids, h, dims, spec, params)  # ranges with their own embedders
             if spec.embedding_table_norm:  # Muse-Glimmer: a weightless RMSNorm in the table's module
                 h = normalize(b, h, "", params, dims, "embed_norm", dims.hidden_size, kind="rms_free")
-    h = add_absolute_positions(b, h, input_ids, attention_mask, dims, spec, params)
+    h = add_absolute_positions(b, h, input_ids, attention_mask, dims, spec, params, embeds is not None)
     if spec.embedding_norm:  # Bloom: a LayerNorm of the embeddings (inputs_embeds too)
         h = normalize(b, h, spec.tensor(spec.embedding_norm), params, dims, "embedding_norm", dims.hidden_size)
     per_layer = per_layer_inputs(b, ids, h, dims, spec, params) if dims.per_layer_input_size else None

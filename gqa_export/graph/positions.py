@@ -30,14 +30,17 @@ def add_absolute_positions(
     dims: ModelDims,
     spec: ArchSpec,
     params: Params,
+    embeds_given: bool = False,
 ) -> ir.Value:
     """h + table[position + offset] when the spec has a position table, else h unchanged.
-    `input_ids` only lends its [B, S] shape (inputs_embeds does too)."""
+    `input_ids` lends its [B, S] shape (inputs_embeds does too), and for fairseq's make_positions its ids:
+    `embeds_given` says they are not read (HF then numbers the tokens in sequence, as the mask does)."""
     if spec.positions is None:
         return h
     name = spec.tensor(spec.positions.table)
+    offset = position_offset(spec, dims)
     if spec.positions.sinusoidal:
-        rows = dims.max_position_embeddings + spec.positions.offset
+        rows = dims.max_position_embeddings + offset
         if spec.positions.sinusoid_rates == "transformer":  # CTRL: no padding row
             values = transformer_sinusoids(rows, dims.hidden_size)
         else:
@@ -46,11 +49,40 @@ def add_absolute_positions(
     else:
         table = b.initializer(name, params.matrix(name))
     with b.scope("embed_positions"):
-        positions = token_positions(b, input_ids, attention_mask)
-        if spec.positions.offset:
-            positions = b.op("Add", positions, b.const(spec.positions.offset, "offset", "int64"))
+        if spec.positions.offset_after_pad and not embeds_given:
+            positions = pad_skipping_positions(b, input_ids, attention_mask, offset - 1)
+        else:
+            positions = token_positions(b, input_ids, attention_mask)
+            if offset:
+                positions = b.op("Add", positions, b.const(offset, "offset", "int64"))
         rows = typed(b.op("Gather", table, positions), params.dtype, [B, S, dims.hidden_size])
         return typed(b.op("Add", h, rows, name="add_positions"), params.dtype, [B, S, dims.hidden_size])
+
+
+def position_offset(spec: ArchSpec, dims: ModelDims) -> int:
+    """The table row of position 0: the spec's fixed offset, or pad_token_id + 1 (fairseq's make_positions,
+    whose padding row sits below the first position; the spec refuses a config without pad_token_id)."""
+    assert spec.positions is not None
+    if spec.positions.offset_after_pad:
+        assert dims.pad_token_id is not None, "the spec's Refusal on pad_token_id None"
+        return dims.pad_token_id + 1
+    return spec.positions.offset
+
+
+def pad_skipping_positions(b: GraphBuilder, input_ids: ir.Value, attention_mask: ir.Value, pad: int) -> ir.Value:
+    """[B,S] table rows of fairseq's make_positions (Kosmos-2's create_position_ids_from_input_ids): a pad id's
+    token gets row `pad` (the table's zero row), every other token `pad` + the cached tokens + the non-pad
+    tokens of this step up to it. A prompt holding the pad id numbers its later tokens one lower, and a decode
+    step counts the cache whole, as HF does."""
+    with b.scope("pad_skipping"):
+        one = b.const([1], "one", "int64")
+        total = b.op("Shape", attention_mask, start=1, end=2)
+        past = b.op("Sub", total, b.op("Shape", input_ids, start=1, end=2))
+        cached = b.op("ReduceSum", b.op("Slice", attention_mask, b.const([0], "zero", "int64"), past, one), one)
+        real = b.op("Cast", b.op("Not", b.op("Equal", input_ids, b.const(pad, "pad", "int64"))), to=ir.DataType.INT64)
+        step = b.op("Mul", b.op("Slice", attention_mask, past, total, one), real)
+        counted = b.op("Add", cached, b.op("CumSum", step, one))
+        return b.op("Add", b.op("Mul", counted, real), b.const(pad, "pad_row", "int64"))
 
 
 def sinusoidal_table(rows: int, width: int, padding_row: int | None) -> np.ndarray:

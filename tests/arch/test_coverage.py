@@ -124,11 +124,11 @@ def no_weight_read(monkeypatch):
             dict(model_type="kolibri1_1", architectures=["Kolibri1_1ForCausalLM"]),
             REFUSED["kolibri1_1"],
         ),
-        # a multimodal class around a decoder no family exports (Kosmos-2's): refused by its own type (the
-        # classes around an exported decoder: arch/wrapped_decoders.py, with --text-only)
+        # a multimodal class whose decoder reads what genai cannot feed (Llama-3.2-Vision's cross-attention):
+        # refused by its own type (the classes around an exported decoder: arch/wrapped_decoders.py, --text-only)
         (
-            dict(model_type="kosmos-2", architectures=["Kosmos2ForConditionalGeneration"]),
-            REFUSED["kosmos-2"],
+            dict(model_type="mllama", architectures=["MllamaForConditionalGeneration"]),
+            REFUSED["mllama"],
         ),
         # refused by mechanism (transformers 5.25): a drafter fed the target's KV cache, byte patches
         (dict(model_type="gemma4_assistant", architectures=["Gemma4AssistantForCausalLM"]), "target's own KV cache"),
