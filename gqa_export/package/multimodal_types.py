@@ -58,7 +58,13 @@ GEMMA4 = MultimodalType(
     "gemma4", "<|image|>", lambda: _towers().GEMMA4, one_image_size=True, audio_markers=("<|audio|>", "<|audio>")
 )
 LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL)
+# genai's phi4mm processor reads every <|image_N|> as the next image's block (the number is not
+# read); `run --image` writes <|image_1|> per image. <|audio_N|> needs a speech model (§15.4)
+PHI4MM = MultimodalType("phi4mm", "<|image_1|>", lambda: _towers().PHI4MM, audio_markers=("<|audio_1|>",))
 
 MULTIMODAL_TYPES: MappingProxyType[str, MultimodalType] = MappingProxyType(
-    {kind.model_type: kind for kind in (GEMMA3, QWEN2_5_VL, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, MISTRAL3, GEMMA4, LFM2_VL)}
+    {
+        kind.model_type: kind
+        for kind in (GEMMA3, QWEN2_5_VL, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, MISTRAL3, GEMMA4, LFM2_VL, PHI4MM)
+    }
 )
