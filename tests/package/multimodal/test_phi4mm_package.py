@@ -35,7 +35,7 @@ S, M, B = 448, 32, 16  # crop pixels, patches per crop side, pooled features per
 NEW = 20
 # per image of a vision call: (crop rows, crop columns, padded patch rows, padded patch columns)
 CALLS = {
-    "three": [(2, 1, 0, 7), (1, 1, 0, 0), (1, 3, 3, 4)],
+    "three": [(2, 1, 0, 7), (1, 1, 0, 0), (1, 2, 3, 4)],
     "padded": [(1, 1, 24, 0), (1, 1, 0, 28)],  # the "short" and "narrow" PNGs' masks
 }
 # PNG height x width: one crop; two crops; one crop of 8 unpadded patch rows (348 white pixel rows
@@ -422,15 +422,15 @@ def test_placeholder_without_feature_row_embeds_as_token(package, checkpoint):
     np.testing.assert_array_equal(got, table[ids[0]])
 
 
-def test_run_inserts_the_marker_and_refuses_audio(package, images):
+def test_run_inserts_the_marker_and_genai_refuses_audio(package, images):
     """`run --image` puts <|image_1|> (and BOS) in front of a prompt without one; a prompt with
-    <|audio_1|> is refused in one line (no speech model)."""
-    from gqa_export.runtime.images import check_unexported_markers, generate_with_images
+    <|audio_1|> is refused in one line (genai's processor: no audio was given, no speech model)."""
+    from gqa_export.runtime.images import generate_with_images
     from gqa_export.runtime.run import Sampling
 
-    assert len(generate_with_images(package, "cpu", "Describe", [images["square"]], 4, Sampling()).tokens) == 4
-    with pytest.raises(InputError, match="exports no audio tower"):
-        check_unexported_markers(package, "<|audio_1|>Transcribe")
+    assert len(generate_with_images(package, "cpu", "Describe", [images["short"]], 4, Sampling()).tokens) == 4
+    with pytest.raises(InputError, match="Number of audio tokens exceeds the number of audios"):
+        generate_with_images(package, "cpu", "<|audio_1|>Describe", [images["short"]], 4, Sampling())
 
 
 def test_refusals(checkpoint, tmp_path):
