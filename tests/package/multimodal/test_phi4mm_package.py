@@ -433,17 +433,30 @@ def test_run_inserts_the_marker_and_genai_refuses_audio(package, images):
         generate_with_images(package, "cpu", "<|audio_1|>Describe", [images["short"]], 4, Sampling())
 
 
-def test_refusals(checkpoint, tmp_path):
-    """An image_token_id other than genai's hard-coded 200010 is refused in one line, before any
-    graph is built; so is --attention split (genai runs one decoder graph)."""
+@pytest.mark.parametrize(
+    ("vision", "said"),
+    [
+        ({"image_token_id": 300}, r"writes image placeholders as id 200010.* is 300: export with --text-only"),
+        ({"patch_size": 16}, r"cuts 14-pixel patches, this checkpoint's patch_size is 16: export with --text-only"),
+        ({"crop_size": 336}, r"crop_size 336 / image_size 448 / patch_size 14: .* use --text-only"),
+    ],
+    ids=["image_token_id", "patch_size", "crop_size"],
+)
+def test_refusals(checkpoint, tmp_path, vision, said):
+    """What genai's phi4mm processor hard-codes (placeholder 200010, 14-pixel patches) and what the
+    graph does not build (crops other than the position table's size) are refused in one line,
+    before any graph is written."""
     import shutil
 
     source = shutil.copytree(checkpoint, tmp_path / "ckpt")
     config = json.loads((source / "config.json").read_text())
-    config["vision_config"]["image_token_id"] = 300
+    config["vision_config"].update(vision)
     (source / "config.json").write_text(json.dumps(config))
-    with pytest.raises(InputError, match=r"writes image placeholders as id 200010.* is 300: export with --text-only"):
+    with pytest.raises(InputError, match=said):
         build(BuildOptions(str(source), tmp_path / "pkg", smoke=False))
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_split_is_refused(checkpoint, tmp_path):
     with pytest.raises(InputError, match="--attention split cannot run a full multimodal package"):
         build(BuildOptions(str(checkpoint), tmp_path / "split", smoke=False, attention="split"))
-    assert not (tmp_path / "pkg").exists()
