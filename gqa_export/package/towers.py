@@ -259,6 +259,14 @@ def _phi4mm_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> HdCropD
     return hd_crop_dims(hf_config, dims.hidden_size, store, PHI4MM_RUNTIME_POOLED)
 
 
+def _phi4mm_global_view_note(_config: Any, _pre: dict[str, Any]) -> list[str]:
+    return [
+        "onnxruntime-genai's phi4mm processor downsizes a multi-crop image's global view with antialiased bicubic "
+        "(PIL), HF's without antialiasing: such images' global-view pixels differ from HF's; one-crop images "
+        "are HF's (docs/multimodal.md §15.3)"
+    ]
+
+
 # SigLIP over HD crops + the HD transform + a 2-layer projector (§15); genai's phi4mm processor
 # feeds the image_attention_mask under model.vision.inputs.attention_mask. The speech section
 # names no config, so genai loads the package vision-only (an MMM type, like gemma4 without audio);
@@ -270,5 +278,6 @@ PHI4MM = VisionTower(
     vision_inputs=("pixel_values", "image_sizes", ("attention_mask", "image_attention_mask")),
     image_runs_bidirectional=False,
     model_sections=(("speech", {"config_filename": ""}),),
+    notes=_phi4mm_global_view_note,
     image_token_id=lambda config: getattr(config.vision_config, "image_token_id", None),
 )

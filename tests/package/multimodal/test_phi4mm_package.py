@@ -39,8 +39,9 @@ CALLS = {
     "padded": [(1, 1, 24, 0), (1, 1, 0, 28)],  # the "short" and "narrow" PNGs' masks
 }
 # PNG height x width: one crop; two crops; one crop of 8 unpadded patch rows (348 white pixel rows
-# below: 24 masked); one crop of 4 unpadded patch columns (28 masked)
-SIZES = {"square": (448, 448), "wide": (448, 896), "short": (100, 448), "narrow": (448, 56)}
+# below: 24 masked); one crop of 4 unpadded patch columns (28 masked); resized to 746 x 448 and
+# padded to two crops (10 patch columns masked)
+SIZES = {"square": (448, 448), "wide": (448, 896), "short": (100, 448), "narrow": (448, 56), "resized": (300, 500)}
 
 
 def save_phi4mm(out_dir: Path, seed: int = 0) -> Path:
@@ -93,10 +94,14 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def package(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("pkg") / "full"
-    build(BuildOptions(str(checkpoint), out, smoke=False))
-    return out
+    return out, build(BuildOptions(str(checkpoint), out, smoke=False))
+
+
+@pytest.fixture(scope="module")
+def package(built) -> Path:
+    return built[0]
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +181,8 @@ def _vision(graph: Path, layouts: list[tuple[int, int, int, int]]) -> tuple[np.n
     return session.run(None, feed)[0], inputs
 
 
-def test_package_files_and_config(package):
+def test_package_files_and_config(package, built):
+    assert any("global view" in note and "§15.3" in note for note in built[1].notes)
     model = json.loads((package / "genai_config.json").read_text())["model"]
     assert model["type"] == "phi4mm" and model["image_token_id"] == IMAGE
     assert model["vision"]["inputs"] == {"pixel_values": "pixel_values", "image_sizes": "image_sizes",
@@ -327,52 +333,63 @@ def test_decoder_logits_match_hf(package, hf, case):
 
 
 def hf_processed(path: Path) -> dict[str, np.ndarray]:
-    """HF's Phi4MultimodalImageProcessor on an image whose sides are multiples of S within the crop
-    budget (no resize, no padding; torchvision, which HF's processor needs, is not in the test
-    environment): rescale + normalize, the global view by bicubic interpolation without
-    antialiasing, the crops row-major, masks of ones."""
+    """HF's Phi4MultimodalImageProcessor rebuilt from its code (torchvision, which it needs, is not
+    in the test environment) for an image within the crop budget: resized into the crop grid with
+    torch's antialiased bilinear on uint8 (what torchvision's resize calls), padded white, masked,
+    rescaled + normalized, the global view by bicubic interpolation without antialiasing, the
+    crops row-major."""
     import torch
     from PIL import Image
 
-    image = torch.from_numpy(np.asarray(Image.open(path).convert("RGB"), np.float32)).permute(2, 0, 1)
-    image = (image / 255 - 0.5) / 0.5
-    h, w = image.shape[1] // S, image.shape[2] // S
+    image = torch.from_numpy(np.array(Image.open(path).convert("RGB"))).permute(2, 0, 1)
+    height, width = image.shape[1:]
+    w, h = -(-width // S), -(-height // S)
+    if S * w / width < S * h / height:
+        size, pad = (int(height * S * w / width), S * w), (0, S * h - int(height * S * w / width))
+    else:
+        size, pad = (S * h, int(width * S * h / height)), (S * w - int(width * S * h / height), 0)
+    resized = torch.nn.functional.interpolate(image[None], size=size, mode="bilinear", antialias=True)[0]
+    image = (torch.nn.functional.pad(resized, (0, pad[0], 0, pad[1]), value=255).float() / 255 - 0.5) / 0.5
     view = torch.nn.functional.interpolate(image[None], size=(S, S), mode="bicubic", align_corners=False)
     crops = image.reshape(3, h, S, w, S).permute(1, 3, 0, 2, 4).reshape(-1, 3, S, S)
-    mask = np.ones((1, 1 + h * w, M, M), np.float32)
+    grid = np.ones((h * M, w * M), np.float32)
+    grid[:, grid.shape[1] - pad[0] // 14 :] = 0
+    grid[grid.shape[0] - pad[1] // 14 :] = 0
+    mask = np.concatenate(
+        [np.ones((1, M, M), np.float32), grid.reshape(h, M, w, M).transpose(0, 2, 1, 3).reshape(-1, M, M)]
+    )
     sizes = np.array([[h * S, w * S]], np.int64)
     return {"pixel_values": torch.cat([view, crops])[None].numpy(), "image_sizes": sizes,
-            "image_attention_mask": mask, "num_img_tokens": np.array(token_count(sizes, mask))}  # fmt: skip
+            "image_attention_mask": mask[None], "num_img_tokens": np.array(token_count(sizes, mask[None]))}  # fmt: skip
 
 
 def test_processor_matches_hf_processing(genai, images):
-    """genai's phi4mm processor: <|image_1|> becomes num_img_tokens placeholders 200010 (HF's count),
-    image_sizes / the masks are HF's; a one-crop image's pixels are HF's within 1e-6; for two crops
-    the crops are HF's and the global view differs (genai: PIL's antialiased bicubic, HF: torch's
-    bicubic without antialiasing), pinned here; a padded image's crops and mask (300 x 500 -> two
-    crops, 10 patch columns of white padding)."""
+    """genai's phi4mm processor vs HF's processing: <|image_1|> becomes num_img_tokens placeholders
+    200010, image_sizes, the masks and the crops are HF's (1e-6; the resized image too: PIL's
+    bilinear = torch's antialiased uint8 bilinear); the global view is HF's for one-crop images
+    (padded or not) and differs for several crops (genai: PIL's antialiased bicubic, HF: torch's
+    bicubic without antialiasing), pinned here."""
     import onnxruntime_genai as og
 
     processor = genai.create_multimodal_processor()
     drift = {}
-    for name in ("square", "wide"):
-        got = processor("<|image_1|>hi", images=og.Images.open(str(images[name])))
-        ref = hf_processed(images[name])
+    for name, path in images.items():
+        got = processor("<|image_1|>hi", images=og.Images.open(str(path)))
+        ref = hf_processed(path)
+        count = int(ref["num_img_tokens"][0])
         ids = got["input_ids"].as_numpy()[0]
-        assert (ids == IMAGE).sum() == ref["num_img_tokens"][0] == got["num_image_tokens"].as_numpy().sum()
-        assert ids[: ref["num_img_tokens"][0]].tolist() == [IMAGE] * int(ref["num_img_tokens"][0])
+        assert got["num_image_tokens"].as_numpy().sum() == count and (ids == IMAGE).sum() == count
+        assert ids[:count].tolist() == [IMAGE] * count
         for key in ("image_sizes", "image_attention_mask"):
             np.testing.assert_array_equal(got[key].as_numpy(), ref[key])
         pixels = got["pixel_values"].as_numpy()
         np.testing.assert_allclose(pixels[:, 1:], ref["pixel_values"][:, 1:], atol=1e-6, rtol=0)
         drift[name] = float(np.abs(pixels[:, 0] - ref["pixel_values"][:, 0]).max())
     print(f"global view |genai - HF|: {drift}")
-    assert drift["square"] < 1e-6 and 1e-3 < drift["wide"] < 0.2
-    padded = processor("<|image_1|> <|image_2|>", images=og.Images.open(str(images["short"]), str(images["narrow"])))
-    assert padded["image_sizes"].as_numpy().tolist() == [[S, S], [S, S]]
-    mask = padded["image_attention_mask"].as_numpy()
-    np.testing.assert_array_equal(mask, crop_inputs(CALLS["padded"])[2])
-    assert padded["num_image_tokens"].as_numpy().reshape(-1).tolist() == token_count(S * np.ones((2, 2), int), mask)
+    assert max(drift[n] for n in ("square", "short", "narrow")) < 1e-6
+    assert 1e-3 < drift["wide"] < 0.05 and 0.1 < drift["resized"] < 0.5
+    two = processor("<|image_1|> <|image_2|>", images=og.Images.open(str(images["short"]), str(images["narrow"])))
+    np.testing.assert_array_equal(two["image_attention_mask"].as_numpy(), crop_inputs(CALLS["padded"])[2])
 
 
 CASES = {
