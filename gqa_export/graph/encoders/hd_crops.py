@@ -11,7 +11,8 @@ the images' tokens one after another (rank 2: genai allocates num_image_tokens r
 - each crop through the tower: patch Conv + the learned table read at NaViT buckets (a patch's
   row and column scaled to the crop's own unpadded rows / columns, `bucketize` into the table's
   side), pre-norm SigLIP layers with padding keys masked, up to `feature_layer` (no post norm);
-- each crop's M x M grid averaged in 2 x 2 blocks: B x B features (B = M / 2);
+- each crop's M x M grid averaged in 2 x 2 blocks: B x B features (B = ceil(M / 2): an odd grid
+  gets one more row and column by reflection first, as HF pads it);
 - per image, HF's HD transform as one gather: the crops' grids joined into an (h·B, w·B) grid cut
   to the rows / columns the mask keeps, each row followed by `sub_img_feature_extensor`; then
   `global_img_feature_extensor`; then the global view's B rows, each followed by the sub separator;
@@ -41,6 +42,9 @@ FRACTION_CAP = 1.0 - 1e-6  # HF clamps the fractional coordinates below 1
 # the order of a crop's pooled features in the HD grid: HF's (row, column); "columns" transposes
 # each crop (a mutant the tests keep)
 CROP_ORDER = "rows"
+# an odd patch grid is padded by one row and column before pooling: HF's ReflectionPad2d((0, 1, 0, 1));
+# "edge" repeats the last row / column instead (a mutant the tests keep)
+ODD_PAD = "reflect"
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,8 @@ class HdCropDims:
         return self.crop // self.patch
 
     @property
-    def pooled(self) -> int:  # B: features per crop side after the 2 x 2 pooling
-        return self.grid // 2
+    def pooled(self) -> int:  # B: features per crop side after the 2 x 2 pooling (an odd grid padded)
+        return (self.grid + 1) // 2
 
 
 def hd_crop_dims(hf_config: Any, text_hidden: int, store: WeightStore, base: int | None = None) -> HdCropDims:
@@ -80,13 +84,11 @@ def hd_crop_dims(hf_config: Any, text_hidden: int, store: WeightStore, base: int
             f"vision crop_size {crop} / image_size {size} / patch_size {patch}: crops of the position table's "
             "size cut into whole patches are exported only; use --text-only"
         )
-    grid = crop // patch
-    if grid % 2:
-        raise InputError(f"an odd {grid} x {grid} patch grid (reflection-padded to pool) is not built; use --text-only")
-    if base is not None and grid // 2 != base:
+    pooled = (crop // patch + 1) // 2
+    if base is not None and pooled != base:
         raise InputError(
             f"onnxruntime-genai's phi4mm processor counts {base} x {base} pooled features per crop, this tower "
-            f"pools {grid // 2} x {grid // 2} (crop_size {crop}, patch_size {patch}): export with --text-only"
+            f"pools {pooled} x {pooled} (crop_size {crop}, patch_size {patch}): export with --text-only"
         )
     total = int(vision.num_hidden_layers)
     feature = int(getattr(vision, "feature_layer", -2))
@@ -142,29 +144,38 @@ def build_hd_crops(dims: HdCropDims, params: Params) -> ir.Model:
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
+def navit_table(side: int) -> np.ndarray:
+    """[side + 1, side] buckets: row n holds HF's bucket of each patch index of a crop with n unpadded
+    rows (or columns), as Phi4MultimodalVisionEmbeddings computes it in float32: the fraction
+    i · (1/n), capped below 1, bucketized (`right=True`) by the boundaries arange(1/side, 1, 1/side).
+    Computed here, not in the graph: onnxruntime's optimizer turns the product by 1/n into a division
+    by n, which rounds differently and moves patches across boundaries (a 31-patch crop's 17th row)."""
+    step = 1.0 / side
+    bounds = (step + np.arange(int(np.ceil((1.0 - step) / step))) * step).astype(np.float32)
+    table = np.zeros((side + 1, side), np.int64)
+    for n in range(1, side + 1):
+        frac = np.minimum(
+            np.arange(side, dtype=np.float32) * (np.float32(1.0) / np.float32(n)), np.float32(FRACTION_CAP)
+        )
+        table[n] = (bounds[None, :] <= frac[:, None]).sum(axis=1)
+    return table
+
+
 def _navit_buckets(b: GraphBuilder, crops_mask: ir.Value, side: int) -> ir.Value:
     """[crops, M·M] position ids as HF's Phi4MultimodalVisionEmbeddings: row i of a crop with n
-    unpadded rows sits at fraction i·(1/n) (float32, capped below 1), bucketized into the table's
-    side (`right=True`: the boundaries at or below it); the same for columns; padding patches 0."""
+    unpadded rows at bucket `navit_table(side)[n, i]`, the same for columns; padding patches 0."""
     c = b.const
     with b.scope("navit_positions"):
-        keep = b.op("Cast", b.op("Cast", crops_mask, to=ir.DataType.BOOL), to=F32)  # [crops, M, M]
-        first_col = b.op("Gather", keep, c(0, "col0", "int64"), axis=2)  # [crops, M]
-        first_row = b.op("Gather", keep, c(0, "row0", "int64"), axis=1)
-        step = 1.0 / side
-        count = int(np.ceil((1.0 - step) / step))  # torch.arange(1/side, 1.0, 1/side)'s length
-        bounds = c((step + np.arange(count) * step).astype(np.float32), "boundaries")
-        index = c(np.arange(side, dtype=np.float32)[None, :], "patch_index")
-        buckets = []
-        for axis, counted in (("h", first_col), ("w", first_row)):
-            n = b.op("ReduceSum", counted, c([1], f"ax_{axis}", "int64"), keepdims=1)  # [crops, 1]
-            frac = b.op("Min", b.op("Mul", index, b.op("Div", c(np.float32(1.0), f"one_{axis}"), n)),
-                        c(np.float32(FRACTION_CAP), f"cap_{axis}"))  # fmt: skip
-            below = b.op("LessOrEqual", bounds, b.op("Unsqueeze", frac, c([2], f"ax2_{axis}", "int64")))
-            buckets.append(b.op("ReduceSum", b.op("Cast", below, to=I64), c([2], f"sum_{axis}", "int64"), keepdims=0))
-        rows = b.op("Unsqueeze", b.op("Mul", buckets[0], c(side, "side", "int64")), c([2], "ax_r", "int64"))
-        ids = b.op("Add", rows, b.op("Unsqueeze", buckets[1], c([1], "ax_c", "int64")))  # [crops, M, M]
-        ids = b.op("Where", b.op("Cast", keep, to=ir.DataType.BOOL), ids, c(0, "pad_position", "int64"))
+        keep = b.op("Cast", crops_mask, to=ir.DataType.BOOL)  # [crops, M, M]
+        counts = b.op("Cast", keep, to=I64)
+        table = c(navit_table(side), "buckets")
+        rows = b.op("Gather", table, b.op("ReduceSum", b.op("Gather", counts, c(0, "col0", "int64"), axis=2),
+                                          c([1], "ax_h", "int64"), keepdims=0))  # fmt: skip
+        cols = b.op("Gather", table, b.op("ReduceSum", b.op("Gather", counts, c(0, "row0", "int64"), axis=1),
+                                          c([1], "ax_w", "int64"), keepdims=0))  # fmt: skip
+        rows = b.op("Unsqueeze", b.op("Mul", rows, c(side, "side", "int64")), c([2], "ax_r", "int64"))
+        ids = b.op("Add", rows, b.op("Unsqueeze", cols, c([1], "ax_c", "int64")))  # [crops, M, M]
+        ids = b.op("Where", keep, ids, c(0, "pad_position", "int64"))
         return b.op("Reshape", ids, c([0, -1], "flat_ids", "int64"))
 
 
@@ -174,6 +185,8 @@ def _pooled_rows(b: GraphBuilder, x: ir.Value, dims: HdCropDims, params: Params)
     d, m = dims.hidden, dims.grid
     with b.scope("pool"):
         grid = b.op("Reshape", b.op("Transpose", x, perm=[0, 2, 1]), b.const([0, d, m, m], "grid", "int64"))
+        if m % 2:  # one more row and column, reflected (HF's ReflectionPad2d((0, 1, 0, 1)))
+            grid = b.op("Pad", grid, b.const([0, 0, 0, 0, 0, 0, 1, 1], "odd_pad", "int64"), mode=ODD_PAD)
         pooled = b.op("AveragePool", grid, kernel_shape=[2, 2], strides=[2, 2])  # [crops, d, B, B]
         perm = [0, 2, 3, 1] if CROP_ORDER == "rows" else [0, 3, 2, 1]
         rows = b.op("Reshape", b.op("Transpose", pooled, perm=perm), b.const([-1, d], "rows", "int64"))

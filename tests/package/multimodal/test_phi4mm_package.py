@@ -44,18 +44,22 @@ CALLS = {
 SIZES = {"square": (448, 448), "wide": (448, 896), "short": (100, 448), "narrow": (448, 56), "resized": (300, 500)}
 
 
-def save_phi4mm(out_dir: Path, seed: int = 0) -> Path:
+def save_phi4mm(out_dir: Path, seed: int = 0, crop: int = S, vocab: int = VOCAB) -> Path:
     """A tiny random Phi4MultimodalForCausalLM, its tokenizer (<|endoftext10|> / <|endoftext11|> at
-    200010 / 200011, as the published one) and preprocessor_config (at most 4 crops)."""
+    200010 / 200011, as the published one) and preprocessor_config (at most 4 crops). With a smaller
+    `vocab` the placeholder ids are 300 / 301 and only the model is saved (a tower to compare alone)."""
     import torch
     import transformers as tf
     from tiny_models import randomize_norms, save_tokenizer
 
     audio = dict(num_blocks=1, hidden_size=16, intermediate_size=16, num_attention_heads=2, ext_pw_out_channel=16,
                  depthwise_separable_out_channel=16, nemo_conv_channels=16)  # fmt: skip
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2)
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  crop_size=crop, image_size=crop, image_token_id=IMAGE if vocab > IMAGE else 300)  # fmt: skip
+    if vocab <= AUDIO:
+        audio["audio_token_id"] = 301
     config = tf.Phi4MultimodalConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=4096, original_max_position_embeddings=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75},
         bos_token_id=0, eos_token_id=1, pad_token_id=5, initializer_range=0.2, tie_word_embeddings=True,
@@ -75,6 +79,8 @@ def save_phi4mm(out_dir: Path, seed: int = 0) -> Path:
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
     model.save_pretrained(out_dir)
+    if vocab <= AUDIO:
+        return out_dir
     save_tokenizer(out_dir, vocab_size=384)
     data = json.loads((out_dir / "tokenizer.json").read_text())
     for token, text in ((IMAGE, "<|endoftext10|>"), (AUDIO, "<|endoftext11|>")):
@@ -133,28 +139,28 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
-def crop_inputs(layouts: list[tuple[int, int, int, int]], seed: int = 1) -> tuple[np.ndarray, ...]:
+def crop_inputs(layouts: list[tuple[int, int, int, int]], seed: int = 1, s: int = S) -> tuple[np.ndarray, ...]:
     """Random crops as HF's processor lays them out: pixel_values [N, C, 3, S, S] (the global view,
     the crops row-major, zero crops up to C), image_sizes [N, 2], image_attention_mask [N, C, M, M]
     (the padded patch rows / columns 0 across the crop grid, padding crops all 1)."""
-    rng = np.random.default_rng(seed)
+    rng, m = np.random.default_rng(seed), s // 14
     crops = 1 + max(h * w for h, w, _, _ in layouts)
-    pixels = np.zeros((len(layouts), crops, 3, S, S), np.float32)
-    mask = np.ones((len(layouts), crops, M, M), np.float32)
-    sizes = np.array([(h * S, w * S) for h, w, _, _ in layouts], np.int64)
+    pixels = np.zeros((len(layouts), crops, 3, s, s), np.float32)
+    mask = np.ones((len(layouts), crops, m, m), np.float32)
+    sizes = np.array([(h * s, w * s) for h, w, _, _ in layouts], np.int64)
     for i, (h, w, rows, cols) in enumerate(layouts):
-        pixels[i, : 1 + h * w] = rng.uniform(-1, 1, (1 + h * w, 3, S, S))
-        grid = np.ones((h * M, w * M), np.float32)
-        grid[h * M - rows :] = 0
-        grid[:, w * M - cols :] = 0
-        mask[i, 1 : 1 + h * w] = grid.reshape(h, M, w, M).transpose(0, 2, 1, 3).reshape(-1, M, M)
+        pixels[i, : 1 + h * w] = rng.uniform(-1, 1, (1 + h * w, 3, s, s))
+        grid = np.ones((h * m, w * m), np.float32)
+        grid[h * m - rows :] = 0
+        grid[:, w * m - cols :] = 0
+        mask[i, 1 : 1 + h * w] = grid.reshape(h, m, w, m).transpose(0, 2, 1, 3).reshape(-1, m, m)
     return pixels, sizes, mask
 
 
 def token_count(sizes: np.ndarray, mask: np.ndarray) -> list[int]:
     """HF's num_img_tokens per image: 256 + 1 + kept pooled features + kept pooled rows + 16."""
-    counts = []
-    for i, (h, w) in enumerate(sizes // S):
+    counts, crop = [], mask.shape[-1] * 14
+    for i, (h, w) in enumerate(sizes // crop):
         grid = mask[i, 1 : 1 + h * w, ::2, ::2].reshape(h, w, B, B).transpose(0, 2, 1, 3).reshape(h * B, w * B)
         counts.append(B * B + 1 + int(grid.sum()) + int(grid[:, 0].sum()) + B)
     return counts
@@ -165,17 +171,17 @@ def hf_features(hf, pixels: np.ndarray, sizes: np.ndarray, mask: np.ndarray) -> 
     import torch
 
     total = sum(token_count(sizes, mask))
-    ids = torch.full((1, total), IMAGE)
+    ids = torch.full((1, total), hf.config.vision_config.image_token_id)
     with torch.no_grad():
         tensors = (torch.from_numpy(v) for v in (pixels, sizes, mask))
         out = hf.model.embed_tokens_extend.image_embed(ids, torch.zeros(1, total, HIDDEN), *tensors)
     return out[0].numpy()
 
 
-def _vision(graph: Path, layouts: list[tuple[int, int, int, int]]) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+def _vision(graph: Path, layouts: list[tuple[int, int, int, int]], s: int = S) -> tuple[np.ndarray, tuple]:
     import onnxruntime as ort
 
-    inputs = crop_inputs(layouts)
+    inputs = crop_inputs(layouts, s=s)
     session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
     feed = dict(zip(("pixel_values", "image_sizes", "image_attention_mask"), inputs, strict=True))
     return session.run(None, feed)[0], inputs
@@ -262,6 +268,44 @@ def test_mutant_vision_fails(checkpoint, three, tmp_path, monkeypatch, mutate):
     diff = np.abs(_vision(graph, CALLS["three"])[0] - three[1]).max()
     print(f"{getattr(mutate, '__name__', mutate)}: max |diff| {diff:.3g}")
     assert diff > 1e-2
+
+
+@pytest.mark.parametrize("side", [31, 32])
+def test_navit_buckets_are_hfs_for_every_crop_height(side):
+    """The graph's bucket table is HF's float32 bucketize of i · (1/n) for every unpadded count n
+    (onnxruntime rewrites that product as i / n, which moves a 31-patch crop's 17th row to bucket 17)."""
+    import torch
+
+    from gqa_export.graph.encoders.hd_crops import navit_table
+
+    table, bounds = navit_table(side), torch.arange(1 / side, 1.0, 1 / side)
+    for n in range(1, side + 1):
+        frac = torch.clamp(torch.arange(side, dtype=torch.float32) * (1.0 / torch.tensor([n])), max=1 - 1e-6)
+        np.testing.assert_array_equal(torch.bucketize(frac, bounds, right=True).numpy(), table[n])
+    if side == 31:  # i · fl(1/31) falls below some boundaries i / 31 (rows 17, 21, 25, 29)
+        assert (table[31] != np.arange(31)).sum() == 4
+
+
+def test_odd_patch_grid_pads_by_reflection(tmp_path, monkeypatch):
+    """434-pixel crops: a 31 x 31 patch grid, which HF pads by one reflected row and column to pool
+    16 x 16 (the count genai's processor also makes for them); the graph matches HF's features on
+    padded crops in one call, and the edge repeated instead of reflected fails the bound."""
+    import torch
+    import transformers as tf
+
+    from gqa_export.graph.encoders import hd_crops
+
+    checkpoint = save_phi4mm(tmp_path / "odd", crop=434, vocab=512)
+    model = tf.Phi4MultimodalForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, attn_implementation="eager")
+    layouts = [(1, 2, 3, 4), (1, 1, 0, 0)]
+    ref = hf_features(model.eval(), *crop_inputs(layouts, s=434))
+    got = _vision(_vision_graph(checkpoint, tmp_path / "v.onnx"), layouts, s=434)[0]
+    print(f"31 x 31 grid: max |diff| {np.abs(got - ref).max():.3g}")
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+    monkeypatch.setattr(hd_crops, "ODD_PAD", "edge")
+    edge = _vision(_vision_graph(checkpoint, tmp_path / "e.onnx"), layouts, s=434)[0]
+    print(f"edge padding: max |diff| {np.abs(edge - ref).max():.3g}")
+    assert np.abs(edge - ref).max() > 1e-2
 
 
 def _image_inputs(inputs: tuple[np.ndarray, ...]) -> dict:
