@@ -40,8 +40,15 @@ CALLS = {
 }
 # PNG height x width: one crop; two crops; one crop of 8 unpadded patch rows (348 white pixel rows
 # below: 24 masked); one crop of 4 unpadded patch columns (28 masked); resized to 746 x 448 and
-# padded to two crops (10 patch columns masked)
-SIZES = {"square": (448, 448), "wide": (448, 896), "short": (100, 448), "narrow": (448, 56), "resized": (300, 500)}
+# padded to two crops (10 patch columns masked); two crops of 8 unpadded rows
+SIZES = {
+    "square": (448, 448),
+    "wide": (448, 896),
+    "short": (100, 448),
+    "narrow": (448, 56),
+    "resized": (300, 500),
+    "strip": (100, 896),
+}
 
 
 def save_phi4mm(out_dir: Path, seed: int = 0, crop: int = S, vocab: int = VOCAB) -> Path:
@@ -438,8 +445,8 @@ def test_processor_matches_hf_processing(genai, images):
 
 CASES = {
     "one_image": ("<|image_1|>Describe the quick brown fox", ["short"]),
-    # one crop then three: genai's aligner pads the first image's crops (zero pixels, masks of ones) as HF does
-    "two_images": ("Look <|image_1|> and <|image_2|> then read", ["narrow", "resized"]),
+    # one crop then two: genai's aligner pads the first image's crops (zero pixels, masks of ones) as HF does
+    "two_images": ("Look <|image_1|> and <|image_2|> then read", ["narrow", "strip"]),
     "no_image": ("Describe the quick brown fox", []),
 }
 
