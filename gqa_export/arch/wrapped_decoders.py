@@ -11,8 +11,9 @@ So `build` exports the decoder only when asked (`--text-only`), under the decode
 recipe, and otherwise refuses in one line that says so: a package that silently dropped the
 images a user brought the checkpoint for would be the wrong package.
 
-Phi-4-multimodal is the one listed class whose full package genai does run (phi4mm): gqa-export does not
-build its towers or its decoder's LoRA adapters, and its refusal says so (`_NOT_BUILT`).
+Phi-4-multimodal is the one listed class whose full package genai runs (phi4mm) and gqa-export builds
+(its image side, docs/multimodal.md §15): its own recipe names the package type, so it is not
+refused without --text-only (`_FULL_PACKAGE`); --text-only still exports its decoder alone.
 
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
@@ -138,7 +139,8 @@ def listed_class(raw_config: Mapping[str, Any]) -> str | None:
     which match_builtin refuses in its own line, is none)."""
     architectures = raw_config.get("architectures")
     first = architectures[0] if isinstance(architectures, list) and architectures else None
-    return first if isinstance(first, str) and first in WRAPPED_DECODERS else None
+    # a class whose recipe builds the full package is not gated by --text-only
+    return first if isinstance(first, str) and first in WRAPPED_DECODERS and first not in _FULL_PACKAGE else None
 
 
 # the classes whose images come as tokens of a VQ-VAE tokenizer, not a vision tower's features
@@ -152,30 +154,25 @@ _TOWERS = MappingProxyType(
     }
 )
 
-# a class whose full package genai runs but gqa-export does not build: what is missing (docs/multimodal.md §15)
-_NOT_BUILT = MappingProxyType(
-    {
-        "Phi4MultimodalForCausalLM": "HD-transform image tower, speech conformer and its decoder's vision / speech "
-        "LoRA adapters (onnxruntime-genai's phi4mm package) are not built",
-    }
-)
+# a listed class whose own recipe builds the full package genai runs: its genai type (docs/multimodal.md §15)
+_FULL_PACKAGE = MappingProxyType({"Phi4MultimodalForCausalLM": "phi4mm"})
 
 
 def text_only_package(architecture: str) -> str:
     """What the coverage table says a listed class exports."""
-    if architecture in _NOT_BUILT:  # genai runs its full package, which gqa-export does not build
-        return "text decoder with --text-only (its towers and LoRA adapters are not built; docs/multimodal.md §15)"
+    if architecture in _FULL_PACKAGE:  # its image side (docs/multimodal.md §15)
+        return (
+            f"full multimodal ({_FULL_PACKAGE[architecture]}: image tower; speech and the decoder's LoRA "
+            "not built; docs/multimodal.md §15)"
+        )
     return "text decoder with --text-only (its towers are not built; genai runs no package for them)"
 
 
 def towers_refusal(architecture: str, text_model_type: str) -> str:
     """What `build` says for a listed class without --text-only (exit 2)."""
-    if architecture in _NOT_BUILT:
-        missing = _NOT_BUILT[architecture]
-    else:
-        towers = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
-        towers = _TOWERS.get(architecture, towers)
-        missing = f"{towers} not built and onnxruntime-genai 0.18 runs no {WRAPPED_DECODERS[architecture]} package"
+    towers = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
+    towers = _TOWERS.get(architecture, towers)
+    missing = f"{towers} not built and onnxruntime-genai 0.18 runs no {WRAPPED_DECODERS[architecture]} package"
     return (
         f"{architecture}'s {missing}; pass --text-only to export its {text_model_type} text decoder "
         "alone (it computes the class's logits on text prompts)"

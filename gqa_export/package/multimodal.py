@@ -99,7 +99,7 @@ def plan_multimodal(
                     f"{model_type} {'interleaves' if tower.mrope_interleaved else 'does not interleave'} its M-RoPE "
                     "sections but the config's rope says otherwise (mrope_interleaved): fix config.json, or --text-only"
                 )
-    image_id = getattr(hf_config, "image_token_id", None)
+    image_id = tower.image_token_id(hf_config)
     if image_id is None or int(image_id) >= dims.vocab_size:  # HF embeds an out-of-vocabulary one as id 0
         raise InputError(f"image_token_id {image_id} is not a token of the vocabulary: export with --text-only")
     token_ids = {}
@@ -205,7 +205,7 @@ def add_config_sections(config: dict[str, Any], plan: MultimodalPlan) -> None:
         "filename": VISION,
         "config_filename": PROCESSOR,
         "session_options": session,
-        "inputs": {name: name for name in plan.tower.vision_inputs},
+        "inputs": dict(key if isinstance(key, tuple) else (key, key) for key in plan.tower.vision_inputs),
         "outputs": {"image_features": "image_features"},
         **plan.tower.vision_keys(plan.vision),
         **plan.tower.preprocessor_keys(plan.vision, plan.preprocessor),

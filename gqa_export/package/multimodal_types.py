@@ -58,7 +58,14 @@ GEMMA4 = MultimodalType(
     "gemma4", "<|image|>", lambda: _towers().GEMMA4, one_image_size=True, audio_markers=("<|audio|>", "<|audio>")
 )
 LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL)
+# genai's phi4mm processor reads every <|image_N|> as the next image's block (the number is not
+# read); `run --image` writes <|image_1|> per image. Its audio markers (<|audio_N|>) come with the
+# speech tower's row (docs/multimodal.md §15.4)
+PHI4MM = MultimodalType("phi4mm", "<|image_1|>", lambda: _towers().PHI4MM)
 
 MULTIMODAL_TYPES: MappingProxyType[str, MultimodalType] = MappingProxyType(
-    {kind.model_type: kind for kind in (GEMMA3, QWEN2_5_VL, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, MISTRAL3, GEMMA4, LFM2_VL)}
+    {
+        kind.model_type: kind
+        for kind in (GEMMA3, QWEN2_5_VL, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, MISTRAL3, GEMMA4, LFM2_VL, PHI4MM)
+    }
 )

@@ -149,3 +149,38 @@ def _smart_resize_config(
             ],
         }
     }
+
+
+def phi4_vision_processor_config(crop: int, pre: dict[str, Any]) -> dict[str, Any]:
+    """Phi-4-multimodal's pipeline for genai's phi4mm processor (docs/multimodal.md §15.2):
+    Phi4VisionDynamicPreprocess (HF's crop layout: the image resized into a grid of at most
+    `dynamic_hd` crops, padded white, with its patch mask) -> Rescale -> Normalize ->
+    Phi4VisionProcessor (the bicubic global view, the crops, image_sizes, the masks, the token
+    count); HF's Phi4MultimodalImageProcessor defaults where the checkpoint is silent."""
+    size = pre.get("size") or {}
+    side = int(size.get("height", crop)) if isinstance(size, dict) else int(size)
+    if side != crop or (isinstance(size, dict) and int(size.get("width", crop)) != crop):
+        raise InputError(f"preprocessor_config size {size} differs from the vision crop_size {crop}: use --text-only")
+    if int(pre.get("patch_size", 14)) != 14:
+        raise InputError(f"preprocessor_config patch_size {pre['patch_size']}: genai's phi4mm processor cuts 14 only")
+    if int(pre.get("resample", 3)) != 3:
+        raise InputError(f"preprocessor_config resample {pre['resample']}: genai's phi4mm global view is bicubic only")
+    if not pre.get("do_rescale", True) or not pre.get("do_normalize", True):
+        raise InputError("preprocessor_config without rescale / normalize: genai's phi4mm pipeline always applies them")
+    mean = [float(v) for v in pre.get("image_mean", (0.5, 0.5, 0.5))]
+    std = [float(v) for v in pre.get("image_std", (0.5, 0.5, 0.5))]
+    crops = {"dynamic_hd": int(pre.get("dynamic_hd", 36)), "dyhd_base_resolution": crop}
+    transforms = [
+        _op("decode_image", "DecodeImage", color_space="RGB"),
+        _op("phi4_vision_dynamic_preprocess", "Phi4VisionDynamicPreprocess", **crops),
+        _op("rescale", "Rescale", rescale_factor=float(pre.get("rescale_factor", 1 / 255))),
+        _op("normalize", "Normalize", mean=mean, std=std),
+        _op("phi4_vision_processor", "Phi4VisionProcessor", dyhd_base_resolution=crop, interpolation="CUBIC"),
+    ]
+    # Rescale takes the resized image alone (output 0 of the dynamic preprocess: fed both outputs,
+    # onnxruntime-extensions crashed the process, probed); the processor also takes the mask (output 1)
+    transforms[2]["operation"]["inputs"] = [":0"]
+    transforms[-1]["operation"]["inputs"] = [":0", "phi4_vision_dynamic_preprocess:1"]
+    # the aligner pads a batch's missing crops with masks of ones, as HF does
+    processor = {"name": "phi_4_vision_processor", "transforms": transforms, "output_aligner": "phi4-vision-aligner"}
+    return {"processor": processor}

@@ -16,6 +16,7 @@ import onnx_ir as ir
 from gqa_export.errors import InputError
 from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
 from gqa_export.graph.encoders.conformer import ConformerDims, build_conformer, conformer_dims
+from gqa_export.graph.encoders.hd_crops import HdCropDims, build_hd_crops, hd_crop_dims
 from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, naflex_vit_dims
 from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtral_dims
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
@@ -26,6 +27,7 @@ from gqa_export.package.audio_processor_config import log_mel_config, mel_bins
 from gqa_export.package.processor_config import (
     naflex_processor_config,
     patch_sequence_processor_config,
+    phi4_vision_processor_config,
     pixtral_processor_config,
     qwen_tower_processor_config,
     square_image_processor_config,
@@ -38,6 +40,10 @@ GEMMA3_RUNTIME_IMAGE_TOKENS = 256
 # genai's gemma4 processor trims the padded patches to soft tokens x 3 x 3, whatever the checkpoint
 # says (docs/multimodal.md §13)
 GEMMA4_RUNTIME_POOLING = 3
+# genai's phi4mm processor (onnxruntime-extensions' Phi4VisionProcessor) counts 256 + 16 global
+# tokens, 16 x 16 pooled features per 448-pixel crop of 14-pixel patches, whatever the checkpoint
+# says; and its prompt code writes image placeholders as id 200010 (docs/multimodal.md §15)
+PHI4MM_RUNTIME_POOLED, PHI4MM_RUNTIME_PATCH, PHI4MM_IMAGE_TOKEN_ID = 16, 14, 200010
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,8 @@ class VisionTower:
     build: Callable[[Any, Params], ir.Model]  # (tower dims, params) -> the vision graph
     # (tower dims, the checkpoint's preprocessor_config.json) -> processor_config.json
     processor: Callable[[Any, dict[str, Any]], dict[str, Any]]
-    vision_inputs: tuple[str, ...] = ("pixel_values",)  # genai's model.vision.inputs keys (= graph names)
+    # genai's model.vision.inputs: a key (= the graph input's name), or (key, graph input name)
+    vision_inputs: tuple[str | tuple[str, str], ...] = ("pixel_values",)
     # tower dims -> extra model.vision keys genai's processor reads (patch_size, spatial_merge_size)
     vision_keys: Callable[[Any], dict[str, Any]] = lambda _dims: {}
     # (tower dims, preprocessor_config.json) -> more model.vision keys (lfm2_vl: max_num_patches)
@@ -91,6 +98,8 @@ class VisionTower:
     # tower dims -> feature sets past the main one, added after the decoder's first layers: they
     # ride in a widened image_features / inputs_embeds (Qwen3-VL's deepstack, docs/multimodal.md §11.5)
     feature_slices: Callable[[Any], int] = lambda _dims: 0
+    # hf_config -> the image placeholder id (the top-level image_token_id; phi4mm: its vision_config's)
+    image_token_id: Callable[[Any], Any] = lambda config: getattr(config, "image_token_id", None)
 
 
 def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledVitDims:
@@ -230,4 +239,45 @@ LFM2_VL = VisionTower(
     image_runs_bidirectional=False,
     notes=_lfm2_vl_tiling_note,
     hf_tiling=_lfm2_vl_tiling,
+)
+
+
+def _phi4mm_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> HdCropDims:
+    """Phi-4-multimodal's HD-crop tower (§15): genai's processor assumes 14-pixel patches, 16 x 16
+    pooled features per crop and placeholder id 200010."""
+    image_id = int(getattr(hf_config.vision_config, "image_token_id", -1))
+    if image_id != PHI4MM_IMAGE_TOKEN_ID:
+        raise InputError(
+            f"onnxruntime-genai's phi4mm processor writes image placeholders as id {PHI4MM_IMAGE_TOKEN_ID}, this "
+            f"checkpoint's vision_config.image_token_id is {image_id}: export with --text-only"
+        )
+    if hf_config.vision_config.patch_size != PHI4MM_RUNTIME_PATCH:
+        raise InputError(
+            f"onnxruntime-genai's phi4mm processor cuts {PHI4MM_RUNTIME_PATCH}-pixel patches, this checkpoint's "
+            f"patch_size is {hf_config.vision_config.patch_size}: export with --text-only"
+        )
+    return hd_crop_dims(hf_config, dims.hidden_size, store, PHI4MM_RUNTIME_POOLED)
+
+
+def _phi4mm_global_view_note(_config: Any, _pre: dict[str, Any]) -> list[str]:
+    return [
+        "onnxruntime-genai's phi4mm processor downsizes a multi-crop image's global view with antialiased bicubic "
+        "(PIL), HF's without antialiasing: such images' global-view pixels differ from HF's; one-crop images "
+        "are HF's (docs/multimodal.md §15.3)"
+    ]
+
+
+# SigLIP over HD crops + the HD transform + a 2-layer projector (§15); genai's phi4mm processor
+# feeds the image_attention_mask under model.vision.inputs.attention_mask. The speech section
+# names no config, so genai loads the package vision-only (an MMM type, like gemma4 without audio);
+# a speech row is added through `audio` (docs/multimodal.md §15.4)
+PHI4MM = VisionTower(
+    _phi4mm_dims,
+    build_hd_crops,
+    lambda vision, pre: phi4_vision_processor_config(vision.crop, pre),
+    vision_inputs=("pixel_values", "image_sizes", ("attention_mask", "image_attention_mask")),
+    image_runs_bidirectional=False,
+    model_sections=(("speech", {"config_filename": ""}),),
+    notes=_phi4mm_global_view_note,
+    image_token_id=lambda config: getattr(config.vision_config, "image_token_id", None),
 )

@@ -185,24 +185,21 @@ def test_phi4_multimodal_remote_code_layout_reads_the_base_weights(tmp_path):
     text = (Path(__file__).parents[2] / "recipes" / "phi4_multimodal.yaml").read_text()
     text = text.replace("[phi4_multimodal]", "[phi4mm]").replace("[Phi4MultimodalForCausalLM]", "[Phi4MMForCausalLM]")
     recipe.write_text(text)
-    build(BuildOptions(str(remote), tmp_path / "pkg", smoke=False, recipe=recipe))
+    build(BuildOptions(str(remote), tmp_path / "pkg", smoke=False, recipe=recipe, text_only=True))
     assert _error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
-def test_phi4_multimodal_without_text_only_names_what_is_not_built(tmp_path):
-    """Phi-4-multimodal (genai type phi4mm) without --text-only: one line, exit 2, naming its towers and LoRA
-    adapters (docs/multimodal.md §15); a config without any weight file is enough to be refused."""
-    import transformers as tf
+def test_phi4_multimodal_builds_its_full_package_without_text_only():
+    """Phi-4-multimodal (genai type phi4mm) is not gated by --text-only: its own recipe builds the image side
+    of the full package (docs/multimodal.md §15; tested in tests/package/multimodal/test_phi4mm_package.py)."""
+    from gqa_export.arch.wrapped_decoders import listed_class, text_only_package
+    from gqa_export.recipes import builtin_recipes
 
-    tf.Phi4MultimodalConfig(architectures=["Phi4MultimodalForCausalLM"]).save_pretrained(tmp_path / "phi4mm")
-    result = CliRunner().invoke(app, ["build", str(tmp_path / "phi4mm"), "-o", str(tmp_path / "out"), "--no-smoke"])
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if "Phi4MultimodalForCausalLM" in line]
-    said = " ".join(result.output.split())
-    assert len(lines) == 1 and "HD-transform image tower, speech conformer" in said, result.output
-    assert "vision / speech LoRA adapters" in said
-    assert "pass --text-only to export its phi4_multimodal_text text decoder alone" in said
-    assert not (tmp_path / "out").exists()
+    assert listed_class({"architectures": ["Phi4MultimodalForCausalLM"]}) is None
+    assert listed_class({"architectures": ["LlavaForConditionalGeneration"]}) == "LlavaForConditionalGeneration"
+    assert text_only_package("Phi4MultimodalForCausalLM").startswith("full multimodal (phi4mm: image tower")
+    recipe = next(r for r in builtin_recipes() if r.name == "phi4_multimodal")
+    assert recipe.multimodal_model_type == "phi4mm"
 
 
 def test_inkling2_loop_message_queries_merged_in_order(tmp_path, monkeypatch):
