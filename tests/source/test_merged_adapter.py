@@ -133,3 +133,42 @@ def test_an_adapter_the_checkpoint_lacks_is_refused(layouts, tmp_path):
     with pytest.raises(InputError, match=r"config\.json has no vision_lora\.lora_alpha"):
         build(replace(options, settings=("merged_adapter=vision",)))
     assert not (tmp_path / "pkg").exists() and not (tmp_path / "pkg2").exists()
+
+
+def _decoder_weights(package: Path) -> dict[str, np.ndarray]:
+    import onnx_ir as ir
+
+    model = ir.load(package / "model.onnx")
+    return {name: value.const_value.numpy() for name, value in model.graph.initializers.items() if "proj" in name}
+
+
+def test_a_full_package_merges_the_vision_adapter_by_default(tmp_path):
+    """A full phi4mm package (the default build) takes the checkpoint's vision-lora merged and says so; its
+    decoder's projections are the text-only package's with merged_adapter=vision, and `none` keeps the base."""
+    from phi4mm_models import save_phi4mm
+    from safetensors.numpy import load_file, save_file
+
+    checkpoint = save_phi4mm(tmp_path / "phi4mm")
+    rng = np.random.default_rng(1)
+    tensors = {}
+    for shard in checkpoint.glob("*.safetensors"):
+        for name, weight in load_file(shard).items():
+            if name.startswith("model.layers.") and name.endswith("proj.weight"):
+                a, b = _lora(rng, weight, RANK["vision"])
+                stem = f"base_model.model.{name[: -len('.weight')]}"
+                tensors[f"{stem}.lora_A.weight"], tensors[f"{stem}.lora_B.weight"] = a, b
+    (checkpoint / "vision-lora").mkdir()
+    save_file(tensors, checkpoint / "vision-lora" / "adapter_model.safetensors")
+    settings = {"peft_type": "LORA", "r": RANK["vision"], "lora_alpha": ALPHA["vision"], "bias": "none"}
+    (checkpoint / "vision-lora" / "adapter_config.json").write_text(json.dumps(settings))
+    full = build(BuildOptions(str(checkpoint), tmp_path / "full", smoke=False))
+    assert any("vision LoRA adapter, merged" in note for note in full.notes), full.notes
+    text = BuildOptions(str(checkpoint), tmp_path / "text", smoke=False, text_only=True)
+    build(replace(text, settings=("merged_adapter=vision",)))
+    base = BuildOptions(str(checkpoint), tmp_path / "base", smoke=False)
+    build(replace(base, settings=("merged_adapter=none",)))
+    merged, alone, plain = (_decoder_weights(tmp_path / n) for n in ("full", "text", "base"))
+    assert merged.keys() == alone.keys() == plain.keys() and len(merged) >= 4, sorted(merged)
+    for name, weight in merged.items():
+        np.testing.assert_array_equal(weight, alone[name])
+    assert max(float(np.abs(merged[n] - plain[n]).max()) for n in merged) > 0.1
