@@ -111,6 +111,15 @@ def test_the_chosen_adapter_is_merged(layouts, tmp_path, layout):
     assert _error(tmp_path / "pkg", layouts["hf"], "speech") > 0.1
 
 
+def test_a_text_only_package_keeps_the_base_weights(layouts, tmp_path):
+    """The remote-code release (model_type phi4mm, Phi4MMForCausalLM: transformers 5.25 has no config class for it,
+    so --recipe names it) stores each projection as `base_layer` beside its adapters: a text-only build (auto: no
+    adapter) computes the transformers class's logits on the base weights, as the release's text mode does."""
+    build(BuildOptions(str(layouts["remote"]), tmp_path / "pkg", smoke=False, text_only=True, recipe=layouts["recipe"]))
+    assert _error(tmp_path / "pkg", layouts["hf"], None) < 1e-4
+    assert _error(tmp_path / "pkg", layouts["hf"], "vision") > 0.1
+
+
 def test_a_mis_scaled_merge_fails_the_bound(layouts, tmp_path, monkeypatch):
     """Mutant: the delta scaled by alpha (no / r) instead of alpha / r."""
     scaled = merged_adapter.module_scaling
