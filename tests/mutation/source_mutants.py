@@ -457,8 +457,8 @@ MUTANTS: list[Mutant] = [
       [f"{FAMILY}[deepseek_v4]"]),
     # --- graph: Ergo's per-expert norms, residual gates, full-layer score scale, serving layout (docs/coverage.md)
     M("expert-norm-weight-unread", "graph", "gqa_export/graph/normed_experts.py",
-      'y = b.op("Mul", expert_rms(lc, y), b.initializer(norm, params.tensor(norm)), name="expert_norm")  # [E,H]',
-      "y = expert_rms(lc, y)",
+      'y = b.op("Mul", y, b.initializer(norm, params.tensor(norm)), name="expert_norm")  # [E,H]',
+      "pass",
       [f"{FAMILY}[ergo]"]),
     M("residual-gate-factor-of-the-residual-on-the-block", "graph", "gqa_export/graph/learned_residual_gate.py",
       'block = b.op("Mul", block, factors[0], name=f"{name}_{BRANCH}")',
