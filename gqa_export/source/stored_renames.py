@@ -16,13 +16,10 @@ the checkpoint has. A checkpoint that already holds the spec's embedding is read
 (`model.llm.*`) stores its block queries as `attn_res.attn_queries.{i}` for layer i + 1 (a replacement that is a
 function of the match) and its experts' gate and up rows interleaved (`w13_weight`, row 2j gate j, 2j + 1 up j), which
 transformers' Interleave(dim=1) puts apart, and Inkling's its dense MLPs' and shared experts' gate and up in one tensor,
-rows alternating: `ArchSpec.row_views` reads a renamed tensor as rows of stored ones (source/row_views.py, which reads
-ERNIE-4.5-VL's and Step3p7's chunked and joined tensors too, whatever the layout). Inkling2-Loop's keeps its message
-queries in two tensors
-(`LoopMessageNames.stored_queries`), read as the one its class holds (`merged_message_queries`).
-Molmo2's release stores its embedding as two tables, the vocabulary's rows and the additional ones
-(`transformer.wte.embedding`, `transformer.wte.new_embedding`), which its class concatenates at load: a joined row
-view.
+rows alternating: row views (`ArchSpec.row_views`, source/row_views.py) read them, matched by their renamed names, and
+(whatever the layout) ERNIE-4.5-VL's chunked router and bias, Step3p7's joined expert halves and Molmo2's two embedding
+tables. Inkling2-Loop's keeps its message queries in two tensors (`LoopMessageNames.stored_queries`), read as the one
+its class holds (`merged_message_queries`).
 """
 
 from __future__ import annotations
