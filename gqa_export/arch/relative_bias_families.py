@@ -16,11 +16,15 @@ from gqa_export.arch.relative_bias_spec import (
     RelativeBiasNames,
     ResidualConvNames,
 )
+from gqa_export.arch.row_views import alternating, deinterleaved
 from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
+
+# the serving layout's experts' w13 [E, 2I, H] (rows gate j, up j alternating) under its renamed name
+_W13_EXPERTS = r"\.mlp\.experts\.gate_up_proj$"
 
 # Inkling's serving layout (the hub's `model.llm.*`, its multimodal class's), renamed as transformers 5.25's conversion
 # mapping for inkling_mm_model renames it (source/stored_renames.py): the experts' interleaved w13 read apart, the dense
-# MLPs' and shared experts' split into gate and up (`stored_split`)
+# MLPs' and shared experts' split into gate and up (`row_views`, arch/row_views.py)
 _INKLING_SERVING_LAYOUT: tuple[tuple[str, str, bool], ...] = (
     (r"^model\.llm\.unembed\.", "lm_head.", False),
     (r"^model\.llm\.", "model.", False),
@@ -86,10 +90,10 @@ INKLING = ArchSpec(
         conv_kernel="conv_kernel_size|sconv_kernel_size",
     ),
     stored_renames=_INKLING_SERVING_LAYOUT,  # read where the checkpoint has no model.embed_tokens
-    stored_interleaved=r"\.mlp\.experts\.gate_up_proj$",
-    stored_split=(
-        (r"\.mlp\.w13_dn\.weight$", ".mlp.gate_proj.weight", ".mlp.up_proj.weight"),
-        (r"\.shared_experts\.shared_w13_weight$", ".shared_experts.gate_proj", ".shared_experts.up_proj"),
+    row_views=(
+        deinterleaved(_W13_EXPERTS),
+        *alternating(r"\.mlp\.w13_dn\.weight$", ".mlp.gate_proj.weight", ".mlp.up_proj.weight"),
+        *alternating(r"\.shared_experts\.shared_w13_weight$", ".shared_experts.gate_proj", ".shared_experts.up_proj"),
     ),
 )
 
@@ -101,7 +105,7 @@ def _next_layer_query(match: re.Match[str]) -> str:
 
 # Inkling2's serving layout (the hub's `model.llm.*`), renamed as transformers 5.25's conversion mapping for
 # inkling2_text renames it, in its order (source/stored_renames.py): the padded unembed is the lm_head (its first
-# unpadded_vocab_size rows read, head_rows_dropped), the experts' interleaved w13 read apart (stored_interleaved)
+# unpadded_vocab_size rows read, head_rows_dropped), the experts' interleaved w13 read apart (row_views)
 _INKLING2_SERVING_LAYOUT: tuple[tuple[str, str | Callable[[re.Match[str]], str], bool], ...] = (
     (r"^model\.llm\.unembed\.", "lm_head.", False),
     (r"^model\.llm\.", "model.", False),
@@ -185,7 +189,7 @@ INKLING2 = ArchSpec(
         expert_intermediate_size="moe_intermediate_size",
     ),
     stored_renames=_INKLING2_SERVING_LAYOUT,  # read where the checkpoint has no model.embed_tokens
-    stored_interleaved=r"\.mlp\.experts\.gate_up_proj$",
+    row_views=(deinterleaved(_W13_EXPERTS),),
     head_rows_dropped=True,
 )
 

@@ -34,6 +34,7 @@ from gqa_export.arch.moe_spec import MoeNames as MoeNames
 from gqa_export.arch.moe_spec import MoeSpec
 from gqa_export.arch.ngpt_spec import NgptNames
 from gqa_export.arch.relative_bias_spec import BlockResidualNames, RelativeBiasNames, ResidualConvNames
+from gqa_export.arch.row_views import RowView
 from gqa_export.arch.shared_block_spec import SharedBlockNames
 from gqa_export.arch.spec_records import AbsolutePositions as AbsolutePositions  # re-exported
 from gqa_export.arch.spec_records import BidirectionalRuns as BidirectionalRuns
@@ -311,32 +312,20 @@ class ArchSpec:
     # a stored fused [q | k | v] module read as layer.q / k / v at the config's heads x head_dim, kv heads x
     # head_dim twice (source/split_projections.py; Molmo2's released self_attn.att_proj)
     stored_qkv: str | None = None
-    # (stored tensors, the name their rows concatenated are read as): transformers' Concatenate on load
-    # (source/stored_renames.py; Molmo2's wte.embedding and wte.new_embedding, its additional vocabulary's rows)
-    stored_concatenations: tuple[tuple[tuple[str, ...], str], ...] = ()
     # a checkpoint layout transformers' loader rewrites: (regex, replacement, transposed: the tensor stored
     # (in, out)) renames of stored names into the class's, in order, after the layer-pair collapse where
     # `collapsed_layer_pairs` (source/stored_renames.py; Ergo's serving layout, Dory's backbone. and mixer blocks);
     # a replacement may be a function of the match (Inkling2's block queries: stored index i is layer i + 1)
     stored_renames: tuple[tuple[str, str | Callable[[re.Match[str]], str], bool], ...] = ()
-    # a regex on the class's name of a renamed tensor whose stored dim-1 rows alternate its two halves (gate 0, up 0,
-    # gate 1, ...: Inkling2's serving-layout w13 experts): read with the halves apart (source/stored_renames.py)
-    stored_interleaved: str | None = None
-    # (regex on a renamed name, its gate's replacement, its up's): a tensor whose rows (dim -2) alternate gate j, up j,
-    # read as two tensors, even rows and odd (Inkling's serving-layout w13 dense MLPs and shared experts)
-    stored_split: tuple[tuple[str, str, str], ...] = ()
-    # (regex on a stored name, the names its equal dim-0 chunks are read as, transposed first): transformers' Chunk /
-    # Transpose on load, applied whatever layout the rest of the checkpoint has (source/stored_renames.py;
-    # ERNIE-4.5-VL's hub router [H, E] per modality and its moe_statics rows [text | vision])
-    stored_chunks: tuple[tuple[str, tuple[str, ...], bool], ...] = ()
+    # tensors the class reads that the checkpoint stores as rows of others: alternating (Inkling's w13), interleaved
+    # halves (Inkling2's w13 experts), chunks, transposed (ERNIE-4.5-VL's hub router and moe_statics), joined
+    # (Step3p7's release's moe.gate_proj and moe.up_proj, Molmo2's wte.embedding and wte.new_embedding):
+    # arch/row_views.py, read by source/row_views.py
+    row_views: tuple[RowView, ...] = ()
     collapsed_layer_pairs: bool = False
     # (the spec's spelling, another one) of module-name prefixes inside a layer: a layer tensor stored only
     # under the other is read as the spec names it (source/aliases.py; Kimi-Linear's writers differ)
     tensor_aliases: tuple[tuple[str, str], ...] = ()
-    # (the spec's name of a layer tensor, the stored layer tensors it is, in order): one held only as those parts is
-    # read as their concatenation along dim -2, each expert's rows (source/aliases.py; Step3p7's release keeps
-    # moe.gate_proj and moe.up_proj [E, I, H], transformers' Concatenate(dim=1) into mlp.experts.gate_up_proj)
-    tensor_joins: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # a config key whose value, where set, multiplies the attention logits of every layer ("all": Muse-Glimmer's
     # qk_scale_factor, the query times it after its scaleless norm) or of the full-attention ones ("full": Ergo's
     # global_attention_scale, queries and keys each times its square root); model/dims LayerDims.score_factor

@@ -19,7 +19,7 @@ axes the same arange; the newline-per-row image positions come with images only)
 
 ERNIE-4.5-VL (Ernie4_5_VLMoeForConditionalGeneration) runs ERNIE-4.5-MoE's decoder whose sparse layers hold a text and
 a vision expert set: a text prompt runs the text set only, read as data (its names, the hub's router and bias rows
-through stored_chunks, its width out of a [text, vision] pair), docs/coverage.md §30.
+through row_views, its width out of a [text, vision] pair), docs/coverage.md §30.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import replace
 from gqa_export.arch.families import ERNIE4_5, ERNIE4_5_MOE, GEMMA2, LLAMA, PHI3, QWEN3
 from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
 from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, MoeNames, MoeSpec
+from gqa_export.arch.row_views import chunked, joined
 from gqa_export.arch.sigmoid_router_families import LAGUNA
 from gqa_export.arch.spec import DECODER_PREFIXES, LM_HEAD_NAMES, ArchSpec, ConfigChoice, LayerNames, config_keys
 
@@ -107,6 +108,7 @@ _MOLMO2_POST = replace(
 # Its releases keep the decoder under `model.transformer.` with the OLMo-style names (blocks, attn_norm / ff_norm,
 # att_proj = [q | k | v], attn_out, ff_proj = [up | gate], ff_out, ln_f) and the embedding as two tables, the
 # vocabulary's and the additional rows (transformers' "molmo2" and "Molmo2TextModel" conversion mappings)
+_MOLMO2_EMBED = "model.language_model.embed_tokens.weight"
 _MOLMO2_LAYOUT = (
     (r"^model\.transformer\.blocks\.", "model.language_model.layers.", False),
     (r"^model\.transformer\.ln_f\.", "model.language_model.norm.", False),
@@ -122,11 +124,8 @@ MOLMO2_TEXT = replace(
     stored_renames=_MOLMO2_LAYOUT,
     stored_qkv="self_attn.att_proj",
     split_projections=(("mlp.ff_proj", ("mlp.up_proj", "mlp.gate_proj")),),
-    stored_concatenations=(
-        (
-            ("model.transformer.wte.embedding", "model.transformer.wte.new_embedding"),
-            "model.language_model.embed_tokens.weight",
-        ),
+    row_views=(  # the vocabulary's rows, then the additional ones (transformers' Concatenate on load)
+        joined(r"^model\.transformer\.wte\.embedding$", _MOLMO2_EMBED, "model.transformer.wte.new_embedding"),
     ),
     config_choices=(
         ConfigChoice("qk_norm_type", {"qwen3": {"qk_norm": "head"}, "olmo": {"qk_norm": "full"}}),
@@ -197,16 +196,13 @@ ERNIE4_5_VL_TEXT = replace(
         ),
         expert_set=0,  # moe_intermediate_size [text, vision]
     ),
-    stored_chunks=(
-        (r"\.mlp\.gate\.weight$", (".mlp.text_moe.gate.weight",), True),
-        (r"\.mlp\.gate\.weight_1$", (".mlp.vision_moe.gate.weight",), True),
-        (
+    row_views=(
+        *chunked(r"\.mlp\.gate\.weight$", ".mlp.text_moe.gate.weight", transposed=True),
+        *chunked(r"\.mlp\.gate\.weight_1$", ".mlp.vision_moe.gate.weight", transposed=True),
+        *chunked(
             r"\.mlp\.moe_statics\.e_score_correction_bias$",
-            (
-                ".mlp.text_moe.gate.moe_statics.e_score_correction_bias",
-                ".mlp.vision_moe.gate.moe_statics.e_score_correction_bias",
-            ),
-            False,
+            ".mlp.text_moe.gate.moe_statics.e_score_correction_bias",
+            ".mlp.vision_moe.gate.moe_statics.e_score_correction_bias",
         ),
     ),
 )
@@ -244,7 +240,7 @@ MUSE_GLIMMER_TEXT = replace(
 # activation at a limit per layer (swiglu_limits for the routed experts, swiglu_limits_shared for the shared expert
 # and, unlike Ling 3, the dense MLPs: MoeSpec.dense_limited), the routed sum times moe_router_scaling_factor, the
 # shared expert share_expert_dim wide. Transformers' own names, or the release's (moe.gate_proj / up_proj / down_proj
-# stacked, moe.gate, moe.router_bias, share_expert) read through tensor_aliases and tensor_joins
+# stacked, moe.gate, moe.router_bias, share_expert) read through tensor_aliases and row_views
 STEP3P5 = replace(
     LAGUNA,
     name="step3p5",
@@ -257,7 +253,7 @@ STEP3P5 = replace(
         ("mlp.experts.down_proj", "moe.down_proj.weight"),
         ("mlp.shared_experts.", "share_expert."),
     ),
-    tensor_joins=(("mlp.experts.gate_up_proj", ("moe.gate_proj.weight", "moe.up_proj.weight")),),
+    row_views=(joined(r"\.moe\.gate_proj\.weight$", ".mlp.experts.gate_up_proj", ".moe.up_proj.weight"),),
     config_keys=config_keys(
         routed_scaling="moe_router_scaling_factor",
         shared_expert_intermediate_size="share_expert_dim",

@@ -25,6 +25,7 @@ from gqa_export.graph.ngpt_scales import l2_norm, squared, stored_scaled
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.graph.rotary import rotate
 from gqa_export.graph.value_heads import padded_values
+from gqa_export.graph.weightless_rms import weightless_rms
 from gqa_export.model.dims import LayerDims, ModelDims
 
 B, S = "batch_size", "sequence_length"
@@ -191,10 +192,12 @@ def normalize(
     if kind == "l2":  # nGPT's weightless L2 norm (graph/ngpt_scales.py)
         out = l2_norm(b, x, width, params, eps, name)
         return typed(out, params.dtype, [B, S, width])
-    if kind in ("layer_free", "rms_free"):  # OLMo's F.layer_norm, NanoChat's F.rms_norm: no weight
+    if kind == "rms_free":  # NanoChat's F.rms_norm: no weight
+        out = weightless_rms(b, x, width, params.dtype, eps, name)
+        return typed(out, params.dtype, [B, S, width]) if width else out
+    if kind == "layer_free":  # OLMo's F.layer_norm: no weight, no bias
         ones = b.const(np.ones(width or 1, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
-        op = "LayerNormalization" if kind == "layer_free" else "SimplifiedLayerNormalization"
-        out = b.op(op, x, ones, axis=-1, epsilon=eps, stash_type=1, name=name)
+        out = b.op("LayerNormalization", x, ones, axis=-1, epsilon=eps, stash_type=1, name=name)
         return typed(out, params.dtype, [B, S, width]) if width else out
     offset = dims.norm_offset if offset is None else offset
     w = b.initializer(weight_name, params.vector([weight_name], offset=offset))

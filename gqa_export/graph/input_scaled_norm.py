@@ -10,11 +10,11 @@ mean square the norm divides by, so the two differ on any weight that is not one
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.params import Params
+from gqa_export.graph.weightless_rms import weightless_rms
 
 
 def input_scaled_norm(
@@ -23,5 +23,4 @@ def input_scaled_norm(
     """rms(x * (offset + w)) over the last axis (`width` wide) of x."""
     scale = b.initializer(weight_name, params.vector([weight_name], offset=offset))
     scaled = b.op("Mul", x, scale, name=f"{name}_input_scale")
-    ones = b.const(np.ones(width, NUMPY_DTYPES[params.dtype]), f"{name}_ones")
-    return b.op("SimplifiedLayerNormalization", scaled, ones, axis=-1, epsilon=eps, stash_type=1, name=name)
+    return weightless_rms(b, scaled, width, params.dtype, eps, name)

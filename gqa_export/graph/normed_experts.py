@@ -14,14 +14,13 @@ the routing weights then sum them: E / k times the compute of a sparse kernel, e
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.activations import activation
 from gqa_export.graph.blocks import LayerContext
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.params import NUMPY_DTYPES
+from gqa_export.graph.weightless_rms import weightless_rms
 from gqa_export.model.moe import MoeDims
 
 B, S = "batch_size", "sequence_length"
@@ -56,7 +55,8 @@ def normed_experts(lc: LayerContext, x: ir.Value, weights_dense: ir.Value, moe: 
         h = b.op("MatMul", rows, b.initializer(up, params.tensor(up)), name="up_each")  # [B,S,E,1,I]
         y = b.op("MatMul", activation(lc, h), b.initializer(down, params.tensor(down)), name="down_each")
         y = b.op("Squeeze", y, b.const([3], "row_axis", "int64"))  # [B,S,E,H]
-        y = b.op("Mul", expert_rms(lc, y), b.initializer(norm, params.tensor(norm)), name="expert_norm")  # [E,H]
+        y = weightless_rms(b, y, H, params.dtype, lc.dims.rms_eps, "expert_rms", "expert_norm_ones")  # each row
+        y = b.op("Mul", y, b.initializer(norm, params.tensor(norm)), name="expert_norm")  # [E,H]
         return typed(routed_sum(b, y, weights_dense), params.dtype, [B, S, H])
 
 
@@ -65,12 +65,3 @@ def routed_sum(b: GraphBuilder, y: ir.Value, weights_dense: ir.Value) -> ir.Valu
     the chosen experts): the plain-op experts' last step, after a per-expert op no fused kernel applies."""
     weighted = b.op("Mul", y, b.op("Unsqueeze", weights_dense, b.const([-1], "last", "int64")), name="weighted")
     return b.op("ReduceSum", weighted, b.const([2], "expert_axis", "int64"), keepdims=0, name="expert_sum")
-
-
-def expert_rms(lc: LayerContext, y: ir.Value) -> ir.Value:
-    """Each expert's output row [.., H] over its root mean square (+ eps), in fp32 inside, weightless."""
-    b, H = lc.b, lc.dims.hidden_size
-    ones = b.const(np.ones(H, NUMPY_DTYPES[lc.params.dtype]), "expert_norm_ones")
-    return b.op(
-        "SimplifiedLayerNormalization", y, ones, axis=-1, epsilon=lc.dims.rms_eps, stash_type=1, name="expert_rms"
-    )

@@ -53,7 +53,7 @@ from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
 from gqa_export.source.merged_adapter import choose_adapter, merged_adapter_views, stored_adapters
 from gqa_export.source.split_projections import split_projection_views
-from gqa_export.source.stored_renames import chunked_views, renamed_views
+from gqa_export.source.stored_renames import renamed_views
 from gqa_export.source.weights import WeightStore
 
 
@@ -78,9 +78,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
-    store = renamed_views(store, arch)  # a stored layout read under its class's names
-    if arch.stored_chunks:  # stored tensors read as their chunks (source/stored_renames.py; ERNIE-4.5-VL's hub)
-        store = chunked_views(store, arch)
+    store = renamed_views(store, arch)  # a stored layout read under its class's names, and the spec's row views
     spec = arch.bind(store)
     if spec.recurrent_stacks is not None and dims.recurrent_stacks is not None:  # each graph layer's stored layer
         spec = replace(spec, layer_prefixes=stack_layer_prefixes(spec.recurrent_stacks, dims.recurrent_stacks))
@@ -88,7 +86,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
         spec = replace(spec, layer_prefixes=loop_layer_prefixes(spec.layer_prefix, dims.recurrent_loop))
     if spec.split_projections or spec.stored_qkv:  # a fused projection read as its parts (source/split_projections.py)
         store = split_projection_views(store, spec, dims)
-    if spec.tensor_aliases or spec.tensor_joins:  # a layer's modules spelled another way (source/aliases.py)
+    if spec.tensor_aliases:  # a layer's modules spelled another way (source/aliases.py)
         store = aliased_views(store, spec, dims.num_layers)
     if spec.attention_experts is not None:  # JetMoE: its expert attention as one qkv and o (source/expert_views.py)
         store = attention_expert_views(store, spec, text_config)

@@ -8,12 +8,9 @@ under block_sparse_moe, beside the experts. The spec names one spelling and list
 `ArchSpec.tensor_aliases`; each layer tensor found only under an alias gets a view under the spec's
 name, reading the stored tensor unchanged, so the graph and its initializer names are the same
 whichever spelling the checkpoint has (docs/hybrid-state.md §8.17). A layer tensor the checkpoint holds as
-parts (`ArchSpec.tensor_joins`: Step3p7's release's moe.gate_proj and moe.up_proj) is read as their concatenation
-along dim -2, as transformers' Concatenate(dim=1) loads the stacked [E, I, H] halves into [E, 2I, H]."""
+parts (Step3p7's release's moe.gate_proj and moe.up_proj) is a row view (`ArchSpec.row_views`, source/row_views.py)."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.source.expert_views import Compute, ViewStore, view_info
@@ -34,21 +31,4 @@ def aliased_views(store: WeightStore, spec: ArchSpec, num_layers: int) -> Weight
                     if wanted not in store:
                         info = store.info(name)
                         views[wanted] = (view_info(info, info.shape), lambda n=name: store.read(n))
-        views.update(_joined(store, spec, layer))
     return ViewStore(store, views) if views else store
-
-
-def _joined(store: WeightStore, spec: ArchSpec, layer: str) -> dict[str, tuple[TensorInfo, Compute]]:
-    """A view of each of the spec's tensor_joins this layer holds only as its parts: their rows (dim -2) in order."""
-    views: dict[str, tuple[TensorInfo, Compute]] = {}
-    for target, parts in spec.tensor_joins:
-        names = [f"{layer}{part}" for part in parts]
-        if f"{layer}{target}" in store or not all(name in store for name in names):
-            continue
-        infos = [store.info(name) for name in names]
-        shape = (*infos[0].shape[:-2], sum(info.shape[-2] for info in infos), infos[0].shape[-1])
-        views[f"{layer}{target}"] = (
-            view_info(infos[0], shape),
-            lambda n=tuple(names): np.concatenate([store.read(name) for name in n], axis=-2),
-        )
-    return views

@@ -184,7 +184,7 @@ def test_the_serving_layout_gives_the_same_package(builds, tmp_path):
 def test_experts_read_interleaved_fail_hf_parity(builds, tmp_path, monkeypatch):
     """The serving layout's w13 experts read as stored (gate and up rows not put apart)."""
     checkpoint = _serving_layout(tmp_path)
-    broken = build_planted(checkpoint, tmp_path / "interleaved", monkeypatch, {"stored_interleaved": None}, "inkling2")
+    broken = build_planted(checkpoint, tmp_path / "interleaved", monkeypatch, {"row_views": ()}, "inkling2")
     assert _error(broken, checkpoint) > 1e-2
 
 

@@ -7,6 +7,7 @@ YaRN on layer 1 only) are tests/wrapped_models.py's; test_wrapped_decoders.py ho
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -65,9 +66,7 @@ MUTANTS = {
     # ff_proj's halves read [gate | up], where its class chunks [up | gate]
     "ff_proj_halves_swapped": {"split_projections": (("mlp.ff_proj", ("mlp.gate_proj", "mlp.up_proj")),)},
     # the additional rows first (wte.new_embedding before wte.embedding)
-    "embedding_tables_swapped": {
-        "stored_concatenations": tuple((tuple(reversed(parts)), target) for parts, target in SPEC.stored_concatenations)
-    },
+    "embedding_tables_swapped": {"row_views": tuple(replace(view, rows=view.rows[::-1]) for view in SPEC.row_views)},
 }
 
 

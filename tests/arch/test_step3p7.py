@@ -81,13 +81,13 @@ def test_sliding_heads_unread_builds_no_package(builds, tmp_path, monkeypatch):
 
 def test_release_layout_gate_and_up_joined_in_order(tmp_path, monkeypatch):
     """The release's names (moe.gate_proj / moe.up_proj stacked [E, I, H], read joined as mlp.experts.gate_up_proj:
-    ArchSpec.tensor_joins; its correct package is the class's case in test_wrapped_decoders.py). Mutant: the parts
+    ArchSpec.row_views; its correct package is the class's case in test_wrapped_decoders.py). Mutant: the parts
     joined up first, gate second: the routed experts' halves swapped fail the bound."""
     from wrapped_models import save_wrapped
 
     checkpoint = save_wrapped(tmp_path / "release", "step3p7", "step3p5")
-    joins = ((target, tuple(reversed(parts))) for target, parts in _S.tensor_joins)
-    out = build_planted(checkpoint, tmp_path / "swapped", monkeypatch, dict(tensor_joins=tuple(joins)), SPEC)
+    swapped = tuple(replace(view, rows=view.rows[::-1]) for view in _S.row_views)
+    out = build_planted(checkpoint, tmp_path / "swapped", monkeypatch, dict(row_views=swapped), SPEC)
     prompt = list(BY_NAME[ROW].prompt)
     reference = hf_logits(hf_model(checkpoint), prompt, len(prompt))
     error = float(np.abs(OrtStepper(out).step(prompt) - reference).max())

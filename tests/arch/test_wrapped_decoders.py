@@ -181,13 +181,18 @@ def test_inkling2_loop_message_queries_merged_in_order(tmp_path, monkeypatch):
 def test_inkling_w13_halves_read_in_order(tmp_path, monkeypatch):
     """Mutant: Inkling's serving layout read with its dense MLPs' and shared experts' interleaved w13 rows split
     crossed (the odd rows as the gate) fails the bound on the prompt (0.091)."""
+    from dataclasses import replace
+
     from mutants import build_planted
 
     from gqa_export.arch import SPECS
 
     checkpoint = _checkpoint(tmp_path, "inkling_mm_model", "inkling_text")
-    crossed = tuple((pattern, up, gate) for pattern, gate, up in SPECS["inkling"].stored_split)
-    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"stored_split": crossed}, "inkling")
+    cross = lambda rows: replace(rows, start=1 - rows.start)  # noqa: E731
+    # the split views (one Rows each, the even rows the gate's) crossed, the experts' deinterleaved one kept
+    views = SPECS["inkling"].row_views
+    crossed = tuple(v if len(v.rows) > 1 else replace(v, rows=tuple(map(cross, v.rows))) for v in views)
+    out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"row_views": crossed}, "inkling")
     assert _error(out, checkpoint, steps=0) > 1e-2
 
 
@@ -218,8 +223,11 @@ def _vision_set(spec):
 
 
 def _crossed_rows(spec):
-    """The hub's stored_chunks with moe_statics' two rows crossed: the vision row biasing the text router."""
-    return {"stored_chunks": tuple((p, t[::-1], transposed) for p, t, transposed in spec.stored_chunks)}
+    """The hub's row views with moe_statics' two rows crossed: the vision row biasing the text router."""
+    from dataclasses import replace
+
+    crossed = lambda rows: replace(rows, chunk=rows.chunks - 1 - rows.chunk)  # noqa: E731
+    return {"row_views": tuple(replace(v, rows=tuple(map(crossed, v.rows))) for v in spec.row_views)}
 
 
 @pytest.mark.parametrize(
