@@ -14,8 +14,10 @@ qkv too but keeps gate and up apart), `int4-packed` (--set mlp.packed_gate_up=tr
 attention.packed_qkv=false: q, k, v as three MatMulNBits), `int4-gu` (--set mlp.packed_gate_up=false:
 gate and up as two MatMulNBits, no Split), `int4-sym-gu` (both: the builder's layout), `int4-window`
 (--set attention.sliding_window_cache=true: window-sized KV buffers on sliding layers, as the
-builder's gpt-oss package has), `int4-pruned` (--prune-lm-head:
-last-position logits only; the builder's package returns every position's), `int8`, `fp32`; on
+builder's gpt-oss package has), `int8-zp`
+(-p int8 --asymmetric: zero points, the int8 default until round 6), `int4-pruned` (--prune-lm-head:
+last-position logits only; the builder's package returns every position's), `int8` (no zero points, as
+the builder writes), `fp32`; on
 CUDA `fp16` and `int4`.
 
 A run is one fresh process per (package, threads, prompt length): the model is loaded with
@@ -64,6 +66,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "int4-pruned": (["-p", "int4", "--prune-lm-head"], "int4"),
     "int4-window": (["-p", "int4", "--set", "attention.sliding_window_cache=true"], "int4"),
     "int8": (["-p", "int8"], "int8"),
+    "int8-zp": (["-p", "int8", "--asymmetric"], "int8"),  # the int8 default until round 6
     "fp32": (["-p", "fp32"], "fp32"),
     "fp32-gu": (["-p", "fp32", "--set", "mlp.packed_gate_up=false"], "fp32"),
     "fp16": (["-p", "fp16"], "fp16"),

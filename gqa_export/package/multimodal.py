@@ -145,7 +145,7 @@ def _preprocessor(source: Path) -> dict[str, Any]:
 
 def encoder_plan(precision: str, ep: str, dtype: ir.DataType) -> PrecisionPlan | None:
     """The vision graph's weight plan: None (float, the default), or 8-bit MatMulNBits linears
-    (the EP's int8 block size and symmetry) with the decoder's activation dtype and accuracy level
+    (the EP's int8 block size, with zero points) with the decoder's activation dtype and accuracy level
     0, float compute: the tower runs once per image, and int8 activations (CPU's level 4) raised
     the feature error from 0.8-3.3 % to 1.1-4.0 % (docs/multimodal.md §17, probed)."""
     if precision not in ENCODER_PRECISIONS:
@@ -159,7 +159,11 @@ def encoder_plan(precision: str, ep: str, dtype: ir.DataType) -> PrecisionPlan |
             f"--encoder-precision int8 cannot run with --ep {ep} (no 8-bit MatMulNBits there); "
             "use --encoder-precision float"
         ) from exc
-    return replace(base, io_dtype=dtype, logits_dtype=dtype, accuracy_level=0)
+    # zero points kept: the tower's feature error was measured with them (§17); the decoder's int8 default has
+    # none since they cost decode speed there (quant/quantize.default_symmetric), which a once-per-image tower
+    # does not pay per token
+    nbits = replace(base.nbits, symmetric=False) if base.nbits is not None else None
+    return replace(base, io_dtype=dtype, logits_dtype=dtype, accuracy_level=0, nbits=nbits)
 
 
 def build_encoders(

@@ -99,7 +99,7 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
         raise InputError("--quant-method search is symmetric only; drop --asymmetric or use rtn")
     if q.method == "k_quant" and q.asymmetric is False:
         raise InputError("--quant-method k_quant searches a zero point per block; drop --symmetric or use rtn")
-    symmetric = q.method == "search" if q.asymmetric is None else not q.asymmetric
+    symmetric = default_symmetric(q.method, INT_BITS[precision]) if q.asymmetric is None else not q.asymmetric
     if q.accuracy_level is not None and q.accuracy_level not in (0, 1, 2, 3, 4):
         raise InputError(f"--accuracy-level must be 0-4, got {q.accuracy_level}")
     activations = q.activations or EPS[ep].quantized_activations[0]
@@ -115,6 +115,15 @@ def plan_precision(ep: str, precision: str, quant: QuantOptions | None = None) -
     mixed = parse_mixed(q.mixed_precision)
     why_float = float_gather(EPS[ep], nbits)
     return PrecisionPlan(precision, io, logits, nbits, level, q.keep_float, q.embeddings, mixed, why_float)
+
+
+def default_symmetric(method: str, bits: int) -> bool:
+    """Zero points or none when the command line does not say (benchmarks/results/speed_vs_builder.md, sixth
+    round): search's grid is symmetric only; rtn int8 has none (on the trained fixture +0.065% perplexity over
+    fp32 against +0.056% with them, 3% smaller, and its CPU decode 0.98-1.06x the builder's where zero points
+    gave 0.95-0.97x); rtn int4 and k_quant keep them (+2.3% vs +3.8% perplexity, benchmarks/results/
+    int4_zero_points.md)."""
+    return method == "search" or (method == "rtn" and bits == 8)
 
 
 def quantize(model: ir.Model, plan: PrecisionPlan, report: QuantizeReport | None = None) -> QuantizeReport:

@@ -20,9 +20,9 @@ class QuantOptions:
     """The int4/int8 options of a build or `quantize`, as the command line gives them."""
 
     block_size: int = 32
-    # None: the method's default -- zero points for rtn and k_quant (measured on a trained
-    # checkpoint: int4 rtn block 32 +2.3% perplexity asymmetric vs +3.8% symmetric, for 0.7% more
-    # bytes; CHANGELOG/#15), symmetric for search (its grid is symmetric only)
+    # None: the method's default (quant/quantize.default_symmetric) -- zero points for int4 rtn and k_quant
+    # (measured on a trained checkpoint: int4 rtn block 32 +2.3% perplexity asymmetric vs +3.8% symmetric, for
+    # 0.7% more bytes; CHANGELOG/#15), none for int8 rtn (equal quality, faster CPU decode) and search
     asymmetric: bool | None = None
     method: str = "rtn"  # rtn (onnxruntime's block quantizer) | search (per-block scale search) | k_quant
     accuracy_level: int | None = None  # None: the EP's (4 on CPU, 0 on CUDA)

@@ -128,8 +128,8 @@ OPTIONS: tuple[Option, ...] = (
     _opt("block_size", "quant.block_size", ("--block-size",), int, 32, "Quantization block size (16-256).", QUANT,
          _BQV, metavar="N"),
     _opt("asymmetric", "quant.asymmetric", ("--asymmetric/--symmetric",), bool, None,
-         "Zero points per block, or none. Default: asymmetric for rtn and k_quant (measured better on trained "
-         "weights), symmetric for search.", QUANT, _BQV),
+         "Zero points per block, or none. Default: asymmetric for int4 rtn and k_quant (measured better on trained "
+         "weights), symmetric for int8 rtn (as good, faster to decode) and search.", QUANT, _BQV),
     _opt("quant_method", "quant.method", ("--quant-method",), tuple(choices.QUANT_METHODS), "rtn",
          choices.described(choices.QUANT_METHODS), QUANT, _BQV, choices=choices.QUANT_METHODS),
     _opt("accuracy_level", "quant.accuracy_level", ("--accuracy-level",), int, None,

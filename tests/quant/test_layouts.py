@@ -345,7 +345,8 @@ def moe_packages(tmp_path_factory) -> Callable[[str, str], tuple[Path, Path]]:
             folders[family] = save_moe(root / family, model_type, hub_layout=hub)
         if (family, precision) not in made:
             out = root / f"{family}-{precision}"
-            quant = QuantOptions(accuracy_level=0)
+            # zero points on both precisions (int8's default has none): their layout is what the mutants plant into
+            quant = QuantOptions(accuracy_level=0, asymmetric=True)
             build(BuildOptions(str(folders[family]), out, precision=precision, quant=quant, smoke=False))
             made[(family, precision)] = (out, folders[family])
         return made[(family, precision)]
@@ -364,7 +365,8 @@ def table_packages(tmp_path_factory, checkpoints) -> Callable[[str], tuple[Path,
         if name not in made:
             checkpoint, precision, quant = {
                 "tied-int4": (TRAINED, "int4", QuantOptions()),
-                "tied-int8": (TRAINED, "int8", QuantOptions()),
+                "tied-int8": (TRAINED, "int8", QuantOptions(asymmetric=True)),  # zero points to plant into
+                "tied-int8-symmetric": (TRAINED, "int8", QuantOptions()),  # the int8 default: none
                 "untied-int4": (checkpoints.get("gqa"), "int4", QuantOptions(embeddings=True)),
                 "gemma4-int4": (checkpoints.get("gemma4_causal"), "int4", QuantOptions()),
             }[name]
@@ -455,6 +457,7 @@ def test_mutant_qmoe_layout_fails_the_bound(moe_packages, tmp_path, precision, m
 TABLES = {
     "tied-int4": {"model.embed_tokens"},
     "tied-int8": {"model.embed_tokens"},
+    "tied-int8-symmetric": {"model.embed_tokens"},
     "untied-int4": {"model.embed_tokens"},
     "gemma4-int4": {"model.embed_tokens", "model.embed_tokens_per_layer"},
 }
@@ -466,7 +469,7 @@ def test_gather_block_quantized_tables_dequantize_to_the_checkpoint(table_packag
     tensors gives what the numpy reader gives (the reader is the op, not a guess about it)."""
     package, checkpoint = table_packages(name)
     errors = table_errors(package, checkpoint)
-    bits = 8 if name.endswith("int8") else 4
+    bits = 8 if "int8" in name else 4
     assert set(errors) == TABLES[name] and max(errors.values()) < WEIGHT_BOUNDS[bits], errors
     assert min(errors.values()) > {4: 0.03, 8: 0.001}[bits]
     for table, node, arrays in gather_block_quantized_tables(package).values():
@@ -513,7 +516,7 @@ TABLE_MUTANTS = {
 def test_mutant_gather_block_quantized_fails_the_bound(table_packages, tmp_path, name, mutant):
     package, checkpoint = table_packages(name)
     broken = _broken(package, tmp_path / mutant, TABLE_MUTANTS[name][mutant])
-    bits = 8 if name.endswith("int8") else 4
+    bits = 8 if "int8" in name else 4
     assert max(table_errors(broken, checkpoint).values()) > WEIGHT_BOUNDS[bits]
 
 
