@@ -83,7 +83,7 @@ def nemo_conformer_dims(hf_config: Any, text_hidden: int, store: WeightStore, me
         raise InputError(f"audio time_reduction {reduction} is not a power of 2; export with --text-only")
     checks = (
         (int(audio.downsample_rate) != 1, f"audio downsample_rate {audio.downsample_rate} (HF's projector takes 1)"),
-        (bool(audio.bias_symmetric), "a symmetric relative attention bias (HF's lookup overflows at the largest distance)"),
+        (bool(audio.bias_symmetric), "a symmetric relative attention bias (HF's lookup overflows at max distance)"),
         (int(audio.chunk_size) == 0, "audio chunk_size 0"),
         (int(audio.ext_pw_out_channel) != hidden or int(audio.depthwise_separable_out_channel) != hidden,
          "conv module channels other than hidden_size"),
@@ -228,12 +228,16 @@ def _feed_forward(b: GraphBuilder, x: ir.Value, dims: NemoConformerDims, params:
         return _linear(b, b.op("Mul", up, _act(b, gate, dims.activation)), f"{name}.down_proj", params)
 
 
-def _attention(b: GraphBuilder, x: ir.Value, w: Windows, dims: NemoConformerDims, params: Params, name: str) -> ir.Value:
+def _attention(
+    b: GraphBuilder, x: ir.Value, w: Windows, dims: NemoConformerDims, params: Params, name: str
+) -> ir.Value:
     """Multi-head attention over each window with the additive mask + relative bias."""
     with b.scope("self_attn"):
         heads = b.const([0, 0, dims.heads, dims.hidden // dims.heads], "heads", np.int64)
-        q, k, v = (b.op("Transpose", b.op("Reshape", _linear(b, x, f"{name}{p}_proj", params), heads), perm=[0, 2, 1, 3])
-                   for p in ("q", "k", "v"))  # fmt: skip
+        q, k, v = (
+            b.op("Transpose", b.op("Reshape", _linear(b, x, f"{name}{p}_proj", params), heads), perm=[0, 2, 1, 3])
+            for p in ("q", "k", "v")
+        )
         scale = b.const(np.float32((dims.hidden // dims.heads) ** -0.5), "scale")
         scores = b.op("Add", b.op("Mul", b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2])), scale), w.bias)
         out = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)

@@ -1,9 +1,7 @@
 """Phi-4-multimodal's speech graph (graph/encoders/nemo_conformer.py) equals transformers'
 `Phi4MultimodalAudioEmbedding` through onnxruntime: the concatenated audio rows it scatters into the
-prompt, for both projectors (docs/multimodal.md §20). A tiny random checkpoint: 2 conformer blocks
-of width 32, 2 heads, 16 mel bins, subsampling by 8 through 4 channels, streaming chunks of 3 rows
-with 1 chunk to the left, relative bias clipped at 4; norms, GLU biases, the input norm and the
-bias table random so that every mechanism moves the rows."""
+prompt, for both projectors (docs/multimodal.md §20.4), on tests/phi4mm_speech_models.py's tiny
+checkpoint."""
 
 from __future__ import annotations
 
@@ -12,66 +10,26 @@ from typing import Any
 
 import numpy as np
 import pytest
+from phi4mm_speech_models import (
+    AUDIO,
+    MEL,
+    TEXT,
+    hf_features,
+    phi4_config,
+    save_speech_checkpoint,
+    speech_model,
+    waveforms,
+)
 
 from gqa_export.errors import InputError
 from gqa_export.graph.encoders import conformer_windows, nemo_conformer
 
-AUDIO = dict(
-    audio_token_id=301, hidden_size=32, intermediate_size=48, num_blocks=2, num_attention_heads=2,
-    ext_pw_out_channel=32, depthwise_separable_out_channel=32, nemo_conv_channels=4, input_size=16,
-    chunk_size=3, left_chunk=1, bias_max_distance=4, time_reduction=8,
-)  # fmt: skip
-TEXT = dict(
-    vocab_size=320, pad_token_id=0, bos_token_id=1, eos_token_id=2, hidden_size=48, intermediate_size=64,
-    num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-    rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-)  # fmt: skip
-VISION = dict(image_token_id=300, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
-RATE = 16000
-# samples per clip: 10001 -> 61 frames -> 8 rows; 4567 -> 27 frames -> 4 rows (odd lengths, 3 chunks and 2)
-CLIPS = (10001, 4567)
 LONG_FRAMES = 4013  # 502 subsampled rows: two 500-row windows, the second padded with 498 rows
-
-
-def _config(**audio: Any) -> Any:
-    import transformers as tf
-
-    return tf.Phi4MultimodalConfig(**TEXT, vision_config=VISION, audio_config={**AUDIO, **audio})
 
 
 @pytest.fixture(scope="module")
 def tower(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
-    import torch
-    import transformers as tf
-
-    torch.manual_seed(0)
-    model = tf.Phi4MultimodalForCausalLM(_config()).eval()
-    audio = model.model.embed_tokens_extend.audio_embed
-    with torch.no_grad():  # HF inits norms to ones, biases and b1 / b2 to zeros: random ones test the wiring
-        for name, param in audio.named_parameters():
-            scale = 1.0 if "bias_values" in name else 0.3 if "layer_norm" in name or name.endswith("bias") else 0.2
-            param.copy_(torch.randn_like(param) * scale + (1.0 if "layer_norm.weight" in name else 0.0))
-        norm = audio.encoder.encoder_embedding
-        norm.global_mean.copy_(torch.randn_like(norm.global_mean))
-        norm.global_invstd.copy_(torch.rand_like(norm.global_invstd) + 0.5)
-    path = tmp_path_factory.mktemp("phi4mm_speech")
-    model.save_pretrained(path)
-    return audio, path
-
-
-def _waveforms() -> list[np.ndarray]:
-    rng = np.random.default_rng(0)
-    return [
-        (0.4 * np.sin(2 * np.pi * tone * np.arange(n) / RATE) + 0.05 * rng.standard_normal(n)).astype(np.float32)
-        for n, tone in zip(CLIPS, (440.0, 1250.0), strict=True)
-    ]
-
-
-def hf_features(clips: list[np.ndarray]) -> dict[str, np.ndarray]:
-    from transformers import Phi4MultimodalFeatureExtractor
-
-    out = Phi4MultimodalFeatureExtractor(feature_size=16)(clips, sampling_rate=RATE, return_tensors="np")
-    return {k: np.asarray(v) for k, v in out.items()}
+    return save_speech_checkpoint(tmp_path_factory.mktemp("phi4mm_speech"))
 
 
 def hf_rows(audio: Any, features: np.ndarray, sizes: np.ndarray, mask: np.ndarray | None, mode: str) -> np.ndarray:
@@ -88,19 +46,13 @@ def hf_rows(audio: Any, features: np.ndarray, sizes: np.ndarray, mask: np.ndarra
     return out[0].numpy()
 
 
-def speech_session(path: Path, **change: Any):
+def speech_session(path: Path, flip_kernel: bool = False):
     import onnx_ir as ir
     import onnxruntime as ort
-    import transformers as tf
 
-    from gqa_export.graph.params import Params
-    from gqa_export.source.weights import WeightStore
-
-    store = WeightStore.open(path)
-    dims = nemo_conformer.nemo_conformer_dims(tf.AutoConfig.from_pretrained(path), TEXT["hidden_size"], store, 16)
-    model = nemo_conformer.build_nemo_conformer(dims, Params(store, ir.DataType.FLOAT))
+    model = speech_model(path)
     for node in model.graph:  # mutant: the depthwise kernel read back to front
-        if change.get("flip_kernel") and node.op_type == "Conv" and node.inputs[1].name.endswith("dw_conv.weight"):
+        if flip_kernel and node.op_type == "Conv" and node.inputs[1].name.endswith("dw_conv.weight"):
             kernel = node.inputs[1].const_value.numpy()
             node.inputs[1].const_value = ir.Tensor(np.ascontiguousarray(kernel[..., ::-1]), name=node.inputs[1].name)
     return ort.InferenceSession(ir.to_proto(model).SerializeToString())
@@ -121,7 +73,7 @@ def cases(tower) -> list[tuple[dict[str, np.ndarray], np.ndarray]]:
     under each projector, each clip alone (no mask, as HF's extractor gives one clip), and
     random frames 4013 long (two 500-row windows; HF 5.25's unfold raises on a batch of them)."""
     audio, _ = tower
-    clips = _waveforms()
+    clips = waveforms()
     made = []
     batch = hf_features(clips)
     for mode, name in ((2, "speech"), (3, "vision")):
@@ -132,7 +84,7 @@ def cases(tower) -> list[tuple[dict[str, np.ndarray], np.ndarray]]:
         assert "audio_attention_mask" not in one  # HF's extractor: no mask for one clip
         args = (one["audio_input_features"], one["audio_embed_sizes"], None)
         made.append((feed(*args, 2), hf_rows(audio, *args, "speech")))
-    long = np.random.default_rng(1).standard_normal((1, LONG_FRAMES, 16)).astype(np.float32) * 2 + 8
+    long = np.random.default_rng(1).standard_normal((1, LONG_FRAMES, MEL)).astype(np.float32) * 2 + 8
     sizes = np.array([-(-LONG_FRAMES // 8)])
     made.append((feed(long, sizes, None, 3), hf_rows(audio, long, sizes, None, "vision")))
     return made
@@ -218,6 +170,5 @@ def test_speech_mutants_fail(tower, cases, monkeypatch, mutant):
 def test_speech_refusals(tower, change, phrase):
     from gqa_export.source.weights import WeightStore
 
-    config = _config(**change)
     with pytest.raises(InputError, match=phrase):
-        nemo_conformer.nemo_conformer_dims(config, 48, WeightStore.open(tower[1]), 16)
+        nemo_conformer.nemo_conformer_dims(phi4_config(**change), 48, WeightStore.open(tower[1]), MEL)
