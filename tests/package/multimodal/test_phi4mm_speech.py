@@ -208,6 +208,30 @@ def test_genai_extractor_matches_hf(package, clips):
         assert 1e-4 < np.abs(got["audio_embeds"] - hf["audio_input_features"]).max() < 1e-2
 
 
+def test_genai_two_clips_pad_with_zeros(package, clips):
+    """Two clips in one prompt: genai stacks them with HF's mask and sizes (61 and 27 frames, 8 + 4
+    ids), the valid frames as HF's (genai's filters, 1e-4), but the shorter clip's padding frames
+    are zeros where HF's extractor leaves the two frames straddling its end: the rows of that clip
+    then differ from HF's batch (docs/multimodal.md §20.3)."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(package[0]))
+    files = og.Audios.open(*(str(c) for c in clips[:2]))
+    inputs = model.create_multimodal_processor()("a <|audio_1|> b <|audio_2|> c", audios=files)
+    got = {
+        name: inputs[name].as_numpy() for name in ("input_ids", "audio_embeds", "audio_sizes", "audio_attention_mask")
+    }
+    pcms = [_pcm(c) for c in clips[:2]]
+    filters = _mel_filters(512, MEL).T.astype(np.float64)
+    hf, own = hf_features(pcms), hf_features(pcms, mel_filters=filters)
+    valid = got["audio_attention_mask"].astype(bool)
+    assert (valid == hf["audio_attention_mask"]).all() and valid.sum(1).tolist() == [61, 27]
+    assert got["audio_sizes"].tolist() == hf["audio_embed_sizes"].tolist() == [8, 4]
+    assert (got["input_ids"] == 200011).sum() == 12
+    assert np.abs(got["audio_embeds"][valid] - own["audio_input_features"][valid]).max() < 1e-4
+    assert not got["audio_embeds"][~valid].any() and np.abs(hf["audio_input_features"][1, 27:29]).min() > 1.0
+
+
 @pytest.mark.parametrize("mutant", ["hann_window", "max_samples_dropped"])
 def test_genai_extractor_mutants_fail(package, clips, tmp_path, mutant):
     """A Hann window (not Hamming) moves the features past 1e-4; without max_samples genai keeps
