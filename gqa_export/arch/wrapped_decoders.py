@@ -162,8 +162,8 @@ def text_only_package(architecture: str) -> str:
     """What the coverage table says a listed class exports."""
     if architecture in _FULL_PACKAGE:  # its image side (docs/multimodal.md §15)
         return (
-            f"full multimodal ({_FULL_PACKAGE[architecture]}: image tower; speech and the decoder's LoRA "
-            "not built; docs/multimodal.md §15)"
+            f"full multimodal ({_FULL_PACKAGE[architecture]}: image and speech towers, the vision LoRA merged; "
+            "docs/multimodal.md §15)"
         )
     return "text decoder with --text-only (its towers are not built; genai runs no package for them)"
 

@@ -119,7 +119,7 @@ def _with_audio(
     plan: MultimodalPlan, audio: AudioTower, hf_config: Any, dims: ModelDims, store: WeightStore, source: Path
 ) -> MultimodalPlan:
     """The plan with the checkpoint's audio encoder, or InputError naming what it cannot run."""
-    audio_id = getattr(hf_config, "audio_token_id", None)
+    audio_id = audio.audio_token_id(hf_config)
     if audio_id is None or int(audio_id) >= dims.vocab_size:
         raise InputError(f"audio_token_id {audio_id} is not a token of the vocabulary: export with --text-only")
     token_ids = dict(plan.token_ids)

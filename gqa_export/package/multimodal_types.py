@@ -59,9 +59,8 @@ GEMMA4 = MultimodalType(
 )
 LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL)
 # genai's phi4mm processor reads every <|image_N|> as the next image's block (the number is not
-# read); `run --image` writes <|image_1|> per image. Its audio markers (<|audio_N|>) come with the
-# speech tower's row (docs/multimodal.md §15.4)
-PHI4MM = MultimodalType("phi4mm", "<|image_1|>", lambda: _towers().PHI4MM)
+# read); `run --image` writes <|image_1|> per image, `run --audio` <|audio_1|> per clip (docs/multimodal.md §20)
+PHI4MM = MultimodalType("phi4mm", "<|image_1|>", lambda: _towers().PHI4MM, audio_markers=("<|audio_1|>",))
 
 MULTIMODAL_TYPES: MappingProxyType[str, MultimodalType] = MappingProxyType(
     {

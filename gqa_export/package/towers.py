@@ -24,6 +24,7 @@ from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, po
 from gqa_export.graph.params import Params
 from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import log_mel_config, mel_bins
+from gqa_export.package.phi4mm_speech import SPEECH_INPUTS, build_nemo_conformer, phi4_audio_config, phi4mm_speech_dims
 from gqa_export.package.processor_config import (
     naflex_processor_config,
     patch_sequence_processor_config,
@@ -58,6 +59,8 @@ class AudioTower:
     # genai's model.speech.inputs: key -> graph input name (audio_sizes is read by genai, not the graph)
     inputs: tuple[tuple[str, str], ...] = ()
     token_keys: tuple[str, ...] = ()  # config token ids written to model.<key> next to audio_token_id
+    # hf_config -> the audio placeholder id (Phi-4-multimodal keeps it in audio_config)
+    audio_token_id: Callable[[Any], Any] = lambda config: getattr(config, "audio_token_id", None)
 
 
 @dataclass(frozen=True)
@@ -259,18 +262,36 @@ def _phi4mm_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> HdCropD
     return hd_crop_dims(hf_config, dims.hidden_size, store, PHI4MM_RUNTIME_POOLED)
 
 
-def _phi4mm_global_view_note(_config: Any, _pre: dict[str, Any]) -> list[str]:
-    return [
+def _phi4mm_notes(config: Any, _pre: dict[str, Any]) -> list[str]:
+    """Where genai's phi4mm processor gives other inputs than HF's processor, said in the build's notes."""
+    said = [
         "onnxruntime-genai's phi4mm processor downsizes a multi-crop image's global view with antialiased bicubic "
         "(PIL), HF's without antialiasing: such images' global-view pixels differ from HF's; one-crop images "
         "are HF's (docs/multimodal.md §15.3)"
     ]
+    if getattr(config, "audio_config", None) is not None:
+        said.append(
+            "onnxruntime-genai's Phi4AudioEmbed mel filters stop one FFT bin short of HF's (log-mel features up to "
+            "~0.07 apart at 80 bins), and it zero-fills the padding frames of a prompt's shorter clips where HF's "
+            "extractor does not: audio prompts are close to HF's, not equal (docs/multimodal.md §20)"
+        )
+    return said
 
+
+# Phi-4-multimodal's speech model (docs/multimodal.md §20): the NeMo conformer and its two projectors on
+# genai's Phi4AudioEmbed frames; its placeholder id in audio_config
+PHI4MM_SPEECH = AudioTower(
+    phi4mm_speech_dims,
+    build_nemo_conformer,
+    phi4_audio_config,
+    inputs=SPEECH_INPUTS,
+    audio_token_id=lambda config: getattr(getattr(config, "audio_config", None), "audio_token_id", None),
+)
 
 # SigLIP over HD crops + the HD transform + a 2-layer projector (§15); genai's phi4mm processor
-# feeds the image_attention_mask under model.vision.inputs.attention_mask. The speech section
-# names no config, so genai loads the package vision-only (an MMM type, like gemma4 without audio);
-# a speech row is added through `audio` (docs/multimodal.md §15.4)
+# feeds the image_attention_mask under model.vision.inputs.attention_mask. With the checkpoint's
+# audio_config the speech model comes too; without one the speech section names no config and genai
+# loads the package vision-only (an MMM type, like gemma4 without audio)
 PHI4MM = VisionTower(
     _phi4mm_dims,
     build_hd_crops,
@@ -278,6 +299,7 @@ PHI4MM = VisionTower(
     vision_inputs=("pixel_values", "image_sizes", ("attention_mask", "image_attention_mask")),
     image_runs_bidirectional=False,
     model_sections=(("speech", {"config_filename": ""}),),
-    notes=_phi4mm_global_view_note,
+    notes=_phi4mm_notes,
     image_token_id=lambda config: getattr(config.vision_config, "image_token_id", None),
+    audio=PHI4MM_SPEECH,
 )

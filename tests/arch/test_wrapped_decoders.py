@@ -155,7 +155,7 @@ def test_phi4_multimodal_builds_its_full_package_without_text_only():
 
     assert listed_class({"architectures": ["Phi4MultimodalForCausalLM"]}) is None
     assert listed_class({"architectures": ["LlavaForConditionalGeneration"]}) == "LlavaForConditionalGeneration"
-    assert text_only_package("Phi4MultimodalForCausalLM").startswith("full multimodal (phi4mm: image tower")
+    assert text_only_package("Phi4MultimodalForCausalLM").startswith("full multimodal (phi4mm: image and speech towers")
     recipe = next(r for r in builtin_recipes() if r.name == "phi4_multimodal")
     assert recipe.multimodal_model_type == "phi4mm"
 

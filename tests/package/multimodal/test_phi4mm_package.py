@@ -24,9 +24,11 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 from phi4mm_models import AUDIO, HIDDEN, IMAGE, B, M, S, save_phi4mm
+from phi4mm_speech_models import write_wav
 from reference import genai_media_greedy
 
 from gqa_export.errors import InputError
+from gqa_export.package.phi4mm_speech import SPEECH_INPUTS
 from gqa_export.pipeline import BuildOptions, build
 
 pytest.importorskip("PIL")
@@ -95,6 +97,14 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return made
 
 
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 0.6 s clip (58 frames, 8 rows) for the speech model."""
+    t = np.arange(9600) / 16000
+    tone = 0.4 * np.sin(2 * np.pi * 440 * t) + 0.05 * np.random.default_rng(4).standard_normal(9600)
+    return write_wav(tmp_path_factory.mktemp("audio") / "clip.wav", tone)
+
+
 def crop_inputs(layouts: list[tuple[int, int, int, int]], seed: int = 1, s: int = S) -> tuple[np.ndarray, ...]:
     """Random crops as HF's processor lays them out: pixel_values [N, C, 3, S, S] (the global view,
     the crops row-major, zero crops up to C), image_sizes [N, 2], image_attention_mask [N, C, M, M]
@@ -149,8 +159,16 @@ def test_package_files_and_config(package, built):
     assert model["type"] == "phi4mm" and model["image_token_id"] == IMAGE
     assert model["vision"]["inputs"] == {"pixel_values": "pixel_values", "image_sizes": "image_sizes",
                                          "attention_mask": "image_attention_mask"}  # fmt: skip
-    assert model["speech"] == {"config_filename": ""}  # genai loads it vision-only
-    assert model["embedding"]["inputs"] == {"input_ids": "input_ids", "image_features": "image_features"}
+    # the checkpoint's audio_config: the speech model, its feature extraction, the audio rows into the embedding
+    assert model["speech"]["filename"] == "speech.onnx" and model["audio_token_id"] == AUDIO
+    assert model["speech"]["inputs"] == dict(SPEECH_INPUTS)
+    assert model["speech"]["config_filename"] == "audio_processor_config.json"
+    assert (package / "speech.onnx").is_file() and (package / "audio_processor_config.json").is_file()
+    assert model["embedding"]["inputs"] == {
+        "input_ids": "input_ids",
+        "image_features": "image_features",
+        "audio_features": "audio_features",
+    }
     assert "input_ids" not in model["decoder"]["inputs"]  # causal image runs: inputs_embeds alone, GQA
     assert json.loads((package / "manifest.json").read_text())["options"]["attention"] == "gqa"
     processor = json.loads((package / "processor_config.json").read_text())["processor"]
@@ -284,8 +302,9 @@ def ort_logits(package: Path, prompt: list[int], features: np.ndarray | None, st
     embedding, decoder = ort.InferenceSession(str(package / "embedding.onnx")), OrtStepper(package, len(prompt) + 8)
 
     def embed(ids: list[int], rows: np.ndarray | None) -> np.ndarray:
-        rows = np.zeros((0, HIDDEN), np.float32) if rows is None else rows
-        return embedding.run(None, {"input_ids": np.array([ids], np.int64), "image_features": rows})[0]
+        none = np.zeros((0, HIDDEN), np.float32)
+        feed = {"input_ids": np.array([ids], np.int64), "image_features": none if rows is None else rows}
+        return embedding.run(None, {**feed, "audio_features": none})[0]
 
     embeds, kept = embed(prompt, features), []
     for a in range(0, len(prompt), 128):
@@ -394,19 +413,32 @@ def test_processor_matches_hf_processing(genai, images):
 
 CASES = {
     "one_image": ("<|image_1|>Describe the quick brown fox", ["short"]),
+    # a clip alone: the speech projector (genai's audio_projection_mode 2); with an image: the vision-speech one (3)
+    "audio": ("<|audio_1|>Transcribe the clip", ["clip"]),
+    "image_and_audio": ("<|image_1|><|audio_1|>Describe the quick brown fox", ["short", "clip"]),
     # one crop then two: genai's aligner pads the first image's crops (zero pixels, masks of ones) as HF does
     "two_images": ("Look <|image_1|> and <|image_2|> then read", ["narrow", "strip"]),
     "no_image": ("Describe the quick brown fox", []),
 }
 
 
-def hf_greedy(hf, ids: np.ndarray, inputs: tuple[np.ndarray, ...] | None) -> list[int]:
+def hf_greedy(
+    hf, ids: np.ndarray, inputs: tuple[np.ndarray, ...] | None, audio: dict[str, np.ndarray] | None = None
+) -> list[int]:
     """HF generate's greedy search, EOS suppressed as genai's min_length does (generate's logits
     processors over the 200016-row vocab cost seconds here): the class's forward with its pixels on
     the prompt, then each token through its cache."""
     import torch
 
     extra, tokens = ({} if inputs is None else _image_inputs(inputs)), []
+    if audio is not None:  # genai's frames, sizes and mask, as HF's forward takes them
+        import torch
+
+        extra.update(
+            audio_input_features=torch.from_numpy(audio["audio_embeds"]),
+            audio_embed_sizes=torch.from_numpy(audio["audio_sizes"]),
+            audio_attention_mask=torch.from_numpy(audio["audio_attention_mask"]),
+        )
     with torch.no_grad():
         out = hf(torch.from_numpy(ids.astype(np.int64)), use_cache=True, logits_to_keep=1, **extra)
         for _ in range(NEW):
@@ -418,15 +450,21 @@ def hf_greedy(hf, ids: np.ndarray, inputs: tuple[np.ndarray, ...] | None) -> lis
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_genai_generate_matches_hf(genai, hf, images, case):
+def test_genai_generate_matches_hf(genai, hf, images, clip, case):
     """genai's MultiModalProcessor + 20 greedy tokens = HF's greedy tokens on the same ids and pixels."""
     prompt, names = CASES[case]
-    keys = ("pixel_values", "image_sizes", "image_attention_mask") if names else ()
-    arrays, tokens = genai_media_greedy(genai, prompt, NEW, keys, [images[n] for n in names])
-    if len(names) == 2:
+    pictures, clips = [n for n in names if n != "clip"], [clip for n in names if n == "clip"]
+    keys = ("pixel_values", "image_sizes", "image_attention_mask") if pictures else ()
+    sounds = ("audio_embeds", "audio_sizes", "audio_attention_mask", "audio_projection_mode") if clips else ()
+    arrays, tokens = genai_media_greedy(genai, prompt, NEW, (*keys, *sounds), [images[n] for n in pictures], clips)
+    if len(pictures) == 2:
         assert arrays["pixel_values"].shape[:2] == (2, 3) and not arrays["pixel_values"][0, 2].any()
         assert arrays["image_attention_mask"][0, 2].all()
-    ref = hf_greedy(hf, arrays["input_ids"], tuple(arrays[k] for k in keys) if names else None)
+    if clips:  # the clip's rows expanded in the prompt; the projector HF picks by the image's presence
+        assert (arrays["input_ids"] == AUDIO).sum() == arrays["audio_sizes"].sum() > 0
+        assert arrays["audio_projection_mode"].tolist() == [3 if pictures else 2]
+    audio = {k: arrays[k] for k in sounds} if clips else None
+    ref = hf_greedy(hf, arrays["input_ids"], tuple(arrays[k] for k in keys) if pictures else None, audio)
     assert len(set(tokens)) > 1 and tokens == ref
 
 
@@ -437,19 +475,20 @@ def test_placeholder_without_feature_row_embeds_as_token(package, checkpoint):
 
     table = load_file(str(checkpoint / "model.safetensors"))["model.embed_tokens.weight"]
     ids = np.array([[IMAGE, 17, AUDIO]], np.int64)
-    got = ort.InferenceSession(str(package / "embedding.onnx")).run(
-        None, {"input_ids": ids, "image_features": np.zeros((0, HIDDEN), np.float32)}
-    )[0][0]
+    none = np.zeros((0, HIDDEN), np.float32)
+    feed = {"input_ids": ids, "image_features": none, "audio_features": none}
+    got = ort.InferenceSession(str(package / "embedding.onnx")).run(None, feed)[0][0]
     np.testing.assert_array_equal(got, table[ids[0]])
 
 
-def test_run_inserts_the_marker_and_genai_refuses_audio(package, images):
-    """`run --image` puts <|image_1|> (and BOS) in front of a prompt without one; a prompt with
-    <|audio_1|> is refused in one line (genai's processor: no audio was given, no speech model)."""
+def test_run_inserts_the_marker_and_genai_refuses_audio(package, images, clip):
+    """`run --image` puts <|image_1|> (and BOS) in front of a prompt without one, `run --audio` <|audio_1|>;
+    a prompt with <|audio_1|> and no clip is refused in one line (genai's processor: more markers than clips)."""
     from gqa_export.runtime.images import generate_with_images
     from gqa_export.runtime.run import Sampling
 
     assert len(generate_with_images(package, "cpu", "Describe", [images["short"]], 4, Sampling()).tokens) == 4
+    assert len(generate_with_images(package, "cpu", "Transcribe", [], 4, Sampling(), audios=[clip]).tokens) == 4
     with pytest.raises(InputError, match="Number of audio tokens exceeds the number of audios"):
         generate_with_images(package, "cpu", "<|audio_1|>Describe", [images["short"]], 4, Sampling())
 
