@@ -59,6 +59,11 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore, t
             )  # Laguna, DiffLlama, Doge
             _same("num_attention_heads / head_dim", width, shape[0], q, shape)
             _same("hidden_size", dims.hidden_size, shape[1], q, shape)
+            k = f"{prefix}{names.k}.weight"
+            if k in store:  # a stray num_key_value_heads the class never reads would otherwise fail in onnxruntime
+                shape = store.info(k).shape
+                width = layer.num_kv_heads * projected_head_dim(spec, layer.head_dim)
+                _same("num_key_value_heads / head_dim", width, shape[0], k, shape)
         down = f"{prefix}{names.down}.weight"
         dense_only = spec.moe is None or (spec.moe.layer_type is not None and not layer.sparse)
         if dense_only and down in store and len(store.info(down).shape) == 2:

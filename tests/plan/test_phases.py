@@ -150,9 +150,11 @@ def test_config_refusals_come_before_any_weight_read(
     [
         (dict(model_type="no_such_family", architectures=["NoSuchForCausalLM"]), "unsupported architecture"),
         (dict(hidden_size=96), "does not belong to these weights"),
+        # kv heads the weights do not have: one sentence naming the key, not onnxruntime's shape error at load
+        (dict(num_key_value_heads=1), r"num_key_value_heads / head_dim gives 16 but .*k_proj.weight is \[32, 64\]"),
         (dict(quantization_config={"quant_method": "hqq", "quant_config": {"nbits": 4}}), "HQQ"),
     ],
-    ids=["unknown-architecture", "config-against-weights", "pre-quantized-format"],
+    ids=["unknown-architecture", "config-against-weights", "kv-heads-against-weights", "pre-quantized-format"],
 )
 def test_checkpoint_refusals_come_before_any_weight_read(checkpoints, no_weight_read, tmp_path, changes, says):
     source = _edit_config(checkpoints.get("gqa"), tmp_path, **changes)
