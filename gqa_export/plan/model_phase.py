@@ -52,6 +52,7 @@ from gqa_export.source.expert_views import attention_expert_views
 from gqa_export.source.gguf import GgufStore
 from gqa_export.source.imported import ImportedStore
 from gqa_export.source.merged_adapter import choose_adapter, merged_adapter_views, stored_adapters
+from gqa_export.source.release_layouts import release_views
 from gqa_export.source.split_projections import split_projection_views
 from gqa_export.source.stored_renames import renamed_views
 from gqa_export.source.weights import WeightStore
@@ -76,6 +77,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     dims = read_dims(text_config, arch, generation, outer)
     imported = prequantized.imported_config(checkpoint.raw_config, request.dequantize)  # docs/prequantized.md
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
+    store = release_views(store, checkpoint.raw_config)  # a remote-code release's renamed modules (Phi-4-MM's)
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
     prequantized.check_tensors(store.names())
     store = renamed_views(store, arch)  # a stored layout read under its class's names, and the spec's row views

@@ -27,6 +27,7 @@ from gqa_export.recipes import Recipe, builtin_recipes, config_model_type, load_
 from gqa_export.source.fetch import Source, resolve_source
 from gqa_export.source.file_reader import FileReader
 from gqa_export.source.formats import file_format
+from gqa_export.source.release_layouts import converted_config, release_model_type
 from gqa_export.source.weights import WeightStore
 
 
@@ -102,9 +103,14 @@ def read_configs(model_dir: Path, read_as: str | None = None) -> tuple[Any, dict
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    own = read_json_object(model_dir / "config.json").get("model_type")
+    raw = read_json_object(model_dir / "config.json")
+    own = raw.get("model_type")
+    release = release_model_type(raw)  # a remote-code release transformers ported (source/release_layouts.py)
     try:
-        if read_as is not None and not known_model_type(own):
+        if release is not None and not known_model_type(own):
+            config = CONFIG_MAPPING[release].from_dict(converted_config(raw))
+            config.model_type = str(own)
+        elif read_as is not None and not known_model_type(own):
             config = _quietly(lambda: CONFIG_MAPPING[read_as].from_pretrained(model_dir))
             config.model_type = str(own)
         else:
