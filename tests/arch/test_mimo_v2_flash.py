@@ -123,13 +123,17 @@ def test_mutant_values_padded_in_front_fails_hf_parity(builds, tmp_path):
 
 def test_mutant_kv_heads_not_doubled_cannot_build(builds, tmp_path, monkeypatch):
     """num_key_value_heads on every layer (the plain config rule): the sliding layers' k/v weights
-    hold twice as many heads, so the package does not load (its qkv split does not add up)."""
+    hold twice as many heads, which config.json against the weights refuses in one line (source/consistency.py;
+    before that check the package was written and failed to load: its qkv split did not add up)."""
     from gqa_export.arch import SPECS
+    from gqa_export.errors import InputError
 
     monkeypatch.setitem(SPECS, FAMILY, replace(SPECS[FAMILY], kv_heads_rule="config"))
-    build(BuildOptions(str(builds.checkpoint(FAMILY)), tmp_path / "pkg", smoke=False))
-    with pytest.raises(Exception, match="qkv_split"):
-        parity_error(tmp_path / "pkg", builds.checkpoint(FAMILY))
+    with pytest.raises(
+        InputError, match=r"num_key_value_heads / head_dim gives \d+ but model\.layers\.1\.self_attn\.k_proj"
+    ):
+        build(BuildOptions(str(builds.checkpoint(FAMILY)), tmp_path / "pkg", smoke=False))
+    assert not (tmp_path / "pkg").exists()
 
 
 def test_mutant_one_rope_theta_fails_hf_parity(builds, tmp_path):
