@@ -111,6 +111,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
         store, merged = _merged_adapter(store, checkpoint, recipe.merged_adapter, mm is not None)
         notes += merged
     notes += _no_effect(request.model, request.text_only and not full and not wrapped, request.dequantize, imported)
+    if not (full or wrapped or request.text_only):  # towers no genai type runs (Gemma-3n's, Llama-4's): said
+        notes += _towers_left(hf_config)
     for line in notes:  # said, never silently accepted
         note(line)
     vision_weights = encoder_plan(request.encoder_precision, ep.name, precision.io_dtype)
@@ -156,6 +158,18 @@ def _no_effect(model: str, text_only: bool, dequantize: bool, imported: dict[str
         ("text-only", text_only, "exports as a text package anyway"),
         ("dequantize", dequantize and not bnb, "holds no bitsandbytes weights, the only ones it reads"),
     ) if given]  # fmt: skip
+
+
+def _towers_left(hf_config: Any) -> list[str]:
+    """A multimodal checkpoint exported as its text decoder because no onnxruntime-genai type runs its towers
+    (the listed wrapped classes need --text-only instead; docs/coverage.md §21): never silently."""
+    towers = [k.removesuffix("_config") for k in ("vision_config", "audio_config") if getattr(hf_config, k, None)]
+    if not towers:
+        return []
+    return [
+        f"{' and '.join(towers)} towers of {hf_config.model_type} are not exported (onnxruntime-genai runs no "
+        f"{hf_config.model_type} multimodal package): this package is its text decoder, for prompts of text alone"
+    ]
 
 
 def _attention(

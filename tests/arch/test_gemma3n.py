@@ -82,3 +82,16 @@ def test_active_stream_outside_the_streams_is_refused_in_one_line(builds, tmp_pa
     with pytest.raises(InputError, match="altup_active_idx") as refused:
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert "\n" not in str(refused.value)
+
+
+def test_the_conditional_form_says_its_towers_are_not_exported(builds, tmp_path):
+    """Gemma3nForConditionalGeneration exports its text decoder (onnxruntime-genai runs no gemma3n multimodal
+    package): the build says so in a note (once it said nothing); the causal form, which has no towers, does not."""
+    said = build(BuildOptions(str(builds.checkpoint("gemma3n_conditional")), tmp_path / "c", smoke=False)).notes
+    assert any(n.startswith("vision and audio towers of gemma3n are not exported") for n in said), said
+    causal = build(BuildOptions(str(builds.checkpoint("gemma3n_causal")), tmp_path / "t", smoke=False)).notes
+    assert not any("towers" in n for n in causal), causal
+    quiet = build(
+        BuildOptions(str(builds.checkpoint("gemma3n_conditional")), tmp_path / "q", smoke=False, text_only=True)
+    )
+    assert not any("towers" in n for n in quiet.notes), quiet.notes
