@@ -455,6 +455,20 @@ def parity_error(package: Path, checkpoint: Path, prompt: Sequence[int] | None =
     return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(prompt))).max())
 
 
+def hf_prompt_logits_of(checkpoint: Path, prompt: Sequence[int]) -> np.ndarray:
+    """HF's logits over `prompt` in one forward of the checkpoint's own class, computed once per session per
+    (checkpoint, prompt): the reference every mutant of one checkpoint is held against."""
+    key = ("prompt_logits", _checkpoint_key(checkpoint), tuple(prompt))
+    if key not in _SESSION_REFERENCES:
+        _SESSION_REFERENCES[key] = hf_logits(hf_model(Path(checkpoint)), list(prompt), len(prompt))
+    return _SESSION_REFERENCES[key]
+
+
+def prompt_error(package: Path, checkpoint: Path, prompt: Sequence[int]) -> float:
+    """Max |ORT - HF| over a prompt's logits alone (one onnxruntime step, no decode)."""
+    return float(np.abs(OrtStepper(package).step(list(prompt)) - hf_prompt_logits_of(checkpoint, prompt)).max())
+
+
 def ort_prefill_and_decode(package: Path, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
     """Greedy: prompt logits then `steps` decode logits. Returns (all tokens, logits per position)."""
     stepper = OrtStepper(package)

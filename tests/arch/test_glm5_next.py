@@ -12,11 +12,10 @@ import shutil
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import pytest
 from families import BY_NAME, require_registered
 from mutants import build_planted
-from reference import OrtStepper, hf_logits, hf_model
+from reference import prompt_error
 from typer.testing import CliRunner
 
 from gqa_export.arch import SPECS
@@ -33,15 +32,9 @@ def _registered() -> None:
     require_registered(ROW)
 
 
-@pytest.fixture(scope="module")
-def reference(builds: Any) -> np.ndarray:
-    """HF's logits on the row's prompt (placeholder ids 300 / 301 in it) (one forward, shared by every mutant)."""
-    prompt = list(BY_NAME[ROW].prompt)
-    return hf_logits(hf_model(builds.checkpoint(ROW)), prompt, len(prompt))
-
-
-def _prompt_error(package: Any, reference: np.ndarray) -> float:
-    return float(np.abs(OrtStepper(package).step(list(BY_NAME[ROW].prompt)) - reference).max())
+def _prompt_error(builds: Any, package: Any) -> float:
+    """vs HF's logits on the row's prompt (placeholder ids 300 / 301 in it), one forward shared by every mutant."""
+    return prompt_error(package, builds.checkpoint(ROW), BY_NAME[ROW].prompt)
 
 
 def _head_first_copy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,14 +66,14 @@ MUTANTS: dict[str, Any] = {
 }
 
 
-def test_the_correct_package_passes(builds, reference):
-    assert _prompt_error(builds.package(ROW), reference) < 1e-4  # measured 6e-7
+def test_the_correct_package_passes(builds):
+    assert _prompt_error(builds, builds.package(ROW)) < 1e-4  # measured 6e-7
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
-def test_mutant_fails_hf_parity(builds, reference, tmp_path, monkeypatch, mutant):
+def test_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     out = build_planted(builds.checkpoint(ROW), tmp_path / mutant, monkeypatch, MUTANTS[mutant], SPEC)
-    error = _prompt_error(out, reference)
+    error = _prompt_error(builds, out)
     print(f"{mutant}: {error:.3g}")
     assert error > BOUND, (mutant, error)
 
@@ -132,10 +125,10 @@ def _flattened(config: dict[str, Any]) -> None:
     config.update({k: v for k, v in text.items() if k not in config and k != "model_type"})
 
 
-def test_flat_text_only_config_matches_hf(builds, reference, tmp_path):
+def test_flat_text_only_config_matches_hf(builds, tmp_path):
     """The same weights under a flat config: the same package numbers (measured 6e-7)."""
     from gqa_export.pipeline import BuildOptions, build
 
     folder = _edited(builds, tmp_path, _flattened)
     build(BuildOptions(str(folder), tmp_path / "pkg", smoke=False, text_only=True))
-    assert _prompt_error(tmp_path / "pkg", reference) < 1e-4
+    assert _prompt_error(builds, tmp_path / "pkg") < 1e-4

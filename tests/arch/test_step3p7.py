@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import pytest
 from families import BY_NAME, require_registered
 from mutants import build_planted
-from reference import OrtStepper, hf_logits, hf_model
+from reference import prompt_error
 from typer.testing import CliRunner
 
 from gqa_export.arch import SPECS
@@ -30,15 +29,9 @@ def _registered() -> None:
     require_registered(ROW)
 
 
-@pytest.fixture(scope="module")
-def reference(builds: Any) -> np.ndarray:
-    """HF's logits on the row's prompt (placeholder ids 300 / 301 in it) (one forward, shared by every mutant)."""
-    prompt = list(BY_NAME[ROW].prompt)
-    return hf_logits(hf_model(builds.checkpoint(ROW)), prompt, len(prompt))
-
-
-def _prompt_error(package: Any, reference: np.ndarray) -> float:
-    return float(np.abs(OrtStepper(package).step(list(BY_NAME[ROW].prompt)) - reference).max())
+def _prompt_error(builds: Any, package: Any) -> float:
+    """vs HF's logits on the row's prompt (placeholder ids 300 / 301 in it), one forward shared by every mutant."""
+    return prompt_error(package, builds.checkpoint(ROW), BY_NAME[ROW].prompt)
 
 
 _S = SPECS[SPEC]
@@ -54,14 +47,14 @@ MUTANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def test_the_correct_package_passes(builds, reference):
-    assert _prompt_error(builds.package(ROW), reference) < 1e-4
+def test_the_correct_package_passes(builds):
+    assert _prompt_error(builds, builds.package(ROW)) < 1e-4
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
-def test_mutant_fails_hf_parity(builds, reference, tmp_path, monkeypatch, mutant):
+def test_mutant_fails_hf_parity(builds, tmp_path, monkeypatch, mutant):
     out = build_planted(builds.checkpoint(ROW), tmp_path / mutant, monkeypatch, MUTANTS[mutant], SPEC)
-    error = _prompt_error(out, reference)
+    error = _prompt_error(builds, out)
     print(f"{mutant}: {error:.3g}")
     assert error > BOUND, (mutant, error)
 
@@ -88,9 +81,7 @@ def test_release_layout_gate_and_up_joined_in_order(tmp_path, monkeypatch):
     checkpoint = save_wrapped(tmp_path / "release", "step3p7", "step3p5")
     swapped = tuple(replace(view, rows=view.rows[::-1]) for view in _S.row_views)
     out = build_planted(checkpoint, tmp_path / "swapped", monkeypatch, dict(row_views=swapped), SPEC)
-    prompt = list(BY_NAME[ROW].prompt)
-    reference = hf_logits(hf_model(checkpoint), prompt, len(prompt))
-    error = float(np.abs(OrtStepper(out).step(prompt) - reference).max())
+    error = prompt_error(out, checkpoint, BY_NAME[ROW].prompt)
     print(f"gate-up-joined-swapped: {error:.3g}")
     assert error > BOUND
 

@@ -20,13 +20,12 @@ import pytest
 from bnb_models import bnb_pair
 from families import PROMPT
 from reference import (
-    OrtStepper,
     assert_varied,
     genai_prompt_then_greedy,
     hf_generate,
-    hf_logits,
     hf_model,
     parity_error,
+    prompt_error,
 )
 from typer.testing import CliRunner
 
@@ -126,7 +125,7 @@ def test_bnb_genai_greedy_and_int4(made, tmp_path):
 
 
 def _prompt_error(package: Path, twin: Path) -> float:
-    return float(np.abs(OrtStepper(package).step(list(PROMPT)) - hf_logits(hf_model(twin), list(PROMPT))).max())
+    return prompt_error(package, twin, PROMPT)
 
 
 def test_mutant_bnb_nibbles_low_first(made, tmp_path, monkeypatch):

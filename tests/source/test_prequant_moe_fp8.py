@@ -20,13 +20,12 @@ import pytest
 from families import PROMPT
 from float_quantized_models import fp8_moe_pair
 from reference import (
-    OrtStepper,
     assert_varied,
     genai_prompt_then_greedy,
     hf_generate,
-    hf_logits,
     hf_model,
     parity_error,
+    prompt_error,
 )
 from safetensors import safe_open
 
@@ -94,7 +93,7 @@ def test_deepseek_genai_greedy_and_int4(made, tmp_path):
 
 
 def _prompt_error(package: Path, twin: Path) -> float:
-    return float(np.abs(OrtStepper(package).step(list(PROMPT)) - hf_logits(hf_model(twin), list(PROMPT))).max())
+    return prompt_error(package, twin, PROMPT)
 
 
 @pytest.mark.parametrize("mutant", ["scales-of-the-next-expert", "expert-scales-ignored"])
