@@ -12,7 +12,6 @@ package/adapter_file.py's.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,8 @@ from gqa_export.graph.lora import LORA_A, LORA_B
 from gqa_export.kernels import convert
 from gqa_export.package.adapter_file import check_adapter_output, write_adapter
 from gqa_export.package.ownership import check_file_clear_of
-from gqa_export.source.peft import module_scaling, read_peft_config
+from gqa_export.source.peft import lora_pairs, module_scaling, read_peft_config
 
-PEFT_PREFIX = "base_model.model."
 ONNX_FLOAT, ONNX_FLOAT16, ONNX_BFLOAT16 = 1, 10, 16
 
 
@@ -93,30 +91,22 @@ def convert_adapter(
     config = read_peft_config(peft_dir)
     inputs = base_lora_inputs(base)
     store = WeightStore.open(peft_dir)
-    pairs: dict[str, dict[str, str]] = {}
-    for name in store.names():
-        short = name.removeprefix(PEFT_PREFIX)
-        match = re.fullmatch(r"(.+)\.(lora_A|lora_B)(?:\.default)?\.weight", short)
-        if match is None:
-            raise InputError(f"{peft_dir}: tensor {name} is not a LoRA A/B weight (embedding LoRA, DoRA magnitude?)")
-        pairs.setdefault(match.group(1), {})[match.group(2)] = name
+    pairs = lora_pairs(store, peft_dir)  # every tensor a LoRA A/B pair's, refused in one line otherwise
     params: dict[str, np.ndarray] = {}
     ranks, scaling = {}, {}
     elem_types = {i.elem_type for i in inputs.values()}
     if len(elem_types) != 1:
         raise InputError(f"{base}: its LoRA inputs have {len(elem_types)} element types; rebuild the base")
     elem_type = elem_types.pop()
-    for module, names in sorted(pairs.items()):
-        if set(names) != {"lora_A", "lora_B"}:
-            raise InputError(f"{peft_dir}: module {module} has {sorted(names)} only; LoRA needs lora_A and lora_B")
+    for module, (a_tensor, b_tensor) in pairs.items():
         a_name, b_name = module + LORA_A, module + LORA_B
         if a_name not in inputs or b_name not in inputs:
             raise InputError(
                 f"adapter module {module} has no LoRA input in {base}; rebuild the base with its module name in "
                 "--lora-targets"
             )
-        a = convert(store.read(names["lora_A"]), np.dtype(np.float32))  # [r, in]
-        b = convert(store.read(names["lora_B"]), np.dtype(np.float32))  # [out, r]
+        a = convert(store.read(a_tensor), np.dtype(np.float32))  # [r, in]
+        b = convert(store.read(b_tensor), np.dtype(np.float32))  # [out, r]
         if a.ndim != 2 or b.ndim != 2 or a.shape[0] != b.shape[1]:
             raise InputError(f"adapter module {module}: lora_A {list(a.shape)} and lora_B {list(b.shape)} ranks differ")
         if a.shape[1] != inputs[a_name].width or b.shape[0] != inputs[b_name].width:
@@ -129,8 +119,6 @@ def convert_adapter(
         ranks[module], scaling[module] = rank, scale
         params[a_name] = np.ascontiguousarray(a.T)
         params[b_name] = np.ascontiguousarray(b.T * np.float32(scale))
-    if not params:
-        raise InputError(f"{peft_dir}: no LoRA weights in its safetensors")
     values, dtype = _values(params, elem_type)
     cleaned = write_adapter(values, output, overwrite)
     return AdapterResult(output, sorted(pairs), ranks, scaling, dtype, cleaned)

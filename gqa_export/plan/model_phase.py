@@ -77,8 +77,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     dims = read_dims(text_config, arch, generation, outer)
     imported = prequantized.imported_config(checkpoint.raw_config, request.dequantize)  # docs/prequantized.md
     store = ImportedStore(checkpoint.store, imported) if imported else checkpoint.store
-    store = release_views(store, checkpoint.raw_config)  # a remote-code release's renamed modules (Phi-4-MM's)
     store = store.for_build(request.dequantize) if isinstance(store, GgufStore) else store
+    store = release_views(store, checkpoint.raw_config)  # a remote-code release's renamed modules (Phi-4-MM's)
     prequantized.check_tensors(store.names())
     store = renamed_views(store, arch)  # a stored layout read under its class's names, and the spec's row views
     spec = arch.bind(store)

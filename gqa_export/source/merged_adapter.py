@@ -28,10 +28,9 @@ import numpy as np
 from gqa_export.errors import InputError
 from gqa_export.kernels import convert
 from gqa_export.source.expert_views import Compute, ViewStore, view_info
-from gqa_export.source.peft import module_scaling, read_peft_config
+from gqa_export.source.peft import lora_pairs, module_scaling, read_peft_config
 from gqa_export.source.weights import DTYPES, TensorInfo, WeightStore
 
-PEFT_PREFIX = "base_model.model."
 FOLDER_SUFFIX = "-lora"
 _STORED = re.compile(r"(.+)\.lora_A\.([^.]+)\.weight")
 
@@ -86,13 +85,7 @@ def _config_scaling(raw_config: dict[str, Any], name: str) -> Callable[[str, int
 def _peft_adapter(name: str, folder: Path) -> StoredAdapter:
     config = read_peft_config(folder)
     peft = WeightStore.open(folder)
-    pairs: dict[str, tuple[str, str]] = {}
-    for tensor in peft.names():
-        match = re.fullmatch(r"(.+)\.lora_A(?:\.default)?\.weight", tensor.removeprefix(PEFT_PREFIX))
-        if match is not None:
-            pairs[match.group(1)] = (tensor, tensor.replace(".lora_A", ".lora_B"))
-    if not pairs:
-        raise InputError(f"{folder}: no LoRA weights in its safetensors")
+    pairs = lora_pairs(peft, folder)
     return StoredAdapter(name, peft, pairs, lambda module, rank: module_scaling(config, module, rank))
 
 

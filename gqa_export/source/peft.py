@@ -1,6 +1,7 @@
 """A PEFT LoRA adapter folder's settings: adapter_config.json read and refused where the adapter is
-not plain LoRA, and each module's scaling. Read by `gqa-export adapter` (package/adapters.py) and by a
-build that merges a checkpoint's own adapter into the decoder (source/merged_adapter.py)."""
+not plain LoRA, each module's scaling, and its A/B tensor pairs (every tensor one). Read by
+`gqa-export adapter` (package/adapters.py) and by a build that merges a checkpoint's own adapter into
+the decoder (source/merged_adapter.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gqa_export.errors import InputError
+
+if TYPE_CHECKING:
+    from gqa_export.source.weights import WeightStore
+
+PEFT_PREFIX = "base_model.model."
 
 
 def read_peft_config(peft_dir: Path) -> dict[str, Any]:
@@ -49,3 +55,21 @@ def module_scaling(config: dict[str, Any], module: str, rank: int) -> float:
         raise InputError(f"adapter module {module}: rank {rank} in the weights, {r} in adapter_config.json")
     alpha = float(_pattern_value(config.get("alpha_pattern") or {}, module, config.get("lora_alpha", r)))
     return alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+
+
+def lora_pairs(store: WeightStore, folder: Path) -> dict[str, tuple[str, str]]:
+    """module -> (its lora_A, its lora_B tensor name) of a PEFT folder's safetensors, sorted by module; refused
+    in one line where a tensor is not a LoRA A/B weight (an embedding LoRA, a DoRA magnitude) or a module lacks
+    one of the two, so that no tensor of the adapter goes unread."""
+    found: dict[str, dict[str, str]] = {}
+    for name in store.names():
+        match = re.fullmatch(r"(.+)\.(lora_A|lora_B)(?:\.default)?\.weight", name.removeprefix(PEFT_PREFIX))
+        if match is None:
+            raise InputError(f"{folder}: tensor {name} is not a LoRA A/B weight (embedding LoRA, DoRA magnitude?)")
+        found.setdefault(match.group(1), {})[match.group(2)] = name
+    for module, names in found.items():
+        if set(names) != {"lora_A", "lora_B"}:
+            raise InputError(f"{folder}: module {module} has {sorted(names)} only; LoRA needs lora_A and lora_B")
+    if not found:
+        raise InputError(f"{folder}: no LoRA weights in its safetensors")
+    return {module: (names["lora_A"], names["lora_B"]) for module, names in sorted(found.items())}

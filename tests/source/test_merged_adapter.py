@@ -144,6 +144,22 @@ def test_an_adapter_the_checkpoint_lacks_is_refused(layouts, tmp_path):
     assert not (tmp_path / "pkg").exists() and not (tmp_path / "pkg2").exists()
 
 
+def test_a_peft_tensor_the_merge_would_not_read_is_refused(layouts, tmp_path):
+    """An adapter folder holding a tensor that is no module's lora_A / lora_B (an embedding LoRA here) is refused
+    in one line, as `gqa-export adapter` refuses it, rather than merged without it."""
+    from safetensors.numpy import load_file, save_file
+
+    checkpoint = Path(shutil.copytree(layouts["hf"], tmp_path / "hf"))
+    weights = checkpoint / "vision-lora" / "adapter_model.safetensors"
+    tensors = load_file(weights)
+    tensors["base_model.model.model.embed_tokens.lora_embedding_A"] = np.zeros((4, 8), np.float32)
+    save_file(tensors, weights)
+    options = BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True)
+    with pytest.raises(InputError, match=r"lora_embedding_A is not a LoRA A/B weight"):
+        build(replace(options, settings=("merged_adapter=vision",)))
+    assert not (tmp_path / "pkg").exists()
+
+
 def _decoder_weights(package: Path) -> dict[str, np.ndarray]:
     import onnx_ir as ir
 
