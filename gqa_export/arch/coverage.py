@@ -19,7 +19,7 @@ from typing import Any
 from gqa_export.arch import get_spec
 from gqa_export.arch.refused_types import NOT_APPLICABLE, REFUSED
 from gqa_export.arch.spec import ArchSpec
-from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, class_recipe, text_only_package
+from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS, class_recipe, config_towers, text_only_package
 from gqa_export.eps import EPS
 from gqa_export.errors import InputError
 from gqa_export.recipes import Recipe, builtin_recipes, match_recipe
@@ -107,23 +107,42 @@ def installed_types() -> dict[str, dict[str, str]]:
 def text_model_type(model_type: str) -> str:
     """The text decoder's model_type as transformers' default config for the type has it (a
     multimodal type's text_config), else the type itself."""
+    config = _default_config(model_type)
+    text = config.get_text_config(decoder=True) if config is not None else None
+    return str(getattr(text, "model_type", None) or model_type)
+
+
+def default_towers(model_type: str) -> list[str]:
+    """The towers the type's config class can hold (its vision / audio sub-configs, optional ones too:
+    Gemma-4-Unified's default has neither), what a build without --text-only refuses to leave out unless the
+    recipe builds them (arch/wrapped_decoders.towers_refusal)."""
+    config = _default_config(model_type)
+    sub_configs = getattr(type(config), "sub_configs", None) or {}
+    return config_towers({name: True for name in sub_configs})
+
+
+def _default_config(model_type: str) -> Any | None:
+    """transformers' default config of the type; None where its class cannot be built from its defaults."""
     from transformers import AutoConfig
     from transformers.utils import logging
 
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # default configs warn about their own defaults
     try:
-        text = AutoConfig.for_model(model_type).get_text_config(decoder=True)
-    except Exception:  # a config class that cannot be built from its defaults: its own type
-        return model_type
+        config = AutoConfig.for_model(model_type)
+        config.get_text_config(decoder=True)
+    except Exception:  # a config class that cannot be built from its defaults
+        return None
     finally:
         logging.set_verbosity(verbosity)
-    return str(getattr(text, "model_type", None) or model_type)
+    return config
 
 
 def _exported_row(
-    model_type: str, mappings: tuple[str, ...], architecture: str, recipe: Recipe, wrapped: bool = False
+    model_type: str, mappings: tuple[str, ...], architecture: str, recipe: Recipe, text_only: bool = False
 ) -> CoverageRow:
+    """`text_only`: a build needs --text-only (towers the recipe does not build: a listed class, or a
+    default config with a vision or audio sub-config)."""
     modes = spec_attention_modes(get_spec(recipe.arch))
     precisions = {}
     for ep in EPS.values():
@@ -131,11 +150,11 @@ def _exported_row(
             default = recipe.default_precision.get(ep.name, ep.default_precision)
             precisions[ep.name] = (default, *(p for p in ep.precisions if p != default))
     mode = recipe.attention.mode
-    package = "text decoder"
-    if "image-text-to-text" in mappings:
-        full = recipe.multimodal_model_type
-        package = f"full multimodal ({full})" if full else "text decoder (its towers are not exported)"
-    if wrapped:  # arch/wrapped_decoders.py
+    # the full package where the recipe names the multimodal class itself (not a listed class's decoder family's)
+    mm_class = "image-text-to-text" in mappings and architecture in recipe.architectures
+    full = recipe.multimodal_model_type if mm_class else None
+    package = f"full multimodal ({full})" if full else "text decoder"
+    if text_only and (architecture in WRAPPED_DECODERS or not full):  # arch/wrapped_decoders.towers_refusal
         package = text_only_package(architecture)
     return CoverageRow(
         model_type, mappings, architecture, "exported", recipe.name, modes, mode, precisions, package=package
@@ -173,9 +192,10 @@ def _row(
             pass
     for cls in dict.fromkeys(classes.values()):  # the multimodal class first, then the causal-LM one
         try:
-            return _exported_row(model_type, mappings, architecture, match_recipe(text_type, cls, recipes))
+            recipe = match_recipe(text_type, cls, recipes)
         except InputError:
             continue
+        return _exported_row(model_type, mappings, architecture, recipe, bool(default_towers(model_type)))
     return CoverageRow(model_type, mappings, architecture, "missing")
 
 

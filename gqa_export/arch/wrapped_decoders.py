@@ -134,15 +134,6 @@ def class_recipe(text_model_type: str, architecture: str | None, recipes: Sequen
         return wrapped
 
 
-def listed_class(raw_config: Mapping[str, Any]) -> str | None:
-    """The config's architecture where it is a listed class, else None (a malformed `architectures`,
-    which match_builtin refuses in its own line, is none)."""
-    architectures = raw_config.get("architectures")
-    first = architectures[0] if isinstance(architectures, list) and architectures else None
-    # a class whose recipe builds the full package is not gated by --text-only
-    return first if isinstance(first, str) and first in WRAPPED_DECODERS and first not in _FULL_PACKAGE else None
-
-
 # the classes whose images come as tokens of a VQ-VAE tokenizer, not a vision tower's features
 _IMAGE_TOKENIZERS = frozenset({"ChameleonForConditionalGeneration", "Emu3ForConditionalGeneration"})
 
@@ -168,12 +159,32 @@ def text_only_package(architecture: str) -> str:
     return "text decoder with --text-only (its towers are not built; genai runs no package for them)"
 
 
-def towers_refusal(architecture: str, text_model_type: str) -> str:
-    """What `build` says for a listed class without --text-only (exit 2)."""
-    towers = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
-    towers = _TOWERS.get(architecture, towers)
-    missing = f"{towers} not built and onnxruntime-genai 0.18 runs no {WRAPPED_DECODERS[architecture]} package"
+def towers_refusal(raw_config: Mapping[str, Any], recipe: Recipe) -> str | None:
+    """What `build` says, without --text-only, of a checkpoint whose towers `recipe` does not build (exit 2),
+    else None. One policy for every multimodal checkpoint (docs/coverage.md §21): a listed class, or any
+    config carrying a vision or audio sub-config (Gemma-3n's, Llama-4's, Gemma-4-Unified's classes, whose own
+    recipes match them) unless the recipe builds the full package genai runs for it. A package that silently
+    dropped the images a user brought the checkpoint for would be the wrong package."""
+    architectures = raw_config.get("architectures")
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+    architecture = architecture if isinstance(architecture, str) else str(raw_config.get("model_type", "?"))
+    towers = config_towers(raw_config)
+    if architecture in _FULL_PACKAGE or (recipe.multimodal_model_type and "vision" in towers):
+        return None  # the full package (docs/multimodal.md §1)
+    if architecture in WRAPPED_DECODERS:
+        what = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
+        what, genai_type = _TOWERS.get(architecture, what), WRAPPED_DECODERS[architecture]
+    elif towers:
+        what, genai_type = f"{' and '.join(towers)} tower{'s are' if len(towers) > 1 else ' is'}", "such"
+        genai_type = str(raw_config.get("model_type") or genai_type)
+    else:
+        return None
     return (
-        f"{architecture}'s {missing}; pass --text-only to export its {text_model_type} text decoder "
-        "alone (it computes the class's logits on text prompts)"
+        f"{architecture}'s {what} not built and onnxruntime-genai 0.18 runs no {genai_type} package; pass "
+        f"--text-only to export its {recipe.arch} text decoder alone (it computes the class's logits on text prompts)"
     )
+
+
+def config_towers(config: Mapping[str, Any]) -> list[str]:
+    """The towers a config.json (or transformers' default config of a type) describes: "vision", "audio"."""
+    return [name for name in ("vision", "audio") if config.get(f"{name}_config")]

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from gqa_export.arch import get_spec
-from gqa_export.arch.wrapped_decoders import listed_class, towers_refusal
+from gqa_export.arch.wrapped_decoders import towers_refusal
 from gqa_export.check.ep_lints import check_ep_mode
 from gqa_export.errors import InputError
 from gqa_export.graph.attention import gqa_refusal
@@ -65,8 +65,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     check_outside(request.output, source.model_dir)
     prequantized.check_config(checkpoint.raw_config, source.model_dir, request.dequantize)
     reporter.stage("build")
-    wrapped = listed_class(checkpoint.raw_config)  # a multimodal class around a decoder (arch/wrapped_decoders.py)
-    recipe = _recipe(plan, checkpoint, note, wrapped)
+    recipe = _recipe(plan, checkpoint, note)
     hf_config, generation = checkpoint.configs
     text_config = text_config_of(hf_config)
     outer = hf_config if text_config is not hf_config else None
@@ -110,9 +109,8 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     if recipe.merged_adapter != "none":  # a LoRA adapter the checkpoint carries (source/merged_adapter.py)
         store, merged = _merged_adapter(store, checkpoint, recipe.merged_adapter, mm is not None)
         notes += merged
-    notes += _no_effect(request.model, request.text_only and not full and not wrapped, request.dequantize, imported)
-    if not (full or wrapped or request.text_only):  # towers no genai type runs (Gemma-3n's, Llama-4's): said
-        notes += _towers_left(hf_config)
+    towers_left = towers_refusal(checkpoint.raw_config, recipe) is not None  # what --text-only leaves out
+    notes += _no_effect(request.model, request.text_only and not (full or towers_left), request.dequantize, imported)
     for line in notes:  # said, never silently accepted
         note(line)
     vision_weights = encoder_plan(request.encoder_precision, ep.name, precision.io_dtype)
@@ -135,16 +133,17 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     )  # fmt: skip
 
 
-def _recipe(plan: RequestPlan, checkpoint: Checkpoint, note: Callable[[str], None], wrapped: str | None) -> Recipe:
+def _recipe(plan: RequestPlan, checkpoint: Checkpoint, note: Callable[[str], None]) -> Recipe:
     """The user's recipe (its config class where transformers does not know the model_type) or the
     built-in match, with --set and the EP's overrides applied. An unknown architecture is named
-    before transformers is asked about it; `wrapped` (a listed multimodal class) needs --text-only."""
+    before transformers is asked about it; a checkpoint whose towers the recipe does not build needs
+    --text-only (arch/wrapped_decoders.towers_refusal)."""
     request = plan.request
     if plan.user_recipe is not None and (said := checkpoint.read_for(plan.user_recipe)) is not None:
         note(said)
     recipe = plan.user_recipe or match_builtin(checkpoint.raw_config, checkpoint.source.model_dir)
-    if plan.user_recipe is None and wrapped is not None and not request.text_only:  # its towers are not built
-        raise InputError(towers_refusal(wrapped, recipe.arch))
+    if not request.text_only and (refused := towers_refusal(checkpoint.raw_config, recipe)) is not None:
+        raise InputError(refused)
     check_raw_config(checkpoint.raw_config)
     if request.settings and plan.user_recipe is None:
         recipe = load_recipe(recipe.path, list(request.settings))
@@ -158,18 +157,6 @@ def _no_effect(model: str, text_only: bool, dequantize: bool, imported: dict[str
         ("text-only", text_only, "exports as a text package anyway"),
         ("dequantize", dequantize and not bnb, "holds no bitsandbytes weights, the only ones it reads"),
     ) if given]  # fmt: skip
-
-
-def _towers_left(hf_config: Any) -> list[str]:
-    """A multimodal checkpoint exported as its text decoder because no onnxruntime-genai type runs its towers
-    (the listed wrapped classes need --text-only instead; docs/coverage.md §21): never silently."""
-    towers = [k.removesuffix("_config") for k in ("vision_config", "audio_config") if getattr(hf_config, k, None)]
-    if not towers:
-        return []
-    return [
-        f"{' and '.join(towers)} towers of {hf_config.model_type} are not exported (onnxruntime-genai runs no "
-        f"{hf_config.model_type} multimodal package): this package is its text decoder, for prompts of text alone"
-    ]
 
 
 def _attention(

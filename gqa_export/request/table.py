@@ -166,11 +166,12 @@ OPTIONS: tuple[Option, ...] = (
     _opt("text_only", "text_only", ("--text-only",), bool, False,
          "For a multimodal checkpoint: the text decoder alone (default: vision and embedding models, the decoder "
          "and processor_config.json, docs/multimodal.md); required where the towers are not built (LLaVA, "
-         "InternVL, ...: docs/coverage.md §21).", PIPELINE, _BV,
+         "InternVL, Gemma-3n, Llama-4, ...: docs/coverage.md §21).", PIPELINE, _BV,
          doc="a multimodal checkpoint's text decoder alone (default: the full package with its vision/audio encoders "
              "and embedding model, docs/multimodal.md); on a checkpoint that exports as a text package anyway it "
-             "changes nothing and says so (`note: --text-only has no effect: ...`); required for the multimodal "
-             "classes whose towers are not built (LLaVA, InternVL, ...: their decoder alone, docs/coverage.md §21)"),
+             "changes nothing and says so (`note: --text-only has no effect: ...`); required for every multimodal "
+             "checkpoint whose towers are not built (LLaVA, InternVL, Gemma-3n, Llama-4, ...: their decoder alone, "
+             "docs/coverage.md §21)"),
     _opt("encoder_precision", "encoder_precision", ("--encoder-precision",), tuple(choices.ENCODER_PRECISIONS),
          "float", "A full multimodal package's vision model: float (default, exact) or int8 (8-bit MatMulNBits "
          "linears: features move by about 1 %, docs/multimodal.md §17).", PIPELINE, _BV,

@@ -92,14 +92,19 @@ def test_the_readme_table_is_generated_from_the_coverage(rows):
     assert found.group(1) == readme_table(rows)
 
 
-def test_recipes_coverage_prints_the_table():
+def test_recipes_coverage_prints_the_table(monkeypatch):
+    import importlib
+
+    cli_app = importlib.import_module("gqa_export.cli.app")
+    # the unbounded pipe width, whatever COLUMNS said when the console was made (an xdist worker's 80)
+    monkeypatch.setattr(cli_app.out, "_width", None)
     result = CliRunner().invoke(app, ["recipes", "--coverage", "--json"])
     assert result.exit_code == 0, result.output
     rows = {row["model_type"]: row for row in json.loads(result.stdout)}
     assert rows["llama"]["status"] == "exported" and rows["llama"]["recipe"] == "llama"
     assert rows["reformer"]["status"] == "refused" and "LSH" in rows["reformer"]["reason"]
     assert rows["bert"]["status"] == "not applicable"
-    table = CliRunner().invoke(app, ["recipes", "--coverage"], env={"COLUMNS": "300"})
+    table = CliRunner().invoke(app, ["recipes", "--coverage"])
     assert table.exit_code == 0 and re.search(r"reformer\s+│ refused", table.output), table.output
     # a reason's bracketed text is printed, not read as rich markup (it vanished once)
     assert "reads [the target's" in table.output

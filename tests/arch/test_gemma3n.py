@@ -27,7 +27,7 @@ def test_hard_token_ids_match_hf(builds):
 
 
 def _mutant_error(builds, tmp_path, name: str = "gemma3n_causal", prompt: tuple[int, ...] | None = None) -> float:
-    build(BuildOptions(str(builds.checkpoint(name)), tmp_path / "pkg", smoke=False))
+    build(BuildOptions(str(builds.checkpoint(name)), tmp_path / "pkg", smoke=False, text_only=True))
     return parity_error(tmp_path / "pkg", builds.checkpoint(name), prompt)
 
 
@@ -84,14 +84,22 @@ def test_active_stream_outside_the_streams_is_refused_in_one_line(builds, tmp_pa
     assert "\n" not in str(refused.value)
 
 
-def test_the_conditional_form_says_its_towers_are_not_exported(builds, tmp_path):
-    """Gemma3nForConditionalGeneration exports its text decoder (onnxruntime-genai runs no gemma3n multimodal
-    package): the build says so in a note (once it said nothing); the causal form, which has no towers, does not."""
-    said = build(BuildOptions(str(builds.checkpoint("gemma3n_conditional")), tmp_path / "c", smoke=False)).notes
-    assert any(n.startswith("vision and audio towers of gemma3n are not exported") for n in said), said
+def test_the_conditional_form_needs_text_only(builds, tmp_path):
+    """Gemma3nForConditionalGeneration's towers are not built (onnxruntime-genai runs no gemma3n multimodal
+    package): without --text-only the build is refused in one line naming them and the flag, nothing written
+    (once it exported the decoder with only a note); with it, no "has no effect" note. The causal form, which
+    has no towers, needs no flag."""
+    from gqa_export.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        build(BuildOptions(str(builds.checkpoint("gemma3n_conditional")), tmp_path / "c", smoke=False))
+    said = str(refused.value)
+    assert said.startswith("Gemma3nForConditionalGeneration's vision and audio towers are not built"), said
+    assert "pass --text-only to export its gemma3n text decoder alone" in said and "\n" not in said
+    assert not (tmp_path / "c").exists()
     causal = build(BuildOptions(str(builds.checkpoint("gemma3n_causal")), tmp_path / "t", smoke=False)).notes
-    assert not any("towers" in n for n in causal), causal
+    assert not any("towers" in n or "text-only" in n for n in causal), causal
     quiet = build(
         BuildOptions(str(builds.checkpoint("gemma3n_conditional")), tmp_path / "q", smoke=False, text_only=True)
     )
-    assert not any("towers" in n for n in quiet.notes), quiet.notes
+    assert not any("text-only" in n for n in quiet.notes), quiet.notes

@@ -48,7 +48,7 @@ BIAS_FORMS = {
 
 
 def _package(checkpoint: Path, out: Path, mode: str = "bias", settings: tuple[str, ...] = ()) -> Path:
-    build(BuildOptions(str(checkpoint), out, attention=mode, settings=settings, smoke=False))
+    build(BuildOptions(str(checkpoint), out, attention=mode, settings=settings, smoke=False, text_only=True))
     return out
 
 

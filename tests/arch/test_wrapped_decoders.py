@@ -150,14 +150,16 @@ def test_phi4_multimodal_longrope_is_read(tmp_path, monkeypatch):
 def test_phi4_multimodal_builds_its_full_package_without_text_only():
     """Phi-4-multimodal (genai type phi4mm) is not gated by --text-only: its own recipe builds the image side
     of the full package (docs/multimodal.md §15; tested in tests/package/multimodal/test_phi4mm_package.py)."""
-    from gqa_export.arch.wrapped_decoders import listed_class, text_only_package
+    from gqa_export.arch.wrapped_decoders import text_only_package, towers_refusal
     from gqa_export.recipes import builtin_recipes
 
-    assert listed_class({"architectures": ["Phi4MultimodalForCausalLM"]}) is None
-    assert listed_class({"architectures": ["LlavaForConditionalGeneration"]}) == "LlavaForConditionalGeneration"
+    recipes = {r.name: r for r in builtin_recipes()}
+    phi4mm = {"architectures": ["Phi4MultimodalForCausalLM"], "vision_config": {}, "audio_config": {"x": 1}}
+    assert towers_refusal(phi4mm, recipes["phi4_multimodal"]) is None
+    llava = towers_refusal({"architectures": ["LlavaForConditionalGeneration"]}, recipes["llama"])
+    assert llava is not None and llava.startswith("LlavaForConditionalGeneration's vision tower and projector")
     assert text_only_package("Phi4MultimodalForCausalLM").startswith("full multimodal (phi4mm: image and speech towers")
-    recipe = next(r for r in builtin_recipes() if r.name == "phi4_multimodal")
-    assert recipe.multimodal_model_type == "phi4mm"
+    assert recipes["phi4_multimodal"].multimodal_model_type == "phi4mm"
 
 
 def test_inkling2_loop_message_queries_merged_in_order(tmp_path, monkeypatch):
@@ -531,3 +533,24 @@ def test_muse_without_text_only_names_its_towers(tmp_path, name, towers):
     assert f"{architecture}'s {towers} not built" in said
     assert f"pass --text-only to export its {WRAPPED_DECODERS[architecture]}_text text decoder alone" in said
     assert not (tmp_path / "out").exists()
+
+
+def test_one_tower_policy_for_listed_and_unlisted_classes():
+    """towers_refusal reads the config, not a list alone: an unlisted class with a vision or audio sub-config
+    (Llama-4's, Gemma-3n's own recipes match them) needs --text-only as a listed one does; a recipe that builds
+    the full package, or a config without towers, needs nothing."""
+    from gqa_export.arch.wrapped_decoders import towers_refusal
+    from gqa_export.recipes import builtin_recipes
+
+    recipes = {r.name: r for r in builtin_recipes()}
+    llama4 = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4", "vision_config": {"a": 1}}
+    said = towers_refusal(llama4, recipes["llama4"])
+    assert said == (
+        "Llama4ForConditionalGeneration's vision tower is not built and onnxruntime-genai 0.18 runs no llama4 "
+        "package; pass --text-only to export its llama4 text decoder alone (it computes the class's logits on "
+        "text prompts)"
+    )
+    assert towers_refusal({**llama4, "vision_config": None}, recipes["llama4"]) is None  # a config without towers
+    gemma3 = {"architectures": ["Gemma3ForConditionalGeneration"], "vision_config": {"a": 1}}
+    assert towers_refusal(gemma3, recipes["gemma3_vision"]) is None  # its full package
+    assert towers_refusal({**gemma3, "audio_config": {"a": 1}, "vision_config": None}, recipes["gemma3_vision"])

@@ -518,7 +518,7 @@ MUTANTS: list[Mutant] = [
       "if False:",
       ["tests/arch/test_qwen4_exp.py::test_sigmoid_output_gate_matches_hf_and_silu_does_not"]),
     M("wrapped-text-only-gate-dropped", "guard", "gqa_export/plan/model_phase.py",
-      "if plan.user_recipe is None and wrapped is not None and not request.text_only:  # its towers are not built",
+      "if not request.text_only and (refused := towers_refusal(checkpoint.raw_config, recipe)) is not None:",
       "if False:",
       ["tests/arch/test_wrapped_decoders.py::"
        "test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_read"]),
