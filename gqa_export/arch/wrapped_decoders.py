@@ -1,4 +1,5 @@
-"""Multimodal classes that wrap an exported family's text decoder, read only with --text-only.
+"""Multimodal classes that wrap an exported family's text decoder, read only with --text-only; and the one
+rule (`towers_refusal`) for every checkpoint whose towers a build does not write.
 
 Each class here runs its `language_model` (or `text_model`) unchanged on a prompt of token ids
 alone: its placeholder ids are rows of the decoder's own embedding table and its mask is causal,
@@ -10,6 +11,9 @@ qwen2_5_vl, qwen3_vl, qwen3_5, qwen3_5_moe, videochat_flash_qwen; gemma4 and phi
 So `build` exports the decoder only when asked (`--text-only`), under the decoder family's own
 recipe, and otherwise refuses in one line that says so: a package that silently dropped the
 images a user brought the checkpoint for would be the wrong package.
+The rule reaches past the list: a class a recipe of its own matches (Gemma-3n's, Llama-4's,
+Gemma-4-Unified's) needs --text-only too when its config carries a vision or audio sub-config the recipe
+builds no full package for (docs/coverage.md §21).
 
 Phi-4-multimodal is the one listed class whose full package genai runs (phi4mm) and gqa-export builds
 (its image side, docs/multimodal.md §15): its own recipe names the package type, so it is not
