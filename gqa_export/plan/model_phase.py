@@ -296,9 +296,9 @@ def _merged_adapter(
     store: WeightStore, checkpoint: Checkpoint, setting: str, full: bool
 ) -> tuple[WeightStore, list[str]]:
     """The decoder's weights with the chosen stored adapter merged, and what the build says of it."""
-    if setting == "auto" and not full:
-        return store, []
-    adapter = choose_adapter(setting, full, stored_adapters(store, checkpoint.source.model_dir, checkpoint.raw_config))
+    adapter = choose_adapter(
+        setting, full, lambda: stored_adapters(store, checkpoint.source.model_dir, checkpoint.raw_config)
+    )
     if adapter is None:
         return store, []
     said = [f"the decoder's weights carry the checkpoint's {adapter.name} LoRA adapter, merged"]

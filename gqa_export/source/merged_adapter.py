@@ -89,9 +89,15 @@ def _peft_adapter(name: str, folder: Path) -> StoredAdapter:
     return StoredAdapter(name, peft, pairs, lambda module, rank: module_scaling(config, module, rank))
 
 
-def choose_adapter(setting: str, full_package: bool, adapters: dict[str, StoredAdapter]) -> StoredAdapter | None:
-    """The adapter `merged_adapter` names: auto is `vision` in a full multimodal package where stored."""
-    if setting == "none" or (setting == "auto" and not (full_package and "vision" in adapters)):
+def choose_adapter(
+    setting: str, full_package: bool, find_adapters: Callable[[], dict[str, StoredAdapter]]
+) -> StoredAdapter | None:
+    """The adapter `merged_adapter` names: auto is `vision` in a full multimodal package where stored.
+    The checkpoint is searched for adapters only where the setting can choose one."""
+    if setting == "none" or (setting == "auto" and not full_package):
+        return None
+    adapters = find_adapters()
+    if setting == "auto" and "vision" not in adapters:
         return None
     name = "vision" if setting == "auto" else setting
     if name not in adapters:
