@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from gqa_export.arch.wrapped_decoders import carries_towers
 from gqa_export.errors import InputError, PackageLintError
 from gqa_export.jsonio import read_json
 from gqa_export.package.draft import attach_draft, draft_problems, rewind_refusal, tokenizer_mismatch
@@ -112,7 +113,7 @@ def _resolve_pair(
 ) -> Pair:  # fmt: skip
     raw = draft_checkpoint.raw_config
     draft_opts = replace(
-        draft_request(opts, opts.output / "draft-build"), text_only="vision_config" in raw,
+        draft_request(opts, opts.output / "draft-build"), text_only=carries_towers(raw),
         dequantize=opts.dequantize and is_bitsandbytes(raw.get("quantization_config") or {}),
     )  # fmt: skip
     draft_plan = resolve_model(resolve_request(draft_opts, output=False), draft_checkpoint, reporter)

@@ -189,6 +189,14 @@ def towers_refusal(raw_config: Mapping[str, Any], recipe: Recipe) -> str | None:
     )
 
 
+def carries_towers(raw_config: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint holds towers besides its decoder: a listed class, or a vision / audio sub-config
+    (what --text-only acts on; a speculative draft, always a text decoder, gets the flag where this holds)."""
+    architectures = raw_config.get("architectures")
+    listed = isinstance(architectures, list) and bool(architectures) and architectures[0] in WRAPPED_DECODERS
+    return listed or bool(config_towers(raw_config))
+
+
 def config_towers(config: Mapping[str, Any]) -> list[str]:
     """The towers a config.json (or transformers' default config of a type) describes: "vision", "audio"."""
     return [name for name in ("vision", "audio") if config.get(f"{name}_config")]

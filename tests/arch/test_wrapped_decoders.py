@@ -554,3 +554,7 @@ def test_one_tower_policy_for_listed_and_unlisted_classes():
     gemma3 = {"architectures": ["Gemma3ForConditionalGeneration"], "vision_config": {"a": 1}}
     assert towers_refusal(gemma3, recipes["gemma3_vision"]) is None  # its full package
     assert towers_refusal({**gemma3, "audio_config": {"a": 1}, "vision_config": None}, recipes["gemma3_vision"])
+    from gqa_export.arch.wrapped_decoders import carries_towers  # what a speculative draft gets --text-only for
+
+    assert carries_towers(llama4) and carries_towers({"architectures": ["FuyuForCausalLM"]})
+    assert not carries_towers({**llama4, "vision_config": None}) and not carries_towers({"architectures": None})
