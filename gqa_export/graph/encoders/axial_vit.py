@@ -34,7 +34,7 @@ from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.encoders.clipped_linear import clipped_linear
-from gqa_export.graph.encoders.siglip import GELU
+from gqa_export.graph.encoders.encoder_ops import GELU, cos_sin, matmul, rms_norm, vector
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.source.weights import WeightStore
@@ -145,10 +145,7 @@ def _axial_rotary(
         ax, ay = (b.op("Mul", b.op("Unsqueeze", b.op("Cast", p, to=F32), b.const([-1], "last", "int64")), freq)
                   for p in (px, py))  # fmt: skip
         angles = b.op("Unsqueeze", b.op("Concat", ax, ax, ay, ay, axis=-1), b.const([2], "heads", "int64"))
-        cos, sin = b.op("Cos", angles), b.op("Sin", angles)
-        if dtype != F32:
-            cos, sin = b.op("Cast", cos, to=dtype), b.op("Cast", sin, to=dtype)
-    return cos, sin
+        return cos_sin(b, angles, dtype)
 
 
 def _encoder_layer(
@@ -226,7 +223,7 @@ def _project(b: GraphBuilder, x: ir.Value, dims: AxialVitDims, params: Params) -
     with b.scope("embed_vision"):
         h = _rms(b, x, None, dims.projector_eps, params, width=dims.hidden)
         name = f"{dims.projector}embed_vision.embedding_projection.weight"
-        return b.op("MatMul", h, b.initializer(name, params.matmul_weight([name])))
+        return matmul(b, h, name, params)
 
 
 def _rms(
@@ -236,8 +233,8 @@ def _rms(
     if weight is None:
         w = b.const(np.ones(width or 1, NUMPY_DTYPES[params.dtype]), "ones")
     else:
-        w = b.initializer(weight, params.vector([weight]))
-    return b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=eps, stash_type=1)
+        w = vector(b, weight, params)
+    return rms_norm(b, x, w, eps)
 
 
 def _linear(

@@ -8,11 +8,8 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from gqa_export.graph.builder import GraphBuilder
+from gqa_export.graph.encoders.encoder_ops import matmul
 from gqa_export.graph.params import Params
-
-
-def matmul(b: GraphBuilder, x: ir.Value, weight: str, params: Params) -> ir.Value:
-    return b.op("MatMul", x, b.initializer(weight, params.matmul_weight([weight])))
 
 
 def clipped_linear(b: GraphBuilder, x: ir.Value, module: str, clipped: bool, params: Params) -> ir.Value:

@@ -40,7 +40,8 @@ from gqa_export.graph.encoders.chunked_attention import (
     key_mask,
     relative_table,
 )
-from gqa_export.graph.encoders.clipped_linear import clipped_linear, matmul
+from gqa_export.graph.encoders.clipped_linear import clipped_linear
+from gqa_export.graph.encoders.encoder_ops import linear, matmul, rms_norm, silu, vector
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
@@ -138,8 +139,7 @@ def build_conformer(dims: ConformerDims, params: Params) -> ir.Model:
         with b.scope(f"layers.{i}"):
             x = _layer(b, x, (table, allowed, index, blocks, length), dims, params, f"{t}layers.{i}.")
     with b.scope("output_proj"):
-        x = b.op("Add", matmul(b, x, f"{t}output_proj.weight", params),
-                 b.initializer(f"{t}output_proj.bias", params.vector([f"{t}output_proj.bias"])))  # fmt: skip
+        x = linear(b, x, f"{t}output_proj", params)
     with b.scope("embed_audio"):
         x = _rms(b, x, None, dims.eps)
         x = matmul(b, x, f"{dims.projector}embed_audio.embedding_projection.weight", params)
@@ -163,7 +163,7 @@ def _subsample(
             h = b.op("Mul", h, keep)
             weight = b.initializer(f"{layer}conv.weight", params.tensor(f"{layer}conv.weight"))
             h = b.op("Conv", h, weight, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
-            norm = b.initializer(f"{layer}norm.weight", params.vector([f"{layer}norm.weight"]))
+            norm = vector(b, f"{layer}norm.weight", params)
             h = b.op("LayerNormalization", b.op("Transpose", h, perm=[0, 2, 3, 1]), norm, axis=-1, epsilon=dims.eps)
             h = b.op("Relu", h)  # [B, T', mel', C] channels last
             if i == 0:
@@ -191,7 +191,7 @@ def _layer(
 def _feed_forward(b: GraphBuilder, x: ir.Value, dims: ConformerDims, params: Params, name: str) -> ir.Value:
     with b.scope(name.rstrip(".").rsplit(".", 1)[-1]):
         h = _rms(b, _clip(b, x, dims), f"{name}pre_layer_norm.weight", 1e-6, params)
-        h = _linear(b, _silu(b, _linear(b, h, f"{name}ffw_layer_1", dims, params)), f"{name}ffw_layer_2", dims,
+        h = _linear(b, silu(b, _linear(b, h, f"{name}ffw_layer_1", dims, params)), f"{name}ffw_layer_2", dims,
                     params)  # fmt: skip
         h = _rms(b, _clip(b, h, dims), f"{name}post_layer_norm.weight", 1e-6, params)
         return b.op("Add", b.op("Mul", h, b.const(np.float32(dims.residual_weight), "residual_weight")), x)
@@ -229,7 +229,7 @@ def _light_conv(b: GraphBuilder, x: ir.Value, dims: ConformerDims, params: Param
         k = dims.conv_kernel
         h = b.op("Conv", h, weight, kernel_shape=[k], pads=[k - 1, 0], group=dims.attention.hidden)
         h = _rms(b, _clip(b, b.op("Transpose", h, perm=[0, 2, 1]), dims), f"{name}conv_norm.weight", dims.eps, params)
-        return b.op("Add", _linear(b, _silu(b, h), f"{name}linear_end", dims, params), x)
+        return b.op("Add", _linear(b, silu(b, h), f"{name}linear_end", dims, params), x)
 
 
 def _rms(b: GraphBuilder, x: ir.Value, weight: str | None, eps: float, params: Params | None = None) -> ir.Value:
@@ -238,12 +238,7 @@ def _rms(b: GraphBuilder, x: ir.Value, weight: str | None, eps: float, params: P
         ms = b.op("ReduceMean", b.op("Mul", x, x), b.const([-1], "last", I64), keepdims=1)
         return b.op("Mul", x, b.op("Pow", b.op("Add", ms, b.const(np.float32(eps), "eps")),
                                    b.const(np.float32(-0.5), "minus_half")))  # fmt: skip
-    w = b.initializer(weight, params.vector([weight]))
-    return b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=eps, stash_type=1)
-
-
-def _silu(b: GraphBuilder, x: ir.Value) -> ir.Value:
-    return b.op("Mul", x, b.op("Sigmoid", x))
+    return rms_norm(b, x, vector(b, weight, params), eps)
 
 
 def _clip(b: GraphBuilder, x: ir.Value, dims: ConformerDims) -> ir.Value:

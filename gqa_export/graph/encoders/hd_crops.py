@@ -30,7 +30,7 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
-from gqa_export.graph.encoders.naflex_vit import GELU, _encoder_layer, _key_bias, _linear
+from gqa_export.graph.encoders.encoder_ops import GELU, key_bias, linear, masked_vit_layer, patch_embedding
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
@@ -120,26 +120,22 @@ def build_hd_crops(dims: HdCropDims, params: Params) -> ir.Model:
     x = x if dtype == F32 else b.op("Cast", x, to=dtype)
     crops_mask = b.op("Reshape", mask, b.const([-1, m, m], "crop_masks", "int64"))
     with b.scope("embeddings"):
-        conv = f"{t}embeddings.patch_embedding"
-        w = b.initializer(f"{conv}.weight", params.tensor(f"{conv}.weight"))
-        bias = b.initializer(f"{conv}.bias", params.vector([f"{conv}.bias"]))
-        x = b.op("Conv", x, w, bias, kernel_shape=[dims.patch] * 2, strides=[dims.patch] * 2)
-        x = b.op("Transpose", b.op("Reshape", x, b.const([0, d, -1], "grid_flat", "int64")), perm=[0, 2, 1])
+        x = patch_embedding(b, x, f"{t}embeddings.patch_embedding", dims.patch, d, params)
         table = f"{t}embeddings.position_embedding.weight"
         positions = b.op("Gather", b.initializer(table, params.tensor(table)), _navit_buckets(b, crops_mask, m))
         x = typed(b.op("Add", x, positions), dtype, ["crops", m * m, d])
     keys = b.op("Reshape", crops_mask, b.const([0, -1], "patch_mask", "int64"))
-    key_bias = _key_bias(b, keys, dtype)
+    bias = key_bias(b, keys, dtype)
     for i in range(dims.layers):
         with b.scope(f"encoder.layers.{i}"):
-            x = _encoder_layer(b, x, key_bias, dims, params, f"{t}encoder.layers.{i}.")  # type: ignore[arg-type]
+            x = masked_vit_layer(b, x, bias, dims, params, f"{t}encoder.layers.{i}.")
     rows = _pooled_rows(b, x, dims, params)
     index = _hd_index(b, sizes, mask, dims)
     with b.scope("projection"):
         y = b.op("Gather", rows, index)
         e = dims.embed
-        y = b.op("Gelu", _linear(b, y, f"{e}img_projection_up", params), approximate="none")
-        y = _linear(b, y, f"{e}img_projection_down", params)
+        y = b.op("Gelu", linear(b, y, f"{e}img_projection_up", params), approximate="none")
+        y = linear(b, y, f"{e}img_projection_down", params)
     b.output(y, "image_features", dtype, [T, dims.text_hidden])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 

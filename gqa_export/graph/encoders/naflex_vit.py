@@ -30,14 +30,14 @@ from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.encoders.antialias_positions import resized_positions
+from gqa_export.graph.encoders.encoder_ops import GELU, key_bias, layer_norm, linear, masked_vit_layer
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
-from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
 
 OPSETS = {"": 24}  # Attention-24
 N, P, T = "num_images", "max_num_patches", "num_image_tokens"
 I64 = ir.DataType.INT64
-GELU = {"gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu": "none"}  # HF name -> ONNX Gelu approximate
 PROJECTOR_NORM_EPS = 1e-5  # the projector's nn.LayerNorm keeps torch's default eps
 # a block's patches in a token's row: row-major within the block (HF's pixel unshuffle); "columns"
 # reads them column-major (a mutant the tests keep)
@@ -105,46 +105,19 @@ def build_naflex_vit(dims: NaflexDims, params: Params) -> ir.Model:
     sizes = b.input("image_sizes", I64, [N, 2])
     x = pixels if dtype == ir.DataType.FLOAT else b.op("Cast", pixels, to=dtype)
     with b.scope("embeddings"):
-        x = _linear(b, x, f"{t}embeddings.patch_embedding", params)
+        x = linear(b, x, f"{t}embeddings.patch_embedding", params)
         table = f"{t}embeddings.position_embedding.weight"
         patches = b.op("Shape", pixels, start=1, end=2)
         positions = resized_positions(b, b.initializer(table, params.tensor(table)), dims.side, sizes, patches, dtype)
         x = typed(b.op("Add", x, positions), dtype, [N, P, d])
-    bias = _key_bias(b, mask, dtype)
+    bias = key_bias(b, mask, dtype)
     for i in range(dims.layers):
         with b.scope(f"encoder.layers.{i}"):
-            x = _encoder_layer(b, x, bias, dims, params, f"{t}encoder.layers.{i}.")
-    x = _layer_norm(b, x, f"{t}post_layernorm", dims.eps, params)
+            x = masked_vit_layer(b, x, bias, dims, params, f"{t}encoder.layers.{i}.")
+    x = layer_norm(b, x, f"{t}post_layernorm", dims.eps, params)
     y = _projector(b, _unshuffled_tokens(b, x, sizes, dims), dims, params)
     b.output(y, "image_features", dtype, [T, dims.text_hidden])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
-
-
-def _key_bias(b: GraphBuilder, mask: ir.Value, dtype: ir.DataType) -> ir.Value:
-    """[N, 1, P, P] additive bias: 0 on an image's own patches, the lowest float on its padding
-    (HF's bidirectional padding mask; every image has a patch, so no row is all masked)."""
-    np_dtype = NUMPY_DTYPES[dtype]
-    with b.scope("padding_mask"):
-        keep = b.op("Cast", b.op("Unsqueeze", mask, b.const([1, 2], "ax12", "int64")), to=ir.DataType.BOOL)
-        low = np.finfo(np.float32).min if dtype == ir.DataType.FLOAT else -65504.0
-        bias = b.op("Where", keep, b.const(np.zeros((), np_dtype), "zero"), b.const(np.array(low, np_dtype), "low"))
-        # onnxruntime's Attention takes a mask with the queries' length (no broadcast over them)
-        n, p = b.op("Shape", mask, start=0, end=1), b.op("Shape", mask, start=1, end=2)
-        return b.op("Expand", bias, b.op("Concat", n, b.const([1], "heads", "int64"), p, p, axis=0))
-
-
-def _encoder_layer(
-    b: GraphBuilder, x: ir.Value, bias: ir.Value, dims: NaflexDims, params: Params, name: str
-) -> ir.Value:
-    h = _layer_norm(b, x, f"{name}layer_norm1", dims.eps, params)
-    a = f"{name}self_attn."
-    q, k, v = (_linear(b, h, a + proj, params) for proj in ("q_proj", "k_proj", "v_proj"))
-    heads = dims.heads
-    out = b.op("Attention", q, k, v, bias, q_num_heads=heads, kv_num_heads=heads, scale=(dims.hidden // heads) ** -0.5)
-    x = b.op("Add", x, _linear(b, out, a + "out_proj", params), name="attn_residual")
-    h = _layer_norm(b, x, f"{name}layer_norm2", dims.eps, params)
-    h = b.op("Gelu", _linear(b, h, f"{name}mlp.fc1", params), approximate=dims.approximate)
-    return b.op("Add", x, _linear(b, h, f"{name}mlp.fc2", params), name="mlp_residual")
 
 
 def _unshuffled_tokens(b: GraphBuilder, x: ir.Value, sizes: ir.Value, dims: NaflexDims) -> ir.Value:
@@ -189,19 +162,6 @@ def _projector(b: GraphBuilder, x: ir.Value, dims: NaflexDims, params: Params) -
     m = dims.projector
     with b.scope("projector"):
         if dims.projector_norm:
-            x = _layer_norm(b, x, f"{m}layer_norm", PROJECTOR_NORM_EPS, params)
-        x = b.op("Gelu", _linear(b, x, f"{m}linear_1", params), approximate=dims.projector_approximate)
-        return _linear(b, x, f"{m}linear_2", params)
-
-
-def _linear(b: GraphBuilder, x: ir.Value, module: str, params: Params) -> ir.Value:
-    y = b.op("MatMul", x, b.initializer(f"{module}.weight", params.matmul_weight([f"{module}.weight"])))
-    if f"{module}.bias" in params.store:
-        y = b.op("Add", y, b.initializer(f"{module}.bias", params.vector([f"{module}.bias"])))
-    return y
-
-
-def _layer_norm(b: GraphBuilder, x: ir.Value, module: str, eps: float, params: Params) -> ir.Value:
-    w = b.initializer(f"{module}.weight", params.vector([f"{module}.weight"]))
-    bias = b.initializer(f"{module}.bias", params.vector([f"{module}.bias"]))
-    return b.op("LayerNormalization", x, w, bias, axis=-1, epsilon=eps, stash_type=1, name=module.rsplit(".", 1)[-1])
+            x = layer_norm(b, x, f"{m}layer_norm", PROJECTOR_NORM_EPS, params)
+        x = b.op("Gelu", linear(b, x, f"{m}linear_1", params), approximate=dims.projector_approximate)
+        return linear(b, x, f"{m}linear_2", params)

@@ -34,8 +34,8 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.encoders.clipped_linear import matmul
 from gqa_export.graph.encoders.conformer_windows import Windows, WindowShape, unwindow, windows
+from gqa_export.graph.encoders.encoder_ops import linear, silu, vector
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
@@ -126,7 +126,7 @@ def build_nemo_conformer(dims: NemoConformerDims, params: Params) -> ir.Model:
     if dims.input_norm:
         with b.scope("encoder_embedding"):
             mean, invstd = (f"{e}encoder_embedding.global_{n}" for n in ("mean", "invstd"))
-            x = b.op("Mul", b.op("Sub", x, _vector(b, mean, params)), _vector(b, invstd, params))
+            x = b.op("Mul", b.op("Sub", x, vector(b, mean, params)), vector(b, invstd, params))
     with b.scope("embed"):
         x = _subsample(b, x, dims, params, f"{e}embed.")
     with b.scope("windows"):
@@ -170,17 +170,9 @@ def _tensor(params: Params, module: str, name: str) -> ir.TensorProtocol:
     return params.matmul_weight([full]) if name == "weight" else params.vector([full])
 
 
-def _vector(b: GraphBuilder, name: str, params: Params) -> ir.Value:
-    return b.initializer(name, params.vector([name]))
-
-
-def _linear(b: GraphBuilder, x: ir.Value, module: str, params: Params) -> ir.Value:
-    return b.op("Add", matmul(b, x, f"{module}.weight", params), _vector(b, f"{module}.bias", params))
-
-
 def _conv(b: GraphBuilder, x: ir.Value, module: str, params: Params, **attrs: Any) -> ir.Value:
     weight = b.initializer(f"{module}.weight", params.tensor(f"{module}.weight"))
-    return b.op("Conv", x, weight, _vector(b, f"{module}.bias", params), **attrs)
+    return b.op("Conv", x, weight, vector(b, f"{module}.bias", params), **attrs)
 
 
 def _act(b: GraphBuilder, x: ir.Value, kind: str) -> ir.Value:
@@ -188,11 +180,11 @@ def _act(b: GraphBuilder, x: ir.Value, kind: str) -> ir.Value:
         return b.op("Relu", x)
     if kind == "gelu":
         return b.op("Gelu", x)
-    return b.op("Mul", x, b.op("Sigmoid", x))  # swish / silu
+    return silu(b, x)  # swish / silu
 
 
 def _norm(b: GraphBuilder, x: ir.Value, module: str, params: Params) -> ir.Value:
-    weight, bias = (_vector(b, f"{module}.{n}", params) for n in ("weight", "bias"))
+    weight, bias = (vector(b, f"{module}.{n}", params) for n in ("weight", "bias"))
     return b.op("LayerNormalization", x, weight, bias, axis=-1, epsilon=EPS)
 
 
@@ -207,7 +199,7 @@ def _subsample(b: GraphBuilder, x: ir.Value, dims: NemoConformerDims, params: Pa
         h = _conv(b, h, f"{name}conv.{2 + 3 * k}", params, group=channels, **halve)
         h = _act(b, _conv(b, h, f"{name}conv.{3 + 3 * k}", params, kernel_shape=[1, 1]), dims.nemo_activation)
     rows = b.op("Reshape", b.op("Transpose", h, perm=[0, 2, 1, 3]), b.const([0, 0, -1], "frame_rows", np.int64))
-    return _linear(b, rows, f"{name}out", params)
+    return linear(b, rows, f"{name}out", params)
 
 
 def _layer(b: GraphBuilder, x: ir.Value, w: Windows, dims: NemoConformerDims, params: Params, name: str) -> ir.Value:
@@ -223,9 +215,9 @@ def _layer(b: GraphBuilder, x: ir.Value, w: Windows, dims: NemoConformerDims, pa
 def _feed_forward(b: GraphBuilder, x: ir.Value, dims: NemoConformerDims, params: Params, name: str) -> ir.Value:
     """LayerNorm, gate_up_proj, up · act(gate) (up first), down_proj."""
     with b.scope(name.rsplit(".", 1)[-1]):
-        up, gate = b.op_multi("Split", _linear(b, _norm(b, x, f"{name}.layer_norm", params), f"{name}.gate_up_proj",
-                                               params), axis=-1, num_outputs=2, outputs=2)  # fmt: skip
-        return _linear(b, b.op("Mul", up, _act(b, gate, dims.activation)), f"{name}.down_proj", params)
+        up, gate = b.op_multi("Split", linear(b, _norm(b, x, f"{name}.layer_norm", params), f"{name}.gate_up_proj",
+                                              params), axis=-1, num_outputs=2, outputs=2)  # fmt: skip
+        return linear(b, b.op("Mul", up, _act(b, gate, dims.activation)), f"{name}.down_proj", params)
 
 
 def _attention(
@@ -235,14 +227,14 @@ def _attention(
     with b.scope("self_attn"):
         heads = b.const([0, 0, dims.heads, dims.hidden // dims.heads], "heads", np.int64)
         q, k, v = (
-            b.op("Transpose", b.op("Reshape", _linear(b, x, f"{name}{p}_proj", params), heads), perm=[0, 2, 1, 3])
+            b.op("Transpose", b.op("Reshape", linear(b, x, f"{name}{p}_proj", params), heads), perm=[0, 2, 1, 3])
             for p in ("q", "k", "v")
         )
         scale = b.const(np.float32((dims.hidden // dims.heads) ** -0.5), "scale")
         scores = b.op("Add", b.op("Mul", b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2])), scale), w.bias)
         out = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
         merged = b.op("Reshape", b.op("Transpose", out, perm=[0, 2, 1, 3]), b.const([0, 0, -1], "merged", np.int64))
-        return _linear(b, merged, f"{name}o_proj", params)
+        return linear(b, merged, f"{name}o_proj", params)
 
 
 def _conv_module(b: GraphBuilder, x: ir.Value, dims: NemoConformerDims, params: Params, name: str) -> ir.Value:

@@ -32,9 +32,10 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.encoders.encoder_ops import activation, cos_sin, linear, patch_attention, rms_norm, vector
 from gqa_export.graph.encoders.patch_grid import segment_bias
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
-from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
 
 OPSETS = {"": 21}
@@ -144,7 +145,6 @@ class _Grid:
 class _Tower:
     def __init__(self, b: GraphBuilder, dims: PixtralDims, params: Params) -> None:
         self.b, self.dims, self.params = b, dims, params
-        self.np_dtype = NUMPY_DTYPES[params.dtype]
 
     def c(self, value: int | list[int], name: str) -> ir.Value:
         return self.b.const(value, name, "int64")
@@ -202,21 +202,14 @@ class _Tower:
             return b.op("Reshape", b.op("Transpose", gathered, perm=list(BLOCK_ROW_PERM)), c([-1, d * m * m], "merged"))
 
     def linear(self, x: ir.Value, module: str) -> ir.Value:
-        b, store = self.b, self.params.store
-        y = b.op("MatMul", x, b.initializer(f"{module}.weight", self.params.matmul_weight([f"{module}.weight"])))
-        if f"{module}.bias" in store:
-            y = b.op("Add", y, b.initializer(f"{module}.bias", self.params.vector([f"{module}.bias"])))
-        return y
+        return linear(self.b, x, module, self.params)
 
     def norm(self, x: ir.Value, module: str, eps: float) -> ir.Value:
         """RMSNorm: weight * x / sqrt(mean(x²) + eps) (HF's in float32: the same at fp32)."""
-        w = self.b.initializer(f"{module}.weight", self.params.vector([f"{module}.weight"]))
-        return self.b.op("SimplifiedLayerNormalization", x, w, axis=-1, epsilon=eps, stash_type=1)
+        return rms_norm(self.b, x, vector(self.b, f"{module}.weight", self.params), eps)
 
     def activation(self, x: ir.Value, act: str) -> ir.Value:
-        if act == "silu":
-            return self.b.op("Mul", x, self.b.op("Sigmoid", x))
-        return self.b.op("Gelu", x, approximate="tanh" if act == "gelu_pytorch_tanh" else "none")
+        return activation(self.b, x, act, self.params.dtype)
 
     def rotary(self, pos_h: ir.Value, pos_w: ir.Value) -> tuple[ir.Value, ir.Value]:
         """cos/sin [P, 1, head_dim]: h·f_even | w·f_odd, f_i = theta^(-2i/head_dim), repeated twice."""
@@ -230,10 +223,7 @@ class _Tower:
             ]
             half = b.op("Concat", *ang, axis=-1)
             angles = b.op("Unsqueeze", b.op("Concat", half, half, axis=-1), col)
-            cos, sin = b.op("Cos", angles), b.op("Sin", angles)
-            if self.params.dtype != ir.DataType.FLOAT:
-                cos, sin = (b.op("Cast", v, to=self.params.dtype) for v in (cos, sin))
-        return cos, sin
+            return cos_sin(b, angles, self.params.dtype)
 
     def layer(self, name: str, x: ir.Value, cos: ir.Value, sin: ir.Value, bias: ir.Value) -> ir.Value:
         b, dtype, hidden = self.b, self.params.dtype, [P, self.dims.hidden]
@@ -251,18 +241,5 @@ class _Tower:
         with b.scope("attn"):
             shape = self.c([0, heads, hd], "heads")
             q, k, v = (b.op("Reshape", self.linear(x, f"{name}{p}_proj"), shape) for p in "qkv")
-            q, k = self.rotate(q, cos, sin, "q"), self.rotate(k, cos, sin, "k")
-            q, v = (b.op("Transpose", s, perm=[1, 0, 2]) for s in (q, v))  # [heads, P, hd]
-            k = b.op("Transpose", k, perm=[1, 2, 0])  # [heads, hd, P]
-            scale = b.const(np.array(hd**-0.5, self.np_dtype), "scale")
-            scores = b.op("Add", b.op("Mul", b.op("MatMul", q, k), scale), bias)
-            out = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
-            out = b.op("Reshape", b.op("Transpose", out, perm=[1, 0, 2]), self.c([0, -1], "flat"))
+            out = patch_attention(b, (q, k, v), (cos, sin), bias, hd, self.params.dtype)
             return self.linear(out, f"{name}o_proj")
-
-    def rotate(self, x: ir.Value, cos: ir.Value, sin: ir.Value, name: str) -> ir.Value:
-        """x·cos + rotate_half(x)·sin over the whole head (x [P, heads, hd])."""
-        b, half = self.b, self.dims.head_dim // 2
-        x1, x2 = b.op_multi("Split", x, self.c([half, half], "halves"), axis=-1, outputs=2, name=f"{name}_split")
-        turned = b.op("Concat", b.op("Neg", x2), x1, axis=-1)
-        return b.op("Add", b.op("Mul", x, cos), b.op("Mul", turned, sin), name=f"{name}_rope")

@@ -42,6 +42,7 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.encoders.encoder_ops import activation, cos_sin, linear, patch_attention
 from gqa_export.graph.encoders.patch_grid import patch_grid, segment_bias
 from gqa_export.graph.encoders.position_table import interpolated_positions
 from gqa_export.graph.params import NUMPY_DTYPES, Params
@@ -235,12 +236,8 @@ class _Tower:
         return self.prefix + name in self.params.store
 
     def linear(self, x: ir.Value, module: str) -> ir.Value:
-        name = f"{self.prefix}{module}"
-        w = self.b.initializer(f"{name}.weight", self.params.matmul_weight([f"{name}.weight"]))
-        y = self.b.op("MatMul", x, w, name=f"{module}/MatMul")
-        if f"{name}.bias" in self.params.store:
-            y = self.b.op("Add", y, self.b.initializer(f"{name}.bias", self.params.vector([f"{name}.bias"])))
-        return y
+        """The Linear under the checkpoint prefix, its MatMul named by the module alone."""
+        return linear(self.b, x, f"{self.prefix}{module}", self.params, matmul_name=f"{module}/MatMul")
 
     def norm(self, x: ir.Value, module: str) -> ir.Value:
         """LayerNorm where the checkpoint has its bias, else RMSNorm: weight * x / sqrt(mean(x²) + eps),
@@ -268,10 +265,7 @@ class _Tower:
             ]
             half = b.op("Concat", *ang, axis=-1)
             angles = b.op("Unsqueeze", b.op("Concat", half, half, axis=-1), col)  # [P, 1, head_dim]
-            cos, sin = b.op("Cos", angles), b.op("Sin", angles)
-            if self.params.dtype != ir.DataType.FLOAT:
-                cos, sin = (b.op("Cast", v, to=self.params.dtype) for v in (cos, sin))
-        return cos, sin
+            return cos_sin(b, angles, self.params.dtype)
 
     def block(self, i: int, x: ir.Value, cos: ir.Value, sin: ir.Value, bias: ir.Value) -> ir.Value:
         b, dims = self.b, self.dims
@@ -289,12 +283,7 @@ class _Tower:
         return typed(b.op("Add", x, z, name="mlp_residual"), self.params.dtype, hidden)
 
     def activation(self, x: ir.Value) -> ir.Value:
-        b, act = self.b, self.dims.hidden_act
-        if act == "silu":
-            return b.op("Mul", x, b.op("Sigmoid", x))
-        if act == "quick_gelu":
-            return b.op("Mul", x, b.op("Sigmoid", b.op("Mul", x, b.const(np.array(1.702, self.np_dtype), "qg"))))
-        return b.op("Gelu", x, approximate="tanh" if act == "gelu_pytorch_tanh" else "none")
+        return activation(self.b, x, self.dims.hidden_act, self.params.dtype)
 
     def attention(self, x: ir.Value, module: str, cos: ir.Value, sin: ir.Value, bias: ir.Value) -> ir.Value:
         """Bidirectional multi-head attention of every patch over the patches `bias` lets it see."""
@@ -306,21 +295,5 @@ class _Tower:
                 b.op("Squeeze", part, b.const([1], "one", "int64"))
                 for part in b.op_multi("Split", qkv, axis=1, num_outputs=3, outputs=3)
             )
-            q, k = (self.rotate(s, cos, sin, n) for s, n in ((q, "q"), (k, "k")))
-            q, v = (b.op("Transpose", s, perm=[1, 0, 2]) for s in (q, v))  # [heads, P, hd]
-            k = b.op("Transpose", k, perm=[1, 2, 0])  # [heads, hd, P]
-            scale = b.const(np.array(hd**-0.5, self.np_dtype), "scale")
-            scores = b.op("Add", b.op("Mul", b.op("MatMul", q, k), scale), bias)
-            out = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
-            out = b.op("Reshape", b.op("Transpose", out, perm=[1, 0, 2]), b.const([0, -1], "flat", "int64"))
+            out = patch_attention(b, (q, k, v), (cos, sin), bias, hd, self.params.dtype)
             return self.linear(out, f"{module}.attn.proj")
-
-    def rotate(self, x: ir.Value, cos: ir.Value, sin: ir.Value, name: str) -> ir.Value:
-        """x·cos + rotate_half(x)·sin over the whole head dim (x [P, heads, hd])."""
-        b = self.b
-        half = self.dims.head_dim // 2
-        x1, x2 = b.op_multi(
-            "Split", x, b.const([half, half], "halves", "int64"), axis=-1, outputs=2, name=f"{name}_split"
-        )
-        turned = b.op("Concat", b.op("Neg", x2), x1, axis=-1)
-        return b.op("Add", b.op("Mul", x, cos), b.op("Mul", turned, sin), name=f"{name}_rope")

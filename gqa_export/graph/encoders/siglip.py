@@ -21,14 +21,13 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.encoders.encoder_ops import GELU, layer_norm, linear, patch_embedding
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
 
 OPSETS = {"": 24}  # Attention-24 (as the standard-Attention decoders)
 N, TOKENS = "num_images", "num_image_tokens"
-# HF activation names -> ONNX Gelu's `approximate`
-GELU = {"gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu": "none"}
 
 
 @dataclass(frozen=True)
@@ -92,26 +91,22 @@ def build_pooled_vit(dims: PooledVitDims, params: Params) -> ir.Model:
     x = pixels if dtype == ir.DataType.FLOAT else b.op("Cast", pixels, to=dtype)
     t, p = dims.tower, dims.patch
     with b.scope("embeddings"):
-        conv = f"{t}embeddings.patch_embedding"
-        w = b.initializer(f"{conv}.weight", params.tensor(f"{conv}.weight"))
-        bias = b.initializer(f"{conv}.bias", params.vector([f"{conv}.bias"]))
-        x = b.op("Conv", x, w, bias, kernel_shape=[p, p], strides=[p, p])
-        x = b.op("Transpose", b.op("Reshape", x, b.const([0, d, -1], "grid_flat", "int64")), perm=[0, 2, 1])
+        x = patch_embedding(b, x, f"{t}embeddings.patch_embedding", p, d, params)
         pos = f"{t}embeddings.position_embedding.weight"
         x = typed(b.op("Add", x, b.initializer(pos, params.tensor(pos))), dtype, [N, dims.grid**2, d])
     for i in range(dims.layers):
         with b.scope(f"encoder.layers.{i}"):
             x = _encoder_layer(b, x, dims, params, f"{t}encoder.layers.{i}.")
-    x = _layer_norm(b, x, f"{t}post_layernorm", dims, params)
+    x = layer_norm(b, x, f"{t}post_layernorm", dims.eps, params)
     x = _project(b, x, dims, params)
     b.output(x, "image_features", dtype, [N, dims.tokens_per_image, dims.text_hidden])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
 
 def _encoder_layer(b: GraphBuilder, x: ir.Value, dims: PooledVitDims, params: Params, name: str) -> ir.Value:
-    h = _layer_norm(b, x, f"{name}layer_norm1", dims, params)
+    h = layer_norm(b, x, f"{name}layer_norm1", dims.eps, params)
     x = b.op("Add", x, _attention(b, h, dims, params, f"{name}self_attn."), name="attn_residual")
-    h = _layer_norm(b, x, f"{name}layer_norm2", dims, params)
+    h = layer_norm(b, x, f"{name}layer_norm2", dims.eps, params)
     h = b.op("Gelu", _linear(b, h, f"{name}mlp.fc1", params), approximate=dims.approximate)
     return b.op("Add", x, _linear(b, h, f"{name}mlp.fc2", params), name="mlp_residual")
 
@@ -126,16 +121,8 @@ def _attention(b: GraphBuilder, x: ir.Value, dims: PooledVitDims, params: Params
 
 
 def _linear(b: GraphBuilder, x: ir.Value, module: str, params: Params) -> ir.Value:
-    w = b.initializer(f"{module}.weight", params.matmul_weight([f"{module}.weight"]))
-    bias = b.initializer(f"{module}.bias", params.vector([f"{module}.bias"]))
-    return b.op("Add", b.op("MatMul", x, w), bias, name=module.rsplit(".", 1)[-1])
-
-
-def _layer_norm(b: GraphBuilder, x: ir.Value, module: str, dims: PooledVitDims, params: Params) -> ir.Value:
-    w = b.initializer(f"{module}.weight", params.vector([f"{module}.weight"]))
-    bias = b.initializer(f"{module}.bias", params.vector([f"{module}.bias"]))
-    name = module.rsplit(".", 1)[-1]
-    return b.op("LayerNormalization", x, w, bias, axis=-1, epsilon=dims.eps, stash_type=1, name=name)
+    """The tower's biased Linear, its Add named after the module (`q_proj`, `fc1`)."""
+    return linear(b, x, module, params, add_name=module.rsplit(".", 1)[-1])
 
 
 def _project(b: GraphBuilder, x: ir.Value, dims: PooledVitDims, params: Params) -> ir.Value:

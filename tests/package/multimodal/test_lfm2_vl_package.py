@@ -124,9 +124,9 @@ def _positions_without_antialias(monkeypatch):
 def _padding_attended(monkeypatch):
     from gqa_export.graph.encoders import naflex_vit
 
-    key_bias = naflex_vit._key_bias  # every patch kept: a mask of ones
+    key_bias = naflex_vit.key_bias  # every patch kept: a mask of ones
     ones = lambda b, mask: b.op("Add", b.op("Mul", mask, b.const(0, "zero", "int64")), b.const(1, "one", "int64"))  # noqa: E731
-    monkeypatch.setattr(naflex_vit, "_key_bias", lambda b, mask, dtype: key_bias(b, ones(b, mask), dtype))
+    monkeypatch.setattr(naflex_vit, "key_bias", lambda b, mask, dtype: key_bias(b, ones(b, mask), dtype))
 
 
 def _vision_graph(checkpoint: Path, out: Path) -> Path:

@@ -212,9 +212,9 @@ def _positions_unpadded(monkeypatch):
 def _padding_attended(monkeypatch):
     from gqa_export.graph.encoders import hd_crops
 
-    key_bias = hd_crops._key_bias
+    key_bias = hd_crops.key_bias
     ones = lambda b, mask: b.op("Add", b.op("Mul", mask, b.const(np.float32(0), "z")), b.const(np.float32(1), "o"))  # noqa: E731
-    monkeypatch.setattr(hd_crops, "_key_bias", lambda b, mask, dtype: key_bias(b, ones(b, mask), dtype))
+    monkeypatch.setattr(hd_crops, "key_bias", lambda b, mask, dtype: key_bias(b, ones(b, mask), dtype))
 
 
 def _vision_graph(checkpoint: Path, out: Path, extra_layers: int = 0) -> Path:
