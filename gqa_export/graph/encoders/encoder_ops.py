@@ -41,11 +41,14 @@ def linear(
     *,
     matmul_name: str | None = None,
     add_name: str | None = None,
+    bias_required: bool = False,
 ) -> ir.Value:
     """nn.Linear `<module>.weight` plus `<module>.bias` where the checkpoint stores one (a tower
-    without biases reads the same code); the node names are the caller's (None: the op types)."""
+    without biases reads the same code); the node names are the caller's (None: the op types).
+    `bias_required`: the tower's modules always have one (SigLIP's, NeMo's), so a checkpoint without
+    it is refused where it is read, never built as if the bias were zero."""
     y = matmul(b, x, f"{module}.weight", params, matmul_name)
-    if f"{module}.bias" in params.store:
+    if bias_required or f"{module}.bias" in params.store:
         y = b.op("Add", y, vector(b, f"{module}.bias", params), name=add_name)
     return y
 

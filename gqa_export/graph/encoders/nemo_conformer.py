@@ -199,7 +199,7 @@ def _subsample(b: GraphBuilder, x: ir.Value, dims: NemoConformerDims, params: Pa
         h = _conv(b, h, f"{name}conv.{2 + 3 * k}", params, group=channels, **halve)
         h = _act(b, _conv(b, h, f"{name}conv.{3 + 3 * k}", params, kernel_shape=[1, 1]), dims.nemo_activation)
     rows = b.op("Reshape", b.op("Transpose", h, perm=[0, 2, 1, 3]), b.const([0, 0, -1], "frame_rows", np.int64))
-    return linear(b, rows, f"{name}out", params)
+    return linear(b, rows, f"{name}out", params, bias_required=True)
 
 
 def _layer(b: GraphBuilder, x: ir.Value, w: Windows, dims: NemoConformerDims, params: Params, name: str) -> ir.Value:
@@ -215,9 +215,11 @@ def _layer(b: GraphBuilder, x: ir.Value, w: Windows, dims: NemoConformerDims, pa
 def _feed_forward(b: GraphBuilder, x: ir.Value, dims: NemoConformerDims, params: Params, name: str) -> ir.Value:
     """LayerNorm, gate_up_proj, up · act(gate) (up first), down_proj."""
     with b.scope(name.rsplit(".", 1)[-1]):
-        up, gate = b.op_multi("Split", linear(b, _norm(b, x, f"{name}.layer_norm", params), f"{name}.gate_up_proj",
-                                              params), axis=-1, num_outputs=2, outputs=2)  # fmt: skip
-        return linear(b, b.op("Mul", up, _act(b, gate, dims.activation)), f"{name}.down_proj", params)
+        normed = _norm(b, x, f"{name}.layer_norm", params)
+        up_gate = linear(b, normed, f"{name}.gate_up_proj", params, bias_required=True)
+        up, gate = b.op_multi("Split", up_gate, axis=-1, num_outputs=2, outputs=2)
+        activated = b.op("Mul", up, _act(b, gate, dims.activation))
+        return linear(b, activated, f"{name}.down_proj", params, bias_required=True)
 
 
 def _attention(
@@ -227,14 +229,18 @@ def _attention(
     with b.scope("self_attn"):
         heads = b.const([0, 0, dims.heads, dims.hidden // dims.heads], "heads", np.int64)
         q, k, v = (
-            b.op("Transpose", b.op("Reshape", linear(b, x, f"{name}{p}_proj", params), heads), perm=[0, 2, 1, 3])
+            b.op(
+                "Transpose",
+                b.op("Reshape", linear(b, x, f"{name}{p}_proj", params, bias_required=True), heads),
+                perm=[0, 2, 1, 3],
+            )
             for p in ("q", "k", "v")
         )
         scale = b.const(np.float32((dims.hidden // dims.heads) ** -0.5), "scale")
         scores = b.op("Add", b.op("Mul", b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2])), scale), w.bias)
         out = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
         merged = b.op("Reshape", b.op("Transpose", out, perm=[0, 2, 1, 3]), b.const([0, 0, -1], "merged", np.int64))
-        return linear(b, merged, f"{name}o_proj", params)
+        return linear(b, merged, f"{name}o_proj", params, bias_required=True)
 
 
 def _conv_module(b: GraphBuilder, x: ir.Value, dims: NemoConformerDims, params: Params, name: str) -> ir.Value:

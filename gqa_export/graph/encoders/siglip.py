@@ -122,7 +122,7 @@ def _attention(b: GraphBuilder, x: ir.Value, dims: PooledVitDims, params: Params
 
 def _linear(b: GraphBuilder, x: ir.Value, module: str, params: Params) -> ir.Value:
     """The tower's biased Linear, its Add named after the module (`q_proj`, `fc1`)."""
-    return linear(b, x, module, params, add_name=module.rsplit(".", 1)[-1])
+    return linear(b, x, module, params, add_name=module.rsplit(".", 1)[-1], bias_required=True)
 
 
 def _project(b: GraphBuilder, x: ir.Value, dims: PooledVitDims, params: Params) -> ir.Value:
