@@ -87,6 +87,9 @@ class ModelDims:
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
     pad_token_id: int | None
+    # the model config's own pad_token_id (its modules' padding_idx: fairseq positions' zero row and first
+    # position), which a generation_config's pad_token_id does not change
+    padding_idx: int | None = None
     per_layer_input_size: int = 0  # Gemma-4 PLE width per layer (0: no per-layer inputs)
     placeholder_ids: tuple[int, ...] = ()  # multimodal placeholders embedded as pad_token_id (Gemma-4)
     placeholder_row: int | None = None  # the id they embed as: pad_token_id, or the spec's (Kimi-K2.5: 0)
@@ -332,6 +335,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         bos_token_id=first_id(gen.get("bos_token_id", config_get(config, "bos_token_id"))),
         eos_token_ids=tuple(dict.fromkeys(eos)),
         pad_token_id=pad,
+        padding_idx=first_id(config_get(config, "pad_token_id")),
         per_layer_input_size=ple,
         placeholder_ids=placeholder_ids(outer, spec.placeholder_keys),
         placeholder_row=pad if spec.placeholder_row is None else spec.placeholder_row,
