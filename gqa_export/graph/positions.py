@@ -44,7 +44,7 @@ def add_absolute_positions(
         if spec.positions.sinusoid_rates == "transformer":  # CTRL: no padding row
             values = transformer_sinusoids(rows, dims.hidden_size)
         else:
-            values = sinusoidal_table(rows, dims.hidden_size, dims.pad_token_id)
+            values = sinusoidal_table(rows, dims.hidden_size, dims.padding_idx)
         table = b.initializer(name, params.table(values))
     else:
         table = b.initializer(name, params.matrix(name))
@@ -64,8 +64,8 @@ def position_offset(spec: ArchSpec, dims: ModelDims) -> int:
     whose padding row sits below the first position; the spec refuses a config without pad_token_id)."""
     assert spec.positions is not None
     if spec.positions.offset_after_pad:
-        assert dims.pad_token_id is not None, "the spec's Refusal on pad_token_id None"
-        return dims.pad_token_id + 1
+        assert dims.padding_idx is not None, "the spec's Refusal on pad_token_id None"
+        return dims.padding_idx + 1
     return spec.positions.offset
 
 

@@ -87,9 +87,12 @@ class ModelDims:
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
     pad_token_id: int | None
+    # the model config's own pad_token_id (its modules' padding_idx: fairseq positions' zero row and first
+    # position), which a generation_config's pad_token_id does not change
+    padding_idx: int | None = None
     per_layer_input_size: int = 0  # Gemma-4 PLE width per layer (0: no per-layer inputs)
     placeholder_ids: tuple[int, ...] = ()  # multimodal placeholders embedded as pad_token_id (Gemma-4)
-    placeholder_row: int | None = None  # the id they embed as: pad_token_id, or the spec's (Kimi-K2.5: 0)
+    placeholder_row: int | None = None  # the id they embed as: padding_idx, or the spec's (Kimi-K2.5: 0)
     query_scale: tuple[float, int] | None = None  # (beta, length): q *= 1 + beta*log(1 + floor(pos/length))
     moe: MoeDims | None = None
     norm_kind: str = "rms"  # the spec's norm: rms | layer | layer_free | rms_free
@@ -304,6 +307,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
     tied = bool(config_get(top, "tie_word_embeddings"))
     ple = int(opt("per_layer_input_size", 0) or 0)
     pad = first_id(gen.get("pad_token_id", config_get(config, "pad_token_id")))
+    padding_idx = first_id(config_get(config, "pad_token_id"))  # the modules' own (HF reads no generation_config)
     mamba2 = mamba2_dims(config, opt, spec, [layer.mixer for layer in layers])
     vocab, extra_rows = int(config.vocab_size), config_reads.extra_vocab_rows(opt)
     return ModelDims(
@@ -332,9 +336,10 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         bos_token_id=first_id(gen.get("bos_token_id", config_get(config, "bos_token_id"))),
         eos_token_ids=tuple(dict.fromkeys(eos)),
         pad_token_id=pad,
+        padding_idx=padding_idx,
         per_layer_input_size=ple,
         placeholder_ids=placeholder_ids(outer, spec.placeholder_keys),
-        placeholder_row=pad if spec.placeholder_row is None else spec.placeholder_row,
+        placeholder_row=padding_idx if spec.placeholder_row is None else spec.placeholder_row,
         query_scale=position_query_scale_params(config) if spec.query_position_scale else None,
         moe=read_moe(opt, spec, int(config_get(config, "intermediate_size") or 0))  # DBRX's config has none
         if any(layer.sparse for layer in layers) or clamped_swiglu(spec)  # (its dense MLPs read the clamp too)

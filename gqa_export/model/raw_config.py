@@ -73,8 +73,8 @@ def check_raw_config(raw: dict[str, Any]) -> None:
 
 def spellings(model_type: Any) -> dict[str, tuple[str, ...]]:
     """Every spelling of each size key a config of `model_type` may use, as its transformers config
-    class reads them: the key, the attribute `attribute_map` maps it to, the ones its __init__ reads
-    (INIT_ALIASES); for a model_type transformers does not know, the common aliases
+    class reads them: the key, the attribute `attribute_map` maps it to or the alias it maps to it, the ones its
+    __init__ reads (INIT_ALIASES); for a model_type transformers does not know, the common aliases
     (tests/model/test_raw_config.py checks each against the class itself)."""
     try:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -84,9 +84,13 @@ def spellings(model_type: Any) -> dict[str, tuple[str, ...]]:
         return {key: (key, *KEY_ALIASES.get(key, ())) for key in POSITIVE_INT_KEYS}
     own = INIT_ALIASES.get(str(model_type), {})
     out = {key: (key, *own.get(key, ())) for key in POSITIVE_INT_KEYS}
-    for key, stored in attribute_map.items():
-        if key in out and isinstance(stored, str) and stored not in out[key]:
+    for key, stored in attribute_map.items():  # either side may be the size key: XGLM's hidden_size -> d_model,
+        if not isinstance(stored, str):  # EXAONE's num_layers -> num_hidden_layers
+            continue
+        if key in out and stored not in out[key]:
             out[key] = (*out[key], stored)
+        if stored in out and key not in out[stored]:
+            out[stored] = (*out[stored], key)
     return out
 
 

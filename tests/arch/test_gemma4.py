@@ -80,6 +80,20 @@ def test_gqa_embeds_placeholders_as_pad_like_hf(builds):
     np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
 
 
+def test_placeholders_embed_as_the_text_config_pad_not_generation_config(builds, tmp_path):
+    """HF embeds the placeholders as text_config.pad_token_id; a generation_config.json naming another pad id
+    (7 here) does not change that (read from there, the placeholders embedded as row 7: 2.0 off)."""
+    import shutil
+
+    checkpoint = shutil.copytree(builds.checkpoint("gemma4_conditional"), tmp_path / "ckpt")
+    generation = json.loads((checkpoint / "generation_config.json").read_text())
+    (checkpoint / "generation_config.json").write_text(json.dumps({**generation, "pad_token_id": 7}))
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", attention="gqa", smoke=False, text_only=True))
+    tokens, got = ort_prefill_and_decode(tmp_path / "pkg", VISION_PROMPT, steps=2)
+    ref = hf_logits(hf_model(builds.checkpoint("gemma4_conditional")), tokens, len(VISION_PROMPT))
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+
 WINDOW_CACHE = ("attention.sliding_window_cache=true",)
 
 

@@ -76,3 +76,18 @@ def test_positions_that_count_pad_ids_fail_the_bound(tmp_path, monkeypatch, kosm
     checkpoint, _, model = kosmos
     out = build_planted(checkpoint, tmp_path / "counting", monkeypatch, counting)
     assert _error(out, model, [0, 17, PAD, 45, 99, PAD, 3, 7]) > 1e-2
+
+
+def test_positions_read_the_text_config_pad_not_generation_config(tmp_path, kosmos):
+    """HF's position table counts from the text config's pad_token_id (its modules' padding_idx); a
+    generation_config.json naming another pad id (1 here) does not move it (read from there, position 0 sat at
+    row 2 instead of 6, and the checkpoint's 1-pad twin was 1.7 off on logits of scale 1.9)."""
+    import json
+    import shutil
+
+    checkpoint, _, model = kosmos
+    edited = shutil.copytree(checkpoint, tmp_path / "ckpt")
+    generation = json.loads((edited / "generation_config.json").read_text())
+    (edited / "generation_config.json").write_text(json.dumps({**generation, "pad_token_id": 1}))
+    build(BuildOptions(str(edited), tmp_path / "pkg", smoke=False, text_only=True))
+    assert _error(tmp_path / "pkg", model, [0, 17, PAD, 45, 99, 1, 3, 7]) < 1e-4

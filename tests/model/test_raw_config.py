@@ -22,7 +22,9 @@ from gqa_export.model.raw_config import (
 )
 from gqa_export.recipes import builtin_recipes
 
-CANDIDATES = sorted({alias for aliases in KEY_ALIASES.values() for alias in aliases})
+# the common aliases, and the hub spellings a known class maps onto a size key through attribute_map (EXAONE-3.x's
+# num_layers -> num_hidden_layers: the check read only the other direction and refused its config.json)
+CANDIDATES = sorted({alias for aliases in KEY_ALIASES.values() for alias in aliases} | {"num_layers"})
 MINIMAL = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 384}
 
 
@@ -38,7 +40,8 @@ def _reads(model_type: str, spelling: str, key: str) -> bool:
     a default) comes back as the key."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    if CONFIG_MAPPING[model_type].attribute_map.get(key) == spelling:  # read through its attribute_map (GPT-Neo's
+    mapped = CONFIG_MAPPING[model_type].attribute_map
+    if mapped.get(key) == spelling or mapped.get(spelling) == key:  # read through its attribute_map (GPT-Neo's
         return True  # num_layers: its class cannot be built from that key alone, its attention_types must match)
     try:
         return getattr(CONFIG_MAPPING[model_type](**{spelling: 7919}), key, None) == 7919
