@@ -75,7 +75,8 @@ def _add_vision_side(release: Path, hidden: int, width: int = 16) -> None:
     clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
                                             num_attention_heads=2, image_size=56, patch_size=14,
                                             hidden_act="quick_gelu"))  # fmt: skip
-    tensors = {f"{VISION}img_processor.{k}": v.contiguous() for k, v in clip.state_dict().items()}
+    # transformers 5 names CLIPVisionModel's modules without the `vision_model.` the release (4.38) stores
+    tensors = {f"{VISION}img_processor.vision_model.{k}": v.contiguous() for k, v in clip.state_dict().items()}
     tensors[f"{VISION}glb_GN"] = torch.randn(1, 1, 4 * width)
     tensors[f"{VISION}sub_GN"] = torch.randn(1, 1, 1, 4 * width)
     for index, (fan_in, fan_out) in ((0, (4 * width, hidden)), (2, (hidden, hidden))):
