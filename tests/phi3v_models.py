@@ -23,6 +23,7 @@ EMBD_LAYER = {"embedding_cls": "image", "hd_transform_order": "sub_glb", "projec
 IMG_PROCESSOR = {"image_dim_out": 1024, "model_name": "openai/clip-vit-large-patch14-336",
                  "name": "clip_vision_model", "num_img_tokens": 144}  # fmt: skip
 VISION = "model.vision_embed_tokens."
+WIDTH = 128  # the tiny CLIP tower's width: two heads of 64
 AUTO_MAP = {
     "AutoConfig": "configuration_phi3_v.Phi3VConfig",
     "AutoModelForCausalLM": "modeling_phi3_v.Phi3VForCausalLM",
@@ -35,7 +36,9 @@ def save_phi3v_twins(root: Path, rope_type: str = "su") -> tuple[Path, Path]:
     from tiny_models import save_model
 
     rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": SHORT, "long_factor": LONG}
-    twin = save_model(root / "twin", "phi3", original_max_position_embeddings=ORIGINAL_MAX, rope_parameters=rope)
+    # 8192 positions: genai's processor gives an image up to 17 crops, about 2.4k placeholders
+    twin = save_model(root / "twin", "phi3", original_max_position_embeddings=ORIGINAL_MAX, rope_parameters=rope,
+                      max_position_embeddings=8192)  # fmt: skip
     release = Path(shutil.copytree(twin, root / "release"))
     config = json.loads((twin / "config.json").read_text())
     params = config.pop("rope_parameters")
@@ -48,7 +51,7 @@ def save_phi3v_twins(root: Path, rope_type: str = "su") -> tuple[Path, Path]:
         "auto_map": AUTO_MAP,
         "_attn_implementation": "flash_attention_2",
         "embd_layer": EMBD_LAYER,
-        "img_processor": IMG_PROCESSOR,
+        "img_processor": {**IMG_PROCESSOR, "image_dim_out": WIDTH},
         "rope_scaling": {
             "long_factor": params["long_factor"],
             "short_factor": params["short_factor"],
@@ -64,17 +67,21 @@ def save_phi3v_twins(root: Path, rope_type: str = "su") -> tuple[Path, Path]:
     return twin, release
 
 
-def _add_vision_side(release: Path, hidden: int, width: int = 16) -> None:
-    """The release's image side under model.vision_embed_tokens.: a tiny CLIP vision tower, glb_GN [1, 1, 4C],
-    sub_GN [1, 1, 1, 4C] and img_projection.0 / .2 (4C -> hidden -> hidden)."""
+def _add_vision_side(release: Path, hidden: int, width: int = 0) -> None:
+    """The release's image side under model.vision_embed_tokens.: a tiny CLIP vision tower (336-pixel crops of
+    14-pixel patches, as genai's processor cuts them; heads of 64), glb_GN [1, 1, 4C], sub_GN [1, 1, 1, 4C] and
+    img_projection.0 / .2 (4C -> hidden -> hidden)."""
     import torch
     from safetensors.torch import load_file, save_file
-    from transformers import CLIPVisionConfig, CLIPVisionModel
+    from transformers import CLIPVisionModel
 
     torch.manual_seed(1)
-    clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=width, intermediate_size=2 * width, num_hidden_layers=2,
-                                            num_attention_heads=2, image_size=56, patch_size=14,
-                                            hidden_act="quick_gelu"))  # fmt: skip
+    clip = CLIPVisionModel(clip_config()).eval()
+    width = WIDTH
+    with torch.no_grad():  # random norms, biases and class token: the wiring shows
+        for name, param in clip.named_parameters():
+            if "norm" in name or name.endswith(".bias") or "class_embedding" in name:
+                param.add_(torch.randn_like(param) * 0.3)
     # transformers 5 names CLIPVisionModel's modules without the `vision_model.` the release (4.38) stores
     tensors = {f"{VISION}img_processor.vision_model.{k}": v.contiguous() for k, v in clip.state_dict().items()}
     tensors[f"{VISION}glb_GN"] = torch.randn(1, 1, 4 * width)
@@ -84,3 +91,51 @@ def _add_vision_side(release: Path, hidden: int, width: int = 16) -> None:
         tensors[f"{VISION}img_projection.{index}.bias"] = torch.randn(fan_out) * 0.1
     shard = release / "model.safetensors"
     save_file({**load_file(shard), **tensors}, shard, metadata={"format": "pt"})
+
+
+def clip_config():
+    """The tiny tower's CLIPVisionConfig (the remote code's ViT-L/14-336 but 2 layers of width 128)."""
+    from transformers import CLIPVisionConfig
+
+    return CLIPVisionConfig(hidden_size=WIDTH, intermediate_size=2 * WIDTH, num_hidden_layers=3, num_attention_heads=2,
+                            image_size=336, patch_size=14, hidden_act="quick_gelu")  # fmt: skip
+
+
+def hd_features(clip, extra: dict, pixels, sizes, order: str = "sub_glb"):
+    """The remote code's Phi3ImageEmbedding (use_hd_transform) written in torch: CLIP hidden_states[-2] without
+    the class token, 2 x 2 blocks merged into channels, a sub_GN column per row of the crops' grid and of the global
+    view, the blocks in `order` with glb_GN between, Linear-GELU-Linear: [tokens, hidden] for the images in turn.
+    `extra`: glb_GN, sub_GN, img_projection.{0,2}.{weight,bias} (names under model.vision_embed_tokens.)."""
+    import numpy as np
+    import torch
+
+    with torch.no_grad():
+        n, c = pixels.shape[:2]
+        states = clip(torch.from_numpy(pixels).flatten(0, 1), output_hidden_states=True).hidden_states[-2][:, 1:]
+        d, b = states.shape[-1], int(states.shape[1] ** 0.5) // 2
+        feats = states.reshape(n, c, b, 2, b, 2, d).permute(0, 1, 2, 4, 3, 5, 6).reshape(n, c, b, b, 4 * d)
+        sub_gn, glb_gn = extra["sub_GN"].reshape(1, 4 * d), extra["glb_GN"].reshape(1, 4 * d)
+        out = []
+        for i, (h, w) in enumerate(np.asarray(sizes) // (2 * b * clip.config.patch_size)):
+            glb = torch.cat([feats[i, 0], sub_gn.expand(b, 1, 4 * d)], dim=1).reshape(-1, 4 * d)
+            crops = feats[i, 1 : 1 + h * w].reshape(h, w, b, b, 4 * d).permute(0, 2, 1, 3, 4)
+            sub = torch.cat([crops.reshape(h * b, w * b, 4 * d), sub_gn.expand(h * b, 1, 4 * d)], dim=1)
+            both = [sub.reshape(-1, 4 * d), glb_gn, glb]
+            out.append(torch.cat(both if order == "sub_glb" else both[::-1]))
+        x = torch.cat(out)
+        x = torch.nn.functional.gelu(x @ extra["img_projection.0.weight"].T + extra["img_projection.0.bias"])
+        return x @ extra["img_projection.2.weight"].T + extra["img_projection.2.bias"]
+
+
+def release_tower(release: Path):
+    """The release's CLIP tower as transformers' CLIPVisionModel and its separators and projection."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import CLIPVisionModel
+
+    tensors = load_file(release / "model.safetensors")
+    tower = f"{VISION}img_processor.vision_model."
+    clip = CLIPVisionModel(clip_config()).eval()
+    clip.load_state_dict({k[len(tower) :]: v for k, v in tensors.items() if k.startswith(tower)})
+    extra = {k[len(VISION) :]: v for k, v in tensors.items() if k.startswith(VISION) and not k.startswith(tower)}
+    return clip, {k: v.to(torch.float32) for k, v in extra.items()}

@@ -18,9 +18,8 @@ builds no full package for (docs/coverage.md §21).
 Phi-4-multimodal is the one listed class whose full package genai runs (phi4mm) and gqa-export builds
 (its image side, docs/multimodal.md §15): its own recipe names the package type, so it is not
 refused without --text-only (`_FULL_PACKAGE`); --text-only still exports its decoder alone.
-Phi-3-vision's remote-code release (Phi3VForCausalLM, genai type phi3v) is the one class genai runs whose towers
-are not built yet (`_TOWERS_NOT_YET`): its own recipe (phi3_v) matches it, and without --text-only the build says
-that its CLIP tower is not built yet (its config names the tower in `img_processor`, not a vision sub-config).
+Phi-3-vision's remote-code release (Phi3VForCausalLM) is the other: its own recipe (phi3_v) builds genai's phi3v
+package (docs/multimodal.md §21).
 
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
@@ -153,18 +152,23 @@ _TOWERS = MappingProxyType(
 )
 
 # a listed class whose own recipe builds the full package genai runs: its genai type (docs/multimodal.md §15)
-_FULL_PACKAGE = MappingProxyType({"Phi4MultimodalForCausalLM": "phi4mm"})
-# a class whose full package genai runs but gqa-export does not build yet: its genai type and what is not built
-_TOWERS_NOT_YET = MappingProxyType({"Phi3VForCausalLM": ("phi3v", "CLIP vision tower and HD-crop projector are")})
+# and what the package holds beside the decoder
+_FULL_PACKAGE = MappingProxyType(
+    {
+        "Phi4MultimodalForCausalLM": (
+            "phi4mm",
+            "image and speech towers, the vision LoRA merged; docs/multimodal.md §15",
+        ),
+        "Phi3VForCausalLM": ("phi3v", "the HD-crop CLIP image tower; docs/multimodal.md §21"),
+    }
+)
 
 
 def text_only_package(architecture: str) -> str:
     """What the coverage table says a listed class exports."""
-    if architecture in _FULL_PACKAGE:  # its image side (docs/multimodal.md §15)
-        return (
-            f"full multimodal ({_FULL_PACKAGE[architecture]}: image and speech towers, the vision LoRA merged; "
-            "docs/multimodal.md §15)"
-        )
+    if architecture in _FULL_PACKAGE:  # its image side (docs/multimodal.md §15, §21)
+        genai_type, holds = _FULL_PACKAGE[architecture]
+        return f"full multimodal ({genai_type}: {holds})"
     return "text decoder with --text-only (its towers are not built; genai runs no package for them)"
 
 
@@ -180,13 +184,6 @@ def towers_refusal(raw_config: Mapping[str, Any], recipe: Recipe) -> str | None:
     towers = config_towers(raw_config)
     if architecture in _FULL_PACKAGE or (recipe.multimodal_model_type and "vision" in towers):
         return None  # the full package (docs/multimodal.md §1)
-    if architecture in _TOWERS_NOT_YET:
-        genai_type, what = _TOWERS_NOT_YET[architecture]
-        return (
-            f"{architecture}'s {what} not built yet (onnxruntime-genai runs them as its {genai_type} package); pass "
-            f"--text-only to export its {recipe.arch} text decoder alone (it computes the class's logits on text "
-            "prompts)"
-        )
     if architecture in WRAPPED_DECODERS:
         what = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
         what, genai_type = _TOWERS.get(architecture, what), WRAPPED_DECODERS[architecture]

@@ -15,8 +15,8 @@ LoRA tensors are the spec's aliases and source/merged_adapter.py's.
 Phi-3-vision / Phi-3.5-vision's release (model_type `phi3_v`, `Phi3VForCausalLM`, no transformers class at all): its
 decoder is Phi-3's, under Phi-3's names and config keys (`rope_scaling` of type `su` on Phi-3-vision, `longrope` on
 3.5, which Phi3Config reads as longrope), so its config is read by Phi3Config with the image settings (`embd_layer`,
-`img_processor`) set aside; the CLIP tower and projector under `model.vision_embed_tokens.` are not read by the
-decoder (arch/wrapped_decoders.towers_refusal: --text-only until a phi3v package is built).
+`img_processor`) joined as its `vision_config`, which the phi3v tower reads (package/towers.PHI3V: the CLIP tower
+and projector under `model.vision_embed_tokens.`).
 """
 
 from __future__ import annotations
@@ -57,9 +57,11 @@ def converted_config(raw: dict[str, Any]) -> dict[str, Any]:
     config = copy.deepcopy(raw)
     for key in ("_name_or_path", "auto_map", "transformers_version", "_attn_implementation"):
         config.pop(key, None)
-    if raw.get("model_type") == "phi3_v":  # Phi-3's config and the image settings no decoder reads
+    if raw.get("model_type") == "phi3_v":  # Phi-3's config; the image settings, which no decoder reads, as one
+        vision = {}  # vision_config (the tower's row reads it: package/towers.PHI3V)
         for key in _PHI3V_IMAGE_KEYS:
-            config.pop(key, None)
+            vision.update(config.pop(key, None) or {})
+        config["vision_config"] = vision or None
         return config
     embd = config.pop("embd_layer", {}) or {}
     audio = dict((config.pop("audio_processor", {}) or {}).get("config", {}) or {})

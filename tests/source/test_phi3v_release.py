@@ -1,12 +1,12 @@
 """Phi-3-vision / Phi-3.5-vision as released (model_type phi3_v, Phi3VForCausalLM, remote code transformers does not
 have; source/release_layouts.py, recipes/phi3_v.yaml): --text-only exports its Phi-3 decoder, held against
 transformers' Phi3ForCausalLM on the same weights (tests/phi3v_models.py); its LongRoPE config spelled as the release
-spells it (`su`, `longrope`) is read; without --text-only the build refuses in one line (the phi3v towers are not
-built yet)."""
+spells it (`su`, `longrope`) is read; image settings the phi3v package cannot run are refused in one line."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,7 +71,7 @@ def test_release_rope_scaling_without_its_factors_fails_the_bound(built, tmp_pat
 @pytest.mark.parametrize("rope_type", ["su", "longrope"])
 def test_release_config_reads_as_phi3(built, tmp_path, rope_type):
     """Phi-3-vision's `su` and Phi-3.5-vision's `longrope` read as Phi3Config's longrope with the release's tables
-    and original positions; the image settings and remote-code keys are set aside."""
+    and original positions; the image settings become the tower's vision_config, the remote-code keys are dropped."""
     from gqa_export.source.checkpoint import read_configs
 
     twin, release, _ = built
@@ -84,17 +84,33 @@ def test_release_config_reads_as_phi3(built, tmp_path, rope_type):
     read_as = {k: v for k, v in read.rope_parameters.items() if k != "type"}  # Phi3Config keeps the release's too
     assert read_as == reference.rope_parameters and read_as["rope_type"] == "longrope"
     assert read.original_max_position_embeddings == ORIGINAL_MAX
-    assert not hasattr(read, "embd_layer") and not hasattr(read, "img_processor")
+    assert not hasattr(read, "embd_layer") and not hasattr(read, "img_processor")  # joined as the tower's settings
+    release_config = json.loads((release / "config.json").read_text())
+    assert read.vision_config == {**release_config["embd_layer"], **release_config["img_processor"]}
 
 
-def test_without_text_only_one_line_exit_2(built, tmp_path):
-    """The phi3v package's CLIP tower and projector are not built yet: one line, exit 2, no package."""
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        (
+            "hd_transform_order",
+            "glb_only",
+            "Phi-3-vision hd_transform_order glb_only / type_feature patch: use --text-only",
+        ),
+        ("use_hd_transform", False, "only the HD transform with learned separators and an MLP projection is exported"),
+    ],
+)
+def test_image_settings_the_package_cannot_run_exit_2(built, tmp_path, key, value, said):
+    """Without --text-only the phi3v package is built (tests/package/multimodal/test_phi3v_package.py); image
+    settings its vision graph does not compute are refused in one line, exit 2, before any graph is written."""
+    import shutil
+
     _, release, _ = built
-    result = CliRunner().invoke(app, ["build", str(release), "-o", str(tmp_path / "out"), "--no-smoke"])
+    changed = Path(shutil.copytree(release, tmp_path / "release"))
+    config = json.loads((changed / "config.json").read_text())
+    config["embd_layer"][key] = value
+    (changed / "config.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["build", str(changed), "-o", str(tmp_path / "out"), "--no-smoke"])
     assert result.exit_code == 2, result.output
-    said = " ".join(result.output.split())
-    assert (
-        "Phi3VForCausalLM's CLIP vision tower and HD-crop projector are not built yet (onnxruntime-genai runs them "
-        "as its phi3v package); pass --text-only to export its phi3 text decoder alone"
-    ) in said
+    assert said in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()

@@ -20,18 +20,27 @@ and `image_sizes [N, 2]` int64 (the padded HD image's height and width, multiple
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import onnx_ir as ir
 
 from gqa_export import __version__
+from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.encoders.naflex_vit import _layer_norm, _linear
 from gqa_export.graph.params import NUMPY_DTYPES, Params
+from gqa_export.source.weights import WeightStore
 
 OPSETS = {"": 24}  # Attention-24
 N, C, T = "num_images", "num_crops", "num_image_tokens"
 I64, F32 = ir.DataType.INT64, ir.DataType.FLOAT
 QUICK_GELU = 1.702  # CLIP's quick_gelu: x · sigmoid(1.702 x)
+CLIP_HEAD_DIM = 64  # every released CLIP ViT's (B, L, H): the remote code fixes ViT-L/14-336's 16 heads of 64
+CLIP_EPS = 1e-5  # CLIPVisionConfig's layer_norm_eps, which the remote code keeps
+PREFIX = "model.vision_embed_tokens."
+# genai's phi3v processor (onnxruntime-extensions' Phi3ImageTransform) cuts 336-pixel crops and counts 144 merged
+# features per crop, whatever the checkpoint says
+RUNTIME_CROP, RUNTIME_TOKENS = 336, 144
 
 
 @dataclass(frozen=True)
@@ -46,7 +55,7 @@ class ClipHdDims:
     patch: int
     eps: float
     text_hidden: int
-    prefix: str = "model.vision_embed_tokens."
+    prefix: str = PREFIX
     order: str = "sub_glb"  # hd_transform_order
 
     @property
@@ -56,6 +65,36 @@ class ClipHdDims:
     @property
     def merged(self) -> int:  # B: merged features per crop side
         return self.grid // 2
+
+
+def clip_hd_dims(vision: dict[str, Any], text_hidden: int, store: WeightStore) -> ClipHdDims:
+    """The tower's dims from the release's image settings (`embd_layer` + `img_processor`, the converted config's
+    vision_config) and its tensors' shapes, or InputError naming what genai's phi3v package cannot run."""
+    what = {k: vision.get(k) for k in ("use_hd_transform", "with_learnable_separator", "projection_cls")}
+    if what != {"use_hd_transform": True, "with_learnable_separator": True, "projection_cls": "mlp"}:
+        raise InputError(f"Phi-3-vision image settings {what}: only the HD transform with learned separators and "
+                         "an MLP projection is exported; use --text-only")  # fmt: skip
+    order, feature = vision.get("hd_transform_order", "glb_sub"), vision.get("type_feature", "patch")
+    if order not in ("sub_glb", "glb_sub") or feature != "patch":
+        raise InputError(f"Phi-3-vision hd_transform_order {order} / type_feature {feature}: use --text-only")
+    t = f"{PREFIX}img_processor.vision_model."
+    conv = store.info(f"{t}embeddings.patch_embedding.weight").shape  # [d, 3, patch, patch]
+    hidden, patch = int(conv[0]), int(conv[-1])
+    positions = int(store.info(f"{t}embeddings.position_embedding.weight").shape[0])
+    crop = round((positions - 1) ** 0.5) * patch
+    merged = (crop // patch) // 2
+    if crop != RUNTIME_CROP or merged * merged != RUNTIME_TOKENS or hidden % CLIP_HEAD_DIM:
+        raise InputError(
+            f"CLIP tower of {crop}-pixel crops, {patch}-pixel patches, width {hidden}: onnxruntime-genai's phi3v "
+            f"processor cuts {RUNTIME_CROP}-pixel crops of {RUNTIME_TOKENS} merged features (ViT-L/14-336's); "
+            "use --text-only"
+        )
+    total = sum(1 for n in store.names() if n.startswith(f"{t}encoder.layers.") and n.endswith("layer_norm1.weight"))
+    layer = int(vision.get("layer_idx", -2))
+    layers = total + 1 + layer if layer < 0 else layer
+    if not 0 <= layers <= total:
+        raise InputError(f"Phi-3-vision layer_idx {layer} is outside the tower's {total} layers: use --text-only")
+    return ClipHdDims(hidden, hidden // CLIP_HEAD_DIM, layers, crop, patch, CLIP_EPS, text_hidden, PREFIX, order)
 
 
 def build_clip_hd(dims: ClipHdDims, params: Params) -> ir.Model:
