@@ -67,24 +67,46 @@ def _ort(package, arrays):
     return features, stepper.step(ids[0].tolist(), {"inputs_embeds": embeds})
 
 
-def test_genai_phi3v_matches_the_remote_code(built):
-    """genai's processor + vision + embedding + decoder on two images (a wide and a tall one, 15 and 12 crops; the
-    prompt 4.7k tokens): features and prompt logits within 1e-4 of HF's, greedy tokens equal."""
+@pytest.fixture(scope="module")
+def two_images(built):
+    """genai's processor and greedy tokens on two images (a wide and a tall one, 15 and 12 crops; the prompt 4.7k
+    tokens), and HF's features, prompt logits and greedy tokens on genai's ids and pixels."""
     twin, release, package, images = built
     prompt, names = "Compare <|image_1|> and <|image_2|> now.", ["wide", "tall"]
     arrays, tokens = genai_media_greedy(package, prompt, NEW, KEYS, [images[n] for n in names])
     sizes = arrays["image_sizes"] // 336
     counts = [int((h * w + 1) * 144 + 1 + (h + 1) * 12) for h, w in sizes]
     assert [int((arrays["input_ids"] == -(i + 1)).sum()) for i in range(len(names))] == counts
-    features, prompt_logits, ref = _hf(twin, release, arrays)
-    got_features, got_logits = _ort(package, arrays)
-    print(
-        f"features {np.abs(got_features - features).max():.3g}, logits {np.abs(got_logits - prompt_logits).max():.3g}"
-    )
+    return arrays, tokens, _hf(twin, release, arrays)
+
+
+def test_genai_phi3v_matches_the_remote_code(built, two_images):
+    """genai's processor + vision + embedding + decoder: features and prompt logits within 1e-4 of HF's (measured
+    6.7e-6 and 7.7e-5), greedy tokens equal and varied."""
+    arrays, tokens, (features, prompt_logits, ref) = two_images
+    got_features, got_logits = _ort(built[2], arrays)
     assert np.abs(got_features - features).max() < 1e-4
     np.testing.assert_allclose(got_logits, prompt_logits, atol=1e-4, rtol=1e-4)
     assert tokens == ref
     assert_varied([tokens])
+
+
+def test_placeholders_of_image_1_left_as_tokens_fail(built, two_images, tmp_path, monkeypatch):
+    """Mutant: the embedding model taking ids below -1 only as placeholders (image 1's -1 embedded as id 0)."""
+    from gqa_export.graph import builder
+
+    const = builder.GraphBuilder.const
+
+    def shifted(self, array, name, dtype=None):
+        moved = name == "image_token_id" and np.asarray(array).item() == 0
+        return const(self, -1 if moved else array, name, dtype)
+
+    monkeypatch.setattr(builder.GraphBuilder, "const", shifted)
+    build(BuildOptions(str(built[1]), tmp_path / "pkg", smoke=False))
+    monkeypatch.undo()
+    arrays, _, (_, prompt_logits, _) = two_images
+    _, got_logits = _ort(tmp_path / "pkg", arrays)
+    assert np.abs(got_logits - prompt_logits).max() > 1e-2
 
 
 def test_processor_decodes_rgb(built):
