@@ -47,6 +47,8 @@ GEMMA4_RUNTIME_POOLING = 3
 # tokens, 16 x 16 pooled features per 448-pixel crop of 14-pixel patches, whatever the checkpoint
 # says; and its prompt code writes image placeholders as id 200010 (docs/multimodal.md §15)
 PHI4MM_RUNTIME_POOLED, PHI4MM_RUNTIME_PATCH, PHI4MM_IMAGE_TOKEN_ID = 16, 14, 200010
+# genai's phi3v processor (onnxruntime-extensions' Phi3ImageTransform) cuts up to 16 crops, whatever the checkpoint says
+PHI3V_RUNTIME_CROPS = 16
 
 
 @dataclass(frozen=True)
@@ -319,12 +321,10 @@ def _phi3v_notes(_config: Any, pre: dict[str, Any]) -> list[str]:
         return []
     return [
         f"onnxruntime-genai's phi3v processor cuts up to {PHI3V_RUNTIME_CROPS} crops per image; this checkpoint's "
-        f"preprocessor_config says num_crops {crops}, which HF's processor uses (docs/multimodal.md §21)"
+        f"preprocessor_config says num_crops {crops}, which the release's own processor uses (docs/multimodal.md §21)"
     ]
 
 
-# genai's phi3v processor (onnxruntime-extensions' Phi3ImageTransform) cuts up to 16 crops, whatever the checkpoint says
-PHI3V_RUNTIME_CROPS = 16
 # CLIP over HD crops + the HD transform + a 2-layer projector (§21); genai's phi3v prompt code writes image N's
 # placeholders as id -N, which the embedding model reads as "an image token" (image_token_id -1: every negative id)
 PHI3V = VisionTower(
