@@ -18,6 +18,8 @@ builds no full package for (docs/coverage.md §21).
 Phi-4-multimodal is the one listed class whose full package genai runs (phi4mm) and gqa-export builds
 (its image side, docs/multimodal.md §15): its own recipe names the package type, so it is not
 refused without --text-only (`_FULL_PACKAGE`); --text-only still exports its decoder alone.
+Phi-3-vision's remote-code release (Phi3VForCausalLM) is the other: its own recipe (phi3_v) builds genai's phi3v
+package (docs/multimodal.md §21).
 
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
@@ -150,16 +152,23 @@ _TOWERS = MappingProxyType(
 )
 
 # a listed class whose own recipe builds the full package genai runs: its genai type (docs/multimodal.md §15)
-_FULL_PACKAGE = MappingProxyType({"Phi4MultimodalForCausalLM": "phi4mm"})
+# and what the package holds beside the decoder
+_FULL_PACKAGE = MappingProxyType(
+    {
+        "Phi4MultimodalForCausalLM": (
+            "phi4mm",
+            "image and speech towers, the vision LoRA merged; docs/multimodal.md §15",
+        ),
+        "Phi3VForCausalLM": ("phi3v", "the HD-crop CLIP image tower; docs/multimodal.md §21"),
+    }
+)
 
 
 def text_only_package(architecture: str) -> str:
     """What the coverage table says a listed class exports."""
-    if architecture in _FULL_PACKAGE:  # its image side (docs/multimodal.md §15)
-        return (
-            f"full multimodal ({_FULL_PACKAGE[architecture]}: image and speech towers, the vision LoRA merged; "
-            "docs/multimodal.md §15)"
-        )
+    if architecture in _FULL_PACKAGE:  # its image side (docs/multimodal.md §15, §21)
+        genai_type, holds = _FULL_PACKAGE[architecture]
+        return f"full multimodal ({genai_type}: {holds})"
     return "text decoder with --text-only (its towers are not built; genai runs no package for them)"
 
 

@@ -36,6 +36,9 @@ class MultimodalType:
     # the prompt markers of its audio tower (whose row has `audio`): refused where the package has
     # no speech model (§13.5); the first is the one `run --audio` puts in front (§16.4)
     audio_markers: tuple[str, ...] = ()
+    # genai's processor reads the number in `<|image_N|>` (phi3v: image N, each of 1..n once): `run --image`
+    # puts `<|image_1|>` .. `<|image_n|>` in front, a prompt that has such markers is left as written
+    numbered_markers: bool = False
 
 
 def _towers() -> ModuleType:
@@ -61,10 +64,13 @@ LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL)
 # genai's phi4mm processor reads every <|image_N|> as the next image's block (the number is not
 # read); `run --image` writes <|image_1|> per image, `run --audio` <|audio_1|> per clip (docs/multimodal.md §20)
 PHI4MM = MultimodalType("phi4mm", "<|image_1|>", lambda: _towers().PHI4MM, audio_markers=("<|audio_1|>",))
+# genai's phi3v processor reads <|image_N|> as image N's block (each of a prompt's images 1..n once;
+# docs/multimodal.md §21)
+PHI3V = MultimodalType("phi3v", "<|image_1|>", lambda: _towers().PHI3V, numbered_markers=True)
 
 MULTIMODAL_TYPES: MappingProxyType[str, MultimodalType] = MappingProxyType(
     {
         kind.model_type: kind
-        for kind in (GEMMA3, QWEN2_5_VL, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, MISTRAL3, GEMMA4, LFM2_VL, PHI4MM)
+        for kind in (GEMMA3, QWEN2_5_VL, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, MISTRAL3, GEMMA4, LFM2_VL, PHI4MM, PHI3V)
     }
 )

@@ -184,3 +184,15 @@ def phi4_vision_processor_config(crop: int, pre: dict[str, Any]) -> dict[str, An
     # the aligner pads a batch's missing crops with masks of ones, as HF does
     processor = {"name": "phi_4_vision_processor", "transforms": transforms, "output_aligner": "phi4-vision-aligner"}
     return {"processor": processor}
+
+
+def phi3_image_processor_config() -> dict[str, Any]:
+    """Phi-3-vision's pipeline for genai's phi3v processor (docs/multimodal.md §21): onnxruntime-extensions'
+        Phi3ImageTransform fixes the crop (336), the crop count (up to 16), OpenAI-CLIP's mean / std and the token
+        count itself; its attributes are what Microsoft's packages write (the kernel reads none of them). Their
+    BGR-decode + ConvertRGB pair is one RGB decode here (the package lint's rule, processor-convert-rgb)."""
+    transforms = [
+        _op("decode_image", "DecodeImage", color_space="RGB"),
+        _op("phi3_image_transform", "Phi3ImageTransform", num_crops=16, num_img_tokens=144),
+    ]
+    return {"processor": {"name": "image_processing", "transforms": transforms}}

@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from gqa_export.errors import InputError
 from gqa_export.graph.encoders.axial_vit import AxialVitDims, axial_vit_dims, build_axial_vit
+from gqa_export.graph.encoders.clip_hd import ClipHdDims, build_clip_hd, clip_hd_dims
 from gqa_export.graph.encoders.conformer import ConformerDims, build_conformer, conformer_dims
 from gqa_export.graph.encoders.hd_crops import HdCropDims, build_hd_crops, hd_crop_dims
 from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, naflex_vit_dims
@@ -28,6 +29,7 @@ from gqa_export.package.phi4mm_speech import SPEECH_INPUTS, build_nemo_conformer
 from gqa_export.package.processor_config import (
     naflex_processor_config,
     patch_sequence_processor_config,
+    phi3_image_processor_config,
     phi4_vision_processor_config,
     pixtral_processor_config,
     qwen_tower_processor_config,
@@ -45,6 +47,8 @@ GEMMA4_RUNTIME_POOLING = 3
 # tokens, 16 x 16 pooled features per 448-pixel crop of 14-pixel patches, whatever the checkpoint
 # says; and its prompt code writes image placeholders as id 200010 (docs/multimodal.md §15)
 PHI4MM_RUNTIME_POOLED, PHI4MM_RUNTIME_PATCH, PHI4MM_IMAGE_TOKEN_ID = 16, 14, 200010
+# genai's phi3v processor (onnxruntime-extensions' Phi3ImageTransform) cuts up to 16 crops, whatever the checkpoint says
+PHI3V_RUNTIME_CROPS = 16
 
 
 @dataclass(frozen=True)
@@ -302,4 +306,33 @@ PHI4MM = VisionTower(
     notes=_phi4mm_notes,
     image_token_id=lambda config: getattr(config.vision_config, "image_token_id", None),
     audio=PHI4MM_SPEECH,
+)
+
+
+def _phi3v_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> ClipHdDims:
+    """Phi-3-vision's CLIP tower over HD crops (§21): its release's image settings are the converted config's
+    vision_config (source/release_layouts.py)."""
+    return clip_hd_dims(dict(getattr(hf_config, "vision_config", None) or {}), dims.hidden_size, store)
+
+
+def _phi3v_notes(_config: Any, pre: dict[str, Any]) -> list[str]:
+    crops = pre.get("num_crops")
+    if crops is None or int(crops) == PHI3V_RUNTIME_CROPS:
+        return []
+    return [
+        f"onnxruntime-genai's phi3v processor cuts up to {PHI3V_RUNTIME_CROPS} crops per image; this checkpoint's "
+        f"preprocessor_config says num_crops {crops}, which the release's own processor uses (docs/multimodal.md §21)"
+    ]
+
+
+# CLIP over HD crops + the HD transform + a 2-layer projector (§21); genai's phi3v prompt code writes image N's
+# placeholders as id -N, which the embedding model reads as "an image token" (image_token_id -1: every negative id)
+PHI3V = VisionTower(
+    _phi3v_dims,
+    build_clip_hd,
+    lambda _vision, _pre: phi3_image_processor_config(),
+    vision_inputs=("pixel_values", "image_sizes"),
+    image_runs_bidirectional=False,
+    notes=_phi3v_notes,
+    image_token_id=lambda _config: -1,
 )

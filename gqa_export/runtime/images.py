@@ -56,6 +56,9 @@ def with_markers(prompt: str, kind: MultimodalType, images: int) -> str:
     prepended. Where genai's processor reads a run of adjacent markers as one image
     (`adjacent_markers_merge`), prepended markers are separated by a newline, and a written run of
     them is refused."""
+    if kind.numbered_markers:  # image N's marker names it (genai's phi3v)
+        written = "<|image_" in prompt
+        return prompt if written else "".join(f"<|image_{n}|>\n" for n in range(1, images + 1)) + prompt
     marker = kind.image_marker
     found = prompt.count(marker)
     separate = kind.adjacent_markers_merge

@@ -11,6 +11,12 @@ convert_phi4_multimodal_weights_to_hf.py: `attention_dim` -> `hidden_size`, `att
 the SigLIP tower's sizes are the class's defaults, which the release's code fixes, unless the config carries
 transformers' own `vision_config`), and four audio-encoder module names differ. The decoder's `base_layer` /
 LoRA tensors are the spec's aliases and source/merged_adapter.py's.
+
+Phi-3-vision / Phi-3.5-vision's release (model_type `phi3_v`, `Phi3VForCausalLM`, no transformers class at all): its
+decoder is Phi-3's, under Phi-3's names and config keys (`rope_scaling` of type `su` on Phi-3-vision, `longrope` on
+3.5, which Phi3Config reads as longrope), so its config is read by Phi3Config with the image settings (`embd_layer`,
+`img_processor`) joined as its `vision_config`, which the phi3v tower reads (package/towers.PHI3V: the CLIP tower
+and projector under `model.vision_embed_tokens.`).
 """
 
 from __future__ import annotations
@@ -35,9 +41,15 @@ _AUDIO_RENAMED_KEYS = {"attention_dim": "hidden_size", "attention_heads": "num_a
 _AUDIO_DROPPED = ("activation_checkpointing", "cnn_layer_norm", "input_layer", "encoder_embedding_config")
 
 
+# a listed release's model_type -> the transformers model_type whose config class reads it
+RELEASES = {"phi4mm": "phi4_multimodal", "phi3_v": "phi3"}
+# the image settings a Phi-3-vision config carries beside Phi-3's keys (its remote code's, not Phi3Config's)
+_PHI3V_IMAGE_KEYS = ("embd_layer", "img_processor")
+
+
 def release_model_type(raw: dict[str, Any]) -> str | None:
     """The transformers model_type a remote-code release's config is converted to, None for any other."""
-    return "phi4_multimodal" if raw.get("model_type") == "phi4mm" else None
+    return RELEASES.get(str(raw.get("model_type")))
 
 
 def converted_config(raw: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +57,12 @@ def converted_config(raw: dict[str, Any]) -> dict[str, Any]:
     config = copy.deepcopy(raw)
     for key in ("_name_or_path", "auto_map", "transformers_version", "_attn_implementation"):
         config.pop(key, None)
+    if raw.get("model_type") == "phi3_v":  # Phi-3's config; the image settings, which no decoder reads, as one
+        vision = {}  # vision_config (the tower's row reads it: package/towers.PHI3V)
+        for key in _PHI3V_IMAGE_KEYS:
+            vision.update(config.pop(key, None) or {})
+        config["vision_config"] = vision or None
+        return config
     embd = config.pop("embd_layer", {}) or {}
     audio = dict((config.pop("audio_processor", {}) or {}).get("config", {}) or {})
     for key in _AUDIO_DROPPED:
@@ -66,7 +84,7 @@ def converted_config(raw: dict[str, Any]) -> dict[str, Any]:
 
 def release_views(store: WeightStore, raw: dict[str, Any]) -> WeightStore:
     """`store` with each tensor a listed release stores under another name viewed under transformers' name."""
-    if release_model_type(raw) is None:
+    if raw.get("model_type") != "phi4mm":  # the one release with renamed modules
         return store
     views: dict[str, tuple[TensorInfo, Compute]] = {}
     for name in store.names():

@@ -7,6 +7,9 @@ onnxruntime-genai runs this model on every step and, after the prompt, passes im
 with 0 rows, so a generated placeholder id is embedded as the token it is, as HF does. The rows
 are gathered from the features with one zero row appended, so an index never falls outside them.
 
+An image_token_id of -1 stands for every negative id (genai's phi3v writes image N's placeholders
+as -N; embedded as id 0 where no row replaces them, as the remote code clamps them).
+
 With k more feature sets per image token (Qwen3-VL's deepstack, docs/multimodal.md §11.5) the
 feature rows are hidden·(1 + k) wide and so is inputs_embeds: the embeddings, then each set's
 row at the placeholders that take one and zeros everywhere else (the decoder adds them).
@@ -51,8 +54,11 @@ def build_token_embedding(
     b.graph.inputs.append(features)
     audio = b.input("audio_features", dtype, ["num_audio_tokens", hidden]) if audio_token_id is not None else None
     table = spec.tensor(spec.embed)
+    ids = placeholders_as_pad(b, input_ids, dims)
+    if image_token_id < 0:  # genai's phi3v: image N's placeholders are -N, embedded as id 0 where no row replaces them
+        ids = b.op("Max", ids, b.const(0, "first_row", "int64"))
     with b.scope("embed_tokens"):
-        h = b.op("Gather", b.initializer(table, params.matrix(table)), placeholders_as_pad(b, input_ids, dims))
+        h = b.op("Gather", b.initializer(table, params.matrix(table)), ids)
         if dims.embedding_multiplier != 1.0:
             scale = b.const(np.array(dims.embedding_multiplier, NUMPY_DTYPES[dtype]), "scale")
             h = b.op("Mul", h, scale)
@@ -81,7 +87,10 @@ def _merge(
     hidden, wide = widths
     features = b.op("Reshape", features, b.const([-1, wide], "feature_rows", "int64"))
     flat_ids = b.op("Reshape", input_ids, b.const([-1], "flat", "int64"))
-    is_token = b.op("Equal", flat_ids, b.const(token_id, id_name, "int64"))
+    if token_id < 0:  # every negative id (genai's phi3v placeholders -N)
+        is_token = b.op("Less", flat_ids, b.const(0, id_name, "int64"))
+    else:
+        is_token = b.op("Equal", flat_ids, b.const(token_id, id_name, "int64"))
     rank = b.op("Sub", b.op("CumSum", b.op("Cast", is_token, to=ir.DataType.INT64), b.const(0, "axis", "int64")),
                 b.const(1, "one", "int64"))  # fmt: skip
     rows = b.op("Shape", features, start=0, end=1)
