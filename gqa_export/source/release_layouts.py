@@ -82,13 +82,21 @@ def converted_config(raw: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
+# Phi-3-vision's remote code shares the decoder's embedding table with its image embedder (`wte`): a save
+# that keeps one name of the shared tensor may keep that one, read then as the decoder's
+_PHI3V_RENAMES = ((re.compile(r"^model\.vision_embed_tokens\.wte\.weight$"), "model.embed_tokens.weight"),)
+# a listed release -> its renamed modules (pattern, transformers' name); a name transformers' layout also has wins
+_RENAMES = {"phi4mm": PHI4MM_RENAMES, "phi3_v": _PHI3V_RENAMES}
+
+
 def release_views(store: WeightStore, raw: dict[str, Any]) -> WeightStore:
     """`store` with each tensor a listed release stores under another name viewed under transformers' name."""
-    if raw.get("model_type") != "phi4mm":  # the one release with renamed modules
+    renames = _RENAMES.get(str(raw.get("model_type")))
+    if renames is None:
         return store
     views: dict[str, tuple[TensorInfo, Compute]] = {}
     for name in store.names():
-        for pattern, replacement in PHI4MM_RENAMES:
+        for pattern, replacement in renames:
             new, hits = pattern.subn(replacement, name)
             if hits and new not in store:
                 info = store.info(name)

@@ -114,3 +114,28 @@ def test_image_settings_the_package_cannot_run_exit_2(built, tmp_path, key, valu
     assert result.exit_code == 2, result.output
     assert said in " ".join(result.output.split())
     assert not (tmp_path / "out").exists()
+
+
+def test_embedding_stored_under_the_image_embedders_name_reads_as_the_decoders(built, tmp_path):
+    """The remote code shares the decoder's table with its image embedder (`vision_embed_tokens.wte`): a release
+    that keeps only that name of the shared tensor builds the same decoder, byte for byte."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    _, release, package = built
+    renamed = tmp_path / "wte"
+    shutil.copytree(release, renamed)
+    for file in renamed.glob("*.safetensors"):
+        tensors = load_file(file)
+        if "model.embed_tokens.weight" in tensors:
+            tensors["model.vision_embed_tokens.wte.weight"] = tensors.pop("model.embed_tokens.weight")
+            save_file(tensors, file, metadata={"format": "pt"})
+    index = renamed / "model.safetensors.index.json"
+    if index.exists():
+        data = json.loads(index.read_text())
+        data["weight_map"]["model.vision_embed_tokens.wte.weight"] = data["weight_map"].pop("model.embed_tokens.weight")
+        index.write_text(json.dumps(data))
+    build(BuildOptions(str(renamed), tmp_path / "pkg", smoke=False, text_only=True))
+    for name in ("model.onnx", "model.onnx.data"):
+        assert (tmp_path / "pkg" / name).read_bytes() == (package / name).read_bytes(), name

@@ -27,7 +27,7 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
-from gqa_export.graph.encoders.naflex_vit import _layer_norm, _linear
+from gqa_export.graph.encoders.encoder_ops import layer_norm, linear
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.source.weights import WeightStore
 
@@ -113,8 +113,8 @@ def build_clip_hd(dims: ClipHdDims, params: Params) -> ir.Model:
     with b.scope("projection"):
         y = b.op("Gather", rows, _hd_index(b, sizes, pixels, dims))
         p = f"{dims.prefix}img_projection."
-        y = b.op("Gelu", _linear(b, y, f"{p}0", params), approximate="none")
-        y = _linear(b, y, f"{p}2", params)
+        y = b.op("Gelu", linear(b, y, f"{p}0", params, bias_required=True), approximate="none")
+        y = linear(b, y, f"{p}2", params, bias_required=True)
     b.output(y, "image_features", params.dtype, [T, dims.text_hidden])
     return ir.Model(b.graph, ir_version=10, producer_name="gqa-export", producer_version=__version__)
 
@@ -132,20 +132,22 @@ def _embeddings(b: GraphBuilder, x: ir.Value, dims: ClipHdDims, params: Params, 
         x = b.op("Concat", b.op("Expand", cls, shape), x, axis=1)
         table = f"{e}position_embedding.weight"
         x = b.op("Add", x, b.initializer(table, params.tensor(table)))
-        return _layer_norm(b, x, f"{t}pre_layrnorm", dims.eps, params)
+        return layer_norm(b, x, f"{t}pre_layrnorm", dims.eps, params)
 
 
 def _clip_layer(b: GraphBuilder, x: ir.Value, dims: ClipHdDims, params: Params, name: str) -> ir.Value:
     """CLIPEncoderLayer: pre-norm attention (all tokens see all), pre-norm quick_gelu MLP."""
-    h = _layer_norm(b, x, f"{name}layer_norm1", dims.eps, params)
+    h = layer_norm(b, x, f"{name}layer_norm1", dims.eps, params)
     a = f"{name}self_attn."
-    q, k, v = (_linear(b, h, a + proj, params) for proj in ("q_proj", "k_proj", "v_proj"))
+    q, k, v = (linear(b, h, a + proj, params, bias_required=True) for proj in ("q_proj", "k_proj", "v_proj"))
     heads = dims.heads
     out = b.op("Attention", q, k, v, q_num_heads=heads, kv_num_heads=heads, scale=(dims.hidden // heads) ** -0.5)
-    x = b.op("Add", x, _linear(b, out, a + "out_proj", params), name="attn_residual")
-    h = _linear(b, _layer_norm(b, x, f"{name}layer_norm2", dims.eps, params), f"{name}mlp.fc1", params)
+    x = b.op("Add", x, linear(b, out, a + "out_proj", params, bias_required=True), name="attn_residual")
+    h = linear(
+        b, layer_norm(b, x, f"{name}layer_norm2", dims.eps, params), f"{name}mlp.fc1", params, bias_required=True
+    )
     h = b.op("Mul", h, b.op("Sigmoid", b.op("Mul", h, b.const(QUICK_GELU, "quick_gelu", NUMPY_DTYPES[params.dtype]))))
-    return b.op("Add", x, _linear(b, h, f"{name}mlp.fc2", params), name="mlp_residual")
+    return b.op("Add", x, linear(b, h, f"{name}mlp.fc2", params, bias_required=True), name="mlp_residual")
 
 
 def _merged_rows(b: GraphBuilder, x: ir.Value, dims: ClipHdDims, params: Params) -> ir.Value:
