@@ -85,13 +85,12 @@ def converted_config(raw: dict[str, Any]) -> dict[str, Any]:
 # Phi-3-vision's remote code shares the decoder's embedding table with its image embedder (`wte`): a save
 # that keeps one name of the shared tensor may keep that one, read then as the decoder's
 _PHI3V_RENAMES = ((re.compile(r"^model\.vision_embed_tokens\.wte\.weight$"), "model.embed_tokens.weight"),)
-# a listed release -> its renamed modules (pattern, transformers' name); a name transformers' layout also has wins
-_RENAMES = {"phi4mm": PHI4MM_RENAMES, "phi3_v": _PHI3V_RENAMES}
 
 
 def release_views(store: WeightStore, raw: dict[str, Any]) -> WeightStore:
     """`store` with each tensor a listed release stores under another name viewed under transformers' name."""
-    renames = _RENAMES.get(str(raw.get("model_type")))
+    # a listed release -> its renamed modules (pattern, transformers' name); a name transformers' layout also has wins
+    renames = {"phi4mm": PHI4MM_RENAMES, "phi3_v": _PHI3V_RENAMES}.get(str(raw.get("model_type")))
     if renames is None:
         return store
     views: dict[str, tuple[TensorInfo, Compute]] = {}

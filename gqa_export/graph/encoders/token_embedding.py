@@ -23,6 +23,7 @@ import onnx_ir as ir
 from gqa_export import __version__
 from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.builder import GraphBuilder, typed
+from gqa_export.graph.input_embedding import placeholders_as_pad
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.model.dims import ModelDims
 
@@ -54,11 +55,12 @@ def build_token_embedding(
     b.graph.inputs.append(features)
     audio = b.input("audio_features", dtype, ["num_audio_tokens", hidden]) if audio_token_id is not None else None
     table = spec.tensor(spec.embed)
-    ids = placeholders_as_pad(b, input_ids, dims)
-    if image_token_id < 0:  # genai's phi3v: image N's placeholders are -N, embedded as id 0 where no row replaces them
-        ids = b.op("Max", ids, b.const(0, "first_row", "int64"))
     with b.scope("embed_tokens"):
-        h = b.op("Gather", b.initializer(table, params.matrix(table)), ids)
+        weight = b.initializer(table, params.matrix(table))  # before the placeholder constants (their byte order)
+        ids = placeholders_as_pad(b, input_ids, dims)
+        if image_token_id < 0:  # genai's phi3v: image N's placeholders are -N, embedded as id 0 where no row does
+            ids = b.op("Max", ids, b.const(0, "first_row", "int64"))
+        h = b.op("Gather", weight, ids)
         if dims.embedding_multiplier != 1.0:
             scale = b.const(np.array(dims.embedding_multiplier, NUMPY_DTYPES[dtype]), "scale")
             h = b.op("Mul", h, scale)
@@ -109,18 +111,6 @@ def _merge(
         merged = b.op("Concat", merged, stacked, axis=-1)
         shape = b.op("Concat", b.op("Shape", h, start=0, end=2), b.const([wide], "width", "int64"), axis=0)
     return b.op("Reshape", merged, shape)
-
-
-def placeholders_as_pad(b: GraphBuilder, input_ids: ir.Value, dims: ModelDims) -> ir.Value:
-    """Gemma-4 embeds its image/video/audio placeholders as pad_token_id wherever no feature row
-    replaces them (docs/gemma4.md §1.2), Kimi-K2.5 as id 0 (dims.placeholder_row); other families
-    (no placeholder ids) embed every id as is."""
-    if not dims.placeholder_ids or dims.placeholder_row is None:
-        return input_ids
-    pad, ids = b.const(dims.placeholder_row, "pad_id", "int64"), input_ids
-    for token in dims.placeholder_ids:
-        ids = b.op("Where", b.op("Equal", ids, b.const(token, f"placeholder{token}", "int64")), pad, ids)
-    return ids
 
 
 def placeholders_with_row(b: GraphBuilder, is_image: ir.Value, rank: ir.Value, rows: ir.Value) -> ir.Value:
