@@ -26,6 +26,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.get_logger("transformers")
+    # The CLI's consoles (gqa_export/cli/app.py) lay out as for a pipe, unbounded, unless COLUMNS is set when
+    # they are made: an xdist worker's environment (or a shell's) says 80, which folds the one-line errors the
+    # tests read. The tests check what is said, not how a terminal lays it out.
+    os.environ.pop("COLUMNS", None)
 
 
 # The session holds millions of long-lived objects (transformers' modeling modules, session fixtures, HF references),

@@ -17,6 +17,11 @@ decoder is Phi-3's, under Phi-3's names and config keys (`rope_scaling` of type 
 3.5, which Phi3Config reads as longrope), so its config is read by Phi3Config with the image settings (`embd_layer`,
 `img_processor`) joined as its `vision_config`, which the phi3v tower reads (package/towers.PHI3V: the CLIP tower
 and projector under `model.vision_embed_tokens.`).
+
+VideoChat-Flash's release (model_type `videochat_flash_qwen`, `VideoChatFlashQwenForCausalLM`): its config class is
+Qwen2Config's subclass and its decoder Qwen2's under Qwen2's names, read as they are (its `mm_*` keys, which no
+decoder reads, stay beside them; the InternVideo2 tower and projector under `model.vision_tower.` /
+`model.mm_projector.` are not built: arch/wrapped_decoders.towers_refusal, docs/coverage.md §36).
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ _AUDIO_DROPPED = ("activation_checkpointing", "cnn_layer_norm", "input_layer", "
 
 
 # a listed release's model_type -> the transformers model_type whose config class reads it
-RELEASES = {"phi4mm": "phi4_multimodal", "phi3_v": "phi3"}
+RELEASES = {"phi4mm": "phi4_multimodal", "phi3_v": "phi3", "videochat_flash_qwen": "qwen2"}
 # the image settings a Phi-3-vision config carries beside Phi-3's keys (its remote code's, not Phi3Config's)
 _PHI3V_IMAGE_KEYS = ("embd_layer", "img_processor")
 
