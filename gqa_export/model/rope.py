@@ -47,10 +47,14 @@ def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) 
         params = {k: v for k, v in params.items() if k != "factor"}
         params["original_max_position_embeddings"] = int(original)
     theta = float(params.pop("rope_theta", getattr(config, "rope_theta", None) or 10000.0))
+    # a partial_rotary_factor in the rope parameters decides over a stray rotary_dim attribute: transformers'
+    # MiniMax-M2 config only fills it from rotary_dim when absent (setdefault), and its rotary reads it alone
+    explicit = "partial_rotary_factor" in params
     partial = float(params.pop("partial_rotary_factor", getattr(config, "partial_rotary_factor", None) or 1.0))
     if rope_type == "proportional":  # Gemma-4: a full-width table whose tail frequencies are 0
         return RopeConfig(rope_type, theta, head_dim, {**params, "partial_rotary_factor": partial})
-    rotary_dim = getattr(config, "rotary_dim", None)  # GPT-J spells the rotated width itself (None: all of it)
+    # GPT-J / CodeGen spell the rotated width itself (None: all of it)
+    rotary_dim = None if explicit else getattr(config, "rotary_dim", None)
     width = int(rotary_dim) if rotary_dim else int(head_dim * partial)
     if width > head_dim:  # an invalid graph otherwise (a Split of more channels than the head has)
         raise InputError(

@@ -62,3 +62,16 @@ def test_more_rotated_channels_than_the_head_has_are_refused_in_one_line(spelled
     with pytest.raises(InputError, match=r"rotates 64 channels of each head .* but head_dim is 32") as refused:
         read_rope(config, head_dim=32)
     assert "\n" not in str(refused.value)
+
+
+def test_rope_parameters_partial_factor_decides_over_a_stray_rotary_dim():
+    """MiniMax-M2's config converts the hub's rotary_dim into partial_rotary_factor only when none is given
+    (setdefault), and its rotary reads that factor alone: a config with both, disagreeing, rotates
+    head_dim x factor channels (12 here, not 10: logits off by ~5 at fp32 before the fix). GPT-J's
+    rotary_dim, with no factor in its rope parameters, still decides."""
+    from transformers import GPTJConfig, MiniMaxM2Config
+
+    both = MiniMaxM2Config(head_dim=24, rotary_dim=10, partial_rotary_factor=0.5)
+    assert read_rope(both, 24).rotary_dim == 12
+    assert read_rope(MiniMaxM2Config(head_dim=24, rotary_dim=10), 24).rotary_dim == 10
+    assert read_rope(GPTJConfig(rotary_dim=16), 64).rotary_dim == 16
