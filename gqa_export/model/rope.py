@@ -30,6 +30,9 @@ class RopeConfig:
     params: dict[str, Any]  # the scaling parameters (factor, low_freq_factor, ...)
     interleaved: bool = False  # GPT-J style pairs (2i, 2i+1) instead of rotate-half (i, i + rotary/2)
     reversed: bool = False  # rotation by minus the angle (ArchSpec.rope_reversed): the sin table negated
+    # an odd int(head_dim * partial_rotary_factor): transformers' frequencies theta^(-2j / it), j < its half
+    # rounded up, rotating that many pairs (rotary_dim = it + 1 channels); None: rotary_dim itself
+    frequency_dim: int | None = None
 
 
 def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) -> RopeConfig:
@@ -61,11 +64,18 @@ def read_rope(config: Any, head_dim: int, params: dict[str, Any] | None = None) 
             f"the config rotates {width} channels of each head (rotary_dim / partial_rotary_factor) but head_dim "
             f"is {head_dim}; fix rotary_dim or head_dim"
         )
+    if width % 2 and width < head_dim and not rotary_dim:  # MiMo-V2-Flash's 0.334 of 40: 13 -> 7 pairs, 14 wide
+        if rope_type not in ("default", "linear", "llama3", "dynamic") or params.get("alpha"):
+            raise InputError(
+                f"the config rotates an odd {width} channels of each head (int(head_dim x partial_rotary_factor)) "
+                f"with rope type '{rope_type}'; only the default, linear, llama3 and dynamic types are exported so"
+            )
+        return RopeConfig(rope_type, theta, width + 1, params, frequency_dim=width)
     return RopeConfig(rope_type, theta, width, params)
 
 
 def _base_inv_freq(rope: RopeConfig) -> np.ndarray:
-    dim = rope.rotary_dim
+    dim = rope.frequency_dim or rope.rotary_dim
     exponent = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
     return (1.0 / (np.float32(rope.theta) ** exponent)).astype(np.float32)
 

@@ -68,11 +68,14 @@ def test_standard_attention_modes_are_refused_in_one_line(builds, tmp_path, mode
     assert not out.exists()
 
 
+@pytest.mark.parametrize("head_dim", [24, 40])
 @pytest.mark.parametrize("spec_default", [0.334, None], ids=["spec", "mutant-top-level-or-1"])
-def test_rope_share_the_per_type_parameters_leave_out(spec_default, monkeypatch):
+def test_rope_share_the_per_type_parameters_leave_out(spec_default, head_dim, monkeypatch):
     """rope_parameters by layer type without partial_rotary_factor: HF's class rotates
     int(head_dim * 0.334) channels there (never the top-level key); the export's rotary width must be
-    the inv_freq HF builds. The mutant (the spec's default dropped: the top-level key or 1) differs."""
+    the inv_freq HF builds. The mutant (the spec's default dropped: the top-level key or 1) differs.
+    head_dim 40: an odd 13, whose 7 frequencies theta^(-2j/13) HF rotates over 14 channels (before the
+    fix a 13-wide rope whose graph onnxruntime refused to load); the tables equal HF's cos / sin."""
     from transformers import AutoConfig
     from transformers.models.mimo_v2_flash.modeling_mimo_v2_flash import MiMoV2FlashRotaryEmbedding
 
@@ -80,11 +83,23 @@ def test_rope_share_the_per_type_parameters_leave_out(spec_default, monkeypatch)
     from gqa_export.model.dims import read_dims
 
     ropes = {t: {"rope_type": "default", "rope_theta": 1e4} for t in ("full_attention", "sliding_attention")}
-    config = AutoConfig.for_model(FAMILY, head_dim=24, v_head_dim=16, partial_rotary_factor=0.5, rope_parameters=ropes)
-    hf = {t: 2 * len(getattr(MiMoV2FlashRotaryEmbedding(config), f"{t}_inv_freq")) for t in ropes}
+    config = AutoConfig.for_model(
+        FAMILY, head_dim=head_dim, v_head_dim=16, partial_rotary_factor=0.5, rope_parameters=ropes
+    )
+    rotary = MiMoV2FlashRotaryEmbedding(config)
+    hf = {t: 2 * len(getattr(rotary, f"{t}_inv_freq")) for t in ropes}
     monkeypatch.setitem(SPECS, FAMILY, replace(SPECS[FAMILY], rope_partial_default=spec_default))
-    got = {key: rope.rotary_dim for key, rope in read_dims(config, SPECS[FAMILY], None).ropes.items()}
-    assert (got == hf) == (spec_default is not None), (got, hf)  # HF: 8 of 24
+    exported = read_dims(config, SPECS[FAMILY], None).ropes
+    got = {key: rope.rotary_dim for key, rope in exported.items()}
+    assert (got == hf) == (spec_default is not None), (got, hf)  # HF: 8 of 24, 14 of 40
+    if spec_default is not None:
+        import torch
+
+        from gqa_export.model.rope import cos_sin_tables
+
+        cos, _ = rotary(torch.zeros(1), torch.arange(64)[None], "sliding_attention")
+        table, _ = cos_sin_tables(exported["sliding_attention"], 64, 64)
+        np.testing.assert_allclose(table, cos[0, :, : hf["sliding_attention"] // 2].numpy(), atol=1e-5)
 
 
 def test_the_correct_package_passes(builds):

@@ -75,3 +75,19 @@ def test_rope_parameters_partial_factor_decides_over_a_stray_rotary_dim():
     assert read_rope(both, 24).rotary_dim == 12
     assert read_rope(MiniMaxM2Config(head_dim=24, rotary_dim=10), 24).rotary_dim == 10
     assert read_rope(GPTJConfig(rotary_dim=16), 64).rotary_dim == 16
+
+
+def test_an_odd_rotated_width_of_a_scaled_type_is_refused_in_one_line():
+    """An odd int(head_dim x partial_rotary_factor) rotates its half rounded up pairs (MiMo-V2-Flash's 13 of
+    40: 14 channels, tests/arch/test_mimo_v2_flash.py); the types whose frequencies are not the default
+    ones (YaRN's ramp has dim // 2 entries: HF's own tables do not fit) are refused."""
+    from gqa_export.errors import InputError
+
+    assert (
+        read_rope(SimpleNamespace(rope_parameters={"rope_theta": 1e4, "partial_rotary_factor": 0.334}), 40).rotary_dim
+        == 14
+    )
+    config = SimpleNamespace(rope_parameters={**ROPES["yarn"], "partial_rotary_factor": 0.334})
+    with pytest.raises(InputError, match=r"odd 13 channels .* rope type 'yarn'") as refused:
+        read_rope(config, head_dim=40)
+    assert "\n" not in str(refused.value)
