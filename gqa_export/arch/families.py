@@ -213,6 +213,7 @@ OLMO2 = ArchSpec(
         q_norm="self_attn.q_norm",
         k_norm="self_attn.k_norm",
     ),
+    ignore=("clip_qkv",),  # OLMo-2's attention (OLMo-3's, FlexOlmo's) never clamps, whatever a config says
 )
 
 # Dense families, second wave (tests/dense_models.py; transformers 5.24 modeling code)

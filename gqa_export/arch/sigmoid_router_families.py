@@ -47,7 +47,7 @@ MINIMAX_M2 = replace(
             "transformers' cache keeps only the last sliding_window keys when decoding; set it to null",
         ),
     ),
-    ignore=("routed_scaling",),  # its router has no routed scaling
+    ignore=("routed_scaling", "clip_qkv"),  # its router has no routed scaling, its attention no clamp (OLMoE's)
 )
 
 # AFMoE (Arcee Trinity): Gemma-2's sandwich of RMSNorms around attention and around the MLP, per-head

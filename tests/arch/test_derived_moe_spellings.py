@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from families import require_registered
-from reference import hf_generate, hf_logits, hf_model, ort_prefill_and_decode
+from reference import hf_generate, hf_logits, hf_model, ort_prefill_and_decode, parity_error
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -111,8 +111,8 @@ def test_sarvam_moe_rope_over_half_the_head_fails_hf_parity(builds, tmp_path):
 
 def test_minimax_m2_in_the_hub_spelling(builds, tmp_path):
     """MiniMax-M2's config as published: partial RoPE as rotary_dim (the config class converts it),
-    top-level rope_theta, a null sliding_window, and a key MiniMaxM2 never reads that other families
-    do: routed_scaling_factor (its router scales nothing)."""
+    top-level rope_theta, a null sliding_window, and keys MiniMaxM2 never reads that other families
+    do: routed_scaling_factor (its router scales nothing), clip_qkv (OLMoE's clamp, its spec's base)."""
     _registered("minimax_m2")
     saved = json.loads((builds.checkpoint("minimax_m2") / "config.json").read_text())
     rope = saved["rope_parameters"]
@@ -124,9 +124,19 @@ def test_minimax_m2_in_the_hub_spelling(builds, tmp_path):
         rope_theta=rope["rope_theta"],
         sliding_window=None,
         routed_scaling_factor=2.0,
+        clip_qkv=0.5,
         torch_dtype="float32",
     )
     assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4
+
+
+def test_flex_olmo_with_a_clip_qkv_its_attention_never_reads(builds, tmp_path):
+    """FlexOlmo's attention is OLMo-2's: a clip_qkv in its config.json (an OLMoE-style key) clamps nothing
+    in HF; the export clamped q/k/v at it before (logits off by 4.6 at clip 0.5)."""
+    _registered("flex_olmo")
+    checkpoint = _respelled(builds.checkpoint("flex_olmo"), tmp_path / "ckpt", clip_qkv=0.5)
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    assert parity_error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
 def test_afmoe_without_mup(builds, tmp_path):
