@@ -68,7 +68,10 @@ def bitnet_linear(base: WeightStore, prefix: str, qc: dict[str, Any]) -> BitnetL
         )
     block = next((bs for bs in BLOCK_SIZES if k % bs == 0), None)
     if block is None:
-        raise InputError(f"{prefix}: K={k} is not a multiple of 16, which 2-bit MatMulNBits needs")
+        raise InputError(
+            f"{prefix}: K={k} is not a multiple of 16: the ternary codes are written as whole 2-bit MatMulNBits "
+            "blocks (a padded last block is not implemented)"
+        )
     multiplies = str(qc.get("linear_class") or "bitlinear") == "autobitlinear"
 
     def params() -> tuple[np.ndarray, np.ndarray | None]:

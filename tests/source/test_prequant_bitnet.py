@@ -144,6 +144,18 @@ def test_reader_rows_across_the_packed_shifts(tmp_path):
     assert (linear.n, linear.k, linear.block_size) == (24, 32, 32)
 
 
+def test_reader_refuses_k_not_a_multiple_of_16_in_one_line(tmp_path):
+    """K = 40 (an odd hidden size): refused by name, not written with a block that does not divide K."""
+    from safetensors.numpy import save_file
+
+    from gqa_export.errors import InputError
+
+    packed = np.zeros((2, 40), np.uint8)  # 8 output rows, 4 a byte
+    save_file({"m.proj.weight": packed, "m.proj.weight_scale": np.ones(1, np.float32)}, str(tmp_path / "m.safetensors"))
+    with pytest.raises(InputError, match=r"^m\.proj: K=40 is not a multiple of 16: .* not implemented\)$"):
+        bitnet.bitnet_linear(WeightStore.open(tmp_path), "m.proj", {"linear_class": "bitlinear"})
+
+
 def _without_activation_quantization(package: Path) -> int:
     """Every MatMulNBits fed the float activations (the int8 per-token rounding left out)."""
     path = package / "model.onnx"
