@@ -13,7 +13,7 @@ from types import MappingProxyType
 from gqa_export.arch.mamba_hybrid_families import JAMBA, NEMOTRON_H
 from gqa_export.arch.mixer_spec import MambaNames, MixerSpec, RgLruNames
 from gqa_export.arch.shared_block_spec import SharedBlockNames
-from gqa_export.arch.spec import ArchSpec, LayerNames, config_keys
+from gqa_export.arch.spec import ArchSpec, LayerNames, Refusal, config_keys
 
 # Bamba: Jamba's layer layout (input_layernorm, pre_ff_layernorm, feed_forward.*, final_layernorm)
 # with Granite-4.0-H's Mamba2 mixer (mamba.*, the group-wise gated norm after the gate, dt clamped
@@ -40,6 +40,16 @@ _MAMBA2_KEYS = config_keys(
     norm_eps="layer_norm_epsilon", mamba_heads="num_heads", mamba_head_dim="head_dim", mamba_groups="n_groups",
     mamba_state="state_size", mamba_conv_kernel="conv_kernel", mamba_expand="expand", mamba_activation="hidden_act",
 )  # fmt: skip
+# rescale_prenorm_residual is an init-time flag, but the Mamba, Falcon-Mamba and Mamba2 classes of
+# transformers 5.x apply it in _init_weights to the loaded weights too (`out_proj.weight /= sqrt(layers)`,
+# unguarded, unlike Nemotron-H's): HF then runs weights the checkpoint does not hold. Refused rather
+# than built to match one of the two silently.
+_RESCALED_OUT_PROJ = Refusal(
+    "rescale_prenorm_residual",
+    "rescale_prenorm_residual: transformers 5.x divides the stored out_proj weights by sqrt(num_hidden_layers) "
+    "when it loads this checkpoint, so the export cannot match both; the flag is init-only: set it false in "
+    "config.json",
+)
 MAMBA2 = replace(
     NEMOTRON_H,
     name="mamba2",
@@ -58,6 +68,7 @@ MAMBA2 = replace(
     moe=None,
     config_keys=_MAMBA2_KEYS,
     ignore=(),
+    refusals=(_RESCALED_OUT_PROJ,),
 )
 
 # Mamba (v1): Mamba2's stack with Jamba's Mamba mixer (in_proj x | z, conv, x_proj dt | B | C,

@@ -26,7 +26,7 @@ from gqa_export.quant.activation_quant import absmax_per_token
 from gqa_export.quant.imported_experts import expert_linears, import_experts
 from gqa_export.quant.quantize import PrecisionPlan, _linear_weight, _register, _replace
 from gqa_export.source.imported import ImportedStore
-from gqa_export.source.native import NativeLinear, pack_fields
+from gqa_export.source.native import NativeLinear, pack_fields, pad_to_blocks
 
 
 @dataclass
@@ -115,15 +115,15 @@ def _to_matmul_nbits(
     # point, no zero-point input), the same weights on the CPU kernel that is fast at level 0 (§3.10)
     widened = bool(first.activation_bits) and bits == 2 and plan.nbits is not None and plan.nbits.bits == 4
     bits = 4 if widened else bits
-    kb, blob = k // bs, bs * bits // 8
+    kb, blob = first.k_blocks, bs * bits // 8
     graph, base = model.graph, (weight.name or "w").removesuffix(".weight")
 
     def rows(m: NativeLinear, a: int, b: int) -> np.ndarray:
         if not widened:
             return m.packed_rows(a, b)
-        zero = np.repeat(m.block_zero_points()[a:b], bs, axis=1).astype(np.int16)
+        zero = np.repeat(m.block_zero_points()[a:b], bs, axis=1)[:, :k].astype(np.int16)
         codes = m.codes(a, b).astype(np.int16) - zero + (1 << (bits - 1))
-        return pack_fields(codes, bits).reshape(b - a, kb, blob)
+        return pack_fields(pad_to_blocks(codes, kb * bs, 1 << (bits - 1)), bits).reshape(b - a, kb, blob)
 
     def blocks() -> Iterator[np.ndarray]:
         for m in members:

@@ -46,6 +46,10 @@ def why_not_bitnet(qc: dict[str, Any]) -> str | None:
 class BitnetLinear(NativeLinear):
     """A packed ternary Linear (see module doc): codes unpacked from the stored row a byte holds."""
 
+    @property
+    def repeat(self) -> int:  # one group of K: its scale on every block, a padded last one too
+        return self.k_blocks
+
     def codes(self, a: int, b: int) -> np.ndarray:
         stored, parts, r = self.n // ROWS_PER_BYTE, [], a
         while r < b:  # output rows j·stored + p, one shift j at a time
@@ -66,9 +70,8 @@ def bitnet_linear(base: WeightStore, prefix: str, qc: dict[str, Any]) -> BitnetL
             f"{prefix}.weight_scale holds {list(base.info(f'{prefix}.weight_scale').shape)} values, not the one "
             "per-tensor scale BitNet stores; the checkpoint does not match its config.json"
         )
-    block = next((bs for bs in BLOCK_SIZES if k % bs == 0), None)
-    if block is None:
-        raise InputError(f"{prefix}: K={k} is not a multiple of 16, which 2-bit MatMulNBits needs")
+    # the largest block dividing K, else 16 with a padded last block (an odd hidden size: K = 40, 72)
+    block = next((bs for bs in BLOCK_SIZES if k % bs == 0), BLOCK_SIZES[-1])
     multiplies = str(qc.get("linear_class") or "bitlinear") == "autobitlinear"
 
     def params() -> tuple[np.ndarray, np.ndarray | None]:

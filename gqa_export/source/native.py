@@ -93,6 +93,13 @@ def pack_fields(q: np.ndarray, bits: int) -> np.ndarray:
     return out
 
 
+def pad_to_blocks(q: np.ndarray, width: int, fill: int) -> np.ndarray:
+    """q [..., K] with `fill` columns appended up to `width` (whole MatMulNBits blocks)."""
+    if q.shape[-1] == width:
+        return q
+    return np.concatenate([q, np.full((*q.shape[:-1], width - q.shape[-1]), fill, q.dtype)], axis=-1)
+
+
 def words_as_bytes(words: np.ndarray) -> np.ndarray:
     """int32 words [..., W] as their little-endian bytes [..., 4W]."""
     return np.ascontiguousarray(words).astype("<i4", copy=False).view(np.uint8)
@@ -140,7 +147,7 @@ class NativeLinear:
 
     @property
     def k_blocks(self) -> int:
-        return self.k // self.block_size
+        return -(-self.k // self.block_size)  # a last block padded where K is not whole blocks (BitNet)
 
     @property
     def repeat(self) -> int:
@@ -155,6 +162,7 @@ class NativeLinear:
         q = self.codes(a, b)
         if self.perm is not None:
             q = q[:, self.perm]
+        q = pad_to_blocks(q, self.k_blocks * self.block_size, 0)  # MatMulNBits reads no input past K
         return pack_fields(q, self.bits).reshape(b - a, self.k_blocks, self.block_size * self.bits // 8)
 
     def block_scales(self) -> np.ndarray:

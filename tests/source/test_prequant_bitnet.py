@@ -26,6 +26,7 @@ from reference import assert_varied, genai_prompt_then_greedy, hf_generate, hf_m
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.source import bitnet
+from gqa_export.source.native import pack_fields
 from gqa_export.source.weights import WeightStore
 
 BOUND = 1e-4
@@ -142,6 +143,40 @@ def test_reader_rows_across_the_packed_shifts(tmp_path):
     assert np.array_equal(linear.codes(5, 19), unpacked[5:19] + 1)
     assert np.array_equal(linear.dequantized_rows(0, 24), unpacked / 4.0)
     assert (linear.n, linear.k, linear.block_size) == (24, 32, 32)
+
+
+def test_k_not_whole_blocks_is_written_with_a_padded_last_block(tmp_path):
+    """K = 40 (an odd hidden size): 16-blocks, the last one padded; MatMulNBits over the written
+    codes, scales and zero points computes x W^T of the checkpoint's ternary W (refused before)."""
+    import onnxruntime as ort
+    import torch
+    from onnx import TensorProto, helper
+    from safetensors.numpy import save_file
+    from transformers.integrations.bitnet import pack_weights
+
+    ternary = torch.from_numpy(np.random.default_rng(4).integers(-1, 2, (8, 40)).astype(np.float32))
+    save_file(
+        {"m.proj.weight": pack_weights(ternary.clone()).numpy(), "m.proj.weight_scale": np.array([2.0], np.float32)},
+        str(tmp_path / "m.safetensors"),
+    )
+    linear = bitnet.bitnet_linear(WeightStore.open(tmp_path), "m.proj", {"linear_class": "bitlinear"})
+    assert (linear.k, linear.block_size, linear.k_blocks) == (40, 16, 3)
+    weights = [
+        numpy_helper.from_array(linear.packed_rows(0, 8), "w"),
+        numpy_helper.from_array(linear.block_scales(), "s"),
+        numpy_helper.from_array(pack_fields(linear.block_zero_points(), 2), "z"),
+    ]
+    node = helper.make_node("MatMulNBits", ["x", "w", "s", "z"], ["y"], domain="com.microsoft", K=40, N=8, bits=2,
+                            block_size=16)  # fmt: skip
+    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, d]) for n, d in (("x", 40), ("y", 8))]
+    graph = helper.make_graph([node], "g", io[:1], io[1:], weights)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    )
+    model.ir_version = 10
+    x = np.random.default_rng(5).standard_normal((1, 40)).astype(np.float32)
+    got = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert np.abs(got - x @ (ternary.numpy() / 2.0).T).max() < 1e-5
 
 
 def _without_activation_quantization(package: Path) -> int:
