@@ -28,6 +28,7 @@ from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.encoders.encoder_ops import layer_norm, linear
+from gqa_export.graph.encoders.hd_transform import crop_rows, token_places
 from gqa_export.graph.params import NUMPY_DTYPES, Params
 from gqa_export.source.weights import WeightStore
 
@@ -179,21 +180,9 @@ def _hd_index(b: GraphBuilder, sizes: ir.Value, pixels: ir.Value, dims: ClipHdDi
         sub_len = b.op("Mul", b.op("Mul", h, bbc), b.op("Add", b.op("Mul", w, bbc), c(1, "one", "int64")))
         glb_len = bb * (bb + 1)
         count = b.op("Add", sub_len, c(1 + glb_len, "glb_len", "int64"))  # [N]
-        ends = b.op("CumSum", count, c(0, "ax_sum", "int64"))
-        last = b.op("ReduceSum", count, keepdims=0)
-        t = b.op("Range", c(0, "zero", "int64"), last, c(1, "one_t", "int64"))
-        done = b.op("LessOrEqual", b.op("Unsqueeze", ends, c([0], "ax0", "int64")),
-                    b.op("Unsqueeze", t, c([1], "ax1", "int64")))  # fmt: skip
-        image = b.op("ReduceSum", b.op("Cast", done, to=I64), c([1], "r1", "int64"), keepdims=0)  # [T]
-        j = b.op("Sub", t, b.op("Gather", b.op("Sub", ends, count), image))  # the token's place in its image
+        image, j = token_places(b, count)  # each token's image, its place there
         length, wide = b.op("Gather", sub_len, image), b.op("Gather", w, image)
-        base = b.op("Mul", image, crops)  # the image's first crop (its global view)
-        all_crops = b.op("Mul", b.op("Shape", pixels, start=0, end=1), crops)  # [1]: N·C
-        sub_sep = b.op("Squeeze", b.op("Mul", all_crops, c(bb * bb, "crop_rows", "int64")), c([0], "sq", "int64"))
-        glb_sep = b.op("Add", sub_sep, c(1, "one_g", "int64"))
-
-        def row_of(crop: ir.Value, r: ir.Value, q: ir.Value) -> ir.Value:  # merged row (r, q) of a crop
-            return b.op("Add", b.op("Mul", b.op("Add", b.op("Mul", b.op("Add", base, crop), bbc), r), bbc), q)
+        row_of, sub_sep, glb_sep, _ = crop_rows(b, image, crops, pixels, bb)
 
         def in_sub(k: ir.Value) -> ir.Value:  # k-th token of the crops' block
             step = b.op("Add", b.op("Mul", wide, bbc), c(1, "one_s", "int64"))

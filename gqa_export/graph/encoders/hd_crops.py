@@ -31,6 +31,7 @@ from gqa_export import __version__
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder, typed
 from gqa_export.graph.encoders.encoder_ops import GELU, key_bias, linear, masked_vit_layer, patch_embedding
+from gqa_export.graph.encoders.hd_transform import crop_rows, token_places
 from gqa_export.graph.encoders.tensor_prefix import tensor_prefix
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
@@ -225,23 +226,9 @@ def _hd_index(b: GraphBuilder, sizes: ir.Value, mask: ir.Value, dims: HdCropDims
         useful_w = b.op("ReduceSum", b.op("Where", first_row, row_sum, zero), c([1], "r5", "int64"), keepdims=0)
         sub_len = b.op("Mul", useful_h, b.op("Add", useful_w, c(1, "one_c", "int64")))
         count = b.op("Add", sub_len, c(1 + bb * (bb + 1), "global_len", "int64"))  # [N]
-        ends = b.op("CumSum", count, c(0, "ax_sum", "int64"))
-        total = b.op("ReduceSum", count, c([0], "r6", "int64"), keepdims=1)
-        last = b.op("Squeeze", total, c([0], "sq", "int64"))
-        t = b.op("Range", c(0, "zero_e", "int64"), last, c(1, "one_d", "int64"))
-        done = b.op("LessOrEqual", b.op("Unsqueeze", ends, c([0], "ax0b", "int64")), col(t, "ax_t"))  # [T, N]
-        image = b.op("ReduceSum", b.op("Cast", done, to=I64), c([1], "r7", "int64"), keepdims=0)  # the token's image
-        j = b.op("Sub", t, b.op("Gather", b.op("Sub", ends, count), image))  # the token's place in its image
+        image, j = token_places(b, count)  # each token's image, its place there
         uw, length, wide = (b.op("Gather", v, image) for v in (useful_w, sub_len, w))
-        base = b.op("Mul", image, crops)  # the image's first crop (its global view)
-        all_crops = b.op("Mul", b.op("Shape", mask, start=0, end=1), crops)  # [1]: N·C
-        sub_sep = b.op("Squeeze", b.op("Mul", all_crops, c(bb * bb, "crop_rows", "int64")), c([0], "sq2", "int64"))
-        glb_sep = b.op("Add", sub_sep, c(1, "one_e", "int64"))
-        bbc = c(bb, "b", "int64")
-
-        def row_of(crop: ir.Value, r: ir.Value, q: ir.Value) -> ir.Value:  # pooled row (r, q) of a crop
-            return b.op("Add", b.op("Mul", b.op("Add", b.op("Mul", b.op("Add", base, crop), bbc), r), bbc), q)
-
+        row_of, sub_sep, glb_sep, bbc = crop_rows(b, image, crops, mask, bb)
         step = b.op("Add", uw, c(1, "one_f", "int64"))
         r, q = b.op("Div", j, step), b.op("Mod", j, step)
         crop = b.op("Add", b.op("Mul", b.op("Div", r, bbc), wide), b.op("Div", q, bbc))  # among the sub-crops
