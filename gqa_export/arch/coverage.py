@@ -107,35 +107,29 @@ def installed_types() -> dict[str, dict[str, str]]:
 def text_model_type(model_type: str) -> str:
     """The text decoder's model_type as transformers' default config for the type has it (a
     multimodal type's text_config), else the type itself."""
-    config = _default_config(model_type)
-    text = config.get_text_config(decoder=True) if config is not None else None
-    return str(getattr(text, "model_type", None) or model_type)
-
-
-def default_towers(model_type: str) -> list[str]:
-    """The towers the type's config class can hold (its vision / audio sub-configs, optional ones too:
-    Gemma-4-Unified's default has neither), what a build without --text-only refuses to leave out unless the
-    recipe builds them (arch/wrapped_decoders.towers_refusal)."""
-    config = _default_config(model_type)
-    sub_configs = getattr(type(config), "sub_configs", None) or {}
-    return config_towers({name: True for name in sub_configs})
-
-
-def _default_config(model_type: str) -> Any | None:
-    """transformers' default config of the type; None where its class cannot be built from its defaults."""
     from transformers import AutoConfig
     from transformers.utils import logging
 
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()  # default configs warn about their own defaults
     try:
-        config = AutoConfig.for_model(model_type)
-        config.get_text_config(decoder=True)
-    except Exception:  # a config class that cannot be built from its defaults
-        return None
+        text = AutoConfig.for_model(model_type).get_text_config(decoder=True)
+    except Exception:  # a config class that cannot be built from its defaults: its own type
+        return model_type
     finally:
         logging.set_verbosity(verbosity)
-    return config
+    return str(getattr(text, "model_type", None) or model_type)
+
+
+def default_towers(model_type: str) -> list[str]:
+    """The towers the type's config class can hold (its vision / audio sub-configs, optional ones too:
+    Gemma-4-Unified's default has neither), what a build without --text-only refuses to leave out unless the
+    recipe builds them (arch/wrapped_decoders.towers_refusal). Read from the class: no config is made."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    config_class = CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING else None
+    sub_configs = getattr(config_class, "sub_configs", None) or {}
+    return config_towers({name: True for name in sub_configs})
 
 
 def _exported_row(
