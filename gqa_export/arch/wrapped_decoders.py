@@ -189,9 +189,7 @@ def towers_refusal(raw_config: Mapping[str, Any], recipe: Recipe) -> str | None:
     config carrying a vision or audio sub-config (Gemma-3n's, Llama-4's, Gemma-4-Unified's classes, whose own
     recipes match them) unless the recipe builds the full package genai runs for it. A package that silently
     dropped the images a user brought the checkpoint for would be the wrong package."""
-    architectures = raw_config.get("architectures")
-    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
-    architecture = architecture if isinstance(architecture, str) else str(raw_config.get("model_type", "?"))
+    architecture = _first_architecture(raw_config) or str(raw_config.get("model_type", "?"))
     towers = config_towers(raw_config)
     if architecture in _FULL_PACKAGE or (recipe.multimodal_model_type and "vision" in towers):
         return None  # the full package (docs/multimodal.md §1)
@@ -219,10 +217,16 @@ def towers_refusal(raw_config: Mapping[str, Any], recipe: Recipe) -> str | None:
 def carries_towers(raw_config: Mapping[str, Any]) -> bool:
     """Whether a checkpoint holds towers besides its decoder: a listed class, or a vision / audio sub-config
     (what --text-only acts on; a speculative draft, always a text decoder, gets the flag where this holds)."""
+    first = _first_architecture(raw_config)
+    return first in WRAPPED_DECODERS or first in _NOT_BUILT_YET or bool(config_towers(raw_config))
+
+
+def _first_architecture(raw_config: Mapping[str, Any]) -> str | None:
+    """config.json's first class name; None where `architectures` is missing or malformed (match_builtin refuses
+    a malformed one in its own line)."""
     architectures = raw_config.get("architectures")
     first = architectures[0] if isinstance(architectures, list) and architectures else None
-    listed = first in WRAPPED_DECODERS or first in _NOT_BUILT_YET
-    return listed or bool(config_towers(raw_config))
+    return first if isinstance(first, str) else None
 
 
 def config_towers(config: Mapping[str, Any]) -> list[str]:
