@@ -72,6 +72,36 @@ def check_against_weights(dims: ModelDims, spec: ArchSpec, store: WeightStore, t
                 shape = shape[::-1]
             _same("intermediate_size", layer.intermediate_size, shape[1], down, shape)
             _same("hidden_size", dims.hidden_size, shape[0], down, shape)
+        _check_mamba(dims, spec, store, prefix, layer.mixer)
+
+
+def _check_mamba(dims: ModelDims, spec: ArchSpec, store: WeightStore, prefix: str, mixer: str) -> None:
+    """A Mamba layer's inner width (intermediate_size, or expand x hidden_size) and state sizes against
+    its projections: the graph splits in_proj's output by them, so a config that does not fit stopped
+    only at onnxruntime's load, naming a Split node."""
+    if spec.mixers is None or mixer not in ("mamba", "mamba2"):
+        return
+    if mixer == "mamba" and dims.mamba is not None and not spec.mixers.mamba.per_head:
+        m, names = dims.mamba, spec.mixers.mamba
+        expected = {
+            names.in_proj: (f"Mamba inner width {m.inner}: intermediate_size, or expand x hidden_size", 2 * m.inner),
+            names.x_proj: (f"time_step_rank {m.dt_rank} and state_size {m.state}", m.dt_rank + 2 * m.state),
+        }
+    elif mixer == "mamba2" and dims.mamba2 is not None:
+        m2 = dims.mamba2
+        what = f"Mamba2 sizes (heads {m2.heads} x head_dim {m2.head_dim}, n_groups {m2.groups}, state_size {m2.state})"
+        expected = {
+            spec.mixers.mamba2.in_proj: (what, 2 * m2.heads * m2.head_dim + 2 * m2.groups * m2.state + m2.heads)
+        }
+    else:
+        return
+    for name, (what, rows) in expected.items():
+        tensor = f"{prefix}{name}.weight"
+        if tensor in store and (shape := store.info(tensor).shape)[0] != rows:
+            raise InputError(
+                f"{tensor} is {list(shape)} where config.json implies {rows} rows ({what}); "
+                "the config does not belong to these weights (fix config.json)"
+            )
 
 
 def _stored_layers(spec: ArchSpec, store: WeightStore) -> set[int]:

@@ -6,6 +6,7 @@ against HF, and mutants of the mechanisms each family adds that fail parity (doc
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import onnx
@@ -159,6 +160,32 @@ def test_mamba2_config_it_cannot_export_is_refused_in_one_line(builds, tmp_path,
     result = runner.invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
     assert result.exit_code == 2, result.output
     assert [x for x in result.output.splitlines() if x.startswith("error:")] == [f"error: {line}"]
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    ("family", "edit", "line"),
+    [
+        (
+            "mamba",
+            {"intermediate_size": 160},
+            r"mixer.in_proj.weight is \[256, 64\] where config.json implies 320 rows",
+        ),
+        ("mamba", {"time_step_rank": 6}, r"mixer.x_proj.weight is \[40, 128\] where config.json implies 38 rows"),
+        (BAMBA, {"mamba_d_state": 8}, r"mamba.in_proj.weight is \[324, 64\] where config.json implies 292 rows"),
+    ],
+    ids=["mamba-inner", "mamba-dt-rank", "bamba-state"],
+)
+def test_mamba_sizes_the_weights_do_not_have_are_refused_before_the_graph(builds, tmp_path, family, edit, line):
+    """A Mamba config whose inner width or state sizes do not fit in_proj / x_proj: one line naming the
+    tensor and the keys (it stopped at onnxruntime's load, naming a Split node), nothing written."""
+    checkpoint = copy_tree(builds.checkpoint(family), tmp_path / "ckpt")
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, **edit}))
+    result = runner.invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    errors = [x for x in result.output.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1 and re.search(line, errors[0]) and "does not belong to these weights" in errors[0], errors
     assert not (tmp_path / "p").exists()
 
 
