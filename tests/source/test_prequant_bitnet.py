@@ -26,7 +26,6 @@ from reference import assert_varied, genai_prompt_then_greedy, hf_generate, hf_m
 
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.source import bitnet
-from gqa_export.source.native import pack_fields
 from gqa_export.source.weights import WeightStore
 
 BOUND = 1e-4
@@ -145,38 +144,35 @@ def test_reader_rows_across_the_packed_shifts(tmp_path):
     assert (linear.n, linear.k, linear.block_size) == (24, 32, 32)
 
 
-def test_k_not_whole_blocks_is_written_with_a_padded_last_block(tmp_path):
-    """K = 40 (an odd hidden size): 16-blocks, the last one padded; MatMulNBits over the written
-    codes, scales and zero points computes x W^T of the checkpoint's ternary W (refused before)."""
-    import onnxruntime as ort
-    import torch
-    from onnx import TensorProto, helper
-    from safetensors.numpy import save_file
-    from transformers.integrations.bitnet import pack_weights
+# an odd hidden size: every K (40 and 72) takes 16-blocks with a padded last one
+ODD_SIZES = dict(hidden_size=40, num_attention_heads=5, num_key_value_heads=1, head_dim=8, intermediate_size=72,
+                 num_hidden_layers=2)  # fmt: skip
 
-    ternary = torch.from_numpy(np.random.default_rng(4).integers(-1, 2, (8, 40)).astype(np.float32))
-    save_file(
-        {"m.proj.weight": pack_weights(ternary.clone()).numpy(), "m.proj.weight_scale": np.array([2.0], np.float32)},
-        str(tmp_path / "m.safetensors"),
-    )
-    linear = bitnet.bitnet_linear(WeightStore.open(tmp_path), "m.proj", {"linear_class": "bitlinear"})
-    assert (linear.k, linear.block_size, linear.k_blocks) == (40, 16, 3)
-    weights = [
-        numpy_helper.from_array(linear.packed_rows(0, 8), "w"),
-        numpy_helper.from_array(linear.block_scales(), "s"),
-        numpy_helper.from_array(pack_fields(linear.block_zero_points(), 2), "z"),
-    ]
-    node = helper.make_node("MatMulNBits", ["x", "w", "s", "z"], ["y"], domain="com.microsoft", K=40, N=8, bits=2,
-                            block_size=16)  # fmt: skip
-    io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, d]) for n, d in (("x", 40), ("y", 8))]
-    graph = helper.make_graph([node], "g", io[:1], io[1:], weights)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-    )
-    model.ir_version = 10
-    x = np.random.default_rng(5).standard_normal((1, 40)).astype(np.float32)
-    got = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
-    assert np.abs(got - x @ (ternary.numpy() / 2.0).T).max() < 1e-5
+
+@pytest.mark.parametrize("precision", ["fp32", "int4"])
+def test_k_not_whole_blocks_equals_hf_as_2_bit_and_4_bit_codes(tmp_path, precision):
+    """Hidden 40 / intermediate 72 end to end: the padded last block as the checkpoint's 2-bit codes and,
+    at int4, as 4-bit codes padded with the op's zero (8); each equals HF. Mutant: the last block's
+    bytes rolled by one (the codes a field off inside the padded block) breaks parity."""
+    from gqa_export.request.records import QuantOptions
+
+    checkpoint = save_bitnet_packed(tmp_path / "ckpt", **ODD_SIZES)
+    package = tmp_path / "pkg"
+    kept = QuantOptions(keep_float=("lm_head.weight",)) if precision == "int4" else QuantOptions()
+    build(BuildOptions(str(checkpoint), package, precision=precision, smoke=False, quant=kept))
+    bits = {attributes(n)["bits"] for n in nbits_nodes(package)}
+    assert bits == {2 if precision == "fp32" else 4}
+    assert {attributes(n)["K"] % 16 for n in nbits_nodes(package)} == {8}  # 40 and 72: a half block
+    assert parity_error(package, checkpoint) < BOUND
+
+    def roll_last_block(q: np.ndarray) -> np.ndarray:
+        q = q.copy()
+        q[:, -1] = np.roll(q[:, -1], 1, axis=-1)
+        return q
+
+    broken = copy_package(package, tmp_path / "mutant")
+    assert edit_initializers(broken, "*.qweight", roll_last_block)
+    assert parity_error(broken, checkpoint) > 10 * BOUND
 
 
 def _without_activation_quantization(package: Path) -> int:
