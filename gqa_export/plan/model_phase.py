@@ -287,8 +287,8 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
             f"--max-length {requested} is past index_topk {context}: beyond it DeepSeek sparse attention's indexer "
             f"drops keys, which the package does not compute; use --max-length {context} or less"
         )
-    if requested < 1 or requested > context:
-        raise InputError(f"--max-length must be between 1 and the model's context length {context}, got {requested}")
+    if requested < 2 or requested > context:
+        raise InputError(f"--max-length must be between 2 and the model's context length {context}, got {requested}")
     return requested
 
 

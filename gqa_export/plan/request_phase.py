@@ -46,8 +46,10 @@ def resolve_request(request: BuildOptions, note: Callable[[str], None] = _silent
     ep = EPS[request.ep]
     precision = plan_precision(request.ep, request.precision, request.quant) if request.precision is not None else None
     check_settings(request.settings)
-    if request.max_length is not None and request.max_length < 1:
-        raise InputError(f"--max-length must be at least 1, got {request.max_length}")
+    if request.max_length is not None and request.max_length < 2:  # a prompt token and a new one
+        raise InputError(
+            f"--max-length must be at least 2 (one prompt token and one new token), got {request.max_length}"
+        )
     if output:
         check_output(request.output, request.overwrite, build_inputs(request), note)
     user_recipe = load_recipe(request.recipe, list(request.settings)) if request.recipe else None

@@ -140,7 +140,7 @@ def test_bad_checkpoints_exit_2_with_one_line(checkpoints, tmp_path, edit, messa
         (["--ep", "cuda", "--precision", "fp32"], "--precision fp32 cannot run with --ep cuda"),
         (["--ep", "tpu"], "'tpu' is not one of"),
         (["--precision", "fp8"], "'fp8' is not one of"),
-        (["--max-length", "100000"], "--max-length must be between 1 and the model's context length 256"),
+        (["--max-length", "100000"], "--max-length must be between 2 and the model's context length 256"),
     ],
 )
 def test_bad_options_exit_2(checkpoints, tmp_path, args, message):

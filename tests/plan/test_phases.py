@@ -35,7 +35,7 @@ OPTION_REFUSALS = [
     ("quant-option-on-float", dict(precision="fp32", quant=QuantOptions(block_size=64)), "--block-size applies"),
     ("block-size", dict(precision="int4", quant=QuantOptions(block_size=48)), "power of two"),
     ("set-unknown-key", dict(settings=("attention.nope=1",)), "unknown recipe key"),
-    ("max-length-below-1", dict(max_length=0), "--max-length must be at least 1"),
+    ("max-length-below-2", dict(max_length=1), "--max-length must be at least 2"),
     ("no-lm-head-hidden-states", dict(io=IoOptions(no_lm_head=True, hidden_states=True)), "already outputs"),
     ("no-lm-head-prune", dict(io=IoOptions(prune_lm_head=True, no_lm_head=True)), "no lm_head to prune"),
     ("cuda-graph-on-cpu", dict(io=IoOptions(cuda_graph=True)), "--cuda-graph is a CUDA provider option"),
@@ -111,7 +111,7 @@ def _edit_config(checkpoint: Path, tmp: Path, **changes) -> Path:
 @pytest.mark.parametrize(
     ("name", "fields", "says"),
     [
-        ("gqa", dict(max_length=100000), "between 1 and the model's context length"),
+        ("gqa", dict(max_length=100000), "between 2 and the model's context length"),
         ("gqa", dict(encoder_precision="int8"), "--encoder-precision int8 is for a full multimodal package"),
         (
             "gqa",

@@ -4,6 +4,8 @@ rows of the family registry (tests/families.py, tests/arch/test_families.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from families import TEXT_PROMPTS
 from reference import hf_generate, hf_model
@@ -52,6 +54,23 @@ def test_smoke_run_reports_speed(builds):
     result = smoke_run(builds.package("gqa"), "cpu")
     assert len(result.tokens) == 16
     assert result.decode_tokens_per_s > 0 and result.prefill_ms > 0
+
+
+def test_smoke_run_of_a_context_shorter_than_its_tokens_generates_what_fits(checkpoints, tmp_path):
+    """max_position_embeddings 12: the smoke run's prompt + 16 new tokens do not fit; the build's smoke
+    run generates up to the context instead of failing the build (it asked the runtime for 17)."""
+    import json
+    import shutil
+
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = Path(shutil.copytree(checkpoints.get("gqa"), tmp_path / "short"))
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 12}))
+    package = tmp_path / "pkg"
+    build(BuildOptions(str(checkpoint), package))
+    result = smoke_run(package, "cpu")
+    assert result.prompt_tokens + len(result.tokens) == 12
 
 
 def test_ragged_batch_matches_hf_per_prompt(builds):
