@@ -41,7 +41,7 @@ from gqa_export.package.multimodal import (
 from gqa_export.package.staging import check_outside
 from gqa_export.plan.records import BuildPlan, RequestPlan
 from gqa_export.progress import Reporter
-from gqa_export.quant.kv_cache import check_kv_options
+from gqa_export.quant.kv_cache import check_kv_length, check_kv_options
 from gqa_export.quant.quantize import plan_precision
 from gqa_export.recipes import Recipe, load_recipe
 from gqa_export.source import prequantized
@@ -118,6 +118,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
         raise InputError("--encoder-precision int8 is for a full multimodal package's vision model: drop it")
     attention, max_length = _attention(plan, recipe, hf_config, dims, mm, max_length)
     io_opts, kv = with_recipe_defaults(request.io, request.kv, recipe.build_defaults)
+    check_kv_length(kv, max_length)
     io = resolve_io(io_opts, ep.name, attention.mode, len(attention.graphs))
     if mm:
         check_full_options(

@@ -51,6 +51,19 @@ def check_kv_options(kv: KvQuantOptions, ep: str, attention_mode: str, io_dtype_
         raise InputError("--kv-cache is calibrated on CPU, which has no bf16 GroupQueryAttention; use fp16")
 
 
+# the calibration's two prompt tokens, one drift decode step and its token (runtime/kv_calibration.py)
+KV_MIN_MAX_LENGTH = 4
+
+
+def check_kv_length(kv: KvQuantOptions, max_length: int) -> None:
+    """A quantized cache is calibrated on a prompt and measured over decode steps inside max_length."""
+    if kv.quantized and max_length < KV_MIN_MAX_LENGTH:
+        raise InputError(
+            f"--kv-cache {kv.dtype} calibrates on a prompt and measures decode steps, which needs a max_length of "
+            f"{KV_MIN_MAX_LENGTH} or more, got {max_length}; build without --kv-cache or with a longer --max-length"
+        )
+
+
 def write_kv_scales(
     model: Any, nodes: dict[int, Any], kv: KvQuantOptions, kv_absmax: dict[int, tuple[np.ndarray, np.ndarray]]
 ) -> None:

@@ -45,11 +45,11 @@ def quantize_kv_cache(package: Path, graph_file: str, kv: KvQuantOptions, max_le
     path = package / graph_file
     model = onnx.load(str(path), load_external_data=False)
     nodes = gqa_nodes(model)
-    tokens = _calibration_tokens(package, kv.calibration, max_length)
-    float_run = _run(package, graph_file, tokens, DRIFT_STEPS, forced=None)
+    tokens, steps = _calibration_tokens(package, kv.calibration, max_length)
+    float_run = _run(package, graph_file, tokens, steps, forced=None)
     write_kv_scales(model, nodes, kv, float_run.kv_absmax)
     onnx.save(model, str(path))
-    quant_run = _run(package, graph_file, tokens, DRIFT_STEPS, forced=float_run.generated)
+    quant_run = _run(package, graph_file, tokens, steps, forced=float_run.generated)
     diff = np.abs(quant_run.logits - float_run.logits)
     agree = float((quant_run.logits.argmax(-1) == float_run.logits.argmax(-1)).mean())
     return {
@@ -59,7 +59,7 @@ def quantize_kv_cache(package: Path, graph_file: str, kv: KvQuantOptions, max_le
         "calibration_tokens": len(tokens),
         "headroom": HEADROOM,
         "drift": {
-            "decode_steps": DRIFT_STEPS,
+            "decode_steps": steps,
             "max_abs_logit_diff": round(float(diff.max()), 6),
             "mean_abs_logit_diff": round(float(diff.mean()), 6),
             "top1_agreement": round(agree, 4),
@@ -67,16 +67,20 @@ def quantize_kv_cache(package: Path, graph_file: str, kv: KvQuantOptions, max_le
     }
 
 
-def _calibration_tokens(package: Path, text_file: Path | None, max_length: int) -> list[int]:
+def _calibration_tokens(package: Path, text_file: Path | None, max_length: int) -> tuple[list[int], int]:
+    """The calibration prompt and the drift's decode steps, together within max_length: up to
+    CALIBRATION_TOKENS then DRIFT_STEPS; a context too short for both (max_position_embeddings 16)
+    shares it, about half each."""
     from gqa_export.runtime.evaluate import read_text, tokenize
 
     text = read_text(text_file) if text_file else CALIBRATION_TEXT
     tokens = tokenize(package, text)
-    room = max(2, max_length - DRIFT_STEPS - 1)
+    room = max_length - DRIFT_STEPS - 1
+    room = room if room >= 2 else max(2, (max_length - 1) // 2)
     tokens = (tokens * (1 + CALIBRATION_TOKENS // max(1, len(tokens))))[: min(CALIBRATION_TOKENS, room)]
     if len(tokens) < 2:
         raise InputError("the KV calibration text gives fewer than 2 tokens; pass a longer --kv-calibration file")
-    return tokens
+    return tokens, min(DRIFT_STEPS, max_length - 1 - len(tokens))
 
 
 @dataclass

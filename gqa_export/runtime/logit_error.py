@@ -13,16 +13,18 @@ import ml_dtypes
 import numpy as np
 
 from gqa_export.runtime.decode import position_logits
+from gqa_export.runtime.run import token_budget
 
 PROMPT_SEED = 1234
 PROMPTS = 4
 PROMPT_LENGTH = 48
 
 
-def fixed_prompts(vocab_size: int) -> list[list[int]]:
+def fixed_prompts(vocab_size: int, max_length: int = PROMPT_LENGTH) -> list[list[int]]:
+    """PROMPTS fixed prompts of PROMPT_LENGTH ids, or of the package's max_length where that is shorter."""
     rng = np.random.default_rng(PROMPT_SEED)
     upper = min(vocab_size, 32000)
-    return [rng.integers(0, upper, PROMPT_LENGTH).tolist() for _ in range(PROMPTS)]
+    return [rng.integers(0, upper, PROMPT_LENGTH).tolist()[:max_length] for _ in range(PROMPTS)]
 
 
 def prompt_logits(package: Path, prompts: list[list[int]]) -> list[np.ndarray]:
@@ -32,7 +34,7 @@ def prompt_logits(package: Path, prompts: list[list[int]]) -> list[np.ndarray]:
 
 
 def logit_error(float_package: Path, quant_package: Path, vocab_size: int) -> dict[str, float]:
-    prompts = fixed_prompts(vocab_size)
+    prompts = fixed_prompts(vocab_size, token_budget(float_package)[0] or PROMPT_LENGTH)
     ref, got = prompt_logits(float_package, prompts), prompt_logits(quant_package, prompts)
     # logits a class masks to the dtype's lowest value (Chameleon's image tokens) are the same constant in both
     # packages: left out, their squares would overflow the norm and hide every other error

@@ -112,6 +112,7 @@ def _edit_config(checkpoint: Path, tmp: Path, **changes) -> Path:
     ("name", "fields", "says"),
     [
         ("gqa", dict(max_length=100000), "between 2 and the model's context length"),
+        ("gqa", dict(max_length=3, kv=KvQuantOptions("int8")), "needs a max_length of 4 or more, got 3"),
         ("gqa", dict(encoder_precision="int8"), "--encoder-precision int8 is for a full multimodal package"),
         (
             "gqa",
@@ -126,6 +127,7 @@ def _edit_config(checkpoint: Path, tmp: Path, **changes) -> Path:
     ],
     ids=[
         "max-length-over-context",
+        "kv-cache-in-a-short-context",
         "encoder-int8-on-text",
         "cuda-graph-recipe-bias",
         "kv-cache-recipe-bias",

@@ -56,21 +56,28 @@ def test_smoke_run_reports_speed(builds):
     assert result.decode_tokens_per_s > 0 and result.prefill_ms > 0
 
 
-def test_smoke_run_of_a_context_shorter_than_its_tokens_generates_what_fits(checkpoints, tmp_path):
-    """max_position_embeddings 12: the smoke run's prompt + 16 new tokens do not fit; the build's smoke
-    run generates up to the context instead of failing the build (it asked the runtime for 17)."""
+def test_a_context_shorter_than_the_builds_own_runs_fits_them_in(checkpoints, tmp_path):
+    """max_position_embeddings 12, shorter than what the build runs: the smoke run's prompt + 16 tokens
+    (it asked the runtime for 17 and failed every build), the KV calibration's prompt + 16 drift steps,
+    --report's 48-token prompts. Each now fits what it runs into the context."""
     import json
     import shutil
 
     from gqa_export.pipeline import BuildOptions, build
+    from gqa_export.request.records import KvQuantOptions
 
     checkpoint = Path(shutil.copytree(checkpoints.get("gqa"), tmp_path / "short"))
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 12}))
     package = tmp_path / "pkg"
-    build(BuildOptions(str(checkpoint), package))
+    build(BuildOptions(str(checkpoint), package, precision="int4", report=True, kv=KvQuantOptions("int8")))
     result = smoke_run(package, "cpu")
     assert result.prompt_tokens + len(result.tokens) == 12
+    kv = json.loads((package / "manifest.json").read_text())["options"]["kv_cache"]
+    assert kv["calibration_tokens"] >= 2 and kv["drift"]["decode_steps"] >= 1
+    assert kv["calibration_tokens"] + kv["drift"]["decode_steps"] + 1 <= 12
+    report = json.loads((package / "quant_report.json").read_text())["logits_vs_float"]
+    assert report["positions"] == report["prompts"] * 12
 
 
 def test_ragged_batch_matches_hf_per_prompt(builds):
