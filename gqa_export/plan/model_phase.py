@@ -289,7 +289,12 @@ def planned_max_length(requested: int | None, dims: ModelDims) -> int:
             f"drops keys, which the package does not compute; use --max-length {context} or less"
         )
     if requested < 2 or requested > context:
-        raise InputError(f"--max-length must be between 2 and the model's context length {context}, got {requested}")
+        # HF's dynamic NTK rescales every frequency as a sequence grows past max_position_embeddings: no one table
+        dynamic = any(r.rope_type == "dynamic" and not r.params.get("alpha") for r in dims.ropes.values())
+        why = "; its dynamic NTK RoPE rescales past it, which one cos/sin table cannot hold" if dynamic else ""
+        raise InputError(
+            f"--max-length must be between 2 and the model's context length {context}, got {requested}{why}"
+        )
     return requested
 
 

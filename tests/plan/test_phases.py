@@ -155,13 +155,17 @@ def test_config_refusals_come_before_any_weight_read(
         # kv heads the weights do not have: one sentence naming the key, not onnxruntime's shape error at load
         (dict(num_key_value_heads=1), r"num_key_value_heads / head_dim gives 16 but .*k_proj.weight is \[32, 64\]"),
         (dict(quantization_config={"quant_method": "hqq", "quant_config": {"nbits": 4}}), "HQQ"),
+        # --max-length 512 (below) past a dynamic-NTK context: HF rescales there, no fixed table can
+        (dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}),
+         "context length 256, got 512; its dynamic NTK RoPE rescales past it"),
     ],
-    ids=["unknown-architecture", "config-against-weights", "kv-heads-against-weights", "pre-quantized-format"],
-)
+    ids=["unknown-architecture", "config-against-weights", "kv-heads-against-weights", "pre-quantized-format",
+         "dynamic-rope-past-context"],
+)  # fmt: skip
 def test_checkpoint_refusals_come_before_any_weight_read(checkpoints, no_weight_read, tmp_path, changes, says):
     source = _edit_config(checkpoints.get("gqa"), tmp_path, **changes)
     with pytest.raises(InputError, match=says):
-        build(BuildOptions(str(source), tmp_path / "out", smoke=False))
+        build(BuildOptions(str(source), tmp_path / "out", smoke=False, max_length=512))
     assert not (tmp_path / "out").exists()
 
 
