@@ -188,3 +188,16 @@ def test_codegen_full_rotary_matches_hf(tmp_path):
     checkpoint = save_dense(tmp_path / "ckpt", "codegen", rotary_dim=16)
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert parity_error(tmp_path / "pkg", checkpoint) < 1e-4
+
+
+def test_codegen_heads_straddling_its_qkv_blocks_match_hf(tmp_path):
+    """transformers 5.x splits CodeGen's fused projection into 4 blocks by width, not by head: 5 heads of
+    16 are 4 blocks of 20 channels (was refused; 4.x cannot run it, its blocks hold whole heads)."""
+    from dense_models import save_dense
+    from families import transformers_major
+
+    if transformers_major() < 5:
+        pytest.skip("transformers 4.x's CodeGen requires whole heads per qkv block")
+    checkpoint = save_dense(tmp_path / "ckpt", "codegen", n_embd=80, n_head=5, n_layer=1, vocab_size=257)
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert parity_error(tmp_path / "pkg", checkpoint) < 1e-4
