@@ -40,13 +40,10 @@ GPT2 = ArchSpec(
     linear_layout="in_out",
     config_keys=_GPT2_KEYS,
     decoder_prefixes=("transformer.",),
+    # reorder_and_upcast_attn only computes the eager scores in float32 (transformers' sdpa path ignores it): read as is
+    scaled_scores="scale_attn_weights",
+    inverse_layer_scale="scale_attn_by_inverse_layer_idx",
     refusals=(
-        Refusal("scale_attn_weights", "scale_attn_weights false (unscaled scores) is not supported", (False,)),
-        Refusal(
-            "scale_attn_by_inverse_layer_idx",
-            "scale_attn_by_inverse_layer_idx (scores scaled by 1 / (layer + 1)) is not supported",
-        ),
-        Refusal("reorder_and_upcast_attn", "reorder_and_upcast_attn is not supported"),
         Refusal("add_cross_attention", "add_cross_attention (an encoder-decoder GPT-2) is not a causal LM"),
     ),
 )
