@@ -198,7 +198,7 @@ BLOOM = ArchSpec(
     config_keys=config_keys(norm_eps=_LAYER_NORM_EPS),
 )
 # MPT: ALiBi with MosaicML's slopes, no biases (LayerNorms without bias), stacked Wqkv clamped to
-# +-clip_qkv, exact-GELU MLP of expansion_ratio x hidden, tied; its attention options live in the
+# +-clip_qkv, exact-GELU MLP of 4 x hidden (transformers' MptMLP hard-codes it; expansion_ratio unread), tied; its attention options live in the
 # nested attn_config. transformers implements neither qk_ln nor prefix_lm nor learned positions
 # without ALiBi, so those are refused rather than exported as HF computes them.
 _MPT_ATTN = "attn_config."
@@ -210,6 +210,7 @@ MPT = ArchSpec(
     alibi="bias_max",
     rope_layers="none",
     ffn_size="hidden_ratio",
+    ignore=("ffn_ratio",),
     embed="wte.weight",
     final_norm="norm_f.weight",
     layer_prefix="blocks.{i}.",
