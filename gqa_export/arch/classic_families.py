@@ -199,8 +199,8 @@ BLOOM = ArchSpec(
 )
 # MPT: ALiBi with MosaicML's slopes, no biases (LayerNorms without bias), stacked Wqkv clamped to
 # +-clip_qkv, exact-GELU MLP of 4 x hidden (transformers' MptMLP hard-codes it; expansion_ratio unread),
-# tied; its attention options live in the nested attn_config. transformers implements neither qk_ln nor prefix_lm nor learned positions
-# without ALiBi, so those are refused rather than exported as HF computes them.
+# tied; its attention options live in the nested attn_config. transformers implements neither qk_ln nor
+# prefix_lm nor learned positions without ALiBi, so those are refused rather than exported as HF computes them.
 _MPT_ATTN = "attn_config."
 MPT = ArchSpec(
     name="mpt",
