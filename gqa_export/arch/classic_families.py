@@ -43,9 +43,7 @@ GPT2 = ArchSpec(
     # reorder_and_upcast_attn only computes the eager scores in float32 (transformers' sdpa path ignores it): read as is
     scaled_scores="scale_attn_weights",
     inverse_layer_scale="scale_attn_by_inverse_layer_idx",
-    refusals=(
-        Refusal("add_cross_attention", "add_cross_attention (an encoder-decoder GPT-2) is not a causal LM"),
-    ),
+    refusals=(Refusal("add_cross_attention", "add_cross_attention (an encoder-decoder GPT-2) is not a causal LM"),),
 )
 GPT_NEOX = ArchSpec(
     name="gpt_neox",
