@@ -83,6 +83,9 @@ def test_classic_graph_holds_the_position_tables_and_the_weights_as_stored(build
         # MPT's MLP is 4 x hidden whatever expansion_ratio says (transformers' MptMLP; was refused as a config that
         # does not belong to its weights)
         pytest.param("mpt", dict(expansion_ratio=2, n_layers=1), id="mpt_expansion_ratio_unread"),
+        # BioGPT's and XGLM's scale_embedding false: unscaled token embeddings (were refused)
+        pytest.param("biogpt", dict(scale_embedding=False, num_hidden_layers=1), id="biogpt_unscaled_embedding"),
+        pytest.param("xglm", dict(scale_embedding=False, num_layers=1), id="xglm_unscaled_embedding"),
     ],
 )
 def test_classic_config_variants_match_hf(tmp_path, family, overrides):
