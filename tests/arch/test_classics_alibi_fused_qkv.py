@@ -203,13 +203,13 @@ def test_codegen_heads_straddling_its_qkv_blocks_match_hf(tmp_path):
     assert parity_error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
-@pytest.mark.parametrize("name", ["bloom", "mpt"])
-def test_alibi_fp16_package_runs_close_to_hf(builds, name):
+def test_alibi_fp16_package_runs_close_to_hf(builds):
     """ALiBi's slopes stay float32 in a 16-bit package (the bias is cast after): the fp16 build was an
-    AssertionError (an fp32 initializer in an fp16 plan); on CPU it is within fp16's bound of HF."""
+    AssertionError (an fp32 initializer in an fp16 plan; MPT's too, the same graph/alibi.py); on CPU it is
+    within fp16's bound of HF."""
     from reference import hf_logits, hf_model, ort_prefill_and_decode
 
-    package = builds.package(name, "bias", precision="fp16")
+    package = builds.package("bloom", "bias", precision="fp16")
     tokens, got = ort_prefill_and_decode(package, [0, 17, 45, 99, 200, 3, 7, 120, 64, 33], steps=3)
-    ref = hf_logits(hf_model(builds.checkpoint(name)), tokens, 10)
+    ref = hf_logits(hf_model(builds.checkpoint("bloom")), tokens, 10)
     assert np.abs(got - ref).max() < 3e-2 * max(1.0, float(np.abs(ref).max()))
