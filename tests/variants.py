@@ -72,6 +72,7 @@ FAMILY_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "sliding_window_pattern": 2,
             "num_hidden_layers": 3,
             "tie_word_embeddings": False,
+            "attn_logit_softcapping": 5.0,  # the class never applies it (a Gemma-2 score cap would move the logits)
             "rope_parameters": {
                 "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
@@ -101,7 +102,8 @@ FAMILY_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 # 5.x's in-memory names (`model.language_model.*`).
 MULTIMODAL_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma3_vision": ("gemma3", {}),
-    "gemma3_vision_v5_softcap": ("gemma3", {"final_logit_softcapping": 5.0}),  # the class ignores it
+    # the class applies neither cap
+    "gemma3_vision_v5_softcap": ("gemma3", {"final_logit_softcapping": 5.0, "attn_logit_softcapping": 5.0}),
     "ministral3_vision": ("ministral3", {}),
     "mistral3_vision_v5": ("mistral", {}),
     "qwen2_5_vl": ("qwen2_5_vl", {}),

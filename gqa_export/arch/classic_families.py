@@ -40,15 +40,10 @@ GPT2 = ArchSpec(
     linear_layout="in_out",
     config_keys=_GPT2_KEYS,
     decoder_prefixes=("transformer.",),
-    refusals=(
-        Refusal("scale_attn_weights", "scale_attn_weights false (unscaled scores) is not supported", (False,)),
-        Refusal(
-            "scale_attn_by_inverse_layer_idx",
-            "scale_attn_by_inverse_layer_idx (scores scaled by 1 / (layer + 1)) is not supported",
-        ),
-        Refusal("reorder_and_upcast_attn", "reorder_and_upcast_attn is not supported"),
-        Refusal("add_cross_attention", "add_cross_attention (an encoder-decoder GPT-2) is not a causal LM"),
-    ),
+    # reorder_and_upcast_attn only computes the eager scores in float32 (transformers' sdpa path ignores it): read as is
+    scaled_scores="scale_attn_weights",
+    inverse_layer_scale="scale_attn_by_inverse_layer_idx",
+    refusals=(Refusal("add_cross_attention", "add_cross_attention (an encoder-decoder GPT-2) is not a causal LM"),),
 )
 GPT_NEOX = ArchSpec(
     name="gpt_neox",
@@ -201,9 +196,9 @@ BLOOM = ArchSpec(
     config_keys=config_keys(norm_eps=_LAYER_NORM_EPS),
 )
 # MPT: ALiBi with MosaicML's slopes, no biases (LayerNorms without bias), stacked Wqkv clamped to
-# +-clip_qkv, exact-GELU MLP of expansion_ratio x hidden, tied; its attention options live in the
-# nested attn_config. transformers implements neither qk_ln nor prefix_lm nor learned positions
-# without ALiBi, so those are refused rather than exported as HF computes them.
+# +-clip_qkv, exact-GELU MLP of 4 x hidden (transformers' MptMLP hard-codes it; expansion_ratio unread),
+# tied; its attention options live in the nested attn_config. transformers implements neither qk_ln nor
+# prefix_lm nor learned positions without ALiBi, so those are refused rather than exported as HF computes them.
 _MPT_ATTN = "attn_config."
 MPT = ArchSpec(
     name="mpt",
@@ -213,6 +208,7 @@ MPT = ArchSpec(
     alibi="bias_max",
     rope_layers="none",
     ffn_size="hidden_ratio",
+    ignore=("ffn_ratio",),
     embed="wte.weight",
     final_norm="norm_f.weight",
     layer_prefix="blocks.{i}.",

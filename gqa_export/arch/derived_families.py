@@ -111,7 +111,7 @@ PERSIMMON = replace(
 )
 # BioGPT: OPT's learned positions (offset 2, counted from the attention mask) and pre-norm LayerNorm
 # layers (nn.LayerNorm's eps 1e-5 whatever layer_norm_eps says) under biogpt., token embeddings scaled by
-# sqrt(hidden) (scale_embedding), hidden_act, a final layer_norm, output_projection as the lm_head
+# sqrt(hidden) (scale_embedding; false: unscaled), hidden_act, a final layer_norm, output_projection as the lm_head
 BIOGPT = replace(
     OPT,
     name="biogpt",
@@ -124,15 +124,11 @@ BIOGPT = replace(
         down="fc2",
     ),
     activations=("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"),
-    embedding_scale="sqrt_hidden",
-    config_keys=config_keys(),
+    embedding_scale="sqrt_hidden",  # scale_embedding false: unscaled (model/multipliers.embedding_multiplier)
+    config_keys=config_keys(embedding_sqrt_switch="scale_embedding"),
     decoder_prefixes=("biogpt.",),
     lm_head_names=("output_projection.weight",),
-    refusals=(
-        Refusal(
-            "scale_embedding", "BioGPT without scale_embedding (unscaled token embeddings) is not supported", (False,)
-        ),
-    ),
+    refusals=(),
 )
 
 # GPT-Neo: GPT-2's layout with nn.Linear q/k/v (no bias) and out_proj under attn.attention., unscaled
@@ -168,14 +164,12 @@ XGLM = replace(
     BIOGPT,
     name="xglm",
     positions=AbsolutePositions("embed_positions.weights", offset=2, sinusoidal=True),
-    config_keys=config_keys(activation="activation_function", intermediate_size="ffn_dim"),
+    config_keys=config_keys(
+        activation="activation_function", intermediate_size="ffn_dim", embedding_sqrt_switch="scale_embedding"
+    ),
     decoder_prefixes=DECODER_PREFIXES,
     lm_head_names=LM_HEAD_NAMES,
-    refusals=(
-        Refusal(
-            "scale_embedding", "XGLM without scale_embedding (unscaled token embeddings) is not supported", (False,)
-        ),
-    ),
+    refusals=(),
 )
 
 # Kosmos-2's text decoder (kosmos_2_text_model, under Kosmos2ForConditionalGeneration's text_model.): XGLM's layers

@@ -54,6 +54,8 @@ GEMMA2 = ArchSpec(
     config_keys=_HIDDEN_ACTIVATION,
     **_GEMMA_NUMERICS,
 )
+# Gemma-3's attention never passes attn_logit_softcapping to its attention function (4.57 and 5.x), though
+# its config carries the key
 GEMMA3 = ArchSpec(
     name="gemma3",
     sliding_rope="local_base",
@@ -68,14 +70,15 @@ GEMMA3 = ArchSpec(
         k_norm="self_attn.k_norm",
     ),
     config_keys=_HIDDEN_ACTIVATION,
+    ignore=("attn_softcap",),
     **_GEMMA_NUMERICS,
 )
 # Gemma3ForConditionalGeneration: image runs attend bidirectionally on every layer within the window;
-# this class never applies final_logit_softcapping though its config may carry it
+# this class never applies final_logit_softcapping (nor attn_logit_softcapping) though its config may carry them
 GEMMA3_VISION = replace(
     GEMMA3,
     name="gemma3_vision",
-    ignore=("final_softcap",),
+    ignore=("final_softcap", "attn_softcap"),
     bidirectional=BidirectionalRuns(("image_token_index",), window="bounded"),
 )
 _GEMMA4_PLACEHOLDERS = ("image_token_id", "video_token_id", "audio_token_id")

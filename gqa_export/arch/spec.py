@@ -331,6 +331,10 @@ class ArchSpec:
     # global_attention_scale, queries and keys each times its square root); model/dims LayerDims.score_factor
     score_scale: str | None = None
     score_scale_layers: str = "all"
+    # config switches of GPT-2's score scale: `scaled_scores` false leaves the scores unscaled (no head_dim ** -0.5);
+    # `inverse_layer_scale` true divides layer i's scores by i + 1 (model/dims LayerDims.score_factor)
+    scaled_scores: str | None = None
+    inverse_layer_scale: str | None = None
     # a config key holding the sandwich's post-block norms' own eps (Muse-Glimmer's post_norm_eps); None: the norms'
     post_norm_eps: str | None = None
     # the final norm's own offset where it is not norm_offset's (Muse-Glimmer: w, its layers' norms 1 + w)

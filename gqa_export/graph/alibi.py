@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.masks import MaskValues
+from gqa_export.graph.params import WIDER_THAN_IO_META
 
 
 def alibi_bias(b: GraphBuilder, masks: MaskValues, slopes: tuple[float, ...], dtype: ir.DataType) -> ir.Value:
@@ -27,5 +28,6 @@ def alibi_bias(b: GraphBuilder, masks: MaskValues, slopes: tuple[float, ...], dt
         queries = b.op("Unsqueeze", masks.positions, b.const([1, 3], "query_axes", "int64"))  # [B,1,S,1]
         distance = b.op("Cast", b.op("Sub", keys, queries), to=ir.DataType.FLOAT)
         per_head = b.const(np.asarray(slopes, np.float32).reshape(1, -1, 1, 1), "alibi_slopes")
+        per_head.meta[WIDER_THAN_IO_META] = True  # float32 in every package: the bias is cast to the io dtype after
         bias = b.op("Mul", distance, per_head)  # [B,H,S,T]
         return bias if dtype == ir.DataType.FLOAT else b.op("Cast", bias, to=dtype, name="bias_cast")

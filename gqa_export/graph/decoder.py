@@ -291,7 +291,7 @@ def _attention_fn(
             elif lc.state_io is not None:  # ZAYA: q|k convolved, a delayed value, q/k L2-normed (graph/cca.py)
                 qkv = cca_qkv(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif widened(lc):  # DiffLlama, Doge: cache heads wider than the projections' (graph/widened_heads.py)
-                qkv = widened_qkv(lc, x)
+                qkv = widened_qkv(lc, x, tables.get(layer.rope))  # type: ignore[arg-type]
             elif layer.rope in tables:
                 qkv = rotated_qkv(lc, x, tables[layer.rope])
             else:

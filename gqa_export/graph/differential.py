@@ -20,18 +20,26 @@ import numpy as np
 import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, linear
-from gqa_export.graph.builder import NUMPY_DTYPES, GraphBuilder, float_scalar
+from gqa_export.graph.builder import NUMPY_DTYPES, float_scalar
+from gqa_export.graph.rotary import rotated_if
 from gqa_export.graph.value_heads import zero_padded_heads
 
 
-def _padded_heads(b: GraphBuilder, x: ir.Value, heads: int, width: int, tag: str) -> ir.Value:
-    """x [B,S,heads*width] -> [B,S,heads*2*width], each head's second half zero."""
-    per_head = b.op("Reshape", x, b.const([0, 0, heads, width], f"{tag}_diff_heads", "int64"))
-    return zero_padded_heads(b, per_head, heads, width, width, tag, "diff")
+def _padded_heads(
+    lc: LayerContext, x: ir.Value, heads: int, width: int, table: tuple[ir.Value, ir.Value] | None, tag: str
+) -> ir.Value:
+    """x [B,S,heads*width] -> [B,S,heads*2*width], each head rotated by `table` where given, its second half zero."""
+    per_head = lc.b.op("Reshape", x, lc.b.const([0, 0, heads, width], f"{tag}_diff_heads", "int64"))
+    rope = lc.dims.ropes.get(lc.layer.rope) if lc.layer.rope is not None else None
+    rotated = rotated_if(lc.b, per_head, table, rope, width, tag)
+    return zero_padded_heads(lc.b, rotated, heads, width, width, tag, "diff")
 
 
-def differential_qkv(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """GroupQueryAttention's q, k (zero-padded to 2D per head) and v ([V1 | V2] per kv head)."""
+def differential_qkv(
+    lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """GroupQueryAttention's q, k (rotated by `table` where given, zero-padded to 2D per head) and v ([V1 | V2]
+    per kv head)."""
     L, b, layer = lc.spec.layer, lc.b, lc.layer
     width, kv_heads = layer.head_dim // 2, layer.num_kv_heads
     q, k, v = (linear(lc, x, [m], None, n) for m, n in ((L.q, "q_proj"), (L.k, "k_proj"), (L.v, "v_proj")))
@@ -43,7 +51,8 @@ def differential_qkv(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value,
     )
     values = b.op("Concat", first, second, axis=-1, name="v_halves")
     flat = b.op("Reshape", values, b.const([0, 0, kv_heads * 2 * width], "v_diff_flat", "int64"))
-    return _padded_heads(b, q, lc.dims.num_heads, width, "q"), _padded_heads(b, k, kv_heads, width, "k"), flat
+    q = _padded_heads(lc, q, lc.dims.num_heads, width, table, "q")
+    return q, _padded_heads(lc, k, kv_heads, width, table, "k"), flat
 
 
 def differential_output(lc: LayerContext, out: ir.Value) -> ir.Value:

@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from gqa_export.graph.blocks import LayerContext, head_norm, linear
 from gqa_export.graph.builder import NUMPY_DTYPES, GraphBuilder
+from gqa_export.graph.rotary import rotated_if
 from gqa_export.graph.value_heads import zero_padded_heads
 
 EXTRA = 16  # the value's ones channel and its zero padding: GQA head sizes with rotary are multiples of 16
@@ -27,13 +28,18 @@ def _heads(b: GraphBuilder, x: ir.Value, heads: int, width: int, tag: str) -> ir
     return b.op("Reshape", x, b.const([0, 0, heads, width], f"{tag}_dyn_heads", "int64"))
 
 
-def dynamic_qkv(lc: LayerContext, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """GroupQueryAttention's q, k (head-normed, zero-padded) and v (exp(dt) [v | 1 | 0])."""
+def dynamic_qkv(
+    lc: LayerContext, x: ir.Value, table: tuple[ir.Value, ir.Value] | None
+) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """GroupQueryAttention's q, k (head-normed, rotated by `table` where given, zero-padded) and v
+    (exp(dt) [v | 1 | 0])."""
     L, b, layer, dims = lc.spec.layer, lc.b, lc.layer, lc.dims
     width, kv_heads = layer.head_dim - EXTRA, layer.num_kv_heads
     q, k, v = (linear(lc, x, [m], None, n) for m, n in ((L.q, "q_proj"), (L.k, "k_proj"), (L.v, "v_proj")))
     q = head_norm(lc, _heads(b, q, dims.num_heads, width, "q"), L.q_norm, "q_norm", dims.num_heads)
     k = head_norm(lc, _heads(b, k, kv_heads, width, "k"), L.k_norm, "k_norm", kv_heads)
+    rope = lc.dims.ropes.get(layer.rope) if layer.rope is not None else None
+    q, k = rotated_if(b, q, table, rope, width, "q"), rotated_if(b, k, table, rope, width, "k")
     module = lc.spec.dynamic_key_bias
     dt = linear(lc, v, [f"{module}.dt_proj"], None, "dt_proj")  # [B,S,Nkv]
     a = b.initializer(lc.name(f"{module}.A", suffix=""), lc.params.vector([lc.name(f"{module}.A", suffix="")]))

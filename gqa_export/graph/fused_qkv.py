@@ -26,9 +26,14 @@ def qkv_runs(layout: str, heads: int, kv_heads: int, head_dim: int) -> tuple[Run
             [(g * size + r * d, g * size + (r + 1) * d) for g in range(kv_heads)],
             [(g * size + (r + 1) * d, (g + 1) * size) for g in range(kv_heads)],
         )
-    if layout == "blocks_qvk":  # each block: q | v | k over a quarter of the heads
-        if heads % QKV_BLOCKS:
-            raise InputError(f"{heads} heads do not split into the fused projection's {QKV_BLOCKS} blocks")
+    # each block: q | v | k over a quarter of the channels (transformers 5.x splits by width, so a head may
+    # straddle two blocks: 5 heads of 16 are 4 blocks of 20; 4.x required whole heads per block)
+    if layout == "blocks_qvk":
+        if heads * d % QKV_BLOCKS:
+            raise InputError(
+                f"{heads} heads of {d} ({heads * d} channels) do not split into the fused projection's "
+                f"{QKV_BLOCKS} equal blocks"
+            )
         local = heads * d // QKV_BLOCKS
         blocks = range(QKV_BLOCKS)
         return (

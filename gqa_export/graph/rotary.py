@@ -67,6 +67,21 @@ def rotate(
     return b.op("Concat", rotated, parts[1], axis=-1, name=f"{name}/Concat")
 
 
+def rotated_if(
+    b: GraphBuilder,
+    x: ir.Value,
+    table: tuple[ir.Value, ir.Value] | None,
+    rope: RopeConfig | None,
+    width: int,
+    name: str,
+) -> ir.Value:
+    """x [B,S,N,width] rotated by `table` (cos, sin) with `rope`, or x itself where the table is None (GQA's
+    fused RoPE rotates it instead)."""
+    if table is None or rope is None:
+        return x
+    return rotate(b, x, table[0], table[1], rope, width, f"{name}_rope")
+
+
 def fused_rope_ok(rope: RopeConfig, head_dim: int) -> bool:
     """Whether GQA's fused RoPE (do_rotary=1) computes this rope exactly (docs/ort-ops.md §1.6)."""
     return (

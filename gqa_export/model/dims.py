@@ -281,6 +281,8 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         full_only = spec.score_scale_layers == "full"  # Ergo: the full-attention layers only
         scaled = (x if full_only and x.window > 0 else replace(x, score_factor=float(factor)) for x in layers)
         layers = type(layers)(scaled)
+    if spec.inverse_layer_scale and config_get(config, spec.inverse_layer_scale):  # GPT-2: layer i's scores / (i + 1)
+        layers = type(layers)(replace(x, score_factor=x.score_factor / (i + 1)) for i, x in enumerate(layers))
     loop = recurrent_loop_dims(opt, spec, len(layers))
     layers = unrolled_layers(layers, loop) if loop is not None else layers  # Dory: one graph layer per pass
     ropes = layer_ropes(config, layers, spec, latent)
@@ -290,7 +292,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
             raise InputError(f"rope type '{rope.rope_type}' is not supported for {spec.name} (supported: {supported})")
     query_scalar = opt("query_pre_attn_scalar")
     scale = float(opt("attention_multiplier", 0.0)) or (float(query_scalar) ** -0.5 if query_scalar else None)
-    if spec.unit_attention_scale:
+    if spec.unit_attention_scale or (spec.scaled_scores and config_get(config, spec.scaled_scores) is False):
         scale = 1.0
     if spec.half_head_dim_scale and heads:  # Zamba: (head_dim / 2) ** -0.5
         scale = (layers[0].head_dim / 2) ** -0.5

@@ -73,8 +73,8 @@ def embedding_multiplier(opt: Callable[..., Any], spec: ArchSpec, hidden: int) -
     the config's embedding_multiplier (Granite; MiniCPM3's scale_emb), sqrt(hidden_size) where the
     config switches it on (AFMoE's mup_enabled), sqrt(hidden_size) rounded to bfloat16
     (RecurrentGemma), or nothing."""
-    if spec.embedding_scale == "sqrt_hidden":
-        return math.sqrt(hidden)
+    if spec.embedding_scale == "sqrt_hidden":  # BioGPT's / XGLM's scale_embedding false: unscaled
+        return math.sqrt(hidden) if opt("embedding_sqrt_switch", True) is not False else 1.0
     if spec.embedding_scale == "sqrt_hidden_bf16":  # RecurrentGemma: its normalizer is a bfloat16 buffer
         return bfloat16(math.sqrt(hidden))
     if spec.embedding_scale == "sqrt_hidden_if_configured":  # AFMoE: muP's input scaling when mup_enabled

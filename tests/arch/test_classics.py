@@ -74,6 +74,18 @@ def test_classic_graph_holds_the_position_tables_and_the_weights_as_stored(build
         pytest.param("gpt_neox", dict(use_parallel_residual=False, attention_bias=False), id="neox_sequential_nobias"),
         pytest.param("opt", dict(enable_bias=False, activation_function="gelu"), id="opt_nobias_gelu"),
         pytest.param("gptj", dict(rotary_dim=32), id="gptj_full_rotary"),  # RoPE on the whole head
+        # GPT-2's score switches (were refused): layer i's scores / (i + 1), the eager float32 upcast (same numbers
+        # in fp32); unscaled scores
+        pytest.param(
+            "gpt2", dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True), id="gpt2_inverse_layer"
+        ),
+        pytest.param("gpt2", dict(scale_attn_weights=False, n_layer=2), id="gpt2_unscaled"),
+        # MPT's MLP is 4 x hidden whatever expansion_ratio says (transformers' MptMLP; was refused as a config that
+        # does not belong to its weights)
+        pytest.param("mpt", dict(expansion_ratio=2, n_layers=1), id="mpt_expansion_ratio_unread"),
+        # BioGPT's and XGLM's scale_embedding false: unscaled token embeddings (were refused)
+        pytest.param("biogpt", dict(scale_embedding=False, num_hidden_layers=1), id="biogpt_unscaled_embedding"),
+        pytest.param("xglm", dict(scale_embedding=False, num_layers=1), id="xglm_unscaled_embedding"),
     ],
 )
 def test_classic_config_variants_match_hf(tmp_path, family, overrides):
@@ -88,9 +100,7 @@ def test_classic_config_variants_match_hf(tmp_path, family, overrides):
 @pytest.mark.parametrize(
     ("family", "config", "message"),
     [
-        ("gpt2", dict(scale_attn_by_inverse_layer_idx=True), "scale_attn_by_inverse_layer_idx"),
-        ("gpt2", dict(reorder_and_upcast_attn=True), "reorder_and_upcast_attn"),
-        ("gpt2", dict(scale_attn_weights=False), "unscaled scores"),
+        ("gpt2", dict(add_cross_attention=True), "add_cross_attention"),
         ("opt", dict(do_layer_norm_before=False), "post-norm layers"),
         ("opt", dict(word_embed_proj_dim=32), "project_in/project_out"),
         ("opt", dict(_remove_final_layer_norm=True), "final LayerNorm"),
@@ -104,9 +114,9 @@ def test_unsupported_classic_layouts_are_refused_in_one_line(builds, tmp_path, f
 
 
 def test_refusal_exits_2_from_the_cli(builds, tmp_path):
-    checkpoint = _edited_checkpoint(builds.checkpoint("gpt2"), tmp_path / "ckpt", reorder_and_upcast_attn=True)
+    checkpoint = _edited_checkpoint(builds.checkpoint("gpt2"), tmp_path / "ckpt", add_cross_attention=True)
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
-    assert result.exit_code == 2 and "reorder_and_upcast_attn" in result.output, result.output
+    assert result.exit_code == 2 and "add_cross_attention" in result.output, result.output
 
 
 def _with_spec(monkeypatch, name: str, **changes) -> None:
@@ -138,6 +148,9 @@ def test_mutant_classic_mechanism_fails_parity(builds, tmp_path, monkeypatch, fa
         pytest.param("gpt_neox", dict(use_parallel_residual=False), 1e-2, id="neox_sequential"),
         pytest.param("gpt_neox", dict(hidden_act="gelu_new"), 1e-4, id="neox_tanh_gelu"),  # exact GELU as tanh
         pytest.param("gptj", dict(rotary_dim=24), 1e-2, id="gptj_rotary_x1.5"),
+        # GPT-2's score switches read where the checkpoint has them off
+        pytest.param("gpt2", dict(scale_attn_by_inverse_layer_idx=True), 1e-2, id="gpt2_inverse_layer"),
+        pytest.param("gpt2", dict(scale_attn_weights=False), 1e-2, id="gpt2_unscaled"),
     ],
 )
 def test_mutant_classic_config_fails_parity(builds, tmp_path, family, config, bound):

@@ -279,3 +279,17 @@ def test_doge_moe_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(InputError, match=r"Doge's cross-domain MoE \(is_moe\) reshapes its router logits"):
         build(BuildOptions(str(checkpoint), tmp_path / "out", smoke=False))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("family", ["diffllama", "doge"])
+def test_widened_heads_with_a_rotary_width_gqa_cannot_fuse_match_hf(tmp_path, family):
+    """Projection heads of 8 (DiffLlama's cache heads 16, Doge's 24): RoPE over 8 channels is not GQA's fused
+    RoPE (widths multiples of 16), so it is applied by plain ops before the heads are widened (was skipped: the
+    package ran without RoPE, logits off by 3.3)."""
+    from dense_models import save_dense
+
+    from gqa_export.pipeline import BuildOptions, build
+
+    checkpoint = save_dense(tmp_path / "ckpt", family, head_dim=8, num_attention_heads=4, num_hidden_layers=1)
+    build(BuildOptions(str(checkpoint), tmp_path / "out", smoke=False))
+    assert _parity(tmp_path / "out", checkpoint)
