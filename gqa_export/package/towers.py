@@ -359,6 +359,11 @@ VIDEOCHAT_FLASH = VisionTower(
     lambda vision, _pre: square_image_processor_config(vision.image, _UMT_PROCESSOR),
     vision_keys=lambda vision: {"num_visual_tokens": vision.tokens},
     image_runs_bidirectional=False,
+    notes=lambda _config, _pre: [
+        "onnxruntime-genai's videochat_flash_qwen processor gives every image its own marker pair and "
+        "num_visual_tokens rows: the package runs VideoChat-Flash's image path (64 tokens an image); frames given "
+        "as images are not its video path (4-frame clips, 16 tokens a frame at one placeholder; docs/coverage.md §36)"
+    ],
     image_token_id=lambda config: getattr(config, "image_token_id", None),
     image_token="<|image_pad|>",
 )

@@ -230,8 +230,11 @@ def _merge_round(
         ones = b.op("Concat", b.op("Shape", x, end=2), c([1], "one", "int64"), axis=0)
         size = b.op("Expand", c(np.ones((1, 1, 1), NUMPY_DTYPES[dtype]), "ones"), ones)
     weighted = b.op("Concat", b.op("Mul", x, size), size, axis=-1)
+    if dtype != F32:  # onnxruntime's CPU ScatterElements adds float32 only: the sums are taken in float32
+        weighted = b.op("Cast", weighted, to=F32)
     a, dst = _every_other(b, weighted, 0), _every_other(b, weighted, 1)
     dst = b.op("ScatterElements", dst, _broadcast(b, into, dst), _rows(b, a, merged), axis=1, reduction="add")
     out = b.op("Concat", _rows(b, a, kept), dst, axis=1)
+    out = out if dtype == F32 else b.op("Cast", out, to=dtype)
     total, summed = b.op_multi("Split", out, c([dims.hidden, 1], "value_size", "int64"), axis=-1, outputs=2)
     return b.op("Div", total, summed), summed
