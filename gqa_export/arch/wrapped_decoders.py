@@ -18,8 +18,9 @@ builds no full package for (docs/coverage.md §21).
 Phi-4-multimodal is the one listed class whose full package genai runs (phi4mm) and gqa-export builds
 (its image side, docs/multimodal.md §15): its own recipe names the package type, so it is not
 refused without --text-only (`_FULL_PACKAGE`); --text-only still exports its decoder alone.
-Phi-3-vision's remote-code release (Phi3VForCausalLM) is the other: its own recipe (phi3_v) builds genai's phi3v
-package (docs/multimodal.md §21).
+Phi-3-vision's remote-code release (Phi3VForCausalLM) is another: its own recipe (phi3_v) builds genai's phi3v
+package (docs/multimodal.md §21); so is VideoChat-Flash's (VideoChatFlashQwenForCausalLM, videochat_flash_qwen: its
+image path, docs/coverage.md §36).
 
 A class is listed only when its text-only forward was checked against the decoder's; the family
 of the decoder is whatever its text_config says (Llava around a Mistral, Qwen2 or Llama decoder).
@@ -160,19 +161,16 @@ _FULL_PACKAGE = MappingProxyType(
             "image and speech towers, the vision LoRA merged; docs/multimodal.md §15",
         ),
         "Phi3VForCausalLM": ("phi3v", "the HD-crop CLIP image tower; docs/multimodal.md §21"),
-    }
-)
-
-
-# a release whose full package genai runs but gqa-export does not build: its towers and genai's type
-_NOT_BUILT_YET = MappingProxyType(
-    {
         "VideoChatFlashQwenForCausalLM": (
-            "InternVideo2 video tower and token-merging projector are",
             "videochat_flash_qwen",
-        )
+            "the UMT image tower and token-merging projector, images only; docs/coverage.md §36",
+        ),
     }
 )
+
+
+# a release whose towers its config describes by `mm_*` keys, not a vision sub-config (VideoChat-Flash's)
+_MM_KEY_TOWERS = frozenset({"VideoChatFlashQwenForCausalLM"})
 
 
 def text_only_package(architecture: str) -> str:
@@ -193,13 +191,6 @@ def towers_refusal(raw_config: Mapping[str, Any], recipe: Recipe) -> str | None:
     towers = config_towers(raw_config)
     if architecture in _FULL_PACKAGE or (recipe.multimodal_model_type and "vision" in towers):
         return None  # the full package (docs/multimodal.md §1)
-    if architecture in _NOT_BUILT_YET:  # a package genai runs that gqa-export does not build (docs/coverage.md §36)
-        what, genai_type = _NOT_BUILT_YET[architecture]
-        return (
-            f"{architecture}'s {what} not built (gqa-export does not build onnxruntime-genai's {genai_type} package); "
-            f"pass --text-only to export its {recipe.arch} text decoder alone (it computes the class's logits on "
-            "text prompts)"
-        )
     if architecture in WRAPPED_DECODERS:
         what = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
         what, genai_type = _TOWERS.get(architecture, what), WRAPPED_DECODERS[architecture]
@@ -218,7 +209,7 @@ def carries_towers(raw_config: Mapping[str, Any]) -> bool:
     """Whether a checkpoint holds towers besides its decoder: a listed class, or a vision / audio sub-config
     (what --text-only acts on; a speculative draft, always a text decoder, gets the flag where this holds)."""
     first = _first_architecture(raw_config)
-    return first in WRAPPED_DECODERS or first in _NOT_BUILT_YET or bool(config_towers(raw_config))
+    return first in WRAPPED_DECODERS or first in _MM_KEY_TOWERS or bool(config_towers(raw_config))
 
 
 def _first_architecture(raw_config: Mapping[str, Any]) -> str | None:

@@ -100,6 +100,8 @@ def plan_multimodal(
                     "sections but the config's rope says otherwise (mrope_interleaved): fix config.json, or --text-only"
                 )
     image_id = tower.image_token_id(hf_config)
+    if image_id is None and tower.image_token:
+        image_id = _tokenizer_id(source, tower.image_token)
     if image_id is None or int(image_id) >= dims.vocab_size:  # HF embeds an out-of-vocabulary one as id 0
         raise InputError(f"image_token_id {image_id} is not a token of the vocabulary: export with --text-only")
     token_ids = {}
@@ -113,6 +115,16 @@ def plan_multimodal(
         plan = _with_audio(plan, tower.audio, hf_config, dims, store, source)
     processor_files(plan)  # what the processor writers refuse, before the graphs are built
     return plan
+
+
+def _tokenizer_id(source: Path, token: str) -> int | None:
+    """The id tokenizer.json gives `token` (an added token, else the vocabulary's), None where it has none."""
+    path = source / "tokenizer.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    added = {t.get("content"): t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
+    vocab = (data.get("model") or {}).get("vocab")
+    found = added.get(token, vocab.get(token) if isinstance(vocab, dict) else None)
+    return int(found) if isinstance(found, int) else None
 
 
 def _with_audio(

@@ -67,10 +67,25 @@ PHI4MM = MultimodalType("phi4mm", "<|image_1|>", lambda: _towers().PHI4MM, audio
 # genai's phi3v processor reads <|image_N|> as image N's block (each of a prompt's images 1..n once;
 # docs/multimodal.md §21)
 PHI3V = MultimodalType("phi3v", "<|image_1|>", lambda: _towers().PHI3V, numbered_markers=True)
+# genai's videochat_flash_qwen processor expands each <|vision_start|>...<|vision_end|> into a fixed count of
+# <|image_pad|> (docs/coverage.md §36)
+VIDEOCHAT_FLASH_QWEN = MultimodalType("videochat_flash_qwen", QWEN_MARKER, lambda: _towers().VIDEOCHAT_FLASH)
 
 MULTIMODAL_TYPES: MappingProxyType[str, MultimodalType] = MappingProxyType(
     {
         kind.model_type: kind
-        for kind in (GEMMA3, QWEN2_5_VL, QWEN3_VL, QWEN3_5, QWEN3_5_MOE, MISTRAL3, GEMMA4, LFM2_VL, PHI4MM, PHI3V)
+        for kind in (
+            GEMMA3,
+            QWEN2_5_VL,
+            QWEN3_VL,
+            QWEN3_5,
+            QWEN3_5_MOE,
+            MISTRAL3,
+            GEMMA4,
+            LFM2_VL,
+            PHI4MM,
+            PHI3V,
+            VIDEOCHAT_FLASH_QWEN,
+        )
     }
 )

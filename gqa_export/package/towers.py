@@ -22,6 +22,7 @@ from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, n
 from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtral_dims
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
+from gqa_export.graph.encoders.umt_tome import UmtDims, build_umt_tome, umt_dims
 from gqa_export.graph.params import Params
 from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import log_mel_config, mel_bins
@@ -107,6 +108,8 @@ class VisionTower:
     feature_slices: Callable[[Any], int] = lambda _dims: 0
     # hf_config -> the image placeholder id (the top-level image_token_id; phi4mm: its vision_config's)
     image_token_id: Callable[[Any], Any] = lambda config: getattr(config, "image_token_id", None)
+    # the placeholder genai's processor writes as text, its id read from the tokenizer where the config names none
+    image_token: str | None = None
 
 
 def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledVitDims:
@@ -335,4 +338,32 @@ PHI3V = VisionTower(
     image_runs_bidirectional=False,
     notes=_phi3v_notes,
     image_token_id=lambda _config: -1,
+)
+
+
+# VideoChat-Flash's remote code builds its UMTImageProcessor in code (no preprocessor_config.json): a bicubic resize to
+# the tower's frame size, 1/255, ImageNet mean and std
+_UMT_PROCESSOR = {"resample": 3, "image_mean": (0.485, 0.456, 0.406), "image_std": (0.229, 0.224, 0.225)}
+
+
+def _videochat_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> UmtDims:
+    return umt_dims(hf_config, dims.hidden_size, store)
+
+
+# UMT on single images + ToMe to 64 tokens + a 2-layer projector (docs/coverage.md §36); genai's videochat_flash_qwen
+# processor expands each <|vision_start|> into num_visual_tokens <|image_pad|> and feeds the prompt's images as
+# pixel_values [1, N, 3, S, S]
+VIDEOCHAT_FLASH = VisionTower(
+    _videochat_dims,
+    build_umt_tome,
+    lambda vision, _pre: square_image_processor_config(vision.image, _UMT_PROCESSOR),
+    vision_keys=lambda vision: {"num_visual_tokens": vision.tokens},
+    image_runs_bidirectional=False,
+    notes=lambda _config, _pre: [
+        "onnxruntime-genai's videochat_flash_qwen processor gives every image its own marker pair and "
+        "num_visual_tokens rows: the package runs VideoChat-Flash's image path (64 tokens an image); frames given "
+        "as images are not its video path (4-frame clips, 16 tokens a frame at one placeholder; docs/coverage.md §36)"
+    ],
+    image_token_id=lambda config: getattr(config, "image_token_id", None),
+    image_token="<|image_pad|>",
 )
