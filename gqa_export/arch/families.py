@@ -151,15 +151,21 @@ GEMMA3N = replace(
 )
 
 # Mixtures of experts. Names cover the hub's per-expert layout and transformers 5.x's fused one.
-_MOE = MoeSpec()  # Qwen3-MoE / OLMoE: softmax over all experts, top-k renormalized iff norm_topk_prob
+_QWEN_RULES = ("decoder_sparse_step", "mlp_only_layers")  # the keys Qwen-MoE's classes place their experts by
+# Qwen3-MoE / OLMoE: softmax over all experts, top-k renormalized iff norm_topk_prob; Qwen3-MoE places its experts
+# by decoder_sparse_step outside mlp_only_layers, OLMoE on every layer
+_MOE = MoeSpec(layer_rules=_QWEN_RULES)
 QWEN3_MOE = replace(QWEN3, name="qwen3_moe", moe=_MOE)
 QWEN2_MOE = ArchSpec(
-    name="qwen2_moe", moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"))
+    name="qwen2_moe",
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"), layer_rules=_QWEN_RULES),
 )
 MIXTRAL = ArchSpec(
     name="mixtral",
     moe=MoeSpec(
-        MoeNames(blocks=("block_sparse_moe.", "mlp."), per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ)), normalize=True
+        MoeNames(blocks=("block_sparse_moe.", "mlp."), per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ)),
+        normalize=True,
+        layer_rules=(),  # experts on every layer
     ),
 )
 # OLMoE: pre-norm layers with OLMo-2's full-width q/k norms and clip_qkv
@@ -167,7 +173,7 @@ OLMOE = ArchSpec(
     name="olmoe",
     qk_norm="full",
     layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
-    moe=_MOE,
+    moe=replace(_MOE, layer_rules=()),  # experts on every layer
 )
 # GraniteMoE: Granite's multipliers; hub tensors are the fused ones under other names
 GRANITEMOE = ArchSpec(
@@ -181,6 +187,7 @@ GRANITEMOE = ArchSpec(
             fused=(("input_linear", "output_linear"), FUSED_EXPERTS),
         ),
         normalize=True,
+        layer_rules=(),  # experts on every layer (GraniteMoE-Shared's, -Hybrid's too)
     ),
 )
 # PhiMoE (Phi-3.5-MoE): LayerNorm with biases, sparsemixer router, longrope
@@ -190,6 +197,7 @@ PHIMOE = ArchSpec(
     moe=MoeSpec(
         MoeNames(blocks=("block_sparse_moe.", "mlp."), routers=("gate", "router"), per_expert=(PER_EXPERT_W,)),
         routing="sparsemixer",
+        layer_rules=(),
     ),
 )
 # gpt-oss: attention sinks, experts with biases and the clamped SwiGLU, transposed interleaved
@@ -201,6 +209,7 @@ GPT_OSS = ArchSpec(
         MoeNames(routers=("router",), per_expert=(), fused=(), transposed=FUSED_EXPERTS),
         normalize=True,
         activation="swiglu_clamped",
+        layer_rules=(),
     ),
 )
 OLMO2 = ArchSpec(
@@ -334,6 +343,7 @@ GLM4_MOE = ArchSpec(
         routing="sigmoid_group_biased",
         shared_width="per_expert",
         router_dtype="float32",  # F.linear(x.float(), W.float()), weight and bias kept fp32
+        layer_rules=("first_dense_layers",),
     ),
     config_keys=config_keys(
         num_experts="n_routed_experts|num_local_experts", first_dense_layers="first_k_dense_replace"
@@ -364,6 +374,7 @@ ERNIE4_5_MOE = ArchSpec(
         normalize=True,
         shared_width="per_expert",
         router_dtype="float32",  # F.linear(x.float(), W.float()) with autocast off
+        layer_rules=("first_dense_layers", "last_sparse_layer", "decoder_sparse_step"),
     ),
     config_keys=config_keys(
         first_dense_layers="moe_layer_start_index",
@@ -387,6 +398,7 @@ HUNYUAN_MOE = replace(
         normalize=True,
         shared_width="dense",
         router_dtype="float32",  # gate.wg is declared fp32 and reads x.float(); the op picks on its logits
+        layer_rules=(),
     ),
     config_keys=config_keys(expert_intermediate_size="intermediate_size", experts_per_token="moe_topk"),
 )

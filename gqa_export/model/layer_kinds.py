@@ -30,6 +30,11 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
     decoder_sparse_step grid (Qwen-MoE)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return False
+    rules, read = spec.moe.layer_rules, opt
+
+    def opt(name: str, default: Any = None) -> Any:  # a placement key the family's class never reads: its default
+        return read(name, default) if rules is None or name not in _LAYER_RULES or name in rules else default
+
     if spec.moe.layer_type is not None:
         return layer_type == spec.moe.layer_type
     if spec.moe.shortcut:  # LongCat-Flash: the first sublayer of each pair runs the shortcut block
@@ -50,6 +55,13 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
         return False
     step = int(opt("decoder_sparse_step", 1) or 1)
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
+
+
+# the options that place the sparse layers (MoeSpec.layer_rules names the ones a family's class reads)
+_LAYER_RULES = frozenset(
+    {"mlp_layer_types", "expert_layer_period", "sparse_layers", "first_dense_layers",
+     "last_sparse_layer", "decoder_sparse_step", "mlp_only_layers"}
+)  # fmt: skip
 
 
 def _listed_mlp_kind(kinds: Any, i: int, sparse_kinds: tuple[str, ...] = ()) -> bool:
