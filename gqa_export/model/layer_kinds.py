@@ -172,6 +172,11 @@ def flagged_kv_heads(opt: Option, spec: ArchSpec, heads: int, kv_heads: int, sli
     if spec.kv_heads_rule == "config":
         return kv_heads
     if spec.kv_heads_rule == "doubled_on_sliding":
+        if sliding and heads % (2 * kv_heads):  # transformers' sliding layers fail on it too (a size mismatch)
+            raise InputError(
+                f"num_attention_heads {heads} is not a multiple of the {2 * kv_heads} kv heads of the sliding layers "
+                f"(twice num_key_value_heads {kv_heads})"
+            )
         return 2 * kv_heads if sliding else kv_heads
     if opt("grouped_kv", False):
         return int(opt("kv_heads") or heads)
