@@ -36,7 +36,9 @@ GRANITEMOESHARED = replace(
 # GraniteMoE-SWA: GraniteMoE-Shared's layers (its shared MLP off where shared_intermediate_size is 0,
 # the class's default) with GraniteSWA's attention: a per-head sink logit on every layer (GQA's head_sink),
 # sliding layers from layer_types, a RoPE base per layer from layer_rope_theta (0: NoPE)
-GRANITEMOE_SWA = replace(GRANITEMOESHARED, name="granitemoe_swa", attention_sinks="self_attn.sinks")
+GRANITEMOE_SWA = replace(
+    GRANITEMOESHARED, name="granitemoe_swa", attention_sinks="self_attn.sinks", refusals=()
+)  # its sliding layers read sliding_window
 
 # FlexOlmo: OLMo-2's layers (no input norm: attention -> RMSNorm -> add, MLP -> RMSNorm -> add, q/k
 # RMSNorms over all heads) with OLMoE's sparse block in place of the MLP (mlp.gate: softmax over every
@@ -77,6 +79,7 @@ _GLM4_MOE_NAMES = GLM4_MOE.moe.names  # type: ignore[union-attr]
 EXAONE_MOE = replace(
     GLM4_MOE,
     name="exaone_moe",
+    refusals=(),  # its sliding layers read sliding_window
     rope_layers="sliding_if_windowed",
     moe=replace(
         GLM4_MOE.moe,  # type: ignore[arg-type]
@@ -200,6 +203,7 @@ MINICPM5_MOE = replace(
 MIMO_V2_FLASH = replace(
     GLM4_MOE,
     name="mimo_v2_flash",
+    refusals=(),  # its sliding layers read sliding_window
     qk_norm=None,
     layer=LayerNames(),
     attention_sinks="self_attn.sinks|self_attn.attention_sink_bias",

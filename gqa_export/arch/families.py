@@ -8,6 +8,7 @@ from gqa_export.arch.spec import (
     FUSED_EXPERTS,
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
+    STRAY_WINDOW,
     ArchSpec,
     BidirectionalRuns,
     LayerNames,
@@ -189,6 +190,7 @@ GRANITEMOE = ArchSpec(
         normalize=True,
         layer_rules=(),  # experts on every layer (GraniteMoE-Shared's, -Hybrid's too)
     ),
+    refusals=(STRAY_WINDOW,),
 )
 # PhiMoE (Phi-3.5-MoE): LayerNorm with biases, sparsemixer router, longrope
 PHIMOE = ArchSpec(
@@ -348,12 +350,13 @@ GLM4_MOE = ArchSpec(
     config_keys=config_keys(
         num_experts="n_routed_experts|num_local_experts", first_dense_layers="first_k_dense_replace"
     ),
+    refusals=(STRAY_WINDOW,),
 )
 
 # dots.llm1 (dots1): Qwen3's attention (per-head q/k RMSNorms, full RoPE, per-layer windows from
 # layer_types) with GLM-4-MoE's / DeepSeek-V3's mixture: dense first first_k_dense_replace layers,
 # then sigmoid routing within the best groups on scores + e_score_correction_bias, shared experts
-DOTS1 = replace(GLM4_MOE, name="dots1")
+DOTS1 = replace(GLM4_MOE, name="dots1", refusals=())  # Qwen3's attention: windows by layer_types
 
 # ERNIE-4.5-MoE: ERNIE-4.5's layers (GPT-J RoPE, optional biases) with experts on layers
 # moe_layer_start_index..moe_layer_end_index every moe_layer_interval, routed by softmax
@@ -381,6 +384,7 @@ ERNIE4_5_MOE = ArchSpec(
         decoder_sparse_step="moe_layer_interval",
         shared_experts="moe_num_shared_experts",
     ),
+    refusals=(STRAY_WINDOW,),
 )
 
 # HunYuan-MoE (Hunyuan-A13B): HunYuan dense's layers (per-head q/k RMSNorms after RoPE, NTK-alpha
@@ -401,6 +405,7 @@ HUNYUAN_MOE = replace(
         layer_rules=(),
     ),
     config_keys=config_keys(expert_intermediate_size="intermediate_size", experts_per_token="moe_topk"),
+    refusals=(STRAY_WINDOW,),
 )
 
 ALL = (

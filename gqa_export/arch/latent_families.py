@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gqa_export.arch.spec import (
+    STRAY_WINDOW,
     ArchSpec,
     LatentAttentionNames,
     LayerNames,
@@ -38,6 +39,7 @@ DEEPSEEK_V2 = ArchSpec(
         layer_rules=("first_dense_layers",),
     ),
     config_keys=_DEEPSEEK_KEYS,
+    refusals=(STRAY_WINDOW,),
 )
 # DeepSeek-V3: the same latent attention (rope pairs interleaved unless rope_interleave is false),
 # a sigmoid router whose e_score_correction_bias steers grouped top-k selection
@@ -53,6 +55,7 @@ DEEPSEEK_V3 = ArchSpec(
         layer_rules=("first_dense_layers",),
     ),
     config_keys=_DEEPSEEK_KEYS,
+    refusals=(STRAY_WINDOW,),
 )
 # MiniCPM3 (transformers 5.24 MiniCPM3ForCausalLM): DeepseekV2Attention's modules (q-LoRA, the latent
 # norms at eps 1e-6) with rotate-half RoPE on the rope dims (apply_rotary_pos_emb; the class reads no
@@ -175,6 +178,7 @@ GLM_MOE_DSA = replace(DEEPSEEK_V32, name="glm_moe_dsa")
 DOTS3_NOTE_TEXT = replace(
     DEEPSEEK_V32,
     name="dots3_note_text",
+    refusals=(),  # its class windows the sliding layers
     latent_attention=LatentAttentionNames(rope_key_norm="self_attn.k_rope_only_layernorm", config_norm_eps=True),
     layer=replace(DEEPSEEK_V32.layer, output_gate="self_attn.g_proj"),
     latent_lora_scale=True,

@@ -91,6 +91,7 @@ DEEPSEEK_OCR2_TEXT = replace(
     latent_attention=None,
     rope_interleaved=False,
     moe=replace(DEEPSEEK_V2.moe, layer_rules=("mlp_layer_types", "first_dense_layers")),  # type: ignore[arg-type]
+    refusals=(),  # its attention reads sliding_window (DeepSeek-V2's latent attention does not)
 )
 
 # Kimi-K2.5's decoder: DeepSeek-V3's, but its class replaces the image and video placeholder ids by id 0 before

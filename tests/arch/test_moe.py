@@ -116,3 +116,31 @@ def test_sparse_layers_by_the_keys_the_class_reads(arch, config, sparse):
     experts = {"num_experts": 5, "num_local_experts": 5, "n_routed_experts": 5, "moe_num_experts": 5}
     opt = _opt_for(SimpleNamespace(num_hidden_layers=4, **experts, **config), spec)
     assert [sparse_layer(opt, spec, i) for i in range(4)] == sparse
+
+
+@pytest.mark.parametrize(
+    ("arch", "refused"),
+    [("deepseek_v3", True), ("glm4_moe", True), ("hunyuan_v1_moe", True), ("ernie4_5_moe", True),
+     ("granitemoeshared", True), ("sarvam_moe", True), ("deepseek_v32", True),
+     ("dots1", False), ("exaone_moe", False), ("mimo_v2_flash", False), ("granitemoe_swa", False), ("mixtral", False)],
+)  # fmt: skip
+def test_a_sliding_window_the_class_never_applies_is_refused(arch, refused):
+    """A stray sliding_window (4) in a config whose class never windows: transformers' forward attends to
+    everything while its cache keeps the last 4 keys when decoding (measured on DeepSeek-V3 / HunYuan-MoE tiny
+    models: decode 2.5 / 4.4 off its own forward), so the export refuses it; it windowed the prompt before
+    (prompt logits 3.4 / 5.1 off HF). The windowed families still read it."""
+    from gqa_export.arch import get_spec
+
+    assert any(r.config_key == "sliding_window" and r.applies(4) for r in get_spec(arch).refusals) is refused
+
+
+def test_a_stray_sliding_window_is_refused_in_one_line(tmp_path):
+    from transformers import AutoConfig
+
+    checkpoint = tmp_path / "ckpt"  # the config alone: the refusal comes before any weight is read
+    AutoConfig.for_model("deepseek_v3", num_hidden_layers=2, hidden_size=64, sliding_window=4).save_pretrained(
+        checkpoint
+    )
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    assert "sliding_window=4" in result.output and "Traceback" not in result.output, result.output
