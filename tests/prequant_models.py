@@ -30,9 +30,10 @@ AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 
 
 def quantize(w: np.ndarray, bits: int, group: int, g_idx: np.ndarray, sym: bool) -> tuple[np.ndarray, ...]:
-    """RTN of W [N, K] per (row, group): q [N, K], zero [G, N], scale fp16 [G, N]."""
+    """RTN of W [N, K] per (row, group): q [N, K], zero [G, N], scale fp16 [G, N] (G = ceil(K / group): GPTQ's
+    last group holds the K % group rows left where K is not whole groups)."""
     n, k = w.shape
-    groups = k // group
+    groups = int(g_idx.max()) + 1
     q = np.zeros((n, k), np.int64)
     zeros = np.zeros((groups, n), np.int64)
     scales = np.zeros((groups, n), np.float16)

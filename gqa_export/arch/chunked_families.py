@@ -37,6 +37,7 @@ LLAMA4 = ArchSpec(
         routing="sigmoid_scaled_input",
         normalize=True,  # top-1 through the MoE op: its one weight renormalized is exactly 1
         shared_width="dense",
+        layer_rules=("sparse_layers",),
     ),
     # the dense layers' MLP is intermediate_size_mlp wide; intermediate_size is the experts' width
     config_keys=config_keys(intermediate_size="intermediate_size_mlp"),

@@ -65,7 +65,14 @@ CWM = replace(MISTRAL, name="cwm")
 GLM = replace(GLM4, name="glm", norm_layout="pre", layer=LayerNames(gate_up="mlp.gate_up_proj"))
 # Solar-Open: GLM-4-MoE's grouped sigmoid routing and shared experts on every layer, Llama's
 # attention without q/k norms
-SOLAR_OPEN = replace(GLM4_MOE, name="solar_open", qk_norm=None, layer=LayerNames())
+# its config class drops GLM-4-MoE's first_k_dense_replace: experts on every layer
+SOLAR_OPEN = replace(
+    GLM4_MOE,
+    name="solar_open",
+    qk_norm=None,
+    layer=LayerNames(),
+    moe=replace(GLM4_MOE.moe, layer_rules=()),  # type: ignore[arg-type]
+)
 
 # NanoChat: Arcee's non-gated squared-ReLU MLP (fc1 / fc2) in Llama layers whose every norm is an RMSNorm
 # without a weight, the final one also applied to the embeddings, scaleless q/k norms after a RoPE that

@@ -36,12 +36,14 @@ GRANITEMOESHARED = replace(
 # GraniteMoE-SWA: GraniteMoE-Shared's layers (its shared MLP off where shared_intermediate_size is 0,
 # the class's default) with GraniteSWA's attention: a per-head sink logit on every layer (GQA's head_sink),
 # sliding layers from layer_types, a RoPE base per layer from layer_rope_theta (0: NoPE)
-GRANITEMOE_SWA = replace(GRANITEMOESHARED, name="granitemoe_swa", attention_sinks="self_attn.sinks")
+GRANITEMOE_SWA = replace(
+    GRANITEMOESHARED, name="granitemoe_swa", attention_sinks="self_attn.sinks", refusals=()
+)  # its sliding layers read sliding_window
 
 # FlexOlmo: OLMo-2's layers (no input norm: attention -> RMSNorm -> add, MLP -> RMSNorm -> add, q/k
 # RMSNorms over all heads) with OLMoE's sparse block in place of the MLP (mlp.gate: softmax over every
 # expert, the top k renormalized iff norm_topk_prob), no clip_qkv (OLMo-2's attention)
-FLEX_OLMO = replace(OLMO2, name="flex_olmo", moe=_MOE)
+FLEX_OLMO = replace(OLMO2, name="flex_olmo", moe=replace(_MOE, layer_rules=()))  # experts on every layer
 
 # Cohere2-MoE: Cohere2's parallel layers (sliding layers with GPT-J RoPE, global ones without,
 # logit_scale) whose norms are RMSNorms where the config sets rms_norm_eps (LayerNorms otherwise);
@@ -77,10 +79,12 @@ _GLM4_MOE_NAMES = GLM4_MOE.moe.names  # type: ignore[union-attr]
 EXAONE_MOE = replace(
     GLM4_MOE,
     name="exaone_moe",
+    refusals=(),  # its sliding layers read sliding_window
     rope_layers="sliding_if_windowed",
     moe=replace(
         GLM4_MOE.moe,  # type: ignore[arg-type]
         names=replace(_GLM4_MOE_NAMES, expert_bias="gate.e_score_correction_bias|e_score_correction_bias"),
+        layer_rules=("mlp_layer_types", "first_dense_layers"),  # its config fills the list from first_k_dense_replace
     ),
     config_keys=config_keys(first_dense_layers="first_k_dense_replace", shared_experts="num_shared_experts"),
 )
@@ -110,7 +114,8 @@ DBRX = ArchSpec(
             per_expert=(),
             fused=(),
             stacked_rows=("experts.mlp.w1", "experts.mlp.v1", "experts.mlp.w2"),
-        )
+        ),
+        layer_rules=(),  # experts on every layer
     ),
     config_keys=config_keys(
         activation="ffn_config.ffn_act_fn.name",
@@ -141,6 +146,7 @@ JETMOE = ArchSpec(
             output_bias="bias",
         ),
         normalize=True,
+        layer_rules=(),  # experts on every layer
     ),
     config_keys=config_keys(activation="activation_function"),
     fixed_norm_eps=1e-6,  # the layers' norms; the final one reads rms_norm_eps (1e-6 in JetMoE's configs)
@@ -178,7 +184,14 @@ PARAM2MOE = replace(SARVAM_MOE, name="param2moe")
 # transformers renames it q_gate_proj at load) holds each head's query and then its output gate, the
 # attention output times sigmoid(gate) before o_proj (Qwen3.5's gate); RoPE over the whole head; DeepSeek-V3's
 # grouped sigmoid router in fp32 (GLM-4-MoE's) with shared experts on the "sparse" layers of mlp_layer_types
-MINICPM5_MOE = replace(GLM4_MOE, name="minicpm5_moe", qk_norm=None, layer=LayerNames(), attention_output_gate=True)
+MINICPM5_MOE = replace(
+    GLM4_MOE,
+    name="minicpm5_moe",
+    qk_norm=None,
+    layer=LayerNames(),
+    attention_output_gate=True,
+    moe=replace(GLM4_MOE.moe, layer_rules=("mlp_layer_types", "first_dense_layers")),  # type: ignore[arg-type]
+)
 
 # MiMo-V2-Flash: Llama's pre-norm layers (no q/k norms) whose attention differs by layer type: sliding
 # layers (layer_types, sliding_window keys) have twice num_key_value_heads and a per-head sink logit
@@ -190,6 +203,7 @@ MINICPM5_MOE = replace(GLM4_MOE, name="minicpm5_moe", qk_norm=None, layer=LayerN
 MIMO_V2_FLASH = replace(
     GLM4_MOE,
     name="mimo_v2_flash",
+    refusals=(),  # its sliding layers read sliding_window
     qk_norm=None,
     layer=LayerNames(),
     attention_sinks="self_attn.sinks|self_attn.attention_sink_bias",
@@ -197,7 +211,11 @@ MIMO_V2_FLASH = replace(
     rope_partial_default=0.334,  # compute_default_rope_parameters' .get("partial_rotary_factor", 0.334)
     kv_heads_rule="doubled_on_sliding",
     multipliers=(Multiplier("self_attn.v_proj", "attention_value_scale"),),
-    moe=replace(GLM4_MOE.moe, names=replace(_GLM4_MOE_NAMES, shared_expert=None)),  # type: ignore[arg-type]
+    moe=replace(
+        GLM4_MOE.moe,  # type: ignore[arg-type]
+        names=replace(_GLM4_MOE_NAMES, shared_expert=None),
+        layer_rules=("mlp_layer_types",),
+    ),
     config_keys=config_keys(num_experts="n_routed_experts", value_head_dim="v_head_dim"),
 )
 
@@ -253,7 +271,7 @@ ARIA_TEXT = ArchSpec(
 # "sliding_attention" layers of layer_types, RoPE with a theta (and a rotated share) per layer type, the
 # "dense" layers of mlp_layer_types an intermediate_size MLP; its multi-token-prediction layer (mtp.*) is
 # not read, as transformers' class ignores it
-MELLUM = replace(QWEN3_MOE, name="mellum")
+MELLUM = replace(QWEN3_MOE, name="mellum", moe=replace(QWEN3_MOE.moe, layer_rules=("mlp_layer_types",)))  # type: ignore[arg-type]
 
 DERIVED_MOE = (
     GRANITEMOESHARED, GRANITEMOE_SWA, FLEX_OLMO, COHERE2_MOE, EXAONE_MOE, DBRX, JETMOE, SARVAM_MOE, PARAM2MOE,

@@ -8,6 +8,7 @@ from gqa_export.arch.spec import (
     FUSED_EXPERTS,
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
+    STRAY_WINDOW,
     ArchSpec,
     BidirectionalRuns,
     LayerNames,
@@ -154,15 +155,21 @@ GEMMA3N = replace(
 )
 
 # Mixtures of experts. Names cover the hub's per-expert layout and transformers 5.x's fused one.
-_MOE = MoeSpec()  # Qwen3-MoE / OLMoE: softmax over all experts, top-k renormalized iff norm_topk_prob
+_QWEN_RULES = ("decoder_sparse_step", "mlp_only_layers")  # the keys Qwen-MoE's classes place their experts by
+# Qwen3-MoE / OLMoE: softmax over all experts, top-k renormalized iff norm_topk_prob; Qwen3-MoE places its experts
+# by decoder_sparse_step outside mlp_only_layers, OLMoE on every layer
+_MOE = MoeSpec(layer_rules=_QWEN_RULES)
 QWEN3_MOE = replace(QWEN3, name="qwen3_moe", moe=_MOE)
 QWEN2_MOE = ArchSpec(
-    name="qwen2_moe", moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"))
+    name="qwen2_moe",
+    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"), layer_rules=_QWEN_RULES),
 )
 MIXTRAL = ArchSpec(
     name="mixtral",
     moe=MoeSpec(
-        MoeNames(blocks=("block_sparse_moe.", "mlp."), per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ)), normalize=True
+        MoeNames(blocks=("block_sparse_moe.", "mlp."), per_expert=(PER_EXPERT_W, PER_EXPERT_PROJ)),
+        normalize=True,
+        layer_rules=(),  # experts on every layer
     ),
 )
 # OLMoE: pre-norm layers with OLMo-2's full-width q/k norms and clip_qkv
@@ -170,7 +177,7 @@ OLMOE = ArchSpec(
     name="olmoe",
     qk_norm="full",
     layer=LayerNames(q_norm="self_attn.q_norm", k_norm="self_attn.k_norm"),
-    moe=_MOE,
+    moe=replace(_MOE, layer_rules=()),  # experts on every layer
 )
 # GraniteMoE: Granite's multipliers; hub tensors are the fused ones under other names
 GRANITEMOE = ArchSpec(
@@ -184,7 +191,9 @@ GRANITEMOE = ArchSpec(
             fused=(("input_linear", "output_linear"), FUSED_EXPERTS),
         ),
         normalize=True,
+        layer_rules=(),  # experts on every layer (GraniteMoE-Shared's, -Hybrid's too)
     ),
+    refusals=(STRAY_WINDOW,),
 )
 # PhiMoE (Phi-3.5-MoE): LayerNorm with biases, sparsemixer router, longrope
 PHIMOE = ArchSpec(
@@ -193,6 +202,7 @@ PHIMOE = ArchSpec(
     moe=MoeSpec(
         MoeNames(blocks=("block_sparse_moe.", "mlp."), routers=("gate", "router"), per_expert=(PER_EXPERT_W,)),
         routing="sparsemixer",
+        layer_rules=(),
     ),
 )
 # gpt-oss: attention sinks, experts with biases and the clamped SwiGLU, transposed interleaved
@@ -204,6 +214,7 @@ GPT_OSS = ArchSpec(
         MoeNames(routers=("router",), per_expert=(), fused=(), transposed=FUSED_EXPERTS),
         normalize=True,
         activation="swiglu_clamped",
+        layer_rules=(),
     ),
 )
 OLMO2 = ArchSpec(
@@ -337,16 +348,18 @@ GLM4_MOE = ArchSpec(
         routing="sigmoid_group_biased",
         shared_width="per_expert",
         router_dtype="float32",  # F.linear(x.float(), W.float()), weight and bias kept fp32
+        layer_rules=("first_dense_layers",),
     ),
     config_keys=config_keys(
         num_experts="n_routed_experts|num_local_experts", first_dense_layers="first_k_dense_replace"
     ),
+    refusals=(STRAY_WINDOW,),
 )
 
 # dots.llm1 (dots1): Qwen3's attention (per-head q/k RMSNorms, full RoPE, per-layer windows from
 # layer_types) with GLM-4-MoE's / DeepSeek-V3's mixture: dense first first_k_dense_replace layers,
 # then sigmoid routing within the best groups on scores + e_score_correction_bias, shared experts
-DOTS1 = replace(GLM4_MOE, name="dots1")
+DOTS1 = replace(GLM4_MOE, name="dots1", refusals=())  # Qwen3's attention: windows by layer_types
 
 # ERNIE-4.5-MoE: ERNIE-4.5's layers (GPT-J RoPE, optional biases) with experts on layers
 # moe_layer_start_index..moe_layer_end_index every moe_layer_interval, routed by softmax
@@ -367,12 +380,14 @@ ERNIE4_5_MOE = ArchSpec(
         normalize=True,
         shared_width="per_expert",
         router_dtype="float32",  # F.linear(x.float(), W.float()) with autocast off
+        layer_rules=("first_dense_layers", "last_sparse_layer", "decoder_sparse_step"),
     ),
     config_keys=config_keys(
         first_dense_layers="moe_layer_start_index",
         decoder_sparse_step="moe_layer_interval",
         shared_experts="moe_num_shared_experts",
     ),
+    refusals=(STRAY_WINDOW,),
 )
 
 # HunYuan-MoE (Hunyuan-A13B): HunYuan dense's layers (per-head q/k RMSNorms after RoPE, NTK-alpha
@@ -390,8 +405,10 @@ HUNYUAN_MOE = replace(
         normalize=True,
         shared_width="dense",
         router_dtype="float32",  # gate.wg is declared fp32 and reads x.float(); the op picks on its logits
+        layer_rules=(),
     ),
     config_keys=config_keys(expert_intermediate_size="intermediate_size", experts_per_token="moe_topk"),
+    refusals=(STRAY_WINDOW,),
 )
 
 ALL = (

@@ -96,6 +96,7 @@ LFM2_MOE = replace(
             expert_bias="expert_bias",
         ),
         routing="sigmoid_biased",
+        layer_rules=("first_dense_layers",),
     ),
 )
 # Qwen3.5-MoE's text decoder: Qwen3.5's layers with a sparse block on every layer (softmax top-k,
@@ -103,7 +104,9 @@ LFM2_MOE = replace(
 QWEN3_5_MOE = replace(
     QWEN3_5,
     name="qwen3_5_moe",
-    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"), normalize=True),
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"), normalize=True, layer_rules=()
+    ),
 )
 # Qwen3-Next: Qwen3.5-MoE's layers (the same gated DeltaNet, gated GQA and (1 + w) norms) with
 # the DeltaNet's projections fused per key head (in_proj_qkvz, in_proj_ba), a sparse block on the
@@ -116,7 +119,10 @@ QWEN3_NEXT = replace(
         kinds=MappingProxyType({"linear_attention": "gated_deltanet"}),
         gated_deltanet=GatedDeltaNetNames(qkvz="linear_attn.in_proj_qkvz", ba="linear_attn.in_proj_ba"),
     ),
-    moe=MoeSpec(MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate")),
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_expert", shared_gate="shared_expert_gate"),
+        layer_rules=("decoder_sparse_step", "mlp_only_layers"),
+    ),
 )
 # Lara-Mini (transformers 5.25): Qwen3.5's layers (gated-DeltaNet "linear_attention" layers between
 # attention ones) with plain w * rms(x) RMSNorms (Helium's, no 1 + w), Qwen3's attention without an output
@@ -226,6 +232,7 @@ KIMI_LINEAR = replace(
             shared_expert="shared_experts",
             expert_bias="gate.e_score_correction_bias",
         ),
+        layer_rules=("mlp_layer_types",),
     ),
     # transformers 5.x's own layout nests the forget gate; its save_pretrained puts the dense MLP beside the
     # experts (the conv kernel stored whole there is read as such, graph/recurrent_state.py)
@@ -283,6 +290,7 @@ BAILING_HYBRID = replace(
         DEEPSEEK_V3.moe,  # type: ignore[arg-type]
         names=MoeNames(shared_expert="shared_experts", expert_bias="gate.expert_bias|gate.e_score_correction_bias"),
         activation="swiglu_limited",
+        layer_rules=("mlp_layer_types", "first_dense_layers"),
     ),
     config_keys=config_keys(
         first_dense_layers="first_k_dense_replace",
@@ -344,7 +352,12 @@ GLM5_NEXT_TEXT = replace(
     mixers=replace(_KIMI_MIXERS, bounded_decay=True),
     layer_type_names=MappingProxyType({"indexed_attention": "full_attention"}),
     hyper_connections=HyperConnectionNames(head=(), form="sinkhorn"),
-    moe=replace(DEEPSEEK_V3.moe, activation="swiglu_clipped", shared_clipped=True),  # type: ignore[arg-type]
+    moe=replace(
+        DEEPSEEK_V3.moe,  # type: ignore[arg-type]
+        activation="swiglu_clipped",
+        shared_clipped=True,
+        layer_rules=("mlp_layer_types",),
+    ),
     tensor_aliases=(
         *KIMI_LINEAR.tensor_aliases[:4],  # the forget gate's tensors, nested in transformers 5.x's modules
         *((f"{hc}.", f"hc_{short}_") for hc, short in (("attn_hc", "attn"), ("ffn_hc", "ffn"))),

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gqa_export.arch.spec import (
+    STRAY_WINDOW,
     ArchSpec,
     LatentAttentionNames,
     LayerNames,
@@ -30,8 +31,15 @@ DEEPSEEK_V2 = ArchSpec(
     name="deepseek_v2",
     latent_attention=LatentAttentionNames(),
     rope_interleaved=True,
-    moe=MoeSpec(_SHARED, routing="softmax_group_limited", shared_width="per_expert", router_dtype="float32"),
+    moe=MoeSpec(
+        _SHARED,
+        routing="softmax_group_limited",
+        shared_width="per_expert",
+        router_dtype="float32",
+        layer_rules=("first_dense_layers",),
+    ),
     config_keys=_DEEPSEEK_KEYS,
+    refusals=(STRAY_WINDOW,),
 )
 # DeepSeek-V3: the same latent attention (rope pairs interleaved unless rope_interleave is false),
 # a sigmoid router whose e_score_correction_bias steers grouped top-k selection
@@ -44,8 +52,10 @@ DEEPSEEK_V3 = ArchSpec(
         routing="sigmoid_group_biased",
         shared_width="per_expert",  # n_shared_experts experts' widths
         router_dtype="float32",  # F.linear(x.float(), W.float()), weight and bias kept fp32
+        layer_rules=("first_dense_layers",),
     ),
     config_keys=_DEEPSEEK_KEYS,
+    refusals=(STRAY_WINDOW,),
 )
 # MiniCPM3 (transformers 5.24 MiniCPM3ForCausalLM): DeepseekV2Attention's modules (q-LoRA, the latent
 # norms at eps 1e-6) with rotate-half RoPE on the rope dims (apply_rotary_pos_emb; the class reads no
@@ -71,7 +81,12 @@ SARVAM_MLA = replace(DEEPSEEK_V3, name="sarvam_mla")
 # YaRN mscale) with GLM-4-MoE's router, which is DeepSeek-V3's (sigmoid scores, groups ranked by their
 # two best biased scores, fp32); the experts sit where the config's mlp_layer_types says "sparse" (its
 # class fills the list in, dense first, and reads no first_k_dense_replace)
-GLM4_MOE_LITE = replace(DEEPSEEK_V3, name="glm4_moe_lite", config_keys=config_keys(num_experts="n_routed_experts"))
+GLM4_MOE_LITE = replace(
+    DEEPSEEK_V3,
+    name="glm4_moe_lite",
+    moe=replace(DEEPSEEK_V3.moe, layer_rules=("mlp_layer_types",)),  # type: ignore[arg-type]
+    config_keys=config_keys(num_experts="n_routed_experts"),
+)
 # DeepSeek-V3.2 (DeepseekV32ForCausalLM): DeepSeek-V3's latent attention (q-LoRA always, rope pairs
 # always: its config has no rope_interleave) and router, experts by mlp_layer_types (its config fills
 # the list from first_k_dense_replace), plus a lightning indexer keeping the top index_topk keys per
@@ -163,6 +178,7 @@ GLM_MOE_DSA = replace(DEEPSEEK_V32, name="glm_moe_dsa")
 DOTS3_NOTE_TEXT = replace(
     DEEPSEEK_V32,
     name="dots3_note_text",
+    refusals=(),  # its class windows the sliding layers
     latent_attention=LatentAttentionNames(rope_key_norm="self_attn.k_rope_only_layernorm", config_norm_eps=True),
     layer=replace(DEEPSEEK_V32.layer, output_gate="self_attn.g_proj"),
     latent_lora_scale=True,
@@ -221,7 +237,7 @@ MISTRAL4 = replace(
     DEEPSEEK_V3,
     name="mistral4",
     query_position_scale=True,
-    moe=MoeSpec(_SHARED, routing="softmax_grouped", shared_width="per_expert"),
+    moe=MoeSpec(_SHARED, routing="softmax_grouped", shared_width="per_expert", layer_rules=("first_dense_layers",)),
 )
 # Mistral-Large-4's decoder (transformers 5.25 MistralLarge4TextModel inside MistralLarge4ForConditionalGeneration, read
 # --text-only; docs/coverage.md "mistral_large4"): GLM-MoE-DSA's MLA without q-LoRA (q_proj; latent norm at

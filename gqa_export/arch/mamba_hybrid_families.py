@@ -43,7 +43,7 @@ JAMBA = ArchSpec(
     name="jamba",
     final_norm="final_layernorm.weight",
     layer=_FEED_FORWARD_LAYER,
-    moe=MoeSpec(MoeNames(blocks=("feed_forward.",), routers=("router",))),
+    moe=MoeSpec(MoeNames(blocks=("feed_forward.",), routers=("router",)), layer_rules=("expert_layer_period",)),
     mixers=MixerSpec(kinds=MappingProxyType({"mamba": "mamba"})),
     rope_layers="none",
     # transformers 5.x spells the pattern layer_types ("linear_attention" / "full_attention"), 4.x

@@ -144,3 +144,8 @@ class MoeSpec:
     # graph/normed_experts.py) or "shared_input_scaled" (one [D] weight for every expert: each expert's output times
     # (norm_offset + w), then a weightless RMSNorm at the post-block norms' eps; Muse-Spark's, graph/pooled_experts.py)
     expert_norm_form: str = "per_expert"
+    # the config keys that place the sparse layers which the family's HF class reads, by their option names
+    # (model/layer_kinds.py's sparse_layer: "mlp_layer_types", "expert_layer_period", "sparse_layers",
+    # "first_dense_layers", "last_sparse_layer", "decoder_sparse_step", "mlp_only_layers"); a key of another
+    # family's rule that a config carries unread is ignored, as transformers ignores it. None: every rule
+    layer_rules: tuple[str, ...] | None = None

@@ -39,6 +39,7 @@ MINIMAX_M2 = replace(
         ),
         routing="sigmoid_topk",
         normalize=True,
+        layer_rules=(),  # experts on every layer, whatever mlp_only_layers / decoder_sparse_step a config carries
     ),
     refusals=(
         Refusal(
@@ -75,6 +76,7 @@ AFMOE = ArchSpec(
         routing="sigmoid_topk",
         normalize=True,
         shared_width="per_expert",
+        layer_rules=("first_dense_layers",),
     ),
     config_keys=config_keys(routed_scaling="route_scale", shared_experts="num_shared_experts"),
 )
@@ -153,7 +155,12 @@ FLINT = replace(
     name="flint",
     rope_layers="sliding",
     attention_sinks="self_attn.sinks|self_attn.softmax_offset",
-    moe=MoeSpec(MoeNames(shared_expert="shared_expert"), routing="sigmoid_topk", router_dtype="float32"),
+    moe=MoeSpec(
+        MoeNames(shared_expert="shared_expert"),
+        routing="sigmoid_topk",
+        router_dtype="float32",
+        layer_rules=("decoder_sparse_step", "mlp_only_layers"),
+    ),
 )
 
 # HY-V3 (Hy3, transformers 5.25): Qwen3's attention (per-head q/k RMSNorms before RoPE, Apertus' class),
@@ -235,7 +242,11 @@ BEAM = replace(
         post_feedforward_norm="post_feedforward_layernorm",
         output_gate_bias="self_attn.gate_bias",
     ),
-    moe=replace(GLM4_MOE.moe, names=replace(GLM4_MOE.moe.names, shared_expert=None)),  # type: ignore[union-attr]
+    moe=replace(
+        GLM4_MOE.moe,  # type: ignore[arg-type]
+        names=replace(GLM4_MOE.moe.names, shared_expert=None),  # type: ignore[union-attr]
+        layer_rules=("mlp_layer_types", "first_dense_layers"),
+    ),
     config_keys=config_keys(),
 )
 

@@ -36,6 +36,7 @@ from gqa_export.arch.ngpt_spec import NgptNames
 from gqa_export.arch.relative_bias_spec import BlockResidualNames, RelativeBiasNames, ResidualConvNames
 from gqa_export.arch.row_views import RowView
 from gqa_export.arch.shared_block_spec import SharedBlockNames
+from gqa_export.arch.spec_records import STRAY_WINDOW as STRAY_WINDOW
 from gqa_export.arch.spec_records import AbsolutePositions as AbsolutePositions  # re-exported
 from gqa_export.arch.spec_records import BidirectionalRuns as BidirectionalRuns
 from gqa_export.arch.spec_records import ConfigChoice as ConfigChoice

@@ -38,6 +38,17 @@ class Refusal:
         return f"{self.config_key}={value!r}"
 
 
+# a sliding_window in the config of a class that never windows its attention (another family's key, a template's
+# leftover): transformers' forward attends to everything, but the cache it builds from that config keeps only the
+# last sliding_window keys when decoding, so its generate is not its forward, and no one function is HF's
+STRAY_WINDOW = Refusal(
+    "sliding_window",
+    "a sliding_window in this config is not exported: the class never windows its attention, but transformers' "
+    "cache built from the config keeps only the last sliding_window keys when decoding (its generate differs from "
+    "its forward); set it to null",
+)
+
+
 @dataclass(frozen=True)
 class ConfigChoice:
     """Spec fields a config key chooses between, for a class whose modeling code branches on it

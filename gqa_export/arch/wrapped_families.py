@@ -85,7 +85,14 @@ EMU3_TEXT = replace(
 # DeepSeek-OCR-2's decoder (deepseek_ocr2_text; Unlimited-OCR's too): DeepSeek-V2's experts (softmax router,
 # greedy or group-limited top-k, shared experts, dense layers by mlp_layer_types) under Llama's attention
 # (plain q/k/v/o heads, rotate-half RoPE) in place of latent attention
-DEEPSEEK_OCR2_TEXT = replace(DEEPSEEK_V2, name="deepseek_ocr2_text", latent_attention=None, rope_interleaved=False)
+DEEPSEEK_OCR2_TEXT = replace(
+    DEEPSEEK_V2,
+    name="deepseek_ocr2_text",
+    latent_attention=None,
+    rope_interleaved=False,
+    moe=replace(DEEPSEEK_V2.moe, layer_rules=("mlp_layer_types", "first_dense_layers")),  # type: ignore[arg-type]
+    refusals=(),  # its attention reads sliding_window (DeepSeek-V2's latent attention does not)
+)
 
 # Kimi-K2.5's decoder: DeepSeek-V3's, but its class replaces the image and video placeholder ids by id 0 before
 # the embedding lookup (Kimi_K25Model.forward), so a prompt holding them embeds row 0 there (the package too)
@@ -195,6 +202,7 @@ ERNIE4_5_VL_TEXT = replace(
             expert_bias=f"{_ERNIE_VL_TEXT_SET}gate.moe_statics.e_score_correction_bias",
         ),
         expert_set=0,  # moe_intermediate_size [text, vision]
+        layer_rules=("mlp_layer_types",),
     ),
     row_views=(
         *chunked(r"\.mlp\.gate\.weight$", ".mlp.text_moe.gate.weight", transposed=True),

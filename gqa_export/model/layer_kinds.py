@@ -30,6 +30,11 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
     decoder_sparse_step grid (Qwen-MoE)."""
     if spec.moe is None or not opt("num_experts") or opt("enable_moe", True) is False:
         return False
+    rules, read = spec.moe.layer_rules, opt
+
+    def opt(name: str, default: Any = None) -> Any:  # a placement key the family's class never reads: its default
+        return read(name, default) if rules is None or name not in _LAYER_RULES or name in rules else default
+
     if spec.moe.layer_type is not None:
         return layer_type == spec.moe.layer_type
     if spec.moe.shortcut:  # LongCat-Flash: the first sublayer of each pair runs the shortcut block
@@ -50,6 +55,13 @@ def sparse_layer(opt: Option, spec: ArchSpec, i: int, layer_type: str | None = N
         return False
     step = int(opt("decoder_sparse_step", 1) or 1)
     return i not in (opt("mlp_only_layers") or ()) and (i + 1) % step == 0
+
+
+# the options that place the sparse layers (MoeSpec.layer_rules names the ones a family's class reads)
+_LAYER_RULES = frozenset(
+    {"mlp_layer_types", "expert_layer_period", "sparse_layers", "first_dense_layers",
+     "last_sparse_layer", "decoder_sparse_step", "mlp_only_layers"}
+)  # fmt: skip
 
 
 def _listed_mlp_kind(kinds: Any, i: int, sparse_kinds: tuple[str, ...] = ()) -> bool:
@@ -160,6 +172,11 @@ def flagged_kv_heads(opt: Option, spec: ArchSpec, heads: int, kv_heads: int, sli
     if spec.kv_heads_rule == "config":
         return kv_heads
     if spec.kv_heads_rule == "doubled_on_sliding":
+        if sliding and heads % (2 * kv_heads):  # transformers' sliding layers fail on it too (a size mismatch)
+            raise InputError(
+                f"num_attention_heads {heads} is not a multiple of the {2 * kv_heads} kv heads of the sliding layers "
+                f"(twice num_key_value_heads {kv_heads})"
+            )
         return 2 * kv_heads if sliding else kv_heads
     if opt("grouped_kv", False):
         return int(opt("kv_heads") or heads)

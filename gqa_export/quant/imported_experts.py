@@ -228,7 +228,7 @@ def _matmul_nbits(
                 "float checkpoint"
             )
     bits, bs, k = first.bits, first.block_size, first.k
-    n, kb = sum(m.n for m in parts), k // bs
+    n, kb = sum(m.n for m in parts), first.k_blocks  # a last block padded where K is not whole blocks
 
     def ordered(a: np.ndarray) -> np.ndarray:
         return a if order is None else a[order]

@@ -230,8 +230,16 @@ def gptq_linear(store: WeightStore, prefix: str, qc: dict, v1: bool) -> GptqLine
     n, k = qweight.shape[1], qweight.shape[0] * 32 // bits
     group = int(qc.get("group_size", -1))
     group = k if group <= 0 else group
-    if k % group:
-        raise InputError(f"{prefix}: K={k} is not a whole number of GPTQ groups of {group}; cannot import it exactly")
+    # a last partial group (K not whole groups: GPTQ's g_idx is i // group_size, its scales ceil(K / group) rows)
+    # is MatMulNBits' padded last block, where the group is one block (a power of two from 16)
+    if k % group and not (group >= 16 and group & (group - 1) == 0):
+        raise InputError(
+            f"{prefix}: K={k} is not a whole number of GPTQ groups of {group}, and a last partial group is imported "
+            "only for a power-of-two group size from 16 (one MatMulNBits block); export the float checkpoint instead"
+        )
+    groups = store.info(f"{prefix}.scales").shape[0]
+    if groups != -(-k // group):
+        raise InputError(f"{prefix}.scales has {groups} groups; K={k} in groups of {group} makes {-(-k // group)}")
 
     def params() -> tuple[np.ndarray, np.ndarray | None]:
         scales = np.ascontiguousarray(store.read(f"{prefix}.scales").astype(np.float32).T)  # [N, G]
@@ -317,9 +325,10 @@ def awq_linear(store: WeightStore, prefix: str, qc: dict) -> AwqLinear:
     qweight = store.info(f"{prefix}.qweight")
     k, n = qweight.shape[0], qweight.shape[1] * 8
     groups = store.info(f"{prefix}.scales").shape[0]
-    group = k // groups
-    if group * groups != k:
-        raise InputError(f"{prefix}: K={k} is not a whole number of AWQ groups; cannot import it exactly")
+    group, size = k // groups, int(qc.get("group_size", 0) or 0)
+    if group * groups != k or (size > 0 and k % size):  # AutoAWQ's layers hold whole groups only
+        of = f" of {size}" if size > 0 else ""
+        raise InputError(f"{prefix}: K={k} is not a whole number of AWQ groups{of}; cannot import it exactly")
 
     def params() -> tuple[np.ndarray, np.ndarray | None]:
         scales = np.ascontiguousarray(store.read(f"{prefix}.scales").astype(np.float32).T)  # [N, G]

@@ -112,7 +112,8 @@ def test_sarvam_moe_rope_over_half_the_head_fails_hf_parity(builds, tmp_path):
 def test_minimax_m2_in_the_hub_spelling(builds, tmp_path):
     """MiniMax-M2's config as published: partial RoPE as rotary_dim (the config class converts it),
     top-level rope_theta, a null sliding_window, and keys MiniMaxM2 never reads that other families
-    do: routed_scaling_factor (its router scales nothing), clip_qkv (OLMoE's clamp, its spec's base)."""
+    do: routed_scaling_factor (its router scales nothing), clip_qkv (OLMoE's clamp, its spec's base),
+    mlp_only_layers / decoder_sparse_step (Qwen-MoE's placement of its experts)."""
     _registered("minimax_m2")
     saved = json.loads((builds.checkpoint("minimax_m2") / "config.json").read_text())
     rope = saved["rope_parameters"]
@@ -125,6 +126,8 @@ def test_minimax_m2_in_the_hub_spelling(builds, tmp_path):
         sliding_window=None,
         routed_scaling_factor=2.0,
         clip_qkv=0.5,
+        mlp_only_layers=[0],  # Qwen-MoE's placement keys, which MiniMaxM2 never reads (experts on every layer)
+        decoder_sparse_step=2,
         torch_dtype="float32",
     )
     assert _exports_like_hf(checkpoint, tmp_path / "pkg") < 1e-4
@@ -132,9 +135,12 @@ def test_minimax_m2_in_the_hub_spelling(builds, tmp_path):
 
 def test_flex_olmo_with_a_clip_qkv_its_attention_never_reads(builds, tmp_path):
     """FlexOlmo's attention is OLMo-2's: a clip_qkv in its config.json (an OLMoE-style key) clamps nothing
-    in HF; the export clamped q/k/v at it before (logits off by 4.6 at clip 0.5)."""
+    in HF; the export clamped q/k/v at it before (logits off by 4.6 at clip 0.5). Nor do Qwen-MoE's placement
+    keys place anything (experts on every layer): the export stopped on a missing dense MLP before."""
     _registered("flex_olmo")
-    checkpoint = _respelled(builds.checkpoint("flex_olmo"), tmp_path / "ckpt", clip_qkv=0.5)
+    checkpoint = _respelled(
+        builds.checkpoint("flex_olmo"), tmp_path / "ckpt", clip_qkv=0.5, mlp_only_layers=[1], decoder_sparse_step=2
+    )
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
     assert parity_error(tmp_path / "pkg", checkpoint) < 1e-4
 

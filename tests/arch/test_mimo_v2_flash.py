@@ -10,6 +10,7 @@ stops: the weights follow the rule), RoPE's theta shared across layer types."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 
 import numpy as np
@@ -160,3 +161,19 @@ def test_mutant_one_rope_theta_fails_hf_parity(builds, tmp_path):
     for part in ("cos_cache", "sin_cache"):
         assert edit_initializers(broken, f"sliding_attention.{part}", lambda v, p=part: full[f"full_attention.{p}"])
     assert parity_error(broken, builds.checkpoint(FAMILY)) > 1e-2
+
+
+def test_heads_not_a_multiple_of_the_sliding_kv_heads_are_refused(builds, tmp_path):
+    """5 query heads over 1 kv head on full layers, 2 on sliding ones: transformers' sliding attention
+    fails on it (a size mismatch), and the export refuses it in one line, from the config alone (a checkpoint
+    whose weights hold the 5 heads was written as a package whose GroupQueryAttention failed when run: hidden 40,
+    head_dim 8; here the registry's weights hold 4 heads, which the config check reaches first)."""
+    from gqa_export.errors import InputError
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(builds.checkpoint(FAMILY), checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    (checkpoint / "config.json").write_text(json.dumps({**config, "num_attention_heads": 5}))
+    with pytest.raises(InputError, match="num_attention_heads 5 is not a multiple of the 2 kv heads of the sliding"):
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert not (tmp_path / "pkg").exists()

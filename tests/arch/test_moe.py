@@ -69,3 +69,78 @@ def test_lint_catches_qmoe_that_would_renormalize(builds, tmp_path):
     assert ok.exit_code == 0
     bad = CliRunner().invoke(app, ["inspect", str(broken), "--json"])
     assert bad.exit_code == 1 and "qmoe-renormalizes" in {f["id"] for f in json.loads(bad.stdout)["findings"]}
+
+
+# Placement keys of another family's rule in a config whose class never reads them (MiniMax-M2, GraniteMoE-Shared,
+# FlexOlmo, Sarvam-MoE, AFMoE configs carry some): transformers places the experts by its own rule alone, and so
+# does the export (it stopped with "weight ... missing" before, reading them as dense layers). Each row: the spec,
+# the config's keys on 4 layers, and which layers HF builds sparse.
+_STRAY = {"mlp_only_layers": [2], "decoder_sparse_step": 2, "num_dense_layers": 3, "first_k_dense_replace": 3,
+          "moe_layer_end_index": 0, "moe_layers": [0], "expert_layer_period": 3}  # fmt: skip
+_EVERY = [True] * 4
+
+
+@pytest.mark.parametrize(
+    ("arch", "config", "sparse"),
+    [
+        ("minimax_m2", _STRAY, _EVERY),
+        ("granitemoeshared", _STRAY, _EVERY),
+        ("flex_olmo", _STRAY, _EVERY),
+        ("mixtral", _STRAY, _EVERY),
+        ("solar_open", _STRAY, _EVERY),  # its config class drops GLM-4-MoE's first_k_dense_replace
+        ("sarvam_moe", {**_STRAY, "first_k_dense_replace": 1}, [False, True, True, True]),
+        ("afmoe", {**_STRAY, "num_dense_layers": 1}, [False, True, True, True]),
+        ("deepseek_v3", {**_STRAY, "first_k_dense_replace": 2}, [False, False, True, True]),
+        ("qwen3_moe", {**_STRAY, "decoder_sparse_step": 1}, [True, True, False, True]),  # its own keys still read
+        (
+            "ernie4_5_moe",
+            {**_STRAY, "moe_layer_start_index": 1, "moe_layer_end_index": 2, "moe_layer_interval": 1},
+            [False, True, True, False],
+        ),
+        ("jamba", {**_STRAY, "expert_layer_period": 2, "expert_layer_offset": 1}, [False, True, False, True]),
+        (
+            "glm4_moe_lite",
+            {**_STRAY, "mlp_layer_types": ["dense", "sparse", "sparse", "dense"]},
+            [False, True, True, False],
+        ),
+    ],
+)
+def test_sparse_layers_by_the_keys_the_class_reads(arch, config, sparse):
+    from types import SimpleNamespace
+
+    from gqa_export.arch import get_spec
+    from gqa_export.model.dims import _opt_for
+    from gqa_export.model.layer_kinds import sparse_layer
+
+    spec = get_spec(arch)
+    experts = {"num_experts": 5, "num_local_experts": 5, "n_routed_experts": 5, "moe_num_experts": 5}
+    opt = _opt_for(SimpleNamespace(num_hidden_layers=4, **experts, **config), spec)
+    assert [sparse_layer(opt, spec, i) for i in range(4)] == sparse
+
+
+@pytest.mark.parametrize(
+    ("arch", "refused"),
+    [("deepseek_v3", True), ("glm4_moe", True), ("hunyuan_v1_moe", True), ("ernie4_5_moe", True),
+     ("granitemoeshared", True), ("sarvam_moe", True), ("deepseek_v32", True),
+     ("dots1", False), ("exaone_moe", False), ("mimo_v2_flash", False), ("granitemoe_swa", False), ("mixtral", False)],
+)  # fmt: skip
+def test_a_sliding_window_the_class_never_applies_is_refused(arch, refused):
+    """A stray sliding_window (4) in a config whose class never windows: transformers' forward attends to
+    everything while its cache keeps the last 4 keys when decoding (measured on DeepSeek-V3 / HunYuan-MoE tiny
+    models: decode 2.5 / 4.4 off its own forward), so the export refuses it; it windowed the prompt before
+    (prompt logits 3.4 / 5.1 off HF). The windowed families still read it."""
+    from gqa_export.arch import get_spec
+
+    assert any(r.config_key == "sliding_window" and r.applies(4) for r in get_spec(arch).refusals) is refused
+
+
+def test_a_stray_sliding_window_is_refused_in_one_line(tmp_path):
+    from transformers import AutoConfig
+
+    checkpoint = tmp_path / "ckpt"  # the config alone: the refusal comes before any weight is read
+    AutoConfig.for_model("deepseek_v3", num_hidden_layers=2, hidden_size=64, sliding_window=4).save_pretrained(
+        checkpoint
+    )
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    assert "sliding_window=4" in result.output and "Traceback" not in result.output, result.output

@@ -43,6 +43,9 @@ CASES = {
     "gptq-v2-4bit-asym-g16": (gptq_pair, dict(bits=4, group=16, act_order=False, v2=True, moe="qwen3_moe"), "QMoE"),
     # group 16: down_proj (K = 32) has two groups, so its permutation is not trivial either
     "gptq-v1-4bit-act-order": (gptq_pair, dict(bits=4, group=16, act_order=True, moe="qwen3_moe"), "experts"),
+    # K not whole groups of 64 (the dense down_proj's 96, the experts' down 32): a last partial group, MatMulNBits'
+    # padded last block (refused before)
+    "gptq-v1-4bit-partial-group": (gptq_pair, dict(bits=4, group=64, act_order=False, moe="qwen3_moe"), "experts"),
     "gptq-v1-2bit": (gptq_pair, dict(bits=2, group=32, act_order=False, moe="qwen3_moe"), "QMoE"),  # block 16
     "awq-mixtral": (awq_pair, dict(group=32, moe="mixtral"), "QMoE"),
     "ct-8bit-channel-asym": (packed_pair, dict(bits=8, group=-1, moe="qwen3_moe"), "QMoE"),
