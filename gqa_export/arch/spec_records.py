@@ -20,10 +20,18 @@ class Refusal:
     message: str
     values: tuple[Any, ...] = ()
     differs_from: str | None = None  # refused when the value differs from this config key's (OPT's projections)
+    below: str | None = None  # refused only when the value is under this config key's (a window past the context)
+
+    @property
+    def other_key(self) -> str | None:
+        """The config key `applies` compares the value with, if any."""
+        return self.differs_from or self.below
 
     def applies(self, value: Any, other: Any = None) -> bool:
         if self.differs_from is not None:
             return value is not None and value != other
+        if self.below is not None:
+            return bool(value) and (other is None or value < other)
         if self.values and isinstance(value, (list, tuple)):
             return any(v in self.values for v in value)
         return value in self.values if self.values else bool(value)
@@ -40,12 +48,14 @@ class Refusal:
 
 # a sliding_window in the config of a class that never windows its attention (another family's key, a template's
 # leftover): transformers' forward attends to everything, but the cache it builds from that config keeps only the
-# last sliding_window keys when decoding, so its generate is not its forward, and no one function is HF's
+# last sliding_window keys when decoding, so its generate is not its forward, and no one function is HF's. A window
+# of max_position_embeddings or more never trims within the context: harmless, read as no window.
 STRAY_WINDOW = Refusal(
     "sliding_window",
-    "a sliding_window in this config is not exported: the class never windows its attention, but transformers' "
-    "cache built from the config keeps only the last sliding_window keys when decoding (its generate differs from "
-    "its forward); set it to null",
+    "a sliding_window shorter than max_position_embeddings is not exported here: the class never windows its "
+    "attention, but transformers' cache built from the config keeps only the last sliding_window keys when decoding "
+    "(its generate differs from its forward); set it to null",
+    below="max_position_embeddings",
 )
 
 

@@ -258,7 +258,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
 
     for refusal in spec.refusals:
         value = config_get(config, refusal.config_key)
-        if refusal.applies(value, config_get(config, refusal.differs_from) if refusal.differs_from else None):
+        if refusal.applies(value, config_get(config, refusal.other_key) if refusal.other_key else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
     attends = spec.mixers is None or spec.mixers.attention
     # dots3-note's heads are per layer (per_layer_config): the model's are its first layer's

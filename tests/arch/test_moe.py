@@ -6,6 +6,7 @@ its row in tests/families.py, run by tests/arch/test_families.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -131,7 +132,26 @@ def test_a_sliding_window_the_class_never_applies_is_refused(arch, refused):
     (prompt logits 3.4 / 5.1 off HF). The windowed families still read it."""
     from gqa_export.arch import get_spec
 
-    assert any(r.config_key == "sliding_window" and r.applies(4) for r in get_spec(arch).refusals) is refused
+    assert any(r.config_key == "sliding_window" and r.applies(4, 256) for r in get_spec(arch).refusals) is refused
+
+
+def test_a_stray_window_past_the_context_is_read_as_none(builds, tmp_path):
+    """sliding_window = max_position_embeddings (256) never trims HF's cache within the context, so it is
+    exported as no window, equal to HF; one less (255) is refused."""
+    import shutil
+
+    from reference import parity_error
+
+    checkpoint = Path(shutil.copytree(builds.checkpoint("deepseek_v3"), tmp_path / "ckpt"))
+    config = json.loads((checkpoint / "config.json").read_text())
+    for window in (255, 256):
+        (checkpoint / "config.json").write_text(json.dumps({**config, "sliding_window": window}))
+        if window == 255:
+            with pytest.raises(InputError, match=r"sliding_window shorter than max_position_embeddings.*=255"):
+                build(BuildOptions(str(checkpoint), tmp_path / "refused", smoke=False))
+            continue
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert parity_error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
 def test_a_stray_sliding_window_is_refused_in_one_line(tmp_path):
