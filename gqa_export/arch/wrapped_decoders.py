@@ -169,8 +169,9 @@ _FULL_PACKAGE = MappingProxyType(
 )
 
 
-# a release whose towers its config describes by `mm_*` keys, not a vision sub-config (VideoChat-Flash's)
-_MM_KEY_TOWERS = frozenset({"VideoChatFlashQwenForCausalLM"})
+# remote-code releases describe their towers by keys of their own, not a vision sub-config: Phi-3-vision's and
+# Phi-4-multimodal's `embd_layer`, VideoChat-Flash's (LLaVA-style) `mm_vision_tower`
+_RELEASE_TOWER_KEYS = ("embd_layer", "mm_vision_tower")
 
 
 def text_only_package(architecture: str) -> str:
@@ -208,8 +209,11 @@ def towers_refusal(raw_config: Mapping[str, Any], recipe: Recipe) -> str | None:
 def carries_towers(raw_config: Mapping[str, Any]) -> bool:
     """Whether a checkpoint holds towers besides its decoder: a listed class, or a vision / audio sub-config
     (what --text-only acts on; a speculative draft, always a text decoder, gets the flag where this holds)."""
-    first = _first_architecture(raw_config)
-    return first in WRAPPED_DECODERS or first in _MM_KEY_TOWERS or bool(config_towers(raw_config))
+    return (
+        _first_architecture(raw_config) in WRAPPED_DECODERS
+        or bool(config_towers(raw_config))
+        or any(raw_config.get(key) for key in _RELEASE_TOWER_KEYS)
+    )
 
 
 def _first_architecture(raw_config: Mapping[str, Any]) -> str | None:

@@ -558,3 +558,8 @@ def test_one_tower_policy_for_listed_and_unlisted_classes():
 
     assert carries_towers(llama4) and carries_towers({"architectures": ["FuyuForCausalLM"]})
     assert not carries_towers({**llama4, "vision_config": None}) and not carries_towers({"architectures": None})
+    # remote-code releases name their towers by keys of their own (Phi-3-vision / Phi-4-multimodal, VideoChat-Flash)
+    assert carries_towers({"architectures": ["Phi3VForCausalLM"], "embd_layer": {"embedding_cls": "image"}})
+    assert carries_towers({"architectures": ["Phi4MMForCausalLM"], "embd_layer": {"image_embd_layer": {}}})
+    assert carries_towers({"architectures": ["VideoChatFlashQwenForCausalLM"], "mm_vision_tower": "umt-large"})
+    assert not carries_towers({"architectures": ["Phi3ForCausalLM"], "embd_layer": None})
