@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 
+from gqa_export.arch.biased_routing_families import BIASED_ROUTED
 from gqa_export.arch.cca_families import CCA_FAMILIES
 from gqa_export.arch.chunked_families import CHUNKED
 from gqa_export.arch.classic_derived_families import CLASSIC_DERIVED
@@ -25,6 +26,7 @@ SPECS: dict[str, ArchSpec] = {
     spec.name: spec
     for spec in (
         *ALL,
+        *BIASED_ROUTED,
         *HYBRIDS,
         *CLASSICS,
         *LATENT_FAMILIES,

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from gqa_export.arch.biased_routing_families import GLM4_MOE
 from gqa_export.arch.classic_families import GPT2, GPT_NEOX, OPT
-from gqa_export.arch.families import APERTUS, ARCEE, COHERE2, ERNIE4_5, GEMMA2, GLM4, GLM4_MOE, GRANITE, LLAMA, MISTRAL
+from gqa_export.arch.families import APERTUS, ARCEE, COHERE2, ERNIE4_5, GEMMA2, GLM4, GRANITE, LLAMA, MISTRAL
 from gqa_export.arch.ngpt_spec import NgptNames
 from gqa_export.arch.spec import (
     DECODER_PREFIXES,

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from gqa_export.arch.biased_routing_families import GLM4_MOE
 from gqa_export.arch.expert_attention import AttentionExpertNames
-from gqa_export.arch.families import _MOE, COHERE2, GLM4_MOE, GRANITEMOE, OLMO2, QWEN3_MOE
+from gqa_export.arch.families import _MOE, COHERE2, GRANITEMOE, OLMO2, QWEN3_MOE
 from gqa_export.arch.mixer_spec import Multiplier
 from gqa_export.arch.spec import (
     FUSED_EXPERTS,

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from gqa_export.arch.families import GLM4_MOE, OLMOE, QWEN3_MOE
+from gqa_export.arch.biased_routing_families import GLM4_MOE
+from gqa_export.arch.families import OLMOE, QWEN3_MOE
 from gqa_export.arch.spec import (
     PER_EXPERT_PROJ,
     PER_EXPERT_W,

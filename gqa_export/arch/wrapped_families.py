@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gqa_export.arch.families import ERNIE4_5, ERNIE4_5_MOE, GEMMA2, LLAMA, PHI3, QWEN3
+from gqa_export.arch.biased_routing_families import ERNIE4_5_MOE
+from gqa_export.arch.families import ERNIE4_5, GEMMA2, LLAMA, PHI3, QWEN3
 from gqa_export.arch.latent_families import DEEPSEEK_V2, DEEPSEEK_V3, HY_V4
 from gqa_export.arch.moe_spec import PER_EXPERT_PROJ, MoeNames, MoeSpec
 from gqa_export.arch.row_views import chunked, joined
