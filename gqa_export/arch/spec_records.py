@@ -49,7 +49,7 @@ class Refusal:
 # a sliding_window in the config of a class that never windows its attention (another family's key, a template's
 # leftover): transformers' forward attends to everything, but the cache it builds from that config keeps only the
 # last sliding_window keys when decoding, so its generate is not its forward, and no one function is HF's. A window
-# of max_position_embeddings or more never trims within the context: harmless, read as no window.
+# of max_position_embeddings or more never trims within the context (max_length cannot pass it): exported as is.
 STRAY_WINDOW = Refusal(
     "sliding_window",
     "a sliding_window shorter than max_position_embeddings is not exported here: the class never windows its "

@@ -137,7 +137,7 @@ def test_a_sliding_window_the_class_never_applies_is_refused(arch, refused):
 
 def test_a_stray_window_past_the_context_is_read_as_none(builds, tmp_path):
     """sliding_window = max_position_embeddings (256) never trims HF's cache within the context, so it is
-    exported as no window, equal to HF; one less (255) is refused."""
+    exported (a window max_length cannot pass), equal to HF; one less (255) is refused."""
     import shutil
 
     from reference import parity_error
