@@ -20,6 +20,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model import config_reads
 from gqa_export.model.alibi import alibi_slopes
+from gqa_export.model.class_reads import unread_keys
 from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
 from gqa_export.model.latent import LatentDims, latent_scale, model_latent
 from gqa_export.model.layer_dims import LayerDims, read_layers
@@ -242,12 +243,13 @@ def read_dims(
 
 def _opt_for(config: Any, spec: ArchSpec) -> Any:
     """The spec's reader of `config` (the model's, or one layer's view): a key by its spellings, else default."""
-    keys = spec.config_keys
+    keys, unread = spec.config_keys, unread_keys(config)  # another family's keys its class never reads
 
     def opt(name: str, default: Any = None) -> Any:
         if name in spec.ignore:
             return default
-        value = next((v for k in keys[name].split("|") if (v := config_get(config, k)) is not None), None)
+        spellings = [k for k in keys[name].split("|") if k not in unread]
+        value = next((v for k in spellings if (v := config_get(config, k)) is not None), None)
         return default if value is None else value
 
     return opt

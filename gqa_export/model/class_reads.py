@@ -1,0 +1,68 @@
+"""Which class-local config keys the installed transformers' class of a config never reads.
+
+A config.json may carry another family's key: a template's leftover, a merge tool's, a fine-tune
+that copied a neighbour's config (a Mixtral with `final_logit_softcapping`, a Qwen-MoE with
+`attention_multiplier`). transformers keeps the key as an attribute and its class never looks at
+it, while the export reads each option for every family that might have it, so such a key used
+to change the package's numbers (0.3 to 3.9 off HF on the tiny models the round-3 probe built).
+
+The keys below are read only by the modeling code of the classes that define them, never by
+transformers' shared code (unlike `sliding_window` or `attention_chunk_size`, which its cache
+reads, or `partial_rotary_factor`, which its RoPE initialisation reads). Where neither the
+modeling nor the configuration file of the config's model type names one (nor a sibling model's
+file it imports from), the class cannot read it, and the export ignores it too
+(docs/coverage.md §37). A config whose class is not transformers' own (remote code read with a
+stand-in class) has its stand-in's files checked, which are the reference it is held to.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+CLASS_LOCAL_KEYS = (
+    "attn_logit_softcapping",
+    "final_logit_softcapping",
+    "query_pre_attn_scalar",
+    "attention_multiplier",
+    "embedding_multiplier",
+    "residual_multiplier",
+    "logits_scaling",
+    "logit_scale",
+    "clip_qkv",
+    "no_rope_layers",
+    "norm_topk_prob",
+    "routed_scaling_factor",
+    "scale_depth",
+    "moe_router_logit_softcapping",
+    "router_logit_multiplier",
+)
+_SIBLING = re.compile(r"from \.\.(\w+)\.(?:modeling|configuration)_\w+ import")
+
+
+def unread_keys(config: Any) -> frozenset[str]:
+    """CLASS_LOCAL_KEYS that the config's class and its modeling code never name; empty where the
+    class's files cannot be found (nothing is dropped then)."""
+    module = sys.modules.get(type(config).__module__)
+    path = getattr(module, "__file__", None)
+    if not path or not type(config).__module__.startswith("transformers.models."):
+        return frozenset()
+    return _unread_in(Path(path).parent)
+
+
+@cache
+def _unread_in(package: Path) -> frozenset[str]:
+    text = _source(package)
+    if not text:
+        return frozenset()
+    for sibling in sorted(set(_SIBLING.findall(text))):
+        text += _source(package.parent / sibling)
+    return frozenset(key for key in CLASS_LOCAL_KEYS if key not in text)
+
+
+def _source(package: Path) -> str:
+    files = sorted(package.glob("modeling_*.py")) + sorted(package.glob("configuration_*.py"))
+    return "".join(f.read_text(encoding="utf-8") for f in files)
