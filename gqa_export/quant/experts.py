@@ -40,7 +40,9 @@ def to_qmoe(model: ir.Model, node: ir.Node, plan, report, quantized_cls, registe
     (experts, n1, k1), (_, n2, k2) = (tuple(int(d) for d in t.shape) for t in tensors)  # type: ignore[union-attr]
     block = moe_block_size(cfg, (k1, k2))
     if block is None:
-        report.kept_float.extend(v.name or "" for v in (fc1, fc2))  # type: ignore[union-attr]
+        names = [v.name or "" for v in (fc1, fc2)]  # type: ignore[union-attr]
+        report.kept_float.extend(names)
+        report.unblocked_experts.extend(names)
         return False
     qcfg = NBitsConfig(cfg.bits, block, cfg.symmetric, cfg.method)
     graph = model.graph

@@ -66,6 +66,17 @@ class QuantizeReport:
     errors: dict[str, list[float]] = field(default_factory=dict)  # weight -> [sum sq err, sum sq w]
     float_gathers: list[str] = field(default_factory=list)  # tables read by a float Gather (plan.float_gather)
     bits: dict[str, int] = field(default_factory=dict)  # quantized weight -> its bit width
+    unblocked_experts: list[str] = field(default_factory=list)  # expert weights no QMoE block divides (left float)
+
+    def unblocked_note(self) -> str | None:
+        """What the build says of experts left float because no block of 16 or more divides their K."""
+        if not self.unblocked_experts:
+            return None
+        return (
+            f"{self.precision}: {len(self.unblocked_experts)} expert weight(s) stay float ({self.unblocked_experts[0]}"
+            f"{', ...' if len(self.unblocked_experts) > 1 else ''}): their input width is no multiple of 16, the "
+            "smallest QMoE block (listed as excluded in the manifest's quantization)"
+        )
 
     def relative_errors(self) -> dict[str, float]:
         return {k: float(np.sqrt(e / w)) if w else 0.0 for k, (e, w) in self.errors.items()}

@@ -57,6 +57,8 @@ def write_package(
     notes += [pad.note] if pad.note else []  # an id prompts can hold (docs/ortgenai.md §5.4)
     forms = ep_forms(plan.precision, graphs.quantize, graphs.norms)
     notes += ep_form_notes(forms)  # forms taken for ops the EP lacks
+    unblocked = graphs.quantize.unblocked_note()  # experts left float (no QMoE block divides their K)
+    notes += [unblocked] if unblocked else []
     if graphs.imported.source_format:  # what the checkpoint's quantization covered, what --precision did
         graphs.imported.precision, graphs.imported.by_precision = plan.precision.name, list(graphs.quantize.quantized)
         notes.append(graphs.imported.note(plan.precision.name))

@@ -164,3 +164,16 @@ def test_a_stray_sliding_window_is_refused_in_one_line(tmp_path):
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
     assert result.exit_code == 2, result.output
     assert "sliding_window=4" in result.output and "Traceback" not in result.output, result.output
+
+
+def test_int4_says_which_experts_stay_float_when_no_block_divides_them(tmp_path):
+    """Hidden 40 (no multiple of 16, the smallest QMoE block): the experts stay float, listed as excluded in the
+    manifest, and the build says so in a note (it said nothing)."""
+    from moe_models import save_moe
+
+    checkpoint = save_moe(tmp_path / "ckpt", "qwen3_moe", hidden_size=40, num_attention_heads=5,
+                          num_key_value_heads=1, head_dim=8, moe_intermediate_size=32, num_hidden_layers=1)  # fmt: skip
+    result = build(BuildOptions(str(checkpoint), tmp_path / "pkg", precision="int4", smoke=False))
+    said = [n for n in result.notes if "expert weight(s) stay float" in n]
+    excluded = json.loads((tmp_path / "pkg" / "manifest.json").read_text())["options"]["quantization"]["excluded"]
+    assert len(said) == 1 and "2 expert weight(s)" in said[0] and len(excluded) == 2, (said, excluded)

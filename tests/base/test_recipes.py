@@ -110,7 +110,9 @@ def test_family_numerics_live_in_the_spec():
 
     assert SPECS["gemma2"].norm_offset == 1.0 and SPECS["gemma2"].config_keys["activation"] == "hidden_activation"
     assert SPECS["nemotron"].norm_offset == 1.0 and SPECS["granite"].embedding_scale == "config"
-    assert SPECS["gemma3_vision"].ignore == ("final_softcap",) and SPECS["gemma3"].ignore == ()
+    assert SPECS["gemma3_vision"].ignore == ("final_softcap", "attn_softcap") and SPECS["gemma3"].ignore == (
+        "attn_softcap",
+    )
     runs = SPECS["gemma4"].bidirectional
     assert runs is not None and (runs.layers, runs.window) == ("sliding", "bounded")
     assert SPECS["llama"].bidirectional is None and SPECS["llama"].config_keys["activation"] == "hidden_act"
