@@ -139,6 +139,22 @@ def _checkpoint_key(checkpoint: Path) -> tuple:
     return (str(Path(checkpoint).resolve()), *((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
 
 
+def hf_embeds_then_greedy(model, embeds, new_tokens: int, eos: int = 1) -> tuple[np.ndarray, list[int]]:
+    """A multimodal reference: HF's decoder on prompt embeddings (image rows already placed), then
+    `new_tokens` greedy ids through its cache with `eos` suppressed; (the prompt's logits, the ids)."""
+    import torch
+
+    with torch.no_grad():
+        out = model(inputs_embeds=embeds, use_cache=True)
+        prompt_logits, tokens = out.logits[0].numpy().copy(), []
+        for _ in range(new_tokens):
+            logits = out.logits[0, -1]
+            logits[eos] = -np.inf
+            tokens.append(int(logits.argmax()))
+            out = model(torch.tensor([tokens[-1:]]), past_key_values=out.past_key_values, use_cache=True)
+    return prompt_logits, tokens
+
+
 def hf_generates_of(checkpoint: Path, prompts: Sequence[Sequence[int]], new_tokens: int) -> list[list[int]]:
     """`hf_generate` of the checkpoint's own class (`hf_model`) for each prompt, computed once per
     session per (checkpoint, prompt, new_tokens): for checks that compare several packages of one

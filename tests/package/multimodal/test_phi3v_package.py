@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from phi3v_models import hd_features, release_tower, save_phi3v_twins
-from reference import OrtStepper, assert_varied, genai_media_greedy, hf_model
+from reference import OrtStepper, assert_varied, genai_media_greedy, hf_embeds_then_greedy, hf_model
 
 from gqa_export.pipeline import BuildOptions, build
 
@@ -44,13 +44,7 @@ def _hf(twin, release, arrays):
     with torch.no_grad():
         embeds = model.model.embed_tokens(ids.clamp_min(0))
         embeds[ids < 0] = features
-        out = model(inputs_embeds=embeds, use_cache=True)
-        prompt_logits, tokens = out.logits[0].numpy().copy(), []
-        for _ in range(NEW):
-            logits = out.logits[0, -1]
-            logits[1] = -np.inf
-            tokens.append(int(logits.argmax()))
-            out = model(torch.tensor([tokens[-1:]]), past_key_values=out.past_key_values, use_cache=True)
+    prompt_logits, tokens = hf_embeds_then_greedy(model, embeds, NEW)
     return features.numpy(), prompt_logits, tokens
 
 

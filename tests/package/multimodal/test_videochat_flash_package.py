@@ -12,7 +12,7 @@ import json
 import numpy as np
 import onnx_ir as ir
 import pytest
-from reference import OrtStepper, assert_varied, genai_media_greedy, hf_model
+from reference import OrtStepper, assert_varied, genai_media_greedy, hf_embeds_then_greedy, hf_model
 from videochat_models import IMAGE_PAD, MARKER, frame_table, image_features, release_tensors, save_videochat_twins
 
 from gqa_export.errors import InputError
@@ -49,14 +49,7 @@ def _hf(twin, ids, features):
     with torch.no_grad():
         embeds = model.model.embed_tokens(ids)
         embeds[ids == IMAGE_PAD] = torch.from_numpy(features)
-        out = model(inputs_embeds=embeds, use_cache=True)
-        prompt_logits, tokens = out.logits[0].numpy().copy(), []
-        for _ in range(NEW):
-            logits = out.logits[0, -1]
-            logits[1] = -np.inf
-            tokens.append(int(logits.argmax()))
-            out = model(torch.tensor([tokens[-1:]]), past_key_values=out.past_key_values, use_cache=True)
-    return prompt_logits, tokens
+    return hf_embeds_then_greedy(model, embeds, NEW)
 
 
 def _vision(release, pixels, dtype=ir.DataType.FLOAT, **changes):
