@@ -9,6 +9,7 @@ swapped, a weight transposed. A check whose bound lets one of these pass cannot 
 from __future__ import annotations
 
 import fnmatch
+import json
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -47,6 +48,15 @@ def build_planted(
 def copy_package(package: Path, dest: Path) -> Path:
     shutil.copytree(package, dest)
     return dest
+
+
+def edited_checkpoint(checkpoint: Path, to: Path, **config: Any) -> Path:
+    """A copy of `checkpoint` at `to` whose config.json has `config` merged in (the weights unchanged): a config
+    mutant, a stray key, or a value the build must refuse."""
+    shutil.copytree(checkpoint, to)
+    data = json.loads((to / "config.json").read_text())
+    (to / "config.json").write_text(json.dumps({**data, **config}))
+    return to
 
 
 def edit_initializers(package: Path, pattern: str, change: Change, graph_file: str = "model.onnx") -> list[str]:

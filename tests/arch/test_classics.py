@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from mutants import edit_initializers, transpose_blocks
+from mutants import edit_initializers, edited_checkpoint, transpose_blocks
 from reference import (
     parity_error,
 )
@@ -33,13 +33,6 @@ CLASSICS = ("gpt2", "gpt_neox", "opt", "gptj")
 def _built(checkpoint: Path, out: Path, **options) -> Path:
     build(BuildOptions(str(checkpoint), out, smoke=False, **options))
     return out
-
-
-def _edited_checkpoint(checkpoint: Path, to: Path, **config) -> Path:
-    shutil.copytree(checkpoint, to)
-    data = json.loads((to / "config.json").read_text())
-    (to / "config.json").write_text(json.dumps({**data, **config}))
-    return to
 
 
 # initializers as each graph holds them: the position tables as stored (OPT's 2 extra rows), GPT-2's
@@ -107,14 +100,14 @@ def test_classic_config_variants_match_hf(tmp_path, family, overrides):
     ],
 )
 def test_unsupported_classic_layouts_are_refused_in_one_line(builds, tmp_path, family, config, message):
-    checkpoint = _edited_checkpoint(builds.checkpoint(family), tmp_path / "ckpt", **config)
+    checkpoint = edited_checkpoint(builds.checkpoint(family), tmp_path / "ckpt", **config)
     with pytest.raises(InputError, match=message) as raised:
         _built(checkpoint, tmp_path / "pkg")
     assert "\n" not in str(raised.value)
 
 
 def test_refusal_exits_2_from_the_cli(builds, tmp_path):
-    checkpoint = _edited_checkpoint(builds.checkpoint("gpt2"), tmp_path / "ckpt", add_cross_attention=True)
+    checkpoint = edited_checkpoint(builds.checkpoint("gpt2"), tmp_path / "ckpt", add_cross_attention=True)
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
     assert result.exit_code == 2 and "add_cross_attention" in result.output, result.output
 
@@ -156,7 +149,7 @@ def test_mutant_classic_mechanism_fails_parity(builds, tmp_path, monkeypatch, fa
 def test_mutant_classic_config_fails_parity(builds, tmp_path, family, config, bound):
     """A package built from a config that says otherwise than the checkpoint was made with: off by
     more than the families' 1e-4 (`bound`: what each mutant measurably exceeds)."""
-    checkpoint = _edited_checkpoint(builds.checkpoint(family), tmp_path / "ckpt", **config)
+    checkpoint = edited_checkpoint(builds.checkpoint(family), tmp_path / "ckpt", **config)
     package = _built(checkpoint, tmp_path / "pkg")
     assert parity_error(package, builds.checkpoint(family)) > bound
 

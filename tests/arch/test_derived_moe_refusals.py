@@ -3,24 +3,13 @@ line naming the config key, exit 2 from the CLI, nothing written."""
 
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
-
 import pytest
+from mutants import edited_checkpoint
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
 from gqa_export.errors import InputError
 from gqa_export.pipeline import BuildOptions, build
-
-
-def _edited_checkpoint(checkpoint: Path, to: Path, **config) -> Path:
-    shutil.copytree(checkpoint, to)
-    data = json.loads((to / "config.json").read_text())
-    (to / "config.json").write_text(json.dumps({**data, **config}))
-    return to
-
 
 # (registry row, config edit, what the line names)
 REFUSED = {
@@ -52,7 +41,7 @@ REFUSED = {
 @pytest.mark.parametrize("case", REFUSED)
 def test_refused_in_one_line_nothing_written(builds, tmp_path, case):
     row, edit, named = REFUSED[case]
-    checkpoint = _edited_checkpoint(builds.checkpoint(row), tmp_path / "ckpt", **edit)
+    checkpoint = edited_checkpoint(builds.checkpoint(row), tmp_path / "ckpt", **edit)
     with pytest.raises(InputError, match=named) as raised:
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert "\n" not in str(raised.value) and not (tmp_path / "pkg").exists()
@@ -60,6 +49,6 @@ def test_refused_in_one_line_nothing_written(builds, tmp_path, case):
 
 def test_refusal_exits_2_from_the_cli(builds, tmp_path):
     row, edit, named = REFUSED["cohere2_moe_selection"]
-    checkpoint = _edited_checkpoint(builds.checkpoint(row), tmp_path / "ckpt", **edit)
+    checkpoint = edited_checkpoint(builds.checkpoint(row), tmp_path / "ckpt", **edit)
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
     assert result.exit_code == 2 and named in result.output, result.output

@@ -8,7 +8,6 @@ tests/families.py, a right-padded batch in three forms of mode bias included (do
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import onnx
 import pytest
 from families import PROMPT, PROMPTS
 from llama4_models import save_llama4
+from mutants import edited_checkpoint
 from reference import (
     assert_varied,
     genai_prompt_then_greedy,
@@ -162,14 +162,6 @@ def test_llama4_multimodal_checkpoint_decoder_matches_hf(tmp_path):
     assert_varied(seen)
 
 
-def _edited(checkpoint: Path, dest: Path, **config: object) -> Path:
-    """A copy of the checkpoint whose config.json says something else (the weights unchanged)."""
-    copy = shutil.copytree(checkpoint, dest)
-    written = json.loads((copy / "config.json").read_text())
-    (copy / "config.json").write_text(json.dumps({**written, **config}))
-    return copy
-
-
 CONFIG_MUTANTS = {  # a mechanism switched off in the exported config: a wrong model
     "chunk_mask_off": dict(attention_chunk_size=None),
     "temperature_tuning_off": dict(attn_temperature_tuning=False),
@@ -180,7 +172,7 @@ CONFIG_MUTANTS = {  # a mechanism switched off in the exported config: a wrong m
 @pytest.mark.parametrize("mutant", list(CONFIG_MUTANTS))
 def test_llama4_mutant_config_fails_parity(builds, tmp_path, mutant):
     original = builds.checkpoint("llama4")
-    package = _package(_edited(original, tmp_path / "ckpt", **CONFIG_MUTANTS[mutant]), tmp_path / "pkg")
+    package = _package(edited_checkpoint(original, tmp_path / "ckpt", **CONFIG_MUTANTS[mutant]), tmp_path / "pkg")
     assert parity_error(package, original) > 1e-2
 
 

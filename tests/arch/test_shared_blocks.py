@@ -6,12 +6,11 @@ what is refused (docs/hybrid-state.md §8.12, §8.13; the standard-Attention mod
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import onnx
 import pytest
 from hybrid_checks import assert_variant_matches_hf
+from mutants import edited_checkpoint
 from typer.testing import CliRunner
 
 from gqa_export.cli import app
@@ -76,16 +75,9 @@ def test_zamba2_variants_match_hf(tmp_path, overrides):
     assert_variant_matches_hf(package, checkpoint)
 
 
-def _edited(checkpoint: Path, to: Path, **config) -> Path:
-    shutil.copytree(checkpoint, to)
-    data = json.loads((to / "config.json").read_text())
-    (to / "config.json").write_text(json.dumps({**data, **config}))
-    return to
-
-
 def test_attention_adapters_over_grouped_kv_heads_are_refused(builds, tmp_path):
     """The q/k/v adapters are 2 H wide: with fewer kv heads than heads HF's own forward fails; one line."""
-    checkpoint = _edited(builds.checkpoint(ZAMBA2), tmp_path / "ckpt", num_key_value_heads=2)
+    checkpoint = edited_checkpoint(builds.checkpoint(ZAMBA2), tmp_path / "ckpt", num_key_value_heads=2)
     with pytest.raises(InputError, match="use_shared_attention_adapter") as raised:
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert "\n" not in str(raised.value) and not (tmp_path / "pkg").exists()

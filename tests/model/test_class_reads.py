@@ -4,11 +4,10 @@ names it, HF ignores it and so must the export. Measured before the fix on the t
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import pytest
+from mutants import edited_checkpoint
 from reference import parity_error
 
 from gqa_export.model import class_reads
@@ -41,10 +40,7 @@ def test_the_keys_a_class_names_are_read_and_the_others_are_not():
 
 @pytest.fixture(scope="module")
 def stray_checkpoint(checkpoints, tmp_path_factory) -> Path:
-    checkpoint = Path(shutil.copytree(checkpoints.get("gqa"), tmp_path_factory.mktemp("stray") / "ckpt"))
-    config = json.loads((checkpoint / "config.json").read_text())
-    (checkpoint / "config.json").write_text(json.dumps({**config, **STRAY}))
-    return checkpoint
+    return edited_checkpoint(checkpoints.get("gqa"), tmp_path_factory.mktemp("stray") / "ckpt", **STRAY)
 
 
 def test_stray_keys_a_class_never_reads_leave_the_package_equal_to_hf(stray_checkpoint, tmp_path):

@@ -9,11 +9,11 @@ holds for `build --draft` (both models resolved before either is exported) and f
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from mutants import edited_checkpoint
 
 from gqa_export import pipeline, speculative
 from gqa_export.errors import InputError
@@ -100,14 +100,6 @@ def no_weight_read(monkeypatch):
     monkeypatch.setattr(WeightStore, "read_slices", read)
 
 
-def _edit_config(checkpoint: Path, tmp: Path, **changes) -> Path:
-    copy = Path(shutil.copytree(checkpoint, tmp / "edited"))
-    config = json.loads((copy / "config.json").read_text())
-    config.update(changes)
-    (copy / "config.json").write_text(json.dumps(config))
-    return copy
-
-
 @pytest.mark.parametrize(
     ("name", "fields", "says"),
     [
@@ -163,7 +155,7 @@ def test_config_refusals_come_before_any_weight_read(
          "dynamic-rope-past-context"],
 )  # fmt: skip
 def test_checkpoint_refusals_come_before_any_weight_read(checkpoints, no_weight_read, tmp_path, changes, says):
-    source = _edit_config(checkpoints.get("gqa"), tmp_path, **changes)
+    source = edited_checkpoint(checkpoints.get("gqa"), tmp_path / "edited", **changes)
     with pytest.raises(InputError, match=says):
         build(BuildOptions(str(source), tmp_path / "out", smoke=False, max_length=512))
     assert not (tmp_path / "out").exists()
@@ -171,7 +163,7 @@ def test_checkpoint_refusals_come_before_any_weight_read(checkpoints, no_weight_
 
 def test_a_draft_pairing_is_refused_before_either_model_is_exported(checkpoints, no_weight_read, tmp_path):
     """A draft whose bos id differs from the target's: both resolved, refused, nothing read."""
-    draft = _edit_config(checkpoints.get("gqa"), tmp_path, bos_token_id=2)
+    draft = edited_checkpoint(checkpoints.get("gqa"), tmp_path / "edited", bos_token_id=2)
     generation = draft / "generation_config.json"
     generation.write_text(json.dumps({**json.loads(generation.read_text()), "bos_token_id": 2}))
     opts = BuildOptions(str(checkpoints.get("mha")), tmp_path / "out", smoke=False, draft=str(draft))

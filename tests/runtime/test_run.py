@@ -4,8 +4,6 @@ rows of the family registry (tests/families.py, tests/arch/test_families.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from families import TEXT_PROMPTS
 from reference import hf_generate, hf_model
@@ -61,14 +59,13 @@ def test_a_context_shorter_than_the_builds_own_runs_fits_them_in(checkpoints, tm
     (it asked the runtime for 17 and failed every build), the KV calibration's prompt + 16 drift steps,
     --report's 48-token prompts. Each now fits what it runs into the context."""
     import json
-    import shutil
+
+    from mutants import edited_checkpoint
 
     from gqa_export.pipeline import BuildOptions, build
     from gqa_export.request.records import KvQuantOptions
 
-    checkpoint = Path(shutil.copytree(checkpoints.get("gqa"), tmp_path / "short"))
-    config = json.loads((checkpoint / "config.json").read_text())
-    (checkpoint / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 12}))
+    checkpoint = edited_checkpoint(checkpoints.get("gqa"), tmp_path / "short", max_position_embeddings=12)
     package = tmp_path / "pkg"
     build(BuildOptions(str(checkpoint), package, precision="int4", report=True, kv=KvQuantOptions("int8")))
     result = smoke_run(package, "cpu")
