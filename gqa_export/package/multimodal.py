@@ -24,6 +24,7 @@ from gqa_export.graph.params import WIDER_THAN_IO_META, Params
 from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import AUDIO_PROCESSOR, feature_extractor
 from gqa_export.package.multimodal_types import MULTIMODAL_TYPES
+from gqa_export.package.pad_id import token_id
 from gqa_export.package.towers import AudioTower, VisionTower
 from gqa_export.quant.quantize import PrecisionPlan, plan_precision, quantize
 from gqa_export.source.weights import WeightStore
@@ -101,7 +102,7 @@ def plan_multimodal(
                 )
     image_id = tower.image_token_id(hf_config)
     if image_id is None and tower.image_token:
-        image_id = _tokenizer_id(source, tower.image_token)
+        image_id = token_id(source, tower.image_token)
     if image_id is None or int(image_id) >= dims.vocab_size:  # HF embeds an out-of-vocabulary one as id 0
         raise InputError(f"image_token_id {image_id} is not a token of the vocabulary: export with --text-only")
     token_ids = {}
@@ -115,16 +116,6 @@ def plan_multimodal(
         plan = _with_audio(plan, tower.audio, hf_config, dims, store, source)
     processor_files(plan)  # what the processor writers refuse, before the graphs are built
     return plan
-
-
-def _tokenizer_id(source: Path, token: str) -> int | None:
-    """The id tokenizer.json gives `token` (an added token, else the vocabulary's), None where it has none."""
-    path = source / "tokenizer.json"
-    data = json.loads(path.read_text()) if path.is_file() else {}
-    added = {t.get("content"): t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)}
-    vocab = (data.get("model") or {}).get("vocab")
-    found = added.get(token, vocab.get(token) if isinstance(vocab, dict) else None)
-    return int(found) if isinstance(found, int) else None
 
 
 def _with_audio(

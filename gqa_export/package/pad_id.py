@@ -119,6 +119,12 @@ def finite_rows(store: Any, table: str) -> Callable[[int], bool]:
     return finite
 
 
+def token_id(model_dir: Path, token: str) -> int | None:
+    """The id the checkpoint's tokenizer.json gives `token` (an added token over the vocabulary's), None where it
+    has none: a placeholder genai's processor writes as text while the config names no id (VideoChat-Flash)."""
+    return _Tokenizer(model_dir).ids.get(token)
+
+
 class _Tokenizer:
     """The id-defining facts of a checkpoint's tokenizer files, read once (all optional)."""
 
