@@ -163,7 +163,7 @@ _FULL_PACKAGE = MappingProxyType(
         "Phi3VForCausalLM": ("phi3v", "the HD-crop CLIP image tower; docs/multimodal.md §21"),
         "VideoChatFlashQwenForCausalLM": (
             "videochat_flash_qwen",
-            "the UMT image tower and token-merging projector, images only; docs/coverage.md §36",
+            "the UMT or InternVideo2 image tower and token-merging projector, images only; docs/coverage.md §36",
         ),
     }
 )

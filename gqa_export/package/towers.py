@@ -22,7 +22,8 @@ from gqa_export.graph.encoders.naflex_vit import NaflexDims, build_naflex_vit, n
 from gqa_export.graph.encoders.pixtral import PixtralDims, build_pixtral, pixtral_dims
 from gqa_export.graph.encoders.qwen_vision import build_qwen_tower, qwen_tower
 from gqa_export.graph.encoders.siglip import PooledVitDims, build_pooled_vit, pooled_vit_dims
-from gqa_export.graph.encoders.umt_tome import UmtDims, build_umt_tome, umt_dims
+from gqa_export.graph.encoders.tubelet_vit import VideoTowerDims
+from gqa_export.graph.encoders.video_tome import build_video_tome, videochat_vision_dims
 from gqa_export.graph.params import Params
 from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import log_mel_config, mel_bins
@@ -341,22 +342,22 @@ PHI3V = VisionTower(
 )
 
 
-# VideoChat-Flash's remote code builds its UMTImageProcessor in code (no preprocessor_config.json): a bicubic resize to
-# the tower's frame size, 1/255, ImageNet mean and std
-_UMT_PROCESSOR = {"resample": 3, "image_mean": (0.485, 0.456, 0.406), "image_std": (0.229, 0.224, 0.225)}
+# VideoChat-Flash's remote code builds its UMTImageProcessor / InternVideo2ImageProcessor in code (no
+# preprocessor_config.json): a bicubic resize to the tower's frame size, 1/255, ImageNet mean and std
+_VIDEO_TOWER_PROCESSOR = {"resample": 3, "image_mean": (0.485, 0.456, 0.406), "image_std": (0.229, 0.224, 0.225)}
 
 
-def _videochat_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> UmtDims:
-    return umt_dims(hf_config, dims.hidden_size, store)
+def _videochat_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> VideoTowerDims:
+    return videochat_vision_dims(hf_config, dims.hidden_size, store)
 
 
-# UMT on single images + ToMe to 64 tokens + a 2-layer projector (docs/coverage.md §36); genai's videochat_flash_qwen
-# processor expands each <|vision_start|> into num_visual_tokens <|image_pad|> and feeds the prompt's images as
-# pixel_values [1, N, 3, S, S]
+# UMT or InternVideo2 on single images + ToMe to 64 tokens + a 2-layer projector (docs/coverage.md §36); genai's
+# videochat_flash_qwen processor expands each <|vision_start|> into num_visual_tokens <|image_pad|> and feeds the
+# prompt's images as pixel_values [1, N, 3, S, S]
 VIDEOCHAT_FLASH = VisionTower(
     _videochat_dims,
-    build_umt_tome,
-    lambda vision, _pre: square_image_processor_config(vision.image, _UMT_PROCESSOR),
+    build_video_tome,
+    lambda vision, _pre: square_image_processor_config(vision.image, _VIDEO_TOWER_PROCESSOR),
     vision_keys=lambda vision: {"num_visual_tokens": vision.tokens},
     image_runs_bidirectional=False,
     notes=lambda _config, _pre: [

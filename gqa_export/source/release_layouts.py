@@ -20,8 +20,8 @@ and projector under `model.vision_embed_tokens.`).
 
 VideoChat-Flash's release (model_type `videochat_flash_qwen`, `VideoChatFlashQwenForCausalLM`): its config class is
 Qwen2Config's subclass and its decoder Qwen2's under Qwen2's names, read as they are (its `mm_*` keys, which no
-decoder reads, stay beside them: the UMT tower under `model.vision_tower.` and the projector under `model.mm_projector.`
-read them, package/towers.VIDEOCHAT_FLASH, docs/coverage.md §36).
+decoder reads, stay beside them: the UMT or InternVideo2 tower under `model.vision_tower.` and the projector under
+`model.mm_projector.` read them, package/towers.VIDEOCHAT_FLASH, docs/coverage.md §36).
 """
 
 from __future__ import annotations

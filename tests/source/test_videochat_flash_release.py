@@ -3,7 +3,7 @@ Qwen2ForCausalLM subclass; source/release_layouts.py, recipes/videochat_flash_qw
 videochat_flash_qwen package on images (tests/package/multimodal/test_videochat_flash_package.py); --text-only exports
 its Qwen2 decoder, byte for byte the package of the same weights saved as transformers' Qwen2ForCausalLM (whose parity
 with HF the registry's qwen2 rows prove, and which is checked here once more); a tower the package does not build
-(InternVideo2) is refused in one line, exit 2, nothing written."""
+(the remote code's SigLIP branch) is refused in one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -37,15 +37,17 @@ def test_text_only_is_the_qwen2_decoders_package(twins, tmp_path):
     assert manifest["recipe"]["name"] == "videochat_flash_qwen"
 
 
-def test_internvideo2_tower_one_line_without_text_only(twins, tmp_path):
+def test_unbuilt_tower_one_line_without_text_only(twins, tmp_path):
     _, release = twins
     config = json.loads((release / "config.json").read_text())
-    (release / "config.json").write_text(json.dumps({**config, "mm_vision_tower": "internvideo2"}))
+    tower = "google/siglip-so400m-patch14-384"  # a branch of the remote code's build_vision_tower not exported
+    (release / "config.json").write_text(json.dumps({**config, "mm_vision_tower": tower}))
     try:
         result = CliRunner().invoke(app, ["build", str(release), "-o", str(tmp_path / "pkg"), "--no-smoke"])
     finally:
         (release / "config.json").write_text(json.dumps(config))
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
-    assert "mm_vision_tower 'internvideo2'" in said and "InternVideo2 is not" in said and "--text-only" in said
+    assert f"mm_vision_tower {tower!r}" in said and "only the UMT and InternVideo2 towers" in said
+    assert "--text-only" in said
     assert not (tmp_path / "pkg").exists()

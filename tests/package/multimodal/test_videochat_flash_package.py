@@ -1,8 +1,9 @@
 """VideoChat-Flash's full videochat_flash_qwen package on images (recipes/videochat_flash_qwen.yaml,
-graph/encoders/umt_tome.py, docs/coverage.md §36): a tiny release (tests/videochat_models.py) built by default;
-genai's processor on two images, its vision model's features = the remote code's image path (UMT blocks, ToMe to
-64 tokens, projector; written in torch), greedy genai tokens = Qwen2ForCausalLM's on the same ids with those
-features in the <|image_pad|> rows; mutants of the merge; the towers and settings genai cannot run refused."""
+graph/encoders/video_tome.py, docs/coverage.md §36): tiny releases (tests/videochat_models.py) with either tower (UMT,
+InternVideo2) built by default; genai's processor on two images, its vision model's features = the remote code's
+image path (the tower's blocks, ToMe to 64 tokens, projector; written in torch), greedy genai tokens =
+Qwen2ForCausalLM's on the same ids with those features in the <|image_pad|> rows; mutants of the merge and of
+InternVideo2's blocks; the towers and settings genai cannot run refused."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from reference import OrtStepper, assert_varied, genai_media_greedy, hf_embeds_t
 from videochat_models import IMAGE_PAD, MARKER, frame_table, image_features, release_tensors, save_videochat_twins
 
 from gqa_export.errors import InputError
-from gqa_export.graph.encoders import umt_tome
+from gqa_export.graph.encoders import internvideo2, tome, video_tome
+from gqa_export.graph.encoders.encoder_ops import rms_norm, vector
+from gqa_export.graph.encoders.tubelet_vit import VideoTowerDims
+from gqa_export.graph.encoders.umt import PREFIX as UMT_PREFIX
 from gqa_export.graph.params import Params
 from gqa_export.pipeline import BuildOptions, build
 from gqa_export.source.weights import WeightStore
@@ -24,12 +28,10 @@ from gqa_export.source.weights import WeightStore
 NEW = 12
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def _built(root, tower: str):
     from PIL import Image
 
-    root = tmp_path_factory.mktemp("videochat_package")
-    twin, release = save_videochat_twins(root)
+    twin, release = save_videochat_twins(root, tower=tower)
     build(BuildOptions(str(release), root / "pkg", smoke=False))
     rng, images = np.random.default_rng(0), []
     for i, (w, h) in enumerate([(300, 200), (260, 240)]):  # both resized down (genai's Resize = PIL's there, §36)
@@ -38,6 +40,16 @@ def built(tmp_path_factory):
     arrays, tokens = genai_media_greedy(root / "pkg", f"Look at {MARKER} and {MARKER} now.", NEW, ("pixel_values",),
                                         images)  # fmt: skip
     return twin, release, root / "pkg", images, arrays, tokens
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return _built(tmp_path_factory.mktemp("videochat_package"), "umt")
+
+
+@pytest.fixture(scope="module")
+def built_internvideo2(tmp_path_factory):
+    return _built(tmp_path_factory.mktemp("videochat_internvideo2"), "internvideo2")
 
 
 def _hf(twin, ids, features):
@@ -52,28 +64,33 @@ def _hf(twin, ids, features):
     return hf_embeds_then_greedy(model, embeds, NEW)
 
 
-def _vision(release, pixels, dtype=ir.DataType.FLOAT, **changes):
-    """vision.onnx's features on `pixels` [1, N, 3, S, S] in float32, its dims changed by `changes` (mutants)."""
+IMAGE_TABLE = f"{internvideo2.PREFIX}img_pos_embed"
+UMT_DIMS = VideoTowerDims("umt", UMT_PREFIX, 128, 2, 224, 16, 64)
+TOWER_DIMS = {"umt": UMT_DIMS, "internvideo2": VideoTowerDims("internvideo2", internvideo2.PREFIX, 96, 2, 224, 14, 64)}
+
+
+def _vision(release, pixels, dtype=ir.DataType.FLOAT, tower="umt"):
+    """vision.onnx's features on `pixels` [1, N, 3, S, S] in float32, built by the graph functions as patched now
+    (mutants)."""
     import onnxruntime as ort
 
-    from gqa_export.graph.encoders.umt_tome import UmtDims
-
     store = WeightStore.open(release)
-    model = umt_tome.build_umt_tome(dataclasses.replace(UmtDims(128, 2, 224, 16, 64), **changes),
-                                    Params(store, dtype))  # fmt: skip
+    model = video_tome.build_video_tome(TOWER_DIMS[tower], Params(store, dtype))
     session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, {"pixel_values": pixels})[0].astype(np.float32)
 
 
-def test_genai_videochat_matches_the_remote_codes_image_path(built):
+@pytest.mark.parametrize(("fixture", "tower"), [("built", "umt"), ("built_internvideo2", "internvideo2")])
+def test_genai_videochat_matches_the_remote_codes_image_path(fixture, tower, request):
     """genai's processor + vision + embedding + decoder: 2 x 64 placeholders; features and prompt logits within 1e-4 of
-    the remote code's (measured 5.3e-6 and 2.3e-5), greedy tokens equal and varied."""
+    the remote code's (measured: UMT 5.3e-6 and 2.3e-5; InternVideo2 4.9e-6 and 1.5e-5), greedy tokens equal and
+    varied."""
     import onnxruntime as ort
 
-    twin, release, package, _, arrays, tokens = built
+    twin, release, package, _, arrays, tokens = request.getfixturevalue(fixture)
     ids = arrays["input_ids"].astype(np.int64)
     assert int((ids == IMAGE_PAD).sum()) == 128 and arrays["pixel_values"].shape == (1, 2, 3, 224, 224)
-    features = image_features(release_tensors(release), arrays["pixel_values"][0])
+    features = image_features(release_tensors(release), arrays["pixel_values"][0], tower=tower)
     prompt_logits, ref = _hf(twin, ids, features)
     vision = ort.InferenceSession(str(package / "vision.onnx"), providers=["CPUExecutionProvider"])
     got = vision.run(None, {"pixel_values": arrays["pixel_values"]})[0]
@@ -117,44 +134,69 @@ def test_merge_mutants_fail(built, mutant, monkeypatch):
     _, release, _, _, arrays, _ = built
     pixels = arrays["pixel_values"]
     want = image_features(release_tensors(release), pixels[0])
+    merge = tome.merge_round
     if mutant == "sizes_dropped":
-        merge = umt_tome._merge_round
-        monkeypatch.setattr(umt_tome, "_merge_round", lambda b, x, size, *rest: merge(b, x, None, *rest))
-        got = _vision(release, pixels)
+        monkeypatch.setattr(tome, "merge_round", lambda b, x, size, *rest: merge(b, x, None, *rest))
     elif mutant == "worst_first":
-        monkeypatch.setattr(umt_tome, "BEST_FIRST", 0)
-        got = _vision(release, pixels)
+        monkeypatch.setattr(tome, "BEST_FIRST", 0)
     else:
-        merge = umt_tome._merge_round
-        monkeypatch.setattr(umt_tome, "_merge_round",
+        monkeypatch.setattr(tome, "merge_round",
                             lambda b, x, size, r, dims, dtype: merge(b, x, size, r, dataclasses.replace(dims, heads=1),
                                                                      dtype))  # fmt: skip
-        got = _vision(release, pixels)
-    assert np.abs(got - want).max() > 1e-2
+    assert np.abs(_vision(release, pixels) - want).max() > 1e-2
 
 
-def test_fp16_tower_runs_on_cpu(built):
+def _per_head_qk_norm(b, x, weight, params):
+    """The mutant: q / k RMS-normalized over each head's 6 channels instead of the whole width."""
+    heads = b.op("Reshape", x, b.const([0, 0, 16, -1], "mutant_heads", "int64"))
+    normed = rms_norm(b, heads, b.const(np.ones(6, np.float32), "mutant_ones"), internvideo2.EPS)
+    return b.op("Mul", b.op("Reshape", normed, b.const([0, 0, -1], "mutant_flat", "int64")), vector(b, weight, params))
+
+
+@pytest.mark.parametrize(
+    ("mutant", "patch"),
+    [
+        ("qk_norm_per_head", _per_head_qk_norm),
+        ("qk_norm_dropped", lambda b, x, weight, params: x),
+        ("layer_scale_dropped", None),
+    ],
+)
+def test_internvideo2_mutants_fail(built_internvideo2, mutant, patch, monkeypatch):
+    _, release, _, _, arrays, _ = built_internvideo2
+    pixels = arrays["pixel_values"]
+    want = image_features(release_tensors(release), pixels[0], tower="internvideo2")
+    if patch is None:
+        monkeypatch.setattr(internvideo2, "_layer_scale", lambda b, x, weight, params: x)
+    else:
+        monkeypatch.setattr(internvideo2, "_qk_norm", patch)
+    assert np.abs(_vision(release, pixels, tower="internvideo2") - want).max() > 1e-2
+
+
+@pytest.mark.parametrize(("fixture", "tower"), [("built", "umt"), ("built_internvideo2", "internvideo2")])
+def test_fp16_tower_runs_on_cpu(fixture, tower, request):
     """At fp16 the merge's sums are taken in float32 (onnxruntime's CPU ScatterElements adds float32 only): the
-    graph runs on CPU, its rows near float32's but where fp16 scores flip a merge (measured: 2 rows of 128 off by
-    0.29 and 0.37, the rest within 6e-3)."""
-    _, release, _, _, arrays, _ = built
-    want = image_features(release_tensors(release), arrays["pixel_values"][0])
-    rows = np.abs(_vision(release, arrays["pixel_values"], ir.DataType.FLOAT16) - want).max(axis=1)
+    graph runs on CPU, its rows near float32's but where fp16 scores flip a merge (measured, UMT: 2 rows of 128 off
+    by 0.29 and 0.37, the rest within 6e-3; InternVideo2: 2 rows off by 1.5 and 0.35, the rest within 5e-3)."""
+    _, release, _, _, arrays, _ = request.getfixturevalue(fixture)
+    want = image_features(release_tensors(release), arrays["pixel_values"][0], tower=tower)
+    rows = np.abs(_vision(release, arrays["pixel_values"], ir.DataType.FLOAT16, tower) - want).max(axis=1)
     assert (rows > 1e-2).sum() <= 4 and np.median(rows) < 5e-3
 
 
 def test_frame_table_resized_as_the_remote_code(built):
     """448-pixel frames (`umt-hd`): the 14 x 14 sine table resized bicubically to 28 x 28 as torch's interpolate."""
-    from gqa_export.graph.encoders.umt_tome import UmtDims, position_table
+    from gqa_export.graph.encoders.umt import position_table
 
-    assert np.abs(position_table(UmtDims(128, 2, 448, 16, 64)) - frame_table(28, 128).numpy()).max() < 1e-6
-    assert np.abs(position_table(UmtDims(128, 2, 224, 16, 64)) - frame_table(14, 128).numpy()).max() == 0
+    hd = dataclasses.replace(UMT_DIMS, image=448)
+    assert np.abs(position_table(hd) - frame_table(28, 128).numpy()).max() < 1e-6
+    assert np.abs(position_table(UMT_DIMS) - frame_table(14, 128).numpy()).max() == 0
 
 
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        ({"mm_vision_tower": "internvideo2"}, "InternVideo2 is not"),
+        ({"mm_vision_tower": "google/siglip-so400m-patch14-384"}, "only the UMT and InternVideo2 towers"),
+        ({"mm_projector_type": "mlp2x_gelu"}, "only the UMT and InternVideo2 towers"),
         ({"mm_llm_compress": True}, "mm_llm_compress drops image tokens"),
         ({"mm_patch_merge_type": "spatial_unpad"}, "image_newline"),
     ],
@@ -165,4 +207,35 @@ def test_what_genai_cannot_run_is_refused(built, change, said):
     release = built[1]
     config = Qwen2Config(**{**json.loads((release / "config.json").read_text()), **change})
     with pytest.raises(InputError, match=said):
-        umt_tome.umt_dims(config, 64, WeightStore.open(release))
+        video_tome.videochat_vision_dims(config, 64, WeightStore.open(release))
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (
+            lambda t: t.pop(f"{internvideo2.PREFIX}img_pos_embed"),
+            "without model.vision_tower.vision_tower.img_pos_embed",
+        ),
+        (
+            lambda t: t.update(
+                {f"{internvideo2.PREFIX}img_pos_embed": t[f"{internvideo2.PREFIX}img_pos_embed"][:, :197]}
+            ),
+            r"img_pos_embed is \[1, 197, 96\], not \[1, 257, 96\]",
+        ),
+    ],
+)
+def test_internvideo2_tensors_not_the_remote_codes_refused(built_internvideo2, edit, said, tmp_path):
+    """A release whose image table is missing or sized for another grid: one line naming the tensor."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen2Config
+
+    release = shutil.copytree(built_internvideo2[1], tmp_path / "release")
+    tensors = load_file(release / "model.safetensors")
+    edit(tensors)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, release / "model.safetensors", metadata={"format": "pt"})
+    config = Qwen2Config(**json.loads((release / "config.json").read_text()))
+    with pytest.raises(InputError, match=said):
+        video_tome.videochat_vision_dims(config, 64, WeightStore.open(release))
