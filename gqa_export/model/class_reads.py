@@ -8,7 +8,11 @@ to change the package's numbers (0.3 to 3.9 off HF on the tiny models the round-
 
 The keys below are read only by the modeling code of the classes that define them, never by
 transformers' shared code (unlike `sliding_window` or `attention_chunk_size`, which its cache
-reads, or `partial_rotary_factor`, which its RoPE initialisation reads). Where neither the
+reads, or `partial_rotary_factor`, which its RoPE initialisation reads; `rms_norm_eps` is also
+read by the shared multi-token-prediction layers, which the export does not build). The norm eps
+spellings are among them: a GPT-NeoX, Phi, StableLM, StarCoder2, Cohere, Nemotron or LFM2 config
+carrying a stray `rms_norm_eps` read it before their own `layer_norm_eps` / `norm_epsilon` /
+`norm_eps`. Where neither the
 modeling nor the configuration file of the config's model type names one (nor a sibling model's
 file it imports from), the class cannot read it, and the export ignores it too
 (docs/coverage.md §37). A config whose class is not transformers' own (remote code read with a
@@ -39,6 +43,11 @@ CLASS_LOCAL_KEYS = (
     "scale_depth",
     "moe_router_logit_softcapping",
     "router_logit_multiplier",
+    # the norm eps spellings of config_keys' `norm_eps` (each class names the one it reads)
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "norm_epsilon",
+    "norm_eps",
 )
 _SIBLING = re.compile(r"from \.\.(\w+)\.(?:modeling|configuration)_\w+ import")
 
@@ -60,7 +69,7 @@ def _unread_in(package: Path) -> frozenset[str]:
         return frozenset()
     for sibling in sorted(set(_SIBLING.findall(text))):
         text += _source(package.parent / sibling)
-    return frozenset(key for key in CLASS_LOCAL_KEYS if key not in text)
+    return frozenset(key for key in CLASS_LOCAL_KEYS if not re.search(rf"\b{key}\b", text))  # norm_eps in rms_norm_eps
 
 
 def _source(package: Path) -> str:
