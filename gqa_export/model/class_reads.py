@@ -11,12 +11,12 @@ transformers' shared code (unlike `sliding_window` or `attention_chunk_size`, wh
 reads, or `partial_rotary_factor`, which its RoPE initialisation reads; `rms_norm_eps` is also
 read by the shared multi-token-prediction layers, which the export does not build). The norm eps
 spellings are among them: a GPT-NeoX, Phi, StableLM, StarCoder2, Cohere, Nemotron or LFM2 config
-carrying a stray `rms_norm_eps` read it before their own `layer_norm_eps` / `norm_epsilon` /
-`norm_eps`. Where neither the
-modeling nor the configuration file of the config's model type names one (nor a sibling model's
-file it imports from), the class cannot read it, and the export ignores it too
-(docs/coverage.md §37). A config whose class is not transformers' own (remote code read with a
-stand-in class) has its stand-in's files checked, which are the reference it is held to.
+carrying a stray `rms_norm_eps` used to be exported at that eps instead of its own
+`layer_norm_eps` / `norm_epsilon` / `norm_eps`. Where neither the modeling nor the configuration
+file of the config's model type names a key as a whole word (nor a sibling model's file it
+imports from), the class cannot read it, and the export ignores it too (docs/coverage.md §37).
+A config whose class is not transformers' own (remote code read with a stand-in class) has its
+stand-in's files checked, which are the reference it is held to.
 """
 
 from __future__ import annotations
