@@ -10,11 +10,13 @@ The keys below are read only by the modeling code of the classes that define the
 transformers' shared code (unlike `sliding_window` or `attention_chunk_size`, which its cache
 reads, or `partial_rotary_factor`, which its RoPE initialisation reads; `rms_norm_eps` is also
 read by the shared multi-token-prediction layers, which the export does not build). The norm eps
-spellings are among them: a GPT-NeoX, Phi, StableLM, StarCoder2, Cohere, Nemotron or LFM2 config
-carrying a stray `rms_norm_eps` used to be exported at that eps instead of its own
-`layer_norm_eps` / `norm_epsilon` / `norm_eps`. Where neither the modeling nor the configuration
-file of the config's model type names a key as a whole word (nor a sibling model's file it
-imports from), the class cannot read it, and the export ignores it too (docs/coverage.md §37).
+and top-k spellings are among them: a GPT-NeoX, Phi, StableLM, StarCoder2, Cohere, Nemotron or
+LFM2 config carrying a stray `rms_norm_eps` used to be exported at that eps instead of its own
+`layer_norm_eps` / `norm_epsilon` / `norm_eps`, and a Gemma-4 MoE with a stray
+`num_experts_per_tok` routed to that many experts instead of its `top_k_experts`. Where neither
+the modeling nor the configuration file of the config's model type names a key as a whole word
+(nor a sibling model's file it imports from), the class cannot read it, and the export ignores
+it too (docs/coverage.md §37).
 A config whose class is not transformers' own (remote code read with a stand-in class) has its
 stand-in's files checked, which are the reference it is held to.
 """
@@ -43,11 +45,14 @@ CLASS_LOCAL_KEYS = (
     "scale_depth",
     "moe_router_logit_softcapping",
     "router_logit_multiplier",
-    # the norm eps spellings of config_keys' `norm_eps` (each class names the one it reads)
+    # the spellings config_keys tries in turn for the norm eps and the experts per token (each class names the one
+    # it reads; not num_experts, which transformers' shared MoE and loading code reads)
     "rms_norm_eps",
     "layer_norm_eps",
     "norm_epsilon",
     "norm_eps",
+    "num_experts_per_tok",
+    "top_k_experts",
 )
 _SIBLING = re.compile(r"from \.\.(\w+)\.(?:modeling|configuration)_\w+ import")
 

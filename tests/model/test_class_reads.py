@@ -32,13 +32,14 @@ def test_the_keys_a_class_names_are_read_and_the_others_are_not():
         return set(class_reads.CLASS_LOCAL_KEYS) - class_reads.unread_keys(AutoConfig.for_model(model_type))
 
     eps = {"rms_norm_eps"}  # Llama's norms' spelling, named by most classes
-    assert read("llama") == read("mixtral") == eps
+    assert read("llama") == eps and read("mixtral") == eps | {"num_experts_per_tok"}
     assert read("gemma2") == {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"} | eps
     assert read("granite") == {"attention_multiplier", "embedding_multiplier", "logits_scaling", "residual_multiplier"
                                } | eps  # fmt: skip
     assert read("olmo") == {"clip_qkv"} and read("cohere") == {"logit_scale", "layer_norm_eps"}
     # each its own eps spelling only (norm_eps is not read where only rms_norm_eps is named)
     assert [read(t) for t in ("stablelm", "starcoder2", "lfm2")] == [{"layer_norm_eps"}, {"norm_epsilon"}, {"norm_eps"}]
+    assert "top_k_experts" in read("gemma4_text") and "num_experts_per_tok" not in read("gemma4_text")
     assert "norm_topk_prob" not in read("muse_spark_text")  # it names norm_topk_prob_eps, a constant of its own
     assert class_reads.unread_keys(object()) == frozenset()  # not a transformers config: nothing dropped
 
@@ -60,36 +61,42 @@ def test_mutant_reading_every_key_is_off_hf(stray_checkpoint, tmp_path, monkeypa
     assert parity_error(tmp_path / "pkg", stray_checkpoint) > 0.1
 
 
-# a stray rms_norm_eps (and another family's spelling) beside the class's own eps key; 0.5 moves every norm
-STRAY_EPS = {
-    "stablelm": {"rms_norm_eps": 0.5, "norm_eps": 0.5},
-    "starcoder2": {"rms_norm_eps": 0.5, "layer_norm_eps": 0.5},
+# another spelling beside the one the class reads: a stray rms_norm_eps (and another family's eps spelling) at 0.5
+# moves every norm; a stray num_experts_per_tok beside Gemma-4's top_k_experts (2) routes each token to 6 of 8 experts
+STRAY_SPELLINGS = {
+    "stablelm": ("dense", {"rms_norm_eps": 0.5, "norm_eps": 0.5}),
+    "starcoder2": ("dense", {"rms_norm_eps": 0.5, "layer_norm_eps": 0.5}),
+    "gemma4_text": ("moe", {"num_experts_per_tok": 6}),
 }
 
 
 @pytest.fixture(scope="module")
-def stray_eps_checkpoints(tmp_path_factory) -> dict[str, Path]:
+def stray_spelling_checkpoints(tmp_path_factory) -> dict[str, Path]:
     from dense_models import save_dense
+    from moe_models import save_moe
 
-    root = tmp_path_factory.mktemp("stray_eps")
-    return {model_type: save_dense(root / model_type, model_type, **keys) for model_type, keys in STRAY_EPS.items()}
+    root, save = tmp_path_factory.mktemp("stray_spellings"), {"dense": save_dense, "moe": save_moe}
+    return {t: save[kind](root / t, t, **keys) for t, (kind, keys) in STRAY_SPELLINGS.items()}
 
 
-@pytest.mark.parametrize("model_type", list(STRAY_EPS))
-def test_a_stray_eps_spelling_is_not_read(stray_eps_checkpoints, model_type, tmp_path):
-    """StableLM reads layer_norm_eps, StarCoder2 norm_epsilon: another spelling beside it leaves the package = HF."""
-    checkpoint = stray_eps_checkpoints[model_type]
+@pytest.mark.parametrize("model_type", list(STRAY_SPELLINGS))
+def test_a_stray_spelling_is_not_read(stray_spelling_checkpoints, model_type, tmp_path):
+    """StableLM reads layer_norm_eps, StarCoder2 norm_epsilon, Gemma-4 top_k_experts: another spelling of the same
+    option beside it leaves the package equal to HF."""
+    checkpoint = stray_spelling_checkpoints[model_type]
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert parity_error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
-def test_mutant_reading_the_stray_eps_is_off_hf(stray_eps_checkpoints, tmp_path, monkeypatch):
-    """The eps spellings read in config_keys' order again (rms_norm_eps first): StableLM's norms at eps 0.5."""
-    keys = tuple(k for k in class_reads.CLASS_LOCAL_KEYS if "eps" not in k)
-    monkeypatch.setattr(class_reads, "CLASS_LOCAL_KEYS", keys)
+@pytest.mark.parametrize("model_type", ["stablelm", "gemma4_text"])
+def test_mutant_reading_the_stray_spelling_is_off_hf(stray_spelling_checkpoints, model_type, tmp_path, monkeypatch):
+    """The spellings read in config_keys' order again (rms_norm_eps, num_experts_per_tok first): far from HF."""
+    spellings = ("eps", "experts_per_tok", "top_k_experts")
+    monkeypatch.setattr(class_reads, "CLASS_LOCAL_KEYS", tuple(k for k in class_reads.CLASS_LOCAL_KEYS
+                                                               if not k.endswith(spellings)))  # fmt: skip
     class_reads._unread_in.cache_clear()
     try:
-        build(BuildOptions(str(stray_eps_checkpoints["stablelm"]), tmp_path / "pkg", smoke=False))
+        build(BuildOptions(str(stray_spelling_checkpoints[model_type]), tmp_path / "pkg", smoke=False))
     finally:
         class_reads._unread_in.cache_clear()
-    assert parity_error(tmp_path / "pkg", stray_eps_checkpoints["stablelm"]) > 0.05
+    assert parity_error(tmp_path / "pkg", stray_spelling_checkpoints[model_type]) > 0.05
