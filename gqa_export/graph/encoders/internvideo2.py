@@ -3,8 +3,8 @@ under `model.vision_tower.vision_tower.` (the remote code's PretrainVisionTransf
 
 On an image (a one-frame clip, `use_image`): the one-frame tubelet patches (graph/encoders/tubelet_vit.py), the
 `cls_token` row put first, the stored `img_pos_embed` [1, 1 + grid², d] added (the image table, kept apart from the
-clips' `pos_embed`), then every stored block (the remote code builds 40 + `mm_vision_select_layer` + 1 and runs them
-all), and the cls row dropped; no final norm (`x_vis_only`). A block is pre-norm with RMSNorm (eps 1e-6):
+clips' `pos_embed`), then the first 40 + `mm_vision_select_layer` + 1 blocks (as many as the remote code builds and
+runs), and the cls row dropped; no final norm (`x_vis_only`). A block is pre-norm with RMSNorm (eps 1e-6):
 qkv without bias, q and k each RMS-normalized over the whole width (all heads at once, not per head), 16-head
 attention scaled by head_dim^-0.5, a biased proj, a LayerScale (`ls1`); then RMSNorm, fc1, exact GELU, fc2 and
 `ls2`. The LayerScales multiply in float32 (the remote code forces them so; their weights start at 1e-5, below
@@ -17,22 +17,29 @@ import onnx_ir as ir
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.encoders.encoder_ops import linear, rms_norm, vector
-from gqa_export.graph.encoders.tubelet_vit import TOWER_HEADS, VideoTowerDims, one_frame_kernel, tubelet_patches
+from gqa_export.graph.encoders.tubelet_vit import (
+    TOWER_HEADS,
+    VideoTowerDims,
+    blocks_run,
+    one_frame_kernel,
+    tubelet_patches,
+)
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
 
 PREFIX = "model.vision_tower.vision_tower."
 IMAGE = 224  # the remote code's build_vision_tower passes image_size=224 for an internvideo2 tower
 EPS = 1e-6  # every RMSNorm of the tower
+DEPTH = 40  # InternVideo2-1B's blocks (the remote code's InternVideo2VisionConfig), before mm_vision_select_layer trims
 F32 = ir.DataType.FLOAT
 
 
-def internvideo2_dims(text_hidden: int, store: WeightStore) -> VideoTowerDims:
-    """The tower's dims from its tensors (the blocks: as many as it stores), or InputError naming the tensor that
-    is not the remote code's."""
+def internvideo2_dims(select: int | None, text_hidden: int, store: WeightStore) -> VideoTowerDims:
+    """The tower's dims from its tensors (the blocks: those `select`, mm_vision_select_layer, keeps), or InputError
+    naming the tensor that is not the remote code's."""
     conv = store.info(f"{PREFIX}patch_embed.proj.weight").shape  # [d, 3, 1, p, p]
     hidden, patch = int(conv[0]), int(conv[-1])
-    layers = sum(1 for n in store.names() if n.startswith(f"{PREFIX}blocks.") and n.endswith(".norm1.weight"))
+    layers = blocks_run(store, PREFIX, DEPTH, select)
     if not one_frame_kernel(conv) or hidden % TOWER_HEADS or IMAGE % patch or not layers:
         raise InputError(f"InternVideo2 tower of width {hidden}, kernel {list(conv)}, {layers} blocks: "
                          "not the remote code's one-frame-tubelet ViT; use --text-only")  # fmt: skip
@@ -41,10 +48,13 @@ def internvideo2_dims(text_hidden: int, store: WeightStore) -> VideoTowerDims:
     if table not in store:
         raise InputError(f"InternVideo2 tower without {table} (the image position table its image path adds); "
                          "use --text-only")  # fmt: skip
-    want = [1, dims.grid**2 + 1, hidden]
-    if list(store.info(table).shape) != want or list(store.info(f"{PREFIX}cls_token").shape) != [1, 1, hidden]:
-        raise InputError(f"InternVideo2 {table} is {list(store.info(table).shape)}, not {want} (a cls row and "
-                         f"{dims.grid} x {dims.grid} patches of {IMAGE}-pixel frames); use --text-only")  # fmt: skip
+    want, got = [1, dims.grid**2 + 1, hidden], list(store.info(table).shape)
+    if got != want:
+        raise InputError(f"InternVideo2 {table} is {got}, not {want} (a cls row and {dims.grid} x {dims.grid} "
+                         f"patches of {IMAGE}-pixel frames); use --text-only")  # fmt: skip
+    cls = f"{PREFIX}cls_token"
+    if list(store.info(cls).shape) != [1, 1, hidden]:
+        raise InputError(f"InternVideo2 {cls} is {list(store.info(cls).shape)}, not [1, 1, {hidden}]; use --text-only")
     return dims
 
 

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.params import Params
+from gqa_export.source.weights import WeightStore
 
 IMAGE_TOKENS = 64  # ToMe16_mlp_hd64's count for an image (compress=False)
 TOWER_HEADS = 16  # both towers' builders fix 16 heads, whatever the width (and the projector's metric reads 16)
@@ -24,7 +26,7 @@ class VideoTowerDims:
     tower: str
     prefix: str  # the tower's tensors' prefix in the release
     hidden: int
-    layers: int  # the blocks stored, all run (the remote code builds only those mm_vision_select_layer keeps)
+    layers: int  # the blocks run: blocks_run's count
     image: int  # S
     patch: int
     text_hidden: int
@@ -57,3 +59,15 @@ def tubelet_patches(b: GraphBuilder, images: ir.Value, dims: VideoTowerDims, par
 def one_frame_kernel(conv: tuple[int, ...] | list[int]) -> bool:
     """A stored patch_embed.proj.weight that is a one-frame tubelet kernel [d, 3, 1, p, p] of square patches."""
     return len(conv) == 5 and int(conv[1]) == 3 and int(conv[2]) == 1 and int(conv[3]) == int(conv[4])
+
+
+def blocks_run(store: WeightStore, prefix: str, depth: int, select: int | None) -> int:
+    """How many of the stored blocks run: the remote code builds the first `depth` + `mm_vision_select_layer` + 1
+    (depth: the tower's full 24 or 40) and loads the checkpoint into them, ignoring blocks past those; a checkpoint
+    that stores fewer (a shrunk tower) runs all it stores. No `mm_vision_select_layer`: every stored block."""
+    stored = sum(1 for n in store.names() if n.startswith(f"{prefix}blocks.") and n.endswith(".norm1.weight"))
+    built = stored if select is None else depth + int(select) + 1
+    if built < 1:
+        raise InputError(f"VideoChat-Flash mm_vision_select_layer {select} keeps none of the tower's {depth} blocks; "
+                         "use --text-only")  # fmt: skip
+    return min(stored, built)

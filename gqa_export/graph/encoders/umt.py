@@ -4,8 +4,8 @@
 The one-frame tubelet patches (graph/encoders/tubelet_vit.py), the fixed sine-cosine table of one frame added (the
 remote code's `img_pos_embed`; for S != 224 the 14 x 14 table resized bicubically to the grid, as its
 `get_sinusoid_encoding_table2`), pre-norm blocks (LayerNorm eps 1e-6, 16-head attention whose q and v have biases
-and k none, exact-GELU MLP), every block the checkpoint holds (the remote code builds 24 + `mm_vision_select_layer`
-+ 1 of them and runs them all), then `vision_layernorm` (eps 1e-12). Frames are 448 pixels for a tower named
+and k none, exact-GELU MLP), the first 24 + `mm_vision_select_layer` + 1 blocks (as many as the remote code builds
+and runs), then `vision_layernorm` (eps 1e-12). Frames are 448 pixels for a tower named
 `umt-hd*`, else 224."""
 
 from __future__ import annotations
@@ -16,20 +16,28 @@ import onnx_ir as ir
 from gqa_export.errors import InputError
 from gqa_export.graph.builder import GraphBuilder
 from gqa_export.graph.encoders.encoder_ops import layer_norm, linear
-from gqa_export.graph.encoders.tubelet_vit import TOWER_HEADS, VideoTowerDims, one_frame_kernel, tubelet_patches
+from gqa_export.graph.encoders.tubelet_vit import (
+    TOWER_HEADS,
+    VideoTowerDims,
+    blocks_run,
+    one_frame_kernel,
+    tubelet_patches,
+)
 from gqa_export.graph.params import Params
 from gqa_export.source.weights import WeightStore
 
 PREFIX = "model.vision_tower.vision_tower.encoder."
 BLOCK_EPS, FINAL_EPS = 1e-6, 1e-12  # the blocks' LayerNorms, vision_layernorm
 TABLE_GRID = 14  # the checkpoint's sine-cosine grid (224-pixel frames of 16-pixel patches)
+DEPTH = 24  # UMT-L's blocks (the remote code's UMTVisionConfig), before mm_vision_select_layer trims them
 
 
-def umt_dims(tower: str, text_hidden: int, store: WeightStore) -> VideoTowerDims:
-    """The tower's dims from its tensors (the blocks: as many as it stores), the frame size from its name."""
+def umt_dims(tower: str, select: int | None, text_hidden: int, store: WeightStore) -> VideoTowerDims:
+    """The tower's dims from its tensors (the blocks: those `select`, mm_vision_select_layer, keeps), the frame size
+    from its name."""
     conv = store.info(f"{PREFIX}patch_embed.proj.weight").shape  # [d, 3, 1, p, p]
     hidden, patch = int(conv[0]), int(conv[-1])
-    layers = sum(1 for n in store.names() if n.startswith(f"{PREFIX}blocks.") and n.endswith(".norm1.weight"))
+    layers = blocks_run(store, PREFIX, DEPTH, select)
     image = 448 if "umt-hd" in tower else 224
     if not one_frame_kernel(conv) or hidden % TOWER_HEADS or image % patch or not layers:
         raise InputError(f"UMT tower of width {hidden}, kernel {list(conv)}, {layers} blocks: "

@@ -57,7 +57,11 @@ def videochat_vision_dims(hf_config: Any, text_hidden: int, store: WeightStore) 
     if "unpad" in str(getattr(hf_config, "mm_patch_merge_type", "")):
         raise InputError("VideoChat-Flash mm_patch_merge_type with unpad (an image_newline row) is not exported; "
                          "use --text-only")  # fmt: skip
-    dims = internvideo2_dims(text_hidden, store) if "internvideo2" in tower else umt_dims(tower, text_hidden, store)
+    select = getattr(hf_config, "mm_vision_select_layer", None)
+    if "internvideo2" in tower:
+        dims = internvideo2_dims(select, text_hidden, store)
+    else:
+        dims = umt_dims(tower, select, text_hidden, store)
     if dims.grid**2 <= IMAGE_TOKENS:
         raise InputError(f"a {dims.grid} x {dims.grid} patch grid cannot merge to {IMAGE_TOKENS} tokens")
     return dims
