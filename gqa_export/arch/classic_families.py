@@ -119,6 +119,7 @@ GPTJ = ArchSpec(
     mlp="plain",
     activations=_GELUS,
     rope_interleaved=True,  # rotate_every_two on the first rotary_dim channels
+    fixed_rope_theta=10000.0,  # create_sinusoidal_positions' base, whatever the config says
     config_keys=_GPT2_KEYS,
     decoder_prefixes=("transformer.",),
 )
@@ -247,6 +248,7 @@ CODEGEN = ArchSpec(
     activations=("gelu_new", "gelu_pytorch_tanh", "gelu_tanh"),
     qkv_layout="blocks_qvk",
     rope_interleaved=True,
+    fixed_rope_theta=10000.0,  # its rotary's base, whatever the config says
     embed="wte.weight",
     final_norm="ln_f.weight",
     layer_prefix="h.{i}.",

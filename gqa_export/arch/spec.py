@@ -181,6 +181,7 @@ class ArchSpec:
     norm: str = "rms"
     rms_when_configured: bool = False  # RMSNorms instead where the config sets rms_norm_eps (Cohere2-MoE)
     fixed_norm_eps: float | None = None  # an eps the modeling code hard-codes (OLMo: 1e-5)
+    fixed_rope_theta: float | None = None  # a RoPE base the modeling code hard-codes (GPT-J, CodeGen: 10000)
     mlp: str = "gated"  # gated: down(act(gate) * up) | plain: down(act(up)) (Phi-2, StarCoder2, Nemotron)
     parallel_key: str | None = None  # a config flag that switches the block to the parallel layout (StableLM)
     qk_norm_after_rope: bool = False  # HunYuan normalizes q/k per head after RoPE

@@ -20,7 +20,7 @@ from gqa_export.arch.spec import ArchSpec
 from gqa_export.errors import InputError
 from gqa_export.model import config_reads
 from gqa_export.model.alibi import alibi_slopes
-from gqa_export.model.class_reads import unread_keys
+from gqa_export.model.class_reads import class_read, stray_refusals, unread_keys
 from gqa_export.model.config_reads import config_get, first_id, layer_config, placeholder_ids, token_ids
 from gqa_export.model.latent import LatentDims, latent_scale, model_latent
 from gqa_export.model.layer_dims import LayerDims, read_layers
@@ -258,7 +258,7 @@ def _opt_for(config: Any, spec: ArchSpec) -> Any:
 def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, outer: Any | None) -> ModelDims:
     opt = _opt_for(config, spec)
 
-    for refusal in spec.refusals:
+    for refusal in (*spec.refusals, *stray_refusals(config)):
         value = config_get(config, refusal.config_key)
         if refusal.applies(value, config_get(config, refusal.other_key) if refusal.other_key else None):
             raise InputError(f"{refusal.message} ({refusal.where(value)})")
@@ -283,7 +283,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
         full_only = spec.score_scale_layers == "full"  # Ergo: the full-attention layers only
         scaled = (x if full_only and x.window > 0 else replace(x, score_factor=float(factor)) for x in layers)
         layers = type(layers)(scaled)
-    if spec.inverse_layer_scale and config_get(config, spec.inverse_layer_scale):  # GPT-2: layer i's scores / (i + 1)
+    if spec.inverse_layer_scale and class_read(config, spec.inverse_layer_scale):  # GPT-2: layer i's scores / (i + 1)
         layers = type(layers)(replace(x, score_factor=x.score_factor / (i + 1)) for i, x in enumerate(layers))
     loop = recurrent_loop_dims(opt, spec, len(layers))
     layers = unrolled_layers(layers, loop) if loop is not None else layers  # Dory: one graph layer per pass
@@ -294,7 +294,7 @@ def _read_dims(config: Any, spec: ArchSpec, generation: dict[str, Any] | None, o
             raise InputError(f"rope type '{rope.rope_type}' is not supported for {spec.name} (supported: {supported})")
     query_scalar = opt("query_pre_attn_scalar")
     scale = float(opt("attention_multiplier", 0.0)) or (float(query_scalar) ** -0.5 if query_scalar else None)
-    if spec.unit_attention_scale or (spec.scaled_scores and config_get(config, spec.scaled_scores) is False):
+    if spec.unit_attention_scale or (spec.scaled_scores and class_read(config, spec.scaled_scores) is False):
         scale = 1.0
     if spec.half_head_dim_scale and heads:  # Zamba: (head_dim / 2) ** -0.5
         scale = (layers[0].head_dim / 2) ** -0.5

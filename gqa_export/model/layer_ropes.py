@@ -114,7 +114,8 @@ def layer_ropes(
             out[key] = replace(read_rope(config, rope_dim, params), interleaved=latent.interleaved)
             continue
         rope = read_rope(config, head_dim, params)
-        out[key] = replace(rope, interleaved=spec.rope_interleaved, reversed=spec.rope_reversed)
+        theta = rope.theta if spec.fixed_rope_theta is None else spec.fixed_rope_theta  # a stray rope_theta: unread
+        out[key] = replace(rope, theta=theta, interleaved=spec.rope_interleaved, reversed=spec.rope_reversed)
     return out
 
 

@@ -79,6 +79,10 @@ def test_classic_graph_holds_the_position_tables_and_the_weights_as_stored(build
         # BioGPT's and XGLM's scale_embedding false: unscaled token embeddings (were refused)
         pytest.param("biogpt", dict(scale_embedding=False, num_hidden_layers=1), id="biogpt_unscaled_embedding"),
         pytest.param("xglm", dict(scale_embedding=False, num_layers=1), id="xglm_unscaled_embedding"),
+        # GPT-J's and CodeGen's rotary base is 10000 whatever a stray rope_theta says (the export read it: GPT-J
+        # 2.0 off HF at rope_theta 50; test_a_stray_rope_theta_mutant)
+        pytest.param("gptj", dict(rope_theta=50.0, n_layer=2), id="gptj_rope_theta_unread"),
+        pytest.param("codegen", dict(rope_theta=50.0, n_layer=2), id="codegen_rope_theta_unread"),
     ],
 )
 def test_classic_config_variants_match_hf(tmp_path, family, overrides):
@@ -88,6 +92,19 @@ def test_classic_config_variants_match_hf(tmp_path, family, overrides):
     package = _built(checkpoint, tmp_path / "pkg")
     assert parity_error(package, checkpoint) < 1e-4
     assert parity_error(package, checkpoint, (0,)) < 1e-4
+
+
+def test_a_stray_rope_theta_mutant(tmp_path, monkeypatch):
+    """GPT-J's spec without its fixed rotary base reads the stray rope_theta again: far off HF."""
+    import dataclasses
+
+    from dense_models import save_dense
+
+    from gqa_export import arch
+
+    monkeypatch.setitem(arch.SPECS, "gptj", dataclasses.replace(arch.SPECS["gptj"], fixed_rope_theta=None))
+    checkpoint = save_dense(tmp_path / "ckpt", "gptj", rope_theta=50.0, n_layer=2)
+    assert parity_error(_built(checkpoint, tmp_path / "pkg"), checkpoint) > 0.1
 
 
 @pytest.mark.parametrize(
