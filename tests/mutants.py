@@ -108,3 +108,13 @@ def transpose_blocks(values: np.ndarray) -> np.ndarray:
     """A square weight read the wrong way round (rows and columns exchanged)."""
     assert values.ndim >= 2 and values.shape[0] == values.shape[1], values.shape
     return np.swapaxes(values, 0, 1)
+
+
+def read_for_every_class(monkeypatch: Any, *keys: str) -> None:
+    """The mutant: `keys` read wherever a spec asks for them, whether the config's class names them or not (taken
+    out of model/class_reads.CLASS_LOCAL_KEYS; its cache is keyed by the tuple, so nothing stale is kept)."""
+    from gqa_export.model import class_reads
+
+    monkeypatch.setattr(
+        class_reads, "CLASS_LOCAL_KEYS", tuple(k for k in class_reads.CLASS_LOCAL_KEYS if k not in keys)
+    )

@@ -7,18 +7,22 @@ it, while the export reads each option for every family that might have it, so s
 to change the package's numbers (0.3 to 3.9 off HF on the tiny models the round-3 probe built).
 
 The keys below are read only by the modeling code of the classes that define them, never by
-transformers' shared code (unlike `sliding_window` or `attention_chunk_size`, which its cache
-reads, or `partial_rotary_factor`, which its RoPE initialisation reads; `rms_norm_eps` is also
-read by the shared multi-token-prediction layers, which the export does not build). The norm eps
-and top-k spellings are among them: a GPT-NeoX, Phi, StableLM, StarCoder2, Cohere, Nemotron or
-LFM2 config carrying a stray `rms_norm_eps` used to be exported at that eps instead of its own
-`layer_norm_eps` / `norm_epsilon` / `norm_eps`, and a Gemma-4 MoE with a stray
-`num_experts_per_tok` routed to that many experts instead of its `top_k_experts`. Where neither
-the modeling nor the configuration file of the config's model type names a key as a whole word
-(nor a sibling model's file it imports from), the class cannot read it, and the export ignores
-it too (docs/coverage.md §37).
-A config whose class is not transformers' own (remote code read with a stand-in class) has its
-stand-in's files checked, which are the reference it is held to.
+transformers' shared code for a forward's numbers (unlike `sliding_window` or
+`attention_chunk_size`, which its cache reads, or `partial_rotary_factor` and `head_dim`, which
+its RoPE initialisation reads; `rms_norm_eps` is also read by the shared multi-token-prediction
+layers, which the export does not build, and `num_key_value_heads` by cache sizing only). Where
+neither the modeling nor the configuration file of the config's model type names a key as a
+whole word (nor a sibling model's file it imports from), the class cannot read it, and the
+export ignores it too (docs/coverage.md §37): the values (soft caps, multipliers), the norm eps
+and top-k spellings (a StableLM with a stray `rms_norm_eps` was exported at that eps instead of
+its `layer_norm_eps`), and the structure switches each spec reads for its own mechanism (a Llama
+with a stray `num_kv_shared_layers` shared its KV caches). A config whose class is not
+transformers' own (remote code read with a stand-in class) has its stand-in's files checked,
+which are the reference it is held to.
+
+`stray_refusals` covers the one shared key that the export cannot simply ignore: a
+`sliding_window` the class never names (its forward attends to everything, transformers' cache
+crops decoding to it).
 """
 
 from __future__ import annotations

@@ -135,8 +135,12 @@ def test_mutant_mscale_left_out_of_the_scale_fails_parity(builds, tmp_path, monk
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_mutant_rope_pairs_rotated_as_halves_fails_parity(builds, tmp_path, family):
-    """The export told rope_interleave false while HF (V2 always, V3 by its config) pairs (2i, 2i+1)."""
+def test_mutant_rope_pairs_rotated_as_halves_fails_parity(builds, tmp_path, monkeypatch, family):
+    """The export told rope_interleave false while HF (V2 always, V3 by its config) pairs (2i, 2i+1); V2's class
+    never names the key, so the mutant also reads it for every class."""
+    from mutants import read_for_every_class
+
+    read_for_every_class(monkeypatch, "rope_interleave")
     _registered(family)
     checkpoint = _with_config(builds.checkpoint(family), tmp_path / "ckpt", rope_interleave=False)
     assert parity_error(_package(checkpoint, tmp_path / "pkg"), builds.checkpoint(family)) > 1e-2

@@ -115,10 +115,14 @@ def test_rope_interleave_in_config_is_ignored(builds, tmp_path):
 
 
 def test_mutant_rope_interleave_read_fails_hf_parity(builds, tmp_path, monkeypatch):
-    """The spec reading rope_interleave as DeepSeek-V3's does: halves rotated where HF rotates pairs."""
+    """The spec reading rope_interleave as DeepSeek-V3's does (its ignore and the class filter both lifted): halves
+    rotated where HF rotates pairs."""
+    from mutants import read_for_every_class
+
     from gqa_export.arch import SPECS
 
     monkeypatch.setitem(SPECS, FAMILY, replace(SPECS[FAMILY], ignore=()))
+    read_for_every_class(monkeypatch, "rope_interleave")
     checkpoint = _with_rope_interleave_false(builds.checkpoint(FAMILY), tmp_path / "ckpt")
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert parity_error(tmp_path / "pkg", checkpoint) > 1e-2

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mutants import edited_checkpoint
+from mutants import edited_checkpoint, read_for_every_class
 from reference import parity_error
 
 from gqa_export.model import class_reads
@@ -80,13 +80,8 @@ def test_stray_structure_switches_leave_the_package_equal_to_hf(stray_switches_c
 
 def test_mutant_reading_the_switches_is_off_hf(stray_switches_checkpoint, tmp_path, monkeypatch):
     """Those seven keys read for every family again (measured 5.8 off HF; 6.4e-6 with the filter)."""
-    keys = tuple(k for k in class_reads.CLASS_LOCAL_KEYS if k not in STRUCTURE_SWITCHES)
-    monkeypatch.setattr(class_reads, "CLASS_LOCAL_KEYS", keys)
-    class_reads._unread_in.cache_clear()
-    try:
-        build(BuildOptions(str(stray_switches_checkpoint), tmp_path / "pkg", smoke=False))
-    finally:
-        class_reads._unread_in.cache_clear()
+    read_for_every_class(monkeypatch, *STRUCTURE_SWITCHES)
+    build(BuildOptions(str(stray_switches_checkpoint), tmp_path / "pkg", smoke=False))
     assert parity_error(tmp_path / "pkg", stray_switches_checkpoint) > 0.1
 
 
@@ -132,14 +127,9 @@ def test_a_stray_spelling_is_not_read(stray_spelling_checkpoints, model_type, tm
 @pytest.mark.parametrize("model_type", ["stablelm", "gemma4_text"])
 def test_mutant_reading_the_stray_spelling_is_off_hf(stray_spelling_checkpoints, model_type, tmp_path, monkeypatch):
     """The spellings read in config_keys' order again (rms_norm_eps, num_experts_per_tok first): far from HF."""
-    spellings = ("eps", "experts_per_tok", "top_k_experts")
-    monkeypatch.setattr(class_reads, "CLASS_LOCAL_KEYS", tuple(k for k in class_reads.CLASS_LOCAL_KEYS
-                                                               if not k.endswith(spellings)))  # fmt: skip
-    class_reads._unread_in.cache_clear()
-    try:
-        build(BuildOptions(str(stray_spelling_checkpoints[model_type]), tmp_path / "pkg", smoke=False))
-    finally:
-        class_reads._unread_in.cache_clear()
+    read_for_every_class(monkeypatch, "rms_norm_eps", "layer_norm_eps", "norm_epsilon", "norm_eps",
+                         "num_experts_per_tok", "top_k_experts")  # fmt: skip
+    build(BuildOptions(str(stray_spelling_checkpoints[model_type]), tmp_path / "pkg", smoke=False))
     assert parity_error(tmp_path / "pkg", stray_spelling_checkpoints[model_type]) > 0.05
 
 
