@@ -59,7 +59,7 @@ def internvideo2_dims(select: int | None, text_hidden: int, store: WeightStore) 
 
 
 def internvideo2_stage(b: GraphBuilder, images: ir.Value, dims: VideoTowerDims, params: Params) -> ir.Value:
-    """[N, 3, S, S] -> [N, grid², hidden]: patches, cls row first, img_pos_embed, every block, cls row dropped."""
+    """[N, 3, S, S] -> [N, grid², hidden]: patches, cls row first, img_pos_embed, the blocks run, cls row dropped."""
     c = b.const
     with b.scope("patch_embed"):
         x = tubelet_patches(b, images, dims, params)
