@@ -116,7 +116,7 @@ TEXT_CONFIGS["gemma3_full"] = {**TEXT_CONFIGS["gemma3"], "max_position_embedding
 TEXT_CONFIGS["mistral3_full"] = {**TEXT_CONFIGS["mistral"], "max_position_embeddings": 512}
 
 
-def _config(arch: str, text: dict[str, Any]) -> Any:
+def _config(arch: str, text: dict[str, Any], vision_overrides: dict[str, Any] | None = None) -> Any:
     import transformers as tf
 
     tie = text["tie_word_embeddings"]
@@ -129,6 +129,7 @@ def _config(arch: str, text: dict[str, Any]) -> Any:
         # genai's gemma3 processor writes 256 image tokens: 32 x 32 patches pooled 2 x 2 to 16 x 16
         vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                       num_attention_heads=2, image_size=64, patch_size=2, vision_use_head=False)  # fmt: skip
+        vision.update(vision_overrides or {})
         return tf.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=256,
                                tie_word_embeddings=tie, **SPECIAL_IDS[arch])  # fmt: skip
     if arch == "mistral3_full":
@@ -177,21 +178,33 @@ _CLASSES = {
 
 
 def save_multimodal(
-    out_dir: Path, arch: str, seed: int = 0, hub_layout: bool = True, flat_config: bool = False, **text_overrides: Any
+    out_dir: Path,
+    arch: str,
+    seed: int = 0,
+    hub_layout: bool = True,
+    flat_config: bool = False,
+    vision: dict[str, Any] | None = None,
+    shield: bool = False,
+    **text_overrides: Any,
 ) -> Path:
     """Save a tiny random `arch` multimodal checkpoint (text overrides go into text_config) plus
     the tiny tokenizer. flat_config: rewrite config.json the way the released Qwen2.5-VL configs
-    are written (text fields at the top level, `rope_scaling: {type: mrope, ...}`)."""
+    are written (text fields at the top level, `rope_scaling: {type: mrope, ...}`). vision:
+    gemma3_full's vision_config overrides; shield: gemma3_full wrapped as ShieldGemma2ForImageClassification
+    (its Gemma3ForConditionalGeneration under `model.`)."""
     import torch
     import transformers as tf
 
     text = {**_TEXT, **copy.deepcopy(TEXT_CONFIGS[arch]), **text_overrides}
     text = spelled_for_installed_transformers(text, text["model_type"])
-    config = _config(arch, text)
+    config = _config(arch, text, vision)
+    if shield:
+        config = tf.ShieldGemma2Config(**{k: v for k, v in config.to_dict().items() if k != "model_type"})
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         setattr(config, key, text[key])
     torch.manual_seed(seed)
-    model = getattr(tf, _CLASSES[arch])(config).eval()
+    wrapper = tf.ShieldGemma2ForImageClassification(config).eval() if shield else None
+    model = wrapper.model if shield else getattr(tf, _CLASSES[arch])(config).eval()
     randomize_norms(model, biases=True)
     if arch.startswith("gemma3"):
         # Tied and scaled by sqrt(hidden), the full-size table dominates every (post-normed) layer
@@ -204,7 +217,7 @@ def save_multimodal(
                 model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.5)
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = 0, 1, 5
-    model.save_pretrained(out_dir, save_original_format=hub_layout)
+    (wrapper or model).save_pretrained(out_dir, save_original_format=hub_layout)
     if not hub_layout and int(tf.__version__.split(".")[0]) < 5:
         _rename_to_loaded_names(out_dir, model._checkpoint_conversion_mapping)
     if hub_layout and arch == "qwen3_vl_moe":

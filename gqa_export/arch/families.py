@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gqa_export.arch.spec import (
+    DECODER_PREFIXES,
     FUSED_EXPERTS,
+    LM_HEAD_NAMES,
     PER_EXPERT_PROJ,
     PER_EXPERT_W,
     STRAY_WINDOW,
@@ -76,11 +78,21 @@ GEMMA3 = ArchSpec(
 )
 # Gemma3ForConditionalGeneration: image runs attend bidirectionally on every layer within the window;
 # this class never applies final_logit_softcapping (nor attn_logit_softcapping) though its config may carry them
+# ShieldGemma2ForImageClassification holds this class under `model.`: transformers 5.x keeps its decoder at
+# model.model.language_model. and saves it at model.model.language_model.model.; the 4.x release layout
+# has it at model.language_model.model.
 GEMMA3_VISION = replace(
     GEMMA3,
     name="gemma3_vision",
     ignore=("final_softcap", "attn_softcap"),
     bidirectional=BidirectionalRuns(("image_token_index",), window="bounded"),
+    decoder_prefixes=(
+        *DECODER_PREFIXES,
+        "model.model.language_model.",
+        "model.model.language_model.model.",
+        "model.language_model.model.",
+    ),
+    lm_head_names=(*LM_HEAD_NAMES, "model.lm_head.weight", "model.language_model.lm_head.weight"),
 )
 _GEMMA4_PLACEHOLDERS = ("image_token_id", "video_token_id", "audio_token_id")
 # Gemma-4 text decoder (gemma4_text, and the decoder of gemma4 / gemma4_unified): Gemma-3's layout

@@ -52,6 +52,8 @@ class PooledVitDims:
 
     @property
     def pool(self) -> int:
+        """HF's kernel: grid // side, the pooling dropping the grid's last rows and columns where
+        the side does not divide it (a 33 x 33 grid pools 2 x 2 to 16 x 16)."""
         return self.grid // math.isqrt(self.tokens_per_image)
 
 
@@ -64,7 +66,9 @@ def pooled_vit_dims(hf_config: Any, text_hidden: int, store: WeightStore) -> Poo
     tokens = int(hf_config.mm_tokens_per_image)
     grid = int(vision.image_size) // int(vision.patch_size)
     side = math.isqrt(tokens)
-    if side * side != tokens or grid % side:
+    # HF pools with kernel = stride = grid // side, so a grid the side does not divide still pools
+    # to side x side where grid // kernel is side (its last rows and columns dropped)
+    if side * side != tokens or grid < side or grid // (grid // side) != side:
         raise InputError(
             f"mm_tokens_per_image {tokens} does not pool a {grid}x{grid} patch grid; export with --text-only"
         )

@@ -1,0 +1,69 @@
+"""Gemma-3 full packages of checkpoints other than the gemma3_full fixture (docs/multimodal.md §4, §8):
+a SigLIP grid the 16 x 16 pooling does not divide (HF pools with kernel grid // 16 and drops the
+last rows and columns), and ShieldGemma2ForImageClassification, which holds the same
+Gemma3ForConditionalGeneration under `model.` (its decoder at model.model.language_model.model. as
+transformers 5.x saves it, model.model.language_model. as it holds it). Each against the HF class
+on the same weights: the vision features and the prompt (with an image) + decode-step logits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gemma3_full import BOI, EOI, IMAGE, IMAGE_TOKENS
+from multimodal_models import save_multimodal
+from reference import hf_model, hf_prompt_then_steps, ort_embedded_greedy
+
+from gqa_export.pipeline import BuildOptions, build
+
+PROMPT = [0, 17, 45, BOI, *[IMAGE] * IMAGE_TOKENS, EOI, 99, 200, 3, 7]
+
+
+def _features(package: Path, pixels: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(package / "vision.onnx")).run(None, {"pixel_values": pixels})[0]
+
+
+def _errors(package: Path, gemma3, size: int) -> tuple[float, float]:
+    """(max |vision.onnx - HF get_image_features|, max |prompt + 4 decode-step logits - HF|) on one image."""
+    import torch
+
+    pixels = np.random.default_rng(1).uniform(-1, 1, (1, 3, size, size)).astype(np.float32)
+    features = _features(package, pixels)
+    with torch.no_grad():
+        ref = gemma3.model.get_image_features(torch.from_numpy(pixels)).pooler_output.numpy()
+    got, tokens = ort_embedded_greedy(package, PROMPT, {"image_features": features}, 4, max_length=len(PROMPT) + 8)
+    types = torch.from_numpy((np.asarray(PROMPT) == IMAGE).astype(np.int64)[None])
+    want = hf_prompt_then_steps(gemma3, PROMPT, tokens, pixel_values=torch.from_numpy(pixels), token_type_ids=types)
+    return float(np.abs(features - ref).max()), float(np.abs(got - want).max())
+
+
+def test_grid_the_pooling_does_not_divide_matches_hf(tmp_path):
+    """image_size 66 / patch 2: a 33 x 33 grid, which HF pools 2 x 2 to 16 x 16 (its last row and
+    column dropped). Refused before as 'does not pool'; now features and logits are HF's."""
+    checkpoint = save_multimodal(tmp_path / "ckpt", "gemma3_full", vision={"image_size": 66, "num_hidden_layers": 1})
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    vision, logits = _errors(tmp_path / "pkg", hf_model(checkpoint), 66)
+    print(f"33 x 33 grid: features {vision:.3g}, logits {logits:.3g}")
+    assert vision < 1e-4 and logits < 1e-4
+
+
+@pytest.mark.parametrize("hub_layout", [True, False], ids=["saved", "in_memory"])
+def test_shieldgemma2_builds_the_gemma3_package(tmp_path, hub_layout):
+    """ShieldGemma2ForImageClassification (model_type shieldgemma2, its Gemma-3 under `model.`):
+    refused before as an unsupported architecture; now the gemma3 package of its inner
+    Gemma3ForConditionalGeneration, exact against it."""
+    import json
+
+    from transformers import ShieldGemma2ForImageClassification
+
+    checkpoint = save_multimodal(tmp_path / "ckpt", "gemma3_full", hub_layout=hub_layout, shield=True,
+                                 vision={"num_hidden_layers": 1})  # fmt: skip
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert json.loads((tmp_path / "pkg" / "genai_config.json").read_text())["model"]["type"] == "gemma3"
+    shield = ShieldGemma2ForImageClassification.from_pretrained(checkpoint).eval()
+    vision, logits = _errors(tmp_path / "pkg", shield.model, 64)
+    print(f"shieldgemma2 ({'saved' if hub_layout else 'in-memory'} layout): features {vision:.3g}, logits {logits:.3g}")
+    assert vision < 1e-4 and logits < 1e-4
