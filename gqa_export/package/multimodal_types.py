@@ -39,6 +39,9 @@ class MultimodalType:
     # genai's processor reads the number in `<|image_N|>` (phi3v: image N, each of 1..n once): `run --image`
     # puts `<|image_1|>` .. `<|image_n|>` in front, a prompt that has such markers is left as written
     numbered_markers: bool = False
+    # genai 0.18's processor pads a prompt's images into the resized size of one of them and fails when none
+    # is at least as tall and as wide as every other (lfm2_vl: 24 x 40 with 40 x 24, docs/multimodal.md §14.2)
+    images_fit_one: bool = False
 
 
 def _towers() -> ModuleType:
@@ -60,7 +63,7 @@ MISTRAL3 = MultimodalType("mistral3", "[IMG]", lambda: _towers().MISTRAL3, adjac
 GEMMA4 = MultimodalType(
     "gemma4", "<|image|>", lambda: _towers().GEMMA4, one_image_size=True, audio_markers=("<|audio|>", "<|audio>")
 )
-LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL)
+LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL, images_fit_one=True)
 # genai's phi4mm processor reads every <|image_N|> as the next image's block (the number is not
 # read); `run --image` writes <|image_1|> per image, `run --audio` <|audio_1|> per clip (docs/multimodal.md §20)
 PHI4MM = MultimodalType("phi4mm", "<|image_1|>", lambda: _towers().PHI4MM, audio_markers=("<|audio_1|>",))

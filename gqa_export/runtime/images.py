@@ -116,6 +116,20 @@ def _check_image_sizes(package: Path, inputs: object, images: int) -> None:
         )
 
 
+def _processor_failure(package: Path, exc: BaseException, images: list[Path], audios: list[Path]) -> InputError:
+    """genai's processor failing: where its type cannot pad several images of other orientations into one
+    batch (MultimodalType.images_fit_one), that is said in one line; else the files are named."""
+    kind = MULTIMODAL_TYPES.get(str(_model(package).get("type")))
+    if kind is None or not kind.images_fit_one or len(images) < 2:
+        return processor_failure(exc, images, audios)
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return InputError(
+        f"onnxruntime-genai's {kind.model_type} processor pads a prompt's images into the size of one of them "
+        f"and fails when none, resized, is at least as tall and as wide as every other ({first}): give images of "
+        "one orientation, or one --image"
+    )
+
+
 def generate_with_images(
     package: Path,
     ep: str,
@@ -152,7 +166,7 @@ def generate_with_images(
         }
         inputs = model.create_multimodal_processor()(text, **payload)
     except Exception as exc:  # onnxruntime-genai raises RuntimeError for everything
-        raise processor_failure(exc, images, audios or []) from None
+        raise _processor_failure(package, exc, images, audios or []) from None
     _check_image_sizes(package, inputs, len(images))
     result = stream(package, model, inputs, max_new_tokens, sampling, on_text or (lambda _: None), ep)
     tiled = tiling_note(package, images)  # lfm2_vl: images HF would tile (docs/multimodal.md §14.2)

@@ -279,6 +279,22 @@ def test_run_inserts_the_marker(package, hf, images):
     assert len(result.tokens) == 8
 
 
+def test_run_refuses_images_genai_cannot_batch(package, tmp_path):
+    """genai 0.18's lfm2_vl processor pads a prompt's images into one image's size: two images of which
+    neither is as tall and as wide as the other (24 x 40 and 40 x 24; 24 x 40 with 8 x 32 runs, above) fail
+    inside it, which `run` says in one line (exit 2) naming the rule, not the files."""
+    from cli_runner import invoke
+    from PIL import Image
+
+    files = []
+    for h, w in ((24, 40), (40, 24)):
+        files.append(tmp_path / f"{h}x{w}.png")
+        Image.fromarray(np.full((h, w, 3), 128, np.uint8)).save(files[-1])
+    result = invoke("run", package, "--image", files[0], "--image", files[1], "--prompt", "x", "--max-new-tokens", 2)
+    assert result.exit_code == 2 and "as tall and as wide as every other" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_combined_processor_config_and_tiling_note(checkpoint, tmp_path):
     """transformers 5.x saves the image processor inside processor_config.json: its values are
     read from there; with do_image_splitting (the published default) the build notes that genai
