@@ -50,20 +50,44 @@ def test_grid_the_pooling_does_not_divide_matches_hf(tmp_path):
     assert vision < 1e-4 and logits < 1e-4
 
 
-@pytest.mark.parametrize("hub_layout", [True, False], ids=["saved", "in_memory"])
-def test_shieldgemma2_builds_the_gemma3_package(tmp_path, hub_layout):
+# the 4.x release's names for the tensors transformers 5.x saves (its Gemma3ForConditionalGeneration under model.)
+RELEASE_NAMES = (
+    ("model.model.language_model.model.", "model.language_model.model."),
+    ("model.model.vision_tower.", "model.vision_tower.vision_model."),
+    ("model.model.multi_modal_projector.", "model.multi_modal_projector."),
+)
+
+
+def _as_release(checkpoint: Path) -> Path:
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(str(checkpoint / "model.safetensors"))
+    renamed = {}
+    for name, tensor in tensors.items():
+        for old, new in RELEASE_NAMES:
+            name = name.replace(old, new)
+        renamed[name] = tensor
+    save_file(renamed, str(checkpoint / "model.safetensors"), metadata={"format": "pt"})
+    return checkpoint
+
+
+@pytest.mark.parametrize("layout", ["saved", "in_memory", "release"])
+def test_shieldgemma2_builds_the_gemma3_package(tmp_path, layout):
     """ShieldGemma2ForImageClassification (model_type shieldgemma2, its Gemma-3 under `model.`):
     refused before as an unsupported architecture; now the gemma3 package of its inner
-    Gemma3ForConditionalGeneration, exact against it."""
+    Gemma3ForConditionalGeneration, exact against it, from the names transformers 5.x saves, holds,
+    and the 4.x release's (the reference loads the saved names)."""
     import json
 
     from transformers import ShieldGemma2ForImageClassification
 
-    checkpoint = save_multimodal(tmp_path / "ckpt", "gemma3_full", hub_layout=hub_layout, shield=True,
+    checkpoint = save_multimodal(tmp_path / "ckpt", "gemma3_full", hub_layout=layout != "in_memory", shield=True,
                                  vision={"num_hidden_layers": 1})  # fmt: skip
+    shield = ShieldGemma2ForImageClassification.from_pretrained(checkpoint).eval()
+    if layout == "release":
+        _as_release(checkpoint)
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
     assert json.loads((tmp_path / "pkg" / "genai_config.json").read_text())["model"]["type"] == "gemma3"
-    shield = ShieldGemma2ForImageClassification.from_pretrained(checkpoint).eval()
     vision, logits = _errors(tmp_path / "pkg", shield.model, 64)
-    print(f"shieldgemma2 ({'saved' if hub_layout else 'in-memory'} layout): features {vision:.3g}, logits {logits:.3g}")
+    print(f"shieldgemma2 ({layout} names): features {vision:.3g}, logits {logits:.3g}")
     assert vision < 1e-4 and logits < 1e-4
