@@ -4,7 +4,8 @@ The vision towers are as small as transformers allows; the exporter never reads 
 in the checkpoint like in a real one. `save_pretrained` writes the key layout of the published hub
 checkpoints by default (`language_model.model.*` for Gemma-3 / Mistral-3, flat `model.*` for
 Qwen2.5-VL); `hub_layout=False` writes transformers 5.x's in-memory names
-(`model.language_model.*`) instead. Image-ish ids sit at 300..303, inside the 384-token vocab.
+(`model.language_model.*`) instead. Image-ish ids sit at 300..303, inside the 384-token vocab; the
+mistral archs' image id is the tokenizer's own [IMG] (id 6), which a full package's build checks.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from tiny_models import BASE, randomize_norms, save_tokenizer, spelled_for_insta
 IMAGE_ID = 300
 SPECIAL_IDS: dict[str, dict[str, int]] = {
     "gemma3": {"image_token_index": IMAGE_ID, "boi_token_index": 301, "eoi_token_index": 302},
-    "mistral3": {"image_token_index": IMAGE_ID},
+    # the tokenizer's own [IMG] (MISTRAL3_IMAGE_TOKENS from id 6): the full package's build checks it (ministral3,
+    # mistral, mistral4)
+    "mistral3": {"image_token_index": 6},
     # the tokenizer's own <image_soft_token>, <start_of_image>, <end_of_image> (GEMMA3_IMAGE_TOKENS)
     "gemma3_full": {"image_token_index": 6, "boi_token_index": 7, "eoi_token_index": 8},
     # the tokenizer's own [IMG] (MISTRAL3_IMAGE_TOKENS: [IMG], [IMG_BREAK], [IMG_END], [INST] from id 6)
@@ -223,6 +226,8 @@ def save_multimodal(
     if hub_layout and arch == "qwen3_vl_moe":
         transpose_experts(out_dir)
     specials = {"gemma3_full": GEMMA3_IMAGE_TOKENS, "mistral3_full": MISTRAL3_IMAGE_TOKENS}.get(arch, ())
+    if arch in ("ministral3", "mistral", "mistral4"):
+        specials = MISTRAL3_IMAGE_TOKENS
     save_tokenizer(out_dir, vocab_size=text["vocab_size"], extra_specials=specials)
     if arch == "mistral3_full":  # PixtralImageProcessor's keys: a 64-pixel longest edge, 4-pixel patches
         pre = {"image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 4, "width": 4},

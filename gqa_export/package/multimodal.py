@@ -23,7 +23,7 @@ from gqa_export.graph.encoders.token_embedding import build_token_embedding
 from gqa_export.graph.params import WIDER_THAN_IO_META, Params
 from gqa_export.model.dims import ModelDims
 from gqa_export.package.audio_processor_config import AUDIO_PROCESSOR, feature_extractor
-from gqa_export.package.multimodal_types import MULTIMODAL_TYPES
+from gqa_export.package.multimodal_types import MULTIMODAL_TYPES, MultimodalType
 from gqa_export.package.pad_id import token_id
 from gqa_export.package.towers import AudioTower, VisionTower
 from gqa_export.quant.quantize import PrecisionPlan, plan_precision, quantize
@@ -105,6 +105,7 @@ def plan_multimodal(
         image_id = token_id(source, tower.image_token)
     if image_id is None or int(image_id) >= dims.vocab_size:  # HF embeds an out-of-vocabulary one as id 0
         raise InputError(f"image_token_id {image_id} is not a token of the vocabulary: export with --text-only")
+    _check_placeholder(kind, source, int(image_id))
     token_ids = {}
     for key in tower.token_keys:
         value = getattr(hf_config, key, None)
@@ -116,6 +117,23 @@ def plan_multimodal(
         plan = _with_audio(plan, tower.audio, hf_config, dims, store, source)
     processor_files(plan)  # what the processor writers refuse, before the graphs are built
     return plan
+
+
+def _check_placeholder(kind: MultimodalType, source: Path, image_id: int) -> None:
+    """genai's processor writes the type's placeholder by its text, once per image feature: a tokenizer that
+    does not give it the config's image_token_id leaves the embedding no placeholder to fill (probed: gemma3's
+    text pieces, mistral3's -1 ids), so the images would be dropped without a word. Checked where the
+    checkpoint has a tokenizer.json."""
+    text = kind.placeholder
+    if text is None or not (source / "tokenizer.json").is_file():
+        return
+    written = token_id(source, text)
+    if written != image_id:
+        found = "has no such token" if written is None else f"gives it id {written}"
+        raise InputError(
+            f"onnxruntime-genai's {kind.model_type} processor writes '{text}' for each image feature, but the "
+            f"tokenizer {found} and the config's image_token_id is {image_id}: fix one of them, or --text-only"
+        )
 
 
 def _with_audio(

@@ -42,6 +42,9 @@ class MultimodalType:
     # genai 0.18's processor pads a prompt's images into the resized size of one of them and fails when none
     # is at least as tall and as wide as every other (lfm2_vl: 24 x 40 with 40 x 24, docs/multimodal.md §14.2)
     images_fit_one: bool = False
+    # the token genai's processor writes, by its text, once per image feature: the build refuses a tokenizer
+    # that does not give it the config's image_token_id (None: the type writes ids itself, phi3v's -N)
+    placeholder: str | None = None
 
 
 def _towers() -> ModuleType:
@@ -52,21 +55,31 @@ def _towers() -> ModuleType:
 
 
 QWEN_MARKER = "<|vision_start|><|image_pad|><|vision_end|>"
+QWEN_PAD = "<|image_pad|>"
 
-GEMMA3 = MultimodalType("gemma3", "<start_of_image>", lambda: _towers().GEMMA3)
-QWEN2_5_VL = MultimodalType("qwen2_5_vl", QWEN_MARKER, lambda: _towers().QWEN2_5_VL)
+GEMMA3 = MultimodalType("gemma3", "<start_of_image>", lambda: _towers().GEMMA3, placeholder="<image_soft_token>")
+QWEN2_5_VL = MultimodalType("qwen2_5_vl", QWEN_MARKER, lambda: _towers().QWEN2_5_VL, placeholder=QWEN_PAD)
 # Qwen3-VL's tower row for all three: the tower's mechanisms are read from its tensors (§11.1)
-QWEN3_VL = MultimodalType("qwen3_vl", QWEN_MARKER, lambda: _towers().QWEN3_VL)
-QWEN3_5 = MultimodalType("qwen3_5", QWEN_MARKER, lambda: _towers().QWEN3_VL)
-QWEN3_5_MOE = MultimodalType("qwen3_5_moe", QWEN_MARKER, lambda: _towers().QWEN3_VL)
-MISTRAL3 = MultimodalType("mistral3", "[IMG]", lambda: _towers().MISTRAL3, adjacent_markers_merge=True)
-GEMMA4 = MultimodalType(
-    "gemma4", "<|image|>", lambda: _towers().GEMMA4, one_image_size=True, audio_markers=("<|audio|>", "<|audio>")
+QWEN3_VL = MultimodalType("qwen3_vl", QWEN_MARKER, lambda: _towers().QWEN3_VL, placeholder=QWEN_PAD)
+QWEN3_5 = MultimodalType("qwen3_5", QWEN_MARKER, lambda: _towers().QWEN3_VL, placeholder=QWEN_PAD)
+QWEN3_5_MOE = MultimodalType("qwen3_5_moe", QWEN_MARKER, lambda: _towers().QWEN3_VL, placeholder=QWEN_PAD)
+MISTRAL3 = MultimodalType(
+    "mistral3", "[IMG]", lambda: _towers().MISTRAL3, adjacent_markers_merge=True, placeholder="[IMG]"
 )
-LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL, images_fit_one=True)
+GEMMA4 = MultimodalType(
+    "gemma4",
+    "<|image|>",
+    lambda: _towers().GEMMA4,
+    one_image_size=True,
+    audio_markers=("<|audio|>", "<|audio>"),
+    placeholder="<|image|>",
+)
+LFM2_VL = MultimodalType("lfm2_vl", "<image>", lambda: _towers().LFM2_VL, images_fit_one=True, placeholder="<image>")
 # genai's phi4mm processor reads every <|image_N|> as the next image's block (the number is not
 # read); `run --image` writes <|image_1|> per image, `run --audio` <|audio_1|> per clip (docs/multimodal.md §20)
-PHI4MM = MultimodalType("phi4mm", "<|image_1|>", lambda: _towers().PHI4MM, audio_markers=("<|audio_1|>",))
+PHI4MM = MultimodalType(
+    "phi4mm", "<|image_1|>", lambda: _towers().PHI4MM, audio_markers=("<|audio_1|>",), placeholder="<|endoftext10|>"
+)
 # genai's phi3v processor reads <|image_N|> as image N's block (each of a prompt's images 1..n once;
 # docs/multimodal.md §21)
 PHI3V = MultimodalType("phi3v", "<|image_1|>", lambda: _towers().PHI3V, numbered_markers=True)

@@ -17,7 +17,6 @@ from dataclasses import replace
 
 import pytest
 from families import require_registered
-from multimodal_models import IMAGE_ID
 from mutants import build_planted
 from reference import parity_error
 
@@ -100,7 +99,7 @@ def test_mistral3_class_around_mistral4_full_package_matches_hf(small4, tmp_path
     vision = ort.InferenceSession(str(tmp_path / "full" / "vision.onnx"), providers=["CPUExecutionProvider"])
     features = vision.run(None, {"pixel_values": pixels, "image_sizes": sizes})[0]
     np.testing.assert_allclose(features, hf_image_features(hf, pixels, sizes), atol=1e-4, rtol=1e-4)  # 4.8e-6
-    prompt = [0, 17, 45, *[IMAGE_ID] * len(features), 99, 200, 3, 7, 64, 12, 13, 14]
+    prompt = [0, 17, 45, *[hf.config.image_token_id] * len(features), 99, 200, 3, 7, 64, 12, 13, 14]
     got, tokens = ort_embedded_greedy(tmp_path / "full", prompt, {"image_features": features}, 6)
     image = {"pixel_values": torch.from_numpy(pixels), "image_sizes": torch.from_numpy(sizes)}
     np.testing.assert_allclose(got, hf_prompt_then_steps(hf, prompt, tokens, **image), atol=1e-4, rtol=1e-4)  # 1.2e-5

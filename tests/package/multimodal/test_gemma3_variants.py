@@ -91,3 +91,26 @@ def test_shieldgemma2_builds_the_gemma3_package(tmp_path, layout):
     vision, logits = _errors(tmp_path / "pkg", shield.model, 64)
     print(f"shieldgemma2 ({layout} names): features {vision:.3g}, logits {logits:.3g}")
     assert vision < 1e-4 and logits < 1e-4
+
+
+@pytest.mark.parametrize("case", ["absent", "other_id"])
+def test_tokenizer_without_the_config_placeholder_is_refused(tmp_path, case):
+    """genai's gemma3 processor writes '<image_soft_token>' by its text: a tokenizer without it (genai then writes
+    the text's pieces, 4132 ids and no placeholder, probed) or giving it another id than the config's
+    image_token_index would drop every image silently; the build refuses in one line, before writing."""
+    import json
+
+    from tiny_models import save_tokenizer
+
+    from gqa_export.errors import InputError
+
+    checkpoint = save_multimodal(tmp_path / "ckpt", "gemma3_full", vision={"num_hidden_layers": 1})
+    if case == "absent":
+        save_tokenizer(checkpoint, vocab_size=384)  # no image tokens
+    else:
+        config = json.loads((checkpoint / "config.json").read_text())
+        config["image_token_index"] = 9
+        (checkpoint / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match="has no such token" if case == "absent" else "gives it id 6") as refused:
+        build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False))
+    assert "<image_soft_token>" in str(refused.value) and not (tmp_path / "pkg").exists()
