@@ -113,11 +113,13 @@ def build_axial_vit(dims: AxialVitDims, params: Params) -> ir.Model:
         x = b.op("Mul", b.op("Sub", pixels, b.const(np.float32(0.5), "half")), b.const(np.float32(2.0), "two"))
         x = x if dtype == F32 else b.op("Cast", x, to=dtype)
         x = _linear(b, x, f"{t}patch_embedder.input_proj", dims, params, clip=False)
+        # the [2, size, width] table: row 0 the columns', row 1 the rows'. Each axis gathers from its own
+        # half, so a position past the table (a strip wider than position_embedding_size patches, which HF
+        # refuses with an IndexError) fails in onnxruntime's Gather too, never reading the other axis's rows
         table_name = f"{t}patch_embedder.position_embedding_table"
-        size = params.store.info(table_name).shape[1]
-        table = b.op("Reshape", b.initializer(table_name, params.tensor(table_name)), b.const([-1, d], "rows", "int64"))
-        y_rows = b.op("Add", py, b.const(np.int64(size), "y_table"))
-        x = b.op("Add", x, b.op("Add", b.op("Gather", table, px), b.op("Gather", table, y_rows)))
+        table = b.initializer(table_name, params.tensor(table_name))
+        x_table, y_table = (b.op("Gather", table, b.const(np.int64(i), f"axis{i}"), axis=0) for i in (0, 1))
+        x = b.op("Add", x, b.op("Add", b.op("Gather", x_table, px), b.op("Gather", y_table, py)))
         x = typed(x, dtype, [N, P, d])
     cos, sin = _axial_rotary(b, px, py, dims, dtype)
     for i in range(dims.layers):

@@ -191,3 +191,20 @@ def test_standardized_tower_matches_hf(tmp_path, images, monkeypatch):
     original = axial_vit.axial_vit_dims
     monkeypatch.setattr(axial_vit, "axial_vit_dims", lambda *args: replace(original(*args), standardize=False))
     assert vision_error(checkpoint, hf, images) > 1e-2
+
+
+def test_a_column_past_the_position_table_fails_as_in_hf(package, hf):
+    """A 3 x 66 patch strip (columns 0..65 of the tiny tower's 64-row tables; genai's processor gives a
+    wide strip such a grid): HF's embedding lookup raises IndexError, and so does vision.onnx's Gather,
+    which before read the column past the table from the rows' table and ran on, silently wrong."""
+    import onnxruntime as ort
+    import torch
+
+    cols, rows = 66, 3
+    positions = np.stack(np.meshgrid(np.arange(cols), np.arange(rows)), -1).reshape(1, -1, 2).astype(np.int64)
+    pixels = np.random.default_rng(0).uniform(0, 1, (1, cols * rows, 48)).astype(np.float32)
+    with pytest.raises(IndexError), torch.no_grad():
+        hf.model.get_image_features(torch.from_numpy(pixels), torch.from_numpy(positions), return_dict=True)
+    session = ort.InferenceSession(str(package / "vision.onnx"))
+    with pytest.raises(Exception, match="out of data bounds"):
+        session.run(None, {"pixel_values": pixels, "pixel_position_ids": positions})
