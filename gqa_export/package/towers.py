@@ -111,6 +111,9 @@ class VisionTower:
     image_token_id: Callable[[Any], Any] = lambda config: getattr(config, "image_token_id", None)
     # the placeholder genai's processor writes as text, its id read from the tokenizer where the config names none
     image_token: str | None = None
+    # tower dims -> the patch positions per side its position table holds (Gemma-4), for the manifest's
+    # model.vision_position_limit: `run --image` refuses an image genai's resize puts past it (HF's lookup fails)
+    position_limit: Callable[[Any], int | None] = lambda _dims: None
 
 
 def _gemma3_dims(hf_config: Any, dims: ModelDims, store: WeightStore) -> PooledVitDims:
@@ -235,6 +238,7 @@ GEMMA4 = VisionTower(
     # an MMM type: without this genai looks for audio_processor_config.json and fails to load
     model_sections=(("speech", {"config_filename": ""}),),
     audio=CONFORMER,
+    position_limit=lambda vision: vision.positions,
 )
 # SigLIP2 NaFlex + pixel-unshuffle projector (§14); genai's lfm2_vl processor pads every image's
 # patches to max_num_patches and expands <image> to <|image_start|> + n <image> + <|image_end|>

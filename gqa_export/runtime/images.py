@@ -102,8 +102,24 @@ def audio_marker(package: Path, prompt: str, clips: int) -> str:
     return prompt if found else markers[0] + prompt
 
 
+def _check_positions(package: Path, inputs: Any) -> None:
+    """Refuse, in one line, an image genai's resize makes more patches wide or tall than the tower's
+    position table holds (the manifest's model.vision_position_limit, Gemma-4): HF's lookup raises
+    IndexError there and the vision model's Gather fails (docs/multimodal.md §13.4)."""
+    limit = ((read_json(package / "manifest.json") or {}).get("model") or {}).get("vision_position_limit")
+    if not isinstance(limit, int) or "pixel_position_ids" not in inputs:
+        return
+    reach = int(inputs["pixel_position_ids"].as_numpy().max()) + 1
+    if reach > limit:
+        raise InputError(
+            f"an image is {reach} patches wide or tall after onnxruntime-genai's resize, past the {limit} patch "
+            "positions of the vision tower's table (HF cannot run it either): give a less elongated image"
+        )
+
+
 def _check_image_sizes(package: Path, inputs: object, images: int) -> None:
     """Refuse, in one line, images onnxruntime-genai would fail on with a buffer-shape error."""
+    _check_positions(package, inputs)
     model_type = _model(package).get("type")
     kind = MULTIMODAL_TYPES.get(str(model_type))
     if images < 2 or kind is None or not kind.one_image_size:

@@ -135,6 +135,8 @@ def _manifest(
                                        speech)  # fmt: skip
     if mm and (tiling := mm.tower.hf_tiling(mm.preprocessor)):  # run --image notes it (multimodal.md §14.2)
         manifest["model"]["hf_image_tiling"] = tiling
+    if mm and (limit := mm.tower.position_limit(mm.vision)):  # run --image refuses past it (multimodal.md §13.4)
+        manifest["model"]["vision_position_limit"] = limit
     return manifest
 
 

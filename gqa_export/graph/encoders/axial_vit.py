@@ -62,6 +62,7 @@ class AxialVitDims:
     clipped: bool
     text_hidden: int
     projector_eps: float
+    positions: int  # position_embedding_size: the columns (and rows) of patches the position table holds
     tower: str  # prefix of `patch_embedder.input_proj.weight`
     projector: str  # prefix of `embed_vision.embedding_projection.weight`
 
@@ -97,6 +98,7 @@ def axial_vit_dims(hf_config: Any, text_hidden: int, store: WeightStore) -> Axia
         clipped=bool(getattr(vision, "use_clipped_linears", False)),
         text_hidden=text_hidden,
         projector_eps=float(vision.rms_norm_eps),
+        positions=int(vision.position_embedding_size),
         tower=tensor_prefix(store, "patch_embedder.input_proj.weight"),
         projector=tensor_prefix(store, "embed_vision.embedding_projection.weight"),  # not embed_audio's
     )

@@ -122,3 +122,19 @@ def test_cuda_fp16_towers_run_on_cpu(checkpoint, hf, images, tmp_path):
     embedding = ort.InferenceSession(str(out / "embedding.onnx"))
     embeds = embedding.run(None, {"input_ids": np.array([IMAGE_PROMPT]), "image_features": got})[0]
     assert embeds.shape == (1, len(IMAGE_PROMPT), 64) and np.isfinite(embeds).all()
+
+
+def test_run_refuses_an_image_past_the_position_table(package, images, tmp_path):
+    """A 12 x 600 strip: genai's resize makes it 3 x 150 patches, past the tiny tower's 64 column positions
+    (the manifest's model.vision_position_limit), where HF's lookup raises IndexError: `run` says so in one
+    line (exit 2) instead of genai's Gather failure; the 84 x 120 image (21 columns) runs."""
+    from cli_runner import invoke
+    from PIL import Image
+
+    assert json.loads((package / "manifest.json").read_text())["model"]["vision_position_limit"] == 64
+    strip = tmp_path / "strip.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (12, 600, 3), dtype=np.uint8)).save(strip)
+    result = invoke("run", package, "--image", strip, "--prompt", "x", "--max-new-tokens", 2)
+    assert result.exit_code == 2 and "past the 64 patch positions" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert invoke("run", package, "--image", images["exact"], "--prompt", "x", "--max-new-tokens", 2).exit_code == 0
