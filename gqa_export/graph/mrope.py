@@ -31,13 +31,15 @@ def mrope_rows(rope: RopeConfig) -> np.ndarray:
     """The position row (0 t, 1 h, 2 w) each of the rotary_dim / 2 frequencies reads."""
     sections = rope.params.get("mrope_section")
     half = rope.rotary_dim // 2
-    if not sections or len(sections) != 3 or sum(sections) != half:
+    interleaved = bool(rope.params.get("mrope_interleaved"))
+    # interleaved: HF reads the h and w counts alone (frequency i < 3h / 3w), so any sum runs there
+    if not sections or len(sections) != 3 or (sum(sections) != half and not interleaved):
         raise InputError(
             f"3-D position_ids need rope mrope_section [t, h, w] summing to rotary_dim / 2 = {half} "
             f"(config has {sections}); export the text-only decoder instead"
         )
     t, h, w = (int(s) for s in sections)
-    if rope.params.get("mrope_interleaved"):
+    if interleaved:
         i = np.arange(half)
         return np.where((i % 3 == 1) & (i < 3 * h), 1, np.where((i % 3 == 2) & (i < 3 * w), 2, 0))
     return np.repeat([0, 1, 2], [t, h, w])

@@ -84,6 +84,33 @@ def check_full_options(no_lm_head: bool, inputs_embeds: bool, kv_quantized: bool
             raise InputError(f"{option} is not available for a full multimodal package: add --text-only, or drop it")
 
 
+# transformers' Qwen text rotaries: the M-RoPE sections each class reads where rope_parameters names
+# none (`rope_parameters.get("mrope_section", ...)`, docs/multimodal.md §11.3)
+CLASS_MROPE_SECTIONS = {
+    "qwen2_vl": [16, 24, 24], "qwen2_5_vl": [16, 24, 24], "qwen3_vl": [24, 20, 20], "qwen3_vl_moe": [24, 20, 20],
+    "qwen3_5": [11, 11, 10], "qwen3_5_moe": [11, 11, 10],
+}  # fmt: skip
+
+
+def class_mrope(model_type: str, hf_config: Any, dims: ModelDims) -> ModelDims:
+    """dims whose ropes name the M-RoPE keys the config leaves out as the class reads them: its
+    default sections, and its interleaving (the config classes' own defaults name neither, and
+    HF's rotary then interleaves Qwen3-VL's / Qwen3.5's sections all the same). A key the config
+    names stays as it is (a contrary mrope_interleaved is refused by plan_multimodal)."""
+    kind = MULTIMODAL_TYPES.get(model_type)
+    tower = kind.tower() if kind is not None else None
+    if tower is None or not tower.mrope_positions:
+        return dims
+    sections = CLASS_MROPE_SECTIONS.get(str(getattr(hf_config, "model_type", "")))
+    ropes = {}
+    for key, rope in dims.ropes.items():
+        params = {"mrope_interleaved": tower.mrope_interleaved, **rope.params}
+        if sections is not None:
+            params.setdefault("mrope_section", sections)
+        ropes[key] = replace(rope, params=params)
+    return replace(dims, ropes=ropes)
+
+
 def plan_multimodal(
     model_type: str, hf_config: Any, dims: ModelDims, store: WeightStore, source: Path
 ) -> MultimodalPlan:

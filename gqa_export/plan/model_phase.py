@@ -34,6 +34,7 @@ from gqa_export.package.genai_config import default_max_length
 from gqa_export.package.multimodal import (
     MultimodalPlan,
     check_full_options,
+    class_mrope,
     encoder_plan,
     full_attention_mode,
     plan_multimodal,
@@ -105,6 +106,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
     full = bool(recipe.multimodal_model_type) and getattr(hf_config, "vision_config", None) is not None
     mm = None
     if full and not request.text_only:
+        dims = class_mrope(recipe.multimodal_model_type, hf_config, dims)
         mm = plan_multimodal(recipe.multimodal_model_type, hf_config, dims, store, source.model_dir)
     if recipe.merged_adapter != "none":  # a LoRA adapter the checkpoint carries (source/merged_adapter.py)
         store, merged = _merged_adapter(store, checkpoint, recipe.merged_adapter, mm is not None)
