@@ -129,11 +129,7 @@ class QwenTower:
     dims: QwenVisionDims
     prefix: str
     deepstack: tuple[int, ...] = ()  # the blocks whose output a deepstack merger reads, in merger order
-
-    @property
-    def feature_slices(self) -> int:
-        """The feature sets past the main one (the decoder's widened inputs_embeds, §11.5)."""
-        return len(self.deepstack)
+    feature_slices: int = 0  # the feature sets past the main one the decoder adds (its widened inputs_embeds, §11.5)
 
 
 def qwen_tower(hf_config: Any, text: Any, store: Any) -> QwenTower:
@@ -153,27 +149,35 @@ def qwen_tower(hf_config: Any, text: Any, store: Any) -> QwenTower:
     deepstack = tuple(int(i) for i in config.get("deepstack_visual_indexes") or ())
     mergers = {n.split(".")[0] for n in (n[len(f"{prefix}deepstack_merger_list.") :] for n in names
                                          if n.startswith(f"{prefix}deepstack_merger_list."))}  # fmt: skip
-    if mergers != {str(j) for j in range(len(deepstack))} or any(not 0 <= i < dims.depth for i in deepstack):
+    if mergers != {str(j) for j in range(len(deepstack))}:
         raise InputError(
-            f"the checkpoint has {len(mergers)} deepstack mergers for deepstack_visual_indexes {list(deepstack)} "
-            f"(a tower of {dims.depth} blocks): fix config.json, or export with --text-only"
+            f"the checkpoint has {len(mergers)} deepstack mergers for deepstack_visual_indexes {list(deepstack)}: "
+            "fix config.json, or export with --text-only"
         )
-    if len(deepstack) > text.num_layers:
-        raise InputError(
-            f"{len(deepstack)} deepstack feature sets for a decoder of {text.num_layers} layers: "
-            "export with --text-only"
-        )
-    return QwenTower(dims, prefix, deepstack)
+    # HF: an index past the tower never fires (the config class's default (8, 16, 24) under a shallower
+    # tower), and the decoder adds only the sets its layers reach
+    sets = min(len(fired_blocks(dims.depth, deepstack)), text.num_layers)
+    return QwenTower(dims, prefix, deepstack, sets)
+
+
+def fired_blocks(depth: int, deepstack: tuple[int, ...], sets: int | None = None) -> list[int]:
+    """The tower blocks whose deepstack merger HF runs, in block order (the order of its feature
+    sets, each added after one decoder layer): each listed block of the tower once (a block listed
+    twice feeds its first merger once), the first `sets` of them (None: all)."""
+    return [i for i in range(depth) if i in deepstack][:sets]
 
 
 def build_qwen_tower(tower: QwenTower, params: Params) -> ir.Model:
     """The vision graph of a planned tower (the Qwen rows' builder, package/towers.py)."""
-    return build_qwen_vision(tower.dims, params, tower.prefix, tower.deepstack)
+    return build_qwen_vision(tower.dims, params, tower.prefix, tower.deepstack, tower.feature_slices)
 
 
-def build_qwen_vision(dims: QwenVisionDims, params: Params, prefix: str, deepstack: tuple[int, ...] = ()) -> ir.Model:
+def build_qwen_vision(
+    dims: QwenVisionDims, params: Params, prefix: str, deepstack: tuple[int, ...] = (), sets: int | None = None
+) -> ir.Model:
     """The vision graph; weights stream from `params` under `prefix` (see vision_prefix). With
-    `deepstack` blocks, the deepstack mergers' features follow the main ones as column blocks."""
+    `deepstack` blocks (in merger order), the features of the first `sets` deepstack mergers that
+    run (fired_blocks; None: all) follow the main ones as column blocks."""
     b = GraphBuilder("gqa_export_vision", OPSETS)
     dtype = params.dtype
     t = _Tower(b, dims, params, prefix)
@@ -199,12 +203,13 @@ def build_qwen_vision(dims: QwenVisionDims, params: Params, prefix: str, deepsta
     full = segment_bias(b, grid.frame_key, dtype, "frame_mask")
     windowed = segment_bias(b, grid.window_key, dtype, "window_mask") if dims.window_blocks else full
     unit = dims.hidden_size * dims.spatial_merge_size**2
+    fired = fired_blocks(dims.depth, deepstack, sets)
     stacked: list[ir.Value] = []
     for i in range(dims.depth):
         with b.scope(f"blocks.{i}"):
             bias = full if i in dims.fullatt_block_indexes else windowed
             x = t.block(i, x, cos, sin, bias)
-        if i in deepstack:  # HF's merger with use_postshuffle_norm: the norm over the merged row
+        if i in fired:  # HF's merger with use_postshuffle_norm: the norm over the merged row
             module = f"deepstack_merger_list.{deepstack.index(i)}"
             with b.scope(module):
                 y = t.norm(b.op("Reshape", x, b.const([-1, unit], "merge_rows", "int64")), f"{module}.norm")

@@ -80,3 +80,32 @@ def test_class_mrope_fills_only_what_is_missing(model_type, sections, interleave
     assert params({"mrope_section": [2, 3, 3], "mrope_interleaved": False}) == {
         "mrope_section": [2, 3, 3], "mrope_interleaved": False
     }  # fmt: skip
+
+
+# deepstack_visual_indexes HF runs without a refusal: the config class's default (8, 16, 24) under a
+# 2-block tower (no block fires: no deepstack features), and a 4-block tower listing [3, 0, 3, 1]
+# before a 2-layer decoder (blocks 0, 1, 3 fire in block order through mergers 1, 3, 0; the decoder
+# adds the first two sets)
+DEEPSTACKS = {"class_default": (2, [8, 16, 24], 64), "unsorted_repeated_past_the_layers": (4, [3, 0, 3, 1], 192)}
+
+
+@pytest.mark.parametrize("case", list(DEEPSTACKS))
+def test_deepstack_indexes_as_hf_runs_them(tmp_path, case):
+    """decoder.hidden_size 64 x (1 + the sets the decoder adds), and genai greedy = HF generate with
+    prompt logits within 1e-4 (measured 1.6e-5 / 1.8e-5) for a 64 x 96 image and for text only."""
+    import transformers as tf
+
+    depth, indexes, width = DEEPSTACKS[case]
+    checkpoint = save(tmp_path / "ckpt", "qwen3_vl", depth=depth, deepstack_visual_indexes=indexes)
+    package = assemble(checkpoint, tmp_path / "pkg")
+    assert json.loads((package / "genai_config.json").read_text())["model"]["decoder"]["hidden_size"] == width
+    image = png(tmp_path / "fits.png", 64, 96, 0)
+    hf = tf.Qwen3VLForConditionalGeneration.from_pretrained(checkpoint).eval()
+    got = []
+    for prompt, images in (("hi " + MARKER + " tell", [image]), ("just text", [])):
+        ids, logits, tokens = genai_greedy(package, prompt, images, NEW)
+        ref_logits, ref_tokens = hf_greedy(hf, ids, images, NEW, KINDS["qwen3_vl"][4])
+        assert np.abs(logits - ref_logits).max() < 1e-4, prompt
+        assert tokens == ref_tokens, prompt
+        got.append(ref_tokens)
+    assert_varied(got)
