@@ -59,10 +59,14 @@ def qwen_tower_processor_config(tower: Any, pre: dict[str, Any]) -> dict[str, An
     if not pre:
         raise InputError("the checkpoint has no preprocessor_config.json (the image mean/std): export with --text-only")
     dims = tower.dims
-    for key, want in (("patch_size", dims.patch_size), ("merge_size", dims.spatial_merge_size)):
+    sizes = {"patch_size": dims.patch_size, "merge_size": dims.spatial_merge_size,
+             "temporal_patch_size": dims.temporal_patch_size}  # fmt: skip
+    for key, want in sizes.items():
         if int(pre.get(key, want)) != want:
             raise InputError(f"preprocessor_config {key} {pre[key]} differs from the vision tower's {want}")
-    return qwen_processor_config({"patch_size": dims.patch_size, "merge_size": dims.spatial_merge_size, **pre})
+    # the tower's temporal_patch_size where the file names none: genai's processor patches two frames only,
+    # so a tower of another one is refused here (qwen_processor_config), not at the vision model's first run
+    return qwen_processor_config({**sizes, **pre})
 
 
 def pixtral_processor_config(patch: int, merge: int, pre: dict[str, Any]) -> dict[str, Any]:

@@ -109,3 +109,21 @@ def test_deepstack_indexes_as_hf_runs_them(tmp_path, case):
         assert tokens == ref_tokens, prompt
         got.append(ref_tokens)
     assert_varied(got)
+
+
+def test_tower_of_another_temporal_patch_is_refused_without_the_key(tmp_path):
+    """A tower whose temporal_patch_size is 3 under a preprocessor_config.json that names none: genai's
+    processor patches two frames only, so the build refuses in one line before writing anything (it
+    used to write a package whose vision model rejected every image's pixel_values at its first run)."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    checkpoint = save(tmp_path / "ckpt", "qwen2_5_vl", temporal_patch_size=3)
+    pre = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    del pre["temporal_patch_size"]
+    (checkpoint / "preprocessor_config.json").write_text(json.dumps(pre))
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "temporal_patch_size 3" in errors[0], result.output
+    assert not (tmp_path / "p").exists()
