@@ -22,6 +22,22 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 DEFAULT_MIN_PIXELS, DEFAULT_MAX_PIXELS = 56 * 56, 28 * 28 * 1280
 
 
+def smart_resize_mode(resample: Any) -> str:
+    """The Resize interpolation of a smart-resize pipeline for HF's `resample`, or InputError: one
+    onnxruntime-extensions has no mode for, or nearest (0), whose NEAREST genai 0.18's Resize accepts
+    in the file and then fails on every image ("ImagingResample failed", probed: also on an image that
+    needs no resize), so the build refuses it before writing a package that cannot take an image."""
+    resample = int(resample)
+    if resample not in INTERPOLATION:
+        raise InputError(f"preprocessor_config resample {resample} has no onnxruntime-extensions Resize mode")
+    if INTERPOLATION[resample] == "NEAREST":
+        raise InputError(
+            "preprocessor_config resample 0 (nearest): onnxruntime-genai's Resize fails on every image with it; "
+            "export with --text-only"
+        )
+    return INTERPOLATION[resample]
+
+
 def qwen_processor_config(pre: dict[str, Any]) -> dict[str, Any]:
     """The pipeline for a Qwen2VLImageProcessor-style `preprocessor_config.json` (Qwen2.5-VL:
     CLIP mean/std, patch 14; Qwen3-VL / Qwen3.5: 0.5 mean/std, patch 16: both read from `pre`)."""
@@ -32,13 +48,11 @@ def qwen_processor_config(pre: dict[str, Any]) -> dict[str, Any]:
     temporal = int(pre.get("temporal_patch_size", 2))
     if temporal != 2:
         raise InputError(f"temporal_patch_size {temporal}: genai's Qwen image processor repeats each image twice only")
-    resample = pre.get("resample", 3)
-    if resample not in INTERPOLATION:
-        raise InputError(f"preprocessor_config resample {resample} has no onnxruntime-extensions Resize mode")
     steps: list[tuple[str, str, dict[str, Any]]] = [("decode_image", "DecodeImage", {"color_space": "RGB"})]
     if pre.get("do_resize", True):
+        mode = smart_resize_mode(pre.get("resample", 3))
         resize = {"smart_resize": 1, "min_pixels": min_pixels, "max_pixels": max_pixels, "patch_size": patch,
-                  "merge_size": merge, "interpolation": INTERPOLATION[resample]}  # fmt: skip
+                  "merge_size": merge, "interpolation": mode}  # fmt: skip
         steps.append(("resize", "Resize", resize))
     if pre.get("do_rescale", True):
         steps.append(("rescale", "Rescale", {"rescale_factor": float(pre.get("rescale_factor", 1 / 255))}))
@@ -133,11 +147,8 @@ def _smart_resize_config(
     """The pipeline genai's pixtral and lfm2_vl processors share: smart resize to multiples of
     patch·merge within pixels = (min, max), rescale, normalize, channels first, the image's size.
     `defaults`: HF's resample, mean and std where the checkpoint's preprocessor is silent."""
-    resample = int(pre.get("resample", defaults[0]))
-    if resample not in INTERPOLATION:
-        raise InputError(f"preprocessor_config resample {resample} has no onnxruntime-extensions Resize mode")
     resize = {"smart_resize": 1, "min_pixels": pixels[0], "max_pixels": pixels[1], "patch_size": patch,
-              "merge_size": merge, "interpolation": INTERPOLATION[resample]}  # fmt: skip
+              "merge_size": merge, "interpolation": smart_resize_mode(pre.get("resample", defaults[0]))}  # fmt: skip
     mean = [float(v) for v in pre.get("image_mean", defaults[1])]
     std = [float(v) for v in pre.get("image_std", defaults[2])]
     return {

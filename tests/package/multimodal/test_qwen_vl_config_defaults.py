@@ -127,3 +127,27 @@ def test_tower_of_another_temporal_patch_is_refused_without_the_key(tmp_path):
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code == 2 and len(errors) == 1 and "temporal_patch_size 3" in errors[0], result.output
     assert not (tmp_path / "p").exists()
+
+
+def test_nearest_resample_is_refused(tmp_path):
+    """preprocessor_config resample 0 (nearest): refused in one line before anything is written; and
+    pinned: genai 0.18's Resize takes NEAREST in processor_config.json, then fails on every image
+    (one that needs no resize too). When a genai runs it, this test fails and the refusal can go."""
+    from typer.testing import CliRunner
+
+    from gqa_export.cli import app
+
+    checkpoint = save(tmp_path / "ckpt", "qwen2_5_vl")
+    package = assemble(checkpoint, tmp_path / "pkg")
+    config = json.loads((package / "processor_config.json").read_text())
+    resize = next(t["operation"] for t in config["processor"]["transforms"] if t["operation"]["type"] == "Resize")
+    resize["attrs"]["interpolation"] = "NEAREST"
+    (package / "processor_config.json").write_text(json.dumps(config))
+    with pytest.raises(RuntimeError, match="ImagingResample failed"):
+        genai_greedy(package, "hi " + MARKER, [png(tmp_path / "fits.png", 56, 84, 0)], 1)
+    pre = json.loads((checkpoint / "preprocessor_config.json").read_text())
+    (checkpoint / "preprocessor_config.json").write_text(json.dumps({**pre, "resample": 0}))
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "p")])
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "resample 0 (nearest)" in errors[0], result.output
+    assert not (tmp_path / "p").exists()
