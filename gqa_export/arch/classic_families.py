@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from gqa_export.arch.spec import AbsolutePositions, ArchSpec, LayerNames, Refusal, config_keys
 
-_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_tanh", "gelu")
+# the tanh-approximated GELU in each of its names (gelu_fast: transformers' FastGELUActivation, the same formula,
+# which SantaCoder's bigcode/gpt_bigcode-santacoder config names), and the exact one
+_GELUS = ("gelu_new", "gelu_pytorch_tanh", "gelu_tanh", "gelu_fast", "gelu")
 # GPT-2 / GPT-J configs: activation_function, layer_norm_epsilon, n_inner (None: 4 * hidden)
 _GPT2_KEYS = config_keys(activation="activation_function", norm_eps="layer_norm_epsilon", intermediate_size="n_inner")
 

@@ -73,6 +73,8 @@ def test_classic_graph_holds_the_position_tables_and_the_weights_as_stored(build
             "gpt2", dict(scale_attn_by_inverse_layer_idx=True, reorder_and_upcast_attn=True), id="gpt2_inverse_layer"
         ),
         pytest.param("gpt2", dict(scale_attn_weights=False, n_layer=2), id="gpt2_unscaled"),
+        # SantaCoder's (bigcode/gpt_bigcode-santacoder) gelu_fast: the tanh GELU under another name (was refused)
+        pytest.param("gpt_bigcode", dict(activation_function="gelu_fast", n_layer=2), id="santacoder_gelu_fast"),
         # MPT's MLP is 4 x hidden whatever expansion_ratio says (transformers' MptMLP; was refused as a config that
         # does not belong to its weights)
         pytest.param("mpt", dict(expansion_ratio=2, n_layers=1), id="mpt_expansion_ratio_unread"),
