@@ -23,6 +23,8 @@ right-padded row's state comes out of the prompt as it was at its last real toke
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx_ir as ir
 
@@ -32,6 +34,38 @@ from gqa_export.graph.builder import typed
 from gqa_export.graph.recurrent_state import state_shapes
 
 B, S = "batch_size", "sequence_length"
+
+
+# HF's persistent prompt-path buffers beside slope_rate: exp(-slope n) tables its blocked prompt reads as stored
+DECAY_TABLES = ("query_decay", "key_decay", "diagonal_decay")
+
+
+def decay_table_notes(spec: Any, store: Any) -> list[str]:
+    """The line saying that a checkpoint stores MiniMax's prompt decay tables below float32 (save_pretrained
+    in bf16 writes them so): transformers computes a prompt with those rounded tables and each decode step
+    with slope_rate, the package both with the stored slope_rate (the recurrence the tables approximate), so
+    its prompt logits, and the decode steps after them, are off transformers' by the tables' rounding
+    (docs/hybrid-state.md §8.16)."""
+    if spec.mixers is None or "lightning" not in spec.mixers.kinds.values():
+        return []
+    module = spec.mixers.lightning.slope.rpartition(".")[0]
+    rounded = sorted(
+        {
+            info.dtype
+            for name in store.names()
+            if name.rpartition(".")[2] in DECAY_TABLES
+            and name.rpartition(".")[0].endswith(module)
+            and (info := store.info(name)).dtype not in ("F32", "F64")
+        }
+    )
+    if not rounded:
+        return []
+    return [
+        f"the checkpoint stores the lightning layers' decay tables ({', '.join(DECAY_TABLES)}) in "
+        f"{'/'.join(rounded)}: transformers runs a prompt through those rounded tables and the package through "
+        "the exact decay at the stored slope_rate, so their logits differ by the rounding (up to ~0.1 on tiny "
+        "random models; docs/hybrid-state.md §8.16)"
+    ]
 
 
 def slope_rates(heads: int, layer: int, layers: int) -> np.ndarray:

@@ -21,6 +21,7 @@ from gqa_export.errors import InputError
 from gqa_export.graph.attention import gqa_refusal
 from gqa_export.graph.io_options import ResolvedIo, resolve_io, with_recipe_defaults
 from gqa_export.graph.latent_attention import latent_cache_dims
+from gqa_export.graph.lightning import decay_table_notes
 from gqa_export.graph.lora import check_lora_options
 from gqa_export.graph.options import GraphOptions
 from gqa_export.graph.plan import AttentionPlan, bidirectional_ids, plan_attention, static_max_length, static_plan
@@ -101,6 +102,7 @@ def resolve_model(plan: RequestPlan, checkpoint: Checkpoint, reporter: Reporter)
         dims = latent_cache_dims(dims)
     # said in the build output and kept in the package's notes
     notes = context_cap_notes(dims) + rope_width_notes(dims, arch.hf_rotates_full_head)
+    notes += decay_table_notes(spec, store)  # MiniMax's 16-bit prompt decay tables (graph/lightning.py)
     max_length = planned_max_length(request.max_length, dims)
     # the recipe's full package is for its checkpoints with a vision tower (docs/multimodal.md §1)
     full = bool(recipe.multimodal_model_type) and getattr(hf_config, "vision_config", None) is not None
