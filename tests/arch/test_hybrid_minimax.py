@@ -143,7 +143,7 @@ def test_bf16_decay_tables_are_said_and_are_the_whole_difference(builds, tmp_pat
     """A bf16 save (as the releases are) stores HF's prompt decay tables rounded: HF's prompt reads them, the
     package computes the exact decay at the stored slope_rate. The build says so (the float32 registry build
     does not), and the difference is the tables' alone: against HF with the tables recomputed in float32 from
-    the stored slopes the package is within 1e-4 (measured 1e-5; 1e-2 against HF as loaded)."""
+    the stored slopes the package is within 1e-4 (measured 1.4e-6; 1.7e-3 against HF as loaded)."""
     import torch
     from safetensors.torch import load_file as load_torch
     from safetensors.torch import save_file as save_torch
@@ -157,16 +157,18 @@ def test_bf16_decay_tables_are_said_and_are_the_whole_difference(builds, tmp_pat
     assert said and "BF16" in said[0], said
     fp32 = build(BuildOptions(str(builds.checkpoint(FAMILY)), tmp_path / "fp32", smoke=False))
     assert not [n for n in fp32.notes if "decay tables" in n]
-    prompt = list(LONG_PROMPT[:40])  # past two of HF's 16-token prompt blocks
+    prompt = list(LONG_PROMPT)  # 70 tokens: four of HF's 16-token prompt blocks and a partial one
     tokens, got = ort_prefill_and_decode(package, prompt, steps=2)
     model = hf_model(checkpoint)
-    assert np.abs(got - hf_logits(model, tokens, len(prompt))).max() > 1e-3
+    loaded = np.abs(got - hf_logits(model, tokens, len(prompt))).max()
+    assert loaded > 5e-4, loaded  # measured 1.7e-3
     with torch.no_grad():
         for module in model.modules():
             if hasattr(module, "decay_factors") and hasattr(module, "slope_rate"):
                 for name, table in zip(DECAY_BUFFERS[1:], module.decay_factors(module.slope_rate), strict=True):
                     getattr(module, name).copy_(table)
-    assert np.abs(got - hf_logits(model, tokens, len(prompt))).max() < 1e-4
+    recomputed = np.abs(got - hf_logits(model, tokens, len(prompt))).max()
+    assert recomputed < 1e-4, recomputed  # measured 1.4e-6
 
 
 def _released_rope(model, rotary: int, theta: float, monkeypatch) -> None:
