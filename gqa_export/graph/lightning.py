@@ -23,15 +23,15 @@ right-padded row's state comes out of the prompt as it was at its last real toke
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import onnx_ir as ir
 
+from gqa_export.arch.spec import ArchSpec
 from gqa_export.graph.activations import activation
 from gqa_export.graph.blocks import LayerContext, linear
 from gqa_export.graph.builder import typed
 from gqa_export.graph.recurrent_state import state_shapes
+from gqa_export.source.weights import WeightStore
 
 B, S = "batch_size", "sequence_length"
 
@@ -40,7 +40,7 @@ B, S = "batch_size", "sequence_length"
 DECAY_TABLES = ("query_decay", "key_decay", "diagonal_decay")
 
 
-def decay_table_notes(spec: Any, store: Any) -> list[str]:
+def decay_table_notes(spec: ArchSpec, store: WeightStore) -> list[str]:
     """The line saying that a checkpoint stores MiniMax's prompt decay tables below float32 (save_pretrained
     in bf16 writes them so): transformers computes a prompt with those rounded tables and each decode step
     with slope_rate, the package both with the stored slope_rate (the recurrence the tables approximate), so
