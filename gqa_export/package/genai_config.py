@@ -55,7 +55,10 @@ def make_genai_config(
     """One graph: a plain decoder. Several: a `decoder-pipeline` (docs/ortgenai.md §1.5, §6.3) whose
     stages list their exact graph I/O names; share buffer only if every stage can share."""
     facts = stages[0].facts
-    eos = list(dims.eos_token_ids) or ([dims.pad_token_id] if dims.pad_token_id is not None else [])
+    # no eos id anywhere: the pad id stops generation, when it is a token (a config's -1 means none, and
+    # onnxruntime-genai refuses an eos id outside the vocabulary when a generator is made, whatever the prompt)
+    pad = dims.pad_token_id
+    eos = list(dims.eos_token_ids) or ([pad] if pad is not None and 0 <= pad < dims.vocab_size else [])
     model: dict[str, Any] = {
         "type": opts.model_type if len(stages) == 1 else "decoder-pipeline",
         "context_length": opts.context_length,
