@@ -4,6 +4,9 @@ transformers fills a key missing from config.json with its class default (a Llam
 `hidden_size` gets 4096), so neither a missing key nor a wrong value fails on reading. Here the
 keys that size the graph are checked for presence and type in the raw JSON, each problem one
 sentence naming the key; source/consistency.py then checks the sizes against the stored tensors.
+A multimodal config's nested text_config is the exception to presence: transformers gives it its class defaults
+for the keys it leaves out, which releases rely on (llava-1.5's text_config names no width, head or layer count),
+so there only the types of the keys given are checked (docs/coverage.md §21); flat keys stay required.
 """
 
 from __future__ import annotations
@@ -53,13 +56,16 @@ def check_raw_config(raw: dict[str, Any]) -> None:
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
     spelled = spellings(text.get("model_type"))
     attention_free = without_attention(text.get("model_type"))
+    # a multimodal class's nested text config takes its class defaults for the keys it leaves out, and its
+    # releases rely on them (llava-1.5's text_config names no width, head or layer count: LlamaConfig's 7B sizes)
+    defaulted = text is not raw
     for key in POSITIVE_INT_KEYS:
         value = next((v for k in spelled[key] if (v := text.get(k)) is not None), None)
         derived = text.get(DERIVED_LAYER_COUNT.get(str(text.get("model_type")), "")) is not None
         counted = key == "num_hidden_layers" and (derived or any(text.get(k) for k in LAYER_COUNT_PATTERNS))
         headless = key == "num_attention_heads" and attention_free
         latent = key == "head_dim" and value == 0 and text.get("model_type") in ZERO_HEAD_DIM
-        if (value is None and (key not in REQUIRED_KEYS or counted or headless)) or latent:
+        if (value is None and (key not in REQUIRED_KEYS or counted or headless or defaulted)) or latent:
             continue
         if value is None:
             raise InputError(f"config.json has no '{key}'; add the model's {key} (it sizes the graph)")

@@ -586,3 +586,25 @@ def test_no_eos_and_a_pad_of_minus_one_still_generates(tmp_path):
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
     _, tokens = genai_prompt_then_greedy(tmp_path / "pkg", PROMPT, 8)
     assert tokens == hf_generate(hf_model(checkpoint), PROMPT, 8)
+
+
+# the keys llava-hf/llava-1.5-7b-hf's text_config names (vicuna-7b-v1.5): LlamaConfig's defaults give the rest
+LLAVA15_TEXT_KEYS = ("_name_or_path", "architectures", "max_position_embeddings", "model_type", "rms_norm_eps",
+                     "torch_dtype", "vocab_size")  # fmt: skip
+
+
+def test_llava15_text_config_relies_on_llama_defaults(tmp_path):
+    """llava-1.5's published text_config names no head count (nor width or layer count: 7B's are LlamaConfig's
+    defaults); transformers fills LlamaConfig's, 32 heads, and so must the build. The tiny checkpoint keeps its
+    width and layer count and draws 32 heads of 2 (kv heads by default too). Before: refused, "config.json has
+    no 'num_attention_heads'"; after 1.1e-6 (docs/coverage.md §21)."""
+    import json
+
+    checkpoint = save_wrapped(tmp_path / "llava15", "llava", "llama", num_attention_heads=32, num_key_value_heads=32,
+                              head_dim=2)  # fmt: skip
+    config = json.loads((checkpoint / "config.json").read_text())
+    kept = ("hidden_size", "intermediate_size", "num_hidden_layers", *LLAVA15_TEXT_KEYS)
+    config["text_config"] = {k: v for k, v in config["text_config"].items() if k in kept}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    assert _error(tmp_path / "pkg", checkpoint) < 1e-4

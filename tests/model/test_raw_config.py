@@ -96,3 +96,16 @@ def test_bloom_n_embed_exports_the_package_hidden_size_does(checkpoints, tmp_pat
     monkeypatch.setattr(raw_config, "INIT_ALIASES", {})
     with pytest.raises(InputError, match="no 'hidden_size'"):
         build(BuildOptions(str(spelled), tmp_path / "mutant", smoke=False))
+
+
+def test_a_multimodal_text_config_takes_its_class_defaults():
+    """llava-hf/llava-1.5-7b-hf's config.json: its text_config names no width, head or layer count (LlamaConfig's
+    7B defaults, which transformers fills): passes; the same text keys flat, or a plain Llama without them, are
+    still refused; a key given in the text_config is still type-checked."""
+    text = {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096, "model_type": "llama",
+            "rms_norm_eps": 1e-05, "torch_dtype": "float16", "vocab_size": 32064}  # fmt: skip
+    check_raw_config({"model_type": "llava", "image_token_index": 32000, "text_config": text, "vocab_size": 32064})
+    with pytest.raises(InputError, match="no 'hidden_size'"):
+        check_raw_config(text)
+    with pytest.raises(InputError, match="must be a positive integer"):
+        check_raw_config({"model_type": "llava", "text_config": {**text, "hidden_size": "4096"}})
