@@ -190,11 +190,14 @@ def towers_refusal(raw_config: Mapping[str, Any], recipe: Recipe) -> str | None:
     dropped the images a user brought the checkpoint for would be the wrong package."""
     architecture = _first_architecture(raw_config) or str(raw_config.get("model_type", "?"))
     towers = config_towers(raw_config)
-    if architecture in _FULL_PACKAGE or (recipe.multimodal_model_type and "vision" in towers):
-        return None  # the full package (docs/multimodal.md §1)
-    if architecture in WRAPPED_DECODERS:
+    if architecture in _FULL_PACKAGE:
+        return None  # the full package (docs/multimodal.md §15, §21)
+    if architecture in WRAPPED_DECODERS:  # even where its decoder family's recipe builds another class's full
+        # package (Qwen2's builds Qwen2.5-VL's: LLaVA-OneVision's and InternVL's towers are not that one)
         what = "VQ-VAE image tokenizer is" if architecture in _IMAGE_TOKENIZERS else "vision tower and projector are"
         what, genai_type = _TOWERS.get(architecture, what), WRAPPED_DECODERS[architecture]
+    elif recipe.multimodal_model_type and "vision" in towers:
+        return None  # the full package (docs/multimodal.md §1)
     elif towers:
         what, genai_type = f"{' and '.join(towers)} tower{'s are' if len(towers) > 1 else ' is'}", "such"
         genai_type = str(raw_config.get("model_type") or genai_type)

@@ -318,6 +318,35 @@ def test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_re
     assert not (tmp_path / "pkg").exists()
 
 
+def test_every_listed_class_needs_text_only_whatever_its_decoder_recipe_builds():
+    """Every listed class but those with a full package of their own is refused without --text-only, also where
+    its decoder family's recipe builds another class's full package (Qwen2's, Qwen2.5-VL's; Qwen3's, Qwen3-VL's;
+    Qwen3.5's). Before: 12 classes (llava_onevision, internvl, got_ocr2, ovis2, video_llama_3 on Qwen2;
+    lighton_ocr, llava_onevision1_5, ovis2_5, qianfan_ocr on Qwen3; minicpm_ocr, minicpmv4_6, minicpmv4_7 on
+    Qwen3.5) got no refusal and failed later in a line that never says --text-only (Qwen2's: "the checkpoint has
+    no visual.patch_embed.proj.weight: not a Qwen-VL vision tower")."""
+    from gqa_export.arch.wrapped_decoders import _FULL_PACKAGE, class_recipe, towers_refusal
+    from gqa_export.recipes import builtin_recipes
+
+    recipes = builtin_recipes()
+    for architecture, model_type in WRAPPED_DECODERS.items():
+        recipe = class_recipe(text_model_type(model_type), architecture, recipes)
+        said = towers_refusal({"architectures": [architecture], "vision_config": {"hidden_size": 16}}, recipe)
+        assert (said is None) == (architecture in _FULL_PACKAGE), architecture
+
+
+def test_llava_onevision_without_text_only_says_so(tmp_path):
+    """LLaVA-OneVision around Qwen2 (whose recipe builds Qwen2.5-VL's full package) without --text-only: the
+    one line naming its towers and --text-only, exit 2, nothing written."""
+    checkpoint = _checkpoint(tmp_path, "llava_onevision", "qwen2")
+    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "LlavaOnevisionForConditionalGeneration's vision tower and projector are not built" in said
+    assert "pass --text-only to export its qwen2 text decoder alone" in said
+    assert not (tmp_path / "pkg").exists()
+
+
 def test_chameleon_masks_the_ids_of_its_image_token_names_inside_the_vocabulary():
     """The masked ids are those of vocabulary_map's "IMGIMG" names (not <image>, not the image break); one past
     the logits is refused in one line."""
