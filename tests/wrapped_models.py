@@ -39,7 +39,8 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
     "chameleon": {"rms_norm_eps": 0.1},
     # Qwen2.5-Omni's thinker: Qwen2's under Qwen2.5-VL's M-RoPE (sections over 8 frequencies)
     "qwen2_5_omni_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}},
-    # Granite's multipliers, each away from 1, under Granite-4-Vision's and Granite-Docling's own text types
+    # Granite's multipliers, each away from 1, under Granite-4-Vision's and Granite-Docling's own text types, and
+    # Granite's own (LLaVA-NeXT's decoder in IBM's granite-vision-3.x)
     **{
         text: {
             "embedding_multiplier": 2.0,
@@ -47,7 +48,7 @@ FAMILY_TEXT: dict[str, dict[str, Any]] = {
             "attention_multiplier": 0.2,
             "logits_scaling": 4.0,
         }
-        for text in ("granite4_vision_text", "granite_docling_text")
+        for text in ("granite4_vision_text", "granite_docling_text", "granite")
     },
     # Cosmos3-Edge's decoder: Llama's with a relu2 fc1 / fc2 MLP, M-RoPE (interleaved) sections over 8 frequencies
     "cosmos3_edge_text": {

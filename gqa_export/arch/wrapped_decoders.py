@@ -114,6 +114,36 @@ WRAPPED_DECODERS = MappingProxyType(
 )
 
 
+# listed classes whose forward applies the decoder's `lm_head` alone (transformers 5.25: `logits =
+# self.lm_head(hidden_states)`, nothing after it), so not its family's head-side scaling: LLaVA-NeXT around a
+# Granite decoder (IBM's granite-vision-3.x releases) does not divide by Granite's logits_scaling, where
+# GraniteForCausalLM does (docs/coverage.md §21). Aya-Vision, Granite-4-Vision, Granite-Docling and
+# HyperCLOVAX-Vision apply their decoder's scaling themselves and are not here.
+LM_HEAD_ONLY = frozenset(
+    {
+        "DeepseekVLForConditionalGeneration",
+        "DeepseekVLHybridForConditionalGeneration",
+        "Exaone4_5_ForConditionalGeneration",
+        "FuyuForCausalLM",
+        "GotOcr2ForConditionalGeneration",
+        "Idefics2ForConditionalGeneration",
+        "Idefics3ForConditionalGeneration",
+        "InternVLForConditionalGeneration",
+        "JanusForConditionalGeneration",
+        "LightOnOcrForConditionalGeneration",
+        "LlavaForConditionalGeneration",
+        "LlavaNextForConditionalGeneration",
+        "LlavaNextVideoForConditionalGeneration",
+        "LlavaOnevisionForConditionalGeneration",
+        "Ovis2ForConditionalGeneration",
+        "SmolVLMForConditionalGeneration",
+        "VideoLlama3ForConditionalGeneration",
+        "VideoLlavaForConditionalGeneration",
+        "VipLlavaForConditionalGeneration",
+    }
+)
+
+
 def wrapped_decoder_recipe(text_model_type: str, architecture: str | None, recipes: Sequence[Recipe]) -> Recipe | None:
     """The recipe of the decoder family inside a listed multimodal class: the one that lists the
     text model_type with a `…ForCausalLM` class (Qwen2's also lists Qwen2.5-VL, whose full package

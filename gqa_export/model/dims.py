@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gqa_export.arch.spec import ArchSpec
+from gqa_export.arch.wrapped_decoders import LM_HEAD_ONLY
 from gqa_export.errors import InputError
 from gqa_export.model import config_reads
 from gqa_export.model.alibi import alibi_slopes
@@ -230,7 +231,7 @@ def read_dims(
     user's config, not our bug: one line naming the key.
     """
     try:
-        return _read_dims(config, spec, generation, outer)
+        dims = _read_dims(config, spec, generation, outer)
     except AttributeError as error:
         if error.obj is not config and error.obj is not outer:
             raise
@@ -239,6 +240,9 @@ def read_dims(
             f"config.json (model_type '{model_type}') has no '{error.name}', which the {spec.name} spec reads; "
             "fix the config's model_type or add the key"
         ) from None
+    if outer is not None and dims.architecture in LM_HEAD_ONLY:  # the class's logits: its lm_head's alone
+        return replace(dims, logits_multiplier=1.0, logits_divisor=1.0, final_softcap=0.0)
+    return dims
 
 
 def _opt_for(config: Any, spec: ArchSpec) -> Any:

@@ -22,6 +22,7 @@ SPARK_PROMPT = [0, 17, 45, 300, 302, 99, 200, 301, 3, 7, 302, 12]  # Muse-Spark'
 # the decoder each class holds by default, then families its released checkpoints also use
 CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
     ("llava_next", "mistral"),  # LLaVA-NeXT on Mistral-7B
+    ("llava_next", "granite"),  # granite-vision-3.x: the class divides by no logits_scaling (Granite's CausalLM does)
     ("internvl", "qwen3"),  # InternVL3.5
     ("glmga", "glm4v_text"),  # a second model type of GLM-4.6V's class
 ]
