@@ -177,6 +177,12 @@ def match_builtin(raw: dict[str, Any], model_dir: Path) -> Recipe:
     try:  # a multimodal class around an exported decoder matches its family's: --text-only (plan/model_phase.py)
         return class_recipe(model_type, architecture, builtin_recipes())
     except InputError:
+        # a listed class's text type its config class renames (Kimi-K2.5's release: `kimi_k2`, its remote code's
+        # name, which Kimi_K25Config reads as deepseek_v3): the type transformers builds the decoder as
+        if isinstance(text, dict) and architecture in WRAPPED_DECODERS:
+            resolved = str(text_config_of(read_configs(model_dir)[0]).model_type)
+            if resolved != model_type:
+                return class_recipe(resolved, architecture, builtin_recipes())
         refused = refusal_for(model_type)  # a refused text decoder under a class no recipe lists
         if refused:
             raise InputError(refused) from None

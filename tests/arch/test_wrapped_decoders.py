@@ -638,3 +638,22 @@ def test_llava15_text_config_relies_on_llama_defaults(tmp_path):
     (checkpoint / "config.json").write_text(json.dumps(config))
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
     assert _error(tmp_path / "pkg", checkpoint) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("model_type", "text_type", "release_type"),
+    [("kimi_k25", "deepseek_v3", "kimi_k2"), ("exaone4_5", "exaone4", "exaone4_5_text")],
+)
+def test_text_config_of_its_release_type(tmp_path, model_type, text_type, release_type):
+    """Kimi-K2.5's release names its text_config's model_type `kimi_k2` (its remote code's), EXAONE-4.5's
+    `exaone4_5_text`, which their config classes read as deepseek_v3 / exaone4: the build matches the type
+    transformers builds. Before: refused, "no built-in recipe matches it (model_type 'kimi_k2')"; after 9.5e-7 /
+    1.1e-6 (docs/coverage.md §21)."""
+    import json
+
+    checkpoint = _checkpoint(tmp_path, model_type, text_type)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["text_config"]["model_type"] = release_type
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
+    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
