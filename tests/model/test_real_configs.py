@@ -2,7 +2,8 @@
 
 Each file in tests/data/real-configs keeps every key of a real model's config (transformers 4.x
 era: no `layer_types`, `sliding_window_pattern`, `rope_scaling` dicts or null, Qwen2's
-`use_sliding_window: false` beside a `sliding_window`, Phi-3's longrope lists), only the sizes
+`use_sliding_window: false` beside a `sliding_window`, Phi-3's longrope lists; multimodal classes' text_config
+naming only a few keys, LLaVA-1.5's and LLaVA-NeXT-Mistral's without a head count), only the sizes
 shrunk; windows are shorter than the prompt. The weights are random, made by transformers from
 that very file, and config.json is written back byte for byte after saving. Each is exported with
 the CLI's defaults (smoke run included), then compared with transformers: prompt and decode
@@ -46,26 +47,35 @@ REFERENCE_DIFFERS_UNDER_4X = {
 def real_checkpoint(name: str, folder: Path) -> Path:
     """Random weights for the published config `name`, saved with that config.json unchanged."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     folder.mkdir(parents=True)
     shutil.copy(CONFIGS / f"{name}.json", folder / "config.json")
     config = AutoConfig.from_pretrained(folder)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    auto = AutoModelForImageTextToText if multimodal(name) else AutoModelForCausalLM
+    model = auto.from_config(config, dtype=torch.float32).eval()
     randomize_norms(model)
     # logits that separate (greedy is no tie) without copying the last token: Gemma multiplies its
-    # embedding by sqrt(hidden), so its table is drawn that much smaller
+    # embedding by sqrt(hidden), Granite by its embedding_multiplier, so their tables are drawn that much smaller
     embedding = model.get_input_embeddings().weight
-    embedding_std = 0.2 / (config.hidden_size**0.5 if config.model_type.startswith("gemma") else 1.0)
+    text = config.get_text_config()
+    scale = text.hidden_size**0.5 if text.model_type.startswith("gemma") else getattr(text, "embedding_multiplier", 1)
+    embedding_std = 0.2 / scale
     with torch.no_grad():
         for param in model.parameters():
             if param.dim() == 2:
                 param.normal_(0.0, embedding_std if param is embedding else 0.2)
     model.save_pretrained(folder)
     shutil.copy(CONFIGS / f"{name}.json", folder / "config.json")  # the published spelling, as downloaded
-    save_tokenizer(folder, vocab_size=config.vocab_size)
+    save_tokenizer(folder, vocab_size=text.vocab_size)
     return folder
+
+
+def multimodal(name: str) -> bool:
+    """A published multimodal class's config (a text_config beside its towers): its decoder exported with
+    --text-only and compared with the class itself on a text prompt (docs/coverage.md §21)."""
+    return "text_config" in json.loads((CONFIGS / f"{name}.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +87,8 @@ def exported(tmp_path_factory):
         if name not in done:
             checkpoint = real_checkpoint(name, root / name)
             out = root / f"{name}-onnx"
-            result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(out), "-q"])
+            text_only = ["--text-only"] if multimodal(name) else []
+            result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(out), "-q", *text_only])
             assert result.exit_code == 0, result.output
             done[name] = checkpoint, out
         return done[name]
