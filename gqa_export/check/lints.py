@@ -263,6 +263,9 @@ def _eos(pkg: Package, _: int) -> list[Finding]:
         token_ids((pkg.hf_config or {}).get("eos_token_id"))
     )
     have = set(token_ids(pkg.config.get("model", {}).get("eos_token_id")))
+    vocab = pkg.config.get("model", {}).get("vocab_size")
+    if isinstance(vocab, int):  # ids past the logits: no model emits them, genai refuses them (package/genai_config.py)
+        want = {i for i in want if 0 <= i < vocab}
     missing = sorted(want - have)
     if not missing:
         return []

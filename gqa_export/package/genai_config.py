@@ -55,10 +55,12 @@ def make_genai_config(
     """One graph: a plain decoder. Several: a `decoder-pipeline` (docs/ortgenai.md §1.5, §6.3) whose
     stages list their exact graph I/O names; share buffer only if every stage can share."""
     facts = stages[0].facts
-    # no eos id anywhere: the pad id stops generation, when it is a token (a config's -1 means none, and
-    # onnxruntime-genai refuses an eos id outside the vocabulary when a generator is made, whatever the prompt)
+    # onnxruntime-genai refuses an eos id outside the logits when a generator is made, whatever the prompt; such an
+    # id (a published eos past a config's vocabulary, a pad id of -1 meaning none) is one no model can emit, so
+    # leaving it out stops generation exactly where transformers' does. No eos id: the pad id, when it is a token
     pad = dims.pad_token_id
-    eos = list(dims.eos_token_ids) or ([pad] if pad is not None and 0 <= pad < dims.vocab_size else [])
+    eos = [i for i in dims.eos_token_ids if 0 <= i < dims.logits_width]
+    eos = eos or ([pad] if pad is not None and 0 <= pad < dims.logits_width and not dims.eos_token_ids else [])
     model: dict[str, Any] = {
         "type": opts.model_type if len(stages) == 1 else "decoder-pipeline",
         "context_length": opts.context_length,

@@ -595,24 +595,31 @@ def test_one_tower_policy_for_listed_and_unlisted_classes():
     assert not carries_towers({"architectures": ["Phi3ForCausalLM"], "embd_layer": None})
 
 
-def test_no_eos_and_a_pad_of_minus_one_still_generates(tmp_path):
-    """GOT-OCR-2 (a Qwen2 decoder, whose config class has no default eos) with no eos id anywhere and pad id -1
-    (transformers' "none") at both levels and in generation_config.json: HF generates, so must the package.
-    Before: eos_token_id -1 in genai_config.json, which onnxruntime-genai refuses whenever a generator is made
-    ("eos_token_id (-1) must be in range [0, 384)")."""
+# token ids of a published config that name no token of the tiny vocabulary: no eos and pad -1 (transformers'
+# "none"); Qwen2's published eos and bos ids kept with the vocabulary shrunk
+OUTSIDE_IDS = {"no-eos-pad-minus-one": {"eos_token_id": None, "pad_token_id": -1},
+               "eos-past-the-vocabulary": {"eos_token_id": 151645, "bos_token_id": 151643}}  # fmt: skip
+
+
+@pytest.mark.parametrize("ids", OUTSIDE_IDS.values(), ids=OUTSIDE_IDS.keys())
+def test_ids_outside_the_vocabulary_still_generate(tmp_path, ids):
+    """GOT-OCR-2 (a Qwen2 decoder, whose config class has no default eos) with ids outside its vocabulary, at both
+    levels and in generation_config.json: HF generates, so must the package (an eos id no model can emit is left
+    out: generation stops where HF's does). Before: eos_token_id -1 / 151645 in genai_config.json, which
+    onnxruntime-genai refuses whenever a generator is made ("eos_token_id (-1) must be in range [0, 384)")."""
     import json
 
     from reference import genai_prompt_then_greedy, hf_generate
 
     checkpoint = _checkpoint(tmp_path, "got_ocr2", "qwen2")
     config = json.loads((checkpoint / "config.json").read_text())
-    for level in (config, config["text_config"]):
-        level.pop("eos_token_id", None)
-        level["pad_token_id"] = -1
-    (checkpoint / "config.json").write_text(json.dumps(config))
     generation = json.loads((checkpoint / "generation_config.json").read_text())
-    generation.pop("eos_token_id", None)
-    (checkpoint / "generation_config.json").write_text(json.dumps({**generation, "pad_token_id": -1}))
+    for level in (config, config["text_config"], generation):
+        level.update(ids)
+        if level["eos_token_id"] is None:
+            del level["eos_token_id"]
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    (checkpoint / "generation_config.json").write_text(json.dumps(generation))
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
     _, tokens = genai_prompt_then_greedy(tmp_path / "pkg", PROMPT, 8)
     assert tokens == hf_generate(hf_model(checkpoint), PROMPT, 8)
