@@ -7,30 +7,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
-from reference import genai_prompt_then_greedy, hf_generate, hf_logits, hf_model, ort_prefill_and_decode
-from typer.testing import CliRunner
+from reference import genai_prompt_then_greedy, hf_generate, hf_model
+from wrapped_checks import PROMPT, text_error, wrapped_checkpoint
 from wrapped_models import save_wrapped
 
 from gqa_export.arch.coverage import text_model_type
 from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS
-from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
-
-PROMPT = [0, 17, 45, 300, 300, 99, 200, 301, 3, 7, 11, 12]
-# Kimi-K2.5's save reverses its tower's renames onto the decoder's layers (tests/arch/test_wrapped_decoders.py)
-HUB_LAYOUT_BROKEN = frozenset({"kimi_k25"})
-
-
-def _checkpoint(tmp_path, model_type: str, text_type: str):
-    hub = model_type not in HUB_LAYOUT_BROKEN
-    return save_wrapped(tmp_path / f"{model_type}-{text_type}", model_type, text_type, hub_layout=hub)
-
-
-def _error(package, checkpoint, steps: int = 3) -> float:
-    tokens, got = ort_prefill_and_decode(package, PROMPT, steps=steps)
-    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(PROMPT))).max())
 
 
 def test_every_listed_class_needs_text_only_whatever_its_decoder_recipe_builds():
@@ -50,18 +34,6 @@ def test_every_listed_class_needs_text_only_whatever_its_decoder_recipe_builds()
         assert (said is None) == (architecture in _FULL_PACKAGE), architecture
 
 
-def test_llava_onevision_without_text_only_says_so(tmp_path):
-    """LLaVA-OneVision around Qwen2 (whose recipe builds Qwen2.5-VL's full package) without --text-only: the
-    one line naming its towers and --text-only, exit 2, nothing written."""
-    checkpoint = _checkpoint(tmp_path, "llava_onevision", "qwen2")
-    result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
-    assert result.exit_code == 2, result.output
-    said = " ".join(result.output.split())
-    assert "LlavaOnevisionForConditionalGeneration's vision tower and projector are not built" in said
-    assert "pass --text-only to export its qwen2 text decoder alone" in said
-    assert not (tmp_path / "pkg").exists()
-
-
 # token ids of a published config that name no token of the tiny vocabulary: no eos and pad -1 (transformers'
 # "none"); Qwen2's published eos and bos ids kept with the vocabulary shrunk
 OUTSIDE_IDS = {"no-eos-pad-minus-one": {"eos_token_id": None, "pad_token_id": -1},
@@ -74,7 +46,7 @@ def test_ids_outside_the_vocabulary_still_generate(tmp_path, ids):
     levels and in generation_config.json: HF generates, so must the package (an eos id no model can emit is left
     out: generation stops where HF's does). Before: eos_token_id -1 / 151645 in genai_config.json, which
     onnxruntime-genai refuses whenever a generator is made ("eos_token_id (-1) must be in range [0, 384)")."""
-    checkpoint = _checkpoint(tmp_path, "got_ocr2", "qwen2")
+    checkpoint = wrapped_checkpoint(tmp_path, "got_ocr2", "qwen2")
     config = json.loads((checkpoint / "config.json").read_text())
     generation = json.loads((checkpoint / "generation_config.json").read_text())
     for level in (config, config["text_config"], generation):
@@ -105,7 +77,7 @@ def test_llava15_text_config_relies_on_llama_defaults(tmp_path):
     config["text_config"] = {k: v for k, v in config["text_config"].items() if k in kept}
     (checkpoint / "config.json").write_text(json.dumps(config))
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
-    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
+    assert text_error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
 @pytest.mark.parametrize(
@@ -117,9 +89,9 @@ def test_text_config_of_its_release_type(tmp_path, model_type, text_type, releas
     `exaone4_5_text`, which their config classes read as deepseek_v3 / exaone4: the build matches the type
     transformers builds. Before: refused, "no built-in recipe matches it (model_type 'kimi_k2')"; after 9.5e-7 /
     1.1e-6 (docs/coverage.md §21)."""
-    checkpoint = _checkpoint(tmp_path, model_type, text_type)
+    checkpoint = wrapped_checkpoint(tmp_path, model_type, text_type)
     config = json.loads((checkpoint / "config.json").read_text())
     config["text_config"]["model_type"] = release_type
     (checkpoint / "config.json").write_text(json.dumps(config))
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
-    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
+    assert text_error(tmp_path / "pkg", checkpoint) < 1e-4

@@ -10,6 +10,7 @@ import pytest
 from mutants import copy_package, edit_initializers, times
 from reference import hf_logits, hf_model, ort_prefill_and_decode
 from typer.testing import CliRunner
+from wrapped_checks import PROMPT, text_error, wrapped_checkpoint
 from wrapped_models import save_wrapped
 
 from gqa_export.arch.coverage import text_model_type
@@ -17,7 +18,6 @@ from gqa_export.arch.wrapped_decoders import WRAPPED_DECODERS
 from gqa_export.cli import app
 from gqa_export.pipeline import BuildOptions, build
 
-PROMPT = [0, 17, 45, 300, 300, 99, 200, 301, 3, 7, 11, 12]
 SPARK_PROMPT = [0, 17, 45, 300, 302, 99, 200, 301, 3, 7, 302, 12]  # Muse-Spark's audio placeholder (302) too
 # the decoder each class holds by default, then families its released checkpoints also use
 CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
@@ -26,52 +26,33 @@ CASES = [(t, text_model_type(t)) for t in sorted(WRAPPED_DECODERS.values())] + [
     ("internvl", "qwen3"),  # InternVL3.5
     ("glmga", "glm4v_text"),  # a second model type of GLM-4.6V's class
 ]
-# transformers 5.25 writes Qianfan-OCR's "original format" with its vision rename reversed onto the
-# decoder too (language_model.model.encoder.layers): the released layout is 5.x's prefix read back; its
-# HY-V4-VL save puts HY-V4's hub head names under 5.x's module (hc_head.hc_pre.hc_head_fn), which the
-# release (HY-V4's names, the conversion mapping says) does not
-# Kimi-K2.5's save reverses its tower's `encoder.blocks` renames onto the decoder's layers (blocks.N), which the
-# release (language_model.model.layers.N) does not
-# LLaVA-OneVision-1.5's save reverses Qwen2-VL's rename and its model's own onto the decoder (model.model.layers); the
-# release keeps Qwen2-VL's (model.layers, visual.*), the causal LM's prefix
-HUB_LAYOUT_BROKEN = frozenset({"qianfan_ocr", "hy_v4_vl", "kimi_k25", "llava_onevision1_5"})
-
-
-def _checkpoint(tmp_path, model_type: str, text_type: str):
-    hub = model_type not in HUB_LAYOUT_BROKEN
-    return save_wrapped(tmp_path / f"{model_type}-{text_type}", model_type, text_type, hub_layout=hub)
-
-
-def _error(package, checkpoint, steps: int = 3) -> float:
-    tokens, got = ort_prefill_and_decode(package, PROMPT, steps=steps)
-    return float(np.abs(got - hf_logits(hf_model(checkpoint), tokens, len(PROMPT))).max())
 
 
 @pytest.mark.parametrize(("model_type", "text_type"), CASES, ids=[f"{m}-{t}" for m, t in CASES])
 def test_listed_class_matches_hf_on_text(tmp_path, model_type, text_type):
     """The decoder's package computes the class's own logits on a prompt holding its placeholder
     ids (prompt and 3 decode steps); measured 1.5e-7 to 4.0e-6 (docs/coverage.md §21)."""
-    checkpoint = _checkpoint(tmp_path, model_type, text_type)
+    checkpoint = wrapped_checkpoint(tmp_path, model_type, text_type)
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
-    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
+    assert text_error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
 def test_a_scaled_final_norm_fails_the_bound(tmp_path):
     """Mutant: the decoder's final norm x 1.5 in the package moves the logits far past the bound."""
-    checkpoint = _checkpoint(tmp_path, "llava", "llama")
+    checkpoint = wrapped_checkpoint(tmp_path, "llava", "llama")
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
     broken = copy_package(tmp_path / "pkg", tmp_path / "broken")
     assert edit_initializers(broken, "*model.norm.weight", times(1.5))
-    assert _error(broken, checkpoint) > 1e-2
+    assert text_error(broken, checkpoint) > 1e-2
 
 
 def test_cohere2_vision_logits_without_logit_scale(tmp_path, monkeypatch):
     """Mutant: Cohere2-Vision read with Cohere2's logit_scale (0.5 in the tiny config) fails the bound."""
     from mutants import build_planted
 
-    checkpoint = _checkpoint(tmp_path, "cohere2_vision", "cohere2")
+    checkpoint = wrapped_checkpoint(tmp_path, "cohere2_vision", "cohere2")
     out = build_planted(checkpoint, tmp_path / "scaled", monkeypatch, {"ignore": ()}, "cohere2_vision_text")
-    assert _error(out, checkpoint) > 1e-2
+    assert text_error(out, checkpoint) > 1e-2
 
 
 def test_hy_v4_vl_latent_norms_at_rms_norm_eps(tmp_path, monkeypatch):
@@ -82,10 +63,10 @@ def test_hy_v4_vl_latent_norms_at_rms_norm_eps(tmp_path, monkeypatch):
 
     from gqa_export.arch import SPECS
 
-    checkpoint = _checkpoint(tmp_path, "hy_v4_vl", "hy_v4_vl_text")
+    checkpoint = wrapped_checkpoint(tmp_path, "hy_v4_vl", "hy_v4_vl_text")
     latent = replace(SPECS["hy_v4_vl_text"].latent_attention, config_norm_eps=False)
     out = build_planted(checkpoint, tmp_path / "eps", monkeypatch, {"latent_attention": latent}, "hy_v4_vl_text")
-    assert _error(out, checkpoint) > 1e-2
+    assert text_error(out, checkpoint) > 1e-2
 
 
 def test_cosmos3_omni_query_and_key_norms_not_swapped(tmp_path, monkeypatch):
@@ -94,13 +75,13 @@ def test_cosmos3_omni_query_and_key_norms_not_swapped(tmp_path, monkeypatch):
 
     from gqa_export.arch import SPECS
 
-    checkpoint = _checkpoint(tmp_path, "cosmos3_omni", "qwen3_vl_text")
+    checkpoint = wrapped_checkpoint(tmp_path, "cosmos3_omni", "qwen3_vl_text")
     swapped = tuple(
         (pattern, replacement.replace("q_norm", "@").replace("k_norm", "q_norm").replace("@", "k_norm"), t)
         for pattern, replacement, t in SPECS["cosmos3_omni_text"].stored_renames
     )
     out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"stored_renames": swapped}, "cosmos3_omni_text")
-    assert _error(out, checkpoint) > 1e-2
+    assert text_error(out, checkpoint) > 1e-2
 
 
 @pytest.mark.parametrize(
@@ -115,9 +96,9 @@ def test_rotate_half_decoders_fail_with_pairs(tmp_path, monkeypatch, model_type,
     base family's GPT-J pairs fail the bound: their attention rotates halves."""
     from mutants import build_planted
 
-    checkpoint = _checkpoint(tmp_path, model_type, text_type)
+    checkpoint = wrapped_checkpoint(tmp_path, model_type, text_type)
     out = build_planted(checkpoint, tmp_path / "pairs", monkeypatch, {"rope_interleaved": True}, spec)
-    assert _error(out, checkpoint) > 1e-2
+    assert text_error(out, checkpoint) > 1e-2
 
 
 def test_kimi_k25_placeholders_embedded_as_id_0(tmp_path, monkeypatch):
@@ -125,9 +106,9 @@ def test_kimi_k25_placeholders_embedded_as_id_0(tmp_path, monkeypatch):
     the bound on the prompt holding them."""
     from mutants import build_planted
 
-    checkpoint = _checkpoint(tmp_path, "kimi_k25", "deepseek_v3")
+    checkpoint = wrapped_checkpoint(tmp_path, "kimi_k25", "deepseek_v3")
     out = build_planted(checkpoint, tmp_path / "own", monkeypatch, {"placeholder_keys": ()}, "kimi_k25_text")
-    assert _error(out, checkpoint) > 1e-2
+    assert text_error(out, checkpoint) > 1e-2
 
 
 def test_phi4_multimodal_longrope_is_read(tmp_path, monkeypatch):
@@ -144,8 +125,8 @@ def test_phi4_multimodal_longrope_is_read(tmp_path, monkeypatch):
     def plain(monkeypatch):
         monkeypatch.setattr(layer_ropes, "read_rope", lambda *a: replace(read(*a), rope_type="default", params={}))
 
-    checkpoint = _checkpoint(tmp_path, "phi4_multimodal", "phi4_multimodal")
-    assert _error(build_planted(checkpoint, tmp_path / "plain", monkeypatch, plain), checkpoint) > 1e-2
+    checkpoint = wrapped_checkpoint(tmp_path, "phi4_multimodal", "phi4_multimodal")
+    assert text_error(build_planted(checkpoint, tmp_path / "plain", monkeypatch, plain), checkpoint) > 1e-2
 
 
 def test_phi4_multimodal_builds_its_full_package_without_text_only():
@@ -173,12 +154,12 @@ def test_inkling2_loop_message_queries_merged_in_order(tmp_path, monkeypatch):
 
     from gqa_export.arch import SPECS
 
-    checkpoint = _checkpoint(tmp_path, "inkling2_loop", "inkling2_loop_text")
+    checkpoint = wrapped_checkpoint(tmp_path, "inkling2_loop", "inkling2_loop_text")
     residuals = SPECS["inkling2_loop"].block_residuals
     first, second = residuals.messages.stored_queries
     crossed = replace(residuals, messages=replace(residuals.messages, stored_queries=(second, first)))
     out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"block_residuals": crossed}, "inkling2_loop")
-    assert _error(out, checkpoint, steps=0) > 1e-2
+    assert text_error(out, checkpoint, steps=0) > 1e-2
 
 
 def test_inkling_w13_halves_read_in_order(tmp_path, monkeypatch):
@@ -190,13 +171,13 @@ def test_inkling_w13_halves_read_in_order(tmp_path, monkeypatch):
 
     from gqa_export.arch import SPECS
 
-    checkpoint = _checkpoint(tmp_path, "inkling_mm_model", "inkling_text")
+    checkpoint = wrapped_checkpoint(tmp_path, "inkling_mm_model", "inkling_text")
     cross = lambda rows: replace(rows, start=1 - rows.start)  # noqa: E731
     # the split views (one Rows each, the even rows the gate's) crossed, the experts' deinterleaved one kept
     views = SPECS["inkling"].row_views
     crossed = tuple(v if len(v.rows) > 1 else replace(v, rows=tuple(map(cross, v.rows))) for v in views)
     out = build_planted(checkpoint, tmp_path / "crossed", monkeypatch, {"row_views": crossed}, "inkling")
-    assert _error(out, checkpoint, steps=0) > 1e-2
+    assert text_error(out, checkpoint, steps=0) > 1e-2
 
 
 @pytest.fixture(scope="module")
@@ -254,10 +235,10 @@ def test_ernie4_5_vl_mutants_fail_the_bound(tmp_path, monkeypatch, ernie_vl, lay
     checkpoint = ernie_vl[layout]
     if layout == "v5":  # the CASES row is the hub's layout; 5.x's names held against the class once
         build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
-        assert _error(tmp_path / "pkg", checkpoint, steps=0) < 1e-4
+        assert text_error(tmp_path / "pkg", checkpoint, steps=0) < 1e-4
     spec = "ernie4_5_vl_moe_text"
     out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, plant(SPECS[spec]), spec)
-    assert _error(out, checkpoint, steps=0) > 1e-2
+    assert text_error(out, checkpoint, steps=0) > 1e-2
 
 
 def test_an_expert_width_per_set_is_read_only_by_a_family_that_names_its_set():
@@ -292,19 +273,19 @@ def test_dots3_note_with_its_text_config_at_the_top_level(tmp_path):
     builds text_config from them): the decoder is found and exported as with a nested text_config."""
     import json
 
-    checkpoint = _checkpoint(tmp_path, "dots3_note", "dots3_note_text")
+    checkpoint = wrapped_checkpoint(tmp_path, "dots3_note", "dots3_note_text")
     config = json.loads((checkpoint / "config.json").read_text())
     text = config.pop("text_config")
     text.pop("model_type")
     (checkpoint / "config.json").write_text(json.dumps({**text, **config}))
     build(BuildOptions(str(checkpoint), tmp_path / "pkg", smoke=False, text_only=True))
-    assert _error(tmp_path / "pkg", checkpoint) < 1e-4
+    assert text_error(tmp_path / "pkg", checkpoint) < 1e-4
 
 
 def test_without_text_only_the_build_is_refused_in_one_line_before_any_weight_read(tmp_path, monkeypatch):
     from gqa_export.source.weights import WeightStore
 
-    checkpoint = _checkpoint(tmp_path, "llava", "llama")
+    checkpoint = wrapped_checkpoint(tmp_path, "llava", "llama")
 
     def read(*args, **kwargs):
         raise AssertionError("a weight was read before the refusal")
@@ -332,18 +313,28 @@ def test_chameleon_masks_the_ids_of_its_image_token_names_inside_the_vocabulary(
         masked_logit_ids(config, ("vocabulary_map", "IMGIMG"), 7)
 
 
-def test_chameleon_without_text_only_names_its_image_tokenizer(tmp_path):
-    checkpoint = _checkpoint(tmp_path, "chameleon", "chameleon")
+@pytest.mark.parametrize(
+    ("model_type", "text_type", "towers"),
+    [
+        ("chameleon", "chameleon", "ChameleonForConditionalGeneration's VQ-VAE image tokenizer is"),
+        # around Qwen2, whose recipe builds Qwen2.5-VL's full package (tests/arch/test_wrapped_config_layouts.py)
+        ("llava_onevision", "qwen2", "LlavaOnevisionForConditionalGeneration's vision tower and projector are"),
+    ],
+)
+def test_without_text_only_names_what_is_not_built(tmp_path, model_type, text_type, towers):
+    """Without --text-only: the one line naming the towers and --text-only, exit 2, nothing written."""
+    checkpoint = wrapped_checkpoint(tmp_path, model_type, text_type)
     result = CliRunner().invoke(app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke"])
     assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
-    assert "ChameleonForConditionalGeneration's VQ-VAE image tokenizer is not built" in said
-    assert "pass --text-only to export its chameleon text decoder alone" in said
+    assert f"{towers} not built" in said
+    assert f"pass --text-only to export its {text_type} text decoder alone" in said
+    assert not (tmp_path / "pkg").exists()
 
 
 def test_text_only_is_not_called_without_effect(tmp_path):
     """--text-only is what exports these: the build does not note it as a flag without effect."""
-    checkpoint = _checkpoint(tmp_path, "llava", "llama")
+    checkpoint = wrapped_checkpoint(tmp_path, "llava", "llama")
     result = CliRunner().invoke(
         app, ["build", str(checkpoint), "-o", str(tmp_path / "pkg"), "--no-smoke", "--text-only"]
     )
@@ -371,7 +362,7 @@ def test_chameleon_mutants_fail_the_bound(tmp_path, monkeypatch, builds, plant):
 
     checkpoint = builds.checkpoint(CHAMELEON)
     out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, plant, "chameleon")
-    assert _error(out, checkpoint) > 5e-3
+    assert text_error(out, checkpoint) > 5e-3
 
 
 def test_chameleon_qk_norm_bias_dropped_fails_the_bound(tmp_path, monkeypatch, builds):
@@ -388,7 +379,7 @@ def test_chameleon_qk_norm_bias_dropped_fails_the_bound(tmp_path, monkeypatch, b
         patch.setattr(Params, "held_bias", lambda self, w: None if "_norm." in w else held_bias(self, w))
 
     out = build_planted(checkpoint, tmp_path / "planted", monkeypatch, no_bias)
-    assert _error(out, checkpoint) > 5e-3
+    assert text_error(out, checkpoint) > 5e-3
 
 
 def test_chameleon_qk_norm_weight_shared_by_heads_fails_the_bound(tmp_path, builds):
@@ -399,7 +390,7 @@ def test_chameleon_qk_norm_weight_shared_by_heads_fails_the_bound(tmp_path, buil
     head_dim = 16
     first = lambda v: np.tile(v.reshape(-1, head_dim)[:1], (v.size // head_dim, 1)).reshape(v.shape)  # noqa: E731
     assert edit_initializers(broken, "*_norm.weight", first)
-    assert _error(broken, checkpoint) > 5e-3
+    assert text_error(broken, checkpoint) > 5e-3
 
 
 @pytest.fixture(scope="module")
